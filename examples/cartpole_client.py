@@ -1,0 +1,57 @@
+"""CartPole-v1 as an external Tether client: the env runs here, actions come
+from the local ONNX model, experience goes to the server.
+
+    python examples/cartpole_client.py --port 5555            # one client
+    python examples/cartpole_client.py --port 5555 --clients 4 # four processes
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gymnasium as gym  # noqa: E402
+
+from sdk_python import TetherClient, TetherConnectionError, run_env  # noqa: E402
+
+
+def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect_timeout_s: float) -> None:
+    """One client process: CartPole episodes until the budget is spent or the server goes away."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=seed)
+    try:
+        client = TetherClient(host, port, client_name=f"cartpole-{seed}", seed=seed,
+                              reconnect_timeout_s=reconnect_timeout_s)
+        run_env(client, env, max_steps=max_steps)
+    except (TetherConnectionError, KeyboardInterrupt):
+        pass  # the server finished training and went away, or we were stopped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1", help="server address")
+    parser.add_argument("--port", type=int, default=5555, help="server port")
+    parser.add_argument("--clients", type=int, default=1, help="number of client processes")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first client (others count up)")
+    parser.add_argument("--max-steps", type=int, default=None, help="env steps per client (default: run until stopped)")
+    parser.add_argument("--reconnect-timeout", type=float, default=5.0, help="give up after the server is gone this long")
+    args = parser.parse_args()
+    if args.clients == 1:
+        run_client(args.host, args.port, args.seed, args.max_steps, args.reconnect_timeout)
+        return
+    procs = [
+        mp.Process(target=run_client, args=(args.host, args.port, args.seed + i, args.max_steps, args.reconnect_timeout))
+        for i in range(args.clients)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+
+
+if __name__ == "__main__":
+    main()

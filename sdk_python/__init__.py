@@ -1,0 +1,19 @@
+"""Tether's Python SDK: connect an engine or simulator to a Tether server, act
+locally with ONNX Runtime, and send experience back. Depends on numpy,
+onnxruntime and orjson only."""
+
+from .client import TetherClient, TetherConnectionError
+from .loop import run_env
+from .policy import OnnxPolicy
+from .protocol.errors import AuthenticationError, ServerError, TetherError, VersionMismatchError
+
+__all__ = [
+    "AuthenticationError",
+    "OnnxPolicy",
+    "ServerError",
+    "TetherClient",
+    "TetherConnectionError",
+    "TetherError",
+    "VersionMismatchError",
+    "run_env",
+]

@@ -1,0 +1,88 @@
+"""Records one episode's steps and cuts it into chunks for sending."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .protocol.episodes import encode_episode
+
+
+class EpisodeRecorder:
+    """Per-step lists of one episode, with ExternalEnv's reward semantics:
+    rewards logged after an action accumulate onto that action until the
+    next one; a reward logged before the first action has no action to go to
+    and is dropped."""
+
+    __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
+                 "terminated", "truncated", "total_return", "length")
+
+    def __init__(self, episode_id: str, training_enabled: bool) -> None:
+        self.episode_id = episode_id
+        self.training_enabled = training_enabled
+        self.obs: list[Any] = []
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
+        self.logp: list[float] = []
+        self.dist_inputs: list[Any] = []
+        self.terminated = False
+        self.truncated = False
+        self.total_return = 0.0
+        self.length = 0
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray) -> None:
+        self.length += 1
+        if self.training_enabled:
+            self.obs.append(obs)
+            self.actions.append(action)
+            self.rewards.append(0.0)
+            self.logp.append(logp)
+            self.dist_inputs.append(dist_inputs)
+
+    def add_reward(self, reward: float) -> None:
+        self.total_return += reward
+        if self.rewards:
+            self.rewards[-1] += reward
+
+    def finish(self, obs: np.ndarray, truncated: bool) -> None:
+        if self.training_enabled:
+            self.obs.append(obs)
+        self.truncated = truncated
+        self.terminated = not truncated
+
+    @property
+    def pending_steps(self) -> int:
+        return len(self.actions)
+
+    def cut(self) -> dict[str, Any] | None:
+        """Take the steps that are complete as one episode record.
+
+        A step is complete once the observation after it is known; an action
+        still waiting for its next observation stays for the next chunk, as do
+        the observation the next chunk starts from.
+        """
+        k = len(self.actions) if len(self.obs) == len(self.actions) + 1 else len(self.actions) - 1
+        if k <= 0:
+            return None
+        done = self.done and k == len(self.actions)
+        record = encode_episode(
+            obs=self.obs[: k + 1],
+            actions=self.actions[:k],
+            rewards=self.rewards[:k],
+            action_logp=self.logp[:k],
+            action_dist_inputs=self.dist_inputs[:k],
+            is_terminated=self.terminated if done else False,
+            is_truncated=self.truncated if done else False,
+            episode_id=self.episode_id,
+        )
+        del self.obs[:k]
+        del self.actions[:k]
+        del self.rewards[:k]
+        del self.logp[:k]
+        del self.dist_inputs[:k]
+        return record

@@ -1,0 +1,117 @@
+"""How ``action_dist_inputs`` define an action distribution, per action space.
+
+This is part of the protocol: a client samples an action and reports its
+``action_logp``; the server recomputes log-probabilities from the same inputs
+with the same formulas. Conformance vectors pin these numbers.
+
+- Discrete(n): inputs are n logits of a categorical distribution.
+- MultiDiscrete(nvec): inputs are the logits of each entry, concatenated
+  (sum(nvec) numbers); the entries are independent.
+- Box(shape): inputs are the mean then the log standard deviation of a
+  diagonal Gaussian (2 * prod(shape) numbers). Sampled actions are clipped to
+  the box before they are executed and reported; ``action_logp`` is the
+  Gaussian log-density at the reported (clipped) action.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import numpy as np
+
+from .spaces import Box, Discrete, MultiDiscrete, Space
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def dist_inputs_size(space: Space) -> int:
+    """Number of action_dist_inputs a model must output for this action space."""
+    if isinstance(space, Discrete):
+        return space.n
+    if isinstance(space, MultiDiscrete):
+        return int(sum(space.nvec))
+    return 2 * space.flat_dim
+
+
+def _categorical_logp(logits: list[float], index: int) -> float:
+    top = max(logits)
+    log_norm = top + math.log(sum(math.exp(v - top) for v in logits))
+    return logits[index] - log_norm
+
+
+def _categorical_sample(logits: list[float], rng: random.Random) -> tuple[int, float]:
+    top = max(logits)
+    exps = [math.exp(v - top) for v in logits]
+    total = sum(exps)
+    threshold = rng.random() * total
+    acc = 0.0
+    choice = len(exps) - 1
+    for i, e in enumerate(exps):
+        acc += e
+        if threshold < acc:
+            choice = i
+            break
+    return choice, logits[choice] - top - math.log(total)
+
+
+def log_prob(space: Space, dist_inputs: Any, action: Any) -> float:
+    """Log-probability (or density) of ``action`` given one step's dist inputs."""
+    inputs = [float(v) for v in np.asarray(dist_inputs, dtype=np.float64).ravel()]
+    if isinstance(space, Discrete):
+        return _categorical_logp(inputs, int(action) - space.start)
+    if isinstance(space, MultiDiscrete):
+        total, offset = 0.0, 0
+        for n, a in zip(space.nvec, np.asarray(action).ravel()):
+            total += _categorical_logp(inputs[offset : offset + n], int(a))
+            offset += n
+        return total
+    k = space.flat_dim
+    mean = np.asarray(inputs[:k])
+    log_std = np.asarray(inputs[k:])
+    a = np.asarray(action, dtype=np.float64).ravel()
+    z = (a - mean) / np.exp(log_std)
+    return float(np.sum(-0.5 * z * z - log_std - _LOG_SQRT_2PI))
+
+
+def sample(space: Space, dist_inputs: np.ndarray, rng: random.Random) -> tuple[Any, float]:
+    """Draw an action from one step's dist inputs; returns (action, logp).
+
+    Discrete actions come back as ``int``, MultiDiscrete and Box as numpy arrays.
+    """
+    if isinstance(space, Discrete):
+        index, logp = _categorical_sample(dist_inputs.tolist(), rng)
+        return index + space.start, logp
+    if isinstance(space, MultiDiscrete):
+        inputs = dist_inputs.tolist()
+        actions, total, offset = [], 0.0, 0
+        for n in space.nvec:
+            a, lp = _categorical_sample(inputs[offset : offset + n], rng)
+            actions.append(a)
+            total += lp
+            offset += n
+        return np.asarray(actions, dtype=np.int64), total
+    k = space.flat_dim
+    flat = np.asarray(dist_inputs, dtype=np.float64).ravel()
+    mean, log_std = flat[:k], flat[k:]
+    noise = np.array([rng.gauss(0.0, 1.0) for _ in range(k)])
+    action = np.clip(mean + np.exp(log_std) * noise, space.low.ravel(), space.high.ravel())
+    z = (action - mean) / np.exp(log_std)
+    logp = float(np.sum(-0.5 * z * z - log_std - _LOG_SQRT_2PI))
+    return action.reshape(space.shape).astype(np.float32), logp
+
+
+def deterministic(space: Space, dist_inputs: np.ndarray) -> Any:
+    """The distribution's mode: argmax per categorical, the (clipped) mean for a Box."""
+    if isinstance(space, Discrete):
+        return int(np.argmax(dist_inputs)) + space.start
+    if isinstance(space, MultiDiscrete):
+        out, offset = [], 0
+        for n in space.nvec:
+            out.append(int(np.argmax(dist_inputs[offset : offset + n])))
+            offset += n
+        return np.asarray(out, dtype=np.int64)
+    k = space.flat_dim
+    mean = np.asarray(dist_inputs, dtype=np.float64).ravel()[:k]
+    return np.clip(mean, space.low.ravel(), space.high.ravel()).reshape(space.shape).astype(np.float32)

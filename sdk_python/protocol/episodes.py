@@ -1,0 +1,210 @@
+"""Episode records: their JSON form, and their validation into numpy arrays.
+
+One record is a chunk of one episode (an episode may span several messages)::
+
+    {"obs": [o_0, ..., o_T], "actions": [a_0, ..., a_{T-1}],
+     "rewards": [r_0, ...], "action_logp": [...], "action_dist_inputs": [[...], ...],
+     "is_terminated": false, "is_truncated": false, "episode_id": "optional"}
+
+``obs`` has one item more than the per-step lists: o_T is the observation
+after the last action (the next chunk of a continuing episode starts with it).
+A chunk that is neither terminated nor truncated is continued by the next chunk
+with the same ``episode_id`` (or, without ids, by the first chunk of the same
+connection's next message, as RLlib's v1 client does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .distributions import dist_inputs_size
+from .errors import ErrorCode, MessageError
+from .spaces import Box, Discrete, MultiDiscrete, Space
+
+
+@dataclass
+class EpisodeChunk:
+    """A validated episode chunk; arrays are owned copies."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    action_logp: np.ndarray | None
+    action_dist_inputs: np.ndarray | None
+    is_terminated: bool
+    is_truncated: bool
+    episode_id: str | None = None
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.rewards.shape[0])
+
+
+def _fail(code: ErrorCode, index: int, text: str) -> MessageError:
+    return MessageError(code, f"episodes[{index}]: {text}")
+
+
+def _numeric(value: Any, dtype: type, index: int, key: str) -> np.ndarray:
+    if not isinstance(value, list):
+        raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must be a list, got {type(value).__name__}')
+    try:
+        return np.asarray(value, dtype=dtype)
+    except ValueError as exc:
+        if "inhomogeneous" in str(exc) or "sequence" in str(exc):
+            code = ErrorCode.OBS_SHAPE_MISMATCH if key == "obs" else ErrorCode.INVALID_FIELD
+            raise _fail(code, index, f'"{key}" items do not all have the same shape') from None
+        raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must hold only numbers') from None
+    except TypeError:
+        raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must hold only numbers') from None
+
+
+def _check_finite(arr: np.ndarray, index: int, key: str) -> None:
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = int(np.argwhere(~np.isfinite(arr.reshape(arr.shape[0], -1) if arr.ndim else arr.reshape(1)))[0][0])
+        raise _fail(ErrorCode.NON_FINITE_VALUE, index, f'"{key}"[{bad}] is NaN or infinite')
+
+
+def _flag(record: dict[str, Any], key: str, index: int) -> bool:
+    value = record.get(key)
+    if not isinstance(value, bool):
+        raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must be true or false, got {value!r}')
+    return value
+
+
+def decode_episode(
+    record: Any,
+    index: int,
+    observation_space: Space,
+    action_space: Space,
+    require_logp: bool,
+) -> EpisodeChunk:
+    """Validate one episode record against the spaces; raise ``MessageError`` if bad."""
+    if not isinstance(record, dict):
+        raise _fail(ErrorCode.INVALID_FIELD, index, "an episode must be a JSON object")
+    for key in ("obs", "actions", "rewards"):
+        if key not in record:
+            raise _fail(ErrorCode.INVALID_FIELD, index, f'missing "{key}"')
+    terminated = _flag(record, "is_terminated", index)
+    truncated = _flag(record, "is_truncated", index)
+
+    obs = _numeric(record["obs"], np.float32, index, "obs")
+    actions_dtype = np.float32 if isinstance(action_space, Box) else np.float64
+    actions = _numeric(record["actions"], actions_dtype, index, "actions")
+    rewards = _numeric(record["rewards"], np.float32, index, "rewards")
+    steps = rewards.shape[0]
+    if steps < 1:
+        raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index, "an episode chunk needs at least one step")
+    if obs.shape[0] != steps + 1 or actions.shape[0] != steps:
+        raise _fail(
+            ErrorCode.EPISODE_LENGTH_MISMATCH,
+            index,
+            f"needs len(obs) == len(actions) + 1 == len(rewards) + 1, got obs={obs.shape[0]}, "
+            f"actions={actions.shape[0]}, rewards={steps}",
+        )
+    if rewards.ndim != 1:
+        raise _fail(ErrorCode.INVALID_FIELD, index, '"rewards" must be a flat list of numbers')
+    if obs.shape[1:] != observation_space.shape:
+        raise _fail(
+            ErrorCode.OBS_SHAPE_MISMATCH,
+            index,
+            f"observation shape {list(obs.shape[1:])} does not match the space's {list(observation_space.shape)}",
+        )
+    _check_finite(obs, index, "obs")
+    _check_finite(rewards, index, "rewards")
+
+    if actions.shape[1:] != action_space.shape:
+        raise _fail(
+            ErrorCode.ACTION_OUT_OF_SPACE,
+            index,
+            f"action shape {list(actions.shape[1:])} does not match the space's {list(action_space.shape)}",
+        )
+    _check_finite(actions, index, "actions")
+    inside = action_space.contains_batch(actions)
+    if not inside.all():
+        bad = int(np.argmin(inside))
+        raise _fail(
+            ErrorCode.ACTION_OUT_OF_SPACE,
+            index,
+            f"actions[{bad}] = {actions[bad].tolist()} is outside the action space {action_space.to_json()}",
+        )
+    if isinstance(action_space, (Discrete, MultiDiscrete)):
+        actions = actions.astype(np.int64)
+
+    logp = None
+    if "action_logp" in record:
+        logp = _numeric(record["action_logp"], np.float32, index, "action_logp")
+        if logp.shape != (steps,):
+            raise _fail(
+                ErrorCode.EPISODE_LENGTH_MISMATCH, index, f"action_logp has {logp.shape[0]} items, expected {steps}"
+            )
+        _check_finite(logp, index, "action_logp")
+    elif require_logp:
+        raise _fail(ErrorCode.MISSING_ACTION_LOGP, index, "on-policy training needs \"action_logp\" for every step")
+
+    dist_inputs = None
+    if "action_dist_inputs" in record:
+        dist_inputs = _numeric(record["action_dist_inputs"], np.float32, index, "action_dist_inputs")
+        expected = (steps, dist_inputs_size(action_space))
+        if dist_inputs.shape != expected:
+            raise _fail(
+                ErrorCode.EPISODE_LENGTH_MISMATCH,
+                index,
+                f"action_dist_inputs has shape {list(dist_inputs.shape)}, expected {list(expected)}",
+            )
+        _check_finite(dist_inputs, index, "action_dist_inputs")
+
+    episode_id = record.get("episode_id")
+    if episode_id is not None and not isinstance(episode_id, (str, int)):
+        raise _fail(ErrorCode.INVALID_FIELD, index, '"episode_id" must be a string')
+    return EpisodeChunk(
+        obs=obs,
+        actions=actions,
+        rewards=rewards,
+        action_logp=logp,
+        action_dist_inputs=dist_inputs,
+        is_terminated=terminated,
+        is_truncated=truncated,
+        episode_id=None if episode_id is None else str(episode_id),
+    )
+
+
+def decode_episodes(
+    message: dict[str, Any],
+    observation_space: Space,
+    action_space: Space,
+    require_logp: bool,
+) -> list[EpisodeChunk]:
+    """Validate every record of an EPISODES(_AND_GET_STATE) message.
+
+    All-or-nothing: the first bad record raises, and nothing of the message is kept.
+    """
+    records = message.get("episodes")
+    if not isinstance(records, list):
+        raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')
+    return [decode_episode(r, i, observation_space, action_space, require_logp) for i, r in enumerate(records)]
+
+
+def encode_episode(
+    obs: list[Any],
+    actions: list[Any],
+    rewards: list[float],
+    action_logp: list[float] | None,
+    action_dist_inputs: list[Any] | None,
+    is_terminated: bool,
+    is_truncated: bool,
+    episode_id: str | None = None,
+) -> dict[str, Any]:
+    """Build one episode record (the inverse of ``decode_episode``)."""
+    record: dict[str, Any] = {"obs": obs, "actions": actions, "rewards": rewards}
+    if action_logp is not None:
+        record["action_logp"] = action_logp
+    if action_dist_inputs is not None:
+        record["action_dist_inputs"] = action_dist_inputs
+    record["is_terminated"] = is_terminated
+    record["is_truncated"] = is_truncated
+    if episode_id is not None:
+        record["episode_id"] = episode_id
+    return record

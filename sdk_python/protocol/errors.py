@@ -1,0 +1,109 @@
+"""Error types of the RLlink protocol, each tied to a wire error code.
+
+Two families, as in h11: errors caused by the peer (``RemoteProtocolError``:
+bad bytes or a bad message received) and errors caused by the local program
+(``LocalProtocolError``: the API was misused). A peer's refusal that arrives
+as an ERROR message is raised as ``ServerError`` (or one of its subclasses).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(str, Enum):
+    """Every error code that may appear in an ERROR message's ``code`` field."""
+
+    # Framing errors: the byte stream can no longer be trusted; the connection closes.
+    BAD_HEADER = "BAD_HEADER"
+    FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
+    # Message errors: the frame was sound but its body was not; the connection stays open.
+    INVALID_UTF8 = "INVALID_UTF8"
+    INVALID_JSON = "INVALID_JSON"
+    NOT_AN_OBJECT = "NOT_AN_OBJECT"
+    MISSING_TYPE = "MISSING_TYPE"
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    NOT_A_REQUEST = "NOT_A_REQUEST"
+    INVALID_FIELD = "INVALID_FIELD"
+    EPISODE_LENGTH_MISMATCH = "EPISODE_LENGTH_MISMATCH"
+    OBS_SHAPE_MISMATCH = "OBS_SHAPE_MISMATCH"
+    NON_FINITE_VALUE = "NON_FINITE_VALUE"
+    ACTION_OUT_OF_SPACE = "ACTION_OUT_OF_SPACE"
+    MISSING_ACTION_LOGP = "MISSING_ACTION_LOGP"
+    AUTH_FAILED = "AUTH_FAILED"
+    VERSION_MISMATCH = "VERSION_MISMATCH"
+    INTERNAL = "INTERNAL"
+
+    @property
+    def closes_connection(self) -> bool:
+        """Whether a peer that sends or receives this error must close the connection."""
+        return self in _FATAL_CODES
+
+
+_FATAL_CODES = frozenset({ErrorCode.BAD_HEADER, ErrorCode.FRAME_TOO_LARGE})
+
+
+class TetherError(Exception):
+    """Base class of every error raised by Tether's protocol code."""
+
+
+class LocalProtocolError(TetherError):
+    """The local program misused the protocol API (a bug on this side)."""
+
+
+class RemoteProtocolError(TetherError):
+    """The peer sent bytes or a message that break the protocol.
+
+    ``code`` is the wire code to report back in an ERROR message; ``message``
+    says what was wrong in words a person can act on.
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+
+
+class FramingError(RemoteProtocolError):
+    """The length header or the frame size was invalid; the stream is unusable."""
+
+
+class MessageError(RemoteProtocolError):
+    """The frame was well delimited but its message was invalid; the stream is fine."""
+
+
+class ServerError(TetherError):
+    """The server refused a request with an ERROR message.
+
+    Attributes:
+        code: the wire code as sent (a string; known codes also map to ``ErrorCode``).
+        message: the server's own explanation.
+        request: the type of the request that was refused, when the server said.
+    """
+
+    def __init__(self, code: str, message: str, request: str | None = None) -> None:
+        super().__init__(f"server refused {request or 'request'}: {code}: {message}")
+        self.code = code
+        self.message = message
+        self.request = request
+
+
+class AuthenticationError(ServerError):
+    """The server refused the auth token (ErrorCode.AUTH_FAILED)."""
+
+
+class VersionMismatchError(ServerError):
+    """The server speaks an incompatible major protocol version (ErrorCode.VERSION_MISMATCH)."""
+
+
+def server_error_from_message(body: dict) -> ServerError:
+    """Build the typed exception for a received ERROR message body."""
+    code = str(body.get("code", ErrorCode.INTERNAL.value))
+    message = str(body.get("message", ""))
+    request = body.get("request")
+    cls: type[ServerError] = ServerError
+    if code == ErrorCode.AUTH_FAILED.value:
+        cls = AuthenticationError
+    elif code == ErrorCode.VERSION_MISMATCH.value:
+        cls = VersionMismatchError
+    return cls(code, message, request if isinstance(request, str) else None)

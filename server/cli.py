@@ -1,0 +1,117 @@
+"""The ``tether`` command: ``tether serve`` runs a training server, ``tether
+demo`` trains CartPole with example clients and shows the learned return."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .config import add_config_arguments, config_from_args
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .app import run
+
+    run(config_from_args(args))
+    return 0
+
+
+def evaluate_policy(policy_path: Path, episodes: int = 10, seed: int = 1000) -> float:
+    """Mean return of the greedy policy in ``policy_path`` on CartPole-v1."""
+    import gymnasium as gym
+    import numpy as np
+
+    from sdk_python.policy import OnnxPolicy
+
+    policy = OnnxPolicy(policy_path.read_bytes())
+    env = gym.make("CartPole-v1")
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy.act_deterministic(np.asarray(obs, np.float32)))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .app import serve
+    from .config import ServerConfig
+
+    logdir = args.logdir or tempfile.mkdtemp(prefix="tether-demo-")
+    config = ServerConfig(
+        port=args.port,
+        env="CartPole-v1",
+        stop_at_return=args.target,
+        max_env_steps=args.max_env_steps,
+        logdir=logdir,
+        seed=args.seed,
+    )
+    client_script = REPO_ROOT / "examples" / "cartpole_client.py"
+    print(f"[tether demo] training CartPole-v1 with {args.clients} client(s) until the mean return of "
+          f"the last 100 episodes reaches {args.target:g} (at most {args.max_env_steps} env steps)", flush=True)
+
+    async def main() -> dict:
+        ready = asyncio.Event()
+        server_task = asyncio.create_task(serve(config, ready))
+        await ready.wait()
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        clients = [
+            subprocess.Popen([sys.executable, str(client_script), "--port", str(config.port), "--seed", str(args.seed + i)],
+                             env=env)
+            for i in range(args.clients)
+        ]
+        try:
+            return await server_task
+        finally:
+            for c in clients:
+                c.terminate()
+            for c in clients:
+                c.wait()
+
+    summary = asyncio.run(main())
+    reached = summary["reached_target_at"] is not None
+    print(f"[tether demo] {'reached' if reached else 'did not reach'} mean return {summary['return_mean']:.1f} "
+          f"after {summary['env_steps']} env steps in {summary['wall_s']:.1f} s", flush=True)
+    learned = evaluate_policy(Path(summary["policy"]))
+    print(f"[tether demo] learned policy's return (greedy, mean of 10 episodes): {learned:.1f}", flush=True)
+    print(f"[tether demo] policy: {summary['policy']}  checkpoint: {summary['checkpoint']}", flush=True)
+    return 0 if reached else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tether", description="Tether: train agents that live in your engine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a training server", description="Run a Tether training server.")
+    add_config_arguments(serve)
+    serve.set_defaults(func=_serve)
+    demo = sub.add_parser("demo", help="train CartPole with example clients and report the learned return",
+                          description="Start a server and N CartPole client processes, train until the "
+                          "target return, then evaluate the learned policy.")
+    demo.add_argument("--clients", type=int, default=1, help="number of CartPole client processes (default: 1)")
+    demo.add_argument("--port", type=int, default=5555, help="server port (default: 5555)")
+    demo.add_argument("--target", type=float, default=450.0, help="stop at this mean return of the last 100 episodes (default: 450)")
+    demo.add_argument("--max-env-steps", type=int, default=400_000, help="give up after this many env steps (default: 400000)")
+    demo.add_argument("--seed", type=int, default=0, help="seed for the learner and the clients (default: 0)")
+    demo.add_argument("--logdir", default=None, help="where to write TensorBoard files, checkpoint and policy (default: a temp folder)")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Server configuration: one typed object, readable from TOML and from CLI flags.
+
+Every field of ``ServerConfig`` is an option under the same name in a TOML
+file (``tether serve --config run.toml``) and as a flag with dashes
+(``--train-batch-size 4000``); flags override the file, the file overrides
+the defaults. The ``help`` metadata of each field is the flag's help text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from sdk_python.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+
+def _opt(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, (list, dict, tuple)):
+        return field(default_factory=lambda: default, metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class ServerConfig:
+    """All options of ``tether serve``; see each field's help."""
+
+    # Network.
+    host: str = _opt("127.0.0.1", "address to bind (loopback by default; use 0.0.0.0 to accept remote engines)")
+    port: int = _opt(5555, "TCP port to listen on")
+    auth_token: str | None = _opt(None, "if set, clients must send this token in PING before anything else")
+    max_frame_bytes: int = _opt(DEFAULT_MAX_FRAME_BYTES, "largest accepted message body in bytes")
+
+    # Environment description sent to clients in SET_CONFIG.
+    env: str | None = _opt(
+        "CartPole-v1", "gymnasium env id whose spaces to use when no spaces are given (needs gymnasium)"
+    )
+    observation_space: dict | None = _opt(None, "observation space as JSON, e.g. '{\"type\": \"Box\", ...}'")
+    action_space: dict | None = _opt(None, "action space as JSON, e.g. '{\"type\": \"Discrete\", \"n\": 2}'")
+    onnx_input_name: str = _opt("onnx::Gemm_0", "name of the ONNX model's observation input")
+    onnx_output_name: str = _opt("action_dist_inputs", "name of the ONNX model's output")
+
+    # Sampling.
+    train_batch_size: int = _opt(2000, "env steps pooled from all clients before one learner update")
+    env_steps_per_sample: int = _opt(500, "env steps a client collects before sending them (SET_CONFIG)")
+    force_on_policy: bool = _opt(True, "clients wait for new weights after a batch completes (else off-policy)")
+    max_staleness: int = _opt(1, "accept data computed with weights at most this many versions old")
+
+    # PPO.
+    lr: float = _opt(1e-3, "Adam learning rate")
+    gamma: float = _opt(0.99, "discount factor")
+    gae_lambda: float = _opt(0.95, "GAE lambda")
+    clip_coef: float = _opt(0.2, "PPO surrogate clipping")
+    vf_coef: float = _opt(0.5, "value loss coefficient")
+    ent_coef: float = _opt(0.0, "entropy bonus coefficient")
+    num_epochs: int = _opt(10, "passes over each batch")
+    minibatch_size: int = _opt(256, "minibatch size")
+    max_grad_norm: float = _opt(0.5, "gradient clipping norm")
+    norm_adv: bool = _opt(True, "normalise advantages per minibatch")
+    clip_vloss: bool = _opt(False, "clip the value loss like the surrogate")
+    hidden_sizes: list = _opt([64, 64], "hidden layer widths of the policy and value MLPs, e.g. 64,64")
+    device: str = _opt("auto", "torch device: auto (cuda when present), cpu, cuda, cuda:1 ...")
+    torch_threads: int = _opt(1, "CPU threads for torch (small MLPs are fastest on one)")
+    seed: int | None = _opt(None, "random seed for the learner")
+
+    # Run control, metrics, checkpoints.
+    logdir: str = _opt("runs/tether", "folder for TensorBoard event files and checkpoints")
+    tensorboard: bool = _opt(True, "write TensorBoard event files to logdir")
+    checkpoint_every: int = _opt(10, "write a checkpoint every N updates (0: only on exit)")
+    resume: str | None = _opt(None, "checkpoint file to restore weights, optimizer, weights_seq_no and counters from")
+    metrics_window: int = _opt(100, "episodes averaged in the return metrics")
+    stop_at_return: float | None = _opt(None, "stop once the windowed mean return reaches this")
+    max_env_steps: int | None = _opt(None, "stop after this many env steps were received")
+    summary_file: str | None = _opt(None, "write a JSON summary of the run here on exit")
+    quiet: bool = _opt(False, "do not print the progress line")
+
+    def __post_init__(self) -> None:
+        if self.train_batch_size < 1 or self.env_steps_per_sample < 1:
+            raise ValueError("train_batch_size and env_steps_per_sample must be positive")
+        if self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0")
+        self.hidden_sizes = [int(v) for v in self.hidden_sizes]
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides: Any) -> "ServerConfig":
+        """Read a TOML file (keys = field names); ``overrides`` win over the file."""
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        data.update(overrides)
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ServerConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown server option(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+
+
+def _parse_int_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per ServerConfig field (defaults are left unset so TOML can fill them)."""
+    hints = get_type_hints(ServerConfig)
+    parser.add_argument("--config", help="TOML file with any of the options below (flags win over the file)")
+    for f in dataclasses.fields(ServerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_text = f"{f.metadata['help']} (default: {default})"
+        hint = hints[f.name]
+        if hint is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif f.name in ("observation_space", "action_space"):
+            parser.add_argument(flag, type=_parse_json, default=None, help=help_text)
+        elif f.name == "hidden_sizes":
+            parser.add_argument(flag, type=_parse_int_list, default=None, help=help_text)
+        else:
+            base = {int: int, float: float, str: str}
+            kind = next((t for t in (int, float, str) if t in getattr(hint, "__args__", (hint,))), str)
+            parser.add_argument(flag, type=base[kind], default=None, help=help_text)
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """Build the config: defaults, then the TOML file, then explicit flags."""
+    flags = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(ServerConfig)
+        if getattr(args, f.name, None) is not None
+    }
+    if getattr(args, "config", None):
+        return ServerConfig.from_toml(args.config, **flags)
+    return ServerConfig.from_dict(flags)

@@ -1,0 +1,79 @@
+"""The network a module trains: a policy MLP and a separate value MLP (CleanRL's Agent)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from sdk_python.protocol.distributions import dist_inputs_size
+from sdk_python.protocol.spaces import Box, Space
+
+from .distributions import ActionDistribution
+
+
+def _layer(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
+    layer = nn.Linear(in_dim, out_dim)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) -> nn.Sequential:
+    """Linear+Tanh layers; the shape onnx_export.py knows how to write."""
+    layers: list[nn.Module] = []
+    last = in_dim
+    for width in hidden:
+        layers += [_layer(last, width, math.sqrt(2)), nn.Tanh()]
+        last = width
+    layers.append(_layer(last, out_dim, out_gain))
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Policy head outputs action_dist_inputs; the value head is used only in training.
+
+    For Box actions the log standard deviation is a state-independent
+    parameter appended to the mean, as the protocol's Gaussian expects.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: Space,
+        hidden: tuple[int, ...] = (64, 64),
+        value_obs_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.action_space = action_space
+        self.obs_dim = obs_dim
+        out = dist_inputs_size(action_space)
+        if isinstance(action_space, Box):
+            out //= 2
+            self.log_std = nn.Parameter(torch.full((out,), -0.5))
+        else:
+            self.log_std = None
+        self.actor = mlp(obs_dim, hidden, out, 0.01)
+        self.critic = mlp(value_obs_dim or obs_dim, hidden, 1, 1.0)
+
+    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.actor(obs)
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor, value_obs: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logp of actions, entropy, value) for a batch."""
+        dist = ActionDistribution(self.action_space, self.dist_inputs(obs))
+        return dist.log_prob(actions), dist.entropy(), self.value(obs if value_obs is None else value_obs)
+
+
+def flat_obs_dim(space: Space) -> int:
+    return int(np.prod(space.shape)) if space.shape else 1

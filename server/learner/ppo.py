@@ -1,0 +1,136 @@
+"""PPO: the clipped-surrogate update of one module, in the shape of CleanRL's ppo.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from sdk_python.protocol.spaces import Space
+
+from .gae import compute_gae
+from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
+from .policy_network import ActorCritic, flat_obs_dim
+from .rollout_batch import RolloutBatch
+
+
+@dataclass
+class PPOHyperparams:
+    """The knobs of one PPO update (ServerConfig carries the same names)."""
+
+    lr: float = 2.5e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    num_epochs: int = 10
+    minibatch_size: int = 256
+    max_grad_norm: float = 0.5
+    norm_adv: bool = True
+    clip_vloss: bool = False
+    hidden_sizes: tuple[int, ...] = (64, 64)
+
+
+class PPOLearner:
+    """Owns one module's network and optimizer and performs PPO updates."""
+
+    def __init__(
+        self,
+        observation_space: Space,
+        action_space: Space,
+        hp: PPOHyperparams,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        onnx_input_name: str = DEFAULT_INPUT_NAME,
+        onnx_output_name: str = DEFAULT_OUTPUT_NAME,
+    ) -> None:
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.hp = hp
+        self.device = torch.device(device)
+        self.action_space = action_space
+        self.onnx_input_name = onnx_input_name
+        self.onnx_output_name = onnx_output_name
+        self.model = ActorCritic(flat_obs_dim(observation_space), action_space, tuple(hp.hidden_sizes)).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
+        self._rng = np.random.default_rng(seed)
+
+    def export_onnx(self) -> bytes:
+        """The current policy as ONNX bytes (see onnx_export.py)."""
+        return export_policy(self.model, self.onnx_input_name, self.onnx_output_name)
+
+    def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=dtype, device=self.device)
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """One PPO update (all epochs and minibatches) on a batch; returns loss statistics."""
+        hp = self.hp
+        with torch.no_grad():
+            all_values = self.model.value(self._tensor(batch.all_obs)).cpu().numpy()
+        step_index = batch.next_obs_index - 1
+        values = all_values[step_index]
+        next_values = all_values[batch.next_obs_index]
+        advantages, returns = compute_gae(
+            batch.rewards, values, next_values, batch.terminated, batch.chunk_ends, hp.gamma, hp.gae_lambda
+        )
+
+        obs = self._tensor(batch.obs)
+        act_dtype = torch.float32 if batch.actions.dtype.kind == "f" else torch.long
+        actions = self._tensor(batch.actions, act_dtype)
+        old_logp = self._tensor(batch.logp)
+        missing = torch.isnan(old_logp)
+        if missing.any():
+            with torch.no_grad():
+                current, _, _ = self.model.evaluate(obs, actions)
+            old_logp = torch.where(missing, current, old_logp)
+        adv_t = self._tensor(advantages)
+        ret_t = self._tensor(returns)
+        val_t = self._tensor(values)
+
+        n = batch.size
+        mb = min(hp.minibatch_size, n)
+        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
+        for _ in range(hp.num_epochs):
+            order = torch.as_tensor(self._rng.permutation(n), device=self.device)
+            for start in range(0, n - mb + 1, mb):
+                idx = order[start : start + mb]
+                new_logp, entropy, new_value = self.model.evaluate(obs[idx], actions[idx])
+                log_ratio = new_logp - old_logp[idx]
+                ratio = log_ratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    clipfrac = ((ratio - 1.0).abs() > hp.clip_coef).float().mean()
+                adv = adv_t[idx]
+                if hp.norm_adv and mb > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)).mean()
+                if hp.clip_vloss:
+                    v_clipped = val_t[idx] + torch.clamp(new_value - val_t[idx], -hp.clip_coef, hp.clip_coef)
+                    v_loss = 0.5 * torch.max((new_value - ret_t[idx]) ** 2, (v_clipped - ret_t[idx]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((new_value - ret_t[idx]) ** 2).mean()
+                ent = entropy.mean()
+                loss = pg_loss - hp.ent_coef * ent + hp.vf_coef * v_loss
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), hp.max_grad_norm)
+                self.optimizer.step()
+                stats["policy_loss"].append(pg_loss.item())
+                stats["value_loss"].append(v_loss.item())
+                stats["entropy"].append(ent.item())
+                stats["approx_kl"].append(approx_kl.item())
+                stats["clipfrac"].append(clipfrac.item())
+        var_y = float(np.var(returns))
+        out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+        out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
+        return out
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,61 @@
+"""Turns validated episode chunks into one flat training batch."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from sdk_python.protocol.episodes import EpisodeChunk
+
+
+class RolloutBatch(NamedTuple):
+    """Flat per-step arrays of many chunks, plus what GAE needs to split them."""
+
+    obs: np.ndarray  # (N, obs_dim)
+    next_obs_index: np.ndarray  # (N,) index into all_obs of o_{t+1}
+    all_obs: np.ndarray  # (N + chunks, obs_dim): every chunk's T+1 observations
+    actions: np.ndarray
+    rewards: np.ndarray
+    logp: np.ndarray
+    terminated: np.ndarray  # (N,) true only at the last step of a terminated chunk
+    chunk_ends: np.ndarray  # (N,) true at every chunk's last step
+
+    @property
+    def size(self) -> int:
+        return int(self.rewards.shape[0])
+
+
+def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
+    """Concatenate chunks; observation arrays are flattened to (…, obs_dim)."""
+    all_obs = np.concatenate([c.obs.reshape(c.obs.shape[0], -1) for c in chunks]).astype(np.float32, copy=False)
+    step_index, next_index = [], []
+    offset = 0
+    for c in chunks:
+        t = c.env_steps
+        idx = np.arange(offset, offset + t)
+        step_index.append(idx)
+        next_index.append(idx + 1)
+        offset += t + 1
+    steps = np.concatenate(step_index)
+    terminated = np.zeros(steps.shape[0], dtype=bool)
+    chunk_ends = np.zeros(steps.shape[0], dtype=bool)
+    pos = 0
+    for c in chunks:
+        pos += c.env_steps
+        chunk_ends[pos - 1] = True
+        terminated[pos - 1] = c.is_terminated
+    return RolloutBatch(
+        obs=all_obs[steps],
+        next_obs_index=np.concatenate(next_index),
+        all_obs=all_obs,
+        actions=np.concatenate([c.actions for c in chunks]),
+        rewards=np.concatenate([c.rewards for c in chunks]).astype(np.float32, copy=False),
+        # NaN marks steps sent without action_logp (off-policy EPISODES): the
+        # learner fills them with the current policy's logp before updating.
+        logp=np.concatenate(
+            [c.action_logp if c.action_logp is not None else np.full(c.env_steps, np.nan, np.float32) for c in chunks]
+        ).astype(np.float32, copy=False),
+        terminated=terminated,
+        chunk_ends=chunk_ends,
+    )
