@@ -83,7 +83,10 @@ class Box:
     def contains_batch(self, x: np.ndarray) -> np.ndarray:
         """Per-row membership for a batch shaped (N, *shape)."""
         axes = tuple(range(1, x.ndim))
-        return np.all((x >= self.low) & (x <= self.high), axis=axes)
+        # Compare at the batch's precision: a float32 action clipped to 0.1 is
+        # 0.100000001, which must still count as inside a bound of 0.1.
+        low, high = self.low.astype(x.dtype), self.high.astype(x.dtype)
+        return np.all((x >= low) & (x <= high), axis=axes)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""End-to-end CartPole benchmark: wall time and env steps until the mean return
+of the last 100 episodes reaches 450.
+
+The clock starts just before the server subprocess is launched
+(``python -m server.cli serve --stop-at-return 450 ...``) and stops at the
+server's own ``reached_target_at`` (unix time, from its ``--summary-file``), so
+server start-up, client start-up, connection, sampling and learning are all
+inside the figure. N client processes of ``examples/cartpole_client.py`` are
+started as soon as the server listens.
+
+Prints one JSON object on stdout, e.g.::
+
+    {"time_to_450_s": 14.2, "env_steps_to_450": 120000, "clients": 1, "seed": 0, "reached": true, ...}
+
+``time_to_450_s`` and ``env_steps_to_450`` are null when the target was not
+reached within ``--max-env-steps`` or ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO_ROOT, free_port, install_cleanup, log, spawn, stop, wait_for_port  # noqa: E402
+
+TARGET = 450.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=1, help="number of CartPole client processes (default: 1)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="learner seed; client i uses seed+i (default: 0)")
+    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
+    parser.add_argument("--max-env-steps", type=int, default=300_000,
+                        help="env-step budget; the server stops there (default: 300000)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="give up after this many seconds of wall time (default: 120)")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument passed to 'server.cli serve' (repeatable), "
+                             "e.g. --server-arg=--no-tensorboard")
+    parser.add_argument("--show-server-output", action="store_true",
+                        help="let the server print its progress lines (to stderr) instead of --quiet")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict:
+    port = args.port or free_port()
+    with tempfile.TemporaryDirectory(prefix="tether-bench-e2e-") as tmp:
+        summary_file = Path(tmp) / "summary.json"
+        server_cmd = [
+            sys.executable, "-m", "server.cli", "serve",
+            "--stop-at-return", str(TARGET),
+            "--summary-file", str(summary_file),
+            "--logdir", str(Path(tmp) / "run"),
+            "--port", str(port),
+            "--seed", str(args.seed),
+            "--max-env-steps", str(args.max_env_steps),
+        ]
+        if not args.show_server_output:
+            server_cmd.append("--quiet")
+        server_cmd += args.server_arg
+
+        t0 = time.time()
+        server = spawn(server_cmd, stdout=sys.stderr if args.show_server_output else subprocess.DEVNULL)
+        clients: list[subprocess.Popen] = []
+        try:
+            listening_at = wait_for_port(port, server, timeout_s=args.timeout)
+            log(f"server listening on {port} after {listening_at - t0:.2f} s; starting {args.clients} client(s)")
+            client_script = str(REPO_ROOT / "examples" / "cartpole_client.py")
+            for i in range(args.clients):
+                clients.append(spawn([
+                    sys.executable, client_script, "--port", str(port), "--seed", str(args.seed + i),
+                    "--reconnect-timeout", "2",
+                ], stdout=subprocess.DEVNULL))
+            try:
+                server.wait(timeout=max(1.0, args.timeout - (time.time() - t0)))
+            except subprocess.TimeoutExpired:
+                log(f"timeout after {args.timeout} s; stopping the server")
+                stop(server, grace_s=10.0)
+        finally:
+            for c in clients:
+                stop(c, grace_s=2.0)
+            stop(server, grace_s=10.0)
+        wall = time.time() - t0
+
+        if not summary_file.exists():
+            raise RuntimeError(f"server wrote no summary (exit code {server.returncode})")
+        summary = json.loads(summary_file.read_text())
+
+    reached_at = summary.get("reached_target_at")
+    reached = reached_at is not None
+    result = {
+        "time_to_450_s": round(reached_at - t0, 3) if reached else None,
+        "env_steps_to_450": summary.get("env_steps_at_target") if reached else None,
+        "clients": args.clients,
+        "seed": args.seed,
+        "reached": reached,
+        "server_listening_s": round(listening_at - t0, 3),
+        "updates": summary.get("updates"),
+        "env_steps_total": summary.get("env_steps"),
+        "return_mean_final": summary.get("return_mean"),
+        "wall_s": round(wall, 3),
+    }
+    if args.server_arg:
+        result["server_args"] = args.server_arg
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_cleanup()
+    result = run(args)
+    log(f"{'reached' if result['reached'] else 'did NOT reach'} {TARGET:g}: {result}")
+    print(json.dumps(result), flush=True)
+    return 0 if result["reached"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
