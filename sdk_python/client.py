@@ -82,7 +82,9 @@ class TetherClient:
         self.force_on_policy = True
         self.observation_space: Space | None = None
         self.action_space: Space | None = None
+        #: Connections re-established after a loss, and env steps delivered to the server.
         self.reconnects = 0
+        self.env_steps_sent = 0
         self._connect_with_retry()
 
     # -- connection ------------------------------------------------------------
@@ -237,6 +239,7 @@ class TetherClient:
                 "weights_seq_no": self.weights_seq_no,
             }
             self._apply_state(self._roundtrip(message))
+            self.env_steps_sent += steps
         else:
             message = {"type": MessageType.EPISODES.value, "episodes": records, "env_steps": steps,
                        "weights_seq_no": self.weights_seq_no}
@@ -247,6 +250,7 @@ class TetherClient:
                 self._connect_with_retry()
                 self._transport.send(message)
             self.refresh_weights()
+            self.env_steps_sent += steps
 
     def refresh_weights(self) -> None:
         """Ask for the current weights (GET_STATE); the model is swapped if it changed."""

@@ -1,0 +1,315 @@
+"""Server ingest benchmark: env steps per second the server decodes, validates
+and stores, with the learner off.
+
+A server subprocess runs with a train batch so large it never updates
+(``--train-batch-size 10**12``) and ``--force-on-policy`` (so ``action_logp``
+is required and validated). Each of ``--clients`` worker processes builds ONE
+CartPole-shaped message (obs of 4 floats from real CartPole-v1 dynamics,
+Discrete(2) actions, rewards, action_logp, 2 action_dist_inputs per step;
+whole episodes adding up to ``--chunk-steps`` env steps), encodes it once with
+``sdk_python.protocol.encode_frame`` and then sends those same bytes again and
+again, so the figure measures the server and not the client.
+
+Only steps the server has acknowledged count. In the default mode
+(``episodes_and_get_state``) every message is an EPISODES_AND_GET_STATE whose
+``weights_seq_no`` equals the server's current one, so the server answers each
+with a small SET_STATE after it has validated and stored the message; a
+worker has one message in flight at a time. In ``episodes`` mode workers send
+``--pipeline`` EPISODES messages back to back, then one GET_STATE round trip;
+the SET_STATE answer (the server handles a connection's requests in order)
+acknowledges them all. ``env_steps_per_s`` is the steps acknowledged inside
+the measurement window divided by its length, after a warm-up. At the end the
+server is stopped and its ``--summary-file`` "env_steps" must equal every
+acknowledged step (``verified``).
+
+Prints one JSON object on stdout, e.g.::
+
+    {"env_steps_per_s": 123456.0, "clients": 8, "chunk_steps": 4000, "seconds": 5.0, "messages": 154, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO_ROOT, free_port, install_cleanup, log, spawn, stop, wait_for_port  # noqa: E402
+
+sys.path.insert(0, str(REPO_ROOT))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=8, help="client processes (default: 8)")
+    parser.add_argument("--chunk-steps", type=int, default=4000, help="env steps per message (default: 4000)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of the measurement window (default: 5)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of sending before the window (default: 1)")
+    parser.add_argument("--mode", choices=("episodes_and_get_state", "episodes"), default="episodes_and_get_state",
+                        help="how steps are acknowledged (default: episodes_and_get_state)")
+    parser.add_argument("--pipeline", type=int, default=4,
+                        help="in 'episodes' mode: EPISODES messages per GET_STATE round trip (default: 4)")
+    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds (default: 120)")
+    parser.add_argument("--profile", metavar="FILE", default=None,
+                        help="run the server under cProfile and write its stats to FILE")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# -- the message ------------------------------------------------------------------
+
+
+def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str) -> tuple[bytes, int, int]:
+    """One encoded EPISODES(_AND_GET_STATE) frame of whole CartPole episodes.
+
+    Returns (frame bytes, env steps, episodes). Every record is terminated or
+    truncated, so re-sending the same ids never leaves episodes open on the server.
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    from sdk_python.protocol import encode_episode, encode_frame
+
+    env = gym.make("CartPole-v1")
+    rng = np.random.default_rng(seed)
+    records = []
+    steps = 0
+    while steps < chunk_steps:
+        obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
+        ep_obs, actions, rewards, logps, dists = [obs], [], [], [], []
+        terminated = truncated = False
+        while not (terminated or truncated) and steps < chunk_steps:
+            # A balancing heuristic with 10% noise gives long, realistic episodes.
+            logits = np.array([-(obs[2] + 0.5 * obs[3]), obs[2] + 0.5 * obs[3]], dtype=np.float32) * 5.0
+            action = int(logits[1] > logits[0]) if rng.random() > 0.1 else int(rng.integers(2))
+            top = float(logits.max())
+            logp = float(logits[action]) - top - float(np.log(np.exp(logits - top).sum()))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            ep_obs.append(obs)
+            actions.append(action)
+            rewards.append(float(reward))
+            logps.append(logp)
+            dists.append(logits)
+            steps += 1
+        cut = not (terminated or truncated)
+        records.append(encode_episode(
+            obs=ep_obs, actions=actions, rewards=rewards, action_logp=logps, action_dist_inputs=dists,
+            is_terminated=bool(terminated), is_truncated=bool(truncated or cut),
+            episode_id=f"bench-{seed}-{len(records)}",
+        ))
+    message = {"type": kind, "episodes": records, "env_steps": steps, "weights_seq_no": weights_seq_no}
+    return encode_frame(message), steps, len(records)
+
+
+# -- worker process ---------------------------------------------------------------
+
+
+class _Reader:
+    """Reads whole frames from a blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def frame(self) -> dict:
+        import orjson
+
+        while True:
+            if len(self.buf) >= 8:
+                length = int(self.buf[:8])
+                if len(self.buf) >= 8 + length:
+                    body = bytes(self.buf[8 : 8 + length])
+                    del self.buf[: 8 + length]
+                    return orjson.loads(body)
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            self.buf += data
+
+
+def _expect(reply: dict, kind: str) -> dict:
+    if reply.get("type") != kind:
+        raise RuntimeError(f"expected {kind}, server answered {reply}")
+    return reply
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One client: build the frame, report ready, send until the window closes."""
+    from sdk_python.protocol import encode_frame
+
+    sock = socket.create_connection(("127.0.0.1", args.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = _Reader(sock)
+    sock.sendall(encode_frame({"type": "GET_STATE"}))
+    seq = _expect(reader.frame(), "SET_STATE")["weights_seq_no"]
+    kind = "EPISODES_AND_GET_STATE" if args.mode == "episodes_and_get_state" else "EPISODES"
+    frame, steps, episodes = build_message(args.chunk_steps, args.worker_seed, seq, kind)
+    get_state = encode_frame({"type": "GET_STATE", "weights_seq_no": seq})
+    print(json.dumps({"ready": True, "frame_bytes": len(frame), "steps": steps, "episodes": episodes}), flush=True)
+
+    go = json.loads(sys.stdin.readline())
+    t_warm, t_start, t_end = go["warm"], go["start"], go["end"]
+    time.sleep(max(0.0, t_warm - time.time()))
+
+    acked_msgs = in_window_msgs = 0
+    latencies: list[float] = []
+    batch = 1 if kind == "EPISODES_AND_GET_STATE" else args.pipeline
+    while True:
+        now = time.time()
+        if now >= t_end:
+            break
+        sent_at = time.perf_counter()
+        if batch == 1:
+            sock.sendall(frame)
+        else:
+            sock.sendall(frame * batch + get_state)
+        reply = _expect(reader.frame(), "SET_STATE")
+        if "onnx_file" in reply:  # the server sends the model only when weights changed
+            raise RuntimeError("weights changed during the benchmark: is the learner really off?")
+        done_at = time.time()
+        latencies.append(time.perf_counter() - sent_at)
+        acked_msgs += batch
+        if t_start <= done_at < t_end:
+            in_window_msgs += batch
+    sock.close()
+    latencies.sort()
+    print(json.dumps({
+        "acked_messages": acked_msgs,
+        "window_messages": in_window_msgs,
+        "steps_per_message": steps,
+        "ack_latency_ms_p50": 1e3 * latencies[len(latencies) // 2] if latencies else None,
+        "ack_latency_ms_max": 1e3 * latencies[-1] if latencies else None,
+    }), flush=True)
+    return 0
+
+
+# -- driver -----------------------------------------------------------------------
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """user+system CPU seconds of a process (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _proc_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def run(args: argparse.Namespace) -> dict:
+    port = args.port or free_port()
+    with tempfile.TemporaryDirectory(prefix="tether-bench-ingest-") as tmp:
+        summary_file = Path(tmp) / "summary.json"
+        server_cmd = [sys.executable]
+        if args.profile:
+            server_cmd += ["-m", "cProfile", "-o", str(Path(args.profile).resolve())]
+        server_cmd += [
+            "-m", "server.cli", "serve",
+            "--port", str(port),
+            "--train-batch-size", str(10**12),
+            "--force-on-policy",
+            "--env-steps-per-sample", str(args.chunk_steps),
+            "--no-tensorboard",
+            "--checkpoint-every", "0",
+            "--logdir", str(Path(tmp) / "run"),
+            "--summary-file", str(summary_file),
+            "--quiet",
+        ]
+        server = spawn(server_cmd, stdout=subprocess.DEVNULL)
+        workers: list[subprocess.Popen] = []
+        try:
+            wait_for_port(port, server, timeout_s=args.timeout)
+            me = str(Path(__file__).resolve())
+            for i in range(args.clients):
+                workers.append(spawn(
+                    [sys.executable, me, "--worker", "--worker-seed", str(i), "--port", str(port),
+                     "--mode", args.mode, "--pipeline", str(args.pipeline), "--chunk-steps", str(args.chunk_steps)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                ))
+            ready = [json.loads(w.stdout.readline() or "{}") for w in workers]  # type: ignore[union-attr]
+            if not all(r.get("ready") for r in ready):
+                raise RuntimeError(f"a worker failed to start: {ready}")
+            log(f"{args.clients} workers ready; frame {ready[0]['frame_bytes']} bytes, "
+                f"{ready[0]['steps']} steps in {ready[0]['episodes']} episodes")
+            t_warm = time.time() + 0.2
+            t_start = t_warm + args.warmup
+            t_end = t_start + args.seconds
+            go = json.dumps({"warm": t_warm, "start": t_start, "end": t_end}) + "\n"
+            for w in workers:
+                w.stdin.write(go)  # type: ignore[union-attr]
+                w.stdin.flush()  # type: ignore[union-attr]
+            time.sleep(max(0.0, t_start - time.time()))
+            cpu0, rss0 = _proc_cpu_s(server.pid), _proc_rss_mb(server.pid)
+            time.sleep(max(0.0, t_end - time.time()))
+            cpu1, rss1 = _proc_cpu_s(server.pid), _proc_rss_mb(server.pid)
+            results = []
+            for w in workers:
+                out, _ = w.communicate(timeout=args.timeout)
+                if w.returncode != 0:
+                    raise RuntimeError(f"worker exited with {w.returncode}")
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for w in workers:
+                stop(w, grace_s=2.0)
+            stop(server, grace_s=30.0)  # SIGTERM: the server stops cleanly and writes its summary
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+
+    steps_per_msg = results[0]["steps_per_message"]
+    window_msgs = sum(r["window_messages"] for r in results)
+    acked_steps = sum(r["acked_messages"] * r["steps_per_message"] for r in results)
+    server_steps = summary.get("env_steps")
+    result = {
+        "env_steps_per_s": round(window_msgs * steps_per_msg / args.seconds, 1),
+        "clients": args.clients,
+        "chunk_steps": steps_per_msg,
+        "seconds": args.seconds,
+        "messages": window_msgs,
+        "mode": args.mode,
+        "frame_bytes": ready[0]["frame_bytes"],
+        "episodes_per_message": ready[0]["episodes"],
+        "messages_per_s": round(window_msgs / args.seconds, 2),
+        "server_cpu_util": round((cpu1 - cpu0) / args.seconds, 3) if cpu0 is not None and cpu1 is not None else None,
+        "server_rss_mb_start": round(rss0, 1) if rss0 else None,
+        "server_rss_mb_end": round(rss1, 1) if rss1 else None,
+        "ack_latency_ms_p50": round(sorted(r["ack_latency_ms_p50"] for r in results)[len(results) // 2], 2),
+        "acked_env_steps": acked_steps,
+        "server_env_steps": server_steps,
+        "server_updates": summary.get("updates"),
+        "verified": server_steps == acked_steps and summary.get("updates") == 0,
+    }
+    if args.mode == "episodes":
+        result["pipeline"] = args.pipeline
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return worker(args)
+    install_cleanup()
+    result = run(args)
+    log(f"{result['env_steps_per_s']:.0f} env steps/s ({result})")
+    print(json.dumps(result), flush=True)
+    return 0 if result["verified"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
