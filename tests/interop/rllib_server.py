@@ -31,14 +31,18 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 # Must be set before Ray is imported.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 PROBE_OBS = [
     [0.0, 0.0, 0.0, 0.0],
@@ -91,7 +95,10 @@ def build_algo(args: argparse.Namespace):
         .debugging(seed=args.seed)
     )
     cartpole.close()
-    return config.build_algo()
+    from ray.tune.logger import NoopLogger
+
+    # No result files under ~/ray_results: RLlib gets a logger that writes nothing.
+    return config.build_algo(logger_creator=lambda cfg: NoopLogger(cfg, args.logdir))
 
 
 def probe_logits(algo) -> list[list[float]]:
@@ -130,8 +137,12 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--summary-file", default=None, help="write a JSON summary here (after every iteration)")
-    parser.add_argument("--object-store-mb", type=int, default=100)
+    parser.add_argument("--object-store-mb", type=int, default=100, help="Ray object store size in MiB")
+    parser.add_argument("--logdir", default=None, help="folder for RLlib's logger (default: a temporary folder)")
     args = parser.parse_args()
+    own_logdir = args.logdir is None
+    if own_logdir:
+        args.logdir = tempfile.mkdtemp(prefix="rllib-server-")
 
     started = time.monotonic()
     summary: dict = {"port": args.port, "iterations": 0, "history": [], "finished": False}
@@ -190,6 +201,8 @@ def main() -> int:
         algo.stop()
     finally:
         ray.shutdown()
+        if own_logdir:
+            shutil.rmtree(args.logdir, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,121 @@
+"""The Python SDK against a real server: model download and hot swap,
+surviving a server restart, off-policy mode, staleness, checkpoints."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from sdk_python import TetherClient, run_env
+from sdk_python.protocol.onnx_codec import decode_onnx
+
+from .server_process import RawClient, ServerProcess, free_port
+
+
+def cartpole_steps(client: TetherClient, steps: int, seed: int = 0) -> list[float]:
+    env = gym.make("CartPole-v1")
+    env.reset(seed=seed)
+    return run_env(client, env, max_steps=steps)
+
+
+def test_handshake_downloads_model_and_updates_swap_it(tmp_path) -> None:
+    with ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0)
+        assert client.server_info["protocol_version"] == "1.1"
+        assert client.env_steps_per_sample == 250 and client.force_on_policy
+        assert client.action_space.n == 2 and client.observation_space.shape == (4,)
+        assert client.weights_seq_no == 0
+        first_policy = client.policy
+        obs = np.zeros(4, np.float32)
+        before = first_policy.dist_inputs(obs.reshape(1, -1)).copy()
+        cartpole_steps(client, 1200)
+        assert client.weights_seq_no >= 2
+        assert client.policy is not first_policy
+        assert not np.allclose(client.policy.dist_inputs(obs.reshape(1, -1)), before)
+        client.close()
+        summary = server.stop()
+    assert summary["updates"] == summary["weights_seq_no"] >= 2
+
+
+def test_client_survives_server_restart_and_resume_restores_state(tmp_path) -> None:
+    port = free_port()
+    first = ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250", port=port,
+                          name="first").start()
+    client = TetherClient("127.0.0.1", port, seed=1, reconnect_timeout_s=60)
+    cartpole_steps(client, 1100)
+    seq_before = client.weights_seq_no
+    sent_before = client.env_steps_sent
+    summary1 = first.stop()  # SIGTERM: the server writes its checkpoint on the way out
+    assert seq_before >= 2 and summary1["weights_seq_no"] == seq_before
+    checkpoint = summary1["checkpoint"]
+
+    # The engine keeps running while the server is down; its next send waits for the new server.
+    second = ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250", "--resume",
+                           checkpoint, port=port, name="second")
+    import threading
+
+    threading.Timer(1.0, second.start).start()
+    try:
+        cartpole_steps(client, 1100, seed=2)
+        assert client.reconnects >= 1
+        # Weights continue from the checkpoint's version instead of starting over.
+        assert client.weights_seq_no > seq_before
+        sent_after = client.env_steps_sent - sent_before
+        client.close()
+        summary2 = second.stop()
+    finally:
+        second.kill()
+    # The resumed server counts on from the first run's counters, and got every step sent after the restart.
+    assert summary2["env_steps"] == summary1["env_steps"] + sent_after
+    assert summary2["weights_seq_no"] >= seq_before + 1
+
+
+def test_off_policy_mode_never_blocks_and_weights_arrive_via_get_state(tmp_path) -> None:
+    with ServerProcess(tmp_path, "--no-force-on-policy", "--train-batch-size", "400", "--env-steps-per-sample",
+                       "200") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=3)
+        assert client.force_on_policy is False
+        cartpole_steps(client, 3000)
+        client.refresh_weights()
+        assert client.weights_seq_no >= 1
+        client.close()
+        summary = server.stop()
+    assert summary["env_steps"] == client.env_steps_sent
+    assert summary["updates"] >= 1
+
+
+def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
+    record = {
+        "obs": [[0.0, 0.0, 0.0, 0.0]] * 11, "actions": [0, 1] * 5, "rewards": [1.0] * 10,
+        "action_logp": [-0.69] * 10, "is_terminated": False, "is_truncated": False,
+    }
+    with ServerProcess(tmp_path, "--train-batch-size", "10", "--max-staleness", "0") as server:
+        raw = RawClient(server.port)
+        state = raw.request({"type": "GET_STATE"})
+        assert state["weights_seq_no"] == 0 and decode_onnx(state["onnx_file"])[:2]
+        # Ten fresh steps complete a batch: the reply waits for the update and carries v1.
+        reply = raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [record], "weights_seq_no": 0})
+        assert reply["weights_seq_no"] == 1 and "onnx_file" in reply
+        # The same data claimed against v0 is now one version old: dropped with max_staleness 0.
+        reply = raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [record], "weights_seq_no": 0})
+        assert reply["weights_seq_no"] == 1
+        # A client that says it holds the current version gets SET_STATE without the model.
+        reply = raw.request({"type": "GET_STATE", "weights_seq_no": 1})
+        assert reply == {"type": "SET_STATE", "weights_seq_no": 1}
+        raw.close()
+        summary = server.stop()
+    assert summary["samples_dropped_stale"] == 10
+    assert summary["updates"] == 1 and summary["env_steps"] == 20
+
+
+def test_training_disabled_episodes_are_not_sent(tmp_path) -> None:
+    with ServerProcess(tmp_path, "--env-steps-per-sample", "50") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=4)
+        env = gym.make("CartPole-v1")
+        returns = run_env(client, env, max_episodes=5, training_enabled=False)
+        client.flush()
+        assert len(returns) == 5 and client.env_steps_sent == 0
+        greedy = run_env(client, env, max_episodes=2, deterministic=True)
+        assert len(greedy) == 2
+        client.close()
+        assert server.stop()["env_steps"] == 0
