@@ -73,7 +73,7 @@ class TetherClient:
         self._episodes: dict[str, EpisodeRecorder] = {}
         self._finished: list[EpisodeRecorder] = []
         self._pending_steps = 0
-        self._unsent: dict[str, Any] | None = None
+        self._deferred_errors: list[ServerError] = []
         self.policy: OnnxPolicy | None = None
         self.weights_seq_no: int | None = None
         self.server_config: dict[str, Any] = {}
@@ -131,11 +131,22 @@ class TetherClient:
                 delay = min(delay * 2, 2.0)
 
     def _answer(self, responses: list[tuple[MessageType | None, dict[str, Any]]]) -> dict[str, Any]:
-        """The response to the request just made; raise on any ERROR among them."""
-        errors = [m for _, m in responses if m.get("type") == MessageType.ERROR.value]
-        if errors:
-            raise server_error_from_message(errors[-1])
-        return responses[-1][1]
+        """The response to the request just made; raise it if it is an ERROR.
+
+        ERRORs for earlier fire-and-forget EPISODES are kept and raised by
+        ``_raise_deferred`` once the current response has been applied.
+        """
+        for _, message in responses[:-1]:
+            self._deferred_errors.append(server_error_from_message(message))
+        final = responses[-1][1]
+        if final.get("type") == MessageType.ERROR.value:
+            raise server_error_from_message(final)
+        return final
+
+    def _raise_deferred(self) -> None:
+        if self._deferred_errors:
+            error, self._deferred_errors = self._deferred_errors[0], []
+            raise error
 
     def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send a request, surviving disconnects: reconnect and resend until answered."""
@@ -253,8 +264,13 @@ class TetherClient:
             self.env_steps_sent += steps
 
     def refresh_weights(self) -> None:
-        """Ask for the current weights (GET_STATE); the model is swapped if it changed."""
+        """Ask for the current weights (GET_STATE); the model is swapped if it changed.
+
+        Raises ``ServerError`` for a refused earlier EPISODES message (after the
+        weights were applied).
+        """
         self._apply_state(self._roundtrip({"type": MessageType.GET_STATE.value, "weights_seq_no": self.weights_seq_no}))
+        self._raise_deferred()
 
     def flush(self) -> None:
         """Send whatever experience is complete now, without waiting for a full sample."""

@@ -62,5 +62,10 @@ class SocketTransport:
                     return received
             data = self._sock.recv(1 << 20)
             if not data:
+                self.close()
                 raise ConnectionError(f"server {self.host}:{self.port} closed the connection")
-            self._pending.extend(self._conn.receive_data(data))
+            try:
+                self._pending.extend(self._conn.receive_data(data))
+            except Exception:
+                self.close()  # the stream cannot be trusted after a protocol violation
+                raise

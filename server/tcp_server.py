@@ -85,6 +85,10 @@ class TetherServer:
                     response = await self._respond(session, connection, event.kind, event.message)
                     if response is not None:
                         writer.write(response)
+                if connection.framing_error is not None:  # frames before a bad header were answered
+                    writer.write(connection.framing_error_frame(connection.framing_error))
+                    await writer.drain()
+                    break
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -110,7 +114,7 @@ class TetherServer:
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame
             if kind is MessageType.GET_STATE:
-                return self._send_state(session, message.get("weights_seq_no"))
+                return self._send_state(session, connection, message.get("weights_seq_no"))
             # EPISODES or EPISODES_AND_GET_STATE
             on_policy = self.config.force_on_policy
             chunks = decode_episodes(message, trainer.observation_space, trainer.action_space, require_logp=on_policy)
@@ -119,13 +123,17 @@ class TetherServer:
                 seq = session.last_sent_seq_no
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
             await trainer.submit(session.id, chunks, seq, wait_for_update=wants_state and on_policy)
-            return self._send_state(session, message.get("weights_seq_no")) if wants_state else None
+            return self._send_state(session, connection, message.get("weights_seq_no")) if wants_state else None
         except MessageError as exc:
             return encode_frame(error_message(exc.code, exc.message, kind.value))
         except Exception as exc:  # never let one bad request take the server down
             print(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r}", file=sys.stderr)
             return encode_frame(error_message(ErrorCode.INTERNAL, "internal server error", kind.value))
 
-    def _send_state(self, session: ClientSession, client_holds: Any) -> bytes:
+    def _send_state(self, session: ClientSession, connection: ServerConnection, client_holds: Any) -> bytes:
         session.last_sent_seq_no = self.trainer.weights_seq_no
+        # Only a client that announced protocol 1.1 may get SET_STATE without the
+        # model: RLlib's v1 documentation lets a plain client send weights_seq_no too.
+        if connection.client_version is None:
+            client_holds = None
         return self.trainer.state_frame(client_holds)

@@ -5,6 +5,7 @@ a worker thread so clients keep being served while the learner works."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ class Trainer:
     def state_frame(self, client_holds: Any = None) -> bytes:
         """SET_STATE for the current weights; omits the model for a client that
         said it already holds this version (a Tether extension)."""
-        if client_holds == self.weights_seq_no and isinstance(client_holds, int):
+        if isinstance(client_holds, int) and not isinstance(client_holds, bool) and client_holds == self.weights_seq_no:
             return encode_frame({"type": MessageType.SET_STATE.value, "weights_seq_no": self.weights_seq_no})
         return self._state_frame
 
@@ -146,43 +147,61 @@ class Trainer:
         if self._update_task is not None or self._pool_steps < self.config.train_batch_size:
             return
         # Samples that became too stale while waiting in the pool are dropped here.
-        chunks = []
+        fresh = []
         for pooled in self._pool:
             if self.weights_seq_no - pooled.weights_seq_no <= self.config.max_staleness:
-                chunks.append(pooled.chunk)
+                fresh.append(pooled)
             else:
                 self.metrics.samples_dropped_stale += pooled.chunk.env_steps
-        self._pool, self._pool_steps = [], 0
-        if not chunks:
+        self._pool = fresh
+        self._pool_steps = sum(p.chunk.env_steps for p in fresh)
+        if self._pool_steps < self.config.train_batch_size:
             return
+        chunks = [p.chunk for p in fresh]
+        self._pool, self._pool_steps = [], 0
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._update_task = loop.create_task(self._run_update(chunks))
 
     async def _run_update(self, chunks: list[EpisodeChunk]) -> None:
         loop = asyncio.get_running_loop()
+        m = self.metrics
         try:
             stats, onnx_bytes = await loop.run_in_executor(self._executor, self._update_blocking, chunks)
+        except Exception as exc:  # a failed update must not stop training for good
+            print(f"[tether] learner update failed, batch of {sum(c.env_steps for c in chunks)} steps dropped: "
+                  f"{exc!r}", file=sys.stderr, flush=True)
+            stats = None
+        if stats is not None:
             self.weights_seq_no += 1
             self._state_frame = self._make_state_frame(onnx_bytes)
-            m = self.metrics
             m.updates += 1
             m.weights_seq_no = self.weights_seq_no
             m.env_steps_trained += sum(c.env_steps for c in chunks)
             m.learner = stats
-            if not self.config.quiet:
-                print(m.progress_line(), flush=True)
-            scalars = m.snapshot()
-            if self.tensorboard is not None:
-                await loop.run_in_executor(self._executor, self.tensorboard.write, scalars, m.env_steps_received)
-            every = self.config.checkpoint_every
-            if every and m.updates % every == 0:
-                await loop.run_in_executor(self._executor, self.save_checkpoint)
+        # Waiting clients get the new weights now; logging and checkpoints follow.
+        future, self._next_state = self._next_state, None
+        if future is not None and not future.done():
+            future.set_result(self.weights_seq_no)
+        try:
+            if stats is not None:
+                await self._after_update(loop)
+        except Exception as exc:
+            print(f"[tether] writing metrics or checkpoint failed: {exc!r}", file=sys.stderr, flush=True)
         finally:
-            future, self._next_state, self._update_task = self._next_state, None, None
-            if future is not None and not future.done():
-                future.set_result(self.weights_seq_no)
+            self._update_task = None
         self._maybe_start_update()
+
+    async def _after_update(self, loop: asyncio.AbstractEventLoop) -> None:
+        m = self.metrics
+        if not self.config.quiet:
+            print(m.progress_line(), flush=True)
+        scalars = m.snapshot()
+        if self.tensorboard is not None:
+            await loop.run_in_executor(self._executor, self.tensorboard.write, scalars, m.env_steps_received)
+        every = self.config.checkpoint_every
+        if every and m.updates % every == 0:
+            await loop.run_in_executor(self._executor, self.save_checkpoint)
 
     def _update_blocking(self, chunks: list[EpisodeChunk]) -> tuple[dict[str, float], bytes]:
         stats = self.learner.update(build_batch(chunks))

@@ -84,10 +84,18 @@ class ServerConnection:
         self.client_version: str | None = None
 
     def receive_data(self, data: bytes) -> list[ServerEvent]:
-        events: list[ServerEvent] = []
-        for body in self._decoder.feed(data):
-            events.append(self._handle_body(body))
-        return events
+        """Events for the frames ``data`` completes.
+
+        If a bad header follows complete frames in the same data, those frames'
+        events are returned and the ``FramingError`` is raised by the next call
+        (``framing_error`` tells the transport to answer them and then close).
+        """
+        return [self._handle_body(body) for body in self._decoder.feed(data)]
+
+    @property
+    def framing_error(self) -> RemoteProtocolError | None:
+        """Set once the byte stream is broken; the transport must close after answering."""
+        return self._decoder.error
 
     def _handle_body(self, body: bytes) -> ServerEvent:
         request_type: str | None = None
@@ -126,7 +134,8 @@ class ServerConnection:
         name = message.get("client_name")
         if isinstance(name, str):
             self.client_name = name[:200]
-        if self._auth_token is not None:
+        if self.state is ServerState.AWAITING_AUTH:
+            assert self._auth_token is not None
             token = message.get("auth_token")
             if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._auth_token.encode()):
                 what = "missing" if token is None else "wrong"

@@ -41,7 +41,9 @@ class FrameDecoder:
 
     A header that is not 8 ASCII digits, or a length over ``max_frame_bytes``,
     raises ``FramingError``; after that the decoder refuses further data,
-    because the byte stream can no longer be split into frames.
+    because the byte stream can no longer be split into frames. Complete
+    frames that arrived before the bad header are still returned first: the
+    error is then held in ``error`` and raised by the next ``feed``.
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
@@ -49,6 +51,11 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._pos = 0
         self._failed: FramingError | None = None
+
+    @property
+    def error(self) -> FramingError | None:
+        """The framing error that ended this stream, if any."""
+        return self._failed
 
     @property
     def buffered_bytes(self) -> int:
@@ -72,7 +79,7 @@ class FrameDecoder:
                     ErrorCode.BAD_HEADER,
                     f"frame header must be 8 ASCII digits, got {header!r}",
                 )
-                raise self._failed
+                break
             length = int(header)
             if length > self.max_frame_bytes:
                 self._failed = FramingError(
@@ -80,12 +87,17 @@ class FrameDecoder:
                     f"frame body of {length} bytes exceeds the limit of "
                     f"{self.max_frame_bytes} bytes",
                 )
-                raise self._failed
+                break
             end = start + HEADER_SIZE + length
             if len(buf) < end:
                 break
             bodies.append(bytes(buf[start + HEADER_SIZE : end]))
             self._pos = end
+        if self._failed is not None:
+            self._buffer = bytearray()
+            if not bodies:
+                raise self._failed
+            return bodies
         # Compact once consumed bytes dominate, so the buffer does not grow forever.
         if self._pos and self._pos * 2 >= len(buf):
             del buf[: self._pos]

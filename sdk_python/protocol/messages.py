@@ -109,6 +109,8 @@ def error_message(code: ErrorCode, message: str, request: str | None = None) -> 
 
 
 def parse_version(text: str) -> tuple[int, int]:
-    """Split "MAJOR.MINOR" into integers; raises ValueError when malformed."""
-    major, _, minor = text.partition(".")
-    return int(major), int(minor or 0)
+    """Split "MAJOR.MINOR" (or "MAJOR.MINOR.PATCH") into (major, minor); ValueError when malformed."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"not a version: {text!r}")
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0

@@ -195,7 +195,8 @@ def to_gymnasium(space: Space) -> Any:
     import gymnasium as gym
 
     if isinstance(space, Box):
-        return gym.spaces.Box(space.low.astype(space.dtype), space.high.astype(space.dtype), space.shape, space.dtype)
+        dtype = np.dtype(space.dtype)
+        return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), space.shape, dtype=dtype)
     if isinstance(space, Discrete):
         return gym.spaces.Discrete(space.n, start=space.start)
     return gym.spaces.MultiDiscrete(list(space.nvec))

@@ -91,6 +91,7 @@ def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
     }
     with ServerProcess(tmp_path, "--train-batch-size", "10", "--max-staleness", "0") as server:
         raw = RawClient(server.port)
+        assert raw.request({"type": "PING", "protocol_version": "1.1"})["type"] == "PONG"
         state = raw.request({"type": "GET_STATE"})
         assert state["weights_seq_no"] == 0 and decode_onnx(state["onnx_file"])[:2]
         # Ten fresh steps complete a batch: the reply waits for the update and carries v1.
@@ -103,6 +104,10 @@ def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
         reply = raw.request({"type": "GET_STATE", "weights_seq_no": 1})
         assert reply == {"type": "SET_STATE", "weights_seq_no": 1}
         raw.close()
+        # A plain v1 client (no protocol_version in PING) always gets the model.
+        v1 = RawClient(server.port)
+        assert "onnx_file" in v1.request({"type": "GET_STATE", "weights_seq_no": 1})
+        v1.close()
         summary = server.stop()
     assert summary["samples_dropped_stale"] == 10
     assert summary["updates"] == 1 and summary["env_steps"] == 20
