@@ -25,8 +25,8 @@ import numpy as np
 
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.errors import ServerError, server_error_from_message
-from .protocol.messages import PROTOCOL_VERSION, MessageType
+from .protocol.errors import ServerError, VersionMismatchError, server_error_from_message
+from .protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
 from .protocol.onnx_codec import decode_onnx
 from .protocol.spaces import Space, from_gymnasium, space_from_json
 from .transport import SocketTransport
@@ -98,6 +98,11 @@ class TetherClient:
         if self.auth_token is not None:
             ping["auth_token"] = self.auth_token
         self.server_info = self._answer(self._transport.request(ping))
+        server_version = self.server_info.get("protocol_version")
+        if server_version is not None and parse_version(str(server_version))[0] != parse_version(PROTOCOL_VERSION)[0]:
+            raise VersionMismatchError(
+                "VERSION_MISMATCH", f"server speaks RLlink {server_version}, this client {PROTOCOL_VERSION}", "PING"
+            )
         config = self._answer(self._transport.request({"type": MessageType.GET_CONFIG.value}))
         self.server_config = config
         self.env_steps_per_sample = int(config.get("env_steps_per_sample", 500))
