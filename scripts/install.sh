@@ -10,6 +10,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch is pinned to 2.13.0 in pyproject.toml: on a CPU machine that resolves to
 # the CPU wheel; an unpinned torch would pull several GB of CUDA packages.
-echo "[install] installing tether[server,test] into .venv"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[server,test]'
+echo "[install] installing tether[server,multiagent,test] into .venv"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[server,multiagent,test]'
 echo "[install] done: $(.venv/bin/python -c 'import torch, onnxruntime; print("torch", torch.__version__, "| onnxruntime", onnxruntime.__version__)')"
