@@ -192,7 +192,11 @@ class TetherClient:
         """Record an observation and return the policy's sampled action for it."""
         episode = self._episodes[episode_id]
         obs = np.asarray(observation, dtype=np.float32)
-        if self._pending_steps >= self.env_steps_per_sample and episode.training_enabled:
+        if (
+            episode.training_enabled
+            and self._pending_steps >= self.env_steps_per_sample
+            and self._sendable_steps(episode) >= self.env_steps_per_sample
+        ):
             episode.obs.append(obs)  # lets the cut include the step that led here
             self._exchange()
             episode.obs.pop()
@@ -225,6 +229,17 @@ class TetherClient:
         return episode.total_return
 
     # -- sending -------------------------------------------------------------------
+
+    def _sendable_steps(self, current: EpisodeRecorder) -> int:
+        """Steps a send would carry now: every other open episode holds back its
+        last action until its next observation. RLlib's server waits for a full
+        ``env_steps_per_sample`` batch, so sending fewer would stall it."""
+        held = sum(
+            1
+            for e in self._episodes.values()
+            if e is not current and e.training_enabled and e.actions and len(e.obs) == len(e.actions)
+        )
+        return self._pending_steps - held
 
     def _collect_records(self) -> list[dict[str, Any]]:
         records = []

@@ -124,3 +124,40 @@ def test_training_disabled_episodes_are_not_sent(tmp_path) -> None:
         assert len(greedy) == 2
         client.close()
         assert server.stop()["env_steps"] == 0
+
+
+def test_overlapping_episodes_send_full_batches_and_rewards_attach_to_actions(tmp_path) -> None:
+    """Three interleaved episodes: every send carries >= env_steps_per_sample steps
+    (RLlib's server waits for that many), and the server stores every step."""
+    with ServerProcess(tmp_path, "--env-steps-per-sample", "50", "--train-batch-size", "100") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=5)
+        sent_sizes = []
+        original = client._transport.request
+
+        def recording(message):
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                sent_sizes.append(message["env_steps"])
+            return original(message)
+
+        client._transport.request = recording
+        envs = [gym.make("CartPole-v1") for _ in range(3)]
+        state = []
+        for i, env in enumerate(envs):
+            obs, _ = env.reset(seed=i)
+            state.append([client.start_episode(), obs])
+        for _ in range(600):
+            for i, env in enumerate(envs):
+                eid, obs = state[i]
+                obs, reward, term, trunc, _ = env.step(client.get_action(eid, obs))
+                client.log_returns(eid, reward)
+                if term or trunc:
+                    client.end_episode(eid, obs, truncated=trunc and not term)
+                    obs, _ = env.reset()
+                    eid = client.start_episode()
+                state[i] = [eid, obs]
+        client.flush()
+        final_flush = sent_sizes.pop()  # flush() sends whatever is complete
+        assert len(sent_sizes) >= 30 and min(sent_sizes) >= 50, sent_sizes
+        client.close()
+        summary = server.stop()
+    assert summary["env_steps"] == sum(sent_sizes) + final_flush == client.env_steps_sent

@@ -17,9 +17,10 @@ Notes:
   this (driver) process and listens on ``--port`` exactly (RLlib listens on
   port + worker_index, and the local runner's index is 0).
 - RLlib exports the model with ``torch.onnx.export(...)`` and no ``dynamo``
-  argument; torch 2.13 defaults to the dynamo exporter, which cannot export
-  RLlib's module. This launcher makes ``dynamo=False`` the default in-process;
-  RLlib's files are not changed.
+  argument; torch 2.13 defaults to the dynamo exporter, which fails on RLlib's
+  call (``KeyError: -1``). This launcher makes ``dynamo=False`` the default
+  in-process; RLlib's files are not changed.
+- RLlib's exported model has a fixed batch dimension of 1.
 - The summary's ``probe_obs`` / ``probe_logits`` are the final RLModule's
   action logits for fixed observations, so a client can check that the ONNX
   model it received computes the same numbers.
@@ -32,6 +33,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -66,6 +68,15 @@ def patch_onnx_export() -> None:
     patched = functools.partial(original, dynamo=False)
     patched._rllink_interop_patched = True  # type: ignore[attr-defined]
     torch.onnx.export = patched
+
+
+def _shutdown_ray() -> None:
+    try:
+        import ray
+
+        ray.shutdown()
+    except Exception as exc:  # best effort on the way out
+        log(f"ray.shutdown() failed: {exc!r}")
 
 
 def build_algo(args: argparse.Namespace):
@@ -159,10 +170,17 @@ def main() -> int:
         log(f"time limit of {args.time_limit:.0f} s reached after {summary['iterations']} iteration(s); exiting")
         summary["timed_out"] = True
         write_summary()
+        # train() may be blocked for good on a client that went away: stop Ray's
+        # helper processes from here (bounded), then leave without unwinding.
+        stopper = threading.Thread(target=_shutdown_ray, daemon=True)
+        stopper.start()
+        stopper.join(timeout=20)
         sys.stdout.flush()
-        os._exit(3)  # train() may be blocked forever on a client that went away
+        os._exit(3)
 
     threading.Thread(target=watchdog, daemon=True, name="rllib-server-watchdog").start()
+    # SIGTERM (e.g. from a test's cleanup) ends the run through the finally below.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     patch_onnx_export()
     import ray
@@ -200,7 +218,7 @@ def main() -> int:
         log("done")
         algo.stop()
     finally:
-        ray.shutdown()
+        _shutdown_ray()
         if own_logdir:
             shutil.rmtree(args.logdir, ignore_errors=True)
     return 0
