@@ -3,6 +3,7 @@ and process cleanup that runs however the benchmark ends."""
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import os
 import signal
@@ -82,6 +83,73 @@ def install_cleanup() -> None:
     atexit.register(stop_all)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
+
+
+def _host_busy_s() -> float | None:
+    """CPU seconds all cores spent busy since boot (Linux /proc/stat), or None."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+class HostLoad:
+    """How busy the host was during a benchmark apart from the benchmark itself.
+
+    ``other_cores`` = (all cores' busy time - this process's and its reaped
+    children's CPU time) / wall time: about 0 on a quiet machine, about 1 when
+    another process kept one core busy. Call ``stop`` after the children were
+    waited for, so their CPU time is counted as ours.
+    """
+
+    def __init__(self) -> None:
+        self._t = time.monotonic()
+        self._host = _host_busy_s()
+        self._own = self._own_cpu()
+
+    @staticmethod
+    def _own_cpu() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def stop(self, extra_own_cpu_s: float = 0.0) -> dict[str, float | int | None]:
+        wall = time.monotonic() - self._t
+        host = _host_busy_s()
+        own = self._own_cpu() - self._own + extra_own_cpu_s
+        other = None if host is None or self._host is None else max(0.0, (host - self._host - own) / wall)
+        return {
+            "cpu_count": os.cpu_count(),
+            "own_cpu_cores": round(own / wall, 2),
+            "other_load_cores": None if other is None else round(other, 2),
+        }
+
+
+def wait_until_quiet(max_wait_s: float, threshold_cores: float = 0.3, sample_s: float = 1.0) -> float | None:
+    """Wait (at most ``max_wait_s``) until other processes use less than
+    ``threshold_cores`` of the CPU over a ``sample_s`` sample; returns the last
+    sample's busy cores (None where /proc/stat is unreadable)."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        before = _host_busy_s()
+        time.sleep(sample_s)
+        after = _host_busy_s()
+        if before is None or after is None:
+            return None
+        busy = (after - before) / sample_s
+        if busy < threshold_cores or time.monotonic() + sample_s > deadline:
+            if busy >= threshold_cores:
+                log(f"host still busy ({busy:.2f} cores in use by other processes); measuring anyway")
+            return round(busy, 2)
+        log(f"host busy ({busy:.2f} cores in use by other processes); waiting")
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to SECONDS for other processes to leave the CPU idle "
+                             "(useful on a shared machine; default: 0, do not wait)")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen | None, timeout_s: float, poll_s: float = 0.005) -> float:

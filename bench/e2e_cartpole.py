@@ -28,7 +28,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, free_port, install_cleanup, log, spawn, stop, wait_for_port  # noqa: E402
+from _common import (  # noqa: E402
+    REPO_ROOT,
+    HostLoad,
+    add_quiet_argument,
+    free_port,
+    install_cleanup,
+    log,
+    spawn,
+    stop,
+    wait_for_port,
+    wait_until_quiet,
+)
 
 TARGET = 450.0
 
@@ -48,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "e.g. --server-arg=--no-tensorboard")
     parser.add_argument("--show-server-output", action="store_true",
                         help="let the server print its progress lines (to stderr) instead of --quiet")
+    add_quiet_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -68,6 +80,7 @@ def run(args: argparse.Namespace) -> dict:
             server_cmd.append("--quiet")
         server_cmd += args.server_arg
 
+        host_load = HostLoad()
         t0 = time.time()
         server = spawn(server_cmd, stdout=sys.stderr if args.show_server_output else subprocess.DEVNULL)
         clients: list[subprocess.Popen] = []
@@ -90,6 +103,7 @@ def run(args: argparse.Namespace) -> dict:
                 stop(c, grace_s=2.0)
             stop(server, grace_s=10.0)
         wall = time.time() - t0
+        load = host_load.stop()
 
         if not summary_file.exists():
             raise RuntimeError(f"server wrote no summary (exit code {server.returncode})")
@@ -108,6 +122,7 @@ def run(args: argparse.Namespace) -> dict:
         "env_steps_total": summary.get("env_steps"),
         "return_mean_final": summary.get("return_mean"),
         "wall_s": round(wall, 3),
+        **load,
     }
     if args.server_arg:
         result["server_args"] = args.server_arg
@@ -117,6 +132,8 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_cleanup()
+    if args.wait_quiet > 0:
+        wait_until_quiet(args.wait_quiet)
     result = run(args)
     log(f"{'reached' if result['reached'] else 'did NOT reach'} {TARGET:g}: {result}")
     print(json.dumps(result), flush=True)

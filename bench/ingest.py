@@ -41,7 +41,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, free_port, install_cleanup, log, spawn, stop, wait_for_port  # noqa: E402
+from _common import (  # noqa: E402
+    REPO_ROOT,
+    HostLoad,
+    add_quiet_argument,
+    free_port,
+    install_cleanup,
+    log,
+    spawn,
+    stop,
+    wait_for_port,
+    wait_until_quiet,
+)
 
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -62,6 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run the server under cProfile and write its stats to FILE")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
+    add_quiet_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -144,11 +156,15 @@ def _expect(reply: dict, kind: str) -> dict:
 
 def worker(args: argparse.Namespace) -> int:
     """One client: build the frame, report ready, send until the window closes."""
-    from sdk_python.protocol import encode_frame
+    from sdk_python.protocol import PROTOCOL_VERSION, encode_frame
 
     sock = socket.create_connection(("127.0.0.1", args.port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     reader = _Reader(sock)
+    # Announcing protocol 1.1 lets the server answer with SET_STATE without the
+    # model when weights_seq_no is current (v1 peers always get the model).
+    sock.sendall(encode_frame({"type": "PING", "protocol_version": PROTOCOL_VERSION, "client_name": "bench-ingest"}))
+    _expect(reader.frame(), "PONG")
     sock.sendall(encode_frame({"type": "GET_STATE"}))
     seq = _expect(reader.frame(), "SET_STATE")["weights_seq_no"]
     kind = "EPISODES_AND_GET_STATE" if args.mode == "episodes_and_get_state" else "EPISODES"
@@ -233,6 +249,7 @@ def run(args: argparse.Namespace) -> dict:
             "--summary-file", str(summary_file),
             "--quiet",
         ]
+        host_load = HostLoad()
         server = spawn(server_cmd, stdout=subprocess.DEVNULL)
         workers: list[subprocess.Popen] = []
         try:
@@ -271,6 +288,7 @@ def run(args: argparse.Namespace) -> dict:
                 stop(w, grace_s=2.0)
             stop(server, grace_s=30.0)  # SIGTERM: the server stops cleanly and writes its summary
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        load = host_load.stop()
 
     steps_per_msg = results[0]["steps_per_message"]
     window_msgs = sum(r["window_messages"] for r in results)
@@ -294,6 +312,7 @@ def run(args: argparse.Namespace) -> dict:
         "server_env_steps": server_steps,
         "server_updates": summary.get("updates"),
         "verified": server_steps == acked_steps and summary.get("updates") == 0,
+        **load,
     }
     if args.mode == "episodes":
         result["pipeline"] = args.pipeline
@@ -305,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
     install_cleanup()
+    if args.wait_quiet > 0:
+        wait_until_quiet(args.wait_quiet)
     result = run(args)
     log(f"{result['env_steps_per_s']:.0f} env steps/s ({result})")
     print(json.dumps(result), flush=True)

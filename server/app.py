@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import time
@@ -32,6 +33,20 @@ def resolve_spaces(config: ServerConfig) -> tuple[Space, Space]:
     return obs, act
 
 
+def _tune_garbage_collector() -> None:
+    """Keep full collections off the ingest path.
+
+    Importing torch leaves ~200k long-lived objects; decoding one 4000-step
+    message creates ~8k lists, so with default thresholds a full collection
+    (tens of ms, re-scanning those imports) ran every few messages and cut
+    ingest by a factor of ~3.5. Freezing the import-time objects and raising
+    the first threshold fixes that; decoded JSON trees hold no cycles.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+
+
 async def serve(config: ServerConfig, ready: asyncio.Event | None = None) -> dict[str, Any]:
     """Serve until stopped; returns the run summary (also written to summary_file)."""
     started = time.time()
@@ -39,6 +54,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None) -> dic
     trainer = Trainer(config, observation_space, action_space)
     server = TetherServer(trainer)
     await server.start()
+    _tune_garbage_collector()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:

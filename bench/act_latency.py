@@ -1,0 +1,214 @@
+"""Action latency benchmark: the Python SDK's ``TetherClient.get_action``
+against a bare ONNX Runtime ``InferenceSession.run`` on the same model.
+
+The model is a CartPole policy (4 -> 64 -> 64 -> 2, Tanh) written by
+``server/learner/onnx_export.py`` ``export_policy`` from a fresh
+``PPOLearner``. The bare session uses one intra-op thread, as the SDK does.
+
+For the SDK figure a real server runs as a subprocess (same learner seed, so
+it serves the same weights; checked) with ``env_steps_per_sample`` so large
+that the client never sends during timing, and a real ``TetherClient``
+connects to it. Each ``get_action`` call on one ongoing episode is timed
+with ``time.perf_counter_ns``; a reward is logged between calls (untimed), as
+an engine loop would. Bare and SDK calls are timed in alternating blocks so
+background load affects both alike. ``batch256_us_p50`` is a bare session run
+on a (256, 4) batch.
+
+Prints one JSON object on stdout, e.g.::
+
+    {"onnxruntime_us_p50": 9.1, "sdk_python_us_p50": 17.3, "sdk_python_us_p99": 30.2,
+     "batch256_us_p50": 60.5, "sdk_overhead_us_p50": 8.2, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    REPO_ROOT,
+    HostLoad,
+    add_quiet_argument,
+    free_port,
+    install_cleanup,
+    log,
+    spawn,
+    stop,
+    wait_for_port,
+    wait_until_quiet,
+)
+
+sys.path.insert(0, str(REPO_ROOT))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=20_000, help="timed calls per figure (default: 20000)")
+    parser.add_argument("--warmup", type=int, default=2_000, help="untimed calls before timing (default: 2000)")
+    parser.add_argument("--blocks", type=int, default=10,
+                        help="bare and SDK calls alternate in this many blocks (default: 10)")
+    parser.add_argument("--batch-calls", type=int, default=2_000, help="timed (256, 4) batch runs (default: 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="learner seed for the model (default: 0)")
+    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default: 60)")
+    parser.add_argument("--profile", metavar="FILE", default=None,
+                        help="also run the SDK loop under cProfile and write its stats to FILE")
+    add_quiet_argument(parser)
+    return parser.parse_args(argv)
+
+
+def export_model(seed: int) -> bytes:
+    """ONNX bytes of a fresh CartPole PPOLearner's policy (what a new server serves)."""
+    from sdk_python.protocol.spaces import Discrete, box
+    from server.learner import PPOHyperparams, PPOLearner
+    from server.learner.onnx_export import export_policy
+
+    obs_space = box([-4.8, -float("inf"), -0.418879, -float("inf")], [4.8, float("inf"), 0.418879, float("inf")])
+    learner = PPOLearner(obs_space, Discrete(2), PPOHyperparams(hidden_sizes=(64, 64)), "cpu", seed)
+    return export_policy(learner.model)
+
+
+def percentile(sorted_ns: list[int], q: float) -> float:
+    """q-th percentile of sorted nanosecond samples, in microseconds."""
+    idx = min(len(sorted_ns) - 1, max(0, int(round(q / 100 * (len(sorted_ns) - 1)))))
+    return round(sorted_ns[idx] / 1e3, 2)
+
+
+def run(args: argparse.Namespace) -> dict:
+    import numpy as np
+    import onnxruntime as ort
+
+    from sdk_python import TetherClient
+
+    model = export_model(args.seed)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    in_name, out_name = session.get_inputs()[0].name, session.get_outputs()[0].name
+    out_names = [out_name]
+
+    rng = np.random.default_rng(args.seed)
+    n_obs = 1024
+    obs_pool = [rng.normal(0, 0.5, 4).astype(np.float32) for _ in range(n_obs)]  # what gymnasium hands an engine
+    obs_rows = [o.reshape(1, 4) for o in obs_pool]
+    batch = rng.normal(0, 0.5, (256, 4)).astype(np.float32)
+
+    port = args.port or free_port()
+    perf_ns = time.perf_counter_ns
+    with tempfile.TemporaryDirectory(prefix="tether-bench-act-") as tmp:
+        host_load = HostLoad()
+        server = spawn([
+            sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
+            "--env-steps-per-sample", str(10**12), "--train-batch-size", str(10**12),
+            "--no-tensorboard", "--checkpoint-every", "0", "--quiet", "--logdir", str(Path(tmp) / "run"),
+        ], stdout=subprocess.DEVNULL)
+        try:
+            wait_for_port(port, server, timeout_s=args.timeout)
+            client = TetherClient("127.0.0.1", port, client_name="bench-act-latency", seed=args.seed,
+                                  reconnect_timeout_s=args.timeout)
+            try:
+                assert client.policy is not None
+                same = bool(np.allclose(client.policy.dist_inputs(batch),
+                                        session.run(out_names, {in_name: batch})[0], atol=1e-6))
+                if not same:
+                    log("warning: the server's model differs from the locally exported one")
+                eid = client.start_episode()
+                get_action, log_returns = client.get_action, client.log_returns
+
+                def bare_block(n: int, out: list[int] | None, start: int) -> None:
+                    run_ = session.run
+                    for i in range(start, start + n):
+                        feed = {in_name: obs_rows[i % n_obs]}
+                        t0 = perf_ns()
+                        run_(out_names, feed)
+                        t1 = perf_ns()
+                        if out is not None:
+                            out.append(t1 - t0)
+
+                def sdk_block(n: int, out: list[int] | None, start: int) -> None:
+                    for i in range(start, start + n):
+                        obs = obs_pool[i % n_obs]
+                        t0 = perf_ns()
+                        get_action(eid, obs)
+                        t1 = perf_ns()
+                        log_returns(eid, 1.0)
+                        if out is not None:
+                            out.append(t1 - t0)
+
+                bare_block(args.warmup, None, 0)
+                sdk_block(args.warmup, None, 0)
+                bare_ns: list[int] = []
+                sdk_ns: list[int] = []
+                per_block = max(1, args.calls // args.blocks)
+                for b in range(args.blocks):
+                    bare_block(per_block, bare_ns, b * per_block)
+                    sdk_block(per_block, sdk_ns, b * per_block)
+
+                batch_ns: list[int] = []
+                feed = {in_name: batch}
+                for _ in range(min(200, args.batch_calls)):
+                    session.run(out_names, feed)
+                for _ in range(args.batch_calls):
+                    t0 = perf_ns()
+                    session.run(out_names, feed)
+                    batch_ns.append(perf_ns() - t0)
+
+                sent = getattr(client, "env_steps_sent", None)
+                if args.profile:
+                    import cProfile
+
+                    profiler = cProfile.Profile()
+                    profiler.enable()
+                    sdk_block(args.calls, None, 0)
+                    profiler.disable()
+                    profiler.dump_stats(args.profile)
+                    log(f"SDK loop profile written to {args.profile}")
+            finally:
+                client.close()
+        finally:
+            stop(server, grace_s=10.0)
+        load = host_load.stop()
+
+    bare_ns.sort()
+    sdk_ns.sort()
+    batch_ns.sort()
+    result = {
+        "onnxruntime_us_p50": percentile(bare_ns, 50),
+        "sdk_python_us_p50": percentile(sdk_ns, 50),
+        "sdk_python_us_p99": percentile(sdk_ns, 99),
+        "batch256_us_p50": percentile(batch_ns, 50),
+        "onnxruntime_us_p99": percentile(bare_ns, 99),
+        "sdk_overhead_us_p50": round(percentile(sdk_ns, 50) - percentile(bare_ns, 50), 2),
+        "calls": len(sdk_ns),
+        "batch_calls": len(batch_ns),
+        "same_model_as_server": same,
+        "env_steps_sent_during_timing": sent,
+        "onnxruntime_version": ort.__version__,
+        **load,
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_cleanup()
+    if args.wait_quiet > 0:
+        wait_until_quiet(args.wait_quiet)
+    result = run(args)
+    log(f"SDK get_action p50 {result['sdk_python_us_p50']} us vs bare onnxruntime {result['onnxruntime_us_p50']} us "
+        f"(overhead {result['sdk_overhead_us_p50']} us)")
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
