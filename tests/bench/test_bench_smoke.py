@@ -1,0 +1,40 @@
+"""Each benchmark runs with a tiny budget and prints its JSON contract keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_bench(script: str, *args: str, timeout: float = 240) -> dict:
+    out = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=REPO, capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stdout  # exactly one JSON object on stdout
+    return json.loads(lines[0])
+
+
+def test_act_latency_keys() -> None:
+    result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50")
+    for key in ("onnxruntime_us_p50", "sdk_python_us_p50", "sdk_python_us_p99", "batch256_us_p50"):
+        assert result[key] > 0
+    assert result["same_model_as_server"] is True
+
+
+def test_ingest_keys_and_verification() -> None:
+    result = run_bench("ingest.py", "--clients", "2", "--seconds", "1", "--warmup", "0.5")
+    assert result["env_steps_per_s"] > 0 and result["verified"] is True
+
+
+@pytest.mark.slow
+def test_e2e_cartpole_keys() -> None:
+    result = run_bench("e2e_cartpole.py", "--clients", "1")
+    assert set(result) >= {"time_to_450_s", "env_steps_to_450", "clients"}
+    assert result["clients"] == 1 and result["env_steps_to_450"] <= 300_000
