@@ -10,27 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk_python.protocol.spaces import Space, from_gymnasium, space_from_json
-
 from .config import ServerConfig
+from .module_setup import MappingFn, build_layout
 from .tcp_server import TetherServer
 from .trainer import Trainer
-
-
-def resolve_spaces(config: ServerConfig) -> tuple[Space, Space]:
-    """Spaces from the config's JSON, else from the gymnasium env named in ``env``."""
-    obs = space_from_json(config.observation_space) if config.observation_space else None
-    act = space_from_json(config.action_space) if config.action_space else None
-    if obs is None or act is None:
-        if not config.env:
-            raise ValueError("give observation_space and action_space, or env (a gymnasium env id)")
-        import gymnasium as gym
-
-        env = gym.make(config.env)
-        obs = obs or from_gymnasium(env.observation_space)
-        act = act or from_gymnasium(env.action_space)
-        env.close()
-    return obs, act
 
 
 def _tune_garbage_collector() -> None:
@@ -47,11 +30,16 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
-async def serve(config: ServerConfig, ready: asyncio.Event | None = None) -> dict[str, Any]:
-    """Serve until stopped; returns the run summary (also written to summary_file)."""
+async def serve(
+    config: ServerConfig, ready: asyncio.Event | None = None, mapping_fn: MappingFn | None = None
+) -> dict[str, Any]:
+    """Serve until stopped; returns the run summary (also written to summary_file).
+
+    ``mapping_fn(agent_id, episode_id) -> module`` replaces the declarative
+    policy_mapping rules; clients then ask the server with MAP_AGENTS.
+    """
     started = time.time()
-    observation_space, action_space = resolve_spaces(config)
-    trainer = Trainer(config, observation_space, action_space)
+    trainer = Trainer(config, build_layout(config, mapping_fn))
     server = TetherServer(trainer)
     await server.start()
     _tune_garbage_collector()
@@ -62,9 +50,13 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None) -> dic
         except (NotImplementedError, RuntimeError):  # not the main thread, or not supported
             pass
     if not config.quiet:
+        modules = ", ".join(
+            f"{m} (obs {list(rt.spec.observation_space.shape)}, action {rt.spec.action_space.to_json()}"
+            f"{'' if rt.spec.trainable else ', frozen'})"
+            for m, rt in trainer.modules.items()
+        )
         print(
-            f"[tether] serving on {config.host}:{server.port} | obs {observation_space.to_json()['type']}"
-            f"{list(observation_space.shape)} | action {action_space.to_json()} | device {trainer.device} | "
+            f"[tether] serving on {config.host}:{server.port} | modules: {modules} | device {trainer.device} | "
             f"train_batch_size {config.train_batch_size}",
             flush=True,
         )
@@ -87,7 +79,11 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None) -> dic
         "episodes": m.episodes_total,
         "samples_dropped_stale": m.samples_dropped_stale,
         "checkpoint": str(trainer.checkpoint_path),
-        "policy": str(trainer.policy_path),
+        "policy": str(trainer.policy_path()),
+        "policies": {mid: str(trainer.policy_path(mid)) for mid in trainer.modules},
+        "agent_return_mean": m.agent_return_mean,
+        "module_return_mean": {k: sum(v) / len(v) for k, v in m.module_returns.items()},
+        "modules_weights_seq_no": {mid: rt.weights_seq_no for mid, rt in trainer.modules.items()},
         "wall_s": time.time() - started,
     }
     if config.summary_file:

@@ -44,6 +44,18 @@ class ServerConfig:
     onnx_input_name: str = _opt("onnx::Gemm_0", "name of the ONNX model's observation input")
     onnx_output_name: str = _opt("action_dist_inputs", "name of the ONNX model's output")
 
+    # Multi-agent (leave unset for one module trained on every agent).
+    modules: dict | None = _opt(
+        None,
+        "modules as JSON/TOML tables: {id: {observation_space, action_space, trainable, value_obs_agents, "
+        "and any PPO option (lr, gamma, ...) to override for that module}}",
+    )
+    policy_mapping: list | None = _opt(
+        None, "policy-mapping rules, e.g. '[{\"pattern\": \"adversary_*\", \"module\": \"chaser\"}]'"
+    )
+    groups: dict | None = _opt(None, "agent groups: {group_id: {members: [...], reward: sum|mean}}")
+    policies_to_train: list | None = _opt(None, "modules to train (default: every module marked trainable)")
+
     # Sampling.
     train_batch_size: int = _opt(2000, "env steps pooled from all clients before one learner update")
     env_steps_per_sample: int = _opt(500, "env steps a client collects before sending them (SET_CONFIG)")
@@ -104,6 +116,17 @@ class ServerConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def ppo_options(self) -> dict[str, Any]:
+        """The PPO hyperparameters (the names a module may override)."""
+        return {name: getattr(self, name) for name in PPO_OPTION_NAMES}
+
+
+#: Options a module entry may override for itself (the seed sets gamma per policy).
+PPO_OPTION_NAMES = (
+    "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
+    "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes",
+)
+
 
 def _parse_json(text: str) -> Any:
     try:
@@ -127,8 +150,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         hint = hints[f.name]
         if hint is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif f.name in ("observation_space", "action_space"):
+        elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups"):
             parser.add_argument(flag, type=_parse_json, default=None, help=help_text)
+        elif f.name == "policies_to_train":
+            parser.add_argument(flag, type=lambda t: [v for v in t.split(",") if v], default=None, help=help_text)
         elif f.name == "hidden_sizes":
             parser.add_argument(flag, type=_parse_int_list, default=None, help=help_text)
         else:

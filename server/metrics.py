@@ -4,6 +4,7 @@ progress line and TensorBoard scalars."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections import deque
@@ -11,32 +12,55 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Iterable
 
-from sdk_python.protocol.episodes import EpisodeChunk
+from sdk_python.protocol.multi_agent import MultiAgentRecord
+
+
+@dataclass
+class FinishedEpisode:
+    """A completed episode: its total return, length and each agent's share."""
+
+    total_return: float
+    length: int
+    agents: dict[str, tuple[str, float]]  # agent id -> (module, return)
+
+
+_TRAILING_INDEX = re.compile(r"[_\-]?\d+$")
+
+
+def agent_type(agent_id: str) -> str:
+    """'adversary_2' -> 'adversary': the name the per-agent-type metrics use."""
+    return _TRAILING_INDEX.sub("", agent_id) or agent_id
 
 
 class EpisodeTracker:
-    """Adds up return and length of episodes that arrive in several chunks.
+    """Adds up returns and lengths of episodes that arrive in several chunks.
 
-    Chunks are keyed by (connection, episode_id); a v1 client that sends no
-    ids continues its one open episode with the first chunk of its next
+    Records are keyed by (connection, episode_id); a v1 client that sends no
+    ids continues its one open episode with the first record of its next
     message, which the same key (connection, None) captures.
     """
 
     def __init__(self) -> None:
-        self._open: dict[Hashable, tuple[float, int]] = {}
+        # key -> {agent_id: [module, return, steps, start_step]}
+        self._open: dict[Hashable, dict[str, list]] = {}
 
-    def add(self, connection: Hashable, chunks: Iterable[EpisodeChunk]) -> list[tuple[float, int]]:
-        """Feed a message's chunks; returns (return, length) of episodes they complete."""
+    def add(self, connection: Hashable, records: Iterable[MultiAgentRecord]) -> list[FinishedEpisode]:
+        """Feed a message's records; returns the episodes they complete."""
         finished = []
-        for chunk in chunks:
-            key = (connection, chunk.episode_id)
-            ret, length = self._open.pop(key, (0.0, 0))
-            ret += float(chunk.rewards.sum())
-            length += chunk.env_steps
-            if chunk.is_terminated or chunk.is_truncated:
-                finished.append((ret, length))
-            else:
-                self._open[key] = (ret, length)
+        for record in records:
+            key = (connection, record.episode_id)
+            agents = self._open.setdefault(key, {})
+            for a in record.agents:
+                entry = agents.setdefault(a.agent_id, [a.module_id, 0.0, 0, a.start_step])
+                entry[1] += float(a.chunk.rewards.sum())
+                entry[2] += a.chunk.env_steps
+            if record.is_terminated or record.is_truncated:
+                del self._open[key]
+                finished.append(FinishedEpisode(
+                    total_return=sum(e[1] for e in agents.values()),
+                    length=max((e[3] + e[2] for e in agents.values()), default=0),
+                    agents={aid: (e[0], e[1]) for aid, e in agents.items()},
+                ))
         return finished
 
     def forget(self, connection: Hashable) -> None:
@@ -67,13 +91,28 @@ class Metrics:
     def __post_init__(self) -> None:
         self.returns = deque(maxlen=self.window)
         self.lengths = deque(maxlen=self.window)
+        #: Per episode, the mean of its agents' returns.
+        self.agent_returns: deque = deque(maxlen=self.window)
+        self.module_returns: dict[str, deque] = {}
+        self.agent_type_returns: dict[str, deque] = {}
+        self.module_updates: dict[str, dict[str, float]] = {}
         self._rate_mark = (time.monotonic(), 0)
 
-    def add_episodes(self, finished: list[tuple[float, int]]) -> None:
-        for ret, length in finished:
-            self.returns.append(ret)
-            self.lengths.append(length)
+    def add_episodes(self, finished: list[FinishedEpisode]) -> None:
+        for episode in finished:
+            self.returns.append(episode.total_return)
+            self.lengths.append(episode.length)
+            if episode.agents:
+                self.agent_returns.append(sum(r for _, r in episode.agents.values()) / len(episode.agents))
+            for agent_id, (module, ret) in episode.agents.items():
+                self.module_returns.setdefault(module, deque(maxlen=self.window)).append(ret)
+                self.agent_type_returns.setdefault(agent_type(agent_id), deque(maxlen=self.window)).append(ret)
         self.episodes_total += len(finished)
+
+    @property
+    def agent_return_mean(self) -> float:
+        """Mean per-agent episode return over the last ``window`` episodes."""
+        return sum(self.agent_returns) / len(self.agent_returns) if self.agent_returns else math.nan
 
     @property
     def return_mean(self) -> float:
@@ -98,7 +137,14 @@ class Metrics:
             "charts/clients_connected": float(self.clients_connected),
             "charts/samples_dropped_stale": float(self.samples_dropped_stale),
         }
+        out["episode/agent_return_mean"] = self.agent_return_mean
+        for module, returns in self.module_returns.items():
+            out[f"module/{module}/return_mean"] = sum(returns) / len(returns)
+        for kind, returns in self.agent_type_returns.items():
+            out[f"agent_type/{kind}/return_mean"] = sum(returns) / len(returns)
         out.update({f"losses/{k}": v for k, v in self.learner.items()})
+        for module, stats in self.module_updates.items():
+            out.update({f"module/{module}/{k}": v for k, v in stats.items()})
         return out
 
     def progress_line(self) -> str:
@@ -110,7 +156,14 @@ class Metrics:
             f"{self.env_steps_per_s:7.0f} steps/s | kl {self.learner.get('approx_kl', math.nan):.4f} | "
             f"entropy {self.learner.get('entropy', math.nan):.3f} | v{self.weights_seq_no} | "
             f"clients {self.clients_connected} | stale {self.samples_dropped_stale}"
+            + self._module_part()
         )
+
+    def _module_part(self) -> str:
+        if len(self.module_returns) < 2:
+            return ""
+        parts = [f"{m} {sum(r) / len(r):.2f}" for m, r in sorted(self.module_returns.items())]
+        return " | per-agent return: " + ", ".join(parts)
 
 
 class TensorBoardWriter:

@@ -9,11 +9,11 @@ import sys
 from typing import Any
 
 from sdk_python.protocol.connection import Refusal, ServerConnection
-from sdk_python.protocol.episodes import decode_episodes
 from sdk_python.protocol.errors import ErrorCode, FramingError, MessageError
 from sdk_python.protocol.framing import encode_frame
 from sdk_python.protocol.messages import MessageType, error_message
 
+from .ingest import EpisodeIngest
 from .trainer import Trainer
 
 _READ_SIZE = 1 << 20
@@ -27,8 +27,8 @@ class ClientSession:
     def __init__(self, peer: Any) -> None:
         self.id = next(self._ids)
         self.peer = peer
-        #: weights_seq_no last sent to this client; used when a v1 client omits it.
-        self.last_sent_seq_no = 0
+        #: weights_seq_no per module last sent to this client; used when a client omits it.
+        self.last_sent: dict[str, int] = {}
 
 
 class TetherServer:
@@ -39,6 +39,7 @@ class TetherServer:
         self.config = trainer.config
         self._server: asyncio.base_events.Server | None = None
         self._config_frame = encode_frame(trainer.config_message())
+        self.ingest = EpisodeIngest(trainer.layout, require_logp=trainer.config.force_on_policy)
         self._handlers: set[asyncio.Task] = set()
 
     @property
@@ -97,6 +98,7 @@ class TetherServer:
         finally:
             metrics.clients_connected -= 1
             self.trainer.episodes.forget(session.id)
+            self.ingest.forget(session.id)
             self._handlers.discard(task)
             writer.close()
             try:
@@ -114,26 +116,50 @@ class TetherServer:
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame
             if kind is MessageType.GET_STATE:
-                return self._send_state(session, connection, message.get("weights_seq_no"))
+                return self._send_state(session, connection, self._client_holds(message))
+            if kind is MessageType.MAP_AGENTS:
+                modules = self.ingest.assign(message)
+                return encode_frame({"type": MessageType.AGENT_MODULES.value, "modules": modules})
             # EPISODES or EPISODES_AND_GET_STATE
-            on_policy = self.config.force_on_policy
-            chunks = decode_episodes(message, trainer.observation_space, trainer.action_space, require_logp=on_policy)
-            seq = message.get("weights_seq_no")
-            if not isinstance(seq, int) or isinstance(seq, bool):
-                seq = session.last_sent_seq_no
+            records = self.ingest.decode(session.id, message)
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
-            await trainer.submit(session.id, chunks, seq, wait_for_update=wants_state and on_policy)
-            return self._send_state(session, connection, message.get("weights_seq_no")) if wants_state else None
+            await trainer.submit(session.id, records, self._data_versions(session, message),
+                                 wait_for_update=wants_state and self.config.force_on_policy)
+            return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
             return encode_frame(error_message(exc.code, exc.message, kind.value))
         except Exception as exc:  # never let one bad request take the server down
             print(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r}", file=sys.stderr)
             return encode_frame(error_message(ErrorCode.INTERNAL, "internal server error", kind.value))
 
+    @staticmethod
+    def _client_holds(message: dict) -> Any:
+        """What the client says it holds: per module (1.2) or one number (1.1)."""
+        per_module = message.get("weights_seq_nos")
+        return per_module if isinstance(per_module, dict) else message.get("weights_seq_no")
+
+    def _data_versions(self, session: ClientSession, message: dict) -> dict[str, int]:
+        """The weights version per module the message's data was computed with."""
+        versions = dict(session.last_sent)
+        per_module = message.get("weights_seq_nos")
+        single = message.get("weights_seq_no")
+        if isinstance(per_module, dict):
+            versions.update({m: v for m, v in per_module.items() if isinstance(v, int) and not isinstance(v, bool)})
+        elif isinstance(single, int) and not isinstance(single, bool) and self.trainer.default_module is not None:
+            versions[self.trainer.default_module] = single
+        for module_id in self.trainer.modules:
+            versions.setdefault(module_id, 0)
+        return versions
+
     def _send_state(self, session: ClientSession, connection: ServerConnection, client_holds: Any) -> bytes:
-        session.last_sent_seq_no = self.trainer.weights_seq_no
-        # Only a client that announced protocol 1.1 may get SET_STATE without the
+        trainer = self.trainer
+        message = trainer.state_message(client_holds, may_omit_model=connection.client_version is not None)
+        # Only a client that announced protocol 1.1+ may get SET_STATE without the
         # model: RLlib's v1 documentation lets a plain client send weights_seq_no too.
-        if connection.client_version is None:
-            client_holds = None
-        return self.trainer.state_frame(client_holds)
+        if "models" in message:
+            session.last_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})
+            for m, rt in trainer.modules.items():
+                session.last_sent.setdefault(m, rt.weights_seq_no)
+        elif trainer.default_module is not None:
+            session.last_sent[trainer.default_module] = message["weights_seq_no"]
+        return encode_frame(message)

@@ -37,6 +37,8 @@ class EpisodeChunk:
     is_terminated: bool
     is_truncated: bool
     episode_id: str | None = None
+    #: What a centralized critic sees (T+1 rows), when the module has one.
+    value_obs: np.ndarray | None = None
 
     @property
     def env_steps(self) -> int:

@@ -15,8 +15,9 @@ import orjson
 from .errors import ErrorCode, MessageError
 
 #: Protocol version this implementation speaks. Major 1 is RLlib's RLlink v1;
-#: minor versions add fields a plain v1 peer never sees.
-PROTOCOL_VERSION = "1.1"
+#: minor versions add fields a plain v1 peer never sees (1.1: handshake,
+#: errors, spaces; 1.2: multi-agent modules, mapping, groups).
+PROTOCOL_VERSION = "1.2"
 
 
 class MessageType(str, Enum):
@@ -28,10 +29,12 @@ class MessageType(str, Enum):
     GET_STATE = "GET_STATE"
     EPISODES = "EPISODES"
     EPISODES_AND_GET_STATE = "EPISODES_AND_GET_STATE"
+    MAP_AGENTS = "MAP_AGENTS"  # 1.2: which module serves these agents (server-side mapping)
     # Responses: server -> client.
     PONG = "PONG"
     SET_CONFIG = "SET_CONFIG"
     SET_STATE = "SET_STATE"
+    AGENT_MODULES = "AGENT_MODULES"  # 1.2: answer to MAP_AGENTS
     ERROR = "ERROR"
 
 
@@ -42,10 +45,11 @@ REQUEST_TYPES = frozenset(
         MessageType.GET_STATE,
         MessageType.EPISODES,
         MessageType.EPISODES_AND_GET_STATE,
+        MessageType.MAP_AGENTS,
     }
 )
 RESPONSE_TYPES = frozenset(
-    {MessageType.PONG, MessageType.SET_CONFIG, MessageType.SET_STATE, MessageType.ERROR}
+    {MessageType.PONG, MessageType.SET_CONFIG, MessageType.SET_STATE, MessageType.AGENT_MODULES, MessageType.ERROR}
 )
 
 #: The response each request expects; EPISODES expects none (RLlink v1).
@@ -55,6 +59,7 @@ EXPECTED_RESPONSE: dict[MessageType, MessageType | None] = {
     MessageType.GET_STATE: MessageType.SET_STATE,
     MessageType.EPISODES_AND_GET_STATE: MessageType.SET_STATE,
     MessageType.EPISODES: None,
+    MessageType.MAP_AGENTS: MessageType.AGENT_MODULES,
 }
 
 _TYPES_BY_NAME = {t.value: t for t in MessageType}

@@ -46,6 +46,7 @@ class PPOLearner:
         seed: int | None = None,
         onnx_input_name: str = DEFAULT_INPUT_NAME,
         onnx_output_name: str = DEFAULT_OUTPUT_NAME,
+        value_obs_dim: int | None = None,
     ) -> None:
         if seed is not None:
             torch.manual_seed(seed)
@@ -54,7 +55,9 @@ class PPOLearner:
         self.action_space = action_space
         self.onnx_input_name = onnx_input_name
         self.onnx_output_name = onnx_output_name
-        self.model = ActorCritic(flat_obs_dim(observation_space), action_space, tuple(hp.hidden_sizes)).to(self.device)
+        self.model = ActorCritic(
+            flat_obs_dim(observation_space), action_space, tuple(hp.hidden_sizes), value_obs_dim
+        ).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
         self._rng = np.random.default_rng(seed)
 
@@ -68,8 +71,9 @@ class PPOLearner:
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """One PPO update (all epochs and minibatches) on a batch; returns loss statistics."""
         hp = self.hp
+        critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
         with torch.no_grad():
-            all_values = self.model.value(self._tensor(batch.all_obs)).cpu().numpy()
+            all_values = self.model.value(self._tensor(critic_input)).cpu().numpy()
         step_index = batch.next_obs_index - 1
         values = all_values[step_index]
         next_values = all_values[batch.next_obs_index]
@@ -78,6 +82,7 @@ class PPOLearner:
         )
 
         obs = self._tensor(batch.obs)
+        value_obs = None if batch.all_value_obs is None else self._tensor(batch.all_value_obs[step_index])
         act_dtype = torch.float32 if batch.actions.dtype.kind == "f" else torch.long
         actions = self._tensor(batch.actions, act_dtype)
         old_logp = self._tensor(batch.logp)
@@ -97,7 +102,9 @@ class PPOLearner:
             order = torch.as_tensor(self._rng.permutation(n), device=self.device)
             for start in range(0, n - mb + 1, mb):
                 idx = order[start : start + mb]
-                new_logp, entropy, new_value = self.model.evaluate(obs[idx], actions[idx])
+                new_logp, entropy, new_value = self.model.evaluate(
+                    obs[idx], actions[idx], None if value_obs is None else value_obs[idx]
+                )
                 log_ratio = new_logp - old_logp[idx]
                 ratio = log_ratio.exp()
                 with torch.no_grad():

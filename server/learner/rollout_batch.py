@@ -20,6 +20,7 @@ class RolloutBatch(NamedTuple):
     logp: np.ndarray
     terminated: np.ndarray  # (N,) true only at the last step of a terminated chunk
     chunk_ends: np.ndarray  # (N,) true at every chunk's last step
+    all_value_obs: np.ndarray | None = None  # what a centralized critic sees, aligned with all_obs
 
     @property
     def size(self) -> int:
@@ -38,6 +39,9 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
         next_index.append(idx + 1)
         offset += t + 1
     steps = np.concatenate(step_index)
+    all_value_obs = None
+    if chunks[0].value_obs is not None:
+        all_value_obs = np.concatenate([c.value_obs for c in chunks]).astype(np.float32, copy=False)  # type: ignore[misc]
     terminated = np.zeros(steps.shape[0], dtype=bool)
     chunk_ends = np.zeros(steps.shape[0], dtype=bool)
     pos = 0
@@ -58,4 +62,5 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
         ).astype(np.float32, copy=False),
         terminated=terminated,
         chunk_ends=chunk_ends,
+        all_value_obs=all_value_obs,
     )

@@ -266,7 +266,7 @@ def main() -> None:
     for name, cases in files.items():
         names = [c["name"] for c in cases]
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
-        (HERE / name).write_text(json.dumps({"version": "1.1", "cases": cases}, indent=1, ensure_ascii=False) + "\n")
+        (HERE / name).write_text(json.dumps({"version": "1.2", "cases": cases}, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {name}: {len(cases)} cases")
 
 

@@ -9,29 +9,53 @@ import pytest
 import torch
 
 from sdk_python.protocol import EpisodeChunk
+from sdk_python.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from server.checkpoint import load_checkpoint, save_checkpoint
-from server.metrics import EpisodeTracker
+from server.metrics import EpisodeTracker, Metrics, agent_type
 
 
-def chunk(steps: int, done: bool, episode_id: str | None = None) -> EpisodeChunk:
-    return EpisodeChunk(np.zeros((steps + 1, 1), np.float32), np.zeros(steps, np.int64), np.ones(steps, np.float32),
-                        None, None, done, False, episode_id)
+def chunk(steps: int, done: bool, episode_id: str | None = None) -> MultiAgentRecord:
+    c = EpisodeChunk(np.zeros((steps + 1, 1), np.float32), np.zeros(steps, np.int64), np.ones(steps, np.float32),
+                     None, None, done, False, episode_id)
+    return MultiAgentRecord(episode_id, done, False, [AgentChunk("default_agent", "m", 0, c)])
+
+
+def totals(finished) -> list[tuple[float, int]]:
+    return [(f.total_return, f.length) for f in finished]
 
 
 def test_v1_chunks_without_ids_continue_per_connection() -> None:
     tracker = EpisodeTracker()
-    assert tracker.add("a", [chunk(5, True), chunk(3, False)]) == [(5.0, 5)]
-    assert tracker.add("b", [chunk(7, True)]) == [(7.0, 7)]  # other connection, own episode
-    assert tracker.add("a", [chunk(4, True)]) == [(7.0, 7)]  # 3 + 4 from the open episode
+    assert totals(tracker.add("a", [chunk(5, True), chunk(3, False)])) == [(5.0, 5)]
+    assert totals(tracker.add("b", [chunk(7, True)])) == [(7.0, 7)]  # other connection, own episode
+    assert totals(tracker.add("a", [chunk(4, True)])) == [(7.0, 7)]  # 3 + 4 from the open episode
 
 
 def test_interleaved_episode_ids() -> None:
     tracker = EpisodeTracker()
     assert tracker.add("a", [chunk(2, False, "x"), chunk(3, False, "y")]) == []
-    assert tracker.add("a", [chunk(1, True, "y"), chunk(1, True, "x")]) == [(4.0, 4), (3.0, 3)]
+    assert totals(tracker.add("a", [chunk(1, True, "y"), chunk(1, True, "x")])) == [(4.0, 4), (3.0, 3)]
     tracker.add("a", [chunk(2, False, "z")])
     tracker.forget("a")
-    assert tracker.add("a", [chunk(1, True, "z")]) == [(1.0, 1)]
+    assert totals(tracker.add("a", [chunk(1, True, "z")])) == [(1.0, 1)]
+
+
+def test_multi_agent_returns_per_module_and_agent_type() -> None:
+    def agent(aid: str, module: str, steps: int, reward: float, start: int = 0) -> AgentChunk:
+        c = EpisodeChunk(np.zeros((steps + 1, 1), np.float32), np.zeros(steps, np.int64),
+                         np.full(steps, reward, np.float32), None, None, False, False)
+        return AgentChunk(aid, module, start, c)
+
+    tracker, metrics = EpisodeTracker(), Metrics()
+    rec = MultiAgentRecord("e", True, False, [agent("adversary_0", "chaser", 4, 1.0), agent("adversary_1", "chaser", 4, 2.0),
+                                              agent("good_0", "runner", 2, -1.0, start=3)])
+    (episode,) = tracker.add("c", [rec])
+    assert episode.total_return == 10.0 and episode.length == 5
+    metrics.add_episodes([episode])
+    snap = metrics.snapshot()
+    assert snap["module/chaser/return_mean"] == 6.0 and snap["module/runner/return_mean"] == -2.0
+    assert snap["agent_type/adversary/return_mean"] == 6.0 and snap["episode/agent_return_mean"] == 10.0 / 3
+    assert agent_type("car-12") == "car" and agent_type("pursuer") == "pursuer"
 
 
 def test_checkpoint_is_atomic(tmp_path, monkeypatch) -> None:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sdk_python.protocol.errors import ErrorCode, MessageError
+from .errors import ErrorCode, MessageError
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
@@ -38,7 +38,7 @@ class UnmappedAgentError(MessageError):
     """No rule matches an agent id."""
 
     def __init__(self, agent_id: str) -> None:
-        super().__init__(ErrorCode.INVALID_FIELD, f"no policy-mapping rule matches agent id {agent_id!r}")
+        super().__init__(ErrorCode.UNMAPPED_AGENT, f"no policy-mapping rule matches agent id {agent_id!r}")
         self.agent_id = agent_id
 
 

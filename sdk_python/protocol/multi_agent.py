@@ -1,0 +1,217 @@
+"""Multi-agent configuration and episode records (protocol 1.2).
+
+SET_CONFIG of a 1.2 server describes its modules, the policy mapping and the
+agent groups::
+
+    "modules": {"shared": {"observation_space": {...}, "action_space": {...},
+                           "onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"],
+                           "trainable": true, "value_obs_agents": ["agent_0", "agent_1"]}},
+    "policy_mapping": [{"pattern": "*", "module": "shared"}],   # or null: ask with MAP_AGENTS
+    "groups": {"team": {"members": ["agent_0", "agent_1"], "reward": "sum"}}
+
+A multi-agent episode record carries one entry per agent that acted in the
+chunk; each entry follows the single-agent chunk rules (obs has one item
+more than the per-step lists) and names its module::
+
+    {"episode_id": "e1", "is_terminated": false, "is_truncated": false, "env_steps": 25,
+     "agents": {"agent_0": {"module": "shared", "start_step": 0, "obs": [...], "actions": [...],
+                            "rewards": [...], "action_logp": [...], "action_dist_inputs": [...],
+                            "value_obs": [...], "is_terminated": false, "is_truncated": false}}}
+
+A group appears under its group id with the members' observations and
+actions concatenated (in member order) and the members' rewards combined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .episodes import EpisodeChunk, decode_episode
+from .errors import ErrorCode, MessageError
+from .spaces import Box, Discrete, MultiDiscrete, Space, box, space_from_json
+
+#: The agent id a single-agent (v1) episode record stands for.
+DEFAULT_AGENT_ID = "default_agent"
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What clients know about one module: its spaces and ONNX names."""
+
+    module_id: str
+    observation_space: Space
+    action_space: Space
+    onnx_input_name: str = "obs"
+    onnx_output_name: str = "action_dist_inputs"
+    trainable: bool = True
+    #: Agents whose observations, concatenated in this order, a centralized
+    #: critic sees; empty for a critic that sees the agent's own observation.
+    value_obs_agents: tuple[str, ...] = ()
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.observation_space.shape)) if self.observation_space.shape else 1
+
+    @property
+    def value_obs_dim(self) -> int | None:
+        return self.obs_dim * len(self.value_obs_agents) if self.value_obs_agents else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "observation_space": self.observation_space.to_json(),
+            "action_space": self.action_space.to_json(),
+            "onnx_input_names": [self.onnx_input_name],
+            "onnx_output_names": [self.onnx_output_name],
+            "trainable": self.trainable,
+        }
+        if self.value_obs_agents:
+            out["value_obs_agents"] = list(self.value_obs_agents)
+        return out
+
+    @classmethod
+    def from_json(cls, module_id: str, data: Any) -> "ModuleSpec":
+        if not isinstance(data, dict):
+            raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r} must be a JSON object")
+        return cls(
+            module_id=module_id,
+            observation_space=space_from_json(data.get("observation_space")),
+            action_space=space_from_json(data.get("action_space")),
+            onnx_input_name=str((data.get("onnx_input_names") or ["obs"])[0]),
+            onnx_output_name=str((data.get("onnx_output_names") or ["action_dist_inputs"])[0]),
+            trainable=bool(data.get("trainable", True)),
+            value_obs_agents=tuple(str(a) for a in data.get("value_obs_agents") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Agents that act as one: observations and actions concatenated in member order."""
+
+    group_id: str
+    members: tuple[str, ...]
+    reward: str = "sum"
+
+    def __post_init__(self) -> None:
+        if len(self.members) < 1 or len(set(self.members)) != len(self.members):
+            raise ValueError(f"group {self.group_id!r} needs distinct members")
+        if self.reward not in ("sum", "mean"):
+            raise ValueError(f"group {self.group_id!r}: reward must be 'sum' or 'mean'")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"members": list(self.members), "reward": self.reward}
+
+    @classmethod
+    def from_json(cls, group_id: str, data: Any) -> "GroupSpec":
+        try:
+            return cls(group_id, tuple(str(m) for m in data["members"]), str(data.get("reward", "sum")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MessageError(ErrorCode.INVALID_FIELD, f"group {group_id!r}: {exc}") from None
+
+    def combine_rewards(self, rewards: list[float]) -> float:
+        total = float(sum(rewards))
+        return total / len(self.members) if self.reward == "mean" else total
+
+
+def group_spaces(member_obs: list[Space], member_actions: list[Space]) -> tuple[Space, Space]:
+    """The group's spaces: members' Box observations concatenated; Discrete and
+    MultiDiscrete actions as one MultiDiscrete, Box actions as one Box."""
+    lows = [np.ravel(s.low) for s in member_obs if isinstance(s, Box)]
+    highs = [np.ravel(s.high) for s in member_obs if isinstance(s, Box)]
+    if len(lows) != len(member_obs):
+        raise ValueError("group members need Box observation spaces")
+    obs = box(np.concatenate(lows), np.concatenate(highs))
+    if all(isinstance(a, (Discrete, MultiDiscrete)) for a in member_actions):
+        nvec: list[int] = []
+        for a in member_actions:
+            if isinstance(a, Discrete):
+                if a.start != 0:
+                    raise ValueError("grouped Discrete actions must start at 0")
+                nvec.append(a.n)
+            else:
+                nvec.extend(a.nvec)  # type: ignore[union-attr]
+        return obs, MultiDiscrete(tuple(nvec))
+    if all(isinstance(a, Box) for a in member_actions):
+        return obs, box(np.concatenate([np.ravel(a.low) for a in member_actions]),  # type: ignore[union-attr]
+                        np.concatenate([np.ravel(a.high) for a in member_actions]))  # type: ignore[union-attr]
+    raise ValueError("group members' action spaces must be all discrete or all Box")
+
+
+@dataclass
+class AgentChunk:
+    """One agent's validated steps within a multi-agent record."""
+
+    agent_id: str
+    module_id: str
+    start_step: int
+    chunk: EpisodeChunk
+
+
+@dataclass
+class MultiAgentRecord:
+    """A validated multi-agent episode chunk."""
+
+    episode_id: str | None
+    is_terminated: bool
+    is_truncated: bool
+    agents: list[AgentChunk] = field(default_factory=list)
+
+    @property
+    def agent_steps(self) -> int:
+        return sum(a.chunk.env_steps for a in self.agents)
+
+
+def decode_multi_agent_record(
+    record: Any, index: int, modules: dict[str, ModuleSpec], require_logp: bool
+) -> MultiAgentRecord:
+    """Validate the per-agent arrays of one record against each agent's module.
+
+    Policy mapping, groups and per-episode agent state need the server's
+    state; the server checks them after this (see server/ingest.py).
+    """
+    where = f"episodes[{index}]"
+    if not isinstance(record.get("agents"), dict):
+        raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "agents" must be an object keyed by agent id')
+    flags = []
+    for key in ("is_terminated", "is_truncated"):
+        value = record.get(key, False)
+        if not isinstance(value, bool):
+            raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "{key}" must be true or false')
+        flags.append(value)
+    episode_id = record.get("episode_id")
+    out = MultiAgentRecord(None if episode_id is None else str(episode_id), flags[0], flags[1])
+    for agent_id, entry in record["agents"].items():
+        if not isinstance(entry, dict):
+            raise MessageError(ErrorCode.INVALID_FIELD, f"{where}.agents[{agent_id!r}] must be an object")
+        module_id = entry.get("module")
+        spec = modules.get(module_id) if isinstance(module_id, str) else None
+        if spec is None:
+            raise MessageError(
+                ErrorCode.UNKNOWN_MODULE,
+                f"{where}.agents[{agent_id!r}]: module {module_id!r} does not exist (modules: {sorted(modules)})",
+            )
+        try:
+            chunk = decode_episode(entry, index, spec.observation_space, spec.action_space, require_logp)
+        except MessageError as exc:
+            raise MessageError(exc.code, f"{exc.message.replace(where, where + '.agents[' + repr(agent_id) + ']', 1)}") from None
+        if spec.value_obs_dim is not None:
+            value_obs = entry.get("value_obs")
+            arr = np.asarray(value_obs, dtype=np.float32) if isinstance(value_obs, list) else None
+            if arr is None or arr.shape != (chunk.obs.shape[0], spec.value_obs_dim):
+                raise MessageError(
+                    ErrorCode.OBS_SHAPE_MISMATCH,
+                    f"{where}.agents[{agent_id!r}]: module {module_id!r} has a centralized critic: \"value_obs\" "
+                    f"must be {chunk.obs.shape[0]} rows of {spec.value_obs_dim} numbers",
+                )
+            if not np.isfinite(arr).all():
+                raise MessageError(ErrorCode.NON_FINITE_VALUE, f"{where}.agents[{agent_id!r}]: value_obs is not finite")
+            chunk.value_obs = arr
+        chunk.episode_id = f"{out.episode_id}\x00{agent_id}"
+        start = entry.get("start_step", 0)
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise MessageError(ErrorCode.INVALID_FIELD, f"{where}.agents[{agent_id!r}]: start_step must be an integer >= 0")
+        out.agents.append(AgentChunk(str(agent_id), module_id, start, chunk))  # type: ignore[arg-type]
+    return out
+

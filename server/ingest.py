@@ -1,0 +1,134 @@
+"""Validates EPISODES messages against the module layout before anything is stored.
+
+Per-agent arrays are checked by the protocol core; this adds what needs the
+server's state: the policy mapping, the groups, and which agents already
+finished in an ongoing episode. A message is all-or-nothing: the first
+problem raises ``MessageError`` and no state changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+from sdk_python.protocol.episodes import decode_episode
+from sdk_python.protocol.errors import ErrorCode, MessageError
+from sdk_python.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord, decode_multi_agent_record
+
+from .module_setup import ModuleLayout
+
+
+class EpisodeIngest:
+    """Turns messages into validated multi-agent records (v1 records become one
+    agent, ``default_agent``) and remembers per-episode agent state."""
+
+    def __init__(self, layout: ModuleLayout, require_logp: bool) -> None:
+        self.layout = layout
+        self.require_logp = require_logp
+        #: (connection, episode_id) -> agents that terminated or were truncated.
+        self._done: dict[tuple[Hashable, str | None], set[str]] = {}
+        #: (episode_id, agent_id) -> module, for a server-side mapping function.
+        self._assigned: dict[tuple[str, str], str] = {}
+
+    # -- mapping ---------------------------------------------------------------
+
+    def module_for(self, agent_id: str, episode_id: str) -> str:
+        """The module of an agent that first appears in ``episode_id``; raises MessageError."""
+        layout = self.layout
+        if layout.mapping is not None:
+            return layout.mapping.module_for(agent_id, episode_id)
+        key = (episode_id, agent_id)
+        module = self._assigned.get(key)
+        if module is None:
+            try:
+                module = layout.module_for(agent_id, episode_id)
+            except Exception as exc:
+                raise MessageError(ErrorCode.UNMAPPED_AGENT, f"mapping function failed for agent {agent_id!r}: {exc}") from None
+            if module not in layout.specs:
+                raise MessageError(
+                    ErrorCode.UNKNOWN_MODULE, f"mapping function put agent {agent_id!r} on unknown module {module!r}"
+                )
+            self._assigned[key] = module
+        return module
+
+    def assign(self, message: dict[str, Any]) -> dict[str, str]:
+        """Answer a MAP_AGENTS request: the module of each agent id."""
+        episode_id = message.get("episode_id", "")
+        agent_ids = message.get("agent_ids")
+        if not isinstance(agent_ids, list) or not all(isinstance(a, str) for a in agent_ids):
+            raise MessageError(ErrorCode.INVALID_FIELD, '"agent_ids" must be a list of strings')
+        return {a: self.module_for(a, str(episode_id)) for a in agent_ids}
+
+    # -- episodes --------------------------------------------------------------
+
+    def decode(self, connection: Hashable, message: dict[str, Any]) -> list[MultiAgentRecord]:
+        records = message.get("episodes")
+        if not isinstance(records, list):
+            raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')
+        out: list[MultiAgentRecord] = []
+        newly_done: dict[tuple[Hashable, str | None], set[str]] = {}
+        for index, record in enumerate(records):
+            if isinstance(record, dict) and "agents" in record:
+                decoded = decode_multi_agent_record(record, index, self.layout.specs, self.require_logp)
+                self._check_agents(connection, decoded, index, newly_done)
+            else:
+                decoded = self._single_agent(record, index)
+            out.append(decoded)
+        # Valid: remember finished agents; forget episodes that ended.
+        for key, agents in newly_done.items():
+            self._done.setdefault(key, set()).update(agents)
+        for rec in out:
+            if rec.is_terminated or rec.is_truncated:
+                self._done.pop((connection, rec.episode_id), None)
+                for a in rec.agents:
+                    self._assigned.pop((rec.episode_id or "", a.agent_id), None)
+        return out
+
+    def _single_agent(self, record: Any, index: int) -> MultiAgentRecord:
+        module = self.layout.default_module()
+        if module is None:
+            raise MessageError(
+                ErrorCode.UNMAPPED_AGENT,
+                f"episodes[{index}] is a single-agent record but no policy-mapping rule matches {DEFAULT_AGENT_ID!r}",
+            )
+        spec = self.layout.specs[module]
+        chunk = decode_episode(record, index, spec.observation_space, spec.action_space, self.require_logp)
+        return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
+                                [AgentChunk(DEFAULT_AGENT_ID, module, 0, chunk)])
+
+    def _check_agents(
+        self, connection: Hashable, record: MultiAgentRecord, index: int,
+        newly_done: dict[tuple[Hashable, str | None], set[str]],
+    ) -> None:
+        key = (connection, record.episode_id)
+        done_before = self._done.get(key, set())
+        done_now = newly_done.setdefault(key, set())
+        for agent in record.agents:
+            where = f"episodes[{index}].agents[{agent.agent_id!r}]"
+            group = self.layout.group_of(agent.agent_id)
+            if group is not None:
+                raise MessageError(
+                    ErrorCode.GROUP_MEMBER_OUTSIDE_GROUP,
+                    f"{where}: {agent.agent_id!r} is a member of group {group!r} and must be reported as part of it",
+                )
+            try:
+                expected = self.module_for(agent.agent_id, record.episode_id or "")
+            except MessageError as exc:
+                raise MessageError(exc.code, f"{where}: {exc.message}") from None
+            if agent.module_id != expected:
+                raise MessageError(
+                    ErrorCode.MODULE_MISMATCH,
+                    f"{where}: reported with module {agent.module_id!r} but the policy mapping gives {expected!r}",
+                )
+            if agent.agent_id in done_before or agent.agent_id in done_now:
+                raise MessageError(
+                    ErrorCode.AGENT_ALREADY_DONE,
+                    f"{where}: agent {agent.agent_id!r} already terminated or was truncated in episode "
+                    f"{record.episode_id!r} and cannot act again",
+                )
+            if agent.chunk.is_terminated or agent.chunk.is_truncated:
+                done_now.add(agent.agent_id)
+
+    def forget(self, connection: Hashable) -> None:
+        """Drop a disconnected client's per-episode state."""
+        for key in [k for k in self._done if k[0] == connection]:
+            del self._done[key]

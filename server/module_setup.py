@@ -1,0 +1,140 @@
+"""Turns a ServerConfig into modules, their hyperparameters, the policy
+mapping and the groups: the multi-agent layout the server trains and serves.
+
+Without ``modules`` in the config the server has one module,
+``default_policy``, that every agent maps to; its spaces come from
+``observation_space``/``action_space`` or the gymnasium ``env``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sdk_python.protocol.errors import MessageError
+from sdk_python.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
+from sdk_python.protocol.policy_mapping import PolicyMapping
+from sdk_python.protocol.spaces import Space, from_gymnasium, space_from_json
+
+from .config import PPO_OPTION_NAMES, ServerConfig
+from .learner import PPOHyperparams
+
+DEFAULT_MODULE_ID = "default_policy"
+
+#: A server-side mapping function: (agent_id, episode_id) -> module id.
+MappingFn = Callable[[str, str], str]
+
+
+@dataclass
+class ModuleLayout:
+    """Everything about modules that the server decides once at start."""
+
+    specs: dict[str, ModuleSpec]
+    hyperparams: dict[str, PPOHyperparams]
+    mapping: PolicyMapping | None
+    mapping_fn: MappingFn | None = None
+    groups: dict[str, GroupSpec] = field(default_factory=dict)
+
+    @property
+    def trainable(self) -> list[str]:
+        return [m for m, spec in self.specs.items() if spec.trainable]
+
+    def group_of(self, agent_id: str) -> str | None:
+        """The group an agent id belongs to as a member, if any."""
+        for group in self.groups.values():
+            if agent_id in group.members:
+                return group.group_id
+        return None
+
+    def default_module(self) -> str | None:
+        """The module a single-agent (v1) record's agent maps to, if any."""
+        try:
+            return self.module_for(DEFAULT_AGENT_ID, "")
+        except MessageError:
+            return None
+
+    def module_for(self, agent_id: str, episode_id: str) -> str:
+        if self.mapping is not None:
+            return self.mapping.module_for(agent_id, episode_id)
+        assert self.mapping_fn is not None
+        return self.mapping_fn(agent_id, episode_id)
+
+
+def _space(value: Any, what: str) -> Space:
+    if value is None:
+        raise ValueError(f"{what} is missing")
+    return space_from_json(value)
+
+
+def resolve_single_spaces(config: ServerConfig) -> tuple[Space, Space]:
+    """Spaces from the config's JSON, else from the gymnasium env named in ``env``."""
+    obs = space_from_json(config.observation_space) if config.observation_space else None
+    act = space_from_json(config.action_space) if config.action_space else None
+    if obs is None or act is None:
+        if not config.env:
+            raise ValueError("give observation_space and action_space, or env (a gymnasium env id)")
+        import gymnasium as gym
+
+        env = gym.make(config.env)
+        obs = obs or from_gymnasium(env.observation_space)
+        act = act or from_gymnasium(env.action_space)
+        env.close()
+    return obs, act
+
+
+def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> ModuleLayout:
+    """Modules, hyperparameters, mapping and groups from the config; ValueError if inconsistent."""
+    base = config.ppo_options()
+    specs: dict[str, ModuleSpec] = {}
+    hps: dict[str, PPOHyperparams] = {}
+    if not config.modules:
+        obs, act = resolve_single_spaces(config)
+        specs[DEFAULT_MODULE_ID] = ModuleSpec(DEFAULT_MODULE_ID, obs, act, config.onnx_input_name, config.onnx_output_name)
+        hps[DEFAULT_MODULE_ID] = _hyperparams(base, {})
+        rules = config.policy_mapping or [{"pattern": "*", "module": DEFAULT_MODULE_ID}]
+    else:
+        for module_id, entry in config.modules.items():
+            if not isinstance(entry, dict):
+                raise ValueError(f"module {module_id!r} must be a table of options")
+            unknown = set(entry) - {"observation_space", "action_space", "trainable", "value_obs_agents",
+                                    "onnx_input_name", "onnx_output_name", *PPO_OPTION_NAMES}
+            if unknown:
+                raise ValueError(f"module {module_id!r}: unknown option(s) {sorted(unknown)}")
+            specs[module_id] = ModuleSpec(
+                module_id,
+                _space(entry.get("observation_space"), f"module {module_id!r} observation_space"),
+                _space(entry.get("action_space"), f"module {module_id!r} action_space"),
+                entry.get("onnx_input_name", config.onnx_input_name),
+                entry.get("onnx_output_name", config.onnx_output_name),
+                bool(entry.get("trainable", True)),
+                tuple(entry.get("value_obs_agents") or ()),
+            )
+            hps[module_id] = _hyperparams(base, {k: v for k, v in entry.items() if k in PPO_OPTION_NAMES})
+        rules = config.policy_mapping
+    if config.policies_to_train is not None:
+        unknown_train = set(config.policies_to_train) - set(specs)
+        if unknown_train:
+            raise ValueError(f"policies_to_train names unknown module(s) {sorted(unknown_train)}")
+        specs = {m: _with_trainable(s, m in config.policies_to_train) for m, s in specs.items()}
+    mapping = None
+    if mapping_fn is None:
+        if rules is None:
+            raise ValueError("multi-agent configs need policy_mapping rules (or a mapping function)")
+        mapping = PolicyMapping.from_json(rules)
+        missing = mapping.modules() - set(specs)
+        if missing:
+            raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
+    groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
+    return ModuleLayout(specs, hps, mapping, mapping_fn, groups)
+
+
+def _with_trainable(spec: ModuleSpec, trainable: bool) -> ModuleSpec:
+    from dataclasses import replace
+
+    return replace(spec, trainable=trainable)
+
+
+def _hyperparams(base: dict[str, Any], overrides: dict[str, Any]) -> PPOHyperparams:
+    merged = dict(base, **overrides)
+    merged["hidden_sizes"] = tuple(int(v) for v in merged["hidden_sizes"])
+    return PPOHyperparams(**merged)
