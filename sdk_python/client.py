@@ -16,8 +16,6 @@ the unsent batch is sent again, so a server restart costs no data.
 
 from __future__ import annotations
 
-import sys
-import time
 import uuid
 from typing import Any
 
@@ -25,15 +23,10 @@ import numpy as np
 
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.errors import ServerError, VersionMismatchError, server_error_from_message
-from .protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
+from .protocol.messages import MessageType
 from .protocol.onnx_codec import decode_onnx
 from .protocol.spaces import Space, from_gymnasium, space_from_json
-from .transport import SocketTransport
-
-
-class TetherConnectionError(ConnectionError):
-    """The server could not be reached within ``reconnect_timeout_s``."""
+from .server_link import ServerLink, TetherConnectionError  # noqa: F401  (re-exported)
 
 
 class TetherClient:
@@ -62,109 +55,50 @@ class TetherClient:
         seed: int | None = None,
         verbose: bool = False,
     ) -> None:
-        self.client_name = client_name
-        self.auth_token = auth_token
-        self.reconnect_timeout_s = reconnect_timeout_s
-        self.verbose = verbose
         self._seed = seed
         self._user_obs_space: Space | None = from_gymnasium(observation_space) if observation_space is not None else None
         self._user_action_space: Space | None = from_gymnasium(action_space) if action_space is not None else None
-        self._transport = SocketTransport(host, port)
         self._episodes: dict[str, EpisodeRecorder] = {}
         self._finished: list[EpisodeRecorder] = []
         self._pending_steps = 0
-        self._deferred_errors: list[ServerError] = []
         self.policy: OnnxPolicy | None = None
         self.weights_seq_no: int | None = None
-        self.server_config: dict[str, Any] = {}
-        self.server_info: dict[str, Any] = {}
-        self.env_steps_per_sample = 0
-        self.force_on_policy = True
         self.observation_space: Space | None = None
         self.action_space: Space | None = None
-        #: Connections re-established after a loss, and env steps delivered to the server.
-        self.reconnects = 0
+        #: Env steps delivered to the server.
         self.env_steps_sent = 0
-        self._connect_with_retry()
+        self.link = ServerLink(host, port, client_name, auth_token, reconnect_timeout_s, self._on_connected, verbose)
+        self.link.connect()
 
     # -- connection ------------------------------------------------------------
 
-    def _handshake(self) -> None:
-        ping: dict[str, Any] = {
-            "type": MessageType.PING.value,
-            "protocol_version": PROTOCOL_VERSION,
-            "client_name": self.client_name,
-        }
-        if self.auth_token is not None:
-            ping["auth_token"] = self.auth_token
-        self.server_info = self._answer(self._transport.request(ping))
-        server_version = self.server_info.get("protocol_version")
-        if server_version is not None and parse_version(str(server_version))[0] != parse_version(PROTOCOL_VERSION)[0]:
-            raise VersionMismatchError(
-                "VERSION_MISMATCH", f"server speaks RLlink {server_version}, this client {PROTOCOL_VERSION}", "PING"
-            )
-        config = self._answer(self._transport.request({"type": MessageType.GET_CONFIG.value}))
-        self.server_config = config
-        self.env_steps_per_sample = int(config.get("env_steps_per_sample", 500))
-        self.force_on_policy = bool(config.get("force_on_policy", True))
+    @property
+    def server_config(self) -> dict[str, Any]:
+        return self.link.server_config
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        return self.link.server_info
+
+    @property
+    def env_steps_per_sample(self) -> int:
+        return self.link.env_steps_per_sample
+
+    @property
+    def force_on_policy(self) -> bool:
+        return self.link.force_on_policy
+
+    @property
+    def reconnects(self) -> int:
+        return self.link.reconnects
+
+    def _on_connected(self) -> None:
+        config = self.link.server_config
         self.observation_space = (
             space_from_json(config["observation_space"]) if "observation_space" in config else self._user_obs_space
         )
         self.action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
-        state = self._answer(self._transport.request({"type": MessageType.GET_STATE.value}))
-        self._apply_state(state)
-
-    def _connect_with_retry(self) -> None:
-        deadline = time.monotonic() + self.reconnect_timeout_s
-        delay = 0.05
-        while True:
-            try:
-                self._transport.close()
-                self._transport.connect()
-                self._handshake()
-                return
-            except (OSError, ConnectionError) as exc:
-                self._transport.close()
-                if time.monotonic() + delay > deadline:
-                    raise TetherConnectionError(
-                        f"could not reach a Tether server at {self._transport.host}:{self._transport.port} "
-                        f"within {self.reconnect_timeout_s:.0f} s: {exc}"
-                    ) from exc
-                if self.verbose:
-                    print(f"[tether-client] server unreachable ({exc}); retrying in {delay:.2f} s", file=sys.stderr)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-
-    def _answer(self, responses: list[tuple[MessageType | None, dict[str, Any]]]) -> dict[str, Any]:
-        """The response to the request just made; raise it if it is an ERROR.
-
-        ERRORs for earlier fire-and-forget EPISODES are kept and raised by
-        ``_raise_deferred`` once the current response has been applied.
-        """
-        for _, message in responses[:-1]:
-            self._deferred_errors.append(server_error_from_message(message))
-        final = responses[-1][1]
-        if final.get("type") == MessageType.ERROR.value:
-            raise server_error_from_message(final)
-        return final
-
-    def _raise_deferred(self) -> None:
-        if self._deferred_errors:
-            error, self._deferred_errors = self._deferred_errors[0], []
-            raise error
-
-    def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send a request, surviving disconnects: reconnect and resend until answered."""
-        while True:
-            try:
-                if not self._transport.connected:
-                    raise ConnectionError("not connected")
-                return self._answer(self._transport.request(message))
-            except ServerError:
-                raise
-            except (OSError, ConnectionError):
-                self.reconnects += 1
-                self._connect_with_retry()
+        self._apply_state(self.link.request_now({"type": MessageType.GET_STATE.value}))
 
     def _apply_state(self, state: dict[str, Any]) -> None:
         seq = state.get("weights_seq_no")
@@ -269,17 +203,12 @@ class TetherClient:
                 "env_steps": steps,
                 "weights_seq_no": self.weights_seq_no,
             }
-            self._apply_state(self._roundtrip(message))
+            self._apply_state(self.link.request(message))
             self.env_steps_sent += steps
         else:
             message = {"type": MessageType.EPISODES.value, "episodes": records, "env_steps": steps,
                        "weights_seq_no": self.weights_seq_no}
-            try:
-                self._transport.send(message)
-            except (OSError, ConnectionError):
-                self.reconnects += 1
-                self._connect_with_retry()
-                self._transport.send(message)
+            self.link.send(message)
             self.refresh_weights()
             self.env_steps_sent += steps
 
@@ -289,8 +218,8 @@ class TetherClient:
         Raises ``ServerError`` for a refused earlier EPISODES message (after the
         weights were applied).
         """
-        self._apply_state(self._roundtrip({"type": MessageType.GET_STATE.value, "weights_seq_no": self.weights_seq_no}))
-        self._raise_deferred()
+        self._apply_state(self.link.request({"type": MessageType.GET_STATE.value, "weights_seq_no": self.weights_seq_no}))
+        self.link.raise_deferred()
 
     def flush(self) -> None:
         """Send whatever experience is complete now, without waiting for a full sample."""
@@ -298,7 +227,7 @@ class TetherClient:
 
     def close(self) -> None:
         """Close the connection (unsent experience is dropped)."""
-        self._transport.close()
+        self.link.close()
 
     def __enter__(self) -> "TetherClient":
         return self

@@ -132,14 +132,14 @@ def test_overlapping_episodes_send_full_batches_and_rewards_attach_to_actions(tm
     with ServerProcess(tmp_path, "--env-steps-per-sample", "50", "--train-batch-size", "100") as server:
         client = TetherClient("127.0.0.1", server.port, seed=5)
         sent_sizes = []
-        original = client._transport.request
+        original = client.link._transport.request
 
         def recording(message):
             if message["type"] == "EPISODES_AND_GET_STATE":
                 sent_sizes.append(message["env_steps"])
             return original(message)
 
-        client._transport.request = recording
+        client.link._transport.request = recording
         envs = [gym.make("CartPole-v1") for _ in range(3)]
         state = []
         for i, env in enumerate(envs):
