@@ -4,11 +4,13 @@ onnxruntime and orjson only."""
 
 from .client import TetherClient, TetherConnectionError
 from .loop import run_env
+from .multi_agent_client import MultiAgentClient
 from .policy import OnnxPolicy
 from .protocol.errors import AuthenticationError, ServerError, TetherError, VersionMismatchError
 
 __all__ = [
     "AuthenticationError",
+    "MultiAgentClient",
     "OnnxPolicy",
     "ServerError",
     "TetherClient",

@@ -16,7 +16,7 @@ class EpisodeRecorder:
     and is dropped."""
 
     __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
-                 "terminated", "truncated", "total_return", "length")
+                 "terminated", "truncated", "total_return", "length", "value_obs")
 
     def __init__(self, episode_id: str, training_enabled: bool) -> None:
         self.episode_id = episode_id
@@ -30,6 +30,8 @@ class EpisodeRecorder:
         self.truncated = False
         self.total_return = 0.0
         self.length = 0
+        #: Centralized-critic inputs, one per observation, when the module has one.
+        self.value_obs: list[Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -44,14 +46,34 @@ class EpisodeRecorder:
             self.logp.append(logp)
             self.dist_inputs.append(dist_inputs)
 
+    def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None) -> None:
+        """Record an observation ahead of the action taken on it (multi-agent path)."""
+        if self.training_enabled:
+            self.obs.append(obs)
+            if value_obs is not None:
+                if self.value_obs is None:
+                    self.value_obs = []
+                self.value_obs.append(value_obs)
+
+    def act(self, action: Any, logp: float, dist_inputs: np.ndarray) -> None:
+        """Record the action taken on the last observed observation."""
+        self.length += 1
+        if self.training_enabled:
+            self.actions.append(action)
+            self.rewards.append(0.0)
+            self.logp.append(logp)
+            self.dist_inputs.append(dist_inputs)
+
     def add_reward(self, reward: float) -> None:
         self.total_return += reward
         if self.rewards:
             self.rewards[-1] += reward
 
-    def finish(self, obs: np.ndarray, truncated: bool) -> None:
+    def finish(self, obs: np.ndarray, truncated: bool, value_obs: np.ndarray | None = None) -> None:
         if self.training_enabled:
             self.obs.append(obs)
+            if value_obs is not None and self.value_obs is not None:
+                self.value_obs.append(value_obs)
         self.truncated = truncated
         self.terminated = not truncated
 
@@ -80,6 +102,9 @@ class EpisodeRecorder:
             is_truncated=self.truncated if done else False,
             episode_id=self.episode_id,
         )
+        if self.value_obs is not None:
+            record["value_obs"] = self.value_obs[: k + 1]
+            del self.value_obs[:k]
         del self.obs[:k]
         del self.actions[:k]
         del self.rewards[:k]

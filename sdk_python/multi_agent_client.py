@@ -1,0 +1,339 @@
+"""MultiAgentClient: many agents, several modules, one connection.
+
+The engine speaks of its own agents in PettingZoo-style dicts keyed by agent
+id; the client maps each new agent to a module (locally from the server's
+rules, or with one MAP_AGENTS request per new agent when the server maps with
+a function), runs one batched ONNX call per module per step, hides agent
+groups (members' observations concatenated, actions split back, rewards
+combined) and sends each agent's steps to the server::
+
+    client = MultiAgentClient("127.0.0.1", 5555)
+    eid = client.start_episode()
+    actions = client.get_action(eid, {"agent_0": obs0, "agent_1": obs1})   # agents acting now
+    client.log_returns(eid, {"agent_0": 1.0, "agent_1": 0.0})
+    client.end_agents(eid, {"agent_1": final_obs1})                          # agent_1 leaves
+    client.end_episode(eid, {"agent_0": final_obs0})                         # episode over
+
+Agents may join at any step and act at any rate: rewards logged for an agent
+accumulate onto its last action until it acts again (ExternalEnv semantics).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .episode_recorder import EpisodeRecorder
+from .policy import OnnxPolicy
+from .protocol.distributions import sample
+from .protocol.messages import MessageType
+from .protocol.multi_agent import GroupSpec, ModuleSpec
+from .protocol.onnx_codec import decode_onnx
+from .protocol.policy_mapping import PolicyMapping
+from .server_link import ServerLink
+
+
+@dataclass
+class _Actor:
+    """An agent (or a group acting as one) within an episode."""
+
+    actor_id: str
+    module_id: str
+    start_step: int
+    recorder: EpisodeRecorder
+
+
+@dataclass
+class _Episode:
+    episode_id: str
+    training_enabled: bool
+    t: int = 0
+    actors: dict[str, _Actor] = field(default_factory=dict)
+    finished: list[_Actor] = field(default_factory=list)
+    latest_obs: dict[str, np.ndarray] = field(default_factory=dict)
+    returns: dict[str, float] = field(default_factory=dict)
+    done: bool = False
+    truncated: bool = False
+
+
+class MultiAgentClient:
+    """Connects to a Tether server with modules, mapping and groups (protocol 1.2)."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 5555,
+        client_name: str = "tether-python-multiagent",
+        auth_token: str | None = None,
+        reconnect_timeout_s: float = 60.0,
+        seed: int | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self._rng = random.Random(seed)
+        self._episodes: dict[str, _Episode] = {}
+        self._pending_steps = 0
+        self.modules: dict[str, ModuleSpec] = {}
+        self.policies: dict[str, OnnxPolicy] = {}
+        self.weights_seq_nos: dict[str, int] = {}
+        self.mapping: PolicyMapping | None = None
+        self.groups: dict[str, GroupSpec] = {}
+        self._group_of: dict[str, str] = {}
+        #: Agent steps delivered to the server.
+        self.env_steps_sent = 0
+        self.link = ServerLink(host, port, client_name, auth_token, reconnect_timeout_s, self._on_connected, verbose)
+        self.link.connect()
+
+    # -- connection ------------------------------------------------------------
+
+    def _on_connected(self) -> None:
+        config = self.link.server_config
+        if "modules" not in config:
+            raise ConnectionError("the server does not describe modules (it speaks RLlink < 1.2): use TetherClient")
+        self.modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
+        rules = config.get("policy_mapping")
+        self.mapping = PolicyMapping.from_json(rules) if rules is not None else None
+        self.groups = {g: GroupSpec.from_json(g, spec) for g, spec in (config.get("groups") or {}).items()}
+        self._group_of = {member: g.group_id for g in self.groups.values() for member in g.members}
+        self.policies.clear()
+        self.weights_seq_nos.clear()
+        self._apply_state(self.link.request_now({"type": MessageType.GET_STATE.value, "weights_seq_nos": {}}))
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        for module_id, entry in (state.get("models") or {}).items():
+            spec = self.modules[module_id]
+            if "onnx_file" in entry:
+                self.policies[module_id] = OnnxPolicy(
+                    decode_onnx(entry["onnx_file"]), spec.action_space, spec.onnx_input_name, spec.onnx_output_name
+                )
+            self.weights_seq_nos[module_id] = int(entry["weights_seq_no"])
+
+    @property
+    def reconnects(self) -> int:
+        return self.link.reconnects
+
+    # -- mapping ---------------------------------------------------------------
+
+    def _modules_for(self, episode_id: str, actor_ids: list[str]) -> dict[str, str]:
+        if self.mapping is not None:
+            return {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
+        answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id, "agent_ids": actor_ids})
+        return dict(answer["modules"])
+
+    # -- episodes --------------------------------------------------------------
+
+    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+        """Begin an episode; returns its id. Episodes may overlap."""
+        episode_id = episode_id or uuid.uuid4().hex
+        if episode_id in self._episodes:
+            raise ValueError(f"episode {episode_id!r} is already running")
+        self._episodes[episode_id] = _Episode(episode_id, training_enabled)
+        return episode_id
+
+    def _actor_observations(self, episode: _Episode, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Per actor (agent or group) observation; group members are joined in member order."""
+        out: dict[str, np.ndarray] = {}
+        members_seen: dict[str, dict[str, np.ndarray]] = {}
+        for agent_id, value in obs.items():
+            arr = np.asarray(value, dtype=np.float32).ravel()
+            episode.latest_obs[agent_id] = arr
+            group = self._group_of.get(agent_id)
+            if group is None:
+                out[agent_id] = arr
+            else:
+                members_seen.setdefault(group, {})[agent_id] = arr
+        for group_id, seen in members_seen.items():
+            members = self.groups[group_id].members
+            missing = [m for m in members if m not in seen]
+            if missing:
+                raise ValueError(f"group {group_id!r} acts as one agent: observations of {missing} are missing")
+            out[group_id] = np.concatenate([seen[m] for m in members])
+        return out
+
+    def _value_obs(self, episode: _Episode, spec: ModuleSpec) -> np.ndarray | None:
+        if not spec.value_obs_agents:
+            return None
+        dim = spec.obs_dim
+        return np.concatenate([episode.latest_obs.get(a, np.zeros(dim, np.float32)) for a in spec.value_obs_agents])
+
+    def _ensure_actors(self, episode: _Episode, actor_ids: list[str]) -> None:
+        new = [a for a in actor_ids if a not in episode.actors]
+        if not new:
+            return
+        for actor_id, module_id in self._modules_for(episode.episode_id, new).items():
+            episode.actors[actor_id] = _Actor(actor_id, module_id, episode.t,
+                                              EpisodeRecorder(episode.episode_id, episode.training_enabled))
+
+    def get_action(self, episode_id: str, observations: Mapping[str, Any]) -> dict[str, Any]:
+        """Actions for the agents that observe now (dict by agent id, group members included)."""
+        episode = self._episodes[episode_id]
+        actor_obs = self._actor_observations(episode, observations)
+        self._ensure_actors(episode, list(actor_obs))
+        for actor_id, obs in actor_obs.items():
+            actor = episode.actors[actor_id]
+            actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
+        if episode.training_enabled and self._pending_steps >= self.link.env_steps_per_sample:
+            if self._sendable_steps() >= self.link.env_steps_per_sample:
+                self._exchange()
+        # One batched inference per module.
+        by_module: dict[str, list[str]] = {}
+        for actor_id in actor_obs:
+            by_module.setdefault(episode.actors[actor_id].module_id, []).append(actor_id)
+        actions: dict[str, Any] = {}
+        for module_id, actor_ids in by_module.items():
+            policy = self.policies[module_id]
+            batch = np.stack([actor_obs[a] for a in actor_ids])
+            dist_rows = policy.dist_inputs(batch)
+            for actor_id, dist in zip(actor_ids, dist_rows):
+                action, logp = sample(policy.action_space, dist, self._rng)
+                episode.actors[actor_id].recorder.act(action, logp, dist)
+                if episode.training_enabled:
+                    self._pending_steps += 1
+                self._split_action(actor_id, action, actions)
+        episode.t += 1
+        return actions
+
+    def _split_action(self, actor_id: str, action: Any, out: dict[str, Any]) -> None:
+        group = self.groups.get(actor_id)
+        if group is None:
+            out[actor_id] = action
+            return
+        flat = np.asarray(action).ravel()
+        share = len(flat) // len(group.members)
+        for i, member in enumerate(group.members):
+            part = flat[i * share:(i + 1) * share]
+            out[member] = int(part[0]) if share == 1 and part.dtype.kind in "iu" else part
+
+    def log_returns(self, episode_id: str, rewards: Mapping[str, float]) -> None:
+        """Add each agent's reward to its last action (group members' rewards combine)."""
+        episode = self._episodes[episode_id]
+        for agent_id, reward in rewards.items():
+            reward = float(reward)
+            group = self._group_of.get(agent_id)
+            actor_id = agent_id
+            if group is not None:
+                actor_id = group
+                if self.groups[group].reward == "mean":
+                    reward /= len(self.groups[group].members)
+            actor = episode.actors.get(actor_id)
+            episode.returns[actor_id] = episode.returns.get(actor_id, 0.0) + reward
+            if actor is not None:
+                actor.recorder.add_reward(reward)
+
+    def end_agents(self, episode_id: str, final_observations: Mapping[str, Any],
+                   truncated: bool | Mapping[str, bool] = False) -> None:
+        """Agents that leave the episode (terminated, or truncated when ``truncated`` says so)."""
+        episode = self._episodes[episode_id]
+        actor_obs = self._actor_observations(episode, final_observations)
+        for actor_id, obs in actor_obs.items():
+            actor = episode.actors.pop(actor_id, None)
+            if actor is None:
+                continue  # observed its end without ever acting: nothing to train on
+            is_trunc = truncated if isinstance(truncated, bool) else any(
+                truncated.get(a, False) for a in (self.groups[actor_id].members if actor_id in self.groups else [actor_id])
+            )
+            actor.recorder.finish(obs, bool(is_trunc), self._value_obs(episode, self.modules[actor.module_id]))
+            if actor.recorder.pending_steps:
+                episode.finished.append(actor)
+
+    def end_episode(self, episode_id: str, final_observations: Mapping[str, Any] | None = None,
+                    truncated: bool = False) -> dict[str, float]:
+        """End the episode: remaining agents end with ``final_observations``
+        (their latest observation if absent). Returns each actor's total reward."""
+        episode = self._episodes[episode_id]
+        final = dict(final_observations or {})
+        for actor_id in list(episode.actors):
+            members = self.groups[actor_id].members if actor_id in self.groups else (actor_id,)
+            for m in members:
+                if m not in final:
+                    final[m] = episode.latest_obs[m]
+        self.end_agents(episode_id, final, truncated)
+        episode.done, episode.truncated = True, truncated
+        if not episode.training_enabled:
+            del self._episodes[episode_id]  # a trained episode goes once its last record is sent
+        return dict(episode.returns)
+
+    # -- sending ---------------------------------------------------------------
+
+    def _sendable_steps(self) -> int:
+        held = 0
+        for episode in self._episodes.values():
+            for actor in episode.actors.values():
+                r = actor.recorder
+                if r.training_enabled and r.actions and len(r.obs) == len(r.actions):
+                    held += 1
+        return self._pending_steps - held
+
+    def _collect_records(self) -> list[dict[str, Any]]:
+        records = []
+        for episode_id in list(self._episodes):
+            episode = self._episodes[episode_id]
+            if not episode.training_enabled:
+                continue
+            agents: dict[str, Any] = {}
+            for actor in [*episode.finished, *episode.actors.values()]:
+                rec = actor.recorder.cut()
+                if rec is not None:
+                    rec.pop("episode_id", None)
+                    rec["module"] = actor.module_id
+                    rec["start_step"] = actor.start_step
+                    agents[actor.actor_id] = rec
+            episode.finished.clear()
+            ending = episode.done
+            if agents or ending:
+                records.append({"episode_id": episode_id, "is_terminated": ending and not episode.truncated,
+                                "is_truncated": ending and episode.truncated, "agents": agents})
+            if ending:
+                del self._episodes[episode_id]
+        self._pending_steps = sum(
+            a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
+        )
+        return records
+
+    def _exchange(self) -> None:
+        records = self._collect_records()
+        if not records:
+            return
+        steps = sum(len(a["actions"]) for r in records for a in r["agents"].values())
+        message = {"episodes": records, "env_steps": steps, "weights_seq_nos": dict(self.weights_seq_nos)}
+        if self.link.force_on_policy:
+            message["type"] = MessageType.EPISODES_AND_GET_STATE.value
+            self._apply_state(self.link.request(message))
+        else:
+            message["type"] = MessageType.EPISODES.value
+            self.link.send(message)
+            self.refresh_weights()
+        self.env_steps_sent += steps
+
+    def refresh_weights(self) -> None:
+        """GET_STATE: swap in every module whose weights changed."""
+        self._apply_state(self.link.request({"type": MessageType.GET_STATE.value,
+                                             "weights_seq_nos": dict(self.weights_seq_nos)}))
+        self.link.raise_deferred()
+
+    def flush(self) -> None:
+        """Send whatever experience is complete now."""
+        self._exchange()
+
+    def compute_actions(self, observations: Mapping[str, Any], episode_id: str = "") -> dict[str, Any]:
+        """Greedy actions for evaluation; records nothing."""
+        from .protocol.distributions import deterministic
+
+        episode = _Episode(episode_id or "eval", False)
+        actor_obs = self._actor_observations(episode, observations)
+        modules = self._modules_for(episode.episode_id, list(actor_obs))
+        out: dict[str, Any] = {}
+        for actor_id, obs in actor_obs.items():
+            policy = self.policies[modules[actor_id]]
+            dist = policy.dist_inputs(obs.reshape(1, -1))[0]
+            self._split_action(actor_id, deterministic(policy.action_space, dist), out)
+        return out
+
+    def close(self) -> None:
+        self.link.close()
+
+
+__all__ = ["MultiAgentClient"]
