@@ -53,6 +53,10 @@ class ServerConfig:
     policy_mapping: list | None = _opt(
         None, "policy-mapping rules, e.g. '[{\"pattern\": \"adversary_*\", \"module\": \"chaser\"}]'"
     )
+    policy_mapping_fn: str | None = _opt(
+        None, "instead of rules: a Python function 'package.module:function(agent_id, episode_id) -> module id'; "
+        "clients then ask the server once per new agent (MAP_AGENTS)"
+    )
     groups: dict | None = _opt(None, "agent groups: {group_id: {members: [...], reward: sum|mean}}")
     policies_to_train: list | None = _opt(None, "modules to train (default: every module marked trainable)")
 

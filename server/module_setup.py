@@ -82,8 +82,23 @@ def resolve_single_spaces(config: ServerConfig) -> tuple[Space, Space]:
     return obs, act
 
 
+def import_mapping_fn(path: str) -> MappingFn:
+    """Import 'package.module:function'."""
+    import importlib
+
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"policy_mapping_fn must look like 'package.module:function', got {path!r}")
+    fn = getattr(importlib.import_module(module_name), attr)
+    if not callable(fn):
+        raise ValueError(f"policy_mapping_fn {path!r} is not callable")
+    return fn
+
+
 def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> ModuleLayout:
     """Modules, hyperparameters, mapping and groups from the config; ValueError if inconsistent."""
+    if mapping_fn is None and config.policy_mapping_fn:
+        mapping_fn = import_mapping_fn(config.policy_mapping_fn)
     base = config.ppo_options()
     specs: dict[str, ModuleSpec] = {}
     hps: dict[str, PPOHyperparams] = {}

@@ -1,0 +1,154 @@
+"""Multi-agent protocol against a real server: modules, mapping, groups,
+frozen modules, agents joining and leaving, server-side mapping, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sdk_python import MultiAgentClient
+
+from ..integration.server_process import RawClient, ServerProcess
+
+BOX3 = {"type": "Box", "shape": [3], "low": -10, "high": 10}
+MODULES = {
+    "chaser": {"observation_space": BOX3, "action_space": {"type": "Discrete", "n": 2}},
+    "runner": {"observation_space": BOX3, "action_space": {"type": "Discrete", "n": 3}, "gamma": 0.5},
+    "pairmod": {"observation_space": {"type": "Box", "shape": [6], "low": -10, "high": 10},
+                "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]}},
+}
+MAPPING = [{"pattern": "adversary_*", "module": "chaser"}, {"agent_id": "good_0", "module": "runner"},
+           {"agent_id": "pair", "module": "pairmod"}]
+GROUPS = {"pair": {"members": ["m_0", "m_1"], "reward": "sum"}}
+
+
+def server_flags(*extra: str) -> list[str]:
+    return ["--modules", json.dumps(MODULES), "--policy-mapping", json.dumps(MAPPING), "--groups", json.dumps(GROUPS),
+            "--train-batch-size", "200", "--env-steps-per-sample", "50", *extra]
+
+
+def play(client: MultiAgentClient, episodes: int, rng: np.random.Generator) -> None:
+    """Adversaries act every step, good_0 every other step and leaves early, the pair acts as one."""
+    for _ in range(episodes):
+        eid = client.start_episode()
+        for t in range(12):
+            obs = {f"adversary_{i}": rng.normal(size=3) for i in range(2)}
+            obs.update({"m_0": rng.normal(size=3), "m_1": rng.normal(size=3)})
+            if t % 2 == 0 and t < 8:
+                obs["good_0"] = rng.normal(size=3)
+            actions = client.get_action(eid, obs)
+            assert set(actions) == set(obs)
+            assert actions["m_0"] in (0, 1) and actions["m_1"] in (0, 1)
+            client.log_returns(eid, {a: 1.0 for a in obs})
+            if t == 8:
+                client.end_agents(eid, {"good_0": rng.normal(size=3)})
+        client.end_episode(eid, {})
+
+
+def test_modules_mapping_groups_and_frozen_module(tmp_path) -> None:
+    with ServerProcess(tmp_path, *server_flags("--policies-to-train", "chaser,pairmod")) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=0)
+        assert set(client.policies) == {"chaser", "runner", "pairmod"}
+        assert client.groups["pair"].members == ("m_0", "m_1")
+        play(client, 30, np.random.default_rng(0))
+        client.flush()
+        sent = client.env_steps_sent
+        seqs = dict(client.weights_seq_nos)
+        client.close()
+        summary = server.stop()
+    assert summary["env_steps"] == sent
+    assert summary["modules_weights_seq_no"]["runner"] == 0, "runner is not in policies_to_train: frozen"
+    assert summary["modules_weights_seq_no"]["chaser"] >= 2 and seqs["chaser"] >= 1
+    # Per-module returns: adversaries get 12 per episode, good_0 4 (acts at t=0,2,4,6; rewards until it leaves),
+    # the pair 24 (two members' rewards summed).
+    assert summary["module_return_mean"]["chaser"] == pytest.approx(12.0)
+    assert summary["module_return_mean"]["runner"] == pytest.approx(4.0)
+    assert summary["module_return_mean"]["pairmod"] == pytest.approx(24.0)
+
+
+def test_server_side_mapping_function_is_asked_once_per_new_agent(tmp_path) -> None:
+    modules = {"red": MODULES["chaser"], "blue": MODULES["chaser"]}
+    with ServerProcess(tmp_path, "--modules", json.dumps(modules), "--policy-mapping-fn",
+                       "tests.multiagent.mapping_fns:by_prefix", "--train-batch-size", "100") as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1)
+        assert client.mapping is None
+        requests = []
+        original = client.link.request
+
+        def counting(message):
+            requests.append(message["type"])
+            return original(message)
+
+        client.link.request = counting
+        eid = client.start_episode("ep-1")
+        for t in range(20):
+            obs = {"red_0": np.zeros(3), "blue_0": np.zeros(3)}
+            if t >= 10:
+                obs["red_1"] = np.ones(3)  # joins later
+            client.get_action(eid, obs)
+        assert requests.count("MAP_AGENTS") == 2  # once for the first two, once for red_1
+        raw = RawClient(server.port)
+        reply = raw.request({"type": "MAP_AGENTS", "episode_id": "x", "agent_ids": ["red_9", "zed"]})
+        assert reply == {"type": "AGENT_MODULES", "modules": {"red_9": "red", "zed": "blue"}}
+        reply = raw.request({"type": "MAP_AGENTS", "episode_id": "x", "agent_ids": ["nobody_1"]})
+        assert reply["code"] == "UNMAPPED_AGENT"
+        raw.close()
+        client.end_episode(eid, {})
+        client.flush()
+        client.close()
+        summary = server.stop()
+    assert summary["env_steps"] == client.env_steps_sent == 50
+
+
+def agent_entry(module: str, steps: int = 2, obs_dim: int = 3, **overrides) -> dict:
+    entry = {"module": module, "start_step": 0, "obs": [[0.0] * obs_dim] * (steps + 1), "actions": [0] * steps,
+             "rewards": [1.0] * steps, "action_logp": [-0.7] * steps, "is_terminated": False, "is_truncated": False}
+    entry.update(overrides)
+    return entry
+
+
+def message(agents: dict, episode_id: str = "bad", done: bool = False) -> dict:
+    return {"type": "EPISODES_AND_GET_STATE", "episodes": [
+        {"episode_id": episode_id, "is_terminated": done, "is_truncated": False, "agents": agents}]}
+
+
+BAD = [
+    ("unknown_module", message({"adversary_0": agent_entry("ghost")}), "UNKNOWN_MODULE"),
+    ("unmapped_agent", message({"stranger": agent_entry("chaser")}), "UNMAPPED_AGENT"),
+    ("module_mismatch", message({"adversary_0": agent_entry("runner")}), "MODULE_MISMATCH"),
+    ("member_outside_group", message({"m_0": agent_entry("pairmod", obs_dim=6, actions=[[0, 1]] * 2)}),
+     "GROUP_MEMBER_OUTSIDE_GROUP"),
+    ("lengths_mismatch", message({"adversary_0": agent_entry("chaser", rewards=[1.0])}), "EPISODE_LENGTH_MISMATCH"),
+    ("obs_does_not_fit_module", message({"good_0": agent_entry("runner", obs_dim=4)}), "OBS_SHAPE_MISMATCH"),
+    ("action_outside_module_space", message({"adversary_0": agent_entry("chaser", actions=[0, 2])}),
+     "ACTION_OUT_OF_SPACE"),
+]
+
+
+def test_bad_multi_agent_input_gets_distinct_errors_and_other_client_loses_nothing(tmp_path) -> None:
+    with ServerProcess(tmp_path, *server_flags()) as server:
+        good = MultiAgentClient("127.0.0.1", server.port, seed=2)
+        rng = np.random.default_rng(2)
+        raw = RawClient(server.port)
+        codes = []
+        for _, msg, code in BAD:
+            play(good, 2, rng)  # the good client keeps training between bad messages
+            reply = raw.request(msg)
+            codes.append(reply.get("code"))
+            assert reply["type"] == "ERROR" and reply["code"] == code and reply["message"], reply
+        # An agent that terminated cannot act again in the same episode (even in a later message).
+        first = message({"adversary_0": agent_entry("chaser", is_terminated=True)}, episode_id="again")
+        assert raw.request(first)["type"] == "SET_STATE"
+        again = raw.request(message({"adversary_0": agent_entry("chaser")}, episode_id="again"))
+        assert again["code"] == "AGENT_ALREADY_DONE" and "adversary_0" in again["message"]
+        play(good, 2, rng)
+        good.flush()
+        raw.close()
+        sent = good.env_steps_sent
+        good.close()
+        summary = server.stop()
+    assert len(set(codes)) == len(codes)
+    # Stored: everything the good client sent plus the one valid raw chunk (2 steps); nothing of the bad ones.
+    assert summary["env_steps"] == sent + 2
