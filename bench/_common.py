@@ -165,3 +165,50 @@ def wait_for_port(port: int, proc: subprocess.Popen | None, timeout_s: float, po
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listening on port {port} after {timeout_s} s") from None
             time.sleep(poll_s)
+
+
+def run_server_with_clients(
+    server_args: list[str],
+    client_cmds: list[list[str]],
+    port: int,
+    timeout_s: float,
+    show_server_output: bool = False,
+) -> dict:
+    """Start ``tether serve`` (with ``server_args``), then the clients once it
+    listens; wait for the server to stop by itself (target or budget) or the
+    timeout. Returns the server's summary plus the bench's own timings:
+    ``t0`` (before the server started), ``listening_s``, ``wall_s`` and the host load."""
+    import json
+    import tempfile
+    import time
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
+        summary_file = Path(tmp) / "summary.json"
+        cmd = [sys.executable, "-m", "server.cli", "serve", "--summary-file", str(summary_file),
+               "--logdir", str(Path(tmp) / "run"), "--port", str(port), *server_args]
+        if not show_server_output:
+            cmd.append("--quiet")
+        host_load = HostLoad()
+        t0 = time.time()
+        server = spawn(cmd, stdout=sys.stderr if show_server_output else subprocess.DEVNULL)
+        clients: list[subprocess.Popen] = []
+        try:
+            listening_at = wait_for_port(port, server, timeout_s=timeout_s)
+            log(f"server listening on {port} after {listening_at - t0:.2f} s; starting {len(client_cmds)} client(s)")
+            clients = [spawn(c, stdout=subprocess.DEVNULL) for c in client_cmds]
+            try:
+                server.wait(timeout=max(1.0, timeout_s - (time.time() - t0)))
+            except subprocess.TimeoutExpired:
+                log(f"timeout after {timeout_s} s; stopping the server")
+                stop(server, grace_s=10.0)
+        finally:
+            for c in clients:
+                stop(c, grace_s=2.0)
+            stop(server, grace_s=10.0)
+        wall = time.time() - t0
+        load = host_load.stop()
+        if not summary_file.exists():
+            raise RuntimeError(f"server wrote no summary (exit code {server.returncode})")
+        summary = json.loads(summary_file.read_text())
+    return {"summary": summary, "t0": t0, "listening_s": listening_at - t0, "wall_s": wall, "load": load}

@@ -254,6 +254,95 @@ def session_cases() -> list[dict]:
     ]
 
 
+MAPPING_RULES = [
+    {"agent_id": "adversary_0", "module": "boss"},
+    {"pattern": "adversary_*", "module": "chaser"},
+    {"pattern": "car_[0-9]", "choose_from": ["car_a", "car_b", "car_c"]},
+    {"pattern": "good_?", "module": "runner"},
+]
+
+
+def mapping_cases() -> list[dict]:
+    """Policy-mapping rules -> module per (agent, episode), or UNMAPPED_AGENT.
+
+    choose_from picks index fnv1a32(utf8(episode_id + "\\x00" + agent_id)) % n.
+    """
+
+    def fnv1a32(data: bytes) -> int:
+        h = 0x811C9DC5
+        for byte in data:
+            h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+        return h
+
+    cases = []
+    for agent, episode in [("adversary_0", ""), ("adversary_7", "e1"), ("good_1", "e1"), ("good_10", "e1"),
+                           ("car_3", "ep-1"), ("car_3", "ep-2"), ("car_3", "ep-3"), ("car_5", "ep-1"),
+                           ("car_x", "ep-1"), ("plane", "e")]:
+        module: str | None = None
+        for rule in MAPPING_RULES:
+            import fnmatch
+
+            hit = agent == rule["agent_id"] if "agent_id" in rule else fnmatch.fnmatchcase(agent, rule["pattern"])
+            if hit:
+                if "module" in rule:
+                    module = rule["module"]
+                else:
+                    choices = rule["choose_from"]
+                    module = choices[fnv1a32(f"{episode}\x00{agent}".encode()) % len(choices)]
+                break
+        case = {"name": f"{agent}@{episode or 'none'}", "agent_id": agent, "episode_id": episode}
+        if module is None:
+            case["error"] = "UNMAPPED_AGENT"
+        else:
+            case["module"] = module
+        cases.append(case)
+    cases.append({"name": "fnv1a_empty", "fnv1a32_of_hex": "", "fnv1a32": fnv1a32(b"")})
+    cases.append({"name": "fnv1a_foobar", "fnv1a32_of_hex": b"foobar".hex(), "fnv1a32": fnv1a32(b"foobar")})
+    cases.append({"name": "fnv1a_utf8", "fnv1a32_of_hex": "ep\x00agent_é".encode().hex(),
+                  "fnv1a32": fnv1a32("ep\x00agent_é".encode())})
+    return cases
+
+
+def multi_agent_episode_cases() -> list[dict]:
+    """Multi-agent records checked against modules (not mapping): -> agent steps, or error code."""
+    box3 = {"type": "Box", "shape": [3], "low": -1, "high": 1}
+    modules = {"m": {"observation_space": box3, "action_space": {"type": "Discrete", "n": 2}},
+               "critic": {"observation_space": box3, "action_space": {"type": "Discrete", "n": 2},
+                          "value_obs_agents": ["a", "b"]}}
+
+    def agent(module: str = "m", steps: int = 2, **kw: object) -> dict:
+        entry = {"module": module, "start_step": 0, "obs": [[0.0, 0.0, 0.0]] * (steps + 1), "actions": [1] * steps,
+                 "rewards": [0.5] * steps, "action_logp": [-0.7] * steps, "is_terminated": False,
+                 "is_truncated": False}
+        entry.update(kw)
+        return entry
+
+    def case(name: str, agents: dict, steps: int | None = None, code: str | None = None, **record: object) -> dict:
+        rec = {"episode_id": "e", "is_terminated": False, "is_truncated": False, "agents": agents}
+        rec.update(record)
+        out = {"name": name, "modules": modules, "require_logp": True, "record": rec}
+        if code:
+            out["error"] = code
+        else:
+            out["agent_steps"] = steps
+        return out
+
+    return [
+        case("two_agents", {"a": agent(), "b": agent(steps=3)}, 5),
+        case("agent_joins_late", {"a": agent(start_step=7)}, 2),
+        case("closing_record_without_agents", {}, 0, is_terminated=True),
+        case("agent_terminated", {"a": agent(is_terminated=True)}, 2),
+        case("central_critic", {"a": agent("critic", value_obs=[[0.0] * 6] * 3)}, 2),
+        case("unknown_module", {"a": agent("nope")}, code="UNKNOWN_MODULE"),
+        case("agent_lengths_mismatch", {"a": agent(rewards=[1.0])}, code="EPISODE_LENGTH_MISMATCH"),
+        case("agent_obs_wrong_shape", {"a": agent(obs=[[0.0, 0.0]] * 3)}, code="OBS_SHAPE_MISMATCH"),
+        case("central_critic_missing_value_obs", {"a": agent("critic")}, code="OBS_SHAPE_MISMATCH"),
+        case("central_critic_wrong_width", {"a": agent("critic", value_obs=[[0.0] * 3] * 3)}, code="OBS_SHAPE_MISMATCH"),
+        case("negative_start_step", {"a": agent(start_step=-1)}, code="INVALID_FIELD"),
+        case("agents_not_object", [], code="INVALID_FIELD"),
+    ]
+
+
 def main() -> None:
     files = {
         "framing.json": framing_cases(),
@@ -262,11 +351,16 @@ def main() -> None:
         "episodes.json": episode_cases(),
         "logp.json": logp_cases(),
         "session.json": session_cases(),
+        "policy_mapping.json": mapping_cases(),
+        "multi_agent_episodes.json": multi_agent_episode_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
-        (HERE / name).write_text(json.dumps({"version": "1.2", "cases": cases}, indent=1, ensure_ascii=False) + "\n")
+        extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
+        (HERE / name).write_text(
+            json.dumps({"version": "1.2", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+        )
         print(f"wrote {name}: {len(cases)} cases")
 
 

@@ -24,6 +24,8 @@ from sdk_python.protocol import (
 )
 
 from sdk_python.protocol.messages import EXPECTED_RESPONSE
+from sdk_python.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
+from sdk_python.protocol.policy_mapping import PolicyMapping, fnv1a32
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance"
 
@@ -128,3 +130,33 @@ def test_session_vector(case: dict) -> None:
         else:
             got.append(EXPECTED_RESPONSE[event.kind].value)
     assert got == case["responses"]
+
+
+MAPPING = json.loads((VECTORS / "policy_mapping.json").read_text())
+
+
+@pytest.mark.parametrize("case", MAPPING["cases"], ids=ids(MAPPING["cases"]))
+def test_policy_mapping_vector(case: dict) -> None:
+    if "fnv1a32" in case:
+        assert fnv1a32(bytes.fromhex(case["fnv1a32_of_hex"])) == case["fnv1a32"]
+        return
+    mapping = PolicyMapping.from_json(MAPPING["rules"])
+    if "error" in case:
+        with pytest.raises(MessageError) as info:
+            mapping.module_for(case["agent_id"], case["episode_id"])
+        assert info.value.code.value == case["error"]
+    else:
+        assert mapping.module_for(case["agent_id"], case["episode_id"]) == case["module"]
+
+
+@pytest.mark.parametrize("case", cases("multi_agent_episodes.json"), ids=ids(cases("multi_agent_episodes.json")))
+def test_multi_agent_episode_vector(case: dict) -> None:
+    modules = {m: ModuleSpec.from_json(m, spec) for m, spec in case["modules"].items()}
+    try:
+        record = decode_multi_agent_record(case["record"], 0, modules, case["require_logp"])
+    except MessageError as exc:
+        assert "error" in case, f"unexpected {exc}"
+        assert exc.code.value == case["error"]
+        return
+    assert "error" not in case, f"expected {case.get('error')}"
+    assert record.agent_steps == case["agent_steps"]
