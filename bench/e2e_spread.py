@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.wait_quiet > 0:
         wait_until_quiet(args.wait_quiet)
     port = args.port or free_port()
-    client = str(REPO_ROOT / "examples/simple_spread_client.py")
+    client = str(REPO_ROOT / "examples/pettingzoo_client.py")
     run = run_server_with_clients(
         ["--config", args.config, "--max-env-steps", str(args.env_steps * AGENTS), "--seed", str(args.seed),
          *args.server_arg],
-        [[sys.executable, client, "--port", str(port), "--seed", str(args.seed + i)] for i in range(args.clients)],
+        [[sys.executable, client, "--game", "simple_spread", "--port", str(port), "--seed", str(args.seed + i)] for i in range(args.clients)],
         port, args.timeout, args.show_server_output,
     )
     summary = run["summary"]

@@ -2,7 +2,7 @@
 
 Starts ``tether serve --config examples/configs/two_step_game.toml`` (agent_0
 and agent_1 grouped into one agent, one module) and one client process
-(examples/two_step_game_client.py, the PettingZoo env through the
+(examples/pettingzoo_client.py --game two_step, the PettingZoo env through the
 multi-agent SDK), and prints one JSON object::
 
     {"time_to_8_s": ..., "env_steps_to_8": ..., ...}
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     run = run_server_with_clients(
         ["--config", str(REPO_ROOT / "examples/configs/two_step_game.toml"), "--stop-at-return", str(TARGET),
          "--max-env-steps", str(args.max_env_steps), "--seed", str(args.seed)],
-        [[sys.executable, str(REPO_ROOT / "examples/two_step_game_client.py"), "--port", str(port),
+        [[sys.executable, str(REPO_ROOT / "examples/pettingzoo_client.py"), "--game", "two_step", "--port", str(port),
           "--seed", str(args.seed)]],
         port, args.timeout, args.show_server_output,
     )

@@ -26,3 +26,31 @@ def test_grouped_two_step_game_reaches_the_optimum() -> None:
     assert result["reached"], result
     assert result["return_mean_final"] >= 7.95
     assert result["env_steps_to_8"] <= 20_000
+
+
+def serve_and_play(tmp_path, config: str, game: str, budget_agent_steps: int, *flags: str) -> dict:
+    """A real server from an example config and one real client process, until the budget is spent."""
+    from ..integration.server_process import ServerProcess
+
+    server = ServerProcess(tmp_path, "--config", str(REPO / "examples/configs" / config), "--max-env-steps",
+                           str(budget_agent_steps), *flags).start()
+    client = subprocess.Popen([sys.executable, str(REPO / "examples/pettingzoo_client.py"), "--game", game,
+                               "--port", str(server.port)], cwd=REPO, stdout=subprocess.DEVNULL)
+    try:
+        return server.wait(timeout=600)
+    finally:
+        client.kill()
+        server.kill()
+
+
+@pytest.mark.slow
+def test_simple_tag_maps_adversaries_and_good_agent_to_two_modules(tmp_path) -> None:
+    summary = serve_and_play(tmp_path, "simple_tag.toml", "simple_tag", 120_000, "--seed", "0")
+    seqs = summary["modules_weights_seq_no"]
+    assert seqs["chaser"] >= 10 and seqs["runner"] >= 10, "both modules train, on their own agents' data"
+    returns = summary["module_return_mean"]
+    # Tagging pays the adversaries +10 and costs the good agent -10 per touch: the two
+    # modules' returns have opposite signs once the chasers catch anything.
+    assert returns["chaser"] > 0 > returns["runner"], returns
+    assert (tmp_path / "server-run" / "policy-chaser.onnx").exists()
+    assert (tmp_path / "server-run" / "policy-runner.onnx").exists()
