@@ -54,3 +54,16 @@ def test_simple_tag_maps_adversaries_and_good_agent_to_two_modules(tmp_path) -> 
     assert returns["chaser"] > 0 > returns["runner"], returns
     assert (tmp_path / "server-run" / "policy-chaser.onnx").exists()
     assert (tmp_path / "server-run" / "policy-runner.onnx").exists()
+
+
+@pytest.mark.slow
+def test_rps_learned_policy_beats_both_heuristics(tmp_path) -> None:
+    from ..integration.server_process import ServerProcess
+
+    with ServerProcess(tmp_path, "--config", str(REPO / "examples/configs/rps.toml"), "--seed", "0") as server:
+        out = subprocess.run([sys.executable, str(REPO / "examples/rps_client.py"), "--port", str(server.port)],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+        server.stop()
+    evaluation = json.loads(out.stdout.strip().splitlines()[-1])
+    # 30 rounds per episode, +1 per win, -1 per loss: a random policy averages 0.
+    assert evaluation["repeat_last"] > 10 and evaluation["beat_last"] > 10, evaluation

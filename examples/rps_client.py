@@ -1,0 +1,94 @@
+"""Rock-paper-scissors (PettingZoo classic rps_v2): a learned policy against fixed heuristics.
+
+player_0 is trained by Tether (module "learner"); player_1 is played here by
+one of two heuristics, picked at random per episode, as in RLlib's
+rock-paper-scissors example:
+
+- repeat_last: plays its own previous move again (a random first move);
+- beat_last: plays the move that beats player_0's previous move.
+
+The learner observes the opponent's last move and its own last move (one-hot,
+4 values each: rock, paper, scissors, none). Start the server first::
+
+    tether serve --config examples/configs/rps.toml --port 5558
+    python examples/rps_client.py --port 5558
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sdk_python import MultiAgentClient, TetherConnectionError  # noqa: E402
+
+NONE = 3
+BEATS = {0: 1, 1: 2, 2: 0}  # the move that beats rock (0) is paper (1), ...
+
+
+def features(opponent_last: int, own_last: int) -> np.ndarray:
+    x = np.zeros(8, np.float32)
+    x[opponent_last] = 1.0
+    x[4 + own_last] = 1.0
+    return x
+
+
+def heuristic_move(kind: str, own_last: int, learner_last: int, rng: random.Random) -> int:
+    if kind == "repeat_last":
+        return own_last if own_last != NONE else rng.randrange(3)
+    return BEATS[learner_last] if learner_last != NONE else rng.randrange(3)
+
+
+def play(client: MultiAgentClient, episodes: int, rng: random.Random, greedy: bool = False) -> dict[str, list[float]]:
+    """Episodes of rps_v2; returns player_0's return per episode, by heuristic."""
+    from pettingzoo.classic import rps_v2
+
+    env = rps_v2.parallel_env(max_cycles=30)
+    results: dict[str, list[float]] = {"repeat_last": [], "beat_last": []}
+    for _ in range(episodes):
+        kind = rng.choice(list(results))
+        env.reset(seed=rng.randrange(1 << 30))
+        eid = client.start_episode(training_enabled=not greedy)
+        mine = theirs = NONE
+        total = 0.0
+        while env.agents:
+            obs = {"player_0": features(theirs, mine)}
+            move = client.compute_actions(obs)["player_0"] if greedy else client.get_action(eid, obs)["player_0"]
+            their_move = heuristic_move(kind, theirs, mine, rng)
+            _, rewards, terminations, truncations, _ = env.step({"player_0": int(move), "player_1": their_move})
+            client.log_returns(eid, {"player_0": rewards["player_0"]})
+            total += rewards["player_0"]
+            mine, theirs = int(move), their_move
+        client.end_episode(eid, {"player_0": features(theirs, mine)}, truncated=True)
+        results[kind].append(total)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5555)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=600, help="training episodes")
+    parser.add_argument("--eval-episodes", type=int, default=40, help="greedy evaluation episodes afterwards")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    try:
+        client = MultiAgentClient(args.host, args.port, client_name="rps", seed=args.seed, reconnect_timeout_s=5)
+        play(client, args.episodes, rng)
+        client.flush()
+        client.refresh_weights()
+        evaluation = play(client, args.eval_episodes, rng, greedy=True)
+        print(json.dumps({k: float(np.mean(v)) if v else None for k, v in evaluation.items()}), flush=True)
+    except (TetherConnectionError, KeyboardInterrupt):
+        pass
+
+
+if __name__ == "__main__":
+    main()
