@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds (default: 120)")
     parser.add_argument("--profile", metavar="FILE", default=None,
                         help="run the server under cProfile and write its stats to FILE")
+    parser.add_argument("--agents", type=int, default=0,
+                        help="multi-agent case: agents per episode record (e.g. 16); prints agent_steps_per_s "
+                             "(--chunk-steps then counts agent steps per message) (default: 0, single-agent)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
     add_quiet_argument(parser)
@@ -78,6 +81,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # -- the message ------------------------------------------------------------------
+
+
+def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_seq_no: int, kind: str
+                              ) -> tuple[bytes, int, int]:
+    """One encoded frame of multi-agent records (protocol 1.2): each record is an
+    episode in which ``agents`` agents, all mapped to module "m", each play a
+    CartPole episode of at most chunk_steps / agents steps. Returns (frame, agent steps, records)."""
+    import json as _json
+
+    from sdk_python.protocol import encode_frame
+
+    per_agent = max(1, chunk_steps // agents)
+    records, steps, k = [], 0, 0
+    while steps < chunk_steps:
+        entries = {}
+        for j in range(agents):
+            frame, agent_steps, _ = build_message(per_agent, seed * 100_003 + k * agents + j, 0, kind)
+            single = _json.loads(frame[8:])["episodes"][0]
+            single.pop("episode_id", None)
+            single.update(module="m", start_step=0)
+            entries[f"agent_{j}"] = single
+            steps += len(single["actions"])
+        records.append({"episode_id": f"bench-ma-{seed}-{k}", "is_terminated": True, "is_truncated": False,
+                        "agents": entries})
+        k += 1
+    message = {"type": kind, "episodes": records, "env_steps": steps, "weights_seq_nos": {"m": weights_seq_no}}
+    return encode_frame(message), steps, len(records)
 
 
 def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str) -> tuple[bytes, int, int]:
@@ -168,8 +198,12 @@ def worker(args: argparse.Namespace) -> int:
     sock.sendall(encode_frame({"type": "GET_STATE"}))
     seq = _expect(reader.frame(), "SET_STATE")["weights_seq_no"]
     kind = "EPISODES_AND_GET_STATE" if args.mode == "episodes_and_get_state" else "EPISODES"
-    frame, steps, episodes = build_message(args.chunk_steps, args.worker_seed, seq, kind)
-    get_state = encode_frame({"type": "GET_STATE", "weights_seq_no": seq})
+    if args.agents:
+        frame, steps, episodes = build_multi_agent_message(args.chunk_steps, args.agents, args.worker_seed, seq, kind)
+        get_state = encode_frame({"type": "GET_STATE", "weights_seq_nos": {"m": seq}})
+    else:
+        frame, steps, episodes = build_message(args.chunk_steps, args.worker_seed, seq, kind)
+        get_state = encode_frame({"type": "GET_STATE", "weights_seq_no": seq})
     print(json.dumps({"ready": True, "frame_bytes": len(frame), "steps": steps, "episodes": episodes}), flush=True)
 
     go = json.loads(sys.stdin.readline())
@@ -249,6 +283,12 @@ def run(args: argparse.Namespace) -> dict:
             "--summary-file", str(summary_file),
             "--quiet",
         ]
+        if args.agents:
+            box4 = {"type": "Box", "shape": [4], "low": "-inf", "high": "inf"}
+            server_cmd += [
+                "--modules", json.dumps({"m": {"observation_space": box4, "action_space": {"type": "Discrete", "n": 2}}}),
+                "--policy-mapping", json.dumps([{"pattern": "*", "module": "m"}]),
+            ]
         host_load = HostLoad()
         server = spawn(server_cmd, stdout=subprocess.DEVNULL)
         workers: list[subprocess.Popen] = []
@@ -257,7 +297,8 @@ def run(args: argparse.Namespace) -> dict:
             me = str(Path(__file__).resolve())
             for i in range(args.clients):
                 workers.append(spawn(
-                    [sys.executable, me, "--worker", "--worker-seed", str(i), "--port", str(port),
+                    [sys.executable, me, "--worker", "--worker-seed", str(i), "--agents", str(args.agents),
+                     "--port", str(port),
                      "--mode", args.mode, "--pipeline", str(args.pipeline), "--chunk-steps", str(args.chunk_steps)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                 ))
@@ -316,6 +357,10 @@ def run(args: argparse.Namespace) -> dict:
     }
     if args.mode == "episodes":
         result["pipeline"] = args.pipeline
+    if args.agents:
+        # Every agent step is one validated, stored step of one agent.
+        result = {"agent_steps_per_s": result["env_steps_per_s"], "agents_per_episode": args.agents, **result}
+        del result["env_steps_per_s"]
     return result
 
 
@@ -327,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.wait_quiet > 0:
         wait_until_quiet(args.wait_quiet)
     result = run(args)
-    log(f"{result['env_steps_per_s']:.0f} env steps/s ({result})")
+    log(f"{result.get('env_steps_per_s', result.get('agent_steps_per_s')):.0f} steps/s ({result})")
     print(json.dumps(result), flush=True)
     return 0 if result["verified"] else 1
 
