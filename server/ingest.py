@@ -26,18 +26,18 @@ class EpisodeIngest:
         self.require_logp = require_logp
         #: (connection, episode_id) -> agents that terminated or were truncated.
         self._done: dict[tuple[Hashable, str | None], set[str]] = {}
-        #: (episode_id, agent_id) -> module, for a server-side mapping function.
-        self._assigned: dict[tuple[str, str], str] = {}
+        #: (connection, episode_id) -> {agent_id: module}, for a server-side mapping function.
+        self._assigned: dict[tuple[Hashable, str], dict[str, str]] = {}
 
     # -- mapping ---------------------------------------------------------------
 
-    def module_for(self, agent_id: str, episode_id: str) -> str:
+    def module_for(self, connection: Hashable, agent_id: str, episode_id: str) -> str:
         """The module of an agent that first appears in ``episode_id``; raises MessageError."""
         layout = self.layout
         if layout.mapping is not None:
             return layout.mapping.module_for(agent_id, episode_id)
-        key = (episode_id, agent_id)
-        module = self._assigned.get(key)
+        assigned = self._assigned.setdefault((connection, episode_id), {})
+        module = assigned.get(agent_id)
         if module is None:
             try:
                 module = layout.module_for(agent_id, episode_id)
@@ -47,16 +47,22 @@ class EpisodeIngest:
                 raise MessageError(
                     ErrorCode.UNKNOWN_MODULE, f"mapping function put agent {agent_id!r} on unknown module {module!r}"
                 )
-            self._assigned[key] = module
+            assigned[agent_id] = module
         return module
 
-    def assign(self, message: dict[str, Any]) -> dict[str, str]:
+    def assign(self, connection: Hashable, message: dict[str, Any]) -> dict[str, str]:
         """Answer a MAP_AGENTS request: the module of each agent id."""
-        episode_id = message.get("episode_id", "")
+        episode_id = message.get("episode_id")
+        episode_id = "" if episode_id is None else episode_id
         agent_ids = message.get("agent_ids")
         if not isinstance(agent_ids, list) or not all(isinstance(a, str) for a in agent_ids):
             raise MessageError(ErrorCode.INVALID_FIELD, '"agent_ids" must be a list of strings')
-        return {a: self.module_for(a, str(episode_id)) for a in agent_ids}
+        for a in agent_ids:
+            group = self.layout.group_of(a)
+            if group is not None:
+                raise MessageError(ErrorCode.GROUP_MEMBER_OUTSIDE_GROUP,
+                                   f"{a!r} is a member of group {group!r}: ask for the group id instead")
+        return {a: self.module_for(connection, a, str(episode_id)) for a in agent_ids}
 
     # -- episodes --------------------------------------------------------------
 
@@ -79,8 +85,7 @@ class EpisodeIngest:
         for rec in out:
             if rec.is_terminated or rec.is_truncated:
                 self._done.pop((connection, rec.episode_id), None)
-                for a in rec.agents:
-                    self._assigned.pop((rec.episode_id or "", a.agent_id), None)
+                self._assigned.pop((connection, rec.episode_id or ""), None)
         return out
 
     def _single_agent(self, record: Any, index: int) -> MultiAgentRecord:
@@ -111,7 +116,7 @@ class EpisodeIngest:
                     f"{where}: {agent.agent_id!r} is a member of group {group!r} and must be reported as part of it",
                 )
             try:
-                expected = self.module_for(agent.agent_id, record.episode_id or "")
+                expected = self.module_for(connection, agent.agent_id, record.episode_id or "")
             except MessageError as exc:
                 raise MessageError(exc.code, f"{where}: {exc.message}") from None
             if agent.module_id != expected:
@@ -132,3 +137,5 @@ class EpisodeIngest:
         """Drop a disconnected client's per-episode state."""
         for key in [k for k in self._done if k[0] == connection]:
             del self._done[key]
+        for akey in [k for k in self._assigned if k[0] == connection]:
+            del self._assigned[akey]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sdk_python.protocol.errors import MessageError
 from sdk_python.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
 from sdk_python.protocol.policy_mapping import PolicyMapping
 from sdk_python.protocol.spaces import Space, from_gymnasium, space_from_json
@@ -47,11 +46,14 @@ class ModuleLayout:
         return None
 
     def default_module(self) -> str | None:
-        """The module a single-agent (v1) record's agent maps to, if any."""
-        try:
-            return self.module_for(DEFAULT_AGENT_ID, "")
-        except MessageError:
-            return None
+        """The module a single-agent (v1) record's agent maps to, if any (decided once)."""
+        if not hasattr(self, "_default_module"):
+            try:
+                module: str | None = self.module_for(DEFAULT_AGENT_ID, "")
+            except Exception:  # no rule, or a mapping function that refuses default_agent
+                module = None
+            self._default_module = module if module in self.specs else None
+        return self._default_module
 
     def module_for(self, agent_id: str, episode_id: str) -> str:
         if self.mapping is not None:

@@ -118,7 +118,7 @@ class TetherServer:
             if kind is MessageType.GET_STATE:
                 return self._send_state(session, connection, self._client_holds(message))
             if kind is MessageType.MAP_AGENTS:
-                modules = self.ingest.assign(message)
+                modules = self.ingest.assign(session.id, message)
                 return encode_frame({"type": MessageType.AGENT_MODULES.value, "modules": modules})
             # EPISODES or EPISODES_AND_GET_STATE
             records = self.ingest.decode(session.id, message)

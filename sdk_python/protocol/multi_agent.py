@@ -198,7 +198,10 @@ def decode_multi_agent_record(
             raise MessageError(exc.code, f"{exc.message.replace(where, where + '.agents[' + repr(agent_id) + ']', 1)}") from None
         if spec.value_obs_dim is not None:
             value_obs = entry.get("value_obs")
-            arr = np.asarray(value_obs, dtype=np.float32) if isinstance(value_obs, list) else None
+            try:
+                arr = np.asarray(value_obs, dtype=np.float32) if isinstance(value_obs, list) else None
+            except (ValueError, TypeError):
+                arr = None  # ragged rows or non-numbers: reported as a shape mismatch below
             if arr is None or arr.shape != (chunk.obs.shape[0], spec.value_obs_dim):
                 raise MessageError(
                     ErrorCode.OBS_SHAPE_MISMATCH,
