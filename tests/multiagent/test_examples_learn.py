@@ -67,3 +67,13 @@ def test_rps_learned_policy_beats_both_heuristics(tmp_path) -> None:
     evaluation = json.loads(out.stdout.strip().splitlines()[-1])
     # 30 rounds per episode, +1 per win, -1 per loss: a random policy averages 0.
     assert evaluation["repeat_last"] > 10 and evaluation["beat_last"] > 10, evaluation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["simple_spread.toml", "simple_spread_mappo.toml"], ids=["shared", "mappo"])
+def test_simple_spread_learns_well_above_random(config: str) -> None:
+    """100k env steps (a third of the benchmark's budget): clearly better than a
+    uniformly random policy, which scores about -27 per agent."""
+    result = bench("e2e_spread.py", "--env-steps", "100000", "--config", str(REPO / "examples/configs" / config))
+    assert result["env_steps"] == 100_000
+    assert result["mean_agent_return_final"] > -22.5, result
