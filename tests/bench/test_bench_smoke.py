@@ -38,3 +38,13 @@ def test_e2e_cartpole_keys() -> None:
     result = run_bench("e2e_cartpole.py", "--clients", "1")
     assert set(result) >= {"time_to_450_s", "env_steps_to_450", "clients"}
     assert result["clients"] == 1 and result["env_steps_to_450"] <= 300_000
+
+
+def test_ingest_multi_agent_case_keys() -> None:
+    result = run_bench("ingest.py", "--agents", "16", "--clients", "2", "--seconds", "1", "--warmup", "0.5")
+    assert result["agent_steps_per_s"] > 0 and result["verified"] is True and result["agents_per_episode"] == 16
+
+
+def test_e2e_two_step_keys() -> None:
+    result = run_bench("e2e_two_step.py")
+    assert set(result) >= {"time_to_8_s", "env_steps_to_8"} and result["reached"] is True
