@@ -5,7 +5,8 @@
 
 Games: simple_spread (mpe2, N=3, 25 cycles, discrete), simple_tag (mpe2, 3
 adversaries, 1 good agent, 2 obstacles, discrete), two_step (the grouped
-two-step game). Each runs through multiagent.pettingzoo_adapter with the
+two-step game), rooms_hierarchical and rooms_flat (the maze of rooms with a
+two-level hierarchy, or one flat agent). Each runs through multiagent.pettingzoo_adapter with the
 multi-agent SDK; the server's config decides modules, mapping and groups.
 """
 
@@ -41,7 +42,22 @@ def _two_step() -> Any:
     return TwoStepGame()
 
 
-GAMES: dict[str, Callable[[], Any]] = {"simple_spread": _simple_spread, "simple_tag": _simple_tag, "two_step": _two_step}
+def _rooms(mode: str) -> Callable[[], Any]:
+    def make() -> Any:
+        from multiagent.envs.rooms_maze import RoomsMaze
+
+        return RoomsMaze(mode=mode)
+
+    return make
+
+
+GAMES: dict[str, Callable[[], Any]] = {
+    "simple_spread": _simple_spread,
+    "simple_tag": _simple_tag,
+    "two_step": _two_step,
+    "rooms_hierarchical": _rooms("hierarchical"),
+    "rooms_flat": _rooms("flat"),
+}
 
 
 def main() -> None:

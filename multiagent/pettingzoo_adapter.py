@@ -23,6 +23,10 @@ def run_parallel_env(
 ) -> list[dict[str, float]]:
     """Play episodes of a PettingZoo ParallelEnv; returns each episode's returns per actor.
 
+    An env with an ``acting_agents()`` method (agents acting at their own rates,
+    e.g. the levels of a hierarchy) has only those agents' actions computed;
+    the others' observations still arrive, and their rewards still accumulate.
+
     Stops after ``max_episodes`` episodes or ``max_steps`` env steps, or when
     ``on_episode_end(returns)`` returns True.
     """
@@ -35,8 +39,11 @@ def run_parallel_env(
         eid = client.start_episode(training_enabled=training_enabled)
         all_truncated = True
         while env.agents:
-            actions = client.get_action(eid, {a: obs[a] for a in env.agents})
-            obs, rewards, terminations, truncations, _ = env.step(actions)
+            acting = env.acting_agents() if hasattr(env, "acting_agents") else list(env.agents)
+            actions = client.get_action(eid, {a: obs[a] for a in acting})
+            # Agents that live but do not act now (a hierarchy's upper level) still need an action.
+            full = {a: actions[a] if a in actions else env.action_space(a).sample() for a in env.agents}
+            obs, rewards, terminations, truncations, _ = env.step(full)
             steps += 1
             client.log_returns(eid, rewards)
             done = [a for a in rewards if terminations.get(a) or truncations.get(a)]

@@ -26,3 +26,27 @@ def test_two_step_game_payoffs() -> None:
     env = TwoStepGame()
     obs, _ = env.reset()
     assert np.array_equal(obs["agent_1"], [1, 0, 0, 1])
+
+
+def test_rooms_maze_passes_parallel_api_test_in_both_modes() -> None:
+    from multiagent.envs.rooms_maze import RoomsMaze
+
+    for mode in ("hierarchical", "flat"):
+        parallel_api_test(RoomsMaze(mode=mode), num_cycles=400)
+
+
+def test_rooms_maze_hierarchy_spawns_and_retires_low_level_agents() -> None:
+    from multiagent.envs.rooms_maze import RoomsMaze
+
+    env = RoomsMaze()
+    obs, _ = env.reset()
+    assert env.acting_agents() == ["high_level"]
+    obs, rewards, terms, truncs, _ = env.step({"high_level": 1})  # go right: spawns low_level_0
+    assert env.agents == ["high_level", "low_level_0"] and env.acting_agents() == ["low_level_0"]
+    # Walk right along the middle row: through the door into the room on the right.
+    for _ in range(4):
+        obs, rewards, terms, truncs, _ = env.step({"high_level": 0, "low_level_0": 1})
+    assert terms["low_level_0"] and rewards["low_level_0"] > 0.9
+    assert env.agents == ["high_level"] and env.acting_agents() == ["high_level"]
+    env.step({"high_level": 0})  # up: the maze's outer wall, nothing spawns
+    assert env.agents == ["high_level"]

@@ -77,3 +77,11 @@ def test_simple_spread_learns_well_above_random(config: str) -> None:
     result = bench("e2e_spread.py", "--env-steps", "100000", "--config", str(REPO / "examples/configs" / config))
     assert result["env_steps"] == 100_000
     assert result["mean_agent_return_final"] > -22.5, result
+
+
+def test_hierarchy_runs_through_tether_with_one_module_per_level(tmp_path) -> None:
+    """High and low levels act at their own rates; each low-level agent is a new id
+    mapped by pattern; both modules receive experience and train."""
+    summary = serve_and_play(tmp_path, "rooms_hierarchical.toml", "rooms_hierarchical", 20_000, "--seed", "0")
+    assert summary["modules_weights_seq_no"]["high"] >= 1 and summary["modules_weights_seq_no"]["low"] >= 1
+    assert set(summary["module_return_mean"]) == {"high", "low"}
