@@ -12,12 +12,13 @@ the top-left room and must enter the bottom-right room.
   (terminated, reward +1) or runs out of ``low_level_steps`` (truncated); its
   observation carries that goal. Then ``high_level`` decides again. A choice
   into the maze's outer wall spends the decision and spawns nothing.
-- Rewards come from the env per level: ``high_level`` gets -0.01 per env step
-  and +1 when the walker enters the goal room; each low-level agent gets -0.01
-  per step and +1 when it reaches its room.
+- Rewards come from the env per level: ``high_level`` gets +1 when the walker
+  enters the goal room (and -0.05 for choosing the outer wall); each low-level agent gets -0.01 per step and +1 when it
+  reaches its room.
 
-``mode="flat"``: one agent ``walker`` acts every step; -0.01 per step, +1 on
-entering the goal room. Same dynamics and step budget.
+``mode="flat"``: one agent ``walker`` acts every step and gets +1 on entering
+the goal room. Same dynamics and step budget. For ``walker`` and
+``high_level`` the mean episode return is the success rate.
 
 Observations: ``walker`` sees the offset to the goal room's centre and its
 place inside its current room; a low-level agent sees the same for the first
@@ -40,6 +41,7 @@ from pettingzoo import ParallelEnv
 
 MOVES = np.array([[-1, 0], [0, 1], [1, 0], [0, -1]])  # up, right, down, left
 STEP_COST = 0.01
+WALL_PENALTY = 0.05
 
 
 class RoomsMaze(ParallelEnv):
@@ -48,7 +50,7 @@ class RoomsMaze(ParallelEnv):
     metadata = {"name": "rooms_maze_v0", "render_modes": []}
 
     def __init__(self, mode: str = "hierarchical", rooms: int = 4, room_size: int = 5, max_steps: int = 200,
-                 low_level_steps: int = 15) -> None:
+                 low_level_steps: int = 20) -> None:
         if mode not in ("hierarchical", "flat"):
             raise ValueError("mode must be 'hierarchical' or 'flat'")
         self.mode = mode
@@ -90,7 +92,7 @@ class RoomsMaze(ParallelEnv):
 
     @functools.lru_cache(maxsize=None)
     def observation_space(self, agent: str) -> spaces.Box:
-        return spaces.Box(-1.0, 1.0, (4,), np.float32)
+        return spaces.Box(-float(self.rooms), float(self.rooms), (4,), np.float32)
 
     @functools.lru_cache(maxsize=None)
     def action_space(self, agent: str) -> spaces.Discrete:
@@ -100,9 +102,10 @@ class RoomsMaze(ParallelEnv):
 
     def _toward(self, cell: np.ndarray) -> np.ndarray:
         """Offset from the walker to ``cell``, and the walker's place inside its room."""
-        s, n = self.room_size, self.size
+        s = self.room_size
         inside = (self.pos - 1) % (s + 1) / s
-        return np.array([(cell[0] - self.pos[0]) / n, (cell[1] - self.pos[1]) / n, inside[0], inside[1]],
+        # Offsets in units of rooms: one cell of misalignment is 1/(s+1), easy to tell from 0.
+        return np.array([(cell[0] - self.pos[0]) / (s + 1), (cell[1] - self.pos[1]) / (s + 1), inside[0], inside[1]],
                         np.float32)
 
     def _entry_cell(self, here: tuple[int, int], target: tuple[int, int]) -> np.ndarray:
@@ -162,7 +165,9 @@ class RoomsMaze(ParallelEnv):
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         self._t += 1
-        rewards = {a: -STEP_COST for a in self.agents}
+        # The walker and the top level are paid only for reaching the goal room (their
+        # return is the success rate); low-level agents pay a step cost for short paths.
+        rewards = {a: -STEP_COST if a.startswith("low_level_") else 0.0 for a in self.agents}
         terminations = {a: False for a in self.agents}
         truncations = {a: False for a in self.agents}
         if self.mode == "flat":
@@ -181,7 +186,8 @@ class RoomsMaze(ParallelEnv):
                 self.agents.append(self._low)
                 rewards[self._low] = 0.0
                 terminations[self._low] = truncations[self._low] = False
-            # else: a wall of the maze; the decision is spent and nothing spawns.
+            else:  # the maze's outer wall: the decision is spent, nothing spawns
+                rewards["high_level"] -= WALL_PENALTY
         else:
             low = self._low
             self._move(actions[low])
