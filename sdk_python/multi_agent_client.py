@@ -239,6 +239,15 @@ class MultiAgentClient:
             if actor.recorder.pending_steps:
                 episode.finished.append(actor)
 
+    def retire_agent(self, episode_id: str, agent_id: str, final_observation: Any, truncated: bool = False) -> None:
+        """A sub-agent's life ends (a hierarchy's lower level finished its task).
+
+        Spawning needs no call: a new id passed to ``get_action`` joins the
+        episode and is mapped to its module then. A level acts at its own rate
+        simply by appearing in ``get_action`` only when it acts.
+        """
+        self.end_agents(episode_id, {agent_id: final_observation}, truncated)
+
     def end_episode(self, episode_id: str, final_observations: Mapping[str, Any] | None = None,
                     truncated: bool = False) -> dict[str, float]:
         """End the episode: remaining agents end with ``final_observations``

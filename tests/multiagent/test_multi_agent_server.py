@@ -10,7 +10,9 @@ import pytest
 
 from sdk_python import MultiAgentClient
 
-from ..integration.server_process import RawClient, ServerProcess
+from ..integration.server_process import REPO, RawClient, ServerProcess
+
+REPO_CONFIGS = REPO / "examples" / "configs"
 
 BOX3 = {"type": "Box", "shape": [3], "low": -10, "high": 10}
 MODULES = {
@@ -152,3 +154,29 @@ def test_bad_multi_agent_input_gets_distinct_errors_and_other_client_loses_nothi
     assert len(set(codes)) == len(codes)
     # Stored: everything the good client sent plus the one valid raw chunk (2 steps); nothing of the bad ones.
     assert summary["env_steps"] == sent + 2
+
+
+def test_aec_adapter_and_per_module_overrides(tmp_path) -> None:
+    """An AEC game (agents act in turn) through run_aec_env; module options override the server's."""
+    from mpe2 import simple_spread_v3
+
+    from multiagent.pettingzoo_adapter import run_aec_env
+    from server.config import ServerConfig
+    from server.module_setup import build_layout
+
+    config = ServerConfig.from_toml(REPO_CONFIGS / "simple_spread.toml", gamma=0.9)
+    config.modules["spread"]["gamma"] = 0.5
+    layout = build_layout(config)
+    assert layout.hyperparams["spread"].gamma == 0.5 and config.gamma == 0.9
+
+    with ServerProcess(tmp_path, "--config", str(REPO_CONFIGS / "simple_spread.toml"), "--train-batch-size", "300",
+                       "--env-steps-per-sample", "150") as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=3)
+        returns = run_aec_env(client, simple_spread_v3.env(N=3, max_cycles=25, continuous_actions=False),
+                              max_episodes=6, seed=0)
+        client.flush()
+        client.close()
+        summary = server.stop()
+    assert len(returns) == 6 and set(returns[0]) == {"agent_0", "agent_1", "agent_2"}
+    assert summary["episodes"] == 6 and summary["env_steps"] == client.env_steps_sent == 6 * 25 * 3
+    assert summary["modules_weights_seq_no"]["spread"] >= 1
