@@ -20,24 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     REPO_ROOT,
-    HostLoad,
     add_quiet_argument,
     free_port,
     install_cleanup,
     log,
-    spawn,
-    stop,
-    wait_for_port,
+    run_server_with_clients,
     wait_until_quiet,
 )
 
@@ -65,50 +59,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict:
     port = args.port or free_port()
-    with tempfile.TemporaryDirectory(prefix="tether-bench-e2e-") as tmp:
-        summary_file = Path(tmp) / "summary.json"
-        server_cmd = [
-            sys.executable, "-m", "server.cli", "serve",
-            "--stop-at-return", str(TARGET),
-            "--summary-file", str(summary_file),
-            "--logdir", str(Path(tmp) / "run"),
-            "--port", str(port),
-            "--seed", str(args.seed),
-            "--max-env-steps", str(args.max_env_steps),
-        ]
-        if not args.show_server_output:
-            server_cmd.append("--quiet")
-        server_cmd += args.server_arg
-
-        host_load = HostLoad()
-        t0 = time.time()
-        server = spawn(server_cmd, stdout=sys.stderr if args.show_server_output else subprocess.DEVNULL)
-        clients: list[subprocess.Popen] = []
-        try:
-            listening_at = wait_for_port(port, server, timeout_s=args.timeout)
-            log(f"server listening on {port} after {listening_at - t0:.2f} s; starting {args.clients} client(s)")
-            client_script = str(REPO_ROOT / "examples" / "cartpole_client.py")
-            for i in range(args.clients):
-                clients.append(spawn([
-                    sys.executable, client_script, "--port", str(port), "--seed", str(args.seed + i),
-                    "--reconnect-timeout", "2",
-                ], stdout=subprocess.DEVNULL))
-            try:
-                server.wait(timeout=max(1.0, args.timeout - (time.time() - t0)))
-            except subprocess.TimeoutExpired:
-                log(f"timeout after {args.timeout} s; stopping the server")
-                stop(server, grace_s=10.0)
-        finally:
-            for c in clients:
-                stop(c, grace_s=2.0)
-            stop(server, grace_s=10.0)
-        wall = time.time() - t0
-        load = host_load.stop()
-
-        if not summary_file.exists():
-            raise RuntimeError(f"server wrote no summary (exit code {server.returncode})")
-        summary = json.loads(summary_file.read_text())
-
+    client_script = str(REPO_ROOT / "examples" / "cartpole_client.py")
+    run_ = run_server_with_clients(
+        ["--stop-at-return", str(TARGET), "--seed", str(args.seed), "--max-env-steps", str(args.max_env_steps),
+         *args.server_arg],
+        [[sys.executable, client_script, "--port", str(port), "--seed", str(args.seed + i), "--reconnect-timeout", "2"]
+         for i in range(args.clients)],
+        port, args.timeout, args.show_server_output,
+    )
+    summary, t0 = run_["summary"], run_["t0"]
     reached_at = summary.get("reached_target_at")
     reached = reached_at is not None
     result = {
@@ -117,12 +76,12 @@ def run(args: argparse.Namespace) -> dict:
         "clients": args.clients,
         "seed": args.seed,
         "reached": reached,
-        "server_listening_s": round(listening_at - t0, 3),
+        "server_listening_s": round(run_["listening_s"], 3),
         "updates": summary.get("updates"),
         "env_steps_total": summary.get("env_steps"),
         "return_mean_final": summary.get("return_mean"),
-        "wall_s": round(wall, 3),
-        **load,
+        "wall_s": round(run_["wall_s"], 3),
+        **run_["load"],
     }
     if args.server_arg:
         result["server_args"] = args.server_arg
