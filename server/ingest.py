@@ -71,21 +71,26 @@ class EpisodeIngest:
         if not isinstance(records, list):
             raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')
         out: list[MultiAgentRecord] = []
-        newly_done: dict[tuple[Hashable, str | None], set[str]] = {}
+        # Working copies of the finished-agent sets this message touches; kept only if all is valid.
+        done: dict[tuple[Hashable, str | None], set[str]] = {}
         for index, record in enumerate(records):
             if isinstance(record, dict) and "agents" in record:
                 decoded = decode_multi_agent_record(record, index, self.layout.specs, self.require_logp)
-                self._check_agents(connection, decoded, index, newly_done)
+                key = (connection, decoded.episode_id)
+                if key not in done:
+                    done[key] = set(self._done.get(key, ()))
+                self._check_agents(connection, decoded, index, done[key])
+                if decoded.is_terminated or decoded.is_truncated:
+                    done[key] = set()  # the episode is over: its id may start a new one
+                    self._assigned.pop((connection, decoded.episode_id or ""), None)
             else:
                 decoded = self._single_agent(record, index)
             out.append(decoded)
-        # Valid: remember finished agents; forget episodes that ended.
-        for key, agents in newly_done.items():
-            self._done.setdefault(key, set()).update(agents)
-        for rec in out:
-            if rec.is_terminated or rec.is_truncated:
-                self._done.pop((connection, rec.episode_id), None)
-                self._assigned.pop((connection, rec.episode_id or ""), None)
+        for key, agents in done.items():
+            if agents:
+                self._done[key] = agents
+            else:
+                self._done.pop(key, None)
         return out
 
     def _single_agent(self, record: Any, index: int) -> MultiAgentRecord:
@@ -100,13 +105,7 @@ class EpisodeIngest:
         return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
                                 [AgentChunk(DEFAULT_AGENT_ID, module, 0, chunk)])
 
-    def _check_agents(
-        self, connection: Hashable, record: MultiAgentRecord, index: int,
-        newly_done: dict[tuple[Hashable, str | None], set[str]],
-    ) -> None:
-        key = (connection, record.episode_id)
-        done_before = self._done.get(key, set())
-        done_now = newly_done.setdefault(key, set())
+    def _check_agents(self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str]) -> None:
         for agent in record.agents:
             where = f"episodes[{index}].agents[{agent.agent_id!r}]"
             group = self.layout.group_of(agent.agent_id)
@@ -124,14 +123,14 @@ class EpisodeIngest:
                     ErrorCode.MODULE_MISMATCH,
                     f"{where}: reported with module {agent.module_id!r} but the policy mapping gives {expected!r}",
                 )
-            if agent.agent_id in done_before or agent.agent_id in done_now:
+            if agent.agent_id in done:
                 raise MessageError(
                     ErrorCode.AGENT_ALREADY_DONE,
                     f"{where}: agent {agent.agent_id!r} already terminated or was truncated in episode "
                     f"{record.episode_id!r} and cannot act again",
                 )
             if agent.chunk.is_terminated or agent.chunk.is_truncated:
-                done_now.add(agent.agent_id)
+                done.add(agent.agent_id)
 
     def forget(self, connection: Hashable) -> None:
         """Drop a disconnected client's per-episode state."""

@@ -34,6 +34,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _same_version(claimed: Any, current: int) -> bool:
+    """Whether a client's claimed weights_seq_no (a JSON integer, not a boolean) is ``current``."""
+    return isinstance(claimed, int) and not isinstance(claimed, bool) and claimed == current
+
+
 class ModuleRuntime:
     """One module's learner and the model it currently serves."""
 
@@ -104,12 +109,12 @@ class Trainer:
             msg["models"] = {
                 m: {"weights_seq_no": rt.weights_seq_no, "onnx_file": rt.onnx_field}
                 for m, rt in self.modules.items()
-                if client_holds.get(m) != rt.weights_seq_no
+                if not _same_version(client_holds.get(m), rt.weights_seq_no)
             }
             return msg
         runtime = self.modules[self.default_module or next(iter(self.modules))]
         msg["weights_seq_no"] = runtime.weights_seq_no
-        holds = isinstance(client_holds, int) and not isinstance(client_holds, bool) and client_holds == runtime.weights_seq_no
+        holds = _same_version(client_holds, runtime.weights_seq_no)
         if not (may_omit_model and holds):
             msg["onnx_file"] = runtime.onnx_field
         return msg

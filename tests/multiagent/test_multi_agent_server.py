@@ -180,3 +180,23 @@ def test_aec_adapter_and_per_module_overrides(tmp_path) -> None:
     assert len(returns) == 6 and set(returns[0]) == {"agent_0", "agent_1", "agent_2"}
     assert summary["episodes"] == 6 and summary["env_steps"] == client.env_steps_sent == 6 * 25 * 3
     assert summary["modules_weights_seq_no"]["spread"] >= 1
+
+
+def test_an_ended_episode_id_may_start_again_even_in_the_same_message(tmp_path) -> None:
+    ended = {"episode_id": "reuse", "is_terminated": True, "is_truncated": False,
+             "agents": {"adversary_0": agent_entry("chaser", is_terminated=True)}}
+    again = {"episode_id": "reuse", "is_terminated": False, "is_truncated": False,
+             "agents": {"adversary_0": agent_entry("chaser")}}
+    with ServerProcess(tmp_path, *server_flags()) as server:
+        raw = RawClient(server.port)
+        reply = raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [ended, again]})
+        assert reply["type"] == "SET_STATE", reply
+        # Within one episode, though, a finished agent stays finished.
+        done_then_acts = {"episode_id": "x", "is_terminated": False, "is_truncated": False,
+                          "agents": {"adversary_0": agent_entry("chaser", is_terminated=True)}}
+        later = dict(done_then_acts, agents={"adversary_0": agent_entry("chaser")})
+        reply = raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [done_then_acts, later]})
+        assert reply["code"] == "AGENT_ALREADY_DONE"
+        raw.close()
+        summary = server.stop()
+    assert summary["env_steps"] == 4  # the first message only; nothing of the refused one
