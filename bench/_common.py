@@ -185,7 +185,7 @@ def run_server_with_clients(
 
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         summary_file = Path(tmp) / "summary.json"
-        cmd = [sys.executable, "-m", "server.cli", "serve", "--summary-file", str(summary_file),
+        cmd = [sys.executable, "-m", "tether.server.cli", "serve", "--summary-file", str(summary_file),
                "--logdir", str(Path(tmp) / "run"), "--port", str(port), *server_args]
         if not show_server_output:
             cmd.append("--quiet")

@@ -66,9 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def export_model(seed: int) -> bytes:
     """ONNX bytes of a fresh CartPole PPOLearner's policy (what a new server serves)."""
-    from sdk_python.protocol.spaces import Discrete, box
-    from server.learner import PPOHyperparams, PPOLearner
-    from server.learner.onnx_export import export_policy
+    from tether.sdk.protocol.spaces import Discrete, box
+    from tether.server.learner import PPOHyperparams, PPOLearner
+    from tether.server.learner.onnx_export import export_policy
 
     obs_space = box([-4.8, -float("inf"), -0.418879, -float("inf")], [4.8, float("inf"), 0.418879, float("inf")])
     learner = PPOLearner(obs_space, Discrete(2), PPOHyperparams(hidden_sizes=(64, 64)), "cpu", seed)
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> dict:
     import numpy as np
     import onnxruntime as ort
 
-    from sdk_python import TetherClient
+    from tether.sdk import TetherClient
 
     model = export_model(args.seed)
     options = ort.SessionOptions()
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="tether-bench-act-") as tmp:
         host_load = HostLoad()
         server = spawn([
-            sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
+            sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
             "--env-steps-per-sample", str(10**12), "--train-batch-size", str(10**12),
             "--no-tensorboard", "--checkpoint-every", "0", "--quiet", "--logdir", str(Path(tmp) / "run"),
         ], stdout=subprocess.DEVNULL)

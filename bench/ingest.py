@@ -7,7 +7,7 @@ is required and validated). Each of ``--clients`` worker processes builds ONE
 CartPole-shaped message (obs of 4 floats from real CartPole-v1 dynamics,
 Discrete(2) actions, rewards, action_logp, 2 action_dist_inputs per step;
 whole episodes adding up to ``--chunk-steps`` env steps), encodes it once with
-``sdk_python.protocol.encode_frame`` and then sends those same bytes again and
+``tether.sdk.protocol.encode_frame`` and then sends those same bytes again and
 again, so the figure measures the server and not the client.
 
 Only steps the server has acknowledged count. In the default mode
@@ -90,7 +90,7 @@ def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_
     CartPole episode of at most chunk_steps / agents steps. Returns (frame, agent steps, records)."""
     import json as _json
 
-    from sdk_python.protocol import encode_frame
+    from tether.sdk.protocol import encode_frame
 
     per_agent = max(1, chunk_steps // agents)
     records, steps, k = [], 0, 0
@@ -119,7 +119,7 @@ def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str) -
     import gymnasium as gym
     import numpy as np
 
-    from sdk_python.protocol import encode_episode, encode_frame
+    from tether.sdk.protocol import encode_episode, encode_frame
 
     env = gym.make("CartPole-v1")
     rng = np.random.default_rng(seed)
@@ -186,7 +186,7 @@ def _expect(reply: dict, kind: str) -> dict:
 
 def worker(args: argparse.Namespace) -> int:
     """One client: build the frame, report ready, send until the window closes."""
-    from sdk_python.protocol import PROTOCOL_VERSION, encode_frame
+    from tether.sdk.protocol import PROTOCOL_VERSION, encode_frame
 
     sock = socket.create_connection(("127.0.0.1", args.port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.profile:
             server_cmd += ["-m", "cProfile", "-o", str(Path(args.profile).resolve())]
         server_cmd += [
-            "-m", "server.cli", "serve",
+            "-m", "tether.server.cli", "serve",
             "--port", str(port),
             "--train-batch-size", str(10**12),
             "--force-on-policy",

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym  # noqa: E402
 
-from sdk_python import TetherClient, TetherConnectionError, run_env  # noqa: E402
+from tether.sdk import TetherClient, TetherConnectionError, run_env  # noqa: E402
 
 
 def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect_timeout_s: float) -> None:

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from multiagent.pettingzoo_adapter import run_parallel_env  # noqa: E402
-from sdk_python import MultiAgentClient, TetherConnectionError  # noqa: E402
+from tether.multiagent.pettingzoo_adapter import run_parallel_env  # noqa: E402
+from tether.sdk import MultiAgentClient, TetherConnectionError  # noqa: E402
 
 
 def _simple_spread() -> Any:
@@ -37,14 +37,14 @@ def _simple_tag() -> Any:
 
 
 def _two_step() -> Any:
-    from multiagent.envs.two_step_game import TwoStepGame
+    from tether.multiagent.envs.two_step_game import TwoStepGame
 
     return TwoStepGame()
 
 
 def _rooms(mode: str) -> Callable[[], Any]:
     def make() -> Any:
-        from multiagent.envs.rooms_maze import RoomsMaze
+        from tether.multiagent.envs.rooms_maze import RoomsMaze
 
         return RoomsMaze(mode=mode)
 

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sdk_python import MultiAgentClient, TetherConnectionError  # noqa: E402
+from tether.sdk import MultiAgentClient, TetherConnectionError  # noqa: E402
 
 NONE = 3
 BEATS = {0: 1, 1: 2, 2: 0}  # the move that beats rock (0) is paper (1), ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from sdk_python.multi_agent_client import MultiAgentClient
+from tether.sdk.multi_agent_client import MultiAgentClient
 
 
 def run_parallel_env(

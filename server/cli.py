@@ -28,7 +28,7 @@ def evaluate_policy(policy_path: Path, episodes: int = 10, seed: int = 1000) -> 
     import gymnasium as gym
     import numpy as np
 
-    from sdk_python.policy import OnnxPolicy
+    from tether.sdk.policy import OnnxPolicy
 
     policy = OnnxPolicy(policy_path.read_bytes())
     env = gym.make("CartPole-v1")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from sdk_python.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from tether.sdk.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:

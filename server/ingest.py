@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from sdk_python.protocol.episodes import decode_episode
-from sdk_python.protocol.errors import ErrorCode, MessageError
-from sdk_python.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord, decode_multi_agent_record
+from tether.sdk.protocol.episodes import decode_episode
+from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord, decode_multi_agent_record
 
 from .module_setup import ModuleLayout
 

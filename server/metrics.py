@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Iterable
 
-from sdk_python.protocol.multi_agent import MultiAgentRecord
+from tether.sdk.protocol.multi_agent import MultiAgentRecord
 
 
 @dataclass

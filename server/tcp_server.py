@@ -8,10 +8,10 @@ import itertools
 import sys
 from typing import Any
 
-from sdk_python.protocol.connection import Refusal, ServerConnection
-from sdk_python.protocol.errors import ErrorCode, FramingError, MessageError
-from sdk_python.protocol.framing import encode_frame
-from sdk_python.protocol.messages import MessageType, error_message
+from tether.sdk.protocol.connection import Refusal, ServerConnection
+from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
+from tether.sdk.protocol.framing import encode_frame
+from tether.sdk.protocol.messages import MessageType, error_message
 
 from .ingest import EpisodeIngest
 from .trainer import Trainer

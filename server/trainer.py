@@ -14,11 +14,11 @@ from typing import Any, Hashable
 
 import torch
 
-from sdk_python.protocol.episodes import EpisodeChunk
-from sdk_python.protocol.framing import encode_frame
-from sdk_python.protocol.messages import PROTOCOL_VERSION, MessageType
-from sdk_python.protocol.multi_agent import ModuleSpec, MultiAgentRecord
-from sdk_python.protocol.onnx_codec import encode_onnx
+from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.sdk.protocol.framing import encode_frame
+from tether.sdk.protocol.messages import PROTOCOL_VERSION, MessageType
+from tether.sdk.protocol.multi_agent import ModuleSpec, MultiAgentRecord
+from tether.sdk.protocol.onnx_codec import encode_onnx
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig

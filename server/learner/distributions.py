@@ -12,7 +12,7 @@ import math
 import torch
 from torch.distributions import Categorical
 
-from sdk_python.protocol.spaces import Box, Discrete, MultiDiscrete, Space
+from tether.sdk.protocol.spaces import Box, Discrete, MultiDiscrete, Space
 
 
 class ActionDistribution:

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sdk_python.protocol.distributions import dist_inputs_size
-from sdk_python.protocol.spaces import Box, Space
+from tether.sdk.protocol.distributions import dist_inputs_size
+from tether.sdk.protocol.spaces import Box, Space
 
 from .distributions import ActionDistribution
 

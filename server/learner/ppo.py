@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sdk_python.protocol.spaces import Space
+from tether.sdk.protocol.spaces import Space
 
 from .gae import compute_gae
 from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk_python.protocol import FrameDecoder, decode_message, encode_frame
+from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
 
 REPO = Path(__file__).resolve().parents[2]
 _SERVING = re.compile(r"serving on ([\d.]+):(\d+)")
@@ -32,7 +32,7 @@ class ServerProcess:
     def __init__(self, tmp_path: Path, *flags: str, port: int = 0, name: str = "server") -> None:
         self.summary_file = tmp_path / f"{name}-summary.json"
         self.logdir = tmp_path / f"{name}-run"
-        self.cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--logdir", str(self.logdir),
+        self.cmd = [sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--logdir", str(self.logdir),
                     "--summary-file", str(self.summary_file), "--no-tensorboard", *flags]
         self.lines: list[str] = []
         self.port = port

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import gymnasium as gym  # noqa: E402
 
-from sdk_python import TetherClient, run_env  # noqa: E402
+from tether.sdk import TetherClient, run_env  # noqa: E402
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdk_python import AuthenticationError, TetherClient
+from tether.sdk import AuthenticationError, TetherClient
 
 from .server_process import RawClient, ServerProcess
 

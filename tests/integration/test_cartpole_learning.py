@@ -16,7 +16,7 @@ from .server_process import REPO, free_port
 @pytest.mark.parametrize("clients", [1, 4])
 def test_demo_reaches_450(tmp_path, clients: int) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "server.cli", "demo", "--clients", str(clients), "--port", str(free_port()),
+        [sys.executable, "-m", "tether.server.cli", "demo", "--clients", str(clients), "--port", str(free_port()),
          "--logdir", str(tmp_path), "--max-env-steps", "300000"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )

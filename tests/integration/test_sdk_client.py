@@ -6,8 +6,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from sdk_python import TetherClient, run_env
-from sdk_python.protocol.onnx_codec import decode_onnx
+from tether.sdk import TetherClient, run_env
+from tether.sdk.protocol.onnx_codec import decode_onnx
 
 from .server_process import RawClient, ServerProcess, free_port
 

@@ -187,7 +187,7 @@ def test_rllib_dummy_client_learns_cartpole_on_tether_server(ray_python: str, tm
     client_dir = tmp_path / "client"  # _dummy_client writes its model to ./_temp_onnx
     client_dir.mkdir()
     server_cmd = [
-        sys.executable, "-m", "server.cli", "serve",
+        sys.executable, "-m", "tether.server.cli", "serve",
         "--port", str(port),
         "--env", "CartPole-v1",
         "--stop-at-return", str(TARGET_RETURN),
@@ -248,7 +248,7 @@ TEST_BUDGET_S = 170
 def test_tether_sdk_trains_with_rllib_server(ray_python: str, tmp_path: Path) -> None:
     import gymnasium as gym
 
-    from sdk_python import OnnxPolicy, TetherClient, run_env
+    from tether.sdk import OnnxPolicy, TetherClient, run_env
 
     port = _free_port()
     summary_file = tmp_path / "rllib_summary.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from pettingzoo.test import parallel_api_test
 
-from multiagent.envs.two_step_game import TwoStepGame
+from tether.multiagent.envs.two_step_game import TwoStepGame
 
 
 def test_two_step_game_passes_parallel_api_test() -> None:
@@ -29,14 +29,14 @@ def test_two_step_game_payoffs() -> None:
 
 
 def test_rooms_maze_passes_parallel_api_test_in_both_modes() -> None:
-    from multiagent.envs.rooms_maze import RoomsMaze
+    from tether.multiagent.envs.rooms_maze import RoomsMaze
 
     for mode in ("hierarchical", "flat"):
         parallel_api_test(RoomsMaze(mode=mode), num_cycles=400)
 
 
 def test_rooms_maze_hierarchy_spawns_and_retires_low_level_agents() -> None:
-    from multiagent.envs.rooms_maze import RoomsMaze
+    from tether.multiagent.envs.rooms_maze import RoomsMaze
 
     env = RoomsMaze()
     obs, _ = env.reset()

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from sdk_python import MultiAgentClient
+from tether.sdk import MultiAgentClient
 
 from ..integration.server_process import REPO, RawClient, ServerProcess
 
@@ -160,9 +160,9 @@ def test_aec_adapter_and_per_module_overrides(tmp_path) -> None:
     """An AEC game (agents act in turn) through run_aec_env; module options override the server's."""
     from mpe2 import simple_spread_v3
 
-    from multiagent.pettingzoo_adapter import run_aec_env
-    from server.config import ServerConfig
-    from server.module_setup import build_layout
+    from tether.multiagent.pettingzoo_adapter import run_aec_env
+    from tether.server.config import ServerConfig
+    from tether.server.module_setup import build_layout
 
     config = ServerConfig.from_toml(REPO_CONFIGS / "simple_spread.toml", gamma=0.9)
     config.modules["spread"]["gamma"] = 0.5

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from multiagent import PolicyMapping, UnmappedAgentError, fnv1a32
-from sdk_python.protocol import MessageError
+from tether.multiagent import PolicyMapping, UnmappedAgentError, fnv1a32
+from tether.sdk.protocol import MessageError
 
 RULES = [
     {"agent_id": "adversary_0", "module": "boss"},

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sdk_python.protocol import (
+from tether.sdk.protocol import (
     FrameDecoder,
     FramingError,
     MessageError,
@@ -23,9 +23,9 @@ from sdk_python.protocol import (
     space_from_json,
 )
 
-from sdk_python.protocol.messages import EXPECTED_RESPONSE
-from sdk_python.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
-from sdk_python.protocol.policy_mapping import PolicyMapping, fnv1a32
+from tether.sdk.protocol.messages import EXPECTED_RESPONSE
+from tether.sdk.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
+from tether.sdk.protocol.policy_mapping import PolicyMapping, fnv1a32
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance"
 

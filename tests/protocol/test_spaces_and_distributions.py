@@ -8,8 +8,8 @@ import random
 import gymnasium as gym
 import numpy as np
 
-from sdk_python.protocol import Box, Discrete, MultiDiscrete, from_gymnasium, log_prob, sample, space_from_json, to_gymnasium
-from sdk_python.protocol.distributions import deterministic
+from tether.sdk.protocol import Box, Discrete, MultiDiscrete, from_gymnasium, log_prob, sample, space_from_json, to_gymnasium
+from tether.sdk.protocol.distributions import deterministic
 
 
 def test_gymnasium_round_trip() -> None:

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from server.cli import build_parser
-from server.config import ServerConfig, config_from_args
+from tether.server.cli import build_parser
+from tether.server.config import ServerConfig, config_from_args
 
 
 def parse(argv: list[str]) -> ServerConfig:

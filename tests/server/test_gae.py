@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.learner.gae import compute_gae
+from tether.server.learner.gae import compute_gae
 
 
 def reference(rewards, values, bootstrap, gamma, lam):

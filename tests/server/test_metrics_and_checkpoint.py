@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from sdk_python.protocol import EpisodeChunk
-from sdk_python.protocol.multi_agent import AgentChunk, MultiAgentRecord
-from server.checkpoint import load_checkpoint, save_checkpoint
-from server.metrics import EpisodeTracker, Metrics, agent_type
+from tether.sdk.protocol import EpisodeChunk
+from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.server.checkpoint import load_checkpoint, save_checkpoint
+from tether.server.metrics import EpisodeTracker, Metrics, agent_type
 
 
 def chunk(steps: int, done: bool, episode_id: str | None = None) -> MultiAgentRecord:

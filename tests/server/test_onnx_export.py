@@ -8,11 +8,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from sdk_python.policy import OnnxPolicy
-from sdk_python.protocol import Box, Discrete, MultiDiscrete
-from sdk_python.protocol.spaces import box
-from server.learner import PPOHyperparams, PPOLearner
-from server.learner.onnx_export import DEFAULT_INPUT_NAME
+from tether.sdk.policy import OnnxPolicy
+from tether.sdk.protocol import Box, Discrete, MultiDiscrete
+from tether.sdk.protocol.spaces import box
+from tether.server.learner import PPOHyperparams, PPOLearner
+from tether.server.learner.onnx_export import DEFAULT_INPUT_NAME
 
 
 @pytest.mark.parametrize("action_space", [Discrete(3), MultiDiscrete((2, 4)), Box(low=-np.ones(2), high=np.ones(2))],

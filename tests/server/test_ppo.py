@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sdk_python.protocol import Box, Discrete, EpisodeChunk
-from sdk_python.protocol.spaces import box
-from server.learner import PPOHyperparams, PPOLearner, build_batch
-from server.learner.distributions import ActionDistribution
+from tether.sdk.protocol import Box, Discrete, EpisodeChunk
+from tether.sdk.protocol.spaces import box
+from tether.server.learner import PPOHyperparams, PPOLearner, build_batch
+from tether.server.learner.distributions import ActionDistribution
 
 
 def bandit_chunks(n: int, rng: np.random.Generator) -> list[EpisodeChunk]:
