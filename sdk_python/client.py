@@ -23,6 +23,7 @@ import numpy as np
 
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
+from .protocol.distributions import to_env_action
 from .protocol.messages import MessageType
 from .protocol.onnx_codec import decode_onnx
 from .protocol.spaces import Space, from_gymnasium, space_from_json
@@ -139,7 +140,7 @@ class TetherClient:
         episode.record_step(obs, action, logp, dist)
         if episode.training_enabled:
             self._pending_steps += 1
-        return action
+        return to_env_action(self.policy.action_space, action)
 
     def compute_action(self, observation: Any) -> Any:
         """The deterministic (greedy) action for an observation; records nothing."""

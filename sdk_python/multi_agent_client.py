@@ -29,7 +29,7 @@ import numpy as np
 
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.distributions import sample
+from .protocol.distributions import sample, to_env_action
 from .protocol.messages import MessageType
 from .protocol.multi_agent import GroupSpec, ModuleSpec
 from .protocol.onnx_codec import decode_onnx
@@ -192,7 +192,7 @@ class MultiAgentClient:
                 episode.actors[actor_id].recorder.act(action, logp, dist)
                 if episode.training_enabled:
                     self._pending_steps += 1
-                self._split_action(actor_id, action, actions)
+                self._split_action(actor_id, to_env_action(policy.action_space, action), actions)
         episode.t += 1
         return actions
 

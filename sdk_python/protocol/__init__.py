@@ -3,7 +3,7 @@ errors and connection state, without any I/O. Shared by the server and the
 Python SDK; see docs/protocol.md for the normative specification."""
 
 from .connection import ClientConnection, Refusal, Request, ServerConnection
-from .distributions import deterministic, dist_inputs_size, log_prob, sample
+from .distributions import deterministic, dist_inputs_size, log_prob, sample, to_env_action
 from .episodes import EpisodeChunk, decode_episode, decode_episodes, encode_episode
 from .errors import (
     AuthenticationError,

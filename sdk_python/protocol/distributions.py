@@ -8,9 +8,11 @@ with the same formulas. Conformance vectors pin these numbers.
 - MultiDiscrete(nvec): inputs are the logits of each entry, concatenated
   (sum(nvec) numbers); the entries are independent.
 - Box(shape): inputs are the mean then the log standard deviation of a
-  diagonal Gaussian (2 * prod(shape) numbers). Sampled actions are clipped to
-  the box before they are executed and reported; ``action_logp`` is the
-  Gaussian log-density at the reported (clipped) action.
+  diagonal Gaussian (2 * prod(shape) numbers). The record carries the raw
+  (unclipped) sample and its Gaussian log-density; only the engine gets the
+  sample clipped into the box (``to_env_action``). Recording the clipped value
+  with the density of the clipped value biases the policy gradient (protocol
+  1.3, §11.4).
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ def log_prob(space: Space, dist_inputs: Any, action: Any) -> float:
 def sample(space: Space, dist_inputs: np.ndarray, rng: random.Random) -> tuple[Any, float]:
     """Draw an action from one step's dist inputs; returns (action, logp).
 
-    Discrete actions come back as ``int``, MultiDiscrete and Box as numpy arrays.
+    This is the action a record carries. Discrete actions come back as ``int``,
+    MultiDiscrete and Box as numpy arrays; a Box action is the raw Gaussian
+    sample, which may lie outside the box: pass it through ``to_env_action``
+    before the engine executes it.
     """
     if isinstance(space, Discrete):
         index, logp = _categorical_sample(dist_inputs.tolist(), rng)
@@ -96,10 +101,20 @@ def sample(space: Space, dist_inputs: np.ndarray, rng: random.Random) -> tuple[A
     flat = np.asarray(dist_inputs, dtype=np.float64).ravel()
     mean, log_std = flat[:k], flat[k:]
     noise = np.array([rng.gauss(0.0, 1.0) for _ in range(k)])
-    action = np.clip(mean + np.exp(log_std) * noise, space.low.ravel(), space.high.ravel())
-    z = (action - mean) / np.exp(log_std)
+    # The density is taken at the float32 value that is recorded and sent.
+    action = (mean + np.exp(log_std) * noise).astype(np.float32)
+    z = (action.astype(np.float64) - mean) / np.exp(log_std)
     logp = float(np.sum(-0.5 * z * z - log_std - _LOG_SQRT_2PI))
-    return action.reshape(space.shape).astype(np.float32), logp
+    return action.reshape(space.shape), logp
+
+
+def to_env_action(space: Space, action: Any) -> Any:
+    """The action the engine executes for a recorded one: a Box sample clipped
+    into the box (as float32 in the space's shape); other spaces unchanged."""
+    if isinstance(space, Box):
+        flat = np.asarray(action, dtype=np.float64).ravel()
+        return np.clip(flat, space.low.ravel(), space.high.ravel()).reshape(space.shape).astype(np.float32)
+    return action
 
 
 def deterministic(space: Space, dist_inputs: np.ndarray) -> Any:

@@ -124,7 +124,9 @@ def decode_episode(
             f"action shape {list(actions.shape[1:])} does not match the space's {list(action_space.shape)}",
         )
     _check_finite(actions, index, "actions")
-    inside = action_space.contains_batch(actions)
+    # A Box action is the raw Gaussian sample (protocol 1.3, §11.4): any finite
+    # value is valid, the engine executed it clipped. Discrete values must be in the space.
+    inside = np.ones(actions.shape[0], bool) if isinstance(action_space, Box) else action_space.contains_batch(actions)
     if not inside.all():
         bad = int(np.argmin(inside))
         raise _fail(

@@ -38,6 +38,12 @@ class ErrorCode(str, Enum):
     MODULE_MISMATCH = "MODULE_MISMATCH"
     AGENT_ALREADY_DONE = "AGENT_ALREADY_DONE"
     GROUP_MEMBER_OUTSIDE_GROUP = "GROUP_MEMBER_OUTSIDE_GROUP"
+    # Protocol 1.3: behaviour log-probabilities no served model can have produced.
+    ACTION_LOGP_MISMATCH = "ACTION_LOGP_MISMATCH"
+    # Protocol 1.3 connection-level refusals: sent once, unsolicited, then the server closes.
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
+    HANDSHAKE_TIMEOUT = "HANDSHAKE_TIMEOUT"
+    CLIENT_TIMEOUT = "CLIENT_TIMEOUT"
     INTERNAL = "INTERNAL"
 
     @property
@@ -46,7 +52,10 @@ class ErrorCode(str, Enum):
         return self in _FATAL_CODES
 
 
-_FATAL_CODES = frozenset({ErrorCode.BAD_HEADER, ErrorCode.FRAME_TOO_LARGE})
+_FATAL_CODES = frozenset({
+    ErrorCode.BAD_HEADER, ErrorCode.FRAME_TOO_LARGE,
+    ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.HANDSHAKE_TIMEOUT, ErrorCode.CLIENT_TIMEOUT,
+})
 
 
 class TetherError(Exception):

@@ -16,8 +16,9 @@ from .errors import ErrorCode, MessageError
 
 #: Protocol version this implementation speaks. Major 1 is RLlib's RLlink v1;
 #: minor versions add fields a plain v1 peer never sees (1.1: handshake,
-#: errors, spaces; 1.2: multi-agent modules, mapping, groups).
-PROTOCOL_VERSION = "1.2"
+#: errors, spaces; 1.2: multi-agent modules, mapping, groups; 1.3: raw Box
+#: samples in records, exactly-once batches, heartbeats and connection limits).
+PROTOCOL_VERSION = "1.3"
 
 
 class MessageType(str, Enum):

@@ -171,7 +171,10 @@ def episode_cases() -> list[dict]:
         case("action_out_of_range", [good_episode(2, actions=[0, 2])], code="ACTION_OUT_OF_SPACE"),
         case("action_negative", [good_episode(2, actions=[-1, 0])], code="ACTION_OUT_OF_SPACE"),
         case("action_not_integer", [good_episode(2, actions=[0.5, 1])], code="ACTION_OUT_OF_SPACE"),
-        case("box_action_outside", [good_episode(1, actions=[[1.5, 0.0]], action_dist_inputs=[[0, 0, 0, 0]])],
+        # 1.3: a Box action is the raw Gaussian sample; outside the bounds is valid, non-finite is not.
+        case("box_action_raw_sample_outside_bounds", [good_episode(1, actions=[[1.5, 0.0]], action_dist_inputs=[[0, 0, 0, 0]])], steps=1,
+             act={"type": "Box", "shape": [2], "low": -1, "high": 1}),
+        case("box_action_wrong_shape", [good_episode(1, actions=[[0.5]], action_dist_inputs=[[0, 0, 0, 0]])],
              code="ACTION_OUT_OF_SPACE", act={"type": "Box", "shape": [2], "low": -1, "high": 1}),
         case("missing_logp_on_policy", [{k: v for k, v in good_episode(2).items() if k != "action_logp"}],
              code="MISSING_ACTION_LOGP"),
@@ -359,7 +362,7 @@ def main() -> None:
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.2", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.3", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from tether.sdk.protocol import Box, Discrete, MultiDiscrete, from_gymnasium, log_prob, sample, space_from_json, to_gymnasium
-from tether.sdk.protocol.distributions import deterministic
+from tether.sdk.protocol.distributions import deterministic, to_env_action
 
 
 def test_gymnasium_round_trip() -> None:
@@ -39,15 +39,49 @@ def test_sampled_logp_equals_log_prob_and_frequencies_match() -> None:
     assert np.allclose(np.array(counts) / 20000, probs, atol=0.015)
 
 
-def test_box_samples_are_clipped_and_logp_is_at_the_clipped_action() -> None:
+def test_box_records_the_raw_sample_and_the_engine_gets_it_clipped() -> None:
     rng = random.Random(1)
     space = Box(low=np.array([-0.1]), high=np.array([0.1]))
     inputs = np.array([0.0, 1.0], dtype=np.float32)  # std e^1: most samples fall outside
+    outside = 0
     for _ in range(200):
         a, lp = sample(space, inputs, rng)
-        assert space.contains_batch(a.reshape(1, 1))[0]
-        assert abs(float(a[0])) <= 0.1 + 1e-7
-        assert math.isclose(lp, log_prob(space, inputs, a), rel_tol=1e-6)
+        outside += not space.contains_batch(a.reshape(1, 1))[0]
+        assert math.isclose(lp, log_prob(space, inputs, a), rel_tol=1e-6)  # density at the raw sample
+        env_a = to_env_action(space, a)
+        assert abs(float(env_a[0])) <= 0.1 + 1e-7
+        assert float(env_a[0]) == float(np.clip(a[0], -0.1, 0.1))
+    assert outside > 150  # the raw sample is recorded, not the clipped one
+
+
+def test_raw_sample_gives_the_unbiased_gradient() -> None:
+    """mean 0.8, std 0.5, box [-1, 1], reward = -(executed action - 0.3)^2: the
+    score-function gradient of the recorded sample matches the analytic one.
+    Recording the clipped value with its density gave dJ/dmean 0.510 instead of 0.656."""
+    import torch
+
+    space = Box(low=np.array([-1.0]), high=np.array([1.0]))
+    mean = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    log_std = torch.tensor(math.log(0.5), dtype=torch.float64, requires_grad=True)
+    rng = random.Random(0)
+    inputs = np.array([0.8, math.log(0.5)])
+    raw = np.array([float(sample(space, inputs, rng)[0][0]) for _ in range(200_000)])
+    reward = torch.tensor(-(np.clip(raw, -1, 1) - 0.3) ** 2)
+    logp = torch.distributions.Normal(mean, log_std.exp()).log_prob(torch.tensor(raw))
+    ((reward - reward.mean()) * logp).mean().backward()
+    # Analytic: E[-(clip(x)-0.3)^2] differentiated under the Gaussian (numerical quadrature).
+    xs = np.linspace(-6, 6, 400_001)
+
+    def objective(mu: float, s: float) -> float:
+        x = mu + s * xs
+        pdf = np.exp(-0.5 * xs**2) / math.sqrt(2 * math.pi)
+        return float(np.trapezoid(-(np.clip(x, -1, 1) - 0.3) ** 2 * pdf, xs))
+
+    h = 1e-5
+    d_mean = (objective(0.8 + h, 0.5) - objective(0.8 - h, 0.5)) / (2 * h)
+    d_logstd = (objective(0.8, 0.5 * math.exp(h)) - objective(0.8, 0.5 * math.exp(-h))) / (2 * h)
+    assert abs(mean.grad.item() - d_mean) < 0.02, (mean.grad.item(), d_mean)
+    assert abs(log_std.grad.item() - d_logstd) < 0.02, (log_std.grad.item(), d_logstd)
 
 
 def test_multidiscrete_and_deterministic() -> None:
