@@ -11,12 +11,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from tether.sdk.protocol.connection import DEFAULT_PRE_AUTH_MAX_FRAME_BYTES
 from tether.sdk.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+#: Environment variable read by ``tether serve`` for the auth token (not visible in ps).
+AUTH_TOKEN_ENV = "TETHER_AUTH_TOKEN"
+#: Options never written to checkpoints or summaries.
+SECRET_OPTIONS = ("auth_token",)
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
@@ -32,8 +39,26 @@ class ServerConfig:
     # Network.
     host: str = _opt("127.0.0.1", "address to bind (loopback by default; use 0.0.0.0 to accept remote engines)")
     port: int = _opt(5555, "TCP port to listen on")
-    auth_token: str | None = _opt(None, "if set, clients must send this token in PING before anything else")
+    auth_token: str | None = _opt(
+        None, "if set, clients must send this token in PING before anything else; a token given as a flag is "
+        "visible to every user in the process list: prefer --auth-token-file or the TETHER_AUTH_TOKEN "
+        "environment variable"
+    )
     max_frame_bytes: int = _opt(DEFAULT_MAX_FRAME_BYTES, "largest accepted message body in bytes")
+    # Connection limits and liveness (protocol 1.3).
+    auth_token_file: str | None = _opt(None, "read the auth token from this file (surrounding whitespace is stripped)")
+    pre_auth_max_frame_bytes: int = _opt(
+        DEFAULT_PRE_AUTH_MAX_FRAME_BYTES, "with an auth token: largest body accepted before the client authenticated"
+    )
+    handshake_timeout_s: float = _opt(10.0, "with an auth token: close a client not authenticated after this many s")
+    max_connections: int = _opt(256, "refuse further connections (TOO_MANY_CONNECTIONS) while this many are open")
+    client_timeout_s: float = _opt(
+        60.0, "close a connection silent this many s while no answer is owed (0: never); clients PING every 1/4 of it"
+    )
+    max_partial_frame_bytes: int = _opt(
+        256 * 1024 * 1024, "total bytes of unfinished frames held for all clients; over it the largest holder is "
+        "closed (FRAME_TOO_LARGE); raised to max_frame_bytes if lower"
+    )
 
     # Environment description sent to clients in SET_CONFIG.
     env: str | None = _opt(
@@ -100,6 +125,14 @@ class ServerConfig:
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0")
         self.hidden_sizes = [int(v) for v in self.hidden_sizes]
+        if self.auth_token is None and self.auth_token_file:
+            self.auth_token = Path(self.auth_token_file).read_text(encoding="utf-8").strip() or None
+            if self.auth_token is None:
+                raise ValueError(f"auth_token_file {self.auth_token_file} is empty")
+        if self.max_connections < 1 or self.pre_auth_max_frame_bytes < 64:
+            raise ValueError("max_connections must be >= 1 and pre_auth_max_frame_bytes >= 64")
+        if self.handshake_timeout_s <= 0 or self.client_timeout_s < 0:
+            raise ValueError("handshake_timeout_s must be > 0 and client_timeout_s >= 0")
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> "ServerConfig":
@@ -118,7 +151,11 @@ class ServerConfig:
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every option except secrets (the auth token): what checkpoints record."""
+        data = dataclasses.asdict(self)
+        for name in SECRET_OPTIONS:
+            data.pop(name, None)
+        return data
 
     def ppo_options(self) -> dict[str, Any]:
         """The PPO hyperparameters (the names a module may override)."""
@@ -143,27 +180,32 @@ def _parse_int_list(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
+#: Shorter flags besides the option's name with dashes.
+_FLAG_NAMES = {"client_timeout_s": "--client-timeout"}
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per ServerConfig field (defaults are left unset so TOML can fill them)."""
     hints = get_type_hints(ServerConfig)
     parser.add_argument("--config", help="TOML file with any of the options below (flags win over the file)")
     for f in dataclasses.fields(ServerConfig):
         flag = "--" + f.name.replace("_", "-")
+        flags = (_FLAG_NAMES[f.name], flag) if f.name in _FLAG_NAMES else (flag,)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         help_text = f"{f.metadata['help']} (default: {default})"
         hint = hints[f.name]
         if hint is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups"):
-            parser.add_argument(flag, type=_parse_json, default=None, help=help_text)
+            parser.add_argument(*flags, type=_parse_json, default=None, help=help_text)
         elif f.name == "policies_to_train":
-            parser.add_argument(flag, type=lambda t: [v for v in t.split(",") if v], default=None, help=help_text)
+            parser.add_argument(*flags, type=lambda t: [v for v in t.split(",") if v], default=None, help=help_text)
         elif f.name == "hidden_sizes":
-            parser.add_argument(flag, type=_parse_int_list, default=None, help=help_text)
+            parser.add_argument(*flags, type=_parse_int_list, default=None, help=help_text)
         else:
             base = {int: int, float: float, str: str}
             kind = next((t for t in (int, float, str) if t in getattr(hint, "__args__", (hint,))), str)
-            parser.add_argument(flag, type=base[kind], default=None, help=help_text)
+            parser.add_argument(*flags, type=base[kind], default=None, help=help_text)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -173,6 +215,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         for f in dataclasses.fields(ServerConfig)
         if getattr(args, f.name, None) is not None
     }
+    if "auth_token" not in flags and "auth_token_file" not in flags and os.environ.get(AUTH_TOKEN_ENV):
+        flags["auth_token"] = os.environ[AUTH_TOKEN_ENV]
     if getattr(args, "config", None):
         return ServerConfig.from_toml(args.config, **flags)
     return ServerConfig.from_dict(flags)

@@ -1,14 +1,35 @@
 """The asyncio TCP transport: moves bytes between sockets and the Sans-I/O
-``ServerConnection``, and routes requests to the ``Trainer``."""
+``ServerConnection``, and routes requests to the ``Trainer``.
+
+What one peer can cost is bounded:
+
+- one request in flight per connection: the server takes the next frame of a
+  connection only after the previous answer has been handed to the socket
+  (``drain``), so a peer that pipelines requests and never reads its answers
+  stalls itself, not the server;
+- answers to GET_STATE reuse one encoded SET_STATE frame per weights version;
+- with an auth token, an unauthenticated peer gets a small frame limit and
+  ``handshake_timeout_s`` to authenticate (HANDSHAKE_TIMEOUT); a wrong token
+  closes the connection;
+- at most ``max_connections`` connections (TOO_MANY_CONNECTIONS);
+- the unfinished frames of all connections together hold at most
+  ``max_partial_frame_bytes`` (the largest holder is closed, FRAME_TOO_LARGE);
+- a connection silent for ``client_timeout_s`` while it is owed no answer is
+  closed (CLIENT_TIMEOUT).
+
+Each connection-level refusal is one unsolicited ERROR (no "request" field),
+then the server closes the connection.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import sys
 from typing import Any
 
-from tether.sdk.protocol.connection import Refusal, ServerConnection
+from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
 from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import encode_frame
 from tether.sdk.protocol.messages import MessageType, error_message
@@ -17,6 +38,15 @@ from .ingest import EpisodeIngest
 from .trainer import Trainer
 
 _READ_SIZE = 1 << 20
+#: StreamReader stops reading a socket once it holds 2x this; kept small because
+#: a connection's bytes wait there while its current request is answered.
+_STREAM_LIMIT = 256 * 1024
+#: How long a closing connection may take to flush its last ERROR before it is aborted.
+_CLOSE_GRACE_S = 2.0
+#: Descriptors kept free for files, logs and checkpoints when capping connections.
+_RESERVED_FDS = 64
+#: Seconds of silence before the kernel probes an idle peer (TCP keepalive).
+_KEEPALIVE_IDLE_S = 30
 
 
 class ClientSession:
@@ -31,16 +61,81 @@ class ClientSession:
         self.last_sent: dict[str, int] = {}
 
 
+class _OpenConnection:
+    """Transport-side bookkeeping of one accepted connection."""
+
+    __slots__ = ("session", "writer", "partial_bytes", "evicted")
+
+    def __init__(self, session: ClientSession, writer: asyncio.StreamWriter) -> None:
+        self.session = session
+        self.writer = writer
+        #: Bytes of unfinished frames held for this connection.
+        self.partial_bytes = 0
+        #: Set when the server closed this connection to free memory for others.
+        self.evicted = False
+
+
+class _Close(Exception):
+    """Ends a connection's handler after its last frame was written."""
+
+
+def enable_keepalive(sock: socket.socket | None) -> None:
+    """Let the kernel detect a vanished peer on an idle connection (best effort)."""
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", _KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    except OSError:
+        pass
+
+
+def open_file_limit() -> int | None:
+    """The soft RLIMIT_NOFILE after raising it as far as the hard limit allows (None if unknown)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 class TetherServer:
-    """Accepts any number of clients on one port and serves them concurrently."""
+    """Accepts clients on one port and serves them concurrently, within the configured limits."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.config = trainer.config
         self._server: asyncio.base_events.Server | None = None
-        self._config_frame = encode_frame(trainer.config_message())
+        self._config_frame = encode_frame(self._config_message())
         self.ingest = EpisodeIngest(trainer.layout, require_logp=trainer.config.force_on_policy)
         self._handlers: set[asyncio.Task] = set()
+        self._open: dict[int, _OpenConnection] = {}
+        self._partial_total = 0
+        self.max_connections = self.config.max_connections
+        self.max_partial_frame_bytes = max(self.config.max_partial_frame_bytes, self.config.max_frame_bytes)
+        #: Encoded SET_STATE frames of the current weights, keyed by what they contain.
+        self._state_frames: dict[tuple, bytes] = {}
+        self._state_versions: tuple = ()
+        #: Connections refused or closed by a limit, by error code (for tests and logs).
+        self.closed_by_limit: dict[str, int] = {}
+
+    def _config_message(self) -> dict[str, Any]:
+        message = self.trainer.config_message()
+        timeout = self.config.client_timeout_s
+        if timeout > 0:  # absent: the server never drops a silent client
+            message["client_timeout_s"] = timeout
+            message["heartbeat_interval_s"] = timeout / 4
+        return message
 
     @property
     def port(self) -> int:
@@ -49,7 +144,16 @@ class TetherServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle_client, self.config.host, self.config.port, limit=_READ_SIZE)
+        limit = open_file_limit()
+        if limit is not None and self.max_connections > limit - _RESERVED_FDS:
+            capped = max(1, limit - _RESERVED_FDS)
+            print(f"[tether] max_connections {self.max_connections} lowered to {capped}: the process may open "
+                  f"only {limit} files", file=sys.stderr, flush=True)
+            self.max_connections = capped
+        self._server = await asyncio.start_server(
+            self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT,
+            backlog=min(self.max_connections, 1024),
+        )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -60,51 +164,145 @@ class TetherServer:
         if self._server is not None:
             await self._server.wait_closed()
 
+    # -- one connection ----------------------------------------------------------
+
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
         session = ClientSession(writer.get_extra_info("peername"))
-        connection = ServerConnection(self.config.max_frame_bytes, self.config.auth_token)
+        if len(self._open) >= self.max_connections:
+            self._count(ErrorCode.TOO_MANY_CONNECTIONS)
+            writer.write(encode_frame(error_message(
+                ErrorCode.TOO_MANY_CONNECTIONS,
+                f"the server already has {len(self._open)} connections, its limit (max_connections); try later",
+            )))
+            await self._close(writer)
+            self._handlers.discard(task)
+            return
+        enable_keepalive(writer.get_extra_info("socket"))
+        conn = _OpenConnection(session, writer)
+        self._open[session.id] = conn
+        connection = ServerConnection(self.config.max_frame_bytes, self.config.auth_token,
+                                      pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
         metrics = self.trainer.metrics
         metrics.clients_connected += 1
         try:
-            while True:
-                data = await reader.read(_READ_SIZE)
-                if not data:
-                    break  # EOF; a partial frame in the decoder is discarded, nothing stored
-                try:
-                    events = connection.receive_data(data)
-                except FramingError as exc:
-                    writer.write(connection.framing_error_frame(exc))
-                    await writer.drain()
-                    break
-                for event in events:
-                    if isinstance(event, Refusal):
-                        writer.write(encode_frame(event.to_message()))
-                        continue
-                    response = await self._respond(session, connection, event.kind, event.message)
-                    if response is not None:
-                        writer.write(response)
-                if connection.framing_error is not None:  # frames before a bad header were answered
-                    writer.write(connection.framing_error_frame(connection.framing_error))
-                    await writer.drain()
-                    break
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+            await self._serve(conn, connection, reader, writer)
+        except (_Close, ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
-        except asyncio.CancelledError:
-            pass
+        except Exception as exc:  # one connection's failure must never reach the others (nor print a traceback)
+            print(f"[tether] connection from {session.peer} failed: {exc!r:.300}", file=sys.stderr, flush=True)
         finally:
             metrics.clients_connected -= 1
+            self._set_partial(conn, 0)
+            del self._open[session.id]
             self.trainer.episodes.forget(session.id)
             self.ingest.forget(session.id)
             self._handlers.discard(task)
-            writer.close()
-            try:
+            await self._close(writer)
+
+    async def _serve(self, conn: _OpenConnection, connection: ServerConnection, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        auth_deadline = (loop.time() + self.config.handshake_timeout_s
+                         if connection.state is ServerState.AWAITING_AUTH else None)
+        client_timeout = self.config.client_timeout_s or None
+        while True:
+            # Answer every complete frame, one at a time: the next one is parsed
+            # only after this answer is on its way (one request in flight).
+            while True:
+                try:
+                    event = connection.next_event()
+                except FramingError as exc:
+                    await self._refuse(writer, connection.framing_error_frame(exc))
+                if event is None or conn.evicted:
+                    break
+                if isinstance(event, Refusal):
+                    frame: bytes | None = encode_frame(event.to_message())
+                    if event.closes_connection:
+                        await self._refuse(writer, frame)
+                else:
+                    frame = await self._respond(conn.session, connection, event.kind, event.message)
+                if auth_deadline is not None and connection.state is ServerState.READY:
+                    auth_deadline = None
+                if frame is not None:
+                    writer.write(frame)
+                    if auth_deadline is None:
+                        await writer.drain()
+                    else:  # a peer that does not read its refusals must not outlive the handshake deadline
+                        await self._before(auth_deadline, writer.drain(), writer, ErrorCode.HANDSHAKE_TIMEOUT)
+            self._set_partial(conn, connection.buffered_bytes)
+            # Wait for more bytes; silence is bounded by the handshake deadline, then by the client timeout.
+            if auth_deadline is not None:
+                data = await self._before(auth_deadline, reader.read(_READ_SIZE), writer, ErrorCode.HANDSHAKE_TIMEOUT)
+            elif client_timeout is not None:
+                data = await self._before(loop.time() + client_timeout, reader.read(_READ_SIZE), writer,
+                                          ErrorCode.CLIENT_TIMEOUT)
+            else:
+                data = await reader.read(_READ_SIZE)
+            if not data or conn.evicted:
+                return  # EOF; a partial frame is discarded, nothing stored
+            connection.add_data(data)
+            self._set_partial(conn, connection.buffered_bytes)
+            if conn.evicted:
+                return
+
+    async def _before(self, deadline: float, awaitable: Any, writer: asyncio.StreamWriter, code: ErrorCode) -> Any:
+        """Await ``awaitable`` until ``deadline`` (loop time); past it, refuse with ``code`` and close."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await awaitable
+        except TimeoutError:
+            pass
+        self._count(code)
+        if code is ErrorCode.HANDSHAKE_TIMEOUT:
+            text = f"not authenticated within {self.config.handshake_timeout_s:g} s: send PING with auth_token first"
+        else:
+            text = (f"no data received for {self.config.client_timeout_s:g} s (client_timeout_s); "
+                    f"an idle client must PING every heartbeat_interval_s")
+        await self._refuse(writer, encode_frame(error_message(code, text)))
+
+    async def _refuse(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
+        """Write a final ERROR and end the handler (which closes the connection)."""
+        writer.write(frame)
+        raise _Close()
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        try:
+            async with asyncio.timeout(_CLOSE_GRACE_S):
                 await writer.wait_closed()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
+        except (TimeoutError, ConnectionError, asyncio.CancelledError):
+            writer.transport.abort()  # the peer does not read: drop what is left unsent
+        except Exception:
+            writer.transport.abort()
+
+    def _count(self, code: ErrorCode) -> None:
+        self.closed_by_limit[code.value] = self.closed_by_limit.get(code.value, 0) + 1
+
+    # -- memory held by unfinished frames ------------------------------------------
+
+    def _set_partial(self, conn: _OpenConnection, nbytes: int) -> None:
+        """Record what ``conn`` holds; over the global limit, close the largest holders."""
+        self._partial_total += nbytes - conn.partial_bytes
+        conn.partial_bytes = nbytes
+        while self._partial_total > self.max_partial_frame_bytes:
+            victim = max(self._open.values(), key=lambda c: c.partial_bytes)
+            self._count(ErrorCode.FRAME_TOO_LARGE)
+            victim.writer.write(encode_frame(error_message(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"the server holds {self._partial_total} bytes of unfinished frames from all clients, over its "
+                f"limit of {self.max_partial_frame_bytes} (max_partial_frame_bytes); this connection held the "
+                f"most ({victim.partial_bytes} bytes) and is closed",
+            )))
+            victim.evicted = True
+            self._partial_total -= victim.partial_bytes
+            victim.partial_bytes = 0
+            if victim is not conn:
+                victim.writer.close()  # its handler sees EOF and cleans up
+
+    # -- requests ----------------------------------------------------------------
 
     async def _respond(
         self, session: ClientSession, connection: ServerConnection, kind: MessageType, message: dict
@@ -128,8 +326,13 @@ class TetherServer:
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
             return encode_frame(error_message(exc.code, exc.message, kind.value))
+        except RecursionError:
+            return encode_frame(error_message(ErrorCode.INVALID_FIELD, "a value is nested too deeply", kind.value))
+        except OverflowError as exc:
+            return encode_frame(error_message(ErrorCode.NON_FINITE_VALUE, f"a number is out of range: {exc}",
+                                              kind.value))
         except Exception as exc:  # never let one bad request take the server down
-            print(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r}", file=sys.stderr)
+            print(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r:.300}", file=sys.stderr)
             return encode_frame(error_message(ErrorCode.INTERNAL, "internal server error", kind.value))
 
     @staticmethod
@@ -160,6 +363,21 @@ class TetherServer:
             session.last_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})
             for m, rt in trainer.modules.items():
                 session.last_sent.setdefault(m, rt.weights_seq_no)
-        elif trainer.default_module is not None:
-            session.last_sent[trainer.default_module] = message["weights_seq_no"]
-        return encode_frame(message)
+            key: tuple = ("models", *message["models"])
+        else:
+            if trainer.default_module is not None:
+                session.last_sent[trainer.default_module] = message["weights_seq_no"]
+            key = ("v1", "onnx_file" in message)
+        return self._state_frame(key, message)
+
+    def _state_frame(self, key: tuple, message: dict) -> bytes:
+        """The encoded frame of ``message``, encoded once per weights version:
+        a model is large, and re-encoding it per answer cost memory and time."""
+        versions = tuple(rt.weights_seq_no for rt in self.trainer.modules.values())
+        if versions != self._state_versions:
+            self._state_frames.clear()
+            self._state_versions = versions
+        frame = self._state_frames.get(key)
+        if frame is None:
+            frame = self._state_frames[key] = encode_frame(message)
+        return frame

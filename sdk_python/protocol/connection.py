@@ -7,10 +7,14 @@ socket in the Python SDK) only move bytes to and from these objects.
 Server-side state, as a table (h11 style)::
 
     AWAITING_AUTH --PING with the right token--> READY
+    AWAITING_AUTH --PING with a wrong token----> (AUTH_FAILED, then the transport closes)
     READY         --any request--------------> READY
 
 A server without an auth token starts in READY, so plain RLlink v1 clients
-that never send PING (or send it without fields) work unchanged.
+that never send PING (or send it without fields) work unchanged. While a
+server with a token awaits authentication, its frame limit is the small
+``pre_auth_max_frame_bytes``: an unauthenticated peer cannot make it buffer
+or parse a large body.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Union
 
-from .errors import ErrorCode, LocalProtocolError, MessageError, RemoteProtocolError
+from .errors import ErrorCode, FramingError, LocalProtocolError, MessageError, RemoteProtocolError
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+
+#: Frame limit before authentication (server with a token): a PING fits easily.
+DEFAULT_PRE_AUTH_MAX_FRAME_BYTES = 64 * 1024
 from .messages import (
     EXPECTED_RESPONSE,
     PROTOCOL_VERSION,
@@ -53,6 +60,9 @@ class Refusal:
 
     error: MessageError
     request_type: str | None
+    #: True when the transport must close the connection after sending the error
+    #: (a failed auth token: one guess per connection slows guessing).
+    closes_connection: bool = False
 
     def to_message(self) -> dict[str, Any]:
         return error_message(self.error.code, self.error.message, self.request_type)
@@ -66,7 +76,9 @@ class ServerConnection:
 
     ``receive_data`` returns the requests (and refusals) the bytes complete;
     it raises ``FramingError`` when the stream is broken, after which the
-    transport sends ``framing_error_frame(err)`` and closes.
+    transport sends ``framing_error_frame(err)`` and closes. A server that
+    answers one request before it looks at the next uses ``add_data`` and
+    ``next_event`` instead.
     """
 
     def __init__(
@@ -74,11 +86,14 @@ class ServerConnection:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         auth_token: str | None = None,
         server_name: str = "tether",
+        pre_auth_max_frame_bytes: int = DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
     ) -> None:
-        self._decoder = FrameDecoder(max_frame_bytes)
-        self._auth_token = auth_token
+        self._max_frame_bytes = max_frame_bytes
+        self._auth_token = auth_token.encode("utf-8", "surrogatepass") if auth_token else None
         self._server_name = server_name
         self.state = ServerState.AWAITING_AUTH if auth_token else ServerState.READY
+        limit = min(max_frame_bytes, pre_auth_max_frame_bytes) if auth_token else max_frame_bytes
+        self._decoder = FrameDecoder(limit)
         #: What the client said of itself in PING (name, version), for logs.
         self.client_name: str | None = None
         self.client_version: str | None = None
@@ -90,7 +105,36 @@ class ServerConnection:
         events are returned and the ``FramingError`` is raised by the next call
         (``framing_error`` tells the transport to answer them and then close).
         """
-        return [self._handle_body(body) for body in self._decoder.feed(data)]
+        self._decoder.add(data)
+        events: list[ServerEvent] = []
+        while True:
+            try:
+                event = self.next_event()
+            except FramingError:
+                if not events:
+                    raise
+                return events  # raised again by the next call; ``framing_error`` is set
+            if event is None:
+                return events
+            events.append(event)
+
+    def add_data(self, data: bytes) -> None:
+        """Buffer received bytes; take the events with ``next_event``."""
+        self._decoder.add(data)
+
+    def next_event(self) -> ServerEvent | None:
+        """The event of the next complete frame, or None until more bytes arrive.
+
+        Raises ``FramingError`` when the next header is bad or announces a
+        body over the current limit (the stream is then unusable).
+        """
+        body = self._decoder.next_body()
+        return None if body is None else self._handle_body(body)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and held but not yet returned as an event (a partial frame)."""
+        return self._decoder.buffered_bytes
 
     @property
     def framing_error(self) -> RemoteProtocolError | None:
@@ -107,7 +151,9 @@ class ServerConnection:
                     ErrorCode.NOT_A_REQUEST, f"{kind.value} is a response; a client may only send requests"
                 )
             if kind is MessageType.PING:
-                self._handle_ping(message)
+                if self._handle_ping(message):
+                    return Refusal(MessageError(ErrorCode.AUTH_FAILED, "wrong auth_token"), kind.value,
+                                   closes_connection=True)
             elif self.state is ServerState.AWAITING_AUTH:
                 raise MessageError(
                     ErrorCode.AUTH_FAILED, f"{kind.value} before authentication: send PING with auth_token first"
@@ -116,7 +162,8 @@ class ServerConnection:
         except MessageError as exc:
             return Refusal(exc, request_type)
 
-    def _handle_ping(self, message: dict[str, Any]) -> None:
+    def _handle_ping(self, message: dict[str, Any]) -> bool:
+        """Apply a PING; True when it carried a wrong token (the caller refuses and closes)."""
         version = message.get("protocol_version")
         if version is not None:
             try:
@@ -137,10 +184,16 @@ class ServerConnection:
         if self.state is ServerState.AWAITING_AUTH:
             assert self._auth_token is not None
             token = message.get("auth_token")
-            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._auth_token.encode()):
-                what = "missing" if token is None else "wrong"
-                raise MessageError(ErrorCode.AUTH_FAILED, f"{what} auth_token")
+            if token is None:
+                raise MessageError(ErrorCode.AUTH_FAILED, "missing auth_token")
+            # surrogatepass: a JSON string may hold a lone surrogate, which strict UTF-8 cannot encode.
+            if not isinstance(token, str) or not hmac.compare_digest(
+                token.encode("utf-8", "surrogatepass"), self._auth_token
+            ):
+                return True
             self.state = ServerState.READY
+            self._decoder.max_frame_bytes = self._max_frame_bytes
+        return False
 
     def pong(self) -> dict[str, Any]:
         """The PONG for an accepted PING (extension fields are ignored by v1 clients)."""

@@ -64,42 +64,60 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes and return every body they complete, in order."""
+        self.add(data)
+        bodies: list[bytes] = []
+        while True:
+            try:
+                body = self.next_body()
+            except FramingError:
+                if not bodies:
+                    raise
+                return bodies  # the error stays in ``error`` and is raised by the next call
+            if body is None:
+                return bodies
+            bodies.append(body)
+
+    def add(self, data: bytes) -> None:
+        """Buffer received bytes without parsing them (see ``next_body``)."""
         if self._failed is not None:
             raise self._failed
         self._buffer += data
-        bodies: list[bytes] = []
-        buf = self._buffer
-        while True:
-            start = self._pos
-            if len(buf) - start < HEADER_SIZE:
-                break
-            header = bytes(buf[start : start + HEADER_SIZE])
-            if not _DIGITS.issuperset(header):
-                self._failed = FramingError(
-                    ErrorCode.BAD_HEADER,
-                    f"frame header must be 8 ASCII digits, got {header!r}",
-                )
-                break
-            length = int(header)
-            if length > self.max_frame_bytes:
-                self._failed = FramingError(
-                    ErrorCode.FRAME_TOO_LARGE,
-                    f"frame body of {length} bytes exceeds the limit of "
-                    f"{self.max_frame_bytes} bytes",
-                )
-                break
-            end = start + HEADER_SIZE + length
-            if len(buf) < end:
-                break
-            bodies.append(bytes(buf[start + HEADER_SIZE : end]))
-            self._pos = end
+
+    def next_body(self) -> bytes | None:
+        """The next complete body, or None until more bytes arrive.
+
+        Taking one body at a time lets a server answer a request before it even
+        looks at the next header, so a limit changed by that request (a larger
+        frame limit after authentication) applies to the frames after it.
+        """
         if self._failed is not None:
-            self._buffer = bytearray()
-            if not bodies:
-                raise self._failed
-            return bodies
+            raise self._failed
+        buf = self._buffer
+        start = self._pos
+        if len(buf) - start < HEADER_SIZE:
+            return None
+        header = bytes(buf[start : start + HEADER_SIZE])
+        if not _DIGITS.issuperset(header):
+            raise self._fail(FramingError(ErrorCode.BAD_HEADER, f"frame header must be 8 ASCII digits, got {header!r}"))
+        length = int(header)
+        if length > self.max_frame_bytes:
+            raise self._fail(FramingError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame body of {length} bytes exceeds the limit of {self.max_frame_bytes} bytes",
+            ))
+        end = start + HEADER_SIZE + length
+        if len(buf) < end:
+            return None
+        body = bytes(buf[start + HEADER_SIZE : end])
+        self._pos = end
         # Compact once consumed bytes dominate, so the buffer does not grow forever.
-        if self._pos and self._pos * 2 >= len(buf):
+        if self._pos * 2 >= len(buf):
             del buf[: self._pos]
             self._pos = 0
-        return bodies
+        return body
+
+    def _fail(self, error: FramingError) -> FramingError:
+        self._failed = error
+        self._buffer = bytearray()
+        self._pos = 0
+        return error

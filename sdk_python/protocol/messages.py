@@ -7,6 +7,7 @@ the wire, and keeping it a dict keeps the hot path free of copies.
 from __future__ import annotations
 
 import json
+import reprlib
 from enum import Enum
 from typing import Any
 
@@ -86,8 +87,26 @@ def decode_message(body: bytes) -> tuple[MessageType, dict[str, Any]]:
     name = message["type"]
     kind = _TYPES_BY_NAME.get(name) if isinstance(name, str) else None
     if kind is None:
-        raise MessageError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {name!r}")
+        raise MessageError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {describe_value(name)}")
     return kind, message
+
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = 60
+_SHORT_REPR.maxother = 60
+
+
+def describe_value(value: Any) -> str:
+    """A short repr of a received value for an error message: bounded in
+    length and depth (a plain repr of a list nested 1,000 deep raises RecursionError)."""
+    return _SHORT_REPR.repr(value)
+
+
+def _parse_int(text: str) -> int | float:
+    # A JSON integer too large for a double becomes inf, so it is reported as a
+    # non-finite value instead of overflowing later (float(10**400) raises).
+    return int(text) if len(text) <= 20 else float(text)
 
 
 def _decode_slow_path(body: bytes, exc: Exception) -> Any:
@@ -101,7 +120,7 @@ def _decode_slow_path(body: bytes, exc: Exception) -> Any:
             ErrorCode.INVALID_UTF8, f"body is not valid UTF-8 ({utf_exc.reason} at byte {utf_exc.start})"
         ) from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_parse_int)
     except (ValueError, RecursionError):
         raise MessageError(ErrorCode.INVALID_JSON, f"body is not valid JSON: {exc}") from None
 

@@ -9,6 +9,7 @@ delivered: nothing from the bad messages, nothing lost from the good one.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,12 @@ def episodes(**overrides) -> bytes:
             del episode[key]
     body = json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [episode]}, allow_nan=True).encode()
     return b"%08d" % len(body) + body
+
+
+def updates_printed(server: ServerProcess) -> int:
+    """The highest update number in the server's progress lines."""
+    found = [int(m.group(1)) for line in list(server.lines) if (m := re.search(r"\bupdate\s+(\d+)", line))]
+    return max(found, default=0)
 
 
 def frame(body: bytes) -> bytes:
@@ -119,6 +126,9 @@ def test_valid_message_on_same_connection_after_errors_is_accepted(setup) -> Non
 def test_other_client_kept_training_and_lost_nothing(setup) -> None:
     server, good, stop_file = setup
     assert good.poll() is None, "the good client must still be running after all the bad input"
+    # The bad input above takes only seconds; on a loaded machine the good client
+    # may not have reached its second update yet, so wait for it (not a fixed sleep).
+    assert wait_until(lambda: updates_printed(server) >= 2, 120), "\n".join(server.lines)
     stop_file.write_text("stop")
     out, _ = good.communicate(timeout=60)
     report = json.loads(out.strip().splitlines()[-1])
