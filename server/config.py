@@ -190,7 +190,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML file with any of the options below (flags win over the file)")
     for f in dataclasses.fields(ServerConfig):
         flag = "--" + f.name.replace("_", "-")
-        flags = (_FLAG_NAMES[f.name], flag) if f.name in _FLAG_NAMES else (flag,)
+        flags = (flag, _FLAG_NAMES[f.name]) if f.name in _FLAG_NAMES else (flag,)  # the first names the option
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         help_text = f"{f.metadata['help']} (default: {default})"
         hint = hints[f.name]

@@ -24,9 +24,12 @@ then the server closes the connection.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
+import os
 import socket
 import sys
+import time
 from typing import Any
 
 from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
@@ -43,8 +46,12 @@ _READ_SIZE = 1 << 20
 _STREAM_LIMIT = 256 * 1024
 #: How long a closing connection may take to flush its last ERROR before it is aborted.
 _CLOSE_GRACE_S = 2.0
+#: Connections the kernel queues, and asyncio accepts in one go, before handlers run.
+_BACKLOG = 128
 #: Descriptors kept free for files, logs and checkpoints when capping connections.
-_RESERVED_FDS = 64
+_SPARE_FDS = 32
+#: Seconds between two reports of the same accept error (no flood on stderr).
+_ACCEPT_ERROR_REPORT_S = 60.0
 #: Seconds of silence before the kernel probes an idle peer (TCP keepalive).
 _KEEPALIVE_IDLE_S = 30
 
@@ -109,6 +116,13 @@ def open_file_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+def _open_descriptors() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 64
+
+
 class TetherServer:
     """Accepts clients on one port and serves them concurrently, within the configured limits."""
 
@@ -145,15 +159,33 @@ class TetherServer:
 
     async def start(self) -> None:
         limit = open_file_limit()
-        if limit is not None and self.max_connections > limit - _RESERVED_FDS:
-            capped = max(1, limit - _RESERVED_FDS)
-            print(f"[tether] max_connections {self.max_connections} lowered to {capped}: the process may open "
-                  f"only {limit} files", file=sys.stderr, flush=True)
-            self.max_connections = capped
+        backlog = min(_BACKLOG, self.max_connections)
+        if limit is not None:
+            # Descriptors in use now, plus a burst of accepted-then-refused peers, stay free.
+            reserved = _open_descriptors() + backlog + _SPARE_FDS
+            if self.max_connections > limit - reserved:
+                capped = max(1, limit - reserved)
+                print(f"[tether] max_connections {self.max_connections} lowered to {capped}: the process may open "
+                      f"only {limit} files", file=sys.stderr, flush=True)
+                self.max_connections = capped
+        asyncio.get_running_loop().set_exception_handler(self._loop_exception)
         self._server = await asyncio.start_server(
-            self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT,
-            backlog=min(self.max_connections, 1024),
+            self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT, backlog=backlog,
         )
+
+    _last_accept_error = 0.0
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        """Report running out of descriptors in one line now and then, not once per attempt."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            now = time.monotonic()
+            if now - self._last_accept_error >= _ACCEPT_ERROR_REPORT_S:
+                self._last_accept_error = now
+                print(f"[tether] cannot accept connections: {exc.strerror} ({len(self._open)} open); "
+                      f"lower max_connections or raise the open-file limit", file=sys.stderr, flush=True)
+            return
+        loop.default_exception_handler(context)
 
     async def stop(self) -> None:
         if self._server is not None:
