@@ -38,6 +38,12 @@ def episodes(**overrides) -> bytes:
     return b"%08d" % len(body) + body
 
 
+def episodes_raw(key: str, raw_json: bytes) -> bytes:
+    """A good episode whose ``key`` holds the given JSON text."""
+    body = json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [dict(GOOD, **{key: "@"})]}).encode()
+    return frame(body.replace(b'"@"', raw_json))
+
+
 def updates_printed(server: ServerProcess) -> int:
     """The highest update number in the server's progress lines."""
     found = [int(m.group(1)) for line in list(server.lines) if (m := re.search(r"\bupdate\s+(\d+)", line))]
@@ -76,6 +82,11 @@ MESSAGE_ERRORS = [
     ("infinite_reward", episodes(rewards=[1.0, float("inf")]), "NON_FINITE_VALUE"),
     ("action_outside_space", episodes(actions=[0, 2]), "ACTION_OUT_OF_SPACE"),
     ("missing_logp_on_policy", episodes(action_logp=None), "MISSING_ACTION_LOGP"),
+    # A 401-digit integer is no finite double (it used to overflow into INTERNAL).
+    ("huge_integer_reward", episodes(rewards=[1.0, 10**400]), "NON_FINITE_VALUE"),
+    # A type nested 1,000 deep used to kill the handler with RecursionError in repr.
+    ("deeply_nested_type", frame(b'{"type": ' + b"[" * 1000 + b"]" * 1000 + b"}"), "UNKNOWN_TYPE"),
+    ("deeply_nested_obs", episodes_raw("obs", b"[" * 1000 + b"]" * 1000), "OBS_SHAPE_MISMATCH"),
 ]
 
 
@@ -138,3 +149,5 @@ def test_other_client_kept_training_and_lost_nothing(setup) -> None:
     # Every step the good client delivered was stored, and nothing else was.
     assert summary["env_steps"] == report["env_steps_sent"]
     assert summary["updates"] >= 2
+    text = "\n".join(server.lines)
+    assert "Traceback" not in text and "Unhandled exception" not in text and "internal error" not in text, text
