@@ -82,6 +82,21 @@ class _OpenConnection:
         self.evicted = False
 
 
+def _encode_error(code: ErrorCode, text: str, request: str | None) -> bytes:
+    """An ERROR frame; text quoting a received string keeps a lone surrogate as an escape."""
+    return encode_frame(error_message(code, text.encode("utf-8", "backslashreplace").decode("utf-8"), request))
+
+
+def _encode_echo(message: dict[str, Any]) -> bytes:
+    """Encode an answer that repeats strings the client sent. JSON may escape a
+    lone surrogate, which is no Unicode text and cannot be written back as UTF-8."""
+    try:
+        return encode_frame(message)
+    except TypeError:
+        raise MessageError(ErrorCode.INVALID_FIELD, "a string holds a lone surrogate (\\ud800-\\udfff escape), "
+                                                    "which is not Unicode text") from None
+
+
 class _Close(Exception):
     """Ends a connection's handler after its last frame was written."""
 
@@ -349,7 +364,7 @@ class TetherServer:
                 return self._send_state(session, connection, self._client_holds(message))
             if kind is MessageType.MAP_AGENTS:
                 modules = self.ingest.assign(session.id, message)
-                return encode_frame({"type": MessageType.AGENT_MODULES.value, "modules": modules})
+                return _encode_echo({"type": MessageType.AGENT_MODULES.value, "modules": modules})
             # EPISODES or EPISODES_AND_GET_STATE
             records = self.ingest.decode(session.id, message)
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
@@ -357,7 +372,7 @@ class TetherServer:
                                  wait_for_update=wants_state and self.config.force_on_policy)
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
-            return encode_frame(error_message(exc.code, exc.message, kind.value))
+            return _encode_error(exc.code, exc.message, kind.value)
         except RecursionError:
             return encode_frame(error_message(ErrorCode.INVALID_FIELD, "a value is nested too deeply", kind.value))
         except OverflowError as exc:
