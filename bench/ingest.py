@@ -74,6 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=0,
                         help="multi-agent case: agents per episode record (e.g. 16); prints agent_steps_per_s "
                              "(--chunk-steps then counts agent steps per message) (default: 0, single-agent)")
+    parser.add_argument("--ping-probe", action="store_true",
+                        help="one more connection PINGs every 10 ms during the window and the result gains "
+                             "ping_p50_ms, ping_p99_ms and ping_max_ms (how long other clients wait while the "
+                             "server ingests; try with --clients 1 --chunk-steps 160000 for 16 MiB frames)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
     add_quiet_argument(parser)
@@ -245,6 +249,24 @@ def worker(args: argparse.Namespace) -> int:
 # -- driver -----------------------------------------------------------------------
 
 
+def ping_probe(port: int, t_start: float, t_end: float, out: list[float]) -> None:
+    """PING every 10 ms from t_start to t_end (wall clock); append each round trip in ms to ``out``."""
+    from tether.sdk.protocol import encode_frame
+
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = _Reader(sock)
+    ping = encode_frame({"type": "PING"})
+    time.sleep(max(0.0, t_start - time.time()))
+    while time.time() < t_end:
+        sent = time.perf_counter()
+        sock.sendall(ping)
+        _expect(reader.frame(), "PONG")
+        out.append((time.perf_counter() - sent) * 1e3)
+        time.sleep(max(0.0, 0.010 - (time.perf_counter() - sent)))
+    sock.close()
+
+
 def _proc_cpu_s(pid: int) -> float | None:
     """user+system CPU seconds of a process (Linux /proc)."""
     try:
@@ -314,10 +336,19 @@ def run(args: argparse.Namespace) -> dict:
             for w in workers:
                 w.stdin.write(go)  # type: ignore[union-attr]
                 w.stdin.flush()  # type: ignore[union-attr]
+            pings: list[float] = []
+            prober = None
+            if args.ping_probe:
+                import threading
+
+                prober = threading.Thread(target=ping_probe, args=(port, t_start, t_end, pings), daemon=True)
+                prober.start()
             time.sleep(max(0.0, t_start - time.time()))
             cpu0, rss0 = _proc_cpu_s(server.pid), _proc_rss_mb(server.pid)
             time.sleep(max(0.0, t_end - time.time()))
             cpu1, rss1 = _proc_cpu_s(server.pid), _proc_rss_mb(server.pid)
+            if prober is not None:
+                prober.join(timeout=args.timeout)
             results = []
             for w in workers:
                 out, _ = w.communicate(timeout=args.timeout)
@@ -357,6 +388,11 @@ def run(args: argparse.Namespace) -> dict:
     }
     if args.mode == "episodes":
         result["pipeline"] = args.pipeline
+    if args.ping_probe:
+        pings.sort()
+        pick = (lambda q: round(pings[min(len(pings) - 1, int(q * len(pings)))], 2)) if pings else (lambda q: None)
+        result.update(ping_p50_ms=pick(0.5), ping_p99_ms=pick(0.99), ping_max_ms=round(pings[-1], 2) if pings else None,
+                      pings=len(pings))
     if args.agents:
         # Every agent step is one validated, stored step of one agent.
         result = {"agent_steps_per_s": result["env_steps_per_s"], "agents_per_episode": args.agents, **result}

@@ -66,7 +66,10 @@ class EpisodeIngest:
 
     # -- episodes --------------------------------------------------------------
 
-    def decode(self, connection: Hashable, message: dict[str, Any]) -> list[MultiAgentRecord]:
+    def decode(self, connection: Hashable, message: dict[str, Any], predecoded: list | None = None
+               ) -> list[MultiAgentRecord]:
+        """Validate a message's records. ``predecoded`` holds, per record, the state-free
+        part already done elsewhere ((is multi-agent, record) or the MessageError to raise)."""
         records = message.get("episodes")
         if not isinstance(records, list):
             raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')
@@ -74,8 +77,14 @@ class EpisodeIngest:
         # Working copies of the finished-agent sets this message touches; kept only if all is valid.
         done: dict[tuple[Hashable, str | None], set[str]] = {}
         for index, record in enumerate(records):
-            if isinstance(record, dict) and "agents" in record:
-                decoded = decode_multi_agent_record(record, index, self.layout.specs, self.require_logp)
+            pre = None
+            if predecoded is not None:
+                if isinstance(predecoded[index], MessageError):
+                    raise predecoded[index]
+                pre = predecoded[index]
+            if pre[0] if pre is not None else isinstance(record, dict) and "agents" in record:
+                decoded = pre[1] if pre is not None else decode_multi_agent_record(
+                    record, index, self.layout.specs, self.require_logp)
                 key = (connection, decoded.episode_id)
                 if key not in done:
                     done[key] = set(self._done.get(key, ()))
@@ -84,7 +93,7 @@ class EpisodeIngest:
                     done[key] = set()  # the episode is over: its id may start a new one
                     self._assigned.pop((connection, decoded.episode_id or ""), None)
             else:
-                decoded = self._single_agent(record, index)
+                decoded = pre[1] if pre is not None else self._single_agent(record, index)
             out.append(decoded)
         for key, agents in done.items():
             if agents:

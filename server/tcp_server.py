@@ -37,6 +37,7 @@ from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import encode_frame
 from tether.sdk.protocol.messages import MessageType, error_message
 
+from .decode_pool import DecodePool
 from .ingest import EpisodeIngest
 from .trainer import Trainer
 
@@ -147,6 +148,9 @@ class TetherServer:
         self._server: asyncio.base_events.Server | None = None
         self._config_frame = encode_frame(self._config_message())
         self.ingest = EpisodeIngest(trainer.layout, require_logp=trainer.config.force_on_policy)
+        #: Large bodies are parsed and validated in another process (see decode_pool).
+        self.decode_pool = DecodePool(trainer.layout.specs, trainer.layout.default_module(),
+                                      trainer.config.force_on_policy)
         self._handlers: set[asyncio.Task] = set()
         self._open: dict[int, _OpenConnection] = {}
         self._partial_total = 0
@@ -184,6 +188,7 @@ class TetherServer:
                       f"only {limit} files", file=sys.stderr, flush=True)
                 self.max_connections = capped
         asyncio.get_running_loop().set_exception_handler(self._loop_exception)
+        self.decode_pool.start()
         self._server = await asyncio.start_server(
             self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT, backlog=backlog,
         )
@@ -210,6 +215,7 @@ class TetherServer:
         await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        self.decode_pool.close()
 
     # -- one connection ----------------------------------------------------------
 
@@ -260,17 +266,27 @@ class TetherServer:
             # only after this answer is on its way (one request in flight).
             while True:
                 try:
-                    event = connection.next_event()
+                    body = connection.next_body()
                 except FramingError as exc:
                     await self._refuse(writer, connection.framing_error_frame(exc))
-                if event is None or conn.evicted:
+                if body is None or conn.evicted:
                     break
+                predecoded = None
+                done = await self.decode_pool.decode(body)
+                if done is None:
+                    event = connection.handle_body(body)
+                elif done[0] == "error":
+                    event = connection.handle_body(body, MessageError(ErrorCode(done[1]), done[2]))
+                else:
+                    event = connection.handle_body(body, (MessageType(done[1]), done[2]))
+                    predecoded = done[3]
+                del body, done
                 if isinstance(event, Refusal):
                     frame: bytes | None = encode_frame(event.to_message())
                     if event.closes_connection:
                         await self._refuse(writer, frame)
                 else:
-                    frame = await self._respond(conn.session, connection, event.kind, event.message)
+                    frame = await self._respond(conn.session, connection, event.kind, event.message, predecoded)
                 if auth_deadline is not None and connection.state is ServerState.READY:
                     auth_deadline = None
                 if frame is not None:
@@ -352,7 +368,8 @@ class TetherServer:
     # -- requests ----------------------------------------------------------------
 
     async def _respond(
-        self, session: ClientSession, connection: ServerConnection, kind: MessageType, message: dict
+        self, session: ClientSession, connection: ServerConnection, kind: MessageType, message: dict,
+        predecoded: list | None = None,
     ) -> bytes | None:
         trainer = self.trainer
         try:
@@ -366,7 +383,7 @@ class TetherServer:
                 modules = self.ingest.assign(session.id, message)
                 return _encode_echo({"type": MessageType.AGENT_MODULES.value, "modules": modules})
             # EPISODES or EPISODES_AND_GET_STATE
-            records = self.ingest.decode(session.id, message)
+            records = self.ingest.decode(session.id, message, predecoded)
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
             await trainer.submit(session.id, records, self._data_versions(session, message),
                                  wait_for_update=wants_state and self.config.force_on_policy)

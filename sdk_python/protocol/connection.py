@@ -131,6 +131,16 @@ class ServerConnection:
         body = self._decoder.next_body()
         return None if body is None else self._handle_body(body)
 
+    def next_body(self) -> bytes | None:
+        """The next complete frame body, unparsed (see ``handle_body``); None until more bytes arrive."""
+        return self._decoder.next_body()
+
+    def handle_body(self, body: bytes, decoded: tuple[MessageType, dict[str, Any]] | MessageError | None = None
+                    ) -> ServerEvent:
+        """The event of one body. ``decoded`` is ``decode_message(body)``'s result (or
+        its error) when the transport parsed the body elsewhere, e.g. in another process."""
+        return self._handle_body(body, decoded)
+
     @property
     def buffered_bytes(self) -> int:
         """Bytes received and held but not yet returned as an event (a partial frame)."""
@@ -141,10 +151,12 @@ class ServerConnection:
         """Set once the byte stream is broken; the transport must close after answering."""
         return self._decoder.error
 
-    def _handle_body(self, body: bytes) -> ServerEvent:
+    def _handle_body(self, body: bytes, decoded: Any = None) -> ServerEvent:
         request_type: str | None = None
         try:
-            kind, message = decode_message(body)
+            if isinstance(decoded, MessageError):
+                raise decoded
+            kind, message = decoded if decoded is not None else decode_message(body)
             request_type = kind.value
             if kind not in REQUEST_TYPES:
                 raise MessageError(

@@ -1,0 +1,135 @@
+"""Decodes large frame bodies in a separate process, off the event loop.
+
+Why a process: parsing a 16 MiB EPISODES body with orjson takes ~100-300 ms
+and orjson holds the GIL throughout (measured: a decoding thread delays the
+loop's PING answers by the whole parse), and chunking the validation cannot
+split the parse itself. A worker process parses the JSON and turns each
+episode record into validated numpy arrays (the pure part of ingest); only
+the arrays come back (pickled numpy arrays cost a copy, not a parse), and the
+event loop then runs the checks that need server state. Bodies below
+``threshold_bytes`` are decoded inline: for a 400 KB message the round trip to
+a process would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import multiprocessing
+from typing import Any
+
+from tether.sdk.protocol.episodes import decode_episode
+from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.sdk.protocol.messages import MessageType, decode_message
+from tether.sdk.protocol.multi_agent import (
+    DEFAULT_AGENT_ID,
+    AgentChunk,
+    MultiAgentRecord,
+    decode_multi_agent_record,
+)
+
+#: Bodies at least this large are decoded in the worker process.
+DEFAULT_THRESHOLD_BYTES = 1 << 20
+
+#: Fields of a non-episode request that the server reads; a large request of
+#: another type comes back with only these (unknown fields are ignored anyway).
+_REQUEST_FIELDS = ("type", "protocol_version", "client_name", "auth_token", "weights_seq_no", "weights_seq_nos",
+                   "agent_ids", "episode_id")
+
+_EPISODE_TYPES = (MessageType.EPISODES, MessageType.EPISODES_AND_GET_STATE)
+
+# Set in the worker process by _init_worker.
+_specs: dict[str, Any] = {}
+_default_module: str | None = None
+_require_logp = False
+
+
+def _init_worker(specs: dict[str, Any], default_module: str | None, require_logp: bool) -> None:
+    global _specs, _default_module, _require_logp
+    _specs, _default_module, _require_logp = specs, default_module, require_logp
+
+
+def predecode_record(record: Any, index: int, specs: dict[str, Any], default_module: str | None,
+                     require_logp: bool) -> tuple[bool, MultiAgentRecord] | MessageError:
+    """The state-free part of validating one record (what EpisodeIngest does
+    before its mapping and finished-agent checks): (is multi-agent, record); a
+    MessageError is returned, not raised."""
+    try:
+        if isinstance(record, dict) and "agents" in record:
+            return True, decode_multi_agent_record(record, index, specs, require_logp)
+        if default_module is None:
+            return MessageError(
+                ErrorCode.UNMAPPED_AGENT,
+                f"episodes[{index}] is a single-agent record but no policy-mapping rule matches {DEFAULT_AGENT_ID!r}",
+            )
+        spec = specs[default_module]
+        chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp)
+        return False, MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
+                                       [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)])
+    except MessageError as exc:
+        return exc
+    except RecursionError:
+        return MessageError(ErrorCode.INVALID_FIELD, f"episodes[{index}]: a value is nested too deeply")
+    except OverflowError as exc:
+        return MessageError(ErrorCode.NON_FINITE_VALUE, f"episodes[{index}]: a number is out of range: {exc}")
+
+
+def _decode_in_worker(body: bytes) -> tuple[Any, ...]:
+    """("ok", kind, message, predecoded) or ("error", code, text, request_type)."""
+    try:
+        kind, message = decode_message(body)
+    except MessageError as exc:
+        return ("error", exc.code.value, exc.message, None)
+    if kind not in _EPISODE_TYPES:
+        return ("ok", kind.value, {k: message[k] for k in _REQUEST_FIELDS if k in message}, None)
+    records = message.get("episodes")
+    if not isinstance(records, list):
+        return ("ok", kind.value, message, None)  # small once the list is gone; the loop refuses it
+    predecoded: list[Any] = []
+    for index, record in enumerate(records):
+        item = predecode_record(record, index, _specs, _default_module, _require_logp)
+        predecoded.append(item)
+        if isinstance(item, MessageError):
+            break  # a message is all-or-nothing: later records are never looked at
+    stub = {k: v for k, v in message.items() if k != "episodes"}
+    stub["episodes"] = [None] * len(records)
+    return ("ok", kind.value, stub, predecoded)
+
+
+class DecodePool:
+    """One worker process that decodes large bodies; falls back to inline decoding if it fails."""
+
+    def __init__(self, specs: dict[str, Any], default_module: str | None, require_logp: bool,
+                 threshold_bytes: int = DEFAULT_THRESHOLD_BYTES) -> None:
+        self.threshold_bytes = threshold_bytes
+        self._init_args = (specs, default_module, require_logp)
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn, not fork: the server process has threads (torch, the learner).
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker, initargs=self._init_args,
+            )
+        return self._pool
+
+    def start(self) -> None:
+        """Start the worker now (it takes a second to import), not on the first large frame."""
+        self._executor().submit(int, 0)
+
+    async def decode(self, body: bytes) -> tuple[Any, ...] | None:
+        """The worker's result for a large body, or None to decode inline (small body, or no worker)."""
+        if len(body) < self.threshold_bytes:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor(), _decode_in_worker, body)
+        except concurrent.futures.process.BrokenProcessPool:
+            self._pool = None  # a new worker next time; this body is decoded inline
+            return None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
