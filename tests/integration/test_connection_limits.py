@@ -9,7 +9,9 @@ fast; the limits they check are the same.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -126,6 +128,11 @@ def test_client_timeout_and_heartbeats(tmp_path) -> None:
         raw = RawClient(server.port)
         config = raw.request({"type": "GET_CONFIG"})
         assert config["client_timeout_s"] == 0.6 and config["heartbeat_interval_s"] == pytest.approx(0.15)
+        # The accepted socket has TCP keepalive on (ss shows its keepalive timer).
+        if shutil.which("ss"):
+            listing = subprocess.run(["ss", "-tnoH", "state", "established", f"sport = :{server.port}"],
+                                     capture_output=True, text=True).stdout
+            assert "keepalive" in listing, listing
         # A client that PINGs more often than the timeout is kept.
         beating = RawClient(server.port)
         for _ in range(8):
