@@ -23,7 +23,8 @@ Prints one JSON object::
 
     {"frames": 20000, "crashes": 0, "hangs": 0, "tracebacks": 0, "lost_steps": 0, ...}
 
-crashes: the server exited on its own, or answered INTERNAL; tracebacks:
+crashes: the server exited on its own, answered INTERNAL, or a connection
+handler failed ("connection from ... failed" on stderr); tracebacks:
 "Traceback" or "Unhandled exception" in the server's stderr; lost_steps:
 stored steps missing (positive) or unexplained extra steps (negative).
 """
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import REPO_ROOT, free_port, install_cleanup, log, spawn, stop, wait_for_port  # noqa: E402
 
@@ -171,10 +173,20 @@ def next_frame(rng: random.Random) -> tuple[bytes, bool]:
     return b"%08d" % len(body) + body, False
 
 
-def accepted_steps(body: bytes) -> int:
+def parse_like_server(body: bytes) -> tuple[str | None, Any]:
+    """(type, message) as the server parses the body (its own decoder), or (None, None)."""
+    from tether.sdk.protocol.messages import decode_message
+
+    try:
+        kind, message = decode_message(body)
+        return kind.value, message
+    except Exception:
+        return None, None
+
+
+def accepted_steps(message: Any) -> int:
     """Steps the server counts for an accepted EPISODES message (one per action of every record/agent)."""
     try:
-        message = json.loads(body)
         steps = 0
         for record in message["episodes"]:
             agents = record["agents"].values() if "agents" in record else [record]
@@ -242,13 +254,9 @@ def fuzz_thread(port: int, seed: int, deadline: float, max_frames: int, hang_s: 
             got, closed = [], True
         errors = [g for g in got if g.get("type") == "ERROR"]
         steps = 0
-        kind = None
-        try:
-            kind = json.loads(frame[8:]).get("type")
-        except Exception:
-            pass
+        kind, message = parse_like_server(frame[8:])
         if not closed and not errors and kind in ("EPISODES", "EPISODES_AND_GET_STATE"):
-            steps = accepted_steps(frame[8:])
+            steps = accepted_steps(message)
         with stats.lock:
             stats.frames += 1
             stats.accepted_steps += steps
@@ -304,7 +312,7 @@ def run(args: argparse.Namespace) -> dict:
     expected = report["env_steps_sent"] + stats.accepted_steps
     return {
         "frames": stats.frames,
-        "crashes": int(server_died) + stats.internal,
+        "crashes": int(server_died) + stats.internal + stderr_text.count("] connection from "),
         "hangs": stats.hangs,
         "tracebacks": stderr_text.count("Traceback") + stderr_text.count("Unhandled exception"),
         "lost_steps": (expected - stored) if stored is not None else None,
@@ -319,7 +327,8 @@ def run(args: argparse.Namespace) -> dict:
         "server_env_steps": stored,
         "server_updates": summary.get("updates"),
         "seed": args.seed,
-        "internal_errors": sorted({line[:300] for line in stderr_text.splitlines() if "internal error" in line})[:10],
+        "internal_errors": sorted({line[:300] for line in stderr_text.splitlines()
+                                   if "internal error" in line or "] connection from " in line})[:10],
     }
 
 

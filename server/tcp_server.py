@@ -282,7 +282,7 @@ class TetherServer:
                     predecoded = done[3]
                 del body, done
                 if isinstance(event, Refusal):
-                    frame: bytes | None = encode_frame(event.to_message())
+                    frame: bytes | None = _encode_error(event.error.code, event.error.message, event.request_type)
                     if event.closes_connection:
                         await self._refuse(writer, frame)
                 else:

@@ -36,6 +36,7 @@ from .messages import (
     REQUEST_TYPES,
     MessageType,
     decode_message,
+    describe_value,
     error_message,
     parse_version,
 )
@@ -173,6 +174,8 @@ class ServerConnection:
             return Request(kind, message)
         except MessageError as exc:
             return Refusal(exc, request_type)
+        except RecursionError:  # e.g. a field nested 1,000 deep in a PING
+            return Refusal(MessageError(ErrorCode.INVALID_FIELD, "a value is nested too deeply"), request_type)
 
     def _handle_ping(self, message: dict[str, Any]) -> bool:
         """Apply a PING; True when it carried a wrong token (the caller refuses and closes)."""
@@ -181,7 +184,9 @@ class ServerConnection:
             try:
                 major, _ = parse_version(str(version))
             except ValueError:
-                raise MessageError(ErrorCode.VERSION_MISMATCH, f"unreadable protocol_version {version!r}") from None
+                raise MessageError(
+                    ErrorCode.VERSION_MISMATCH, f"unreadable protocol_version {describe_value(version)}"
+                ) from None
             ours, _ = parse_version(PROTOCOL_VERSION)
             if major != ours:
                 raise MessageError(

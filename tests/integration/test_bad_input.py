@@ -86,6 +86,8 @@ MESSAGE_ERRORS = [
     ("huge_integer_reward", episodes(rewards=[1.0, 10**400]), "NON_FINITE_VALUE"),
     # A type nested 1,000 deep used to kill the handler with RecursionError in repr.
     ("deeply_nested_type", frame(b'{"type": ' + b"[" * 1000 + b"]" * 1000 + b"}"), "UNKNOWN_TYPE"),
+    ("deeply_nested_version", frame(b'{"type": "PING", "protocol_version": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
+     "INVALID_FIELD"),
     ("deeply_nested_obs", episodes_raw("obs", b"[" * 1000 + b"]" * 1000), "OBS_SHAPE_MISMATCH"),
 ]
 
