@@ -22,6 +22,11 @@ the measurement window divided by its length, after a warm-up. At the end the
 server is stopped and its ``--summary-file`` "env_steps" must equal every
 acknowledged step (``verified``).
 
+With ``--ping-probe`` one more connection PINGs every 10 ms during the window
+and the result gains "ping_p50_ms", "ping_p99_ms" and "ping_max_ms": how long
+another client waits while the server ingests (for 16 MiB frames:
+``--ping-probe --clients 1 --chunk-steps 160000``; target p99 <= 50 ms).
+
 Prints one JSON object on stdout, e.g.::
 
     {"env_steps_per_s": 123456.0, "clients": 8, "chunk_steps": 4000, "seconds": 5.0, "messages": 154, ...}

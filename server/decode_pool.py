@@ -1,9 +1,12 @@
 """Decodes large frame bodies in a separate process, off the event loop.
 
-Why a process: parsing a 16 MiB EPISODES body with orjson takes ~100-300 ms
-and orjson holds the GIL throughout (measured: a decoding thread delays the
-loop's PING answers by the whole parse), and chunking the validation cannot
-split the parse itself. A worker process parses the JSON and turns each
+Why a process: parsing a 16 MiB EPISODES body with orjson takes ~300 ms here
+and orjson holds the GIL throughout, so a decoding thread would still delay
+the loop's PING answers by the whole parse; chunked validation with yields
+cannot split the parse itself. Measured with bench/ingest.py --ping-probe
+(16 MiB frames): PING p99 591 ms inline, 26 ms with the worker, and the
+same decode time per message (the copies to and from the worker cost ~30 ms
+of ~650). A worker process parses the JSON and turns each
 episode record into validated numpy arrays (the pure part of ingest); only
 the arrays come back (pickled numpy arrays cost a copy, not a parse), and the
 event loop then runs the checks that need server state. Bodies below
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
+import signal
 from typing import Any
 
 from tether.sdk.protocol.episodes import decode_episode
@@ -46,6 +50,8 @@ _require_logp = False
 
 def _init_worker(specs: dict[str, Any], default_module: str | None, require_logp: bool) -> None:
     global _specs, _default_module, _require_logp
+    # Ctrl-C reaches the whole process group; the server shuts the worker down itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _specs, _default_module, _require_logp = specs, default_module, require_logp
 
 
