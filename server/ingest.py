@@ -8,7 +8,7 @@ problem raises ``MessageError`` and no state changes.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 from tether.sdk.protocol.episodes import decode_episode
 from tether.sdk.protocol.errors import ErrorCode, MessageError
@@ -21,23 +21,35 @@ class EpisodeIngest:
     """Turns messages into validated multi-agent records (v1 records become one
     agent, ``default_agent``) and remembers per-episode agent state."""
 
-    def __init__(self, layout: ModuleLayout, require_logp: bool) -> None:
+    def __init__(
+        self,
+        layout: ModuleLayout,
+        require_logp: bool,
+        logp_check: Callable[[list[MultiAgentRecord], dict[str, int]], None] | None = None,
+    ) -> None:
         self.layout = layout
         self.require_logp = require_logp
-        #: (connection, episode_id) -> agents that terminated or were truncated.
+        #: Raises MessageError when behaviour logp cannot come from a served model (see logp_check.py).
+        self.logp_check = logp_check
+        # Keys are (owner, episode_id): the owner is the client_session when the
+        # client gives one (state survives a reconnect), else the connection.
+        #: (owner, episode_id) -> agents that terminated or were truncated.
         self._done: dict[tuple[Hashable, str | None], set[str]] = {}
-        #: (connection, episode_id) -> {agent_id: module}, for a server-side mapping function.
+        #: (owner, episode_id) -> {agent_id: module}, for a server-side mapping function.
         self._assigned: dict[tuple[Hashable, str], dict[str, str]] = {}
 
     # -- mapping ---------------------------------------------------------------
 
-    def module_for(self, connection: Hashable, agent_id: str, episode_id: str) -> str:
-        """The module of an agent that first appears in ``episode_id``; raises MessageError."""
+    def module_for(self, connection: Hashable, agent_id: str, episode_id: str, fallback: Hashable = None) -> str:
+        """The module of an agent that first appears in ``episode_id``; raises MessageError.
+        ``fallback``: another owner whose assignments (MAP_AGENTS on this connection) apply."""
         layout = self.layout
         if layout.mapping is not None:
             return layout.mapping.module_for(agent_id, episode_id)
         assigned = self._assigned.setdefault((connection, episode_id), {})
         module = assigned.get(agent_id)
+        if module is None and fallback is not None and fallback != connection:
+            module = self._assigned.get((fallback, episode_id), {}).get(agent_id)
         if module is None:
             try:
                 module = layout.module_for(agent_id, episode_id)
@@ -66,7 +78,14 @@ class EpisodeIngest:
 
     # -- episodes --------------------------------------------------------------
 
-    def decode(self, connection: Hashable, message: dict[str, Any]) -> list[MultiAgentRecord]:
+    def decode(
+        self, connection: Hashable, message: dict[str, Any], versions: dict[str, int] | None = None,
+        via: Hashable = None,
+    ) -> list[MultiAgentRecord]:
+        """Validate a message's records; ``connection`` owns the episode state
+        (a client_session, or the connection), ``via`` is the connection it came
+        on, ``versions`` the weights version per module the data claims (for
+        the behaviour-logp check). All-or-nothing."""
         records = message.get("episodes")
         if not isinstance(records, list):
             raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')
@@ -79,13 +98,15 @@ class EpisodeIngest:
                 key = (connection, decoded.episode_id)
                 if key not in done:
                     done[key] = set(self._done.get(key, ()))
-                self._check_agents(connection, decoded, index, done[key])
+                self._check_agents(connection, decoded, index, done[key], via)
                 if decoded.is_terminated or decoded.is_truncated:
                     done[key] = set()  # the episode is over: its id may start a new one
                     self._assigned.pop((connection, decoded.episode_id or ""), None)
             else:
                 decoded = self._single_agent(record, index)
             out.append(decoded)
+        if self.logp_check is not None and versions is not None:
+            self.logp_check(out, versions)
         for key, agents in done.items():
             if agents:
                 self._done[key] = agents
@@ -105,7 +126,9 @@ class EpisodeIngest:
         return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
                                 [AgentChunk(DEFAULT_AGENT_ID, module, 0, chunk)])
 
-    def _check_agents(self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str]) -> None:
+    def _check_agents(
+        self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str], via: Hashable = None
+    ) -> None:
         for agent in record.agents:
             where = f"episodes[{index}].agents[{agent.agent_id!r}]"
             group = self.layout.group_of(agent.agent_id)
@@ -115,7 +138,7 @@ class EpisodeIngest:
                     f"{where}: {agent.agent_id!r} is a member of group {group!r} and must be reported as part of it",
                 )
             try:
-                expected = self.module_for(connection, agent.agent_id, record.episode_id or "")
+                expected = self.module_for(connection, agent.agent_id, record.episode_id or "", via)
             except MessageError as exc:
                 raise MessageError(exc.code, f"{where}: {exc.message}") from None
             if agent.module_id != expected:
@@ -132,9 +155,29 @@ class EpisodeIngest:
             if agent.chunk.is_terminated or agent.chunk.is_truncated:
                 done.add(agent.agent_id)
 
+    def open_state_size(self) -> int:
+        """Entries held for ongoing episodes (agents finished or assigned)."""
+        return sum(len(v) for v in self._done.values()) + sum(len(v) for v in self._assigned.values())
+
     def forget(self, connection: Hashable) -> None:
-        """Drop a disconnected client's per-episode state."""
+        """Drop an owner's per-episode state (a closed connection, an expired client_session)."""
         for key in [k for k in self._done if k[0] == connection]:
             del self._done[key]
         for akey in [k for k in self._assigned if k[0] == connection]:
             del self._assigned[akey]
+
+
+def message_env_steps(message: dict[str, Any], records: list[MultiAgentRecord]) -> int:
+    """Env steps a message covers (protocol 1.3 counting).
+
+    A 1.3 message declares ``env_steps`` together with ``agent_steps``; the
+    declared number is used, capped at the agent steps of its records (every
+    env step has at least one decision). Without a declaration a single-agent
+    record's steps are env steps, and a multi-agent record counts its longest
+    agent entry (exact when an agent acts on every step).
+    """
+    agent_steps = sum(r.agent_steps for r in records)
+    declared = message.get("env_steps")
+    if "agent_steps" in message and isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0:
+        return min(declared, agent_steps)
+    return sum(max((a.chunk.env_steps for a in r.agents), default=0) for r in records)

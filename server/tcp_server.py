@@ -13,7 +13,8 @@ from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import encode_frame
 from tether.sdk.protocol.messages import MessageType, error_message
 
-from .ingest import EpisodeIngest
+from .batch_dedup import batch_id
+from .ingest import message_env_steps
 from .trainer import Trainer
 
 _READ_SIZE = 1 << 20
@@ -39,7 +40,7 @@ class TetherServer:
         self.config = trainer.config
         self._server: asyncio.base_events.Server | None = None
         self._config_frame = encode_frame(trainer.config_message())
-        self.ingest = EpisodeIngest(trainer.layout, require_logp=trainer.config.force_on_policy)
+        self.ingest = trainer.ingest
         self._handlers: set[asyncio.Task] = set()
 
     @property
@@ -97,8 +98,7 @@ class TetherServer:
             pass
         finally:
             metrics.clients_connected -= 1
-            self.trainer.episodes.forget(session.id)
-            self.ingest.forget(session.id)
+            self.trainer.forget_connection(session.id)
             self._handlers.discard(task)
             writer.close()
             try:
@@ -120,11 +120,15 @@ class TetherServer:
             if kind is MessageType.MAP_AGENTS:
                 modules = self.ingest.assign(session.id, message)
                 return encode_frame({"type": MessageType.AGENT_MODULES.value, "modules": modules})
-            # EPISODES or EPISODES_AND_GET_STATE
-            records = self.ingest.decode(session.id, message)
+            # EPISODES or EPISODES_AND_GET_STATE; a duplicate batch (1.3) is answered as if new, not stored.
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
-            await trainer.submit(session.id, records, self._data_versions(session, message),
-                                 wait_for_update=wants_state and self.config.force_on_policy)
+            batch = batch_id(message)
+            async with trainer.dedup.slot(batch) as duplicate:
+                if not duplicate:
+                    owner, versions = trainer.owner(session.id, batch), self._data_versions(session, message)
+                    records = self.ingest.decode(owner, message, versions, via=session.id)
+                    await trainer.submit(owner, records, versions, wait_for_update=wants_state and self.config.force_on_policy,
+                                         env_steps=message_env_steps(message, records), source=f"#{session.id} {session.peer}")
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
             return encode_frame(error_message(exc.code, exc.message, kind.value))
