@@ -119,6 +119,7 @@ def test_valid_message_on_same_connection_after_errors_is_accepted(setup) -> Non
 def test_other_client_kept_training_and_lost_nothing(setup) -> None:
     server, good, stop_file = setup
     assert good.poll() is None, "the good client must still be running after all the bad input"
+    assert wait_until(lambda: any("update    2" in line for line in server.lines), 60), "\n".join(server.lines)
     stop_file.write_text("stop")
     out, _ = good.communicate(timeout=60)
     report = json.loads(out.strip().splitlines()[-1])
