@@ -78,6 +78,7 @@ async def serve(
         "agent_steps_trained": m.agent_steps_trained,
         "target_confirmed_at": trainer.target_confirmed_at,
         "updates_discarded": m.updates_discarded,
+        "pool_steps_max": m.pool_steps_max,
         "batches_duplicate": trainer.dedup.duplicates,
         "updates": m.updates,
         "weights_seq_no": trainer.weights_seq_no,

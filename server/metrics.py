@@ -98,6 +98,9 @@ class Metrics:
     samples_dropped_stale: int = 0
     #: Module updates thrown away because the loss, a gradient or a weight was not finite.
     updates_discarded: int = 0
+    #: Most agent steps ever waiting in the pool, and the size of the last update (agent steps).
+    pool_steps_max: int = 0
+    last_update_steps: int = 0
     #: Batches answered as duplicates (protocol 1.3 client_session + batch_seq), not stored.
     batches_duplicate: int = 0
     updates: int = 0
@@ -189,7 +192,7 @@ class Metrics:
         else:
             returns += f" (min {s['episode/return_min']:6.1f}, max {s['episode/return_max']:6.1f})"
         return (
-            f"[tether] update {self.updates:4d} | env steps {self.env_steps_received:8d} | "
+            f"[tether] update {self.updates:4d} | batch {self.last_update_steps:6d} | env steps {self.env_steps_received:8d} | "
             f"agent steps {self.agent_steps_received:8d} | {returns} | len {s['episode/length_mean']:6.1f} | "
             f"{self.env_steps_per_s:7.0f} env steps/s | kl {self.learner.get('approx_kl', math.nan):.4f} | "
             f"entropy {self.learner.get('entropy', math.nan):.3f} | v{self.weights_seq_no} | "

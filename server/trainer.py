@@ -231,6 +231,7 @@ class Trainer:
                     m.samples_dropped_stale += agent.chunk.env_steps
                 else:
                     self._pool.add(Pooled(agent.module_id, agent.chunk, seq, source))
+        m.pool_steps_max = max(m.pool_steps_max, self._pool.steps)
         self._maybe_start_update()
         if wait_for_update and self._next_state is not None:
             await asyncio.shield(self._next_state)
@@ -251,6 +252,7 @@ class Trainer:
         by_module: dict[str, list[Pooled]] = {}
         for pooled in self._pool.take():
             by_module.setdefault(pooled.module_id, []).append(pooled)
+        self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._update_task = loop.create_task(self._run_update(by_module))
