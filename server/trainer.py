@@ -98,6 +98,7 @@ class Trainer:
         self._session_users: dict[str, set[Hashable]] = {}
         self._session_expiry: dict[str, asyncio.TimerHandle] = {}
         self._target_streak: list[tuple[float, int, int]] = []
+        self._window_fresh_from = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-learner")
         self._update_task: asyncio.Task | None = None
         self._next_state: asyncio.Future | None = None
@@ -271,6 +272,9 @@ class Trainer:
             items = by_module[module_id]
             if isinstance(result, NonFiniteUpdate):
                 m.updates_discarded += 1
+                # Returns of the episodes behind this batch may be bogus too: the
+                # stop rule waits until a whole window of episodes came after it.
+                self._target_streak, self._window_fresh_from = [], m.episodes_total
                 sources = sorted({p.source for p in items if p.source})
                 print(f"[tether] update of module {module_id!r} discarded ({result}); weights stay at "
                       f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in items)} agent steps "
@@ -337,12 +341,15 @@ class Trainer:
         must be >= the target at the end of TARGET_UPDATES consecutive updates,
         across which at least half a window of new episodes finished: one
         message of made-up episodes is trained on by at most one update and is
-        half pushed out of the window by real episodes before the run can end."""
+        half pushed out of the window by real episodes before the run can end.
+        After a discarded (non-finite) update, a whole window of new episodes
+        must finish before the return counts again."""
         c, m = self.config, self.metrics
         need = min(c.metrics_window, 100)
         if c.stop_at_return is None:
             return
-        if len(m.returns) < need or not m.return_mean >= c.stop_at_return:
+        if (len(m.returns) < need or not m.return_mean >= c.stop_at_return
+                or m.episodes_total - self._window_fresh_from < need and self._window_fresh_from > 0):
             self._target_streak = []
             return
         self._target_streak.append((time.time(), m.env_steps_received, m.episodes_total))
