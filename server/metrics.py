@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Iterable
 
+import numpy as np
+
 from tether.sdk.protocol.multi_agent import MultiAgentRecord
 
 
@@ -60,7 +62,8 @@ class EpisodeTracker:
             agents = self._open.setdefault(key, {})
             for a in record.agents:
                 entry = agents.setdefault(a.agent_id, [a.module_id, 0.0, 0, a.start_step])
-                entry[1] += float(a.chunk.rewards.sum())
+                with np.errstate(over="ignore"):  # a huge reward makes an infinite return, not a warning
+                    entry[1] += float(a.chunk.rewards.sum(dtype=np.float64))
                 entry[2] += a.chunk.env_steps
             if record.is_terminated or record.is_truncated:
                 del self._open[key]

@@ -88,7 +88,8 @@ class PPOLearner:
         """
         saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()))
         try:
-            stats = self._update(batch)
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught below as a non-finite loss
+                stats = self._update(batch)
             if not all(torch.isfinite(p).all() for p in self.model.parameters()):
                 raise NonFiniteUpdate("weights became non-finite")
         except NonFiniteUpdate:
