@@ -29,6 +29,21 @@ from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .sample_pool import Pooled, SamplePool
 
+#: Freeing at least this many per-agent entries at once also hands free heap pages back to the OS.
+_TRIM_AFTER_ENTRIES = 10_000
+
+
+def release_free_memory() -> None:
+    """Return freed heap pages to the OS (glibc's malloc_trim); a no-op elsewhere.
+    Without it, the RSS of a client's freed per-agent state stays with the process."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 #: Consecutive updates at whose end the windowed mean return must be >= stop_at_return.
 TARGET_UPDATES = 3
 
@@ -185,8 +200,11 @@ class Trainer:
     def forget_connection(self, connection: Hashable) -> None:
         """A connection closed: free its episode state now, and that of its
         client_sessions once no connection has used them for session_state_ttl_s."""
+        held = self.ingest.open_state_size() + self.episodes.open_size()
         self.ingest.forget(connection)
         self.episodes.forget(connection)
+        if held - self.ingest.open_state_size() - self.episodes.open_size() >= _TRIM_AFTER_ENTRIES:
+            release_free_memory()
         for session, users in list(self._session_users.items()):
             users.discard(connection)
             if not users:
@@ -198,8 +216,11 @@ class Trainer:
     def _expire_session(self, session: str) -> None:
         self._session_expiry.pop(session, None)
         if session not in self._session_users:
+            held = self.ingest.open_state_size() + self.episodes.open_size()
             self.ingest.forget(("client_session", session))
             self.episodes.forget(("client_session", session))
+            if held - self.ingest.open_state_size() - self.episodes.open_size() >= _TRIM_AFTER_ENTRIES:
+                release_free_memory()
 
     async def submit(
         self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
