@@ -84,6 +84,8 @@ class ServerConfig:
     seed: int | None = _opt(None, "random seed for the learner")
     # Robustness of training (protocol 1.3).
     reward_clip: float | None = _opt(None, "clip every reward into [-reward_clip, reward_clip] for training (off by default)")
+    verify_action_logp: bool = _opt(
+        True, "refuse (ACTION_LOGP_MISMATCH) behaviour action_logp that no recently served model can have produced")
     session_state_ttl_s: float = _opt(
         300.0, "seconds a disconnected client_session's open-episode state waits for the client to reconnect")
 

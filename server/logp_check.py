@@ -15,10 +15,12 @@ from typing import Iterable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
+from tether.sdk.protocol.spaces import Box, Discrete
 
 from .learner.distributions import ActionDistribution
 from .learner.policy_network import ActorCritic
@@ -55,11 +57,21 @@ class PolicyHistory:
 
 
 def _logp(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        obs_t = torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32)
-        act_t = torch.as_tensor(actions, dtype=torch.float32 if actions.dtype.kind == "f" else torch.long)
-        dist = ActionDistribution(model.action_space, model.dist_inputs(obs_t))
-        return dist.log_prob(act_t).numpy().astype(np.float64)
+    """log pi(a|o) with the formulas of learner/distributions.py, without
+    torch.distributions' argument checks (they cost more than the forward pass)."""
+    space = model.action_space
+    with torch.inference_mode():
+        inputs = model.dist_inputs(torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32))
+        if isinstance(space, Box):
+            return ActionDistribution(space, inputs).log_prob(torch.as_tensor(actions, dtype=torch.float32)).numpy(
+                ).astype(np.float64)
+        acts = torch.as_tensor(actions, dtype=torch.long)
+        if isinstance(space, Discrete):
+            logp = F.log_softmax(inputs, -1).gather(-1, (acts - space.start).reshape(-1, 1))[:, 0]
+        else:
+            parts = torch.split(inputs, list(space.nvec), dim=-1)  # type: ignore[union-attr]
+            logp = sum(F.log_softmax(p, -1).gather(-1, acts[:, i : i + 1])[:, 0] for i, p in enumerate(parts))
+        return logp.numpy().astype(np.float64)  # type: ignore[union-attr]
 
 
 def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray:

@@ -106,7 +106,8 @@ class Trainer:
         self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items() if rt.spec.trainable}
         for module_id, history in self.histories.items():
             history.add(self.modules[module_id].weights_seq_no, self.modules[module_id].learner.model)
-        self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy, logp_check=self._check_logp)
+        self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy,
+                                    logp_check=self._check_logp if config.verify_action_logp else None)
         # Each update takes at most train_batch_size agent steps; the pool holds at most twice that plus a message.
         self._pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
         #: client_session -> connections using it, and expiry timers of sessions no connection uses.
