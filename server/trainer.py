@@ -22,7 +22,7 @@ from tether.sdk.protocol.onnx_codec import encode_onnx
 from .batch_dedup import BatchDedup, BatchId
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig
-from .ingest import EpisodeIngest
+from .ingest import EpisodeIngest, record_env_steps
 from .learner import NonFiniteUpdate, PPOLearner, build_batch
 from .logp_check import PolicyHistory, check_behaviour_logp
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
@@ -238,7 +238,7 @@ class Trainer:
         m = self.metrics
         agent_steps = sum(r.agent_steps for r in records)
         if env_steps is None:
-            env_steps = sum(max((a.chunk.env_steps for a in r.agents), default=0) for r in records)
+            env_steps = sum(record_env_steps(r) for r in records)
         m.env_steps_received += env_steps
         m.agent_steps_received += agent_steps
         m.add_episodes(self.episodes.add(connection, records))

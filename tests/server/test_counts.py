@@ -10,10 +10,10 @@ from tether.server.ingest import message_env_steps
 from tether.server.metrics import EpisodeTracker, Metrics
 
 
-def agent(aid: str, steps: int, reward: float = 1.0) -> AgentChunk:
+def agent(aid: str, steps: int, reward: float = 1.0, start: int = 0) -> AgentChunk:
     c = EpisodeChunk(np.zeros((steps + 1, 1), np.float32), np.zeros(steps, np.int64), np.full(steps, reward, np.float32),
                      None, None, False, False)
-    return AgentChunk(aid, "m", 0, c)
+    return AgentChunk(aid, "m", start, c)
 
 
 def test_env_steps_of_a_message() -> None:
