@@ -70,8 +70,9 @@ def _logp(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarra
             logp = F.log_softmax(inputs, -1).gather(-1, (acts - space.start).reshape(-1, 1))[:, 0]
         else:
             parts = torch.split(inputs, list(space.nvec), dim=-1)  # type: ignore[union-attr]
-            logp = sum(F.log_softmax(p, -1).gather(-1, acts[:, i : i + 1])[:, 0] for i, p in enumerate(parts))
-        return logp.numpy().astype(np.float64)  # type: ignore[union-attr]
+            logp = torch.stack([F.log_softmax(p, -1).gather(-1, acts[:, i : i + 1])[:, 0]
+                                for i, p in enumerate(parts)]).sum(0)
+        return logp.numpy().astype(np.float64)
 
 
 def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
@@ -93,7 +94,9 @@ def check_behaviour_logp(
     for module, items in by_module.items():
         history = histories.get(module)
         claimed_version = versions.get(module)
-        model = None if history is None or claimed_version is None else history.model(claimed_version)
+        if history is None or claimed_version is None:
+            continue
+        model = history.model(claimed_version)
         if model is None:
             continue
         obs = np.concatenate([c.obs[:-1].reshape(c.obs.shape[0] - 1, -1) for _, _, c in items])
@@ -101,7 +104,7 @@ def check_behaviour_logp(
         claimed = np.concatenate([c.action_logp for _, _, c in items]).astype(np.float64)  # type: ignore[misc]
         recomputed = _logp(model, obs, actions)
         bad = _beyond_tolerance(claimed, recomputed)
-        for _, other in history.others(claimed_version) if bad.any() else ():  # type: ignore[union-attr]
+        for _, other in history.others(claimed_version) if bad.any() else ():
             bad &= _beyond_tolerance(claimed, _logp(other, obs, actions))
         if not bad.any():
             continue
