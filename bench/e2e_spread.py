@@ -32,8 +32,6 @@ from _common import (  # noqa: E402
     wait_until_quiet,
 )
 
-AGENTS = 3
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     port = args.port or free_port()
     client = str(REPO_ROOT / "examples/pettingzoo_client.py")
     run = run_server_with_clients(
-        ["--config", args.config, "--max-env-steps", str(args.env_steps * AGENTS), "--seed", str(args.seed),
+        ["--config", args.config, "--max-env-steps", str(args.env_steps), "--seed", str(args.seed),
          *args.server_arg],
         [[sys.executable, client, "--game", "simple_spread", "--port", str(port), "--seed", str(args.seed + i)] for i in range(args.clients)],
         port, args.timeout, args.show_server_output,
@@ -62,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = run["summary"]
     result = {
         "mean_agent_return_final": round(summary["agent_return_mean"], 3),
-        "env_steps": summary["env_steps"] // AGENTS,
+        "env_steps": summary["env_steps"],
         "wall_s": round(run["wall_s"], 1),
-        "agent_steps": summary["env_steps"],
+        "agent_steps": summary["agent_steps"],
         "episodes": summary["episodes"],
         "updates": summary["updates"],
         "config": Path(args.config).name,

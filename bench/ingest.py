@@ -92,8 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- the message ------------------------------------------------------------------
 
 
-def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_seq_no: int, kind: str
-                              ) -> tuple[bytes, int, int]:
+def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_seq_no: int, kind: str,
+                              policy=None) -> tuple[bytes, int, int]:
     """One encoded frame of multi-agent records (protocol 1.2): each record is an
     episode in which ``agents`` agents, all mapped to module "m", each play a
     CartPole episode of at most chunk_steps / agents steps. Returns (frame, agent steps, records)."""
@@ -106,7 +106,7 @@ def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_
     while steps < chunk_steps:
         entries = {}
         for j in range(agents):
-            frame, agent_steps, _ = build_message(per_agent, seed * 100_003 + k * agents + j, 0, kind)
+            frame, agent_steps, _ = build_message(per_agent, seed * 100_003 + k * agents + j, 0, kind, policy)
             single = _json.loads(frame[8:])["episodes"][0]
             single.pop("episode_id", None)
             single.update(module="m", start_step=0)
@@ -119,8 +119,12 @@ def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_
     return encode_frame(message), steps, len(records)
 
 
-def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str) -> tuple[bytes, int, int]:
+def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str, policy=None) -> tuple[bytes, int, int]:
     """One encoded EPISODES(_AND_GET_STATE) frame of whole CartPole episodes.
+
+    With ``policy`` (the served model) action_logp and action_dist_inputs are
+    the model's, as the server's behaviour-logp check requires; actions still
+    come from the heuristic.
 
     Returns (frame bytes, env steps, episodes). Every record is terminated or
     truncated, so re-sending the same ids never leaves episodes open on the server.
@@ -142,6 +146,8 @@ def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str) -
             # A balancing heuristic with 10% noise gives long, realistic episodes.
             logits = np.array([-(obs[2] + 0.5 * obs[3]), obs[2] + 0.5 * obs[3]], dtype=np.float32) * 5.0
             action = int(logits[1] > logits[0]) if rng.random() > 0.1 else int(rng.integers(2))
+            if policy is not None:
+                logits = policy.dist_inputs(np.asarray(obs, np.float32)[None])[0]
             top = float(logits.max())
             logp = float(logits[action]) - top - float(np.log(np.exp(logits - top).sum()))
             obs, reward, terminated, truncated, _ = env.step(action)
@@ -205,13 +211,19 @@ def worker(args: argparse.Namespace) -> int:
     sock.sendall(encode_frame({"type": "PING", "protocol_version": PROTOCOL_VERSION, "client_name": "bench-ingest"}))
     _expect(reader.frame(), "PONG")
     sock.sendall(encode_frame({"type": "GET_STATE"}))
-    seq = _expect(reader.frame(), "SET_STATE")["weights_seq_no"]
+    state = _expect(reader.frame(), "SET_STATE")
+    seq = state["weights_seq_no"]
+    from tether.sdk.policy import OnnxPolicy
+    from tether.sdk.protocol.onnx_codec import decode_onnx
+
+    policy = OnnxPolicy(decode_onnx(state["onnx_file"]))  # the logp the server checks is this model's
     kind = "EPISODES_AND_GET_STATE" if args.mode == "episodes_and_get_state" else "EPISODES"
     if args.agents:
-        frame, steps, episodes = build_multi_agent_message(args.chunk_steps, args.agents, args.worker_seed, seq, kind)
+        frame, steps, episodes = build_multi_agent_message(args.chunk_steps, args.agents, args.worker_seed, seq, kind,
+                                                           policy)
         get_state = encode_frame({"type": "GET_STATE", "weights_seq_nos": {"m": seq}})
     else:
-        frame, steps, episodes = build_message(args.chunk_steps, args.worker_seed, seq, kind)
+        frame, steps, episodes = build_message(args.chunk_steps, args.worker_seed, seq, kind, policy)
         get_state = encode_frame({"type": "GET_STATE", "weights_seq_no": seq})
     print(json.dumps({"ready": True, "frame_bytes": len(frame), "steps": steps, "episodes": episodes}), flush=True)
 

@@ -57,7 +57,7 @@ async def serve(
         )
         print(
             f"[tether] serving on {config.host}:{server.port} | modules: {modules} | device {trainer.device} | "
-            f"train_batch_size {config.train_batch_size}",
+            f"train_batch_size {config.train_batch_size} agent steps",
             flush=True,
         )
     if ready is not None:
@@ -72,7 +72,14 @@ async def serve(
         "started_at": started,
         "reached_target_at": trainer.reached_target_at,
         "env_steps_at_target": trainer.env_steps_at_target,
+        # Env steps: one per environment step; agent steps: one per decision of an agent or group.
         "env_steps": m.env_steps_received,
+        "agent_steps": m.agent_steps_received,
+        "agent_steps_trained": m.agent_steps_trained,
+        "target_confirmed_at": trainer.target_confirmed_at,
+        "updates_discarded": m.updates_discarded,
+        "pool_steps_max": m.pool_steps_max,
+        "batches_duplicate": trainer.dedup.duplicates,
         "updates": m.updates,
         "weights_seq_no": trainer.weights_seq_no,
         "return_mean": m.return_mean,

@@ -29,6 +29,16 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     return path
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file could not be read as tensors and plain values."""
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by ``save_checkpoint``."""
-    return torch.load(Path(path), map_location="cpu", weights_only=False)
+    """Read a checkpoint written by ``save_checkpoint``: tensors and plain values
+    only (``weights_only=True``), so a crafted file cannot run code when loaded."""
+    try:
+        return torch.load(Path(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        if isinstance(exc, OSError):
+            raise
+        raise CheckpointError(f"{path} is not a Tether checkpoint of tensors and plain values: {exc}") from None

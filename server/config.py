@@ -107,6 +107,12 @@ class ServerConfig:
     device: str = _opt("auto", "torch device: auto (cuda when present), cpu, cuda, cuda:1 ...")
     torch_threads: int = _opt(1, "CPU threads for torch (small MLPs are fastest on one)")
     seed: int | None = _opt(None, "random seed for the learner")
+    # Robustness of training (protocol 1.3).
+    reward_clip: float | None = _opt(None, "clip every reward into [-reward_clip, reward_clip] for training (off by default)")
+    verify_action_logp: bool = _opt(
+        True, "refuse (ACTION_LOGP_MISMATCH) behaviour action_logp that no recently served model can have produced")
+    session_state_ttl_s: float = _opt(
+        300.0, "seconds a disconnected client_session's open-episode state waits for the client to reconnect")
 
     # Run control, metrics, checkpoints.
     logdir: str = _opt("runs/tether", "folder for TensorBoard event files and checkpoints")
@@ -166,6 +172,7 @@ class ServerConfig:
 PPO_OPTION_NAMES = (
     "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
     "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes",
+    "reward_clip",
 )
 
 

@@ -8,7 +8,7 @@ problem raises ``MessageError`` and no state changes.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 from tether.sdk.protocol.episodes import decode_episode
 from tether.sdk.protocol.errors import ErrorCode, MessageError
@@ -17,27 +17,55 @@ from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiA
 from .module_setup import ModuleLayout
 
 
+class PendingRecords:
+    """A validated message whose finished-agent state is not yet recorded."""
+
+    __slots__ = ("_ingest", "records", "_done")
+
+    def __init__(self, ingest: "EpisodeIngest", records: list[MultiAgentRecord],
+                 done: dict[tuple[Hashable, str | None], set[str]]) -> None:
+        self._ingest = ingest
+        self.records = records
+        self._done = done
+
+    def commit(self) -> None:
+        """Record which agents finished (only once the whole message is accepted)."""
+        self._ingest._commit_done(self._done)
+
+
 class EpisodeIngest:
     """Turns messages into validated multi-agent records (v1 records become one
     agent, ``default_agent``) and remembers per-episode agent state."""
 
-    def __init__(self, layout: ModuleLayout, require_logp: bool) -> None:
+    def __init__(
+        self,
+        layout: ModuleLayout,
+        require_logp: bool,
+        logp_check: Callable[[list[MultiAgentRecord], dict[str, int]], None] | None = None,
+    ) -> None:
         self.layout = layout
         self.require_logp = require_logp
-        #: (connection, episode_id) -> agents that terminated or were truncated.
+        #: Raises MessageError when behaviour logp cannot come from a served model (see logp_check.py).
+        self.logp_check = logp_check
+        # Keys are (owner, episode_id): the owner is the client_session when the
+        # client gives one (state survives a reconnect), else the connection.
+        #: (owner, episode_id) -> agents that terminated or were truncated.
         self._done: dict[tuple[Hashable, str | None], set[str]] = {}
-        #: (connection, episode_id) -> {agent_id: module}, for a server-side mapping function.
+        #: (owner, episode_id) -> {agent_id: module}, for a server-side mapping function.
         self._assigned: dict[tuple[Hashable, str], dict[str, str]] = {}
 
     # -- mapping ---------------------------------------------------------------
 
-    def module_for(self, connection: Hashable, agent_id: str, episode_id: str) -> str:
-        """The module of an agent that first appears in ``episode_id``; raises MessageError."""
+    def module_for(self, connection: Hashable, agent_id: str, episode_id: str, fallback: Hashable = None) -> str:
+        """The module of an agent that first appears in ``episode_id``; raises MessageError.
+        ``fallback``: another owner whose assignments (MAP_AGENTS on this connection) apply."""
         layout = self.layout
         if layout.mapping is not None:
             return layout.mapping.module_for(agent_id, episode_id)
         assigned = self._assigned.setdefault((connection, episode_id), {})
         module = assigned.get(agent_id)
+        if module is None and fallback is not None and fallback != connection:
+            module = self._assigned.get((fallback, episode_id), {}).get(agent_id)
         if module is None:
             try:
                 module = layout.module_for(agent_id, episode_id)
@@ -66,10 +94,28 @@ class EpisodeIngest:
 
     # -- episodes --------------------------------------------------------------
 
-    def decode(self, connection: Hashable, message: dict[str, Any], predecoded: list | None = None
-               ) -> list[MultiAgentRecord]:
-        """Validate a message's records. ``predecoded`` holds, per record, the state-free
-        part already done elsewhere ((is multi-agent, record) or the MessageError to raise)."""
+    def decode(
+        self, connection: Hashable, message: dict[str, Any], versions: dict[str, int] | None = None,
+        via: Hashable = None, predecoded: list | None = None,
+    ) -> list[MultiAgentRecord]:
+        """Validate a message's records; ``connection`` owns the episode state
+        (a client_session, or the connection), ``via`` is the connection it came
+        on, ``versions`` the weights version per module the data claims (for
+        the behaviour-logp check). ``predecoded`` holds, per record, the
+        state-free part already done elsewhere ((is multi-agent, record) or the
+        MessageError to raise). All-or-nothing."""
+        pending = self.validate(connection, message, via, predecoded)
+        if self.logp_check is not None and versions is not None:
+            self.logp_check(pending.records, versions)
+        pending.commit()
+        return pending.records
+
+    def validate(
+        self, connection: Hashable, message: dict[str, Any], via: Hashable = None, predecoded: list | None = None,
+    ) -> "PendingRecords":
+        """``decode`` without the behaviour-logp check and without changing any
+        state: the server runs that check off the event loop (a forward pass
+        over the whole batch), then calls ``commit``."""
         records = message.get("episodes")
         if not isinstance(records, list):
             raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')
@@ -88,19 +134,21 @@ class EpisodeIngest:
                 key = (connection, decoded.episode_id)
                 if key not in done:
                     done[key] = set(self._done.get(key, ()))
-                self._check_agents(connection, decoded, index, done[key])
+                self._check_agents(connection, decoded, index, done[key], via)
                 if decoded.is_terminated or decoded.is_truncated:
                     done[key] = set()  # the episode is over: its id may start a new one
                     self._assigned.pop((connection, decoded.episode_id or ""), None)
             else:
                 decoded = pre[1] if pre is not None else self._single_agent(record, index)
             out.append(decoded)
+        return PendingRecords(self, out, done)
+
+    def _commit_done(self, done: dict[tuple[Hashable, str | None], set[str]]) -> None:
         for key, agents in done.items():
             if agents:
                 self._done[key] = agents
             else:
                 self._done.pop(key, None)
-        return out
 
     def _single_agent(self, record: Any, index: int) -> MultiAgentRecord:
         module = self.layout.default_module()
@@ -114,7 +162,9 @@ class EpisodeIngest:
         return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
                                 [AgentChunk(DEFAULT_AGENT_ID, module, 0, chunk)])
 
-    def _check_agents(self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str]) -> None:
+    def _check_agents(
+        self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str], via: Hashable = None
+    ) -> None:
         for agent in record.agents:
             where = f"episodes[{index}].agents[{agent.agent_id!r}]"
             group = self.layout.group_of(agent.agent_id)
@@ -124,7 +174,7 @@ class EpisodeIngest:
                     f"{where}: {agent.agent_id!r} is a member of group {group!r} and must be reported as part of it",
                 )
             try:
-                expected = self.module_for(connection, agent.agent_id, record.episode_id or "")
+                expected = self.module_for(connection, agent.agent_id, record.episode_id or "", via)
             except MessageError as exc:
                 raise MessageError(exc.code, f"{where}: {exc.message}") from None
             if agent.module_id != expected:
@@ -141,9 +191,36 @@ class EpisodeIngest:
             if agent.chunk.is_terminated or agent.chunk.is_truncated:
                 done.add(agent.agent_id)
 
+    def open_state_size(self) -> int:
+        """Entries held for ongoing episodes (agents finished or assigned)."""
+        return sum(len(v) for v in self._done.values()) + sum(len(v) for v in self._assigned.values())
+
     def forget(self, connection: Hashable) -> None:
-        """Drop a disconnected client's per-episode state."""
+        """Drop an owner's per-episode state (a closed connection, an expired client_session)."""
         for key in [k for k in self._done if k[0] == connection]:
             del self._done[key]
         for akey in [k for k in self._assigned if k[0] == connection]:
             del self._assigned[akey]
+
+
+def message_env_steps(message: dict[str, Any], records: list[MultiAgentRecord]) -> int:
+    """Env steps a message covers (protocol 1.3 counting).
+
+    A 1.3 message declares ``env_steps`` together with ``agent_steps``; the
+    declared number is used, capped at the agent steps of its records (every
+    env step has at least one decision). Without a declaration a single-agent
+    record's steps are env steps, and a multi-agent record counts its longest
+    agent entry: exact when some agent acts on every step, a lower bound when
+    agents take turns (``start_step`` is where an agent first acted in the
+    episode, not where this chunk starts, so it cannot date a later chunk).
+    """
+    agent_steps = sum(r.agent_steps for r in records)
+    declared = message.get("env_steps")
+    if "agent_steps" in message and isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0:
+        return min(declared, agent_steps)
+    return sum(record_env_steps(r) for r in records)
+
+
+def record_env_steps(record: MultiAgentRecord) -> int:
+    """Env steps one record spans (see ``message_env_steps``)."""
+    return max((a.chunk.env_steps for a in record.agents), default=0)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Iterable
 
+import numpy as np
+
 from tether.sdk.protocol.multi_agent import MultiAgentRecord
 
 
@@ -22,6 +24,8 @@ class FinishedEpisode:
     total_return: float
     length: int
     agents: dict[str, tuple[str, float]]  # agent id -> (module, return)
+    #: Agents behind the entries (a group counts its members); per-agent return = total_return / agent_count.
+    agent_count: int = 1
 
 
 _TRAILING_INDEX = re.compile(r"[_\-]?\d+$")
@@ -40,9 +44,15 @@ class EpisodeTracker:
     message, which the same key (connection, None) captures.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, groups: dict[str, tuple[int, str]] | None = None) -> None:
         # key -> {agent_id: [module, return, steps, start_step]}
         self._open: dict[Hashable, dict[str, list]] = {}
+        #: group id -> (members, reward rule "sum"|"mean"): a group's return counts for its members.
+        self.groups = groups or {}
+
+    def open_size(self) -> int:
+        """Agent entries held for episodes not finished yet."""
+        return sum(len(v) for v in self._open.values())
 
     def add(self, connection: Hashable, records: Iterable[MultiAgentRecord]) -> list[FinishedEpisode]:
         """Feed a message's records; returns the episodes they complete."""
@@ -52,14 +62,21 @@ class EpisodeTracker:
             agents = self._open.setdefault(key, {})
             for a in record.agents:
                 entry = agents.setdefault(a.agent_id, [a.module_id, 0.0, 0, a.start_step])
-                entry[1] += float(a.chunk.rewards.sum())
+                with np.errstate(over="ignore"):  # a huge reward makes an infinite return, not a warning
+                    entry[1] += float(a.chunk.rewards.sum(dtype=np.float64))
                 entry[2] += a.chunk.env_steps
             if record.is_terminated or record.is_truncated:
                 del self._open[key]
+                total, count = 0.0, 0
+                for aid, e in agents.items():
+                    members, rule = self.groups.get(aid, (1, "sum"))
+                    total += e[1] * members if rule == "mean" else e[1]
+                    count += members
                 finished.append(FinishedEpisode(
-                    total_return=sum(e[1] for e in agents.values()),
+                    total_return=total,
                     length=max((e[3] + e[2] for e in agents.values()), default=0),
                     agents={aid: (e[0], e[1]) for aid, e in agents.items()},
+                    agent_count=max(count, 1),
                 ))
         return finished
 
@@ -77,9 +94,18 @@ class Metrics:
     returns: deque = field(default_factory=deque)
     lengths: deque = field(default_factory=deque)
     episodes_total: int = 0
+    #: Env steps (one per environment step) and agent steps (one per decision) received.
     env_steps_received: int = 0
-    env_steps_trained: int = 0
+    agent_steps_received: int = 0
+    agent_steps_trained: int = 0
     samples_dropped_stale: int = 0
+    #: Module updates thrown away because the loss, a gradient or a weight was not finite.
+    updates_discarded: int = 0
+    #: Most agent steps ever waiting in the pool, and the size of the last update (agent steps).
+    pool_steps_max: int = 0
+    last_update_steps: int = 0
+    #: Batches answered as duplicates (protocol 1.3 client_session + batch_seq), not stored.
+    batches_duplicate: int = 0
     updates: int = 0
     weights_seq_no: int = 0
     clients_connected: int = 0
@@ -96,17 +122,26 @@ class Metrics:
         self.module_returns: dict[str, deque] = {}
         self.agent_type_returns: dict[str, deque] = {}
         self.module_updates: dict[str, dict[str, float]] = {}
+        #: Whether any episode had more than one agent (the progress line then shows per-agent returns).
+        self.multi_agent = False
         self._rate_mark = (time.monotonic(), 0)
+
+    #: Agent types with their own return metric; further types share "other" (ids are client-chosen).
+    MAX_AGENT_TYPES = 64
 
     def add_episodes(self, finished: list[FinishedEpisode]) -> None:
         for episode in finished:
             self.returns.append(episode.total_return)
             self.lengths.append(episode.length)
             if episode.agents:
-                self.agent_returns.append(sum(r for _, r in episode.agents.values()) / len(episode.agents))
+                self.agent_returns.append(episode.total_return / episode.agent_count)
+                self.multi_agent = self.multi_agent or episode.agent_count > 1
             for agent_id, (module, ret) in episode.agents.items():
                 self.module_returns.setdefault(module, deque(maxlen=self.window)).append(ret)
-                self.agent_type_returns.setdefault(agent_type(agent_id), deque(maxlen=self.window)).append(ret)
+                kind = agent_type(agent_id)
+                if kind not in self.agent_type_returns and len(self.agent_type_returns) >= self.MAX_AGENT_TYPES:
+                    kind = "other"
+                self.agent_type_returns.setdefault(kind, deque(maxlen=self.window)).append(ret)
         self.episodes_total += len(finished)
 
     @property
@@ -132,7 +167,10 @@ class Metrics:
             "episode/length_mean": sum(self.lengths) / len(self.lengths) if self.lengths else math.nan,
             "episode/count": float(self.episodes_total),
             "charts/env_steps": float(self.env_steps_received),
+            "charts/agent_steps": float(self.agent_steps_received),
             "charts/env_steps_per_s": self.env_steps_per_s,
+            "charts/updates_discarded": float(self.updates_discarded),
+            "charts/batches_duplicate": float(self.batches_duplicate),
             "charts/weights_seq_no": float(self.weights_seq_no),
             "charts/clients_connected": float(self.clients_connected),
             "charts/samples_dropped_stale": float(self.samples_dropped_stale),
@@ -148,14 +186,21 @@ class Metrics:
         return out
 
     def progress_line(self) -> str:
+        """One line per update. ``return`` is the mean episode return per agent;
+        multi-agent runs add the team total (all agents' returns summed)."""
         s = self.snapshot()
+        returns = f"return {s['episode/agent_return_mean']:7.1f}"
+        if self.multi_agent:
+            returns += f" per agent (team {s['episode/return_mean']:.1f})"
+        else:
+            returns += f" (min {s['episode/return_min']:6.1f}, max {s['episode/return_max']:6.1f})"
         return (
-            f"[tether] update {self.updates:4d} | steps {self.env_steps_received:8d} | "
-            f"return {s['episode/return_mean']:7.1f} (min {s['episode/return_min']:6.1f}, "
-            f"max {s['episode/return_max']:6.1f}) | len {s['episode/length_mean']:6.1f} | "
-            f"{self.env_steps_per_s:7.0f} steps/s | kl {self.learner.get('approx_kl', math.nan):.4f} | "
+            f"[tether] update {self.updates:4d} | batch {self.last_update_steps:6d} | env steps {self.env_steps_received:8d} | "
+            f"agent steps {self.agent_steps_received:8d} | {returns} | len {s['episode/length_mean']:6.1f} | "
+            f"{self.env_steps_per_s:7.0f} env steps/s | kl {self.learner.get('approx_kl', math.nan):.4f} | "
             f"entropy {self.learner.get('entropy', math.nan):.3f} | v{self.weights_seq_no} | "
             f"clients {self.clients_connected} | stale {self.samples_dropped_stale}"
+            + (f" | discarded {self.updates_discarded}" if self.updates_discarded else "")
             + self._module_part()
         )
 

@@ -30,6 +30,7 @@ import os
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
@@ -37,8 +38,9 @@ from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import encode_frame
 from tether.sdk.protocol.messages import MessageType, error_message
 
+from .batch_dedup import batch_id
 from .decode_pool import DecodePool
-from .ingest import EpisodeIngest
+from .ingest import message_env_steps
 from .trainer import Trainer
 
 _READ_SIZE = 1 << 20
@@ -147,8 +149,9 @@ class TetherServer:
         self.config = trainer.config
         self._server: asyncio.base_events.Server | None = None
         self._config_frame = encode_frame(self._config_message())
-        self.ingest = EpisodeIngest(trainer.layout, require_logp=trainer.config.force_on_policy)
+        self.ingest = trainer.ingest
         #: Large bodies are parsed and validated in another process (see decode_pool).
+        self._logp_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-logp-check")
         self.decode_pool = DecodePool(trainer.layout.specs, trainer.layout.default_module(),
                                       trainer.config.force_on_policy)
         self._handlers: set[asyncio.Task] = set()
@@ -216,6 +219,7 @@ class TetherServer:
         if self._server is not None:
             await self._server.wait_closed()
         self.decode_pool.close()
+        self._logp_executor.shutdown(wait=False)
 
     # -- one connection ----------------------------------------------------------
 
@@ -250,8 +254,7 @@ class TetherServer:
             metrics.clients_connected -= 1
             self._set_partial(conn, 0)
             del self._open[session.id]
-            self.trainer.episodes.forget(session.id)
-            self.ingest.forget(session.id)
+            self.trainer.forget_connection(session.id)
             self._handlers.discard(task)
             await self._close(writer)
 
@@ -382,11 +385,22 @@ class TetherServer:
             if kind is MessageType.MAP_AGENTS:
                 modules = self.ingest.assign(session.id, message)
                 return _encode_echo({"type": MessageType.AGENT_MODULES.value, "modules": modules})
-            # EPISODES or EPISODES_AND_GET_STATE
-            records = self.ingest.decode(session.id, message, predecoded)
+            # EPISODES or EPISODES_AND_GET_STATE; a duplicate batch (1.3) is answered as if new, not stored.
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
-            await trainer.submit(session.id, records, self._data_versions(session, message),
-                                 wait_for_update=wants_state and self.config.force_on_policy)
+            batch = batch_id(message)
+            async with trainer.dedup.slot(batch) as duplicate:
+                if not duplicate:
+                    owner, versions = trainer.owner(session.id, batch), self._data_versions(session, message)
+                    pending = self.ingest.validate(owner, message, via=session.id, predecoded=predecoded)
+                    if self.ingest.logp_check is not None:
+                        # A forward pass over the batch: torch releases the GIL, so other
+                        # clients' PINGs are answered meanwhile (it held the loop 80 ms per 80k steps).
+                        await asyncio.get_running_loop().run_in_executor(
+                            self._logp_executor, self.ingest.logp_check, pending.records, versions)
+                    pending.commit()
+                    records = pending.records
+                    await trainer.submit(owner, records, versions, wait_for_update=wants_state and self.config.force_on_policy,
+                                         env_steps=message_env_steps(message, records), source=f"#{session.id} {session.peer}")
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
             return _encode_error(exc.code, exc.message, kind.value)

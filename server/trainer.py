@@ -5,26 +5,47 @@ in a worker thread so clients keep being served while the learners work."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable
 
 import torch
 
-from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.framing import encode_frame
 from tether.sdk.protocol.messages import PROTOCOL_VERSION, MessageType
 from tether.sdk.protocol.multi_agent import ModuleSpec, MultiAgentRecord
 from tether.sdk.protocol.onnx_codec import encode_onnx
 
+from .batch_dedup import BatchDedup, BatchId
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig
-from .learner import PPOLearner, build_batch
+from .ingest import EpisodeIngest, record_env_steps
+from .learner import NonFiniteUpdate, PPOLearner, build_batch
+from .logp_check import PolicyHistory, check_behaviour_logp
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
+from .sample_pool import Pooled, SamplePool
+
+#: Freeing at least this many per-agent entries at once also hands free heap pages back to the OS.
+_TRIM_AFTER_ENTRIES = 10_000
+
+
+def release_free_memory() -> None:
+    """Return freed heap pages to the OS (glibc's malloc_trim); a no-op elsewhere.
+    Without it, the RSS of a client's freed per-agent state stays with the process."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+#: Consecutive updates at whose end the windowed mean return must be >= stop_at_return.
+TARGET_UPDATES = 3
 
 
 def resolve_device(name: str) -> torch.device:
@@ -53,13 +74,6 @@ class ModuleRuntime:
         self.onnx_field = encode_onnx(onnx_bytes)
 
 
-@dataclass
-class _Pooled:
-    module_id: str
-    chunk: EpisodeChunk
-    weights_seq_no: int
-
-
 class Trainer:
     """The training side of one server: sample pool, one learner per module, weights, metrics."""
 
@@ -79,18 +93,36 @@ class Trainer:
         #: The module a single-agent (v1) client is served; None if no rule maps default_agent.
         self.default_module = layout.default_module()
         self.metrics = Metrics(window=config.metrics_window)
-        self.episodes = EpisodeTracker()
+        self.episodes = EpisodeTracker({g: (len(spec.members), spec.reward) for g, spec in layout.groups.items()})
         self.tensorboard = TensorBoardWriter(config.logdir) if config.tensorboard else None
+        #: Exactly-once batches: client_session -> highest batch_seq stored (kept in checkpoints).
+        self.dedup = BatchDedup()
         if config.resume:
-            self._restore(config.resume)
-        self._pool: list[_Pooled] = []
-        self._pool_steps = 0
+            if Path(config.resume).exists():
+                self._restore(config.resume)
+            else:  # a crash before the first checkpoint: nothing to resume yet
+                print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
+        #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
+        self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items() if rt.spec.trainable}
+        for module_id, history in self.histories.items():
+            history.add(self.modules[module_id].weights_seq_no, self.modules[module_id].learner.model)
+        self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy,
+                                    logp_check=self._check_logp if config.verify_action_logp else None)
+        # Each update takes at most train_batch_size agent steps; the pool holds at most twice that plus a message.
+        self._pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
+        #: client_session -> connections using it, and expiry timers of sessions no connection uses.
+        self._session_users: dict[str, set[Hashable]] = {}
+        self._session_expiry: dict[str, asyncio.TimerHandle] = {}
+        self._target_streak: list[tuple[float, int, int]] = []
+        self._window_fresh_from = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-learner")
         self._update_task: asyncio.Task | None = None
         self._next_state: asyncio.Future | None = None
-        #: Wall-clock time (time.time()) and env steps when stop_at_return was first met.
+        #: Wall-clock time (time.time()) and env steps when the mean return first met stop_at_return
+        #: in the run of updates that confirmed it (see _check_target).
         self.reached_target_at: float | None = None
         self.env_steps_at_target: int | None = None
+        self.target_confirmed_at: float | None = None
         self.stop_requested = asyncio.Event()
 
     # -- weights ---------------------------------------------------------------
@@ -151,16 +183,64 @@ class Trainer:
 
     # -- samples ---------------------------------------------------------------
 
+    def _check_logp(self, records: list[MultiAgentRecord], versions: dict[str, int]) -> None:
+        check_behaviour_logp(records, versions, self.histories)
+
+    def owner(self, connection: Hashable, batch: BatchId | None) -> Hashable:
+        """Who owns episode state: the client_session when the batch names one
+        (so it survives a reconnect), else the connection."""
+        if batch is None:
+            return connection
+        session = batch.client_session
+        self._session_users.setdefault(session, set()).add(connection)
+        timer = self._session_expiry.pop(session, None)
+        if timer is not None:
+            timer.cancel()
+        return ("client_session", session)
+
+    def forget_connection(self, connection: Hashable) -> None:
+        """A connection closed: free its episode state now, and that of its
+        client_sessions once no connection has used them for session_state_ttl_s."""
+        held = self.ingest.open_state_size() + self.episodes.open_size()
+        self.ingest.forget(connection)
+        self.episodes.forget(connection)
+        if held - self.ingest.open_state_size() - self.episodes.open_size() >= _TRIM_AFTER_ENTRIES:
+            release_free_memory()
+        for session, users in list(self._session_users.items()):
+            users.discard(connection)
+            if not users:
+                del self._session_users[session]
+                loop = asyncio.get_running_loop()
+                self._session_expiry[session] = loop.call_later(
+                    self.config.session_state_ttl_s, self._expire_session, session)
+
+    def _expire_session(self, session: str) -> None:
+        self._session_expiry.pop(session, None)
+        if session not in self._session_users:
+            held = self.ingest.open_state_size() + self.episodes.open_size()
+            self.ingest.forget(("client_session", session))
+            self.episodes.forget(("client_session", session))
+            if held - self.ingest.open_state_size() - self.episodes.open_size() >= _TRIM_AFTER_ENTRIES:
+                release_free_memory()
+
     async def submit(
-        self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool
+        self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
+        env_steps: int | None = None, source: str = "",
     ) -> None:
         """Take a validated message's records. ``seq_for[module]`` is the weights
-        version the data was computed with. With ``wait_for_update`` (on-policy
-        EPISODES_AND_GET_STATE) return only once any update that these samples
-        started, or that was running, has published new weights."""
+        version the data was computed with; ``env_steps`` the env steps the
+        message covers (see ingest.message_env_steps); ``source`` names the
+        client in logs. Waits while the pool is full (backpressure). With
+        ``wait_for_update`` (on-policy EPISODES_AND_GET_STATE) return only
+        once any update that these samples started, or that was running, has
+        published new weights."""
+        await self._pool.wait_for_room()
         m = self.metrics
-        steps = sum(r.agent_steps for r in records)
-        m.env_steps_received += steps
+        agent_steps = sum(r.agent_steps for r in records)
+        if env_steps is None:
+            env_steps = sum(record_env_steps(r) for r in records)
+        m.env_steps_received += env_steps
+        m.agent_steps_received += agent_steps
         m.add_episodes(self.episodes.add(connection, records))
         self._check_stop()
         for record in records:
@@ -169,61 +249,78 @@ class Trainer:
                 seq = seq_for.get(agent.module_id, runtime.weights_seq_no)
                 if not runtime.spec.trainable:
                     continue  # frozen modules are served, not trained
-                if runtime.weights_seq_no - seq > self.config.max_staleness:
+                if seq not in self.histories[agent.module_id].versions:
+                    # Older than max_staleness, or a version this server never served (or lost in a restart).
                     m.samples_dropped_stale += agent.chunk.env_steps
                 else:
-                    self._pool.append(_Pooled(agent.module_id, agent.chunk, seq))
-                    self._pool_steps += agent.chunk.env_steps
+                    self._pool.add(Pooled(agent.module_id, agent.chunk, seq, source))
+        m.pool_steps_max = max(m.pool_steps_max, self._pool.steps)
         self._maybe_start_update()
         if wait_for_update and self._next_state is not None:
             await asyncio.shield(self._next_state)
 
+    @property
+    def pool_steps(self) -> int:
+        """Agent steps waiting for an update."""
+        return self._pool.steps
+
     def _maybe_start_update(self) -> None:
-        if self._update_task is not None or self._pool_steps < self.config.train_batch_size:
+        if self._update_task is not None or self._pool.steps < self.config.train_batch_size:
             return
         # Samples that became too stale while waiting in the pool are dropped here.
-        fresh = []
-        for pooled in self._pool:
-            if self.modules[pooled.module_id].weights_seq_no - pooled.weights_seq_no <= self.config.max_staleness:
-                fresh.append(pooled)
-            else:
-                self.metrics.samples_dropped_stale += pooled.chunk.env_steps
-        self._pool = fresh
-        self._pool_steps = sum(p.chunk.env_steps for p in fresh)
-        if self._pool_steps < self.config.train_batch_size:
+        self.metrics.samples_dropped_stale += self._pool.drop(
+            lambda p: self.modules[p.module_id].weights_seq_no - p.weights_seq_no <= self.config.max_staleness)
+        if self._pool.steps < self.config.train_batch_size:
             return
-        by_module: dict[str, list[EpisodeChunk]] = {}
-        for pooled in fresh:
-            by_module.setdefault(pooled.module_id, []).append(pooled.chunk)
-        self._pool, self._pool_steps = [], 0
+        by_module: dict[str, list[Pooled]] = {}
+        for pooled in self._pool.take():
+            by_module.setdefault(pooled.module_id, []).append(pooled)
+        self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._update_task = loop.create_task(self._run_update(by_module))
 
-    async def _run_update(self, by_module: dict[str, list[EpisodeChunk]]) -> None:
+    async def _run_update(self, by_module: dict[str, list[Pooled]]) -> None:
         loop = asyncio.get_running_loop()
         m = self.metrics
-        results: dict[str, tuple[dict[str, float], bytes]] = {}
+        results: dict[str, Any] = {}
         try:
             results = await loop.run_in_executor(self._executor, self._update_blocking, by_module)
         except Exception as exc:  # a failed update must not stop training for good
-            steps = sum(c.env_steps for chunks in by_module.values() for c in chunks)
+            steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
             print(f"[tether] learner update failed, {steps} steps dropped: {exc!r}", file=sys.stderr, flush=True)
-        for module_id, (stats, onnx_bytes) in results.items():
-            self.modules[module_id].publish(onnx_bytes)
+        published = {}
+        for module_id, result in results.items():
+            items = by_module[module_id]
+            if isinstance(result, NonFiniteUpdate):
+                m.updates_discarded += 1
+                # Returns of the episodes behind this batch may be bogus too: the
+                # stop rule waits until a whole window of episodes came after it.
+                self._target_streak, self._window_fresh_from = [], m.episodes_total
+                sources = sorted({p.source for p in items if p.source})
+                print(f"[tether] update of module {module_id!r} discarded ({result}); weights stay at "
+                      f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in items)} agent steps "
+                      f"from client(s) {', '.join(sources) or 'unknown'}", file=sys.stderr, flush=True)
+                continue
+            stats, onnx_bytes, snapshot = result
+            runtime = self.modules[module_id]
+            runtime.publish(onnx_bytes)
+            self.histories[module_id].add(runtime.weights_seq_no, snapshot, copy_model=False)
             m.module_updates[module_id] = stats
-            m.env_steps_trained += sum(c.env_steps for c in by_module[module_id])
-        if results:
+            m.agent_steps_trained += sum(p.chunk.env_steps for p in items)
+            published[module_id] = stats
+        if published:
             m.updates += 1
             m.weights_seq_no = self.weights_seq_no
-            first = self.default_module if self.default_module in results else next(iter(results))
-            m.learner = results[first][0]
+            first = self.default_module if self.default_module in published else next(iter(published))
+            m.learner = published[first]
+            self._check_target()
         # Waiting clients get the new weights now; logging and checkpoints follow.
         future, self._next_state = self._next_state, None
         if future is not None and not future.done():
             future.set_result(self.weights_seq_no)
         try:
-            if results:
+            if published:
                 await self._after_update(loop)
         except Exception as exc:
             print(f"[tether] writing metrics or checkpoint failed: {exc!r}", file=sys.stderr, flush=True)
@@ -231,16 +328,22 @@ class Trainer:
             self._update_task = None
         self._maybe_start_update()
 
-    def _update_blocking(self, by_module: dict[str, list[EpisodeChunk]]) -> dict[str, tuple[dict[str, float], bytes]]:
-        results = {}
-        for module_id, chunks in by_module.items():
+    def _update_blocking(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
+        """Per module: (stats, ONNX bytes, CPU copy of the new policy), or the NonFiniteUpdate that discarded it."""
+        results: dict[str, Any] = {}
+        for module_id, items in by_module.items():
             learner = self.modules[module_id].learner
-            stats = learner.update(build_batch(chunks))
-            results[module_id] = (stats, learner.export_onnx())
+            try:
+                stats = learner.update(build_batch([p.chunk for p in items]))
+            except NonFiniteUpdate as exc:
+                results[module_id] = exc
+                continue
+            results[module_id] = (stats, learner.export_onnx(), copy.deepcopy(learner.model).to("cpu").eval())
         return results
 
     async def _after_update(self, loop: asyncio.AbstractEventLoop) -> None:
         m = self.metrics
+        m.batches_duplicate = self.dedup.duplicates
         if not self.config.quiet:
             print(m.progress_line(), flush=True)
         scalars = m.snapshot()
@@ -252,13 +355,31 @@ class Trainer:
 
     def _check_stop(self) -> None:
         c, m = self.config, self.metrics
-        hit_target = (
-            c.stop_at_return is not None and len(m.returns) >= min(c.metrics_window, 100) and m.return_mean >= c.stop_at_return
-        )
-        if hit_target and self.reached_target_at is None:
-            self.reached_target_at = time.time()
-            self.env_steps_at_target = m.env_steps_received
-        if hit_target or (c.max_env_steps is not None and m.env_steps_received >= c.max_env_steps):
+        if c.max_env_steps is not None and m.env_steps_received >= c.max_env_steps:
+            self.stop_requested.set()
+
+    def _check_target(self) -> None:
+        """stop_at_return, checked after each published update. The windowed mean
+        must be >= the target at the end of TARGET_UPDATES consecutive updates,
+        across which at least half a window of new episodes finished: one
+        message of made-up episodes is trained on by at most one update and is
+        half pushed out of the window by real episodes before the run can end.
+        After a discarded (non-finite) update, a whole window of new episodes
+        must finish before the return counts again."""
+        c, m = self.config, self.metrics
+        need = min(c.metrics_window, 100)
+        if c.stop_at_return is None:
+            return
+        if (len(m.returns) < need or not m.return_mean >= c.stop_at_return
+                or m.episodes_total - self._window_fresh_from < need and self._window_fresh_from > 0):
+            self._target_streak = []
+            return
+        self._target_streak.append((time.time(), m.env_steps_received, m.episodes_total))
+        first_t, first_steps, first_episodes = self._target_streak[0]
+        if len(self._target_streak) >= TARGET_UPDATES and m.episodes_total - first_episodes >= need // 2:
+            if self.reached_target_at is None:
+                self.reached_target_at, self.env_steps_at_target = first_t, first_steps
+                self.target_confirmed_at = time.time()
             self.stop_requested.set()
 
     # -- lifecycle -------------------------------------------------------------
@@ -268,8 +389,10 @@ class Trainer:
         return Path(self.config.logdir) / "checkpoint.pt"
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Write every module's weights and optimizer, weights_seq_nos and counters atomically."""
+        """Write every module's weights and optimizer, weights_seq_nos, counters and
+        the exactly-once batch table atomically."""
         m = self.metrics
+        m.batches_duplicate = self.dedup.duplicates
         state = {
             "format": "tether-checkpoint-2",
             "modules": {
@@ -279,11 +402,16 @@ class Trainer:
             "counters": {
                 "updates": m.updates,
                 "env_steps_received": m.env_steps_received,
-                "env_steps_trained": m.env_steps_trained,
+                "agent_steps_received": m.agent_steps_received,
+                "agent_steps_trained": m.agent_steps_trained,
                 "episodes_total": m.episodes_total,
                 "samples_dropped_stale": m.samples_dropped_stale,
+                "updates_discarded": m.updates_discarded,
+                "batches_duplicate": m.batches_duplicate,
             },
-            "config": self.config.to_dict(),
+            "batch_dedup": self.dedup.state(),
+            # Plain values only (loaded with weights_only=True); the auth token is never stored.
+            "config": {k: v for k, v in self.config.to_dict().items() if k != "auth_token"},
         }
         return save_checkpoint(path or self.checkpoint_path, state)
 
@@ -312,8 +440,15 @@ class Trainer:
             runtime.weights_seq_no = int(saved["weights_seq_no"])
             runtime.onnx_field = encode_onnx(runtime.learner.export_onnx())
         self.metrics.weights_seq_no = self.weights_seq_no
-        for key, value in state["counters"].items():
-            setattr(self.metrics, key, value)
+        counters = dict(state["counters"])
+        if "env_steps_trained" in counters:  # written before env and agent steps were counted apart
+            counters.setdefault("agent_steps_trained", counters.pop("env_steps_trained"))
+            counters.setdefault("agent_steps_received", counters["env_steps_received"])
+        for key, value in counters.items():
+            if hasattr(self.metrics, key):
+                setattr(self.metrics, key, int(value))
+        self.dedup.load_state(state.get("batch_dedup", {}))
+        self.dedup.duplicates = self.metrics.batches_duplicate
 
     async def close(self, checkpoint: bool = True) -> None:
         """Wait for a running update, write the final checkpoint and policies, release threads."""

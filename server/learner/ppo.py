@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,13 @@ class PPOHyperparams:
     norm_adv: bool = True
     clip_vloss: bool = False
     hidden_sizes: tuple[int, ...] = (64, 64)
+    #: Clip each reward into [-reward_clip, reward_clip] before GAE (None: off).
+    reward_clip: float | None = None
+
+
+class NonFiniteUpdate(RuntimeError):
+    """An update produced a non-finite loss, gradient or weight; the learner was
+    rolled back to its weights and optimizer state from before the update."""
 
 
 class PPOLearner:
@@ -69,7 +77,28 @@ class PPOLearner:
         return torch.as_tensor(array, dtype=dtype, device=self.device)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """One PPO update (all epochs and minibatches) on a batch; returns loss statistics."""
+        """One PPO update (all epochs and minibatches) on a batch; returns loss statistics.
+
+        Every step is used: the last, partial minibatch of an epoch too. A
+        minibatch of ``k < minibatch_size`` steps is taken with the learning
+        rate scaled by ``k / minibatch_size`` (the linear scaling rule), so a
+        module that received only a few steps moves only a little. If the
+        loss, a gradient or a weight becomes non-finite, the model and the
+        optimizer are restored and ``NonFiniteUpdate`` is raised.
+        """
+        saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()))
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught below as a non-finite loss
+                stats = self._update(batch)
+            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+                raise NonFiniteUpdate("weights became non-finite")
+        except NonFiniteUpdate:
+            self.model.load_state_dict(saved[0])
+            self.optimizer.load_state_dict(saved[1])
+            raise
+        return stats
+
+    def _update(self, batch: RolloutBatch) -> dict[str, float]:
         hp = self.hp
         critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
         with torch.no_grad():
@@ -77,8 +106,11 @@ class PPOLearner:
         step_index = batch.next_obs_index - 1
         values = all_values[step_index]
         next_values = all_values[batch.next_obs_index]
+        rewards = batch.rewards
+        if hp.reward_clip is not None:
+            rewards = np.clip(rewards, -hp.reward_clip, hp.reward_clip)
         advantages, returns = compute_gae(
-            batch.rewards, values, next_values, batch.terminated, batch.chunk_ends, hp.gamma, hp.gae_lambda
+            rewards, values, next_values, batch.terminated, batch.chunk_ends, hp.gamma, hp.gae_lambda
         )
 
         obs = self._tensor(batch.obs)
@@ -96,12 +128,13 @@ class PPOLearner:
         val_t = self._tensor(values)
 
         n = batch.size
-        mb = min(hp.minibatch_size, n)
+        mb = hp.minibatch_size
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
         for _ in range(hp.num_epochs):
             order = torch.as_tensor(self._rng.permutation(n), device=self.device)
-            for start in range(0, n - mb + 1, mb):
+            for start in range(0, n, mb):
                 idx = order[start : start + mb]
+                size = int(idx.shape[0])
                 new_logp, entropy, new_value = self.model.evaluate(
                     obs[idx], actions[idx], None if value_obs is None else value_obs[idx]
                 )
@@ -111,7 +144,7 @@ class PPOLearner:
                     approx_kl = ((ratio - 1) - log_ratio).mean()
                     clipfrac = ((ratio - 1.0).abs() > hp.clip_coef).float().mean()
                 adv = adv_t[idx]
-                if hp.norm_adv and mb > 1:
+                if hp.norm_adv and size > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)).mean()
                 if hp.clip_vloss:
@@ -121,9 +154,15 @@ class PPOLearner:
                     v_loss = 0.5 * ((new_value - ret_t[idx]) ** 2).mean()
                 ent = entropy.mean()
                 loss = pg_loss - hp.ent_coef * ent + hp.vf_coef * v_loss
+                if not torch.isfinite(loss):
+                    raise NonFiniteUpdate(f"loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), hp.max_grad_norm)
+                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), hp.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    raise NonFiniteUpdate(f"gradient norm is {grad_norm.item()}")
+                for group in self.optimizer.param_groups:
+                    group["lr"] = hp.lr * min(1.0, size / mb)
                 self.optimizer.step()
                 stats["policy_loss"].append(pg_loss.item())
                 stats["value_loss"].append(v_loss.item())

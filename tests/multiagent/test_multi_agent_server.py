@@ -60,7 +60,8 @@ def test_modules_mapping_groups_and_frozen_module(tmp_path) -> None:
         seqs = dict(client.weights_seq_nos)
         client.close()
         summary = server.stop()
-    assert summary["env_steps"] == sent
+    assert summary["agent_steps"] == sent
+    assert summary["env_steps"] == 30 * 12  # one per environment step, however many agents act in it
     assert summary["modules_weights_seq_no"]["runner"] == 0, "runner is not in policies_to_train: frozen"
     assert summary["modules_weights_seq_no"]["chaser"] >= 2 and seqs["chaser"] >= 1
     # Per-module returns: adversaries get 12 per episode, good_0 4 (acts at t=0,2,4,6; rewards until it leaves),
@@ -101,7 +102,7 @@ def test_server_side_mapping_function_is_asked_once_per_new_agent(tmp_path) -> N
         client.flush()
         client.close()
         summary = server.stop()
-    assert summary["env_steps"] == client.env_steps_sent == 50
+    assert summary["agent_steps"] == client.env_steps_sent == 50
 
 
 def agent_entry(module: str, steps: int = 2, obs_dim: int = 3, **overrides) -> dict:
@@ -153,7 +154,7 @@ def test_bad_multi_agent_input_gets_distinct_errors_and_other_client_loses_nothi
         summary = server.stop()
     assert len(set(codes)) == len(codes)
     # Stored: everything the good client sent plus the one valid raw chunk (2 steps); nothing of the bad ones.
-    assert summary["env_steps"] == sent + 2
+    assert summary["agent_steps"] == sent + 2
 
 
 def test_aec_adapter_and_per_module_overrides(tmp_path) -> None:
@@ -178,7 +179,7 @@ def test_aec_adapter_and_per_module_overrides(tmp_path) -> None:
         client.close()
         summary = server.stop()
     assert len(returns) == 6 and set(returns[0]) == {"agent_0", "agent_1", "agent_2"}
-    assert summary["episodes"] == 6 and summary["env_steps"] == client.env_steps_sent == 6 * 25 * 3
+    assert summary["episodes"] == 6 and summary["agent_steps"] == client.env_steps_sent == 6 * 25 * 3
     assert summary["modules_weights_seq_no"]["spread"] >= 1
 
 
@@ -199,4 +200,4 @@ def test_an_ended_episode_id_may_start_again_even_in_the_same_message(tmp_path) 
         assert reply["code"] == "AGENT_ALREADY_DONE"
         raw.close()
         summary = server.stop()
-    assert summary["env_steps"] == 4  # the first message only; nothing of the refused one
+    assert summary["agent_steps"] == 4  # the first message only; nothing of the refused one

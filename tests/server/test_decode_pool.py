@@ -40,7 +40,7 @@ CASES = {
 
 def outcome(ingest: EpisodeIngest, message: dict, predecoded=None):
     try:
-        records = ingest.decode(1, message, predecoded)
+        records = ingest.decode(1, message, predecoded=predecoded)
     except MessageError as exc:
         return ("error", exc.code, exc.message)
     return [(r.episode_id, [(a.agent_id, a.module_id, a.chunk.obs.tobytes(), a.chunk.actions.tobytes(),

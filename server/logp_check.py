@@ -1,0 +1,126 @@
+"""Behaviour log-probabilities must come from a model the server served.
+
+PPO trusts ``action_logp`` as the probability the behaviour policy gave the
+action; one made-up value (-1000) makes the importance ratio overflow and can
+destroy the policy. The server keeps, per module, the policies of its last
+``max_staleness + 1`` versions (the only ones whose data it trains on) and
+recomputes the logp of every recorded action with the version the data
+claims. A step that no kept version explains is refused (ACTION_LOGP_MISMATCH).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
+from tether.sdk.protocol.spaces import Box, Discrete
+
+from .learner.distributions import ActionDistribution
+from .learner.policy_network import ActorCritic
+
+#: |claimed - recomputed| allowed per step: ``ABS + REL * |recomputed|``. ONNX
+#: Runtime (float32) against torch (float32) differ by ~1e-5 on these models
+#: (Box actions with a small std amplify it to ~1e-3); a wrong logp that passes
+#: shifts the PPO ratio by at most e^0.05, inside the usual clip of 0.2.
+LOGP_TOLERANCE_ABS = 0.05
+LOGP_TOLERANCE_REL = 1e-3
+
+
+class PolicyHistory:
+    """CPU copies of the policies one module served, newest last."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = max(1, keep)
+        # Replaced, never mutated: readers on other threads see a consistent tuple.
+        self._versions: tuple[tuple[int, ActorCritic], ...] = ()
+
+    def add(self, version: int, model: ActorCritic, copy_model: bool = True) -> None:
+        snapshot = copy.deepcopy(model).to("cpu").eval() if copy_model else model
+        self._versions = (*self._versions, (version, snapshot))[-self.keep :]
+
+    @property
+    def versions(self) -> list[int]:
+        return [v for v, _ in self._versions]
+
+    def model(self, version: int) -> ActorCritic | None:
+        return next((m for v, m in self._versions if v == version), None)
+
+    def others(self, version: int) -> Iterable[tuple[int, ActorCritic]]:
+        return [(v, m) for v, m in reversed(self._versions) if v != version]
+
+
+def _logp(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """log pi(a|o) with the formulas of learner/distributions.py, without
+    torch.distributions' argument checks (they cost more than the forward pass)."""
+    space = model.action_space
+    with torch.inference_mode():
+        inputs = model.dist_inputs(torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32))
+        if isinstance(space, Box):
+            return ActionDistribution(space, inputs).log_prob(torch.as_tensor(actions, dtype=torch.float32)).numpy(
+                ).astype(np.float64)
+        acts = torch.as_tensor(actions, dtype=torch.long)
+        if isinstance(space, Discrete):
+            logp = F.log_softmax(inputs, -1).gather(-1, (acts - space.start).reshape(-1, 1))[:, 0]
+        else:
+            parts = torch.split(inputs, list(space.nvec), dim=-1)  # type: ignore[union-attr]
+            logp = torch.stack([F.log_softmax(p, -1).gather(-1, acts[:, i : i + 1])[:, 0]
+                                for i, p in enumerate(parts)]).sum(0)
+        return logp.numpy().astype(np.float64)
+
+
+def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
+    return np.abs(claimed - recomputed) > LOGP_TOLERANCE_ABS + LOGP_TOLERANCE_REL * np.abs(recomputed)
+
+
+def check_behaviour_logp(
+    records: list[MultiAgentRecord], versions: dict[str, int], histories: dict[str, PolicyHistory]
+) -> None:
+    """Raise ACTION_LOGP_MISMATCH for the first step whose action_logp no kept
+    version of its module can have produced. Chunks without logp, of modules
+    without a history (frozen) or claiming a version the server no longer keeps
+    (their data is dropped as stale) are not checked. One forward pass per module."""
+    by_module: dict[str, list[tuple[int, str, EpisodeChunk]]] = {}
+    for index, record in enumerate(records):
+        for agent in record.agents:
+            if agent.chunk.action_logp is not None:
+                by_module.setdefault(agent.module_id, []).append((index, agent.agent_id, agent.chunk))
+    for module, items in by_module.items():
+        history = histories.get(module)
+        claimed_version = versions.get(module)
+        if history is None or claimed_version is None:
+            continue
+        model = history.model(claimed_version)
+        if model is None:
+            continue
+        obs = np.concatenate([c.obs[:-1].reshape(c.obs.shape[0] - 1, -1) for _, _, c in items])
+        actions = np.concatenate([c.actions for _, _, c in items])
+        claimed = np.concatenate([c.action_logp for _, _, c in items]).astype(np.float64)  # type: ignore[misc]
+        recomputed = _logp(model, obs, actions)
+        bad = _beyond_tolerance(claimed, recomputed)
+        for _, other in history.others(claimed_version) if bad.any() else ():
+            bad &= _beyond_tolerance(claimed, _logp(other, obs, actions))
+        if not bad.any():
+            continue
+        flat = int(np.argmax(bad))
+        offset = 0
+        for index, agent_id, chunk in items:
+            if flat < offset + chunk.env_steps:
+                break
+            offset += chunk.env_steps
+        t = flat - offset
+        single = agent_id == DEFAULT_AGENT_ID and len(records[index].agents) == 1
+        where = f"episodes[{index}]" + ("" if single else f".agents[{agent_id!r}]")
+        raise MessageError(
+            ErrorCode.ACTION_LOGP_MISMATCH,
+            f"{where}: action_logp[{t}] = {claimed[flat]:.6g} but module {module!r} at weights_seq_no "
+            f"{claimed_version} gives {recomputed[flat]:.6g} for that action (tolerance "
+            f"{LOGP_TOLERANCE_ABS} + {LOGP_TOLERANCE_REL} * |logp|); action_logp must be the log-probability "
+            "of the recorded action under a model the server served",
+        )

@@ -1,0 +1,49 @@
+"""Checkpoints hold tensors and plain values only: a crafted file cannot run
+code when loaded, and --resume of a checkpoint not written yet starts fresh."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tether.server.checkpoint import CheckpointError, load_checkpoint
+from tether.server.config import ServerConfig
+from tether.server.module_setup import build_layout
+from tether.server.trainer import Trainer
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))  # creates the marker file when unpickled
+
+
+def test_pickle_payload_in_a_checkpoint_is_not_executed(tmp_path) -> None:
+    marker = tmp_path / "payload-ran"
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": "tether-checkpoint-2", "modules": {}, "counters": {}, "evil": _Payload(str(marker))}, path)
+    with pytest.raises(CheckpointError, match="not a Tether checkpoint"):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_checkpoint_round_trip_and_resume_of_a_missing_path(tmp_path, capsys) -> None:
+    config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, auth_token="secret")
+    trainer = Trainer(config, build_layout(config))
+    trainer.modules["default_policy"].weights_seq_no = 7
+    trainer.metrics.agent_steps_received = 123
+    trainer.dedup.load_state({"s-1": 4})
+    path = trainer.save_checkpoint()
+    state = load_checkpoint(path)  # weights_only=True reads what save_checkpoint writes
+    assert state["batch_dedup"] == {"s-1": 4} and "auth_token" not in state["config"]
+
+    resumed = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(path)), build_layout(config))
+    assert resumed.weights_seq_no == 7 and resumed.metrics.agent_steps_received == 123
+    assert resumed.dedup.state() == {"s-1": 4}
+
+    missing = tmp_path / "not-yet" / "checkpoint.pt"
+    fresh = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(missing)), build_layout(config))
+    assert fresh.weights_seq_no == 0
+    assert "no checkpoint there yet; starting fresh" in capsys.readouterr().out
