@@ -33,8 +33,16 @@ class BaseClient:
             for GET_STATE, AGENT_MODULES).
         update_timeout_s: limit of the answer to EPISODES_AND_GET_STATE, which
             may wait for a learner update.
-        max_queued_batches: batches that may wait behind the one in flight;
-            beyond that the oldest is dropped (``batches_dropped``).
+        max_queued_steps: agent steps that may wait behind the batch in
+            flight; beyond that the oldest waiting batches are dropped
+            (``batches_dropped``). None: (max_staleness + 1) * train_batch_size
+            of the server's SET_CONFIG (more would be too stale to train on), or
+            2 * env_steps_per_sample when the server does not say.
+        max_queued_batches: a hard cap on waiting batches (memory), same policy.
+        when_queue_full: "drop_oldest" (default: get_action never waits; the
+            server sees a partial episode where a batch was dropped) or "wait"
+            (backpressure: the engine waits for room, so every step is
+            delivered, at the server's pace).
     """
 
     def __init__(
@@ -50,8 +58,13 @@ class BaseClient:
         connect_timeout_s: float,
         response_timeout_s: float,
         update_timeout_s: float,
+        max_queued_steps: int | None,
         max_queued_batches: int,
+        when_queue_full: str = "drop_oldest",
     ) -> None:
+        if when_queue_full not in ("drop_oldest", "wait"):
+            raise ValueError(f"when_queue_full must be 'drop_oldest' or 'wait', got {when_queue_full!r}")
+        self.when_queue_full = when_queue_full
         self._rng = random.Random(seed)
         self.wait_for_weights = wait_for_weights
         #: PONG and SET_CONFIG of the connection whose state is applied.
@@ -63,7 +76,8 @@ class BaseClient:
         self.link = ServerLink(
             host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
             connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
-            update_timeout_s=update_timeout_s, max_queued_batches=max_queued_batches, verbose=verbose,
+            update_timeout_s=update_timeout_s, max_queued_steps=max_queued_steps,
+            max_queued_batches=max_queued_batches, verbose=verbose,
         )
         self._events = self.link.events
         self.link.start()
@@ -118,7 +132,7 @@ class BaseClient:
 
     @property
     def batches_dropped(self) -> int:
-        """Batches dropped unsent because ``max_queued_batches`` were waiting."""
+        """Batches dropped unsent because the queue behind the batch in flight was full."""
         return self.link.batches_dropped
 
     @property
@@ -174,6 +188,9 @@ class BaseClient:
         if not records:
             return
         batch = Batch(records, env_steps, agent_steps, self._take_claim())
+        if self.when_queue_full == "wait" and not self.link.has_room(agent_steps):
+            self.link.wait_for(lambda: self.link.has_room(agent_steps))
+            self._sync()
         self.link.submit(batch)
         if self.waits_for_weights:
             self.link.wait_for(lambda: batch.done)

@@ -49,7 +49,8 @@ class TetherClient(BaseClient):
             raising ``TetherConnectionError``.
         seed: seed for action sampling.
         wait_for_weights, connect_timeout_s, response_timeout_s,
-        update_timeout_s, max_queued_batches: see ``BaseClient``.
+        update_timeout_s, max_queued_steps, max_queued_batches,
+        when_queue_full: see ``BaseClient``.
     """
 
     def __init__(
@@ -67,7 +68,9 @@ class TetherClient(BaseClient):
         connect_timeout_s: float = 10.0,
         response_timeout_s: float = 60.0,
         update_timeout_s: float = 600.0,
-        max_queued_batches: int = 2,
+        max_queued_steps: int | None = None,
+        max_queued_batches: int = 64,
+        when_queue_full: str = "drop_oldest",
     ) -> None:
         self._user_obs_space: Space | None = from_gymnasium(observation_space) if observation_space is not None else None
         self._user_action_space: Space | None = from_gymnasium(action_space) if action_space is not None else None
@@ -84,7 +87,8 @@ class TetherClient(BaseClient):
         #: Env steps delivered to the server.
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
-                         connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_batches)
+                         connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
+                         max_queued_batches, when_queue_full)
 
     # -- state (prepared on the I/O thread, applied on the engine thread) -------------------
 

@@ -83,7 +83,9 @@ class MultiAgentClient(BaseClient):
         connect_timeout_s: float = 10.0,
         response_timeout_s: float = 60.0,
         update_timeout_s: float = 600.0,
-        max_queued_batches: int = 2,
+        max_queued_steps: int | None = None,
+        max_queued_batches: int = 64,
+        when_queue_full: str = "drop_oldest",
     ) -> None:
         self._episodes: dict[str, _Episode] = {}
         self._pending_steps = 0
@@ -101,7 +103,8 @@ class MultiAgentClient(BaseClient):
         #: ``agent_steps_sent`` says the same).
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
-                         connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_batches)
+                         connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
+                         max_queued_batches, when_queue_full)
 
     # -- connection ------------------------------------------------------------
 

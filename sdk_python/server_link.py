@@ -91,9 +91,13 @@ class ServerLink:
         response_timeout_s: limit of every request's answer, except
         update_timeout_s: the limit of an EPISODES_AND_GET_STATE answer, which
             may wait for a learner update.
-        max_queued_batches: batches waiting behind the one in flight; when a
-            new one arrives and the queue is full, the oldest is dropped (it
-            would be the stalest data) and counted.
+        max_queued_steps: agent steps that may wait behind the batch in
+            flight. None: what the server can still train on before data made
+            now becomes too stale for it, (max_staleness + 1) * train_batch_size
+            from its SET_CONFIG, or 2 * env_steps_per_sample when it does not
+            say. When a new batch would exceed it, the oldest waiting batches
+            are dropped (the stalest data) and counted; the newest always stays.
+        max_queued_batches: a hard cap on waiting batches (memory), same policy.
         state_request: builds the GET_STATE message (runs on the I/O thread;
             ``initial`` is True right after a (re)connect).
         prepare_state: turns (SET_CONFIG, SET_STATE) into whatever the client
@@ -112,16 +116,18 @@ class ServerLink:
         connect_timeout_s: float = 10.0,
         response_timeout_s: float = 60.0,
         update_timeout_s: float = 600.0,
-        max_queued_batches: int = 2,
+        max_queued_steps: int | None = None,
+        max_queued_batches: int = 64,
         verbose: bool = False,
     ) -> None:
-        if max_queued_batches < 1:
-            raise ValueError("max_queued_batches must be >= 1")
+        if max_queued_batches < 1 or (max_queued_steps is not None and max_queued_steps < 1):
+            raise ValueError("max_queued_batches and max_queued_steps must be >= 1")
         self.client_name = client_name
         self.auth_token = auth_token
         self.reconnect_timeout_s = reconnect_timeout_s
         self.response_timeout_s = response_timeout_s
         self.update_timeout_s = update_timeout_s
+        self.max_queued_steps = max_queued_steps
         self.max_queued_batches = max_queued_batches
         self.verbose = verbose
         self._state_request = state_request
@@ -141,12 +147,14 @@ class ServerLink:
         #: Batches dropped because the queue was full, and their steps.
         self.batches_dropped = 0
         self.env_steps_dropped = 0
+        self.agent_steps_dropped = 0
         #: PINGs sent as heartbeats.
         self.heartbeats_sent = 0
         #: Why the last connection ended (with the server's code when it sent one).
         self.last_disconnect: str | None = None
         self.fatal: BaseException | None = None
         self._outbox: deque[Batch] = deque()
+        self._queued_steps = 0
         self._requests: deque[_Request] = deque()
         self._in_flight: Batch | None = None
         self._current_request: _Request | None = None
@@ -182,18 +190,42 @@ class ServerLink:
         """Whether a batch is queued or in flight."""
         return self._in_flight is not None or bool(self._outbox)
 
+    def queue_limit_steps(self) -> int:
+        """Agent steps allowed to wait behind the batch in flight (see ``max_queued_steps``)."""
+        if self.max_queued_steps is not None:
+            return self.max_queued_steps
+        config = self.server_config
+        batch, staleness = config.get("train_batch_size"), config.get("max_staleness")
+        if isinstance(batch, int) and isinstance(staleness, int) and batch > 0 and staleness >= 0:
+            return (staleness + 1) * batch
+        return 2 * max(1, int(config.get("env_steps_per_sample", 500)))
+
+    def has_room(self, agent_steps: int) -> bool:
+        """Whether a batch of ``agent_steps`` would be queued without dropping one."""
+        return not self._outbox or (len(self._outbox) < self.max_queued_batches
+                                    and self._queued_steps + agent_steps <= self.queue_limit_steps())
+
     def submit(self, batch: Batch) -> None:
-        """Queue a batch for sending (never blocks). The oldest queued batch is
-        dropped when ``max_queued_batches`` are already waiting."""
+        """Queue a batch for sending (never blocks). When the waiting batches
+        would exceed the queue's bound, the oldest are dropped and counted."""
+        limit = self.queue_limit_steps()
+        dropped_now = 0
         with self._lock:
-            if len(self._outbox) >= self.max_queued_batches:
-                dropped = self._outbox.popleft()
+            outbox = self._outbox
+            while outbox and (len(outbox) >= self.max_queued_batches
+                              or self._queued_steps + batch.agent_steps > limit):
+                dropped = outbox.popleft()
+                self._queued_steps -= dropped.agent_steps
                 self.batches_dropped += 1
                 self.env_steps_dropped += dropped.env_steps
-                if self.batches_dropped == 1:
-                    logger.warning("the server at %s takes batches slower than the engine makes them: the oldest "
-                                   "unsent batch was dropped (counted in batches_dropped)", self.address)
-            self._outbox.append(batch)
+                self.agent_steps_dropped += dropped.agent_steps
+                dropped_now += 1
+            outbox.append(batch)
+            self._queued_steps += batch.agent_steps
+        if dropped_now and self.batches_dropped == dropped_now:
+            logger.warning("the server at %s takes batches slower than the engine makes them: the oldest unsent "
+                           "batches are dropped beyond %d waiting agent steps (counted in batches_dropped)",
+                           self.address, limit)
         self._wake()
 
     def request(self, message: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -382,13 +414,15 @@ class ServerLink:
 
     def _serve(self) -> None:
         while not self._closing.is_set():
-            with self._lock:
+            with self._changed:
                 batch, request = self._in_flight, None  # a batch sent before a reconnect goes again first
                 if batch is None:
                     if self._requests:
                         request = self._requests[0]
                     elif self._outbox:
                         batch = self._in_flight = self._outbox.popleft()
+                        self._queued_steps -= batch.agent_steps
+                        self._changed.notify_all()  # room in the queue
             if batch is not None:
                 self._send_batch(batch)
             elif request is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
 from typing import Any
 
@@ -238,7 +239,7 @@ def test_client_timeout_from_the_server_reconnects_and_keeps_the_data() -> None:
                 conn.send(state(0, None))
 
     with ScriptedServer(handler) as server:
-        client = TetherClient("127.0.0.1", server.port)
+        client = TetherClient("127.0.0.1", server.port, when_queue_full="wait")
         play(client, 12)
         client.flush()
         client.close()
@@ -254,3 +255,40 @@ def test_connections_use_tcp_keepalive() -> None:
         if hasattr(socket, "TCP_KEEPIDLE"):
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
         client.close()
+
+
+def test_queue_bound_follows_the_servers_staleness_and_wait_policy_delivers_everything() -> None:
+    """(max_staleness + 1) * train_batch_size agent steps may wait behind the
+    batch in flight: with "drop_oldest" the rest is dropped, with "wait" the
+    engine waits for room and every step arrives."""
+    release = {"go": False}
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=10, train_batch_size=20,
+                                           max_staleness=1), state(0, MODEL))
+        while (message := conn.receive(timeout=None)) is not None:
+            while not release["go"]:
+                time.sleep(0.01)  # a slow server
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                conn.send(state(0, None))
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port)
+        assert client.link.queue_limit_steps() == 40
+        play(client, 101)
+        assert client.batches_dropped == 10 - 4 - 1  # 10 batches: 1 in flight, 4 wait, 5 dropped
+        release["go"] = True
+        client.flush()
+        client.close()
+    assert client.env_steps_sent == 50
+
+    release["go"] = False
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port, when_queue_full="wait")
+        threading.Timer(0.5, lambda: release.update(go=True)).start()
+        started = time.monotonic()
+        play(client, 101)
+        assert time.monotonic() - started > 0.4, "the engine waited for room"
+        client.flush()
+        client.close()
+    assert client.batches_dropped == 0 and client.env_steps_sent == 100
