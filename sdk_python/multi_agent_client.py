@@ -344,7 +344,7 @@ class MultiAgentClient(BaseClient):
         return self._pending_steps - held
 
     def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
-        records = []
+        records: list[dict[str, Any]] = []
         for episode_id in list(self._episodes):
             episode = self._episodes[episode_id]
             if not episode.training_enabled:
