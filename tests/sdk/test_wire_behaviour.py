@@ -276,11 +276,13 @@ def test_queue_bound_follows_the_servers_staleness_and_wait_policy_delivers_ever
         client = TetherClient("127.0.0.1", server.port)
         assert client.link.queue_limit_steps() == 40
         play(client, 101)
-        assert client.batches_dropped == 10 - 4 - 1  # 10 batches: 1 in flight, 4 wait, 5 dropped
+        # 10 batches: one in flight (unless the I/O thread had not taken it yet), 4 waiting, the rest dropped.
+        dropped = client.batches_dropped
+        assert dropped in (5, 6)
         release["go"] = True
         client.flush()
         client.close()
-    assert client.env_steps_sent == 50
+    assert client.env_steps_sent == 10 * (10 - dropped)
 
     release["go"] = False
     with ScriptedServer(handler) as server:
