@@ -108,6 +108,9 @@ class BaseClient:
         """The weights version(s) the cut steps were computed with; starts the next claim."""
         raise NotImplementedError
 
+    def _forget_episodes(self, episode_ids: set[str]) -> None:
+        """Episodes whose steps were dropped unsent: record none of their later steps."""
+
     def _count_sent(self, batch: Batch) -> None:
         self.agent_steps_sent += batch.agent_steps
 
@@ -191,7 +194,9 @@ class BaseClient:
         if self.when_queue_full == "wait" and not self.link.has_room(agent_steps):
             self.link.wait_for(lambda: self.link.has_room(agent_steps))
             self._sync()
-        self.link.submit(batch)
+        gone = self.link.submit(batch)
+        if gone:
+            self._forget_episodes(gone)
         if self.waits_for_weights:
             self.link.wait_for(lambda: batch.done)
             self._sync()

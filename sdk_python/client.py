@@ -127,6 +127,13 @@ class TetherClient(BaseClient):
             if self._claim_seq is None or not self._acted_since_cut:
                 self._claim_seq = seq
 
+    def _forget_episodes(self, episode_ids: set[str]) -> None:
+        for episode_id in episode_ids:
+            episode = self._episodes.get(episode_id)
+            if episode is not None:
+                episode.stop_training()
+        self._pending_steps = sum(e.pending_steps for e in self._episodes.values() if e.training_enabled)
+
     def _count_sent(self, batch: Batch) -> None:
         super()._count_sent(batch)
         self.env_steps_sent += batch.env_steps
@@ -163,7 +170,8 @@ class TetherClient(BaseClient):
             try:
                 self._send_batch()
             finally:
-                episode.obs.pop()
+                if episode.training_enabled:  # (a dropped episode's steps are gone already)
+                    episode.obs.pop()
         policy = self.policy
         assert policy is not None
         dist = policy.dist_inputs_one(obs)

@@ -143,6 +143,21 @@ class MultiAgentClient(BaseClient):
             if module_id not in self._claim_seqs or not self._acted_since_cut:
                 self._claim_seqs[module_id] = seq
 
+    def _forget_episodes(self, episode_ids: set[str]) -> None:
+        for episode_id in episode_ids:
+            episode = self._episodes.get(episode_id)
+            if episode is None:
+                continue
+            episode.training_enabled = False
+            episode.finished.clear()
+            for actor in episode.actors.values():
+                actor.recorder.stop_training()
+            if episode.done:
+                del self._episodes[episode_id]
+        self._pending_steps = sum(
+            a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
+        )
+
     def _count_sent(self, batch: Batch) -> None:
         super()._count_sent(batch)
         self.env_steps_sent += batch.agent_steps

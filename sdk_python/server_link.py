@@ -68,6 +68,12 @@ class Batch:
     round_trip_s: float | None = None
 
 
+def _agent_steps(record: dict[str, Any]) -> int:
+    if "agents" in record:
+        return sum(len(entry["actions"]) for entry in record["agents"].values())
+    return len(record["actions"])
+
+
 @dataclass(eq=False)
 class _Request:
     """A request the engine thread waits for. ``message`` may be a callable
@@ -148,6 +154,8 @@ class ServerLink:
         self.batches_dropped = 0
         self.env_steps_dropped = 0
         self.agent_steps_dropped = 0
+        #: Episodes whose steps were dropped (none of their later steps is sent).
+        self.episodes_dropped = 0
         #: PINGs sent as heartbeats.
         self.heartbeats_sent = 0
         #: Why the last connection ended (with the server's code when it sent one).
@@ -205,28 +213,59 @@ class ServerLink:
         return not self._outbox or (len(self._outbox) < self.max_queued_batches
                                     and self._queued_steps + agent_steps <= self.queue_limit_steps())
 
-    def submit(self, batch: Batch) -> None:
-        """Queue a batch for sending (never blocks). When the waiting batches
-        would exceed the queue's bound, the oldest are dropped and counted."""
+    def submit(self, batch: Batch) -> set[str]:
+        """Queue a batch for sending (never blocks).
+
+        When the waiting batches would exceed the queue's bound, the oldest
+        are dropped and counted, and so is everything else of the episodes
+        they carried (their chunks in the waiting batches): the server never
+        sees a fragment of an episode as if it were whole. Returns the ids of
+        the episodes dropped, whose later steps the client must not send either.
+        """
         limit = self.queue_limit_steps()
         dropped_now = 0
+        gone: set[str] = set()
         with self._lock:
             outbox = self._outbox
             while outbox and (len(outbox) >= self.max_queued_batches
                               or self._queued_steps + batch.agent_steps > limit):
                 dropped = outbox.popleft()
-                self._queued_steps -= dropped.agent_steps
-                self.batches_dropped += 1
-                self.env_steps_dropped += dropped.env_steps
-                self.agent_steps_dropped += dropped.agent_steps
+                self._count_dropped(dropped)
+                gone.update(str(r.get("episode_id")) for r in dropped.episodes)
                 dropped_now += 1
-            outbox.append(batch)
-            self._queued_steps += batch.agent_steps
+            if gone:
+                for waiting in [*outbox, batch]:
+                    self._drop_episodes(waiting, gone)
+                kept = [b for b in outbox if b.episodes]
+                outbox.clear()
+                outbox.extend(kept)
+                self._queued_steps = sum(b.agent_steps for b in outbox)
+                self.episodes_dropped += len(gone)
+            if batch.episodes:
+                outbox.append(batch)
+                self._queued_steps += batch.agent_steps
         if dropped_now and self.batches_dropped == dropped_now:
             logger.warning("the server at %s takes batches slower than the engine makes them: the oldest unsent "
-                           "batches are dropped beyond %d waiting agent steps (counted in batches_dropped)",
-                           self.address, limit)
+                           "batches (and the rest of their episodes) are dropped beyond %d waiting agent steps "
+                           "(counted in batches_dropped)", self.address, limit)
         self._wake()
+        return gone
+
+    def _count_dropped(self, batch: Batch) -> None:
+        self.batches_dropped += 1
+        self.env_steps_dropped += batch.env_steps
+        self.agent_steps_dropped += batch.agent_steps
+
+    def _drop_episodes(self, batch: Batch, gone: set[str]) -> None:
+        """Remove the records of ``gone`` episodes from a waiting batch (caller holds the lock)."""
+        kept = [r for r in batch.episodes if str(r.get("episode_id")) not in gone]
+        if len(kept) == len(batch.episodes):
+            return
+        agent_steps = sum(_agent_steps(r) for r in kept)
+        env_steps = round(batch.env_steps * agent_steps / batch.agent_steps) if batch.agent_steps else 0
+        self.env_steps_dropped += batch.env_steps - env_steps
+        self.agent_steps_dropped += batch.agent_steps - agent_steps
+        batch.episodes, batch.env_steps, batch.agent_steps = kept, env_steps, agent_steps
 
     def request(self, message: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Send a request through the I/O thread and wait for its answer.

@@ -15,6 +15,7 @@ from tether.sdk import MultiAgentClient, TetherClient
 from tether.sdk.protocol.distributions import log_prob
 from tether.sdk.protocol.spaces import space_from_json
 
+from ..integration.server_process import wait_until
 from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
 from .test_wire_behaviour import answering
 
@@ -221,12 +222,15 @@ def test_multi_agent_get_action_does_not_wait_for_a_batch_answer() -> None:
 
     with ScriptedServer(handler) as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=0)
-        eid = client.start_episode()
         worst = 0.0
-        for _ in range(500):
+        for step in range(500):
+            if step % 10 == 0:
+                eid = client.start_episode()
             t0 = time.perf_counter()
             client.get_action(eid, obs("u", "v"))
             worst = max(worst, time.perf_counter() - t0)
+            if step % 10 == 9:
+                client.end_episode(eid, {})
+        assert wait_until(lambda: len(server.messages("EPISODES_AND_GET_STATE")) == 1)
         client.close()
-        assert len(server.messages("EPISODES_AND_GET_STATE")) == 1
     assert worst < 0.05 and client.batches_dropped > 10

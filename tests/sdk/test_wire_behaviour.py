@@ -15,6 +15,7 @@ import pytest
 
 from tether.sdk import ServerError, TetherClient, TetherConnectionError, TetherTimeoutError
 
+from ..integration.server_process import wait_until
 from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
 
 OBS = np.zeros(3, np.float32)
@@ -161,15 +162,19 @@ def test_get_action_never_blocks_on_a_server_that_stops_answering() -> None:
 
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, seed=0)
-        eid = client.start_episode()
         durations = []
         started = time.monotonic()
-        for _ in range(3000):
+        for step in range(3000):
+            if step % 25 == 0:
+                eid = client.start_episode()
             t0 = time.perf_counter()
             client.get_action(eid, OBS)
             durations.append(time.perf_counter() - t0)
             client.log_returns(eid, 1.0)
+            if step % 25 == 24:
+                client.end_episode(eid, OBS)
         elapsed = time.monotonic() - started
+        assert wait_until(lambda: len(server.messages("EPISODES_AND_GET_STATE")) == 1)
         t0 = time.monotonic()
         client.close()
         close_s = time.monotonic() - t0
@@ -259,8 +264,9 @@ def test_connections_use_tcp_keepalive() -> None:
 
 def test_queue_bound_follows_the_servers_staleness_and_wait_policy_delivers_everything() -> None:
     """(max_staleness + 1) * train_batch_size agent steps may wait behind the
-    batch in flight: with "drop_oldest" the rest is dropped, with "wait" the
-    engine waits for room and every step arrives."""
+    batch in flight. With "drop_oldest" the oldest waiting batches are dropped
+    and so is the rest of their episodes: the server never gets a fragment of
+    an episode whose earlier steps were lost. With "wait" every step arrives."""
     release = {"go": False}
 
     def handler(conn: ScriptedConnection) -> None:
@@ -272,25 +278,36 @@ def test_queue_bound_follows_the_servers_staleness_and_wait_policy_delivers_ever
             if message["type"] == "EPISODES_AND_GET_STATE":
                 conn.send(state(0, None))
 
+    def play_counting(client: TetherClient, steps: int) -> str:
+        eid = client.start_episode()
+        for i in range(steps):
+            client.get_action(eid, np.array([i, 0, 0], np.float32))
+            client.log_returns(eid, 1.0)
+        return eid
+
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port)
         assert client.link.queue_limit_steps() == 40
-        play(client, 101)
-        # 10 batches: one in flight (unless the I/O thread had not taken it yet), 4 waiting, the rest dropped.
-        dropped = client.batches_dropped
-        assert dropped in (5, 6)
+        eid = play_counting(client, 101)
+        assert client.batches_dropped >= 1 and client.link.episodes_dropped == 1
         release["go"] = True
+        client.end_episode(eid, np.array([101, 0, 0], np.float32))
         client.flush()
         client.close()
-    assert client.env_steps_sent == 10 * (10 - dropped)
+        records = [r for m in server.messages("EPISODES_AND_GET_STATE") for r in m["episodes"]]
+    firsts = [r["obs"][0][0] for r in records]
+    lasts = [r["obs"][-1][0] for r in records]
+    assert firsts[0] == 0 and firsts[1:] == lasts[:-1], "the chunks sent are the episode's start, without gaps"
+    assert not any(r["is_terminated"] for r in records), "the episode's end went with it"
+    assert client.env_steps_sent == sum(len(r["actions"]) for r in records) < 50
 
     release["go"] = False
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, when_queue_full="wait")
         threading.Timer(0.5, lambda: release.update(go=True)).start()
         started = time.monotonic()
-        play(client, 101)
+        client.end_episode(play_counting(client, 101), np.zeros(3, np.float32))
         assert time.monotonic() - started > 0.4, "the engine waited for room"
         client.flush()
         client.close()
-    assert client.batches_dropped == 0 and client.env_steps_sent == 100
+    assert client.batches_dropped == 0 and client.env_steps_sent == 101
