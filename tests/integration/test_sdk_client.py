@@ -154,7 +154,7 @@ def test_get_action_never_waits_for_a_slow_update(tmp_path, on_policy: bool) -> 
         # have one call per batch at least as slow as half the median round trip.
         median = round_trips[len(round_trips) // 2]
         slow_calls = sum(d >= median / 2 for d in durations)
-        assert len(round_trips) >= 6 and p99 < median / 10
+        assert len(round_trips) >= 6 and p99 < median / 4
         assert slow_calls < len(round_trips) / 2, (slow_calls, len(round_trips))
 
 
