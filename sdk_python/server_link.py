@@ -46,6 +46,9 @@ __all__ = ["Batch", "ServerLink", "TetherConnectionError"]
 
 logger = logging.getLogger("tether.sdk")
 
+#: Connection-level codes that answer the bytes just sent (not the connection's state).
+_FRAMING_CODES = frozenset({"FRAME_TOO_LARGE", "BAD_HEADER"})
+
 
 @dataclass(eq=False)
 class Batch:
@@ -340,6 +343,8 @@ class ServerLink:
                 except ConnectionLost as exc:
                     if self._closing.is_set():
                         break
+                    if exc.code in _FRAMING_CODES:
+                        self._refuse_in_flight(exc)
                     self._lost(str(exc), exc.code)
                     down_since = time.monotonic()
                 except TetherTimeoutError as exc:
@@ -359,6 +364,19 @@ class ServerLink:
             self._connected_once.set()
             with self._changed:
                 self._changed.notify_all()
+
+    def _refuse_in_flight(self, exc: ConnectionLost) -> None:
+        """A framing error answers what was just sent (e.g. a batch over the
+        server's frame limit): sending it again would fail again, so it is refused."""
+        with self._changed:
+            batch, self._in_flight = self._in_flight, None
+            if batch is not None:
+                batch.error = ServerError(str(exc.code), str(exc), "EPISODES")
+                batch.done = True
+                self.events.append(("batch", batch))
+                self._changed.notify_all()
+        if batch is None:
+            self._fail_current_request(ServerError(str(exc.code), str(exc)))
 
     def _lost(self, reason: str, code: str | None) -> None:
         self._transport.close()

@@ -311,3 +311,27 @@ def test_queue_bound_follows_the_servers_staleness_and_wait_policy_delivers_ever
         client.flush()
         client.close()
     assert client.batches_dropped == 0 and client.env_steps_sent == 101
+
+
+def test_a_batch_over_the_servers_frame_limit_is_refused_not_resent_forever() -> None:
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=5), state(0, MODEL))
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                if message["batch_seq"] == 1:
+                    conn.send({"type": "ERROR", "code": "FRAME_TOO_LARGE", "message": "frame body of 9 bytes exceeds "
+                               "the limit"})
+                    return
+                conn.send(state(0, None))
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port, wait_for_weights=True)
+        with pytest.raises(ServerError) as info:
+            play(client, 6)
+        assert info.value.code == "FRAME_TOO_LARGE"
+        eid = play(client, 6)
+        client.end_episode(eid, OBS)
+        client.flush()
+        client.close()
+        seqs = [m["batch_seq"] for m in server.messages("EPISODES_AND_GET_STATE")]
+    assert seqs.count(1) == 1 and seqs[-1] >= 2
