@@ -14,10 +14,17 @@ an engine loop would. Bare and SDK calls are timed in alternating blocks so
 background load affects both alike. ``batch256_us_p50`` is a bare session run
 on a (256, 4) batch.
 
+``sdk_python_us_p99_while_sending``: a second real server (which never trains,
+so it answers as soon as it has stored a batch) asks for 4000-step batches; the
+same SDK loop runs on, and only the calls made while a batch is queued or in
+flight (handed to the client's I/O thread, not yet answered) are counted,
+including the call that cuts the batch. Target: at most 2x ``sdk_python_us_p99``
+(``while_sending_p99_ratio``).
+
 Prints one JSON object on stdout, e.g.::
 
     {"onnxruntime_us_p50": 9.1, "sdk_python_us_p50": 17.3, "sdk_python_us_p99": 30.2,
-     "batch256_us_p50": 60.5, "sdk_overhead_us_p50": 8.2, ...}
+     "sdk_python_us_p99_while_sending": 41.0, "batch256_us_p50": 60.5, "sdk_overhead_us_p50": 8.2, ...}
 """
 
 from __future__ import annotations
@@ -57,6 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-calls", type=int, default=2_000, help="timed (256, 4) batch runs (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="learner seed for the model (default: 0)")
     parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
+    parser.add_argument("--sending-batch", type=int, default=4000,
+                        help="env steps per batch for the while-sending figure (default: 4000)")
+    parser.add_argument("--sending-seconds", type=float, default=60.0,
+                        help="longest time spent collecting the while-sending calls (default: 60)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default: 60)")
     parser.add_argument("--profile", metavar="FILE", default=None,
                         help="also run the SDK loop under cProfile and write its stats to FILE")
@@ -103,14 +114,20 @@ def run(args: argparse.Namespace) -> dict:
     batch = rng.normal(0, 0.5, (256, 4)).astype(np.float32)
 
     port = args.port or free_port()
+    sending_port = free_port()
     perf_ns = time.perf_counter_ns
     with tempfile.TemporaryDirectory(prefix="tether-bench-act-") as tmp:
         host_load = HostLoad()
-        server = spawn([
-            sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
-            "--env-steps-per-sample", str(10**12), "--train-batch-size", str(10**12),
-            "--no-tensorboard", "--checkpoint-every", "0", "--quiet", "--logdir", str(Path(tmp) / "run"),
-        ], stdout=subprocess.DEVNULL)
+
+        def serve(serve_port: int, steps_per_sample: int, name: str):
+            return spawn([
+                sys.executable, "-m", "tether.server.cli", "serve", "--port", str(serve_port), "--seed", str(args.seed),
+                "--env-steps-per-sample", str(steps_per_sample), "--train-batch-size", str(10**12),
+                "--no-tensorboard", "--checkpoint-every", "0", "--quiet", "--logdir", str(Path(tmp) / name),
+            ], stdout=subprocess.DEVNULL)
+
+        server = serve(port, 10**12, "run")
+        sending_server = serve(sending_port, args.sending_batch, "sending-run")
         try:
             wait_for_port(port, server, timeout_s=args.timeout)
             client = TetherClient("127.0.0.1", port, client_name="bench-act-latency", seed=args.seed,
@@ -174,17 +191,27 @@ def run(args: argparse.Namespace) -> dict:
                     log(f"SDK loop profile written to {args.profile}")
             finally:
                 client.close()
+            wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
+            sending = measure_while_sending(args, sending_port, obs_pool)
         finally:
             stop(server, grace_s=10.0)
+            stop(sending_server, grace_s=10.0)
         load = host_load.stop()
 
     bare_ns.sort()
     sdk_ns.sort()
     batch_ns.sort()
+    sending_ns = sorted(sending.pop("durations_ns"))
     result = {
         "onnxruntime_us_p50": percentile(bare_ns, 50),
         "sdk_python_us_p50": percentile(sdk_ns, 50),
         "sdk_python_us_p99": percentile(sdk_ns, 99),
+        "sdk_python_us_p99_while_sending": percentile(sending_ns, 99),
+        "sdk_python_us_p50_while_sending": percentile(sending_ns, 50),
+        "sdk_python_us_max_while_sending": round(sending_ns[-1] / 1e3, 2),
+        "while_sending_p99_ratio": round(percentile(sending_ns, 99) / percentile(sdk_ns, 99), 2),
+        "calls_while_sending": len(sending_ns),
+        **sending,
         "batch256_us_p50": percentile(batch_ns, 50),
         "onnxruntime_us_p99": percentile(bare_ns, 99),
         "sdk_overhead_us_p50": round(percentile(sdk_ns, 50) - percentile(bare_ns, 50), 2),
@@ -198,6 +225,52 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
+def measure_while_sending(args: argparse.Namespace, port: int, obs_pool: list) -> dict:
+    """The SDK loop against a server that asks for ``args.sending_batch``-step
+    batches; get_action durations of the calls made while a batch was queued
+    or in flight (the call that cuts one included)."""
+    from tether.sdk import TetherClient
+
+    client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-sending", seed=args.seed,
+                          reconnect_timeout_s=args.timeout)
+    perf_ns = time.perf_counter_ns
+    durations: list[int] = []
+    batches: list = []
+    submit = client.link.submit
+    client.link.submit = lambda batch: (batches.append(batch), submit(batch))[1]
+    try:
+        eid = client.start_episode()
+        get_action, log_returns, link = client.get_action, client.log_returns, client.link
+        n_obs = len(obs_pool)
+        for i in range(args.warmup):
+            get_action(eid, obs_pool[i % n_obs])
+            log_returns(eid, 1.0)
+        deadline = time.monotonic() + args.sending_seconds
+        i = 0
+        while len(durations) < args.calls and time.monotonic() < deadline:
+            obs = obs_pool[i % n_obs]
+            queued = len(batches)
+            busy = link.busy
+            t0 = perf_ns()
+            get_action(eid, obs)
+            t1 = perf_ns()
+            log_returns(eid, 1.0)
+            if busy or len(batches) != queued:
+                durations.append(t1 - t0)
+            i += 1
+        client.flush()
+    finally:
+        client.close()
+    round_trips = sorted(b.round_trip_s for b in batches if b.round_trip_s is not None)
+    return {
+        "durations_ns": durations,
+        "sending_batch_env_steps": args.sending_batch,
+        "batches_sent_while_sending": len(round_trips),
+        "batches_dropped_while_sending": client.batches_dropped,
+        "batch_round_trip_ms_p50": round(round_trips[len(round_trips) // 2] * 1e3, 2) if round_trips else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_cleanup()
@@ -205,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_until_quiet(args.wait_quiet)
     result = run(args)
     log(f"SDK get_action p50 {result['sdk_python_us_p50']} us vs bare onnxruntime {result['onnxruntime_us_p50']} us "
-        f"(overhead {result['sdk_overhead_us_p50']} us)")
+        f"(overhead {result['sdk_overhead_us_p50']} us); p99 {result['sdk_python_us_p99']} us idle, "
+        f"{result['sdk_python_us_p99_while_sending']} us while a {args.sending_batch}-step batch is in flight")
     print(json.dumps(result), flush=True)
     return 0
 

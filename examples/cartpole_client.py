@@ -3,11 +3,16 @@ from the local ONNX model, experience goes to the server.
 
     python examples/cartpole_client.py --port 5555            # one client
     python examples/cartpole_client.py --port 5555 --clients 4 # four processes
+
+A client survives a server outage of up to --reconnect-timeout seconds (the
+engine keeps playing with its current model meanwhile) and prints one JSON
+line when it stops: {"client", "env_steps_sent", "reconnects", "stopped_by"}.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import sys
 from pathlib import Path
@@ -23,12 +28,21 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
     """One client process: CartPole episodes until the budget is spent or the server goes away."""
     env = gym.make("CartPole-v1")
     env.reset(seed=seed)
+    client = None
+    stopped_by = "max_steps"
     try:
         client = TetherClient(host, port, client_name=f"cartpole-{seed}", seed=seed,
                               reconnect_timeout_s=reconnect_timeout_s)
         run_env(client, env, max_steps=max_steps)
-    except (TetherConnectionError, KeyboardInterrupt):
-        pass  # the server finished training and went away, or we were stopped
+    except TetherConnectionError:
+        stopped_by = "server_gone"  # the server finished training and went away
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+    finally:
+        if client is not None:
+            print(json.dumps({"client": seed, "env_steps_sent": client.env_steps_sent, "reconnects": client.reconnects,
+                              "stopped_by": stopped_by}), flush=True)
+            client.close()
 
 
 def main() -> None:
@@ -38,7 +52,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1, help="number of client processes")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first client (others count up)")
     parser.add_argument("--max-steps", type=int, default=None, help="env steps per client (default: run until stopped)")
-    parser.add_argument("--reconnect-timeout", type=float, default=5.0, help="give up after the server is gone this long")
+    parser.add_argument("--reconnect-timeout", type=float, default=5.0, help="give up once the server has been gone this many seconds (default: 5)")
     args = parser.parse_args()
     if args.clients == 1:
         run_client(args.host, args.port, args.seed, args.max_steps, args.reconnect_timeout)

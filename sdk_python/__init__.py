@@ -2,11 +2,18 @@
 locally with ONNX Runtime, and send experience back. Depends on numpy,
 onnxruntime and orjson only."""
 
-from .client import TetherClient, TetherConnectionError
+from .client import TetherClient
 from .loop import run_env
 from .multi_agent_client import MultiAgentClient
 from .policy import OnnxPolicy
-from .protocol.errors import AuthenticationError, ServerError, TetherError, VersionMismatchError
+from .protocol.errors import (
+    AuthenticationError,
+    ServerError,
+    TetherConnectionError,
+    TetherError,
+    TetherTimeoutError,
+    VersionMismatchError,
+)
 
 __all__ = [
     "AuthenticationError",
@@ -16,6 +23,7 @@ __all__ = [
     "TetherClient",
     "TetherConnectionError",
     "TetherError",
+    "TetherTimeoutError",
     "VersionMismatchError",
     "run_env",
 ]

@@ -8,10 +8,14 @@ The engine keeps its own loop and calls::
     client.log_returns(eid, reward)
     client.end_episode(eid, final_obs)          # or truncated=True at a time limit
 
-Experience is sent every ``env_steps_per_sample`` steps (the server's
-SET_CONFIG); on-policy servers answer with new weights, which are swapped in
-before the next action. Lost connections are re-established with backoff and
-the unsent batch is sent again, so a server restart costs no data.
+``get_action`` never waits for the network: every ``env_steps_per_sample``
+steps (the server's SET_CONFIG) the complete steps are handed to the client's
+one background I/O thread, which sends them and receives new weights; a new
+model is swapped in between two calls. ``wait_for_weights=True`` makes each
+batch wait for the weights that answer it (strict on-policy). Lost connections
+are re-established with backoff and an unanswered batch is sent again with
+the same ``client_session`` and ``batch_seq``, so a server restart costs no
+data and a 1.3 server stores every batch once.
 """
 
 from __future__ import annotations
@@ -21,16 +25,18 @@ from typing import Any
 
 import numpy as np
 
+from .base_client import BaseClient
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.distributions import to_env_action
+from .protocol.distributions import sample, to_env_action
+from .protocol.errors import TetherConnectionError  # noqa: F401  (re-exported)
 from .protocol.messages import MessageType
 from .protocol.onnx_codec import decode_onnx
 from .protocol.spaces import Space, from_gymnasium, space_from_json
-from .server_link import ServerLink, TetherConnectionError  # noqa: F401  (re-exported)
+from .server_link import Batch
 
 
-class TetherClient:
+class TetherClient(BaseClient):
     """Connects to a Tether (or any RLlink v1) server and acts locally.
 
     Args:
@@ -42,6 +48,9 @@ class TetherClient:
         reconnect_timeout_s: how long to keep retrying a lost server before
             raising ``TetherConnectionError``.
         seed: seed for action sampling.
+        wait_for_weights, connect_timeout_s, response_timeout_s,
+        update_timeout_s, max_queued_steps, max_queued_batches,
+        when_queue_full: see ``BaseClient``.
     """
 
     def __init__(
@@ -55,8 +64,14 @@ class TetherClient:
         reconnect_timeout_s: float = 60.0,
         seed: int | None = None,
         verbose: bool = False,
+        wait_for_weights: bool | None = None,
+        connect_timeout_s: float = 10.0,
+        response_timeout_s: float = 60.0,
+        update_timeout_s: float = 600.0,
+        max_queued_steps: int | None = None,
+        max_queued_batches: int = 64,
+        when_queue_full: str = "drop_oldest",
     ) -> None:
-        self._seed = seed
         self._user_obs_space: Space | None = from_gymnasium(observation_space) if observation_space is not None else None
         self._user_action_space: Space | None = from_gymnasium(action_space) if action_space is not None else None
         self._episodes: dict[str, EpisodeRecorder] = {}
@@ -64,59 +79,71 @@ class TetherClient:
         self._pending_steps = 0
         self.policy: OnnxPolicy | None = None
         self.weights_seq_no: int | None = None
+        self._claim_seq: int | None = None
+        self._acted_since_cut = False
+        self._io_seq: int | None = None  # the I/O thread's view, for its GET_STATE
         self.observation_space: Space | None = None
         self.action_space: Space | None = None
         #: Env steps delivered to the server.
         self.env_steps_sent = 0
-        self.link = ServerLink(host, port, client_name, auth_token, reconnect_timeout_s, self._on_connected, verbose)
-        self.link.connect()
+        super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
+                         connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
+                         max_queued_batches, when_queue_full)
 
-    # -- connection ------------------------------------------------------------
+    # -- state (prepared on the I/O thread, applied on the engine thread) -------------------
 
-    @property
-    def server_config(self) -> dict[str, Any]:
-        return self.link.server_config
+    def _state_request(self, initial: bool) -> dict[str, Any]:
+        if initial:
+            return {"type": MessageType.GET_STATE.value}
+        return {"type": MessageType.GET_STATE.value, "weights_seq_no": self._io_seq}
 
-    @property
-    def server_info(self) -> dict[str, Any]:
-        return self.link.server_info
-
-    @property
-    def env_steps_per_sample(self) -> int:
-        return self.link.env_steps_per_sample
-
-    @property
-    def force_on_policy(self) -> bool:
-        return self.link.force_on_policy
-
-    @property
-    def reconnects(self) -> int:
-        return self.link.reconnects
+    def _prepare_state(self, config: dict[str, Any], state: dict[str, Any]) -> tuple[Any, OnnxPolicy | None]:
+        seq = state.get("weights_seq_no")
+        policy = None
+        if "onnx_file" in state:
+            action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
+            names_in = config.get("onnx_input_names") or [None]
+            names_out = config.get("onnx_output_names") or [None]
+            policy = OnnxPolicy(decode_onnx(state["onnx_file"]), action_space, names_in[0], names_out[0])
+        if isinstance(seq, int):
+            self._io_seq = seq
+        return seq, policy
 
     def _on_connected(self) -> None:
-        config = self.link.server_config
+        config = self.server_config
         self.observation_space = (
             space_from_json(config["observation_space"]) if "observation_space" in config else self._user_obs_space
         )
         self.action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
-        self._apply_state(self.link.request_now({"type": MessageType.GET_STATE.value}))
 
-    def _apply_state(self, state: dict[str, Any]) -> None:
-        seq = state.get("weights_seq_no")
-        if "onnx_file" in state:
-            model = decode_onnx(state["onnx_file"])
-            names_in = self.server_config.get("onnx_input_names") or [None]
-            names_out = self.server_config.get("onnx_output_names") or [None]
-            self.policy = OnnxPolicy(model, self.action_space, names_in[0], names_out[0], self._seed)
+    def _apply_state(self, prepared: tuple[Any, OnnxPolicy | None]) -> None:
+        seq, policy = prepared
+        if policy is not None:
+            self.policy = policy
             if self.action_space is None:
-                self.action_space = self.policy.action_space
+                self.action_space = policy.action_space
         if isinstance(seq, int):
             self.weights_seq_no = seq
+            if self._claim_seq is None or not self._acted_since_cut:
+                self._claim_seq = seq
+
+    def _forget_episodes(self, episode_ids: set[str]) -> None:
+        for episode_id in episode_ids:
+            episode = self._episodes.get(episode_id)
+            if episode is not None:
+                episode.stop_training()
+        self._pending_steps = sum(e.pending_steps for e in self._episodes.values() if e.training_enabled)
+
+    def _count_sent(self, batch: Batch) -> None:
+        super()._count_sent(batch)
+        self.env_steps_sent += batch.env_steps
 
     # -- ExternalEnv API -----------------------------------------------------------
 
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
         """Begin an episode; returns its id. Episodes may overlap."""
+        if self._events:
+            self._sync()
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
@@ -124,26 +151,41 @@ class TetherClient:
         return episode_id
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
-        """Record an observation and return the policy's sampled action for it."""
+        """Record an observation and return the policy's sampled action for it.
+
+        Computes locally and returns without waiting for the network (unless
+        ``wait_for_weights`` is set and a batch just completed). Raises, once,
+        an error the server sent for an earlier batch.
+        """
+        if self._events:
+            self._sync()
         episode = self._episodes[episode_id]
-        obs = np.asarray(observation, dtype=np.float32)
+        obs = np.array(observation, dtype=np.float32)  # a copy: the engine may reuse its buffer
         if (
             episode.training_enabled
-            and self._pending_steps >= self.env_steps_per_sample
-            and self._sendable_steps(episode) >= self.env_steps_per_sample
+            and self._pending_steps >= self._steps_per_sample
+            and self._sendable_steps(episode) >= self._steps_per_sample
         ):
             episode.obs.append(obs)  # lets the cut include the step that led here
-            self._exchange()
-            episode.obs.pop()
-        assert self.policy is not None
-        action, logp, dist = self.policy.sample(obs)
+            try:
+                self._send_batch()
+            finally:
+                if episode.training_enabled:  # (a dropped episode's steps are gone already)
+                    episode.obs.pop()
+        policy = self.policy
+        assert policy is not None
+        dist = policy.dist_inputs_one(obs)
+        action, logp = sample(policy.action_space, dist, self._rng)
         episode.record_step(obs, action, logp, dist)
         if episode.training_enabled:
             self._pending_steps += 1
-        return to_env_action(self.policy.action_space, action)
+            self._acted_since_cut = True
+        return to_env_action(policy.action_space, action)
 
     def compute_action(self, observation: Any) -> Any:
         """The deterministic (greedy) action for an observation; records nothing."""
+        if self._events:
+            self._sync()
         assert self.policy is not None
         return self.policy.act_deterministic(np.asarray(observation, dtype=np.float32))
 
@@ -157,13 +199,15 @@ class TetherClient:
         ``truncated=True`` marks an end by time limit (the value is bootstrapped);
         otherwise the episode terminated.
         """
+        if self._events:
+            self._sync()
         episode = self._episodes.pop(episode_id)
-        episode.finish(np.asarray(observation, dtype=np.float32), truncated)
+        episode.finish(np.array(observation, dtype=np.float32), truncated)
         if episode.training_enabled and episode.pending_steps:
             self._finished.append(episode)
         return episode.total_return
 
-    # -- sending -------------------------------------------------------------------
+    # -- cutting -------------------------------------------------------------------
 
     def _sendable_steps(self, current: EpisodeRecorder) -> int:
         """Steps a send would carry now: every other open episode holds back its
@@ -176,7 +220,7 @@ class TetherClient:
         )
         return self._pending_steps - held
 
-    def _collect_records(self) -> list[dict[str, Any]]:
+    def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
         records = []
         for episode in self._finished:
             record = episode.cut()
@@ -189,49 +233,10 @@ class TetherClient:
                 if record is not None:
                     records.append(record)
         self._pending_steps = sum(e.pending_steps for e in self._episodes.values() if e.training_enabled)
-        return records
-
-    def _exchange(self) -> None:
-        """Send the collected experience; take new weights where the server gives them."""
-        records = self._collect_records()
-        if not records:
-            return
         steps = sum(len(r["actions"]) for r in records)
-        if self.force_on_policy:
-            message = {
-                "type": MessageType.EPISODES_AND_GET_STATE.value,
-                "episodes": records,
-                "env_steps": steps,
-                "weights_seq_no": self.weights_seq_no,
-            }
-            self._apply_state(self.link.request(message))
-            self.env_steps_sent += steps
-        else:
-            message = {"type": MessageType.EPISODES.value, "episodes": records, "env_steps": steps,
-                       "weights_seq_no": self.weights_seq_no}
-            self.link.send(message)
-            self.refresh_weights()
-            self.env_steps_sent += steps
+        return records, steps, steps
 
-    def refresh_weights(self) -> None:
-        """Ask for the current weights (GET_STATE); the model is swapped if it changed.
-
-        Raises ``ServerError`` for a refused earlier EPISODES message (after the
-        weights were applied).
-        """
-        self._apply_state(self.link.request({"type": MessageType.GET_STATE.value, "weights_seq_no": self.weights_seq_no}))
-        self.link.raise_deferred()
-
-    def flush(self) -> None:
-        """Send whatever experience is complete now, without waiting for a full sample."""
-        self._exchange()
-
-    def close(self) -> None:
-        """Close the connection (unsent experience is dropped)."""
-        self.link.close()
-
-    def __enter__(self) -> "TetherClient":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def _take_claim(self) -> dict[str, Any]:
+        claim, self._claim_seq = self._claim_seq, self.weights_seq_no
+        self._acted_since_cut = False
+        return {"weights_seq_no": claim}

@@ -77,6 +77,13 @@ class EpisodeRecorder:
         self.truncated = truncated
         self.terminated = not truncated
 
+    def stop_training(self) -> None:
+        """Keep counting the episode's return, but record and send nothing more of it."""
+        self.training_enabled = False
+        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs):
+            steps.clear()
+        self.value_obs = None
+
     @property
     def pending_steps(self) -> int:
         return len(self.actions)

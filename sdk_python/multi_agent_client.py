@@ -20,21 +20,22 @@ accumulate onto its last action until it acts again (ExternalEnv semantics).
 
 from __future__ import annotations
 
-import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
+from .base_client import BaseClient
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.distributions import sample, to_env_action
+from .protocol.distributions import deterministic, sample, to_env_action
+from .protocol.errors import TetherError
 from .protocol.messages import MessageType
 from .protocol.multi_agent import GroupSpec, ModuleSpec
 from .protocol.onnx_codec import decode_onnx
 from .protocol.policy_mapping import PolicyMapping
-from .server_link import ServerLink
+from .server_link import Batch
 
 
 @dataclass
@@ -56,12 +57,18 @@ class _Episode:
     finished: list[_Actor] = field(default_factory=list)
     latest_obs: dict[str, np.ndarray] = field(default_factory=dict)
     returns: dict[str, float] = field(default_factory=dict)
+    #: Agents (group members included) that left; they cannot act again in this episode.
+    ended: set[str] = field(default_factory=set)
     done: bool = False
     truncated: bool = False
 
 
-class MultiAgentClient:
-    """Connects to a Tether server with modules, mapping and groups (protocol 1.2)."""
+class MultiAgentClient(BaseClient):
+    """Connects to a Tether server with modules, mapping and groups (protocol 1.2).
+
+    Network I/O runs on one background thread, as for ``TetherClient``; the
+    arguments after ``verbose`` are described in ``BaseClient``.
+    """
 
     def __init__(
         self,
@@ -72,27 +79,54 @@ class MultiAgentClient:
         reconnect_timeout_s: float = 60.0,
         seed: int | None = None,
         verbose: bool = False,
+        wait_for_weights: bool | None = None,
+        connect_timeout_s: float = 10.0,
+        response_timeout_s: float = 60.0,
+        update_timeout_s: float = 600.0,
+        max_queued_steps: int | None = None,
+        max_queued_batches: int = 64,
+        when_queue_full: str = "drop_oldest",
     ) -> None:
-        self._rng = random.Random(seed)
         self._episodes: dict[str, _Episode] = {}
         self._pending_steps = 0
+        self._env_steps_since_cut = 0
         self.modules: dict[str, ModuleSpec] = {}
         self.policies: dict[str, OnnxPolicy] = {}
         self.weights_seq_nos: dict[str, int] = {}
+        self._claim_seqs: dict[str, int] = {}
+        self._acted_since_cut = False
+        self._io_seqs: dict[str, int] = {}  # the I/O thread's view, for its GET_STATE
         self.mapping: PolicyMapping | None = None
         self.groups: dict[str, GroupSpec] = {}
         self._group_of: dict[str, str] = {}
-        #: Agent steps delivered to the server.
+        #: Agent steps delivered to the server (kept under this name for compatibility;
+        #: ``agent_steps_sent`` says the same).
         self.env_steps_sent = 0
-        self.link = ServerLink(host, port, client_name, auth_token, reconnect_timeout_s, self._on_connected, verbose)
-        self.link.connect()
+        super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
+                         connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
+                         max_queued_batches, when_queue_full)
 
     # -- connection ------------------------------------------------------------
 
-    def _on_connected(self) -> None:
-        config = self.link.server_config
+    def _state_request(self, initial: bool) -> dict[str, Any]:
+        return {"type": MessageType.GET_STATE.value, "weights_seq_nos": {} if initial else dict(self._io_seqs)}
+
+    def _prepare_state(self, config: dict[str, Any], state: dict[str, Any]) -> dict[str, tuple[int, OnnxPolicy | None]]:
         if "modules" not in config:
-            raise ConnectionError("the server does not describe modules (it speaks RLlink < 1.2): use TetherClient")
+            raise TetherError("the server does not describe modules (it speaks RLlink < 1.2): use TetherClient")
+        prepared: dict[str, tuple[int, OnnxPolicy | None]] = {}
+        for module_id, entry in (state.get("models") or {}).items():
+            spec = ModuleSpec.from_json(module_id, config["modules"][module_id])
+            policy = None
+            if "onnx_file" in entry:
+                policy = OnnxPolicy(decode_onnx(entry["onnx_file"]), spec.action_space, spec.onnx_input_name,
+                                    spec.onnx_output_name)
+            prepared[module_id] = (int(entry["weights_seq_no"]), policy)
+            self._io_seqs[module_id] = int(entry["weights_seq_no"])
+        return prepared
+
+    def _on_connected(self) -> None:
+        config = self.server_config
         self.modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
         rules = config.get("policy_mapping")
         self.mapping = PolicyMapping.from_json(rules) if rules is not None else None
@@ -100,20 +134,33 @@ class MultiAgentClient:
         self._group_of = {member: g.group_id for g in self.groups.values() for member in g.members}
         self.policies.clear()
         self.weights_seq_nos.clear()
-        self._apply_state(self.link.request_now({"type": MessageType.GET_STATE.value, "weights_seq_nos": {}}))
 
-    def _apply_state(self, state: dict[str, Any]) -> None:
-        for module_id, entry in (state.get("models") or {}).items():
-            spec = self.modules[module_id]
-            if "onnx_file" in entry:
-                self.policies[module_id] = OnnxPolicy(
-                    decode_onnx(entry["onnx_file"]), spec.action_space, spec.onnx_input_name, spec.onnx_output_name
-                )
-            self.weights_seq_nos[module_id] = int(entry["weights_seq_no"])
+    def _apply_state(self, prepared: dict[str, tuple[int, OnnxPolicy | None]]) -> None:
+        for module_id, (seq, policy) in prepared.items():
+            if policy is not None:
+                self.policies[module_id] = policy
+            self.weights_seq_nos[module_id] = seq
+            if module_id not in self._claim_seqs or not self._acted_since_cut:
+                self._claim_seqs[module_id] = seq
 
-    @property
-    def reconnects(self) -> int:
-        return self.link.reconnects
+    def _forget_episodes(self, episode_ids: set[str]) -> None:
+        for episode_id in episode_ids:
+            episode = self._episodes.get(episode_id)
+            if episode is None:
+                continue
+            episode.training_enabled = False
+            episode.finished.clear()
+            for actor in episode.actors.values():
+                actor.recorder.stop_training()
+            if episode.done:
+                del self._episodes[episode_id]
+        self._pending_steps = sum(
+            a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
+        )
+
+    def _count_sent(self, batch: Batch) -> None:
+        super()._count_sent(batch)
+        self.env_steps_sent += batch.agent_steps
 
     # -- mapping ---------------------------------------------------------------
 
@@ -138,7 +185,7 @@ class MultiAgentClient:
         out: dict[str, np.ndarray] = {}
         members_seen: dict[str, dict[str, np.ndarray]] = {}
         for agent_id, value in obs.items():
-            arr = np.asarray(value, dtype=np.float32).ravel()
+            arr = np.array(value, dtype=np.float32).ravel()  # a copy: the engine may reuse its buffer
             episode.latest_obs[agent_id] = arr
             group = self._group_of.get(agent_id)
             if group is None:
@@ -168,16 +215,29 @@ class MultiAgentClient:
                                               EpisodeRecorder(episode.episode_id, episode.training_enabled))
 
     def get_action(self, episode_id: str, observations: Mapping[str, Any]) -> dict[str, Any]:
-        """Actions for the agents that observe now (dict by agent id, group members included)."""
+        """Actions for the agents that observe now (dict by agent id, group members included).
+
+        Computes locally; waits for the network only to map a new agent with a
+        server-side mapping function (MAP_AGENTS), or with ``wait_for_weights``.
+        An agent that left the episode (or whose group left) cannot act again:
+        ``ValueError``.
+        """
+        if self._events:
+            self._sync()
         episode = self._episodes[episode_id]
+        if episode.ended:
+            gone = [a for a in observations if a in episode.ended]
+            if gone:
+                raise ValueError(f"agents {gone} already left episode {episode_id!r} (an ended agent, or a member of "
+                                 f"an ended group, cannot act again in the same episode)")
         actor_obs = self._actor_observations(episode, observations)
         self._ensure_actors(episode, list(actor_obs))
         for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
-        if episode.training_enabled and self._pending_steps >= self.link.env_steps_per_sample:
-            if self._sendable_steps() >= self.link.env_steps_per_sample:
-                self._exchange()
+        if episode.training_enabled and self._pending_steps >= self._steps_per_sample:
+            if self._sendable_steps() >= self._steps_per_sample:
+                self._send_batch()
         # One batched inference per module.
         by_module: dict[str, list[str]] = {}
         for actor_id in actor_obs:
@@ -193,6 +253,9 @@ class MultiAgentClient:
                 if episode.training_enabled:
                     self._pending_steps += 1
                 self._split_action(actor_id, to_env_action(policy.action_space, action), actions)
+        if episode.training_enabled:
+            self._env_steps_since_cut += 1
+            self._acted_since_cut = True
         episode.t += 1
         return actions
 
@@ -209,6 +272,8 @@ class MultiAgentClient:
 
     def log_returns(self, episode_id: str, rewards: Mapping[str, float]) -> None:
         """Add each agent's reward to its last action (group members' rewards combine)."""
+        if self._events:
+            self._sync()
         episode = self._episodes[episode_id]
         for agent_id, reward in rewards.items():
             reward = float(reward)
@@ -225,16 +290,31 @@ class MultiAgentClient:
 
     def end_agents(self, episode_id: str, final_observations: Mapping[str, Any],
                    truncated: bool | Mapping[str, bool] = False) -> None:
-        """Agents that leave the episode (terminated, or truncated when ``truncated`` says so)."""
+        """Agents that leave the episode (terminated, or truncated when ``truncated`` says so).
+
+        A group leaves as a whole: ending any member ends the group, and its
+        members not named here end with their latest observation. An agent
+        that left (or a member of a group that left) cannot act again in this
+        episode.
+        """
+        if self._events:
+            self._sync()
         episode = self._episodes[episode_id]
-        actor_obs = self._actor_observations(episode, final_observations)
+        final = dict(final_observations)
+        for agent_id in list(final):
+            group = self._group_of.get(agent_id)
+            if group is not None:
+                for member in self.groups[group].members:
+                    if member not in final and member in episode.latest_obs:
+                        final[member] = episode.latest_obs[member]
+        actor_obs = self._actor_observations(episode, final)
         for actor_id, obs in actor_obs.items():
+            members = self.groups[actor_id].members if actor_id in self.groups else (actor_id,)
+            episode.ended.update(members)
             actor = episode.actors.pop(actor_id, None)
             if actor is None:
                 continue  # observed its end without ever acting: nothing to train on
-            is_trunc = truncated if isinstance(truncated, bool) else any(
-                truncated.get(a, False) for a in (self.groups[actor_id].members if actor_id in self.groups else [actor_id])
-            )
+            is_trunc = truncated if isinstance(truncated, bool) else any(truncated.get(a, False) for a in members)
             actor.recorder.finish(obs, bool(is_trunc), self._value_obs(episode, self.modules[actor.module_id]))
             if actor.recorder.pending_steps:
                 episode.finished.append(actor)
@@ -252,6 +332,8 @@ class MultiAgentClient:
                     truncated: bool = False) -> dict[str, float]:
         """End the episode: remaining agents end with ``final_observations``
         (their latest observation if absent). Returns each actor's total reward."""
+        if self._events:
+            self._sync()
         episode = self._episodes[episode_id]
         final = dict(final_observations or {})
         for actor_id in list(episode.actors):
@@ -276,8 +358,8 @@ class MultiAgentClient:
                     held += 1
         return self._pending_steps - held
 
-    def _collect_records(self) -> list[dict[str, Any]]:
-        records = []
+    def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
+        records: list[dict[str, Any]] = []
         for episode_id in list(self._episodes):
             episode = self._episodes[episode_id]
             if not episode.training_enabled:
@@ -300,37 +382,19 @@ class MultiAgentClient:
         self._pending_steps = sum(
             a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
         )
-        return records
+        env_steps, self._env_steps_since_cut = self._env_steps_since_cut, 0
+        agent_steps = sum(len(a["actions"]) for r in records for a in r["agents"].values())
+        return records, env_steps, agent_steps
 
-    def _exchange(self) -> None:
-        records = self._collect_records()
-        if not records:
-            return
-        steps = sum(len(a["actions"]) for r in records for a in r["agents"].values())
-        message = {"episodes": records, "env_steps": steps, "weights_seq_nos": dict(self.weights_seq_nos)}
-        if self.link.force_on_policy:
-            message["type"] = MessageType.EPISODES_AND_GET_STATE.value
-            self._apply_state(self.link.request(message))
-        else:
-            message["type"] = MessageType.EPISODES.value
-            self.link.send(message)
-            self.refresh_weights()
-        self.env_steps_sent += steps
-
-    def refresh_weights(self) -> None:
-        """GET_STATE: swap in every module whose weights changed."""
-        self._apply_state(self.link.request({"type": MessageType.GET_STATE.value,
-                                             "weights_seq_nos": dict(self.weights_seq_nos)}))
-        self.link.raise_deferred()
-
-    def flush(self) -> None:
-        """Send whatever experience is complete now."""
-        self._exchange()
+    def _take_claim(self) -> dict[str, Any]:
+        claim, self._claim_seqs = self._claim_seqs, dict(self.weights_seq_nos)
+        self._acted_since_cut = False
+        return {"weights_seq_nos": claim}
 
     def compute_actions(self, observations: Mapping[str, Any], episode_id: str = "") -> dict[str, Any]:
         """Greedy actions for evaluation; records nothing."""
-        from .protocol.distributions import deterministic
-
+        if self._events:
+            self._sync()
         episode = _Episode(episode_id or "eval", False)
         actor_obs = self._actor_observations(episode, observations)
         modules = self._modules_for(episode.episode_id, list(actor_obs))
@@ -340,9 +404,6 @@ class MultiAgentClient:
             dist = policy.dist_inputs(obs.reshape(1, -1))[0]
             self._split_action(actor_id, deterministic(policy.action_space, dist), out)
         return out
-
-    def close(self) -> None:
-        self.link.close()
 
 
 __all__ = ["MultiAgentClient"]

@@ -55,10 +55,18 @@ class OnnxPolicy:
         """Raw model output for a float32 batch of observations."""
         return self.session.run(self._output_names, {self.input_name: obs_batch})[0]
 
-    def sample(self, obs: np.ndarray) -> tuple[Any, float, np.ndarray]:
-        """Sample one action for one observation: (action, logp, dist_inputs)."""
-        dist = self.session.run(self._output_names, {self.input_name: obs.reshape(1, -1)})[0][0]
-        action, logp = sample(self.action_space, dist, self._rng)
+    def dist_inputs_one(self, obs: np.ndarray) -> np.ndarray:
+        """Raw model output for one float32 observation."""
+        return self.session.run(self._output_names, {self.input_name: obs.reshape(1, -1)})[0][0]
+
+    def sample(self, obs: np.ndarray, rng: random.Random | None = None) -> tuple[Any, float, np.ndarray]:
+        """Sample one action for one observation: (action, logp, dist_inputs).
+
+        ``rng`` defaults to the policy's own generator (seeded by ``seed``);
+        the clients pass theirs, which outlives every model swap.
+        """
+        dist = self.dist_inputs_one(obs)
+        action, logp = sample(self.action_space, dist, rng or self._rng)
         return action, logp, dist
 
     def act_deterministic(self, obs: np.ndarray) -> Any:

@@ -1,25 +1,117 @@
-"""The connection a client keeps to its server: handshake, request/response
-with reconnect-and-resend, and the server's ERRORs raised as typed exceptions.
-Shared by the single-agent and the multi-agent client."""
+"""The connection a client keeps to its server, run by ONE background thread.
+
+The engine thread never touches the socket. It hands the link immutable
+``Batch`` objects (``submit``) and, rarely, a request it must wait for
+(``request``: MAP_AGENTS, an explicit GET_STATE). The I/O thread connects and
+handshakes, sends batches one at a time, decodes the models it receives
+(building ONNX Runtime sessions off the engine thread), sends heartbeats,
+enforces timeouts and reconnects. What the engine must know arrives as events
+in ``events`` (a deque the engine drains between two of its calls), so a new
+model is swapped in between two ``get_action`` calls.
+
+Exactly-once batches (protocol 1.3): every batch carries the client's
+``client_session`` (uuid4 hex, one per client object, kept across reconnects)
+and a ``batch_seq`` (1, 2, ... in sending order). A batch whose answer was not
+received is resent after a reconnect with the same session and seq; a batch the
+server refused with ERROR is never resent. Off-policy EPISODES have no answer:
+each is followed by GET_STATE, whose SET_STATE acknowledges it (the server
+processes a connection's messages in order).
+"""
 
 from __future__ import annotations
 
+import logging
+import select
+import socket
 import sys
+import threading
 import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .protocol.errors import ServerError, VersionMismatchError, server_error_from_message
+from .protocol.errors import (
+    AuthenticationError,
+    ServerError,
+    TetherConnectionError,
+    TetherTimeoutError,
+    VersionMismatchError,
+    server_error_from_message,
+)
 from .protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
-from .transport import SocketTransport
+from .transport import ConnectionLost, SocketTransport
+
+__all__ = ["Batch", "ServerLink", "TetherConnectionError"]
+
+logger = logging.getLogger("tether.sdk")
+
+#: Connection-level codes that answer the bytes just sent (not the connection's state).
+_FRAMING_CODES = frozenset({"FRAME_TOO_LARGE", "BAD_HEADER"})
 
 
-class TetherConnectionError(ConnectionError):
-    """The server could not be reached within ``reconnect_timeout_s``."""
+@dataclass(eq=False)
+class Batch:
+    """Episode records cut on the engine thread; the engine never touches them again.
+
+    ``weights`` is the claim sent with them ({"weights_seq_no": v} or
+    {"weights_seq_nos": {...}}). ``seq`` (batch_seq) is given when the batch is
+    first sent; ``done`` is set once the server answered (``error`` when it refused).
+    """
+
+    episodes: list[dict[str, Any]]
+    env_steps: int
+    agent_steps: int
+    weights: dict[str, Any]
+    seq: int | None = None
+    done: bool = False
+    error: ServerError | None = None
+    sent_at: float | None = None
+    #: Seconds from the first send to the answer (one value per answered batch).
+    round_trip_s: float | None = None
+
+
+def _agent_steps(record: dict[str, Any]) -> int:
+    if "agents" in record:
+        return sum(len(entry["actions"]) for entry in record["agents"].values())
+    return len(record["actions"])
+
+
+@dataclass(eq=False)
+class _Request:
+    """A request the engine thread waits for. ``message`` may be a callable
+    that builds the message on the I/O thread (GET_STATE needs its versions)."""
+
+    message: dict[str, Any] | Callable[[], dict[str, Any]]
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: dict[str, Any] | None = None
+    error: BaseException | None = None
 
 
 class ServerLink:
-    """PING + GET_CONFIG on every (re)connect, then ``on_connected`` (which
-    fetches the models); requests survive a lost connection."""
+    """One client's server connection and the thread that owns it.
+
+    Args:
+        host, port: the server's address.
+        client_name, auth_token: sent in the handshake PING.
+        reconnect_timeout_s: how long to keep retrying a lost (or never made)
+            connection before giving up with ``TetherConnectionError``.
+        connect_timeout_s: limit of one TCP connect attempt.
+        response_timeout_s: limit of every request's answer, except
+        update_timeout_s: the limit of an EPISODES_AND_GET_STATE answer, which
+            may wait for a learner update.
+        max_queued_steps: agent steps that may wait behind the batch in
+            flight. None: what the server can still train on before data made
+            now becomes too stale for it, (max_staleness + 1) * train_batch_size
+            from its SET_CONFIG, or 2 * env_steps_per_sample when it does not
+            say. When a new batch would exceed it, the oldest waiting batches
+            are dropped (the stalest data) and counted; the newest always stays.
+        max_queued_batches: a hard cap on waiting batches (memory), same policy.
+        state_request: builds the GET_STATE message (runs on the I/O thread;
+            ``initial`` is True right after a (re)connect).
+        prepare_state: turns (SET_CONFIG, SET_STATE) into whatever the client
+            applies later (ONNX sessions are built here, on the I/O thread).
+    """
 
     def __init__(
         self,
@@ -28,52 +120,310 @@ class ServerLink:
         client_name: str,
         auth_token: str | None,
         reconnect_timeout_s: float,
-        on_connected: Callable[[], None],
+        state_request: Callable[[bool], dict[str, Any]],
+        prepare_state: Callable[[dict[str, Any], dict[str, Any]], Any],
+        connect_timeout_s: float = 10.0,
+        response_timeout_s: float = 60.0,
+        update_timeout_s: float = 600.0,
+        max_queued_steps: int | None = None,
+        max_queued_batches: int = 64,
         verbose: bool = False,
     ) -> None:
+        if max_queued_batches < 1 or (max_queued_steps is not None and max_queued_steps < 1):
+            raise ValueError("max_queued_batches and max_queued_steps must be >= 1")
         self.client_name = client_name
         self.auth_token = auth_token
         self.reconnect_timeout_s = reconnect_timeout_s
+        self.response_timeout_s = response_timeout_s
+        self.update_timeout_s = update_timeout_s
+        self.max_queued_steps = max_queued_steps
+        self.max_queued_batches = max_queued_batches
         self.verbose = verbose
-        self._on_connected = on_connected
-        self._transport = SocketTransport(host, port)
-        self._deferred_errors: list[ServerError] = []
-        #: PONG and SET_CONFIG of the current connection.
+        self._state_request = state_request
+        self._prepare_state = prepare_state
+        self._transport = SocketTransport(host, port, connect_timeout_s, response_timeout_s)
+        #: One per client object, kept across reconnects (protocol 1.3 exactly-once batches).
+        self.client_session = uuid.uuid4().hex
+        self._next_seq = 1
+        #: Events for the engine thread, in order: ("connected", info, config, prepared),
+        #: ("state", prepared), ("batch", Batch), ("error", exc), ("fatal", exc) (stays at the head).
+        self.events: deque[tuple[Any, ...]] = deque()
+        #: PONG and SET_CONFIG of the current connection (as the I/O thread knows them).
         self.server_info: dict[str, Any] = {}
         self.server_config: dict[str, Any] = {}
         #: Connections re-established after a loss.
         self.reconnects = 0
+        #: Batches dropped because the queue was full, and their steps.
+        self.batches_dropped = 0
+        self.env_steps_dropped = 0
+        self.agent_steps_dropped = 0
+        #: Episodes whose steps were dropped (none of their later steps is sent).
+        self.episodes_dropped = 0
+        #: PINGs sent as heartbeats.
+        self.heartbeats_sent = 0
+        #: Why the last connection ended (with the server's code when it sent one).
+        self.last_disconnect: str | None = None
+        self.fatal: BaseException | None = None
+        self._outbox: deque[Batch] = deque()
+        self._queued_steps = 0
+        self._requests: deque[_Request] = deque()
+        self._in_flight: Batch | None = None
+        self._current_request: _Request | None = None
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._closing = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._last_send = time.monotonic()
+        self._connected_once = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"tether-link-{host}:{port}", daemon=True)
+
+    # -- engine thread ---------------------------------------------------------------
 
     @property
-    def env_steps_per_sample(self) -> int:
-        return int(self.server_config.get("env_steps_per_sample", 500))
+    def address(self) -> str:
+        return self._transport.address
+
+    def start(self) -> None:
+        """Start the I/O thread and wait for the first connection (and models).
+
+        Raises what ended the first attempt: ``TetherConnectionError`` after
+        ``reconnect_timeout_s``, ``AuthenticationError``, ``TetherTimeoutError``...
+        """
+        self._thread.start()
+        self._connected_once.wait()
+        if self.fatal is not None:
+            raise self.fatal
 
     @property
-    def force_on_policy(self) -> bool:
-        return bool(self.server_config.get("force_on_policy", True))
+    def busy(self) -> bool:
+        """Whether a batch is queued or in flight."""
+        return self._in_flight is not None or bool(self._outbox)
 
-    def connect(self) -> None:
-        """Connect and handshake, retrying with exponential backoff until the timeout."""
-        deadline = time.monotonic() + self.reconnect_timeout_s
-        delay = 0.05
-        while True:
+    def queue_limit_steps(self) -> int:
+        """Agent steps allowed to wait behind the batch in flight (see ``max_queued_steps``)."""
+        if self.max_queued_steps is not None:
+            return self.max_queued_steps
+        config = self.server_config
+        batch, staleness = config.get("train_batch_size"), config.get("max_staleness")
+        if isinstance(batch, int) and isinstance(staleness, int) and batch > 0 and staleness >= 0:
+            return (staleness + 1) * batch
+        return 2 * max(1, int(config.get("env_steps_per_sample", 500)))
+
+    def has_room(self, agent_steps: int) -> bool:
+        """Whether a batch of ``agent_steps`` would be queued without dropping one."""
+        return not self._outbox or (len(self._outbox) < self.max_queued_batches
+                                    and self._queued_steps + agent_steps <= self.queue_limit_steps())
+
+    def submit(self, batch: Batch) -> set[str]:
+        """Queue a batch for sending (never blocks).
+
+        When the waiting batches would exceed the queue's bound, the oldest
+        are dropped and counted, and so is everything else of the episodes
+        they carried (their chunks in the waiting batches): the server never
+        sees a fragment of an episode as if it were whole. Returns the ids of
+        the episodes dropped, whose later steps the client must not send either.
+        """
+        limit = self.queue_limit_steps()
+        dropped_now = 0
+        gone: set[str] = set()
+        with self._lock:
+            outbox = self._outbox
+            while outbox and (len(outbox) >= self.max_queued_batches
+                              or self._queued_steps + batch.agent_steps > limit):
+                dropped = outbox.popleft()
+                self._count_dropped(dropped)
+                gone.update(str(r.get("episode_id")) for r in dropped.episodes)
+                dropped_now += 1
+            if gone:
+                for waiting in [*outbox, batch]:
+                    self._drop_episodes(waiting, gone)
+                kept = [b for b in outbox if b.episodes]
+                outbox.clear()
+                outbox.extend(kept)
+                self._queued_steps = sum(b.agent_steps for b in outbox)
+                self.episodes_dropped += len(gone)
+            if batch.episodes:
+                outbox.append(batch)
+                self._queued_steps += batch.agent_steps
+        if dropped_now and self.batches_dropped == dropped_now:
+            logger.warning("the server at %s takes batches slower than the engine makes them: the oldest unsent "
+                           "batches (and the rest of their episodes) are dropped beyond %d waiting agent steps "
+                           "(counted in batches_dropped)", self.address, limit)
+        self._wake()
+        return gone
+
+    def _count_dropped(self, batch: Batch) -> None:
+        self.batches_dropped += 1
+        self.env_steps_dropped += batch.env_steps
+        self.agent_steps_dropped += batch.agent_steps
+
+    def _drop_episodes(self, batch: Batch, gone: set[str]) -> None:
+        """Remove the records of ``gone`` episodes from a waiting batch (caller holds the lock)."""
+        kept = [r for r in batch.episodes if str(r.get("episode_id")) not in gone]
+        if len(kept) == len(batch.episodes):
+            return
+        agent_steps = sum(_agent_steps(r) for r in kept)
+        env_steps = round(batch.env_steps * agent_steps / batch.agent_steps) if batch.agent_steps else 0
+        self.env_steps_dropped += batch.env_steps - env_steps
+        self.agent_steps_dropped += batch.agent_steps - agent_steps
+        batch.episodes, batch.env_steps, batch.agent_steps = kept, env_steps, agent_steps
+
+    def request(self, message: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Send a request through the I/O thread and wait for its answer.
+
+        Survives reconnects (the request is sent again); raises the server's
+        ERROR as ``ServerError``, a timeout as ``TetherTimeoutError``.
+        """
+        req = _Request(message)
+        with self._lock:
+            self._requests.append(req)
+        self._wake()
+        while not req.done.wait(0.5):
+            if self.fatal is not None or not self._thread.is_alive():
+                raise self.fatal or TetherConnectionError("the connection thread stopped", self.address)
+        if req.error is not None:
+            raise req.error
+        assert req.answer is not None
+        return req.answer
+
+    def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Block until ``predicate()`` holds or an error event arrives (the I/O
+        thread enforces the timeouts, so this cannot wait forever)."""
+        with self._changed:
+            while not predicate() and not self._has_error_event() and self.fatal is None:
+                if not self._thread.is_alive():
+                    break
+                self._changed.wait(0.5)
+
+    def idle(self) -> bool:
+        """No batch queued or in flight and no request pending."""
+        return self._in_flight is None and not self._outbox and not self._requests
+
+    def close(self) -> None:
+        """Stop the I/O thread and close the connection; queued batches are dropped."""
+        self._closing.set()
+        self._wake()
+        self._transport.close()  # unblocks a send or a wait in the I/O thread
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        self._transport.close()
+        for s in (self._wake_r, self._wake_w):
             try:
-                self._transport.close()
+                s.close()
+            except OSError:
+                pass
+
+    def _has_error_event(self) -> bool:
+        return any(e[0] in ("error", "fatal") for e in self.events)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already woken (buffer full) or closed
+
+    # -- I/O thread: lifecycle -----------------------------------------------------
+
+    def _post(self, *event: Any) -> None:
+        with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        try:
+            down_since = time.monotonic()
+            while not self._closing.is_set():
+                if not self._transport.connected:
+                    self._connect(down_since)
+                    self._connected_once.set()
+                try:
+                    self._serve()
+                except ConnectionLost as exc:
+                    if self._closing.is_set():
+                        break
+                    if exc.code in _FRAMING_CODES:
+                        self._refuse_in_flight(exc)
+                    self._lost(str(exc), exc.code)
+                    down_since = time.monotonic()
+                except TetherTimeoutError as exc:
+                    if self._closing.is_set():
+                        break
+                    self._fail_current_request(exc)
+                    self._post("error", exc)
+                    self._lost(str(exc), None)
+                    down_since = time.monotonic()
+        except BaseException as exc:  # noqa: BLE001 - whatever ends the thread reaches the engine
+            if not self._closing.is_set():
+                self.fatal = exc
+                self._fail_all_requests(exc)
+                self._post("fatal", exc)
+        finally:
+            self._transport.close()
+            self._connected_once.set()
+            with self._changed:
+                self._changed.notify_all()
+
+    def _refuse_in_flight(self, exc: ConnectionLost) -> None:
+        """A framing error answers what was just sent (e.g. a batch over the
+        server's frame limit): sending it again would fail again, so it is refused."""
+        with self._changed:
+            batch, self._in_flight = self._in_flight, None
+            if batch is not None:
+                batch.error = ServerError(str(exc.code), str(exc), "EPISODES")
+                batch.done = True
+                self.events.append(("batch", batch))
+                self._changed.notify_all()
+        if batch is None:
+            self._fail_current_request(ServerError(str(exc.code), str(exc)))
+
+    def _lost(self, reason: str, code: str | None) -> None:
+        self._transport.close()
+        self._current_request = None  # a request cut off by a lost connection is sent again
+        self.last_disconnect = reason
+        self.reconnects += 1
+        logger.warning("lost the connection to the Tether server: %s; reconnecting", reason)
+
+    def _connect(self, down_since: float) -> None:
+        """Connect and handshake, retrying with capped exponential backoff until
+        ``reconnect_timeout_s`` after ``down_since``; a last attempt is made at the deadline."""
+        deadline = down_since + self.reconnect_timeout_s
+        delay = 0.05
+        last_code: str | None = None
+        first = not self._connected_once.is_set()
+        while True:
+            if self._closing.is_set():
+                raise ConnectionLost("client closed")
+            try:
                 self._transport.connect()
                 self._handshake()
-                self._on_connected()
                 return
-            except (OSError, ConnectionError) as exc:
+            except (AuthenticationError, VersionMismatchError):
                 self._transport.close()
-                if time.monotonic() + delay > deadline:
-                    raise TetherConnectionError(
-                        f"could not reach a Tether server at {self._transport.host}:{self._transport.port} "
-                        f"within {self.reconnect_timeout_s:.0f} s: {exc}"
-                    ) from exc
-                if self.verbose:
-                    print(f"[tether-client] server unreachable ({exc}); retrying in {delay:.2f} s", file=sys.stderr)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                raise
+            except TetherTimeoutError as exc:
+                self._transport.close()
+                if first:
+                    raise
+                self._post("error", exc)
+                last: BaseException = exc
+            except ConnectionLost as exc:
+                self._transport.close()
+                last, last_code = exc, exc.code or last_code
+            except OSError as exc:
+                self._transport.close()
+                last = exc
+            now = time.monotonic()
+            if now >= deadline:
+                raise TetherConnectionError(
+                    f"could not reach a Tether server at {self.address} within {self.reconnect_timeout_s:g} s "
+                    f"(reconnect_timeout_s): {last}", self.address, last_code) from last
+            if self.verbose:
+                print(f"[tether-client] server {self.address} unreachable ({last}); retrying in "
+                      f"{min(delay, deadline - now):.2f} s", file=sys.stderr)
+            self._closing.wait(min(delay, deadline - now))
+            delay = min(delay * 2, 1.0)
 
     def _handshake(self) -> None:
         ping: dict[str, Any] = {
@@ -83,58 +433,194 @@ class ServerLink:
         }
         if self.auth_token is not None:
             ping["auth_token"] = self.auth_token
-        self.server_info = self._answer(self._transport.request(ping))
-        server_version = self.server_info.get("protocol_version")
+        info = self._exchange(ping, self.response_timeout_s, "response_timeout_s")
+        server_version = info.get("protocol_version")
         if server_version is not None and parse_version(str(server_version))[0] != parse_version(PROTOCOL_VERSION)[0]:
             raise VersionMismatchError(
                 "VERSION_MISMATCH", f"server speaks RLlink {server_version}, this client {PROTOCOL_VERSION}", "PING"
             )
-        self.server_config = self._answer(self._transport.request({"type": MessageType.GET_CONFIG.value}))
+        config = self._exchange({"type": MessageType.GET_CONFIG.value}, self.response_timeout_s, "response_timeout_s")
+        self.server_info, self.server_config = info, config
+        state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
+        prepared = self._prepare_state(config, state)
+        self._post("connected", info, config, prepared)
 
-    def _answer(self, responses: list[tuple[MessageType | None, dict[str, Any]]]) -> dict[str, Any]:
-        """The response to the request just made; raise it if it is an ERROR.
+    # -- I/O thread: what the server said of itself ----------------------------------
 
-        ERRORs for earlier fire-and-forget EPISODES are kept and raised by
-        ``raise_deferred`` once the current response has been applied.
-        """
-        for _, message in responses[:-1]:
-            self._deferred_errors.append(server_error_from_message(message))
-        final = responses[-1][1]
-        if final.get("type") == MessageType.ERROR.value:
-            raise server_error_from_message(final)
-        return final
+    @property
+    def speaks_1_3(self) -> bool:
+        """Whether the server's PONG claims protocol 1.3 or later (then 1.3 fields are sent)."""
+        version = self.server_info.get("protocol_version")
+        try:
+            return version is not None and parse_version(str(version)) >= (1, 3)
+        except ValueError:
+            return False
 
-    def request_now(self, message: dict[str, Any]) -> dict[str, Any]:
-        """One request on the current connection, no reconnect (used during the handshake)."""
-        return self._answer(self._transport.request(message))
+    @property
+    def force_on_policy(self) -> bool:
+        return bool(self.server_config.get("force_on_policy", True))
 
-    def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send a request, surviving disconnects: reconnect and resend until answered."""
-        while True:
+    @property
+    def heartbeat_interval_s(self) -> float | None:
+        value = self.server_config.get("heartbeat_interval_s")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        return None
+
+    # -- I/O thread: serving one connection ------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._closing.is_set():
+            with self._changed:
+                batch, request = self._in_flight, None  # a batch sent before a reconnect goes again first
+                if batch is None:
+                    if self._requests:
+                        request = self._requests[0]
+                    elif self._outbox:
+                        batch = self._in_flight = self._outbox.popleft()
+                        self._queued_steps -= batch.agent_steps
+                        self._changed.notify_all()  # room in the queue
+            if batch is not None:
+                self._send_batch(batch)
+            elif request is not None:
+                self._send_request(request)
+            else:
+                self._idle()
+
+    def _send_request(self, request: _Request) -> None:
+        message = request.message() if callable(request.message) else request.message
+        self._current_request = request
+        try:
+            answer = self._exchange(message, self.response_timeout_s, "response_timeout_s")
+            if answer.get("type") == MessageType.SET_STATE.value:
+                self._post("state", self._prepare_state(self.server_config, answer))
+            request.answer = answer
+        except ServerError as exc:
+            request.error = exc
+        # (a timeout or a lost connection propagates: _run fails the request, or it is sent again)
+        self._current_request = None
+        with self._lock:
+            self._requests.popleft()
+        request.done.set()
+
+    def _send_batch(self, batch: Batch) -> None:
+        if batch.seq is None:
+            batch.seq = self._next_seq
+            self._next_seq += 1
+            batch.sent_at = time.monotonic()
+        message: dict[str, Any] = {"episodes": batch.episodes, "env_steps": batch.env_steps, **batch.weights}
+        if self.speaks_1_3:
+            message["agent_steps"] = batch.agent_steps
+            message["client_session"] = self.client_session
+            message["batch_seq"] = batch.seq
+        if self.force_on_policy:
+            message["type"] = MessageType.EPISODES_AND_GET_STATE.value
             try:
-                if not self._transport.connected:
-                    raise ConnectionError("not connected")
-                return self._answer(self._transport.request(message))
-            except ServerError:
-                raise
-            except (OSError, ConnectionError):
-                self.reconnects += 1
-                self.connect()
+                answer = self._exchange(message, self.update_timeout_s, "update_timeout_s")
+            except ServerError as exc:
+                batch.error = exc
+                answer = None
+        else:
+            message["type"] = MessageType.EPISODES.value
+            self._send(message)
+            # GET_STATE right behind: its answer acknowledges the EPISODES (and brings new weights).
+            answer = self._exchange(self._state_request(False), self.response_timeout_s, "response_timeout_s",
+                                    batch=batch)
+        batch.round_trip_s = time.monotonic() - (batch.sent_at or time.monotonic())
+        prepared = self._prepare_state(self.server_config, answer) if answer is not None else None
+        with self._changed:
+            self._in_flight = None
+            batch.done = True
+            if prepared is not None:
+                self.events.append(("state", prepared))
+            self.events.append(("batch", batch))
+            self._changed.notify_all()
 
-    def send(self, message: dict[str, Any]) -> None:
-        """Send a request that has no response (EPISODES), reconnecting once if needed."""
+    def _idle(self) -> None:
+        """Wait for work, watching the socket (a closed connection or an
+        unsolicited ERROR is noticed at once) and sending heartbeats."""
+        interval = self.heartbeat_interval_s
+        timeout = None if interval is None else max(0.0, self._last_send + interval - time.monotonic())
+        readable, _, _ = select.select([self._transport.sock, self._wake_r], [], [], timeout)
+        if self._wake_r in readable:
+            self._drain_wake()
+        if self._transport.sock in readable:
+            for _, message in self._transport.read_available():
+                self._unsolicited(message)
+        if interval is not None and not readable and time.monotonic() - self._last_send >= interval:
+            self.heartbeats_sent += 1
+            self._exchange({"type": MessageType.PING.value}, self.response_timeout_s, "response_timeout_s")
+
+    def _unsolicited(self, message: dict[str, Any]) -> None:
+        if message.get("type") == MessageType.ERROR.value:
+            self._post("error", server_error_from_message(message))
+        else:
+            raise ConnectionLost(f"server {self.address} sent an unrequested {message.get('type')}")
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- I/O thread: one request, one answer -----------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
         try:
             self._transport.send(message)
-        except (OSError, ConnectionError):
-            self.reconnects += 1
-            self.connect()
-            self._transport.send(message)
+        except socket.timeout:
+            raise TetherTimeoutError(self.address, str(message.get("type")), self._transport.send_timeout_s,
+                                     "response_timeout_s", "the server stopped reading") from None
+        except OSError as exc:
+            self._transport.close()
+            raise ConnectionLost(f"connection to {self.address} failed: {exc}") from exc
+        self._last_send = time.monotonic()
 
-    def raise_deferred(self) -> None:
-        """Raise the first ERROR the server sent for an earlier EPISODES message."""
-        if self._deferred_errors:
-            error, self._deferred_errors = self._deferred_errors[0], []
-            raise error
+    def _exchange(self, message: dict[str, Any], timeout_s: float, setting: str,
+                  batch: Batch | None = None) -> dict[str, Any]:
+        """Send a request and wait for its answer; an ERROR answer is raised as
+        ``ServerError``; an ERROR refusing the EPISODES before it goes to ``batch``."""
+        self._send(message)
+        request_type = str(message["type"])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._closing.is_set():
+                raise ConnectionLost("client closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TetherTimeoutError(self.address, request_type, timeout_s, setting)
+            readable, _, _ = select.select([self._transport.sock, self._wake_r], [], [], remaining)
+            if self._wake_r in readable:
+                self._drain_wake()
+            if self._transport.sock not in readable:
+                continue
+            for answers, body in self._transport.read_available():
+                if answers is None:  # an ERROR for an EPISODES (no response of its own)
+                    error = server_error_from_message(body)
+                    if batch is not None and batch.error is None:
+                        batch.error = error
+                    else:
+                        self._post("error", error)
+                    continue
+                if body.get("type") == MessageType.ERROR.value:
+                    raise server_error_from_message(body)
+                return body
 
-    def close(self) -> None:
-        self._transport.close()
+    def _fail_current_request(self, exc: BaseException) -> None:
+        """A request whose answer timed out fails for its waiter (a batch is resent instead)."""
+        request, self._current_request = self._current_request, None
+        if request is None:
+            return
+        with self._lock:
+            if self._requests and self._requests[0] is request:
+                self._requests.popleft()
+        request.error = exc
+        request.done.set()
+
+    def _fail_all_requests(self, exc: BaseException) -> None:
+        with self._lock:
+            requests, self._requests = list(self._requests), deque()
+        for request in requests:
+            request.error = exc
+            request.done.set()

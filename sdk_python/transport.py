@@ -1,4 +1,6 @@
-"""A blocking TCP transport around the Sans-I/O ``ClientConnection``."""
+"""A TCP transport around the Sans-I/O ``ClientConnection``, used by the
+client's one I/O thread: connect with a timeout, TCP keepalive, write frames,
+and read whatever responses have arrived."""
 
 from __future__ import annotations
 
@@ -6,66 +8,113 @@ import socket
 from typing import Any
 
 from .protocol.connection import ClientConnection
+from .protocol.errors import ErrorCode
 from .protocol.messages import MessageType
+
+#: TCP keepalive: probe after this much silence, then every interval, give up after count probes.
+KEEPALIVE_IDLE_S = 30
+KEEPALIVE_INTERVAL_S = 10
+KEEPALIVE_COUNT = 3
+
+_CONNECTION_LEVEL_CODES = frozenset(code.value for code in ErrorCode if code.closes_connection)
+
+
+class ConnectionLost(ConnectionError):
+    """The connection ended. ``code`` is the connection-level ERROR code the
+    server sent before closing (TOO_MANY_CONNECTIONS, CLIENT_TIMEOUT, ...), if any."""
+
+    def __init__(self, reason: str, code: str | None = None) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def enable_keepalive(sock: socket.socket) -> None:
+    """Let the kernel notice a silently dead peer (where the platform allows tuning it)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_COUNT)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+            except OSError:
+                pass
 
 
 class SocketTransport:
-    """One TCP connection; ``request`` sends a request and returns its response pair."""
+    """One TCP connection at a time to ``host:port``.
 
-    def __init__(self, host: str, port: int, connect_timeout_s: float = 5.0, max_frame_bytes: int | None = None) -> None:
+    ``send`` writes a request (a send that cannot complete within
+    ``send_timeout_s`` raises ``socket.timeout``); ``read_available`` reads
+    once from a socket known to be readable and returns the responses that
+    completed, each paired with the request type it answers (None for an
+    ERROR refusing a fire-and-forget EPISODES).
+    """
+
+    def __init__(self, host: str, port: int, connect_timeout_s: float = 10.0, send_timeout_s: float = 60.0) -> None:
         self.host = host
         self.port = port
         self.connect_timeout_s = connect_timeout_s
-        self._conn = ClientConnection(max_frame_bytes) if max_frame_bytes else ClientConnection()
+        self.send_timeout_s = send_timeout_s
+        self._conn = ClientConnection()
         self._sock: socket.socket | None = None
-        self._pending: list[tuple[MessageType | None, dict[str, Any]]] = []
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
     @property
     def connected(self) -> bool:
         return self._sock is not None
 
+    @property
+    def sock(self) -> socket.socket:
+        if self._sock is None:
+            raise ConnectionLost("not connected")
+        return self._sock
+
     def connect(self) -> None:
         sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(None)
+        enable_keepalive(sock)
+        sock.settimeout(self.send_timeout_s)  # bounds sendall; reads only happen once select says readable
         self._sock = sock
         self._conn.reset()
-        self._pending.clear()
 
     def close(self) -> None:
-        if self._sock is not None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
             try:
-                self._sock.close()
-            finally:
-                self._sock = None
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
     def send(self, message: dict[str, Any]) -> None:
-        """Send a request that has no response (EPISODES)."""
-        if self._sock is None:
-            raise ConnectionError("not connected")
-        self._sock.sendall(self._conn.send(message))
+        self.sock.sendall(self._conn.send(message))
 
-    def request(self, message: dict[str, Any]) -> list[tuple[MessageType | None, dict[str, Any]]]:
-        """Send a request and read until its response arrives.
-
-        Returns every response read on the way, in order: the last one answers
-        this request; earlier ones are ERRORs for fire-and-forget EPISODES.
-        """
-        self.send(message)
-        assert self._sock is not None
-        received: list[tuple[MessageType | None, dict[str, Any]]] = []
-        while True:
-            while self._pending:
-                item = self._pending.pop(0)
-                received.append(item)
-                if item[0] is not None:
-                    return received
-            data = self._sock.recv(1 << 20)
-            if not data:
+    def read_available(self) -> list[tuple[MessageType | None, dict[str, Any]]]:
+        """Read what the socket holds; raise ``ConnectionLost`` at EOF or on a
+        connection-level ERROR (the server closes after sending one)."""
+        try:
+            data = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as exc:
+            self.close()
+            raise ConnectionLost(f"connection to {self.address} failed: {exc}") from exc
+        if not data:
+            self.close()
+            raise ConnectionLost(f"server {self.address} closed the connection")
+        try:
+            responses = self._conn.receive_data(data)
+        except Exception as exc:
+            self.close()  # the stream cannot be trusted after a protocol violation
+            raise ConnectionLost(f"server {self.address} broke the protocol: {exc}") from exc
+        for _, message in responses:
+            code = message.get("code")
+            if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
                 self.close()
-                raise ConnectionError(f"server {self.host}:{self.port} closed the connection")
-            try:
-                self._pending.extend(self._conn.receive_data(data))
-            except Exception:
-                self.close()  # the stream cannot be trusted after a protocol violation
-                raise
+                raise ConnectionLost(f"server {self.address} closed the connection with {code}: "
+                                     f"{message.get('message', '')}", str(code))
+        return responses

@@ -13,7 +13,9 @@ from .errors import (
     MessageError,
     RemoteProtocolError,
     ServerError,
+    TetherConnectionError,
     TetherError,
+    TetherTimeoutError,
     VersionMismatchError,
     server_error_from_message,
 )

@@ -122,3 +122,40 @@ def server_error_from_message(body: dict) -> ServerError:
     elif code == ErrorCode.VERSION_MISMATCH.value:
         cls = VersionMismatchError
     return cls(code, message, request if isinstance(request, str) else None)
+
+
+class TetherConnectionError(TetherError, ConnectionError):
+    """The server could not be reached (again) within ``reconnect_timeout_s``.
+
+    Attributes:
+        address: the server's "host:port".
+        code: the connection-level ERROR code (TOO_MANY_CONNECTIONS,
+            HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, ...) the server sent before it
+            closed the last connection, if it sent one.
+    """
+
+    def __init__(self, message: str, address: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+        self.code = code
+
+
+class TetherTimeoutError(TetherError, TimeoutError):
+    """The server did not answer a request in time.
+
+    Attributes:
+        address: the server's "host:port".
+        request: the type of the request that went unanswered (e.g. "EPISODES_AND_GET_STATE").
+        timeout_s: how long the client waited.
+        setting: the client option that set the wait ("response_timeout_s",
+            "update_timeout_s" or "connect_timeout_s").
+    """
+
+    def __init__(self, address: str, request: str, timeout_s: float, setting: str, detail: str = "") -> None:
+        text = (f"no answer from the Tether server at {address} to {request} within {timeout_s:g} s "
+                f"({setting})")
+        super().__init__(text + (f": {detail}" if detail else ""))
+        self.address = address
+        self.request = request
+        self.timeout_s = timeout_s
+        self.setting = setting

@@ -1,10 +1,13 @@
 """The Python SDK against a real server: model download and hot swap,
-surviving a server restart, off-policy mode, staleness, checkpoints."""
+surviving a server restart, never blocking the engine, staleness, checkpoints."""
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from tether.sdk import TetherClient, run_env
 from tether.sdk.protocol.onnx_codec import decode_onnx
@@ -20,7 +23,7 @@ def cartpole_steps(client: TetherClient, steps: int, seed: int = 0) -> list[floa
 
 def test_handshake_downloads_model_and_updates_swap_it(tmp_path) -> None:
     with ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250") as server:
-        client = TetherClient("127.0.0.1", server.port, seed=0)
+        client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
         assert client.server_info["protocol_version"] == "1.3"
         assert client.env_steps_per_sample == 250 and client.force_on_policy
         assert client.action_space.n == 2 and client.observation_space.shape == (4,)
@@ -37,51 +40,122 @@ def test_handshake_downloads_model_and_updates_swap_it(tmp_path) -> None:
     assert summary["updates"] == summary["weights_seq_no"] >= 2
 
 
+def play_until(client: TetherClient, done, timeout_s: float = 60.0, seed: int = 0) -> None:
+    """CartPole in chunks until ``done()`` (the engine never waits for the network)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        cartpole_steps(client, 200, seed)
+        time.sleep(0.01)
+
+
+def test_default_mode_swaps_in_new_models_while_the_engine_plays_on(tmp_path) -> None:
+    with ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0)
+        assert not client.waits_for_weights
+        first_policy = client.policy
+        play_until(client, lambda: client.weights_seq_no >= 2)
+        assert client.policy is not first_policy
+        client.flush()
+        client.refresh_weights()
+        sent, seq = client.env_steps_sent, client.weights_seq_no
+        client.close()
+        summary = server.stop()
+    assert summary["env_steps"] == sent and summary["updates"] >= 2
+    assert seq == summary["weights_seq_no"], "refresh_weights brings the latest version"
+
+
 def test_client_survives_server_restart_and_resume_restores_state(tmp_path) -> None:
     port = free_port()
     first = ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250", port=port,
                           name="first").start()
     client = TetherClient("127.0.0.1", port, seed=1, reconnect_timeout_s=60)
-    cartpole_steps(client, 1100)
+    play_until(client, lambda: client.weights_seq_no >= 2)
+    client.flush()  # nothing in flight when the server stops
     seq_before = client.weights_seq_no
     sent_before = client.env_steps_sent
     summary1 = first.stop()  # SIGTERM: the server writes its checkpoint on the way out
     assert seq_before >= 2 and summary1["weights_seq_no"] == seq_before
+    assert summary1["env_steps"] == sent_before
     checkpoint = summary1["checkpoint"]
 
-    # The engine keeps running while the server is down; its next send waits for the new server.
+    # The engine keeps running while the server is down; the link reconnects in the background.
     second = ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250", "--resume",
                            checkpoint, port=port, name="second")
     import threading
 
     threading.Timer(1.0, second.start).start()
     try:
-        cartpole_steps(client, 1100, seed=2)
-        assert client.reconnects >= 1
         # Weights continue from the checkpoint's version instead of starting over.
-        assert client.weights_seq_no > seq_before
+        play_until(client, lambda: client.reconnects >= 1 and client.weights_seq_no > seq_before, seed=2)
+        client.flush()
         sent_after = client.env_steps_sent - sent_before
         client.close()
         summary2 = second.stop()
     finally:
         second.kill()
-    # The resumed server counts on from the first run's counters, and got every step sent after the restart.
+    # The resumed server counts on from the first run's counters, and got every step delivered after the restart.
     assert summary2["env_steps"] == summary1["env_steps"] + sent_after
     assert summary2["weights_seq_no"] >= seq_before + 1
 
 
-def test_off_policy_mode_never_blocks_and_weights_arrive_via_get_state(tmp_path) -> None:
-    with ServerProcess(tmp_path, "--no-force-on-policy", "--train-batch-size", "400", "--env-steps-per-sample",
-                       "200") as server:
+@pytest.mark.parametrize("on_policy", [True, False], ids=["on_policy", "off_policy"])
+def test_get_action_never_waits_for_a_slow_update(tmp_path, on_policy: bool) -> None:
+    """A real server whose updates are slow: the engine's get_action latency is
+    measured, and compared with the batch round trips measured in the same run
+    (the time from handing a batch over to its answer)."""
+    if on_policy:  # the batch completing train_batch_size is answered after a slow update
+        flags = ["--train-batch-size", "1000", "--env-steps-per-sample", "500", "--num-epochs", "40",
+                 "--minibatch-size", "64"]
+    else:  # nothing waits for an update: a round trip is a big EPISODES and the GET_STATE behind it
+        flags = ["--no-force-on-policy", "--train-batch-size", "4000", "--env-steps-per-sample", "4000"]
+    with ServerProcess(tmp_path, *flags) as server:
         client = TetherClient("127.0.0.1", server.port, seed=3)
-        assert client.force_on_policy is False
-        cartpole_steps(client, 3000)
-        client.refresh_weights()
-        assert client.weights_seq_no >= 1
+        assert client.force_on_policy is on_policy and not client.waits_for_weights
+        batches = []
+        submit = client.link.submit
+        client.link.submit = lambda batch: (batches.append(batch), submit(batch))[1]
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=3)
+        eid = client.start_episode()
+        durations = []
+        deadline = time.monotonic() + 60
+        target = 2 if on_policy else 1
+        answered = lambda: sum(b.done for b in batches)  # noqa: E731
+        while (client.weights_seq_no < target or answered() < 6) and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            action = client.get_action(eid, obs)
+            durations.append(time.perf_counter() - t0)
+            obs, reward, term, trunc, _ = env.step(action)
+            client.log_returns(eid, reward)
+            if term or trunc:
+                client.end_episode(eid, obs, truncated=trunc and not term)
+                obs, _ = env.reset()
+                eid = client.start_episode()
+        assert client.weights_seq_no >= target, "updates within 60 s"
+        client.flush()
         client.close()
         summary = server.stop()
-    assert summary["env_steps"] == client.env_steps_sent
-    assert summary["updates"] >= 1
+    round_trips = sorted(b.round_trip_s for b in batches if b.round_trip_s is not None)
+    durations.sort()
+    p99, worst = durations[int(0.99 * (len(durations) - 1))], durations[-1]
+    slowest_round_trip = round_trips[-1]
+    print(f"get_action p99 {p99 * 1e6:.0f} us, max {worst * 1e3:.2f} ms over {len(durations)} calls; batch round "
+          f"trips median {round_trips[len(round_trips) // 2] * 1e3:.1f} ms, max {slowest_round_trip * 1e3:.1f} ms")
+    assert summary["updates"] >= target and summary["env_steps"] == client.env_steps_sent
+    # A client that waited for the network inside get_action would have a call
+    # at least as slow as the slowest round trip.
+    if on_policy:
+        # The batch that completes train_batch_size is answered after the update.
+        assert slowest_round_trip > 0.2, round_trips
+        assert p99 < slowest_round_trip / 50 and worst < slowest_round_trip / 3
+    else:
+        # Round trips are short here, so count instead: a client that waited would
+        # have one call per batch at least as slow as half the median round trip.
+        median = round_trips[len(round_trips) // 2]
+        slow_calls = sum(d >= median / 2 for d in durations)
+        assert len(round_trips) >= 6 and p99 < median / 4
+        assert slow_calls < len(round_trips) / 2, (slow_calls, len(round_trips))
 
 
 def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
@@ -130,16 +204,15 @@ def test_overlapping_episodes_send_full_batches_and_rewards_attach_to_actions(tm
     """Three interleaved episodes: every send carries >= env_steps_per_sample steps
     (RLlib's server waits for that many), and the server stores every step."""
     with ServerProcess(tmp_path, "--env-steps-per-sample", "50", "--train-batch-size", "100") as server:
-        client = TetherClient("127.0.0.1", server.port, seed=5)
+        client = TetherClient("127.0.0.1", server.port, seed=5, wait_for_weights=True)
         sent_sizes = []
-        original = client.link._transport.request
+        submit = client.link.submit
 
-        def recording(message):
-            if message["type"] == "EPISODES_AND_GET_STATE":
-                sent_sizes.append(message["env_steps"])
-            return original(message)
+        def recording(batch):
+            sent_sizes.append(batch.env_steps)
+            submit(batch)
 
-        client.link._transport.request = recording
+        client.link.submit = recording
         envs = [gym.make("CartPole-v1") for _ in range(3)]
         state = []
         for i, env in enumerate(envs):

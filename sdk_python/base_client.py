@@ -1,0 +1,228 @@
+"""What TetherClient and MultiAgentClient share: the background link, the
+sampler's random generator, and the one path by which experience leaves.
+
+Experience is cut into immutable records on the engine thread and handed to
+the link's I/O thread (``ServerLink``), which sends it; ``get_action`` never
+waits for the network. New weights arrive as events and are swapped in at the
+start of the client's next call. Against an on-policy server a client may
+instead wait for the weights that answer each batch (``wait_for_weights``).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .server_link import Batch, ServerLink
+
+
+class BaseClient:
+    """Shared machinery; see ``TetherClient`` and ``MultiAgentClient``.
+
+    Args:
+        seed: seeds the client's action sampler (one generator for the
+            client's whole life, whatever models are swapped in).
+        wait_for_weights: against an on-policy server, wait after every batch
+            for the weights that answer it (strict on-policy, the engine blocks
+            for the update). False: keep acting with the current model while
+            the batch is in flight (the server's max_staleness bounds the lag).
+            None (default): False, except against a plain RLlink v1 server
+            (RLlib's, which has no max_staleness), where it is True.
+        connect_timeout_s: limit of one TCP connect attempt.
+        response_timeout_s: limit of every answer (PONG, SET_CONFIG, SET_STATE
+            for GET_STATE, AGENT_MODULES).
+        update_timeout_s: limit of the answer to EPISODES_AND_GET_STATE, which
+            may wait for a learner update.
+        max_queued_steps: agent steps that may wait behind the batch in
+            flight; beyond that the oldest waiting batches are dropped
+            (``batches_dropped``). None: (max_staleness + 1) * train_batch_size
+            of the server's SET_CONFIG (more would be too stale to train on), or
+            2 * env_steps_per_sample when the server does not say.
+        max_queued_batches: a hard cap on waiting batches (memory), same policy.
+        when_queue_full: "drop_oldest" (default: get_action never waits; the
+            server sees a partial episode where a batch was dropped) or "wait"
+            (backpressure: the engine waits for room, so every step is
+            delivered, at the server's pace).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_name: str,
+        auth_token: str | None,
+        reconnect_timeout_s: float,
+        seed: int | None,
+        verbose: bool,
+        wait_for_weights: bool | None,
+        connect_timeout_s: float,
+        response_timeout_s: float,
+        update_timeout_s: float,
+        max_queued_steps: int | None,
+        max_queued_batches: int,
+        when_queue_full: str = "drop_oldest",
+    ) -> None:
+        if when_queue_full not in ("drop_oldest", "wait"):
+            raise ValueError(f"when_queue_full must be 'drop_oldest' or 'wait', got {when_queue_full!r}")
+        self.when_queue_full = when_queue_full
+        self._rng = random.Random(seed)
+        self.wait_for_weights = wait_for_weights
+        #: PONG and SET_CONFIG of the connection whose state is applied.
+        self.server_info: dict[str, Any] = {}
+        self.server_config: dict[str, Any] = {}
+        self._steps_per_sample = 500
+        #: Agent steps delivered to the server (stored, or answered as a duplicate).
+        self.agent_steps_sent = 0
+        self.link = ServerLink(
+            host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
+            connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
+            update_timeout_s=update_timeout_s, max_queued_steps=max_queued_steps,
+            max_queued_batches=max_queued_batches, verbose=verbose,
+        )
+        self._events = self.link.events
+        self.link.start()
+        self._sync()
+
+    # -- hooks of the two clients ------------------------------------------------------
+
+    def _state_request(self, initial: bool) -> dict[str, Any]:
+        """GET_STATE for the I/O thread (``initial``: right after a (re)connect)."""
+        raise NotImplementedError
+
+    def _prepare_state(self, config: dict[str, Any], state: dict[str, Any]) -> Any:
+        """Decode the models of a SET_STATE (runs on the I/O thread)."""
+        raise NotImplementedError
+
+    def _on_connected(self) -> None:
+        """A (new) connection's SET_CONFIG was applied to ``server_config``."""
+
+    def _apply_state(self, prepared: Any) -> None:
+        """Swap in what ``_prepare_state`` made (engine thread)."""
+        raise NotImplementedError
+
+    def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
+        """Cut the complete steps: (records, env_steps, agent_steps)."""
+        raise NotImplementedError
+
+    def _take_claim(self) -> dict[str, Any]:
+        """The weights version(s) the cut steps were computed with; starts the next claim."""
+        raise NotImplementedError
+
+    def _forget_episodes(self, episode_ids: set[str]) -> None:
+        """Episodes whose steps were dropped unsent: record none of their later steps."""
+
+    def _count_sent(self, batch: Batch) -> None:
+        self.agent_steps_sent += batch.agent_steps
+
+    # -- connection facts ------------------------------------------------------------
+
+    @property
+    def env_steps_per_sample(self) -> int:
+        return self._steps_per_sample
+
+    @property
+    def force_on_policy(self) -> bool:
+        return bool(self.server_config.get("force_on_policy", True))
+
+    @property
+    def reconnects(self) -> int:
+        return self.link.reconnects
+
+    @property
+    def client_session(self) -> str:
+        """This client's session id (protocol 1.3), kept across reconnects."""
+        return self.link.client_session
+
+    @property
+    def batches_dropped(self) -> int:
+        """Batches dropped unsent because the queue behind the batch in flight was full."""
+        return self.link.batches_dropped
+
+    @property
+    def waits_for_weights(self) -> bool:
+        """Whether a batch makes the engine wait for the weights that answer it."""
+        if not self.force_on_policy:
+            return False
+        if self.wait_for_weights is not None:
+            return self.wait_for_weights
+        return "protocol_version" not in self.server_info  # a plain RLlink v1 server (RLlib's)
+
+    # -- events from the I/O thread --------------------------------------------------
+
+    def _sync(self) -> None:
+        """Apply what the I/O thread reported, in order; raise the first error
+        (later ones are raised by the next calls; a fatal one by every call)."""
+        events = self._events
+        errors: list[BaseException] = []
+        while events:
+            event = events[0]
+            if event[0] == "fatal":
+                if errors:
+                    break
+                raise event[1]
+            events.popleft()
+            kind = event[0]
+            if kind == "connected":
+                self.server_info, self.server_config = event[1], event[2]
+                self._steps_per_sample = int(self.server_config.get("env_steps_per_sample", 500))
+                self._on_connected()
+                self._apply_state(event[3])
+            elif kind == "state":
+                self._apply_state(event[1])
+            elif kind == "batch":
+                batch = event[1]
+                if batch.error is not None:
+                    errors.append(batch.error)
+                else:
+                    self._count_sent(batch)
+            elif kind == "error":
+                errors.append(event[1])
+        if errors:
+            for error in reversed(errors[1:]):
+                events.appendleft(("error", error))
+            raise errors[0]
+
+    # -- the one sending path ----------------------------------------------------------
+
+    def _send_batch(self) -> None:
+        """Cut the complete steps and hand them to the I/O thread; in strict
+        on-policy mode, wait for the weights that answer them."""
+        records, env_steps, agent_steps = self._collect_records()
+        if not records:
+            return
+        batch = Batch(records, env_steps, agent_steps, self._take_claim())
+        if self.when_queue_full == "wait" and not self.link.has_room(agent_steps):
+            self.link.wait_for(lambda: self.link.has_room(agent_steps))
+            self._sync()
+        gone = self.link.submit(batch)
+        if gone:
+            self._forget_episodes(gone)
+        if self.waits_for_weights:
+            self.link.wait_for(lambda: batch.done)
+            self._sync()
+
+    def flush(self) -> None:
+        """Send whatever experience is complete now and wait until the server
+        has every batch (raises a refusal or timeout as it arrives)."""
+        self._sync()
+        self._send_batch()
+        self.link.wait_for(self.link.idle)
+        self._sync()
+
+    def refresh_weights(self) -> None:
+        """Ask for the current weights now (GET_STATE) and swap them in; waits
+        for the answer. Raises errors the server sent for earlier batches."""
+        self._sync()
+        self.link.request(lambda: self._state_request(False))
+        self._sync()
+
+    def close(self) -> None:
+        """Stop the I/O thread and close the connection. Experience not yet
+        delivered is dropped: call ``flush()`` first to deliver it."""
+        self.link.close()
+
+    def __enter__(self) -> "BaseClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

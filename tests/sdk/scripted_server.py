@@ -1,0 +1,160 @@
+"""A scripted RLlink server on a raw socket, for testing what the SDK sends.
+
+Each accepted connection runs ``handler(conn)`` on its own thread; ``conn``
+reads whole messages and writes answers, and every message received is kept in
+``ScriptedServer.received`` (in order, with the connection's number), so a test
+can assert exactly what the client sent: session ids, batch sequence numbers,
+resends, heartbeats.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
+from tether.sdk.protocol.onnx_codec import encode_onnx
+
+
+def constant_model(obs_dim: int, outputs: list[float], input_name: str = "obs",
+                   output_name: str = "action_dist_inputs") -> bytes:
+    """An ONNX model whose output row is ``outputs`` for any observation batch:
+    obs @ zeros(obs_dim, k) + outputs."""
+    k = len(outputs)
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [obs_dim, k], np.zeros(obs_dim * k, np.float32).tolist())
+    bias = helper.make_tensor("B", TensorProto.FLOAT, [k], [float(v) for v in outputs])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [input_name, "W"], ["XW"]), helper.make_node("Add", ["XW", "B"], [output_name])],
+        "constant",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", obs_dim])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", k])],
+        initializer=[weight, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def single_agent_config(obs_dim: int, action_space: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "SET_CONFIG", "env_steps_per_sample": extra.pop("env_steps_per_sample", 10),
+            "force_on_policy": extra.pop("force_on_policy", True),
+            "observation_space": {"type": "Box", "shape": [obs_dim], "low": -10.0, "high": 10.0},
+            "action_space": action_space, "onnx_input_names": ["obs"],
+            "onnx_output_names": ["action_dist_inputs"], **extra}
+
+
+class ScriptedConnection:
+    """One accepted connection: whole messages in, messages out."""
+
+    def __init__(self, server: "ScriptedServer", sock: socket.socket, index: int) -> None:
+        self.server = server
+        self.sock = sock
+        self.index = index
+        self._decoder = FrameDecoder()
+        self._pending: list[dict[str, Any]] = []
+
+    def receive(self, timeout: float | None = 10.0) -> dict[str, Any] | None:
+        """The next message, or None when the client closed the connection (or on timeout)."""
+        self.sock.settimeout(timeout)
+        while not self._pending:
+            try:
+                data = self.sock.recv(1 << 20)
+            except (socket.timeout, OSError):
+                return None
+            if not data:
+                return None
+            self._pending.extend(decode_message(body)[1] for body in self._decoder.feed(data))
+        message = self._pending.pop(0)
+        with self.server.lock:
+            self.server.received.append((self.index, time.monotonic(), message))
+        return message
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(encode_frame(message))
+
+    def handshake(self, config: dict[str, Any], state: dict[str, Any], version: str | None = "1.3") -> None:
+        """Answer PING, GET_CONFIG and GET_STATE as a server would."""
+        for _ in range(3):
+            message = self.receive()
+            assert message is not None, "client closed during the handshake"
+            kind = message["type"]
+            if kind == "PING":
+                self.send({"type": "PONG", **({"protocol_version": version} if version else {})})
+            elif kind == "GET_CONFIG":
+                self.send(config)
+            elif kind == "GET_STATE":
+                self.send(state)
+            else:
+                raise AssertionError(f"unexpected {kind} during the handshake")
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class ScriptedServer:
+    """Listens on a free loopback port; runs ``handler`` for each connection."""
+
+    def __init__(self, handler: Callable[[ScriptedConnection], None]) -> None:
+        self.handler = handler
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.received: list[tuple[int, float, dict[str, Any]]] = []
+        self.connections: list[ScriptedConnection] = []
+        self.errors: list[BaseException] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            conn = ScriptedConnection(self, sock, len(self.connections))
+            self.connections.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: ScriptedConnection) -> None:
+        try:
+            self.handler(conn)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test through .errors
+            self.errors.append(exc)
+        finally:
+            conn.close()
+
+    def messages(self, kind: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [m for _, _, m in self.received if kind is None or m["type"] == kind]
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+        for conn in self.connections:
+            conn.close()
+
+    def __enter__(self) -> "ScriptedServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def state(seq: int, model: bytes | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"type": "SET_STATE", "weights_seq_no": seq}
+    if model is not None:
+        message["onnx_file"] = encode_onnx(model)
+    return message
