@@ -1,8 +1,10 @@
 """Writes the conformance vectors in this folder.
 
-The vectors are the executable half of docs/protocol.md: every SDK (Python,
-C#, C++) loads these JSON files and must produce the expected outcome for
-each case. Expected error codes are the specification's; expected log-
+The vectors are the executable half of docs/protocol.md (§16): plain JSON
+inputs and expected outcomes, so that an SDK in any language can load them.
+Today tests/protocol/test_conformance.py runs every file against the Python
+protocol core and, for the server-session files, against a real Tether
+server. Expected error codes are the specification's; expected log-
 probabilities are computed here with torch.distributions, an implementation
 independent of every SDK's own formulas.
 
@@ -280,10 +282,15 @@ def session_cases() -> list[dict]:
         {"name": "auth_ok_then_requests", "server": {"auth_token": "s3cret"},
          "requests": [{"type": "PING", "auth_token": "s3cret"}, {"type": "GET_CONFIG"}],
          "responses": ["PONG", "SET_CONFIG"]},
-        {"name": "auth_failed_then_retry", "server": {"auth_token": "s3cret"},
-         "requests": [{"type": "PING", "auth_token": "x"}, {"type": "GET_STATE"},
+        # 1.3: a PING refused AUTH_FAILED closes the connection (connection.json); other refusals do not.
+        {"name": "request_before_auth_then_ping", "server": {"auth_token": "s3cret"},
+         "requests": [{"type": "GET_STATE"}, {"type": "GET_CONFIG"},
                       {"type": "PING", "auth_token": "s3cret"}, {"type": "GET_STATE"}],
          "responses": ["ERROR:AUTH_FAILED", "ERROR:AUTH_FAILED", "PONG", "SET_STATE"]},
+        {"name": "version_mismatch_does_not_authenticate", "server": {"auth_token": "s3cret"},
+         "requests": [{"type": "PING", "protocol_version": "2.0", "auth_token": "s3cret"}, {"type": "GET_CONFIG"},
+                      {"type": "PING", "protocol_version": "1.3", "auth_token": "s3cret"}, {"type": "GET_CONFIG"}],
+         "responses": ["ERROR:VERSION_MISMATCH", "ERROR:AUTH_FAILED", "PONG", "SET_CONFIG"]},
     ]
 
 
@@ -652,6 +659,82 @@ def set_state_cases() -> list[dict]:
     ]
 
 
+def connection_cases() -> list[dict]:
+    """1.3 liveness and connection limits (§6.2, §6.6, §3.2). Extra step kinds: "then_closed" (after
+    the answer the server closes the connection), "send_hex" (raw bytes instead of a message),
+    {"wait_unsolicited": ..., "within_s": ...} (an ERROR the server writes on its own), and
+    {"extra_connection": {...}} (open one more connection and read what the server writes on it)."""
+    token = {"auth_token": "s3cret"}
+    ok_ping = {"type": "PING", "protocol_version": "1.3", "auth_token": "s3cret"}
+
+    def case(name: str, server: dict, *steps: dict) -> dict:
+        return {"name": name, "server": {**SINGLE, **server}, "steps": list(steps)}
+
+    padded = lambda kind, size: {"type": kind, "pad": "x" * (size - len(json.dumps({"type": kind, "pad": ""}, separators=(",", ":"))))}  # noqa: E731
+    at_limit = padded("GET_CONFIG", 65536)
+    assert len(json.dumps(at_limit, separators=(",", ":"))) == 65536
+    return [
+        case("set_config_announces_heartbeat", {"client_timeout_s": 60},
+             send({"type": "GET_CONFIG"}, "SET_CONFIG", fields={"client_timeout_s": 60, "heartbeat_interval_s": 15})),
+        case("heartbeat_ping_after_handshake", {},
+             send({"type": "PING", "protocol_version": "1.3"}, "PONG"), send({"type": "GET_CONFIG"}, "SET_CONFIG"),
+             send({"type": "PING"}, "PONG"), send({"type": "PING"}, "PONG")),
+        case("wrong_token_closes", token,
+             send({"type": "PING", "protocol_version": "1.3", "auth_token": "guess"}, "ERROR:AUTH_FAILED",
+                  fields={"request": "PING"}, then_closed=True),
+             RECONNECT, send(ok_ping, "PONG")),
+        case("missing_token_closes", token,
+             send({"type": "PING", "protocol_version": "1.3"}, "ERROR:AUTH_FAILED", then_closed=True)),
+        case("request_before_auth_keeps_connection", token,
+             send({"type": "GET_CONFIG"}, "ERROR:AUTH_FAILED", fields={"request": "GET_CONFIG"}),
+             send(ok_ping, "PONG"), send({"type": "GET_CONFIG"}, "SET_CONFIG")),
+        case("pre_auth_frame_over_64KiB_refused", token,
+             {"send_hex": b"00065537".hex(), "expect": "ERROR:FRAME_TOO_LARGE", "absent": ["request"],
+              "then_closed": True}),
+        case("pre_auth_frame_at_64KiB_read", token,
+             send(at_limit, "ERROR:AUTH_FAILED", fields={"request": "GET_CONFIG"}), send(ok_ping, "PONG")),
+        case("after_auth_full_frame_limit", token,
+             send(ok_ping, "PONG"), send(padded("PING", 200_000), "PONG")),
+        case("no_auth_token_no_pre_auth_limit", {}, send(padded("PING", 200_000), "PONG")),
+        case("client_timeout", {"client_timeout_s": 0.5},
+             send({"type": "PING", "protocol_version": "1.3"}, "PONG"),
+             {"wait_unsolicited": "ERROR:CLIENT_TIMEOUT", "within_s": 5, "absent": ["request"], "then_closed": True}),
+        case("handshake_timeout", {**token, "handshake_timeout_s": 0.5},
+             {"wait_unsolicited": "ERROR:HANDSHAKE_TIMEOUT", "within_s": 5, "absent": ["request"],
+              "then_closed": True}),
+        case("too_many_connections", {"max_connections": 1},
+             send({"type": "PING"}, "PONG"),
+             {"extra_connection": {"wait_unsolicited": "ERROR:TOO_MANY_CONNECTIONS", "within_s": 5,
+                                   "absent": ["request"], "then_closed": True}},
+             send({"type": "PING"}, "PONG")),
+    ]
+
+
+def counting_cases() -> list[dict]:
+    """1.3 counting (§10.2): agent steps from the records, env steps from a 1.3 message's env_steps."""
+    def case(name: str, server: dict, *steps: dict, env: int, agent: int) -> dict:
+        return {"name": name, "server": server, "steps": list(steps), "received_env_steps": env,
+                "received_agent_steps": agent}
+
+    three = {f"adversary_{i}": entry("chaser") for i in range(3)}  # 3 agents x 2 steps, in 2 env steps
+    return [
+        case("single_agent", SINGLE, send(batch([good_episode(3)], env_steps=3, agent_steps=3), "SET_STATE"),
+             env=3, agent=3),
+        case("v1_message_without_counts", SINGLE, send(batch([good_episode(3)]), "SET_STATE"), env=3, agent=3),
+        case("parallel_agents", LAYOUT, send(batch([ma_record(three)], env_steps=2, agent_steps=6), "SET_STATE"),
+             env=2, agent=6),
+        case("duplicate_counts_once", LAYOUT,
+             send(batch([ma_record(three)], env_steps=2, agent_steps=6, client_session="c", batch_seq=1), "SET_STATE"),
+             send(batch([ma_record(three)], env_steps=2, agent_steps=6, client_session="c", batch_seq=1), "SET_STATE"),
+             env=2, agent=6),
+        case("refused_counts_nothing", LAYOUT,
+             send(batch([ma_record({**three, "zzz": entry("chaser")})], env_steps=2, agent_steps=8),
+                  "ERROR:UNMAPPED_AGENT"), env=0, agent=0),
+        case("claimed_agent_steps_not_trusted", SINGLE,
+             send(batch([good_episode(3)], env_steps=3, agent_steps=1000), "SET_STATE"), env=3, agent=3),
+    ]
+
+
 # -- client-side transforms -----------------------------------------------------------------------------
 
 def group_cases() -> list[dict]:
@@ -741,6 +824,8 @@ def main() -> None:
         "multi_agent_sessions.json": multi_agent_session_cases(),
         "exactly_once.json": exactly_once_cases(),
         "set_state.json": set_state_cases(),
+        "connection.json": connection_cases(),
+        "counting.json": counting_cases(),
         "groups.json": group_cases(),
         "value_obs.json": value_obs_cases(),
     }

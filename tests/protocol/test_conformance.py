@@ -189,12 +189,24 @@ class _Peer:
         self.writer.write(encode_frame(message))
         await self.writer.drain()
 
-    async def read(self) -> dict:
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read(self, within_s: float = 10) -> dict:
         while not self.ready:
-            data = await asyncio.wait_for(self.reader.read(1 << 20), 10)
+            data = await asyncio.wait_for(self.reader.read(1 << 20), within_s)
             assert data, "the server closed the connection"
             self.ready += self.decoder.feed(data)
         return decode_message(self.ready.pop(0))[1]
+
+    async def closed_by_server(self, within_s: float = 5) -> bool:
+        """Whether the server closes the connection (end of stream, nothing more) within ``within_s``."""
+        try:
+            data = await asyncio.wait_for(self.reader.read(1 << 20), within_s)
+        except (asyncio.TimeoutError, ConnectionError):
+            return False
+        return not data and not self.ready
 
     async def close(self) -> None:
         self.writer.close()
@@ -210,14 +222,20 @@ def _member(message: dict, path: str) -> tuple[bool, Any]:
     return True, value
 
 
+def _short(message: dict) -> str:
+    """A message for an assertion text, models abbreviated."""
+    text = json.dumps(message)
+    return text if len(text) < 400 else text[:400] + "…"
+
+
 def _check_answer(answer: dict, step: dict, where: str) -> None:
     expect = step["expect"]
     got = f"ERROR:{answer.get('code')}" if answer["type"] == "ERROR" else answer["type"]
-    assert got == expect, f"{where}: expected {expect}, got {answer}"
+    assert got == expect, f"{where}: expected {expect}, got {_short(answer)}"
     for key, value in step.get("fields", {}).items():
         assert answer.get(key) == value, f"{where}: {key} is {answer.get(key)!r}, expected {value!r}"
     for path in step.get("present", []):
-        assert _member(answer, path)[0], f"{where}: {path} missing from {sorted(answer)}"
+        assert _member(answer, path)[0], f"{where}: {path} missing from {_short(answer)}"
     for path in step.get("absent", []):
         assert not _member(answer, path)[0], f"{where}: {path} must be absent"
 
@@ -225,6 +243,30 @@ def _check_answer(answer: dict, step: dict, where: str) -> None:
 def _received_agent_steps(trainer: Any) -> int:
     metrics = trainer.metrics
     return int(getattr(metrics, "agent_steps_received", metrics.env_steps_received))
+
+
+def _received_env_steps(trainer: Any) -> int:
+    return int(trainer.metrics.env_steps_received)
+
+
+async def _answer_step(peer: "_Peer", step: dict, where: str) -> None:
+    """One step that sends something (a message or raw bytes) or waits for an unsolicited frame."""
+    if "wait_unsolicited" in step:
+        answer = await peer.read(within_s=step["within_s"])
+        _check_answer(answer, {**step, "expect": step["wait_unsolicited"]}, where)
+    else:
+        if "send_hex" in step:
+            await peer.send_raw(bytes.fromhex(step["send_hex"]))
+        else:
+            await peer.send(step["send"])
+        if step["expect"] is None:  # no answer: a PING sent next is answered first
+            await peer.send({"type": "PING"})
+            answer = await peer.read()
+            assert answer["type"] == "PONG", f"{where}: expected no answer, got {_short(answer)}"
+        else:
+            _check_answer(await peer.read(), step, where)
+    if step.get("then_closed"):
+        assert await peer.closed_by_server(), f"{where}: the server did not close the connection"
 
 
 async def _run_server_session(case: dict, logdir: Path) -> None:
@@ -248,22 +290,24 @@ async def _run_server_session(case: dict, logdir: Path) -> None:
                 await peer.close()
                 peer = await _Peer.open(server.port)
                 continue
-            await peer.send(step["send"])
-            if step["expect"] is None:  # no answer: a PING sent next is answered first
-                await peer.send({"type": "PING"})
-                answer = await peer.read()
-                assert answer["type"] == "PONG", f"{where}: expected no answer, got {answer}"
-            else:
-                _check_answer(await peer.read(), step, where)
+            if "extra_connection" in step:
+                extra = await _Peer.open(server.port)
+                await _answer_step(extra, step["extra_connection"], where + " (extra connection)")
+                await extra.close()
+                continue
+            await _answer_step(peer, step, where)
         await peer.close()
         if "received_agent_steps" in case:
-            assert _received_agent_steps(trainer) == case["received_agent_steps"]
+            assert _received_agent_steps(trainer) == case["received_agent_steps"], "agent steps received"
+        if "received_env_steps" in case:
+            assert _received_env_steps(trainer) == case["received_env_steps"], "env steps received"
     finally:
         await server.stop()
         await trainer.close(checkpoint=False)
 
 
-SERVER_SESSION_FILES = ["map_agents.json", "multi_agent_sessions.json", "exactly_once.json", "set_state.json"]
+SERVER_SESSION_FILES = ["map_agents.json", "multi_agent_sessions.json", "exactly_once.json", "set_state.json",
+                        "connection.json", "counting.json"]
 SERVER_SESSIONS = [(f, c) for f in SERVER_SESSION_FILES for c in cases(f)]
 
 
