@@ -47,7 +47,7 @@ def test_python_sdk_client_passes_every_check() -> None:
     failed = {name: reason for name, (result, reason) in rows.items() if result == "FAIL"}
     assert not failed, out + "\n--- client ---\n" + client_out[-3000:]
     assert status == 0
-    assert "server refused" in client_out and "INVALID_FIELD" in client_out  # the refusal was surfaced
+    assert "INVALID_FIELD" in client_out  # the refusal was surfaced (printed by the program or logged by the SDK)
 
 
 @pytest.mark.parametrize(("defect", "failing"), [
