@@ -14,6 +14,7 @@ may connect several times in a row), and walks it through protocol 1.3
 * a dropped connection: reconnect, handshake, resend with the same session+seq,
   then go on after the duplicate's answer;
 * garbage from the server (a bad frame header): drop the connection, reconnect;
+* a connection-level ERROR (CLIENT_TIMEOUT) and close: reconnect, lose nothing;
 * heartbeats: an idle client PINGs every ``heartbeat_interval_s``.
 
 It prints one row per check and exits with the number of failed checks. It
@@ -73,6 +74,8 @@ ROWS: list[tuple[str, str]] = [
     ("resend_same_seq", "the unanswered batch is resent unchanged, with the same client_session and batch_seq"),
     ("duplicate_reply", "after the resent batch's answer the client goes on with the next batch_seq"),
     ("garbage_reconnect", "bad frame header from the server: the client drops the connection, reconnects, resends"),
+    ("connection_error", "unsolicited ERROR CLIENT_TIMEOUT, then close: the client reconnects and goes on "
+                         "with the next batch_seq"),
     ("heartbeat", "an idle client PINGs about every heartbeat_interval_s"),
 ]
 
@@ -173,6 +176,7 @@ class ClientChecker:
         self._pending_reason = ""
         self._refused: Batch | None = None
         self._after_duplicate = False
+        self._after_connection_error: Batch | None = None
         self._steps_by_version: dict[int, int] = {0: 0, 1: 0}
         self._outside_box = 0
         self._connections = 0
@@ -220,7 +224,8 @@ class ClientChecker:
             except (ConnectionError, asyncio.CancelledError):
                 pass
         # A client that owes a resend gets time to reconnect; one that closed on its own is done.
-        wait = RECONNECT_WAIT_S if self._pending_resend is not None else 2.0
+        owed = self._pending_resend is not None or self._after_connection_error is not None
+        wait = RECONNECT_WAIT_S if owed else 2.0
         asyncio.get_running_loop().create_task(self._end_unless_reconnect(conn.index, wait))
 
     async def _end_unless_reconnect(self, index: int, wait: float) -> None:
@@ -337,6 +342,9 @@ class ClientChecker:
                 rows["error_reply"].fail("the refused batch was sent again")
             else:
                 rows["error_reply"].ok()
+        if self._after_connection_error is not None:
+            self._check_after_connection_error(self._after_connection_error, batch)
+            self._after_connection_error = None
         if self._after_duplicate:
             self._after_duplicate = False
             previous = self._batches[-2]
@@ -367,6 +375,14 @@ class ClientChecker:
             raise _Drop
         elif n == 5:
             await self._garbage(conn, batch)
+        elif n == 6:
+            # Answered; then a connection-level refusal closes the connection (§6.6).
+            self._answer(conn, self._state(conn, message.get("weights_seq_no")))
+            self._answer(conn, error_message(ErrorCode.CLIENT_TIMEOUT, "tether check-client closes this connection "
+                                             "on purpose: reconnect and go on"))
+            self._after_connection_error = batch
+            await conn.writer.drain()
+            raise _Drop
         else:
             self._answer(conn, self._state(conn, message.get("weights_seq_no")))
 
@@ -390,6 +406,20 @@ class ClientChecker:
             if seq != last + 1:
                 row.fail(f"a new batch has batch_seq {seq}, expected {last + 1}")
         if row.passed is None and len(self._batches) >= 5:
+            row.ok()
+
+    def _check_after_connection_error(self, answered: Batch, batch: Batch) -> None:
+        row = self.rows["connection_error"]
+        if batch.connection == answered.connection:
+            row.fail("the client kept using the connection after a connection-level ERROR")
+        elif batch.fingerprint == answered.fingerprint:
+            row.fail("the client resent a batch that had been answered before the connection-level ERROR")
+        elif _is_int(answered.seq) and batch.seq != answered.seq + 1:
+            row.fail(f"after the connection-level ERROR came batch_seq {batch.seq!r}, expected {answered.seq + 1} "
+                     "(a batch sent on the closed connection was lost, or taken as refused)")
+        elif not _is_int(answered.seq):
+            row.fail("batches carry no batch_seq, so nothing shows that no batch was lost")
+        else:
             row.ok()
 
     def _check_resend(self, pending: Batch, batch: Batch) -> None:
@@ -505,6 +535,8 @@ class ClientChecker:
             rows["error_reply"].fail("the client sent no batch after the ERROR answer")
         if rows["garbage_reconnect"].passed is None and self._pending_reason == "garbage" and self._pending_resend:
             rows["garbage_reconnect"].fail("the client did not reconnect and resend after a bad frame header")
+        if self._after_connection_error is not None:
+            rows["connection_error"].fail("the client did not come back after a connection-level ERROR")
         if self._pending_reason == "drop" and self._pending_resend is not None:
             rows["drop_reconnect"].fail("the client did not come back after the connection was closed")
 

@@ -23,6 +23,7 @@ import onnxruntime as ort  # noqa: E402
 
 from tether.sdk.protocol import (  # noqa: E402
     ClientConnection,
+    ErrorCode,
     TetherError,
     decode_onnx,
     sample,
@@ -30,6 +31,7 @@ from tether.sdk.protocol import (  # noqa: E402
     to_env_action,
 )
 
+CLOSING = {code for code in ErrorCode if code.closes_connection}
 DEFECTS = ("none", "reuse-seq", "no-reconnect", "clip-record", "no-heartbeat")
 
 
@@ -83,9 +85,14 @@ class RawClient:
                 if not data:
                     raise Lost("server closed the connection")
                 for request_type, response in self.conn.receive_data(data):
+                    if response.get("type") == "ERROR" and "request" not in response and \
+                            ErrorCode(response.get("code")) in CLOSING:
+                        # A connection-level refusal answers nothing: the connection is ending.
+                        print(f"server closed the connection: {response['code']}", flush=True)
+                        raise Lost(response["code"])
                     if request_type is not None:
                         return response
-        except (OSError, TetherError) as exc:
+        except (OSError, TetherError, Lost) as exc:
             self.close()
             raise Lost(str(exc)) from None
 

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^(\w+)\s+(PASS|FAIL)\s+(.*)$")
 ALL_ROWS = {"handshake", "records_valid", "engine_gets_clipped_action", "raw_box_samples", "logp_from_served_model",
             "batch_ids", "error_reply", "model_swap", "drop_reconnect", "resend_same_seq", "duplicate_reply",
-            "garbage_reconnect", "heartbeat"}
+            "garbage_reconnect", "connection_error", "heartbeat"}
 
 
 def run_check(client: list[str], timeout: float = 90.0) -> tuple[int, dict[str, tuple[str, str]], str, str]:
@@ -51,8 +51,9 @@ def test_python_sdk_client_passes_every_check() -> None:
 
 
 @pytest.mark.parametrize(("defect", "failing"), [
-    ("reuse-seq", {"batch_ids", "error_reply", "duplicate_reply"}),
-    ("no-reconnect", {"batch_ids", "drop_reconnect", "resend_same_seq", "duplicate_reply", "garbage_reconnect", "heartbeat"}),
+    ("reuse-seq", {"batch_ids", "error_reply", "duplicate_reply", "connection_error"}),
+    ("no-reconnect", {"batch_ids", "drop_reconnect", "resend_same_seq", "duplicate_reply", "garbage_reconnect",
+                      "connection_error", "heartbeat"}),
     ("clip-record", {"raw_box_samples", "logp_from_served_model"}),
     ("no-heartbeat", {"heartbeat"}),
 ])
