@@ -735,6 +735,50 @@ def counting_cases() -> list[dict]:
     ]
 
 
+def client_pairing_cases() -> list[dict]:
+    """How a client pairs what it receives with what it sent (§5.3, §5.4): the request types sent, in
+    order, and the bodies received -> for each body, the request type it answers (null: none), or
+    "violation" when the server broke the protocol (the client stops using the connection)."""
+    def err(code: str, request: str | None = None) -> dict:
+        body = {"type": "ERROR", "code": code, "message": "m"}
+        if request is not None:
+            body["request"] = request
+        return body
+
+    def case(name: str, sent: list[str], received: list[dict], pairs: list | None = None) -> dict:
+        out: dict = {"name": name, "sent": sent, "received": received}
+        if pairs is None:
+            out["violation"] = True
+        else:
+            out["pairs"] = pairs
+        return out
+
+    state = {"type": "SET_STATE", "weights_seq_no": 0}
+    return [
+        case("one_request", ["PING"], [{"type": "PONG"}], ["PING"]),
+        case("in_order", ["PING", "GET_CONFIG", "GET_STATE"],
+             [{"type": "PONG"}, {"type": "SET_CONFIG", "env_steps_per_sample": 1, "force_on_policy": True}, state],
+             ["PING", "GET_CONFIG", "GET_STATE"]),
+        case("episodes_has_no_answer", ["EPISODES", "PING"], [{"type": "PONG"}], ["PING"]),
+        case("error_answers_oldest", ["GET_STATE", "PING"], [err("AUTH_FAILED", "GET_STATE"), {"type": "PONG"}],
+             ["GET_STATE", "PING"]),
+        case("error_for_episodes_pairs_with_nothing", ["EPISODES", "GET_STATE"],
+             [err("ACTION_OUT_OF_SPACE", "EPISODES"), state], [None, "GET_STATE"]),
+        case("error_when_nothing_outstanding", [], [err("ACTION_OUT_OF_SPACE", "EPISODES")], [None]),
+        case("body_error_without_request_answers_oldest", ["GET_STATE"], [err("INVALID_JSON")], ["GET_STATE"]),
+        case("map_agents", ["MAP_AGENTS"], [{"type": "AGENT_MODULES", "modules": {}}], ["MAP_AGENTS"]),
+        case("unknown_error_code_answers_oldest", ["GET_STATE"], [err("SOME_FUTURE_CODE", "GET_STATE")], ["GET_STATE"]),
+        # 1.3: connection-level refusals answer nothing; the outstanding request stays unanswered.
+        case("client_timeout_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("CLIENT_TIMEOUT")], [None]),
+        case("too_many_connections_answers_nothing", ["PING"], [err("TOO_MANY_CONNECTIONS")], [None]),
+        case("handshake_timeout_answers_nothing", ["PING"], [err("HANDSHAKE_TIMEOUT")], [None]),
+        case("framing_error_report_answers_nothing", ["GET_STATE"], [err("BAD_HEADER")], [None]),
+        case("unsolicited_response", [], [{"type": "PONG"}]),
+        case("wrong_response_type", ["PING"], [state]),
+        case("response_for_episodes", ["EPISODES"], [state]),
+    ]
+
+
 # -- client-side transforms -----------------------------------------------------------------------------
 
 def group_cases() -> list[dict]:
@@ -826,6 +870,7 @@ def main() -> None:
         "set_state.json": set_state_cases(),
         "connection.json": connection_cases(),
         "counting.json": counting_cases(),
+        "client_pairing.json": client_pairing_cases(),
         "groups.json": group_cases(),
         "value_obs.json": value_obs_cases(),
     }

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from tether.sdk.protocol import (
+    ClientConnection,
     FrameDecoder,
+    RemoteProtocolError,
     encode_frame,
     to_env_action,
     FramingError,
@@ -360,3 +362,17 @@ def test_value_obs_vector(case: dict) -> None:
         latest.update(step.get("leave", {}))
         row = value_obs_row(case["value_obs_agents"], latest, case["obs_dim"])
         assert row.tolist() == step["row"]
+
+
+@pytest.mark.parametrize("case", cases("client_pairing.json"), ids=ids(cases("client_pairing.json")))
+def test_client_pairing_vector(case: dict) -> None:
+    conn = ClientConnection()
+    for kind in case["sent"]:
+        conn.send({"type": kind})
+    data = b"".join(encode_frame(body) for body in case["received"])
+    if case.get("violation"):
+        with pytest.raises(RemoteProtocolError):
+            conn.receive_data(data)
+        return
+    pairs = conn.receive_data(data)
+    assert [None if request is None else request.value for request, _ in pairs] == case["pairs"]
