@@ -2,7 +2,7 @@
 protocol core only (no SDK): the reference that ``tether check-client``
 must pass, and, with ``--defect``, clients it must fail.
 
-    python tests/integration/raw_check_client.py --port 5556 [--defect reuse-seq|no-reconnect|clip-record|no-heartbeat]
+    python tests/integration/raw_check_client.py --port 5556 [--defect reuse-seq|no-reconnect|clip-record|no-heartbeat|stale-claim]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tether.sdk.protocol import (  # noqa: E402
 )
 
 CLOSING = {code for code in ErrorCode if code.closes_connection}
-DEFECTS = ("none", "reuse-seq", "no-reconnect", "clip-record", "no-heartbeat")
+DEFECTS = ("none", "reuse-seq", "no-reconnect", "clip-record", "no-heartbeat", "stale-claim")
 
 
 class Lost(Exception):
@@ -108,7 +108,8 @@ class RawClient:
             self.seq += 1
         steps = sum(len(r["actions"]) for r in records)
         message = {"type": "EPISODES_AND_GET_STATE", "episodes": records, "env_steps": steps, "agent_steps": steps,
-                   "weights_seq_no": self.weights_seq_no, "client_session": self.session, "batch_seq": self.seq}
+                   "weights_seq_no": 0 if self.defect == "stale-claim" else self.weights_seq_no,
+                   "client_session": self.session, "batch_seq": self.seq}
         while True:
             try:
                 if self.sock is None:
