@@ -403,7 +403,8 @@ def multi_agent_episode_cases() -> list[dict]:
 # server answers ("expect": a response type, "ERROR:<code>", or null for no answer at all - an EPISODES
 # that was accepted; a runner checks that by sending a PING next and getting PONG first), or is
 # {"reconnect": true}: close the connection and open a new one. "fields" are members the answer has
-# with exactly these values, "present"/"absent" name members (dotted paths) it must have or lack.
+# with exactly these values, "present"/"absent" name members (dotted paths) it must have or lack,
+# "same_answer_as": i says the answer equals, member for member, the answer to step i.
 # "received_agent_steps", when given, is the number of agent steps the server has accepted at the end.
 
 BOX3 = {"type": "Box", "shape": [3], "low": -10, "high": 10}
@@ -574,11 +575,15 @@ def exactly_once_cases() -> list[dict]:
     return [
         case("duplicate_answered_alike_stored_once",
              send(batch(good, **ids()), "SET_STATE", fields=same, present=["onnx_file"]),
-             send(batch(good, **ids()), "SET_STATE", fields=same, present=["onnx_file"]), received=3),
+             send(batch(good, **ids()), "SET_STATE", fields=same, present=["onnx_file"], same_answer_as=0), received=3),
         case("duplicate_after_reconnect",
              send(ping, "PONG"), send(batch(good, weights_seq_no=0, **ids()), "SET_STATE", fields=same, absent=["onnx_file"]),
              RECONNECT, send(ping, "PONG"),
-             send(batch(good, weights_seq_no=0, **ids()), "SET_STATE", fields=same, absent=["onnx_file"]), received=3),
+             send(batch(good, weights_seq_no=0, **ids()), "SET_STATE", fields=same, absent=["onnx_file"],
+                  same_answer_as=1), received=3),
+        case("duplicate_per_module_answer",
+             send(batch(good, weights_seq_nos={}, **ids()), "SET_STATE", present=["models.default_policy.onnx_file"]),
+             send(batch(good, weights_seq_nos={}, **ids()), "SET_STATE", same_answer_as=0), received=3),
         case("duplicate_episodes_has_no_answer",
              send(batch(good, "EPISODES", **ids()), None), send(batch(good, "EPISODES", **ids()), None), received=3),
         case("lower_seq_is_a_duplicate",

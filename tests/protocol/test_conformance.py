@@ -251,8 +251,10 @@ def _received_env_steps(trainer: Any) -> int:
     return int(trainer.metrics.env_steps_received)
 
 
-async def _answer_step(peer: "_Peer", step: dict, where: str) -> None:
-    """One step that sends something (a message or raw bytes) or waits for an unsolicited frame."""
+async def _answer_step(peer: "_Peer", step: dict, where: str) -> dict | None:
+    """One step that sends something (a message or raw bytes) or waits for an unsolicited frame;
+    returns the answer, if any."""
+    answer: dict | None = None
     if "wait_unsolicited" in step:
         answer = await peer.read(within_s=step["within_s"])
         _check_answer(answer, {**step, "expect": step["wait_unsolicited"]}, where)
@@ -266,9 +268,11 @@ async def _answer_step(peer: "_Peer", step: dict, where: str) -> None:
             answer = await peer.read()
             assert answer["type"] == "PONG", f"{where}: expected no answer, got {_short(answer)}"
         else:
-            _check_answer(await peer.read(), step, where)
+            answer = await peer.read()
+            _check_answer(answer, step, where)
     if step.get("then_closed"):
         assert await peer.closed_by_server(), f"{where}: the server did not close the connection"
+    return answer
 
 
 async def _run_server_session(case: dict, logdir: Path) -> None:
@@ -286,6 +290,7 @@ async def _run_server_session(case: dict, logdir: Path) -> None:
     await server.start()
     try:
         peer = await _Peer.open(server.port)
+        answers: dict[int, dict | None] = {}
         for i, step in enumerate(case["steps"]):
             where = f"step {i}"
             if step.get("reconnect"):
@@ -297,7 +302,9 @@ async def _run_server_session(case: dict, logdir: Path) -> None:
                 await _answer_step(extra, step["extra_connection"], where + " (extra connection)")
                 await extra.close()
                 continue
-            await _answer_step(peer, step, where)
+            answers[i] = await _answer_step(peer, step, where)
+            if "same_answer_as" in step:
+                assert answers[i] == answers[step["same_answer_as"]], f"{where}: answered differently"
         await peer.close()
         if "received_agent_steps" in case:
             assert _received_agent_steps(trainer) == case["received_agent_steps"], "agent steps received"
