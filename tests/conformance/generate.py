@@ -282,7 +282,7 @@ def session_cases() -> list[dict]:
         {"name": "auth_ok_then_requests", "server": {"auth_token": "s3cret"},
          "requests": [{"type": "PING", "auth_token": "s3cret"}, {"type": "GET_CONFIG"}],
          "responses": ["PONG", "SET_CONFIG"]},
-        # 1.3: a PING refused AUTH_FAILED closes the connection (connection.json); other refusals do not.
+        # 1.3: a PING with a wrong token is refused and the connection closed (connection.json).
         {"name": "request_before_auth_then_ping", "server": {"auth_token": "s3cret"},
          "requests": [{"type": "GET_STATE"}, {"type": "GET_CONFIG"},
                       {"type": "PING", "auth_token": "s3cret"}, {"type": "GET_STATE"}],
@@ -406,6 +406,8 @@ def multi_agent_episode_cases() -> list[dict]:
 # with exactly these values, "present"/"absent" name members (dotted paths) it must have or lack,
 # "same_answer_as": i says the answer equals, member for member, the answer to step i.
 # "received_agent_steps", when given, is the number of agent steps the server has accepted at the end.
+# Records carry the action_logp of a uniform policy, which a freshly started server's models are close
+# to, so a server that checks behaviour log-probabilities (§13.6) accepts them.
 
 BOX3 = {"type": "Box", "shape": [3], "low": -10, "high": 10}
 LAYOUT = {
@@ -441,9 +443,15 @@ def send(message: dict, expect: str | None, **checks: object) -> dict:
 RECONNECT = {"reconnect": True}
 
 
+#: The log-probability of any action under a uniform policy, per module of LAYOUT. A freshly started
+#: server's policies are close to uniform, so these pass a server's logp check (§13.6).
+UNIFORM_LOGP = {"chaser": -math.log(2), "runner": -math.log(3), "pairmod": -2 * math.log(2)}
+
+
 def entry(module: str, steps: int = 2, width: int = 3, action: object = 1, **kw: object) -> dict:
     out = {"module": module, "start_step": 0, "obs": [[0.1] * width] * (steps + 1), "actions": [action] * steps,
-           "rewards": [0.5] * steps, "action_logp": [-0.7] * steps, "is_terminated": False, "is_truncated": False}
+           "rewards": [0.5] * steps, "action_logp": [round(UNIFORM_LOGP.get(module, -0.7), 6)] * steps,
+           "is_terminated": False, "is_truncated": False}
     out.update(kw)
     return out
 
@@ -688,8 +696,11 @@ def connection_cases() -> list[dict]:
              send({"type": "PING", "protocol_version": "1.3", "auth_token": "guess"}, "ERROR:AUTH_FAILED",
                   fields={"request": "PING"}, then_closed=True),
              RECONNECT, send(ok_ping, "PONG")),
-        case("missing_token_closes", token,
-             send({"type": "PING", "protocol_version": "1.3"}, "ERROR:AUTH_FAILED", then_closed=True)),
+        case("missing_token_keeps_connection", token,
+             send({"type": "PING", "protocol_version": "1.3"}, "ERROR:AUTH_FAILED", fields={"request": "PING"}),
+             send(ok_ping, "PONG")),
+        case("wrong_token_type_closes", token,
+             send({"type": "PING", "auth_token": 12345}, "ERROR:AUTH_FAILED", then_closed=True)),
         case("request_before_auth_keeps_connection", token,
              send({"type": "GET_CONFIG"}, "ERROR:AUTH_FAILED", fields={"request": "GET_CONFIG"}),
              send(ok_ping, "PONG"), send({"type": "GET_CONFIG"}, "SET_CONFIG")),
