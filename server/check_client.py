@@ -69,8 +69,8 @@ ROWS: list[tuple[str, str]] = [
     ("logp_from_served_model", "every step's action_logp (and dist inputs) come from a model the server sent"),
     ("batch_ids", "client_session (1..128 chars, kept across reconnects) and batch_seq 1, 2, 3, ..."),
     ("error_reply", "after an ERROR answer the client goes on and does not resend the refused batch"),
-    ("model_swap", "after SET_STATE with a new model, later records use it; each batch holds one model's steps "
-                   "and claims its weights_seq_no"),
+    ("model_swap", "after SET_STATE with a new model, later records use it; a batch claims the oldest "
+                   "weights_seq_no its steps used"),
     ("drop_reconnect", "connection closed with a batch unanswered: the client reconnects and redoes the handshake"),
     ("resend_same_seq", "the unanswered batch is resent unchanged, with the same client_session and batch_seq"),
     ("duplicate_reply", "after the resent batch's answer the client goes on with the next batch_seq"),
@@ -402,6 +402,9 @@ class ClientChecker:
                 row.fail(f"the first batch has batch_seq {seq}, expected 1")
         elif session != self._session:
             row.fail(f"client_session changed from {self._session!r} to {session!r}")
+        elif any(b.seq == seq for b in self._batches):  # the same number again: a resend
+            if any(b.seq == seq and b.fingerprint != batch.fingerprint for b in self._batches):
+                row.fail(f"batch_seq {seq} was used again for a different batch")
         elif self._pending_resend is None and self._batches:
             last = max((b.seq for b in self._batches if _is_int(b.seq)), default=0)
             if seq != last + 1:
@@ -489,19 +492,20 @@ class ClientChecker:
         return versions
 
     def _check_swap(self, n: int, versions: list[int], claimed: Any) -> None:
-        """One model version per message, the one it claims; the new model in use soon after the swap."""
+        """Steps move from the old model to the new one, never back; a batch claims the oldest
+        version its steps used (§7.6); the new model is in use soon after the swap."""
         row = self.rows["model_swap"]
-        known = sorted(set(v for v in versions if v >= 0))
+        known = [v for v in versions if v >= 0]
         if self._swap_batch is None and 1 in known:
             row.fail(f"batch {n} used model 1 before it was sent")
-        if len(known) > 1:
-            row.fail(f"batch {n} mixes steps of models 0 and 1; the old model's steps go in a message of their own")
-        elif known and _is_int(claimed) and claimed != known[0]:
-            row.fail(f"batch {n} was computed with model {known[0]} but claims weights_seq_no {claimed}")
+        if any(a > b for a, b in zip(known, known[1:])):
+            row.fail(f"batch {n}: steps went back from the new model to the old one")
+        elif known and _is_int(claimed) and claimed != min(known):
+            row.fail(f"batch {n} claims weights_seq_no {claimed}, but its oldest steps come from model {min(known)}")
         if self._swap_batch is not None and n >= self._swap_batch + 2:
-            if known == [0]:
-                row.fail(f"batch {n}, the second after the swap, was still computed with the old model")
-            elif known == [1]:
+            if 0 in known:
+                row.fail(f"batch {n}, the second after the swap, still has {known.count(0)} steps of the old model")
+            elif known:
                 row.ok()
 
     # -- report ------------------------------------------------------------------
