@@ -52,7 +52,7 @@ def test_python_sdk_client_passes_every_check() -> None:
 
 @pytest.mark.parametrize(("defect", "failing"), [
     ("reuse-seq", {"batch_ids", "error_reply", "duplicate_reply", "connection_error"}),
-    ("no-reconnect", {"batch_ids", "drop_reconnect", "resend_same_seq", "duplicate_reply", "garbage_reconnect",
+    ("no-reconnect", {"batch_ids", "model_swap", "drop_reconnect", "resend_same_seq", "duplicate_reply", "garbage_reconnect",
                       "connection_error", "heartbeat"}),
     ("clip-record", {"raw_box_samples", "logp_from_served_model"}),
     ("no-heartbeat", {"heartbeat"}),
