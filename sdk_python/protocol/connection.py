@@ -42,6 +42,11 @@ from .messages import (
 )
 
 
+#: Codes after which the server closes the connection (protocol 1.3, §5.3): such an
+#: ERROR answers no request, and the requests still outstanding stay unanswered.
+_CLOSING_CODES = frozenset(code.value for code in ErrorCode if code.closes_connection)
+
+
 class ServerState(Enum):
     AWAITING_AUTH = "AWAITING_AUTH"
     READY = "READY"
@@ -257,7 +262,10 @@ class ClientConnection:
         for body in self._decoder.feed(data):
             kind, message = decode_message(body)
             if kind is MessageType.ERROR:
-                if message.get("request") == MessageType.EPISODES.value or not self._awaiting:
+                # An ERROR for EPISODES, or a connection-level one (no "request", a code
+                # after which the server closes), answers no outstanding request.
+                if (message.get("request") == MessageType.EPISODES.value or not self._awaiting
+                        or ("request" not in message and message.get("code") in _CLOSING_CODES)):
                     responses.append((None, message))
                 else:
                     responses.append((self._awaiting.popleft(), message))

@@ -25,7 +25,7 @@ actions concatenated (in member order) and the members' rewards combined.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -111,8 +111,37 @@ class GroupSpec:
             raise MessageError(ErrorCode.INVALID_FIELD, f"group {group_id!r}: {exc}") from None
 
     def combine_rewards(self, rewards: list[float]) -> float:
+        """The group's reward for the members' rewards received between two group actions."""
         total = float(sum(rewards))
         return total / len(self.members) if self.reward == "mean" else total
+
+    def join_observations(self, member_obs: Mapping[str, Any]) -> np.ndarray:
+        """The group's observation: each member's observation flattened (row-major),
+        concatenated in member order. ValueError if a member's observation is missing."""
+        missing = [m for m in self.members if m not in member_obs]
+        if missing:
+            raise ValueError(f"group {self.group_id!r} acts as one agent: observations of {missing} are missing")
+        return np.concatenate([np.asarray(member_obs[m], dtype=np.float32).ravel() for m in self.members])
+
+    def split_action(self, action: Any, discrete: bool) -> dict[str, Any]:
+        """Each member's part of the group's flattened action, in member order: equal
+        consecutive parts; a one-element part of a discrete action is a bare int."""
+        flat = np.asarray(action).ravel()
+        if len(flat) % len(self.members):
+            raise ValueError(f"group {self.group_id!r}: an action of {len(flat)} elements does not split into "
+                             f"{len(self.members)} equal parts")
+        share = len(flat) // len(self.members)
+        parts = {m: flat[i * share:(i + 1) * share] for i, m in enumerate(self.members)}
+        return {m: int(p[0]) if discrete and share == 1 else p for m, p in parts.items()}
+
+
+def value_obs_row(value_obs_agents: Sequence[str], latest_obs: Mapping[str, Any], obs_dim: int) -> np.ndarray:
+    """A centralized critic's input (protocol 1.2, §9.7): each listed agent's latest
+    observation in the episode, flattened, in list order; zeros for one not observed yet."""
+    return np.concatenate([
+        np.asarray(latest_obs[a], dtype=np.float32).ravel() if a in latest_obs else np.zeros(obs_dim, np.float32)
+        for a in value_obs_agents
+    ])
 
 
 def group_spaces(member_obs: list[Space], member_actions: list[Space]) -> tuple[Space, Space]:

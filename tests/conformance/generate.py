@@ -1,8 +1,10 @@
 """Writes the conformance vectors in this folder.
 
-The vectors are the executable half of docs/protocol.md: every SDK (Python,
-C#, C++) loads these JSON files and must produce the expected outcome for
-each case. Expected error codes are the specification's; expected log-
+The vectors are the executable half of docs/protocol.md (§16): plain JSON
+inputs and expected outcomes, so that an SDK in any language can load them.
+Today tests/protocol/test_conformance.py runs every file against the Python
+protocol core and, for the server-session files, against a real Tether
+server. Expected error codes are the specification's; expected log-
 probabilities are computed here with torch.distributions, an implementation
 independent of every SDK's own formulas.
 
@@ -68,6 +70,11 @@ def message_cases() -> list[dict]:
         ok("set_state", '{"type": "SET_STATE", "weights_seq_no": 1, "onnx_file": ""}', "SET_STATE"),
         ok("error", '{"type": "ERROR", "code": "INVALID_JSON", "message": "x"}', "ERROR"),
         ok("unknown_fields_ignored", '{"type": "PING", "future_field": [1, 2]}', "PING"),
+        ok("episodes_with_batch_ids", '{"type": "EPISODES_AND_GET_STATE", "episodes": [], "client_session": "9f1c", '
+           '"batch_seq": 1, "env_steps": 0, "agent_steps": 0}', "EPISODES_AND_GET_STATE"),
+        ok("connection_level_error", '{"type": "ERROR", "code": "CLIENT_TIMEOUT", "message": "no byte for 60 s"}', "ERROR"),
+        ok("map_agents", '{"type": "MAP_AGENTS", "episode_id": "ep-1", "agent_ids": ["red_0"]}', "MAP_AGENTS"),
+        ok("agent_modules", '{"type": "AGENT_MODULES", "modules": {"red_0": "red"}}', "AGENT_MODULES"),
         err("invalid_utf8", b'{"type": "PING", "client_name": "\xff\xfe"}', "INVALID_UTF8"),
         err("invalid_json", b'{"type": "PING"', "INVALID_JSON"),
         err("empty_body", b"", "INVALID_JSON"),
@@ -174,6 +181,19 @@ def episode_cases() -> list[dict]:
         # 1.3: a Box action is the raw Gaussian sample; outside the bounds is valid, non-finite is not.
         case("box_action_raw_sample_outside_bounds", [good_episode(1, actions=[[1.5, 0.0]], action_dist_inputs=[[0, 0, 0, 0]])], steps=1,
              act={"type": "Box", "shape": [2], "low": -1, "high": 1}),
+        case("box_action_raw_sample_far_outside", [good_episode(1, actions=[[1e6, -1e6]], action_dist_inputs=[[0, 0, 0, 0]])],
+             steps=1, act={"type": "Box", "shape": [2], "low": -1, "high": 1}),
+        case("box_action_overflows_float32", [], code="NON_FINITE_VALUE", act={"type": "Box", "shape": [2], "low": -1, "high": 1},
+             raw=json.dumps({"type": "EPISODES", "episodes": [good_episode(1, actions=[[0.0, 0.0]], action_dist_inputs=[[0, 0, 0, 0]])]})
+             .replace('"actions": [[0.0, 0.0]]', '"actions": [[0.0, 1e39]]')),
+        case("box_action_nan", [], code="NON_FINITE_VALUE", act={"type": "Box", "shape": [2], "low": -1, "high": 1},
+             raw=json.dumps({"type": "EPISODES", "episodes": [good_episode(1, actions=[[0.0, 0.0]], action_dist_inputs=[[0, 0, 0, 0]])]})
+             .replace('"actions": [[0.0, 0.0]]', '"actions": [[NaN, 0.0]]')),
+        case("multidiscrete_still_strict", [good_episode(1, actions=[[3, 0]], action_dist_inputs=[[0] * 5])],
+             code="ACTION_OUT_OF_SPACE", act={"type": "MultiDiscrete", "nvec": [3, 2]}),
+        case("batch_ids_are_not_record_fields", [], steps=2,
+             raw=json.dumps({"type": "EPISODES", "client_session": "s", "batch_seq": 1, "env_steps": 2, "agent_steps": 2,
+                             "episodes": [good_episode(2)]})),
         case("box_action_wrong_shape", [good_episode(1, actions=[[0.5]], action_dist_inputs=[[0, 0, 0, 0]])],
              code="ACTION_OUT_OF_SPACE", act={"type": "Box", "shape": [2], "low": -1, "high": 1}),
         case("missing_logp_on_policy", [{k: v for k, v in good_episode(2).items() if k != "action_logp"}],
@@ -220,6 +240,18 @@ def logp_cases() -> list[dict]:
         lp = float(n.log_prob(torch.tensor(action, dtype=torch.float64)).sum())
         cases.append({"name": name, "space": {"type": "Box", "shape": [len(mean)], "low": -5, "high": 5},
                       "dist_inputs": mean + log_std, "action": action, "logp": lp})
+    # 1.3 (§11.4, §11.5): the record carries the raw sample, which may lie outside the box, and its
+    # Gaussian logp; the engine executes the sample clipped into the box ("env_action").
+    for name, mean, log_std, raw, low, high in [
+        ("box1_raw_sample_outside_box", [0.8], [math.log(0.5)], [1.3], -1.0, 1.0),
+        ("box2_raw_sample_one_element_outside", [0.2, -0.3], [-0.5, 0.1], [1.4, -0.3], -1.0, 1.0),
+        ("box2_raw_sample_below_low", [0.0, 0.0], [0.0, 0.0], [-2.5, 0.25], -1.0, 1.0),
+    ]:
+        n = Normal(torch.tensor(mean, dtype=torch.float64), torch.tensor(log_std, dtype=torch.float64).exp())
+        lp = float(n.log_prob(torch.tensor(raw, dtype=torch.float64)).sum())
+        cases.append({"name": name, "space": {"type": "Box", "shape": [len(mean)], "low": low, "high": high},
+                      "dist_inputs": mean + log_std, "action": raw, "logp": lp,
+                      "env_action": [min(max(a, low), high) for a in raw]})
     for c in cases:
         assert math.isfinite(c["logp"])
     return cases
@@ -250,10 +282,15 @@ def session_cases() -> list[dict]:
         {"name": "auth_ok_then_requests", "server": {"auth_token": "s3cret"},
          "requests": [{"type": "PING", "auth_token": "s3cret"}, {"type": "GET_CONFIG"}],
          "responses": ["PONG", "SET_CONFIG"]},
-        {"name": "auth_failed_then_retry", "server": {"auth_token": "s3cret"},
-         "requests": [{"type": "PING", "auth_token": "x"}, {"type": "GET_STATE"},
+        # 1.3: a PING with a wrong token is refused and the connection closed (connection.json).
+        {"name": "request_before_auth_then_ping", "server": {"auth_token": "s3cret"},
+         "requests": [{"type": "GET_STATE"}, {"type": "GET_CONFIG"},
                       {"type": "PING", "auth_token": "s3cret"}, {"type": "GET_STATE"}],
          "responses": ["ERROR:AUTH_FAILED", "ERROR:AUTH_FAILED", "PONG", "SET_STATE"]},
+        {"name": "version_mismatch_does_not_authenticate", "server": {"auth_token": "s3cret"},
+         "requests": [{"type": "PING", "protocol_version": "2.0", "auth_token": "s3cret"}, {"type": "GET_CONFIG"},
+                      {"type": "PING", "protocol_version": "1.3", "auth_token": "s3cret"}, {"type": "GET_CONFIG"}],
+         "responses": ["ERROR:VERSION_MISMATCH", "ERROR:AUTH_FAILED", "PONG", "SET_CONFIG"]},
     ]
 
 
@@ -320,10 +357,13 @@ def multi_agent_episode_cases() -> list[dict]:
         entry.update(kw)
         return entry
 
-    def case(name: str, agents: dict, steps: int | None = None, code: str | None = None, **record: object) -> dict:
+    def case(name: str, agents: dict, steps: int | None = None, code: str | None = None, raw_value_obs: bool = False,
+             **record: object) -> dict:
         rec = {"episode_id": "e", "is_terminated": False, "is_truncated": False, "agents": agents}
         rec.update(record)
         out = {"name": name, "modules": modules, "require_logp": True, "record": rec}
+        if raw_value_obs:  # the record as JSON text, so a NaN token can be written
+            out["record_json"] = json.dumps(rec).replace('"value_obs": [[0.0', '"value_obs": [[NaN', 1)
         if code:
             out["error"] = code
         else:
@@ -341,8 +381,492 @@ def multi_agent_episode_cases() -> list[dict]:
         case("agent_obs_wrong_shape", {"a": agent(obs=[[0.0, 0.0]] * 3)}, code="OBS_SHAPE_MISMATCH"),
         case("central_critic_missing_value_obs", {"a": agent("critic")}, code="OBS_SHAPE_MISMATCH"),
         case("central_critic_wrong_width", {"a": agent("critic", value_obs=[[0.0] * 3] * 3)}, code="OBS_SHAPE_MISMATCH"),
+        case("central_critic_ragged_value_obs", {"a": agent("critic", value_obs=[[0.0] * 6, [0.0] * 5, [0.0] * 6])},
+             code="OBS_SHAPE_MISMATCH"),
+        case("central_critic_value_obs_strings", {"a": agent("critic", value_obs=[["x"] * 6] * 3)}, code="OBS_SHAPE_MISMATCH"),
+        case("central_critic_value_obs_too_few_rows", {"a": agent("critic", value_obs=[[0.0] * 6] * 2)},
+             code="OBS_SHAPE_MISMATCH"),
+        case("central_critic_value_obs_nan", {"a": agent("critic", value_obs=[[0.0] * 6] * 3)}, code="NON_FINITE_VALUE",
+             raw_value_obs=True),
+        case("value_obs_ignored_without_critic", {"a": agent(value_obs=[["not", "checked"]])}, 2),
+        case("zero_step_entry", {"a": agent(steps=0)}, code="EPISODE_LENGTH_MISMATCH"),
         case("negative_start_step", {"a": agent(start_step=-1)}, code="INVALID_FIELD"),
         case("agents_not_object", [], code="INVALID_FIELD"),
+    ]
+
+
+# -- server sessions ---------------------------------------------------------------------------------
+#
+# A server-session case gives the server's settings (the options of ``tether serve`` as JSON: spaces,
+# modules, policy_mapping, groups, force_on_policy; nothing is trained: no update runs during a case)
+# and a list of steps. A step either sends one request on the current connection and says what the
+# server answers ("expect": a response type, "ERROR:<code>", or null for no answer at all - an EPISODES
+# that was accepted; a runner checks that by sending a PING next and getting PONG first), or is
+# {"reconnect": true}: close the connection and open a new one. "fields" are members the answer has
+# with exactly these values, "present"/"absent" name members (dotted paths) it must have or lack,
+# "same_answer_as": i says the answer equals, member for member, the answer to step i.
+# "received_agent_steps", when given, is the number of agent steps the server has accepted at the end.
+# Records carry the action_logp of a uniform policy, which a freshly started server's models are close
+# to, so a server that checks behaviour log-probabilities (§13.6) accepts them.
+
+BOX3 = {"type": "Box", "shape": [3], "low": -10, "high": 10}
+LAYOUT = {
+    "modules": {
+        "chaser": {"observation_space": BOX3, "action_space": {"type": "Discrete", "n": 2}},
+        "runner": {"observation_space": BOX3, "action_space": {"type": "Discrete", "n": 3}, "trainable": False},
+        "pairmod": {"observation_space": {"type": "Box", "shape": [6], "low": -10, "high": 10},
+                    "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]}},
+    },
+    "policy_mapping": [{"pattern": "adversary_*", "module": "chaser"}, {"agent_id": "good_0", "module": "runner"},
+                       {"agent_id": "pair", "module": "pairmod"},
+                       {"pattern": "car_*", "choose_from": ["chaser", "runner"]}],
+    "groups": {"pair": {"members": ["m_0", "m_1"], "reward": "sum"}},
+}
+SINGLE = {"observation_space": CARTPOLE_OBS, "action_space": DISCRETE2}
+
+
+def _fnv1a32(data: bytes) -> int:
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def _choose(episode_id: str, agent_id: str, choices: list[str]) -> str:
+    return choices[_fnv1a32(f"{episode_id}\x00{agent_id}".encode()) % len(choices)]
+
+
+def send(message: dict, expect: str | None, **checks: object) -> dict:
+    return {"send": message, "expect": expect, **checks}
+
+
+RECONNECT = {"reconnect": True}
+
+
+#: The log-probability of any action under a uniform policy, per module of LAYOUT. A freshly started
+#: server's policies are close to uniform, so these pass a server's logp check (§13.6).
+UNIFORM_LOGP = {"chaser": -math.log(2), "runner": -math.log(3), "pairmod": -2 * math.log(2)}
+
+
+def entry(module: str, steps: int = 2, width: int = 3, action: object = 1, **kw: object) -> dict:
+    out = {"module": module, "start_step": 0, "obs": [[0.1] * width] * (steps + 1), "actions": [action] * steps,
+           "rewards": [0.5] * steps, "action_logp": [round(UNIFORM_LOGP.get(module, -0.7), 6)] * steps,
+           "is_terminated": False, "is_truncated": False}
+    out.update(kw)
+    return out
+
+
+def ma_record(agents: dict, episode_id: str = "ep-1", **flags: object) -> dict:
+    return {"episode_id": episode_id, "is_terminated": bool(flags.get("is_terminated", False)),
+            "is_truncated": bool(flags.get("is_truncated", False)), "agents": agents}
+
+
+def batch(records: list, kind: str = "EPISODES_AND_GET_STATE", **top: object) -> dict:
+    return {"type": kind, "episodes": records, **top}
+
+
+def map_agents_cases() -> list[dict]:
+    """MAP_AGENTS requests -> AGENT_MODULES answers, or ERROR codes (§7.10, §7.11)."""
+    def case(name: str, *steps: dict) -> dict:
+        return {"name": name, "server": LAYOUT, "steps": list(steps)}
+
+    def ask(agent_ids: object, episode_id: object = "ep-1", **kw: object) -> dict:
+        msg: dict = {"type": "MAP_AGENTS", "agent_ids": agent_ids}
+        if episode_id is not None:
+            msg["episode_id"] = episode_id
+        return msg
+
+    choices = ["chaser", "runner"]
+    return [
+        case("rules", send(ask(["adversary_0", "good_0", "pair"]), "AGENT_MODULES",
+                           fields={"modules": {"adversary_0": "chaser", "good_0": "runner", "pair": "pairmod"}})),
+        case("choose_from_depends_on_episode",
+             send(ask(["car_0", "car_1"], "ep-1"), "AGENT_MODULES",
+                  fields={"modules": {"car_0": _choose("ep-1", "car_0", choices), "car_1": _choose("ep-1", "car_1", choices)}}),
+             send(ask(["car_0"], "ep-2"), "AGENT_MODULES", fields={"modules": {"car_0": _choose("ep-2", "car_0", choices)}})),
+        case("no_episode_id_is_empty_string",
+             send(ask(["car_0", "car_7"], None), "AGENT_MODULES",
+                  fields={"modules": {"car_0": _choose("", "car_0", choices), "car_7": _choose("", "car_7", choices)}})),
+        case("null_episode_id_is_empty_string",
+             send({"type": "MAP_AGENTS", "episode_id": None, "agent_ids": ["car_7"]}, "AGENT_MODULES",
+                  fields={"modules": {"car_7": _choose("", "car_7", choices)}})),
+        case("empty_list", send(ask([]), "AGENT_MODULES", fields={"modules": {}})),
+        case("repeated_id_answered_once", send(ask(["adversary_3", "adversary_3"]), "AGENT_MODULES",
+                                               fields={"modules": {"adversary_3": "chaser"}})),
+        case("unmapped_id", send(ask(["adversary_0", "zzz"]), "ERROR:UNMAPPED_AGENT", fields={"request": "MAP_AGENTS"})),
+        case("group_member_id", send(ask(["m_0"]), "ERROR:GROUP_MEMBER_OUTSIDE_GROUP", fields={"request": "MAP_AGENTS"})),
+        case("agent_ids_missing", send({"type": "MAP_AGENTS", "episode_id": "ep-1"}, "ERROR:INVALID_FIELD")),
+        case("agent_ids_not_a_list", send(ask("adversary_0"), "ERROR:INVALID_FIELD")),
+        case("agent_ids_not_strings", send(ask(["adversary_0", 7]), "ERROR:INVALID_FIELD")),
+        case("error_keeps_connection", send(ask(["zzz"]), "ERROR:UNMAPPED_AGENT"),
+             send(ask(["adversary_1"]), "AGENT_MODULES", fields={"modules": {"adversary_1": "chaser"}})),
+    ]
+
+
+def multi_agent_session_cases() -> list[dict]:
+    """The multi-agent checks that need the server's layout and state (§10.8 pass 2), as sessions."""
+    def case(name: str, *steps: dict, received: int | None = None) -> dict:
+        out = {"name": name, "server": LAYOUT, "steps": list(steps)}
+        if received is not None:
+            out["received_agent_steps"] = received
+        return out
+
+    car = _choose("ep-1", "car_0", ["chaser", "runner"])
+    other = "runner" if car == "chaser" else "chaser"
+    done = entry("chaser", is_terminated=True)
+    return [
+        case("accepted", send(batch([ma_record({"adversary_0": entry("chaser"), "good_0": entry("runner"),
+                                                "pair": entry("pairmod", width=6, action=[1, 0])})]),
+                              "SET_STATE"), received=6),
+        case("module_mismatch", send(batch([ma_record({"adversary_0": entry("runner")})]), "ERROR:MODULE_MISMATCH",
+                                     fields={"request": "EPISODES_AND_GET_STATE"}), received=0),
+        case("module_mismatch_choose_from", send(batch([ma_record({"car_0": entry(other)})]), "ERROR:MODULE_MISMATCH"),
+             send(batch([ma_record({"car_0": entry(car)})]), "SET_STATE"), received=2),
+        case("module_mismatch_in_episodes_answer_for_episodes",
+             send(batch([ma_record({"adversary_0": entry("runner")})], "EPISODES"), "ERROR:MODULE_MISMATCH",
+                  fields={"request": "EPISODES"})),
+        case("unmapped_agent", send(batch([ma_record({"zzz": entry("chaser")})]), "ERROR:UNMAPPED_AGENT")),
+        case("single_agent_record_without_default_module",
+             send(batch([good_episode(2)]), "ERROR:UNMAPPED_AGENT")),
+        case("group_member_outside_group",
+             send(batch([ma_record({"m_0": entry("pairmod", width=6, action=[1, 0])})]), "ERROR:GROUP_MEMBER_OUTSIDE_GROUP")),
+        case("group_member_reported_before_later_unmapped_entry",
+             send(batch([ma_record({"m_1": entry("chaser"), "zzz": entry("chaser")})]), "ERROR:GROUP_MEMBER_OUTSIDE_GROUP")),
+        case("unmapped_entry_reported_before_later_group_member",
+             send(batch([ma_record({"zzz": entry("chaser"), "m_1": entry("chaser")})]), "ERROR:UNMAPPED_AGENT")),
+        case("malformed_entry_before_mapping_problem",
+             send(batch([ma_record({"zzz": entry("chaser"), "adversary_0": entry("chaser", width=2)})]),
+                  "ERROR:OBS_SHAPE_MISMATCH")),
+        case("agent_already_done_in_later_message",
+             send(batch([ma_record({"adversary_0": done, "adversary_1": entry("chaser")})]), "SET_STATE"),
+             send(batch([ma_record({"adversary_0": entry("chaser")})]), "ERROR:AGENT_ALREADY_DONE"), received=4),
+        case("agent_already_done_in_same_message",
+             send(batch([ma_record({"adversary_0": done}), ma_record({"adversary_0": entry("chaser")})]),
+                  "ERROR:AGENT_ALREADY_DONE"), received=0),
+        case("group_leaves_as_a_whole",
+             send(batch([ma_record({"pair": entry("pairmod", width=6, action=[1, 0], is_truncated=True)})]), "SET_STATE"),
+             send(batch([ma_record({"pair": entry("pairmod", width=6, action=[0, 0])})]), "ERROR:AGENT_ALREADY_DONE"),
+             received=2),
+        case("refused_message_keeps_no_done_state",
+             send(batch([ma_record({"adversary_0": done, "zzz": entry("chaser")})]), "ERROR:UNMAPPED_AGENT"),
+             send(batch([ma_record({"adversary_0": entry("chaser")})]), "SET_STATE"), received=2),
+        case("episode_end_forgets_done_agents",
+             send(batch([ma_record({"adversary_0": done}), ma_record({}, is_terminated=True)]), "SET_STATE"),
+             send(batch([ma_record({"adversary_0": entry("chaser")})]), "SET_STATE"), received=4),
+        case("done_state_is_per_episode",
+             send(batch([ma_record({"adversary_0": done})]), "SET_STATE"),
+             send(batch([ma_record({"adversary_0": entry("chaser")}, "ep-2")]), "SET_STATE"), received=4),
+        case("done_state_is_per_connection_without_client_session",
+             send(batch([ma_record({"adversary_0": done})]), "SET_STATE"), RECONNECT,
+             send(batch([ma_record({"adversary_0": entry("chaser")})]), "SET_STATE"), received=4),
+        case("closing_record_without_agents",
+             send(batch([ma_record({"adversary_0": entry("chaser")}), ma_record({}, is_terminated=True)]), "SET_STATE"),
+             received=2),
+    ]
+
+
+def exactly_once_cases() -> list[dict]:
+    """1.3 exactly-once batches (§7.7, §13.5): client_session + batch_seq, duplicates stored once."""
+    def case(name: str, *steps: dict, received: int | None = None, server: dict | None = None) -> dict:
+        out = {"name": name, "server": server or SINGLE, "steps": list(steps)}
+        if received is not None:
+            out["received_agent_steps"] = received
+        return out
+
+    def ids(session: object = "9f1c2a", seq: object = 1) -> dict:
+        return {"client_session": session, "batch_seq": seq}
+
+    good = [good_episode(3)]
+    bad = [good_episode(3, actions=[0, 5, 1])]
+    ping = {"type": "PING", "protocol_version": "1.3"}
+    same = {"weights_seq_no": 0}
+    return [
+        case("duplicate_answered_alike_stored_once",
+             send(batch(good, **ids()), "SET_STATE", fields=same, present=["onnx_file"]),
+             send(batch(good, **ids()), "SET_STATE", fields=same, present=["onnx_file"], same_answer_as=0), received=3),
+        case("duplicate_after_reconnect",
+             send(ping, "PONG"), send(batch(good, weights_seq_no=0, **ids()), "SET_STATE", fields=same, absent=["onnx_file"]),
+             RECONNECT, send(ping, "PONG"),
+             send(batch(good, weights_seq_no=0, **ids()), "SET_STATE", fields=same, absent=["onnx_file"],
+                  same_answer_as=1), received=3),
+        case("duplicate_per_module_answer",
+             send(batch(good, weights_seq_nos={}, **ids()), "SET_STATE", present=["models.default_policy.onnx_file"]),
+             send(batch(good, weights_seq_nos={}, **ids()), "SET_STATE", same_answer_as=0), received=3),
+        case("duplicate_episodes_has_no_answer",
+             send(batch(good, "EPISODES", **ids()), None), send(batch(good, "EPISODES", **ids()), None), received=3),
+        case("lower_seq_is_a_duplicate",
+             send(batch(good, **ids(seq=1)), "SET_STATE"), send(batch(good, **ids(seq=2)), "SET_STATE"),
+             send(batch(good, **ids(seq=1)), "SET_STATE"), received=6),
+        case("gap_in_seq_is_new_and_raises_the_mark",
+             send(batch(good, **ids(seq=1)), "SET_STATE"), send(batch(good, **ids(seq=5)), "SET_STATE"),
+             send(batch(good, **ids(seq=3)), "SET_STATE"), send(batch(good, **ids(seq=6)), "SET_STATE"), received=9),
+        case("sessions_are_independent",
+             send(batch(good, **ids("a")), "SET_STATE"), send(batch(good, **ids("b")), "SET_STATE"), received=6),
+        case("refused_batch_does_not_advance",
+             send(batch(bad, **ids()), "ERROR:ACTION_OUT_OF_SPACE"), send(batch(good, **ids()), "SET_STATE"), received=3),
+        case("duplicate_checked_before_episodes",
+             send(batch(good, **ids()), "SET_STATE"), send(batch(bad, **ids()), "SET_STATE"), received=3),
+        case("without_ids_every_batch_is_new",
+             send(batch(good), "SET_STATE"), send(batch(good), "SET_STATE"), received=6),
+        case("session_of_128_characters", send(batch(good, **ids("s" * 128)), "SET_STATE"), received=3),
+        case("session_too_long", send(batch(good, **ids("s" * 129)), "ERROR:INVALID_FIELD"), received=0),
+        case("session_empty", send(batch(good, **ids("")), "ERROR:INVALID_FIELD"), received=0),
+        case("session_not_a_string", send(batch(good, **ids(17)), "ERROR:INVALID_FIELD"), received=0),
+        case("seq_zero", send(batch(good, **ids(seq=0)), "ERROR:INVALID_FIELD"), received=0),
+        case("seq_not_an_integer", send(batch(good, **ids(seq=1.5)), "ERROR:INVALID_FIELD"), received=0),
+        case("seq_a_string", send(batch(good, **ids(seq="1")), "ERROR:INVALID_FIELD"), received=0),
+        case("seq_a_boolean", send(batch(good, **ids(seq=True)), "ERROR:INVALID_FIELD"), received=0),
+        case("only_session", send(batch(good, client_session="9f1c2a"), "ERROR:INVALID_FIELD"), received=0),
+        case("only_seq", send(batch(good, batch_seq=1), "ERROR:INVALID_FIELD"), received=0),
+        case("only_seq_in_episodes", send(batch(good, "EPISODES", batch_seq=1), "ERROR:INVALID_FIELD",
+                                          fields={"request": "EPISODES"}), received=0),
+        case("done_state_survives_reconnect_with_client_session",
+             send(batch([ma_record({"adversary_0": entry("chaser", is_terminated=True)})], **ids()), "SET_STATE"),
+             RECONNECT,
+             send(batch([ma_record({"adversary_0": entry("chaser")})], **ids(seq=2)), "ERROR:AGENT_ALREADY_DONE"),
+             server=LAYOUT, received=2),
+    ]
+
+
+def set_state_cases() -> list[dict]:
+    """When SET_STATE may omit the model (§7.6): only for a client that announced a protocol version
+    and claims, as a JSON integer, the weights the server serves."""
+    def case(name: str, *steps: dict) -> dict:
+        return {"name": name, "server": SINGLE, "steps": list(steps)}
+
+    v13 = send({"type": "PING", "protocol_version": "1.3"}, "PONG")
+    bare = send({"type": "PING"}, "PONG")
+
+    def get(claim: object = "absent", key: str = "weights_seq_no") -> dict:
+        msg: dict = {"type": "GET_STATE"}
+        if claim != "absent":
+            msg[key] = claim
+        return msg
+
+    model, no_model = {"present": ["onnx_file"]}, {"absent": ["onnx_file"]}
+    return [
+        case("v1_client_always_gets_model", send(get(), "SET_STATE", fields={"weights_seq_no": 0}, **model)),
+        case("v1_client_claiming_current_still_gets_model", bare, send(get(0), "SET_STATE", **model)),
+        case("no_ping_claiming_current_gets_model", send(get(0), "SET_STATE", **model)),
+        case("announced_client_without_claim", v13, send(get(), "SET_STATE", **model)),
+        case("announced_client_claiming_current", v13, send(get(0), "SET_STATE", fields={"weights_seq_no": 0}, **no_model)),
+        case("announced_client_claiming_other", v13, send(get(4), "SET_STATE", fields={"weights_seq_no": 0}, **model)),
+        case("claim_as_float_is_not_held", v13, send(get(0.0), "SET_STATE", **model)),
+        case("claim_as_string_is_not_held", v13, send(get("0"), "SET_STATE", **model)),
+        case("claim_false_is_not_zero", v13, send(get(False), "SET_STATE", **model)),
+        case("episodes_and_get_state_claiming_current", v13,
+             send(batch([good_episode(2)], weights_seq_no=0), "SET_STATE", **no_model)),
+        case("per_module_empty_claims_every_model",
+             send(get({}, "weights_seq_nos"), "SET_STATE", present=["models.default_policy.onnx_file"],
+                  absent=["onnx_file", "weights_seq_no"])),
+        case("per_module_held_is_left_out_even_without_version",
+             send(get({"default_policy": 0}, "weights_seq_nos"), "SET_STATE", fields={"models": {}})),
+        case("per_module_float_claim_is_not_held",
+             send(get({"default_policy": 0.0}, "weights_seq_nos"), "SET_STATE",
+                  present=["models.default_policy.onnx_file"])),
+        case("per_module_unknown_module_ignored",
+             send(get({"default_policy": 0, "nope": 3}, "weights_seq_nos"), "SET_STATE", fields={"models": {}})),
+        case("per_module_form_wins_over_single_claim", v13,
+             send({"type": "GET_STATE", "weights_seq_no": 0, "weights_seq_nos": {}}, "SET_STATE",
+                  present=["models.default_policy.onnx_file"], absent=["onnx_file"])),
+    ]
+
+
+def connection_cases() -> list[dict]:
+    """1.3 liveness and connection limits (§6.2, §6.6, §3.2). Extra step kinds: "then_closed" (after
+    the answer the server closes the connection), "send_hex" (raw bytes instead of a message),
+    {"wait_unsolicited": ..., "within_s": ...} (an ERROR the server writes on its own), and
+    {"extra_connection": {...}} (open one more connection and read what the server writes on it)."""
+    token = {"auth_token": "s3cret"}
+    ok_ping = {"type": "PING", "protocol_version": "1.3", "auth_token": "s3cret"}
+
+    def case(name: str, server: dict, *steps: dict) -> dict:
+        return {"name": name, "server": {**SINGLE, **server}, "steps": list(steps)}
+
+    padded = lambda kind, size: {"type": kind, "pad": "x" * (size - len(json.dumps({"type": kind, "pad": ""}, separators=(",", ":"))))}  # noqa: E731
+    at_limit = padded("GET_CONFIG", 65536)
+    assert len(json.dumps(at_limit, separators=(",", ":"))) == 65536
+    return [
+        case("set_config_announces_heartbeat", {"client_timeout_s": 60},
+             send({"type": "GET_CONFIG"}, "SET_CONFIG", fields={"client_timeout_s": 60, "heartbeat_interval_s": 15})),
+        case("heartbeat_ping_after_handshake", {},
+             send({"type": "PING", "protocol_version": "1.3"}, "PONG"), send({"type": "GET_CONFIG"}, "SET_CONFIG"),
+             send({"type": "PING"}, "PONG"), send({"type": "PING"}, "PONG")),
+        case("wrong_token_closes", token,
+             send({"type": "PING", "protocol_version": "1.3", "auth_token": "guess"}, "ERROR:AUTH_FAILED",
+                  fields={"request": "PING"}, then_closed=True),
+             RECONNECT, send(ok_ping, "PONG")),
+        case("missing_token_keeps_connection", token,
+             send({"type": "PING", "protocol_version": "1.3"}, "ERROR:AUTH_FAILED", fields={"request": "PING"}),
+             send(ok_ping, "PONG")),
+        case("wrong_token_type_closes", token,
+             send({"type": "PING", "auth_token": 12345}, "ERROR:AUTH_FAILED", then_closed=True)),
+        case("request_before_auth_keeps_connection", token,
+             send({"type": "GET_CONFIG"}, "ERROR:AUTH_FAILED", fields={"request": "GET_CONFIG"}),
+             send(ok_ping, "PONG"), send({"type": "GET_CONFIG"}, "SET_CONFIG")),
+        case("pre_auth_frame_over_64KiB_refused", token,
+             {"send_hex": b"00065537".hex(), "expect": "ERROR:FRAME_TOO_LARGE", "absent": ["request"],
+              "then_closed": True}),
+        case("pre_auth_frame_at_64KiB_read", token,
+             send(at_limit, "ERROR:AUTH_FAILED", fields={"request": "GET_CONFIG"}), send(ok_ping, "PONG")),
+        case("after_auth_full_frame_limit", token,
+             send(ok_ping, "PONG"), send(padded("PING", 200_000), "PONG")),
+        case("no_auth_token_no_pre_auth_limit", {}, send(padded("PING", 200_000), "PONG")),
+        case("client_timeout", {"client_timeout_s": 0.5},
+             send({"type": "PING", "protocol_version": "1.3"}, "PONG"),
+             {"wait_unsolicited": "ERROR:CLIENT_TIMEOUT", "within_s": 5, "absent": ["request"], "then_closed": True}),
+        case("handshake_timeout", {**token, "handshake_timeout_s": 0.5},
+             {"wait_unsolicited": "ERROR:HANDSHAKE_TIMEOUT", "within_s": 5, "absent": ["request"],
+              "then_closed": True}),
+        case("too_many_connections", {"max_connections": 1},
+             send({"type": "PING"}, "PONG"),
+             {"extra_connection": {"wait_unsolicited": "ERROR:TOO_MANY_CONNECTIONS", "within_s": 5,
+                                   "absent": ["request"], "then_closed": True}},
+             send({"type": "PING"}, "PONG")),
+    ]
+
+
+def counting_cases() -> list[dict]:
+    """1.3 counting (§10.2): agent steps from the records, env steps from a 1.3 message's env_steps."""
+    def case(name: str, server: dict, *steps: dict, env: int, agent: int) -> dict:
+        return {"name": name, "server": server, "steps": list(steps), "received_env_steps": env,
+                "received_agent_steps": agent}
+
+    three = {f"adversary_{i}": entry("chaser") for i in range(3)}  # 3 agents x 2 steps, in 2 env steps
+    return [
+        case("single_agent", SINGLE, send(batch([good_episode(3)], env_steps=3, agent_steps=3), "SET_STATE"),
+             env=3, agent=3),
+        case("v1_message_without_counts", SINGLE, send(batch([good_episode(3)]), "SET_STATE"), env=3, agent=3),
+        case("parallel_agents", LAYOUT, send(batch([ma_record(three)], env_steps=2, agent_steps=6), "SET_STATE"),
+             env=2, agent=6),
+        case("duplicate_counts_once", LAYOUT,
+             send(batch([ma_record(three)], env_steps=2, agent_steps=6, client_session="c", batch_seq=1), "SET_STATE"),
+             send(batch([ma_record(three)], env_steps=2, agent_steps=6, client_session="c", batch_seq=1), "SET_STATE"),
+             env=2, agent=6),
+        case("refused_counts_nothing", LAYOUT,
+             send(batch([ma_record({**three, "zzz": entry("chaser")})], env_steps=2, agent_steps=8),
+                  "ERROR:UNMAPPED_AGENT"), env=0, agent=0),
+        case("claimed_agent_steps_not_trusted", SINGLE,
+             send(batch([good_episode(3)], env_steps=3, agent_steps=1000), "SET_STATE"), env=3, agent=3),
+    ]
+
+
+def client_pairing_cases() -> list[dict]:
+    """How a client pairs what it receives with what it sent (§5.3, §5.4): the request types sent, in
+    order, and the bodies received -> for each body, the request type it answers (null: none), or
+    "violation" when the server broke the protocol (the client stops using the connection)."""
+    def err(code: str, request: str | None = None) -> dict:
+        body = {"type": "ERROR", "code": code, "message": "m"}
+        if request is not None:
+            body["request"] = request
+        return body
+
+    def case(name: str, sent: list[str], received: list[dict], pairs: list | None = None) -> dict:
+        out: dict = {"name": name, "sent": sent, "received": received}
+        if pairs is None:
+            out["violation"] = True
+        else:
+            out["pairs"] = pairs
+        return out
+
+    state = {"type": "SET_STATE", "weights_seq_no": 0}
+    return [
+        case("one_request", ["PING"], [{"type": "PONG"}], ["PING"]),
+        case("in_order", ["PING", "GET_CONFIG", "GET_STATE"],
+             [{"type": "PONG"}, {"type": "SET_CONFIG", "env_steps_per_sample": 1, "force_on_policy": True}, state],
+             ["PING", "GET_CONFIG", "GET_STATE"]),
+        case("episodes_has_no_answer", ["EPISODES", "PING"], [{"type": "PONG"}], ["PING"]),
+        case("error_answers_oldest", ["GET_STATE", "PING"], [err("AUTH_FAILED", "GET_STATE"), {"type": "PONG"}],
+             ["GET_STATE", "PING"]),
+        case("error_for_episodes_pairs_with_nothing", ["EPISODES", "GET_STATE"],
+             [err("ACTION_OUT_OF_SPACE", "EPISODES"), state], [None, "GET_STATE"]),
+        case("error_when_nothing_outstanding", [], [err("ACTION_OUT_OF_SPACE", "EPISODES")], [None]),
+        case("body_error_without_request_answers_oldest", ["GET_STATE"], [err("INVALID_JSON")], ["GET_STATE"]),
+        case("map_agents", ["MAP_AGENTS"], [{"type": "AGENT_MODULES", "modules": {}}], ["MAP_AGENTS"]),
+        case("unknown_error_code_answers_oldest", ["GET_STATE"], [err("SOME_FUTURE_CODE", "GET_STATE")], ["GET_STATE"]),
+        # 1.3: connection-level refusals answer nothing; the outstanding request stays unanswered.
+        case("client_timeout_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("CLIENT_TIMEOUT")], [None]),
+        case("too_many_connections_answers_nothing", ["PING"], [err("TOO_MANY_CONNECTIONS")], [None]),
+        case("handshake_timeout_answers_nothing", ["PING"], [err("HANDSHAKE_TIMEOUT")], [None]),
+        case("framing_error_report_answers_nothing", ["GET_STATE"], [err("BAD_HEADER")], [None]),
+        case("unsolicited_response", [], [{"type": "PONG"}]),
+        case("wrong_response_type", ["PING"], [state]),
+        case("response_for_episodes", ["EPISODES"], [state]),
+    ]
+
+
+# -- client-side transforms -----------------------------------------------------------------------------
+
+def group_cases() -> list[dict]:
+    """Groups as a client hides them (§9.6): observations joined, actions split, rewards combined, spaces."""
+    d = lambda n: {"type": "Discrete", "n": n}  # noqa: E731
+    b = lambda shape, lo, hi: {"type": "Box", "shape": shape, "low": lo, "high": hi}  # noqa: E731
+    pair = {"members": ["m_0", "m_1"], "reward": "sum"}
+    trio_mean = {"members": ["c", "a", "b"], "reward": "mean"}
+    return [
+        {"name": "observation_concat_in_member_order", "group": pair,
+         "member_observations": {"m_1": [3.0, 4.0, 5.0], "m_0": [0.0, 1.0, 2.0]},
+         "group_observation": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]},
+        {"name": "observation_flattened_row_major", "group": pair,
+         "member_observations": {"m_0": [[1.0, 2.0], [3.0, 4.0]], "m_1": [5.0]},
+         "group_observation": [1.0, 2.0, 3.0, 4.0, 5.0]},
+        {"name": "observation_member_missing", "group": pair, "member_observations": {"m_0": [0.0]},
+         "error": "member_observation_missing"},
+        {"name": "action_split_discrete_members", "group": pair, "group_action_space": {"type": "MultiDiscrete", "nvec": [2, 3]},
+         "group_action": [1, 2], "member_actions": {"m_0": 1, "m_1": 2}},
+        {"name": "action_split_multidiscrete_members", "group": pair,
+         "group_action_space": {"type": "MultiDiscrete", "nvec": [2, 3, 4, 5]},
+         "group_action": [1, 2, 3, 4], "member_actions": {"m_0": [1, 2], "m_1": [3, 4]}},
+        {"name": "action_split_box_members", "group": pair, "group_action_space": b([4], -1, 1),
+         "group_action": [0.5, -0.25, 1.0, 0.0], "member_actions": {"m_0": [0.5, -0.25], "m_1": [1.0, 0.0]}},
+        {"name": "action_split_box_one_element_stays_array", "group": pair, "group_action_space": b([2], -1, 1),
+         "group_action": [0.5, -0.25], "member_actions": {"m_0": [0.5], "m_1": [-0.25]}},
+        {"name": "action_split_three_members", "group": trio_mean, "group_action_space": {"type": "MultiDiscrete", "nvec": [2, 2, 2]},
+         "group_action": [1, 0, 1], "member_actions": {"c": 1, "a": 0, "b": 1}},
+        {"name": "reward_sum", "group": pair, "member_rewards": [{"m_0": 1.0, "m_1": 2.0}, {"m_0": 0.5}],
+         "group_reward": 3.5},
+        {"name": "reward_mean", "group": trio_mean, "member_rewards": [{"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 3.0}],
+         "group_reward": 3.0},
+        {"name": "reward_default_is_sum", "group": {"members": ["x", "y"]}, "member_rewards": [{"x": 1.0, "y": 1.0}],
+         "group_reward": 2.0},
+        {"name": "spaces_discrete_members", "member_observation_spaces": [b([2], -1, 1), b([2], [0, 0], [5, 6])],
+         "member_action_spaces": [d(2), d(3)],
+         "group_observation_space": {"type": "Box", "shape": [4], "dtype": "float32", "low": [-1, -1, 0, 0], "high": [1, 1, 5, 6]},
+         "group_action_space": {"type": "MultiDiscrete", "nvec": [2, 3]}},
+        {"name": "spaces_multidiscrete_and_discrete", "member_observation_spaces": [b([1], -1, 1), b([1], -1, 1)],
+         "member_action_spaces": [{"type": "MultiDiscrete", "nvec": [2, 2]}, d(4)],
+         "group_observation_space": {"type": "Box", "shape": [2], "dtype": "float32", "low": -1, "high": 1},
+         "group_action_space": {"type": "MultiDiscrete", "nvec": [2, 2, 4]}},
+        {"name": "spaces_box_members", "member_observation_spaces": [b([1], -1, 1), b([1], -2, 2)],
+         "member_action_spaces": [b([2], -1, 1), b([2], 0, 1)],
+         "group_observation_space": {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1, -2], "high": [1, 2]},
+         "group_action_space": {"type": "Box", "shape": [4], "dtype": "float32", "low": [-1, -1, 0, 0], "high": 1}},
+        {"name": "spaces_mixed_actions_refused", "member_observation_spaces": [b([1], -1, 1), b([1], -1, 1)],
+         "member_action_spaces": [d(2), b([1], -1, 1)], "error": "mixed_action_spaces"},
+        {"name": "spaces_discrete_with_start_refused", "member_observation_spaces": [b([1], -1, 1), b([1], -1, 1)],
+         "member_action_spaces": [{"type": "Discrete", "n": 2, "start": 1}, d(2)], "error": "discrete_start_not_zero"},
+    ]
+
+
+def value_obs_cases() -> list[dict]:
+    """Centralized-critic rows (§9.7): for each listed agent, its latest observation in the episode
+    (this step's included), zeros before its first; an agent that left keeps its final one."""
+    return [
+        {"name": "all_observed_each_step", "value_obs_agents": ["a", "b"], "obs_dim": 2,
+         "steps": [{"observe": {"a": [1, 2], "b": [3, 4]}, "row": [1, 2, 3, 4]},
+                   {"observe": {"b": [5, 6], "a": [7, 8]}, "row": [7, 8, 5, 6]}]},
+        {"name": "not_yet_observed_is_zeros", "value_obs_agents": ["a", "b", "c"], "obs_dim": 1,
+         "steps": [{"observe": {"b": [2]}, "row": [0, 2, 0]}, {"observe": {"a": [1]}, "row": [1, 2, 0]}]},
+        {"name": "latest_observation_kept_between_steps", "value_obs_agents": ["a", "b"], "obs_dim": 1,
+         "steps": [{"observe": {"a": [1], "b": [2]}, "row": [1, 2]}, {"observe": {"a": [3]}, "row": [3, 2]},
+                   {"observe": {"a": [4]}, "row": [4, 2]}]},
+        {"name": "agent_that_left_keeps_final_observation", "value_obs_agents": ["a", "b"], "obs_dim": 1,
+         "steps": [{"observe": {"a": [1], "b": [2]}, "row": [1, 2]}, {"leave": {"b": [9]}, "row": [1, 9]},
+                   {"observe": {"a": [5]}, "row": [5, 9]}]},
+        {"name": "list_order_not_observation_order", "value_obs_agents": ["z", "a"], "obs_dim": 2,
+         "steps": [{"observe": {"a": [1, 1], "z": [2, 2]}, "row": [2, 2, 1, 1]}]},
+        {"name": "unlisted_agents_ignored", "value_obs_agents": ["a"], "obs_dim": 1,
+         "steps": [{"observe": {"a": [1], "x": [7]}, "row": [1]}]},
     ]
 
 
@@ -356,6 +880,15 @@ def main() -> None:
         "session.json": session_cases(),
         "policy_mapping.json": mapping_cases(),
         "multi_agent_episodes.json": multi_agent_episode_cases(),
+        "map_agents.json": map_agents_cases(),
+        "multi_agent_sessions.json": multi_agent_session_cases(),
+        "exactly_once.json": exactly_once_cases(),
+        "set_state.json": set_state_cases(),
+        "connection.json": connection_cases(),
+        "counting.json": counting_cases(),
+        "client_pairing.json": client_pairing_cases(),
+        "groups.json": group_cases(),
+        "value_obs.json": value_obs_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]

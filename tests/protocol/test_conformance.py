@@ -1,17 +1,25 @@
 """Runs the shared conformance vectors (tests/conformance/*.json) through the
-Python protocol core. The C# and C++ SDKs run the same files."""
+Python protocol core and, for the rules that live in the server (server-session
+vectors), through a real Tether server started in this process. The files are
+plain JSON so that SDKs in other languages can run them too."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from tether.sdk.protocol import (
+    ClientConnection,
     FrameDecoder,
+    RemoteProtocolError,
+    encode_frame,
+    to_env_action,
     FramingError,
     MessageError,
     Refusal,
@@ -24,7 +32,7 @@ from tether.sdk.protocol import (
 )
 
 from tether.sdk.protocol.messages import EXPECTED_RESPONSE
-from tether.sdk.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
+from tether.sdk.protocol.multi_agent import GroupSpec, ModuleSpec, decode_multi_agent_record, group_spaces, value_obs_row
 from tether.sdk.protocol.policy_mapping import PolicyMapping, fnv1a32
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance"
@@ -117,6 +125,8 @@ def test_logp_vector(case: dict) -> None:
     space = space_from_json(case["space"])
     got = log_prob(space, np.asarray(case["dist_inputs"]), case["action"])
     assert math.isclose(got, case["logp"], rel_tol=1e-9, abs_tol=1e-9)
+    if "env_action" in case:  # 1.3: the record keeps the raw sample, the engine gets it clipped
+        np.testing.assert_allclose(to_env_action(space, np.asarray(case["action"])), case["env_action"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("case", cases("session.json"), ids=ids(cases("session.json")))
@@ -152,11 +162,224 @@ def test_policy_mapping_vector(case: dict) -> None:
 @pytest.mark.parametrize("case", cases("multi_agent_episodes.json"), ids=ids(cases("multi_agent_episodes.json")))
 def test_multi_agent_episode_vector(case: dict) -> None:
     modules = {m: ModuleSpec.from_json(m, spec) for m, spec in case["modules"].items()}
+    raw = json.loads(case["record_json"]) if "record_json" in case else case["record"]
     try:
-        record = decode_multi_agent_record(case["record"], 0, modules, case["require_logp"])
+        record = decode_multi_agent_record(raw, 0, modules, case["require_logp"])
     except MessageError as exc:
         assert "error" in case, f"unexpected {exc}"
         assert exc.code.value == case["error"]
         return
     assert "error" not in case, f"expected {case.get('error')}"
     assert record.agent_steps == case["agent_steps"]
+
+
+# -- server sessions: a real server in this process, one TCP connection at a time ------------------
+
+
+class _Peer:
+    """A raw RLlink connection: frames out, decoded answers in."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer, self.decoder = reader, writer, FrameDecoder()
+        self.ready: list[bytes] = []
+
+    @classmethod
+    async def open(cls, port: int) -> "_Peer":
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, message: dict) -> None:
+        self.writer.write(encode_frame(message))
+        await self.writer.drain()
+
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read(self, within_s: float = 10) -> dict:
+        while not self.ready:
+            data = await asyncio.wait_for(self.reader.read(1 << 20), within_s)
+            assert data, "the server closed the connection"
+            self.ready += self.decoder.feed(data)
+        return decode_message(self.ready.pop(0))[1]
+
+    async def closed_by_server(self, within_s: float = 5) -> bool:
+        """Whether the server closes the connection (end of stream, nothing more) within ``within_s``."""
+        try:
+            data = await asyncio.wait_for(self.reader.read(1 << 20), within_s)
+        except (asyncio.TimeoutError, ConnectionError):
+            return False
+        return not data and not self.ready
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+def _member(message: dict, path: str) -> tuple[bool, Any]:
+    value: Any = message
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def _short(message: dict) -> str:
+    """A message for an assertion text, models abbreviated."""
+    text = json.dumps(message)
+    return text if len(text) < 400 else text[:400] + "…"
+
+
+def _check_answer(answer: dict, step: dict, where: str) -> None:
+    expect = step["expect"]
+    got = f"ERROR:{answer.get('code')}" if answer["type"] == "ERROR" else answer["type"]
+    assert got == expect, f"{where}: expected {expect}, got {_short(answer)}"
+    for key, value in step.get("fields", {}).items():
+        assert answer.get(key) == value, f"{where}: {key} is {answer.get(key)!r}, expected {value!r}"
+    for path in step.get("present", []):
+        assert _member(answer, path)[0], f"{where}: {path} missing from {_short(answer)}"
+    for path in step.get("absent", []):
+        assert not _member(answer, path)[0], f"{where}: {path} must be absent"
+
+
+def _received_agent_steps(trainer: Any) -> int:
+    metrics = trainer.metrics
+    return int(getattr(metrics, "agent_steps_received", metrics.env_steps_received))
+
+
+def _received_env_steps(trainer: Any) -> int:
+    return int(trainer.metrics.env_steps_received)
+
+
+async def _answer_step(peer: "_Peer", step: dict, where: str) -> dict | None:
+    """One step that sends something (a message or raw bytes) or waits for an unsolicited frame;
+    returns the answer, if any."""
+    answer: dict | None = None
+    if "wait_unsolicited" in step:
+        answer = await peer.read(within_s=step["within_s"])
+        _check_answer(answer, {**step, "expect": step["wait_unsolicited"]}, where)
+    else:
+        if "send_hex" in step:
+            await peer.send_raw(bytes.fromhex(step["send_hex"]))
+        else:
+            await peer.send(step["send"])
+        if step["expect"] is None:  # no answer: a PING sent next is answered first
+            await peer.send({"type": "PING"})
+            answer = await peer.read()
+            assert answer["type"] == "PONG", f"{where}: expected no answer, got {_short(answer)}"
+        else:
+            answer = await peer.read()
+            _check_answer(answer, step, where)
+    if step.get("then_closed"):
+        assert await peer.closed_by_server(), f"{where}: the server did not close the connection"
+    return answer
+
+
+async def _run_server_session(case: dict, logdir: Path) -> None:
+    from tether.server.config import ServerConfig
+    from tether.server.module_setup import build_layout
+    from tether.server.tcp_server import TetherServer
+    from tether.server.trainer import Trainer
+
+    # No update may run during a case: the batch size is out of reach.
+    options = {"env": None, "port": 0, "logdir": str(logdir), "tensorboard": False, "quiet": True,
+               "checkpoint_every": 0, "device": "cpu", "train_batch_size": 10**9, **case["server"]}
+    config = ServerConfig.from_dict(options)
+    trainer = Trainer(config, build_layout(config))
+    server = TetherServer(trainer)
+    await server.start()
+    try:
+        peer = await _Peer.open(server.port)
+        answers: dict[int, dict | None] = {}
+        for i, step in enumerate(case["steps"]):
+            where = f"step {i}"
+            if step.get("reconnect"):
+                await peer.close()
+                peer = await _Peer.open(server.port)
+                continue
+            if "extra_connection" in step:
+                extra = await _Peer.open(server.port)
+                await _answer_step(extra, step["extra_connection"], where + " (extra connection)")
+                await extra.close()
+                continue
+            answers[i] = await _answer_step(peer, step, where)
+            if "same_answer_as" in step:
+                assert answers[i] == answers[step["same_answer_as"]], f"{where}: answered differently"
+        await peer.close()
+        if "received_agent_steps" in case:
+            assert _received_agent_steps(trainer) == case["received_agent_steps"], "agent steps received"
+        if "received_env_steps" in case:
+            assert _received_env_steps(trainer) == case["received_env_steps"], "env steps received"
+    finally:
+        await server.stop()
+        await trainer.close(checkpoint=False)
+
+
+SERVER_SESSION_FILES = ["map_agents.json", "multi_agent_sessions.json", "exactly_once.json", "set_state.json",
+                        "connection.json", "counting.json"]
+SERVER_SESSIONS = [(f, c) for f in SERVER_SESSION_FILES for c in cases(f)]
+
+
+@pytest.mark.parametrize("case", [c for _, c in SERVER_SESSIONS],
+                         ids=[f"{f.removesuffix('.json')}:{c['name']}" for f, c in SERVER_SESSIONS])
+def test_server_session_vector(case: dict, tmp_path: Path) -> None:
+    asyncio.run(_run_server_session(case, tmp_path))
+
+
+# -- client-side transforms ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", cases("groups.json"), ids=ids(cases("groups.json")))
+def test_group_vector(case: dict) -> None:
+    if "member_action_spaces" in case:
+        obs_spaces = [space_from_json(s) for s in case["member_observation_spaces"]]
+        act_spaces = [space_from_json(s) for s in case["member_action_spaces"]]
+        if "error" in case:
+            with pytest.raises(ValueError):
+                group_spaces(obs_spaces, act_spaces)
+            return
+        obs, act = group_spaces(obs_spaces, act_spaces)
+        assert obs.to_json() == space_from_json(case["group_observation_space"]).to_json()
+        assert act.to_json() == space_from_json(case["group_action_space"]).to_json()
+        return
+    group = GroupSpec.from_json("g", case["group"])
+    if "member_observations" in case:
+        if "error" in case:
+            with pytest.raises(ValueError):
+                group.join_observations(case["member_observations"])
+            return
+        assert group.join_observations(case["member_observations"]).tolist() == case["group_observation"]
+    elif "group_action" in case:
+        space = space_from_json(case["group_action_space"])
+        parts = group.split_action(np.asarray(case["group_action"]), discrete=not hasattr(space, "low"))
+        got = {m: p.tolist() if isinstance(p, np.ndarray) else p for m, p in parts.items()}
+        assert got == case["member_actions"]
+        for m, expected in case["member_actions"].items():  # a bare integer stays bare, an array stays an array
+            assert isinstance(parts[m], np.ndarray) == isinstance(expected, list)
+    else:
+        received = [r for step in case["member_rewards"] for r in step.values()]
+        assert group.combine_rewards(received) == pytest.approx(case["group_reward"])
+
+
+@pytest.mark.parametrize("case", cases("value_obs.json"), ids=ids(cases("value_obs.json")))
+def test_value_obs_vector(case: dict) -> None:
+    latest: dict[str, Any] = {}
+    for step in case["steps"]:
+        latest.update(step.get("observe", {}))
+        latest.update(step.get("leave", {}))
+        row = value_obs_row(case["value_obs_agents"], latest, case["obs_dim"])
+        assert row.tolist() == step["row"]
+
+
+@pytest.mark.parametrize("case", cases("client_pairing.json"), ids=ids(cases("client_pairing.json")))
+def test_client_pairing_vector(case: dict) -> None:
+    conn = ClientConnection()
+    for kind in case["sent"]:
+        conn.send({"type": kind})
+    data = b"".join(encode_frame(body) for body in case["received"])
+    if case.get("violation"):
+        with pytest.raises(RemoteProtocolError):
+            conn.receive_data(data)
+        return
+    pairs = conn.receive_data(data)
+    assert [None if request is None else request.value for request, _ in pairs] == case["pairs"]
