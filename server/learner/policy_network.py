@@ -14,8 +14,10 @@ from tether.sdk.protocol.spaces import Box, Space
 from .distributions import ActionDistribution
 
 
-#: Initial log standard deviation of a Box policy.
-LOG_STD_INIT = -0.5
+#: Initial log standard deviation of a Box policy: std 1, as in CleanRL and
+#: Stable-Baselines3. Pendulum-v1 (torque in [-2, 2]) reached a mean return of
+#: -300 in about 57k env steps from 0 and about 72k from -0.5 (std 0.61).
+LOG_STD_INIT = 0.0
 
 
 def critic_input_dim(obs_dim: int, value_obs_dim: int | None) -> int:
