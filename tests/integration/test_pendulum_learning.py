@@ -52,3 +52,17 @@ def test_pendulum_learns_what_random_play_cannot_reach(tmp_path) -> None:
     # averages.
     assert trained >= TARGET, (trained, trained_returns)
     assert trained > max(random_returns) + 200, (trained, random_returns)
+
+
+def test_pendulum_bench_prints_its_contract_keys() -> None:
+    """A budget too small to learn: one JSON object with the named keys, the
+    target not reached (exit code 1), both returns measured."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "e2e_pendulum.py"), "--max-env-steps", "2000",
+                          "--eval-episodes", "2"], cwd=REPO, capture_output=True, text=True, timeout=240)
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stdout + out.stderr[-3000:]
+    result = json.loads(lines[0])
+    assert set(result) >= {"env_steps_to_-300", "time_to_-300_s", "return_final"}
+    assert out.returncode == 1 and result["reached"] is False
+    assert result["env_steps_to_-300"] is None and result["time_to_-300_s"] is None
+    assert result["return_final"] < -300 and result["return_random"] < -300
