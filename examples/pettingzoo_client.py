@@ -5,8 +5,9 @@
 
 Games: simple_spread (mpe2, N=3, 25 cycles, discrete), simple_tag (mpe2, 3
 adversaries, 1 good agent, 2 obstacles, discrete), two_step (the grouped
-two-step game), rooms_hierarchical and rooms_flat (the maze of rooms with a
-two-level hierarchy, or one flat agent). Each runs through multiagent.pettingzoo_adapter with the
+two-step game), rooms_hierarchical and rooms_flat (the maze of 4 x 4 rooms
+with a two-level hierarchy, or one flat agent), rooms_flat_2x2 (one flat agent
+in 2 x 2 rooms). Each runs through multiagent.pettingzoo_adapter with the
 multi-agent SDK; the server's config decides modules, mapping and groups.
 
 Without a server, ``--evaluate`` plays trained or random policies against each
@@ -53,11 +54,11 @@ def _two_step() -> Any:
     return TwoStepGame()
 
 
-def _rooms(mode: str) -> Callable[[], Any]:
+def _rooms(mode: str, rooms: int = 4) -> Callable[[], Any]:
     def make() -> Any:
         from tether.multiagent.envs.rooms_maze import RoomsMaze
 
-        return RoomsMaze(mode=mode)
+        return RoomsMaze(mode=mode, rooms=rooms)
 
     return make
 
@@ -68,6 +69,8 @@ GAMES: dict[str, Callable[[], Any]] = {
     "two_step": _two_step,
     "rooms_hierarchical": _rooms("hierarchical"),
     "rooms_flat": _rooms("flat"),
+    # 2 x 2 rooms: easy enough for flat PPO, which shows the flat baseline learns.
+    "rooms_flat_2x2": _rooms("flat", rooms=2),
 }
 
 
