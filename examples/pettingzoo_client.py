@@ -102,9 +102,11 @@ def evaluate(game: str, config_path: str, policies: dict[str, str], episodes: in
         totals = {agent: 0.0 for agent in env.agents}
         while env.agents:
             actions = {}
+            # An env whose agents act at their own rates ignores the others' actions.
+            acting = set(env.acting_agents()) if hasattr(env, "acting_agents") else set(observations)
             for agent, obs in observations.items():
                 model = models[module_of[agent]]
-                if model is None:
+                if model is None or agent not in acting:
                     actions[agent] = env.action_space(agent).sample()
                 else:
                     action = model.sample(np.asarray(obs, np.float32).ravel())[0]

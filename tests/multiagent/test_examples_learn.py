@@ -59,7 +59,7 @@ def test_simple_tag_maps_adversaries_and_good_agent_to_two_modules(tmp_path) -> 
     random play against the same opponent: the trained chasers catch the trained
     runner more often than random chasers do, and the trained runner is caught
     less by the trained chasers than a random runner is. (Returns of opposite
-    signs prove nothing: random chasers score about +3 a random runner -15.)"""
+    signs prove nothing: random chasers score about +3, a random runner about -15.)"""
     summary = serve_and_play(tmp_path, "simple_tag.toml", "simple_tag", 120_000, "--seed", "0")
     seqs = summary["modules_weights_seq_no"]
     assert seqs["chaser"] >= 10 and seqs["runner"] >= 10, "both modules train, on their own agents' data"
