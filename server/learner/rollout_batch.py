@@ -20,7 +20,9 @@ class RolloutBatch(NamedTuple):
     logp: np.ndarray
     terminated: np.ndarray  # (N,) true only at the last step of a terminated chunk
     chunk_ends: np.ndarray  # (N,) true at every chunk's last step
-    all_value_obs: np.ndarray | None = None  # what a centralized critic sees, aligned with all_obs
+    # What a centralized critic sees, aligned with all_obs: each row is the
+    # module's value_obs followed by the agent's own observation.
+    all_value_obs: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -28,7 +30,11 @@ class RolloutBatch(NamedTuple):
 
 
 def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
-    """Concatenate chunks; observation arrays are flattened to (…, obs_dim)."""
+    """Concatenate chunks; observation arrays are flattened to (…, obs_dim).
+
+    Chunks with ``value_obs`` (a centralized critic) get ``all_value_obs`` rows
+    of ``value_obs`` then the chunk's own observation.
+    """
     all_obs = np.concatenate([c.obs.reshape(c.obs.shape[0], -1) for c in chunks]).astype(np.float32, copy=False)
     step_index, next_index = [], []
     offset = 0
@@ -41,7 +47,10 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
     steps = np.concatenate(step_index)
     all_value_obs = None
     if chunks[0].value_obs is not None:
-        all_value_obs = np.concatenate([c.value_obs for c in chunks]).astype(np.float32, copy=False)  # type: ignore[misc]
+        shared = np.concatenate([c.value_obs for c in chunks]).astype(np.float32, copy=False)  # type: ignore[misc]
+        # The own observation tells agents that share value_obs apart (MAPPO's
+        # agent-specific global state).
+        all_value_obs = np.concatenate([shared, all_obs], axis=1)
     terminated = np.zeros(steps.shape[0], dtype=bool)
     chunk_ends = np.zeros(steps.shape[0], dtype=bool)
     pos = 0

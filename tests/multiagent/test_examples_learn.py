@@ -43,17 +43,36 @@ def serve_and_play(tmp_path, config: str, game: str, budget_env_steps: int, *fla
         server.kill()
 
 
+def play(game: str, config: str, episodes: int, seed: int, **policies: str) -> dict[str, float]:
+    """Each module's mean per-agent return with the given policies (a policy.onnx or "random")."""
+    out = subprocess.run([sys.executable, str(REPO / "examples/pettingzoo_client.py"), "--game", game, "--config",
+                          str(REPO / "examples/configs" / config), "--episodes", str(episodes), "--seed", str(seed),
+                          *(f"--evaluate={module}={policy}" for module, policy in policies.items())],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_simple_tag_maps_adversaries_and_good_agent_to_two_modules(tmp_path) -> None:
+    """Both modules train on their own agents' data, and each plays better than
+    random play against the same opponent: the trained chasers catch the trained
+    runner more often than random chasers do, and the trained runner is caught
+    less by the trained chasers than a random runner is. (Returns of opposite
+    signs prove nothing: random chasers score about +3, a random runner about -15.)"""
     summary = serve_and_play(tmp_path, "simple_tag.toml", "simple_tag", 30_000, "--seed", "0")  # 120k agent steps
     seqs = summary["modules_weights_seq_no"]
     assert seqs["chaser"] >= 10 and seqs["runner"] >= 10, "both modules train, on their own agents' data"
-    returns = summary["module_return_mean"]
-    # Tagging pays the adversaries +10 and costs the good agent -10 per touch: the two
-    # modules' returns have opposite signs once the chasers catch anything.
-    assert returns["chaser"] > 0 > returns["runner"], returns
-    assert (tmp_path / "server-run" / "policy-chaser.onnx").exists()
-    assert (tmp_path / "server-run" / "policy-runner.onnx").exists()
+    chaser = str(tmp_path / "server-run" / "policy-chaser.onnx")
+    runner = str(tmp_path / "server-run" / "policy-runner.onnx")
+    # 200 episodes of 25 cycles each; a catch is worth 10 to every chaser, so the
+    # standard error of a mean is about 1. Measured: chasers 8.6-9.3 trained vs
+    # 3.6-3.8 random, runner -12.9..-11.7 trained vs -18.2..-19.0 random.
+    trained = play("simple_tag", "simple_tag.toml", 200, 5, chaser=chaser, runner=runner)
+    random_chasers = play("simple_tag", "simple_tag.toml", 200, 5, chaser="random", runner=runner)
+    random_runner = play("simple_tag", "simple_tag.toml", 200, 5, chaser=chaser, runner="random")
+    assert trained["chaser"] > random_chasers["chaser"] + 2.5, (trained, random_chasers)
+    assert trained["runner"] > random_runner["runner"] + 2.5, (trained, random_runner)
 
 
 @pytest.mark.slow
@@ -73,10 +92,12 @@ def test_rps_learned_policy_beats_both_heuristics(tmp_path) -> None:
 @pytest.mark.parametrize("config", ["simple_spread.toml", "simple_spread_mappo.toml"], ids=["shared", "mappo"])
 def test_simple_spread_learns_well_above_random(config: str) -> None:
     """100k env steps (a third of the benchmark's budget): clearly better than a
-    uniformly random policy, which scores about -27 per agent."""
+    uniformly random policy measured here (about -27.7 per agent)."""
+    random_play = play("simple_spread", config, 100, 0, spread="random")["spread"]
     result = bench("e2e_spread.py", "--env-steps", "100000", "--config", str(REPO / "examples/configs" / config))
     assert result["env_steps"] == 100_000
     assert result["mean_agent_return_final"] > -22.5, result
+    assert result["mean_agent_return_final"] > random_play + 4, (result, random_play)
 
 
 def test_hierarchy_runs_through_tether_with_one_module_per_level(tmp_path) -> None:
@@ -88,9 +109,18 @@ def test_hierarchy_runs_through_tether_with_one_module_per_level(tmp_path) -> No
 
 
 @pytest.mark.slow
-def test_hierarchy_reaches_the_goal_where_flat_ppo_does_not() -> None:
+def test_hierarchy_reaches_the_goal_where_flat_ppo_does_not(tmp_path) -> None:
     """Same env-step budget (60k): the two-level setup reaches the goal room in
-    >= 85% of episodes; flat PPO does not get there."""
+    >= 85% of episodes; flat PPO does not get there. That counts only because
+    the flat baseline is shown to learn: with the same config and budget it
+    solves a maze of 2 x 2 rooms, far better than random play there."""
+    summary = serve_and_play(tmp_path, "rooms_flat.toml", "rooms_flat_2x2", 60_000, "--seed", "0")
+    assert summary["modules_weights_seq_no"]["walker"] >= 10
+    walker = str(tmp_path / "server-run" / "policy-walker.onnx")
+    flat_small = play("rooms_flat_2x2", "rooms_flat.toml", 100, 0, walker=walker)["walker"]
+    random_small = play("rooms_flat_2x2", "rooms_flat.toml", 100, 0, walker="random")["walker"]
+    assert flat_small >= 0.85 and flat_small > random_small + 0.4, (flat_small, random_small)
+
     result = bench("e2e_rooms.py", "--seed", "0")
     assert result["hierarchical_success"] >= 0.85, result
     assert result["flat_success"] < 0.85, result

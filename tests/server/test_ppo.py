@@ -67,10 +67,34 @@ def test_box_log_prob_and_entropy_formulas() -> None:
 
 
 def test_missing_logp_is_filled_with_current_policy() -> None:
+    """Steps sent without action_logp (off-policy EPISODES) are trained as if
+    they carried the current policy's logp: the update moves the policy, and
+    exactly as far as the same update given those logps explicitly. (A
+    statistic taken before the first optimizer step, such as the first
+    minibatch's KL, is 0 whatever the fill is.)"""
     rng = np.random.default_rng(2)
-    chunks = bandit_chunks(64, rng)
+    hp = PPOHyperparams(lr=3e-3, num_epochs=4, minibatch_size=32)
+    missing, explicit = (PPOLearner(box(-1, 1, (3,)), Discrete(2), hp, seed=2) for _ in range(2))
+    warmup = bandit_chunks(64, rng)
+    for learner in (missing, explicit):
+        learner.update(build_batch(warmup))  # leave the uniform start: p(action 1) != 0.5
+    chunks = bandit_chunks(128, rng)
+    actions = torch.tensor([int(c.actions[0]) for c in chunks])
+    with torch.no_grad():
+        current_logp = torch.log_softmax(explicit.model.dist_inputs(torch.zeros(len(chunks), 3)), -1)
+        current_logp = current_logp[torch.arange(len(chunks)), actions].numpy()
+    for c, logp in zip(chunks, current_logp):
+        c.action_logp = np.array([logp], np.float32)
+    explicit.update(build_batch(chunks))
+    before = prob_of_action_1(missing)
     for c in chunks:
         c.action_logp = None
-    learner = PPOLearner(box(-1, 1, (3,)), Discrete(2), PPOHyperparams(num_epochs=1, minibatch_size=64), seed=2)
-    stats = learner.update(build_batch(chunks))
-    assert np.isfinite(stats["policy_loss"]) and stats["approx_kl"] < 1e-6
+    stats = missing.update(build_batch(chunks))
+    after = prob_of_action_1(missing)
+
+    assert abs(before - 0.5) > 0.01, "the warm-up moved the policy off uniform"
+    assert np.isfinite(stats["policy_loss"])
+    assert after > before + 0.03, (before, after)
+    assert abs(after - prob_of_action_1(explicit)) < 1e-5, (after, prob_of_action_1(explicit))
+    for p_missing, p_explicit in zip(missing.model.parameters(), explicit.model.parameters()):
+        assert torch.allclose(p_missing, p_explicit, atol=1e-6)
