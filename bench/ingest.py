@@ -382,7 +382,9 @@ def run(args: argparse.Namespace) -> dict:
     steps_per_msg = results[0]["steps_per_message"]
     window_msgs = sum(r["window_messages"] for r in results)
     acked_steps = sum(r["acked_messages"] * r["steps_per_message"] for r in results)
-    server_steps = summary.get("env_steps")
+    # Every message step is one agent step (single-agent: also one env step); the
+    # server counts env steps of multi-agent records differently (longest agent).
+    server_steps = summary.get("agent_steps", summary.get("env_steps"))
     result = {
         "env_steps_per_s": round(window_msgs * steps_per_msg / args.seconds, 1),
         "clients": args.clients,
@@ -398,7 +400,8 @@ def run(args: argparse.Namespace) -> dict:
         "server_rss_mb_end": round(rss1, 1) if rss1 else None,
         "ack_latency_ms_p50": round(sorted(r["ack_latency_ms_p50"] for r in results)[len(results) // 2], 2),
         "acked_env_steps": acked_steps,
-        "server_env_steps": server_steps,
+        "server_env_steps": summary.get("env_steps"),
+        "server_agent_steps": server_steps,
         "server_updates": summary.get("updates"),
         "verified": server_steps == acked_steps and summary.get("updates") == 0,
         **load,

@@ -66,6 +66,8 @@ class BaseClient:
             raise ValueError(f"when_queue_full must be 'drop_oldest' or 'wait', got {when_queue_full!r}")
         self.when_queue_full = when_queue_full
         self._rng = random.Random(seed)
+        #: Records carry raw Box samples (1.3); clipped ones for an older server (§11.4).
+        self._raw_box_samples = True
         self.wait_for_weights = wait_for_weights
         #: PONG and SET_CONFIG of the connection whose state is applied.
         self.server_info: dict[str, Any] = {}
@@ -164,6 +166,7 @@ class BaseClient:
             kind = event[0]
             if kind == "connected":
                 self.server_info, self.server_config = event[1], event[2]
+                self._raw_box_samples = self.link.speaks_1_3
                 self._steps_per_sample = int(self.server_config.get("env_steps_per_sample", 500))
                 self._on_connected()
                 self._apply_state(event[3])

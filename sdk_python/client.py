@@ -28,7 +28,7 @@ import numpy as np
 from .base_client import BaseClient
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.distributions import sample, to_env_action
+from .protocol.distributions import sample_for_record
 from .protocol.errors import TetherConnectionError  # noqa: F401  (re-exported)
 from .protocol.messages import MessageType
 from .protocol.onnx_codec import decode_onnx
@@ -175,12 +175,12 @@ class TetherClient(BaseClient):
         policy = self.policy
         assert policy is not None
         dist = policy.dist_inputs_one(obs)
-        action, logp = sample(policy.action_space, dist, self._rng)
+        action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
         episode.record_step(obs, action, logp, dist)
         if episode.training_enabled:
             self._pending_steps += 1
             self._acted_since_cut = True
-        return to_env_action(policy.action_space, action)
+        return env_action
 
     def compute_action(self, observation: Any) -> Any:
         """The deterministic (greedy) action for an observation; records nothing."""

@@ -29,7 +29,7 @@ import numpy as np
 from .base_client import BaseClient
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
-from .protocol.distributions import deterministic, sample, to_env_action
+from .protocol.distributions import deterministic, sample_for_record
 from .protocol.errors import TetherError
 from .protocol.messages import MessageType
 from .protocol.multi_agent import GroupSpec, ModuleSpec
@@ -99,8 +99,8 @@ class MultiAgentClient(BaseClient):
         self.mapping: PolicyMapping | None = None
         self.groups: dict[str, GroupSpec] = {}
         self._group_of: dict[str, str] = {}
-        #: Agent steps delivered to the server (kept under this name for compatibility;
-        #: ``agent_steps_sent`` says the same).
+        #: Env steps delivered to the server (get_action calls covered by delivered
+        #: batches); ``agent_steps_sent`` counts the agents' decisions in them.
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
@@ -160,7 +160,7 @@ class MultiAgentClient(BaseClient):
 
     def _count_sent(self, batch: Batch) -> None:
         super()._count_sent(batch)
-        self.env_steps_sent += batch.agent_steps
+        self.env_steps_sent += batch.env_steps
 
     # -- mapping ---------------------------------------------------------------
 
@@ -248,11 +248,12 @@ class MultiAgentClient(BaseClient):
             batch = np.stack([actor_obs[a] for a in actor_ids])
             dist_rows = policy.dist_inputs(batch)
             for actor_id, dist in zip(actor_ids, dist_rows):
-                action, logp = sample(policy.action_space, dist, self._rng)
+                action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
+                                                             self._raw_box_samples)
                 episode.actors[actor_id].recorder.act(action, logp, dist)
                 if episode.training_enabled:
                     self._pending_steps += 1
-                self._split_action(actor_id, to_env_action(policy.action_space, action), actions)
+                self._split_action(actor_id, env_action, actions)
         if episode.training_enabled:
             self._env_steps_since_cut += 1
             self._acted_since_cut = True

@@ -58,6 +58,8 @@ class SocketTransport:
         self.send_timeout_s = send_timeout_s
         self._conn = ClientConnection()
         self._sock: socket.socket | None = None
+        #: A connection-level ERROR read together with earlier answers, raised after them.
+        self._pending_loss: ConnectionLost | None = None
 
     @property
     def address(self) -> str:
@@ -80,6 +82,7 @@ class SocketTransport:
         sock.settimeout(self.send_timeout_s)  # bounds sendall; reads only happen once select says readable
         self._sock = sock
         self._conn.reset()
+        self._pending_loss = None
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
@@ -91,11 +94,19 @@ class SocketTransport:
             sock.close()
 
     def send(self, message: dict[str, Any]) -> None:
+        self._raise_pending_loss()
         self.sock.sendall(self._conn.send(message))
+
+    def _raise_pending_loss(self) -> None:
+        loss, self._pending_loss = self._pending_loss, None
+        if loss is not None:
+            self.close()
+            raise loss
 
     def read_available(self) -> list[tuple[MessageType | None, dict[str, Any]]]:
         """Read what the socket holds; raise ``ConnectionLost`` at EOF or on a
         connection-level ERROR (the server closes after sending one)."""
+        self._raise_pending_loss()
         try:
             data = self.sock.recv(1 << 20)
         except (BlockingIOError, InterruptedError):
@@ -111,10 +122,16 @@ class SocketTransport:
         except Exception as exc:
             self.close()  # the stream cannot be trusted after a protocol violation
             raise ConnectionLost(f"server {self.address} broke the protocol: {exc}") from exc
-        for _, message in responses:
+        for i, (_, message) in enumerate(responses):
             code = message.get("code")
             if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
-                self.close()
-                raise ConnectionLost(f"server {self.address} closed the connection with {code}: "
-                                     f"{message.get('message', '')}", str(code))
+                loss = ConnectionLost(f"server {self.address} closed the connection with {code}: "
+                                      f"{message.get('message', '')}", str(code))
+                if i == 0:
+                    self.close()
+                    raise loss
+                # Answers that arrived before it in the same read still count
+                # (e.g. the SET_STATE of the batch just sent); the loss is raised next time.
+                self._pending_loss = loss
+                return responses[:i]
         return responses

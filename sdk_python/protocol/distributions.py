@@ -108,6 +108,21 @@ def sample(space: Space, dist_inputs: np.ndarray, rng: random.Random) -> tuple[A
     return action.reshape(space.shape), logp
 
 
+def sample_for_record(space: Space, dist_inputs: np.ndarray, rng: random.Random,
+                      raw_box_samples: bool = True) -> tuple[Any, float, Any]:
+    """Draw an action: (the action a record carries, its logp, the action the engine executes).
+
+    ``raw_box_samples`` is what protocol 1.3 requires; a peer older than 1.3
+    refuses a Box action outside the box, so for it the record carries the
+    clipped action with the density at the clipped value (the 1.2 rule, §11.4).
+    """
+    action, logp = sample(space, dist_inputs, rng)
+    env_action = to_env_action(space, action)
+    if isinstance(space, Box) and not raw_box_samples:
+        return env_action, log_prob(space, dist_inputs, env_action), env_action
+    return action, logp, env_action
+
+
 def to_env_action(space: Space, action: Any) -> Any:
     """The action the engine executes for a recorded one: a Box sample clipped
     into the box (as float32 in the space's shape); other spaces unchanged."""

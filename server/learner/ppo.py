@@ -121,7 +121,7 @@ class PPOLearner:
         missing = torch.isnan(old_logp)
         if missing.any():
             with torch.no_grad():
-                current, _, _ = self.model.evaluate(obs, actions)
+                current, _, _ = self.model.evaluate(obs, actions, value_obs)
             old_logp = torch.where(missing, current, old_logp)
         adv_t = self._tensor(advantages)
         ret_t = self._tensor(returns)

@@ -56,3 +56,16 @@ def test_critic_learns_each_agents_own_return() -> None:
     # explained_variance is measured with the values before this update's steps.
     stats = learner.update(build_batch(two_agent_chunks(256, rng)))
     assert stats["explained_variance"] > 0.8, stats
+
+
+def test_off_policy_steps_without_logp_train_a_centralized_critic_module() -> None:
+    """Missing behaviour logp is filled in with the current policy; the critic
+    input of that pass must be the centralized one (it crashed on a width mismatch)."""
+    rng = np.random.default_rng(1)
+    learner = PPOLearner(box(-1, 1, (OBS_DIM,)), Discrete(2), PPOHyperparams(minibatch_size=64), seed=0,
+                         value_obs_dim=AGENTS * OBS_DIM)
+    chunks = two_agent_chunks(64, rng)
+    for chunk in chunks:
+        chunk.action_logp = None
+    stats = learner.update(build_batch(chunks))
+    assert np.isfinite(stats["value_loss"]) and stats["value_loss"] > 0

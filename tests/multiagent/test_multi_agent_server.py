@@ -51,17 +51,18 @@ def play(client: MultiAgentClient, episodes: int, rng: np.random.Generator) -> N
 
 def test_modules_mapping_groups_and_frozen_module(tmp_path) -> None:
     with ServerProcess(tmp_path, *server_flags("--policies-to-train", "chaser,pairmod")) as server:
-        client = MultiAgentClient("127.0.0.1", server.port, seed=0)
+        # Every step must arrive (exact returns below): wait for room instead of dropping.
+        client = MultiAgentClient("127.0.0.1", server.port, seed=0, when_queue_full="wait")
         assert set(client.policies) == {"chaser", "runner", "pairmod"}
         assert client.groups["pair"].members == ("m_0", "m_1")
         play(client, 30, np.random.default_rng(0))
         client.flush()
-        sent = client.env_steps_sent
+        sent, env_sent = client.agent_steps_sent, client.env_steps_sent
         seqs = dict(client.weights_seq_nos)
         client.close()
         summary = server.stop()
     assert summary["agent_steps"] == sent
-    assert summary["env_steps"] == 30 * 12  # one per environment step, however many agents act in it
+    assert summary["env_steps"] == 30 * 12 == env_sent  # one per environment step, however many agents act in it
     assert summary["modules_weights_seq_no"]["runner"] == 0, "runner is not in policies_to_train: frozen"
     assert summary["modules_weights_seq_no"]["chaser"] >= 2 and seqs["chaser"] >= 1
     # Per-module returns: adversaries get 12 per episode, good_0 4 (acts at t=0,2,4,6; rewards until it leaves),
@@ -102,7 +103,7 @@ def test_server_side_mapping_function_is_asked_once_per_new_agent(tmp_path) -> N
         client.flush()
         client.close()
         summary = server.stop()
-    assert summary["agent_steps"] == client.env_steps_sent == 50
+    assert summary["agent_steps"] == client.agent_steps_sent == 50
 
 
 def agent_entry(module: str, steps: int = 2, obs_dim: int = 3, **overrides) -> dict:
@@ -149,7 +150,7 @@ def test_bad_multi_agent_input_gets_distinct_errors_and_other_client_loses_nothi
         play(good, 2, rng)
         good.flush()
         raw.close()
-        sent = good.env_steps_sent
+        sent = good.agent_steps_sent
         good.close()
         summary = server.stop()
     assert len(set(codes)) == len(codes)
@@ -179,7 +180,7 @@ def test_aec_adapter_and_per_module_overrides(tmp_path) -> None:
         client.close()
         summary = server.stop()
     assert len(returns) == 6 and set(returns[0]) == {"agent_0", "agent_1", "agent_2"}
-    assert summary["episodes"] == 6 and summary["agent_steps"] == client.env_steps_sent == 6 * 25 * 3
+    assert summary["episodes"] == 6 and summary["agent_steps"] == client.agent_steps_sent == 6 * 25 * 3
     assert summary["modules_weights_seq_no"]["spread"] >= 1
 
 
