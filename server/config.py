@@ -86,7 +86,7 @@ class ServerConfig:
     policies_to_train: list | None = _opt(None, "modules to train (default: every module marked trainable)")
 
     # Sampling.
-    train_batch_size: int = _opt(2000, "env steps pooled from all clients before one learner update")
+    train_batch_size: int = _opt(2000, "agent steps (one per decision of one agent; env steps for a single agent) per learner update, pooled from all clients")
     env_steps_per_sample: int = _opt(500, "env steps a client collects before sending them (SET_CONFIG)")
     force_on_policy: bool = _opt(True, "clients wait for new weights after a batch completes (else off-policy)")
     max_staleness: int = _opt(1, "accept data computed with weights at most this many versions old")

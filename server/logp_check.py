@@ -32,6 +32,12 @@ from .learner.policy_network import ActorCritic
 LOGP_TOLERANCE_ABS = 0.05
 LOGP_TOLERANCE_REL = 1e-3
 
+#: A raw Box sample this many standard deviations from the claimed model's mean
+#: cannot have been drawn from it (P(|z| > 20) is about 1e-88), however its logp
+#: is reported: one such step (an action of 1e6 in a box of [-2, 2], with its
+#: exact logp) made every update containing it non-finite.
+MAX_BOX_Z = 20.0
+
 
 class PolicyHistory:
     """CPU copies of the policies one module served, newest last."""
@@ -75,6 +81,16 @@ def _logp(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarra
         return logp.numpy().astype(np.float64)
 
 
+def _box_z(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Per step, the largest |z| of the action's elements under the model's Gaussian."""
+    with torch.inference_mode():
+        inputs = model.dist_inputs(torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32))
+        k = inputs.shape[-1] // 2
+        mean, log_std = inputs[:, :k].double(), inputs[:, k:].double()
+        a = torch.as_tensor(actions.reshape(actions.shape[0], -1), dtype=torch.float64)
+        return ((a - mean) / log_std.exp()).abs().amax(-1).numpy()
+
+
 def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
     return np.abs(claimed - recomputed) > LOGP_TOLERANCE_ABS + LOGP_TOLERANCE_REL * np.abs(recomputed)
 
@@ -106,6 +122,12 @@ def check_behaviour_logp(
         bad = _beyond_tolerance(claimed, recomputed)
         for _, other in history.others(claimed_version) if bad.any() else ():
             bad &= _beyond_tolerance(claimed, _logp(other, obs, actions))
+        far = np.zeros_like(bad)
+        if isinstance(model.action_space, Box):
+            far = _box_z(model, obs, actions) > MAX_BOX_Z
+            for _, other in history.others(claimed_version) if far.any() else ():
+                far &= _box_z(other, obs, actions) > MAX_BOX_Z
+            bad |= far
         if not bad.any():
             continue
         flat = int(np.argmax(bad))
@@ -117,6 +139,12 @@ def check_behaviour_logp(
         t = flat - offset
         single = agent_id == DEFAULT_AGENT_ID and len(records[index].agents) == 1
         where = f"episodes[{index}]" + ("" if single else f".agents[{agent_id!r}]")
+        if far[flat]:
+            raise MessageError(
+                ErrorCode.ACTION_LOGP_MISMATCH,
+                f"{where}: actions[{t}] lies more than {MAX_BOX_Z:g} standard deviations from the mean of module "
+                f"{module!r} at weights_seq_no {claimed_version}: no served model can have sampled it",
+            )
         raise MessageError(
             ErrorCode.ACTION_LOGP_MISMATCH,
             f"{where}: action_logp[{t}] = {claimed[flat]:.6g} but module {module!r} at weights_seq_no "

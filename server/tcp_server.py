@@ -13,7 +13,7 @@ What one peer can cost is bounded:
   closes the connection;
 - at most ``max_connections`` connections (TOO_MANY_CONNECTIONS);
 - the unfinished frames of all connections together hold at most
-  ``max_partial_frame_bytes`` (the largest holder is closed, FRAME_TOO_LARGE);
+  ``max_partial_frame_bytes`` (the largest holder is closed, SERVER_OVERLOADED);
 - a connection silent for ``client_timeout_s`` while it is owed no answer is
   closed (CLIENT_TIMEOUT).
 
@@ -36,14 +36,26 @@ from typing import Any
 from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
 from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import encode_frame
-from tether.sdk.protocol.messages import MessageType, error_message
+from tether.sdk.protocol.messages import MessageType, error_message, parse_version
 
 from .batch_dedup import batch_id
 from .decode_pool import DecodePool
 from .ingest import message_env_steps
-from .trainer import Trainer
+from .trainer import UNVERIFIED_VERSION, Trainer
 
 _READ_SIZE = 1 << 20
+
+#: How much longer a client that did not announce protocol 1.3 (and so sends no
+#: heartbeats) may stay silent than client_timeout_s.
+LEGACY_TIMEOUT_FACTOR = 10
+
+
+def _speaks_1_3(connection: ServerConnection) -> bool:
+    """Whether the client's PING announced protocol 1.3 or later (it then sends heartbeats)."""
+    try:
+        return connection.client_version is not None and parse_version(connection.client_version) >= (1, 3)
+    except ValueError:
+        return False
 #: StreamReader stops reading a socket once it holds 2x this; kept small because
 #: a connection's bytes wait there while its current request is answered.
 _STREAM_LIMIT = 256 * 1024
@@ -303,7 +315,10 @@ class TetherServer:
             if auth_deadline is not None:
                 data = await self._before(auth_deadline, reader.read(_READ_SIZE), writer, ErrorCode.HANDSHAKE_TIMEOUT)
             elif client_timeout is not None:
-                data = await self._before(loop.time() + client_timeout, reader.read(_READ_SIZE), writer,
+                # Clients older than 1.3 send no heartbeats (an engine paused in a menu is silent):
+                # they get LEGACY_TIMEOUT_FACTOR times longer; TCP keepalive finds dead peers sooner.
+                wait = client_timeout if _speaks_1_3(connection) else client_timeout * LEGACY_TIMEOUT_FACTOR
+                data = await self._before(loop.time() + wait, reader.read(_READ_SIZE), writer,
                                           ErrorCode.CLIENT_TIMEOUT)
             else:
                 data = await reader.read(_READ_SIZE)
@@ -325,7 +340,8 @@ class TetherServer:
         if code is ErrorCode.HANDSHAKE_TIMEOUT:
             text = f"not authenticated within {self.config.handshake_timeout_s:g} s: send PING with auth_token first"
         else:
-            text = (f"no data received for {self.config.client_timeout_s:g} s (client_timeout_s); "
+            text = (f"no data received for client_timeout_s ({self.config.client_timeout_s:g} s; "
+                    f"x{LEGACY_TIMEOUT_FACTOR} for clients older than protocol 1.3); "
                     f"an idle client must PING every heartbeat_interval_s")
         await self._refuse(writer, encode_frame(error_message(code, text)))
 
@@ -355,9 +371,9 @@ class TetherServer:
         conn.partial_bytes = nbytes
         while self._partial_total > self.max_partial_frame_bytes:
             victim = max(self._open.values(), key=lambda c: c.partial_bytes)
-            self._count(ErrorCode.FRAME_TOO_LARGE)
+            self._count(ErrorCode.SERVER_OVERLOADED)
             victim.writer.write(encode_frame(error_message(
-                ErrorCode.FRAME_TOO_LARGE,
+                ErrorCode.SERVER_OVERLOADED,
                 f"the server holds {self._partial_total} bytes of unfinished frames from all clients, over its "
                 f"limit of {self.max_partial_frame_bytes} (max_partial_frame_bytes); this connection held the "
                 f"most ({victim.partial_bytes} bytes) and is closed",
@@ -389,9 +405,16 @@ class TetherServer:
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
             batch = batch_id(message)
             async with trainer.dedup.slot(batch) as duplicate:
+                owner = trainer.owner(session.id, batch)  # a resend also re-attaches its session to this connection
                 if not duplicate:
-                    owner, versions = trainer.owner(session.id, batch), self._data_versions(session, message)
+                    versions = self._data_versions(session, message)
                     pending = self.ingest.validate(owner, message, via=session.id, predecoded=predecoded)
+                    # Versions kept now: data claiming any other one (older than max_staleness, or not
+                    # served yet) is not checked, so it must not be trained on either, even if that
+                    # version is published while this message waits for room in the pool.
+                    kept = {m: set(h.versions) for m, h in trainer.histories.items()}
+                    versions = {m: (v if m not in kept or v in kept[m] else UNVERIFIED_VERSION)
+                                for m, v in versions.items()}
                     if self.ingest.logp_check is not None:
                         # A forward pass over the batch: torch releases the GIL, so other
                         # clients' PINGs are answered meanwhile (it held the loop 80 ms per 80k steps).

@@ -60,6 +60,11 @@ def _same_version(claimed: Any, current: int) -> bool:
     return isinstance(claimed, int) and not isinstance(claimed, bool) and claimed == current
 
 
+#: The version given to data whose claimed weights version could not be checked:
+#: never a kept version, so such data counts as stale and is not trained on.
+UNVERIFIED_VERSION = -1
+
+
 class ModuleRuntime:
     """One module's learner and the model it currently serves."""
 

@@ -126,8 +126,13 @@ def test_token_file_and_flag_alternatives(tmp_path) -> None:
 def test_client_timeout_and_heartbeats(tmp_path) -> None:
     with ServerProcess(tmp_path, "--client-timeout", "0.6") as server:
         raw = RawClient(server.port)
+        assert raw.request({"type": "PING", "protocol_version": "1.3"})["type"] == "PONG"
         config = raw.request({"type": "GET_CONFIG"})
         assert config["client_timeout_s"] == 0.6 and config["heartbeat_interval_s"] == pytest.approx(0.15)
+        # A client older than 1.3 sends no heartbeats: it gets ten times longer.
+        legacy = RawClient(server.port)
+        assert legacy.request({"type": "PING", "protocol_version": "1.2"})["type"] == "PONG"
+        silent_since = time.monotonic()
         # The accepted socket has TCP keepalive on (ss shows its keepalive timer).
         if shutil.which("ss"):
             listing = subprocess.run(["ss", "-tnoH", "state", "established", f"sport = :{server.port}"],
@@ -141,6 +146,10 @@ def test_client_timeout_and_heartbeats(tmp_path) -> None:
         beating.close()
         # The silent one was dropped with CLIENT_TIMEOUT.
         assert refusal(raw)["code"] == "CLIENT_TIMEOUT"
+        assert not legacy.is_closed_by_server(timeout=max(0.1, 3.0 - (time.monotonic() - silent_since)))
+        legacy.sock.settimeout(10)
+        assert refusal(legacy)["code"] == "CLIENT_TIMEOUT"
+        assert time.monotonic() - silent_since > 5.0
         no_tracebacks(server)
 
 
@@ -236,7 +245,7 @@ def test_partial_frames_are_bounded_in_total(tmp_path) -> None:
         for sock in peers:
             sock.close()
         assert len(closed) >= 12 - limit // (8 << 20), "the largest holders must be closed"
-        assert all(b'"FRAME_TOO_LARGE"' in data and b"max_partial_frame_bytes" in data for data in closed), closed
+        assert all(b'"SERVER_OVERLOADED"' in data and b"max_partial_frame_bytes" in data for data in closed), closed
         assert grown < 32 + 64, f"server RSS grew by {grown:.0f} MiB"
         assert latency < 2000, f"another client's PING took {latency:.0f} ms"
         no_tracebacks(server)
