@@ -788,6 +788,7 @@ def client_pairing_cases() -> list[dict]:
         case("client_timeout_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("CLIENT_TIMEOUT")], [None]),
         case("too_many_connections_answers_nothing", ["PING"], [err("TOO_MANY_CONNECTIONS")], [None]),
         case("handshake_timeout_answers_nothing", ["PING"], [err("HANDSHAKE_TIMEOUT")], [None]),
+        case("server_overloaded_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("SERVER_OVERLOADED")], [None]),
         case("framing_error_report_answers_nothing", ["GET_STATE"], [err("BAD_HEADER")], [None]),
         case("unsolicited_response", [], [{"type": "PONG"}]),
         case("wrong_response_type", ["PING"], [state]),
