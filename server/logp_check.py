@@ -10,19 +10,18 @@ claims. A step that no kept version explains is refused (ACTION_LOGP_MISMATCH).
 
 from __future__ import annotations
 
-import copy
 from typing import Iterable
 
 import numpy as np
+import onnxruntime as ort
 import torch
-import torch.nn.functional as F
 
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
-from tether.sdk.protocol.spaces import Box, Discrete
+from tether.sdk.protocol.spaces import Box, Discrete, Space
 
-from .learner.distributions import ActionDistribution
+from .learner.onnx_export import export_policy
 from .learner.policy_network import ActorCritic
 
 #: |claimed - recomputed| allowed per step: ``ABS + REL * |recomputed|``. ONNX
@@ -39,56 +38,89 @@ LOGP_TOLERANCE_REL = 1e-3
 MAX_BOX_Z = 20.0
 
 
+class ServedPolicy:
+    """One served version, run with ONNX Runtime on the very model bytes clients
+    got: about 4x faster than a torch forward pass for these MLPs, and it
+    releases the GIL, so the check can run beside the event loop."""
+
+    def __init__(self, onnx_bytes: bytes, action_space: Space) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        self.action_space = action_space
+
+    def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)
+        return self.session.run(None, {self.input_name: flat})[0].astype(np.float64)
+
+
 class PolicyHistory:
-    """CPU copies of the policies one module served, newest last."""
+    """The policies one module served (as ``ServedPolicy``), newest last."""
 
     def __init__(self, keep: int) -> None:
         self.keep = max(1, keep)
         # Replaced, never mutated: readers on other threads see a consistent tuple.
-        self._versions: tuple[tuple[int, ActorCritic], ...] = ()
+        self._versions: tuple[tuple[int, ServedPolicy], ...] = ()
 
-    def add(self, version: int, model: ActorCritic, copy_model: bool = True) -> None:
-        snapshot = copy.deepcopy(model).to("cpu").eval() if copy_model else model
-        self._versions = (*self._versions, (version, snapshot))[-self.keep :]
+    def add(self, version: int, model: ActorCritic, onnx_bytes: bytes | None = None) -> None:
+        """Keep ``version``; ``onnx_bytes`` is the model as served (exported from ``model`` if absent)."""
+        policy = ServedPolicy(onnx_bytes if onnx_bytes is not None else export_policy(model), model.action_space)
+        self._versions = (*self._versions, (version, policy))[-self.keep :]
 
     @property
     def versions(self) -> list[int]:
         return [v for v, _ in self._versions]
 
-    def model(self, version: int) -> ActorCritic | None:
+    def model(self, version: int) -> ServedPolicy | None:
         return next((m for v, m in self._versions if v == version), None)
 
-    def others(self, version: int) -> Iterable[tuple[int, ActorCritic]]:
+    def others(self, version: int) -> Iterable[tuple[int, ServedPolicy]]:
         return [(v, m) for v, m in reversed(self._versions) if v != version]
 
 
-def _logp(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """log pi(a|o) with the formulas of learner/distributions.py, without
-    torch.distributions' argument checks (they cost more than the forward pass)."""
+def _dist_inputs(model: ActorCritic | ServedPolicy, obs: np.ndarray) -> np.ndarray:
+    if isinstance(model, ServedPolicy):
+        return model.dist_inputs(obs)
+    with torch.inference_mode():
+        flat = torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32)
+        return model.dist_inputs(flat).numpy().astype(np.float64)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    top = logits.max(-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+
+
+def _logp(model: ActorCritic | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """log pi(a|o) with the formulas of §11 (learner/distributions.py), in float64."""
     space = model.action_space
-    with torch.inference_mode():
-        inputs = model.dist_inputs(torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32))
-        if isinstance(space, Box):
-            return ActionDistribution(space, inputs).log_prob(torch.as_tensor(actions, dtype=torch.float32)).numpy(
-                ).astype(np.float64)
-        acts = torch.as_tensor(actions, dtype=torch.long)
-        if isinstance(space, Discrete):
-            logp = F.log_softmax(inputs, -1).gather(-1, (acts - space.start).reshape(-1, 1))[:, 0]
-        else:
-            parts = torch.split(inputs, list(space.nvec), dim=-1)  # type: ignore[union-attr]
-            logp = torch.stack([F.log_softmax(p, -1).gather(-1, acts[:, i : i + 1])[:, 0]
-                                for i, p in enumerate(parts)]).sum(0)
-        return logp.numpy().astype(np.float64)
-
-
-def _box_z(model: ActorCritic, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """Per step, the largest |z| of the action's elements under the model's Gaussian."""
-    with torch.inference_mode():
-        inputs = model.dist_inputs(torch.as_tensor(obs.reshape(obs.shape[0], -1), dtype=torch.float32))
+    inputs = _dist_inputs(model, obs)
+    rows = np.arange(inputs.shape[0])
+    if isinstance(space, Box):
         k = inputs.shape[-1] // 2
-        mean, log_std = inputs[:, :k].double(), inputs[:, k:].double()
-        a = torch.as_tensor(actions.reshape(actions.shape[0], -1), dtype=torch.float64)
-        return ((a - mean) / log_std.exp()).abs().amax(-1).numpy()
+        mean, log_std = inputs[:, :k], inputs[:, k:]
+        z = (np.asarray(actions, np.float64).reshape(len(rows), -1) - mean) / np.exp(log_std)
+        return (-0.5 * z * z - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+    acts = np.asarray(actions, np.int64).reshape(len(rows), -1)
+    if isinstance(space, Discrete):
+        return _log_softmax(inputs)[rows, acts[:, 0] - space.start]
+    total = np.zeros(len(rows))
+    offset = 0
+    for i, n in enumerate(space.nvec):  # type: ignore[union-attr]
+        total += _log_softmax(inputs[:, offset : offset + n])[rows, acts[:, i]]
+        offset += n
+    return total
+
+
+def _box_z(model: ActorCritic | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Per step, the largest |z| of the action's elements under the model's Gaussian."""
+    inputs = _dist_inputs(model, obs)
+    k = inputs.shape[-1] // 2
+    a = np.asarray(actions, np.float64).reshape(inputs.shape[0], -1)
+    return (np.abs(a - inputs[:, :k]) / np.exp(inputs[:, k:])).max(-1)
 
 
 def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray:

@@ -5,7 +5,6 @@ in a worker thread so clients keep being served while the learners work."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -310,7 +309,7 @@ class Trainer:
             stats, onnx_bytes, snapshot = result
             runtime = self.modules[module_id]
             runtime.publish(onnx_bytes)
-            self.histories[module_id].add(runtime.weights_seq_no, snapshot, copy_model=False)
+            self.histories[module_id].add(runtime.weights_seq_no, snapshot, onnx_bytes)
             m.module_updates[module_id] = stats
             m.agent_steps_trained += sum(p.chunk.env_steps for p in items)
             published[module_id] = stats
@@ -334,7 +333,7 @@ class Trainer:
         self._maybe_start_update()
 
     def _update_blocking(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
-        """Per module: (stats, ONNX bytes, CPU copy of the new policy), or the NonFiniteUpdate that discarded it."""
+        """Per module: (stats, ONNX bytes, the model), or the NonFiniteUpdate that discarded it."""
         results: dict[str, Any] = {}
         for module_id, items in by_module.items():
             learner = self.modules[module_id].learner
@@ -343,7 +342,7 @@ class Trainer:
             except NonFiniteUpdate as exc:
                 results[module_id] = exc
                 continue
-            results[module_id] = (stats, learner.export_onnx(), copy.deepcopy(learner.model).to("cpu").eval())
+            results[module_id] = (stats, learner.export_onnx(), learner.model)  # only its action space is read
         return results
 
     async def _after_update(self, loop: asyncio.AbstractEventLoop) -> None:
