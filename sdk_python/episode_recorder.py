@@ -26,8 +26,9 @@ class EpisodeRecorder:
         self.rewards: list[float] = []
         self.logp: list[float] = []
         self.dist_inputs: list[Any] = []
-        #: The weights version each recorded action was computed with (None: the server gave none).
-        self.versions: list[int | None] = []
+        #: Per recorded action, a comparable stamp of the weights it was computed with
+        #: (the client's choice; None: unknown).
+        self.versions: list[Any] = []
         self.terminated = False
         self.truncated = False
         self.total_return = 0.0
@@ -40,7 +41,7 @@ class EpisodeRecorder:
         return self.terminated or self.truncated
 
     def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray,
-                    version: int | None = None) -> None:
+                    version: Any = None) -> None:
         self.length += 1
         if self.training_enabled:
             self.obs.append(obs)
@@ -59,7 +60,7 @@ class EpisodeRecorder:
                     self.value_obs = []
                 self.value_obs.append(value_obs)
 
-    def act(self, action: Any, logp: float, dist_inputs: np.ndarray, version: int | None = None) -> None:
+    def act(self, action: Any, logp: float, dist_inputs: np.ndarray, version: Any = None) -> None:
         """Record the action taken on the last observed observation (``version``: the weights it came from)."""
         self.length += 1
         if self.training_enabled:
@@ -93,10 +94,10 @@ class EpisodeRecorder:
     def pending_steps(self) -> int:
         return len(self.actions)
 
-    def cut(self) -> tuple[dict[str, Any], int | None] | None:
+    def cut(self) -> tuple[dict[str, Any], Any] | None:
         """Take the steps that are complete as one episode record, with the
-        oldest weights version any of them was computed with (None if the
-        server named none): a batch claims the oldest version of its steps.
+        oldest weights stamp any of them was computed with (None if none is
+        known): a batch claims the oldest version of its steps.
 
         A step is complete once the observation after it is known; an action
         still waiting for its next observation stays for the next chunk, as do

@@ -93,8 +93,11 @@ class MultiAgentClient(BaseClient):
         self.modules: dict[str, ModuleSpec] = {}
         self.policies: dict[str, OnnxPolicy] = {}
         self.weights_seq_nos: dict[str, int] = {}
-        #: Per module, the oldest weights version of the steps cut last (what their batch claims).
-        self._cut_oldest: dict[str, int] = {}
+        #: Connections made so far; steps are stamped (connection, weights_seq_no) since
+        #: numbers are comparable only within one server run (see TetherClient).
+        self._connection = 0
+        #: Per module, the oldest stamp of the steps cut last (what their batch claims).
+        self._cut_oldest: dict[str, tuple[int, int]] = {}
         self._io_seqs: dict[str, int] = {}  # the I/O thread's view, for its GET_STATE
         self.mapping: PolicyMapping | None = None
         self.groups: dict[str, GroupSpec] = {}
@@ -126,6 +129,7 @@ class MultiAgentClient(BaseClient):
         return prepared
 
     def _on_connected(self) -> None:
+        self._connection += 1
         config = self.server_config
         self.modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
         rules = config.get("policy_mapping")
@@ -248,7 +252,9 @@ class MultiAgentClient(BaseClient):
             for actor_id, dist in zip(actor_ids, dist_rows):
                 action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
                                                              self._raw_box_samples)
-                episode.actors[actor_id].recorder.act(action, logp, dist, self.weights_seq_nos.get(module_id))
+                seq = self.weights_seq_nos.get(module_id)
+                episode.actors[actor_id].recorder.act(action, logp, dist,
+                                                      None if seq is None else (self._connection, seq))
                 if episode.training_enabled:
                     self._pending_steps += 1
                 self._split_action(actor_id, env_action, actions)
@@ -358,7 +364,7 @@ class MultiAgentClient(BaseClient):
 
     def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
         records: list[dict[str, Any]] = []
-        oldest: dict[str, int] = {}
+        oldest: dict[str, tuple[int, int]] = {}
         for episode_id in list(self._episodes):
             episode = self._episodes[episode_id]
             if not episode.training_enabled:
@@ -392,7 +398,8 @@ class MultiAgentClient(BaseClient):
     def _take_claim(self) -> dict[str, Any]:
         # Per module, the oldest version of its steps cut (agents that did not act this step
         # included, §7.6); a module without steps in the batch reports the version it holds.
-        return {"weights_seq_nos": {**self.weights_seq_nos, **self._cut_oldest}}
+        oldest = {module_id: stamp[1] for module_id, stamp in self._cut_oldest.items()}
+        return {"weights_seq_nos": {**self.weights_seq_nos, **oldest}}
 
     def compute_actions(self, observations: Mapping[str, Any], episode_id: str = "") -> dict[str, Any]:
         """Greedy actions for evaluation; records nothing."""
