@@ -31,8 +31,9 @@ class BaseClient:
         connect_timeout_s: limit of one TCP connect attempt.
         response_timeout_s: limit of every answer (PONG, SET_CONFIG, SET_STATE
             for GET_STATE, AGENT_MODULES).
-        update_timeout_s: limit of the answer to EPISODES_AND_GET_STATE, which
-            may wait for a learner update.
+        update_timeout_s: limit of the answer to EPISODES_AND_GET_STATE, and
+            of the GET_STATE that acknowledges an off-policy EPISODES; both may
+            wait for a learner update (the server's pool to have room).
         max_queued_steps: agent steps that may wait behind the batch in
             flight; beyond that the oldest waiting batches are dropped
             (``batches_dropped``). None: (max_staleness + 1) * train_batch_size

@@ -98,8 +98,9 @@ class ServerLink:
             connection before giving up with ``TetherConnectionError``.
         connect_timeout_s: limit of one TCP connect attempt.
         response_timeout_s: limit of every request's answer, except
-        update_timeout_s: the limit of an EPISODES_AND_GET_STATE answer, which
-            may wait for a learner update.
+        update_timeout_s: the limit of an EPISODES_AND_GET_STATE answer, and of
+            the GET_STATE acknowledging an off-policy EPISODES; both may wait
+            for a learner update.
         max_queued_steps: agent steps that may wait behind the batch in
             flight. None: what the server can still train on before data made
             now becomes too stale for it, (max_staleness + 1) * train_batch_size
