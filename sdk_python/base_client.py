@@ -31,8 +31,9 @@ class BaseClient:
         connect_timeout_s: limit of one TCP connect attempt.
         response_timeout_s: limit of every answer (PONG, SET_CONFIG, SET_STATE
             for GET_STATE, AGENT_MODULES).
-        update_timeout_s: limit of the answer to EPISODES_AND_GET_STATE, which
-            may wait for a learner update.
+        update_timeout_s: limit of the answer to EPISODES_AND_GET_STATE, and
+            of the GET_STATE that acknowledges an off-policy EPISODES; both may
+            wait for a learner update (the server's pool to have room).
         max_queued_steps: agent steps that may wait behind the batch in
             flight; beyond that the oldest waiting batches are dropped
             (``batches_dropped``). None: (max_staleness + 1) * train_batch_size
@@ -176,6 +177,9 @@ class BaseClient:
                 batch = event[1]
                 if batch.error is not None:
                     errors.append(batch.error)
+                    # The rest of a refused batch's episodes is not sent either: the
+                    # server must not take a fragment for a whole episode.
+                    self._forget_episodes({str(r.get("episode_id")) for r in batch.episodes})
                 else:
                     self._count_sent(batch)
             elif kind == "error":
@@ -194,12 +198,16 @@ class BaseClient:
         if not records:
             return
         batch = Batch(records, env_steps, agent_steps, self._take_claim())
-        if self.when_queue_full == "wait" and not self.link.has_room(agent_steps):
-            self.link.wait_for(lambda: self.link.has_room(agent_steps))
-            self._sync()
+        waited = self.when_queue_full == "wait" and not self.link.has_room(agent_steps)
+        if waited:
+            # The steps are cut: they are queued whatever errors arrive meanwhile
+            # (raised once the batch is queued), so backpressure never loses a batch.
+            self.link.wait_for(lambda: self.link.has_room(agent_steps), until_error=False)
         gone = self.link.submit(batch)
         if gone:
             self._forget_episodes(gone)
+        if waited:
+            self._sync()
         if self.waits_for_weights:
             self.link.wait_for(lambda: batch.done)
             self._sync()

@@ -79,8 +79,12 @@ class TetherClient(BaseClient):
         self._pending_steps = 0
         self.policy: OnnxPolicy | None = None
         self.weights_seq_no: int | None = None
-        self._claim_seq: int | None = None
-        self._acted_since_cut = False
+        #: Connections made so far: weights numbers are comparable only within one (a
+        #: server restarted without resuming counts from 0 again), so steps are stamped
+        #: (connection, weights_seq_no) and the earliest connection's oldest version is claimed.
+        self._connection = 0
+        #: The oldest stamp of the steps cut last (what their batch claims).
+        self._cut_oldest: tuple[int, int] | None = None
         self._io_seq: int | None = None  # the I/O thread's view, for its GET_STATE
         self.observation_space: Space | None = None
         self.action_space: Space | None = None
@@ -110,6 +114,7 @@ class TetherClient(BaseClient):
         return seq, policy
 
     def _on_connected(self) -> None:
+        self._connection += 1
         config = self.server_config
         self.observation_space = (
             space_from_json(config["observation_space"]) if "observation_space" in config else self._user_obs_space
@@ -124,8 +129,6 @@ class TetherClient(BaseClient):
                 self.action_space = policy.action_space
         if isinstance(seq, int):
             self.weights_seq_no = seq
-            if self._claim_seq is None or not self._acted_since_cut:
-                self._claim_seq = seq
 
     def _forget_episodes(self, episode_ids: set[str]) -> None:
         for episode_id in episode_ids:
@@ -176,10 +179,10 @@ class TetherClient(BaseClient):
         assert policy is not None
         dist = policy.dist_inputs_one(obs)
         action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
-        episode.record_step(obs, action, logp, dist)
+        stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
+        episode.record_step(obs, action, logp, dist, stamp)
         if episode.training_enabled:
             self._pending_steps += 1
-            self._acted_since_cut = True
         return env_action
 
     def compute_action(self, observation: Any) -> Any:
@@ -222,21 +225,21 @@ class TetherClient(BaseClient):
 
     def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
         records = []
-        for episode in self._finished:
-            record = episode.cut()
-            if record is not None:
-                records.append(record)
+        versions: list[tuple[int, int]] = []
+        cut_from = [*self._finished, *(e for e in self._episodes.values() if e.training_enabled)]
         self._finished.clear()
-        for episode in self._episodes.values():
-            if episode.training_enabled:
-                record = episode.cut()
-                if record is not None:
-                    records.append(record)
+        for episode in cut_from:
+            cut = episode.cut()
+            if cut is not None:
+                records.append(cut[0])
+                if cut[1] is not None:
+                    versions.append(cut[1])
+        self._cut_oldest = min(versions) if versions else None
         self._pending_steps = sum(e.pending_steps for e in self._episodes.values() if e.training_enabled)
         steps = sum(len(r["actions"]) for r in records)
         return records, steps, steps
 
     def _take_claim(self) -> dict[str, Any]:
-        claim, self._claim_seq = self._claim_seq, self.weights_seq_no
-        self._acted_since_cut = False
+        # The oldest version of the steps cut, held-back steps of other episodes included (§7.6).
+        claim = self._cut_oldest[1] if self._cut_oldest is not None else self.weights_seq_no
         return {"weights_seq_no": claim}

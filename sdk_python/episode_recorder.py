@@ -16,7 +16,7 @@ class EpisodeRecorder:
     and is dropped."""
 
     __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
-                 "terminated", "truncated", "total_return", "length", "value_obs")
+                 "terminated", "truncated", "total_return", "length", "value_obs", "versions")
 
     def __init__(self, episode_id: str, training_enabled: bool) -> None:
         self.episode_id = episode_id
@@ -26,6 +26,9 @@ class EpisodeRecorder:
         self.rewards: list[float] = []
         self.logp: list[float] = []
         self.dist_inputs: list[Any] = []
+        #: Per recorded action, a comparable stamp of the weights it was computed with
+        #: (the client's choice; None: unknown).
+        self.versions: list[Any] = []
         self.terminated = False
         self.truncated = False
         self.total_return = 0.0
@@ -37,7 +40,8 @@ class EpisodeRecorder:
     def done(self) -> bool:
         return self.terminated or self.truncated
 
-    def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray) -> None:
+    def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray,
+                    version: Any = None) -> None:
         self.length += 1
         if self.training_enabled:
             self.obs.append(obs)
@@ -45,6 +49,7 @@ class EpisodeRecorder:
             self.rewards.append(0.0)
             self.logp.append(logp)
             self.dist_inputs.append(dist_inputs)
+            self.versions.append(version)
 
     def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None) -> None:
         """Record an observation ahead of the action taken on it (multi-agent path)."""
@@ -55,14 +60,15 @@ class EpisodeRecorder:
                     self.value_obs = []
                 self.value_obs.append(value_obs)
 
-    def act(self, action: Any, logp: float, dist_inputs: np.ndarray) -> None:
-        """Record the action taken on the last observed observation."""
+    def act(self, action: Any, logp: float, dist_inputs: np.ndarray, version: Any = None) -> None:
+        """Record the action taken on the last observed observation (``version``: the weights it came from)."""
         self.length += 1
         if self.training_enabled:
             self.actions.append(action)
             self.rewards.append(0.0)
             self.logp.append(logp)
             self.dist_inputs.append(dist_inputs)
+            self.versions.append(version)
 
     def add_reward(self, reward: float) -> None:
         self.total_return += reward
@@ -80,7 +86,7 @@ class EpisodeRecorder:
     def stop_training(self) -> None:
         """Keep counting the episode's return, but record and send nothing more of it."""
         self.training_enabled = False
-        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs):
+        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs, self.versions):
             steps.clear()
         self.value_obs = None
 
@@ -88,8 +94,10 @@ class EpisodeRecorder:
     def pending_steps(self) -> int:
         return len(self.actions)
 
-    def cut(self) -> dict[str, Any] | None:
-        """Take the steps that are complete as one episode record.
+    def cut(self) -> tuple[dict[str, Any], Any] | None:
+        """Take the steps that are complete as one episode record, with the
+        oldest weights stamp any of them was computed with (None if none is
+        known): a batch claims the oldest version of its steps.
 
         A step is complete once the observation after it is known; an action
         still waiting for its next observation stays for the next chunk, as do
@@ -112,9 +120,12 @@ class EpisodeRecorder:
         if self.value_obs is not None:
             record["value_obs"] = self.value_obs[: k + 1]
             del self.value_obs[:k]
+        known = [v for v in self.versions[:k] if v is not None]
+        oldest = min(known) if known else None
+        del self.versions[:k]
         del self.obs[:k]
         del self.actions[:k]
         del self.rewards[:k]
         del self.logp[:k]
         del self.dist_inputs[:k]
-        return record
+        return record, oldest

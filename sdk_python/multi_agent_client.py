@@ -93,8 +93,11 @@ class MultiAgentClient(BaseClient):
         self.modules: dict[str, ModuleSpec] = {}
         self.policies: dict[str, OnnxPolicy] = {}
         self.weights_seq_nos: dict[str, int] = {}
-        self._claim_seqs: dict[str, int] = {}
-        self._acted_since_cut = False
+        #: Connections made so far; steps are stamped (connection, weights_seq_no) since
+        #: numbers are comparable only within one server run (see TetherClient).
+        self._connection = 0
+        #: Per module, the oldest stamp of the steps cut last (what their batch claims).
+        self._cut_oldest: dict[str, tuple[int, int]] = {}
         self._io_seqs: dict[str, int] = {}  # the I/O thread's view, for its GET_STATE
         self.mapping: PolicyMapping | None = None
         self.groups: dict[str, GroupSpec] = {}
@@ -126,6 +129,7 @@ class MultiAgentClient(BaseClient):
         return prepared
 
     def _on_connected(self) -> None:
+        self._connection += 1
         config = self.server_config
         self.modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
         rules = config.get("policy_mapping")
@@ -140,8 +144,6 @@ class MultiAgentClient(BaseClient):
             if policy is not None:
                 self.policies[module_id] = policy
             self.weights_seq_nos[module_id] = seq
-            if module_id not in self._claim_seqs or not self._acted_since_cut:
-                self._claim_seqs[module_id] = seq
 
     def _forget_episodes(self, episode_ids: set[str]) -> None:
         for episode_id in episode_ids:
@@ -250,13 +252,14 @@ class MultiAgentClient(BaseClient):
             for actor_id, dist in zip(actor_ids, dist_rows):
                 action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
                                                              self._raw_box_samples)
-                episode.actors[actor_id].recorder.act(action, logp, dist)
+                seq = self.weights_seq_nos.get(module_id)
+                episode.actors[actor_id].recorder.act(action, logp, dist,
+                                                      None if seq is None else (self._connection, seq))
                 if episode.training_enabled:
                     self._pending_steps += 1
                 self._split_action(actor_id, env_action, actions)
         if episode.training_enabled:
             self._env_steps_since_cut += 1
-            self._acted_since_cut = True
         episode.t += 1
         return actions
 
@@ -361,14 +364,18 @@ class MultiAgentClient(BaseClient):
 
     def _collect_records(self) -> tuple[list[dict[str, Any]], int, int]:
         records: list[dict[str, Any]] = []
+        oldest: dict[str, tuple[int, int]] = {}
         for episode_id in list(self._episodes):
             episode = self._episodes[episode_id]
             if not episode.training_enabled:
                 continue
             agents: dict[str, Any] = {}
             for actor in [*episode.finished, *episode.actors.values()]:
-                rec = actor.recorder.cut()
-                if rec is not None:
+                cut = actor.recorder.cut()
+                if cut is not None:
+                    rec, version = cut
+                    if version is not None:
+                        oldest[actor.module_id] = min(version, oldest.get(actor.module_id, version))
                     rec.pop("episode_id", None)
                     rec["module"] = actor.module_id
                     rec["start_step"] = actor.start_step
@@ -383,14 +390,16 @@ class MultiAgentClient(BaseClient):
         self._pending_steps = sum(
             a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
         )
+        self._cut_oldest = oldest
         env_steps, self._env_steps_since_cut = self._env_steps_since_cut, 0
         agent_steps = sum(len(a["actions"]) for r in records for a in r["agents"].values())
         return records, env_steps, agent_steps
 
     def _take_claim(self) -> dict[str, Any]:
-        claim, self._claim_seqs = self._claim_seqs, dict(self.weights_seq_nos)
-        self._acted_since_cut = False
-        return {"weights_seq_nos": claim}
+        # Per module, the oldest version of its steps cut (agents that did not act this step
+        # included, §7.6); a module without steps in the batch reports the version it holds.
+        oldest = {module_id: stamp[1] for module_id, stamp in self._cut_oldest.items()}
+        return {"weights_seq_nos": {**self.weights_seq_nos, **oldest}}
 
     def compute_actions(self, observations: Mapping[str, Any], episode_id: str = "") -> dict[str, Any]:
         """Greedy actions for evaluation; records nothing."""

@@ -98,8 +98,9 @@ class ServerLink:
             connection before giving up with ``TetherConnectionError``.
         connect_timeout_s: limit of one TCP connect attempt.
         response_timeout_s: limit of every request's answer, except
-        update_timeout_s: the limit of an EPISODES_AND_GET_STATE answer, which
-            may wait for a learner update.
+        update_timeout_s: the limit of an EPISODES_AND_GET_STATE answer, and of
+            the GET_STATE acknowledging an off-policy EPISODES; both may wait
+            for a learner update.
         max_queued_steps: agent steps that may wait behind the batch in
             flight. None: what the server can still train on before data made
             now becomes too stale for it, (max_staleness + 1) * train_batch_size
@@ -165,6 +166,8 @@ class ServerLink:
         self.last_disconnect: str | None = None
         self.fatal: BaseException | None = None
         self._outbox: deque[Batch] = deque()
+        #: Episodes of refused batches: none of their later records is sent.
+        self._refused_episodes: set[str] = set()
         self._queued_steps = 0
         self._requests: deque[_Request] = deque()
         self._in_flight: Batch | None = None
@@ -244,6 +247,8 @@ class ServerLink:
                 outbox.extend(kept)
                 self._queued_steps = sum(b.agent_steps for b in outbox)
                 self.episodes_dropped += len(gone)
+            if self._refused_episodes:
+                self._drop_episodes(batch, self._refused_episodes)
             if batch.episodes:
                 outbox.append(batch)
                 self._queued_steps += batch.agent_steps
@@ -270,6 +275,19 @@ class ServerLink:
         self.agent_steps_dropped += batch.agent_steps - agent_steps
         batch.episodes, batch.env_steps, batch.agent_steps = kept, env_steps, agent_steps
 
+    def _forget_refused(self, batch: Batch) -> None:
+        """The server refused ``batch``: the rest of its episodes (waiting
+        batches, and batches submitted later) is never sent, so the server does
+        not take a fragment for a whole episode (caller holds the lock)."""
+        refused = {str(r.get("episode_id")) for r in batch.episodes}
+        self._refused_episodes |= refused
+        for waiting in self._outbox:
+            self._drop_episodes(waiting, refused)
+        kept = [b for b in self._outbox if b.episodes]
+        self._outbox.clear()
+        self._outbox.extend(kept)
+        self._queued_steps = sum(b.agent_steps for b in kept)
+
     def request(self, message: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Send a request through the I/O thread and wait for its answer.
 
@@ -288,11 +306,12 @@ class ServerLink:
         assert req.answer is not None
         return req.answer
 
-    def wait_for(self, predicate: Callable[[], bool]) -> None:
-        """Block until ``predicate()`` holds or an error event arrives (the I/O
-        thread enforces the timeouts, so this cannot wait forever)."""
+    def wait_for(self, predicate: Callable[[], bool], until_error: bool = True) -> None:
+        """Block until ``predicate()`` holds, the link fails for good, or (with
+        ``until_error``) an error event arrives (the I/O thread enforces the
+        timeouts, so this cannot wait forever)."""
         with self._changed:
-            while not predicate() and not self._has_error_event() and self.fatal is None:
+            while not predicate() and not (until_error and self._has_error_event()) and self.fatal is None:
                 if not self._thread.is_alive():
                     break
                 self._changed.wait(0.5)
@@ -347,6 +366,10 @@ class ServerLink:
                         self._refuse_in_flight(exc)
                     self._lost(str(exc), exc.code)
                     down_since = time.monotonic()
+                except ServerError as exc:
+                    # An ERROR answering a heartbeat PING (a request's goes to its waiter):
+                    # the engine hears of it; the link goes on.
+                    self._post("error", exc)
                 except TetherTimeoutError as exc:
                     if self._closing.is_set():
                         break
@@ -373,6 +396,7 @@ class ServerLink:
             if batch is not None:
                 batch.error = ServerError(str(exc.code), str(exc), "EPISODES")
                 batch.done = True
+                self._forget_refused(batch)
                 self.events.append(("batch", batch))
                 self._changed.notify_all()
         if batch is None:
@@ -414,6 +438,9 @@ class ServerLink:
             except OSError as exc:
                 self._transport.close()
                 last = exc
+            # A server at its connection limit asks for at least 1 s between attempts (§6.6).
+            too_many = isinstance(last, ConnectionLost) and last.code == "TOO_MANY_CONNECTIONS"
+            pause = max(delay, 1.0) if too_many else delay
             now = time.monotonic()
             if now >= deadline:
                 raise TetherConnectionError(
@@ -421,8 +448,8 @@ class ServerLink:
                     f"(reconnect_timeout_s): {last}", self.address, last_code) from last
             if self.verbose:
                 print(f"[tether-client] server {self.address} unreachable ({last}); retrying in "
-                      f"{min(delay, deadline - now):.2f} s", file=sys.stderr)
-            self._closing.wait(min(delay, deadline - now))
+                      f"{min(pause, deadline - now):.2f} s", file=sys.stderr)
+            self._closing.wait(min(pause, deadline - now))
             delay = min(delay * 2, 1.0)
 
     def _handshake(self) -> None:
@@ -524,13 +551,23 @@ class ServerLink:
             message["type"] = MessageType.EPISODES.value
             self._send(message)
             # GET_STATE right behind: its answer acknowledges the EPISODES (and brings new weights).
-            answer = self._exchange(self._state_request(False), self.response_timeout_s, "response_timeout_s",
-                                    batch=batch)
+            # The server answers it only once the EPISODES got room in its pool, which
+            # may take a learner update: update_timeout_s bounds it.
+            try:
+                answer = self._exchange(self._state_request(False), self.update_timeout_s, "update_timeout_s",
+                                        batch=batch)
+            except ServerError as exc:
+                # Refuses the GET_STATE, not the EPISODES before it (a refusal of that
+                # came first and went to the batch): the batch was delivered.
+                self._post("error", exc)
+                answer = None
         batch.round_trip_s = time.monotonic() - (batch.sent_at or time.monotonic())
         prepared = self._prepare_state(self.server_config, answer) if answer is not None else None
         with self._changed:
             self._in_flight = None
             batch.done = True
+            if batch.error is not None:
+                self._forget_refused(batch)
             if prepared is not None:
                 self.events.append(("state", prepared))
             self.events.append(("batch", batch))

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tether.sdk import TetherClient, run_env
+from tether.sdk import ServerError, TetherClient, run_env
 from tether.sdk.protocol.onnx_codec import decode_onnx
 
 from .server_process import RawClient, ServerProcess, free_port
@@ -234,3 +234,40 @@ def test_overlapping_episodes_send_full_batches_and_rewards_attach_to_actions(tm
         client.close()
         summary = server.stop()
     assert summary["env_steps"] == sum(sent_sizes) + final_flush == client.env_steps_sent
+
+
+def test_lockstep_episodes_claim_the_oldest_version_and_pass_the_logp_check(tmp_path) -> None:
+    """Two CartPole episodes in lockstep on one client: every cut carries the
+    other episode's held-back step, computed with the model before the last
+    swap. The batch claims that older version (§7.6), so a server that keeps
+    only the claimed version's model (--max-staleness 0) accepts its action_logp."""
+    with ServerProcess(tmp_path, "--env-steps-per-sample", "100", "--train-batch-size", "200",
+                       "--max-staleness", "0") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=6, wait_for_weights=True)
+        refusals: list[str] = []
+        envs = [gym.make("CartPole-v1") for _ in range(2)]
+        state = []
+        for i, env in enumerate(envs):
+            obs, _ = env.reset(seed=i)
+            state.append([client.start_episode(), obs])
+        for _ in range(1500):
+            for i, env in enumerate(envs):
+                eid, obs = state[i]
+                try:
+                    action = client.get_action(eid, obs)
+                except ServerError as exc:
+                    refusals.append(f"{exc.code}: {exc}")
+                    continue
+                obs, reward, term, trunc, _ = env.step(action)
+                client.log_returns(eid, reward)
+                if term or trunc:
+                    client.end_episode(eid, obs, truncated=trunc and not term)
+                    obs, _ = env.reset()
+                    eid = client.start_episode()
+                state[i] = [eid, obs]
+        client.flush()
+        updates = client.weights_seq_no
+        client.close()
+        summary = server.stop()
+    assert refusals == [], refusals[:3]
+    assert updates >= 10 and summary["updates"] == updates

@@ -105,7 +105,8 @@ def test_refused_batch_is_raised_on_the_next_call_and_never_resent() -> None:
                 time.sleep(0.01)
         assert info.value.code == "INVALID_FIELD" and info.value.request == "EPISODES_AND_GET_STATE"
         assert "refused for the test" in str(info.value)
-        play(client, 1, eid)  # raised once; the client goes on
+        play(client, 1, eid)  # raised once; the client goes on (the refused episode is no longer sent)
+        client.end_episode(play(client, 11), OBS)
         client.flush()
         client.close()
         seqs = [m["batch_seq"] for m in server.messages("EPISODES_AND_GET_STATE")]
@@ -283,6 +284,8 @@ def test_queue_bound_follows_the_servers_staleness_and_wait_policy_delivers_ever
         for i in range(steps):
             client.get_action(eid, np.array([i, 0, 0], np.float32))
             client.log_returns(eid, 1.0)
+            if i == 10:  # the first batch is in flight before the queue fills
+                assert wait_until(lambda: server.messages("EPISODES_AND_GET_STATE"), 10)
         return eid
 
     with ScriptedServer(handler) as server:

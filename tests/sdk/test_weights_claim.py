@@ -1,0 +1,116 @@
+"""A batch claims the OLDEST weights version any of its steps was computed
+with (protocol §7.6, §13.1), held-back steps included: the last step of every
+other open episode, and of every agent that did not act this step, was
+computed with the model before a swap and goes with the batch after it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tether.sdk import MultiAgentClient, TetherClient
+
+from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+
+DISCRETE2 = {"type": "Discrete", "n": 2}
+BOX3 = {"type": "Box", "shape": [3], "low": -10.0, "high": 10.0}
+
+
+def logit(version: int) -> float:
+    """Model ``version`` has logits (logit(version), 0): its log-probabilities tell it apart."""
+    return 0.3 * version
+
+
+def model(version: int) -> bytes:
+    return constant_model(3, [logit(version), 0.0])
+
+
+def logp(version: int, action: int) -> float:
+    logits = [logit(version), 0.0]
+    return logits[action] - math.log(sum(math.exp(v) for v in logits))
+
+
+def version_of(action: int, action_logp: float, served: int) -> int:
+    """The served version whose model gives this step its log-probability."""
+    matches = [v for v in range(served + 1) if abs(logp(v, action) - action_logp) < 1e-5]
+    assert len(matches) == 1, f"step (action {action}, logp {action_logp}) matches versions {matches}"
+    return matches[0]
+
+
+def new_model_every_batch(conn: ScriptedConnection) -> None:
+    """Answers every batch with the next version and its (different) model."""
+    conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(0, model(0)))
+    version = 0
+    while (message := conn.receive(timeout=None)) is not None:
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            version += 1
+            conn.send(state(version, model(version)))
+
+
+def test_batches_claim_the_oldest_version_with_two_episodes_overlapping() -> None:
+    with ScriptedServer(new_model_every_batch) as server:
+        # wait_for_weights: every swap lands right after a cut, before the next action.
+        client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
+        first, second = client.start_episode(), client.start_episode()
+        for i in range(60):
+            for eid in (first, second):
+                client.get_action(eid, np.full(3, i, np.float32))
+                client.log_returns(eid, 1.0)
+        client.end_episode(first, np.zeros(3, np.float32))
+        client.end_episode(second, np.zeros(3, np.float32))
+        client.flush()
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    assert len(batches) >= 10
+    mixed = 0
+    for served, batch in enumerate(batches):
+        versions = {version_of(a, lp, served) for r in batch["episodes"] for a, lp in zip(r["actions"], r["action_logp"])}
+        assert batch["weights_seq_no"] == min(versions), f"batch {served + 1} has steps of versions {versions}"
+        mixed += len(versions) > 1
+    assert mixed >= 5, "held-back steps of the other episode went with the batch after a swap"
+
+
+def multi_agent_server() -> ScriptedServer:
+    names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
+    config = {"type": "SET_CONFIG", "env_steps_per_sample": 5, "force_on_policy": True,
+              "modules": {"solo": {"observation_space": BOX3, "action_space": DISCRETE2, **names}},
+              "policy_mapping": [{"pattern": "*", "module": "solo"}]}
+
+    def models(version: int) -> dict[str, Any]:
+        return {"solo": {"weights_seq_no": version, "onnx_file": state(version, model(version))["onnx_file"]}}
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(config, {"type": "SET_STATE", "models": models(0)})
+        version = 0
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                version += 1
+                conn.send({"type": "SET_STATE", "models": models(version)})
+
+    return ScriptedServer(handler)
+
+
+def test_multi_agent_batches_claim_the_oldest_version_when_an_agent_skips_steps() -> None:
+    with multi_agent_server() as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
+        eid = client.start_episode()
+        for t in range(60):
+            acting = ("fast", "slow") if t % 3 == 0 else ("fast",)  # "slow" acts every third step
+            client.get_action(eid, {a: np.full(3, t, np.float32) for a in acting})
+            client.log_returns(eid, {a: 1.0 for a in acting})
+        client.end_episode(eid)
+        client.flush()
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    assert len(batches) >= 8
+    mixed = 0
+    for served, batch in enumerate(batches):
+        versions = {version_of(a, lp, served) for r in batch["episodes"] for entry in r["agents"].values()
+                    for a, lp in zip(entry["actions"], entry["action_logp"])}
+        if not versions:
+            continue
+        assert batch["weights_seq_nos"]["solo"] == min(versions), f"batch {served + 1} has versions {versions}"
+        mixed += len(versions) > 1
+    assert mixed >= 3, "the slow agent's held-back steps went with batches after a swap"
