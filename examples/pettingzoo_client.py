@@ -130,6 +130,10 @@ def main() -> None:
                         help="no server: play MODULE with POLICY (a policy.onnx or 'random'); repeat per module")
     parser.add_argument("--config", help="the server's TOML config (its policy_mapping and modules), for --evaluate")
     parser.add_argument("--episodes", type=int, default=100, help="episodes for --evaluate")
+    parser.add_argument("--no-wait-for-weights", dest="wait_for_weights", action="store_false",
+                        help="keep playing while a batch is in flight, as a real-time engine must (default: a "
+                             "simulator waits for the weights that answer each batch: synchronous PPO, the most "
+                             "learning per env step)")
     args = parser.parse_args()
     if args.evaluate:
         if not args.config:
@@ -140,7 +144,7 @@ def main() -> None:
     env = GAMES[args.game]()
     try:
         client = MultiAgentClient(args.host, args.port, client_name=f"{args.game}-{args.seed}", seed=args.seed,
-                                  reconnect_timeout_s=5)
+                                  reconnect_timeout_s=5, wait_for_weights=args.wait_for_weights)
         run_parallel_env(client, env, max_episodes=args.max_episodes, seed=args.seed * 1_000_000)
         client.flush()
     except (TetherConnectionError, KeyboardInterrupt):
