@@ -59,11 +59,13 @@ def test_a_seeded_client_keeps_one_sampler_across_model_swaps() -> None:
     assert first_draws_after_swaps(seed=0) == draws, "a seed makes a client reproducible"
 
 
-def test_engine_gets_clipped_box_actions_and_records_keep_the_raw_sample() -> None:
+def play_box(server_version: str) -> tuple[np.ndarray, list[dict]]:
+    """30 steps of a Box(2) client against a server of ``server_version`` whose model
+    puts nearly every raw sample outside the box: (engine actions, records sent)."""
     config = single_agent_config(3, BOX2, env_steps_per_sample=20)
 
     def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(config, state(0, OUTSIDE_BOX))
+        conn.handshake(config, state(0, OUTSIDE_BOX), version=server_version)
         while (message := conn.receive(timeout=None)) is not None:
             if message["type"] == "EPISODES_AND_GET_STATE":
                 conn.send(state(0, None))
@@ -76,43 +78,33 @@ def test_engine_gets_clipped_box_actions_and_records_keep_the_raw_sample() -> No
         client.flush()
         client.close()
         records = [r for m in server.messages("EPISODES_AND_GET_STATE") for r in m["episodes"]]
-    engine = np.asarray(engine_actions)
+    return np.asarray(engine_actions), records
+
+
+def assert_logp_of_recorded_actions(records: list[dict], recorded: np.ndarray) -> None:
+    space = space_from_json(BOX2)
+    logps = [lp for r in records for lp in r["action_logp"]]
+    dists = [d for r in records for d in r["action_dist_inputs"]]
+    np.testing.assert_allclose(logps, [log_prob(space, d, a) for d, a in zip(dists, recorded)], rtol=1e-5)
+
+
+def test_engine_gets_clipped_box_actions_and_records_keep_the_raw_sample() -> None:
+    engine, records = play_box("1.3")
     assert engine.shape == (30, 2) and engine.min() >= -1.0 and engine.max() <= 1.0
     raw = np.asarray([a for r in records for a in r["actions"]], np.float64)
     assert raw.shape == (30, 2) and (raw[:, 0] > 1.0).mean() > 0.9 and (raw[:, 1] < -1.0).mean() > 0.9
     np.testing.assert_allclose(np.clip(raw, -1, 1), engine, atol=1e-6)
-    space = space_from_json(BOX2)
-    logps = [lp for r in records for lp in r["action_logp"]]
-    dists = [d for r in records for d in r["action_dist_inputs"]]
-    np.testing.assert_allclose(logps, [log_prob(space, d, a) for d, a in zip(dists, raw)], rtol=1e-5)
+    assert_logp_of_recorded_actions(records, raw)
 
 
 def test_a_server_older_than_1_3_gets_clipped_box_actions_in_records() -> None:
     """A 1.2 server refuses Box actions outside the box (ACTION_OUT_OF_SPACE):
     against it the record carries the clipped action and the density there."""
-    config = single_agent_config(3, BOX2, env_steps_per_sample=20)
-
-    def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(config, state(0, OUTSIDE_BOX), version="1.2")
-        while (message := conn.receive(timeout=None)) is not None:
-            if message["type"] == "EPISODES_AND_GET_STATE":
-                conn.send(state(0, None))
-
-    with ScriptedServer(handler) as server:
-        client = TetherClient("127.0.0.1", server.port, seed=1)
-        eid = client.start_episode()
-        engine_actions = [client.get_action(eid, np.zeros(3, np.float32)) for _ in range(30)]
-        client.end_episode(eid, np.zeros(3, np.float32))
-        client.flush()
-        client.close()
-        records = [r for m in server.messages("EPISODES_AND_GET_STATE") for r in m["episodes"]]
+    engine, records = play_box("1.2")
     recorded = np.asarray([a for r in records for a in r["actions"]], np.float64)
-    np.testing.assert_allclose(recorded, np.asarray(engine_actions), atol=1e-6)
+    np.testing.assert_allclose(recorded, engine, atol=1e-6)
     assert recorded.min() >= -1.0 and recorded.max() <= 1.0
-    space = space_from_json(BOX2)
-    logps = [lp for r in records for lp in r["action_logp"]]
-    dists = [d for r in records for d in r["action_dist_inputs"]]
-    np.testing.assert_allclose(logps, [log_prob(space, d, a) for d, a in zip(dists, recorded)], rtol=1e-5)
+    assert_logp_of_recorded_actions(records, recorded)
 
 
 # -- multi-agent ------------------------------------------------------------------
