@@ -58,8 +58,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    # The checker answers slowly on purpose and must see every batch: wait for room in the
+    # send queue instead of dropping the oldest batches (docs/check-client.md, step 2).
     client = TetherClient(args.host, args.port, client_name="check-client-python", seed=args.seed,
-                          reconnect_timeout_s=30.0)
+                          reconnect_timeout_s=30.0, when_queue_full="wait")
     env = EchoEnv()
     steps = 0
     while steps < args.steps:

@@ -52,7 +52,8 @@ OUTPUT_NAME = "check_dist_inputs"
 STEPS_PER_SAMPLE = 20
 HEARTBEAT_S = 0.5
 #: A client that acts while batches are in flight may send this many batches after the one whose
-#: answer carried the new model before its steps must come from that model.
+#: answer carried the new model before its steps must come from that model: the two its send
+#: queue holds (2 x env_steps_per_sample agent steps) and one cut while the engine waited for room.
 SWAP_GRACE_BATCHES = 3
 #: How long a client that owes a resend may take to reconnect.
 RECONNECT_WAIT_S = 10.0
@@ -189,6 +190,8 @@ class ClientChecker:
         self._heartbeats: dict[int, list[float]] = {}  # connection -> PINGs after its handshake
         self._swap_batch: int | None = None
         self._new_model_seen = False
+        self._episode_versions: dict[str, int] = {}  # episode id -> newest model its steps used
+        self._reconnected_after_error = False
         self._log: list[str] = []
 
     # -- running -----------------------------------------------------------------
@@ -214,6 +217,7 @@ class ClientChecker:
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections += 1
+        self._reconnected_after_error = self._after_connection_error is not None
         conn = _Connection(self._connections, reader, writer, FrameDecoder())
         self._live = asyncio.current_task()
         try:
@@ -459,10 +463,11 @@ class ClientChecker:
             self.rows["garbage_reconnect"].fail("the client kept sending on a connection whose framing broke")
         raise _Drop
 
-    def _check_steps(self, n: int, chunks: list[EpisodeChunk]) -> list[int]:
-        """Which served model each step's logp comes from (-1: none); echo-env checks."""
+    def _check_steps(self, n: int, chunks: list[EpisodeChunk]) -> list[tuple[str, list[int]]]:
+        """Per record, its episode id and which served model each step's logp comes from
+        (-1: none); echo-env checks."""
         rows = self.rows
-        versions: list[int] = []
+        versions: list[tuple[str, list[int]]] = []
         for c, chunk in enumerate(chunks):
             obs = chunk.obs.astype(np.float64)
             actions = chunk.actions.reshape(chunk.env_steps, -1).astype(np.float64)
@@ -476,6 +481,8 @@ class ClientChecker:
                 rows["engine_gets_clipped_action"].fail(f"batch {n}, record {c}: rewards are not the executed actions")
             self._outside_box += int(np.sum(np.abs(actions[:, 0]) > 1.0))
             inputs = {v: dist_inputs(v, chunk.obs[:-1]) for v in MODEL_WEIGHTS}
+            record_versions: list[int] = []
+            versions.append((str(chunk.episode_id if chunk.episode_id is not None else f"{n}.{c}"), record_versions))
             for t in range(chunk.env_steps):
                 match = -1
                 for v, d in inputs.items():
@@ -492,27 +499,33 @@ class ClientChecker:
                         f"{actions[t, 0]:.6g} fits no served model ({expected})")
                 else:
                     self._steps_by_version[match] += 1
-                versions.append(match)
+                record_versions.append(match)
         return versions
 
-    def _check_swap(self, n: int, versions: list[int], claimed: Any) -> None:
-        """Steps move from the old model to the new one, never back; a batch claims the oldest
-        version its steps used (§7.6); the new model is in use soon after the swap. A client that
-        acts while batches are in flight may still send a few batches it cut before the swap."""
+    def _check_swap(self, n: int, versions: list[tuple[str, list[int]]], claimed: Any) -> None:
+        """Within an episode, steps move from the old model to the new one, never back; a batch
+        claims the oldest version its steps used (§7.6); the new model is in use soon after the
+        swap. Across episodes the order is free: a client that plays several episodes at once, or
+        holds back an agent's last step (§10.4), may send an old-model step of one episode after
+        new-model steps of another; and one that acts while batches are in flight may still send
+        a few batches it cut before the swap."""
         row = self.rows["model_swap"]
-        known = [v for v in versions if v >= 0]
+        known = [v for _, steps in versions for v in steps if v >= 0]
         if self._swap_batch is None and 1 in known:
             row.fail(f"batch {n} used model 1 before it was sent")
-        if self._new_model_seen and 0 in known:
-            row.fail(f"batch {n} has steps of the old model after a batch with steps of the new one")
-        elif any(a > b for a, b in zip(known, known[1:])):
-            row.fail(f"batch {n}: steps went back from the new model to the old one")
-        elif known and _is_int(claimed) and claimed != min(known):
+        for episode, steps in versions:
+            ordered = [self._episode_versions.get(episode, 0)] + [v for v in steps if v >= 0]
+            if any(a > b for a, b in zip(ordered, ordered[1:])):
+                row.fail(f"batch {n}: episode {episode!r} went back from the new model to the old one")
+            self._episode_versions[episode] = ordered[-1]
+        if known and _is_int(claimed) and claimed != min(known):
             row.fail(f"batch {n} claims weights_seq_no {claimed}, but its oldest steps come from model {min(known)}")
         self._new_model_seen = self._new_model_seen or 1 in known
-        if self._swap_batch is not None and n >= self._swap_batch + SWAP_GRACE_BATCHES:
+        if self._swap_batch is not None and n > self._swap_batch + SWAP_GRACE_BATCHES:
             if not self._new_model_seen:
                 row.fail(f"batch {n}, the {n - self._swap_batch}th after the swap, still uses the old model")
+            elif 0 in known:
+                row.fail(f"batch {n}, the {n - self._swap_batch}th after the swap, has steps of the old model")
             elif known and set(known) == {1}:
                 row.ok()
 
@@ -547,7 +560,11 @@ class ClientChecker:
             rows["error_reply"].fail("the client sent no batch after the ERROR answer")
         if rows["garbage_reconnect"].passed is None and self._pending_reason == "garbage" and self._pending_resend:
             rows["garbage_reconnect"].fail("the client did not reconnect and resend after a bad frame header")
-        if self._after_connection_error is not None:
+        if self._after_connection_error is not None and self._reconnected_after_error:
+            rows["connection_error"].fail(
+                "the client reconnected after the connection-level ERROR but sent no further batch (a client that "
+                "drops queued batches while the server is slow can run out: docs/check-client.md, step 2)")
+        elif self._after_connection_error is not None:
             rows["connection_error"].fail("the client did not come back after a connection-level ERROR")
         if self._pending_reason == "drop" and self._pending_resend is not None:
             rows["drop_reconnect"].fail("the client did not come back after the connection was closed")
