@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import signal
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,14 +32,18 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
     env.reset(seed=seed)
     client = None
     stopped_by = "max_steps"
+    # Ctrl-C ends the run at the next episode's end: an exception raised at an arbitrary
+    # point could leave the client's internal locks held and hang the final report.
+    interrupted = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
         client = TetherClient(host, port, client_name=f"cartpole-{seed}", seed=seed,
                               reconnect_timeout_s=reconnect_timeout_s)
-        run_env(client, env, max_steps=max_steps)
+        run_env(client, env, max_steps=max_steps, on_episode_end=lambda *_: interrupted.is_set())
+        if interrupted.is_set():
+            stopped_by = "interrupted"
     except TetherConnectionError:
         stopped_by = "server_gone"  # the server finished training and went away
-    except KeyboardInterrupt:
-        stopped_by = "interrupted"
     finally:
         if client is not None:
             print(json.dumps({"client": seed, "env_steps_sent": client.env_steps_sent, "reconnects": client.reconnects,
@@ -63,6 +69,7 @@ def main() -> None:
     ]
     for p in procs:
         p.start()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every client; each stops and reports
     for p in procs:
         p.join()
 

@@ -9,9 +9,13 @@ same decode time per message (the copies to and from the worker cost ~30 ms
 of ~650). A worker process parses the JSON and turns each
 episode record into validated numpy arrays (the pure part of ingest); only
 the arrays come back (pickled numpy arrays cost a copy, not a parse), and the
-event loop then runs the checks that need server state. Bodies below
-``threshold_bytes`` are decoded inline: for a 400 KB message the round trip to
-a process would cost more than it saves.
+event loop then runs the checks that need server state.
+
+Bodies of at least ``threshold_bytes`` always go to a worker. Medium bodies
+(``share_bytes`` and up) go to a worker only when one is idle, and are decoded
+inline otherwise: the round trip makes that one message a little slower, but
+the loop meanwhile serves other clients on another core. Small bodies are
+always decoded inline.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
+import os
 import signal
 from typing import Any
 
@@ -32,8 +37,16 @@ from tether.sdk.protocol.multi_agent import (
     decode_multi_agent_record,
 )
 
-#: Bodies at least this large are decoded in the worker process.
+#: Bodies at least this large are decoded in a worker process.
 DEFAULT_THRESHOLD_BYTES = 1 << 20
+
+#: Bodies at least this large are decoded in a worker process when one is idle.
+DEFAULT_SHARE_BYTES = 64 << 10
+
+
+def default_workers() -> int:
+    """One worker per core beyond the event loop's, at least one, at most four."""
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
 
 #: Fields of a non-episode request that the server reads; a large request of
 #: another type comes back with only these (unknown fields are ignored anyway).
@@ -103,37 +116,49 @@ def _decode_in_worker(body: bytes) -> tuple[Any, ...]:
 
 
 class DecodePool:
-    """One worker process that decodes large bodies; falls back to inline decoding if it fails."""
+    """Worker processes that decode large bodies (and medium ones while a worker
+    is idle); falls back to inline decoding if a worker fails."""
 
     def __init__(self, specs: dict[str, Any], default_module: str | None, require_logp: bool,
-                 threshold_bytes: int = DEFAULT_THRESHOLD_BYTES) -> None:
+                 threshold_bytes: int = DEFAULT_THRESHOLD_BYTES, share_bytes: int = DEFAULT_SHARE_BYTES,
+                 workers: int | None = None) -> None:
         self.threshold_bytes = threshold_bytes
+        self.share_bytes = share_bytes
+        self.workers = workers if workers is not None else default_workers()
         self._init_args = (specs, default_module, require_logp)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._in_flight = 0
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
             # spawn, not fork: the server process has threads (torch, the learner).
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker, initargs=self._init_args,
             )
         return self._pool
 
     def start(self) -> None:
-        """Start the worker now (it takes a second to import), not on the first large frame."""
-        self._executor().submit(int, 0)
+        """Start the workers now (each takes a second to import), not on the first large frame."""
+        executor = self._executor()
+        for _ in range(self.workers):
+            executor.submit(int, 0)
 
     async def decode(self, body: bytes) -> tuple[Any, ...] | None:
-        """The worker's result for a large body, or None to decode inline (small body, or no worker)."""
-        if len(body) < self.threshold_bytes:
+        """A worker's result for the body, or None to decode it inline (a small
+        body, a medium one while every worker is busy, or no worker)."""
+        size = len(body)
+        if size < self.share_bytes or (size < self.threshold_bytes and self._in_flight >= 3 * self.workers):
             return None
         loop = asyncio.get_running_loop()
+        self._in_flight += 1
         try:
             return await loop.run_in_executor(self._executor(), _decode_in_worker, body)
         except concurrent.futures.process.BrokenProcessPool:
-            self._pool = None  # a new worker next time; this body is decoded inline
+            self._pool = None  # new workers next time; this body is decoded inline
             return None
+        finally:
+            self._in_flight -= 1
 
     def close(self) -> None:
         if self._pool is not None:

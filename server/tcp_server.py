@@ -44,6 +44,9 @@ from .ingest import message_env_steps
 from .trainer import UNVERIFIED_VERSION, Trainer
 
 _READ_SIZE = 1 << 20
+#: Messages of up to this many agent steps have their behaviour logp checked on
+#: the event loop (a few ms at most); larger ones in a thread, beside it.
+_INLINE_LOGP_CHECK_STEPS = 16_384
 
 #: How much longer a client that did not announce protocol 1.3 (and so sends no
 #: heartbeats) may stay silent than client_timeout_s.
@@ -194,16 +197,20 @@ class TetherServer:
     async def start(self) -> None:
         limit = open_file_limit()
         backlog = min(_BACKLOG, self.max_connections)
+        self.decode_pool.start()  # its workers' pipes count among the descriptors in use
         if limit is not None:
-            # Descriptors in use now, plus a burst of accepted-then-refused peers, stay free.
-            reserved = _open_descriptors() + backlog + _SPARE_FDS
+            in_use = _open_descriptors()
+            # The loop accepts up to `backlog` peers per iteration, and a refused one holds its
+            # descriptor for about three more iterations (transport, handler, close): keep four
+            # bursts, and what is in use now, free; a tight limit gets a smaller backlog.
+            backlog = min(backlog, max(16, (limit - in_use - _SPARE_FDS) // 8))
+            reserved = in_use + 4 * backlog + _SPARE_FDS
             if self.max_connections > limit - reserved:
                 capped = max(1, limit - reserved)
                 print(f"[tether] max_connections {self.max_connections} lowered to {capped}: the process may open "
                       f"only {limit} files", file=sys.stderr, flush=True)
                 self.max_connections = capped
         asyncio.get_running_loop().set_exception_handler(self._loop_exception)
-        self.decode_pool.start()
         self._server = await asyncio.start_server(
             self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT, backlog=backlog,
         )
@@ -415,9 +422,13 @@ class TetherServer:
                     kept = {m: set(h.versions) for m, h in trainer.histories.items()}
                     versions = {m: (v if m not in kept or v in kept[m] else UNVERIFIED_VERSION)
                                 for m, v in versions.items()}
-                    if self.ingest.logp_check is not None:
-                        # A forward pass over the batch: torch releases the GIL, so other
-                        # clients' PINGs are answered meanwhile (it held the loop 80 ms per 80k steps).
+                    if self.ingest.logp_check is not None and sum(r.agent_steps for r in pending.records) <= _INLINE_LOGP_CHECK_STEPS:
+                        # About 0.3 us a step: for a message this small, less than a hop to
+                        # another thread and back costs in GIL hand-offs.
+                        self.ingest.logp_check(pending.records, versions)
+                    elif self.ingest.logp_check is not None:
+                        # A large one: ONNX Runtime releases the GIL, so other clients' PINGs are
+                        # answered meanwhile (the check held the loop 80 ms per 80k steps).
                         await asyncio.get_running_loop().run_in_executor(
                             self._logp_executor, self.ingest.logp_check, pending.records, versions)
                     pending.commit()

@@ -16,6 +16,7 @@ connection's next message, as RLlib's v1 client does).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -49,11 +50,29 @@ def _fail(code: ErrorCode, index: int, text: str) -> MessageError:
     return MessageError(code, f"episodes[{index}]: {text}")
 
 
+def _rows_as_array(value: list, dtype: type) -> np.ndarray:
+    """``np.asarray(value, dtype)``, about twice as fast for the common case of a
+    list of equal-length lists of numbers (obs rows, action_dist_inputs rows):
+    numpy's nested-list conversion dominates a server's ingest time. Anything
+    else, or any doubt, takes ``np.asarray`` itself, so results and errors are
+    the same."""
+    first = value[0] if value else None
+    if type(first) is list and first and type(first[0]) in (float, int):
+        width = len(first)
+        if set(map(type, value)) == {list} and set(map(len, value)) == {width}:
+            try:
+                flat: np.ndarray = np.fromiter(chain.from_iterable(value), dtype, count=len(value) * width)
+            except (TypeError, ValueError):  # a nested list or a non-number: asarray decides
+                return np.asarray(value, dtype=dtype)
+            return flat.reshape(len(value), width)
+    return np.asarray(value, dtype=dtype)
+
+
 def _numeric(value: Any, dtype: type, index: int, key: str) -> np.ndarray:
     if not isinstance(value, list):
         raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must be a list, got {type(value).__name__}')
     try:
-        return np.asarray(value, dtype=dtype)
+        return _rows_as_array(value, dtype)
     except ValueError as exc:
         if "inhomogeneous" in str(exc) or "sequence" in str(exc):
             code = ErrorCode.OBS_SHAPE_MISMATCH if key == "obs" else ErrorCode.INVALID_FIELD

@@ -83,3 +83,72 @@ def test_state_checks_still_run_on_predecoded_records() -> None:
     result = outcome(EpisodeIngest(layout, True), done[2], done[3])
     assert result[0] == "error" and result[1].value == "AGENT_ALREADY_DONE"
     assert np.isfinite(done[3][0][1].agents[0].chunk.obs).all()
+
+
+def test_medium_bodies_go_to_an_idle_worker_and_decode_the_same() -> None:
+    """Medium bodies are shared with a worker only while it has fewer than 3
+    bodies in flight; the rest are left to the event loop (None). A real
+    worker process decodes the shared ones, with the inline result."""
+    import asyncio
+
+    layout = build_layout(ServerConfig(), None)
+    pool = decode_pool.DecodePool(layout.specs, layout.default_module(), True, threshold_bytes=1 << 20,
+                                  share_bytes=256, workers=1)
+    medium = body(*([GOOD] * 6), weights_seq_no=0)
+    small = body(GOOD)
+    assert 256 <= len(medium) < 1 << 20 and len(small) < 256
+
+    async def run() -> list:
+        pool.start()
+        return await asyncio.gather(*(pool.decode(medium) for _ in range(8)), pool.decode(small))
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        pool.close()
+    shared = [r for r in results[:8] if r is not None]
+    assert len(shared) == 3, "three in flight per worker, the other five decoded inline"
+    assert results[8] is None, "small bodies are never shared"
+    _, message = decode_message(medium)
+    inline = outcome(EpisodeIngest(layout, True), message)
+    for done in shared:
+        assert outcome(EpisodeIngest(layout, True), done[2], done[3]) == inline
+
+
+def test_fast_row_conversion_matches_numpy() -> None:
+    """episodes._rows_as_array (the fast path for lists of equal-length rows)
+    gives exactly np.asarray's result or error, on seeded random nested input."""
+    import random
+    import warnings
+
+    from tether.sdk.protocol.episodes import _rows_as_array
+
+    def result(convert):
+        try:
+            array = convert()
+        except (TypeError, ValueError) as exc:
+            return ("error", type(exc).__name__)
+        return ("ok", array.dtype, array.shape, array.tobytes())
+
+    rng = random.Random(7)
+    atoms = [0, -2, 1.5, 1e39, True, None, "1.5", "x", [1.0], [], {"a": 1}, 2**70, float("nan")]
+    fast_paths = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(5000):
+            width = rng.randint(0, 3)
+            value = [[rng.choice(atoms) if rng.random() < 0.1 else rng.random() for _ in range(width + (rng.random() < 0.1))]
+                     for _ in range(rng.randint(0, 5))]
+            if value and rng.random() < 0.05:
+                value[rng.randrange(len(value))] = rng.choice(atoms)
+            for dtype in (np.float32, np.float64):
+                expected = result(lambda: np.asarray(value, dtype=dtype))
+                got = result(lambda: _rows_as_array(value, dtype))
+                if expected[0] == "ok" and got[0] == "ok":
+                    assert got[1:3] == expected[1:3], value
+                    assert np.array_equal(np.frombuffer(got[3], dtype), np.frombuffer(expected[3], dtype),
+                                          equal_nan=True), value
+                    fast_paths += bool(value and width)
+                else:
+                    assert got == expected, value
+    assert fast_paths > 1000
