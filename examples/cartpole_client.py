@@ -17,6 +17,7 @@ import multiprocessing as mp
 import signal
 import sys
 import threading
+from typing import Any
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,10 +33,17 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
     env.reset(seed=seed)
     client = None
     stopped_by = "max_steps"
-    # Ctrl-C ends the run at the next episode's end: an exception raised at an arbitrary
-    # point could leave the client's internal locks held and hang the final report.
+    # The first Ctrl-C ends the run at the next episode's end (an exception raised at an
+    # arbitrary point could leave the client's locks held and hang the final report);
+    # a second one interrupts at once.
     interrupted = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            signal.default_int_handler(signum, frame)
+        interrupted.set()
+
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
         client = TetherClient(host, port, client_name=f"cartpole-{seed}", seed=seed,
                               reconnect_timeout_s=reconnect_timeout_s)
@@ -44,6 +52,8 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
             stopped_by = "interrupted"
     except TetherConnectionError:
         stopped_by = "server_gone"  # the server finished training and went away
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
     finally:
         if client is not None:
             print(json.dumps({"client": seed, "env_steps_sent": client.env_steps_sent, "reconnects": client.reconnects,
@@ -69,9 +79,12 @@ def main() -> None:
     ]
     for p in procs:
         p.start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every client; each stops and reports
-    for p in procs:
-        p.join()
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:  # Ctrl-C reaches every client too: each stops and reports
+        for p in procs:
+            p.join()
 
 
 if __name__ == "__main__":

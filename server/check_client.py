@@ -482,7 +482,8 @@ class ClientChecker:
             self._outside_box += int(np.sum(np.abs(actions[:, 0]) > 1.0))
             inputs = {v: dist_inputs(v, chunk.obs[:-1]) for v in MODEL_WEIGHTS}
             record_versions: list[int] = []
-            versions.append((str(chunk.episode_id if chunk.episode_id is not None else f"{n}.{c}"), record_versions))
+            # Records without an episode_id are checked as one sequence.
+            versions.append((str(chunk.episode_id) if chunk.episode_id is not None else "", record_versions))
             for t in range(chunk.env_steps):
                 match = -1
                 for v, d in inputs.items():
@@ -513,11 +514,15 @@ class ClientChecker:
         known = [v for _, steps in versions for v in steps if v >= 0]
         if self._swap_batch is None and 1 in known:
             row.fail(f"batch {n} used model 1 before it was sent")
+        # An episode first seen after model 1 was in use began after the swap (one episode
+        # at a time, docs/check-client.md step 3): it must not start with model 0.
+        floor = 1 if self._new_model_seen else 0
         for episode, steps in versions:
-            ordered = [self._episode_versions.get(episode, 0)] + [v for v in steps if v >= 0]
+            ordered = [self._episode_versions.get(episode, floor)] + [v for v in steps if v >= 0]
             if any(a > b for a, b in zip(ordered, ordered[1:])):
                 row.fail(f"batch {n}: episode {episode!r} went back from the new model to the old one")
             self._episode_versions[episode] = ordered[-1]
+            floor = max(floor, ordered[-1])
         if known and _is_int(claimed) and claimed != min(known):
             row.fail(f"batch {n} claims weights_seq_no {claimed}, but its oldest steps come from model {min(known)}")
         self._new_model_seen = self._new_model_seen or 1 in known

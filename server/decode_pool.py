@@ -12,10 +12,11 @@ the arrays come back (pickled numpy arrays cost a copy, not a parse), and the
 event loop then runs the checks that need server state.
 
 Bodies of at least ``threshold_bytes`` always go to a worker. Medium bodies
-(``share_bytes`` and up) go to a worker only when one is idle, and are decoded
-inline otherwise: the round trip makes that one message a little slower, but
-the loop meanwhile serves other clients on another core. Small bodies are
-always decoded inline.
+(``share_bytes`` and up) go to a worker while it has fewer than
+``SHARE_QUEUE`` bodies in flight (one decoding, the next ones waiting, so it
+never idles between them), and are decoded inline otherwise: the round trip
+makes that one message a little slower, but the loop meanwhile serves other
+clients on another core. Small bodies are always decoded inline.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import signal
+import sys
 from typing import Any
 
 from tether.sdk.protocol.episodes import decode_episode
@@ -40,13 +42,20 @@ from tether.sdk.protocol.multi_agent import (
 #: Bodies at least this large are decoded in a worker process.
 DEFAULT_THRESHOLD_BYTES = 1 << 20
 
-#: Bodies at least this large are decoded in a worker process when one is idle.
+#: Bodies at least this large are decoded in a worker process while it is not too busy.
 DEFAULT_SHARE_BYTES = 64 << 10
+
+#: Medium bodies in flight per worker: one being decoded and two waiting.
+SHARE_QUEUE = 3
 
 
 def default_workers() -> int:
-    """One worker per core beyond the event loop's, at least one, at most four."""
-    return max(1, min(4, (os.cpu_count() or 2) - 1))
+    """One worker per core this process may use beyond the event loop's, at least one, at most four."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 2
+    return max(1, min(4, cores - 1))
 
 #: Fields of a non-episode request that the server reads; a large request of
 #: another type comes back with only these (unknown fields are ignored anyway).
@@ -116,8 +125,8 @@ def _decode_in_worker(body: bytes) -> tuple[Any, ...]:
 
 
 class DecodePool:
-    """Worker processes that decode large bodies (and medium ones while a worker
-    is idle); falls back to inline decoding if a worker fails."""
+    """Worker processes that decode large bodies (and medium ones while the
+    workers are not too busy); falls back to inline decoding if a worker fails."""
 
     def __init__(self, specs: dict[str, Any], default_module: str | None, require_logp: bool,
                  threshold_bytes: int = DEFAULT_THRESHOLD_BYTES, share_bytes: int = DEFAULT_SHARE_BYTES,
@@ -127,7 +136,7 @@ class DecodePool:
         self.workers = workers if workers is not None else default_workers()
         self._init_args = (specs, default_module, require_logp)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._in_flight = 0
+        self._in_flight = 0  # bodies submitted and not yet finished by a worker
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
@@ -148,17 +157,35 @@ class DecodePool:
         """A worker's result for the body, or None to decode it inline (a small
         body, a medium one while every worker is busy, or no worker)."""
         size = len(body)
-        if size < self.share_bytes or (size < self.threshold_bytes and self._in_flight >= 3 * self.workers):
+        if size < self.share_bytes or (size < self.threshold_bytes and self._in_flight >= SHARE_QUEUE * self.workers):
             return None
-        loop = asyncio.get_running_loop()
-        self._in_flight += 1
         try:
-            return await loop.run_in_executor(self._executor(), _decode_in_worker, body)
-        except concurrent.futures.process.BrokenProcessPool:
+            future = self._executor().submit(_decode_in_worker, body)
+        except (concurrent.futures.process.BrokenProcessPool, RuntimeError):
             self._pool = None  # new workers next time; this body is decoded inline
             return None
-        finally:
-            self._in_flight -= 1
+        self._in_flight += 1
+        # Counted until the worker is done with it, even if this wait is cancelled.
+        loop = asyncio.get_running_loop()
+        future.add_done_callback(lambda _: self._call_on(loop, self._finished))
+        try:
+            return await asyncio.wrap_future(future)
+        except concurrent.futures.process.BrokenProcessPool:
+            self._pool = None
+            return None
+        except Exception as exc:  # a worker failure must not drop the connection: decode inline instead
+            print(f"[tether] decode worker failed ({exc!r:.200}); decoding inline", file=sys.stderr, flush=True)
+            return None
+
+    @staticmethod
+    def _call_on(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(callback)  # the counter lives on the loop's thread
+        except RuntimeError:
+            pass  # the loop is closed: the server has stopped
+
+    def _finished(self) -> None:
+        self._in_flight -= 1
 
     def close(self) -> None:
         if self._pool is not None:

@@ -44,9 +44,14 @@ from .ingest import message_env_steps
 from .trainer import UNVERIFIED_VERSION, Trainer
 
 _READ_SIZE = 1 << 20
-#: Messages of up to this many agent steps have their behaviour logp checked on
-#: the event loop (a few ms at most); larger ones in a thread, beside it.
-_INLINE_LOGP_CHECK_STEPS = 16_384
+#: Messages with up to this many observation values have their behaviour logp
+#: checked on the event loop (a few ms at most); larger ones in a thread, beside it.
+_INLINE_LOGP_CHECK_VALUES = 65_536
+
+
+def _obs_values(records: list) -> int:
+    """Observation values in a message's records: what the logp check's forward pass costs."""
+    return sum(agent.chunk.obs.size for record in records for agent in record.agents)
 
 #: How much longer a client that did not announce protocol 1.3 (and so sends no
 #: heartbeats) may stay silent than client_timeout_s.
@@ -294,7 +299,8 @@ class TetherServer:
                 if body is None or conn.evicted:
                     break
                 predecoded = None
-                done = await self.decode_pool.decode(body)
+                # Workers serve authenticated peers only: an unauthenticated body is refused, not decoded.
+                done = await self.decode_pool.decode(body) if connection.state is ServerState.READY else None
                 if done is None:
                     event = connection.handle_body(body)
                 elif done[0] == "error":
@@ -422,9 +428,9 @@ class TetherServer:
                     kept = {m: set(h.versions) for m, h in trainer.histories.items()}
                     versions = {m: (v if m not in kept or v in kept[m] else UNVERIFIED_VERSION)
                                 for m, v in versions.items()}
-                    if self.ingest.logp_check is not None and sum(r.agent_steps for r in pending.records) <= _INLINE_LOGP_CHECK_STEPS:
-                        # About 0.3 us a step: for a message this small, less than a hop to
-                        # another thread and back costs in GIL hand-offs.
+                    if self.ingest.logp_check is not None and _obs_values(pending.records) <= _INLINE_LOGP_CHECK_VALUES:
+                        # About 0.1 us an observation value with a small MLP: for a message this
+                        # small, less than a hop to another thread and back costs in GIL hand-offs.
                         self.ingest.logp_check(pending.records, versions)
                     elif self.ingest.logp_check is not None:
                         # A large one: ONNX Runtime releases the GIL, so other clients' PINGs are

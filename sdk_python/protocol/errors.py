@@ -80,6 +80,10 @@ class RemoteProtocolError(TetherError):
         self.code = code
         self.message = message
 
+    def __reduce__(self) -> tuple:
+        # Pickled by the server's decode workers: rebuild from (code, message), not from str(self).
+        return (type(self), (self.code, self.message))
+
 
 class FramingError(RemoteProtocolError):
     """The length header or the frame size was invalid; the stream is unusable."""

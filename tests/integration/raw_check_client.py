@@ -2,7 +2,7 @@
 protocol core only (no SDK): the reference that ``tether check-client``
 must pass, and, with ``--defect``, clients it must fail.
 
-    python tests/integration/raw_check_client.py --port 5556 [--defect reuse-seq|no-reconnect|clip-record|no-heartbeat|stale-claim]
+    python tests/integration/raw_check_client.py --port 5556 [--defect reuse-seq|no-reconnect|clip-record|no-heartbeat|stale-claim|revert]
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from tether.sdk.protocol import (  # noqa: E402
 )
 
 CLOSING = {code for code in ErrorCode if code.closes_connection}
-DEFECTS = ("none", "reuse-seq", "no-reconnect", "clip-record", "no-heartbeat", "stale-claim")
+#: revert: the second batch after a model swap is played (and honestly claimed) with the first model again.
+DEFECTS = ("none", "reuse-seq", "no-reconnect", "clip-record", "no-heartbeat", "stale-claim", "revert")
 
 
 class Lost(Exception):
@@ -49,7 +50,9 @@ class RawClient:
         self.conn = ClientConnection()
         self.config: dict[str, Any] = {}
         self.model: ort.InferenceSession | None = None
+        self.first_model: ort.InferenceSession | None = None
         self.weights_seq_no = 0
+        self.batches_since_swap = -1  # batches sent since the first new model arrived
 
     # -- connection ----------------------------------------------------------
 
@@ -99,7 +102,14 @@ class RawClient:
     def apply_state(self, state: dict[str, Any]) -> None:
         if "onnx_file" in state:
             self.model = ort.InferenceSession(decode_onnx(state["onnx_file"]), providers=["CPUExecutionProvider"])
+            self.first_model = self.first_model or self.model
+        if state["weights_seq_no"] > 0 and self.batches_since_swap < 0:
+            self.batches_since_swap = 0
         self.weights_seq_no = state["weights_seq_no"]
+
+    @property
+    def reverted(self) -> bool:
+        return self.defect == "revert" and self.batches_since_swap == 1
 
     # -- batches ---------------------------------------------------------------
 
@@ -108,7 +118,7 @@ class RawClient:
             self.seq += 1
         steps = sum(len(r["actions"]) for r in records)
         message = {"type": "EPISODES_AND_GET_STATE", "episodes": records, "env_steps": steps, "agent_steps": steps,
-                   "weights_seq_no": 0 if self.defect == "stale-claim" else self.weights_seq_no,
+                   "weights_seq_no": 0 if self.defect == "stale-claim" or self.reverted else self.weights_seq_no,
                    "client_session": self.session, "batch_seq": self.seq}
         while True:
             try:
@@ -119,6 +129,8 @@ class RawClient:
             except Lost:
                 if self.defect == "no-reconnect":
                     sys.exit(3)
+        if self.batches_since_swap >= 0:
+            self.batches_since_swap += 1
         if answer["type"] == "ERROR":
             print(f"server refused batch {self.seq}: {answer['code']}: {answer['message']}", flush=True)
         else:
@@ -127,7 +139,9 @@ class RawClient:
     def act(self, obs: np.ndarray) -> tuple[Any, Any, float, list[float]]:
         assert self.model is not None
         names = self.config["onnx_input_names"][0], self.config["onnx_output_names"][0]
-        dist = self.model.run([names[1]], {names[0]: obs.reshape(1, -1)})[0][0]
+        model = self.first_model if self.reverted else self.model
+        assert model is not None
+        dist = model.run([names[1]], {names[0]: obs.reshape(1, -1)})[0][0]
         raw, logp = sample(self.action_space, dist, self.rng)
         env_action = to_env_action(self.action_space, raw)
         if self.defect == "clip-record":

@@ -57,6 +57,7 @@ def test_python_sdk_client_passes_every_check() -> None:
     ("clip-record", {"raw_box_samples", "logp_from_served_model"}),
     ("no-heartbeat", {"heartbeat"}),
     ("stale-claim", {"model_swap"}),
+    ("revert", {"model_swap"}),
 ])
 def test_broken_client_fails_the_right_checks(defect: str, failing: set[str]) -> None:
     status, rows, out, _ = run_check(["tests/integration/raw_check_client.py", "--defect", defect])

@@ -152,3 +152,34 @@ def test_fast_row_conversion_matches_numpy() -> None:
                 else:
                     assert got == expected, value
     assert fast_paths > 1000
+
+
+def test_a_refused_record_from_a_worker_keeps_the_pool_and_the_error() -> None:
+    """A MessageError made in a worker crosses the process boundary intact (code
+    and message), and the pool is neither broken nor replaced: other bodies in
+    flight still come back from the worker."""
+    import asyncio
+
+    layout = build_layout(ServerConfig(), None)
+    pool = decode_pool.DecodePool(layout.specs, layout.default_module(), True, threshold_bytes=1 << 20,
+                                  share_bytes=256, workers=1)
+    good = body(*([GOOD] * 6))
+    bad = body(*([GOOD] * 5), dict(GOOD, rewards=[1.0]))
+
+    async def run() -> list:
+        pool.start()
+        return await asyncio.gather(pool.decode(good), pool.decode(bad), pool.decode(good))
+
+    try:
+        results = asyncio.run(run())
+        executor = pool._pool
+        again = asyncio.run(pool.decode(good))
+        assert pool._pool is executor and executor is not None, "the worker pool was replaced"
+    finally:
+        pool.close()
+    assert all(r is not None for r in results), "every body came back from the worker"
+    assert again is not None
+    _, message = decode_message(bad)
+    inline = outcome(EpisodeIngest(layout, True), message)
+    assert inline[0] == "error"
+    assert outcome(EpisodeIngest(layout, True), results[1][2], results[1][3]) == inline
