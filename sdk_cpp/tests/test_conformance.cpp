@@ -4,7 +4,7 @@
 // with zero cases fails), and every vector file must be claimed or listed as
 // needing a live server, so a new or emptied vector file cannot pass unseen.
 #include <cmath>
-#include <dirent.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -104,14 +104,13 @@ void run_cases(const std::string& file, F body) {
 }
 
 TEST(Conformance, EveryVectorFileIsClaimed) {
-  DIR* dir = opendir(kDir.c_str());
-  ASSERT_NE(dir, nullptr) << kDir;
+  std::error_code error;
   std::set<std::string> seen;
-  while (dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
+  for (std::filesystem::directory_iterator it(kDir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
     if (name.size() > 5 && name.substr(name.size() - 5) == ".json") seen.insert(name);
   }
-  closedir(dir);
+  ASSERT_FALSE(error) << kDir << ": " << error.message();
   for (const std::string& name : seen) {
     EXPECT_TRUE(kClaimedFiles.count(name) || kServerSessionFiles.count(name)) << name << " is neither run nor listed";
   }
