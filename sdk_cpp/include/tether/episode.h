@@ -1,0 +1,149 @@
+// Episode records (docs/protocol.md §10): building the records a client
+// sends (single-agent chunks §10.1, multi-agent records §10.7, groups §9.6,
+// centralized-critic rows §9.7), and the server's validation rules (§10.6,
+// §10.8), so an SDK can check what it builds with the codes a server sends.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tether/spaces.h"
+#include "tether/status.h"
+
+namespace tether {
+
+/// The agent id a single-agent (v1) record stands for.
+inline constexpr const char* kDefaultAgentId = "default_agent";
+
+/// One chunk of one agent's steps, as flat row-major arrays.
+struct EpisodeChunk {
+  std::vector<float> obs;                  ///< (T+1) rows of the observation space's flat_dim()
+  std::vector<double> actions;             ///< T rows of the action space's flat_dim() (Box: raw samples)
+  std::vector<float> rewards;              ///< T rewards
+  std::vector<double> action_logp;         ///< T log-probabilities, or empty to leave them out
+  std::vector<float> action_dist_inputs;   ///< T rows of dist_inputs_size(), or empty to leave them out
+  bool is_terminated = false;              ///< ended in a terminal state after the last action
+  bool is_truncated = false;               ///< cut off after the last action
+  std::optional<std::string> episode_id;   ///< the episode's id (single-agent records)
+
+  /// T, the number of steps (rewards).
+  std::size_t steps() const noexcept { return rewards.size(); }
+  /// Empties the arrays, keeping their capacity.
+  void clear() noexcept;
+};
+
+/// The JSON record of a single-agent chunk (§10.1): observations and Box
+/// actions nested by the spaces' shapes, discrete actions as integers.
+/// INVALID_ARGUMENT when array sizes do not fit the spaces.
+Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
+                                      const Space& action_space);
+
+/// What a client knows of one module (SET_CONFIG "modules", §9.1).
+struct ModuleSpec {
+  std::string module_id;                            ///< the key in "modules"
+  Space observation_space;                          ///< the policy's input space
+  Space action_space;                               ///< the policy's action space
+  std::string onnx_input_name = "obs";              ///< model input name
+  std::string onnx_output_name = "action_dist_inputs";  ///< model output name
+  bool trainable = true;                            ///< whether the server trains it
+  std::vector<std::string> value_obs_agents;        ///< centralized critic's agents (§9.7), or empty
+
+  /// Parses a module object; INVALID_FIELD when malformed.
+  static Result<ModuleSpec> from_json(const std::string& module_id, const nlohmann::json& data);
+  /// Flattened size of one observation.
+  std::size_t obs_dim() const noexcept { return observation_space.flat_dim(); }
+  /// Width V of a value_obs row; 0 when the module has no centralized critic.
+  std::size_t value_obs_dim() const noexcept { return obs_dim() * value_obs_agents.size(); }
+};
+
+/// One agent's (or group's) entry of a multi-agent record.
+struct AgentEntry {
+  std::string module;             ///< the module it maps to in this episode
+  std::int64_t start_step = 0;    ///< the episode step at which it first acted
+  EpisodeChunk chunk;             ///< its steps (chunk.episode_id is not written)
+  std::vector<float> value_obs;   ///< (T+1) rows of V numbers for a centralized critic, else empty
+};
+
+/// A multi-agent record (§10.7).
+struct MultiAgentRecord {
+  std::optional<std::string> episode_id;                   ///< the episode (SHOULD be sent)
+  bool is_terminated = false;                              ///< the episode ended in a terminal state
+  bool is_truncated = false;                               ///< the episode was cut off
+  std::vector<std::pair<std::string, AgentEntry>> agents;  ///< agent (or group) id -> entry
+};
+
+/// The JSON of a multi-agent record; each entry is encoded with its
+/// module's spaces. UNKNOWN_MODULE for a module not in `modules`,
+/// INVALID_ARGUMENT for arrays that do not fit.
+Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
+                                                 const std::map<std::string, ModuleSpec>& modules);
+
+/// How a group combines its members' rewards (§9.6).
+enum class GroupReward { kSum, kMean };
+
+/// Agents that act as one (§9.6).
+struct GroupSpec {
+  std::string group_id;              ///< the id the protocol sees
+  std::vector<std::string> members;  ///< distinct member ids, in order
+  GroupReward reward = GroupReward::kSum;  ///< how rewards combine
+
+  /// Parses a group object; INVALID_FIELD when malformed.
+  static Result<GroupSpec> from_json(const std::string& group_id, const nlohmann::json& data);
+  /// The group's reward for the members' rewards received between two group actions.
+  double combine_rewards(const std::vector<double>& rewards) const noexcept;
+  /// The group's observation: each member's flat observation, in member
+  /// order; INVALID_ARGUMENT naming the members whose observation is missing.
+  Status join_observations(const std::map<std::string, std::vector<float>>& member_obs,
+                           std::vector<float>& out) const;
+  /// Splits a flat group action into equal consecutive member parts, in
+  /// member order; INVALID_ARGUMENT if it does not split evenly.
+  Status split_action(const std::vector<double>& action, std::vector<std::vector<double>>& parts) const;
+};
+
+/// A member's action part as JSON: a bare integer for a one-element part
+/// of a discrete action, otherwise an array.
+nlohmann::json member_action_to_json(const std::vector<double>& part, bool discrete);
+
+/// The group's spaces from its members' (§9.6): Box observations
+/// concatenated; Discrete (start 0) / MultiDiscrete actions as one
+/// MultiDiscrete, Box actions as one Box. INVALID_ARGUMENT for mixtures,
+/// non-Box observations or a Discrete start other than 0.
+Result<std::pair<Space, Space>> group_spaces(const std::vector<Space>& member_obs,
+                                             const std::vector<Space>& member_actions);
+
+/// A centralized critic's row (§9.7): each listed agent's latest observation
+/// (flat, obs_dim numbers), in list order, zeros for one not observed yet.
+/// Writes agents.size() * obs_dim floats to `out`; INVALID_ARGUMENT if an
+/// observation has the wrong size.
+Status value_obs_row(const std::vector<std::string>& agents,
+                     const std::map<std::string, std::vector<float>>& latest_obs, std::size_t obs_dim,
+                     float* out);
+
+/// Validates one single-agent record as a server does (§10.6) and returns its
+/// steps. Codes as the conformance vectors: INVALID_FIELD,
+/// EPISODE_LENGTH_MISMATCH, OBS_SHAPE_MISMATCH, NON_FINITE_VALUE,
+/// ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP. `index` names the record in messages.
+Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
+                                     const Space& action_space, bool require_logp);
+
+/// Validates every record of an EPISODES(_AND_GET_STATE) message (all or
+/// nothing) and returns the total steps.
+Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space& observation_space,
+                                      const Space& action_space, bool require_logp);
+
+/// Validates the per-agent arrays of one multi-agent record against each
+/// agent's module (§10.8; the mapping, group and per-episode checks need the
+/// server's state) and returns its agent steps. Adds UNKNOWN_MODULE and the
+/// value_obs checks (OBS_SHAPE_MISMATCH, NON_FINITE_VALUE).
+Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, std::size_t index,
+                                                const std::map<std::string, ModuleSpec>& modules,
+                                                bool require_logp);
+
+}  // namespace tether

@@ -1,0 +1,135 @@
+// RLlink message types, the decoding of a frame body into a message
+// (docs/protocol.md §4.2), the requests a client sends (§7) and ERROR (§7.9).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tether/status.h"
+
+namespace tether {
+
+/// The protocol version this implementation speaks.
+inline constexpr std::string_view kProtocolVersion = "1.3";
+
+/// Every message type of RLlink v1 plus Tether's extensions.
+enum class MessageType {
+  // Requests: client -> server.
+  kPing,
+  kGetConfig,
+  kGetState,
+  kEpisodes,
+  kEpisodesAndGetState,
+  kMapAgents,
+  // Responses: server -> client.
+  kPong,
+  kSetConfig,
+  kSetState,
+  kAgentModules,
+  kError,
+};
+
+/// The wire spelling ("EPISODES_AND_GET_STATE").
+std::string_view to_string(MessageType type) noexcept;
+/// The type with this exact (case-sensitive) spelling, if any.
+std::optional<MessageType> message_type_from_string(std::string_view name) noexcept;
+/// Whether a client may send this type.
+bool is_request(MessageType type) noexcept;
+/// The response a request expects; std::nullopt for EPISODES (and for responses).
+std::optional<MessageType> expected_response(MessageType request) noexcept;
+
+/// A decoded message: its type and the whole JSON object (type included).
+struct Message {
+  MessageType type = MessageType::kPing;  ///< the "type" field
+  nlohmann::json body;                    ///< the message object as received
+};
+
+/// Parses a frame body into a message. Codes: INVALID_UTF8, INVALID_JSON
+/// (NaN/Infinity tokens and numbers too large for a double are accepted and
+/// read as non-finite numbers, so a validator reports NON_FINITE_VALUE, as
+/// the Python core does), NOT_AN_OBJECT, MISSING_TYPE, UNKNOWN_TYPE.
+Result<Message> decode_message(std::string_view body);
+
+/// Parses JSON text the way decode_message does (UTF-8 check, non-finite
+/// tokens); any JSON value, not only an object.
+Result<nlohmann::json> parse_json(std::string_view text);
+
+/// Whether `text` is well-formed UTF-8 (no overlongs, surrogates or values above U+10FFFF).
+bool is_valid_utf8(std::string_view text) noexcept;
+
+/// Serialises a message body (never throws; invalid UTF-8 is replaced).
+std::string encode_message(const nlohmann::json& message);
+
+/// Serialises a message and frames it, appending to `out`.
+Status append_message_frame(const nlohmann::json& message, std::string& out);
+
+/// A "MAJOR.MINOR" protocol version.
+struct ProtocolVersion {
+  int major = 0;  ///< must match the peer's
+  int minor = 0;  ///< features, §7.12
+};
+
+/// Splits "MAJOR.MINOR" (or "MAJOR", "MAJOR.MINOR.PATCH") into numbers;
+/// INVALID_ARGUMENT when malformed.
+Result<ProtocolVersion> parse_version(std::string_view text);
+
+/// Fields of a client's PING (§7.1); empty ones are left out.
+struct PingOptions {
+  std::string protocol_version = std::string(kProtocolVersion);  ///< "" to omit (a plain v1 PING)
+  std::string client_name;                                        ///< free text for the server's logs
+  std::optional<std::string> auth_token;                          ///< the shared secret
+};
+
+/// PING (§7.1).
+nlohmann::json make_ping(const PingOptions& options = PingOptions());
+/// GET_CONFIG (§7.3).
+nlohmann::json make_get_config();
+/// GET_STATE (§7.5), with the version the client holds if any.
+nlohmann::json make_get_state(std::optional<std::int64_t> weights_seq_no = std::nullopt);
+/// GET_STATE in the per-module form (§7.5): the version of each module held.
+nlohmann::json make_get_state(const std::map<std::string, std::int64_t>& weights_seq_nos);
+
+/// The optional batch fields of EPISODES(_AND_GET_STATE) (§7.7).
+struct BatchInfo {
+  std::optional<std::string> client_session;                      ///< 1-128 chars, with batch_seq
+  std::optional<std::int64_t> batch_seq;                          ///< >= 1, with client_session
+  std::optional<std::int64_t> env_steps;                          ///< env steps accounted for
+  std::optional<std::int64_t> agent_steps;                        ///< agent steps in the records
+  std::optional<std::int64_t> weights_seq_no;                     ///< default module's version
+  std::optional<std::map<std::string, std::int64_t>> weights_seq_nos;  ///< per-module versions
+};
+
+/// EPISODES, or EPISODES_AND_GET_STATE when `get_state`; `episodes` must be
+/// a JSON array of records; INVALID_ARGUMENT for bad batch fields.
+Result<nlohmann::json> make_episodes(nlohmann::json episodes, const BatchInfo& batch, bool get_state);
+
+/// MAP_AGENTS (§7.10).
+nlohmann::json make_map_agents(const std::string& episode_id, const std::vector<std::string>& agent_ids);
+
+/// A received ERROR (§7.9).
+struct ServerError {
+  ErrorCode code = ErrorCode::kUnknownServerCode;  ///< kUnknownServerCode for a code this SDK does not know
+  std::string code_name;                           ///< the code as sent
+  std::string message;                             ///< the server's explanation
+  std::optional<std::string> request;              ///< the refused request's type, when named
+  /// Whether the server closes the connection after this ERROR (§14 "Closes").
+  bool closes_connection() const noexcept;
+  /// A Status carrying the code and "REQUEST refused: CODE: message".
+  Status to_status() const;
+};
+
+/// Reads an ERROR message's fields (missing ones default as the Python core:
+/// code INTERNAL, message ""); INVALID_ARGUMENT if `message` is not an ERROR.
+Result<ServerError> decode_error(const Message& message);
+
+/// Whether an ERROR code closes the connection (BAD_HEADER, FRAME_TOO_LARGE,
+/// TOO_MANY_CONNECTIONS, HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, SERVER_OVERLOADED).
+bool closes_connection(ErrorCode code) noexcept;
+
+}  // namespace tether

@@ -1,0 +1,295 @@
+// Categorical and diagonal-Gaussian distributions over the action spaces.
+#include "tether/distributions.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tether/messages.h"
+
+namespace tether {
+namespace {
+
+constexpr double kLogSqrt2Pi = 0.91893853320467274178;  // 0.5 * ln(2 pi)
+
+std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+Status check_sizes(const Space& space, std::size_t n_inputs, std::size_t action_size) {
+  if (n_inputs != space.dist_inputs_size()) {
+    return Status(ErrorCode::kInvalidArgument, "dist_inputs has " + std::to_string(n_inputs) +
+                                                   " numbers, the action space needs " +
+                                                   std::to_string(space.dist_inputs_size()));
+  }
+  if (action_size != space.flat_dim()) {
+    return Status(ErrorCode::kInvalidArgument, "the action has " + std::to_string(action_size) +
+                                                   " elements, the action space needs " +
+                                                   std::to_string(space.flat_dim()));
+  }
+  return Status::Ok();
+}
+
+template <class T>
+double categorical_logp(const T* logits, std::size_t n, std::size_t index) {
+  double top = static_cast<double>(logits[0]);
+  for (std::size_t i = 1; i < n; ++i) top = std::max(top, static_cast<double>(logits[i]));
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
+  return static_cast<double>(logits[index]) - (top + std::log(total));
+}
+
+template <class T>
+std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double* logp) {
+  double top = static_cast<double>(logits[0]);
+  for (std::size_t i = 1; i < n; ++i) top = std::max(top, static_cast<double>(logits[i]));
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
+  const double threshold = rng.uniform() * total;
+  double acc = 0.0;
+  std::size_t choice = n - 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    acc += std::exp(static_cast<double>(logits[i]) - top);
+    if (threshold < acc) {
+      choice = i;
+      break;
+    }
+  }
+  *logp = static_cast<double>(logits[choice]) - top - std::log(total);
+  return choice;
+}
+
+template <class T>
+std::size_t categorical_mode(const T* logits, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+template <class T>
+double gaussian_logp(const T* inputs, std::size_t k, const double* action) {
+  double total = 0.0;
+  for (std::size_t j = 0; j < k; ++j) {
+    const double mean = static_cast<double>(inputs[j]);
+    const double log_std = static_cast<double>(inputs[k + j]);
+    const double z = (action[j] - mean) / std::exp(log_std);
+    total += -0.5 * z * z - log_std - kLogSqrt2Pi;
+  }
+  return total;
+}
+
+// A discrete action value as an index, or false if it is not a valid one.
+bool discrete_index(double value, std::int64_t offset, std::int64_t n, std::size_t* index) {
+  if (!std::isfinite(value)) return false;
+  const double i = std::trunc(value) - static_cast<double>(offset);  // int() as in Python
+  if (i < 0 || i >= static_cast<double>(n)) return false;
+  *index = static_cast<std::size_t>(i);
+  return true;
+}
+
+template <class T>
+Result<double> log_prob_impl(const Space& space, const T* inputs, std::size_t n_inputs, const double* action,
+                             std::size_t action_size) {
+  Status status = check_sizes(space, n_inputs, action_size);
+  if (!status.ok()) return status;
+  switch (space.kind()) {
+    case SpaceKind::kDiscrete: {
+      std::size_t index = 0;
+      if (!discrete_index(action[0], space.start(), space.n(), &index)) {
+        return Result<double>(ErrorCode::kInvalidArgument, "action " + std::to_string(action[0]) +
+                                                               " is outside the Discrete space");
+      }
+      return categorical_logp(inputs, static_cast<std::size_t>(space.n()), index);
+    }
+    case SpaceKind::kMultiDiscrete: {
+      double total = 0.0;
+      std::size_t offset = 0;
+      for (std::size_t d = 0; d < space.nvec().size(); ++d) {
+        const std::int64_t n = space.nvec()[d];
+        std::size_t index = 0;
+        if (!discrete_index(action[d], 0, n, &index)) {
+          return Result<double>(ErrorCode::kInvalidArgument,
+                                "action[" + std::to_string(d) + "] is outside the MultiDiscrete space");
+        }
+        total += categorical_logp(inputs + offset, static_cast<std::size_t>(n), index);
+        offset += static_cast<std::size_t>(n);
+      }
+      return total;
+    }
+    case SpaceKind::kBox:
+      return gaussian_logp(inputs, space.flat_dim(), action);
+  }
+  return Result<double>(ErrorCode::kInvalidArgument, "unknown space");
+}
+
+template <class T>
+Status sample_impl(const Space& space, const T* inputs, std::size_t n_inputs, Rng& rng, double* action,
+                   std::size_t action_size, double* logp) {
+  Status status = check_sizes(space, n_inputs, action_size);
+  if (!status.ok()) return status;
+  switch (space.kind()) {
+    case SpaceKind::kDiscrete: {
+      const std::size_t index = categorical_sample(inputs, static_cast<std::size_t>(space.n()), rng, logp);
+      action[0] = static_cast<double>(static_cast<std::int64_t>(index) + space.start());
+      return Status::Ok();
+    }
+    case SpaceKind::kMultiDiscrete: {
+      double total = 0.0;
+      std::size_t offset = 0;
+      for (std::size_t d = 0; d < space.nvec().size(); ++d) {
+        const auto n = static_cast<std::size_t>(space.nvec()[d]);
+        double lp = 0.0;
+        action[d] = static_cast<double>(categorical_sample(inputs + offset, n, rng, &lp));
+        total += lp;
+        offset += n;
+      }
+      *logp = total;
+      return Status::Ok();
+    }
+    case SpaceKind::kBox: {
+      const std::size_t k = space.flat_dim();
+      for (std::size_t j = 0; j < k; ++j) {
+        const double mean = static_cast<double>(inputs[j]);
+        const double std_dev = std::exp(static_cast<double>(inputs[k + j]));
+        // The density is taken at the float32 value that is recorded and sent.
+        action[j] = static_cast<double>(static_cast<float>(mean + std_dev * rng.normal()));
+      }
+      *logp = gaussian_logp(inputs, k, action);
+      return Status::Ok();
+    }
+  }
+  return Status(ErrorCode::kInvalidArgument, "unknown space");
+}
+
+}  // namespace
+
+void Rng::reseed(std::uint64_t seed) noexcept {
+  for (auto& word : s_) {  // splitmix64
+    seed += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    word = z ^ (z >> 31);
+  }
+  has_spare_ = false;
+}
+
+std::uint64_t Rng::next_u64() noexcept {
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() noexcept { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+double Rng::normal() noexcept {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
+  const double u2 = uniform();
+  const double radius = std::sqrt(-2.0 * std::log(u1));
+  const double angle = 6.283185307179586476925 * u2;
+  spare_ = radius * std::sin(angle);
+  has_spare_ = true;
+  return radius * std::cos(angle);
+}
+
+Result<double> log_prob(const Space& space, const double* dist_inputs, std::size_t n_inputs, const double* action,
+                        std::size_t action_size) {
+  return log_prob_impl(space, dist_inputs, n_inputs, action, action_size);
+}
+
+Result<double> log_prob(const Space& space, const float* dist_inputs, std::size_t n_inputs, const double* action,
+                        std::size_t action_size) {
+  return log_prob_impl(space, dist_inputs, n_inputs, action, action_size);
+}
+
+Status sample(const Space& space, const float* dist_inputs, std::size_t n_inputs, Rng& rng, double* action,
+              std::size_t action_size, double* logp) {
+  return sample_impl(space, dist_inputs, n_inputs, rng, action, action_size, logp);
+}
+
+Status sample(const Space& space, const double* dist_inputs, std::size_t n_inputs, Rng& rng, double* action,
+              std::size_t action_size, double* logp) {
+  return sample_impl(space, dist_inputs, n_inputs, rng, action, action_size, logp);
+}
+
+Status to_env_action(const Space& space, const double* action, double* env_action, std::size_t action_size) {
+  if (action_size != space.flat_dim()) {
+    return Status(ErrorCode::kInvalidArgument, "the action has " + std::to_string(action_size) +
+                                                   " elements, the action space needs " +
+                                                   std::to_string(space.flat_dim()));
+  }
+  for (std::size_t j = 0; j < action_size; ++j) {
+    if (space.kind() == SpaceKind::kBox) {
+      const double clipped = std::min(std::max(action[j], space.low()[j]), space.high()[j]);
+      env_action[j] = static_cast<double>(static_cast<float>(clipped));
+    } else {
+      env_action[j] = action[j];
+    }
+  }
+  return Status::Ok();
+}
+
+Status sample_for_record(const Space& space, const float* dist_inputs, std::size_t n_inputs, Rng& rng,
+                         bool raw_box_samples, double* record_action, double* env_action, std::size_t action_size,
+                         double* logp) {
+  Status status = sample(space, dist_inputs, n_inputs, rng, record_action, action_size, logp);
+  if (!status.ok()) return status;
+  status = to_env_action(space, record_action, env_action, action_size);
+  if (!status.ok()) return status;
+  if (space.kind() == SpaceKind::kBox && !raw_box_samples) {
+    // The 1.2 rule: record the clipped action and the density at it.
+    for (std::size_t j = 0; j < action_size; ++j) record_action[j] = env_action[j];
+    *logp = gaussian_logp(dist_inputs, space.flat_dim(), record_action);
+  }
+  return Status::Ok();
+}
+
+Status deterministic(const Space& space, const float* dist_inputs, std::size_t n_inputs, double* action,
+                     std::size_t action_size) {
+  Status status = check_sizes(space, n_inputs, action_size);
+  if (!status.ok()) return status;
+  switch (space.kind()) {
+    case SpaceKind::kDiscrete:
+      action[0] = static_cast<double>(static_cast<std::int64_t>(
+                                          categorical_mode(dist_inputs, static_cast<std::size_t>(space.n()))) +
+                                      space.start());
+      break;
+    case SpaceKind::kMultiDiscrete: {
+      std::size_t offset = 0;
+      for (std::size_t d = 0; d < space.nvec().size(); ++d) {
+        const auto n = static_cast<std::size_t>(space.nvec()[d]);
+        action[d] = static_cast<double>(categorical_mode(dist_inputs + offset, n));
+        offset += n;
+      }
+      break;
+    }
+    case SpaceKind::kBox:
+      for (std::size_t j = 0; j < action_size; ++j) {
+        const double clipped =
+            std::min(std::max(static_cast<double>(dist_inputs[j]), space.low()[j]), space.high()[j]);
+        action[j] = static_cast<double>(static_cast<float>(clipped));
+      }
+      break;
+  }
+  return Status::Ok();
+}
+
+bool server_takes_raw_box_samples(const std::string& protocol_version) {
+  if (protocol_version.empty()) return true;  // RLlib's v1 server does not check actions
+  Result<ProtocolVersion> version = parse_version(protocol_version);
+  if (!version.ok()) return true;
+  const ProtocolVersion& v = version.value();
+  return v.major > 1 || (v.major == 1 && v.minor >= 3);
+}
+
+}  // namespace tether

@@ -1,0 +1,616 @@
+// Episode records: building them, and validating them as a server does.
+#include "tether/episode.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "json_util.h"
+#include "tether/distributions.h"
+
+namespace tether {
+namespace {
+
+// ---- building --------------------------------------------------------------
+
+// The shortest decimal that reads back as the same float32, as a JSON number,
+// so a float32 value is written as "0.1" rather than "0.10000000149011612".
+nlohmann::json float_json(float value) {
+  if (!std::isfinite(value)) return static_cast<double>(value);  // dumped as null; validators refuse it
+  char text[32];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(text, sizeof text, "%.*g", precision, static_cast<double>(value));
+    if (std::strtof(text, nullptr) == value) break;
+  }
+  return std::strtod(text, nullptr);
+}
+
+nlohmann::json number_json(double value, bool integer) {
+  if (integer) return static_cast<std::int64_t>(std::llround(value));
+  return float_json(static_cast<float>(value));
+}
+
+// One value of `shape` from flat data, nested row-major; a scalar for shape [].
+template <class T>
+nlohmann::json nest(const T* data, const std::vector<std::int64_t>& shape, std::size_t dim, bool integer) {
+  if (dim == shape.size()) return number_json(static_cast<double>(*data), integer);
+  std::size_t stride = 1;
+  for (std::size_t d = dim + 1; d < shape.size(); ++d) stride *= static_cast<std::size_t>(shape[d]);
+  nlohmann::json out = nlohmann::json::array();
+  for (std::int64_t i = 0; i < shape[dim]; ++i) {
+    out.push_back(nest(data + static_cast<std::size_t>(i) * stride, shape, dim + 1, integer));
+  }
+  return out;
+}
+
+template <class T>
+nlohmann::json rows_json(const std::vector<T>& flat, std::size_t rows, const std::vector<std::int64_t>& shape,
+                         bool integer) {
+  std::size_t width = 1;
+  for (std::int64_t d : shape) width *= static_cast<std::size_t>(d);
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t r = 0; r < rows; ++r) out.push_back(nest(flat.data() + r * width, shape, 0, integer));
+  return out;
+}
+
+Status size_error(const char* field, std::size_t got, std::size_t expected) {
+  return Status(ErrorCode::kInvalidArgument, std::string("\"") + field + "\" has " + std::to_string(got) +
+                                                 " numbers, expected " + std::to_string(expected));
+}
+
+// ---- validation --------------------------------------------------------------
+
+// A JSON value read as numpy reads it into a float array: its shape, and
+// its elements flattened (booleans as 0/1, null as NaN, as numpy does).
+struct NdArray {
+  std::vector<std::size_t> shape;
+  std::vector<double> data;
+};
+
+enum class ArrayError { kNone, kRagged, kNotNumber };
+
+constexpr std::size_t kMaxDims = 32;
+
+bool shape_of(const nlohmann::json& value, std::size_t depth, std::vector<std::size_t>& shape) {
+  shape.clear();
+  if (!value.is_array()) return true;
+  if (depth >= kMaxDims) return false;
+  shape.push_back(value.size());
+  if (value.empty()) return true;
+  std::vector<std::size_t> first, other;
+  if (!shape_of(value[0], depth + 1, first)) return false;
+  for (std::size_t i = 1; i < value.size(); ++i) {
+    if (!shape_of(value[i], depth + 1, other) || other != first) return false;
+  }
+  shape.insert(shape.end(), first.begin(), first.end());
+  return true;
+}
+
+bool flatten(const nlohmann::json& value, std::vector<double>& out) {
+  if (value.is_array()) {
+    for (const auto& item : value) {
+      if (!flatten(item, out)) return false;
+    }
+    return true;
+  }
+  if (value.is_number()) {
+    out.push_back(value.get<double>());
+  } else if (value.is_boolean()) {
+    out.push_back(value.get<bool>() ? 1.0 : 0.0);
+  } else if (value.is_null()) {
+    out.push_back(std::nan(""));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+ArrayError to_array(const nlohmann::json& value, bool as_float32, NdArray& out) {
+  if (!shape_of(value, 0, out.shape)) return ArrayError::kRagged;
+  out.data.clear();
+  if (!flatten(value, out.data)) return ArrayError::kNotNumber;
+  if (as_float32) {
+    for (double& v : out.data) v = static_cast<double>(static_cast<float>(v));
+  }
+  return ArrayError::kNone;
+}
+
+std::string where_of(std::size_t index) { return "episodes[" + std::to_string(index) + "]"; }
+
+Status fail(ErrorCode code, const std::string& where, const std::string& text) {
+  return Status(code, where + ": " + text);
+}
+
+Status numeric(const nlohmann::json& value, bool as_float32, const std::string& where, const char* key,
+               NdArray& out) {
+  if (!value.is_array()) {
+    return fail(ErrorCode::kInvalidField, where, std::string("\"") + key + "\" must be a list, got " + value.type_name());
+  }
+  switch (to_array(value, as_float32, out)) {
+    case ArrayError::kRagged:
+      return fail(std::string(key) == "obs" ? ErrorCode::kObsShapeMismatch : ErrorCode::kInvalidField, where,
+                  std::string("\"") + key + "\" items do not all have the same shape");
+    case ArrayError::kNotNumber:
+      return fail(ErrorCode::kInvalidField, where, std::string("\"") + key + "\" must hold only numbers");
+    case ArrayError::kNone:
+      break;
+  }
+  return Status::Ok();
+}
+
+Status check_finite(const NdArray& array, const std::string& where, const char* key) {
+  const std::size_t rows = array.shape.empty() ? 1 : array.shape[0];
+  const std::size_t width = rows == 0 ? 1 : array.data.size() / rows;
+  for (std::size_t i = 0; i < array.data.size(); ++i) {
+    if (!std::isfinite(array.data[i])) {
+      return fail(ErrorCode::kNonFiniteValue, where,
+                  std::string("\"") + key + "\"[" + std::to_string(width ? i / width : 0) + "] is NaN or infinite");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string shape_text(const std::vector<std::size_t>& shape, std::size_t from) {
+  std::string out = "[";
+  for (std::size_t i = from; i < shape.size(); ++i) out += (i > from ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+bool tail_matches(const std::vector<std::size_t>& shape, const std::vector<std::int64_t>& space_shape) {
+  if (shape.size() != space_shape.size() + 1) return false;
+  for (std::size_t i = 0; i < space_shape.size(); ++i) {
+    if (shape[i + 1] != static_cast<std::size_t>(space_shape[i])) return false;
+  }
+  return true;
+}
+
+Status flag(const nlohmann::json& record, const char* key, const std::string& where) {
+  const nlohmann::json* value = detail::member(record, key);
+  if (value == nullptr || !value->is_boolean()) {
+    return fail(ErrorCode::kInvalidField, where,
+                std::string("\"") + key + "\" must be true or false, got " +
+                    (value ? detail::describe(*value) : std::string("None")));
+  }
+  return Status::Ok();
+}
+
+// decode_episode of the Python core, with `where` naming the record (or agent entry).
+Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::string& where,
+                                   const Space& observation_space, const Space& action_space, bool require_logp,
+                                   std::size_t* obs_rows) {
+  if (!record.is_object()) return fail(ErrorCode::kInvalidField, where, "an episode must be a JSON object");
+  for (const char* key : {"obs", "actions", "rewards"}) {
+    if (!record.contains(key)) return fail(ErrorCode::kInvalidField, where, std::string("missing \"") + key + "\"");
+  }
+  for (const char* key : {"is_terminated", "is_truncated"}) {
+    Status status = flag(record, key, where);
+    if (!status.ok()) return status;
+  }
+  NdArray obs, actions, rewards;
+  const bool box_actions = action_space.kind() == SpaceKind::kBox;
+  Status status = numeric(record["obs"], true, where, "obs", obs);
+  if (!status.ok()) return status;
+  status = numeric(record["actions"], box_actions, where, "actions", actions);
+  if (!status.ok()) return status;
+  status = numeric(record["rewards"], true, where, "rewards", rewards);
+  if (!status.ok()) return status;
+  const std::size_t steps = rewards.shape[0];
+  if (steps < 1) return fail(ErrorCode::kEpisodeLengthMismatch, where, "an episode chunk needs at least one step");
+  if (obs.shape[0] != steps + 1 || actions.shape[0] != steps) {
+    return fail(ErrorCode::kEpisodeLengthMismatch, where,
+                "needs len(obs) == len(actions) + 1 == len(rewards) + 1, got obs=" + std::to_string(obs.shape[0]) +
+                    ", actions=" + std::to_string(actions.shape[0]) + ", rewards=" + std::to_string(steps));
+  }
+  if (rewards.shape.size() != 1) return fail(ErrorCode::kInvalidField, where, "\"rewards\" must be a flat list of numbers");
+  if (!tail_matches(obs.shape, observation_space.shape())) {
+    return fail(ErrorCode::kObsShapeMismatch, where,
+                "observation shape " + shape_text(obs.shape, 1) + " does not match the space's " +
+                    detail::dump_json(observation_space.to_json()["type"] == "Box"
+                                          ? observation_space.to_json()["shape"]
+                                          : nlohmann::json::array()));
+  }
+  if (!(status = check_finite(obs, where, "obs")).ok()) return status;
+  if (!(status = check_finite(rewards, where, "rewards")).ok()) return status;
+  if (!tail_matches(actions.shape, action_space.shape())) {
+    return fail(ErrorCode::kActionOutOfSpace, where,
+                "action shape " + shape_text(actions.shape, 1) + " does not match the action space");
+  }
+  if (!(status = check_finite(actions, where, "actions")).ok()) return status;
+  // A Box action is the raw Gaussian sample (1.3, §11.4): any finite value is
+  // valid, the engine executed it clipped. Discrete values must be in the space.
+  if (!box_actions) {
+    const std::size_t width = action_space.flat_dim();
+    for (std::size_t t = 0; t < steps; ++t) {
+      if (!action_space.contains(actions.data.data() + t * width, width)) {
+        return fail(ErrorCode::kActionOutOfSpace, where,
+                    "actions[" + std::to_string(t) + "] is outside the action space " +
+                        detail::dump_json(action_space.to_json()));
+      }
+    }
+  }
+  if (record.contains("action_logp")) {
+    NdArray logp;
+    if (!(status = numeric(record["action_logp"], true, where, "action_logp", logp)).ok()) return status;
+    if (logp.shape.size() != 1 || logp.shape[0] != steps) {
+      return fail(ErrorCode::kEpisodeLengthMismatch, where,
+                  "action_logp has " + std::to_string(logp.shape[0]) + " items, expected " + std::to_string(steps));
+    }
+    if (!(status = check_finite(logp, where, "action_logp")).ok()) return status;
+  } else if (require_logp) {
+    return fail(ErrorCode::kMissingActionLogp, where, "on-policy training needs \"action_logp\" for every step");
+  }
+  if (record.contains("action_dist_inputs")) {
+    NdArray inputs;
+    if (!(status = numeric(record["action_dist_inputs"], true, where, "action_dist_inputs", inputs)).ok()) {
+      return status;
+    }
+    if (inputs.shape.size() != 2 || inputs.shape[0] != steps || inputs.shape[1] != action_space.dist_inputs_size()) {
+      return fail(ErrorCode::kEpisodeLengthMismatch, where,
+                  "action_dist_inputs has shape " + shape_text(inputs.shape, 0) + ", expected [" +
+                      std::to_string(steps) + ", " + std::to_string(action_space.dist_inputs_size()) + "]");
+    }
+    if (!(status = check_finite(inputs, where, "action_dist_inputs")).ok()) return status;
+  }
+  const nlohmann::json* episode_id = detail::member(record, "episode_id");
+  if (episode_id != nullptr && !episode_id->is_null() && !episode_id->is_string() &&
+      !episode_id->is_number_integer()) {
+    return fail(ErrorCode::kInvalidField, where, "\"episode_id\" must be a string");
+  }
+  if (obs_rows != nullptr) *obs_rows = obs.shape[0];
+  return steps;
+}
+
+}  // namespace
+
+void EpisodeChunk::clear() noexcept {
+  obs.clear();
+  actions.clear();
+  rewards.clear();
+  action_logp.clear();
+  action_dist_inputs.clear();
+  is_terminated = false;
+  is_truncated = false;
+  episode_id.reset();
+}
+
+namespace {
+
+Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Space& observation_space,
+                                           const Space& action_space) {
+  const std::size_t steps = chunk.steps();
+  const std::size_t obs_dim = observation_space.flat_dim();
+  const std::size_t act_dim = action_space.flat_dim();
+  if (chunk.obs.size() != (steps + 1) * obs_dim) return size_error("obs", chunk.obs.size(), (steps + 1) * obs_dim);
+  if (chunk.actions.size() != steps * act_dim) return size_error("actions", chunk.actions.size(), steps * act_dim);
+  if (!chunk.action_logp.empty() && chunk.action_logp.size() != steps) {
+    return size_error("action_logp", chunk.action_logp.size(), steps);
+  }
+  const std::size_t k = action_space.dist_inputs_size();
+  if (!chunk.action_dist_inputs.empty() && chunk.action_dist_inputs.size() != steps * k) {
+    return size_error("action_dist_inputs", chunk.action_dist_inputs.size(), steps * k);
+  }
+  const bool discrete = action_space.kind() != SpaceKind::kBox;
+  nlohmann::json record = nlohmann::json::object();
+  record["obs"] = rows_json(chunk.obs, steps + 1, observation_space.shape(), false);
+  record["actions"] = rows_json(chunk.actions, steps, action_space.shape(), discrete);
+  nlohmann::json rewards = nlohmann::json::array();
+  for (float r : chunk.rewards) rewards.push_back(float_json(r));
+  record["rewards"] = std::move(rewards);
+  if (!chunk.action_logp.empty()) {
+    nlohmann::json logp = nlohmann::json::array();
+    for (double v : chunk.action_logp) logp.push_back(v);
+    record["action_logp"] = std::move(logp);
+  }
+  if (!chunk.action_dist_inputs.empty()) {
+    record["action_dist_inputs"] = rows_json(chunk.action_dist_inputs, steps, {static_cast<std::int64_t>(k)}, false);
+  }
+  record["is_terminated"] = chunk.is_terminated;
+  record["is_truncated"] = chunk.is_truncated;
+  return record;
+}
+
+}  // namespace
+
+Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
+                                      const Space& action_space) {
+  Result<nlohmann::json> record = encode_chunk_fields(chunk, observation_space, action_space);
+  if (!record.ok()) return record;
+  if (chunk.episode_id) record.value()["episode_id"] = *chunk.episode_id;
+  return record;
+}
+
+Result<ModuleSpec> ModuleSpec::from_json(const std::string& module_id, const nlohmann::json& data) {
+  if (!data.is_object()) {
+    return Result<ModuleSpec>(ErrorCode::kInvalidField, "module '" + module_id + "' must be a JSON object");
+  }
+  ModuleSpec spec;
+  spec.module_id = module_id;
+  const nlohmann::json* obs = detail::member(data, "observation_space");
+  const nlohmann::json* act = detail::member(data, "action_space");
+  Result<Space> obs_space = Space::from_json(obs ? *obs : nlohmann::json());
+  if (!obs_space.ok()) return Status(obs_space.status().code(), "module '" + module_id + "': " + obs_space.status().message());
+  Result<Space> act_space = Space::from_json(act ? *act : nlohmann::json());
+  if (!act_space.ok()) return Status(act_space.status().code(), "module '" + module_id + "': " + act_space.status().message());
+  spec.observation_space = std::move(obs_space).value();
+  spec.action_space = std::move(act_space).value();
+  for (auto [key, slot] : {std::pair<const char*, std::string*>{"onnx_input_names", &spec.onnx_input_name},
+                           std::pair<const char*, std::string*>{"onnx_output_names", &spec.onnx_output_name}}) {
+    const nlohmann::json* names = detail::member(data, key);
+    if (names != nullptr && names->is_array() && !names->empty()) {
+      const nlohmann::json& first = (*names)[0];
+      *slot = first.is_string() ? first.get_ref<const std::string&>() : detail::dump_json(first);
+    }
+  }
+  if (const nlohmann::json* trainable = detail::member(data, "trainable")) {
+    if (trainable->is_boolean()) spec.trainable = trainable->get<bool>();
+  }
+  if (const nlohmann::json* agents = detail::member(data, "value_obs_agents")) {
+    if (agents->is_array()) {
+      for (const auto& a : *agents) {
+        spec.value_obs_agents.push_back(a.is_string() ? a.get_ref<const std::string&>() : detail::dump_json(a));
+      }
+    } else if (!agents->is_null()) {
+      return Result<ModuleSpec>(ErrorCode::kInvalidField, "module '" + module_id + "': value_obs_agents must be a list");
+    }
+  }
+  return spec;
+}
+
+Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
+                                                 const std::map<std::string, ModuleSpec>& modules) {
+  nlohmann::json out = nlohmann::json::object();
+  if (record.episode_id) out["episode_id"] = *record.episode_id;
+  out["is_terminated"] = record.is_terminated;
+  out["is_truncated"] = record.is_truncated;
+  nlohmann::json agents = nlohmann::json::object();
+  for (const auto& [agent_id, entry] : record.agents) {
+    auto it = modules.find(entry.module);
+    if (it == modules.end()) {
+      return Result<nlohmann::json>(ErrorCode::kUnknownModule,
+                                    "agent '" + agent_id + "': module '" + entry.module + "' does not exist");
+    }
+    const ModuleSpec& spec = it->second;
+    Result<nlohmann::json> fields = encode_chunk_fields(entry.chunk, spec.observation_space, spec.action_space);
+    if (!fields.ok()) {
+      return Status(fields.status().code(), "agent '" + agent_id + "': " + fields.status().message());
+    }
+    nlohmann::json& e = fields.value();
+    e["module"] = entry.module;
+    e["start_step"] = entry.start_step;
+    const std::size_t v = spec.value_obs_dim();
+    if (v > 0) {
+      const std::size_t rows = entry.chunk.steps() + 1;
+      if (entry.value_obs.size() != rows * v) {
+        Status status = size_error("value_obs", entry.value_obs.size(), rows * v);
+        return Status(status.code(), "agent '" + agent_id + "': " + status.message());
+      }
+      e["value_obs"] = rows_json(entry.value_obs, rows, {static_cast<std::int64_t>(v)}, false);
+    }
+    agents[agent_id] = std::move(e);
+  }
+  out["agents"] = std::move(agents);
+  return out;
+}
+
+Result<GroupSpec> GroupSpec::from_json(const std::string& group_id, const nlohmann::json& data) {
+  const std::string where = "group '" + group_id + "': ";
+  const nlohmann::json* members = detail::member(data, "members");
+  if (members == nullptr || !members->is_array()) {
+    return Result<GroupSpec>(ErrorCode::kInvalidField, where + "\"members\" must be a list of agent ids");
+  }
+  GroupSpec group;
+  group.group_id = group_id;
+  std::set<std::string> seen;
+  for (const auto& m : *members) {
+    std::string id = m.is_string() ? m.get_ref<const std::string&>() : detail::dump_json(m);
+    if (!seen.insert(id).second) break;
+    group.members.push_back(std::move(id));
+  }
+  if (group.members.empty() || group.members.size() != members->size()) {
+    return Result<GroupSpec>(ErrorCode::kInvalidField, where + "needs distinct members");
+  }
+  if (const nlohmann::json* reward = detail::member(data, "reward")) {
+    if (*reward == "sum") {
+      group.reward = GroupReward::kSum;
+    } else if (*reward == "mean") {
+      group.reward = GroupReward::kMean;
+    } else {
+      return Result<GroupSpec>(ErrorCode::kInvalidField, where + "reward must be 'sum' or 'mean'");
+    }
+  }
+  return group;
+}
+
+double GroupSpec::combine_rewards(const std::vector<double>& rewards) const noexcept {
+  double total = 0.0;
+  for (double r : rewards) total += r;
+  return reward == GroupReward::kMean ? total / static_cast<double>(members.size()) : total;
+}
+
+Status GroupSpec::join_observations(const std::map<std::string, std::vector<float>>& member_obs,
+                                    std::vector<float>& out) const {
+  std::string missing;
+  for (const auto& m : members) {
+    if (member_obs.find(m) == member_obs.end()) missing += (missing.empty() ? "'" : ", '") + m + "'";
+  }
+  if (!missing.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "group '" + group_id + "' acts as one agent: observations of " + missing + " are missing");
+  }
+  out.clear();
+  for (const auto& m : members) {
+    const std::vector<float>& obs = member_obs.find(m)->second;
+    out.insert(out.end(), obs.begin(), obs.end());
+  }
+  return Status::Ok();
+}
+
+Status GroupSpec::split_action(const std::vector<double>& action, std::vector<std::vector<double>>& parts) const {
+  if (members.empty() || action.size() % members.size() != 0) {
+    return Status(ErrorCode::kInvalidArgument, "group '" + group_id + "': an action of " +
+                                                   std::to_string(action.size()) + " elements does not split into " +
+                                                   std::to_string(members.size()) + " equal parts");
+  }
+  const std::size_t share = action.size() / members.size();
+  parts.assign(members.size(), {});
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    parts[i].assign(action.begin() + static_cast<std::ptrdiff_t>(i * share),
+                    action.begin() + static_cast<std::ptrdiff_t>((i + 1) * share));
+  }
+  return Status::Ok();
+}
+
+nlohmann::json member_action_to_json(const std::vector<double>& part, bool discrete) {
+  if (discrete && part.size() == 1) return static_cast<std::int64_t>(std::llround(part[0]));
+  nlohmann::json out = nlohmann::json::array();
+  for (double v : part) {
+    if (discrete) {
+      out.push_back(static_cast<std::int64_t>(std::llround(v)));
+    } else {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+Result<std::pair<Space, Space>> group_spaces(const std::vector<Space>& member_obs,
+                                             const std::vector<Space>& member_actions) {
+  using Out = Result<std::pair<Space, Space>>;
+  std::vector<double> low, high;
+  for (const Space& s : member_obs) {
+    if (s.kind() != SpaceKind::kBox) return Out(ErrorCode::kInvalidArgument, "group members need Box observation spaces");
+    low.insert(low.end(), s.low().begin(), s.low().end());
+    high.insert(high.end(), s.high().begin(), s.high().end());
+  }
+  const std::int64_t obs_size = static_cast<std::int64_t>(low.size());
+  Result<Space> obs = Space::box({obs_size}, std::move(low), std::move(high));
+  if (!obs.ok()) return obs.status();
+  bool all_discrete = true, all_box = true;
+  for (const Space& a : member_actions) {
+    all_discrete = all_discrete && a.kind() != SpaceKind::kBox;
+    all_box = all_box && a.kind() == SpaceKind::kBox;
+  }
+  if (all_discrete) {
+    std::vector<std::int64_t> nvec;
+    for (const Space& a : member_actions) {
+      if (a.kind() == SpaceKind::kDiscrete) {
+        if (a.start() != 0) return Out(ErrorCode::kInvalidArgument, "grouped Discrete actions must start at 0");
+        nvec.push_back(a.n());
+      } else {
+        nvec.insert(nvec.end(), a.nvec().begin(), a.nvec().end());
+      }
+    }
+    Result<Space> act = Space::multi_discrete(std::move(nvec));
+    if (!act.ok()) return act.status();
+    return std::make_pair(std::move(obs).value(), std::move(act).value());
+  }
+  if (all_box) {
+    std::vector<double> alow, ahigh;
+    for (const Space& a : member_actions) {
+      alow.insert(alow.end(), a.low().begin(), a.low().end());
+      ahigh.insert(ahigh.end(), a.high().begin(), a.high().end());
+    }
+    const std::int64_t act_size = static_cast<std::int64_t>(alow.size());
+    Result<Space> act = Space::box({act_size}, std::move(alow), std::move(ahigh));
+    if (!act.ok()) return act.status();
+    return std::make_pair(std::move(obs).value(), std::move(act).value());
+  }
+  return Out(ErrorCode::kInvalidArgument, "group members' action spaces must be all discrete or all Box");
+}
+
+Status value_obs_row(const std::vector<std::string>& agents,
+                     const std::map<std::string, std::vector<float>>& latest_obs, std::size_t obs_dim, float* out) {
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    float* slot = out + i * obs_dim;
+    auto it = latest_obs.find(agents[i]);
+    if (it == latest_obs.end()) {
+      for (std::size_t j = 0; j < obs_dim; ++j) slot[j] = 0.0f;
+      continue;
+    }
+    if (it->second.size() != obs_dim) {
+      return Status(ErrorCode::kInvalidArgument, "agent '" + agents[i] + "' has an observation of " +
+                                                     std::to_string(it->second.size()) + " numbers, expected " +
+                                                     std::to_string(obs_dim));
+    }
+    for (std::size_t j = 0; j < obs_dim; ++j) slot[j] = it->second[j];
+  }
+  return Status::Ok();
+}
+
+Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
+                                     const Space& action_space, bool require_logp) {
+  return validate_chunk(record, where_of(index), observation_space, action_space, require_logp, nullptr);
+}
+
+Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space& observation_space,
+                                      const Space& action_space, bool require_logp) {
+  const nlohmann::json* records = detail::member(message, "episodes");
+  if (records == nullptr || !records->is_array()) {
+    return Result<std::size_t>(ErrorCode::kInvalidField, "\"episodes\" must be a list of episode records");
+  }
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < records->size(); ++i) {
+    Result<std::size_t> steps = validate_episode((*records)[i], i, observation_space, action_space, require_logp);
+    if (!steps.ok()) return steps;
+    total += steps.value();
+  }
+  return total;
+}
+
+Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, std::size_t index,
+                                                const std::map<std::string, ModuleSpec>& modules,
+                                                bool require_logp) {
+  const std::string where = where_of(index);
+  const nlohmann::json* agents = detail::member(record, "agents");
+  if (agents == nullptr || !agents->is_object()) {
+    return fail(ErrorCode::kInvalidField, where, "\"agents\" must be an object keyed by agent id");
+  }
+  for (const char* key : {"is_terminated", "is_truncated"}) {
+    const nlohmann::json* value = detail::member(record, key);
+    if (value != nullptr && !value->is_boolean()) {
+      return fail(ErrorCode::kInvalidField, where, std::string("\"") + key + "\" must be true or false");
+    }
+  }
+  std::size_t agent_steps = 0;
+  for (const auto& item : agents->items()) {
+    const std::string agent_where = where + ".agents['" + item.key() + "']";
+    const nlohmann::json& entry = item.value();
+    if (!entry.is_object()) return fail(ErrorCode::kInvalidField, agent_where, "must be an object");
+    const std::string* module_id = detail::string_member(entry, "module");
+    auto it = module_id ? modules.find(*module_id) : modules.end();
+    if (it == modules.end()) {
+      const nlohmann::json* module = detail::member(entry, "module");
+      return fail(ErrorCode::kUnknownModule, agent_where,
+                  "module " + (module ? detail::describe(*module) : std::string("None")) + " does not exist");
+    }
+    const ModuleSpec& spec = it->second;
+    std::size_t obs_rows = 0;
+    Result<std::size_t> steps =
+        validate_chunk(entry, agent_where, spec.observation_space, spec.action_space, require_logp, &obs_rows);
+    if (!steps.ok()) return steps;
+    const std::size_t v = spec.value_obs_dim();
+    if (v > 0) {
+      const nlohmann::json* value_obs = detail::member(entry, "value_obs");
+      NdArray rows;
+      const bool rectangular = value_obs != nullptr && value_obs->is_array() &&
+                               to_array(*value_obs, true, rows) == ArrayError::kNone;
+      if (!rectangular || rows.shape.size() != 2 || rows.shape[0] != obs_rows || rows.shape[1] != v) {
+        return fail(ErrorCode::kObsShapeMismatch, agent_where,
+                    "module '" + spec.module_id + "' has a centralized critic: \"value_obs\" must be " +
+                        std::to_string(obs_rows) + " rows of " + std::to_string(v) + " numbers");
+      }
+      for (double x : rows.data) {
+        if (!std::isfinite(x)) return fail(ErrorCode::kNonFiniteValue, agent_where, "value_obs is not finite");
+      }
+    }
+    const nlohmann::json* start = detail::member(entry, "start_step");
+    if (start != nullptr && (!start->is_number_integer() || detail::as_int64(*start) < 0)) {
+      return fail(ErrorCode::kInvalidField, agent_where, "start_step must be an integer >= 0");
+    }
+    agent_steps += steps.value();
+  }
+  return agent_steps;
+}
+
+}  // namespace tether

@@ -1,0 +1,283 @@
+// Space parsing, writing and membership.
+#include "tether/spaces.h"
+
+#include <cmath>
+#include <limits>
+
+#include "json_util.h"
+
+namespace tether {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Status invalid_space(const std::string& detail) {
+  return Status(ErrorCode::kInvalidField, "invalid space: " + detail);
+}
+
+// One bound entry: a number (not a boolean) or "inf"/"-inf".
+bool bound_number(const nlohmann::json& v, double& out) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s == "inf") {
+      out = kInf;
+      return true;
+    }
+    if (s == "-inf") {
+      out = -kInf;
+      return true;
+    }
+    return false;
+  }
+  if (!v.is_number()) return false;
+  out = v.get<double>();
+  return true;
+}
+
+Status bound_from_json(const nlohmann::json& value, std::size_t size, const char* what, std::vector<double>& out) {
+  out.assign(size, 0.0);
+  if (value.is_array()) {
+    if (value.size() != size) {
+      return invalid_space(std::string("Box ") + what + " has " + std::to_string(value.size()) +
+                           " entries, the shape needs " + std::to_string(size));
+    }
+    for (std::size_t i = 0; i < size; ++i) {
+      if (!bound_number(value[i], out[i])) {
+        return invalid_space(std::string("Box ") + what + " entries must be numbers or 'inf'/'-inf', got " +
+                             detail::describe(value[i]));
+      }
+    }
+    return Status::Ok();
+  }
+  double v = 0;
+  if (!bound_number(value, v)) {
+    return invalid_space(std::string("Box ") + what + " entries must be numbers or 'inf'/'-inf', got " +
+                         detail::describe(value));
+  }
+  out.assign(size, v);
+  return Status::Ok();
+}
+
+nlohmann::json number_to_json(double v) {
+  if (v == kInf) return "inf";
+  if (v == -kInf) return "-inf";
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    return static_cast<std::int64_t>(v);
+  }
+  return v;
+}
+
+nlohmann::json bound_to_json(const std::vector<double>& values) {
+  bool all_equal = !values.empty();
+  for (double v : values) all_equal = all_equal && v == values[0];
+  if (all_equal) return number_to_json(values[0]);
+  nlohmann::json out = nlohmann::json::array();
+  for (double v : values) out.push_back(number_to_json(v));
+  return out;
+}
+
+std::size_t product(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (std::int64_t d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+bool is_whole(double x) { return std::isfinite(x) && x == std::round(x); }
+
+}  // namespace
+
+Result<Space> Space::box(std::vector<std::int64_t> shape, std::vector<double> low, std::vector<double> high,
+                         std::string dtype) {
+  for (std::int64_t d : shape) {
+    if (d < 0) return Result<Space>(ErrorCode::kInvalidArgument, "Box shape must be non-negative");
+  }
+  const std::size_t size = product(shape);
+  if (low.size() != size || high.size() != size) {
+    return Result<Space>(ErrorCode::kInvalidArgument, "Box bounds need prod(shape) = " + std::to_string(size) +
+                                                          " entries each");
+  }
+  for (std::size_t i = 0; i < size; ++i) {
+    if (low[i] > high[i]) return Result<Space>(ErrorCode::kInvalidArgument, "Box low must not exceed high");
+  }
+  Space space;
+  space.kind_ = SpaceKind::kBox;
+  space.shape_ = std::move(shape);
+  space.low_ = std::move(low);
+  space.high_ = std::move(high);
+  space.dtype_ = std::move(dtype);
+  return space;
+}
+
+Result<Space> Space::box(std::vector<std::int64_t> shape, double low, double high) {
+  std::size_t size = 1;
+  for (std::int64_t d : shape) size *= d < 0 ? 0 : static_cast<std::size_t>(d);
+  return box(std::move(shape), std::vector<double>(size, low), std::vector<double>(size, high));
+}
+
+Result<Space> Space::discrete(std::int64_t n, std::int64_t start) {
+  if (n < 1) return Result<Space>(ErrorCode::kInvalidArgument, "Discrete n must be a positive integer");
+  Space space;
+  space.kind_ = SpaceKind::kDiscrete;
+  space.n_ = n;
+  space.start_ = start;
+  return space;
+}
+
+Result<Space> Space::multi_discrete(std::vector<std::int64_t> nvec) {
+  if (nvec.empty()) return Result<Space>(ErrorCode::kInvalidArgument, "MultiDiscrete nvec must not be empty");
+  for (std::int64_t v : nvec) {
+    if (v < 1) return Result<Space>(ErrorCode::kInvalidArgument, "MultiDiscrete nvec must be positive integers");
+  }
+  Space space;
+  space.kind_ = SpaceKind::kMultiDiscrete;
+  space.shape_ = {static_cast<std::int64_t>(nvec.size())};
+  space.nvec_ = std::move(nvec);
+  return space;
+}
+
+Result<Space> Space::from_json(const nlohmann::json& data) {
+  if (!data.is_object()) {
+    return invalid_space(std::string("a space must be a JSON object, got ") + data.type_name());
+  }
+  const std::string* kind = detail::string_member(data, "type");
+  if (kind != nullptr && *kind == "Box") {
+    const nlohmann::json* shape_json = detail::member(data, "shape");
+    if (shape_json == nullptr) return invalid_space("missing key 'shape'");
+    if (!shape_json->is_array()) return invalid_space("Box shape must be a list of integers");
+    std::vector<std::int64_t> shape;
+    for (const auto& d : *shape_json) {
+      if (!detail::is_integer(d)) return invalid_space("Box shape must be a list of integers");
+      const std::int64_t v = detail::as_int64(d);
+      if (v < 0) return invalid_space("Box shape must be non-negative");
+      shape.push_back(v);
+    }
+    const std::size_t size = product(shape);
+    std::vector<double> low, high;
+    const nlohmann::json* low_json = detail::member(data, "low");
+    const nlohmann::json* high_json = detail::member(data, "high");
+    Status status = bound_from_json(low_json ? *low_json : nlohmann::json("-inf"), size, "low", low);
+    if (!status.ok()) return status;
+    status = bound_from_json(high_json ? *high_json : nlohmann::json("inf"), size, "high", high);
+    if (!status.ok()) return status;
+    for (std::size_t i = 0; i < size; ++i) {
+      if (low[i] > high[i]) return invalid_space("Box low must not exceed high");
+    }
+    std::string dtype = "float32";
+    if (const nlohmann::json* d = detail::member(data, "dtype")) {
+      dtype = d->is_string() ? d->get_ref<const std::string&>() : detail::dump_json(*d);
+    }
+    return box(std::move(shape), std::move(low), std::move(high), std::move(dtype));
+  }
+  if (kind != nullptr && *kind == "Discrete") {
+    const nlohmann::json* n = detail::member(data, "n");
+    if (n == nullptr) return invalid_space("missing key 'n'");
+    if (!detail::is_integer(*n) || detail::as_int64(*n) < 1) {
+      return invalid_space("Discrete n must be a positive integer, got " + detail::describe(*n));
+    }
+    std::int64_t start = 0;
+    if (const nlohmann::json* s = detail::member(data, "start")) {
+      if (!detail::is_integer(*s)) return invalid_space("Discrete start must be an integer");
+      start = detail::as_int64(*s);
+    }
+    return discrete(detail::as_int64(*n), start);
+  }
+  if (kind != nullptr && *kind == "MultiDiscrete") {
+    const nlohmann::json* nvec_json = detail::member(data, "nvec");
+    if (nvec_json == nullptr) return invalid_space("missing key 'nvec'");
+    if (!nvec_json->is_array()) return invalid_space("MultiDiscrete nvec must be a list of positive integers");
+    std::vector<std::int64_t> nvec;
+    for (const auto& v : *nvec_json) {
+      if (!detail::is_integer(v) || detail::as_int64(v) < 1) {
+        return invalid_space("MultiDiscrete nvec must be positive integers");
+      }
+      nvec.push_back(detail::as_int64(v));
+    }
+    if (nvec.empty()) return invalid_space("MultiDiscrete nvec must be positive integers, got []");
+    return multi_discrete(std::move(nvec));
+  }
+  const nlohmann::json* type = detail::member(data, "type");
+  return invalid_space("unknown space type " + (type ? detail::describe(*type) : std::string("None")) +
+                       " (Box, Discrete, MultiDiscrete)");
+}
+
+nlohmann::json Space::to_json() const {
+  switch (kind_) {
+    case SpaceKind::kBox: {
+      nlohmann::json shape = nlohmann::json::array();
+      for (std::int64_t d : shape_) shape.push_back(d);
+      return {{"type", "Box"}, {"shape", shape}, {"dtype", dtype_}, {"low", bound_to_json(low_)},
+              {"high", bound_to_json(high_)}};
+    }
+    case SpaceKind::kDiscrete:
+      return {{"type", "Discrete"}, {"n", n_}, {"start", start_}};
+    case SpaceKind::kMultiDiscrete: {
+      nlohmann::json nvec = nlohmann::json::array();
+      for (std::int64_t v : nvec_) nvec.push_back(v);
+      return {{"type", "MultiDiscrete"}, {"nvec", nvec}};
+    }
+  }
+  return nullptr;
+}
+
+std::size_t Space::flat_dim() const noexcept {
+  switch (kind_) {
+    case SpaceKind::kBox:
+      return product(shape_);
+    case SpaceKind::kDiscrete:
+      return 1;
+    case SpaceKind::kMultiDiscrete:
+      return nvec_.size();
+  }
+  return 0;
+}
+
+std::size_t Space::dist_inputs_size() const noexcept {
+  switch (kind_) {
+    case SpaceKind::kBox:
+      return 2 * flat_dim();
+    case SpaceKind::kDiscrete:
+      return static_cast<std::size_t>(n_);
+    case SpaceKind::kMultiDiscrete: {
+      std::size_t total = 0;
+      for (std::int64_t v : nvec_) total += static_cast<std::size_t>(v);
+      return total;
+    }
+  }
+  return 0;
+}
+
+bool Space::contains(const double* x, std::size_t n) const noexcept {
+  if (n != flat_dim()) return false;
+  switch (kind_) {
+    case SpaceKind::kBox:
+      for (std::size_t i = 0; i < n; ++i) {
+        // Compare at float32 precision: a float32 action clipped to 0.1 is 0.100000001.
+        const float v = static_cast<float>(x[i]);
+        if (!(v >= static_cast<float>(low_[i]) && v <= static_cast<float>(high_[i]))) return false;
+      }
+      return true;
+    case SpaceKind::kDiscrete:
+      return is_whole(x[0]) && x[0] >= static_cast<double>(start_) && x[0] < static_cast<double>(start_ + n_);
+    case SpaceKind::kMultiDiscrete:
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!is_whole(x[i]) || x[i] < 0 || x[i] >= static_cast<double>(nvec_[i])) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+bool Space::operator==(const Space& other) const noexcept {
+  if (kind_ != other.kind_) return false;
+  switch (kind_) {
+    case SpaceKind::kBox:
+      return shape_ == other.shape_ && low_ == other.low_ && high_ == other.high_;
+    case SpaceKind::kDiscrete:
+      return n_ == other.n_ && start_ == other.start_;
+    case SpaceKind::kMultiDiscrete:
+      return nvec_ == other.nvec_;
+  }
+  return false;
+}
+
+}  // namespace tether

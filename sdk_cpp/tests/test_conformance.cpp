@@ -1,0 +1,391 @@
+// Runs the shared conformance vectors (tests/conformance/*.json) through the
+// C++ core, the way tests/protocol/test_conformance.py runs them through the
+// Python core. Every file this test claims must run all of its cases (a file
+// with zero cases fails), and every vector file must be claimed or listed as
+// needing a live server, so a new or emptied vector file cannot pass unseen.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tether/distributions.h"
+#include "tether/episode.h"
+#include "tether/framing.h"
+#include "tether/messages.h"
+#include "tether/policy_mapping.h"
+#include "tether/session.h"
+#include "tether/spaces.h"
+
+namespace tether {
+namespace {
+
+using nlohmann::json;
+
+const std::string kDir = TETHER_CONFORMANCE_DIR;
+
+// Files that need a live server (server-session vectors): not run here.
+const std::set<std::string> kServerSessionFiles = {"connection.json", "counting.json", "exactly_once.json",
+                                                   "map_agents.json", "multi_agent_sessions.json", "set_state.json"};
+// Files this test runs.
+const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json",  "spaces.json",
+                                             "logp.json",      "policy_mapping.json", "episodes.json",
+                                             "multi_agent_episodes.json", "groups.json", "value_obs.json",
+                                             "client_pairing.json", "session.json"};
+
+json load(const std::string& name) {
+  std::ifstream in(kDir + "/" + name, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  Result<json> parsed = parse_json(text.str());
+  EXPECT_TRUE(parsed.ok()) << name << ": " << parsed.status().to_string();
+  return parsed.ok() ? parsed.value() : json::object();
+}
+
+const json& cases_of(const json& file) {
+  static const json kEmpty = json::array();
+  const auto it = file.find("cases");
+  return it != file.end() && it->is_array() ? *it : kEmpty;
+}
+
+std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  return out;
+}
+
+// Flattens a nested JSON array of numbers.
+void flat(const json& value, std::vector<double>& out) {
+  if (value.is_array()) {
+    for (const auto& v : value) flat(v, out);
+  } else if (value.is_number()) {
+    out.push_back(value.get<double>());
+  }
+}
+
+std::vector<double> flat(const json& value) {
+  std::vector<double> out;
+  flat(value, out);
+  return out;
+}
+
+std::vector<float> flat_float(const json& value) {
+  std::vector<double> d = flat(value);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+Space space(const json& data) {
+  Result<Space> s = Space::from_json(data);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? s.value() : Space();
+}
+
+// Runs `body` for every case of `file`, then checks that all ran and there was at least one.
+template <class F>
+void run_cases(const std::string& file, F body) {
+  const json data = load(file);
+  const json& cases = cases_of(data);
+  std::size_t ran = 0;
+  for (const json& c : cases) {
+    SCOPED_TRACE(file + ": " + c.value("name", std::string("?")));
+    body(data, c);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0u) << file << " has no cases";
+  EXPECT_EQ(ran, cases.size());
+  std::printf("[ conformance ] %s: %zu of %zu cases run\n", file.c_str(), ran, cases.size());
+}
+
+TEST(Conformance, EveryVectorFileIsClaimed) {
+  std::error_code error;
+  std::set<std::string> seen;
+  for (std::filesystem::directory_iterator it(kDir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > 5 && name.substr(name.size() - 5) == ".json") seen.insert(name);
+  }
+  ASSERT_FALSE(error) << kDir << ": " << error.message();
+  for (const std::string& name : seen) {
+    EXPECT_TRUE(kClaimedFiles.count(name) || kServerSessionFiles.count(name)) << name << " is neither run nor listed";
+  }
+  for (const std::string& name : kClaimedFiles) EXPECT_TRUE(seen.count(name)) << name << " is missing";
+  for (const std::string& name : kServerSessionFiles) {
+    EXPECT_TRUE(seen.count(name)) << name << " is missing";
+    EXPECT_GT(cases_of(load(name)).size(), 0u) << name;  // needs a live server: not run here
+  }
+}
+
+TEST(Conformance, Framing) {
+  run_cases("framing.json", [](const json&, const json& c) {
+    const std::string input = from_hex(c["input_hex"].get<std::string>());
+    for (std::size_t step : {std::size_t{1}, std::size_t{7}, std::size_t{1} << 20}) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      FrameDecoder decoder(c.contains("max_frame_bytes") ? c["max_frame_bytes"].get<std::size_t>()
+                                                         : kDefaultMaxFrameBytes);
+      std::vector<std::string> bodies;
+      for (std::size_t i = 0; i < input.size(); i += step) {
+        if (!decoder.feed(std::string_view(input).substr(i, step), bodies).ok()) break;
+      }
+      if (c.contains("error")) {
+        std::vector<std::string> before;
+        if (c.contains("bodies_before_error")) before = c["bodies_before_error"].get<std::vector<std::string>>();
+        EXPECT_EQ(bodies, before);
+        EXPECT_EQ(to_string(decoder.error().code()), c["error"].get<std::string>());
+        std::vector<std::string> more;
+        EXPECT_FALSE(decoder.feed("00000002{}", more).ok());  // a failed decoder stays failed
+        EXPECT_TRUE(more.empty());
+      } else {
+        EXPECT_TRUE(decoder.error().ok()) << decoder.error().to_string();
+        EXPECT_EQ(bodies, c["bodies"].get<std::vector<std::string>>());
+      }
+    }
+  });
+}
+
+TEST(Conformance, Messages) {
+  run_cases("messages.json", [](const json&, const json& c) {
+    Result<Message> m = decode_message(from_hex(c["body_hex"].get<std::string>()));
+    if (c.contains("error")) {
+      ASSERT_FALSE(m.ok());
+      EXPECT_EQ(to_string(m.status().code()), c["error"].get<std::string>());
+    } else {
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      EXPECT_EQ(to_string(m.value().type), c["type"].get<std::string>());
+      EXPECT_EQ(m.value().body["type"], c["type"]);
+    }
+  });
+}
+
+TEST(Conformance, Spaces) {
+  run_cases("spaces.json", [](const json&, const json& c) {
+    Result<Space> s = Space::from_json(c["space"]);
+    if (c.contains("error")) {
+      ASSERT_FALSE(s.ok());
+      EXPECT_EQ(to_string(s.status().code()), c["error"].get<std::string>());
+      return;
+    }
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s.value().shape(), c["shape"].get<std::vector<std::int64_t>>());
+    EXPECT_EQ(s.value().dist_inputs_size(), c["dist_inputs_size"].get<std::size_t>());
+    // The canonical JSON a peer writes back parses to the same space.
+    Result<json> text = parse_json(encode_message(s.value().to_json()));
+    ASSERT_TRUE(text.ok());
+    Result<Space> again = Space::from_json(text.value());
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again.value().to_json(), s.value().to_json());
+  });
+}
+
+TEST(Conformance, Logp) {
+  run_cases("logp.json", [](const json&, const json& c) {
+    const Space s = space(c["space"]);
+    const std::vector<double> inputs = flat(c["dist_inputs"]);
+    const std::vector<double> action = flat(c["action"]);
+    Result<double> got = log_prob(s, inputs.data(), inputs.size(), action.data(), action.size());
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    const double expected = c["logp"].get<double>();
+    EXPECT_LE(std::fabs(got.value() - expected), std::max(1e-9, 1e-9 * std::fabs(expected)));
+    // float32 dist inputs (a model's output) agree to float precision.
+    const std::vector<float> inputs32(inputs.begin(), inputs.end());
+    EXPECT_NEAR(log_prob(s, inputs32.data(), inputs32.size(), action.data(), action.size()).value(), expected, 1e-5);
+    if (c.contains("env_action")) {  // 1.3: the record keeps the raw sample, the engine gets it clipped
+      std::vector<double> env(action.size());
+      ASSERT_TRUE(to_env_action(s, action.data(), env.data(), env.size()).ok());
+      const std::vector<double> expected_env = flat(c["env_action"]);
+      ASSERT_EQ(env.size(), expected_env.size());
+      for (std::size_t i = 0; i < env.size(); ++i) EXPECT_NEAR(env[i], expected_env[i], 1e-6 * std::fabs(expected_env[i]) + 1e-12);
+    }
+  });
+}
+
+TEST(Conformance, Session) {
+  run_cases("session.json", [](const json&, const json& c) {
+    std::optional<std::string> token;
+    if (c["server"].contains("auth_token")) token = c["server"]["auth_token"].get<std::string>();
+    ServerConnection conn(token);
+    FrameDecoder decoder;
+    std::vector<std::string> got;
+    for (const json& request : c["requests"]) {
+      std::string frame;
+      ASSERT_TRUE(append_message_frame(request, frame).ok());
+      std::vector<std::string> bodies;
+      ASSERT_TRUE(decoder.feed(frame, bodies).ok());
+      ASSERT_EQ(bodies.size(), 1u);
+      ServerEvent event = conn.handle_body(bodies[0]);
+      if (!event.accepted()) {
+        got.push_back("ERROR:" + std::string(to_string(event.refusal.code())));
+      } else {
+        std::optional<MessageType> response = expected_response(*event.type);
+        got.push_back(response ? std::string(to_string(*response)) : std::string("null"));
+      }
+    }
+    EXPECT_EQ(got, c["responses"].get<std::vector<std::string>>());
+  });
+}
+
+TEST(Conformance, PolicyMapping) {
+  run_cases("policy_mapping.json", [](const json& file, const json& c) {
+    if (c.contains("fnv1a32")) {
+      EXPECT_EQ(fnv1a32(from_hex(c["fnv1a32_of_hex"].get<std::string>())), c["fnv1a32"].get<std::uint32_t>());
+      return;
+    }
+    Result<PolicyMapping> mapping = PolicyMapping::from_json(file["rules"]);
+    ASSERT_TRUE(mapping.ok()) << mapping.status().to_string();
+    Result<std::string> module =
+        mapping.value().module_for(c["agent_id"].get<std::string>(), c["episode_id"].get<std::string>());
+    if (c.contains("error")) {
+      ASSERT_FALSE(module.ok());
+      EXPECT_EQ(to_string(module.status().code()), c["error"].get<std::string>());
+    } else {
+      ASSERT_TRUE(module.ok()) << module.status().to_string();
+      EXPECT_EQ(module.value(), c["module"].get<std::string>());
+    }
+  });
+}
+
+TEST(Conformance, Episodes) {
+  run_cases("episodes.json", [](const json&, const json& c) {
+    const Space obs = space(c["observation_space"]);
+    const Space act = space(c["action_space"]);
+    Result<Message> m = decode_message(c["body"].get<std::string>());
+    Result<std::size_t> steps = m.ok() ? validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>())
+                                       : Result<std::size_t>(m.status());
+    if (c.contains("error")) {
+      ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
+      EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
+    } else {
+      ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+      EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
+    }
+  });
+}
+
+TEST(Conformance, MultiAgentEpisodes) {
+  run_cases("multi_agent_episodes.json", [](const json&, const json& c) {
+    std::map<std::string, ModuleSpec> modules;
+    for (const auto& item : c["modules"].items()) {
+      Result<ModuleSpec> spec = ModuleSpec::from_json(item.key(), item.value());
+      ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+      modules.emplace(item.key(), spec.value());
+    }
+    json record = c["record"];
+    if (c.contains("record_json")) {
+      Result<json> parsed = parse_json(c["record_json"].get<std::string>());
+      ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+      record = parsed.value();
+    }
+    Result<std::size_t> steps = validate_multi_agent_record(record, 0, modules, c["require_logp"].get<bool>());
+    if (c.contains("error")) {
+      ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
+      EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
+    } else {
+      ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+      EXPECT_EQ(steps.value(), c["agent_steps"].get<std::size_t>());
+    }
+  });
+}
+
+TEST(Conformance, Groups) {
+  run_cases("groups.json", [](const json&, const json& c) {
+    if (c.contains("member_action_spaces")) {
+      std::vector<Space> obs, act;
+      for (const json& s : c["member_observation_spaces"]) obs.push_back(space(s));
+      for (const json& s : c["member_action_spaces"]) act.push_back(space(s));
+      Result<std::pair<Space, Space>> spaces = group_spaces(obs, act);
+      if (c.contains("error")) {
+        EXPECT_FALSE(spaces.ok());
+        return;
+      }
+      ASSERT_TRUE(spaces.ok()) << spaces.status().to_string();
+      EXPECT_EQ(spaces.value().first.to_json(), space(c["group_observation_space"]).to_json());
+      EXPECT_EQ(spaces.value().second.to_json(), space(c["group_action_space"]).to_json());
+      return;
+    }
+    Result<GroupSpec> group = GroupSpec::from_json("g", c["group"]);
+    ASSERT_TRUE(group.ok()) << group.status().to_string();
+    if (c.contains("member_observations")) {
+      std::map<std::string, std::vector<float>> member_obs;
+      for (const auto& item : c["member_observations"].items()) member_obs[item.key()] = flat_float(item.value());
+      std::vector<float> joined;
+      Status status = group.value().join_observations(member_obs, joined);
+      if (c.contains("error")) {
+        EXPECT_FALSE(status.ok());
+        return;
+      }
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      EXPECT_EQ(joined, flat_float(c["group_observation"]));
+    } else if (c.contains("group_action")) {
+      const Space s = space(c["group_action_space"]);
+      std::vector<std::vector<double>> parts;
+      ASSERT_TRUE(group.value().split_action(flat(c["group_action"]), parts).ok());
+      json got = json::object();
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        got[group.value().members[i]] = member_action_to_json(parts[i], s.kind() != SpaceKind::kBox);
+      }
+      EXPECT_EQ(got, c["member_actions"]);
+      for (const auto& item : c["member_actions"].items()) {  // a bare integer stays bare, an array an array
+        EXPECT_EQ(got[item.key()].is_array(), item.value().is_array()) << item.key();
+      }
+    } else {
+      std::vector<double> received;
+      for (const json& step : c["member_rewards"]) {
+        for (const auto& item : step.items()) received.push_back(item.value().get<double>());
+      }
+      EXPECT_NEAR(group.value().combine_rewards(received), c["group_reward"].get<double>(), 1e-9);
+    }
+  });
+}
+
+TEST(Conformance, ValueObs) {
+  run_cases("value_obs.json", [](const json&, const json& c) {
+    const auto agents = c["value_obs_agents"].get<std::vector<std::string>>();
+    const auto obs_dim = c["obs_dim"].get<std::size_t>();
+    std::map<std::string, std::vector<float>> latest;
+    for (const json& step : c["steps"]) {
+      for (const char* key : {"observe", "leave"}) {
+        if (!step.contains(key)) continue;
+        for (const auto& item : step[key].items()) latest[item.key()] = flat_float(item.value());
+      }
+      std::vector<float> row(agents.size() * obs_dim);
+      ASSERT_TRUE(value_obs_row(agents, latest, obs_dim, row.data()).ok());
+      EXPECT_EQ(row, flat_float(step["row"]));
+    }
+  });
+}
+
+TEST(Conformance, ClientPairing) {
+  run_cases("client_pairing.json", [](const json&, const json& c) {
+    ClientConnection conn;
+    std::string sent;
+    for (const json& kind : c["sent"]) ASSERT_TRUE(conn.send({{"type", kind}}, sent).ok());
+    std::string data;
+    for (const json& body : c["received"]) ASSERT_TRUE(append_message_frame(body, data).ok());
+    std::vector<Response> responses;
+    Status status = conn.receive_data(data, responses);
+    if (c.value("violation", false)) {
+      ASSERT_FALSE(status.ok());
+      EXPECT_TRUE(status.code() == ErrorCode::kNotARequest || status.code() == ErrorCode::kUnknownType)
+          << status.to_string();
+      EXPECT_TRUE(conn.closed());
+      return;
+    }
+    json pairs = json::array();
+    for (const Response& r : responses) {
+      pairs.push_back(r.request ? json(std::string(to_string(*r.request))) : json(nullptr));
+    }
+    EXPECT_EQ(pairs, c["pairs"]);
+    // Only a connection-level ERROR (one that closes) may end the connection here.
+    if (!status.ok()) {
+      EXPECT_TRUE(closes_connection(status.code())) << status.to_string();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace tether

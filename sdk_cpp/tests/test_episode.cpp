@@ -1,0 +1,124 @@
+// Unit tests of record building and validation, groups and value_obs rows.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "tether/episode.h"
+#include "tether/messages.h"
+
+namespace tether {
+namespace {
+
+Space box(std::vector<std::int64_t> shape, double lo, double hi) { return Space::box(std::move(shape), lo, hi).value(); }
+
+EpisodeChunk two_steps() {
+  EpisodeChunk c;
+  c.obs = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};  // 3 rows of 2
+  c.actions = {1, 0};
+  c.rewards = {1.0f, 0.5f};
+  c.action_logp = {-0.69, -0.7};
+  c.action_dist_inputs = {0.1f, -0.1f, 0.2f, -0.2f};
+  c.is_truncated = true;
+  c.episode_id = "ep-1";
+  return c;
+}
+
+TEST(Episode, EncodesAndValidatesSingleAgent) {
+  const Space obs = box({2}, -1, 1);
+  const Space act = Space::discrete(2).value();
+  Result<nlohmann::json> record = encode_episode(two_steps(), obs, act);
+  ASSERT_TRUE(record.ok()) << record.status().to_string();
+  const std::string text = encode_message(record.value());
+  EXPECT_NE(text.find("\"obs\":[[0.1,0.2],[0.3,0.4],[0.5,0.6]]"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"actions\":[1,0]"), std::string::npos) << text;
+  EXPECT_EQ(record.value()["episode_id"], "ep-1");
+  EXPECT_EQ(validate_episode(record.value(), 0, obs, act, true).value(), 2u);
+  nlohmann::json message = {{"type", "EPISODES"}, {"episodes", {record.value(), record.value()}}};
+  EXPECT_EQ(validate_episodes(message, obs, act, true).value(), 4u);
+}
+
+TEST(Episode, NestedShapesAndBoxActions) {
+  const Space obs = box({2, 2}, -5, 5);
+  const Space act = box({1}, -1, 1);
+  EpisodeChunk c;
+  c.obs = {1, 2, 3, 4, 5, 6, 7, 8};
+  c.actions = {1.5};  // a raw sample outside the box is valid (1.3)
+  c.rewards = {0};
+  nlohmann::json record = encode_episode(c, obs, act).value();
+  EXPECT_EQ(record["obs"], nlohmann::json::parse("[[[1.0,2.0],[3.0,4.0]],[[5.0,6.0],[7.0,8.0]]]"));
+  EXPECT_EQ(validate_episode(record, 0, obs, act, false).value(), 1u);
+  EXPECT_EQ(validate_episode(record, 0, obs, act, true).status().code(), ErrorCode::kMissingActionLogp);
+  c.obs.pop_back();
+  EXPECT_EQ(encode_episode(c, obs, act).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(Episode, ValidationCodes) {
+  const Space obs = box({2}, -1, 1);
+  const Space act = Space::discrete(2).value();
+  nlohmann::json good = encode_episode(two_steps(), obs, act).value();
+  auto code = [&](nlohmann::json r) { return validate_episode(r, 0, obs, act, true).status().code(); };
+  nlohmann::json r = good;
+  r["actions"] = {1, 2};
+  EXPECT_EQ(code(r), ErrorCode::kActionOutOfSpace);
+  r = good;
+  r["obs"][1] = {0.1};
+  EXPECT_EQ(code(r), ErrorCode::kObsShapeMismatch);
+  r = good;
+  r["rewards"] = {1e39, 0};  // overflows float32
+  EXPECT_EQ(code(r), ErrorCode::kNonFiniteValue);
+  r = good;
+  r["is_terminated"] = 0;
+  EXPECT_EQ(code(r), ErrorCode::kInvalidField);
+  r = good;
+  r["action_dist_inputs"] = {{0.1}, {0.2}};
+  EXPECT_EQ(code(r), ErrorCode::kEpisodeLengthMismatch);
+  r = good;
+  r["episode_id"] = {1};
+  EXPECT_EQ(code(r), ErrorCode::kInvalidField);
+}
+
+TEST(Episode, MultiAgentRecord) {
+  std::map<std::string, ModuleSpec> modules;
+  modules["m"] = ModuleSpec::from_json("m", nlohmann::json::parse(
+      R"({"observation_space":{"type":"Box","shape":[2]},"action_space":{"type":"Discrete","n":2},
+          "value_obs_agents":["a","b"]})")).value();
+  EXPECT_EQ(modules["m"].value_obs_dim(), 4u);
+  MultiAgentRecord record;
+  record.episode_id = "e";
+  AgentEntry entry;
+  entry.module = "m";
+  entry.start_step = 3;
+  entry.chunk = two_steps();
+  entry.value_obs.assign(3 * 4, 0.25f);
+  record.agents.emplace_back("a", entry);
+  Result<nlohmann::json> json = encode_multi_agent_record(record, modules);
+  ASSERT_TRUE(json.ok()) << json.status().to_string();
+  EXPECT_EQ(json.value()["agents"]["a"]["start_step"], 3);
+  EXPECT_FALSE(json.value()["agents"]["a"].contains("episode_id"));
+  EXPECT_EQ(validate_multi_agent_record(json.value(), 0, modules, true).value(), 2u);
+  record.agents[0].second.value_obs.pop_back();
+  EXPECT_EQ(encode_multi_agent_record(record, modules).status().code(), ErrorCode::kInvalidArgument);
+  record.agents[0].second.module = "nope";
+  EXPECT_EQ(encode_multi_agent_record(record, modules).status().code(), ErrorCode::kUnknownModule);
+}
+
+TEST(Episode, GroupsAndValueObs) {
+  GroupSpec g = GroupSpec::from_json("g", nlohmann::json::parse(R"({"members":["x","y"],"reward":"mean"})")).value();
+  EXPECT_DOUBLE_EQ(g.combine_rewards({1.0, 2.0, 3.0}), 3.0);
+  std::vector<std::vector<double>> parts;
+  EXPECT_FALSE(g.split_action({1, 2, 3}, parts).ok());
+  ASSERT_TRUE(g.split_action({1, 2}, parts).ok());
+  EXPECT_EQ(member_action_to_json(parts[0], true), 1);
+  EXPECT_TRUE(member_action_to_json(parts[0], false).is_array());
+  std::vector<float> joined;
+  EXPECT_FALSE(g.join_observations({{"x", {1.0f}}}, joined).ok());
+  EXPECT_FALSE(GroupSpec::from_json("g", nlohmann::json::parse(R"({"members":["x","x"]})")).ok());
+  EXPECT_FALSE(GroupSpec::from_json("g", nlohmann::json::parse(R"({"members":["x"],"reward":"max"})")).ok());
+  float row[4];
+  ASSERT_TRUE(value_obs_row({"b", "a"}, {{"a", {1, 2}}}, 2, row).ok());
+  EXPECT_EQ(std::vector<float>(row, row + 4), (std::vector<float>{0, 0, 1, 2}));
+  EXPECT_FALSE(value_obs_row({"a"}, {{"a", {1}}}, 2, row).ok());
+}
+
+}  // namespace
+}  // namespace tether
