@@ -21,7 +21,7 @@ namespace {
 
 constexpr NativeSocket kInvalid = static_cast<NativeSocket>(INVALID_SOCKET);
 
-SOCKET native(NativeSocket handle) { return static_cast<SOCKET>(handle); }
+SOCKET as_socket(NativeSocket handle) { return static_cast<SOCKET>(handle); }
 
 // WSAStartup once per process; never cleaned up (Winsock is torn down at exit).
 int ensure_winsock() {
@@ -67,7 +67,7 @@ Result<WaitResult> poll_one(SOCKET s, SHORT events, std::chrono::milliseconds ti
     fds[0].revents = 0;
     ULONG count = 1;
     if (waker != nullptr && waker->handle() != kInvalid) {
-      fds[1].fd = native(waker->handle());
+      fds[1].fd = as_socket(waker->handle());
       fds[1].events = POLLRDNORM;
       fds[1].revents = 0;
       count = 2;
@@ -124,20 +124,20 @@ Waker::Waker() : read_(kInvalid), write_(kInvalid) {
 }
 
 Waker::~Waker() {
-  if (read_ != kInvalid) closesocket(native(read_));
+  if (read_ != kInvalid) closesocket(as_socket(read_));
 }
 
 void Waker::wake() const noexcept {
   if (read_ != kInvalid) {
     const char byte = 1;
-    send(native(read_), &byte, 1, 0);  // a full buffer means a wake is pending already
+    send(as_socket(read_), &byte, 1, 0);  // a full buffer means a wake is pending already
   }
 }
 
 void Waker::drain() const noexcept {
   if (read_ == kInvalid) return;
   char buffer[64];
-  while (recv(native(read_), buffer, sizeof(buffer), 0) > 0) {
+  while (recv(as_socket(read_), buffer, sizeof(buffer), 0) > 0) {
   }
 }
 
@@ -163,7 +163,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
 
 void Socket::close() noexcept {
   if (handle_ != kInvalid) {
-    closesocket(native(handle_));
+    closesocket(as_socket(handle_));
     handle_ = kInvalid;
   }
 }
@@ -248,7 +248,7 @@ Result<IoResult> Socket::send(const void* data, std::size_t size) noexcept {
     return Status(ErrorCode::kClosed, "send to " + peer_ + " on a closed socket");
   }
   int chunk = size > 0x40000000 ? 0x40000000 : static_cast<int>(size);
-  int n = ::send(native(handle_), static_cast<const char*>(data), chunk, 0);
+  int n = ::send(as_socket(handle_), static_cast<const char*>(data), chunk, 0);
   if (n != SOCKET_ERROR) {
     return IoResult{static_cast<std::size_t>(n), IoState::kDone};
   }
@@ -264,7 +264,7 @@ Result<IoResult> Socket::receive(void* buffer, std::size_t capacity) noexcept {
     return Status(ErrorCode::kClosed, "receive from " + peer_ + " on a closed socket");
   }
   int chunk = capacity > 0x40000000 ? 0x40000000 : static_cast<int>(capacity);
-  int n = ::recv(native(handle_), static_cast<char*>(buffer), chunk, 0);
+  int n = ::recv(as_socket(handle_), static_cast<char*>(buffer), chunk, 0);
   if (n > 0) {
     return IoResult{static_cast<std::size_t>(n), IoState::kDone};
   }
@@ -282,7 +282,7 @@ Result<WaitResult> Socket::wait(WaitFor what, std::chrono::milliseconds timeout,
   if (handle_ == kInvalid) {
     return Status(ErrorCode::kClosed, "wait on a closed socket (" + peer_ + ")");
   }
-  return poll_one(native(handle_), what == WaitFor::kReadable ? POLLRDNORM : POLLWRNORM, timeout, waker);
+  return poll_one(as_socket(handle_), what == WaitFor::kReadable ? POLLRDNORM : POLLWRNORM, timeout, waker);
 }
 
 }  // namespace platform
