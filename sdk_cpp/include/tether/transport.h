@@ -67,7 +67,7 @@ class Transport {
   /// Closes the connection (idempotent). I/O thread only.
   void close() noexcept;
 
-  /// True between a successful connect() and close() or a failure that closed it.
+  /// True between a successful connect() and close() or a failure that closed it. I/O thread only.
   bool is_open() const noexcept { return socket_.is_open(); }
 
   /// "host:port" of the current (or last) connection.

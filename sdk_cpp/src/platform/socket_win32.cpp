@@ -93,6 +93,35 @@ Result<WaitResult> poll_one(SOCKET s, SHORT events, std::chrono::milliseconds ti
   }
 }
 
+// Waits for a non-blocking connect with select(): WSAPoll does not report a
+// refused connect before Windows 10 2004 (it waits out the timeout); select's
+// except set does.
+Result<WaitResult> wait_connect(SOCKET s, std::chrono::milliseconds timeout, const Waker* waker) {
+  fd_set readable;
+  fd_set writable;
+  fd_set failed;
+  FD_ZERO(&readable);
+  FD_ZERO(&writable);
+  FD_ZERO(&failed);
+  FD_SET(s, &writable);
+  FD_SET(s, &failed);
+  if (waker != nullptr && waker->handle() != kInvalid) {
+    FD_SET(as_socket(waker->handle()), &readable);
+  }
+  long long ms = timeout.count() < 0 ? 0 : static_cast<long long>(timeout.count());
+  timeval limit;
+  limit.tv_sec = static_cast<long>(ms / 1000);
+  limit.tv_usec = static_cast<long>((ms % 1000) * 1000);
+  int ready = select(0, &readable, &writable, &failed, &limit);
+  if (ready == SOCKET_ERROR) {
+    return Status(ErrorCode::kConnectionFailed, "select failed: " + error_text(WSAGetLastError()));
+  }
+  if (waker != nullptr && waker->handle() != kInvalid && FD_ISSET(as_socket(waker->handle()), &readable)) {
+    return WaitResult::kWoken;
+  }
+  return ready == 0 ? WaitResult::kTimeout : WaitResult::kReady;  // kReady: SO_ERROR tells which
+}
+
 }  // namespace
 
 // --- Waker -------------------------------------------------------------------
@@ -220,7 +249,7 @@ Result<Socket> Socket::connect(const std::string& host, std::uint16_t port, std:
       }
       auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() < 0) left = std::chrono::milliseconds(0);
-      Result<WaitResult> waited = poll_one(s, POLLWRNORM, left, waker);
+      Result<WaitResult> waited = wait_connect(s, left, waker);
       if (!waited.ok()) {
         return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + waited.status().message());
       }
