@@ -1,0 +1,47 @@
+// Where actions come from when the client runs the policy itself: an
+// inference backend turns a batch of observations into action_dist_inputs
+// with the ONNX model the server sent (MODEL_UPDATE). The protocol core never
+// depends on a particular runtime; onnxruntime_backend.h is one implementation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tether/status.h"
+
+namespace tether {
+
+/// Runs a policy model: observations (batch, obs_dim) -> outputs (batch, out_dim),
+/// row-major float32. Implementations are not thread-safe: use one backend per
+/// thread (or guard it). In steady state (the same batch sizes again and again)
+/// run() allocates nothing.
+class InferenceBackend {
+ public:
+  virtual ~InferenceBackend() = default;
+
+  /// Loads a serialized model whose input `input_name` is (batch, obs_dim) and
+  /// whose output `output_name` is (batch, out_dim), both float32. Replaces the
+  /// current model only on success: on failure the previous model (if any)
+  /// stays loaded. Fails with kInferenceFailed naming what was wrong.
+  virtual Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
+                      const std::string& output_name) = 0;
+
+  /// Computes `out` (batch * out_dim floats) from `obs` (batch * obs_dim floats).
+  /// kNotReady before a model is loaded, kInvalidArgument if the sizes do not
+  /// match the model, kInferenceFailed if the runtime fails.
+  virtual Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                     std::size_t out_dim) = 0;
+
+  /// True once a model is loaded.
+  virtual bool loaded() const noexcept = 0;
+
+  /// The model's observation width (0 before a model is loaded, or if the
+  /// model leaves it dynamic).
+  virtual std::size_t obs_dim() const noexcept = 0;
+
+  /// The model's output width (0 before a model is loaded, or if dynamic).
+  virtual std::size_t out_dim() const noexcept = 0;
+};
+
+}  // namespace tether

@@ -1,0 +1,47 @@
+// The ONNX Runtime inference backend (target tether::onnxruntime). It uses ONNX
+// Runtime's stable C API only, so it works with any release archive of the
+// same or a newer version; this header does not include ONNX Runtime's.
+#pragma once
+
+#include <memory>
+
+#include "tether/inference.h"
+
+namespace tether {
+
+/// Runs the policy with ONNX Runtime on the CPU, one intra-op thread (a game
+/// frame should not fan out over every core). Input and output tensors are
+/// bound once per batch size over buffers the backend owns, so a run with a
+/// batch size seen before allocates nothing (the last few sizes are kept).
+class OnnxRuntimeBackend final : public InferenceBackend {
+ public:
+  /// An empty backend; call load() before run().
+  OnnxRuntimeBackend();
+  ~OnnxRuntimeBackend() override;
+  OnnxRuntimeBackend(const OnnxRuntimeBackend&) = delete;
+  OnnxRuntimeBackend& operator=(const OnnxRuntimeBackend&) = delete;
+  /// Moves the loaded model.
+  OnnxRuntimeBackend(OnnxRuntimeBackend&&) noexcept;
+  /// Moves the loaded model.
+  OnnxRuntimeBackend& operator=(OnnxRuntimeBackend&&) noexcept;
+
+  /// See InferenceBackend::load. Also fails with kInferenceFailed when the
+  /// ONNX Runtime library is older than the headers the SDK was built with.
+  Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
+              const std::string& output_name) override;
+  /// See InferenceBackend::run.
+  Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+             std::size_t out_dim) override;
+  /// See InferenceBackend::loaded.
+  bool loaded() const noexcept override;
+  /// See InferenceBackend::obs_dim.
+  std::size_t obs_dim() const noexcept override;
+  /// See InferenceBackend::out_dim.
+  std::size_t out_dim() const noexcept override;
+
+ private:
+  struct Model;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace tether
