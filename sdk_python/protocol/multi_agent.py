@@ -201,6 +201,8 @@ def decode_multi_agent_record(
     state; the server checks them after this (see server/ingest.py).
     """
     where = f"episodes[{index}]"
+    if not isinstance(record, dict):
+        raise MessageError(ErrorCode.INVALID_FIELD, f"{where}: an episode must be a JSON object")
     if not isinstance(record.get("agents"), dict):
         raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "agents" must be an object keyed by agent id')
     flags = []
