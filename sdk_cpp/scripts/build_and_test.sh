@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures, builds and tests the C++ SDK in one configuration:
-#   normal    RelWithDebInfo
+#   normal    Release
 #   noexcept  -DTETHER_NO_EXCEPTIONS=ON (-fno-exceptions, as Unreal builds)
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer, -O1
 #   tsan      ThreadSanitizer, -O1
@@ -16,20 +16,21 @@ BUILD_DIR="${SDK_DIR}/build/${CONFIG}"
 ORT_ROOT="${ONNXRUNTIME_ROOT:-${SDK_DIR}/third_party/onnxruntime}"
 JOBS="${TETHER_BUILD_JOBS:-2}"
 
-options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+options=(-DCMAKE_BUILD_TYPE=Release)
 sanitizer_flags=""
 case "${CONFIG}" in
   normal) ;;
   noexcept) options+=(-DTETHER_NO_EXCEPTIONS=ON) ;;
-  asan) sanitizer_flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1" ;;
-  tsan) sanitizer_flags="-fsanitize=thread -O1" ;;
+  asan) sanitizer_flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g1" ;;
+  tsan) sanitizer_flags="-fsanitize=thread -O1 -g1" ;;
   *)
     echo "usage: $0 [normal|noexcept|asan|tsan]" >&2
     exit 2
     ;;
 esac
 if [[ -n "${sanitizer_flags}" ]]; then
-  options=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS=${sanitizer_flags}"
+  # No CMAKE_BUILD_TYPE: the flags below are the whole optimisation and debug-info choice.
+  options=("-DCMAKE_CXX_FLAGS=${sanitizer_flags}"
            "-DCMAKE_EXE_LINKER_FLAGS=${sanitizer_flags}" "-DCMAKE_SHARED_LINKER_FLAGS=${sanitizer_flags}")
 fi
 
