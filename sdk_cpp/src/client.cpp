@@ -220,10 +220,8 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
     return Status(ErrorCode::kInvalidArgument, "get_action: no running episode '" + episode_id + "'");
   }
   Episode& episode = it->second;
-  const Space& obs_space = config_->observation_space;
-  const Space& action_space = config_->action_space;
-  const std::size_t obs_dim = obs_space.flat_dim();
-  const std::size_t act_dim = action_space.flat_dim();
+  const std::size_t obs_dim = config_->observation_space.flat_dim();
+  const std::size_t act_dim = config_->action_space.flat_dim();
   if (obs == nullptr || obs_size != obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "get_action: observation has " + std::to_string(obs_size) +
                                                    " values, the observation space needs " + std::to_string(obs_dim));
@@ -247,6 +245,11 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
       --episode.obs_rows;
     }
+  }
+  // (send_batch may have applied a new connection's config: read it only now.)
+  const Space& action_space = config_->action_space;
+  if (action_space.flat_dim() != act_dim || config_->observation_space.flat_dim() != obs_dim) {
+    return Status(ErrorCode::kInvalidArgument, "get_action: the server changed its spaces on reconnecting");
   }
   if (!policy_) return Status(ErrorCode::kNotReady, "get_action: no model yet (the server sent none)");
   const std::size_t out_dim = dist_buffer_.size();

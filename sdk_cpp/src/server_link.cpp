@@ -377,7 +377,7 @@ Status ServerLink::handshake() {
   LinkEvent event;
   event.kind = LinkEvent::Kind::kConnected;
   event.config = config;
-  event.policy = prepare_state(state.answer.body, event.weights_seq_no);
+  event.policy = prepare_state(state.answer.body, true, event.weights_seq_no);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_limit_steps_ = config->queue_limit_steps;
@@ -391,13 +391,16 @@ nlohmann::json ServerLink::state_request(bool initial) const {
   return make_get_state(io_seq_);
 }
 
-std::shared_ptr<LoadedPolicy> ServerLink::prepare_state(const nlohmann::json& state,
+std::shared_ptr<LoadedPolicy> ServerLink::prepare_state(const nlohmann::json& state, bool initial,
                                                         std::optional<std::int64_t>& seq) {
   seq = int_member(state, "weights_seq_no");
   auto onnx = state.find("onnx_file");
   if (onnx == state.end()) {
     if (seq) io_seq_ = seq;
     return nullptr;
+  }
+  if (!initial && seq && io_seq_ && *seq == *io_seq_) {
+    return nullptr;  // the weights in use already (a model is decoded and loaded once per version)
   }
   if (!onnx->is_string()) {
     post_error(Status(ErrorCode::kInvalidField, "SET_STATE onnx_file is not a string"));
@@ -537,7 +540,7 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   bool has_state = false;
   if (answer) {
     state_event.kind = LinkEvent::Kind::kState;
-    state_event.policy = prepare_state(answer->body, state_event.weights_seq_no);
+    state_event.policy = prepare_state(answer->body, false, state_event.weights_seq_no);
     has_state = true;
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -192,7 +192,8 @@ class ServerLink {
   Exchange read_answer(const char* request, double timeout_s, const char* setting, Batch* batch);
   void handle_lost(const Exchange& result);
   bool room_locked(std::size_t steps) const;
-  std::shared_ptr<LoadedPolicy> prepare_state(const nlohmann::json& state, std::optional<std::int64_t>& seq);
+  std::shared_ptr<LoadedPolicy> prepare_state(const nlohmann::json& state, bool initial,
+                                              std::optional<std::int64_t>& seq);
   void post(LinkEvent event);
   void post_error(Status status);
   void forget_refused(const Batch& batch);
