@@ -302,7 +302,11 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
         post_error(status);
       }
     }
-    if (status.code() == ErrorCode::kClosed) return status;
+    if (status.code() == ErrorCode::kClosed) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (closing_) return status;
+      if (Clock::now() < deadline) continue;  // interrupt() (a batch was queued) cut the connect short: again
+    }
     transport_.close();
     last = status;
     // A server at its connection limit asks for at least 1 s between attempts (§6.6).

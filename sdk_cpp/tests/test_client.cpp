@@ -1,0 +1,550 @@
+// TetherClient against a fake server built from the SDK's own framing and
+// message code (a listening socket and a thread in the test), with a fake
+// inference backend: batches, hot model swaps, ERROR replies, garbage, an
+// oversized header, a server that stops answering or goes away. Every case
+// must end with a clear status, no crash and no hang.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tether/client.h"
+#include "tether/episode.h"
+#include "tether/framing.h"
+#include "tether/messages.h"
+#include "tether/onnx_codec.h"
+#include "tether/session.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// -- a fake backend: the model's first byte picks the action (logits) -----------------
+
+class FakeBackend final : public tether::InferenceBackend {
+ public:
+  tether::Status load(const std::uint8_t* model, std::size_t size, const std::string&, const std::string&) override {
+    if (size == 0) return tether::Status(tether::ErrorCode::kInferenceFailed, "empty model");
+    preferred_ = model[0];
+    loaded_ = true;
+    return tether::Status::Ok();
+  }
+  tether::Status run(const float*, std::size_t batch, std::size_t, float* out, std::size_t out_dim) override {
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::size_t k = 0; k < out_dim; ++k) out[b * out_dim + k] = k == preferred_ ? 30.0f : 0.0f;
+    }
+    return tether::Status::Ok();
+  }
+  bool loaded() const noexcept override { return loaded_; }
+  std::size_t obs_dim() const noexcept override { return 4; }
+  std::size_t out_dim() const noexcept override { return 2; }
+
+ private:
+  std::size_t preferred_ = 0;
+  bool loaded_ = false;
+};
+
+// gzip with one stored deflate block (enough for the client's decoder).
+std::uint32_t crc32(const std::uint8_t* data, std::size_t size) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < size; ++i) {
+    c ^= data[i];
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+std::string onnx_file(std::uint8_t model_byte) {
+  std::vector<std::uint8_t> model = {model_byte, 1, 2, 3};
+  std::vector<std::uint8_t> gz = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 0x01};
+  const std::uint16_t len = static_cast<std::uint16_t>(model.size());
+  gz.push_back(len & 0xFF);
+  gz.push_back(len >> 8);
+  gz.push_back(~len & 0xFF);
+  gz.push_back((~len >> 8) & 0xFF);
+  gz.insert(gz.end(), model.begin(), model.end());
+  const std::uint32_t crc = crc32(model.data(), model.size());
+  for (int i = 0; i < 4; ++i) gz.push_back((crc >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 4; ++i) gz.push_back((model.size() >> (8 * i)) & 0xFF);
+  return tether::base64_encode(gz.data(), gz.size());
+}
+
+// -- a fake server -----------------------------------------------------------------------
+
+class Conn {
+ public:
+  explicit Conn(int fd) : fd_(fd) {}
+  ~Conn() { ::close(fd_); }
+  // The next message, or nullopt on close/timeout/stop.
+  std::optional<tether::Message> read(double timeout_s, const std::atomic<bool>& stop) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
+    for (;;) {
+      std::optional<std::string> body = next();
+      if (body) {
+        tether::Result<tether::Message> message = tether::decode_message(*body);
+        if (!message.ok()) return std::nullopt;
+        return message.value();
+      }
+      if (stop.load() || Clock::now() > deadline) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buffer[65536];
+      ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+      if (n <= 0) return std::nullopt;
+      if (!decoder_.add(std::string_view(buffer, static_cast<std::size_t>(n))).ok()) return std::nullopt;
+    }
+  }
+  void send_raw(const std::string& bytes) { (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  void send(const json& message) {
+    std::string out;
+    tether::append_message_frame(message, out);
+    send_raw(out);
+  }
+
+ private:
+  std::optional<std::string> next() {
+    tether::Result<std::optional<std::string>> body = decoder_.next_body();
+    if (!body.ok()) return std::nullopt;
+    return body.value();
+  }
+  int fd_;
+  tether::FrameDecoder decoder_;
+};
+
+struct ServerScript {
+  std::int64_t steps_per_sample = 20;
+  bool force_on_policy = true;
+  double heartbeat_interval_s = 0;
+  std::function<bool(Conn&, const tether::Message&)> on_ping;  // return false to close
+  // Answers the n-th batch (1-based, counting every batch received).
+  std::function<bool(Conn&, const tether::Message&, int)> on_batch;
+};
+
+class FakeServer {
+ public:
+  explicit FakeServer(ServerScript script) : script_(std::move(script)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 8);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FakeServer() { stop(); }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  std::uint16_t port() const { return port_; }
+  std::vector<json> batches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batches_;
+  }
+  int connections() const { return connections_.load(); }
+  int pings() const { return pings_.load(); }
+  json config() const {
+    return {{"type", "SET_CONFIG"},
+            {"observation_space", {{"type", "Box"}, {"shape", {4}}, {"low", -10.0}, {"high", 10.0}}},
+            {"action_space", {{"type", "Discrete"}, {"n", 2}}},
+            {"onnx_input_names", {"obs"}},
+            {"onnx_output_names", {"action_dist_inputs"}},
+            {"env_steps_per_sample", script_.steps_per_sample},
+            {"force_on_policy", script_.force_on_policy},
+            {"heartbeat_interval_s", script_.heartbeat_interval_s},
+            {"protocol_version", "1.3"}};
+  }
+  static json state(std::int64_t seq, std::uint8_t model) {
+    return {{"type", "SET_STATE"}, {"weights_seq_no", seq}, {"onnx_file", onnx_file(model)}};
+  }
+
+ private:
+  void run() {
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int client = ::accept(fd_, nullptr, nullptr);
+      if (client < 0) continue;
+      connections_.fetch_add(1);
+      Conn conn(client);
+      serve(conn);
+    }
+  }
+  void serve(Conn& conn) {
+    for (;;) {
+      std::optional<tether::Message> message = conn.read(30.0, stop_);
+      if (!message) return;
+      switch (message->type) {
+        case tether::MessageType::kPing:
+          pings_.fetch_add(1);
+          if (script_.on_ping && !script_.on_ping(conn, *message)) return;
+          if (!script_.on_ping) conn.send(tether::ServerConnection::pong());
+          break;
+        case tether::MessageType::kGetConfig:
+          conn.send(config());
+          break;
+        case tether::MessageType::kGetState:
+          conn.send(state(0, 0));
+          break;
+        case tether::MessageType::kEpisodes:
+        case tether::MessageType::kEpisodesAndGetState: {
+          int n = 0;
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            batches_.push_back(message->body);
+            n = static_cast<int>(batches_.size());
+          }
+          if (script_.on_batch) {
+            if (!script_.on_batch(conn, *message, n)) return;
+          } else if (message->type == tether::MessageType::kEpisodesAndGetState) {
+            conn.send(state(n, static_cast<std::uint8_t>(n % 2)));
+          }
+          break;
+        }
+        default:
+          return;
+      }
+    }
+  }
+
+  ServerScript script_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::atomic<int> pings_{0};
+  std::mutex mutex_;
+  std::vector<json> batches_;
+  std::thread thread_;
+};
+
+tether::ClientOptions options_for(const FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 1;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.backend_factory = [] { return std::make_unique<FakeBackend>(); };
+  return options;
+}
+
+// Plays `steps` steps of 10-step episodes; returns the actions; stops at the first failing call.
+struct Played {
+  std::vector<int> actions;
+  tether::Status status;
+};
+
+Played play(tether::TetherClient& client, int steps) {
+  Played played;
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  int done_steps = 0;
+  while (done_steps < steps) {
+    tether::Result<std::string> episode = client.start_episode();
+    if (!episode.ok()) {
+      played.status = episode.status();
+      return played;
+    }
+    for (int t = 0; t < 10; ++t) {
+      played.status = client.get_action(episode.value(), obs, 4, action, 1);
+      if (!played.status.ok()) return played;
+      played.actions.push_back(static_cast<int>(action[0]));
+      client.log_returns(episode.value(), 1.0);
+      obs[0] = static_cast<float>(t) / 10.0f;
+      ++done_steps;
+    }
+    client.end_episode(episode.value(), obs, 4, false);
+  }
+  return played;
+}
+
+bool wait_for(const std::function<bool()>& condition, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+tether::Space obs_space() { return tether::Space::box({4}, -10.0, 10.0).value(); }
+tether::Space action_space() { return tether::Space::discrete(2).value(); }
+
+}  // namespace
+
+TEST(OnnxCodec, DecodesStoredAndRejectsCorruptData) {
+  tether::Result<std::vector<std::uint8_t>> model = tether::decode_onnx_file(onnx_file(7));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model.value(), (std::vector<std::uint8_t>{7, 1, 2, 3}));
+  EXPECT_EQ(tether::decode_onnx_file("not base64!").status().code(), tether::ErrorCode::kInvalidField);
+  EXPECT_EQ(tether::decode_onnx_file("AAAA").status().code(), tether::ErrorCode::kInvalidField);
+  std::string corrupt = onnx_file(7);
+  corrupt[corrupt.size() - 6] = corrupt[corrupt.size() - 6] == 'A' ? 'B' : 'A';  // the CRC
+  EXPECT_EQ(tether::decode_onnx_file(corrupt).status().code(), tether::ErrorCode::kInvalidField);
+}
+
+TEST(OnnxCodec, DecodesTheRepositoryModelFromPythonGzip) {
+  // tests/data holds a model encoded by Python's gzip (dynamic Huffman blocks) when present.
+  std::string path = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/policy_model.onnx.b64gz";
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) GTEST_SKIP() << "no " << path;
+  std::string text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) text.append(buffer, n);
+  std::fclose(f);
+  EXPECT_TRUE(tether::decode_onnx_file(text).ok());
+}
+
+TEST(TetherClient, PlaysSendsNumberedBatchesAndSwapsModels) {
+  FakeServer server(ServerScript{});
+  tether::ClientOptions options = options_for(server);
+  options.when_queue_full = tether::QueueFullPolicy::kWait;  // every batch reaches the server
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  EXPECT_EQ(client.env_steps_per_sample(), 20);
+  EXPECT_EQ(client.action_space(), action_space());
+  Played played = play(client, 200);
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 8u);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(batches[i]["batch_seq"], static_cast<std::int64_t>(i + 1));
+    EXPECT_EQ(batches[i]["client_session"], client.client_session());
+    EXPECT_EQ(batches[i]["type"], "EPISODES_AND_GET_STATE");
+    tether::Result<std::size_t> steps = tether::validate_episodes(batches[i], obs_space(), action_space(), true);
+    ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+    EXPECT_EQ(static_cast<std::int64_t>(steps.value()), batches[i]["env_steps"].get<std::int64_t>());
+  }
+  // Batch n is answered by model n % 2: the actions change once it is in use.
+  bool saw0 = false, saw1 = false;
+  for (int a : played.actions) (a == 0 ? saw0 : saw1) = true;
+  EXPECT_TRUE(saw0 && saw1);
+  EXPECT_GT(client.models_loaded(), 2);
+  EXPECT_EQ(client.env_steps_sent(), 200);
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+TEST(TetherClient, ErrorReplyIsAStatusAndTheBatchIsNotResent) {
+  ServerScript script;
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) {
+      conn.send({{"type", "ERROR"}, {"code", "INVALID_FIELD"}, {"message", "no"}, {"request", "EPISODES_AND_GET_STATE"}});
+    } else {
+      conn.send(FakeServer::state(n, 1));
+    }
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  Played played = play(client, 100);
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  tether::Status error = client.take_error();
+  EXPECT_EQ(error.code(), tether::ErrorCode::kInvalidField) << error.to_string();
+  EXPECT_EQ(client.last_error().code(), tether::ErrorCode::kInvalidField);
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[1]["batch_seq"], 2);
+  EXPECT_EQ(server.connections(), 1);
+}
+
+// The server answers batch 1 with `reply` on the first connection; the client must
+// drop the connection, reconnect, and resend batch 1 with the same seq.
+void expect_resend_after(const std::string& reply, std::size_t max_frame_bytes = tether::kDefaultMaxFrameBytes) {
+  ServerScript script;
+  script.on_batch = [reply](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) {
+      conn.send_raw(reply);
+      return true;  // keep the connection: the client must close it
+    }
+    conn.send(FakeServer::state(n, 1));
+    return true;
+  };
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.max_frame_bytes = max_frame_bytes;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  Played played = play(client, 60);
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 3u);
+  EXPECT_EQ(batches[0]["batch_seq"], 1);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);  // resent
+  EXPECT_EQ(batches[1]["episodes"], batches[0]["episodes"]);
+  EXPECT_EQ(batches[2]["batch_seq"], 2);
+  EXPECT_EQ(server.connections(), 2);
+  EXPECT_EQ(client.reconnects(), 1);
+}
+
+TEST(TetherClient, GarbageFromTheServerMeansReconnectAndResend) { expect_resend_after("NOT-A-FRAME-HEADER"); }
+
+TEST(TetherClient, OversizedHeaderMeansReconnectAndResend) { expect_resend_after("99999999{", 1 << 20); }
+
+TEST(TetherClient, UnsolicitedResponseMeansReconnectAndResend) {
+  expect_resend_after(tether::encode_frame("{\"type\":\"PONG\"}").value() +
+                      tether::encode_frame("{\"type\":\"PONG\"}").value());
+}
+
+TEST(TetherClient, ServerThatStopsAnsweringTimesOutAndTheBatchIsResent) {
+  ServerScript script;
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n > 1) conn.send(FakeServer::state(n, 1));
+    return true;  // batch 1: silence
+  };
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.update_timeout_s = 0.5;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const auto start = Clock::now();
+  Played played = play(client, 40);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 0.5);  // get_action never waited
+  ASSERT_TRUE(played.status.ok());
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.take_error().code(), tether::ErrorCode::kTimeout);
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);
+}
+
+TEST(TetherClient, ServerGoneEndsWithConnectionFailedNotAHang) {
+  auto server = std::make_unique<FakeServer>(ServerScript{});
+  tether::ClientOptions options = options_for(*server);
+  options.reconnect_timeout_s = 0.5;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  server->stop();
+  const auto start = Clock::now();
+  Played played;
+  ASSERT_TRUE(wait_for([&] {
+    played = play(client, 30);
+    return !played.status.ok();
+  }, 10.0));
+  EXPECT_EQ(played.status.code(), tether::ErrorCode::kConnectionFailed) << played.status.to_string();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 8.0);
+  EXPECT_EQ(client.fatal_error().code(), tether::ErrorCode::kConnectionFailed);
+}
+
+TEST(TetherClient, ConnectFailsClearly) {
+  std::uint16_t port = 0;
+  {
+    FakeServer server(ServerScript{});
+    port = server.port();
+  }
+  tether::ClientOptions options;
+  options.port = port;
+  options.reconnect_timeout_s = 0.3;
+  options.backend_factory = [] { return std::make_unique<FakeBackend>(); };
+  auto connected = tether::TetherClient::connect(options);
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kConnectionFailed) << connected.status().to_string();
+  options.backend_factory = nullptr;
+  EXPECT_EQ(tether::TetherClient::connect(options).status().code(), tether::ErrorCode::kInvalidArgument);
+}
+
+TEST(TetherClient, AuthFailedAtConnect) {
+  ServerScript script;
+  script.on_ping = [](Conn& conn, const tether::Message&) {
+    conn.send({{"type", "ERROR"}, {"code", "AUTH_FAILED"}, {"message", "wrong token"}, {"request", "PING"}});
+    return false;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kAuthFailed) << connected.status().to_string();
+}
+
+TEST(TetherClient, HeartbeatsWhileIdle) {
+  ServerScript script;
+  script.heartbeat_interval_s = 0.1;
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  EXPECT_TRUE(wait_for([&] { return server.pings() >= 4; }, 3.0));
+  EXPECT_GE(connected.value()->heartbeats_sent(), 3);
+}
+
+TEST(TetherClient, BadCallsAreStatuses) {
+  FakeServer server(ServerScript{});
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok());
+  tether::TetherClient& client = *connected.value();
+  float obs[4] = {0, 0, 0, 0};
+  double action[1];
+  EXPECT_EQ(client.get_action("nope", obs, 4, action, 1).code(), tether::ErrorCode::kInvalidArgument);
+  std::string id = client.start_episode("e1").value();
+  EXPECT_EQ(client.start_episode("e1").status().code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.get_action(id, obs, 3, action, 1).code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.get_action(id, obs, 4, action, 2).code(), tether::ErrorCode::kInvalidArgument);
+  obs[2] = std::nanf("");
+  EXPECT_EQ(client.get_action(id, obs, 4, action, 1).code(), tether::ErrorCode::kNonFiniteValue);
+  obs[2] = 0;
+  EXPECT_TRUE(client.get_action(id, obs, 4, action, 1).ok());
+  EXPECT_EQ(client.log_returns(id, std::nan("")).code(), tether::ErrorCode::kNonFiniteValue);
+  EXPECT_TRUE(client.end_episode(id, obs, 4).ok());
+  EXPECT_EQ(client.end_episode(id, obs, 4).status().code(), tether::ErrorCode::kInvalidArgument);
+}
+
+TEST(TetherClient, ActsWhileBatchesAndModelsMoveWithObserverThreads) {
+  ServerScript script;
+  script.steps_per_sample = 5;
+  script.force_on_policy = false;  // EPISODES + GET_STATE
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  std::atomic<bool> done{false};
+  std::thread observer([&] {
+    while (!done.load()) {
+      (void)client.reconnects();
+      (void)client.batches_dropped();
+      (void)client.heartbeats_sent();
+      std::this_thread::yield();
+    }
+  });
+  Played played = play(client, 2000);
+  done.store(true);
+  observer.join();
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.env_steps_sent(), 2000);
+  for (const json& batch : server.batches()) {
+    EXPECT_EQ(batch["type"], "EPISODES");
+    ASSERT_TRUE(tether::validate_episodes(batch, obs_space(), action_space(), true).ok());
+  }
+}
+
+#endif  // _WIN32
