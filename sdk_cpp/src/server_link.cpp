@@ -616,9 +616,9 @@ ServerLink::Exchange ServerLink::exchange(const nlohmann::json& message, double 
     result.status = sent;
     return result;
   }
-  const nlohmann::json& type = message["type"];
-  return read_answer(type.is_string() ? type.get_ref<const std::string&>().c_str() : "request", timeout_s, setting,
-                     batch);
+  auto type = message.find("type");
+  const bool named = type != message.end() && type->is_string();
+  return read_answer(named ? type->get_ref<const std::string&>().c_str() : "request", timeout_s, setting, batch);
 }
 
 ServerLink::Exchange ServerLink::read_answer(const char* request, double timeout_s, const char* setting,
