@@ -135,16 +135,20 @@ TEST(OnnxCodec, DecodesStoredAndRejectsCorruptData) {
   EXPECT_EQ(tether::decode_onnx_file(corrupt).status().code(), tether::ErrorCode::kInvalidField);
 }
 
-TEST(OnnxCodec, DecodesTheRepositoryModelFromPythonGzip) {
-  // tests/data holds a model encoded by Python's gzip (dynamic Huffman blocks) when present.
-  std::string path = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/policy_model.onnx.b64gz";
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) GTEST_SKIP() << "no " << path;
-  std::string text;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) text.append(buffer, n);
-  std::fclose(f);
-  EXPECT_TRUE(tether::decode_onnx_file(text).ok());
+TEST(OnnxCodec, DecodesPythonGzipWithFixedAndDynamicHuffmanBlocks) {
+  // base64(gzip.compress(..., mtime=0)) made by Python: b"abc" * 4 (a fixed-Huffman
+  // block) and "tether {i*i % 97} " for i in 0..399 (a dynamic-Huffman block).
+  tether::Result<std::vector<std::uint8_t>> fixed = tether::decode_onnx_file("H4sIAAAAAAACA0tMSk6EIQA0Km5aDAAAAA==");
+  ASSERT_TRUE(fixed.ok()) << fixed.status().to_string();
+  EXPECT_EQ(std::string(fixed.value().begin(), fixed.value().end()), "abcabcabcabc");
+  tether::Result<std::vector<std::uint8_t>> dynamic = tether::decode_onnx_file(
+      "H4sIAAAAAAACA+2Tyw0DIQwFW0kJAXb5FLRSztH2rxwiZiJBATn4ZmH8eNie+7pf1/vxfNzfIM3gmMEgVWeUzxkVzg7uVUo7aoVSkkebUctk"
+      "uU9l5Wz4KnJN49w7yQ7d+R1/6D2yJ3odAzybcdzJnpRmDHRbYQNQSZx17FWNolzQS3rBMd47wo1nm2dlE20qVFG5ru/rSZ969z9p8297YX/s"
+      "mX20t/bbGfR1Uk7vZ6JpM/m6bohb4ya5XW5c3WxmXvfXnXbPy0qDhEhN2dAlcWPBErFAN9ANdAPdQDfQDXQD3UA30A10/wTdD4CF+hdfDwAA");
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status().to_string();
+  std::string expected;
+  for (int i = 0; i < 400; ++i) expected += "tether " + std::to_string(i * i % 97) + " ";
+  EXPECT_EQ(std::string(dynamic.value().begin(), dynamic.value().end()), expected);
 }
 
 TEST(TetherClient, PlaysSendsNumberedBatchesAndSwapsModels) {
