@@ -37,7 +37,7 @@ std::string random_episode_id(Rng& rng) {
 
 }  // namespace
 
-TetherClient::TetherClient(ClientOptions options) : options_(std::move(options)) {
+TetherClient::TetherClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
   std::uint64_t seed = 0;
   if (options_.seed) {
     seed = *options_.seed;
@@ -56,7 +56,7 @@ Result<std::unique_ptr<TetherClient>> TetherClient::connect(ClientOptions option
   if (options.max_queued_batches < 1) {
     return Status(ErrorCode::kInvalidArgument, "ClientOptions.max_queued_batches must be >= 1");
   }
-  std::unique_ptr<TetherClient> client(new TetherClient(std::move(options)));  // private constructor
+  auto client = std::make_unique<TetherClient>(ConstructionKey(), std::move(options));
   LinkOptions link;
   const ClientOptions& o = client->options_;
   link.host = o.host;

@@ -88,6 +88,13 @@ class TetherClient {
   /// (a SET_CONFIG this client cannot use), INVALID_ARGUMENT (no backend_factory).
   static Result<std::unique_ptr<TetherClient>> connect(ClientOptions options);
 
+  /// Lets only connect() construct a client (std::make_unique needs a public constructor).
+  class ConstructionKey {
+    friend class TetherClient;
+    ConstructionKey() = default;
+  };
+  /// Use connect(); this constructor does not connect.
+  TetherClient(ConstructionKey key, ClientOptions options);
   /// Stops the I/O thread (undelivered experience is dropped: flush() first).
   ~TetherClient();
   TetherClient(const TetherClient&) = delete;
@@ -181,7 +188,6 @@ class TetherClient {
     std::size_t action_rows = 0;
   };
 
-  explicit TetherClient(ClientOptions options);
   void sync();
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq);
   void report(Status status);
