@@ -1,0 +1,246 @@
+// CartPole-v1 as an external Tether client: the environment runs here (the
+// physics of gymnasium's CartPole-v1, written in C++), actions come from the
+// local ONNX model the server sends, experience goes to the server.
+//
+//   cartpole --host 127.0.0.1 --port 5555 --max-steps 300000 --seed 0
+//   cartpole --random --max-steps 20000          # a uniformly random policy, no server
+//
+// Options: --reconnect-timeout S (give up once the server has been gone S
+// seconds, default 5), --when-queue-full wait|drop_oldest (default wait: the
+// engine waits for room in the send queue instead of dropping batches).
+//
+// It stops after --max-steps env steps, or when the server goes away (e.g. a
+// `tether serve --stop-at-return 450` that reached its target), and prints one
+// JSON line: {"episodes", "mean_return_last_100", "env_steps", "env_steps_sent", ...}.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "tether/client.h"
+#include "tether/distributions.h"
+#include "tether/onnxruntime_backend.h"
+
+namespace {
+
+/// gymnasium's CartPole-v1: the same constants, Euler integration, termination
+/// at |x| > 2.4 or |theta| > 12 degrees, truncation after 500 steps, reset
+/// to uniform(-0.05, 0.05) in every state variable.
+class CartPole {
+ public:
+  static constexpr double kGravity = 9.8;
+  static constexpr double kMassCart = 1.0;
+  static constexpr double kMassPole = 0.1;
+  static constexpr double kTotalMass = kMassCart + kMassPole;
+  static constexpr double kLength = 0.5;  // half the pole's length
+  static constexpr double kPoleMassLength = kMassPole * kLength;
+  static constexpr double kForceMag = 10.0;
+  static constexpr double kTau = 0.02;
+  static constexpr double kThetaThreshold = 12.0 * 2.0 * M_PI / 360.0;
+  static constexpr double kXThreshold = 2.4;
+  static constexpr int kMaxEpisodeSteps = 500;
+
+  explicit CartPole(std::uint64_t seed) : rng_(seed) {}
+
+  void reset(float* obs) {
+    for (double& s : state_) s = -0.05 + 0.1 * rng_.uniform();
+    steps_ = 0;
+    observe(obs);
+  }
+
+  /// Applies action 0 (push left) or 1 (push right); returns the reward.
+  double step(int action, float* obs, bool& terminated, bool& truncated) {
+    double& x = state_[0];
+    double& x_dot = state_[1];
+    double& theta = state_[2];
+    double& theta_dot = state_[3];
+    const double force = action == 1 ? kForceMag : -kForceMag;
+    const double costheta = std::cos(theta);
+    const double sintheta = std::sin(theta);
+    const double temp = (force + kPoleMassLength * theta_dot * theta_dot * sintheta) / kTotalMass;
+    const double thetaacc =
+        (kGravity * sintheta - costheta * temp) / (kLength * (4.0 / 3.0 - kMassPole * costheta * costheta / kTotalMass));
+    const double xacc = temp - kPoleMassLength * thetaacc * costheta / kTotalMass;
+    x = x + kTau * x_dot;
+    x_dot = x_dot + kTau * xacc;
+    theta = theta + kTau * theta_dot;
+    theta_dot = theta_dot + kTau * thetaacc;
+    ++steps_;
+    terminated = x < -kXThreshold || x > kXThreshold || theta < -kThetaThreshold || theta > kThetaThreshold;
+    truncated = !terminated && steps_ >= kMaxEpisodeSteps;
+    observe(obs);
+    return 1.0;
+  }
+
+ private:
+  void observe(float* obs) const {
+    for (int i = 0; i < 4; ++i) obs[i] = static_cast<float>(state_[i]);
+  }
+  double state_[4] = {0, 0, 0, 0};
+  int steps_ = 0;
+  tether::Rng rng_;
+};
+
+struct Args {
+  std::string host = "127.0.0.1";
+  int port = 5555;
+  long long max_steps = 300000;
+  std::uint64_t seed = 0;
+  bool random = false;
+  double reconnect_timeout_s = 5.0;
+  bool drop_oldest = false;
+};
+
+bool parse_args(int argc, char** argv, Args& args) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "cartpole: %s needs a value\n", name);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    const char* v = nullptr;
+    if (arg == "--random") {
+      args.random = true;
+    } else if (arg == "--host") {
+      if (!(v = value("--host"))) return false;
+      args.host = v;
+    } else if (arg == "--port") {
+      if (!(v = value("--port"))) return false;
+      args.port = std::atoi(v);
+    } else if (arg == "--max-steps") {
+      if (!(v = value("--max-steps"))) return false;
+      args.max_steps = std::atoll(v);
+    } else if (arg == "--seed") {
+      if (!(v = value("--seed"))) return false;
+      args.seed = std::strtoull(v, nullptr, 10);
+    } else if (arg == "--when-queue-full") {
+      if (!(v = value("--when-queue-full"))) return false;
+      args.drop_oldest = std::string(v) == "drop_oldest";
+    } else if (arg == "--reconnect-timeout") {
+      if (!(v = value("--reconnect-timeout"))) return false;
+      args.reconnect_timeout_s = std::atof(v);
+    } else {
+      std::fprintf(stderr,
+                   "usage: cartpole [--host H] [--port P] [--max-steps N] [--seed S] [--random] "
+                   "[--reconnect-timeout S] [--when-queue-full wait|drop_oldest]\n");
+      return false;
+    }
+  }
+  return true;
+}
+
+struct Tally {
+  std::deque<double> last_returns;
+  long long episodes = 0;
+  long long env_steps = 0;
+  void add(double episode_return) {
+    ++episodes;
+    last_returns.push_back(episode_return);
+    if (last_returns.size() > 100) last_returns.pop_front();
+  }
+  double mean() const {
+    if (last_returns.empty()) return 0.0;
+    return std::accumulate(last_returns.begin(), last_returns.end(), 0.0) / static_cast<double>(last_returns.size());
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (!parse_args(argc, argv, args)) return 2;
+  const auto started = std::chrono::steady_clock::now();
+  CartPole env(args.seed * 7919u + 1u);
+  Tally tally;
+  float obs[4];
+  std::string stopped_by = "max_steps";
+  std::unique_ptr<tether::TetherClient> client;
+  int status = 0;
+
+  if (args.random) {
+    tether::Rng rng(args.seed);
+    while (tally.env_steps < args.max_steps) {
+      env.reset(obs);
+      double total = 0.0;
+      bool terminated = false, truncated = false;
+      while (!terminated && !truncated) {
+        total += env.step(static_cast<int>(rng.next_u64() & 1u), obs, terminated, truncated);
+        ++tally.env_steps;
+      }
+      tally.add(total);
+    }
+  } else {
+    tether::ClientOptions options;
+    options.host = args.host;
+    options.port = static_cast<std::uint16_t>(args.port);
+    options.client_name = "cartpole-cpp-" + std::to_string(args.seed);
+    options.seed = args.seed;
+    options.reconnect_timeout_s = args.reconnect_timeout_s;
+    // This C++ CartPole steps in microseconds, far faster than a learner trains:
+    // with kWait the engine waits for room in the send queue, so every step is
+    // delivered and learning is paced by the server (kDropOldest would play on
+    // and drop most batches unsent).
+    options.when_queue_full = args.drop_oldest ? tether::QueueFullPolicy::kDropOldest : tether::QueueFullPolicy::kWait;
+    options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+    tether::Result<std::unique_ptr<tether::TetherClient>> connected = tether::TetherClient::connect(options);
+    if (!connected.ok()) {
+      std::fprintf(stderr, "cartpole: %s\n", connected.status().to_string().c_str());
+      return 1;
+    }
+    client = std::move(connected.value());
+    double action[1];
+    while (tally.env_steps < args.max_steps && stopped_by == "max_steps") {
+      tether::Result<std::string> episode = client->start_episode();
+      if (!episode.ok()) {
+        stopped_by = "server_gone";
+        break;
+      }
+      env.reset(obs);
+      double total = 0.0;
+      bool terminated = false, truncated = false;
+      while (!terminated && !truncated) {
+        tether::Status acted = client->get_action(episode.value(), obs, 4, action, 1);
+        if (!acted.ok()) {
+          stopped_by = acted.code() == tether::ErrorCode::kConnectionFailed ? "server_gone" : "error";
+          if (stopped_by == "error") {
+            std::fprintf(stderr, "cartpole: %s\n", acted.to_string().c_str());
+            status = 1;
+          }
+          break;
+        }
+        double reward = env.step(static_cast<int>(action[0]), obs, terminated, truncated);
+        client->log_returns(episode.value(), reward);
+        total += reward;
+        ++tally.env_steps;
+      }
+      if (stopped_by != "max_steps") break;
+      client->end_episode(episode.value(), obs, 4, truncated);
+      tally.add(total);
+      for (tether::Status error = client->take_error(); !error.ok(); error = client->take_error()) {
+        std::fprintf(stderr, "cartpole: server reported %s\n", error.to_string().c_str());
+      }
+    }
+  }
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf(
+      "{\"episodes\": %lld, \"mean_return_last_100\": %.2f, \"env_steps\": %lld, \"env_steps_sent\": %lld, "
+      "\"reconnects\": %lld, \"models_loaded\": %lld, \"wall_s\": %.2f, \"random\": %s, \"stopped_by\": \"%s\"}\n",
+      tally.episodes, tally.mean(), tally.env_steps,
+      client ? static_cast<long long>(client->env_steps_sent()) : 0LL,
+      client ? static_cast<long long>(client->reconnects()) : 0LL,
+      client ? static_cast<long long>(client->models_loaded()) : 0LL, wall_s, args.random ? "true" : "false",
+      stopped_by.c_str());
+  std::fflush(stdout);
+  if (client) client->close();
+  return status;
+}

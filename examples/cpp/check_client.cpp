@@ -1,0 +1,139 @@
+// The client program `tether check-client` runs against (docs/check-client.md),
+// written with the C++ SDK.
+//
+// It plays the checker's "echo env" through a TetherClient: the spaces, ONNX
+// names and model come from the server, the env executes exactly the action
+// the SDK returns, and every server refusal the SDK reports is printed and
+// survived. After --steps env steps it stays idle for --idle-s seconds (the
+// SDK keeps the connection alive with heartbeats), then closes.
+//
+//   tether check-client --port 5556 &
+//   check_client --port 5556 [--host H] [--steps 300] [--idle-s 3] [--auth-token T] [--seed S]
+//
+// Exit status: 0 when it played every step; 1 when the SDK gave up (a failed
+// connection is not something this program may paper over).
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tether/client.h"
+#include "tether/onnxruntime_backend.h"
+
+namespace {
+
+constexpr int kEpisodeLength = 10;
+
+/// obs = [t / 10, the action the env executed last, 1]; reward = that action; 10 steps.
+struct EchoEnv {
+  int t = 0;
+  void reset(float* obs) {
+    t = 0;
+    obs[0] = 0.0f;
+    obs[1] = 0.0f;
+    obs[2] = 1.0f;
+  }
+  double step(double action, float* obs, bool& done) {
+    const double executed = action;  // as given: the SDK already clipped it
+    ++t;
+    obs[0] = static_cast<float>(t) / kEpisodeLength;
+    obs[1] = static_cast<float>(executed);
+    obs[2] = 1.0f;
+    done = t == kEpisodeLength;
+    return executed;
+  }
+};
+
+void report_refusals(tether::TetherClient& client) {
+  for (tether::Status error = client.take_error(); !error.ok(); error = client.take_error()) {
+    std::printf("server reported: %s\n", error.to_string().c_str());
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tether::ClientOptions options;
+  options.port = 5556;
+  options.client_name = "check-client-cpp";
+  options.seed = 0;
+  options.reconnect_timeout_s = 30.0;
+  // The checker answers slowly on purpose and must see every batch: wait for room
+  // in the send queue instead of dropping the oldest batches.
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  long long steps_wanted = 300;
+  double idle_s = 3.0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "check_client: %s needs a value\n", arg.c_str());
+      return 2;
+    }
+    const char* value = argv[++i];
+    if (arg == "--host") {
+      options.host = value;
+    } else if (arg == "--port") {
+      options.port = static_cast<std::uint16_t>(std::atoi(value));
+    } else if (arg == "--steps") {
+      steps_wanted = std::atoll(value);
+    } else if (arg == "--idle-s") {
+      idle_s = std::atof(value);
+    } else if (arg == "--auth-token") {
+      options.auth_token = std::string(value);
+    } else if (arg == "--seed") {
+      options.seed = std::strtoull(value, nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: check_client [--host H] [--port P] [--steps N] [--idle-s S] [--auth-token T]\n");
+      return 2;
+    }
+  }
+
+  tether::Result<std::unique_ptr<tether::TetherClient>> connected = tether::TetherClient::connect(options);
+  if (!connected.ok()) {
+    std::fprintf(stderr, "check_client: %s\n", connected.status().to_string().c_str());
+    return 1;
+  }
+  tether::TetherClient& client = *connected.value();
+  EchoEnv env;
+  float obs[3];
+  double action[1];
+  long long steps = 0;
+  while (steps < steps_wanted) {
+    env.reset(obs);
+    tether::Result<std::string> episode = client.start_episode();
+    if (!episode.ok()) {
+      std::fprintf(stderr, "check_client: %s\n", episode.status().to_string().c_str());
+      return 1;
+    }
+    bool done = false;
+    while (!done) {
+      tether::Status acted = client.get_action(episode.value(), obs, 3, action, 1);
+      if (!acted.ok()) {
+        std::fprintf(stderr, "check_client: %s\n", acted.to_string().c_str());
+        return 1;
+      }
+      report_refusals(client);
+      const double reward = env.step(action[0], obs, done);
+      client.log_returns(episode.value(), reward);
+      ++steps;
+    }
+    tether::Result<double> ended = client.end_episode(episode.value(), obs, 3, false);
+    if (!ended.ok()) {
+      std::fprintf(stderr, "check_client: %s\n", ended.status().to_string().c_str());
+      return 1;
+    }
+    report_refusals(client);
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
+  report_refusals(client);
+  client.close();
+  std::printf("played %lld steps (reconnects %lld, heartbeats %lld)\n", steps,
+              static_cast<long long>(client.reconnects()), static_cast<long long>(client.heartbeats_sent()));
+  return 0;
+}

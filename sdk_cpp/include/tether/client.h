@@ -1,0 +1,223 @@
+// TetherClient: an engine-side single-agent client in the shape of RLlib's
+// ExternalEnv (the C++ counterpart of sdk_python/client.py).
+//
+//   tether::ClientOptions options;
+//   options.port = 5555;
+//   options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+//   auto client = tether::TetherClient::connect(options);      // Result<std::unique_ptr<TetherClient>>
+//   std::string episode = client.value()->start_episode().value();
+//   client.value()->get_action(episode, obs, obs_size, action, action_size);  // local inference
+//   client.value()->log_returns(episode, reward);
+//   client.value()->end_episode(episode, final_obs, obs_size, /*truncated=*/false);
+//
+// get_action never waits for the network: every env_steps_per_sample complete
+// steps are handed to the client's one background I/O thread (ServerLink),
+// which sends them and receives new models; a new model is swapped in between
+// two get_action calls. wait_for_weights makes each batch wait for the
+// weights that answer it (strict on-policy); when_queue_full = kWait makes the
+// engine wait for room in the send queue instead of dropping the oldest batch.
+//
+// Errors: nothing throws. A refusal by the server (an ERROR answer), a timeout
+// or a model that fails to load never stops acting: it is queued and read with
+// take_error() (last_error() keeps the newest). When the link gives up for
+// good (reconnect_timeout_s passed, AUTH_FAILED, VERSION_MISMATCH) every later
+// call returns that status (fatal_error()).
+//
+// Thread safety: one engine thread at a time calls start_episode, get_action,
+// log_returns, end_episode, flush, take_error and the accessors (the class is
+// not internally locked for them); reconnects(), batches_dropped(),
+// heartbeats_sent() and client_session() may be read from any thread; close()
+// and the destructor must not race with the engine calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tether/distributions.h"
+#include "tether/episode.h"
+#include "tether/server_link.h"
+#include "tether/spaces.h"
+#include "tether/status.h"
+
+namespace tether {
+
+/// What a client does when the send queue behind the batch in flight is full.
+enum class QueueFullPolicy {
+  kDropOldest,  ///< drop the oldest waiting batches (and the rest of their episodes); never wait
+  kWait,        ///< wait for room (backpressure): every step is delivered, at the server's pace
+};
+
+/// Everything a TetherClient is configured with.
+struct ClientOptions {
+  std::string host = "127.0.0.1";          ///< server address
+  std::uint16_t port = 5555;               ///< server port
+  std::string client_name = "tether-cpp";  ///< shown in the server's logs
+  std::optional<std::string> auth_token;   ///< sent in PING when the server requires one
+  std::optional<std::uint64_t> seed;       ///< seeds action sampling (none: from std::random_device)
+  double connect_timeout_s = 10.0;         ///< limit of one TCP connect attempt
+  double response_timeout_s = 60.0;        ///< limit of PONG / SET_CONFIG / SET_STATE answers
+  double update_timeout_s = 600.0;         ///< limit of a batch's answer (may wait for a learner update)
+  double reconnect_timeout_s = 60.0;       ///< keep retrying a lost server this long, then fail for good
+  QueueFullPolicy when_queue_full = QueueFullPolicy::kDropOldest;  ///< see QueueFullPolicy
+  /// Against an on-policy server, wait after every batch for the weights that
+  /// answer it. None: false, except against a plain RLlink v1 server (no
+  /// protocol_version in PONG), where it is true.
+  std::optional<bool> wait_for_weights;
+  std::size_t max_queued_steps = 0;        ///< steps that may wait behind the batch in flight; 0: from SET_CONFIG
+  std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
+  /// Required: makes an empty inference backend for each model received
+  /// (e.g. OnnxRuntimeBackend from tether/onnxruntime_backend.h). Called on the I/O thread.
+  BackendFactory backend_factory;
+};
+
+/// A connected single-agent client. Create with connect(); not copyable.
+class TetherClient {
+ public:
+  /// Connects (retrying until reconnect_timeout_s), handshakes and loads the
+  /// first model. Fails with the status that ended the attempt:
+  /// CONNECTION_FAILED, AUTH_FAILED, VERSION_MISMATCH, TIMEOUT, INVALID_FIELD
+  /// (a SET_CONFIG this client cannot use), INVALID_ARGUMENT (no backend_factory).
+  static Result<std::unique_ptr<TetherClient>> connect(ClientOptions options);
+
+  /// Lets only connect() construct a client (std::make_unique needs a public constructor).
+  class ConstructionKey {
+    friend class TetherClient;
+    ConstructionKey() = default;
+  };
+  /// Use connect(); this constructor does not connect.
+  TetherClient(ConstructionKey key, ClientOptions options);
+  /// Stops the I/O thread (undelivered experience is dropped: flush() first).
+  ~TetherClient();
+  TetherClient(const TetherClient&) = delete;
+  TetherClient& operator=(const TetherClient&) = delete;
+
+  /// Begins an episode and returns its id (`episode_id`, or a new random one
+  /// when empty). INVALID_ARGUMENT if that episode is already running.
+  /// With `training_enabled` false its steps are never sent.
+  Result<std::string> start_episode(const std::string& episode_id = std::string(), bool training_enabled = true);
+
+  /// Records `obs` (obs_size = observation_space().flat_dim() floats) and writes
+  /// the action the engine executes to `action` (action_size =
+  /// action_space().flat_dim() numbers: a Discrete action as its integer value,
+  /// a Box action clipped into the box; the record keeps the raw sample).
+  /// Runs the local model; never waits for the network, except to wait for
+  /// room (kWait) or weights (wait_for_weights) when a batch was just cut.
+  /// INVALID_ARGUMENT for an unknown episode or wrong sizes, NOT_READY without
+  /// a model, INFERENCE_FAILED, or the fatal status once the link gave up.
+  /// Allocates nothing in steady state apart from the episode's own arrays.
+  Status get_action(const std::string& episode_id, const float* obs, std::size_t obs_size, double* action,
+                    std::size_t action_size);
+  /// get_action for vectors (`action` is resized to action_space().flat_dim()).
+  Status get_action(const std::string& episode_id, const std::vector<float>& obs, std::vector<double>& action);
+
+  /// Adds `reward` to the episode's last action (rewards accumulate until the
+  /// next action; one logged before the first action is dropped).
+  /// INVALID_ARGUMENT for an unknown episode or a non-finite reward.
+  Status log_returns(const std::string& episode_id, double reward);
+
+  /// Finishes an episode with its last observation and returns its total
+  /// reward. `truncated` marks an end by time limit (bootstrapped); otherwise
+  /// it terminated. INVALID_ARGUMENT for an unknown episode or a wrong size.
+  Result<double> end_episode(const std::string& episode_id, const float* obs, std::size_t obs_size,
+                             bool truncated = false);
+  /// end_episode for a vector.
+  Result<double> end_episode(const std::string& episode_id, const std::vector<float>& obs, bool truncated = false);
+
+  /// Sends whatever experience is complete now and waits until the server has
+  /// every batch. Returns the fatal status, or ok (refusals go to take_error()).
+  Status flush();
+
+  /// The oldest error not yet taken (a refusal, timeout, bad model), or ok if none; removes it.
+  Status take_error();
+  /// The most recent error reported (ok if none ever was); not cleared by take_error().
+  const Status& last_error() const noexcept { return last_error_; }
+  /// Errors waiting for take_error().
+  std::size_t pending_errors() const noexcept { return errors_.size(); }
+  /// The status that ended the link for good (ok while it lives).
+  const Status& fatal_error() const noexcept { return fatal_; }
+
+  /// Stops the I/O thread and closes the connection (idempotent).
+  void close();
+
+  /// The observation space from SET_CONFIG.
+  const Space& observation_space() const noexcept { return config_->observation_space; }
+  /// The action space from SET_CONFIG.
+  const Space& action_space() const noexcept { return config_->action_space; }
+  /// Steps per batch (SET_CONFIG env_steps_per_sample).
+  std::int64_t env_steps_per_sample() const noexcept { return config_->env_steps_per_sample; }
+  /// Whether the server trains on-policy (batches as EPISODES_AND_GET_STATE).
+  bool force_on_policy() const noexcept { return config_->force_on_policy; }
+  /// Whether a batch makes the engine wait for the weights answering it.
+  bool waits_for_weights() const noexcept;
+  /// The weights version of the model in use (none if the server sent none).
+  std::optional<std::int64_t> weights_seq_no() const noexcept { return weights_seq_no_; }
+  /// Env steps delivered to the server (answered batches).
+  std::int64_t env_steps_sent() const noexcept { return env_steps_sent_; }
+  /// Models swapped in so far (the first one included).
+  std::int64_t models_loaded() const noexcept { return models_loaded_; }
+  /// Connections re-established after a loss (any thread).
+  std::int64_t reconnects() const noexcept { return link_->reconnects(); }
+  /// Batches dropped unsent because the queue was full (any thread).
+  std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
+  /// Heartbeat PINGs sent (any thread).
+  std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
+  /// This client's session id (protocol 1.3), kept across reconnects (any thread).
+  const std::string& client_session() const noexcept { return link_->client_session(); }
+
+ private:
+  // (connection number, weights_seq_no): comparable stamps of the weights a step used.
+  using Stamp = std::pair<std::int64_t, std::int64_t>;
+  struct Episode {
+    std::string id;
+    bool training = true;
+    EpisodeChunk steps;             // obs rows: one per recorded step, plus the final one
+    std::vector<Stamp> versions;    // per action; (-1, -1) when unknown
+    bool terminated = false;
+    bool truncated = false;
+    double total_return = 0.0;
+    std::size_t obs_rows = 0;
+    std::size_t action_rows = 0;
+  };
+
+  void sync();
+  void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq);
+  void report(Status status);
+  void forget_episodes(const std::set<std::string>& ids);
+  std::size_t sendable_steps(const Episode& current) const;
+  void send_batch();
+  bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest);
+  void recount_pending();
+
+  ClientOptions options_;
+  std::unique_ptr<ServerLink> link_;
+  std::shared_ptr<const LinkConfig> config_;
+  std::shared_ptr<LoadedPolicy> policy_;
+  std::optional<std::int64_t> weights_seq_no_;
+  std::int64_t connection_ = 0;
+  Rng rng_;
+  bool raw_box_samples_ = true;
+  std::unordered_map<std::string, Episode> episodes_;
+  std::vector<Episode> finished_;
+  std::size_t pending_steps_ = 0;
+  std::int64_t env_steps_sent_ = 0;
+  std::int64_t models_loaded_ = 0;
+  std::deque<LinkEvent> event_buffer_;
+  std::deque<Status> errors_;
+  Status last_error_;
+  Status fatal_;
+  // Preallocated per-step buffers (sized at connect / on a config change).
+  std::vector<float> dist_buffer_;
+  std::vector<double> record_action_buffer_;
+  std::vector<double> env_action_buffer_;
+};
+
+}  // namespace tether

@@ -1,0 +1,235 @@
+// The connection a client keeps to its server, run by ONE background I/O
+// thread (the C++ counterpart of sdk_python/server_link.py).
+//
+// The engine thread never touches the socket. It hands the link batches
+// (submit) and picks up what the I/O thread reports as events (take_events):
+// a (re)connection with its SET_CONFIG, new models (loaded off the engine
+// thread), answered or refused batches, errors. The I/O thread connects and
+// handshakes, sends batches one at a time, sends heartbeats, enforces timeouts
+// and reconnects with backoff.
+//
+// Exactly-once batches (protocol 1.3): every batch carries the link's
+// client_session (random hex, kept across reconnects) and a batch_seq (1, 2,
+// ... in sending order). A batch whose answer was not received is resent after
+// a reconnect with the same session and seq; a batch the server refused with
+// ERROR is never resent. Off-policy EPISODES have no answer: each is followed
+// by GET_STATE, whose SET_STATE acknowledges it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tether/episode.h"
+#include "tether/inference.h"
+#include "tether/session.h"
+#include "tether/spaces.h"
+#include "tether/status.h"
+#include "tether/transport.h"
+
+namespace tether {
+
+/// Makes an empty inference backend for each model received (called on the I/O thread).
+using BackendFactory = std::function<std::unique_ptr<InferenceBackend>()>;
+
+/// What the link needs to know to connect.
+struct LinkOptions {
+  std::string host = "127.0.0.1";          ///< server address (name, IPv4 or IPv6)
+  std::uint16_t port = 5555;               ///< server port
+  std::string client_name = "tether-cpp";  ///< sent in PING, shown in the server's logs
+  std::optional<std::string> auth_token;   ///< sent in PING when the server requires one
+  double connect_timeout_s = 10.0;         ///< limit of one TCP connect attempt
+  double response_timeout_s = 60.0;        ///< limit of a PONG / SET_CONFIG / SET_STATE for GET_STATE
+  double update_timeout_s = 600.0;         ///< limit of an EPISODES_AND_GET_STATE answer (may wait for training)
+  double reconnect_timeout_s = 60.0;       ///< keep retrying a lost connection this long, then fail for good
+  std::size_t max_queued_steps = 0;        ///< steps waiting behind the batch in flight; 0: from SET_CONFIG
+  std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
+  BackendFactory backend_factory;          ///< required: makes the backend that runs each model
+};
+
+/// What a connection's handshake learned (PONG + SET_CONFIG), immutable once posted.
+struct LinkConfig {
+  nlohmann::json server_info;                 ///< the PONG
+  nlohmann::json server_config;               ///< the SET_CONFIG
+  Space observation_space;                    ///< "observation_space"
+  Space action_space;                         ///< "action_space"
+  std::string input_name = "obs";             ///< onnx_input_names[0]
+  std::string output_name = "action_dist_inputs";  ///< onnx_output_names[0]
+  std::int64_t env_steps_per_sample = 500;    ///< steps per batch
+  bool force_on_policy = true;                ///< batches go as EPISODES_AND_GET_STATE
+  double heartbeat_interval_s = 0.0;          ///< 0: the server asks for no heartbeats
+  bool speaks_1_3 = false;                    ///< PONG announced protocol 1.3 or later
+  bool announces_version = false;             ///< PONG carried a protocol_version (not RLlib's plain v1)
+  std::size_t queue_limit_steps = 1000;       ///< steps allowed to wait behind the batch in flight
+};
+
+/// A loaded model, ready to run on the engine thread (the backend is not thread-safe:
+/// only the engine thread runs it once it has been handed over).
+struct LoadedPolicy {
+  std::unique_ptr<InferenceBackend> backend;  ///< the runtime holding the model
+  std::size_t obs_dim = 0;                    ///< observation width the model takes
+  std::size_t out_dim = 0;                    ///< action_dist_inputs width it produces
+};
+
+/// Experience cut on the engine thread; the engine never touches the chunks again.
+struct Batch {
+  std::vector<EpisodeChunk> chunks;           ///< one per episode (episode_id set)
+  std::int64_t env_steps = 0;                 ///< env steps (= agent steps, single-agent)
+  std::optional<std::int64_t> weights_seq_no; ///< the claim: oldest version its steps used
+  // Written by the I/O thread (read by the engine once `done`):
+  std::int64_t seq = 0;                       ///< batch_seq, given at the first send
+  bool done = false;                          ///< answered (or refused)
+  Status error;                               ///< the refusal, when refused
+  nlohmann::json episodes;                    ///< the encoded records (kept for a resend)
+};
+
+/// What the I/O thread reports to the engine thread, in order.
+struct LinkEvent {
+  /// Which event.
+  enum class Kind {
+    kConnected,  ///< a (new) connection: config, and the state of its GET_STATE
+    kState,      ///< a SET_STATE (policy may be null: no new model)
+    kBatch,      ///< a batch was answered or refused (batch->error)
+    kError,      ///< an error the engine should hear of (refusal, timeout, bad model)
+    kFatal,      ///< the link gave up for good (status); stays
+  };
+  Kind kind = Kind::kError;                      ///< which event
+  std::shared_ptr<const LinkConfig> config;      ///< kConnected
+  std::shared_ptr<LoadedPolicy> policy;          ///< kConnected / kState: a new model, or null
+  std::optional<std::int64_t> weights_seq_no;    ///< kConnected / kState: the version announced
+  std::shared_ptr<Batch> batch;                  ///< kBatch
+  Status status;                                 ///< kError / kFatal
+};
+
+/// One client's server connection and the thread that owns it.
+///
+/// Thread safety: start() and close() from the owning thread; submit(),
+/// has_room(), wait_until(), take_events() and the counters from any thread
+/// (they lock); the Transport and ClientConnection belong to the I/O thread.
+class ServerLink {
+ public:
+  /// A link that is not started yet.
+  explicit ServerLink(LinkOptions options);
+  /// Closes (stops and joins the I/O thread).
+  ~ServerLink();
+  ServerLink(const ServerLink&) = delete;
+  ServerLink& operator=(const ServerLink&) = delete;
+
+  /// Starts the I/O thread and waits for the first connection (retrying until
+  /// reconnect_timeout_s). Returns what ended the first attempt: AUTH_FAILED,
+  /// VERSION_MISMATCH, CONNECTION_FAILED, TIMEOUT...
+  Status start();
+
+  /// Stops the I/O thread and closes the connection; undelivered batches are dropped.
+  void close();
+
+  /// Queues a batch (never blocks). When the waiting batches would exceed the
+  /// queue's bound, the oldest are dropped together with the rest of their
+  /// episodes; returns the ids of the episodes dropped.
+  std::set<std::string> submit(std::shared_ptr<Batch> batch);
+
+  /// Whether a batch of `steps` would be queued without dropping one.
+  bool has_room(std::size_t steps) const;
+
+  /// Blocks until `predicate()` holds, the link fails for good or is closed,
+  /// or (with `until_error`) an error event arrives. The predicate runs under
+  /// the link's lock: it must not call the link.
+  void wait_until(const std::function<bool()>& predicate, bool until_error);
+  /// Blocks until a batch of `steps` would be queued without dropping one (or the link ends).
+  void wait_for_room(std::size_t steps);
+  /// Blocks until no batch is queued or in flight (or the link ends).
+  void wait_for_idle();
+
+  /// Whether events are waiting (a cheap check, no lock).
+  bool events_pending() const noexcept { return events_pending_.load(std::memory_order_acquire); }
+  /// Moves the waiting events to `out` (a fatal event is left in place too, so it repeats).
+  void take_events(std::deque<LinkEvent>& out);
+
+  /// Whether no batch is queued or in flight.
+  bool idle() const;
+  /// This link's client_session (32 hex characters).
+  const std::string& client_session() const noexcept { return client_session_; }
+  /// Connections re-established after a loss.
+  std::int64_t reconnects() const noexcept { return reconnects_.load(); }
+  /// Batches dropped because the queue was full.
+  std::int64_t batches_dropped() const noexcept { return batches_dropped_.load(); }
+  /// PINGs sent as heartbeats.
+  std::int64_t heartbeats_sent() const noexcept { return heartbeats_sent_.load(); }
+  /// "host:port".
+  std::string address() const;
+
+ private:
+  enum class Outcome { kAnswer, kRefused, kLost, kTimeout };
+  struct Exchange {
+    Outcome outcome = Outcome::kLost;
+    Message answer;
+    Status status;
+    bool server_framing_error = false;  // the server sent ERROR BAD_HEADER/FRAME_TOO_LARGE
+  };
+
+  void run();
+  Status connect_with_retry(std::chrono::steady_clock::time_point down_since, bool first);
+  Status handshake();
+  Status serve();
+  Status send_batch(const std::shared_ptr<Batch>& batch);
+  Status idle_wait();
+  Status send_raw(const nlohmann::json& message);
+  Exchange exchange(const nlohmann::json& message, double timeout_s, const char* setting, Batch* batch);
+  Exchange read_answer(const char* request, double timeout_s, const char* setting, Batch* batch);
+  void handle_lost(const Exchange& result);
+  bool room_locked(std::size_t steps) const;
+  std::shared_ptr<LoadedPolicy> prepare_state(const nlohmann::json& state, bool initial,
+                                              std::optional<std::int64_t>& seq);
+  void post(LinkEvent event);
+  void post_error(Status status);
+  void forget_refused(const Batch& batch);
+  void drop_episodes(Batch& batch, const std::set<std::string>& gone);
+  nlohmann::json state_request(bool initial) const;
+
+  LinkOptions options_;
+  std::string client_session_;
+  Transport transport_;
+  ClientConnection connection_;
+  std::string send_buffer_;
+  std::vector<char> receive_buffer_;
+  std::vector<Response> responses_;
+  std::shared_ptr<const LinkConfig> config_;  // the current connection's (I/O thread)
+  std::optional<std::int64_t> io_seq_;        // the newest weights_seq_no seen (I/O thread)
+  std::int64_t next_seq_ = 1;
+  std::chrono::steady_clock::time_point last_send_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<LinkEvent> events_;
+  std::atomic<bool> events_pending_{false};
+  std::deque<std::shared_ptr<Batch>> outbox_;
+  std::shared_ptr<Batch> in_flight_;
+  std::size_t queued_steps_ = 0;
+  std::size_t queue_limit_steps_ = 1000;
+  std::set<std::string> refused_episodes_;
+  bool fatal_ = false;
+  bool stopped_ = false;
+  bool connected_once_ = false;
+  bool closing_ = false;
+  Status first_status_;
+  std::atomic<std::int64_t> reconnects_{0};
+  std::atomic<std::int64_t> batches_dropped_{0};
+  std::atomic<std::int64_t> heartbeats_sent_{0};
+  std::thread thread_;
+};
+
+}  // namespace tether

@@ -1,0 +1,419 @@
+// TetherClient: episodes, local inference and sampling on the engine thread;
+// everything on the network goes through the ServerLink's I/O thread.
+#include "tether/client.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace tether {
+
+namespace {
+
+// Removes the first `rows` rows of `width` values, keeping the capacity.
+template <class T>
+void erase_rows(std::vector<T>& values, std::size_t rows, std::size_t width) {
+  const std::size_t n = std::min(values.size(), rows * width);
+  values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+template <class T>
+void copy_rows(const std::vector<T>& from, std::size_t rows, std::size_t width, std::vector<T>& to) {
+  const std::size_t n = std::min(from.size(), rows * width);
+  to.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+std::string random_episode_id(Rng& rng) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  std::uint64_t bits = 0;
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    if (i % 16 == 0) bits = rng.next_u64();
+    id[i] = kHex[bits & 15u];
+    bits >>= 4;
+  }
+  return id;
+}
+
+}  // namespace
+
+TetherClient::TetherClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
+  std::uint64_t seed = 0;
+  if (options_.seed) {
+    seed = *options_.seed;
+  } else {
+    std::random_device device;
+    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+  rng_.reseed(seed);
+}
+
+Result<std::unique_ptr<TetherClient>> TetherClient::connect(ClientOptions options) {
+  if (!options.backend_factory) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "ClientOptions.backend_factory is required (e.g. make an OnnxRuntimeBackend)");
+  }
+  if (options.max_queued_batches < 1) {
+    return Status(ErrorCode::kInvalidArgument, "ClientOptions.max_queued_batches must be >= 1");
+  }
+  auto client = std::make_unique<TetherClient>(ConstructionKey(), std::move(options));
+  LinkOptions link;
+  const ClientOptions& o = client->options_;
+  link.host = o.host;
+  link.port = o.port;
+  link.client_name = o.client_name;
+  link.auth_token = o.auth_token;
+  link.connect_timeout_s = o.connect_timeout_s;
+  link.response_timeout_s = o.response_timeout_s;
+  link.update_timeout_s = o.update_timeout_s;
+  link.reconnect_timeout_s = o.reconnect_timeout_s;
+  link.max_queued_steps = o.max_queued_steps;
+  link.max_queued_batches = o.max_queued_batches;
+  link.max_frame_bytes = o.max_frame_bytes;
+  link.backend_factory = o.backend_factory;
+  client->link_ = std::make_unique<ServerLink>(std::move(link));
+  Status started = client->link_->start();
+  if (!started.ok()) return started;
+  client->sync();
+  if (!client->config_) {
+    return client->fatal_.ok() ? Status(ErrorCode::kConnectionFailed, "no connection was made") : client->fatal_;
+  }
+  return client;
+}
+
+TetherClient::~TetherClient() { close(); }
+
+void TetherClient::close() {
+  if (link_) link_->close();
+}
+
+bool TetherClient::waits_for_weights() const noexcept {
+  if (!config_ || !config_->force_on_policy) return false;
+  if (options_.wait_for_weights) return *options_.wait_for_weights;
+  return !config_->announces_version;  // a plain RLlink v1 server (RLlib's)
+}
+
+// -- events from the I/O thread ------------------------------------------------------------
+
+void TetherClient::report(Status status) {
+  last_error_ = status;
+  errors_.push_back(std::move(status));
+  while (errors_.size() > 256) errors_.pop_front();  // an engine that never reads them keeps the newest
+}
+
+Status TetherClient::take_error() {
+  if (link_ && link_->events_pending()) sync();
+  if (errors_.empty()) return Status::Ok();
+  Status status = std::move(errors_.front());
+  errors_.pop_front();
+  return status;
+}
+
+void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq) {
+  if (policy) {
+    policy_ = std::move(policy);  // the swap: the next get_action uses the new model
+    ++models_loaded_;
+  }
+  if (seq) weights_seq_no_ = seq;
+}
+
+void TetherClient::sync() {
+  link_->take_events(event_buffer_);
+  for (LinkEvent& event : event_buffer_) {
+    switch (event.kind) {
+      case LinkEvent::Kind::kConnected: {
+        config_ = event.config;
+        ++connection_;
+        const nlohmann::json& info = config_->server_info;
+        auto version = info.find("protocol_version");
+        raw_box_samples_ = server_takes_raw_box_samples(
+            version != info.end() && version->is_string() ? version->get<std::string>() : std::string());
+        dist_buffer_.resize(config_->action_space.dist_inputs_size());
+        record_action_buffer_.resize(config_->action_space.flat_dim());
+        env_action_buffer_.resize(config_->action_space.flat_dim());
+        apply_policy(std::move(event.policy), event.weights_seq_no);
+        break;
+      }
+      case LinkEvent::Kind::kState:
+        apply_policy(std::move(event.policy), event.weights_seq_no);
+        break;
+      case LinkEvent::Kind::kBatch:
+        if (!event.batch->error.ok()) {
+          report(event.batch->error);
+          // The rest of a refused batch's episodes is not sent either: the server
+          // must not take a fragment for a whole episode.
+          std::set<std::string> ids;
+          for (const EpisodeChunk& chunk : event.batch->chunks) ids.insert(chunk.episode_id.value_or(""));
+          forget_episodes(ids);
+        } else {
+          env_steps_sent_ += event.batch->env_steps;
+        }
+        break;
+      case LinkEvent::Kind::kError:
+        report(std::move(event.status));
+        break;
+      case LinkEvent::Kind::kFatal:
+        if (fatal_.ok()) {
+          fatal_ = event.status;
+          last_error_ = fatal_;
+        }
+        break;
+    }
+  }
+  event_buffer_.clear();
+}
+
+void TetherClient::forget_episodes(const std::set<std::string>& ids) {
+  for (const std::string& id : ids) {
+    auto it = episodes_.find(id);
+    if (it == episodes_.end()) continue;
+    Episode& episode = it->second;
+    episode.training = false;
+    episode.steps.clear();
+    episode.versions.clear();
+    episode.obs_rows = episode.action_rows = 0;
+  }
+  recount_pending();
+}
+
+void TetherClient::recount_pending() {
+  pending_steps_ = 0;
+  for (const auto& entry : episodes_) {
+    if (entry.second.training) pending_steps_ += entry.second.action_rows;
+  }
+}
+
+// -- the episode API -------------------------------------------------------------------------
+
+Result<std::string> TetherClient::start_episode(const std::string& episode_id, bool training_enabled) {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  std::string id = episode_id.empty() ? random_episode_id(rng_) : episode_id;
+  if (episodes_.count(id) != 0) {
+    return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
+  }
+  Episode& episode = episodes_[id];
+  episode.id = id;
+  episode.training = training_enabled;
+  episode.steps.episode_id = id;
+  return id;
+}
+
+std::size_t TetherClient::sendable_steps(const Episode& current) const {
+  // Every other open episode holds back its last action until its next
+  // observation. RLlib's server waits for a full env_steps_per_sample batch,
+  // so sending fewer would stall it.
+  std::size_t held = 0;
+  for (const auto& entry : episodes_) {
+    const Episode& e = entry.second;
+    if (&e != &current && e.training && e.action_rows > 0 && e.obs_rows == e.action_rows) ++held;
+  }
+  return pending_steps_ >= held ? pending_steps_ - held : 0;
+}
+
+Status TetherClient::get_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
+                                double* action, std::size_t action_size) {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  auto it = episodes_.find(episode_id);
+  if (it == episodes_.end()) {
+    return Status(ErrorCode::kInvalidArgument, "get_action: no running episode '" + episode_id + "'");
+  }
+  Episode& episode = it->second;
+  const std::size_t obs_dim = config_->observation_space.flat_dim();
+  const std::size_t act_dim = config_->action_space.flat_dim();
+  if (obs == nullptr || obs_size != obs_dim) {
+    return Status(ErrorCode::kInvalidArgument, "get_action: observation has " + std::to_string(obs_size) +
+                                                   " values, the observation space needs " + std::to_string(obs_dim));
+  }
+  if (action == nullptr || action_size != act_dim) {
+    return Status(ErrorCode::kInvalidArgument, "get_action: action buffer has " + std::to_string(action_size) +
+                                                   " values, the action space needs " + std::to_string(act_dim));
+  }
+  for (std::size_t i = 0; i < obs_size; ++i) {
+    if (!std::isfinite(obs[i])) {
+      return Status(ErrorCode::kNonFiniteValue, "get_action: observation[" + std::to_string(i) + "] is not finite");
+    }
+  }
+  const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
+  if (episode.training && pending_steps_ >= per_sample && sendable_steps(episode) >= per_sample) {
+    // This observation completes the episode's last step: let the cut include it.
+    episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
+    ++episode.obs_rows;
+    send_batch();
+    if (episode.training) {  // (a dropped episode's steps are gone already)
+      episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
+      --episode.obs_rows;
+    }
+  }
+  // (send_batch may have applied a new connection's config: read it only now.)
+  const Space& action_space = config_->action_space;
+  if (action_space.flat_dim() != act_dim || config_->observation_space.flat_dim() != obs_dim) {
+    return Status(ErrorCode::kInvalidArgument, "get_action: the server changed its spaces on reconnecting");
+  }
+  if (!policy_) return Status(ErrorCode::kNotReady, "get_action: no model yet (the server sent none)");
+  const std::size_t out_dim = dist_buffer_.size();
+  Status ran = policy_->backend->run(obs, 1, obs_size, dist_buffer_.data(), out_dim);
+  if (!ran.ok()) return ran;
+  double logp = 0.0;
+  Status sampled = sample_for_record(action_space, dist_buffer_.data(), out_dim, rng_, raw_box_samples_,
+                                     record_action_buffer_.data(), action, act_dim, &logp);
+  if (!sampled.ok()) return sampled;
+  if (episode.training) {
+    EpisodeChunk& steps = episode.steps;
+    steps.obs.insert(steps.obs.end(), obs, obs + obs_size);
+    steps.actions.insert(steps.actions.end(), record_action_buffer_.begin(), record_action_buffer_.end());
+    steps.rewards.push_back(0.0f);
+    steps.action_logp.push_back(logp);
+    steps.action_dist_inputs.insert(steps.action_dist_inputs.end(), dist_buffer_.begin(), dist_buffer_.end());
+    episode.versions.push_back(weights_seq_no_ ? Stamp(connection_, *weights_seq_no_) : Stamp(-1, -1));
+    ++episode.obs_rows;
+    ++episode.action_rows;
+    ++pending_steps_;
+  }
+  return Status::Ok();
+}
+
+Status TetherClient::get_action(const std::string& episode_id, const std::vector<float>& obs,
+                                std::vector<double>& action) {
+  if (config_) action.resize(config_->action_space.flat_dim());
+  return get_action(episode_id, obs.data(), obs.size(), action.data(), action.size());
+}
+
+Status TetherClient::log_returns(const std::string& episode_id, double reward) {
+  auto it = episodes_.find(episode_id);
+  if (it == episodes_.end()) {
+    return Status(ErrorCode::kInvalidArgument, "log_returns: no running episode '" + episode_id + "'");
+  }
+  if (!std::isfinite(reward)) return Status(ErrorCode::kNonFiniteValue, "log_returns: reward is not finite");
+  Episode& episode = it->second;
+  episode.total_return += reward;
+  if (episode.training && !episode.steps.rewards.empty()) {
+    episode.steps.rewards.back() = static_cast<float>(episode.steps.rewards.back() + reward);
+  }
+  return Status::Ok();
+}
+
+Result<double> TetherClient::end_episode(const std::string& episode_id, const float* obs, std::size_t obs_size,
+                                         bool truncated) {
+  if (link_->events_pending()) sync();
+  auto it = episodes_.find(episode_id);
+  if (it == episodes_.end()) {
+    return Status(ErrorCode::kInvalidArgument, "end_episode: no running episode '" + episode_id + "'");
+  }
+  const std::size_t obs_dim = config_->observation_space.flat_dim();
+  if (obs == nullptr || obs_size != obs_dim) {
+    return Status(ErrorCode::kInvalidArgument, "end_episode: observation has " + std::to_string(obs_size) +
+                                                   " values, the observation space needs " + std::to_string(obs_dim));
+  }
+  bool finite = true;
+  for (std::size_t i = 0; i < obs_size; ++i) finite = finite && std::isfinite(obs[i]);
+  Episode episode = std::move(it->second);
+  episodes_.erase(it);
+  const double total = episode.total_return;
+  if (!finite) {
+    // A record with a non-finite observation would be refused whole: drop the episode's steps.
+    recount_pending();
+    return Status(ErrorCode::kNonFiniteValue, "end_episode: final observation is not finite (episode not sent)");
+  }
+  if (episode.training && episode.action_rows > 0) {
+    episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
+    ++episode.obs_rows;
+    episode.truncated = truncated;
+    episode.terminated = !truncated;
+    finished_.push_back(std::move(episode));
+    pending_steps_ = 0;
+    for (const auto& entry : episodes_) {
+      if (entry.second.training) pending_steps_ += entry.second.action_rows;
+    }
+    for (const Episode& done : finished_) pending_steps_ += done.action_rows;
+  } else {
+    recount_pending();
+  }
+  if (!fatal_.ok()) return fatal_;
+  return total;
+}
+
+Result<double> TetherClient::end_episode(const std::string& episode_id, const std::vector<float>& obs,
+                                         bool truncated) {
+  return end_episode(episode_id, obs.data(), obs.size(), truncated);
+}
+
+// -- cutting and sending ---------------------------------------------------------------------
+
+bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest) {
+  // A step is complete once the observation after it is known; an action still
+  // waiting for its next observation stays for the next chunk, as does the
+  // observation the next chunk starts from.
+  const std::size_t actions = episode.action_rows;
+  const std::size_t k = episode.obs_rows == actions + 1 ? actions : (actions == 0 ? 0 : actions - 1);
+  if (k == 0) return false;
+  const std::size_t obs_dim = config_->observation_space.flat_dim();
+  const std::size_t act_dim = config_->action_space.flat_dim();
+  const std::size_t dist_dim = config_->action_space.dist_inputs_size();
+  const bool done = (episode.terminated || episode.truncated) && k == actions;
+  EpisodeChunk chunk;
+  chunk.episode_id = episode.id;
+  copy_rows(episode.steps.obs, k + 1, obs_dim, chunk.obs);
+  copy_rows(episode.steps.actions, k, act_dim, chunk.actions);
+  copy_rows(episode.steps.rewards, k, 1, chunk.rewards);
+  copy_rows(episode.steps.action_logp, k, 1, chunk.action_logp);
+  copy_rows(episode.steps.action_dist_inputs, k, dist_dim, chunk.action_dist_inputs);
+  chunk.is_terminated = done && episode.terminated;
+  chunk.is_truncated = done && episode.truncated;
+  for (std::size_t i = 0; i < k; ++i) {
+    const Stamp& stamp = episode.versions[i];
+    if (stamp.first >= 0 && (!oldest || stamp < *oldest)) oldest = stamp;
+  }
+  erase_rows(episode.steps.obs, k, obs_dim);
+  erase_rows(episode.steps.actions, k, act_dim);
+  erase_rows(episode.steps.rewards, k, 1);
+  erase_rows(episode.steps.action_logp, k, 1);
+  erase_rows(episode.steps.action_dist_inputs, k, dist_dim);
+  erase_rows(episode.versions, k, 1);
+  episode.obs_rows -= k;
+  episode.action_rows -= k;
+  chunks.push_back(std::move(chunk));
+  return true;
+}
+
+void TetherClient::send_batch() {
+  auto batch = std::make_shared<Batch>();
+  std::optional<Stamp> oldest;
+  for (Episode& episode : finished_) cut(episode, batch->chunks, oldest);
+  finished_.clear();
+  for (auto& entry : episodes_) {
+    if (entry.second.training) cut(entry.second, batch->chunks, oldest);
+  }
+  recount_pending();
+  if (batch->chunks.empty()) return;
+  for (const EpisodeChunk& chunk : batch->chunks) batch->env_steps += static_cast<std::int64_t>(chunk.steps());
+  // The claim: the oldest version of the steps cut (§7.6).
+  batch->weights_seq_no = oldest ? std::optional<std::int64_t>(oldest->second) : weights_seq_no_;
+  const std::size_t steps = static_cast<std::size_t>(batch->env_steps);
+  const bool wait_for_room = options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps);
+  if (wait_for_room) {
+    // The steps are cut: they are queued whatever happens meanwhile, so backpressure never loses a batch.
+    link_->wait_for_room(steps);
+  }
+  std::set<std::string> gone = link_->submit(batch);
+  if (!gone.empty()) forget_episodes(gone);
+  if (waits_for_weights()) {
+    Batch* sent = batch.get();
+    link_->wait_until([sent] { return sent->done; }, true);
+    sync();
+  } else if (link_->events_pending()) {
+    sync();
+  }
+}
+
+Status TetherClient::flush() {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  send_batch();
+  link_->wait_for_idle();
+  sync();
+  return fatal_;
+}
+
+}  // namespace tether

@@ -1,0 +1,382 @@
+// TetherClient against a fake server built from the SDK's own framing and
+// message code (a listening socket and a thread in the test), with a fake
+// inference backend: batches, hot model swaps, ERROR replies, garbage, an
+// oversized header, a server that stops answering or goes away. Every case
+// must end with a clear status, no crash and no hang.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tether/client.h"
+#include "tether/episode.h"
+#include "tether/framing.h"
+#include "tether/messages.h"
+#include "tether/onnx_codec.h"
+#include "tether/session.h"
+#include "fake_server.h"
+
+namespace {
+
+using fake::Clock;
+using fake::Conn;
+using fake::FakeServer;
+using fake::ServerScript;
+using fake::onnx_file;
+using nlohmann::json;
+
+// -- a fake backend: the model's first byte picks the action (logits) -----------------
+
+class FakeBackend final : public tether::InferenceBackend {
+ public:
+  tether::Status load(const std::uint8_t* model, std::size_t size, const std::string&, const std::string&) override {
+    if (size == 0) return tether::Status(tether::ErrorCode::kInferenceFailed, "empty model");
+    preferred_ = model[0];
+    loaded_ = true;
+    return tether::Status::Ok();
+  }
+  tether::Status run(const float*, std::size_t batch, std::size_t, float* out, std::size_t out_dim) override {
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::size_t k = 0; k < out_dim; ++k) out[b * out_dim + k] = k == preferred_ ? 30.0f : 0.0f;
+    }
+    return tether::Status::Ok();
+  }
+  bool loaded() const noexcept override { return loaded_; }
+  std::size_t obs_dim() const noexcept override { return 4; }
+  std::size_t out_dim() const noexcept override { return 2; }
+
+ private:
+  std::size_t preferred_ = 0;
+  bool loaded_ = false;
+};
+
+json server_state(std::int64_t seq, std::uint8_t model) {
+  return {{"type", "SET_STATE"}, {"weights_seq_no", seq}, {"onnx_file", onnx_file(model)}};
+}
+
+tether::ClientOptions options_for(const FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 1;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.backend_factory = [] { return std::make_unique<FakeBackend>(); };
+  return options;
+}
+
+// Plays `steps` steps of 10-step episodes; returns the actions; stops at the first failing call.
+struct Played {
+  std::vector<int> actions;
+  tether::Status status;
+};
+
+Played play(tether::TetherClient& client, int steps) {
+  Played played;
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  int done_steps = 0;
+  while (done_steps < steps) {
+    tether::Result<std::string> episode = client.start_episode();
+    if (!episode.ok()) {
+      played.status = episode.status();
+      return played;
+    }
+    for (int t = 0; t < 10; ++t) {
+      played.status = client.get_action(episode.value(), obs, 4, action, 1);
+      if (!played.status.ok()) return played;
+      played.actions.push_back(static_cast<int>(action[0]));
+      client.log_returns(episode.value(), 1.0);
+      obs[0] = static_cast<float>(t) / 10.0f;
+      ++done_steps;
+    }
+    client.end_episode(episode.value(), obs, 4, false);
+  }
+  return played;
+}
+
+bool wait_for(const std::function<bool()>& condition, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+tether::Space obs_space() { return tether::Space::box({4}, -10.0, 10.0).value(); }
+tether::Space action_space() { return tether::Space::discrete(2).value(); }
+
+}  // namespace
+
+TEST(OnnxCodec, DecodesStoredAndRejectsCorruptData) {
+  tether::Result<std::vector<std::uint8_t>> model = tether::decode_onnx_file(onnx_file(7));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model.value(), (std::vector<std::uint8_t>{7, 1, 2, 3}));
+  EXPECT_EQ(tether::decode_onnx_file("not base64!").status().code(), tether::ErrorCode::kInvalidField);
+  EXPECT_EQ(tether::decode_onnx_file("AAAA").status().code(), tether::ErrorCode::kInvalidField);
+  std::string corrupt = onnx_file(7);
+  corrupt[corrupt.size() - 6] = corrupt[corrupt.size() - 6] == 'A' ? 'B' : 'A';  // the CRC
+  EXPECT_EQ(tether::decode_onnx_file(corrupt).status().code(), tether::ErrorCode::kInvalidField);
+}
+
+TEST(OnnxCodec, DecodesPythonGzipWithFixedAndDynamicHuffmanBlocks) {
+  // base64(gzip.compress(..., mtime=0)) made by Python: b"abc" * 4 (a fixed-Huffman
+  // block) and "tether {i*i % 97} " for i in 0..399 (a dynamic-Huffman block).
+  tether::Result<std::vector<std::uint8_t>> fixed = tether::decode_onnx_file("H4sIAAAAAAACA0tMSk6EIQA0Km5aDAAAAA==");
+  ASSERT_TRUE(fixed.ok()) << fixed.status().to_string();
+  EXPECT_EQ(std::string(fixed.value().begin(), fixed.value().end()), "abcabcabcabc");
+  tether::Result<std::vector<std::uint8_t>> dynamic = tether::decode_onnx_file(
+      "H4sIAAAAAAACA+2Tyw0DIQwFW0kJAXb5FLRSztH2rxwiZiJBATn4ZmH8eNie+7pf1/vxfNzfIM3gmMEgVWeUzxkVzg7uVUo7aoVSkkebUctk"
+      "uU9l5Wz4KnJN49w7yQ7d+R1/6D2yJ3odAzybcdzJnpRmDHRbYQNQSZx17FWNolzQS3rBMd47wo1nm2dlE20qVFG5ru/rSZ969z9p8297YX/s"
+      "mX20t/bbGfR1Uk7vZ6JpM/m6bohb4ya5XW5c3WxmXvfXnXbPy0qDhEhN2dAlcWPBErFAN9ANdAPdQDfQDXQD3UA30A10/wTdD4CF+hdfDwAA");
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status().to_string();
+  std::string expected;
+  for (int i = 0; i < 400; ++i) expected += "tether " + std::to_string(i * i % 97) + " ";
+  EXPECT_EQ(std::string(dynamic.value().begin(), dynamic.value().end()), expected);
+}
+
+TEST(TetherClient, PlaysSendsNumberedBatchesAndSwapsModels) {
+  FakeServer server(ServerScript{});
+  tether::ClientOptions options = options_for(server);
+  options.when_queue_full = tether::QueueFullPolicy::kWait;  // every batch reaches the server
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  EXPECT_EQ(client.env_steps_per_sample(), 20);
+  EXPECT_EQ(client.action_space(), action_space());
+  Played played = play(client, 200);
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 8u);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(batches[i]["batch_seq"], static_cast<std::int64_t>(i + 1));
+    EXPECT_EQ(batches[i]["client_session"], client.client_session());
+    EXPECT_EQ(batches[i]["type"], "EPISODES_AND_GET_STATE");
+    tether::Result<std::size_t> steps = tether::validate_episodes(batches[i], obs_space(), action_space(), true);
+    ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+    EXPECT_EQ(static_cast<std::int64_t>(steps.value()), batches[i]["env_steps"].get<std::int64_t>());
+  }
+  // Batch n is answered by model n % 2: the actions change once it is in use.
+  bool saw0 = false, saw1 = false;
+  for (int a : played.actions) (a == 0 ? saw0 : saw1) = true;
+  EXPECT_TRUE(saw0 && saw1);
+  EXPECT_GT(client.models_loaded(), 2);
+  EXPECT_EQ(client.env_steps_sent(), 200);
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+TEST(TetherClient, ErrorReplyIsAStatusAndTheBatchIsNotResent) {
+  ServerScript script;
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) {
+      conn.send({{"type", "ERROR"}, {"code", "INVALID_FIELD"}, {"message", "no"}, {"request", "EPISODES_AND_GET_STATE"}});
+    } else {
+      conn.send(server_state(n, 1));
+    }
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  Played played = play(client, 100);
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  tether::Status error = client.take_error();
+  EXPECT_EQ(error.code(), tether::ErrorCode::kInvalidField) << error.to_string();
+  EXPECT_EQ(client.last_error().code(), tether::ErrorCode::kInvalidField);
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[1]["batch_seq"], 2);
+  EXPECT_EQ(server.connections(), 1);
+}
+
+// The server answers batch 1 with `reply` on the first connection; the client must
+// drop the connection, reconnect, and resend batch 1 with the same seq.
+void expect_resend_after(const std::string& reply, std::size_t max_frame_bytes = tether::kDefaultMaxFrameBytes) {
+  ServerScript script;
+  script.on_batch = [reply](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) {
+      conn.send_raw(reply);
+      return true;  // keep the connection: the client must close it
+    }
+    conn.send(server_state(n, 1));
+    return true;
+  };
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.max_frame_bytes = max_frame_bytes;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  Played played = play(client, 60);
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 3u);
+  EXPECT_EQ(batches[0]["batch_seq"], 1);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);  // resent
+  EXPECT_EQ(batches[1]["episodes"], batches[0]["episodes"]);
+  EXPECT_EQ(batches[2]["batch_seq"], 2);
+  EXPECT_EQ(server.connections(), 2);
+  EXPECT_EQ(client.reconnects(), 1);
+}
+
+TEST(TetherClient, GarbageFromTheServerMeansReconnectAndResend) { expect_resend_after("NOT-A-FRAME-HEADER"); }
+
+TEST(TetherClient, OversizedHeaderMeansReconnectAndResend) { expect_resend_after("99999999{", 1 << 20); }
+
+TEST(TetherClient, UnsolicitedResponseMeansReconnectAndResend) {
+  expect_resend_after(tether::encode_frame("{\"type\":\"PONG\"}").value() +
+                      tether::encode_frame("{\"type\":\"PONG\"}").value());
+}
+
+TEST(TetherClient, ServerThatStopsAnsweringTimesOutAndTheBatchIsResent) {
+  ServerScript script;
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n > 1) conn.send(server_state(n, 1));
+    return true;  // batch 1: silence
+  };
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.update_timeout_s = 0.5;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const auto start = Clock::now();
+  Played played = play(client, 40);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 0.5);  // get_action never waited
+  ASSERT_TRUE(played.status.ok());
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.take_error().code(), tether::ErrorCode::kTimeout);
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);
+}
+
+TEST(TetherClient, ServerGoneEndsWithConnectionFailedNotAHang) {
+  auto server = std::make_unique<FakeServer>(ServerScript{});
+  tether::ClientOptions options = options_for(*server);
+  options.reconnect_timeout_s = 0.5;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  server->stop();
+  const auto start = Clock::now();
+  Played played;
+  ASSERT_TRUE(wait_for([&] {
+    played = play(client, 30);
+    return !played.status.ok();
+  }, 10.0));
+  EXPECT_EQ(played.status.code(), tether::ErrorCode::kConnectionFailed) << played.status.to_string();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 8.0);
+  EXPECT_EQ(client.fatal_error().code(), tether::ErrorCode::kConnectionFailed);
+}
+
+TEST(TetherClient, ConnectFailsClearly) {
+  std::uint16_t port = 0;
+  {
+    FakeServer server(ServerScript{});
+    port = server.port();
+  }
+  tether::ClientOptions options;
+  options.port = port;
+  options.reconnect_timeout_s = 0.3;
+  options.backend_factory = [] { return std::make_unique<FakeBackend>(); };
+  auto connected = tether::TetherClient::connect(options);
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kConnectionFailed) << connected.status().to_string();
+  options.backend_factory = nullptr;
+  EXPECT_EQ(tether::TetherClient::connect(options).status().code(), tether::ErrorCode::kInvalidArgument);
+}
+
+TEST(TetherClient, AuthFailedAtConnect) {
+  ServerScript script;
+  script.on_ping = [](Conn& conn, const tether::Message&) {
+    conn.send({{"type", "ERROR"}, {"code", "AUTH_FAILED"}, {"message", "wrong token"}, {"request", "PING"}});
+    return false;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kAuthFailed) << connected.status().to_string();
+}
+
+TEST(TetherClient, HeartbeatsWhileIdle) {
+  ServerScript script;
+  script.heartbeat_interval_s = 0.1;
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  EXPECT_TRUE(wait_for([&] { return server.pings() >= 4; }, 3.0));
+  EXPECT_GE(connected.value()->heartbeats_sent(), 3);
+}
+
+TEST(TetherClient, BadCallsAreStatuses) {
+  FakeServer server(ServerScript{});
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok());
+  tether::TetherClient& client = *connected.value();
+  float obs[4] = {0, 0, 0, 0};
+  double action[1];
+  EXPECT_EQ(client.get_action("nope", obs, 4, action, 1).code(), tether::ErrorCode::kInvalidArgument);
+  std::string id = client.start_episode("e1").value();
+  EXPECT_EQ(client.start_episode("e1").status().code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.get_action(id, obs, 3, action, 1).code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.get_action(id, obs, 4, action, 2).code(), tether::ErrorCode::kInvalidArgument);
+  obs[2] = std::nanf("");
+  EXPECT_EQ(client.get_action(id, obs, 4, action, 1).code(), tether::ErrorCode::kNonFiniteValue);
+  obs[2] = 0;
+  EXPECT_TRUE(client.get_action(id, obs, 4, action, 1).ok());
+  EXPECT_EQ(client.log_returns(id, std::nan("")).code(), tether::ErrorCode::kNonFiniteValue);
+  EXPECT_TRUE(client.end_episode(id, obs, 4).ok());
+  EXPECT_EQ(client.end_episode(id, obs, 4).status().code(), tether::ErrorCode::kInvalidArgument);
+}
+
+TEST(TetherClient, ActsWhileBatchesAndModelsMoveWithObserverThreads) {
+  ServerScript script;
+  script.steps_per_sample = 5;
+  script.force_on_policy = false;  // EPISODES + GET_STATE
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  std::atomic<bool> done{false};
+  std::thread observer([&] {
+    while (!done.load()) {
+      (void)client.reconnects();
+      (void)client.batches_dropped();
+      (void)client.heartbeats_sent();
+      std::this_thread::yield();
+    }
+  });
+  Played played = play(client, 2000);
+  done.store(true);
+  observer.join();
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.env_steps_sent(), 2000);
+  for (const json& batch : server.batches()) {
+    EXPECT_EQ(batch["type"], "EPISODES");
+    ASSERT_TRUE(tether::validate_episodes(batch, obs_space(), action_space(), true).ok());
+  }
+}
+
+#endif  // _WIN32

@@ -1,0 +1,170 @@
+// TetherClient with the ONNX Runtime backend and a real policy model
+// (tests/data/policy_4x64x64x2.onnx) served by the fake server: the recorded
+// logp is the model's, models are swapped while the engine acts, a model that
+// fails to load is reported and the previous one stays, and a steady-state
+// get_action is fast.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fake_server.h"
+#include "tether/client.h"
+#include "tether/distributions.h"
+#include "tether/onnxruntime_backend.h"
+
+namespace {
+
+using fake::FakeServer;
+using fake::ServerScript;
+using nlohmann::json;
+
+const std::string kDataDir = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/";
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct RealModel {
+  std::vector<std::uint8_t> bytes;
+  std::string input_name;
+  std::string output_name;
+};
+
+RealModel real_model() {
+  RealModel model;
+  model.bytes = read_bytes(kDataDir + "policy_4x64x64x2.onnx");
+  std::ifstream in(kDataDir + "policy_4x64x64x2.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json record = json::parse(text, nullptr, false);
+  if (record.is_object() && record.contains("input_name") && record["input_name"].is_string() &&
+      record.contains("output_name") && record["output_name"].is_string()) {
+    model.input_name = record["input_name"].get<std::string>();
+    model.output_name = record["output_name"].get<std::string>();
+  }
+  return model;
+}
+
+ServerScript script_for(const RealModel& model, bool broken_second_model = false) {
+  ServerScript script;
+  script.steps_per_sample = 16;
+  script.config_overrides = {{"onnx_input_names", {model.input_name}}, {"onnx_output_names", {model.output_name}}};
+  std::vector<std::uint8_t> bytes = model.bytes;
+  script.model_file = [bytes, broken_second_model](std::uint8_t n) {
+    if (broken_second_model && n == 1) return fake::onnx_file_of({'n', 'o', 't', 'o', 'n', 'n', 'x'});
+    return fake::onnx_file_of(bytes);
+  };
+  return script;
+}
+
+tether::ClientOptions options_for(const FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 3;
+  options.reconnect_timeout_s = 5.0;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  return options;
+}
+
+void play(tether::TetherClient& client, int steps, std::vector<float>* obs_log = nullptr) {
+  float obs[4] = {0.1f, -0.2f, 0.05f, 0.3f};
+  double action[1];
+  int done = 0;
+  while (done < steps) {
+    std::string episode = client.start_episode().value();
+    for (int t = 0; t < 20 && done < steps; ++t, ++done) {
+      ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
+      ASSERT_TRUE(action[0] == 0.0 || action[0] == 1.0);
+      if (obs_log) obs_log->insert(obs_log->end(), obs, obs + 4);
+      obs[0] = std::sin(static_cast<float>(done));
+      obs[1] = static_cast<float>(action[0]) - 0.5f;
+      client.log_returns(episode, 1.0);
+    }
+    ASSERT_TRUE(client.end_episode(episode, obs, 4, done % 40 == 0).ok());
+  }
+}
+
+}  // namespace
+
+TEST(OrtClient, RecordsTheServedModelsLogpWhileModelsSwap) {
+  RealModel model = real_model();
+  ASSERT_FALSE(model.bytes.empty());
+  FakeServer server(script_for(model));
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  play(client, 400);
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_TRUE(client.take_error().ok());
+  EXPECT_GT(client.models_loaded(), 5);  // every answer is a new version
+  EXPECT_EQ(client.env_steps_sent(), 400);
+
+  tether::OnnxRuntimeBackend reference;
+  ASSERT_TRUE(reference.load(model.bytes.data(), model.bytes.size(), model.input_name, model.output_name).ok());
+  const tether::Space action_space = tether::Space::discrete(2).value();
+  std::size_t checked = 0;
+  for (const json& batch : server.batches()) {
+    for (const json& record : batch["episodes"]) {
+      const json& obs = record["obs"];
+      for (std::size_t t = 0; t < record["actions"].size(); ++t) {
+        float row[4];
+        for (int i = 0; i < 4; ++i) row[i] = obs[t][i].get<float>();
+        float dist[2];
+        ASSERT_TRUE(reference.run(row, 1, 4, dist, 2).ok());
+        EXPECT_NEAR(record["action_dist_inputs"][t][0].get<double>(), dist[0], 1e-5);
+        double action = record["actions"][t].get<double>();
+        double logp = tether::log_prob(action_space, dist, 2, &action, 1).value();
+        EXPECT_NEAR(record["action_logp"][t].get<double>(), logp, 1e-6);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 400u);
+}
+
+TEST(OrtClient, AModelThatFailsToLoadIsReportedAndTheOldOneStays) {
+  RealModel model = real_model();
+  FakeServer server(script_for(model, /*broken_second_model=*/true));
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  play(client, 200);
+  ASSERT_TRUE(client.flush().ok());
+  bool saw_inference_error = false;
+  for (tether::Status error = client.take_error(); !error.ok(); error = client.take_error()) {
+    saw_inference_error = saw_inference_error || error.code() == tether::ErrorCode::kInferenceFailed;
+  }
+  EXPECT_TRUE(saw_inference_error);
+  EXPECT_EQ(client.env_steps_sent(), 200);
+}
+
+TEST(OrtClient, SteadyStateGetActionIsFast) {
+  RealModel model = real_model();
+  ServerScript script = script_for(model);
+  script.steps_per_sample = 1000000;  // no batch during the measurement
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  std::string episode = client.start_episode().value();
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
+  const int n = 20000;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) client.get_action(episode, obs, 4, action, 1);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / n;
+  std::printf("get_action with ONNX Runtime: %.2f us per call\n", us);
+  EXPECT_LT(us, 500.0);
+}
+
+#endif  // _WIN32

@@ -1,0 +1,122 @@
+"""The C++ SDK's example programs (examples/cpp) against real Python servers.
+
+The examples are a separate CMake project that adds the SDK with
+add_subdirectory; it is configured into sdk_cpp/build/examples with ONNX
+Runtime from sdk_cpp/third_party/onnxruntime (fetched if missing) and built
+with -j2 once per session.
+
+* cartpole: the C++ CartPole-v1 learns against ``tether serve`` (the flags of
+  the server's CartPole demo: --stop-at-return 450) to a mean return of the
+  last 100 episodes >= 450, which a random policy, measured in the same test
+  with the same program (--random), stays far below.
+* check_client: ``tether check-client --port 0`` against the C++ program
+  passes every row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.server_process import ServerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+SDK = REPO / "sdk_cpp"
+BUILD = SDK / "build" / "examples"
+ORT_ROOT = Path(os.environ.get("ONNXRUNTIME_ROOT", SDK / "third_party" / "onnxruntime"))
+ROW = re.compile(r"^(\w+)\s+(PASS|FAIL)\s+(.*)$")
+ALL_ROWS = {"handshake", "records_valid", "engine_gets_clipped_action", "raw_box_samples", "logp_from_served_model",
+            "batch_ids", "error_reply", "model_swap", "drop_reconnect", "resend_same_seq", "duplicate_reply",
+            "garbage_reconnect", "connection_error", "heartbeat"}
+
+
+@pytest.fixture(scope="session")
+def examples() -> Path:
+    """Configure and build examples/cpp; the folder holding the binaries."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is needed to build the C++ examples")
+    if not (ORT_ROOT / "include").exists():
+        subprocess.run(["bash", str(SDK / "scripts" / "fetch_onnxruntime.sh"), str(ORT_ROOT)], check=True,
+                       timeout=600)
+    configure = subprocess.run(
+        ["cmake", "-S", str(REPO / "examples" / "cpp"), "-B", str(BUILD), f"-DONNXRUNTIME_ROOT={ORT_ROOT}",
+         "-DCMAKE_BUILD_TYPE=RelWithDebInfo"], capture_output=True, text=True, timeout=600)
+    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    build = subprocess.run(["cmake", "--build", str(BUILD), "-j", "2"], capture_output=True, text=True, timeout=1800)
+    assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
+    return BUILD
+
+
+def last_json(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.slow
+def test_cpp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_path: Path) -> None:
+    random_run = subprocess.run([str(examples / "cartpole"), "--random", "--max-steps", "20000", "--seed", "1"],
+                                capture_output=True, text=True, timeout=60)
+    assert random_run.returncode == 0, random_run.stderr
+    baseline = last_json(random_run.stdout)
+    assert baseline["mean_return_last_100"] < 100, baseline  # about 22
+
+    server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--stop-at-return", "450", "--max-env-steps", "300000",
+                           "--seed", "0").start()
+    started = time.monotonic()
+    try:
+        run = subprocess.run([str(examples / "cartpole"), "--port", str(server.port), "--max-steps", "400000",
+                              "--seed", "0", "--reconnect-timeout", "5"], capture_output=True, text=True,
+                             timeout=900)
+        wall_s = time.monotonic() - started
+        summary = server.wait(60)
+    finally:
+        server.kill()
+    result = last_json(run.stdout)
+    print(f"C++ cartpole: {result}; server: return {summary.get('return_mean')} after {summary.get('env_steps')} "
+          f"env steps; wall {wall_s:.1f} s; random baseline {baseline['mean_return_last_100']}")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert result["stopped_by"] == "server_gone", result  # the server reached its target and stopped
+    assert summary["reached_target_at"] is not None, summary
+    assert result["mean_return_last_100"] >= 450, result
+    assert result["mean_return_last_100"] > baseline["mean_return_last_100"] + 300
+    assert result["env_steps_sent"] > 0 and result["models_loaded"] > 1
+
+
+def run_check(program: list[str], timeout: float = 120.0) -> tuple[int, dict[str, tuple[str, str]], str, str]:
+    """Start the checker on a free port, run ``program --port P`` against it; (exit status, rows, outputs)."""
+    checker = subprocess.Popen([sys.executable, "-m", "tether.server.cli", "check-client", "--port", "0",
+                                "--timeout", "60"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    try:
+        assert checker.stdout is not None
+        first = checker.stdout.readline()
+        match = re.search(r"listening on [\d.]+:(\d+)", first)
+        assert match, first
+        client = subprocess.run([*program, "--port", match.group(1)], cwd=REPO, capture_output=True, text=True,
+                                timeout=timeout)
+        out, _ = checker.communicate(timeout=timeout)
+    finally:
+        if checker.poll() is None:
+            checker.kill()
+            checker.wait()
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in map(ROW.match, out.splitlines()) if m and m.group(1) != "check"}
+    return checker.returncode, rows, out, client.stdout + client.stderr + f"\n(exit status {client.returncode})"
+
+
+def test_cpp_check_client_passes_every_check(examples: Path) -> None:
+    status, rows, out, client_out = run_check([str(examples / "check_client")])
+    assert set(rows) == ALL_ROWS, out + "\n--- client ---\n" + client_out[-3000:]
+    failed = {name: reason for name, (result, reason) in rows.items() if result == "FAIL"}
+    assert not failed, out + "\n--- client ---\n" + client_out[-3000:]
+    assert status == 0
+    assert "INVALID_FIELD" in client_out  # the refusal of batch 1 reached the program
+    assert "(exit status 0)" in client_out
