@@ -181,6 +181,9 @@ void TetherClient::recount_pending() {
   for (const auto& entry : episodes_) {
     if (entry.second.training) pending_steps_ += entry.second.action_rows;
   }
+  for (const Episode& episode : finished_) {  // ended, their last steps not cut yet
+    if (episode.training) pending_steps_ += episode.action_rows;
+  }
 }
 
 // -- the episode API -------------------------------------------------------------------------
@@ -322,11 +325,7 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
     episode.truncated = truncated;
     episode.terminated = !truncated;
     finished_.push_back(std::move(episode));
-    pending_steps_ = 0;
-    for (const auto& entry : episodes_) {
-      if (entry.second.training) pending_steps_ += entry.second.action_rows;
-    }
-    for (const Episode& done : finished_) pending_steps_ += done.action_rows;
+    recount_pending();
   } else {
     recount_pending();
   }

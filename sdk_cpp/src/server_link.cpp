@@ -143,8 +143,10 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
     queued_steps_ = 0;
     for (const auto& waiting : outbox_) queued_steps_ += static_cast<std::size_t>(waiting->env_steps);
     if (!batch->chunks.empty()) {
+      queued_steps_ += static_cast<std::size_t>(batch->env_steps);  // after its dropped episodes left it
       outbox_.push_back(std::move(batch));
-      queued_steps_ += steps;
+    } else {
+      batch->done = true;  // nothing left to send (its episodes were dropped or refused): no one waits for it
     }
   }
   transport_.interrupt();
