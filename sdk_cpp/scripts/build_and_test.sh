@@ -6,9 +6,17 @@
 #   tsan      ThreadSanitizer, -O1
 # into sdk_cpp/build/CONFIG, with ONNX Runtime from sdk_cpp/third_party/onnxruntime
 # (fetched first if missing). Exits non-zero if anything fails.
-# Usage: sdk_cpp/scripts/build_and_test.sh [normal|noexcept|asan|tsan]
+#   examples  the example programs (examples/cpp, a separate CMake project that adds
+#             the SDK with add_subdirectory), Release, into sdk_cpp/build/examples; no tests
+# With --build-only the tests are not run (the suite builds ahead in the background).
+# Usage: sdk_cpp/scripts/build_and_test.sh [--build-only] [normal|noexcept|asan|tsan|examples]
 set -euo pipefail
 
+BUILD_ONLY=0
+if [[ "${1:-}" == "--build-only" ]]; then
+  BUILD_ONLY=1
+  shift
+fi
 CONFIG="${1:-normal}"
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SDK_DIR="$(cd "${SCRIPT_DIR}/.." && pwd)"
@@ -16,15 +24,20 @@ BUILD_DIR="${SDK_DIR}/build/${CONFIG}"
 ORT_ROOT="${ONNXRUNTIME_ROOT:-${SDK_DIR}/third_party/onnxruntime}"
 JOBS="${TETHER_BUILD_JOBS:-2}"
 
+SOURCE_DIR="${SDK_DIR}"
 options=(-DCMAKE_BUILD_TYPE=Release)
 sanitizer_flags=""
 case "${CONFIG}" in
   normal) ;;
+  examples)
+    SOURCE_DIR="$(cd "${SDK_DIR}/../examples/cpp" && pwd)"
+    BUILD_ONLY=1
+    ;;
   noexcept) options+=(-DTETHER_NO_EXCEPTIONS=ON) ;;
   asan) sanitizer_flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g1" ;;
   tsan) sanitizer_flags="-fsanitize=thread -O1 -g1" ;;
   *)
-    echo "usage: $0 [normal|noexcept|asan|tsan]" >&2
+    echo "usage: $0 [--build-only] [normal|noexcept|asan|tsan|examples]" >&2
     exit 2
     ;;
 esac
@@ -40,9 +53,13 @@ if [[ -z "${ONNXRUNTIME_ROOT:-}" ]]; then
 fi
 
 echo "== configure ${CONFIG} (${BUILD_DIR})"
-cmake -S "${SDK_DIR}" -B "${BUILD_DIR}" "-DONNXRUNTIME_ROOT=${ORT_ROOT}" "${options[@]}"
+cmake -S "${SOURCE_DIR}" -B "${BUILD_DIR}" "-DONNXRUNTIME_ROOT=${ORT_ROOT}" "${options[@]}"
 echo "== build ${CONFIG}"
 cmake --build "${BUILD_DIR}" -j "${JOBS}"
+if [[ "${BUILD_ONLY}" == 1 ]]; then
+  echo "== ${CONFIG}: built"
+  exit 0
+fi
 echo "== test ${CONFIG}"
 # Sanitizer reports fail the test that triggers them.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"

@@ -1,9 +1,10 @@
 """The C++ SDK's example programs (examples/cpp) against real Python servers.
 
 The examples are a separate CMake project that adds the SDK with
-add_subdirectory; it is configured into sdk_cpp/build/examples with ONNX
-Runtime from sdk_cpp/third_party/onnxruntime (fetched if missing) and built
-with -j2 once per session.
+add_subdirectory; sdk_cpp/scripts/build_and_test.sh examples configures it
+into sdk_cpp/build/examples with ONNX Runtime from sdk_cpp/third_party/onnxruntime
+(fetched if missing) and builds it, in the background while the Python tests
+run (tests/conftest.py).
 
 * cartpole: the C++ CartPole-v1 learns against ``tether serve`` (the flags of
   the server's CartPole demo: --stop-at-return 450) to a mean return of the
@@ -16,9 +17,7 @@ with -j2 once per session.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -26,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.cpp import background_build
 from tests.integration.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 SDK = REPO / "sdk_cpp"
 BUILD = SDK / "build" / "examples"
-ORT_ROOT = Path(os.environ.get("ONNXRUNTIME_ROOT", SDK / "third_party" / "onnxruntime"))
 ROW = re.compile(r"^(\w+)\s+(PASS|FAIL)\s+(.*)$")
 ALL_ROWS = {"handshake", "records_valid", "engine_gets_clipped_action", "raw_box_samples", "logp_from_served_model",
             "batch_ids", "error_reply", "model_swap", "drop_reconnect", "resend_same_seq", "duplicate_reply",
@@ -40,17 +39,10 @@ ALL_ROWS = {"handshake", "records_valid", "engine_gets_clipped_action", "raw_box
 
 @pytest.fixture(scope="session")
 def examples() -> Path:
-    """Configure and build examples/cpp; the folder holding the binaries."""
-    subprocess.run(["bash", str(SDK / "scripts" / "install_toolchain.sh")], check=True, timeout=900)
-    assert shutil.which("cmake") is not None, "cmake is needed to build the C++ examples (scripts/test.sh installs it)"
-    if not (ORT_ROOT / "include").exists():
-        subprocess.run(["bash", str(SDK / "scripts" / "fetch_onnxruntime.sh"), str(ORT_ROOT)], check=True,
-                       timeout=600)
-    configure = subprocess.run(
-        ["cmake", "-S", str(REPO / "examples" / "cpp"), "-B", str(BUILD), f"-DONNXRUNTIME_ROOT={ORT_ROOT}",
-         "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True, timeout=600)
-    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
-    build = subprocess.run(["cmake", "--build", str(BUILD), "-j", "2"], capture_output=True, text=True, timeout=1800)
+    """Build examples/cpp (started in the background by tests/conftest.py); the folder holding the binaries."""
+    background_build.wait("examples")
+    build = subprocess.run(["bash", str(SDK / "scripts" / "build_and_test.sh"), "examples"], capture_output=True,
+                           text=True, timeout=1800)
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
     return BUILD
 
