@@ -27,6 +27,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 from tether.sdk.protocol.episodes import decode_episode
@@ -70,10 +72,26 @@ _default_module: str | None = None
 _require_logp = False
 
 
-def _init_worker(specs: dict[str, Any], default_module: str | None, require_logp: bool) -> None:
+#: How often a worker checks that the server that started it is still alive.
+PARENT_CHECK_S = 1.0
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    # A worker holds both ends of its task queue's pipe (multiprocessing passes the
+    # whole queue to a spawned child), so a killed server never closes it and the
+    # worker would wait on it forever; it leaves once it has been re-parented.
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _init_worker(server_pid: int, specs: dict[str, Any], default_module: str | None, require_logp: bool) -> None:
     global _specs, _default_module, _require_logp
     # Ctrl-C reaches the whole process group; the server shuts the worker down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The server's pid comes from the server: one killed while this worker was still
+    # starting has already been replaced as its parent.
+    threading.Thread(target=_exit_with_parent, args=(server_pid,), name="parent-watch", daemon=True).start()
     _specs, _default_module, _require_logp = specs, default_module, require_logp
 
 
@@ -143,7 +161,7 @@ class DecodePool:
             # spawn, not fork: the server process has threads (torch, the learner).
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker, initargs=self._init_args,
+                initializer=_init_worker, initargs=(os.getpid(), *self._init_args),
             )
         return self._pool
 

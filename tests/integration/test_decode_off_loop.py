@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from .server_process import REPO, RawClient, ServerProcess
+import pytest
+
+from .server_process import REPO, RawClient, ServerProcess, wait_until
 
 EPISODE = {
     "obs": [[0.0, 0.1, 0.0, -0.1]] * 101, "actions": [0, 1] * 50, "rewards": [1.0] * 100,
@@ -44,3 +47,38 @@ def test_ping_is_not_held_up_by_another_clients_large_frames() -> None:
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["verified"] and result["frame_bytes"] > 7 << 20 and result["pings"] > 20
     assert result["ping_p99_ms"] < 0.3 * result["ack_latency_ms_p50"], result
+
+
+def _children(pid: int) -> set[int]:
+    """Live child processes of `pid` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)")
+def test_decode_workers_exit_when_the_server_is_killed(tmp_path) -> None:
+    server = ServerProcess(tmp_path, "--env", "CartPole-v1").start()
+    try:
+        assert server.proc is not None
+        assert wait_until(lambda: len(_children(server.proc.pid)) >= 1, timeout=30), "no decode worker started"
+        workers = _children(server.proc.pid)
+    finally:
+        server.kill()  # SIGKILL: the server cannot shut its pool down
+    assert wait_until(lambda: not any(map(_alive, workers)), timeout=10), (
+        f"decode workers {sorted(p for p in workers if _alive(p))} outlived the killed server")

@@ -4,6 +4,7 @@ what inline decoding gives: the same records, the same first error."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -51,7 +52,7 @@ def outcome(ingest: EpisodeIngest, message: dict, predecoded=None):
 def test_worker_decoding_matches_inline(name: str) -> None:
     layout = build_layout(ServerConfig(), None)
     data = CASES[name]
-    decode_pool._init_worker(layout.specs, layout.default_module(), True)
+    decode_pool._init_worker(os.getppid(), layout.specs, layout.default_module(), True)
     done = decode_pool._decode_in_worker(data)
     try:
         kind, message = decode_message(data)
@@ -75,7 +76,7 @@ def test_worker_decoding_matches_inline(name: str) -> None:
 def test_state_checks_still_run_on_predecoded_records() -> None:
     """A multi-agent agent that already finished cannot act again, however it was decoded."""
     layout = build_layout(ServerConfig(), None)
-    decode_pool._init_worker(layout.specs, layout.default_module(), True)
+    decode_pool._init_worker(os.getppid(), layout.specs, layout.default_module(), True)
     open_ep = dict(MULTI, is_terminated=False)
     open_ep["agents"] = {"default_agent": dict(GOOD, module="default_policy", start_step=0, is_terminated=True)}
     data = body(open_ep, open_ep)
