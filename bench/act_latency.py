@@ -21,6 +21,15 @@ flight (handed to the client's I/O thread, not yet answered) are counted,
 including the call that cuts the batch. Target: at most 2x ``sdk_python_us_p99``
 (``while_sending_p99_ratio``).
 
+The C++ SDK (sdk_cpp/bench/act_latency.cpp, built by
+``sdk_cpp/scripts/build_and_test.sh --build-only normal``) is measured the same
+way against the same two servers and the same model: ``ort_cpp_us_p50`` and
+``ort_cpp_batch256_us_p50`` (ONNX Runtime's C API, tensors bound once),
+``sdk_cpp_us_p50`` / ``sdk_cpp_us_p99`` (``TetherClient::get_action``),
+``sdk_cpp_us_p99_while_sending`` and its ratio to the idle p99, and
+``sdk_cpp_backend_batch256_us_p50`` (the SDK's ONNX Runtime backend on 256 rows
+plus sampling each row). ``--no-cpp`` leaves them out.
+
 Prints one JSON object on stdout, e.g.::
 
     {"onnxruntime_us_p50": 9.1, "sdk_python_us_p50": 17.3, "sdk_python_us_p99": 30.2,
@@ -71,6 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default: 60)")
     parser.add_argument("--profile", metavar="FILE", default=None,
                         help="also run the SDK loop under cProfile and write its stats to FILE")
+    parser.add_argument("--no-cpp", action="store_true", help="skip the C++ SDK's figures")
     add_quiet_argument(parser)
     return parser.parse_args(argv)
 
@@ -193,6 +203,7 @@ def run(args: argparse.Namespace) -> dict:
                 client.close()
             wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
             sending = measure_while_sending(args, sending_port, obs_pool)
+            cpp = {} if args.no_cpp else measure_cpp(args, model, Path(tmp), port, sending_port)
         finally:
             stop(server, grace_s=10.0)
             stop(sending_server, grace_s=10.0)
@@ -220,8 +231,33 @@ def run(args: argparse.Namespace) -> dict:
         "same_model_as_server": same,
         "env_steps_sent_during_timing": sent,
         "onnxruntime_version": ort.__version__,
+        **cpp,
         **load,
     }
+    return result
+
+
+CPP_BUILD = REPO_ROOT / "sdk_cpp" / "build" / "normal"
+CPP_PROGRAM = CPP_BUILD / "bench" / "act_latency_cpp"
+
+
+def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:
+    """The C++ SDK's figures: builds sdk_cpp (normal configuration) if needed and runs its bench program."""
+    build = subprocess.run(["bash", str(REPO_ROOT / "sdk_cpp" / "scripts" / "build_and_test.sh"), "--build-only",
+                            "normal"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    if build.returncode != 0:
+        raise RuntimeError("building sdk_cpp failed:\n" + build.stdout[-4000:])
+    model_file = tmp / "policy.onnx"
+    model_file.write_bytes(model)
+    run_ = subprocess.run([str(CPP_PROGRAM), "--model", str(model_file), "--port", str(port), "--sending-port",
+                           str(sending_port), "--calls", str(args.calls), "--warmup", str(args.warmup), "--blocks",
+                           str(args.blocks), "--batch-calls", str(args.batch_calls), "--sending-seconds",
+                           str(args.sending_seconds), "--seed", str(args.seed)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if run_.returncode != 0:
+        raise RuntimeError(f"act_latency_cpp exited {run_.returncode}: {run_.stderr[-4000:]}")
+    result = json.loads(run_.stdout.strip().splitlines()[-1])
+    result["sdk_cpp_us_p50_vs_ort_cpp"] = round(result["sdk_cpp_us_p50"] / result["ort_cpp_us_p50"], 2)
     return result
 
 
@@ -280,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     log(f"SDK get_action p50 {result['sdk_python_us_p50']} us vs bare onnxruntime {result['onnxruntime_us_p50']} us "
         f"(overhead {result['sdk_overhead_us_p50']} us); p99 {result['sdk_python_us_p99']} us idle, "
         f"{result['sdk_python_us_p99_while_sending']} us while a {args.sending_batch}-step batch is in flight")
+    if "sdk_cpp_us_p50" in result:
+        log(f"C++ SDK get_action p50 {result['sdk_cpp_us_p50']} us vs bare ONNX Runtime C API "
+            f"{result['ort_cpp_us_p50']} us; p99 {result['sdk_cpp_us_p99']} us idle, "
+            f"{result['sdk_cpp_us_p99_while_sending']} us while sending; batch 256: backend+sampling "
+            f"{result['sdk_cpp_backend_batch256_us_p50']} us vs bare {result['ort_cpp_batch256_us_p50']} us")
     print(json.dumps(result), flush=True)
     return 0
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cpp import background_build
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -22,10 +24,24 @@ def run_bench(script: str, *args: str, timeout: float = 240) -> dict:
 
 
 def test_act_latency_keys() -> None:
-    result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50")
+    result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50", "--no-cpp")
     for key in ("onnxruntime_us_p50", "sdk_python_us_p50", "sdk_python_us_p99", "batch256_us_p50"):
         assert result[key] > 0
     assert result["same_model_as_server"] is True
+    assert "sdk_cpp_us_p50" not in result
+
+
+@pytest.mark.cpp_build("normal")
+def test_act_latency_cpp_keys() -> None:
+    background_build.wait("normal")  # the bench builds sdk_cpp/build/normal itself if it is not built
+    result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50",
+                       "--sending-seconds", "10", timeout=900)
+    for key in ("ort_cpp_us_p50", "ort_cpp_batch256_us_p50", "sdk_cpp_us_p50", "sdk_cpp_us_p99",
+                "sdk_cpp_us_p99_while_sending", "sdk_cpp_backend_batch256_us_p50"):
+        assert result[key] > 0, (key, result)
+    assert result["sdk_cpp_us_p50"] >= result["ort_cpp_us_p50"] * 0.5  # the SDK runs the model: not less than it
+    assert result["sdk_cpp_backend_matches_bare"] is True  # the same model, the same outputs
+    assert result["sdk_cpp_calls_while_sending"] > 0 and result["sdk_cpp_env_steps_sent_while_sending"] > 0
 
 
 def test_ingest_keys_and_verification() -> None:

@@ -26,7 +26,7 @@
 // Thread safety: one engine thread at a time calls start_episode, get_action,
 // log_returns, end_episode, flush, take_error and the accessors (the class is
 // not internally locked for them); reconnects(), batches_dropped(),
-// heartbeats_sent() and client_session() may be read from any thread; close()
+// heartbeats_sent(), sending() and client_session() may be read from any thread; close()
 // and the destructor must not race with the engine calls.
 #pragma once
 
@@ -168,6 +168,8 @@ class TetherClient {
   std::int64_t reconnects() const noexcept { return link_->reconnects(); }
   /// Batches dropped unsent because the queue was full (any thread).
   std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
+  /// Whether a batch is queued or in flight on the I/O thread (any thread; takes the link's lock).
+  bool sending() const { return !link_->idle(); }
   /// Heartbeat PINGs sent (any thread).
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).

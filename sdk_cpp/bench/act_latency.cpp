@@ -1,0 +1,320 @@
+// Action latency of the C++ SDK against bare ONNX Runtime on the same model
+// (run by bench/act_latency.py, which starts the servers and exports the model).
+//
+//   act_latency_cpp --model policy.onnx --port P --sending-port Q [--calls N] ...
+//
+// * ort_cpp_us_p50 / ort_cpp_batch256_us_p50: ONNX Runtime's C API, one
+//   intra-op thread, input and output tensors created once over our buffers,
+//   one Run per call (batch 1, then a (256, obs) batch).
+// * sdk_cpp_us_p50 / sdk_cpp_us_p99: TetherClient::get_action on one ongoing
+//   episode against the server on --port (which never asks for a batch), with
+//   the model the server sent: inference, sampling and recording. A reward is
+//   logged between calls (untimed), as an engine loop would. Bare and SDK calls
+//   alternate in blocks so background load affects both alike.
+// * sdk_cpp_backend_batch256_us_p50: OnnxRuntimeBackend::run on 256 rows plus
+//   sampling every row with its logp (what one frame of 256 agents of one
+//   module costs the SDK apart from recording).
+// * sdk_cpp_us_p99_while_sending: the same loop against the server on
+//   --sending-port, which asks for a batch every --sending-batch steps; only
+//   calls made while a batch is queued or in flight (and the calls that cut
+//   one) count.
+// Prints one JSON object on stdout.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <onnxruntime_c_api.h>
+
+#include "tether/client.h"
+#include "tether/distributions.h"
+#include "tether/onnxruntime_backend.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model;
+  std::uint16_t port = 0;
+  std::uint16_t sending_port = 0;
+  int calls = 20000;
+  int warmup = 2000;
+  int blocks = 10;
+  int batch_calls = 2000;
+  double sending_seconds = 60.0;
+  std::uint64_t seed = 0;
+};
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "act_latency_cpp: %s\n", what.c_str());
+  std::exit(1);
+}
+
+Args parse(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (i + 1 >= argc) fail("missing value for " + flag);
+    std::string value = argv[++i];
+    if (flag == "--model") args.model = value;
+    else if (flag == "--port") args.port = static_cast<std::uint16_t>(std::stoi(value));
+    else if (flag == "--sending-port") args.sending_port = static_cast<std::uint16_t>(std::stoi(value));
+    else if (flag == "--calls") args.calls = std::stoi(value);
+    else if (flag == "--warmup") args.warmup = std::stoi(value);
+    else if (flag == "--blocks") args.blocks = std::max(1, std::stoi(value));
+    else if (flag == "--batch-calls") args.batch_calls = std::stoi(value);
+    else if (flag == "--sending-seconds") args.sending_seconds = std::stod(value);
+    else if (flag == "--seed") args.seed = std::stoull(value);
+    else fail("unknown flag " + flag);
+  }
+  if (args.model.empty() || args.port == 0 || args.sending_port == 0) {
+    fail("usage: act_latency_cpp --model FILE --port P --sending-port Q [--calls N] [--warmup N] [--blocks N] "
+         "[--batch-calls N] [--sending-seconds S] [--seed N]");
+  }
+  return args;
+}
+
+std::vector<std::uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read " + path);
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+double percentile_us(std::vector<std::int64_t> ns, double q) {
+  if (ns.empty()) return 0.0;
+  std::sort(ns.begin(), ns.end());
+  const auto index = static_cast<std::size_t>(std::lround(q / 100.0 * static_cast<double>(ns.size() - 1)));
+  return std::round(static_cast<double>(ns[std::min(index, ns.size() - 1)]) / 10.0) / 100.0;
+}
+
+std::int64_t since_ns(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+}
+
+// Bare ONNX Runtime: a session with one intra-op thread and tensors bound once.
+class BareSession {
+ public:
+  BareSession(const std::vector<std::uint8_t>& model, std::size_t batch, std::size_t obs_dim, std::size_t out_dim)
+      : api_(OrtGetApiBase()->GetApi(ORT_API_VERSION)), obs_(batch * obs_dim), out_(batch * out_dim) {
+    check(api_->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "bench", &env_));
+    OrtSessionOptions* options = nullptr;
+    check(api_->CreateSessionOptions(&options));
+    check(api_->SetIntraOpNumThreads(options, 1));
+    check(api_->SetInterOpNumThreads(options, 1));
+    check(api_->CreateSessionFromArray(env_, model.data(), model.size(), options, &session_));
+    api_->ReleaseSessionOptions(options);
+    OrtAllocator* allocator = nullptr;
+    check(api_->GetAllocatorWithDefaultOptions(&allocator));
+    char* name = nullptr;
+    check(api_->SessionGetInputName(session_, 0, allocator, &name));
+    input_name_ = name;
+    check(api_->AllocatorFree(allocator, name));
+    check(api_->SessionGetOutputName(session_, 0, allocator, &name));
+    output_name_ = name;
+    check(api_->AllocatorFree(allocator, name));
+    OrtMemoryInfo* memory = nullptr;
+    check(api_->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &memory));
+    const std::int64_t in_shape[2] = {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(obs_dim)};
+    const std::int64_t out_shape[2] = {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(out_dim)};
+    check(api_->CreateTensorWithDataAsOrtValue(memory, obs_.data(), obs_.size() * sizeof(float), in_shape, 2,
+                                               ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &input_));
+    check(api_->CreateTensorWithDataAsOrtValue(memory, out_.data(), out_.size() * sizeof(float), out_shape, 2,
+                                               ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &output_));
+    api_->ReleaseMemoryInfo(memory);
+  }
+  ~BareSession() {
+    api_->ReleaseValue(input_);
+    api_->ReleaseValue(output_);
+    api_->ReleaseSession(session_);
+    api_->ReleaseEnv(env_);
+  }
+  BareSession(const BareSession&) = delete;
+  BareSession& operator=(const BareSession&) = delete;
+
+  float* obs() { return obs_.data(); }
+  const std::string& input_name() const { return input_name_; }
+  const std::string& output_name() const { return output_name_; }
+  const float* out() const { return out_.data(); }
+  void run() {
+    const char* in_names[1] = {input_name_.c_str()};
+    const char* out_names[1] = {output_name_.c_str()};
+    check(api_->Run(session_, nullptr, in_names, &input_, 1, out_names, 1, &output_));
+  }
+
+ private:
+  void check(OrtStatus* status) {
+    if (status == nullptr) return;
+    std::string message = api_->GetErrorMessage(status);
+    api_->ReleaseStatus(status);
+    fail("ONNX Runtime: " + message);
+  }
+
+  const OrtApi* api_;
+  OrtEnv* env_ = nullptr;
+  OrtSession* session_ = nullptr;
+  OrtValue* input_ = nullptr;
+  OrtValue* output_ = nullptr;
+  std::string input_name_;
+  std::string output_name_;
+  std::vector<float> obs_;
+  std::vector<float> out_;
+};
+
+std::unique_ptr<tether::TetherClient> connect(std::uint16_t port, std::uint64_t seed, const char* name) {
+  tether::ClientOptions options;
+  options.port = port;
+  options.seed = seed;
+  options.client_name = name;
+  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  auto client = tether::TetherClient::connect(std::move(options));
+  if (!client.ok()) fail("connect to port " + std::to_string(port) + ": " + client.status().to_string());
+  return std::move(client).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  const std::vector<std::uint8_t> model = read_file(args.model);
+  constexpr std::size_t kObs = 4;
+  constexpr std::size_t kOut = 2;
+  constexpr std::size_t kBatch = 256;
+  std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  const std::size_t n_obs = 1024;
+  std::vector<float> obs_pool(n_obs * kObs);
+  for (float& value : obs_pool) value = normal(rng);
+
+  BareSession bare(model, 1, kObs, kOut);
+  BareSession bare_batch(model, kBatch, kObs, kOut);
+  for (std::size_t i = 0; i < kBatch * kObs; ++i) bare_batch.obs()[i] = normal(rng);
+
+  auto client = connect(args.port, args.seed, "bench-act-latency-cpp");
+  if (client->observation_space().flat_dim() != kObs || client->action_space().dist_inputs_size() != kOut) {
+    fail("the server's spaces are not CartPole's (4 observations, Discrete(2))");
+  }
+  std::string episode = client->start_episode().value();
+  double action[1] = {0.0};
+
+  auto bare_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      std::memcpy(bare.obs(), &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs], kObs * sizeof(float));
+      const auto t0 = Clock::now();
+      bare.run();
+      const std::int64_t ns = since_ns(t0);
+      if (out) out->push_back(ns);
+    }
+  };
+  auto sdk_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      const float* obs = &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs];
+      const auto t0 = Clock::now();
+      tether::Status status = client->get_action(episode, obs, kObs, action, 1);
+      const std::int64_t ns = since_ns(t0);
+      if (!status.ok()) fail("get_action: " + status.to_string());
+      client->log_returns(episode, 1.0);
+      if (out) out->push_back(ns);
+    }
+  };
+
+  bare_block(args.warmup, nullptr, 0);
+  sdk_block(args.warmup, nullptr, 0);
+  std::vector<std::int64_t> bare_ns;
+  std::vector<std::int64_t> sdk_ns;
+  const int per_block = std::max(1, args.calls / args.blocks);
+  for (int b = 0; b < args.blocks; ++b) {
+    bare_block(per_block, &bare_ns, b * per_block);
+    sdk_block(per_block, &sdk_ns, b * per_block);
+  }
+
+  // One frame of 256 agents of one module: bare Run vs the SDK's backend run + sampling.
+  tether::OnnxRuntimeBackend backend;
+  tether::Status loaded = backend.load(model.data(), model.size(), bare.input_name(), bare.output_name());
+  if (!loaded.ok()) fail("backend load: " + loaded.to_string());
+  const tether::Space& space = client->action_space();
+  std::vector<float> dist(kBatch * kOut);
+  std::vector<double> record(kBatch);
+  std::vector<double> env_action(kBatch);
+  std::vector<double> logp(kBatch);
+  tether::Rng sampler;
+  sampler.reseed(args.seed);
+  std::vector<std::int64_t> batch_ns;
+  std::vector<std::int64_t> sdk_batch_ns;
+  for (int i = -std::min(200, args.batch_calls); i < args.batch_calls; ++i) {
+    auto t0 = Clock::now();
+    bare_batch.run();
+    const std::int64_t bare_time = since_ns(t0);
+    t0 = Clock::now();
+    tether::Status ran = backend.run(bare_batch.obs(), kBatch, kObs, dist.data(), kOut);
+    for (std::size_t row = 0; ran.ok() && row < kBatch; ++row) {
+      ran = tether::sample_for_record(space, &dist[row * kOut], kOut, sampler, true, &record[row], &env_action[row],
+                                      1, &logp[row]);
+    }
+    const std::int64_t sdk_time = since_ns(t0);
+    if (!ran.ok()) fail("batched run: " + ran.to_string());
+    if (i >= 0) {
+      batch_ns.push_back(bare_time);
+      sdk_batch_ns.push_back(sdk_time);
+    }
+  }
+  bool same_outputs = true;
+  for (std::size_t i = 0; i < dist.size(); ++i) same_outputs = same_outputs && std::fabs(dist[i] - bare_batch.out()[i]) < 1e-5f;
+  client->close();
+
+  // While a batch is queued or in flight.
+  auto sending_client = connect(args.sending_port, args.seed, "bench-act-latency-cpp-sending");
+  std::string sending_episode = sending_client->start_episode().value();
+  for (int i = 0; i < args.warmup; ++i) {
+    sending_client->get_action(sending_episode, &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs], kObs,
+                               action, 1);
+    sending_client->log_returns(sending_episode, 1.0);
+  }
+  std::vector<std::int64_t> sending_ns;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(args.sending_seconds);
+  std::int64_t calls_made = 0;
+  for (int i = 0; static_cast<int>(sending_ns.size()) < args.calls && Clock::now() < deadline; ++i) {
+    const float* obs = &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs];
+    const bool busy_before = sending_client->sending();
+    const auto t0 = Clock::now();
+    tether::Status status = sending_client->get_action(sending_episode, obs, kObs, action, 1);
+    const std::int64_t ns = since_ns(t0);
+    if (!status.ok()) fail("get_action while sending: " + status.to_string());
+    sending_client->log_returns(sending_episode, 1.0);
+    ++calls_made;
+    if (busy_before || sending_client->sending()) sending_ns.push_back(ns);
+  }
+  sending_client->flush();
+  const std::int64_t sent = sending_client->env_steps_sent();
+  const std::int64_t dropped = sending_client->batches_dropped();
+  sending_client->close();
+
+  const double sdk_p99 = percentile_us(sdk_ns, 99);
+  const double sending_p99 = percentile_us(sending_ns, 99);
+  const double ort_batch = percentile_us(batch_ns, 50);
+  const double sdk_batch = percentile_us(sdk_batch_ns, 50);
+  std::printf(
+      "{\"ort_cpp_us_p50\": %.2f, \"ort_cpp_us_p99\": %.2f, \"sdk_cpp_us_p50\": %.2f, \"sdk_cpp_us_p99\": %.2f, "
+      "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_backend_batch256_us_p50\": %.2f, "
+      "\"sdk_cpp_backend_batch256_ratio\": %.2f, \"sdk_cpp_us_p99_while_sending\": %.2f, "
+      "\"sdk_cpp_us_p50_while_sending\": %.2f, \"sdk_cpp_while_sending_p99_ratio\": %.2f, "
+      "\"sdk_cpp_calls_while_sending\": %zu, \"sdk_cpp_env_steps_sent_while_sending\": %lld, "
+      "\"sdk_cpp_batches_dropped_while_sending\": %lld, \"sdk_cpp_overhead_us_p50\": %.2f, "
+      "\"sdk_cpp_calls\": %zu, \"sdk_cpp_backend_matches_bare\": %s}\n",
+      percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
+      sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
+      sdk_p99 > 0 ? sending_p99 / sdk_p99 : 0.0, sending_ns.size(), static_cast<long long>(sent),
+      static_cast<long long>(dropped), percentile_us(sdk_ns, 50) - percentile_us(bare_ns, 50), sdk_ns.size(),
+      same_outputs ? "true" : "false");
+  (void)calls_made;
+  return 0;
+}
