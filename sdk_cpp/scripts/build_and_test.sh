@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configures, builds and tests the C++ SDK in one configuration:
 #   normal    Release
-#   noexcept  -DTETHER_NO_EXCEPTIONS=ON (-fno-exceptions, as Unreal builds)
+#   noexcept  -DTETHER_NO_EXCEPTIONS=ON (-fno-exceptions, as Unreal builds), -O1
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer, -O1
 #   tsan      ThreadSanitizer, -O1
 # into sdk_cpp/build/CONFIG, with ONNX Runtime from sdk_cpp/third_party/onnxruntime
@@ -33,7 +33,8 @@ case "${CONFIG}" in
     SOURCE_DIR="$(cd "${SDK_DIR}/../examples/cpp" && pwd)"
     BUILD_ONLY=1
     ;;
-  noexcept) options+=(-DTETHER_NO_EXCEPTIONS=ON) ;;
+  # -O1: this configuration checks the exception-free build, not its speed (and compiles ~40% faster).
+  noexcept) options+=(-DTETHER_NO_EXCEPTIONS=ON "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG") ;;
   asan) sanitizer_flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g1" ;;
   tsan) sanitizer_flags="-fsanitize=thread -O1 -g1" ;;
   *)
