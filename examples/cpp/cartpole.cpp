@@ -9,10 +9,14 @@
 // seconds, default 5), --when-queue-full wait|drop_oldest (default wait: the
 // engine waits for room in the send queue instead of dropping batches).
 //
-// It stops after --max-steps env steps, or when the server goes away (e.g. a
-// `tether serve --stop-at-return 450` that reached its target), and prints one
-// JSON line: {"episodes", "mean_return_last_100", "env_steps", "env_steps_sent", ...}.
+// It stops after --max-steps env steps, when the server goes away (e.g. a
+// `tether serve --stop-at-return 450` that reached its target), or at the end
+// of the current episode after Ctrl-C (SIGINT), and prints one JSON line:
+// {"episodes", "mean_return_last_100", "env_steps", "env_steps_sent", "reconnects",
+//  "max_act_ms" (the longest get_action call), ...}.
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -154,11 +158,17 @@ struct Tally {
   }
 };
 
+// Set by SIGINT: finish the current episode, then report.
+volatile std::sig_atomic_t interrupted = 0;
+
+extern "C" void on_sigint(int) { interrupted = 1; }
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args args;
   if (!parse_args(argc, argv, args)) return 2;
+  std::signal(SIGINT, on_sigint);
   const auto started = std::chrono::steady_clock::now();
   CartPole env(args.seed * 7919u + 1u);
   Tally tally;
@@ -166,6 +176,7 @@ int main(int argc, char** argv) {
   std::string stopped_by = "max_steps";
   std::unique_ptr<tether::TetherClient> client;
   int status = 0;
+  double max_act_s = 0.0;  // the longest get_action: what one frame waited at worst
 
   if (args.random) {
     tether::Rng rng(args.seed);
@@ -200,6 +211,10 @@ int main(int argc, char** argv) {
     client = std::move(connected.value());
     double action[1];
     while (tally.env_steps < args.max_steps && stopped_by == "max_steps") {
+      if (interrupted) {
+        stopped_by = "interrupted";
+        break;
+      }
       tether::Result<std::string> episode = client->start_episode();
       if (!episode.ok()) {
         stopped_by = "server_gone";
@@ -209,7 +224,10 @@ int main(int argc, char** argv) {
       double total = 0.0;
       bool terminated = false, truncated = false;
       while (!terminated && !truncated) {
+        const auto act_started = std::chrono::steady_clock::now();
         tether::Status acted = client->get_action(episode.value(), obs, 4, action, 1);
+        max_act_s = std::max(max_act_s,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - act_started).count());
         if (!acted.ok()) {
           stopped_by = acted.code() == tether::ErrorCode::kConnectionFailed ? "server_gone" : "error";
           if (stopped_by == "error") {
@@ -234,12 +252,14 @@ int main(int argc, char** argv) {
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf(
       "{\"episodes\": %lld, \"mean_return_last_100\": %.2f, \"env_steps\": %lld, \"env_steps_sent\": %lld, "
-      "\"reconnects\": %lld, \"models_loaded\": %lld, \"wall_s\": %.2f, \"random\": %s, \"stopped_by\": \"%s\"}\n",
+      "\"reconnects\": %lld, \"models_loaded\": %lld, \"batches_dropped\": %lld, \"max_act_ms\": %.3f, "
+      "\"wall_s\": %.2f, \"random\": %s, \"stopped_by\": \"%s\"}\n",
       tally.episodes, tally.mean(), tally.env_steps,
       client ? static_cast<long long>(client->env_steps_sent()) : 0LL,
       client ? static_cast<long long>(client->reconnects()) : 0LL,
-      client ? static_cast<long long>(client->models_loaded()) : 0LL, wall_s, args.random ? "true" : "false",
-      stopped_by.c_str());
+      client ? static_cast<long long>(client->models_loaded()) : 0LL,
+      client ? static_cast<long long>(client->batches_dropped()) : 0LL, max_act_s * 1e3, wall_s,
+      args.random ? "true" : "false", stopped_by.c_str());
   std::fflush(stdout);
   if (client) client->close();
   return status;

@@ -25,26 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.cpp import background_build
 from tests.integration.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
-SDK = REPO / "sdk_cpp"
-BUILD = SDK / "build" / "examples"
 ROW = re.compile(r"^(\w+)\s+(PASS|FAIL)\s+(.*)$")
 ALL_ROWS = {"handshake", "records_valid", "engine_gets_clipped_action", "raw_box_samples", "logp_from_served_model",
             "batch_ids", "error_reply", "model_swap", "drop_reconnect", "resend_same_seq", "duplicate_reply",
             "garbage_reconnect", "connection_error", "heartbeat"}
-
-
-@pytest.fixture(scope="session")
-def examples() -> Path:
-    """Build examples/cpp (started in the background by tests/conftest.py); the folder holding the binaries."""
-    background_build.wait("examples")
-    build = subprocess.run(["bash", str(SDK / "scripts" / "build_and_test.sh"), "examples"], capture_output=True,
-                           text=True, timeout=1800)
-    assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
-    return BUILD
 
 
 def last_json(output: str) -> dict:
