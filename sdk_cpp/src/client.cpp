@@ -176,6 +176,18 @@ void TetherClient::forget_episodes(const std::set<std::string>& ids) {
   recount_pending();
 }
 
+void TetherClient::recycle(Episode&& episode) {
+  constexpr std::size_t kMaxSpare = 64;  // more than the episodes an engine runs at once
+  if (spare_.size() >= kMaxSpare) return;
+  episode.steps.clear();
+  episode.steps.is_terminated = episode.steps.is_truncated = false;
+  episode.versions.clear();
+  episode.terminated = episode.truncated = false;
+  episode.total_return = 0.0;
+  episode.obs_rows = episode.action_rows = 0;
+  spare_.push_back(std::move(episode));
+}
+
 void TetherClient::recount_pending() {
   pending_steps_ = 0;
   for (const auto& entry : episodes_) {
@@ -196,6 +208,10 @@ Result<std::string> TetherClient::start_episode(const std::string& episode_id, b
     return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
   }
   Episode& episode = episodes_[id];
+  if (!spare_.empty()) {
+    episode = std::move(spare_.back());  // cleared arrays that keep their capacity
+    spare_.pop_back();
+  }
   episode.id = id;
   episode.training = training_enabled;
   episode.steps.episode_id = id;
@@ -316,6 +332,7 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
   const double total = episode.total_return;
   if (!finite) {
     // A record with a non-finite observation would be refused whole: drop the episode's steps.
+    recycle(std::move(episode));
     recount_pending();
     return Status(ErrorCode::kNonFiniteValue, "end_episode: final observation is not finite (episode not sent)");
   }
@@ -327,6 +344,7 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
     finished_.push_back(std::move(episode));
     recount_pending();
   } else {
+    recycle(std::move(episode));
     recount_pending();
   }
   if (!fatal_.ok()) return fatal_;
@@ -379,7 +397,10 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
 void TetherClient::send_batch() {
   auto batch = std::make_shared<Batch>();
   std::optional<Stamp> oldest;
-  for (Episode& episode : finished_) cut(episode, batch->chunks, oldest);
+  for (Episode& episode : finished_) {
+    cut(episode, batch->chunks, oldest);
+    recycle(std::move(episode));
+  }
   finished_.clear();
   for (auto& entry : episodes_) {
     if (entry.second.training) cut(entry.second, batch->chunks, oldest);

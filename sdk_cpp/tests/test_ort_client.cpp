@@ -1,13 +1,13 @@
 // TetherClient with the ONNX Runtime backend and a real policy model
 // (tests/data/policy_4x64x64x2.onnx) served by the fake server: the recorded
 // logp is the model's, models are swapped while the engine acts, a model that
-// fails to load is reported and the previous one stays, and a steady-state
-// get_action is fast.
+// fails to load is reported and the previous one stays. (Its latency is
+// measured by sdk_cpp/bench/act_latency.cpp, its allocations by
+// alloc_get_action.cpp.)
 #include <gtest/gtest.h>
 
 #ifndef _WIN32
 
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -145,26 +145,6 @@ TEST(OrtClient, AModelThatFailsToLoadIsReportedAndTheOldOneStays) {
   }
   EXPECT_TRUE(saw_inference_error);
   EXPECT_EQ(client.env_steps_sent(), 200);
-}
-
-TEST(OrtClient, SteadyStateGetActionIsFast) {
-  RealModel model = real_model();
-  ServerScript script = script_for(model);
-  script.steps_per_sample = 1000000;  // no batch during the measurement
-  FakeServer server(script);
-  auto connected = tether::TetherClient::connect(options_for(server));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  std::string episode = client.start_episode().value();
-  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  double action[1];
-  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
-  const int n = 20000;
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) client.get_action(episode, obs, 4, action, 1);
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / n;
-  std::printf("get_action with ONNX Runtime: %.2f us per call\n", us);
-  EXPECT_LT(us, 500.0);
 }
 
 #endif  // _WIN32

@@ -113,7 +113,10 @@ class TetherClient {
   /// room (kWait) or weights (wait_for_weights) when a batch was just cut.
   /// INVALID_ARGUMENT for an unknown episode or wrong sizes, NOT_READY without
   /// a model, INFERENCE_FAILED, or the fatal status once the link gave up.
-  /// Allocates nothing in steady state apart from the episode's own arrays.
+  /// Allocates nothing in steady state: episodes reuse the arrays of ended
+  /// ones, so only a call that cuts a batch (every env_steps_per_sample
+  /// steps) or takes in the I/O thread's news allocates; the inference
+  /// backend's own run() may (ONNX Runtime's Run allocates internally).
   Status get_action(const std::string& episode_id, const float* obs, std::size_t obs_size, double* action,
                     std::size_t action_size);
   /// get_action for vectors (`action` is resized to action_space().flat_dim()).
@@ -198,6 +201,7 @@ class TetherClient {
   void send_batch();
   bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest);
   void recount_pending();
+  void recycle(Episode&& episode);
 
   ClientOptions options_;
   std::unique_ptr<ServerLink> link_;
@@ -209,6 +213,9 @@ class TetherClient {
   bool raw_box_samples_ = true;
   std::unordered_map<std::string, Episode> episodes_;
   std::vector<Episode> finished_;
+  // Ended episodes whose arrays (with their capacity) the next episodes reuse,
+  // so steady-state get_action calls never grow a buffer.
+  std::vector<Episode> spare_;
   std::size_t pending_steps_ = 0;
   std::int64_t env_steps_sent_ = 0;
   std::int64_t models_loaded_ = 0;

@@ -1,0 +1,193 @@
+// Nothing allocates per frame: counts the engine thread's heap allocations
+// during TetherClient::get_action in steady state, with the real ONNX Runtime
+// backend and model, against the in-process fake server. Only the calls that
+// hand a batch to the I/O thread (every env_steps_per_sample steps) or take in
+// its answer may allocate. Global operator new/delete are replaced in this
+// program only (so it is its own test binary).
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "fake_server.h"
+#include "tether/client.h"
+#include "tether/onnxruntime_backend.h"
+
+namespace {
+
+// Allocations made by this thread while counting is on.
+thread_local bool counting = false;
+thread_local long allocations = 0;
+
+void* allocate(std::size_t size) {
+  if (counting) ++allocations;
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) std::abort();  // this test program has no use for bad_alloc
+  return p;
+}
+
+void* allocate_aligned(std::size_t size, std::size_t alignment) {
+  if (counting) ++allocations;
+  void* p = nullptr;
+  if (posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size == 0 ? 1 : size) != 0) {
+    std::abort();
+  }
+  return p;
+}
+
+}  // namespace
+
+void* operator new(std::size_t size) { return allocate(size); }
+void* operator new[](std::size_t size) { return allocate(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return allocate(size); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return allocate(size); }
+void* operator new(std::size_t size, std::align_val_t a) { return allocate_aligned(size, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t size, std::align_val_t a) {
+  return allocate_aligned(size, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+using nlohmann::json;
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+fake::ServerScript real_model_script(std::int64_t steps_per_sample) {
+  const std::string dir = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/";
+  std::vector<std::uint8_t> bytes = read_bytes(dir + "policy_4x64x64x2.onnx");
+  std::ifstream in(dir + "policy_4x64x64x2.json");
+  json names = json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+                           nullptr, false);
+  fake::ServerScript script;
+  script.steps_per_sample = steps_per_sample;
+  script.config_overrides = {{"onnx_input_names", {names["input_name"]}},
+                             {"onnx_output_names", {names["output_name"]}}};
+  script.model_file = [bytes](std::uint8_t) { return fake::onnx_file_of(bytes); };
+  return script;
+}
+
+// ONNX Runtime's Run allocates inside the library (~25 times per run here): the
+// SDK cannot change that, so the count pauses while the model runs and the
+// runtime's own allocations are counted apart.
+thread_local long backend_allocations = 0;
+
+class PausingBackend final : public tether::InferenceBackend {
+ public:
+  tether::Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
+                      const std::string& output_name) override {
+    return inner_.load(model, size, input_name, output_name);
+  }
+  tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                     std::size_t out_dim) override {
+    const bool was_counting = counting;
+    const long before = allocations;
+    counting = true;
+    tether::Status status = inner_.run(obs, batch, obs_dim, out, out_dim);
+    if (was_counting) backend_allocations += allocations - before;
+    allocations = before;
+    counting = was_counting;
+    return status;
+  }
+  bool loaded() const noexcept override { return inner_.loaded(); }
+  std::size_t obs_dim() const noexcept override { return inner_.obs_dim(); }
+  std::size_t out_dim() const noexcept override { return inner_.out_dim(); }
+
+ private:
+  tether::OnnxRuntimeBackend inner_;
+};
+
+std::unique_ptr<tether::TetherClient> connect(const fake::FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 5;
+  options.reconnect_timeout_s = 5.0;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;  // every step delivered
+  options.backend_factory = [] { return std::make_unique<PausingBackend>(); };
+  auto connected = tether::TetherClient::connect(std::move(options));
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  return connected.ok() ? std::move(connected).value() : nullptr;
+}
+
+struct Counts {
+  long calls = 0;
+  long calls_that_allocated = 0;
+  long allocations = 0;
+  long largest = 0;  // the most allocations in one call
+};
+
+// Plays episodes of `length` steps; counts allocations inside get_action only
+// (start_episode / end_episode happen once per episode, not per frame).
+Counts play(tether::TetherClient& client, int episodes, int length, bool count) {
+  Counts counts;
+  float obs[4] = {0.1f, -0.2f, 0.05f, 0.3f};
+  double action[1];
+  for (int e = 0; e < episodes; ++e) {
+    std::string episode = client.start_episode().value();
+    for (int t = 0; t < length; ++t) {
+      obs[0] = static_cast<float>(t % 7) * 0.1f;
+      allocations = 0;
+      counting = count;
+      tether::Status status = client.get_action(episode, obs, 4, action, 1);
+      counting = false;
+      EXPECT_TRUE(status.ok()) << status.to_string();
+      client.log_returns(episode, 1.0);
+      ++counts.calls;
+      counts.allocations += allocations;
+      if (allocations > 0) ++counts.calls_that_allocated;
+      counts.largest = std::max(counts.largest, allocations);
+    }
+    EXPECT_TRUE(client.end_episode(episode, obs, 4, false).ok());
+  }
+  return counts;
+}
+
+}  // namespace
+
+TEST(Allocations, OnlyTheCallsThatHandOverABatchAllocate) {
+  fake::FakeServer server(real_model_script(500));
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  play(*client, 10, 200, false);  // warm-up: ONNX Runtime's first runs, episode arrays grown
+  const std::int64_t sent_before = client->env_steps_sent();
+  Counts counts = play(*client, 50, 200, true);  // 10,000 steps: 20 batches of 500
+  ASSERT_TRUE(client->flush().ok());
+  const long batches = static_cast<long>((client->env_steps_sent() - sent_before) / 500);
+  std::printf("get_action: %ld calls, %ld allocated (%ld allocations, at most %ld in one call); %ld batches; "
+              "ONNX Runtime's Run itself allocated %ld times\n", counts.calls, counts.calls_that_allocated,
+              counts.allocations, counts.largest, batches, backend_allocations);
+  EXPECT_EQ(client->env_steps_sent(), 60 * 200);  // every step delivered
+  EXPECT_GE(batches, 19);
+  // A call allocates only when it cuts a batch, or takes in the answer to one.
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
+}
+
+TEST(Allocations, OntoAnEpisodeThatOutlivesBatchesNothingGrows) {
+  fake::FakeServer server(real_model_script(500));
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  play(*client, 1, 3000, false);
+  Counts counts = play(*client, 1, 10000, true);  // one long episode, cut every 500 steps
+  ASSERT_TRUE(client->flush().ok());
+  std::printf("long episode: %ld calls, %ld allocated\n", counts.calls, counts.calls_that_allocated);
+  EXPECT_LE(counts.calls_that_allocated, 2 * (10000 / 500) + 2);
+}
+
+#endif  // _WIN32
