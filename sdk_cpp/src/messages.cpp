@@ -1,6 +1,7 @@
 // Message types, body decoding, request builders and ERROR decoding.
 #include "tether/messages.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -150,7 +151,7 @@ std::optional<MessageType> expected_response(MessageType request) noexcept {
   }
 }
 
-bool is_valid_utf8(std::string_view text) noexcept {
+std::size_t first_invalid_utf8(std::string_view text) noexcept {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
   std::size_t i = 0;
@@ -172,26 +173,61 @@ bool is_valid_utf8(std::string_view text) noexcept {
       len = 4;
       cp = c & 0x07;
     } else {
-      return false;
+      return i;
     }
-    if (i + len > n) return false;
+    if (i + len > n) return i;
     for (std::size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
+      if ((s[i + k] & 0xC0) != 0x80) return i;
       cp = (cp << 6) | (s[i + k] & 0x3F);
     }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return i;
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
     i += len;
   }
-  return true;
+  return std::string_view::npos;
 }
 
+bool is_valid_utf8(std::string_view text) noexcept { return first_invalid_utf8(text) == std::string_view::npos; }
+
+namespace {
+
+// The deepest nesting of [ and { outside strings (one pass, no parse).
+std::size_t nesting_depth(std::string_view text) noexcept {
+  std::size_t depth = 0;
+  std::size_t deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 Result<nlohmann::json> parse_json(std::string_view text) {
-  if (!is_valid_utf8(text)) {
-    std::size_t at = 0;
-    while (at < text.size() && is_valid_utf8(text.substr(0, at + 1))) ++at;
+  const std::size_t invalid_at = first_invalid_utf8(text);
+  if (invalid_at != std::string_view::npos) {
     return Result<nlohmann::json>(ErrorCode::kInvalidUtf8,
-                                  "body is not valid UTF-8 (at byte " + std::to_string(at) + ")");
+                                  "body is not valid UTF-8 (at byte " + std::to_string(invalid_at) + ")");
+  }
+  const std::size_t depth = nesting_depth(text);
+  if (depth > kMaxJsonDepth) {
+    return Result<nlohmann::json>(ErrorCode::kInvalidJson, "body nests arrays and objects " + std::to_string(depth) +
+                                                               " deep; at most " + std::to_string(kMaxJsonDepth) +
+                                                               " levels are accepted");
   }
   nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
   if (!value.is_discarded()) return value;

@@ -22,6 +22,7 @@ int base64_value(unsigned char c) {
 }
 
 constexpr int kMaxBits = 15;
+constexpr const char* kOverLimit = "model larger than the decoding limit";
 
 struct Huffman {
   std::array<short, kMaxBits + 1> count{};
@@ -76,7 +77,7 @@ class Inflater {
 
   void emit(std::uint8_t byte) {
     if (out_.size() >= max_out_) {
-      fail("model larger than the decoding limit");
+      fail(kOverLimit);
       return;
     }
     out_.push_back(byte);
@@ -91,7 +92,7 @@ class Inflater {
     pos_ += 4;
     if (len != (~nlen & 0xffffu)) return fail("stored block length check failed");
     if (pos_ + len > size_) return fail("stored block ends early");
-    if (out_.size() + len > max_out_) return fail("model larger than the decoding limit");
+    if (out_.size() + len > max_out_) return fail(kOverLimit);
     out_.insert(out_.end(), in_ + pos_, in_ + pos_ + len);
     pos_ += len;
   }
@@ -154,7 +155,7 @@ class Inflater {
         std::size_t dist = static_cast<std::size_t>(kDists[symbol]) + bits(kDext[symbol]);
         if (!error_.empty()) return;
         if (dist > out_.size()) return fail("distance too far back");
-        if (out_.size() + len > max_out_) return fail("model larger than the decoding limit");
+        if (out_.size() + len > max_out_) return fail(kOverLimit);
         for (std::size_t i = 0; i < len; ++i) out_.push_back(out_[out_.size() - dist]);
       }
     }
@@ -326,6 +327,7 @@ Result<std::vector<std::uint8_t>> gunzip(const std::uint8_t* data, std::size_t s
     const std::size_t start = out.size();
     Inflater inflater(data + at, size - at, max_size, out);
     std::string error = inflater.run();
+    if (error == kOverLimit) error += " of " + std::to_string(max_size) + " bytes";
     if (!error.empty()) return invalid(error);
     at += inflater.consumed();
     if (at + 8 > size) return invalid("gzip trailer missing");
@@ -336,10 +338,10 @@ Result<std::vector<std::uint8_t>> gunzip(const std::uint8_t* data, std::size_t s
   return out;
 }
 
-Result<std::vector<std::uint8_t>> decode_onnx_file(std::string_view field) {
+Result<std::vector<std::uint8_t>> decode_onnx_file(std::string_view field, std::size_t max_size) {
   Result<std::vector<std::uint8_t>> compressed = base64_decode(field);
   if (!compressed.ok()) return compressed.status();
-  return gunzip(compressed.value().data(), compressed.value().size());
+  return gunzip(compressed.value().data(), compressed.value().size(), max_size);
 }
 
 }  // namespace tether

@@ -82,6 +82,21 @@ std::size_t product(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
+// prod(shape) without overflow; kMaxSpaceElements + 1 once it is beyond the limit.
+std::int64_t capped_product(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (d == 0) return 0;
+    if (d < 0 || d > kMaxSpaceElements || n > kMaxSpaceElements / d) n = kMaxSpaceElements + 1;
+    else n *= d;
+  }
+  return std::min(n, kMaxSpaceElements + 1);
+}
+
+std::string too_large(const char* what, std::int64_t limit) {
+  return std::string(what) + " exceeds the " + std::to_string(limit) + " numbers a space may need";
+}
+
 bool is_whole(double x) { return std::isfinite(x) && x == std::round(x); }
 
 }  // namespace
@@ -90,6 +105,9 @@ Result<Space> Space::box(std::vector<std::int64_t> shape, std::vector<double> lo
                          std::string dtype) {
   for (std::int64_t d : shape) {
     if (d < 0) return Result<Space>(ErrorCode::kInvalidArgument, "Box shape must be non-negative");
+  }
+  if (capped_product(shape) > kMaxSpaceElements) {
+    return Result<Space>(ErrorCode::kInvalidArgument, too_large("Box prod(shape)", kMaxSpaceElements));
   }
   const std::size_t size = product(shape);
   if (low.size() != size || high.size() != size) {
@@ -109,6 +127,9 @@ Result<Space> Space::box(std::vector<std::int64_t> shape, std::vector<double> lo
 }
 
 Result<Space> Space::box(std::vector<std::int64_t> shape, double low, double high) {
+  if (capped_product(shape) > kMaxSpaceElements) {
+    return Result<Space>(ErrorCode::kInvalidArgument, too_large("Box prod(shape)", kMaxSpaceElements));
+  }
   std::size_t size = 1;
   for (std::int64_t d : shape) size *= d < 0 ? 0 : static_cast<std::size_t>(d);
   return box(std::move(shape), std::vector<double>(size, low), std::vector<double>(size, high));
@@ -116,6 +137,7 @@ Result<Space> Space::box(std::vector<std::int64_t> shape, double low, double hig
 
 Result<Space> Space::discrete(std::int64_t n, std::int64_t start) {
   if (n < 1) return Result<Space>(ErrorCode::kInvalidArgument, "Discrete n must be a positive integer");
+  if (n > kMaxSpaceElements) return Result<Space>(ErrorCode::kInvalidArgument, too_large("Discrete n", kMaxSpaceElements));
   Space space;
   space.kind_ = SpaceKind::kDiscrete;
   space.n_ = n;
@@ -125,8 +147,13 @@ Result<Space> Space::discrete(std::int64_t n, std::int64_t start) {
 
 Result<Space> Space::multi_discrete(std::vector<std::int64_t> nvec) {
   if (nvec.empty()) return Result<Space>(ErrorCode::kInvalidArgument, "MultiDiscrete nvec must not be empty");
+  std::int64_t total = 0;
   for (std::int64_t v : nvec) {
     if (v < 1) return Result<Space>(ErrorCode::kInvalidArgument, "MultiDiscrete nvec must be positive integers");
+    total += std::min(v, kMaxSpaceElements + 1);  // no overflow: stops growing past the limit below
+    if (total > kMaxSpaceElements) {
+      return Result<Space>(ErrorCode::kInvalidArgument, too_large("MultiDiscrete sum(nvec)", kMaxSpaceElements));
+    }
   }
   Space space;
   space.kind_ = SpaceKind::kMultiDiscrete;
@@ -151,6 +178,7 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       if (v < 0) return invalid_space("Box shape must be non-negative");
       shape.push_back(v);
     }
+    if (capped_product(shape) > kMaxSpaceElements) return invalid_space(too_large("Box prod(shape)", kMaxSpaceElements));
     const std::size_t size = product(shape);
     std::vector<double> low, high;
     const nlohmann::json* low_json = detail::member(data, "low");
@@ -179,6 +207,7 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       if (!detail::is_integer(*s)) return invalid_space("Discrete start must be an integer");
       start = detail::as_int64(*s);
     }
+    if (detail::as_int64(*n) > kMaxSpaceElements) return invalid_space(too_large("Discrete n", kMaxSpaceElements));
     return discrete(detail::as_int64(*n), start);
   }
   if (kind != nullptr && *kind == "MultiDiscrete") {
@@ -193,7 +222,9 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       nvec.push_back(detail::as_int64(v));
     }
     if (nvec.empty()) return invalid_space("MultiDiscrete nvec must be positive integers, got []");
-    return multi_discrete(std::move(nvec));
+    Result<Space> space = multi_discrete(std::move(nvec));
+    if (!space.ok()) return invalid_space(space.status().message());
+    return space;
   }
   const nlohmann::json* type = detail::member(data, "type");
   return invalid_space("unknown space type " + (type ? detail::describe(*type) : std::string("None")) +

@@ -63,6 +63,15 @@ Result<nlohmann::json> parse_json(std::string_view text);
 /// Whether `text` is well-formed UTF-8 (no overlongs, surrogates or values above U+10FFFF).
 bool is_valid_utf8(std::string_view text) noexcept;
 
+/// The offset of the first byte that makes `text` invalid UTF-8, or
+/// std::string_view::npos when it is valid.
+std::size_t first_invalid_utf8(std::string_view text) noexcept;
+
+/// The deepest nesting of arrays and objects parse_json accepts. A body
+/// nested deeper is refused (INVALID_JSON) before it is parsed: nested values
+/// are walked recursively when they are described or dumped.
+inline constexpr std::size_t kMaxJsonDepth = 512;
+
 /// Serialises a message body (never throws; invalid UTF-8 is replaced).
 std::string encode_message(const nlohmann::json& message);
 

@@ -16,6 +16,12 @@ namespace tether {
 /// Which kind of space.
 enum class SpaceKind { kBox, kDiscrete, kMultiDiscrete };
 
+/// The most numbers a space may need per value or per distribution
+/// (prod(Box shape), Discrete n, sum of MultiDiscrete nvec): buffers of these
+/// sizes are allocated per agent, so a larger space is refused (INVALID_FIELD
+/// from from_json, INVALID_ARGUMENT from the factories) before anything is allocated.
+inline constexpr std::int64_t kMaxSpaceElements = std::int64_t{1} << 22;
+
 /// One space. A value of the space is handled as a flat row-major array of
 /// `flat_dim()` numbers (a Discrete value is one number, start included).
 class Space {
