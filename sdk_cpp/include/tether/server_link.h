@@ -14,6 +14,12 @@
 // a reconnect with the same session and seq; a batch the server refused with
 // ERROR is never resent. Off-policy EPISODES have no answer: each is followed
 // by GET_STATE, whose SET_STATE acknowledges it.
+//
+// Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
+// GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
+// module's model is loaded with the BackendFactory on the I/O thread; batches
+// carry multi-agent records (§10.7) and per-module claims; request() sends
+// MAP_AGENTS for an engine thread that waits for the answer.
 #pragma once
 
 #include <atomic>
@@ -23,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +42,8 @@
 
 #include "tether/episode.h"
 #include "tether/inference.h"
+#include "tether/messages.h"
+#include "tether/policy_mapping.h"
 #include "tether/session.h"
 #include "tether/spaces.h"
 #include "tether/status.h"
@@ -59,6 +68,11 @@ struct LinkOptions {
   std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
   BackendFactory backend_factory;          ///< required: makes the backend that runs each model
+  bool multi_agent = false;                ///< per-module config, models and records (MultiAgentClient)
+  /// Times one batch is sent on connections that are lost before its answer
+  /// arrives; then it is given up (its kBatch event carries CONNECTION_FAILED).
+  int max_batch_attempts = 5;
+  std::size_t max_queued_events = 1024;    ///< events kept for an engine that does not read them (errors go first)
 };
 
 /// What a connection's handshake learned (PONG + SET_CONFIG), immutable once posted.
@@ -75,6 +89,10 @@ struct LinkConfig {
   bool speaks_1_3 = false;                    ///< PONG announced protocol 1.3 or later
   bool announces_version = false;             ///< PONG carried a protocol_version (not RLlib's plain v1)
   std::size_t queue_limit_steps = 1000;       ///< steps allowed to wait behind the batch in flight
+  // Multi-agent (LinkOptions::multi_agent):
+  std::map<std::string, ModuleSpec> modules;  ///< SET_CONFIG "modules"
+  std::optional<PolicyMapping> mapping;       ///< the rules; none: the server maps (MAP_AGENTS)
+  std::map<std::string, GroupSpec> groups;    ///< SET_CONFIG "groups"
 };
 
 /// A loaded model, ready to run on the engine thread (the backend is not thread-safe:
@@ -85,16 +103,32 @@ struct LoadedPolicy {
   std::size_t out_dim = 0;                    ///< action_dist_inputs width it produces
 };
 
-/// Experience cut on the engine thread; the engine never touches the chunks again.
+/// Experience cut on the engine thread; the engine never touches the chunks
+/// or records again. Once the batch is answered (or given up) the I/O thread
+/// frees them and `episodes` (the engine only reads `episode_ids`).
 struct Batch {
-  std::vector<EpisodeChunk> chunks;           ///< one per episode (episode_id set)
+  std::vector<EpisodeChunk> chunks;           ///< single-agent chunks, one per episode (episode_id set)
+  std::vector<MultiAgentRecord> records;      ///< multi-agent records (episode_id set)
   std::int64_t env_steps = 0;                 ///< env steps (= agent steps, single-agent)
+  std::int64_t agent_steps = 0;               ///< agent steps; 0: env_steps (single-agent)
   std::optional<std::int64_t> weights_seq_no; ///< the claim: oldest version its steps used
+  std::optional<std::map<std::string, std::int64_t>> weights_seq_nos;  ///< per-module claims
+  /// The connection (LinkEvent::connection) whose weights versions the claims
+  /// name: versions are comparable within one connection only, so a batch
+  /// sent on another connection claims version 0 (staleness over-estimated).
+  std::int64_t claim_connection = 0;
   // Written by the I/O thread (read by the engine once `done`):
   std::int64_t seq = 0;                       ///< batch_seq, given at the first send
-  bool done = false;                          ///< answered (or refused)
+  int attempts = 0;                           ///< connections it was sent on
+  bool done = false;                          ///< answered (or refused, or given up)
   Status error;                               ///< the refusal, when refused
+  std::vector<std::string> episode_ids;       ///< its episodes' ids (kept when the data is freed)
   nlohmann::json episodes;                    ///< the encoded records (kept for a resend)
+
+  /// The steps the send queue counts: agent steps (env steps if none given).
+  std::size_t queue_steps() const noexcept {
+    return static_cast<std::size_t>(agent_steps > 0 ? agent_steps : env_steps);
+  }
 };
 
 /// What the I/O thread reports to the engine thread, in order.
@@ -111,6 +145,11 @@ struct LinkEvent {
   std::shared_ptr<const LinkConfig> config;      ///< kConnected
   std::shared_ptr<LoadedPolicy> policy;          ///< kConnected / kState: a new model, or null
   std::optional<std::int64_t> weights_seq_no;    ///< kConnected / kState: the version announced
+  /// kConnected / kState (multi-agent): the new model of each module that has one.
+  std::map<std::string, std::shared_ptr<LoadedPolicy>> module_policies;
+  /// kConnected / kState (multi-agent): the version announced for each module listed.
+  std::map<std::string, std::int64_t> module_seqs;
+  std::int64_t connection = 0;                   ///< kConnected / kState: the connection number (1, 2, ...)
   std::shared_ptr<Batch> batch;                  ///< kBatch
   Status status;                                 ///< kError / kFatal
 };
@@ -158,6 +197,16 @@ class ServerLink {
   bool events_pending() const noexcept { return events_pending_.load(std::memory_order_acquire); }
   /// Moves the waiting events to `out` (a fatal event is left in place too, so it repeats).
   void take_events(std::deque<LinkEvent>& out);
+
+  /// Sends `message` (e.g. MAP_AGENTS) through the I/O thread and waits at
+  /// most `timeout_s` for its answer (the engine's only network wait besides
+  /// waiting for weights). Resent after a reconnect. Returns the answer, the
+  /// server's ERROR as its status, TIMEOUT naming the request, CLOSED, or the
+  /// fatal status.
+  Result<Message> request(nlohmann::json message, double timeout_s);
+
+  /// Events waiting for take_events().
+  std::size_t events_waiting() const;
 
   /// Whether no batch is queued or in flight.
   bool idle() const;
