@@ -229,24 +229,39 @@ class ServerLink {
     Status status;
     bool server_framing_error = false;  // the server sent ERROR BAD_HEADER/FRAME_TOO_LARGE
   };
+  struct PendingRequest {
+    nlohmann::json message;
+    std::string type;
+    bool done = false;       // answered, refused or failed (under mutex_)
+    bool abandoned = false;  // its waiter gave up (under mutex_)
+    Status status;
+    Message answer;
+  };
 
   void run();
   Status connect_with_retry(std::chrono::steady_clock::time_point down_since, bool first);
   Status handshake();
+  Status read_config(const nlohmann::json& body, LinkConfig& config) const;
   Status serve();
   Status send_batch(const std::shared_ptr<Batch>& batch);
+  Status send_request(const std::shared_ptr<PendingRequest>& request);
   Status idle_wait();
   Status send_raw(const nlohmann::json& message);
   Exchange exchange(const nlohmann::json& message, double timeout_s, const char* setting, Batch* batch);
   Exchange read_answer(const char* request, double timeout_s, const char* setting, Batch* batch);
-  void handle_lost(const Exchange& result);
+  Status batch_lost(const std::shared_ptr<Batch>& batch, const Exchange& result);
+  void finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event);
   bool room_locked(std::size_t steps) const;
-  std::shared_ptr<LoadedPolicy> prepare_state(const nlohmann::json& state, bool initial,
-                                              std::optional<std::int64_t>& seq);
+  void prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event);
+  std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
+                                            const std::string& output_name, const Space& observation_space,
+                                            const Space& action_space, const std::string& what);
   void post(LinkEvent event);
+  void post_locked(LinkEvent event);
   void post_error(Status status);
-  void forget_refused(const Batch& batch);
+  void forget_refused_locked(const Batch& batch);
   void drop_episodes(Batch& batch, const std::set<std::string>& gone);
+  void recount_queue_locked();
   nlohmann::json state_request(bool initial) const;
 
   LinkOptions options_;
@@ -258,6 +273,10 @@ class ServerLink {
   std::vector<Response> responses_;
   std::shared_ptr<const LinkConfig> config_;  // the current connection's (I/O thread)
   std::optional<std::int64_t> io_seq_;        // the newest weights_seq_no seen (I/O thread)
+  std::map<std::string, std::int64_t> io_seqs_;  // per module (I/O thread, multi-agent)
+  std::int64_t connection_number_ = 0;        // connections handshaken so far (I/O thread)
+  bool progress_ = false;                     // an answer arrived on this connection (I/O thread)
+  double backoff_s_ = 0.0;                    // pause before reconnecting after a fruitless connection
   std::int64_t next_seq_ = 1;
   std::chrono::steady_clock::time_point last_send_;
 
@@ -267,10 +286,13 @@ class ServerLink {
   std::atomic<bool> events_pending_{false};
   std::deque<std::shared_ptr<Batch>> outbox_;
   std::shared_ptr<Batch> in_flight_;
+  std::deque<std::shared_ptr<PendingRequest>> requests_;
   std::size_t queued_steps_ = 0;
   std::size_t queue_limit_steps_ = 1000;
-  std::set<std::string> refused_episodes_;
+  std::set<std::string> refused_episodes_;     // until the engine has taken the refusal
+  std::deque<std::string> refused_order_;      // oldest first (bounds the set)
   bool fatal_ = false;
+  Status fatal_status_;
   bool stopped_ = false;
   bool connected_once_ = false;
   bool closing_ = false;
