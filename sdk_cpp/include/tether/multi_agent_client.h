@@ -262,25 +262,30 @@ class MultiAgentClient {
 
   void sync();
   void report(Status status);
+  void apply_models(LinkEvent& event);
   void forget_episodes(const std::set<std::string>& ids);
   void recount_pending();
   std::size_t sendable_steps() const;
   void send_batch();
-  Status map_actors(const std::string& episode_id, const std::vector<std::string>& actor_ids,
-                    std::vector<std::string>& modules);
-  Status gather(Episode* episode, const AgentFrame& frame, bool for_end);
-  Status infer(bool deterministic_mode, AgentFrame& frame);
+  Status map_actors(const std::string& episode_id);
+  Status gather(Episode* episode, const AgentFrame& frame, const std::string& mapping_episode_id, bool ending);
+  void fill_batches(const AgentFrame& frame);
+  Status run_modules();
+  void lay_out_actions(AgentFrame& frame) const;
+  void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
+  bool cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest);
   void write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const;
   Status end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated);
-  Module* module_ptr(const std::string& module_id);
+  Status check_call(const std::string& episode_id, const char* call, Episode*& episode);
 
   ClientOptions options_;
   std::unique_ptr<ServerLink> link_;
   std::shared_ptr<const LinkConfig> config_;
   std::map<std::string, std::unique_ptr<Module>> modules_;
-  std::unordered_map<std::string, std::size_t> group_of_;  // member id -> index in group_list_
+  // member id -> (group index in group_list_, position among its members)
+  std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> group_of_;
   std::vector<const GroupSpec*> group_list_;
-  std::unordered_map<std::string, std::size_t> group_index_;  // group id -> index in group_list_
+  std::vector<std::size_t> group_member_offset_;  // per group, its first entry in member_index_
   std::int64_t connection_ = 0;
   Rng rng_;
   bool raw_box_samples_ = true;
@@ -292,6 +297,7 @@ class MultiAgentClient {
   std::int64_t models_loaded_ = 0;
   std::int64_t inference_runs_ = 0;
   std::int64_t map_requests_ = 0;
+  std::uint64_t frame_counter_ = 0;
   std::deque<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
   Status last_error_;
@@ -299,11 +305,13 @@ class MultiAgentClient {
   // Per-frame scratch, reused (no allocation in steady state).
   std::vector<Slot> slots_;
   std::vector<Module*> frame_modules_;
-  std::vector<std::size_t> member_index_;
+  std::vector<std::size_t> member_index_;  // per group member: its index in the frame (or none)
+  std::vector<std::size_t> group_slot_;    // per group: its slot in the frame (or none)
+  std::vector<std::size_t> new_slots_;     // slots of actors acting for the first time
   std::vector<std::string> new_actor_ids_;
-  std::vector<std::string> new_actor_modules_;
   std::vector<double> record_action_;
   std::vector<double> env_action_;
+  AgentFrame end_frame_;
 };
 
 }  // namespace tether
