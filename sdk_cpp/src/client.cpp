@@ -389,11 +389,11 @@ void TetherClient::send_batch() {
   recount_pending();
   if (batch->chunks.empty()) return;
   for (const EpisodeChunk& chunk : batch->chunks) batch->env_steps += static_cast<std::int64_t>(chunk.steps());
-  // The claim: the oldest version of the steps cut (§7.6). Versions are
-  // comparable within one connection only: steps of an earlier connection
-  // claim the oldest possible version; steps of unknown version claim none.
-  if (oldest) batch->weights_seq_no = oldest->first == connection_ ? oldest->second : 0;
-  batch->claim_connection = connection_;
+  // The claim: the oldest version of the steps cut (§7.6), stamped with the
+  // connection it was learned on (the link drops a claim of an earlier server
+  // run); steps of unknown version claim none.
+  if (oldest) batch->weights_seq_no = oldest->second;
+  batch->claim_connection = oldest ? oldest->first : connection_;
   const std::size_t steps = static_cast<std::size_t>(batch->env_steps);
   const bool wait_for_room = options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps);
   if (wait_for_room) {

@@ -973,18 +973,21 @@ void MultiAgentClient::send_batch() {
     for (const auto& entry : record.agents) batch->agent_steps += static_cast<std::int64_t>(entry.second.chunk.steps());
   }
   batch->env_steps = env_steps;
-  // The claims (§7.6): per module, the oldest version its steps used (of this
-  // connection; the oldest possible one for steps of an earlier connection); a
-  // module without steps here reports the version it holds.
+  // The claims (§7.6): per module, the oldest version its steps used; a
+  // module without steps here reports the version it holds. Stamped with the
+  // earliest connection they come from (the link drops claims of an earlier server run).
   std::map<std::string, std::int64_t> claims;
+  std::int64_t claim_connection = connection_;
   for (const auto& entry : modules_) {
     if (entry.second->seq) claims[entry.first] = *entry.second->seq;
   }
   for (const auto& entry : oldest) {
-    if (entry.second) claims[entry.first] = entry.second->first == connection_ ? entry.second->second : 0;
+    if (!entry.second) continue;
+    claims[entry.first] = entry.second->second;
+    claim_connection = std::min(claim_connection, entry.second->first);
   }
   batch->weights_seq_nos = std::move(claims);
-  batch->claim_connection = connection_;
+  batch->claim_connection = claim_connection;
   const std::size_t steps = batch->queue_steps();
   if (options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps)) {
     link_->wait_for_room(steps);  // the steps are cut: queued whatever happens meanwhile

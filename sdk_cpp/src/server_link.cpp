@@ -558,6 +558,7 @@ Status ServerLink::handshake() {
   event.config = config;
   event.connection = connection_number_;
   prepare_state(state.answer.body, true, event);
+  note_versions(event, true);
   std::lock_guard<std::mutex> lock(mutex_);
   queue_limit_steps_ = config->queue_limit_steps;
   post_locked(std::move(event));
@@ -662,6 +663,28 @@ void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEv
   if (!event.policy) return;
   if (seq) io_seq_ = seq;
   event.weights_seq_no = seq;
+}
+
+void ServerLink::note_versions(const LinkEvent& event, bool new_connection) {
+  // Versions only grow within a server run: a new connection that finds a
+  // lower one talks to a server restarted without resuming, a new run.
+  if (new_connection) {
+    bool went_back = event.weights_seq_no && max_seq_ && *event.weights_seq_no < *max_seq_;
+    for (const auto& entry : event.module_seqs) {
+      auto seen = max_module_seqs_.find(entry.first);
+      went_back = went_back || (seen != max_module_seqs_.end() && entry.second < seen->second);
+    }
+    if (went_back) {
+      run_first_connection_ = connection_number_;
+      max_seq_.reset();
+      max_module_seqs_.clear();
+    }
+  }
+  if (event.weights_seq_no && (!max_seq_ || *event.weights_seq_no > *max_seq_)) max_seq_ = event.weights_seq_no;
+  for (const auto& entry : event.module_seqs) {
+    auto seen = max_module_seqs_.find(entry.first);
+    if (seen == max_module_seqs_.end() || entry.second > seen->second) max_module_seqs_[entry.first] = entry.second;
+  }
 }
 
 Status ServerLink::serve() {
@@ -776,9 +799,9 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   BatchInfo info;
   const std::int64_t agent_steps = static_cast<std::int64_t>(batch->queue_steps());
   info.env_steps = config.speaks_1_3 ? batch->env_steps : agent_steps;
-  // Versions are comparable within one connection only: a claim made with
-  // another connection's versions names the oldest possible one (§7.6).
-  const bool same_connection = batch->claim_connection == connection_number_;
+  // Versions are comparable within one server run only: a claim made with an
+  // earlier run's versions names the oldest possible one (§7.6).
+  const bool same_connection = batch->claim_connection >= run_first_connection_;
   if (batch->weights_seq_no) info.weights_seq_no = same_connection ? *batch->weights_seq_no : 0;
   if (batch->weights_seq_nos) {
     info.weights_seq_nos = *batch->weights_seq_nos;
@@ -829,6 +852,7 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
     LinkEvent state_event;
     state_event.kind = LinkEvent::Kind::kState;
     prepare_state(answer->body, false, state_event);
+    note_versions(state_event, false);
     finish_batch(batch, Status::Ok(), &state_event);
   } else {
     finish_batch(batch, Status::Ok(), nullptr);

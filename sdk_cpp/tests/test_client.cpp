@@ -442,36 +442,80 @@ TEST(ServerLink, AnIdOfARefusedEpisodeIsSentAgainWhenReused) {
   EXPECT_EQ(steps_after_refusal, 25u);  // the second "e1", whole
 }
 
-TEST(ServerLink, ClaimsAreComparableWithinOneConnectionOnly) {
+// Batch 1 is lost on connection 1 and resent on connection 2, where the server
+// announces `second_version` (connection 1 announced 5).
+std::vector<json> claims_across_reconnect(std::int64_t second_version, std::optional<std::int64_t>& current) {
   ServerScript script;
-  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
-    conn.send(server_state(connection == 1 ? 5 : 2, 0));  // the server restarted: its numbers start again
+  script.on_get_state = [second_version](Conn& conn, const tether::Message&, int connection) {
+    conn.send(server_state(connection == 1 ? 5 : second_version, 0));
     return true;
   };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+  script.on_batch = [second_version](Conn& conn, const tether::Message&, int n) {
     if (n == 1) return false;  // lost before the answer: resent on the next connection
-    conn.send(server_state(10 + n, 1));
+    conn.send(server_state(second_version + n, 1));
     return true;
   };
   FakeServer server(script);
   auto connected = tether::TetherClient::connect(options_for(server));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  if (!connected.ok()) return {};
   tether::TetherClient& client = *connected.value();
   EXPECT_EQ(client.weights_seq_no(), 5);
-  Played played = play(client, 30);
-  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
-  ASSERT_TRUE(client.flush().ok());
-  const std::optional<std::int64_t> current = client.weights_seq_no();
-  ASSERT_TRUE(current.has_value());
-  played = play(client, 10);  // fewer than a batch: all acted with `current` on connection 2
-  ASSERT_TRUE(played.status.ok());
-  ASSERT_TRUE(client.flush().ok());
-  std::vector<json> batches = server.batches();
+  EXPECT_TRUE(play(client, 30).status.ok());
+  EXPECT_TRUE(client.flush().ok());
+  current = client.weights_seq_no();
+  EXPECT_TRUE(play(client, 10).status.ok());  // fewer than a batch: all acted with `current`
+  EXPECT_TRUE(client.flush().ok());
+  return server.batches();
+}
+
+TEST(ServerLink, ClaimsAreComparableWithinOneServerRunOnly) {
+  std::optional<std::int64_t> current;
+  // The server restarted without resuming (its versions went back): version 5 means nothing now.
+  std::vector<json> batches = claims_across_reconnect(2, current);
   ASSERT_GE(batches.size(), 3u);
   EXPECT_EQ(batches[0]["weights_seq_no"], 5);
   EXPECT_EQ(batches[1]["batch_seq"], 1);
-  EXPECT_EQ(batches[1]["weights_seq_no"], 0);  // connection 1's version 5 means nothing on connection 2
+  EXPECT_EQ(batches[1]["weights_seq_no"], 0);
+  ASSERT_TRUE(current.has_value());
   EXPECT_EQ(batches.back()["weights_seq_no"], *current);
+  // The same run (versions went on): the resent batch keeps its true claim.
+  batches = claims_across_reconnect(7, current);
+  ASSERT_GE(batches.size(), 3u);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);
+  EXPECT_EQ(batches[1]["weights_seq_no"], 5);
+  EXPECT_EQ(batches.back()["weights_seq_no"], *current);
+}
+
+TEST(ServerLink, StepsOfUnknownVersionClaimNone) {
+  ServerScript script;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"}, {"onnx_file", onnx_file(0)}});  // no weights_seq_no
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    conn.send(server_state(n, 1));
+    return true;
+  };
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  ASSERT_TRUE(client.start_episode("a").ok());
+  for (int t = 0; t < 5; ++t) ASSERT_TRUE(client.get_action("a", obs, 4, action, 1).ok());
+  ASSERT_TRUE(client.flush().ok());  // 4 steps; the answer brings version 1; the 5th step waits for its next obs
+  EXPECT_EQ(client.weights_seq_no(), 1);
+  ASSERT_TRUE(client.end_episode("a", obs, 4).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_FALSE(batches[0].contains("weights_seq_no"));
+  // Batch 2's step was acted before version 1 was known: it must not claim 1.
+  EXPECT_FALSE(batches[1].contains("weights_seq_no")) << batches[1].dump().substr(0, 300);
 }
 
 tether::LinkOptions link_options_for(const FakeServer& server) {

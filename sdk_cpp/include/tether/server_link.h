@@ -114,8 +114,10 @@ struct Batch {
   std::optional<std::int64_t> weights_seq_no; ///< the claim: oldest version its steps used
   std::optional<std::map<std::string, std::int64_t>> weights_seq_nos;  ///< per-module claims
   /// The connection (LinkEvent::connection) whose weights versions the claims
-  /// name: versions are comparable within one connection only, so a batch
-  /// sent on another connection claims version 0 (staleness over-estimated).
+  /// name. Versions are comparable within one server run only: when a later
+  /// connection finds versions lower than those seen before (a server
+  /// restarted without resuming), a batch whose claims come from an earlier
+  /// run is sent claiming version 0 (the oldest: staleness over-estimated).
   std::int64_t claim_connection = 0;
   // Written by the I/O thread (read by the engine once `done`):
   std::int64_t seq = 0;                       ///< batch_seq, given at the first send
@@ -253,6 +255,7 @@ class ServerLink {
   void finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event);
   bool room_locked(std::size_t steps) const;
   void prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event);
+  void note_versions(const LinkEvent& event, bool new_connection);
   std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
                                             const std::string& output_name, const Space& observation_space,
                                             const Space& action_space, const std::string& what);
@@ -275,6 +278,9 @@ class ServerLink {
   std::optional<std::int64_t> io_seq_;        // the newest weights_seq_no seen (I/O thread)
   std::map<std::string, std::int64_t> io_seqs_;  // per module (I/O thread, multi-agent)
   std::int64_t connection_number_ = 0;        // connections handshaken so far (I/O thread)
+  std::int64_t run_first_connection_ = 1;     // the first connection of the current server run (I/O thread)
+  std::optional<std::int64_t> max_seq_;       // the newest version seen in this run (I/O thread)
+  std::map<std::string, std::int64_t> max_module_seqs_;  // per module (I/O thread)
   bool progress_ = false;                     // an answer arrived on this connection (I/O thread)
   double backoff_s_ = 0.0;                    // pause before reconnecting after a fruitless connection
   std::int64_t next_seq_ = 1;
