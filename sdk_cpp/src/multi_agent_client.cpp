@@ -644,6 +644,16 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   Episode* episode = nullptr;
   Status status = check_call(episode_id, "get_action", episode);
   if (!status.ok()) return status;
+  // The cut comes first, before anything of this frame is built: sending may
+  // apply events (a new connection's config, new models; with
+  // wait_for_weights it waits for them), and this frame then acts with them.
+  // The actors about to act hold back their latest step until this frame's
+  // observation (§10.7): it goes with the next batch.
+  const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
+  if (episode->training && pending_steps_ >= per_sample && sendable_steps() >= per_sample) {
+    send_batch();
+    if (!fatal_.ok()) return fatal_;
+  }
   status = gather(episode, frame, episode_id, false);
   if (!status.ok()) return status;
   // New actors join at this env step.
@@ -664,7 +674,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   for (std::size_t i = 0; i < frame.size(); ++i) {
     episode->latest_obs[frame.agent_id(i)].assign(frame.obs(i), frame.obs(i) + frame.obs_size(i));
   }
-  // Observe: each actor's observation row (and centralized-critic row), before the cut.
+  // Observe: each actor's observation row (and centralized-critic row).
   for (const Slot& slot : slots_) {
     Actor& actor = *slot.actor;
     if (!actor.training) continue;
@@ -673,10 +683,6 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     actor.obs.insert(actor.obs.end(), row, row + module.obs_dim);
     if (module.value_dim > 0) write_value_obs(*episode, module, actor.value_obs);
     ++actor.obs_rows;
-  }
-  const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
-  if (episode->training && pending_steps_ >= per_sample && sendable_steps() >= per_sample) {
-    send_batch();  // (may apply new models, and with wait_for_weights waits for them)
   }
   status = run_modules();
   if (!status.ok()) {

@@ -677,7 +677,9 @@ TEST(MultiAgentClient, LostConnectionResendsTheBatchWithTheSameSeq) {
   };
   FakeServer server(script);
   auto log = std::make_shared<RunLog>();
-  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  tether::ClientOptions options = options_for(server, log);
+  options.wait_for_weights = true;  // the new connection's config arrives while get_action waits in its cut
+  auto connected = tether::MultiAgentClient::connect(options);
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::MultiAgentClient& client = *connected.value();
   std::string episode = client.start_episode("r").value();
@@ -685,8 +687,12 @@ TEST(MultiAgentClient, LostConnectionResendsTheBatchWithTheSameSeq) {
   for (int t = 0; t < 25; ++t) {
     frame.clear();
     add(frame, "adversary_0", {static_cast<float>(t), 0, 0});
+    add(frame, "m_1", {static_cast<float>(t), 1});
     add(frame, "good_0", {static_cast<float>(t), 0});
+    add(frame, "m_0", {static_cast<float>(t), 0});
     ASSERT_TRUE(client.get_action(episode, frame).ok());
+    EXPECT_EQ(frame.action_size(1), 1u);
+    EXPECT_EQ(frame.discrete_action(1), 1);  // a member's part of the group's action
   }
   ASSERT_TRUE(client.end_episode(episode).ok());
   ASSERT_TRUE(client.flush().ok());
@@ -698,6 +704,7 @@ TEST(MultiAgentClient, LostConnectionResendsTheBatchWithTheSameSeq) {
   std::vector<json> delivered(batches.begin() + 1, batches.end());
   std::vector<json> records = valid_records(delivered, config);
   EXPECT_EQ(steps_of(entries_of(records, "r", "adversary_0")), 25u);
+  EXPECT_EQ(steps_of(entries_of(records, "r", "pair")), 25u);
 }
 
 TEST(MultiAgentClient, BadCallsAreStatuses) {
