@@ -5,7 +5,7 @@
 //   options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
 //   auto client = tether::MultiAgentClient::connect(options).value();
 //   std::string episode = client->start_episode().value();
-//   tether::AgentFrame frame;                          // reuse it frame after frame
+//   tether::AgentFrame frame;                          // reuse it, frame after frame
 //   frame.clear();
 //   frame.add("red_0", obs0, obs0_size);               // the agents acting now (group members included)
 //   frame.add("blue_0", obs1, obs1_size);
@@ -150,7 +150,9 @@ class MultiAgentClient {
   MultiAgentClient(ConstructionKey key, ClientOptions options);
   /// Stops the I/O thread (undelivered experience is dropped: flush() first).
   ~MultiAgentClient();
+  /// Not copyable (it owns the connection and the models).
   MultiAgentClient(const MultiAgentClient&) = delete;
+  /// Not copyable.
   MultiAgentClient& operator=(const MultiAgentClient&) = delete;
 
   /// Begins an episode and returns its id (`episode_id`, or a new random one
