@@ -123,7 +123,7 @@ void TetherClient::sync() {
     switch (event.kind) {
       case LinkEvent::Kind::kConnected: {
         config_ = event.config;
-        ++connection_;
+        connection_ = event.connection;
         const nlohmann::json& info = config_->server_info;
         auto version = info.find("protocol_version");
         raw_box_samples_ = server_takes_raw_box_samples(
@@ -142,8 +142,10 @@ void TetherClient::sync() {
           report(event.batch->error);
           // The rest of a refused batch's episodes is not sent either: the server
           // must not take a fragment for a whole episode.
-          std::set<std::string> ids;
-          for (const EpisodeChunk& chunk : event.batch->chunks) ids.insert(chunk.episode_id.value_or(""));
+          std::set<std::string> ids(event.batch->episode_ids.begin(), event.batch->episode_ids.end());
+          finished_.erase(std::remove_if(finished_.begin(), finished_.end(),
+                                         [&](const Episode& e) { return ids.count(e.id) != 0; }),
+                          finished_.end());
           forget_episodes(ids);
         } else {
           env_steps_sent_ += event.batch->env_steps;
@@ -408,8 +410,11 @@ void TetherClient::send_batch() {
   recount_pending();
   if (batch->chunks.empty()) return;
   for (const EpisodeChunk& chunk : batch->chunks) batch->env_steps += static_cast<std::int64_t>(chunk.steps());
-  // The claim: the oldest version of the steps cut (§7.6).
-  batch->weights_seq_no = oldest ? std::optional<std::int64_t>(oldest->second) : weights_seq_no_;
+  // The claim: the oldest version of the steps cut (§7.6), stamped with the
+  // connection it was learned on (the link drops a claim of an earlier server
+  // run); steps of unknown version claim none.
+  if (oldest) batch->weights_seq_no = oldest->second;
+  batch->claim_connection = oldest ? oldest->first : connection_;
   const std::size_t steps = static_cast<std::size_t>(batch->env_steps);
   const bool wait_for_room = options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps);
   if (wait_for_room) {

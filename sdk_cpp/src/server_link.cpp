@@ -64,6 +64,23 @@ const std::string* first_string(const nlohmann::json& object, const char* key) {
   return (*it)[0].get_ptr<const std::string*>();
 }
 
+// The ids of a batch's episodes (single-agent chunks and multi-agent records).
+std::vector<std::string> episode_ids_of(const Batch& batch) {
+  std::vector<std::string> ids;
+  ids.reserve(batch.chunks.size() + batch.records.size());
+  for (const EpisodeChunk& chunk : batch.chunks) ids.push_back(chunk.episode_id.value_or(""));
+  for (const MultiAgentRecord& record : batch.records) ids.push_back(record.episode_id.value_or(""));
+  return ids;
+}
+
+std::int64_t agent_steps_of(const MultiAgentRecord& record) {
+  std::int64_t steps = 0;
+  for (const auto& entry : record.agents) steps += static_cast<std::int64_t>(entry.second.chunk.steps());
+  return steps;
+}
+
+constexpr std::size_t kMaxRefusedEpisodes = 4096;
+
 Status server_error_status(const Message& message) {
   Result<ServerError> error = decode_error(message);
   if (!error.ok()) return error.status();
@@ -100,6 +117,16 @@ void ServerLink::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     closing_ = true;
+    if (!fatal_ && thread_.joinable()) {
+      // Every later call of the engine hears that the client is closed.
+      fatal_ = true;
+      fatal_status_ = Status(ErrorCode::kClosed, "client closed");
+      LinkEvent event;
+      event.kind = LinkEvent::Kind::kFatal;
+      event.status = fatal_status_;
+      events_.push_back(std::move(event));
+      events_pending_.store(true, std::memory_order_release);
+    }
     changed_.notify_all();
   }
   transport_.cancel();
@@ -109,41 +136,62 @@ void ServerLink::close() {
 // -- engine side -----------------------------------------------------------------------
 
 void ServerLink::drop_episodes(Batch& batch, const std::set<std::string>& gone) {
-  auto keep_end = std::remove_if(batch.chunks.begin(), batch.chunks.end(), [&](const EpisodeChunk& chunk) {
+  auto chunks_end = std::remove_if(batch.chunks.begin(), batch.chunks.end(), [&](const EpisodeChunk& chunk) {
     return gone.count(chunk.episode_id.value_or("")) != 0;
   });
-  if (keep_end == batch.chunks.end()) return;
-  batch.chunks.erase(keep_end, batch.chunks.end());
-  std::int64_t steps = 0;
-  for (const EpisodeChunk& chunk : batch.chunks) steps += static_cast<std::int64_t>(chunk.steps());
-  batch.env_steps = steps;
+  auto records_end = std::remove_if(batch.records.begin(), batch.records.end(), [&](const MultiAgentRecord& record) {
+    return gone.count(record.episode_id.value_or("")) != 0;
+  });
+  if (chunks_end == batch.chunks.end() && records_end == batch.records.end()) return;
+  batch.chunks.erase(chunks_end, batch.chunks.end());
+  batch.records.erase(records_end, batch.records.end());
+  if (batch.records.empty() && batch.agent_steps == 0) {
+    std::int64_t steps = 0;
+    for (const EpisodeChunk& chunk : batch.chunks) steps += static_cast<std::int64_t>(chunk.steps());
+    batch.env_steps = steps;
+    return;
+  }
+  // Multi-agent: agent steps are counted again, env steps scaled with them (as the Python SDK).
+  std::int64_t agent_steps = 0;
+  for (const EpisodeChunk& chunk : batch.chunks) agent_steps += static_cast<std::int64_t>(chunk.steps());
+  for (const MultiAgentRecord& record : batch.records) agent_steps += agent_steps_of(record);
+  if (batch.agent_steps > 0) {
+    batch.env_steps = static_cast<std::int64_t>(
+        std::llround(static_cast<double>(batch.env_steps) * static_cast<double>(agent_steps) /
+                     static_cast<double>(batch.agent_steps)));
+  }
+  batch.agent_steps = agent_steps;
+}
+
+void ServerLink::recount_queue_locked() {
+  outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(),
+                               [](const std::shared_ptr<Batch>& b) { return b->chunks.empty() && b->records.empty(); }),
+                outbox_.end());
+  queued_steps_ = 0;
+  for (const auto& waiting : outbox_) queued_steps_ += waiting->queue_steps();
 }
 
 std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
   std::set<std::string> gone;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t steps = static_cast<std::size_t>(batch->env_steps);
+    const std::size_t steps = batch->queue_steps();
     while (!outbox_.empty() &&
            (outbox_.size() >= options_.max_queued_batches || queued_steps_ + steps > queue_limit_steps_)) {
       std::shared_ptr<Batch> dropped = outbox_.front();
       outbox_.pop_front();
       batches_dropped_.fetch_add(1);
-      for (const EpisodeChunk& chunk : dropped->chunks) gone.insert(chunk.episode_id.value_or(""));
-      queued_steps_ -= std::min<std::size_t>(queued_steps_, static_cast<std::size_t>(dropped->env_steps));
+      for (std::string& id : episode_ids_of(*dropped)) gone.insert(std::move(id));
+      queued_steps_ -= std::min<std::size_t>(queued_steps_, dropped->queue_steps());
     }
     if (!gone.empty()) {
       for (auto& waiting : outbox_) drop_episodes(*waiting, gone);
       drop_episodes(*batch, gone);
     }
     if (!refused_episodes_.empty()) drop_episodes(*batch, refused_episodes_);
-    outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(),
-                                 [](const std::shared_ptr<Batch>& b) { return b->chunks.empty(); }),
-                  outbox_.end());
-    queued_steps_ = 0;
-    for (const auto& waiting : outbox_) queued_steps_ += static_cast<std::size_t>(waiting->env_steps);
-    if (!batch->chunks.empty()) {
-      queued_steps_ += static_cast<std::size_t>(batch->env_steps);  // after its dropped episodes left it
+    recount_queue_locked();
+    if (!batch->chunks.empty() || !batch->records.empty()) {
+      queued_steps_ += batch->queue_steps();  // after its dropped episodes left it
       outbox_.push_back(std::move(batch));
     } else {
       batch->done = true;  // nothing left to send (its episodes were dropped or refused): no one waits for it
@@ -176,6 +224,11 @@ bool ServerLink::idle() const {
   return outbox_.empty() && in_flight_ == nullptr;
 }
 
+std::size_t ServerLink::events_waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_.size();
+}
+
 void ServerLink::wait_until(const std::function<bool()>& predicate, bool until_error) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -191,6 +244,33 @@ void ServerLink::wait_until(const std::function<bool()>& predicate, bool until_e
   }
 }
 
+Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
+  auto request = std::make_shared<PendingRequest>();
+  auto type = message.find("type");
+  request->type = type != message.end() && type->is_string() ? type->get<std::string>() : std::string("request");
+  request->message = std::move(message);
+  const Clock::time_point deadline = Clock::now() + to_ms(timeout_s);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (fatal_) return fatal_status_;
+  if (closing_ || stopped_) return Status(ErrorCode::kClosed, "client closed");
+  requests_.push_back(request);
+  lock.unlock();
+  transport_.interrupt();  // wakes an idle I/O thread
+  lock.lock();
+  const bool ended = changed_.wait_until(lock, deadline, [&] { return request->done || fatal_ || stopped_ || closing_; });
+  if (request->done) {
+    if (!request->status.ok()) return request->status;
+    return std::move(request->answer);
+  }
+  request->abandoned = true;  // an answer still on its way is ignored
+  auto it = std::find(requests_.begin(), requests_.end(), request);
+  if (it != requests_.begin() && it != requests_.end()) requests_.erase(it);  // not sent yet
+  if (ended && fatal_) return fatal_status_;
+  if (ended) return Status(ErrorCode::kClosed, "client closed");
+  return Status(ErrorCode::kTimeout, "no answer to " + request->type + " from " + address() + " within " +
+                                         format_s(timeout_s) + " s (response_timeout_s)");
+}
+
 void ServerLink::take_events(std::deque<LinkEvent>& out) {
   std::lock_guard<std::mutex> lock(mutex_);
   while (!events_.empty()) {
@@ -198,17 +278,38 @@ void ServerLink::take_events(std::deque<LinkEvent>& out) {
       out.push_back(events_.front());  // a fatal event stays: every later call sees it
       break;
     }
-    out.push_back(std::move(events_.front()));
+    LinkEvent& event = events_.front();
+    if (event.kind == LinkEvent::Kind::kBatch && !event.batch->error.ok()) {
+      // The engine now hears of the refusal and stops recording those episodes:
+      // an id it reuses later is a new episode, sent again.
+      for (const std::string& id : event.batch->episode_ids) refused_episodes_.erase(id);
+    }
+    out.push_back(std::move(event));
     events_.pop_front();
   }
   events_pending_.store(fatal_ || !events_.empty(), std::memory_order_release);
 }
 
-void ServerLink::post(LinkEvent event) {
-  std::lock_guard<std::mutex> lock(mutex_);
+void ServerLink::post_locked(LinkEvent event) {
+  if (events_.size() >= options_.max_queued_events) {
+    // An engine that does not read its events: the oldest error goes first
+    // (connections, models and batches are bounded by what the engine does).
+    auto oldest_error = std::find_if(events_.begin(), events_.end(),
+                                     [](const LinkEvent& e) { return e.kind == LinkEvent::Kind::kError; });
+    if (oldest_error != events_.end()) {
+      events_.erase(oldest_error);
+    } else if (event.kind == LinkEvent::Kind::kError) {
+      return;
+    }
+  }
   events_.push_back(std::move(event));
   events_pending_.store(true, std::memory_order_release);
   changed_.notify_all();
+}
+
+void ServerLink::post(LinkEvent event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  post_locked(std::move(event));
 }
 
 void ServerLink::post_error(Status status) {
@@ -218,14 +319,18 @@ void ServerLink::post_error(Status status) {
   post(std::move(event));
 }
 
-void ServerLink::forget_refused(const Batch& batch) {
-  for (const EpisodeChunk& chunk : batch.chunks) refused_episodes_.insert(chunk.episode_id.value_or(""));
+void ServerLink::forget_refused_locked(const Batch& batch) {
+  for (const std::string& id : batch.episode_ids) {
+    if (refused_episodes_.insert(id).second) refused_order_.push_back(id);
+  }
+  while (refused_order_.size() > kMaxRefusedEpisodes) {
+    refused_episodes_.erase(refused_order_.front());
+    refused_order_.pop_front();
+  }
+  // (ids the engine already took out of the set stay in the order list until they age out)
+  while (!refused_order_.empty() && refused_episodes_.count(refused_order_.front()) == 0) refused_order_.pop_front();
   for (auto& waiting : outbox_) drop_episodes(*waiting, refused_episodes_);
-  outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(),
-                               [](const std::shared_ptr<Batch>& b) { return b->chunks.empty(); }),
-                outbox_.end());
-  queued_steps_ = 0;
-  for (const auto& waiting : outbox_) queued_steps_ += static_cast<std::size_t>(waiting->env_steps);
+  recount_queue_locked();
 }
 
 // -- I/O thread ------------------------------------------------------------------------
@@ -244,7 +349,13 @@ void ServerLink::run() {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!closing_) {
           fatal_ = true;
+          fatal_status_ = status;
           if (first) first_status_ = status;
+          for (auto& request : requests_) {
+            request->status = status;
+            request->done = true;
+          }
+          requests_.clear();
           LinkEvent event;
           event.kind = LinkEvent::Kind::kFatal;
           event.status = status;
@@ -268,6 +379,14 @@ void ServerLink::run() {
     if (!status.ok()) {
       transport_.close();
       reconnects_.fetch_add(1);
+      // A connection that was lost before anything was answered on it keeps
+      // the backoff growing (a server that takes the connection and drops it
+      // at once is not hammered); an answer resets it.
+      backoff_s_ = progress_ ? 0.0 : std::min(backoff_s_ > 0 ? backoff_s_ * 2 : 0.05, 1.0);
+      if (backoff_s_ > 0) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait_for(lock, to_ms(backoff_s_), [this] { return closing_; });
+      }
       down_since = Clock::now();
     }
   }
@@ -275,7 +394,12 @@ void ServerLink::run() {
   std::lock_guard<std::mutex> lock(mutex_);
   stopped_ = true;
   connected_once_ = true;
-  if (first_status_.ok() && !fatal_ && closing_ && !config_) first_status_ = Status(ErrorCode::kClosed, "client closed");
+  for (auto& request : requests_) {
+    request->status = fatal_ ? fatal_status_ : Status(ErrorCode::kClosed, "client closed");
+    request->done = true;
+  }
+  requests_.clear();
+  if (first_status_.ok() && closing_ && !config_) first_status_ = Status(ErrorCode::kClosed, "client closed");
   changed_.notify_all();
 }
 
@@ -325,7 +449,82 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
   }
 }
 
+Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) const {
+  const bool has_spaces = body.contains("observation_space") && body.contains("action_space");
+  if (has_spaces) {
+    Result<Space> obs_space = Space::from_json(body["observation_space"]);
+    if (!obs_space.ok()) return obs_space.status();
+    Result<Space> action_space = Space::from_json(body["action_space"]);
+    if (!action_space.ok()) return action_space.status();
+    config.observation_space = obs_space.value();
+    config.action_space = action_space.value();
+  } else if (!options_.multi_agent) {
+    return Status(ErrorCode::kInvalidField, "SET_CONFIG describes no observation_space/action_space "
+                                            "(a multi-agent server needs the multi-agent client)");
+  }
+  if (const std::string* name = first_string(body, "onnx_input_names")) config.input_name = *name;
+  if (const std::string* name = first_string(body, "onnx_output_names")) config.output_name = *name;
+  if (auto sps = int_member(body, "env_steps_per_sample"); sps && *sps > 0) config.env_steps_per_sample = *sps;
+  auto force = body.find("force_on_policy");
+  config.force_on_policy = force == body.end() || !force->is_boolean() || force->get<bool>();
+  if (auto hb = number_member(body, "heartbeat_interval_s"); hb && *hb > 0 && std::isfinite(*hb)) {
+    config.heartbeat_interval_s = *hb;
+  }
+  if (options_.max_queued_steps > 0) {
+    config.queue_limit_steps = options_.max_queued_steps;
+  } else {
+    auto batch = int_member(body, "train_batch_size");
+    auto staleness = int_member(body, "max_staleness");
+    if (batch && staleness && *batch > 0 && *staleness >= 0) {
+      config.queue_limit_steps = static_cast<std::size_t>((*staleness + 1) * *batch);
+    } else {
+      config.queue_limit_steps = static_cast<std::size_t>(2 * config.env_steps_per_sample);
+    }
+  }
+  if (!options_.multi_agent) return Status::Ok();
+  auto modules = body.find("modules");
+  if (modules == body.end() || !modules->is_object() || modules->empty()) {
+    return Status(ErrorCode::kInvalidField, "SET_CONFIG describes no \"modules\" (the server speaks RLlink < 1.2: "
+                                            "use TetherClient)");
+  }
+  for (auto it = modules->begin(); it != modules->end(); ++it) {
+    Result<ModuleSpec> spec = ModuleSpec::from_json(it.key(), it.value());
+    if (!spec.ok()) return Status(ErrorCode::kInvalidField, "SET_CONFIG modules: " + spec.status().message());
+    config.modules.emplace(it.key(), std::move(spec.value()));
+  }
+  auto rules = body.find("policy_mapping");
+  if (rules != body.end() && !rules->is_null()) {
+    Result<PolicyMapping> mapping = PolicyMapping::from_json(*rules);
+    if (!mapping.ok()) return Status(ErrorCode::kInvalidField, "SET_CONFIG policy_mapping: " + mapping.status().message());
+    for (const std::string& module : mapping.value().modules()) {
+      if (config.modules.count(module) == 0) {
+        return Status(ErrorCode::kInvalidField, "SET_CONFIG policy_mapping names module '" + module +
+                                                    "', which is not in \"modules\"");
+      }
+    }
+    config.mapping = std::move(mapping.value());
+  }
+  auto groups = body.find("groups");
+  if (groups != body.end() && !groups->is_null()) {
+    if (!groups->is_object()) return Status(ErrorCode::kInvalidField, "SET_CONFIG groups is not an object");
+    std::set<std::string> members;
+    for (auto it = groups->begin(); it != groups->end(); ++it) {
+      Result<GroupSpec> group = GroupSpec::from_json(it.key(), it.value());
+      if (!group.ok()) return Status(ErrorCode::kInvalidField, "SET_CONFIG groups: " + group.status().message());
+      for (const std::string& member : group.value().members) {
+        if (!members.insert(member).second || groups->contains(member)) {
+          return Status(ErrorCode::kInvalidField, "SET_CONFIG groups: agent '" + member +
+                                                      "' is in two groups, or is a group itself");
+        }
+      }
+      config.groups.emplace(it.key(), std::move(group.value()));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ServerLink::handshake() {
+  progress_ = false;
   PingOptions ping;
   ping.client_name = options_.client_name;
   ping.auth_token = options_.auth_token;
@@ -346,147 +545,226 @@ Status ServerLink::handshake() {
   }
   Exchange set_config = exchange(make_get_config(), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (set_config.outcome != Outcome::kAnswer) return set_config.status;
-  const nlohmann::json& body = set_config.answer.body;
-  config->server_config = body;
-  if (!body.contains("observation_space") || !body.contains("action_space")) {
-    return Status(ErrorCode::kInvalidField, "SET_CONFIG describes no observation_space/action_space "
-                                            "(a multi-agent server needs the multi-agent client)");
-  }
-  Result<Space> obs_space = Space::from_json(body["observation_space"]);
-  if (!obs_space.ok()) return obs_space.status();
-  Result<Space> action_space = Space::from_json(body["action_space"]);
-  if (!action_space.ok()) return action_space.status();
-  config->observation_space = obs_space.value();
-  config->action_space = action_space.value();
-  if (const std::string* name = first_string(body, "onnx_input_names")) config->input_name = *name;
-  if (const std::string* name = first_string(body, "onnx_output_names")) config->output_name = *name;
-  if (auto sps = int_member(body, "env_steps_per_sample"); sps && *sps > 0) config->env_steps_per_sample = *sps;
-  auto force = body.find("force_on_policy");
-  config->force_on_policy = force == body.end() || !force->is_boolean() || force->get<bool>();
-  if (auto hb = number_member(body, "heartbeat_interval_s"); hb && *hb > 0 && std::isfinite(*hb)) {
-    config->heartbeat_interval_s = *hb;
-  }
-  if (options_.max_queued_steps > 0) {
-    config->queue_limit_steps = options_.max_queued_steps;
-  } else {
-    auto batch = int_member(body, "train_batch_size");
-    auto staleness = int_member(body, "max_staleness");
-    if (batch && staleness && *batch > 0 && *staleness >= 0) {
-      config->queue_limit_steps = static_cast<std::size_t>((*staleness + 1) * *batch);
-    } else {
-      config->queue_limit_steps = static_cast<std::size_t>(2 * config->env_steps_per_sample);
-    }
-  }
+  config->server_config = set_config.answer.body;
+  Status read = read_config(config->server_config, *config);
+  if (!read.ok()) return read;
   config_ = config;
+  io_seqs_.clear();  // a new connection sends every model again
   Exchange state = exchange(state_request(true), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (state.outcome != Outcome::kAnswer) return state.status;
+  ++connection_number_;
   LinkEvent event;
   event.kind = LinkEvent::Kind::kConnected;
   event.config = config;
-  event.policy = prepare_state(state.answer.body, true, event.weights_seq_no);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_limit_steps_ = config->queue_limit_steps;
-  }
-  post(std::move(event));
+  event.connection = connection_number_;
+  prepare_state(state.answer.body, true, event);
+  note_versions(event, true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_limit_steps_ = config->queue_limit_steps;
+  post_locked(std::move(event));
   return Status::Ok();
 }
 
 nlohmann::json ServerLink::state_request(bool initial) const {
+  if (options_.multi_agent) return make_get_state(initial ? std::map<std::string, std::int64_t>() : io_seqs_);
   if (initial || !io_seq_) return make_get_state();
   return make_get_state(io_seq_);
 }
 
-std::shared_ptr<LoadedPolicy> ServerLink::prepare_state(const nlohmann::json& state, bool initial,
-                                                        std::optional<std::int64_t>& seq) {
-  seq = int_member(state, "weights_seq_no");
-  auto onnx = state.find("onnx_file");
-  if (onnx == state.end()) {
-    if (seq) io_seq_ = seq;
+std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx, const std::string& input_name,
+                                                      const std::string& output_name, const Space& observation_space,
+                                                      const Space& action_space, const std::string& what) {
+  if (!onnx.is_string()) {
+    post_error(Status(ErrorCode::kInvalidField, "SET_STATE " + what + "onnx_file is not a string"));
     return nullptr;
   }
-  if (!initial && seq && io_seq_ && *seq == *io_seq_) {
-    return nullptr;  // the weights in use already (a model is decoded and loaded once per version)
-  }
-  if (!onnx->is_string()) {
-    post_error(Status(ErrorCode::kInvalidField, "SET_STATE onnx_file is not a string"));
-    seq.reset();
-    return nullptr;
-  }
-  Result<std::vector<std::uint8_t>> model = decode_onnx_file(onnx->get_ref<const std::string&>());
+  Result<std::vector<std::uint8_t>> model = decode_onnx_file(onnx.get_ref<const std::string&>());
   if (!model.ok()) {
-    post_error(model.status());
-    seq.reset();
+    post_error(Status(model.status().code(), what + model.status().message()));
     return nullptr;
   }
   auto policy = std::make_shared<LoadedPolicy>();
   policy->backend = options_.backend_factory();
   if (!policy->backend) {
     post_error(Status(ErrorCode::kInferenceFailed, "backend_factory returned no backend"));
-    seq.reset();
     return nullptr;
   }
-  Status loaded = policy->backend->load(model.value().data(), model.value().size(), config_->input_name,
-                                        config_->output_name);
+  Status loaded = policy->backend->load(model.value().data(), model.value().size(), input_name, output_name);
   if (!loaded.ok()) {
-    post_error(loaded);
-    seq.reset();
+    post_error(Status(loaded.code(), what + loaded.message()));
     return nullptr;
   }
-  policy->obs_dim = config_->observation_space.flat_dim();
-  policy->out_dim = config_->action_space.dist_inputs_size();
+  policy->obs_dim = observation_space.flat_dim();
+  policy->out_dim = action_space.dist_inputs_size();
   if ((policy->backend->out_dim() != 0 && policy->backend->out_dim() != policy->out_dim) ||
       (policy->backend->obs_dim() != 0 && policy->backend->obs_dim() != policy->obs_dim)) {
     post_error(Status(ErrorCode::kInferenceFailed,
-                      "model takes " + std::to_string(policy->backend->obs_dim()) + " observation values and outputs " +
-                          std::to_string(policy->backend->out_dim()) + " action_dist_inputs; the spaces need " +
-                          std::to_string(policy->obs_dim) + " and " + std::to_string(policy->out_dim)));
-    seq.reset();
+                      what + "model takes " + std::to_string(policy->backend->obs_dim()) +
+                          " observation values and outputs " + std::to_string(policy->backend->out_dim()) +
+                          " action_dist_inputs; the spaces need " + std::to_string(policy->obs_dim) + " and " +
+                          std::to_string(policy->out_dim)));
     return nullptr;
   }
-  if (seq) io_seq_ = seq;
   return policy;
+}
+
+void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event) {
+  event.connection = connection_number_;
+  if (options_.multi_agent) {
+    auto models = state.find("models");
+    if (models == state.end() || !models->is_object()) {
+      post_error(Status(ErrorCode::kInvalidField, "SET_STATE has no \"models\" object (per-module form)"));
+      return;
+    }
+    for (auto it = models->begin(); it != models->end(); ++it) {
+      const std::string& module_id = it.key();
+      auto spec = config_->modules.find(module_id);
+      if (spec == config_->modules.end()) {
+        post_error(Status(ErrorCode::kUnknownModule, "SET_STATE models: module '" + module_id +
+                                                         "' is not in SET_CONFIG's modules"));
+        continue;
+      }
+      std::optional<std::int64_t> seq = int_member(it.value(), "weights_seq_no");
+      auto onnx = it.value().is_object() ? it.value().find("onnx_file") : it.value().end();
+      if (!seq || !it.value().is_object() || onnx == it.value().end()) {
+        post_error(Status(ErrorCode::kInvalidField, "SET_STATE models['" + module_id +
+                                                        "'] needs an integer weights_seq_no and an onnx_file"));
+        continue;
+      }
+      auto held = io_seqs_.find(module_id);
+      if (!initial && held != io_seqs_.end() && held->second == *seq) {
+        event.module_seqs[module_id] = *seq;  // the weights in use already
+        continue;
+      }
+      const ModuleSpec& m = spec->second;
+      std::shared_ptr<LoadedPolicy> policy = load_policy(*onnx, m.onnx_input_name, m.onnx_output_name,
+                                                         m.observation_space, m.action_space,
+                                                         "module '" + module_id + "': ");
+      if (!policy) continue;  // not held: asked for again with the next GET_STATE
+      io_seqs_[module_id] = *seq;
+      event.module_seqs[module_id] = *seq;
+      event.module_policies[module_id] = std::move(policy);
+    }
+    return;
+  }
+  std::optional<std::int64_t> seq = int_member(state, "weights_seq_no");
+  auto onnx = state.find("onnx_file");
+  if (onnx == state.end()) {
+    if (seq) io_seq_ = seq;
+    event.weights_seq_no = seq;
+    return;
+  }
+  if (!initial && seq && io_seq_ && *seq == *io_seq_) {
+    event.weights_seq_no = seq;
+    return;  // the weights in use already (a model is decoded and loaded once per version)
+  }
+  event.policy = load_policy(*onnx, config_->input_name, config_->output_name, config_->observation_space,
+                             config_->action_space, "");
+  if (!event.policy) return;
+  if (seq) io_seq_ = seq;
+  event.weights_seq_no = seq;
+}
+
+void ServerLink::note_versions(const LinkEvent& event, bool new_connection) {
+  // Versions only grow within a server run: a new connection that finds a
+  // lower one talks to a server restarted without resuming, a new run.
+  if (new_connection) {
+    bool went_back = event.weights_seq_no && max_seq_ && *event.weights_seq_no < *max_seq_;
+    for (const auto& entry : event.module_seqs) {
+      auto seen = max_module_seqs_.find(entry.first);
+      went_back = went_back || (seen != max_module_seqs_.end() && entry.second < seen->second);
+    }
+    if (went_back) {
+      run_first_connection_ = connection_number_;
+      max_seq_.reset();
+      max_module_seqs_.clear();
+    }
+  }
+  if (event.weights_seq_no && (!max_seq_ || *event.weights_seq_no > *max_seq_)) max_seq_ = event.weights_seq_no;
+  for (const auto& entry : event.module_seqs) {
+    auto seen = max_module_seqs_.find(entry.first);
+    if (seen == max_module_seqs_.end() || entry.second > seen->second) max_module_seqs_[entry.first] = entry.second;
+  }
 }
 
 Status ServerLink::serve() {
   for (;;) {
     if (connection_.closed()) return connection_.error();
     std::shared_ptr<Batch> batch;
+    std::shared_ptr<PendingRequest> request;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_) return Status(ErrorCode::kClosed, "client closed");
       batch = in_flight_;  // a batch sent before a reconnect goes again first
-      if (!batch && !outbox_.empty()) {
+      while (!batch && !requests_.empty() && requests_.front()->abandoned) requests_.pop_front();
+      if (!batch && !requests_.empty()) {
+        request = requests_.front();  // an engine waits for it: before the queued batches
+      } else if (!batch && !outbox_.empty()) {
         batch = in_flight_ = outbox_.front();
         outbox_.pop_front();
-        queued_steps_ -= std::min<std::size_t>(queued_steps_, static_cast<std::size_t>(batch->env_steps));
+        queued_steps_ -= std::min<std::size_t>(queued_steps_, batch->queue_steps());
         changed_.notify_all();  // room in the queue
       }
     }
-    Status status = batch ? send_batch(batch) : idle_wait();
+    Status status = batch ? send_batch(batch) : request ? send_request(request) : idle_wait();
     if (!status.ok()) return status;
   }
 }
 
-void ServerLink::handle_lost(const Exchange& result) {
+Status ServerLink::send_request(const std::shared_ptr<PendingRequest>& request) {
+  Exchange result = exchange(request->message, options_.response_timeout_s, "response_timeout_s", nullptr);
+  const bool lost = result.outcome == Outcome::kLost && !result.server_framing_error;
+  if (!lost) {
+    // Answered, refused, or timed out (the waiter hears of it; the connection is dropped below).
+    if (result.outcome == Outcome::kAnswer) progress_ = true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!requests_.empty() && requests_.front() == request) requests_.pop_front();
+    request->status = result.outcome == Outcome::kAnswer ? Status::Ok() : result.status;
+    if (result.outcome == Outcome::kAnswer) request->answer = std::move(result.answer);
+    request->done = true;
+    changed_.notify_all();
+  }
+  if (result.outcome == Outcome::kAnswer || result.outcome == Outcome::kRefused) return Status::Ok();
+  return result.status;  // lost: sent again after the reconnect
+}
+
+Status ServerLink::batch_lost(const std::shared_ptr<Batch>& batch, const Exchange& result) {
   if (result.outcome == Outcome::kTimeout) post_error(result.status);
   if (result.server_framing_error) {
     // The server refused the bytes just sent (e.g. a batch over its frame limit):
-    // sending it again would fail again, so the batch in flight is refused.
+    // sending it again would fail again, so the batch is refused.
+    finish_batch(batch, result.status, nullptr);
+  } else if (batch->attempts >= options_.max_batch_attempts) {
+    finish_batch(batch, Status(ErrorCode::kConnectionFailed,
+                               "batch " + std::to_string(batch->seq) + " was sent on " +
+                                   std::to_string(batch->attempts) + " connections, each lost before its answer (" +
+                                   result.status.to_string() + "); given up (max_batch_attempts)"),
+                 nullptr);
+  }
+  return result.status;  // otherwise the batch stays in flight: resent after the reconnect
+}
+
+void ServerLink::finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event) {
+  // The heavy parts are freed here, on the I/O thread: the engine never pays for them.
+  std::vector<std::string> ids = episode_ids_of(*batch);
+  std::vector<EpisodeChunk> chunks;
+  std::vector<MultiAgentRecord> records;
+  nlohmann::json episodes;
+  chunks.swap(batch->chunks);
+  records.swap(batch->records);
+  episodes.swap(batch->episodes);
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::shared_ptr<Batch> batch = std::move(in_flight_);
-    in_flight_.reset();
-    if (batch) {
-      batch->error = result.status;
-      batch->done = true;
-      forget_refused(*batch);
-      LinkEvent event;
-      event.kind = LinkEvent::Kind::kBatch;
-      event.batch = batch;
-      events_.push_back(std::move(event));
-      events_pending_.store(true, std::memory_order_release);
-      changed_.notify_all();
-    }
+    if (in_flight_ == batch) in_flight_.reset();
+    batch->episode_ids = std::move(ids);
+    if (batch->error.ok()) batch->error = std::move(error);
+    batch->done = true;
+    if (!batch->error.ok()) forget_refused_locked(*batch);
+    if (state_event != nullptr) post_locked(std::move(*state_event));
+    LinkEvent event;
+    event.kind = LinkEvent::Kind::kBatch;
+    event.batch = batch;
+    post_locked(std::move(event));
   }
 }
 
@@ -503,63 +781,82 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
       }
       batch->episodes.push_back(std::move(record.value()));
     }
+    for (const MultiAgentRecord& multi : batch->records) {
+      if (!batch->error.ok()) break;
+      Result<nlohmann::json> record = encode_multi_agent_record(multi, config.modules);
+      if (!record.ok()) {
+        batch->error = record.status();
+        break;
+      }
+      batch->episodes.push_back(std::move(record.value()));
+    }
+  }
+  if (!batch->error.ok()) {
+    finish_batch(batch, Status::Ok(), nullptr);
+    return Status::Ok();
+  }
+  ++batch->attempts;
+  BatchInfo info;
+  const std::int64_t agent_steps = static_cast<std::int64_t>(batch->queue_steps());
+  info.env_steps = config.speaks_1_3 ? batch->env_steps : agent_steps;
+  // Versions are comparable within one server run only: a claim made with an
+  // earlier run's versions names the oldest possible one (§7.6).
+  const bool same_connection = batch->claim_connection >= run_first_connection_;
+  if (batch->weights_seq_no) info.weights_seq_no = same_connection ? *batch->weights_seq_no : 0;
+  if (batch->weights_seq_nos) {
+    info.weights_seq_nos = *batch->weights_seq_nos;
+    if (!same_connection) {
+      for (auto& entry : *info.weights_seq_nos) entry.second = 0;
+    }
+  }
+  if (config.speaks_1_3) {
+    info.agent_steps = agent_steps;
+    info.client_session = client_session_;
+    info.batch_seq = batch->seq;
+  }
+  Result<nlohmann::json> message = make_episodes(batch->episodes, info, config.force_on_policy);
+  if (!message.ok()) {
+    finish_batch(batch, message.status(), nullptr);
+    return Status::Ok();
   }
   std::optional<Message> answer;
-  if (batch->error.ok()) {
-    BatchInfo info;
-    info.env_steps = batch->env_steps;
-    info.weights_seq_no = batch->weights_seq_no;
-    if (config.speaks_1_3) {
-      info.agent_steps = batch->env_steps;
-      info.client_session = client_session_;
-      info.batch_seq = batch->seq;
+  if (config.force_on_policy) {
+    Exchange result = exchange(message.value(), options_.update_timeout_s, "update_timeout_s", batch.get());
+    if (result.outcome == Outcome::kAnswer) {
+      answer = std::move(result.answer);
+    } else if (result.outcome != Outcome::kRefused) {
+      return batch_lost(batch, result);
+    } else if (batch->error.ok()) {
+      batch->error = result.status;
     }
-    Result<nlohmann::json> message = make_episodes(batch->episodes, info, config.force_on_policy);
-    if (!message.ok()) {
-      batch->error = message.status();
-    } else if (config.force_on_policy) {
-      Exchange result = exchange(message.value(), options_.update_timeout_s, "update_timeout_s", batch.get());
-      if (result.outcome == Outcome::kAnswer) {
-        answer = std::move(result.answer);
-      } else if (result.outcome == Outcome::kRefused) {
-        batch->error = result.status;
-      } else {
-        handle_lost(result);
-        return result.status;  // the batch stays in flight: resent after the reconnect
-      }
+  } else {
+    Status sent = send_raw(message.value());
+    if (!sent.ok()) {
+      Exchange lost;
+      lost.outcome = sent.code() == ErrorCode::kTimeout ? Outcome::kTimeout : Outcome::kLost;
+      lost.status = sent;
+      return batch_lost(batch, lost);
+    }
+    // GET_STATE right behind: its answer acknowledges the EPISODES (and brings new weights).
+    Exchange result = exchange(state_request(false), options_.update_timeout_s, "update_timeout_s", batch.get());
+    if (result.outcome == Outcome::kAnswer) {
+      answer = std::move(result.answer);
+    } else if (result.outcome == Outcome::kRefused) {
+      post_error(result.status);  // refuses the GET_STATE, not the EPISODES
     } else {
-      Status sent = send_raw(message.value());
-      if (!sent.ok()) return sent;
-      // GET_STATE right behind: its answer acknowledges the EPISODES (and brings new weights).
-      Exchange result = exchange(state_request(false), options_.update_timeout_s, "update_timeout_s", batch.get());
-      if (result.outcome == Outcome::kAnswer) {
-        answer = std::move(result.answer);
-      } else if (result.outcome == Outcome::kRefused) {
-        post_error(result.status);  // refuses the GET_STATE, not the EPISODES
-      } else {
-        handle_lost(result);
-        return result.status;
-      }
+      return batch_lost(batch, result);
     }
   }
-  LinkEvent state_event;
-  bool has_state = false;
+  progress_ = true;
   if (answer) {
+    LinkEvent state_event;
     state_event.kind = LinkEvent::Kind::kState;
-    state_event.policy = prepare_state(answer->body, false, state_event.weights_seq_no);
-    has_state = true;
+    prepare_state(answer->body, false, state_event);
+    note_versions(state_event, false);
+    finish_batch(batch, Status::Ok(), &state_event);
+  } else {
+    finish_batch(batch, Status::Ok(), nullptr);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  in_flight_.reset();
-  batch->done = true;
-  if (!batch->error.ok()) forget_refused(*batch);
-  if (has_state) events_.push_back(std::move(state_event));
-  LinkEvent event;
-  event.kind = LinkEvent::Kind::kBatch;
-  event.batch = batch;
-  events_.push_back(std::move(event));
-  events_pending_.store(true, std::memory_order_release);
-  changed_.notify_all();
   return Status::Ok();
 }
 
@@ -576,7 +873,7 @@ Status ServerLink::idle_wait() {
       return Status::Ok();
     }
     if (pong.outcome != Outcome::kAnswer) {
-      handle_lost(pong);
+      if (pong.outcome == Outcome::kTimeout) post_error(pong.status);
       return pong.status;
     }
     return Status::Ok();

@@ -122,6 +122,14 @@ struct ServerScript {
   json config_overrides = json::object();
   // The onnx_file of model `n` (default: a FakeBackend model preferring action n).
   std::function<std::string(std::uint8_t)> model_file;
+  // The whole SET_CONFIG instead of the default one (config_overrides still apply).
+  std::optional<json> full_config;
+  // Answers GET_STATE on the `connection`-th connection (1-based); return false to close.
+  std::function<bool(Conn&, const tether::Message&, int connection)> on_get_state;
+  // Answers MAP_AGENTS; return false to close. Default: AGENT_MODULES from map_agent.
+  std::function<bool(Conn&, const tether::Message&)> on_map_agents;
+  // The module of an agent id for the default MAP_AGENTS answer.
+  std::function<std::string(const std::string&)> map_agent;
 };
 
 class FakeServer {
@@ -154,7 +162,17 @@ class FakeServer {
   }
   int connections() const { return connections_.load(); }
   int pings() const { return pings_.load(); }
+  // Every message received, in order (all connections).
+  std::vector<json> messages() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return messages_;
+  }
   json config() const {
+    if (script_.full_config) {
+      json out = *script_.full_config;
+      for (auto it = script_.config_overrides.begin(); it != script_.config_overrides.end(); ++it) out[it.key()] = *it;
+      return out;
+    }
     json out = {{"type", "SET_CONFIG"},
             {"observation_space", {{"type", "Box"}, {"shape", {4}}, {"low", -10.0}, {"high", 10.0}}},
             {"action_space", {{"type", "Discrete"}, {"n", 2}}},
@@ -180,15 +198,19 @@ class FakeServer {
       if (::poll(&p, 1, 50) <= 0) continue;
       int client = ::accept(fd_, nullptr, nullptr);
       if (client < 0) continue;
-      connections_.fetch_add(1);
+      const int number = connections_.fetch_add(1) + 1;
       Conn conn(client);
-      serve(conn);
+      serve(conn, number);
     }
   }
-  void serve(Conn& conn) {
+  void serve(Conn& conn, int number) {
     for (;;) {
       std::optional<tether::Message> message = conn.read(30.0, stop_);
       if (!message) return;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        messages_.push_back(message->body);
+      }
       switch (message->type) {
         case tether::MessageType::kPing:
           pings_.fetch_add(1);
@@ -199,7 +221,22 @@ class FakeServer {
           conn.send(config());
           break;
         case tether::MessageType::kGetState:
-          conn.send(state(0, 0));
+          if (script_.on_get_state) {
+            if (!script_.on_get_state(conn, *message, number)) return;
+          } else {
+            conn.send(state(0, 0));
+          }
+          break;
+        case tether::MessageType::kMapAgents:
+          if (script_.on_map_agents) {
+            if (!script_.on_map_agents(conn, *message)) return;
+          } else {
+            json modules = json::object();
+            for (const json& id : message->body["agent_ids"]) {
+              modules[id.get<std::string>()] = script_.map_agent ? script_.map_agent(id.get<std::string>()) : "";
+            }
+            conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
+          }
           break;
         case tether::MessageType::kEpisodes:
         case tether::MessageType::kEpisodesAndGetState: {
@@ -230,6 +267,7 @@ class FakeServer {
   std::atomic<int> pings_{0};
   std::mutex mutex_;
   std::vector<json> batches_;
+  std::vector<json> messages_;
   std::thread thread_;
 };
 

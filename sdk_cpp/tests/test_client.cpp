@@ -28,6 +28,7 @@
 #include "tether/framing.h"
 #include "tether/messages.h"
 #include "tether/onnx_codec.h"
+#include "tether/server_link.h"
 #include "tether/session.h"
 #include "fake_server.h"
 
@@ -380,6 +381,228 @@ TEST(TetherClient, ActsWhileBatchesAndModelsMoveWithObserverThreads) {
     EXPECT_EQ(batch["type"], "EPISODES");
     ASSERT_TRUE(tether::validate_episodes(batch, obs_space(), action_space(), true).ok());
   }
+}
+
+TEST(ServerLink, BatchLostOnEveryConnectionIsGivenUpWithBackoff) {
+  ServerScript script;
+  script.on_batch = [](Conn&, const tether::Message&, int) { return false; };  // drop the connection, every time
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const auto start = Clock::now();
+  Played played = play(client, 30);  // one batch of 20 steps is cut
+  ASSERT_TRUE(played.status.ok()) << played.status.to_string();
+  tether::Status error;
+  ASSERT_TRUE(wait_for([&] {
+    error = client.take_error();
+    return error.code() == tether::ErrorCode::kConnectionFailed;
+  }, 20.0)) << "the batch was never given up: " << server.batches().size() << " sends";
+  EXPECT_NE(error.message().find("max_batch_attempts"), std::string::npos) << error.to_string();
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(batches[static_cast<std::size_t>(i)]["batch_seq"], 1);
+  // Backoff kept between the fruitless connections: 0.05 + 0.1 + 0.2 + 0.4 s at least.
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - start).count(), 0.7);
+  EXPECT_TRUE(client.fatal_error().ok());  // the link goes on
+}
+
+TEST(ServerLink, AnIdOfARefusedEpisodeIsSentAgainWhenReused) {
+  ServerScript script;
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) {
+      conn.send({{"type", "ERROR"}, {"code", "INVALID_FIELD"}, {"message", "no"}, {"request", "EPISODES_AND_GET_STATE"}});
+    } else {
+      conn.send(server_state(n, 1));
+    }
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(client.start_episode("e1").ok());
+    for (int t = 0; t < 25; ++t) ASSERT_TRUE(client.get_action("e1", obs, 4, action, 1).ok());
+    ASSERT_TRUE(client.end_episode("e1", obs, 4).ok());
+    ASSERT_TRUE(client.flush().ok());
+  }
+  EXPECT_EQ(client.take_error().code(), tether::ErrorCode::kInvalidField);
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 2u);
+  std::size_t steps_after_refusal = 0;
+  for (std::size_t i = 1; i < batches.size(); ++i) {
+    for (const json& record : batches[i]["episodes"]) {
+      EXPECT_EQ(record["episode_id"], "e1");
+      steps_after_refusal += record["actions"].size();
+    }
+  }
+  EXPECT_EQ(steps_after_refusal, 25u);  // the second "e1", whole
+}
+
+// Batch 1 is lost on connection 1 and resent on connection 2, where the server
+// announces `second_version` (connection 1 announced 5).
+std::vector<json> claims_across_reconnect(std::int64_t second_version, std::optional<std::int64_t>& current) {
+  ServerScript script;
+  script.on_get_state = [second_version](Conn& conn, const tether::Message&, int connection) {
+    conn.send(server_state(connection == 1 ? 5 : second_version, 0));
+    return true;
+  };
+  script.on_batch = [second_version](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) return false;  // lost before the answer: resent on the next connection
+    conn.send(server_state(second_version + n, 1));
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  if (!connected.ok()) return {};
+  tether::TetherClient& client = *connected.value();
+  EXPECT_EQ(client.weights_seq_no(), 5);
+  EXPECT_TRUE(play(client, 30).status.ok());
+  EXPECT_TRUE(client.flush().ok());
+  current = client.weights_seq_no();
+  EXPECT_TRUE(play(client, 10).status.ok());  // fewer than a batch: all acted with `current`
+  EXPECT_TRUE(client.flush().ok());
+  return server.batches();
+}
+
+TEST(ServerLink, ClaimsAreComparableWithinOneServerRunOnly) {
+  std::optional<std::int64_t> current;
+  // The server restarted without resuming (its versions went back): version 5 means nothing now.
+  std::vector<json> batches = claims_across_reconnect(2, current);
+  ASSERT_GE(batches.size(), 3u);
+  EXPECT_EQ(batches[0]["weights_seq_no"], 5);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);
+  EXPECT_EQ(batches[1]["weights_seq_no"], 0);
+  ASSERT_TRUE(current.has_value());
+  EXPECT_EQ(batches.back()["weights_seq_no"], *current);
+  // The same run (versions went on): the resent batch keeps its true claim.
+  batches = claims_across_reconnect(7, current);
+  ASSERT_GE(batches.size(), 3u);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);
+  EXPECT_EQ(batches[1]["weights_seq_no"], 5);
+  EXPECT_EQ(batches.back()["weights_seq_no"], *current);
+}
+
+TEST(ServerLink, StepsOfUnknownVersionClaimNone) {
+  ServerScript script;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"}, {"onnx_file", onnx_file(0)}});  // no weights_seq_no
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    conn.send(server_state(n, 1));
+    return true;
+  };
+  FakeServer server(script);
+  tether::ClientOptions options = options_for(server);
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  auto connected = tether::TetherClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  ASSERT_TRUE(client.start_episode("a").ok());
+  for (int t = 0; t < 5; ++t) ASSERT_TRUE(client.get_action("a", obs, 4, action, 1).ok());
+  ASSERT_TRUE(client.flush().ok());  // 4 steps; the answer brings version 1; the 5th step waits for its next obs
+  EXPECT_EQ(client.weights_seq_no(), 1);
+  ASSERT_TRUE(client.end_episode("a", obs, 4).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_FALSE(batches[0].contains("weights_seq_no"));
+  // Batch 2's step was acted before version 1 was known: it must not claim 1.
+  EXPECT_FALSE(batches[1].contains("weights_seq_no")) << batches[1].dump().substr(0, 300);
+}
+
+tether::LinkOptions link_options_for(const FakeServer& server) {
+  tether::LinkOptions options;
+  options.port = server.port();
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.backend_factory = [] { return std::make_unique<FakeBackend>(); };
+  return options;
+}
+
+TEST(ServerLink, AnsweredBatchIsFreedOnTheIoThread) {
+  FakeServer server(ServerScript{});
+  tether::ServerLink link(link_options_for(server));
+  ASSERT_TRUE(link.start().ok());
+  auto batch = std::make_shared<tether::Batch>();
+  tether::EpisodeChunk chunk;
+  chunk.episode_id = "e";
+  chunk.obs = {0, 0, 0, 0, 1, 1, 1, 1};
+  chunk.actions = {1};
+  chunk.rewards = {1};
+  chunk.action_logp = {-0.5};
+  batch->chunks.push_back(chunk);
+  batch->env_steps = 1;
+  link.submit(batch);
+  tether::Batch* sent = batch.get();
+  link.wait_until([sent] { return sent->done; }, false);
+  ASSERT_TRUE(sent->done);
+  // Before the engine takes the event, the heavy parts are gone already.
+  EXPECT_TRUE(sent->chunks.empty());
+  EXPECT_TRUE(sent->episodes.is_null() || sent->episodes.empty());
+  EXPECT_EQ(sent->episode_ids, std::vector<std::string>{"e"});
+  ASSERT_EQ(server.batches().size(), 1u);
+  EXPECT_EQ(server.batches()[0]["episodes"][0]["episode_id"], "e");
+}
+
+TEST(ServerLink, EventsOfAnEngineThatNeverReadsAreBounded) {
+  ServerScript script;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
+    conn.send(server_state(0, 0));
+    if (connection == 1) {
+      std::string errors;
+      for (int i = 0; i < 3000; ++i) {
+        tether::append_message_frame({{"type", "ERROR"}, {"code", "INTERNAL"}, {"message", std::to_string(i)}}, errors);
+      }
+      conn.send_raw(errors);
+      return false;  // then goes away: the client reconnects once it has read them all
+    }
+    return true;
+  };
+  FakeServer server(script);
+  tether::LinkOptions options = link_options_for(server);
+  options.max_queued_events = 100;
+  tether::ServerLink link(options);
+  ASSERT_TRUE(link.start().ok());
+  // The loss is noticed once every ERROR before it was read.
+  ASSERT_TRUE(wait_for([&] { return link.reconnects() >= 1; }, 10.0));
+  EXPECT_LE(link.events_waiting(), 100u);
+  std::deque<tether::LinkEvent> events;
+  link.take_events(events);
+  int errors = 0;
+  for (const tether::LinkEvent& event : events) errors += event.kind == tether::LinkEvent::Kind::kError;
+  EXPECT_GT(errors, 50);  // the newest errors are kept
+  EXPECT_EQ(events.front().kind, tether::LinkEvent::Kind::kConnected);  // never dropped
+  // The second connection is reported too.
+  EXPECT_TRUE(wait_for([&] {
+    link.take_events(events);
+    int connected = 0;
+    for (const tether::LinkEvent& event : events) connected += event.kind == tether::LinkEvent::Kind::kConnected;
+    return connected == 2;
+  }, 10.0));
+}
+
+TEST(TetherClient, CallsAfterCloseReturnClosed) {
+  FakeServer server(ServerScript{});
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  std::string id = client.start_episode().value();
+  float obs[4] = {0, 0, 0, 0};
+  double action[1];
+  ASSERT_TRUE(client.get_action(id, obs, 4, action, 1).ok());
+  client.close();
+  EXPECT_EQ(client.flush().code(), tether::ErrorCode::kClosed);
+  EXPECT_EQ(client.get_action(id, obs, 4, action, 1).code(), tether::ErrorCode::kClosed);
+  EXPECT_EQ(client.start_episode().status().code(), tether::ErrorCode::kClosed);
 }
 
 #endif  // _WIN32

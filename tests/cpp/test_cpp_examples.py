@@ -12,6 +12,11 @@ run (tests/conftest.py).
   with the same program (--random), stays far below.
 * check_client: ``tether check-client --port 0`` against the C++ program
   passes every row.
+* multi_agent: a C++ game with two modules chosen by policy mapping and one
+  agent group (examples/configs/cpp_multi_agent.json) trains against ``tether
+  serve`` through the MultiAgentClient; its mean return of the last 100
+  episodes clearly beats a random policy's, measured in the same test with the
+  same program (--random).
 """
 
 from __future__ import annotations
@@ -68,6 +73,52 @@ def test_cpp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_path
     assert result["mean_return_last_100"] >= 450, result
     assert result["mean_return_last_100"] > baseline["mean_return_last_100"] + 300
     assert result["env_steps_sent"] > 0 and result["models_loaded"] > 1
+
+
+def server_flags(config: Path) -> list[str]:
+    """``tether serve`` flags for the options in a JSON config (keys starting with "_" are comments)."""
+    flags: list[str] = []
+    for key, value in json.loads(config.read_text()).items():
+        if key.startswith("_"):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if key == "hidden_sizes":
+            flags += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, bool):
+            flags.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, (dict, list)):
+            flags += [flag, json.dumps(value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) -> None:
+    random_run = subprocess.run([str(examples / "multi_agent"), "--random", "--max-steps", "4000", "--seed", "1"],
+                                capture_output=True, text=True, timeout=60)
+    assert random_run.returncode == 0, random_run.stderr
+    baseline = last_json(random_run.stdout)["mean_return_last_100"]  # about 16 of 40
+    assert 10 < baseline < 22, baseline
+
+    flags = server_flags(REPO / "examples" / "configs" / "cpp_multi_agent.json")
+    server = ServerProcess(tmp_path, *flags, "--seed", "0").start()
+    started = time.monotonic()
+    try:
+        run = subprocess.run([str(examples / "multi_agent"), "--port", str(server.port), "--max-steps", "6000",
+                              "--seed", "0", "--reconnect-timeout", "5"], capture_output=True, text=True, timeout=300)
+        wall_s = time.monotonic() - started
+    finally:
+        server.kill()
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    result = last_json(run.stdout)
+    print(f"C++ multi-agent: {result}; wall {wall_s:.1f} s; random baseline {baseline}")
+    assert result["stopped_by"] == "max_steps", result
+    assert result["mean_return_last_100"] > baseline + 12, (result, baseline)
+    assert result["mean_return_last_100"] > result["mean_return_first_100"] + 5, result
+    # Two modules, one inference run each per frame; every step delivered.
+    assert result["inference_runs"] == 2 * result["env_steps"], result
+    assert result["env_steps_sent"] == result["env_steps"] and result["agent_steps_sent"] > result["env_steps"]
+    assert result["models_loaded"] > 2, result
 
 
 def run_check(program: list[str], timeout: float = 120.0) -> tuple[int, dict[str, tuple[str, str]], str, str]:

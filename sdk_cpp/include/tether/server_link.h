@@ -14,6 +14,12 @@
 // a reconnect with the same session and seq; a batch the server refused with
 // ERROR is never resent. Off-policy EPISODES have no answer: each is followed
 // by GET_STATE, whose SET_STATE acknowledges it.
+//
+// Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
+// GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
+// module's model is loaded with the BackendFactory on the I/O thread; batches
+// carry multi-agent records (§10.7) and per-module claims; request() sends
+// MAP_AGENTS for an engine thread that waits for the answer.
 #pragma once
 
 #include <atomic>
@@ -23,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +42,8 @@
 
 #include "tether/episode.h"
 #include "tether/inference.h"
+#include "tether/messages.h"
+#include "tether/policy_mapping.h"
 #include "tether/session.h"
 #include "tether/spaces.h"
 #include "tether/status.h"
@@ -59,6 +68,11 @@ struct LinkOptions {
   std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
   BackendFactory backend_factory;          ///< required: makes the backend that runs each model
+  bool multi_agent = false;                ///< per-module config, models and records (MultiAgentClient)
+  /// Times one batch is sent on connections that are lost before its answer
+  /// arrives; then it is given up (its kBatch event carries CONNECTION_FAILED).
+  int max_batch_attempts = 5;
+  std::size_t max_queued_events = 1024;    ///< events kept for an engine that does not read them (errors go first)
 };
 
 /// What a connection's handshake learned (PONG + SET_CONFIG), immutable once posted.
@@ -75,6 +89,10 @@ struct LinkConfig {
   bool speaks_1_3 = false;                    ///< PONG announced protocol 1.3 or later
   bool announces_version = false;             ///< PONG carried a protocol_version (not RLlib's plain v1)
   std::size_t queue_limit_steps = 1000;       ///< steps allowed to wait behind the batch in flight
+  // Multi-agent (LinkOptions::multi_agent):
+  std::map<std::string, ModuleSpec> modules;  ///< SET_CONFIG "modules"
+  std::optional<PolicyMapping> mapping;       ///< the rules; none: the server maps (MAP_AGENTS)
+  std::map<std::string, GroupSpec> groups;    ///< SET_CONFIG "groups"
 };
 
 /// A loaded model, ready to run on the engine thread (the backend is not thread-safe:
@@ -85,16 +103,34 @@ struct LoadedPolicy {
   std::size_t out_dim = 0;                    ///< action_dist_inputs width it produces
 };
 
-/// Experience cut on the engine thread; the engine never touches the chunks again.
+/// Experience cut on the engine thread; the engine never touches the chunks
+/// or records again. Once the batch is answered (or given up) the I/O thread
+/// frees them and `episodes` (the engine only reads `episode_ids`).
 struct Batch {
-  std::vector<EpisodeChunk> chunks;           ///< one per episode (episode_id set)
+  std::vector<EpisodeChunk> chunks;           ///< single-agent chunks, one per episode (episode_id set)
+  std::vector<MultiAgentRecord> records;      ///< multi-agent records (episode_id set)
   std::int64_t env_steps = 0;                 ///< env steps (= agent steps, single-agent)
+  std::int64_t agent_steps = 0;               ///< agent steps; 0: env_steps (single-agent)
   std::optional<std::int64_t> weights_seq_no; ///< the claim: oldest version its steps used
+  std::optional<std::map<std::string, std::int64_t>> weights_seq_nos;  ///< per-module claims
+  /// The connection (LinkEvent::connection) whose weights versions the claims
+  /// name. Versions are comparable within one server run only: when a later
+  /// connection finds versions lower than those seen before (a server
+  /// restarted without resuming), a batch whose claims come from an earlier
+  /// run is sent claiming version 0 (the oldest: staleness over-estimated).
+  std::int64_t claim_connection = 0;
   // Written by the I/O thread (read by the engine once `done`):
   std::int64_t seq = 0;                       ///< batch_seq, given at the first send
-  bool done = false;                          ///< answered (or refused)
+  int attempts = 0;                           ///< connections it was sent on
+  bool done = false;                          ///< answered (or refused, or given up)
   Status error;                               ///< the refusal, when refused
+  std::vector<std::string> episode_ids;       ///< its episodes' ids (kept when the data is freed)
   nlohmann::json episodes;                    ///< the encoded records (kept for a resend)
+
+  /// The steps the send queue counts: agent steps (env steps if none given).
+  std::size_t queue_steps() const noexcept {
+    return static_cast<std::size_t>(agent_steps > 0 ? agent_steps : env_steps);
+  }
 };
 
 /// What the I/O thread reports to the engine thread, in order.
@@ -111,6 +147,11 @@ struct LinkEvent {
   std::shared_ptr<const LinkConfig> config;      ///< kConnected
   std::shared_ptr<LoadedPolicy> policy;          ///< kConnected / kState: a new model, or null
   std::optional<std::int64_t> weights_seq_no;    ///< kConnected / kState: the version announced
+  /// kConnected / kState (multi-agent): the new model of each module that has one.
+  std::map<std::string, std::shared_ptr<LoadedPolicy>> module_policies;
+  /// kConnected / kState (multi-agent): the version announced for each module listed.
+  std::map<std::string, std::int64_t> module_seqs;
+  std::int64_t connection = 0;                   ///< kConnected / kState: the connection number (1, 2, ...)
   std::shared_ptr<Batch> batch;                  ///< kBatch
   Status status;                                 ///< kError / kFatal
 };
@@ -159,6 +200,16 @@ class ServerLink {
   /// Moves the waiting events to `out` (a fatal event is left in place too, so it repeats).
   void take_events(std::deque<LinkEvent>& out);
 
+  /// Sends `message` (e.g. MAP_AGENTS) through the I/O thread and waits at
+  /// most `timeout_s` for its answer (the engine's only network wait besides
+  /// waiting for weights). Resent after a reconnect. Returns the answer, the
+  /// server's ERROR as its status, TIMEOUT naming the request, CLOSED, or the
+  /// fatal status.
+  Result<Message> request(nlohmann::json message, double timeout_s);
+
+  /// Events waiting for take_events().
+  std::size_t events_waiting() const;
+
   /// Whether no batch is queued or in flight.
   bool idle() const;
   /// This link's client_session (32 hex characters).
@@ -180,24 +231,40 @@ class ServerLink {
     Status status;
     bool server_framing_error = false;  // the server sent ERROR BAD_HEADER/FRAME_TOO_LARGE
   };
+  struct PendingRequest {
+    nlohmann::json message;
+    std::string type;
+    bool done = false;       // answered, refused or failed (under mutex_)
+    bool abandoned = false;  // its waiter gave up (under mutex_)
+    Status status;
+    Message answer;
+  };
 
   void run();
   Status connect_with_retry(std::chrono::steady_clock::time_point down_since, bool first);
   Status handshake();
+  Status read_config(const nlohmann::json& body, LinkConfig& config) const;
   Status serve();
   Status send_batch(const std::shared_ptr<Batch>& batch);
+  Status send_request(const std::shared_ptr<PendingRequest>& request);
   Status idle_wait();
   Status send_raw(const nlohmann::json& message);
   Exchange exchange(const nlohmann::json& message, double timeout_s, const char* setting, Batch* batch);
   Exchange read_answer(const char* request, double timeout_s, const char* setting, Batch* batch);
-  void handle_lost(const Exchange& result);
+  Status batch_lost(const std::shared_ptr<Batch>& batch, const Exchange& result);
+  void finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event);
   bool room_locked(std::size_t steps) const;
-  std::shared_ptr<LoadedPolicy> prepare_state(const nlohmann::json& state, bool initial,
-                                              std::optional<std::int64_t>& seq);
+  void prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event);
+  void note_versions(const LinkEvent& event, bool new_connection);
+  std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
+                                            const std::string& output_name, const Space& observation_space,
+                                            const Space& action_space, const std::string& what);
   void post(LinkEvent event);
+  void post_locked(LinkEvent event);
   void post_error(Status status);
-  void forget_refused(const Batch& batch);
+  void forget_refused_locked(const Batch& batch);
   void drop_episodes(Batch& batch, const std::set<std::string>& gone);
+  void recount_queue_locked();
   nlohmann::json state_request(bool initial) const;
 
   LinkOptions options_;
@@ -209,6 +276,13 @@ class ServerLink {
   std::vector<Response> responses_;
   std::shared_ptr<const LinkConfig> config_;  // the current connection's (I/O thread)
   std::optional<std::int64_t> io_seq_;        // the newest weights_seq_no seen (I/O thread)
+  std::map<std::string, std::int64_t> io_seqs_;  // per module (I/O thread, multi-agent)
+  std::int64_t connection_number_ = 0;        // connections handshaken so far (I/O thread)
+  std::int64_t run_first_connection_ = 1;     // the first connection of the current server run (I/O thread)
+  std::optional<std::int64_t> max_seq_;       // the newest version seen in this run (I/O thread)
+  std::map<std::string, std::int64_t> max_module_seqs_;  // per module (I/O thread)
+  bool progress_ = false;                     // an answer arrived on this connection (I/O thread)
+  double backoff_s_ = 0.0;                    // pause before reconnecting after a fruitless connection
   std::int64_t next_seq_ = 1;
   std::chrono::steady_clock::time_point last_send_;
 
@@ -218,10 +292,13 @@ class ServerLink {
   std::atomic<bool> events_pending_{false};
   std::deque<std::shared_ptr<Batch>> outbox_;
   std::shared_ptr<Batch> in_flight_;
+  std::deque<std::shared_ptr<PendingRequest>> requests_;
   std::size_t queued_steps_ = 0;
   std::size_t queue_limit_steps_ = 1000;
-  std::set<std::string> refused_episodes_;
+  std::set<std::string> refused_episodes_;     // until the engine has taken the refusal
+  std::deque<std::string> refused_order_;      // oldest first (bounds the set)
   bool fatal_ = false;
+  Status fatal_status_;
   bool stopped_ = false;
   bool connected_once_ = false;
   bool closing_ = false;

@@ -1,0 +1,319 @@
+// MultiAgentClient: many agents, several modules, one connection (the C++
+// counterpart of sdk_python/multi_agent_client.py).
+//
+//   tether::ClientOptions options;                     // as for TetherClient
+//   options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+//   auto client = tether::MultiAgentClient::connect(options).value();
+//   std::string episode = client->start_episode().value();
+//   tether::AgentFrame frame;                          // reuse it, frame after frame
+//   frame.clear();
+//   frame.add("red_0", obs0, obs0_size);               // the agents acting now (group members included)
+//   frame.add("blue_0", obs1, obs1_size);
+//   client->get_action(episode, frame);                // one inference Run per module
+//   const double* a0 = frame.action(0);                // frame.action_size(0) numbers
+//   client->log_returns(episode, "red_0", 1.0);
+//   client->end_agents(episode, leaving_frame);        // agents that leave (final observations)
+//   auto returns = client->end_episode(episode);       // per actor (agent or group) returns
+//
+// Mapping: a new agent (or group) id is mapped to its module when it first
+// acts, locally with SET_CONFIG's policy_mapping rules (§9.3), or, when the
+// server maps with a function ("policy_mapping": null), with one MAP_AGENTS
+// request per frame in which new agents appear: the only network wait of
+// get_action besides wait_for_weights, bounded by response_timeout_s (TIMEOUT).
+//
+// Groups (§9.6) are hidden from the engine: the engine puts the members in
+// the frame; the client concatenates their observations in member order,
+// acts once for the group with the group's module, and writes each member its
+// equal part of the group's action. A member's reward goes to the group
+// (divided by the member count for "mean"). A group leaves as a whole: ending
+// any member ends the group (the others end with their latest observation).
+//
+// Agents join at any frame and act at their own rates: an agent acts when it
+// is in the frame. Hierarchical sub-agents are agents too: a new id joins
+// when it first acts, retire_agent() ends one. An agent (or group member)
+// that left cannot act again in that episode (INVALID_ARGUMENT).
+//
+// Sending: every env_steps_per_sample complete agent steps are cut into
+// multi-agent records (§10.7; each agent's latest step is held back until
+// its next observation or its end) and handed to the background I/O thread,
+// as for TetherClient; a batch claims, per module, the oldest weights version
+// its steps used (§7.6). New models (per module) are swapped in between two
+// get_action calls.
+//
+// Errors: nothing throws. Refusals, timeouts and models that fail to load are
+// read with take_error(); once the link gave up for good every call returns
+// fatal_error().
+//
+// Thread safety: one engine thread at a time calls start_episode,
+// get_action, compute_actions, log_returns, end_agents, retire_agent,
+// end_episode, flush, take_error and the accessors (the client is not
+// internally locked for them); reconnects(), batches_dropped(),
+// heartbeats_sent() and client_session() may be read from any thread; close()
+// and the destructor must not race with the engine calls. An AgentFrame
+// belongs to the thread that fills it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tether/client.h"
+#include "tether/distributions.h"
+#include "tether/episode.h"
+#include "tether/policy_mapping.h"
+#include "tether/server_link.h"
+#include "tether/spaces.h"
+#include "tether/status.h"
+
+namespace tether {
+
+/// The agents acting at one moment of one episode: their ids and flat
+/// observations in, their actions out (in the same order). Reuse one frame:
+/// clear() keeps every buffer's capacity, so steady-state frames allocate
+/// nothing (ids up to the string's small-buffer size, ~15 chars, never do).
+class AgentFrame {
+ public:
+  /// An empty frame.
+  AgentFrame() = default;
+
+  /// Forgets the agents (keeps the capacity).
+  void clear() noexcept;
+  /// Preallocates room for `agents` agents with `obs_values` observation numbers in all.
+  void reserve(std::size_t agents, std::size_t obs_values);
+
+  /// Adds an agent (or a group member) with its flat observation (copied);
+  /// returns its index. For end_agents, `truncated` marks an end by time limit.
+  std::size_t add(const std::string& agent_id, const float* obs, std::size_t obs_size, bool truncated = false);
+  /// Adds an agent and returns where to write its `obs_size` observation
+  /// values (valid until the next add or clear).
+  float* add_uninitialized(const std::string& agent_id, std::size_t obs_size, bool truncated = false);
+
+  /// Number of agents in the frame.
+  std::size_t size() const noexcept { return count_; }
+  /// Whether the frame holds no agent.
+  bool empty() const noexcept { return count_ == 0; }
+  /// Agent `i`'s id.
+  const std::string& agent_id(std::size_t i) const noexcept { return ids_[i]; }
+  /// Agent `i`'s observation (obs_size(i) floats).
+  const float* obs(std::size_t i) const noexcept { return obs_.data() + obs_offsets_[i]; }
+  /// Agent `i`'s observation size.
+  std::size_t obs_size(std::size_t i) const noexcept { return obs_offsets_[i + 1] - obs_offsets_[i]; }
+  /// Whether agent `i` was added as truncated (end_agents).
+  bool truncated(std::size_t i) const noexcept { return truncated_[i] != 0; }
+
+  /// Agent `i`'s action after get_action/compute_actions (action_size(i)
+  /// numbers: a discrete action as its integer value, a Box action clipped
+  /// into its box; a group member's equal part of the group's action).
+  const double* action(std::size_t i) const noexcept { return actions_.data() + action_offsets_[i]; }
+  /// Agent `i`'s action size (0 before an action was computed).
+  std::size_t action_size(std::size_t i) const noexcept {
+    return action_offsets_.size() > i + 1 ? action_offsets_[i + 1] - action_offsets_[i] : 0;
+  }
+  /// Agent `i`'s first action number as an integer (a Discrete action, or a member's one-element part).
+  std::int64_t discrete_action(std::size_t i) const noexcept;
+
+ private:
+  friend class MultiAgentClient;
+  std::vector<std::string> ids_;            // ids_[0..count_) are live; the rest keep their capacity
+  std::vector<float> obs_;                  // every observation, flat
+  std::vector<std::size_t> obs_offsets_ = std::vector<std::size_t>(1, 0);  // count_ + 1 entries
+  std::vector<unsigned char> truncated_;
+  std::vector<double> actions_;             // every action, flat
+  std::vector<std::size_t> action_offsets_;  // count_ + 1 entries once actions are written
+  std::size_t count_ = 0;
+};
+
+/// A connected multi-agent client (modules, policy mapping, groups). Create
+/// with connect(); not copyable.
+class MultiAgentClient {
+ public:
+  /// Connects (retrying until reconnect_timeout_s), handshakes and loads every
+  /// module's model. Fails with CONNECTION_FAILED, AUTH_FAILED,
+  /// VERSION_MISMATCH, TIMEOUT, INVALID_FIELD (a SET_CONFIG without modules, or
+  /// with rules or groups this client cannot parse), INVALID_ARGUMENT (no backend_factory).
+  static Result<std::unique_ptr<MultiAgentClient>> connect(ClientOptions options);
+
+  /// Lets only connect() construct a client.
+  class ConstructionKey {
+    friend class MultiAgentClient;
+    ConstructionKey() = default;
+  };
+  /// Use connect(); this constructor does not connect.
+  MultiAgentClient(ConstructionKey key, ClientOptions options);
+  /// Stops the I/O thread (undelivered experience is dropped: flush() first).
+  ~MultiAgentClient();
+  /// Not copyable (it owns the connection and the models).
+  MultiAgentClient(const MultiAgentClient&) = delete;
+  /// Not copyable.
+  MultiAgentClient& operator=(const MultiAgentClient&) = delete;
+
+  /// Begins an episode and returns its id (`episode_id`, or a new random one
+  /// when empty); INVALID_ARGUMENT if it is already running. With
+  /// `training_enabled` false its steps are never sent.
+  Result<std::string> start_episode(const std::string& episode_id = std::string(), bool training_enabled = true);
+
+  /// Actions for the agents in `frame` (group members included), written
+  /// back into the frame in the same order. Maps new agents (rules, or one
+  /// MAP_AGENTS), records each actor's observation (and value_obs row),
+  /// runs ONE inference per module for all its actors in the frame, samples
+  /// (raw Box sample recorded, clipped action to the engine). Never waits for
+  /// the network except for MAP_AGENTS, room (kWait) or weights
+  /// (wait_for_weights). INVALID_ARGUMENT (unknown episode, an agent twice,
+  /// an agent that left, a group with members missing, wrong observation
+  /// size), NON_FINITE_VALUE, UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
+  /// NOT_READY (a module without a model), INFERENCE_FAILED, or the fatal status.
+  /// On an error nothing of the frame is recorded.
+  Status get_action(const std::string& episode_id, AgentFrame& frame);
+
+  /// Greedy actions (the distributions' modes) for evaluation, written into
+  /// `frame`; records nothing. Maps with the rules (or MAP_AGENTS with
+  /// `episode_id`, "eval" when empty).
+  Status compute_actions(AgentFrame& frame, const std::string& episode_id = std::string());
+
+  /// Adds `reward` to the agent's last action (a group member's to its
+  /// group's, divided by the member count for "mean"). Rewards accumulate
+  /// until the agent acts again; one before its first action only counts in
+  /// the returns. INVALID_ARGUMENT (unknown episode), NON_FINITE_VALUE.
+  Status log_returns(const std::string& episode_id, const std::string& agent_id, double reward);
+
+  /// Agents that leave the episode, with their final observations (each
+  /// agent's frame entry; `AgentFrame::add(..., truncated)` marks an end by
+  /// time limit, otherwise it terminated). A group leaves as a whole: its
+  /// members not in the frame end with their latest observation. An agent
+  /// that leaves without having acted leaves nothing to train on.
+  Status end_agents(const std::string& episode_id, const AgentFrame& final_observations);
+
+  /// Ends one (sub-)agent: end_agents for one agent. Spawning needs no call:
+  /// a new id in get_action joins the episode.
+  Status retire_agent(const std::string& episode_id, const std::string& agent_id, const float* final_obs,
+                      std::size_t obs_size, bool truncated = false);
+
+  /// Ends the episode: every agent still in it leaves with its observation in
+  /// `final_observations` (may be null) or else its latest one, truncated if
+  /// `truncated`. Returns each actor's (agent's or group's) total reward.
+  Result<std::map<std::string, double>> end_episode(const std::string& episode_id,
+                                                    const AgentFrame* final_observations = nullptr,
+                                                    bool truncated = false);
+
+  /// Sends whatever experience is complete now and waits until the server has
+  /// every batch. Returns the fatal status (CLOSED after close()), or ok
+  /// (refusals go to take_error()).
+  Status flush();
+
+  /// The oldest error not yet taken, or ok; removes it.
+  Status take_error();
+  /// The most recent error reported (ok if none ever was).
+  const Status& last_error() const noexcept { return last_error_; }
+  /// Errors waiting for take_error().
+  std::size_t pending_errors() const noexcept { return errors_.size(); }
+  /// The status that ended the link for good (ok while it lives).
+  const Status& fatal_error() const noexcept { return fatal_; }
+
+  /// Stops the I/O thread and closes the connection (idempotent); later calls return CLOSED.
+  void close();
+
+  /// The modules of SET_CONFIG, by id.
+  const std::map<std::string, ModuleSpec>& modules() const noexcept { return config_->modules; }
+  /// The groups of SET_CONFIG, by group id.
+  const std::map<std::string, GroupSpec>& groups() const noexcept { return config_->groups; }
+  /// Whether the server maps with rules (false: with a function, via MAP_AGENTS).
+  bool has_mapping_rules() const noexcept { return config_->mapping.has_value(); }
+  /// The module an actor (agent or group id) acts with in a running episode; INVALID_ARGUMENT if it has not acted.
+  Result<std::string> module_of(const std::string& episode_id, const std::string& actor_id) const;
+  /// The weights version of a module's model in use (none if unknown).
+  std::optional<std::int64_t> weights_seq_no(const std::string& module_id) const;
+  /// Agent steps per batch (SET_CONFIG env_steps_per_sample, §7.4).
+  std::int64_t env_steps_per_sample() const noexcept { return config_->env_steps_per_sample; }
+  /// Whether the server trains on-policy.
+  bool force_on_policy() const noexcept { return config_->force_on_policy; }
+  /// Whether a batch makes the engine wait for the weights answering it.
+  bool waits_for_weights() const noexcept;
+  /// Env steps (get_action calls of training episodes) delivered to the server.
+  std::int64_t env_steps_sent() const noexcept { return env_steps_sent_; }
+  /// Agent steps delivered to the server.
+  std::int64_t agent_steps_sent() const noexcept { return agent_steps_sent_; }
+  /// Models swapped in so far, all modules (the first ones included).
+  std::int64_t models_loaded() const noexcept { return models_loaded_; }
+  /// Inference runs so far (one per module per frame).
+  std::int64_t inference_runs() const noexcept { return inference_runs_; }
+  /// MAP_AGENTS requests sent so far.
+  std::int64_t map_requests() const noexcept { return map_requests_; }
+  /// Connections re-established after a loss (any thread).
+  std::int64_t reconnects() const noexcept { return link_->reconnects(); }
+  /// Batches dropped unsent because the queue was full (any thread).
+  std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
+  /// Heartbeat PINGs sent (any thread).
+  std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
+  /// This client's session id (protocol 1.3), kept across reconnects (any thread).
+  const std::string& client_session() const noexcept { return link_->client_session(); }
+
+ private:
+  using Stamp = std::pair<std::int64_t, std::int64_t>;  // (connection, weights_seq_no)
+  struct Module;
+  struct Actor;
+  struct Episode;
+  struct Slot;  // one actor acting in the frame being computed
+
+  void sync();
+  void report(Status status);
+  void apply_models(LinkEvent& event);
+  void forget_episodes(const std::set<std::string>& ids);
+  void recount_pending();
+  std::size_t sendable_steps() const;
+  void send_batch();
+  Status map_actors(const std::string& episode_id);
+  Status gather(Episode* episode, const AgentFrame& frame, const std::string& mapping_episode_id, bool ending);
+  void fill_batches(const AgentFrame& frame);
+  Status run_modules();
+  void lay_out_actions(AgentFrame& frame) const;
+  void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
+  bool cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest);
+  void write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const;
+  Status end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated);
+  Status check_call(const std::string& episode_id, const char* call, Episode*& episode);
+
+  ClientOptions options_;
+  std::unique_ptr<ServerLink> link_;
+  std::shared_ptr<const LinkConfig> config_;
+  std::map<std::string, std::unique_ptr<Module>> modules_;
+  // member id -> (group index in group_list_, position among its members)
+  std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> group_of_;
+  std::vector<const GroupSpec*> group_list_;
+  std::vector<std::size_t> group_member_offset_;  // per group, its first entry in member_index_
+  std::int64_t connection_ = 0;
+  Rng rng_;
+  bool raw_box_samples_ = true;
+  std::unordered_map<std::string, std::unique_ptr<Episode>> episodes_;
+  std::size_t pending_steps_ = 0;
+  std::int64_t env_steps_since_cut_ = 0;
+  std::int64_t env_steps_sent_ = 0;
+  std::int64_t agent_steps_sent_ = 0;
+  std::int64_t models_loaded_ = 0;
+  std::int64_t inference_runs_ = 0;
+  std::int64_t map_requests_ = 0;
+  std::uint64_t frame_counter_ = 0;
+  std::deque<LinkEvent> event_buffer_;
+  std::deque<Status> errors_;
+  Status last_error_;
+  Status fatal_;
+  // Per-frame scratch, reused (no allocation in steady state).
+  std::vector<Slot> slots_;
+  std::vector<Module*> frame_modules_;
+  std::vector<std::size_t> member_index_;  // per group member: its index in the frame (or none)
+  std::vector<std::size_t> group_slot_;    // per group: its slot in the frame (or none)
+  std::vector<std::size_t> new_slots_;     // slots of actors acting for the first time
+  std::vector<std::string> new_actor_ids_;
+  std::vector<double> record_action_;
+  std::vector<double> env_action_;
+  AgentFrame end_frame_;
+};
+
+}  // namespace tether

@@ -1,0 +1,1021 @@
+// MultiAgentClient: agents, groups and modules on the engine thread (one
+// inference run per module per frame); everything on the network goes
+// through the ServerLink's I/O thread (see multi_agent_client.h).
+#include "tether/multi_agent_client.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace tether {
+
+namespace {
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+template <class T>
+void erase_rows(std::vector<T>& values, std::size_t rows, std::size_t width) {
+  const std::size_t n = std::min(values.size(), rows * width);
+  values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+template <class T, class U>
+void copy_rows(const std::vector<T>& from, std::size_t rows, std::size_t width, std::vector<U>& to) {
+  const std::size_t n = std::min(from.size(), rows * width);
+  to.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+std::string random_id(Rng& rng) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  std::uint64_t bits = 0;
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    if (i % 16 == 0) bits = rng.next_u64();
+    id[i] = kHex[bits & 15u];
+    bits >>= 4;
+  }
+  return id;
+}
+
+}  // namespace
+
+// -- AgentFrame ------------------------------------------------------------------------------
+
+void AgentFrame::clear() noexcept {
+  count_ = 0;
+  obs_.clear();
+  obs_offsets_.resize(1);
+  obs_offsets_[0] = 0;
+  truncated_.clear();
+  actions_.clear();
+  action_offsets_.clear();
+}
+
+void AgentFrame::reserve(std::size_t agents, std::size_t obs_values) {
+  if (ids_.size() < agents) ids_.resize(agents);
+  obs_.reserve(obs_values);
+  obs_offsets_.reserve(agents + 1);
+  truncated_.reserve(agents);
+  action_offsets_.reserve(agents + 1);
+}
+
+float* AgentFrame::add_uninitialized(const std::string& agent_id, std::size_t obs_size, bool truncated) {
+  if (count_ < ids_.size()) {
+    ids_[count_].assign(agent_id);  // reuses the string's capacity
+  } else {
+    ids_.push_back(agent_id);
+  }
+  const std::size_t at = obs_.size();
+  obs_.resize(at + obs_size);
+  obs_offsets_.resize(count_ + 1);
+  obs_offsets_.push_back(at + obs_size);
+  truncated_.resize(count_);
+  truncated_.push_back(truncated ? 1 : 0);
+  ++count_;
+  actions_.clear();
+  action_offsets_.clear();
+  return obs_.data() + at;
+}
+
+std::size_t AgentFrame::add(const std::string& agent_id, const float* obs, std::size_t obs_size, bool truncated) {
+  float* out = add_uninitialized(agent_id, obs_size, truncated);
+  if (obs != nullptr && obs_size > 0) std::copy(obs, obs + obs_size, out);
+  return count_ - 1;
+}
+
+std::int64_t AgentFrame::discrete_action(std::size_t i) const noexcept {
+  if (action_size(i) == 0) return 0;
+  return static_cast<std::int64_t>(std::llround(action(i)[0]));
+}
+
+// -- the client's state ----------------------------------------------------------------------
+
+struct MultiAgentClient::Module {
+  std::string id;
+  ModuleSpec spec;
+  std::shared_ptr<LoadedPolicy> policy;
+  std::optional<std::int64_t> seq;
+  std::size_t obs_dim = 0, act_dim = 0, dist_dim = 0, value_dim = 0;
+  // Frame scratch: the rows of the actors acting with this module now.
+  std::vector<float> batch_obs;
+  std::vector<float> dist;
+  std::vector<std::size_t> slots;
+  bool in_frame = false;
+
+  void set_spec(const ModuleSpec& s) {
+    spec = s;
+    obs_dim = s.obs_dim();
+    act_dim = s.action_space.flat_dim();
+    dist_dim = s.action_space.dist_inputs_size();
+    value_dim = s.value_obs_dim();
+  }
+};
+
+struct MultiAgentClient::Actor {
+  std::string id;
+  Module* module = nullptr;
+  bool is_group = false;
+  std::int64_t start_step = 0;
+  bool training = true;
+  std::uint64_t frame_mark = 0;
+  std::vector<float> obs;         // obs_rows rows
+  std::vector<float> value_obs;   // obs_rows rows (a centralized critic's module)
+  std::vector<double> actions;
+  std::vector<float> rewards;
+  std::vector<double> logp;
+  std::vector<float> dist;
+  std::vector<Stamp> versions;    // (-1, -1): unknown
+  std::size_t obs_rows = 0;
+  std::size_t action_rows = 0;
+  bool terminated = false;
+  bool truncated = false;
+
+  void stop_training() {
+    training = false;
+    obs.clear();
+    value_obs.clear();
+    actions.clear();
+    rewards.clear();
+    logp.clear();
+    dist.clear();
+    versions.clear();
+    obs_rows = action_rows = 0;
+  }
+};
+
+struct MultiAgentClient::Episode {
+  std::string id;
+  bool training = true;
+  std::int64_t t = 0;
+  std::unordered_map<std::string, std::unique_ptr<Actor>> actors;
+  std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
+  std::unordered_map<std::string, std::vector<float>> latest_obs;
+  std::map<std::string, double> returns;
+  std::unordered_map<std::string, bool> ended;  // agents (and members) that left
+  bool done = false;
+  bool truncated = false;
+};
+
+struct MultiAgentClient::Slot {
+  const std::string* actor_id = nullptr;  // the frame's agent id, or the group id
+  Actor* actor = nullptr;
+  Module* module = nullptr;
+  std::size_t frame_index = kNone;  // a single agent's index in the frame
+  std::size_t group = kNone;        // a group's index in group_list_
+  std::size_t row = 0;              // its row in the module's batch
+};
+
+// -- connecting ------------------------------------------------------------------------------
+
+MultiAgentClient::MultiAgentClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
+  std::uint64_t seed = 0;
+  if (options_.seed) {
+    seed = *options_.seed;
+  } else {
+    std::random_device device;
+    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+  rng_.reseed(seed);
+}
+
+MultiAgentClient::~MultiAgentClient() { close(); }
+
+void MultiAgentClient::close() {
+  if (link_) link_->close();
+}
+
+Result<std::unique_ptr<MultiAgentClient>> MultiAgentClient::connect(ClientOptions options) {
+  if (!options.backend_factory) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "ClientOptions.backend_factory is required (e.g. make an OnnxRuntimeBackend)");
+  }
+  if (options.max_queued_batches < 1) {
+    return Status(ErrorCode::kInvalidArgument, "ClientOptions.max_queued_batches must be >= 1");
+  }
+  if (options.client_name == "tether-cpp") options.client_name = "tether-cpp-multiagent";
+  auto client = std::make_unique<MultiAgentClient>(ConstructionKey(), std::move(options));
+  LinkOptions link;
+  const ClientOptions& o = client->options_;
+  link.host = o.host;
+  link.port = o.port;
+  link.client_name = o.client_name;
+  link.auth_token = o.auth_token;
+  link.connect_timeout_s = o.connect_timeout_s;
+  link.response_timeout_s = o.response_timeout_s;
+  link.update_timeout_s = o.update_timeout_s;
+  link.reconnect_timeout_s = o.reconnect_timeout_s;
+  link.max_queued_steps = o.max_queued_steps;
+  link.max_queued_batches = o.max_queued_batches;
+  link.max_frame_bytes = o.max_frame_bytes;
+  link.backend_factory = o.backend_factory;
+  link.multi_agent = true;
+  client->link_ = std::make_unique<ServerLink>(std::move(link));
+  Status started = client->link_->start();
+  if (!started.ok()) return started;
+  client->sync();
+  if (!client->config_) {
+    return client->fatal_.ok() ? Status(ErrorCode::kConnectionFailed, "no connection was made") : client->fatal_;
+  }
+  return client;
+}
+
+bool MultiAgentClient::waits_for_weights() const noexcept {
+  if (!config_ || !config_->force_on_policy) return false;
+  if (options_.wait_for_weights) return *options_.wait_for_weights;
+  return !config_->announces_version;
+}
+
+Result<std::string> MultiAgentClient::module_of(const std::string& episode_id, const std::string& actor_id) const {
+  auto e = episodes_.find(episode_id);
+  if (e != episodes_.end()) {
+    auto a = e->second->actors.find(actor_id);
+    if (a != e->second->actors.end()) return a->second->module->id;
+    for (const auto& actor : e->second->finished) {
+      if (actor->id == actor_id) return actor->module->id;
+    }
+  }
+  return Status(ErrorCode::kInvalidArgument, "module_of: '" + actor_id + "' has not acted in episode '" +
+                                                 episode_id + "'");
+}
+
+std::optional<std::int64_t> MultiAgentClient::weights_seq_no(const std::string& module_id) const {
+  auto it = modules_.find(module_id);
+  if (it == modules_.end()) return std::nullopt;
+  return it->second->seq;
+}
+
+// -- events from the I/O thread --------------------------------------------------------------
+
+void MultiAgentClient::report(Status status) {
+  last_error_ = status;
+  errors_.push_back(std::move(status));
+  while (errors_.size() > 256) errors_.pop_front();
+}
+
+Status MultiAgentClient::take_error() {
+  if (link_ && link_->events_pending()) sync();
+  if (errors_.empty()) return Status::Ok();
+  Status status = std::move(errors_.front());
+  errors_.pop_front();
+  return status;
+}
+
+void MultiAgentClient::apply_models(LinkEvent& event) {
+  for (auto& entry : event.module_policies) {
+    auto it = modules_.find(entry.first);
+    if (it == modules_.end() || !entry.second) continue;
+    it->second->policy = std::move(entry.second);  // the swap: the next frame uses the new model
+    ++models_loaded_;
+  }
+  for (const auto& entry : event.module_seqs) {
+    auto it = modules_.find(entry.first);
+    if (it != modules_.end()) it->second->seq = entry.second;
+  }
+}
+
+void MultiAgentClient::sync() {
+  link_->take_events(event_buffer_);
+  for (LinkEvent& event : event_buffer_) {
+    switch (event.kind) {
+      case LinkEvent::Kind::kConnected: {
+        config_ = event.config;
+        connection_ = event.connection;
+        const nlohmann::json& info = config_->server_info;
+        auto version = info.find("protocol_version");
+        raw_box_samples_ = server_takes_raw_box_samples(
+            version != info.end() && version->is_string() ? version->get<std::string>() : std::string());
+        // Modules are kept (actors point at them); a new connection sends every model again.
+        std::size_t widest = 0;
+        for (const auto& entry : config_->modules) {
+          std::unique_ptr<Module>& module = modules_[entry.first];
+          if (!module) module = std::make_unique<Module>();
+          module->id = entry.first;
+          module->set_spec(entry.second);
+          widest = std::max(widest, module->act_dim);
+        }
+        for (auto& entry : modules_) {
+          entry.second->policy.reset();
+          entry.second->seq.reset();
+        }
+        record_action_.resize(widest);
+        env_action_.resize(widest);
+        group_list_.clear();
+        group_of_.clear();
+        group_member_offset_.clear();
+        std::size_t members = 0;
+        for (const auto& entry : config_->groups) {
+          group_member_offset_.push_back(members);
+          for (std::size_t k = 0; k < entry.second.members.size(); ++k) {
+            group_of_[entry.second.members[k]] = {group_list_.size(), k};
+          }
+          members += entry.second.members.size();
+          group_list_.push_back(&entry.second);
+        }
+        member_index_.assign(members, kNone);
+        group_slot_.assign(group_list_.size(), kNone);
+        apply_models(event);
+        break;
+      }
+      case LinkEvent::Kind::kState:
+        apply_models(event);
+        break;
+      case LinkEvent::Kind::kBatch:
+        if (!event.batch->error.ok()) {
+          report(event.batch->error);
+          // The rest of a refused batch's episodes is not sent either.
+          forget_episodes(std::set<std::string>(event.batch->episode_ids.begin(), event.batch->episode_ids.end()));
+        } else {
+          env_steps_sent_ += event.batch->env_steps;
+          agent_steps_sent_ += static_cast<std::int64_t>(event.batch->queue_steps());
+        }
+        break;
+      case LinkEvent::Kind::kError:
+        report(std::move(event.status));
+        break;
+      case LinkEvent::Kind::kFatal:
+        if (fatal_.ok()) {
+          fatal_ = event.status;
+          last_error_ = fatal_;
+        }
+        break;
+    }
+  }
+  event_buffer_.clear();
+}
+
+void MultiAgentClient::forget_episodes(const std::set<std::string>& ids) {
+  for (const std::string& id : ids) {
+    auto it = episodes_.find(id);
+    if (it == episodes_.end()) continue;
+    Episode& episode = *it->second;
+    episode.training = false;
+    episode.finished.clear();
+    for (auto& entry : episode.actors) entry.second->stop_training();
+    if (episode.done) episodes_.erase(it);
+  }
+  recount_pending();
+}
+
+void MultiAgentClient::recount_pending() {
+  pending_steps_ = 0;
+  for (const auto& entry : episodes_) {
+    const Episode& episode = *entry.second;
+    if (!episode.training) continue;
+    for (const auto& actor : episode.actors) pending_steps_ += actor.second->action_rows;
+    for (const auto& actor : episode.finished) pending_steps_ += actor->action_rows;
+  }
+}
+
+// -- episodes --------------------------------------------------------------------------------
+
+Result<std::string> MultiAgentClient::start_episode(const std::string& episode_id, bool training_enabled) {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  std::string id = episode_id.empty() ? random_id(rng_) : episode_id;
+  if (episodes_.count(id) != 0) {
+    return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
+  }
+  auto episode = std::make_unique<Episode>();
+  episode->id = id;
+  episode->training = training_enabled;
+  episodes_.emplace(id, std::move(episode));
+  return id;
+}
+
+Status MultiAgentClient::check_call(const std::string& episode_id, const char* call, Episode*& episode) {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  auto it = episodes_.find(episode_id);
+  if (it == episodes_.end() || it->second->done) {
+    return Status(ErrorCode::kInvalidArgument, std::string(call) + ": no running episode '" + episode_id + "'");
+  }
+  episode = it->second.get();
+  return Status::Ok();
+}
+
+Status MultiAgentClient::map_actors(const std::string& episode_id) {
+  // new_actor_ids_ -> modules, written into the new slots' `module`.
+  if (new_actor_ids_.empty()) return Status::Ok();
+  if (config_->mapping) {
+    for (std::size_t k = 0; k < new_slots_.size(); ++k) {
+      Result<std::string> module = config_->mapping->module_for(new_actor_ids_[k], episode_id);
+      if (!module.ok()) return module.status();
+      auto it = modules_.find(module.value());
+      if (it == modules_.end()) {
+        return Status(ErrorCode::kUnknownModule, "agent '" + new_actor_ids_[k] + "' maps to module '" +
+                                                     module.value() + "', which the server does not describe");
+      }
+      slots_[new_slots_[k]].module = it->second.get();
+    }
+    return Status::Ok();
+  }
+  ++map_requests_;
+  Result<Message> answer = link_->request(make_map_agents(episode_id, new_actor_ids_), options_.response_timeout_s);
+  if (!answer.ok()) return answer.status();
+  const nlohmann::json& body = answer.value().body;
+  auto modules = body.find("modules");
+  if (answer.value().type != MessageType::kAgentModules || modules == body.end() || !modules->is_object()) {
+    return Status(ErrorCode::kInvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
+  }
+  for (std::size_t k = 0; k < new_slots_.size(); ++k) {
+    auto entry = modules->find(new_actor_ids_[k]);
+    if (entry == modules->end() || !entry->is_string()) {
+      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + new_actor_ids_[k] + "'");
+    }
+    auto it = modules_.find(entry->get_ref<const std::string&>());
+    if (it == modules_.end()) {
+      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + new_actor_ids_[k] + "' to module '" +
+                                                   entry->get<std::string>() + "', which SET_CONFIG does not describe");
+    }
+    slots_[new_slots_[k]].module = it->second.get();
+  }
+  return Status::Ok();
+}
+
+// Builds slots_ (one per actor: agent or group) from the frame, maps new
+// actors and checks every size; records nothing. With an episode, existing
+// actors keep their module; without one (compute_actions) every actor is mapped.
+Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const std::string& mapping_episode_id,
+                                bool ending) {
+  ++frame_counter_;
+  slots_.clear();
+  new_slots_.clear();
+  new_actor_ids_.clear();
+  std::fill(group_slot_.begin(), group_slot_.end(), kNone);
+  std::fill(member_index_.begin(), member_index_.end(), kNone);
+  const std::size_t n = frame.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string& id = frame.agent_id(i);
+    const float* obs = frame.obs(i);
+    for (std::size_t j = 0, size = frame.obs_size(i); j < size; ++j) {
+      if (!std::isfinite(obs[j])) {
+        return Status(ErrorCode::kNonFiniteValue,
+                      "agent '" + id + "': observation[" + std::to_string(j) + "] is not finite");
+      }
+    }
+    if (!ending && episode != nullptr && !episode->ended.empty() && episode->ended.count(id) != 0) {
+      return Status(ErrorCode::kInvalidArgument, "agent '" + id + "' already left episode '" + episode->id +
+                                                     "' (an ended agent, or a member of an ended group, cannot act again)");
+    }
+    Slot slot;
+    if (!group_of_.empty()) {
+      auto member = group_of_.find(id);
+      if (member != group_of_.end()) {
+        const std::size_t g = member->second.first;
+        std::size_t& index = member_index_[group_member_offset_[g] + member->second.second];
+        if (index != kNone) return Status(ErrorCode::kInvalidArgument, "agent '" + id + "' is twice in the frame");
+        index = i;
+        if (group_slot_[g] != kNone) continue;  // the group has its slot already
+        group_slot_[g] = slots_.size();
+        slot.group = g;
+        slot.actor_id = &group_list_[g]->group_id;
+        slots_.push_back(slot);
+        continue;
+      }
+    }
+    slot.frame_index = i;
+    slot.actor_id = &id;
+    slots_.push_back(slot);
+  }
+  // Resolve actors and their modules.
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    Slot& slot = slots_[s];
+    if (episode != nullptr) {
+      auto it = episode->actors.find(*slot.actor_id);
+      if (it != episode->actors.end()) {
+        Actor* actor = it->second.get();
+        if (actor->frame_mark == frame_counter_) {
+          return Status(ErrorCode::kInvalidArgument, "agent '" + *slot.actor_id + "' is twice in the frame");
+        }
+        actor->frame_mark = frame_counter_;
+        slot.actor = actor;
+        slot.module = actor->module;
+        continue;
+      }
+      if (ending) continue;  // never acted: leaves without a module
+      if (std::find(new_actor_ids_.begin(), new_actor_ids_.end(), *slot.actor_id) != new_actor_ids_.end()) {
+        return Status(ErrorCode::kInvalidArgument, "agent '" + *slot.actor_id + "' is twice in the frame");
+      }
+    }
+    new_slots_.push_back(s);
+    new_actor_ids_.push_back(*slot.actor_id);
+  }
+  // Groups act only when every member observes.
+  for (std::size_t g = 0; g < group_list_.size(); ++g) {
+    if (group_slot_[g] == kNone) continue;
+    const GroupSpec& group = *group_list_[g];
+    std::string missing;
+    for (std::size_t k = 0; k < group.members.size(); ++k) {
+      if (member_index_[group_member_offset_[g] + k] == kNone) missing += (missing.empty() ? "'" : ", '") + group.members[k] + "'";
+    }
+    if (!missing.empty()) {
+      return Status(ErrorCode::kInvalidArgument, "group '" + group.group_id +
+                                                     "' acts as one agent: observations of " + missing + " are missing");
+    }
+  }
+  Status mapped = map_actors(mapping_episode_id);
+  if (!mapped.ok()) return mapped;
+  // Sizes against each actor's module.
+  for (const Slot& slot : slots_) {
+    if (slot.module == nullptr) continue;  // (ending without having acted)
+    const Module& module = *slot.module;
+    std::size_t obs_size = 0;
+    if (slot.group == kNone) {
+      obs_size = frame.obs_size(slot.frame_index);
+    } else {
+      const GroupSpec& group = *group_list_[slot.group];
+      for (std::size_t k = 0; k < group.members.size(); ++k) {
+        obs_size += frame.obs_size(member_index_[group_member_offset_[slot.group] + k]);
+      }
+      if (module.act_dim % group.members.size() != 0) {
+        return Status(ErrorCode::kInvalidArgument, "group '" + group.group_id + "': module '" + module.id +
+                                                       "' actions of " + std::to_string(module.act_dim) +
+                                                       " values do not split evenly among " +
+                                                       std::to_string(group.members.size()) + " members");
+      }
+    }
+    if (obs_size != module.obs_dim) {
+      return Status(ErrorCode::kInvalidArgument, "'" + *slot.actor_id + "': observation has " +
+                                                     std::to_string(obs_size) + " values, module '" + module.id +
+                                                     "' needs " + std::to_string(module.obs_dim));
+    }
+  }
+  return Status::Ok();
+}
+
+// Assigns each slot its module row and writes the actors' observations (a
+// group's members joined in member order) into their modules' batches.
+void MultiAgentClient::fill_batches(const AgentFrame& frame) {
+  for (Module* module : frame_modules_) {
+    module->in_frame = false;
+    module->slots.clear();
+  }
+  frame_modules_.clear();
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    Slot& slot = slots_[s];
+    Module* module = slot.module;
+    if (!module->in_frame) {
+      module->in_frame = true;
+      module->batch_obs.clear();
+      frame_modules_.push_back(module);
+    }
+    slot.row = module->slots.size();
+    module->slots.push_back(s);
+    if (slot.group == kNone) {
+      const float* obs = frame.obs(slot.frame_index);
+      module->batch_obs.insert(module->batch_obs.end(), obs, obs + frame.obs_size(slot.frame_index));
+    } else {
+      const GroupSpec& group = *group_list_[slot.group];
+      for (std::size_t k = 0; k < group.members.size(); ++k) {
+        const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
+        module->batch_obs.insert(module->batch_obs.end(), frame.obs(i), frame.obs(i) + frame.obs_size(i));
+      }
+    }
+  }
+}
+
+// One inference run per module of the frame.
+Status MultiAgentClient::run_modules() {
+  for (Module* module : frame_modules_) {
+    if (!module->policy) {
+      return Status(ErrorCode::kNotReady, "module '" + module->id + "' has no model yet (the server sent none)");
+    }
+    const std::size_t rows = module->slots.size();
+    module->dist.resize(rows * module->dist_dim);
+    Status ran = module->policy->backend->run(module->batch_obs.data(), rows, module->obs_dim, module->dist.data(),
+                                              module->dist_dim);
+    ++inference_runs_;
+    if (!ran.ok()) return Status(ran.code(), "module '" + module->id + "': " + ran.message());
+  }
+  return Status::Ok();
+}
+
+// Each frame agent's action size (a member's part of its group's), laid out in the frame.
+void MultiAgentClient::lay_out_actions(AgentFrame& frame) const {
+  const std::size_t n = frame.size();
+  frame.action_offsets_.assign(n + 1, 0);
+  for (const Slot& slot : slots_) {
+    if (slot.group == kNone) {
+      frame.action_offsets_[slot.frame_index + 1] = slot.module->act_dim;
+    } else {
+      const GroupSpec& group = *group_list_[slot.group];
+      const std::size_t part = slot.module->act_dim / group.members.size();
+      for (std::size_t k = 0; k < group.members.size(); ++k) {
+        frame.action_offsets_[member_index_[group_member_offset_[slot.group] + k] + 1] = part;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) frame.action_offsets_[i + 1] += frame.action_offsets_[i];
+  frame.actions_.resize(frame.action_offsets_[n]);
+}
+
+// Writes a slot's engine action into the frame (split among a group's members).
+void MultiAgentClient::write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const {
+  const std::size_t act_dim = slot.module->act_dim;
+  if (slot.group == kNone) {
+    std::copy(env_action, env_action + act_dim, frame.actions_.begin() +
+                                                    static_cast<std::ptrdiff_t>(frame.action_offsets_[slot.frame_index]));
+    return;
+  }
+  const GroupSpec& group = *group_list_[slot.group];
+  const std::size_t part = act_dim / group.members.size();
+  for (std::size_t k = 0; k < group.members.size(); ++k) {
+    const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
+    std::copy(env_action + k * part, env_action + (k + 1) * part,
+              frame.actions_.begin() + static_cast<std::ptrdiff_t>(frame.action_offsets_[i]));
+  }
+}
+
+void MultiAgentClient::write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const {
+  const std::size_t dim = module.obs_dim;
+  for (const std::string& agent : module.spec.value_obs_agents) {
+    const std::size_t at = out.size();
+    out.resize(at + dim, 0.0f);  // zeros for an agent not observed yet (§9.7)
+    auto it = episode.latest_obs.find(agent);
+    if (it != episode.latest_obs.end()) {
+      std::copy(it->second.begin(), it->second.begin() + static_cast<std::ptrdiff_t>(std::min(dim, it->second.size())),
+                out.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+  }
+}
+
+Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& frame) {
+  Episode* episode = nullptr;
+  Status status = check_call(episode_id, "get_action", episode);
+  if (!status.ok()) return status;
+  // The cut comes first, before anything of this frame is built: sending may
+  // apply events (a new connection's config, new models; with
+  // wait_for_weights it waits for them), and this frame then acts with them.
+  // The actors about to act hold back their latest step until this frame's
+  // observation (§10.7): it goes with the next batch.
+  const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
+  if (episode->training && pending_steps_ >= per_sample && sendable_steps() >= per_sample) {
+    send_batch();
+    if (!fatal_.ok()) return fatal_;
+  }
+  status = gather(episode, frame, episode_id, false);
+  if (!status.ok()) return status;
+  // New actors join at this env step.
+  for (std::size_t k = 0; k < new_slots_.size(); ++k) {
+    Slot& slot = slots_[new_slots_[k]];
+    auto actor = std::make_unique<Actor>();
+    actor->id = new_actor_ids_[k];
+    actor->module = slot.module;
+    actor->is_group = slot.group != kNone;
+    actor->start_step = episode->t;
+    actor->training = episode->training;
+    actor->frame_mark = frame_counter_;
+    slot.actor = actor.get();
+    episode->actors.emplace(actor->id, std::move(actor));
+  }
+  fill_batches(frame);
+  // Latest observations (value_obs rows; the finals of agents that end without one).
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    episode->latest_obs[frame.agent_id(i)].assign(frame.obs(i), frame.obs(i) + frame.obs_size(i));
+  }
+  // Observe: each actor's observation row (and centralized-critic row).
+  for (const Slot& slot : slots_) {
+    Actor& actor = *slot.actor;
+    if (!actor.training) continue;
+    const Module& module = *slot.module;
+    const float* row = module.batch_obs.data() + slot.row * module.obs_dim;
+    actor.obs.insert(actor.obs.end(), row, row + module.obs_dim);
+    if (module.value_dim > 0) write_value_obs(*episode, module, actor.value_obs);
+    ++actor.obs_rows;
+  }
+  status = run_modules();
+  if (!status.ok()) {
+    // Nothing of the frame is recorded: the observations go again.
+    for (const Slot& slot : slots_) {
+      Actor& actor = *slot.actor;
+      if (!actor.training || actor.obs_rows == 0) continue;
+      const Module& module = *slot.module;
+      actor.obs.resize(actor.obs.size() - module.obs_dim);
+      if (module.value_dim > 0) actor.value_obs.resize(actor.value_obs.size() - module.value_dim);
+      --actor.obs_rows;
+    }
+    return status;
+  }
+  lay_out_actions(frame);
+  for (const Slot& slot : slots_) {
+    Module& module = *slot.module;
+    const float* dist = module.dist.data() + slot.row * module.dist_dim;
+    double logp = 0.0;
+    Status sampled = sample_for_record(module.spec.action_space, dist, module.dist_dim, rng_, raw_box_samples_,
+                                       record_action_.data(), env_action_.data(), module.act_dim, &logp);
+    if (!sampled.ok()) return sampled;
+    write_action(slot, env_action_.data(), frame);
+    Actor& actor = *slot.actor;
+    if (!actor.training) continue;
+    actor.actions.insert(actor.actions.end(), record_action_.begin(),
+                         record_action_.begin() + static_cast<std::ptrdiff_t>(module.act_dim));
+    actor.rewards.push_back(0.0f);
+    actor.logp.push_back(logp);
+    actor.dist.insert(actor.dist.end(), dist, dist + module.dist_dim);
+    actor.versions.push_back(module.seq ? Stamp(connection_, *module.seq) : Stamp(-1, -1));
+    ++actor.action_rows;
+    ++pending_steps_;
+  }
+  if (episode->training) ++env_steps_since_cut_;
+  ++episode->t;
+  return Status::Ok();
+}
+
+Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& episode_id) {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  Status status = gather(nullptr, frame, episode_id.empty() ? std::string("eval") : episode_id, false);
+  if (!status.ok()) return status;
+  fill_batches(frame);
+  status = run_modules();
+  if (!status.ok()) return status;
+  lay_out_actions(frame);
+  for (const Slot& slot : slots_) {
+    const Module& module = *slot.module;
+    Status greedy = deterministic(module.spec.action_space, module.dist.data() + slot.row * module.dist_dim,
+                                  module.dist_dim, env_action_.data(), module.act_dim);
+    if (!greedy.ok()) return greedy;
+    write_action(slot, env_action_.data(), frame);
+  }
+  return Status::Ok();
+}
+
+Status MultiAgentClient::log_returns(const std::string& episode_id, const std::string& agent_id, double reward) {
+  auto it = episodes_.find(episode_id);
+  if (it == episodes_.end() || it->second->done) {
+    return Status(ErrorCode::kInvalidArgument, "log_returns: no running episode '" + episode_id + "'");
+  }
+  if (!std::isfinite(reward)) {
+    return Status(ErrorCode::kNonFiniteValue, "log_returns: reward of '" + agent_id + "' is not finite");
+  }
+  Episode& episode = *it->second;
+  const std::string* actor_id = &agent_id;
+  auto member = group_of_.find(agent_id);
+  if (member != group_of_.end()) {
+    const GroupSpec& group = *group_list_[member->second.first];
+    actor_id = &group.group_id;
+    if (group.reward == GroupReward::kMean) reward /= static_cast<double>(group.members.size());
+  }
+  episode.returns[*actor_id] += reward;
+  auto actor = episode.actors.find(*actor_id);
+  if (actor != episode.actors.end() && actor->second->training && !actor->second->rewards.empty()) {
+    float& last = actor->second->rewards.back();
+    last = static_cast<float>(last + reward);
+  }
+  return Status::Ok();
+}
+
+Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated) {
+  // Group members not in the frame end with their latest observation.
+  AgentFrame& final = end_frame_;
+  final.clear();
+  for (std::size_t i = 0; i < final_observations.size(); ++i) {
+    final.add(final_observations.agent_id(i), final_observations.obs(i), final_observations.obs_size(i),
+              final_observations.truncated(i) || all_truncated);
+  }
+  for (std::size_t i = 0, n = final_observations.size(); i < n; ++i) {
+    auto member = group_of_.find(final_observations.agent_id(i));
+    if (member == group_of_.end()) continue;
+    for (const std::string& other : group_list_[member->second.first]->members) {
+      bool named = false;
+      for (std::size_t j = 0; j < final.size() && !named; ++j) named = final.agent_id(j) == other;
+      if (named) continue;
+      auto latest = episode.latest_obs.find(other);
+      if (latest != episode.latest_obs.end()) {
+        final.add(other, latest->second.data(), latest->second.size(), all_truncated);
+      }
+    }
+  }
+  Status status = gather(&episode, final, episode.id, true);  // sizes; maps nothing
+  if (!status.ok()) return status;
+  for (std::size_t i = 0; i < final.size(); ++i) {
+    episode.latest_obs[final.agent_id(i)].assign(final.obs(i), final.obs(i) + final.obs_size(i));
+  }
+  for (const Slot& slot : slots_) {
+    bool truncated = false;
+    if (slot.group == kNone) {
+      episode.ended[*slot.actor_id] = true;
+      truncated = final.truncated(slot.frame_index);
+    } else {
+      const GroupSpec& group = *group_list_[slot.group];
+      for (std::size_t k = 0; k < group.members.size(); ++k) {
+        episode.ended[group.members[k]] = true;
+        truncated = truncated || final.truncated(member_index_[group_member_offset_[slot.group] + k]);
+      }
+    }
+    auto it = episode.actors.find(*slot.actor_id);
+    if (it == episode.actors.end()) continue;  // observed its end without ever acting: nothing to train on
+    std::unique_ptr<Actor> actor = std::move(it->second);
+    episode.actors.erase(it);
+    const Module& module = *actor->module;
+    if (actor->training) {
+      if (slot.group == kNone) {
+        const float* obs = final.obs(slot.frame_index);
+        actor->obs.insert(actor->obs.end(), obs, obs + final.obs_size(slot.frame_index));
+      } else {
+        const GroupSpec& group = *group_list_[slot.group];
+        for (std::size_t k = 0; k < group.members.size(); ++k) {
+          const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
+          actor->obs.insert(actor->obs.end(), final.obs(i), final.obs(i) + final.obs_size(i));
+        }
+      }
+      if (module.value_dim > 0) write_value_obs(episode, module, actor->value_obs);
+      ++actor->obs_rows;
+    }
+    actor->truncated = truncated;
+    actor->terminated = !truncated;
+    if (actor->training && actor->action_rows > 0) episode.finished.push_back(std::move(actor));
+  }
+  recount_pending();
+  return Status::Ok();
+}
+
+Status MultiAgentClient::end_agents(const std::string& episode_id, const AgentFrame& final_observations) {
+  Episode* episode = nullptr;
+  Status status = check_call(episode_id, "end_agents", episode);
+  if (!status.ok()) return status;
+  return end_actors(*episode, final_observations, false);
+}
+
+Status MultiAgentClient::retire_agent(const std::string& episode_id, const std::string& agent_id,
+                                      const float* final_obs, std::size_t obs_size, bool truncated) {
+  AgentFrame frame;
+  frame.add(agent_id, final_obs, obs_size, truncated);
+  return end_agents(episode_id, frame);
+}
+
+Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::string& episode_id,
+                                                                    const AgentFrame* final_observations,
+                                                                    bool truncated) {
+  if (link_->events_pending()) sync();
+  auto found = episodes_.find(episode_id);
+  if (found == episodes_.end() || found->second->done) {
+    return Status(ErrorCode::kInvalidArgument, "end_episode: no running episode '" + episode_id + "'");
+  }
+  Episode* episode = found->second.get();
+  // Every agent still in the episode leaves: with the given observation, or its latest one.
+  AgentFrame all;
+  if (final_observations != nullptr) {
+    for (std::size_t i = 0; i < final_observations->size(); ++i) {
+      all.add(final_observations->agent_id(i), final_observations->obs(i), final_observations->obs_size(i),
+              final_observations->truncated(i));
+    }
+  }
+  for (const auto& entry : episode->actors) {
+    const Actor& actor = *entry.second;
+    auto group = std::find_if(group_list_.begin(), group_list_.end(),
+                              [&](const GroupSpec* g) { return g->group_id == actor.id; });
+    std::vector<std::string> members;
+    if (actor.is_group && group != group_list_.end()) {
+      members = (*group)->members;
+    } else {
+      members.push_back(actor.id);
+    }
+    for (const std::string& member : members) {
+      bool named = false;
+      for (std::size_t j = 0; j < all.size() && !named; ++j) named = all.agent_id(j) == member;
+      auto latest = episode->latest_obs.find(member);
+      if (!named && latest != episode->latest_obs.end()) {
+        all.add(member, latest->second.data(), latest->second.size());
+      }
+    }
+  }
+  Status status = end_actors(*episode, all, truncated);
+  if (!status.ok()) return status;
+  episode->done = true;
+  episode->truncated = truncated;
+  std::map<std::string, double> returns = episode->returns;
+  if (!episode->training) episodes_.erase(episode_id);  // a trained episode goes once its last record is cut
+  if (!fatal_.ok()) return fatal_;
+  return returns;
+}
+
+// -- cutting and sending ---------------------------------------------------------------------
+
+std::size_t MultiAgentClient::sendable_steps() const {
+  // Every actor's latest action is held back until its next observation
+  // (§10.7); RLlib's server waits for a full env_steps_per_sample batch.
+  std::size_t held = 0;
+  for (const auto& entry : episodes_) {
+    if (!entry.second->training) continue;
+    for (const auto& actor : entry.second->actors) {
+      const Actor& a = *actor.second;
+      if (a.training && a.action_rows > 0 && a.obs_rows == a.action_rows) ++held;
+    }
+  }
+  return pending_steps_ >= held ? pending_steps_ - held : 0;
+}
+
+bool MultiAgentClient::cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest) {
+  const std::size_t actions = actor.action_rows;
+  const std::size_t k = actor.obs_rows == actions + 1 ? actions : (actions == 0 ? 0 : actions - 1);
+  if (k == 0) return false;
+  const Module& module = *actor.module;
+  const bool done = (actor.terminated || actor.truncated) && k == actions;
+  entry.module = module.id;
+  entry.start_step = actor.start_step;
+  EpisodeChunk& chunk = entry.chunk;
+  copy_rows(actor.obs, k + 1, module.obs_dim, chunk.obs);
+  copy_rows(actor.actions, k, module.act_dim, chunk.actions);
+  copy_rows(actor.rewards, k, 1, chunk.rewards);
+  copy_rows(actor.logp, k, 1, chunk.action_logp);
+  copy_rows(actor.dist, k, module.dist_dim, chunk.action_dist_inputs);
+  if (module.value_dim > 0) copy_rows(actor.value_obs, k + 1, module.value_dim, entry.value_obs);
+  chunk.is_terminated = done && actor.terminated;
+  chunk.is_truncated = done && actor.truncated;
+  for (std::size_t i = 0; i < k; ++i) {
+    const Stamp& stamp = actor.versions[i];
+    if (stamp.first >= 0 && (!oldest || stamp < *oldest)) oldest = stamp;
+  }
+  erase_rows(actor.obs, k, module.obs_dim);
+  erase_rows(actor.value_obs, k, module.value_dim);
+  erase_rows(actor.actions, k, module.act_dim);
+  erase_rows(actor.rewards, k, 1);
+  erase_rows(actor.logp, k, 1);
+  erase_rows(actor.dist, k, module.dist_dim);
+  erase_rows(actor.versions, k, 1);
+  actor.obs_rows -= k;
+  actor.action_rows -= k;
+  return true;
+}
+
+void MultiAgentClient::send_batch() {
+  auto batch = std::make_shared<Batch>();
+  std::map<std::string, std::optional<Stamp>> oldest;  // per module
+  for (auto it = episodes_.begin(); it != episodes_.end();) {
+    Episode& episode = *it->second;
+    if (!episode.training) {
+      ++it;
+      continue;
+    }
+    MultiAgentRecord record;
+    record.episode_id = episode.id;
+    auto cut_actor = [&](Actor& actor) {
+      AgentEntry entry;
+      if (cut(actor, entry, oldest[actor.module->id])) record.agents.emplace_back(actor.id, std::move(entry));
+    };
+    for (auto& actor : episode.finished) cut_actor(*actor);
+    episode.finished.clear();
+    for (auto& entry : episode.actors) {
+      if (entry.second->training) cut_actor(*entry.second);
+    }
+    if (!record.agents.empty() || episode.done) {
+      record.is_terminated = episode.done && !episode.truncated;
+      record.is_truncated = episode.done && episode.truncated;
+      batch->records.push_back(std::move(record));
+    }
+    if (episode.done) {
+      it = episodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  recount_pending();
+  const std::int64_t env_steps = env_steps_since_cut_;
+  env_steps_since_cut_ = 0;
+  if (batch->records.empty()) return;
+  for (const MultiAgentRecord& record : batch->records) {
+    for (const auto& entry : record.agents) batch->agent_steps += static_cast<std::int64_t>(entry.second.chunk.steps());
+  }
+  batch->env_steps = env_steps;
+  // The claims (§7.6): per module, the oldest version its steps used; a
+  // module without steps here reports the version it holds. Stamped with the
+  // earliest connection they come from (the link drops claims of an earlier server run).
+  std::map<std::string, std::int64_t> claims;
+  std::int64_t claim_connection = connection_;
+  for (const auto& entry : modules_) {
+    if (entry.second->seq) claims[entry.first] = *entry.second->seq;
+  }
+  for (const auto& entry : oldest) {
+    if (!entry.second) continue;
+    claims[entry.first] = entry.second->second;
+    claim_connection = std::min(claim_connection, entry.second->first);
+  }
+  batch->weights_seq_nos = std::move(claims);
+  batch->claim_connection = claim_connection;
+  const std::size_t steps = batch->queue_steps();
+  if (options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps)) {
+    link_->wait_for_room(steps);  // the steps are cut: queued whatever happens meanwhile
+  }
+  std::set<std::string> gone = link_->submit(batch);
+  if (!gone.empty()) forget_episodes(gone);
+  if (waits_for_weights()) {
+    Batch* sent = batch.get();
+    link_->wait_until([sent] { return sent->done; }, true);
+    sync();
+  } else if (link_->events_pending()) {
+    sync();
+  }
+}
+
+Status MultiAgentClient::flush() {
+  if (link_->events_pending()) sync();
+  if (!fatal_.ok()) return fatal_;
+  send_batch();
+  link_->wait_for_idle();
+  sync();
+  return fatal_;
+}
+
+}  // namespace tether

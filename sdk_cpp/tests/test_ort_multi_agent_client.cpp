@@ -1,0 +1,844 @@
+// MultiAgentClient against the fake server (fake_server.h) with a
+// multi-module SET_CONFIG: records as §10.7 says (checked with
+// validate_multi_agent_record), one inference run per module per frame
+// (counted through the backends), groups (observations joined, actions split,
+// rewards combined, leaving as a whole), agents that join, leave and retire,
+// MAP_AGENTS and its timeout, per-module model swaps and claims, refusals,
+// reconnects; and the real ONNX model through ONNX Runtime.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fake_server.h"
+#include "tether/distributions.h"
+#include "tether/episode.h"
+#include "tether/multi_agent_client.h"
+#include "tether/onnxruntime_backend.h"
+
+namespace {
+
+using fake::Clock;
+using fake::Conn;
+using fake::FakeServer;
+using fake::ServerScript;
+using nlohmann::json;
+
+// -- backends that log every run ------------------------------------------------------
+
+struct RunLog {
+  std::mutex mutex;
+  struct Run {
+    std::string model;            // the module tag of the model (fake) or "onnx"
+    std::size_t batch = 0;
+    std::vector<float> obs;       // the whole batch
+  };
+  std::vector<Run> runs;
+  std::vector<Run> take() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<Run> out;
+    out.swap(runs);
+    return out;
+  }
+};
+
+// A fake model: byte 0 is the preferred value of every categorical, the rest names the module.
+std::vector<std::uint8_t> fake_model(std::uint8_t preferred, const std::string& module) {
+  std::vector<std::uint8_t> bytes = {preferred};
+  bytes.insert(bytes.end(), module.begin(), module.end());
+  return bytes;
+}
+
+class LoggingFakeBackend final : public tether::InferenceBackend {
+ public:
+  explicit LoggingFakeBackend(std::shared_ptr<RunLog> log) : log_(std::move(log)) {}
+  tether::Status load(const std::uint8_t* model, std::size_t size, const std::string&, const std::string&) override {
+    if (size < 2) return tether::Status(tether::ErrorCode::kInferenceFailed, "bad fake model");
+    preferred_ = model[0];
+    tag_.assign(reinterpret_cast<const char*>(model + 1), size - 1);
+    return tether::Status::Ok();
+  }
+  tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                     std::size_t out_dim) override {
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::size_t k = 0; k < out_dim; ++k) out[b * out_dim + k] = k % 2 == preferred_ ? 30.0f : 0.0f;
+    }
+    std::lock_guard<std::mutex> lock(log_->mutex);
+    log_->runs.push_back({tag_, batch, std::vector<float>(obs, obs + batch * obs_dim)});
+    return tether::Status::Ok();
+  }
+  bool loaded() const noexcept override { return !tag_.empty(); }
+  std::size_t obs_dim() const noexcept override { return 0; }
+  std::size_t out_dim() const noexcept override { return 0; }
+
+ private:
+  std::shared_ptr<RunLog> log_;
+  std::size_t preferred_ = 0;
+  std::string tag_;
+};
+
+// Wraps a real backend and logs its runs.
+class LoggingBackend final : public tether::InferenceBackend {
+ public:
+  LoggingBackend(std::unique_ptr<tether::InferenceBackend> inner, std::shared_ptr<RunLog> log)
+      : inner_(std::move(inner)), log_(std::move(log)) {}
+  tether::Status load(const std::uint8_t* model, std::size_t size, const std::string& in,
+                      const std::string& out) override {
+    return inner_->load(model, size, in, out);
+  }
+  tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                     std::size_t out_dim) override {
+    {
+      std::lock_guard<std::mutex> lock(log_->mutex);
+      log_->runs.push_back({"onnx", batch, std::vector<float>(obs, obs + batch * obs_dim)});
+    }
+    return inner_->run(obs, batch, obs_dim, out, out_dim);
+  }
+  bool loaded() const noexcept override { return inner_->loaded(); }
+  std::size_t obs_dim() const noexcept override { return inner_->obs_dim(); }
+  std::size_t out_dim() const noexcept override { return inner_->out_dim(); }
+
+ private:
+  std::unique_ptr<tether::InferenceBackend> inner_;
+  std::shared_ptr<RunLog> log_;
+};
+
+// -- the server's multi-agent layout ----------------------------------------------------
+
+json box(int n, double low = -10, double high = 10) {
+  return {{"type", "Box"}, {"shape", {n}}, {"dtype", "float32"}, {"low", low}, {"high", high}};
+}
+
+json module_json(json obs, json action, json value_obs_agents = json()) {
+  json m = {{"observation_space", std::move(obs)},
+            {"action_space", std::move(action)},
+            {"onnx_input_names", {"obs"}},
+            {"onnx_output_names", {"action_dist_inputs"}},
+            {"trainable", true}};
+  if (!value_obs_agents.is_null()) m["value_obs_agents"] = std::move(value_obs_agents);
+  return m;
+}
+
+// chaser (adversary_*, a centralized critic over both adversaries), runner
+// (good_0 and sub_*), pairmod (the groups pair = m_0 + m_1, mean, and duo = d_0 + d_1, sum).
+json multi_config(std::int64_t steps_per_sample = 20, bool rules = true) {
+  json modules = {
+      {"chaser", module_json(box(3), {{"type", "Discrete"}, {"n", 2}}, json::array({"adversary_0", "adversary_1"}))},
+      {"runner", module_json(box(2), {{"type", "Discrete"}, {"n", 2}})},
+      {"pairmod", module_json(box(4), {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}})},
+  };
+  json mapping = json::array({{{"pattern", "adversary_*"}, {"module", "chaser"}},
+                              {{"agent_id", "good_0"}, {"module", "runner"}},
+                              {{"pattern", "sub_*"}, {"module", "runner"}},
+                              {{"agent_id", "pair"}, {"module", "pairmod"}},
+                              {{"agent_id", "duo"}, {"module", "pairmod"}}});
+  return {{"type", "SET_CONFIG"},
+          {"env_steps_per_sample", steps_per_sample},
+          {"force_on_policy", true},
+          {"protocol_version", "1.3"},
+          {"train_batch_size", 200},
+          {"max_staleness", 1},
+          {"heartbeat_interval_s", 0},
+          {"modules", modules},
+          {"policy_mapping", rules ? mapping : json()},
+          {"groups",
+           {{"pair", {{"members", {"m_0", "m_1"}}, {"reward", "mean"}}},
+            {"duo", {{"members", {"d_0", "d_1"}}, {"reward", "sum"}}}}},
+          {"policies_to_train", {"chaser", "runner", "pairmod"}}};
+}
+
+std::map<std::string, tether::ModuleSpec> module_specs(const json& config) {
+  std::map<std::string, tether::ModuleSpec> specs;
+  for (auto it = config["modules"].begin(); it != config["modules"].end(); ++it) {
+    specs.emplace(it.key(), tether::ModuleSpec::from_json(it.key(), it.value()).value());
+  }
+  return specs;
+}
+
+// Per module: (seq, preferred action). The server answers GET_STATE with the
+// modules whose version differs from the request's weights_seq_nos.
+struct Models {
+  std::mutex mutex;
+  std::map<std::string, std::pair<std::int64_t, std::uint8_t>> current = {
+      {"chaser", {0, 1}}, {"runner", {0, 0}}, {"pairmod", {0, 1}}};
+  json state_for(const json& request) {
+    std::lock_guard<std::mutex> lock(mutex);
+    json held = request.contains("weights_seq_nos") ? request["weights_seq_nos"] : json::object();
+    json models = json::object();
+    for (const auto& [id, version] : current) {
+      if (held.contains(id) && held[id] == version.first) continue;
+      models[id] = {{"weights_seq_no", version.first}, {"onnx_file", fake::onnx_file_of(fake_model(version.second, id))}};
+    }
+    return {{"type", "SET_STATE"}, {"models", models}};
+  }
+};
+
+ServerScript multi_script(std::shared_ptr<Models> models, json config = multi_config()) {
+  ServerScript script;
+  script.full_config = std::move(config);
+  script.on_get_state = [models](Conn& conn, const tether::Message& message, int) {
+    conn.send(models->state_for(message.body));
+    return true;
+  };
+  script.on_batch = [models](Conn& conn, const tether::Message& message, int) {
+    conn.send(models->state_for(message.body));
+    return true;
+  };
+  return script;
+}
+
+tether::ClientOptions options_for(const FakeServer& server, std::shared_ptr<RunLog> log) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 7;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  options.backend_factory = [log] { return std::make_unique<LoggingFakeBackend>(log); };
+  return options;
+}
+
+void add(tether::AgentFrame& frame, const std::string& id, std::vector<float> obs, bool truncated = false) {
+  frame.add(id, obs.data(), obs.size(), truncated);
+}
+
+std::size_t index_of(const tether::AgentFrame& frame, const std::string& id) {
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    if (frame.agent_id(i) == id) return i;
+  }
+  return frame.size();
+}
+
+// Every record of every batch, validated as the server does (pass 1 of §10.8).
+std::vector<json> valid_records(const std::vector<json>& batches, const json& config) {
+  std::vector<json> records;
+  const auto specs = module_specs(config);
+  for (const json& batch : batches) {
+    std::size_t agent_steps = 0;
+    for (std::size_t i = 0; i < batch["episodes"].size(); ++i) {
+      tether::Result<std::size_t> steps = tether::validate_multi_agent_record(batch["episodes"][i], i, specs, true);
+      EXPECT_TRUE(steps.ok()) << steps.status().to_string() << "\n" << batch["episodes"][i].dump();
+      if (steps.ok()) agent_steps += steps.value();
+      records.push_back(batch["episodes"][i]);
+    }
+    EXPECT_EQ(batch["agent_steps"], agent_steps);
+  }
+  return records;
+}
+
+// The entries of one agent, in sending order.
+std::vector<json> entries_of(const std::vector<json>& records, const std::string& episode, const std::string& agent) {
+  std::vector<json> out;
+  for (const json& record : records) {
+    if (record["episode_id"] == episode && record["agents"].contains(agent)) out.push_back(record["agents"][agent]);
+  }
+  return out;
+}
+
+std::size_t steps_of(const std::vector<json>& entries) {
+  std::size_t n = 0;
+  for (const json& e : entries) n += e["actions"].size();
+  return n;
+}
+
+}  // namespace
+
+TEST(AgentFrame, ReusesItsBuffersAndLaysOutObservations) {
+  tether::AgentFrame frame;
+  frame.reserve(4, 16);
+  add(frame, "a", {1, 2, 3});
+  add(frame, "b", {4, 5});
+  ASSERT_EQ(frame.size(), 2u);
+  EXPECT_EQ(frame.obs_size(0), 3u);
+  EXPECT_EQ(frame.obs(1)[1], 5.0f);
+  EXPECT_EQ(frame.action_size(0), 0u);
+  frame.clear();
+  EXPECT_TRUE(frame.empty());
+  float* obs = frame.add_uninitialized("c", 2, true);
+  obs[0] = 7;
+  obs[1] = 8;
+  EXPECT_EQ(frame.agent_id(0), "c");
+  EXPECT_TRUE(frame.truncated(0));
+  EXPECT_EQ(frame.obs(0)[1], 8.0f);
+}
+
+TEST(MultiAgentClient, RecordsFollowTheSpecWithOneRunPerModulePerFrame) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config();
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  EXPECT_EQ(client.modules().size(), 3u);
+  EXPECT_EQ(client.groups().size(), 2u);
+  EXPECT_TRUE(client.has_mapping_rules());
+  EXPECT_EQ(client.models_loaded(), 3);
+  log->take();
+  std::string episode = client.start_episode("ep-1").value();
+  tether::AgentFrame frame;
+  const int kFrames = 30;
+  for (int t = 0; t < kFrames; ++t) {
+    const float x = static_cast<float>(t);
+    frame.clear();
+    add(frame, "adversary_0", {x, 0, 0});
+    add(frame, "m_1", {x, 11});  // members in any order: the group joins them in member order
+    add(frame, "adversary_1", {x, 1, 1});
+    add(frame, "good_0", {x, 2});
+    add(frame, "m_0", {x, 10});
+    const std::int64_t runs_before = client.inference_runs();
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << client.last_error().to_string();
+    EXPECT_EQ(client.inference_runs() - runs_before, 3);  // chaser, runner, pairmod
+    for (std::size_t i = 0; i < frame.size(); ++i) EXPECT_EQ(frame.action_size(i), 1u) << frame.agent_id(i);
+    EXPECT_EQ(frame.discrete_action(index_of(frame, "adversary_0")), 1);
+    EXPECT_EQ(frame.discrete_action(index_of(frame, "good_0")), 0);
+    EXPECT_EQ(frame.discrete_action(index_of(frame, "m_0")), 1);
+    EXPECT_EQ(frame.discrete_action(index_of(frame, "m_1")), 1);
+    for (const char* agent : {"adversary_0", "adversary_1", "good_0"}) {
+      ASSERT_TRUE(client.log_returns(episode, agent, 1.0).ok());
+    }
+    ASSERT_TRUE(client.log_returns(episode, "m_0", 1.0).ok());
+    ASSERT_TRUE(client.log_returns(episode, "m_1", 3.0).ok());  // mean: the group gets 2 per step
+  }
+  // One run per module per frame, with every actor of the module in it.
+  std::map<std::string, int> runs;
+  for (const RunLog::Run& run : log->take()) {
+    ++runs[run.model];
+    if (run.model == "chaser") EXPECT_EQ(run.batch, 2u);
+    if (run.model != "chaser") EXPECT_EQ(run.batch, 1u);
+    if (run.model == "pairmod") {
+      ASSERT_EQ(run.obs.size(), 4u);
+      EXPECT_EQ(run.obs[1], 10.0f);  // m_0 first, then m_1
+      EXPECT_EQ(run.obs[3], 11.0f);
+    }
+  }
+  EXPECT_EQ(runs["chaser"], kFrames);
+  EXPECT_EQ(runs["runner"], kFrames);
+  EXPECT_EQ(runs["pairmod"], kFrames);
+  auto returns = client.end_episode(episode);
+  ASSERT_TRUE(returns.ok()) << returns.status().to_string();
+  EXPECT_DOUBLE_EQ(returns.value()["adversary_0"], kFrames);
+  EXPECT_DOUBLE_EQ(returns.value()["pair"], 2.0 * kFrames);
+  EXPECT_EQ(returns.value().count("m_0"), 0u);
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_TRUE(client.take_error().ok());
+
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 4u);
+  std::int64_t env_steps = 0;
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(batches[i]["batch_seq"], static_cast<std::int64_t>(i + 1));
+    EXPECT_EQ(batches[i]["client_session"], client.client_session());
+    EXPECT_EQ(batches[i]["weights_seq_nos"], json({{"chaser", 0}, {"runner", 0}, {"pairmod", 0}}));
+    EXPECT_FALSE(batches[i].contains("weights_seq_no"));
+    env_steps += batches[i]["env_steps"].get<std::int64_t>();
+  }
+  EXPECT_EQ(env_steps, kFrames);
+  std::vector<json> records = valid_records(batches, config);
+  EXPECT_TRUE(records.back()["is_terminated"].get<bool>());
+  for (const json& record : records) {
+    EXPECT_FALSE(record["agents"].contains("m_0"));
+    EXPECT_FALSE(record["agents"].contains("m_1"));
+  }
+  for (const char* agent : {"adversary_0", "adversary_1", "good_0", "pair"}) {
+    std::vector<json> entries = entries_of(records, "ep-1", agent);
+    ASSERT_FALSE(entries.empty()) << agent;
+    EXPECT_EQ(steps_of(entries), static_cast<std::size_t>(kFrames)) << agent;
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      EXPECT_EQ(entries[k]["start_step"], 0);
+      EXPECT_EQ(entries[k]["is_terminated"].get<bool>(), k + 1 == entries.size()) << agent;
+      if (k > 0) EXPECT_EQ(entries[k]["obs"][0], entries[k - 1]["obs"].back()) << agent;  // continuation
+    }
+  }
+  std::vector<json> pair = entries_of(records, "ep-1", "pair");
+  EXPECT_EQ(pair[0]["module"], "pairmod");
+  EXPECT_EQ(pair[0]["obs"][0], json({0.0, 10.0, 0.0, 11.0}));
+  EXPECT_EQ(pair[0]["actions"][0], json({1, 1}));
+  EXPECT_EQ(pair[0]["rewards"][0], 2.0);
+  // The centralized critic's rows: both adversaries' observations of the same frame.
+  std::vector<json> adversary = entries_of(records, "ep-1", "adversary_0");
+  EXPECT_EQ(adversary[0]["value_obs"][3], json({3.0, 0.0, 0.0, 3.0, 1.0, 1.0}));
+  EXPECT_EQ(adversary[0]["value_obs"].size(), adversary[0]["obs"].size());
+  EXPECT_FALSE(entries_of(records, "ep-1", "good_0")[0].contains("value_obs"));
+  EXPECT_EQ(client.agent_steps_sent(), 4 * kFrames);
+  EXPECT_EQ(client.env_steps_sent(), kFrames);
+}
+
+TEST(MultiAgentClient, GroupsActAsOneAndLeaveAsAWhole) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config();
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("g").value();
+  tether::AgentFrame frame;
+  add(frame, "m_0", {0, 1});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kInvalidArgument);  // m_1 missing
+  for (int t = 0; t < 3; ++t) {
+    frame.clear();
+    add(frame, "m_0", {static_cast<float>(t), 1});
+    add(frame, "m_1", {static_cast<float>(t), 2});
+    add(frame, "d_0", {static_cast<float>(t), 3});
+    add(frame, "d_1", {static_cast<float>(t), 4});
+    ASSERT_TRUE(client.get_action(episode, frame).ok());
+    ASSERT_TRUE(client.log_returns(episode, "d_0", 1.0).ok());
+    ASSERT_TRUE(client.log_returns(episode, "d_1", 2.0).ok());  // sum: 3 per step
+  }
+  EXPECT_EQ(client.module_of(episode, "pair").value(), "pairmod");
+  // m_1 leaves: the group leaves, m_0 with its latest observation.
+  tether::AgentFrame leaving;
+  add(leaving, "m_1", {9, 9}, /*truncated=*/true);
+  ASSERT_TRUE(client.end_agents(episode, leaving).ok());
+  frame.clear();
+  add(frame, "m_0", {5, 1});
+  add(frame, "m_1", {5, 2});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kInvalidArgument);
+  frame.clear();
+  add(frame, "d_0", {5, 3});
+  add(frame, "d_1", {5, 4});
+  ASSERT_TRUE(client.get_action(episode, frame).ok());
+  auto returns = client.end_episode(episode);
+  ASSERT_TRUE(returns.ok());
+  EXPECT_DOUBLE_EQ(returns.value()["duo"], 9.0);
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  std::vector<json> pair = entries_of(records, "g", "pair");
+  ASSERT_EQ(steps_of(pair), 3u);
+  EXPECT_TRUE(pair.back()["is_truncated"].get<bool>());
+  EXPECT_FALSE(pair.back()["is_terminated"].get<bool>());
+  EXPECT_EQ(pair.back()["obs"].back(), json({2.0, 1.0, 9.0, 9.0}));  // m_0's latest, m_1's final
+  std::vector<json> duo = entries_of(records, "g", "duo");
+  ASSERT_EQ(steps_of(duo), 4u);
+  EXPECT_EQ(duo[0]["rewards"][0], 3.0);
+  EXPECT_TRUE(duo.back()["is_terminated"].get<bool>());
+}
+
+TEST(MultiAgentClient, AgentsJoinLeaveAndRetireAtTheirOwnRates) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(10);
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("h").value();
+  tether::AgentFrame frame;
+  int sub_steps = 0;
+  for (int t = 0; t < 20; ++t) {
+    const float x = static_cast<float>(t);
+    frame.clear();
+    add(frame, "adversary_0", {x, 0, 0});
+    if (t < 8) add(frame, "adversary_1", {x, 1, 1});
+    if (t >= 5) add(frame, "good_0", {x, 2});          // joins at step 5
+    if (t >= 6 && t < 16 && t % 3 == 0) {               // a sub-agent acting every third step
+      add(frame, "sub_1", {x, 3});
+      ++sub_steps;
+    }
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << t;
+    if (t == 7) {
+      tether::AgentFrame leaving;
+      add(leaving, "adversary_1", {x, 1, 1}, /*truncated=*/true);
+      ASSERT_TRUE(client.end_agents(episode, leaving).ok());
+    }
+    if (t == 15) {
+      const float final_obs[2] = {x, 3};
+      ASSERT_TRUE(client.retire_agent(episode, "sub_1", final_obs, 2).ok());
+    }
+  }
+  frame.clear();
+  add(frame, "sub_1", {0, 3});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kInvalidArgument);  // retired
+  frame.clear();
+  add(frame, "adversary_1", {0, 3, 3});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kInvalidArgument);  // left
+  ASSERT_TRUE(client.end_episode(episode, nullptr, /*truncated=*/true).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  std::vector<json> good = entries_of(records, "h", "good_0");
+  ASSERT_FALSE(good.empty());
+  for (const json& e : good) EXPECT_EQ(e["start_step"], 5);
+  EXPECT_EQ(steps_of(good), 15u);
+  EXPECT_TRUE(good.back()["is_truncated"].get<bool>());  // the episode was truncated
+  std::vector<json> sub = entries_of(records, "h", "sub_1");
+  EXPECT_EQ(steps_of(sub), static_cast<std::size_t>(sub_steps));
+  EXPECT_EQ(sub[0]["start_step"], 6);
+  EXPECT_EQ(sub[0]["module"], "runner");
+  EXPECT_TRUE(sub.back()["is_terminated"].get<bool>());
+  EXPECT_EQ(sub.back()["obs"].back(), json({15.0, 3.0}));
+  std::vector<json> left = entries_of(records, "h", "adversary_1");
+  EXPECT_EQ(steps_of(left), 8u);
+  EXPECT_TRUE(left.back()["is_truncated"].get<bool>());
+  // The critic row keeps the final observation of the agent that left.
+  std::vector<json> adversary = entries_of(records, "h", "adversary_0");
+  EXPECT_EQ(adversary.back()["value_obs"].back(), json({19.0, 0.0, 0.0, 7.0, 1.0, 1.0}));
+  EXPECT_TRUE(records.back()["is_truncated"].get<bool>());
+}
+
+TEST(MultiAgentClient, MapsWithMapAgentsOncePerFrameOfNewAgents) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(20, /*rules=*/false);
+  ServerScript script = multi_script(models, config);
+  script.map_agent = [](const std::string& id) {
+    if (id.rfind("adversary_", 0) == 0) return std::string("chaser");
+    if (id == "pair") return std::string("pairmod");
+    return std::string("runner");
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  EXPECT_FALSE(client.has_mapping_rules());
+  std::string episode = client.start_episode("ep-m").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 25; ++t) {
+    frame.clear();
+    add(frame, "adversary_0", {1, 0, 0});
+    add(frame, "m_0", {0, 1});
+    add(frame, "m_1", {0, 2});
+    if (t >= 10) add(frame, "good_0", {1, 2});
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << client.last_error().to_string();
+  }
+  EXPECT_EQ(client.map_requests(), 2);
+  std::vector<json> requests;
+  for (const json& message : server.messages()) {
+    if (message["type"] == "MAP_AGENTS") requests.push_back(message);
+  }
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0]["episode_id"], "ep-m");
+  EXPECT_EQ(requests[0]["agent_ids"], json({"adversary_0", "pair"}));  // the group id, never its members
+  EXPECT_EQ(requests[1]["agent_ids"], json({"good_0"}));
+  EXPECT_EQ(client.module_of(episode, "good_0").value(), "runner");
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  EXPECT_EQ(entries_of(records, "ep-m", "pair")[0]["module"], "pairmod");
+}
+
+TEST(MultiAgentClient, MapAgentsWithoutAnswerTimesOutClearly) {
+  auto models = std::make_shared<Models>();
+  ServerScript script = multi_script(models, multi_config(20, /*rules=*/false));
+  script.on_map_agents = [](Conn&, const tether::Message&) { return true; };  // never answers
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::ClientOptions options = options_for(server, log);
+  options.response_timeout_s = 0.5;
+  auto connected = tether::MultiAgentClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode().value();
+  tether::AgentFrame frame;
+  add(frame, "adversary_0", {1, 0, 0});
+  const auto start = Clock::now();
+  tether::Status status = client.get_action(episode, frame);
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(status.code(), tether::ErrorCode::kTimeout) << status.to_string();
+  EXPECT_NE(status.message().find("MAP_AGENTS"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("response_timeout_s"), std::string::npos) << status.to_string();
+  EXPECT_GE(waited, 0.45);
+  EXPECT_LT(waited, 3.0);
+  EXPECT_EQ(frame.action_size(0), 0u);
+  EXPECT_FALSE(client.module_of(episode, "adversary_0").ok());  // nothing recorded
+}
+
+TEST(MultiAgentClient, ModelsSwapPerModuleBetweenFramesAndBatchesClaimPerModule) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(12);
+  ServerScript script = multi_script(models, config);
+  script.on_batch = [models](Conn& conn, const tether::Message& message, int n) {
+    {
+      std::lock_guard<std::mutex> lock(models->mutex);
+      models->current["chaser"] = {n, static_cast<std::uint8_t>(n % 2)};  // only chaser trains
+    }
+    conn.send(models->state_for(message.body));
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::ClientOptions options = options_for(server, log);
+  options.wait_for_weights = true;  // each batch's answer is in use before the next frame
+  auto connected = tether::MultiAgentClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("swap").value();
+  tether::AgentFrame frame;
+  std::vector<int> chaser_actions;
+  std::vector<std::int64_t> chaser_versions;
+  for (int t = 0; t < 60; ++t) {
+    const float x = static_cast<float>(t);
+    frame.clear();
+    add(frame, "adversary_0", {x, 0, 0});
+    add(frame, "good_0", {x, 2});
+    if (t % 7 == 0) add(frame, "adversary_1", {x, 1, 1});  // its last step is often held back across a swap
+    ASSERT_TRUE(client.get_action(episode, frame).ok());
+    const std::int64_t a0 = frame.discrete_action(0);
+    EXPECT_EQ(frame.discrete_action(1), 0);  // runner never changes
+    if (frame.size() == 3) EXPECT_EQ(a0, frame.discrete_action(2)) << "a model changed within frame " << t;
+    chaser_actions.push_back(static_cast<int>(a0));
+    chaser_versions.push_back(client.weights_seq_no("chaser").value());
+  }
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.weights_seq_no("runner"), 0);
+  EXPECT_GE(client.weights_seq_no("chaser").value(), 4);
+  // The action follows the version in use: model n prefers n % 2 (version 0 prefers 1).
+  for (std::size_t t = 0; t < chaser_actions.size(); ++t) {
+    const int expected = chaser_versions[t] == 0 ? 1 : static_cast<int>(chaser_versions[t] % 2);
+    EXPECT_EQ(chaser_actions[t], expected) << t;
+  }
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 5u);
+  valid_records(batches, config);
+  int older_claims = 0;
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    // Per module, the oldest version its steps in the batch acted with (obs[t][0] is the frame).
+    std::int64_t oldest = -1;
+    for (const json& record : batches[i]["episodes"]) {
+      for (const char* agent : {"adversary_0", "adversary_1"}) {
+        if (!record["agents"].contains(agent)) continue;
+        const json& entry = record["agents"][agent];
+        for (std::size_t k = 0; k < entry["actions"].size(); ++k) {
+          const std::int64_t v = chaser_versions[static_cast<std::size_t>(entry["obs"][k][0].get<double>())];
+          if (oldest < 0 || v < oldest) oldest = v;
+        }
+      }
+    }
+    ASSERT_GE(oldest, 0);
+    EXPECT_EQ(batches[i]["weights_seq_nos"]["chaser"], oldest) << i;
+    older_claims += oldest < static_cast<std::int64_t>(i);  // a held-back step of an older version
+    EXPECT_EQ(batches[i]["weights_seq_nos"]["runner"], 0);
+    EXPECT_EQ(batches[i]["weights_seq_nos"]["pairmod"], 0);
+  }
+  EXPECT_GT(older_claims, 0);
+  EXPECT_EQ(client.models_loaded(), 3 + static_cast<std::int64_t>(batches.size()));
+}
+
+TEST(MultiAgentClient, RefusedBatchIsAnErrorAndItsEpisodeIsNotSentAgain) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(10);
+  ServerScript script = multi_script(models, config);
+  script.on_batch = [models](Conn& conn, const tether::Message& message, int n) {
+    if (n == 1) {
+      conn.send({{"type", "ERROR"},
+                 {"code", "MODULE_MISMATCH"},
+                 {"message", "episodes[0].agents['adversary_0']: no"},
+                 {"request", "EPISODES_AND_GET_STATE"}});
+    } else {
+      conn.send(models->state_for(message.body));
+    }
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  tether::AgentFrame frame;
+  for (const char* id : {"first", "second"}) {
+    std::string episode = client.start_episode(id).value();
+    for (int t = 0; t < 15; ++t) {
+      frame.clear();
+      add(frame, "adversary_0", {static_cast<float>(t), 0, 0});
+      ASSERT_TRUE(client.get_action(episode, frame).ok());
+    }
+    ASSERT_TRUE(client.end_episode(episode).ok());
+    ASSERT_TRUE(client.flush().ok());
+  }
+  tether::Status error = client.take_error();
+  EXPECT_EQ(error.code(), tether::ErrorCode::kModuleMismatch) << error.to_string();
+  EXPECT_TRUE(client.take_error().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 2u);
+  for (std::size_t i = 1; i < batches.size(); ++i) {
+    for (const json& record : batches[i]["episodes"]) EXPECT_EQ(record["episode_id"], "second");
+  }
+  EXPECT_EQ(steps_of(entries_of(valid_records(batches, config), "second", "adversary_0")), 15u);
+}
+
+TEST(MultiAgentClient, LostConnectionResendsTheBatchWithTheSameSeq) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(10);
+  ServerScript script = multi_script(models, config);
+  script.on_batch = [models](Conn& conn, const tether::Message& message, int n) {
+    if (n == 1) return false;  // gone before answering
+    conn.send(models->state_for(message.body));
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::ClientOptions options = options_for(server, log);
+  options.wait_for_weights = true;  // the new connection's config arrives while get_action waits in its cut
+  auto connected = tether::MultiAgentClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("r").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 25; ++t) {
+    frame.clear();
+    add(frame, "adversary_0", {static_cast<float>(t), 0, 0});
+    add(frame, "m_1", {static_cast<float>(t), 1});
+    add(frame, "good_0", {static_cast<float>(t), 0});
+    add(frame, "m_0", {static_cast<float>(t), 0});
+    ASSERT_TRUE(client.get_action(episode, frame).ok());
+    EXPECT_EQ(frame.action_size(1), 1u);
+    EXPECT_EQ(frame.discrete_action(1), 1);  // a member's part of the group's action
+  }
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 3u);
+  EXPECT_EQ(batches[1]["batch_seq"], 1);
+  EXPECT_EQ(batches[1]["episodes"], batches[0]["episodes"]);
+  EXPECT_GE(client.reconnects(), 1);
+  std::vector<json> delivered(batches.begin() + 1, batches.end());
+  std::vector<json> records = valid_records(delivered, config);
+  EXPECT_EQ(steps_of(entries_of(records, "r", "adversary_0")), 25u);
+  EXPECT_EQ(steps_of(entries_of(records, "r", "pair")), 25u);
+}
+
+TEST(MultiAgentClient, BadCallsAreStatuses) {
+  auto models = std::make_shared<Models>();
+  FakeServer server(multi_script(models));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  tether::AgentFrame frame;
+  add(frame, "adversary_0", {1, 0, 0});
+  EXPECT_EQ(client.get_action("nope", frame).code(), tether::ErrorCode::kInvalidArgument);
+  std::string episode = client.start_episode("e").value();
+  EXPECT_EQ(client.start_episode("e").status().code(), tether::ErrorCode::kInvalidArgument);
+  frame.clear();
+  add(frame, "adversary_0", {1, 0});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kInvalidArgument);  // wrong size
+  frame.clear();
+  add(frame, "zzz", {1, 0});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kUnmappedAgent);
+  frame.clear();
+  add(frame, "adversary_0", {1, std::nanf(""), 0});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kNonFiniteValue);
+  frame.clear();
+  add(frame, "adversary_0", {1, 0, 0});
+  add(frame, "adversary_0", {1, 0, 0});
+  EXPECT_EQ(client.get_action(episode, frame).code(), tether::ErrorCode::kInvalidArgument);  // twice
+  EXPECT_EQ(client.log_returns(episode, "adversary_0", std::nan("")).code(), tether::ErrorCode::kNonFiniteValue);
+  frame.clear();
+  add(frame, "adversary_0", {1, 0, 0});
+  ASSERT_TRUE(client.get_action(episode, frame).ok());
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  EXPECT_EQ(client.end_episode(episode).status().code(), tether::ErrorCode::kInvalidArgument);
+  client.close();
+  EXPECT_EQ(client.flush().code(), tether::ErrorCode::kClosed);
+  EXPECT_EQ(client.start_episode().status().code(), tether::ErrorCode::kClosed);
+}
+
+TEST(MultiAgentClient, SingleAgentServerIsRefusedClearly) {
+  FakeServer server(ServerScript{});  // no "modules"
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
+}
+
+// -- the real model through ONNX Runtime ------------------------------------------------
+
+TEST(MultiAgentClientOnnx, BatchedRunsGiveTheModelsLogpAndGreedyActions) {
+  const std::string dir = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/";
+  std::ifstream in(dir + "policy_4x64x64x2.onnx", std::ios::binary);
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty());
+  auto spec = [](bool trainable) {
+    json m = module_json(box(4, -10, 10), {{"type", "Discrete"}, {"n", 2}});
+    m["onnx_input_names"] = {"onnx::Gemm_0"};
+    m["trainable"] = trainable;
+    return m;
+  };
+  json config = multi_config(16);
+  config["modules"] = {{"red", spec(true)}, {"blue", spec(false)}};
+  config["policy_mapping"] = json::array({{{"pattern", "red_*"}, {"module", "red"}},
+                                          {{"pattern", "blue_*"}, {"module", "blue"}}});
+  config["groups"] = json::object();
+  ServerScript script;
+  script.full_config = config;
+  const std::string file = fake::onnx_file_of(bytes);
+  script.on_get_state = [file](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"},
+               {"models", {{"red", {{"weights_seq_no", 0}, {"onnx_file", file}}},
+                           {"blue", {{"weights_seq_no", 0}, {"onnx_file", file}}}}}});
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"}, {"models", json::object()}});
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::ClientOptions options = options_for(server, log);
+  options.backend_factory = [log] {
+    return std::make_unique<LoggingBackend>(std::make_unique<tether::OnnxRuntimeBackend>(), log);
+  };
+  auto connected = tether::MultiAgentClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  tether::OnnxRuntimeBackend reference;
+  ASSERT_TRUE(reference.load(bytes.data(), bytes.size(), "onnx::Gemm_0", "action_dist_inputs").ok());
+  std::string episode = client.start_episode("onnx").value();
+  tether::AgentFrame frame;
+  const int kAgents = 6;
+  for (int t = 0; t < 20; ++t) {
+    frame.clear();
+    for (int a = 0; a < kAgents; ++a) {
+      const float x = 0.1f * static_cast<float>(t) - 0.3f * static_cast<float>(a);
+      add(frame, (a % 2 == 0 ? "red_" : "blue_") + std::to_string(a), {x, -x, 0.5f * x, 1.0f});
+    }
+    log->take();
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << client.last_error().to_string();
+    std::vector<RunLog::Run> runs = log->take();
+    ASSERT_EQ(runs.size(), 2u);  // red and blue, three agents each
+    EXPECT_EQ(runs[0].batch, 3u);
+    EXPECT_EQ(runs[1].batch, 3u);
+  }
+  // compute_actions: the distribution's mode, nothing recorded.
+  const std::int64_t runs_before = client.inference_runs();
+  ASSERT_TRUE(client.compute_actions(frame).ok());
+  EXPECT_EQ(client.inference_runs() - runs_before, 2);
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    float dist[2];
+    ASSERT_TRUE(reference.run(frame.obs(i), 1, 4, dist, 2).ok());
+    EXPECT_EQ(frame.discrete_action(i), dist[1] > dist[0] ? 1 : 0);
+  }
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  const tether::Space action_space = tether::Space::discrete(2).value();
+  std::size_t checked = 0;
+  for (const json& record : records) {
+    for (auto it = record["agents"].begin(); it != record["agents"].end(); ++it) {
+      const json& entry = it.value();
+      EXPECT_EQ(entry["module"], it.key().rfind("red_", 0) == 0 ? "red" : "blue");
+      for (std::size_t t = 0; t < entry["actions"].size(); ++t) {
+        std::vector<float> obs = entry["obs"][t].get<std::vector<float>>();
+        float dist[2];
+        ASSERT_TRUE(reference.run(obs.data(), 1, 4, dist, 2).ok());
+        const double action = entry["actions"][t].get<double>();
+        tether::Result<double> logp = tether::log_prob(action_space, dist, 2, &action, 1);
+        ASSERT_TRUE(logp.ok());
+        EXPECT_NEAR(entry["action_logp"][t].get<double>(), logp.value(), 1e-4);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, static_cast<std::size_t>(20 * kAgents));
+}
+
+#endif  // _WIN32
