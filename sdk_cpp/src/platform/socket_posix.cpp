@@ -1,5 +1,8 @@
 // POSIX sockets (Linux, macOS, Android, consoles with BSD sockets): poll(2)
 // for readiness, a non-blocking self-pipe as the waker.
+// (The guard lets a build that compiles every source file, e.g. an Unreal
+// module, include both platform files.)
+#ifndef _WIN32
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -305,3 +308,5 @@ Result<WaitResult> Socket::wait(WaitFor what, std::chrono::milliseconds timeout,
 
 }  // namespace platform
 }  // namespace tether
+
+#endif  // !_WIN32

@@ -1,5 +1,8 @@
 // Winsock: WSAPoll for readiness, a loopback UDP socket connected to itself as
 // the waker (Windows has no pipe that WSAPoll can watch). Compiled on Windows only.
+// (The guard lets a build that compiles every source file, e.g. an Unreal
+// module, include both platform files.)
+#ifdef _WIN32
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
 #endif
@@ -316,3 +319,5 @@ Result<WaitResult> Socket::wait(WaitFor what, std::chrono::milliseconds timeout,
 
 }  // namespace platform
 }  // namespace tether
+
+#endif  // _WIN32

@@ -1,0 +1,197 @@
+// UTetherAgentComponent: adapts the SDK's TetherClient to an actor component.
+#include "TetherAgentComponent.h"
+
+#include "Async/Async.h"
+#include "HAL/CriticalSection.h"
+#include "Misc/ScopeLock.h"
+
+#include "TetherNNEBackend.h"
+#include "tether/client.h"
+
+DEFINE_LOG_CATEGORY(LogTether);
+
+namespace
+{
+FString CodeOf(const tether::Status& Status)
+{
+	return UTF8_TO_TCHAR(std::string(tether::to_string(Status.code())).c_str());
+}
+
+FString MessageOf(const tether::Status& Status)
+{
+	return UTF8_TO_TCHAR(Status.message().c_str());
+}
+}  // namespace
+
+// The connect call runs on a background thread (it retries for up to the reconnect
+// timeout); the component picks the client up in TickComponent. If the component
+// ends first, the task closes the client itself.
+struct FTetherConnectTask
+{
+	FCriticalSection Lock;
+	bool bDone = false;
+	bool bAbandoned = false;
+	std::unique_ptr<tether::TetherClient> Client;
+	tether::Status Error;
+};
+
+UTetherAgentComponent::UTetherAgentComponent()
+{
+	PrimaryComponentTick.bCanEverTick = true;
+}
+
+void UTetherAgentComponent::BeginPlay()
+{
+	Super::BeginPlay();
+	tether::ClientOptions Options;
+	Options.host = TCHAR_TO_UTF8(*Host);
+	Options.port = static_cast<std::uint16_t>(FMath::Clamp(Port, 1, 65535));
+	Options.client_name = TCHAR_TO_UTF8(*ClientName);
+	if (!AuthToken.IsEmpty())
+	{
+		Options.auth_token = std::string(TCHAR_TO_UTF8(*AuthToken));
+	}
+	Options.reconnect_timeout_s = ReconnectTimeoutSeconds;
+	const FString Runtime = NNERuntimeName;
+	Options.backend_factory = [Runtime] { return std::make_unique<FTetherNNEBackend>(Runtime); };
+	TSharedPtr<FTetherConnectTask> Task = MakeShared<FTetherConnectTask>();
+	Connecting = Task;
+	Async(EAsyncExecution::Thread, [Task, Options = MoveTemp(Options)]() mutable {
+		tether::Result<std::unique_ptr<tether::TetherClient>> Result = tether::TetherClient::connect(MoveTemp(Options));
+		FScopeLock Guard(&Task->Lock);
+		Task->bDone = true;
+		if (!Result.ok())
+		{
+			Task->Error = Result.status();
+		}
+		else if (!Task->bAbandoned)
+		{
+			Task->Client = MoveTemp(Result).value();
+		}
+		// else: the component ended meanwhile; the client closes as it goes out of scope here.
+	});
+}
+
+void UTetherAgentComponent::EndPlay(const EEndPlayReason::Type EndPlayReason)
+{
+	if (Connecting.IsValid())
+	{
+		FScopeLock Guard(&Connecting->Lock);
+		Connecting->bAbandoned = true;
+		Connecting->Client.reset();
+	}
+	Connecting.Reset();
+	if (Connected)
+	{
+		Connected->close();
+		Connected.reset();
+	}
+	Super::EndPlay(EndPlayReason);
+}
+
+void UTetherAgentComponent::TickComponent(float DeltaTime, ELevelTick TickType,
+                                          FActorComponentTickFunction* ThisTickFunction)
+{
+	Super::TickComponent(DeltaTime, TickType, ThisTickFunction);
+	if (Connecting.IsValid())
+	{
+		FScopeLock Guard(&Connecting->Lock);
+		if (Connecting->bDone)
+		{
+			Connected = MoveTemp(Connecting->Client);
+			const tether::Status Error = Connecting->Error;
+			Guard.Unlock();
+			Connecting.Reset();
+			if (!Error.ok())
+			{
+				Report(CodeOf(Error), MessageOf(Error));
+			}
+		}
+	}
+	if (Connected)
+	{
+		for (tether::Status Error = Connected->take_error(); !Error.ok(); Error = Connected->take_error())
+		{
+			Report(CodeOf(Error), MessageOf(Error));
+		}
+	}
+}
+
+bool UTetherAgentComponent::IsConnected() const
+{
+	return Connected != nullptr && Connected->fatal_error().ok();
+}
+
+bool UTetherAgentComponent::StartEpisode()
+{
+	if (!Connected)
+	{
+		return false;
+	}
+	if (!Episode.empty())
+	{
+		Report(TEXT("INVALID_ARGUMENT"), TEXT("StartEpisode: the previous episode was not ended"));
+		return false;
+	}
+	tether::Result<std::string> Started = Connected->start_episode();
+	if (!Started.ok())
+	{
+		Report(CodeOf(Started.status()), MessageOf(Started.status()));
+		return false;
+	}
+	Episode = MoveTemp(Started).value();
+	ActionBuffer.resize(Connected->action_space().flat_dim());
+	return true;
+}
+
+bool UTetherAgentComponent::GetAction(const TArray<float>& Observation, TArray<float>& Action)
+{
+	if (!Connected || Episode.empty())
+	{
+		return false;
+	}
+	const tether::Status Acted = Connected->get_action(Episode, Observation.GetData(), static_cast<std::size_t>(Observation.Num()),
+	                                                   ActionBuffer.data(), ActionBuffer.size());
+	if (!Acted.ok())
+	{
+		Report(CodeOf(Acted), MessageOf(Acted));
+		return false;
+	}
+	Action.SetNumUninitialized(static_cast<int32>(ActionBuffer.size()), EAllowShrinking::No);
+	for (int32 I = 0; I < Action.Num(); ++I)
+	{
+		Action[I] = static_cast<float>(ActionBuffer[static_cast<std::size_t>(I)]);
+	}
+	return true;
+}
+
+void UTetherAgentComponent::LogReward(float Reward)
+{
+	if (Connected && !Episode.empty())
+	{
+		Connected->log_returns(Episode, Reward);
+	}
+}
+
+float UTetherAgentComponent::EndEpisode(const TArray<float>& FinalObservation, bool bTruncated)
+{
+	if (!Connected || Episode.empty())
+	{
+		return 0.f;
+	}
+	tether::Result<double> Total = Connected->end_episode(Episode, FinalObservation.GetData(),
+	                                                      static_cast<std::size_t>(FinalObservation.Num()), bTruncated);
+	Episode.clear();
+	if (!Total.ok())
+	{
+		Report(CodeOf(Total.status()), MessageOf(Total.status()));
+		return 0.f;
+	}
+	return static_cast<float>(Total.value());
+}
+
+void UTetherAgentComponent::Report(const FString& Code, const FString& Message)
+{
+	UE_LOG(LogTether, Warning, TEXT("%s: %s: %s"), *GetNameSafe(GetOwner()), *Code, *Message);
+	OnError.Broadcast(Code, Message);
+}

@@ -1,0 +1,104 @@
+// One learning agent on an actor: connects to a Tether server without blocking
+// BeginPlay, acts with the local model (NNE), sends its experience on the SDK's
+// background thread, reports errors to the log and to a delegate. A thin
+// adapter over tether::TetherClient (sdk_cpp/include/tether/client.h), which
+// holds all the logic; compiled only inside Unreal.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Components/ActorComponent.h"
+#include "CoreMinimal.h"
+
+#include "TetherAgentComponent.generated.h"
+
+namespace tether
+{
+class TetherClient;
+}
+struct FTetherConnectTask;
+
+DECLARE_LOG_CATEGORY_EXTERN(LogTether, Log, All);
+
+/** A server error or refusal: the protocol error code (e.g. "INVALID_FIELD", "TIMEOUT") and its message. */
+DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FTetherErrorSignature, const FString&, Code, const FString&, Message);
+
+/**
+ * Connects one agent to `tether serve`. Call StartEpisode, then each decision
+ * GetAction (observation in, action out) and LogReward, and EndEpisode with the
+ * final observation. GetAction never waits for the network.
+ */
+UCLASS(ClassGroup = (AI), meta = (BlueprintSpawnableComponent))
+class TETHER_API UTetherAgentComponent : public UActorComponent
+{
+	GENERATED_BODY()
+
+public:
+	UTetherAgentComponent();
+
+	/** Server address. */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	FString Host = TEXT("127.0.0.1");
+
+	/** Server port. */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	int32 Port = 5555;
+
+	/** Sent in PING when the server requires a token (empty: none). */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	FString AuthToken;
+
+	/** Shown in the server's logs. */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	FString ClientName = TEXT("tether-unreal");
+
+	/** NNE runtime that runs the model on the CPU. */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	FString NNERuntimeName = TEXT("NNERuntimeORTCpu");
+
+	/** Keep retrying a lost server this long, then give up (seconds). */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	float ReconnectTimeoutSeconds = 60.f;
+
+	/** Called on the game thread for every error the client reports. */
+	UPROPERTY(BlueprintAssignable, Category = "Tether")
+	FTetherErrorSignature OnError;
+
+	/** Whether the first connection (and its model) is ready. */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	bool IsConnected() const;
+
+	/** Begins an episode; false before the connection is ready. */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	bool StartEpisode();
+
+	/** The action for Observation (Action gets one number per action dimension); false on an error (logged). */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	bool GetAction(const TArray<float>& Observation, TArray<float>& Action);
+
+	/** Adds Reward to the last action. */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	void LogReward(float Reward);
+
+	/** Ends the episode with its last observation (bTruncated: ended by a time limit); returns its total reward. */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	float EndEpisode(const TArray<float>& FinalObservation, bool bTruncated);
+
+	/** The client, once connected (C++ users may call its full API, e.g. flush()); null before. */
+	tether::TetherClient* Client() const { return Connected.get(); }
+
+protected:
+	virtual void BeginPlay() override;
+	virtual void EndPlay(const EEndPlayReason::Type EndPlayReason) override;
+	virtual void TickComponent(float DeltaTime, ELevelTick TickType, FActorComponentTickFunction* ThisTickFunction) override;
+
+private:
+	void Report(const FString& Code, const FString& Message);
+
+	TSharedPtr<FTetherConnectTask> Connecting;
+	std::unique_ptr<tether::TetherClient> Connected;
+	std::string Episode;
+	std::vector<double> ActionBuffer;
+};
