@@ -26,9 +26,12 @@ The C++ SDK (sdk_cpp/bench/act_latency.cpp, built by
 way against the same two servers and the same model: ``ort_cpp_us_p50`` and
 ``ort_cpp_batch256_us_p50`` (ONNX Runtime's C API, tensors bound once),
 ``sdk_cpp_us_p50`` / ``sdk_cpp_us_p99`` (``TetherClient::get_action``),
-``sdk_cpp_us_p99_while_sending`` and its ratio to the idle p99, and
+``sdk_cpp_us_p99_while_sending`` and its ratio to the idle p99,
+``sdk_cpp_batch256_us_p50`` (``MultiAgentClient::get_action`` for one frame of
+256 agents of one module: one inference run, sampling and recording each;
+``sdk_cpp_batch256_ratio`` against ``ort_cpp_batch256_us_p50``), and
 ``sdk_cpp_backend_batch256_us_p50`` (the SDK's ONNX Runtime backend on 256 rows
-plus sampling each row). ``--no-cpp`` leaves them out.
+plus sampling each row, without recording). ``--no-cpp`` leaves them out.
 
 Prints one JSON object on stdout, e.g.::
 
@@ -319,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sdk_cpp_us_p50" in result:
         log(f"C++ SDK get_action p50 {result['sdk_cpp_us_p50']} us vs bare ONNX Runtime C API "
             f"{result['ort_cpp_us_p50']} us; p99 {result['sdk_cpp_us_p99']} us idle, "
-            f"{result['sdk_cpp_us_p99_while_sending']} us while sending; batch 256: backend+sampling "
-            f"{result['sdk_cpp_backend_batch256_us_p50']} us vs bare {result['ort_cpp_batch256_us_p50']} us")
+            f"{result['sdk_cpp_us_p99_while_sending']} us while sending; 256 agents in one frame "
+            f"{result['sdk_cpp_batch256_us_p50']} us (backend+sampling {result['sdk_cpp_backend_batch256_us_p50']} us) "
+            f"vs bare {result['ort_cpp_batch256_us_p50']} us")
     print(json.dumps(result), flush=True)
     return 0
 

@@ -11,9 +11,12 @@
 //   the model the server sent: inference, sampling and recording. A reward is
 //   logged between calls (untimed), as an engine loop would. Bare and SDK calls
 //   alternate in blocks so background load affects both alike.
+// * sdk_cpp_batch256_us_p50: MultiAgentClient::get_action for one frame of 256
+//   agents of one module (the server maps every agent to its one module): one
+//   inference run for all of them, sampling and recording each; against
+//   ort_cpp_batch256_us_p50 (sdk_cpp_batch256_ratio).
 // * sdk_cpp_backend_batch256_us_p50: OnnxRuntimeBackend::run on 256 rows plus
-//   sampling every row with its logp (what one frame of 256 agents of one
-//   module costs the SDK apart from recording).
+//   sampling every row with its logp (the frame without recording).
 // * sdk_cpp_us_p99_while_sending: the same loop against the server on
 //   --sending-port, which asks for a batch every --sending-batch steps; only
 //   calls made while a batch is queued or in flight (and the calls that cut
@@ -36,6 +39,7 @@
 #include <onnxruntime_c_api.h>
 
 #include "tether/client.h"
+#include "tether/multi_agent_client.h"
 #include "tether/distributions.h"
 #include "tether/onnxruntime_backend.h"
 
@@ -267,6 +271,36 @@ int main(int argc, char** argv) {
       sdk_batch_ns.push_back(sdk_time);
     }
   }
+  // 256 agents in one frame through the multi-agent client (same server, same model).
+  std::vector<std::int64_t> frame_ns;
+  {
+    tether::ClientOptions options;
+    options.port = args.port;
+    options.seed = args.seed;
+    options.client_name = "bench-act-latency-cpp-multi";
+    options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+    auto connected = tether::MultiAgentClient::connect(std::move(options));
+    if (!connected.ok()) fail("multi-agent connect: " + connected.status().to_string());
+    tether::MultiAgentClient& multi = *connected.value();
+    std::string frame_episode = multi.start_episode().value();
+    tether::AgentFrame frame;
+    std::vector<std::string> ids;
+    for (std::size_t a = 0; a < kBatch; ++a) ids.push_back("agent_" + std::to_string(a));
+    for (int i = -std::min(200, args.batch_calls); i < args.batch_calls; ++i) {
+      frame.clear();
+      for (std::size_t a = 0; a < kBatch; ++a) {
+        frame.add(ids[a], &obs_pool[((static_cast<std::size_t>(i + 200) * kBatch + a) % n_obs) * kObs], kObs);
+      }
+      const auto t0 = Clock::now();
+      tether::Status acted = multi.get_action(frame_episode, frame);
+      const std::int64_t ns = since_ns(t0);
+      if (!acted.ok()) fail("multi-agent get_action: " + acted.to_string());
+      for (std::size_t a = 0; a < kBatch; ++a) multi.log_returns(frame_episode, ids[a], 1.0);
+      if (i >= 0) frame_ns.push_back(ns);
+    }
+    multi.close();
+  }
+
   bool same_outputs = true;
   for (std::size_t i = 0; i < dist.size(); ++i) same_outputs = same_outputs && std::fabs(dist[i] - bare_batch.out()[i]) < 1e-5f;
   client->close();
@@ -304,14 +338,15 @@ int main(int argc, char** argv) {
   const double sdk_batch = percentile_us(sdk_batch_ns, 50);
   std::printf(
       "{\"ort_cpp_us_p50\": %.2f, \"ort_cpp_us_p99\": %.2f, \"sdk_cpp_us_p50\": %.2f, \"sdk_cpp_us_p99\": %.2f, "
-      "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_backend_batch256_us_p50\": %.2f, "
+      "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_ratio\": %.2f, "
+      "\"sdk_cpp_backend_batch256_us_p50\": %.2f, "
       "\"sdk_cpp_backend_batch256_ratio\": %.2f, \"sdk_cpp_us_p99_while_sending\": %.2f, "
       "\"sdk_cpp_us_p50_while_sending\": %.2f, \"sdk_cpp_while_sending_p99_ratio\": %.2f, "
       "\"sdk_cpp_calls_while_sending\": %zu, \"sdk_cpp_env_steps_sent_while_sending\": %lld, "
       "\"sdk_cpp_batches_dropped_while_sending\": %lld, \"sdk_cpp_overhead_us_p50\": %.2f, "
       "\"sdk_cpp_calls\": %zu, \"sdk_cpp_backend_matches_bare\": %s}\n",
       percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
-      sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
+      percentile_us(frame_ns, 50), ort_batch > 0 ? percentile_us(frame_ns, 50) / ort_batch : 0.0, sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
       sdk_p99 > 0 ? sending_p99 / sdk_p99 : 0.0, sending_ns.size(), static_cast<long long>(sent),
       static_cast<long long>(dropped), percentile_us(sdk_ns, 50) - percentile_us(bare_ns, 50), sdk_ns.size(),
       same_outputs ? "true" : "false");
