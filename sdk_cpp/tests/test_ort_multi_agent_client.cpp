@@ -16,7 +16,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_server.h"
@@ -190,8 +192,8 @@ ServerScript multi_script(std::shared_ptr<Models> models, json config = multi_co
     return true;
   };
   script.on_batch = [models](Conn& conn, const tether::Message& message, int) {
-    conn.send(models->state_for(message.body));
-    return true;
+    if (message.type == tether::MessageType::kEpisodesAndGetState) conn.send(models->state_for(message.body));
+    return true;  // (EPISODES has no answer)
   };
   return script;
 }
@@ -397,6 +399,11 @@ TEST(MultiAgentClient, GroupsActAsOneAndLeaveAsAWhole) {
     ASSERT_TRUE(client.log_returns(episode, "d_1", 2.0).ok());  // sum: 3 per step
   }
   EXPECT_EQ(client.module_of(episode, "pair").value(), "pairmod");
+  // Greedy actions split the same way, and record nothing.
+  const std::int64_t runs = client.inference_runs();
+  ASSERT_TRUE(client.compute_actions(frame).ok());
+  EXPECT_EQ(client.inference_runs() - runs, 1);  // both groups: one pairmod run
+  for (std::size_t i = 0; i < frame.size(); ++i) EXPECT_EQ(frame.discrete_action(i), 1) << frame.agent_id(i);
   // m_1 leaves: the group leaves, m_0 with its latest observation.
   tether::AgentFrame leaving;
   add(leaving, "m_1", {9, 9}, /*truncated=*/true);
@@ -748,6 +755,112 @@ TEST(MultiAgentClient, SingleAgentServerIsRefusedClearly) {
   auto log = std::make_shared<RunLog>();
   auto connected = tether::MultiAgentClient::connect(options_for(server, log));
   EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
+  EXPECT_NE(connected.status().message().find("modules"), std::string::npos) << connected.status().to_string();
+}
+
+TEST(MultiAgentClient, RulesNamingAnUnknownModuleAreRefusedAtConnect) {
+  json config = multi_config();
+  config["policy_mapping"].push_back({{"pattern", "x_*"}, {"module", "ghost"}});
+  auto models = std::make_shared<Models>();
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
+  EXPECT_NE(connected.status().message().find("ghost"), std::string::npos) << connected.status().to_string();
+}
+
+TEST(MultiAgentClient, OffPolicyBatchesAreAcknowledgedByPerModuleGetState) {
+  auto models = std::make_shared<Models>();
+  json config = multi_config(10);
+  config["force_on_policy"] = false;
+  ServerScript script = multi_script(models, config);
+  script.on_get_state = [models](Conn& conn, const tether::Message& message, int) {
+    if (message.body["weights_seq_nos"].size() > 0) {
+      std::lock_guard<std::mutex> lock(models->mutex);
+      models->current["runner"] = {1, 1};  // the first acknowledgement brings runner 1
+    }
+    conn.send(models->state_for(message.body));
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  EXPECT_FALSE(client.force_on_policy());
+  std::string episode = client.start_episode("off").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 30; ++t) {
+    frame.clear();
+    add(frame, "good_0", {static_cast<float>(t), 0});
+    ASSERT_TRUE(client.get_action(episode, frame).ok());
+  }
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.weights_seq_no("runner"), 1);
+  std::vector<json> messages = server.messages();
+  int episodes = 0;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["type"] != "EPISODES") continue;
+    ++episodes;
+    ASSERT_LT(i + 1, messages.size());
+    EXPECT_EQ(messages[i + 1]["type"], "GET_STATE");  // right behind: its answer acknowledges the batch
+    EXPECT_TRUE(messages[i + 1]["weights_seq_nos"].is_object());
+  }
+  EXPECT_GE(episodes, 2);
+  EXPECT_EQ(steps_of(entries_of(valid_records(server.batches(), config), "off", "good_0")), 30u);
+  EXPECT_EQ(client.agent_steps_sent(), 30);
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+TEST(MultiAgentLink, AFullQueueDropsWholeEpisodesOfMultiAgentBatches) {
+  auto models = std::make_shared<Models>();
+  ServerScript script = multi_script(models);
+  script.on_batch = [](Conn&, const tether::Message&, int) { return true; };  // never answers: one batch in flight
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::LinkOptions options;
+  options.port = server.port();
+  options.multi_agent = true;
+  options.max_queued_steps = 5;
+  options.backend_factory = [log] { return std::make_unique<LoggingFakeBackend>(log); };
+  tether::ServerLink link(options);
+  ASSERT_TRUE(link.start().ok());
+  auto batch_of = [](std::vector<std::pair<std::string, int>> episodes) {
+    auto batch = std::make_shared<tether::Batch>();
+    for (const auto& [id, steps] : episodes) {
+      tether::MultiAgentRecord record;
+      record.episode_id = id;
+      tether::AgentEntry entry;
+      entry.module = "runner";
+      for (int t = 0; t < steps; ++t) {
+        entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
+        entry.chunk.actions.push_back(0);
+        entry.chunk.rewards.push_back(0);
+        entry.chunk.action_logp.push_back(-0.7);
+      }
+      entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
+      record.agents.emplace_back("good_0", std::move(entry));
+      batch->records.push_back(std::move(record));
+      batch->agent_steps += steps;
+    }
+    batch->env_steps = batch->agent_steps * 2;
+    return batch;
+  };
+  EXPECT_TRUE(link.submit(batch_of({{"a", 2}})).empty());
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && server.batches().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return !server.batches().empty();
+  }());  // "a" is in flight
+  EXPECT_TRUE(link.submit(batch_of({{"b", 3}})).empty());
+  auto third = batch_of({{"b", 1}, {"c", 2}});
+  std::set<std::string> gone = link.submit(third);  // 3 + 3 > 5: the batch with "b" is dropped, and "b" with it
+  EXPECT_EQ(gone, std::set<std::string>{"b"});
+  EXPECT_EQ(link.batches_dropped(), 1);
+  ASSERT_EQ(third->records.size(), 1u);
+  EXPECT_EQ(third->records[0].episode_id, "c");
+  EXPECT_EQ(third->agent_steps, 2);
+  EXPECT_EQ(third->env_steps, 4);  // scaled with the agent steps
 }
 
 // -- the real model through ONNX Runtime ------------------------------------------------
