@@ -56,7 +56,7 @@ struct RunLog {
 // A fake model: byte 0 is the preferred value of every categorical, the rest names the module.
 std::vector<std::uint8_t> fake_model(std::uint8_t preferred, const std::string& module) {
   std::vector<std::uint8_t> bytes = {preferred};
-  bytes.insert(bytes.end(), module.begin(), module.end());
+  for (char c : module) bytes.push_back(static_cast<std::uint8_t>(c));
   return bytes;
 }
 
@@ -72,7 +72,14 @@ class LoggingFakeBackend final : public tether::InferenceBackend {
   tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
                      std::size_t out_dim) override {
     for (std::size_t b = 0; b < batch; ++b) {
-      for (std::size_t k = 0; k < out_dim; ++k) out[b * out_dim + k] = k % 2 == preferred_ ? 30.0f : 0.0f;
+      for (std::size_t k = 0; k < out_dim; ++k) {
+        if (tag_.rfind("box", 0) == 0) {
+          // A Box model: means +5, -5, +5, ... (outside [-1, 1]) and a small std.
+          out[b * out_dim + k] = k < out_dim / 2 ? (k % 2 == 0 ? 5.0f : -5.0f) : -3.0f;
+        } else {
+          out[b * out_dim + k] = k % 2 == preferred_ ? 30.0f : 0.0f;
+        }
+      }
     }
     std::lock_guard<std::mutex> lock(log_->mutex);
     log_->runs.push_back({tag_, batch, std::vector<float>(obs, obs + batch * obs_dim)});
@@ -748,6 +755,68 @@ TEST(MultiAgentClient, BadCallsAreStatuses) {
   client.close();
   EXPECT_EQ(client.flush().code(), tether::ErrorCode::kClosed);
   EXPECT_EQ(client.start_episode().status().code(), tether::ErrorCode::kClosed);
+}
+
+TEST(MultiAgentClient, BoxActionsRecordTheRawSampleAndGiveTheEngineTheClippedOne) {
+  json config = multi_config(8);
+  json box_action = {{"type", "Box"}, {"shape", {2}}, {"dtype", "float32"}, {"low", -1.0}, {"high", 1.0}};
+  config["modules"] = {{"box_arm", module_json(box(3), box_action)}, {"box_hands", module_json(box(4), box_action)}};
+  config["policy_mapping"] = json::array({{{"pattern", "arm_*"}, {"module", "box_arm"}},
+                                          {{"agent_id", "hands"}, {"module", "box_hands"}}});
+  config["groups"] = {{"hands", {{"members", {"h_0", "h_1"}}}}};
+  ServerScript script;
+  script.full_config = config;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"},
+               {"models", {{"box_arm", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file_of(fake_model(0, "box_arm"))}}},
+                           {"box_hands", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file_of(fake_model(0, "box_hands"))}}}}}});
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"}, {"models", json::object()}});
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("box").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 12; ++t) {
+    frame.clear();
+    add(frame, "arm_0", {0, 0, static_cast<float>(t)});
+    add(frame, "h_0", {0, 1});
+    add(frame, "h_1", {0, 2});
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << client.last_error().to_string();
+    ASSERT_EQ(frame.action_size(0), 2u);
+    EXPECT_EQ(frame.action(0)[0], 1.0);   // clipped into the box
+    EXPECT_EQ(frame.action(0)[1], -1.0);
+    ASSERT_EQ(frame.action_size(1), 1u);  // each member: its half of the group's clipped action
+    EXPECT_EQ(frame.action(1)[0], 1.0);
+    EXPECT_EQ(frame.action(2)[0], -1.0);
+  }
+  ASSERT_TRUE(client.compute_actions(frame).ok());
+  EXPECT_EQ(frame.action(0)[0], 1.0);  // the clipped mean
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  const tether::Space space = tether::Space::from_json(box_action).value();
+  for (const char* actor : {"arm_0", "hands"}) {
+    std::vector<json> entries = entries_of(records, "box", actor);
+    ASSERT_EQ(steps_of(entries), 12u) << actor;
+    for (const json& entry : entries) {
+      for (std::size_t k = 0; k < entry["actions"].size(); ++k) {
+        const std::vector<double> action = entry["actions"][k].get<std::vector<double>>();
+        EXPECT_NEAR(action[0], 5.0, 0.3) << actor;  // the raw sample
+        EXPECT_NEAR(action[1], -5.0, 0.3) << actor;
+        const std::vector<float> dist = entry["action_dist_inputs"][k].get<std::vector<float>>();
+        tether::Result<double> logp = tether::log_prob(space, dist.data(), dist.size(), action.data(), 2);
+        ASSERT_TRUE(logp.ok());
+        EXPECT_NEAR(entry["action_logp"][k].get<double>(), logp.value(), 1e-3);
+      }
+    }
+  }
 }
 
 TEST(MultiAgentClient, SingleAgentServerIsRefusedClearly) {
