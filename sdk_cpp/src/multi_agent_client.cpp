@@ -119,6 +119,8 @@ struct MultiAgentClient::Actor {
   std::int64_t start_step = 0;
   bool training = true;
   std::uint64_t frame_mark = 0;
+  std::vector<float> latest;      // its latest observation (a single agent's)
+  bool shared_latest = false;     // a centralized critic sees it: also in Episode::latest_obs
   std::vector<float> obs;         // obs_rows rows
   std::vector<float> value_obs;   // obs_rows rows (a centralized critic's module)
   std::vector<double> actions;
@@ -150,6 +152,7 @@ struct MultiAgentClient::Episode {
   std::int64_t t = 0;
   std::unordered_map<std::string, std::unique_ptr<Actor>> actors;
   std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
+  // Latest observations of group members and of agents a centralized critic sees.
   std::unordered_map<std::string, std::vector<float>> latest_obs;
   std::map<std::string, double> returns;
   std::unordered_map<std::string, bool> ended;  // agents (and members) that left
@@ -313,6 +316,10 @@ void MultiAgentClient::sync() {
           group_list_.push_back(&entry.second);
         }
         member_index_.assign(members, kNone);
+        critic_agents_.clear();
+        for (const auto& entry : config_->modules) {
+          critic_agents_.insert(entry.second.value_obs_agents.begin(), entry.second.value_obs_agents.end());
+        }
         group_slot_.assign(group_list_.size(), kNone);
         apply_models(event);
         break;
@@ -640,6 +647,23 @@ void MultiAgentClient::write_value_obs(const Episode& episode, const Module& mod
   }
 }
 
+// Keeps an actor's latest observation: a single agent's in its Actor (and in
+// the episode's map when a critic sees it), a group's members' in the map.
+void MultiAgentClient::note_latest(Episode& episode, const Slot& slot, const AgentFrame& frame) {
+  if (slot.group == kNone) {
+    const float* obs = frame.obs(slot.frame_index);
+    const std::size_t size = frame.obs_size(slot.frame_index);
+    if (slot.actor != nullptr) slot.actor->latest.assign(obs, obs + size);
+    if (slot.actor == nullptr || slot.actor->shared_latest) episode.latest_obs[*slot.actor_id].assign(obs, obs + size);
+    return;
+  }
+  const GroupSpec& group = *group_list_[slot.group];
+  for (std::size_t k = 0; k < group.members.size(); ++k) {
+    const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
+    episode.latest_obs[group.members[k]].assign(frame.obs(i), frame.obs(i) + frame.obs_size(i));
+  }
+}
+
 Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& frame) {
   Episode* episode = nullptr;
   Status status = check_call(episode_id, "get_action", episode);
@@ -666,14 +690,13 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     actor->start_step = episode->t;
     actor->training = episode->training;
     actor->frame_mark = frame_counter_;
+    actor->shared_latest = critic_agents_.count(actor->id) != 0;
     slot.actor = actor.get();
     episode->actors.emplace(actor->id, std::move(actor));
   }
   fill_batches(frame);
   // Latest observations (value_obs rows; the finals of agents that end without one).
-  for (std::size_t i = 0; i < frame.size(); ++i) {
-    episode->latest_obs[frame.agent_id(i)].assign(frame.obs(i), frame.obs(i) + frame.obs_size(i));
-  }
+  for (const Slot& slot : slots_) note_latest(*episode, slot, frame);
   // Observe: each actor's observation row (and centralized-critic row).
   for (const Slot& slot : slots_) {
     Actor& actor = *slot.actor;
@@ -789,9 +812,7 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
   }
   Status status = gather(&episode, final, episode.id, true);  // sizes; maps nothing
   if (!status.ok()) return status;
-  for (std::size_t i = 0; i < final.size(); ++i) {
-    episode.latest_obs[final.agent_id(i)].assign(final.obs(i), final.obs(i) + final.obs_size(i));
-  }
+  for (const Slot& slot : slots_) note_latest(episode, slot, final);
   for (const Slot& slot : slots_) {
     bool truncated = false;
     if (slot.group == kNone) {
@@ -875,10 +896,13 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
     for (const std::string& member : members) {
       bool named = false;
       for (std::size_t j = 0; j < all.size() && !named; ++j) named = all.agent_id(j) == member;
-      auto latest = episode->latest_obs.find(member);
-      if (!named && latest != episode->latest_obs.end()) {
-        all.add(member, latest->second.data(), latest->second.size());
+      if (named) continue;
+      if (!actor.is_group) {
+        all.add(member, actor.latest.data(), actor.latest.size());
+        continue;
       }
+      auto latest = episode->latest_obs.find(member);
+      if (latest != episode->latest_obs.end()) all.add(member, latest->second.data(), latest->second.size());
     }
   }
   Status status = end_actors(*episode, all, truncated);

@@ -16,7 +16,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_server.h"
@@ -54,7 +56,7 @@ struct RunLog {
 // A fake model: byte 0 is the preferred value of every categorical, the rest names the module.
 std::vector<std::uint8_t> fake_model(std::uint8_t preferred, const std::string& module) {
   std::vector<std::uint8_t> bytes = {preferred};
-  bytes.insert(bytes.end(), module.begin(), module.end());
+  for (char c : module) bytes.push_back(static_cast<std::uint8_t>(c));
   return bytes;
 }
 
@@ -70,7 +72,14 @@ class LoggingFakeBackend final : public tether::InferenceBackend {
   tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
                      std::size_t out_dim) override {
     for (std::size_t b = 0; b < batch; ++b) {
-      for (std::size_t k = 0; k < out_dim; ++k) out[b * out_dim + k] = k % 2 == preferred_ ? 30.0f : 0.0f;
+      for (std::size_t k = 0; k < out_dim; ++k) {
+        if (tag_.rfind("box", 0) == 0) {
+          // A Box model: means +5, -5, +5, ... (outside [-1, 1]) and a small std.
+          out[b * out_dim + k] = k < out_dim / 2 ? (k % 2 == 0 ? 5.0f : -5.0f) : -3.0f;
+        } else {
+          out[b * out_dim + k] = k % 2 == preferred_ ? 30.0f : 0.0f;
+        }
+      }
     }
     std::lock_guard<std::mutex> lock(log_->mutex);
     log_->runs.push_back({tag_, batch, std::vector<float>(obs, obs + batch * obs_dim)});
@@ -190,8 +199,8 @@ ServerScript multi_script(std::shared_ptr<Models> models, json config = multi_co
     return true;
   };
   script.on_batch = [models](Conn& conn, const tether::Message& message, int) {
-    conn.send(models->state_for(message.body));
-    return true;
+    if (message.type == tether::MessageType::kEpisodesAndGetState) conn.send(models->state_for(message.body));
+    return true;  // (EPISODES has no answer)
   };
   return script;
 }
@@ -397,6 +406,11 @@ TEST(MultiAgentClient, GroupsActAsOneAndLeaveAsAWhole) {
     ASSERT_TRUE(client.log_returns(episode, "d_1", 2.0).ok());  // sum: 3 per step
   }
   EXPECT_EQ(client.module_of(episode, "pair").value(), "pairmod");
+  // Greedy actions split the same way, and record nothing.
+  const std::int64_t runs = client.inference_runs();
+  ASSERT_TRUE(client.compute_actions(frame).ok());
+  EXPECT_EQ(client.inference_runs() - runs, 1);  // both groups: one pairmod run
+  for (std::size_t i = 0; i < frame.size(); ++i) EXPECT_EQ(frame.discrete_action(i), 1) << frame.agent_id(i);
   // m_1 leaves: the group leaves, m_0 with its latest observation.
   tether::AgentFrame leaving;
   add(leaving, "m_1", {9, 9}, /*truncated=*/true);
@@ -743,11 +757,179 @@ TEST(MultiAgentClient, BadCallsAreStatuses) {
   EXPECT_EQ(client.start_episode().status().code(), tether::ErrorCode::kClosed);
 }
 
+TEST(MultiAgentClient, BoxActionsRecordTheRawSampleAndGiveTheEngineTheClippedOne) {
+  json config = multi_config(8);
+  json box_action = {{"type", "Box"}, {"shape", {2}}, {"dtype", "float32"}, {"low", -1.0}, {"high", 1.0}};
+  config["modules"] = {{"box_arm", module_json(box(3), box_action)}, {"box_hands", module_json(box(4), box_action)}};
+  config["policy_mapping"] = json::array({{{"pattern", "arm_*"}, {"module", "box_arm"}},
+                                          {{"agent_id", "hands"}, {"module", "box_hands"}}});
+  config["groups"] = {{"hands", {{"members", {"h_0", "h_1"}}}}};
+  ServerScript script;
+  script.full_config = config;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"},
+               {"models", {{"box_arm", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file_of(fake_model(0, "box_arm"))}}},
+                           {"box_hands", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file_of(fake_model(0, "box_hands"))}}}}}});
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"}, {"models", json::object()}});
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("box").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 12; ++t) {
+    frame.clear();
+    add(frame, "arm_0", {0, 0, static_cast<float>(t)});
+    add(frame, "h_0", {0, 1});
+    add(frame, "h_1", {0, 2});
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << client.last_error().to_string();
+    ASSERT_EQ(frame.action_size(0), 2u);
+    EXPECT_EQ(frame.action(0)[0], 1.0);   // clipped into the box
+    EXPECT_EQ(frame.action(0)[1], -1.0);
+    ASSERT_EQ(frame.action_size(1), 1u);  // each member: its half of the group's clipped action
+    EXPECT_EQ(frame.action(1)[0], 1.0);
+    EXPECT_EQ(frame.action(2)[0], -1.0);
+  }
+  ASSERT_TRUE(client.compute_actions(frame).ok());
+  EXPECT_EQ(frame.action(0)[0], 1.0);  // the clipped mean
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  const tether::Space space = tether::Space::from_json(box_action).value();
+  for (const char* actor : {"arm_0", "hands"}) {
+    std::vector<json> entries = entries_of(records, "box", actor);
+    ASSERT_EQ(steps_of(entries), 12u) << actor;
+    for (const json& entry : entries) {
+      for (std::size_t k = 0; k < entry["actions"].size(); ++k) {
+        const std::vector<double> action = entry["actions"][k].get<std::vector<double>>();
+        EXPECT_NEAR(action[0], 5.0, 0.3) << actor;  // the raw sample
+        EXPECT_NEAR(action[1], -5.0, 0.3) << actor;
+        const std::vector<float> dist = entry["action_dist_inputs"][k].get<std::vector<float>>();
+        tether::Result<double> logp = tether::log_prob(space, dist.data(), dist.size(), action.data(), 2);
+        ASSERT_TRUE(logp.ok());
+        EXPECT_NEAR(entry["action_logp"][k].get<double>(), logp.value(), 1e-3);
+      }
+    }
+  }
+}
+
 TEST(MultiAgentClient, SingleAgentServerIsRefusedClearly) {
   FakeServer server(ServerScript{});  // no "modules"
   auto log = std::make_shared<RunLog>();
   auto connected = tether::MultiAgentClient::connect(options_for(server, log));
   EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
+  EXPECT_NE(connected.status().message().find("modules"), std::string::npos) << connected.status().to_string();
+}
+
+TEST(MultiAgentClient, RulesNamingAnUnknownModuleAreRefusedAtConnect) {
+  json config = multi_config();
+  config["policy_mapping"].push_back({{"pattern", "x_*"}, {"module", "ghost"}});
+  auto models = std::make_shared<Models>();
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
+  EXPECT_NE(connected.status().message().find("ghost"), std::string::npos) << connected.status().to_string();
+}
+
+TEST(MultiAgentClient, OffPolicyBatchesAreAcknowledgedByPerModuleGetState) {
+  auto models = std::make_shared<Models>();
+  json config = multi_config(10);
+  config["force_on_policy"] = false;
+  ServerScript script = multi_script(models, config);
+  script.on_get_state = [models](Conn& conn, const tether::Message& message, int) {
+    if (message.body["weights_seq_nos"].size() > 0) {
+      std::lock_guard<std::mutex> lock(models->mutex);
+      models->current["runner"] = {1, 1};  // the first acknowledgement brings runner 1
+    }
+    conn.send(models->state_for(message.body));
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  EXPECT_FALSE(client.force_on_policy());
+  std::string episode = client.start_episode("off").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 30; ++t) {
+    frame.clear();
+    add(frame, "good_0", {static_cast<float>(t), 0});
+    ASSERT_TRUE(client.get_action(episode, frame).ok());
+  }
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.weights_seq_no("runner"), 1);
+  std::vector<json> messages = server.messages();
+  int episodes = 0;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["type"] != "EPISODES") continue;
+    ++episodes;
+    ASSERT_LT(i + 1, messages.size());
+    EXPECT_EQ(messages[i + 1]["type"], "GET_STATE");  // right behind: its answer acknowledges the batch
+    EXPECT_TRUE(messages[i + 1]["weights_seq_nos"].is_object());
+  }
+  EXPECT_GE(episodes, 2);
+  EXPECT_EQ(steps_of(entries_of(valid_records(server.batches(), config), "off", "good_0")), 30u);
+  EXPECT_EQ(client.agent_steps_sent(), 30);
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+TEST(MultiAgentLink, AFullQueueDropsWholeEpisodesOfMultiAgentBatches) {
+  auto models = std::make_shared<Models>();
+  ServerScript script = multi_script(models);
+  script.on_batch = [](Conn&, const tether::Message&, int) { return true; };  // never answers: one batch in flight
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::LinkOptions options;
+  options.port = server.port();
+  options.multi_agent = true;
+  options.max_queued_steps = 5;
+  options.backend_factory = [log] { return std::make_unique<LoggingFakeBackend>(log); };
+  tether::ServerLink link(options);
+  ASSERT_TRUE(link.start().ok());
+  auto batch_of = [](std::vector<std::pair<std::string, int>> episodes) {
+    auto batch = std::make_shared<tether::Batch>();
+    for (const auto& [id, steps] : episodes) {
+      tether::MultiAgentRecord record;
+      record.episode_id = id;
+      tether::AgentEntry entry;
+      entry.module = "runner";
+      for (int t = 0; t < steps; ++t) {
+        entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
+        entry.chunk.actions.push_back(0);
+        entry.chunk.rewards.push_back(0);
+        entry.chunk.action_logp.push_back(-0.7);
+      }
+      entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
+      record.agents.emplace_back("good_0", std::move(entry));
+      batch->records.push_back(std::move(record));
+      batch->agent_steps += steps;
+    }
+    batch->env_steps = batch->agent_steps * 2;
+    return batch;
+  };
+  EXPECT_TRUE(link.submit(batch_of({{"a", 2}})).empty());
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && server.batches().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return !server.batches().empty();
+  }());  // "a" is in flight
+  EXPECT_TRUE(link.submit(batch_of({{"b", 3}})).empty());
+  auto third = batch_of({{"b", 1}, {"c", 2}});
+  std::set<std::string> gone = link.submit(third);  // 3 + 3 > 5: the batch with "b" is dropped, and "b" with it
+  EXPECT_EQ(gone, std::set<std::string>{"b"});
+  EXPECT_EQ(link.batches_dropped(), 1);
+  ASSERT_EQ(third->records.size(), 1u);
+  EXPECT_EQ(third->records[0].episode_id, "c");
+  EXPECT_EQ(third->agent_steps, 2);
+  EXPECT_EQ(third->env_steps, 4);  // scaled with the agent steps
 }
 
 // -- the real model through ONNX Runtime ------------------------------------------------

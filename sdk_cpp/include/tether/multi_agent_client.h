@@ -277,6 +277,7 @@ class MultiAgentClient {
   void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
   bool cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest);
   void write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const;
+  void note_latest(Episode& episode, const Slot& slot, const AgentFrame& frame);
   Status end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated);
   Status check_call(const std::string& episode_id, const char* call, Episode*& episode);
 
@@ -288,6 +289,7 @@ class MultiAgentClient {
   std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> group_of_;
   std::vector<const GroupSpec*> group_list_;
   std::vector<std::size_t> group_member_offset_;  // per group, its first entry in member_index_
+  std::set<std::string> critic_agents_;           // agents some module's value_obs_agents lists
   std::int64_t connection_ = 0;
   Rng rng_;
   bool raw_box_samples_ = true;
