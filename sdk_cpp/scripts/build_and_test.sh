@@ -5,7 +5,9 @@
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer, -O1
 #   tsan      ThreadSanitizer, -O1
 # into sdk_cpp/build/CONFIG, with ONNX Runtime from sdk_cpp/third_party/onnxruntime
-# (fetched first if missing). Exits non-zero if anything fails.
+# (fetched first if missing). Exits non-zero if anything fails. The checking
+# configurations (noexcept, asan, tsan) compile the library as a unity build;
+# normal compiles each source on its own, which keeps every file's includes honest.
 #   examples  the example programs (examples/cpp, a separate CMake project that adds
 #             the SDK with add_subdirectory), Release, into sdk_cpp/build/examples; no tests
 # With --build-only the tests are not run (the suite builds ahead in the background).
@@ -34,7 +36,7 @@ case "${CONFIG}" in
     BUILD_ONLY=1
     ;;
   # -O1: this configuration checks the exception-free build, not its speed (and compiles ~40% faster).
-  noexcept) options+=(-DTETHER_NO_EXCEPTIONS=ON "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG") ;;
+  noexcept) options+=(-DTETHER_NO_EXCEPTIONS=ON "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DTETHER_UNITY_BUILD=ON) ;;
   asan) sanitizer_flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -O1 -g1" ;;
   tsan) sanitizer_flags="-fsanitize=thread -O1 -g1" ;;
   *)
@@ -44,7 +46,7 @@ case "${CONFIG}" in
 esac
 if [[ -n "${sanitizer_flags}" ]]; then
   # No CMAKE_BUILD_TYPE: the flags below are the whole optimisation and debug-info choice.
-  options=("-DCMAKE_CXX_FLAGS=${sanitizer_flags}"
+  options=("-DCMAKE_CXX_FLAGS=${sanitizer_flags}" -DTETHER_UNITY_BUILD=ON
            "-DCMAKE_EXE_LINKER_FLAGS=${sanitizer_flags}" "-DCMAKE_SHARED_LINKER_FLAGS=${sanitizer_flags}")
 fi
 

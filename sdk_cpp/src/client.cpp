@@ -6,36 +6,9 @@
 #include <cmath>
 #include <random>
 
+#include "rows.h"
+
 namespace tether {
-
-namespace {
-
-// Removes the first `rows` rows of `width` values, keeping the capacity.
-template <class T>
-void erase_rows(std::vector<T>& values, std::size_t rows, std::size_t width) {
-  const std::size_t n = std::min(values.size(), rows * width);
-  values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-template <class T>
-void copy_rows(const std::vector<T>& from, std::size_t rows, std::size_t width, std::vector<T>& to) {
-  const std::size_t n = std::min(from.size(), rows * width);
-  to.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-std::string random_episode_id(Rng& rng) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  std::uint64_t bits = 0;
-  for (std::size_t i = 0; i < id.size(); ++i) {
-    if (i % 16 == 0) bits = rng.next_u64();
-    id[i] = kHex[bits & 15u];
-    bits >>= 4;
-  }
-  return id;
-}
-
-}  // namespace
 
 TetherClient::TetherClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
   std::uint64_t seed = 0;
@@ -205,7 +178,7 @@ void TetherClient::recount_pending() {
 Result<std::string> TetherClient::start_episode(const std::string& episode_id, bool training_enabled) {
   if (link_->events_pending()) sync();
   if (!fatal_.ok()) return fatal_;
-  std::string id = episode_id.empty() ? random_episode_id(rng_) : episode_id;
+  std::string id = episode_id.empty() ? detail::random_hex_id(rng_) : episode_id;
   if (episodes_.count(id) != 0) {
     return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
   }
@@ -373,23 +346,23 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   const bool done = (episode.terminated || episode.truncated) && k == actions;
   EpisodeChunk chunk;
   chunk.episode_id = episode.id;
-  copy_rows(episode.steps.obs, k + 1, obs_dim, chunk.obs);
-  copy_rows(episode.steps.actions, k, act_dim, chunk.actions);
-  copy_rows(episode.steps.rewards, k, 1, chunk.rewards);
-  copy_rows(episode.steps.action_logp, k, 1, chunk.action_logp);
-  copy_rows(episode.steps.action_dist_inputs, k, dist_dim, chunk.action_dist_inputs);
+  detail::copy_rows(episode.steps.obs, k + 1, obs_dim, chunk.obs);
+  detail::copy_rows(episode.steps.actions, k, act_dim, chunk.actions);
+  detail::copy_rows(episode.steps.rewards, k, 1, chunk.rewards);
+  detail::copy_rows(episode.steps.action_logp, k, 1, chunk.action_logp);
+  detail::copy_rows(episode.steps.action_dist_inputs, k, dist_dim, chunk.action_dist_inputs);
   chunk.is_terminated = done && episode.terminated;
   chunk.is_truncated = done && episode.truncated;
   for (std::size_t i = 0; i < k; ++i) {
     const Stamp& stamp = episode.versions[i];
     if (stamp.first >= 0 && (!oldest || stamp < *oldest)) oldest = stamp;
   }
-  erase_rows(episode.steps.obs, k, obs_dim);
-  erase_rows(episode.steps.actions, k, act_dim);
-  erase_rows(episode.steps.rewards, k, 1);
-  erase_rows(episode.steps.action_logp, k, 1);
-  erase_rows(episode.steps.action_dist_inputs, k, dist_dim);
-  erase_rows(episode.versions, k, 1);
+  detail::erase_rows(episode.steps.obs, k, obs_dim);
+  detail::erase_rows(episode.steps.actions, k, act_dim);
+  detail::erase_rows(episode.steps.rewards, k, 1);
+  detail::erase_rows(episode.steps.action_logp, k, 1);
+  detail::erase_rows(episode.steps.action_dist_inputs, k, dist_dim);
+  detail::erase_rows(episode.versions, k, 1);
   episode.obs_rows -= k;
   episode.action_rows -= k;
   chunks.push_back(std::move(chunk));

@@ -8,35 +8,13 @@
 #include <limits>
 #include <random>
 
+#include "rows.h"
+
 namespace tether {
 
 namespace {
 
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
-
-template <class T>
-void erase_rows(std::vector<T>& values, std::size_t rows, std::size_t width) {
-  const std::size_t n = std::min(values.size(), rows * width);
-  values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-template <class T, class U>
-void copy_rows(const std::vector<T>& from, std::size_t rows, std::size_t width, std::vector<U>& to) {
-  const std::size_t n = std::min(from.size(), rows * width);
-  to.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-std::string random_id(Rng& rng) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  std::uint64_t bits = 0;
-  for (std::size_t i = 0; i < id.size(); ++i) {
-    if (i % 16 == 0) bits = rng.next_u64();
-    id[i] = kHex[bits & 15u];
-    bits >>= 4;
-  }
-  return id;
-}
 
 }  // namespace
 
@@ -379,7 +357,7 @@ void MultiAgentClient::recount_pending() {
 Result<std::string> MultiAgentClient::start_episode(const std::string& episode_id, bool training_enabled) {
   if (link_->events_pending()) sync();
   if (!fatal_.ok()) return fatal_;
-  std::string id = episode_id.empty() ? random_id(rng_) : episode_id;
+  std::string id = episode_id.empty() ? detail::random_hex_id(rng_) : episode_id;
   if (episodes_.count(id) != 0) {
     return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
   }
@@ -940,25 +918,25 @@ bool MultiAgentClient::cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>
   entry.module = module.id;
   entry.start_step = actor.start_step;
   EpisodeChunk& chunk = entry.chunk;
-  copy_rows(actor.obs, k + 1, module.obs_dim, chunk.obs);
-  copy_rows(actor.actions, k, module.act_dim, chunk.actions);
-  copy_rows(actor.rewards, k, 1, chunk.rewards);
-  copy_rows(actor.logp, k, 1, chunk.action_logp);
-  copy_rows(actor.dist, k, module.dist_dim, chunk.action_dist_inputs);
-  if (module.value_dim > 0) copy_rows(actor.value_obs, k + 1, module.value_dim, entry.value_obs);
+  detail::copy_rows(actor.obs, k + 1, module.obs_dim, chunk.obs);
+  detail::copy_rows(actor.actions, k, module.act_dim, chunk.actions);
+  detail::copy_rows(actor.rewards, k, 1, chunk.rewards);
+  detail::copy_rows(actor.logp, k, 1, chunk.action_logp);
+  detail::copy_rows(actor.dist, k, module.dist_dim, chunk.action_dist_inputs);
+  if (module.value_dim > 0) detail::copy_rows(actor.value_obs, k + 1, module.value_dim, entry.value_obs);
   chunk.is_terminated = done && actor.terminated;
   chunk.is_truncated = done && actor.truncated;
   for (std::size_t i = 0; i < k; ++i) {
     const Stamp& stamp = actor.versions[i];
     if (stamp.first >= 0 && (!oldest || stamp < *oldest)) oldest = stamp;
   }
-  erase_rows(actor.obs, k, module.obs_dim);
-  erase_rows(actor.value_obs, k, module.value_dim);
-  erase_rows(actor.actions, k, module.act_dim);
-  erase_rows(actor.rewards, k, 1);
-  erase_rows(actor.logp, k, 1);
-  erase_rows(actor.dist, k, module.dist_dim);
-  erase_rows(actor.versions, k, 1);
+  detail::erase_rows(actor.obs, k, module.obs_dim);
+  detail::erase_rows(actor.value_obs, k, module.value_dim);
+  detail::erase_rows(actor.actions, k, module.act_dim);
+  detail::erase_rows(actor.rewards, k, 1);
+  detail::erase_rows(actor.logp, k, 1);
+  detail::erase_rows(actor.dist, k, module.dist_dim);
+  detail::erase_rows(actor.versions, k, 1);
   actor.obs_rows -= k;
   actor.action_rows -= k;
   return true;
