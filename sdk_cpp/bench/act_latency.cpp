@@ -315,7 +315,6 @@ int main(int argc, char** argv) {
   }
   std::vector<std::int64_t> sending_ns;
   const auto deadline = Clock::now() + std::chrono::duration<double>(args.sending_seconds);
-  std::int64_t calls_made = 0;
   for (int i = 0; static_cast<int>(sending_ns.size()) < args.calls && Clock::now() < deadline; ++i) {
     const float* obs = &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs];
     const bool busy_before = sending_client->sending();
@@ -324,7 +323,6 @@ int main(int argc, char** argv) {
     const std::int64_t ns = since_ns(t0);
     if (!status.ok()) fail("get_action while sending: " + status.to_string());
     sending_client->log_returns(sending_episode, 1.0);
-    ++calls_made;
     if (busy_before || sending_client->sending()) sending_ns.push_back(ns);
   }
   sending_client->flush();
@@ -350,6 +348,5 @@ int main(int argc, char** argv) {
       sdk_p99 > 0 ? sending_p99 / sdk_p99 : 0.0, sending_ns.size(), static_cast<long long>(sent),
       static_cast<long long>(dropped), percentile_us(sdk_ns, 50) - percentile_us(bare_ns, 50), sdk_ns.size(),
       same_outputs ? "true" : "false");
-  (void)calls_made;
   return 0;
 }

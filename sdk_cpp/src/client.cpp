@@ -388,21 +388,11 @@ void TetherClient::send_batch() {
   // run); steps of unknown version claim none.
   if (oldest) batch->weights_seq_no = oldest->second;
   batch->claim_connection = oldest ? oldest->first : connection_;
-  const std::size_t steps = static_cast<std::size_t>(batch->env_steps);
-  const bool wait_for_room = options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps);
-  if (wait_for_room) {
-    // The steps are cut: they are queued whatever happens meanwhile, so backpressure never loses a batch.
-    link_->wait_for_room(steps);
-  }
-  std::set<std::string> gone = link_->submit(batch);
+  const bool strict = waits_for_weights();
+  std::set<std::string> gone = link_->hand_over(batch, static_cast<std::size_t>(batch->env_steps),
+                                                options_.when_queue_full == QueueFullPolicy::kWait, strict);
   if (!gone.empty()) forget_episodes(gone);
-  if (waits_for_weights()) {
-    Batch* sent = batch.get();
-    link_->wait_until([sent] { return sent->done; }, true);
-    sync();
-  } else if (link_->events_pending()) {
-    sync();
-  }
+  if (strict || link_->events_pending()) sync();
 }
 
 Status TetherClient::flush() {

@@ -147,6 +147,20 @@ struct MultiAgentClient::Slot {
   std::size_t row = 0;              // its row in the module's batch
 };
 
+void MultiAgentClient::append_actor_obs(const AgentFrame& frame, const Slot& slot, std::vector<float>& out) const {
+  if (slot.group == kNone) {
+    const float* obs = frame.obs(slot.frame_index);
+    out.insert(out.end(), obs, obs + frame.obs_size(slot.frame_index));
+    return;
+  }
+  // A group's observation: its members' observations in member order.
+  const GroupSpec& group = *group_list_[slot.group];
+  for (std::size_t k = 0; k < group.members.size(); ++k) {
+    const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
+    out.insert(out.end(), frame.obs(i), frame.obs(i) + frame.obs_size(i));
+  }
+}
+
 // -- connecting ------------------------------------------------------------------------------
 
 MultiAgentClient::MultiAgentClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
@@ -547,16 +561,7 @@ void MultiAgentClient::fill_batches(const AgentFrame& frame) {
     }
     slot.row = module->slots.size();
     module->slots.push_back(s);
-    if (slot.group == kNone) {
-      const float* obs = frame.obs(slot.frame_index);
-      module->batch_obs.insert(module->batch_obs.end(), obs, obs + frame.obs_size(slot.frame_index));
-    } else {
-      const GroupSpec& group = *group_list_[slot.group];
-      for (std::size_t k = 0; k < group.members.size(); ++k) {
-        const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
-        module->batch_obs.insert(module->batch_obs.end(), frame.obs(i), frame.obs(i) + frame.obs_size(i));
-      }
-    }
+    append_actor_obs(frame, slot, module->batch_obs);
   }
 }
 
@@ -809,16 +814,7 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     episode.actors.erase(it);
     const Module& module = *actor->module;
     if (actor->training) {
-      if (slot.group == kNone) {
-        const float* obs = final.obs(slot.frame_index);
-        actor->obs.insert(actor->obs.end(), obs, obs + final.obs_size(slot.frame_index));
-      } else {
-        const GroupSpec& group = *group_list_[slot.group];
-        for (std::size_t k = 0; k < group.members.size(); ++k) {
-          const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
-          actor->obs.insert(actor->obs.end(), final.obs(i), final.obs(i) + final.obs_size(i));
-        }
-      }
+      append_actor_obs(final, slot, actor->obs);
       if (module.value_dim > 0) write_value_obs(episode, module, actor->value_obs);
       ++actor->obs_rows;
     }
@@ -996,19 +992,11 @@ void MultiAgentClient::send_batch() {
   }
   batch->weights_seq_nos = std::move(claims);
   batch->claim_connection = claim_connection;
-  const std::size_t steps = batch->queue_steps();
-  if (options_.when_queue_full == QueueFullPolicy::kWait && !link_->has_room(steps)) {
-    link_->wait_for_room(steps);  // the steps are cut: queued whatever happens meanwhile
-  }
-  std::set<std::string> gone = link_->submit(batch);
+  const bool strict = waits_for_weights();
+  std::set<std::string> gone = link_->hand_over(batch, batch->queue_steps(),
+                                                options_.when_queue_full == QueueFullPolicy::kWait, strict);
   if (!gone.empty()) forget_episodes(gone);
-  if (waits_for_weights()) {
-    Batch* sent = batch.get();
-    link_->wait_until([sent] { return sent->done; }, true);
-    sync();
-  } else if (link_->events_pending()) {
-    sync();
-  }
+  if (strict || link_->events_pending()) sync();
 }
 
 Status MultiAgentClient::flush() {

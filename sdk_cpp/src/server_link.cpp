@@ -211,6 +211,17 @@ bool ServerLink::has_room(std::size_t steps) const {
   return room_locked(steps);
 }
 
+std::set<std::string> ServerLink::hand_over(const std::shared_ptr<Batch>& batch, std::size_t steps,
+                                            bool wait_for_room, bool wait_for_answer) {
+  if (wait_for_room) this->wait_for_room(steps);
+  std::set<std::string> gone = submit(batch);
+  if (wait_for_answer) {
+    const Batch* sent = batch.get();
+    wait_until([sent] { return sent->done; }, true);
+  }
+  return gone;
+}
+
 void ServerLink::wait_for_room(std::size_t steps) {
   wait_until([this, steps] { return room_locked(steps); }, false);
 }

@@ -207,8 +207,9 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       if (!detail::is_integer(*s)) return invalid_space("Discrete start must be an integer");
       start = detail::as_int64(*s);
     }
-    if (detail::as_int64(*n) > kMaxSpaceElements) return invalid_space(too_large("Discrete n", kMaxSpaceElements));
-    return discrete(detail::as_int64(*n), start);
+    Result<Space> space = discrete(detail::as_int64(*n), start);
+    if (!space.ok()) return invalid_space(space.status().message());
+    return space;
   }
   if (kind != nullptr && *kind == "MultiDiscrete") {
     const nlohmann::json* nvec_json = detail::member(data, "nvec");

@@ -277,6 +277,7 @@ class MultiAgentClient {
   void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
   bool cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest);
   void write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const;
+  void append_actor_obs(const AgentFrame& frame, const Slot& slot, std::vector<float>& out) const;
   void note_latest(Episode& episode, const Slot& slot, const AgentFrame& frame);
   Status end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated);
   Status check_call(const std::string& episode_id, const char* call, Episode*& episode);

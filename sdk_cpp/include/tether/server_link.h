@@ -186,6 +186,14 @@ class ServerLink {
   /// Whether a batch of `steps` would be queued without dropping one.
   bool has_room(std::size_t steps) const;
 
+  /// How a client hands over a batch it has cut: with `wait_for_room`, first
+  /// waits until its `steps` fit (backpressure; the steps are cut already, so
+  /// they are queued whatever happens meanwhile); then submit(); with
+  /// `wait_for_answer`, waits until the batch is answered or an error
+  /// arrives (strict on-policy). Returns the episodes submit() dropped.
+  std::set<std::string> hand_over(const std::shared_ptr<Batch>& batch, std::size_t steps, bool wait_for_room,
+                                  bool wait_for_answer);
+
   /// Blocks until `predicate()` holds, the link fails for good or is closed,
   /// or (with `until_error`) an error event arrives. The predicate runs under
   /// the link's lock: it must not call the link.
