@@ -34,6 +34,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <onnxruntime_c_api.h>
@@ -56,6 +57,7 @@ struct Args {
   int blocks = 10;
   int batch_calls = 2000;
   double sending_seconds = 60.0;
+  int frame_interval_us = 1000;
   std::uint64_t seed = 0;
 };
 
@@ -79,11 +81,12 @@ Args parse(int argc, char** argv) {
     else if (flag == "--batch-calls") args.batch_calls = std::stoi(value);
     else if (flag == "--sending-seconds") args.sending_seconds = std::stod(value);
     else if (flag == "--seed") args.seed = std::stoull(value);
+    else if (flag == "--frame-interval-us") args.frame_interval_us = std::max(0, std::stoi(value));
     else fail("unknown flag " + flag);
   }
   if (args.model.empty() || args.port == 0 || args.sending_port == 0) {
     fail("usage: act_latency_cpp --model FILE --port P --sending-port Q [--calls N] [--warmup N] [--blocks N] "
-         "[--batch-calls N] [--sending-seconds S] [--seed N]");
+         "[--batch-calls N] [--sending-seconds S] [--frame-interval-us N] [--seed N]");
   }
   return args;
 }
@@ -260,9 +263,9 @@ int main(int argc, char** argv) {
     const std::int64_t bare_time = since_ns(t0);
     t0 = Clock::now();
     tether::Status ran = backend.run(bare_batch.obs(), kBatch, kObs, dist.data(), kOut);
-    for (std::size_t row = 0; ran.ok() && row < kBatch; ++row) {
-      ran = tether::sample_for_record(space, &dist[row * kOut], kOut, sampler, true, &record[row], &env_action[row],
-                                      1, &logp[row]);
+    if (ran.ok()) {
+      ran = tether::sample_rows_for_record(space, dist.data(), kBatch, sampler, true, record.data(), env_action.data(),
+                                           logp.data());
     }
     const std::int64_t sdk_time = since_ns(t0);
     if (!ran.ok()) fail("batched run: " + ran.to_string());
@@ -271,11 +274,18 @@ int main(int argc, char** argv) {
       sdk_batch_ns.push_back(sdk_time);
     }
   }
-  // 256 agents in one frame through the multi-agent client (same server, same model).
+  // 256 agents in one frame through the multi-agent client, in steady state:
+  // against the server on --sending-port, so the client cuts a batch every
+  // --sending-batch agent steps and the episodes' arrays are reused, as in a
+  // long run. Frames are paced (--frame-interval-us) as an engine's are, and
+  // a bare batch-256 Run goes just before each frame so both see the same
+  // caches and background load.
   std::vector<std::int64_t> frame_ns;
+  std::vector<std::int64_t> frame_bare_ns;
+  std::int64_t frame_batches_dropped = 0;
   {
     tether::ClientOptions options;
-    options.port = args.port;
+    options.port = args.sending_port;
     options.seed = args.seed;
     options.client_name = "bench-act-latency-cpp-multi";
     options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
@@ -286,18 +296,29 @@ int main(int argc, char** argv) {
     tether::AgentFrame frame;
     std::vector<std::string> ids;
     for (std::size_t a = 0; a < kBatch; ++a) ids.push_back("agent_" + std::to_string(a));
+    auto next_frame = Clock::now();
+    const auto interval = std::chrono::microseconds(args.frame_interval_us);
     for (int i = -std::min(200, args.batch_calls); i < args.batch_calls; ++i) {
       frame.clear();
       for (std::size_t a = 0; a < kBatch; ++a) {
         frame.add(ids[a], &obs_pool[((static_cast<std::size_t>(i + 200) * kBatch + a) % n_obs) * kObs], kObs);
       }
-      const auto t0 = Clock::now();
+      next_frame += interval;
+      std::this_thread::sleep_until(next_frame);
+      auto t0 = Clock::now();
+      bare_batch.run();
+      const std::int64_t bare_time = since_ns(t0);
+      t0 = Clock::now();
       tether::Status acted = multi.get_action(frame_episode, frame);
       const std::int64_t ns = since_ns(t0);
       if (!acted.ok()) fail("multi-agent get_action: " + acted.to_string());
       for (std::size_t a = 0; a < kBatch; ++a) multi.log_returns(frame_episode, ids[a], 1.0);
-      if (i >= 0) frame_ns.push_back(ns);
+      if (i >= 0) {
+        frame_ns.push_back(ns);
+        frame_bare_ns.push_back(bare_time);
+      }
     }
+    frame_batches_dropped = multi.batches_dropped();
     multi.close();
   }
 
@@ -334,9 +355,13 @@ int main(int argc, char** argv) {
   const double sending_p99 = percentile_us(sending_ns, 99);
   const double ort_batch = percentile_us(batch_ns, 50);
   const double sdk_batch = percentile_us(sdk_batch_ns, 50);
+  const double frame = percentile_us(frame_ns, 50);
+  const double frame_bare = percentile_us(frame_bare_ns, 50);
   std::printf(
       "{\"ort_cpp_us_p50\": %.2f, \"ort_cpp_us_p99\": %.2f, \"sdk_cpp_us_p50\": %.2f, \"sdk_cpp_us_p99\": %.2f, "
-      "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_ratio\": %.2f, "
+      "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p99\": %.2f, "
+      "\"ort_cpp_batch256_paced_us_p50\": %.2f, \"sdk_cpp_batch256_ratio\": %.2f, "
+      "\"sdk_cpp_batch256_vs_unpaced_ratio\": %.2f, \"sdk_cpp_batch256_batches_dropped\": %lld, "
       "\"sdk_cpp_backend_batch256_us_p50\": %.2f, "
       "\"sdk_cpp_backend_batch256_ratio\": %.2f, \"sdk_cpp_us_p99_while_sending\": %.2f, "
       "\"sdk_cpp_us_p50_while_sending\": %.2f, \"sdk_cpp_while_sending_p99_ratio\": %.2f, "
@@ -344,7 +369,8 @@ int main(int argc, char** argv) {
       "\"sdk_cpp_batches_dropped_while_sending\": %lld, \"sdk_cpp_overhead_us_p50\": %.2f, "
       "\"sdk_cpp_calls\": %zu, \"sdk_cpp_backend_matches_bare\": %s}\n",
       percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
-      percentile_us(frame_ns, 50), ort_batch > 0 ? percentile_us(frame_ns, 50) / ort_batch : 0.0, sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
+      frame, percentile_us(frame_ns, 99), frame_bare, frame_bare > 0 ? frame / frame_bare : 0.0,
+      ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(frame_batches_dropped), sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
       sdk_p99 > 0 ? sending_p99 / sdk_p99 : 0.0, sending_ns.size(), static_cast<long long>(sent),
       static_cast<long long>(dropped), percentile_us(sdk_ns, 50) - percentile_us(bare_ns, 50), sdk_ns.size(),
       same_outputs ? "true" : "false");

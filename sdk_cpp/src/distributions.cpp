@@ -37,17 +37,28 @@ double categorical_logp(const T* logits, std::size_t n, std::size_t index) {
   return static_cast<double>(logits[index]) - (top + std::log(total));
 }
 
+// Inverse-CDF draw from softmax(logits). The exponentials are kept (on the
+// stack for up to kKeptExps categories) so each is computed once; the draw is
+// the same either way.
+constexpr std::size_t kKeptExps = 64;
+
 template <class T>
 std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double* logp) {
   double top = static_cast<double>(logits[0]);
   for (std::size_t i = 1; i < n; ++i) top = std::max(top, static_cast<double>(logits[i]));
+  double kept[kKeptExps];
+  const bool keep = n <= kKeptExps;
   double total = 0.0;
-  for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = std::exp(static_cast<double>(logits[i]) - top);
+    if (keep) kept[i] = e;
+    total += e;
+  }
   const double threshold = rng.uniform() * total;
   double acc = 0.0;
   std::size_t choice = n - 1;
   for (std::size_t i = 0; i < n; ++i) {
-    acc += std::exp(static_cast<double>(logits[i]) - top);
+    acc += keep ? kept[i] : std::exp(static_cast<double>(logits[i]) - top);
     if (threshold < acc) {
       choice = i;
       break;
@@ -242,16 +253,61 @@ Status to_env_action(const Space& space, const double* action, double* env_actio
 Status sample_for_record(const Space& space, const float* dist_inputs, std::size_t n_inputs, Rng& rng,
                          bool raw_box_samples, double* record_action, double* env_action, std::size_t action_size,
                          double* logp) {
-  Status status = sample(space, dist_inputs, n_inputs, rng, record_action, action_size, logp);
+  Status status = check_sizes(space, n_inputs, action_size);
   if (!status.ok()) return status;
-  status = to_env_action(space, record_action, env_action, action_size);
-  if (!status.ok()) return status;
-  if (space.kind() == SpaceKind::kBox && !raw_box_samples) {
-    // The 1.2 rule: record the clipped action and the density at it.
-    for (std::size_t j = 0; j < action_size; ++j) record_action[j] = env_action[j];
-    *logp = gaussian_logp(dist_inputs, space.flat_dim(), record_action);
+  return sample_rows_for_record(space, dist_inputs, 1, rng, raw_box_samples, record_action, env_action, logp);
+}
+
+Status sample_rows_for_record(const Space& space, const float* dist_inputs, std::size_t rows, Rng& rng,
+                              bool raw_box_samples, double* record_actions, double* env_actions, double* logp) {
+  const std::size_t n_inputs = space.dist_inputs_size();
+  const std::size_t k = space.flat_dim();
+  switch (space.kind()) {
+    case SpaceKind::kDiscrete: {
+      const auto n = static_cast<std::size_t>(space.n());
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::size_t index = categorical_sample(dist_inputs + r * n_inputs, n, rng, &logp[r]);
+        record_actions[r] = env_actions[r] = static_cast<double>(static_cast<std::int64_t>(index) + space.start());
+      }
+      return Status::Ok();
+    }
+    case SpaceKind::kMultiDiscrete:
+      for (std::size_t r = 0; r < rows; ++r) {
+        const float* inputs = dist_inputs + r * n_inputs;
+        double total = 0.0;
+        std::size_t offset = 0;
+        for (std::size_t d = 0; d < k; ++d) {
+          const auto n = static_cast<std::size_t>(space.nvec()[d]);
+          double lp = 0.0;
+          record_actions[r * k + d] = env_actions[r * k + d] =
+              static_cast<double>(categorical_sample(inputs + offset, n, rng, &lp));
+          total += lp;
+          offset += n;
+        }
+        logp[r] = total;
+      }
+      return Status::Ok();
+    case SpaceKind::kBox:
+      for (std::size_t r = 0; r < rows; ++r) {
+        const float* inputs = dist_inputs + r * n_inputs;
+        double* record = record_actions + r * k;
+        double* env = env_actions + r * k;
+        for (std::size_t j = 0; j < k; ++j) {
+          const double mean = static_cast<double>(inputs[j]);
+          const double std_dev = std::exp(static_cast<double>(inputs[k + j]));
+          // The density is taken at the float32 value that is recorded and sent.
+          record[j] = static_cast<double>(static_cast<float>(mean + std_dev * rng.normal()));
+          env[j] = static_cast<double>(static_cast<float>(std::min(std::max(record[j], space.low()[j]), space.high()[j])));
+        }
+        if (!raw_box_samples) {
+          // The 1.2 rule: record the clipped action and the density at it.
+          std::copy(env, env + k, record);
+        }
+        logp[r] = gaussian_logp(inputs, k, record);
+      }
+      return Status::Ok();
   }
-  return Status::Ok();
+  return Status(ErrorCode::kInvalidArgument, "unknown space");
 }
 
 Status deterministic(const Space& space, const float* dist_inputs, std::size_t n_inputs, double* action,

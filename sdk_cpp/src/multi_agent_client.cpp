@@ -78,6 +78,9 @@ struct MultiAgentClient::Module {
   // Frame scratch: the rows of the actors acting with this module now.
   std::vector<float> batch_obs;
   std::vector<float> dist;
+  std::vector<double> record_actions;  // the frame's draws, rows x act_dim: what the records carry
+  std::vector<double> env_actions;     // rows x act_dim: what the engine executes
+  std::vector<double> logp;            // rows
   std::vector<std::size_t> slots;
   bool in_frame = false;
 
@@ -129,6 +132,10 @@ struct MultiAgentClient::Episode {
   bool training = true;
   std::int64_t t = 0;
   std::unordered_map<std::string, std::unique_ptr<Actor>> actors;
+  // The last frame's actors by slot: an engine usually sends the same agents
+  // in the same order, and a slot whose id matches skips the map lookup.
+  // Cleared whenever an actor leaves `actors`, so it never dangles.
+  std::vector<Actor*> actor_by_slot;
   std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
   // Latest observations of group members and of agents a centralized critic sees.
   std::unordered_map<std::string, std::vector<float>> latest_obs;
@@ -293,7 +300,6 @@ void MultiAgentClient::sync() {
           entry.second->policy.reset();
           entry.second->seq.reset();
         }
-        record_action_.resize(widest);
         env_action_.resize(widest);
         group_list_.clear();
         group_of_.clear();
@@ -481,9 +487,12 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     Slot& slot = slots_[s];
     if (episode != nullptr) {
-      auto it = episode->actors.find(*slot.actor_id);
-      if (it != episode->actors.end()) {
-        Actor* actor = it->second.get();
+      Actor* actor = s < episode->actor_by_slot.size() ? episode->actor_by_slot[s] : nullptr;
+      if (actor == nullptr || actor->id != *slot.actor_id) {
+        auto it = episode->actors.find(*slot.actor_id);
+        actor = it != episode->actors.end() ? it->second.get() : nullptr;
+      }
+      if (actor != nullptr) {
         if (actor->frame_mark == frame_counter_) {
           return Status(ErrorCode::kInvalidArgument, "agent '" + *slot.actor_id + "' is twice in the frame");
         }
@@ -677,6 +686,8 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     slot.actor = actor.get();
     episode->actors.emplace(actor->id, std::move(actor));
   }
+  episode->actor_by_slot.resize(slots_.size());
+  for (std::size_t s = 0; s < slots_.size(); ++s) episode->actor_by_slot[s] = slots_[s].actor;
   fill_batches(frame);
   // Latest observations (value_obs rows; the finals of agents that end without one).
   for (const Slot& slot : slots_) note_latest(*episode, slot, frame);
@@ -703,21 +714,29 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     }
     return status;
   }
+  // One draw per row of each module's batch, then each actor takes its row.
+  for (Module* module : frame_modules_) {
+    const std::size_t rows = module->slots.size();
+    module->record_actions.resize(rows * module->act_dim);
+    module->env_actions.resize(rows * module->act_dim);
+    module->logp.resize(rows);
+    Status sampled = sample_rows_for_record(module->spec.action_space, module->dist.data(), rows, rng_,
+                                            raw_box_samples_, module->record_actions.data(),
+                                            module->env_actions.data(), module->logp.data());
+    if (!sampled.ok()) return sampled;
+  }
   lay_out_actions(frame);
   for (const Slot& slot : slots_) {
     Module& module = *slot.module;
-    const float* dist = module.dist.data() + slot.row * module.dist_dim;
-    double logp = 0.0;
-    Status sampled = sample_for_record(module.spec.action_space, dist, module.dist_dim, rng_, raw_box_samples_,
-                                       record_action_.data(), env_action_.data(), module.act_dim, &logp);
-    if (!sampled.ok()) return sampled;
-    write_action(slot, env_action_.data(), frame);
+    const std::size_t act_dim = module.act_dim;
+    write_action(slot, module.env_actions.data() + slot.row * act_dim, frame);
     Actor& actor = *slot.actor;
     if (!actor.training) continue;
-    actor.actions.insert(actor.actions.end(), record_action_.begin(),
-                         record_action_.begin() + static_cast<std::ptrdiff_t>(module.act_dim));
+    const double* record = module.record_actions.data() + slot.row * act_dim;
+    const float* dist = module.dist.data() + slot.row * module.dist_dim;
+    actor.actions.insert(actor.actions.end(), record, record + act_dim);
     actor.rewards.push_back(0.0f);
-    actor.logp.push_back(logp);
+    actor.logp.push_back(module.logp[slot.row]);
     actor.dist.insert(actor.dist.end(), dist, dist + module.dist_dim);
     actor.versions.push_back(module.seq ? Stamp(connection_, *module.seq) : Stamp(-1, -1));
     ++actor.action_rows;
@@ -812,6 +831,7 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     if (it == episode.actors.end()) continue;  // observed its end without ever acting: nothing to train on
     std::unique_ptr<Actor> actor = std::move(it->second);
     episode.actors.erase(it);
+    episode.actor_by_slot.clear();
     const Module& module = *actor->module;
     if (actor->training) {
       append_actor_obs(final, slot, actor->obs);

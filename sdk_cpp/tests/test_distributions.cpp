@@ -87,6 +87,41 @@ TEST(Distributions, BoxRecordsRawSampleAndClipsForEngine) {
   EXPECT_NEAR(mode[0], 0.9, 1e-6);
 }
 
+// A frame's rows drawn at once equal the same rows drawn one by one through
+// sample() and to_env_action() (the 1.2 rule for a Box: the clipped action and
+// its density), draw for draw from the same seed.
+TEST(Distributions, RowsDrawnAtOnceEqualRowByRowDraws) {
+  const std::vector<Space> spaces = {Space::discrete(3, 2).value(), Space::discrete(70).value(),
+                                     Space::multi_discrete({2, 5}).value(), Space::box({2}, -1.0, 1.0).value()};
+  for (const Space& space : spaces) {
+    for (bool raw : {true, false}) {
+      const std::size_t rows = 9, n_in = space.dist_inputs_size(), k = space.flat_dim();
+      std::vector<float> inputs(rows * n_in);
+      Rng fill(11);
+      for (float& x : inputs) x = static_cast<float>(fill.normal());
+      std::vector<double> record(rows * k), env(rows * k), logp(rows);
+      Rng at_once(5), one_by_one(5);
+      ASSERT_TRUE(sample_rows_for_record(space, inputs.data(), rows, at_once, raw, record.data(), env.data(),
+                                         logp.data()).ok());
+      for (std::size_t r = 0; r < rows; ++r) {
+        std::vector<double> want(k), want_env(k);
+        double want_logp = 0;
+        ASSERT_TRUE(sample(space, &inputs[r * n_in], n_in, one_by_one, want.data(), k, &want_logp).ok());
+        ASSERT_TRUE(to_env_action(space, want.data(), want_env.data(), k).ok());
+        if (space.kind() == SpaceKind::kBox && !raw) {
+          want = want_env;
+          want_logp = log_prob(space, &inputs[r * n_in], n_in, want.data(), k).value();
+        }
+        for (std::size_t j = 0; j < k; ++j) {
+          EXPECT_EQ(record[r * k + j], want[j]) << r;
+          EXPECT_EQ(env[r * k + j], want_env[j]) << r;
+        }
+        EXPECT_DOUBLE_EQ(logp[r], want_logp) << r;
+      }
+    }
+  }
+}
+
 TEST(Distributions, RawSamplesByServerVersion) {
   EXPECT_TRUE(server_takes_raw_box_samples(""));
   EXPECT_TRUE(server_takes_raw_box_samples("1.3"));

@@ -500,6 +500,67 @@ TEST(MultiAgentClient, AgentsJoinLeaveAndRetireAtTheirOwnRates) {
   EXPECT_TRUE(records.back()["is_truncated"].get<bool>());
 }
 
+// The client skips the id lookup for an agent in the same place as in the
+// last frame: frames in a changing order, an agent leaving and a new one
+// taking its place, and a duplicate must still give each agent its own rows.
+TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(1000);
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("order").value();
+  std::map<std::string, std::vector<json>> expected;  // per agent, its observation rows in time order
+  tether::AgentFrame frame;
+  std::vector<std::string> ids = {"sub_0", "sub_1", "sub_2", "sub_3"};
+  for (int t = 0; t < 12; ++t) {
+    if (t == 6) {  // sub_1 retires; sub_9 takes its place in the order
+      const float final_obs[2] = {1.0f, static_cast<float>(t)};
+      ASSERT_TRUE(client.retire_agent(episode, "sub_1", final_obs, 2).ok());
+      expected["sub_1"].push_back({1.0, static_cast<double>(t)});
+      ids[1] = "sub_9";
+    }
+    std::vector<std::string> order = ids;
+    if (t % 3 == 1) std::rotate(order.begin(), order.begin() + 1, order.end());
+    if (t % 3 == 2) std::reverse(order.begin(), order.end());
+    frame.clear();
+    for (const std::string& id : order) {
+      const float number = static_cast<float>(std::stoi(id.substr(4)));
+      add(frame, id, {number, static_cast<float>(t)});
+      expected[id].push_back({number, static_cast<double>(t)});
+    }
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << t;
+    if (t == 8) {  // the same agent twice is refused, whichever place it is in
+      tether::AgentFrame twice;
+      add(twice, order[0], {0, 0});
+      add(twice, order[0], {0, 0});
+      EXPECT_EQ(client.get_action(episode, twice).code(), tether::ErrorCode::kInvalidArgument);
+      twice.clear();
+      add(twice, order[1], {0, 0});
+      add(twice, order[1], {0, 0});
+      EXPECT_EQ(client.get_action(episode, twice).code(), tether::ErrorCode::kInvalidArgument);
+    }
+  }
+  frame.clear();
+  for (const std::string& id : ids) {
+    const float number = static_cast<float>(std::stoi(id.substr(4)));
+    add(frame, id, {number, 12.0f});
+    expected[id].push_back({number, 12.0});
+  }
+  ASSERT_TRUE(client.end_episode(episode, &frame, /*truncated=*/true).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(server.batches(), config);
+  for (const auto& [id, rows] : expected) {
+    std::vector<json> obs;
+    for (const json& entry : entries_of(records, "order", id)) {
+      for (const json& row : entry["obs"]) obs.push_back(row);
+    }
+    EXPECT_EQ(json(obs), json(rows)) << id;
+  }
+}
+
 TEST(MultiAgentClient, MapsWithMapAgentsOncePerFrameOfNewAgents) {
   auto models = std::make_shared<Models>();
   const json config = multi_config(20, /*rules=*/false);

@@ -63,6 +63,14 @@ Status sample_for_record(const Space& space, const float* dist_inputs, std::size
                          bool raw_box_samples, double* record_action, double* env_action, std::size_t action_size,
                          double* logp);
 
+/// sample_for_record for `rows` consecutive rows of a batch's dist inputs
+/// (rows x dist_inputs_size() floats, a model's output for a frame): the same
+/// draws, in row order, as calling sample_for_record row by row, with the
+/// sizes checked once. `record_actions` and `env_actions` take rows x
+/// flat_dim() values, `logp` rows values.
+Status sample_rows_for_record(const Space& space, const float* dist_inputs, std::size_t rows, Rng& rng,
+                              bool raw_box_samples, double* record_actions, double* env_actions, double* logp);
+
 /// The action the engine executes for a recorded one: a Box action clipped
 /// into the box and rounded to float32; other spaces copied unchanged.
 Status to_env_action(const Space& space, const double* action, double* env_action, std::size_t action_size);

@@ -314,8 +314,7 @@ class MultiAgentClient {
   std::vector<std::size_t> group_slot_;    // per group: its slot in the frame (or none)
   std::vector<std::size_t> new_slots_;     // slots of actors acting for the first time
   std::vector<std::string> new_actor_ids_;
-  std::vector<double> record_action_;
-  std::vector<double> env_action_;
+  std::vector<double> env_action_;  // compute_actions: one actor's greedy action
   AgentFrame end_frame_;
 };
 
