@@ -44,6 +44,10 @@ class BaseClient:
             server sees a partial episode where a batch was dropped) or "wait"
             (backpressure: the engine waits for room, so every step is
             delivered, at the server's pace).
+        max_batch_attempts: connections a batch is sent on before it is given
+            up (its connection lost before the answer every time, as with a
+            batch that takes the server down), raised as
+            ``TetherConnectionError``; the rest of its episodes is not sent.
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class BaseClient:
         max_queued_steps: int | None,
         max_queued_batches: int,
         when_queue_full: str = "drop_oldest",
+        max_batch_attempts: int = 5,
     ) -> None:
         if when_queue_full not in ("drop_oldest", "wait"):
             raise ValueError(f"when_queue_full must be 'drop_oldest' or 'wait', got {when_queue_full!r}")
@@ -80,7 +85,7 @@ class BaseClient:
             host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
             connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
             update_timeout_s=update_timeout_s, max_queued_steps=max_queued_steps,
-            max_queued_batches=max_queued_batches, verbose=verbose,
+            max_queued_batches=max_queued_batches, max_batch_attempts=max_batch_attempts, verbose=verbose,
         )
         self._events = self.link.events
         self.link.start()
@@ -155,16 +160,13 @@ class BaseClient:
     def _sync(self) -> None:
         """Apply what the I/O thread reported, in order; raise the first error
         (later ones are raised by the next calls; a fatal one by every call)."""
-        events = self._events
         errors: list[BaseException] = []
-        while events:
-            event = events[0]
-            if event[0] == "fatal":
+        for event in self.link.take_events():
+            kind = event[0]
+            if kind == "fatal":
                 if errors:
                     break
                 raise event[1]
-            events.popleft()
-            kind = event[0]
             if kind == "connected":
                 self.server_info, self.server_config = event[1], event[2]
                 self._raw_box_samples = self.link.speaks_1_3
@@ -185,8 +187,7 @@ class BaseClient:
             elif kind == "error":
                 errors.append(event[1])
         if errors:
-            for error in reversed(errors[1:]):
-                events.appendleft(("error", error))
+            self.link.put_back_errors(errors[1:])
             raise errors[0]
 
     # -- the one sending path ----------------------------------------------------------

@@ -50,7 +50,7 @@ class TetherClient(BaseClient):
         seed: seed for action sampling.
         wait_for_weights, connect_timeout_s, response_timeout_s,
         update_timeout_s, max_queued_steps, max_queued_batches,
-        when_queue_full: see ``BaseClient``.
+        when_queue_full, max_batch_attempts: see ``BaseClient``.
     """
 
     def __init__(
@@ -71,6 +71,7 @@ class TetherClient(BaseClient):
         max_queued_steps: int | None = None,
         max_queued_batches: int = 64,
         when_queue_full: str = "drop_oldest",
+        max_batch_attempts: int = 5,
     ) -> None:
         self._user_obs_space: Space | None = from_gymnasium(observation_space) if observation_space is not None else None
         self._user_action_space: Space | None = from_gymnasium(action_space) if action_space is not None else None
@@ -92,7 +93,7 @@ class TetherClient(BaseClient):
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
-                         max_queued_batches, when_queue_full)
+                         max_queued_batches, when_queue_full, max_batch_attempts)
 
     # -- state (prepared on the I/O thread, applied on the engine thread) -------------------
 

@@ -86,6 +86,7 @@ class MultiAgentClient(BaseClient):
         max_queued_steps: int | None = None,
         max_queued_batches: int = 64,
         when_queue_full: str = "drop_oldest",
+        max_batch_attempts: int = 5,
     ) -> None:
         self._episodes: dict[str, _Episode] = {}
         self._pending_steps = 0
@@ -107,7 +108,7 @@ class MultiAgentClient(BaseClient):
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
-                         max_queued_batches, when_queue_full)
+                         max_queued_batches, when_queue_full, max_batch_attempts)
 
     # -- connection ------------------------------------------------------------
 

@@ -48,6 +48,7 @@ logger = logging.getLogger("tether.sdk")
 
 #: Connection-level codes that answer the bytes just sent (not the connection's state).
 _FRAMING_CODES = frozenset({"FRAME_TOO_LARGE", "BAD_HEADER"})
+_MAX_REFUSED_EPISODES = 4096
 
 
 @dataclass(eq=False)
@@ -65,7 +66,11 @@ class Batch:
     weights: dict[str, Any]
     seq: int | None = None
     done: bool = False
-    error: ServerError | None = None
+    #: Why it was not delivered: the server's refusal (``ServerError``), or
+    #: ``TetherConnectionError`` once it was lost on ``max_batch_attempts`` connections.
+    error: Exception | None = None
+    #: Connections it was sent on (a batch lost with its connection goes again).
+    attempts: int = 0
     sent_at: float | None = None
     #: Seconds from the first send to the answer (one value per answered batch).
     round_trip_s: float | None = None
@@ -108,6 +113,12 @@ class ServerLink:
             say. When a new batch would exceed it, the oldest waiting batches
             are dropped (the stalest data) and counted; the newest always stays.
         max_queued_batches: a hard cap on waiting batches (memory), same policy.
+        max_batch_attempts: connections a batch is sent on; a batch whose
+            connection is lost before its answer that many times (one that
+            kills every server it reaches) is given up and reported as
+            ``TetherConnectionError``, and the rest of its episodes is not sent.
+        max_queued_events: events kept for an engine that does not read them;
+            beyond it the oldest error goes first.
         state_request: builds the GET_STATE message (runs on the I/O thread;
             ``initial`` is True right after a (re)connect).
         prepare_state: turns (SET_CONFIG, SET_STATE) into whatever the client
@@ -128,10 +139,16 @@ class ServerLink:
         update_timeout_s: float = 600.0,
         max_queued_steps: int | None = None,
         max_queued_batches: int = 64,
+        max_batch_attempts: int = 5,
+        max_queued_events: int = 1024,
         verbose: bool = False,
     ) -> None:
         if max_queued_batches < 1 or (max_queued_steps is not None and max_queued_steps < 1):
             raise ValueError("max_queued_batches and max_queued_steps must be >= 1")
+        if max_batch_attempts < 1 or max_queued_events < 1:
+            raise ValueError("max_batch_attempts and max_queued_events must be >= 1")
+        self.max_batch_attempts = max_batch_attempts
+        self.max_queued_events = max_queued_events
         self.client_name = client_name
         self.auth_token = auth_token
         self.reconnect_timeout_s = reconnect_timeout_s
@@ -166,8 +183,10 @@ class ServerLink:
         self.last_disconnect: str | None = None
         self.fatal: BaseException | None = None
         self._outbox: deque[Batch] = deque()
-        #: Episodes of refused batches: none of their later records is sent.
-        self._refused_episodes: set[str] = set()
+        #: Episodes of refused batches: none of their later records is sent. An id
+        #: leaves once the engine took the refusal (a reused id is a new episode);
+        #: at most _MAX_REFUSED_EPISODES are kept, oldest out first (dict: ordered set).
+        self._refused_episodes: dict[str, None] = {}
         self._queued_steps = 0
         self._requests: deque[_Request] = deque()
         self._in_flight: Batch | None = None
@@ -259,6 +278,33 @@ class ServerLink:
         self._wake()
         return gone
 
+    def take_events(self) -> list[tuple[Any, ...]]:
+        """The events reported since the last call, in order (engine thread).
+
+        A fatal event stays in the link (every later call sees it) and comes
+        last. Taking a refused batch's event ends the link's memory of its
+        episodes: the engine stops recording them, and an id it uses again is
+        a new episode.
+        """
+        taken: list[tuple[Any, ...]] = []
+        with self._lock:
+            events = self.events
+            while events:
+                if events[0][0] == "fatal":
+                    taken.append(events[0])
+                    break
+                event = events.popleft()
+                if event[0] == "batch" and event[1].error is not None:
+                    for episode in event[1].episodes:
+                        self._refused_episodes.pop(str(episode.get("episode_id")), None)
+                taken.append(event)
+        return taken
+
+    def put_back_errors(self, errors: list[BaseException]) -> None:
+        """Return errors the engine took but has not raised yet to the front, in order."""
+        with self._lock:
+            self.events.extendleft(("error", error) for error in reversed(errors))
+
     def _count_dropped(self, batch: Batch) -> None:
         self.batches_dropped += 1
         self.env_steps_dropped += batch.env_steps
@@ -280,7 +326,10 @@ class ServerLink:
         batches, and batches submitted later) is never sent, so the server does
         not take a fragment for a whole episode (caller holds the lock)."""
         refused = {str(r.get("episode_id")) for r in batch.episodes}
-        self._refused_episodes |= refused
+        for episode_id in refused:
+            self._refused_episodes[episode_id] = None
+        while len(self._refused_episodes) > _MAX_REFUSED_EPISODES:
+            del self._refused_episodes[next(iter(self._refused_episodes))]
         for waiting in self._outbox:
             self._drop_episodes(waiting, refused)
         kept = [b for b in self._outbox if b.episodes]
@@ -347,8 +396,21 @@ class ServerLink:
 
     def _post(self, *event: Any) -> None:
         with self._changed:
-            self.events.append(event)
+            self._post_locked(event)
             self._changed.notify_all()
+
+    def _post_locked(self, event: tuple[Any, ...]) -> None:
+        """Append an event (caller holds the lock). An engine that does not read
+        its events loses the oldest error first; connections, models and batches
+        are bounded by what the engine itself does."""
+        events = self.events
+        if len(events) >= self.max_queued_events:
+            oldest_error = next((i for i, e in enumerate(events) if e[0] == "error"), None)
+            if oldest_error is not None:
+                del events[oldest_error]
+            elif event[0] == "error":
+                return
+        events.append(event)
 
     def _run(self) -> None:
         try:
@@ -364,6 +426,8 @@ class ServerLink:
                         break
                     if exc.code in _FRAMING_CODES:
                         self._refuse_in_flight(exc)
+                    else:
+                        self._give_up_in_flight_if_exhausted(exc)
                     self._lost(str(exc), exc.code)
                     down_since = time.monotonic()
                 except ServerError as exc:
@@ -375,6 +439,7 @@ class ServerLink:
                         break
                     self._fail_current_request(exc)
                     self._post("error", exc)
+                    self._give_up_in_flight_if_exhausted(exc)
                     self._lost(str(exc), None)
                     down_since = time.monotonic()
         except BaseException as exc:  # noqa: BLE001 - whatever ends the thread reaches the engine
@@ -397,10 +462,27 @@ class ServerLink:
                 batch.error = ServerError(str(exc.code), str(exc), "EPISODES")
                 batch.done = True
                 self._forget_refused(batch)
-                self.events.append(("batch", batch))
+                self._post_locked(("batch", batch))
                 self._changed.notify_all()
         if batch is None:
             self._fail_current_request(ServerError(str(exc.code), str(exc)))
+
+    def _give_up_in_flight_if_exhausted(self, exc: BaseException) -> None:
+        """The batch in flight lost its connection: it goes again after the
+        reconnect, unless it was sent on ``max_batch_attempts`` connections
+        already (a batch that takes every server down with it is not resent forever)."""
+        with self._changed:
+            batch = self._in_flight
+            if batch is None or batch.attempts < self.max_batch_attempts:
+                return
+            self._in_flight = None
+            batch.error = TetherConnectionError(
+                f"batch {batch.seq} was sent on {batch.attempts} connections to {self.address}, each lost before "
+                f"its answer ({exc}); given up (max_batch_attempts)", self.address, getattr(exc, "code", None))
+            batch.done = True
+            self._forget_refused(batch)
+            self._post_locked(("batch", batch))
+            self._changed.notify_all()
 
     def _lost(self, reason: str, code: str | None) -> None:
         self._transport.close()
@@ -535,6 +617,7 @@ class ServerLink:
             batch.seq = self._next_seq
             self._next_seq += 1
             batch.sent_at = time.monotonic()
+        batch.attempts += 1
         message: dict[str, Any] = {"episodes": batch.episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:
             message["agent_steps"] = batch.agent_steps
@@ -569,8 +652,8 @@ class ServerLink:
             if batch.error is not None:
                 self._forget_refused(batch)
             if prepared is not None:
-                self.events.append(("state", prepared))
-            self.events.append(("batch", batch))
+                self._post_locked(("state", prepared))
+            self._post_locked(("batch", batch))
             self._changed.notify_all()
 
     def _idle(self) -> None:

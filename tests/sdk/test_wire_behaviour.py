@@ -338,3 +338,78 @@ def test_a_batch_over_the_servers_frame_limit_is_refused_not_resent_forever() ->
         client.close()
         seqs = [m["batch_seq"] for m in server.messages("EPISODES_AND_GET_STATE")]
     assert seqs.count(1) == 1 and seqs[-1] >= 2
+
+
+def test_a_batch_lost_with_every_connection_is_given_up_after_max_batch_attempts() -> None:
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=10), state(0, MODEL))
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                if message["batch_seq"] == 1:
+                    return  # this batch takes every connection down before its answer
+                conn.send(state(0, None))
+            elif message["type"] in ("GET_STATE", "PING"):
+                conn.send(state(0, None) if message["type"] == "GET_STATE" else {"type": "PONG"})
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0, reconnect_timeout_s=10, max_batch_attempts=3)
+        eid = play(client, 11)  # the 11th action hands batch 1 over
+        deadline = time.monotonic() + 20
+        with pytest.raises(TetherConnectionError) as info:
+            while time.monotonic() < deadline:
+                play(client, 1, eid)
+                time.sleep(0.01)
+        assert "3 connections" in str(info.value) and "max_batch_attempts" in str(info.value)
+        play(client, 5, eid)  # raised once; the client goes on, the given-up episode is not sent again
+        client.end_episode(eid, OBS)
+        other = play(client, 12)
+        client.end_episode(other, OBS)
+        client.flush()
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    seqs = [b["batch_seq"] for b in batches]
+    assert seqs.count(1) == 3 and client.reconnects == 3
+    later = [r["episode_id"] for b in batches if b["batch_seq"] > 1 for r in b["episodes"]]
+    assert eid not in later and other in later
+
+
+def test_a_refused_episode_id_used_again_is_a_new_episode_and_is_sent() -> None:
+    with ScriptedServer(answering(single_agent_config(3, DISCRETE2, env_steps_per_sample=10), refuse_seq=1)) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0)
+        eid = play(client, 11, client.start_episode("reused"))
+        deadline = time.monotonic() + 10
+        with pytest.raises(ServerError):
+            while time.monotonic() < deadline:
+                play(client, 1, eid)
+                time.sleep(0.01)
+        client.end_episode(eid, OBS)
+        client.end_episode(play(client, 4, client.start_episode("reused")), OBS)  # the id again: a new episode
+        client.flush()
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    resent = [r for b in batches if b["batch_seq"] > 1 for r in b["episodes"] if r["episode_id"] == "reused"]
+    assert len(resent) == 1 and len(resent[0]["actions"]) == 4
+
+
+def test_errors_an_engine_never_reads_are_bounded_newest_kept() -> None:
+    sent = 1500
+    constructed = threading.Event()
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(single_agent_config(3, DISCRETE2), state(0, MODEL))
+        constructed.wait(10)  # (the constructor would raise the first one)
+        for i in range(sent):
+            conn.send({"type": "ERROR", "code": "INTERNAL", "message": f"unsolicited {i}"})
+        while conn.receive(timeout=None) is not None:
+            pass
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port)
+        constructed.set()
+        wait_until(lambda: any(f"unsolicited {sent - 1}" in str(e[1]) for e in list(client.link.events)), 10)
+        events = list(client.link.events)
+        assert len(events) == client.link.max_queued_events == 1024
+        assert str(events[0][1]).endswith(f"unsolicited {sent - 1024}")  # the oldest went first
+        with pytest.raises(ServerError):
+            client.start_episode()
+        client.close()
