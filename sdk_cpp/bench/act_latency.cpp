@@ -11,10 +11,14 @@
 //   the model the server sent: inference, sampling and recording. A reward is
 //   logged between calls (untimed), as an engine loop would. Bare and SDK calls
 //   alternate in blocks so background load affects both alike.
-// * sdk_cpp_batch256_us_p50: MultiAgentClient::get_action for one frame of 256
-//   agents of one module (the server maps every agent to its one module): one
-//   inference run for all of them, sampling and recording each; against
-//   ort_cpp_batch256_us_p50 (sdk_cpp_batch256_ratio).
+// * sdk_cpp_batch256_us_p50 / _p99: MultiAgentClient::get_action for one frame
+//   of 256 agents of one module (the server maps every agent to its one
+//   module): one inference run for all of them, sampling and recording each,
+//   in steady state against the server on --sending-port (a batch cut every
+//   --sending-batch agent steps). Frames are paced (--frame-interval-us) and a
+//   bare batch-256 Run goes just before each: ort_cpp_batch256_paced_us_p50,
+//   and sdk_cpp_batch256_ratio is the frame against it.
+// * sdk_cpp_log_returns256_us_p50: the frame's 256 log_returns calls.
 // * sdk_cpp_backend_batch256_us_p50: OnnxRuntimeBackend::run on 256 rows plus
 //   sampling every row with its logp (the frame without recording).
 // * sdk_cpp_us_p99_while_sending: the same loop against the server on
@@ -282,6 +286,7 @@ int main(int argc, char** argv) {
   // caches and background load.
   std::vector<std::int64_t> frame_ns;
   std::vector<std::int64_t> frame_bare_ns;
+  std::vector<std::int64_t> frame_rewards_ns;  // the frame's 256 log_returns calls
   std::int64_t frame_batches_dropped = 0;
   {
     tether::ClientOptions options;
@@ -312,10 +317,13 @@ int main(int argc, char** argv) {
       tether::Status acted = multi.get_action(frame_episode, frame);
       const std::int64_t ns = since_ns(t0);
       if (!acted.ok()) fail("multi-agent get_action: " + acted.to_string());
+      t0 = Clock::now();
       for (std::size_t a = 0; a < kBatch; ++a) multi.log_returns(frame_episode, ids[a], 1.0);
+      const std::int64_t rewards_ns = since_ns(t0);
       if (i >= 0) {
         frame_ns.push_back(ns);
         frame_bare_ns.push_back(bare_time);
+        frame_rewards_ns.push_back(rewards_ns);
       }
     }
     frame_batches_dropped = multi.batches_dropped();
@@ -362,6 +370,7 @@ int main(int argc, char** argv) {
       "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p99\": %.2f, "
       "\"ort_cpp_batch256_paced_us_p50\": %.2f, \"sdk_cpp_batch256_ratio\": %.2f, "
       "\"sdk_cpp_batch256_vs_unpaced_ratio\": %.2f, \"sdk_cpp_batch256_batches_dropped\": %lld, "
+      "\"sdk_cpp_log_returns256_us_p50\": %.2f, "
       "\"sdk_cpp_backend_batch256_us_p50\": %.2f, "
       "\"sdk_cpp_backend_batch256_ratio\": %.2f, \"sdk_cpp_us_p99_while_sending\": %.2f, "
       "\"sdk_cpp_us_p50_while_sending\": %.2f, \"sdk_cpp_while_sending_p99_ratio\": %.2f, "
@@ -370,7 +379,8 @@ int main(int argc, char** argv) {
       "\"sdk_cpp_calls\": %zu, \"sdk_cpp_backend_matches_bare\": %s}\n",
       percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
       frame, percentile_us(frame_ns, 99), frame_bare, frame_bare > 0 ? frame / frame_bare : 0.0,
-      ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(frame_batches_dropped), sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
+      ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(frame_batches_dropped),
+      percentile_us(frame_rewards_ns, 50), sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
       sdk_p99 > 0 ? sending_p99 / sdk_p99 : 0.0, sending_ns.size(), static_cast<long long>(sent),
       static_cast<long long>(dropped), percentile_us(sdk_ns, 50) - percentile_us(bare_ns, 50), sdk_ns.size(),
       same_outputs ? "true" : "false");

@@ -111,6 +111,10 @@ struct MultiAgentClient::Actor {
   std::vector<Stamp> versions;    // (-1, -1): unknown
   std::size_t obs_rows = 0;
   std::size_t action_rows = 0;
+  // Rewards logged while it is in the episode's actors: added up here (no
+  // ordered-map update per reward) and folded into Episode::returns when it leaves.
+  double reward_sum = 0.0;
+  bool rewarded = false;
   bool terminated = false;
   bool truncated = false;
 
@@ -139,7 +143,7 @@ struct MultiAgentClient::Episode {
   std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
   // Latest observations of group members and of agents a centralized critic sees.
   std::unordered_map<std::string, std::vector<float>> latest_obs;
-  std::map<std::string, double> returns;
+  std::map<std::string, double> returns;  // per actor id; an actor still in `actors` holds its own part
   std::unordered_map<std::string, bool> ended;  // agents (and members) that left
   bool done = false;
   bool truncated = false;
@@ -766,6 +770,12 @@ Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& e
   return Status::Ok();
 }
 
+void MultiAgentClient::fold_return(Episode& episode, Actor& actor) {
+  if (actor.rewarded) episode.returns[actor.id] += actor.reward_sum;
+  actor.reward_sum = 0.0;
+  actor.rewarded = false;
+}
+
 Status MultiAgentClient::log_returns(const std::string& episode_id, const std::string& agent_id, double reward) {
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end() || it->second->done) {
@@ -782,10 +792,16 @@ Status MultiAgentClient::log_returns(const std::string& episode_id, const std::s
     actor_id = &group.group_id;
     if (group.reward == GroupReward::kMean) reward /= static_cast<double>(group.members.size());
   }
-  episode.returns[*actor_id] += reward;
-  auto actor = episode.actors.find(*actor_id);
-  if (actor != episode.actors.end() && actor->second->training && !actor->second->rewards.empty()) {
-    float& last = actor->second->rewards.back();
+  auto found = episode.actors.find(*actor_id);
+  if (found == episode.actors.end()) {
+    episode.returns[*actor_id] += reward;  // not acting (yet, or any more)
+    return Status::Ok();
+  }
+  Actor& actor = *found->second;
+  actor.reward_sum += reward;
+  actor.rewarded = true;
+  if (actor.training && !actor.rewards.empty()) {
+    float& last = actor.rewards.back();
     last = static_cast<float>(last + reward);
   }
   return Status::Ok();
@@ -832,6 +848,7 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     std::unique_ptr<Actor> actor = std::move(it->second);
     episode.actors.erase(it);
     episode.actor_by_slot.clear();
+    fold_return(episode, *actor);
     const Module& module = *actor->module;
     if (actor->training) {
       append_actor_obs(final, slot, actor->obs);
@@ -901,6 +918,7 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
   }
   Status status = end_actors(*episode, all, truncated);
   if (!status.ok()) return status;
+  for (auto& entry : episode->actors) fold_return(*episode, *entry.second);  // (any that did not leave)
   episode->done = true;
   episode->truncated = truncated;
   std::map<std::string, double> returns = episode->returns;

@@ -561,6 +561,59 @@ TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
   }
 }
 
+// end_episode's returns: per actor, every reward logged in the episode,
+// before it first acted, while it acted and after it left; a group's members'
+// rewards added up (sum) or averaged (mean) into the group's.
+TEST(MultiAgentClient, ReturnsAddUpEveryRewardPerActor) {
+  auto models = std::make_shared<Models>();
+  const json config = multi_config(1000);
+  FakeServer server(multi_script(models, config));
+  auto log = std::make_shared<RunLog>();
+  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::string episode = client.start_episode("returns").value();
+  ASSERT_TRUE(client.log_returns(episode, "adversary_0", 0.5).ok());  // before it acts
+  tether::AgentFrame frame;
+  add(frame, "adversary_0", {0, 0, 0});
+  add(frame, "m_0", {0, 0});
+  add(frame, "m_1", {0, 0});
+  add(frame, "d_0", {0, 0});
+  add(frame, "d_1", {0, 0});
+  add(frame, "good_0", {0, 0});
+  ASSERT_TRUE(client.get_action(episode, frame).ok());
+  ASSERT_TRUE(client.log_returns(episode, "adversary_0", 1.0).ok());
+  ASSERT_TRUE(client.log_returns(episode, "m_0", 2.0).ok());  // pair: mean
+  ASSERT_TRUE(client.log_returns(episode, "m_1", 4.0).ok());
+  ASSERT_TRUE(client.log_returns(episode, "d_0", 2.0).ok());  // duo: sum
+  ASSERT_TRUE(client.log_returns(episode, "d_1", 4.0).ok());
+  ASSERT_TRUE(client.log_returns(episode, "good_0", 1.5).ok());
+  tether::AgentFrame leaving;
+  add(leaving, "good_0", {1, 1});
+  ASSERT_TRUE(client.end_agents(episode, leaving).ok());
+  ASSERT_TRUE(client.log_returns(episode, "good_0", 0.25).ok());  // after it left
+  frame.clear();
+  add(frame, "adversary_0", {1, 1, 1});
+  add(frame, "m_0", {1, 1});
+  add(frame, "m_1", {1, 1});
+  ASSERT_TRUE(client.get_action(episode, frame).ok());
+  ASSERT_TRUE(client.log_returns(episode, "adversary_0", 1.0).ok());
+  ASSERT_TRUE(client.log_returns(episode, "m_1", 1.0).ok());
+  tether::Result<std::map<std::string, double>> returns = client.end_episode(episode, nullptr, true);
+  ASSERT_TRUE(returns.ok()) << returns.status().to_string();
+  const std::map<std::string, double> expected = {
+      {"adversary_0", 2.5}, {"pair", 3.5}, {"duo", 6.0}, {"good_0", 1.75}};
+  EXPECT_EQ(returns.value(), expected);
+  ASSERT_TRUE(client.flush().ok());
+  // The steps carry what was logged after each action.
+  std::vector<json> records = valid_records(server.batches(), config);
+  json rewards = json::array();
+  for (const json& entry : entries_of(records, "returns", "pair")) {
+    for (const json& r : entry["rewards"]) rewards.push_back(r);
+  }
+  EXPECT_EQ(rewards, json({3.0, 0.5}));
+}
+
 TEST(MultiAgentClient, MapsWithMapAgentsOncePerFrameOfNewAgents) {
   auto models = std::make_shared<Models>();
   const json config = multi_config(20, /*rules=*/false);

@@ -280,6 +280,7 @@ class MultiAgentClient {
   void append_actor_obs(const AgentFrame& frame, const Slot& slot, std::vector<float>& out) const;
   void note_latest(Episode& episode, const Slot& slot, const AgentFrame& frame);
   Status end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated);
+  static void fold_return(Episode& episode, Actor& actor);
   Status check_call(const std::string& episode_id, const char* call, Episode*& episode);
 
   ClientOptions options_;
