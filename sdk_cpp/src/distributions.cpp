@@ -50,7 +50,8 @@ std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double*
   const bool keep = n <= kKeptExps;
   double total = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double e = std::exp(static_cast<double>(logits[i]) - top);
+    const double shifted = static_cast<double>(logits[i]) - top;
+    const double e = shifted == 0.0 ? 1.0 : std::exp(shifted);  // exp(0) is exactly 1: the top costs nothing
     if (keep) kept[i] = e;
     total += e;
   }
@@ -58,7 +59,8 @@ std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double*
   double acc = 0.0;
   std::size_t choice = n - 1;
   for (std::size_t i = 0; i < n; ++i) {
-    acc += keep ? kept[i] : std::exp(static_cast<double>(logits[i]) - top);
+    const double shifted = static_cast<double>(logits[i]) - top;
+    acc += keep ? kept[i] : (shifted == 0.0 ? 1.0 : std::exp(shifted));
     if (threshold < acc) {
       choice = i;
       break;
