@@ -100,7 +100,7 @@ struct MultiAgentClient::Actor {
   std::int64_t start_step = 0;
   bool training = true;
   std::uint64_t frame_mark = 0;
-  std::vector<float> latest;      // its latest observation (a single agent's)
+  std::vector<float> latest;      // a single agent's latest observation when it does not train (else obs' last row)
   bool shared_latest = false;     // a centralized critic sees it: also in Episode::latest_obs
   std::vector<float> obs;         // obs_rows rows
   std::vector<float> value_obs;   // obs_rows rows (a centralized critic's module)
@@ -118,7 +118,13 @@ struct MultiAgentClient::Actor {
   bool terminated = false;
   bool truncated = false;
 
+  // A single agent's latest observation: the last row it recorded while
+  // training (no second copy per frame), else `latest`.
+  const float* latest_obs() const { return training && obs_rows > 0 ? obs.data() + obs.size() - module->obs_dim : latest.data(); }
+  std::size_t latest_size() const { return training && obs_rows > 0 ? module->obs_dim : latest.size(); }
+
   void stop_training() {
+    if (training && obs_rows > 0 && !is_group) latest.assign(latest_obs(), latest_obs() + latest_size());
     training = false;
     obs.clear();
     value_obs.clear();
@@ -649,7 +655,11 @@ void MultiAgentClient::note_latest(Episode& episode, const Slot& slot, const Age
   if (slot.group == kNone) {
     const float* obs = frame.obs(slot.frame_index);
     const std::size_t size = frame.obs_size(slot.frame_index);
-    if (slot.actor != nullptr) slot.actor->latest.assign(obs, obs + size);
+    // (a training actor's is its last recorded row; a new one keeps a copy in
+    // case its first frame fails and nothing is recorded)
+    if (slot.actor != nullptr && (!slot.actor->training || slot.actor->obs_rows == 0)) {
+      slot.actor->latest.assign(obs, obs + size);
+    }
     if (slot.actor == nullptr || slot.actor->shared_latest) episode.latest_obs[*slot.actor_id].assign(obs, obs + size);
     return;
   }
@@ -693,9 +703,10 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   episode->actor_by_slot.resize(slots_.size());
   for (std::size_t s = 0; s < slots_.size(); ++s) episode->actor_by_slot[s] = slots_[s].actor;
   fill_batches(frame);
-  // Latest observations (value_obs rows; the finals of agents that end without one).
+  // Latest observations (value_obs rows; the finals of agents that end
+  // without one), then each actor's observation row (and critic row): a
+  // critic row needs every agent's latest first.
   for (const Slot& slot : slots_) note_latest(*episode, slot, frame);
-  // Observe: each actor's observation row (and centralized-critic row).
   for (const Slot& slot : slots_) {
     Actor& actor = *slot.actor;
     if (!actor.training) continue;
@@ -909,7 +920,7 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
       for (std::size_t j = 0; j < all.size() && !named; ++j) named = all.agent_id(j) == member;
       if (named) continue;
       if (!actor.is_group) {
-        all.add(member, actor.latest.data(), actor.latest.size());
+        all.add(member, actor.latest_obs(), actor.latest_size());
         continue;
       }
       auto latest = episode->latest_obs.find(member);

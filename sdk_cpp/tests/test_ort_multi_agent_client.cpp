@@ -612,6 +612,10 @@ TEST(MultiAgentClient, ReturnsAddUpEveryRewardPerActor) {
     for (const json& r : entry["rewards"]) rewards.push_back(r);
   }
   EXPECT_EQ(rewards, json({3.0, 0.5}));
+  // Ended without final observations: each agent's latest one closes its record.
+  std::vector<json> adversary = entries_of(records, "returns", "adversary_0");
+  ASSERT_FALSE(adversary.empty());
+  EXPECT_EQ(adversary.back()["obs"], json({{0.0, 0.0, 0.0}, {1.0, 1.0, 1.0}, {1.0, 1.0, 1.0}}));
 }
 
 TEST(MultiAgentClient, MapsWithMapAgentsOncePerFrameOfNewAgents) {
