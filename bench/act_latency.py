@@ -32,7 +32,7 @@ one frame of 256 agents of one module: one inference run, sampling and
 recording each, in steady state: against the sending server, so a batch is cut
 every 4000 agent steps and the episode's arrays are reused as in a long run;
 frames paced at ``--frame-interval-us``, 1000 by default, with a bare batch-256
-run just before each frame, ``ort_cpp_batch256_paced_us_p50``;
+run beside each frame (before it, then after it, in turn), ``ort_cpp_batch256_paced_us_p50``;
 ``sdk_cpp_batch256_ratio`` is the frame against that paced bare run,
 ``sdk_cpp_batch256_vs_unpaced_ratio`` against ``ort_cpp_batch256_us_p50``),
 and ``sdk_cpp_backend_batch256_us_p50`` (the SDK's ONNX Runtime backend on 256
