@@ -260,6 +260,21 @@ std::size_t steps_of(const std::vector<json>& entries) {
   return n;
 }
 
+// A multi-agent client connected to a fake server running multi_script(config).
+struct Connected {
+  explicit Connected(json server_config) : config(std::move(server_config)), server(multi_script(models, config)) {
+    auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+    status = connected.status();
+    if (connected.ok()) client = std::move(connected).value();
+  }
+  std::shared_ptr<Models> models = std::make_shared<Models>();
+  json config;
+  FakeServer server;
+  std::shared_ptr<RunLog> log = std::make_shared<RunLog>();
+  tether::Status status;
+  std::unique_ptr<tether::MultiAgentClient> client;
+};
+
 }  // namespace
 
 TEST(AgentFrame, ReusesItsBuffersAndLaysOutObservations) {
@@ -504,13 +519,11 @@ TEST(MultiAgentClient, AgentsJoinLeaveAndRetireAtTheirOwnRates) {
 // last frame: frames in a changing order, an agent leaving and a new one
 // taking its place, and a duplicate must still give each agent its own rows.
 TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
-  auto models = std::make_shared<Models>();
-  const json config = multi_config(1000);
-  FakeServer server(multi_script(models, config));
-  auto log = std::make_shared<RunLog>();
-  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::MultiAgentClient& client = *connected.value();
+  Connected c(multi_config(1000));
+  ASSERT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  const json& config = c.config;
+  FakeServer& server = c.server;
   std::string episode = client.start_episode("order").value();
   std::map<std::string, std::vector<json>> expected;  // per agent, its observation rows in time order
   tether::AgentFrame frame;
@@ -565,13 +578,11 @@ TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
 // before it first acted, while it acted and after it left; a group's members'
 // rewards added up (sum) or averaged (mean) into the group's.
 TEST(MultiAgentClient, ReturnsAddUpEveryRewardPerActor) {
-  auto models = std::make_shared<Models>();
-  const json config = multi_config(1000);
-  FakeServer server(multi_script(models, config));
-  auto log = std::make_shared<RunLog>();
-  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::MultiAgentClient& client = *connected.value();
+  Connected c(multi_config(1000));
+  ASSERT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  const json& config = c.config;
+  FakeServer& server = c.server;
   std::string episode = client.start_episode("returns").value();
   ASSERT_TRUE(client.log_returns(episode, "adversary_0", 0.5).ok());  // before it acts
   tether::AgentFrame frame;
