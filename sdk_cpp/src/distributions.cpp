@@ -46,25 +46,36 @@ template <class T>
 std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double* logp) {
   double top = static_cast<double>(logits[0]);
   for (std::size_t i = 1; i < n; ++i) top = std::max(top, static_cast<double>(logits[i]));
+  if (n > kKeptExps) {
+    double total = 0.0;
+    for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
+    const double threshold = rng.uniform() * total;
+    double acc = 0.0;
+    std::size_t choice = n - 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      acc += std::exp(static_cast<double>(logits[i]) - top);
+      if (threshold < acc) {
+        choice = i;
+        break;
+      }
+    }
+    *logp = static_cast<double>(logits[choice]) - top - std::log(total);
+    return choice;
+  }
   double kept[kKeptExps];
-  const bool keep = n <= kKeptExps;
   double total = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double shifted = static_cast<double>(logits[i]) - top;
-    const double e = shifted == 0.0 ? 1.0 : std::exp(shifted);  // exp(0) is exactly 1: the top costs nothing
-    if (keep) kept[i] = e;
-    total += e;
+    kept[i] = std::exp(static_cast<double>(logits[i]) - top);
+    total += kept[i];
   }
   const double threshold = rng.uniform() * total;
+  // The first category whose cumulative sum passes the threshold, counted
+  // without a branch per category (which would mispredict half the time).
   double acc = 0.0;
-  std::size_t choice = n - 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double shifted = static_cast<double>(logits[i]) - top;
-    acc += keep ? kept[i] : (shifted == 0.0 ? 1.0 : std::exp(shifted));
-    if (threshold < acc) {
-      choice = i;
-      break;
-    }
+  std::size_t choice = 0;
+  for (std::size_t i = 0; i + 1 < n; ++i) {
+    acc += kept[i];
+    choice += static_cast<std::size_t>(acc <= threshold);
   }
   *logp = static_cast<double>(logits[choice]) - top - std::log(total);
   return choice;
