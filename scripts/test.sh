@@ -9,6 +9,8 @@ bash scripts/install.sh
 # packages when missing, and ONNX Runtime's C library and headers (sdk_cpp/third_party/).
 bash sdk_cpp/scripts/install_toolchain.sh
 bash sdk_cpp/scripts/fetch_onnxruntime.sh
+# The C# SDK's toolchain (mono's mcs, NUnit 2.6, Newtonsoft.Json) from the distribution's packages when missing.
+bash sdk_csharp/scripts/install_toolchain.sh
 if [ "${TETHER_SKIP_RAY:-0}" != "1" ] && [ -f scripts/install_ray_peer.sh ]; then
   bash scripts/install_ray_peer.sh
 fi

@@ -1,0 +1,125 @@
+// Error codes: the server's ERROR codes (docs/protocol.md §7.9) and the SDK's own.
+using System.Collections.Generic;
+using System.Text;
+
+namespace Tether.Protocol
+{
+    /// <summary>
+    /// What went wrong. The protocol codes are the ones a server sends in ERROR
+    /// (or the ones this SDK gives a frame or message it refused); the SDK codes
+    /// name failures on this side of the wire.
+    /// </summary>
+    public enum ErrorCode
+    {
+        // Protocol codes.
+        /// <summary>A frame header that is not 8 ASCII digits.</summary>
+        BadHeader,
+        /// <summary>A frame body over the receiver's limit.</summary>
+        FrameTooLarge,
+        /// <summary>A body that is not valid UTF-8.</summary>
+        InvalidUtf8,
+        /// <summary>A body that is not valid JSON (or nests too deep).</summary>
+        InvalidJson,
+        /// <summary>A body that is JSON but not an object.</summary>
+        NotAnObject,
+        /// <summary>A body without "type".</summary>
+        MissingType,
+        /// <summary>A "type" that names no message.</summary>
+        UnknownType,
+        /// <summary>A server-to-client type sent to the server.</summary>
+        NotARequest,
+        /// <summary>A field of the wrong kind or value.</summary>
+        InvalidField,
+        /// <summary>Episode arrays of lengths that do not fit together.</summary>
+        EpisodeLengthMismatch,
+        /// <summary>An observation of the wrong size.</summary>
+        ObsShapeMismatch,
+        /// <summary>A NaN or infinite number where a finite one is needed.</summary>
+        NonFiniteValue,
+        /// <summary>An action outside its space.</summary>
+        ActionOutOfSpace,
+        /// <summary>A record without the action log-probabilities the server needs.</summary>
+        MissingActionLogp,
+        /// <summary>A missing or wrong auth token.</summary>
+        AuthFailed,
+        /// <summary>A protocol major version the peer does not speak.</summary>
+        VersionMismatch,
+        /// <summary>A module id the server does not have.</summary>
+        UnknownModule,
+        /// <summary>An agent id no policy-mapping rule matches.</summary>
+        UnmappedAgent,
+        /// <summary>An agent reported with another module than its mapping gives.</summary>
+        ModuleMismatch,
+        /// <summary>Steps of an agent that already finished its episode.</summary>
+        AgentAlreadyDone,
+        /// <summary>A group member reported on its own.</summary>
+        GroupMemberOutsideGroup,
+        /// <summary>Log-probabilities that do not match the claimed model.</summary>
+        ActionLogpMismatch,
+        /// <summary>The server is at its connection limit.</summary>
+        TooManyConnections,
+        /// <summary>The handshake took longer than the server allows.</summary>
+        HandshakeTimeout,
+        /// <summary>The connection was silent longer than the server allows.</summary>
+        ClientTimeout,
+        /// <summary>The server holds too many unfinished frames.</summary>
+        ServerOverloaded,
+        /// <summary>The server failed on its side.</summary>
+        Internal,
+        /// <summary>An ERROR code this SDK does not know (a newer server).</summary>
+        UnknownServerCode,
+        // SDK codes.
+        /// <summary>The caller passed something the call cannot take.</summary>
+        InvalidArgument,
+        /// <summary>Connecting failed, or the connection broke.</summary>
+        ConnectionFailed,
+        /// <summary>A wait ran past its limit.</summary>
+        Timeout,
+        /// <summary>The inference backend refused the model or the run.</summary>
+        InferenceFailed,
+        /// <summary>No configuration or model yet.</summary>
+        NotReady,
+        /// <summary>The client was closed.</summary>
+        Closed,
+    }
+
+    /// <summary>The wire names of <see cref="ErrorCode"/> ("OBS_SHAPE_MISMATCH" for ObsShapeMismatch).</summary>
+    public static class ErrorCodes
+    {
+        static readonly Dictionary<ErrorCode, string> Names = new Dictionary<ErrorCode, string>();
+        static readonly Dictionary<string, ErrorCode> Codes = new Dictionary<string, ErrorCode>();
+
+        static ErrorCodes()
+        {
+            foreach (ErrorCode code in System.Enum.GetValues(typeof(ErrorCode)))
+            {
+                string name = WireName(code.ToString());
+                Names[code] = name;
+                Codes[name] = code;
+            }
+        }
+
+        // "ObsShapeMismatch" -> "OBS_SHAPE_MISMATCH", "InvalidUtf8" -> "INVALID_UTF8".
+        static string WireName(string pascal)
+        {
+            var name = new StringBuilder();
+            for (int i = 0; i < pascal.Length; ++i)
+            {
+                char c = pascal[i];
+                if (i > 0 && char.IsUpper(c)) name.Append('_');
+                name.Append(char.ToUpperInvariant(c));
+            }
+            return name.ToString();
+        }
+
+        /// <summary>The code's name on the wire.</summary>
+        public static string ToWire(ErrorCode code) { return Names[code]; }
+
+        /// <summary>The code a server sent; <see cref="ErrorCode.UnknownServerCode"/> for one this SDK does not know.</summary>
+        public static ErrorCode FromWire(string name)
+        {
+            ErrorCode code;
+            return name != null && Codes.TryGetValue(name, out code) ? code : ErrorCode.UnknownServerCode;
+        }
+    }
+}

@@ -1,0 +1,329 @@
+// Observation and action spaces (docs/protocol.md §8): Box, Discrete, MultiDiscrete.
+using System;
+using System.Collections.Generic;
+using System.Numerics;
+using Newtonsoft.Json.Linq;
+
+namespace Tether.Protocol
+{
+    /// <summary>The kinds of space.</summary>
+    public enum SpaceKind
+    {
+        /// <summary>Real-valued arrays within bounds.</summary>
+        Box,
+        /// <summary>One integer of n.</summary>
+        Discrete,
+        /// <summary>One integer per entry of nvec.</summary>
+        MultiDiscrete,
+    }
+
+    /// <summary>
+    /// A space as SET_CONFIG describes it. Immutable. A Box's values are
+    /// prod(shape) floats; a Discrete's one integer in [start, start + n); a
+    /// MultiDiscrete's one integer per entry of nvec.
+    /// </summary>
+    public sealed class Space
+    {
+        /// <summary>The most numbers one value or one distribution of a space may need (4 Mi).</summary>
+        public const long MaxSpaceElements = 4L * 1024 * 1024;
+
+        /// <summary>Box, Discrete or MultiDiscrete.</summary>
+        public SpaceKind Kind { get; private set; }
+        /// <summary>A Box's shape; [] for Discrete; [len(nvec)] for MultiDiscrete.</summary>
+        public long[] Shape { get; private set; }
+        /// <summary>A Discrete's number of actions.</summary>
+        public long N { get; private set; }
+        /// <summary>A Discrete's first action.</summary>
+        public long Start { get; private set; }
+        /// <summary>A MultiDiscrete's sizes.</summary>
+        public long[] Nvec { get; private set; }
+        /// <summary>A Box's lower bounds, one per element (may be -infinity).</summary>
+        public double[] Low { get; private set; }
+        /// <summary>A Box's upper bounds, one per element (may be +infinity).</summary>
+        public double[] High { get; private set; }
+        /// <summary>A Box's dtype as written ("float32" by default).</summary>
+        public string Dtype { get; private set; }
+
+        Space() { }
+
+        /// <summary>Numbers in one value: prod(shape) for a Box, 1 for a Discrete, len(nvec) for a MultiDiscrete.</summary>
+        public int FlatDim
+        {
+            get
+            {
+                switch (Kind)
+                {
+                    case SpaceKind.Box: return (int)Product(Shape);
+                    case SpaceKind.Discrete: return 1;
+                    default: return Nvec.Length;
+                }
+            }
+        }
+
+        /// <summary>Numbers in one distribution (a model's output row, §11): 2 x flat for a Box, n, or sum(nvec).</summary>
+        public int DistInputsSize
+        {
+            get
+            {
+                switch (Kind)
+                {
+                    case SpaceKind.Box: return 2 * FlatDim;
+                    case SpaceKind.Discrete: return (int)N;
+                    default:
+                        long total = 0;
+                        foreach (long v in Nvec) total += v;
+                        return (int)total;
+                }
+            }
+        }
+
+        /// <summary>A Box with per-element bounds. INVALID_ARGUMENT for a bad shape or bounds.</summary>
+        public static Space Box(long[] shape, double[] low, double[] high, string dtype = "float32")
+        {
+            foreach (long d in shape)
+            {
+                if (d < 0) throw new TetherException(ErrorCode.InvalidArgument, "Box shape must be non-negative");
+            }
+            if (CappedProduct(shape) > MaxSpaceElements) throw new TetherException(ErrorCode.InvalidArgument, TooLarge("Box prod(shape)"));
+            long size = Product(shape);
+            if (low.Length != size || high.Length != size)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "Box bounds need prod(shape) = " + size + " entries each");
+            }
+            for (int i = 0; i < size; ++i)
+            {
+                if (low[i] > high[i]) throw new TetherException(ErrorCode.InvalidArgument, "Box low must not exceed high");
+            }
+            return new Space
+            {
+                Kind = SpaceKind.Box, Shape = (long[])shape.Clone(), Low = (double[])low.Clone(),
+                High = (double[])high.Clone(), Dtype = dtype,
+            };
+        }
+
+        /// <summary>A Box with the same bounds for every element.</summary>
+        public static Space Box(long[] shape, double low, double high)
+        {
+            if (CappedProduct(shape) > MaxSpaceElements) throw new TetherException(ErrorCode.InvalidArgument, TooLarge("Box prod(shape)"));
+            long size = 1;
+            foreach (long d in shape) size *= Math.Max(0, d);
+            var lows = new double[size];
+            var highs = new double[size];
+            for (long i = 0; i < size; ++i)
+            {
+                lows[i] = low;
+                highs[i] = high;
+            }
+            return Box(shape, lows, highs);
+        }
+
+        /// <summary>Discrete(n, start). INVALID_ARGUMENT unless 1 &lt;= n &lt;= MaxSpaceElements.</summary>
+        public static Space Discrete(long n, long start = 0)
+        {
+            if (n < 1) throw new TetherException(ErrorCode.InvalidArgument, "Discrete n must be a positive integer");
+            if (n > MaxSpaceElements) throw new TetherException(ErrorCode.InvalidArgument, TooLarge("Discrete n"));
+            return new Space { Kind = SpaceKind.Discrete, Shape = new long[0], N = n, Start = start };
+        }
+
+        /// <summary>MultiDiscrete(nvec). INVALID_ARGUMENT for an empty nvec or a size below 1.</summary>
+        public static Space MultiDiscrete(long[] nvec)
+        {
+            if (nvec.Length == 0) throw new TetherException(ErrorCode.InvalidArgument, "MultiDiscrete nvec must not be empty");
+            long total = 0;
+            foreach (long v in nvec)
+            {
+                if (v < 1) throw new TetherException(ErrorCode.InvalidArgument, "MultiDiscrete nvec must be positive integers");
+                total += Math.Min(v, MaxSpaceElements + 1);
+                if (total > MaxSpaceElements) throw new TetherException(ErrorCode.InvalidArgument, TooLarge("MultiDiscrete sum(nvec)"));
+            }
+            return new Space { Kind = SpaceKind.MultiDiscrete, Shape = new long[] { nvec.Length }, Nvec = (long[])nvec.Clone() };
+        }
+
+        /// <summary>The space a JSON description gives (§8.1). Throws INVALID_FIELD naming what is wrong.</summary>
+        public static Space FromJson(JToken data)
+        {
+            var obj = data as JObject;
+            if (obj == null) throw Invalid("a space must be a JSON object, got " + Messages.Describe(data));
+            JToken kindToken = obj["type"];
+            string kind = kindToken != null && kindToken.Type == JTokenType.String ? (string)kindToken : null;
+            try
+            {
+                if (kind == "Box") return BoxFromJson(obj);
+                if (kind == "Discrete") return DiscreteFromJson(obj);
+                if (kind == "MultiDiscrete") return MultiDiscreteFromJson(obj);
+            }
+            catch (TetherException e)
+            {
+                if (e.Code == ErrorCode.InvalidField) throw;
+                throw Invalid(e.Detail);  // a factory's INVALID_ARGUMENT: the description is what is wrong
+            }
+            throw Invalid("unknown space type " + (kindToken == null ? "None" : kindToken.ToString(Newtonsoft.Json.Formatting.None)) +
+                          " (Box, Discrete, MultiDiscrete)");
+        }
+
+        static Space BoxFromJson(JObject obj)
+        {
+            JToken shapeToken = obj["shape"];
+            if (shapeToken == null) throw Invalid("missing key 'shape'");
+            var shapeArray = shapeToken as JArray;
+            if (shapeArray == null) throw Invalid("Box shape must be a list of integers");
+            var shape = new List<long>();
+            foreach (JToken d in shapeArray)
+            {
+                if (d.Type != JTokenType.Integer) throw Invalid("Box shape must be a list of integers");
+                long v = AsInt64(d);
+                if (v < 0) throw Invalid("Box shape must be non-negative");
+                shape.Add(v);
+            }
+            long[] dims = shape.ToArray();
+            if (CappedProduct(dims) > MaxSpaceElements) throw Invalid(TooLarge("Box prod(shape)"));
+            long size = Product(dims);
+            double[] low = Bound(obj["low"] ?? new JValue("-inf"), size, "low");
+            double[] high = Bound(obj["high"] ?? new JValue("inf"), size, "high");
+            for (long i = 0; i < size; ++i)
+            {
+                if (low[i] > high[i]) throw Invalid("Box low must not exceed high");
+            }
+            JToken dtype = obj["dtype"];
+            string dtypeName = dtype == null ? "float32" : dtype.Type == JTokenType.String ? (string)dtype : dtype.ToString(Newtonsoft.Json.Formatting.None);
+            return Box(dims, low, high, dtypeName);
+        }
+
+        static Space DiscreteFromJson(JObject obj)
+        {
+            JToken n = obj["n"];
+            if (n == null) throw Invalid("missing key 'n'");
+            if (n.Type != JTokenType.Integer || AsInt64(n) < 1) throw Invalid("Discrete n must be a positive integer, got " + n.ToString(Newtonsoft.Json.Formatting.None));
+            long start = 0;
+            JToken s = obj["start"];
+            if (s != null)
+            {
+                if (s.Type != JTokenType.Integer) throw Invalid("Discrete start must be an integer");
+                start = AsInt64(s);
+            }
+            return Discrete(AsInt64(n), start);
+        }
+
+        static Space MultiDiscreteFromJson(JObject obj)
+        {
+            JToken nvecToken = obj["nvec"];
+            if (nvecToken == null) throw Invalid("missing key 'nvec'");
+            var nvecArray = nvecToken as JArray;
+            if (nvecArray == null) throw Invalid("MultiDiscrete nvec must be a list of positive integers");
+            var nvec = new List<long>();
+            foreach (JToken v in nvecArray)
+            {
+                if (v.Type != JTokenType.Integer || AsInt64(v) < 1) throw Invalid("MultiDiscrete nvec must be positive integers");
+                nvec.Add(AsInt64(v));
+            }
+            if (nvec.Count == 0) throw Invalid("MultiDiscrete nvec must be positive integers, got []");
+            return MultiDiscrete(nvec.ToArray());
+        }
+
+        /// <summary>The canonical JSON description (bounds that are all equal written once; infinities as "inf"/"-inf").</summary>
+        public JObject ToJson()
+        {
+            switch (Kind)
+            {
+                case SpaceKind.Box:
+                    return new JObject
+                    {
+                        { "type", "Box" }, { "shape", new JArray(Shape) }, { "dtype", Dtype },
+                        { "low", BoundToJson(Low) }, { "high", BoundToJson(High) },
+                    };
+                case SpaceKind.Discrete:
+                    return new JObject { { "type", "Discrete" }, { "n", N }, { "start", Start } };
+                default:
+                    return new JObject { { "type", "MultiDiscrete" }, { "nvec", new JArray(Nvec) } };
+            }
+        }
+
+        static double[] Bound(JToken value, long size, string what)
+        {
+            var values = new double[size];
+            var array = value as JArray;
+            if (array != null)
+            {
+                if (array.Count != size) throw Invalid("Box " + what + " has " + array.Count + " entries, the shape needs " + size);
+                for (int i = 0; i < size; ++i)
+                {
+                    if (!BoundNumber(array[i], out values[i])) throw Invalid("Box " + what + " entries must be numbers or 'inf'/'-inf', got " + array[i].ToString(Newtonsoft.Json.Formatting.None));
+                }
+                return values;
+            }
+            double v;
+            if (!BoundNumber(value, out v)) throw Invalid("Box " + what + " entries must be numbers or 'inf'/'-inf', got " + value.ToString(Newtonsoft.Json.Formatting.None));
+            for (long i = 0; i < size; ++i) values[i] = v;
+            return values;
+        }
+
+        static bool BoundNumber(JToken value, out double number)
+        {
+            number = 0;
+            if (value.Type == JTokenType.String)
+            {
+                string s = (string)value;
+                if (s == "inf") number = double.PositiveInfinity;
+                else if (s == "-inf") number = double.NegativeInfinity;
+                else return false;
+                return true;
+            }
+            if (value.Type != JTokenType.Integer && value.Type != JTokenType.Float) return false;
+            number = (double)value;
+            return true;
+        }
+
+        static JToken NumberToJson(double v)
+        {
+            if (double.IsPositiveInfinity(v)) return "inf";
+            if (double.IsNegativeInfinity(v)) return "-inf";
+            if (v == Math.Floor(v) && Math.Abs(v) < 9007199254740992.0) return (long)v;
+            return v;
+        }
+
+        static JToken BoundToJson(double[] values)
+        {
+            bool allEqual = values.Length > 0;
+            foreach (double v in values) allEqual = allEqual && v.Equals(values[0]);
+            if (allEqual) return NumberToJson(values[0]);
+            var array = new JArray();
+            foreach (double v in values) array.Add(NumberToJson(v));
+            return array;
+        }
+
+        internal static long AsInt64(JToken value)
+        {
+            object raw = ((JValue)value).Value;
+            if (raw is BigInteger)
+            {
+                var big = (BigInteger)raw;
+                return big > long.MaxValue ? long.MaxValue : big < long.MinValue ? long.MinValue : (long)big;
+            }
+            return Convert.ToInt64(raw);
+        }
+
+        static long Product(long[] shape)
+        {
+            long n = 1;
+            foreach (long d in shape) n *= d;
+            return n;
+        }
+
+        // prod(shape) without overflow; MaxSpaceElements + 1 once it is beyond the limit.
+        static long CappedProduct(long[] shape)
+        {
+            long n = 1;
+            foreach (long d in shape)
+            {
+                if (d == 0) return 0;
+                if (d < 0 || d > MaxSpaceElements || n > MaxSpaceElements / d) n = MaxSpaceElements + 1;
+                else n *= d;
+            }
+            return Math.Min(n, MaxSpaceElements + 1);
+        }
+
+        static string TooLarge(string what) { return what + " exceeds the " + MaxSpaceElements + " numbers a space may need"; }
+
+        static TetherException Invalid(string detail) { return new TetherException(ErrorCode.InvalidField, "invalid space: " + detail); }
+    }
+}

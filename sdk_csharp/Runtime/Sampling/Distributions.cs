@@ -1,0 +1,256 @@
+// Categorical and diagonal-Gaussian distributions over the action spaces (docs/protocol.md §11).
+using System;
+using Tether.Protocol;
+
+namespace Tether.Sampling
+{
+    /// <summary>
+    /// Log-probabilities, sampling and the engine's (clipped) actions. A
+    /// model's output row for one agent is its "dist inputs": logits for a
+    /// Discrete, concatenated logits for a MultiDiscrete, means then log
+    /// standard deviations for a Box. The methods work on caller-owned arrays
+    /// with offsets; those of the per-frame path (SampleRows, ToEnvAction,
+    /// Deterministic) allocate nothing.
+    /// </summary>
+    public static class Distributions
+    {
+        const double LogSqrt2Pi = 0.91893853320467274178;  // 0.5 * ln(2 pi)
+        const int KeptExps = 64;
+
+        [ThreadStatic] static double[] kept;
+
+        static void CheckSizes(Space space, int inputs, int actionSize)
+        {
+            if (inputs != space.DistInputsSize)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument,
+                    "dist_inputs has " + inputs + " numbers, the action space needs " + space.DistInputsSize);
+            }
+            if (actionSize != space.FlatDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument,
+                    "the action has " + actionSize + " elements, the action space needs " + space.FlatDim);
+            }
+        }
+
+        /// <summary>
+        /// log pi(action) under one row of dist inputs (§11.1-11.3). INVALID_ARGUMENT
+        /// for wrong sizes or a discrete action outside the space.
+        /// </summary>
+        public static double LogProb(Space space, double[] dist, int distOffset, int distCount, double[] action, int actionOffset, int actionSize)
+        {
+            CheckSizes(space, distCount, actionSize);
+            switch (space.Kind)
+            {
+                case SpaceKind.Discrete:
+                    return CategoricalLogp(dist, distOffset, (int)space.N, DiscreteIndex(action[actionOffset], space.Start, space.N, "action"));
+                case SpaceKind.MultiDiscrete:
+                    double total = 0;
+                    int offset = distOffset;
+                    for (int d = 0; d < space.Nvec.Length; ++d)
+                    {
+                        int n = (int)space.Nvec[d];
+                        total += CategoricalLogp(dist, offset, n, DiscreteIndex(action[actionOffset + d], 0, n, "action[" + d + "]"));
+                        offset += n;
+                    }
+                    return total;
+                default:
+                    return GaussianLogp(dist, distOffset, space.FlatDim, action, actionOffset);
+            }
+        }
+
+        /// <summary><see cref="LogProb(Space, double[], int, int, double[], int, int)"/> for float32 dist inputs (a model's output).</summary>
+        public static double LogProb(Space space, float[] dist, int distOffset, int distCount, double[] action, int actionOffset, int actionSize)
+        {
+            CheckSizes(space, distCount, actionSize);
+            var row = new double[distCount];
+            for (int i = 0; i < distCount; ++i) row[i] = dist[distOffset + i];
+            return LogProb(space, row, 0, distCount, action, actionOffset, actionSize);
+        }
+
+        /// <summary>
+        /// Draws one action per row of a frame's dist inputs (rows x DistInputsSize
+        /// floats): <paramref name="recordActions"/> get what the record carries
+        /// (a Box's raw Gaussian sample, rounded to float32), <paramref name="envActions"/>
+        /// what the engine executes (the sample clipped into the box), and
+        /// <paramref name="logp"/> their log-probabilities (§11.4). With
+        /// <paramref name="rawBoxSamples"/> false (a server older than 1.3) the
+        /// record carries the clipped action and the density at it.
+        /// </summary>
+        public static void SampleRows(Space space, float[] dist, int rows, Rng rng, bool rawBoxSamples,
+                                      double[] recordActions, double[] envActions, double[] logp)
+        {
+            int nIn = space.DistInputsSize, k = space.FlatDim;
+            if (dist.Length < rows * nIn || recordActions.Length < rows * k || envActions.Length < rows * k || logp.Length < rows)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "SampleRows: the arrays are too small for " + rows + " rows");
+            }
+            switch (space.Kind)
+            {
+                case SpaceKind.Discrete:
+                    for (int r = 0; r < rows; ++r)
+                    {
+                        int index = CategoricalSample(dist, r * nIn, (int)space.N, rng, out logp[r]);
+                        recordActions[r] = envActions[r] = index + space.Start;
+                    }
+                    return;
+                case SpaceKind.MultiDiscrete:
+                    for (int r = 0; r < rows; ++r)
+                    {
+                        double total = 0;
+                        int offset = r * nIn;
+                        for (int d = 0; d < k; ++d)
+                        {
+                            int n = (int)space.Nvec[d];
+                            double lp;
+                            recordActions[r * k + d] = envActions[r * k + d] = CategoricalSample(dist, offset, n, rng, out lp);
+                            total += lp;
+                            offset += n;
+                        }
+                        logp[r] = total;
+                    }
+                    return;
+                default:
+                    for (int r = 0; r < rows; ++r)
+                    {
+                        int inputs = r * nIn, at = r * k;
+                        for (int j = 0; j < k; ++j)
+                        {
+                            double mean = dist[inputs + j];
+                            double stdDev = Math.Exp(dist[inputs + k + j]);
+                            // The density is taken at the float32 value that is recorded and sent.
+                            double raw = (float)(mean + stdDev * rng.Normal());
+                            recordActions[at + j] = raw;
+                            envActions[at + j] = (float)Math.Min(Math.Max(raw, space.Low[j]), space.High[j]);
+                        }
+                        if (!rawBoxSamples) Array.Copy(envActions, at, recordActions, at, k);  // the 1.2 rule
+                        logp[r] = GaussianLogp(dist, inputs, k, recordActions, at);
+                    }
+                    return;
+            }
+        }
+
+        /// <summary>The action the engine executes for a recorded one: a Box action clipped into the box and rounded to float32; others unchanged.</summary>
+        public static void ToEnvAction(Space space, double[] action, int actionOffset, double[] envAction, int envOffset, int actionSize)
+        {
+            if (actionSize != space.FlatDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument,
+                    "the action has " + actionSize + " elements, the action space needs " + space.FlatDim);
+            }
+            for (int j = 0; j < actionSize; ++j)
+            {
+                double value = action[actionOffset + j];
+                envAction[envOffset + j] = space.Kind == SpaceKind.Box ? (float)Math.Min(Math.Max(value, space.Low[j]), space.High[j]) : value;
+            }
+        }
+
+        /// <summary>The distribution's mode (greedy mode, §11.4): each categorical's argmax (plus start), a Box's clipped mean.</summary>
+        public static void Deterministic(Space space, float[] dist, int distOffset, double[] action, int actionOffset)
+        {
+            switch (space.Kind)
+            {
+                case SpaceKind.Discrete:
+                    action[actionOffset] = Argmax(dist, distOffset, (int)space.N) + space.Start;
+                    return;
+                case SpaceKind.MultiDiscrete:
+                    int offset = distOffset;
+                    for (int d = 0; d < space.Nvec.Length; ++d)
+                    {
+                        int n = (int)space.Nvec[d];
+                        action[actionOffset + d] = Argmax(dist, offset, n);
+                        offset += n;
+                    }
+                    return;
+                default:
+                    for (int j = 0; j < space.FlatDim; ++j)
+                    {
+                        action[actionOffset + j] = (float)Math.Min(Math.Max(dist[distOffset + j], space.Low[j]), space.High[j]);
+                    }
+                    return;
+            }
+        }
+
+        static int Argmax(float[] logits, int offset, int n)
+        {
+            int best = 0;
+            for (int i = 1; i < n; ++i)
+            {
+                if (logits[offset + i] > logits[offset + best]) best = i;
+            }
+            return best;
+        }
+
+        static int DiscreteIndex(double value, long start, long n, string what)
+        {
+            if (!double.IsNaN(value) && !double.IsInfinity(value))
+            {
+                double index = Math.Truncate(value) - start;  // int() as in Python
+                if (index >= 0 && index < n) return (int)index;
+            }
+            throw new TetherException(ErrorCode.InvalidArgument, what + " " + value + " is outside the space");
+        }
+
+        static double CategoricalLogp(double[] logits, int offset, int n, int index)
+        {
+            double top = logits[offset];
+            for (int i = 1; i < n; ++i) top = Math.Max(top, logits[offset + i]);
+            double total = 0;
+            for (int i = 0; i < n; ++i) total += Math.Exp(logits[offset + i] - top);
+            return logits[offset + index] - (top + Math.Log(total));
+        }
+
+        // Inverse-CDF draw from softmax(logits): the category is found without a
+        // branch per category (it would mispredict half the time).
+        static int CategoricalSample(float[] logits, int offset, int n, Rng rng, out double logp)
+        {
+            double top = logits[offset];
+            for (int i = 1; i < n; ++i) top = Math.Max(top, logits[offset + i]);
+            double[] exps = kept ?? (kept = new double[KeptExps]);
+            bool keep = n <= KeptExps;
+            double total = 0;
+            for (int i = 0; i < n; ++i)
+            {
+                double e = Math.Exp(logits[offset + i] - top);
+                if (keep) exps[i] = e;
+                total += e;
+            }
+            double threshold = rng.Uniform() * total;
+            double acc = 0;
+            int choice = 0;
+            for (int i = 0; i + 1 < n; ++i)
+            {
+                acc += keep ? exps[i] : Math.Exp(logits[offset + i] - top);
+                choice += acc <= threshold ? 1 : 0;
+            }
+            logp = logits[offset + choice] - top - Math.Log(total);
+            return choice;
+        }
+
+        static double GaussianLogp(float[] inputs, int offset, int k, double[] action, int actionOffset)
+        {
+            double total = 0;
+            for (int j = 0; j < k; ++j)
+            {
+                double mean = inputs[offset + j];
+                double logStd = inputs[offset + k + j];
+                double z = (action[actionOffset + j] - mean) / Math.Exp(logStd);
+                total += -0.5 * z * z - logStd - LogSqrt2Pi;
+            }
+            return total;
+        }
+
+        static double GaussianLogp(double[] inputs, int offset, int k, double[] action, int actionOffset)
+        {
+            double total = 0;
+            for (int j = 0; j < k; ++j)
+            {
+                double mean = inputs[offset + j];
+                double logStd = inputs[offset + k + j];
+                double z = (action[actionOffset + j] - mean) / Math.Exp(logStd);
+                total += -0.5 * z * z - logStd - LogSqrt2Pi;
+            }
+            return total;
+        }
+    }
+}

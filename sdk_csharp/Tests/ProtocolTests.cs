@@ -1,0 +1,102 @@
+// Framing and message decoding beyond the shared vectors: hostile and odd input.
+using System.Collections.Generic;
+using System.Linq;
+using System.Text;
+using Newtonsoft.Json.Linq;
+using NUnit.Framework;
+using Tether.Protocol;
+
+namespace Tether.Tests
+{
+    [TestFixture]
+    public class ProtocolTests
+    {
+        static byte[] Bytes(string s) { return Encoding.UTF8.GetBytes(s); }
+
+        [Test]
+        public void FramesRoundTripWhateverPiecesTheyArriveIn()
+        {
+            var stream = new List<byte>();
+            string[] bodies = { "{\"type\":\"PING\"}", "", new string('x', 10000), "{\"é\":1}" };
+            foreach (string b in bodies) stream.AddRange(Framing.Encode(Bytes(b)));
+            byte[] all = stream.ToArray();
+            Assert.That(Encoding.ASCII.GetString(all, 0, 8), Is.EqualTo("00000015"));
+            foreach (int step in new[] { 1, 3, 4096, all.Length })
+            {
+                var decoder = new FrameDecoder();
+                var got = new List<byte[]>();
+                for (int i = 0; i < all.Length; i += step) decoder.Feed(all, i, System.Math.Min(step, all.Length - i), got);
+                Assert.That(got.Select(g => Encoding.UTF8.GetString(g)), Is.EqualTo(bodies), "step " + step);
+            }
+        }
+
+        [Test]
+        public void AnOversizedHeaderIsRefusedBeforeItsBodyArrives()
+        {
+            var decoder = new FrameDecoder(1024);
+            var e = Assert.Throws<ProtocolException>(() => decoder.Feed(Bytes("99999999"), new List<byte[]>()));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.FrameTooLarge));
+            Assert.That(e.Message, Is.StringContaining("99999999 bytes exceeds the limit of 1024"));
+        }
+
+        [Test]
+        public void DeepNestingIsRefusedWithoutParsing()
+        {
+            string deep = "{\"type\":\"PING\",\"x\":" + new string('[', 100000) + new string(']', 100000) + "}";
+            var e = Assert.Throws<ProtocolException>(() => Messages.Decode(Bytes(deep)));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidJson));
+            Assert.That(e.Message, Is.StringContaining("at most 512"));
+            string fine = "{\"type\":\"PING\",\"x\":" + new string('[', 500) + new string(']', 500) + "}";
+            Assert.That(Messages.Decode(Bytes(fine)).Type, Is.EqualTo(MessageType.Ping));
+        }
+
+        [Test]
+        public void PythonsNonFiniteNumbersAreReadAndDatesStayStrings()
+        {
+            Message m = Messages.Decode(Bytes("{\"type\":\"SET_STATE\",\"a\":NaN,\"b\":-Infinity,\"when\":\"2020-01-01T00:00:00\"}"));
+            Assert.That(double.IsNaN((double)m.Body["a"]), Is.True);
+            Assert.That(double.IsNegativeInfinity((double)m.Body["b"]), Is.True);
+            Assert.That(m.Body["when"].Type, Is.EqualTo(JTokenType.String));
+            Assert.That((string)m.Body["when"], Is.EqualTo("2020-01-01T00:00:00"));
+        }
+
+        [Test]
+        public void TrailingBytesAndOverlongUtf8AreRefused()
+        {
+            var e = Assert.Throws<ProtocolException>(() => Messages.Decode(Bytes("{\"type\":\"PING\"} {}")));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidJson));
+            byte[] overlong = { (byte)'{', (byte)'"', 0xC0, 0xAF, (byte)'"', (byte)':', (byte)'1', (byte)'}' };
+            e = Assert.Throws<ProtocolException>(() => Messages.Decode(overlong));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidUtf8));
+            Assert.That(e.Message, Is.StringContaining("at byte 2"));
+            byte[] surrogate = { (byte)'"', 0xED, 0xA0, 0x80, (byte)'"' };
+            Assert.That(Messages.FirstInvalidUtf8(surrogate), Is.EqualTo(1));
+        }
+
+        [Test]
+        public void ServerErrorsKeepTheirCodeEvenAnUnknownOne()
+        {
+            var known = new ServerErrorException("OBS_SHAPE_MISMATCH", "episodes[0]: obs has 3 values", "EPISODES");
+            Assert.That(known.Code, Is.EqualTo(ErrorCode.ObsShapeMismatch));
+            Assert.That(known.Message, Is.StringContaining("OBS_SHAPE_MISMATCH").And.StringContaining("episodes[0]"));
+            var newer = new ServerErrorException("FROM_THE_FUTURE", "x", null);
+            Assert.That(newer.Code, Is.EqualTo(ErrorCode.UnknownServerCode));
+            Assert.That(newer.ServerCode, Is.EqualTo("FROM_THE_FUTURE"));
+            foreach (ErrorCode code in System.Enum.GetValues(typeof(ErrorCode)))
+            {
+                Assert.That(ErrorCodes.FromWire(ErrorCodes.ToWire(code)), Is.EqualTo(code));
+            }
+            Assert.That(ErrorCodes.ToWire(ErrorCode.InvalidUtf8), Is.EqualTo("INVALID_UTF8"));
+        }
+
+        [Test]
+        public void SpacesRefuseSizesBeyondTheLimitBeforeAllocating()
+        {
+            var e = Assert.Throws<TetherException>(() => Space.FromJson(JObject.Parse("{\"type\":\"Box\",\"shape\":[100000,100000,100000]}")));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidField));
+            Assert.That(e.Message, Is.StringContaining("exceeds"));
+            e = Assert.Throws<TetherException>(() => Space.FromJson(JObject.Parse("{\"type\":\"Discrete\",\"n\":99999999999999999999999}")));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidField));
+        }
+    }
+}

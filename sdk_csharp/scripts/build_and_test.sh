@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the C# SDK's core with mono's mcs (C# 7.2, as Unity accepts; XML docs
+# required on every public member) and runs its NUnit tests. Prints
+# "N passed, N failed" last; exits non-zero when a test failed or none ran.
+#
+#   bash sdk_csharp/scripts/build_and_test.sh [--build-only]
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+repo="$(cd "$here/.." && pwd)"
+out="$here/build"
+mkdir -p "$out"
+newtonsoft="$(pkg-config --libs newtonsoft-json | tr ' ' '\n' | sed -n 's/^-r://p' | head -1)"
+nunit_framework="$(pkg-config --libs nunit | tr ' ' '\n' | sed -n 's/^-r://p' | grep 'nunit.framework.dll$')"
+cp -f "$newtonsoft" "$nunit_framework" "$out/"
+
+runtime_sources=()
+while IFS= read -r -d '' f; do runtime_sources+=("$f"); done < <(find "$here/Runtime" -name '*.cs' -not -path '*/Unity/*' -print0 | sort -z)
+test_sources=()
+while IFS= read -r -d '' f; do test_sources+=("$f"); done < <(find "$here/Tests" -name '*.cs' -print0 | sort -z)
+
+# CS1591: a public member without an XML doc comment is an error.
+mcs -nologo -langversion:7.2 -target:library -optimize+ -debug:portable -warnaserror+:CS1591 \
+  -doc:"$out/Tether.Runtime.xml" -out:"$out/Tether.Runtime.dll" \
+  -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" "${runtime_sources[@]}"
+mcs -nologo -langversion:7.2 -target:library -debug:portable -out:"$out/Tether.Tests.dll" \
+  -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/nunit.framework.dll" -r:"$out/Tether.Runtime.dll" \
+  "${test_sources[@]}"
+if [ "${1:-}" = "--build-only" ]; then
+  exit 0
+fi
+
+export TETHER_CONFORMANCE_DIR="$repo/tests/conformance"
+set +e
+(cd "$out" && nunit-console Tether.Tests.dll -nologo -labels -xml=TestResult.xml)
+rc=$?
+set -e
+python3 - "$out/TestResult.xml" "$rc" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+path, rc = sys.argv[1], int(sys.argv[2])
+try:
+    cases = ET.parse(path).getroot().iter("test-case")
+except (OSError, ET.ParseError) as exc:
+    print(f"sdk_csharp: no test results ({exc}); nunit-console exited {rc}")
+    print("0 passed, 1 failed")
+    sys.exit(1)
+passed = failed = 0
+for case in cases:
+    if case.get("executed") != "True":
+        continue
+    if case.get("success") == "True":
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAILED {case.get('name')}")
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed or passed == 0 or rc != 0 else 0)
+PY

@@ -1,0 +1,33 @@
+"""The C# SDK (sdk_csharp/) builds with mono's mcs and passes its NUnit tests.
+
+sdk_csharp/scripts/build_and_test.sh compiles the core (C# 7.2, XML docs
+required on public members), runs nunit-console and prints "N passed, N
+failed"; this test reads that line, so a run with no tests, or with one
+failing, fails here with the runner's output.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "sdk_csharp" / "scripts" / "build_and_test.sh"
+TAIL_LINES = 80
+
+
+def test_csharp_sdk_builds_and_passes_its_tests() -> None:
+    result = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", timeout=600)
+    tail = "\n".join(result.stdout.splitlines()[-TAIL_LINES:])
+    counts = re.findall(r"^(\d+) passed, (\d+) failed$", result.stdout, re.MULTILINE)
+    if result.returncode != 0 or not counts:
+        pytest.fail(f"build_and_test.sh exited {result.returncode}; last {TAIL_LINES} lines:\n{tail}")
+    passed, failed = map(int, counts[-1])
+    assert failed == 0 and passed >= 18, tail
+    # Every claimed conformance file ran all its cases.
+    ran = dict(re.findall(r"\[ conformance \] (\S+): (\d+) cases run, 0 failed", result.stdout))
+    assert set(ran) == {"framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json"}, tail
