@@ -30,6 +30,8 @@ if [ "${1:-}" = "--build-only" ]; then
 fi
 
 export TETHER_CONFORMANCE_DIR="$repo/tests/conformance"
+# The native ONNX Runtime library the repo fetches (sdk_cpp/scripts/fetch_onnxruntime.sh).
+export LD_LIBRARY_PATH="$repo/sdk_cpp/third_party/onnxruntime/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 set +e
 (cd "$out" && nunit-console Tether.Tests.dll -nologo -labels -xml=TestResult.xml)
 rc=$?

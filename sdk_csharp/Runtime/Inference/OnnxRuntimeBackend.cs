@@ -1,0 +1,428 @@
+// ONNX Runtime through its C API, by P/Invoke into the native library (the one
+// Unity's ONNX Runtime packages ship for every platform).
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+using Tether.Protocol;
+
+namespace Tether.Inference
+{
+    /// <summary>
+    /// An <see cref="IInferenceBackend"/> on ONNX Runtime's C API: one session
+    /// with one intra-op thread (the engine owns the other cores), and per batch
+    /// size pinned input and output buffers bound to the session once, so a
+    /// run copies the observations in, runs, and copies the outputs out without
+    /// allocating. Native handles are released by <see cref="Dispose"/> (and by
+    /// the finalizer of the handles, should a caller forget).
+    /// </summary>
+    public sealed class OnnxRuntimeBackend : IInferenceBackend
+    {
+        const int MaxBindings = 4;  // batch sizes kept bound at once; a game runs one or two
+
+        sealed class Binding : IDisposable
+        {
+            public int Batch;
+            public long LastUsed;
+            public float[] Input;
+            public float[] Output;
+            public GCHandle InputPin;
+            public GCHandle OutputPin;
+            public OrtHandle InputValue;
+            public OrtHandle OutputValue;
+            public OrtHandle Io;
+
+            public void Dispose()
+            {
+                if (Io != null) Io.Dispose();
+                if (InputValue != null) InputValue.Dispose();
+                if (OutputValue != null) OutputValue.Dispose();
+                if (InputPin.IsAllocated) InputPin.Free();
+                if (OutputPin.IsAllocated) OutputPin.Free();
+            }
+        }
+
+        OrtHandle env;
+        OrtHandle session;
+        OrtHandle memoryInfo;
+        string inputName;
+        string outputName;
+        readonly List<Binding> bindings = new List<Binding>();
+        long runs;
+        bool disposed;
+
+        /// <inheritdoc/>
+        public bool Loaded { get { return session != null; } }
+
+        /// <inheritdoc/>
+        public int ObsDim { get; private set; }
+
+        /// <inheritdoc/>
+        public int OutDim { get; private set; }
+
+        /// <summary>The native library's version ("1.29.0").</summary>
+        public static string RuntimeVersion { get { return OrtApi.Instance.Version; } }
+
+        /// <inheritdoc/>
+        public void Load(byte[] model, string inputName, string outputName)
+        {
+            if (disposed) throw new ObjectDisposedException("OnnxRuntimeBackend");
+            if (model == null || model.Length == 0) throw new TetherException(ErrorCode.InferenceFailed, "the model is empty");
+            OrtApi api = OrtApi.Instance;
+            Unload();
+            IntPtr raw;
+            api.Check(api.CreateEnv(3 /* ORT_LOGGING_LEVEL_ERROR */, "tether", out raw), "creating the environment");
+            env = new OrtHandle(raw, api.ReleaseEnv);
+            api.Check(api.CreateSessionOptions(out raw), "creating session options");
+            using (var options = new OrtHandle(raw, api.ReleaseSessionOptions))
+            {
+                api.Check(api.SetIntraOpNumThreads(options.Pointer, 1), "setting one intra-op thread");
+                api.Check(api.SetInterOpNumThreads(options.Pointer, 1), "setting one inter-op thread");
+                api.Check(api.SetSessionExecutionMode(options.Pointer, 0 /* ORT_SEQUENTIAL */), "setting sequential execution");
+                api.Check(api.SetSessionGraphOptimizationLevel(options.Pointer, 99 /* ORT_ENABLE_ALL */), "enabling optimizations");
+                try
+                {
+                    api.Check(api.CreateSessionFromArray(env.Pointer, model, (UIntPtr)model.Length, options.Pointer, out raw), "loading the model");
+                }
+                catch (TetherException)
+                {
+                    Unload();
+                    throw;
+                }
+                session = new OrtHandle(raw, api.ReleaseSession);
+            }
+            api.Check(api.CreateCpuMemoryInfo(1 /* OrtArenaAllocator */, 0 /* OrtMemTypeDefault */, out raw), "creating memory info");
+            memoryInfo = new OrtHandle(raw, api.ReleaseMemoryInfo);
+            try
+            {
+                ObsDim = CheckIo(true, inputName);
+                OutDim = CheckIo(false, outputName);
+            }
+            catch (TetherException)
+            {
+                Unload();
+                throw;
+            }
+            this.inputName = inputName;
+            this.outputName = outputName;
+        }
+
+        // The named input (or output) exists, is float and 2-D; its fixed width, or 0.
+        int CheckIo(bool input, string name)
+        {
+            OrtApi api = OrtApi.Instance;
+            UIntPtr count;
+            api.Check(input ? api.SessionGetInputCount(session.Pointer, out count) : api.SessionGetOutputCount(session.Pointer, out count),
+                      "counting the model's " + (input ? "inputs" : "outputs"));
+            IntPtr allocator;
+            api.Check(api.GetAllocatorWithDefaultOptions(out allocator), "getting the default allocator");
+            var names = new List<string>();
+            for (ulong i = 0; i < (ulong)count; ++i)
+            {
+                IntPtr rawName;
+                api.Check(input ? api.SessionGetInputName(session.Pointer, (UIntPtr)i, allocator, out rawName)
+                                : api.SessionGetOutputName(session.Pointer, (UIntPtr)i, allocator, out rawName), "reading a name");
+                string found = Marshal.PtrToStringAnsi(rawName);
+                api.AllocatorFree(allocator, rawName);
+                names.Add(found);
+                if (found != name) continue;
+                IntPtr typeInfo;
+                api.Check(input ? api.SessionGetInputTypeInfo(session.Pointer, (UIntPtr)i, out typeInfo)
+                                : api.SessionGetOutputTypeInfo(session.Pointer, (UIntPtr)i, out typeInfo), "reading the type of '" + name + "'");
+                using (new OrtHandle(typeInfo, api.ReleaseTypeInfo))
+                {
+                    IntPtr tensorInfo;
+                    api.Check(api.CastTypeInfoToTensorInfo(typeInfo, out tensorInfo), "'" + name + "' is not a tensor");
+                    int elementType;
+                    api.Check(api.GetTensorElementType(tensorInfo, out elementType), "reading the element type of '" + name + "'");
+                    if (elementType != 1 /* FLOAT */)
+                    {
+                        throw new TetherException(ErrorCode.InferenceFailed, "'" + name + "' holds element type " + elementType + ", not float32");
+                    }
+                    UIntPtr rank;
+                    api.Check(api.GetDimensionsCount(tensorInfo, out rank), "reading the rank of '" + name + "'");
+                    if ((ulong)rank != 2)
+                    {
+                        throw new TetherException(ErrorCode.InferenceFailed, "'" + name + "' has " + rank + " dimensions; (batch, width) is needed");
+                    }
+                    var dims = new long[2];
+                    api.Check(api.GetDimensions(tensorInfo, dims, (UIntPtr)2), "reading the shape of '" + name + "'");
+                    return dims[1] > 0 ? (int)dims[1] : 0;
+                }
+            }
+            throw new TetherException(ErrorCode.InferenceFailed, "the model has no " + (input ? "input" : "output") + " '" + name +
+                                      "' (it has: " + string.Join(", ", names.ToArray()) + ")");
+        }
+
+        /// <inheritdoc/>
+        public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
+        {
+            if (session == null) throw new TetherException(ErrorCode.NotReady, "no model loaded");
+            if (obs == null || output == null || batch <= 0 || obsDim <= 0 || outDim <= 0)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "Run needs observations, an output buffer and sizes above zero");
+            }
+            if (ObsDim != 0 && obsDim != ObsDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "observation width " + obsDim + " does not match the model's " + ObsDim);
+            }
+            if (OutDim != 0 && outDim != OutDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "output width " + outDim + " does not match the model's " + OutDim);
+            }
+            if (obs.Length < batch * obsDim || output.Length < batch * outDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "the buffers hold fewer than " + batch + " rows");
+            }
+            Binding binding = BindingFor(batch, obsDim, outDim);
+            binding.LastUsed = ++runs;
+            Buffer.BlockCopy(obs, 0, binding.Input, 0, batch * obsDim * sizeof(float));
+            OrtApi api = OrtApi.Instance;
+            api.Check(api.RunWithBinding(session.Pointer, IntPtr.Zero, binding.Io.Pointer), "running the model");
+            Buffer.BlockCopy(binding.Output, 0, output, 0, batch * outDim * sizeof(float));
+        }
+
+        Binding BindingFor(int batch, int obsDim, int outDim)
+        {
+            foreach (Binding candidate in bindings)
+            {
+                if (candidate.Batch == batch && candidate.Input.Length == batch * obsDim && candidate.Output.Length == batch * outDim) return candidate;
+            }
+            OrtApi api = OrtApi.Instance;
+            var fresh = new Binding { Batch = batch, Input = new float[batch * obsDim], Output = new float[batch * outDim] };
+            try
+            {
+                fresh.InputPin = GCHandle.Alloc(fresh.Input, GCHandleType.Pinned);
+                fresh.OutputPin = GCHandle.Alloc(fresh.Output, GCHandleType.Pinned);
+                IntPtr raw;
+                api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.InputPin.AddrOfPinnedObject(),
+                          (UIntPtr)(fresh.Input.Length * sizeof(float)), new long[] { batch, obsDim }, (UIntPtr)2, 1, out raw), "creating the input tensor");
+                fresh.InputValue = new OrtHandle(raw, api.ReleaseValue);
+                api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.OutputPin.AddrOfPinnedObject(),
+                          (UIntPtr)(fresh.Output.Length * sizeof(float)), new long[] { batch, outDim }, (UIntPtr)2, 1, out raw), "creating the output tensor");
+                fresh.OutputValue = new OrtHandle(raw, api.ReleaseValue);
+                // Both tensors bound by name once: a run skips ONNX Runtime's per-run name lookups.
+                api.Check(api.CreateIoBinding(session.Pointer, out raw), "creating the tensors' binding");
+                fresh.Io = new OrtHandle(raw, api.ReleaseIoBinding);
+                api.Check(api.BindInput(fresh.Io.Pointer, inputName, fresh.InputValue.Pointer), "binding the input");
+                api.Check(api.BindOutput(fresh.Io.Pointer, outputName, fresh.OutputValue.Pointer), "binding the output");
+            }
+            catch
+            {
+                fresh.Dispose();
+                throw;
+            }
+            if (bindings.Count >= MaxBindings)
+            {
+                Binding oldest = bindings[0];
+                foreach (Binding candidate in bindings)
+                {
+                    if (candidate.LastUsed < oldest.LastUsed) oldest = candidate;
+                }
+                bindings.Remove(oldest);
+                oldest.Dispose();
+            }
+            bindings.Add(fresh);
+            return fresh;
+        }
+
+        void Unload()
+        {
+            foreach (Binding binding in bindings) binding.Dispose();
+            bindings.Clear();
+            if (memoryInfo != null) memoryInfo.Dispose();
+            if (session != null) session.Dispose();
+            if (env != null) env.Dispose();
+            memoryInfo = session = env = null;
+            ObsDim = OutDim = 0;
+        }
+
+        /// <summary>Releases the session, its tensors and the pinned buffers.</summary>
+        public void Dispose()
+        {
+            if (disposed) return;
+            disposed = true;
+            Unload();
+        }
+    }
+
+    /// <summary>An owned native ONNX Runtime object, released once (by Dispose or, failing that, by the finalizer).</summary>
+    internal sealed class OrtHandle : SafeHandle
+    {
+        readonly OrtApi.ReleaseFn release;
+
+        public OrtHandle(IntPtr pointer, OrtApi.ReleaseFn release) : base(IntPtr.Zero, true)
+        {
+            this.release = release;
+            SetHandle(pointer);
+        }
+
+        public IntPtr Pointer { get { return handle; } }
+
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+
+        protected override bool ReleaseHandle()
+        {
+            release(handle);
+            return true;
+        }
+    }
+
+    /// <summary>
+    /// ONNX Runtime's OrtApi function table, read once. The table only ever
+    /// grows at its end, so a function's slot is fixed from the version that
+    /// added it on (the slots below are those of onnxruntime_c_api.h).
+    /// </summary>
+    internal sealed class OrtApi
+    {
+        const uint ApiVersion = 11;  // ONNX Runtime 1.11 or newer: every function used here
+
+        [DllImport("onnxruntime", CallingConvention = CallingConvention.Cdecl)]
+        static extern IntPtr OrtGetApiBase();
+
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] delegate IntPtr GetApiFn(uint version);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] delegate IntPtr GetVersionStringFn();
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate void ReleaseFn(IntPtr p);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr GetErrorMessageFn(IntPtr status);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CreateEnvFn(int level, [MarshalAs(UnmanagedType.LPStr)] string id, out IntPtr env);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CreateSessionFromArrayFn(IntPtr env, byte[] model, UIntPtr length, IntPtr options, out IntPtr session);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr OutPtrFn(out IntPtr result);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr IntSettingFn(IntPtr options, int value);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CreateCpuMemoryInfoFn(int allocator, int memType, out IntPtr info);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CreateTensorFn(IntPtr info, IntPtr data, UIntPtr bytes, long[] shape, UIntPtr rank, int type, out IntPtr value);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CountFn(IntPtr session, out UIntPtr count);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr NameFn(IntPtr session, UIntPtr index, IntPtr allocator, out IntPtr name);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr AllocatorFreeFn(IntPtr allocator, IntPtr p);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr TypeInfoFn(IntPtr session, UIntPtr index, out IntPtr typeInfo);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CastFn(IntPtr typeInfo, out IntPtr tensorInfo);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr ElementTypeFn(IntPtr tensorInfo, out int type);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr DimsCountFn(IntPtr tensorInfo, out UIntPtr count);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr DimsFn(IntPtr tensorInfo, long[] dims, UIntPtr count);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr CreateIoBindingFn(IntPtr session, out IntPtr binding);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr BindFn(IntPtr binding, [MarshalAs(UnmanagedType.LPStr)] string name, IntPtr value);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)] public delegate IntPtr RunWithBindingFn(IntPtr session, IntPtr runOptions, IntPtr binding);
+
+        static OrtApi instance;
+        static readonly object InstanceLock = new object();
+
+        public readonly string Version;
+        public readonly GetErrorMessageFn GetErrorMessage;
+        public readonly CreateEnvFn CreateEnv;
+        public readonly CreateSessionFromArrayFn CreateSessionFromArray;
+        public readonly OutPtrFn CreateSessionOptions;
+        public readonly IntSettingFn SetSessionExecutionMode;
+        public readonly IntSettingFn SetSessionGraphOptimizationLevel;
+        public readonly IntSettingFn SetIntraOpNumThreads;
+        public readonly IntSettingFn SetInterOpNumThreads;
+        public readonly CountFn SessionGetInputCount;
+        public readonly CountFn SessionGetOutputCount;
+        public readonly TypeInfoFn SessionGetInputTypeInfo;
+        public readonly TypeInfoFn SessionGetOutputTypeInfo;
+        public readonly NameFn SessionGetInputName;
+        public readonly NameFn SessionGetOutputName;
+        public readonly CreateTensorFn CreateTensorWithDataAsOrtValue;
+        public readonly CastFn CastTypeInfoToTensorInfo;
+        public readonly ElementTypeFn GetTensorElementType;
+        public readonly DimsCountFn GetDimensionsCount;
+        public readonly DimsFn GetDimensions;
+        public readonly CreateCpuMemoryInfoFn CreateCpuMemoryInfo;
+        public readonly AllocatorFreeFn AllocatorFree;
+        public readonly OutPtrFn GetAllocatorWithDefaultOptions;
+        public readonly ReleaseFn ReleaseEnv;
+        public readonly ReleaseFn ReleaseStatus;
+        public readonly ReleaseFn ReleaseMemoryInfo;
+        public readonly ReleaseFn ReleaseSession;
+        public readonly ReleaseFn ReleaseValue;
+        public readonly ReleaseFn ReleaseTypeInfo;
+        public readonly ReleaseFn ReleaseSessionOptions;
+        public readonly RunWithBindingFn RunWithBinding;
+        public readonly CreateIoBindingFn CreateIoBinding;
+        public readonly ReleaseFn ReleaseIoBinding;
+        public readonly BindFn BindInput;
+        public readonly BindFn BindOutput;
+
+        /// <summary>The table, read on first use; INFERENCE_FAILED when the native library is missing or too old.</summary>
+        public static OrtApi Instance
+        {
+            get
+            {
+                lock (InstanceLock)
+                {
+                    return instance ?? (instance = new OrtApi());
+                }
+            }
+        }
+
+        OrtApi()
+        {
+            IntPtr baseTable;
+            try
+            {
+                baseTable = OrtGetApiBase();
+            }
+            catch (DllNotFoundException e)
+            {
+                throw new TetherException(ErrorCode.InferenceFailed, "the native ONNX Runtime library (onnxruntime) was not found: " + e.Message, e);
+            }
+            var getApi = Fn<GetApiFn>(Marshal.ReadIntPtr(baseTable, 0));
+            Version = Marshal.PtrToStringAnsi(Fn<GetVersionStringFn>(Marshal.ReadIntPtr(baseTable, IntPtr.Size))());
+            IntPtr table = getApi(ApiVersion);
+            if (table == IntPtr.Zero)
+            {
+                throw new TetherException(ErrorCode.InferenceFailed, "ONNX Runtime " + Version + " is older than 1.11, which this SDK needs");
+            }
+            GetErrorMessage = Slot<GetErrorMessageFn>(table, 2);
+            CreateEnv = Slot<CreateEnvFn>(table, 3);
+            CreateSessionFromArray = Slot<CreateSessionFromArrayFn>(table, 8);
+            CreateSessionOptions = Slot<OutPtrFn>(table, 10);
+            SetSessionExecutionMode = Slot<IntSettingFn>(table, 13);
+            SetSessionGraphOptimizationLevel = Slot<IntSettingFn>(table, 23);
+            SetIntraOpNumThreads = Slot<IntSettingFn>(table, 24);
+            SetInterOpNumThreads = Slot<IntSettingFn>(table, 25);
+            SessionGetInputCount = Slot<CountFn>(table, 30);
+            SessionGetOutputCount = Slot<CountFn>(table, 31);
+            SessionGetInputTypeInfo = Slot<TypeInfoFn>(table, 33);
+            SessionGetOutputTypeInfo = Slot<TypeInfoFn>(table, 34);
+            SessionGetInputName = Slot<NameFn>(table, 36);
+            SessionGetOutputName = Slot<NameFn>(table, 37);
+            CreateTensorWithDataAsOrtValue = Slot<CreateTensorFn>(table, 49);
+            CastTypeInfoToTensorInfo = Slot<CastFn>(table, 55);
+            GetTensorElementType = Slot<ElementTypeFn>(table, 60);
+            GetDimensionsCount = Slot<DimsCountFn>(table, 61);
+            GetDimensions = Slot<DimsFn>(table, 62);
+            CreateCpuMemoryInfo = Slot<CreateCpuMemoryInfoFn>(table, 69);
+            AllocatorFree = Slot<AllocatorFreeFn>(table, 76);
+            GetAllocatorWithDefaultOptions = Slot<OutPtrFn>(table, 78);
+            ReleaseEnv = Slot<ReleaseFn>(table, 92);
+            ReleaseStatus = Slot<ReleaseFn>(table, 93);
+            ReleaseMemoryInfo = Slot<ReleaseFn>(table, 94);
+            ReleaseSession = Slot<ReleaseFn>(table, 95);
+            ReleaseValue = Slot<ReleaseFn>(table, 96);
+            ReleaseTypeInfo = Slot<ReleaseFn>(table, 98);
+            ReleaseSessionOptions = Slot<ReleaseFn>(table, 100);
+            RunWithBinding = Slot<RunWithBindingFn>(table, 133);
+            CreateIoBinding = Slot<CreateIoBindingFn>(table, 134);
+            ReleaseIoBinding = Slot<ReleaseFn>(table, 135);
+            BindInput = Slot<BindFn>(table, 136);
+            BindOutput = Slot<BindFn>(table, 137);
+        }
+
+        static T Fn<T>(IntPtr pointer) where T : class
+        {
+            return (T)(object)Marshal.GetDelegateForFunctionPointer(pointer, typeof(T));
+        }
+
+        static T Slot<T>(IntPtr table, int index) where T : class
+        {
+            return Fn<T>(Marshal.ReadIntPtr(table, index * IntPtr.Size));
+        }
+
+        /// <summary>Throws INFERENCE_FAILED with ONNX Runtime's message when <paramref name="status"/> is an error.</summary>
+        public void Check(IntPtr status, string what)
+        {
+            if (status == IntPtr.Zero) return;
+            string message = Marshal.PtrToStringAnsi(GetErrorMessage(status));
+            ReleaseStatus(status);
+            throw new TetherException(ErrorCode.InferenceFailed, what + ": " + message);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+// The ONNX Runtime backend against the real native library and a real model.
+using System;
+using System.IO;
+using Newtonsoft.Json.Linq;
+using NUnit.Framework;
+using Tether.Inference;
+using Tether.Protocol;
+
+namespace Tether.Tests
+{
+    [TestFixture]
+    public class OnnxRuntimeTests
+    {
+        // The C++ SDK's test model (4 -> 64 -> 64 -> 2) and the outputs Python's onnxruntime gave for it.
+        static string DataDir { get { return Path.Combine(Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."), "sdk_cpp/tests/data"); } }
+
+        static JObject Reference { get { return JObject.Parse(File.ReadAllText(Path.Combine(DataDir, "policy_4x64x64x2.json"))); } }
+
+        static byte[] Model { get { return File.ReadAllBytes(Path.Combine(DataDir, (string)Reference["model"])); } }
+
+        [Test]
+        public void BatchedRunsGivePythonsOutputs()
+        {
+            JObject reference = Reference;
+            var rows = (JArray)reference["observations"];
+            int n = rows.Count;
+            var obs = new float[n * 4];
+            for (int r = 0; r < n; ++r)
+            {
+                for (int j = 0; j < 4; ++j) obs[r * 4 + j] = (float)rows[r][j];
+            }
+            using (var backend = new OnnxRuntimeBackend())
+            {
+                backend.Load(Model, (string)reference["input_name"], (string)reference["output_name"]);
+                Assert.That(backend.ObsDim, Is.EqualTo(4));
+                Assert.That(backend.OutDim, Is.EqualTo(2));
+                var output = new float[n * 2];
+                backend.Run(obs, n, 4, output, 2);
+                var single = new float[2];
+                for (int r = 0; r < n; ++r)
+                {
+                    for (int j = 0; j < 2; ++j) Assert.That(output[r * 2 + j], Is.EqualTo((float)reference["outputs"][r][j]).Within(1e-5));
+                    // One row alone (another bound batch size) gives the same.
+                    var row = new float[4];
+                    Array.Copy(obs, r * 4, row, 0, 4);
+                    backend.Run(row, 1, 4, single, 2);
+                    Assert.That(single[0], Is.EqualTo(output[r * 2]).Within(1e-6));
+                }
+                for (int batch = 1; batch <= 6; ++batch) backend.Run(obs, Math.Min(batch, n), 4, output, 2);  // more sizes than are kept bound
+            }
+            Assert.That(OnnxRuntimeBackend.RuntimeVersion, Is.StringMatching(@"^\d+\.\d+"));
+        }
+
+        [Test]
+        public void RefusalsSayWhatWasWrong()
+        {
+            using (var backend = new OnnxRuntimeBackend())
+            {
+                var e = Assert.Throws<TetherException>(() => backend.Run(new float[4], 1, 4, new float[2], 2));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.NotReady));
+                e = Assert.Throws<TetherException>(() => backend.Load(new byte[] { 1, 2, 3, 4, 5 }, "x", "y"));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.InferenceFailed));
+                Assert.That(e.Message, Is.StringContaining("loading the model"));
+                Assert.That(backend.Loaded, Is.False);
+                e = Assert.Throws<TetherException>(() => backend.Load(Model, "no_such_input", "action_dist_inputs"));
+                Assert.That(e.Message, Is.StringContaining("no input 'no_such_input'").And.StringContaining("onnx::Gemm_0"));
+                backend.Load(Model, "onnx::Gemm_0", "action_dist_inputs");
+                e = Assert.Throws<TetherException>(() => backend.Run(new float[8], 1, 8, new float[2], 2));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                Assert.That(e.Message, Is.StringContaining("width 8 does not match the model's 4"));
+                e = Assert.Throws<TetherException>(() => backend.Run(new float[4], 2, 4, new float[4], 2));
+                Assert.That(e.Message, Is.StringContaining("fewer than 2 rows"));
+            }
+        }
+
+        [Test]
+        public void RunsAllocateNothingAndSwapsLeakNothing()
+        {
+            byte[] model = Model;
+            var obs = new float[256 * 4];
+            var output = new float[256 * 2];
+            using (var backend = new OnnxRuntimeBackend())
+            {
+                backend.Load(model, "onnx::Gemm_0", "action_dist_inputs");
+                backend.Run(obs, 1, 4, output, 2);
+                backend.Run(obs, 256, 4, output, 2);
+                int collections = GC.CollectionCount(0);
+                long allocated = GC.GetAllocatedBytesForCurrentThread();
+                for (int i = 0; i < 100000; ++i) backend.Run(obs, 1 + (i & 1) * 255, 4, output, 2);
+                allocated = GC.GetAllocatedBytesForCurrentThread() - allocated;
+                Assert.That(allocated, Is.EqualTo(0), "100,000 runs allocated " + allocated + " bytes");
+                Assert.That(GC.CollectionCount(0), Is.EqualTo(collections), "100,000 runs caused a gen-0 collection");
+            }
+            // Hot-swapping models again and again: native memory stays flat.
+            long before = ResidentBytes();
+            for (int i = 0; i < 200; ++i)
+            {
+                using (var backend = new OnnxRuntimeBackend())
+                {
+                    backend.Load(model, "onnx::Gemm_0", "action_dist_inputs");
+                    backend.Run(obs, 256, 4, output, 2);
+                }
+            }
+            long grown = ResidentBytes() - before;
+            Assert.That(grown, Is.LessThan(64L * 1024 * 1024), "200 loads grew the process by " + grown + " bytes");
+        }
+
+        static long ResidentBytes()
+        {
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            foreach (string line in File.ReadAllLines("/proc/self/status"))
+            {
+                if (line.StartsWith("VmRSS:")) return long.Parse(line.Split(new[] { ' ', '\t' }, StringSplitOptions.RemoveEmptyEntries)[1]) * 1024;
+            }
+            return 0;
+        }
+    }
+}
