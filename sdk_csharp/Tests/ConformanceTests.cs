@@ -14,16 +14,15 @@ namespace Tether.Tests
     [TestFixture]
     public class ConformanceTests
     {
-        static readonly string[] Claimed = { "framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json" };
+        static readonly string[] Claimed =
+            { "framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json", "session.json", "client_pairing.json" };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
         static readonly string[] ServerSession =
             { "connection.json", "counting.json", "exactly_once.json", "map_agents.json", "multi_agent_sessions.json", "set_state.json" };
 
-        // Client-side vectors the C# SDK does not run yet (episode records, groups,
-        // value_obs rows, request/response pairing, the handshake session).
-        static readonly string[] NotYetRun =
-            { "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json", "client_pairing.json", "session.json" };
+        // Client-side vectors the C# SDK does not run yet (episode records, groups, value_obs rows).
+        static readonly string[] NotYetRun = { "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json" };
 
         static void Check(string file, Action<JObject, JObject> check)
         {
@@ -162,6 +161,66 @@ namespace Tether.Tests
                         Expect(Math.Abs(env[i] - expectedEnv[i]) <= 1e-6 * Math.Abs(expectedEnv[i]) + 1e-12, "env_action[" + i + "]");
                     }
                 }
+            });
+        }
+
+        [Test]
+        public void Session()
+        {
+            Check("session.json", (file, c) =>
+            {
+                JToken token = c["server"]["auth_token"];
+                var conn = new ServerConnection(token == null ? null : (string)token);
+                var got = new List<string>();
+                foreach (JObject request in c["requests"])
+                {
+                    var bodies = new List<byte[]>();
+                    new FrameDecoder().Feed(Protocol.Messages.EncodeFrame(request), bodies);
+                    ServerEvent e = conn.HandleBody(bodies[0]);
+                    if (!e.Accepted)
+                    {
+                        got.Add("ERROR:" + ErrorCodes.ToWire(e.Refusal.Code));
+                    }
+                    else
+                    {
+                        MessageType? response = Protocol.Messages.ExpectedResponse(e.Type.Value);
+                        got.Add(response == null ? "null" : Protocol.Messages.ToWire(response.Value));
+                    }
+                }
+                Expect(got.SequenceEqual(c["responses"].Select(r => (string)r)), "responses " + string.Join(",", got.ToArray()));
+            });
+        }
+
+        [Test]
+        public void ClientPairing()
+        {
+            Check("client_pairing.json", (file, c) =>
+            {
+                var conn = new ClientConnection();
+                foreach (JToken kind in c["sent"]) conn.Send(new JObject { { "type", kind } });
+                var data = new List<byte>();
+                foreach (JObject body in c["received"]) data.AddRange(Protocol.Messages.EncodeFrame(body));
+                var responses = new List<Response>();
+                TetherException error = null;
+                try
+                {
+                    conn.ReceiveData(data.ToArray(), 0, data.Count, responses);
+                }
+                catch (TetherException e)
+                {
+                    error = e;
+                }
+                if (c["violation"] != null && (bool)c["violation"])
+                {
+                    Expect(error != null && (error.Code == ErrorCode.NotARequest || error.Code == ErrorCode.UnknownType),
+                           "expected a violation, got " + (error == null ? "none" : error.Message));
+                    Expect(conn.Closed, "a violation closes the connection");
+                    return;
+                }
+                var pairs = new JArray(responses.Select(r => r.Request == null ? JValue.CreateNull() : new JValue(Protocol.Messages.ToWire(r.Request.Value))));
+                Expect(JToken.DeepEquals(pairs, c["pairs"]), "pairs " + pairs.ToString(Newtonsoft.Json.Formatting.None));
+                // Only a connection-level ERROR (one that closes) may end the connection here.
+                Expect(error == null || Protocol.Messages.ClosesConnection(error.Code), "closed by " + (error == null ? "" : error.Message));
             });
         }
 

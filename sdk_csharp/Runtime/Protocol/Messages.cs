@@ -58,6 +58,9 @@ namespace Tether.Protocol
         /// <summary>Deepest nesting of arrays and objects a body may have (checked before parsing).</summary>
         public const int MaxJsonDepth = 512;
 
+        /// <summary>The protocol version this SDK speaks (sent in PING).</summary>
+        public const string ProtocolVersion = "1.3";
+
         static readonly string[] TypeNames =
         {
             "PING", "GET_CONFIG", "GET_STATE", "EPISODES", "EPISODES_AND_GET_STATE", "MAP_AGENTS",
@@ -149,6 +152,45 @@ namespace Tether.Protocol
             {
                 throw new ProtocolException(ErrorCode.InvalidJson, "body is not valid JSON: " + e.Message);
             }
+        }
+
+        /// <summary>Whether an ERROR with this code ends the connection (§6.6): the server closes after sending it.</summary>
+        public static bool ClosesConnection(ErrorCode code)
+        {
+            switch (code)
+            {
+                case ErrorCode.BadHeader:
+                case ErrorCode.FrameTooLarge:
+                case ErrorCode.TooManyConnections:
+                case ErrorCode.HandshakeTimeout:
+                case ErrorCode.ClientTimeout:
+                case ErrorCode.ServerOverloaded:
+                    return true;
+                default:
+                    return false;
+            }
+        }
+
+        /// <summary>(major, minor) of a version string "1.3" or "1.3.0"; null when it is not one.</summary>
+        public static int[] ParseVersion(string text)
+        {
+            if (text == null) return null;
+            string[] parts = text.Split('.');
+            if (parts.Length < 1 || parts.Length > 3) return null;
+            var numbers = new int[2];
+            for (int i = 0; i < parts.Length; ++i)
+            {
+                string part = parts[i];
+                if (part.Length == 0 || part.Length > 9) return null;
+                int value = 0;
+                foreach (char c in part)
+                {
+                    if (c < '0' || c > '9') return null;
+                    value = value * 10 + (c - '0');
+                }
+                if (i < 2) numbers[i] = value;
+            }
+            return numbers;
         }
 
         /// <summary>A message body as compact UTF-8 JSON.</summary>
