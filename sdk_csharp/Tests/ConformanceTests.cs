@@ -15,14 +15,15 @@ namespace Tether.Tests
     public class ConformanceTests
     {
         static readonly string[] Claimed =
-            { "framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json", "session.json", "client_pairing.json" };
+        {
+            "framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json", "session.json", "client_pairing.json",
+            "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json",
+        };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
         static readonly string[] ServerSession =
             { "connection.json", "counting.json", "exactly_once.json", "map_agents.json", "multi_agent_sessions.json", "set_state.json" };
 
-        // Client-side vectors the C# SDK does not run yet (episode records, groups, value_obs rows).
-        static readonly string[] NotYetRun = { "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json" };
 
         static void Check(string file, Action<JObject, JObject> check)
         {
@@ -55,7 +56,7 @@ namespace Tether.Tests
         public void EveryVectorFileIsAccountedFor()
         {
             var seen = new HashSet<string>(Directory.GetFiles(Vectors.Directory, "*.json").Select(Path.GetFileName));
-            var listed = new HashSet<string>(Claimed.Concat(ServerSession).Concat(NotYetRun));
+            var listed = new HashSet<string>(Claimed.Concat(ServerSession));
             Assert.That(seen, Is.EquivalentTo(listed));
         }
 
@@ -222,6 +223,136 @@ namespace Tether.Tests
                 // Only a connection-level ERROR (one that closes) may end the connection here.
                 Expect(error == null || Protocol.Messages.ClosesConnection(error.Code), "closed by " + (error == null ? "" : error.Message));
             });
+        }
+
+        static float[] FlatFloat(JToken value) { return Vectors.Flat(value).Select(x => (float)x).ToArray(); }
+
+        [Test]
+        public void Episodes()
+        {
+            Check("episodes.json", (file, c) =>
+            {
+                Space obs = Space.FromJson(c["observation_space"]);
+                Space act = Space.FromJson(c["action_space"]);
+                Func<int> validate = () =>
+                {
+                    Message m = Protocol.Messages.Decode(Encoding.UTF8.GetBytes((string)c["body"]));
+                    return EpisodeRecords.ValidateEpisodes(m.Body, obs, act, (bool)c["require_logp"]);
+                };
+                if (c["error"] != null)
+                {
+                    ExpectError((string)c["error"], () => validate());
+                    return;
+                }
+                int steps = validate();
+                Expect(steps == (int)c["env_steps"], "env steps " + steps);
+            });
+        }
+
+        [Test]
+        public void MultiAgentEpisodes()
+        {
+            Check("multi_agent_episodes.json", (file, c) =>
+            {
+                var modules = new Dictionary<string, ModuleSpec>();
+                foreach (JProperty item in ((JObject)c["modules"]).Properties()) modules[item.Name] = ModuleSpec.FromJson(item.Name, item.Value);
+                JToken record = c["record_json"] != null ? Protocol.Messages.ParseJson(Encoding.UTF8.GetBytes((string)c["record_json"])) : c["record"];
+                if (c["error"] != null)
+                {
+                    ExpectError((string)c["error"], () => EpisodeRecords.ValidateMultiAgentRecord(record, 0, modules, (bool)c["require_logp"]));
+                    return;
+                }
+                int steps = EpisodeRecords.ValidateMultiAgentRecord(record, 0, modules, (bool)c["require_logp"]);
+                Expect(steps == (int)c["agent_steps"], "agent steps " + steps);
+            });
+        }
+
+        [Test]
+        public void Groups()
+        {
+            Check("groups.json", (file, c) =>
+            {
+                if (c["member_action_spaces"] != null)
+                {
+                    var obs = c["member_observation_spaces"].Select(Space.FromJson).ToList();
+                    var act = c["member_action_spaces"].Select(Space.FromJson).ToList();
+                    if (c["error"] != null)
+                    {
+                        Expect(Throws(() => GroupSpec.Spaces(obs, act)), "expected the spaces to be refused");
+                        return;
+                    }
+                    Space[] spaces = GroupSpec.Spaces(obs, act);
+                    Expect(JToken.DeepEquals(spaces[0].ToJson(), Space.FromJson(c["group_observation_space"]).ToJson()), "observation space");
+                    Expect(JToken.DeepEquals(spaces[1].ToJson(), Space.FromJson(c["group_action_space"]).ToJson()), "action space");
+                    return;
+                }
+                GroupSpec group = GroupSpec.FromJson("g", c["group"]);
+                if (c["member_observations"] != null)
+                {
+                    var memberObs = ((JObject)c["member_observations"]).Properties().ToDictionary(p => p.Name, p => FlatFloat(p.Value));
+                    if (c["error"] != null)
+                    {
+                        Expect(Throws(() => group.JoinObservations(memberObs)), "expected missing members to be refused");
+                        return;
+                    }
+                    Expect(group.JoinObservations(memberObs).SequenceEqual(FlatFloat(c["group_observation"])), "joined observation");
+                }
+                else if (c["group_action"] != null)
+                {
+                    Space s = Space.FromJson(c["group_action_space"]);
+                    double[][] parts = group.SplitAction(Vectors.Flat(c["group_action"]));
+                    var got = new JObject();
+                    for (int i = 0; i < parts.Length; ++i)
+                    {
+                        bool discrete = s.Kind != SpaceKind.Box;
+                        got[group.Members[i]] = discrete && parts[i].Length == 1
+                            ? (JToken)new JValue((long)Math.Round(parts[i][0]))
+                            : new JArray(parts[i].Select(v => discrete ? new JValue((long)Math.Round(v)) : new JValue(v)));
+                    }
+                    Expect(JToken.DeepEquals(got, c["member_actions"]), "member actions " + got.ToString(Newtonsoft.Json.Formatting.None));
+                }
+                else
+                {
+                    var received = new List<double>();
+                    foreach (JObject step in c["member_rewards"]) received.AddRange(step.Properties().Select(p => (double)p.Value));
+                    Expect(Math.Abs(group.CombineRewards(received) - (double)c["group_reward"]) < 1e-9, "group reward");
+                }
+            });
+        }
+
+        [Test]
+        public void ValueObs()
+        {
+            Check("value_obs.json", (file, c) =>
+            {
+                var agents = c["value_obs_agents"].Select(a => (string)a).ToList();
+                int obsDim = (int)c["obs_dim"];
+                var latest = new Dictionary<string, float[]>();
+                foreach (JObject step in c["steps"])
+                {
+                    foreach (string key in new[] { "observe", "leave" })
+                    {
+                        if (step[key] == null) continue;
+                        foreach (JProperty item in ((JObject)step[key]).Properties()) latest[item.Name] = FlatFloat(item.Value);
+                    }
+                    var row = new float[agents.Count * obsDim];
+                    EpisodeRecords.ValueObsRow(agents, latest, obsDim, row, 0);
+                    Expect(row.SequenceEqual(FlatFloat(step["row"])), "row");
+                }
+            });
+        }
+
+        static bool Throws(Action call)
+        {
+            try
+            {
+                call();
+                return false;
+            }
+            catch (TetherException)
+            {
+                return true;
+            }
         }
 
         [Test]

@@ -220,6 +220,32 @@ namespace Tether.Protocol
             return MultiDiscrete(nvec.ToArray());
         }
 
+        /// <summary>Whether <paramref name="width"/> values at <paramref name="offset"/> are one member of the space (a Box compared at float32 precision).</summary>
+        public bool Contains(double[] x, int offset, int width)
+        {
+            if (width != FlatDim) return false;
+            switch (Kind)
+            {
+                case SpaceKind.Box:
+                    for (int i = 0; i < width; ++i)
+                    {
+                        float v = (float)x[offset + i];
+                        if (!(v >= (float)Low[i] && v <= (float)High[i])) return false;
+                    }
+                    return true;
+                case SpaceKind.Discrete:
+                    return IsWhole(x[offset]) && x[offset] >= Start && x[offset] < Start + N;
+                default:
+                    for (int i = 0; i < width; ++i)
+                    {
+                        if (!IsWhole(x[offset + i]) || x[offset + i] < 0 || x[offset + i] >= Nvec[i]) return false;
+                    }
+                    return true;
+            }
+        }
+
+        static bool IsWhole(double x) { return !double.IsNaN(x) && !double.IsInfinity(x) && x == Math.Round(x); }
+
         /// <summary>The canonical JSON description (bounds that are all equal written once; infinities as "inf"/"-inf").</summary>
         public JObject ToJson()
         {
