@@ -25,6 +25,14 @@ mcs -nologo -langversion:7.2 -target:library -optimize+ -debug:portable -warnase
 mcs -nologo -langversion:7.2 -target:library -debug:portable -out:"$out/Tether.Tests.dll" \
   -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/nunit.framework.dll" -r:"$out/Tether.Runtime.dll" \
   "${test_sources[@]}"
+# The example programs (examples/csharp/*.cs, one program each).
+mkdir -p "$out/examples"
+for example in "$repo"/examples/csharp/*.cs; do
+  name="$(basename "$example" .cs | tr 'A-Z' 'a-z')"
+  mcs -nologo -langversion:7.2 -target:exe -optimize+ -out:"$out/examples/$name.exe" \
+    -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$example"
+done
+cp -f "$out/Tether.Runtime.dll" "$out/Newtonsoft.Json.dll" "$out/examples/"
 if [ "${1:-}" = "--build-only" ]; then
   exit 0
 fi

@@ -1,0 +1,57 @@
+// What a client needs to know to reach and use a Tether server.
+using System;
+using Tether.Inference;
+
+namespace Tether.Client
+{
+    /// <summary>What GetAction does when the batches waiting to be sent would exceed their bound.</summary>
+    public enum QueueFullPolicy
+    {
+        /// <summary>Drop the oldest waiting batch (and the rest of its episodes): the game never waits.</summary>
+        DropOldest,
+        /// <summary>Wait for room (backpressure): every step is delivered, at the server's pace.</summary>
+        Wait,
+    }
+
+    /// <summary>Settings of a <see cref="TetherClient"/>; the defaults suit a local server.</summary>
+    public sealed class ClientOptions
+    {
+        /// <summary>The server's host name or address.</summary>
+        public string Host = "127.0.0.1";
+        /// <summary>The server's port.</summary>
+        public int Port = 5555;
+        /// <summary>Sent in PING so the server's logs name this client.</summary>
+        public string ClientName = "tether-csharp";
+        /// <summary>The server's auth token, or null when it needs none.</summary>
+        public string AuthToken;
+        /// <summary>Seconds to keep retrying a lost (or never made) connection before giving up with CONNECTION_FAILED.</summary>
+        public double ReconnectTimeoutSeconds = 60;
+        /// <summary>Seconds one TCP connect attempt may take.</summary>
+        public double ConnectTimeoutSeconds = 10;
+        /// <summary>Seconds an answer may take (PONG, SET_CONFIG, SET_STATE for GET_STATE).</summary>
+        public double ResponseTimeoutSeconds = 60;
+        /// <summary>Seconds the answer to a batch may take (it may wait for a learner update).</summary>
+        public double UpdateTimeoutSeconds = 600;
+        /// <summary>Seed of the action sampler; null: from the clock.</summary>
+        public ulong? Seed;
+        /// <summary>Wait for the weights that answer each batch (strict on-policy); null: only with a plain RLlink v1 server.</summary>
+        public bool? WaitForWeights;
+        /// <summary>A hard cap on batches waiting behind the one in flight.</summary>
+        public int MaxQueuedBatches = 64;
+        /// <summary>Steps that may wait behind the batch in flight; 0: (max_staleness + 1) x train_batch_size from SET_CONFIG, or 2 x env_steps_per_sample.</summary>
+        public int MaxQueuedSteps;
+        /// <summary>What happens when a batch would exceed those bounds.</summary>
+        public QueueFullPolicy WhenQueueFull = QueueFullPolicy.DropOldest;
+        /// <summary>Connections a batch is sent on before it is given up (each lost before its answer).</summary>
+        public int MaxBatchAttempts = 5;
+        /// <summary>Events kept for a game that does not read them; beyond it the oldest error goes first.</summary>
+        public int MaxQueuedEvents = 1024;
+        /// <summary>The largest frame accepted from the server.</summary>
+        public int MaxFrameBytes = Protocol.Framing.DefaultMaxFrameBytes;
+        /// <summary>Makes the inference backend for each model the server sends (on the I/O thread); ONNX Runtime by default.</summary>
+        public Func<IInferenceBackend> BackendFactory = () => new OnnxRuntimeBackend();
+
+        /// <summary>"host:port".</summary>
+        public string Address { get { return Host + ":" + Port; } }
+    }
+}

@@ -1,0 +1,649 @@
+// The I/O thread: one connection kept up (handshake, heartbeats, reconnect with
+// backoff), batches sent exactly once in order, models decoded and loaded; the
+// game's thread only enqueues batches and takes events.
+using System;
+using System.Collections.Generic;
+using System.Threading;
+using Newtonsoft.Json.Linq;
+using Tether.Inference;
+using Tether.Protocol;
+
+namespace Tether.Client
+{
+    /// <summary>Steps cut on the game's thread and handed to the I/O thread, which encodes and sends them.</summary>
+    internal sealed class Batch
+    {
+        public readonly List<EpisodeChunk> Chunks = new List<EpisodeChunk>();
+        public int EnvSteps;
+        public long? Claim;          // weights_seq_no the steps claim (§7.6)
+        public int ClaimRun;         // the server run the claim was made in
+        public long Seq;             // batch_seq, given when first sent
+        public int Attempts;         // connections it was sent on
+        public volatile bool Done;   // answered (or given up)
+        public TetherException Error;
+        public JArray Episodes;      // encoded once, on the I/O thread
+        public readonly List<string> EpisodeIds = new List<string>();
+    }
+
+    /// <summary>A model the I/O thread loaded, with its version.</summary>
+    internal sealed class PreparedState
+    {
+        public long? Seq;
+        public IInferenceBackend Backend;  // null: the server sent no new model
+    }
+
+    internal enum LinkEventKind { Connected, State, Batch, Error, Fatal }
+
+    internal sealed class LinkEvent
+    {
+        public LinkEventKind Kind;
+        public JObject Info;
+        public JObject Config;
+        public PreparedState State;
+        public int Run;
+        public Batch Batch;
+        public TetherException Error;
+    }
+
+    /// <summary>The connection's I/O thread. Thread-safe where it says so; everything else runs on the I/O thread.</summary>
+    internal sealed class ServerLink : IDisposable
+    {
+        const int MaxRefusedEpisodes = 4096;
+
+        readonly ClientOptions options;
+        readonly TcpTransport transport;
+        readonly object sync = new object();
+        readonly Queue<Batch> outbox = new Queue<Batch>();
+        readonly LinkedList<LinkEvent> events = new LinkedList<LinkEvent>();
+        readonly HashSet<string> refused = new HashSet<string>();
+        readonly Queue<string> refusedOrder = new Queue<string>();
+        readonly Queue<IInferenceBackend> retired = new Queue<IInferenceBackend>();
+        readonly AutoResetEvent wake = new AutoResetEvent(false);
+        readonly ManualResetEvent connectedOnce = new ManualResetEvent(false);
+        readonly Thread thread;
+        volatile bool closing;
+        volatile bool eventsPending;
+        Batch inFlight;
+        int queuedSteps;
+        long nextSeq = 1;
+        DateTime lastSend = DateTime.UtcNow;
+        long lastSeq = -1;
+        int run;
+        JObject config;
+        JObject info;
+        Exception fatal;
+
+        /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
+        public readonly string ClientSession = Guid.NewGuid().ToString("N");
+
+        public int Reconnects { get; private set; }
+        public int BatchesDropped { get; private set; }
+        public int HeartbeatsSent { get; private set; }
+
+        public ServerLink(ClientOptions options)
+        {
+            this.options = options;
+            transport = new TcpTransport(options);
+            thread = new Thread(Run) { IsBackground = true, Name = "tether-link-" + options.Address };
+        }
+
+        // ---- the game's thread -------------------------------------------------------------
+
+        /// <summary>Starts the I/O thread and waits for the first connection; throws what ended the first attempt.</summary>
+        public void Start()
+        {
+            thread.Start();
+            connectedOnce.WaitOne();
+            if (fatal != null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, fatal.Message, fatal);
+        }
+
+        /// <summary>Whether events wait to be taken (a cheap check for every call).</summary>
+        public bool EventsPending { get { return eventsPending; } }
+
+        /// <summary>Whether a batch is queued or in flight.</summary>
+        public bool Busy { get { lock (sync) return inFlight != null || outbox.Count > 0; } }
+
+        /// <summary>Moves the reported events into <paramref name="output"/>, in order; a fatal event stays (every later call sees it).</summary>
+        public void TakeEvents(List<LinkEvent> output)
+        {
+            lock (sync)
+            {
+                while (events.Count > 0)
+                {
+                    LinkEvent e = events.First.Value;
+                    output.Add(e);
+                    if (e.Kind == LinkEventKind.Fatal) break;
+                    events.RemoveFirst();
+                    if (e.Kind == LinkEventKind.Batch && e.Batch.Error != null)
+                    {
+                        // The game now hears of the refusal and stops recording those episodes:
+                        // an id it uses again is a new episode.
+                        foreach (string id in e.Batch.EpisodeIds) refused.Remove(id);
+                    }
+                }
+                eventsPending = events.Count > 0;
+            }
+        }
+
+        /// <summary>
+        /// Queues a batch. When the waiting batches would exceed their bounds
+        /// (MaxQueuedBatches, MaxQueuedSteps) it waits for room (QueueFullPolicy.Wait)
+        /// or drops the oldest waiting batches and the rest of their episodes;
+        /// returns the ids of the episodes dropped, which the client stops recording.
+        /// </summary>
+        public HashSet<string> Submit(Batch batch)
+        {
+            var gone = new HashSet<string>();
+            lock (sync)
+            {
+                batch.Chunks.RemoveAll(c => c.EpisodeId != null && refused.Contains(c.EpisodeId));
+                if (batch.Chunks.Count == 0) return gone;
+                int limit = QueueLimitSteps();
+                while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.EnvSteps > limit) && fatal == null)
+                {
+                    if (options.WhenQueueFull == QueueFullPolicy.Wait)
+                    {
+                        Monitor.Wait(sync, 100);
+                        continue;
+                    }
+                    Batch dropped = outbox.Dequeue();
+                    queuedSteps -= dropped.EnvSteps;
+                    ++BatchesDropped;
+                    foreach (EpisodeChunk chunk in dropped.Chunks)
+                    {
+                        if (chunk.EpisodeId != null) gone.Add(chunk.EpisodeId);
+                    }
+                }
+                if (gone.Count > 0)
+                {
+                    // The server never sees a fragment of an episode as if it were whole.
+                    foreach (Batch waiting in outbox) queuedSteps -= DropEpisodes(waiting, gone);
+                    DropEpisodes(batch, gone);
+                }
+                if (batch.Chunks.Count == 0) return gone;
+                outbox.Enqueue(batch);
+                queuedSteps += batch.EnvSteps;
+            }
+            wake.Set();
+            return gone;
+        }
+
+        static int DropEpisodes(Batch batch, HashSet<string> gone)
+        {
+            int removed = 0;
+            foreach (EpisodeChunk chunk in batch.Chunks)
+            {
+                if (chunk.EpisodeId != null && gone.Contains(chunk.EpisodeId)) removed += chunk.Steps;
+            }
+            batch.Chunks.RemoveAll(c => c.EpisodeId != null && gone.Contains(c.EpisodeId));
+            batch.EnvSteps -= removed;
+            return removed;
+        }
+
+        int QueueLimitSteps()
+        {
+            if (options.MaxQueuedSteps > 0) return options.MaxQueuedSteps;
+            JToken batchSize = config == null ? null : config["train_batch_size"];
+            JToken staleness = config == null ? null : config["max_staleness"];
+            if (batchSize != null && batchSize.Type == JTokenType.Integer && staleness != null && staleness.Type == JTokenType.Integer &&
+                (long)batchSize > 0 && (long)staleness >= 0)
+            {
+                return (int)Math.Min(int.MaxValue, ((long)staleness + 1) * (long)batchSize);
+            }
+            JToken perSample = config == null ? null : config["env_steps_per_sample"];
+            return 2 * Math.Max(1, perSample != null && perSample.Type == JTokenType.Integer ? (int)perSample : 500);
+        }
+
+        /// <summary>Waits until nothing is queued or in flight, or <paramref name="seconds"/> pass; whether it got there.</summary>
+        public bool WaitIdle(double seconds)
+        {
+            DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
+            lock (sync)
+            {
+                while ((inFlight != null || outbox.Count > 0) && fatal == null)
+                {
+                    TimeSpan left = deadline - DateTime.UtcNow;
+                    if (left <= TimeSpan.Zero) return false;
+                    Monitor.Wait(sync, left);
+                }
+                return true;
+            }
+        }
+
+        /// <summary>Waits until <paramref name="batch"/> is answered, or <paramref name="seconds"/> pass.</summary>
+        public bool WaitFor(Batch batch, double seconds)
+        {
+            DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
+            lock (sync)
+            {
+                while (!batch.Done && fatal == null)
+                {
+                    TimeSpan left = deadline - DateTime.UtcNow;
+                    if (left <= TimeSpan.Zero) return false;
+                    Monitor.Wait(sync, left);
+                }
+                return batch.Done;
+            }
+        }
+
+        /// <summary>Hands a replaced backend to the I/O thread to release (the game never pays for it).</summary>
+        public void Retire(IInferenceBackend backend)
+        {
+            if (backend == null) return;
+            lock (sync) retired.Enqueue(backend);
+            wake.Set();
+        }
+
+        public void Dispose()
+        {
+            closing = true;
+            wake.Set();
+            transport.Close();
+            if (thread.IsAlive && !thread.Join(TimeSpan.FromSeconds(10))) { /* blocked in a connect: it ends with its timeout */ }
+            lock (sync)
+            {
+                while (retired.Count > 0) retired.Dequeue().Dispose();
+                foreach (LinkEvent e in events)
+                {
+                    if (e.State != null && e.State.Backend != null) e.State.Backend.Dispose();
+                }
+                events.Clear();
+            }
+        }
+
+        // ---- the I/O thread ---------------------------------------------------------------
+
+        void Post(LinkEvent e)
+        {
+            lock (sync) PostLocked(e);
+        }
+
+        void PostLocked(LinkEvent e)
+        {
+            if (events.Count >= options.MaxQueuedEvents)
+            {
+                // A game that does not read its events loses the oldest error first.
+                LinkedListNode<LinkEvent> node = events.First;
+                while (node != null && node.Value.Kind != LinkEventKind.Error) node = node.Next;
+                if (node != null) events.Remove(node);
+                else if (e.Kind == LinkEventKind.Error) return;
+            }
+            events.AddLast(e);
+            eventsPending = true;
+            Monitor.PulseAll(sync);
+        }
+
+        void Run()
+        {
+            try
+            {
+                DateTime downSince = DateTime.UtcNow;
+                while (!closing)
+                {
+                    if (!transport.Connected)
+                    {
+                        Connect(downSince);
+                        connectedOnce.Set();
+                    }
+                    try
+                    {
+                        Serve();
+                    }
+                    catch (TetherException e)
+                    {
+                        if (closing) break;
+                        if (e.Code == ErrorCode.Timeout) Post(new LinkEvent { Kind = LinkEventKind.Error, Error = e });
+                        if (!(e is ConnectionLostException) && e.Code != ErrorCode.Timeout) throw;
+                        GiveUpIfExhausted(e);
+                        transport.Close();
+                        ++Reconnects;
+                        downSince = DateTime.UtcNow;
+                    }
+                }
+            }
+            catch (Exception e)
+            {
+                if (!closing)
+                {
+                    lock (sync)
+                    {
+                        fatal = e;
+                        PostLocked(new LinkEvent { Kind = LinkEventKind.Fatal, Error = e as TetherException ?? new TetherException(ErrorCode.Internal, e.ToString(), e) });
+                    }
+                }
+            }
+            finally
+            {
+                transport.Close();
+                connectedOnce.Set();
+                lock (sync)
+                {
+                    while (retired.Count > 0) retired.Dequeue().Dispose();
+                    Monitor.PulseAll(sync);
+                }
+            }
+        }
+
+        void Connect(DateTime downSince)
+        {
+            DateTime deadline = downSince.AddSeconds(options.ReconnectTimeoutSeconds);
+            double delay = 0.05;
+            while (true)
+            {
+                if (closing) throw new ConnectionLostException("client closed", ErrorCode.Closed);
+                Exception last;
+                try
+                {
+                    transport.Connect();
+                    Handshake();
+                    return;
+                }
+                catch (ServerErrorException e)
+                {
+                    transport.Close();
+                    if (e.Code == ErrorCode.AuthFailed || e.Code == ErrorCode.VersionMismatch) throw;
+                    last = e;
+                }
+                catch (TetherException e)
+                {
+                    transport.Close();
+                    last = e;
+                }
+                DateTime now = DateTime.UtcNow;
+                if (now >= deadline)
+                {
+                    throw new TetherException(ErrorCode.ConnectionFailed, "could not reach a Tether server at " + options.Address + " within " +
+                                              options.ReconnectTimeoutSeconds + " s (ReconnectTimeoutSeconds): " + last.Message, last);
+                }
+                // A server at its connection limit asks for at least 1 s between attempts (§6.6).
+                bool tooMany = last is TetherException && ((TetherException)last).Code == ErrorCode.TooManyConnections;
+                double pause = Math.Min(tooMany ? Math.Max(delay, 1.0) : delay, (deadline - now).TotalSeconds);
+                wake.WaitOne(TimeSpan.FromSeconds(Math.Max(0, pause)));
+                delay = Math.Min(delay * 2, 1.0);
+            }
+        }
+
+        void Handshake()
+        {
+            var ping = new JObject { { "type", "PING" }, { "protocol_version", Messages.ProtocolVersion }, { "client_name", options.ClientName } };
+            if (options.AuthToken != null) ping["auth_token"] = options.AuthToken;
+            JObject pong = Exchange(ping, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            JObject setConfig = Exchange(new JObject { { "type", "GET_CONFIG" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            // A new connection gets every model again: versions count from 0 after a server restart.
+            JObject setState = Exchange(new JObject { { "type", "GET_STATE" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            PreparedState prepared = Prepare(setConfig, setState);
+            if (prepared.Seq.HasValue)
+            {
+                if (prepared.Seq.Value < lastSeq) ++run;  // a lower version: a new server run, earlier versions mean nothing here
+                lastSeq = prepared.Seq.Value;
+            }
+            lock (sync)
+            {
+                info = pong;
+                config = setConfig;
+            }
+            Post(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Run = run });
+        }
+
+        bool Speaks13
+        {
+            get
+            {
+                JToken version = info == null ? null : info["protocol_version"];
+                int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
+                return parsed != null && (parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3));
+            }
+        }
+
+        bool ForceOnPolicy
+        {
+            get
+            {
+                JToken value = config == null ? null : config["force_on_policy"];
+                return value == null || value.Type != JTokenType.Boolean || (bool)value;
+            }
+        }
+
+        PreparedState Prepare(JObject setConfig, JObject state)
+        {
+            var prepared = new PreparedState();
+            JToken seq = state["weights_seq_no"];
+            if (seq != null && seq.Type == JTokenType.Integer) prepared.Seq = (long)seq;
+            JToken file = state["onnx_file"];
+            if (file != null && file.Type == JTokenType.String && ((string)file).Length > 0)
+            {
+                byte[] model = OnnxCodec.Decode((string)file);
+                IInferenceBackend backend = options.BackendFactory();
+                try
+                {
+                    backend.Load(model, FirstName(setConfig["onnx_input_names"], "obs"), FirstName(setConfig["onnx_output_names"], "action_dist_inputs"));
+                }
+                catch
+                {
+                    backend.Dispose();
+                    throw;
+                }
+                prepared.Backend = backend;
+            }
+            return prepared;
+        }
+
+        static string FirstName(JToken names, string fallback)
+        {
+            var array = names as JArray;
+            return array != null && array.Count > 0 && array[0].Type == JTokenType.String ? (string)array[0] : fallback;
+        }
+
+        // Sends a request and returns its answer; an ERROR answering it is thrown as
+        // ServerErrorException. An ERROR for an earlier EPISODES goes to `episodesRefused`
+        // when given (it refuses the batch being sent), else it is reported.
+        JObject Exchange(JObject request, double seconds, string setting, Action<ServerErrorException> episodesRefused = null)
+        {
+            string type = (string)request["type"];
+            transport.Send(request);
+            lastSend = DateTime.UtcNow;
+            DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
+            while (true)
+            {
+                Response response = transport.Receive(deadline, type, setting, seconds);
+                if (response.Message.Type == MessageType.Error)
+                {
+                    ServerErrorException error = ToServerError(response.Message.Body);
+                    if (response.Request.HasValue && Messages.ToWire(response.Request.Value) == type) throw error;
+                    if (episodesRefused != null && error.Request == "EPISODES") episodesRefused(error);
+                    else Post(new LinkEvent { Kind = LinkEventKind.Error, Error = error });
+                    continue;
+                }
+                return response.Message.Body;
+            }
+        }
+
+        static ServerErrorException ToServerError(JObject body)
+        {
+            JToken code = body["code"], message = body["message"], request = body["request"];
+            return new ServerErrorException(code != null && code.Type == JTokenType.String ? (string)code : "UNKNOWN",
+                                            message != null && message.Type == JTokenType.String ? (string)message : "(no message)",
+                                            request != null && request.Type == JTokenType.String ? (string)request : null);
+        }
+
+        void Serve()
+        {
+            while (!closing)
+            {
+                lock (sync)
+                {
+                    while (retired.Count > 0) retired.Dequeue().Dispose();
+                }
+                Batch batch;
+                lock (sync)
+                {
+                    batch = inFlight;  // a batch sent before a reconnect goes again first
+                    if (batch == null && outbox.Count > 0)
+                    {
+                        batch = inFlight = outbox.Dequeue();
+                        queuedSteps -= batch.EnvSteps;
+                        Monitor.PulseAll(sync);
+                    }
+                }
+                if (batch != null) SendBatch(batch);
+                else Idle();
+            }
+        }
+
+        void Idle()
+        {
+            double interval = HeartbeatInterval;
+            double waitSeconds = interval > 0 ? Math.Max(0, interval - (DateTime.UtcNow - lastSend).TotalSeconds) : 1.0;
+            // Watch the socket (a closed connection or an unsolicited ERROR is noticed at once) in short slices.
+            bool readable = transport.Readable((int)(Math.Min(waitSeconds, 0.05) * 1e6));
+            if (readable)
+            {
+                transport.ReadAvailable();
+                foreach (Response response in transport.Pending)
+                {
+                    if (response.Message.Type != MessageType.Error) throw new ConnectionLostException("server " + options.Address + " sent an unrequested " + Messages.ToWire(response.Message.Type));
+                    Post(new LinkEvent { Kind = LinkEventKind.Error, Error = ToServerError(response.Message.Body) });
+                }
+                transport.Pending.Clear();
+                return;
+            }
+            if (interval > 0 && (DateTime.UtcNow - lastSend).TotalSeconds >= interval)
+            {
+                ++HeartbeatsSent;
+                try
+                {
+                    Exchange(new JObject { { "type", "PING" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+                }
+                catch (ServerErrorException e)
+                {
+                    Post(new LinkEvent { Kind = LinkEventKind.Error, Error = e });
+                }
+            }
+            wake.WaitOne(0);
+        }
+
+        double HeartbeatInterval
+        {
+            get
+            {
+                JToken value = config == null ? null : config["heartbeat_interval_s"];
+                return value != null && (value.Type == JTokenType.Float || value.Type == JTokenType.Integer) ? (double)value : 0;
+            }
+        }
+
+        void SendBatch(Batch batch)
+        {
+            if (batch.Seq == 0)
+            {
+                batch.Seq = nextSeq++;
+                try
+                {
+                    Space obs = Space.FromJson(config["observation_space"]);
+                    Space act = Space.FromJson(config["action_space"]);
+                    batch.Episodes = new JArray();
+                    foreach (EpisodeChunk chunk in batch.Chunks) batch.Episodes.Add(EpisodeRecords.Encode(chunk, obs, act));
+                }
+                catch (TetherException e)
+                {
+                    Finish(batch, e, null);
+                    return;
+                }
+            }
+            ++batch.Attempts;
+            var message = new JObject
+            {
+                { "episodes", batch.Episodes },
+                { "env_steps", batch.EnvSteps },
+            };
+            // Versions are comparable within one server run only: a claim from an earlier run names the oldest possible one.
+            if (batch.Claim.HasValue) message["weights_seq_no"] = batch.ClaimRun == run ? batch.Claim.Value : 0;
+            if (Speaks13)
+            {
+                message["agent_steps"] = batch.EnvSteps;
+                message["client_session"] = ClientSession;
+                message["batch_seq"] = batch.Seq;
+            }
+            TetherException refusal = null;
+            JObject answer = null;
+            if (ForceOnPolicy)
+            {
+                message["type"] = "EPISODES_AND_GET_STATE";
+                try
+                {
+                    answer = Exchange(message, options.UpdateTimeoutSeconds, "UpdateTimeoutSeconds");
+                }
+                catch (ServerErrorException e)
+                {
+                    refusal = e;
+                }
+            }
+            else
+            {
+                message["type"] = "EPISODES";
+                transport.Send(message);
+                // GET_STATE right behind: its answer acknowledges the EPISODES (an ERROR for them comes first).
+                var getState = new JObject { { "type", "GET_STATE" } };
+                if (lastSeq >= 0) getState["weights_seq_no"] = lastSeq;
+                try
+                {
+                    answer = Exchange(getState, options.UpdateTimeoutSeconds, "UpdateTimeoutSeconds", e => refusal = e);
+                }
+                catch (ServerErrorException e)
+                {
+                    // Refuses the GET_STATE, not the EPISODES before it: the batch was delivered.
+                    Post(new LinkEvent { Kind = LinkEventKind.Error, Error = e });
+                }
+            }
+            PreparedState prepared = null;
+            if (answer != null)
+            {
+                prepared = Prepare(config, answer);
+                if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
+            }
+            Finish(batch, refusal, prepared);
+        }
+
+        void Finish(Batch batch, TetherException error, PreparedState prepared)
+        {
+            lock (sync)
+            {
+                if (inFlight == batch) inFlight = null;
+                batch.Error = error;
+                batch.Done = true;
+                batch.EpisodeIds.Clear();
+                foreach (EpisodeChunk chunk in batch.Chunks)
+                {
+                    if (chunk.EpisodeId != null) batch.EpisodeIds.Add(chunk.EpisodeId);
+                }
+                batch.Chunks.Clear();  // the heavy parts are freed here, off the game's thread
+                batch.Episodes = null;
+                if (error != null) ForgetRefusedLocked(batch);
+                if (prepared != null && (prepared.Backend != null || prepared.Seq.HasValue)) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Run = run });
+                PostLocked(new LinkEvent { Kind = LinkEventKind.Batch, Batch = batch });
+            }
+        }
+
+        void ForgetRefusedLocked(Batch batch)
+        {
+            foreach (string id in batch.EpisodeIds)
+            {
+                if (refused.Add(id)) refusedOrder.Enqueue(id);
+            }
+            while (refusedOrder.Count > MaxRefusedEpisodes) refused.Remove(refusedOrder.Dequeue());
+            // The rest of a refused batch's episodes is not sent either: the server must not take a fragment for a whole episode.
+            var gone = new HashSet<string>(batch.EpisodeIds);
+            foreach (Batch waiting in outbox) queuedSteps -= DropEpisodes(waiting, gone);
+        }
+
+        // The batch in flight lost its connection: it goes again after the reconnect, unless it was
+        // sent on MaxBatchAttempts connections already.
+        void GiveUpIfExhausted(TetherException lost)
+        {
+            Batch batch;
+            lock (sync) batch = inFlight;
+            if (batch == null || batch.Attempts < options.MaxBatchAttempts) return;
+            Finish(batch, new TetherException(ErrorCode.ConnectionFailed, "batch " + batch.Seq + " was sent on " + batch.Attempts + " connections to " +
+                                              options.Address + ", each lost before its answer (" + lost.Message + "); given up (MaxBatchAttempts)"), null);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+// One TCP connection to the server: framed messages out, paired responses in, with deadlines.
+using System;
+using System.Collections.Generic;
+using System.Net;
+using System.Net.Sockets;
+using Newtonsoft.Json.Linq;
+using Tether.Protocol;
+
+namespace Tether.Client
+{
+    /// <summary>The connection broke (or never came up); what is outstanding goes again on a new one.</summary>
+    internal sealed class ConnectionLostException : TetherException
+    {
+        public ConnectionLostException(string message, ErrorCode code = ErrorCode.ConnectionFailed) : base(code, message) { }
+    }
+
+    /// <summary>A blocking socket used by the I/O thread only, with <see cref="ClientConnection"/> pairing its responses.</summary>
+    internal sealed class TcpTransport : IDisposable
+    {
+        readonly ClientOptions options;
+        readonly ClientConnection connection;
+        readonly byte[] readBuffer = new byte[1 << 16];
+        readonly List<Response> pending = new List<Response>();
+        Socket socket;
+
+        public TcpTransport(ClientOptions options)
+        {
+            this.options = options;
+            connection = new ClientConnection(options.MaxFrameBytes);
+        }
+
+        public bool Connected { get { return socket != null; } }
+
+        public void Connect()
+        {
+            Close();
+            connection.Reset();
+            pending.Clear();
+            IPAddress[] addresses;
+            try
+            {
+                addresses = Dns.GetHostAddresses(options.Host);
+            }
+            catch (SocketException e)
+            {
+                throw new ConnectionLostException("cannot resolve " + options.Host + ": " + e.Message);
+            }
+            var s = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            try
+            {
+                IAsyncResult attempt = s.BeginConnect(Array.Find(addresses, a => a.AddressFamily == AddressFamily.InterNetwork) ?? addresses[0], options.Port, null, null);
+                if (!attempt.AsyncWaitHandle.WaitOne(TimeSpan.FromSeconds(options.ConnectTimeoutSeconds)))
+                {
+                    throw new ConnectionLostException("connecting to " + options.Address + " took longer than " + options.ConnectTimeoutSeconds + " s (ConnectTimeoutSeconds)", ErrorCode.Timeout);
+                }
+                s.EndConnect(attempt);
+                s.NoDelay = true;
+                s.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
+                socket = s;
+            }
+            catch (SocketException e)
+            {
+                s.Close();
+                throw new ConnectionLostException("cannot connect to " + options.Address + ": " + e.Message);
+            }
+            catch
+            {
+                s.Close();
+                throw;
+            }
+        }
+
+        public void Send(JObject message)
+        {
+            if (socket == null) throw new ConnectionLostException("not connected to " + options.Address);
+            byte[] frame = connection.Send(message);
+            try
+            {
+                int sent = 0;
+                while (sent < frame.Length) sent += socket.Send(frame, sent, frame.Length - sent, SocketFlags.None);
+            }
+            catch (SocketException e)
+            {
+                throw new ConnectionLostException("sending to " + options.Address + " failed: " + e.Message);
+            }
+            catch (ObjectDisposedException)
+            {
+                throw new ConnectionLostException("the connection to " + options.Address + " was closed");
+            }
+        }
+
+        /// <summary>The next response, waiting at most until <paramref name="deadline"/>; TIMEOUT names the wait and its setting.</summary>
+        public Response Receive(DateTime deadline, string waitingFor, string setting, double seconds)
+        {
+            while (pending.Count == 0)
+            {
+                TimeSpan left = deadline - DateTime.UtcNow;
+                if (left <= TimeSpan.Zero)
+                {
+                    throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer " + waitingFor + " within " + seconds + " s (" + setting + ")");
+                }
+                if (!Readable((int)Math.Min(left.TotalMilliseconds * 1000, 200000))) continue;
+                ReadAvailable();
+            }
+            Response first = pending[0];
+            pending.RemoveAt(0);
+            return first;
+        }
+
+        /// <summary>Whether bytes (or the end of the stream) are waiting, within <paramref name="microseconds"/>.</summary>
+        public bool Readable(int microseconds)
+        {
+            if (socket == null) throw new ConnectionLostException("not connected to " + options.Address);
+            try
+            {
+                return socket.Poll(Math.Max(0, microseconds), SelectMode.SelectRead);
+            }
+            catch (SocketException e)
+            {
+                throw new ConnectionLostException("the connection to " + options.Address + " failed: " + e.Message);
+            }
+        }
+
+        /// <summary>Reads what arrived (the socket is readable); responses queue for <see cref="Receive"/>.</summary>
+        public void ReadAvailable()
+        {
+            int read;
+            try
+            {
+                read = socket.Receive(readBuffer);
+            }
+            catch (SocketException e)
+            {
+                throw new ConnectionLostException("receiving from " + options.Address + " failed: " + e.Message);
+            }
+            if (read == 0) throw new ConnectionLostException("server " + options.Address + " closed the connection");
+            try
+            {
+                connection.ReceiveData(readBuffer, 0, read, pending);
+            }
+            catch (TetherException e)
+            {
+                // A framing error, a protocol violation or a connection-level ERROR: this connection is over.
+                throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+            }
+        }
+
+        /// <summary>Responses already read (an unsolicited ERROR, for instance).</summary>
+        public List<Response> Pending { get { return pending; } }
+
+        public void Close()
+        {
+            if (socket == null) return;
+            try
+            {
+                socket.Shutdown(SocketShutdown.Both);
+            }
+            catch (SocketException)
+            {
+            }
+            catch (ObjectDisposedException)
+            {
+            }
+            socket.Close();
+            socket = null;
+        }
+
+        public void Dispose() { Close(); }
+    }
+}

@@ -1,0 +1,411 @@
+// The single-agent client: a game calls GetAction every step of each episode;
+// inference is local, experience goes to the server in batches off the game's thread.
+using System;
+using System.Collections.Generic;
+using Newtonsoft.Json.Linq;
+using Tether.Inference;
+using Tether.Protocol;
+using Tether.Sampling;
+
+namespace Tether.Client
+{
+    /// <summary>
+    /// Connects to a Tether server, acts with the server's latest model (ONNX
+    /// Runtime, on the calling thread) and sends the steps it records in batches
+    /// from a background I/O thread. GetAction never waits on the network
+    /// (unless <see cref="ClientOptions.WaitForWeights"/> asks for strict
+    /// on-policy waiting) and, once episodes have run, allocates nothing: ended
+    /// episodes' arrays are reused. A new model is swapped in between two calls.
+    /// Not thread-safe: call it from one thread (the game's).
+    /// </summary>
+    public sealed class TetherClient : IDisposable
+    {
+        sealed class Episode
+        {
+            public string Id;
+            public bool Training;
+            public readonly List<float> Obs = new List<float>();
+            public readonly List<double> Actions = new List<double>();
+            public readonly List<float> Rewards = new List<float>();
+            public readonly List<double> Logp = new List<double>();
+            public readonly List<float> Dist = new List<float>();
+            public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
+            public readonly List<int> Runs = new List<int>();        // per action: the server run of that version
+            public int ObsRows;
+            public int ActionRows;
+            public double Return;
+            public bool Done;
+            public bool Truncated;
+
+            public void Reset(string id, bool training)
+            {
+                Id = id;
+                Training = training;
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Runs.Clear();
+                ObsRows = ActionRows = 0;
+                Return = 0;
+                Done = Truncated = false;
+            }
+        }
+
+        readonly ClientOptions options;
+        readonly ServerLink link;
+        readonly Rng rng;
+        readonly List<LinkEvent> taken = new List<LinkEvent>();
+        readonly Dictionary<string, Episode> episodes = new Dictionary<string, Episode>();
+        readonly List<Episode> finished = new List<Episode>();
+        readonly Stack<Episode> spare = new Stack<Episode>();
+        IInferenceBackend backend;
+        long? weightsSeqNo;
+        int run;
+        int pendingSteps;
+        int stepsPerSample = 500;
+        bool rawBoxSamples = true;
+        bool strict;
+        float[] dist = new float[0];
+        double[] record = new double[0];
+        double[] logp = new double[1];
+        TetherException fatal;
+        readonly Queue<TetherException> errors = new Queue<TetherException>();
+        long envStepsSent;
+
+        /// <summary>What the server's agents observe (from SET_CONFIG).</summary>
+        public Space ObservationSpace { get; private set; }
+
+        /// <summary>What they do (from SET_CONFIG).</summary>
+        public Space ActionSpace { get; private set; }
+
+        /// <summary>The version of the model acting now (null before the server sent one).</summary>
+        public long? WeightsSeqNo { get { return weightsSeqNo; } }
+
+        /// <summary>Env steps the server has acknowledged.</summary>
+        public long EnvStepsSent { get { return envStepsSent; } }
+
+        /// <summary>Connections re-established after a loss.</summary>
+        public int Reconnects { get { return link.Reconnects; } }
+
+        /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
+        public int BatchesDropped { get { return link.BatchesDropped; } }
+
+        /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
+        public string ClientSession { get { return link.ClientSession; } }
+
+        /// <summary>Whether a batch is queued or in flight.</summary>
+        public bool Sending { get { return link.Busy; } }
+
+        TetherClient(ClientOptions options)
+        {
+            this.options = options;
+            rng = new Rng(options.Seed ?? (ulong)DateTime.UtcNow.Ticks);
+            link = new ServerLink(options);
+        }
+
+        /// <summary>
+        /// Connects, handshakes and loads the server's model. Throws
+        /// TetherException: CONNECTION_FAILED (naming the server and the wait),
+        /// AUTH_FAILED, VERSION_MISMATCH, INFERENCE_FAILED.
+        /// </summary>
+        public static TetherClient Connect(ClientOptions options)
+        {
+            var client = new TetherClient(options ?? new ClientOptions());
+            try
+            {
+                client.link.Start();
+                client.Sync();
+            }
+            catch
+            {
+                client.Dispose();
+                throw;
+            }
+            if (client.ObservationSpace == null) throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
+            return client;
+        }
+
+        /// <summary>Begins an episode; returns its id (a new random one when none is given). Episodes may overlap.</summary>
+        public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
+        {
+            Poll();
+            episodeId = episodeId ?? Guid.NewGuid().ToString("N");
+            if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' is already running");
+            Episode episode = spare.Count > 0 ? spare.Pop() : new Episode();
+            episode.Reset(episodeId, trainingEnabled);
+            episodes.Add(episodeId, episode);
+            return episodeId;
+        }
+
+        /// <summary>
+        /// Records <paramref name="observation"/> and writes the policy's sampled
+        /// action for it into <paramref name="action"/> (ActionSpace.FlatDim values:
+        /// a Discrete's index plus start, a Box's sample clipped into the box).
+        /// Raises, once, an error the server sent for an earlier batch.
+        /// </summary>
+        public void GetAction(string episodeId, float[] observation, double[] action)
+        {
+            Poll();
+            Episode episode = Running(episodeId, "GetAction");
+            int obsDim = ObservationSpace.FlatDim, actDim = ActionSpace.FlatDim;
+            if (observation == null || observation.Length != obsDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "the observation has " + (observation == null ? 0 : observation.Length) + " values, the space needs " + obsDim);
+            }
+            if (action == null || action.Length != actDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "the action buffer has " + (action == null ? 0 : action.Length) + " values, the space needs " + actDim);
+            }
+            for (int i = 0; i < obsDim; ++i)
+            {
+                if (float.IsNaN(observation[i]) || float.IsInfinity(observation[i]))
+                {
+                    throw new TetherException(ErrorCode.NonFiniteValue, "observation[" + i + "] is not finite");
+                }
+            }
+            if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
+            if (episode.Training && pendingSteps >= stepsPerSample)
+            {
+                // The observation now closes this episode's last step: it goes with the batch.
+                for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
+                ++episode.ObsRows;
+                SendBatch();
+                if (episode.Training)
+                {
+                    episode.Obs.RemoveRange(episode.Obs.Count - obsDim, obsDim);
+                    --episode.ObsRows;
+                }
+            }
+            int distDim = ActionSpace.DistInputsSize;
+            backend.Run(observation, 1, obsDim, dist, distDim);
+            Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
+            if (!episode.Training) return;
+            for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
+            ++episode.ObsRows;
+            for (int j = 0; j < actDim; ++j) episode.Actions.Add(record[j]);
+            episode.Rewards.Add(0f);
+            episode.Logp.Add(logp[0]);
+            for (int j = 0; j < distDim; ++j) episode.Dist.Add(dist[j]);
+            episode.Versions.Add(weightsSeqNo ?? -1);
+            episode.Runs.Add(run);
+            ++episode.ActionRows;
+            ++pendingSteps;
+        }
+
+        /// <summary>The greedy action for an observation (the distribution's mode); records nothing.</summary>
+        public void ComputeAction(float[] observation, double[] action)
+        {
+            Poll();
+            if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
+            backend.Run(observation, 1, ObservationSpace.FlatDim, dist, ActionSpace.DistInputsSize);
+            Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
+        }
+
+        /// <summary>Adds a reward to the episode's last action (rewards add up until the next action).</summary>
+        public void LogReturns(string episodeId, double reward)
+        {
+            Episode episode = Running(episodeId, "LogReturns");
+            if (double.IsNaN(reward) || double.IsInfinity(reward)) throw new TetherException(ErrorCode.NonFiniteValue, "the reward is not finite");
+            episode.Return += reward;
+            if (episode.Training && episode.Rewards.Count > 0) episode.Rewards[episode.Rewards.Count - 1] += (float)reward;
+        }
+
+        /// <summary>
+        /// Ends an episode with its last observation; returns its total reward.
+        /// <paramref name="truncated"/>: ended by a time limit (the value is bootstrapped), else it terminated.
+        /// </summary>
+        public double EndEpisode(string episodeId, float[] observation, bool truncated = false)
+        {
+            Poll();
+            Episode episode = Running(episodeId, "EndEpisode");
+            if (observation == null || observation.Length != ObservationSpace.FlatDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "the final observation needs " + ObservationSpace.FlatDim + " values");
+            }
+            episodes.Remove(episodeId);
+            episode.Done = true;
+            episode.Truncated = truncated;
+            double total = episode.Return;
+            if (episode.Training && episode.ActionRows > 0)
+            {
+                for (int i = 0; i < observation.Length; ++i) episode.Obs.Add(observation[i]);
+                ++episode.ObsRows;
+                finished.Add(episode);
+            }
+            else
+            {
+                spare.Push(episode);
+            }
+            return total;
+        }
+
+        /// <summary>Sends every complete step now and waits until the server has them all (or <paramref name="seconds"/> pass).</summary>
+        public void Flush(double seconds = 60)
+        {
+            Poll();
+            if (pendingSteps > 0) SendBatch();
+            if (!link.WaitIdle(seconds)) throw new TetherException(ErrorCode.Timeout, "the server at " + options.Address + " did not take every batch within " + seconds + " s (Flush)");
+            Sync();
+        }
+
+        // Takes the I/O thread's news when there is any, and raises the next error not raised yet.
+        void Poll()
+        {
+            if (link.EventsPending || errors.Count > 0 || fatal != null) Sync();
+        }
+
+        Episode Running(string episodeId, string call)
+        {
+            Episode episode;
+            if (episodeId == null || !episodes.TryGetValue(episodeId, out episode))
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, call + ": no running episode '" + episodeId + "'");
+            }
+            return episode;
+        }
+
+        // Cuts every complete step (an ongoing episode's last one waits for the observation that closes it).
+        void SendBatch()
+        {
+            var batch = new Batch();
+            long oldest = long.MaxValue;
+            int oldestRun = run;
+            foreach (Episode episode in finished) Cut(episode, batch, ref oldest, ref oldestRun);
+            foreach (Episode episode in finished) spare.Push(episode);
+            finished.Clear();
+            foreach (Episode episode in episodes.Values)
+            {
+                if (episode.Training) Cut(episode, batch, ref oldest, ref oldestRun);
+            }
+            pendingSteps = 0;
+            foreach (Episode episode in episodes.Values) pendingSteps += episode.Training ? episode.ActionRows : 0;
+            if (batch.Chunks.Count == 0) return;
+            // The oldest version of the steps (§7.6); the version held when none is known.
+            batch.Claim = oldest != long.MaxValue ? oldest : weightsSeqNo;
+            batch.ClaimRun = oldest != long.MaxValue ? oldestRun : run;
+            foreach (string id in link.Submit(batch)) Forget(id);
+            if (strict && !link.WaitFor(batch, options.UpdateTimeoutSeconds))
+            {
+                throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
+            }
+            if (strict || link.EventsPending) Sync();
+        }
+
+        void Cut(Episode episode, Batch batch, ref long oldest, ref int oldestRun)
+        {
+            int actions = episode.ActionRows;
+            int k = episode.ObsRows == actions + 1 ? actions : Math.Max(0, actions - 1);
+            if (k == 0) return;
+            int obsDim = ObservationSpace.FlatDim, actDim = ActionSpace.FlatDim, distDim = ActionSpace.DistInputsSize;
+            var chunk = new EpisodeChunk { EpisodeId = episode.Id };
+            chunk.Obs.AddRange(episode.Obs.GetRange(0, (k + 1) * obsDim));
+            chunk.Actions.AddRange(episode.Actions.GetRange(0, k * actDim));
+            chunk.Rewards.AddRange(episode.Rewards.GetRange(0, k));
+            chunk.ActionLogp.AddRange(episode.Logp.GetRange(0, k));
+            chunk.ActionDistInputs.AddRange(episode.Dist.GetRange(0, k * distDim));
+            bool done = episode.Done && k == actions;
+            chunk.IsTerminated = done && !episode.Truncated;
+            chunk.IsTruncated = done && episode.Truncated;
+            for (int i = 0; i < k; ++i)
+            {
+                long v = episode.Versions[i];
+                if (v < 0) continue;
+                // A later server run counts versions anew: its steps are compared within their run.
+                if (episode.Runs[i] < oldestRun || (episode.Runs[i] == oldestRun && v < oldest))
+                {
+                    oldest = v;
+                    oldestRun = episode.Runs[i];
+                }
+            }
+            episode.Obs.RemoveRange(0, k * obsDim);
+            episode.Actions.RemoveRange(0, k * actDim);
+            episode.Rewards.RemoveRange(0, k);
+            episode.Logp.RemoveRange(0, k);
+            episode.Dist.RemoveRange(0, k * distDim);
+            episode.Versions.RemoveRange(0, k);
+            episode.Runs.RemoveRange(0, k);
+            episode.ObsRows -= k;
+            episode.ActionRows -= k;
+            batch.Chunks.Add(chunk);
+            batch.EnvSteps += k;
+        }
+
+        // Applies what the I/O thread reported, in order; throws the first error (a fatal one on every call).
+        void Sync()
+        {
+            taken.Clear();
+            link.TakeEvents(taken);
+            foreach (LinkEvent e in taken)
+            {
+                switch (e.Kind)
+                {
+                    case LinkEventKind.Connected:
+                        ObservationSpace = Space.FromJson(e.Config["observation_space"]);
+                        ActionSpace = Space.FromJson(e.Config["action_space"]);
+                        JToken perSample = e.Config["env_steps_per_sample"];
+                        stepsPerSample = perSample != null && perSample.Type == JTokenType.Integer ? Math.Max(1, (int)perSample) : 500;
+                        JToken version = e.Info["protocol_version"];
+                        int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
+                        rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
+                        strict = options.WaitForWeights ?? version == null;  // a plain RLlink v1 server
+                        dist = new float[ActionSpace.DistInputsSize];
+                        record = new double[ActionSpace.FlatDim];
+                        run = e.Run;
+                        Apply(e.State);
+                        break;
+                    case LinkEventKind.State:
+                        run = e.Run;
+                        Apply(e.State);
+                        break;
+                    case LinkEventKind.Batch:
+                        if (e.Batch.Error != null)
+                        {
+                            errors.Enqueue(e.Batch.Error);
+                            // The rest of a refused batch's episodes is not sent either.
+                            foreach (string id in e.Batch.EpisodeIds) Forget(id);
+                        }
+                        else
+                        {
+                            envStepsSent += e.Batch.EnvSteps;
+                        }
+                        break;
+                    case LinkEventKind.Error:
+                        errors.Enqueue(e.Error);
+                        break;
+                    case LinkEventKind.Fatal:
+                        fatal = e.Error;
+                        break;
+                }
+            }
+            if (fatal != null) throw fatal;
+            if (errors.Count > 0) throw errors.Dequeue();
+        }
+
+        void Apply(PreparedState state)
+        {
+            if (state == null) return;
+            if (state.Backend != null)
+            {
+                link.Retire(backend);
+                backend = state.Backend;
+            }
+            if (state.Seq.HasValue) weightsSeqNo = state.Seq;
+        }
+
+        void Forget(string episodeId)
+        {
+            Episode episode;
+            if (episodes.TryGetValue(episodeId, out episode) && episode.Training)
+            {
+                pendingSteps -= episode.ActionRows;
+                episode.Reset(episode.Id, false);
+            }
+            finished.RemoveAll(f => f.Id == episodeId);
+        }
+
+        /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
+        public void Dispose()
+        {
+            link.Dispose();
+            if (backend != null) backend.Dispose();
+            backend = null;
+        }
+    }
+}

@@ -1,0 +1,68 @@
+"""The C# SDK's example programs (examples/csharp) against a real Python server.
+
+cartpole.exe: the C# CartPole-v1 (gymnasium's physics) learns against ``tether
+serve --stop-at-return 450`` to a mean return of at least 450 over its last 100
+episodes; a uniformly random policy, played by the same program (--random),
+stays far below. The programs are built by sdk_csharp/scripts/build_and_test.sh
+and run under mono with the ONNX Runtime library the repo fetches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.server_process import ServerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "sdk_csharp" / "build"
+
+
+@pytest.fixture(scope="module")
+def examples() -> Path:
+    build = subprocess.run(["bash", str(REPO / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return BUILD / "examples"
+
+
+def mono(program: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LD_LIBRARY_PATH=str(REPO / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"))
+    return subprocess.run(["mono", str(program), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.slow
+def test_csharp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_path: Path) -> None:
+    random_run = mono(examples / "cartpole.exe", "--random", "--max-steps", "20000", "--seed", "1", timeout=120)
+    assert random_run.returncode == 0, random_run.stderr
+    baseline = last_json(random_run.stdout)
+    assert baseline["mean_return_last_100"] < 100, baseline  # about 22
+
+    server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--stop-at-return", "450", "--max-env-steps", "300000",
+                           "--seed", "0").start()
+    started = time.monotonic()
+    try:
+        run = mono(examples / "cartpole.exe", "--port", str(server.port), "--max-steps", "400000", "--seed", "0",
+                   "--reconnect-timeout", "5", timeout=900)
+        wall_s = time.monotonic() - started
+        summary = server.wait(60)
+    finally:
+        server.kill()
+    result = last_json(run.stdout)
+    print(f"C# cartpole: {result}; server: return {summary.get('return_mean')} after {summary.get('env_steps')} "
+          f"env steps; wall {wall_s:.1f} s; random baseline {baseline['mean_return_last_100']}")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert result["stopped_by"] == "server_gone", result  # the server reached its target and stopped
+    assert summary["reached_target_at"] is not None, summary
+    assert result["mean_return_last_100"] >= 450, result
+    assert result["mean_return_last_100"] > baseline["mean_return_last_100"] + 300
+    assert result["env_steps_sent"] > 0
