@@ -160,6 +160,8 @@ namespace Tether.Client
                     foreach (Batch waiting in outbox) queuedSteps -= DropEpisodes(waiting, gone);
                     DropEpisodes(batch, gone);
                 }
+                // Again after waiting for room: a refusal that came meanwhile takes its episodes out of this batch too.
+                DropEpisodes(batch, refused);
                 if (batch.Chunks.Count == 0) return gone;
                 outbox.Enqueue(batch);
                 queuedSteps += batch.EnvSteps;
@@ -168,7 +170,7 @@ namespace Tether.Client
             return gone;
         }
 
-        static int DropEpisodes(Batch batch, HashSet<string> gone)
+        static int DropEpisodes(Batch batch, ICollection<string> gone)
         {
             int removed = 0;
             foreach (EpisodeChunk chunk in batch.Chunks)
@@ -478,12 +480,14 @@ namespace Tether.Client
                 lock (sync)
                 {
                     batch = inFlight;  // a batch sent before a reconnect goes again first
-                    if (batch == null && outbox.Count > 0)
+                    while (batch == null && outbox.Count > 0)
                     {
-                        batch = inFlight = outbox.Dequeue();
+                        batch = outbox.Dequeue();
                         queuedSteps -= batch.EnvSteps;
                         Monitor.PulseAll(sync);
+                        if (batch.Chunks.Count == 0) batch = null;  // every episode in it was dropped or refused
                     }
+                    inFlight = batch;
                 }
                 if (batch != null) SendBatch(batch);
                 else Idle();

@@ -3,6 +3,7 @@ using System;
 using System.Collections.Generic;
 using System.Net;
 using System.Net.Sockets;
+using System.Threading;
 using Newtonsoft.Json.Linq;
 using Tether.Protocol;
 
@@ -14,7 +15,11 @@ namespace Tether.Client
         public ConnectionLostException(string message, ErrorCode code = ErrorCode.ConnectionFailed) : base(code, message) { }
     }
 
-    /// <summary>A blocking socket used by the I/O thread only, with <see cref="ClientConnection"/> pairing its responses.</summary>
+    /// <summary>
+    /// A blocking socket used by the I/O thread, with <see cref="ClientConnection"/>
+    /// pairing its responses. <see cref="Close"/> may come from another thread (a
+    /// client being disposed): the I/O thread's next call then fails as a lost connection.
+    /// </summary>
     internal sealed class TcpTransport : IDisposable
     {
         readonly ClientOptions options;
@@ -70,14 +75,21 @@ namespace Tether.Client
             }
         }
 
+        Socket Open()
+        {
+            Socket s = socket;
+            if (s == null) throw new ConnectionLostException("not connected to " + options.Address);
+            return s;
+        }
+
         public void Send(JObject message)
         {
-            if (socket == null) throw new ConnectionLostException("not connected to " + options.Address);
+            Socket s = Open();
             byte[] frame = connection.Send(message);
             try
             {
                 int sent = 0;
-                while (sent < frame.Length) sent += socket.Send(frame, sent, frame.Length - sent, SocketFlags.None);
+                while (sent < frame.Length) sent += s.Send(frame, sent, frame.Length - sent, SocketFlags.None);
             }
             catch (SocketException e)
             {
@@ -110,28 +122,37 @@ namespace Tether.Client
         /// <summary>Whether bytes (or the end of the stream) are waiting, within <paramref name="microseconds"/>.</summary>
         public bool Readable(int microseconds)
         {
-            if (socket == null) throw new ConnectionLostException("not connected to " + options.Address);
+            Socket s = Open();
             try
             {
-                return socket.Poll(Math.Max(0, microseconds), SelectMode.SelectRead);
+                return s.Poll(Math.Max(0, microseconds), SelectMode.SelectRead);
             }
             catch (SocketException e)
             {
                 throw new ConnectionLostException("the connection to " + options.Address + " failed: " + e.Message);
+            }
+            catch (ObjectDisposedException)
+            {
+                throw new ConnectionLostException("the connection to " + options.Address + " was closed");
             }
         }
 
         /// <summary>Reads what arrived (the socket is readable); responses queue for <see cref="Receive"/>.</summary>
         public void ReadAvailable()
         {
+            Socket s = Open();
             int read;
             try
             {
-                read = socket.Receive(readBuffer);
+                read = s.Receive(readBuffer);
             }
             catch (SocketException e)
             {
                 throw new ConnectionLostException("receiving from " + options.Address + " failed: " + e.Message);
+            }
+            catch (ObjectDisposedException)
+            {
+                throw new ConnectionLostException("the connection to " + options.Address + " was closed");
             }
             if (read == 0) throw new ConnectionLostException("server " + options.Address + " closed the connection");
             try
@@ -150,10 +171,11 @@ namespace Tether.Client
 
         public void Close()
         {
-            if (socket == null) return;
+            Socket s = Interlocked.Exchange(ref socket, null);
+            if (s == null) return;
             try
             {
-                socket.Shutdown(SocketShutdown.Both);
+                s.Shutdown(SocketShutdown.Both);
             }
             catch (SocketException)
             {
@@ -161,8 +183,7 @@ namespace Tether.Client
             catch (ObjectDisposedException)
             {
             }
-            socket.Close();
-            socket = null;
+            s.Close();
         }
 
         public void Dispose() { Close(); }

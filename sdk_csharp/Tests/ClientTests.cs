@@ -1,0 +1,172 @@
+// The single-agent client against a scripted server over real sockets.
+using System;
+using System.Linq;
+using Newtonsoft.Json.Linq;
+using NUnit.Framework;
+using Tether.Client;
+using Tether.Protocol;
+
+namespace Tether.Tests
+{
+    [TestFixture]
+    public class ClientTests
+    {
+        static readonly float[] Obs = { 0.1f, -0.2f, 0.3f, 0.0f };
+
+        static TetherClient Connect(ScriptedServer server)
+        {
+            return TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait });
+        }
+
+        static void Play(TetherClient client, string episode, int steps)
+        {
+            var action = new double[1];
+            for (int i = 0; i < steps; ++i)
+            {
+                client.GetAction(episode, Obs, action);
+                Assert.That(action[0] == 0 || action[0] == 1, Is.True);
+                client.LogReturns(episode, 1.0);
+            }
+        }
+
+        [Test]
+        public void BatchesCarryTheSessionConsecutiveSeqsAndValidRecords()
+        {
+            using (var server = new ScriptedServer(10))
+            using (TetherClient client = Connect(server))
+            {
+                string first = client.StartEpisode();
+                Play(client, first, 25);
+                string second = client.StartEpisode();  // overlapping episodes
+                Play(client, second, 12);
+                Play(client, first, 8);
+                Assert.That(client.EndEpisode(first, Obs), Is.EqualTo(33.0));
+                Assert.That(client.EndEpisode(second, Obs, truncated: true), Is.EqualTo(12.0));
+                client.Flush(10);
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Select(b => (long)b["batch_seq"]), Is.EqualTo(Enumerable.Range(1, batches.Count).Select(i => (long)i)));
+                Assert.That(batches.All(b => (string)b["client_session"] == client.ClientSession), Is.True);
+                Space obs = Space.FromJson(server.Config["observation_space"]);
+                Space act = Space.FromJson(server.Config["action_space"]);
+                int total = 0;
+                foreach (JObject b in batches)
+                {
+                    int steps = EpisodeRecords.ValidateEpisodes(b, obs, act, true);
+                    Assert.That((int)b["env_steps"], Is.EqualTo(steps));
+                    total += steps;
+                }
+                Assert.That(total, Is.EqualTo(45));
+                Assert.That(client.EnvStepsSent, Is.EqualTo(45));
+                // Each episode's chunks join up: every chunk but the last ends where the next begins.
+                var firstChunks = batches.SelectMany(b => b["episodes"]).Where(r => (string)r["episode_id"] == first).ToList();
+                Assert.That(firstChunks.Sum(r => ((JArray)r["actions"]).Count), Is.EqualTo(33));
+                Assert.That((bool)firstChunks.Last()["is_terminated"], Is.True);
+                var secondChunks = batches.SelectMany(b => b["episodes"]).Where(r => (string)r["episode_id"] == second).ToList();
+                Assert.That((bool)secondChunks.Last()["is_truncated"], Is.True);
+                for (int i = 0; i + 1 < firstChunks.Count; ++i)
+                {
+                    Assert.That(JToken.DeepEquals(firstChunks[i]["obs"].Last(), firstChunks[i + 1]["obs"].First()), Is.True);
+                }
+            }
+        }
+
+        [Test]
+        public void ARefusedBatchIsRaisedOnceAndItsEpisodeIsNotSentAgain()
+        {
+            using (var server = new ScriptedServer(10) { RefuseSeq = 1 })
+            using (TetherClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                ServerErrorException refusal = null;
+                DateTime deadline = DateTime.UtcNow.AddSeconds(10);
+                var action = new double[1];
+                while (refusal == null && DateTime.UtcNow < deadline)
+                {
+                    try
+                    {
+                        client.GetAction(episode, Obs, action);
+                        client.LogReturns(episode, 1.0);
+                    }
+                    catch (ServerErrorException e)
+                    {
+                        refusal = e;
+                    }
+                }
+                Assert.That(refusal, Is.Not.Null);
+                Assert.That(refusal.Code, Is.EqualTo(ErrorCode.InvalidField));
+                Assert.That(refusal.Message, Is.StringContaining("refused for the test"));
+                Play(client, episode, 30);  // raised once: the client goes on
+                client.EndEpisode(episode, Obs);
+                string other = client.StartEpisode();
+                Play(client, other, 12);
+                client.EndEpisode(other, Obs);
+                client.Flush(10);
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Count(b => (long)b["batch_seq"] == 1), Is.EqualTo(1));
+                Assert.That(batches.All(b => ((JArray)b["episodes"]).Count > 0), Is.True, "a batch emptied by the refusal was sent");
+                var later = batches.Where(b => (long)b["batch_seq"] > 1).SelectMany(b => b["episodes"]).Select(r => (string)r["episode_id"]).ToList();
+                Assert.That(later, Has.No.Member(episode));
+                Assert.That(later, Has.Member(other));
+            }
+        }
+
+        [Test]
+        public void ANonFiniteObservationOrAnUnknownEpisodeIsAClearError()
+        {
+            using (var server = new ScriptedServer(10))
+            using (TetherClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var e = Assert.Throws<TetherException>(() => client.GetAction(episode, new[] { 0f, float.NaN, 0f, 0f }, new double[1]));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.NonFiniteValue));
+                Assert.That(e.Message, Is.StringContaining("observation[1]"));
+                e = Assert.Throws<TetherException>(() => client.GetAction("nope", Obs, new double[1]));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                Assert.That(e.Message, Is.StringContaining("'nope'"));
+                e = Assert.Throws<TetherException>(() => client.GetAction(episode, new float[3], new double[1]));
+                Assert.That(e.Message, Is.StringContaining("3 values, the space needs 4"));
+            }
+        }
+
+        [Test]
+        public void NoServerIsAConnectionFailureNamingTheAddressAndTheWait()
+        {
+            var e = Assert.Throws<TetherException>(() => TetherClient.Connect(new ClientOptions { Port = 1, ReconnectTimeoutSeconds = 0.3 }));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.ConnectionFailed));
+            Assert.That(e.Message, Is.StringContaining("127.0.0.1:1").And.StringContaining("ReconnectTimeoutSeconds"));
+        }
+
+        [Test]
+        public void GetActionAllocatesOnlyOnTheCallsThatCutABatch()
+        {
+            const int perSample = 500;
+            using (var server = new ScriptedServer(perSample))
+            using (TetherClient client = Connect(server))
+            {
+                var action = new double[1];
+                int allocating = 0, calls = 0, cuts = 0;
+                for (int e = 0; e < 60; ++e)
+                {
+                    bool measure = e >= 20;  // after warm-up: the episodes' lists have their size
+                    string episode = client.StartEpisode();
+                    for (int t = 0; t < 250; ++t)
+                    {
+                        long before = GC.GetAllocatedBytesForCurrentThread();
+                        long sentBefore = client.EnvStepsSent;
+                        client.GetAction(episode, Obs, action);
+                        client.LogReturns(episode, 1.0);
+                        long allocated = GC.GetAllocatedBytesForCurrentThread() - before;
+                        if (!measure) continue;
+                        ++calls;
+                        if (allocated > 0) ++allocating;
+                    }
+                    client.EndEpisode(episode, Obs);
+                    if (measure) cuts = (int)(calls / perSample) + 1;
+                }
+                Console.WriteLine("[ allocations ] " + allocating + " of " + calls + " GetAction calls allocated; " + cuts + " batches cut");
+                // Only the calls that cut a batch (every 500 steps) or take in the I/O thread's news allocate.
+                Assert.That(allocating, Is.LessThanOrEqualTo(2 * cuts + 4));
+            }
+        }
+    }
+}

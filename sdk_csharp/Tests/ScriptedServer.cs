@@ -1,0 +1,146 @@
+// A scripted server on a loopback port for the client's tests: real sockets, real frames.
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Net;
+using System.Net.Sockets;
+using System.Threading;
+using Newtonsoft.Json.Linq;
+using Tether.Protocol;
+
+namespace Tether.Tests
+{
+    /// <summary>
+    /// Answers the handshake with a CartPole-like SET_CONFIG and the C++ SDK's
+    /// test model, acknowledges every batch with SET_STATE, and keeps every
+    /// message it received. <see cref="RefuseSeq"/> refuses one batch_seq.
+    /// </summary>
+    internal sealed class ScriptedServer : IDisposable
+    {
+        readonly TcpListener listener;
+        readonly Thread thread;
+        readonly List<JObject> received = new List<JObject>();
+        readonly List<Socket> sockets = new List<Socket>();
+        volatile bool closing;
+
+        public readonly JObject Config;
+        public long RefuseSeq = -1;
+        public string ModelFile;
+
+        public static byte[] TestModel
+        {
+            get
+            {
+                string data = Path.Combine(Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."), "sdk_cpp/tests/data");
+                return File.ReadAllBytes(Path.Combine(data, "policy_4x64x64x2.onnx"));
+            }
+        }
+
+        public ScriptedServer(int envStepsPerSample, bool forceOnPolicy = true)
+        {
+            Config = new JObject
+            {
+                { "type", "SET_CONFIG" }, { "env_steps_per_sample", envStepsPerSample }, { "force_on_policy", forceOnPolicy },
+                { "protocol_version", "1.3" },
+                { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() },
+                { "action_space", Space.Discrete(2).ToJson() },
+                { "onnx_input_names", new JArray("onnx::Gemm_0") }, { "onnx_output_names", new JArray("action_dist_inputs") },
+                { "train_batch_size", 1000000 }, { "max_staleness", 1 }, { "heartbeat_interval_s", 0 },
+            };
+            ModelFile = OnnxCodec.Encode(TestModel);
+            listener = new TcpListener(IPAddress.Loopback, 0);
+            listener.Start();
+            thread = new Thread(Accept) { IsBackground = true };
+            thread.Start();
+        }
+
+        public int Port { get { return ((IPEndPoint)listener.LocalEndpoint).Port; } }
+
+        public List<JObject> Received(string type)
+        {
+            lock (received) return received.FindAll(m => (string)m["type"] == type);
+        }
+
+        void Accept()
+        {
+            while (!closing)
+            {
+                Socket socket;
+                try
+                {
+                    socket = listener.AcceptSocket();
+                }
+                catch (Exception)
+                {
+                    return;
+                }
+                lock (sockets) sockets.Add(socket);
+                new Thread(() => Serve(socket)) { IsBackground = true }.Start();
+            }
+        }
+
+        void Send(Socket socket, JObject message) { socket.Send(Messages.EncodeFrame(message)); }
+
+        void Serve(Socket socket)
+        {
+            var decoder = new FrameDecoder();
+            var bodies = new List<byte[]>();
+            var buffer = new byte[1 << 16];
+            try
+            {
+                while (!closing)
+                {
+                    int read = socket.Receive(buffer);
+                    if (read == 0) return;
+                    bodies.Clear();
+                    decoder.Feed(buffer, 0, read, bodies);
+                    foreach (byte[] body in bodies)
+                    {
+                        JObject message = Messages.Decode(body).Body;
+                        lock (received) received.Add(message);
+                        switch ((string)message["type"])
+                        {
+                            case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", "1.3" } }); break;
+                            case "GET_CONFIG": Send(socket, Config); break;
+                            case "GET_STATE": Send(socket, State(message)); break;
+                            case "EPISODES_AND_GET_STATE":
+                                if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
+                                {
+                                    Send(socket, new JObject { { "type", "ERROR" }, { "code", "INVALID_FIELD" }, { "message", "episodes[0]: refused for the test" }, { "request", "EPISODES_AND_GET_STATE" } });
+                                }
+                                else
+                                {
+                                    Send(socket, State(message));
+                                }
+                                break;
+                        }
+                    }
+                }
+            }
+            catch (Exception)
+            {
+            }
+            finally
+            {
+                socket.Close();
+            }
+        }
+
+        JObject State(JObject request)
+        {
+            var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
+            if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != 0) state["onnx_file"] = ModelFile;
+            return state;
+        }
+
+        public void Dispose()
+        {
+            closing = true;
+            listener.Stop();
+            lock (sockets)
+            {
+                foreach (Socket s in sockets) s.Close();
+            }
+        }
+    }
+}
