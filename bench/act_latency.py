@@ -38,6 +38,14 @@ run beside each frame (before it, then after it, in turn), ``ort_cpp_batch256_pa
 and ``sdk_cpp_backend_batch256_us_p50`` (the SDK's ONNX Runtime backend on 256
 rows plus sampling them, without recording). ``--no-cpp`` leaves them out.
 
+The C# SDK (sdk_csharp/bench/ActLatency.cs, built by
+``sdk_csharp/scripts/build_and_test.sh --build-only`` and run under mono) is
+measured against the same idle server and model: ``ort_csharp_us_p50`` /
+``_p99`` (its ONNX Runtime backend alone: P/Invoke into the C API through a
+binding made once), ``sdk_csharp_us_p50`` / ``_p99`` (``TetherClient.GetAction``),
+``sdk_csharp_allocated_bytes_per_call`` (bytes the calling thread allocated per
+timed call). ``--no-csharp`` leaves them out.
+
 Prints one JSON object on stdout, e.g.::
 
     {"onnxruntime_us_p50": 9.1, "sdk_python_us_p50": 17.3, "sdk_python_us_p99": 30.2,
@@ -48,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -91,6 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", metavar="FILE", default=None,
                         help="also run the SDK loop under cProfile and write its stats to FILE")
     parser.add_argument("--no-cpp", action="store_true", help="skip the C++ SDK's figures")
+    parser.add_argument("--no-csharp", action="store_true", help="skip the C# SDK's figures")
     add_quiet_argument(parser)
     return parser.parse_args(argv)
 
@@ -214,6 +224,7 @@ def run(args: argparse.Namespace) -> dict:
             wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
             sending = measure_while_sending(args, sending_port, obs_pool)
             cpp = {} if args.no_cpp else measure_cpp(args, model, Path(tmp), port, sending_port)
+            csharp = {} if args.no_csharp else measure_csharp(args, model, Path(tmp), port)
         finally:
             stop(server, grace_s=10.0)
             stop(sending_server, grace_s=10.0)
@@ -242,6 +253,7 @@ def run(args: argparse.Namespace) -> dict:
         "env_steps_sent_during_timing": sent,
         "onnxruntime_version": ort.__version__,
         **cpp,
+        **csharp,
         **load,
     }
     return result
@@ -268,6 +280,32 @@ def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, se
         raise RuntimeError(f"act_latency_cpp exited {run_.returncode}: {run_.stderr[-4000:]}")
     result = json.loads(run_.stdout.strip().splitlines()[-1])
     result["sdk_cpp_us_p50_vs_ort_cpp"] = round(result["sdk_cpp_us_p50"] / result["ort_cpp_us_p50"], 2)
+    return result
+
+
+CSHARP_BUILD = REPO_ROOT / "sdk_csharp" / "build"
+CSHARP_PROGRAM = CSHARP_BUILD / "act_latency.exe"
+
+
+def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int) -> dict:
+    """The C# SDK's figures: builds sdk_csharp with mcs and runs its bench program under mono."""
+    build = subprocess.run(["bash", str(REPO_ROOT / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    if build.returncode != 0:
+        raise RuntimeError("building sdk_csharp failed:\n" + build.stdout[-4000:])
+    model_file = tmp / "policy_csharp.onnx"
+    model_file.write_bytes(model)
+    env = dict(os.environ)
+    ort_lib = REPO_ROOT / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"
+    env["LD_LIBRARY_PATH"] = f"{ort_lib}:{env.get('LD_LIBRARY_PATH', '')}"
+    run_ = subprocess.run(["mono", "--optimize=all", str(CSHARP_PROGRAM), "--model", str(model_file), "--port", str(port),
+                           "--calls", str(args.calls), "--warmup", str(args.warmup), "--blocks", str(args.blocks),
+                           "--seed", str(args.seed)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=env)
+    if run_.returncode != 0:
+        raise RuntimeError(f"act_latency.exe exited {run_.returncode}: {run_.stderr[-4000:]}")
+    result = json.loads(run_.stdout.strip().splitlines()[-1])
+    result["sdk_csharp_us_p50_vs_ort_csharp"] = round(result["sdk_csharp_us_p50"] / result["ort_csharp_us_p50"], 2)
     return result
 
 
@@ -332,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['sdk_cpp_us_p99_while_sending']} us while sending; 256 agents in one frame "
             f"{result['sdk_cpp_batch256_us_p50']} us (backend+sampling {result['sdk_cpp_backend_batch256_us_p50']} us) "
             f"vs bare {result['ort_cpp_batch256_paced_us_p50']} us (ratio {result['sdk_cpp_batch256_ratio']})")
+    if "sdk_csharp_us_p50" in result:
+        log(f"C# SDK GetAction p50 {result['sdk_csharp_us_p50']} us vs its bare ONNX Runtime backend "
+            f"{result['ort_csharp_us_p50']} us; p99 {result['sdk_csharp_us_p99']} us; "
+            f"{result['sdk_csharp_allocated_bytes_per_call']} bytes allocated per call")
     print(json.dumps(result), flush=True)
     return 0
 

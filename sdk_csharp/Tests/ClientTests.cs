@@ -111,6 +111,63 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AGetActionThatRaisedWhileCuttingRecordedNothingAndCanBeMadeAgain()
+        {
+            // Strict on-policy: the call that cuts batch 1 waits for its answer, which comes late
+            // (the I/O thread then times out too, reconnects and resends it: answered at once).
+            using (var server = new ScriptedServer(10) { SlowSeq = 1, SlowMilliseconds = 1500 })
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 7, WaitForWeights = true, UpdateTimeoutSeconds = 0.3 }))
+            {
+                string episode = client.StartEpisode();
+                Play(client, episode, 10);
+                var action = new double[1];
+                var e = Assert.Throws<TetherException>(() => client.GetAction(episode, Obs, action));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.Timeout));
+                Assert.That(e.Message, Is.StringContaining("UpdateTimeoutSeconds"));
+                // Each raised call did nothing: make it again until it goes through.
+                int raised = 0;
+                for (int step = 0; step < 25; ++step)
+                {
+                    while (true)
+                    {
+                        try
+                        {
+                            client.GetAction(episode, Obs, action);
+                            break;
+                        }
+                        catch (TetherException again)
+                        {
+                            Assert.That(again.Code, Is.EqualTo(ErrorCode.Timeout));
+                            Assert.That(++raised, Is.LessThan(4));
+                        }
+                    }
+                    client.LogReturns(episode, 1.0);
+                }
+                client.EndEpisode(episode, Obs);
+                try
+                {
+                    client.Flush(10);
+                }
+                catch (TetherException late)
+                {
+                    Assert.That(late.Code, Is.EqualTo(ErrorCode.Timeout));
+                    client.Flush(10);
+                }
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Space obs = Space.FromJson(server.Config["observation_space"]);
+                Space act = Space.FromJson(server.Config["action_space"]);
+                // Batch 1 arrived twice (the resend); every step once in the batches the server kept.
+                var kept = batches.GroupBy(b => (long)b["batch_seq"]).Select(g => g.First()).ToList();
+                Assert.That(kept.Sum(b => EpisodeRecords.ValidateEpisodes(b, obs, act, true)), Is.EqualTo(35));
+                var chunks = kept.SelectMany(b => b["episodes"]).ToList();
+                for (int i = 0; i + 1 < chunks.Count; ++i)
+                {
+                    Assert.That(JToken.DeepEquals(chunks[i]["obs"].Last(), chunks[i + 1]["obs"].First()), Is.True);
+                }
+            }
+        }
+
+        [Test]
         public void ANonFiniteObservationOrAnUnknownEpisodeIsAClearError()
         {
             using (var server = new ScriptedServer(10))

@@ -25,6 +25,8 @@ namespace Tether.Tests
 
         public readonly JObject Config;
         public long RefuseSeq = -1;
+        public long SlowSeq = -1;          // the batch answered only after SlowMilliseconds, the first time
+        public int SlowMilliseconds;
         public string ModelFile;
 
         public static byte[] TestModel
@@ -110,6 +112,11 @@ namespace Tether.Tests
                                 }
                                 else
                                 {
+                                    if (message["batch_seq"] != null && (long)message["batch_seq"] == SlowSeq)
+                                    {
+                                        SlowSeq = -1;  // once: a resend is answered at once
+                                        Thread.Sleep(SlowMilliseconds);
+                                    }
                                     Send(socket, State(message));
                                 }
                                 break;

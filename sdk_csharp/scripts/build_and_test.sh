@@ -33,6 +33,9 @@ for example in "$repo"/examples/csharp/*.cs; do
     -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$example"
 done
 cp -f "$out/Tether.Runtime.dll" "$out/Newtonsoft.Json.dll" "$out/examples/"
+# The latency benchmark's program (bench/act_latency.py runs it).
+mcs -nologo -langversion:7.2 -target:exe -optimize+ -out:"$out/act_latency.exe" \
+  -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$here/bench/ActLatency.cs"
 if [ "${1:-}" = "--build-only" ]; then
   exit 0
 fi

@@ -3,8 +3,14 @@
 cartpole.exe: the C# CartPole-v1 (gymnasium's physics) learns against ``tether
 serve --stop-at-return 450`` to a mean return of at least 450 over its last 100
 episodes; a uniformly random policy, played by the same program (--random),
-stays far below. The programs are built by sdk_csharp/scripts/build_and_test.sh
-and run under mono with the ONNX Runtime library the repo fetches.
+stays far below.
+
+checkclient.exe: ``tether check-client --port 0`` (the scripted server that
+walks a client through the spec) passes every one of its checks against the
+C# SDK.
+
+The programs are built by sdk_csharp/scripts/build_and_test.sh and run under
+mono with the ONNX Runtime library the repo fetches.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cpp.test_cpp_examples import ALL_ROWS, run_check
 from tests.integration.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +38,23 @@ def examples() -> Path:
     return BUILD / "examples"
 
 
+ORT_LIB = REPO / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"
+
+
 def mono(program: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
-    env = dict(os.environ, LD_LIBRARY_PATH=str(REPO / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"))
+    env = dict(os.environ, LD_LIBRARY_PATH=str(ORT_LIB))
     return subprocess.run(["mono", str(program), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_csharp_check_client_passes_every_check(examples: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(ORT_LIB))
+    status, rows, out, client_out = run_check(["mono", str(examples / "checkclient.exe")])
+    assert set(rows) == ALL_ROWS, out + "\n--- client ---\n" + client_out[-3000:]
+    failed = {name: reason for name, (result, reason) in rows.items() if result == "FAIL"}
+    assert not failed, out + "\n--- client ---\n" + client_out[-3000:]
+    assert status == 0
+    assert "INVALID_FIELD" in client_out  # the refusal of batch 1 reached the program
+    assert "(exit status 0)" in client_out
 
 
 def last_json(stdout: str) -> dict:

@@ -26,6 +26,9 @@ namespace Tether.Client
         readonly ClientConnection connection;
         readonly byte[] readBuffer = new byte[1 << 16];
         readonly List<Response> pending = new List<Response>();
+        // What ended the connection behind responses that arrived before it (a SET_STATE
+        // followed by a connection-level ERROR in one read): raised once those are taken.
+        ConnectionLostException lostAfterPending;
         Socket socket;
 
         public TcpTransport(ClientOptions options)
@@ -41,6 +44,7 @@ namespace Tether.Client
             Close();
             connection.Reset();
             pending.Clear();
+            lostAfterPending = null;
             IPAddress[] addresses;
             try
             {
@@ -84,8 +88,17 @@ namespace Tether.Client
 
         public void Send(JObject message)
         {
+            if (lostAfterPending != null) throw lostAfterPending;
             Socket s = Open();
-            byte[] frame = connection.Send(message);
+            byte[] frame;
+            try
+            {
+                frame = connection.Send(message);
+            }
+            catch (TetherException e) when (connection.Closed)
+            {
+                throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+            }
             try
             {
                 int sent = 0;
@@ -106,6 +119,7 @@ namespace Tether.Client
         {
             while (pending.Count == 0)
             {
+                if (lostAfterPending != null) throw lostAfterPending;
                 TimeSpan left = deadline - DateTime.UtcNow;
                 if (left <= TimeSpan.Zero)
                 {
@@ -122,6 +136,7 @@ namespace Tether.Client
         /// <summary>Whether bytes (or the end of the stream) are waiting, within <paramref name="microseconds"/>.</summary>
         public bool Readable(int microseconds)
         {
+            if (lostAfterPending != null) return true;  // ReadAvailable raises it
             Socket s = Open();
             try
             {
@@ -140,6 +155,7 @@ namespace Tether.Client
         /// <summary>Reads what arrived (the socket is readable); responses queue for <see cref="Receive"/>.</summary>
         public void ReadAvailable()
         {
+            if (lostAfterPending != null) throw lostAfterPending;
             Socket s = Open();
             int read;
             try
@@ -161,8 +177,12 @@ namespace Tether.Client
             }
             catch (TetherException e)
             {
-                // A framing error, a protocol violation or a connection-level ERROR: this connection is over.
-                throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+                // A framing error, a protocol violation or a connection-level ERROR: this connection is
+                // over, but the responses that came before it are answers and are taken first (an
+                // answered batch must not be sent again).
+                var lost = new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+                if (pending.Count == 0) throw lost;
+                lostAfterPending = lost;
             }
         }
 

@@ -93,6 +93,16 @@ namespace Tether.Client
         /// <summary>Whether a batch is queued or in flight.</summary>
         public bool Sending { get { return link.Busy; } }
 
+        /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
+        public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
+
+        /// <summary>
+        /// The error that ended the link for good (the server could not be
+        /// reached again within ReconnectTimeoutSeconds; CLOSED once Dispose
+        /// was called); null while it lives. Every later call throws it.
+        /// </summary>
+        public TetherException FatalError { get { return fatal; } }
+
         TetherClient(ClientOptions options)
         {
             this.options = options;
@@ -166,11 +176,19 @@ namespace Tether.Client
                 // The observation now closes this episode's last step: it goes with the batch.
                 for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
                 ++episode.ObsRows;
-                SendBatch();
-                if (episode.Training)
+                try
                 {
-                    episode.Obs.RemoveRange(episode.Obs.Count - obsDim, obsDim);
-                    --episode.ObsRows;
+                    SendBatch();
+                }
+                finally
+                {
+                    // Also when SendBatch raised (a refusal, a strict-mode timeout): this
+                    // call then did not act, and the caller may make it again.
+                    if (episode.Training)
+                    {
+                        episode.Obs.RemoveRange(episode.Obs.Count - obsDim, obsDim);
+                        --episode.ObsRows;
+                    }
                 }
             }
             int distDim = ActionSpace.DistInputsSize;
@@ -403,6 +421,7 @@ namespace Tether.Client
         /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
         public void Dispose()
         {
+            if (fatal == null) fatal = new TetherException(ErrorCode.Closed, "the client was disposed");
             link.Dispose();
             if (backend != null) backend.Dispose();
             backend = null;

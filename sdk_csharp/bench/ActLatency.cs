@@ -1,0 +1,120 @@
+// Action latency of the C# SDK against its ONNX Runtime backend alone, on the
+// same model (run by bench/act_latency.py, which starts the server and exports the model).
+//
+//   mono act_latency.exe --model policy.onnx --port P [--calls N] [--warmup N] [--blocks N] [--seed N]
+//
+// * ort_csharp_us_p50 / _p99: OnnxRuntimeBackend.Run on one observation: the
+//   P/Invoke into ONNX Runtime's C API (a run through a binding made once) and
+//   two small copies: what any C# caller of ONNX Runtime pays.
+// * sdk_csharp_us_p50 / _p99: TetherClient.GetAction on one ongoing episode
+//   against the server on --port (which never asks for a batch): inference,
+//   sampling and recording. A reward is logged between calls (untimed), as a
+//   game loop would. Bare and SDK calls alternate in blocks so background load
+//   affects both alike.
+// * sdk_csharp_allocated_bytes_per_call: bytes the game's thread allocated per
+//   GetAction over the timed calls (GC.GetAllocatedBytesForCurrentThread).
+// Prints one JSON object on stdout.
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Globalization;
+using System.IO;
+using Tether.Client;
+using Tether.Inference;
+using Tether.Sampling;
+
+namespace Tether.Bench
+{
+    static class ActLatency
+    {
+        static double Percentile(List<long> ticks, double q)
+        {
+            ticks.Sort();
+            int index = (int)Math.Round(q / 100.0 * (ticks.Count - 1));
+            return Math.Round(ticks[Math.Min(index, ticks.Count - 1)] * 1e6 / Stopwatch.Frequency, 2);
+        }
+
+        static int Main(string[] argv)
+        {
+            string model = null;
+            int port = 0, calls = 20000, warmup = 2000, blocks = 10;
+            ulong seed = 0;
+            for (int i = 0; i + 1 < argv.Length; i += 2)
+            {
+                string value = argv[i + 1];
+                switch (argv[i])
+                {
+                    case "--model": model = value; break;
+                    case "--port": port = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--calls": calls = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--warmup": warmup = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--blocks": blocks = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
+                    case "--seed": seed = ulong.Parse(value, CultureInfo.InvariantCulture); break;
+                    default:
+                        Console.Error.WriteLine("act_latency: unknown flag " + argv[i]);
+                        return 2;
+                }
+            }
+            if (model == null || port == 0)
+            {
+                Console.Error.WriteLine("usage: act_latency.exe --model FILE --port P [--calls N] [--warmup N] [--blocks N] [--seed N]");
+                return 2;
+            }
+            var rng = new Rng(seed);
+            const int nObs = 1024;
+            var pool = new float[nObs][];
+            for (int i = 0; i < nObs; ++i) pool[i] = new[] { (float)(0.5 * rng.Normal()), (float)(0.5 * rng.Normal()), (float)(0.5 * rng.Normal()), (float)(0.5 * rng.Normal()) };
+
+            using (var bare = new OnnxRuntimeBackend())
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = port, Seed = seed, ClientName = "bench-act-latency-csharp" }))
+            {
+                bare.Load(File.ReadAllBytes(model), "onnx::Gemm_0", "action_dist_inputs");
+                var output = new float[2];
+                var action = new double[1];
+                string episode = client.StartEpisode();
+                var bareTicks = new List<long>(calls);
+                var sdkTicks = new List<long>(calls);
+                long allocated = 0;
+                Action<int, int, bool> bareBlock = (start, n, keep) =>
+                {
+                    for (int i = start; i < start + n; ++i)
+                    {
+                        float[] obs = pool[i % nObs];
+                        long t0 = Stopwatch.GetTimestamp();
+                        bare.Run(obs, 1, 4, output, 2);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        if (keep) bareTicks.Add(t);
+                    }
+                };
+                Action<int, int, bool> sdkBlock = (start, n, keep) =>
+                {
+                    for (int i = start; i < start + n; ++i)
+                    {
+                        float[] obs = pool[i % nObs];
+                        long bytes = GC.GetAllocatedBytesForCurrentThread();
+                        long t0 = Stopwatch.GetTimestamp();
+                        client.GetAction(episode, obs, action);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        if (keep) allocated += GC.GetAllocatedBytesForCurrentThread() - bytes;
+                        client.LogReturns(episode, 1.0);
+                        if (keep) sdkTicks.Add(t);
+                    }
+                };
+                bareBlock(0, warmup, false);
+                sdkBlock(0, warmup, false);
+                int perBlock = Math.Max(1, calls / blocks);
+                for (int b = 0; b < blocks; ++b)
+                {
+                    bareBlock(b * perBlock, perBlock, true);
+                    sdkBlock(b * perBlock, perBlock, true);
+                }
+                Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
+                    "{{\"ort_csharp_us_p50\": {0}, \"ort_csharp_us_p99\": {1}, \"sdk_csharp_us_p50\": {2}, \"sdk_csharp_us_p99\": {3}, " +
+                    "\"sdk_csharp_allocated_bytes_per_call\": {4}, \"sdk_csharp_calls\": {5}, \"onnxruntime_version_csharp\": \"{6}\"}}",
+                    Percentile(bareTicks, 50), Percentile(bareTicks, 99), Percentile(sdkTicks, 50), Percentile(sdkTicks, 99),
+                    Math.Round((double)allocated / sdkTicks.Count, 3), sdkTicks.Count, OnnxRuntimeBackend.RuntimeVersion));
+            }
+            return 0;
+        }
+    }
+}
