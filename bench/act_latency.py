@@ -42,9 +42,11 @@ The C# SDK (sdk_csharp/bench/ActLatency.cs, built by
 ``sdk_csharp/scripts/build_and_test.sh --build-only`` and run under mono) is
 measured against the same idle server and model: ``ort_csharp_us_p50`` /
 ``_p99`` (its ONNX Runtime backend alone: P/Invoke into the C API through a
-binding made once), ``sdk_csharp_us_p50`` / ``_p99`` (``TetherClient.GetAction``),
-``sdk_csharp_allocated_bytes_per_call`` (bytes the calling thread allocated per
-timed call). ``--no-csharp`` leaves them out.
+binding made once), ``sdk_csharp_us_p50`` / ``_p99`` (``TetherClient.GetAction``)
+and, against the sending server, ``sdk_csharp_allocated_bytes_per_call`` (bytes
+the calling thread allocated per GetAction in steady state: 2 x ``--calls`` (at least two batches)
+calls, one every 50 us, that cut a batch every ``--sending-batch`` steps, after
+five batches of warm-up) with ``sdk_csharp_allocating_calls``. ``--no-csharp`` leaves them out.
 
 Prints one JSON object on stdout, e.g.::
 
@@ -224,7 +226,7 @@ def run(args: argparse.Namespace) -> dict:
             wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
             sending = measure_while_sending(args, sending_port, obs_pool)
             cpp = {} if args.no_cpp else measure_cpp(args, model, Path(tmp), port, sending_port)
-            csharp = {} if args.no_csharp else measure_csharp(args, model, Path(tmp), port)
+            csharp = {} if args.no_csharp else measure_csharp(args, model, Path(tmp), port, sending_port)
         finally:
             stop(server, grace_s=10.0)
             stop(sending_server, grace_s=10.0)
@@ -287,7 +289,7 @@ CSHARP_BUILD = REPO_ROOT / "sdk_csharp" / "build"
 CSHARP_PROGRAM = CSHARP_BUILD / "act_latency.exe"
 
 
-def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int) -> dict:
+def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:
     """The C# SDK's figures: builds sdk_csharp with mcs and runs its bench program under mono."""
     build = subprocess.run(["bash", str(REPO_ROOT / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
@@ -299,7 +301,8 @@ def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int)
     ort_lib = REPO_ROOT / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"
     env["LD_LIBRARY_PATH"] = f"{ort_lib}:{env.get('LD_LIBRARY_PATH', '')}"
     run_ = subprocess.run(["mono", "--optimize=all", str(CSHARP_PROGRAM), "--model", str(model_file), "--port", str(port),
-                           "--calls", str(args.calls), "--warmup", str(args.warmup), "--blocks", str(args.blocks),
+                           "--sending-port", str(sending_port), "--alloc-calls", str(max(2 * args.calls, 2 * args.sending_batch)),
+                           "--alloc-warmup", str(max(args.warmup, 5 * args.sending_batch)), "--calls", str(args.calls), "--warmup", str(args.warmup), "--blocks", str(args.blocks),
                            "--seed", str(args.seed)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=env)
     if run_.returncode != 0:

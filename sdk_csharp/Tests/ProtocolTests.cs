@@ -14,6 +14,18 @@ namespace Tether.Tests
         static byte[] Bytes(string s) { return Encoding.UTF8.GetBytes(s); }
 
         [Test]
+        public void IntegersFromTheServerAreClampedNotOverflowed()
+        {
+            JObject config = JObject.Parse("{\"huge\": 1000000000000000000000000000000, \"big\": 1000000000000, \"neg\": -5, \"float\": 3.0, \"text\": \"7\"}");
+            Assert.That(Messages.IntegerOr(config["huge"], 0), Is.EqualTo(long.MaxValue));
+            Assert.That(Messages.IntegerOr(config["big"], 0, 1, int.MaxValue), Is.EqualTo(int.MaxValue));
+            Assert.That(Messages.IntegerOr(config["neg"], 0, 1), Is.EqualTo(1));
+            Assert.That(Messages.IntegerOr(config["float"], 9), Is.EqualTo(9));  // 3.0 is not a JSON integer here
+            Assert.That(Messages.IntegerOr(config["text"], 9), Is.EqualTo(9));
+            Assert.That(Messages.IntegerOr(config["missing"], 9), Is.EqualTo(9));
+        }
+
+        [Test]
         public void FramesRoundTripWhateverPiecesTheyArriveIn()
         {
             var stream = new List<byte>();

@@ -12,7 +12,13 @@
 //   game loop would. Bare and SDK calls alternate in blocks so background load
 //   affects both alike.
 // * sdk_csharp_allocated_bytes_per_call: bytes the game's thread allocated per
-//   GetAction over the timed calls (GC.GetAllocatedBytesForCurrentThread).
+//   GetAction (GC.GetAllocatedBytesForCurrentThread) in steady state: against
+//   the server on --sending-port, which asks for a batch every 4000 steps, after
+//   --alloc-warmup calls (the episode's arrays and the reused batches have their
+//   size), over --alloc-calls calls that cut batches as a long run does, one
+//   call every --alloc-interval-us (a game the server keeps up with: 20,000
+//   steps/s by default);
+//   sdk_csharp_allocating_calls counts the calls that allocated at all.
 // Prints one JSON object on stdout.
 using System;
 using System.Collections.Generic;
@@ -37,7 +43,7 @@ namespace Tether.Bench
         static int Main(string[] argv)
         {
             string model = null;
-            int port = 0, calls = 20000, warmup = 2000, blocks = 10;
+            int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50;
             ulong seed = 0;
             for (int i = 0; i + 1 < argv.Length; i += 2)
             {
@@ -46,6 +52,10 @@ namespace Tether.Bench
                 {
                     case "--model": model = value; break;
                     case "--port": port = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--sending-port": sendingPort = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--alloc-warmup": allocWarmup = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--alloc-calls": allocCalls = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--alloc-interval-us": allocIntervalUs = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--calls": calls = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--warmup": warmup = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--blocks": blocks = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
@@ -55,9 +65,9 @@ namespace Tether.Bench
                         return 2;
                 }
             }
-            if (model == null || port == 0)
+            if (model == null || port == 0 || sendingPort == 0)
             {
-                Console.Error.WriteLine("usage: act_latency.exe --model FILE --port P [--calls N] [--warmup N] [--blocks N] [--seed N]");
+                Console.Error.WriteLine("usage: act_latency.exe --model FILE --port P --sending-port P [--calls N] [--warmup N] [--blocks N] [--alloc-warmup N] [--alloc-calls N] [--seed N]");
                 return 2;
             }
             var rng = new Rng(seed);
@@ -74,7 +84,6 @@ namespace Tether.Bench
                 string episode = client.StartEpisode();
                 var bareTicks = new List<long>(calls);
                 var sdkTicks = new List<long>(calls);
-                long allocated = 0;
                 Action<int, int, bool> bareBlock = (start, n, keep) =>
                 {
                     for (int i = start; i < start + n; ++i)
@@ -91,11 +100,9 @@ namespace Tether.Bench
                     for (int i = start; i < start + n; ++i)
                     {
                         float[] obs = pool[i % nObs];
-                        long bytes = GC.GetAllocatedBytesForCurrentThread();
                         long t0 = Stopwatch.GetTimestamp();
                         client.GetAction(episode, obs, action);
                         long t = Stopwatch.GetTimestamp() - t0;
-                        if (keep) allocated += GC.GetAllocatedBytesForCurrentThread() - bytes;
                         client.LogReturns(episode, 1.0);
                         if (keep) sdkTicks.Add(t);
                     }
@@ -108,11 +115,34 @@ namespace Tether.Bench
                     bareBlock(b * perBlock, perBlock, true);
                     sdkBlock(b * perBlock, perBlock, true);
                 }
+                long allocated = 0, allocating = 0, sentBefore = 0, sentAfter = 0;
+                using (TetherClient sending = TetherClient.Connect(new ClientOptions { Port = sendingPort, Seed = seed, ClientName = "bench-act-latency-csharp-sending" }))
+                {
+                    string ongoing = sending.StartEpisode();
+                    long interval = allocIntervalUs * Stopwatch.Frequency / 1000000, next = Stopwatch.GetTimestamp();
+                    for (int i = 0; i < allocWarmup + allocCalls; ++i)
+                    {
+                        while (Stopwatch.GetTimestamp() < next) { }
+                        next += interval;
+                        bool keep = i >= allocWarmup;
+                        if (i == allocWarmup) sentBefore = sending.EnvStepsSent;
+                        long bytes = GC.GetAllocatedBytesForCurrentThread();
+                        sending.GetAction(ongoing, pool[i % nObs], action);
+                        sending.LogReturns(ongoing, 1.0);
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - bytes;
+                        if (!keep) continue;
+                        allocated += spent;
+                        if (spent > 0) ++allocating;
+                    }
+                    sentAfter = sending.EnvStepsSent;
+                }
                 Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
                     "{{\"ort_csharp_us_p50\": {0}, \"ort_csharp_us_p99\": {1}, \"sdk_csharp_us_p50\": {2}, \"sdk_csharp_us_p99\": {3}, " +
-                    "\"sdk_csharp_allocated_bytes_per_call\": {4}, \"sdk_csharp_calls\": {5}, \"onnxruntime_version_csharp\": \"{6}\"}}",
+                    "\"sdk_csharp_allocated_bytes_per_call\": {4}, \"sdk_csharp_allocating_calls\": {5}, \"sdk_csharp_alloc_calls\": {6}, " +
+                    "\"sdk_csharp_alloc_env_steps_sent\": {7}, \"sdk_csharp_calls\": {8}, \"onnxruntime_version_csharp\": \"{9}\"}}",
                     Percentile(bareTicks, 50), Percentile(bareTicks, 99), Percentile(sdkTicks, 50), Percentile(sdkTicks, 99),
-                    Math.Round((double)allocated / sdkTicks.Count, 3), sdkTicks.Count, OnnxRuntimeBackend.RuntimeVersion));
+                    Math.Round((double)allocated / Math.Max(1, allocCalls), 3), allocating, allocCalls, sentAfter - sentBefore,
+                    sdkTicks.Count, OnnxRuntimeBackend.RuntimeVersion));
             }
             return 0;
         }

@@ -23,6 +23,21 @@ namespace Tether.Client
         public TetherException Error;
         public JArray Episodes;      // encoded once, on the I/O thread
         public readonly List<string> EpisodeIds = new List<string>();
+
+        /// <summary>Empties a batch the game's thread took back (its event was taken: the I/O thread is done with it).</summary>
+        public void Reset()
+        {
+            Chunks.Clear();
+            EnvSteps = 0;
+            Claim = null;
+            ClaimRun = 0;
+            Seq = 0;
+            Attempts = 0;
+            Done = false;
+            Error = null;
+            Episodes = null;
+            EpisodeIds.Clear();
+        }
     }
 
     /// <summary>A model the I/O thread loaded, with its version.</summary>
@@ -129,15 +144,17 @@ namespace Tether.Client
         /// Queues a batch. When the waiting batches would exceed their bounds
         /// (MaxQueuedBatches, MaxQueuedSteps) it waits for room (QueueFullPolicy.Wait)
         /// or drops the oldest waiting batches and the rest of their episodes;
-        /// returns the ids of the episodes dropped, which the client stops recording.
+        /// fills <paramref name="gone"/> with the ids of the episodes dropped, which
+        /// the client stops recording. Returns whether the batch was queued (false:
+        /// refusals emptied it, and it is the caller's again).
         /// </summary>
-        public HashSet<string> Submit(Batch batch)
+        public bool Submit(Batch batch, HashSet<string> gone)
         {
-            var gone = new HashSet<string>();
+            gone.Clear();
             lock (sync)
             {
-                batch.Chunks.RemoveAll(c => c.EpisodeId != null && refused.Contains(c.EpisodeId));
-                if (batch.Chunks.Count == 0) return gone;
+                RemoveChunksOf(batch, refused);
+                if (batch.Chunks.Count == 0) return false;
                 int limit = QueueLimitSteps();
                 while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.EnvSteps > limit) && fatal == null)
                 {
@@ -162,22 +179,37 @@ namespace Tether.Client
                 }
                 // Again after waiting for room: a refusal that came meanwhile takes its episodes out of this batch too.
                 DropEpisodes(batch, refused);
-                if (batch.Chunks.Count == 0) return gone;
+                if (batch.Chunks.Count == 0) return false;
                 outbox.Enqueue(batch);
                 queuedSteps += batch.EnvSteps;
             }
             wake.Set();
-            return gone;
+            return true;
         }
 
-        static int DropEpisodes(Batch batch, ICollection<string> gone)
+        // Without a delegate: Submit runs on the game's thread, which must not allocate.
+        static void RemoveChunksOf(Batch batch, HashSet<string> episodes)
+        {
+            if (episodes.Count == 0) return;
+            List<EpisodeChunk> chunks = batch.Chunks;
+            int kept = 0;
+            for (int i = 0; i < chunks.Count; ++i)
+            {
+                EpisodeChunk chunk = chunks[i];
+                if (chunk.EpisodeId != null && episodes.Contains(chunk.EpisodeId)) continue;
+                chunks[kept++] = chunk;
+            }
+            chunks.RemoveRange(kept, chunks.Count - kept);
+        }
+
+        static int DropEpisodes(Batch batch, HashSet<string> gone)
         {
             int removed = 0;
             foreach (EpisodeChunk chunk in batch.Chunks)
             {
                 if (chunk.EpisodeId != null && gone.Contains(chunk.EpisodeId)) removed += chunk.Steps;
             }
-            batch.Chunks.RemoveAll(c => c.EpisodeId != null && gone.Contains(c.EpisodeId));
+            RemoveChunksOf(batch, gone);
             batch.EnvSteps -= removed;
             return removed;
         }
@@ -185,15 +217,11 @@ namespace Tether.Client
         int QueueLimitSteps()
         {
             if (options.MaxQueuedSteps > 0) return options.MaxQueuedSteps;
-            JToken batchSize = config == null ? null : config["train_batch_size"];
-            JToken staleness = config == null ? null : config["max_staleness"];
-            if (batchSize != null && batchSize.Type == JTokenType.Integer && staleness != null && staleness.Type == JTokenType.Integer &&
-                (long)batchSize > 0 && (long)staleness >= 0)
-            {
-                return (int)Math.Min(int.MaxValue, ((long)staleness + 1) * (long)batchSize);
-            }
-            JToken perSample = config == null ? null : config["env_steps_per_sample"];
-            return 2 * Math.Max(1, perSample != null && perSample.Type == JTokenType.Integer ? (int)perSample : 500);
+            long batchSize = Messages.IntegerOr(config == null ? null : config["train_batch_size"], -1, -1, int.MaxValue);
+            long staleness = Messages.IntegerOr(config == null ? null : config["max_staleness"], -1, -1, int.MaxValue);
+            if (batchSize > 0 && staleness >= 0) return (int)Math.Min(int.MaxValue, (staleness + 1) * batchSize);
+            long perSample = Messages.IntegerOr(config == null ? null : config["env_steps_per_sample"], 500, 1, int.MaxValue / 2);
+            return (int)(2 * perSample);
         }
 
         /// <summary>Waits until nothing is queued or in flight, or <paramref name="seconds"/> pass; whether it got there.</summary>
@@ -410,7 +438,7 @@ namespace Tether.Client
         {
             var prepared = new PreparedState();
             JToken seq = state["weights_seq_no"];
-            if (seq != null && seq.Type == JTokenType.Integer) prepared.Seq = (long)seq;
+            if (seq != null && seq.Type == JTokenType.Integer) prepared.Seq = Messages.IntegerOr(seq, 0, 0);
             JToken file = state["onnx_file"];
             if (file != null && file.Type == JTokenType.String && ((string)file).Length > 0)
             {
@@ -619,7 +647,7 @@ namespace Tether.Client
                 {
                     if (chunk.EpisodeId != null) batch.EpisodeIds.Add(chunk.EpisodeId);
                 }
-                batch.Chunks.Clear();  // the heavy parts are freed here, off the game's thread
+                // The chunks stay: the game's thread reuses them once it takes the event.
                 batch.Episodes = null;
                 if (error != null) ForgetRefusedLocked(batch);
                 if (prepared != null && (prepared.Backend != null || prepared.Seq.HasValue)) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Run = run });

@@ -55,6 +55,10 @@ namespace Tether.Client
         readonly Dictionary<string, Episode> episodes = new Dictionary<string, Episode>();
         readonly List<Episode> finished = new List<Episode>();
         readonly Stack<Episode> spare = new Stack<Episode>();
+        // Batches and chunks come back once their event is taken and are reused: cutting a batch allocates nothing.
+        readonly Stack<Batch> spareBatches = new Stack<Batch>();
+        readonly Stack<EpisodeChunk> spareChunks = new Stack<EpisodeChunk>();
+        readonly HashSet<string> dropped = new HashSet<string>();
         IInferenceBackend backend;
         long? weightsSeqNo;
         int run;
@@ -282,7 +286,7 @@ namespace Tether.Client
         // Cuts every complete step (an ongoing episode's last one waits for the observation that closes it).
         void SendBatch()
         {
-            var batch = new Batch();
+            Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
             long oldest = long.MaxValue;
             int oldestRun = run;
             foreach (Episode episode in finished) Cut(episode, batch, ref oldest, ref oldestRun);
@@ -294,11 +298,21 @@ namespace Tether.Client
             }
             pendingSteps = 0;
             foreach (Episode episode in episodes.Values) pendingSteps += episode.Training ? episode.ActionRows : 0;
-            if (batch.Chunks.Count == 0) return;
+            if (batch.Chunks.Count == 0)
+            {
+                Recycle(batch);
+                return;
+            }
             // The oldest version of the steps (§7.6); the version held when none is known.
             batch.Claim = oldest != long.MaxValue ? oldest : weightsSeqNo;
             batch.ClaimRun = oldest != long.MaxValue ? oldestRun : run;
-            foreach (string id in link.Submit(batch)) Forget(id);
+            bool queued = link.Submit(batch, dropped);
+            foreach (string id in dropped) Forget(id);
+            if (!queued)
+            {
+                Recycle(batch);
+                return;
+            }
             if (strict && !link.WaitFor(batch, options.UpdateTimeoutSeconds))
             {
                 throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
@@ -312,12 +326,13 @@ namespace Tether.Client
             int k = episode.ObsRows == actions + 1 ? actions : Math.Max(0, actions - 1);
             if (k == 0) return;
             int obsDim = ObservationSpace.FlatDim, actDim = ActionSpace.FlatDim, distDim = ActionSpace.DistInputsSize;
-            var chunk = new EpisodeChunk { EpisodeId = episode.Id };
-            chunk.Obs.AddRange(episode.Obs.GetRange(0, (k + 1) * obsDim));
-            chunk.Actions.AddRange(episode.Actions.GetRange(0, k * actDim));
-            chunk.Rewards.AddRange(episode.Rewards.GetRange(0, k));
-            chunk.ActionLogp.AddRange(episode.Logp.GetRange(0, k));
-            chunk.ActionDistInputs.AddRange(episode.Dist.GetRange(0, k * distDim));
+            EpisodeChunk chunk = spareChunks.Count > 0 ? spareChunks.Pop() : new EpisodeChunk();
+            chunk.EpisodeId = episode.Id;
+            CopyPrefix(episode.Obs, (k + 1) * obsDim, chunk.Obs);
+            CopyPrefix(episode.Actions, k * actDim, chunk.Actions);
+            CopyPrefix(episode.Rewards, k, chunk.Rewards);
+            CopyPrefix(episode.Logp, k, chunk.ActionLogp);
+            CopyPrefix(episode.Dist, k * distDim, chunk.ActionDistInputs);
             bool done = episode.Done && k == actions;
             chunk.IsTerminated = done && !episode.Truncated;
             chunk.IsTruncated = done && episode.Truncated;
@@ -345,6 +360,24 @@ namespace Tether.Client
             batch.EnvSteps += k;
         }
 
+        // AddRange(GetRange) would allocate a list; a loop into a list with capacity does not.
+        static void CopyPrefix<T>(List<T> from, int count, List<T> to)
+        {
+            if (to.Capacity < count) to.Capacity = Math.Max(count, 2 * to.Capacity);
+            for (int i = 0; i < count; ++i) to.Add(from[i]);
+        }
+
+        void Recycle(Batch batch)
+        {
+            foreach (EpisodeChunk chunk in batch.Chunks)
+            {
+                chunk.Clear();
+                spareChunks.Push(chunk);
+            }
+            batch.Reset();
+            spareBatches.Push(batch);
+        }
+
         // Applies what the I/O thread reported, in order; throws the first error (a fatal one on every call).
         void Sync()
         {
@@ -358,7 +391,7 @@ namespace Tether.Client
                         ObservationSpace = Space.FromJson(e.Config["observation_space"]);
                         ActionSpace = Space.FromJson(e.Config["action_space"]);
                         JToken perSample = e.Config["env_steps_per_sample"];
-                        stepsPerSample = perSample != null && perSample.Type == JTokenType.Integer ? Math.Max(1, (int)perSample) : 500;
+                        stepsPerSample = (int)Messages.IntegerOr(perSample, 500, 1, int.MaxValue);
                         JToken version = e.Info["protocol_version"];
                         int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
                         rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
@@ -383,6 +416,7 @@ namespace Tether.Client
                         {
                             envStepsSent += e.Batch.EnvSteps;
                         }
+                        Recycle(e.Batch);
                         break;
                     case LinkEventKind.Error:
                         errors.Enqueue(e.Error);

@@ -32,6 +32,14 @@ namespace Tether.Protocol
 
         /// <summary>T, the steps (rewards) it holds.</summary>
         public int Steps { get { return Rewards.Count; } }
+
+        /// <summary>Empties it for reuse (the arrays keep their capacity).</summary>
+        public void Clear()
+        {
+            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear();
+            IsTerminated = IsTruncated = false;
+            EpisodeId = null;
+        }
     }
 
     /// <summary>A module as SET_CONFIG describes it (§9.1).</summary>

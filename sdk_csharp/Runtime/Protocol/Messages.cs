@@ -171,6 +171,21 @@ namespace Tether.Protocol
             }
         }
 
+        /// <summary>
+        /// A JSON integer's value clamped into [<paramref name="min"/>, <paramref name="max"/>]
+        /// (an integer too large for a long counts as the nearest bound); <paramref name="fallback"/>
+        /// when the token is absent or not an integer.
+        /// </summary>
+        public static long IntegerOr(JToken token, long fallback, long min = long.MinValue, long max = long.MaxValue)
+        {
+            if (token == null || token.Type != JTokenType.Integer) return fallback;
+            long value;
+            object raw = ((JValue)token).Value;
+            if (raw is System.Numerics.BigInteger) value = ((System.Numerics.BigInteger)raw).Sign < 0 ? long.MinValue : long.MaxValue;
+            else value = Convert.ToInt64(raw, System.Globalization.CultureInfo.InvariantCulture);
+            return Math.Max(min, Math.Min(max, value));
+        }
+
         /// <summary>(major, minor) of a version string "1.3" or "1.3.0"; null when it is not one.</summary>
         public static int[] ParseVersion(string text)
         {
