@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -310,7 +311,7 @@ class ServerLink:
         self.env_steps_dropped += batch.env_steps
         self.agent_steps_dropped += batch.agent_steps
 
-    def _drop_episodes(self, batch: Batch, gone: set[str]) -> None:
+    def _drop_episodes(self, batch: Batch, gone: Container[str]) -> None:
         """Remove the records of ``gone`` episodes from a waiting batch (caller holds the lock)."""
         kept = [r for r in batch.episodes if str(r.get("episode_id")) not in gone]
         if len(kept) == len(batch.episodes):
