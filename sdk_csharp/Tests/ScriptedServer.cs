@@ -14,6 +14,10 @@ namespace Tether.Tests
     /// Answers the handshake with a CartPole-like SET_CONFIG and the C++ SDK's
     /// test model, acknowledges every batch with SET_STATE, and keeps every
     /// message it received. <see cref="RefuseSeq"/> refuses one batch_seq.
+    /// <see cref="MultiAgent"/> makes a multi-agent one: modules "solo" (obs 4,
+    /// Discrete(2), a centralized critic over a_0 and a_1) and "lifter" (the
+    /// group "pair" of m_0 and m_1, 2 values each; MultiDiscrete([2, 2])),
+    /// mapped by rules or, without them, by answering MAP_AGENTS.
     /// </summary>
     internal sealed class ScriptedServer : IDisposable
     {
@@ -28,14 +32,35 @@ namespace Tether.Tests
         public long SlowSeq = -1;          // the batch answered only after SlowMilliseconds, the first time
         public int SlowMilliseconds;
         public string ModelFile;
+        public string GroupModelFile;
+        public bool MapsWithFunction;
 
-        public static byte[] TestModel
+        static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
+
+        public static byte[] TestModel { get { return File.ReadAllBytes(Path.Combine(Repo, "sdk_cpp/tests/data/policy_4x64x64x2.onnx")); } }
+
+        public static byte[] GroupModel { get { return File.ReadAllBytes(Path.Combine(Repo, "sdk_csharp/Tests/data/policy_4x16x4.onnx")); } }
+
+        /// <summary>The multi-agent server (see the class comment); <paramref name="rules"/> false: it maps with a function.</summary>
+        public static ScriptedServer MultiAgent(int envStepsPerSample, bool rules)
         {
-            get
-            {
-                string data = Path.Combine(Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."), "sdk_cpp/tests/data");
-                return File.ReadAllBytes(Path.Combine(data, "policy_4x64x64x2.onnx"));
-            }
+            var server = new ScriptedServer(envStepsPerSample);
+            server.GroupModelFile = OnnxCodec.Encode(GroupModel);
+            server.MapsWithFunction = !rules;
+            JObject config = server.Config;
+            config.Remove("observation_space");
+            config.Remove("action_space");
+            var names = new JObject { { "onnx_input_names", new JArray("onnx::Gemm_0") }, { "onnx_output_names", new JArray("action_dist_inputs") } };
+            var solo = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() }, { "action_space", Space.Discrete(2).ToJson() },
+                                     { "value_obs_agents", new JArray("a_0", "a_1") } };
+            var lifter = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() },
+                                       { "action_space", JObject.Parse("{\"type\": \"MultiDiscrete\", \"nvec\": [2, 2]}") } };
+            solo.Merge(names);
+            lifter.Merge(names);
+            config["modules"] = new JObject { { "solo", solo }, { "lifter", lifter } };
+            config["groups"] = JObject.Parse("{\"pair\": {\"members\": [\"m_0\", \"m_1\"], \"reward\": \"mean\"}}");
+            config["policy_mapping"] = rules ? JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"agent_id\": \"pair\", \"module\": \"lifter\"}]") : (JToken)JValue.CreateNull();
+            return server;
         }
 
         public ScriptedServer(int envStepsPerSample, bool forceOnPolicy = true)
@@ -105,6 +130,7 @@ namespace Tether.Tests
                             case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", "1.3" } }); break;
                             case "GET_CONFIG": Send(socket, Config); break;
                             case "GET_STATE": Send(socket, State(message)); break;
+                            case "MAP_AGENTS": Send(socket, MapAgents(message)); break;
                             case "EPISODES_AND_GET_STATE":
                                 if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
                                 {
@@ -133,8 +159,34 @@ namespace Tether.Tests
             }
         }
 
+        JObject MapAgents(JObject request)
+        {
+            var modules = new JObject();
+            foreach (JToken id in (JArray)request["agent_ids"])
+            {
+                string agent = (string)id;
+                if (agent.StartsWith("a_", StringComparison.Ordinal)) modules[agent] = "solo";
+                else if (agent == "pair") modules[agent] = "lifter";
+                else return new JObject { { "type", "ERROR" }, { "code", "UNMAPPED_AGENT" }, { "message", "no module for '" + agent + "'" }, { "request", "MAP_AGENTS" } };
+            }
+            return new JObject { { "type", "AGENT_MODULES" }, { "modules", modules } };
+        }
+
         JObject State(JObject request)
         {
+            var claims = request["weights_seq_nos"] as JObject;
+            if (claims != null)
+            {
+                // The per-module form: every module at version 0; the ones not claimed at 0 are sent.
+                var models = new JObject();
+                foreach (string module in new[] { "solo", "lifter" })
+                {
+                    JToken claim = claims[module];
+                    if (claim != null && claim.Type == JTokenType.Integer && (long)claim == 0) continue;
+                    models[module] = new JObject { { "weights_seq_no", 0 }, { "onnx_file", module == "solo" ? ModelFile : GroupModelFile } };
+                }
+                return new JObject { { "type", "SET_STATE" }, { "models", models } };
+            }
             var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
             if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != 0) state["onnx_file"] = ModelFile;
             return state;

@@ -10,10 +10,51 @@ using Tether.Protocol;
 
 namespace Tether.Client
 {
+    /// <summary>One agent's (or group's) steps in a multi-agent record (§10.7).</summary>
+    internal sealed class AgentEntry
+    {
+        public string AgentId;
+        public ModuleSpec Module;
+        public long StartStep;
+        public readonly EpisodeChunk Chunk = new EpisodeChunk();
+        public readonly List<float> ValueObs = new List<float>();  // T + 1 rows of the module's ValueObsDim, or empty
+
+        public void Clear()
+        {
+            AgentId = null;
+            Module = null;
+            StartStep = 0;
+            Chunk.Clear();
+            ValueObs.Clear();
+        }
+    }
+
+    /// <summary>One chunk of one multi-agent episode (§10.7).</summary>
+    internal sealed class MultiAgentRecord
+    {
+        public string EpisodeId;
+        public bool IsTerminated;
+        public bool IsTruncated;
+        public readonly List<AgentEntry> Agents = new List<AgentEntry>();
+
+        public int AgentSteps
+        {
+            get
+            {
+                int steps = 0;
+                foreach (AgentEntry entry in Agents) steps += entry.Chunk.Steps;
+                return steps;
+            }
+        }
+    }
+
     /// <summary>Steps cut on the game's thread and handed to the I/O thread, which encodes and sends them.</summary>
     internal sealed class Batch
     {
-        public readonly List<EpisodeChunk> Chunks = new List<EpisodeChunk>();
+        public readonly List<EpisodeChunk> Chunks = new List<EpisodeChunk>();          // single-agent
+        public readonly List<MultiAgentRecord> Records = new List<MultiAgentRecord>();  // multi-agent
+        public readonly Dictionary<string, long> ModuleClaims = new Dictionary<string, long>();  // multi-agent: per module (§7.6)
+        public int AgentSteps;       // multi-agent: agent steps (what the queue counts)
         public int EnvSteps;
         public long? Claim;          // weights_seq_no the steps claim (§7.6)
         public int ClaimRun;         // the server run the claim was made in
@@ -25,9 +66,17 @@ namespace Tether.Client
         public readonly List<string> EpisodeIds = new List<string>();
 
         /// <summary>Empties a batch the game's thread took back (its event was taken: the I/O thread is done with it).</summary>
+        public bool IsEmpty { get { return Chunks.Count == 0 && Records.Count == 0; } }
+
+        /// <summary>The steps the send queue counts: agent steps of multi-agent records, else env steps.</summary>
+        public int QueueSteps { get { return Records.Count > 0 ? AgentSteps : EnvSteps; } }
+
         public void Reset()
         {
             Chunks.Clear();
+            Records.Clear();
+            ModuleClaims.Clear();
+            AgentSteps = 0;
             EnvSteps = 0;
             Claim = null;
             ClaimRun = 0;
@@ -45,6 +94,29 @@ namespace Tether.Client
     {
         public long? Seq;
         public IInferenceBackend Backend;  // null: the server sent no new model
+        // Multi-agent (the per-module form of SET_STATE): the modules whose model came, with their versions.
+        public Dictionary<string, IInferenceBackend> ModuleBackends;
+        public Dictionary<string, long> ModuleSeqs;
+
+        public bool IsEmpty { get { return Backend == null && !Seq.HasValue && (ModuleSeqs == null || ModuleSeqs.Count == 0); } }
+
+        public void Dispose()
+        {
+            if (Backend != null) Backend.Dispose();
+            if (ModuleBackends != null)
+            {
+                foreach (IInferenceBackend backend in ModuleBackends.Values) backend.Dispose();
+            }
+        }
+    }
+
+    /// <summary>A request the game's thread waits for (MAP_AGENTS), sent by the I/O thread between batches.</summary>
+    internal sealed class LinkRequest
+    {
+        public JObject Message;
+        public JObject Answer;
+        public TetherException Error;
+        public bool Done;
     }
 
     internal enum LinkEventKind { Connected, State, Batch, Error, Fatal }
@@ -73,6 +145,9 @@ namespace Tether.Client
         readonly HashSet<string> refused = new HashSet<string>();
         readonly Queue<string> refusedOrder = new Queue<string>();
         readonly Queue<IInferenceBackend> retired = new Queue<IInferenceBackend>();
+        readonly Queue<LinkRequest> requests = new Queue<LinkRequest>();
+        readonly bool multiAgent;
+        readonly Dictionary<string, long> moduleSeqs = new Dictionary<string, long>();  // I/O thread: versions held
         readonly AutoResetEvent wake = new AutoResetEvent(false);
         readonly ManualResetEvent connectedOnce = new ManualResetEvent(false);
         readonly Thread thread;
@@ -95,9 +170,10 @@ namespace Tether.Client
         public int BatchesDropped { get; private set; }
         public int HeartbeatsSent { get; private set; }
 
-        public ServerLink(ClientOptions options)
+        public ServerLink(ClientOptions options, bool multiAgent = false)
         {
             this.options = options;
+            this.multiAgent = multiAgent;
             transport = new TcpTransport(options);
             thread = new Thread(Run) { IsBackground = true, Name = "tether-link-" + options.Address };
         }
@@ -154,9 +230,9 @@ namespace Tether.Client
             lock (sync)
             {
                 RemoveChunksOf(batch, refused);
-                if (batch.Chunks.Count == 0) return false;
+                if (batch.IsEmpty) return false;
                 int limit = QueueLimitSteps();
-                while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.EnvSteps > limit) && fatal == null)
+                while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.QueueSteps > limit) && fatal == null)
                 {
                     if (options.WhenQueueFull == QueueFullPolicy.Wait)
                     {
@@ -164,11 +240,15 @@ namespace Tether.Client
                         continue;
                     }
                     Batch dropped = outbox.Dequeue();
-                    queuedSteps -= dropped.EnvSteps;
+                    queuedSteps -= dropped.QueueSteps;
                     ++BatchesDropped;
                     foreach (EpisodeChunk chunk in dropped.Chunks)
                     {
                         if (chunk.EpisodeId != null) gone.Add(chunk.EpisodeId);
+                    }
+                    foreach (MultiAgentRecord record in dropped.Records)
+                    {
+                        if (record.EpisodeId != null) gone.Add(record.EpisodeId);
                     }
                 }
                 if (gone.Count > 0)
@@ -179,9 +259,9 @@ namespace Tether.Client
                 }
                 // Again after waiting for room: a refusal that came meanwhile takes its episodes out of this batch too.
                 DropEpisodes(batch, refused);
-                if (batch.Chunks.Count == 0) return false;
+                if (batch.IsEmpty) return false;
                 outbox.Enqueue(batch);
-                queuedSteps += batch.EnvSteps;
+                queuedSteps += batch.QueueSteps;
             }
             wake.Set();
             return true;
@@ -200,6 +280,15 @@ namespace Tether.Client
                 chunks[kept++] = chunk;
             }
             chunks.RemoveRange(kept, chunks.Count - kept);
+            List<MultiAgentRecord> records = batch.Records;
+            kept = 0;
+            for (int i = 0; i < records.Count; ++i)
+            {
+                MultiAgentRecord record = records[i];
+                if (record.EpisodeId != null && episodes.Contains(record.EpisodeId)) continue;
+                records[kept++] = record;
+            }
+            records.RemoveRange(kept, records.Count - kept);
         }
 
         static int DropEpisodes(Batch batch, HashSet<string> gone)
@@ -209,8 +298,13 @@ namespace Tether.Client
             {
                 if (chunk.EpisodeId != null && gone.Contains(chunk.EpisodeId)) removed += chunk.Steps;
             }
+            foreach (MultiAgentRecord record in batch.Records)
+            {
+                if (record.EpisodeId != null && gone.Contains(record.EpisodeId)) removed += record.AgentSteps;
+            }
             RemoveChunksOf(batch, gone);
-            batch.EnvSteps -= removed;
+            if (batch.Records.Count > 0 || batch.AgentSteps > 0) batch.AgentSteps -= removed;
+            else batch.EnvSteps -= removed;
             return removed;
         }
 
@@ -256,6 +350,41 @@ namespace Tether.Client
             }
         }
 
+        /// <summary>
+        /// Sends <paramref name="message"/> (MAP_AGENTS) through the I/O thread,
+        /// between batches, and waits for its answer: TIMEOUT after
+        /// <paramref name="seconds"/>, the server's ERROR as ServerErrorException,
+        /// CONNECTION_FAILED when the connection is lost meanwhile.
+        /// </summary>
+        public JObject Request(JObject message, double seconds)
+        {
+            var request = new LinkRequest { Message = message };
+            DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
+            lock (sync)
+            {
+                if (fatal != null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, fatal.Message);
+                requests.Enqueue(request);
+            }
+            wake.Set();
+            lock (sync)
+            {
+                while (!request.Done && fatal == null)
+                {
+                    TimeSpan left = deadline - DateTime.UtcNow;
+                    if (left <= TimeSpan.Zero)
+                    {
+                        request.Done = true;  // abandoned: the I/O thread skips it
+                        throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer " + (string)message["type"] +
+                                                  " within " + seconds + " s (ResponseTimeoutSeconds)");
+                    }
+                    Monitor.Wait(sync, left);
+                }
+                if (request.Error != null) throw request.Error;
+                if (request.Answer == null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, "the link to " + options.Address + " ended");
+                return request.Answer;
+            }
+        }
+
         /// <summary>Hands a replaced backend to the I/O thread to release (the game never pays for it).</summary>
         public void Retire(IInferenceBackend backend)
         {
@@ -275,7 +404,7 @@ namespace Tether.Client
                 while (retired.Count > 0) retired.Dequeue().Dispose();
                 foreach (LinkEvent e in events)
                 {
-                    if (e.State != null && e.State.Backend != null) e.State.Backend.Dispose();
+                    if (e.State != null) e.State.Dispose();
                 }
                 events.Clear();
             }
@@ -400,12 +529,26 @@ namespace Tether.Client
             JObject pong = Exchange(ping, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             JObject setConfig = Exchange(new JObject { { "type", "GET_CONFIG" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             // A new connection gets every model again: versions count from 0 after a server restart.
-            JObject setState = Exchange(new JObject { { "type", "GET_STATE" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            var getState = new JObject { { "type", "GET_STATE" } };
+            if (multiAgent) getState["weights_seq_nos"] = new JObject();  // the per-module form: every module's model (§7.6)
+            JObject setState = Exchange(getState, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             PreparedState prepared = Prepare(setConfig, setState);
             if (prepared.Seq.HasValue)
             {
                 if (prepared.Seq.Value < lastSeq) ++run;  // a lower version: a new server run, earlier versions mean nothing here
                 lastSeq = prepared.Seq.Value;
+            }
+            if (prepared.ModuleSeqs != null)
+            {
+                bool lower = false;
+                foreach (KeyValuePair<string, long> module in prepared.ModuleSeqs)
+                {
+                    long held;
+                    if (moduleSeqs.TryGetValue(module.Key, out held) && module.Value < held) lower = true;
+                }
+                if (lower) ++run;
+                moduleSeqs.Clear();
+                foreach (KeyValuePair<string, long> module in prepared.ModuleSeqs) moduleSeqs[module.Key] = module.Value;
             }
             lock (sync)
             {
@@ -436,6 +579,7 @@ namespace Tether.Client
 
         PreparedState Prepare(JObject setConfig, JObject state)
         {
+            if (multiAgent) return PrepareModules(setConfig, state);
             var prepared = new PreparedState();
             JToken seq = state["weights_seq_no"];
             if (seq != null && seq.Type == JTokenType.Integer) prepared.Seq = Messages.IntegerOr(seq, 0, 0);
@@ -454,6 +598,46 @@ namespace Tether.Client
                     throw;
                 }
                 prepared.Backend = backend;
+            }
+            return prepared;
+        }
+
+        // The per-module form of SET_STATE: "models" holds the modules whose model changed (§7.6).
+        PreparedState PrepareModules(JObject setConfig, JObject state)
+        {
+            var prepared = new PreparedState { ModuleBackends = new Dictionary<string, IInferenceBackend>(), ModuleSeqs = new Dictionary<string, long>() };
+            var models = state["models"] as JObject;
+            if (models == null) throw new ProtocolException(ErrorCode.InvalidField, "SET_STATE answering a per-module request has no \"models\" object");
+            var modules = setConfig["modules"] as JObject;
+            try
+            {
+                foreach (JProperty model in models.Properties())
+                {
+                    JToken spec = modules == null ? null : modules[model.Name];
+                    if (spec == null) throw new ProtocolException(ErrorCode.InvalidField, "SET_STATE sends a model for module '" + model.Name + "', which SET_CONFIG does not describe");
+                    ModuleSpec module = ModuleSpec.FromJson(model.Name, spec);
+                    JToken seq = model.Value["weights_seq_no"], file = model.Value["onnx_file"];
+                    if (seq == null || seq.Type != JTokenType.Integer || file == null || file.Type != JTokenType.String)
+                    {
+                        throw new ProtocolException(ErrorCode.InvalidField, "SET_STATE model '" + model.Name + "' needs an integer weights_seq_no and an onnx_file string");
+                    }
+                    IInferenceBackend backend = options.BackendFactory();
+                    prepared.ModuleBackends[model.Name] = backend;
+                    try
+                    {
+                        backend.Load(OnnxCodec.Decode((string)file), module.OnnxInputName, module.OnnxOutputName);
+                    }
+                    catch (TetherException e)
+                    {
+                        throw new TetherException(e.Code, "module '" + model.Name + "': " + e.Detail, e);
+                    }
+                    prepared.ModuleSeqs[model.Name] = Messages.IntegerOr(seq, 0, 0);
+                }
+            }
+            catch
+            {
+                prepared.Dispose();
+                throw;
             }
             return prepared;
         }
@@ -504,6 +688,20 @@ namespace Tether.Client
                 {
                     while (retired.Count > 0) retired.Dequeue().Dispose();
                 }
+                LinkRequest request = null;
+                lock (sync)
+                {
+                    while (request == null && requests.Count > 0)
+                    {
+                        request = requests.Dequeue();
+                        if (request.Done) request = null;  // the game stopped waiting for it
+                    }
+                }
+                if (request != null)
+                {
+                    Answer(request);
+                    continue;
+                }
                 Batch batch;
                 lock (sync)
                 {
@@ -511,9 +709,9 @@ namespace Tether.Client
                     while (batch == null && outbox.Count > 0)
                     {
                         batch = outbox.Dequeue();
-                        queuedSteps -= batch.EnvSteps;
+                        queuedSteps -= batch.QueueSteps;
                         Monitor.PulseAll(sync);
-                        if (batch.Chunks.Count == 0) batch = null;  // every episode in it was dropped or refused
+                        if (batch.IsEmpty) batch = null;  // every episode in it was dropped or refused
                     }
                     inFlight = batch;
                 }
@@ -522,12 +720,45 @@ namespace Tether.Client
             }
         }
 
+        void Answer(LinkRequest request)
+        {
+            JObject answer = null;
+            TetherException error = null;
+            try
+            {
+                answer = Exchange(request.Message, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            }
+            catch (ServerErrorException e)
+            {
+                error = e;
+            }
+            catch (TetherException e)
+            {
+                // The connection is lost (or timed out): the game's call fails, and the link reconnects.
+                lock (sync)
+                {
+                    request.Error = new TetherException(e is ConnectionLostException ? ErrorCode.ConnectionFailed : e.Code,
+                                                        (string)request.Message["type"] + " was not answered: " + e.Message, e);
+                    request.Done = true;
+                    Monitor.PulseAll(sync);
+                }
+                throw;
+            }
+            lock (sync)
+            {
+                request.Answer = answer;
+                request.Error = error;
+                request.Done = true;
+                Monitor.PulseAll(sync);
+            }
+        }
+
         void Idle()
         {
             double interval = HeartbeatInterval;
             double waitSeconds = interval > 0 ? Math.Max(0, interval - (DateTime.UtcNow - lastSend).TotalSeconds) : 1.0;
             // Watch the socket (a closed connection or an unsolicited ERROR is noticed at once) in short slices.
-            bool readable = transport.Readable((int)(Math.Min(waitSeconds, 0.05) * 1e6));
+            bool readable = transport.Readable((int)(Math.Min(waitSeconds, 0.005) * 1e6));
             if (readable)
             {
                 transport.ReadAvailable();
@@ -570,10 +801,17 @@ namespace Tether.Client
                 batch.Seq = nextSeq++;
                 try
                 {
-                    Space obs = Space.FromJson(config["observation_space"]);
-                    Space act = Space.FromJson(config["action_space"]);
                     batch.Episodes = new JArray();
-                    foreach (EpisodeChunk chunk in batch.Chunks) batch.Episodes.Add(EpisodeRecords.Encode(chunk, obs, act));
+                    if (multiAgent)
+                    {
+                        foreach (MultiAgentRecord record in batch.Records) batch.Episodes.Add(EncodeRecord(record));
+                    }
+                    else
+                    {
+                        Space obs = Space.FromJson(config["observation_space"]);
+                        Space act = Space.FromJson(config["action_space"]);
+                        foreach (EpisodeChunk chunk in batch.Chunks) batch.Episodes.Add(EpisodeRecords.Encode(chunk, obs, act));
+                    }
                 }
                 catch (TetherException e)
                 {
@@ -589,9 +827,17 @@ namespace Tether.Client
             };
             // Versions are comparable within one server run only: a claim from an earlier run names the oldest possible one.
             if (batch.Claim.HasValue) message["weights_seq_no"] = batch.ClaimRun == run ? batch.Claim.Value : 0;
+            if (multiAgent)
+            {
+                var claims = new JObject();
+                foreach (KeyValuePair<string, long> claim in batch.ModuleClaims) claims[claim.Key] = batch.ClaimRun == run ? claim.Value : 0;
+                message["weights_seq_nos"] = claims;
+                // A 1.2 server counts agent steps as env_steps (§7.8).
+                if (!Speaks13) message["env_steps"] = batch.AgentSteps;
+            }
             if (Speaks13)
             {
-                message["agent_steps"] = batch.EnvSteps;
+                message["agent_steps"] = multiAgent ? batch.AgentSteps : batch.EnvSteps;
                 message["client_session"] = ClientSession;
                 message["batch_seq"] = batch.Seq;
             }
@@ -615,7 +861,16 @@ namespace Tether.Client
                 transport.Send(message);
                 // GET_STATE right behind: its answer acknowledges the EPISODES (an ERROR for them comes first).
                 var getState = new JObject { { "type", "GET_STATE" } };
-                if (lastSeq >= 0) getState["weights_seq_no"] = lastSeq;
+                if (multiAgent)
+                {
+                    var held = new JObject();
+                    foreach (KeyValuePair<string, long> module in moduleSeqs) held[module.Key] = module.Value;
+                    getState["weights_seq_nos"] = held;
+                }
+                else if (lastSeq >= 0)
+                {
+                    getState["weights_seq_no"] = lastSeq;
+                }
                 try
                 {
                     answer = Exchange(getState, options.UpdateTimeoutSeconds, "UpdateTimeoutSeconds", e => refusal = e);
@@ -631,6 +886,10 @@ namespace Tether.Client
             {
                 prepared = Prepare(config, answer);
                 if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
+                if (prepared.ModuleSeqs != null)
+                {
+                    foreach (KeyValuePair<string, long> module in prepared.ModuleSeqs) moduleSeqs[module.Key] = module.Value;
+                }
             }
             Finish(batch, refusal, prepared);
         }
@@ -647,12 +906,33 @@ namespace Tether.Client
                 {
                     if (chunk.EpisodeId != null) batch.EpisodeIds.Add(chunk.EpisodeId);
                 }
+                foreach (MultiAgentRecord record in batch.Records)
+                {
+                    if (record.EpisodeId != null) batch.EpisodeIds.Add(record.EpisodeId);
+                }
                 // The chunks stay: the game's thread reuses them once it takes the event.
                 batch.Episodes = null;
                 if (error != null) ForgetRefusedLocked(batch);
-                if (prepared != null && (prepared.Backend != null || prepared.Seq.HasValue)) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Run = run });
+                if (prepared != null && !prepared.IsEmpty) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Run = run });
                 PostLocked(new LinkEvent { Kind = LinkEventKind.Batch, Batch = batch });
             }
+        }
+
+        static JObject EncodeRecord(MultiAgentRecord record)
+        {
+            var agents = new JObject();
+            foreach (AgentEntry entry in record.Agents)
+            {
+                agents[entry.AgentId] = EpisodeRecords.EncodeAgentEntry(entry.Chunk, entry.Module, entry.StartStep, entry.ValueObs);
+            }
+            var encoded = new JObject
+            {
+                { "episode_id", record.EpisodeId },
+                { "is_terminated", record.IsTerminated },
+                { "is_truncated", record.IsTruncated },
+                { "agents", agents },
+            };
+            return encoded;
         }
 
         void ForgetRefusedLocked(Batch batch)

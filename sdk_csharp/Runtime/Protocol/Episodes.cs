@@ -236,6 +236,30 @@ namespace Tether.Protocol
             return record;
         }
 
+        /// <summary>
+        /// A multi-agent record's agent entry (§10.7): the chunk's fields in its
+        /// module's spaces, the module, the agent's start step and, for a module
+        /// with a centralized critic, <paramref name="valueObs"/>: T + 1 rows of
+        /// the module's ValueObsDim (null or empty otherwise). INVALID_ARGUMENT
+        /// when an array does not fit.
+        /// </summary>
+        public static JObject EncodeAgentEntry(EpisodeChunk chunk, ModuleSpec module, long startStep, IList<float> valueObs)
+        {
+            JObject entry = EncodeFields(chunk, module.ObservationSpace, module.ActionSpace);
+            entry["module"] = module.ModuleId;
+            entry["start_step"] = startStep;
+            int v = module.ValueObsDim;
+            if (v > 0)
+            {
+                int rows = chunk.Steps + 1;
+                CheckSize("value_obs", valueObs == null ? 0 : valueObs.Count, rows * v);
+                var flat = new List<double>(rows * v);
+                foreach (float x in valueObs) flat.Add(x);
+                entry["value_obs"] = Rows(flat, rows, new long[] { v }, false, true);
+            }
+            return entry;
+        }
+
         internal static JObject EncodeFields(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
         {
             int steps = chunk.Steps, obsDim = observationSpace.FlatDim, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;

@@ -1,0 +1,1422 @@
+// The multi-agent client: many agents, several modules, one connection (the C#
+// counterpart of sdk_python's MultiAgentClient and sdk_cpp's MultiAgentClient).
+using System;
+using System.Collections.Generic;
+using Newtonsoft.Json.Linq;
+using Tether.Inference;
+using Tether.Protocol;
+using Tether.Sampling;
+
+namespace Tether.Client
+{
+    /// <summary>
+    /// Acts for every agent of a multi-agent game with one inference run per
+    /// module per frame, on the calling thread, and sends what they did in
+    /// multi-agent records (§10.7) from a background I/O thread.
+    /// <code>
+    /// var client = MultiAgentClient.Connect(new ClientOptions { Port = 5555 });
+    /// string episode = client.StartEpisode();
+    /// var frame = new AgentFrame();                // reuse it, frame after frame
+    /// frame.Clear();
+    /// frame.Add("red_0", obs0);                    // the agents acting now (group members included)
+    /// frame.Add("blue_0", obs1);
+    /// client.GetActions(episode, frame);           // one inference run per module
+    /// double a0 = frame.Action(0);
+    /// client.LogReturns(episode, "red_0", 1.0);
+    /// var returns = client.EndEpisode(episode);    // per actor (agent or group)
+    /// </code>
+    /// Mapping: a new agent (or group) is mapped to its module when it first acts,
+    /// locally with SET_CONFIG's policy_mapping rules (§9.3), or, when the server
+    /// maps with a function ("policy_mapping": null), with one MAP_AGENTS per frame
+    /// in which new agents appear: the only network wait of GetActions besides
+    /// strict on-policy waiting, bounded by ResponseTimeoutSeconds.
+    /// Groups (§9.6) are hidden from the game: it puts the members in the frame;
+    /// the client joins their observations in member order, acts once for the
+    /// group and gives each member its equal part of the group's action. A
+    /// member's reward goes to the group (divided by the member count for
+    /// "mean"). A group leaves as a whole.
+    /// Agents join at any frame and act at their own rates; hierarchical
+    /// sub-agents are agents too (RetireAgent ends one). An agent that left cannot
+    /// act again in that episode.
+    /// Errors: a refusal of an earlier batch, a failed model load or a lost
+    /// connection's timeout is raised once, at the start of a later call, which
+    /// then did nothing; once the link gave up for good every call throws
+    /// <see cref="FatalError"/>.
+    /// Not thread-safe: call it from one thread (the game's).
+    /// </summary>
+    public sealed class MultiAgentClient : IDisposable
+    {
+        sealed class Module
+        {
+            public string Id;
+            public ModuleSpec Spec;
+            public IInferenceBackend Backend;
+            public long? Seq;
+            public int ObsDim, ActDim, DistDim, ValueDim;
+            // Frame scratch: the rows of the actors acting with this module now.
+            public float[] BatchObs = new float[0];
+            public float[] Dist = new float[0];
+            public double[] RecordActions = new double[0];
+            public double[] EnvActions = new double[0];
+            public double[] Logp = new double[0];
+            public int Rows;
+            public bool InFrame;
+
+            public void SetSpec(ModuleSpec spec)
+            {
+                Spec = spec;
+                ObsDim = spec.ObsDim;
+                ActDim = spec.ActionSpace.FlatDim;
+                DistDim = spec.ActionSpace.DistInputsSize;
+                ValueDim = spec.ValueObsDim;
+            }
+
+            public void EnsureRows(int rows)
+            {
+                if (BatchObs.Length >= rows * ObsDim && Logp.Length >= rows) return;
+                int capacity = Math.Max(rows, 2 * Logp.Length);
+                BatchObs = new float[capacity * ObsDim];
+                Dist = new float[capacity * DistDim];
+                RecordActions = new double[capacity * ActDim];
+                EnvActions = new double[capacity * ActDim];
+                Logp = new double[capacity];
+            }
+        }
+
+        sealed class Actor
+        {
+            public string Id;
+            public Module Module;
+            public bool IsGroup;
+            public long StartStep;
+            public bool Training;
+            public long FrameMark;
+            public bool SharedLatest;                              // a centralized critic sees it
+            public readonly List<float> Latest = new List<float>();  // latest observation when not training
+            public readonly List<float> Obs = new List<float>();
+            public readonly List<float> ValueObs = new List<float>();
+            public readonly List<double> Actions = new List<double>();
+            public readonly List<float> Rewards = new List<float>();
+            public readonly List<double> Logp = new List<double>();
+            public readonly List<float> Dist = new List<float>();
+            public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
+            public readonly List<int> Runs = new List<int>();        // per action: the server run of that version
+            public int ObsRows, ActionRows;
+            public double RewardSum;
+            public bool Rewarded, Terminated, Truncated;
+
+            public void Reset(string id, Module module, bool isGroup, long startStep, bool training)
+            {
+                Id = id;
+                Module = module;
+                IsGroup = isGroup;
+                StartStep = startStep;
+                Training = training;
+                FrameMark = 0;
+                SharedLatest = false;
+                Latest.Clear();
+                ClearSteps();
+                RewardSum = 0;
+                Rewarded = Terminated = Truncated = false;
+            }
+
+            public void ClearSteps()
+            {
+                Obs.Clear(); ValueObs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Runs.Clear();
+                ObsRows = ActionRows = 0;
+            }
+
+            // A single agent's latest observation: its last recorded row while training, else Latest.
+            public void CopyLatest(List<float> into)
+            {
+                if (Training && ObsRows > 0)
+                {
+                    for (int i = Obs.Count - Module.ObsDim; i < Obs.Count; ++i) into.Add(Obs[i]);
+                }
+                else
+                {
+                    into.AddRange(Latest);
+                }
+            }
+
+            public void StopTraining()
+            {
+                if (Training && ObsRows > 0 && !IsGroup)
+                {
+                    Latest.Clear();
+                    CopyLatest(Latest);
+                }
+                Training = false;
+                ClearSteps();
+            }
+        }
+
+        sealed class Episode
+        {
+            public string Id;
+            public bool Training;
+            public long T;
+            public readonly Dictionary<string, Actor> Actors = new Dictionary<string, Actor>();
+            public readonly List<Actor> ActorBySlot = new List<Actor>();  // the last frame's actors by slot
+            public readonly List<Actor> Finished = new List<Actor>();     // left, steps not cut yet
+            public readonly Dictionary<string, List<float>> LatestObs = new Dictionary<string, List<float>>();  // members' and critic-seen agents'
+            public readonly Dictionary<string, double> Returns = new Dictionary<string, double>();
+            public readonly HashSet<string> Ended = new HashSet<string>();
+            public bool Done, Truncated;
+
+            // Empties it for reuse: the collections keep their capacity, the latest-observation rows go to `spare`.
+            public void Reset(string id, bool training, Stack<List<float>> spare)
+            {
+                Id = id;
+                Training = training;
+                T = 0;
+                Actors.Clear();
+                ActorBySlot.Clear();
+                Finished.Clear();
+                foreach (List<float> row in LatestObs.Values)
+                {
+                    row.Clear();
+                    spare.Push(row);
+                }
+                LatestObs.Clear();
+                Returns.Clear();
+                Ended.Clear();
+                Done = Truncated = false;
+            }
+        }
+
+        sealed class Slot
+        {
+            public string ActorId;
+            public Actor Actor;
+            public Module Module;
+            public int FrameIndex = -1;  // a single agent's index in the frame
+            public int Group = -1;       // a group's index in groups
+            public int Row;              // its row in the module's batch
+        }
+
+        struct MemberOf
+        {
+            public int Group;
+            public int Position;
+        }
+
+        readonly ClientOptions options;
+        readonly ServerLink link;
+        readonly Rng rng;
+        readonly List<LinkEvent> taken = new List<LinkEvent>();
+        readonly Queue<TetherException> errors = new Queue<TetherException>();
+        readonly Dictionary<string, Module> modules = new Dictionary<string, Module>();
+        readonly List<GroupSpec> groups = new List<GroupSpec>();
+        readonly Dictionary<string, GroupSpec> groupsById = new Dictionary<string, GroupSpec>();
+        readonly Dictionary<string, MemberOf> groupOf = new Dictionary<string, MemberOf>();
+        readonly List<int> groupMemberOffset = new List<int>();
+        readonly HashSet<string> criticAgents = new HashSet<string>();
+        readonly Dictionary<string, Episode> episodes = new Dictionary<string, Episode>();
+        readonly List<string> episodeOrder = new List<string>();
+        // Reused: actors, batches, records, entries come back once done with.
+        readonly Stack<Actor> spareActors = new Stack<Actor>();
+        readonly Stack<Episode> spareEpisodes = new Stack<Episode>();
+        readonly Stack<List<float>> spareRows = new Stack<List<float>>();
+        readonly Stack<Batch> spareBatches = new Stack<Batch>();
+        readonly Stack<MultiAgentRecord> spareRecords = new Stack<MultiAgentRecord>();
+        readonly Stack<AgentEntry> spareEntries = new Stack<AgentEntry>();
+        readonly HashSet<string> dropped = new HashSet<string>();
+        readonly Dictionary<string, long> oldestSeq = new Dictionary<string, long>();
+        readonly Dictionary<string, int> oldestRun = new Dictionary<string, int>();
+        // Per-frame scratch.
+        readonly List<Slot> slots = new List<Slot>();
+        int slotCount;
+        readonly List<Module> frameModules = new List<Module>();
+        int[] memberIndex = new int[0];
+        int[] groupSlot = new int[0];
+        int[] actionSizes = new int[0];
+        readonly List<int> newSlots = new List<int>();
+        readonly List<string> newActorIds = new List<string>();
+        double[] envAction = new double[0];
+        readonly AgentFrame endFrame = new AgentFrame();
+        readonly List<float> scratchObs = new List<float>();
+        PolicyMapping mapping;
+        const int MaxRememberedMappings = 65536;
+        readonly Dictionary<string, Module> mappedByRule = new Dictionary<string, Module>();
+        JObject serverConfig;
+        bool rawBoxSamples = true;
+        bool announcesVersion;
+        bool forceOnPolicy = true;
+        int stepsPerSample = 500;
+        int run;
+        long frameCounter;
+        int pendingSteps;
+        int envStepsSinceCut;
+        TetherException fatal;
+
+        /// <summary>The modules of SET_CONFIG, by id.</summary>
+        public IDictionary<string, ModuleSpec> Modules
+        {
+            get
+            {
+                var specs = new Dictionary<string, ModuleSpec>();
+                foreach (Module module in modules.Values) specs[module.Id] = module.Spec;
+                return specs;
+            }
+        }
+
+        /// <summary>The groups of SET_CONFIG.</summary>
+        public IList<GroupSpec> Groups { get { return groups.AsReadOnly(); } }
+
+        /// <summary>Whether the server maps with rules (false: with a function, through MAP_AGENTS).</summary>
+        public bool HasMappingRules { get { return mapping != null; } }
+
+        /// <summary>Agent steps per batch (SET_CONFIG env_steps_per_sample, §7.4).</summary>
+        public int EnvStepsPerSample { get { return stepsPerSample; } }
+
+        /// <summary>Env steps (GetActions calls of training episodes) the server has acknowledged.</summary>
+        public long EnvStepsSent { get; private set; }
+
+        /// <summary>Agent steps the server has acknowledged.</summary>
+        public long AgentStepsSent { get; private set; }
+
+        /// <summary>Models swapped in so far, all modules (the first ones included).</summary>
+        public long ModelsLoaded { get; private set; }
+
+        /// <summary>Inference runs so far (one per module per frame).</summary>
+        public long InferenceRuns { get; private set; }
+
+        /// <summary>MAP_AGENTS requests sent so far.</summary>
+        public long MapRequests { get; private set; }
+
+        /// <summary>Connections re-established after a loss.</summary>
+        public int Reconnects { get { return link.Reconnects; } }
+
+        /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
+        public int BatchesDropped { get { return link.BatchesDropped; } }
+
+        /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
+        public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
+
+        /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
+        public string ClientSession { get { return link.ClientSession; } }
+
+        /// <summary>Whether a batch is queued or in flight.</summary>
+        public bool Sending { get { return link.Busy; } }
+
+        /// <summary>The error that ended the link for good (CLOSED after Dispose); null while it lives.</summary>
+        public TetherException FatalError { get { return fatal; } }
+
+        /// <summary>Whether a batch makes the game wait for the weights answering it (strict on-policy).</summary>
+        public bool WaitsForWeights { get { return forceOnPolicy && (options.WaitForWeights ?? !announcesVersion); } }
+
+        MultiAgentClient(ClientOptions options)
+        {
+            this.options = options;
+            rng = new Rng(options.Seed ?? (ulong)DateTime.UtcNow.Ticks);
+            link = new ServerLink(options, multiAgent: true);
+        }
+
+        /// <summary>
+        /// Connects, handshakes and loads every module's model. Throws
+        /// TetherException: CONNECTION_FAILED (naming the server and the wait),
+        /// AUTH_FAILED, VERSION_MISMATCH, INVALID_FIELD (a SET_CONFIG without
+        /// modules, or with rules or groups this client cannot read), INFERENCE_FAILED.
+        /// </summary>
+        public static MultiAgentClient Connect(ClientOptions options)
+        {
+            options = options ?? new ClientOptions();
+            if (options.ClientName == "tether-csharp") options.ClientName = "tether-csharp-multiagent";
+            var client = new MultiAgentClient(options);
+            try
+            {
+                client.link.Start();
+                client.Drain();
+                client.RaisePending();
+                if (client.serverConfig == null) throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
+            }
+            catch
+            {
+                client.Dispose();
+                throw;
+            }
+            return client;
+        }
+
+        /// <summary>The module an actor (agent or group id) acts with in a running episode. INVALID_ARGUMENT if it has not acted.</summary>
+        public string ModuleOf(string episodeId, string actorId)
+        {
+            Episode episode;
+            if (episodeId != null && actorId != null && episodes.TryGetValue(episodeId, out episode))
+            {
+                Actor actor;
+                if (episode.Actors.TryGetValue(actorId, out actor)) return actor.Module.Id;
+                foreach (Actor left in episode.Finished)
+                {
+                    if (left.Id == actorId) return left.Module.Id;
+                }
+            }
+            throw new TetherException(ErrorCode.InvalidArgument, "ModuleOf: '" + actorId + "' has not acted in episode '" + episodeId + "'");
+        }
+
+        /// <summary>The weights version of a module's model in use (null if unknown).</summary>
+        public long? WeightsSeqNo(string moduleId)
+        {
+            Module module;
+            return moduleId != null && modules.TryGetValue(moduleId, out module) ? module.Seq : null;
+        }
+
+        // ---- episodes --------------------------------------------------------------------------
+
+        /// <summary>
+        /// Begins an episode and returns its id (<paramref name="episodeId"/>, or a new
+        /// random one). With <paramref name="trainingEnabled"/> false its steps are never sent.
+        /// </summary>
+        public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
+        {
+            Poll();
+            episodeId = episodeId ?? Guid.NewGuid().ToString("N");
+            Episode existing;
+            if (episodes.TryGetValue(episodeId, out existing))
+            {
+                if (!existing.Done) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' is already running");
+                // Its last steps wait for the next batch: they go now, under the old episode.
+                SendBatch();
+                if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' has just ended and is still being sent");
+            }
+            Episode episode = spareEpisodes.Count > 0 ? spareEpisodes.Pop() : new Episode();
+            episode.Reset(episodeId, trainingEnabled, spareRows);
+            episodes.Add(episodeId, episode);
+            episodeOrder.Add(episodeId);
+            return episodeId;
+        }
+
+        /// <summary>
+        /// Actions for the agents in <paramref name="frame"/> (group members
+        /// included), written back into the frame in the same order. Maps new
+        /// agents (rules, or one MAP_AGENTS), records each actor's observation
+        /// (and centralized-critic row), runs ONE inference per module for all
+        /// its actors in the frame and samples (raw Box sample recorded, clipped
+        /// action to the game). On an error nothing of the frame is recorded.
+        /// Throws INVALID_ARGUMENT (unknown episode, an agent twice, an agent that
+        /// left, a group with members missing, a wrong observation size),
+        /// NON_FINITE_VALUE, UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
+        /// NOT_READY (a module without a model), INFERENCE_FAILED, or an error
+        /// the server sent for an earlier batch (once).
+        /// </summary>
+        public void GetActions(string episodeId, AgentFrame frame)
+        {
+            Poll();
+            Episode episode = Running(episodeId, "GetActions");
+            if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "GetActions: the frame is null");
+            // The cut comes first: sending may apply new models (or, strict, wait for
+            // them), and this frame acts with them. The actors about to act hold back
+            // their latest step until this frame's observation (§10.7).
+            if (episode.Training && pendingSteps >= stepsPerSample && SendableSteps() >= stepsPerSample) SendBatch();
+            Gather(episode, frame, episodeId, false);
+            for (int k = 0; k < newSlots.Count; ++k)
+            {
+                Slot slot = slots[newSlots[k]];
+                Actor actor = spareActors.Count > 0 ? spareActors.Pop() : new Actor();
+                actor.Reset(newActorIds[k], slot.Module, slot.Group >= 0, episode.T, episode.Training);
+                actor.FrameMark = frameCounter;
+                actor.SharedLatest = criticAgents.Contains(actor.Id);
+                slot.Actor = actor;
+                episode.Actors.Add(actor.Id, actor);
+            }
+            episode.ActorBySlot.Clear();
+            for (int s = 0; s < slotCount; ++s) episode.ActorBySlot.Add(slots[s].Actor);
+            FillBatches(frame);
+            // Latest observations first (a critic row needs every agent's), then each actor's row.
+            for (int s = 0; s < slotCount; ++s) NoteLatest(episode, slots[s], frame);
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                Actor actor = slot.Actor;
+                if (!actor.Training) continue;
+                Module module = slot.Module;
+                for (int j = 0, at = slot.Row * module.ObsDim; j < module.ObsDim; ++j) actor.Obs.Add(module.BatchObs[at + j]);
+                if (module.ValueDim > 0) WriteValueObs(episode, module, actor.ValueObs);
+                ++actor.ObsRows;
+            }
+            try
+            {
+                RunModules();
+                foreach (Module module in frameModules)
+                {
+                    Distributions.SampleRows(module.Spec.ActionSpace, module.Dist, module.Rows, rng, rawBoxSamples, module.RecordActions, module.EnvActions, module.Logp);
+                }
+            }
+            catch
+            {
+                // Nothing of the frame is recorded: the observations go again.
+                for (int s = 0; s < slotCount; ++s)
+                {
+                    Actor actor = slots[s].Actor;
+                    if (!actor.Training || actor.ObsRows == 0) continue;
+                    Module module = slots[s].Module;
+                    actor.Obs.RemoveRange(actor.Obs.Count - module.ObsDim, module.ObsDim);
+                    if (module.ValueDim > 0) actor.ValueObs.RemoveRange(actor.ValueObs.Count - module.ValueDim, module.ValueDim);
+                    --actor.ObsRows;
+                }
+                throw;
+            }
+            LayOutActions(frame);
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                Module module = slot.Module;
+                int actDim = module.ActDim;
+                WriteAction(slot, module.EnvActions, slot.Row * actDim, frame);
+                Actor actor = slot.Actor;
+                if (!actor.Training) continue;
+                for (int j = 0, at = slot.Row * actDim; j < actDim; ++j) actor.Actions.Add(module.RecordActions[at + j]);
+                actor.Rewards.Add(0f);
+                actor.Logp.Add(module.Logp[slot.Row]);
+                for (int j = 0, at = slot.Row * module.DistDim; j < module.DistDim; ++j) actor.Dist.Add(module.Dist[at + j]);
+                actor.Versions.Add(module.Seq ?? -1);
+                actor.Runs.Add(run);
+                ++actor.ActionRows;
+                ++pendingSteps;
+            }
+            if (episode.Training) ++envStepsSinceCut;
+            ++episode.T;
+        }
+
+        /// <summary>
+        /// Greedy actions (the distributions' modes) for evaluation, written into
+        /// <paramref name="frame"/>; records nothing. Maps with the rules (or
+        /// MAP_AGENTS with <paramref name="episodeId"/>, "eval" when null).
+        /// </summary>
+        public void ComputeActions(AgentFrame frame, string episodeId = null)
+        {
+            Poll();
+            if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "ComputeActions: the frame is null");
+            Gather(null, frame, episodeId ?? "eval", false);
+            FillBatches(frame);
+            RunModules();
+            LayOutActions(frame);
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                Module module = slot.Module;
+                Distributions.Deterministic(module.Spec.ActionSpace, module.Dist, slot.Row * module.DistDim, envAction, 0);
+                WriteAction(slot, envAction, 0, frame);
+            }
+        }
+
+        /// <summary>
+        /// Adds <paramref name="reward"/> to the agent's last action (a group
+        /// member's to its group's, divided by the member count for "mean").
+        /// Rewards accumulate until the agent acts again; one before its first
+        /// action only counts in the returns.
+        /// </summary>
+        public void LogReturns(string episodeId, string agentId, double reward)
+        {
+            Episode episode = Running(episodeId, "LogReturns");
+            if (double.IsNaN(reward) || double.IsInfinity(reward)) throw new TetherException(ErrorCode.NonFiniteValue, "LogReturns: the reward of '" + agentId + "' is not finite");
+            if (agentId == null) throw new TetherException(ErrorCode.InvalidArgument, "LogReturns: the agent id is null");
+            string actorId = agentId;
+            MemberOf member;
+            if (groupOf.TryGetValue(agentId, out member))
+            {
+                GroupSpec group = groups[member.Group];
+                actorId = group.GroupId;
+                if (group.Reward == GroupReward.Mean) reward /= group.Members.Count;
+            }
+            Actor actor;
+            if (!episode.Actors.TryGetValue(actorId, out actor))
+            {
+                AddReturn(episode, actorId, reward);  // not acting (yet, or any more)
+                return;
+            }
+            actor.RewardSum += reward;
+            actor.Rewarded = true;
+            if (actor.Training && actor.Rewards.Count > 0) actor.Rewards[actor.Rewards.Count - 1] += (float)reward;
+        }
+
+        /// <summary>
+        /// Agents that leave the episode, with their final observations (each agent's
+        /// frame entry; Add(..., isTruncated: true) marks an end by time limit,
+        /// otherwise it terminated). A group leaves as a whole: its members not in
+        /// the frame end with their latest observation.
+        /// </summary>
+        public void EndAgents(string episodeId, AgentFrame finalObservations)
+        {
+            Poll();
+            Episode episode = Running(episodeId, "EndAgents");
+            if (finalObservations == null) throw new TetherException(ErrorCode.InvalidArgument, "EndAgents: the frame is null");
+            EndActors(episode, finalObservations, false);
+        }
+
+        /// <summary>Ends one (sub-)agent with its final observation. Spawning needs no call: a new id in GetActions joins.</summary>
+        public void RetireAgent(string episodeId, string agentId, float[] finalObs, bool truncated = false)
+        {
+            var frame = new AgentFrame();
+            frame.Add(agentId, finalObs, truncated);
+            EndAgents(episodeId, frame);
+        }
+
+        /// <summary>
+        /// Ends the episode: every agent still in it leaves with its observation in
+        /// <paramref name="finalObservations"/> (may be null) or else its latest
+        /// one, truncated if <paramref name="truncated"/>. Returns each actor's
+        /// (agent's or group's) total reward.
+        /// </summary>
+        public Dictionary<string, double> EndEpisode(string episodeId, AgentFrame finalObservations = null, bool truncated = false)
+        {
+            Poll();
+            Episode episode = Running(episodeId, "EndEpisode");
+            var all = new AgentFrame();
+            var named = new HashSet<string>();
+            if (finalObservations != null)
+            {
+                for (int i = 0; i < finalObservations.Count; ++i)
+                {
+                    scratchObs.Clear();
+                    finalObservations.CopyObs(i, scratchObs);
+                    all.Add(finalObservations.AgentId(i), scratchObs.ToArray(), finalObservations.Truncated(i));
+                    named.Add(finalObservations.AgentId(i));
+                }
+            }
+            foreach (Actor actor in episode.Actors.Values)
+            {
+                GroupSpec group;
+                if (actor.IsGroup && groupsById.TryGetValue(actor.Id, out group))
+                {
+                    foreach (string member in group.Members)
+                    {
+                        List<float> latest;
+                        if (named.Contains(member) || !episode.LatestObs.TryGetValue(member, out latest)) continue;
+                        all.Add(member, latest.ToArray());
+                    }
+                }
+                else if (!named.Contains(actor.Id))
+                {
+                    scratchObs.Clear();
+                    actor.CopyLatest(scratchObs);
+                    all.Add(actor.Id, scratchObs.ToArray());
+                }
+            }
+            EndActors(episode, all, truncated);
+            foreach (Actor actor in episode.Actors.Values) FoldReturn(episode, actor);  // (any that did not leave)
+            episode.Done = true;
+            episode.Truncated = truncated;
+            var returns = new Dictionary<string, double>(episode.Returns);
+            if (!episode.Training) RemoveEpisode(episode);  // a trained episode goes once its last record is cut
+            return returns;
+        }
+
+        /// <summary>Sends every complete step now and waits until the server has every batch (or <paramref name="seconds"/> pass).</summary>
+        public void Flush(double seconds = 60)
+        {
+            Poll();
+            SendBatch();
+            if (!link.WaitIdle(seconds)) throw new TetherException(ErrorCode.Timeout, "the server at " + options.Address + " did not take every batch within " + seconds + " s (Flush)");
+            Drain();
+            RaisePending();
+        }
+
+        /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
+        public void Dispose()
+        {
+            if (fatal == null) fatal = new TetherException(ErrorCode.Closed, "the client was disposed");
+            link.Dispose();
+            foreach (Module module in modules.Values)
+            {
+                if (module.Backend != null) module.Backend.Dispose();
+                module.Backend = null;
+            }
+        }
+
+        // ---- frames ----------------------------------------------------------------------------
+
+        void Poll()
+        {
+            if (link.EventsPending) Drain();
+            RaisePending();
+        }
+
+        void RaisePending()
+        {
+            if (fatal != null) throw fatal;
+            if (errors.Count > 0) throw errors.Dequeue();
+        }
+
+        Episode Running(string episodeId, string call)
+        {
+            Episode episode;
+            if (episodeId == null || !episodes.TryGetValue(episodeId, out episode) || episode.Done)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, call + ": no running episode '" + episodeId + "'");
+            }
+            return episode;
+        }
+
+        Slot NewSlot()
+        {
+            if (slotCount == slots.Count) slots.Add(new Slot());
+            Slot slot = slots[slotCount++];
+            slot.ActorId = null;
+            slot.Actor = null;
+            slot.Module = null;
+            slot.FrameIndex = -1;
+            slot.Group = -1;
+            slot.Row = 0;
+            return slot;
+        }
+
+        // Builds the slots (one per actor: agent or group) from the frame, maps new
+        // actors and checks every size; records nothing. With an episode, existing
+        // actors keep their module; without one (ComputeActions) every actor is mapped.
+        void Gather(Episode episode, AgentFrame frame, string mappingEpisodeId, bool ending)
+        {
+            ++frameCounter;
+            slotCount = 0;
+            newSlots.Clear();
+            newActorIds.Clear();
+            for (int g = 0; g < groupSlot.Length; ++g) groupSlot[g] = -1;
+            for (int m = 0; m < memberIndex.Length; ++m) memberIndex[m] = -1;
+            int n = frame.Count;
+            for (int i = 0; i < n; ++i)
+            {
+                string id = frame.AgentId(i);
+                int bad;
+                if (!frame.AllFinite(i, out bad)) throw new TetherException(ErrorCode.NonFiniteValue, "agent '" + id + "': observation[" + bad + "] is not finite");
+                if (!ending && episode != null && episode.Ended.Contains(id))
+                {
+                    throw new TetherException(ErrorCode.InvalidArgument, "agent '" + id + "' already left episode '" + episode.Id +
+                                              "' (an ended agent, or a member of an ended group, cannot act again)");
+                }
+                MemberOf member;
+                if (groupOf.Count > 0 && groupOf.TryGetValue(id, out member))
+                {
+                    int at = groupMemberOffset[member.Group] + member.Position;
+                    if (memberIndex[at] >= 0) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + id + "' is twice in the frame");
+                    memberIndex[at] = i;
+                    if (groupSlot[member.Group] >= 0) continue;  // the group has its slot already
+                    groupSlot[member.Group] = slotCount;
+                    Slot groupSlotEntry = NewSlot();
+                    groupSlotEntry.Group = member.Group;
+                    groupSlotEntry.ActorId = groups[member.Group].GroupId;
+                    continue;
+                }
+                Slot slot = NewSlot();
+                slot.FrameIndex = i;
+                slot.ActorId = id;
+            }
+            // Actors and their modules.
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (episode != null)
+                {
+                    Actor actor = s < episode.ActorBySlot.Count ? episode.ActorBySlot[s] : null;
+                    if (actor == null || actor.Id != slot.ActorId)
+                    {
+                        if (!episode.Actors.TryGetValue(slot.ActorId, out actor)) actor = null;
+                    }
+                    if (actor != null)
+                    {
+                        if (actor.FrameMark == frameCounter) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + slot.ActorId + "' is twice in the frame");
+                        actor.FrameMark = frameCounter;
+                        slot.Actor = actor;
+                        slot.Module = actor.Module;
+                        continue;
+                    }
+                    if (ending) continue;  // never acted: leaves without a module
+                    if (newActorIds.Contains(slot.ActorId)) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + slot.ActorId + "' is twice in the frame");
+                }
+                newSlots.Add(s);
+                newActorIds.Add(slot.ActorId);
+            }
+            // Groups act only when every member observes.
+            for (int g = 0; g < groups.Count; ++g)
+            {
+                if (groupSlot[g] < 0) continue;
+                GroupSpec group = groups[g];
+                string missing = null;
+                for (int k = 0; k < group.Members.Count; ++k)
+                {
+                    if (memberIndex[groupMemberOffset[g] + k] < 0) missing = (missing == null ? "'" : missing + ", '") + group.Members[k] + "'";
+                }
+                if (missing != null)
+                {
+                    throw new TetherException(ErrorCode.InvalidArgument, "group '" + group.GroupId + "' acts as one agent: observations of " + missing + " are missing");
+                }
+            }
+            MapActors(mappingEpisodeId);
+            // Sizes against each actor's module.
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Module == null) continue;  // (ending without having acted)
+                Module module = slot.Module;
+                int obsSize = 0;
+                if (slot.Group < 0)
+                {
+                    obsSize = frame.ObsSize(slot.FrameIndex);
+                }
+                else
+                {
+                    GroupSpec group = groups[slot.Group];
+                    for (int k = 0; k < group.Members.Count; ++k) obsSize += frame.ObsSize(memberIndex[groupMemberOffset[slot.Group] + k]);
+                    if (module.ActDim % group.Members.Count != 0)
+                    {
+                        throw new TetherException(ErrorCode.InvalidArgument, "group '" + group.GroupId + "': module '" + module.Id + "' actions of " + module.ActDim +
+                                                  " values do not split evenly among " + group.Members.Count + " members");
+                    }
+                }
+                if (obsSize != module.ObsDim)
+                {
+                    throw new TetherException(ErrorCode.InvalidArgument, "'" + slot.ActorId + "': the observation has " + obsSize + " values, module '" + module.Id + "' needs " + module.ObsDim);
+                }
+            }
+        }
+
+        void MapActors(string episodeId)
+        {
+            if (newActorIds.Count == 0) return;
+            if (mapping != null)
+            {
+                for (int k = 0; k < newSlots.Count; ++k) slots[newSlots[k]].Module = MapByRules(newActorIds[k], episodeId);
+                return;
+            }
+            ++MapRequests;
+            var ids = new JArray();
+            foreach (string id in newActorIds) ids.Add(id);
+            JObject answer = link.Request(new JObject { { "type", "MAP_AGENTS" }, { "episode_id", episodeId }, { "agent_ids", ids } }, options.ResponseTimeoutSeconds);
+            var assigned = answer["modules"] as JObject;
+            if ((string)answer["type"] != "AGENT_MODULES" || assigned == null)
+            {
+                throw new ProtocolException(ErrorCode.InvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
+            }
+            for (int k = 0; k < newSlots.Count; ++k)
+            {
+                JToken module = assigned[newActorIds[k]];
+                if (module == null || module.Type != JTokenType.String) throw new ProtocolException(ErrorCode.InvalidField, "AGENT_MODULES names no module for '" + newActorIds[k] + "'");
+                slots[newSlots[k]].Module = ModuleNamed((string)module, newActorIds[k], "is mapped by AGENT_MODULES to");
+            }
+        }
+
+        // The first matching rule's module. An id whose rule names one module maps the
+        // same way in every episode: remembered, so a new episode's agents map without allocating.
+        Module MapByRules(string actorId, string episodeId)
+        {
+            Module module;
+            if (mappedByRule.TryGetValue(actorId, out module)) return module;
+            foreach (MappingRule rule in mapping.Rules)
+            {
+                if (!rule.Matches(actorId)) continue;
+                module = ModuleNamed(rule.ModuleFor(actorId, episodeId), actorId, "maps to");
+                if (rule.Module != null)
+                {
+                    if (mappedByRule.Count >= MaxRememberedMappings) mappedByRule.Clear();  // ids that keep changing: bounded
+                    mappedByRule.Add(actorId, module);
+                }
+                return module;
+            }
+            throw new TetherException(ErrorCode.UnmappedAgent, "no policy-mapping rule matches agent id '" + actorId + "'");
+        }
+
+        Module ModuleNamed(string moduleId, string actorId, string how)
+        {
+            Module module;
+            if (moduleId == null || !modules.TryGetValue(moduleId, out module))
+            {
+                throw new TetherException(ErrorCode.UnknownModule, "agent '" + actorId + "' " + how + " module '" + moduleId + "', which SET_CONFIG does not describe");
+            }
+            return module;
+        }
+
+        // Gives each slot its module row and writes the actors' observations (a group's members joined in member order).
+        void FillBatches(AgentFrame frame)
+        {
+            foreach (Module module in frameModules)
+            {
+                module.InFrame = false;
+                module.Rows = 0;
+            }
+            frameModules.Clear();
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Module module = slots[s].Module;
+                if (!module.InFrame)
+                {
+                    module.InFrame = true;
+                    frameModules.Add(module);
+                }
+                slots[s].Row = module.Rows++;
+            }
+            foreach (Module module in frameModules) module.EnsureRows(module.Rows);
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                Module module = slot.Module;
+                int at = slot.Row * module.ObsDim;
+                if (slot.Group < 0)
+                {
+                    frame.CopyObs(slot.FrameIndex, module.BatchObs, at);
+                    continue;
+                }
+                GroupSpec group = groups[slot.Group];
+                for (int k = 0; k < group.Members.Count; ++k)
+                {
+                    int i = memberIndex[groupMemberOffset[slot.Group] + k];
+                    frame.CopyObs(i, module.BatchObs, at);
+                    at += frame.ObsSize(i);
+                }
+            }
+        }
+
+        // One inference run per module of the frame.
+        void RunModules()
+        {
+            foreach (Module module in frameModules)
+            {
+                if (module.Backend == null) throw new TetherException(ErrorCode.NotReady, "module '" + module.Id + "' has no model yet (the server sent none)");
+                try
+                {
+                    module.Backend.Run(module.BatchObs, module.Rows, module.ObsDim, module.Dist, module.DistDim);
+                }
+                catch (TetherException e)
+                {
+                    throw new TetherException(e.Code, "module '" + module.Id + "': " + e.Detail, e);
+                }
+                ++InferenceRuns;
+            }
+        }
+
+        void LayOutActions(AgentFrame frame)
+        {
+            int n = frame.Count;
+            if (actionSizes.Length < n) actionSizes = new int[Math.Max(n, 2 * actionSizes.Length)];
+            for (int i = 0; i < n; ++i) actionSizes[i] = 0;
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Group < 0)
+                {
+                    actionSizes[slot.FrameIndex] = slot.Module.ActDim;
+                    continue;
+                }
+                GroupSpec group = groups[slot.Group];
+                int part = slot.Module.ActDim / group.Members.Count;
+                for (int k = 0; k < group.Members.Count; ++k) actionSizes[memberIndex[groupMemberOffset[slot.Group] + k]] = part;
+            }
+            frame.LayOutActions(actionSizes);
+        }
+
+        void WriteAction(Slot slot, double[] actions, int offset, AgentFrame frame)
+        {
+            int actDim = slot.Module.ActDim;
+            if (slot.Group < 0)
+            {
+                frame.SetAction(slot.FrameIndex, actions, offset, actDim);
+                return;
+            }
+            GroupSpec group = groups[slot.Group];
+            int part = actDim / group.Members.Count;
+            for (int k = 0; k < group.Members.Count; ++k) frame.SetAction(memberIndex[groupMemberOffset[slot.Group] + k], actions, offset + k * part, part);
+        }
+
+        void WriteValueObs(Episode episode, Module module, List<float> into)
+        {
+            int dim = module.ObsDim;
+            foreach (string agent in module.Spec.ValueObsAgents)
+            {
+                List<float> latest;
+                int have = episode.LatestObs.TryGetValue(agent, out latest) ? Math.Min(dim, latest.Count) : 0;
+                for (int j = 0; j < have; ++j) into.Add(latest[j]);
+                for (int j = have; j < dim; ++j) into.Add(0f);  // zeros for an agent not observed yet (§9.7)
+            }
+        }
+
+        List<float> LatestOf(Episode episode, string agentId)
+        {
+            List<float> latest;
+            if (!episode.LatestObs.TryGetValue(agentId, out latest))
+            {
+                latest = spareRows.Count > 0 ? spareRows.Pop() : new List<float>();
+                episode.LatestObs.Add(agentId, latest);
+            }
+            latest.Clear();
+            return latest;
+        }
+
+        // Keeps an actor's latest observation: a single agent's in its Actor (and in the
+        // episode's map when a critic sees it), a group's members' in the map.
+        void NoteLatest(Episode episode, Slot slot, AgentFrame frame)
+        {
+            if (slot.Group < 0)
+            {
+                if (slot.Actor != null && (!slot.Actor.Training || slot.Actor.ObsRows == 0))
+                {
+                    slot.Actor.Latest.Clear();
+                    frame.CopyObs(slot.FrameIndex, slot.Actor.Latest);
+                }
+                if (slot.Actor == null || slot.Actor.SharedLatest || criticAgents.Contains(slot.ActorId)) frame.CopyObs(slot.FrameIndex, LatestOf(episode, slot.ActorId));
+                return;
+            }
+            GroupSpec group = groups[slot.Group];
+            for (int k = 0; k < group.Members.Count; ++k) frame.CopyObs(memberIndex[groupMemberOffset[slot.Group] + k], LatestOf(episode, group.Members[k]));
+        }
+
+        void EndActors(Episode episode, AgentFrame finalObservations, bool allTruncated)
+        {
+            // Group members not in the frame end with their latest observation.
+            AgentFrame final = endFrame;
+            final.Clear();
+            for (int i = 0; i < finalObservations.Count; ++i)
+            {
+                scratchObs.Clear();
+                finalObservations.CopyObs(i, scratchObs);
+                final.Add(finalObservations.AgentId(i), scratchObs.ToArray(), finalObservations.Truncated(i) || allTruncated);
+            }
+            for (int i = 0, n = finalObservations.Count; i < n; ++i)
+            {
+                MemberOf member;
+                if (!groupOf.TryGetValue(finalObservations.AgentId(i), out member)) continue;
+                foreach (string other in groups[member.Group].Members)
+                {
+                    bool named = false;
+                    for (int j = 0; j < final.Count && !named; ++j) named = final.AgentId(j) == other;
+                    List<float> latest;
+                    if (named || !episode.LatestObs.TryGetValue(other, out latest)) continue;
+                    final.Add(other, latest.ToArray(), allTruncated);
+                }
+            }
+            Gather(episode, final, episode.Id, true);  // sizes; maps nothing
+            for (int s = 0; s < slotCount; ++s) NoteLatest(episode, slots[s], final);
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                bool truncated = false;
+                if (slot.Group < 0)
+                {
+                    episode.Ended.Add(slot.ActorId);
+                    truncated = final.Truncated(slot.FrameIndex);
+                }
+                else
+                {
+                    GroupSpec group = groups[slot.Group];
+                    for (int k = 0; k < group.Members.Count; ++k)
+                    {
+                        episode.Ended.Add(group.Members[k]);
+                        truncated = truncated || final.Truncated(memberIndex[groupMemberOffset[slot.Group] + k]);
+                    }
+                }
+                Actor actor;
+                if (!episode.Actors.TryGetValue(slot.ActorId, out actor)) continue;  // observed its end without acting: nothing to train on
+                episode.Actors.Remove(slot.ActorId);
+                episode.ActorBySlot.Clear();
+                FoldReturn(episode, actor);
+                Module module = actor.Module;
+                if (actor.Training)
+                {
+                    if (slot.Group < 0)
+                    {
+                        final.CopyObs(slot.FrameIndex, actor.Obs);
+                    }
+                    else
+                    {
+                        GroupSpec group = groups[slot.Group];
+                        for (int k = 0; k < group.Members.Count; ++k) final.CopyObs(memberIndex[groupMemberOffset[slot.Group] + k], actor.Obs);
+                    }
+                    if (module.ValueDim > 0) WriteValueObs(episode, module, actor.ValueObs);
+                    ++actor.ObsRows;
+                }
+                actor.Truncated = truncated;
+                actor.Terminated = !truncated;
+                if (actor.Training && actor.ActionRows > 0) episode.Finished.Add(actor);
+                else spareActors.Push(actor);
+            }
+            RecountPending();
+        }
+
+        static void AddReturn(Episode episode, string actorId, double reward)
+        {
+            double sum;
+            episode.Returns.TryGetValue(actorId, out sum);
+            episode.Returns[actorId] = sum + reward;
+        }
+
+        static void FoldReturn(Episode episode, Actor actor)
+        {
+            if (actor.Rewarded) AddReturn(episode, actor.Id, actor.RewardSum);
+            actor.RewardSum = 0;
+            actor.Rewarded = false;
+        }
+
+        void RemoveEpisode(Episode episode)
+        {
+            episodes.Remove(episode.Id);
+            episodeOrder.Remove(episode.Id);
+            foreach (Actor actor in episode.Actors.Values) spareActors.Push(actor);
+            foreach (Actor actor in episode.Finished) spareActors.Push(actor);
+            episode.Actors.Clear();
+            episode.Finished.Clear();
+            episode.Reset(null, false, spareRows);
+            spareEpisodes.Push(episode);
+        }
+
+        // ---- cutting and sending ---------------------------------------------------------------
+
+        int SendableSteps()
+        {
+            // Every actor's latest action is held back until its next observation (§10.7).
+            int held = 0;
+            foreach (Episode episode in episodes.Values)
+            {
+                if (!episode.Training) continue;
+                foreach (Actor actor in episode.Actors.Values)
+                {
+                    if (actor.Training && actor.ActionRows > 0 && actor.ObsRows == actor.ActionRows) ++held;
+                }
+            }
+            return Math.Max(0, pendingSteps - held);
+        }
+
+        void RecountPending()
+        {
+            pendingSteps = 0;
+            foreach (Episode episode in episodes.Values)
+            {
+                if (!episode.Training) continue;
+                foreach (Actor actor in episode.Actors.Values) pendingSteps += actor.ActionRows;
+                foreach (Actor actor in episode.Finished) pendingSteps += actor.ActionRows;
+            }
+        }
+
+        static void CopyPrefix<T>(List<T> from, int count, List<T> to)
+        {
+            if (to.Capacity < count) to.Capacity = Math.Max(count, 2 * to.Capacity);
+            for (int i = 0; i < count; ++i) to.Add(from[i]);
+        }
+
+        bool Cut(Actor actor, MultiAgentRecord record)
+        {
+            int actions = actor.ActionRows;
+            int k = actor.ObsRows == actions + 1 ? actions : Math.Max(0, actions - 1);
+            if (k == 0) return false;
+            Module module = actor.Module;
+            bool done = (actor.Terminated || actor.Truncated) && k == actions;
+            AgentEntry entry = spareEntries.Count > 0 ? spareEntries.Pop() : new AgentEntry();
+            entry.AgentId = actor.Id;
+            entry.Module = module.Spec;
+            entry.StartStep = actor.StartStep;
+            EpisodeChunk chunk = entry.Chunk;
+            CopyPrefix(actor.Obs, (k + 1) * module.ObsDim, chunk.Obs);
+            CopyPrefix(actor.Actions, k * module.ActDim, chunk.Actions);
+            CopyPrefix(actor.Rewards, k, chunk.Rewards);
+            CopyPrefix(actor.Logp, k, chunk.ActionLogp);
+            CopyPrefix(actor.Dist, k * module.DistDim, chunk.ActionDistInputs);
+            if (module.ValueDim > 0) CopyPrefix(actor.ValueObs, (k + 1) * module.ValueDim, entry.ValueObs);
+            chunk.IsTerminated = done && actor.Terminated;
+            chunk.IsTruncated = done && actor.Truncated;
+            for (int i = 0; i < k; ++i)
+            {
+                long v = actor.Versions[i];
+                if (v < 0) continue;
+                // A later server run counts versions anew: its steps are compared within their run.
+                long oldest;
+                int oldestIn;
+                bool known = oldestSeq.TryGetValue(module.Id, out oldest);
+                oldestRun.TryGetValue(module.Id, out oldestIn);
+                if (!known || actor.Runs[i] < oldestIn || (actor.Runs[i] == oldestIn && v < oldest))
+                {
+                    oldestSeq[module.Id] = v;
+                    oldestRun[module.Id] = actor.Runs[i];
+                }
+            }
+            actor.Obs.RemoveRange(0, k * module.ObsDim);
+            if (module.ValueDim > 0) actor.ValueObs.RemoveRange(0, k * module.ValueDim);
+            actor.Actions.RemoveRange(0, k * module.ActDim);
+            actor.Rewards.RemoveRange(0, k);
+            actor.Logp.RemoveRange(0, k);
+            actor.Dist.RemoveRange(0, k * module.DistDim);
+            actor.Versions.RemoveRange(0, k);
+            actor.Runs.RemoveRange(0, k);
+            actor.ObsRows -= k;
+            actor.ActionRows -= k;
+            record.Agents.Add(entry);
+            return true;
+        }
+
+        void SendBatch()
+        {
+            Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
+            oldestSeq.Clear();
+            oldestRun.Clear();
+            for (int e = 0; e < episodeOrder.Count; ++e)
+            {
+                Episode episode = episodes[episodeOrder[e]];
+                if (!episode.Training) continue;
+                MultiAgentRecord record = spareRecords.Count > 0 ? spareRecords.Pop() : new MultiAgentRecord();
+                record.EpisodeId = episode.Id;
+                foreach (Actor actor in episode.Finished)
+                {
+                    Cut(actor, record);
+                    spareActors.Push(actor);
+                }
+                episode.Finished.Clear();
+                foreach (Actor actor in episode.Actors.Values)
+                {
+                    if (actor.Training) Cut(actor, record);
+                }
+                if (record.Agents.Count > 0 || episode.Done)
+                {
+                    record.IsTerminated = episode.Done && !episode.Truncated;
+                    record.IsTruncated = episode.Done && episode.Truncated;
+                    batch.Records.Add(record);
+                }
+                else
+                {
+                    spareRecords.Push(record);
+                }
+                if (episode.Done)
+                {
+                    RemoveEpisode(episode);
+                    --e;
+                }
+            }
+            RecountPending();
+            int envSteps = envStepsSinceCut;
+            envStepsSinceCut = 0;
+            if (batch.Records.Count == 0)
+            {
+                Recycle(batch);
+                return;
+            }
+            foreach (MultiAgentRecord record in batch.Records) batch.AgentSteps += record.AgentSteps;
+            batch.EnvSteps = envSteps;
+            // The claims (§7.6): per module, the oldest version its steps used; a module
+            // without steps here reports the version it holds.
+            int claimRun = run;
+            foreach (Module module in modules.Values)
+            {
+                if (module.Seq.HasValue) batch.ModuleClaims[module.Id] = module.Seq.Value;
+            }
+            foreach (KeyValuePair<string, long> oldest in oldestSeq)
+            {
+                batch.ModuleClaims[oldest.Key] = oldest.Value;
+                claimRun = Math.Min(claimRun, oldestRun[oldest.Key]);
+            }
+            batch.ClaimRun = claimRun;
+            bool queued = link.Submit(batch, dropped);
+            if (dropped.Count > 0) ForgetEpisodes(dropped);
+            if (!queued)
+            {
+                Recycle(batch);
+                return;
+            }
+            if (WaitsForWeights && !link.WaitFor(batch, options.UpdateTimeoutSeconds))
+            {
+                throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
+            }
+            if (WaitsForWeights || link.EventsPending) Drain();
+        }
+
+        void Recycle(Batch batch)
+        {
+            foreach (MultiAgentRecord record in batch.Records)
+            {
+                foreach (AgentEntry entry in record.Agents)
+                {
+                    entry.Clear();
+                    spareEntries.Push(entry);
+                }
+                record.Agents.Clear();
+                record.EpisodeId = null;
+                record.IsTerminated = record.IsTruncated = false;
+                spareRecords.Push(record);
+            }
+            batch.Reset();
+            spareBatches.Push(batch);
+        }
+
+        void ForgetEpisodes(ICollection<string> ids)
+        {
+            foreach (string id in ids)
+            {
+                Episode episode;
+                if (!episodes.TryGetValue(id, out episode)) continue;
+                episode.Training = false;
+                foreach (Actor actor in episode.Finished) spareActors.Push(actor);
+                episode.Finished.Clear();
+                foreach (Actor actor in episode.Actors.Values) actor.StopTraining();
+                if (episode.Done) RemoveEpisode(episode);
+            }
+            RecountPending();
+        }
+
+        // ---- events from the I/O thread --------------------------------------------------------
+
+        // Applies what the I/O thread reported, in order; errors wait for RaisePending.
+        void Drain()
+        {
+            taken.Clear();
+            link.TakeEvents(taken);
+            foreach (LinkEvent e in taken)
+            {
+                switch (e.Kind)
+                {
+                    case LinkEventKind.Connected:
+                        try
+                        {
+                            Configure(e.Config, e.Info);
+                        }
+                        catch (TetherException error)
+                        {
+                            if (e.State != null) e.State.Dispose();
+                            fatal = error;
+                            break;
+                        }
+                        run = e.Run;
+                        Apply(e.State);
+                        break;
+                    case LinkEventKind.State:
+                        run = e.Run;
+                        Apply(e.State);
+                        break;
+                    case LinkEventKind.Batch:
+                        if (e.Batch.Error != null)
+                        {
+                            errors.Enqueue(e.Batch.Error);
+                            // The rest of a refused batch's episodes is not sent either.
+                            ForgetEpisodes(e.Batch.EpisodeIds);
+                        }
+                        else
+                        {
+                            EnvStepsSent += e.Batch.EnvSteps;
+                            AgentStepsSent += e.Batch.AgentSteps;
+                        }
+                        Recycle(e.Batch);
+                        break;
+                    case LinkEventKind.Error:
+                        errors.Enqueue(e.Error);
+                        break;
+                    case LinkEventKind.Fatal:
+                        if (fatal == null) fatal = e.Error;
+                        break;
+                }
+            }
+            taken.Clear();
+        }
+
+        void Configure(JObject config, JObject info)
+        {
+            var moduleSpecs = config["modules"] as JObject;
+            if (moduleSpecs == null || moduleSpecs.Count == 0)
+            {
+                throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG describes no \"modules\" (the server speaks RLlink < 1.2 or has one module: use TetherClient)");
+            }
+            var specs = new Dictionary<string, ModuleSpec>();
+            foreach (JProperty item in moduleSpecs.Properties()) specs[item.Name] = ModuleSpec.FromJson(item.Name, item.Value);
+            PolicyMapping rules = null;
+            JToken ruleList = config["policy_mapping"];
+            if (ruleList != null && ruleList.Type != JTokenType.Null)
+            {
+                rules = PolicyMapping.FromJson(ruleList);
+                foreach (MappingRule rule in rules.Rules)
+                {
+                    foreach (string named in rule.Module != null ? new List<string> { rule.Module } : new List<string>(rule.ChooseFrom))
+                    {
+                        if (!specs.ContainsKey(named)) throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG policy_mapping names module '" + named + "', which is not in \"modules\"");
+                    }
+                }
+            }
+            var groupSpecs = new List<GroupSpec>();
+            JToken groupList = config["groups"];
+            if (groupList != null && groupList.Type != JTokenType.Null)
+            {
+                var groupObject = groupList as JObject;
+                if (groupObject == null) throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG groups is not an object");
+                var seen = new HashSet<string>();
+                foreach (JProperty item in groupObject.Properties())
+                {
+                    GroupSpec group = GroupSpec.FromJson(item.Name, item.Value);
+                    foreach (string member in group.Members)
+                    {
+                        if (!seen.Add(member) || groupObject[member] != null)
+                        {
+                            throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG groups: agent '" + member + "' is in two groups, or is a group itself");
+                        }
+                    }
+                    groupSpecs.Add(group);
+                }
+            }
+            // Modules are kept (actors point at them); a new connection sends every model again.
+            int widest = 0;
+            foreach (KeyValuePair<string, ModuleSpec> spec in specs)
+            {
+                Module module;
+                if (!modules.TryGetValue(spec.Key, out module))
+                {
+                    module = new Module { Id = spec.Key };
+                    modules.Add(spec.Key, module);
+                }
+                module.SetSpec(spec.Value);
+                widest = Math.Max(widest, module.ActDim);
+            }
+            foreach (Module module in modules.Values)
+            {
+                link.Retire(module.Backend);
+                module.Backend = null;
+                module.Seq = null;
+            }
+            envAction = new double[Math.Max(1, widest)];
+            mapping = rules;
+            mappedByRule.Clear();
+            groups.Clear();
+            groupsById.Clear();
+            groupOf.Clear();
+            groupMemberOffset.Clear();
+            int members = 0;
+            foreach (GroupSpec group in groupSpecs)
+            {
+                groupMemberOffset.Add(members);
+                for (int k = 0; k < group.Members.Count; ++k) groupOf[group.Members[k]] = new MemberOf { Group = groups.Count, Position = k };
+                members += group.Members.Count;
+                groups.Add(group);
+                groupsById[group.GroupId] = group;
+            }
+            memberIndex = new int[members];
+            groupSlot = new int[groups.Count];
+            criticAgents.Clear();
+            foreach (ModuleSpec spec in specs.Values) criticAgents.UnionWith(spec.ValueObsAgents);
+            stepsPerSample = (int)Messages.IntegerOr(config["env_steps_per_sample"], 500, 1, int.MaxValue);
+            JToken onPolicy = config["force_on_policy"];
+            forceOnPolicy = onPolicy == null || onPolicy.Type != JTokenType.Boolean || (bool)onPolicy;
+            JToken version = info == null ? null : info["protocol_version"];
+            announcesVersion = version != null && version.Type == JTokenType.String;
+            int[] parsed = announcesVersion ? Messages.ParseVersion((string)version) : null;
+            rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
+            serverConfig = config;
+        }
+
+        void Apply(PreparedState state)
+        {
+            if (state == null) return;
+            if (state.ModuleBackends != null)
+            {
+                foreach (KeyValuePair<string, IInferenceBackend> loaded in state.ModuleBackends)
+                {
+                    Module module;
+                    if (!modules.TryGetValue(loaded.Key, out module))
+                    {
+                        link.Retire(loaded.Value);
+                        continue;
+                    }
+                    link.Retire(module.Backend);
+                    module.Backend = loaded.Value;  // the swap: the next frame uses the new model
+                    ++ModelsLoaded;
+                }
+            }
+            if (state.ModuleSeqs != null)
+            {
+                foreach (KeyValuePair<string, long> seq in state.ModuleSeqs)
+                {
+                    Module module;
+                    if (modules.TryGetValue(seq.Key, out module)) module.Seq = seq.Value;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+// The multi-agent client against a scripted multi-agent server over real sockets.
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using Newtonsoft.Json.Linq;
+using NUnit.Framework;
+using Tether.Client;
+using Tether.Protocol;
+
+namespace Tether.Tests
+{
+    [TestFixture]
+    public class MultiAgentClientTests
+    {
+        static MultiAgentClient Connect(ScriptedServer server)
+        {
+            return MultiAgentClient.Connect(new ClientOptions { Port = server.Port, Seed = 3, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait });
+        }
+
+        static float[] Obs(int t, int agent, int size)
+        {
+            var obs = new float[size];
+            for (int j = 0; j < size; ++j) obs[j] = 0.01f * t + 0.1f * agent + j;
+            return obs;
+        }
+
+        static Dictionary<string, ModuleSpec> Specs(ScriptedServer server)
+        {
+            var specs = new Dictionary<string, ModuleSpec>();
+            foreach (JProperty m in ((JObject)server.Config["modules"]).Properties()) specs[m.Name] = ModuleSpec.FromJson(m.Name, m.Value);
+            return specs;
+        }
+
+        // Every batch's records pass the server's checks; returns the entries of each actor in order.
+        static Dictionary<string, List<JObject>> CheckBatches(ScriptedServer server, out int envSteps, out int agentSteps)
+        {
+            var specs = Specs(server);
+            var entries = new Dictionary<string, List<JObject>>();
+            envSteps = agentSteps = 0;
+            foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+            {
+                int steps = 0;
+                var records = (JArray)batch["episodes"];
+                for (int i = 0; i < records.Count; ++i)
+                {
+                    steps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true);
+                    foreach (JProperty agent in ((JObject)records[i]["agents"]).Properties())
+                    {
+                        if (!entries.ContainsKey(agent.Name)) entries[agent.Name] = new List<JObject>();
+                        entries[agent.Name].Add((JObject)agent.Value);
+                    }
+                }
+                Assert.That((int)batch["agent_steps"], Is.EqualTo(steps));
+                Assert.That(batch["weights_seq_nos"], Is.InstanceOf<JObject>());
+                envSteps += (int)batch["env_steps"];
+                agentSteps += steps;
+            }
+            // An actor's entries join up: each one's first observation repeats the previous one's last.
+            foreach (List<JObject> chunks in entries.Values)
+            {
+                for (int i = 0; i + 1 < chunks.Count; ++i)
+                {
+                    Assert.That(JToken.DeepEquals(chunks[i]["obs"].Last(), chunks[i + 1]["obs"].First()), Is.True);
+                }
+            }
+            return entries;
+        }
+
+        [Test]
+        public void GroupsModulesAndCriticRowsMakeRecordsTheServerAccepts()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(20, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                for (int t = 0; t < 30; ++t)
+                {
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    if (t >= 5 && t < 20) frame.Add("a_1", Obs(t, 1, 4));
+                    frame.Add("m_0", Obs(t, 2, 2));
+                    frame.Add("m_1", Obs(t, 3, 2));
+                    client.GetActions(episode, frame);
+                    for (int i = 0; i < frame.Count; ++i)
+                    {
+                        Assert.That(frame.ActionSize(i), Is.EqualTo(1), frame.AgentId(i));  // a member gets its part of [2, 2]
+                        Assert.That(frame.DiscreteAction(i), Is.EqualTo(0).Or.EqualTo(1));
+                        client.LogReturns(episode, frame.AgentId(i), 1.0);
+                    }
+                    if (t == 19)
+                    {
+                        var leaving = new AgentFrame();
+                        leaving.Add("a_1", Obs(20, 1, 4));
+                        client.EndAgents(episode, leaving);
+                    }
+                }
+                Assert.That(client.ModuleOf(episode, "pair"), Is.EqualTo("lifter"));
+                Assert.That(client.ModuleOf(episode, "a_0"), Is.EqualTo("solo"));
+                Assert.That(client.InferenceRuns, Is.EqualTo(60));  // one per module per frame
+                Dictionary<string, double> returns = client.EndEpisode(episode, null, truncated: true);
+                Assert.That(returns["a_0"], Is.EqualTo(30));
+                Assert.That(returns["a_1"], Is.EqualTo(15));
+                Assert.That(returns["pair"], Is.EqualTo(30));  // "mean": each member's 1.0 counts half
+                client.Flush(10);
+                int envSteps, agentSteps;
+                Dictionary<string, List<JObject>> entries = CheckBatches(server, out envSteps, out agentSteps);
+                Assert.That(envSteps, Is.EqualTo(30));
+                Assert.That(agentSteps, Is.EqualTo(30 + 15 + 30));
+                Assert.That(client.AgentStepsSent, Is.EqualTo(75));
+                Assert.That(entries.Keys, Is.EquivalentTo(new[] { "a_0", "a_1", "pair" }));
+                // The group acts on its members' observations joined in member order.
+                var first = (JArray)entries["pair"][0]["obs"][0];
+                Assert.That(first.Select(v => (float)v), Is.EqualTo(Obs(0, 2, 2).Concat(Obs(0, 3, 2))));
+                // a_1 joined at env step 5 and left terminated; the others ended truncated.
+                Assert.That((long)entries["a_1"][0]["start_step"], Is.EqualTo(5));
+                Assert.That((bool)entries["a_1"].Last()["is_terminated"], Is.True);
+                Assert.That((bool)entries["a_0"].Last()["is_truncated"], Is.True);
+                Assert.That((bool)entries["pair"].Last()["is_truncated"], Is.True);
+                // The centralized critic's rows: a_0's and a_1's latest observations (zeros before a_1 came).
+                var critic = (JArray)entries["a_0"][0]["value_obs"][0];
+                Assert.That(critic.Count, Is.EqualTo(8));
+                Assert.That(critic.Skip(4).Select(v => (float)v), Is.EqualTo(new float[4]));
+            }
+        }
+
+        [Test]
+        public void AServerThatMapsWithAFunctionIsAskedOncePerFrameWithNewAgents()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))
+            using (MultiAgentClient client = Connect(server))
+            {
+                Assert.That(client.HasMappingRules, Is.False);
+                string episode = client.StartEpisode("ep-1");
+                var frame = new AgentFrame();
+                for (int t = 0; t < 6; ++t)
+                {
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    if (t >= 3) frame.Add("a_1", Obs(t, 1, 4));
+                    client.GetActions(episode, frame);
+                }
+                Assert.That(client.MapRequests, Is.EqualTo(2));
+                var asked = server.Received("MAP_AGENTS");
+                Assert.That(asked.Select(m => string.Join(",", m["agent_ids"].Select(a => (string)a))), Is.EqualTo(new[] { "a_0", "a_1" }));
+                Assert.That(asked.All(m => (string)m["episode_id"] == "ep-1"), Is.True);
+                Assert.That(client.ModuleOf(episode, "a_1"), Is.EqualTo("solo"));
+                // An agent the server cannot map: its error, and nothing of that frame recorded.
+                frame.Clear();
+                frame.Add("a_0", Obs(6, 0, 4));
+                frame.Add("x_9", Obs(6, 9, 4));
+                var e = Assert.Throws<ServerErrorException>(() => client.GetActions(episode, frame));
+                Assert.That(e.ServerCode, Is.EqualTo("UNMAPPED_AGENT"));
+                Assert.That(e.Message, Is.StringContaining("x_9"));
+                frame.Clear();
+                frame.Add("a_0", Obs(6, 0, 4));
+                client.GetActions(episode, frame);
+                client.EndEpisode(episode);
+                client.Flush(10);
+                int envSteps, agentSteps;
+                CheckBatches(server, out envSteps, out agentSteps);
+                Assert.That(envSteps, Is.EqualTo(7));
+                Assert.That(agentSteps, Is.EqualTo(7 + 3));
+            }
+        }
+
+        [Test]
+        public void BadFramesAreClearErrorsAndRecordNothing()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                Action<int> good = t =>
+                {
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    frame.Add("m_0", Obs(t, 2, 2));
+                    frame.Add("m_1", Obs(t, 3, 2));
+                    client.GetActions(episode, frame);
+                };
+                good(0);
+                frame.Clear();
+                frame.Add("a_0", Obs(1, 0, 4));
+                frame.Add("m_0", Obs(1, 2, 2));
+                var e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                Assert.That(e.Message, Is.StringContaining("group 'pair'").And.StringContaining("'m_1'"));
+                frame.Clear();
+                frame.Add("a_0", new[] { 0f, float.NaN, 0f, 0f });
+                e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.NonFiniteValue));
+                Assert.That(e.Message, Is.StringContaining("'a_0'").And.StringContaining("observation[1]"));
+                frame.Clear();
+                frame.Add("a_0", new float[3]);
+                e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Message, Is.StringContaining("3 values, module 'solo' needs 4"));
+                frame.Clear();
+                frame.Add("a_0", Obs(1, 0, 4));
+                frame.Add("a_0", Obs(1, 0, 4));
+                e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Message, Is.StringContaining("twice"));
+                frame.Clear();
+                frame.Add("zz", Obs(1, 0, 4));
+                e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.UnmappedAgent));
+                good(1);
+                client.RetireAgent(episode, "a_0", Obs(2, 0, 4));
+                frame.Clear();
+                frame.Add("a_0", Obs(2, 0, 4));
+                e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Message, Is.StringContaining("already left"));
+                e = Assert.Throws<TetherException>(() => client.GetActions("nope", frame));
+                Assert.That(e.Message, Is.StringContaining("no running episode 'nope'"));
+                client.EndEpisode(episode);
+                client.Flush(10);
+                int envSteps, agentSteps;
+                CheckBatches(server, out envSteps, out agentSteps);
+                Assert.That(envSteps, Is.EqualTo(2));  // only the two good frames
+                Assert.That(agentSteps, Is.EqualTo(4));
+            }
+        }
+
+        [Test]
+        public void AFrameOf256AgentsAllocatesNothingInSteadyState()
+        {
+            const int agents = 256;
+            using (ScriptedServer server = ScriptedServer.MultiAgent(10 * agents, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                var ids = Enumerable.Range(0, agents).Select(i => "a_" + i).ToArray();
+                var observations = Enumerable.Range(0, agents).Select(i => Obs(0, i, 4)).ToArray();
+                var frame = new AgentFrame();
+                long bytes = 0, sentBefore = 0;
+                int frames = 0;
+                for (int e = 0; e < 20; ++e)
+                {
+                    string episode = client.StartEpisode();
+                    for (int t = 0; t < 25; ++t)
+                    {
+                        bool measure = e >= 6;  // after warm-up: arrays, reused batches and actors have their size
+                        if (e == 6 && t == 0) sentBefore = client.AgentStepsSent;
+                        frame.Clear();
+                        for (int i = 0; i < agents; ++i) frame.Add(ids[i], observations[i]);
+                        long before = GC.GetAllocatedBytesForCurrentThread();
+                        client.GetActions(episode, frame);
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - before;
+                        for (int i = 0; i < agents; ++i) client.LogReturns(episode, ids[i], 1.0);
+                        if (measure)
+                        {
+                            bytes += spent;
+                            ++frames;
+                        }
+                        // Frames spaced in time: the server keeps up, batches come back for reuse.
+                        DateTime deadline = DateTime.UtcNow.AddSeconds(5);
+                        while (client.Sending && DateTime.UtcNow < deadline) System.Threading.Thread.Sleep(1);
+                    }
+                    client.EndEpisode(episode);
+                }
+                long sent = client.AgentStepsSent - sentBefore;
+                Console.WriteLine("[ allocations ] " + bytes + " bytes over " + frames + " frames of " + agents + " agents while " + sent + " agent steps were sent");
+                Assert.That(sent, Is.GreaterThan(frames * agents / 2));
+                Assert.That(bytes, Is.EqualTo(0));
+            }
+        }
+    }
+}
