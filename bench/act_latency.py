@@ -46,7 +46,12 @@ binding made once), ``sdk_csharp_us_p50`` / ``_p99`` (``TetherClient.GetAction``
 and, against the sending server, ``sdk_csharp_allocated_bytes_per_call`` (bytes
 the calling thread allocated per GetAction in steady state: 2 x ``--calls`` (at least two batches)
 calls, one every 50 us, that cut a batch every ``--sending-batch`` steps, after
-five batches of warm-up) with ``sdk_csharp_allocating_calls``. ``--no-csharp`` leaves them out.
+five batches of warm-up) with ``sdk_csharp_allocating_calls``, and
+``sdk_csharp_batch256_us_p50`` / ``_p99`` (``MultiAgentClient.GetActions`` for
+one frame of 256 agents of one module against the sending server, paced and
+beside a bare batch-256 run as for C++: ``ort_csharp_batch256_paced_us_p50``,
+``sdk_csharp_batch256_ratio``, ``sdk_csharp_batch256_allocated_bytes_per_frame``).
+``--no-csharp`` leaves them out.
 
 Prints one JSON object on stdout, e.g.::
 
@@ -303,11 +308,13 @@ def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int,
     run_ = subprocess.run(["mono", "--optimize=all", str(CSHARP_PROGRAM), "--model", str(model_file), "--port", str(port),
                            "--sending-port", str(sending_port), "--alloc-calls", str(max(2 * args.calls, 2 * args.sending_batch)),
                            "--alloc-warmup", str(max(args.warmup, 5 * args.sending_batch)), "--calls", str(args.calls), "--warmup", str(args.warmup), "--blocks", str(args.blocks),
+                           "--batch-calls", str(args.batch_calls), "--frame-interval-us", str(args.frame_interval_us),
                            "--seed", str(args.seed)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=env)
     if run_.returncode != 0:
         raise RuntimeError(f"act_latency.exe exited {run_.returncode}: {run_.stderr[-4000:]}")
-    result = json.loads(run_.stdout.strip().splitlines()[-1])
+    lines = [line for line in run_.stdout.strip().splitlines() if line.startswith("{")]
+    result = {**json.loads(lines[-2]), **json.loads(lines[-1])}
     result["sdk_csharp_us_p50_vs_ort_csharp"] = round(result["sdk_csharp_us_p50"] / result["ort_csharp_us_p50"], 2)
     return result
 
@@ -376,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sdk_csharp_us_p50" in result:
         log(f"C# SDK GetAction p50 {result['sdk_csharp_us_p50']} us vs its bare ONNX Runtime backend "
             f"{result['ort_csharp_us_p50']} us; p99 {result['sdk_csharp_us_p99']} us; "
-            f"{result['sdk_csharp_allocated_bytes_per_call']} bytes allocated per call")
+            f"{result['sdk_csharp_allocated_bytes_per_call']} bytes allocated per call; 256 agents in one frame "
+            f"{result['sdk_csharp_batch256_us_p50']} us vs bare {result['ort_csharp_batch256_paced_us_p50']} us "
+            f"(ratio {result['sdk_csharp_batch256_ratio']}), {result['sdk_csharp_batch256_allocated_bytes_per_frame']} bytes per frame")
     print(json.dumps(result), flush=True)
     return 0
 

@@ -19,6 +19,14 @@
 //   call every --alloc-interval-us (a game the server keeps up with: 20,000
 //   steps/s by default);
 //   sdk_csharp_allocating_calls counts the calls that allocated at all.
+// * sdk_csharp_batch256_us_p50 / _p99: MultiAgentClient.GetActions for one
+//   frame of 256 agents of one module (the server maps every agent to its one
+//   module) against the server on --sending-port, in steady state (a batch cut
+//   every 4000 agent steps), frames paced every --frame-interval-us; a bare
+//   batch-256 OnnxRuntimeBackend.Run goes beside each frame (before it, then
+//   after it, in turn): ort_csharp_batch256_paced_us_p50, and
+//   sdk_csharp_batch256_ratio is the frame against it.
+//   sdk_csharp_batch256_allocated_bytes_per_frame: what the frames allocated.
 // Prints one JSON object on stdout.
 using System;
 using System.Collections.Generic;
@@ -43,7 +51,7 @@ namespace Tether.Bench
         static int Main(string[] argv)
         {
             string model = null;
-            int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50;
+            int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50, batchCalls = 2000, frameIntervalUs = 1000;
             ulong seed = 0;
             for (int i = 0; i + 1 < argv.Length; i += 2)
             {
@@ -56,6 +64,8 @@ namespace Tether.Bench
                     case "--alloc-warmup": allocWarmup = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--alloc-calls": allocCalls = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--alloc-interval-us": allocIntervalUs = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--batch-calls": batchCalls = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
+                    case "--frame-interval-us": frameIntervalUs = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--calls": calls = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--warmup": warmup = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--blocks": blocks = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
@@ -136,6 +146,66 @@ namespace Tether.Bench
                     }
                     sentAfter = sending.EnvStepsSent;
                 }
+                // 256 agents in one frame through the multi-agent client.
+                const int agents = 256;
+                var frameTicks = new List<long>(batchCalls);
+                var frameBareTicks = new List<long>(batchCalls);
+                long frameBytes = 0, frameDropped = 0, frameSent = 0;
+                var batchObs = new float[agents * 4];
+                var batchOut = new float[agents * 2];
+                using (MultiAgentClient multi = MultiAgentClient.Connect(new ClientOptions { Port = sendingPort, Seed = seed, ClientName = "bench-act-latency-csharp-multi" }))
+                {
+                    string frameEpisode = multi.StartEpisode();
+                    var frame = new AgentFrame();
+                    var ids = new string[agents];
+                    for (int a = 0; a < agents; ++a) ids[a] = "agent_" + a;
+                    long interval = frameIntervalUs * Stopwatch.Frequency / 1000000, next = Stopwatch.GetTimestamp();
+                    int warm = Math.Min(200, batchCalls);
+                    for (int i = -warm; i < batchCalls; ++i)
+                    {
+                        frame.Clear();
+                        for (int a = 0; a < agents; ++a)
+                        {
+                            float[] obs = pool[((i + warm) * agents + a) % nObs];
+                            frame.Add(ids[a], obs);
+                            Array.Copy(obs, 0, batchObs, a * 4, 4);
+                        }
+                        next += interval;
+                        while (Stopwatch.GetTimestamp() < next) { }
+                        // Whichever runs first after the pause pays for waking up: they take turns.
+                        long bareTime = 0;
+                        if (i % 2 == 0)
+                        {
+                            long b0 = Stopwatch.GetTimestamp();
+                            bare.Run(batchObs, agents, 4, batchOut, 2);
+                            bareTime = Stopwatch.GetTimestamp() - b0;
+                        }
+                        long bytes = GC.GetAllocatedBytesForCurrentThread();
+                        long t0 = Stopwatch.GetTimestamp();
+                        multi.GetActions(frameEpisode, frame);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - bytes;
+                        if (i % 2 != 0)
+                        {
+                            long b0 = Stopwatch.GetTimestamp();
+                            bare.Run(batchObs, agents, 4, batchOut, 2);
+                            bareTime = Stopwatch.GetTimestamp() - b0;
+                        }
+                        for (int a = 0; a < agents; ++a) multi.LogReturns(frameEpisode, ids[a], 1.0);
+                        if (i < 0) continue;
+                        frameTicks.Add(t);
+                        frameBareTicks.Add(bareTime);
+                        frameBytes += spent;
+                    }
+                    frameDropped = multi.BatchesDropped;
+                    frameSent = multi.AgentStepsSent;
+                }
+                double frameP50 = Percentile(frameTicks, 50), frameP99 = Percentile(frameTicks, 99), framedBare = Percentile(frameBareTicks, 50);
+                Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
+                    "{{\"sdk_csharp_batch256_us_p50\": {0}, \"sdk_csharp_batch256_us_p99\": {1}, \"ort_csharp_batch256_paced_us_p50\": {2}, " +
+                    "\"sdk_csharp_batch256_ratio\": {3}, \"sdk_csharp_batch256_allocated_bytes_per_frame\": {4}, \"sdk_csharp_batch256_frames\": {5}, " +
+                    "\"sdk_csharp_batch256_batches_dropped\": {6}, \"sdk_csharp_batch256_agent_steps_sent\": {7}}}",
+                    frameP50, frameP99, framedBare, Math.Round(frameP50 / framedBare, 2), Math.Round((double)frameBytes / Math.Max(1, frameTicks.Count), 3), frameTicks.Count, frameDropped, frameSent));
                 Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
                     "{{\"ort_csharp_us_p50\": {0}, \"ort_csharp_us_p99\": {1}, \"sdk_csharp_us_p50\": {2}, \"sdk_csharp_us_p99\": {3}, " +
                     "\"sdk_csharp_allocated_bytes_per_call\": {4}, \"sdk_csharp_allocating_calls\": {5}, \"sdk_csharp_alloc_calls\": {6}, " +
