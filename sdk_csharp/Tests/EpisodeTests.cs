@@ -1,5 +1,7 @@
 // Records written by the SDK pass the server's checks, and say what is wrong when they cannot be written.
+using System;
 using System.Collections.Generic;
+using System.Linq;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Protocol;
@@ -9,6 +11,71 @@ namespace Tether.Tests
     [TestFixture]
     public class EpisodeTests
     {
+        static bool SameNumbers(JToken a, JToken b)
+        {
+            if (a.Type == JTokenType.Array || a.Type == JTokenType.Object)
+            {
+                var ca = a.Children().ToList();
+                var cb = b.Children().ToList();
+                if (a.Type != b.Type || ca.Count != cb.Count) return false;
+                for (int i = 0; i < ca.Count; ++i) if (!SameNumbers(ca[i], cb[i])) return false;
+                return true;
+            }
+            if (a.Type == JTokenType.Property) return ((JProperty)a).Name == ((JProperty)b).Name && SameNumbers(((JProperty)a).Value, ((JProperty)b).Value);
+            if ((a.Type == JTokenType.Float || a.Type == JTokenType.Integer) && (b.Type == JTokenType.Float || b.Type == JTokenType.Integer))
+            {
+                return a.Type == b.Type && (double)a == (double)b;  // an integer stays an integer, a float a float
+            }
+            return JToken.DeepEquals(a, b);
+        }
+
+        [Test]
+        public void TheFastWriterWritesWhatEncodeWrites()
+        {
+            var rng = new Tether.Sampling.Rng(5);
+            var cases = new[]
+            {
+                new { Obs = Space.Box(new long[] { 2, 2 }, -10, 10), Act = Space.MultiDiscrete(new long[] { 2, 3 }) },
+                new { Obs = Space.Box(new long[] { 3 }, -1, 1), Act = Space.Box(new long[] { 2 }, -1, 1) },
+                new { Obs = Space.Box(new long[] { 1 }, -1e30, 1e30), Act = Space.Discrete(4, 1) },
+            };
+            var writer = new RecordWriter();
+            var module = new ModuleSpec { ModuleId = "m\"x", ValueObsAgents = new List<string> { "a", "b" } };
+            foreach (var c in cases)
+            {
+                int obsDim = c.Obs.FlatDim, actDim = c.Act.FlatDim, k = c.Act.DistInputsSize, steps = 4;
+                var chunk = new EpisodeChunk { EpisodeId = "ep-\u00e9\"1", IsTerminated = true };
+                for (int t = 0; t <= steps; ++t)
+                {
+                    for (int j = 0; j < obsDim; ++j) chunk.Obs.Add((float)(rng.Normal() * Math.Pow(10, (int)(rng.Uniform() * 16) - 8)));
+                    if (t == steps) break;
+                    for (int j = 0; j < actDim; ++j) chunk.Actions.Add(c.Act.Kind == SpaceKind.Box ? rng.Normal() * 3 : (double)(c.Act.Kind == SpaceKind.Discrete ? 1 + t % 4 : t % 2));
+                    chunk.Rewards.Add(t == 0 ? 1f : (float)rng.Normal());
+                    chunk.ActionLogp.Add(t == 1 ? -2.0 : -rng.Uniform());
+                    for (int j = 0; j < k; ++j) chunk.ActionDistInputs.Add((float)rng.Normal());
+                }
+                writer.Begin();
+                writer.SingleAgentRecord(chunk, c.Obs, c.Act);
+                JToken fast = JToken.Parse(writer.Finish())[0];
+                JToken tree = JToken.Parse(EpisodeRecords.Encode(chunk, c.Obs, c.Act).ToString(Newtonsoft.Json.Formatting.None));
+                Assert.That(SameNumbers(new JObject(((JObject)fast).Properties().OrderBy(p => p.Name)), new JObject(((JObject)tree).Properties().OrderBy(p => p.Name))), Is.True,
+                            fast.ToString() + "\n" + tree.ToString());
+                module.ObservationSpace = c.Obs;
+                module.ActionSpace = c.Act;
+                var valueObs = new List<float>();
+                for (int i = 0; i < (steps + 1) * module.ValueObsDim; ++i) valueObs.Add((float)rng.Normal());
+                writer.Begin();
+                writer.BeginMultiAgentRecord("ep-2", false, true);
+                writer.AgentEntry("agent \"0\"", chunk, module, 3, valueObs);
+                writer.EndMultiAgentRecord();
+                JToken record = JToken.Parse(writer.Finish())[0];
+                JToken entry = JToken.Parse(EpisodeRecords.EncodeAgentEntry(chunk, module, 3, valueObs).ToString(Newtonsoft.Json.Formatting.None));
+                Assert.That((bool)record["is_truncated"] && !(bool)record["is_terminated"] && (string)record["episode_id"] == "ep-2", Is.True);
+                JToken written = record["agents"]["agent \"0\""];
+                Assert.That(SameNumbers(new JObject(((JObject)written).Properties().OrderBy(p => p.Name)), new JObject(((JObject)entry).Properties().OrderBy(p => p.Name))), Is.True);
+            }
+        }
+
         [Test]
         public void WrittenRecordsPassTheServersChecks()
         {

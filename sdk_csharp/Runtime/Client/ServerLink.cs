@@ -62,7 +62,7 @@ namespace Tether.Client
         public int Attempts;         // connections it was sent on
         public volatile bool Done;   // answered (or given up)
         public TetherException Error;
-        public JArray Episodes;      // encoded once, on the I/O thread
+        public string Episodes;      // the records' JSON array, written once, on the I/O thread
         public readonly List<string> EpisodeIds = new List<string>();
 
         /// <summary>Empties a batch the game's thread took back (its event was taken: the I/O thread is done with it).</summary>
@@ -147,6 +147,7 @@ namespace Tether.Client
         readonly Queue<IInferenceBackend> retired = new Queue<IInferenceBackend>();
         readonly Queue<LinkRequest> requests = new Queue<LinkRequest>();
         readonly bool multiAgent;
+        readonly RecordWriter writer = new RecordWriter();  // I/O thread
         readonly Dictionary<string, long> moduleSeqs = new Dictionary<string, long>();  // I/O thread: versions held
         readonly AutoResetEvent wake = new AutoResetEvent(false);
         readonly ManualResetEvent connectedOnce = new ManualResetEvent(false);
@@ -801,17 +802,23 @@ namespace Tether.Client
                 batch.Seq = nextSeq++;
                 try
                 {
-                    batch.Episodes = new JArray();
+                    writer.Begin();
                     if (multiAgent)
                     {
-                        foreach (MultiAgentRecord record in batch.Records) batch.Episodes.Add(EncodeRecord(record));
+                        foreach (MultiAgentRecord record in batch.Records)
+                        {
+                            writer.BeginMultiAgentRecord(record.EpisodeId, record.IsTerminated, record.IsTruncated);
+                            foreach (AgentEntry entry in record.Agents) writer.AgentEntry(entry.AgentId, entry.Chunk, entry.Module, entry.StartStep, entry.ValueObs);
+                            writer.EndMultiAgentRecord();
+                        }
                     }
                     else
                     {
                         Space obs = Space.FromJson(config["observation_space"]);
                         Space act = Space.FromJson(config["action_space"]);
-                        foreach (EpisodeChunk chunk in batch.Chunks) batch.Episodes.Add(EpisodeRecords.Encode(chunk, obs, act));
+                        foreach (EpisodeChunk chunk in batch.Chunks) writer.SingleAgentRecord(chunk, obs, act);
                     }
+                    batch.Episodes = writer.Finish();
                 }
                 catch (TetherException e)
                 {
@@ -822,7 +829,7 @@ namespace Tether.Client
             ++batch.Attempts;
             var message = new JObject
             {
-                { "episodes", batch.Episodes },
+                { "episodes", new JRaw(batch.Episodes) },
                 { "env_steps", batch.EnvSteps },
             };
             // Versions are comparable within one server run only: a claim from an earlier run names the oldest possible one.
@@ -916,23 +923,6 @@ namespace Tether.Client
                 if (prepared != null && !prepared.IsEmpty) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Run = run });
                 PostLocked(new LinkEvent { Kind = LinkEventKind.Batch, Batch = batch });
             }
-        }
-
-        static JObject EncodeRecord(MultiAgentRecord record)
-        {
-            var agents = new JObject();
-            foreach (AgentEntry entry in record.Agents)
-            {
-                agents[entry.AgentId] = EpisodeRecords.EncodeAgentEntry(entry.Chunk, entry.Module, entry.StartStep, entry.ValueObs);
-            }
-            var encoded = new JObject
-            {
-                { "episode_id", record.EpisodeId },
-                { "is_terminated", record.IsTerminated },
-                { "is_truncated", record.IsTruncated },
-                { "agents", agents },
-            };
-            return encoded;
         }
 
         void ForgetRefusedLocked(Batch batch)
