@@ -1,0 +1,77 @@
+// An agent in a Unity scene: it observes, receives actions and earns rewards;
+// the scene's TetherManager does the rest.
+#if UNITY_5_3_OR_NEWER
+using UnityEngine;
+
+namespace Tether.Unity
+{
+    /// <summary>
+    /// Derive from this for each kind of agent. Every <see cref="decisionPeriod"/>
+    /// fixed steps the scene's <see cref="TetherManager"/> asks it for an
+    /// observation (<see cref="CollectObservations"/>), computes the actions of
+    /// every agent deciding in that step together (one inference per module),
+    /// and hands it its action (<see cref="OnActionReceived"/>). Rewards go in
+    /// with <see cref="AddReward"/> whenever they happen. The server's policy
+    /// mapping turns <see cref="AgentId"/> into a module; agents of a group
+    /// (SET_CONFIG groups) act as one agent.
+    /// </summary>
+    public abstract class TetherAgent : MonoBehaviour
+    {
+        /// <summary>The id the server maps to a module; empty: the GameObject's name.</summary>
+        [Tooltip("The id the server's policy mapping sees; empty: the GameObject's name")]
+        public string agentId = "";
+
+        /// <summary>Fixed steps between two decisions of this agent (its own rate).</summary>
+        [Min(1)]
+        public int decisionPeriod = 5;
+
+        internal float[] observation;
+        internal double[] action;
+        internal int incarnation;
+
+        /// <summary>The id this agent has in the current episode (a re-enabled agent comes back as a new one).</summary>
+        public string AgentId { get; internal set; }
+
+        /// <summary>Numbers in this agent's observation (its module's observation space, flattened).</summary>
+        public abstract int ObservationSize { get; }
+
+        /// <summary>Writes the agent's current observation into <paramref name="observation"/> (ObservationSize values; reused, never keep it).</summary>
+        public abstract void CollectObservations(float[] observation);
+
+        /// <summary>
+        /// Carries out the action the policy chose (a Discrete action as its index
+        /// plus start, a MultiDiscrete's indices, a Box action clipped into its
+        /// box; a group member's part of its group's action). The array is reused.
+        /// </summary>
+        public abstract void OnActionReceived(double[] action);
+
+        /// <summary>Adds a reward for this agent's last action.</summary>
+        public void AddReward(float reward)
+        {
+            if (TetherManager.Instance != null) TetherManager.Instance.Reward(this, reward);
+        }
+
+        /// <summary>
+        /// This agent leaves the episode now, with its current observation as its
+        /// last (terminated, or <paramref name="truncated"/> by a time limit). It
+        /// acts again, as a new agent, from its next decision.
+        /// </summary>
+        public void EndAgent(bool truncated = false)
+        {
+            if (TetherManager.Instance != null) TetherManager.Instance.End(this, truncated);
+        }
+
+        /// <summary>Joins the scene's manager.</summary>
+        protected virtual void OnEnable()
+        {
+            if (TetherManager.Instance != null) TetherManager.Instance.Register(this);
+        }
+
+        /// <summary>Leaves the scene's manager (and the episode: truncated).</summary>
+        protected virtual void OnDisable()
+        {
+            if (TetherManager.Instance != null) TetherManager.Instance.Unregister(this);
+        }
+    }
+}
+#endif

@@ -1,0 +1,249 @@
+// One per scene: gathers every deciding agent's observation each fixed step,
+// acts for all of them with one inference run per module, and hands out the actions.
+#if UNITY_5_3_OR_NEWER
+using System;
+using System.Collections.Generic;
+using System.Threading.Tasks;
+using Tether.Client;
+using Tether.Inference;
+using Tether.Protocol;
+using UnityEngine;
+
+namespace Tether.Unity
+{
+    /// <summary>
+    /// Put one on a GameObject of the scene and give it a <see cref="TetherSettings"/>
+    /// asset. It connects in the background (the scene starts at once; agents act
+    /// once the server's models are in), and in each FixedUpdate collects the
+    /// observations of the agents whose decision period has come, calls
+    /// <see cref="MultiAgentClient.GetActions"/> once (one inference run per
+    /// module), and calls each agent's OnActionReceived. The network lives on the
+    /// client's I/O thread: no frame waits on it. Errors the server reports are
+    /// logged and the scene goes on; if the server is gone for good the agents
+    /// stop deciding and <see cref="Failure"/> says why.
+    /// </summary>
+    [DefaultExecutionOrder(-100)]
+    public sealed class TetherManager : MonoBehaviour
+    {
+        /// <summary>Where the server is and how to reach it.</summary>
+        public TetherSettings settings;
+
+        /// <summary>The scene's manager (null when there is none).</summary>
+        public static TetherManager Instance { get; private set; }
+
+        /// <summary>The connected client (null until connected).</summary>
+        public MultiAgentClient Client { get; private set; }
+
+        /// <summary>Why the manager stopped deciding (null while it works).</summary>
+        public TetherException Failure { get; private set; }
+
+        /// <summary>The episode the scene's agents are in (null until connected).</summary>
+        public string EpisodeId { get; private set; }
+
+        readonly List<TetherAgent> agents = new List<TetherAgent>();
+        readonly List<TetherAgent> deciding = new List<TetherAgent>();
+        readonly AgentFrame frame = new AgentFrame();
+        readonly AgentFrame leaving = new AgentFrame();
+        Task<MultiAgentClient> connecting;
+        long fixedStep;
+
+        void Awake()
+        {
+            if (Instance != null && Instance != this)
+            {
+                Debug.LogError("Tether: a scene has one TetherManager; this one is disabled", this);
+                enabled = false;
+                return;
+            }
+            Instance = this;
+            if (settings == null)
+            {
+                Debug.LogError("Tether: the TetherManager has no TetherSettings asset", this);
+                enabled = false;
+                return;
+            }
+            ClientOptions options = settings.ToClientOptions(BackendFactory());
+            // Connecting waits on the network: off the main thread.
+            connecting = Task.Run(() => MultiAgentClient.Connect(options));
+            foreach (TetherAgent agent in FindObjectsOfType<TetherAgent>()) Register(agent);
+        }
+
+        Func<IInferenceBackend> BackendFactory()
+        {
+#if TETHER_INFERENCE_ENGINE
+            if (settings.backend == InferenceBackendKind.InferenceEngine)
+            {
+                string cache = Application.temporaryCachePath;  // read here: Unity's API belongs to the main thread
+                return () => new InferenceEngineBackend(cache);
+            }
+#else
+            if (settings.backend == InferenceBackendKind.InferenceEngine)
+            {
+                Debug.LogWarning("Tether: the Inference Engine package (com.unity.ai.inference) is not installed; using ONNX Runtime's native library");
+            }
+#endif
+            return () => new OnnxRuntimeBackend();
+        }
+
+        internal void Register(TetherAgent agent)
+        {
+            if (agents.Contains(agent)) return;
+            agent.AgentId = Incarnation(agent);
+            agents.Add(agent);
+        }
+
+        internal void Unregister(TetherAgent agent)
+        {
+            if (!agents.Remove(agent)) return;
+            End(agent, true);
+        }
+
+        static string Incarnation(TetherAgent agent)
+        {
+            string id = string.IsNullOrEmpty(agent.agentId) ? agent.gameObject.name : agent.agentId;
+            return agent.incarnation == 0 ? id : id + "#" + agent.incarnation;
+        }
+
+        internal void Reward(TetherAgent agent, float reward)
+        {
+            if (Client == null || EpisodeId == null || Failure != null) return;
+            try
+            {
+                Client.LogReturns(EpisodeId, agent.AgentId, reward);
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+            }
+        }
+
+        internal void End(TetherAgent agent, bool truncated)
+        {
+            if (Client == null || EpisodeId == null || Failure != null || agent.observation == null) return;
+            leaving.Clear();
+            agent.CollectObservations(agent.observation);
+            leaving.Add(agent.AgentId, agent.observation, truncated);
+            try
+            {
+                Client.EndAgents(EpisodeId, leaving);
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+            }
+            ++agent.incarnation;  // an agent that left comes back as a new one
+            agent.AgentId = Incarnation(agent);
+        }
+
+        /// <summary>
+        /// Ends the scene's episode (every agent leaves with its current
+        /// observation, truncated by a time limit or terminated) and starts the
+        /// next one; call it when the game resets.
+        /// </summary>
+        public void EndEpisode(bool truncated = false)
+        {
+            if (Client == null || EpisodeId == null || Failure != null) return;
+            frame.Clear();
+            foreach (TetherAgent agent in agents)
+            {
+                if (agent.observation == null) continue;
+                agent.CollectObservations(agent.observation);
+                frame.Add(agent.AgentId, agent.observation);
+            }
+            try
+            {
+                Client.EndEpisode(EpisodeId, frame, truncated);
+                EpisodeId = Client.StartEpisode(null, settings.training);
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+            }
+        }
+
+        void FixedUpdate()
+        {
+            if (Client == null && !Connected()) return;
+            if (Failure != null) return;
+            ++fixedStep;
+            deciding.Clear();
+            frame.Clear();
+            foreach (TetherAgent agent in agents)
+            {
+                if (!agent.isActiveAndEnabled || fixedStep % agent.decisionPeriod != 0) continue;
+                if (agent.observation == null || agent.observation.Length != agent.ObservationSize) agent.observation = new float[agent.ObservationSize];
+                agent.CollectObservations(agent.observation);
+                frame.Add(agent.AgentId, agent.observation);
+                deciding.Add(agent);
+            }
+            if (deciding.Count == 0) return;
+            try
+            {
+                Client.GetActions(EpisodeId, frame);
+            }
+            catch (TetherException e)
+            {
+                Report(e);  // nothing of the frame was recorded: the agents decide again next time
+                return;
+            }
+            for (int i = 0; i < deciding.Count; ++i)
+            {
+                TetherAgent agent = deciding[i];
+                int size = frame.ActionSize(i);
+                if (agent.action == null || agent.action.Length != size) agent.action = new double[size];
+                frame.CopyAction(i, agent.action);
+                agent.OnActionReceived(agent.action);
+            }
+        }
+
+        bool Connected()
+        {
+            if (connecting == null || !connecting.IsCompleted) return false;
+            if (connecting.IsFaulted)
+            {
+                Exception cause = connecting.Exception.GetBaseException();
+                Failure = cause as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, cause.Message, cause);
+                Debug.LogError("Tether: " + Failure.Message, this);
+                connecting = null;
+                return false;
+            }
+            Client = connecting.Result;
+            connecting = null;
+            EpisodeId = Client.StartEpisode(null, settings.training);
+            return true;
+        }
+
+        // A refusal or a bad frame is logged and the scene goes on; a fatal error stops deciding.
+        void Report(TetherException e)
+        {
+            if (Client != null && Client.FatalError != null)
+            {
+                Failure = Client.FatalError;
+                Debug.LogError("Tether: the server is gone for good: " + Failure.Message, this);
+            }
+            else
+            {
+                Debug.LogWarning("Tether: " + e.Message, this);
+            }
+        }
+
+        void OnDestroy()
+        {
+            if (Instance == this) Instance = null;
+            if (Client != null)
+            {
+                try
+                {
+                    Client.Flush(1.0);  // what the last second made, if the server takes it
+                }
+                catch (TetherException e)
+                {
+                    Debug.LogWarning("Tether: " + e.Message, this);
+                }
+                Client.Dispose();
+                Client = null;
+            }
+        }
+    }
+}
+#endif
