@@ -25,6 +25,16 @@ mcs -nologo -langversion:7.2 -target:library -optimize+ -debug:portable -warnase
 mcs -nologo -langversion:7.2 -target:library -debug:portable -out:"$out/Tether.Tests.dll" \
   -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/nunit.framework.dll" -r:"$out/Tether.Runtime.dll" \
   "${test_sources[@]}"
+# The Unity layer compiles only inside Unity; here it is type-checked against the few
+# UnityEngine declarations it uses (tests/csharp/unity_api), XML docs required.
+mcs -nologo -langversion:7.2 -target:library -out:"$out/UnityEngineSurface.dll" "$repo/tests/csharp/unity_api/UnityEngineSurface.cs"
+mcs -nologo -langversion:7.2 -target:library -define:UNITY_5_3_OR_NEWER -warnaserror+:CS1591 \
+  -doc:"$out/Tether.Unity.xml" -out:"$out/Tether.Unity.check.dll" \
+  -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" -r:"$out/UnityEngineSurface.dll" \
+  "$here"/Runtime/Unity/*.cs
+mcs -nologo -langversion:7.2 -target:library -out:"$out/Tether.Samples.check.dll" \
+  -r:"$out/Tether.Runtime.dll" -r:"$out/UnityEngineSurface.dll" -r:"$out/Tether.Unity.check.dll" \
+  "$here"/Samples~/*/*.cs
 # The example programs (examples/csharp/*.cs, one program each).
 mkdir -p "$out/examples"
 for example in "$repo"/examples/csharp/*.cs; do
