@@ -38,7 +38,7 @@ run beside each frame (before it, then after it, in turn), ``ort_cpp_batch256_pa
 and ``sdk_cpp_backend_batch256_us_p50`` (the SDK's ONNX Runtime backend on 256
 rows plus sampling them, without recording). ``--no-cpp`` leaves them out.
 
-The C# SDK (sdk_csharp/bench/ActLatency.cs, built by
+The C# SDK (sdk_csharp/Bench~/ActLatency.cs, built by
 ``sdk_csharp/scripts/build_and_test.sh --build-only`` and run under mono) is
 measured against the same idle server and model: ``ort_csharp_us_p50`` /
 ``_p99`` (its ONNX Runtime backend alone: P/Invoke into the C API through a
@@ -290,7 +290,7 @@ def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, se
     return result
 
 
-CSHARP_BUILD = REPO_ROOT / "sdk_csharp" / "build"
+CSHARP_BUILD = REPO_ROOT / "sdk_csharp" / ".build"
 CSHARP_PROGRAM = CSHARP_BUILD / "act_latency.exe"
 
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 repo="$(cd "$here/.." && pwd)"
-out="$here/build"
+out="$here/.build"  # hidden: Unity does not import it when the package is added from this folder
 mkdir -p "$out"
 newtonsoft="$(pkg-config --libs newtonsoft-json | tr ' ' '\n' | sed -n 's/^-r://p' | head -1)"
 nunit_framework="$(pkg-config --libs nunit | tr ' ' '\n' | sed -n 's/^-r://p' | grep 'nunit.framework.dll$')"
@@ -45,7 +45,7 @@ done
 cp -f "$out/Tether.Runtime.dll" "$out/Newtonsoft.Json.dll" "$out/examples/"
 # The latency benchmark's program (bench/act_latency.py runs it).
 mcs -nologo -langversion:7.2 -target:exe -optimize+ -out:"$out/act_latency.exe" \
-  -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$here/bench/ActLatency.cs"
+  -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$here/Bench~/ActLatency.cs"
 if [ "${1:-}" = "--build-only" ]; then
   exit 0
 fi

@@ -32,7 +32,7 @@ from tests.cpp.test_cpp_examples import ALL_ROWS, run_check, server_flags
 from tests.integration.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD = REPO / "sdk_csharp" / "build"
+BUILD = REPO / "sdk_csharp" / ".build"
 
 
 @pytest.fixture(scope="module")
