@@ -93,9 +93,13 @@ def server_flags(config: Path) -> list[str]:
     return flags
 
 
-def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) -> None:
-    random_run = subprocess.run([str(examples / "multi_agent"), "--random", "--max-steps", "4000", "--seed", "1"],
-                                capture_output=True, text=True, timeout=60)
+def relay_game_learns(program: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> str:
+    """The relay game of examples/cpp/multi_agent.cpp (or its C# port) played at random, then
+    trained against ``tether serve`` with examples/configs/cpp_multi_agent.json; checks that it
+    learns far beyond random, with one inference run per module per frame and every step
+    delivered. Returns a summary line."""
+    random_run = subprocess.run([*program, "--random", "--max-steps", "4000", "--seed", "1"], capture_output=True,
+                                text=True, timeout=120, env=env)
     assert random_run.returncode == 0, random_run.stderr
     baseline = last_json(random_run.stdout)["mean_return_last_100"]  # about 16 of 40
     assert 10 < baseline < 22, baseline
@@ -104,14 +108,13 @@ def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) ->
     server = ServerProcess(tmp_path, *flags, "--seed", "0").start()
     started = time.monotonic()
     try:
-        run = subprocess.run([str(examples / "multi_agent"), "--port", str(server.port), "--max-steps", "6000",
-                              "--seed", "0", "--reconnect-timeout", "5"], capture_output=True, text=True, timeout=300)
+        run = subprocess.run([*program, "--port", str(server.port), "--max-steps", "6000", "--seed", "0",
+                              "--reconnect-timeout", "5"], capture_output=True, text=True, timeout=300, env=env)
         wall_s = time.monotonic() - started
     finally:
         server.kill()
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     result = last_json(run.stdout)
-    print(f"C++ multi-agent: {result}; wall {wall_s:.1f} s; random baseline {baseline}")
     assert result["stopped_by"] == "max_steps", result
     assert result["mean_return_last_100"] > baseline + 12, (result, baseline)
     assert result["mean_return_last_100"] > result["mean_return_first_100"] + 5, result
@@ -119,6 +122,11 @@ def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) ->
     assert result["inference_runs"] == 2 * result["env_steps"], result
     assert result["env_steps_sent"] == result["env_steps"] and result["agent_steps_sent"] > result["env_steps"]
     assert result["models_loaded"] > 2, result
+    return f"{result}; wall {wall_s:.1f} s; random baseline {baseline}"
+
+
+def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) -> None:
+    print("C++ multi-agent:", relay_game_learns([str(examples / "multi_agent")], tmp_path))
 
 
 def run_check(program: list[str], timeout: float = 120.0) -> tuple[int, dict[str, tuple[str, str]], str, str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cpp.test_cpp_examples import ALL_ROWS, run_check, server_flags
+from tests.cpp.test_cpp_examples import ALL_ROWS, relay_game_learns, run_check
 from tests.integration.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,27 +95,5 @@ def test_csharp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_p
 
 
 def test_csharp_multi_agent_learns_above_random(examples: Path, tmp_path: Path) -> None:
-    random_run = mono(examples / "multiagent.exe", "--random", "--max-steps", "3000", "--seed", "1", timeout=120)
-    assert random_run.returncode == 0, random_run.stderr
-    baseline = last_json(random_run.stdout)["mean_return_last_100"]  # about 16 of 40
-    assert 10 < baseline < 22, baseline
-
-    flags = server_flags(REPO / "examples" / "configs" / "cpp_multi_agent.json")
-    server = ServerProcess(tmp_path, *flags, "--seed", "0").start()
-    started = time.monotonic()
-    try:
-        run = mono(examples / "multiagent.exe", "--port", str(server.port), "--max-steps", "6000", "--seed", "0",
-                   "--reconnect-timeout", "5", timeout=300)
-        wall_s = time.monotonic() - started
-    finally:
-        server.kill()
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    result = last_json(run.stdout)
-    print(f"C# multi-agent: {result}; wall {wall_s:.1f} s; random baseline {baseline}")
-    assert result["stopped_by"] == "max_steps", result
-    assert result["mean_return_last_100"] > baseline + 12, (result, baseline)
-    assert result["mean_return_last_100"] > result["mean_return_first_100"] + 5, result
-    # Two modules, one inference run each per frame; every step delivered and accepted.
-    assert result["inference_runs"] == 2 * result["env_steps"], result
-    assert result["env_steps_sent"] == result["env_steps"] and result["agent_steps_sent"] > result["env_steps"]
-    assert result["models_loaded"] > 2, result
+    env = dict(os.environ, LD_LIBRARY_PATH=str(ORT_LIB))
+    print("C# multi-agent:", relay_game_learns(["mono", str(examples / "multiagent.exe")], tmp_path, env))

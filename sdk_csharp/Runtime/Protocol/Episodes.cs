@@ -262,11 +262,8 @@ namespace Tether.Protocol
 
         internal static JObject EncodeFields(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
         {
-            int steps = chunk.Steps, obsDim = observationSpace.FlatDim, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;
-            CheckSize("obs", chunk.Obs.Count, (steps + 1) * obsDim);
-            CheckSize("actions", chunk.Actions.Count, steps * actDim);
-            if (chunk.ActionLogp.Count != 0) CheckSize("action_logp", chunk.ActionLogp.Count, steps);
-            if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * k);
+            CheckChunk(chunk, observationSpace, actionSpace);
+            int steps = chunk.Steps, k = actionSpace.DistInputsSize;
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             var record = new JObject();
             record["obs"] = Rows(chunk.Obs.Select(v => (double)v).ToList(), steps + 1, observationSpace.Shape, false, true);
@@ -282,7 +279,17 @@ namespace Tether.Protocol
             return record;
         }
 
-        static void CheckSize(string field, int got, int expected)
+        // INVALID_ARGUMENT when the chunk's arrays do not fit the spaces.
+        internal static void CheckChunk(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
+        {
+            int steps = chunk.Steps;
+            CheckSize("obs", chunk.Obs.Count, (steps + 1) * observationSpace.FlatDim);
+            CheckSize("actions", chunk.Actions.Count, steps * actionSpace.FlatDim);
+            if (chunk.ActionLogp.Count != 0) CheckSize("action_logp", chunk.ActionLogp.Count, steps);
+            if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * actionSpace.DistInputsSize);
+        }
+
+        internal static void CheckSize(string field, int got, int expected)
         {
             if (got != expected) throw new TetherException(ErrorCode.InvalidArgument, "\"" + field + "\" has " + got + " numbers, expected " + expected);
         }

@@ -75,7 +75,7 @@ namespace Tether.Protocol
             if (v > 0)
             {
                 int rows = chunk.Steps + 1;
-                CheckSize("value_obs", valueObs == null ? 0 : valueObs.Count, rows * v);
+                EpisodeRecords.CheckSize("value_obs", valueObs == null ? 0 : valueObs.Count, rows * v);
                 text.Append(",\"value_obs\":[");
                 for (int r = 0; r < rows; ++r)
                 {
@@ -101,11 +101,8 @@ namespace Tether.Protocol
 
         void Fields(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
         {
-            int steps = chunk.Steps, obsDim = observationSpace.FlatDim, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;
-            CheckSize("obs", chunk.Obs.Count, (steps + 1) * obsDim);
-            CheckSize("actions", chunk.Actions.Count, steps * actDim);
-            if (chunk.ActionLogp.Count != 0) CheckSize("action_logp", chunk.ActionLogp.Count, steps);
-            if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * k);
+            EpisodeRecords.CheckChunk(chunk, observationSpace, actionSpace);
+            int steps = chunk.Steps, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             text.Append("\"obs\":");
             RowsOfFloats(chunk.Obs, steps + 1, observationSpace.Shape);
@@ -216,11 +213,6 @@ namespace Tether.Protocol
             string s = value.ToString("R", CultureInfo.InvariantCulture);
             text.Append(s);
             if (s.IndexOf('.') < 0 && s.IndexOf('E') < 0 && s.IndexOf('e') < 0) text.Append(".0");
-        }
-
-        static void CheckSize(string field, int got, int expected)
-        {
-            if (got != expected) throw new TetherException(ErrorCode.InvalidArgument, "\"" + field + "\" has " + got + " numbers, expected " + expected);
         }
     }
 }
