@@ -150,11 +150,17 @@ def run_check(program: list[str], timeout: float = 120.0) -> tuple[int, dict[str
     return checker.returncode, rows, out, client.stdout + client.stderr + f"\n(exit status {client.returncode})"
 
 
-def test_cpp_check_client_passes_every_check(examples: Path) -> None:
-    status, rows, out, client_out = run_check([str(examples / "check_client")])
+def passes_every_check(program: list[str]) -> None:
+    """``tether check-client`` against ``program``: every check reported and passed, the
+    refusal of batch 1 reached the program, which ended normally."""
+    status, rows, out, client_out = run_check(program)
     assert set(rows) == ALL_ROWS, out + "\n--- client ---\n" + client_out[-3000:]
     failed = {name: reason for name, (result, reason) in rows.items() if result == "FAIL"}
     assert not failed, out + "\n--- client ---\n" + client_out[-3000:]
     assert status == 0
     assert "INVALID_FIELD" in client_out  # the refusal of batch 1 reached the program
     assert "(exit status 0)" in client_out
+
+
+def test_cpp_check_client_passes_every_check(examples: Path) -> None:
+    passes_every_check([str(examples / "check_client")])
