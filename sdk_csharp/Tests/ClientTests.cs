@@ -203,6 +203,72 @@ namespace Tether.Tests
             }
         }
 
+        // A listener that accepts and then does what `serve` says with each connection.
+        static System.Net.Sockets.TcpListener Hostile(Action<System.Net.Sockets.Socket> serve)
+        {
+            var listener = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+            listener.Start();
+            new System.Threading.Thread(() =>
+            {
+                try
+                {
+                    while (true)
+                    {
+                        System.Net.Sockets.Socket socket = listener.AcceptSocket();
+                        new System.Threading.Thread(() => { try { serve(socket); } catch (Exception) { } }) { IsBackground = true }.Start();
+                    }
+                }
+                catch (Exception)
+                {
+                }
+            }) { IsBackground = true }.Start();
+            return listener;
+        }
+
+        [Test]
+        public void AServerThatNeverAnswersIsATimeoutNamingTheWaitNotAHang()
+        {
+            System.Net.Sockets.TcpListener listener = Hostile(socket => System.Threading.Thread.Sleep(10000));
+            try
+            {
+                int port = ((System.Net.IPEndPoint)listener.LocalEndpoint).Port;
+                DateTime started = DateTime.UtcNow;
+                var e = Assert.Throws<TetherException>(() => TetherClient.Connect(new ClientOptions { Port = port, ResponseTimeoutSeconds = 0.3, ReconnectTimeoutSeconds = 1 }));
+                Assert.That((DateTime.UtcNow - started).TotalSeconds, Is.LessThan(5));
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.ConnectionFailed));
+                Assert.That(e.Message, Is.StringContaining("did not answer PING").And.StringContaining("ResponseTimeoutSeconds"));
+            }
+            finally
+            {
+                listener.Stop();
+            }
+        }
+
+        [Test]
+        public void GarbageOrAnOversizedFrameFromTheServerIsAClearErrorNotACrash()
+        {
+            foreach (string reply in new[] { "garbage!not a header", "99999999{" })
+            {
+                System.Net.Sockets.TcpListener listener = Hostile(socket =>
+                {
+                    socket.Receive(new byte[4096]);
+                    socket.Send(System.Text.Encoding.ASCII.GetBytes(reply));
+                    System.Threading.Thread.Sleep(2000);
+                });
+                try
+                {
+                    int port = ((System.Net.IPEndPoint)listener.LocalEndpoint).Port;
+                    var e = Assert.Throws<TetherException>(() => TetherClient.Connect(new ClientOptions { Port = port, ResponseTimeoutSeconds = 1, ReconnectTimeoutSeconds = 0.5, MaxFrameBytes = 1 << 20 }));
+                    Assert.That(e.Code, Is.EqualTo(ErrorCode.ConnectionFailed));
+                    Assert.That(e.Message, Is.StringContaining(reply.StartsWith("9") ? "FRAME_TOO_LARGE" : "BAD_HEADER"));
+                }
+                finally
+                {
+                    listener.Stop();
+                }
+            }
+        }
+
         [Test]
         public void NoServerIsAConnectionFailureNamingTheAddressAndTheWait()
         {
