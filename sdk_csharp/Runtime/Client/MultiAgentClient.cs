@@ -951,7 +951,9 @@ namespace Tether.Client
                     slot.Actor.Latest.Clear();
                     frame.CopyObs(slot.FrameIndex, slot.Actor.Latest);
                 }
-                if (slot.Actor == null || slot.Actor.SharedLatest || criticAgents.Contains(slot.ActorId)) frame.CopyObs(slot.FrameIndex, LatestOf(episode, slot.ActorId));
+                // (an actor knows whether a critic sees it: no set lookup per agent per frame)
+                bool criticSees = slot.Actor != null ? slot.Actor.SharedLatest : criticAgents.Contains(slot.ActorId);
+                if (criticSees) frame.CopyObs(slot.FrameIndex, LatestOf(episode, slot.ActorId));
                 return;
             }
             GroupSpec group = groups[slot.Group];
