@@ -408,7 +408,11 @@ namespace Tether.Client
             // The cut comes first: sending may apply new models (or, strict, wait for
             // them), and this frame acts with them. The actors about to act hold back
             // their latest step until this frame's observation (§10.7).
-            if (episode.Training && pendingSteps >= stepsPerSample && SendableSteps() >= stepsPerSample) SendBatch();
+            if (episode.Training && pendingSteps >= stepsPerSample && SendableSteps() >= stepsPerSample)
+            {
+                SendBatch();
+                if (fatal != null) throw fatal;  // (a new connection's configuration this client cannot use)
+            }
             Gather(episode, frame, episodeId, false);
             for (int k = 0; k < newSlots.Count; ++k)
             {

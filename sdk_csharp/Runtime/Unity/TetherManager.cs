@@ -170,7 +170,7 @@ namespace Tether.Unity
             frame.Clear();
             foreach (TetherAgent agent in agents)
             {
-                if (!agent.isActiveAndEnabled || fixedStep % agent.decisionPeriod != 0) continue;
+                if (!agent.isActiveAndEnabled || fixedStep % Math.Max(1, agent.decisionPeriod) != 0) continue;
                 if (agent.observation == null || agent.observation.Length != agent.ObservationSize) agent.observation = new float[agent.ObservationSize];
                 agent.CollectObservations(agent.observation);
                 frame.Add(agent.AgentId, agent.observation);
