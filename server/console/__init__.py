@@ -1,0 +1,1 @@
+"""The live debug console: a web page and a websocket feed served by ``tether serve``."""
