@@ -30,6 +30,23 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
+async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherServer) -> Any:
+    """The live console on --console-port (None when it is off)."""
+    if config.console_port is None:
+        return None
+    from .console.server import ConsoleServer
+    from .console.state import ConsoleState
+
+    state = ConsoleState(trainer)
+    server.observer = state
+    trainer.episode_listeners.append(state.finished_episodes)
+    console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token)
+    await console.start()
+    # Always printed (also with --quiet): the address carries the control token.
+    print(f"[tether] console: {console.url}", flush=True)
+    return console
+
+
 async def serve(
     config: ServerConfig, ready: asyncio.Event | None = None, mapping_fn: MappingFn | None = None
 ) -> dict[str, Any]:
@@ -42,6 +59,7 @@ async def serve(
     trainer = Trainer(config, build_layout(config, mapping_fn))
     server = TetherServer(trainer)
     await server.start()
+    console = await _start_console(config, trainer, server)
     _tune_garbage_collector()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -65,6 +83,8 @@ async def serve(
     try:
         await trainer.stop_requested.wait()
     finally:
+        if console is not None:
+            await console.stop()
         await server.stop()
         await trainer.close(checkpoint=True)
     m = trainer.metrics

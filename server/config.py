@@ -124,6 +124,10 @@ class ServerConfig:
     max_env_steps: int | None = _opt(None, "stop after this many env steps were received")
     summary_file: str | None = _opt(None, "write a JSON summary of the run here on exit")
     quiet: bool = _opt(False, "do not print the progress line")
+    console_port: int | None = _opt(
+        None, "serve the live console (a web page and its websocket feed) on this port; 0 picks a free one "
+              "(off by default)")
+    console_host: str = _opt("127.0.0.1", "address the console listens on (loopback by default)")
 
     def __post_init__(self) -> None:
         if self.train_batch_size < 1 or self.env_steps_per_sample < 1:

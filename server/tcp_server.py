@@ -184,6 +184,8 @@ class TetherServer:
         self._state_versions: tuple = ()
         #: Connections refused or closed by a limit, by error code (for tests and logs).
         self.closed_by_limit: dict[str, int] = {}
+        #: Told of connections, requests, refusals and stored batches (the console's ConsoleState), or None.
+        self.observer: Any = None
 
     def _config_message(self) -> dict[str, Any]:
         message = self.trainer.config_message()
@@ -268,6 +270,8 @@ class TetherServer:
                                       pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
         metrics = self.trainer.metrics
         metrics.clients_connected += 1
+        if self.observer is not None:
+            self.observer.connected(session.id, session.peer)
         try:
             await self._serve(conn, connection, reader, writer)
         except (_Close, ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
@@ -276,6 +280,8 @@ class TetherServer:
             print(f"[tether] connection from {session.peer} failed: {exc!r:.300}", file=sys.stderr, flush=True)
         finally:
             metrics.clients_connected -= 1
+            if self.observer is not None:
+                self.observer.disconnected(session.id)
             self._set_partial(conn, 0)
             del self._open[session.id]
             self.trainer.forget_connection(session.id)
@@ -309,12 +315,20 @@ class TetherServer:
                     event = connection.handle_body(body, (MessageType(done[1]), done[2]))
                     predecoded = done[3]
                 del body, done
+                observer = self.observer
                 if isinstance(event, Refusal):
                     frame: bytes | None = _encode_error(event.error.code, event.error.message, event.request_type)
+                    if observer is not None:
+                        observer.refused(conn.session.id, event.error.code.value, event.error.message, event.request_type)
                     if event.closes_connection:
                         await self._refuse(writer, frame)
                 else:
+                    if observer is not None:
+                        observer.request(conn.session.id, event.kind.value, event.message)
+                        started = loop.time()
                     frame = await self._respond(conn.session, connection, event.kind, event.message, predecoded)
+                    if observer is not None:
+                        observer.answered(conn.session.id, event.kind.value, loop.time() - started)
                 if auth_deadline is not None and connection.state is ServerState.READY:
                     auth_deadline = None
                 if frame is not None:
@@ -439,10 +453,15 @@ class TetherServer:
                             self._logp_executor, self.ingest.logp_check, pending.records, versions)
                     pending.commit()
                     records = pending.records
+                    env_steps = message_env_steps(message, records)
+                    if self.observer is not None:
+                        self.observer.batch(session.id, env_steps, versions, records)
                     await trainer.submit(owner, records, versions, wait_for_update=wants_state and self.config.force_on_policy,
-                                         env_steps=message_env_steps(message, records), source=f"#{session.id} {session.peer}")
+                                         env_steps=env_steps, source=f"#{session.id} {session.peer}")
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
+            if self.observer is not None:
+                self.observer.refused(session.id, exc.code.value, exc.message, kind.value)
             return _encode_error(exc.code, exc.message, kind.value)
         except RecursionError:
             return encode_frame(error_message(ErrorCode.INVALID_FIELD, "a value is nested too deeply", kind.value))

@@ -9,7 +9,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 import torch
 
@@ -24,7 +24,7 @@ from .config import ServerConfig
 from .ingest import EpisodeIngest, record_env_steps
 from .learner import NonFiniteUpdate, PPOLearner, build_batch
 from .logp_check import PolicyHistory, check_behaviour_logp
-from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
+from .metrics import EpisodeTracker, FinishedEpisode, Metrics, TensorBoardWriter
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .sample_pool import Pooled, SamplePool
 
@@ -128,6 +128,10 @@ class Trainer:
         self.env_steps_at_target: int | None = None
         self.target_confirmed_at: float | None = None
         self.stop_requested = asyncio.Event()
+        #: Updates do not start while paused (the console's control); data keeps arriving into the bounded pool.
+        self.paused = False
+        #: Called with each message's finished episodes (the console listens).
+        self.episode_listeners: list[Callable[[list[FinishedEpisode]], None]] = []
 
     # -- weights ---------------------------------------------------------------
 
@@ -245,7 +249,11 @@ class Trainer:
             env_steps = sum(record_env_steps(r) for r in records)
         m.env_steps_received += env_steps
         m.agent_steps_received += agent_steps
-        m.add_episodes(self.episodes.add(connection, records))
+        finished = self.episodes.add(connection, records)
+        m.add_episodes(finished)
+        if finished:
+            for listener in self.episode_listeners:
+                listener(finished)
         self._check_stop()
         for record in records:
             for agent in record.agents:
@@ -268,8 +276,16 @@ class Trainer:
         """Agent steps waiting for an update."""
         return self._pool.steps
 
+    def pause(self) -> None:
+        """No new update starts until resume(); one in progress finishes."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self._maybe_start_update()
+
     def _maybe_start_update(self) -> None:
-        if self._update_task is not None or self._pool.steps < self.config.train_batch_size:
+        if self.paused or self._update_task is not None or self._pool.steps < self.config.train_batch_size:
             return
         # Samples that became too stale while waiting in the pool are dropped here.
         self.metrics.samples_dropped_stale += self._pool.drop(

@@ -1,0 +1,75 @@
+"""The console's controls: pause and resume training, save a checkpoint, change a
+module's learning rate or entropy coefficient, stop the server. Each one needs the
+control token, is logged in the console's event log and, with TensorBoard on,
+written as a scalar."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+from typing import Any
+
+from .state import ConsoleState
+
+ACTIONS = ("pause", "resume", "checkpoint", "set_lr", "set_ent_coef", "stop")
+
+
+class ControlError(Exception):
+    """A control the console refuses, with the reason the page shows."""
+
+
+async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]) -> dict[str, Any]:
+    """Carries out one control message; returns what was done. Raises ControlError."""
+    given = message.get("token")
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+        state.event("control_refused", action=str(message.get("action"))[:40], message="no valid control token")
+        raise ControlError("controls need the console's token")
+    action = message.get("action")
+    if action not in ACTIONS:
+        raise ControlError(f"unknown action {str(action)[:40]!r}; one of {', '.join(ACTIONS)}")
+    trainer = state.trainer
+    done: dict[str, Any] = {"action": action}
+    if action == "pause":
+        trainer.pause()
+    elif action == "resume":
+        trainer.resume()
+    elif action == "checkpoint":
+        loop = asyncio.get_running_loop()
+        path = await loop.run_in_executor(trainer._executor, trainer.save_checkpoint)
+        done["path"] = str(path)
+    elif action in ("set_lr", "set_ent_coef"):
+        module = message.get("module")
+        if module not in trainer.modules:
+            raise ControlError(f"no module {str(module)[:80]!r}; modules: {', '.join(trainer.modules)}")
+        value = message.get("value")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ControlError("value must be a finite number >= 0")
+        learner = trainer.modules[module].learner
+        if action == "set_lr":
+            learner.hp.lr = float(value)
+            for group in learner.optimizer.param_groups:
+                group["lr"] = float(value)
+        else:
+            learner.hp.ent_coef = float(value)
+        done.update(module=module, value=float(value))
+    elif action == "stop":
+        trainer.stop_requested.set()
+    state.event("control", **done)
+    _to_tensorboard(trainer, done)
+    return done
+
+
+def _to_tensorboard(trainer: Any, done: dict[str, Any]) -> None:
+    if trainer.tensorboard is None:
+        return
+    action = done["action"]
+    if action in ("set_lr", "set_ent_coef"):
+        key = f"console/{done['module']}/{action[4:]}"
+        value = done["value"]
+    else:
+        key, value = f"console/{action}", 1.0
+    try:
+        trainer.tensorboard.write({key: value}, trainer.metrics.env_steps_received)
+    except Exception:  # the log must not take a control down
+        pass

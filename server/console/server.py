@@ -1,0 +1,164 @@
+"""Serves the console: one web page (with its script, style and the vendored
+uPlot) and a websocket feed, on ``--console-port`` of the same process.
+
+The feed (docs/console.md) sends ``hello`` on connect — the whole history, so a
+browser that reconnects draws the run again — and a ``tick`` every second.
+A browser sends ``control`` messages, carried out only with the control token:
+the server's auth token, or, on a server without one, a token made at start
+and printed with the console's address. With an auth token, the page and the
+feed need it too (``?token=``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import time
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from .controls import ControlError, apply_control
+from .state import ConsoleState
+
+PAGE = Path(__file__).resolve().parent / "page"
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                 ".css": "text/css; charset=utf-8", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
+#: Largest message a browser may send (controls are small).
+MAX_MESSAGE_BYTES = 64 * 1024
+TICK_S = 1.0
+
+
+class ConsoleServer:
+    """The console's HTTP + websocket server and its once-a-second sampler."""
+
+    def __init__(self, state: ConsoleState, host: str, port: int, auth_token: str | None) -> None:
+        self.state = state
+        self.host = host
+        self.requested_port = port
+        #: Needed to view (only when the server has an auth token) and, always, to control.
+        self.view_token = auth_token
+        self.control_token = auth_token or secrets.token_urlsafe(16)
+        self._server: Server | None = None
+        self._browsers: set[ServerConnection] = set()
+        self._ticker: asyncio.Task | None = None
+        self._lag_probe: asyncio.Task | None = None
+        self.ticks = 0
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return next(iter(self._server.sockets)).getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/?token={self.control_token}"
+
+    async def start(self) -> None:
+        self._server = await serve(self._feed, self.host, self.requested_port, process_request=self._http,
+                                   max_size=MAX_MESSAGE_BYTES, ping_interval=20, ping_timeout=20)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._lag_probe = asyncio.get_running_loop().create_task(self._probe_lag())
+
+    async def stop(self) -> None:
+        for task in (self._ticker, self._lag_probe):
+            if task is not None:
+                task.cancel()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    # -- HTTP: the page ------------------------------------------------------------------
+
+    def _allowed(self, query: dict[str, list[str]]) -> bool:
+        if self.view_token is None:
+            return True
+        given = query.get("token", [""])[0]
+        return hmac.compare_digest(given.encode(), self.view_token.encode())
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        url = urlsplit(request.path)
+        query = parse_qs(url.query)
+        if url.path == "/feed":
+            if not self._allowed(query):
+                return _response(HTTPStatus.UNAUTHORIZED, b"the console needs the server's auth token: ?token=...\n",
+                                 ".txt")
+            return None  # the websocket handshake goes on
+        if not self._allowed(query) and url.path in ("/", "/index.html"):
+            return _response(HTTPStatus.UNAUTHORIZED, b"the console needs the server's auth token: ?token=...\n", ".txt")
+        name = "index.html" if url.path in ("/", "") else url.path.lstrip("/")
+        path = (PAGE / name).resolve()
+        if PAGE not in path.parents or not path.is_file() or path.suffix not in CONTENT_TYPES:
+            return _response(HTTPStatus.NOT_FOUND, b"not found\n", ".txt")
+        return _response(HTTPStatus.OK, path.read_bytes(), path.suffix)
+
+    # -- the feed ------------------------------------------------------------------------
+
+    async def _feed(self, browser: ServerConnection) -> None:
+        await browser.send(json.dumps(self.state.hello(), allow_nan=False))
+        self._browsers.add(browser)
+        try:
+            async for raw in browser:
+                await browser.send(json.dumps(await self._control(raw)))
+        except ConnectionClosed:
+            pass
+        finally:
+            self._browsers.discard(browser)
+
+    async def _control(self, raw: str | bytes) -> dict[str, Any]:
+        try:
+            message = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return {"type": "control_result", "ok": False, "error": "not JSON"}
+        if not isinstance(message, dict) or message.get("type") != "control":
+            return {"type": "control_result", "ok": False, "error": 'send {"type": "control", "token": ..., "action": ...}'}
+        try:
+            done = await apply_control(self.state, self.control_token, message)
+        except ControlError as exc:
+            return {"type": "control_result", "ok": False, "action": str(message.get("action"))[:40], "error": str(exc)}
+        return {"type": "control_result", "ok": True, **done}
+
+    async def _tick_forever(self) -> None:
+        sent_errors = self.state.last_error_seq
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                values = self.state.sample()
+                if self._browsers:
+                    message = json.dumps(self.state.tick(values, sent_errors), allow_nan=False)
+                    for browser in list(self._browsers):
+                        try:
+                            await asyncio.wait_for(browser.send(message), timeout=TICK_S)
+                        except (ConnectionClosed, TimeoutError):
+                            self._browsers.discard(browser)  # a browser that cannot keep up is dropped, not waited for
+                sent_errors = self.state.last_error_seq
+                self.ticks += 1
+            except Exception as exc:  # the console must never stop training
+                print(f"[tether] console tick failed: {exc!r:.300}", flush=True)
+
+    async def _probe_lag(self) -> None:
+        """How late the event loop runs a 100 ms timer: its lag, as the console shows it."""
+        loop = asyncio.get_running_loop()
+        worst = 0.0
+        last_report = loop.time()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(0.1)
+            worst = max(worst, (loop.time() - start - 0.1) * 1e3)
+            if loop.time() - last_report >= TICK_S:
+                self.state.loop_lag_ms = round(worst, 2)
+                worst, last_report = 0.0, loop.time()
+
+
+def _response(status: HTTPStatus, body: bytes, suffix: str) -> Response:
+    headers = Headers([("Content-Type", CONTENT_TYPES[suffix]), ("Content-Length", str(len(body))),
+                       ("Cache-Control", "no-store"), ("Date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime()))])
+    return Response(status.value, status.phrase, headers, body)

@@ -1,0 +1,273 @@
+"""What the console shows, gathered while the server runs.
+
+The TCP server reports connections, requests and refusals to a
+:class:`ConsoleState` (its ``observer``); the state samples the trainer's
+metrics once a second into a bounded :class:`History`, and builds the feed's
+messages (docs/console.md): ``hello`` for a browser that connects (the whole
+history, the clients, the error log, the last episodes) and one ``tick`` a
+second after that.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .history import History
+
+#: Entries kept in the error/event log, episodes kept per module, clients gone kept for a while.
+ERROR_LOG_SIZE = 500
+EPISODES_PER_MODULE = 20
+DEPARTED_CLIENTS = 50
+#: Actions per module the histogram is taken over.
+ACTION_WINDOW = 2000
+#: Schema version of the feed's messages (docs/console.md).
+FEED_VERSION = 1
+
+
+@dataclass
+class ClientInfo:
+    """One client as the console shows it."""
+
+    id: int
+    address: str
+    connected_at: float
+    client_name: str | None = None
+    protocol_version: str | None = None
+    last_seen: float = 0.0
+    requests: int = 0
+    batches: int = 0
+    env_steps: int = 0
+    errors: int = 0
+    #: weights_seq_no per module the client said it acted with in its last batch.
+    weights: dict[str, int] = field(default_factory=dict)
+    client_session: str | None = None
+    disconnected_at: float | None = None
+    #: Seconds between a request and its answer, last one.
+    round_trip_s: float | None = None
+    _rate_mark: tuple[float, int] = (0.0, 0)
+    env_steps_per_s: float = 0.0
+
+    def to_json(self, current: dict[str, int], now: float) -> dict[str, Any]:
+        staleness = {m: current[m] - v for m, v in self.weights.items() if m in current}
+        return {
+            "id": self.id, "address": self.address, "client_name": self.client_name,
+            "protocol_version": self.protocol_version, "connected_at": round(self.connected_at, 3),
+            "last_seen_s_ago": round(now - self.last_seen, 3), "requests": self.requests, "batches": self.batches,
+            "env_steps": self.env_steps, "env_steps_per_s": round(self.env_steps_per_s, 1), "errors": self.errors,
+            "weights": dict(self.weights), "staleness": staleness, "client_session": self.client_session,
+            "round_trip_ms": None if self.round_trip_s is None else round(self.round_trip_s * 1e3, 2),
+            "connected": self.disconnected_at is None,
+        }
+
+
+class ConsoleState:
+    """Collects what the console shows; every method runs on the server's event loop."""
+
+    def __init__(self, trainer: Any, history_capacity: int = 1024) -> None:
+        self.trainer = trainer
+        self.started = time.time()
+        self.history = History(history_capacity)
+        self.clients: dict[int, ClientInfo] = {}
+        self.departed: deque[ClientInfo] = deque(maxlen=DEPARTED_CLIENTS)
+        self.reconnects = 0
+        self._sessions_seen: set[str] = set()
+        self.errors: deque[dict[str, Any]] = deque(maxlen=ERROR_LOG_SIZE)
+        self._error_seq = 0
+        self.episodes: dict[str, deque] = {}
+        self.actions: dict[str, deque] = {}
+        self.loop_lag_ms = 0.0
+        self._last_errors_sent = 0
+
+    # -- what the TCP server reports ----------------------------------------------------
+
+    def connected(self, session_id: int, peer: Any) -> None:
+        now = time.time()
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        self.clients[session_id] = ClientInfo(session_id, address, now, last_seen=now, _rate_mark=(now, 0))
+
+    def disconnected(self, session_id: int) -> None:
+        info = self.clients.pop(session_id, None)
+        if info is not None:
+            info.disconnected_at = time.time()
+            self.departed.appendleft(info)
+
+    def request(self, session_id: int, kind: str, message: dict[str, Any]) -> None:
+        info = self.clients.get(session_id)
+        if info is None:
+            return
+        info.last_seen = time.time()
+        info.requests += 1
+        if kind == "PING":
+            name, version = message.get("client_name"), message.get("protocol_version")
+            if isinstance(name, str):
+                info.client_name = name[:200]
+            if isinstance(version, str):
+                info.protocol_version = version[:20]
+        session = message.get("client_session")
+        if isinstance(session, str) and info.client_session is None:
+            info.client_session = session[:128]
+            if session in self._sessions_seen:
+                self.reconnects += 1  # the same SDK client on a new connection
+            self._sessions_seen.add(session)
+
+    def answered(self, session_id: int, kind: str, seconds: float) -> None:
+        info = self.clients.get(session_id)
+        if info is not None:
+            info.round_trip_s = seconds
+
+    def batch(self, session_id: int, env_steps: int, versions: dict[str, int], records: list) -> None:
+        """A batch was stored: its counts, the versions it acted with, its actions and finished episodes."""
+        info = self.clients.get(session_id)
+        if info is not None:
+            info.batches += 1
+            info.env_steps += env_steps
+            info.weights.update(versions)
+        for record in records:
+            for agent in record.agents:
+                window = self.actions.setdefault(agent.module_id, deque(maxlen=ACTION_WINDOW))
+                window.extend(agent.chunk.actions[-ACTION_WINDOW:].tolist())
+
+    def episode(self, module: str, total_return: float, length: int, rewards: list[float] | None,
+                actions: list | None) -> None:
+        kept = self.episodes.setdefault(module, deque(maxlen=EPISODES_PER_MODULE))
+        kept.appendleft({"t": round(time.time() - self.started, 3), "return": _finite(total_return), "length": length,
+                         "rewards": rewards, "actions": actions})
+
+    def finished_episodes(self, finished: list) -> None:
+        """The trainer's episode listener: each finished episode under each of its modules."""
+        for episode in finished:
+            by_module: dict[str, float] = {}
+            for module, ret in episode.agents.values():
+                by_module[module] = by_module.get(module, 0.0) + ret
+            for module, ret in by_module.items():
+                self.episode(module, ret, episode.length, None, None)
+
+    def refused(self, session_id: int | None, code: str, message: str, request: str | None) -> None:
+        info = self.clients.get(session_id) if session_id is not None else None
+        if info is not None:
+            info.errors += 1
+        self.event("error", code=code, message=message[:500], request=request,
+                   client=None if info is None else {"id": info.id, "address": info.address, "name": info.client_name})
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """An entry of the error/event log (refusals, and every console control)."""
+        self._error_seq += 1
+        self.errors.appendleft({"seq": self._error_seq, "kind": kind, "t": round(time.time() - self.started, 3),
+                                **fields})
+
+    # -- sampling and messages -------------------------------------------------------------
+
+    def sample(self) -> dict[str, float]:
+        """Takes this second's metrics into the history; returns them."""
+        now = time.time()
+        values = self.trainer.metrics.snapshot()
+        values.update(self._health())
+        values["charts/updates"] = float(self.trainer.metrics.updates)
+        for module, runtime in self.trainer.modules.items():
+            values[f"module/{module}/weights_seq_no"] = float(runtime.weights_seq_no)
+            values[f"module/{module}/lr"] = float(runtime.learner.hp.lr)
+            values[f"module/{module}/ent_coef"] = float(runtime.learner.hp.ent_coef)
+        self.history.add(now - self.started, values)
+        for info in self.clients.values():
+            mark_t, mark_steps = info._rate_mark
+            if now - mark_t >= 1.0:
+                info.env_steps_per_s = (info.env_steps - mark_steps) / (now - mark_t)
+                info._rate_mark = (now, info.env_steps)
+        return values
+
+    def _health(self) -> dict[str, float]:
+        trainer = self.trainer
+        return {
+            "health/loop_lag_ms": self.loop_lag_ms,
+            "health/pool_steps": float(trainer.pool_steps),
+            "health/rss_mb": _rss_mb(),
+            "health/paused": 1.0 if getattr(trainer, "paused", False) else 0.0,
+        }
+
+    def current_versions(self) -> dict[str, int]:
+        return {m: rt.weights_seq_no for m, rt in self.trainer.modules.items()}
+
+    def client_table(self) -> list[dict[str, Any]]:
+        now, current = time.time(), self.current_versions()
+        return ([c.to_json(current, now) for c in self.clients.values()]
+                + [c.to_json(current, now) for c in self.departed])
+
+    def action_histograms(self) -> dict[str, Any]:
+        """Per module: counts per action for discrete spaces, per-dimension mean/std for Box."""
+        out: dict[str, Any] = {}
+        for module, window in self.actions.items():
+            if not window:
+                continue
+            spec = self.trainer.modules[module].spec if module in self.trainer.modules else None
+            kind = spec.action_space.to_json().get("type") if spec is not None else None
+            values = list(window)
+            if kind == "Box":
+                rows = [v if isinstance(v, list) else [v] for v in values]
+                dims = len(rows[0])
+                means = [sum(r[d] for r in rows) / len(rows) for d in range(dims)]
+                stds = [math.sqrt(sum((r[d] - means[d]) ** 2 for r in rows) / len(rows)) for d in range(dims)]
+                out[module] = {"type": "Box", "mean": [_finite(m) for m in means], "std": [_finite(s) for s in stds],
+                               "count": len(rows)}
+            else:
+                counts: dict[str, int] = {}
+                for v in values:
+                    key = ",".join(str(int(x)) for x in v) if isinstance(v, list) else str(int(v))
+                    counts[key] = counts.get(key, 0) + 1
+                out[module] = {"type": kind or "Discrete", "counts": dict(sorted(counts.items())), "count": len(values)}
+        return out
+
+    def hello(self) -> dict[str, Any]:
+        trainer = self.trainer
+        return {
+            "type": "hello", "version": FEED_VERSION, "started_at": self.started,
+            "run": {"modules": {m: {"observation_space": rt.spec.observation_space.to_json(),
+                                    "action_space": rt.spec.action_space.to_json(),
+                                    "trainable": rt.spec.trainable}
+                                for m, rt in trainer.modules.items()},
+                    "groups": {g: list(spec.members) for g, spec in trainer.layout.groups.items()},
+                    "train_batch_size": trainer.config.train_batch_size,
+                    "force_on_policy": trainer.config.force_on_policy},
+            "history": self.history.to_json(),
+            **self._live(),
+            "errors": list(self.errors),
+        }
+
+    def tick(self, values: dict[str, float], since_error_seq: int) -> dict[str, Any]:
+        """One second's update: the new sample of every series, and what changed."""
+        return {
+            "type": "tick", "t": round(time.time() - self.started, 3),
+            "values": {k: _finite(v) for k, v in values.items()},
+            **self._live(),
+            "errors": [e for e in self.errors if e["seq"] > since_error_seq],
+        }
+
+    def _live(self) -> dict[str, Any]:
+        return {
+            "clients": self.client_table(),
+            "reconnects": self.reconnects,
+            "weights": self.current_versions(),
+            "paused": bool(getattr(self.trainer, "paused", False)),
+            "actions": self.action_histograms(),
+            "episodes": {m: list(e) for m, e in self.episodes.items()},
+        }
+
+    @property
+    def last_error_seq(self) -> int:
+        return self._error_seq
+
+
+def _finite(value: float) -> float | None:
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _rss_mb() -> float:
+    try:
+        with open(f"/proc/{os.getpid()}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return math.nan

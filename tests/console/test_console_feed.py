@@ -1,0 +1,211 @@
+"""The console's page and websocket feed, against a real training server with a
+real client (the Python SDK playing gymnasium's CartPole in a thread), read
+with a real websocket client (docs/console.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from websockets.asyncio.client import connect
+
+from tether.sdk import TetherClient, run_env
+
+from ..integration.server_process import RawClient, ServerProcess
+
+CONSOLE = re.compile(r"\[tether\] console: http://([\d.]+):(\d+)/\?token=(\S+)")
+
+
+def console_address(server: ServerProcess, timeout: float = 10.0) -> tuple[int, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in list(server.lines):
+            match = CONSOLE.search(line)
+            if match:
+                return int(match.group(2)), match.group(3)
+        time.sleep(0.05)
+    raise AssertionError("no console line:\n" + "\n".join(server.lines))
+
+
+def play(port: int, stop: threading.Event) -> None:
+    """A real client training on CartPole until told to stop."""
+    client = TetherClient("127.0.0.1", port, client_name="console-test-cartpole", seed=0)
+    env = gym.make("CartPole-v1")
+    try:
+        while not stop.is_set():
+            run_env(client, env, max_steps=500)
+    finally:
+        client.close()
+
+
+async def receive(ws, kind: str, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        message = json.loads(await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic())))
+        if message["type"] == kind:
+            return message
+
+
+async def until(ws, predicate, timeout: float = 30.0) -> dict:
+    """Ticks until one satisfies ``predicate``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tick = await receive(ws, "tick", timeout=deadline - time.monotonic())
+        if predicate(tick):
+            return tick
+    raise AssertionError("no tick satisfied the condition")
+
+
+@pytest.fixture()
+def training(tmp_path: Path):
+    server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--console-port", "0", "--seed", "0",
+                           "--env-steps-per-sample", "200", "--train-batch-size", "1000", "--checkpoint-every", "0",
+                           "--tensorboard").start()
+    stop = threading.Event()
+    player = threading.Thread(target=play, args=(server.port, stop), daemon=True)
+    player.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        player.join(timeout=30)
+        server.kill()
+
+
+def test_the_feed_shows_the_run_its_client_and_a_bad_request_live(training: ServerProcess) -> None:
+    port, token = console_address(training)
+
+    async def scenario() -> None:
+        async with connect(f"ws://127.0.0.1:{port}/feed?token={token}") as ws:
+            hello = await receive(ws, "hello")
+            assert hello["version"] == 1 and set(hello["run"]["modules"]) == {"default_policy"}
+            assert hello["run"]["modules"]["default_policy"]["action_space"]["type"] == "Discrete"
+            # Ticks come once a second.
+            first = await receive(ws, "tick")
+            started = time.monotonic()
+            for _ in range(3):
+                await receive(ws, "tick")
+            assert 1.5 < time.monotonic() - started < 4.5
+            # The client is in the table, with the weights version it acted with, once it has sent batches.
+            tick = await until(ws, lambda t: any(c["client_name"] == "console-test-cartpole" and c["batches"] > 0
+                                                 for c in t["clients"]))
+            row = next(c for c in tick["clients"] if c["client_name"] == "console-test-cartpole")
+            assert row["connected"] and row["protocol_version"] == "1.3" and "default_policy" in row["weights"]
+            assert row["env_steps"] > 0 and row["staleness"]["default_policy"] >= 0
+            # Learning metrics arrive: episodes, updates, the learner's losses.
+            tick = await until(ws, lambda t: (t["values"].get("charts/updates") or 0) >= 1
+                               and t["values"].get("module/default_policy/entropy") is not None)
+            assert tick["values"]["episode/return_mean"] > 0 and tick["episodes"]["default_policy"]
+            assert tick["actions"]["default_policy"]["type"] == "Discrete" and set(tick["actions"]["default_policy"]["counts"]) <= {"0", "1"}
+            assert tick["values"]["health/loop_lag_ms"] is not None and tick["values"]["health/rss_mb"] > 0
+            assert first["t"] < tick["t"]
+            # A bad request from another client appears in the error log with its code.
+            bad = RawClient(training.port)
+            bad.request({"type": "PING", "protocol_version": "1.3", "client_name": "bad-one"})
+            answer = bad.request({"type": "EPISODES", "episodes": "not a list"})
+            assert answer["type"] == "ERROR"
+            tick = await until(ws, lambda t: any(e["kind"] == "error" and e["code"] == answer["code"] for e in t["errors"]),
+                               timeout=10)
+            entry = next(e for e in tick["errors"] if e["kind"] == "error")
+            assert entry["client"]["name"] == "bad-one" and entry["request"] == "EPISODES" and entry["message"]
+            bad.sock.close()
+
+        # A browser that reconnects gets the whole history again.
+        async with connect(f"ws://127.0.0.1:{port}/feed?token={token}") as ws:
+            hello = await receive(ws, "hello")
+            returns = hello["history"]["episode/return_mean"]
+            assert len(returns["t"]) >= 3 and len(returns["t"]) == len(returns["v"])
+            assert any(e["kind"] == "error" for e in hello["errors"])
+
+    asyncio.run(scenario())
+
+
+def test_controls_need_the_token_and_act(training: ServerProcess) -> None:
+    port, token = console_address(training)
+
+    async def scenario() -> None:
+        async with connect(f"ws://127.0.0.1:{port}/feed") as ws:  # no auth token on this server: viewing is open
+            await receive(ws, "hello")
+            await ws.send(json.dumps({"type": "control", "action": "pause"}))
+            refused = await receive(ws, "control_result")
+            assert refused["ok"] is False and "token" in refused["error"]
+            await ws.send(json.dumps({"type": "control", "token": "wrong", "action": "stop"}))
+            assert (await receive(ws, "control_result"))["ok"] is False
+
+            await until(ws, lambda t: (t["values"].get("charts/updates") or 0) >= 1)
+            await ws.send(json.dumps({"type": "control", "token": token, "action": "pause"}))
+            assert (await receive(ws, "control_result"))["ok"] is True
+            tick = await until(ws, lambda t: t["paused"])
+            updates = tick["values"]["charts/updates"]
+            # Paused: no update starts for several seconds though the client keeps sending.
+            for _ in range(4):
+                tick = await receive(ws, "tick")
+            assert tick["values"]["charts/updates"] <= updates + 1  # one already running may finish
+            paused_at = tick["values"]["charts/updates"]
+            await ws.send(json.dumps({"type": "control", "token": token, "action": "resume"}))
+            assert (await receive(ws, "control_result"))["ok"] is True
+            await until(ws, lambda t: not t["paused"] and t["values"]["charts/updates"] > paused_at)
+
+            await ws.send(json.dumps({"type": "control", "token": token, "action": "set_lr", "module": "default_policy",
+                                      "value": 0.0001}))
+            assert (await receive(ws, "control_result"))["value"] == 0.0001
+            await until(ws, lambda t: t["values"]["module/default_policy/lr"] == 0.0001)
+            await ws.send(json.dumps({"type": "control", "token": token, "action": "set_ent_coef", "module": "nope",
+                                      "value": 0.1}))
+            assert "no module" in (await receive(ws, "control_result"))["error"]
+            await ws.send(json.dumps({"type": "control", "token": token, "action": "checkpoint"}))
+            saved = await receive(ws, "control_result", timeout=30)
+            assert saved["ok"] and Path(saved["path"]).is_file()
+            # Every control is in the event log (a browser connecting now gets it all).
+            async with connect(f"ws://127.0.0.1:{port}/feed") as again:
+                log = (await receive(again, "hello"))["errors"]
+            kinds = [(e["kind"], e.get("action")) for e in log]
+            assert ("control_refused", "pause") in kinds and ("control", "pause") in kinds
+            assert ("control", "resume") in kinds and ("control", "set_lr") in kinds and ("control", "checkpoint") in kinds
+
+            await ws.send(json.dumps({"type": "control", "token": token, "action": "stop"}))
+            assert (await receive(ws, "control_result"))["ok"] is True
+
+    asyncio.run(scenario())
+    assert training.proc is not None and training.proc.wait(30) == 0  # the server stopped, cleanly
+
+
+def test_the_page_and_its_files_are_served_and_nothing_else(training: ServerProcess) -> None:
+    port, _ = console_address(training)
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+    html = page.read().decode()
+    assert page.headers["Content-Type"].startswith("text/html") and "vendor/uPlot.iife.min.js" in html
+    script = urllib.request.urlopen(f"http://127.0.0.1:{port}/vendor/uPlot.iife.min.js", timeout=10)
+    assert script.headers["Content-Type"].startswith("text/javascript") and b"uPlot" in script.read()
+    for path in ("/../server.py", "/%2e%2e/state.py", "/nope.js", "/vendor/../../history.py"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
+        assert refused.value.code == 404, path
+
+
+def test_with_an_auth_token_the_console_needs_it(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--console-port", "0", "--auth-token", "s3cret") as server:
+        port, token = console_address(server)
+        assert token == "s3cret"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        assert refused.value.code == 401
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/?token=s3cret", timeout=10).status == 200
+
+        async def scenario() -> None:
+            with pytest.raises(Exception) as failed:
+                async with connect(f"ws://127.0.0.1:{port}/feed"):
+                    pass
+            assert "401" in str(failed.value)
+            async with connect(f"ws://127.0.0.1:{port}/feed?token=s3cret") as ws:
+                assert (await receive(ws, "hello"))["type"] == "hello"
+
+        asyncio.run(scenario())
