@@ -35,12 +35,13 @@ async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherS
     if config.console_port is None:
         return None
     from .console.server import ConsoleServer
-    from .console.state import ConsoleState
+    from .console.state import SAVED_RUN, ConsoleState
 
     state = ConsoleState(trainer)
     server.observer = state
     trainer.episode_listeners.append(state.finished_episodes)
-    console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token)
+    console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token,
+                            save_to=Path(config.logdir) / SAVED_RUN)
     await console.start()
     # Always printed (also with --quiet): the address carries the control token.
     print(f"[tether] console: {console.url}", flush=True)

@@ -16,6 +16,37 @@ from .config import add_config_arguments, config_from_args
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def _console(args: argparse.Namespace) -> int:
+    """Serves the console of a finished run, read-only, from the log it left in --logdir."""
+    import json
+
+    from .console.server import ConsoleServer
+    from .console.state import SAVED_RUN
+
+    path = Path(args.logdir) / SAVED_RUN
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"tether console: cannot read {path} (a server run with --console-port writes it): {exc}", file=sys.stderr)
+        return 2
+    saved["read_only"] = True
+
+    async def main() -> None:
+        console = ConsoleServer(None, args.host, args.port, None, saved_run=saved)
+        await console.start()
+        print(f"[tether] console (read-only, {path}): http://{args.host}:{console.port}/", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await console.stop()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .app import run
 
@@ -95,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a training server", description="Run a Tether training server.")
     add_config_arguments(serve)
     serve.set_defaults(func=_serve)
+    console = sub.add_parser("console", help="show a finished run's console, read-only",
+                             description="Serve the live console's page for a finished run, read-only, from the "
+                                         "console.json that `tether serve --console-port` wrote into its logdir.")
+    console.add_argument("--logdir", required=True, help="the run's logdir")
+    console.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 picks a free one)")
+    console.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
+    console.set_defaults(func=_console)
     demo = sub.add_parser("demo", help="train CartPole with example clients and report the learned return",
                           description="Start a server and N CartPole client processes, train until the "
                           "target return, then evaluate the learned policy.")

@@ -35,13 +35,19 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
 #: Largest message a browser may send (controls are small).
 MAX_MESSAGE_BYTES = 64 * 1024
 TICK_S = 1.0
+#: The saved run (the compact metrics log) is rewritten this often, and when the server stops.
+SAVE_EVERY_TICKS = 10
 
 
 class ConsoleServer:
     """The console's HTTP + websocket server and its once-a-second sampler."""
 
-    def __init__(self, state: ConsoleState, host: str, port: int, auth_token: str | None) -> None:
+    def __init__(self, state: ConsoleState | None, host: str, port: int, auth_token: str | None,
+                 saved_run: dict[str, Any] | None = None, save_to: Path | None = None) -> None:
+        #: Live (a ConsoleState) or read-only (``saved_run``, a finished run's saved hello).
         self.state = state
+        self.saved_run = saved_run
+        self.save_to = save_to
         self.host = host
         self.requested_port = port
         #: Needed to view (only when the server has an auth token) and, always, to control.
@@ -65,8 +71,9 @@ class ConsoleServer:
     async def start(self) -> None:
         self._server = await serve(self._feed, self.host, self.requested_port, process_request=self._http,
                                    max_size=MAX_MESSAGE_BYTES, ping_interval=20, ping_timeout=20)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
-        self._lag_probe = asyncio.get_running_loop().create_task(self._probe_lag())
+        if self.state is not None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+            self._lag_probe = asyncio.get_running_loop().create_task(self._probe_lag())
 
     async def stop(self) -> None:
         for task in (self._ticker, self._lag_probe):
@@ -75,6 +82,16 @@ class ConsoleServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        self._save()
+
+    def _save(self) -> None:
+        if self.state is None or self.save_to is None:
+            return
+        try:
+            self.save_to.parent.mkdir(parents=True, exist_ok=True)
+            self.state.save(self.save_to)
+        except (OSError, ValueError) as exc:  # the log must not stop training
+            print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
 
     # -- HTTP: the page ------------------------------------------------------------------
 
@@ -103,7 +120,8 @@ class ConsoleServer:
     # -- the feed ------------------------------------------------------------------------
 
     async def _feed(self, browser: ServerConnection) -> None:
-        await browser.send(json.dumps(self.state.hello(), allow_nan=False))
+        hello = self.saved_run if self.state is None else self.state.hello()
+        await browser.send(json.dumps(hello, allow_nan=False))
         self._browsers.add(browser)
         try:
             async for raw in browser:
@@ -120,6 +138,9 @@ class ConsoleServer:
             return {"type": "control_result", "ok": False, "error": "not JSON"}
         if not isinstance(message, dict) or message.get("type") != "control":
             return {"type": "control_result", "ok": False, "error": 'send {"type": "control", "token": ..., "action": ...}'}
+        if self.state is None:
+            return {"type": "control_result", "ok": False, "action": str(message.get("action"))[:40],
+                    "error": "this console shows a finished run (read-only)"}
         try:
             done = await apply_control(self.state, self.control_token, message)
         except ControlError as exc:
@@ -141,6 +162,8 @@ class ConsoleServer:
                             self._browsers.discard(browser)  # a browser that cannot keep up is dropped, not waited for
                 sent_errors = self.state.last_error_seq
                 self.ticks += 1
+                if self.ticks % SAVE_EVERY_TICKS == 0:
+                    self._save()
             except Exception as exc:  # the console must never stop training
                 print(f"[tether] console tick failed: {exc!r:.300}", flush=True)
 

@@ -10,11 +10,13 @@ second after that.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .history import History
@@ -27,6 +29,8 @@ DEPARTED_CLIENTS = 50
 ACTION_WINDOW = 2000
 #: Schema version of the feed's messages (docs/console.md).
 FEED_VERSION = 1
+#: The compact metrics log beside the TensorBoard files, read by ``tether console --logdir``.
+SAVED_RUN = "console.json"
 
 
 @dataclass
@@ -259,6 +263,15 @@ class ConsoleState:
     @property
     def last_error_seq(self) -> int:
         return self._error_seq
+
+    def save(self, path: Path) -> None:
+        """Writes the run as a browser connecting now would get it (bounded: the
+        history's points, the log, the last episodes), atomically, for ``tether console``."""
+        data = self.hello()
+        data["saved_at"] = time.time()
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, allow_nan=False, separators=(",", ":")))
+        os.replace(tmp, path)
 
 
 def _finite(value: float) -> float | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -209,3 +211,46 @@ def test_with_an_auth_token_the_console_needs_it(tmp_path: Path) -> None:
                 assert (await receive(ws, "hello"))["type"] == "hello"
 
         asyncio.run(scenario())
+
+
+def test_a_finished_run_is_shown_read_only_from_its_log(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--console-port", "0", "--seed", "0",
+                           "--env-steps-per-sample", "200", "--train-batch-size", "1000").start()
+    stop = threading.Event()
+    player = threading.Thread(target=play, args=(server.port, stop), daemon=True)
+    player.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("update    2 " in line for line in server.lines):
+            time.sleep(0.2)
+        time.sleep(1.5)  # a tick or two after the update
+    finally:
+        stop.set()
+        player.join(timeout=30)
+        server.stop()
+    saved = server.logdir / "console.json"
+    assert saved.is_file()
+    viewer = subprocess.Popen([sys.executable, "-m", "tether.server.cli", "console", "--logdir", str(server.logdir),
+                               "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert viewer.stdout is not None
+        line = viewer.stdout.readline()
+        port = int(re.search(r"http://[\d.]+:(\d+)/", line).group(1))
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).status == 200
+
+        async def scenario() -> None:
+            async with connect(f"ws://127.0.0.1:{port}/feed") as ws:
+                hello = await receive(ws, "hello")
+                assert hello["read_only"] is True
+                assert max(v for v in hello["history"]["charts/updates"]["v"] if v is not None) >= 2
+                assert hello["episodes"]["default_policy"] and any(c["client_name"] == "console-test-cartpole"
+                                                                   for c in hello["clients"])
+                await ws.send(json.dumps({"type": "control", "token": "x", "action": "pause"}))
+                assert "read-only" in (await receive(ws, "control_result"))["error"]
+                with pytest.raises(TimeoutError):  # a finished run has no ticks
+                    await receive(ws, "tick", timeout=2.5)
+
+        asyncio.run(scenario())
+    finally:
+        viewer.kill()
+        viewer.wait()
