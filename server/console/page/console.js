@@ -5,6 +5,7 @@
 const token = new URLSearchParams(location.search).get("token") || "";
 const series = {};          // key -> {t: [], v: []}: the history, then each tick's sample
 const charts = {};          // chart id -> {plot, keys}
+window.tetherCharts = charts;  // for tests and the curious: each chart's uPlot
 let socket = null;
 let retryMs = 500;
 
@@ -69,8 +70,12 @@ function drawCharts() {
       };
       chart = charts[id] = {plot: new uPlot(opts, aligned(mine), box), keys: mine};
     } else {
-      chart.plot.setData(aligned(mine), false);
-      chart.plot.redraw();
+      // Follow the newest points unless the user zoomed into the past (drag to zoom, double-click to reset).
+      const data = aligned(mine);
+      const x = chart.plot.scales.x;
+      const shown = chart.plot.data[0];
+      const following = x.max == null || shown.length === 0 || x.max >= shown[shown.length - 1];
+      chart.plot.setData(data, following);
     }
   }
 }
