@@ -61,6 +61,13 @@ async def serve(
     server = TetherServer(trainer)
     await server.start()
     console = await _start_console(config, trainer, server)
+    websocket = None
+    if config.ws_port is not None:
+        from .ws_server import PATH, WebSocketRLlink
+
+        websocket = WebSocketRLlink(server, config.host, config.ws_port)
+        await websocket.start()
+        print(f"[tether] RLlink over websockets: ws://{config.host}:{websocket.port}{PATH}", flush=True)
     _tune_garbage_collector()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -84,6 +91,8 @@ async def serve(
     try:
         await trainer.stop_requested.wait()
     finally:
+        if websocket is not None:
+            await websocket.stop()
         if console is not None:
             await console.stop()
         await server.stop()

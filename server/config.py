@@ -128,6 +128,9 @@ class ServerConfig:
         None, "serve the live console (a web page and its websocket feed) on this port; 0 picks a free one "
               "(off by default)")
     console_host: str = _opt("127.0.0.1", "address the console listens on (loopback by default)")
+    ws_port: int | None = _opt(
+        None, "also serve RLlink over websockets on this port, at ws://host:port/rllink, for browser games "
+              "(docs/protocol.md §3.4); 0 picks a free one (off by default)")
 
     def __post_init__(self) -> None:
         if self.train_batch_size < 1 or self.env_steps_per_sample < 1:

@@ -1,0 +1,138 @@
+"""RLlink over websockets (docs/protocol.md §3.4) against a real server: a
+websocket client plays whole sessions with one RLlink body per text message,
+gets the same answers and errors as over TCP, and is held to the same limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from tether.sdk.policy import OnnxPolicy
+from tether.sdk.protocol import decode_onnx
+
+from .server_process import ServerProcess
+
+WS = re.compile(r"RLlink over websockets: (ws://\S+)")
+
+
+def ws_url(server: ServerProcess) -> str:
+    for _ in range(100):
+        for line in list(server.lines):
+            match = WS.search(line)
+            if match:
+                return match.group(1)
+        time.sleep(0.05)
+    raise AssertionError("no websocket line:\n" + "\n".join(server.lines))
+
+
+async def request(ws, message: dict) -> dict:
+    await ws.send(json.dumps(message))
+    return json.loads(await asyncio.wait_for(ws.recv(), 30))
+
+
+def test_a_websocket_client_trains_cartpole_with_the_same_protocol(tmp_path: Path) -> None:
+    """The handshake, the model, on-policy batches answered with new weights, exactly-once resends: all over ws."""
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--ws-port", "0", "--seed", "0",
+                       "--env-steps-per-sample", "500", "--train-batch-size", "1000") as server:
+        url = ws_url(server)
+
+        async def session() -> dict:
+            async with connect(url) as ws:
+                pong = await request(ws, {"type": "PING", "protocol_version": "1.3", "client_name": "ws-test"})
+                assert pong["type"] == "PONG" and pong["protocol_version"] == "1.3"
+                config = await request(ws, {"type": "GET_CONFIG"})
+                assert config["type"] == "SET_CONFIG" and config["action_space"]["type"] == "Discrete"
+                state = await request(ws, {"type": "GET_STATE"})
+                policy = OnnxPolicy(decode_onnx(state["onnx_file"]))
+                env = gym.make("CartPole-v1")
+                rng = np.random.default_rng(0)
+                version, seq = state["weights_seq_no"], 0
+                obs, _ = env.reset(seed=0)
+                for _batch in range(4):
+                    episodes, steps = [], 0
+                    record = {"obs": [obs.tolist()], "actions": [], "rewards": [], "action_logp": [],
+                              "episode_id": f"e{seq}-0"}
+                    n = 0
+                    while steps < 500:
+                        logits = policy.dist_inputs(np.asarray([obs], np.float32))[0].astype(np.float64)
+                        p = np.exp(logits - logits.max())
+                        p /= p.sum()
+                        action = int(rng.choice(2, p=p))
+                        obs, reward, terminated, truncated, _ = env.step(action)
+                        record["obs"].append(obs.tolist())
+                        record["actions"].append(action)
+                        record["rewards"].append(float(reward))
+                        record["action_logp"].append(float(np.log(p[action])))
+                        steps += 1
+                        if terminated or truncated:
+                            episodes.append({**record, "is_terminated": terminated, "is_truncated": truncated})
+                            n += 1
+                            obs, _ = env.reset()
+                            record = {"obs": [obs.tolist()], "actions": [], "rewards": [], "action_logp": [],
+                                      "episode_id": f"e{seq}-{n}"}
+                    if record["actions"]:
+                        episodes.append({**record, "is_terminated": True, "is_truncated": False})
+                        obs, _ = env.reset()
+                    seq += 1
+                    message = {"type": "EPISODES_AND_GET_STATE", "episodes": episodes, "env_steps": steps,
+                               "agent_steps": steps, "weights_seq_no": version, "client_session": "ws-session-1",
+                               "batch_seq": seq}
+                    answer = await request(ws, message)
+                    assert answer["type"] == "SET_STATE", answer
+                    if seq == 2:  # the same batch again: answered as if new, stored once (§13.5)
+                        again = await request(ws, message)
+                        assert again["type"] == "SET_STATE"
+                    if "onnx_file" in answer:
+                        policy = OnnxPolicy(decode_onnx(answer["onnx_file"]))
+                    version = answer["weights_seq_no"]
+                return {"version": version}
+
+        result = asyncio.run(session())
+        summary = server.stop()
+    assert result["version"] >= 1  # the server trained on what came over the websocket and sent new weights
+    assert summary["env_steps"] == 4 * 500  # the resent batch was stored once
+
+
+def test_websocket_errors_and_limits_are_the_tcp_servers(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--ws-port", "0", "--auth-token", "s3cret",
+                       "--max-frame-bytes", "200000") as server:
+        url = ws_url(server)
+
+        async def scenario() -> None:
+            async with connect(url) as ws:
+                # Not authenticated: refused as over TCP, and a wrong token ends the connection.
+                answer = await request(ws, {"type": "GET_CONFIG"})
+                assert answer["type"] == "ERROR" and answer["code"] == "AUTH_FAILED", answer
+                wrong_token = await request(ws, {"type": "PING", "protocol_version": "1.3", "auth_token": "nope"})
+                assert wrong_token["code"] == "AUTH_FAILED"
+                with pytest.raises(ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 10)
+            async with connect(url) as ws:
+                assert (await request(ws, {"type": "PING", "protocol_version": "1.3", "auth_token": "s3cret"}))["type"] == "PONG"
+                await ws.send("{not json")
+                bad = json.loads(await ws.recv())
+                assert bad["type"] == "ERROR" and bad["code"] == "INVALID_JSON", bad
+                wrong = await request(ws, {"type": "EPISODES", "episodes": [{"obs": [[0, 0, 0, 0]], "actions": [],
+                                                                              "rewards": []}]})
+                assert wrong["type"] == "ERROR" and wrong["request"] == "EPISODES", wrong
+                assert (await request(ws, {"type": "GET_CONFIG"}))["type"] == "SET_CONFIG"  # the connection goes on
+                # A message over max_frame_bytes closes the connection, as an oversized frame does on TCP.
+                await ws.send(json.dumps({"type": "EPISODES", "episodes": [], "pad": "x" * 300_000}))
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(ws.recv(), 10)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+            async with connect(url.replace("/rllink", "/elsewhere")) as ws:
+                pass
+
+        with pytest.raises(Exception) as refused:
+            asyncio.run(scenario())
+        assert "404" in str(refused.value)
