@@ -41,7 +41,7 @@ from .protocol.errors import (
     server_error_from_message,
 )
 from .protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
-from .transport import ConnectionLost, SocketTransport
+from .transport import ConnectionLost, make_transport
 
 __all__ = ["Batch", "ServerLink", "TetherConnectionError"]
 
@@ -160,7 +160,7 @@ class ServerLink:
         self.verbose = verbose
         self._state_request = state_request
         self._prepare_state = prepare_state
-        self._transport = SocketTransport(host, port, connect_timeout_s, response_timeout_s)
+        self._transport = make_transport(host, port, connect_timeout_s, response_timeout_s)
         #: One per client object, kept across reconnects (protocol 1.3 exactly-once batches).
         self.client_session = uuid.uuid4().hex
         self._next_seq = 1

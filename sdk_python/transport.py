@@ -135,3 +135,142 @@ class SocketTransport:
                 self._pending_loss = loss
                 return responses[:i]
         return responses
+
+
+class WebSocketTransport(SocketTransport):
+    """RLlink over a websocket (docs/protocol.md §3.4) to ``url``
+    (``ws://host:port/rllink``), with the same interface as SocketTransport: one
+    socket the I/O thread can select on, written and read through websockets'
+    Sans-I/O client protocol. Each request goes as one text message holding the
+    body; each message received is one response."""
+
+    def __init__(self, url: str, connect_timeout_s: float = 10.0, send_timeout_s: float = 60.0,
+                 max_message_bytes: int = 64 * 2**20) -> None:
+        from websockets.uri import parse_uri
+
+        self.url = url
+        self._uri = parse_uri(url)
+        if self._uri.secure:
+            raise ValueError("wss:// is not supported by the Python SDK; use ws:// (or TCP)")
+        super().__init__(self._uri.host, self._uri.port, connect_timeout_s, send_timeout_s)
+        self.max_message_bytes = max_message_bytes
+        self._ws: Any = None
+        self._fragments: list[bytes] = []
+
+    @property
+    def address(self) -> str:
+        return self.url
+
+    def connect(self) -> None:
+        import time
+
+        from websockets.client import ClientProtocol
+        from websockets.http11 import Response
+
+        super().connect()
+        ws = ClientProtocol(self._uri, max_size=self.max_message_bytes)
+        ws.send_request(ws.connect())
+        self._flush(ws)
+        deadline = time.monotonic() + self.connect_timeout_s
+        sock = self.sock
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data = sock.recv(1 << 16)
+            except OSError as exc:
+                self.close()
+                raise ConnectionLost(f"websocket handshake with {self.url} failed: {exc}") from exc
+            finally:
+                sock.settimeout(self.send_timeout_s)
+            if not data:
+                self.close()
+                raise ConnectionLost(f"server {self.url} closed the connection during the websocket handshake")
+            ws.receive_data(data)
+            events = ws.events_received()
+            if any(isinstance(e, Response) for e in events):
+                break
+        if ws.handshake_exc is not None:
+            self.close()
+            raise ConnectionLost(f"websocket handshake with {self.url} refused: {ws.handshake_exc}")
+        self._ws = ws
+        self._fragments = []
+
+    def _flush(self, ws: Any) -> None:
+        for chunk in ws.data_to_send():
+            if chunk:
+                self.sock.sendall(chunk)
+
+    def close(self) -> None:
+        self._ws = None
+        super().close()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._raise_pending_loss()
+        frame = self._conn.send(message)  # pairs the answer with this request
+        ws = self._ws
+        if ws is None:
+            raise ConnectionLost("not connected")
+        ws.send_text(frame[8:])
+        self._flush(ws)
+
+    def read_available(self) -> list[tuple[MessageType | None, dict[str, Any]]]:
+        from websockets.frames import Opcode
+
+        self._raise_pending_loss()
+        ws = self._ws
+        if ws is None:
+            raise ConnectionLost("not connected")
+        try:
+            data = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as exc:
+            self.close()
+            raise ConnectionLost(f"connection to {self.url} failed: {exc}") from exc
+        if not data:
+            self.close()
+            raise ConnectionLost(f"server {self.url} closed the connection")
+        ws.receive_data(data)
+        framed = bytearray()
+        closed = None
+        for event in ws.events_received():
+            if event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                self._fragments.append(bytes(event.data))
+                if event.fin:
+                    body = b"".join(self._fragments)
+                    self._fragments = []
+                    framed += f"{len(body):08d}".encode() + body  # the same pairing and checks as over TCP
+            elif event.opcode is Opcode.CLOSE:
+                closed = ws.close_exc
+        self._flush(ws)  # pongs, and the answer to a close
+        responses: list[tuple[MessageType | None, dict[str, Any]]] = []
+        if framed:
+            try:
+                responses = self._conn.receive_data(bytes(framed))
+            except Exception as exc:
+                self.close()
+                raise ConnectionLost(f"server {self.url} broke the protocol: {exc}") from exc
+            for i, (_, message) in enumerate(responses):
+                code = message.get("code")
+                if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
+                    loss = ConnectionLost(f"server {self.url} closed the connection with {code}: "
+                                          f"{message.get('message', '')}", str(code))
+                    if i == 0:
+                        self.close()
+                        raise loss
+                    self._pending_loss = loss
+                    return responses[:i]
+        if closed is not None:
+            if responses:
+                self._pending_loss = ConnectionLost(f"server {self.url} closed the websocket: {closed}")
+            else:
+                self.close()
+                raise ConnectionLost(f"server {self.url} closed the websocket: {closed}")
+        return responses
+
+
+def make_transport(host: str, port: int, connect_timeout_s: float, send_timeout_s: float) -> SocketTransport:
+    """TCP to ``host:port``, or, when ``host`` is a ``ws://`` URL, RLlink over that websocket."""
+    if host.startswith(("ws://", "wss://")):
+        return WebSocketTransport(host, connect_timeout_s, send_timeout_s)
+    return SocketTransport(host, port, connect_timeout_s, send_timeout_s)

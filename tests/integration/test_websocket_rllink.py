@@ -136,3 +136,22 @@ def test_websocket_errors_and_limits_are_the_tcp_servers(tmp_path: Path) -> None
         with pytest.raises(Exception) as refused:
             asyncio.run(scenario())
         assert "404" in str(refused.value)
+
+
+def test_the_python_sdk_trains_over_a_websocket_address(tmp_path: Path) -> None:
+    from tether.sdk import TetherClient, run_env
+
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--ws-port", "0", "--seed", "0",
+                       "--env-steps-per-sample", "250", "--train-batch-size", "1000") as server:
+        url = ws_url(server)
+        client = TetherClient(url, client_name="sdk-over-ws", seed=0, wait_for_weights=True)
+        try:
+            assert client.weights_seq_no == 0
+            run_env(client, gym.make("CartPole-v1"), max_steps=3000)
+            client.flush()
+            assert client.weights_seq_no >= 2  # trained on what went over the websocket, new models came back
+            sent = client.env_steps_sent
+        finally:
+            client.close()
+        summary = server.stop()
+    assert sent >= 2750 and summary["env_steps"] == sent
