@@ -11,6 +11,10 @@ bash sdk_cpp/scripts/install_toolchain.sh
 bash sdk_cpp/scripts/fetch_onnxruntime.sh
 # The C# SDK's toolchain (mono's mcs, NUnit 2.6, Newtonsoft.Json) from the distribution's packages when missing.
 bash sdk_csharp/scripts/install_toolchain.sh
+# Chromium and its WebDriver (the console's and the browser CartPole's tests) from the
+# distribution's packages when missing, and onnxruntime-web (examples/browser/vendor/, ignored by git).
+bash scripts/install_browser.sh
+bash examples/browser/fetch_onnxruntime_web.sh
 if [ "${TETHER_SKIP_RAY:-0}" != "1" ] && [ -f scripts/install_ray_peer.sh ]; then
   bash scripts/install_ray_peer.sh
 fi
