@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,6 +174,7 @@ def run_server_with_clients(
     port: int,
     timeout_s: float,
     show_server_output: bool = False,
+    on_listening: Any = None,
 ) -> dict:
     """Start ``tether serve`` (with ``server_args``), then the clients once it
     listens; wait for the server to stop by itself (target or budget) or the
@@ -196,6 +198,8 @@ def run_server_with_clients(
         try:
             listening_at = wait_for_port(port, server, timeout_s=timeout_s)
             log(f"server listening on {port} after {listening_at - t0:.2f} s; starting {len(client_cmds)} client(s)")
+            if on_listening is not None:
+                on_listening()
             clients = [spawn(c, stdout=subprocess.DEVNULL) for c in client_cmds]
             try:
                 server.wait(timeout=max(1.0, timeout_s - (time.time() - t0)))
