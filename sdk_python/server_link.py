@@ -43,6 +43,9 @@ from .protocol.errors import (
 from .protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
 from .transport import ConnectionLost, make_transport
 
+#: The SDK's name and version, sent in the handshake PING (docs/protocol.md §7.1).
+SDK_NAME = "tether-python/0.1.0"
+
 __all__ = ["Batch", "ServerLink", "TetherConnectionError"]
 
 logger = logging.getLogger("tether.sdk")
@@ -540,6 +543,7 @@ class ServerLink:
             "type": MessageType.PING.value,
             "protocol_version": PROTOCOL_VERSION,
             "client_name": self.client_name,
+            "sdk": SDK_NAME,
         }
         if self.auth_token is not None:
             ping["auth_token"] = self.auth_token

@@ -18,6 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The SDK's name and version, sent in the handshake PING (docs/protocol.md §7.1).
+constexpr const char* kSdkName = "tether-cpp/0.1.0";
+
 std::chrono::milliseconds to_ms(double seconds) {
   if (!(seconds > 0)) return std::chrono::milliseconds(0);
   if (seconds > 1e9) seconds = 1e9;
@@ -539,7 +542,9 @@ Status ServerLink::handshake() {
   PingOptions ping;
   ping.client_name = options_.client_name;
   ping.auth_token = options_.auth_token;
-  Exchange pong = exchange(make_ping(ping), options_.response_timeout_s, "response_timeout_s", nullptr);
+  nlohmann::json ping_message = make_ping(ping);
+  ping_message["sdk"] = kSdkName;  // shown in the server's console (§7.1)
+  Exchange pong = exchange(ping_message, options_.response_timeout_s, "response_timeout_s", nullptr);
   if (pong.outcome != Outcome::kAnswer) return pong.status;
   auto config = std::make_shared<LinkConfig>();
   config->server_info = pong.answer.body;

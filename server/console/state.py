@@ -42,6 +42,8 @@ class ClientInfo:
     connected_at: float
     client_name: str | None = None
     protocol_version: str | None = None
+    #: The client library and its version ("tether-python/0.1.0"), from PING's "sdk".
+    sdk: str | None = None
     last_seen: float = 0.0
     requests: int = 0
     batches: int = 0
@@ -59,7 +61,7 @@ class ClientInfo:
     def to_json(self, current: dict[str, int], now: float) -> dict[str, Any]:
         staleness = {m: current[m] - v for m, v in self.weights.items() if m in current}
         return {
-            "id": self.id, "address": self.address, "client_name": self.client_name,
+            "id": self.id, "address": self.address, "client_name": self.client_name, "sdk": self.sdk,
             "protocol_version": self.protocol_version, "connected_at": round(self.connected_at, 3),
             "last_seen_s_ago": round(now - self.last_seen, 3), "requests": self.requests, "batches": self.batches,
             "env_steps": self.env_steps, "env_steps_per_s": round(self.env_steps_per_s, 1), "errors": self.errors,
@@ -107,9 +109,11 @@ class ConsoleState:
         info.last_seen = time.time()
         info.requests += 1
         if kind == "PING":
-            name, version = message.get("client_name"), message.get("protocol_version")
+            name, version, sdk = message.get("client_name"), message.get("protocol_version"), message.get("sdk")
             if isinstance(name, str):
                 info.client_name = name[:200]
+            if isinstance(sdk, str):
+                info.sdk = sdk[:100]
             if isinstance(version, str):
                 info.protocol_version = version[:20]
         session = message.get("client_session")

@@ -136,6 +136,8 @@ namespace Tether.Client
     internal sealed class ServerLink : IDisposable
     {
         const int MaxRefusedEpisodes = 4096;
+        /// <summary>The SDK's name and version, sent in the handshake PING (§7.1).</summary>
+        internal const string SdkName = "tether-csharp/0.1.0";
 
         readonly ClientOptions options;
         readonly TcpTransport transport;
@@ -525,7 +527,8 @@ namespace Tether.Client
 
         void Handshake()
         {
-            var ping = new JObject { { "type", "PING" }, { "protocol_version", Messages.ProtocolVersion }, { "client_name", options.ClientName } };
+            var ping = new JObject { { "type", "PING" }, { "protocol_version", Messages.ProtocolVersion }, { "client_name", options.ClientName },
+                                     { "sdk", SdkName } };
             if (options.AuthToken != null) ping["auth_token"] = options.AuthToken;
             JObject pong = Exchange(ping, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             JObject setConfig = Exchange(new JObject { { "type", "GET_CONFIG" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");

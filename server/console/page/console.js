@@ -86,7 +86,7 @@ function renderClients(clients, reconnects) {
   for (const c of clients) {
     const weights = Object.entries(c.weights).map(([m, v]) => `${m} v${v} (${c.staleness[m] ?? "?"})`).join(", ");
     const row = el("tr", {class: c.connected ? "client" : "client gone", "data-id": c.id});
-    for (const cell of [c.id, c.address, c.client_name ?? "", c.protocol_version ?? "v1", weights, c.env_steps_per_s,
+    for (const cell of [c.id, c.address, (c.client_name ?? "") + (c.sdk ? ` (${c.sdk})` : ""), c.protocol_version ?? "v1", weights, c.env_steps_per_s,
                         c.batches, c.env_steps, `${c.last_seen_s_ago.toFixed(1)} s ago`, c.round_trip_ms ?? "",
                         c.errors, c.connected ? "connected" : "gone"]) {
       row.appendChild(el("td", {}, String(cell)));
