@@ -39,7 +39,6 @@ async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherS
 
     state = ConsoleState(trainer)
     server.observer = state
-    trainer.episode_listeners.append(state.finished_episodes)
     console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token,
                             save_to=Path(config.logdir) / SAVED_RUN)
     await console.start()

@@ -9,7 +9,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
 import torch
 
@@ -24,7 +24,7 @@ from .config import ServerConfig
 from .ingest import EpisodeIngest, record_env_steps
 from .learner import NonFiniteUpdate, PPOLearner, build_batch
 from .logp_check import PolicyHistory, check_behaviour_logp
-from .metrics import EpisodeTracker, FinishedEpisode, Metrics, TensorBoardWriter
+from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .sample_pool import Pooled, SamplePool
 
@@ -130,8 +130,6 @@ class Trainer:
         self.stop_requested = asyncio.Event()
         #: Updates do not start while paused (the console's control); data keeps arriving into the bounded pool.
         self.paused = False
-        #: Called with each message's finished episodes (the console listens).
-        self.episode_listeners: list[Callable[[list[FinishedEpisode]], None]] = []
 
     # -- weights ---------------------------------------------------------------
 
@@ -249,11 +247,7 @@ class Trainer:
             env_steps = sum(record_env_steps(r) for r in records)
         m.env_steps_received += env_steps
         m.agent_steps_received += agent_steps
-        finished = self.episodes.add(connection, records)
-        m.add_episodes(finished)
-        if finished:
-            for listener in self.episode_listeners:
-                listener(finished)
+        m.add_episodes(self.episodes.add(connection, records))
         self._check_stop()
         for record in records:
             for agent in record.agents:

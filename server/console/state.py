@@ -25,6 +25,9 @@ from .history import History
 ERROR_LOG_SIZE = 500
 EPISODES_PER_MODULE = 20
 DEPARTED_CLIENTS = 50
+#: Open episodes whose steps are kept, and steps kept per agent of an episode.
+MAX_OPEN_EPISODES = 256
+MAX_EPISODE_STEPS = 2000
 #: Actions per module the histogram is taken over.
 ACTION_WINDOW = 2000
 #: Schema version of the feed's messages (docs/console.md).
@@ -85,6 +88,8 @@ class ConsoleState:
         self.errors: deque[dict[str, Any]] = deque(maxlen=ERROR_LOG_SIZE)
         self._error_seq = 0
         self.episodes: dict[str, deque] = {}
+        #: Steps of episodes not finished yet, per (connection, episode id) and agent (bounded).
+        self._open: dict[tuple, dict[str, dict]] = {}
         self.actions: dict[str, deque] = {}
         self.loop_lag_ms = 0.0
         self._last_errors_sent = 0
@@ -129,31 +134,50 @@ class ConsoleState:
             info.round_trip_s = seconds
 
     def batch(self, session_id: int, env_steps: int, versions: dict[str, int], records: list) -> None:
-        """A batch was stored: its counts, the versions it acted with, its actions and finished episodes."""
+        """A batch was stored: its counts, the versions it acted with, its actions, and the steps of
+        its episodes (kept for the last finished ones, step by step)."""
         info = self.clients.get(session_id)
         if info is not None:
             info.batches += 1
             info.env_steps += env_steps
             info.weights.update(versions)
         for record in records:
+            key = (session_id, record.episode_id)
+            agents = self._open.pop(key, None) or {}
+            self._open[key] = agents  # most recent last: the oldest open episode is forgotten first
+            while len(self._open) > MAX_OPEN_EPISODES:
+                self._open.pop(next(iter(self._open)))
             for agent in record.agents:
+                chunk = agent.chunk
                 window = self.actions.setdefault(agent.module_id, deque(maxlen=ACTION_WINDOW))
-                window.extend(agent.chunk.actions[-ACTION_WINDOW:].tolist())
+                window.extend(chunk.actions[-ACTION_WINDOW:].tolist())
+                entry = agents.setdefault(agent.agent_id, {"module": agent.module_id, "return": 0.0, "steps": 0,
+                                                           "rewards": [], "actions": []})
+                entry["return"] += float(chunk.rewards.sum(dtype=float))
+                entry["steps"] += chunk.env_steps
+                room = MAX_EPISODE_STEPS - len(entry["rewards"])
+                if room > 0:
+                    entry["rewards"].extend(round(float(r), 6) for r in chunk.rewards[:room])
+                    entry["actions"].extend(chunk.actions[:room].tolist())
+            if record.is_terminated or record.is_truncated:
+                self._open.pop(key, None)
+                self._finish(agents)
 
-    def episode(self, module: str, total_return: float, length: int, rewards: list[float] | None,
-                actions: list | None) -> None:
+    def _finish(self, agents: dict[str, dict]) -> None:
+        by_module: dict[str, dict[str, dict]] = {}
+        for agent_id, entry in agents.items():
+            by_module.setdefault(entry["module"], {})[agent_id] = entry
+        for module, members in by_module.items():
+            self.episode(module, sum(e["return"] for e in members.values()), max(e["steps"] for e in members.values()),
+                         {a: {"rewards": e["rewards"], "actions": e["actions"], "steps": e["steps"]}
+                          for a, e in members.items()})
+
+    def episode(self, module: str, total_return: float, length: int, agents: dict[str, dict] | None) -> None:
+        """A finished episode of ``module``: its agents' return, its length, and per agent its
+        rewards and actions step by step (the first MAX_EPISODE_STEPS of each)."""
         kept = self.episodes.setdefault(module, deque(maxlen=EPISODES_PER_MODULE))
         kept.appendleft({"t": round(time.time() - self.started, 3), "return": _finite(total_return), "length": length,
-                         "rewards": rewards, "actions": actions})
-
-    def finished_episodes(self, finished: list) -> None:
-        """The trainer's episode listener: each finished episode under each of its modules."""
-        for episode in finished:
-            by_module: dict[str, float] = {}
-            for module, ret in episode.agents.values():
-                by_module[module] = by_module.get(module, 0.0) + ret
-            for module, ret in by_module.items():
-                self.episode(module, ret, episode.length, None, None)
+                         "agents": agents})
 
     def refused(self, session_id: int | None, code: str, message: str, request: str | None) -> None:
         info = self.clients.get(session_id) if session_id is not None else None

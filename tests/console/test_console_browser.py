@@ -92,6 +92,12 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         wait_for(lambda: any(answer["code"] in r.text and "bad-one" in r.text
                              for r in browser.find_elements(By.CSS_SELECTOR, "#errors tbody tr")), what="the error row")
         bad.sock.close()
+        # A finished episode, clicked, shows its steps.
+        episode = wait_for(lambda: next(iter(browser.find_elements(By.CSS_SELECTOR, "#episodes .episode")), None),
+                           what="a finished episode")
+        episode.click()
+        rows = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#episode-detail table.steps tr"), what="its steps")
+        assert len(rows) >= 2 and rows[1].find_elements(By.TAG_NAME, "td")[3].text == "1"  # CartPole: reward 1 a step
         # Pause stops updates, resume restarts them.
         wait_for(lambda: "v1" in browser.find_element(By.ID, "summary").text or "v2" in browser.find_element(By.ID, "summary").text,
                  timeout=60, what="a first update")

@@ -107,6 +107,11 @@ def test_the_feed_shows_the_run_its_client_and_a_bad_request_live(training: Serv
             tick = await until(ws, lambda t: (t["values"].get("charts/updates") or 0) >= 1
                                and t["values"].get("module/default_policy/entropy") is not None)
             assert tick["values"]["episode/return_mean"] > 0 and tick["episodes"]["default_policy"]
+            # A finished episode step by step: CartPole's rewards are 1 a step; its actions 0 or 1.
+            last = tick["episodes"]["default_policy"][0]
+            steps = next(iter(last["agents"].values()))
+            assert last["length"] == steps["steps"] == len(steps["rewards"]) == len(steps["actions"]) > 0
+            assert sum(steps["rewards"]) == last["return"] and set(steps["actions"]) <= {0, 1}
             assert tick["actions"]["default_policy"]["type"] == "Discrete" and set(tick["actions"]["default_policy"]["counts"]) <= {"0", "1"}
             assert tick["values"]["health/loop_lag_ms"] is not None and tick["values"]["health/rss_mb"] > 0
             assert first["t"] < tick["t"]

@@ -140,11 +140,29 @@ function renderEpisodes(episodes) {
     line.appendChild(el("strong", {}, `${module}: `));
     for (const e of list) {
       const item = el("span", {class: "episode", title: "click for its steps"}, ` ${e.return?.toFixed(1)} (${e.length}) `);
-      item.onclick = () => alert(e.rewards ? `rewards ${JSON.stringify(e.rewards)}\nactions ${JSON.stringify(e.actions)}`
-                                           : `return ${e.return}, length ${e.length} (step data not kept for this episode)`);
+      item.onclick = () => showEpisode(module, e);
       line.appendChild(item);
     }
     box.appendChild(line);
+  }
+}
+
+// One episode step by step: each agent's reward and action at each of its steps.
+function showEpisode(module, e) {
+  const box = document.getElementById("episode-detail");
+  box.replaceChildren(el("h3", {}, `${module}: return ${e.return?.toFixed(2)}, length ${e.length}`));
+  for (const [agent, steps] of Object.entries(e.agents || {})) {
+    const table = el("table", {class: "steps", "data-agent": agent});
+    const head = el("tr");
+    for (const h of ["agent", "step", "action", "reward"]) head.appendChild(el("th", {}, h));
+    table.appendChild(head);
+    steps.rewards.forEach((r, i) => {
+      const row = el("tr");
+      for (const cell of [i === 0 ? agent : "", i, JSON.stringify(steps.actions[i]), r]) row.appendChild(el("td", {}, String(cell)));
+      table.appendChild(row);
+    });
+    if (steps.steps > steps.rewards.length) box.appendChild(el("p", {}, `${agent}: first ${steps.rewards.length} of ${steps.steps} steps`));
+    box.appendChild(table);
   }
 }
 
