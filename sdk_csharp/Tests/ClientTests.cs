@@ -104,6 +104,10 @@ namespace Tether.Tests
                 var batches = server.Received("EPISODES_AND_GET_STATE");
                 Assert.That(batches.Count(b => (long)b["batch_seq"] == 1), Is.EqualTo(1));
                 Assert.That(batches.All(b => ((JArray)b["episodes"]).Count > 0), Is.True, "a batch emptied by the refusal was sent");
+                // Each batch counts the steps it holds (a refused episode's steps taken out of it are not counted).
+                Space obsSpace = Space.FromJson(server.Config["observation_space"]);
+                Space actSpace = Space.FromJson(server.Config["action_space"]);
+                foreach (JObject b in batches) Assert.That((int)b["env_steps"], Is.EqualTo(EpisodeRecords.ValidateEpisodes(b, obsSpace, actSpace, true)));
                 var later = batches.Where(b => (long)b["batch_seq"] > 1).SelectMany(b => b["episodes"]).Select(r => (string)r["episode_id"]).ToList();
                 Assert.That(later, Has.No.Member(episode));
                 Assert.That(later, Has.Member(other));

@@ -232,7 +232,7 @@ namespace Tether.Client
             gone.Clear();
             lock (sync)
             {
-                RemoveChunksOf(batch, refused);
+                DropEpisodes(batch, refused);  // (and their steps from the batch's counts)
                 if (batch.IsEmpty) return false;
                 int limit = QueueLimitSteps();
                 while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.QueueSteps > limit) && fatal == null)
