@@ -347,12 +347,17 @@ class Trainer:
         results: dict[str, Any] = {}
         for module_id, items in by_module.items():
             learner = self.modules[module_id].learner
+            started = time.perf_counter()
             try:
                 stats = learner.update(build_batch([p.chunk for p in items]))
             except NonFiniteUpdate as exc:
                 results[module_id] = exc
                 continue
-            results[module_id] = (stats, learner.export_onnx(), learner.model)  # only its action space is read
+            trained = time.perf_counter()
+            onnx_bytes = learner.export_onnx()
+            # Seconds the update and the ONNX export took (the console's health panel, TensorBoard).
+            stats = {**stats, "update_s": trained - started, "export_s": time.perf_counter() - trained}
+            results[module_id] = (stats, onnx_bytes, learner.model)  # only its action space is read
         return results
 
     async def _after_update(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -47,6 +47,8 @@ class ClientInfo:
     protocol_version: str | None = None
     #: The client library and its version ("tether-python/0.1.0"), from PING's "sdk".
     sdk: str | None = None
+    #: Earlier connections of the same client_session (reconnects of this SDK client).
+    reconnects: int = 0
     last_seen: float = 0.0
     requests: int = 0
     batches: int = 0
@@ -70,6 +72,7 @@ class ClientInfo:
             "env_steps": self.env_steps, "env_steps_per_s": round(self.env_steps_per_s, 1), "errors": self.errors,
             "weights": dict(self.weights), "staleness": staleness, "client_session": self.client_session,
             "round_trip_ms": None if self.round_trip_s is None else round(self.round_trip_s * 1e3, 2),
+            "reconnects": self.reconnects,
             "connected": self.disconnected_at is None,
         }
 
@@ -84,7 +87,7 @@ class ConsoleState:
         self.clients: dict[int, ClientInfo] = {}
         self.departed: deque[ClientInfo] = deque(maxlen=DEPARTED_CLIENTS)
         self.reconnects = 0
-        self._sessions_seen: set[str] = set()
+        self._sessions_seen: dict[str, int] = {}  # client_session -> connections seen
         self.errors: deque[dict[str, Any]] = deque(maxlen=ERROR_LOG_SIZE)
         self._error_seq = 0
         self.episodes: dict[str, deque] = {}
@@ -124,9 +127,13 @@ class ConsoleState:
         session = message.get("client_session")
         if isinstance(session, str) and info.client_session is None:
             info.client_session = session[:128]
-            if session in self._sessions_seen:
+            earlier = self._sessions_seen.get(session, 0)
+            if earlier:
                 self.reconnects += 1  # the same SDK client on a new connection
-            self._sessions_seen.add(session)
+                info.reconnects = earlier
+            self._sessions_seen[session] = earlier + 1
+            while len(self._sessions_seen) > 10_000:  # sessions of clients long gone
+                self._sessions_seen.pop(next(iter(self._sessions_seen)))
 
     def answered(self, session_id: int, kind: str, seconds: float) -> None:
         info = self.clients.get(session_id)
@@ -200,6 +207,10 @@ class ConsoleState:
         values = self.trainer.metrics.snapshot()
         values.update(self._health())
         values["charts/updates"] = float(self.trainer.metrics.updates)
+        for module, returns in self.trainer.metrics.module_returns.items():
+            if returns:
+                values[f"module/{module}/return_min"] = float(min(returns))
+                values[f"module/{module}/return_max"] = float(max(returns))
         for module, runtime in self.trainer.modules.items():
             values[f"module/{module}/weights_seq_no"] = float(runtime.weights_seq_no)
             values[f"module/{module}/lr"] = float(runtime.learner.hp.lr)

@@ -114,6 +114,8 @@ def test_the_feed_shows_the_run_its_client_and_a_bad_request_live(training: Serv
             assert sum(steps["rewards"]) == last["return"] and set(steps["actions"]) <= {0, 1}
             assert tick["actions"]["default_policy"]["type"] == "Discrete" and set(tick["actions"]["default_policy"]["counts"]) <= {"0", "1"}
             assert tick["values"]["health/loop_lag_ms"] is not None and tick["values"]["health/rss_mb"] > 0
+            assert tick["values"]["module/default_policy/update_s"] > 0 and tick["values"]["module/default_policy/export_s"] > 0
+            assert tick["values"]["module/default_policy/return_min"] <= tick["values"]["module/default_policy/return_max"]
             assert first["t"] < tick["t"]
             # A bad request from another client appears in the error log with its code.
             bad = RawClient(training.port)

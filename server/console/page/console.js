@@ -11,8 +11,8 @@ let retryMs = 500;
 
 // Which series each chart draws (keys as the feed names them).
 const CHARTS = [
-  ["returns", "Episode return (mean, min, max; per module; per agent type)",
-    k => k.startsWith("episode/return_") || /^(module|agent_type)\/[^/]+\/return_mean$/.test(k)],
+  ["returns", "Episode return (mean, min, max; per module; per agent type and group)",
+    k => k.startsWith("episode/return_") || /^(module|agent_type)\/[^/]+\/return_(mean|min|max)$/.test(k)],
   ["length", "Episode length", k => k === "episode/length_mean"],
   ["losses", "Policy and value loss", k => /(^|\/)(policy_loss|value_loss)$/.test(k) && k.startsWith("module/")],
   ["entropy", "Entropy", k => /^module\/[^/]+\/entropy$/.test(k)],
@@ -21,6 +21,7 @@ const CHARTS = [
   ["lr", "Learning rate and entropy coefficient", k => /^module\/[^/]+\/(lr|ent_coef)$/.test(k)],
   ["weights", "Weights version and updates", k => /^module\/[^/]+\/weights_seq_no$/.test(k) || k === "charts/updates"],
   ["throughput", "Env steps/s", k => k === "charts/env_steps_per_s"],
+  ["timing", "Update and ONNX export time (s)", k => /^module\/[^/]+\/(update_s|export_s)$/.test(k)],
   ["health", "Server health (loop lag ms, pool steps, stale dropped, memory MB)",
     k => k.startsWith("health/") && k !== "health/paused" || k === "charts/samples_dropped_stale"],
 ];
@@ -88,7 +89,7 @@ function renderClients(clients, reconnects) {
     const row = el("tr", {class: c.connected ? "client" : "client gone", "data-id": c.id});
     for (const cell of [c.id, c.address, (c.client_name ?? "") + (c.sdk ? ` (${c.sdk})` : ""), c.protocol_version ?? "v1", weights, c.env_steps_per_s,
                         c.batches, c.env_steps, `${c.last_seen_s_ago.toFixed(1)} s ago`, c.round_trip_ms ?? "",
-                        c.errors, c.connected ? "connected" : "gone"]) {
+                        c.errors, (c.connected ? "connected" : "gone") + (c.reconnects ? `, reconnect ${c.reconnects}` : "")]) {
       row.appendChild(el("td", {}, String(cell)));
     }
     body.appendChild(row);
