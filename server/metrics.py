@@ -26,6 +26,8 @@ class FinishedEpisode:
     agents: dict[str, tuple[str, float]]  # agent id -> (module, return)
     #: Agents behind the entries (a group counts its members); per-agent return = total_return / agent_count.
     agent_count: int = 1
+    #: agent id -> env steps it took part in (its own episode length).
+    agent_lengths: dict[str, int] = field(default_factory=dict)
 
 
 _TRAILING_INDEX = re.compile(r"[_\-]?\d+$")
@@ -77,6 +79,7 @@ class EpisodeTracker:
                     length=max((e[3] + e[2] for e in agents.values()), default=0),
                     agents={aid: (e[0], e[1]) for aid, e in agents.items()},
                     agent_count=max(count, 1),
+                    agent_lengths={aid: e[2] for aid, e in agents.items()},
                 ))
         return finished
 
@@ -119,8 +122,11 @@ class Metrics:
         self.lengths = deque(maxlen=self.window)
         #: Per episode, the mean of its agents' returns.
         self.agent_returns: deque = deque(maxlen=self.window)
+        #: Per module and per agent type (a group's id is its type): the last returns and lengths.
         self.module_returns: dict[str, deque] = {}
+        self.module_lengths: dict[str, deque] = {}
         self.agent_type_returns: dict[str, deque] = {}
+        self.agent_type_lengths: dict[str, deque] = {}
         self.module_updates: dict[str, dict[str, float]] = {}
         #: Whether any episode had more than one agent (the progress line then shows per-agent returns).
         self.multi_agent = False
@@ -137,11 +143,14 @@ class Metrics:
                 self.agent_returns.append(episode.total_return / episode.agent_count)
                 self.multi_agent = self.multi_agent or episode.agent_count > 1
             for agent_id, (module, ret) in episode.agents.items():
+                length = episode.agent_lengths.get(agent_id, episode.length)
                 self.module_returns.setdefault(module, deque(maxlen=self.window)).append(ret)
+                self.module_lengths.setdefault(module, deque(maxlen=self.window)).append(length)
                 kind = agent_type(agent_id)
                 if kind not in self.agent_type_returns and len(self.agent_type_returns) >= self.MAX_AGENT_TYPES:
                     kind = "other"
                 self.agent_type_returns.setdefault(kind, deque(maxlen=self.window)).append(ret)
+                self.agent_type_lengths.setdefault(kind, deque(maxlen=self.window)).append(length)
         self.episodes_total += len(finished)
 
     @property
@@ -176,10 +185,14 @@ class Metrics:
             "charts/samples_dropped_stale": float(self.samples_dropped_stale),
         }
         out["episode/agent_return_mean"] = self.agent_return_mean
-        for module, returns in self.module_returns.items():
-            out[f"module/{module}/return_mean"] = sum(returns) / len(returns)
-        for kind, returns in self.agent_type_returns.items():
-            out[f"agent_type/{kind}/return_mean"] = sum(returns) / len(returns)
+        for prefix, returns_by, lengths_by in (("module", self.module_returns, self.module_lengths),
+                                               ("agent_type", self.agent_type_returns, self.agent_type_lengths)):
+            for name, returns in returns_by.items():
+                lengths = lengths_by[name]
+                out[f"{prefix}/{name}/return_mean"] = sum(returns) / len(returns)
+                out[f"{prefix}/{name}/return_min"] = float(min(returns))
+                out[f"{prefix}/{name}/return_max"] = float(max(returns))
+                out[f"{prefix}/{name}/length_mean"] = sum(lengths) / len(lengths)
         out.update({f"losses/{k}": v for k, v in self.learner.items()})
         for module, stats in self.module_updates.items():
             out.update({f"module/{module}/{k}": v for k, v in stats.items()})

@@ -207,10 +207,6 @@ class ConsoleState:
         values = self.trainer.metrics.snapshot()
         values.update(self._health())
         values["charts/updates"] = float(self.trainer.metrics.updates)
-        for module, returns in self.trainer.metrics.module_returns.items():
-            if returns:
-                values[f"module/{module}/return_min"] = float(min(returns))
-                values[f"module/{module}/return_max"] = float(max(returns))
         for module, runtime in self.trainer.modules.items():
             values[f"module/{module}/weights_seq_no"] = float(runtime.weights_seq_no)
             values[f"module/{module}/lr"] = float(runtime.learner.hp.lr)

@@ -56,6 +56,22 @@ def test_multi_agent_returns_per_module_and_agent_type() -> None:
     assert snap["module/chaser/return_mean"] == 6.0 and snap["module/runner/return_mean"] == -2.0
     assert snap["agent_type/adversary/return_mean"] == 6.0 and snap["episode/agent_return_mean"] == 10.0 / 3
     assert agent_type("car-12") == "car" and agent_type("pursuer") == "pursuer"
+    # min/max and each agent's own episode length, per module and per agent type
+    assert snap["module/chaser/return_min"] == 4.0 and snap["module/chaser/return_max"] == 8.0
+    assert snap["agent_type/adversary/return_min"] == 4.0 and snap["agent_type/good/return_max"] == -2.0
+    assert snap["module/chaser/length_mean"] == 4.0 and snap["module/runner/length_mean"] == 2.0
+    assert snap["agent_type/good/length_mean"] == 2.0
+
+
+def test_group_has_its_own_metrics_as_an_agent_type() -> None:
+    steps = 3
+    c = EpisodeChunk(np.zeros((steps + 1, 2), np.float32), np.zeros((steps, 2), np.int64),
+                     np.full(steps, 2.0, np.float32), None, None, False, False)
+    tracker, metrics = EpisodeTracker(groups={"pair": (2, "sum")}), Metrics()
+    metrics.add_episodes(tracker.add("c", [MultiAgentRecord("e", True, False, [AgentChunk("pair", "team", 0, c)])]))
+    snap = metrics.snapshot()
+    assert snap["agent_type/pair/return_mean"] == 6.0 and snap["agent_type/pair/length_mean"] == 3.0
+    assert snap["episode/agent_return_mean"] == 3.0  # the team's 6 shared by its 2 members
 
 
 def test_checkpoint_is_atomic(tmp_path, monkeypatch) -> None:

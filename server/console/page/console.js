@@ -13,7 +13,8 @@ let retryMs = 500;
 const CHARTS = [
   ["returns", "Episode return (mean, min, max; per module; per agent type and group)",
     k => k.startsWith("episode/return_") || /^(module|agent_type)\/[^/]+\/return_(mean|min|max)$/.test(k)],
-  ["length", "Episode length", k => k === "episode/length_mean"],
+  ["length", "Episode length (mean; per module; per agent type and group)",
+    k => k === "episode/length_mean" || /^(module|agent_type)\/[^/]+\/length_mean$/.test(k)],
   ["losses", "Policy and value loss", k => /(^|\/)(policy_loss|value_loss)$/.test(k) && k.startsWith("module/")],
   ["entropy", "Entropy", k => /^module\/[^/]+\/entropy$/.test(k)],
   ["kl", "Approx. KL and clip fraction", k => /^module\/[^/]+\/(approx_kl|clipfrac)$/.test(k)],
