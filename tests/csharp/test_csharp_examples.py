@@ -56,6 +56,38 @@ def test_csharp_check_client_passes_every_check(examples: Path, monkeypatch: pyt
     passes_every_check(["mono", str(examples / "checkclient.exe")])
 
 
+def last_json(stdout: str) -> dict:
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.slow
+def test_csharp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_path: Path) -> None:
+    random_run = mono(examples / "cartpole.exe", "--random", "--max-steps", "20000", "--seed", "1", timeout=120)
+    assert random_run.returncode == 0, random_run.stderr
+    baseline = last_json(random_run.stdout)
+    assert baseline["mean_return_last_100"] < 100, baseline  # about 22
+
+    server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--stop-at-return", "450", "--max-env-steps", "300000",
+                           "--seed", "0").start()
+    started = time.monotonic()
+    try:
+        run = mono(examples / "cartpole.exe", "--port", str(server.port), "--max-steps", "400000", "--seed", "0",
+                   "--reconnect-timeout", "5", timeout=900)
+        wall_s = time.monotonic() - started
+        summary = server.wait(60)
+    finally:
+        server.kill()
+    result = last_json(run.stdout)
+    print(f"C# cartpole: {result}; server: return {summary.get('return_mean')} after {summary.get('env_steps')} "
+          f"env steps; wall {wall_s:.1f} s; random baseline {baseline['mean_return_last_100']}")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert result["stopped_by"] == "server_gone", result  # the server reached its target and stopped
+    assert summary["reached_target_at"] is not None, summary
+    assert result["mean_return_last_100"] >= 450, result
+    assert result["mean_return_last_100"] > baseline["mean_return_last_100"] + 300
+    assert result["env_steps_sent"] > 0
+
+
 def test_csharp_multi_agent_learns_above_random(examples: Path, tmp_path: Path) -> None:
     env = dict(os.environ, LD_LIBRARY_PATH=str(ORT_LIB))
     print("C# multi-agent:", relay_game_learns(["mono", str(examples / "multiagent.exe")], tmp_path, env))
