@@ -115,6 +115,111 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AModelThatCannotBeLoadedAtConnectIsAnInferenceFailureNotRetried()
+        {
+            using (var server = new ScriptedServer(10) { ModelFile = OnnxCodec.Encode(new byte[] { 1, 2, 3, 4, 5 }) })
+            {
+                var error = Assert.Throws<TetherException>(() => Connect(server));
+                Assert.That(error.Code, Is.EqualTo(ErrorCode.InferenceFailed));
+                Assert.That(server.Received("PING").Count, Is.EqualTo(1), "a model that cannot load was fetched again and again");
+            }
+        }
+
+        [Test]
+        public void ANewModelThatCannotBeLoadedIsReportedOnceAndTheCurrentOneActsOn()
+        {
+            using (var server = new ScriptedServer(10) { BadModelFromSeq = 2 })
+            using (TetherClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var action = new double[1];
+                TetherException reported = null;
+                DateTime deadline = DateTime.UtcNow.AddSeconds(10);
+                while (reported == null && DateTime.UtcNow < deadline)
+                {
+                    try
+                    {
+                        client.GetAction(episode, Obs, action);
+                        client.LogReturns(episode, 1.0);
+                    }
+                    catch (TetherException e)
+                    {
+                        reported = e;
+                    }
+                }
+                Assert.That(reported, Is.Not.Null);
+                Assert.That(reported.Code, Is.EqualTo(ErrorCode.InferenceFailed));
+                Assert.That(reported.Message, Is.StringContaining("acting on with the current one"));
+                Assert.That(client.FatalError, Is.Null);
+                Assert.That(client.WeightsSeqNo, Is.EqualTo(0));
+                // Raised, not fatal: the game plays on with version 0 and its batches keep going.
+                for (int i = 0; i < 60; ++i)
+                {
+                    try
+                    {
+                        client.GetAction(episode, Obs, action);
+                        client.LogReturns(episode, 1.0);
+                    }
+                    catch (TetherException e)
+                    {
+                        Assert.That(e.Code, Is.EqualTo(ErrorCode.InferenceFailed));  // each new batch's answer again
+                    }
+                }
+                client.EndEpisode(episode, Obs);
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.GreaterThanOrEqualTo(4));
+                Assert.That(client.FatalError, Is.Null);
+            }
+        }
+
+        // A real model whose outputs turn NaN after `healthyRuns` runs (as a diverged policy's would).
+        sealed class DivergingBackend : Tether.Inference.IInferenceBackend
+        {
+            readonly Tether.Inference.OnnxRuntimeBackend inner = new Tether.Inference.OnnxRuntimeBackend();
+            public int HealthyRuns = int.MaxValue;
+            int runs;
+            public void Load(byte[] model, string inputName, string outputName) { inner.Load(model, inputName, outputName); }
+            public bool Loaded { get { return inner.Loaded; } }
+            public int ObsDim { get { return inner.ObsDim; } }
+            public int OutDim { get { return inner.OutDim; } }
+            public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
+            {
+                inner.Run(obs, batch, obsDim, output, outDim);
+                if (++runs > HealthyRuns) output[outDim - 1] = float.NaN;
+            }
+            public void Dispose() { inner.Dispose(); }
+        }
+
+        [Test]
+        public void ANonFiniteModelOutputOrRewardIsRefusedAndNothingNonFiniteIsSent()
+        {
+            using (var server = new ScriptedServer(5))
+            using (TetherClient client = TetherClient.Connect(new ClientOptions
+            {
+                Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait,
+                BackendFactory = () => new DivergingBackend { HealthyRuns = 12 },
+            }))
+            {
+                string episode = client.StartEpisode();
+                Play(client, episode, 12);
+                var action = new double[1];
+                var error = Assert.Throws<TetherException>(() => client.GetAction(episode, Obs, action));
+                Assert.That(error.Code, Is.EqualTo(ErrorCode.InferenceFailed));
+                Assert.That(error.Message, Is.StringContaining("not finite"));
+                var overflow = Assert.Throws<TetherException>(() => client.LogReturns(episode, 1e39));
+                Assert.That(overflow.Code, Is.EqualTo(ErrorCode.NonFiniteValue));
+                client.EndEpisode(episode, Obs);
+                client.Flush(10);
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Sum(b => (int)b["env_steps"]), Is.EqualTo(12), "the failed call recorded a step");
+                foreach (JObject b in batches)
+                {
+                    string text = b.ToString(Newtonsoft.Json.Formatting.None);
+                    Assert.That(text.Contains("NaN") || text.Contains("Infinity"), Is.False, text);
+                }
+            }
+        }
+
+        [Test]
         public void AGetActionThatRaisedWhileCuttingRecordedNothingAndCanBeMadeAgain()
         {
             // Strict on-policy: the call that cuts batch 1 waits for its answer, which comes late

@@ -32,6 +32,7 @@ namespace Tether.Tests
         public long SlowSeq = -1;          // the batch answered only after SlowMilliseconds, the first time
         public int SlowMilliseconds;
         public string ModelFile;
+        public long BadModelFromSeq = -1;  // batches from this seq on are answered with version 1, a model no runtime loads
         public string GroupModelFile;
         public bool MapsWithFunction;
 
@@ -143,7 +144,14 @@ namespace Tether.Tests
                                         SlowSeq = -1;  // once: a resend is answered at once
                                         Thread.Sleep(SlowMilliseconds);
                                     }
-                                    Send(socket, State(message));
+                                    if (message["batch_seq"] != null && BadModelFromSeq >= 0 && (long)message["batch_seq"] >= BadModelFromSeq)
+                                    {
+                                        Send(socket, new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 1 }, { "onnx_file", OnnxCodec.Encode(new byte[] { 1, 2, 3, 4, 5 }) } });
+                                    }
+                                    else
+                                    {
+                                        Send(socket, State(message));
+                                    }
                                 }
                                 break;
                         }

@@ -530,9 +530,14 @@ namespace Tether.Client
                 AddReturn(episode, actorId, reward);  // not acting (yet, or any more)
                 return;
             }
+            if (actor.Training && actor.Rewards.Count > 0)
+            {
+                float sum = actor.Rewards[actor.Rewards.Count - 1] + (float)reward;
+                if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "LogReturns: the reward sum of '" + agentId + "' is beyond float32");
+                actor.Rewards[actor.Rewards.Count - 1] = sum;
+            }
             actor.RewardSum += reward;
             actor.Rewarded = true;
-            if (actor.Training && actor.Rewards.Count > 0) actor.Rewards[actor.Rewards.Count - 1] += (float)reward;
         }
 
         /// <summary>
@@ -878,6 +883,7 @@ namespace Tether.Client
                 try
                 {
                     module.Backend.Run(module.BatchObs, module.Rows, module.ObsDim, module.Dist, module.DistDim);
+                    Distributions.CheckFinite(module.Dist, module.Rows * module.DistDim);
                 }
                 catch (TetherException e)
                 {

@@ -509,6 +509,8 @@ namespace Tether.Client
                 catch (TetherException e)
                 {
                     transport.Close();
+                    // A model this game cannot load will not load on the next attempt either.
+                    if (e.Code == ErrorCode.InferenceFailed) throw;
                     last = e;
                 }
                 DateTime now = DateTime.UtcNow;
@@ -894,7 +896,19 @@ namespace Tether.Client
             PreparedState prepared = null;
             if (answer != null)
             {
-                prepared = Prepare(config, answer);
+                try
+                {
+                    prepared = Prepare(config, answer);
+                }
+                catch (TetherException e)
+                {
+                    // The batch was delivered; a new model that cannot be loaded is reported and the
+                    // game keeps acting with the one it has (asked for again with the next batch).
+                    Post(new LinkEvent { Kind = LinkEventKind.Error, Error = new TetherException(e.Code, "a new model from " + options.Address +
+                                                                                                       " could not be loaded; acting on with the current one: " + e.Detail, e) });
+                    Finish(batch, refusal, null);
+                    return;
+                }
                 if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
                 if (prepared.ModuleSeqs != null)
                 {

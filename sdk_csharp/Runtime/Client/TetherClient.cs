@@ -197,6 +197,7 @@ namespace Tether.Client
             }
             int distDim = ActionSpace.DistInputsSize;
             backend.Run(observation, 1, obsDim, dist, distDim);
+            Distributions.CheckFinite(dist, distDim);
             Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
             if (!episode.Training) return;
             for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
@@ -217,6 +218,7 @@ namespace Tether.Client
             Poll();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
             backend.Run(observation, 1, ObservationSpace.FlatDim, dist, ActionSpace.DistInputsSize);
+            Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
             Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
         }
 
@@ -225,8 +227,13 @@ namespace Tether.Client
         {
             Episode episode = Running(episodeId, "LogReturns");
             if (double.IsNaN(reward) || double.IsInfinity(reward)) throw new TetherException(ErrorCode.NonFiniteValue, "the reward is not finite");
+            if (episode.Training && episode.Rewards.Count > 0)
+            {
+                float sum = episode.Rewards[episode.Rewards.Count - 1] + (float)reward;
+                if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "the step's reward sum " + reward + " is beyond float32");
+                episode.Rewards[episode.Rewards.Count - 1] = sum;
+            }
             episode.Return += reward;
-            if (episode.Training && episode.Rewards.Count > 0) episode.Rewards[episode.Rewards.Count - 1] += (float)reward;
         }
 
         /// <summary>

@@ -194,8 +194,9 @@ namespace Tether.Protocol
         {
             if (double.IsNaN(value) || double.IsInfinity(value))
             {
-                text.Append(JsonConvert.ToString(value));
-                return;
+                // JSON has no NaN or infinity, and a sender MUST NOT write them (§4.1).
+                throw new TetherException(ErrorCode.NonFiniteValue, "a record holds a value that is not finite (" +
+                                          value.ToString(CultureInfo.InvariantCulture) + "); it is not sent");
             }
             string s = value.ToString("R", CultureInfo.InvariantCulture);
             text.Append(s);

@@ -69,6 +69,23 @@ namespace Tether.Sampling
         }
 
         /// <summary>
+        /// Throws INFERENCE_FAILED when one of a model's first <paramref name="count"/>
+        /// outputs is NaN or infinite: no action or logp can be drawn from it, and
+        /// JSON cannot carry it to the server (§4.1).
+        /// </summary>
+        public static void CheckFinite(float[] dist, int count)
+        {
+            for (int i = 0; i < count; ++i)
+            {
+                if (float.IsNaN(dist[i]) || float.IsInfinity(dist[i]))
+                {
+                    throw new TetherException(ErrorCode.InferenceFailed, "the model's output [" + i + "] is not finite (" +
+                                              dist[i].ToString(System.Globalization.CultureInfo.InvariantCulture) + "): no action is drawn from it");
+                }
+            }
+        }
+
+        /// <summary>
         /// Draws one action per row of a frame's dist inputs (rows x DistInputsSize
         /// floats): <paramref name="recordActions"/> get what the record carries
         /// (a Box's raw Gaussian sample, rounded to float32), <paramref name="envActions"/>

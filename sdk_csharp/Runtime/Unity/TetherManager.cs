@@ -56,6 +56,12 @@ namespace Tether.Unity
                 return;
             }
             Instance = this;
+        }
+
+        // Start, not Awake: a manager added from code (AddComponent) gets its settings
+        // assigned after Awake has run, before Start.
+        void Start()
+        {
             if (settings == null)
             {
                 Debug.LogError("Tether: the TetherManager has no TetherSettings asset", this);
@@ -144,7 +150,7 @@ namespace Tether.Unity
         {
             if (Client == null || EpisodeId == null || Failure != null) return;
             frame.Clear();
-            foreach (TetherAgent agent in agents)
+            foreach (TetherAgent agent in agents.ToArray())
             {
                 if (agent.observation == null) continue;
                 agent.CollectObservations(agent.observation);
@@ -165,11 +171,13 @@ namespace Tether.Unity
         {
             if (Client == null && !Connected()) return;
             if (Failure != null) return;
+            if (EpisodeId == null && !StartSceneEpisode()) return;
             ++fixedStep;
             deciding.Clear();
             frame.Clear();
-            foreach (TetherAgent agent in agents)
+            for (int a = 0; a < agents.Count; ++a)  // (an agent's callbacks may register another)
             {
+                TetherAgent agent = agents[a];
                 if (!agent.isActiveAndEnabled || fixedStep % Math.Max(1, agent.decisionPeriod) != 0) continue;
                 if (agent.observation == null || agent.observation.Length != agent.ObservationSize) agent.observation = new float[agent.ObservationSize];
                 agent.CollectObservations(agent.observation);
@@ -209,8 +217,22 @@ namespace Tether.Unity
             }
             Client = connecting.Result;
             connecting = null;
-            EpisodeId = Client.StartEpisode(null, settings.training);
+            StartSceneEpisode();
             return true;
+        }
+
+        bool StartSceneEpisode()
+        {
+            try
+            {
+                EpisodeId = Client.StartEpisode(null, settings.training);
+                return true;
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+                return false;
+            }
         }
 
         // A refusal or a bad frame is logged and the scene goes on; a fatal error stops deciding.
@@ -230,6 +252,12 @@ namespace Tether.Unity
         void OnDestroy()
         {
             if (Instance == this) Instance = null;
+            if (connecting != null)
+            {
+                // Destroyed while connecting: the client that connects later is closed at once.
+                connecting.ContinueWith(t => { if (t.Status == TaskStatus.RanToCompletion) t.Result.Dispose(); });
+                connecting = null;
+            }
             if (Client != null)
             {
                 try
