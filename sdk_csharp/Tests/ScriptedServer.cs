@@ -36,7 +36,7 @@ namespace Tether.Tests
         public string GroupModelFile;
         public bool MapsWithFunction;
 
-        static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
+        public static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
 
         public static byte[] TestModel { get { return File.ReadAllBytes(Path.Combine(Repo, "sdk_cpp/tests/data/policy_4x64x64x2.onnx")); } }
 

@@ -76,19 +76,21 @@ namespace Tether.Unity
 
         Func<IInferenceBackend> BackendFactory()
         {
+            switch (settings.backend)
+            {
+                case InferenceBackendKind.OnnxRuntime:
+                    return () => new OnnxRuntimeBackend();
+                case InferenceBackendKind.InferenceEngine:
 #if TETHER_INFERENCE_ENGINE
-            if (settings.backend == InferenceBackendKind.InferenceEngine)
-            {
-                string cache = Application.temporaryCachePath;  // read here: Unity's API belongs to the main thread
-                return () => new InferenceEngineBackend(cache);
-            }
+                    InferenceEngineBackend.BindMainThread();
+                    return () => new InferenceEngineBackend();
 #else
-            if (settings.backend == InferenceBackendKind.InferenceEngine)
-            {
-                Debug.LogWarning("Tether: the Inference Engine package (com.unity.ai.inference) is not installed; using ONNX Runtime's native library");
-            }
+                    Debug.LogWarning("Tether: the Inference Engine package (com.unity.ai.inference) is not installed; using the managed backend");
+                    return () => new ManagedPolicyBackend();
 #endif
-            return () => new OnnxRuntimeBackend();
+                default:
+                    return () => new ManagedPolicyBackend();
+            }
         }
 
         internal void Register(TetherAgent agent)

@@ -14,6 +14,8 @@ namespace Tether.Unity
         OnnxRuntime,
         /// <summary>Unity's Inference Engine (com.unity.ai.inference): no native plugin.</summary>
         InferenceEngine,
+        /// <summary>The SDK's own C# runner of MLP policies (<see cref="ManagedPolicyBackend"/>): no plugin, no package, every platform; slow for many agents.</summary>
+        Managed,
     }
 
     /// <summary>
