@@ -101,6 +101,9 @@ class MultiAgentClient(BaseClient):
         self._cut_oldest: dict[str, tuple[int, int]] = {}
         self._io_seqs: dict[str, int] = {}  # the I/O thread's view, for its GET_STATE
         self.mapping: PolicyMapping | None = None
+        # compute_actions' MAP_AGENTS answers, for one evaluation episode id at a time
+        self._eval_modules: dict[str, str] = {}
+        self._eval_modules_episode: str | None = None
         self.groups: dict[str, GroupSpec] = {}
         self._group_of: dict[str, str] = {}
         #: Env steps delivered to the server (get_action calls covered by delivered
@@ -135,6 +138,7 @@ class MultiAgentClient(BaseClient):
         self.modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
         rules = config.get("policy_mapping")
         self.mapping = PolicyMapping.from_json(rules) if rules is not None else None
+        self._eval_modules, self._eval_modules_episode = {}, None
         self.groups = {g: GroupSpec.from_json(g, spec) for g, spec in (config.get("groups") or {}).items()}
         self._group_of = {member: g.group_id for g in self.groups.values() for member in g.members}
         self.policies.clear()
@@ -172,6 +176,18 @@ class MultiAgentClient(BaseClient):
             return {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
         answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id, "agent_ids": actor_ids})
         return dict(answer["modules"])
+
+    def _eval_modules_for(self, episode_id: str, actor_ids: list[str]) -> dict[str, str]:
+        # The server's answers are kept for the evaluation episode (§7.10), so that each
+        # call does not wait on a round trip; bounded like any id-keyed cache.
+        if self.mapping is not None:
+            return self._modules_for(episode_id, actor_ids)
+        if episode_id != self._eval_modules_episode or len(self._eval_modules) >= _MAX_REMEMBERED_MAPPINGS:
+            self._eval_modules, self._eval_modules_episode = {}, episode_id
+        unknown = [a for a in actor_ids if a not in self._eval_modules]
+        if unknown:
+            self._eval_modules.update(self._modules_for(episode_id, unknown))
+        return {a: self._eval_modules[a] for a in actor_ids}
 
     # -- episodes --------------------------------------------------------------
 
@@ -408,7 +424,7 @@ class MultiAgentClient(BaseClient):
             self._sync()
         episode = _Episode(episode_id or "eval", False)
         actor_obs = self._actor_observations(episode, observations)
-        modules = self._modules_for(episode.episode_id, list(actor_obs))
+        modules = self._eval_modules_for(episode.episode_id, list(actor_obs))
         out: dict[str, Any] = {}
         for actor_id, obs in actor_obs.items():
             policy = self.policies[modules[actor_id]]
@@ -416,5 +432,7 @@ class MultiAgentClient(BaseClient):
             self._split_action(actor_id, deterministic(policy.action_space, dist), out)
         return out
 
+
+_MAX_REMEMBERED_MAPPINGS = 65536
 
 __all__ = ["MultiAgentClient"]

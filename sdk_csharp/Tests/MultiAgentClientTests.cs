@@ -165,6 +165,33 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void EvaluationKeepsTheServersMappingForItsEpisodeId()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))
+            using (MultiAgentClient client = Connect(server))
+            {
+                var frame = new AgentFrame();
+                for (int t = 0; t < 5; ++t)
+                {
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    frame.Add("a_1", Obs(t, 1, 4));
+                    client.ComputeActions(frame);
+                }
+                Assert.That(client.MapRequests, Is.EqualTo(1));
+                frame.Clear();
+                frame.Add("a_0", Obs(5, 0, 4));
+                frame.Add("a_2", Obs(5, 2, 4));
+                client.ComputeActions(frame);
+                Assert.That(client.MapRequests, Is.EqualTo(2));
+                Assert.That(server.Received("MAP_AGENTS").Last()["agent_ids"].Select(a => (string)a), Is.EqualTo(new[] { "a_2" }));
+                client.ComputeActions(frame, "eval-2");  // another evaluation episode: asked again
+                Assert.That(client.MapRequests, Is.EqualTo(3));
+                Assert.That((string)server.Received("MAP_AGENTS").Last()["episode_id"], Is.EqualTo("eval-2"));
+            }
+        }
+
+        [Test]
         public void BadFramesAreClearErrorsAndRecordNothing()
         {
             using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))

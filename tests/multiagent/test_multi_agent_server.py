@@ -93,6 +93,14 @@ def test_server_side_mapping_function_is_asked_once_per_new_agent(tmp_path) -> N
                 obs["red_1"] = np.ones(3)  # joins later
             client.get_action(eid, obs)
         assert requests.count("MAP_AGENTS") == 2  # once for the first two, once for red_1
+        # Evaluation keeps the answers per evaluation episode id: one request per new agent.
+        for _ in range(5):
+            actions = client.compute_actions({"red_0": np.zeros(3), "blue_0": np.zeros(3)})
+        assert set(actions) == {"red_0", "blue_0"}
+        client.compute_actions({"red_0": np.zeros(3), "blue_2": np.zeros(3)})
+        assert requests.count("MAP_AGENTS") == 4  # red_0 and blue_0 once, then blue_2 alone
+        client.compute_actions({"red_0": np.zeros(3)}, episode_id="eval-2")
+        assert requests.count("MAP_AGENTS") == 5  # another evaluation episode asks again
         raw = RawClient(server.port)
         reply = raw.request({"type": "MAP_AGENTS", "episode_id": "x", "agent_ids": ["red_9", "zed"]})
         assert reply == {"type": "AGENT_MODULES", "modules": {"red_9": "red", "zed": "blue"}}

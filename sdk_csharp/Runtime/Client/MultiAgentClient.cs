@@ -239,6 +239,8 @@ namespace Tether.Client
         PolicyMapping mapping;
         const int MaxRememberedMappings = 65536;
         readonly Dictionary<string, Module> mappedByRule = new Dictionary<string, Module>();
+        readonly Dictionary<string, Module> evaluationMapped = new Dictionary<string, Module>();  // ComputeActions' MAP_AGENTS answers
+        string evaluationMappingEpisode;
         JObject serverConfig;
         bool rawBoxSamples = true;
         bool announcesVersion;
@@ -486,7 +488,8 @@ namespace Tether.Client
         /// <summary>
         /// Greedy actions (the distributions' modes) for evaluation, written into
         /// <paramref name="frame"/>; records nothing. Maps with the rules (or
-        /// MAP_AGENTS with <paramref name="episodeId"/>, "eval" when null).
+        /// MAP_AGENTS with <paramref name="episodeId"/>, "eval" when null, asked
+        /// once per agent: the answers are kept until another id is evaluated).
         /// </summary>
         public void ComputeActions(AgentFrame frame, string episodeId = null)
         {
@@ -750,7 +753,7 @@ namespace Tether.Client
                     throw new TetherException(ErrorCode.InvalidArgument, "group '" + group.GroupId + "' acts as one agent: observations of " + missing + " are missing");
                 }
             }
-            MapActors(mappingEpisodeId);
+            MapActors(mappingEpisodeId, episode == null);
             // Sizes against each actor's module.
             for (int s = 0; s < slotCount; ++s)
             {
@@ -779,13 +782,32 @@ namespace Tether.Client
             }
         }
 
-        void MapActors(string episodeId)
+        // evaluating (ComputeActions, no episode kept): the server's answers are kept
+        // per evaluation episode id instead, so that every call does not ask again.
+        void MapActors(string episodeId, bool evaluating)
         {
             if (newActorIds.Count == 0) return;
             if (mapping != null)
             {
                 for (int k = 0; k < newSlots.Count; ++k) slots[newSlots[k]].Module = MapByRules(newActorIds[k], episodeId);
                 return;
+            }
+            if (evaluating)
+            {
+                if (evaluationMappingEpisode != episodeId || evaluationMapped.Count >= MaxRememberedMappings)
+                {
+                    evaluationMapped.Clear();
+                    evaluationMappingEpisode = episodeId;
+                }
+                for (int k = newSlots.Count - 1; k >= 0; --k)
+                {
+                    Module known;
+                    if (!evaluationMapped.TryGetValue(newActorIds[k], out known)) continue;
+                    slots[newSlots[k]].Module = known;
+                    newSlots.RemoveAt(k);
+                    newActorIds.RemoveAt(k);
+                }
+                if (newActorIds.Count == 0) return;
             }
             ++MapRequests;
             var ids = new JArray();
@@ -801,6 +823,10 @@ namespace Tether.Client
                 JToken module = assigned[newActorIds[k]];
                 if (module == null || module.Type != JTokenType.String) throw new ProtocolException(ErrorCode.InvalidField, "AGENT_MODULES names no module for '" + newActorIds[k] + "'");
                 slots[newSlots[k]].Module = ModuleNamed((string)module, newActorIds[k], "is mapped by AGENT_MODULES to");
+            }
+            if (evaluating)
+            {
+                for (int k = 0; k < newSlots.Count; ++k) evaluationMapped[newActorIds[k]] = slots[newSlots[k]].Module;
             }
         }
 
@@ -1376,6 +1402,8 @@ namespace Tether.Client
             envAction = new double[Math.Max(1, widest)];
             mapping = rules;
             mappedByRule.Clear();
+            evaluationMapped.Clear();
+            evaluationMappingEpisode = null;
             groups.Clear();
             groupsById.Clear();
             groupOf.Clear();
