@@ -126,6 +126,53 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AServerOfAnotherMajorVersionIsRefusedAtOnceNamingBoth()
+        {
+            using (var server = new ScriptedServer(10) { PongVersion = "2.0" })
+            {
+                var error = Assert.Throws<TetherException>(() => Connect(server));
+                Assert.That(error.Code, Is.EqualTo(ErrorCode.VersionMismatch));
+                Assert.That(error.Message, Is.StringContaining("2.0").And.StringContaining(Messages.ProtocolVersion));
+                Assert.That(server.Received("PING").Count, Is.EqualTo(1), "another major version was retried");
+                Assert.That(server.Received("GET_CONFIG").Count, Is.EqualTo(0));
+            }
+        }
+
+        [Test]
+        public void APlainV1ServerWithoutSpacesTakesThemFromTheOptions()
+        {
+            using (var server = new ScriptedServer(10) { PongVersion = null })
+            {
+                server.Config.Remove("observation_space");
+                server.Config.Remove("action_space");
+                server.Config.Remove("protocol_version");
+                var error = Assert.Throws<TetherException>(() => Connect(server));
+                Assert.That(error.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                Assert.That(error.Message, Is.StringContaining("observation_space").And.StringContaining("ClientOptions.ObservationSpace"));
+                Assert.That(server.Received("PING").Count, Is.EqualTo(1), "a configuration the options must complete was retried");
+                using (TetherClient client = TetherClient.Connect(new ClientOptions
+                {
+                    Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 5,
+                    ObservationSpace = Space.Box(new long[] { 4 }, -10, 10), ActionSpace = Space.Discrete(2),
+                }))
+                {
+                    Assert.That(client.ObservationSpace.FlatDim, Is.EqualTo(4));
+                    string episode = client.StartEpisode();
+                    var action = new double[1];
+                    for (int t = 0; t < 12; ++t)
+                    {
+                        client.GetAction(episode, Obs, action);
+                        Assert.That(action[0], Is.EqualTo(0).Or.EqualTo(1));
+                        client.LogReturns(episode, 1.0);
+                    }
+                    client.EndEpisode(episode, Obs);
+                    client.Flush(10);
+                    Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.GreaterThanOrEqualTo(1));
+                }
+            }
+        }
+
+        [Test]
         public void ANewModelThatCannotBeLoadedIsReportedOnceAndTheCurrentOneActsOn()
         {
             using (var server = new ScriptedServer(10) { BadModelFromSeq = 2 })

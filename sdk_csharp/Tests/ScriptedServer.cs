@@ -35,6 +35,7 @@ namespace Tether.Tests
         public long BadModelFromSeq = -1;  // batches from this seq on are answered with version 1, a model no runtime loads
         public string GroupModelFile;
         public bool MapsWithFunction;
+        public string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
 
         public static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
 
@@ -128,7 +129,7 @@ namespace Tether.Tests
                         lock (received) received.Add(message);
                         switch ((string)message["type"])
                         {
-                            case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", "1.3" } }); break;
+                            case "PING": Send(socket, PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
                             case "GET_CONFIG": Send(socket, Config); break;
                             case "GET_STATE": Send(socket, State(message)); break;
                             case "MAP_AGENTS": Send(socket, MapAgents(message)); break;

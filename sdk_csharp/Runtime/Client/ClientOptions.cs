@@ -1,6 +1,7 @@
 // What a client needs to know to reach and use a Tether server.
 using System;
 using Tether.Inference;
+using Tether.Protocol;
 
 namespace Tether.Client
 {
@@ -50,6 +51,10 @@ namespace Tether.Client
         public int MaxFrameBytes = Protocol.Framing.DefaultMaxFrameBytes;
         /// <summary>Makes the inference backend for each model the server sends (on the I/O thread); ONNX Runtime by default.</summary>
         public Func<IInferenceBackend> BackendFactory = () => new OnnxRuntimeBackend();
+        /// <summary>The observation space, used only when the server's SET_CONFIG has none (a plain RLlink v1 server such as RLlib's).</summary>
+        public Space ObservationSpace;
+        /// <summary>The action space, used only when the server's SET_CONFIG has none (a plain RLlink v1 server such as RLlib's).</summary>
+        public Space ActionSpace;
 
         /// <summary>"host:port".</summary>
         public string Address { get { return Host + ":" + Port; } }

@@ -509,8 +509,9 @@ namespace Tether.Client
                 catch (TetherException e)
                 {
                     transport.Close();
-                    // A model this game cannot load will not load on the next attempt either.
-                    if (e.Code == ErrorCode.InferenceFailed) throw;
+                    // A model this game cannot load will not load on the next attempt either, nor
+                    // will a server of another major version or one whose spaces the options must give.
+                    if (e.Code == ErrorCode.InferenceFailed || e.Code == ErrorCode.VersionMismatch || e.Code == ErrorCode.InvalidArgument) throw;
                     last = e;
                 }
                 DateTime now = DateTime.UtcNow;
@@ -533,7 +534,9 @@ namespace Tether.Client
                                      { "sdk", SdkName } };
             if (options.AuthToken != null) ping["auth_token"] = options.AuthToken;
             JObject pong = Exchange(ping, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            CheckMajorVersion(pong);
             JObject setConfig = Exchange(new JObject { { "type", "GET_CONFIG" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            if (!multiAgent) FillSpaces(setConfig);
             // A new connection gets every model again: versions count from 0 after a server restart.
             var getState = new JObject { { "type", "GET_STATE" } };
             if (multiAgent) getState["weights_seq_nos"] = new JObject();  // the per-module form: every module's model (§7.6)
@@ -562,6 +565,35 @@ namespace Tether.Client
                 config = setConfig;
             }
             Post(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Run = run });
+        }
+
+        // A PONG of another major version speaks a protocol this client cannot read (§6.2);
+        // none at all is a plain RLlink v1 server.
+        void CheckMajorVersion(JObject pong)
+        {
+            JToken version = pong["protocol_version"];
+            if (version == null || version.Type == JTokenType.Null) return;
+            string text = version.Type == JTokenType.String ? (string)version : version.ToString(Newtonsoft.Json.Formatting.None);
+            int[] parsed = Messages.ParseVersion(text);
+            int ours = Messages.ParseVersion(Messages.ProtocolVersion)[0];
+            if (parsed == null || parsed[0] != ours)
+            {
+                throw new TetherException(ErrorCode.VersionMismatch, "the server at " + options.Address + " speaks RLlink " + text + ", this client " +
+                                          Messages.ProtocolVersion + " (major versions must match)");
+            }
+        }
+
+        // A plain RLlink v1 server (RLlib's) describes no spaces: the options give them.
+        void FillSpaces(JObject setConfig)
+        {
+            if (setConfig["observation_space"] == null && options.ObservationSpace != null) setConfig["observation_space"] = options.ObservationSpace.ToJson();
+            if (setConfig["action_space"] == null && options.ActionSpace != null) setConfig["action_space"] = options.ActionSpace.ToJson();
+            foreach (string field in new[] { "observation_space", "action_space" })
+            {
+                if (setConfig[field] != null) continue;
+                throw new TetherException(ErrorCode.InvalidArgument, "the server at " + options.Address + " describes no " + field +
+                                          " (a plain RLlink v1 server): give ClientOptions.ObservationSpace and ActionSpace");
+            }
         }
 
         bool Speaks13
