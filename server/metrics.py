@@ -19,7 +19,14 @@ from tether.sdk.protocol.multi_agent import MultiAgentRecord
 
 @dataclass
 class FinishedEpisode:
-    """A completed episode: its total return, length and each agent's share."""
+    """A completed episode: its total return, length and each agent's share.
+
+    ``complete`` False: not an episode but agents that left one still running
+    (their own terminated/truncated flag), reported when they leave so that a
+    long episode (a game scene that never ends) shows its agents' returns and
+    does not keep every agent that ever took part; the episode's final entry
+    then lists only the agents still in it, and its total counts all.
+    """
 
     total_return: float
     length: int
@@ -28,13 +35,14 @@ class FinishedEpisode:
     agent_count: int = 1
     #: agent id -> env steps it took part in (its own episode length).
     agent_lengths: dict[str, int] = field(default_factory=dict)
+    complete: bool = True
 
 
-_TRAILING_INDEX = re.compile(r"[_\-]?\d+$")
+_TRAILING_INDEX = re.compile(r"(?:[_\-#]?\d+)+$")  # "cart_3#2": a re-joined agent (name#n) too
 
 
 def agent_type(agent_id: str) -> str:
-    """'adversary_2' -> 'adversary': the name the per-agent-type metrics use."""
+    """'adversary_2' -> 'adversary', 'cart_3#2' -> 'cart': the name the per-agent-type metrics use."""
     return _TRAILING_INDEX.sub("", agent_id) or agent_id
 
 
@@ -49,6 +57,8 @@ class EpisodeTracker:
     def __init__(self, groups: dict[str, tuple[int, str]] | None = None) -> None:
         # key -> {agent_id: [module, return, steps, start_step]}
         self._open: dict[Hashable, dict[str, list]] = {}
+        # key -> [return, agent count, last env step] of the agents that already left the episode
+        self._departed: dict[Hashable, list] = {}
         #: group id -> (members, reward rule "sum"|"mean"): a group's return counts for its members.
         self.groups = groups or {}
 
@@ -56,37 +66,64 @@ class EpisodeTracker:
         """Agent entries held for episodes not finished yet."""
         return sum(len(v) for v in self._open.values())
 
+    def _team_share(self, agent_id: str, ret: float) -> tuple[float, int]:
+        members, rule = self.groups.get(agent_id, (1, "sum"))
+        return (ret * members if rule == "mean" else ret), members
+
     def add(self, connection: Hashable, records: Iterable[MultiAgentRecord]) -> list[FinishedEpisode]:
-        """Feed a message's records; returns the episodes they complete."""
+        """Feed a message's records; returns the episodes they complete (and the agents that left
+        an episode still running, as entries with ``complete`` False)."""
         finished = []
         for record in records:
             key = (connection, record.episode_id)
             agents = self._open.setdefault(key, {})
+            ending = record.is_terminated or record.is_truncated
+            left = []
             for a in record.agents:
                 entry = agents.setdefault(a.agent_id, [a.module_id, 0.0, 0, a.start_step])
                 with np.errstate(over="ignore"):  # a huge reward makes an infinite return, not a warning
                     entry[1] += float(a.chunk.rewards.sum(dtype=np.float64))
                 entry[2] += a.chunk.env_steps
-            if record.is_terminated or record.is_truncated:
+                if not ending and (a.chunk.is_terminated or a.chunk.is_truncated):
+                    left.append(a.agent_id)
+            if left:
+                departed = self._departed.setdefault(key, [0.0, 0, 0])
+                shares = {}
+                for aid in left:
+                    module, ret, steps, start = agents.pop(aid)
+                    share, members = self._team_share(aid, ret)
+                    departed[0] += share
+                    departed[1] += members
+                    departed[2] = max(departed[2], start + steps)
+                    shares[aid] = (module, ret, steps)
+                finished.append(FinishedEpisode(
+                    total_return=sum(r for _, r, _ in shares.values()), length=max(n for _, _, n in shares.values()),
+                    agents={aid: (m, r) for aid, (m, r, _) in shares.items()}, agent_count=len(shares),
+                    agent_lengths={aid: n for aid, (_, _, n) in shares.items()}, complete=False))
+            if ending:
                 del self._open[key]
-                total, count = 0.0, 0
+                total, count, end = self._departed.pop(key, (0.0, 0, 0))
                 for aid, e in agents.items():
-                    members, rule = self.groups.get(aid, (1, "sum"))
-                    total += e[1] * members if rule == "mean" else e[1]
+                    share, members = self._team_share(aid, e[1])
+                    total += share
                     count += members
                 finished.append(FinishedEpisode(
                     total_return=total,
-                    length=max((e[3] + e[2] for e in agents.values()), default=0),
+                    length=max([end] + [e[3] + e[2] for e in agents.values()]),
                     agents={aid: (e[0], e[1]) for aid, e in agents.items()},
                     agent_count=max(count, 1),
                     agent_lengths={aid: e[2] for aid, e in agents.items()},
                 ))
+            elif not agents and key not in self._departed:
+                del self._open[key]
         return finished
 
     def forget(self, connection: Hashable) -> None:
         """Drop a disconnected client's open episodes."""
         for key in [k for k in self._open if k[0] == connection]:
             del self._open[key]
+        for key in [k for k in self._departed if k[0] == connection]:
+            del self._departed[key]
 
 
 @dataclass
@@ -137,11 +174,12 @@ class Metrics:
 
     def add_episodes(self, finished: list[FinishedEpisode]) -> None:
         for episode in finished:
-            self.returns.append(episode.total_return)
-            self.lengths.append(episode.length)
-            if episode.agents:
-                self.agent_returns.append(episode.total_return / episode.agent_count)
-                self.multi_agent = self.multi_agent or episode.agent_count > 1
+            if episode.complete:
+                self.returns.append(episode.total_return)
+                self.lengths.append(episode.length)
+                if episode.agents or episode.agent_count > 1:
+                    self.agent_returns.append(episode.total_return / episode.agent_count)
+                    self.multi_agent = self.multi_agent or episode.agent_count > 1
             for agent_id, (module, ret) in episode.agents.items():
                 length = episode.agent_lengths.get(agent_id, episode.length)
                 self.module_returns.setdefault(module, deque(maxlen=self.window)).append(ret)
@@ -151,7 +189,7 @@ class Metrics:
                     kind = "other"
                 self.agent_type_returns.setdefault(kind, deque(maxlen=self.window)).append(ret)
                 self.agent_type_lengths.setdefault(kind, deque(maxlen=self.window)).append(length)
-        self.episodes_total += len(finished)
+        self.episodes_total += sum(1 for episode in finished if episode.complete)
 
     @property
     def agent_return_mean(self) -> float:

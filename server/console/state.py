@@ -154,6 +154,7 @@ class ConsoleState:
             self._open[key] = agents  # most recent last: the oldest open episode is forgotten first
             while len(self._open) > MAX_OPEN_EPISODES:
                 self._open.pop(next(iter(self._open)))
+            ending = record.is_terminated or record.is_truncated
             for agent in record.agents:
                 chunk = agent.chunk
                 window = self.actions.setdefault(agent.module_id, deque(maxlen=ACTION_WINDOW))
@@ -166,11 +167,16 @@ class ConsoleState:
                 if room > 0:
                     entry["rewards"].extend(round(float(r), 6) for r in chunk.rewards[:room])
                     entry["actions"].extend(chunk.actions[:room].tolist())
-            if record.is_terminated or record.is_truncated:
+                if not ending and (chunk.is_terminated or chunk.is_truncated):
+                    # It left an episode that goes on (a game scene's agent): shown now, not kept.
+                    self._finish({agent.agent_id: agents.pop(agent.agent_id)})
+            if ending:
                 self._open.pop(key, None)
                 self._finish(agents)
 
     def _finish(self, agents: dict[str, dict]) -> None:
+        if not agents:
+            return
         by_module: dict[str, dict[str, dict]] = {}
         for agent_id, entry in agents.items():
             by_module.setdefault(entry["module"], {})[agent_id] = entry

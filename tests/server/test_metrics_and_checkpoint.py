@@ -55,7 +55,7 @@ def test_multi_agent_returns_per_module_and_agent_type() -> None:
     snap = metrics.snapshot()
     assert snap["module/chaser/return_mean"] == 6.0 and snap["module/runner/return_mean"] == -2.0
     assert snap["agent_type/adversary/return_mean"] == 6.0 and snap["episode/agent_return_mean"] == 10.0 / 3
-    assert agent_type("car-12") == "car" and agent_type("pursuer") == "pursuer"
+    assert agent_type("car-12") == "car" and agent_type("pursuer") == "pursuer" and agent_type("cart_3#2") == "cart"
     # min/max and each agent's own episode length, per module and per agent type
     assert snap["module/chaser/return_min"] == 4.0 and snap["module/chaser/return_max"] == 8.0
     assert snap["agent_type/adversary/return_min"] == 4.0 and snap["agent_type/good/return_max"] == -2.0
@@ -72,6 +72,35 @@ def test_group_has_its_own_metrics_as_an_agent_type() -> None:
     snap = metrics.snapshot()
     assert snap["agent_type/pair/return_mean"] == 6.0 and snap["agent_type/pair/length_mean"] == 3.0
     assert snap["episode/agent_return_mean"] == 3.0  # the team's 6 shared by its 2 members
+
+
+def test_agents_leaving_an_episode_that_goes_on_are_counted_when_they_leave_and_not_kept() -> None:
+    """A game scene as one endless episode whose agents end and come back under new ids (Unity's layer)."""
+    def agent(aid: str, steps: int, reward: float, done: bool, start: int = 0) -> AgentChunk:
+        c = EpisodeChunk(np.zeros((steps + 1, 1), np.float32), np.zeros(steps, np.int64),
+                         np.full(steps, reward, np.float32), None, None, done, False)
+        return AgentChunk(aid, "pole", start, c)
+
+    tracker, metrics = EpisodeTracker(groups={"pair": (2, "mean")}), Metrics()
+    for life in range(1000):
+        finished = tracker.add("c", [MultiAgentRecord("scene", False, False, [
+            agent(f"cart#{life}", 10, 1.0, done=True, start=10 * life), agent("watcher", 10, 0.5, done=False, start=10 * life)])])
+        metrics.add_episodes(finished)
+        assert [f.complete for f in finished] == [False]
+        assert tracker.open_size() == 1  # only the agent still in the scene
+    snap = metrics.snapshot()
+    assert snap["module/pole/return_mean"] == 10.0 and snap["module/pole/length_mean"] == 10.0
+    assert snap["agent_type/cart/return_mean"] == 10.0  # "cart#7": a re-joined agent is of its name's type
+    assert metrics.episodes_total == 0 and not metrics.returns  # the scene has not ended: no episode yet
+    # The scene ends: its total counts every agent that took part, its entry only those still in it.
+    (episode,) = tracker.add("c", [MultiAgentRecord("scene", True, False, [agent("pair", 1, 4.0, done=True, start=10000)])])
+    assert episode.complete and set(episode.agents) == {"watcher", "pair"}
+    # departed carts, the watcher, and the group's mean share times its 2 members
+    assert episode.total_return == 1000 * 10.0 + 5000.0 + 4.0 * 2
+    assert episode.agent_count == 1000 + 1 + 2 and episode.length == 10001
+    assert tracker.open_size() == 0 and not tracker._departed
+    metrics.add_episodes([episode])
+    assert metrics.episodes_total == 1 and list(metrics.returns) == [episode.total_return]
 
 
 def test_checkpoint_is_atomic(tmp_path, monkeypatch) -> None:
