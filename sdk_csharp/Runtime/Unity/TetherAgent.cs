@@ -28,6 +28,7 @@ namespace Tether.Unity
         internal float[] observation;
         internal double[] action;
         internal int incarnation;
+        internal bool warnedNonFinite;
 
         /// <summary>The id this agent has in the current episode (a re-enabled agent comes back as a new one).</summary>
         public string AgentId { get; internal set; }

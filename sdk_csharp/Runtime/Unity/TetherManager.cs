@@ -46,6 +46,14 @@ namespace Tether.Unity
         readonly AgentFrame leaving = new AgentFrame();
         Task<MultiAgentClient> connecting;
         long fixedStep;
+        int endedInEpisode;
+
+        /// <summary>
+        /// The scene's episode is ended (truncated) and a new one started once this
+        /// many agents have left it, so that an endless scene does not make the
+        /// client remember every agent that ever ended (each comes back as a new id).
+        /// </summary>
+        public int maxEndedAgentsPerEpisode = 4096;
 
         void Awake()
         {
@@ -141,6 +149,8 @@ namespace Tether.Unity
             }
             ++agent.incarnation;  // an agent that left comes back as a new one
             agent.AgentId = Incarnation(agent);
+            agent.warnedNonFinite = false;
+            ++endedInEpisode;
         }
 
         /// <summary>
@@ -162,6 +172,7 @@ namespace Tether.Unity
             {
                 Client.EndEpisode(EpisodeId, frame, truncated);
                 EpisodeId = Client.StartEpisode(null, settings.training);
+                endedInEpisode = 0;
             }
             catch (TetherException e)
             {
@@ -174,6 +185,7 @@ namespace Tether.Unity
             if (Client == null && !Connected()) return;
             if (Failure != null) return;
             if (EpisodeId == null && !StartSceneEpisode()) return;
+            if (endedInEpisode >= Math.Max(1, maxEndedAgentsPerEpisode)) EndEpisode(true);
             ++fixedStep;
             deciding.Clear();
             frame.Clear();
@@ -183,6 +195,13 @@ namespace Tether.Unity
                 if (!agent.isActiveAndEnabled || fixedStep % Math.Max(1, agent.decisionPeriod) != 0) continue;
                 if (agent.observation == null || agent.observation.Length != agent.ObservationSize) agent.observation = new float[agent.ObservationSize];
                 agent.CollectObservations(agent.observation);
+                if (!Finite(agent.observation))
+                {
+                    // One agent's NaN must not stop the others: it skips this decision.
+                    if (!agent.warnedNonFinite) Debug.LogWarning("Tether: agent '" + agent.AgentId + "' observed a value that is not finite; it does not act until it observes finite values", agent);
+                    agent.warnedNonFinite = true;
+                    continue;
+                }
                 frame.Add(agent.AgentId, agent.observation);
                 deciding.Add(agent);
             }
@@ -204,6 +223,15 @@ namespace Tether.Unity
                 frame.CopyAction(i, agent.action);
                 agent.OnActionReceived(agent.action);
             }
+        }
+
+        static bool Finite(float[] values)
+        {
+            for (int i = 0; i < values.Length; ++i)
+            {
+                if (float.IsNaN(values[i]) || float.IsInfinity(values[i])) return false;
+            }
+            return true;
         }
 
         bool Connected()
