@@ -2,6 +2,7 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
+using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
@@ -188,6 +189,45 @@ namespace Tether.Tests
                 client.ComputeActions(frame, "eval-2");  // another evaluation episode: asked again
                 Assert.That(client.MapRequests, Is.EqualTo(3));
                 Assert.That((string)server.Received("MAP_AGENTS").Last()["episode_id"], Is.EqualTo("eval-2"));
+            }
+        }
+
+        [Test]
+        public void ModelsSwapMidRunAndALostConnectionLosesNoBatch()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(10, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                Assert.That(client.ModelsLoaded, Is.EqualTo(2));
+                string episode = client.StartEpisode("ep-1");
+                var frame = new AgentFrame();
+                for (int t = 0; t < 400; ++t)
+                {
+                    if (t == 100) server.ModuleSeq = 1;        // new models for both modules
+                    if (t == 200) server.DropConnections();    // the connection is lost mid-run
+                    if (t == 300) server.DropConnections();
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    frame.Add("a_1", Obs(t, 1, 4));
+                    client.GetActions(episode, frame);
+                    client.LogReturns(episode, "a_0", 1.0);
+                    Thread.Sleep(1);
+                }
+                client.EndEpisode(episode);
+                client.Flush(10);
+                Assert.That(client.Reconnects, Is.GreaterThanOrEqualTo(1));
+                Assert.That(server.Received("PING").Count, Is.GreaterThanOrEqualTo(2));
+                // Version 1 of both modules, and again after each reconnect (a new connection gets every model).
+                Assert.That(client.ModelsLoaded, Is.GreaterThanOrEqualTo(2 + 2 * (1 + client.Reconnects)));
+                // Exactly once: every batch arrived (a batch lost with the connection was sent again), none skipped.
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                var seqs = batches.Select(b => (long)b["batch_seq"]).Distinct().OrderBy(q => q).ToList();
+                Assert.That(seqs, Is.EqualTo(Enumerable.Range(1, seqs.Count).Select(q => (long)q).ToList()));
+                Assert.That(seqs.Count, Is.GreaterThanOrEqualTo(40));
+                var firstOfEach = batches.GroupBy(b => (long)b["batch_seq"]).Select(g => g.First()).ToList();
+                long steps = firstOfEach.Sum(b => (long)b["env_steps"]);
+                Assert.That(steps, Is.EqualTo(400));  // every env step, once
+                Assert.That((long)firstOfEach.Last()["weights_seq_nos"]["solo"], Is.EqualTo(1));
             }
         }
 

@@ -35,6 +35,7 @@ namespace Tether.Tests
         public long BadModelFromSeq = -1;  // batches from this seq on are answered with version 1, a model no runtime loads
         public string GroupModelFile;
         public bool MapsWithFunction;
+        public long ModuleSeq;  // the version of every module's model (the per-module form); raise it to swap
         public string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
 
         public static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
@@ -186,19 +187,30 @@ namespace Tether.Tests
             var claims = request["weights_seq_nos"] as JObject;
             if (claims != null)
             {
-                // The per-module form: every module at version 0; the ones not claimed at 0 are sent.
+                // The per-module form: every module at version ModuleSeq; the ones not claimed at it are sent.
                 var models = new JObject();
+                long version = ModuleSeq;
                 foreach (string module in new[] { "solo", "lifter" })
                 {
                     JToken claim = claims[module];
-                    if (claim != null && claim.Type == JTokenType.Integer && (long)claim == 0) continue;
-                    models[module] = new JObject { { "weights_seq_no", 0 }, { "onnx_file", module == "solo" ? ModelFile : GroupModelFile } };
+                    if (claim != null && claim.Type == JTokenType.Integer && (long)claim == version) continue;
+                    models[module] = new JObject { { "weights_seq_no", version }, { "onnx_file", module == "solo" ? ModelFile : GroupModelFile } };
                 }
                 return new JObject { { "type", "SET_STATE" }, { "models", models } };
             }
             var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
             if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != 0) state["onnx_file"] = ModelFile;
             return state;
+        }
+
+        /// <summary>Closes every connection open now (the server stays up): the clients reconnect.</summary>
+        public void DropConnections()
+        {
+            lock (sockets)
+            {
+                foreach (Socket s in sockets) s.Close();
+                sockets.Clear();
+            }
         }
 
         public void Dispose()
