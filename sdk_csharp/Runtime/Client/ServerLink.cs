@@ -163,6 +163,7 @@ namespace Tether.Client
         long lastSeq = -1;
         int run;
         JObject config;
+        Space recordObsSpace, recordActSpace;  // single-agent: the spaces records are written with (read once per connection)
         JObject info;
         Exception fatal;
 
@@ -559,6 +560,12 @@ namespace Tether.Client
                 moduleSeqs.Clear();
                 foreach (KeyValuePair<string, long> module in prepared.ModuleSeqs) moduleSeqs[module.Key] = module.Value;
             }
+            if (!multiAgent)
+            {
+                // Read once per connection, on this thread (the only one writing records).
+                recordObsSpace = Space.FromJson(setConfig["observation_space"]);
+                recordActSpace = Space.FromJson(setConfig["action_space"]);
+            }
             lock (sync)
             {
                 info = pong;
@@ -851,9 +858,7 @@ namespace Tether.Client
                     }
                     else
                     {
-                        Space obs = Space.FromJson(config["observation_space"]);
-                        Space act = Space.FromJson(config["action_space"]);
-                        foreach (EpisodeChunk chunk in batch.Chunks) writer.SingleAgentRecord(chunk, obs, act);
+                        foreach (EpisodeChunk chunk in batch.Chunks) writer.SingleAgentRecord(chunk, recordObsSpace, recordActSpace);
                     }
                     batch.Episodes = writer.Finish();
                 }
