@@ -60,8 +60,10 @@ class Transport {
   /// Safe from any thread; wakes do not queue up (several are one).
   void interrupt() noexcept;
 
-  /// Makes the current and every later call fail with kClosed, promptly.
-  /// Safe from any thread; permanent for this transport.
+  /// Makes the current and every later call fail with kClosed, promptly,
+  /// except a name lookup in progress in connect(): getaddrinfo cannot be
+  /// cancelled, so that connect() fails once it returns. Safe from any
+  /// thread; permanent for this transport.
   void cancel() noexcept;
 
   /// Closes the connection (idempotent). I/O thread only.

@@ -4,9 +4,12 @@
 // module, include both platform files.)
 #ifndef _WIN32
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -185,74 +188,98 @@ bool Socket::is_open() const noexcept { return handle_ != kInvalid; }
 
 Result<Socket> Socket::connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
                                const Waker* waker) {
-  using Clock = std::chrono::steady_clock;
-  const std::string peer = format_peer(host, port);
-  const Clock::time_point deadline = Clock::now() + timeout;
+  return connect_any(std::vector<std::string>{host}, port, timeout, waker);
+}
 
+Result<Socket> Socket::connect_any(const std::vector<std::string>& hosts, std::uint16_t port,
+                                   std::chrono::milliseconds timeout, const Waker* waker) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  struct AddrInfoDeleter {
+    void operator()(addrinfo* p) const noexcept { ::freeaddrinfo(p); }
+  };
+  using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+  // Resolve every host first, to know how many addresses share the time.
+  // (getaddrinfo blocks, unbounded by the timeout, and nothing can cancel it:
+  // a waker woken meanwhile is seen only once it returns.)
   addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_protocol = IPPROTO_TCP;
-  addrinfo* raw = nullptr;
   const std::string service = std::to_string(port);
-  int gai = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &raw);
-  if (gai != 0) {
-    std::string reason = gai == EAI_SYSTEM ? errno_text(errno) : ::gai_strerror(gai);
-    return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: cannot resolve '" + host +
-                                                    "': " + reason);
+  std::vector<std::pair<std::string, AddrInfoList>> resolved;  // (peer, addresses)
+  std::size_t remaining = 0;
+  Status last(ErrorCode::kConnectionFailed,
+              "connect to " + format_peer(hosts.empty() ? std::string() : hosts.front(), port) +
+                  " failed: no address to connect to");
+  for (const std::string& host : hosts) {
+    const std::string peer = format_peer(host, port);
+    addrinfo* raw = nullptr;
+    int gai = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &raw);
+    if (gai != 0) {
+      std::string reason = gai == EAI_SYSTEM ? errno_text(errno) : ::gai_strerror(gai);
+      last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: cannot resolve '" + host +
+                                                      "': " + reason);
+      continue;
+    }
+    for (const addrinfo* a = raw; a != nullptr; a = a->ai_next) ++remaining;
+    resolved.emplace_back(peer, AddrInfoList(raw));
   }
-  struct AddrInfoDeleter {
-    void operator()(addrinfo* p) const noexcept { ::freeaddrinfo(p); }
-  };
-  std::unique_ptr<addrinfo, AddrInfoDeleter> addresses(raw);
 
-  Status last(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: no address to connect to");
-  for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
-    Socket socket;
-    socket.peer_ = peer;
-    socket.handle_ = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
-    if (socket.handle_ == kInvalid) {
-      last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: socket(): " + errno_text(errno));
-      continue;
-    }
-    if (!set_nonblocking_cloexec(socket.handle_)) {
-      last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: fcntl(): " + errno_text(errno));
-      continue;
-    }
-    tune(socket.handle_);
-    int rc;
-    do {
-      rc = ::connect(socket.handle_, address->ai_addr, address->ai_addrlen);
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0 && errno != EINPROGRESS) {
-      last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + errno_text(errno));
-      continue;
-    }
-    if (rc != 0) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() < 0) left = std::chrono::milliseconds(0);
-      Result<WaitResult> waited = poll_one(socket.handle_, POLLOUT, left, waker);
-      if (!waited.ok()) {
-        return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + waited.status().message());
-      }
-      if (waited.value() == WaitResult::kWoken) {
-        return Status(ErrorCode::kClosed, "connect to " + peer + " interrupted");
-      }
-      if (waited.value() == WaitResult::kTimeout) {
-        return Status(ErrorCode::kTimeout, "connect to " + peer + " timed out after " + format_seconds(timeout));
-      }
-      int error = 0;
-      socklen_t length = sizeof(error);
-      if (::getsockopt(socket.handle_, SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
-        error = errno;
-      }
-      if (error != 0) {
-        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + errno_text(error));
+  for (const auto& entry : resolved) {
+    const std::string& peer = entry.first;
+    for (const addrinfo* address = entry.second.get(); address != nullptr; address = address->ai_next, --remaining) {
+      Socket socket;
+      socket.peer_ = peer;
+      socket.handle_ = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
+      if (socket.handle_ == kInvalid) {
+        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: socket(): " + errno_text(errno));
         continue;
       }
+      if (!set_nonblocking_cloexec(socket.handle_)) {
+        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: fcntl(): " + errno_text(errno));
+        continue;
+      }
+      tune(socket.handle_);
+      int rc;
+      do {
+        rc = ::connect(socket.handle_, address->ai_addr, address->ai_addrlen);
+      } while (rc != 0 && errno == EINTR);
+      if (rc != 0 && errno != EINPROGRESS) {
+        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + errno_text(errno));
+        continue;
+      }
+      if (rc != 0) {
+        // An equal share of the time left for each address still to try: one
+        // that never answers must not use up the time of those after it.
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() < 0) left = std::chrono::milliseconds(0);
+        const auto share = remaining > 1 ? left / static_cast<std::int64_t>(remaining) : left;
+        Result<WaitResult> waited = poll_one(socket.handle_, POLLOUT, share, waker);
+        if (!waited.ok()) {
+          return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + waited.status().message());
+        }
+        if (waited.value() == WaitResult::kWoken) {
+          return Status(ErrorCode::kClosed, "connect to " + peer + " interrupted");
+        }
+        if (waited.value() == WaitResult::kTimeout) {
+          last = Status(ErrorCode::kTimeout, "connect to " + peer + " timed out after " + format_seconds(timeout));
+          continue;  // the next address, if any, in the time left
+        }
+        int error = 0;
+        socklen_t length = sizeof(error);
+        if (::getsockopt(socket.handle_, SOL_SOCKET, SO_ERROR, &error, &length) != 0) {
+          error = errno;
+        }
+        if (error != 0) {
+          last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + errno_text(error));
+          continue;
+        }
+      }
+      return Result<Socket>(std::move(socket));
     }
-    return Result<Socket>(std::move(socket));
   }
   return last;
 }

@@ -14,7 +14,9 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "tether/platform/socket.h"
 
@@ -204,73 +206,98 @@ bool Socket::is_open() const noexcept { return handle_ != kInvalid; }
 
 Result<Socket> Socket::connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
                                const Waker* waker) {
+  return connect_any(std::vector<std::string>{host}, port, timeout, waker);
+}
+
+Result<Socket> Socket::connect_any(const std::vector<std::string>& hosts, std::uint16_t port,
+                                   std::chrono::milliseconds timeout, const Waker* waker) {
   using Clock = std::chrono::steady_clock;
-  const std::string peer = format_peer(host, port);
   const Clock::time_point deadline = Clock::now() + timeout;
+  const std::string first_peer = format_peer(hosts.empty() ? std::string() : hosts.front(), port);
   int started = ensure_winsock();
   if (started != 0) {
-    return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: WSAStartup: " + error_text(started));
+    return Status(ErrorCode::kConnectionFailed,
+                  "connect to " + first_peer + " failed: WSAStartup: " + error_text(started));
   }
+  struct AddrInfoDeleter {
+    void operator()(addrinfo* p) const noexcept { freeaddrinfo(p); }
+  };
+  using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+  // Resolve every host first, to know how many addresses share the time.
+  // (getaddrinfo blocks, unbounded by the timeout, and nothing can cancel it:
+  // a waker woken meanwhile is seen only once it returns.)
   addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_protocol = IPPROTO_TCP;
-  addrinfo* raw = nullptr;
   const std::string service = std::to_string(port);
-  int gai = getaddrinfo(host.c_str(), service.c_str(), &hints, &raw);
-  if (gai != 0) {
-    return Status(ErrorCode::kConnectionFailed,
-                  "connect to " + peer + " failed: cannot resolve '" + host + "': " + error_text(gai));
+  std::vector<std::pair<std::string, AddrInfoList>> resolved;  // (peer, addresses)
+  std::size_t remaining = 0;
+  Status last(ErrorCode::kConnectionFailed, "connect to " + first_peer + " failed: no address to connect to");
+  for (const std::string& host : hosts) {
+    const std::string peer = format_peer(host, port);
+    addrinfo* raw = nullptr;
+    int gai = getaddrinfo(host.c_str(), service.c_str(), &hints, &raw);
+    if (gai != 0) {
+      last = Status(ErrorCode::kConnectionFailed,
+                    "connect to " + peer + " failed: cannot resolve '" + host + "': " + error_text(gai));
+      continue;
+    }
+    for (const addrinfo* a = raw; a != nullptr; a = a->ai_next) ++remaining;
+    resolved.emplace_back(peer, AddrInfoList(raw));
   }
-  struct AddrInfoDeleter {
-    void operator()(addrinfo* p) const noexcept { freeaddrinfo(p); }
-  };
-  std::unique_ptr<addrinfo, AddrInfoDeleter> addresses(raw);
 
-  Status last(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: no address to connect to");
-  for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
-    Socket socket;
-    socket.peer_ = peer;
-    SOCKET s = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
-    if (s == INVALID_SOCKET) {
-      last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: socket(): " +
-                                                      error_text(WSAGetLastError()));
-      continue;
-    }
-    socket.handle_ = static_cast<NativeSocket>(s);
-    if (!set_nonblocking(s)) {
-      last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + error_text(WSAGetLastError()));
-      continue;
-    }
-    tune(s);
-    if (::connect(s, address->ai_addr, static_cast<int>(address->ai_addrlen)) != 0) {
-      int error = WSAGetLastError();
-      if (error != WSAEWOULDBLOCK) {
-        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + error_text(error));
+  for (const auto& entry : resolved) {
+    const std::string& peer = entry.first;
+    for (const addrinfo* address = entry.second.get(); address != nullptr; address = address->ai_next, --remaining) {
+      Socket socket;
+      socket.peer_ = peer;
+      SOCKET s = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
+      if (s == INVALID_SOCKET) {
+        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: socket(): " +
+                                                        error_text(WSAGetLastError()));
         continue;
       }
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() < 0) left = std::chrono::milliseconds(0);
-      Result<WaitResult> waited = wait_connect(s, left, waker);
-      if (!waited.ok()) {
-        return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + waited.status().message());
-      }
-      if (waited.value() == WaitResult::kWoken) {
-        return Status(ErrorCode::kClosed, "connect to " + peer + " interrupted");
-      }
-      if (waited.value() == WaitResult::kTimeout) {
-        return Status(ErrorCode::kTimeout, "connect to " + peer + " timed out after " + format_seconds(timeout));
-      }
-      int so_error = 0;
-      int length = sizeof(so_error);
-      getsockopt(s, SOL_SOCKET, SO_ERROR, reinterpret_cast<char*>(&so_error), &length);
-      if (so_error != 0) {
-        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + error_text(so_error));
+      socket.handle_ = static_cast<NativeSocket>(s);
+      if (!set_nonblocking(s)) {
+        last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + error_text(WSAGetLastError()));
         continue;
       }
+      tune(s);
+      if (::connect(s, address->ai_addr, static_cast<int>(address->ai_addrlen)) != 0) {
+        int error = WSAGetLastError();
+        if (error != WSAEWOULDBLOCK) {
+          last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + error_text(error));
+          continue;
+        }
+        // An equal share of the time left for each address still to try: one
+        // that never answers must not use up the time of those after it.
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() < 0) left = std::chrono::milliseconds(0);
+        const auto share = remaining > 1 ? left / static_cast<long long>(remaining) : left;
+        Result<WaitResult> waited = wait_connect(s, share, waker);
+        if (!waited.ok()) {
+          return Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + waited.status().message());
+        }
+        if (waited.value() == WaitResult::kWoken) {
+          return Status(ErrorCode::kClosed, "connect to " + peer + " interrupted");
+        }
+        if (waited.value() == WaitResult::kTimeout) {
+          last = Status(ErrorCode::kTimeout, "connect to " + peer + " timed out after " + format_seconds(timeout));
+          continue;  // the next address, if any, in the time left
+        }
+        int so_error = 0;
+        int length = sizeof(so_error);
+        getsockopt(s, SOL_SOCKET, SO_ERROR, reinterpret_cast<char*>(&so_error), &length);
+        if (so_error != 0) {
+          last = Status(ErrorCode::kConnectionFailed, "connect to " + peer + " failed: " + error_text(so_error));
+          continue;
+        }
+      }
+      return Result<Socket>(std::move(socket));
     }
-    return Result<Socket>(std::move(socket));
   }
   return last;
 }

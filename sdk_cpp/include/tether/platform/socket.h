@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tether/status.h"
 
@@ -87,12 +88,19 @@ class Socket {
   Socket& operator=(Socket&& other) noexcept;
 
   /// Connects to host:port (a name, IPv4 or IPv6 address; every address the
-  /// name resolves to is tried in turn) within `timeout` overall. kTimeout when
-  /// it runs out, kConnectionFailed naming host:port and the system's reason,
-  /// kClosed if `waker` (optional) is woken meanwhile. Name resolution itself
-  /// is not bounded by the timeout (getaddrinfo blocks).
+  /// name resolves to is tried in turn) within `timeout` overall: each
+  /// attempt gets an equal share of the time left, so an address that never
+  /// answers (a timeout) still leaves time for the next. kTimeout when the
+  /// last attempt runs out, kConnectionFailed naming host:port and the
+  /// system's reason, kClosed if `waker` (optional) is woken meanwhile. Name
+  /// resolution itself is not bounded by the timeout nor woken by `waker`:
+  /// getaddrinfo blocks and cannot be cancelled.
   static Result<Socket> connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
                                 const Waker* waker = nullptr);
+  /// connect() over several hosts: every address of each, in the order given,
+  /// within `timeout` overall (connect(host, ...) is this with one host).
+  static Result<Socket> connect_any(const std::vector<std::string>& hosts, std::uint16_t port,
+                                    std::chrono::milliseconds timeout, const Waker* waker = nullptr);
 
   /// Sends up to `size` bytes without blocking. kConnectionFailed on error
   /// (a peer that closed shows up here as "Broken pipe" or a reset).
