@@ -276,8 +276,13 @@ Status MultiAgentClient::take_error() {
 void MultiAgentClient::apply_models(LinkEvent& event) {
   for (auto& entry : event.module_policies) {
     auto it = modules_.find(entry.first);
-    if (it == modules_.end() || !entry.second) continue;
+    if (it == modules_.end() || !entry.second) {
+      link_->retire(std::move(entry.second));  // (not freed with the event, on this thread)
+      continue;
+    }
+    std::shared_ptr<LoadedPolicy> old = std::move(it->second->policy);
     it->second->policy = std::move(entry.second);  // the swap: the next frame uses the new model
+    link_->retire(std::move(old));  // destroyed on the I/O thread, not in this frame
     ++models_loaded_;
   }
   for (const auto& entry : event.module_seqs) {
@@ -297,19 +302,35 @@ void MultiAgentClient::sync() {
         auto version = info.find("protocol_version");
         raw_box_samples_ = server_takes_raw_box_samples(
             version != info.end() && version->is_string() ? version->get<std::string>() : std::string());
-        // Modules are kept (actors point at them); a new connection sends every model again.
+        // Modules are kept (actors point at them). Each acts with its model
+        // until the new connection's arrives, as TetherClient does, unless its
+        // spaces changed (that model cannot serve them) or the server no
+        // longer describes it: then it is reset (NOT_READY until a new model).
         std::size_t widest = 0;
         for (const auto& entry : config_->modules) {
           std::unique_ptr<Module>& module = modules_[entry.first];
-          if (!module) module = std::make_unique<Module>();
+          if (!module) {
+            module = std::make_unique<Module>();
+          } else if (!(module->spec.observation_space == entry.second.observation_space) ||
+                     !(module->spec.action_space == entry.second.action_space)) {
+            link_->retire(std::move(module->policy));
+            module->policy = nullptr;
+            module->seq.reset();
+          }
           module->id = entry.first;
           module->set_spec(entry.second);
           widest = std::max(widest, module->act_dim);
         }
         for (auto& entry : modules_) {
-          entry.second->policy.reset();
+          if (config_->modules.count(entry.first) != 0) continue;
+          link_->retire(std::move(entry.second->policy));
+          entry.second->policy = nullptr;
           entry.second->seq.reset();
         }
+        // The new connection's server may map differently: MAP_AGENTS is asked again.
+        mapped_.clear();
+        mapped_order_.clear();
+        mapped_count_ = 0;
         env_action_.resize(widest);
         group_list_.clear();
         group_of_.clear();
@@ -425,27 +446,70 @@ Status MultiAgentClient::map_actors(const std::string& episode_id) {
     }
     return Status::Ok();
   }
+  // The server's function: an answer holds for the rest of the episode
+  // (§7.10), so only actors not asked about yet in this episode are asked.
+  unmapped_ids_.clear();
+  unmapped_slots_.clear();
+  auto known = mapped_.find(episode_id);
+  for (std::size_t k = 0; k < new_slots_.size(); ++k) {
+    if (known != mapped_.end()) {
+      auto it = known->second.find(new_actor_ids_[k]);
+      if (it != known->second.end()) {
+        slots_[new_slots_[k]].module = it->second;
+        continue;
+      }
+    }
+    unmapped_ids_.push_back(new_actor_ids_[k]);
+    unmapped_slots_.push_back(new_slots_[k]);
+  }
+  if (unmapped_ids_.empty()) return Status::Ok();
   ++map_requests_;
-  Result<Message> answer = link_->request(make_map_agents(episode_id, new_actor_ids_), options_.response_timeout_s);
+  Result<Message> answer = link_->request(make_map_agents(episode_id, unmapped_ids_), options_.response_timeout_s);
   if (!answer.ok()) return answer.status();
   const nlohmann::json& body = answer.value().body;
   auto modules = body.find("modules");
   if (answer.value().type != MessageType::kAgentModules || modules == body.end() || !modules->is_object()) {
     return Status(ErrorCode::kInvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
   }
-  for (std::size_t k = 0; k < new_slots_.size(); ++k) {
-    auto entry = modules->find(new_actor_ids_[k]);
+  for (std::size_t k = 0; k < unmapped_slots_.size(); ++k) {
+    auto entry = modules->find(unmapped_ids_[k]);
     if (entry == modules->end() || !entry->is_string()) {
-      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + new_actor_ids_[k] + "'");
+      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + unmapped_ids_[k] + "'");
     }
     auto it = modules_.find(entry->get_ref<const std::string&>());
     if (it == modules_.end()) {
-      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + new_actor_ids_[k] + "' to module '" +
+      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + unmapped_ids_[k] + "' to module '" +
                                                    entry->get<std::string>() + "', which SET_CONFIG does not describe");
     }
-    slots_[new_slots_[k]].module = it->second.get();
+    slots_[unmapped_slots_[k]].module = it->second.get();
+  }
+  for (std::size_t k = 0; k < unmapped_slots_.size(); ++k) {
+    remember_mapping(episode_id, unmapped_ids_[k], slots_[unmapped_slots_[k]].module);
   }
   return Status::Ok();
+}
+
+void MultiAgentClient::remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module) {
+  auto episode = mapped_.find(episode_id);
+  if (episode == mapped_.end()) {
+    episode = mapped_.emplace(episode_id, std::unordered_map<std::string, Module*>()).first;
+    mapped_order_.push_back(episode_id);
+  }
+  if (episode->second.emplace(actor_id, module).second) ++mapped_count_;
+  // Bounded: the oldest episodes' answers go first (asked for again if those agents act again).
+  while (mapped_count_ > kMaxMappedActors && !mapped_order_.empty()) {
+    const std::string oldest = mapped_order_.front();
+    forget_mapping(oldest);
+  }
+}
+
+void MultiAgentClient::forget_mapping(const std::string& episode_id) {
+  auto episode = mapped_.find(episode_id);
+  if (episode == mapped_.end()) return;
+  mapped_count_ -= std::min(mapped_count_, episode->second.size());
+  mapped_.erase(episode);
+  auto order = std::find(mapped_order_.begin(), mapped_order_.end(), episode_id);
+  if (order != mapped_order_.end()) mapped_order_.erase(order);
 }
 
 // Builds slots_ (one per actor: agent or group) from the frame, maps new
@@ -930,6 +994,7 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
   }
   Status status = end_actors(*episode, all, truncated);
   if (!status.ok()) return status;
+  forget_mapping(episode_id);  // its MAP_AGENTS answers held for this episode only
   for (auto& entry : episode->actors) fold_return(*episode, *entry.second);  // (any that did not leave)
   episode->done = true;
   episode->truncated = truncated;

@@ -124,6 +124,9 @@ struct ServerScript {
   std::function<std::string(std::uint8_t)> model_file;
   // The whole SET_CONFIG instead of the default one (config_overrides still apply).
   std::optional<json> full_config;
+  // The SET_CONFIG of the `connection`-th connection (1-based), when set: a
+  // server that comes back with another config.
+  std::function<json(int connection)> config_of_connection;
   // Answers GET_STATE on the `connection`-th connection (1-based); return false to close.
   std::function<bool(Conn&, const tether::Message&, int connection)> on_get_state;
   // Answers MAP_AGENTS; return false to close. Default: AGENT_MODULES from map_agent.
@@ -218,7 +221,7 @@ class FakeServer {
           if (!script_.on_ping) conn.send(tether::ServerConnection::pong());
           break;
         case tether::MessageType::kGetConfig:
-          conn.send(config());
+          conn.send(script_.config_of_connection ? script_.config_of_connection(number) : config());
           break;
         case tether::MessageType::kGetState:
           if (script_.on_get_state) {

@@ -20,6 +20,10 @@
 // server maps with a function ("policy_mapping": null), with one MAP_AGENTS
 // request per frame in which new agents appear: the only network wait of
 // get_action besides wait_for_weights, bounded by response_timeout_s (TIMEOUT).
+// The answers are kept for the rest of their episode (§7.10; compute_actions
+// asks once per episode id and agent too), forgotten when the episode ends or
+// the client reconnects; at most kMaxMappedActors are kept (the oldest
+// episodes' are forgotten first, and asked for again if needed).
 //
 // Groups (§9.6) are hidden from the engine: the engine puts the members in
 // the frame; the client concatenates their observations in member order,
@@ -112,7 +116,11 @@ class AgentFrame {
   /// Agent `i`'s action after get_action/compute_actions (action_size(i)
   /// numbers: a discrete action as its integer value, a Box action clipped
   /// into its box; a group member's equal part of the group's action).
-  const double* action(std::size_t i) const noexcept { return actions_.data() + action_offsets_[i]; }
+  /// nullptr while the frame holds no computed action for agent `i` (before
+  /// a successful call, after add/clear, or `i` out of range).
+  const double* action(std::size_t i) const noexcept {
+    return action_offsets_.size() > i + 1 ? actions_.data() + action_offsets_[i] : nullptr;
+  }
   /// Agent `i`'s action size (0 before an action was computed).
   std::size_t action_size(std::size_t i) const noexcept {
     return action_offsets_.size() > i + 1 ? action_offsets_[i + 1] - action_offsets_[i] : 0;
@@ -175,7 +183,7 @@ class MultiAgentClient {
 
   /// Greedy actions (the distributions' modes) for evaluation, written into
   /// `frame`; records nothing. Maps with the rules (or MAP_AGENTS with
-  /// `episode_id`, "eval" when empty).
+  /// `episode_id`, "eval" when empty, asked once per episode id and agent).
   Status compute_actions(AgentFrame& frame, const std::string& episode_id = std::string());
 
   /// Adds `reward` to the agent's last action (a group member's to its
@@ -217,7 +225,9 @@ class MultiAgentClient {
   /// The status that ended the link for good (ok while it lives).
   const Status& fatal_error() const noexcept { return fatal_; }
 
-  /// Stops the I/O thread and closes the connection (idempotent); later calls return CLOSED.
+  /// Stops the I/O thread and closes the connection (idempotent); later calls
+  /// return CLOSED. A name lookup of the server's host in progress cannot be
+  /// cancelled (getaddrinfo blocks): close() then waits until it returns.
   void close();
 
   /// The modules of SET_CONFIG, by id.
@@ -246,6 +256,10 @@ class MultiAgentClient {
   std::int64_t inference_runs() const noexcept { return inference_runs_; }
   /// MAP_AGENTS requests sent so far.
   std::int64_t map_requests() const noexcept { return map_requests_; }
+  /// MAP_AGENTS answers kept now (agents and groups, all episodes).
+  std::size_t mapped_actors() const noexcept { return mapped_count_; }
+  /// The most MAP_AGENTS answers kept at once.
+  static constexpr std::size_t kMaxMappedActors = 65536;
   /// Connections re-established after a loss (any thread).
   std::int64_t reconnects() const noexcept { return link_->reconnects(); }
   /// Batches dropped unsent because the queue was full (any thread).
@@ -270,6 +284,8 @@ class MultiAgentClient {
   std::size_t sendable_steps() const;
   void send_batch();
   Status map_actors(const std::string& episode_id);
+  void remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module);
+  void forget_mapping(const std::string& episode_id);
   Status gather(Episode* episode, const AgentFrame& frame, const std::string& mapping_episode_id, bool ending);
   void fill_batches(const AgentFrame& frame);
   Status run_modules();
@@ -315,6 +331,13 @@ class MultiAgentClient {
   std::vector<std::size_t> group_slot_;    // per group: its slot in the frame (or none)
   std::vector<std::size_t> new_slots_;     // slots of actors acting for the first time
   std::vector<std::string> new_actor_ids_;
+  std::vector<std::string> unmapped_ids_;   // new actors MAP_AGENTS is asked about
+  std::vector<std::size_t> unmapped_slots_;  // their slots
+  // MAP_AGENTS answers (episode id -> actor id -> module), and the episode
+  // ids in the order they were first mapped (the cap forgets the oldest).
+  std::unordered_map<std::string, std::unordered_map<std::string, Module*>> mapped_;
+  std::deque<std::string> mapped_order_;
+  std::size_t mapped_count_ = 0;
   std::vector<double> env_action_;  // compute_actions: one actor's greedy action
   AgentFrame end_frame_;
 };

@@ -1,0 +1,165 @@
+// MAP_AGENTS answers are kept for the rest of their episode (§7.10):
+// compute_actions asks once per (episode id, agent), not on every call. The
+// answers are bounded: an episode's go when it ends, all of them on a
+// reconnect (the new server may map differently), and the oldest episodes'
+// beyond MultiAgentClient::kMaxMappedActors.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_backend.h"
+#include "fake_server.h"
+#include "tether/multi_agent_client.h"
+
+namespace {
+
+using fake::Conn;
+using fake::FakeServer;
+using fake::ServerScript;
+using nlohmann::json;
+
+// One module "m" that the server maps every agent to with its own function.
+ServerScript mapping_server() {
+  json module = {{"observation_space", {{"type", "Box"}, {"shape", {2}}, {"low", -10.0}, {"high", 10.0}}},
+                 {"action_space", {{"type", "Discrete"}, {"n", 2}}},
+                 {"onnx_input_names", {"obs"}},
+                 {"onnx_output_names", {"action_dist_inputs"}},
+                 {"trainable", true}};
+  ServerScript script;
+  script.full_config = {{"type", "SET_CONFIG"},
+                        {"env_steps_per_sample", 100},
+                        {"force_on_policy", true},
+                        {"protocol_version", "1.3"},
+                        {"heartbeat_interval_s", 0},
+                        {"modules", {{"m", module}}},
+                        {"policy_mapping", nullptr}};
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"},
+               {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(1)}}}}}});
+    return true;
+  };
+  script.map_agent = [](const std::string&) { return std::string("m"); };
+  return script;
+}
+
+std::unique_ptr<tether::MultiAgentClient> connect(const FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 3;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
+  auto connected = tether::MultiAgentClient::connect(options);
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  return connected.ok() ? std::move(connected).value() : nullptr;
+}
+
+void fill(tether::AgentFrame& frame, const std::string& prefix, int agents) {
+  frame.clear();
+  const float obs[2] = {0.25f, -0.25f};
+  for (int i = 0; i < agents; ++i) frame.add(prefix + std::to_string(i), obs, 2);
+}
+
+bool wait_for(const std::function<bool()>& condition, double seconds) {
+  const auto deadline = fake::Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (fake::Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+}  // namespace
+
+TEST(MapAgentsCache, ComputeActionsAsksOncePerEpisodeAndAgent) {
+  FakeServer server(mapping_server());
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  tether::AgentFrame frame;
+  fill(frame, "a", 2);
+  for (int call = 0; call < 5; ++call) {
+    ASSERT_TRUE(client->compute_actions(frame).ok()) << client->last_error().to_string();
+    EXPECT_EQ(frame.discrete_action(1), 1);
+  }
+  EXPECT_EQ(client->map_requests(), 1);
+  fill(frame, "a", 3);  // a2 is new: only it is asked about
+  ASSERT_TRUE(client->compute_actions(frame).ok());
+  EXPECT_EQ(client->map_requests(), 2);
+  ASSERT_TRUE(client->compute_actions(frame, "other").ok());  // another episode: asked again
+  EXPECT_EQ(client->map_requests(), 3);
+  std::vector<json> requests;
+  for (const json& message : server.messages()) {
+    if (message["type"] == "MAP_AGENTS") requests.push_back(message);
+  }
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[1]["agent_ids"], json({"a2"}));
+  EXPECT_EQ(requests[2]["episode_id"], "other");
+  EXPECT_EQ(client->mapped_actors(), 6u);
+}
+
+TEST(MapAgentsCache, AnEpisodesAnswersGoWhenItEnds) {
+  FakeServer server(mapping_server());
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("e").value();
+  tether::AgentFrame frame;
+  fill(frame, "a", 2);
+  ASSERT_TRUE(client->get_action(episode, frame).ok());
+  ASSERT_TRUE(client->compute_actions(frame, episode).ok());  // the episode's answers serve it
+  EXPECT_EQ(client->map_requests(), 1);
+  EXPECT_EQ(client->mapped_actors(), 2u);
+  ASSERT_TRUE(client->end_episode(episode).ok());
+  EXPECT_EQ(client->mapped_actors(), 0u);
+}
+
+TEST(MapAgentsCache, AReconnectForgetsTheAnswers) {
+  ServerScript script = mapping_server();
+  auto answered = std::make_shared<std::atomic<int>>(0);
+  script.on_map_agents = [answered](Conn& conn, const tether::Message& message) {
+    json modules = json::object();
+    for (const json& id : message.body["agent_ids"]) modules[id.get<std::string>()] = "m";
+    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
+    return answered->fetch_add(1) > 0;  // the first connection goes away after its answer
+  };
+  FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  tether::AgentFrame frame;
+  fill(frame, "a", 2);
+  ASSERT_TRUE(client->compute_actions(frame).ok());
+  EXPECT_EQ(client->mapped_actors(), 2u);
+  ASSERT_TRUE(wait_for([&] {
+    (void)client->take_error();  // (reads the link's events: the new connection)
+    return client->reconnects() >= 1 && client->mapped_actors() == 0;
+  }, 10.0));
+  ASSERT_TRUE(client->compute_actions(frame).ok());
+  EXPECT_EQ(client->map_requests(), 2);
+}
+
+TEST(MapAgentsCache, TheOldestEpisodesGoBeyondTheCap) {
+  FakeServer server(mapping_server());
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  constexpr int kAgents = 30000;  // three episodes of these pass kMaxMappedActors (65536)
+  static_assert(3 * kAgents > static_cast<int>(tether::MultiAgentClient::kMaxMappedActors), "");
+  tether::AgentFrame frame;
+  fill(frame, "a", kAgents);
+  for (const char* episode : {"e1", "e2", "e3"}) ASSERT_TRUE(client->compute_actions(frame, episode).ok());
+  EXPECT_EQ(client->map_requests(), 3);
+  EXPECT_EQ(client->mapped_actors(), 2u * kAgents);  // e1's answers went
+  ASSERT_TRUE(client->compute_actions(frame, "e3").ok());
+  EXPECT_EQ(client->map_requests(), 3);
+  ASSERT_TRUE(client->compute_actions(frame, "e1").ok());
+  EXPECT_EQ(client->map_requests(), 4);
+  EXPECT_LE(client->mapped_actors(), tether::MultiAgentClient::kMaxMappedActors);
+}
+
+#endif  // _WIN32

@@ -1,0 +1,128 @@
+// A reconnect does not stop a multi-agent engine: every module keeps acting
+// with the model it has until the new connection sends another (as
+// TetherClient does), unless the new SET_CONFIG changed that module's spaces:
+// that model cannot serve them, so that module alone waits for a new one.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <memory>
+#include <string>
+
+#include "fake_backend.h"
+#include "fake_server.h"
+#include "tether/multi_agent_client.h"
+
+namespace {
+
+using fake::Conn;
+using fake::FakeServer;
+using fake::ServerScript;
+using nlohmann::json;
+
+json module_json(int obs_width) {
+  return {{"observation_space", {{"type", "Box"}, {"shape", {obs_width}}, {"low", -10.0}, {"high", 10.0}}},
+          {"action_space", {{"type", "Discrete"}, {"n", 2}}},
+          {"onnx_input_names", {"obs"}},
+          {"onnx_output_names", {"action_dist_inputs"}},
+          {"trainable", true}};
+}
+
+// Modules m (agents a_*) and n (agents b_*); n observes `n_width` values.
+json config(int n_width) {
+  return {{"type", "SET_CONFIG"},
+          {"env_steps_per_sample", 10},
+          {"force_on_policy", true},
+          {"protocol_version", "1.3"},
+          {"heartbeat_interval_s", 0},
+          {"modules", {{"m", module_json(2)}, {"n", module_json(n_width)}}},
+          {"policy_mapping",
+           json::array({{{"pattern", "a_*"}, {"module", "m"}}, {{"pattern", "b_*"}, {"module", "n"}}})}};
+}
+
+json models(bool any) {
+  json out = json::object();
+  if (any) {
+    for (const char* id : {"m", "n"}) out[id] = {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(1)}};
+  }
+  return {{"type", "SET_STATE"}, {"models", out}};
+}
+
+// The first batch is lost with its connection; the next connection (with
+// `second_config`) sends no model, in its handshake or in its answers.
+ServerScript reconnecting_server(json second_config) {
+  ServerScript script;
+  script.config_of_connection = [second_config](int connection) {
+    return connection == 1 ? config(2) : second_config;
+  };
+  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
+    conn.send(models(connection == 1));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 1) return false;
+    conn.send(models(false));
+    return true;
+  };
+  return script;
+}
+
+std::unique_ptr<tether::MultiAgentClient> connect(const FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 5;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.wait_for_weights = true;  // the reconnect happens while get_action waits in its cut
+  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
+  auto connected = tether::MultiAgentClient::connect(options);
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  return connected.ok() ? std::move(connected).value() : nullptr;
+}
+
+// Plays frames of a_0 until the client has reconnected (and a few after).
+void play_through_a_reconnect(tether::MultiAgentClient& client, const std::string& episode) {
+  tether::AgentFrame frame;
+  for (int t = 0; t < 25; ++t) {
+    const float obs[2] = {static_cast<float>(t), 0.0f};
+    frame.clear();
+    frame.add("a_0", obs, 2);
+    tether::Status status = client.get_action(episode, frame);
+    ASSERT_TRUE(status.ok()) << "frame " << t << ": " << status.to_string();
+    EXPECT_EQ(frame.discrete_action(0), 1);
+  }
+  EXPECT_GE(client.reconnects(), 1);
+}
+
+}  // namespace
+
+TEST(MultiAgentReconnect, ModulesKeepTheirModelsUntilTheNewConnectionSendsOthers) {
+  FakeServer server(reconnecting_server(config(2)));
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play_through_a_reconnect(*client, episode));
+  EXPECT_EQ(client->models_loaded(), 2);  // the first connection's only
+  EXPECT_EQ(client->weights_seq_no("m"), 0);
+  const float obs[2] = {1.0f, 2.0f};
+  tether::AgentFrame frame;
+  frame.add("b_0", obs, 2);
+  EXPECT_TRUE(client->get_action(episode, frame).ok());  // n too
+}
+
+TEST(MultiAgentReconnect, AModuleWhoseSpacesChangedWaitsForANewModel) {
+  FakeServer server(reconnecting_server(config(3)));  // n now observes 3 values
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play_through_a_reconnect(*client, episode));  // m is unchanged: it acts on
+  EXPECT_EQ(client->weights_seq_no("m"), 0);
+  EXPECT_FALSE(client->weights_seq_no("n").has_value());
+  const float obs[3] = {1.0f, 2.0f, 3.0f};
+  tether::AgentFrame frame;
+  frame.add("b_0", obs, 3);
+  EXPECT_EQ(client->get_action(episode, frame).code(), tether::ErrorCode::kNotReady);
+}
+
+#endif  // _WIN32
