@@ -84,7 +84,9 @@ Status TetherClient::take_error() {
 
 void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq) {
   if (policy) {
+    std::shared_ptr<LoadedPolicy> old = std::move(policy_);
     policy_ = std::move(policy);  // the swap: the next get_action uses the new model
+    link_->retire(std::move(old));  // destroyed on the I/O thread, not in this frame
     ++models_loaded_;
   }
   if (seq) weights_seq_no_ = seq;

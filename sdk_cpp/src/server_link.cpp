@@ -84,6 +84,26 @@ std::int64_t agent_steps_of(const MultiAgentRecord& record) {
 
 constexpr std::size_t kMaxRefusedEpisodes = 4096;
 
+// The send queue's step limit when SET_CONFIG sets it: generous, and far from
+// overflowing the sums it takes part in, whatever numbers the server sends.
+constexpr std::int64_t kMaxQueueLimitSteps = std::int64_t{1} << 40;
+
+// Heartbeats no closer than this: a tiny interval (a server's typo) would
+// make the I/O thread ping in a tight loop.
+constexpr double kMinHeartbeatIntervalS = 0.1;
+
+// a * b for positive a and b, saturated at `cap` (no signed overflow).
+std::int64_t saturating_product(std::int64_t a, std::int64_t b, std::int64_t cap) {
+  if (a <= 0 || b <= 0) return 0;
+  if (a > cap / b) return cap;
+  return std::min(a * b, cap);
+}
+
+// Whether `steps` more fit under `limit` with `queued` waiting (no unsigned wrap).
+bool fits(std::size_t queued, std::size_t steps, std::size_t limit) {
+  return steps <= limit && queued <= limit - steps;
+}
+
 Status server_error_status(const Message& message) {
   Result<ServerError> error = decode_error(message);
   if (!error.ok()) return error.status();
@@ -180,7 +200,7 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t steps = batch->queue_steps();
     while (!outbox_.empty() &&
-           (outbox_.size() >= options_.max_queued_batches || queued_steps_ + steps > queue_limit_steps_)) {
+           (outbox_.size() >= options_.max_queued_batches || !fits(queued_steps_, steps, queue_limit_steps_))) {
       std::shared_ptr<Batch> dropped = outbox_.front();
       outbox_.pop_front();
       batches_dropped_.fetch_add(1);
@@ -206,7 +226,7 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
 
 bool ServerLink::room_locked(std::size_t steps) const {
   return outbox_.empty() ||
-         (outbox_.size() < options_.max_queued_batches && queued_steps_ + steps <= queue_limit_steps_);
+         (outbox_.size() < options_.max_queued_batches && fits(queued_steps_, steps, queue_limit_steps_));
 }
 
 bool ServerLink::has_room(std::size_t steps) const {
@@ -220,17 +240,17 @@ std::set<std::string> ServerLink::hand_over(const std::shared_ptr<Batch>& batch,
   std::set<std::string> gone = submit(batch);
   if (wait_for_answer) {
     const Batch* sent = batch.get();
-    wait_until([sent] { return sent->done; }, true);
+    wait_until([sent] { return sent->done; });
   }
   return gone;
 }
 
 void ServerLink::wait_for_room(std::size_t steps) {
-  wait_until([this, steps] { return room_locked(steps); }, false);
+  wait_until([this, steps] { return room_locked(steps); });
 }
 
 void ServerLink::wait_for_idle() {
-  wait_until([this] { return outbox_.empty() && in_flight_ == nullptr; }, false);
+  wait_until([this] { return outbox_.empty() && in_flight_ == nullptr; });
 }
 
 bool ServerLink::idle() const {
@@ -243,19 +263,38 @@ std::size_t ServerLink::events_waiting() const {
   return events_.size();
 }
 
-void ServerLink::wait_until(const std::function<bool()>& predicate, bool until_error) {
+void ServerLink::wait_until(const std::function<bool()>& predicate) {
+  // Only the condition asked for (or the link's end) ends the wait: an error
+  // event about something else (a refused GET_STATE, a model that failed to
+  // load, one the engine has not taken yet) does not.
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     if (fatal_ || stopped_ || closing_) return;
     if (predicate()) return;
-    if (until_error) {
-      for (const LinkEvent& event : events_) {
-        if (event.kind == LinkEvent::Kind::kError || event.kind == LinkEvent::Kind::kFatal) return;
-        if (event.kind == LinkEvent::Kind::kBatch && !event.batch->error.ok()) return;
-      }
-    }
     changed_.wait_for(lock, std::chrono::milliseconds(500));
   }
+}
+
+void ServerLink::retire(std::shared_ptr<LoadedPolicy> policy) {
+  if (!policy) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopped_ && !closing_) {
+      retired_.push_back(std::move(policy));
+      policy = nullptr;
+    }
+  }
+  if (policy) return;  // no I/O thread any more: destroyed here, on leaving
+  transport_.interrupt();  // the I/O thread frees it at its next round
+}
+
+void ServerLink::free_retired() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (retired_.empty()) return;
+    retired_.swap(retired_io_);
+  }
+  retired_io_.clear();  // the old models' runtime sessions are destroyed here, on the I/O thread
 }
 
 Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
@@ -353,6 +392,7 @@ void ServerLink::run() {
   Clock::time_point down_since = Clock::now();
   bool first = true;
   for (;;) {
+    free_retired();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_) break;
@@ -405,6 +445,7 @@ void ServerLink::run() {
     }
   }
   transport_.close();
+  free_retired();
   std::lock_guard<std::mutex> lock(mutex_);
   stopped_ = true;
   connected_once_ = true;
@@ -422,6 +463,7 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
   double delay = 0.05;
   Status last;
   for (;;) {
+    free_retired();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_) return Status(ErrorCode::kClosed, "client closed");
@@ -482,18 +524,23 @@ Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) c
   auto force = body.find("force_on_policy");
   config.force_on_policy = force == body.end() || !force->is_boolean() || force->get<bool>();
   if (auto hb = number_member(body, "heartbeat_interval_s"); hb && *hb > 0 && std::isfinite(*hb)) {
-    config.heartbeat_interval_s = *hb;
+    config.heartbeat_interval_s = std::max(*hb, kMinHeartbeatIntervalS);
   }
   if (options_.max_queued_steps > 0) {
     config.queue_limit_steps = options_.max_queued_steps;
   } else {
+    // (max_staleness + 1) * train_batch_size, or 2 * env_steps_per_sample:
+    // the server's numbers may be anything, so saturated, never overflowing.
     auto batch = int_member(body, "train_batch_size");
     auto staleness = int_member(body, "max_staleness");
+    std::int64_t limit = 0;
     if (batch && staleness && *batch > 0 && *staleness >= 0) {
-      config.queue_limit_steps = static_cast<std::size_t>((*staleness + 1) * *batch);
+      const std::int64_t rounds = std::min(*staleness, kMaxQueueLimitSteps - 1) + 1;
+      limit = saturating_product(rounds, *batch, kMaxQueueLimitSteps);
     } else {
-      config.queue_limit_steps = static_cast<std::size_t>(2 * config.env_steps_per_sample);
+      limit = saturating_product(2, config.env_steps_per_sample, kMaxQueueLimitSteps);
     }
+    config.queue_limit_steps = static_cast<std::size_t>(std::max<std::int64_t>(limit, 1));
   }
   if (!options_.multi_agent) return Status::Ok();
   auto modules = body.find("modules");
@@ -705,6 +752,7 @@ void ServerLink::note_versions(const LinkEvent& event, bool new_connection) {
 
 Status ServerLink::serve() {
   for (;;) {
+    free_retired();
     if (connection_.closed()) return connection_.error();
     std::shared_ptr<Batch> batch;
     std::shared_ptr<PendingRequest> request;
@@ -877,7 +925,10 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
 }
 
 Status ServerLink::idle_wait() {
-  const double interval = config_ ? config_->heartbeat_interval_s : 0.0;
+  // (read_config clamps it already; a config made elsewhere is clamped here too)
+  const double interval = config_ && config_->heartbeat_interval_s > 0
+                              ? std::max(config_->heartbeat_interval_s, kMinHeartbeatIntervalS)
+                              : 0.0;
   Transport::Deadline deadline =
       interval > 0 ? last_send_ + to_ms(interval) : Transport::kNoDeadline;
   if (interval > 0 && Clock::now() >= deadline) {
@@ -961,7 +1012,10 @@ ServerLink::Exchange ServerLink::read_answer(const char* request, double timeout
       }
       return result;
     }
-    if (received.value().interrupted) continue;
+    if (received.value().interrupted) {
+      free_retired();  // (a long wait for an answer does not keep retired models alive)
+      continue;
+    }
     responses_.clear();
     Status status = connection_.receive_data(
         std::string_view(receive_buffer_.data(), received.value().bytes), responses_);

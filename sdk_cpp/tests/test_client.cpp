@@ -543,7 +543,7 @@ TEST(ServerLink, AnsweredBatchIsFreedOnTheIoThread) {
   batch->env_steps = 1;
   link.submit(batch);
   tether::Batch* sent = batch.get();
-  link.wait_until([sent] { return sent->done; }, false);
+  link.wait_until([sent] { return sent->done; });
   ASSERT_TRUE(sent->done);
   // Before the engine takes the event, the heavy parts are gone already.
   EXPECT_TRUE(sent->chunks.empty());

@@ -148,7 +148,9 @@ class TetherClient {
   /// The status that ended the link for good (ok while it lives).
   const Status& fatal_error() const noexcept { return fatal_; }
 
-  /// Stops the I/O thread and closes the connection (idempotent).
+  /// Stops the I/O thread and closes the connection (idempotent). A name
+  /// lookup of the server's host in progress cannot be cancelled (getaddrinfo
+  /// blocks): close() then waits until it returns.
   void close();
 
   /// The observation space from SET_CONFIG.

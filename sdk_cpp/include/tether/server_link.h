@@ -159,7 +159,7 @@ struct LinkEvent {
 /// One client's server connection and the thread that owns it.
 ///
 /// Thread safety: start() and close() from the owning thread; submit(),
-/// has_room(), wait_until(), take_events() and the counters from any thread
+/// has_room(), wait_until(), retire(), take_events() and the counters from any thread
 /// (they lock); the Transport and ClientConnection belong to the I/O thread.
 class ServerLink {
  public:
@@ -175,7 +175,9 @@ class ServerLink {
   /// VERSION_MISMATCH, CONNECTION_FAILED, TIMEOUT...
   Status start();
 
-  /// Stops the I/O thread and closes the connection; undelivered batches are dropped.
+  /// Stops the I/O thread and closes the connection; undelivered batches are
+  /// dropped. A name lookup in progress (getaddrinfo) cannot be cancelled:
+  /// close() waits for it to return (at most the system resolver's timeout).
   void close();
 
   /// Queues a batch (never blocks). When the waiting batches would exceed the
@@ -189,15 +191,22 @@ class ServerLink {
   /// How a client hands over a batch it has cut: with `wait_for_room`, first
   /// waits until its `steps` fit (backpressure; the steps are cut already, so
   /// they are queued whatever happens meanwhile); then submit(); with
-  /// `wait_for_answer`, waits until the batch is answered or an error
-  /// arrives (strict on-policy). Returns the episodes submit() dropped.
+  /// `wait_for_answer`, waits until the batch is answered, refused or given
+  /// up (strict on-policy; errors about other things do not end the wait).
+  /// Returns the episodes submit() dropped.
   std::set<std::string> hand_over(const std::shared_ptr<Batch>& batch, std::size_t steps, bool wait_for_room,
                                   bool wait_for_answer);
 
-  /// Blocks until `predicate()` holds, the link fails for good or is closed,
-  /// or (with `until_error`) an error event arrives. The predicate runs under
-  /// the link's lock: it must not call the link.
-  void wait_until(const std::function<bool()>& predicate, bool until_error);
+  /// Blocks until `predicate()` holds, or the link fails for good or is
+  /// closed. The predicate runs under the link's lock: it must not call the link.
+  void wait_until(const std::function<bool()>& predicate);
+
+  /// Hands a model the engine no longer uses to the I/O thread, which
+  /// destroys it: freeing a runtime session takes tens of microseconds, not
+  /// to be spent on a frame. Any thread; null is ignored. Once the link is
+  /// closing or its I/O thread has stopped, the model is destroyed here.
+  void retire(std::shared_ptr<LoadedPolicy> policy);
+
   /// Blocks until a batch of `steps` would be queued without dropping one (or the link ends).
   void wait_for_room(std::size_t steps);
   /// Blocks until no batch is queued or in flight (or the link ends).
@@ -273,6 +282,7 @@ class ServerLink {
   void forget_refused_locked(const Batch& batch);
   void drop_episodes(Batch& batch, const std::set<std::string>& gone);
   void recount_queue_locked();
+  void free_retired();
   nlohmann::json state_request(bool initial) const;
 
   LinkOptions options_;
@@ -303,6 +313,11 @@ class ServerLink {
   std::deque<std::shared_ptr<PendingRequest>> requests_;
   std::size_t queued_steps_ = 0;
   std::size_t queue_limit_steps_ = 1000;
+  // Models the engine retired (under mutex_), and the I/O thread's list it
+  // swaps them into and destroys: the two vectors trade capacities, so
+  // retiring allocates nothing once both have grown.
+  std::vector<std::shared_ptr<LoadedPolicy>> retired_;
+  std::vector<std::shared_ptr<LoadedPolicy>> retired_io_;
   std::set<std::string> refused_episodes_;     // until the engine has taken the refusal
   std::deque<std::string> refused_order_;      // oldest first (bounds the set)
   bool fatal_ = false;

@@ -16,9 +16,12 @@
  * Runs one policy model with an NNE CPU runtime.
  *
  * load() runs on the client's I/O thread (a model swap never costs the game
- * thread a frame); run() runs on the thread that calls GetAction. Input and
- * output bind the caller's buffers directly; shapes are set again only when
- * the batch size changes.
+ * thread a frame), and so does the destructor of a model swapped out (the SDK
+ * hands it back to that thread); run() runs on the thread that calls
+ * GetAction. The input and output are the model's tensors with the names the
+ * server gives (onnx_input_names[0], onnx_output_names[0]); they bind the
+ * caller's buffers directly, any other output is left to the runtime; shapes
+ * are set again only when the batch size changes.
  */
 class TETHER_API FTetherNNEBackend final : public tether::InferenceBackend
 {
@@ -27,7 +30,10 @@ public:
 	explicit FTetherNNEBackend(const FString& InRuntimeName = TEXT("NNERuntimeORTCpu"));
 	virtual ~FTetherNNEBackend() override;
 
-	/** See tether::InferenceBackend::load: creates the NNE model and one instance from the ONNX bytes. */
+	/**
+	 * See tether::InferenceBackend::load: creates the NNE model and one instance from the ONNX bytes, and finds
+	 * its input named input_name (the model's only input) and its output named output_name.
+	 */
 	virtual tether::Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
 	                            const std::string& output_name) override;
 	/** See tether::InferenceBackend::run. */
@@ -48,4 +54,7 @@ private:
 	std::size_t ObsDim = 0;
 	std::size_t OutDim = 0;
 	std::size_t BoundBatch = 0;
+	/** One binding per model output (NNE takes all or none); OutputIndex's is the caller's buffer. */
+	TArray<UE::NNE::FTensorBindingCPU> OutputBindings;
+	int32 OutputIndex = 0;
 };
