@@ -105,7 +105,41 @@ namespace Tether.Unity
         {
             if (agents.Contains(agent)) return;
             agent.AgentId = Incarnation(agent);
+            if (IdTaken(agent.AgentId, agent))
+            {
+                // Two agents of one id would make every frame fail (an id twice in
+                // the frame): the second is renamed, once, and told so.
+                string taken = agent.AgentId;
+                agent.agentId = UniqueBaseId(string.IsNullOrEmpty(agent.agentId) ? agent.gameObject.name : agent.agentId);
+                agent.AgentId = Incarnation(agent);
+                Debug.LogWarning("Tether: agent id '" + taken + "' is used by another agent of the scene; this one acts as '" + agent.AgentId + "' (set agentId to choose)", agent);
+            }
             agents.Add(agent);
+        }
+
+        bool IdTaken(string id, TetherAgent except)
+        {
+            for (int a = 0; a < agents.Count; ++a)
+            {
+                if (agents[a] != except && agents[a].AgentId == id) return true;
+            }
+            return false;
+        }
+
+        // "name~2", "name~3"...: the first base id whose every incarnation is free.
+        string UniqueBaseId(string id)
+        {
+            for (int k = 2; ; ++k)
+            {
+                string candidate = id + "~" + k;
+                bool used = false;
+                for (int a = 0; a < agents.Count && !used; ++a)
+                {
+                    string other = agents[a].AgentId;
+                    used = other == candidate || other.StartsWith(candidate + "#", StringComparison.Ordinal);
+                }
+                if (!used) return candidate;
+            }
         }
 
         internal void Unregister(TetherAgent agent)
