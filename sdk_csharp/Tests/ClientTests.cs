@@ -1,5 +1,6 @@
 // The single-agent client against a scripted server over real sockets.
 using System;
+using System.Threading;
 using System.Linq;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
@@ -26,6 +27,46 @@ namespace Tether.Tests
                 client.GetAction(episode, Obs, action);
                 Assert.That(action[0] == 0 || action[0] == 1, Is.True);
                 client.LogReturns(episode, 1.0);
+            }
+        }
+
+        [Test]
+        public void ABatchLostOnEveryConnectionIsGivenUpAfterMaxBatchAttempts()
+        {
+            // The server closes the connection whenever batch 1 arrives: without a limit the
+            // client would resend it forever and nothing after it would ever be delivered.
+            using (var server = new ScriptedServer(10) { DropSeq = 1 })
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 10, MaxBatchAttempts = 3, WhenQueueFull = QueueFullPolicy.Wait }))
+            {
+                string episode = client.StartEpisode();
+                TetherException givenUp = null;
+                DateTime deadline = DateTime.UtcNow.AddSeconds(20);
+                var action = new double[1];
+                while (givenUp == null && DateTime.UtcNow < deadline)
+                {
+                    try
+                    {
+                        client.GetAction(episode, Obs, action);
+                        client.LogReturns(episode, 1.0);
+                    }
+                    catch (TetherException e)
+                    {
+                        givenUp = e;
+                    }
+                }
+                Assert.That(givenUp, Is.Not.Null, "the lost batch was never given up");
+                Assert.That(givenUp.Code, Is.EqualTo(ErrorCode.ConnectionFailed));
+                Assert.That(givenUp.Message, Is.StringContaining("given up (MaxBatchAttempts)"));
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count(b => (long)b["batch_seq"] == 1), Is.EqualTo(3));
+                // The client goes on: later batches are delivered on the same server.
+                client.EndEpisode(episode, Obs);
+                string other = client.StartEpisode();
+                Play(client, other, 25);
+                client.EndEpisode(other, Obs);
+                client.Flush(10);
+                var later = server.Received("EPISODES_AND_GET_STATE").Where(b => (long)b["batch_seq"] > 1).ToList();
+                Assert.That(later.Count, Is.GreaterThan(0), "nothing was delivered after the lost batch");
+                Assert.That(later.SelectMany(b => b["episodes"]).Select(r => (string)r["episode_id"]), Has.Member(other));
             }
         }
 
@@ -213,6 +254,9 @@ namespace Tether.Tests
                     }
                 }
                 client.EndEpisode(episode, Obs);
+                // (the last batches may still be on their way: wait for them, bounded)
+                DateTime arrived = DateTime.UtcNow.AddSeconds(10);
+                while (server.Received("EPISODES_AND_GET_STATE").Count < 4 && DateTime.UtcNow < arrived) Thread.Sleep(10);
                 Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.GreaterThanOrEqualTo(4));
                 Assert.That(client.FatalError, Is.Null);
             }

@@ -29,6 +29,7 @@ namespace Tether.Tests
 
         public readonly JObject Config;
         public long RefuseSeq = -1;
+        public long DropSeq = -1;          // the batch whose arrival closes the connection unanswered, every time
         public long SlowSeq = -1;          // the batch answered only after SlowMilliseconds, the first time
         public int SlowMilliseconds;
         public string ModelFile;
@@ -135,6 +136,10 @@ namespace Tether.Tests
                             case "GET_STATE": Send(socket, State(message)); break;
                             case "MAP_AGENTS": Send(socket, MapAgents(message)); break;
                             case "EPISODES_AND_GET_STATE":
+                                if (message["batch_seq"] != null && (long)message["batch_seq"] == DropSeq)
+                                {
+                                    return;  // (finally closes the socket: the batch is lost with the connection)
+                                }
                                 if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
                                 {
                                     Send(socket, new JObject { { "type", "ERROR" }, { "code", "INVALID_FIELD" }, { "message", "episodes[0]: refused for the test" }, { "request", "EPISODES_AND_GET_STATE" } });
