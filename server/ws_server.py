@@ -44,8 +44,11 @@ class WebSocketRLlink:
 
     async def start(self) -> None:
         # A message over max_frame_bytes closes the connection (code 1009), as an oversized frame does on TCP.
+        # max_queue=1: at most one received message waits for the handler (RLlink answers in
+        # order), so a client that pipelines cannot make the server hold many large messages.
         self._server = await serve(self._handle, self.host, self.requested_port, process_request=self._http,
-                                   max_size=self.config.max_frame_bytes, ping_interval=None, compression=None)
+                                   max_size=self.config.max_frame_bytes, max_queue=1, ping_interval=None,
+                                   compression=None)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -72,6 +75,11 @@ class WebSocketRLlink:
         session = ClientSession(ws.remote_address)
         connection = RLlinkConnection(self.config.max_frame_bytes, self.config.auth_token,
                                       pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
+        if connection.state is ServerState.AWAITING_AUTH:
+            # Until the client authenticates, a message over pre_auth_max_frame_bytes is refused by
+            # the websocket layer as it arrives (close code 1009), as TCP refuses it from its header:
+            # an unauthenticated peer cannot make the server buffer max_frame_bytes.
+            ws.protocol.max_message_size = min(self.config.pre_auth_max_frame_bytes, self.config.max_frame_bytes)
         self.open += 1
         metrics = tcp.trainer.metrics
         metrics.clients_connected += 1
@@ -135,6 +143,8 @@ class WebSocketRLlink:
                 continue
             if auth_deadline is not None and connection.state is ServerState.READY:
                 auth_deadline = None
+                # (before the PONG goes out: a client sends its next message after it)
+                ws.protocol.max_message_size = self.config.max_frame_bytes
             if observer is not None:
                 observer.request(session.id, event.kind.value, event.message)
                 started = loop.time()

@@ -116,8 +116,18 @@ def test_websocket_errors_and_limits_are_the_tcp_servers(tmp_path: Path) -> None
                 assert wrong_token["code"] == "AUTH_FAILED"
                 with pytest.raises(ConnectionClosed):
                     await asyncio.wait_for(ws.recv(), 10)
+            # Before authentication a message over pre_auth_max_frame_bytes (64 KiB) is refused as it
+            # arrives (1009), not buffered whole: an unauthenticated peer cannot fill the server's memory.
+            async with connect(url, max_size=None) as ws:
+                await ws.send(json.dumps({"type": "PING", "protocol_version": "1.3", "pad": "x" * 100_000}))
+                with pytest.raises(ConnectionClosed) as early:
+                    await asyncio.wait_for(ws.recv(), 10)
+                assert early.value.rcvd is not None and early.value.rcvd.code == 1009, early.value
             async with connect(url) as ws:
                 assert (await request(ws, {"type": "PING", "protocol_version": "1.3", "auth_token": "s3cret"}))["type"] == "PONG"
+                # Authenticated, the limit is max_frame_bytes (200000): a 150 kB message is read and answered.
+                padded = await request(ws, {"type": "GET_CONFIG", "pad": "x" * 150_000})
+                assert padded["type"] == "SET_CONFIG", padded
                 await ws.send("{not json")
                 bad = json.loads(await ws.recv())
                 assert bad["type"] == "ERROR" and bad["code"] == "INVALID_JSON", bad
