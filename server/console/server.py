@@ -34,6 +34,10 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
                  ".css": "text/css; charset=utf-8", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
 #: Largest message a browser may send (controls are small).
 MAX_MESSAGE_BYTES = 64 * 1024
+#: Browsers watching at once; more are refused (503): the console shares the process's
+#: descriptors and event loop with training.
+MAX_BROWSERS = 32
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 TICK_S = 1.0
 #: The saved run (the compact metrics log) is rewritten this often, and when the server stops.
 SAVE_EVERY_TICKS = 10
@@ -55,6 +59,7 @@ class ConsoleServer:
         self.control_token = auth_token or secrets.token_urlsafe(16)
         self._server: Server | None = None
         self._browsers: set[ServerConnection] = set()
+        self._feeds = 0  # feed connections open (in handshake or watching)
         self._ticker: asyncio.Task | None = None
         self._lag_probe: asyncio.Task | None = None
         self.ticks = 0
@@ -101,13 +106,43 @@ class ConsoleServer:
         given = query.get("token", [""])[0]
         return hmac.compare_digest(given.encode(), self.view_token.encode())
 
+    def _same_origin(self, request: Request) -> bool:
+        """Whether a browser's feed request comes from the console's own page.
+
+        Browsers let any page open a websocket anywhere and say where the page came from
+        in ``Origin``: a page of another site must not read the run (or, holding a token,
+        act on it). Without ``Origin`` (not a browser) the token rules alone apply. On a
+        loopback console the page's host must be a loopback name, which also defeats a
+        DNS-rebound name; elsewhere it must be the host the request was sent to.
+        """
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        page = urlsplit(origin)
+        target = urlsplit("//" + request.headers.get("Host", ""))
+        try:
+            same_port = page.port == self.port and (target.port is None or target.port == self.port)
+        except ValueError:  # a port that is not a number
+            return False
+        if self.host in LOOPBACK_NAMES or self.host.startswith("127."):
+            allowed = LOOPBACK_NAMES | {self.host}
+        else:
+            allowed = {target.hostname} if target.hostname else set()
+        return page.scheme in ("http", "https") and page.hostname in allowed and same_port
+
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
         query = parse_qs(url.query)
         if url.path == "/feed":
+            if not self._same_origin(request):
+                return _response(HTTPStatus.FORBIDDEN, b"the console's feed is for the console's own page "
+                                 b"(Origin must be this console's address)\n", ".txt")
             if not self._allowed(query):
                 return _response(HTTPStatus.UNAUTHORIZED, b"the console needs the server's auth token: ?token=...\n",
                                  ".txt")
+            if self._feeds >= MAX_BROWSERS:
+                return _response(HTTPStatus.SERVICE_UNAVAILABLE,
+                                 f"{self._feeds} browsers are watching, the most at once; try later\n".encode(), ".txt")
             return None  # the websocket handshake goes on
         if not self._allowed(query) and url.path in ("/", "/index.html"):
             return _response(HTTPStatus.UNAUTHORIZED, b"the console needs the server's auth token: ?token=...\n", ".txt")
@@ -120,15 +155,17 @@ class ConsoleServer:
     # -- the feed ------------------------------------------------------------------------
 
     async def _feed(self, browser: ServerConnection) -> None:
-        hello = self.saved_run if self.state is None else self.state.hello()
-        await browser.send(json.dumps(hello, allow_nan=False))
-        self._browsers.add(browser)
+        self._feeds += 1
         try:
+            hello = self.saved_run if self.state is None else self.state.hello()
+            await browser.send(json.dumps(hello, allow_nan=False))
+            self._browsers.add(browser)
             async for raw in browser:
                 await browser.send(json.dumps(await self._control(raw)))
         except ConnectionClosed:
             pass
         finally:
+            self._feeds -= 1
             self._browsers.discard(browser)
 
     async def _control(self, raw: str | bytes) -> dict[str, Any]:
@@ -159,7 +196,11 @@ class ConsoleServer:
                         try:
                             await asyncio.wait_for(browser.send(message), timeout=TICK_S)
                         except (ConnectionClosed, TimeoutError):
-                            self._browsers.discard(browser)  # a browser that cannot keep up is dropped, not waited for
+                            # A browser that cannot keep up is dropped, not waited for; its connection is
+                            # cut too (a send cut short leaves it mid-message), and it may reconnect.
+                            self._browsers.discard(browser)
+                            if browser.transport is not None:
+                                browser.transport.abort()
                 sent_errors = self.state.last_error_seq
                 self.ticks += 1
                 if self.ticks % SAVE_EVERY_TICKS == 0:

@@ -201,6 +201,47 @@ def test_the_page_and_its_files_are_served_and_nothing_else(training: ServerProc
         assert refused.value.code == 404, path
 
 
+def test_the_feed_refuses_other_sites_and_more_than_its_browsers(training: ServerProcess) -> None:
+    from tether.server.console.server import MAX_BROWSERS  # the limit the server applies
+
+    port, _ = console_address(training)
+
+    async def scenario() -> None:
+        # A page of another site (or a DNS-rebound name) opening the feed: refused before the handshake.
+        for origin in ("http://evil.example", f"http://evil.example:{port}", "http://127.0.0.1:1",
+                       f"http://rebound.example:{port}", "null"):
+            with pytest.raises(Exception) as refused:
+                async with connect(f"ws://127.0.0.1:{port}/feed", origin=origin):
+                    pass
+            assert "403" in str(refused.value), origin
+        # The console's own page, by either loopback name, is welcome.
+        for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
+            async with connect(f"ws://127.0.0.1:{port}/feed", origin=origin) as ws:
+                assert (await receive(ws, "hello"))["type"] == "hello"
+        # Browsers beyond the limit get 503; one leaving makes room.
+        watching = [await connect(f"ws://127.0.0.1:{port}/feed") for _ in range(MAX_BROWSERS)]
+        try:
+            with pytest.raises(Exception) as full:
+                async with connect(f"ws://127.0.0.1:{port}/feed"):
+                    pass
+            assert "503" in str(full.value)
+            await watching.pop().close()
+            for _ in range(100):
+                try:
+                    async with connect(f"ws://127.0.0.1:{port}/feed") as ws:
+                        assert (await receive(ws, "hello"))["type"] == "hello"
+                    break
+                except Exception:  # the server may not have seen the close yet
+                    await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("no room after a browser left")
+        finally:
+            for ws in watching:
+                await ws.close()
+
+    asyncio.run(scenario())
+
+
 def test_with_an_auth_token_the_console_needs_it(tmp_path: Path) -> None:
     with ServerProcess(tmp_path, "--env", "CartPole-v1", "--console-port", "0", "--auth-token", "s3cret") as server:
         port, token = console_address(server)
