@@ -22,7 +22,7 @@ class ControlError(Exception):
 async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]) -> dict[str, Any]:
     """Carries out one control message; returns what was done. Raises ControlError."""
     given = message.get("token")
-    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), token.encode()):
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode()):
         state.event("control_refused", action=str(message.get("action"))[:40], message="no valid control token")
         raise ControlError("controls need the console's token")
     action = message.get("action")

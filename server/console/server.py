@@ -104,7 +104,7 @@ class ConsoleServer:
         if self.view_token is None:
             return True
         given = query.get("token", [""])[0]
-        return hmac.compare_digest(given.encode(), self.view_token.encode())
+        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self.view_token.encode())
 
     def _same_origin(self, request: Request) -> bool:
         """Whether a browser's feed request comes from the console's own page.

@@ -218,6 +218,12 @@ def test_the_feed_refuses_other_sites_and_more_than_its_browsers(training: Serve
         for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
             async with connect(f"ws://127.0.0.1:{port}/feed", origin=origin) as ws:
                 assert (await receive(ws, "hello"))["type"] == "hello"
+        # A token that is not valid Unicode (a lone surrogate) is a refused control, not a dropped feed.
+        async with connect(f"ws://127.0.0.1:{port}/feed") as ws:
+            await receive(ws, "hello")
+            await ws.send('{"type": "control", "token": "\\ud800", "action": "pause"}')
+            result = await receive(ws, "control_result")
+            assert result["ok"] is False and "token" in result["error"], result
         # Browsers beyond the limit get 503; one leaving makes room.
         watching = [await connect(f"ws://127.0.0.1:{port}/feed") for _ in range(MAX_BROWSERS)]
         try:
