@@ -126,6 +126,66 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AGroupMemberEndingEndsTheGroupAndTheEpisodeCanEndWithEveryoneInTheFrame()
+        {
+            // What the Unity manager does when a member of a group ends: the group leaves whole
+            // (terminated), then the scene's episode ends with every agent in the frame (the group's
+            // members included, already gone: they are skipped), the others truncated.
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                for (int t = 0; t < 6; ++t)
+                {
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    frame.Add("m_0", Obs(t, 2, 2));
+                    frame.Add("m_1", Obs(t, 3, 2));
+                    client.GetActions(episode, frame);
+                }
+                var leaving = new AgentFrame();
+                leaving.Add("m_1", Obs(6, 3, 2));
+                client.EndAgents(episode, leaving);
+                frame.Clear();
+                frame.Add("a_0", Obs(6, 0, 4));
+                frame.Add("m_0", Obs(6, 2, 2));
+                frame.Add("m_1", Obs(6, 3, 2));
+                client.EndEpisode(episode, frame, truncated: true);
+                // The next episode has the group whole again.
+                string next = client.StartEpisode();
+                frame.Clear();
+                frame.Add("a_0", Obs(0, 0, 4));
+                frame.Add("m_0", Obs(0, 2, 2));
+                frame.Add("m_1", Obs(0, 3, 2));
+                client.GetActions(next, frame);
+                client.EndEpisode(next, frame, truncated: true);
+                client.Flush(10);
+                // Every record passes the server's checks; the entries by (episode, actor).
+                var specs = Specs(server);
+                var entries = new Dictionary<string, JObject>();
+                int agentSteps = 0;
+                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+                {
+                    var records = (JArray)batch["episodes"];
+                    for (int i = 0; i < records.Count; ++i)
+                    {
+                        agentSteps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true);
+                        foreach (JProperty actor in ((JObject)records[i]["agents"]).Properties())
+                        {
+                            entries[(string)records[i]["episode_id"] + "/" + actor.Name] = (JObject)actor.Value;
+                        }
+                    }
+                }
+                Assert.That(agentSteps, Is.EqualTo(6 + 6 + 1 + 1));
+                Assert.That((bool)entries[episode + "/pair"]["is_terminated"], Is.True, "the group left terminated when its member ended");
+                Assert.That((bool)entries[episode + "/a_0"]["is_truncated"], Is.True);
+                Assert.That((bool)entries[episode + "/a_0"]["is_terminated"], Is.False);
+                Assert.That(((JArray)entries[next + "/pair"]["actions"]).Count, Is.EqualTo(1), "the group acts whole in the next episode");
+            }
+        }
+
+        [Test]
         public void AServerThatMapsWithAFunctionIsAskedOncePerFrameWithNewAgents()
         {
             using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))

@@ -170,6 +170,11 @@ namespace Tether.Unity
         internal void End(TetherAgent agent, bool truncated)
         {
             if (Client == null || EpisodeId == null || Failure != null || agent.observation == null) return;
+            if (InGroup(agent.AgentId))
+            {
+                EndGroupOf(agent, truncated);
+                return;
+            }
             leaving.Clear();
             agent.CollectObservations(agent.observation);
             leaving.Add(agent.AgentId, agent.observation, truncated);
@@ -185,6 +190,36 @@ namespace Tether.Unity
             agent.AgentId = Incarnation(agent);
             agent.warnedNonFinite = false;
             ++endedInEpisode;
+        }
+
+        bool InGroup(string agentId)
+        {
+            IList<GroupSpec> groups = Client.Groups;
+            for (int g = 0; g < groups.Count; ++g)
+            {
+                if (groups[g].Members.Contains(agentId)) return true;
+            }
+            return false;
+        }
+
+        // A group acts as one agent (all its members or none) and cannot come back to an episode
+        // it left: a member that ends takes its group out (with the member's flag), and the scene's
+        // episode ends for the others (truncated), so that the group starts whole in the next one.
+        // (Renaming the members, as a single agent is renamed, would take them out of the group.)
+        void EndGroupOf(TetherAgent agent, bool truncated)
+        {
+            leaving.Clear();
+            agent.CollectObservations(agent.observation);
+            leaving.Add(agent.AgentId, agent.observation, truncated);
+            try
+            {
+                Client.EndAgents(EpisodeId, leaving);
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+            }
+            EndEpisode(true);
         }
 
         /// <summary>
