@@ -62,6 +62,19 @@ std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double*
     *logp = static_cast<double>(logits[choice]) - top - std::log(total);
     return choice;
   }
+  if (n == 2) {
+    // The most common case (two actions), with one exp instead of two: the
+    // larger logit's term is exp(0), exactly 1. The same numbers as below, bit for bit.
+    const double first = static_cast<double>(logits[0]);
+    const double other = static_cast<double>(logits[1]) > first ? first : static_cast<double>(logits[1]);
+    const double e = std::exp(other - top);
+    const double kept0 = static_cast<double>(logits[1]) > first ? e : 1.0;
+    const double total = kept0 + (static_cast<double>(logits[1]) > first ? 1.0 : e);
+    const double threshold = rng.uniform() * total;
+    const std::size_t choice = static_cast<std::size_t>(kept0 <= threshold);
+    *logp = static_cast<double>(logits[choice]) - top - std::log(total);
+    return choice;
+  }
   double kept[kKeptExps];
   double total = 0.0;
   for (std::size_t i = 0; i < n; ++i) {

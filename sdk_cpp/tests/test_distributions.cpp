@@ -1,4 +1,5 @@
 // Unit tests of the generator, sampling, log-probabilities and clipping.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,6 +26,32 @@ TEST(Rng, DeterministicAndUniform) {
   }
   EXPECT_NEAR(sum / n, 0.0, 0.01);
   EXPECT_NEAR(sum_sq / n, 1.0, 0.02);
+}
+
+TEST(Distributions, TwoActionsSampleAsTheGeneralFormulaBitForBit) {
+  // Two actions take a path with one exp instead of two: the same choices and
+  // the same logp, to the bit, as exp of both logits would give.
+  Space s = Space::discrete(2).value();
+  Rng rng(11), reference(11), logit_source(5);
+  int ones = 0;
+  for (int i = 0; i < 20000; ++i) {
+    float logits[2] = {static_cast<float>(logit_source.normal() * 3.0), static_cast<float>(logit_source.normal() * 3.0)};
+    if (i % 97 == 0) logits[1] = logits[0];  // ties
+    double action = 0, logp = 0;
+    ASSERT_TRUE(sample(s, logits, 2, rng, &action, 1, &logp).ok());
+    const double a = logits[0], b = logits[1];
+    const double top = std::max(a, b);
+    const double k0 = std::exp(a - top), k1 = std::exp(b - top);
+    const double total = (0.0 + k0) + k1;
+    const double threshold = reference.uniform() * total;
+    const int choice = k0 <= threshold ? 1 : 0;
+    const double expected_logp = (choice == 0 ? a : b) - top - std::log(total);
+    ASSERT_EQ(action, choice) << i;
+    ASSERT_EQ(logp, expected_logp) << i;  // exactly
+    ones += choice;
+  }
+  EXPECT_GT(ones, 5000);
+  EXPECT_LT(ones, 15000);
 }
 
 TEST(Distributions, DiscreteSamplingMatchesSoftmax) {
