@@ -46,9 +46,12 @@ class WebSocketRLlink:
         # A message over max_frame_bytes closes the connection (code 1009), as an oversized frame does on TCP.
         # max_queue=1: at most one received message waits for the handler (RLlink answers in
         # order), so a client that pipelines cannot make the server hold many large messages.
+        # With an auth token every connection starts at the pre-auth limit (raised once it authenticates):
+        # set here, not in the handler, since a message sent with the upgrade request is read before it runs.
+        first_limit = (min(self.config.pre_auth_max_frame_bytes, self.config.max_frame_bytes)
+                       if self.config.auth_token else self.config.max_frame_bytes)
         self._server = await serve(self._handle, self.host, self.requested_port, process_request=self._http,
-                                   max_size=self.config.max_frame_bytes, max_queue=1, ping_interval=None,
-                                   compression=None)
+                                   max_size=first_limit, max_queue=1, ping_interval=None, compression=None)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -75,11 +78,6 @@ class WebSocketRLlink:
         session = ClientSession(ws.remote_address)
         connection = RLlinkConnection(self.config.max_frame_bytes, self.config.auth_token,
                                       pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
-        if connection.state is ServerState.AWAITING_AUTH:
-            # Until the client authenticates, a message over pre_auth_max_frame_bytes is refused by
-            # the websocket layer as it arrives (close code 1009), as TCP refuses it from its header:
-            # an unauthenticated peer cannot make the server buffer max_frame_bytes.
-            ws.protocol.max_message_size = min(self.config.pre_auth_max_frame_bytes, self.config.max_frame_bytes)
         self.open += 1
         metrics = tcp.trainer.metrics
         metrics.clients_connected += 1

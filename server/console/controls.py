@@ -40,10 +40,12 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
         done["path"] = str(path)
     elif action in ("set_lr", "set_ent_coef"):
         module = message.get("module")
-        if module not in trainer.modules:
+        if not isinstance(module, str) or module not in trainer.modules:
             raise ControlError(f"no module {str(module)[:80]!r}; modules: {', '.join(trainer.modules)}")
         value = message.get("value")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        # (an int too large for a float, 10**400, is refused before math.isfinite would overflow)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > 1e300 \
+                or not math.isfinite(value) or value < 0:
             raise ControlError("value must be a finite number >= 0")
         learner = trainer.modules[module].learner
         if action == "set_lr":

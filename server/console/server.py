@@ -171,7 +171,7 @@ class ConsoleServer:
     async def _control(self, raw: str | bytes) -> dict[str, Any]:
         try:
             message = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # (RecursionError: nested too deep)
             return {"type": "control_result", "ok": False, "error": "not JSON"}
         if not isinstance(message, dict) or message.get("type") != "control":
             return {"type": "control_result", "ok": False, "error": 'send {"type": "control", "token": ..., "action": ...}'}

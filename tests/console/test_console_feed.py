@@ -204,7 +204,7 @@ def test_the_page_and_its_files_are_served_and_nothing_else(training: ServerProc
 def test_the_feed_refuses_other_sites_and_more_than_its_browsers(training: ServerProcess) -> None:
     from tether.server.console.server import MAX_BROWSERS  # the limit the server applies
 
-    port, _ = console_address(training)
+    port, token = console_address(training)
 
     async def scenario() -> None:
         # A page of another site (or a DNS-rebound name) opening the feed: refused before the handshake.
@@ -224,6 +224,16 @@ def test_the_feed_refuses_other_sites_and_more_than_its_browsers(training: Serve
             await ws.send('{"type": "control", "token": "\\ud800", "action": "pause"}')
             result = await receive(ws, "control_result")
             assert result["ok"] is False and "token" in result["error"], result
+            # Malformed controls are refused answers, the feed goes on: nesting too deep for the
+            # parser (no token needed), an integer too large for a float, a module that is no name.
+            await ws.send("[" * 20000 + "]" * 20000)
+            assert (await receive(ws, "control_result"))["error"] == "not JSON"
+            for bad in ({"action": "set_lr", "module": "default_policy", "value": 10**400},
+                        {"action": "set_lr", "module": [], "value": 0.001},
+                        {"action": "set_ent_coef", "module": {}, "value": 0.01}):
+                await ws.send(json.dumps({"type": "control", "token": token, **bad}))
+                refused = await receive(ws, "control_result")
+                assert refused["ok"] is False, (bad, refused)
         # Browsers beyond the limit get 503; one leaving makes room.
         watching = [await connect(f"ws://127.0.0.1:{port}/feed") for _ in range(MAX_BROWSERS)]
         try:

@@ -148,6 +148,39 @@ def test_websocket_errors_and_limits_are_the_tcp_servers(tmp_path: Path) -> None
         assert "404" in str(refused.value)
 
 
+def test_a_message_sent_with_the_upgrade_request_is_held_to_the_pre_auth_limit(tmp_path: Path) -> None:
+    """A client may send its first message in the same write as the HTTP upgrade: it is read
+    before the server's handler runs, and must still be refused at its header (1009), not
+    buffered whole."""
+    import base64
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--ws-port", "0", "--auth-token", "s3cret") as server:
+        url = urlsplit(ws_url(server))
+        size = 1_000_000  # over pre_auth_max_frame_bytes (64 KiB)
+        upgrade = (f"GET {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   f"Sec-WebSocket-Key: {base64.b64encode(b'0123456789abcdef').decode()}\r\n"
+                   "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+        header = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", size) + b"\0\0\0\0"  # text, masked (key 0)
+        with socket.create_connection((url.hostname, url.port), timeout=10) as raw:
+            # Only the header and 1000 bytes of the body: a server that waited for the whole
+            # message (buffering it) would leave this connection open until the timeout.
+            raw.sendall(upgrade + header + b" " * 1000)
+            received = b""
+            while True:
+                chunk = raw.recv(4096)  # socket.timeout (a failure) if the server waits for more
+                if not chunk:
+                    break
+                received += chunk
+        # Closed at the header: no 101 at all, or a 1009 close right after it; never an RLlink answer.
+        assert b"FRAME_TOO_LARGE" not in received and b"AUTH_FAILED" not in received, received[:300]
+        if received.startswith(b"HTTP/1.1 101"):
+            frame = received[received.index(b"\r\n\r\n") + 4:]
+            assert frame[:1] == b"\x88" and struct.unpack("!H", frame[2:4])[0] == 1009, frame[:40]
+
+
 def test_the_python_sdk_trains_over_a_websocket_address(tmp_path: Path) -> None:
     from tether.sdk import TetherClient, run_env
 
