@@ -124,12 +124,6 @@ class WebSocketRLlink:
                 await self._send(ws, encode_frame(error_message(code, text)))
                 return
             body = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-            if connection.state is ServerState.AWAITING_AUTH and len(body) > self.config.pre_auth_max_frame_bytes:
-                await self._send(ws, encode_frame(error_message(
-                    ErrorCode.FRAME_TOO_LARGE,
-                    f"a message of {len(body)} bytes before authentication; the limit is "
-                    f"{self.config.pre_auth_max_frame_bytes} (pre_auth_max_frame_bytes)")))
-                return
             event = connection.handle_body(body)
             observer = tcp.observer
             if isinstance(event, Refusal):
