@@ -12,6 +12,8 @@ from typing import Any
 
 from .state import ConsoleState
 
+#: The largest learning rate or entropy coefficient a control may set: past it, training only diverges.
+MAX_VALUE = 1.0
 ACTIONS = ("pause", "resume", "checkpoint", "set_lr", "set_ent_coef", "stop")
 
 
@@ -44,9 +46,9 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
             raise ControlError(f"no module {str(module)[:80]!r}; modules: {', '.join(trainer.modules)}")
         value = message.get("value")
         # (an int too large for a float, 10**400, is refused before math.isfinite would overflow)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > 1e300 \
-                or not math.isfinite(value) or value < 0:
-            raise ControlError("value must be a finite number >= 0")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_VALUE \
+                or not math.isfinite(value):
+            raise ControlError(f"value must be a number from 0 to {MAX_VALUE:g}")
         learner = trainer.modules[module].learner
         if action == "set_lr":
             learner.hp.lr = float(value)

@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from .controls import ControlError, apply_control
-from .state import ConsoleState
+from .state import ConsoleState, episode_answer, write_atomically
 
 PAGE = Path(__file__).resolve().parent / "page"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -51,6 +51,8 @@ class ConsoleServer:
         #: Live (a ConsoleState) or read-only (``saved_run``, a finished run's saved hello).
         self.state = state
         self.saved_run = saved_run
+        #: A saved run's episode steps (id → agents), answered to ``episode`` requests.
+        self._saved_details: dict[str, Any] = (saved_run or {}).pop("episode_details", None) or {}
         self.save_to = save_to
         self.host = host
         self.requested_port = port
@@ -63,6 +65,7 @@ class ConsoleServer:
         self._ticker: asyncio.Task | None = None
         self._lag_probe: asyncio.Task | None = None
         self.ticks = 0
+        self._saving = False
 
     @property
     def port(self) -> int:
@@ -74,8 +77,9 @@ class ConsoleServer:
         return f"http://{self.host}:{self.port}/?token={self.control_token}"
 
     async def start(self) -> None:
+        # compression=None: deflating every tick for every browser would cost the training loop's CPU.
         self._server = await serve(self._feed, self.host, self.requested_port, process_request=self._http,
-                                   max_size=MAX_MESSAGE_BYTES, ping_interval=20, ping_timeout=20)
+                                   max_size=MAX_MESSAGE_BYTES, ping_interval=20, ping_timeout=20, compression=None)
         if self.state is not None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
             self._lag_probe = asyncio.get_running_loop().create_task(self._probe_lag())
@@ -98,6 +102,21 @@ class ConsoleServer:
         except (OSError, ValueError) as exc:  # the log must not stop training
             print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
 
+    async def _save_off_loop(self) -> None:
+        """The periodic save: the text is made on the loop (episode steps are spliced in already
+        encoded), the file written in a thread, so a large log does not hold training up."""
+        if self.state is None or self.save_to is None or self._saving:
+            return
+        self._saving = True
+        try:
+            text = self.state.saved_text()
+            self.save_to.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.get_running_loop().run_in_executor(None, write_atomically, self.save_to, text)
+        except (OSError, ValueError) as exc:  # the log must not stop training
+            print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
+        finally:
+            self._saving = False
+
     # -- HTTP: the page ------------------------------------------------------------------
 
     def _allowed(self, query: dict[str, list[str]]) -> bool:
@@ -118,11 +137,11 @@ class ConsoleServer:
         origin = request.headers.get("Origin")
         if origin is None:
             return True
-        page = urlsplit(origin)
-        target = urlsplit("//" + request.headers.get("Host", ""))
         try:
+            page = urlsplit(origin)
+            target = urlsplit("//" + request.headers.get("Host", ""))
             same_port = page.port == self.port and (target.port is None or target.port == self.port)
-        except ValueError:  # a port that is not a number
+        except ValueError:  # a port that is not a number, a bracket left open ("http://[")
             return False
         if self.host in LOOPBACK_NAMES or self.host.startswith("127."):
             allowed = LOOPBACK_NAMES | {self.host}
@@ -147,10 +166,13 @@ class ConsoleServer:
         if not self._allowed(query) and url.path in ("/", "/index.html"):
             return _response(HTTPStatus.UNAUTHORIZED, b"the console needs the server's auth token: ?token=...\n", ".txt")
         name = "index.html" if url.path in ("/", "") else url.path.lstrip("/")
-        path = (PAGE / name).resolve()
-        if PAGE not in path.parents or not path.is_file() or path.suffix not in CONTENT_TYPES:
+        try:
+            path = (PAGE / name).resolve()
+            if PAGE not in path.parents or not path.is_file() or path.suffix not in CONTENT_TYPES:
+                return _response(HTTPStatus.NOT_FOUND, b"not found\n", ".txt")
+            return _response(HTTPStatus.OK, path.read_bytes(), path.suffix)
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
             return _response(HTTPStatus.NOT_FOUND, b"not found\n", ".txt")
-        return _response(HTTPStatus.OK, path.read_bytes(), path.suffix)
 
     # -- the feed ------------------------------------------------------------------------
 
@@ -161,20 +183,42 @@ class ConsoleServer:
             await browser.send(json.dumps(hello, allow_nan=False))
             self._browsers.add(browser)
             async for raw in browser:
-                await browser.send(json.dumps(await self._control(raw)))
+                await browser.send(await self._answer(raw))
         except ConnectionClosed:
             pass
         finally:
             self._feeds -= 1
             self._browsers.discard(browser)
 
-    async def _control(self, raw: str | bytes) -> dict[str, Any]:
+    async def _answer(self, raw: str | bytes) -> str:
+        """The answer to one browser message: an ``episode`` request or a ``control``, encoded."""
         try:
             message = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):  # (RecursionError: nested too deep)
-            return {"type": "control_result", "ok": False, "error": "not JSON"}
+            return json.dumps({"type": "control_result", "ok": False, "error": "not JSON"})
+        if isinstance(message, dict) and message.get("type") == "episode":
+            return self._episode(message.get("module"), message.get("id"))
         if not isinstance(message, dict) or message.get("type") != "control":
-            return {"type": "control_result", "ok": False, "error": 'send {"type": "control", "token": ..., "action": ...}'}
+            return json.dumps({"type": "control_result", "ok": False,
+                               "error": 'send {"type": "control", "token": ..., "action": ...} '
+                                        'or {"type": "episode", "module": ..., "id": ...}'})
+        try:
+            return json.dumps(await self._control(message))
+        except Exception as exc:  # a control that fails in an unforeseen way is refused, the feed goes on
+            print(f"[tether] console control failed: {exc!r:.300}", flush=True)
+            return json.dumps({"type": "control_result", "ok": False, "action": str(message.get("action"))[:40],
+                               "error": f"the control failed: {type(exc).__name__}"})
+
+    def _episode(self, module: Any, episode_id: Any) -> str:
+        if self.state is not None:
+            return self.state.episode_steps(module, episode_id)
+        summaries = (self.saved_run or {}).get("episodes", {}).get(module, []) if isinstance(module, str) else []
+        summary = next((e for e in summaries if isinstance(e, dict) and e.get("id") == episode_id), None)
+        detail = self._saved_details.get(str(episode_id)) if summary is not None else None
+        return episode_answer(module, episode_id, summary,
+                              None if detail is None else json.dumps(detail, allow_nan=False))
+
+    async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.state is None:
             return {"type": "control_result", "ok": False, "action": str(message.get("action"))[:40],
                     "error": "this console shows a finished run (read-only)"}
@@ -204,7 +248,7 @@ class ConsoleServer:
                 sent_errors = self.state.last_error_seq
                 self.ticks += 1
                 if self.ticks % SAVE_EVERY_TICKS == 0:
-                    self._save()
+                    await self._save_off_loop()
             except Exception as exc:  # the console must never stop training
                 print(f"[tether] console tick failed: {exc!r:.300}", flush=True)
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .history import History
 
@@ -28,6 +31,10 @@ DEPARTED_CLIENTS = 50
 #: Open episodes whose steps are kept, and steps kept per agent of an episode.
 MAX_OPEN_EPISODES = 256
 MAX_EPISODE_STEPS = 2000
+#: Agents of one episode whose steps are kept (the others count in its return and length only).
+MAX_DETAIL_AGENTS = 16
+#: Steps kept over all unfinished episodes together: their memory's bound.
+MAX_OPEN_STEPS = 1_000_000
 #: Actions per module the histogram is taken over.
 ACTION_WINDOW = 2000
 #: Schema version of the feed's messages (docs/console.md).
@@ -90,9 +97,14 @@ class ConsoleState:
         self._sessions_seen: dict[str, int] = {}  # client_session -> connections seen
         self.errors: deque[dict[str, Any]] = deque(maxlen=ERROR_LOG_SIZE)
         self._error_seq = 0
+        #: Per module, summaries of the last finished episodes, newest first.
         self.episodes: dict[str, deque] = {}
+        #: Their steps, encoded once as JSON, by episode id.
+        self._details: dict[int, str] = {}
+        self._episode_seq = 0
         #: Steps of episodes not finished yet, per (connection, episode id) and agent (bounded).
         self._open: dict[tuple, dict[str, dict]] = {}
+        self._open_steps = 0
         self.actions: dict[str, deque] = {}
         self.loop_lag_ms = 0.0
         self._last_errors_sent = 0
@@ -142,7 +154,7 @@ class ConsoleState:
 
     def batch(self, session_id: int, env_steps: int, versions: dict[str, int], records: list) -> None:
         """A batch was stored: its counts, the versions it acted with, its actions, and the steps of
-        its episodes (kept for the last finished ones, step by step)."""
+        its episodes (kept for the last finished ones, step by step, within bounds)."""
         info = self.clients.get(session_id)
         if info is not None:
             info.batches += 1
@@ -153,20 +165,28 @@ class ConsoleState:
             agents = self._open.pop(key, None) or {}
             self._open[key] = agents  # most recent last: the oldest open episode is forgotten first
             while len(self._open) > MAX_OPEN_EPISODES:
-                self._open.pop(next(iter(self._open)))
+                self._release(self._open.pop(next(iter(self._open))))
             ending = record.is_terminated or record.is_truncated
             for agent in record.agents:
                 chunk = agent.chunk
                 window = self.actions.setdefault(agent.module_id, deque(maxlen=ACTION_WINDOW))
                 window.extend(chunk.actions[-ACTION_WINDOW:].tolist())
-                entry = agents.setdefault(agent.agent_id, {"module": agent.module_id, "return": 0.0, "steps": 0,
-                                                           "rewards": [], "actions": []})
+                entry = agents.get(agent.agent_id)
+                if entry is None:
+                    shown = sum(1 for e in agents.values() if e["rewards"] is not None)
+                    entry = agents[agent.agent_id] = {
+                        "module": agent.module_id, "return": 0.0, "steps": 0, "kept": 0,
+                        # (None: an agent past MAX_DETAIL_AGENTS of its episode counts, its steps are not kept)
+                        "rewards": [] if shown < MAX_DETAIL_AGENTS else None, "actions": []}
                 entry["return"] += float(chunk.rewards.sum(dtype=float))
                 entry["steps"] += chunk.env_steps
-                room = MAX_EPISODE_STEPS - len(entry["rewards"])
-                if room > 0:
-                    entry["rewards"].extend(round(float(r), 6) for r in chunk.rewards[:room])
-                    entry["actions"].extend(chunk.actions[:room].tolist())
+                if entry["rewards"] is not None:
+                    room = min(MAX_EPISODE_STEPS - entry["kept"], MAX_OPEN_STEPS - self._open_steps, len(chunk.rewards))
+                    if room > 0:
+                        entry["rewards"].append(chunk.rewards[:room].copy())
+                        entry["actions"].append(chunk.actions[:room].copy())
+                        entry["kept"] += room
+                        self._open_steps += room
                 if not ending and (chunk.is_terminated or chunk.is_truncated):
                     # It left an episode that goes on (a game scene's agent): shown now, not kept.
                     self._finish({agent.agent_id: agents.pop(agent.agent_id)})
@@ -174,23 +194,54 @@ class ConsoleState:
                 self._open.pop(key, None)
                 self._finish(agents)
 
+    def _release(self, agents: dict[str, dict]) -> None:
+        """An open episode's kept steps are given back to the MAX_OPEN_STEPS budget."""
+        self._open_steps -= sum(e["kept"] for e in agents.values())
+
     def _finish(self, agents: dict[str, dict]) -> None:
+        self._release(agents)
         if not agents:
             return
         by_module: dict[str, dict[str, dict]] = {}
         for agent_id, entry in agents.items():
             by_module.setdefault(entry["module"], {})[agent_id] = entry
         for module, members in by_module.items():
+            steps = {}
+            for agent_id, e in members.items():
+                if e["rewards"] is None:
+                    continue
+                rewards = np.concatenate(e["rewards"]) if e["rewards"] else np.zeros(0)
+                actions = np.concatenate(e["actions"]) if e["actions"] else np.zeros(0)
+                steps[agent_id] = {"rewards": np.round(rewards.astype(np.float64), 6).tolist(),
+                                   "actions": actions.tolist(), "steps": e["steps"]}
             self.episode(module, sum(e["return"] for e in members.values()), max(e["steps"] for e in members.values()),
-                         {a: {"rewards": e["rewards"], "actions": e["actions"], "steps": e["steps"]}
-                          for a, e in members.items()})
+                         steps, agent_count=len(members))
 
-    def episode(self, module: str, total_return: float, length: int, agents: dict[str, dict] | None) -> None:
-        """A finished episode of ``module``: its agents' return, its length, and per agent its
-        rewards and actions step by step (the first MAX_EPISODE_STEPS of each)."""
+    def episode(self, module: str, total_return: float, length: int, agents: dict[str, dict] | None,
+                agent_count: int | None = None) -> None:
+        """A finished episode of ``module``: its agents' return and its length, kept as a summary
+        that every tick carries, and per agent its rewards and actions step by step (the first
+        MAX_EPISODE_STEPS of at most MAX_DETAIL_AGENTS agents), encoded once, now, and sent only
+        to a browser that asks for them (an ``episode`` request)."""
         kept = self.episodes.setdefault(module, deque(maxlen=EPISODES_PER_MODULE))
-        kept.appendleft({"t": round(time.time() - self.started, 3), "return": _finite(total_return), "length": length,
-                         "agents": agents})
+        if len(kept) == kept.maxlen:
+            self._details.pop(kept[-1]["id"], None)
+        self._episode_seq += 1
+        shown = agents or {}
+        kept.appendleft({"id": self._episode_seq, "t": round(time.time() - self.started, 3),
+                         "return": _finite(total_return), "length": length,
+                         "agents": len(shown) if agent_count is None else agent_count, "agents_shown": len(shown)})
+        try:
+            self._details[self._episode_seq] = json.dumps(shown, allow_nan=False, separators=(",", ":"))
+        except (ValueError, TypeError):  # (rewards are checked finite on ingest; this is the last guard)
+            self._details[self._episode_seq] = "{}"
+
+    def episode_steps(self, module: Any, episode_id: Any) -> str:
+        """The answer to a browser's ``episode`` request, encoded: one kept episode step by step."""
+        summary = next((e for e in self.episodes.get(module, ()) if e["id"] == episode_id), None) \
+            if isinstance(module, str) and isinstance(episode_id, int) else None
+        detail = self._details.get(episode_id) if summary is not None else None
+        return episode_answer(module, episode_id, summary, detail)
 
     def refused(self, session_id: int | None, code: str, message: str, request: str | None) -> None:
         info = self.clients.get(session_id) if session_id is not None else None
@@ -305,14 +356,36 @@ class ConsoleState:
     def last_error_seq(self) -> int:
         return self._error_seq
 
-    def save(self, path: Path) -> None:
-        """Writes the run as a browser connecting now would get it (bounded: the
-        history's points, the log, the last episodes), atomically, for ``tether console``."""
+    def saved_text(self) -> str:
+        """The run as ``tether console`` serves it: ``hello``, and the steps of its kept episodes
+        under ``episode_details`` (id → agents), spliced in as they were encoded."""
         data = self.hello()
         data["saved_at"] = time.time()
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, allow_nan=False, separators=(",", ":")))
-        os.replace(tmp, path)
+        head = json.dumps(data, allow_nan=False, separators=(",", ":"))
+        details = ",".join(f'"{i}":{text}' for i, text in self._details.items())
+        return f'{head[:-1]},"episode_details":{{{details}}}}}'
+
+    def save(self, path: Path) -> None:
+        """Writes :meth:`saved_text` atomically (bounded: the history's points, the log, the last episodes)."""
+        write_atomically(path, self.saved_text())
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
+    # (a name of its own per thread: the final save at stop may run while a periodic one finishes)
+    tmp = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def episode_answer(module: Any, episode_id: Any, summary: dict[str, Any] | None, detail: str | None) -> str:
+    """The encoded ``episode`` message: the summary and, spliced in unparsed, the agents' steps."""
+    if summary is None or detail is None:
+        return json.dumps({"type": "episode", "module": str(module)[:200], "id": str(episode_id)[:40],
+                           "error": f"no episode {str(episode_id)[:40]} of module {str(module)[:80]!r} is kept: "
+                                    f"the server keeps the last {EPISODES_PER_MODULE} of each module"})
+    head = json.dumps({"type": "episode", "module": module, **summary}, allow_nan=False, separators=(",", ":"))
+    return f'{head[:-1]},"agent_steps":{detail}}}'
 
 
 def _finite(value: float) -> float | None:

@@ -107,9 +107,13 @@ def test_the_feed_shows_the_run_its_client_and_a_bad_request_live(training: Serv
             tick = await until(ws, lambda t: (t["values"].get("charts/updates") or 0) >= 1
                                and t["values"].get("module/default_policy/entropy") is not None)
             assert tick["values"]["episode/return_mean"] > 0 and tick["episodes"]["default_policy"]
-            # A finished episode step by step: CartPole's rewards are 1 a step; its actions 0 or 1.
+            # A finished episode, asked for, step by step: CartPole's rewards are 1 a step; its actions 0 or 1.
             last = tick["episodes"]["default_policy"][0]
-            steps = next(iter(last["agents"].values()))
+            assert last["agents"] == last["agents_shown"] == 1 and "rewards" not in json.dumps(tick["episodes"])
+            await ws.send(json.dumps({"type": "episode", "module": "default_policy", "id": last["id"]}))
+            answer = await receive(ws, "episode")
+            assert answer["id"] == last["id"] and answer["return"] == last["return"]
+            steps = next(iter(answer["agent_steps"].values()))
             assert last["length"] == steps["steps"] == len(steps["rewards"]) == len(steps["actions"]) > 0
             assert sum(steps["rewards"]) == last["return"] and set(steps["actions"]) <= {0, 1}
             assert tick["actions"]["default_policy"]["type"] == "Discrete" and set(tick["actions"]["default_policy"]["counts"]) <= {"0", "1"}
@@ -195,7 +199,8 @@ def test_the_page_and_its_files_are_served_and_nothing_else(training: ServerProc
     assert page.headers["Content-Type"].startswith("text/html") and "vendor/uPlot.iife.min.js" in html
     script = urllib.request.urlopen(f"http://127.0.0.1:{port}/vendor/uPlot.iife.min.js", timeout=10)
     assert script.headers["Content-Type"].startswith("text/javascript") and b"uPlot" in script.read()
-    for path in ("/../server.py", "/%2e%2e/state.py", "/nope.js", "/vendor/../../history.py"):
+    for path in ("/../server.py", "/%2e%2e/state.py", "/nope.js", "/vendor/../../history.py", "/" + "a" * 5000 + ".js",
+                 "/%00.js"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
         assert refused.value.code == 404, path
@@ -209,11 +214,19 @@ def test_the_feed_refuses_other_sites_and_more_than_its_browsers(training: Serve
     async def scenario() -> None:
         # A page of another site (or a DNS-rebound name) opening the feed: refused before the handshake.
         for origin in ("http://evil.example", f"http://evil.example:{port}", "http://127.0.0.1:1",
-                       f"http://rebound.example:{port}", "null"):
+                       f"http://rebound.example:{port}", "null", "http://[", f"http://[::1:{port}"):
             with pytest.raises(Exception) as refused:
                 async with connect(f"ws://127.0.0.1:{port}/feed", origin=origin):
                     pass
             assert "403" in str(refused.value), origin
+        # A Host that is no address (a bracket left open) is refused too, not an internal error.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET /feed HTTP/1.1\r\nHost: [\r\nOrigin: http://127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                     f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     f"Sec-WebSocket-Version: 13\r\n\r\n".encode())
+        status = await asyncio.wait_for(reader.readline(), 10)
+        assert status.startswith(b"HTTP/1.1 403"), status
+        writer.close()
         # The console's own page, by either loopback name, is welcome.
         for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
             async with connect(f"ws://127.0.0.1:{port}/feed", origin=origin) as ws:
@@ -229,6 +242,8 @@ def test_the_feed_refuses_other_sites_and_more_than_its_browsers(training: Serve
             await ws.send("[" * 20000 + "]" * 20000)
             assert (await receive(ws, "control_result"))["error"] == "not JSON"
             for bad in ({"action": "set_lr", "module": "default_policy", "value": 10**400},
+                        {"action": "set_lr", "module": "default_policy", "value": 5.0},
+                        {"action": "set_ent_coef", "module": "default_policy", "value": -0.1},
                         {"action": "set_lr", "module": [], "value": 0.001},
                         {"action": "set_ent_coef", "module": {}, "value": 0.01}):
                 await ws.send(json.dumps({"type": "control", "token": token, **bad}))
@@ -310,6 +325,14 @@ def test_a_finished_run_is_shown_read_only_from_its_log(tmp_path: Path) -> None:
                 assert max(v for v in hello["history"]["charts/updates"]["v"] if v is not None) >= 2
                 assert hello["episodes"]["default_policy"] and any(c["client_name"] == "console-test-cartpole"
                                                                    for c in hello["clients"])
+                assert "episode_details" not in hello  # sent when asked for, one episode at a time
+                last = hello["episodes"]["default_policy"][0]
+                await ws.send(json.dumps({"type": "episode", "module": "default_policy", "id": last["id"]}))
+                answer = await receive(ws, "episode")
+                steps = next(iter(answer["agent_steps"].values()))
+                assert answer["length"] == len(steps["rewards"]) > 0 and sum(steps["rewards"]) == last["return"]
+                await ws.send(json.dumps({"type": "episode", "module": "default_policy", "id": -1}))
+                assert "no episode" in (await receive(ws, "episode"))["error"]
                 await ws.send(json.dumps({"type": "control", "token": "x", "action": "pause"}))
                 assert "read-only" in (await receive(ws, "control_result"))["error"]
                 with pytest.raises(TimeoutError):  # a finished run has no ticks

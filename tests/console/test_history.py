@@ -35,21 +35,3 @@ def test_memory_is_bounded_by_capacity_per_series() -> None:
         history.add(float(second), {f"module/m{k}/return_mean": float(k) for k in range(10)})
     assert history.points() <= 10 * 64
 
-
-def test_agents_leaving_an_endless_episode_are_shown_when_they_leave_and_not_kept() -> None:
-    import numpy as np
-
-    from tether.sdk.protocol import EpisodeChunk
-    from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
-    from tether.server.console.state import ConsoleState
-
-    def agent(aid: str, done: bool) -> AgentChunk:
-        c = EpisodeChunk(np.zeros((4, 1), np.float32), np.zeros(3, np.int64), np.ones(3, np.float32), None, None, done, False)
-        return AgentChunk(aid, "pole", 0, c)
-
-    state = ConsoleState(trainer=None)
-    for life in range(500):
-        state.batch(1, 3, {}, [MultiAgentRecord("scene", False, False, [agent(f"cart#{life}", True), agent("watcher", False)])])
-        assert list(state._open[(1, "scene")]) == ["watcher"]  # only the agent still in the scene
-    latest = state.episodes["pole"][0]
-    assert list(latest["agents"]) == ["cart#499"] and latest["return"] == 3.0 and latest["length"] == 3

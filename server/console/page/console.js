@@ -142,18 +142,28 @@ function renderEpisodes(episodes) {
     line.appendChild(el("strong", {}, `${module}: `));
     for (const e of list) {
       const item = el("span", {class: "episode", title: "click for its steps"}, ` ${e.return?.toFixed(1)} (${e.length}) `);
-      item.onclick = () => showEpisode(module, e);
+      item.onclick = () => askEpisode(module, e.id);
       line.appendChild(item);
     }
     box.appendChild(line);
   }
 }
 
+// The steps of an episode are sent only when asked for: a tick carries the summaries.
+function askEpisode(module, id) {
+  if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({type: "episode", module, id}));
+}
+
 // One episode step by step: each agent's reward and action at each of its steps.
-function showEpisode(module, e) {
+function showEpisode(e) {
   const box = document.getElementById("episode-detail");
-  box.replaceChildren(el("h3", {}, `${module}: return ${e.return?.toFixed(2)}, length ${e.length}`));
-  for (const [agent, steps] of Object.entries(e.agents || {})) {
+  if (e.error) {
+    box.replaceChildren(el("p", {}, e.error));
+    return;
+  }
+  box.replaceChildren(el("h3", {}, `${e.module}: return ${e.return?.toFixed(2)}, length ${e.length}`));
+  if (e.agents > e.agents_shown) box.appendChild(el("p", {}, `steps of ${e.agents_shown} of its ${e.agents} agents`));
+  for (const [agent, steps] of Object.entries(e.agent_steps || {})) {
     const table = el("table", {class: "steps", "data-agent": agent});
     const head = el("tr");
     for (const h of ["agent", "step", "action", "reward"]) head.appendChild(el("th", {}, h));
@@ -201,6 +211,8 @@ function onMessage(event) {
     renderLive(message);
     drawCharts();
     document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);
+  } else if (message.type === "episode") {
+    showEpisode(message);
   } else if (message.type === "control_result") {
     document.getElementById("control-result").textContent =
       message.ok ? `${message.action}: done` : `refused: ${message.error}`;
