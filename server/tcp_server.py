@@ -31,7 +31,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
 from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
@@ -91,18 +91,36 @@ class ClientSession:
         self.last_sent: dict[str, int] = {}
 
 
-class _OpenConnection:
-    """Transport-side bookkeeping of one accepted connection."""
+class OpenConnection:
+    """Transport-side bookkeeping of one connection, TCP or websocket, from its
+    first byte: it counts toward max_connections and holds its share of
+    max_partial_frame_bytes."""
 
-    __slots__ = ("session", "writer", "partial_bytes", "evicted")
+    __slots__ = ("key", "partial_bytes", "evicted", "over_limit", "_evict")
+    _keys = itertools.count(1)
 
-    def __init__(self, session: ClientSession, writer: asyncio.StreamWriter) -> None:
-        self.session = session
-        self.writer = writer
-        #: Bytes of unfinished frames held for this connection.
+    def __init__(self, evict: Callable[[bytes, bool], None]) -> None:
+        self.key = next(self._keys)
+        #: Bytes of unfinished frames (or websocket messages) held for this connection.
         self.partial_bytes = 0
         #: Set when the server closed this connection to free memory for others.
         self.evicted = False
+        #: Set when it arrived with max_connections already open: it is refused.
+        self.over_limit = False
+        self._evict = evict
+
+    def evict(self, frame: bytes, current: bool) -> None:
+        """Send ``frame`` (SERVER_OVERLOADED) and close; ``current``: its own handler is running now."""
+        self.evicted = True
+        self._evict(frame, current)
+
+
+def _evict_stream(writer: asyncio.StreamWriter) -> Callable[[bytes, bool], None]:
+    def evict(frame: bytes, current: bool) -> None:
+        writer.write(frame)
+        if not current:
+            writer.close()  # its handler sees EOF and cleans up
+    return evict
 
 
 def _encode_error(code: ErrorCode, text: str, request: str | None) -> bytes:
@@ -175,7 +193,8 @@ class TetherServer:
         self.decode_pool = DecodePool(trainer.layout.specs, trainer.layout.default_module(),
                                       trainer.config.force_on_policy)
         self._handlers: set[asyncio.Task] = set()
-        self._open: dict[int, _OpenConnection] = {}
+        #: Every open connection, TCP and websocket (see ws_server), by key.
+        self._open: dict[int, OpenConnection] = {}
         self._partial_total = 0
         self.max_connections = self.config.max_connections
         self.max_partial_frame_bytes = max(self.config.max_partial_frame_bytes, self.config.max_frame_bytes)
@@ -254,18 +273,13 @@ class TetherServer:
         assert task is not None
         self._handlers.add(task)
         session = ClientSession(writer.get_extra_info("peername"))
-        if len(self._open) >= self.max_connections:
-            self._count(ErrorCode.TOO_MANY_CONNECTIONS)
-            writer.write(encode_frame(error_message(
-                ErrorCode.TOO_MANY_CONNECTIONS,
-                f"the server already has {len(self._open)} connections, its limit (max_connections); try later",
-            )))
+        conn = self.open_connection(_evict_stream(writer))
+        if conn.over_limit:
+            writer.write(self.too_many_connections_frame())
             await self._close(writer)
             self._handlers.discard(task)
             return
         enable_keepalive(writer.get_extra_info("socket"))
-        conn = _OpenConnection(session, writer)
-        self._open[session.id] = conn
         connection = ServerConnection(self.config.max_frame_bytes, self.config.auth_token,
                                       pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
         metrics = self.trainer.metrics
@@ -273,7 +287,7 @@ class TetherServer:
         if self.observer is not None:
             self.observer.connected(session.id, session.peer)
         try:
-            await self._serve(conn, connection, reader, writer)
+            await self._serve(conn, session, connection, reader, writer)
         except (_Close, ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         except Exception as exc:  # one connection's failure must never reach the others (nor print a traceback)
@@ -282,14 +296,13 @@ class TetherServer:
             metrics.clients_connected -= 1
             if self.observer is not None:
                 self.observer.disconnected(session.id)
-            self._set_partial(conn, 0)
-            del self._open[session.id]
+            self.close_connection(conn)
             self.trainer.forget_connection(session.id)
             self._handlers.discard(task)
             await self._close(writer)
 
-    async def _serve(self, conn: _OpenConnection, connection: ServerConnection, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, conn: OpenConnection, session: ClientSession, connection: ServerConnection,
+                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
         auth_deadline = (loop.time() + self.config.handshake_timeout_s
                          if connection.state is ServerState.AWAITING_AUTH else None)
@@ -304,31 +317,10 @@ class TetherServer:
                     await self._refuse(writer, connection.framing_error_frame(exc))
                 if body is None or conn.evicted:
                     break
-                predecoded = None
-                # Workers serve authenticated peers only: an unauthenticated body is refused, not decoded.
-                done = await self.decode_pool.decode(body) if connection.state is ServerState.READY else None
-                if done is None:
-                    event = connection.handle_body(body)
-                elif done[0] == "error":
-                    event = connection.handle_body(body, MessageError(ErrorCode(done[1]), done[2]))
-                else:
-                    event = connection.handle_body(body, (MessageType(done[1]), done[2]))
-                    predecoded = done[3]
-                del body, done
-                observer = self.observer
-                if isinstance(event, Refusal):
-                    frame: bytes | None = _encode_error(event.error.code, event.error.message, event.request_type)
-                    if observer is not None:
-                        observer.refused(conn.session.id, event.error.code.value, event.error.message, event.request_type)
-                    if event.closes_connection:
-                        await self._refuse(writer, frame)
-                else:
-                    if observer is not None:
-                        observer.request(conn.session.id, event.kind.value, event.message)
-                        started = loop.time()
-                    frame = await self._respond(conn.session, connection, event.kind, event.message, predecoded)
-                    if observer is not None:
-                        observer.answered(conn.session.id, event.kind.value, loop.time() - started)
+                frame, closes = await self.answer(session, connection, body)
+                del body
+                if closes:
+                    await self._refuse(writer, frame)
                 if auth_deadline is not None and connection.state is ServerState.READY:
                     auth_deadline = None
                 if frame is not None:
@@ -337,7 +329,7 @@ class TetherServer:
                         await writer.drain()
                     else:  # a peer that does not read its refusals must not outlive the handshake deadline
                         await self._before(auth_deadline, writer.drain(), writer, ErrorCode.HANDSHAKE_TIMEOUT)
-            self._set_partial(conn, connection.buffered_bytes)
+            self.set_partial(conn, connection.buffered_bytes)
             # Wait for more bytes; silence is bounded by the handshake deadline, then by the client timeout.
             if auth_deadline is not None:
                 data = await self._before(auth_deadline, reader.read(_READ_SIZE), writer, ErrorCode.HANDSHAKE_TIMEOUT)
@@ -352,7 +344,7 @@ class TetherServer:
             if not data or conn.evicted:
                 return  # EOF; a partial frame is discarded, nothing stored
             connection.add_data(data)
-            self._set_partial(conn, connection.buffered_bytes)
+            self.set_partial(conn, connection.buffered_bytes)
             if conn.evicted:
                 return
 
@@ -392,24 +384,73 @@ class TetherServer:
 
     # -- memory held by unfinished frames ------------------------------------------
 
-    def _set_partial(self, conn: _OpenConnection, nbytes: int) -> None:
+    def set_partial(self, conn: OpenConnection, nbytes: int) -> None:
         """Record what ``conn`` holds; over the global limit, close the largest holders."""
         self._partial_total += nbytes - conn.partial_bytes
         conn.partial_bytes = nbytes
         while self._partial_total > self.max_partial_frame_bytes:
             victim = max(self._open.values(), key=lambda c: c.partial_bytes)
             self._count(ErrorCode.SERVER_OVERLOADED)
-            victim.writer.write(encode_frame(error_message(
+            frame = encode_frame(error_message(
                 ErrorCode.SERVER_OVERLOADED,
                 f"the server holds {self._partial_total} bytes of unfinished frames from all clients, over its "
                 f"limit of {self.max_partial_frame_bytes} (max_partial_frame_bytes); this connection held the "
                 f"most ({victim.partial_bytes} bytes) and is closed",
-            )))
-            victim.evicted = True
+            ))
             self._partial_total -= victim.partial_bytes
             victim.partial_bytes = 0
-            if victim is not conn:
-                victim.writer.close()  # its handler sees EOF and cleans up
+            victim.evict(frame, victim is conn)
+
+    # -- connections, TCP and websocket ---------------------------------------------
+
+    def open_connection(self, evict: Callable[[bytes, bool], None]) -> OpenConnection:
+        """Counts a new connection (TCP accepted, or websocket at its first byte). One that
+        arrives with max_connections open is marked ``over_limit`` and not counted: refuse it."""
+        conn = OpenConnection(evict)
+        if len(self._open) >= self.max_connections:
+            conn.over_limit = True
+            self._count(ErrorCode.TOO_MANY_CONNECTIONS)
+        else:
+            self._open[conn.key] = conn
+        return conn
+
+    def close_connection(self, conn: OpenConnection) -> None:
+        """A connection counted by :meth:`open_connection` has ended: its slot and bytes are free."""
+        if self._open.pop(conn.key, None) is not None:
+            self.set_partial(conn, 0)
+
+    def too_many_connections_frame(self) -> bytes:
+        return encode_frame(error_message(
+            ErrorCode.TOO_MANY_CONNECTIONS,
+            f"the server already has {len(self._open)} connections, its limit (max_connections); try later"))
+
+    async def answer(self, session: ClientSession, connection: ServerConnection, body: bytes) -> tuple[bytes | None, bool]:
+        """One received body, answered the same way on every transport: returns the frame to
+        send (None: nothing) and whether the connection closes after it. A large body of an
+        authenticated peer is parsed and validated in the decode pool, off the event loop."""
+        predecoded = None
+        # Workers serve authenticated peers only: an unauthenticated body is refused, not decoded.
+        done = await self.decode_pool.decode(body) if connection.state is ServerState.READY else None
+        if done is None:
+            event = connection.handle_body(body)
+        elif done[0] == "error":
+            event = connection.handle_body(body, MessageError(ErrorCode(done[1]), done[2]))
+        else:
+            event = connection.handle_body(body, (MessageType(done[1]), done[2]))
+            predecoded = done[3]
+        del body, done
+        observer = self.observer
+        if isinstance(event, Refusal):
+            if observer is not None:
+                observer.refused(session.id, event.error.code.value, event.error.message, event.request_type)
+            return _encode_error(event.error.code, event.error.message, event.request_type), event.closes_connection
+        if observer is not None:
+            observer.request(session.id, event.kind.value, event.message)
+            started = asyncio.get_running_loop().time()
+        frame = await self._respond(session, connection, event.kind, event.message, predecoded)
+        if observer is not None:
+            observer.answered(session.id, event.kind.value, asyncio.get_running_loop().time() - started)
+        return frame, False
 
     # -- requests ----------------------------------------------------------------
 

@@ -4,14 +4,19 @@ TCP sockets, such as games built for the browser.
 Each websocket text message carries one RLlink body (the JSON object, without
 the 8-digit header); everything after framing is the TCP server's: the same
 session rules (auth, version, one request in flight), the same answers and
-errors, the same connection limit, timeouts and size limit, the same training.
+errors (large bodies decoded in the same pool, off the event loop), the same
+connection limit (counted together with TCP's, from a connection's first byte,
+handshakes included), the same timeouts, the same size limit and the same
+budget for bytes of unfinished messages, the same training.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from http import HTTPStatus
+from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -21,9 +26,62 @@ from tether.sdk.protocol import ErrorCode, error_message
 from tether.sdk.protocol.connection import Refusal, ServerConnection as RLlinkConnection, ServerState
 from tether.sdk.protocol.framing import HEADER_SIZE, encode_frame
 
-from .tcp_server import LEGACY_TIMEOUT_FACTOR, ClientSession, TetherServer, _encode_error, _speaks_1_3
+from .tcp_server import (_BACKLOG, _CLOSE_GRACE_S, LEGACY_TIMEOUT_FACTOR, ClientSession, OpenConnection, TetherServer,
+                         _speaks_1_3, enable_keepalive)
 
 PATH = "/rllink"
+
+
+def _held_bytes(ws: ServerConnection) -> int:
+    """Bytes of messages this connection holds and the handler has not taken yet: the
+    unparsed input, the fragments of the message being received, the frames queued."""
+    try:
+        protocol = ws.protocol
+        queued = sum(len(frame.data) for frame in ws.recv_messages.frames.queue)
+        return len(protocol.reader.buffer) + (protocol.current_size or 0) + queued
+    except AttributeError:  # (websockets internals moved: the size limit per message still holds)
+        return 0
+
+
+class _RLlinkWebSocket(ServerConnection):
+    """A websocket connection that counts among the server's connections from its
+    first byte, and holds its unfinished messages within max_partial_frame_bytes."""
+
+    def __init__(self, rllink: "WebSocketRLlink", *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rllink = rllink
+        self.slot: OpenConnection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        tcp = self.rllink.tcp
+        self.slot = tcp.open_connection(self._evict)
+        if self.slot.over_limit:
+            self.rllink.refusing += 1
+            if self.rllink.refusing > _BACKLOG:  # a flood: no handshake, no explanation
+                transport.abort()
+            return
+        enable_keepalive(transport.get_extra_info("socket"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.slot is not None:
+            if self.slot.over_limit:
+                self.rllink.refusing -= 1
+            self.rllink.tcp.close_connection(self.slot)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self.report_held()
+
+    def report_held(self) -> None:
+        """Tell the server what this connection holds now (it may close the largest holders)."""
+        if self.slot is not None and not self.slot.over_limit and not self.slot.evicted:
+            self.rllink.tcp.set_partial(self.slot, _held_bytes(self))
+
+    def _evict(self, frame: bytes, current: bool) -> None:
+        self.transport.pause_reading()  # nothing more is read from it; it is closed once its ERROR is out
+        self.rllink.spawn(self.rllink.close_with(self, frame))
 
 
 class WebSocketRLlink:
@@ -35,7 +93,9 @@ class WebSocketRLlink:
         self.host = host
         self.requested_port = port
         self._server: Server | None = None
-        self.open = 0
+        #: Connections over max_connections still in their handshake, to be told TOO_MANY_CONNECTIONS.
+        self.refusing = 0
+        self._tasks: set[asyncio.Task] = set()
 
     @property
     def port(self) -> int:
@@ -48,15 +108,34 @@ class WebSocketRLlink:
         # order), so a client that pipelines cannot make the server hold many large messages.
         # With an auth token every connection starts at the pre-auth limit (raised once it authenticates):
         # set here, not in the handler, since a message sent with the upgrade request is read before it runs.
+        # The upgrade itself must finish within handshake_timeout_s.
         first_limit = (min(self.config.pre_auth_max_frame_bytes, self.config.max_frame_bytes)
                        if self.config.auth_token else self.config.max_frame_bytes)
         self._server = await serve(self._handle, self.host, self.requested_port, process_request=self._http,
-                                   max_size=first_limit, max_queue=1, ping_interval=None, compression=None)
+                                   max_size=first_limit, max_queue=1, ping_interval=None, compression=None,
+                                   open_timeout=self.config.handshake_timeout_s, close_timeout=_CLOSE_GRACE_S,
+                                   create_connection=functools.partial(_RLlinkWebSocket, self))
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close_with(self, ws: ServerConnection, frame: bytes) -> None:
+        """Send a last ERROR (within _CLOSE_GRACE_S: a peer that does not read is not waited for), then close."""
+        try:
+            async with asyncio.timeout(_CLOSE_GRACE_S):
+                await self._send(ws, frame)
+        except (ConnectionClosed, TimeoutError):
+            pass
+        await ws.close()
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         if request.path.split("?")[0] != PATH:
@@ -68,17 +147,13 @@ class WebSocketRLlink:
 
     async def _handle(self, ws: ServerConnection) -> None:
         tcp = self.tcp
-        if len(tcp._open) + self.open >= tcp.max_connections:
-            tcp._count(ErrorCode.TOO_MANY_CONNECTIONS)
-            await self._send(ws, encode_frame(error_message(
-                ErrorCode.TOO_MANY_CONNECTIONS,
-                f"the server already has {len(tcp._open) + self.open} connections, its limit (max_connections); try later")))
-            await ws.close()
+        assert isinstance(ws, _RLlinkWebSocket) and ws.slot is not None
+        if ws.slot.over_limit:
+            await self.close_with(ws, tcp.too_many_connections_frame())
             return
         session = ClientSession(ws.remote_address)
         connection = RLlinkConnection(self.config.max_frame_bytes, self.config.auth_token,
                                       pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
-        self.open += 1
         metrics = tcp.trainer.metrics
         metrics.clients_connected += 1
         if tcp.observer is not None:
@@ -90,14 +165,13 @@ class WebSocketRLlink:
         except Exception as exc:  # one connection's failure must never reach the others
             print(f"[tether] websocket connection from {session.peer} failed: {exc!r:.300}", file=sys.stderr, flush=True)
         finally:
-            self.open -= 1
             metrics.clients_connected -= 1
             if tcp.observer is not None:
                 tcp.observer.disconnected(session.id)
             tcp.trainer.forget_connection(session.id)
             await ws.close()
 
-    async def _serve(self, ws: ServerConnection, session: ClientSession, connection: RLlinkConnection) -> None:
+    async def _serve(self, ws: _RLlinkWebSocket, session: ClientSession, connection: RLlinkConnection) -> None:
         loop = asyncio.get_running_loop()
         tcp = self.tcp
         auth_deadline = (loop.time() + self.config.handshake_timeout_s
@@ -116,32 +190,36 @@ class WebSocketRLlink:
                 async with asyncio.timeout_at(deadline):
                     data = await ws.recv()
             except TimeoutError:
-                tcp._count(code)
-                text = (f"not authenticated within {self.config.handshake_timeout_s:g} s: send PING with auth_token first"
-                        if code is ErrorCode.HANDSHAKE_TIMEOUT else
-                        f"no data received for client_timeout_s ({self.config.client_timeout_s:g} s); "
-                        f"an idle client must PING every heartbeat_interval_s")
-                await self._send(ws, encode_frame(error_message(code, text)))
+                await self._timed_out(ws, code)
                 return
+            if ws.slot is not None and ws.slot.evicted:
+                return
+            ws.report_held()  # the message taken is no longer held
             body = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-            event = connection.handle_body(body)
-            observer = tcp.observer
-            if isinstance(event, Refusal):
-                if observer is not None:
-                    observer.refused(session.id, event.error.code.value, event.error.message, event.request_type)
-                await self._send(ws, _encode_error(event.error.code, event.error.message, event.request_type))
-                if event.closes_connection:
-                    return
-                continue
+            del data
+            frame, closes = await tcp.answer(session, connection, body)
+            del body
+            if closes:
+                await self.close_with(ws, frame)
+                return
             if auth_deadline is not None and connection.state is ServerState.READY:
                 auth_deadline = None
                 # (before the PONG goes out: a client sends its next message after it)
                 ws.protocol.max_message_size = self.config.max_frame_bytes
-            if observer is not None:
-                observer.request(session.id, event.kind.value, event.message)
-                started = loop.time()
-            frame = await tcp._respond(session, connection, event.kind, event.message, None)
-            if observer is not None:
-                observer.answered(session.id, event.kind.value, loop.time() - started)
-            if frame is not None:
-                await self._send(ws, frame)
+            if frame is None:
+                continue
+            try:
+                # A peer that does not read its answers before it authenticates does not outlive the deadline.
+                async with asyncio.timeout_at(auth_deadline):
+                    await self._send(ws, frame)
+            except TimeoutError:
+                await self._timed_out(ws, ErrorCode.HANDSHAKE_TIMEOUT)
+                return
+
+    async def _timed_out(self, ws: ServerConnection, code: ErrorCode) -> None:
+        self.tcp._count(code)
+        text = (f"not authenticated within {self.config.handshake_timeout_s:g} s: send PING with auth_token first"
+                if code is ErrorCode.HANDSHAKE_TIMEOUT else
+                f"no data received for client_timeout_s ({self.config.client_timeout_s:g} s); "
+                f"an idle client must PING every heartbeat_interval_s")
+        await self.close_with(ws, encode_frame(error_message(code, text)))

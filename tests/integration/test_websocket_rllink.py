@@ -198,3 +198,103 @@ def test_the_python_sdk_trains_over_a_websocket_address(tmp_path: Path) -> None:
             client.close()
         summary = server.stop()
     assert sent >= 2750 and summary["env_steps"] == sent
+
+
+def _upgrade(url, key: bytes = b"0123456789abcdef") -> bytes:
+    import base64
+    return (f"GET {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {base64.b64encode(key).decode()}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+
+
+def _read_until_closed(raw, limit: float = 20.0) -> bytes:
+    raw.settimeout(limit)
+    received = b""
+    while True:
+        chunk = raw.recv(65536)  # socket.timeout (a failure) if the server never closes it
+        if not chunk:
+            return received
+        received += chunk
+
+
+def test_websocket_and_tcp_connections_share_one_limit_from_their_first_byte(tmp_path: Path) -> None:
+    """max_connections counts both transports together, and a websocket connection counts
+    from its first byte, still in its HTTP upgrade; the upgrade must end within handshake_timeout_s."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from .server_process import RawClient
+
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--ws-port", "0", "--max-connections", "3",
+                       "--handshake-timeout-s", "2") as server:
+        url = urlsplit(ws_url(server))
+        # Three sockets open on the websocket port, never sending their upgrade: the TCP port is full.
+        idle = [socket.create_connection((url.hostname, url.port), timeout=10) for _ in range(3)]
+        time.sleep(0.3)
+        tcp = RawClient(server.port)
+        refused = tcp.receive()
+        assert refused["code"] == "TOO_MANY_CONNECTIONS" and "3 connections" in refused["message"], refused
+        tcp.close()
+        # An upgrade that does not finish within handshake_timeout_s (2 s) is closed, freeing its slot.
+        started = time.monotonic()
+        for raw in idle:
+            _read_until_closed(raw)
+            raw.close()
+        assert time.monotonic() - started < 8
+        # The other way: three TCP clients fill the limit; a websocket client is told why it is refused.
+        clients = [RawClient(server.port) for _ in range(3)]
+        for client in clients:
+            assert client.request({"type": "PING", "protocol_version": "1.3"})["type"] == "PONG"
+
+        async def refused_over_ws() -> dict:
+            async with connect(ws_url(server)) as ws:
+                return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+        answer = asyncio.run(refused_over_ws())
+        assert answer["code"] == "TOO_MANY_CONNECTIONS", answer
+        clients.pop().close()
+        time.sleep(0.3)
+
+        async def admitted_over_ws() -> dict:
+            async with connect(ws_url(server)) as ws:
+                return await request(ws, {"type": "PING", "protocol_version": "1.3"})
+
+        assert asyncio.run(admitted_over_ws())["type"] == "PONG"
+        for client in clients:
+            client.close()
+
+
+def test_unfinished_websocket_messages_share_the_tcp_servers_memory_budget(tmp_path: Path) -> None:
+    """max_partial_frame_bytes bounds the bytes of unfinished messages of all connections,
+    websocket ones included: over it, the largest holder is closed with SERVER_OVERLOADED,
+    the others go on."""
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    from .server_process import RawClient
+
+    with ServerProcess(tmp_path, "--env", "CartPole-v1", "--ws-port", "0", "--max-frame-bytes", "1000000",
+                       "--max-partial-frame-bytes", "1000000") as server:
+        url = urlsplit(ws_url(server))
+        # A TCP client holds 400 kB of an unfinished frame.
+        tcp = RawClient(server.port)
+        assert tcp.request({"type": "PING", "protocol_version": "1.3"})["type"] == "PONG"
+        tcp.sock.sendall(b"%08d" % 900_000 + b"{" + b" " * 400_000)
+        # A websocket client starts a 900 kB message and sends 600 kB of it: 1,000,009 bytes held in all.
+        # (No more than that: bytes the server has not read when it closes would reset the connection.)
+        raw = socket.create_connection((url.hostname, url.port), timeout=10)
+        raw.sendall(_upgrade(url))
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += raw.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 101"), reply[:200]
+        raw.sendall(bytes([0x81, 0x80 | 127]) + struct.pack("!Q", 900_000) + b"\0\0\0\0" + b" " * 600_000)
+        received = _read_until_closed(raw)
+        raw.close()
+        assert b"SERVER_OVERLOADED" in received and b"max_partial_frame_bytes" in received, received[:300]
+        # The TCP client, holding less, was not touched: it finishes its frame and is answered.
+        tcp.sock.sendall(b" " * (900_000 - 400_001 - 1) + b"}")
+        answer = tcp.receive()
+        assert answer["code"] == "INVALID_MESSAGE" or answer["type"] == "ERROR", answer
+        assert tcp.request({"type": "PING", "protocol_version": "1.3"})["type"] == "PONG"
+        tcp.close()
