@@ -42,8 +42,10 @@ async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherS
     console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token,
                             save_to=Path(config.logdir) / SAVED_RUN)
     await console.start()
-    # Always printed (also with --quiet): the address carries the control token.
-    print(f"[tether] console: {console.url}", flush=True)
+    if config.auth_token:  # the operator's secret is not written into logs; they know it
+        print(f"[tether] console: {console.url} (add ?token= and the server's --auth-token)", flush=True)
+    else:  # always printed (also with --quiet): the address carries the control token made at start
+        print(f"[tether] console: {console.url}", flush=True)
     return console
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import secrets
+import socket
 import time
 from http import HTTPStatus
 from pathlib import Path
@@ -66,6 +68,7 @@ class ConsoleServer:
         self._lag_probe: asyncio.Task | None = None
         self.ticks = 0
         self._saving = False
+        self._names: set[str] | None = None
 
     @property
     def port(self) -> int:
@@ -74,9 +77,12 @@ class ConsoleServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/?token={self.control_token}"
+        """The page's address; with the control token made at start, unless the server has an auth token."""
+        base = f"http://{self.host}:{self.port}/"
+        return base if self.view_token is not None else f"{base}?token={self.control_token}"
 
     async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._own_names)
         # compression=None: deflating every tick for every browser would cost the training loop's CPU.
         self._server = await serve(self._feed, self.host, self.requested_port, process_request=self._http,
                                    max_size=MAX_MESSAGE_BYTES, ping_interval=20, ping_timeout=20, compression=None)
@@ -131,8 +137,10 @@ class ConsoleServer:
         Browsers let any page open a websocket anywhere and say where the page came from
         in ``Origin``: a page of another site must not read the run (or, holding a token,
         act on it). Without ``Origin`` (not a browser) the token rules alone apply. On a
-        loopback console the page's host must be a loopback name, which also defeats a
-        DNS-rebound name; elsewhere it must be the host the request was sent to.
+        loopback console the page's host must be a loopback name. Elsewhere it must be the
+        host the request was sent to, and that host an IP address, the console's own
+        --console-host or this machine's name: a name an attacker's DNS points at this
+        server (DNS rebinding) is none of these.
         """
         origin = request.headers.get("Origin")
         if origin is None:
@@ -140,14 +148,29 @@ class ConsoleServer:
         try:
             page = urlsplit(origin)
             target = urlsplit("//" + request.headers.get("Host", ""))
-            same_port = page.port == self.port and (target.port is None or target.port == self.port)
+            page_port = page.port or {"http": 80, "https": 443}.get(page.scheme)
+            same_port = page_port == self.port and (target.port is None or target.port == self.port)
         except ValueError:  # a port that is not a number, a bracket left open ("http://[")
             return False
         if self.host in LOOPBACK_NAMES or self.host.startswith("127."):
             allowed = LOOPBACK_NAMES | {self.host}
+        elif target.hostname and (_is_ip_address(target.hostname) or target.hostname in self._own_names()):
+            allowed = {target.hostname}
         else:
-            allowed = {target.hostname} if target.hostname else set()
+            allowed = set()
         return page.scheme in ("http", "https") and page.hostname in allowed and same_port
+
+    def _own_names(self) -> set[str]:
+        """The names this console answers to besides IP addresses (looked up once: a DNS
+        lookup must not hold the event loop at every request)."""
+        if self._names is None:
+            names = {self.host.lower(), socket.gethostname().lower()}
+            try:
+                names.add(socket.getfqdn().lower())
+            except OSError:
+                pass
+            self._names = names
+        return self._names
 
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
@@ -264,6 +287,14 @@ class ConsoleServer:
             if loop.time() - last_report >= TICK_S:
                 self.state.loop_lag_ms = round(worst, 2)
                 worst, last_report = 0.0, loop.time()
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _response(status: HTTPStatus, body: bytes, suffix: str) -> Response:

@@ -86,3 +86,34 @@ def test_asking_for_an_episode_that_is_not_kept_is_answered_with_the_reason() ->
         answer = json.loads(state.episode_steps(module, episode_id))
         assert answer["type"] == "episode" and "no episode" in answer["error"] and "agent_steps" not in answer
     assert json.loads(state.episode_steps("pole", kept))["agent_steps"]["solo"]["steps"] == 3
+
+
+def test_the_feed_accepts_only_its_own_page_by_origin() -> None:
+    """Which pages may open the feed (docs/console.md, Access): on a console bound beyond
+    loopback, a name that is neither an IP address nor this machine's is refused (DNS
+    rebinding); a page on the scheme's default port is matched by that port."""
+    import socket
+
+    from websockets.datastructures import Headers
+    from websockets.http11 import Request
+
+    from tether.server.console.server import ConsoleServer
+
+    class Bound(ConsoleServer):
+        port = 80  # as if bound to port 80, without binding it
+
+    def allowed(console: ConsoleServer, origin: str, host: str) -> bool:
+        return console._same_origin(Request("/feed", Headers([("Host", host), ("Origin", origin)])))
+
+    wide = Bound(None, "0.0.0.0", 80, None, saved_run={})
+    name = socket.gethostname()
+    assert allowed(wide, "http://192.0.2.7", "192.0.2.7")  # port 80 implied on both sides
+    assert allowed(wide, "http://192.0.2.7:80", "192.0.2.7:80")
+    assert allowed(wide, f"http://{name}", name)
+    assert not allowed(wide, "http://rebound.example", "rebound.example")  # a DNS-rebound name
+    assert not allowed(wide, "http://192.0.2.7:8080", "192.0.2.7")  # another port: another site
+    assert not allowed(wide, "https://192.0.2.7", "192.0.2.7")  # https implies 443
+    assert not allowed(wide, "http://192.0.2.8", "192.0.2.7")  # the page is not where the request went
+    assert not allowed(wide, "http://[", "192.0.2.7") and not allowed(wide, "http://192.0.2.7", "[")
+    loopback = Bound(None, "127.0.0.1", 80, None, saved_run={})
+    assert allowed(loopback, "http://localhost", "127.0.0.1") and not allowed(loopback, "http://192.0.2.7", "192.0.2.7")
