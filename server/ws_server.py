@@ -21,6 +21,7 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from tether.sdk.protocol import ErrorCode, error_message
 from tether.sdk.protocol.connection import Refusal, ServerConnection as RLlinkConnection, ServerState
@@ -130,6 +131,9 @@ class WebSocketRLlink:
 
     async def close_with(self, ws: ServerConnection, frame: bytes) -> None:
         """Send a last ERROR (within _CLOSE_GRACE_S: a peer that does not read is not waited for), then close."""
+        if ws.protocol.state is not State.OPEN:  # still in its upgrade (no message can go yet), or closed
+            ws.transport.abort()
+            return
         try:
             async with asyncio.timeout(_CLOSE_GRACE_S):
                 await self._send(ws, frame)
