@@ -385,11 +385,18 @@ class TetherServer:
     # -- memory held by unfinished frames ------------------------------------------
 
     def set_partial(self, conn: OpenConnection, nbytes: int) -> None:
-        """Record what ``conn`` holds; over the global limit, close the largest holders."""
+        """Record what ``conn`` holds; over the global limit, close the largest holders.
+        A connection closed, refused or evicted holds nothing the server counts: whatever
+        its handler still reads before it ends is not added back."""
+        if conn.evicted or self._open.get(conn.key) is not conn:
+            return
         self._partial_total += nbytes - conn.partial_bytes
         conn.partial_bytes = nbytes
         while self._partial_total > self.max_partial_frame_bytes:
             victim = max(self._open.values(), key=lambda c: c.partial_bytes)
+            if victim.partial_bytes <= 0:  # (the counts disagree: never spin, never close a connection holding nothing)
+                self._partial_total = sum(c.partial_bytes for c in self._open.values())
+                break
             self._count(ErrorCode.SERVER_OVERLOADED)
             frame = encode_frame(error_message(
                 ErrorCode.SERVER_OVERLOADED,
@@ -417,7 +424,8 @@ class TetherServer:
     def close_connection(self, conn: OpenConnection) -> None:
         """A connection counted by :meth:`open_connection` has ended: its slot and bytes are free."""
         if self._open.pop(conn.key, None) is not None:
-            self.set_partial(conn, 0)
+            self._partial_total -= conn.partial_bytes
+            conn.partial_bytes = 0
 
     def too_many_connections_frame(self) -> bytes:
         return encode_frame(error_message(

@@ -33,13 +33,23 @@ from .tcp_server import (_BACKLOG, _CLOSE_GRACE_S, LEGACY_TIMEOUT_FACTOR, Client
 PATH = "/rllink"
 
 
+#: Largest message read from a connection refused for max_connections: it is told
+#: TOO_MANY_CONNECTIONS and closed, so nothing it sends is ever answered or kept.
+_REFUSED_MAX_MESSAGE = 4096
+
+
 def _held_bytes(ws: ServerConnection) -> int:
     """Bytes of messages this connection holds and the handler has not taken yet: the
-    unparsed input, the fragments of the message being received, the frames queued."""
+    unparsed input, the fragments of the message being received (``current_size``, whether
+    queued or already taken by a waiting ``recv``), and the complete messages queued."""
     try:
         protocol = ws.protocol
-        queued = sum(len(frame.data) for frame in ws.recv_messages.frames.queue)
-        return len(protocol.reader.buffer) + (protocol.current_size or 0) + queued
+        queued = complete = 0
+        for frame in ws.recv_messages.frames.queue:
+            queued += len(frame.data)
+            if frame.fin:
+                complete = queued  # frames after the last final one are the current message's, counted already
+        return len(protocol.reader.buffer) + (protocol.current_size or 0) + complete
     except AttributeError:  # (websockets internals moved: the size limit per message still holds)
         return 0
 
@@ -57,7 +67,13 @@ class _RLlinkWebSocket(ServerConnection):
         super().connection_made(transport)
         tcp = self.rllink.tcp
         self.slot = tcp.open_connection(self._evict)
+        self.rllink.connections.add(self)
+        #: (loop time) The upgrade and the authentication both end within handshake_timeout_s of it.
+        self.opened_at = asyncio.get_running_loop().time()
         if self.slot.over_limit:
+            # Its upgrade is read (to answer with an ERROR), what follows is not kept: a tiny
+            # message limit bounds what a refused connection can make the server hold.
+            self.protocol.max_message_size = _REFUSED_MAX_MESSAGE
             self.rllink.refusing += 1
             if self.rllink.refusing > _BACKLOG:  # a flood: no handshake, no explanation
                 transport.abort()
@@ -66,6 +82,7 @@ class _RLlinkWebSocket(ServerConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self.rllink.connections.discard(self)
         if self.slot is not None:
             if self.slot.over_limit:
                 self.rllink.refusing -= 1
@@ -96,7 +113,11 @@ class WebSocketRLlink:
         self._server: Server | None = None
         #: Connections over max_connections still in their handshake, to be told TOO_MANY_CONNECTIONS.
         self.refusing = 0
+        #: Every websocket connection with its socket open (upgraded or not).
+        self.connections: set[_RLlinkWebSocket] = set()
         self._tasks: set[asyncio.Task] = set()
+        #: Handlers running (one per upgraded connection), cancelled at stop.
+        self._handlers: set[asyncio.Task] = set()
 
     @property
     def port(self) -> int:
@@ -118,9 +139,17 @@ class WebSocketRLlink:
                                    create_connection=functools.partial(_RLlinkWebSocket, self))
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        """Stop accepting, end every connection and return: a handler waiting on training (a
+        batch waiting for room in a paused pool) is cancelled, as TCP's are, not waited for."""
+        if self._server is None:
+            return
+        self._server.close()  # no new connections; open ones get a close frame
+        for ws in list(self.connections):
+            if ws.protocol.state is State.CONNECTING:
+                ws.transport.abort()  # in its upgrade: nothing to say goodbye to
+        for task in list(self._handlers):
+            task.cancel()
+        await self._server.wait_closed()
         for task in list(self._tasks):
             task.cancel()
 
@@ -152,6 +181,17 @@ class WebSocketRLlink:
     async def _handle(self, ws: ServerConnection) -> None:
         tcp = self.tcp
         assert isinstance(ws, _RLlinkWebSocket) and ws.slot is not None
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._handle_open(ws)
+        finally:
+            self._handlers.discard(task)
+
+    async def _handle_open(self, ws: _RLlinkWebSocket) -> None:
+        tcp = self.tcp
+        assert ws.slot is not None
         if ws.slot.over_limit:
             await self.close_with(ws, tcp.too_many_connections_frame())
             return
@@ -178,7 +218,7 @@ class WebSocketRLlink:
     async def _serve(self, ws: _RLlinkWebSocket, session: ClientSession, connection: RLlinkConnection) -> None:
         loop = asyncio.get_running_loop()
         tcp = self.tcp
-        auth_deadline = (loop.time() + self.config.handshake_timeout_s
+        auth_deadline = (ws.opened_at + self.config.handshake_timeout_s
                          if connection.state is ServerState.AWAITING_AUTH else None)
         client_timeout = self.config.client_timeout_s or None
         while True:
