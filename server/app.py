@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import ServerConfig
+from .config import ServerConfig, host_in_url
 from .module_setup import MappingFn, build_layout
 from .tcp_server import TetherServer
 from .trainer import Trainer
@@ -68,7 +68,7 @@ async def serve(
 
         websocket = WebSocketRLlink(server, config.host, config.ws_port)
         await websocket.start()
-        print(f"[tether] RLlink over websockets: ws://{config.host}:{websocket.port}{PATH}", flush=True)
+        print(f"[tether] RLlink over websockets: ws://{host_in_url(config.host)}:{websocket.port}{PATH}", flush=True)
     _tune_garbage_collector()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

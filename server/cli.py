@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import add_config_arguments, config_from_args
+from .config import add_config_arguments, config_from_args, host_in_url
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def _console(args: argparse.Namespace) -> int:
     async def main() -> None:
         console = ConsoleServer(None, args.host, args.port, None, saved_run=saved)
         await console.start()
-        print(f"[tether] console (read-only, {path}): http://{args.host}:{console.port}/", flush=True)
+        print(f"[tether] console (read-only, {path}): http://{host_in_url(args.host)}:{console.port}/", flush=True)
         try:
             await asyncio.Event().wait()
         finally:

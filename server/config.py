@@ -183,6 +183,11 @@ PPO_OPTION_NAMES = (
 )
 
 
+def host_in_url(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets (``http://[::1]:8080/``)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _parse_json(text: str) -> Any:
     try:
         return json.loads(text)

@@ -28,8 +28,9 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from ..config import host_in_url
 from .controls import ControlError, apply_control
-from .state import ConsoleState, episode_answer, write_atomically
+from .state import ConsoleState, RunLog, episode_answer
 
 PAGE = Path(__file__).resolve().parent / "page"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -56,6 +57,7 @@ class ConsoleServer:
         #: A saved run's episode steps (id → agents), answered to ``episode`` requests.
         self._saved_details: dict[str, Any] = (saved_run or {}).pop("episode_details", None) or {}
         self.save_to = save_to
+        self._log = RunLog(save_to) if save_to is not None else None
         self.host = host
         self.requested_port = port
         #: Needed to view (only when the server has an auth token) and, always, to control.
@@ -78,7 +80,7 @@ class ConsoleServer:
     @property
     def url(self) -> str:
         """The page's address; with the control token made at start, unless the server has an auth token."""
-        base = f"http://{self.host}:{self.port}/"
+        base = f"http://{host_in_url(self.host)}:{self.port}/"
         return base if self.view_token is not None else f"{base}?token={self.control_token}"
 
     async def start(self) -> None:
@@ -97,27 +99,19 @@ class ConsoleServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        self._save()
+        await self._save(final=True)
 
-    def _save(self) -> None:
-        if self.state is None or self.save_to is None:
-            return
-        try:
-            self.save_to.parent.mkdir(parents=True, exist_ok=True)
-            self.state.save(self.save_to)
-        except (OSError, ValueError) as exc:  # the log must not stop training
-            print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
-
-    async def _save_off_loop(self) -> None:
-        """The periodic save: the text is made on the loop (episode steps are spliced in already
-        encoded), the file written in a thread, so a large log does not hold training up."""
-        if self.state is None or self.save_to is None or self._saving:
+    async def _save(self, final: bool = False) -> None:
+        """Writes console.json: the run is taken on the loop, encoded and written in a thread, so
+        a large log does not hold training up. A periodic save still running is skipped (the
+        next one comes); the final one always runs, and a periodic one ending after it is not
+        written over it (:class:`RunLog`)."""
+        if self.state is None or self._log is None or (self._saving and not final):
             return
         self._saving = True
         try:
-            text = self.state.saved_text()
-            self.save_to.parent.mkdir(parents=True, exist_ok=True)
-            await asyncio.get_running_loop().run_in_executor(None, write_atomically, self.save_to, text)
+            number, run = self._log.take(self.state)
+            await asyncio.get_running_loop().run_in_executor(None, self._log.write, run, number)
         except (OSError, ValueError) as exc:  # the log must not stop training
             print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
         finally:
@@ -154,7 +148,8 @@ class ConsoleServer:
             return False
         if self.host in LOOPBACK_NAMES or self.host.startswith("127."):
             allowed = LOOPBACK_NAMES | {self.host}
-        elif target.hostname and (_is_ip_address(target.hostname) or target.hostname in self._own_names()):
+        elif target.hostname and (_is_ip_address(target.hostname) or target.hostname in LOOPBACK_NAMES
+                                  or target.hostname in self._own_names()):
             allowed = {target.hostname}
         else:
             allowed = set()
@@ -220,7 +215,7 @@ class ConsoleServer:
         except (ValueError, UnicodeDecodeError, RecursionError):  # (RecursionError: nested too deep)
             return json.dumps({"type": "control_result", "ok": False, "error": "not JSON"})
         if isinstance(message, dict) and message.get("type") == "episode":
-            return self._episode(message.get("module"), message.get("id"))
+            return await self._episode(message.get("module"), message.get("id"))
         if not isinstance(message, dict) or message.get("type") != "control":
             return json.dumps({"type": "control_result", "ok": False,
                                "error": 'send {"type": "control", "token": ..., "action": ...} '
@@ -232,14 +227,22 @@ class ConsoleServer:
             return json.dumps({"type": "control_result", "ok": False, "action": str(message.get("action"))[:40],
                                "error": f"the control failed: {type(exc).__name__}"})
 
-    def _episode(self, module: Any, episode_id: Any) -> str:
+    async def _episode(self, module: Any, episode_id: Any) -> str:
+        """An episode's steps, encoded in a thread (an episode's steps are encoded when first
+        asked for; the training loop goes on meanwhile)."""
         if self.state is not None:
-            return self.state.episode_steps(module, episode_id)
-        summaries = (self.saved_run or {}).get("episodes", {}).get(module, []) if isinstance(module, str) else []
+            summary, steps = self.state.find_episode(module, episode_id)
+            if steps is None:
+                return episode_answer(module, episode_id, None, None)
+            return await asyncio.to_thread(lambda: episode_answer(module, episode_id, summary, steps.text()))
+        summaries = (self.saved_run or {}).get("episodes", {}).get(module, []) \
+            if isinstance(module, str) and isinstance(episode_id, int) and not isinstance(episode_id, bool) else []
         summary = next((e for e in summaries if isinstance(e, dict) and e.get("id") == episode_id), None)
         detail = self._saved_details.get(str(episode_id)) if summary is not None else None
-        return episode_answer(module, episode_id, summary,
-                              None if detail is None else json.dumps(detail, allow_nan=False))
+        if detail is None:
+            return episode_answer(module, episode_id, None, None)
+        return await asyncio.to_thread(lambda: episode_answer(module, episode_id, summary,
+                                                              json.dumps(detail, allow_nan=False)))
 
     async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.state is None:
@@ -271,7 +274,7 @@ class ConsoleServer:
                 sent_errors = self.state.last_error_seq
                 self.ticks += 1
                 if self.ticks % SAVE_EVERY_TICKS == 0:
-                    await self._save_off_loop()
+                    await self._save()
             except Exception as exc:  # the console must never stop training
                 print(f"[tether] console tick failed: {exc!r:.300}", flush=True)
 

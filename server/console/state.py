@@ -31,10 +31,13 @@ DEPARTED_CLIENTS = 50
 #: Open episodes whose steps are kept, and steps kept per agent of an episode.
 MAX_OPEN_EPISODES = 256
 MAX_EPISODE_STEPS = 2000
+#: Values (a step's reward and its action's numbers) kept per agent of an episode: an agent
+#: with wide Box actions keeps fewer steps, so a kept episode's size does not grow with them.
+MAX_AGENT_VALUES = 8000
 #: Agents of one episode whose steps are kept (the others count in its return and length only).
 MAX_DETAIL_AGENTS = 16
-#: Steps kept over all unfinished episodes together: their memory's bound.
-MAX_OPEN_STEPS = 1_000_000
+#: Values kept over all unfinished episodes together: their memory's bound.
+MAX_OPEN_VALUES = 2_000_000
 #: Actions per module the histogram is taken over.
 ACTION_WINDOW = 2000
 #: Schema version of the feed's messages (docs/console.md).
@@ -99,12 +102,13 @@ class ConsoleState:
         self._error_seq = 0
         #: Per module, summaries of the last finished episodes, newest first.
         self.episodes: dict[str, deque] = {}
-        #: Their steps, encoded once as JSON, by episode id.
-        self._details: dict[int, str] = {}
+        #: Their steps, by episode id (encoded when first asked for, off the event loop).
+        self._details: dict[int, EpisodeSteps] = {}
         self._episode_seq = 0
         #: Steps of episodes not finished yet, per (connection, episode id) and agent (bounded).
         self._open: dict[tuple, dict[str, dict]] = {}
-        self._open_steps = 0
+        #: Values they keep, together (at most MAX_OPEN_VALUES).
+        self._open_values = 0
         self.actions: dict[str, deque] = {}
         self.loop_lag_ms = 0.0
         self._last_errors_sent = 0
@@ -117,6 +121,9 @@ class ConsoleState:
         self.clients[session_id] = ClientInfo(session_id, address, now, last_seen=now, _rate_mark=(now, 0))
 
     def disconnected(self, session_id: int) -> None:
+        # Its unfinished episodes end with it (a client that reconnects goes on under a new connection).
+        for key in [k for k in self._open if k[0] == session_id]:
+            self._release(self._open.pop(key))
         info = self.clients.pop(session_id, None)
         if info is not None:
             info.disconnected_at = time.time()
@@ -175,18 +182,13 @@ class ConsoleState:
                 if entry is None:
                     shown = sum(1 for e in agents.values() if e["rewards"] is not None)
                     entry = agents[agent.agent_id] = {
-                        "module": agent.module_id, "return": 0.0, "steps": 0, "kept": 0,
+                        "module": agent.module_id, "return": 0.0, "steps": 0, "kept": 0, "values": 0,
                         # (None: an agent past MAX_DETAIL_AGENTS of its episode counts, its steps are not kept)
                         "rewards": [] if shown < MAX_DETAIL_AGENTS else None, "actions": []}
                 entry["return"] += float(chunk.rewards.sum(dtype=float))
                 entry["steps"] += chunk.env_steps
                 if entry["rewards"] is not None:
-                    room = min(MAX_EPISODE_STEPS - entry["kept"], MAX_OPEN_STEPS - self._open_steps, len(chunk.rewards))
-                    if room > 0:
-                        entry["rewards"].append(chunk.rewards[:room].copy())
-                        entry["actions"].append(chunk.actions[:room].copy())
-                        entry["kept"] += room
-                        self._open_steps += room
+                    self._keep(entry, chunk, key)
                 if not ending and (chunk.is_terminated or chunk.is_truncated):
                     # It left an episode that goes on (a game scene's agent): shown now, not kept.
                     self._finish({agent.agent_id: agents.pop(agent.agent_id)})
@@ -194,9 +196,36 @@ class ConsoleState:
                 self._open.pop(key, None)
                 self._finish(agents)
 
-    def _release(self, agents: dict[str, dict]) -> None:
-        """An open episode's kept steps are given back to the MAX_OPEN_STEPS budget."""
-        self._open_steps -= sum(e["kept"] for e in agents.values())
+    def _keep(self, entry: dict, chunk: Any, key: tuple) -> None:
+        """Keeps what fits of a chunk's steps for one agent: at most MAX_EPISODE_STEPS steps and
+        MAX_AGENT_VALUES values per agent, MAX_OPEN_VALUES over all open episodes. When the
+        budget is spent, the oldest other open episodes give their steps back (they still count
+        in their return and length): the episodes being played now are the ones worth showing."""
+        per_step = 1 + int(np.prod(chunk.actions.shape[1:], dtype=np.int64))
+        limit = min(MAX_EPISODE_STEPS, MAX_AGENT_VALUES // per_step)
+        wanted = min(limit - entry["kept"], len(chunk.rewards))
+        if wanted <= 0:
+            return
+        for other in list(self._open):
+            if self._open_values + wanted * per_step <= MAX_OPEN_VALUES or other == key:
+                break
+            self._release(self._open[other], forget_steps=True)
+        room = min(wanted, (MAX_OPEN_VALUES - self._open_values) // per_step)
+        if room > 0:
+            entry["rewards"].append(chunk.rewards[:room].copy())
+            entry["actions"].append(chunk.actions[:room].copy())
+            entry["kept"] += room
+            entry["values"] += room * per_step
+            self._open_values += room * per_step
+
+    def _release(self, agents: dict[str, dict], forget_steps: bool = False) -> None:
+        """An open episode's kept values are given back to the MAX_OPEN_VALUES budget; with
+        ``forget_steps`` its agents keep counting their return and length, and no more steps."""
+        for entry in agents.values():
+            self._open_values -= entry["values"]
+            if forget_steps:
+                entry["values"] = entry["kept"] = 0
+                entry["rewards"], entry["actions"] = None, []
 
     def _finish(self, agents: dict[str, dict]) -> None:
         self._release(agents)
@@ -206,42 +235,38 @@ class ConsoleState:
         for agent_id, entry in agents.items():
             by_module.setdefault(entry["module"], {})[agent_id] = entry
         for module, members in by_module.items():
-            steps = {}
-            for agent_id, e in members.items():
-                if e["rewards"] is None:
-                    continue
-                rewards = np.concatenate(e["rewards"]) if e["rewards"] else np.zeros(0)
-                actions = np.concatenate(e["actions"]) if e["actions"] else np.zeros(0)
-                steps[agent_id] = {"rewards": np.round(rewards.astype(np.float64), 6).tolist(),
-                                   "actions": actions.tolist(), "steps": e["steps"]}
+            steps = {agent_id: (_joined(e["rewards"]), _joined(e["actions"]), e["steps"])
+                     for agent_id, e in members.items() if e["rewards"] is not None}
             self.episode(module, sum(e["return"] for e in members.values()), max(e["steps"] for e in members.values()),
-                         steps, agent_count=len(members))
+                         EpisodeSteps(steps), agent_count=len(members))
 
-    def episode(self, module: str, total_return: float, length: int, agents: dict[str, dict] | None,
+    def episode(self, module: str, total_return: float, length: int, steps: EpisodeSteps | None,
                 agent_count: int | None = None) -> None:
         """A finished episode of ``module``: its agents' return and its length, kept as a summary
         that every tick carries, and per agent its rewards and actions step by step (the first
-        MAX_EPISODE_STEPS of at most MAX_DETAIL_AGENTS agents), encoded once, now, and sent only
-        to a browser that asks for them (an ``episode`` request)."""
+        MAX_EPISODE_STEPS of at most MAX_DETAIL_AGENTS agents), sent only to a browser that
+        asks for them (an ``episode`` request) and encoded then, off the event loop."""
         kept = self.episodes.setdefault(module, deque(maxlen=EPISODES_PER_MODULE))
         if len(kept) == kept.maxlen:
             self._details.pop(kept[-1]["id"], None)
         self._episode_seq += 1
-        shown = agents or {}
+        steps = steps if steps is not None else EpisodeSteps({})
         kept.appendleft({"id": self._episode_seq, "t": round(time.time() - self.started, 3),
                          "return": _finite(total_return), "length": length,
-                         "agents": len(shown) if agent_count is None else agent_count, "agents_shown": len(shown)})
-        try:
-            self._details[self._episode_seq] = json.dumps(shown, allow_nan=False, separators=(",", ":"))
-        except (ValueError, TypeError):  # (rewards are checked finite on ingest; this is the last guard)
-            self._details[self._episode_seq] = "{}"
+                         "agents": len(steps) if agent_count is None else agent_count, "agents_shown": len(steps)})
+        self._details[self._episode_seq] = steps
+
+    def find_episode(self, module: Any, episode_id: Any) -> tuple[dict[str, Any] | None, EpisodeSteps | None]:
+        """A kept episode's summary and steps (None, None when it is not kept); on the event loop."""
+        if not isinstance(module, str) or not isinstance(episode_id, int) or isinstance(episode_id, bool):
+            return None, None
+        summary = next((e for e in self.episodes.get(module, ()) if e["id"] == episode_id), None)
+        return (summary, self._details.get(episode_id)) if summary is not None else (None, None)
 
     def episode_steps(self, module: Any, episode_id: Any) -> str:
-        """The answer to a browser's ``episode`` request, encoded: one kept episode step by step."""
-        summary = next((e for e in self.episodes.get(module, ()) if e["id"] == episode_id), None) \
-            if isinstance(module, str) and isinstance(episode_id, int) else None
-        detail = self._details.get(episode_id) if summary is not None else None
-        return episode_answer(module, episode_id, summary, detail)
+        """The answer to a browser's ``episode`` request, encoded here: one kept episode step by step."""
+        summary, steps = self.find_episode(module, episode_id)
+        return episode_answer(module, episode_id, summary, None if steps is None else steps.text())
 
     def refused(self, session_id: int | None, code: str, message: str, request: str | None) -> None:
         info = self.clients.get(session_id) if session_id is not None else None
@@ -356,23 +381,102 @@ class ConsoleState:
     def last_error_seq(self) -> int:
         return self._error_seq
 
-    def saved_text(self) -> str:
-        """The run as ``tether console`` serves it: ``hello``, and the steps of its kept episodes
-        under ``episode_details`` (id → agents), spliced in as they were encoded."""
+    def saved_run(self) -> SavedRun:
+        """The run as it is now, for ``console.json``: taken on the event loop, encoded and
+        written by :meth:`SavedRun.write`, in a thread."""
         data = self.hello()
         data["saved_at"] = time.time()
-        head = json.dumps(data, allow_nan=False, separators=(",", ":"))
-        details = ",".join(f'"{i}":{text}' for i, text in self._details.items())
-        return f'{head[:-1]},"episode_details":{{{details}}}}}'
+        return SavedRun(data, list(self._details.items()))
+
+    def saved_text(self) -> str:
+        """The run as ``tether console`` serves it: ``hello``, and the steps of its kept episodes
+        under ``episode_details`` (id → agents)."""
+        return self.saved_run().text()
 
     def save(self, path: Path) -> None:
         """Writes :meth:`saved_text` atomically (bounded: the history's points, the log, the last episodes)."""
-        write_atomically(path, self.saved_text())
+        RunLog(path).write(self.saved_run())
+
+
+class EpisodeSteps:
+    """A finished episode's steps per agent (rewards, actions, the agent's length), as arrays,
+    encoded as JSON when first needed (a browser asks, or the run is saved) and kept as text.
+
+    Encoding may run in any thread; the arrays are never changed after the episode ends.
+    """
+
+    __slots__ = ("_agents", "_count", "_text", "_lock")
+
+    def __init__(self, agents: dict[str, tuple[np.ndarray, np.ndarray, int]]) -> None:
+        self._agents: dict[str, tuple[np.ndarray, np.ndarray, int]] | None = agents
+        self._count = len(agents)
+        self._text: str | None = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Agents whose steps are kept."""
+        return self._count
+
+    def text(self) -> str:
+        """``{agent id: {"rewards": [...], "actions": [...], "steps": n}}``, rewards and float
+        actions rounded to 6 decimals; ``{}`` if a value is not finite (the last guard: rewards
+        are checked finite on ingest)."""
+        with self._lock:
+            if self._text is None:
+                agents = self._agents or {}
+                shown = {agent_id: {"rewards": _rounded(rewards), "actions": _rounded(actions), "steps": steps}
+                         for agent_id, (rewards, actions, steps) in agents.items()}
+                try:
+                    self._text = json.dumps(shown, allow_nan=False, separators=(",", ":"))
+                except (ValueError, TypeError):
+                    self._text = "{}"
+                self._agents = None  # the text replaces the arrays
+            return self._text
+
+
+class SavedRun:
+    """One state of the run for ``console.json``: the ``hello`` then, and its kept episodes."""
+
+    def __init__(self, hello: dict[str, Any], details: list[tuple[int, EpisodeSteps]]) -> None:
+        self.hello = hello
+        self.details = details
+
+    def text(self) -> str:
+        head = json.dumps(self.hello, allow_nan=False, separators=(",", ":"))
+        details = ",".join(f'"{i}":{steps.text()}' for i, steps in self.details)
+        return f'{head[:-1]},"episode_details":{{{details}}}}}'
+
+
+class RunLog:
+    """``console.json``, written atomically from any thread; a state older than the one on
+    disk is not written (a periodic save that ends after the final one must not undo it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._taken = 0
+        self._written = 0
+
+    def take(self, state: ConsoleState) -> tuple[int, SavedRun]:
+        """The run now, numbered; call on the event loop, then :meth:`write` it in any thread."""
+        self._taken += 1
+        return self._taken, state.saved_run()
+
+    def write(self, run: SavedRun, number: int | None = None) -> bool:
+        """Writes ``run`` unless a later one is written already; returns whether it was."""
+        text = run.text()
+        with self._lock:
+            if number is not None and number <= self._written:
+                return False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.path, text)
+            if number is not None:
+                self._written = number
+            return True
 
 
 def write_atomically(path: Path, text: str) -> None:
     """Writes ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
-    # (a name of its own per thread: the final save at stop may run while a periodic one finishes)
     tmp = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -386,6 +490,17 @@ def episode_answer(module: Any, episode_id: Any, summary: dict[str, Any] | None,
                                     f"the server keeps the last {EPISODES_PER_MODULE} of each module"})
     head = json.dumps({"type": "episode", "module": module, **summary}, allow_nan=False, separators=(",", ":"))
     return f'{head[:-1]},"agent_steps":{detail}}}'
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _rounded(values: np.ndarray) -> list:
+    """Plain JSON numbers: floats to 6 decimals (what a chart shows), integers as they are."""
+    if values.dtype.kind == "f":
+        return np.round(values.astype(np.float64), 6).tolist()
+    return values.tolist()
 
 
 def _finite(value: float) -> float | None:

@@ -3,8 +3,11 @@ every tick stays small: the steps of an episode are sent only when asked for."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -47,8 +50,8 @@ def test_a_huge_episode_keeps_a_bounded_sample_of_its_steps_and_ticks_stay_small
         last = part == 2
         state.batch(1, 1000, {}, [MultiAgentRecord("arena", last, False,
                                                    [agent(f"a{k}", 1000, last) for k in range(agents)])])
-        assert state._open_steps <= console_state.MAX_OPEN_STEPS
-    assert state._open_steps == 0 and not state._open  # all given back when it ended
+        assert state._open_values <= console_state.MAX_OPEN_VALUES
+    assert state._open_values == 0 and not state._open  # all given back when it ended
     summary = state.episodes["pole"][0]
     assert summary["agents"] == agents and summary["agents_shown"] == console_state.MAX_DETAIL_AGENTS
     assert summary["length"] == 3000 and summary["return"] == 900_000.0
@@ -63,26 +66,61 @@ def test_a_huge_episode_keeps_a_bounded_sample_of_its_steps_and_ticks_stay_small
     print(f"tick of a 900k-step episode: {len(tick)} bytes in {tick_s * 1e3:.2f} ms")
 
 
-def test_open_episodes_together_keep_at_most_max_open_steps(monkeypatch) -> None:
-    monkeypatch.setattr(console_state, "MAX_OPEN_STEPS", 5_000)
+def test_open_episodes_together_keep_at_most_max_open_values_the_newest_first(monkeypatch) -> None:
+    """Over the budget, the oldest open episodes give their steps back to the one being
+    played (they still count their return and length); all of it comes back as they end."""
+    monkeypatch.setattr(console_state, "MAX_OPEN_VALUES", 10_000)
     state = ConsoleState(trainer=None)
-    for episode in range(40):  # 40 open episodes of 8 agents sending 500 steps each: 160,000 steps
+    for episode in range(40):  # 40 open episodes of 8 agents sending 500 steps each: 320,000 values
         state.batch(1, 500, {}, [MultiAgentRecord(f"e{episode}", False, False,
                                                   [agent(f"a{k}", 500, False) for k in range(8)])])
-    assert state._open_steps == 5_000
-    for episode in range(40):  # they end; the budget comes back, and later episodes keep steps again
+        newest = state._open[(1, f"e{episode}")]
+        assert sum(e["kept"] for e in newest.values()) == 8 * 500  # the newest keeps all of its steps
+        assert state._open_values <= 10_000
+    assert all(e["rewards"] is None for e in state._open[(1, "e0")].values())  # the oldest gave them back
+    for episode in range(40):  # they end; the budget comes back
         state.batch(1, 1, {}, [MultiAgentRecord(f"e{episode}", True, False, [agent("a0", 1, True)])])
-    assert state._open_steps == 0
-    state.batch(1, 10, {}, [MultiAgentRecord("late", True, False, [agent("solo", 10, True)])])
-    latest = state.episodes["pole"][0]
-    assert json.loads(state.episode_steps("pole", latest["id"]))["agent_steps"]["solo"]["rewards"] == [1.0] * 10
+    assert state._open_values == 0
+    first = state.episodes["pole"][-1]  # (e20: the oldest of the 20 kept) its return counts all its steps
+    assert first["return"] == 8 * 500 + 1 and first["agents_shown"] == 0
+    latest = json.loads(state.episode_steps("pole", state.episodes["pole"][0]["id"]))["agent_steps"]
+    assert len(latest) == 8 and all(len(s["rewards"]) == s["steps"] for s in latest.values())
+
+
+def test_a_clients_open_episodes_are_given_back_when_it_disconnects() -> None:
+    state = ConsoleState(trainer=None)
+    state.connected(1, ("127.0.0.1", 5000))
+    state.connected(2, ("127.0.0.1", 5001))
+    state.batch(1, 500, {}, [MultiAgentRecord("mine", False, False, [agent("a", 500, False)])])
+    state.batch(2, 100, {}, [MultiAgentRecord("theirs", False, False, [agent("b", 100, False)])])
+    state.disconnected(1)
+    assert list(state._open) == [(2, "theirs")] and state._open_values == 100 * 2
+
+
+def test_wide_actions_keep_fewer_steps_and_encoding_waits_until_asked() -> None:
+    """A kept agent holds at most MAX_AGENT_VALUES values (a Box(1000) agent: 7 steps, not
+    2000 x 1000 numbers); nothing is encoded when an episode ends, only when its steps are
+    asked for, and float actions come rounded like rewards."""
+    state = ConsoleState(trainer=None)
+    wide = EpisodeChunk(np.zeros((51, 1), np.float32), np.full((50, 1000), 1 / 3, np.float32),
+                        np.ones(50, np.float32), None, None, True, False)
+    state.batch(1, 50, {}, [MultiAgentRecord("w", True, False, [AgentChunk("arm", "pole", 0, wide)])])
+    kept = state.episodes["pole"][0]
+    steps = state._details[kept["id"]]
+    assert steps._text is None  # not encoded on the event loop as the episode ended
+    arm = json.loads(state.episode_steps("pole", kept["id"]))["agent_steps"]["arm"]
+    per_step = 1 + 1000
+    assert len(arm["actions"]) == len(arm["rewards"]) == console_state.MAX_AGENT_VALUES // per_step
+    assert arm["steps"] == 50 and arm["actions"][0][:2] == [0.333333, 0.333333]
+    assert steps._text is not None and steps._agents is None  # kept as text from then on
 
 
 def test_asking_for_an_episode_that_is_not_kept_is_answered_with_the_reason() -> None:
     state = ConsoleState(trainer=None)
     state.batch(1, 3, {}, [MultiAgentRecord("x", True, False, [agent("solo", 3, True)])])
     kept = state.episodes["pole"][0]["id"]
-    for module, episode_id in (("pole", kept + 1), ("nope", kept), ("pole", str(kept)), (["pole"], kept), ("pole", None)):
+    for module, episode_id in (("pole", kept + 1), ("nope", kept), ("pole", str(kept)), (["pole"], kept), ("pole", None),
+                               ("pole", True)):  # (True == 1 in Python: not an id)
         answer = json.loads(state.episode_steps(module, episode_id))
         assert answer["type"] == "episode" and "no episode" in answer["error"] and "agent_steps" not in answer
     assert json.loads(state.episode_steps("pole", kept))["agent_steps"]["solo"]["steps"] == 3
@@ -115,5 +153,68 @@ def test_the_feed_accepts_only_its_own_page_by_origin() -> None:
     assert not allowed(wide, "https://192.0.2.7", "192.0.2.7")  # https implies 443
     assert not allowed(wide, "http://192.0.2.8", "192.0.2.7")  # the page is not where the request went
     assert not allowed(wide, "http://[", "192.0.2.7") and not allowed(wide, "http://192.0.2.7", "[")
+    elsewhere = Bound(None, "0.0.0.0", 80, None, saved_run={})
+    elsewhere._names = {"0.0.0.0", "console-host"}  # (a machine whose fully qualified name is not localhost)
+    assert allowed(elsewhere, "http://localhost", "localhost")  # a 0.0.0.0 console opened on this machine
+    assert not allowed(elsewhere, "http://localhost", "rebound.example")
     loopback = Bound(None, "127.0.0.1", 80, None, saved_run={})
     assert allowed(loopback, "http://localhost", "127.0.0.1") and not allowed(loopback, "http://192.0.2.7", "192.0.2.7")
+    assert Bound(None, "::1", 80, None, saved_run={}).url.startswith("http://[::1]:80/?token=")
+    assert Bound(None, "127.0.0.1", 80, None, saved_run={}).url.startswith("http://127.0.0.1:80/?token=")
+
+
+def test_a_read_only_console_does_not_take_true_for_episode_one() -> None:
+    from tether.server.console.server import ConsoleServer
+
+    saved = {"episodes": {"pole": [{"id": 1, "return": 3.0}]}, "episode_details": {"1": {"solo": {"steps": 3}}}}
+    console = ConsoleServer(None, "127.0.0.1", 0, None, saved_run=saved)
+    assert json.loads(asyncio.run(console._episode("pole", 1)))["agent_steps"] == {"solo": {"steps": 3}}
+    assert "error" in json.loads(asyncio.run(console._episode("pole", True)))
+
+
+def test_a_browsers_episode_request_is_encoded_off_the_event_loop(monkeypatch) -> None:
+    from tether.server.console.server import ConsoleServer
+
+    state = ConsoleState(trainer=None)
+    state.batch(1, 3, {}, [MultiAgentRecord("x", True, False, [agent("solo", 3, True)])])
+    threads = []
+    encode = console_state.EpisodeSteps.text
+    monkeypatch.setattr(console_state.EpisodeSteps, "text",
+                        lambda self: threads.append(threading.current_thread()) or encode(self))
+    console = ConsoleServer(state, "127.0.0.1", 0, None)
+    answer = json.loads(asyncio.run(console._episode("pole", state.episodes["pole"][0]["id"])))
+    assert answer["agent_steps"]["solo"]["rewards"] == [1.0] * 3
+    assert threads and threading.main_thread() not in threads
+
+
+def test_a_periodic_save_ending_after_the_final_one_does_not_undo_it(tmp_path: Path, monkeypatch) -> None:
+    """The final console.json is written at stop; a periodic save taken earlier, still
+    encoding in its thread, must not replace it when it ends."""
+    from tether.server.console.server import ConsoleServer
+
+    class Runs:
+        taken = 0
+
+        def saved_run(self) -> console_state.SavedRun:
+            self.taken += 1
+            return console_state.SavedRun({"run": self.taken}, [])
+
+    encode = console_state.SavedRun.text
+
+    def slow_first(run: console_state.SavedRun) -> str:
+        if run.hello["run"] == 1:
+            time.sleep(0.5)  # the periodic save's encoding, still running as the server stops
+        return encode(run)
+
+    monkeypatch.setattr(console_state.SavedRun, "text", slow_first)
+    path = tmp_path / "console.json"
+    console = ConsoleServer(Runs(), "127.0.0.1", 0, None, save_to=path)
+
+    async def main() -> None:
+        periodic = asyncio.ensure_future(console._save())
+        await asyncio.sleep(0.05)
+        await console._save(final=True)
+        await periodic
+
+    asyncio.run(main())
+    assert json.loads(path.read_text()) == {"run": 2, "episode_details": {}}
