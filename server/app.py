@@ -83,7 +83,7 @@ async def serve(
             for m, rt in trainer.modules.items()
         )
         print(
-            f"[tether] serving on {config.host}:{server.port} | modules: {modules} | device {trainer.device} | "
+            f"[tether] serving on {host_in_url(config.host)}:{server.port} | modules: {modules} | device {trainer.device} | "
             f"train_batch_size {config.train_batch_size} agent steps",
             flush=True,
         )

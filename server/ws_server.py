@@ -36,6 +36,9 @@ PATH = "/rllink"
 #: Largest message read from a connection refused for max_connections: it is told
 #: TOO_MANY_CONNECTIONS and closed, so nothing it sends is ever answered or kept.
 _REFUSED_MAX_MESSAGE = 4096
+#: Bytes a refused connection may send in all (its upgrade included): past them it is
+#: cut off, so a refused connection never makes the server hold more, counted or not.
+_REFUSED_MAX_READ = 16 * 1024
 
 
 def _held_bytes(ws: ServerConnection) -> int:
@@ -62,6 +65,7 @@ class _RLlinkWebSocket(ServerConnection):
         super().__init__(*args, **kwargs)
         self.rllink = rllink
         self.slot: OpenConnection | None = None
+        self.refused_read = 0  # bytes received while refused
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -89,6 +93,11 @@ class _RLlinkWebSocket(ServerConnection):
             self.rllink.tcp.close_connection(self.slot)
 
     def data_received(self, data: bytes) -> None:
+        if self.slot is not None and self.slot.over_limit:
+            self.refused_read += len(data)
+            if self.refused_read > _REFUSED_MAX_READ:  # (checked before parsing: nothing of it is kept)
+                self.transport.abort()
+                return
         super().data_received(data)
         self.report_held()
 

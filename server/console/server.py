@@ -70,6 +70,7 @@ class ConsoleServer:
         self._lag_probe: asyncio.Task | None = None
         self.ticks = 0
         self._saving = False
+        self._save_task: asyncio.Task | None = None
         self._names: set[str] | None = None
 
     @property
@@ -96,6 +97,8 @@ class ConsoleServer:
         for task in (self._ticker, self._lag_probe):
             if task is not None:
                 task.cancel()
+        if self._save_task is not None:  # a periodic save still writing: it ends first (or is not written over the final one)
+            await asyncio.gather(self._save_task, return_exceptions=True)
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -241,8 +244,11 @@ class ConsoleServer:
         detail = self._saved_details.get(str(episode_id)) if summary is not None else None
         if detail is None:
             return episode_answer(module, episode_id, None, None)
-        return await asyncio.to_thread(lambda: episode_answer(module, episode_id, summary,
-                                                              json.dumps(detail, allow_nan=False)))
+        try:
+            encoded = await asyncio.to_thread(json.dumps, detail, allow_nan=False)
+        except (ValueError, TypeError):  # a hand-edited log (NaN, which json.loads takes): not shown
+            return episode_answer(module, episode_id, None, None)
+        return episode_answer(module, episode_id, summary, encoded)
 
     async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.state is None:
@@ -273,8 +279,9 @@ class ConsoleServer:
                                 browser.transport.abort()
                 sent_errors = self.state.last_error_seq
                 self.ticks += 1
-                if self.ticks % SAVE_EVERY_TICKS == 0:
-                    await self._save()
+                if self.ticks % SAVE_EVERY_TICKS == 0 and not self._saving:
+                    # Its own task: the ticks go on while a large log is encoded and written.
+                    self._save_task = asyncio.get_running_loop().create_task(self._save())
             except Exception as exc:  # the console must never stop training
                 print(f"[tether] console tick failed: {exc!r:.300}", flush=True)
 

@@ -18,9 +18,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
+import orjson
 
 from .history import History
 
@@ -107,6 +108,9 @@ class ConsoleState:
         self._episode_seq = 0
         #: Steps of episodes not finished yet, per (connection, episode id) and agent (bounded).
         self._open: dict[tuple, dict[str, dict]] = {}
+        #: The same episodes in the order they started (the youngest give their steps back first),
+        #: True for those that keep steps.
+        self._started: dict[tuple, bool] = {}
         #: Values they keep, together (at most MAX_OPEN_VALUES).
         self._open_values = 0
         self.actions: dict[str, deque] = {}
@@ -123,7 +127,7 @@ class ConsoleState:
     def disconnected(self, session_id: int) -> None:
         # Its unfinished episodes end with it (a client that reconnects goes on under a new connection).
         for key in [k for k in self._open if k[0] == session_id]:
-            self._release(self._open.pop(key))
+            self._release(self._close(key))
         info = self.clients.pop(session_id, None)
         if info is not None:
             info.disconnected_at = time.time()
@@ -169,10 +173,13 @@ class ConsoleState:
             info.weights.update(versions)
         for record in records:
             key = (session_id, record.episode_id)
-            agents = self._open.pop(key, None) or {}
-            self._open[key] = agents  # most recent last: the oldest open episode is forgotten first
+            agents = self._open.pop(key, None)
+            if agents is None:
+                agents = {}
+                self._started[key] = True
+            self._open[key] = agents  # most recent last: the longest silent episode is forgotten first
             while len(self._open) > MAX_OPEN_EPISODES:
-                self._release(self._open.pop(next(iter(self._open))))
+                self._release(self._close(next(iter(self._open))))
             ending = record.is_terminated or record.is_truncated
             for agent in record.agents:
                 chunk = agent.chunk
@@ -182,9 +189,9 @@ class ConsoleState:
                 if entry is None:
                     shown = sum(1 for e in agents.values() if e["rewards"] is not None)
                     entry = agents[agent.agent_id] = {
-                        "module": agent.module_id, "return": 0.0, "steps": 0, "kept": 0, "values": 0,
+                        "module": agent.module_id, "return": 0.0, "steps": 0, "kept": 0, "values": 0, "full": False,
                         # (None: an agent past MAX_DETAIL_AGENTS of its episode counts, its steps are not kept)
-                        "rewards": [] if shown < MAX_DETAIL_AGENTS else None, "actions": []}
+                        "rewards": [] if shown < MAX_DETAIL_AGENTS and self._started[key] else None, "actions": []}
                 entry["return"] += float(chunk.rewards.sum(dtype=float))
                 entry["steps"] += chunk.env_steps
                 if entry["rewards"] is not None:
@@ -193,30 +200,41 @@ class ConsoleState:
                     # It left an episode that goes on (a game scene's agent): shown now, not kept.
                     self._finish({agent.agent_id: agents.pop(agent.agent_id)})
             if ending:
-                self._open.pop(key, None)
+                self._close(key)
                 self._finish(agents)
+
+    def _close(self, key: tuple) -> dict[str, dict]:
+        """Takes an episode out of the open ones; its agents."""
+        self._started.pop(key, None)
+        return self._open.pop(key)
 
     def _keep(self, entry: dict, chunk: Any, key: tuple) -> None:
         """Keeps what fits of a chunk's steps for one agent: at most MAX_EPISODE_STEPS steps and
         MAX_AGENT_VALUES values per agent, MAX_OPEN_VALUES over all open episodes. When the
-        budget is spent, the oldest other open episodes give their steps back (they still count
-        in their return and length): the episodes being played now are the ones worth showing."""
+        budget is spent, the episodes that started after this one give their steps back (they
+        still count in their return and length, and keep no more): the oldest, which end first,
+        are shown whole. An agent that cannot keep all it wants keeps no more after it, so
+        what is kept is always its first steps, without a gap."""
+        if entry["full"]:
+            return
         per_step = 1 + int(np.prod(chunk.actions.shape[1:], dtype=np.int64))
         limit = min(MAX_EPISODE_STEPS, MAX_AGENT_VALUES // per_step)
         wanted = min(limit - entry["kept"], len(chunk.rewards))
-        if wanted <= 0:
-            return
-        for other in list(self._open):
-            if self._open_values + wanted * per_step <= MAX_OPEN_VALUES or other == key:
-                break
-            self._release(self._open[other], forget_steps=True)
-        room = min(wanted, (MAX_OPEN_VALUES - self._open_values) // per_step)
+        if self._open_values + wanted * per_step > MAX_OPEN_VALUES:
+            for younger in reversed(self._started):
+                if younger == key or self._open_values + wanted * per_step <= MAX_OPEN_VALUES:
+                    break
+                if self._started[younger]:
+                    self._started[younger] = False
+                    self._release(self._open[younger], forget_steps=True)
+        room = max(0, min(wanted, (MAX_OPEN_VALUES - self._open_values) // per_step))
         if room > 0:
             entry["rewards"].append(chunk.rewards[:room].copy())
             entry["actions"].append(chunk.actions[:room].copy())
             entry["kept"] += room
             entry["values"] += room * per_step
             self._open_values += room * per_step
+        entry["full"] = room < len(chunk.rewards)
 
     def _release(self, agents: dict[str, dict], forget_steps: bool = False) -> None:
         """An open episode's kept values are given back to the MAX_OPEN_VALUES budget; with
@@ -419,17 +437,14 @@ class EpisodeSteps:
 
     def text(self) -> str:
         """``{agent id: {"rewards": [...], "actions": [...], "steps": n}}``, rewards and float
-        actions rounded to 6 decimals; ``{}`` if a value is not finite (the last guard: rewards
-        are checked finite on ingest)."""
+        actions rounded to 6 decimals, a value that is not finite as null (the last guard:
+        rewards are checked finite on ingest)."""
         with self._lock:
             if self._text is None:
                 agents = self._agents or {}
-                shown = {agent_id: {"rewards": _rounded(rewards), "actions": _rounded(actions), "steps": steps}
-                         for agent_id, (rewards, actions, steps) in agents.items()}
-                try:
-                    self._text = json.dumps(shown, allow_nan=False, separators=(",", ":"))
-                except (ValueError, TypeError):
-                    self._text = "{}"
+                # Agent by agent: each call holds the GIL (and so the event loop) only that long.
+                parts = [_agent_text(agent_id, *steps) for agent_id, steps in agents.items()]
+                self._text = "{" + ",".join(parts) + "}"
                 self._agents = None  # the text replaces the arrays
             return self._text
 
@@ -441,10 +456,20 @@ class SavedRun:
         self.hello = hello
         self.details = details
 
+    def pieces(self) -> Iterator[str]:
+        """``console.json``'s text in pieces, encoded as they are asked for (the history series
+        by series, the episodes one by one): a thread writing them never holds the GIL, and so
+        the event loop, for long at a time, nor makes one string of the whole log."""
+        yield _encoded(self.hello, 2)[:-1] + ',"episode_details":{'
+        for k, (episode_id, steps) in enumerate(self.details):
+            yield f'{"," if k else ""}"{episode_id}":'
+            yield steps.text()
+            time.sleep(0)  # (the GIL offered to the event loop between episodes)
+        yield "}}"
+
     def text(self) -> str:
-        head = json.dumps(self.hello, allow_nan=False, separators=(",", ":"))
-        details = ",".join(f'"{i}":{steps.text()}' for i, steps in self.details)
-        return f'{head[:-1]},"episode_details":{{{details}}}}}'
+        """``console.json``'s text."""
+        return "".join(self.pieces())
 
 
 class RunLog:
@@ -463,23 +488,23 @@ class RunLog:
         return self._taken, state.saved_run()
 
     def write(self, run: SavedRun, number: int | None = None) -> bool:
-        """Writes ``run`` unless a later one is written already; returns whether it was."""
-        text = run.text()
-        with self._lock:
-            if number is not None and number <= self._written:
-                return False
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.path, text)
-            if number is not None:
-                self._written = number
-            return True
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
-    tmp = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        """Writes ``run`` through a temporary file (a reader never sees half of it) unless a
+        later one is written already; returns whether it was."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as out:
+                for piece in run.pieces():
+                    out.write(piece)
+            with self._lock:
+                if number is not None and number <= self._written:
+                    return False
+                os.replace(tmp, self.path)
+                if number is not None:
+                    self._written = number
+                return True
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def episode_answer(module: Any, episode_id: Any, summary: dict[str, Any] | None, detail: str | None) -> str:
@@ -492,15 +517,29 @@ def episode_answer(module: Any, episode_id: Any, summary: dict[str, Any] | None,
     return f'{head[:-1]},"agent_steps":{detail}}}'
 
 
+def _encoded(value: Any, depth: int) -> str:
+    """Compact JSON of ``value``; a dict (to ``depth`` levels) encoded one entry per call."""
+    if depth > 0 and isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{_encoded(v, depth - 1)}" for k, v in value.items()) + "}"
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _rounded(values: np.ndarray) -> list:
-    """Plain JSON numbers: floats to 6 decimals (what a chart shows), integers as they are."""
+def _agent_text(agent_id: str, rewards: np.ndarray, actions: np.ndarray, steps: int) -> str:
+    text = json.dumps(agent_id) + ":" + orjson.dumps({"rewards": _rounded(rewards), "actions": _rounded(actions),
+                                                     "steps": steps}, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    time.sleep(0)  # (the GIL offered to the event loop between agents)
+    return text
+
+
+def _rounded(values: np.ndarray) -> np.ndarray:
+    """Floats to 6 decimals (what a chart shows; a non-finite one becomes null), integers as they are."""
     if values.dtype.kind == "f":
-        return np.round(values.astype(np.float64), 6).tolist()
-    return values.tolist()
+        return np.round(values.astype(np.float64), 6)
+    return np.ascontiguousarray(values)
 
 
 def _finite(value: float) -> float | None:

@@ -20,7 +20,7 @@ from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.tcp_server import OpenConnection, TetherServer
 from tether.server.trainer import Trainer
-from tether.server.ws_server import WebSocketRLlink, _held_bytes
+from tether.server.ws_server import _REFUSED_MAX_MESSAGE, WebSocketRLlink, _held_bytes
 
 
 async def _start(tmp_path: Path, **options) -> tuple[Trainer, TetherServer, WebSocketRLlink]:
@@ -121,8 +121,10 @@ def test_a_websocket_lost_with_messages_queued_leaves_nothing_counted(tmp_path: 
         thread = threading.Thread(target=lose_a_connection, args=(ws.port,))
         thread.start()
         totals = []
-        while thread.is_alive() or tcp._open:
+        deadline = time.monotonic() + 30
+        while (thread.is_alive() or tcp._open) and time.monotonic() < deadline:  # (a leaked slot fails below)
             await asyncio.sleep(0.05)
+        assert not tcp._open, "the lost connection still holds its slot"
         for _ in range(20):  # the handler's last steps, after the connection is gone
             await asyncio.sleep(0.1)
             totals.append(tcp._partial_total)
@@ -163,8 +165,9 @@ def test_a_fragmented_message_is_counted_once(tmp_path: Path) -> None:
 
 def test_a_refused_websocket_is_not_read_beyond_a_small_message(tmp_path: Path) -> None:
     """Over max_connections, a websocket is told TOO_MANY_CONNECTIONS; a large message it
-    sends then fails the connection at the frame's header (what follows is discarded as it
-    arrives), instead of being buffered, uncounted, until the connection ends."""
+    sends then ends the connection (what follows is discarded as it arrives), instead of
+    being buffered, uncounted, until the connection ends. Nor is a refused connection's
+    upgrade read without bound (128 header lines of 8 KB each would pass the HTTP parser)."""
 
     def refused(port: int) -> tuple[bytes, int]:
         sock = _upgraded_socket(port)
@@ -202,10 +205,37 @@ def test_a_refused_websocket_is_not_read_beyond_a_small_message(tmp_path: Path) 
         await _stop(trainer, tcp, ws)
         return received, sent, held, total
 
+    def huge_upgrade(port: int) -> bool:
+        """Header lines of 8 KB, as many as the parser takes, never ending the request;
+        whether the server cut the connection off (instead of waiting for the rest)."""
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            sock.sendall(f"GET /rllink HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+            for k in range(120):
+                sock.sendall(f"X-Filler-{k}: {'x' * 8000}\r\n".encode())
+            sock.settimeout(3)  # well before the handshake deadline
+            return sock.recv(1) == b""
+        except socket.timeout:
+            return False
+        except OSError:  # reset
+            return True
+        finally:
+            sock.close()
+
+    async def upgrades() -> bool:
+        trainer, tcp, ws = await _start(tmp_path, max_connections=1, handshake_timeout_s=20.0)
+        _, holder = await asyncio.open_connection("127.0.0.1", tcp.port)
+        await asyncio.sleep(0.1)
+        cut_off = await asyncio.to_thread(huge_upgrade, ws.port)
+        holder.close()
+        await _stop(trainer, tcp, ws)
+        return cut_off
+
     received, sent, held, total = asyncio.run(main())
     assert b"TOO_MANY_CONNECTIONS" in received, received[:300]
-    assert held <= 256 * 1024, f"a refused connection made the server hold {held} bytes ({sent} sent)"
-    assert total == 0
+    assert held <= _REFUSED_MAX_MESSAGE + 1024, f"a refused connection made the server hold {held} bytes ({sent} sent)"
+    assert total == 0  # (and nothing of it counted against the others)
+    assert asyncio.run(upgrades()), "a refused connection's 960 KB upgrade was read on"
 
 
 def test_stop_returns_while_a_websocket_batch_waits_for_training(tmp_path: Path) -> None:
