@@ -426,6 +426,48 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void DisposingWhileAConnectHangsEndsTheAttemptAtOnce()
+        {
+            // A listener whose accept queue is full drops new connection requests: a connect
+            // to it hangs, as to a server whose machine is off. Dispose (a Unity object
+            // destroyed while its client reconnects) must not wait for ConnectTimeoutSeconds.
+            var listener = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+            listener.Start(0);
+            var fillers = new System.Collections.Generic.List<System.Net.Sockets.Socket>();
+            try
+            {
+                int port = ((System.Net.IPEndPoint)listener.LocalEndpoint).Port;
+                for (int i = 0; i < 8; ++i)
+                {
+                    var filler = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+                    fillers.Add(filler);
+                    if (!filler.BeginConnect(System.Net.IPAddress.Loopback, port, null, null).AsyncWaitHandle.WaitOne(200)) break;  // the queue is full
+                }
+                var transport = new TcpTransport(new ClientOptions { Port = port, ConnectTimeoutSeconds = 30 });
+                Exception ended = null;
+                var connecting = new Thread(() =>
+                {
+                    try { transport.Connect(); }
+                    catch (Exception e) { ended = e; }
+                });
+                connecting.Start();
+                Assert.That(connecting.Join(500), Is.False, "the connect should hang (the listener's queue is full)");
+                DateTime disposed = DateTime.UtcNow;
+                transport.Dispose();
+                Assert.That(connecting.Join(2000), Is.True, "Dispose left the connect waiting");
+                Assert.That((DateTime.UtcNow - disposed).TotalSeconds, Is.LessThan(2));
+                Assert.That(ended, Is.InstanceOf<ConnectionLostException>());
+                Assert.That(ended.Message, Is.StringContaining("abandoned"));
+                Assert.Throws<ConnectionLostException>(() => transport.Connect());  // and none starts after
+            }
+            finally
+            {
+                foreach (var filler in fillers) filler.Close();
+                listener.Stop();
+            }
+        }
+
+        [Test]
         public void AServerThatNeverAnswersIsATimeoutNamingTheWaitNotAHang()
         {
             System.Net.Sockets.TcpListener listener = Hostile(socket => System.Threading.Thread.Sleep(10000));

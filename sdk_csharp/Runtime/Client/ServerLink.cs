@@ -401,8 +401,8 @@ namespace Tether.Client
         {
             closing = true;
             wake.Set();
-            transport.Close();
-            if (thread.IsAlive && !thread.Join(TimeSpan.FromSeconds(10))) { /* blocked in a connect: it ends with its timeout */ }
+            transport.Dispose();  // (a connect in progress is abandoned, so the join is short)
+            if (thread.IsAlive && !thread.Join(TimeSpan.FromSeconds(10))) { /* resolving a host name: it ends with the lookup */ }
             lock (sync)
             {
                 while (retired.Count > 0) retired.Dequeue().Dispose();

@@ -30,6 +30,10 @@ namespace Tether.Client
         // followed by a connection-level ERROR in one read): raised once those are taken.
         ConnectionLostException lostAfterPending;
         Socket socket;
+        // The socket of a connect in progress: Dispose() from another thread ends the attempt
+        // at once, instead of after ConnectTimeoutSeconds.
+        Socket connecting;
+        volatile bool disposed;
 
         public TcpTransport(ClientOptions options)
         {
@@ -42,6 +46,7 @@ namespace Tether.Client
         public void Connect()
         {
             Close();
+            if (disposed) throw Abandoned();
             connection.Reset();
             pending.Clear();
             lostAfterPending = null;
@@ -55,28 +60,46 @@ namespace Tether.Client
                 throw new ConnectionLostException("cannot resolve " + options.Host + ": " + e.Message);
             }
             var s = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            Volatile.Write(ref connecting, s);
             try
             {
+                if (disposed) throw Abandoned();  // closed while the name was being resolved
                 IAsyncResult attempt = s.BeginConnect(Array.Find(addresses, a => a.AddressFamily == AddressFamily.InterNetwork) ?? addresses[0], options.Port, null, null);
                 if (!attempt.AsyncWaitHandle.WaitOne(TimeSpan.FromSeconds(options.ConnectTimeoutSeconds)))
                 {
                     throw new ConnectionLostException("connecting to " + options.Address + " took longer than " + options.ConnectTimeoutSeconds + " s (ConnectTimeoutSeconds)", ErrorCode.Timeout);
                 }
+                if (disposed) throw Abandoned();
                 s.EndConnect(attempt);
                 s.NoDelay = true;
                 s.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
                 socket = s;
+                if (disposed) Close();  // (disposed between the check and the assignment: nothing stays open)
             }
             catch (SocketException e)
             {
                 s.Close();
+                if (disposed) throw Abandoned();
                 throw new ConnectionLostException("cannot connect to " + options.Address + ": " + e.Message);
+            }
+            catch (ObjectDisposedException)
+            {
+                throw Abandoned();
             }
             catch
             {
                 s.Close();
                 throw;
             }
+            finally
+            {
+                Interlocked.CompareExchange(ref connecting, null, s);
+            }
+        }
+
+        ConnectionLostException Abandoned()
+        {
+            return new ConnectionLostException("connecting to " + options.Address + " was abandoned: the client is closing");
         }
 
         Socket Open()
@@ -206,6 +229,14 @@ namespace Tether.Client
             s.Close();
         }
 
-        public void Dispose() { Close(); }
+        /// <summary>Closes for good, from any thread: a connect in progress is abandoned at once
+        /// (its wait ends as its socket closes) and no later one starts.</summary>
+        public void Dispose()
+        {
+            disposed = true;
+            Socket attempt = Interlocked.Exchange(ref connecting, null);
+            if (attempt != null) attempt.Close();
+            Close();
+        }
     }
 }
