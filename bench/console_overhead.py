@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, add_quiet_argument, free_port, install_cleanup, log, run_server_with_clients, wait_until_quiet  # noqa: E402
+from _common import (REPO_ROOT, add_quiet_argument, free_port, install_cleanup, log,  # noqa: E402
+                     run_server_with_clients, wait_for_port, wait_until_quiet)
 
 TARGET = 450.0
 
@@ -69,9 +70,18 @@ def one_run(args: argparse.Namespace, console: bool, drivers: list) -> dict:
 
         def on_listening() -> None:  # noqa: F811 - the browsers open the page while the clients start
             def attach() -> None:
+                # The console starts listening just after the RLlink port: a page asked for
+                # before would fail to load (and the run would go on unwatched).
+                wait_for_port(console_port, None, timeout_s=30, poll_s=0.01)
                 for driver in drivers:
-                    driver.get(f"http://127.0.0.1:{console_port}/")
-                    watched.append(1)
+                    for attempt in range(3):
+                        try:
+                            driver.get(f"http://127.0.0.1:{console_port}/")
+                            watched.append(1)
+                            break
+                        except Exception as exc:  # noqa: BLE001 - reported with the run's figures
+                            log(f"a browser could not open the console (attempt {attempt + 1}): {exc!r:.200}")
+                            time.sleep(0.2)
             threading.Thread(target=attach, daemon=True).start()
 
     client = [sys.executable, str(REPO_ROOT / "examples" / "cartpole_client.py"), "--port", str(port), "--seed",
@@ -120,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         "runs_plain": plain,
         "runs_console": console,
         "reached_all": len(times_plain) == len(plain) and len(times_console) == len(console),
+        # (a console run with fewer browsers than asked for measures less than it claims)
+        "all_browsers_attached": all(r["browsers_attached"] == args.browsers for r in console),
     }
     print(json.dumps(result), flush=True)
-    return 0 if result["reached_all"] else 1
+    return 0 if result["reached_all"] and result["all_browsers_attached"] else 1
 
 
 if __name__ == "__main__":
