@@ -24,9 +24,14 @@ def _console(args: argparse.Namespace) -> int:
     from .console.state import SAVED_RUN
 
     path = Path(args.logdir) / SAVED_RUN
+    def not_json(constant: str) -> None:  # (json.loads takes NaN and Infinity, which JSON has not)
+        raise ValueError(f"{constant} is not a JSON number")
+
     try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        saved = json.loads(path.read_text(), parse_constant=not_json)
+        if not isinstance(saved, dict):
+            raise ValueError("it is not a JSON object")
+    except (OSError, ValueError, RecursionError) as exc:
         print(f"tether console: cannot read {path} (a server run with --console-port writes it): {exc}", file=sys.stderr)
         return 2
     saved["read_only"] = True

@@ -115,7 +115,7 @@ class ConsoleServer:
         try:
             number, run = self._log.take(self.state)
             await asyncio.get_running_loop().run_in_executor(None, self._log.write, run, number)
-        except (OSError, ValueError) as exc:  # the log must not stop training
+        except Exception as exc:  # the log must not stop training (nor the server's stop)
             print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
         finally:
             self._saving = False

@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -39,6 +39,12 @@ MAX_AGENT_VALUES = 8000
 MAX_DETAIL_AGENTS = 16
 #: Values kept over all unfinished episodes together: their memory's bound.
 MAX_OPEN_VALUES = 2_000_000
+#: An open episode missing from this many of its connection's batches in a row is stale (its
+#: end was dropped, or its client gave it up): the first to give its steps back.
+STALE_BATCHES = 8
+#: Episodes forgotten for silence (MAX_OPEN_EPISODES) remembered, so one that comes back is
+#: not shown as if it had started then.
+MAX_FORGOTTEN_EPISODES = 4096
 #: Actions per module the histogram is taken over.
 ACTION_WINDOW = 2000
 #: Schema version of the feed's messages (docs/console.md).
@@ -111,6 +117,10 @@ class ConsoleState:
         #: The same episodes in the order they started (the youngest give their steps back first),
         #: True for those that keep steps.
         self._started: dict[tuple, bool] = {}
+        #: Batches seen per connection, and per open episode the last of its connection's that carried it.
+        self._session_batches: dict[int, int] = {}
+        self._seen_in: dict[tuple, int] = {}
+        self._forgotten: OrderedDict[tuple, None] = OrderedDict()
         #: Values they keep, together (at most MAX_OPEN_VALUES).
         self._open_values = 0
         self.actions: dict[str, deque] = {}
@@ -128,6 +138,9 @@ class ConsoleState:
         # Its unfinished episodes end with it (a client that reconnects goes on under a new connection).
         for key in [k for k in self._open if k[0] == session_id]:
             self._release(self._close(key))
+        for key in [k for k in self._forgotten if k[0] == session_id]:
+            del self._forgotten[key]
+        self._session_batches.pop(session_id, None)
         info = self.clients.pop(session_id, None)
         if info is not None:
             info.disconnected_at = time.time()
@@ -171,20 +184,31 @@ class ConsoleState:
             info.batches += 1
             info.env_steps += env_steps
             info.weights.update(versions)
+        batch_number = self._session_batches[session_id] = self._session_batches.get(session_id, 0) + 1
         for record in records:
             key = (session_id, record.episode_id)
+            ending = record.is_terminated or record.is_truncated
+            for agent in record.agents:
+                window = self.actions.setdefault(agent.module_id, deque(maxlen=ACTION_WINDOW))
+                window.extend(agent.chunk.actions[-ACTION_WINDOW:].tolist())
+            if key in self._forgotten:  # its start is gone: not shown (its return would be a part's)
+                if ending:
+                    del self._forgotten[key]
+                continue
             agents = self._open.pop(key, None)
             if agents is None:
                 agents = {}
                 self._started[key] = True
             self._open[key] = agents  # most recent last: the longest silent episode is forgotten first
+            self._seen_in[key] = batch_number
             while len(self._open) > MAX_OPEN_EPISODES:
-                self._release(self._close(next(iter(self._open))))
-            ending = record.is_terminated or record.is_truncated
+                silent = next(iter(self._open))
+                self._release(self._close(silent))
+                self._forgotten[silent] = None
+                if len(self._forgotten) > MAX_FORGOTTEN_EPISODES:
+                    self._forgotten.popitem(last=False)
             for agent in record.agents:
                 chunk = agent.chunk
-                window = self.actions.setdefault(agent.module_id, deque(maxlen=ACTION_WINDOW))
-                window.extend(chunk.actions[-ACTION_WINDOW:].tolist())
                 entry = agents.get(agent.agent_id)
                 if entry is None:
                     shown = sum(1 for e in agents.values() if e["rewards"] is not None)
@@ -206,28 +230,40 @@ class ConsoleState:
     def _close(self, key: tuple) -> dict[str, dict]:
         """Takes an episode out of the open ones; its agents."""
         self._started.pop(key, None)
+        self._seen_in.pop(key, None)
         return self._open.pop(key)
+
+    def _stale(self, key: tuple) -> bool:
+        return self._session_batches.get(key[0], 0) - self._seen_in.get(key, 0) >= STALE_BATCHES
 
     def _keep(self, entry: dict, chunk: Any, key: tuple) -> None:
         """Keeps what fits of a chunk's steps for one agent: at most MAX_EPISODE_STEPS steps and
         MAX_AGENT_VALUES values per agent, MAX_OPEN_VALUES over all open episodes. When the
-        budget is spent, the episodes that started after this one give their steps back (they
-        still count in their return and length, and keep no more): the oldest, which end first,
-        are shown whole. An agent that cannot keep all it wants keeps no more after it, so
-        what is kept is always its first steps, without a gap."""
+        budget is spent, stale episodes (missing from their connection's last STALE_BATCHES
+        batches), then the episodes that started after this one, give their steps back (they
+        still count in their return and length, and keep no more): the oldest of those being
+        played, which end first, are shown whole. An agent that cannot keep all it wants keeps
+        no more after it, so what is kept is always its first steps, without a gap."""
         if entry["full"]:
             return
         per_step = 1 + int(np.prod(chunk.actions.shape[1:], dtype=np.int64))
         limit = min(MAX_EPISODE_STEPS, MAX_AGENT_VALUES // per_step)
         wanted = min(limit - entry["kept"], len(chunk.rewards))
         if self._open_values + wanted * per_step > MAX_OPEN_VALUES:
+            for other in self._open:
+                if self._open_values + wanted * per_step <= MAX_OPEN_VALUES:
+                    break
+                if other != key and self._started[other] and self._stale(other):
+                    self._forget_steps(other)
             for younger in reversed(self._started):
                 if younger == key or self._open_values + wanted * per_step <= MAX_OPEN_VALUES:
                     break
                 if self._started[younger]:
-                    self._started[younger] = False
-                    self._release(self._open[younger], forget_steps=True)
+                    self._forget_steps(younger)
         room = max(0, min(wanted, (MAX_OPEN_VALUES - self._open_values) // per_step))
+        if room == 0 and entry["kept"] == 0:  # nothing of it kept: not among the agents shown
+            entry["rewards"] = None
+            return
         if room > 0:
             entry["rewards"].append(chunk.rewards[:room].copy())
             entry["actions"].append(chunk.actions[:room].copy())
@@ -235,6 +271,10 @@ class ConsoleState:
             entry["values"] += room * per_step
             self._open_values += room * per_step
         entry["full"] = room < len(chunk.rewards)
+
+    def _forget_steps(self, key: tuple) -> None:
+        self._started[key] = False
+        self._release(self._open[key], forget_steps=True)
 
     def _release(self, agents: dict[str, dict], forget_steps: bool = False) -> None:
         """An open episode's kept values are given back to the MAX_OPEN_VALUES budget; with
@@ -464,7 +504,7 @@ class SavedRun:
         for k, (episode_id, steps) in enumerate(self.details):
             yield f'{"," if k else ""}"{episode_id}":'
             yield steps.text()
-            time.sleep(0)  # (the GIL offered to the event loop between episodes)
+            _offer_gil()
         yield "}}"
 
     def text(self) -> str:
@@ -491,7 +531,7 @@ class RunLog:
         """Writes ``run`` through a temporary file (a reader never sees half of it) unless a
         later one is written already; returns whether it was."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.{threading.get_ident()}.tmp")
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as out:
                 for piece in run.pieces():
@@ -528,10 +568,21 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def _offer_gil() -> None:
+    """Lets the event loop's thread take the GIL if it waits for it (between pieces of an
+    encoding: otherwise CPython hands it over only every switch interval, 5 ms, and not in
+    the middle of a C call)."""
+    time.sleep(0)
+
+
 def _agent_text(agent_id: str, rewards: np.ndarray, actions: np.ndarray, steps: int) -> str:
-    text = json.dumps(agent_id) + ":" + orjson.dumps({"rewards": _rounded(rewards), "actions": _rounded(actions),
-                                                     "steps": steps}, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-    time.sleep(0)  # (the GIL offered to the event loop between agents)
+    try:
+        body = orjson.dumps({"rewards": _rounded(rewards), "actions": _rounded(actions), "steps": int(steps)},
+                            option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    except (TypeError, ValueError):  # (an array the encoder cannot take: the agent is listed without its steps)
+        body = json.dumps({"rewards": [], "actions": [], "steps": int(steps)})
+    text = json.dumps(agent_id) + ":" + body
+    _offer_gil()
     return text
 
 
