@@ -19,25 +19,35 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def _console(args: argparse.Namespace) -> int:
     """Serves the console of a finished run, read-only, from the log it left in --logdir."""
     import json
+    import math
 
-    from .console.server import ConsoleServer
+    from .console import server as console_server
     from .console.state import SAVED_RUN
 
     path = Path(args.logdir) / SAVED_RUN
     def not_json(constant: str) -> None:  # (json.loads takes NaN and Infinity, which JSON has not)
         raise ValueError(f"{constant} is not a JSON number")
 
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text} is not a finite number")
+        return value
+
     try:
-        saved = json.loads(path.read_text(), parse_constant=not_json)
+        saved = json.loads(path.read_text(), parse_constant=not_json, parse_float=finite)
         if not isinstance(saved, dict):
             raise ValueError("it is not a JSON object")
+        for key in ("episodes", "episode_details", "history"):
+            if not isinstance(saved.get(key, {}), dict):
+                raise ValueError(f"{key} is not an object")
     except (OSError, ValueError, RecursionError) as exc:
         print(f"tether console: cannot read {path} (a server run with --console-port writes it): {exc}", file=sys.stderr)
         return 2
     saved["read_only"] = True
 
     async def main() -> None:
-        console = ConsoleServer(None, args.host, args.port, None, saved_run=saved)
+        console = console_server.ConsoleServer(None, args.host, args.port, None, saved_run=saved)
         await console.start()
         print(f"[tether] console (read-only, {path}): http://{host_in_url(args.host)}:{console.port}/", flush=True)
         try:

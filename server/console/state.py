@@ -39,9 +39,10 @@ MAX_AGENT_VALUES = 8000
 MAX_DETAIL_AGENTS = 16
 #: Values kept over all unfinished episodes together: their memory's bound.
 MAX_OPEN_VALUES = 2_000_000
-#: An open episode missing from this many of its connection's batches in a row is stale (its
-#: end was dropped, or its client gave it up): the first to give its steps back.
-STALE_BATCHES = 8
+#: An open episode not heard of for this long is stale (its end was dropped, its client gave it
+#: up, or its game is paused): the first to give its steps back when the budget is spent. (Wall
+#: time, not batches: a client may send each episode, or each part of a frame, in a batch of its own.)
+STALE_SECONDS = 60.0
 #: Episodes forgotten for silence (MAX_OPEN_EPISODES) remembered, so one that comes back is
 #: not shown as if it had started then.
 MAX_FORGOTTEN_EPISODES = 4096
@@ -114,13 +115,13 @@ class ConsoleState:
         self._episode_seq = 0
         #: Steps of episodes not finished yet, per (connection, episode id) and agent (bounded).
         self._open: dict[tuple, dict[str, dict]] = {}
-        #: The same episodes in the order they started (the youngest give their steps back first),
-        #: True for those that keep steps.
-        self._started: dict[tuple, bool] = {}
-        #: Batches seen per connection, and per open episode the last of its connection's that carried it.
-        self._session_batches: dict[int, int] = {}
-        self._seen_in: dict[tuple, int] = {}
+        #: Those of them that keep steps, in the order they started (the youngest give theirs back first).
+        self._keeping: dict[tuple, None] = {}
+        #: When each open episode was last heard of (``clock``, seconds).
+        self._heard: dict[tuple, float] = {}
         self._forgotten: OrderedDict[tuple, None] = OrderedDict()
+        self._stale: list[tuple] | None = None  # this batch's stale episodes, worked out when first needed
+        self.clock = time.monotonic
         #: Values they keep, together (at most MAX_OPEN_VALUES).
         self._open_values = 0
         self.actions: dict[str, deque] = {}
@@ -140,7 +141,6 @@ class ConsoleState:
             self._release(self._close(key))
         for key in [k for k in self._forgotten if k[0] == session_id]:
             del self._forgotten[key]
-        self._session_batches.pop(session_id, None)
         info = self.clients.pop(session_id, None)
         if info is not None:
             info.disconnected_at = time.time()
@@ -184,7 +184,11 @@ class ConsoleState:
             info.batches += 1
             info.env_steps += env_steps
             info.weights.update(versions)
-        batch_number = self._session_batches[session_id] = self._session_batches.get(session_id, 0) + 1
+        now = self.clock()
+        self._stale = None
+        for record in records:  # (heard of now, whatever comes first in this batch)
+            if (session_id, record.episode_id) in self._heard:
+                self._heard[(session_id, record.episode_id)] = now
         for record in records:
             key = (session_id, record.episode_id)
             ending = record.is_terminated or record.is_truncated
@@ -198,9 +202,9 @@ class ConsoleState:
             agents = self._open.pop(key, None)
             if agents is None:
                 agents = {}
-                self._started[key] = True
+                self._keeping[key] = None
             self._open[key] = agents  # most recent last: the longest silent episode is forgotten first
-            self._seen_in[key] = batch_number
+            self._heard[key] = now
             while len(self._open) > MAX_OPEN_EPISODES:
                 silent = next(iter(self._open))
                 self._release(self._close(silent))
@@ -215,7 +219,7 @@ class ConsoleState:
                     entry = agents[agent.agent_id] = {
                         "module": agent.module_id, "return": 0.0, "steps": 0, "kept": 0, "values": 0, "full": False,
                         # (None: an agent past MAX_DETAIL_AGENTS of its episode counts, its steps are not kept)
-                        "rewards": [] if shown < MAX_DETAIL_AGENTS and self._started[key] else None, "actions": []}
+                        "rewards": [] if shown < MAX_DETAIL_AGENTS and key in self._keeping else None, "actions": []}
                 entry["return"] += float(chunk.rewards.sum(dtype=float))
                 entry["steps"] += chunk.env_steps
                 if entry["rewards"] is not None:
@@ -229,20 +233,17 @@ class ConsoleState:
 
     def _close(self, key: tuple) -> dict[str, dict]:
         """Takes an episode out of the open ones; its agents."""
-        self._started.pop(key, None)
-        self._seen_in.pop(key, None)
+        self._keeping.pop(key, None)
+        self._heard.pop(key, None)
         return self._open.pop(key)
-
-    def _stale(self, key: tuple) -> bool:
-        return self._session_batches.get(key[0], 0) - self._seen_in.get(key, 0) >= STALE_BATCHES
 
     def _keep(self, entry: dict, chunk: Any, key: tuple) -> None:
         """Keeps what fits of a chunk's steps for one agent: at most MAX_EPISODE_STEPS steps and
         MAX_AGENT_VALUES values per agent, MAX_OPEN_VALUES over all open episodes. When the
-        budget is spent, stale episodes (missing from their connection's last STALE_BATCHES
-        batches), then the episodes that started after this one, give their steps back (they
-        still count in their return and length, and keep no more): the oldest of those being
-        played, which end first, are shown whole. An agent that cannot keep all it wants keeps
+        budget is spent, stale episodes (not heard of for STALE_SECONDS), then the episodes that
+        started after this one, give their steps back (they still count in their return and
+        length, and keep no more): the oldest of those being played, which end first, are
+        shown whole. An agent that cannot keep all it wants keeps
         no more after it, so what is kept is always its first steps, without a gap."""
         if entry["full"]:
             return
@@ -250,16 +251,18 @@ class ConsoleState:
         limit = min(MAX_EPISODE_STEPS, MAX_AGENT_VALUES // per_step)
         wanted = min(limit - entry["kept"], len(chunk.rewards))
         if self._open_values + wanted * per_step > MAX_OPEN_VALUES:
-            for other in self._open:
-                if self._open_values + wanted * per_step <= MAX_OPEN_VALUES:
+            if self._stale is None:  # once a batch: each is forgotten once, so the walks stay short
+                limit_s = self.clock() - STALE_SECONDS
+                self._stale = [k for k in self._open if k in self._keeping and self._heard[k] <= limit_s]
+            while self._stale and self._open_values + wanted * per_step > MAX_OPEN_VALUES:
+                stale = self._stale.pop(0)
+                if stale in self._keeping and stale != key:
+                    self._forget_steps(stale)
+            while self._keeping and self._open_values + wanted * per_step > MAX_OPEN_VALUES:
+                younger = next(reversed(self._keeping))
+                if younger == key:
                     break
-                if other != key and self._started[other] and self._stale(other):
-                    self._forget_steps(other)
-            for younger in reversed(self._started):
-                if younger == key or self._open_values + wanted * per_step <= MAX_OPEN_VALUES:
-                    break
-                if self._started[younger]:
-                    self._forget_steps(younger)
+                self._forget_steps(younger)
         room = max(0, min(wanted, (MAX_OPEN_VALUES - self._open_values) // per_step))
         if room == 0 and entry["kept"] == 0:  # nothing of it kept: not among the agents shown
             entry["rewards"] = None
@@ -273,7 +276,7 @@ class ConsoleState:
         entry["full"] = room < len(chunk.rewards)
 
     def _forget_steps(self, key: tuple) -> None:
-        self._started[key] = False
+        del self._keeping[key]
         self._release(self._open[key], forget_steps=True)
 
     def _release(self, agents: dict[str, dict], forget_steps: bool = False) -> None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tether.sdk.protocol import EpisodeChunk
 from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
@@ -81,31 +82,61 @@ def test_over_the_budget_the_oldest_episodes_keep_their_steps_and_the_younger_gi
 
     send(["e0", "e1", "e2", "e3"], 300)  # 8 agents x 300 steps x 2 values = 4,800 values each
     assert [sum(e["kept"] for e in state._open[(1, f"e{i}")].values()) for i in range(4)] == [2400, 2400, 200, 0]
-    assert state.episodes == {}
     send(["e0"], 300)  # the oldest goes on: the younger ones give way
     assert sum(e["kept"] for e in state._open[(1, "e0")].values()) == 8 * 600
     assert all(e["rewards"] is None for i in (1, 2, 3) for e in state._open[(1, f"e{i}")].values())
     send(["e0", "e1", "e2", "e3"], 1, ending=True)
-    assert state._open_values == 0 and not state._open and not state._started
+    assert state._open_values == 0 and not state._open and not state._keeping and not state._heard
     e3, e2, e1, e0 = list(state.episodes["pole"])[:4]
     steps = json.loads(state.episode_steps("pole", e0["id"]))["agent_steps"]
     assert len(steps) == 8 and all(len(s["rewards"]) == s["steps"] == 601 for s in steps.values())
     assert e1["agents_shown"] == e3["agents_shown"] == 0 and e1["return"] == 8 * 301 and e1["length"] == 301
 
 
-def test_episodes_whose_client_stopped_sending_them_give_their_steps_back(monkeypatch) -> None:
-    """An open episode that never ends (its ending batch dropped, or given up by its client)
-    must not hold the budget for good: once its connection's batches stop carrying it, it
-    is the first to give its steps back."""
+def test_an_agent_that_kept_no_steps_is_not_among_those_shown(monkeypatch) -> None:
     monkeypatch.setattr(console_state, "MAX_OPEN_VALUES", 10_000)
     state = ConsoleState(trainer=None)
-    state.batch(1, 600, {}, [MultiAgentRecord(f"lost{i}", False, False, [agent(f"a{k}", 600, False) for k in range(4)])
-                             for i in range(3)])  # 3 x 4,800 values: the budget is spent
-    for n in range(console_state.STALE_BATCHES):
-        state.batch(1, 10, {}, [MultiAgentRecord(f"short{n}", True, False, [agent("solo", 10, True)])])
+    records = [MultiAgentRecord(f"e{i}", False, False, [agent(f"a{k}", 300, False) for k in range(8)]) for i in range(3)]
+    state.batch(1, 300, {}, records)  # e2 finds room for one agent's 200 steps (the budget then spent)
+    state.batch(1, 1, {}, [MultiAgentRecord("e2", True, False, [agent(f"a{k}", 1, True) for k in range(8)])])
+    e2 = state.episodes["pole"][0]
+    assert e2["agents"] == 8 and e2["agents_shown"] == 1
+    assert list(json.loads(state.episode_steps("pole", e2["id"]))["agent_steps"]) == ["a0"]
+
+
+def test_episodes_not_heard_of_for_a_while_give_their_steps_back(monkeypatch) -> None:
+    """An open episode that never ends (its ending batch dropped, its client gone quiet while
+    connected) must not hold the budget for good: once not heard of for STALE_SECONDS it is
+    the first to give its steps back, to any episode; one heard of lately is not stale."""
+    monkeypatch.setattr(console_state, "MAX_OPEN_VALUES", 10_000)
+    state = ConsoleState(trainer=None)
+    now = [0.0]
+    state.clock = lambda: now[0]
+    state.batch(2, 600, {}, [MultiAgentRecord(f"lost{i}", False, False, [agent(f"a{k}", 600, False) for k in range(4)])
+                             for i in range(3)])  # 3 x 4,800 values from a client that then goes quiet
+    now[0] = console_state.STALE_SECONDS - 1
+    state.batch(1, 10, {}, [MultiAgentRecord("early", True, False, [agent("solo", 10, True)])])
+    assert state.episodes["pole"][0]["agents_shown"] == 0  # still fresh: the older episodes keep theirs
+    now[0] = console_state.STALE_SECONDS + 1
+    state.batch(1, 10, {}, [MultiAgentRecord("late", True, False, [agent("solo", 10, True)])])
     latest = json.loads(state.episode_steps("pole", state.episodes["pole"][0]["id"]))["agent_steps"]
     assert latest["solo"]["rewards"] == [1.0] * 10
-    assert all(e["rewards"] is None for e in state._open[(1, "lost0")].values())
+    assert all(e["rewards"] is None for e in state._open[(2, "lost0")].values())
+
+
+def test_episodes_sent_each_in_a_batch_of_its_own_are_not_stale(monkeypatch) -> None:
+    """A client may send each episode (or each part of a frame) in its own batch: how many
+    batches passed without an episode says nothing about whether it is still played."""
+    monkeypatch.setattr(console_state, "MAX_OPEN_VALUES", 10_000)
+    state = ConsoleState(trainer=None)
+    for step in range(3):  # 12 episodes x 400 steps (800 values) a round, each in a batch of its own
+        for i in range(12):
+            state.batch(1, 400, {}, [MultiAgentRecord(f"e{i}", step == 2, False, [agent("a", 400, step == 2)])])
+    ended = sorted(state.episodes["pole"], key=lambda e: e["id"])  # e0 ... e11 (they ended in that order)
+    order = [e["agents_shown"] for e in ended]
+    assert order.count(1) >= 3 and order == sorted(order, reverse=True), order  # the oldest, not a scatter
+    for e in ended[:order.count(1)]:  # and whole
+        assert len(json.loads(state.episode_steps("pole", e["id"]))["agent_steps"]["a"]["rewards"]) == 1200
 
 
 def test_an_agent_that_could_not_keep_all_its_steps_keeps_no_later_ones() -> None:
@@ -154,6 +185,7 @@ def test_a_clients_open_episodes_are_given_back_when_it_disconnects() -> None:
     state.batch(2, 100, {}, [MultiAgentRecord("theirs", False, False, [agent("b", 100, False)])])
     state.disconnected(1)
     assert list(state._open) == [(2, "theirs")] and state._open_values == 100 * 2
+    assert list(state._keeping) == list(state._heard) == [(2, "theirs")]
 
 
 def test_wide_actions_keep_fewer_steps_and_encoding_waits_until_asked() -> None:
@@ -348,17 +380,31 @@ def test_encoding_the_log_offers_the_event_loop_the_gil_often(tmp_path: Path, mo
     assert longest < 0.010, f"the writer held the GIL for up to {longest * 1e3:.1f} ms of its own CPU time"
 
 
-def test_a_log_with_numbers_json_has_not_is_refused_with_the_reason(tmp_path: Path, capsys) -> None:
+def test_a_log_with_numbers_json_has_not_is_refused_with_the_reason(tmp_path: Path, capsys, monkeypatch) -> None:
     """json.loads takes NaN; the read-only console would then fail every browser's hello.
     `tether console` refuses such a log at once, naming what is wrong."""
     from tether.server.cli import main
 
-    (tmp_path / console_state.SAVED_RUN).write_text('{"type": "hello", "episodes": {"pole": [{"id": 1, "return": NaN}]}}')
-    assert main(["console", "--logdir", str(tmp_path), "--port", "0"]) == 2
-    assert "NaN is not a JSON number" in capsys.readouterr().err
-    (tmp_path / console_state.SAVED_RUN).write_text("[1, 2]")
-    assert main(["console", "--logdir", str(tmp_path), "--port", "0"]) == 2
-    assert "not a JSON object" in capsys.readouterr().err
+    from tether.server.console import server as console_server
+
+    class Served(Exception):
+        pass
+
+    def served(*args, **kwargs):  # (were a log served, the test would end here, not hang)
+        raise Served()
+
+    monkeypatch.setattr(console_server, "ConsoleServer", served)
+    for text, why in (('{"type": "hello", "episodes": {"pole": [{"id": 1, "return": NaN}]}}', "NaN is not a JSON number"),
+                      ('{"history": {"x": {"t": [0], "v": [1e999]}}}', "1e999 is not a finite number"),
+                      ('{"episodes": [1]}', "episodes is not an object"),
+                      ('{"episode_details": [1]}', "episode_details is not an object"),
+                      ("[1, 2]", "not a JSON object")):
+        (tmp_path / console_state.SAVED_RUN).write_text(text)
+        assert main(["console", "--logdir", str(tmp_path), "--port", "0"]) == 2
+        assert why in capsys.readouterr().err
+    (tmp_path / console_state.SAVED_RUN).write_text('{"episodes": {}, "history": {}}')
+    with pytest.raises(Served):  # a sound log is served
+        main(["console", "--logdir", str(tmp_path), "--port", "0"])
 
 
 def test_an_episode_the_encoder_cannot_take_is_listed_without_its_steps() -> None:
