@@ -247,7 +247,7 @@ class ConsoleState:
         no more after it, so what is kept is always its first steps, without a gap."""
         if entry["full"]:
             return
-        per_step = 1 + int(np.prod(chunk.actions.shape[1:], dtype=np.int64))
+        per_step = 1 + math.prod(chunk.actions.shape[1:])
         limit = min(MAX_EPISODE_STEPS, MAX_AGENT_VALUES // per_step)
         wanted = min(limit - entry["kept"], len(chunk.rewards))
         if self._open_values + wanted * per_step > MAX_OPEN_VALUES:
