@@ -91,10 +91,13 @@ namespace Tether.Tests
                 Assert.That(allocated, Is.EqualTo(0), "100,000 runs allocated " + allocated + " bytes");
                 Assert.That(GC.CollectionCount(0), Is.EqualTo(collections), "100,000 runs caused a gen-0 collection");
             }
-            // Hot-swapping models again and again: native memory stays flat.
-            long before = ResidentBytes();
-            for (int i = 0; i < 200; ++i)
+            // Hot-swapping models again and again: native memory stays flat. The first loads grow
+            // the process (ONNX Runtime's and the allocator's own structures, ~30 MB here), so
+            // they come first; a model left undisposed costs ~290 KB, 58 MB over the 200 measured.
+            long before = 0;
+            for (int i = 0; i < 300; ++i)
             {
+                if (i == 100) before = ResidentBytes();
                 using (var backend = new OnnxRuntimeBackend())
                 {
                     backend.Load(model, "onnx::Gemm_0", "action_dist_inputs");
@@ -102,7 +105,7 @@ namespace Tether.Tests
                 }
             }
             long grown = ResidentBytes() - before;
-            Assert.That(grown, Is.LessThan(64L * 1024 * 1024), "200 loads grew the process by " + grown + " bytes");
+            Assert.That(grown, Is.LessThan(8L * 1024 * 1024), "200 loads after 100 grew the process by " + grown + " bytes");
         }
 
         static long ResidentBytes()
