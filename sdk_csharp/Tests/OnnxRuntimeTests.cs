@@ -74,6 +74,22 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AHandleIsReleasedAfterTheOnesThatDependOnIt()
+        {
+            // Finalizers of a backend nobody disposed run in any order: an environment released
+            // before its session (or a session before its binding) would be a use after free.
+            var released = new System.Collections.Generic.List<string>();
+            var env = new OrtHandle((IntPtr)1, p => released.Add("env"));
+            var session = new OrtHandle((IntPtr)2, p => released.Add("session"), env);
+            var binding = new OrtHandle((IntPtr)3, p => released.Add("binding"), session);
+            env.Dispose();
+            session.Dispose();
+            Assert.That(released, Is.Empty);  // both still needed by the binding
+            binding.Dispose();
+            Assert.That(released, Is.EqualTo(new[] { "binding", "session", "env" }));
+        }
+
+        [Test]
         public void RunsAllocateNothingAndSwapsLeakNothing()
         {
             byte[] model = Model;

@@ -88,7 +88,7 @@ namespace Tether.Inference
                     Unload();
                     throw;
                 }
-                session = new OrtHandle(raw, api.ReleaseSession);
+                session = new OrtHandle(raw, api.ReleaseSession, env);
             }
             api.Check(api.CreateCpuMemoryInfo(1 /* OrtArenaAllocator */, 0 /* OrtMemTypeDefault */, out raw), "creating memory info");
             memoryInfo = new OrtHandle(raw, api.ReleaseMemoryInfo);
@@ -202,7 +202,7 @@ namespace Tether.Inference
                 fresh.OutputValue = new OrtHandle(raw, api.ReleaseValue);
                 // Both tensors bound by name once: a run skips ONNX Runtime's per-run name lookups.
                 api.Check(api.CreateIoBinding(session.Pointer, out raw), "creating the tensors' binding");
-                fresh.Io = new OrtHandle(raw, api.ReleaseIoBinding);
+                fresh.Io = new OrtHandle(raw, api.ReleaseIoBinding, session);
                 api.Check(api.BindInput(fresh.Io.Pointer, inputName, fresh.InputValue.Pointer), "binding the input");
                 api.Check(api.BindOutput(fresh.Io.Pointer, outputName, fresh.OutputValue.Pointer), "binding the output");
             }
@@ -249,10 +249,20 @@ namespace Tether.Inference
     internal sealed class OrtHandle : SafeHandle
     {
         readonly OrtApi.ReleaseFn release;
+        readonly OrtHandle dependsOn;
 
-        public OrtHandle(IntPtr pointer, OrtApi.ReleaseFn release) : base(IntPtr.Zero, true)
+        /// <summary>Owns <paramref name="pointer"/>; with <paramref name="dependsOn"/> (a session's
+        /// environment, a binding's session), that one is released only after this one, whatever
+        /// order finalizers run in for objects nobody disposed.</summary>
+        public OrtHandle(IntPtr pointer, OrtApi.ReleaseFn release, OrtHandle dependsOn = null) : base(IntPtr.Zero, true)
         {
             this.release = release;
+            if (dependsOn != null)
+            {
+                bool added = false;
+                dependsOn.DangerousAddRef(ref added);
+                if (added) this.dependsOn = dependsOn;
+            }
             SetHandle(pointer);
         }
 
@@ -263,6 +273,7 @@ namespace Tether.Inference
         protected override bool ReleaseHandle()
         {
             release(handle);
+            if (dependsOn != null) dependsOn.DangerousRelease();
             return true;
         }
     }
