@@ -434,6 +434,7 @@ namespace Tether.Tests
             var listener = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
             listener.Start(0);
             var fillers = new System.Collections.Generic.List<System.Net.Sockets.Socket>();
+            var transports = new System.Collections.Generic.List<TcpTransport>();
             try
             {
                 int port = ((System.Net.IPEndPoint)listener.LocalEndpoint).Port;
@@ -444,12 +445,13 @@ namespace Tether.Tests
                     if (!filler.BeginConnect(System.Net.IPAddress.Loopback, port, null, null).AsyncWaitHandle.WaitOne(200)) break;  // the queue is full
                 }
                 var transport = new TcpTransport(new ClientOptions { Port = port, ConnectTimeoutSeconds = 30 });
+                transports.Add(transport);
                 Exception ended = null;
                 var connecting = new Thread(() =>
                 {
                     try { transport.Connect(); }
                     catch (Exception e) { ended = e; }
-                });
+                }) { IsBackground = true };  // (a failing run must not hold the test runner for 30 s)
                 connecting.Start();
                 Assert.That(connecting.Join(500), Is.False, "the connect should hang (the listener's queue is full)");
                 DateTime disposed = DateTime.UtcNow;
@@ -458,10 +460,12 @@ namespace Tether.Tests
                 Assert.That((DateTime.UtcNow - disposed).TotalSeconds, Is.LessThan(2));
                 Assert.That(ended, Is.InstanceOf<ConnectionLostException>());
                 Assert.That(ended.Message, Is.StringContaining("abandoned"));
+                Assert.That(((ConnectionLostException)ended).Code, Is.EqualTo(ErrorCode.Closed));
                 Assert.Throws<ConnectionLostException>(() => transport.Connect());  // and none starts after
             }
             finally
             {
+                foreach (var transport in transports) transport.Dispose();
                 foreach (var filler in fillers) filler.Close();
                 listener.Stop();
             }

@@ -87,6 +87,31 @@ namespace Tether.Tests
             Assert.That(released, Is.Empty);  // both still needed by the binding
             binding.Dispose();
             Assert.That(released, Is.EqualTo(new[] { "binding", "session", "env" }));
+            // A dependency released already: refused, and the new handle's pointer released at once.
+            released.Clear();
+            var gone = new OrtHandle((IntPtr)4, p => released.Add("gone"));
+            gone.Dispose();
+            Assert.Throws<TetherException>(() => new OrtHandle((IntPtr)5, p => released.Add("orphan"), gone));
+            Assert.That(released, Is.EqualTo(new[] { "gone", "orphan" }));
+            // And the backend wires them so: its session on its environment, each binding on the session.
+            using (var backend = new OnnxRuntimeBackend())
+            {
+                backend.Load(Model, "onnx::Gemm_0", "action_dist_inputs");
+                backend.Run(new float[4], 1, 4, new float[2], 2);
+                var flags = System.Reflection.BindingFlags.NonPublic | System.Reflection.BindingFlags.Instance;
+                var realEnv = (OrtHandle)typeof(OnnxRuntimeBackend).GetField("env", flags).GetValue(backend);
+                var realSession = (OrtHandle)typeof(OnnxRuntimeBackend).GetField("session", flags).GetValue(backend);
+                Assert.That(realSession.DependsOn, Is.SameAs(realEnv));
+                var bindings = (System.Collections.IEnumerable)typeof(OnnxRuntimeBackend).GetField("bindings", flags).GetValue(backend);
+                int count = 0;
+                foreach (object bound in bindings)
+                {
+                    var io = (OrtHandle)bound.GetType().GetField("Io").GetValue(bound);
+                    Assert.That(io.DependsOn, Is.SameAs(realSession));
+                    ++count;
+                }
+                Assert.That(count, Is.EqualTo(1));
+            }
         }
 
         [Test]

@@ -60,7 +60,7 @@ namespace Tether.Client
                 throw new ConnectionLostException("cannot resolve " + options.Host + ": " + e.Message);
             }
             var s = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-            Volatile.Write(ref connecting, s);
+            Interlocked.Exchange(ref connecting, s);  // (a full fence: Dispose sees it, or it sees Dispose's flag)
             try
             {
                 if (disposed) throw Abandoned();  // closed while the name was being resolved
@@ -74,7 +74,11 @@ namespace Tether.Client
                 s.NoDelay = true;
                 s.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
                 socket = s;
-                if (disposed) Close();  // (disposed between the check and the assignment: nothing stays open)
+                if (disposed)  // (disposed between the check and the assignment: nothing stays open)
+                {
+                    Close();
+                    throw Abandoned();
+                }
             }
             catch (SocketException e)
             {
@@ -84,7 +88,9 @@ namespace Tether.Client
             }
             catch (ObjectDisposedException)
             {
-                throw Abandoned();
+                s.Close();
+                if (disposed) throw Abandoned();
+                throw new ConnectionLostException("connecting to " + options.Address + " failed: its socket was closed");
             }
             catch
             {
@@ -99,7 +105,7 @@ namespace Tether.Client
 
         ConnectionLostException Abandoned()
         {
-            return new ConnectionLostException("connecting to " + options.Address + " was abandoned: the client is closing");
+            return new ConnectionLostException("connecting to " + options.Address + " was abandoned: the client is closing", ErrorCode.Closed);
         }
 
         Socket Open()

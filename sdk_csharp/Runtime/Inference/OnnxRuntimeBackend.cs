@@ -257,14 +257,26 @@ namespace Tether.Inference
         public OrtHandle(IntPtr pointer, OrtApi.ReleaseFn release, OrtHandle dependsOn = null) : base(IntPtr.Zero, true)
         {
             this.release = release;
-            if (dependsOn != null)
+            SetHandle(pointer);  // (first: owned, so released below if the dependency cannot be held)
+            if (dependsOn == null) return;
+            bool added = false;
+            try
             {
-                bool added = false;
                 dependsOn.DangerousAddRef(ref added);
-                if (added) this.dependsOn = dependsOn;
             }
-            SetHandle(pointer);
+            catch (ObjectDisposedException)
+            {
+            }
+            if (!added)
+            {
+                Dispose();
+                throw new TetherException(ErrorCode.InferenceFailed, "an ONNX Runtime object outlived the one it needs (released already)");
+            }
+            this.dependsOn = dependsOn;
         }
+
+        /// <summary>The handle this one keeps alive until it is released (or null).</summary>
+        internal OrtHandle DependsOn { get { return dependsOn; } }
 
         public IntPtr Pointer { get { return handle; } }
 
@@ -272,8 +284,14 @@ namespace Tether.Inference
 
         protected override bool ReleaseHandle()
         {
-            release(handle);
-            if (dependsOn != null) dependsOn.DangerousRelease();
+            try
+            {
+                release(handle);
+            }
+            finally
+            {
+                if (dependsOn != null) dependsOn.DangerousRelease();
+            }
             return true;
         }
     }
