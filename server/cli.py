@@ -25,6 +25,7 @@ def _console(args: argparse.Namespace) -> int:
     from .console.state import SAVED_RUN
 
     path = Path(args.logdir) / SAVED_RUN
+
     def not_json(constant: str) -> None:  # (json.loads takes NaN and Infinity, which JSON has not)
         raise ValueError(f"{constant} is not a JSON number")
 

@@ -69,7 +69,6 @@ class ConsoleServer:
         self._ticker: asyncio.Task | None = None
         self._lag_probe: asyncio.Task | None = None
         self.ticks = 0
-        self._saving = False
         self._save_task: asyncio.Task | None = None
         self._names: set[str] | None = None
 
@@ -102,23 +101,19 @@ class ConsoleServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        await self._save(final=True)
+        await self._save()
 
-    async def _save(self, final: bool = False) -> None:
+    async def _save(self) -> None:
         """Writes console.json: the run is taken on the loop, encoded and written in a thread, so
-        a large log does not hold training up. A periodic save still running is skipped (the
-        next one comes); the final one always runs, and a periodic one ending after it is not
+        a large log does not hold training up; a save that ends after a later one is not
         written over it (:class:`RunLog`)."""
-        if self.state is None or self._log is None or (self._saving and not final):
+        if self.state is None or self._log is None:
             return
-        self._saving = True
         try:
             number, run = self._log.take(self.state)
             await asyncio.get_running_loop().run_in_executor(None, self._log.write, run, number)
         except Exception as exc:  # the log must not stop training (nor the server's stop)
             print(f"[tether] writing the console log {self.save_to} failed: {exc!r:.200}", flush=True)
-        finally:
-            self._saving = False
 
     # -- HTTP: the page ------------------------------------------------------------------
 
@@ -279,8 +274,8 @@ class ConsoleServer:
                                 browser.transport.abort()
                 sent_errors = self.state.last_error_seq
                 self.ticks += 1
-                if self.ticks % SAVE_EVERY_TICKS == 0 and not self._saving:
-                    # Its own task: the ticks go on while a large log is encoded and written.
+                if self.ticks % SAVE_EVERY_TICKS == 0 and (self._save_task is None or self._save_task.done()):
+                    # Its own task (one at a time): the ticks go on while a large log is encoded and written.
                     self._save_task = asyncio.get_running_loop().create_task(self._save())
             except Exception as exc:  # the console must never stop training
                 print(f"[tether] console tick failed: {exc!r:.300}", flush=True)

@@ -444,19 +444,10 @@ class ConsoleState:
 
     def saved_run(self) -> SavedRun:
         """The run as it is now, for ``console.json``: taken on the event loop, encoded and
-        written by :meth:`SavedRun.write`, in a thread."""
+        written by :meth:`RunLog.write`, in a thread."""
         data = self.hello()
         data["saved_at"] = time.time()
         return SavedRun(data, list(self._details.items()))
-
-    def saved_text(self) -> str:
-        """The run as ``tether console`` serves it: ``hello``, and the steps of its kept episodes
-        under ``episode_details`` (id → agents)."""
-        return self.saved_run().text()
-
-    def save(self, path: Path) -> None:
-        """Writes :meth:`saved_text` atomically (bounded: the history's points, the log, the last episodes)."""
-        RunLog(path).write(self.saved_run())
 
 
 class EpisodeSteps:

@@ -304,7 +304,7 @@ def test_a_periodic_save_ending_after_the_final_one_does_not_undo_it(tmp_path: P
     async def main() -> None:
         periodic = asyncio.ensure_future(console._save())
         await asyncio.sleep(0.05)
-        await console._save(final=True)
+        await console._save()  # (the final one, as stop() writes it)
         await periodic
 
     asyncio.run(main())
