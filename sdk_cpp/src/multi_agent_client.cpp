@@ -77,12 +77,14 @@ struct MultiAgentClient::Module {
   std::size_t obs_dim = 0, act_dim = 0, dist_dim = 0, value_dim = 0;
   // Frame scratch: the rows of the actors acting with this module now.
   std::vector<float> batch_obs;
+  std::vector<float> batch_value_obs;  // rows x value_dim (a centralized critic's module)
   std::vector<float> dist;
   std::vector<double> record_actions;  // the frame's draws, rows x act_dim: what the records carry
   std::vector<double> env_actions;     // rows x act_dim: what the engine executes
   std::vector<double> logp;            // rows
   std::vector<std::size_t> slots;
   bool in_frame = false;
+  StepBlock* block = nullptr;  // while a frame is recorded: the block its rows go to
 
   void set_spec(const ModuleSpec& s) {
     spec = s;
@@ -93,57 +95,64 @@ struct MultiAgentClient::Module {
   }
 };
 
-// Where each part of a recorded step lies in an Actor's `steps` row: the
-// action (act_dim), the dist inputs (dist_dim, float values held exactly as
-// doubles), then logp, reward (rounded to float as it accumulates, as the
-// record carries it) and the version stamp's two numbers (exact as doubles).
-struct StepLayout {
-  std::size_t act_dim, dist_dim;
-  std::size_t dist() const noexcept { return act_dim; }
-  std::size_t logp() const noexcept { return act_dim + dist_dim; }
-  std::size_t reward() const noexcept { return act_dim + dist_dim + 1; }
-  std::size_t stamp() const noexcept { return act_dim + dist_dim + 2; }
-  std::size_t width() const noexcept { return act_dim + dist_dim + 4; }
+// One module's rows of one recorded frame, kept as the frame ran them: the
+// batch that went into the model, its outputs and the draws, row by row in
+// slot order. Recording a frame of 256 agents thus moves a few arrays into a
+// block instead of writing 256 actors' own arrays (each a cache miss after
+// the pause between frames); a cut takes each actor's rows out again.
+struct MultiAgentClient::StepBlock {
+  Module* module = nullptr;
+  std::size_t obs_dim = 0, value_dim = 0, dist_dim = 0, act_dim = 0;
+  std::vector<Actor*> actors;   // per row: whose step it is; nullptr once cut or dropped
+  std::vector<float> obs;       // rows x obs_dim
+  std::vector<float> value_obs; // rows x value_dim
+  std::vector<float> dist;      // rows x dist_dim
+  std::vector<double> actions;  // rows x act_dim: the draws the records carry
+  std::vector<double> logp;     // rows
+  std::vector<double> rewards;  // rows; rounded to float as they accumulate, as the record carries them
+  Stamp stamp{-1, -1};          // (connection, weights version) of the model that ran, or (-1, -1)
+  std::size_t live = 0;         // rows not cut or dropped yet; a block with none is reused
+
+  const float* obs_row(std::size_t row) const noexcept { return obs.data() + row * obs_dim; }
+  const float* value_obs_row(std::size_t row) const noexcept { return value_obs.data() + row * value_dim; }
 };
 
-struct MultiAgentClient::Actor {
-  std::string id;
+struct alignas(64) MultiAgentClient::Actor {
+  // What a frame reads and writes of an actor comes first (one cache line).
   Module* module = nullptr;
-  bool is_group = false;
-  std::int64_t start_step = 0;
-  bool training = true;
+  StepBlock* last_block = nullptr;  // where its latest uncut step lies (while rows > 0)
+  std::size_t rows = 0;             // its recorded steps not cut yet (each an observation and an action)
   std::uint64_t frame_mark = 0;
-  std::vector<float> latest;      // a single agent's latest observation when it does not train (else obs' last row)
-  bool shared_latest = false;     // a centralized critic sees it: also in Episode::latest_obs
-  std::vector<float> obs;         // obs_rows rows
-  std::vector<float> value_obs;   // obs_rows rows (a centralized critic's module)
-  // action_rows steps, one row of StepLayout::width(module) numbers each: the
-  // action, its dist inputs, logp, reward and weights version side by side,
-  // so recording a step writes one place (one cache line for small spaces)
-  // instead of five arrays (which, cold after a frame's pause, cost more than
-  // the writes themselves).
-  std::vector<double> steps;
-  std::size_t obs_rows = 0;
-  std::size_t action_rows = 0;
+  std::uint32_t last_row = 0;
+  bool training = true;
+  bool shared_latest = false;  // a centralized critic sees it: also in Episode::latest_obs
+  bool has_final = false;      // it left with final_obs, which ends its last chunk
+  bool is_group = false;
+  std::string id;
+  std::int64_t start_step = 0;
+  std::vector<float> latest;       // its latest observation while it has no uncut step (else its last row's)
+  std::vector<float> final_obs;    // the observation it left with (has_final)
+  std::vector<float> final_value_obs;
   // Rewards logged while it is in the episode's actors: added up here (no
   // ordered-map update per reward) and folded into Episode::returns when it leaves.
   double reward_sum = 0.0;
   bool rewarded = false;
   bool terminated = false;
   bool truncated = false;
+  // While a cut takes its rows: the entry they go to, how many it takes, how many it has seen.
+  AgentEntry* cut_entry = nullptr;
+  std::size_t cut_take = 0;
+  std::size_t cut_seen = 0;
 
-  // A single agent's latest observation: the last row it recorded while
-  // training (no second copy per frame), else `latest`.
-  const float* latest_obs() const { return training && obs_rows > 0 ? obs.data() + obs.size() - module->obs_dim : latest.data(); }
-  std::size_t latest_size() const { return training && obs_rows > 0 ? module->obs_dim : latest.size(); }
-
-  void stop_training() {
-    if (training && obs_rows > 0 && !is_group) latest.assign(latest_obs(), latest_obs() + latest_size());
-    training = false;
-    obs.clear();
-    value_obs.clear();
-    steps.clear();
-    obs_rows = action_rows = 0;
+  // A single agent's latest observation: its final one, or its last recorded
+  // row's (no second copy per frame), else `latest`.
+  const float* latest_obs() const {
+    if (has_final) return final_obs.data();
+    return rows > 0 ? last_block->obs_row(last_row) : latest.data();
+  }
+  std::size_t latest_size() const {
+    if (has_final) return final_obs.size();
+    return rows > 0 ? last_block->obs_dim : latest.size();
   }
 };
 
@@ -157,6 +166,7 @@ struct MultiAgentClient::Episode {
   // Cleared whenever an actor leaves `actors`, so it never dangles.
   std::vector<Actor*> actor_by_slot;
   std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
+  std::vector<std::unique_ptr<StepBlock>> blocks;  // recorded frames with uncut rows, oldest first
   // Latest observations of group members and of agents a centralized critic sees.
   std::unordered_map<std::string, std::vector<float>> latest_obs;
   std::map<std::string, double> returns;  // per actor id; an actor still in `actors` holds its own part
@@ -323,6 +333,7 @@ void MultiAgentClient::sync() {
             module = std::make_unique<Module>();
           } else if (!(module->spec.observation_space == entry.second.observation_space) ||
                      !(module->spec.action_space == entry.second.action_space)) {
+            drop_rows_of(*module);
             link_->retire(std::move(module->policy));
             module->policy = nullptr;
             module->seq.reset();
@@ -396,8 +407,16 @@ void MultiAgentClient::forget_episodes(const std::set<std::string>& ids) {
     if (it == episodes_.end()) continue;
     Episode& episode = *it->second;
     episode.training = false;
+    for (auto& entry : episode.actors) {
+      Actor& actor = *entry.second;
+      // (a single agent keeps its latest observation for end_episode)
+      if (actor.rows > 0 && !actor.is_group) actor.latest.assign(actor.latest_obs(), actor.latest_obs() + actor.latest_size());
+      actor.training = false;
+      actor.rows = 0;
+    }
     episode.finished.clear();
-    for (auto& entry : episode.actors) entry.second->stop_training();
+    release_blocks(episode);
+    episode.actor_by_slot.clear();
     if (episode.done) episodes_.erase(it);
   }
   recount_pending();
@@ -408,8 +427,8 @@ void MultiAgentClient::recount_pending() {
   for (const auto& entry : episodes_) {
     const Episode& episode = *entry.second;
     if (!episode.training) continue;
-    for (const auto& actor : episode.actors) pending_steps_ += actor.second->action_rows;
-    for (const auto& actor : episode.finished) pending_steps_ += actor->action_rows;
+    for (const auto& actor : episode.actors) pending_steps_ += actor.second->rows;
+    for (const auto& actor : episode.finished) pending_steps_ += actor->rows;
   }
 }
 
@@ -732,7 +751,7 @@ void MultiAgentClient::note_latest(Episode& episode, const Slot& slot, const Age
     const std::size_t size = frame.obs_size(slot.frame_index);
     // (a training actor's is its last recorded row; a new one keeps a copy in
     // case its first frame fails and nothing is recorded)
-    if (slot.actor != nullptr && (!slot.actor->training || slot.actor->obs_rows == 0)) {
+    if (slot.actor != nullptr && (!slot.actor->training || slot.actor->rows == 0)) {
       slot.actor->latest.assign(obs, obs + size);
     }
     if (slot.actor == nullptr || slot.actor->shared_latest) episode.latest_obs[*slot.actor_id].assign(obs, obs + size);
@@ -778,37 +797,16 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   episode->actor_by_slot.resize(slots_.size());
   for (std::size_t s = 0; s < slots_.size(); ++s) episode->actor_by_slot[s] = slots_[s].actor;
   fill_batches(frame);
-  // Latest observations (value_obs rows; the finals of agents that end
-  // without one), then each actor's observation row (and critic row): a
-  // critic row needs every agent's latest first.
+  // Latest observations first (a critic's value_obs rows need every agent's),
+  // then the critic rows in the modules' row order.
   for (const Slot& slot : slots_) note_latest(*episode, slot, frame);
-  for (const Slot& slot : slots_) {
-    Actor& actor = *slot.actor;
-    if (!actor.training) continue;
-    const Module& module = *slot.module;
-    const float* row = module.batch_obs.data() + slot.row * module.obs_dim;
-    actor.obs.insert(actor.obs.end(), row, row + module.obs_dim);
-#if defined(__GNUC__) || defined(__clang__)
-    // Where this step will be recorded after inference: fetched now, while the
-    // model runs, instead of missing the cache then (the frames before are long gone).
-    if (actor.steps.capacity() > actor.steps.size()) __builtin_prefetch(actor.steps.data() + actor.steps.size(), 1, 2);
-#endif
-    if (module.value_dim > 0) write_value_obs(*episode, module, actor.value_obs);
-    ++actor.obs_rows;
+  for (Module* module : frame_modules_) {
+    if (module->value_dim == 0) continue;
+    module->batch_value_obs.clear();
+    for (std::size_t k = 0; k < module->slots.size(); ++k) write_value_obs(*episode, *module, module->batch_value_obs);
   }
   status = run_modules();
-  if (!status.ok()) {
-    // Nothing of the frame is recorded: the observations go again.
-    for (const Slot& slot : slots_) {
-      Actor& actor = *slot.actor;
-      if (!actor.training || actor.obs_rows == 0) continue;
-      const Module& module = *slot.module;
-      actor.obs.resize(actor.obs.size() - module.obs_dim);
-      if (module.value_dim > 0) actor.value_obs.resize(actor.value_obs.size() - module.value_dim);
-      --actor.obs_rows;
-    }
-    return status;
-  }
+  if (!status.ok()) return status;  // nothing of the frame is recorded
   // One draw per row of each module's batch, then each actor takes its row.
   for (Module* module : frame_modules_) {
     const std::size_t rows = module->slots.size();
@@ -822,29 +820,96 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   }
   lay_out_actions(frame);
   for (const Slot& slot : slots_) {
-    Module& module = *slot.module;
-    const std::size_t act_dim = module.act_dim;
-    write_action(slot, module.env_actions.data() + slot.row * act_dim, frame);
-    Actor& actor = *slot.actor;
-    if (!actor.training) continue;
-    const double* record = module.record_actions.data() + slot.row * act_dim;
-    const float* dist = module.dist.data() + slot.row * module.dist_dim;
-    const StepLayout layout{act_dim, module.dist_dim};
-    const std::size_t at = actor.steps.size();
-    actor.steps.resize(at + layout.width());
-    double* step = actor.steps.data() + at;
-    for (std::size_t j = 0; j < act_dim; ++j) step[j] = record[j];
-    for (std::size_t j = 0; j < module.dist_dim; ++j) step[layout.dist() + j] = dist[j];
-    step[layout.logp()] = module.logp[slot.row];
-    step[layout.reward()] = 0.0;
-    step[layout.stamp()] = module.seq ? static_cast<double>(connection_) : -1.0;
-    step[layout.stamp() + 1] = module.seq ? static_cast<double>(*module.seq) : -1.0;
-    ++actor.action_rows;
-    ++pending_steps_;
+    write_action(slot, slot.module->env_actions.data() + slot.row * slot.module->act_dim, frame);
   }
+  if (episode->training) record_frame(*episode);
   if (episode->training) ++env_steps_since_cut_;
   ++episode->t;
   return Status::Ok();
+}
+
+// The frame's rows become one block per module (its batch, outputs and draws
+// move in whole: nothing is copied per agent); each actor notes its latest row.
+void MultiAgentClient::record_frame(Episode& episode) {
+  for (Module* module : frame_modules_) {
+    std::unique_ptr<StepBlock> block;
+    if (spare_blocks_.empty()) {
+      block = std::make_unique<StepBlock>();
+    } else {
+      block = std::move(spare_blocks_.back());
+      spare_blocks_.pop_back();
+    }
+    StepBlock& b = *block;
+    const std::size_t rows = module->slots.size();
+    b.module = module;
+    b.obs_dim = module->obs_dim;
+    b.value_dim = module->value_dim;
+    b.dist_dim = module->dist_dim;
+    b.act_dim = module->act_dim;
+    b.obs.swap(module->batch_obs);
+    b.value_obs.swap(module->batch_value_obs);
+    b.dist.swap(module->dist);
+    b.actions.swap(module->record_actions);
+    b.logp.swap(module->logp);
+    b.rewards.assign(rows, 0.0);
+    b.actors.assign(rows, nullptr);
+    b.stamp = module->seq ? Stamp(connection_, *module->seq) : Stamp(-1, -1);
+    b.live = 0;
+    module->block = &b;
+    episode.blocks.push_back(std::move(block));
+  }
+  for (const Slot& slot : slots_) {
+    Actor& actor = *slot.actor;
+    if (!actor.training) continue;
+    StepBlock& b = *slot.module->block;
+    b.actors[slot.row] = &actor;
+    ++b.live;
+    actor.last_block = &b;
+    actor.last_row = static_cast<std::uint32_t>(slot.row);
+    ++actor.rows;
+    ++pending_steps_;
+  }
+  for (Module* module : frame_modules_) module->block = nullptr;
+  // (A block nobody trains on goes back at once.)
+  while (!episode.blocks.empty() && episode.blocks.back()->live == 0) {
+    spare_blocks_.push_back(std::move(episode.blocks.back()));
+    episode.blocks.pop_back();
+  }
+}
+
+// Gives an episode's blocks back for reuse (their rows are not sent).
+void MultiAgentClient::release_blocks(Episode& episode) {
+  for (auto& block : episode.blocks) {
+    spare_blocks_.push_back(std::move(block));
+  }
+  episode.blocks.clear();
+}
+
+// Drops the uncut rows a module recorded (its spaces changed: a server that
+// now describes other spaces cannot take them). Its actors keep their latest observation.
+void MultiAgentClient::drop_rows_of(const Module& module) {
+  for (auto& entry : episodes_) {
+    Episode& episode = *entry.second;
+    auto keep_latest = [&](Actor& actor) {
+      if (actor.rows == 0 || actor.module != &module) return;
+      if (!actor.is_group && !actor.has_final) {
+        actor.latest.assign(actor.latest_obs(), actor.latest_obs() + actor.latest_size());
+      }
+      pending_steps_ -= std::min(pending_steps_, actor.rows);
+      actor.rows = 0;
+    };
+    for (auto& actor : episode.actors) keep_latest(*actor.second);
+    for (auto& actor : episode.finished) keep_latest(*actor);
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
+      if (episode.blocks[i]->module == &module) {
+        spare_blocks_.push_back(std::move(episode.blocks[i]));
+        continue;
+      }
+      episode.blocks[kept++] = std::move(episode.blocks[i]);
+    }
+    episode.blocks.resize(kept);
+  }
 }
 
 Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& episode_id) {
@@ -896,9 +961,8 @@ Status MultiAgentClient::log_returns(const std::string& episode_id, const std::s
   Actor& actor = *found->second;
   actor.reward_sum += reward;
   actor.rewarded = true;
-  if (actor.training && actor.action_rows > 0) {
-    const StepLayout layout{actor.module->act_dim, actor.module->dist_dim};
-    double& last = actor.steps[(actor.action_rows - 1) * layout.width() + layout.reward()];
+  if (actor.training && actor.rows > 0) {
+    double& last = actor.last_block->rewards[actor.last_row];
     last = static_cast<float>(static_cast<float>(last) + reward);
   }
   return Status::Ok();
@@ -947,14 +1011,17 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     episode.actor_by_slot.clear();
     fold_return(episode, *actor);
     const Module& module = *actor->module;
-    if (actor->training) {
-      append_actor_obs(final, slot, actor->obs);
-      if (module.value_dim > 0) write_value_obs(episode, module, actor->value_obs);
-      ++actor->obs_rows;
-    }
     actor->truncated = truncated;
     actor->terminated = !truncated;
-    if (actor->training && actor->action_rows > 0) episode.finished.push_back(std::move(actor));
+    if (actor->training && actor->rows > 0) {
+      // Its final observation ends its last chunk.
+      actor->final_obs.clear();
+      append_actor_obs(final, slot, actor->final_obs);
+      actor->final_value_obs.clear();
+      if (module.value_dim > 0) write_value_obs(episode, module, actor->final_value_obs);
+      actor->has_final = true;
+      episode.finished.push_back(std::move(actor));
+    }
   }
   recount_pending();
   return Status::Ok();
@@ -1035,48 +1102,106 @@ std::size_t MultiAgentClient::sendable_steps() const {
     if (!entry.second->training) continue;
     for (const auto& actor : entry.second->actors) {
       const Actor& a = *actor.second;
-      if (a.training && a.action_rows > 0 && a.obs_rows == a.action_rows) ++held;
+      if (a.training && a.rows > 0 && !a.has_final) ++held;
     }
   }
   return pending_steps_ >= held ? pending_steps_ - held : 0;
 }
 
-bool MultiAgentClient::cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest) {
-  const std::size_t actions = actor.action_rows;
-  const std::size_t k = actor.obs_rows == actions + 1 ? actions : (actions == 0 ? 0 : actions - 1);
-  if (k == 0) return false;
-  const Module& module = *actor.module;
-  const bool done = (actor.terminated || actor.truncated) && k == actions;
-  entry.module = module.id;
-  entry.start_step = actor.start_step;
-  EpisodeChunk& chunk = entry.chunk;
-  detail::copy_rows(actor.obs, k + 1, module.obs_dim, chunk.obs);
-  if (module.value_dim > 0) detail::copy_rows(actor.value_obs, k + 1, module.value_dim, entry.value_obs);
-  // The steps' rows, taken apart into the record's arrays.
-  const StepLayout layout{module.act_dim, module.dist_dim};
-  chunk.actions.resize(k * layout.act_dim);
-  chunk.action_dist_inputs.resize(k * layout.dist_dim);
-  chunk.action_logp.resize(k);
-  chunk.rewards.resize(k);
-  for (std::size_t i = 0; i < k; ++i) {
-    const double* step = actor.steps.data() + i * layout.width();
-    for (std::size_t j = 0; j < layout.act_dim; ++j) chunk.actions[i * layout.act_dim + j] = step[j];
-    for (std::size_t j = 0; j < layout.dist_dim; ++j) {
-      chunk.action_dist_inputs[i * layout.dist_dim + j] = static_cast<float>(step[layout.dist() + j]);
-    }
-    chunk.action_logp[i] = step[layout.logp()];
-    chunk.rewards[i] = static_cast<float>(step[layout.reward()]);
-    const Stamp stamp(static_cast<std::int64_t>(step[layout.stamp()]), static_cast<std::int64_t>(step[layout.stamp() + 1]));
-    if (stamp.first >= 0 && (!oldest || stamp < *oldest)) oldest = stamp;
+// Takes the episode's complete steps out of its blocks into `record`: every
+// actor's steps but its latest, held back until its next observation (§10.7),
+// or all of them with its final observation once it left. Each chunk's
+// observations are its steps' and the one after (T+1). Blocks left without
+// uncut rows go back for reuse.
+void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
+                           std::map<std::string, std::optional<Stamp>>& oldest) {
+  cutting_.clear();
+  auto plan = [&](Actor& actor) {
+    if (!actor.training) return;
+    const std::size_t take = actor.has_final ? actor.rows : (actor.rows == 0 ? 0 : actor.rows - 1);
+    if (take == 0) return;
+    actor.cut_take = take;
+    actor.cut_seen = 0;
+    cutting_.push_back(&actor);
+  };
+  for (auto& actor : episode.finished) plan(*actor);
+  for (auto& entry : episode.actors) plan(*entry.second);
+  if (cutting_.empty()) return;
+  const std::size_t first = record.agents.size();
+  record.agents.reserve(first + cutting_.size());  // (entries stay put while rows go in)
+  for (Actor* actor : cutting_) {
+    const Module& module = *actor->module;
+    record.agents.emplace_back(actor->id, AgentEntry());
+    AgentEntry& entry = record.agents.back().second;
+    entry.module = module.id;
+    entry.start_step = actor->start_step;
+    EpisodeChunk& chunk = entry.chunk;
+    const std::size_t take = actor->cut_take;
+    chunk.obs.assign((take + 1) * module.obs_dim, 0.0f);
+    entry.value_obs.assign(module.value_dim > 0 ? (take + 1) * module.value_dim : 0, 0.0f);
+    chunk.actions.resize(take * module.act_dim);
+    chunk.action_dist_inputs.resize(take * module.dist_dim);
+    chunk.action_logp.resize(take);
+    chunk.rewards.resize(take);
+    const bool done = actor->has_final;
+    chunk.is_terminated = done && actor->terminated;
+    chunk.is_truncated = done && actor->truncated;
+    actor->cut_entry = &entry;
   }
-  chunk.is_terminated = done && actor.terminated;
-  chunk.is_truncated = done && actor.truncated;
-  detail::erase_rows(actor.obs, k, module.obs_dim);
-  detail::erase_rows(actor.value_obs, k, module.value_dim);
-  detail::erase_rows(actor.steps, k, layout.width());
-  actor.obs_rows -= k;
-  actor.action_rows -= k;
-  return true;
+  // Rows in time order; a row's sizes are its block's (the same as its
+  // module's: blocks of a module whose spaces changed were dropped).
+  auto copy_row = [](const float* from, std::size_t n, std::vector<float>& to, std::size_t at) {
+    std::copy(from, from + std::min(n, to.size() - std::min(to.size(), at)), to.begin() + static_cast<std::ptrdiff_t>(at));
+  };
+  for (auto& block : episode.blocks) {
+    StepBlock& b = *block;
+    bool cut_any = false;
+    for (std::size_t r = 0; r < b.actors.size(); ++r) {
+      Actor* actor = b.actors[r];
+      if (actor == nullptr || actor->cut_entry == nullptr) continue;
+      AgentEntry& entry = *actor->cut_entry;
+      EpisodeChunk& chunk = entry.chunk;
+      const std::size_t i = actor->cut_seen;
+      if (i > actor->cut_take) continue;
+      copy_row(b.obs_row(r), b.obs_dim, chunk.obs, i * b.obs_dim);
+      if (b.value_dim > 0) copy_row(b.value_obs_row(r), b.value_dim, entry.value_obs, i * b.value_dim);
+      ++actor->cut_seen;
+      if (i == actor->cut_take) continue;  // the held-back step: its observation ends the chunk
+      const double* action = b.actions.data() + r * b.act_dim;
+      std::copy(action, action + b.act_dim, chunk.actions.begin() + static_cast<std::ptrdiff_t>(i * b.act_dim));
+      const float* dist = b.dist.data() + r * b.dist_dim;
+      std::copy(dist, dist + b.dist_dim, chunk.action_dist_inputs.begin() + static_cast<std::ptrdiff_t>(i * b.dist_dim));
+      chunk.action_logp[i] = b.logp[r];
+      chunk.rewards[i] = static_cast<float>(b.rewards[r]);
+      b.actors[r] = nullptr;
+      --b.live;
+      cut_any = true;
+    }
+    if (cut_any && b.stamp.first >= 0) {
+      std::optional<Stamp>& module_oldest = oldest[b.module->id];
+      if (!module_oldest || b.stamp < *module_oldest) module_oldest = b.stamp;
+    }
+  }
+  for (Actor* actor : cutting_) {
+    AgentEntry& entry = *actor->cut_entry;
+    if (actor->has_final) {
+      copy_row(actor->final_obs.data(), actor->final_obs.size(), entry.chunk.obs, actor->cut_take * actor->module->obs_dim);
+      copy_row(actor->final_value_obs.data(), actor->final_value_obs.size(), entry.value_obs,
+               actor->cut_take * actor->module->value_dim);
+    }
+    actor->rows -= actor->cut_take;
+    actor->cut_entry = nullptr;
+  }
+  // Blocks whose rows are all cut are reused.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
+    if (episode.blocks[i]->live == 0) {
+      spare_blocks_.push_back(std::move(episode.blocks[i]));
+      continue;
+    }
+    episode.blocks[kept++] = std::move(episode.blocks[i]);
+  }
+  episode.blocks.resize(kept);
 }
 
 void MultiAgentClient::send_batch() {
@@ -1090,21 +1215,15 @@ void MultiAgentClient::send_batch() {
     }
     MultiAgentRecord record;
     record.episode_id = episode.id;
-    auto cut_actor = [&](Actor& actor) {
-      AgentEntry entry;
-      if (cut(actor, entry, oldest[actor.module->id])) record.agents.emplace_back(actor.id, std::move(entry));
-    };
-    for (auto& actor : episode.finished) cut_actor(*actor);
+    cut(episode, record, oldest);
     episode.finished.clear();
-    for (auto& entry : episode.actors) {
-      if (entry.second->training) cut_actor(*entry.second);
-    }
     if (!record.agents.empty() || episode.done) {
       record.is_terminated = episode.done && !episode.truncated;
       record.is_truncated = episode.done && episode.truncated;
       batch->records.push_back(std::move(record));
     }
     if (episode.done) {
+      release_blocks(episode);
       it = episodes_.erase(it);
     } else {
       ++it;

@@ -1,5 +1,6 @@
 // Nothing allocates per frame: counts the engine thread's heap allocations
-// during TetherClient::get_action in steady state, with the real ONNX Runtime
+// during TetherClient::get_action (and MultiAgentClient::get_action for a
+// frame of many agents) in steady state, with the real ONNX Runtime
 // backend and model, against the in-process fake server. Only the calls that
 // hand a batch to the I/O thread (every env_steps_per_sample steps) or take in
 // its answer may allocate. Global operator new/delete are replaced in this
@@ -18,6 +19,7 @@
 
 #include "fake_server.h"
 #include "tether/client.h"
+#include "tether/multi_agent_client.h"
 #include "tether/onnxruntime_backend.h"
 
 namespace {
@@ -188,6 +190,91 @@ TEST(Allocations, OntoAnEpisodeThatOutlivesBatchesNothingGrows) {
   ASSERT_TRUE(client->flush().ok());
   std::printf("long episode: %ld calls, %ld allocated\n", counts.calls, counts.calls_that_allocated);
   EXPECT_LE(counts.calls_that_allocated, 2 * (10000 / 500) + 2);
+}
+
+// A multi-agent server: one module that every agent maps to, the real model.
+fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
+  fake::ServerScript script = real_model_script(steps_per_sample);
+  const json names = script.config_overrides;
+  const std::string model = script.model_file(0);
+  script.config_overrides = json::object();
+  json module = {{"observation_space", {{"type", "Box"}, {"shape", {4}}, {"low", -10.0}, {"high", 10.0}}},
+                 {"action_space", {{"type", "Discrete"}, {"n", 2}}},
+                 {"onnx_input_names", names["onnx_input_names"]},
+                 {"onnx_output_names", names["onnx_output_names"]},
+                 {"trainable", true}};
+  script.full_config = json{{"type", "SET_CONFIG"},
+                            {"env_steps_per_sample", steps_per_sample},
+                            {"force_on_policy", false},
+                            {"protocol_version", "1.3"},
+                            {"heartbeat_interval_s", 0},
+                            {"modules", {{"m", module}}},
+                            {"policy_mapping", json::array({{{"pattern", "*"}, {"module", "m"}}})}};
+  auto state = [model](fake::Conn& conn) {
+    conn.send({{"type", "SET_STATE"}, {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", model}}}}}});
+  };
+  script.on_get_state = [state](fake::Conn& conn, const tether::Message&, int) {
+    state(conn);
+    return true;
+  };
+  script.on_batch = [state](fake::Conn& conn, const tether::Message& message, int) {
+    if (message.type == tether::MessageType::kEpisodesAndGetState) state(conn);
+    return true;
+  };
+  return script;
+}
+
+TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
+  constexpr int kAgents = 64;
+  constexpr int kStepsPerSample = 32 * kAgents;  // a cut every 32 frames
+  fake::FakeServer server(multi_agent_script(kStepsPerSample));
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 5;
+  options.reconnect_timeout_s = 5.0;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  options.backend_factory = [] { return std::make_unique<PausingBackend>(); };
+  auto connected = tether::MultiAgentClient::connect(std::move(options));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::vector<std::string> ids;
+  for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
+  tether::AgentFrame frame;
+  auto play = [&](int frames, bool count) {
+    Counts counts;
+    std::string episode = client.start_episode().value();
+    for (int t = 0; t < frames; ++t) {
+      frame.clear();
+      for (int a = 0; a < kAgents; ++a) {
+        float* obs = frame.add_uninitialized(ids[static_cast<std::size_t>(a)], 4);
+        for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>((t + a + k) % 7) * 0.1f;
+      }
+      allocations = 0;
+      counting = count;
+      tether::Status status = client.get_action(episode, frame);
+      counting = false;
+      EXPECT_TRUE(status.ok()) << status.to_string();
+      for (int a = 0; a < kAgents; ++a) client.log_returns(episode, ids[static_cast<std::size_t>(a)], 1.0);
+      ++counts.calls;
+      counts.allocations += allocations;
+      if (allocations > 0) ++counts.calls_that_allocated;
+      counts.largest = std::max(counts.largest, allocations);
+    }
+    EXPECT_TRUE(client.end_episode(episode).ok());
+    return counts;
+  };
+  play(200, false);  // warm-up: ONNX Runtime's first runs, arrays and spare blocks grown
+  ASSERT_TRUE(client.flush().ok());
+  const std::int64_t sent_before = client.agent_steps_sent();
+  Counts counts = play(640, true);
+  ASSERT_TRUE(client.flush().ok());
+  const long batches = static_cast<long>((client.agent_steps_sent() - sent_before) / kStepsPerSample);
+  std::printf("multi-agent get_action (%d agents): %ld calls, %ld allocated (%ld allocations, at most %ld in one "
+              "call); %ld batches\n", kAgents, counts.calls, counts.calls_that_allocated, counts.allocations,
+              counts.largest, batches);
+  EXPECT_EQ(client.agent_steps_sent() - sent_before, 640 * kAgents);  // every step delivered
+  EXPECT_GE(batches, 19);
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
 }
 
 #endif  // _WIN32

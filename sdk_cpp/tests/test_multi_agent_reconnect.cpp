@@ -6,11 +6,14 @@
 
 #ifndef _WIN32
 
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 
 #include "fake_backend.h"
 #include "fake_server.h"
+#include "tether/episode.h"
 #include "tether/multi_agent_client.h"
 
 namespace {
@@ -123,6 +126,66 @@ TEST(MultiAgentReconnect, AModuleWhoseSpacesChangedWaitsForANewModel) {
   tether::AgentFrame frame;
   frame.add("b_0", obs, 3);
   EXPECT_EQ(client->get_action(episode, frame).code(), tether::ErrorCode::kNotReady);
+}
+
+// Steps recorded with a module's old spaces are not sent to a server that
+// now describes other ones: every record after the reconnect fits the new
+// spaces, and the agents of the unchanged module lose nothing.
+TEST(MultiAgentReconnect, StepsOfAModuleWhoseSpacesChangedAreDropped) {
+  FakeServer server(reconnecting_server(config(3)));
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("changed").value();
+  tether::AgentFrame frame;
+  int a_steps = 0;
+  bool refused = false;
+  for (int t = 0; t < 40; ++t) {
+    const float a_obs[2] = {static_cast<float>(t), 0.0f};
+    const float b_obs[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a_obs, 2);
+    if (!refused) frame.add("b_0", b_obs, 2);
+    tether::Status status = client->get_action(episode, frame);
+    if (!status.ok()) {
+      // b_0's observations no longer fit module n (nothing of the frame is recorded).
+      ASSERT_FALSE(refused) << status.to_string();
+      EXPECT_EQ(status.code(), tether::ErrorCode::kInvalidArgument) << status.to_string();
+      EXPECT_GE(client->reconnects(), 1);
+      refused = true;
+      continue;
+    }
+    ++a_steps;
+  }
+  ASSERT_TRUE(refused);
+  const float final_obs[2] = {-1.0f, 0.0f};
+  frame.clear();
+  const float b_final[3] = {-1.0f, 1.0f, 1.0f};  // (its latest observation has the old size)
+  frame.add("a_0", final_obs, 2);
+  frame.add("b_0", b_final, 3);
+  tether::Result<std::map<std::string, double>> ended = client->end_episode(episode, &frame);
+  ASSERT_TRUE(ended.ok()) << ended.status().to_string();
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_TRUE(client->take_error().ok()) << client->last_error().to_string();
+  std::map<std::string, tether::ModuleSpec> specs;
+  const json second = config(3);
+  for (const char* id : {"m", "n"}) specs.emplace(id, tether::ModuleSpec::from_json(id, second["modules"][id]).value());
+  // Batch 1 went with the first connection (and again, the same, after it);
+  // what was cut later must fit the second connection's spaces.
+  std::vector<json> batches = server.batches();
+  ASSERT_GE(batches.size(), 3u);
+  std::size_t a_sent = 0;
+  std::set<std::int64_t> seqs;
+  for (const json& batch : batches) {
+    if (!seqs.insert(batch["batch_seq"].get<std::int64_t>()).second) continue;  // a resend
+    for (std::size_t i = 0; i < batch["episodes"].size(); ++i) {
+      const json& record = batch["episodes"][i];
+      if (record["agents"].contains("a_0")) a_sent += record["agents"]["a_0"]["actions"].size();
+      if (batch["batch_seq"] == 1) continue;
+      tether::Result<std::size_t> steps = tether::validate_multi_agent_record(record, i, specs, true);
+      EXPECT_TRUE(steps.ok()) << steps.status().to_string() << "\n" << record.dump();
+    }
+  }
+  EXPECT_EQ(a_sent, static_cast<std::size_t>(a_steps));
 }
 
 #endif  // _WIN32

@@ -574,6 +574,93 @@ TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
   }
 }
 
+// Steps are recorded frame by frame for all agents at once and cut per agent:
+// with cuts every few steps, agents acting at their own rates, one retiring
+// and one joining, each agent's records must still hold exactly its own
+// observations, rewards and critic rows, in order, each chunk continuing the last.
+TEST(MultiAgentClient, CutsTakeEachAgentsOwnStepsOutOfSharedFrames) {
+  Connected c(multi_config(7));
+  ASSERT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  std::string episode = client.start_episode("shared").value();
+  std::map<std::string, std::vector<json>> obs;      // per agent, its observation rows in time order
+  std::map<std::string, std::vector<double>> rewards;  // per agent, per step
+  std::map<std::string, std::vector<json>> critic;   // adversary_0's value_obs rows
+  tether::AgentFrame frame;
+  const int kFrames = 40;
+  for (int t = 0; t < kFrames; ++t) {
+    const float x = static_cast<float>(t);
+    frame.clear();
+    std::vector<std::string> acting = {"adversary_0", "adversary_1", "good_0"};
+    if (t % 2 == 0) acting.push_back("sub_0");
+    if (t < 20 && t % 3 == 0) acting.push_back("sub_1");
+    if (t >= 21) acting.push_back("sub_2");
+    if (t % 5 == 4) std::reverse(acting.begin(), acting.end());
+    for (const std::string& id : acting) {
+      const float tag = static_cast<float>(id.back() - '0') + (id[0] == 'g' ? 10.0f : id[0] == 's' ? 20.0f : 0.0f);
+      if (id[0] == 'a') {
+        add(frame, id, {x, tag, -x});
+        obs[id].push_back({x, tag, -x});
+      } else {
+        add(frame, id, {x, tag});
+        obs[id].push_back({x, tag});
+      }
+    }
+    critic["adversary_0"].push_back({x, 0.0, -x, x, 1.0, -x});
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << t << ": " << client.last_error().to_string();
+    for (const std::string& id : acting) {
+      const double reward = static_cast<double>(t) + 0.25 * static_cast<double>(id.size() + id.back());
+      ASSERT_TRUE(client.log_returns(episode, id, reward).ok());
+      rewards[id].push_back(reward);
+    }
+    if (t == 20) {
+      const float final_obs[2] = {99.0f, 21.0f};
+      ASSERT_TRUE(client.retire_agent(episode, "sub_1", final_obs, 2).ok());
+      obs["sub_1"].push_back({99.0, 21.0});
+    }
+  }
+  frame.clear();
+  for (const char* id : {"adversary_0", "adversary_1"}) {
+    add(frame, id, {-1, -1, -1});
+    obs[id].push_back({-1.0, -1.0, -1.0});
+  }
+  critic["adversary_0"].push_back({-1.0, -1.0, -1.0, -1.0, -1.0, -1.0});
+  ASSERT_TRUE(client.end_episode(episode, &frame).ok());
+  // Agents not in the final frame end with their latest observation.
+  for (const char* id : {"good_0", "sub_0", "sub_2"}) obs[id].push_back(obs[id].back());
+  ASSERT_TRUE(client.flush().ok());
+  ASSERT_TRUE(client.take_error().ok());
+
+  std::vector<json> records = valid_records(c.server.batches(), c.config);
+  for (const auto& [id, expected_obs] : obs) {
+    std::vector<json> entries = entries_of(records, "shared", id);
+    ASSERT_FALSE(entries.empty()) << id;
+    EXPECT_GT(entries.size(), id == "sub_1" ? 1u : 2u) << id << ": cut in several chunks";
+    std::vector<json> got_obs;
+    std::vector<double> got_rewards;
+    std::vector<json> got_critic;
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const json& e = entries[k];
+      ASSERT_EQ(e["obs"].size(), e["actions"].size() + 1) << id;
+      if (k > 0) EXPECT_EQ(e["obs"][0], got_obs.back()) << id << ": chunk " << k << " continues the last";
+      for (std::size_t i = k > 0 ? 1 : 0; i < e["obs"].size(); ++i) got_obs.push_back(e["obs"][i]);
+      for (const json& r : e["rewards"]) got_rewards.push_back(r.get<double>());
+      if (id == "adversary_0") {
+        ASSERT_EQ(e["value_obs"].size(), e["obs"].size());
+        for (std::size_t i = k > 0 ? 1 : 0; i < e["value_obs"].size(); ++i) got_critic.push_back(e["value_obs"][i]);
+      }
+      EXPECT_EQ(e["start_step"], id == "sub_2" ? 21 : 0) << id;
+    }
+    EXPECT_EQ(json(got_obs), json(expected_obs)) << id;
+    ASSERT_EQ(got_rewards.size(), rewards[id].size()) << id;
+    for (std::size_t i = 0; i < got_rewards.size(); ++i) {
+      EXPECT_EQ(got_rewards[i], static_cast<double>(static_cast<float>(rewards[id][i]))) << id << " step " << i;
+    }
+    if (id == "adversary_0") EXPECT_EQ(json(got_critic), json(critic["adversary_0"]));
+    EXPECT_TRUE(entries.back()["is_terminated"].get<bool>()) << id;
+  }
+}
+
 // end_episode's returns: per actor, every reward logged in the episode,
 // before it first acted, while it acted and after it left; a group's members'
 // rewards added up (sum) or averaged (mean) into the group's.

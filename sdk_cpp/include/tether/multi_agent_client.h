@@ -275,6 +275,7 @@ class MultiAgentClient {
   struct Actor;
   struct Episode;
   struct Slot;  // one actor acting in the frame being computed
+  struct StepBlock;  // one module's recorded rows of one frame
 
   void sync();
   void report(Status status);
@@ -291,7 +292,10 @@ class MultiAgentClient {
   Status run_modules();
   void lay_out_actions(AgentFrame& frame) const;
   void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
-  bool cut(Actor& actor, AgentEntry& entry, std::optional<Stamp>& oldest);
+  void cut(Episode& episode, MultiAgentRecord& record, std::map<std::string, std::optional<Stamp>>& oldest);
+  void record_frame(Episode& episode);
+  void release_blocks(Episode& episode);
+  void drop_rows_of(const Module& module);
   void write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const;
   void append_actor_obs(const AgentFrame& frame, const Slot& slot, std::vector<float>& out) const;
   void note_latest(Episode& episode, const Slot& slot, const AgentFrame& frame);
@@ -333,6 +337,8 @@ class MultiAgentClient {
   std::vector<std::string> new_actor_ids_;
   std::vector<std::string> unmapped_ids_;   // new actors MAP_AGENTS is asked about
   std::vector<std::size_t> unmapped_slots_;  // their slots
+  std::vector<Actor*> cutting_;              // a cut's actors
+  std::vector<std::unique_ptr<StepBlock>> spare_blocks_;  // blocks to reuse (at most as many as were ever in use)
   // MAP_AGENTS answers (episode id -> actor id -> module), and the episode
   // ids in the order they were first mapped (the cap forgets the oldest).
   std::unordered_map<std::string, std::unordered_map<std::string, Module*>> mapped_;
