@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -15,6 +16,18 @@ namespace tether {
 namespace {
 
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+// Whether no value is a NaN or an infinity: every value is looked at (no
+// early exit), so the loop vectorizes; the caller then finds which one.
+bool all_finite(const float* values, std::size_t n) noexcept {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, values + i, sizeof bits);
+    bad |= static_cast<std::uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
 
 }  // namespace
 
@@ -165,6 +178,10 @@ struct MultiAgentClient::Episode {
   // in the same order, and a slot whose id matches skips the map lookup.
   // Cleared whenever an actor leaves `actors`, so it never dangles.
   std::vector<Actor*> actor_by_slot;
+  // Without groups, the last frame's agent ids (slot i is frame entry i): a
+  // frame with the same ids in the same order has no new agent and no
+  // duplicate, and takes its actors from actor_by_slot without a lookup.
+  std::vector<std::string> slot_ids;
   std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
   std::vector<std::unique_ptr<StepBlock>> blocks;  // recorded frames with uncut rows, oldest first
   // Latest observations of group members and of agents a centralized critic sees.
@@ -553,15 +570,31 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
   std::fill(group_slot_.begin(), group_slot_.end(), kNone);
   std::fill(member_index_.begin(), member_index_.end(), kNone);
   const std::size_t n = frame.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::string& id = frame.agent_id(i);
+  for (std::size_t i = 0; i < n && !all_finite(frame.obs_.data(), frame.obs_.size()); ++i) {
     const float* obs = frame.obs(i);
     for (std::size_t j = 0, size = frame.obs_size(i); j < size; ++j) {
       if (!std::isfinite(obs[j])) {
         return Status(ErrorCode::kNonFiniteValue,
-                      "agent '" + id + "': observation[" + std::to_string(j) + "] is not finite");
+                      "agent '" + frame.agent_id(i) + "': observation[" + std::to_string(j) + "] is not finite");
       }
     }
+  }
+  same_agents_ = episode != nullptr && !ending && same_agents_as_last_frame(*episode, frame);
+  if (same_agents_) {
+    slots_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      Slot& slot = slots_[i];
+      slot.actor_id = &frame.agent_id(i);
+      slot.actor = episode->actor_by_slot[i];
+      slot.module = slot.actor->module;
+      slot.frame_index = i;
+      slot.group = kNone;
+      if (frame.obs_size(i) != slot.module->obs_dim) return obs_size_error(slot, frame.obs_size(i));
+    }
+    return Status::Ok();
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string& id = frame.agent_id(i);
     if (!ending && episode != nullptr && !episode->ended.empty() && episode->ended.count(id) != 0) {
       return Status(ErrorCode::kInvalidArgument, "agent '" + id + "' already left episode '" + episode->id +
                                                      "' (an ended agent, or a member of an ended group, cannot act again)");
@@ -647,13 +680,38 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
                                                        std::to_string(group.members.size()) + " members");
       }
     }
-    if (obs_size != module.obs_dim) {
-      return Status(ErrorCode::kInvalidArgument, "'" + *slot.actor_id + "': observation has " +
-                                                     std::to_string(obs_size) + " values, module '" + module.id +
-                                                     "' needs " + std::to_string(module.obs_dim));
-    }
+    if (obs_size != module.obs_dim) return obs_size_error(slot, obs_size);
   }
   return Status::Ok();
+}
+
+// Keeps the frame's actors by slot (and, without groups, its agent ids) for the next frame.
+void MultiAgentClient::remember_slots(Episode& episode, const AgentFrame& frame) {
+  episode.actor_by_slot.resize(slots_.size());
+  for (std::size_t s = 0; s < slots_.size(); ++s) episode.actor_by_slot[s] = slots_[s].actor;
+  if (!group_of_.empty()) {
+    episode.slot_ids.clear();
+    return;
+  }
+  episode.slot_ids.resize(frame.size());
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    if (episode.slot_ids[i] != frame.agent_id(i)) episode.slot_ids[i] = frame.agent_id(i);
+  }
+}
+
+bool MultiAgentClient::same_agents_as_last_frame(const Episode& episode, const AgentFrame& frame) const {
+  const std::size_t n = frame.size();
+  if (!group_of_.empty() || episode.slot_ids.size() != n || episode.actor_by_slot.size() != n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (frame.agent_id(i) != episode.slot_ids[i]) return false;
+  }
+  return true;
+}
+
+Status MultiAgentClient::obs_size_error(const Slot& slot, std::size_t obs_size) const {
+  return Status(ErrorCode::kInvalidArgument, "'" + *slot.actor_id + "': observation has " + std::to_string(obs_size) +
+                                                 " values, module '" + slot.module->id + "' needs " +
+                                                 std::to_string(slot.module->obs_dim));
 }
 
 // Assigns each slot its module row and writes the actors' observations (a
@@ -794,8 +852,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     slot.actor = actor.get();
     episode->actors.emplace(actor->id, std::move(actor));
   }
-  episode->actor_by_slot.resize(slots_.size());
-  for (std::size_t s = 0; s < slots_.size(); ++s) episode->actor_by_slot[s] = slots_[s].actor;
+  if (!same_agents_) remember_slots(*episode, frame);
   fill_batches(frame);
   // Latest observations first (a critic's value_obs rows need every agent's),
   // then the critic rows in the modules' row order.

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -577,9 +578,15 @@ TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
 // Steps are recorded frame by frame for all agents at once and cut per agent:
 // with cuts every few steps, agents acting at their own rates, one retiring
 // and one joining, each agent's records must still hold exactly its own
-// observations, rewards and critic rows, in order, each chunk continuing the last.
-TEST(MultiAgentClient, CutsTakeEachAgentsOwnStepsOutOfSharedFrames) {
-  Connected c(multi_config(7));
+// observations, rewards and critic rows, in order, each chunk continuing the
+// last. Without groups, a frame with the last frame's agents in the same
+// order takes the actors it found then (as many frames here do).
+namespace {
+
+void check_cuts_take_each_agents_own_steps(bool groups) {
+  json config = multi_config(7);
+  if (!groups) config.erase("groups");
+  Connected c(config);
   ASSERT_TRUE(c.client) << c.status.to_string();
   tether::MultiAgentClient& client = *c.client;
   std::string episode = client.start_episode("shared").value();
@@ -592,7 +599,7 @@ TEST(MultiAgentClient, CutsTakeEachAgentsOwnStepsOutOfSharedFrames) {
     const float x = static_cast<float>(t);
     frame.clear();
     std::vector<std::string> acting = {"adversary_0", "adversary_1", "good_0"};
-    if (t % 2 == 0) acting.push_back("sub_0");
+    if ((t / 4) % 2 == 0) acting.push_back("sub_0");
     if (t < 20 && t % 3 == 0) acting.push_back("sub_1");
     if (t >= 21) acting.push_back("sub_2");
     if (t % 5 == 4) std::reverse(acting.begin(), acting.end());
@@ -659,6 +666,60 @@ TEST(MultiAgentClient, CutsTakeEachAgentsOwnStepsOutOfSharedFrames) {
     if (id == "adversary_0") EXPECT_EQ(json(got_critic), json(critic["adversary_0"]));
     EXPECT_TRUE(entries.back()["is_terminated"].get<bool>()) << id;
   }
+}
+
+}  // namespace
+
+TEST(MultiAgentClient, CutsTakeEachAgentsOwnStepsOutOfSharedFrames) {
+  {
+    SCOPED_TRACE("with groups");
+    check_cuts_take_each_agents_own_steps(/*groups=*/true);
+  }
+  SCOPED_TRACE("without groups");
+  check_cuts_take_each_agents_own_steps(/*groups=*/false);
+}
+
+// A frame with the same agents in the same order as the last one skips the
+// id lookups, not the checks: a non-finite or wrong-sized observation, or an
+// agent that left, is still refused, and refused frames record nothing.
+TEST(MultiAgentClient, TheLastFramesAgentsAreStillChecked) {
+  json config = multi_config(1000);
+  config.erase("groups");  // (with groups every frame is looked up)
+  Connected c(config);
+  ASSERT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  std::string episode = client.start_episode("same").value();
+  tether::AgentFrame frame;
+  auto play = [&](float x, float sub_last, std::size_t sub_size) {
+    frame.clear();
+    add(frame, "good_0", {x, 0});
+    std::vector<float> sub = {x, sub_last, 1};
+    sub.resize(sub_size);
+    add(frame, "sub_0", sub);
+    return client.get_action(episode, frame);
+  };
+  for (int t = 0; t < 3; ++t) ASSERT_TRUE(play(static_cast<float>(t), 1, 2).ok());
+  EXPECT_EQ(play(3, std::numeric_limits<float>::quiet_NaN(), 2).code(), tether::ErrorCode::kNonFiniteValue);
+  EXPECT_EQ(play(3, std::numeric_limits<float>::infinity(), 2).code(), tether::ErrorCode::kNonFiniteValue);
+  tether::Status wrong_size = play(3, 1, 3);
+  EXPECT_EQ(wrong_size.code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_NE(wrong_size.message().find("'sub_0': observation has 3 values, module 'runner' needs 2"), std::string::npos)
+      << wrong_size.message();
+  ASSERT_TRUE(play(3, 1, 2).ok());
+  const float final_obs[2] = {4, 1};
+  ASSERT_TRUE(client.retire_agent(episode, "sub_0", final_obs, 2).ok());
+  EXPECT_EQ(play(4, 1, 2).code(), tether::ErrorCode::kInvalidArgument);  // sub_0 left
+  frame.clear();
+  add(frame, "good_0", {4, 0});
+  ASSERT_TRUE(client.get_action(episode, frame).ok());
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> records = valid_records(c.server.batches(), c.config);
+  std::vector<json> sub = entries_of(records, "same", "sub_0");
+  ASSERT_EQ(sub.size(), 1u);
+  EXPECT_EQ(sub[0]["obs"], json({{0.0, 1.0}, {1.0, 1.0}, {2.0, 1.0}, {3.0, 1.0}, {4.0, 1.0}}));
+  std::vector<json> good = entries_of(records, "same", "good_0");
+  EXPECT_EQ(steps_of(good), 5u);
 }
 
 // end_episode's returns: per actor, every reward logged in the episode,

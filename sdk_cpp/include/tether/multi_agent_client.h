@@ -288,6 +288,9 @@ class MultiAgentClient {
   void remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module);
   void forget_mapping(const std::string& episode_id);
   Status gather(Episode* episode, const AgentFrame& frame, const std::string& mapping_episode_id, bool ending);
+  bool same_agents_as_last_frame(const Episode& episode, const AgentFrame& frame) const;
+  void remember_slots(Episode& episode, const AgentFrame& frame);
+  Status obs_size_error(const Slot& slot, std::size_t obs_size) const;
   void fill_batches(const AgentFrame& frame);
   Status run_modules();
   void lay_out_actions(AgentFrame& frame) const;
@@ -330,6 +333,7 @@ class MultiAgentClient {
   Status fatal_;
   // Per-frame scratch, reused (no allocation in steady state).
   std::vector<Slot> slots_;
+  bool same_agents_ = false;  // gather found the last frame's agents in the same order
   std::vector<Module*> frame_modules_;
   std::vector<std::size_t> member_index_;  // per group member: its index in the frame (or none)
   std::vector<std::size_t> group_slot_;    // per group: its slot in the frame (or none)
