@@ -182,6 +182,11 @@ struct MultiAgentClient::Episode {
   // frame with the same ids in the same order has no new agent and no
   // duplicate, and takes its actors from actor_by_slot without a lookup.
   std::vector<std::string> slot_ids;
+  std::vector<Module*> module_by_slot;  // (so that such a frame reads no actor before inference)
+  // Every actor of the last frame was recorded, trains, and no critic
+  // watches it: in a frame with the same agents, none has a latest
+  // observation to keep (its last row is that).
+  bool steady = false;
   std::vector<std::unique_ptr<Actor>> finished;  // left, steps not cut yet
   std::vector<std::unique_ptr<StepBlock>> blocks;  // recorded frames with uncut rows, oldest first
   // Latest observations of group members and of agents a centralized critic sees.
@@ -586,7 +591,11 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
       Slot& slot = slots_[i];
       slot.actor_id = &frame.agent_id(i);
       slot.actor = episode->actor_by_slot[i];
-      slot.module = slot.actor->module;
+      slot.module = episode->module_by_slot[i];
+#if defined(__GNUC__) || defined(__clang__)
+      // Its step is noted in the actor after inference: fetched now, while the model runs.
+      __builtin_prefetch(slot.actor, 1, 3);
+#endif
       slot.frame_index = i;
       slot.group = kNone;
       if (frame.obs_size(i) != slot.module->obs_dim) return obs_size_error(slot, frame.obs_size(i));
@@ -687,8 +696,13 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
 
 // Keeps the frame's actors by slot (and, without groups, its agent ids) for the next frame.
 void MultiAgentClient::remember_slots(Episode& episode, const AgentFrame& frame) {
+  episode.steady = false;
   episode.actor_by_slot.resize(slots_.size());
-  for (std::size_t s = 0; s < slots_.size(); ++s) episode.actor_by_slot[s] = slots_[s].actor;
+  episode.module_by_slot.resize(slots_.size());
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    episode.actor_by_slot[s] = slots_[s].actor;
+    episode.module_by_slot[s] = slots_[s].module;
+  }
   if (!group_of_.empty()) {
     episode.slot_ids.clear();
     return;
@@ -856,7 +870,9 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   fill_batches(frame);
   // Latest observations first (a critic's value_obs rows need every agent's),
   // then the critic rows in the modules' row order.
-  for (const Slot& slot : slots_) note_latest(*episode, slot, frame);
+  if (!(same_agents_ && episode->steady)) {
+    for (const Slot& slot : slots_) note_latest(*episode, slot, frame);
+  }
   for (Module* module : frame_modules_) {
     if (module->value_dim == 0) continue;
     module->batch_value_obs.clear();
@@ -915,8 +931,10 @@ void MultiAgentClient::record_frame(Episode& episode) {
     module->block = &b;
     episode.blocks.push_back(std::move(block));
   }
+  bool steady = true;
   for (const Slot& slot : slots_) {
     Actor& actor = *slot.actor;
+    steady = steady && actor.training && !actor.shared_latest;
     if (!actor.training) continue;
     StepBlock& b = *slot.module->block;
     b.actors[slot.row] = &actor;
@@ -927,6 +945,7 @@ void MultiAgentClient::record_frame(Episode& episode) {
     ++pending_steps_;
   }
   for (Module* module : frame_modules_) module->block = nullptr;
+  episode.steady = steady;
   // (A block nobody trains on goes back at once.)
   while (!episode.blocks.empty() && episode.blocks.back()->live == 0) {
     spare_blocks_.push_back(std::move(episode.blocks.back()));
@@ -957,6 +976,7 @@ void MultiAgentClient::drop_rows_of(const Module& module) {
     };
     for (auto& actor : episode.actors) keep_latest(*actor.second);
     for (auto& actor : episode.finished) keep_latest(*actor);
+    episode.steady = false;
     std::size_t kept = 0;
     for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
       if (episode.blocks[i]->module == &module) {
