@@ -353,12 +353,17 @@ void MultiAgentClient::sync() {
           std::unique_ptr<Module>& module = modules_[entry.first];
           if (!module) {
             module = std::make_unique<Module>();
-          } else if (!(module->spec.observation_space == entry.second.observation_space) ||
-                     !(module->spec.action_space == entry.second.action_space)) {
-            drop_rows_of(*module);
-            link_->retire(std::move(module->policy));
-            module->policy = nullptr;
-            module->seq.reset();
+          } else {
+            const bool spaces_changed = !(module->spec.observation_space == entry.second.observation_space) ||
+                                        !(module->spec.action_space == entry.second.action_space);
+            // Unsent steps no longer fit (other sizes, or critic rows laid
+            // out for other agents): they go (§6.5).
+            if (spaces_changed || module->spec.value_obs_agents != entry.second.value_obs_agents) drop_rows_of(*module);
+            if (spaces_changed) {
+              link_->retire(std::move(module->policy));
+              module->policy = nullptr;
+              module->seq.reset();
+            }
           }
           module->id = entry.first;
           module->set_spec(entry.second);
@@ -366,6 +371,7 @@ void MultiAgentClient::sync() {
         }
         for (auto& entry : modules_) {
           if (config_->modules.count(entry.first) != 0) continue;
+          drop_rows_of(*entry.second);  // the server would refuse them (UNKNOWN_MODULE), with their batch
           link_->retire(std::move(entry.second->policy));
           entry.second->policy = nullptr;
           entry.second->seq.reset();
@@ -439,6 +445,7 @@ void MultiAgentClient::forget_episodes(const std::set<std::string>& ids) {
     episode.finished.clear();
     release_blocks(episode);
     episode.actor_by_slot.clear();
+    episode.steady = false;
     if (episode.done) episodes_.erase(it);
   }
   recount_pending();
@@ -575,7 +582,8 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
   std::fill(group_slot_.begin(), group_slot_.end(), kNone);
   std::fill(member_index_.begin(), member_index_.end(), kNone);
   const std::size_t n = frame.size();
-  for (std::size_t i = 0; i < n && !all_finite(frame.obs_.data(), frame.obs_.size()); ++i) {
+  const bool finite = all_finite(frame.obs_.data(), frame.obs_.size());
+  for (std::size_t i = 0; i < n && !finite; ++i) {
     const float* obs = frame.obs(i);
     for (std::size_t j = 0, size = frame.obs_size(i); j < size; ++j) {
       if (!std::isfinite(obs[j])) {
@@ -715,7 +723,10 @@ void MultiAgentClient::remember_slots(Episode& episode, const AgentFrame& frame)
 
 bool MultiAgentClient::same_agents_as_last_frame(const Episode& episode, const AgentFrame& frame) const {
   const std::size_t n = frame.size();
-  if (!group_of_.empty() || episode.slot_ids.size() != n || episode.actor_by_slot.size() != n) return false;
+  if (!group_of_.empty() || episode.slot_ids.size() != n || episode.actor_by_slot.size() != n ||
+      episode.module_by_slot.size() != n) {
+    return false;
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (frame.agent_id(i) != episode.slot_ids[i]) return false;
   }
@@ -953,6 +964,38 @@ void MultiAgentClient::record_frame(Episode& episode) {
   }
 }
 
+// The block of `episode` that takes the moved steps of blocks like `like`
+// (same module and model version); a fresh one at the end if none is yet.
+MultiAgentClient::StepBlock& MultiAgentClient::carry_block(Episode& episode, const StepBlock& like) {
+  for (auto& block : episode.blocks) {
+    if (block->module == like.module && block->stamp == like.stamp) return *block;
+  }
+  std::unique_ptr<StepBlock> block;
+  if (spare_blocks_.empty()) {
+    block = std::make_unique<StepBlock>();
+  } else {
+    block = std::move(spare_blocks_.back());
+    spare_blocks_.pop_back();
+  }
+  StepBlock& b = *block;
+  b.module = like.module;
+  b.obs_dim = like.obs_dim;
+  b.value_dim = like.value_dim;
+  b.dist_dim = like.dist_dim;
+  b.act_dim = like.act_dim;
+  b.stamp = like.stamp;
+  b.live = 0;
+  b.actors.clear();
+  b.obs.clear();
+  b.value_obs.clear();
+  b.dist.clear();
+  b.actions.clear();
+  b.logp.clear();
+  b.rewards.clear();
+  episode.blocks.push_back(std::move(block));
+  return b;
+}
+
 // Gives an episode's blocks back for reuse (their rows are not sent).
 void MultiAgentClient::release_blocks(Episode& episode) {
   for (auto& block : episode.blocks) {
@@ -1086,6 +1129,7 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     std::unique_ptr<Actor> actor = std::move(it->second);
     episode.actors.erase(it);
     episode.actor_by_slot.clear();
+    episode.steady = false;
     fold_return(episode, *actor);
     const Module& module = *actor->module;
     actor->truncated = truncated;
@@ -1150,6 +1194,9 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
       for (std::size_t j = 0; j < all.size() && !named; ++j) named = all.agent_id(j) == member;
       if (named) continue;
       if (!actor.is_group) {
+        // (An agent whose module's spaces changed on a reconnect has only an
+        // observation of the old size and nothing left to send: it ends without one.)
+        if (actor.rows == 0 && actor.latest_size() != actor.module->obs_dim) continue;
         all.add(member, actor.latest_obs(), actor.latest_size());
         continue;
       }
@@ -1269,7 +1316,48 @@ void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
     actor->rows -= actor->cut_take;
     actor->cut_entry = nullptr;
   }
-  // Blocks whose rows are all cut are reused.
+  compact_blocks(episode);
+}
+
+// After a cut every actor has at most one uncut step left (its held-back
+// one). Blocks without any go back for reuse; when the blocks left are
+// mostly cut (agents that stopped acting without leaving hold their steps in
+// old frames' blocks), those steps move into as few blocks as they need, so
+// that an idle agent keeps one row, not its whole frame's block.
+void MultiAgentClient::compact_blocks(Episode& episode) {
+  std::size_t live = 0, rows = 0;
+  for (const auto& block : episode.blocks) {
+    live += block->live;
+    if (block->live > 0) rows += block->actors.size();
+  }
+  if (live > 0 && rows > 2 * live) {
+    std::vector<std::unique_ptr<StepBlock>> old;
+    old.swap(episode.blocks);
+    for (auto& block : old) {
+      const StepBlock& from = *block;
+      for (std::size_t r = 0; r < from.actors.size(); ++r) {
+        Actor* actor = from.actors[r];
+        if (actor == nullptr) continue;
+        StepBlock& to = carry_block(episode, from);
+        const std::size_t row = to.actors.size();
+        to.actors.push_back(actor);
+        to.obs.insert(to.obs.end(), from.obs_row(r), from.obs_row(r) + from.obs_dim);
+        to.value_obs.insert(to.value_obs.end(), from.value_obs_row(r), from.value_obs_row(r) + from.value_dim);
+        const float* dist = from.dist.data() + r * from.dist_dim;
+        to.dist.insert(to.dist.end(), dist, dist + from.dist_dim);
+        const double* action = from.actions.data() + r * from.act_dim;
+        to.actions.insert(to.actions.end(), action, action + from.act_dim);
+        to.logp.push_back(from.logp[r]);
+        to.rewards.push_back(from.rewards[r]);
+        ++to.live;
+        actor->last_block = &to;
+        actor->last_row = static_cast<std::uint32_t>(row);
+      }
+      block->live = 0;
+      spare_blocks_.push_back(std::move(block));
+    }
+    return;
+  }
   std::size_t kept = 0;
   for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
     if (episode.blocks[i]->live == 0) {
@@ -1283,6 +1371,7 @@ void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
 
 void MultiAgentClient::send_batch() {
   auto batch = std::make_shared<Batch>();
+  batch->multi_agent = true;
   std::map<std::string, std::optional<Stamp>> oldest;  // per module
   for (auto it = episodes_.begin(); it != episodes_.end();) {
     Episode& episode = *it->second;

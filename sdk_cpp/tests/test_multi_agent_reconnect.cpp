@@ -6,10 +6,12 @@
 
 #ifndef _WIN32
 
+#include <chrono>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 
 #include "fake_backend.h"
 #include "fake_server.h"
@@ -186,6 +188,182 @@ TEST(MultiAgentReconnect, StepsOfAModuleWhoseSpacesChangedAreDropped) {
     }
   }
   EXPECT_EQ(a_sent, static_cast<std::size_t>(a_steps));
+}
+
+// An agent of module n leaves just after a cut; the reconnect that changes
+// n's spaces comes while its steps wait for the next cut (finished, not cut).
+TEST(MultiAgentReconnect, AFinishedAgentOfAModuleWhoseSpacesChangedIsDropped) {
+  FakeServer server(reconnecting_server(config(3)));
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 5;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.wait_for_weights = false;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
+  auto connected = tether::MultiAgentClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  auto& client = *connected.value();
+  std::string episode = client.start_episode("fin").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 7; ++t) {
+    const float a_obs[2] = {static_cast<float>(t), 0.0f};
+    const float b_obs[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a_obs, 2);
+    frame.add("b_0", b_obs, 2);
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << t;
+  }
+  const float b_final[2] = {7.0f, 1.0f};
+  ASSERT_TRUE(client.retire_agent(episode, "b_0", b_final, 2).ok());  // finished, 2 steps not cut
+  for (int i = 0; i < 500 && client.reconnects() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(client.reconnects(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int t = 7; t < 30; ++t) {
+    const float a_obs[2] = {static_cast<float>(t), 0.0f};
+    frame.clear();
+    frame.add("a_0", a_obs, 2);
+    ASSERT_TRUE(client.get_action(episode, frame).ok()) << t;
+  }
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_TRUE(client.take_error().ok()) << client.last_error().to_string();
+  std::map<std::string, tether::ModuleSpec> specs;
+  const json second = config(3);
+  for (const char* id : {"m", "n"}) specs.emplace(id, tether::ModuleSpec::from_json(id, second["modules"][id]).value());
+  std::size_t a_sent = 0;
+  std::set<std::int64_t> seqs;
+  for (const json& batch : server.batches()) {
+    if (!seqs.insert(batch["batch_seq"].get<std::int64_t>()).second) continue;
+    for (std::size_t i = 0; i < batch["episodes"].size(); ++i) {
+      const json& record = batch["episodes"][i];
+      if (record["agents"].contains("a_0")) a_sent += record["agents"]["a_0"]["actions"].size();
+      if (batch["batch_seq"] == 1) continue;
+      EXPECT_FALSE(record["agents"].contains("b_0")) << record.dump();
+      tether::Result<std::size_t> steps = tether::validate_multi_agent_record(record, i, specs, true);
+      EXPECT_TRUE(steps.ok()) << steps.status().to_string() << "\n" << record.dump();
+    }
+  }
+  EXPECT_EQ(a_sent, 30u) << "dropped " << client.batches_dropped();
+}
+
+// The critic's agents change on reconnect (the spaces do not): value_obs rows
+// recorded for the old list must not be sent laid out for the new one.
+TEST(MultiAgentReconnect, ValueObsRowsRecordedBeforeACriticChangeKeepTheirLayout) {
+  auto critic_config = [](std::vector<std::string> critic) {
+    json c = config(2);
+    c["modules"]["m"]["value_obs_agents"] = critic;
+    return c;
+  };
+  ServerScript script = reconnecting_server(critic_config({"a_0"}));
+  script.config_of_connection = [critic_config](int connection) {
+    return connection == 1 ? critic_config({"a_0", "a_1"}) : critic_config({"a_1"});
+  };
+  FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("critic").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 30; ++t) {
+    const float a0[2] = {static_cast<float>(t), 0.0f};
+    const float a1[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a0, 2);
+    frame.add("a_1", a1, 2);
+    ASSERT_TRUE(client->get_action(episode, frame).ok()) << t;
+  }
+  ASSERT_GE(client->reconnects(), 1);
+  ASSERT_TRUE(client->end_episode(episode).ok());
+  ASSERT_TRUE(client->flush().ok());
+  std::set<std::int64_t> seqs;
+  for (const json& batch : server.batches()) {
+    if (!seqs.insert(batch["batch_seq"].get<std::int64_t>()).second || batch["batch_seq"] == 1) continue;
+    for (const json& record : batch["episodes"]) {
+      for (const char* agent : {"a_0", "a_1"}) {
+        if (!record["agents"].contains(agent)) continue;
+        const json& entry = record["agents"][agent];
+        ASSERT_EQ(entry["value_obs"].size(), entry["obs"].size());
+        for (std::size_t k = 0; k < entry["obs"].size(); ++k) {
+          // Under the second config a row is a_1's observation of that frame: [t, 1].
+          EXPECT_EQ(entry["value_obs"][k], json({entry["obs"][k][0], 1.0}))
+              << "batch " << batch["batch_seq"] << " " << agent << " row " << k;
+        }
+      }
+    }
+  }
+}
+
+// The new connection's server no longer describes module n: steps b_0
+// recorded with it must not be sent to that server (it would refuse the batch
+// and, with it, every other episode's steps in it).
+TEST(MultiAgentReconnect, StepsOfAModuleTheServerNoLongerDescribesAreNotSent) {
+  json second = config(2);
+  second["modules"].erase("n");
+  second["policy_mapping"] = json::array({{{"pattern", "a_*"}, {"module", "m"}}});
+  FakeServer server(reconnecting_server(second));
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("gone").value();
+  tether::AgentFrame frame;
+  bool refused = false;
+  std::size_t a_steps = 0;
+  for (int t = 0; t < 30; ++t) {
+    const float a_obs[2] = {static_cast<float>(t), 0.0f};
+    const float b_obs[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a_obs, 2);
+    if (!refused) frame.add("b_0", b_obs, 2);
+    tether::Status status = client->get_action(episode, frame);
+    if (!status.ok()) {  // module n has no model any more (nothing of the frame is recorded)
+      ASSERT_FALSE(refused) << status.to_string();
+      refused = true;
+      continue;
+    }
+    ++a_steps;
+  }
+  ASSERT_TRUE(refused);
+  const float a_final[2] = {-1.0f, 0.0f};
+  frame.clear();
+  frame.add("a_0", a_final, 2);
+  ASSERT_TRUE(client->end_episode(episode, &frame).ok());
+  ASSERT_TRUE(client->flush().ok());
+  tether::Status error = client->take_error();
+  EXPECT_TRUE(error.ok()) << error.to_string();
+  std::size_t a_sent = 0;
+  std::set<std::int64_t> seqs;
+  for (const json& batch : server.batches()) {
+    if (!seqs.insert(batch["batch_seq"].get<std::int64_t>()).second) continue;  // a resend
+    for (const json& record : batch["episodes"]) {
+      if (record["agents"].contains("a_0")) a_sent += record["agents"]["a_0"]["actions"].size();
+      EXPECT_TRUE(batch["batch_seq"] == 1 || !record["agents"].contains("b_0")) << record.dump();
+    }
+  }
+  EXPECT_EQ(a_sent, a_steps);  // a_0's steps, its last chunk included
+}
+
+// After a reconnect changed module n's spaces, b_0 (which stopped acting)
+// has only an observation of the old size: end_episode without final
+// observations must still end the episode (b_0 has nothing left to send).
+TEST(MultiAgentReconnect, AnEpisodeEndsAfterAModulesSpacesChanged) {
+  FakeServer server(reconnecting_server(config(3)));
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("ends").value();
+  tether::AgentFrame frame;
+  bool refused = false;
+  for (int t = 0; t < 30; ++t) {
+    const float a_obs[2] = {static_cast<float>(t), 0.0f};
+    const float b_obs[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a_obs, 2);
+    if (!refused) frame.add("b_0", b_obs, 2);
+    if (!client->get_action(episode, frame).ok()) refused = true;
+  }
+  ASSERT_TRUE(refused);
+  tether::Result<std::map<std::string, double>> ended = client->end_episode(episode);
+  EXPECT_TRUE(ended.ok()) << ended.status().to_string();
 }
 
 #endif  // _WIN32

@@ -9,6 +9,7 @@
 
 #ifndef _WIN32
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -17,6 +18,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallinfo2: the heap in use
+#endif
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -1207,6 +1212,455 @@ TEST(MultiAgentLink, AFullQueueDropsWholeEpisodesOfMultiAgentBatches) {
   EXPECT_EQ(third->records[0].episode_id, "c");
   EXPECT_EQ(third->agent_steps, 2);
   EXPECT_EQ(third->env_steps, 4);  // scaled with the agent steps
+}
+
+// -- against a reference model ----------------------------------------------------------
+namespace {
+
+struct RefActor {
+  std::vector<std::vector<double>> obs;      // per successful step
+  std::vector<std::vector<double>> vobs;     // critic rows per step (chaser actors)
+  std::vector<double> rewards;               // float-accumulated per step
+  std::vector<double> final_obs;
+  std::vector<double> final_vobs;
+  bool ended = false;
+  bool truncated = false;
+};
+
+struct RefEpisode {
+  std::string id;
+  bool training = true;
+  std::map<std::string, RefActor> actors;             // actor id (agent or "pair")
+  std::set<std::string> ended;                        // agent ids (members included)
+  std::map<std::string, std::vector<double>> latest;  // agent -> latest obs (critic agents, members)
+  std::map<std::string, double> returns;
+  std::vector<std::string> last_frame;                // agents of the last successful frame
+};
+
+std::vector<double> critic_row(const RefEpisode& e) {
+  std::vector<double> row;
+  for (const char* a : {"adversary_0", "adversary_1"}) {
+    auto it = e.latest.find(a);
+    if (it == e.latest.end()) {
+      row.insert(row.end(), 3, 0.0);
+    } else {
+      row.insert(row.end(), it->second.begin(), it->second.end());
+    }
+  }
+  return row;
+}
+
+std::size_t obs_dim_of(const std::string& agent) { return agent[0] == 'a' ? 3 : 2; }
+bool is_member(const std::string& a) { return a == "m_0" || a == "m_1"; }
+
+void run_fuzz(unsigned seed, bool groups, std::int64_t per_sample) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + (groups ? " groups" : " no groups"));
+  json config = multi_config(per_sample);
+  if (!groups) config.erase("groups");
+  config["modules"]["ghost"] = module_json(box(2), {{"type", "Discrete"}, {"n", 2}});  // never gets a model
+  config["policy_mapping"].push_back({{"pattern", "zz_*"}, {"module", "ghost"}});
+  Connected c(config);
+  ASSERT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  std::mt19937 rng(seed);
+  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  std::vector<std::string> pool = {"adversary_0", "adversary_1", "adversary_2", "good_0", "sub_0", "sub_1", "sub_2", "sub_3"};
+  if (groups) { pool.push_back("m_0"); pool.push_back("m_1"); }
+  std::vector<RefEpisode> done;
+  std::vector<RefEpisode> live(3);
+  int counter = 0;
+  float value = 0;
+  auto start = [&](RefEpisode& e) {
+    e = RefEpisode();
+    e.id = "ep" + std::to_string(counter++);
+    e.training = !chance(0.2);
+    ASSERT_TRUE(client.start_episode(e.id, e.training).ok());
+  };
+  for (auto& e : live) start(e);
+  auto actor_of = [](const std::string& a) { return is_member(a) ? std::string("pair") : a; };
+  auto obs_for = [&](const std::string& a) {
+    std::vector<float> o(obs_dim_of(a));
+    for (auto& x : o) x = (value += 0.5f);
+    return o;
+  };
+  auto end_agents = [&](RefEpisode& e, std::vector<std::string> leaving, bool episode_end, bool all_trunc) {
+    // finals: given ones, group partners with latest, the rest (episode end) with latest
+    std::map<std::string, std::vector<double>> finals;
+    std::map<std::string, bool> trunc;
+    tether::AgentFrame f;
+    for (const auto& a : leaving) {
+      std::vector<float> o = obs_for(a);
+      bool t = chance(0.5);
+      add(f, a, o, t);
+      finals[a] = std::vector<double>(o.begin(), o.end());
+      trunc[a] = t || all_trunc;
+    }
+    if (episode_end) {
+      tether::Result<std::map<std::string, double>> r = client.end_episode(e.id, &f, all_trunc);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      for (const auto& [id, ret] : e.returns) {
+        EXPECT_NEAR(r.value()[id], ret, 1e-6) << e.id << " " << id;
+      }
+    } else {
+      tether::Status st = client.end_agents(e.id, f);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    // partners / everyone else
+    std::vector<std::string> ending = leaving;
+    for (const auto& a : leaving) {
+      if (is_member(a)) {
+        std::string other = a == "m_0" ? "m_1" : "m_0";
+        if (!finals.count(other) && e.latest.count(other)) { finals[other] = e.latest[other]; trunc[other] = all_trunc; ending.push_back(other); }
+      }
+    }
+    if (episode_end) {
+      for (auto& [id, actor] : e.actors) {
+        if (actor.ended) continue;
+        std::vector<std::string> members = id == "pair" ? std::vector<std::string>{"m_0", "m_1"} : std::vector<std::string>{id};
+        for (const auto& m : members) {
+          if (finals.count(m)) continue;
+          finals[m] = id == "pair" ? e.latest[m] : actor.obs.back();
+          trunc[m] = all_trunc;
+          ending.push_back(m);
+        }
+      }
+    }
+    for (const auto& [a, o] : finals) {
+      if (a[0] == 'a' || is_member(a)) e.latest[a] = o;  // critic agents (any agent never acted too) and members
+    }
+    for (const auto& a : ending) {
+      e.ended.insert(a);
+      std::string id = actor_of(a);
+      auto it = e.actors.find(id);
+      if (it == e.actors.end() || it->second.ended) continue;
+      RefActor& actor = it->second;
+      actor.ended = true;
+      if (id == "pair") {
+        actor.final_obs = finals["m_0"];
+        actor.final_obs.insert(actor.final_obs.end(), finals["m_1"].begin(), finals["m_1"].end());
+        actor.truncated = trunc["m_0"] || trunc["m_1"];
+      } else {
+        actor.final_obs = finals[a];
+        actor.truncated = trunc[a];
+      }
+    }
+    for (auto& [id, actor] : e.actors) {
+      if (actor.ended && actor.final_vobs.empty() && id[0] == 'a') actor.final_vobs = critic_row(e);
+    }
+  };
+  for (int op = 0; op < 400; ++op) {
+    RefEpisode& e = live[std::uniform_int_distribution<int>(0, 2)(rng)];
+    const double roll = std::uniform_real_distribution<double>(0, 1)(rng);
+    if (roll < 0.75) {
+      // a frame
+      std::vector<std::string> agents;
+      bool reuse = !e.last_frame.empty() && chance(0.6);
+      if (reuse) {
+        for (const auto& a : e.last_frame) if (e.ended.count(a)) reuse = false;
+      }
+      if (reuse) {
+        agents = e.last_frame;
+      } else {
+        for (const auto& a : pool) {
+          if (e.ended.count(a) || a == "m_1") continue;
+          if (chance(0.6)) { agents.push_back(a); if (a == "m_0") agents.push_back("m_1"); }
+        }
+        std::shuffle(agents.begin(), agents.end(), rng);
+      }
+      tether::AgentFrame frame;
+      std::vector<std::vector<float>> obs;
+      for (const auto& a : agents) { obs.push_back(obs_for(a)); add(frame, a, obs.back()); }
+      if (chance(0.05)) {
+        tether::AgentFrame eval;
+        for (const auto& a : agents) add(eval, a, obs_for(a));
+        EXPECT_TRUE(client.compute_actions(eval, e.id).ok());
+      }
+      if (chance(0.06)) {
+        // NOT_READY after the frame was gathered (new actors made, latest observations noted)
+        tether::AgentFrame bad;
+        for (std::size_t i = 0; i < agents.size(); ++i) add(bad, agents[i], obs[i]);
+        add(bad, "zz_0", {1, 1});
+        EXPECT_EQ(client.get_action(e.id, bad).code(), tether::ErrorCode::kNotReady);
+        for (std::size_t i = 0; i < agents.size(); ++i) {
+          if (agents[i][0] == 'a' || is_member(agents[i])) e.latest[agents[i]] = std::vector<double>(obs[i].begin(), obs[i].end());
+        }
+        continue;
+      }
+      int failure = chance(0.15) ? std::uniform_int_distribution<int>(0, 3)(rng) : -1;
+      if (failure >= 0 && !agents.empty()) {
+        tether::AgentFrame bad;
+        const std::size_t victim = std::uniform_int_distribution<std::size_t>(0, agents.size() - 1)(rng);
+        for (std::size_t i = 0; i < agents.size(); ++i) {
+          std::vector<float> o = obs[i];
+          if (i == victim && failure == 0) o[0] = std::numeric_limits<float>::quiet_NaN();
+          if (i == victim && failure == 1) o.push_back(1.0f);
+          add(bad, agents[i], o);
+          if (i == victim && failure == 2 && !is_member(agents[i])) add(bad, agents[i], o);
+        }
+        bool expect_fail = failure != 2 || !is_member(agents[victim]);
+        if (failure == 3) {
+          if (e.ended.empty()) { expect_fail = false; } else { add(bad, *e.ended.begin(), obs_for(*e.ended.begin())); }
+          if (e.ended.count("m_0") || e.ended.count("m_1")) { /* a member alone also fails */ }
+        }
+        if (expect_fail) {
+          EXPECT_FALSE(client.get_action(e.id, bad).ok()) << "failure " << failure;
+          continue;
+        }
+      }
+      tether::Status st = client.get_action(e.id, frame);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      e.last_frame = agents;
+      // latest first (critic agents, members), then rows
+      for (std::size_t i = 0; i < agents.size(); ++i) {
+        if (agents[i][0] == 'a' || is_member(agents[i])) e.latest[agents[i]] = std::vector<double>(obs[i].begin(), obs[i].end());
+      }
+      std::set<std::string> acted;
+      for (std::size_t i = 0; i < agents.size(); ++i) {
+        const std::string id = actor_of(agents[i]);
+        if (!acted.insert(id).second) continue;
+        RefActor& actor = e.actors[id];
+        if (id == "pair") {
+          std::vector<double> o = e.latest["m_0"];
+          o.insert(o.end(), e.latest["m_1"].begin(), e.latest["m_1"].end());
+          actor.obs.push_back(o);
+        } else {
+          actor.obs.push_back(std::vector<double>(obs[i].begin(), obs[i].end()));
+        }
+        if (id[0] == 'a') actor.vobs.push_back(critic_row(e));
+        actor.rewards.push_back(0.0);
+      }
+      // rewards
+      for (const auto& a : pool) {
+        if (!chance(0.4)) continue;
+        double r = 0.25 * std::uniform_int_distribution<int>(-4, 8)(rng);
+        ASSERT_TRUE(client.log_returns(e.id, a, r).ok());
+        std::string id = actor_of(a);
+        if (id == "pair") r /= 2;
+        e.returns[id] += r;
+        auto it = e.actors.find(id);
+        if (it != e.actors.end() && !it->second.ended && !it->second.rewards.empty()) {
+          double& last = it->second.rewards.back();
+          last = static_cast<float>(static_cast<float>(last) + r);
+        }
+      }
+    } else if (roll < 0.85) {
+      std::vector<std::string> leaving;
+      for (const auto& a : pool) {
+        if (a == "m_1") continue;
+        if (!e.ended.count(a) && chance(0.15)) { leaving.push_back(a); if (a == "m_0") leaving.push_back("m_1"); }
+      }
+      if (leaving.empty()) continue;
+      end_agents(e, leaving, false, false);
+      e.last_frame.clear();
+    } else if (roll < 0.92) {
+      std::vector<std::string> leaving;
+      for (const auto& a : pool) {
+        if (a == "m_1") continue;
+        if (!e.ended.count(a) && e.actors.count(actor_of(a)) && chance(0.3)) { leaving.push_back(a); if (a == "m_0") leaving.push_back("m_1"); }
+      }
+      end_agents(e, leaving, true, chance(0.5));
+      done.push_back(e);
+      start(e);
+    } else if (roll < 0.95) {
+      ASSERT_TRUE(client.flush().ok());
+    }
+  }
+  for (auto& e : live) {
+    end_agents(e, {}, true, false);
+    done.push_back(e);
+  }
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_TRUE(client.take_error().ok()) << client.last_error().to_string();
+  // (A batch without agent steps says agent_steps = its env_steps: a known,
+  // older bug, see ABatchWithoutAgentStepsSaysSo; masked here.)
+  std::vector<json> batches = c.server.batches();
+  std::int64_t masked = 0;
+  for (json& batch : batches) {
+    std::size_t steps = 0;
+    for (const json& record : batch["episodes"]) {
+      for (auto it = record["agents"].begin(); it != record["agents"].end(); ++it) steps += it.value()["actions"].size();
+    }
+    if (steps == 0) { masked += batch["agent_steps"].get<std::int64_t>(); batch["agent_steps"] = 0; }
+  }
+  std::vector<json> records = valid_records(batches, c.config);
+  std::size_t total = 0;
+  for (const RefEpisode& e : done) {
+    for (const auto& [id, actor] : e.actors) {
+      std::vector<json> entries = entries_of(records, e.id, id);
+      if (!e.training) { EXPECT_TRUE(entries.empty()) << e.id << " " << id; continue; }
+      if (actor.obs.empty()) { EXPECT_TRUE(entries.empty()); continue; }
+      ASSERT_FALSE(entries.empty()) << e.id << " " << id;
+      json got_obs = json::array(), got_vobs = json::array(), got_rewards = json::array();
+      for (std::size_t k = 0; k < entries.size(); ++k) {
+        const json& en = entries[k];
+        if (k > 0) EXPECT_EQ(en["obs"][0], got_obs.back()) << e.id << " " << id << " continuation";
+        for (std::size_t i = k > 0 ? 1 : 0; i < en["obs"].size(); ++i) got_obs.push_back(en["obs"][i]);
+        if (id[0] == 'a') for (std::size_t i = k > 0 ? 1 : 0; i < en["value_obs"].size(); ++i) got_vobs.push_back(en["value_obs"][i]);
+        for (const json& r : en["rewards"]) got_rewards.push_back(r);
+        EXPECT_EQ(en["is_terminated"].get<bool>(), k + 1 == entries.size() && !actor.truncated) << e.id << " " << id;
+        EXPECT_EQ(en["is_truncated"].get<bool>(), k + 1 == entries.size() && actor.truncated) << e.id << " " << id;
+      }
+      json want_obs = json(actor.obs);
+      want_obs.push_back(actor.final_obs);
+      EXPECT_EQ(got_obs, want_obs) << e.id << " " << id;
+      EXPECT_EQ(got_rewards, json(actor.rewards)) << e.id << " " << id;
+      if (id[0] == 'a') {
+        json want_vobs = json(actor.vobs);
+        want_vobs.push_back(actor.final_vobs);
+        EXPECT_EQ(got_vobs, want_vobs) << e.id << " " << id;
+      }
+      total += actor.obs.size();
+    }
+  }
+  EXPECT_EQ(client.agent_steps_sent() - masked, static_cast<std::int64_t>(total));
+  std::printf("seed %u groups %d: %zu steps, %zu batches, %zu episodes\n", seed, groups, total, c.server.batches().size(), done.size());
+}
+
+}  // namespace
+
+// Random frames (order, membership, joins, groups, critics, refused frames,
+// rewards, agents leaving, several episodes, some not training) against a
+// plain model of what each agent's records must hold.
+TEST(MultiAgentClient, RandomFramesMatchAReferenceModel) {
+  for (unsigned seed = 1; seed <= 16; ++seed) {
+    for (bool groups : {false, true}) {
+      run_fuzz(seed, groups, seed % 3 == 0 ? 1 : (seed % 3 == 1 ? 5 : 23));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+#if defined(__GLIBC__)
+namespace {
+// Heap growth over 1000 frames of 64 agents plus one newcomer per frame that
+// acts once; `retire`: it retires right after (else it idles, never retired).
+std::pair<double, double> idle_newcomers(bool retire) {
+  json config = multi_config(64 * 8);
+  config.erase("groups");
+  config["modules"] = {{"runner", module_json(box(32), {{"type", "Discrete"}, {"n", 2}})}};
+  config["policy_mapping"] = json::array({{{"pattern", "*"}, {"module", "runner"}}});
+  config["policies_to_train"] = {"runner"};
+  Connected c(config);
+  EXPECT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  std::string episode = client.start_episode("idle").value();
+  tether::AgentFrame frame;
+  std::vector<float> obs(32, 0.5f);
+  auto play = [&](int from, int to) {
+    for (int t = from; t < to; ++t) {
+      frame.clear();
+      for (int a = 0; a < 64; ++a) add(frame, "a_" + std::to_string(a), obs);
+      const std::string newcomer = "s_" + std::to_string(t);
+      add(frame, newcomer, obs);
+      EXPECT_TRUE(client.get_action(episode, frame).ok());
+      if (retire) EXPECT_TRUE(client.retire_agent(episode, newcomer, obs.data(), obs.size()).ok());
+    }
+  };
+  play(0, 200);
+  const std::size_t heap_before = mallinfo2().uordblks;
+  const auto start = std::chrono::steady_clock::now();
+  play(200, 1200);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double grown = static_cast<double>(mallinfo2().uordblks) - static_cast<double>(heap_before);
+  EXPECT_TRUE(client.end_episode(episode).ok());
+  EXPECT_TRUE(client.flush().ok());
+  return {grown, seconds};
+}
+}  // namespace
+
+TEST(MultiAgentClient, IdleAgentsHoldOnlyTheirOwnRows) {
+  auto [retired_heap, retired_s] = idle_newcomers(true);
+  auto [idle_heap, idle_s] = idle_newcomers(false);
+  const double per_idle = (idle_heap - retired_heap) / 1000.0;
+  std::printf("1000 frames of 64 agents + a newcomer each: retired %.1f MB %.2f s; idling %.1f MB %.2f s: %.0f bytes per idle agent\n",
+              retired_heap / 1e6, retired_s, idle_heap / 1e6, idle_s, per_idle);
+  // An idle agent holds one step back: 32 floats of obs and a few numbers, plus its Actor.
+  EXPECT_LT(per_idle, 2000.0);
+}
+#endif  // __GLIBC__
+
+namespace {
+// Plays `frames` frames of the same agents in `episode` (fast path), with
+// rewards, one agent leaving half-way; returns false on a failed call.
+void play_same_agents(tether::MultiAgentClient& client, const std::string& episode, int frames, int from) {
+  tether::AgentFrame frame;
+  for (int t = from; t < from + frames; ++t) {
+    frame.clear();
+    const float x = static_cast<float>(t);
+    add(frame, "adversary_0", {x, 0, 0});
+    add(frame, "adversary_1", {x, 1, 1});
+    add(frame, "good_0", {x, 2});
+    const std::string sub = "sub_" + std::to_string(from);
+    if (t < from + frames / 2) add(frame, sub, {x, 3});
+    tether::Status st = client.get_action(episode, frame);
+    ASSERT_TRUE(st.ok()) << t << ": " << st.to_string();
+    for (const std::string& a : {std::string("adversary_0"), std::string("adversary_1"), std::string("good_0"), sub}) ASSERT_TRUE(client.log_returns(episode, a, 1.0).ok());
+    if (t == from + frames / 2) {
+      const float final_obs[2] = {x, 3};
+      ASSERT_TRUE(client.retire_agent(episode, sub, final_obs, 2).ok());
+    }
+  }
+}
+}  // namespace
+
+TEST(MultiAgentClient, DroppedBatchesForgetRunningEpisodesThatGoOnActing) {
+  auto models = std::make_shared<Models>();
+  json config = multi_config(10);
+  config.erase("groups");
+  ServerScript script = multi_script(models, config);
+  std::atomic<int> answered{0};
+  script.on_batch = [models, &answered](Conn& conn, const tether::Message& message, int n) {
+    if (n == 1) {
+      conn.send({{"type", "ERROR"}, {"code", "MODULE_MISMATCH"}, {"message", "no"}, {"request", "EPISODES_AND_GET_STATE"}});
+      return true;
+    }
+    if (n == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // queue fills: later batches dropped
+    conn.send(models->state_for(message.body));
+    ++answered;
+    return true;
+  };
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::ClientOptions options = options_for(server, log);
+  options.when_queue_full = tether::QueueFullPolicy::kDropOldest;
+  options.max_queued_batches = 1;
+  auto connected = tether::MultiAgentClient::connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  std::vector<std::string> episodes;
+  for (int e = 0; e < 4; ++e) episodes.push_back(client.start_episode("e" + std::to_string(e)).value());
+  for (int round = 0; round < 6; ++round) {
+    for (const std::string& episode : episodes) play_same_agents(client, episode, 8, round * 8);
+    if (::testing::Test::HasFatalFailure()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  for (const std::string& episode : episodes) {
+    tether::AgentFrame frame;
+    add(frame, "good_0", {-1, -1});
+    ASSERT_TRUE(client.end_episode(episode, &frame).ok());
+  }
+  ASSERT_TRUE(client.flush().ok());
+  std::printf("dropped %lld batches, %zu delivered\n", static_cast<long long>(client.batches_dropped()), server.batches().size());
+  EXPECT_GE(client.batches_dropped(), 1);
+  // Whatever was delivered is valid and each agent's steps delivered for an episode are a consecutive run.
+  std::vector<json> records = valid_records(server.batches(), config);
+  (void)records;
+}
+
+// An env step in which no agent acts: the batch says it holds no agent step.
+TEST(MultiAgentClient, ABatchWithoutAgentStepsSaysSo) {
+  Connected c(multi_config(1000));
+  ASSERT_TRUE(c.client) << c.status.to_string();
+  tether::MultiAgentClient& client = *c.client;
+  std::string episode = client.start_episode("empty").value();
+  tether::AgentFrame frame;  // an env step in which no agent acts
+  ASSERT_TRUE(client.get_action(episode, frame).ok());
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = c.server.batches();
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0]["agent_steps"], 0) << batches[0].dump();  // §10.7: Σ len(actions)
+  EXPECT_EQ(client.agent_steps_sent(), 0);
 }
 
 // -- the real model through ONNX Runtime ------------------------------------------------

@@ -298,6 +298,8 @@ class MultiAgentClient {
   void cut(Episode& episode, MultiAgentRecord& record, std::map<std::string, std::optional<Stamp>>& oldest);
   void record_frame(Episode& episode);
   void release_blocks(Episode& episode);
+  void compact_blocks(Episode& episode);
+  StepBlock& carry_block(Episode& episode, const StepBlock& like);
   void drop_rows_of(const Module& module);
   void write_value_obs(const Episode& episode, const Module& module, std::vector<float>& out) const;
   void append_actor_obs(const AgentFrame& frame, const Slot& slot, std::vector<float>& out) const;

@@ -110,7 +110,8 @@ struct Batch {
   std::vector<EpisodeChunk> chunks;           ///< single-agent chunks, one per episode (episode_id set)
   std::vector<MultiAgentRecord> records;      ///< multi-agent records (episode_id set)
   std::int64_t env_steps = 0;                 ///< env steps (= agent steps, single-agent)
-  std::int64_t agent_steps = 0;               ///< agent steps; 0: env_steps (single-agent)
+  std::int64_t agent_steps = 0;               ///< agent steps; single-agent: 0 means env_steps
+  bool multi_agent = false;                   ///< multi-agent records: agent_steps counts, even when 0
   std::optional<std::int64_t> weights_seq_no; ///< the claim: oldest version its steps used
   std::optional<std::map<std::string, std::int64_t>> weights_seq_nos;  ///< per-module claims
   /// The connection (LinkEvent::connection) whose weights versions the claims
@@ -127,9 +128,9 @@ struct Batch {
   std::vector<std::string> episode_ids;       ///< its episodes' ids (kept when the data is freed)
   nlohmann::json episodes;                    ///< the encoded records (kept for a resend)
 
-  /// The steps the send queue counts: agent steps (env steps if none given).
+  /// The steps the send queue counts: agent steps (single-agent: env steps if none given).
   std::size_t queue_steps() const noexcept {
-    return static_cast<std::size_t>(agent_steps > 0 ? agent_steps : env_steps);
+    return static_cast<std::size_t>(multi_agent || agent_steps > 0 ? agent_steps : env_steps);
   }
 };
 
