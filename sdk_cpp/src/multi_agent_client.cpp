@@ -399,6 +399,20 @@ void MultiAgentClient::sync() {
           critic_agents_.insert(entry.second.value_obs_agents.begin(), entry.second.value_obs_agents.end());
         }
         group_slot_.assign(group_list_.size(), kNone);
+        // Agents the critics see now (or no longer): an acting agent that
+        // became one starts its critic rows with its latest observation.
+        for (auto& running : episodes_) {
+          Episode& episode = *running.second;
+          episode.steady = false;
+          for (auto& acting : episode.actors) {
+            Actor& actor = *acting.second;
+            const bool shared = critic_agents_.count(actor.id) != 0;
+            if (shared && !actor.shared_latest && !actor.is_group) {
+              episode.latest_obs[actor.id].assign(actor.latest_obs(), actor.latest_obs() + actor.latest_size());
+            }
+            actor.shared_latest = shared;
+          }
+        }
         apply_models(event);
         break;
       }
@@ -1188,6 +1202,15 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
       members = (*group)->members;
     } else {
       members.push_back(actor.id);
+    }
+    if (actor.is_group && actor.rows == 0) {
+      // (as a single agent's below: members' observations of the old size, nothing to send)
+      std::size_t size = 0;
+      for (const std::string& member : members) {
+        auto latest = episode->latest_obs.find(member);
+        if (latest != episode->latest_obs.end()) size += latest->second.size();
+      }
+      if (size != actor.module->obs_dim) continue;
     }
     for (const std::string& member : members) {
       bool named = false;

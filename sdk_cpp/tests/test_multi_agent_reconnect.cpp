@@ -366,4 +366,94 @@ TEST(MultiAgentReconnect, AnEpisodeEndsAfterAModulesSpacesChanged) {
   EXPECT_TRUE(ended.ok()) << ended.status().to_string();
 }
 
+
+// A reconnect makes a_1, acting since before it, the critic's agent
+// (it was not before). Its critic rows recorded after the reconnect must hold
+// its observations, not zeros (which agents a critic sees is looked at again).
+TEST(MultiAgentReconnect, AnAgentThatBecomesACriticAgentIsSeenByTheCritic) {
+  auto critic_config = [](std::vector<std::string> critic) {
+    json c = config(2);
+    c["modules"]["m"]["value_obs_agents"] = critic;
+    return c;
+  };
+  ServerScript script = reconnecting_server(critic_config({"a_0"}));
+  script.config_of_connection = [critic_config](int connection) {
+    return connection == 1 ? critic_config({"a_0"}) : critic_config({"a_1"});
+  };
+  FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("critic").value();
+  tether::AgentFrame frame;
+  for (int t = 0; t < 30; ++t) {
+    const float a0[2] = {static_cast<float>(t), 0.0f};
+    const float a1[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a0, 2);
+    frame.add("a_1", a1, 2);
+    ASSERT_TRUE(client->get_action(episode, frame).ok()) << t;
+  }
+  ASSERT_GE(client->reconnects(), 1);
+  ASSERT_TRUE(client->end_episode(episode).ok());
+  ASSERT_TRUE(client->flush().ok());
+  std::set<std::int64_t> seqs;
+  std::size_t checked = 0;
+  for (const json& batch : server.batches()) {
+    if (!seqs.insert(batch["batch_seq"].get<std::int64_t>()).second || batch["batch_seq"] == 1) continue;
+    for (const json& record : batch["episodes"]) {
+      for (const char* agent : {"a_0", "a_1"}) {
+        if (!record["agents"].contains(agent)) continue;
+        const json& entry = record["agents"][agent];
+        ASSERT_EQ(entry["value_obs"].size(), entry["obs"].size());
+        for (std::size_t k = 0; k < entry["obs"].size(); ++k) {
+          ++checked;
+          EXPECT_EQ(entry["value_obs"][k], json({entry["obs"][k][0], 1.0}))
+              << "batch " << batch["batch_seq"] << " " << agent << " row " << k;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0u);
+}
+
+// As AnEpisodeEndsAfterAModulesSpacesChanged, for a group: its
+// members' latest observations have the old size; end_episode without final
+// observations must still end the episode (the group has nothing to send).
+TEST(MultiAgentReconnect, AnEpisodeWithAGroupEndsAfterItsModulesSpacesChanged) {
+  auto group_config = [](int member_width) {
+    json c = config(2);
+    c["modules"]["n"]["observation_space"]["shape"] = {2 * member_width};
+    c["modules"]["n"]["action_space"] = {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}};
+    c["groups"] = {{"g", {{"members", {"b_0", "b_1"}}, {"reward", "sum"}}}};
+    c["policy_mapping"] = json::array({{{"pattern", "a_*"}, {"module", "m"}}, {{"agent_id", "g"}, {"module", "n"}}});
+    return c;
+  };
+  ServerScript script = reconnecting_server(group_config(3));
+  script.config_of_connection = [group_config](int connection) { return group_config(connection == 1 ? 2 : 3); };
+  FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("ends").value();
+  tether::AgentFrame frame;
+  bool refused = false;
+  for (int t = 0; t < 30; ++t) {
+    const float a_obs[2] = {static_cast<float>(t), 0.0f};
+    const float b_obs[2] = {static_cast<float>(t), 1.0f};
+    frame.clear();
+    frame.add("a_0", a_obs, 2);
+    if (!refused) {
+      frame.add("b_0", b_obs, 2);
+      frame.add("b_1", b_obs, 2);
+    }
+    tether::Status status = client->get_action(episode, frame);
+    if (!status.ok()) {
+      ASSERT_FALSE(refused) << status.to_string();
+      refused = true;
+    }
+  }
+  ASSERT_TRUE(refused);
+  tether::Result<std::map<std::string, double>> ended = client->end_episode(episode);
+  EXPECT_TRUE(ended.ok()) << ended.status().to_string();
+}
+
 #endif  // _WIN32
