@@ -930,13 +930,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
 // move in whole: nothing is copied per agent); each actor notes its latest row.
 void MultiAgentClient::record_frame(Episode& episode) {
   for (Module* module : frame_modules_) {
-    std::unique_ptr<StepBlock> block;
-    if (spare_blocks_.empty()) {
-      block = std::make_unique<StepBlock>();
-    } else {
-      block = std::move(spare_blocks_.back());
-      spare_blocks_.pop_back();
-    }
+    std::unique_ptr<StepBlock> block = take_spare_block();
     StepBlock& b = *block;
     const std::size_t rows = module->slots.size();
     b.module = module;
@@ -978,19 +972,35 @@ void MultiAgentClient::record_frame(Episode& episode) {
   }
 }
 
+// A block to fill: a spare one (its arrays keep their capacity), else a new one.
+std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::take_spare_block() {
+  if (spare_blocks_.empty()) return std::make_unique<StepBlock>();
+  std::unique_ptr<StepBlock> block = std::move(spare_blocks_.back());
+  spare_blocks_.pop_back();
+  return block;
+}
+
+// Moves the episode's blocks that `gone` picks to the spare ones, keeping the others in order.
+template <class Pick>
+void MultiAgentClient::release_blocks_if(Episode& episode, Pick gone) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
+    if (gone(*episode.blocks[i])) {
+      spare_blocks_.push_back(std::move(episode.blocks[i]));
+    } else {
+      episode.blocks[kept++] = std::move(episode.blocks[i]);
+    }
+  }
+  episode.blocks.resize(kept);
+}
+
 // The block of `episode` that takes the moved steps of blocks like `like`
 // (same module and model version); a fresh one at the end if none is yet.
 MultiAgentClient::StepBlock& MultiAgentClient::carry_block(Episode& episode, const StepBlock& like) {
   for (auto& block : episode.blocks) {
     if (block->module == like.module && block->stamp == like.stamp) return *block;
   }
-  std::unique_ptr<StepBlock> block;
-  if (spare_blocks_.empty()) {
-    block = std::make_unique<StepBlock>();
-  } else {
-    block = std::move(spare_blocks_.back());
-    spare_blocks_.pop_back();
-  }
+  std::unique_ptr<StepBlock> block = take_spare_block();
   StepBlock& b = *block;
   b.module = like.module;
   b.obs_dim = like.obs_dim;
@@ -1034,15 +1044,7 @@ void MultiAgentClient::drop_rows_of(const Module& module) {
     for (auto& actor : episode.actors) keep_latest(*actor.second);
     for (auto& actor : episode.finished) keep_latest(*actor);
     episode.steady = false;
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
-      if (episode.blocks[i]->module == &module) {
-        spare_blocks_.push_back(std::move(episode.blocks[i]));
-        continue;
-      }
-      episode.blocks[kept++] = std::move(episode.blocks[i]);
-    }
-    episode.blocks.resize(kept);
+    release_blocks_if(episode, [&](const StepBlock& block) { return block.module == &module; });
   }
 }
 
@@ -1381,15 +1383,7 @@ void MultiAgentClient::compact_blocks(Episode& episode) {
     }
     return;
   }
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
-    if (episode.blocks[i]->live == 0) {
-      spare_blocks_.push_back(std::move(episode.blocks[i]));
-      continue;
-    }
-    episode.blocks[kept++] = std::move(episode.blocks[i]);
-  }
-  episode.blocks.resize(kept);
+  release_blocks_if(episode, [](const StepBlock& block) { return block.live == 0; });
 }
 
 void MultiAgentClient::send_batch() {

@@ -298,6 +298,9 @@ class MultiAgentClient {
   void cut(Episode& episode, MultiAgentRecord& record, std::map<std::string, std::optional<Stamp>>& oldest);
   void record_frame(Episode& episode);
   void release_blocks(Episode& episode);
+  std::unique_ptr<StepBlock> take_spare_block();
+  template <class Pick>
+  void release_blocks_if(Episode& episode, Pick gone);
   void compact_blocks(Episode& episode);
   StepBlock& carry_block(Episode& episode, const StepBlock& like);
   void drop_rows_of(const Module& module);
