@@ -192,6 +192,8 @@ TEST(Allocations, OntoAnEpisodeThatOutlivesBatchesNothingGrows) {
   EXPECT_LE(counts.calls_that_allocated, 2 * (10000 / 500) + 2);
 }
 
+namespace {
+
 // A multi-agent server: one module that every agent maps to, the real model.
 fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
   fake::ServerScript script = real_model_script(steps_per_sample);
@@ -224,10 +226,8 @@ fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
   return script;
 }
 
-TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
-  constexpr int kAgents = 64;
-  constexpr int kStepsPerSample = 32 * kAgents;  // a cut every 32 frames
-  fake::FakeServer server(multi_agent_script(kStepsPerSample));
+// A multi-agent client of `server` (every step delivered), its runs paused in the count.
+std::unique_ptr<tether::MultiAgentClient> connect_multi_agent(const fake::FakeServer& server) {
   tether::ClientOptions options;
   options.port = server.port();
   options.seed = 5;
@@ -235,8 +235,19 @@ TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
   options.when_queue_full = tether::QueueFullPolicy::kWait;
   options.backend_factory = [] { return std::make_unique<PausingBackend>(); };
   auto connected = tether::MultiAgentClient::connect(std::move(options));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::MultiAgentClient& client = *connected.value();
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  return connected.ok() ? std::move(connected).value() : nullptr;
+}
+
+}  // namespace
+
+TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
+  constexpr int kAgents = 64;
+  constexpr int kStepsPerSample = 32 * kAgents;  // a cut every 32 frames
+  fake::FakeServer server(multi_agent_script(kStepsPerSample));
+  auto connected = connect_multi_agent(server);
+  ASSERT_NE(connected, nullptr);
+  tether::MultiAgentClient& client = *connected;
   std::vector<std::string> ids;
   for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
   tether::AgentFrame frame;
@@ -296,15 +307,9 @@ TEST(Allocations, TwoModulesOfDifferentSizesAllocateOnlyWhenTheyCut) {
     return true;
   };
   fake::FakeServer server(script);
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 5;
-  options.reconnect_timeout_s = 5.0;
-  options.when_queue_full = tether::QueueFullPolicy::kWait;
-  options.backend_factory = [] { return std::make_unique<PausingBackend>(); };
-  auto connected = tether::MultiAgentClient::connect(std::move(options));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::MultiAgentClient& client = *connected.value();
+  auto connected = connect_multi_agent(server);
+  ASSERT_NE(connected, nullptr);
+  tether::MultiAgentClient& client = *connected;
   std::vector<std::string> ids;
   for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
   ids.push_back("solo");

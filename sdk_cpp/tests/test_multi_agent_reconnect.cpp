@@ -249,52 +249,6 @@ TEST(MultiAgentReconnect, AFinishedAgentOfAModuleWhoseSpacesChangedIsDropped) {
   EXPECT_EQ(a_sent, 30u) << "dropped " << client.batches_dropped();
 }
 
-// The critic's agents change on reconnect (the spaces do not): value_obs rows
-// recorded for the old list must not be sent laid out for the new one.
-TEST(MultiAgentReconnect, ValueObsRowsRecordedBeforeACriticChangeKeepTheirLayout) {
-  auto critic_config = [](std::vector<std::string> critic) {
-    json c = config(2);
-    c["modules"]["m"]["value_obs_agents"] = critic;
-    return c;
-  };
-  ServerScript script = reconnecting_server(critic_config({"a_0"}));
-  script.config_of_connection = [critic_config](int connection) {
-    return connection == 1 ? critic_config({"a_0", "a_1"}) : critic_config({"a_1"});
-  };
-  FakeServer server(script);
-  auto client = connect(server);
-  ASSERT_TRUE(client);
-  std::string episode = client->start_episode("critic").value();
-  tether::AgentFrame frame;
-  for (int t = 0; t < 30; ++t) {
-    const float a0[2] = {static_cast<float>(t), 0.0f};
-    const float a1[2] = {static_cast<float>(t), 1.0f};
-    frame.clear();
-    frame.add("a_0", a0, 2);
-    frame.add("a_1", a1, 2);
-    ASSERT_TRUE(client->get_action(episode, frame).ok()) << t;
-  }
-  ASSERT_GE(client->reconnects(), 1);
-  ASSERT_TRUE(client->end_episode(episode).ok());
-  ASSERT_TRUE(client->flush().ok());
-  std::set<std::int64_t> seqs;
-  for (const json& batch : server.batches()) {
-    if (!seqs.insert(batch["batch_seq"].get<std::int64_t>()).second || batch["batch_seq"] == 1) continue;
-    for (const json& record : batch["episodes"]) {
-      for (const char* agent : {"a_0", "a_1"}) {
-        if (!record["agents"].contains(agent)) continue;
-        const json& entry = record["agents"][agent];
-        ASSERT_EQ(entry["value_obs"].size(), entry["obs"].size());
-        for (std::size_t k = 0; k < entry["obs"].size(); ++k) {
-          // Under the second config a row is a_1's observation of that frame: [t, 1].
-          EXPECT_EQ(entry["value_obs"][k], json({entry["obs"][k][0], 1.0}))
-              << "batch " << batch["batch_seq"] << " " << agent << " row " << k;
-        }
-      }
-    }
-  }
-}
-
 // The new connection's server no longer describes module n: steps b_0
 // recorded with it must not be sent to that server (it would refuse the batch
 // and, with it, every other episode's steps in it).
@@ -367,18 +321,20 @@ TEST(MultiAgentReconnect, AnEpisodeEndsAfterAModulesSpacesChanged) {
 }
 
 
-// A reconnect makes a_1, acting since before it, the critic's agent
-// (it was not before). Its critic rows recorded after the reconnect must hold
-// its observations, not zeros (which agents a critic sees is looked at again).
-TEST(MultiAgentReconnect, AnAgentThatBecomesACriticAgentIsSeenByTheCritic) {
+namespace {
+
+// a_0 and a_1 (module m) act through a reconnect whose SET_CONFIG changes
+// m's critic agents from `first` to {"a_1"}: every critic row sent after it
+// must be a_1's observation of that frame, [t, 1].
+void check_critic_rows_after_a_reconnect(std::vector<std::string> first) {
   auto critic_config = [](std::vector<std::string> critic) {
     json c = config(2);
     c["modules"]["m"]["value_obs_agents"] = critic;
     return c;
   };
-  ServerScript script = reconnecting_server(critic_config({"a_0"}));
-  script.config_of_connection = [critic_config](int connection) {
-    return connection == 1 ? critic_config({"a_0"}) : critic_config({"a_1"});
+  ServerScript script = reconnecting_server(critic_config({"a_1"}));
+  script.config_of_connection = [critic_config, first](int connection) {
+    return connection == 1 ? critic_config(first) : critic_config({"a_1"});
   };
   FakeServer server(script);
   auto client = connect(server);
@@ -414,6 +370,21 @@ TEST(MultiAgentReconnect, AnAgentThatBecomesACriticAgentIsSeenByTheCritic) {
     }
   }
   EXPECT_GT(checked, 0u);
+}
+
+}  // namespace
+
+// The critic's agents change on reconnect (the spaces do not): value_obs rows
+// recorded for the old list must not be sent laid out for the new one.
+TEST(MultiAgentReconnect, ValueObsRowsRecordedBeforeACriticChangeKeepTheirLayout) {
+  check_critic_rows_after_a_reconnect({"a_0", "a_1"});
+}
+
+// A reconnect makes a_1, acting since before it, the critic's agent
+// (it was not before). Its critic rows recorded after the reconnect must hold
+// its observations, not zeros (which agents a critic sees is looked at again).
+TEST(MultiAgentReconnect, AnAgentThatBecomesACriticAgentIsSeenByTheCritic) {
+  check_critic_rows_after_a_reconnect({"a_0"});
 }
 
 // As AnEpisodeEndsAfterAModulesSpacesChanged, for a group: its
