@@ -141,6 +141,8 @@ class Metrics:
     samples_dropped_stale: int = 0
     #: Module updates thrown away because the loss, a gradient or a weight was not finite.
     updates_discarded: int = 0
+    #: TensorBoard writes that failed (logged; checkpoints are written regardless).
+    metrics_write_failures: int = 0
     #: Most agent steps ever waiting in the pool, and the size of the last update (agent steps).
     pool_steps_max: int = 0
     last_update_steps: int = 0
@@ -282,7 +284,8 @@ class TensorBoardWriter:
             return
         for key, value in scalars.items():
             if not math.isnan(value):
-                self._writer.add_scalar(key, value, step)
+                # A name built from a client's id may hold a lone surrogate, which event files cannot encode.
+                self._writer.add_scalar(key.encode("utf-8", "backslashreplace").decode("utf-8"), value, step)
         self._writer.flush()
 
     def close(self) -> None:

@@ -367,7 +367,12 @@ class Trainer:
             print(m.progress_line(), flush=True)
         scalars = m.snapshot()
         if self.tensorboard is not None:
-            await loop.run_in_executor(self._executor, self.tensorboard.write, scalars, m.env_steps_received)
+            # Metrics are a view of the run: their failure is logged and never skips the checkpoint below.
+            try:
+                await loop.run_in_executor(self._executor, self.tensorboard.write, scalars, m.env_steps_received)
+            except Exception as exc:
+                m.metrics_write_failures += 1
+                print(f"[tether] writing TensorBoard metrics failed: {exc!r:.300}", file=sys.stderr, flush=True)
         every = self.config.checkpoint_every
         if every and m.updates % every == 0:
             await loop.run_in_executor(self._executor, self.save_checkpoint)

@@ -3,6 +3,8 @@ code when loaded, and --resume of a checkpoint not written yet starts fresh."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
@@ -47,3 +49,31 @@ def test_checkpoint_round_trip_and_resume_of_a_missing_path(tmp_path, capsys) ->
     fresh = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(missing)), build_layout(config))
     assert fresh.weights_seq_no == 0
     assert "no checkpoint there yet; starting fresh" in capsys.readouterr().out
+
+
+def test_a_metrics_failure_never_stops_checkpoints(tmp_path, capsys) -> None:
+    """A metric named after a lone-surrogate agent id is written escaped, and a TensorBoard
+    write that fails anyway is logged while the periodic checkpoint is still written."""
+    from collections import deque
+
+    config = ServerConfig(logdir=str(tmp_path), quiet=True, checkpoint_every=1)
+    trainer = Trainer(config, build_layout(config))
+    trainer.metrics.updates = 1
+    trainer.metrics.agent_type_returns["\ud800"] = deque([1.0])
+    trainer.metrics.agent_type_lengths["\ud800"] = deque([3])
+
+    async def after_update() -> None:
+        await trainer._after_update(asyncio.get_running_loop())
+
+    asyncio.run(after_update())
+    assert trainer.checkpoint_path.exists() and trainer.metrics.metrics_write_failures == 0
+
+    def failing_write(scalars, step) -> None:
+        raise OSError("disk full")
+
+    trainer.checkpoint_path.unlink()
+    trainer.tensorboard.write = failing_write
+    asyncio.run(after_update())
+    assert trainer.checkpoint_path.exists() and trainer.metrics.metrics_write_failures == 1
+    assert "writing TensorBoard metrics failed" in capsys.readouterr().err
+    asyncio.run(trainer.close(checkpoint=False))
