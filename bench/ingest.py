@@ -83,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="one more connection PINGs every 10 ms during the window and the result gains "
                              "ping_p50_ms, ping_p99_ms and ping_max_ms (how long other clients wait while the "
                              "server ingests; try with --clients 1 --chunk-steps 160000 for 16 MiB frames)")
+    parser.add_argument("--no-pool-journal", action="store_true",
+                        help="run the server without its pool journal (to measure what the journal costs)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
     add_quiet_argument(parser)
@@ -322,6 +324,8 @@ def run(args: argparse.Namespace) -> dict:
             "--summary-file", str(summary_file),
             "--quiet",
         ]
+        if args.no_pool_journal:
+            server_cmd.append("--no-pool-journal")
         if args.agents:
             box4 = {"type": "Box", "shape": [4], "low": "-inf", "high": "inf"}
             server_cmd += [
@@ -392,6 +396,7 @@ def run(args: argparse.Namespace) -> dict:
         "seconds": args.seconds,
         "messages": window_msgs,
         "mode": args.mode,
+        "pool_journal": not args.no_pool_journal,
         "frame_bytes": ready[0]["frame_bytes"],
         "episodes_per_message": ready[0]["episodes"],
         "messages_per_s": round(window_msgs / args.seconds, 2),

@@ -524,8 +524,9 @@ class ServerLink:
             except OSError as exc:
                 self._transport.close()
                 last = exc
-            # A server at its connection limit asks for at least 1 s between attempts (§6.6).
-            too_many = isinstance(last, ConnectionLost) and last.code == "TOO_MANY_CONNECTIONS"
+            # A server at its connection limit, or refusing this address for a while, asks for at
+            # least 1 s between attempts (§6.6).
+            too_many = isinstance(last, ConnectionLost) and last.code in ("TOO_MANY_CONNECTIONS", "AUTH_THROTTLED")
             pause = max(delay, 1.0) if too_many else delay
             now = time.monotonic()
             if now >= deadline:

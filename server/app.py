@@ -109,6 +109,13 @@ async def serve(
         "agent_steps_trained": m.agent_steps_trained,
         "target_confirmed_at": trainer.target_confirmed_at,
         "updates_discarded": m.updates_discarded,
+        # Data of a client whose steps made an update non-finite, left out of it (and the updates that did so).
+        "agent_steps_isolated": m.agent_steps_isolated,
+        "updates_isolated": m.updates_isolated,
+        "clients_refused": m.clients_refused,
+        "episodes_excluded": m.episodes_excluded,
+        # Agent steps still waiting in the pool (in the final checkpoint; trained after --resume).
+        "pool_steps": trainer.pool_steps,
         "pool_steps_max": m.pool_steps_max,
         "batches_duplicate": trainer.dedup.duplicates,
         "updates": m.updates,

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Any, AsyncIterator, NamedTuple
 
 from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.sdk.protocol.messages import is_text
 
 #: Sessions remembered; the least recently used is forgotten first.
 MAX_SESSIONS = 65_536
@@ -34,6 +35,8 @@ def batch_id(message: dict[str, Any]) -> BatchId | None:
         raise MessageError(ErrorCode.INVALID_FIELD, '"client_session" and "batch_seq" come together: give both or neither')
     if not isinstance(session, str) or not 1 <= len(session) <= MAX_SESSION_CHARS:
         raise MessageError(ErrorCode.INVALID_FIELD, f'"client_session" must be a string of 1 to {MAX_SESSION_CHARS} characters')
+    if not is_text(session):  # it is kept (and checkpointed): Unicode text only (§4.1)
+        raise MessageError(ErrorCode.INVALID_FIELD, f'"client_session" {session!r} is not Unicode text (a lone surrogate)')
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise MessageError(ErrorCode.INVALID_FIELD, '"batch_seq" must be an integer >= 1')
     return BatchId(session, seq)

@@ -50,8 +50,20 @@ class ServerConfig:
     pre_auth_max_frame_bytes: int = _opt(
         DEFAULT_PRE_AUTH_MAX_FRAME_BYTES, "with an auth token: largest body accepted before the client authenticated"
     )
-    handshake_timeout_s: float = _opt(10.0, "with an auth token: close a client not authenticated after this many s")
+    handshake_timeout_s: float = _opt(
+        10.0, "close a connection that has not completed its handshake (with an auth token: authenticated; "
+        "without: sent its first request) after this many s (HANDSHAKE_TIMEOUT)"
+    )
     max_connections: int = _opt(256, "refuse further connections (TOO_MANY_CONNECTIONS) while this many are open")
+    max_handshaking_connections: int = _opt(
+        0, "connections still in their handshake held at once, within max_connections; one more closes the "
+        "oldest of them (HANDSHAKE_TIMEOUT), never an established one (0: max(8, max_connections / 8))"
+    )
+    auth_max_failures: int = _opt(
+        5, "with an auth token: wrong tokens from one address (IPv4 address, IPv6 /64) within 60 s before its "
+        "connections are refused (AUTH_THROTTLED) for 1 s, then for twice as long after each further wrong token"
+    )
+    auth_backoff_max_s: float = _opt(60.0, "with an auth token: the longest refusal after wrong tokens (AUTH_THROTTLED)")
     client_timeout_s: float = _opt(
         60.0, "close a connection silent this many s while no answer is owed (0: never); clients PING every 1/4 of it"
     )
@@ -119,6 +131,9 @@ class ServerConfig:
     tensorboard: bool = _opt(True, "write TensorBoard event files to logdir")
     checkpoint_every: int = _opt(10, "write a checkpoint every N updates (0: only on exit)")
     resume: str | None = _opt(None, "checkpoint file to restore weights, optimizer, weights_seq_no and counters from")
+    pool_journal: bool = _opt(
+        True, "write every stored batch to <logdir>/journal (fdatasync) before answering it; --resume replays "
+              "what came after the checkpoint, so no answered step is lost to a crash or kill -9")
     metrics_window: int = _opt(100, "episodes averaged in the return metrics")
     stop_at_return: float | None = _opt(None, "stop once the windowed mean return reaches this")
     max_env_steps: int | None = _opt(None, "stop after this many env steps were received")
@@ -146,6 +161,9 @@ class ServerConfig:
             raise ValueError("max_connections must be >= 1 and pre_auth_max_frame_bytes >= 64")
         if self.handshake_timeout_s <= 0 or self.client_timeout_s < 0:
             raise ValueError("handshake_timeout_s must be > 0 and client_timeout_s >= 0")
+        if self.max_handshaking_connections < 0 or self.auth_max_failures < 1 or self.auth_backoff_max_s <= 0:
+            raise ValueError("max_handshaking_connections must be >= 0, auth_max_failures >= 1 "
+                             "and auth_backoff_max_s > 0")
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> "ServerConfig":

@@ -12,6 +12,7 @@ from typing import Any, Callable, Hashable
 
 from tether.sdk.protocol.episodes import decode_episode
 from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.sdk.protocol.messages import is_text
 from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord, decode_multi_agent_record
 
 from .module_setup import ModuleLayout
@@ -85,6 +86,12 @@ class EpisodeIngest:
         agent_ids = message.get("agent_ids")
         if not isinstance(agent_ids, list) or not all(isinstance(a, str) for a in agent_ids):
             raise MessageError(ErrorCode.INVALID_FIELD, '"agent_ids" must be a list of strings')
+        # Ids the server keeps (assignments) and names (logs): Unicode text only (§4.1).
+        for a in agent_ids:
+            if not is_text(a):
+                raise MessageError(ErrorCode.INVALID_FIELD, f'"agent_ids": {a!r} is not Unicode text (a lone surrogate)')
+        if isinstance(episode_id, str) and not is_text(episode_id):
+            raise MessageError(ErrorCode.INVALID_FIELD, f'"episode_id" {episode_id!r} is not Unicode text (a lone surrogate)')
         for a in agent_ids:
             group = self.layout.group_of(a)
             if group is not None:

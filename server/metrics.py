@@ -41,6 +41,18 @@ class FinishedEpisode:
 _TRAILING_INDEX = re.compile(r"(?:[_\-#]?\d+)+$")  # "cart_3#2": a re-joined agent (name#n) too
 
 
+#: Returns of at least this magnitude (2**64, about 1.8e19) are left out of the return metrics, as are
+#: non-finite ones: no update can train on rewards that add up to it (its squared error overflows float32),
+#: so such an episode is not one the run learns from, and one would swamp the window's mean.
+RETURN_LIMIT = float(2.0**64)
+
+
+def plausible_return(episode: FinishedEpisode) -> bool:
+    """Whether an episode's return and each of its agents' returns are finite and under RETURN_LIMIT."""
+    return all(math.isfinite(r) and abs(r) < RETURN_LIMIT
+               for r in (episode.total_return, *(ret for _, ret in episode.agents.values())))
+
+
 def agent_type(agent_id: str) -> str:
     """'adversary_2' -> 'adversary', 'cart_3#2' -> 'cart': the name the per-agent-type metrics use."""
     return _TRAILING_INDEX.sub("", agent_id) or agent_id
@@ -141,6 +153,15 @@ class Metrics:
     samples_dropped_stale: int = 0
     #: Module updates thrown away because the loss, a gradient or a weight was not finite.
     updates_discarded: int = 0
+    #: Module updates published without the data of a client that made them non-finite, and
+    #: the agent steps left out so (also those of a refused client, dropped from the pool).
+    updates_isolated: int = 0
+    agent_steps_isolated: int = 0
+    #: Clients (connections or client_sessions) refused for their data (ERROR DATA_REFUSED).
+    clients_refused: int = 0
+    #: Finished episodes left out of the return metrics: a return of RETURN_LIMIT or more,
+    #: or a client whose data made an update non-finite (see add_episodes and exclude).
+    episodes_excluded: int = 0
     #: TensorBoard writes that failed (logged; checkpoints are written regardless).
     metrics_write_failures: int = 0
     #: Most agent steps ever waiting in the pool, and the size of the last update (agent steps).
@@ -167,6 +188,8 @@ class Metrics:
         self.agent_type_returns: dict[str, deque] = {}
         self.agent_type_lengths: dict[str, deque] = {}
         self.module_updates: dict[str, dict[str, float]] = {}
+        #: Per return window, who sent each entry (aligned at the right; see exclude).
+        self._sources: dict[str, deque] = {}
         #: Whether any episode had more than one agent (the progress line then shows per-agent returns).
         self.multi_agent = False
         self._rate_mark = (time.monotonic(), 0)
@@ -174,24 +197,69 @@ class Metrics:
     #: Agent types with their own return metric; further types share "other" (ids are client-chosen).
     MAX_AGENT_TYPES = 64
 
-    def add_episodes(self, finished: list[FinishedEpisode]) -> None:
+    def add_episodes(self, finished: list[FinishedEpisode], source: Hashable = None, suspect: bool = False) -> None:
+        """Count finished episodes and add their returns to the windows. ``source`` names
+        who sent them (see exclude). An episode of a ``suspect`` sender (one whose data
+        made an update non-finite), or whose return is not plausible_return, is counted
+        in ``episodes_excluded`` and not in the windows."""
         for episode in finished:
+            if suspect or not plausible_return(episode):
+                self.episodes_excluded += episode.complete
+                continue
             if episode.complete:
-                self.returns.append(episode.total_return)
+                self._push("returns", self.returns, episode.total_return, source)
                 self.lengths.append(episode.length)
                 if episode.agents or episode.agent_count > 1:
-                    self.agent_returns.append(episode.total_return / episode.agent_count)
+                    self._push("agent_returns", self.agent_returns, episode.total_return / episode.agent_count, source)
                     self.multi_agent = self.multi_agent or episode.agent_count > 1
             for agent_id, (module, ret) in episode.agents.items():
                 length = episode.agent_lengths.get(agent_id, episode.length)
-                self.module_returns.setdefault(module, deque(maxlen=self.window)).append(ret)
+                self._push(f"module/{module}", self.module_returns.setdefault(module, deque(maxlen=self.window)),
+                           ret, source)
                 self.module_lengths.setdefault(module, deque(maxlen=self.window)).append(length)
                 kind = agent_type(agent_id)
                 if kind not in self.agent_type_returns and len(self.agent_type_returns) >= self.MAX_AGENT_TYPES:
                     kind = "other"
-                self.agent_type_returns.setdefault(kind, deque(maxlen=self.window)).append(ret)
+                self._push(f"agent_type/{kind}", self.agent_type_returns.setdefault(kind, deque(maxlen=self.window)),
+                           ret, source)
                 self.agent_type_lengths.setdefault(kind, deque(maxlen=self.window)).append(length)
         self.episodes_total += sum(1 for episode in finished if episode.complete)
+
+    def _push(self, key: str, window: deque, value: float, source: Hashable) -> None:
+        window.append(value)
+        self._sources.setdefault(key, deque(maxlen=self.window)).append(source)
+
+    def exclude(self, sources: set) -> int:
+        """Take the returns (and their lengths) that ``sources`` sent out of every window,
+        once their data was found to make an update non-finite; returns the episodes removed."""
+        removed = self._drop_from("returns", self.returns, sources, self.lengths)
+        self._drop_from("agent_returns", self.agent_returns, sources)
+        for prefix, returns_by, lengths_by in (("module", self.module_returns, self.module_lengths),
+                                               ("agent_type", self.agent_type_returns, self.agent_type_lengths)):
+            for name in list(returns_by):
+                self._drop_from(f"{prefix}/{name}", returns_by[name], sources, lengths_by.get(name))
+                if not returns_by[name]:  # a mean of nothing is not shown
+                    del returns_by[name]
+                    lengths_by.pop(name, None)
+                    self._sources.pop(f"{prefix}/{name}", None)
+        self.episodes_excluded += removed
+        return removed
+
+    def _drop_from(self, key: str, window: deque, sources: set, lengths: deque | None = None) -> int:
+        tags = list(self._sources.get(key, ()))[-len(window):] if window else []
+        tags = [None] * (len(window) - len(tags)) + tags  # entries added without _push: nobody's
+        keep = [tag not in sources for tag in tags]
+        if all(keep):
+            return 0
+        values = [v for v, k in zip(window, keep) if k]
+        window.clear()
+        window.extend(values)
+        self._sources[key] = deque((t for t, k in zip(tags, keep) if k), maxlen=self.window)
+        if lengths is not None and len(lengths) == len(keep):
+            kept_lengths = [n for n, k in zip(lengths, keep) if k]
+            lengths.clear()
+            lengths.extend(kept_lengths)
+        return keep.count(False)
 
     @property
     def agent_return_mean(self) -> float:
@@ -219,6 +287,10 @@ class Metrics:
             "charts/agent_steps": float(self.agent_steps_received),
             "charts/env_steps_per_s": self.env_steps_per_s,
             "charts/updates_discarded": float(self.updates_discarded),
+            "charts/updates_isolated": float(self.updates_isolated),
+            "charts/agent_steps_isolated": float(self.agent_steps_isolated),
+            "charts/clients_refused": float(self.clients_refused),
+            "charts/episodes_excluded": float(self.episodes_excluded),
             "charts/batches_duplicate": float(self.batches_duplicate),
             "charts/weights_seq_no": float(self.weights_seq_no),
             "charts/clients_connected": float(self.clients_connected),
@@ -254,6 +326,7 @@ class Metrics:
             f"entropy {self.learner.get('entropy', math.nan):.3f} | v{self.weights_seq_no} | "
             f"clients {self.clients_connected} | stale {self.samples_dropped_stale}"
             + (f" | discarded {self.updates_discarded}" if self.updates_discarded else "")
+            + (f" | isolated {self.agent_steps_isolated} steps" if self.agent_steps_isolated else "")
             + self._module_part()
         )
 

@@ -26,6 +26,9 @@ class Pooled:
     chunk: EpisodeChunk
     weights_seq_no: int
     source: str = ""
+    #: Answered before the server last stopped and restored from its checkpoint or journal:
+    #: trained whatever its staleness, since the client was told it was stored.
+    replayed: bool = False
 
 
 def split_chunk(chunk: EpisodeChunk, steps: int) -> tuple[EpisodeChunk, EpisodeChunk]:
@@ -56,6 +59,10 @@ class SamplePool:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def items(self) -> list[Pooled]:
+        """The pooled items, oldest first (a copy of the list; the chunks are shared)."""
+        return list(self._items)
 
     def add(self, item: Pooled) -> None:
         self._items.append(item)

@@ -8,10 +8,16 @@ What one peer can cost is bounded:
   (``drain``), so a peer that pipelines requests and never reads its answers
   stalls itself, not the server;
 - answers to GET_STATE reuse one encoded SET_STATE frame per weights version;
-- with an auth token, an unauthenticated peer gets a small frame limit and
-  ``handshake_timeout_s`` to authenticate (HANDSHAKE_TIMEOUT); a wrong token
-  closes the connection;
-- at most ``max_connections`` connections (TOO_MANY_CONNECTIONS);
+- a connection is *handshaking* until it completes its handshake (with an auth
+  token: authenticated; without: its first request was accepted), and must do so
+  within ``handshake_timeout_s`` (HANDSHAKE_TIMEOUT); with a token it gets a small
+  frame limit meanwhile, and a wrong token closes the connection;
+- at most ``max_connections`` connections (TOO_MANY_CONNECTIONS), of which at most
+  ``max_handshaking_connections`` handshaking: one more closes the oldest handshaking
+  connection (HANDSHAKE_TIMEOUT), so silent sockets cannot lock clients out, and never
+  an established one;
+- with a token, an address that sent ``auth_max_failures`` wrong tokens has its
+  connections refused for a while (AUTH_THROTTLED; see ``AuthThrottle``);
 - the unfinished frames of all connections together hold at most
   ``max_partial_frame_bytes`` (the largest holder is closed, SERVER_OVERLOADED);
 - a connection silent for ``client_timeout_s`` while it is owed no answer is
@@ -25,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import itertools
 import os
 import socket
 import sys
 import time
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -77,6 +85,109 @@ _SPARE_FDS = 32
 _ACCEPT_ERROR_REPORT_S = 60.0
 #: Seconds of silence before the kernel probes an idle peer (TCP keepalive).
 _KEEPALIVE_IDLE_S = 30
+#: Wrong auth tokens of one address are counted over this many seconds.
+AUTH_FAILURE_WINDOW_S = 60.0
+#: The first refusal of an address after wrong tokens lasts this long; each next one twice as long.
+AUTH_FIRST_BACKOFF_S = 1.0
+#: Addresses whose wrong tokens are remembered at once (the least recently seen is forgotten first).
+AUTH_THROTTLE_ADDRESSES = 4096
+
+
+def handshake_share(max_connections: int, configured: int = 0) -> int:
+    """How many of ``max_connections`` may be handshaking at once (``configured``, 0: max(8, 1/8 of them))."""
+    return max(1, min(max_connections, configured or max(8, max_connections // 8)))
+
+
+def peer_address(peer: Any) -> str | None:
+    """The address a peer's wrong tokens are counted under: its IPv4 address, or its IPv6
+    /64 network (one host usually holds a whole /64); None when the peer has no IP address."""
+    if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
+        return None
+    try:
+        ip = ipaddress.ip_address(peer[0].split("%", 1)[0])
+    except ValueError:
+        return peer[0]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class _AddressRecord:
+    __slots__ = ("failures", "blocked_until", "backoff", "last")
+
+    def __init__(self) -> None:
+        self.failures: deque[float] = deque()  # times of wrong tokens not yet answered by a refusal
+        self.blocked_until = 0.0
+        self.backoff = 0.0  # length of the last refusal period (0: none yet)
+        self.last = 0.0  # the latest wrong token or the end of the refusal period, whichever is later
+
+
+class AuthThrottle:
+    """Wrong auth tokens per address, and how long an address is refused for them.
+
+    ``max_failures`` wrong tokens within ``window_s`` start a refusal period of
+    ``first_backoff_s``; after it, each further wrong token starts one twice as long
+    as the last, up to ``max_backoff_s``. An address quiet for ``window_s`` after its
+    last wrong token (or refusal period) starts afresh. At most ``max_addresses`` are
+    remembered; the least recently seen is forgotten first. Every client behind one
+    address (one host, one NAT) shares its record.
+    """
+
+    def __init__(self, max_failures: int = 5, max_backoff_s: float = 60.0, window_s: float = AUTH_FAILURE_WINDOW_S,
+                 first_backoff_s: float = AUTH_FIRST_BACKOFF_S, max_addresses: int = AUTH_THROTTLE_ADDRESSES) -> None:
+        self.max_failures = max_failures
+        self.max_backoff_s = max_backoff_s
+        self.window_s = window_s
+        self.first_backoff_s = min(first_backoff_s, max_backoff_s)
+        self.max_addresses = max_addresses
+        self._records: OrderedDict[str, _AddressRecord] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _record(self, address: str, now: float) -> _AddressRecord | None:
+        record = self._records.get(address)
+        if record is not None and now - record.last >= self.window_s:
+            del self._records[address]  # quiet long enough: forgiven
+            return None
+        return record
+
+    def refused_for(self, address: str | None, now: float) -> float:
+        """Seconds for which connections from ``address`` are still refused (0: none)."""
+        if address is None:
+            return 0.0
+        record = self._record(address, now)
+        if record is None or record.blocked_until <= now:
+            return 0.0
+        self._records.move_to_end(address)
+        return record.blocked_until - now
+
+    def failed(self, address: str | None, now: float) -> float:
+        """Count a wrong token from ``address``; returns the refusal period it starts (0: none)."""
+        if address is None:
+            return 0.0
+        record = self._record(address, now)
+        if record is None:
+            record = self._records[address] = _AddressRecord()
+            while len(self._records) > self.max_addresses:
+                self._records.popitem(last=False)
+        self._records.move_to_end(address)
+        record.last = max(record.last, now)
+        if record.blocked_until > now:  # (a guess sent before the period began): it does not extend it
+            return 0.0
+        record.failures.append(now)
+        while record.failures and now - record.failures[0] >= self.window_s:
+            record.failures.popleft()
+        if record.backoff == 0.0 and len(record.failures) < self.max_failures:
+            return 0.0
+        record.failures.clear()
+        record.backoff = (min(self.max_backoff_s, record.backoff * 2) if record.backoff
+                          else self.first_backoff_s)
+        record.blocked_until = now + record.backoff
+        record.last = record.blocked_until
+        return record.backoff
 
 
 class ClientSession:
@@ -89,28 +200,42 @@ class ClientSession:
         self.peer = peer
         #: weights_seq_no per module last sent to this client; used when a client omits it.
         self.last_sent: dict[str, int] = {}
+        #: weights_seq_no per module whose model (onnx_file) this connection was sent: it holds it.
+        self.models_sent: dict[str, int] = {}
 
 
 class OpenConnection:
     """Transport-side bookkeeping of one connection, TCP or websocket, from its
-    first byte: it counts toward max_connections and holds its share of
+    first byte: it counts toward max_connections (and, until its handshake is
+    complete, toward the handshaking share of them) and holds its share of
     max_partial_frame_bytes."""
 
-    __slots__ = ("key", "partial_bytes", "evicted", "over_limit", "_evict")
+    __slots__ = ("key", "address", "partial_bytes", "evicted", "refusal", "established", "answering", "_evict")
     _keys = itertools.count(1)
 
-    def __init__(self, evict: Callable[[bytes, bool], None]) -> None:
+    def __init__(self, evict: Callable[[bytes, bool], None], address: str | None = None) -> None:
         self.key = next(self._keys)
+        #: What the peer's wrong auth tokens are counted under (see ``peer_address``).
+        self.address = address
         #: Bytes of unfinished frames (or websocket messages) held for this connection.
         self.partial_bytes = 0
-        #: Set when the server closed this connection to free memory for others.
+        #: Set when the server closed this connection for others (memory, or a handshaking slot).
         self.evicted = False
-        #: Set when it arrived with max_connections already open: it is refused.
-        self.over_limit = False
+        #: The ERROR it is refused with as it arrives (TOO_MANY_CONNECTIONS, AUTH_THROTTLED), or None.
+        self.refusal: bytes | None = None
+        #: Set once its handshake is complete: from then on no newcomer can close it.
+        self.established = False
+        #: Set while one of its requests is being answered (a handshaking one is then not closed for a newcomer).
+        self.answering = False
         self._evict = evict
 
+    @property
+    def over_limit(self) -> bool:
+        """Whether it was refused on arrival (it is not counted among the open connections)."""
+        return self.refusal is not None
+
     def evict(self, frame: bytes, current: bool) -> None:
-        """Send ``frame`` (SERVER_OVERLOADED) and close; ``current``: its own handler is running now."""
+        """Send ``frame`` (a connection-level ERROR) and close; ``current``: its own handler is running now."""
         self.evicted = True
         self._evict(frame, current)
 
@@ -119,7 +244,12 @@ def _evict_stream(writer: asyncio.StreamWriter) -> Callable[[bytes, bool], None]
     def evict(frame: bytes, current: bool) -> None:
         writer.write(frame)
         if not current:
-            writer.close()  # its handler sees EOF and cleans up
+            # Its handler sees EOF and cleans up. A peer that does not read (answers still queued) is
+            # cut off at once: no longer counted, it must not keep its descriptor until a deadline.
+            if writer.transport.get_write_buffer_size():
+                writer.transport.abort()
+            else:
+                writer.close()
     return evict
 
 
@@ -172,6 +302,15 @@ def open_file_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+def listen(fd: int, backlog: int) -> None:
+    """Set the kernel's queue of a listening socket to ``backlog`` connections (best effort)."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:  # the same socket; closing the duplicate leaves it open
+            sock.listen(backlog)
+    except OSError:
+        pass
+
+
 def _open_descriptors() -> int:
     try:
         return len(os.listdir("/proc/self/fd"))
@@ -197,6 +336,14 @@ class TetherServer:
         self._open: dict[int, OpenConnection] = {}
         self._partial_total = 0
         self.max_connections = self.config.max_connections
+        #: Connections still in their handshake (see OpenConnection.established), oldest first.
+        self._handshaking: dict[int, OpenConnection] = {}
+        self.max_handshaking = handshake_share(self.max_connections, self.config.max_handshaking_connections)
+        #: Peers accepted per loop iteration (set by ``start``), fewer than the handshaking share.
+        self.accept_burst = max(1, self.max_handshaking // 4)
+        #: Wrong auth tokens per address; None without a token (nothing to guess).
+        self.auth_throttle = (AuthThrottle(self.config.auth_max_failures, self.config.auth_backoff_max_s)
+                              if self.config.auth_token else None)
         self.max_partial_frame_bytes = max(self.config.max_partial_frame_bytes, self.config.max_frame_bytes)
         #: Encoded SET_STATE frames of the current weights, keyed by what they contain.
         self._state_frames: dict[tuple, bytes] = {}
@@ -236,10 +383,18 @@ class TetherServer:
                 print(f"[tether] max_connections {self.max_connections} lowered to {capped}: the process may open "
                       f"only {limit} files", file=sys.stderr, flush=True)
                 self.max_connections = capped
+        self.max_handshaking = handshake_share(self.max_connections, self.config.max_handshaking_connections)
         asyncio.get_running_loop().set_exception_handler(self._loop_exception)
+        # asyncio accepts up to `backlog` peers per loop iteration before any of them is read: fewer than
+        # the handshaking share, so a client's PING, sent as it connects, is read before a burst of newer
+        # arrivals can make it the oldest handshaking connection. The kernel still queues `backlog`.
+        burst = self.accept_burst = max(1, min(backlog, self.max_handshaking // 4))
         self._server = await asyncio.start_server(
-            self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT, backlog=backlog,
+            self._handle_client, self.config.host, self.config.port, limit=_STREAM_LIMIT, backlog=burst,
         )
+        if burst < backlog:
+            for listening in self._server.sockets:
+                listen(listening.fileno(), backlog)
 
     _last_accept_error = 0.0
 
@@ -273,9 +428,9 @@ class TetherServer:
         assert task is not None
         self._handlers.add(task)
         session = ClientSession(writer.get_extra_info("peername"))
-        conn = self.open_connection(_evict_stream(writer))
-        if conn.over_limit:
-            writer.write(self.too_many_connections_frame())
+        conn = self.open_connection(_evict_stream(writer), session.peer)
+        if conn.refusal is not None:
+            writer.write(conn.refusal)
             await self._close(writer)
             self._handlers.discard(task)
             return
@@ -304,8 +459,8 @@ class TetherServer:
     async def _serve(self, conn: OpenConnection, session: ClientSession, connection: ServerConnection,
                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
-        auth_deadline = (loop.time() + self.config.handshake_timeout_s
-                         if connection.state is ServerState.AWAITING_AUTH else None)
+        # Until its handshake is complete (None from then on).
+        handshake_deadline: float | None = loop.time() + self.config.handshake_timeout_s
         client_timeout = self.config.client_timeout_s or None
         while True:
             # Answer every complete frame, one at a time: the next one is parsed
@@ -317,22 +472,27 @@ class TetherServer:
                     await self._refuse(writer, connection.framing_error_frame(exc))
                 if body is None or conn.evicted:
                     break
-                frame, closes = await self.answer(session, connection, body)
+                conn.answering = True
+                try:
+                    frame, closes = await self.answer(session, connection, body, conn)
+                finally:
+                    conn.answering = False
                 del body
                 if closes:
                     await self._refuse(writer, frame)
-                if auth_deadline is not None and connection.state is ServerState.READY:
-                    auth_deadline = None
+                if handshake_deadline is not None and conn.established:
+                    handshake_deadline = None
                 if frame is not None:
                     writer.write(frame)
-                    if auth_deadline is None:
+                    if handshake_deadline is None:
                         await writer.drain()
                     else:  # a peer that does not read its refusals must not outlive the handshake deadline
-                        await self._before(auth_deadline, writer.drain(), writer, ErrorCode.HANDSHAKE_TIMEOUT)
+                        await self._before(handshake_deadline, writer.drain(), writer, ErrorCode.HANDSHAKE_TIMEOUT)
             self.set_partial(conn, connection.buffered_bytes)
             # Wait for more bytes; silence is bounded by the handshake deadline, then by the client timeout.
-            if auth_deadline is not None:
-                data = await self._before(auth_deadline, reader.read(_READ_SIZE), writer, ErrorCode.HANDSHAKE_TIMEOUT)
+            if handshake_deadline is not None:
+                data = await self._before(handshake_deadline, reader.read(_READ_SIZE), writer,
+                                          ErrorCode.HANDSHAKE_TIMEOUT)
             elif client_timeout is not None:
                 # Clients older than 1.3 send no heartbeats (an engine paused in a menu is silent):
                 # they get LEGACY_TIMEOUT_FACTOR times longer; TCP keepalive finds dead peers sooner.
@@ -357,12 +517,19 @@ class TetherServer:
             pass
         self._count(code)
         if code is ErrorCode.HANDSHAKE_TIMEOUT:
-            text = f"not authenticated within {self.config.handshake_timeout_s:g} s: send PING with auth_token first"
+            text = self.handshake_timeout_text()
         else:
             text = (f"no data received for client_timeout_s ({self.config.client_timeout_s:g} s; "
                     f"x{LEGACY_TIMEOUT_FACTOR} for clients older than protocol 1.3); "
                     f"an idle client must PING every heartbeat_interval_s")
         await self._refuse(writer, encode_frame(error_message(code, text)))
+
+    def handshake_timeout_text(self) -> str:
+        """The message of HANDSHAKE_TIMEOUT at the deadline."""
+        limit = self.config.handshake_timeout_s
+        if self.config.auth_token:
+            return f"not authenticated within {limit:g} s: send PING with auth_token first"
+        return f"no request within {limit:g} s of connecting: send PING first"
 
     async def _refuse(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         """Write a final ERROR and end the handler (which closes the connection)."""
@@ -410,32 +577,105 @@ class TetherServer:
 
     # -- connections, TCP and websocket ---------------------------------------------
 
-    def open_connection(self, evict: Callable[[bytes, bool], None]) -> OpenConnection:
-        """Counts a new connection (TCP accepted, or websocket at its first byte). One that
-        arrives with max_connections open is marked ``over_limit`` and not counted: refuse it."""
-        conn = OpenConnection(evict)
-        if len(self._open) >= self.max_connections:
-            conn.over_limit = True
+    #: (Defaults of a server whose tables are set up by hand, without ``__init__``.)
+    _handshaking: dict[int, OpenConnection] | None = None
+    max_handshaking = 0
+    auth_throttle: AuthThrottle | None = None
+
+    def open_connection(self, evict: Callable[[bytes, bool], None], peer: Any = None) -> OpenConnection:
+        """Counts a new connection (TCP accepted, or websocket at its first byte) from ``peer``
+        (its address), handshaking until :meth:`establish`. With the handshaking share or all
+        max_connections taken, it closes the oldest handshaking connection to make room; when
+        none can be closed (all established), or its address is refused for wrong auth tokens,
+        the new one gets ``refusal`` and is not counted: send that and close it."""
+        conn = OpenConnection(evict, peer_address(peer))
+        if self.auth_throttle is not None:
+            wait = self.auth_throttle.refused_for(conn.address, time.monotonic())
+            if wait > 0:
+                self._count(ErrorCode.AUTH_THROTTLED)
+                conn.refusal = self._throttled_frame(conn.address, wait)
+                return conn
+        if self._handshaking is None:
+            self._handshaking = {}
+        share = self.max_handshaking or handshake_share(self.max_connections)
+        if ((len(self._handshaking) >= share or len(self._open) >= self.max_connections)
+                and not self._close_oldest_handshake(share)):
             self._count(ErrorCode.TOO_MANY_CONNECTIONS)
-        else:
-            self._open[conn.key] = conn
+            conn.refusal = self.too_many_connections_frame()
+            return conn
+        self._open[conn.key] = conn
+        self._handshaking[conn.key] = conn
         return conn
+
+    def _close_oldest_handshake(self, share: int) -> bool:
+        """Close the oldest handshaking connection not being answered (HANDSHAKE_TIMEOUT) to make
+        room for a newer one; False when there is none. Established connections are never closed:
+        a peer that cannot complete a handshake can only push out others that have not either."""
+        assert self._handshaking is not None
+        victim = next((c for c in self._handshaking.values() if not c.answering), None)
+        if victim is None:
+            return False
+        self._count(ErrorCode.HANDSHAKE_TIMEOUT)
+        frame = encode_frame(error_message(
+            ErrorCode.HANDSHAKE_TIMEOUT,
+            f"closed before its handshake was complete: newer connections needed its place ({len(self._handshaking)} "
+            f"of {len(self._open)} connections were in their handshake, {share} at most (max_handshaking_connections)"
+            f", and this was the oldest); reconnect and send PING at once"))
+        self.close_connection(victim)
+        victim.evict(frame, False)
+        return True
+
+    def establish(self, conn: OpenConnection) -> None:
+        """``conn`` completed its handshake: it leaves the handshaking share and no newcomer can close it."""
+        conn.established = True
+        if self._handshaking is not None:
+            self._handshaking.pop(conn.key, None)
 
     def close_connection(self, conn: OpenConnection) -> None:
         """A connection counted by :meth:`open_connection` has ended: its slot and bytes are free."""
+        if self._handshaking is not None:
+            self._handshaking.pop(conn.key, None)
         if self._open.pop(conn.key, None) is not None:
             self._partial_total -= conn.partial_bytes
             conn.partial_bytes = 0
+
+    _last_throttle_report = -_ACCEPT_ERROR_REPORT_S
+
+    def _report_throttled(self, address: str | None, backoff: float) -> None:
+        """Tell the operator that someone guesses the token, in one line now and then, not once per address."""
+        now = time.monotonic()
+        if now - self._last_throttle_report >= _ACCEPT_ERROR_REPORT_S:
+            self._last_throttle_report = now
+            print(f"[tether] wrong auth tokens from {address}: its connections are refused for {backoff:g} s "
+                  f"(further refusals of any address are not reported for {_ACCEPT_ERROR_REPORT_S:g} s)",
+                  file=sys.stderr, flush=True)
+
+    def _throttled_frame(self, address: str | None, wait: float) -> bytes:
+        return encode_frame(error_message(
+            ErrorCode.AUTH_THROTTLED,
+            f"too many wrong auth tokens from {address or 'this address'}: its connections are refused for "
+            f"{wait:.1f} more s; reconnect then"))
 
     def too_many_connections_frame(self) -> bytes:
         return encode_frame(error_message(
             ErrorCode.TOO_MANY_CONNECTIONS,
             f"the server already has {len(self._open)} connections, its limit (max_connections); try later"))
 
-    async def answer(self, session: ClientSession, connection: ServerConnection, body: bytes) -> tuple[bytes | None, bool]:
+    async def answer(self, session: ClientSession, connection: ServerConnection, body: bytes,
+                     conn: OpenConnection | None = None) -> tuple[bytes | None, bool]:
         """One received body, answered the same way on every transport: returns the frame to
         send (None: nothing) and whether the connection closes after it. A large body of an
-        authenticated peer is parsed and validated in the decode pool, off the event loop."""
+        authenticated peer is parsed and validated in the decode pool, off the event loop.
+        ``conn`` (the connection's slot) is established by its first request accepted in
+        READY, and its wrong tokens are counted against its address."""
+        address = conn.address if conn is not None else None
+        throttle = self.auth_throttle if conn is not None and not conn.established else None
+        if throttle is not None:
+            # A connection opened before its address was refused gets no guess either.
+            wait = throttle.refused_for(address, time.monotonic())
+            if wait > 0:
+                self._count(ErrorCode.AUTH_THROTTLED)
+                return self._throttled_frame(address, wait), True
         predecoded = None
         # Workers serve authenticated peers only: an unauthenticated body is refused, not decoded.
         done = await self.decode_pool.decode(body) if connection.state is ServerState.READY else None
@@ -449,9 +689,17 @@ class TetherServer:
         del body, done
         observer = self.observer
         if isinstance(event, Refusal):
+            text = event.error.message
+            if throttle is not None and event.closes_connection and event.error.code is ErrorCode.AUTH_FAILED:
+                backoff = throttle.failed(address, time.monotonic())
+                if backoff:
+                    text += f"; too many from {address}: its connections are refused for {backoff:g} s"
+                    self._report_throttled(address, backoff)
             if observer is not None:
-                observer.refused(session.id, event.error.code.value, event.error.message, event.request_type)
-            return _encode_error(event.error.code, event.error.message, event.request_type), event.closes_connection
+                observer.refused(session.id, event.error.code.value, text, event.request_type)
+            return _encode_error(event.error.code, text, event.request_type), event.closes_connection
+        if conn is not None and not conn.established and connection.state is ServerState.READY:
+            self.establish(conn)
         if observer is not None:
             observer.request(session.id, event.kind.value, event.message)
             started = asyncio.get_running_loop().time()
@@ -488,9 +736,11 @@ class TetherServer:
                     # Versions kept now: data claiming any other one (older than max_staleness, or not
                     # served yet) is not checked, so it must not be trained on either, even if that
                     # version is published while this message waits for room in the pool.
-                    kept = {m: set(h.versions) for m, h in trainer.histories.items()}
-                    versions = {m: (v if m not in kept or v in kept[m] else UNVERIFIED_VERSION)
-                                for m, v in versions.items()}
+                    # Without the check, the staleness rule alone decides (§13.2: a newer version is accepted).
+                    if self.ingest.logp_check is not None:
+                        kept = {m: set(h.versions) for m, h in trainer.histories.items()}
+                        versions = {m: (v if m not in kept or v in kept[m] else UNVERIFIED_VERSION)
+                                    for m, v in versions.items()}
                     if self.ingest.logp_check is not None and _obs_values(pending.records) <= _INLINE_LOGP_CHECK_VALUES:
                         # About 0.1 us an observation value with a small MLP: for a message this
                         # small, less than a hop to another thread and back costs in GIL hand-offs.
@@ -506,7 +756,7 @@ class TetherServer:
                     if self.observer is not None:
                         self.observer.batch(session.id, env_steps, versions, records)
                     await trainer.submit(owner, records, versions, wait_for_update=wants_state and self.config.force_on_policy,
-                                         env_steps=env_steps, source=f"#{session.id} {session.peer}")
+                                         env_steps=env_steps, source=f"#{session.id} {session.peer}", batch=batch)
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
             if self.observer is not None:
@@ -542,10 +792,13 @@ class TetherServer:
 
     def _send_state(self, session: ClientSession, connection: ServerConnection, client_holds: Any) -> bytes:
         trainer = self.trainer
-        message = trainer.state_message(client_holds, may_omit_model=connection.client_version is not None)
         # Only a client that announced protocol 1.1+ may get SET_STATE without the
         # model: RLlib's v1 documentation lets a plain client send weights_seq_no too.
+        # Such a client is not sent a model again that this connection already got (§7.5).
+        message = trainer.state_message(client_holds, may_omit_model=connection.client_version is not None,
+                                        sent=session.models_sent)
         if "models" in message:
+            session.models_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})
             session.last_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})
             for m, rt in trainer.modules.items():
                 session.last_sent.setdefault(m, rt.weights_seq_no)
@@ -553,6 +806,8 @@ class TetherServer:
         else:
             if trainer.default_module is not None:
                 session.last_sent[trainer.default_module] = message["weights_seq_no"]
+            if "onnx_file" in message:
+                session.models_sent[trainer.served_module] = message["weights_seq_no"]
             key = ("v1", "onnx_file" in message)
         return self._state_frame(key, message)
 

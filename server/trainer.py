@@ -8,6 +8,7 @@ import asyncio
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Hashable
 
@@ -21,12 +22,15 @@ from tether.sdk.protocol.onnx_codec import encode_onnx
 from .batch_dedup import BatchDedup, BatchId
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig
+from .data_guard import DataGuard
 from .ingest import EpisodeIngest, record_env_steps
-from .learner import NonFiniteUpdate, PPOLearner, build_batch
+from .learner import PPOLearner, update_isolating
 from .logp_check import PolicyHistory, check_behaviour_logp
-from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
+from .metrics import EpisodeTracker, Metrics, TensorBoardWriter, plausible_return
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
+from .pool_journal import JournalEntry, PoolJournal, decode_entries, encode_entry, journal_files, read_journal
 from .sample_pool import Pooled, SamplePool
+from .stop_rule import ClientReturns
 
 #: Freeing at least this many per-agent entries at once also hands free heap pages back to the OS.
 _TRIM_AFTER_ENTRIES = 10_000
@@ -101,23 +105,42 @@ class Trainer:
         self.tensorboard = TensorBoardWriter(config.logdir) if config.tensorboard else None
         #: Exactly-once batches: client_session -> highest batch_seq stored (kept in checkpoints).
         self.dedup = BatchDedup()
+        #: Strikes against clients whose data made updates non-finite; refuses those that keep at it.
+        self.guard = DataGuard()
+        # Each update takes at most train_batch_size agent steps; the pool holds at most twice that plus a message.
+        self._pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
+        #: Every stored batch is written here before it is answered (see pool_journal).
+        self.journal: PoolJournal | None = None
+        replayed: list[JournalEntry] = []
+        replay_dir = Path(config.resume).parent / "journal" if config.resume else None
         if config.resume:
+            journal_from: int | None = 0
             if Path(config.resume).exists():
-                self._restore(config.resume)
-            else:  # a crash before the first checkpoint: nothing to resume yet
+                journal_from = self._restore(config.resume)
+            else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
+            if config.pool_journal and journal_from is not None and replay_dir is not None:
+                replayed = self._replay(read_journal(replay_dir, journal_from))
+        if config.pool_journal:
+            existing = journal_files(self.journal_dir)
+            if not config.resume:  # a new run: an earlier run's journal in this logdir is not ours to replay
+                for _, old in existing:
+                    old.unlink()
+            self.journal = PoolJournal(self.journal_dir, existing[-1][0] + 1 if existing else 0)
+            if replayed and replay_dir is not None and replay_dir.resolve() != self.journal_dir.resolve():
+                self.journal.append_now(replayed)  # resumed from elsewhere: the next resume reads this logdir
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
         self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items() if rt.spec.trainable}
         for module_id, history in self.histories.items():
             history.add(self.modules[module_id].weights_seq_no, self.modules[module_id].learner.model)
         self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy,
                                     logp_check=self._check_logp if config.verify_action_logp else None)
-        # Each update takes at most train_batch_size agent steps; the pool holds at most twice that plus a message.
-        self._pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
         #: client_session -> connections using it, and expiry timers of sessions no connection uses.
         self._session_users: dict[str, set[Hashable]] = {}
         self._session_expiry: dict[str, asyncio.TimerHandle] = {}
         self._target_streak: list[tuple[float, int, int]] = []
+        #: Each client's own returns: every active client must reach stop_at_return (see stop_rule).
+        self.client_returns = ClientReturns(min(config.metrics_window, 100), active_updates=TARGET_UPDATES)
         self._window_fresh_from = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-learner")
         self._update_task: asyncio.Task | None = None
@@ -138,20 +161,33 @@ class Trainer:
         """The v1 client's view: the default module's version (else the first module's)."""
         return self.modules[self.default_module or next(iter(self.modules))].weights_seq_no
 
-    def state_message(self, client_holds: Any = None, may_omit_model: bool = False) -> dict[str, Any]:
+    @property
+    def served_module(self) -> str:
+        """The module of the single-module SET_STATE: the default module, else the first."""
+        return self.default_module or next(iter(self.modules))
+
+    def state_message(
+        self, client_holds: Any = None, may_omit_model: bool = False, sent: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
         """SET_STATE. A 1.2 client that sends ``weights_seq_nos`` gets ``models``
         with only the modules that changed; others get the v1 fields for the
-        default module (without the model for a 1.1 client that holds it)."""
+        default module (without the model for a 1.1 client that holds it).
+        ``sent``: the version of each module whose model the connection already
+        got; with ``may_omit_model``, a module the request does not name counts
+        as held at that version (a model is sent once per version and connection)."""
         msg: dict[str, Any] = {"type": MessageType.SET_STATE.value}
+        sent = sent if may_omit_model and sent is not None else {}
         if isinstance(client_holds, dict):
             msg["models"] = {
                 m: {"weights_seq_no": rt.weights_seq_no, "onnx_file": rt.onnx_field}
                 for m, rt in self.modules.items()
-                if not _same_version(client_holds.get(m), rt.weights_seq_no)
+                if not _same_version(client_holds.get(m, sent.get(m)), rt.weights_seq_no)
             }
             return msg
-        runtime = self.modules[self.default_module or next(iter(self.modules))]
+        runtime = self.modules[self.served_module]
         msg["weights_seq_no"] = runtime.weights_seq_no
+        if client_holds is None:
+            client_holds = sent.get(self.served_module)
         holds = _same_version(client_holds, runtime.weights_seq_no)
         if not (may_omit_model and holds):
             msg["onnx_file"] = runtime.onnx_field
@@ -231,7 +267,7 @@ class Trainer:
 
     async def submit(
         self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
-        env_steps: int | None = None, source: str = "",
+        env_steps: int | None = None, source: str = "", batch: BatchId | None = None,
     ) -> None:
         """Take a validated message's records. ``seq_for[module]`` is the weights
         version the data was computed with; ``env_steps`` the env steps the
@@ -239,29 +275,48 @@ class Trainer:
         client in logs. Waits while the pool is full (backpressure). With
         ``wait_for_update`` (on-policy EPISODES_AND_GET_STATE) return only
         once any update that these samples started, or that was running, has
-        published new weights."""
+        published new weights. ``batch`` (exactly-once id) is marked stored as its data
+        is pooled, and written with it to the journal; this returns only once the
+        journal has it on disk, so an answer always follows a durable store."""
         await self._pool.wait_for_room()
+        self.guard.check(connection, source)  # a client whose data kept making updates non-finite: DATA_REFUSED
+        self.guard.note(connection, source)
         m = self.metrics
         agent_steps = sum(r.agent_steps for r in records)
         if env_steps is None:
             env_steps = sum(record_env_steps(r) for r in records)
         m.env_steps_received += env_steps
         m.agent_steps_received += agent_steps
-        m.add_episodes(self.episodes.add(connection, records))
+        finished = self.episodes.add(connection, records)
+        suspect = self.guard.is_suspect(connection, source)
+        m.add_episodes(finished, source, suspect)
+        if self.config.stop_at_return is not None:
+            # A suspect client still has a say (it stays active), but its returns do not count toward the target.
+            self.client_returns.note(connection, () if suspect else (
+                e.total_return for e in finished if e.complete and plausible_return(e)), m.updates)
         self._check_stop()
+        pooled: list[Pooled] = []
         for record in records:
             for agent in record.agents:
                 runtime = self.modules[agent.module_id]
                 seq = seq_for.get(agent.module_id, runtime.weights_seq_no)
                 if not runtime.spec.trainable:
                     continue  # frozen modules are served, not trained
-                if seq not in self.histories[agent.module_id].versions:
-                    # Older than max_staleness, or a version this server never served (or lost in a restart).
+                if seq == UNVERIFIED_VERSION or runtime.weights_seq_no - seq > self.config.max_staleness:
+                    # Older than max_staleness (also after waiting for room), or a version whose
+                    # behaviour logp could not be checked (never served, or lost in a restart).
                     m.samples_dropped_stale += agent.chunk.env_steps
                 else:
-                    self._pool.add(Pooled(agent.module_id, agent.chunk, seq, source))
+                    pooled.append(Pooled(agent.module_id, agent.chunk, seq, source))
+                    self._pool.add(pooled[-1])
+        if batch is not None:  # stored now: a resend after any stop, even before the answer, is a duplicate
+            self.dedup.mark_stored(batch)
+        written = (self.journal.append(JournalEntry(batch, pooled, env_steps, agent_steps))
+                   if self.journal is not None else None)
         m.pool_steps_max = max(m.pool_steps_max, self._pool.steps)
         self._maybe_start_update()
+        if written is not None:
+            await written
         if wait_for_update and self._next_state is not None:
             await asyncio.shield(self._next_state)
 
@@ -283,7 +338,7 @@ class Trainer:
             return
         # Samples that became too stale while waiting in the pool are dropped here.
         self.metrics.samples_dropped_stale += self._pool.drop(
-            lambda p: self.modules[p.module_id].weights_seq_no - p.weights_seq_no <= self.config.max_staleness)
+            lambda p: p.replayed or self.modules[p.module_id].weights_seq_no - p.weights_seq_no <= self.config.max_staleness)
         if self._pool.steps < self.config.train_batch_size:
             return
         by_module: dict[str, list[Pooled]] = {}
@@ -303,26 +358,55 @@ class Trainer:
         except Exception as exc:  # a failed update must not stop training for good
             steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
             print(f"[tether] learner update failed, {steps} steps dropped: {exc!r}", file=sys.stderr, flush=True)
+        self.guard.tick()
         published = {}
-        for module_id, result in results.items():
+        #: source -> why its data was left out of an update of this round.
+        guilty: dict[str, str] = {}
+        for module_id, (outcome, stats, onnx_bytes, snapshot) in results.items():
             items = by_module[module_id]
-            if isinstance(result, NonFiniteUpdate):
+            guilty.update((s, why) for s, why in outcome.guilty.items() if s not in guilty)
+            kept = set(outcome.kept)
+            blamed = [p for p in items if p.source in outcome.guilty]
+            if blamed:
+                m.agent_steps_isolated += sum(p.chunk.env_steps for p in blamed)
+                print(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in blamed)} agent steps "
+                      f"left out, from client(s) {self._describe(outcome.guilty)}", file=sys.stderr, flush=True)
+            if stats is None:
+                unblamed = [p for p in items if p.source not in outcome.guilty]
+                if not unblamed:
+                    continue  # only the data of clients to blame: nothing else lost, nothing to publish
                 m.updates_discarded += 1
                 # Returns of the episodes behind this batch may be bogus too: the
                 # stop rule waits until a whole window of episodes came after it.
                 self._target_streak, self._window_fresh_from = [], m.episodes_total
-                sources = sorted({p.source for p in items if p.source})
-                print(f"[tether] update of module {module_id!r} discarded ({result}); weights stay at "
-                      f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in items)} agent steps "
-                      f"from client(s) {', '.join(sources) or 'unknown'}", file=sys.stderr, flush=True)
+                sources = sorted({p.source for p in unblamed if p.source})
+                print(f"[tether] update of module {module_id!r} discarded ({outcome.error}); weights stay at "
+                      f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in unblamed)} agent "
+                      f"steps from client(s) {', '.join(sources) or 'unknown'}", file=sys.stderr, flush=True)
                 continue
-            stats, onnx_bytes, snapshot = result
+            unkept = [p for p in items if p.source not in kept]
+            if unkept:
+                m.updates_isolated += 1
+                cleared = [p for p in unkept if p.source not in outcome.guilty]
+                if cleared:  # the trials ran out before these clients were cleared: left out unblamed
+                    m.agent_steps_isolated += sum(p.chunk.env_steps for p in cleared)
+                    print(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in cleared)} agent "
+                          f"steps of client(s) {', '.join(sorted({p.source for p in cleared}))} left out unblamed "
+                          f"({outcome.trials} trial updates)", file=sys.stderr, flush=True)
             runtime = self.modules[module_id]
             runtime.publish(onnx_bytes)
             self.histories[module_id].add(runtime.weights_seq_no, snapshot, onnx_bytes)
             m.module_updates[module_id] = stats
-            m.agent_steps_trained += sum(p.chunk.env_steps for p in items)
+            m.agent_steps_trained += sum(p.chunk.env_steps for p in items if p.source in kept)
             published[module_id] = stats
+        if guilty:
+            # Their returns are not the run's: out of the windows before anything reports them.
+            m.exclude(set(guilty))
+            for source in self.guard.strike(guilty):
+                print(f"[tether] client {source} refused (DATA_REFUSED): its data made "
+                      f"{self.guard.strikes_to_refuse} updates non-finite", file=sys.stderr, flush=True)
+            m.clients_refused = self.guard.refused_count
+            m.agent_steps_isolated += self._pool.drop(lambda p: not self.guard.is_refused(p.source))
         if published:
             m.updates += 1
             m.weights_seq_no = self.weights_seq_no
@@ -342,22 +426,29 @@ class Trainer:
             self._update_task = None
         self._maybe_start_update()
 
+    @staticmethod
+    def _describe(guilty: dict[str, str]) -> str:
+        """'#3 1.2.3.4:5 (why); …' for a log line."""
+        return "; ".join(f"{source or 'unknown'} ({why})" for source, why in sorted(guilty.items()))
+
     def _update_blocking(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
-        """Per module: (stats, ONNX bytes, the model), or the NonFiniteUpdate that discarded it."""
+        """Per module: (IsolatedUpdate, stats, ONNX bytes, the model); the last three None when
+        nothing was trained. A client whose data makes the update non-finite is left out of
+        it (learner/isolation.py), so its neighbours' data is still trained on."""
         results: dict[str, Any] = {}
         for module_id, items in by_module.items():
             learner = self.modules[module_id].learner
             started = time.perf_counter()
-            try:
-                stats = learner.update(build_batch([p.chunk for p in items]))
-            except NonFiniteUpdate as exc:
-                results[module_id] = exc
+            outcome = update_isolating(learner, [(p.source, p.chunk) for p in items])
+            if outcome.stats is None:
+                results[module_id] = (outcome, None, None, None)
                 continue
             trained = time.perf_counter()
             onnx_bytes = learner.export_onnx()
-            # Seconds the update and the ONNX export took (the console's health panel, TensorBoard).
-            stats = {**stats, "update_s": trained - started, "export_s": time.perf_counter() - trained}
-            results[module_id] = (stats, onnx_bytes, learner.model)  # only its action space is read
+            # Seconds the update (its trials included) and the ONNX export took (the console's health panel, TensorBoard).
+            stats = {**outcome.stats, "update_s": trained - started, "export_s": time.perf_counter() - trained,
+                     "update_trials": float(outcome.trials)}
+            results[module_id] = (outcome, stats, onnx_bytes, learner.model)  # only its action space is read
         return results
 
     async def _after_update(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -375,7 +466,8 @@ class Trainer:
                 print(f"[tether] writing TensorBoard metrics failed: {exc!r:.300}", file=sys.stderr, flush=True)
         every = self.config.checkpoint_every
         if every and m.updates % every == 0:
-            await loop.run_in_executor(self._executor, self.save_checkpoint)
+            state = self.checkpoint_state()  # on the loop: the pool and the journal's generation agree
+            await loop.run_in_executor(self._executor, self.write_checkpoint, state)
 
     def _check_stop(self) -> None:
         c, m = self.config, self.metrics
@@ -389,13 +481,17 @@ class Trainer:
         message of made-up episodes is trained on by at most one update and is
         half pushed out of the window by real episodes before the run can end.
         After a discarded (non-finite) update, a whole window of new episodes
-        must finish before the return counts again."""
+        must finish before the return counts again. Every client active in the
+        last TARGET_UPDATES updates must also have reached the target on its own
+        last episodes (stop_rule): one client's made-up returns cannot end a run
+        while another client's episodes fall short."""
         c, m = self.config, self.metrics
         need = min(c.metrics_window, 100)
         if c.stop_at_return is None:
             return
         if (len(m.returns) < need or not m.return_mean >= c.stop_at_return
-                or m.episodes_total - self._window_fresh_from < need and self._window_fresh_from > 0):
+                or m.episodes_total - self._window_fresh_from < need and self._window_fresh_from > 0
+                or self.client_returns.below(c.stop_at_return, m.updates)):
             self._target_streak = []
             return
         self._target_streak.append((time.time(), m.env_steps_received, m.episodes_total))
@@ -412,9 +508,29 @@ class Trainer:
     def checkpoint_path(self) -> Path:
         return Path(self.config.logdir) / "checkpoint.pt"
 
+    @property
+    def journal_dir(self) -> Path:
+        return Path(self.config.logdir) / "journal"
+
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Write every module's weights and optimizer, weights_seq_nos, counters and
-        the exactly-once batch table atomically."""
+        """Write every module's weights and optimizer, weights_seq_nos, counters, the
+        exactly-once batch table and the pool atomically. Call it between updates, from
+        the thread that feeds the pool (the event loop), or split it as
+        ``write_checkpoint(checkpoint_state())`` to write in another thread."""
+        return self.write_checkpoint(self.checkpoint_state(), path)
+
+    def write_checkpoint(self, state: dict[str, Any], path: str | Path | None = None) -> Path:
+        """Write what ``checkpoint_state`` took, then delete the journal it makes redundant."""
+        state = dict(state)
+        state["pool"] = encode_entry(JournalEntry(None, state["pool"]))
+        written = save_checkpoint(path or self.checkpoint_path, state)
+        if self.journal is not None and state["journal_generation"] is not None:
+            self.journal.remove_before(state["journal_generation"])
+        return written
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
+        and a new journal generation, from which a resume replays what came after."""
         m = self.metrics
         m.batches_duplicate = self.dedup.duplicates
         state = {
@@ -432,12 +548,17 @@ class Trainer:
                 "samples_dropped_stale": m.samples_dropped_stale,
                 "updates_discarded": m.updates_discarded,
                 "batches_duplicate": m.batches_duplicate,
+                "updates_isolated": m.updates_isolated,
+                "agent_steps_isolated": m.agent_steps_isolated,
+                "episodes_excluded": m.episodes_excluded,
             },
             "batch_dedup": self.dedup.state(),
             # Plain values only (loaded with weights_only=True); the auth token is never stored.
             "config": {k: v for k, v in self.config.to_dict().items() if k != "auth_token"},
+            "pool": self._pool.items(),
+            "journal_generation": self.journal.rotate() if self.journal is not None else None,
         }
-        return save_checkpoint(path or self.checkpoint_path, state)
+        return state
 
     def policy_path(self, module_id: str | None = None) -> Path:
         """Where the final ONNX policy of a module is written (policy.onnx for the default one)."""
@@ -454,7 +575,8 @@ class Trainer:
             tmp.write_bytes(runtime.learner.export_onnx())
             tmp.replace(path)
 
-    def _restore(self, path: str) -> None:
+    def _restore(self, path: str) -> int | None:
+        """Load a checkpoint; returns the journal generation to replay from (None: it predates the journal)."""
         state = load_checkpoint(path)
         for module_id, saved in state["modules"].items():
             if module_id not in self.modules:
@@ -473,6 +595,33 @@ class Trainer:
                 setattr(self.metrics, key, int(value))
         self.dedup.load_state(state.get("batch_dedup", {}))
         self.dedup.duplicates = self.metrics.batches_duplicate
+        pool, _ = decode_entries(state.get("pool", b""))
+        for entry in pool:
+            for item in entry.items:
+                if item.module_id in self.modules:
+                    self._pool.add(replace(item, replayed=True))
+        if self._pool.steps:
+            print(f"[tether] resumed with {self._pool.steps} agent steps in the pool", flush=True)
+        generation = state.get("journal_generation")
+        return None if generation is None else int(generation)
+
+    def _replay(self, entries: list[JournalEntry]) -> list[JournalEntry]:
+        """Store again the batches the journal holds after the checkpoint: their marks,
+        their counts and their chunks (trained whatever their staleness)."""
+        m, steps = self.metrics, 0
+        for entry in entries:
+            if entry.batch is not None:
+                self.dedup.mark_stored(entry.batch)
+            m.env_steps_received += entry.env_steps
+            m.agent_steps_received += entry.agent_steps
+            for item in entry.items:
+                if item.module_id in self.modules:
+                    self._pool.add(replace(item, replayed=True))
+                    steps += item.chunk.env_steps
+        if entries:
+            print(f"[tether] replayed {len(entries)} batches ({steps} agent steps to train) from the journal",
+                  flush=True)
+        return entries
 
     async def close(self, checkpoint: bool = True) -> None:
         """Wait for a running update, write the final checkpoint and policies, release threads."""
@@ -480,8 +629,11 @@ class Trainer:
             await asyncio.gather(self._update_task, return_exceptions=True)
         loop = asyncio.get_running_loop()
         if checkpoint:
-            await loop.run_in_executor(self._executor, self.save_checkpoint)
+            state = self.checkpoint_state()
+            await loop.run_in_executor(self._executor, self.write_checkpoint, state)
             await loop.run_in_executor(self._executor, self.save_policies)
+        if self.journal is not None:
+            await loop.run_in_executor(self._executor, self.journal.close)
         if self.tensorboard is not None:
             await loop.run_in_executor(self._executor, self.tensorboard.close)
         self._executor.shutdown(wait=True)

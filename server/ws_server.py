@@ -6,7 +6,8 @@ the 8-digit header); everything after framing is the TCP server's: the same
 session rules (auth, version, one request in flight), the same answers and
 errors (large bodies decoded in the same pool, off the event loop), the same
 connection limit (counted together with TCP's, from a connection's first byte,
-handshakes included), the same timeouts, the same size limit and the same
+handshakes included, in the same handshaking share), the same refusal of an
+address after wrong auth tokens, the same timeouts, the same size limit and the same
 budget for bytes of unfinished messages, the same training.
 """
 
@@ -24,17 +25,17 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from tether.sdk.protocol import ErrorCode, error_message
-from tether.sdk.protocol.connection import Refusal, ServerConnection as RLlinkConnection, ServerState
+from tether.sdk.protocol.connection import ServerConnection as RLlinkConnection
 from tether.sdk.protocol.framing import HEADER_SIZE, encode_frame
 
 from .tcp_server import (_BACKLOG, _CLOSE_GRACE_S, LEGACY_TIMEOUT_FACTOR, ClientSession, OpenConnection, TetherServer,
-                         _speaks_1_3, enable_keepalive)
+                         _speaks_1_3, enable_keepalive, listen)
 
 PATH = "/rllink"
 
 
-#: Largest message read from a connection refused for max_connections: it is told
-#: TOO_MANY_CONNECTIONS and closed, so nothing it sends is ever answered or kept.
+#: Largest message read from a connection refused on arrival: it is told TOO_MANY_CONNECTIONS
+#: (or AUTH_THROTTLED) and closed, so nothing it sends is ever answered or kept.
 _REFUSED_MAX_MESSAGE = 4096
 #: Bytes a refused connection may send in all (its upgrade included): past them it is
 #: cut off, so a refused connection never makes the server hold more, counted or not.
@@ -70,9 +71,9 @@ class _RLlinkWebSocket(ServerConnection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         tcp = self.rllink.tcp
-        self.slot = tcp.open_connection(self._evict)
+        self.slot = tcp.open_connection(self._evict, transport.get_extra_info("peername"))
         self.rllink.connections.add(self)
-        #: (loop time) The upgrade and the authentication both end within handshake_timeout_s of it.
+        #: (loop time) The upgrade and the RLlink handshake both end within handshake_timeout_s of it.
         self.opened_at = asyncio.get_running_loop().time()
         if self.slot.over_limit:
             # Its upgrade is read (to answer with an ERROR), what follows is not kept: a tiny
@@ -120,7 +121,7 @@ class WebSocketRLlink:
         self.host = host
         self.requested_port = port
         self._server: Server | None = None
-        #: Connections over max_connections still in their handshake, to be told TOO_MANY_CONNECTIONS.
+        #: Connections refused on arrival still in their upgrade, to be told why (TOO_MANY_CONNECTIONS, ...).
         self.refusing = 0
         #: Every websocket connection with its socket open (upgraded or not).
         self.connections: set[_RLlinkWebSocket] = set()
@@ -139,13 +140,18 @@ class WebSocketRLlink:
         # order), so a client that pipelines cannot make the server hold many large messages.
         # With an auth token every connection starts at the pre-auth limit (raised once it authenticates):
         # set here, not in the handler, since a message sent with the upgrade request is read before it runs.
-        # The upgrade itself must finish within handshake_timeout_s.
+        # The upgrade itself must finish within handshake_timeout_s. Few peers are accepted per loop
+        # iteration, as on TCP (see TetherServer.start), while the kernel queues _BACKLOG.
         first_limit = (min(self.config.pre_auth_max_frame_bytes, self.config.max_frame_bytes)
                        if self.config.auth_token else self.config.max_frame_bytes)
+        burst = self.tcp.accept_burst
         self._server = await serve(self._handle, self.host, self.requested_port, process_request=self._http,
                                    max_size=first_limit, max_queue=1, ping_interval=None, compression=None,
                                    open_timeout=self.config.handshake_timeout_s, close_timeout=_CLOSE_GRACE_S,
-                                   create_connection=functools.partial(_RLlinkWebSocket, self))
+                                   create_connection=functools.partial(_RLlinkWebSocket, self), backlog=burst)
+        if burst < _BACKLOG:
+            for listening in self._server.sockets:
+                listen(listening.fileno(), _BACKLOG)
 
     async def stop(self) -> None:
         """Stop accepting, end every connection and return: a handler waiting on training (a
@@ -201,8 +207,8 @@ class WebSocketRLlink:
     async def _handle_open(self, ws: _RLlinkWebSocket) -> None:
         tcp = self.tcp
         assert ws.slot is not None
-        if ws.slot.over_limit:
-            await self.close_with(ws, tcp.too_many_connections_frame())
+        if ws.slot.refusal is not None:
+            await self.close_with(ws, ws.slot.refusal)
             return
         session = ClientSession(ws.remote_address)
         connection = RLlinkConnection(self.config.max_frame_bytes, self.config.auth_token,
@@ -227,12 +233,14 @@ class WebSocketRLlink:
     async def _serve(self, ws: _RLlinkWebSocket, session: ClientSession, connection: RLlinkConnection) -> None:
         loop = asyncio.get_running_loop()
         tcp = self.tcp
-        auth_deadline = (ws.opened_at + self.config.handshake_timeout_s
-                         if connection.state is ServerState.AWAITING_AUTH else None)
+        slot = ws.slot
+        assert slot is not None
+        # Until its RLlink handshake is complete (None from then on).
+        handshake_deadline: float | None = ws.opened_at + self.config.handshake_timeout_s
         client_timeout = self.config.client_timeout_s or None
         while True:
-            if auth_deadline is not None:
-                deadline: float | None = auth_deadline
+            if handshake_deadline is not None:
+                deadline: float | None = handshake_deadline
                 code = ErrorCode.HANDSHAKE_TIMEOUT
             elif client_timeout is not None:
                 wait = client_timeout if _speaks_1_3(connection) else client_timeout * LEGACY_TIMEOUT_FACTOR
@@ -245,25 +253,29 @@ class WebSocketRLlink:
             except TimeoutError:
                 await self._timed_out(ws, code)
                 return
-            if ws.slot is not None and ws.slot.evicted:
+            if slot.evicted:
                 return
             ws.report_held()  # the message taken is no longer held
             body = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
             del data
-            frame, closes = await tcp.answer(session, connection, body)
+            slot.answering = True
+            try:
+                frame, closes = await tcp.answer(session, connection, body, slot)
+            finally:
+                slot.answering = False
             del body
             if closes:
                 await self.close_with(ws, frame)
                 return
-            if auth_deadline is not None and connection.state is ServerState.READY:
-                auth_deadline = None
+            if handshake_deadline is not None and slot.established:
+                handshake_deadline = None
                 # (before the PONG goes out: a client sends its next message after it)
                 ws.protocol.max_message_size = self.config.max_frame_bytes
             if frame is None:
                 continue
             try:
-                # A peer that does not read its answers before it authenticates does not outlive the deadline.
-                async with asyncio.timeout_at(auth_deadline):
+                # A peer that does not read its answers before its handshake is complete does not outlive the deadline.
+                async with asyncio.timeout_at(handshake_deadline):
                     await self._send(ws, frame)
             except TimeoutError:
                 await self._timed_out(ws, ErrorCode.HANDSHAKE_TIMEOUT)
@@ -271,8 +283,7 @@ class WebSocketRLlink:
 
     async def _timed_out(self, ws: ServerConnection, code: ErrorCode) -> None:
         self.tcp._count(code)
-        text = (f"not authenticated within {self.config.handshake_timeout_s:g} s: send PING with auth_token first"
-                if code is ErrorCode.HANDSHAKE_TIMEOUT else
+        text = (self.tcp.handshake_timeout_text() if code is ErrorCode.HANDSHAKE_TIMEOUT else
                 f"no data received for client_timeout_s ({self.config.client_timeout_s:g} s); "
                 f"an idle client must PING every heartbeat_interval_s")
         await self.close_with(ws, encode_frame(error_message(code, text)))

@@ -370,6 +370,7 @@ bool closes_connection(ErrorCode code) noexcept {
     case ErrorCode::kHandshakeTimeout:
     case ErrorCode::kClientTimeout:
     case ErrorCode::kServerOverloaded:
+    case ErrorCode::kAuthThrottled:
       return true;
     default:
       return false;

@@ -491,8 +491,11 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
     }
     transport_.close();
     last = status;
-    // A server at its connection limit asks for at least 1 s between attempts (§6.6).
-    double pause = status.code() == ErrorCode::kTooManyConnections ? std::max(delay, 1.0) : delay;
+    // A server at its connection limit, or refusing this address for a while, asks for at least
+    // 1 s between attempts (§6.6).
+    const bool wait_longer =
+        status.code() == ErrorCode::kTooManyConnections || status.code() == ErrorCode::kAuthThrottled;
+    double pause = wait_longer ? std::max(delay, 1.0) : delay;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
       return Status(ErrorCode::kConnectionFailed, "could not reach a Tether server at " + address() + " within " +

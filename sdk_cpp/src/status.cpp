@@ -8,7 +8,7 @@ namespace tether {
 namespace {
 
 // Every code with its spelling, in enum order; kOk has none on the wire.
-constexpr std::array<std::pair<ErrorCode, std::string_view>, 35> kNames{{
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 37> kNames{{
     {ErrorCode::kOk, "OK"},
     {ErrorCode::kBadHeader, "BAD_HEADER"},
     {ErrorCode::kFrameTooLarge, "FRAME_TOO_LARGE"},
@@ -32,10 +32,12 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 35> kNames{{
     {ErrorCode::kAgentAlreadyDone, "AGENT_ALREADY_DONE"},
     {ErrorCode::kGroupMemberOutsideGroup, "GROUP_MEMBER_OUTSIDE_GROUP"},
     {ErrorCode::kActionLogpMismatch, "ACTION_LOGP_MISMATCH"},
+    {ErrorCode::kDataRefused, "DATA_REFUSED"},
     {ErrorCode::kTooManyConnections, "TOO_MANY_CONNECTIONS"},
     {ErrorCode::kHandshakeTimeout, "HANDSHAKE_TIMEOUT"},
     {ErrorCode::kClientTimeout, "CLIENT_TIMEOUT"},
     {ErrorCode::kServerOverloaded, "SERVER_OVERLOADED"},
+    {ErrorCode::kAuthThrottled, "AUTH_THROTTLED"},
     {ErrorCode::kInternal, "INTERNAL"},
     {ErrorCode::kUnknownServerCode, "UNKNOWN_SERVER_CODE"},
     {ErrorCode::kInvalidArgument, "INVALID_ARGUMENT"},

@@ -40,11 +40,15 @@ class ErrorCode(str, Enum):
     GROUP_MEMBER_OUTSIDE_GROUP = "GROUP_MEMBER_OUTSIDE_GROUP"
     # Protocol 1.3: behaviour log-probabilities no served model can have produced.
     ACTION_LOGP_MISMATCH = "ACTION_LOGP_MISMATCH"
+    # Protocol 1.3: the client's data kept making learner updates non-finite; its episodes are refused.
+    DATA_REFUSED = "DATA_REFUSED"
     # Protocol 1.3 connection-level refusals: sent once, unsolicited, then the server closes.
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     HANDSHAKE_TIMEOUT = "HANDSHAKE_TIMEOUT"
     CLIENT_TIMEOUT = "CLIENT_TIMEOUT"
     SERVER_OVERLOADED = "SERVER_OVERLOADED"
+    # Refused at once: too many wrong auth tokens came from the peer's address lately.
+    AUTH_THROTTLED = "AUTH_THROTTLED"
     INTERNAL = "INTERNAL"
 
     @property
@@ -56,7 +60,7 @@ class ErrorCode(str, Enum):
 _FATAL_CODES = frozenset({
     ErrorCode.BAD_HEADER, ErrorCode.FRAME_TOO_LARGE,
     ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.HANDSHAKE_TIMEOUT, ErrorCode.CLIENT_TIMEOUT,
-    ErrorCode.SERVER_OVERLOADED,
+    ErrorCode.SERVER_OVERLOADED, ErrorCode.AUTH_THROTTLED,
 })
 
 
@@ -136,7 +140,7 @@ class TetherConnectionError(TetherError, ConnectionError):
     Attributes:
         address: the server's "host:port".
         code: the connection-level ERROR code (TOO_MANY_CONNECTIONS,
-            HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, ...) the server sent before it
+            HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, AUTH_THROTTLED, ...) the server sent before it
             closed the last connection, if it sent one.
     """
 

@@ -66,13 +66,66 @@ EXPECTED_RESPONSE: dict[MessageType, MessageType | None] = {
 
 _TYPES_BY_NAME = {t.value: t for t in MessageType}
 
+#: Deepest nesting of arrays and objects a body may have (the body object is level 1, §4.1).
+MAX_NESTING = 64
+
+# Every byte but the brackets and the quote: what the nesting check drops.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+# Objects count as arrays: only how deep they nest matters.
+_BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]")
+
+
+def nesting_exceeds(body: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether a JSON text opens more than ``limit`` arrays and objects at once,
+    brackets inside strings aside, found without parsing it (one pass of
+    ``bytes.translate`` over the body, then work on its brackets only).
+
+    For a text whose brackets do not balance the answer may be either: the
+    parser refuses such a text anyway."""
+    if len(body) <= 2 * limit:
+        return False  # too short to open more than ``limit`` brackets and close them
+    if b"\\" in body:
+        # An escaped quote does not end a string; an escaped backslash escapes nothing.
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = body.translate(_BRACKETS_ONLY, _NOT_STRUCTURE)
+    if len(marks) <= limit:
+        return False
+    marks = marks.replace(b'""', b"")  # strings without brackets (keys, ids): the common case
+    if b'"' in marks:
+        marks = b"".join(marks.split(b'"')[::2])  # what lies between quotes is inside strings
+    # Each pass removes the innermost pairs, one level: a pair still there after
+    # ``limit`` passes encloses more than ``limit`` levels.
+    for _ in range(limit):
+        shorter = marks.replace(b"[]", b"")
+        if len(shorter) == len(marks):
+            return False  # nothing left, or brackets that do not balance
+        marks = shorter
+    return b"[]" in marks
+
+
+def is_text(value: str) -> bool:
+    """Whether a received string is Unicode text: JSON can escape half of a
+    surrogate pair alone (\\ud800), which no UTF-8 text holds (§4.1)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 def decode_message(body: bytes) -> tuple[MessageType, dict[str, Any]]:
     """Parse a frame body into its type and the message dict.
 
     Raises ``MessageError`` with a distinct code for invalid UTF-8, invalid
-    JSON, a body that is not a JSON object, and a missing or unknown type.
+    JSON (a body nested more than ``MAX_NESTING`` levels deep counts as invalid:
+    it is refused before it is parsed), a body that is not a JSON object, and a
+    missing or unknown type.
     """
+    if nesting_exceeds(body):
+        _check_utf8(body)  # the checks of §4.2 keep their order
+        raise MessageError(ErrorCode.INVALID_JSON, f"body nests arrays and objects more than {MAX_NESTING} levels deep")
     try:
         message = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -109,16 +162,21 @@ def _parse_int(text: str) -> int | float:
     return int(text) if len(text) <= 20 else float(text)
 
 
-def _decode_slow_path(body: bytes, exc: Exception) -> Any:
-    """Classify a body orjson refused; accept NaN/Infinity tokens so they are
-    reported as non-finite values (Python's json module writes them) rather
-    than as invalid JSON."""
+def _check_utf8(body: bytes) -> str:
+    """The body as text; INVALID_UTF8 (§4.2 check 1) if it is not UTF-8."""
     try:
-        text = body.decode("utf-8")
+        return body.decode("utf-8")
     except UnicodeDecodeError as utf_exc:
         raise MessageError(
             ErrorCode.INVALID_UTF8, f"body is not valid UTF-8 ({utf_exc.reason} at byte {utf_exc.start})"
         ) from None
+
+
+def _decode_slow_path(body: bytes, exc: Exception) -> Any:
+    """Classify a body orjson refused; accept NaN/Infinity tokens so they are
+    reported as non-finite values (Python's json module writes them) rather
+    than as invalid JSON."""
+    text = _check_utf8(body)
     try:
         return json.loads(text, parse_int=_parse_int)
     except (ValueError, RecursionError):

@@ -29,8 +29,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .episodes import EpisodeChunk, decode_episode
+from .episodes import EpisodeChunk, decode_episode, numbers_array
 from .errors import ErrorCode, MessageError
+from .messages import is_text
 from .spaces import Box, Discrete, MultiDiscrete, Space, box, space_from_json
 
 #: The agent id a single-agent (v1) episode record stands for.
@@ -212,11 +213,19 @@ def decode_multi_agent_record(
             raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "{key}" must be true or false')
         flags.append(value)
     episode_id = record.get("episode_id")
+    # Ids are kept and named (state keys, metric names, logs): Unicode text only (§4.1).
+    if isinstance(episode_id, str) and not is_text(episode_id):
+        raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "episode_id" {episode_id!r} is not Unicode text (a lone surrogate)')
     out = MultiAgentRecord(None if episode_id is None else str(episode_id), flags[0], flags[1])
     for agent_id, entry in record["agents"].items():
+        if not is_text(agent_id):
+            raise MessageError(ErrorCode.INVALID_FIELD, f"{where}: agent id {agent_id!r} is not Unicode text (a lone surrogate)")
         if not isinstance(entry, dict):
             raise MessageError(ErrorCode.INVALID_FIELD, f"{where}.agents[{agent_id!r}] must be an object")
         module_id = entry.get("module")
+        if isinstance(module_id, str) and not is_text(module_id):
+            raise MessageError(ErrorCode.INVALID_FIELD,
+                               f"{where}.agents[{agent_id!r}]: module {module_id!r} is not Unicode text (a lone surrogate)")
         spec = modules.get(module_id) if isinstance(module_id, str) else None
         if spec is None:
             raise MessageError(
@@ -230,9 +239,9 @@ def decode_multi_agent_record(
         if spec.value_obs_dim is not None:
             value_obs = entry.get("value_obs")
             try:
-                arr = np.asarray(value_obs, dtype=np.float32) if isinstance(value_obs, list) else None
+                arr = numbers_array(value_obs, np.float32) if isinstance(value_obs, list) else None
             except (ValueError, TypeError):
-                arr = None  # ragged rows or non-numbers: reported as a shape mismatch below
+                arr = None  # ragged rows, strings or booleans: reported as a shape mismatch below
             if arr is None or arr.shape != (chunk.obs.shape[0], spec.value_obs_dim):
                 raise MessageError(
                     ErrorCode.OBS_SHAPE_MISMATCH,

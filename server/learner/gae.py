@@ -26,10 +26,10 @@ def compute_gae(
     advantages = np.zeros(n, dtype=np.float32)
     not_terminal = 1.0 - terminated.astype(np.float32)
     deltas = rewards + gamma * next_values * not_terminal - values
-    carry_ok = 1.0 - chunk_ends.astype(np.float32)
     last = 0.0
     gl = gamma * lam
     for t in range(n - 1, -1, -1):
-        last = deltas[t] + gl * carry_ok[t] * last
+        # Restart (not multiply by 0) at a chunk's end: a non-finite value stays in its own chunk.
+        last = deltas[t] + (0.0 if chunk_ends[t] else gl * last)
         advantages[t] = last
     return advantages, advantages + values

@@ -42,6 +42,11 @@ class NonFiniteUpdate(RuntimeError):
     rolled back to its weights and optimizer state from before the update."""
 
 
+#: Value targets at or beyond this magnitude (2**64, about 1.8e19: the square root of
+#: float32's largest value) cannot be trained on: their squared error overflows float32.
+TARGET_LIMIT = float(2.0**64)
+
+
 class PPOLearner:
     """Owns one module's network and optimizer and performs PPO updates."""
 
@@ -76,6 +81,42 @@ class PPOLearner:
     def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(array, dtype=dtype, device=self.device)
 
+    def save_state(self) -> tuple:
+        """A copy of everything an update changes (weights, optimizer, minibatch order);
+        ``load_state`` puts it back, so a trial update leaves no trace."""
+        return (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()),
+                copy.deepcopy(self._rng.bit_generator.state))
+
+    def load_state(self, saved: tuple) -> None:
+        """Restore what ``save_state`` returned."""
+        self.model.load_state_dict(saved[0])
+        self.optimizer.load_state_dict(saved[1])
+        self._rng.bit_generator.state = copy.deepcopy(saved[2])
+
+    def untrainable_steps(self, batch: RolloutBatch) -> np.ndarray:
+        """Per step, whether the update could not train on it whatever else the batch
+        holds: its value or value target (computed as ``update`` does) is not finite
+        or reaches TARGET_LIMIT in magnitude, so the value loss would overflow."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            values, _, returns = self._targets(batch)
+            return ~np.isfinite(values) | ~np.isfinite(returns) | (np.abs(returns) >= TARGET_LIMIT)
+
+    def _targets(self, batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per step: V(o_t), the GAE advantage and the value target, with the current critic."""
+        hp = self.hp
+        critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
+        with torch.no_grad():
+            all_values = self.model.value(self._tensor(critic_input)).cpu().numpy()
+        values = all_values[batch.next_obs_index - 1]
+        next_values = all_values[batch.next_obs_index]
+        rewards = batch.rewards
+        if hp.reward_clip is not None:
+            rewards = np.clip(rewards, -hp.reward_clip, hp.reward_clip)
+        advantages, returns = compute_gae(
+            rewards, values, next_values, batch.terminated, batch.chunk_ends, hp.gamma, hp.gae_lambda
+        )
+        return values, advantages, returns
+
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """One PPO update (all epochs and minibatches) on a batch; returns loss statistics.
 
@@ -100,18 +141,8 @@ class PPOLearner:
 
     def _update(self, batch: RolloutBatch) -> dict[str, float]:
         hp = self.hp
-        critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
-        with torch.no_grad():
-            all_values = self.model.value(self._tensor(critic_input)).cpu().numpy()
+        values, advantages, returns = self._targets(batch)
         step_index = batch.next_obs_index - 1
-        values = all_values[step_index]
-        next_values = all_values[batch.next_obs_index]
-        rewards = batch.rewards
-        if hp.reward_clip is not None:
-            rewards = np.clip(rewards, -hp.reward_clip, hp.reward_clip)
-        advantages, returns = compute_gae(
-            rewards, values, next_values, batch.terminated, batch.chunk_ends, hp.gamma, hp.gae_lambda
-        )
 
         obs = self._tensor(batch.obs)
         value_obs = None if batch.all_value_obs is None else self._tensor(batch.all_value_obs[step_index])

@@ -84,6 +84,13 @@ def message_cases() -> list[dict]:
         err("unknown_type", b'{"type": "FLY"}', "UNKNOWN_TYPE"),
         err("type_not_string", b'{"type": 7}', "UNKNOWN_TYPE"),
         err("type_wrong_case", b'{"type": "ping"}', "UNKNOWN_TYPE"),
+        # §4.1: at most 64 levels of arrays and objects (the body object is level 1); brackets in strings
+        # do not count. A server refuses 65 levels (connection.json); every receiver refuses far deeper.
+        ok("nested_64_levels", '{"type": "PING", "x": ' + "[" * 63 + "]" * 63 + "}", "PING"),
+        ok("nested_64_levels_of_objects", '{"type": "PING", "x": ' + '{"a": ' * 63 + "1" + "}" * 63 + "}", "PING"),
+        ok("brackets_in_strings_not_counted", '{"type": "PING", "client_name": "' + "[{" * 300 + '\\\\", "x": "\\"[["}',
+           "PING"),
+        err("nested_600_levels", b'{"type": "PING", "x": ' + b"[" * 599 + b"]" * 599 + b"}", "INVALID_JSON"),
     ]
 
 
@@ -201,6 +208,11 @@ def episode_cases() -> list[dict]:
         case("missing_obs", [{k: v for k, v in good_episode(2).items() if k != "obs"}], code="INVALID_FIELD"),
         case("flag_not_bool", [good_episode(2, is_terminated="no")], code="INVALID_FIELD"),
         case("rewards_not_numbers", [good_episode(2, rewards=["a", "b"])], code="INVALID_FIELD"),
+        # §10.5: a number written as a string is no number, however it reads.
+        case("reward_numeric_string", [good_episode(2, rewards=["1e30", 1.0])], code="INVALID_FIELD"),
+        case("obs_numeric_string", [good_episode(2, obs=[[0.0, "0.5", 0.0, 0.0]] * 3)], code="INVALID_FIELD"),
+        case("action_numeric_string", [good_episode(2, actions=["1", 0])], code="INVALID_FIELD"),
+        case("logp_numeric_string", [good_episode(2, action_logp=["-0.69", -0.69])], code="INVALID_FIELD"),
         case("episodes_not_list", [], code="INVALID_FIELD", raw='{"type": "EPISODES", "episodes": {"obs": []}}'),
         case("second_chunk_bad_stores_nothing", [good_episode(2), good_episode(2, actions=[0, 5])],
              code="ACTION_OUT_OF_SPACE"),
@@ -391,6 +403,9 @@ def multi_agent_episode_cases() -> list[dict]:
         case("value_obs_ignored_without_critic", {"a": agent(value_obs=[["not", "checked"]])}, 2),
         case("zero_step_entry", {"a": agent(steps=0)}, code="EPISODE_LENGTH_MISMATCH"),
         case("negative_start_step", {"a": agent(start_step=-1)}, code="INVALID_FIELD"),
+        case("entry_reward_numeric_string", {"a": agent(rewards=["0.5", 0.5])}, code="INVALID_FIELD"),
+        case("central_critic_value_obs_numeric_strings", {"a": agent("critic", value_obs=[["0"] * 6] * 3)},
+             code="OBS_SHAPE_MISMATCH"),
         case("agents_not_object", [], code="INVALID_FIELD"),
     ]
 
@@ -441,6 +456,12 @@ def send(message: dict, expect: str | None, **checks: object) -> dict:
 
 
 RECONNECT = {"reconnect": True}
+
+
+def send_text(message: dict, expect: str | None, **checks: object) -> dict:
+    """A step sending ``message`` as JSON text with every non-ASCII character escaped: a lone
+    surrogate (no Unicode text, §4.1) can only travel as its escape, \\ud800."""
+    return {"send_hex": frame(json.dumps(message)).hex(), "expect": expect, **checks}
 
 
 #: The log-probability of any action under a uniform policy, per module of LAYOUT. A freshly started
@@ -500,13 +521,19 @@ def map_agents_cases() -> list[dict]:
         case("agent_ids_not_strings", send(ask(["adversary_0", 7]), "ERROR:INVALID_FIELD")),
         case("error_keeps_connection", send(ask(["zzz"]), "ERROR:UNMAPPED_AGENT"),
              send(ask(["adversary_1"]), "AGENT_MODULES", fields={"modules": {"adversary_1": "chaser"}})),
+        # §4.1: ids are Unicode text; half a surrogate pair is none.
+        case("agent_id_lone_surrogate", send_text(ask(["adversary_0", "adversary_\ud800"]), "ERROR:INVALID_FIELD",
+                                                  fields={"request": "MAP_AGENTS"})),
+        case("episode_id_lone_surrogate", send_text(ask(["adversary_0"], "ep-\udc00"), "ERROR:INVALID_FIELD")),
+        case("agent_id_surrogate_pair_is_text", send_text(ask(["adversary_\U0001F600"]), "AGENT_MODULES",
+                                                          fields={"modules": {"adversary_\U0001F600": "chaser"}})),
     ]
 
 
 def multi_agent_session_cases() -> list[dict]:
     """The multi-agent checks that need the server's layout and state (§10.8 pass 2), as sessions."""
-    def case(name: str, *steps: dict, received: int | None = None) -> dict:
-        out = {"name": name, "server": LAYOUT, "steps": list(steps)}
+    def case(name: str, *steps: dict, received: int | None = None, server: dict | None = None) -> dict:
+        out = {"name": name, "server": server or LAYOUT, "steps": list(steps)}
         if received is not None:
             out["received_agent_steps"] = received
         return out
@@ -562,6 +589,45 @@ def multi_agent_session_cases() -> list[dict]:
         case("closing_record_without_agents",
              send(batch([ma_record({"adversary_0": entry("chaser")}), ma_record({}, is_terminated=True)]), "SET_STATE"),
              received=2),
+        # §4.1, §10.8: ids are Unicode text (half a surrogate pair is none), refused before anything is kept.
+        case("finished_agent_id_lone_surrogate",
+             send_text(batch([ma_record({"adversary_\ud800": done})]), "ERROR:INVALID_FIELD",
+                       fields={"request": "EPISODES_AND_GET_STATE"}),
+             send(batch([ma_record({"adversary_0": done})]), "SET_STATE"), received=2),
+        case("agent_id_lone_surrogate_after_good_entry",
+             send_text(batch([ma_record({"adversary_0": entry("chaser"), "\udfff": entry("chaser")})]),
+                       "ERROR:INVALID_FIELD"), received=0),
+        case("episode_id_lone_surrogate",
+             send_text(batch([ma_record({"adversary_0": entry("chaser")}, "ep-\ud800")]), "ERROR:INVALID_FIELD"),
+             received=0),
+        case("module_lone_surrogate",
+             send_text(batch([ma_record({"adversary_0": entry("chaser\ud800")})]), "ERROR:INVALID_FIELD"), received=0),
+        case("surrogate_pair_ids_are_text",
+             send_text(batch([ma_record({"adversary_\U0001F600": entry("chaser")}, "ep-\U0001F600")]), "SET_STATE"),
+             received=2),
+        # §10.5: booleans and numeric strings are no numbers (numpy-style conversion reads them as 1 and 1e30).
+        case("entry_action_true", send(batch([ma_record({"adversary_0": entry("chaser", action=True)})]),
+                                       "ERROR:INVALID_FIELD"), received=0),
+        case("entry_reward_false", send(batch([ma_record({"adversary_0": entry("chaser", rewards=[0.5, False])})]),
+                                        "ERROR:INVALID_FIELD"), received=0),
+        case("entry_obs_true", send(batch([ma_record({"adversary_0": entry("chaser", obs=[[0.1, True, 0.1]] * 3)})]),
+                                    "ERROR:INVALID_FIELD"), received=0),
+        case("entry_logp_numeric_string",
+             send(batch([ma_record({"adversary_0": entry("chaser", action_logp=["-0.693147", -0.693147])})]),
+                  "ERROR:INVALID_FIELD"), received=0),
+        case("entry_multidiscrete_action_false",
+             send(batch([ma_record({"pair": entry("pairmod", width=6, action=[1, False])})]), "ERROR:INVALID_FIELD"),
+             received=0),
+        case("single_agent_action_true", send(batch([good_episode(2, actions=[True, 0])]), "ERROR:INVALID_FIELD"),
+             received=0, server=SINGLE),
+        case("single_agent_dist_inputs_false",
+             send(batch([good_episode(2, action_dist_inputs=[[0.1, False], [0.1, -0.1]])]), "ERROR:INVALID_FIELD"),
+             received=0, server=SINGLE),
+        case("single_agent_reward_numeric_string", send(batch([good_episode(2, rewards=["1e30", 1.0])]),
+                                                        "ERROR:INVALID_FIELD"), received=0, server=SINGLE),
+        case("single_agent_integers_are_numbers",
+             send(batch([good_episode(2, obs=[[0, 1, 0, 1]] * 3, rewards=[1, 0])]), "SET_STATE"),
+             received=2, server=SINGLE),
     ]
 
 
@@ -612,6 +678,7 @@ def exactly_once_cases() -> list[dict]:
         case("session_too_long", send(batch(good, **ids("s" * 129)), "ERROR:INVALID_FIELD"), received=0),
         case("session_empty", send(batch(good, **ids("")), "ERROR:INVALID_FIELD"), received=0),
         case("session_not_a_string", send(batch(good, **ids(17)), "ERROR:INVALID_FIELD"), received=0),
+        case("session_lone_surrogate", send_text(batch(good, **ids("9f1c\ud800")), "ERROR:INVALID_FIELD"), received=0),
         case("seq_zero", send(batch(good, **ids(seq=0)), "ERROR:INVALID_FIELD"), received=0),
         case("seq_not_an_integer", send(batch(good, **ids(seq=1.5)), "ERROR:INVALID_FIELD"), received=0),
         case("seq_a_string", send(batch(good, **ids(seq="1")), "ERROR:INVALID_FIELD"), received=0),
@@ -718,6 +785,14 @@ def connection_cases() -> list[dict]:
         case("handshake_timeout", {**token, "handshake_timeout_s": 0.5},
              {"wait_unsolicited": "ERROR:HANDSHAKE_TIMEOUT", "within_s": 5, "absent": ["request"],
               "then_closed": True}),
+        # §4.2: more than 64 levels of arrays and objects is refused before parsing, as invalid JSON
+        # (no "request": the server cannot know what the body was); the connection stays open.
+        case("nesting_65_levels_refused", {},
+             {"send_hex": frame('{"type": "PING", "x": ' + "[" * 64 + "]" * 64 + "}").hex(), "expect": "ERROR:INVALID_JSON",
+              "absent": ["request"]},
+             send({"type": "PING"}, "PONG")),
+        case("nesting_64_levels_read", {},
+             {"send_hex": frame('{"type": "PING", "x": ' + "[" * 63 + "]" * 63 + "}").hex(), "expect": "PONG"}),
         case("too_many_connections", {"max_connections": 1},
              send({"type": "PING"}, "PONG"),
              {"extra_connection": {"wait_unsolicited": "ERROR:TOO_MANY_CONNECTIONS", "within_s": 5,

@@ -84,11 +84,23 @@ MESSAGE_ERRORS = [
     ("missing_logp_on_policy", episodes(action_logp=None), "MISSING_ACTION_LOGP"),
     # A 401-digit integer is no finite double (it used to overflow into INTERNAL).
     ("huge_integer_reward", episodes(rewards=[1.0, 10**400]), "NON_FINITE_VALUE"),
-    # A type nested 1,000 deep used to kill the handler with RecursionError in repr.
-    ("deeply_nested_type", frame(b'{"type": ' + b"[" * 1000 + b"]" * 1000 + b"}"), "UNKNOWN_TYPE"),
+    # Nesting deeper than 64 levels is refused before parsing (§4.2); a type nested
+    # 1,000 deep used to kill the handler with RecursionError in repr.
+    ("deeply_nested_type", frame(b'{"type": ' + b"[" * 1000 + b"]" * 1000 + b"}"), "INVALID_JSON"),
     ("deeply_nested_version", frame(b'{"type": "PING", "protocol_version": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
-     "INVALID_FIELD"),
-    ("deeply_nested_obs", episodes_raw("obs", b"[" * 1000 + b"]" * 1000), "OBS_SHAPE_MISMATCH"),
+     "INVALID_JSON"),
+    ("deeply_nested_obs", episodes_raw("obs", b"[" * 1000 + b"]" * 1000), "INVALID_JSON"),
+    ("nested_type_at_the_limit", frame(b'{"type": ' + b"[" * 63 + b"]" * 63 + b"}"), "UNKNOWN_TYPE"),
+    ("nested_version_at_the_limit", frame(b'{"type": "PING", "protocol_version": ' + b"[" * 63 + b"]" * 63 + b"}"),
+     "VERSION_MISMATCH"),
+    ("nested_obs_at_the_limit", episodes_raw("obs", b"[" + b",".join([b"[" * 60 + b"]" * 60] * 3) + b"]"),
+     "OBS_SHAPE_MISMATCH"),
+    # Numbers are JSON numbers (§10.5): numpy would read these as 1e30 and 1.
+    ("reward_numeric_string", episodes(rewards=["1e30", 1.0]), "INVALID_FIELD"),
+    ("action_true", episodes(actions=[True, 0]), "INVALID_FIELD"),
+    ("obs_false", episodes(obs=[[0.0, 0.1, 0.0, False]] * 3), "INVALID_FIELD"),
+    # An id that is no Unicode text (a lone surrogate, §4.1).
+    ("episode_id_lone_surrogate", episodes(episode_id="ep\ud800"), "INVALID_FIELD"),
 ]
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from tether.sdk.protocol import decode_message
 
 from .server_process import REPO, RawClient, ServerProcess, wait_until
 
@@ -82,3 +86,56 @@ def test_decode_workers_exit_when_the_server_is_killed(tmp_path) -> None:
         server.kill()  # SIGKILL: the server cannot shut its pool down
     assert wait_until(lambda: not any(map(_alive, workers)), timeout=10), (
         f"decode workers {sorted(p for p in workers if _alive(p))} outlived the killed server")
+
+
+def _ping_latencies(port: int, stop: threading.Event, out: list[float]) -> None:
+    client = RawClient(port)
+    while not stop.is_set():
+        start = time.perf_counter()
+        assert client.request({"type": "PING"})["type"] == "PONG"
+        out.append(time.perf_counter() - start)
+        time.sleep(0.002)
+    client.close()
+
+
+def test_deeply_nested_large_body_is_refused_in_the_worker(tmp_path) -> None:
+    """A large body with an unknown field nested 900 deep is refused (INVALID_JSON, §4.2)
+    before it is parsed, in the worker. Its parsed form could not be sent back from
+    the worker, so it used to be parsed again on the event loop: meanwhile another
+    client's PING waited about as long as that parse."""
+    records = [dict(EPISODE, episode_id=f"e{i}") for i in range(2000)]
+    deep = {"type": "EPISODES_AND_GET_STATE", "episodes": records, "x": "@"}
+    body = json.dumps(deep).encode().replace(b'"@"', b"[" * 900 + b"]" * 900)
+    assert len(body) > 6 << 20  # always decoded in a worker (1 MiB and up)
+    start = time.perf_counter()
+    decode_message(body.replace(b"[" * 900 + b"]" * 900, b"0"))
+    inline_s = time.perf_counter() - start  # what the loop spent per body when it parsed it itself
+    latencies: list[float] = []
+    with ServerProcess(tmp_path, "--train-batch-size", str(10**9)) as server:
+        client = RawClient(server.port, timeout=60)
+        assert client.request({"type": "PING"})["type"] == "PONG"
+        stop = threading.Event()
+        pinger = threading.Thread(target=_ping_latencies, args=(server.port, stop, latencies))
+        pinger.start()
+        try:
+            for _ in range(6):
+                reply = _request_raw(client, body)
+                assert reply["type"] == "ERROR" and reply["code"] == "INVALID_JSON", reply
+                assert "64" in reply["message"] and "request" not in reply
+        finally:
+            stop.set()
+            pinger.join(30)
+        client.close()
+        summary = server.stop()
+    assert summary["env_steps"] == 0
+    assert not any("decode worker failed" in line for line in server.lines), "\n".join(server.lines)
+    worst = max(latencies)
+    print(f"\nPING while deep bodies are refused: {len(latencies)} pings, median "
+          f"{1e3 * sorted(latencies)[len(latencies) // 2]:.1f} ms, max {1e3 * worst:.1f} ms; "
+          f"inline decode of one body {1e3 * inline_s:.0f} ms")
+    assert len(latencies) >= 10 and worst < 0.5 * inline_s, (worst, inline_s)
+
+
+def _request_raw(client: RawClient, body: bytes) -> dict:
+    client.send_bytes(b"%08d" % len(body) + body)
+    return client.receive()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
@@ -13,7 +14,7 @@ from tether.sdk.protocol.errors import ErrorCode, FramingError
 from tether.server.cli import build_parser
 from tether.server.config import ServerConfig, config_from_args
 from tether.server.module_setup import build_layout
-from tether.server.tcp_server import TetherServer, enable_keepalive
+from tether.server.tcp_server import AuthThrottle, TetherServer, enable_keepalive, handshake_share, peer_address
 from tether.server.trainer import Trainer
 
 
@@ -102,3 +103,101 @@ def test_keepalive_is_enabled() -> None:
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
             enable_keepalive(sock)
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+
+
+def test_handshake_and_throttle_options() -> None:
+    config = parse(["--max-handshaking-connections", "3", "--auth-max-failures", "2", "--auth-backoff-max-s", "9"])
+    assert (config.max_handshaking_connections, config.auth_max_failures, config.auth_backoff_max_s) == (3, 2, 9.0)
+    defaults = ServerConfig()
+    assert (defaults.max_handshaking_connections, defaults.auth_max_failures, defaults.auth_backoff_max_s) == (0, 5, 60.0)
+    assert [handshake_share(n) for n in (1, 3, 16, 256, 1000)] == [1, 3, 8, 32, 125]
+    assert handshake_share(256, 4) == 4 and handshake_share(2, 4) == 2
+    for bad in (["--auth-max-failures", "0"], ["--auth-backoff-max-s", "0"], ["--max-handshaking-connections", "-1"]):
+        with pytest.raises(ValueError):
+            parse(bad)
+
+
+def test_wrong_tokens_are_counted_per_address_with_a_growing_refusal() -> None:
+    throttle = AuthThrottle(max_failures=3, max_backoff_s=4.0, window_s=60.0)
+    now = 1000.0
+    assert [throttle.failed("10.0.0.1", now) for _ in range(3)] == [0.0, 0.0, 1.0]
+    assert throttle.refused_for("10.0.0.1", now + 0.5) == pytest.approx(0.5)
+    assert throttle.refused_for("10.0.0.2", now) == 0.0  # another address: not refused
+    assert throttle.refused_for(None, now) == 0.0
+    # After the refusal, every further wrong token starts one twice as long, up to the cap.
+    periods = []
+    for _ in range(4):
+        now += 10.0
+        assert throttle.refused_for("10.0.0.1", now) == 0.0
+        periods.append(throttle.failed("10.0.0.1", now))
+    assert periods == [2.0, 4.0, 4.0, 4.0]
+    # Quiet for the window after the last refusal: forgiven, three wrong tokens again before one.
+    now += 4.0 + 60.0
+    assert [throttle.failed("10.0.0.1", now) for _ in range(3)] == [0.0, 0.0, 1.0]
+    # Wrong tokens spread wider than the window never add up to a refusal.
+    for k in range(10):
+        assert throttle.failed("10.0.0.3", 5000.0 + 31.0 * k) == 0.0
+
+
+def test_the_throttle_remembers_a_bounded_number_of_addresses() -> None:
+    throttle = AuthThrottle(max_failures=1, max_backoff_s=60.0, max_addresses=100)
+    for k in range(1000):
+        throttle.failed(f"10.0.{k // 256}.{k % 256}", 1.0)
+    assert len(throttle) == 100
+    assert throttle.refused_for("10.0.3.231", 1.5) > 0  # the most recent ones are kept
+    assert throttle.refused_for("10.0.0.0", 1.5) == 0.0
+
+
+def test_peer_addresses() -> None:
+    assert peer_address(("192.0.2.7", 5555)) == "192.0.2.7"
+    assert peer_address(("::ffff:192.0.2.7", 5555, 0, 0)) == "192.0.2.7"
+    # One IPv6 host holds a whole /64: its addresses share one record.
+    assert peer_address(("2001:db8:1:2:aaaa::1", 1, 0, 0)) == peer_address(("2001:db8:1:2:bbbb::9", 1, 0, 0))
+    assert peer_address(("2001:db8:1:2::1", 1, 0, 0)) != peer_address(("2001:db8:1:3::1", 1, 0, 0))
+    assert peer_address(None) is None and peer_address("/tmp/socket") is None
+
+
+def test_handshaking_connections_make_room_and_established_ones_stay(tmp_path) -> None:
+    """A newcomer closes the oldest handshaking connection not being answered (HANDSHAKE_TIMEOUT),
+    never an established one; with every slot established it is refused (TOO_MANY_CONNECTIONS);
+    an address refused for wrong tokens is refused before it takes a slot."""
+
+    async def main() -> None:
+        config = ServerConfig(logdir=str(tmp_path), tensorboard=False, max_connections=5,
+                              max_handshaking_connections=2, auth_token="tok", auth_max_failures=1)
+        trainer = Trainer(config, build_layout(config, None))
+        server = TetherServer(trainer)
+        closed: list[tuple[int, bytes]] = []
+
+        def opened(name: int, ip: str = "10.0.0.1"):
+            return server.open_connection(lambda frame, current: closed.append((name, frame)), (ip, 40000 + name))
+
+        a, b = opened(1), opened(2)
+        c = opened(3)  # the share (2) is full: the oldest, a, is closed
+        assert [name for name, _ in closed] == [1] and a.evicted and b"HANDSHAKE_TIMEOUT" in closed[0][1]
+        assert a.key not in server._open and len(server._open) == 2
+        server.establish(b)
+        server.establish(c)
+        d = opened(4)
+        d.answering = True  # its first request is being answered: not closed for a newcomer
+        e = opened(5)
+        f = opened(6)  # share full again (d, e): e is closed, d is being answered
+        assert [name for name, _ in closed] == [1, 5] and not d.evicted
+        server.establish(d)
+        server.establish(f)
+        g = opened(7)  # 5 of 5 open, none handshaking but g
+        assert g.refusal is None and len(server._open) == 5
+        server.establish(g)
+        h = opened(8)
+        assert h.refusal is not None and b"TOO_MANY_CONNECTIONS" in h.refusal and h.key not in server._open
+        assert not any(conn.evicted for conn in (b, c, d, f, g)) and [name for name, _ in closed] == [1, 5]
+        server.close_connection(g)
+        # A wrong token refuses its address (auth_max_failures 1) before it takes a slot; others still get in.
+        assert server.auth_throttle is not None
+        server.auth_throttle.failed("10.0.0.9", time.monotonic())
+        refused = opened(9, "10.0.0.9")
+        assert refused.refusal is not None and b"AUTH_THROTTLED" in refused.refusal and refused.key not in server._open
+        assert opened(10, "10.0.0.8").refusal is None
+        await trainer.close(checkpoint=False)
+
+    asyncio.run(main())

@@ -11,7 +11,7 @@ import torch
 from tether.sdk.protocol import EpisodeChunk
 from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.server.checkpoint import load_checkpoint, save_checkpoint
-from tether.server.metrics import EpisodeTracker, Metrics, agent_type
+from tether.server.metrics import RETURN_LIMIT, EpisodeTracker, FinishedEpisode, Metrics, agent_type
 
 
 def chunk(steps: int, done: bool, episode_id: str | None = None) -> MultiAgentRecord:
@@ -101,6 +101,42 @@ def test_agents_leaving_an_episode_that_goes_on_are_counted_when_they_leave_and_
     assert tracker.open_size() == 0 and not tracker._departed
     metrics.add_episodes([episode])
     assert metrics.episodes_total == 1 and list(metrics.returns) == [episode.total_return]
+
+
+def test_returns_no_update_can_train_on_stay_out_of_the_metrics() -> None:
+    """A return of 2**64 or more (rewards of 3e38 or 1e20), or one not finite, is counted
+    as excluded and never reaches a window: the reported return stays one an episode can have."""
+    tracker, metrics = EpisodeTracker(), Metrics()
+    for i, reward in enumerate((1.0, 3e38, 1e20, 2.0)):
+        c = EpisodeChunk(np.zeros((21, 1), np.float32), np.zeros(20, np.int64), np.full(20, reward, np.float32),
+                         None, None, True, False)
+        metrics.add_episodes(tracker.add("c", [MultiAgentRecord(f"e{i}", True, False,
+                                                                [AgentChunk("default_agent", "m", 0, c)])]))
+    snap = metrics.snapshot()
+    assert list(metrics.returns) == [20.0, 40.0] and snap["episode/return_max"] == 40.0
+    assert snap["module/m/return_max"] == 40.0 and metrics.episodes_total == 4 and metrics.episodes_excluded == 2
+    assert RETURN_LIMIT == 2.0**64
+
+
+def test_a_sources_returns_are_taken_out_of_every_window() -> None:
+    """Once a client's data is found to make an update non-finite, the returns it reported
+    leave every window (with their lengths), and its later ones never enter."""
+    metrics = Metrics(window=10)
+
+    def episode(ret: float, module: str, agent: str = "runner_0") -> FinishedEpisode:
+        return FinishedEpisode(ret, 5, {agent: (module, ret)}, agent_lengths={agent: 5})
+
+    metrics.add_episodes([episode(1.0, "m"), episode(2.0, "m")], source="#1 honest")
+    metrics.add_episodes([episode(9e18, "m"), episode(8e18, "evil_module", "bot_0")], source="#2 evil")
+    metrics.add_episodes([episode(3.0, "m")], source="#1 honest")
+    assert metrics.exclude({"#2 evil"}) == 2
+    snap = metrics.snapshot()
+    assert list(metrics.returns) == [1.0, 2.0, 3.0] and len(metrics.lengths) == 3
+    assert snap["episode/return_max"] == 3.0 and snap["module/m/return_max"] == 3.0
+    assert "module/evil_module/return_mean" not in snap and "agent_type/bot/return_mean" not in snap
+    assert list(metrics.agent_type_returns["runner"]) == [1.0, 2.0, 3.0]
+    metrics.add_episodes([episode(7e18, "m")], source="#2 evil", suspect=True)
+    assert list(metrics.returns) == [1.0, 2.0, 3.0] and metrics.episodes_excluded == 3 and metrics.episodes_total == 6
 
 
 def test_checkpoint_is_atomic(tmp_path, monkeypatch) -> None:

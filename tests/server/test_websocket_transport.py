@@ -193,6 +193,7 @@ def test_a_refused_websocket_is_not_read_beyond_a_small_message(tmp_path: Path) 
     async def main() -> tuple[bytes, int, int, int]:
         trainer, tcp, ws = await _start(tmp_path, max_connections=1)
         _, holder = await asyncio.open_connection("127.0.0.1", tcp.port)  # takes the only slot
+        holder.write(b'00000015{"type":"PING"}')  # an established client: no newcomer can take its slot
         await asyncio.sleep(0.1)
         sending = asyncio.ensure_future(asyncio.to_thread(refused, ws.port))
         held = 0
@@ -225,6 +226,7 @@ def test_a_refused_websocket_is_not_read_beyond_a_small_message(tmp_path: Path) 
     async def upgrades() -> bool:
         trainer, tcp, ws = await _start(tmp_path, max_connections=1, handshake_timeout_s=20.0)
         _, holder = await asyncio.open_connection("127.0.0.1", tcp.port)
+        holder.write(b'00000015{"type":"PING"}')
         await asyncio.sleep(0.1)
         cut_off = await asyncio.to_thread(huge_upgrade, ws.port)
         holder.close()

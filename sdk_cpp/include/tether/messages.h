@@ -138,7 +138,7 @@ struct ServerError {
 Result<ServerError> decode_error(const Message& message);
 
 /// Whether an ERROR code closes the connection (BAD_HEADER, FRAME_TOO_LARGE,
-/// TOO_MANY_CONNECTIONS, HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, SERVER_OVERLOADED).
+/// TOO_MANY_CONNECTIONS, HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, SERVER_OVERLOADED, AUTH_THROTTLED).
 bool closes_connection(ErrorCode code) noexcept;
 
 }  // namespace tether

@@ -37,10 +37,12 @@ enum class ErrorCode {
   kAgentAlreadyDone,
   kGroupMemberOutsideGroup,
   kActionLogpMismatch,
+  kDataRefused,
   kTooManyConnections,
   kHandshakeTimeout,
   kClientTimeout,
   kServerOverloaded,
+  kAuthThrottled,  // wrong auth tokens from this address: refused for a while
   kInternal,
   kUnknownServerCode,  // an ERROR code this SDK does not know (a newer server)
   // SDK codes.

@@ -521,8 +521,10 @@ namespace Tether.Client
                     throw new TetherException(ErrorCode.ConnectionFailed, "could not reach a Tether server at " + options.Address + " within " +
                                               options.ReconnectTimeoutSeconds + " s (ReconnectTimeoutSeconds): " + last.Message, last);
                 }
-                // A server at its connection limit asks for at least 1 s between attempts (§6.6).
-                bool tooMany = last is TetherException && ((TetherException)last).Code == ErrorCode.TooManyConnections;
+                // A server at its connection limit, or refusing this address for a while, asks for at
+                // least 1 s between attempts (§6.6).
+                bool tooMany = last is TetherException && (((TetherException)last).Code == ErrorCode.TooManyConnections
+                                                           || ((TetherException)last).Code == ErrorCode.AuthThrottled);
                 double pause = Math.Min(tooMany ? Math.Max(delay, 1.0) : delay, (deadline - now).TotalSeconds);
                 wake.WaitOne(TimeSpan.FromSeconds(Math.Max(0, pause)));
                 delay = Math.Min(delay * 2, 1.0);

@@ -56,6 +56,8 @@ namespace Tether.Protocol
         GroupMemberOutsideGroup,
         /// <summary>Log-probabilities that do not match the claimed model.</summary>
         ActionLogpMismatch,
+        /// <summary>The client's data kept making learner updates non-finite; its episodes are refused.</summary>
+        DataRefused,
         /// <summary>The server is at its connection limit.</summary>
         TooManyConnections,
         /// <summary>The handshake took longer than the server allows.</summary>
@@ -64,6 +66,8 @@ namespace Tether.Protocol
         ClientTimeout,
         /// <summary>The server holds too many unfinished frames.</summary>
         ServerOverloaded,
+        /// <summary>Too many wrong auth tokens came from this address: its connections are refused for a while.</summary>
+        AuthThrottled,
         /// <summary>The server failed on its side.</summary>
         Internal,
         /// <summary>An ERROR code this SDK does not know (a newer server).</summary>

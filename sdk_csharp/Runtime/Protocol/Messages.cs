@@ -165,6 +165,7 @@ namespace Tether.Protocol
                 case ErrorCode.HandshakeTimeout:
                 case ErrorCode.ClientTimeout:
                 case ErrorCode.ServerOverloaded:
+                case ErrorCode.AuthThrottled:
                     return true;
                 default:
                     return false;

@@ -1,0 +1,141 @@
+"""Strikes against clients whose data makes updates non-finite, and their refusal.
+
+When an update leaves a client's data out because it made the update
+non-finite (see learner/isolation.py), the client gets a strike. A client
+with ``STRIKES_TO_REFUSE`` strikes within the last ``STRIKE_WINDOW_UPDATES``
+updates is refused: its later episode messages are answered with ERROR
+``DATA_REFUSED`` and nothing of them is stored (docs/protocol.md §13.2, §14).
+
+A client is known by two names: the connection its data came on (the
+``source`` string, "#<connection id> <peer>"), and, when its messages carry a
+``client_session`` (protocol 1.3), that session, so a reconnect does not
+clear its record. A strike counts against every name of the client; either
+name, once refused, refuses the client. Data submitted without a source
+(in-process use) shares the name "".
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Hashable, Iterable
+
+from tether.sdk.protocol.errors import ErrorCode, MessageError
+
+#: Strikes within the window after which a client is refused.
+STRIKES_TO_REFUSE = 3
+#: The window, in updates (published or not).
+STRIKE_WINDOW_UPDATES = 100
+#: Names remembered (least recently struck or seen forgotten first); bounds the memory an
+#: attacker that keeps changing its client_session can make the server hold.
+MAX_NAMES = 10_000
+#: client_sessions remembered per connection.
+MAX_SESSIONS_PER_SOURCE = 8
+
+
+def _session_name(owner: Hashable) -> tuple | None:
+    if isinstance(owner, tuple) and len(owner) == 2 and owner[0] == "client_session":
+        return owner
+    return None
+
+
+class DataGuard:
+    """The strike record of every client, and the refusal check of its messages."""
+
+    def __init__(self, strikes_to_refuse: int = STRIKES_TO_REFUSE, window_updates: int = STRIKE_WINDOW_UPDATES,
+                 max_names: int = MAX_NAMES) -> None:
+        self.strikes_to_refuse = strikes_to_refuse
+        self.window_updates = window_updates
+        self.max_names = max_names
+        #: Updates counted so far (the clock of the strike window).
+        self.updates = 0
+        self._strikes: OrderedDict[Hashable, deque[int]] = OrderedDict()
+        self._refused: OrderedDict[Hashable, int] = OrderedDict()
+        #: source -> the client_sessions seen on it.
+        self._sessions: OrderedDict[str, list[tuple]] = OrderedDict()
+
+    # -- names ---------------------------------------------------------------
+
+    def note(self, owner: Hashable, source: str) -> None:
+        """Remember that data of ``owner``'s client_session (if any) came on ``source``."""
+        session = _session_name(owner)
+        if session is None:
+            return
+        seen = self._sessions.setdefault(source, [])
+        self._sessions.move_to_end(source)
+        if session not in seen:
+            seen.append(session)
+            del seen[:-MAX_SESSIONS_PER_SOURCE]
+        while len(self._sessions) > self.max_names:
+            self._sessions.popitem(last=False)
+
+    def _names(self, source: str, owner: Hashable = None) -> list[Hashable]:
+        names: list[Hashable] = [("source", source), *self._sessions.get(source, ())]
+        session = _session_name(owner)
+        if session is not None and session not in names:
+            names.append(session)
+        return names
+
+    # -- checks --------------------------------------------------------------
+
+    def check(self, owner: Hashable, source: str) -> None:
+        """Raise MessageError(DATA_REFUSED) if the client (``owner`` as Trainer.owner
+        gives it, ``source`` as submit's) is refused."""
+        for name in self._names(source, owner):
+            if name in self._refused:
+                raise MessageError(
+                    ErrorCode.DATA_REFUSED,
+                    f"this client's data made {self._refused[name]} learner updates non-finite (values no update "
+                    f"can train on); the server no longer stores its episodes")
+
+    def is_refused(self, source: str) -> bool:
+        """Whether data that came on ``source`` belongs to a refused client."""
+        return any(name in self._refused for name in self._names(source))
+
+    def is_suspect(self, owner: Hashable, source: str) -> bool:
+        """Whether the client has a strike within the window (or is refused)."""
+        for name in self._names(source, owner):
+            if name in self._refused or self._recent(name):
+                return True
+        return False
+
+    def _recent(self, name: Hashable) -> int:
+        times = self._strikes.get(name)
+        if not times:
+            return 0
+        while times and times[0] <= self.updates - self.window_updates:
+            times.popleft()
+        return len(times)
+
+    # -- strikes -------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One more update (the strike window's clock)."""
+        self.updates += 1
+
+    def strike(self, sources: Iterable[str]) -> list[str]:
+        """One strike against the client of each source (for this update); returns the
+        sources whose client is refused from now on."""
+        newly, struck = [], set()
+        for source in sources:
+            refused_now = False
+            for name in self._names(source):
+                if name not in struck:  # a session seen on two of the sources: still one strike
+                    struck.add(name)
+                    times = self._strikes.setdefault(name, deque())
+                    self._strikes.move_to_end(name)
+                    times.append(self.updates)
+                count = self._recent(name)
+                if count >= self.strikes_to_refuse and name not in self._refused:
+                    self._refused[name] = count
+                    refused_now = True
+            if refused_now:
+                newly.append(source)
+        for table in (self._strikes, self._refused):
+            while len(table) > self.max_names:
+                table.popitem(last=False)
+        return newly
+
+    @property
+    def refused_count(self) -> int:
+        """Names (connections and client_sessions) refused now."""
+        return len(self._refused)

@@ -1,0 +1,137 @@
+"""An update that leaves out the data that makes it non-finite.
+
+A batch pools the data of many clients; one client's data (rewards of 3e38,
+say, with honest log-probabilities) makes the whole update non-finite. Instead
+of discarding everyone's data, ``update_isolating`` finds the sources whose
+data is to blame and trains once on the data of the others:
+
+1. a screen without any trial: a source with a step the learner cannot train
+   on whatever else the batch holds (``PPOLearner.untrainable_steps``: a value
+   target that is not finite or overflows the value loss) is left out;
+2. the update on the rest; if it is non-finite, trial updates (each rolled
+   back) bisect the sources: with a set of sources known to train finitely
+   together (``clean``), the suspects are halved until one source is left
+   whose data turns a finite update non-finite. It is left out and the update
+   is retried on the others. A source is only blamed next to a clean one: a
+   learner that cannot train on anything (its own divergence) blames no one.
+
+At most ``2 * ceil(log2(sources)) + 2`` updates are run (the first included),
+so an update costs a bounded multiple of a plain one. When the trials run
+out first, the update is the one on the clean sources (if any), and the
+sources not cleared are left out unblamed; when no source trains finitely,
+nothing is trained (as for any non-finite update).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+from tether.sdk.protocol.episodes import EpisodeChunk
+
+from .ppo import NonFiniteUpdate, PPOLearner
+from .rollout_batch import build_batch
+
+
+@dataclass
+class IsolatedUpdate:
+    """What ``update_isolating`` did.
+
+    ``stats`` is None when nothing was trained (then the learner is as before).
+    ``kept`` are the sources trained on; ``guilty`` maps each source whose data
+    was found to make the update non-finite to why. Sources in neither were
+    left out without blame (the trials ran out before they were cleared).
+    ``error`` is the last NonFiniteUpdate seen (None if the first try was
+    finite); ``trials`` counts the updates run, the kept one included.
+    """
+
+    stats: dict[str, float] | None
+    kept: list[Hashable]
+    guilty: dict[Hashable, str] = field(default_factory=dict)
+    error: NonFiniteUpdate | None = None
+    trials: int = 0
+
+
+def trial_budget(sources: int) -> int:
+    """The most updates ``update_isolating`` runs for a batch of ``sources`` sources."""
+    return 2 * math.ceil(math.log2(max(1, sources))) + 2
+
+
+def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, EpisodeChunk]]) -> IsolatedUpdate:
+    """Train ``learner`` on ``items`` ((source, chunk) pairs, in pool order), leaving out
+    the sources whose data makes the update non-finite (see the module docstring)."""
+    order: list[Hashable] = []
+    for source, _ in items:
+        if source not in order:
+            order.append(source)
+    guilty: dict[Hashable, str] = {}
+    # 1. The screen: one forward pass of the critic, no trial.
+    if items:
+        batch = build_batch([chunk for _, chunk in items])
+        bad = learner.untrainable_steps(batch)
+        if bad.any():
+            pos = 0
+            for source, chunk in items:
+                if bad[pos:pos + chunk.env_steps].any():
+                    guilty.setdefault(source, "value targets not finite or beyond float32's range")
+                pos += chunk.env_steps
+    remaining = [s for s in order if s not in guilty]
+    if not remaining:
+        return IsolatedUpdate(None, [], guilty)
+    # 2. Trials, each starting from the learner's state now.
+    base = learner.save_state()
+    budget = trial_budget(len(remaining))
+    trials = 0
+    last_error: NonFiniteUpdate | None = None
+    #: The last finite trial that was rolled back: (sources, state after it, stats), reused if asked again.
+    memo: tuple[frozenset, tuple, dict] | None = None
+
+    def trial(sources: list[Hashable], keep: bool) -> dict[str, float] | None:
+        nonlocal trials, last_error, memo
+        wanted = set(sources)
+        if memo is not None and memo[0] == wanted:
+            if keep:
+                learner.load_state(memo[1])
+            return memo[2]
+        trials += 1
+        try:
+            stats = learner.update(build_batch([chunk for source, chunk in items if source in wanted]))
+        except NonFiniteUpdate as exc:
+            last_error = exc
+            learner.load_state(base)
+            return None
+        if not keep:
+            memo = (frozenset(wanted), learner.save_state(), stats)
+            learner.load_state(base)
+        return stats
+
+    stats = trial(remaining, keep=True)
+    if stats is not None:
+        return IsolatedUpdate(stats, remaining, guilty, None, trials)
+    clean: list[Hashable] = []
+    suspects = list(remaining)  # invariant: clean + suspects trains non-finitely, clean alone finitely
+    while trials < budget:
+        while len(suspects) > 1 and trials < budget:
+            half, rest = suspects[:len(suspects) // 2], suspects[len(suspects) // 2:]
+            if trial(clean + half, keep=False) is not None:
+                clean, suspects = clean + half, rest
+            else:
+                suspects = half
+        if len(suspects) != 1 or not clean:
+            break  # out of trials, or nothing trains finitely: no source can be blamed
+        guilty[suspects[0]] = f"made the update non-finite ({last_error})"
+        remaining = [s for s in remaining if s not in guilty]
+        if trials >= budget:
+            break
+        stats = trial(remaining, keep=True)
+        if stats is not None:
+            return IsolatedUpdate(stats, remaining, guilty, last_error, trials)
+        suspects = [s for s in remaining if s not in clean]
+    # Out of trials: the sources known to train finitely together, if that costs no more than allowed.
+    if clean and (trials < budget or (memo is not None and memo[0] == set(clean))):
+        stats = trial(clean, keep=True)
+        if stats is not None:
+            return IsolatedUpdate(stats, clean, guilty, last_error, trials)
+    learner.load_state(base)
+    return IsolatedUpdate(None, [], guilty, last_error, trials)

@@ -1,0 +1,251 @@
+"""The sample pool's write-ahead journal: a batch is on disk before it is answered.
+
+Every batch the server stores (its pooled chunks, its exactly-once id and its
+step counts) is appended to ``<logdir>/journal/pool-<generation>.bin`` and
+made durable (``fdatasync``) before the client gets its answer. A checkpoint
+holds the weights, the pool as it was when it was taken, and the generation
+from which the journal must be read again; it starts that generation and,
+once written, deletes the older ones. ``--resume`` loads the checkpoint and
+then replays the journal of that generation and later ones: steps that were
+answered after the checkpoint, trained or not before the server died, are
+pooled again and trained on the restored weights. So an answered step is
+trained exactly once whatever stops the server (SIGTERM or kill -9).
+
+A record is ``magic, crc32, header length, blob length, JSON header, blob``;
+the blob holds the arrays back to back, the header their dtype and shape. A
+record cut short by a crash, or whose checksum fails, ends the replay of its
+file (nothing after it was answered). Records are plain numbers and strings:
+reading a journal never runs code.
+
+Writes run on one thread of their own, several batches per ``fdatasync``
+(group commit), so the event loop never waits for the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import re
+import struct
+import sys
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tether.sdk.protocol.episodes import EpisodeChunk
+
+from .batch_dedup import BatchId
+from .sample_pool import Pooled
+
+_MAGIC = b"TPJ1"
+_RECORD = struct.Struct("<4sIIQ")  # magic, crc32 of header + blob, header length, blob length
+_FILE = re.compile(r"pool-(\d+)\.bin$")
+_ARRAYS = ("obs", "actions", "rewards", "action_logp", "action_dist_inputs", "value_obs")
+
+
+@dataclass
+class JournalEntry:
+    """One stored batch: its pooled chunks, its exactly-once id, and the steps it counted as received."""
+
+    batch: BatchId | None
+    items: list[Pooled]
+    env_steps: int = 0
+    agent_steps: int = 0
+
+
+def encode_entry(entry: JournalEntry) -> bytes:
+    """One journal record."""
+    blob = bytearray()
+    items = []
+    for pooled in entry.items:
+        chunk = pooled.chunk
+        arrays = {}
+        for name in _ARRAYS:
+            value = getattr(chunk, name)
+            if value is None:
+                continue
+            value = np.ascontiguousarray(value)
+            arrays[name] = [value.dtype.str, list(value.shape), len(blob), value.nbytes]
+            blob += value.tobytes()
+        items.append({"module": pooled.module_id, "version": pooled.weights_seq_no, "source": pooled.source,
+                      "terminated": chunk.is_terminated, "truncated": chunk.is_truncated,
+                      "episode_id": chunk.episode_id, "arrays": arrays})
+    header = json.dumps({
+        "batch": list(entry.batch) if entry.batch is not None else None,
+        "env_steps": entry.env_steps, "agent_steps": entry.agent_steps, "items": items,
+    }, ensure_ascii=True).encode("ascii")  # ASCII escapes: a stored id is written whatever it holds
+    crc = zlib.crc32(blob, zlib.crc32(header))
+    return _RECORD.pack(_MAGIC, crc, len(header), len(blob)) + header + bytes(blob)
+
+
+def _decode_item(item: dict[str, Any], blob: memoryview) -> Pooled:
+    arrays = {}
+    for name, (dtype, shape, offset, nbytes) in item["arrays"].items():
+        if name not in _ARRAYS:
+            raise ValueError(f"unknown array {name!r}")
+        arrays[name] = np.frombuffer(blob[offset:offset + nbytes], dtype=np.dtype(dtype)).reshape(shape).copy()
+    chunk = EpisodeChunk(arrays["obs"], arrays["actions"], arrays["rewards"], arrays.get("action_logp"),
+                         arrays.get("action_dist_inputs"), bool(item["terminated"]), bool(item["truncated"]),
+                         item["episode_id"], arrays.get("value_obs"))
+    return Pooled(str(item["module"]), chunk, int(item["version"]), str(item["source"]))
+
+
+def decode_entries(data: bytes) -> tuple[list[JournalEntry], int]:
+    """The whole records at the start of ``data`` and how many bytes they take; a torn
+    or corrupt record ends the list."""
+    entries: list[JournalEntry] = []
+    view = memoryview(data)
+    at = 0
+    while at + _RECORD.size <= len(data):
+        magic, crc, header_len, blob_len = _RECORD.unpack_from(data, at)
+        end = at + _RECORD.size + header_len + blob_len
+        if magic != _MAGIC or end > len(data):
+            break
+        header = view[at + _RECORD.size: at + _RECORD.size + header_len]
+        blob = view[at + _RECORD.size + header_len: end]
+        if zlib.crc32(blob, zlib.crc32(header)) != crc:
+            break
+        try:
+            head = json.loads(bytes(header))
+            batch = head["batch"]
+            entries.append(JournalEntry(
+                BatchId(str(batch[0]), int(batch[1])) if batch is not None else None,
+                [_decode_item(item, blob) for item in head["items"]],
+                int(head["env_steps"]), int(head["agent_steps"])))
+        except (ValueError, KeyError, TypeError, IndexError):
+            break
+        at = end
+    return entries, at
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    """The journal's files in ``directory``, by generation."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _FILE.search(p.name))]
+    return sorted(found)
+
+
+def read_journal(directory: Path, from_generation: int) -> list[JournalEntry]:
+    """Every whole record of generation ``from_generation`` and later, in the order written."""
+    entries: list[JournalEntry] = []
+    for generation, path in journal_files(directory):
+        if generation >= from_generation:
+            data = path.read_bytes()
+            found, used = decode_entries(data)
+            if used < len(data):
+                print(f"[tether] journal {path}: {len(data) - used} bytes after its last whole record ignored "
+                      f"(a write cut short: never answered)", file=sys.stderr, flush=True)
+            entries.extend(found)
+    return entries
+
+
+class PoolJournal:
+    """Appends records durably on a thread of its own; ``append`` returns a future
+    that is done once the record is on disk."""
+
+    _ROTATE = object()
+    _STOP = object()
+
+    def __init__(self, directory: str | Path, generation: int, fsync: bool = True) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.generation = generation
+        self.fsync = fsync
+        #: Records whose write failed (logged; the batch stays pooled in memory).
+        self.failures = 0
+        self.bytes_written = 0
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._file = open(self._path(generation), "ab")
+        self._thread = threading.Thread(target=self._run, name="tether-journal", daemon=True)
+        self._thread.start()
+
+    def _path(self, generation: int) -> Path:
+        return self.directory / f"pool-{generation:08d}.bin"
+
+    def append(self, entry: JournalEntry) -> asyncio.Future:
+        """Queue ``entry``; the future is done when it is durable (or its write failed, logged)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        # Encoded on the journal's thread: the chunks are never changed once pooled (a split makes views).
+        self._queue.put((entry, loop, future))
+        return future
+
+    def append_now(self, entries: list[JournalEntry]) -> None:
+        """Queue ``entries`` with nobody waiting (replayed data copied into this journal)."""
+        for entry in entries:
+            self._queue.put((entry, None, None))
+
+    def rotate(self) -> int:
+        """Start the next generation (after every record appended so far); returns its number."""
+        self.generation += 1
+        self._queue.put((self._ROTATE, self.generation, None))
+        return self.generation
+
+    def remove_before(self, generation: int) -> None:
+        """Delete the files of generations older than ``generation`` (a checkpoint holds their data)."""
+        for number, path in journal_files(self.directory):
+            if number < generation:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        """Write what is queued and stop the thread."""
+        self._queue.put((self._STOP, None, None))
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            ops = [self._queue.get()]
+            while True:
+                try:
+                    ops.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+            stop = False
+            try:
+                for data, loop_or_generation, future in ops:
+                    if data is self._STOP:
+                        stop = True
+                    elif data is self._ROTATE:
+                        self._sync()
+                        self._file.close()
+                        self._file = open(self._path(loop_or_generation), "ab")
+                    else:
+                        record = encode_entry(data)
+                        self._file.write(record)
+                        self.bytes_written += len(record)
+                        if future is not None:
+                            done.append((loop_or_generation, future))
+                self._sync()
+            except OSError as exc:
+                self.failures += len(done)
+                print(f"[tether] journal write failed ({len(done)} batch(es) stay in memory only): {exc!r}",
+                      file=sys.stderr, flush=True)
+            for loop, future in done:
+                try:
+                    loop.call_soon_threadsafe(_resolve, future)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    pass
+            if stop:
+                self._file.close()
+                return
+
+    def _sync(self) -> None:
+        self._file.flush()
+        if self.fsync:
+            os.fdatasync(self._file.fileno())
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,35 @@
+"""``tether serve`` that also records, for every module update it runs, the ids of
+the steps trained on (observation 0 of each step) and the weights version the
+update publishes, one JSON line per update, appended to $TETHER_TRAINED_LOG.
+Run as a script with the arguments of ``tether serve``; the server is unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from tether.server import trainer
+from tether.server.cli import main
+
+_LOG = os.environ["TETHER_TRAINED_LOG"]
+_update_blocking = trainer.Trainer._update_blocking
+
+
+def _recording(self: trainer.Trainer, by_module: dict) -> dict:
+    results = _update_blocking(self, by_module)
+    with open(_LOG, "a") as log:
+        for module_id, (outcome, stats, _, _) in results.items():
+            if stats is not None:  # published; the sources left out of it were not trained on
+                ids = np.concatenate([p.chunk.obs[:-1, 0] for p in by_module[module_id] if p.source in outcome.kept])
+                log.write(json.dumps({"pid": os.getpid(), "version": self.modules[module_id].weights_seq_no + 1,
+                                      "ids": ids.astype(np.int64).tolist()}) + "\n")
+        log.flush()
+    return results
+
+
+trainer.Trainer._update_blocking = _recording
+if __name__ == "__main__":
+    sys.exit(main(["serve", *sys.argv[1:]]))

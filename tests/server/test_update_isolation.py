@@ -1,0 +1,196 @@
+"""A client whose data makes an update non-finite loses its own data, not its
+neighbours': the learner leaves it out (by a screen of the value targets, or by
+trial updates that are rolled back), the trainer publishes the update on the
+rest, strikes the client and, after three strikes, refuses its episodes with
+DATA_REFUSED; its returns never reach the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from tether.sdk.protocol import Discrete, EpisodeChunk
+from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.sdk.protocol.spaces import box
+from tether.server.config import ServerConfig
+from tether.server.learner import PPOHyperparams, PPOLearner, build_batch, update_isolating
+from tether.server.learner.isolation import trial_budget
+from tether.server.module_setup import build_layout
+from tether.server.trainer import Trainer
+
+LOGP = float(np.log(0.5))
+
+
+def chunks(n: int, seed: int, steps: int = 4, reward: float | None = None, logp: float = LOGP,
+           obs_dim: int = 3) -> list[EpisodeChunk]:
+    """Terminated episodes of random observations and actions; rewards random unless given."""
+    rng = np.random.default_rng(seed)
+    return [EpisodeChunk(obs=rng.normal(size=(steps + 1, obs_dim)).astype(np.float32),
+                         actions=rng.integers(2, size=steps),
+                         rewards=(np.full(steps, reward, np.float32) if reward is not None
+                                  else rng.normal(size=steps).astype(np.float32)),
+                         action_logp=np.full(steps, logp, np.float32), action_dist_inputs=None,
+                         is_terminated=True, is_truncated=False) for _ in range(n)]
+
+
+def learner(seed: int = 0) -> PPOLearner:
+    return PPOLearner(box(-5, 5, (3,)), Discrete(2), PPOHyperparams(lr=1e-3, minibatch_size=64, num_epochs=2),
+                      seed=seed)
+
+
+def interleave(*groups: tuple[str, list[EpisodeChunk]]) -> list[tuple[str, EpisodeChunk]]:
+    """Sources' chunks interleaved, as messages of several clients arrive in the pool."""
+    out, longest = [], max(len(c) for _, c in groups)
+    for i in range(longest):
+        out += [(source, c[i]) for source, c in groups if i < len(c)]
+    return out
+
+
+def weights(l: PPOLearner) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in l.model.state_dict().values()]
+
+
+def test_a_source_whose_value_targets_overflow_is_left_out_without_a_trial() -> None:
+    honest = chunks(40, seed=1)
+    items = interleave(("honest", honest), ("evil", chunks(10, seed=2, reward=3e38)),
+                       ("evil-1e20", chunks(10, seed=3, reward=1e20)))
+    l = learner()
+    out = update_isolating(l, items)
+    assert out.stats is not None and out.kept == ["honest"] and set(out.guilty) == {"evil", "evil-1e20"}
+    assert out.trials == 1  # the screen needs no trial update
+    # The same as training on the honest data alone.
+    alone = learner()
+    alone.update(build_batch(honest))
+    assert all(torch.equal(a, b) for a, b in zip(weights(l), weights(alone)))
+
+
+def test_trial_updates_find_a_source_the_screen_cannot_see() -> None:
+    # Behaviour logp of -1000 (a server without the logp check takes it): the importance
+    # ratios overflow, though every value target is fine.
+    groups = [(f"c{i}", chunks(6, seed=10 + i)) for i in range(7)]
+    groups.insert(5, ("evil", chunks(6, seed=99, logp=-1000.0)))
+    l = learner()
+    items = interleave(*groups)
+    out = update_isolating(l, items)
+    assert out.stats is not None and set(out.guilty) == {"evil"}
+    assert out.kept == [s for s, _ in groups if s != "evil"]
+    assert 1 < out.trials <= trial_budget(8) == 8
+    assert all(torch.isfinite(p).all() for p in l.model.parameters())
+    # The trials were rolled back: the weights are those of one update on the others' data.
+    alone = learner()
+    alone.update(build_batch([c for s, c in items if s != "evil"]))
+    assert all(torch.equal(a, b) for a, b in zip(weights(l), weights(alone)))
+
+
+def test_two_bad_sources_among_many() -> None:
+    groups = [(f"c{i}", chunks(4, seed=20 + i)) for i in range(6)]
+    groups[1] = ("evil-a", chunks(4, seed=31, logp=-1000.0))
+    groups[4] = ("evil-b", chunks(4, seed=32, logp=-1000.0))
+    out = update_isolating(learner(), interleave(*groups))
+    assert out.stats is not None and set(out.guilty) == {"evil-a", "evil-b"}
+    assert out.trials <= trial_budget(6)
+
+
+def test_no_one_is_blamed_when_nothing_trains() -> None:
+    # One client only: its update fails, but nothing shows the fault is its data and not the learner.
+    l = learner()
+    before = weights(l)
+    out = update_isolating(l, [("only", c) for c in chunks(10, seed=5, logp=-1000.0)])
+    assert out.stats is None and out.guilty == {} and out.kept == []
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(l)))
+
+
+# -- the trainer -----------------------------------------------------------------------------------
+
+
+def record(steps: int, reward: float, seed: int) -> MultiAgentRecord:
+    rng = np.random.default_rng(seed)
+    chunk = EpisodeChunk(obs=rng.normal(scale=0.05, size=(steps + 1, 4)).astype(np.float32),
+                         actions=rng.integers(2, size=steps), rewards=np.full(steps, reward, np.float32),
+                         action_logp=np.full(steps, LOGP, np.float32), action_dist_inputs=None,
+                         is_terminated=True, is_truncated=False, episode_id=f"e{seed}")
+    return MultiAgentRecord(f"e{seed}", True, False, [AgentChunk("default_agent", "default_policy", 0, chunk)])
+
+
+async def poisoned_rounds(tmp_path) -> dict:
+    config = ServerConfig(port=0, train_batch_size=200, minibatch_size=64, num_epochs=2, tensorboard=False,
+                          quiet=True, logdir=str(tmp_path), seed=0)
+    trainer = Trainer(config, build_layout(config))
+    honest, evil = "honest-conn", ("client_session", "evil")
+    sources = {honest: "#1 honest", evil: "#2 evil"}
+    seq = {"default_policy": 0}
+    sent = {"honest": 0, "evil": 0}
+    refused_at = None
+    for round_ in range(5):
+        seq = {"default_policy": trainer.weights_seq_no}
+        try:
+            await trainer.submit(evil, [record(10, 3e38, 1000 + round_)], seq, False, source=sources[evil])
+            sent["evil"] += 10
+        except MessageError as exc:
+            assert exc.code is ErrorCode.DATA_REFUSED, exc
+            refused_at = refused_at if refused_at is not None else round_
+        for i in range(10):  # 200 honest steps: this round's update starts
+            await trainer.submit(honest, [record(20, 1.0, 100 * round_ + i)], seq, False, source=sources[honest])
+            sent["honest"] += 20
+        if trainer._update_task is not None:
+            await trainer._update_task
+    # A new connection of the same client_session is refused too.
+    with pytest.raises(MessageError) as info:
+        await trainer.submit(evil, [record(10, 1.0, 7)], seq, False, source="#3 evil again")
+    m = trainer.metrics
+    out = {"sent": sent, "refused_at": refused_at, "code": info.value.code, "updates": m.updates,
+           "discarded": m.updates_discarded, "trained": m.agent_steps_trained, "isolated": m.agent_steps_isolated,
+           "updates_isolated": m.updates_isolated, "returns": list(m.returns), "excluded": m.episodes_excluded,
+           "clients_refused": m.clients_refused, "pool": trainer.pool_steps}
+    await trainer.close(checkpoint=False)
+    return out
+
+
+def test_the_trainer_trains_the_neighbours_and_refuses_the_poisoner(tmp_path) -> None:
+    out = asyncio.run(poisoned_rounds(tmp_path))
+    # Every round published an update on the honest steps; none was discarded.
+    assert out["updates"] == 5 and out["discarded"] == 0, out
+    assert out["trained"] + out["pool"] == out["sent"]["honest"] == 1000 and out["pool"] < 200, out
+    assert out["isolated"] == out["sent"]["evil"] == 30 and out["updates_isolated"] == 3, out
+    # Three strikes, then DATA_REFUSED: nothing more of it stored.
+    assert out["refused_at"] == 3 and out["code"] is ErrorCode.DATA_REFUSED, out
+    assert out["clients_refused"] >= 1
+    # Only honest returns (20 per episode) in the window; the poisoner's episodes are counted as excluded.
+    assert out["returns"] and set(out["returns"]) == {20.0} and out["excluded"] == 3, out
+
+
+def test_a_non_finite_step_stays_in_its_own_chunk() -> None:
+    """GAE restarts at every chunk's end, so a poisoned chunk cannot make its neighbours look poisoned."""
+    from tether.server.learner.gae import compute_gae
+
+    rewards = np.array([1.0, 1.0, np.inf, 1.0], np.float32)
+    ends = np.array([False, True, False, True])
+    with np.errstate(invalid="ignore", over="ignore"):
+        adv, _ = compute_gae(rewards, np.zeros(4, np.float32), np.zeros(4, np.float32), ends, ends, 0.99, 0.95)
+    assert np.isfinite(adv[:2]).all() and not np.isfinite(adv[2])
+
+
+def test_strikes_count_within_their_window_and_refusal_covers_the_session() -> None:
+    from tether.server.data_guard import DataGuard
+
+    guard = DataGuard(strikes_to_refuse=3, window_updates=10)
+    session = ("client_session", "s")
+    guard.note(session, "#1 a")
+    for _ in range(2):
+        guard.tick()
+        assert guard.strike(["#1 a"]) == []
+    assert guard.is_suspect("other", "#1 a") and guard.is_suspect(session, "#9 new connection")
+    for _ in range(10):  # the two strikes leave the window
+        guard.tick()
+    assert not guard.is_suspect(session, "#9 new connection")
+    for i in range(3):
+        guard.tick()
+        assert guard.strike(["#1 a"]) == ([] if i < 2 else ["#1 a"])
+    with pytest.raises(MessageError) as info:
+        guard.check(session, "#9 new connection")  # the same client_session on a new connection
+    assert info.value.code is ErrorCode.DATA_REFUSED
+    guard.check("c", "#2 someone else")  # others are not affected
