@@ -697,7 +697,8 @@ def exactly_once_cases() -> list[dict]:
 
 def set_state_cases() -> list[dict]:
     """When SET_STATE may omit the model (§7.6): only for a client that announced a protocol version
-    and claims, as a JSON integer, the weights the server serves."""
+    and claims, as a JSON integer, the weights the server serves, or [1.3] claims nothing and was
+    already sent them on this connection."""
     def case(name: str, *steps: dict) -> dict:
         return {"name": name, "server": SINGLE, "steps": list(steps)}
 
@@ -736,6 +737,20 @@ def set_state_cases() -> list[dict]:
         case("per_module_form_wins_over_single_claim", v13,
              send({"type": "GET_STATE", "weights_seq_no": 0, "weights_seq_nos": {}}, "SET_STATE",
                   present=["models.default_policy.onnx_file"], absent=["onnx_file"])),
+        # [1.3] A model is sent once per version and connection to a client that announced a version:
+        # a request without a claim counts as claiming what this connection was last sent.
+        case("announced_client_asking_again_gets_no_model", v13, send(get(), "SET_STATE", **model),
+             send(get(), "SET_STATE", fields={"weights_seq_no": 0}, **no_model)),
+        case("announced_client_claiming_other_after_its_model_gets_it_again", v13, send(get(), "SET_STATE", **model),
+             send(get(3), "SET_STATE", **model)),
+        case("v1_client_asking_again_still_gets_model", send(get(), "SET_STATE", **model),
+             send(get(), "SET_STATE", **model)),
+        case("per_module_empty_again_on_the_same_connection_lists_nothing", v13,
+             send(get({}, "weights_seq_nos"), "SET_STATE", present=["models.default_policy.onnx_file"]),
+             send(get({}, "weights_seq_nos"), "SET_STATE", fields={"models": {}})),
+        case("per_module_empty_again_without_version_sends_every_model",
+             send(get({}, "weights_seq_nos"), "SET_STATE", present=["models.default_policy.onnx_file"]),
+             send(get({}, "weights_seq_nos"), "SET_STATE", present=["models.default_policy.onnx_file"])),
     ]
 
 
