@@ -72,8 +72,8 @@ Status size_error(const char* field, std::size_t got, std::size_t expected) {
 
 // ---- validation --------------------------------------------------------------
 
-// A JSON value read as numpy reads it into a float array: its shape, and
-// its elements flattened (booleans as 0/1, null as NaN, as numpy does).
+// A JSON value read into a float array: its shape, and its elements flattened
+// (null as NaN, refused later as non-finite; booleans and strings are no numbers, §10.5).
 struct NdArray {
   std::vector<std::size_t> shape;
   std::vector<double> data;
@@ -107,8 +107,6 @@ bool flatten(const nlohmann::json& value, std::vector<double>& out) {
   }
   if (value.is_number()) {
     out.push_back(value.get<double>());
-  } else if (value.is_boolean()) {
-    out.push_back(value.get<bool>() ? 1.0 : 0.0);
   } else if (value.is_null()) {
     out.push_back(std::nan(""));
   } else {

@@ -213,6 +213,10 @@ def episode_cases() -> list[dict]:
         case("obs_numeric_string", [good_episode(2, obs=[[0.0, "0.5", 0.0, 0.0]] * 3)], code="INVALID_FIELD"),
         case("action_numeric_string", [good_episode(2, actions=["1", 0])], code="INVALID_FIELD"),
         case("logp_numeric_string", [good_episode(2, action_logp=["-0.69", -0.69])], code="INVALID_FIELD"),
+        # Booleans are no numbers either (numpy would read true as 1).
+        case("action_true", [good_episode(2, actions=[True, 0])], code="INVALID_FIELD"),
+        case("reward_false", [good_episode(2, rewards=[1.0, False])], code="INVALID_FIELD"),
+        case("obs_true", [good_episode(2, obs=[[0.0, True, 0.0, 0.0]] * 3)], code="INVALID_FIELD"),
         case("episodes_not_list", [], code="INVALID_FIELD", raw='{"type": "EPISODES", "episodes": {"obs": []}}'),
         case("second_chunk_bad_stores_nothing", [good_episode(2), good_episode(2, actions=[0, 5])],
              code="ACTION_OUT_OF_SPACE"),
@@ -404,6 +408,7 @@ def multi_agent_episode_cases() -> list[dict]:
         case("zero_step_entry", {"a": agent(steps=0)}, code="EPISODE_LENGTH_MISMATCH"),
         case("negative_start_step", {"a": agent(start_step=-1)}, code="INVALID_FIELD"),
         case("entry_reward_numeric_string", {"a": agent(rewards=["0.5", 0.5])}, code="INVALID_FIELD"),
+        case("entry_reward_true", {"a": agent(rewards=[True, 0.5])}, code="INVALID_FIELD"),
         case("central_critic_value_obs_numeric_strings", {"a": agent("critic", value_obs=[["0"] * 6] * 3)},
              code="OBS_SHAPE_MISMATCH"),
         case("agents_not_object", [], code="INVALID_FIELD"),

@@ -460,10 +460,7 @@ namespace Tether.Protocol
                 case JTokenType.Float:
                     output.Add((double)value);
                     return true;
-                case JTokenType.Boolean:
-                    output.Add((bool)value ? 1.0 : 0.0);
-                    return true;
-                case JTokenType.Null:
+                case JTokenType.Null:  // NaN: refused later as non-finite (booleans and strings are no numbers, §10.5)
                     output.Add(double.NaN);
                     return true;
                 default:
