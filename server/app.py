@@ -116,6 +116,8 @@ async def serve(
         "episodes_excluded": m.episodes_excluded,
         # Agent steps still waiting in the pool (in the final checkpoint; trained after --resume).
         "pool_steps": trainer.pool_steps,
+        # Batches answered although the journal could not write them (disk full or failing).
+        "journal_failures": trainer.journal.failures if trainer.journal is not None else 0,
         "pool_steps_max": m.pool_steps_max,
         "batches_duplicate": trainer.dedup.duplicates,
         "updates": m.updates,

@@ -135,7 +135,9 @@ class ServerConfig:
         True, "write every stored batch to <logdir>/journal (fdatasync) before answering it; --resume replays "
               "what came after the checkpoint, so no answered step is lost to a crash or kill -9")
     metrics_window: int = _opt(100, "episodes averaged in the return metrics")
-    stop_at_return: float | None = _opt(None, "stop once the windowed mean return reaches this")
+    stop_at_return: float | None = _opt(
+        None, "stop once the windowed mean return reaches this over three updates, and every client that sent "
+              "data in the last three updates or the last minute reaches it on its own last episodes")
     max_env_steps: int | None = _opt(None, "stop after this many env steps were received")
     summary_file: str | None = _opt(None, "write a JSON summary of the run here on exit")
     quiet: bool = _opt(False, "do not print the progress line")

@@ -162,7 +162,7 @@ class PoolJournal:
         self.failures = 0
         self.bytes_written = 0
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._file = open(self._path(generation), "ab")
+        self._file = self._open(generation)
         self._thread = threading.Thread(target=self._run, name="tether-journal", daemon=True)
         self._thread.start()
 
@@ -211,25 +211,35 @@ class PoolJournal:
                 except queue.Empty:
                     break
             done: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+            failed = 0
             stop = False
-            try:
-                for data, loop_or_generation, future in ops:
+            # Each op on its own: a failed write must not skip a later rotation (the records after it
+            # would land in a generation the next checkpoint deletes) nor the stop (close would hang).
+            for data, loop_or_generation, future in ops:
+                try:
                     if data is self._STOP:
                         stop = True
                     elif data is self._ROTATE:
-                        self._sync()
-                        self._file.close()
-                        self._file = open(self._path(loop_or_generation), "ab")
+                        try:
+                            self._sync()
+                        finally:
+                            self._file.close()
+                            self._file = self._open(loop_or_generation)
                     else:
-                        record = encode_entry(data)
-                        self._file.write(record)
-                        self.bytes_written += len(record)
                         if future is not None:
                             done.append((loop_or_generation, future))
+                        self._write(encode_entry(data))
+                except Exception as exc:  # (also a record that cannot be encoded: the thread must go on)
+                    failed += 1
+                    print(f"[tether] journal write failed: {exc!r:.300}", file=sys.stderr, flush=True)
+            try:
                 self._sync()
-            except OSError as exc:
+            except Exception as exc:
+                failed += 1
+                print(f"[tether] journal flush failed: {exc!r:.300}", file=sys.stderr, flush=True)
+            if failed:
                 self.failures += len(done)
-                print(f"[tether] journal write failed ({len(done)} batch(es) stay in memory only): {exc!r}",
+                print(f"[tether] {len(done)} batch(es) of this write stay in memory only (not in the journal)",
                       file=sys.stderr, flush=True)
             for loop, future in done:
                 try:
@@ -237,8 +247,30 @@ class PoolJournal:
                 except RuntimeError:  # the loop is closed: nobody waits any more
                     pass
             if stop:
-                self._file.close()
+                try:
+                    self._file.close()
+                except OSError:
+                    pass
                 return
+
+    def _open(self, generation: int) -> Any:
+        # Unbuffered: a record is in the OS's hands when write returns (kill -9 cannot lose it),
+        # and a failed one can be cut off exactly.
+        return open(self._path(generation), "ab", buffering=0)
+
+    def _write(self, record: bytes) -> None:
+        """Append one record whole, or not at all: a record left torn by a failed write (disk full)
+        would end the replay of its file, and the records written after it would be lost."""
+        start = self._file.tell()
+        try:
+            view = memoryview(record)
+            while view:
+                view = view[self._file.write(view):]
+        except BaseException:
+            self._file.truncate(start)
+            self._file.seek(start)
+            raise
+        self.bytes_written += len(record)
 
     def _sync(self) -> None:
         self._file.flush()

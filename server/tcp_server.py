@@ -560,7 +560,10 @@ class TetherServer:
         self._partial_total += nbytes - conn.partial_bytes
         conn.partial_bytes = nbytes
         while self._partial_total > self.max_partial_frame_bytes:
-            victim = max(self._open.values(), key=lambda c: c.partial_bytes)
+            # Connections still in their handshake go first: however many bytes they hold
+            # together, they cannot make the server close an established one.
+            victim = max(self._open.values(),
+                         key=lambda c: (not c.established and c.partial_bytes > 0, c.partial_bytes))
             if victim.partial_bytes <= 0:  # (the counts disagree: never spin, never close a connection holding nothing)
                 self._partial_total = sum(c.partial_bytes for c in self._open.values())
                 break

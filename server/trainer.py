@@ -111,24 +111,30 @@ class Trainer:
         self._pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
         #: Every stored batch is written here before it is answered (see pool_journal).
         self.journal: PoolJournal | None = None
-        replayed: list[JournalEntry] = []
         replay_dir = Path(config.resume).parent / "journal" if config.resume else None
+        journal_from: int | None = None
         if config.resume:
-            journal_from: int | None = 0
+            journal_from = 0
             if Path(config.resume).exists():
                 journal_from = self._restore(config.resume)
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
             if config.pool_journal and journal_from is not None and replay_dir is not None:
-                replayed = self._replay(read_journal(replay_dir, journal_from))
+                self._replay(read_journal(replay_dir, journal_from))
         if config.pool_journal:
             existing = journal_files(self.journal_dir)
             if not config.resume:  # a new run: an earlier run's journal in this logdir is not ours to replay
                 for _, old in existing:
                     old.unlink()
-            self.journal = PoolJournal(self.journal_dir, existing[-1][0] + 1 if existing else 0)
-            if replayed and replay_dir is not None and replay_dir.resolve() != self.journal_dir.resolve():
-                self.journal.append_now(replayed)  # resumed from elsewhere: the next resume reads this logdir
+            # Never below the checkpoint's generation: files older than it are not replayed (a journal
+            # folder emptied by hand, or a checkpoint copied without its journal).
+            self.journal = PoolJournal(self.journal_dir, max(existing[-1][0] + 1 if existing else 0, journal_from or 0))
+            if not config.resume or (replay_dir is not None and replay_dir.resolve() != self.journal_dir.resolve()):
+                # A new run, or one resumed from another folder: a checkpoint here at once holds its
+                # weights, pool and marks and starts its journal, so a crash before the first periodic
+                # one loses nothing when resumed from here (and an older run's checkpoint left in this
+                # folder is never resumed with this run's journal).
+                self.save_checkpoint()
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
         self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items() if rt.spec.trainable}
         for module_id, history in self.histories.items():
@@ -278,6 +284,8 @@ class Trainer:
         published new weights. ``batch`` (exactly-once id) is marked stored as its data
         is pooled, and written with it to the journal; this returns only once the
         journal has it on disk, so an answer always follows a durable store."""
+        # Data restored by --resume may fill the pool beyond its room before any update ran.
+        self._maybe_start_update()
         await self._pool.wait_for_room()
         self.guard.check(connection, source)  # a client whose data kept making updates non-finite: DATA_REFUSED
         self.guard.note(connection, source)
@@ -316,7 +324,14 @@ class Trainer:
         m.pool_steps_max = max(m.pool_steps_max, self._pool.steps)
         self._maybe_start_update()
         if written is not None:
-            await written
+            try:
+                await asyncio.shield(written)
+            except asyncio.CancelledError:
+                # The connection is going away: still hold the batch's session (the caller's dedup
+                # slot) until the batch is on disk, so a resend on another connection that is
+                # answered as a duplicate is answered after a durable store too.
+                await written
+                raise
         if wait_for_update and self._next_state is not None:
             await asyncio.shield(self._next_state)
 
@@ -623,10 +638,29 @@ class Trainer:
                   flush=True)
         return entries
 
-    async def close(self, checkpoint: bool = True) -> None:
-        """Wait for a running update, write the final checkpoint and policies, release threads."""
-        if self._update_task is not None:
+    async def _between_updates(self) -> None:
+        """Return once no update runs; the caller has set ``paused``, so none starts."""
+        while self._update_task is not None:
             await asyncio.gather(self._update_task, return_exceptions=True)
+
+    async def checkpoint_now(self) -> Path:
+        """Write a checkpoint between two updates (the console's control): its pool, marks,
+        weights and version agree, and the journal it supersedes is only then deleted."""
+        was_paused, self.paused = self.paused, True
+        try:
+            await self._between_updates()
+            state = self.checkpoint_state()
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self.write_checkpoint, state)
+        finally:
+            self.paused = was_paused
+            self._maybe_start_update()
+
+    async def close(self, checkpoint: bool = True) -> None:
+        """Wait for a running update, write the final checkpoint and policies, release threads.
+        No update starts from here on: one started after the running one would train data that
+        the final checkpoint's pool no longer holds, into weights it labels with the older version."""
+        self.paused = True
+        await self._between_updates()
         loop = asyncio.get_running_loop()
         if checkpoint:
             state = self.checkpoint_state()

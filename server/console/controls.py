@@ -5,7 +5,6 @@ written as a scalar."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import math
 from typing import Any
@@ -37,8 +36,9 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
     elif action == "resume":
         trainer.resume()
     elif action == "checkpoint":
-        loop = asyncio.get_running_loop()
-        path = await loop.run_in_executor(trainer._executor, trainer.save_checkpoint)
+        # Taken on the loop between updates (not in the executor): a batch stored meanwhile would
+        # miss the checkpoint's pool while its journal generation is deleted.
+        path = await trainer.checkpoint_now()
         done["path"] = str(path)
     elif action in ("set_lr", "set_ent_coef"):
         module = message.get("module")

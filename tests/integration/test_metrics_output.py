@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tether.server.checkpoint import load_checkpoint
+
 from .server_process import REPO, RawClient, ServerProcess, wait_until
 
 RECORD = {"obs": [[0.0, 0.0, 0.0, 0.0]] * 6, "actions": [0, 1, 0, 1, 0], "rewards": [1.0] * 5,
@@ -18,8 +20,12 @@ def test_tensorboard_progress_line_and_checkpoint_every(tmp_path) -> None:
         raw = RawClient(server.port)
         for _ in range(2):
             raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [RECORD]})
-        # Written after update 2, before shutdown (which writes one too).
-        assert wait_until(lambda: (server.logdir / "checkpoint.pt").exists(), 10)
+        # Written after update 2, before shutdown (which writes one too); a new run writes one at start.
+        def periodic_checkpoint_written() -> bool:
+            path = server.logdir / "checkpoint.pt"
+            return path.exists() and load_checkpoint(path)["modules"]["default_policy"]["weights_seq_no"] == 2
+
+        assert wait_until(periodic_checkpoint_written, 10)
         raw.close()
         summary = server.stop()
     assert summary["updates"] == 2

@@ -13,6 +13,8 @@ import json
 import subprocess
 import sys
 
+from tether.server.checkpoint import load_checkpoint
+
 from .server_process import REPO, RawClient, ServerProcess, wait_until
 
 ENTRY = {"module": "default_policy", "start_step": 0, "obs": [[0.0, 0.1, 0.0, -0.1]] * 3, "actions": [0, 1],
@@ -55,7 +57,8 @@ def test_lone_surrogate_ids_are_refused_and_training_goes_on(tmp_path) -> None:
         # Nothing was kept: the first good batches make the first updates.
         for _ in range(3):
             assert client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [RECORD]})["type"] == "SET_STATE"
-        assert wait_until(lambda: (server.logdir / "checkpoint.pt").exists(), 30)
+        path = server.logdir / "checkpoint.pt"  # a new run writes one at start; this waits for update 3's
+        assert wait_until(lambda: load_checkpoint(path)["modules"]["default_policy"]["weights_seq_no"] == 3, 30)
         client.close()
         summary = server.stop()
     assert summary["updates"] == 3 and summary["env_steps"] == 15, summary

@@ -58,6 +58,7 @@ def test_a_metrics_failure_never_stops_checkpoints(tmp_path, capsys) -> None:
 
     config = ServerConfig(logdir=str(tmp_path), quiet=True, checkpoint_every=1)
     trainer = Trainer(config, build_layout(config))
+    trainer.checkpoint_path.unlink()  # the one a new run writes at once
     trainer.metrics.updates = 1
     trainer.metrics.agent_type_returns["\ud800"] = deque([1.0])
     trainer.metrics.agent_type_lengths["\ud800"] = deque([3])

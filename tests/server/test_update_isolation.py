@@ -78,7 +78,7 @@ def test_trial_updates_find_a_source_the_screen_cannot_see() -> None:
     out = update_isolating(l, items)
     assert out.stats is not None and set(out.guilty) == {"evil"}
     assert out.kept == [s for s, _ in groups if s != "evil"]
-    assert 1 < out.trials <= trial_budget(8) == 8
+    assert 1 < out.trials <= trial_budget(8) == 11
     assert all(torch.isfinite(p).all() for p in l.model.parameters())
     # The trials were rolled back: the weights are those of one update on the others' data.
     alone = learner()
@@ -194,3 +194,36 @@ def test_strikes_count_within_their_window_and_refusal_covers_the_session() -> N
         guard.check(session, "#9 new connection")  # the same client_session on a new connection
     assert info.value.code is ErrorCode.DATA_REFUSED
     guard.check("c", "#2 someone else")  # others are not affected
+
+
+def test_a_source_first_in_the_pool_and_non_finite_on_its_own_is_blamed_not_its_neighbours() -> None:
+    """Rewards just under the screen's limit (their value targets pass it; two of them in one
+    minibatch overflow the value loss), in the first message of the pool: the halving ends on
+    that source with nothing known to be clean; the others train without it, so it is blamed
+    and they are trained on (before: nothing trained, no one blamed, every time it went first)."""
+    evil = [("evil", c) for c in chunks(20, seed=100, steps=1, reward=1.5e19)]
+    honest = interleave(("h1", chunks(40, seed=1)), ("h2", chunks(40, seed=2)), ("h3", chunks(40, seed=3)))
+    out = update_isolating(learner(), evil + honest)
+    assert out.stats is not None and sorted(out.kept) == ["h1", "h2", "h3"] and list(out.guilty) == ["evil"]
+    assert out.trials <= trial_budget(4)
+
+
+def test_a_neighbour_of_near_overflowing_steps_is_never_blamed() -> None:
+    """Two steps whose value targets pass the screen (1.5e19) overflow the value loss only when
+    they share a minibatch; which steps do changes with each trial's batch. The bisection can
+    then end on an honest client whose data merely joined the set. Blame needs the client's own
+    data to train non-finitely: honest clients are never blamed (before: an honest client was
+    blamed in 9 of these 60 mixes)."""
+    blamed = []
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        groups = {"evil": chunks(30, seed=1000 + seed) + chunks(2, seed=2000 + seed, steps=1, reward=1.5e19)}
+        for h in range(5):
+            groups[f"h{h}"] = chunks(30, seed=10 * h + seed)
+        order = list(groups)
+        rng.shuffle(order)
+        l = PPOLearner(box(-5, 5, (3,)), Discrete(2), PPOHyperparams(minibatch_size=32, num_epochs=4), seed=seed)
+        out = update_isolating(l, [(s, c) for s in order for c in groups[s]])
+        assert out.trials <= trial_budget(6)
+        blamed += [(seed, s) for s in out.guilty if s != "evil"]
+    assert blamed == []

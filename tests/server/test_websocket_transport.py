@@ -95,6 +95,24 @@ def test_the_count_ignores_connections_closed_or_evicted() -> None:
     assert server._partial_total == 0 and evicted == [1]
 
 
+
+def test_bytes_of_handshaking_connections_never_push_out_an_established_one() -> None:
+    """Over max_partial_frame_bytes, connections still in their handshake are closed first, largest
+    first, even when an established connection holds more (an upload under way): peers without
+    the token (or, without one, that never completed a request) cannot push out a client (§6.4)."""
+    server = TetherServer.__new__(TetherServer)
+    server._open, server._partial_total, server.max_partial_frame_bytes = {}, 0, 100
+    server.closed_by_limit, server.max_connections = {}, 10
+    evicted: list[str] = []
+    client = server.open_connection(lambda frame, current: evicted.append("client"))
+    server.establish(client)
+    server.set_partial(client, 60)
+    small = server.open_connection(lambda frame, current: evicted.append("small"))
+    big = server.open_connection(lambda frame, current: evicted.append("big"))
+    server.set_partial(small, 10)
+    server.set_partial(big, 35)  # 105 > 100
+    assert evicted == ["big"] and not client.evicted and server._partial_total == 70
+
 def test_a_websocket_lost_with_messages_queued_leaves_nothing_counted(tmp_path: Path) -> None:
     """A connection reset while a message is being answered and two more wait: the
     handler may still take a queued message after the loss, but once the connection is
