@@ -91,8 +91,15 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
     import numpy as np
 
     rng = np.random.default_rng(index)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 24)
-    assert (await _request(reader, writer, {"type": "PING", "protocol_version": "1.3"}))["type"] == "PONG"
+    while True:  # a burst of connections may close the oldest still in its handshake: retry, as SDKs do
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 24)
+            if (await _request(reader, writer, {"type": "PING", "protocol_version": "1.3"}))["type"] == "PONG":
+                break
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        out["handshake_retries"] += 1
+        await asyncio.sleep(0.05 + 0.2 * rng.random())
     state = await _request(reader, writer, {"type": "GET_STATE"})
     version = state["weights_seq_no"]
     policy = models.get(version, state.get("onnx_file"))
@@ -168,7 +175,7 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
 
 async def worker_main(args: argparse.Namespace, indices: list[int]) -> dict:
     models = Models()
-    out = {"answered_steps": 0, "sent_steps": 0, "queued_steps_max": 0, "errors": []}
+    out = {"answered_steps": 0, "sent_steps": 0, "queued_steps_max": 0, "errors": [], "handshake_retries": 0}
     end = time.monotonic() + args.seconds
     await asyncio.gather(*(client(i, args.port, args, models, end, out) for i in indices), return_exceptions=False)
     return out
@@ -209,6 +216,7 @@ def run_once(clients: int, args: argparse.Namespace) -> dict:
         "sent_steps": sum(o["sent_steps"] for o in outs),
         "received_steps": summary["agent_steps"],
         "client_queue_steps_max": max(o["queued_steps_max"] for o in outs),
+        "handshake_retries": sum(o["handshake_retries"] for o in outs),
         "updates": summary["updates"],
         "errors": sum(len(o["errors"]) for o in outs),
         "first_error": next((o["errors"][0] for o in outs if o["errors"]), None),
