@@ -201,8 +201,8 @@ class ServerConnection:
                 )
             self.client_version = str(version)
         name = message.get("client_name")
-        if isinstance(name, str):
-            self.client_name = name[:200]
+        if isinstance(name, str):  # for logs only: a lone surrogate is kept as its escape (\ud800)
+            self.client_name = name[:200].encode("utf-8", "backslashreplace").decode("utf-8")
         if self.state is ServerState.AWAITING_AUTH:
             assert self._auth_token is not None
             token = message.get("auth_token")

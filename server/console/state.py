@@ -154,10 +154,11 @@ class ConsoleState:
         info.requests += 1
         if kind == "PING":
             name, version, sdk = message.get("client_name"), message.get("protocol_version"), message.get("sdk")
+            # Shown as text: a lone surrogate (no Unicode text) is kept as its escape.
             if isinstance(name, str):
-                info.client_name = name[:200]
+                info.client_name = name[:200].encode("utf-8", "backslashreplace").decode("utf-8")
             if isinstance(sdk, str):
-                info.sdk = sdk[:100]
+                info.sdk = sdk[:100].encode("utf-8", "backslashreplace").decode("utf-8")
             if isinstance(version, str):
                 info.protocol_version = version[:20]
         session = message.get("client_session")

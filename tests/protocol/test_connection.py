@@ -101,3 +101,12 @@ def test_framing_error_frame_names_the_code() -> None:
     frame = ServerConnection.framing_error_frame(info.value)
     assert b'"FRAME_TOO_LARGE"' in frame and frame[:8].isdigit()
     assert ErrorCode.FRAME_TOO_LARGE.closes_connection and not ErrorCode.INVALID_JSON.closes_connection
+
+
+def test_a_client_name_with_a_lone_surrogate_is_recorded_escaped() -> None:
+    server = ServerConnection()
+    body = b'{"type": "PING", "client_name": "engine-\\ud800"}'  # JSON may escape half a surrogate pair
+    (event,) = server.receive_data(b"%08d" % len(body) + body)
+    assert event.kind is MessageType.PING
+    assert server.client_name == "engine-\\ud800"
+    server.client_name.encode("utf-8")  # writable to any log
