@@ -611,14 +611,17 @@ class Trainer:
         self.dedup.load_state(state.get("batch_dedup", {}))
         self.dedup.duplicates = self.metrics.batches_duplicate
         pool, _ = decode_entries(state.get("pool", b""))
-        for entry in pool:
-            for item in entry.items:
-                if item.module_id in self.modules:
-                    self._pool.add(replace(item, replayed=True))
-        if self._pool.steps:
-            print(f"[tether] resumed with {self._pool.steps} agent steps in the pool", flush=True)
+        if steps := sum(self._pool_again(entry.items) for entry in pool):
+            print(f"[tether] resumed with {steps} agent steps in the pool", flush=True)
         generation = state.get("journal_generation")
         return None if generation is None else int(generation)
+
+    def _pool_again(self, items: list[Pooled]) -> int:
+        """Pool restored items (of modules this configuration has) as replayed; returns their steps."""
+        kept = [replace(item, replayed=True) for item in items if item.module_id in self.modules]
+        for item in kept:
+            self._pool.add(item)
+        return sum(item.chunk.env_steps for item in kept)
 
     def _replay(self, entries: list[JournalEntry]) -> list[JournalEntry]:
         """Store again the batches the journal holds after the checkpoint: their marks,
@@ -629,10 +632,7 @@ class Trainer:
                 self.dedup.mark_stored(entry.batch)
             m.env_steps_received += entry.env_steps
             m.agent_steps_received += entry.agent_steps
-            for item in entry.items:
-                if item.module_id in self.modules:
-                    self._pool.add(replace(item, replayed=True))
-                    steps += item.chunk.env_steps
+            steps += self._pool_again(entry.items)
         if entries:
             print(f"[tether] replayed {len(entries)} batches ({steps} agent steps to train) from the journal",
                   flush=True)

@@ -126,6 +126,20 @@ class RawClient:
         self.sock.close()
 
 
+def read_until_closed(sock: socket.socket, timeout: float = 15.0) -> bytes:
+    """Everything the server sends before it closes ``sock`` (what came, if it does not in time)."""
+    sock.settimeout(timeout)
+    received = b""
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return received
+            received += data
+    except OSError:  # (socket.timeout and a reset are OSErrors)
+        return received
+
+
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

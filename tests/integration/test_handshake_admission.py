@@ -16,23 +16,9 @@ import time
 from tether.sdk import TetherClient
 from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
 
-from .server_process import RawClient, ServerProcess
+from .server_process import RawClient, ServerProcess, read_until_closed
 
 TOKEN = "s3cret-token"
-
-
-def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
-    """Everything the server sends before it closes ``sock`` (what came, if it does not in time)."""
-    sock.settimeout(timeout)
-    data = b""
-    try:
-        while True:
-            chunk = sock.recv(4096)
-            if not chunk:
-                return data
-            data += chunk
-    except (socket.timeout, ConnectionResetError):
-        return data
 
 
 def ping(port: int, timeout: float = 5.0, source: str | None = None, **fields) -> dict | None:

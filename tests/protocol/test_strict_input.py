@@ -224,42 +224,12 @@ def test_invalid_utf8_is_reported_before_nesting() -> None:
     assert info.value.code is ErrorCode.INVALID_UTF8
 
 
-def _reference_depth(text: bytes) -> int:
+def _scan(text: bytes) -> tuple[int, bool]:
+    """The deepest nesting of ``text``, character by character, and whether it can be JSON
+    (brackets balanced, backslashes only inside strings)."""
     depth = deepest = 0
     in_string = escaped = False
-    for c in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == 0x5C:
-                escaped = True
-            elif c == 0x22:
-                in_string = False
-        elif c == 0x22:
-            in_string = True
-        elif c in b"[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in b"]}" and depth > 0:
-            depth -= 1
-    return deepest
-
-
-def test_nesting_check_agrees_with_a_character_loop() -> None:
-    """On random JSON-like texts (valid or not, strings with escapes), the check says
-    "deeper than the limit" exactly when a character-by-character count does."""
-    rng = random.Random(11)
-    pieces = [b"[", b"]", b"{", b"}", b'"', b"\\", b"\\\\", b'\\"', b"1", b",", b":", b" ", b"[[[[", b"]]]]"]
-    for _ in range(3000):
-        text = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 60)))
-        limit = rng.randint(1, 6)
-        # Only balanced texts, escapes only in strings, can be JSON; the parser refuses the others anyway.
-        if _balanced(text):
-            assert messages.nesting_exceeds(text, limit) == (_reference_depth(text) > limit), (text, limit)
-
-
-def _balanced(text: bytes) -> bool:
-    depth, in_string, escaped = 0, False, False
+    balanced = True
     for c in text:
         if in_string:
             if escaped:
@@ -271,14 +241,28 @@ def _balanced(text: bytes) -> bool:
         elif c == 0x22:
             in_string = True
         elif c == 0x5C:  # a backslash outside a string: no JSON
-            return False
+            balanced = False
         elif c in b"[{":
             depth += 1
+            deepest = max(deepest, depth)
         elif c in b"]}":
             depth -= 1
-            if depth < 0:
-                return False
-    return depth == 0 and not in_string
+            balanced = balanced and depth >= 0
+    return deepest, balanced and depth == 0 and not in_string
+
+
+def test_nesting_check_agrees_with_a_character_loop() -> None:
+    """On random JSON-like texts (valid or not, strings with escapes), the check says
+    "deeper than the limit" exactly when a character-by-character count does."""
+    rng = random.Random(11)
+    pieces = [b"[", b"]", b"{", b"}", b'"', b"\\", b"\\\\", b'\\"', b"1", b",", b":", b" ", b"[[[[", b"]]]]"]
+    for _ in range(3000):
+        text = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 60)))
+        limit = rng.randint(1, 6)
+        # Only balanced texts, escapes only in strings, can be JSON; the parser refuses the others anyway.
+        deepest, balanced = _scan(text)
+        if balanced:
+            assert messages.nesting_exceeds(text, limit) == (deepest > limit), (text, limit)
 
 
 def test_nesting_check_is_fast_on_a_large_body() -> None:

@@ -22,6 +22,8 @@ from tether.server.tcp_server import OpenConnection, TetherServer
 from tether.server.trainer import Trainer
 from tether.server.ws_server import _REFUSED_MAX_MESSAGE, WebSocketRLlink, _held_bytes
 
+from ..integration.server_process import read_until_closed
+
 
 async def _start(tmp_path: Path, **options) -> tuple[Trainer, TetherServer, WebSocketRLlink]:
     config = ServerConfig(logdir=str(tmp_path), tensorboard=False, host="127.0.0.1", port=0, **options)
@@ -289,20 +291,6 @@ def test_stop_returns_while_a_websocket_batch_waits_for_training(tmp_path: Path)
     assert asyncio.run(main()) < 5.0
 
 
-def _read_until_closed(sock: socket.socket, limit_s: float = 15.0) -> bytes:
-    sock.settimeout(limit_s)
-    received = b""
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                break
-            received += data
-    except OSError:
-        pass
-    return received
-
-
 def test_the_authentication_deadline_runs_from_the_tcp_connection(tmp_path: Path) -> None:
     """A slow upgrade does not buy an unauthenticated peer more time: it is closed
     handshake_timeout_s after it connected, with HANDSHAKE_TIMEOUT."""
@@ -356,7 +344,7 @@ def test_invalid_utf8_is_a_websocket_error_in_text_and_an_rllink_error_in_binary
         binary.close()
         text = _upgraded_socket(port)
         text.sendall(_frame(bad))
-        closed = _read_until_closed(text)
+        closed = read_until_closed(text)
         text.close()
         return answer, closed
 
