@@ -133,4 +133,4 @@ def test_answered_steps_are_trained_once_across_sigterm_and_kill(tmp_path, monke
                        for line in trained_lines(log)]
     assert [i for i in answered if times[i] != 1] == [], (kept_version, trained_batches)  # trained or pooled, once
     assert max(times.values()) == 1  # and nothing twice (a batch stored but not answered in time counts once too)
-    assert summary["samples_dropped_stale"] == 0 and summary["batches_duplicate"] >= 1
+    assert summary["samples_dropped_stale"] == 0  # (whether a resend was a duplicate depends on where the stops fell)
