@@ -7,8 +7,11 @@ rock-paper-scissors example:
 - repeat_last: plays its own previous move again (a random first move);
 - beat_last: plays the move that beats player_0's previous move.
 
-The learner observes the opponent's last move and its own last move (one-hot,
-4 values each: rock, paper, scissors, none). Start the server first::
+The learner observes the last two rounds: both players' moves in each (one-hot,
+4 values each: rock, paper, scissors, none). One round would not do for a policy
+without memory: after a round it won, "repeat the winning move" is right against
+repeat_last and wrong against beat_last, and only the round before tells the two
+apart (repeat_last plays the same move twice). Start the server first::
 
     tether serve --config examples/configs/rps.toml --port 5558
     python examples/rps_client.py --port 5558
@@ -32,10 +35,12 @@ NONE = 3
 BEATS = {0: 1, 1: 2, 2: 0}  # the move that beats rock (0) is paper (1), ...
 
 
-def features(opponent_last: int, own_last: int) -> np.ndarray:
-    x = np.zeros(8, np.float32)
-    x[opponent_last] = 1.0
-    x[4 + own_last] = 1.0
+def features(history: list[tuple[int, int]]) -> np.ndarray:
+    """One-hot (opponent's move, own move) for the last round, then the one before."""
+    x = np.zeros(16, np.float32)
+    for i, (opponent, own) in enumerate(history[-1:-3:-1]):
+        x[8 * i + opponent] = 1.0
+        x[8 * i + 4 + own] = 1.0
     return x
 
 
@@ -56,16 +61,18 @@ def play(client: MultiAgentClient, episodes: int, rng: random.Random, greedy: bo
         env.reset(seed=rng.randrange(1 << 30))
         eid = client.start_episode(training_enabled=not greedy)
         mine = theirs = NONE
+        history = [(NONE, NONE), (NONE, NONE)]
         total = 0.0
         while env.agents:
-            obs = {"player_0": features(theirs, mine)}
+            obs = {"player_0": features(history)}
             move = client.compute_actions(obs)["player_0"] if greedy else client.get_action(eid, obs)["player_0"]
             their_move = heuristic_move(kind, theirs, mine, rng)
             _, rewards, terminations, truncations, _ = env.step({"player_0": int(move), "player_1": their_move})
             client.log_returns(eid, {"player_0": rewards["player_0"]})
             total += rewards["player_0"]
             mine, theirs = int(move), their_move
-        client.end_episode(eid, {"player_0": features(theirs, mine)}, truncated=True)
+            history.append((theirs, mine))
+        client.end_episode(eid, {"player_0": features(history)}, truncated=True)
         results[kind].append(total)
     return results
 

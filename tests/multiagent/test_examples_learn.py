@@ -85,7 +85,8 @@ def test_rps_learned_policy_beats_both_heuristics(tmp_path) -> None:
         server.stop()
     evaluation = json.loads(out.stdout.strip().splitlines()[-1])
     # 30 rounds per episode, +1 per win, -1 per loss: a random policy averages 0.
-    assert evaluation["repeat_last"] > 10 and evaluation["beat_last"] > 10, evaluation
+    # Measured with seeds 0-4: 27.6-28.5 against repeat_last, 28.0-29.1 against beat_last.
+    assert evaluation["repeat_last"] > 20 and evaluation["beat_last"] > 20, evaluation
 
 
 @pytest.mark.slow
