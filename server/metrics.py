@@ -151,6 +151,8 @@ class Metrics:
     agent_steps_received: int = 0
     agent_steps_trained: int = 0
     samples_dropped_stale: int = 0
+    #: Agent steps not stored because they would be older than max_staleness when trained (the client is told).
+    samples_refused_stale: int = 0
     #: Module updates thrown away because the loss, a gradient or a weight was not finite.
     updates_discarded: int = 0
     #: Module updates published without the data of a client that made them non-finite, and
@@ -295,6 +297,7 @@ class Metrics:
             "charts/weights_seq_no": float(self.weights_seq_no),
             "charts/clients_connected": float(self.clients_connected),
             "charts/samples_dropped_stale": float(self.samples_dropped_stale),
+            "charts/samples_refused_stale": float(self.samples_refused_stale),
         }
         out["episode/agent_return_mean"] = self.agent_return_mean
         for prefix, returns_by, lengths_by in (("module", self.module_returns, self.module_lengths),
@@ -324,7 +327,7 @@ class Metrics:
             f"agent steps {self.agent_steps_received:8d} | {returns} | len {s['episode/length_mean']:6.1f} | "
             f"{self.env_steps_per_s:7.0f} env steps/s | kl {self.learner.get('approx_kl', math.nan):.4f} | "
             f"entropy {self.learner.get('entropy', math.nan):.3f} | v{self.weights_seq_no} | "
-            f"clients {self.clients_connected} | stale {self.samples_dropped_stale}"
+            f"clients {self.clients_connected} | stale {self.samples_dropped_stale} (refused {self.samples_refused_stale})"
             + (f" | discarded {self.updates_discarded}" if self.updates_discarded else "")
             + (f" | isolated {self.agent_steps_isolated} steps" if self.agent_steps_isolated else "")
             + self._module_part()

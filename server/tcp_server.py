@@ -202,6 +202,8 @@ class ClientSession:
         self.last_sent: dict[str, int] = {}
         #: weights_seq_no per module whose model (onnx_file) this connection was sent: it holds it.
         self.models_sent: dict[str, int] = {}
+        #: Agent steps of this connection's data not stored as stale since its last SET_STATE (§13.2).
+        self.refused_stale = 0
 
 
 class OpenConnection:
@@ -758,8 +760,9 @@ class TetherServer:
                     env_steps = message_env_steps(message, records)
                     if self.observer is not None:
                         self.observer.batch(session.id, env_steps, versions, records)
-                    await trainer.submit(owner, records, versions, wait_for_update=wants_state and self.config.force_on_policy,
-                                         env_steps=env_steps, source=f"#{session.id} {session.peer}", batch=batch)
+                    session.refused_stale += await trainer.submit(
+                        owner, records, versions, wait_for_update=wants_state and self.config.force_on_policy,
+                        env_steps=env_steps, source=f"#{session.id} {session.peer}", batch=batch)
             return self._send_state(session, connection, self._client_holds(message)) if wants_state else None
         except MessageError as exc:
             if self.observer is not None:
@@ -812,6 +815,10 @@ class TetherServer:
             if "onnx_file" in message:
                 session.models_sent[trainer.served_module] = message["weights_seq_no"]
             key = ("v1", "onnx_file" in message)
+        refused, session.refused_stale = session.refused_stale, 0
+        if refused and connection.client_version is not None:
+            # Per connection and answer: not worth a cached frame.
+            return encode_frame({**message, "steps_refused_stale": refused})
         return self._state_frame(key, message)
 
     def _state_frame(self, key: tuple, message: dict) -> bytes:

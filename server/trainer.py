@@ -29,7 +29,7 @@ from .logp_check import PolicyHistory, check_behaviour_logp
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter, plausible_return
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .pool_journal import JournalEntry, PoolJournal, decode_entries, encode_entry, journal_files, read_journal
-from .sample_pool import Pooled, SamplePool
+from .sample_pool import Admission, Pooled, SamplePool, split_chunk
 from .stop_rule import ClientReturns
 
 #: Freeing at least this many per-agent entries at once also hands free heap pages back to the OS.
@@ -150,6 +150,8 @@ class Trainer:
         self._window_fresh_from = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-learner")
         self._update_task: asyncio.Task | None = None
+        #: Modules the running update trains, until it has published (each will add 1 to its version).
+        self._training_modules: set[str] = set()
         self._next_state: asyncio.Future | None = None
         #: Wall-clock time (time.time()) and env steps when the mean return first met stop_at_return
         #: in the run of updates that confirmed it (see _check_target).
@@ -274,7 +276,7 @@ class Trainer:
     async def submit(
         self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
         env_steps: int | None = None, source: str = "", batch: BatchId | None = None,
-    ) -> None:
+    ) -> int:
         """Take a validated message's records. ``seq_for[module]`` is the weights
         version the data was computed with; ``env_steps`` the env steps the
         message covers (see ingest.message_env_steps); ``source`` names the
@@ -283,7 +285,10 @@ class Trainer:
         once any update that these samples started, or that was running, has
         published new weights. ``batch`` (exactly-once id) is marked stored as its data
         is pooled, and written with it to the journal; this returns only once the
-        journal has it on disk, so an answer always follows a durable store."""
+        journal has it on disk, so an answer always follows a durable store.
+
+        Returns the agent steps not stored because an update would take them
+        only once older than ``max_staleness`` (or they are already): §13.2."""
         # Data restored by --resume may fill the pool beyond its room before any update ran.
         self._maybe_start_update()
         await self._pool.wait_for_room()
@@ -304,19 +309,28 @@ class Trainer:
                 e.total_return for e in finished if e.complete and plausible_return(e)), m.updates)
         self._check_stop()
         pooled: list[Pooled] = []
+        refused = 0
+        admission = Admission(self._pool, self._training_modules)
         for record in records:
             for agent in record.agents:
                 runtime = self.modules[agent.module_id]
                 seq = seq_for.get(agent.module_id, runtime.weights_seq_no)
                 if not runtime.spec.trainable:
                     continue  # frozen modules are served, not trained
-                if seq == UNVERIFIED_VERSION or runtime.weights_seq_no - seq > self.config.max_staleness:
-                    # Older than max_staleness (also after waiting for room), or a version whose
-                    # behaviour logp could not be checked (never served, or lost in a restart).
-                    m.samples_dropped_stale += agent.chunk.env_steps
-                else:
-                    pooled.append(Pooled(agent.module_id, agent.chunk, seq, source))
-                    self._pool.add(pooled[-1])
+                steps = agent.chunk.env_steps
+                # Only the steps an update takes while they are within max_staleness are stored: the
+                # rest would be dropped after the answer (also a version whose behaviour logp could not
+                # be checked: never served, or lost in a restart).
+                fresh = 0 if seq == UNVERIFIED_VERSION else admission.fresh_steps(
+                    agent.module_id, steps, runtime.weights_seq_no - seq, self.config.max_staleness)
+                refused += steps - fresh
+                if fresh == 0:
+                    continue
+                chunk = agent.chunk if fresh == steps else split_chunk(agent.chunk, fresh)[0]
+                admission.append(agent.module_id, fresh)
+                pooled.append(Pooled(agent.module_id, chunk, seq, source))
+                self._pool.add(pooled[-1])
+        m.samples_refused_stale += refused
         if batch is not None:  # stored now: a resend after any stop, even before the answer, is a duplicate
             self.dedup.mark_stored(batch)
         written = (self.journal.append(JournalEntry(batch, pooled, env_steps, agent_steps))
@@ -334,6 +348,7 @@ class Trainer:
                 raise
         if wait_for_update and self._next_state is not None:
             await asyncio.shield(self._next_state)
+        return refused
 
     @property
     def pool_steps(self) -> int:
@@ -360,6 +375,7 @@ class Trainer:
         for pooled in self._pool.take():
             by_module.setdefault(pooled.module_id, []).append(pooled)
         self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
+        self._training_modules = set(by_module)
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._update_task = loop.create_task(self._run_update(by_module))
@@ -428,6 +444,7 @@ class Trainer:
             first = self.default_module if self.default_module in published else next(iter(published))
             m.learner = published[first]
             self._check_target()
+        self._training_modules = set()
         # Waiting clients get the new weights now; logging and checkpoints follow.
         future, self._next_state = self._next_state, None
         if future is not None and not future.done():
@@ -561,6 +578,7 @@ class Trainer:
                 "agent_steps_trained": m.agent_steps_trained,
                 "episodes_total": m.episodes_total,
                 "samples_dropped_stale": m.samples_dropped_stale,
+                "samples_refused_stale": m.samples_refused_stale,
                 "updates_discarded": m.updates_discarded,
                 "batches_duplicate": m.batches_duplicate,
                 "updates_isolated": m.updates_isolated,

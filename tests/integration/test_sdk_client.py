@@ -158,7 +158,7 @@ def test_get_action_never_waits_for_a_slow_update(tmp_path, on_policy: bool) -> 
         assert slow_calls < len(round_trips) / 2, (slow_calls, len(round_trips))
 
 
-def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
+def test_stale_samples_are_refused_counted_and_reported(tmp_path) -> None:
     record = {
         "obs": [[0.0, 0.0, 0.0, 0.0]] * 11, "actions": [0, 1] * 5, "rewards": [1.0] * 10,
         "action_logp": [-0.69] * 10, "is_terminated": False, "is_truncated": False,
@@ -171,9 +171,10 @@ def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
         # Ten fresh steps complete a batch: the reply waits for the update and carries v1.
         reply = raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [record], "weights_seq_no": 0})
         assert reply["weights_seq_no"] == 1 and "onnx_file" in reply
-        # The same data claimed against v0 is now one version old: dropped with max_staleness 0.
+        # The same data claimed against v0 is now one version old: refused with max_staleness 0, and the
+        # answer says so.
         reply = raw.request({"type": "EPISODES_AND_GET_STATE", "episodes": [record], "weights_seq_no": 0})
-        assert reply["weights_seq_no"] == 1
+        assert reply["weights_seq_no"] == 1 and reply["steps_refused_stale"] == 10
         # A client that says it holds the current version gets SET_STATE without the model.
         reply = raw.request({"type": "GET_STATE", "weights_seq_no": 1})
         assert reply == {"type": "SET_STATE", "weights_seq_no": 1}
@@ -183,7 +184,7 @@ def test_stale_samples_are_dropped_and_counted(tmp_path) -> None:
         assert "onnx_file" in v1.request({"type": "GET_STATE", "weights_seq_no": 1})
         v1.close()
         summary = server.stop()
-    assert summary["samples_dropped_stale"] == 10
+    assert summary["samples_refused_stale"] == 10 and summary["samples_dropped_stale"] == 0
     assert summary["updates"] == 1 and summary["env_steps"] == 20
 
 

@@ -50,7 +50,8 @@ async def request(conn, message: dict, answer: bool = True) -> dict | None:
 
 async def future_claim_run(tmp_path) -> dict:
     config = ServerConfig(port=0, train_batch_size=BATCH, tensorboard=False, quiet=True, logdir=str(tmp_path),
-                          checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16)
+                          checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16,
+                          max_staleness=2)  # so that all of b's data is stored and fills the pool
     trainer = Trainer(config, build_layout(config, None))
     update = trainer._update_blocking
 
@@ -74,7 +75,7 @@ async def future_claim_run(tmp_path) -> dict:
     await asyncio.sleep(0.5)
     pooled_min = min((float(x.chunk.action_logp.min()) for x in trainer._pool._items), default=0.0)
     out = {"answer": answer["type"], "pooled_logp_min": pooled_min, "version": trainer.weights_seq_no,
-           "stale": trainer.metrics.samples_dropped_stale}
+           "stale": trainer.metrics.samples_dropped_stale + trainer.metrics.samples_refused_stale}
     await server.stop()
     await trainer.close(checkpoint=False)
     return out

@@ -106,7 +106,7 @@ def test_a_resume_whose_pool_exceeds_its_room_trains_instead_of_blocking_every_c
     """The journal after a checkpoint holds every batch since (checkpoint_every updates of them):
     replayed, it can fill the pool past its room before any update ran; the next submit must start
     one, not wait for room forever."""
-    config = _config(tmp_path)
+    config = _config(tmp_path, max_staleness=3)  # so that all 160 steps are stored while paused
 
     async def first_run() -> None:
         trainer = Trainer(config, build_layout(config))
@@ -120,7 +120,8 @@ def test_a_resume_whose_pool_exceeds_its_room_trains_instead_of_blocking_every_c
     asyncio.run(first_run())
 
     async def resumed_run() -> None:
-        trainer = Trainer(_config(tmp_path, resume=str(tmp_path / "checkpoint.pt")), build_layout(config))
+        trainer = Trainer(_config(tmp_path, resume=str(tmp_path / "checkpoint.pt"), max_staleness=3),
+                          build_layout(config))
         assert trainer.pool_steps == 160
         await asyncio.wait_for(trainer.submit("c", _records(9000), {"default_policy": 0}, False, env_steps=40,
                                               batch=BatchId("s", 9)), 60)

@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 
 from tether.sdk.protocol import EpisodeChunk
-from tether.server.sample_pool import Pooled, SamplePool
+from tether.server.sample_pool import Pooled, SamplePool, split_chunk
 
 
 def chunk(steps: int, terminated: bool = True) -> EpisodeChunk:
@@ -47,3 +47,76 @@ def test_senders_wait_while_the_pool_is_full() -> None:
         return events
 
     assert asyncio.run(scenario()) == ["update", "stored"]
+
+
+# -- admission: only what an update takes within max_staleness is stored --------------------
+
+
+def oracle_staleness(pool: SamplePool, running: set[str], versions: dict[str, int], module: str, steps: int,
+                     seq: int) -> list[int]:
+    """Per step of a chunk appended now, its staleness when an update takes it, by playing the FIFO forward."""
+    v = {m: n + (m in running) for m, n in versions.items()}
+    queue = [[p.module_id, p.chunk.env_steps, False] for p in pool.items()] + [[module, steps, True]]
+    out: list[int] = []
+    while queue:
+        room, trained = pool.batch_steps, set()
+        while queue and room:
+            item = queue[0]
+            n = min(item[1], room)
+            trained.add(item[0])
+            if item[2]:
+                out += [v[module] - seq] * n
+            item[1] -= n
+            room -= n
+            if item[1] == 0:
+                queue.pop(0)
+        for m in trained:
+            v[m] += 1
+    return out
+
+
+def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
+    """Random traffic of two modules with updates in between: the admitted head of every chunk is the
+    longest one whose steps the FIFO trains within max_staleness (checked against playing it forward),
+    and no step taken by an update is older than max_staleness."""
+    from tether.server.sample_pool import Admission
+
+    rng = np.random.default_rng(3)
+    for max_staleness in (0, 1, 2):
+        pool, versions, running = SamplePool(batch_steps=10, capacity=10_000), {"a": 0, "b": 0}, set()
+        refused = partial = 0
+        for _ in range(400):
+            op = rng.random()
+            if op < 0.6:
+                module, steps = str(rng.choice(["a", "b"])), int(rng.integers(1, 13))
+                seq = versions[module] - int(rng.integers(0, 3))
+                expected = sum(s <= max_staleness for s in oracle_staleness(pool, running, versions, module, steps, seq))
+                admission = Admission(pool, running)
+                fresh = admission.fresh_steps(module, steps, versions[module] - seq, max_staleness)
+                assert fresh == expected, (max_staleness, module, steps, seq, versions, running)
+                refused += steps - fresh
+                partial += 0 < fresh < steps
+                if fresh:
+                    pool.add(Pooled(module, chunk(steps) if fresh == steps else split_chunk(chunk(steps), fresh)[0], seq))
+            elif op < 0.8 and not running and pool.steps >= pool.batch_steps:
+                taken = pool.take()
+                assert all(versions[p.module_id] - p.weights_seq_no <= max_staleness for p in taken)
+                running = {p.module_id for p in taken}
+            elif running:
+                for m in running:
+                    versions[m] += 1
+                running = set()
+        assert refused > 0 and partial > 0, "the traffic must exercise refusals and split chunks"
+
+
+def test_admission_counts_chunks_of_one_message_in_order() -> None:
+    """Two 10-step chunks of one message at staleness 1 with max_staleness 1 and an empty pool: the first
+    is taken by the next update; the second by the one after, when the first has made it two versions old."""
+    from tether.server.sample_pool import Admission
+
+    pool = SamplePool(batch_steps=10, capacity=100)
+    admission = Admission(pool, set())
+    assert admission.fresh_steps("m", 10, 1, 1) == 10
+    admission.append("m", 10)
+    assert admission.fresh_steps("m", 10, 1, 1) == 0
+    assert admission.fresh_steps("other", 10, 1, 1) == 10  # another module's version does not move
