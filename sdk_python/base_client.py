@@ -142,6 +142,13 @@ class BaseClient:
         return self.link.client_session
 
     @property
+    def steps_refused_stale(self) -> int:
+        """Agent steps the server did not store because an update would have taken them only
+        once older than its max_staleness (it says so in its answers, §13.2): data collected
+        faster than the server trains. Cumulative over reconnects."""
+        return self.link.steps_refused_stale
+
+    @property
     def batches_dropped(self) -> int:
         """Batches dropped unsent because the queue behind the batch in flight was full."""
         return self.link.batches_dropped

@@ -230,7 +230,7 @@ class TetherClient(BaseClient):
         cut_from = [*self._finished, *(e for e in self._episodes.values() if e.training_enabled)]
         self._finished.clear()
         for episode in cut_from:
-            cut = episode.cut()
+            cut = episode.cut(self._connection)
             if cut is not None:
                 records.append(cut[0])
                 if cut[1] is not None:

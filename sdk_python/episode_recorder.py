@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocol.episodes import encode_episode
+from .protocol.episodes import encode_episode, version_runs
 
 
 class EpisodeRecorder:
@@ -94,10 +94,12 @@ class EpisodeRecorder:
     def pending_steps(self) -> int:
         return len(self.actions)
 
-    def cut(self) -> tuple[dict[str, Any], Any] | None:
+    def cut(self, connection: int | None = None) -> tuple[dict[str, Any], Any] | None:
         """Take the steps that are complete as one episode record, with the
         oldest weights stamp any of them was computed with (None if none is
-        known): a batch claims the oldest version of its steps.
+        known): a batch claims the oldest version of its steps. When all of
+        them were acted with versions of ``connection`` (the current one), and
+        not all with one, the record names each step's (``weights_seq_no_runs``).
 
         A step is complete once the observation after it is known; an action
         still waiting for its next observation stays for the next chunk, as do
@@ -120,8 +122,14 @@ class EpisodeRecorder:
         if self.value_obs is not None:
             record["value_obs"] = self.value_obs[: k + 1]
             del self.value_obs[:k]
-        known = [v for v in self.versions[:k] if v is not None]
+        stamps = self.versions[:k]
+        known = [v for v in stamps if v is not None]
         oldest = min(known) if known else None
+        if connection is not None and len(known) == k and all(c == connection for c, _ in known):
+            # Versions of the server this batch goes to: each step's own (§10.1), when they differ.
+            runs = version_runs([version for _, version in known])
+            if runs is not None:
+                record["weights_seq_no_runs"] = runs
         del self.versions[:k]
         del self.obs[:k]
         del self.actions[:k]

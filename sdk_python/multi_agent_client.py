@@ -388,7 +388,7 @@ class MultiAgentClient(BaseClient):
                 continue
             agents: dict[str, Any] = {}
             for actor in [*episode.finished, *episode.actors.values()]:
-                cut = actor.recorder.cut()
+                cut = actor.recorder.cut(self._connection)
                 if cut is not None:
                     rec, version = cut
                     if version is not None:

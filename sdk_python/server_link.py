@@ -179,6 +179,8 @@ class ServerLink:
         self.batches_dropped = 0
         self.env_steps_dropped = 0
         self.agent_steps_dropped = 0
+        #: Agent steps the server refused as too stale to be trained (SET_STATE steps_refused_stale, §13.2).
+        self.steps_refused_stale = 0
         #: Episodes whose steps were dropped (none of their later steps is sent).
         self.episodes_dropped = 0
         #: PINGs sent as heartbeats.
@@ -624,6 +626,9 @@ class ServerLink:
             self._next_seq += 1
             batch.sent_at = time.monotonic()
         batch.attempts += 1
+        if "protocol_version" not in self.server_info:
+            for record in batch.episodes:  # a plain v1 server is sent no 1.3 record fields (§10.1)
+                record.pop("weights_seq_no_runs", None)
         message: dict[str, Any] = {"episodes": batch.episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:
             message["agent_steps"] = batch.agent_steps
@@ -731,6 +736,10 @@ class ServerLink:
                     continue
                 if body.get("type") == MessageType.ERROR.value:
                     raise server_error_from_message(body)
+                if body.get("type") == MessageType.SET_STATE.value:
+                    refused = body.get("steps_refused_stale")
+                    if type(refused) is int and refused >= 1:  # anything else is ignored (§7.6)
+                        self.steps_refused_stale += refused
                 return body
 
     def _fail_current_request(self, exc: BaseException) -> None:

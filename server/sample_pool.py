@@ -20,6 +20,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from tether.sdk.protocol.episodes import EpisodeChunk
 
 
@@ -43,12 +45,28 @@ def split_chunk(chunk: EpisodeChunk, steps: int) -> tuple[EpisodeChunk, EpisodeC
 
     head = replace(chunk, obs=chunk.obs[: steps + 1], actions=chunk.actions[:steps], rewards=chunk.rewards[:steps],
                    action_logp=cut(chunk.action_logp, 0, steps), action_dist_inputs=cut(chunk.action_dist_inputs, 0, steps),
-                   is_terminated=False, is_truncated=False, value_obs=cut(chunk.value_obs, 0, steps + 1))
+                   is_terminated=False, is_truncated=False, value_obs=cut(chunk.value_obs, 0, steps + 1),
+                   step_versions=cut(chunk.step_versions, 0, steps))
     tail = replace(chunk, obs=chunk.obs[steps:], actions=chunk.actions[steps:], rewards=chunk.rewards[steps:],
                    action_logp=cut(chunk.action_logp, steps, None),
                    action_dist_inputs=cut(chunk.action_dist_inputs, steps, None),
-                   value_obs=cut(chunk.value_obs, steps, None))
+                   value_obs=cut(chunk.value_obs, steps, None), step_versions=cut(chunk.step_versions, steps, None))
     return head, tail
+
+
+def part_of(chunk: EpisodeChunk, start: int, end: int) -> EpisodeChunk:
+    """Steps ``[start, end)`` of a chunk: cut (and bootstrapped) at ``end`` unless it is the chunk's end."""
+    if start > 0:
+        chunk = split_chunk(chunk, start)[1]
+    if end - start < chunk.env_steps:
+        chunk = split_chunk(chunk, end - start)[0]
+    return chunk
+
+
+def oldest_version(item: "Pooled") -> int:
+    """The oldest weights version among a pooled chunk's steps."""
+    versions = item.chunk.step_versions
+    return item.weights_seq_no if versions is None or not len(versions) else int(versions.min())
 
 
 class Admission:
@@ -62,7 +80,8 @@ class Admission:
     a step's staleness when it is trained is its staleness now plus the number
     of those versions published before its own update. The estimate never
     under-estimates: an update that fails, or data dropped ahead, only makes
-    steps fresher. Chunks of one message are admitted in order with ``append``.
+    steps fresher. The parts of one message's chunks are admitted in order
+    with ``append``.
     """
 
     def __init__(self, pool: "SamplePool", running_modules: set[str]) -> None:
@@ -81,22 +100,30 @@ class Admission:
             first, last = start // self.batch_steps, (start + steps - 1) // self.batch_steps
             self.updates_with.setdefault(module_id, set()).update(range(first, last + 1))
 
-    def fresh_steps(self, module_id: str, steps: int, staleness_now: int, max_staleness: int) -> int:
-        """The leading steps of a chunk of ``steps`` that are trained with staleness <= ``max_staleness``."""
-        budget = max_staleness - staleness_now - (module_id in self.running_modules)
-        if budget < 0 or steps <= 0:
-            return 0
+    def fresh_part(self, module_id: str, staleness: np.ndarray, max_staleness: int) -> tuple[int, int]:
+        """The part ``[start, end)`` of a chunk to store, given each step's staleness now: it starts at
+        the first step that is within ``max_staleness`` when trained, pooled first, and ends before the
+        first later step that is not (a chunk's versions only grow, so its staleness only falls)."""
+        steps = len(staleness)
+        allowed = max_staleness - (module_id in self.running_modules)
         before = self.updates_with.get(module_id, set())
         first = self.position // self.batch_steps
-        last = (self.position + steps - 1) // self.batch_steps
-        published = sum(1 for j in before if j < first)
-        for j in range(first, last + 1):
-            # Steps taken by update j see the versions of every earlier update that trains the module,
-            # this chunk's own earlier parts included.
-            if published > budget:
-                return max(0, j * self.batch_steps - self.position)
-            published += 1  # update j trains this module: this chunk is in it
-        return steps
+        allowed -= sum(1 for j in before if j < first)
+        fresh = np.flatnonzero(staleness <= allowed)
+        if not len(fresh):
+            return 0, 0
+        start = k = int(fresh[0])
+        while k < steps:
+            # Steps k.. fill update j up to hi; they see the versions of every earlier update that trains
+            # the module, this part's own earlier updates included.
+            j = (self.position + k - start) // self.batch_steps
+            hi = min(steps, (j + 1) * self.batch_steps - self.position + start)
+            stale = np.flatnonzero(staleness[k:hi] > allowed)
+            if len(stale):
+                return start, k + int(stale[0])
+            allowed -= 1  # update j trains this module: this part is in it
+            k = hi
+        return start, steps
 
     def append(self, module_id: str, steps: int) -> None:
         """Count ``steps`` of ``module_id`` as pooled after everything before."""
@@ -155,7 +182,8 @@ class SamplePool:
             else:
                 head, tail = split_chunk(item.chunk, room)
                 out.append(replace(item, chunk=head))
-                self._items[0] = replace(item, chunk=tail)
+                tail_item = replace(item, chunk=tail)
+                self._items[0] = replace(tail_item, weights_seq_no=oldest_version(tail_item))
                 room = 0
         self._set_steps(self.steps - sum(p.chunk.env_steps for p in out))
         return out

@@ -12,10 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Hashable
 
+import numpy as np
 import torch
 
 from tether.sdk.protocol.framing import encode_frame
 from tether.sdk.protocol.messages import PROTOCOL_VERSION, MessageType
+from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.multi_agent import ModuleSpec, MultiAgentRecord
 from tether.sdk.protocol.onnx_codec import encode_onnx
 
@@ -29,7 +31,7 @@ from .logp_check import PolicyHistory, check_behaviour_logp
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter, plausible_return
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .pool_journal import JournalEntry, PoolJournal, decode_entries, encode_entry, journal_files, read_journal
-from .sample_pool import Admission, Pooled, SamplePool, split_chunk
+from .sample_pool import Admission, Pooled, SamplePool, part_of
 from .stop_rule import ClientReturns
 
 #: Freeing at least this many per-agent entries at once also hands free heap pages back to the OS.
@@ -66,6 +68,8 @@ def _same_version(claimed: Any, current: int) -> bool:
 #: The version given to data whose claimed weights version could not be checked:
 #: never a kept version, so such data counts as stale and is not trained on.
 UNVERIFIED_VERSION = -1
+#: The version such steps are judged by: no staleness bound admits it.
+_NEVER_FRESH = -(2**62)
 
 
 class ModuleRuntime:
@@ -314,21 +318,19 @@ class Trainer:
         for record in records:
             for agent in record.agents:
                 runtime = self.modules[agent.module_id]
-                seq = seq_for.get(agent.module_id, runtime.weights_seq_no)
                 if not runtime.spec.trainable:
                     continue  # frozen modules are served, not trained
-                steps = agent.chunk.env_steps
+                versions = self._step_versions(agent.module_id, agent.chunk, seq_for)
                 # Only the steps an update takes while they are within max_staleness are stored: the
-                # rest would be dropped after the answer (also a version whose behaviour logp could not
-                # be checked: never served, or lost in a restart).
-                fresh = 0 if seq == UNVERIFIED_VERSION else admission.fresh_steps(
-                    agent.module_id, steps, runtime.weights_seq_no - seq, self.config.max_staleness)
-                refused += steps - fresh
-                if fresh == 0:
+                # rest would be dropped after the answer.
+                start, end = admission.fresh_part(agent.module_id, runtime.weights_seq_no - versions,
+                                                  self.config.max_staleness)
+                refused += agent.chunk.env_steps - (end - start)
+                if end == start:
                     continue
-                chunk = agent.chunk if fresh == steps else split_chunk(agent.chunk, fresh)[0]
-                admission.append(agent.module_id, fresh)
-                pooled.append(Pooled(agent.module_id, chunk, seq, source))
+                admission.append(agent.module_id, end - start)
+                pooled.append(Pooled(agent.module_id, part_of(agent.chunk, start, end), int(versions[start:end].min()),
+                                     source))
                 self._pool.add(pooled[-1])
         m.samples_refused_stale += refused
         if batch is not None:  # stored now: a resend after any stop, even before the answer, is a duplicate
@@ -349,6 +351,20 @@ class Trainer:
         if wait_for_update and self._next_state is not None:
             await asyncio.shield(self._next_state)
         return refused
+
+    def _step_versions(self, module_id: str, chunk: EpisodeChunk, seq_for: dict[str, int]) -> np.ndarray:
+        """The weights version of each step: from the chunk's weights_seq_no_runs, else the message's claim
+        for its module. With the behaviour-logp check, a version the server does not keep (older than
+        max_staleness, or never served) could not be checked: such steps get a version no staleness allows."""
+        claim = seq_for.get(module_id, self.modules[module_id].weights_seq_no)
+        if chunk.step_versions is None:
+            versions = np.full(chunk.env_steps, claim, np.int64)
+        else:
+            versions = chunk.step_versions.astype(np.int64, copy=True)
+            if self.config.verify_action_logp:
+                kept = np.array(self.histories[module_id].versions, np.int64)
+                versions[~np.isin(versions, kept)] = UNVERIFIED_VERSION
+        return np.where(versions == UNVERIFIED_VERSION, _NEVER_FRESH, versions)
 
     @property
     def pool_steps(self) -> int:

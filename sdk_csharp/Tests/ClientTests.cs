@@ -111,6 +111,137 @@ namespace Tether.Tests
             }
         }
 
+        static JObject RecordOf(JObject batch, string episode)
+        {
+            return (JObject)batch["episodes"].Single(r => (string)r["episode_id"] == episode);
+        }
+
+        static string RunsOf(JObject record)
+        {
+            JToken runs = record[VersionRuns.Field];
+            return runs == null ? null : runs.ToString(Newtonsoft.Json.Formatting.None);
+        }
+
+        [Test]
+        public void ARecordWhoseStepsStraddleAModelSwapCarriesTheVersionOfEachStep()
+        {
+            foreach (string pong in new[] { "1.3", null })
+            {
+                using (var server = new ScriptedServer(1000) { PongVersion = pong })
+                using (TetherClient client = Connect(server))
+                {
+                    string a = client.StartEpisode();
+                    Play(client, a, 3);
+                    server.Seq = 1;
+                    client.Flush(10);  // steps 0-1 of a (its last waits for the observation closing it), answered with version 1
+                    Assert.That(client.WeightsSeqNo, Is.EqualTo(1));
+                    string b = client.StartEpisode();
+                    Play(client, a, 4);
+                    Play(client, b, 2);
+                    client.EndEpisode(a, Obs);
+                    client.EndEpisode(b, Obs);
+                    client.Flush(10);
+                    var batches = server.Received("EPISODES_AND_GET_STATE");
+                    Assert.That(batches.Count, Is.EqualTo(2));
+                    Space obs = Space.FromJson(server.Config["observation_space"]);
+                    Space act = Space.FromJson(server.Config["action_space"]);
+                    foreach (JObject batch in batches) EpisodeRecords.ValidateEpisodes(batch, obs, act, true);
+                    Assert.That(RunsOf(RecordOf(batches[0], a)), Is.Null, "one version: the record is as before");
+                    // Step 2 acted with version 0, steps 3-6 with version 1; the claim is still the oldest.
+                    Assert.That(RunsOf(RecordOf(batches[1], a)), Is.EqualTo(pong == null ? null : "[[0,1],[1,4]]"), "server " + (pong ?? "v1"));
+                    Assert.That(RunsOf(RecordOf(batches[1], b)), Is.Null);
+                    Assert.That((long)batches[1]["weights_seq_no"], Is.EqualTo(0));
+                }
+            }
+        }
+
+        [Test]
+        public void VersionsBeyondWhatARunMayNameLeaveTheRecordToTheClaim()
+        {
+            using (var server = new ScriptedServer(1000) { Seq = int.MaxValue })
+            using (TetherClient client = Connect(server))
+            {
+                string a = client.StartEpisode();
+                Play(client, a, 3);
+                server.Seq = int.MaxValue + 1L;
+                client.Flush(10);
+                Play(client, a, 2);
+                client.EndEpisode(a, Obs);
+                client.Flush(10);  // (a batch refused while being written would raise here)
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Count, Is.EqualTo(2));
+                Assert.That(RunsOf(RecordOf(batches[1], a)), Is.Null);
+                Assert.That((long)batches[1]["weights_seq_no"], Is.EqualTo(int.MaxValue));
+                Assert.That(client.EnvStepsSent, Is.EqualTo(5));
+            }
+        }
+
+        [Test]
+        public void StepVersionsLearnedBeforeAServerRestartAreNotSent()
+        {
+            using (var server = new ScriptedServer(1000))
+            using (TetherClient client = Connect(server))
+            {
+                // Steps of versions 0 and 1 wait in an episode while the server restarts (back to version 0).
+                string a = client.StartEpisode();
+                Play(client, a, 2);
+                server.Seq = 1;
+                client.Flush(10);
+                Play(client, a, 2);
+                server.Seq = 0;
+                server.DropConnections();
+                // The game hears of the new connection (a call that records nothing) before it cuts those steps.
+                DateTime deadline = DateTime.UtcNow.AddSeconds(10);
+                while (client.WeightsSeqNo != 0 && DateTime.UtcNow < deadline)
+                {
+                    client.ComputeAction(Obs, new double[1]);
+                    Thread.Sleep(5);
+                }
+                Assert.That(client.WeightsSeqNo, Is.EqualTo(0));
+                Assert.That(client.Reconnects, Is.EqualTo(1));
+                client.EndEpisode(a, Obs);
+                client.Flush(10);
+                // A batch written with step versions is lost, and the server restarts before it goes again.
+                string b = client.StartEpisode();
+                Play(client, b, 2);
+                server.Seq = 1;
+                client.Flush(10);
+                Play(client, b, 2);
+                server.Seq = 0;
+                server.DropOnceSeq = 4;
+                client.EndEpisode(b, Obs);
+                client.Flush(10);
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Select(m => (long)m["batch_seq"]), Is.EqualTo(new long[] { 1, 2, 3, 4, 4 }));
+                Assert.That(RunsOf(RecordOf(batches[1], a)), Is.Null, "versions of an earlier server run were sent");
+                Assert.That(RunsOf(RecordOf(batches[3], b)), Is.EqualTo("[[0,1],[1,2]]"));
+                Assert.That(RunsOf(RecordOf(batches[4], b)), Is.Null, "the resend to the restarted server kept the earlier run's versions");
+                Assert.That((long)batches[4]["weights_seq_no"], Is.EqualTo(0));
+                Assert.That(client.Reconnects, Is.EqualTo(2));
+            }
+        }
+
+        [Test]
+        public void StepsTheServerRefusedAsStaleAreCountedAndOtherValuesIgnored()
+        {
+            using (var server = new ScriptedServer(1000))
+            using (TetherClient client = Connect(server))
+            {
+                var answers = new JToken[] { 7, "3", true, 2.5, 5, 0, -4, JValue.CreateNull(), JToken.Parse("100000000000000000000000") };
+                var expected = new long[] { 7, 7, 7, 7, 12, 12, 12, 12, long.MaxValue };
+                foreach (JToken answer in answers) server.RefusedStale.Enqueue(answer);
+                Assert.That(client.StepsRefusedStale, Is.EqualTo(0));
+                string episode = client.StartEpisode();
+                for (int i = 0; i < answers.Length; ++i)
+                {
+                    Play(client, episode, 2);
+                    client.Flush(10);  // one batch, one answer
+                    Assert.That(client.StepsRefusedStale, Is.EqualTo(expected[i]), "after an answer with " + answers[i].ToString(Newtonsoft.Json.Formatting.None));
+                }
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(answers.Length));
+            }
+        }
+
         [Test]
         public void ARefusedBatchIsRaisedOnceAndItsEpisodeIsNotSentAgain()
         {

@@ -54,12 +54,14 @@ namespace Tether.Tests
                     chunk.ActionLogp.Add(t == 1 ? -2.0 : -rng.Uniform());
                     for (int j = 0; j < k; ++j) chunk.ActionDistInputs.Add((float)rng.Normal());
                 }
+                chunk.StepVersions.AddRange(new long[] { 3, 3, 4, int.MaxValue });
                 writer.Begin();
                 writer.SingleAgentRecord(chunk, c.Obs, c.Act);
                 JToken fast = JToken.Parse(writer.Finish())[0];
                 JToken tree = JToken.Parse(EpisodeRecords.Encode(chunk, c.Obs, c.Act).ToString(Newtonsoft.Json.Formatting.None));
                 Assert.That(SameNumbers(new JObject(((JObject)fast).Properties().OrderBy(p => p.Name)), new JObject(((JObject)tree).Properties().OrderBy(p => p.Name))), Is.True,
                             fast.ToString() + "\n" + tree.ToString());
+                Assert.That(fast[VersionRuns.Field].ToString(Newtonsoft.Json.Formatting.None), Is.EqualTo("[[3,2],[4,1],[2147483647,1]]"));
                 module.ObservationSpace = c.Obs;
                 module.ActionSpace = c.Act;
                 var valueObs = new List<float>();
@@ -108,6 +110,56 @@ namespace Tether.Tests
             entry["start_step"] = 4;
             var multi = new JObject { { "episode_id", "ep-2" }, { "agents", new JObject { { "red_0", entry } } } };
             Assert.That(EpisodeRecords.ValidateMultiAgentRecord(multi, 0, modules, true), Is.EqualTo(3));
+        }
+
+        [Test]
+        public void StepVersionsAreWrittenAsRunsAndCheckedAsTheServerDoes()
+        {
+            Space obs = Space.Box(new long[] { 1 }, -1, 1);
+            Space act = Space.Discrete(2);
+            var chunk = new EpisodeChunk();
+            for (int t = 0; t <= 3; ++t)
+            {
+                chunk.Obs.Add(0.5f);
+                if (t == 3) break;
+                chunk.Actions.Add(1);
+                chunk.Rewards.Add(1);
+            }
+            JObject plain = EpisodeRecords.Encode(chunk, obs, act);
+            Assert.That(plain[VersionRuns.Field], Is.Null, "no step versions: no field");
+            chunk.StepVersions.AddRange(new long[] { 7, 7, 8 });
+            JObject record = EpisodeRecords.Encode(chunk, obs, act);
+            Assert.That(record[VersionRuns.Field].ToString(Newtonsoft.Json.Formatting.None), Is.EqualTo("[[7,2],[8,1]]"));
+            Func<string, int> validate = runs =>
+            {
+                record[VersionRuns.Field] = JToken.Parse(runs);
+                var message = new JObject { { "type", "EPISODES" }, { "episodes", new JArray(record) } };
+                return EpisodeRecords.ValidateEpisodes(Messages.Decode(Messages.Encode(message)).Body, obs, act, false);
+            };
+            Assert.That(validate("[[7,2],[8,1]]"), Is.EqualTo(3));
+            Assert.That(validate("null"), Is.EqualTo(3));
+            // Integers beyond a long, and counts whose sum would wrap around to T, are refused, never overflowed.
+            string max = long.MaxValue.ToString(System.Globalization.CultureInfo.InvariantCulture);
+            foreach (string runs in new[] { "[[1," + max + "],[1," + max + "],[1,5]]", "[[1,1],[2,100000000000000000000000]]", "[[1,4]]" })
+            {
+                var e = Assert.Throws<TetherException>(() => validate(runs), runs);
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.EpisodeLengthMismatch), runs);
+                Assert.That(e.Message, Is.StringContaining("episodes[0]: \"weights_seq_no_runs\" covers"));
+            }
+            // Every pair is checked (18a) before the sum (18b).
+            foreach (string runs in new[] { "[[100000000000000000000000,3]]", "[[-100000000000000000000000,3]]", "[[1,5],[2,0]]", "[[1,3.0]]", "[[false,3]]", "[[1,2,0]]" })
+            {
+                var e = Assert.Throws<TetherException>(() => validate(runs), runs);
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidField), runs);
+            }
+            // A writer refuses versions that do not fit the chunk rather than send them.
+            chunk.StepVersions.RemoveAt(2);
+            var refused = Assert.Throws<TetherException>(() => EpisodeRecords.Encode(chunk, obs, act));
+            Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+            Assert.That(refused.Message, Is.StringContaining("\"step_versions\" has 2 numbers, expected 3"));
+            chunk.StepVersions.Add(-1);
+            refused = Assert.Throws<TetherException>(() => new RecordWriter().SingleAgentRecord(chunk, obs, act));
+            Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidArgument));
         }
 
         [Test]

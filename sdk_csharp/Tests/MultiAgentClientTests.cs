@@ -291,6 +291,80 @@ namespace Tether.Tests
             }
         }
 
+        static string RunsOf(JObject entry)
+        {
+            JToken runs = entry[VersionRuns.Field];
+            return runs == null ? null : runs.ToString(Newtonsoft.Json.Formatting.None);
+        }
+
+        [Test]
+        public void EntriesWhoseStepsStraddleAModelSwapCarryTheVersionOfEachStep()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                for (int t = 0; t < 7; ++t)
+                {
+                    if (t == 3)
+                    {
+                        server.ModuleSeq = 1;
+                        client.Flush(10);  // steps 0-1 of each actor (the last waits to be closed), answered with version 1
+                        Assert.That(client.WeightsSeqNo("solo"), Is.EqualTo(1));
+                        Assert.That(client.WeightsSeqNo("lifter"), Is.EqualTo(1));
+                    }
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    if (t >= 3) frame.Add("a_1", Obs(t, 1, 4));  // joins after the swap: one version
+                    frame.Add("m_0", Obs(t, 2, 2));
+                    frame.Add("m_1", Obs(t, 3, 2));
+                    client.GetActions(episode, frame);
+                }
+                client.EndEpisode(episode);
+                client.Flush(10);
+                int envSteps, agentSteps;
+                Dictionary<string, List<JObject>> entries = CheckBatches(server, out envSteps, out agentSteps);
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(2));
+                Assert.That(RunsOf(entries["a_0"][0]), Is.Null, "one version: the entry is as before");
+                Assert.That(RunsOf(entries["pair"][0]), Is.Null);
+                // Step 2 acted with version 0, steps 3-6 with version 1: a group's entry as an agent's.
+                Assert.That(RunsOf(entries["a_0"][1]), Is.EqualTo("[[0,1],[1,4]]"));
+                Assert.That(RunsOf(entries["pair"][1]), Is.EqualTo("[[0,1],[1,4]]"));
+                Assert.That(RunsOf(entries["a_1"][0]), Is.Null);
+                // The claims are still the oldest versions.
+                JToken claims = server.Received("EPISODES_AND_GET_STATE")[1]["weights_seq_nos"];
+                Assert.That((long)claims["solo"], Is.EqualTo(0));
+                Assert.That((long)claims["lifter"], Is.EqualTo(0));
+            }
+        }
+
+        [Test]
+        public void AgentStepsTheServerRefusedAsStaleAreCountedAndOtherValuesIgnored()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                var answers = new JToken[] { 7, "3", true, 2.5, 5, 0 };
+                var expected = new long[] { 7, 7, 7, 7, 12, 12 };
+                foreach (JToken answer in answers) server.RefusedStale.Enqueue(answer);
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                for (int i = 0; i < answers.Length; ++i)
+                {
+                    for (int t = 2 * i; t < 2 * i + 2; ++t)
+                    {
+                        frame.Clear();
+                        frame.Add("a_0", Obs(t, 0, 4));
+                        client.GetActions(episode, frame);
+                    }
+                    client.Flush(10);  // one batch, one answer
+                    Assert.That(client.StepsRefusedStale, Is.EqualTo(expected[i]), "after an answer with " + answers[i].ToString(Newtonsoft.Json.Formatting.None));
+                }
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(answers.Length));
+            }
+        }
+
         [Test]
         public void BadFramesAreClearErrorsAndRecordNothing()
         {

@@ -18,6 +18,8 @@ namespace Tether.Tests
     /// Discrete(2), a centralized critic over a_0 and a_1) and "lifter" (the
     /// group "pair" of m_0 and m_1, 2 values each; MultiDiscrete([2, 2])),
     /// mapped by rules or, without them, by answering MAP_AGENTS.
+    /// <see cref="Seq"/> and <see cref="ModuleSeq"/> swap models; <see cref="RefusedStale"/>
+    /// puts steps_refused_stale in the answers to batches.
     /// </summary>
     internal sealed class ScriptedServer : IDisposable
     {
@@ -30,6 +32,7 @@ namespace Tether.Tests
         public readonly JObject Config;
         public long RefuseSeq = -1;
         public long DropSeq = -1;          // the batch whose arrival closes the connection unanswered, every time
+        public long DropOnceSeq = -1;      // the batch whose first arrival closes the connection unanswered
         public long SlowSeq = -1;          // the batch answered only after SlowMilliseconds, the first time
         public int SlowMilliseconds;
         public string ModelFile;
@@ -37,6 +40,9 @@ namespace Tether.Tests
         public string GroupModelFile;
         public bool MapsWithFunction;
         public long ModuleSeq;  // the version of every module's model (the per-module form); raise it to swap
+        public long Seq;        // the version of the single-agent model; raise it to swap, lower it to play a restarted server
+        // steps_refused_stale of the next batches' answers, one each (any JSON: what the client must ignore too).
+        public readonly Queue<JToken> RefusedStale = new Queue<JToken>();
         public string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
 
         public static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
@@ -140,6 +146,11 @@ namespace Tether.Tests
                                 {
                                     return;  // (finally closes the socket: the batch is lost with the connection)
                                 }
+                                if (message["batch_seq"] != null && (long)message["batch_seq"] == DropOnceSeq)
+                                {
+                                    DropOnceSeq = -1;  // once: the resend is answered
+                                    return;
+                                }
                                 if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
                                 {
                                     Send(socket, new JObject { { "type", "ERROR" }, { "code", "INVALID_FIELD" }, { "message", "episodes[0]: refused for the test" }, { "request", "EPISODES_AND_GET_STATE" } });
@@ -157,7 +168,12 @@ namespace Tether.Tests
                                     }
                                     else
                                     {
-                                        Send(socket, State(message));
+                                        JObject answer = State(message);
+                                        lock (RefusedStale)
+                                        {
+                                            if (RefusedStale.Count > 0) answer["steps_refused_stale"] = RefusedStale.Dequeue();
+                                        }
+                                        Send(socket, answer);
                                     }
                                 }
                                 break;
@@ -203,8 +219,9 @@ namespace Tether.Tests
                 }
                 return new JObject { { "type", "SET_STATE" }, { "models", models } };
             }
-            var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
-            if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != 0) state["onnx_file"] = ModelFile;
+            long seq = Seq;
+            var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", seq } };
+            if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != seq) state["onnx_file"] = ModelFile;
             return state;
         }
 

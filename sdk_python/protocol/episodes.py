@@ -43,6 +43,9 @@ class EpisodeChunk:
     episode_id: str | None = None
     #: What a centralized critic sees (T+1 rows), when the module has one.
     value_obs: np.ndarray | None = None
+    #: The weights version of each step (int64, T values) when the record carried
+    #: ``weights_seq_no_runs`` (1.3); None: every step has the message's claim.
+    step_versions: np.ndarray | None = None
 
     @property
     def env_steps(self) -> int:
@@ -308,6 +311,8 @@ def decode_episode(
         raise _fail(ErrorCode.INVALID_FIELD, index, '"episode_id" must be a string')
     if isinstance(episode_id, str) and not is_text(episode_id):
         raise _fail(ErrorCode.INVALID_FIELD, index, f'"episode_id" {episode_id!r} is not Unicode text (a lone surrogate)')
+    runs = record.get("weights_seq_no_runs")
+    step_versions = None if runs is None else _step_versions(runs, steps, index)
     return EpisodeChunk(
         obs=obs,
         actions=actions,
@@ -317,7 +322,46 @@ def decode_episode(
         is_terminated=terminated,
         is_truncated=truncated,
         episode_id=None if episode_id is None else str(episode_id),
+        step_versions=step_versions,
     )
+
+
+#: The largest weights version a run may name (§10.1): every SDK holds it in 32 bits.
+MAX_RUN_VERSION = 2**31 - 1
+
+
+def _step_versions(runs: Any, steps: int, index: int) -> np.ndarray:
+    """``weights_seq_no_runs`` ([version, count] pairs covering the chunk) as one version per step (§10.6 check 18)."""
+    def integer(x: Any) -> bool:
+        return type(x) is int  # not a bool, not 4.0, not "4"
+
+    if not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 2 and integer(r[0]) and integer(r[1]) for r in runs):
+        raise _fail(ErrorCode.INVALID_FIELD, index, '"weights_seq_no_runs" must be a list of [version, steps] '
+                                                    'integer pairs')
+    for version, count in runs:
+        if not 0 <= version <= MAX_RUN_VERSION or count < 1:
+            raise _fail(ErrorCode.INVALID_FIELD, index, f'"weights_seq_no_runs" has [{version}, {count}]: a version '
+                                                        f'is 0..{MAX_RUN_VERSION}, a run has at least 1 step')
+    total = sum(count for _, count in runs)
+    if total != steps:
+        raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index,
+                    f'"weights_seq_no_runs" covers {total} steps, the chunk has {steps}')
+    return np.repeat(np.array([v for v, _ in runs], np.int64), [c for _, c in runs])
+
+
+def version_runs(versions: list[Any]) -> list[list[int]] | None:
+    """``weights_seq_no_runs`` for steps acted with ``versions`` (one per step), or None
+    when it is not sent: one version only, or a step whose version is unknown (§10.1)."""
+    if not versions or any(type(v) is not int for v in versions) or min(versions) == max(versions):
+        return None
+    runs: list[list[int]] = []
+    for v in versions:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return runs
 
 
 def decode_episodes(

@@ -220,6 +220,24 @@ def episode_cases() -> list[dict]:
         case("episodes_not_list", [], code="INVALID_FIELD", raw='{"type": "EPISODES", "episodes": {"obs": []}}'),
         case("second_chunk_bad_stores_nothing", [good_episode(2), good_episode(2, actions=[0, 5])],
              code="ACTION_OUT_OF_SPACE"),
+        # 1.3 §10.1: the version of every step, as [version, steps] runs covering the chunk.
+        case("runs_two_versions", [good_episode(3, weights_seq_no_runs=[[4, 1], [5, 2]])], steps=3),
+        case("runs_one_version", [good_episode(2, weights_seq_no_runs=[[0, 2]])], steps=2),
+        case("runs_null_ok", [good_episode(2, weights_seq_no_runs=None)], steps=2),
+        case("runs_largest_version", [good_episode(1, weights_seq_no_runs=[[2147483647, 1]])], steps=1),
+        case("runs_sum_short", [good_episode(3, weights_seq_no_runs=[[4, 2]])], code="EPISODE_LENGTH_MISMATCH"),
+        case("runs_sum_long", [good_episode(3, weights_seq_no_runs=[[4, 2], [5, 2]])], code="EPISODE_LENGTH_MISMATCH"),
+        case("runs_empty", [good_episode(2, weights_seq_no_runs=[])], code="EPISODE_LENGTH_MISMATCH"),
+        case("runs_zero_count", [good_episode(2, weights_seq_no_runs=[[4, 0], [5, 2]])], code="INVALID_FIELD"),
+        case("runs_negative_version", [good_episode(2, weights_seq_no_runs=[[-1, 2]])], code="INVALID_FIELD"),
+        case("runs_version_too_large", [good_episode(2, weights_seq_no_runs=[[2147483648, 2]])], code="INVALID_FIELD"),
+        case("runs_float_version", [good_episode(2, weights_seq_no_runs=[[4.0, 2]])], code="INVALID_FIELD"),
+        case("runs_float_count", [good_episode(2, weights_seq_no_runs=[[4, 2.0]])], code="INVALID_FIELD"),
+        case("runs_boolean", [good_episode(2, weights_seq_no_runs=[[True, 2]])], code="INVALID_FIELD"),
+        case("runs_string_version", [good_episode(2, weights_seq_no_runs=[["4", 2]])], code="INVALID_FIELD"),
+        case("runs_triple", [good_episode(2, weights_seq_no_runs=[[4, 1, 1]])], code="INVALID_FIELD"),
+        case("runs_flat_pair", [good_episode(2, weights_seq_no_runs=[4, 2])], code="INVALID_FIELD"),
+        case("runs_not_array", [good_episode(2, weights_seq_no_runs={"4": 2})], code="INVALID_FIELD"),
     ]
 
 
@@ -412,6 +430,10 @@ def multi_agent_episode_cases() -> list[dict]:
         case("central_critic_value_obs_numeric_strings", {"a": agent("critic", value_obs=[["0"] * 6] * 3)},
              code="OBS_SHAPE_MISMATCH"),
         case("agents_not_object", [], code="INVALID_FIELD"),
+        case("entry_runs", {"a": agent(steps=3, weights_seq_no_runs=[[2, 2], [3, 1]]), "b": agent()}, 5),
+        case("entry_runs_sum_mismatch", {"a": agent(steps=3, weights_seq_no_runs=[[2, 2]])},
+             code="EPISODE_LENGTH_MISMATCH"),
+        case("entry_runs_not_pairs", {"a": agent(weights_seq_no_runs=[[2, "2"]])}, code="INVALID_FIELD"),
     ]
 
 

@@ -188,6 +188,24 @@ def test_stale_samples_are_refused_counted_and_reported(tmp_path) -> None:
     assert summary["updates"] == 1 and summary["env_steps"] == 20
 
 
+def test_data_faster_than_the_learner_is_refused_not_dropped_and_the_sdk_counts_it(tmp_path) -> None:
+    """Batches of 200 steps against updates of 50 with max_staleness 0: of each batch the server can
+    only train what the next update takes before the module's version moves. It stores that, refuses
+    the rest, and says so in its answers; the SDK's count matches the server's, and nothing it stored
+    is dropped as stale later. Steps acted while a batch is in flight carry their versions (runs)."""
+    with ServerProcess(tmp_path, "--train-batch-size", "50", "--env-steps-per-sample", "200",
+                       "--max-staleness", "0", "--minibatch-size", "50") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=3)  # keeps acting while a batch is in flight
+        cartpole_steps(client, 2400)
+        client.flush()
+        told = client.steps_refused_stale
+        client.close()
+        summary = server.stop()
+    assert summary["samples_refused_stale"] > 0 and told == summary["samples_refused_stale"], (told, summary)
+    assert summary["samples_dropped_stale"] == 0
+    assert summary["agent_steps_trained"] >= 50 * summary["updates"] > 0
+
+
 def test_training_disabled_episodes_are_not_sent(tmp_path) -> None:
     with ServerProcess(tmp_path, "--env-steps-per-sample", "50") as server:
         client = TetherClient("127.0.0.1", server.port, seed=4)

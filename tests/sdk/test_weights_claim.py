@@ -1,7 +1,11 @@
 """A batch claims the OLDEST weights version any of its steps was computed
 with (protocol §7.6, §13.1), held-back steps included: the last step of every
 other open episode, and of every agent that did not act this step, was
-computed with the model before a swap and goes with the batch after it."""
+computed with the model before a swap and goes with the batch after it. A
+record whose steps used several versions names each step's (1.3
+``weights_seq_no_runs``, §10.1), so the server judges staleness per step; a
+plain v1 server is never sent it. The server's count of steps refused as
+stale (``steps_refused_stale`` in SET_STATE) adds up in the client."""
 
 from __future__ import annotations
 
@@ -39,9 +43,22 @@ def version_of(action: int, action_logp: float, served: int) -> int:
     return matches[0]
 
 
-def new_model_every_batch(conn: ScriptedConnection) -> None:
+def runs_of(versions: list[int]) -> list[list[int]] | None:
+    """What a record names for steps of these versions: runs when they differ, else nothing."""
+    if len(set(versions)) < 2:
+        return None
+    runs: list[list[int]] = []
+    for v in versions:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return runs
+
+
+def new_model_every_batch(conn: ScriptedConnection, pong_version: str | None = "1.3") -> None:
     """Answers every batch with the next version and its (different) model."""
-    conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(0, model(0)))
+    conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(0, model(0)), pong_version)
     version = 0
     while (message := conn.receive(timeout=None)) is not None:
         if message["type"] == "EPISODES_AND_GET_STATE":
@@ -69,7 +86,56 @@ def test_batches_claim_the_oldest_version_with_two_episodes_overlapping() -> Non
         versions = {version_of(a, lp, served) for r in batch["episodes"] for a, lp in zip(r["actions"], r["action_logp"])}
         assert batch["weights_seq_no"] == min(versions), f"batch {served + 1} has steps of versions {versions}"
         mixed += len(versions) > 1
+        for r in batch["episodes"]:
+            steps = [version_of(a, lp, served) for a, lp in zip(r["actions"], r["action_logp"])]
+            assert r.get("weights_seq_no_runs") == runs_of(steps), (served, steps, r.get("weights_seq_no_runs"))
     assert mixed >= 5, "held-back steps of the other episode went with the batch after a swap"
+    assert sum("weights_seq_no_runs" in r for b in batches for r in b["episodes"]) >= 5
+
+
+def test_a_plain_v1_server_is_sent_no_runs() -> None:
+    with ScriptedServer(lambda conn: new_model_every_batch(conn, pong_version=None)) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
+        first, second = client.start_episode(), client.start_episode()
+        for i in range(40):
+            for eid in (first, second):
+                client.get_action(eid, np.full(3, i, np.float32))
+                client.log_returns(eid, 1.0)
+        client.flush()
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    assert len(batches) >= 5 and min(b["weights_seq_no"] for b in batches[1:]) >= 0
+    mixed = sum(len({version_of(a, lp, served) for r in b["episodes"] for a, lp in zip(r["actions"], r["action_logp"])})
+                > 1 for served, b in enumerate(batches))
+    assert mixed >= 2, "batches with several versions were sent"
+    assert not any("weights_seq_no_runs" in r for b in batches for r in b["episodes"])
+
+
+def test_steps_refused_stale_add_up_and_anything_else_is_ignored() -> None:
+    """The server's SET_STATE says how many steps it refused as stale; values that are not integers >= 1
+    are ignored, never an error."""
+    answers = iter([7, "3", True, 2.5, 0, -4, None, 5])
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=4), state(0, model(0)))
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                answer = {"type": "SET_STATE", "weights_seq_no": 0}
+                refused = next(answers, None)
+                if refused is not None:
+                    answer["steps_refused_stale"] = refused
+                conn.send(answer)
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
+        eid = client.start_episode()
+        for i in range(4 * 9):
+            client.get_action(eid, np.full(3, i, np.float32))
+            client.log_returns(eid, 1.0)
+        client.flush()
+        assert len(server.messages("EPISODES_AND_GET_STATE")) >= 8
+        assert client.steps_refused_stale == 12
+        client.close()
 
 
 def multi_agent_server() -> ScriptedServer:
@@ -113,4 +179,9 @@ def test_multi_agent_batches_claim_the_oldest_version_when_an_agent_skips_steps(
             continue
         assert batch["weights_seq_nos"]["solo"] == min(versions), f"batch {served + 1} has versions {versions}"
         mixed += len(versions) > 1
+        for r in batch["episodes"]:
+            for entry in r["agents"].values():
+                steps = [version_of(a, lp, served) for a, lp in zip(entry["actions"], entry["action_logp"])]
+                assert entry.get("weights_seq_no_runs") == runs_of(steps), (served, steps)
     assert mixed >= 3, "the slow agent's held-back steps went with batches after a swap"
+    assert any("weights_seq_no_runs" in e for b in batches for r in b["episodes"] for e in r["agents"].values())

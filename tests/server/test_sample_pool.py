@@ -4,6 +4,7 @@ chunk exactly where the batch is full, and makes senders wait while full."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 
@@ -52,61 +53,77 @@ def test_senders_wait_while_the_pool_is_full() -> None:
 # -- admission: only what an update takes within max_staleness is stored --------------------
 
 
-def oracle_staleness(pool: SamplePool, running: set[str], versions: dict[str, int], module: str, steps: int,
-                     seq: int) -> list[int]:
-    """Per step of a chunk appended now, its staleness when an update takes it, by playing the FIFO forward."""
-    v = {m: n + (m in running) for m, n in versions.items()}
-    queue = [[p.module_id, p.chunk.env_steps, False] for p in pool.items()] + [[module, steps, True]]
-    out: list[int] = []
-    while queue:
-        room, trained = pool.batch_steps, set()
-        while queue and room:
-            item = queue[0]
-            n = min(item[1], room)
-            trained.add(item[0])
-            if item[2]:
-                out += [v[module] - seq] * n
-            item[1] -= n
-            room -= n
-            if item[1] == 0:
-                queue.pop(0)
-        for m in trained:
-            v[m] += 1
-    return out
+def oracle_part(pool: SamplePool, running: set[str], versions: dict[str, int], module: str, step_versions: list[int],
+                max_staleness: int) -> tuple[int, int]:
+    """The part of a chunk to store, found by playing the FIFO forward: it starts at the first step that
+    would be fresh enough stored first, and ends before the first later step that is not."""
+    def staleness_when_trained(steps: list[int]) -> list[int]:
+        v = {m: n + (m in running) for m, n in versions.items()}
+        queue = [[p.module_id, p.chunk.env_steps, False] for p in pool.items()] + [[module, len(steps), True]]
+        out, done = [], 0
+        while queue:
+            room, trained = pool.batch_steps, set()
+            while queue and room:
+                item = queue[0]
+                n = min(item[1], room)
+                trained.add(item[0])
+                if item[2]:
+                    out += [v[module] - s for s in steps[done:done + n]]
+                    done += n
+                item[1] -= n
+                room -= n
+                if item[1] == 0:
+                    queue.pop(0)
+            for m in trained:
+                v[m] += 1
+        return out
+
+    for start in range(len(step_versions)):
+        stale = staleness_when_trained(step_versions[start:])
+        if stale[0] <= max_staleness:
+            ok = [s <= max_staleness for s in stale]
+            return start, start + (ok.index(False) if False in ok else len(ok))
+    return 0, 0
 
 
 def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
-    """Random traffic of two modules with updates in between: the admitted head of every chunk is the
-    longest one whose steps the FIFO trains within max_staleness (checked against playing it forward),
-    and no step taken by an update is older than max_staleness."""
-    from tether.server.sample_pool import Admission
+    """Random traffic of two modules, with per-step versions that grow along a chunk, and updates in
+    between: the stored part of every chunk is the one playing the FIFO forward finds, and no step an
+    update takes is older than max_staleness."""
+    from tether.server.sample_pool import Admission, part_of
 
     rng = np.random.default_rng(3)
     for max_staleness in (0, 1, 2):
         pool, versions, running = SamplePool(batch_steps=10, capacity=10_000), {"a": 0, "b": 0}, set()
-        refused = partial = 0
+        refused = split_end = split_start = 0
         for _ in range(400):
             op = rng.random()
             if op < 0.6:
                 module, steps = str(rng.choice(["a", "b"])), int(rng.integers(1, 13))
-                seq = versions[module] - int(rng.integers(0, 3))
-                expected = sum(s <= max_staleness for s in oracle_staleness(pool, running, versions, module, steps, seq))
+                step_versions = sorted(int(versions[module] - rng.integers(0, 4)) for _ in range(steps))
+                expected = oracle_part(pool, running, versions, module, step_versions, max_staleness)
                 admission = Admission(pool, running)
-                fresh = admission.fresh_steps(module, steps, versions[module] - seq, max_staleness)
-                assert fresh == expected, (max_staleness, module, steps, seq, versions, running)
-                refused += steps - fresh
-                partial += 0 < fresh < steps
-                if fresh:
-                    pool.add(Pooled(module, chunk(steps) if fresh == steps else split_chunk(chunk(steps), fresh)[0], seq))
+                start, end = admission.fresh_part(module, versions[module] - np.array(step_versions), max_staleness)
+                assert (start, end) == expected, (max_staleness, module, step_versions, versions, running)
+                refused += steps - (end - start)
+                split_start += start > 0
+                split_end += 0 < end < steps
+                if end > start:
+                    c = replace(chunk(steps), step_versions=np.array(step_versions))
+                    part = part_of(c, start, end)
+                    assert list(part.step_versions) == step_versions[start:end]
+                    pool.add(Pooled(module, part, min(step_versions[start:end])))
             elif op < 0.8 and not running and pool.steps >= pool.batch_steps:
                 taken = pool.take()
-                assert all(versions[p.module_id] - p.weights_seq_no <= max_staleness for p in taken)
+                for p in taken:  # every step, by its own version, and the item as the update's drop judges it
+                    assert all(versions[p.module_id] - v <= max_staleness for v in p.chunk.step_versions)
+                    assert versions[p.module_id] - p.weights_seq_no <= max_staleness
                 running = {p.module_id for p in taken}
             elif running:
                 for m in running:
                     versions[m] += 1
                 running = set()
-        assert refused > 0 and partial > 0, "the traffic must exercise refusals and split chunks"
+        assert refused and split_start and split_end, "the traffic must exercise refusals and both kinds of cut"
 
 
 def test_admission_counts_chunks_of_one_message_in_order() -> None:
@@ -116,7 +133,9 @@ def test_admission_counts_chunks_of_one_message_in_order() -> None:
 
     pool = SamplePool(batch_steps=10, capacity=100)
     admission = Admission(pool, set())
-    assert admission.fresh_steps("m", 10, 1, 1) == 10
+    assert admission.fresh_part("m", np.full(10, 1), 1) == (0, 10)
     admission.append("m", 10)
-    assert admission.fresh_steps("m", 10, 1, 1) == 0
-    assert admission.fresh_steps("other", 10, 1, 1) == 10  # another module's version does not move
+    assert admission.fresh_part("m", np.full(10, 1), 1) == (0, 0)
+    assert admission.fresh_part("other", np.full(10, 1), 1) == (0, 10)  # another module's version does not move
+    # Per step: one held-back step two versions old is refused alone, not its whole chunk.
+    assert Admission(pool, set()).fresh_part("other", np.array([2, 0, 0, 0]), 1) == (1, 4)

@@ -296,6 +296,13 @@ namespace Tether.Client
         /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
         public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
 
+        /// <summary>
+        /// Agent steps the server refused as too stale to be trained (§13.2): it answered
+        /// for them but will not train on them, so acting faster than it learns wastes them.
+        /// Added up from SET_STATE's steps_refused_stale over every connection.
+        /// </summary>
+        public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
+
         /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
         public string ClientSession { get { return link.ClientSession; } }
 
@@ -1163,6 +1170,10 @@ namespace Tether.Client
                     oldestRun[module.Id] = actor.Runs[i];
                 }
             }
+            if (TetherClient.StepVersionsKnown(actor.Versions, actor.Runs, k, run) && VersionRuns.Mixed(actor.Versions, 0, k))
+            {
+                CopyPrefix(actor.Versions, k, chunk.StepVersions);  // (a group's too: its entry is one actor)
+            }
             actor.Obs.RemoveRange(0, k * module.ObsDim);
             if (module.ValueDim > 0) actor.ValueObs.RemoveRange(0, k * module.ValueDim);
             actor.Actions.RemoveRange(0, k * module.ActDim);
@@ -1237,6 +1248,7 @@ namespace Tether.Client
                 claimRun = Math.Min(claimRun, oldestRun[oldest.Key]);
             }
             batch.ClaimRun = claimRun;
+            batch.VersionsRun = run;
             bool queued = link.Submit(batch, dropped);
             if (dropped.Count > 0) ForgetEpisodes(dropped);
             if (!queued)

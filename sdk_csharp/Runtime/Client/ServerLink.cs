@@ -58,6 +58,7 @@ namespace Tether.Client
         public int EnvSteps;
         public long? Claim;          // weights_seq_no the steps claim (§7.6)
         public int ClaimRun;         // the server run the claim was made in
+        public int VersionsRun;      // the server run the chunks' StepVersions were learned in (the game's when it cut them)
         public long Seq;             // batch_seq, given when first sent
         public int Attempts;         // connections it was sent on
         public volatile bool Done;   // answered (or given up)
@@ -80,6 +81,7 @@ namespace Tether.Client
             EnvSteps = 0;
             Claim = null;
             ClaimRun = 0;
+            VersionsRun = 0;
             Seq = 0;
             Attempts = 0;
             Done = false;
@@ -166,6 +168,7 @@ namespace Tether.Client
         Space recordObsSpace, recordActSpace;  // single-agent: the spaces records are written with (read once per connection)
         JObject info;
         Exception fatal;
+        long stepsRefusedStale;  // written on the I/O thread, under sync
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
         public readonly string ClientSession = Guid.NewGuid().ToString("N");
@@ -173,6 +176,9 @@ namespace Tether.Client
         public int Reconnects { get; private set; }
         public int BatchesDropped { get; private set; }
         public int HeartbeatsSent { get; private set; }
+
+        /// <summary>Agent steps the server refused as too stale to be trained (SET_STATE steps_refused_stale, §13.2), all connections together.</summary>
+        public long StepsRefusedStale { get { lock (sync) return stepsRefusedStale; } }  // (a long is not read atomically everywhere)
 
         public ServerLink(ClientOptions options, bool multiAgent = false)
         {
@@ -544,6 +550,7 @@ namespace Tether.Client
             var getState = new JObject { { "type", "GET_STATE" } };
             if (multiAgent) getState["weights_seq_nos"] = new JObject();  // the per-module form: every module's model (§7.6)
             JObject setState = Exchange(getState, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            CountRefusedStale(setState);
             PreparedState prepared = Prepare(setConfig, setState);
             if (prepared.Seq.HasValue)
             {
@@ -603,6 +610,49 @@ namespace Tether.Client
                 throw new TetherException(ErrorCode.InvalidArgument, "the server at " + options.Address + " describes no " + field +
                                           " (a plain RLlink v1 server): give ClientOptions.ObservationSpace and ActionSpace");
             }
+        }
+
+        // A plain RLlink v1 server (RLlib's) announces none.
+        bool AnnouncesVersion
+        {
+            get
+            {
+                JToken version = info == null ? null : info["protocol_version"];
+                return version != null && version.Type == JTokenType.String;
+            }
+        }
+
+        static bool HasStepVersions(Batch batch)
+        {
+            foreach (EpisodeChunk chunk in batch.Chunks)
+            {
+                if (chunk.StepVersions.Count != 0) return true;
+            }
+            foreach (MultiAgentRecord record in batch.Records)
+            {
+                foreach (AgentEntry entry in record.Agents)
+                {
+                    if (entry.Chunk.StepVersions.Count != 0) return true;
+                }
+            }
+            return false;
+        }
+
+        static void ClearStepVersions(Batch batch)
+        {
+            foreach (EpisodeChunk chunk in batch.Chunks) chunk.StepVersions.Clear();
+            foreach (MultiAgentRecord record in batch.Records)
+            {
+                foreach (AgentEntry entry in record.Agents) entry.Chunk.StepVersions.Clear();
+            }
+        }
+
+        // SET_STATE's steps_refused_stale (§7.6): anything but a JSON integer >= 1 is ignored, never an error.
+        void CountRefusedStale(JObject setState)
+        {
+            long refused = Messages.IntegerOr(setState["steps_refused_stale"], 0, 0);
+            if (refused < 1) return;
+            lock (sync) stepsRefusedStale = refused > long.MaxValue - stepsRefusedStale ? long.MaxValue : stepsRefusedStale + refused;
         }
 
         bool Speaks13
@@ -843,9 +893,14 @@ namespace Tether.Client
 
         void SendBatch(Batch batch)
         {
-            if (batch.Seq == 0)
+            if (batch.Seq == 0) batch.Seq = nextSeq++;
+            // Step versions go only to a server that announced a protocol_version, and only those
+            // learned from the server run sent to (§10.1): a batch written before a reconnect to a
+            // restarted server is written again without them.
+            bool versionsValid = batch.VersionsRun == run && AnnouncesVersion;
+            if (batch.Episodes == null || (!versionsValid && HasStepVersions(batch)))
             {
-                batch.Seq = nextSeq++;
+                if (!versionsValid) ClearStepVersions(batch);
                 try
                 {
                     writer.Begin();
@@ -935,6 +990,7 @@ namespace Tether.Client
             PreparedState prepared = null;
             if (answer != null)
             {
+                CountRefusedStale(answer);
                 try
                 {
                     prepared = Prepare(config, answer);

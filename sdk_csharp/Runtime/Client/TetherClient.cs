@@ -91,6 +91,13 @@ namespace Tether.Client
         /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
         public int BatchesDropped { get { return link.BatchesDropped; } }
 
+        /// <summary>
+        /// Steps the server refused as too stale to be trained (§13.2): it answered for
+        /// them but will not train on them, so acting faster than it learns wastes them.
+        /// Added up from SET_STATE's steps_refused_stale over every connection.
+        /// </summary>
+        public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
+
         /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
         public string ClientSession { get { return link.ClientSession; } }
 
@@ -313,6 +320,7 @@ namespace Tether.Client
             // The oldest version of the steps (§7.6); the version held when none is known.
             batch.Claim = oldest != long.MaxValue ? oldest : weightsSeqNo;
             batch.ClaimRun = oldest != long.MaxValue ? oldestRun : run;
+            batch.VersionsRun = run;
             bool queued = link.Submit(batch, dropped);
             foreach (string id in dropped) Forget(id);
             if (!queued)
@@ -354,6 +362,10 @@ namespace Tether.Client
                     oldestRun = episode.Runs[i];
                 }
             }
+            if (StepVersionsKnown(episode.Versions, episode.Runs, k, run) && VersionRuns.Mixed(episode.Versions, 0, k))
+            {
+                CopyPrefix(episode.Versions, k, chunk.StepVersions);  // (into a reused list: cutting allocates nothing)
+            }
             episode.Obs.RemoveRange(0, k * obsDim);
             episode.Actions.RemoveRange(0, k * actDim);
             episode.Rewards.RemoveRange(0, k);
@@ -365,6 +377,19 @@ namespace Tether.Client
             episode.ActionRows -= k;
             batch.Chunks.Add(chunk);
             batch.EnvSteps += k;
+        }
+
+        // Whether each of the first k steps has a known version learned in the server run
+        // `current`: only such versions are sent per step (§10.1); a step's version from an
+        // earlier run means nothing to the server now (the claim drops it too), and one beyond
+        // what a run may name leaves the record to the claim rather than refuse the batch.
+        internal static bool StepVersionsKnown(List<long> versions, List<int> runs, int k, int current)
+        {
+            for (int i = 0; i < k; ++i)
+            {
+                if (versions[i] < 0 || versions[i] > VersionRuns.MaxVersion || runs[i] != current) return false;
+            }
+            return true;
         }
 
         // AddRange(GetRange) would allocate a list; a loop into a list with capacity does not.

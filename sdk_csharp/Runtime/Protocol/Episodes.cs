@@ -29,6 +29,12 @@ namespace Tether.Protocol
         public bool IsTruncated;
         /// <summary>Its episode's id, or null.</summary>
         public string EpisodeId;
+        /// <summary>
+        /// T weights versions, the one each step was acted with, written as
+        /// weights_seq_no_runs (§10.1, 1.3); or empty to leave the field out (every
+        /// step then has the message's claim).
+        /// </summary>
+        public readonly List<long> StepVersions = new List<long>();
 
         /// <summary>T, the steps (rewards) it holds.</summary>
         public int Steps { get { return Rewards.Count; } }
@@ -36,7 +42,7 @@ namespace Tether.Protocol
         /// <summary>Empties it for reuse (the arrays keep their capacity).</summary>
         public void Clear()
         {
-            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear();
+            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear(); StepVersions.Clear();
             IsTerminated = IsTruncated = false;
             EpisodeId = null;
         }
@@ -274,6 +280,7 @@ namespace Tether.Protocol
             {
                 record["action_dist_inputs"] = Rows(chunk.ActionDistInputs.Select(v => (double)v).ToList(), steps, new long[] { k }, false, true);
             }
+            if (chunk.StepVersions.Count != 0) record[VersionRuns.Field] = VersionRuns.ToJson(chunk.StepVersions);
             record["is_terminated"] = chunk.IsTerminated;
             record["is_truncated"] = chunk.IsTruncated;
             return record;
@@ -287,6 +294,7 @@ namespace Tether.Protocol
             CheckSize("actions", chunk.Actions.Count, steps * actionSpace.FlatDim);
             if (chunk.ActionLogp.Count != 0) CheckSize("action_logp", chunk.ActionLogp.Count, steps);
             if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * actionSpace.DistInputsSize);
+            VersionRuns.CheckVersions(chunk.StepVersions, steps);
         }
 
         internal static void CheckSize(string field, int got, int expected)
@@ -607,6 +615,8 @@ namespace Tether.Protocol
             {
                 throw Fail(ErrorCode.InvalidField, where, "\"episode_id\" must be a string");
             }
+            // 1.3: checks 18a and 18b, after every other check of the chunk.
+            VersionRuns.Validate(record[VersionRuns.Field], steps, where);
             obsRows = obs.Shape[0];
             return steps;
         }

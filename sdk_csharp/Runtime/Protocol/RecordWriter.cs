@@ -134,6 +134,11 @@ namespace Tether.Protocol
                 text.Append(",\"action_dist_inputs\":");
                 RowsOfFloats(chunk.ActionDistInputs, steps, new long[] { k });
             }
+            if (chunk.StepVersions.Count != 0)
+            {
+                text.Append(",\"").Append(VersionRuns.Field).Append("\":");
+                VersionRuns.Write(chunk.StepVersions, text);
+            }
             text.Append(",\"is_terminated\":").Append(chunk.IsTerminated ? "true" : "false");
             text.Append(",\"is_truncated\":").Append(chunk.IsTruncated ? "true" : "false");
         }
