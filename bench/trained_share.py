@@ -11,13 +11,23 @@ oldest weights version among its steps, as every SDK does), keeps acting while
 it waits, and swaps in the model an answer brings. Clients run as asyncio tasks
 in ``--procs`` processes.
 
+Like the SDKs, a client names each step's version (``weights_seq_no_runs``)
+when a record's steps used more than one, keeps at most (max_staleness + 1) *
+train_batch_size steps waiting behind the batch in flight (dropping the
+oldest), and adds up the steps the server says it refused as stale
+(``steps_refused_stale`` in SET_STATE).
+
 After ``--seconds`` the clients stop, the server is stopped with SIGTERM and its
 summary read. ``trained_share`` is agent steps trained / (agent steps trained +
-agent steps dropped as stale): the share of the data the server took that was
-not thrown away. Steps still in the pool at the end are neither.
+agent steps dropped as stale): the share of the data the server took (stored
+and answered) that was not thrown away. Steps still in the pool at the end are
+neither. Data the server refused when it arrived, because no update could
+train it within max_staleness, is not taken: ``refused_share`` is its share of
+the steps received, and ``told_share`` the share of it the clients were told of.
 
-Prints one JSON object: ``trained_share_<n>`` and ``trained_steps_per_s_<n>``
-for every client count, and a ``runs`` list with each run's details.
+Prints one JSON object: ``trained_share_<n>``, ``trained_steps_per_s_<n>`` and
+``refused_share_<n>`` for every client count, and a ``runs`` list with each
+run's details.
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 EPISODE_STEPS = 100
 BLOCK_STEPS = 20
+#: The SDKs' default bound on steps waiting behind the batch in flight: (max_staleness + 1) * train_batch_size.
+QUEUE_LIMIT_STEPS = (1 + 1) * 2000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,6 +145,8 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
         if sum(len(e["actions"]) for e in episodes) >= args.chunk_steps:
             queue.append({"episodes": episodes})
             episodes = []
+            while sum(len(e["actions"]) for b in queue for e in b["episodes"]) > QUEUE_LIMIT_STEPS:
+                out["dropped_steps"] += sum(len(e["actions"]) for e in queue.pop(0)["episodes"])
         # Send: one batch at a time, oldest first; the engine keeps acting meanwhile.
         if in_flight is not None and in_flight.done():
             reply = in_flight.result()
@@ -141,6 +155,8 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
                 out["errors"].append(reply)
                 break
             out["answered_steps"] += reply["_steps"]
+            refused = reply.get("steps_refused_stale")
+            out["told_refused_steps"] += refused if type(refused) is int and refused >= 1 else 0
             if reply["weights_seq_no"] != version:
                 new = models.get(reply["weights_seq_no"], reply.get("onnx_file"))
                 if new is not None:
@@ -154,7 +170,8 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
                 "weights_seq_no": min(v for e in batch["episodes"] for v in e["versions"]),
                 "episodes": [{"obs": e["obs"], "actions": e["actions"], "rewards": e["rewards"],
                               "action_logp": e["action_logp"], "is_terminated": True, "is_truncated": False,
-                              "episode_id": f"{session}-{seq}-{i}"} for i, e in enumerate(batch["episodes"])],
+                              "episode_id": f"{session}-{seq}-{i}", **_runs(e["versions"])}
+                             for i, e in enumerate(batch["episodes"])],
             }
 
             async def send(message: dict = message, steps: int = steps) -> dict:
@@ -173,9 +190,18 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
     writer.close()
 
 
+def _runs(versions: list[int]) -> dict:
+    """``weights_seq_no_runs`` for a record whose steps used several versions, as the SDKs send it."""
+    from tether.sdk.protocol.episodes import version_runs
+
+    runs = version_runs(versions)
+    return {} if runs is None else {"weights_seq_no_runs": runs}
+
+
 async def worker_main(args: argparse.Namespace, indices: list[int]) -> dict:
     models = Models()
-    out = {"answered_steps": 0, "sent_steps": 0, "queued_steps_max": 0, "errors": [], "handshake_retries": 0}
+    out = {"answered_steps": 0, "sent_steps": 0, "queued_steps_max": 0, "errors": [], "handshake_retries": 0,
+           "told_refused_steps": 0, "dropped_steps": 0}
     end = time.monotonic() + args.seconds
     await asyncio.gather(*(client(i, args.port, args, models, end, out) for i in indices), return_exceptions=False)
     return out
@@ -206,12 +232,18 @@ def run_once(clients: int, args: argparse.Namespace) -> dict:
             stop(server)
         summary = json.loads(summary_file.read_text())
     trained, stale = summary["agent_steps_trained"], summary["samples_dropped_stale"]
+    refused, received = summary["samples_refused_stale"], summary["agent_steps"]
+    told = sum(o["told_refused_steps"] for o in outs)
     return {
         "clients": clients,
         "trained_share": round(trained / (trained + stale), 4) if trained + stale else None,
         "trained_steps_per_s": round(trained / args.seconds, 1),
+        "refused_share": round(refused / received, 4) if received else None,
+        "told_share": round(told / refused, 4) if refused else None,
         "agent_steps_trained": trained,
         "samples_dropped_stale": stale,
+        "samples_refused_stale": refused,
+        "client_dropped_steps": sum(o["dropped_steps"] for o in outs),
         "answered_steps": sum(o["answered_steps"] for o in outs),
         "sent_steps": sum(o["sent_steps"] for o in outs),
         "received_steps": summary["agent_steps"],
@@ -242,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         result[f"trained_share_{r['clients']}"] = r["trained_share"]
         result[f"trained_steps_per_s_{r['clients']}"] = r["trained_steps_per_s"]
+        result[f"refused_share_{r['clients']}"] = r["refused_share"]
     result["runs"] = runs
     print(json.dumps(result))
     return 0 if all(r["errors"] == 0 for r in runs) else 1

@@ -23,8 +23,9 @@ const CHARTS = [
   ["weights", "Weights version and updates", k => /^module\/[^/]+\/weights_seq_no$/.test(k) || k === "charts/updates"],
   ["throughput", "Env steps/s", k => k === "charts/env_steps_per_s"],
   ["timing", "Update and ONNX export time (s)", k => /^module\/[^/]+\/(update_s|export_s)$/.test(k)],
-  ["health", "Server health (loop lag ms, pool steps, stale dropped, memory MB)",
-    k => k.startsWith("health/") && k !== "health/paused" || k === "charts/samples_dropped_stale"],
+  ["health", "Server health (loop lag ms, pool steps, stale refused and dropped, memory MB)",
+    k => k.startsWith("health/") && k !== "health/paused" || k === "charts/samples_dropped_stale" ||
+      k === "charts/samples_refused_stale"],
 ];
 
 function el(tag, attrs, text) {
