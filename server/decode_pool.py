@@ -31,15 +31,9 @@ import threading
 import time
 from typing import Any
 
-from tether.sdk.protocol.episodes import decode_episode
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.messages import MessageType, decode_message
-from tether.sdk.protocol.multi_agent import (
-    DEFAULT_AGENT_ID,
-    AgentChunk,
-    MultiAgentRecord,
-    decode_multi_agent_record,
-)
+from tether.sdk.protocol.multi_agent import MultiAgentRecord, decode_multi_agent_record, decode_single_agent_record
 
 #: Bodies at least this large are decoded in a worker process.
 DEFAULT_THRESHOLD_BYTES = 1 << 20
@@ -103,15 +97,7 @@ def predecode_record(record: Any, index: int, specs: dict[str, Any], default_mod
     try:
         if isinstance(record, dict) and "agents" in record:
             return True, decode_multi_agent_record(record, index, specs, require_logp)
-        if default_module is None:
-            return MessageError(
-                ErrorCode.UNMAPPED_AGENT,
-                f"episodes[{index}] is a single-agent record but no policy-mapping rule matches {DEFAULT_AGENT_ID!r}",
-            )
-        spec = specs[default_module]
-        chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp)
-        return False, MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
-                                       [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)])
+        return False, decode_single_agent_record(record, index, specs, default_module, require_logp)
     except MessageError as exc:
         return exc
     except RecursionError:

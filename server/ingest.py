@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable
 
-from tether.sdk.protocol.episodes import decode_episode
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.messages import is_text
-from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord, decode_multi_agent_record
+from tether.sdk.protocol.multi_agent import MultiAgentRecord, decode_multi_agent_record, decode_single_agent_record
 
 from .module_setup import ModuleLayout
 
@@ -158,16 +157,8 @@ class EpisodeIngest:
                 self._done.pop(key, None)
 
     def _single_agent(self, record: Any, index: int) -> MultiAgentRecord:
-        module = self.layout.default_module()
-        if module is None:
-            raise MessageError(
-                ErrorCode.UNMAPPED_AGENT,
-                f"episodes[{index}] is a single-agent record but no policy-mapping rule matches {DEFAULT_AGENT_ID!r}",
-            )
-        spec = self.layout.specs[module]
-        chunk = decode_episode(record, index, spec.observation_space, spec.action_space, self.require_logp)
-        return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
-                                [AgentChunk(DEFAULT_AGENT_ID, module, 0, chunk)])
+        return decode_single_agent_record(record, index, self.layout.specs, self.layout.default_module(),
+                                          self.require_logp)
 
     def _check_agents(
         self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str], via: Hashable = None

@@ -26,7 +26,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig
 from .data_guard import DataGuard
 from .ingest import EpisodeIngest, record_env_steps
-from .learner import PPOLearner, update_isolating
+from .learner import IsolatedUpdate, PPOLearner, update_isolating
 from .logp_check import PolicyHistory, check_behaviour_logp
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter, plausible_return
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
@@ -487,12 +487,21 @@ class Trainer:
         for module_id, items in by_module.items():
             learner = self.modules[module_id].learner
             started = time.perf_counter()
-            outcome = update_isolating(learner, [(p.source, p.chunk) for p in items])
-            if outcome.stats is None:
-                results[module_id] = (outcome, None, None, None)
+            # Atomic per module: a module whose update or export fails is put back as it was and reported
+            # as discarded; the others still publish (their weights and steps are never lost with it).
+            before = learner.save_state()
+            try:
+                outcome = update_isolating(learner, [(p.source, p.chunk) for p in items])
+                if outcome.stats is None:
+                    results[module_id] = (outcome, None, None, None)
+                    continue
+                trained = time.perf_counter()
+                onnx_bytes = learner.export_onnx()
+            except Exception as exc:
+                learner.load_state(before)
+                print(f"[tether] update of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr, flush=True)
+                results[module_id] = (IsolatedUpdate(None, [], error=exc), None, None, None)
                 continue
-            trained = time.perf_counter()
-            onnx_bytes = learner.export_onnx()
             # Seconds the update (its trials included) and the ONNX export took (the console's health panel, TensorBoard).
             stats = {**outcome.stats, "update_s": trained - started, "export_s": time.perf_counter() - trained,
                      "update_trials": float(outcome.trials)}

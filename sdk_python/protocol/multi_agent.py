@@ -258,3 +258,25 @@ def decode_multi_agent_record(
         out.agents.append(AgentChunk(str(agent_id), module_id, start, chunk))  # type: ignore[arg-type]
     return out
 
+
+def decode_single_agent_record(record: Any, index: int, modules: Mapping[str, ModuleSpec], default_module: str | None,
+                               require_logp: bool) -> MultiAgentRecord:
+    """Validate a single-agent (v1) record (§10.6) as a chunk of the agent ``"default_agent"``
+    of the default module. Refused before any other check when there is no default module
+    (UNMAPPED_AGENT), or when the default module has a centralized critic (OBS_SHAPE_MISMATCH):
+    such a record has no value_obs, and one of them must not fail every module's update."""
+    if default_module is None:
+        raise MessageError(
+            ErrorCode.UNMAPPED_AGENT,
+            f"episodes[{index}] is a single-agent record but no policy-mapping rule matches {DEFAULT_AGENT_ID!r}",
+        )
+    spec = modules[default_module]
+    if spec.value_obs_dim is not None:
+        raise MessageError(
+            ErrorCode.OBS_SHAPE_MISMATCH,
+            f"episodes[{index}] is a single-agent record, but the default module {default_module!r} has a centralized "
+            f"critic (value_obs_agents): send a multi-agent record whose entry has value_obs",
+        )
+    chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp)
+    return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
+                            [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)])

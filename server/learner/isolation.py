@@ -51,13 +51,14 @@ class IsolatedUpdate:
     was found to make the update non-finite to why. Sources in neither were
     left out without blame (the trials ran out before they were cleared).
     ``error`` is the last NonFiniteUpdate seen (None if the first try was
-    finite); ``trials`` counts the updates run, the kept one included.
+    finite), or the exception that failed the update; ``trials`` counts the
+    updates run, the kept one included.
     """
 
     stats: dict[str, float] | None
     kept: list[Hashable]
     guilty: dict[Hashable, str] = field(default_factory=dict)
-    error: NonFiniteUpdate | None = None
+    error: Exception | None = None
     trials: int = 0
 
 

@@ -582,6 +582,15 @@ def multi_agent_session_cases() -> list[dict]:
         case("unmapped_agent", send(batch([ma_record({"zzz": entry("chaser")})]), "ERROR:UNMAPPED_AGENT")),
         case("single_agent_record_without_default_module",
              send(batch([good_episode(2)]), "ERROR:UNMAPPED_AGENT")),
+        # A single-agent record has no value_obs: refused for a default module with a centralized critic
+        # (it would otherwise fail the update of every module), while multi-agent records train.
+        case("single_agent_record_for_a_critic_module",
+             send(batch([good_episode(2)]), "ERROR:OBS_SHAPE_MISMATCH"),
+             send(batch([ma_record({"a": {**good_episode(2), "module": "critic", "value_obs": [[0.0] * 8] * 3}})]),
+                  "SET_STATE"),
+             received=2,
+             server={"modules": {"critic": {**SINGLE, "value_obs_agents": ["a", "b"]}},
+                     "policy_mapping": [{"pattern": "*", "module": "critic"}]}),
         case("group_member_outside_group",
              send(batch([ma_record({"m_0": entry("pairmod", width=6, action=[1, 0])})]), "ERROR:GROUP_MEMBER_OUTSIDE_GROUP")),
         case("group_member_reported_before_later_unmapped_entry",
