@@ -206,8 +206,18 @@ class PPOLearner:
         return out
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """Weights, optimizer, and the hyperparameters that can change while the run goes
+        (the console's set_lr and set_ent_coef): a resumed run continues with them."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "live_hyperparams": {"lr": float(self.hp.lr), "ent_coef": float(self.hp.ent_coef)}}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        live = state.get("live_hyperparams") or {}  # absent in checkpoints written before they were kept
+        if "lr" in live:
+            self.hp.lr = float(live["lr"])
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.hp.lr
+        if "ent_coef" in live:
+            self.hp.ent_coef = float(live["ent_coef"])

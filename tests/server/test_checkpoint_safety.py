@@ -78,3 +78,25 @@ def test_a_metrics_failure_never_stops_checkpoints(tmp_path, capsys) -> None:
     assert trainer.checkpoint_path.exists() and trainer.metrics.metrics_write_failures == 1
     assert "writing TensorBoard metrics failed" in capsys.readouterr().err
     asyncio.run(trainer.close(checkpoint=False))
+
+
+def test_what_the_console_changed_survives_a_resume(tmp_path) -> None:
+    """Learning rate and entropy coefficient set from the console are in the checkpoint; a resumed
+    run trains with them, not with the configured values."""
+    import asyncio
+
+    from tether.server.console.controls import apply_control
+    from tether.server.console.state import ConsoleState
+
+    config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, lr=1e-3, ent_coef=0.0)
+    trainer = Trainer(config, build_layout(config))
+    console = ConsoleState(trainer)
+    for action, value in (("set_lr", 0.02), ("set_ent_coef", 0.05)):
+        asyncio.run(apply_control(console, "tok", {"token": "tok", "action": action, "module": "default_policy",
+                                                   "value": value}))
+    path = trainer.save_checkpoint()
+    resumed = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, lr=1e-3, ent_coef=0.0,
+                                   resume=str(path)), build_layout(config))
+    learner = resumed.modules["default_policy"].learner
+    assert learner.hp.lr == 0.02 and learner.hp.ent_coef == 0.05
+    assert all(group["lr"] == 0.02 for group in learner.optimizer.param_groups)
