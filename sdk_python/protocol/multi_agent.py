@@ -251,6 +251,10 @@ def decode_multi_agent_record(
             if not np.isfinite(arr).all():
                 raise MessageError(ErrorCode.NON_FINITE_VALUE, f"{where}.agents[{agent_id!r}]: value_obs is not finite")
             chunk.value_obs = arr
+        if (flags[0] or flags[1]) and not (chunk.is_terminated or chunk.is_truncated):
+            # The record ends the episode: an entry that says nothing of its own end ends with it
+            # (terminated wins), so its last observation is not bootstrapped as if play went on (§10.7).
+            chunk.is_terminated, chunk.is_truncated = flags[0], not flags[0]
         chunk.episode_id = f"{out.episode_id}\x00{agent_id}"
         start = entry.get("start_step", 0)
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
