@@ -205,7 +205,7 @@ class BaseClient:
         records, env_steps, agent_steps = self._collect_records()
         if not records:
             return
-        batch = Batch(records, env_steps, agent_steps, self._take_claim())
+        batch = Batch(records, env_steps, agent_steps, self._take_claim(), connection=self._connection)
         waited = self.when_queue_full == "wait" and not self.link.has_room(agent_steps)
         if waited:
             # The steps are cut: they are queued whatever errors arrive meanwhile

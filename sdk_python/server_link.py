@@ -78,6 +78,9 @@ class Batch:
     sent_at: float | None = None
     #: Seconds from the first send to the answer (one value per answered batch).
     round_trip_s: float | None = None
+    #: The connection (1, 2, ...) its steps' versions were learned on: only on it are
+    #: they sent per step (weights_seq_no_runs, §10.1).
+    connection: int | None = None
 
 
 def _agent_steps(record: dict[str, Any]) -> int:
@@ -175,6 +178,8 @@ class ServerLink:
         self.server_config: dict[str, Any] = {}
         #: Connections re-established after a loss.
         self.reconnects = 0
+        #: Connections made (the engine thread counts the same ones as they are announced).
+        self.connections = 0
         #: Batches dropped because the queue was full, and their steps.
         self.batches_dropped = 0
         self.env_steps_dropped = 0
@@ -560,6 +565,7 @@ class ServerLink:
         self.server_info, self.server_config = info, config
         state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
         prepared = self._prepare_state(config, state)
+        self.connections += 1
         self._post("connected", info, config, prepared)
 
     # -- I/O thread: what the server said of itself ----------------------------------
@@ -626,9 +632,13 @@ class ServerLink:
             self._next_seq += 1
             batch.sent_at = time.monotonic()
         batch.attempts += 1
-        if "protocol_version" not in self.server_info:
-            for record in batch.episodes:  # a plain v1 server is sent no 1.3 record fields (§10.1)
+        if batch.connection != self.connections or "protocol_version" not in self.server_info:
+            # Versions learned on another connection may be another server run's, and a plain v1
+            # server is sent no 1.3 record fields (§10.1): each step then has the message's claim.
+            for record in batch.episodes:
                 record.pop("weights_seq_no_runs", None)
+                for entry in record.get("agents", {}).values() if isinstance(record.get("agents"), dict) else ():
+                    entry.pop("weights_seq_no_runs", None)
         message: dict[str, Any] = {"episodes": batch.episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:
             message["agent_steps"] = batch.agent_steps

@@ -133,7 +133,10 @@ def check_behaviour_logp(
     """Raise ACTION_LOGP_MISMATCH for the first step whose action_logp no kept
     version of its module can have produced. Chunks without logp, of modules
     without a history (frozen) or claiming a version the server no longer keeps
-    (their data is dropped as stale) are not checked. One forward pass per module."""
+    (their data is refused as stale) are not checked, unless they name their
+    steps' versions (weights_seq_no_runs): those steps are stored by their own
+    versions, so they are checked whatever the message claims. One forward pass
+    per module."""
     by_module: dict[str, list[tuple[int, str, EpisodeChunk]]] = {}
     for index, record in enumerate(records):
         for agent in record.agents:
@@ -146,7 +149,11 @@ def check_behaviour_logp(
             continue
         model = history.model(claimed_version)
         if model is None:
-            continue
+            items = [item for item in items if item[2].step_versions is not None]
+            if not items or not history.versions:
+                continue
+            claimed_version = history.versions[-1]
+            model = history.model(claimed_version)
         obs = np.concatenate([c.obs[:-1].reshape(c.obs.shape[0] - 1, -1) for _, _, c in items])
         actions = np.concatenate([c.actions for _, _, c in items])
         claimed = np.concatenate([c.action_logp for _, _, c in items]).astype(np.float64)  # type: ignore[misc]

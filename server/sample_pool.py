@@ -78,10 +78,11 @@ class Admission:
     which that module has pooled steps (plus the running update, if it trains
     the module). Each such update publishes one new version of the module, and
     a step's staleness when it is trained is its staleness now plus the number
-    of those versions published before its own update. The estimate never
-    under-estimates: an update that fails, or data dropped ahead, only makes
-    steps fresher. The parts of one message's chunks are admitted in order
-    with ``append``.
+    of those versions published before its own update. An update that fails
+    only makes steps fresher; removing pooled data (a refused client's) can
+    move later data into an earlier update that then trains its module, which
+    the update's own staleness drop catches. The parts of one message's
+    chunks are admitted in order with ``append``.
     """
 
     def __init__(self, pool: "SamplePool", running_modules: set[str]) -> None:
@@ -100,30 +101,33 @@ class Admission:
             first, last = start // self.batch_steps, (start + steps - 1) // self.batch_steps
             self.updates_with.setdefault(module_id, set()).update(range(first, last + 1))
 
-    def fresh_part(self, module_id: str, staleness: np.ndarray, max_staleness: int) -> tuple[int, int]:
-        """The part ``[start, end)`` of a chunk to store, given each step's staleness now: it starts at
-        the first step that is within ``max_staleness`` when trained, pooled first, and ends before the
-        first later step that is not (a chunk's versions only grow, so its staleness only falls)."""
+    def fresh_parts(self, module_id: str, staleness: np.ndarray, max_staleness: int) -> list[tuple[int, int]]:
+        """The parts ``[start, end)`` of a chunk to store, given each step's staleness now: each step,
+        in order, that an update will train within ``max_staleness`` after the steps stored before it
+        (so an old step held back in front of fresh ones is refused alone, and the fresh ones are kept)."""
         steps = len(staleness)
-        allowed = max_staleness - (module_id in self.running_modules)
-        before = self.updates_with.get(module_id, set())
-        first = self.position // self.batch_steps
-        allowed -= sum(1 for j in before if j < first)
-        fresh = np.flatnonzero(staleness <= allowed)
-        if not len(fresh):
-            return 0, 0
-        start = k = int(fresh[0])
+        bumps_from_running = int(module_id in self.running_modules)
+        with_module = set(self.updates_with.get(module_id, ()))
+        stored: list[np.ndarray] = []
+        k, position = 0, self.position
         while k < steps:
-            # Steps k.. fill update j up to hi; they see the versions of every earlier update that trains
-            # the module, this part's own earlier updates included.
-            j = (self.position + k - start) // self.batch_steps
-            hi = min(steps, (j + 1) * self.batch_steps - self.position + start)
-            stale = np.flatnonzero(staleness[k:hi] > allowed)
-            if len(stale):
-                return start, k + int(stale[0])
-            allowed -= 1  # update j trains this module: this part is in it
-            k = hi
-        return start, steps
+            j = position // self.batch_steps
+            allowed = max_staleness - bumps_from_running - sum(1 for i in with_module if i < j)
+            room = (j + 1) * self.batch_steps - position
+            # Steps taken by update j see every earlier update that trains the module; later
+            # updates allow no more than this one, so when none is fresh here none will be.
+            fresh = np.flatnonzero(staleness[k:] <= allowed)[:room] + k
+            if not len(fresh):
+                break
+            stored.append(fresh)
+            with_module.add(j)
+            position += len(fresh)
+            k = int(fresh[-1]) + 1
+        if not stored:
+            return []
+        index = np.concatenate(stored)
+        breaks = np.flatnonzero(np.diff(index) != 1) + 1
+        return [(int(run[0]), int(run[-1]) + 1) for run in np.split(index, breaks)]
 
     def append(self, module_id: str, steps: int) -> None:
         """Count ``steps`` of ``module_id`` as pooled after everything before."""

@@ -41,6 +41,8 @@ from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import numpy as np
+
 from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
 from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import encode_frame
@@ -746,6 +748,7 @@ class TetherServer:
                         kept = {m: set(h.versions) for m, h in trainer.histories.items()}
                         versions = {m: (v if m not in kept or v in kept[m] else UNVERIFIED_VERSION)
                                     for m, v in versions.items()}
+                        _unverified_runs(pending.records, kept)
                     if self.ingest.logp_check is not None and _obs_values(pending.records) <= _INLINE_LOGP_CHECK_VALUES:
                         # About 0.1 us an observation value with a small MLP: for a message this
                         # small, less than a hop to another thread and back costs in GIL hand-offs.
@@ -832,3 +835,14 @@ class TetherServer:
         if frame is None:
             frame = self._state_frames[key] = encode_frame(message)
         return frame
+
+
+def _unverified_runs(records: list, kept: dict[str, set[int]]) -> None:
+    """Steps whose own version (weights_seq_no_runs) is not kept now could not be checked: they are
+    given UNVERIFIED_VERSION, so they are never trained, even if that version is published while the
+    message waits for room."""
+    for record in records:
+        for agent in record.agents:
+            versions = agent.chunk.step_versions
+            if versions is not None and agent.module_id in kept:
+                versions[~np.isin(versions, list(kept[agent.module_id]))] = UNVERIFIED_VERSION

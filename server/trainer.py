@@ -323,15 +323,14 @@ class Trainer:
                 versions = self._step_versions(agent.module_id, agent.chunk, seq_for)
                 # Only the steps an update takes while they are within max_staleness are stored: the
                 # rest would be dropped after the answer.
-                start, end = admission.fresh_part(agent.module_id, runtime.weights_seq_no - versions,
-                                                  self.config.max_staleness)
-                refused += agent.chunk.env_steps - (end - start)
-                if end == start:
-                    continue
-                admission.append(agent.module_id, end - start)
-                pooled.append(Pooled(agent.module_id, part_of(agent.chunk, start, end), int(versions[start:end].min()),
-                                     source))
-                self._pool.add(pooled[-1])
+                parts = admission.fresh_parts(agent.module_id, runtime.weights_seq_no - versions,
+                                              self.config.max_staleness)
+                refused += agent.chunk.env_steps - sum(end - start for start, end in parts)
+                for start, end in parts:
+                    admission.append(agent.module_id, end - start)
+                    pooled.append(Pooled(agent.module_id, part_of(agent.chunk, start, end),
+                                         int(versions[start:end].min()), source))
+                    self._pool.add(pooled[-1])
         m.samples_refused_stale += refused
         if batch is not None:  # stored now: a resend after any stop, even before the answer, is a duplicate
             self.dedup.mark_stored(batch)

@@ -185,3 +185,41 @@ def test_multi_agent_batches_claim_the_oldest_version_when_an_agent_skips_steps(
                 assert entry.get("weights_seq_no_runs") == runs_of(steps), (served, steps)
     assert mixed >= 3, "the slow agent's held-back steps went with batches after a swap"
     assert any("weights_seq_no_runs" in e for b in batches for r in b["episodes"] for e in r["agents"].values())
+
+
+def test_a_batch_resent_on_a_new_connection_carries_no_runs() -> None:
+    """Versions learned on one connection may be another server run's on the next: a batch with runs
+    that is lost with its connection is resent without them, its claim unchanged (§6.5, §10.1)."""
+    def handler(conn: ScriptedConnection) -> None:
+        if conn.index == 0:
+            conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(0, model(0)))
+            version = 0
+            while (message := conn.receive(timeout=None)) is not None:
+                if message["type"] != "EPISODES_AND_GET_STATE":
+                    continue
+                if any("weights_seq_no_runs" in r for r in message["episodes"]):
+                    return  # lost with its connection, unanswered: the client sends it again
+                version += 1
+                conn.send(state(version, model(version)))
+        else:
+            conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(9, model(9)))
+            while (message := conn.receive(timeout=None)) is not None:
+                if message["type"] == "EPISODES_AND_GET_STATE":
+                    conn.send(state(9, None))
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True, reconnect_timeout_s=10)
+        first, second = client.start_episode(), client.start_episode()
+        for i in range(40):
+            for eid in (first, second):
+                client.get_action(eid, np.full(3, i, np.float32))
+                client.log_returns(eid, 1.0)
+        client.flush()
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    lost = next(b for b in batches if any("weights_seq_no_runs" in r for r in b["episodes"]))
+    resent = [b for b in batches if b["batch_seq"] == lost["batch_seq"] and b is not lost]
+    assert resent, "the lost batch was sent again"
+    assert not any("weights_seq_no_runs" in r for r in resent[0]["episodes"])
+    assert resent[0]["weights_seq_no"] == lost["weights_seq_no"] and resent[0]["episodes"] == [
+        {k: v for k, v in r.items() if k != "weights_seq_no_runs"} for r in lost["episodes"]]

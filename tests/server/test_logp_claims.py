@@ -119,3 +119,55 @@ def test_discrete_modules_are_not_subject_to_the_box_rule() -> None:
     actions = np.array([0, 1, 1])
     check_behaviour_logp([box_record(actions, obs, _logp(learner.model, obs[:-1], actions).astype(np.float32))],
                          {"m": 0}, {"m": history})
+
+
+async def runs_claim_run(tmp_path, runs: list | None) -> tuple[list, list[float], int]:
+    config = ServerConfig(port=0, train_batch_size=BATCH, tensorboard=False, quiet=True, logdir=str(tmp_path),
+                          checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16)
+    trainer = Trainer(config, build_layout(config, None))
+    server = TetherServer(trainer)
+    await server.start()
+    model0 = trainer.histories[trainer.default_module].model(0)
+    conn = await asyncio.open_connection("127.0.0.1", server.port)
+    await request(conn, {"type": "PING", "protocol_version": "1.3"})
+    poison = episode("p1", 8, model0, -1000.0)  # a logp no served model can produce
+    if runs is not None:
+        poison["weights_seq_no_runs"] = runs
+    answer = await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [poison], "weights_seq_no": 7})
+    pooled = [float(x.chunk.action_logp.min()) for x in trainer._pool._items]
+    await server.stop()
+    await trainer.close(checkpoint=False)
+    return [answer["type"], answer.get("code")], pooled, trainer.metrics.samples_refused_stale
+
+
+@pytest.mark.parametrize("runs", [[[0, 8]], [[0, 4], [7, 4]]], ids=["kept_version", "kept_and_unserved"])
+def test_per_step_versions_cannot_smuggle_steps_past_an_unchecked_claim(tmp_path, runs) -> None:
+    """The message claims version 7 (never served: the check would skip the module) while its runs
+    name version 0: the steps are stored by their own versions, so they are checked by them."""
+    answer, pooled, _ = asyncio.run(runs_claim_run(tmp_path, runs))
+    assert answer == ["ERROR", "ACTION_LOGP_MISMATCH"] and pooled == [], (answer, pooled)
+
+
+def test_steps_of_a_version_not_served_are_refused_not_trained(tmp_path) -> None:
+    """Honest logps of v0, but the runs name v7 (never served) for the last four steps: those are
+    refused, the first four stored."""
+
+    async def run() -> tuple[list[int], int]:
+        config = ServerConfig(port=0, train_batch_size=BATCH, tensorboard=False, quiet=True, logdir=str(tmp_path),
+                              checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16)
+        trainer = Trainer(config, build_layout(config, None))
+        server = TetherServer(trainer)
+        await server.start()
+        model0 = trainer.histories[trainer.default_module].model(0)
+        conn = await asyncio.open_connection("127.0.0.1", server.port)
+        await request(conn, {"type": "PING", "protocol_version": "1.3"})
+        honest = episode("h1", 8, model0)
+        honest["weights_seq_no_runs"] = [[0, 4], [7, 4]]
+        await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [honest], "weights_seq_no": 0})
+        sizes = [x.chunk.env_steps for x in trainer._pool._items]
+        await server.stop()
+        await trainer.close(checkpoint=False)
+        return sizes, trainer.metrics.samples_refused_stale
+
+    sizes, refused = asyncio.run(run())
+    assert sizes == [4] and refused == 4

@@ -53,65 +53,72 @@ def test_senders_wait_while_the_pool_is_full() -> None:
 # -- admission: only what an update takes within max_staleness is stored --------------------
 
 
-def oracle_part(pool: SamplePool, running: set[str], versions: dict[str, int], module: str, step_versions: list[int],
-                max_staleness: int) -> tuple[int, int]:
-    """The part of a chunk to store, found by playing the FIFO forward: it starts at the first step that
-    would be fresh enough stored first, and ends before the first later step that is not."""
-    def staleness_when_trained(steps: list[int]) -> list[int]:
+def oracle_parts(pool: SamplePool, running: set[str], versions: dict[str, int], module: str, step_versions: list[int],
+                 max_staleness: int) -> list[tuple[int, int]]:
+    """The parts of a chunk to store, found by playing the FIFO forward for each step in turn: a step is
+    stored when, appended after the steps stored before it, it is trained within max_staleness."""
+    def staleness_of_last(stored: list[int]) -> int:
         v = {m: n + (m in running) for m, n in versions.items()}
-        queue = [[p.module_id, p.chunk.env_steps, False] for p in pool.items()] + [[module, len(steps), True]]
-        out, done = [], 0
+        queue = [[p.module_id, p.chunk.env_steps, None] for p in pool.items()] + [[module, 1, s] for s in stored]
         while queue:
             room, trained = pool.batch_steps, set()
             while queue and room:
                 item = queue[0]
                 n = min(item[1], room)
                 trained.add(item[0])
-                if item[2]:
-                    out += [v[module] - s for s in steps[done:done + n]]
-                    done += n
+                if item[2] is not None and len(queue) == 1:
+                    return v[module] - item[2]
                 item[1] -= n
                 room -= n
                 if item[1] == 0:
                     queue.pop(0)
             for m in trained:
                 v[m] += 1
-        return out
+        raise AssertionError("unreachable")
 
-    for start in range(len(step_versions)):
-        stale = staleness_when_trained(step_versions[start:])
-        if stale[0] <= max_staleness:
-            ok = [s <= max_staleness for s in stale]
-            return start, start + (ok.index(False) if False in ok else len(ok))
-    return 0, 0
+    stored: list[int] = []
+    kept: list[int] = []
+    for i, version in enumerate(step_versions):
+        if staleness_of_last(stored + [version]) <= max_staleness:
+            stored.append(version)
+            kept.append(i)
+    parts: list[tuple[int, int]] = []
+    for i in kept:
+        if parts and parts[-1][1] == i:
+            parts[-1] = (parts[-1][0], i + 1)
+        else:
+            parts.append((i, i + 1))
+    return parts
 
 
 def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
-    """Random traffic of two modules, with per-step versions that grow along a chunk, and updates in
-    between: the stored part of every chunk is the one playing the FIFO forward finds, and no step an
+    """Random traffic of three modules, with per-step versions that grow along a chunk, and updates in
+    between: the stored parts of every chunk are the ones playing the FIFO forward finds, and no step an
     update takes is older than max_staleness."""
     from tether.server.sample_pool import Admission, part_of
 
     rng = np.random.default_rng(3)
+    refused = split_end = split_start = gaps = 0
     for max_staleness in (0, 1, 2):
-        pool, versions, running = SamplePool(batch_steps=10, capacity=10_000), {"a": 0, "b": 0}, set()
-        refused = split_end = split_start = 0
+        pool, versions, running = SamplePool(batch_steps=10, capacity=10_000), {"a": 0, "b": 0, "c": 0}, set()
         for _ in range(400):
             op = rng.random()
             if op < 0.6:
-                module, steps = str(rng.choice(["a", "b"])), int(rng.integers(1, 13))
-                step_versions = sorted(int(versions[module] - rng.integers(0, 4)) for _ in range(steps))
-                expected = oracle_part(pool, running, versions, module, step_versions, max_staleness)
+                module, steps = str(rng.choice(["a", "b", "c"])), int(rng.integers(1, 25))
+                step_versions = sorted(int(versions[module] - rng.integers(0, 3)) for _ in range(steps))
+                expected = oracle_parts(pool, running, versions, module, step_versions, max_staleness)
                 admission = Admission(pool, running)
-                start, end = admission.fresh_part(module, versions[module] - np.array(step_versions), max_staleness)
-                assert (start, end) == expected, (max_staleness, module, step_versions, versions, running)
-                refused += steps - (end - start)
-                split_start += start > 0
-                split_end += 0 < end < steps
-                if end > start:
-                    c = replace(chunk(steps), step_versions=np.array(step_versions))
+                parts = admission.fresh_parts(module, versions[module] - np.array(step_versions), max_staleness)
+                assert parts == expected, (max_staleness, module, step_versions, versions, running)
+                refused += steps - sum(e - s for s, e in parts)
+                split_start += bool(parts) and parts[0][0] > 0
+                split_end += bool(parts) and parts[-1][1] < steps
+                gaps += len(parts) > 1
+                c = replace(chunk(steps), step_versions=np.array(step_versions))
+                for start, end in parts:
                     part = part_of(c, start, end)
                     assert list(part.step_versions) == step_versions[start:end]
+                    assert np.array_equal(part.obs, c.obs[start:end + 1])
                     pool.add(Pooled(module, part, min(step_versions[start:end])))
             elif op < 0.8 and not running and pool.steps >= pool.batch_steps:
                 taken = pool.take()
@@ -123,7 +130,7 @@ def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
                 for m in running:
                     versions[m] += 1
                 running = set()
-        assert refused and split_start and split_end, "the traffic must exercise refusals and both kinds of cut"
+    assert refused and split_start and split_end and gaps, "the traffic must exercise refusals and every cut"
 
 
 def test_admission_counts_chunks_of_one_message_in_order() -> None:
@@ -133,9 +140,20 @@ def test_admission_counts_chunks_of_one_message_in_order() -> None:
 
     pool = SamplePool(batch_steps=10, capacity=100)
     admission = Admission(pool, set())
-    assert admission.fresh_part("m", np.full(10, 1), 1) == (0, 10)
+    assert admission.fresh_parts("m", np.full(10, 1), 1) == [(0, 10)]
     admission.append("m", 10)
-    assert admission.fresh_part("m", np.full(10, 1), 1) == (0, 0)
-    assert admission.fresh_part("other", np.full(10, 1), 1) == (0, 10)  # another module's version does not move
+    assert admission.fresh_parts("m", np.full(10, 1), 1) == []
+    assert admission.fresh_parts("other", np.full(10, 1), 1) == [(0, 10)]  # another module's version does not move
     # Per step: one held-back step two versions old is refused alone, not its whole chunk.
-    assert Admission(pool, set()).fresh_part("other", np.array([2, 0, 0, 0]), 1) == (1, 4)
+    assert Admission(pool, set()).fresh_parts("other", np.array([2, 0, 0, 0]), 1) == [(1, 4)]
+
+
+def test_old_steps_crossing_an_update_do_not_cost_the_fresh_ones_after_them() -> None:
+    """Updates of 10, 8 steps of another module pooled, max_staleness 1, a chunk of 4 steps one version
+    old then 6 current ones: the first two old steps fit the next update, the other two would be trained
+    after it (two versions old) and are refused; the six current ones, one version old then, are kept."""
+    from tether.server.sample_pool import Admission
+
+    pool = SamplePool(batch_steps=10, capacity=100)
+    pool.add(Pooled("other", chunk(8), 0))
+    assert Admission(pool, set()).fresh_parts("m", np.array([1] * 4 + [0] * 6), 1) == [(0, 2), (4, 10)]
