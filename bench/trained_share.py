@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--procs", type=int, default=2, help="client processes (default: 2)")
     parser.add_argument("--server-arg", action="append", default=[],
                         help="extra argument for tether serve (repeatable), e.g. --server-arg=--max-staleness=2")
+    parser.add_argument("--no-hold-back", action="store_true",
+                        help="clients record every episode, ignoring the server's record_share")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -114,10 +116,19 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
         await asyncio.sleep(0.05 + 0.2 * rng.random())
     state = await _request(reader, writer, {"type": "GET_STATE"})
     version = state["weights_seq_no"]
+    asked = state.get("record_share", 1.0)
     policy = models.get(version, state.get("onnx_file"))
     session = f"share-{index}-{rng.integers(1 << 40)}"
     episodes: list[dict] = []  # finished, not yet cut into a batch
-    current = {"obs": [rng.normal(size=4).astype(np.float32).tolist()], "actions": [], "rewards": [], "action_logp": [], "versions": []}
+    # The server's record_share: the chance that a new episode is recorded.
+    share = float(asked) if type(asked) in (int, float) and 0 < asked <= 1 else 1.0
+
+    def new_episode(first_obs: list) -> dict:
+        return {"obs": [first_obs], "actions": [], "rewards": [], "action_logp": [], "versions": [], "t": 0,
+                "recorded": args.no_hold_back or rng.random() < share}
+
+    current = new_episode(rng.normal(size=4).astype(np.float32).tolist())
+    played = 0
     queue: list[dict] = []
     in_flight: asyncio.Task | None = None
     seq = 0
@@ -133,16 +144,24 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
         logp_all = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
         actions = (rng.random(BLOCK_STEPS) < np.exp(logp_all[:, 1])).astype(np.int64)
         for t in range(BLOCK_STEPS):
-            current["actions"].append(int(actions[t]))
-            current["action_logp"].append(float(logp_all[t, actions[t]]))
-            current["rewards"].append(1.0)
-            current["versions"].append(version)
-            current["obs"].append(obs[t + 1].tolist())
-            if len(current["actions"]) == EPISODE_STEPS:
-                episodes.append(current)
-                current = {"obs": [obs[t + 1].tolist()], "actions": [], "rewards": [], "action_logp": [],
-                           "versions": []}
-        if sum(len(e["actions"]) for e in episodes) >= args.chunk_steps:
+            current["t"] += 1
+            if current["recorded"]:
+                current["actions"].append(int(actions[t]))
+                current["action_logp"].append(float(logp_all[t, actions[t]]))
+                current["rewards"].append(1.0)
+                current["versions"].append(version)
+                current["obs"].append(obs[t + 1].tolist())
+            else:
+                out["held_back_steps"] += 1
+            if current["t"] == EPISODE_STEPS:
+                if current["recorded"]:
+                    episodes.append(current)
+                current = new_episode(obs[t + 1].tolist())
+        played += BLOCK_STEPS
+        # A batch every chunk_steps steps played, as the SDKs do: smaller while episodes are held
+        # back, and sent even when empty, since its answer brings the server's current record_share.
+        if played >= args.chunk_steps:
+            played = 0
             queue.append({"episodes": episodes})
             episodes = []
             while sum(len(e["actions"]) for b in queue for e in b["episodes"]) > QUEUE_LIMIT_STEPS:
@@ -157,6 +176,8 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
             out["answered_steps"] += reply["_steps"]
             refused = reply.get("steps_refused_stale")
             out["told_refused_steps"] += refused if type(refused) is int and refused >= 1 else 0
+            asked = reply.get("record_share", 1.0)
+            share = float(asked) if type(asked) in (int, float) and 0 < asked <= 1 else 1.0
             if reply["weights_seq_no"] != version:
                 new = models.get(reply["weights_seq_no"], reply.get("onnx_file"))
                 if new is not None:
@@ -167,7 +188,7 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
             steps = sum(len(e["actions"]) for e in batch["episodes"])
             message = {
                 "type": "EPISODES_AND_GET_STATE", "client_session": session, "batch_seq": seq,
-                "weights_seq_no": min(v for e in batch["episodes"] for v in e["versions"]),
+                "weights_seq_no": min((v for e in batch["episodes"] for v in e["versions"]), default=version),
                 "episodes": [{"obs": e["obs"], "actions": e["actions"], "rewards": e["rewards"],
                               "action_logp": e["action_logp"], "is_terminated": True, "is_truncated": False,
                               "episode_id": f"{session}-{seq}-{i}", **_runs(e["versions"])}
@@ -201,7 +222,7 @@ def _runs(versions: list[int]) -> dict:
 async def worker_main(args: argparse.Namespace, indices: list[int]) -> dict:
     models = Models()
     out = {"answered_steps": 0, "sent_steps": 0, "queued_steps_max": 0, "errors": [], "handshake_retries": 0,
-           "told_refused_steps": 0, "dropped_steps": 0}
+           "told_refused_steps": 0, "dropped_steps": 0, "held_back_steps": 0}
     end = time.monotonic() + args.seconds
     await asyncio.gather(*(client(i, args.port, args, models, end, out) for i in indices), return_exceptions=False)
     return out
@@ -224,7 +245,8 @@ def run_once(clients: int, args: argparse.Namespace) -> dict:
             me = str(Path(__file__).resolve())
             workers = [spawn([sys.executable, me, "--worker", str(w), "--port", str(port), "--clients", str(clients),
                               "--seconds", str(args.seconds), "--steps-per-s", str(args.steps_per_s),
-                              "--chunk-steps", str(args.chunk_steps), "--procs", str(args.procs)],
+                              "--chunk-steps", str(args.chunk_steps), "--procs", str(args.procs),
+                             *(["--no-hold-back"] if args.no_hold_back else [])],
                              stdout=subprocess.PIPE) for w in range(args.procs)]
             outs = [json.loads(w.communicate(timeout=args.seconds + 120)[0].decode().strip().splitlines()[-1])
                     for w in workers]
@@ -234,9 +256,13 @@ def run_once(clients: int, args: argparse.Namespace) -> dict:
     trained, stale = summary["agent_steps_trained"], summary["samples_dropped_stale"]
     refused, received = summary["samples_refused_stale"], summary["agent_steps"]
     told = sum(o["told_refused_steps"] for o in outs)
+    # Steps answered and not trained: refused on arrival, or dropped later. Steps still in the pool
+    # when the server stopped (at most its room) are neither.
+    lost = refused + stale
     return {
         "clients": clients,
-        "trained_share": round(trained / (trained + stale), 4) if trained + stale else None,
+        "trained_share": round(trained / (trained + lost), 4) if trained + lost else None,
+        "stored_trained_share": round(trained / (trained + stale), 4) if trained + stale else None,
         "trained_steps_per_s": round(trained / args.seconds, 1),
         "refused_share": round(refused / received, 4) if received else None,
         "told_share": round(told / refused, 4) if refused else None,
@@ -244,6 +270,7 @@ def run_once(clients: int, args: argparse.Namespace) -> dict:
         "samples_dropped_stale": stale,
         "samples_refused_stale": refused,
         "client_dropped_steps": sum(o["dropped_steps"] for o in outs),
+        "client_held_back_steps": sum(o["held_back_steps"] for o in outs),
         "answered_steps": sum(o["answered_steps"] for o in outs),
         "sent_steps": sum(o["sent_steps"] for o in outs),
         "received_steps": summary["agent_steps"],

@@ -147,23 +147,27 @@ def check_behaviour_logp(
         claimed_version = versions.get(module)
         if history is None or claimed_version is None:
             continue
-        model = history.model(claimed_version)
-        if model is None:
-            items = [item for item in items if item[2].step_versions is not None]
-            if not items or not history.versions:
-                continue
+        # Only steps of a version kept now are checked (and stored): each by its own version when its
+        # chunk names them (weights_seq_no_runs), else by the message's claim. The rest is refused as stale.
+        kept = np.array(history.versions, np.int64)
+        checked = np.concatenate([
+            np.isin(c.step_versions, kept) if c.step_versions is not None
+            else np.full(c.env_steps, claimed_version in history.versions) for _, _, c in items])
+        if not checked.any():
+            continue
+        if history.model(claimed_version) is None:
             claimed_version = history.versions[-1]
-            model = history.model(claimed_version)
+        model = history.model(claimed_version)
         obs = np.concatenate([c.obs[:-1].reshape(c.obs.shape[0] - 1, -1) for _, _, c in items])
         actions = np.concatenate([c.actions for _, _, c in items])
         claimed = np.concatenate([c.action_logp for _, _, c in items]).astype(np.float64)  # type: ignore[misc]
         recomputed = _logp(model, obs, actions)
-        bad = _beyond_tolerance(claimed, recomputed)
+        bad = _beyond_tolerance(claimed, recomputed) & checked
         for _, other in history.others(claimed_version) if bad.any() else ():
             bad &= _beyond_tolerance(claimed, _logp(other, obs, actions))
         far = np.zeros_like(bad)
         if isinstance(model.action_space, Box):
-            far = _box_z(model, obs, actions) > MAX_BOX_Z
+            far = (_box_z(model, obs, actions) > MAX_BOX_Z) & checked
             for _, other in history.others(claimed_version) if far.any() else ():
                 far &= _box_z(other, obs, actions) > MAX_BOX_Z
             bad |= far

@@ -811,13 +811,13 @@ class TetherServer:
             session.last_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})
             for m, rt in trainer.modules.items():
                 session.last_sent.setdefault(m, rt.weights_seq_no)
-            key: tuple = ("models", *message["models"])
+            key: tuple = ("models", "record_share" in message, *message["models"])
         else:
             if trainer.default_module is not None:
                 session.last_sent[trainer.default_module] = message["weights_seq_no"]
             if "onnx_file" in message:
                 session.models_sent[trainer.served_module] = message["weights_seq_no"]
-            key = ("v1", "onnx_file" in message)
+            key = ("v1", "onnx_file" in message, "record_share" in message)
         refused, session.refused_stale = session.refused_stale, 0
         if refused and connection.client_version is not None:
             # Per connection and answer: not worth a cached frame.
@@ -827,7 +827,7 @@ class TetherServer:
     def _state_frame(self, key: tuple, message: dict) -> bytes:
         """The encoded frame of ``message``, encoded once per weights version:
         a model is large, and re-encoding it per answer cost memory and time."""
-        versions = tuple(rt.weights_seq_no for rt in self.trainer.modules.values())
+        versions = (*(rt.weights_seq_no for rt in self.trainer.modules.values()), self.trainer.record_share.value)
         if versions != self._state_versions:
             self._state_frames.clear()
             self._state_versions = versions

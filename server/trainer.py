@@ -31,6 +31,7 @@ from .logp_check import PolicyHistory, check_behaviour_logp
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter, plausible_return
 from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .pool_journal import JournalEntry, PoolJournal, decode_entries, encode_entry, journal_files, read_journal
+from .record_share import RecordShare
 from .sample_pool import Admission, Pooled, SamplePool, part_of
 from .stop_rule import ClientReturns
 
@@ -156,6 +157,8 @@ class Trainer:
         self._update_task: asyncio.Task | None = None
         #: Modules the running update trains, until it has published (each will add 1 to its version).
         self._training_modules: set[str] = set()
+        #: The share of new episodes clients are asked to record (SET_STATE record_share, §13.2).
+        self.record_share = RecordShare(time.monotonic(), config.train_batch_size, config.env_steps_per_sample)
         self._next_state: asyncio.Future | None = None
         #: Wall-clock time (time.time()) and env steps when the mean return first met stop_at_return
         #: in the run of updates that confirmed it (see _check_target).
@@ -188,6 +191,9 @@ class Trainer:
         got; with ``may_omit_model``, a module the request does not name counts
         as held at that version (a model is sent once per version and connection)."""
         msg: dict[str, Any] = {"type": MessageType.SET_STATE.value}
+        share = self.record_share.current(self.metrics.clients_connected)
+        if may_omit_model and share < 1.0:
+            msg["record_share"] = round(share, 6)  # to a client that announced a version (§13.2)
         sent = sent if may_omit_model and sent is not None else {}
         if isinstance(client_holds, dict):
             msg["models"] = {
@@ -332,6 +338,8 @@ class Trainer:
                                          int(versions[start:end].min()), source))
                     self._pool.add(pooled[-1])
         m.samples_refused_stale += refused
+        self._note_starving()
+        self.record_share.note(sum(p.chunk.env_steps for p in pooled), refused, time.monotonic())
         if batch is not None:  # stored now: a resend after any stop, even before the answer, is a duplicate
             self.dedup.mark_stored(batch)
         written = (self.journal.append(JournalEntry(batch, pooled, env_steps, agent_steps))
@@ -365,6 +373,11 @@ class Trainer:
                 versions[~np.isin(versions, kept)] = UNVERIFIED_VERSION
         return np.where(versions == UNVERIFIED_VERSION, _NEVER_FRESH, versions)
 
+    def _note_starving(self) -> None:
+        """Tell the record share whether the learner now waits for data."""
+        starved = self._update_task is None and not self.paused and self._pool.steps < self.config.train_batch_size
+        self.record_share.starving(starved, time.monotonic())
+
     @property
     def pool_steps(self) -> int:
         """Agent steps waiting for an update."""
@@ -391,6 +404,7 @@ class Trainer:
             by_module.setdefault(pooled.module_id, []).append(pooled)
         self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
         self._training_modules = set(by_module)
+        self.record_share.starving(False, time.monotonic())
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._update_task = loop.create_task(self._run_update(by_module))
@@ -472,6 +486,7 @@ class Trainer:
         finally:
             self._update_task = None
         self._maybe_start_update()
+        self._note_starving()
 
     @staticmethod
     def _describe(guilty: dict[str, str]) -> str:

@@ -77,3 +77,27 @@ def test_made_up_logp_is_refused_and_older_kept_versions_count() -> None:
     check_behaviour_logp(records(poisoned), {"m": 9}, {"m": history})
     history.add(2, learner.model)
     assert history.versions == [1, 2]
+
+
+def test_per_step_versions_are_checked_by_their_own_kept_version_only() -> None:
+    """A chunk whose runs name an evicted version for its first steps and a kept one for the rest:
+    the old steps (no kept model explains them) are not checked, since they are refused as stale;
+    the kept ones are, whatever the message claims."""
+    learner = PPOLearner(OBS, Discrete(3), PPOHyperparams(), seed=0)
+    history = PolicyHistory(keep=2)
+    history.add(0, learner.model)
+    v0 = client_data(learner, 20, seed=4)
+    for version, shift in ((1, 3.0), (2, -6.0)):  # v1 and v2 are different policies; v0 is evicted
+        with torch.no_grad():
+            learner.model.actor[-1].bias.add_(torch.tensor([shift, 0.0, -shift]))
+        history.add(version, learner.model)
+    v2 = client_data(learner, 20, seed=5)
+    mixed = EpisodeChunk(np.concatenate([v0.obs[:-1], v2.obs]), np.concatenate([v0.actions, v2.actions]),
+                         np.ones(40, np.float32), np.concatenate([v0.action_logp, v2.action_logp]), None, False, False,
+                         step_versions=np.array([-1] * 20 + [2] * 20))  # (an evicted version arrives as -1)
+    assert np.abs(_logp(learner.model, v0.obs[:-1], v0.actions) - v0.action_logp).max() > LOGP_TOLERANCE_ABS
+    check_behaviour_logp(records(mixed), {"m": -1}, {"m": history})  # accepted: v0's steps are not checked
+    mixed.action_logp[25] = -1000.0
+    with pytest.raises(MessageError) as err:
+        check_behaviour_logp(records(mixed), {"m": -1}, {"m": history})
+    assert "action_logp[25]" in err.value.message

@@ -1,0 +1,93 @@
+"""Holding clients back: the share of new episodes clients are asked to record.
+
+When clients produce data faster than the learner trains it, admission
+(sample_pool.Admission) refuses what would be too stale by the time an update
+took it; that data was computed, sent and parsed for nothing. The server
+therefore tells clients, in every SET_STATE, which share of their new episodes
+to record for training (``record_share``, §13.2): an episode a client does not
+record is played as usual and never sent.
+
+Every ``WINDOW_S`` seconds the share follows what happened meanwhile: when
+more than ``REFUSED_TARGET`` of the steps that arrived was refused, it shrinks
+to the part that could be stored (then waits ``SETTLE_S`` for data recorded
+under the new share before shrinking again); when the learner sat idle for
+lack of data for part of the window, it grows; otherwise it stays. When more
+clients connect, the share starts no higher than what lets all of them
+together send one update's worth of steps per batch they each send, so that a
+crowd's first batches are not refused wholesale.
+"""
+
+from __future__ import annotations
+
+#: Seconds over which arrivals are judged: long enough to span a batch's answer.
+WINDOW_S = 1.0
+#: The share of arriving steps that may be refused before the share shrinks.
+REFUSED_TARGET = 0.03
+#: The share of a window the learner may wait for data before the share grows.
+STARVED_TARGET = 0.3
+#: Growth per window while the learner waits for data.
+GROWTH = 1.15
+#: The share of what fitted that a shrink aims for.
+AIM = 0.9
+#: The most the share shrinks by in one window.
+MAX_SHRINK = 1.0 / 8
+#: Seconds after a shrink before refusals shrink the share again: data sent meanwhile was
+#: recorded under the share before (a batch of env_steps_per_sample steps and its answer).
+SETTLE_S = 3.0
+#: The smallest share: a client still records one episode in this many.
+FLOOR = 1.0 / 4096
+
+
+class RecordShare:
+    """The share in (0, 1], adjusted from the steps stored and refused, and the time the
+    learner waited for data, per window."""
+
+    def __init__(self, now: float, train_batch_size: int, env_steps_per_sample: int) -> None:
+        self.value = 1.0
+        self._room = train_batch_size
+        self._batch = max(1, env_steps_per_sample)
+        self._clients = 0
+        self._stored = 0
+        self._refused = 0
+        self._since = now
+        self._settled_at = now
+        self._starved_since: float | None = None
+        self._starved_s = 0.0
+
+    def current(self, clients: int) -> float:
+        """The share to announce now, with ``clients`` connected."""
+        if clients > self._clients:
+            self.value = max(FLOOR, min(self.value, self._room / (clients * self._batch)))
+        self._clients = clients
+        return self.value
+
+    def starving(self, starved: bool, now: float) -> None:
+        """Whether the learner waits for data from now on (no update runs and the pool is short)."""
+        if starved and self._starved_since is None:
+            self._starved_since = now
+        elif not starved and self._starved_since is not None:
+            self._starved_s += now - self._starved_since
+            self._starved_since = None
+
+    def note(self, stored: int, refused: int, now: float) -> None:
+        """Agent steps of a message that were stored, and refused as stale; adjusts the share
+        once a window has passed."""
+        self._stored += stored
+        self._refused += refused
+        if now - self._since < WINDOW_S:
+            return
+        starved = self._starved_s
+        if self._starved_since is not None:
+            starved += now - self._starved_since
+            self._starved_since = now
+        arrived = self._stored + self._refused
+        if arrived and self._refused > REFUSED_TARGET * arrived:
+            if now >= self._settled_at:
+                # Aim a little under what fit: episodes arrive in lumps, and a lump too many is refused.
+                self.value = max(FLOOR, self.value * max(MAX_SHRINK, AIM * self._stored / arrived))
+                self._settled_at = now + SETTLE_S
+        elif starved > STARVED_TARGET * (now - self._since):
+            self.value = min(1.0, self.value * GROWTH)
+        self._stored = self._refused = 0
+        self._starved_s = 0.0
+        self._since = now
