@@ -81,6 +81,10 @@ class BaseClient:
         self._steps_per_sample = 500
         #: Agent steps delivered to the server (stored, or answered as a duplicate).
         self.agent_steps_sent = 0
+        #: Training episodes played without being recorded, as the server's record_share asked (§13.2).
+        self.episodes_held_back = 0
+        #: Steps played in held-back episodes since the last cut: they count toward the batch cadence.
+        self._held_steps = 0
         self.link = ServerLink(
             host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
             connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
@@ -90,6 +94,10 @@ class BaseClient:
         self._events = self.link.events
         self.link.start()
         self._sync()
+
+    #: Recorded agent steps not yet cut, and connections made so far (kept by each client).
+    _pending_steps: int
+    _connection: int
 
     # -- hooks of the two clients ------------------------------------------------------
 
@@ -199,11 +207,29 @@ class BaseClient:
 
     # -- the one sending path ----------------------------------------------------------
 
-    def _send_batch(self) -> None:
+    def _records_episode(self) -> bool:
+        """Whether a new training episode is recorded: with the probability the server's
+        record_share gives (§13.2); a held-back episode is played but never sent."""
+        share = self.link.record_share
+        if share >= 1.0 or self._rng.random() < share:
+            return True
+        self.episodes_held_back += 1
+        return False
+
+    def _cadence_due(self, sendable: int) -> bool:
+        """With held-back episodes, a batch is due every env_steps_per_sample steps played (§13.2):
+        held-back steps plus recorded ones, waiting and sendable (``sendable``) alike."""
+        need = self._steps_per_sample - self._held_steps
+        return self._held_steps > 0 and self._pending_steps >= need and sendable >= need
+
+    def _send_batch(self, even_empty: bool = False) -> None:
         """Cut the complete steps and hand them to the I/O thread; in strict
-        on-policy mode, wait for the weights that answer them."""
+        on-policy mode, wait for the weights that answer them. ``even_empty``:
+        send the batch when nothing was recorded too (held-back episodes), since
+        its answer brings the current weights and record_share."""
         records, env_steps, agent_steps = self._collect_records()
-        if not records:
+        self._held_steps = 0
+        if not records and not even_empty:
             return
         batch = Batch(records, env_steps, agent_steps, self._take_claim(), connection=self._connection)
         waited = self.when_queue_full == "wait" and not self.link.has_room(agent_steps)

@@ -151,7 +151,8 @@ class TetherClient(BaseClient):
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
-        self._episodes[episode_id] = EpisodeRecorder(episode_id, training_enabled)
+        recorded = training_enabled and self._records_episode()
+        self._episodes[episode_id] = EpisodeRecorder(episode_id, recorded, held_back=training_enabled and not recorded)
         return episode_id
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
@@ -165,17 +166,17 @@ class TetherClient(BaseClient):
             self._sync()
         episode = self._episodes[episode_id]
         obs = np.array(observation, dtype=np.float32)  # a copy: the engine may reuse its buffer
-        if (
-            episode.training_enabled
-            and self._pending_steps >= self._steps_per_sample
-            and self._sendable_steps(episode) >= self._steps_per_sample
-        ):
+        if episode.training_enabled and (self._cadence_due(self._sendable_steps(episode)) or (
+                self._pending_steps >= self._steps_per_sample
+                and self._sendable_steps(episode) >= self._steps_per_sample)):
             episode.obs.append(obs)  # lets the cut include the step that led here
             try:
-                self._send_batch()
+                self._send_batch(even_empty=True)
             finally:
                 if episode.training_enabled:  # (a dropped episode's steps are gone already)
                     episode.obs.pop()
+        elif episode.held_back and self._cadence_due(self._sendable_steps(episode)):
+            self._send_batch(even_empty=True)
         policy = self.policy
         assert policy is not None
         dist = policy.dist_inputs_one(obs)
@@ -184,6 +185,8 @@ class TetherClient(BaseClient):
         episode.record_step(obs, action, logp, dist, stamp)
         if episode.training_enabled:
             self._pending_steps += 1
+        elif episode.held_back:
+            self._held_steps += 1
         return env_action
 
     def compute_action(self, observation: Any) -> Any:

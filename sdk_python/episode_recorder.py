@@ -16,11 +16,13 @@ class EpisodeRecorder:
     and is dropped."""
 
     __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
-                 "terminated", "truncated", "total_return", "length", "value_obs", "versions")
+                 "terminated", "truncated", "total_return", "length", "value_obs", "versions", "held_back")
 
-    def __init__(self, episode_id: str, training_enabled: bool) -> None:
+    def __init__(self, episode_id: str, training_enabled: bool, held_back: bool = False) -> None:
         self.episode_id = episode_id
         self.training_enabled = training_enabled
+        #: A training episode the client plays without recording it (the server's record_share).
+        self.held_back = held_back
         self.obs: list[Any] = []
         self.actions: list[Any] = []
         self.rewards: list[float] = []

@@ -61,6 +61,8 @@ class _Episode:
     ended: set[str] = field(default_factory=set)
     done: bool = False
     truncated: bool = False
+    #: A training episode played without being recorded (the server's record_share, §13.2).
+    held_back: bool = False
 
 
 class MultiAgentClient(BaseClient):
@@ -196,7 +198,8 @@ class MultiAgentClient(BaseClient):
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
-        self._episodes[episode_id] = _Episode(episode_id, training_enabled)
+        recorded = training_enabled and self._records_episode()
+        self._episodes[episode_id] = _Episode(episode_id, recorded, held_back=training_enabled and not recorded)
         return episode_id
 
     def _actor_observations(self, episode: _Episode, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -254,7 +257,9 @@ class MultiAgentClient(BaseClient):
         for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
-        if episode.training_enabled and self._pending_steps >= self._steps_per_sample:
+        if (episode.training_enabled or episode.held_back) and self._cadence_due(self._sendable_steps()):
+            self._send_batch(even_empty=True)
+        elif episode.training_enabled and self._pending_steps >= self._steps_per_sample:
             if self._sendable_steps() >= self._steps_per_sample:
                 self._send_batch()
         # One batched inference per module.
@@ -274,6 +279,8 @@ class MultiAgentClient(BaseClient):
                                                       None if seq is None else (self._connection, seq))
                 if episode.training_enabled:
                     self._pending_steps += 1
+                elif episode.held_back:
+                    self._held_steps += 1
                 self._split_action(actor_id, env_action, actions)
         if episode.training_enabled:
             self._env_steps_since_cut += 1

@@ -186,6 +186,8 @@ class ServerLink:
         self.agent_steps_dropped = 0
         #: Agent steps the server refused as too stale to be trained (SET_STATE steps_refused_stale, §13.2).
         self.steps_refused_stale = 0
+        #: The share of new training episodes to record (SET_STATE record_share, §13.2).
+        self.record_share = 1.0
         #: Episodes whose steps were dropped (none of their later steps is sent).
         self.episodes_dropped = 0
         #: PINGs sent as heartbeats.
@@ -261,6 +263,8 @@ class ServerLink:
         limit = self.queue_limit_steps()
         dropped_now = 0
         gone: set[str] = set()
+        # A batch cut empty (its episodes held back, §13.2) goes too: its answer brings the share.
+        empty_on_purpose = not batch.episodes
         with self._lock:
             outbox = self._outbox
             while outbox and (len(outbox) >= self.max_queued_batches
@@ -279,7 +283,7 @@ class ServerLink:
                 self.episodes_dropped += len(gone)
             if self._refused_episodes:
                 self._drop_episodes(batch, self._refused_episodes)
-            if batch.episodes:
+            if batch.episodes or empty_on_purpose:
                 outbox.append(batch)
                 self._queued_steps += batch.agent_steps
         if dropped_now and self.batches_dropped == dropped_now:
@@ -750,6 +754,9 @@ class ServerLink:
                     refused = body.get("steps_refused_stale")
                     if type(refused) is int and refused >= 1:  # anything else is ignored (§7.6)
                         self.steps_refused_stale += refused
+                    share = body.get("record_share", 1.0)  # absent: record every episode
+                    if type(share) in (int, float) and 0 < share <= 1:  # (not a bool, not NaN)
+                        self.record_share = float(share)
                 return body
 
     def _fail_current_request(self, exc: BaseException) -> None:

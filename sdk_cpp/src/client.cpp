@@ -82,14 +82,18 @@ Status TetherClient::take_error() {
   return status;
 }
 
-void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq) {
+void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq,
+                                std::int64_t connection) {
   if (policy) {
     std::shared_ptr<LoadedPolicy> old = std::move(policy_);
     policy_ = std::move(policy);  // the swap: the next get_action uses the new model
     link_->retire(std::move(old));  // destroyed on the I/O thread, not in this frame
     ++models_loaded_;
   }
-  if (seq) weights_seq_no_ = seq;
+  if (seq) {
+    weights_seq_no_ = seq;
+    weights_connection_ = connection;  // (a version kept across a reconnect stays stamped with its own)
+  }
 }
 
 void TetherClient::sync() {
@@ -106,11 +110,11 @@ void TetherClient::sync() {
         dist_buffer_.resize(config_->action_space.dist_inputs_size());
         record_action_buffer_.resize(config_->action_space.flat_dim());
         env_action_buffer_.resize(config_->action_space.flat_dim());
-        apply_policy(std::move(event.policy), event.weights_seq_no);
+        apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
         break;
       }
       case LinkEvent::Kind::kState:
-        apply_policy(std::move(event.policy), event.weights_seq_no);
+        apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
         break;
       case LinkEvent::Kind::kBatch:
         if (!event.batch->error.ok()) {
@@ -159,6 +163,7 @@ void TetherClient::recycle(Episode&& episode) {
   episode.steps.clear();
   episode.steps.is_terminated = episode.steps.is_truncated = false;
   episode.versions.clear();
+  episode.held_back = false;
   episode.terminated = episode.truncated = false;
   episode.total_return = 0.0;
   episode.obs_rows = episode.action_rows = 0;
@@ -189,8 +194,15 @@ Result<std::string> TetherClient::start_episode(const std::string& episode_id, b
     episode = std::move(spare_.back());  // cleared arrays that keep their capacity
     spare_.pop_back();
   }
+  // Holding back (§13.2): recorded with probability record_share. At 1 no
+  // number is drawn, so the client's draws are those of a client without it.
+  bool recorded = training_enabled;
+  const double share = link_->record_share();
+  if (training_enabled && share < 1.0) recorded = rng_.uniform() < share;
   episode.id = id;
-  episode.training = training_enabled;
+  episode.training = recorded;
+  episode.held_back = training_enabled && !recorded;
+  if (episode.held_back) ++episodes_held_back_;
   episode.steps.episode_id = id;
   return id;
 }
@@ -232,12 +244,19 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
     }
   }
   const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
-  if (episode.training && pending_steps_ >= per_sample && sendable_steps(episode) >= per_sample) {
-    // This observation completes the episode's last step: let the cut include it.
-    episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
-    ++episode.obs_rows;
-    send_batch();
-    if (episode.training) {  // (a dropped episode's steps are gone already)
+  // A batch every env_steps_per_sample steps played (§13.2): complete
+  // recorded steps and steps of held-back episodes. With none held back,
+  // every env_steps_per_sample complete steps recorded, as always.
+  if ((episode.training || episode.held_back) && pending_steps_ + held_steps_ >= per_sample &&
+      sendable_steps(episode) + held_steps_ >= per_sample) {
+    if (episode.training) {
+      // This observation completes the episode's last step: let the cut include it.
+      episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
+      ++episode.obs_rows;
+    }
+    const bool added_obs = episode.training;
+    send_batch(/*even_empty=*/true);
+    if (added_obs && episode.training) {  // (a dropped episode's steps are gone already)
       episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
       --episode.obs_rows;
     }
@@ -262,10 +281,12 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
     steps.rewards.push_back(0.0f);
     steps.action_logp.push_back(logp);
     steps.action_dist_inputs.insert(steps.action_dist_inputs.end(), dist_buffer_.begin(), dist_buffer_.end());
-    episode.versions.push_back(weights_seq_no_ ? Stamp(connection_, *weights_seq_no_) : Stamp(-1, -1));
+    episode.versions.push_back(weights_seq_no_ ? Stamp(weights_connection_, *weights_seq_no_) : Stamp(-1, -1));
     ++episode.obs_rows;
     ++episode.action_rows;
     ++pending_steps_;
+  } else if (episode.held_back) {
+    ++held_steps_;
   }
   return Status::Ok();
 }
@@ -335,7 +356,8 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const st
 
 // -- cutting and sending ---------------------------------------------------------------------
 
-bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest) {
+bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest,
+                       std::int64_t& runs_connection) {
   // A step is complete once the observation after it is known; an action still
   // waiting for its next observation stays for the next chunk, as does the
   // observation the next chunk starts from.
@@ -355,9 +377,28 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   detail::copy_rows(episode.steps.action_dist_inputs, k, dist_dim, chunk.action_dist_inputs);
   chunk.is_terminated = done && episode.terminated;
   chunk.is_truncated = done && episode.truncated;
+  bool runs = config_->announces_version;  // (a plain v1 server is never sent runs)
   for (std::size_t i = 0; i < k; ++i) {
     const Stamp& stamp = episode.versions[i];
     if (stamp.first >= 0 && (!oldest || stamp < *oldest)) oldest = stamp;
+    runs = runs && stamp.first == connection_ && stamp.second >= 0 && stamp.second <= kMaxRunVersion;
+  }
+  // The version of every step, when they used more than one (§10.1); not
+  // when one is unknown or was learned on an earlier connection (whose
+  // server may be another run). The link leaves them out too if the batch
+  // goes on a later connection than this one.
+  if (runs && std::any_of(episode.versions.begin() + 1, episode.versions.begin() + static_cast<std::ptrdiff_t>(k),
+                          [&](const Stamp& stamp) { return stamp.second != episode.versions[0].second; })) {
+    for (std::size_t i = 0; i < k; ++i) {
+      const Stamp& stamp = episode.versions[i];
+      std::vector<std::pair<std::int64_t, std::int64_t>>& out = chunk.weights_seq_no_runs;
+      if (out.empty() || out.back().first != stamp.second) {
+        out.emplace_back(stamp.second, 1);
+      } else {
+        ++out.back().second;
+      }
+    }
+    runs_connection = connection_;
   }
   detail::erase_rows(episode.steps.obs, k, obs_dim);
   detail::erase_rows(episode.steps.actions, k, act_dim);
@@ -371,23 +412,28 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   return true;
 }
 
-void TetherClient::send_batch() {
+void TetherClient::send_batch(bool even_empty) {
   auto batch = std::make_shared<Batch>();
   std::optional<Stamp> oldest;
   for (Episode& episode : finished_) {
-    cut(episode, batch->chunks, oldest);
+    cut(episode, batch->chunks, oldest, batch->runs_connection);
     recycle(std::move(episode));
   }
   finished_.clear();
   for (auto& entry : episodes_) {
-    if (entry.second.training) cut(entry.second, batch->chunks, oldest);
+    if (entry.second.training) cut(entry.second, batch->chunks, oldest, batch->runs_connection);
   }
   recount_pending();
-  if (batch->chunks.empty()) return;
+  // Held-back steps were played: the batch goes even without records, as its
+  // answer brings the weights and record_share (§13.2).
+  batch->even_empty = even_empty && held_steps_ > 0;
+  held_steps_ = 0;
+  if (batch->chunks.empty() && !batch->even_empty) return;
   for (const EpisodeChunk& chunk : batch->chunks) batch->env_steps += static_cast<std::int64_t>(chunk.steps());
   // The claim: the oldest version of the steps cut (§7.6), stamped with the
   // connection it was learned on (the link drops a claim of an earlier server
-  // run); steps of unknown version claim none.
+  // run); steps of unknown version claim none; a batch without steps, the version held.
+  if (!oldest && batch->chunks.empty() && weights_seq_no_) oldest = Stamp(weights_connection_, *weights_seq_no_);
   if (oldest) batch->weights_seq_no = oldest->second;
   batch->claim_connection = oldest ? oldest->first : connection_;
   const bool strict = waits_for_weights();

@@ -174,6 +174,47 @@ bool tail_matches(const std::vector<std::size_t>& shape, const std::vector<std::
   return true;
 }
 
+// §10.6 check 18 [1.3]: "weights_seq_no_runs", if present and not null, is
+// [version, steps] pairs of JSON integers (18a: every pair is checked before
+// the sum, as the Python core does) whose steps sum to the chunk's T (18b).
+Status check_runs(const nlohmann::json& record, std::size_t steps, const std::string& where) {
+  const nlohmann::json* runs = detail::member(record, "weights_seq_no_runs");
+  if (runs == nullptr || runs->is_null()) return Status::Ok();
+  if (!runs->is_array()) {
+    return fail(ErrorCode::kInvalidField, where, "\"weights_seq_no_runs\" must be a list of [version, steps] pairs");
+  }
+  for (const nlohmann::json& run : *runs) {
+    if (!run.is_array() || run.size() != 2 || !detail::is_integer(run[0]) || !detail::is_integer(run[1])) {
+      return fail(ErrorCode::kInvalidField, where,
+                  "\"weights_seq_no_runs\" must be a list of [version, steps] integer pairs, got " + detail::describe(run));
+    }
+    // (as_int64 clamps a huge unsigned value to INT64_MAX: still out of range, still too many steps)
+    const std::int64_t version = detail::as_int64(run[0]);
+    if (version < 0 || version > kMaxRunVersion || detail::as_int64(run[1]) < 1) {
+      return fail(ErrorCode::kInvalidField, where,
+                  "\"weights_seq_no_runs\" has " + detail::describe(run) + ": a version is 0.." +
+                      std::to_string(kMaxRunVersion) + ", a run has at least 1 step");
+    }
+  }
+  // The counts may be huge: summed only while they fit under T (no overflow).
+  std::uint64_t covered = 0;
+  bool too_many = false;
+  for (const nlohmann::json& run : *runs) {
+    const auto count = static_cast<std::uint64_t>(detail::as_int64(run[1]));
+    if (count > static_cast<std::uint64_t>(steps) - covered) {
+      too_many = true;
+      break;
+    }
+    covered += count;
+  }
+  if (too_many || covered != steps) {
+    return fail(ErrorCode::kEpisodeLengthMismatch, where,
+                "\"weights_seq_no_runs\" covers " + (too_many ? std::string("more") : std::to_string(covered)) +
+                    " steps, the chunk has " + std::to_string(steps));
+  }
+  return Status::Ok();
+}
+
 Status flag(const nlohmann::json& record, const char* key, const std::string& where) {
   const nlohmann::json* value = detail::member(record, key);
   if (value == nullptr || !value->is_boolean()) {
@@ -266,6 +307,7 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
       !episode_id->is_number_integer()) {
     return fail(ErrorCode::kInvalidField, where, "\"episode_id\" must be a string");
   }
+  if (!(status = check_runs(record, steps, where)).ok()) return status;
   if (obs_rows != nullptr) *obs_rows = obs.shape[0];
   return steps;
 }
@@ -281,6 +323,7 @@ void EpisodeChunk::clear() noexcept {
   is_terminated = false;
   is_truncated = false;
   episode_id.reset();
+  weights_seq_no_runs.clear();
 }
 
 namespace {
@@ -299,6 +342,20 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   if (!chunk.action_dist_inputs.empty() && chunk.action_dist_inputs.size() != steps * k) {
     return size_error("action_dist_inputs", chunk.action_dist_inputs.size(), steps * k);
   }
+  std::size_t covered = 0;
+  for (const auto& [version, count] : chunk.weights_seq_no_runs) {
+    // (a record the server would refuse whole, §10.6 check 18)
+    if (version < 0 || version > kMaxRunVersion || count < 1 || static_cast<std::uint64_t>(count) > steps - covered) {
+      return Status(ErrorCode::kInvalidArgument, "weights_seq_no_runs must be runs of versions 0.." +
+                                                     std::to_string(kMaxRunVersion) + " covering the " +
+                                                     std::to_string(steps) + " steps");
+    }
+    covered += static_cast<std::size_t>(count);
+  }
+  if (!chunk.weights_seq_no_runs.empty() && covered != steps) {
+    return Status(ErrorCode::kInvalidArgument, "weights_seq_no_runs covers " + std::to_string(covered) +
+                                                   " steps, the chunk has " + std::to_string(steps));
+  }
   const bool discrete = action_space.kind() != SpaceKind::kBox;
   nlohmann::json record = nlohmann::json::object();
   record["obs"] = rows_json(chunk.obs, steps + 1, observation_space.shape(), false);
@@ -313,6 +370,11 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   }
   if (!chunk.action_dist_inputs.empty()) {
     record["action_dist_inputs"] = rows_json(chunk.action_dist_inputs, steps, {static_cast<std::int64_t>(k)}, false);
+  }
+  if (!chunk.weights_seq_no_runs.empty()) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& [version, count] : chunk.weights_seq_no_runs) runs.push_back({version, count});
+    record["weights_seq_no_runs"] = std::move(runs);
   }
   record["is_terminated"] = chunk.is_terminated;
   record["is_truncated"] = chunk.is_truncated;

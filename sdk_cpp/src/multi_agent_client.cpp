@@ -87,6 +87,7 @@ struct MultiAgentClient::Module {
   ModuleSpec spec;
   std::shared_ptr<LoadedPolicy> policy;
   std::optional<std::int64_t> seq;
+  std::int64_t seq_connection = 0;  // the connection `seq` was learned on
   std::size_t obs_dim = 0, act_dim = 0, dist_dim = 0, value_dim = 0;
   // Frame scratch: the rows of the actors acting with this module now.
   std::vector<float> batch_obs;
@@ -156,6 +157,12 @@ struct alignas(64) MultiAgentClient::Actor {
   AgentEntry* cut_entry = nullptr;
   std::size_t cut_take = 0;
   std::size_t cut_seen = 0;
+  // ... and the versions of the steps taken (§10.1): the current run's
+  // version and length, and whether runs may be sent (every version so far
+  // known and learned on the current connection, a server that takes them).
+  std::int64_t cut_version = 0;
+  std::int64_t cut_run = 0;
+  bool cut_runs = false;
 
   // A single agent's latest observation: its final one, or its last recorded
   // row's (no second copy per frame), else `latest`.
@@ -171,7 +178,8 @@ struct alignas(64) MultiAgentClient::Actor {
 
 struct MultiAgentClient::Episode {
   std::string id;
-  bool training = true;
+  bool training = true;    // its steps are recorded (and sent)
+  bool held_back = false;  // a training episode not recorded (record_share): played, counted, not sent
   std::int64_t t = 0;
   std::unordered_map<std::string, std::unique_ptr<Actor>> actors;
   // The last frame's actors by slot: an engine usually sends the same agents
@@ -329,7 +337,9 @@ void MultiAgentClient::apply_models(LinkEvent& event) {
   }
   for (const auto& entry : event.module_seqs) {
     auto it = modules_.find(entry.first);
-    if (it != modules_.end()) it->second->seq = entry.second;
+    if (it == modules_.end()) continue;
+    it->second->seq = entry.second;
+    it->second->seq_connection = event.connection;  // (a version kept across a reconnect keeps its own)
   }
 }
 
@@ -484,9 +494,17 @@ Result<std::string> MultiAgentClient::start_episode(const std::string& episode_i
   if (episodes_.count(id) != 0) {
     return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
   }
+  // Holding back (§13.2): one draw for the whole episode, recorded with
+  // probability record_share. At 1 no number is drawn, so the client's draws
+  // are those of a client without it.
+  bool recorded = training_enabled;
+  const double share = link_->record_share();
+  if (training_enabled && share < 1.0) recorded = rng_.uniform() < share;
   auto episode = std::make_unique<Episode>();
   episode->id = id;
-  episode->training = training_enabled;
+  episode->training = recorded;
+  episode->held_back = training_enabled && !recorded;
+  if (episode->held_back) ++episodes_held_back_;
   episodes_.emplace(id, std::move(episode));
   return id;
 }
@@ -870,9 +888,13 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   // wait_for_weights it waits for them), and this frame then acts with them.
   // The actors about to act hold back their latest step until this frame's
   // observation (§10.7): it goes with the next batch.
+  // A batch every env_steps_per_sample agent steps played (§13.2): complete
+  // recorded steps and steps of held-back episodes. With none held back,
+  // every env_steps_per_sample complete steps recorded, as always.
   const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
-  if (episode->training && pending_steps_ >= per_sample && sendable_steps() >= per_sample) {
-    send_batch();
+  if ((episode->training || episode->held_back) && pending_steps_ + held_steps_ >= per_sample &&
+      sendable_steps() + held_steps_ >= per_sample) {
+    send_batch(/*even_empty=*/true);
     if (!fatal_.ok()) return fatal_;
   }
   status = gather(episode, frame, episode_id, false);
@@ -922,6 +944,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   }
   if (episode->training) record_frame(*episode);
   if (episode->training) ++env_steps_since_cut_;
+  if (episode->held_back) held_steps_ += slots_.size();  // one agent step per actor (a group's once)
   ++episode->t;
   return Status::Ok();
 }
@@ -945,7 +968,7 @@ void MultiAgentClient::record_frame(Episode& episode) {
     b.logp.swap(module->logp);
     b.rewards.assign(rows, 0.0);
     b.actors.assign(rows, nullptr);
-    b.stamp = module->seq ? Stamp(connection_, *module->seq) : Stamp(-1, -1);
+    b.stamp = module->seq ? Stamp(module->seq_connection, *module->seq) : Stamp(-1, -1);
     b.live = 0;
     module->block = &b;
     episode.blocks.push_back(std::move(block));
@@ -1263,14 +1286,17 @@ std::size_t MultiAgentClient::sendable_steps() const {
 // observations are its steps' and the one after (T+1). Blocks left without
 // uncut rows go back for reuse.
 void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
-                           std::map<std::string, std::optional<Stamp>>& oldest) {
+                           std::map<std::string, std::optional<Stamp>>& oldest, std::int64_t& runs_connection) {
   cutting_.clear();
+  const bool server_takes_runs = config_->announces_version;  // (a plain v1 server is never sent runs)
   auto plan = [&](Actor& actor) {
     if (!actor.training) return;
     const std::size_t take = actor.has_final ? actor.rows : (actor.rows == 0 ? 0 : actor.rows - 1);
     if (take == 0) return;
     actor.cut_take = take;
     actor.cut_seen = 0;
+    actor.cut_run = 0;
+    actor.cut_runs = server_takes_runs;
     cutting_.push_back(&actor);
   };
   for (auto& actor : episode.finished) plan(*actor);
@@ -1322,6 +1348,20 @@ void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
       std::copy(dist, dist + b.dist_dim, chunk.action_dist_inputs.begin() + static_cast<std::ptrdiff_t>(i * b.dist_dim));
       chunk.action_logp[i] = b.logp[r];
       chunk.rewards[i] = static_cast<float>(b.rewards[r]);
+      // The step's version goes into the entry's runs; a run is stored only
+      // once another version follows it (one version: no runs, nothing allocated).
+      if (b.stamp.first != connection_ || b.stamp.second < 0 || b.stamp.second > kMaxRunVersion) {
+        // A step of unknown version, or of one learned on an earlier
+        // connection (maybe another server run): the entry has the claim.
+        actor->cut_runs = false;
+      } else if (actor->cut_runs) {
+        if (actor->cut_run > 0 && b.stamp.second != actor->cut_version) {
+          chunk.weights_seq_no_runs.emplace_back(actor->cut_version, actor->cut_run);
+          actor->cut_run = 0;
+        }
+        actor->cut_version = b.stamp.second;
+        ++actor->cut_run;
+      }
       b.actors[r] = nullptr;
       --b.live;
       cut_any = true;
@@ -1337,6 +1377,15 @@ void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
       copy_row(actor->final_obs.data(), actor->final_obs.size(), entry.chunk.obs, actor->cut_take * actor->module->obs_dim);
       copy_row(actor->final_value_obs.data(), actor->final_value_obs.size(), entry.value_obs,
                actor->cut_take * actor->module->value_dim);
+    }
+    // Runs when the steps used more than one version (§10.1); the link leaves
+    // them out if the batch goes on a later connection than this one.
+    std::vector<std::pair<std::int64_t, std::int64_t>>& runs = entry.chunk.weights_seq_no_runs;
+    if (actor->cut_runs && !runs.empty()) {
+      runs.emplace_back(actor->cut_version, actor->cut_run);
+      runs_connection = connection_;
+    } else {
+      runs.clear();
     }
     actor->rows -= actor->cut_take;
     actor->cut_entry = nullptr;
@@ -1386,7 +1435,7 @@ void MultiAgentClient::compact_blocks(Episode& episode) {
   release_blocks_if(episode, [](const StepBlock& block) { return block.live == 0; });
 }
 
-void MultiAgentClient::send_batch() {
+void MultiAgentClient::send_batch(bool even_empty) {
   auto batch = std::make_shared<Batch>();
   batch->multi_agent = true;
   std::map<std::string, std::optional<Stamp>> oldest;  // per module
@@ -1398,7 +1447,7 @@ void MultiAgentClient::send_batch() {
     }
     MultiAgentRecord record;
     record.episode_id = episode.id;
-    cut(episode, record, oldest);
+    cut(episode, record, oldest, batch->runs_connection);
     episode.finished.clear();
     if (!record.agents.empty() || episode.done) {
       record.is_terminated = episode.done && !episode.truncated;
@@ -1415,7 +1464,11 @@ void MultiAgentClient::send_batch() {
   recount_pending();
   const std::int64_t env_steps = env_steps_since_cut_;
   env_steps_since_cut_ = 0;
-  if (batch->records.empty()) return;
+  // Held-back steps were played: the batch goes even without records, as its
+  // answer brings the weights and record_share (§13.2).
+  batch->even_empty = even_empty && held_steps_ > 0;
+  held_steps_ = 0;
+  if (batch->records.empty() && !batch->even_empty) return;
   for (const MultiAgentRecord& record : batch->records) {
     for (const auto& entry : record.agents) batch->agent_steps += static_cast<std::int64_t>(entry.second.chunk.steps());
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -104,6 +105,19 @@ bool fits(std::size_t queued, std::size_t steps, std::size_t limit) {
   return steps <= limit && queued <= limit - steps;
 }
 
+// Leaves out every record's and agent entry's weights_seq_no_runs (§10.1).
+void strip_runs(nlohmann::json& episodes) {
+  for (nlohmann::json& record : episodes) {
+    if (!record.is_object()) continue;
+    record.erase("weights_seq_no_runs");
+    auto agents = record.find("agents");
+    if (agents == record.end() || !agents->is_object()) continue;
+    for (nlohmann::json& entry : *agents) {
+      if (entry.is_object()) entry.erase("weights_seq_no_runs");
+    }
+  }
+}
+
 Status server_error_status(const Message& message) {
   Result<ServerError> error = decode_error(message);
   if (!error.ok()) return error.status();
@@ -188,7 +202,9 @@ void ServerLink::drop_episodes(Batch& batch, const std::set<std::string>& gone) 
 
 void ServerLink::recount_queue_locked() {
   outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(),
-                               [](const std::shared_ptr<Batch>& b) { return b->chunks.empty() && b->records.empty(); }),
+                               [](const std::shared_ptr<Batch>& b) {
+                                 return b->chunks.empty() && b->records.empty() && !b->even_empty;
+                               }),
                 outbox_.end());
   queued_steps_ = 0;
   for (const auto& waiting : outbox_) queued_steps_ += waiting->queue_steps();
@@ -213,7 +229,7 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
     }
     if (!refused_episodes_.empty()) drop_episodes(*batch, refused_episodes_);
     recount_queue_locked();
-    if (!batch->chunks.empty() || !batch->records.empty()) {
+    if (!batch->chunks.empty() || !batch->records.empty() || batch->even_empty) {
       queued_steps_ += batch->queue_steps();  // after its dropped episodes left it
       outbox_.push_back(std::move(batch));
     } else {
@@ -674,8 +690,41 @@ std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx
   return policy;
 }
 
+void ServerLink::count_refused_stale(const nlohmann::json& state) {
+  // §7.6 [1.3]: a value that is not a JSON integer >= 1 is ignored, never an error.
+  auto refused = state.is_object() ? state.find("steps_refused_stale") : state.end();
+  if (refused == state.end() || !refused->is_number_integer()) return;
+  std::uint64_t steps = 0;
+  if (refused->is_number_unsigned()) {
+    steps = refused->get<std::uint64_t>();
+  } else if (refused->get<std::int64_t>() > 0) {
+    steps = static_cast<std::uint64_t>(refused->get<std::int64_t>());
+  }
+  if (steps == 0) return;
+  // Only this thread writes it; saturated, whatever numbers the server sends.
+  const std::uint64_t total = steps_refused_stale_.load();
+  const std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
+  steps_refused_stale_.store(steps > most - total ? most : total + steps);
+}
+
+void ServerLink::read_record_share(const nlohmann::json& state) {
+  // §7.6 [1.3]: absent means 1 (record every episode); a value that is not a
+  // JSON number (a boolean is none) with 0 < value <= 1 is ignored: the last valid one stays.
+  if (!state.is_object()) return;
+  auto share = state.find("record_share");
+  if (share == state.end()) {
+    record_share_.store(1.0, std::memory_order_relaxed);
+    return;
+  }
+  if (!share->is_number()) return;
+  const double value = share->get<double>();
+  if (value > 0.0 && value <= 1.0) record_share_.store(value, std::memory_order_relaxed);  // (NaN fails both)
+}
+
 void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event) {
   event.connection = connection_number_;
+  count_refused_stale(state);
+  read_record_share(state);
   if (options_.multi_agent) {
     auto models = state.find("models");
     if (models == state.end() || !models->is_object()) {
@@ -875,6 +924,15 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
     if (!same_connection) {
       for (auto& entry : *info.weights_seq_nos) entry.second = 0;
     }
+  }
+  // Runs go only on the connection their versions were learned on (§10.1):
+  // a resend after a reconnect may reach another server run, whatever its
+  // versions say; and never to a plain v1 server (no protocol_version).
+  // Checked on every attempt.
+  if (batch->runs_connection != Batch::kNoRuns &&
+      (!config.announces_version || batch->runs_connection != connection_number_)) {
+    strip_runs(batch->episodes);
+    batch->runs_connection = Batch::kNoRuns;
   }
   if (config.speaks_1_3) {
     info.agent_steps = agent_steps;

@@ -192,6 +192,40 @@ TEST(Allocations, OntoAnEpisodeThatOutlivesBatchesNothingGrows) {
   EXPECT_LE(counts.calls_that_allocated, 2 * (10000 / 500) + 2);
 }
 
+// Held-back episodes (record_share 0.5, §13.2) act as recorded ones do: only
+// the calls that cut a batch (every 500 steps played, held back or not) allocate.
+TEST(Allocations, HeldBackEpisodesAllocateOnlyWhenTheyCut) {
+  fake::ServerScript script = real_model_script(500);
+  const std::string model = script.model_file(0);
+  auto answer = [model](fake::Conn& conn) {  // version 0 again: nothing to load
+    conn.send({{"type", "SET_STATE"}, {"weights_seq_no", 0}, {"onnx_file", model}, {"record_share", 0.5}});
+  };
+  script.on_get_state = [answer](fake::Conn& conn, const tether::Message&, int) {
+    answer(conn);
+    return true;
+  };
+  script.on_batch = [answer](fake::Conn& conn, const tether::Message&, int) {
+    answer(conn);
+    return true;
+  };
+  fake::FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  play(*client, 10, 200, false);
+  ASSERT_TRUE(client->flush().ok());  // (the warm-up's batches all arrived: none is counted below)
+  const std::size_t batches_before = server.batches().size();
+  Counts counts = play(*client, 50, 200, true);  // 10,000 steps played: 20 batches
+  ASSERT_TRUE(client->flush().ok());
+  const long batches = static_cast<long>(server.batches().size() - batches_before);
+  std::printf("held back: %ld calls, %ld allocated; %ld batches; %llu of 60 episodes held back\n", counts.calls,
+              counts.calls_that_allocated, batches, static_cast<unsigned long long>(client->episodes_held_back()));
+  EXPECT_GE(client->episodes_held_back(), 15u);
+  EXPECT_LE(client->episodes_held_back(), 45u);
+  EXPECT_GE(batches, 19);
+  EXPECT_LE(batches, 21);
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
+}
+
 namespace {
 
 // A multi-agent server: one module that every agent maps to, the real model.

@@ -102,6 +102,48 @@ TEST(Episode, MultiAgentRecord) {
   EXPECT_EQ(encode_multi_agent_record(record, modules).status().code(), ErrorCode::kUnknownModule);
 }
 
+// weights_seq_no_runs (§10.1): written when set, refused by the encoder
+// when it does not cover the steps, and its counts summed without overflow.
+TEST(Episode, WeightsSeqNoRuns) {
+  const Space obs = box({2}, -1, 1);
+  const Space act = Space::discrete(2).value();
+  EpisodeChunk c = two_steps();
+  EXPECT_FALSE(encode_episode(c, obs, act).value().contains("weights_seq_no_runs"));
+  c.weights_seq_no_runs = {{3, 1}, {kMaxRunVersion, 1}};
+  nlohmann::json good = encode_episode(c, obs, act).value();
+  EXPECT_EQ(good["weights_seq_no_runs"], nlohmann::json::parse("[[3, 1], [2147483647, 1]]"));
+  EXPECT_EQ(validate_episode(good, 0, obs, act, true).value(), 2u);
+  for (const auto& bad : std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>{
+           {{3, 1}}, {{3, 3}}, {{3, 1}, {4, 0}, {5, 1}}, {{-1, 2}}, {{kMaxRunVersion + 1, 2}}}) {
+    c.weights_seq_no_runs = bad;
+    EXPECT_EQ(encode_episode(c, obs, act).status().code(), ErrorCode::kInvalidArgument);
+  }
+  c.clear();
+  EXPECT_TRUE(c.weights_seq_no_runs.empty());
+  auto code = [&](const char* runs) {
+    nlohmann::json r = good;
+    r["weights_seq_no_runs"] = nlohmann::json::parse(runs);
+    Result<std::size_t> steps = validate_episode(r, 0, obs, act, true);
+    return steps.ok() ? ErrorCode::kOk : steps.status().code();
+  };
+  EXPECT_EQ(code("null"), ErrorCode::kOk);
+  EXPECT_EQ(code("[[0, 2]]"), ErrorCode::kOk);
+  // Counts that wrap around 2^64 (or 2^63) when summed must not add up to T.
+  EXPECT_EQ(code("[[0, 18446744073709551615], [1, 3]]"), ErrorCode::kEpisodeLengthMismatch);
+  EXPECT_EQ(code("[[0, 9223372036854775807], [1, 9223372036854775807], [2, 4]]"),
+            ErrorCode::kEpisodeLengthMismatch);
+  EXPECT_EQ(code("[[0, 1], [1, 18446744073709551615]]"), ErrorCode::kEpisodeLengthMismatch);
+  EXPECT_EQ(code("[[18446744073709551615, 2]]"), ErrorCode::kInvalidField);
+  EXPECT_EQ(code("[[0, -18446744073709551615]]"), ErrorCode::kInvalidField);  // (a float: too big for int64)
+  // Every pair is checked (18a) before the counts are summed (18b).
+  EXPECT_EQ(code("[[0, 5], [1, true]]"), ErrorCode::kInvalidField);
+  // Checked after the existing checks 1-17.
+  nlohmann::json r = good;
+  r["weights_seq_no_runs"] = "bad";
+  r["action_logp"] = {0.1};
+  EXPECT_EQ(validate_episode(r, 0, obs, act, true).status().code(), ErrorCode::kEpisodeLengthMismatch);
+}
+
 TEST(Episode, GroupsAndValueObs) {
   GroupSpec g = GroupSpec::from_json("g", nlohmann::json::parse(R"({"members":["x","y"],"reward":"mean"})")).value();
   EXPECT_DOUBLE_EQ(g.combine_rewards({1.0, 2.0, 3.0}), 3.0);

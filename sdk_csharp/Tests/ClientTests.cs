@@ -177,47 +177,52 @@ namespace Tether.Tests
         }
 
         [Test]
-        public void StepVersionsLearnedBeforeAServerRestartAreNotSent()
+        public void StepVersionsGoOnlyOnTheConnectionTheyWereLearnedOn()
         {
+            // The server never restarts here: versions only go up, yet a reconnect is enough (§10.1).
             using (var server = new ScriptedServer(1000))
             using (TetherClient client = Connect(server))
             {
-                // Steps of versions 0 and 1 wait in an episode while the server restarts (back to version 0).
+                // Steps of versions 0 and 1 wait in an episode while the connection is lost.
                 string a = client.StartEpisode();
                 Play(client, a, 2);
                 server.Seq = 1;
                 client.Flush(10);
                 Play(client, a, 2);
-                server.Seq = 0;
+                server.Seq = 2;
                 server.DropConnections();
                 // The game hears of the new connection (a call that records nothing) before it cuts those steps.
                 DateTime deadline = DateTime.UtcNow.AddSeconds(10);
-                while (client.WeightsSeqNo != 0 && DateTime.UtcNow < deadline)
+                while (client.WeightsSeqNo != 2 && DateTime.UtcNow < deadline)
                 {
                     client.ComputeAction(Obs, new double[1]);
                     Thread.Sleep(5);
                 }
-                Assert.That(client.WeightsSeqNo, Is.EqualTo(0));
+                Assert.That(client.WeightsSeqNo, Is.EqualTo(2));
                 Assert.That(client.Reconnects, Is.EqualTo(1));
+                Play(client, a, 1);  // one step learned on the new connection: the record's steps span two
                 client.EndEpisode(a, Obs);
                 client.Flush(10);
-                // A batch written with step versions is lost, and the server restarts before it goes again.
+                // A batch written with step versions is lost, and goes again on a new connection to the same server.
                 string b = client.StartEpisode();
                 Play(client, b, 2);
-                server.Seq = 1;
+                server.Seq = 3;
                 client.Flush(10);
                 Play(client, b, 2);
-                server.Seq = 0;
                 server.DropOnceSeq = 4;
                 client.EndEpisode(b, Obs);
                 client.Flush(10);
                 var batches = server.Received("EPISODES_AND_GET_STATE");
                 Assert.That(batches.Select(m => (long)m["batch_seq"]), Is.EqualTo(new long[] { 1, 2, 3, 4, 4 }));
-                Assert.That(RunsOf(RecordOf(batches[1], a)), Is.Null, "versions of an earlier server run were sent");
-                Assert.That(RunsOf(RecordOf(batches[3], b)), Is.EqualTo("[[0,1],[1,2]]"));
-                Assert.That(RunsOf(RecordOf(batches[4], b)), Is.Null, "the resend to the restarted server kept the earlier run's versions");
-                Assert.That((long)batches[4]["weights_seq_no"], Is.EqualTo(0));
+                Assert.That(RunsOf(RecordOf(batches[1], a)), Is.Null, "versions learned on an earlier connection were sent");
+                Assert.That(RunsOf(RecordOf(batches[3], b)), Is.EqualTo("[[2,1],[3,2]]"), "sent on the connection its versions were learned on");
+                Assert.That(RunsOf(RecordOf(batches[4], b)), Is.Null, "the resend on a new connection kept the step versions");
+                // The claim is resent unchanged.
+                Assert.That((long)batches[1]["weights_seq_no"], Is.EqualTo(0));
+                Assert.That((long)batches[3]["weights_seq_no"], Is.EqualTo(2));
+                Assert.That((long)batches[4]["weights_seq_no"], Is.EqualTo(2));
                 Assert.That(client.Reconnects, Is.EqualTo(2));
+                Assert.That(client.EnvStepsSent, Is.EqualTo(9));
             }
         }
 
@@ -240,6 +245,138 @@ namespace Tether.Tests
                 }
                 Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(answers.Length));
             }
+        }
+
+        [Test]
+        public void AQuarterOfTheEpisodesAreRecordedWhenTheServerAsksForAQuarter()
+        {
+            const int perSample = 50, length = 5, training = 400;
+            using (var server = new ScriptedServer(perSample) { RecordShare = "0.25" })
+            using (TetherClient client = Connect(server))
+            {
+                Assert.That(client.RecordShare, Is.EqualTo(0.25));  // from the handshake's SET_STATE
+                for (int e = 0; e < training + 20; ++e)
+                {
+                    // Every 21st episode does not train: it is neither drawn nor held back.
+                    string episode = client.StartEpisode(null, trainingEnabled: e % 21 != 20);
+                    Play(client, episode, length);
+                    Assert.That(client.EndEpisode(episode, Obs), Is.EqualTo(length), "a held-back episode's returns count alike");
+                }
+                client.Flush(10);
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                int recorded = batches.SelectMany(b => b["episodes"]).Select(r => (string)r["episode_id"]).Distinct().Count();
+                int recordedSteps = batches.Sum(b => (int)b["env_steps"]);
+                Console.WriteLine("[ record_share ] " + recorded + " of " + training + " episodes recorded, " + client.EpisodesHeldBack + " held back, " + batches.Count + " batches");
+                Assert.That(recorded, Is.InRange(60, 140));
+                Assert.That(recorded + client.EpisodesHeldBack, Is.EqualTo(training));
+                Assert.That(recordedSteps, Is.EqualTo(recorded * length));
+                Assert.That(recordedSteps + client.EpisodesHeldBack * length, Is.EqualTo(training * length), "recorded + held-back steps = steps played");
+                Assert.That(client.EnvStepsSent, Is.EqualTo(recordedSteps));
+                // A batch every perSample steps played in training episodes (recorded or held back), not recorded.
+                Assert.That(batches.Count, Is.InRange(training * length / perSample - 1, training * length / perSample + 1));
+                Assert.That(batches.Select(b => (long)b["batch_seq"]), Is.EqualTo(Enumerable.Range(1, batches.Count).Select(i => (long)i)));
+                Space obs = Space.FromJson(server.Config["observation_space"]);
+                Space act = Space.FromJson(server.Config["action_space"]);
+                foreach (JObject b in batches) Assert.That(EpisodeRecords.ValidateEpisodes(b, obs, act, true), Is.EqualTo((int)b["env_steps"]));
+            }
+        }
+
+        [Test]
+        public void RecordSharesThatAreNotNumbersInZeroToOneAreIgnoredAndAnAbsentOneMeansOne()
+        {
+            using (var server = new ScriptedServer(1000))
+            using (TetherClient client = Connect(server))
+            {
+                Assert.That(client.RecordShare, Is.EqualTo(1.0));
+                string episode = client.StartEpisode();  // recorded: every batch below goes, one answer each
+                var answers = new[] { "0.5", "\"0.25\"", "true", "0", "1.5", "-0.5", "null", "0.75", "1", "0.125", null };
+                var expected = new[] { 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.75, 1.0, 0.125, 1.0 };
+                for (int i = 0; i < answers.Length; ++i)
+                {
+                    server.RecordShare = answers[i];
+                    Play(client, episode, 2);
+                    client.Flush(10);
+                    Assert.That(client.RecordShare, Is.EqualTo(expected[i]), "after an answer with " + (answers[i] ?? "no record_share"));
+                }
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(answers.Length));
+                Assert.That(client.EpisodesHeldBack, Is.EqualTo(0));
+            }
+        }
+
+        [Test]
+        public void WithEveryEpisodeHeldBackEmptyBatchesStillGoEveryEnvStepsPerSampleStepsPlayed()
+        {
+            foreach (bool onPolicy in new[] { true, false })
+            {
+                using (var server = new ScriptedServer(10, onPolicy) { RecordShare = "1e-9" })
+                using (TetherClient client = Connect(server))
+                {
+                    string type = onPolicy ? "EPISODES_AND_GET_STATE" : "EPISODES";
+                    string a = client.StartEpisode();
+                    Play(client, a, 35);  // batches cut at calls 11, 21 and 31
+                    client.Flush(10);     // (nothing recorded: nothing more to send)
+                    var batches = server.Received(type);
+                    Assert.That(batches.Count, Is.EqualTo(3), type);
+                    Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                    for (int i = 0; i < batches.Count; ++i)
+                    {
+                        JObject b = batches[i];
+                        Assert.That(((JArray)b["episodes"]).Count, Is.EqualTo(0));
+                        Assert.That((long)b["batch_seq"], Is.EqualTo(i + 1));
+                        Assert.That((string)b["client_session"], Is.EqualTo(client.ClientSession));
+                        Assert.That((long)b["weights_seq_no"], Is.EqualTo(0));
+                        Assert.That((int)b["agent_steps"], Is.EqualTo(0));
+                        Assert.That((int)b["env_steps"], Is.EqualTo(0));
+                    }
+                    if (!onPolicy) Assert.That(server.Received("GET_STATE").Count, Is.EqualTo(1 + 3), "each EPISODES is followed by a GET_STATE");
+                    // An answer without record_share: every new episode is recorded again; the running one stays held back.
+                    server.RecordShare = null;
+                    Play(client, a, 10);  // batch 4, cut at call 41
+                    client.Flush(10);
+                    Assert.That(client.RecordShare, Is.EqualTo(1.0));
+                    Assert.That(client.EndEpisode(a, Obs), Is.EqualTo(45));
+                    string b2 = client.StartEpisode();
+                    Play(client, b2, 5);
+                    client.EndEpisode(b2, Obs);
+                    client.Flush(10);
+                    batches = server.Received(type);
+                    Assert.That(batches.Count, Is.EqualTo(5));
+                    Assert.That(((JArray)batches[3]["episodes"]).Count, Is.EqualTo(0));
+                    Assert.That(batches[4]["episodes"].Select(r => (string)r["episode_id"]), Is.EqualTo(new[] { b2 }));
+                    Assert.That((int)batches[4]["env_steps"], Is.EqualTo(5));
+                    Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                    Assert.That(client.EnvStepsSent, Is.EqualTo(5));
+                }
+            }
+        }
+
+        [Test]
+        public void AtRecordShareOneNoRandomNumberIsDrawnForAnEpisode()
+        {
+            // The actions of a training episode at share 1 are those of an episode that does not
+            // train (which draws nothing): a client told "1" acts as one never told a share.
+            Func<string, bool, int[]> actions = (share, train) =>
+            {
+                using (var server = new ScriptedServer(1000) { RecordShare = share })
+                using (TetherClient client = Connect(server))
+                {
+                    string episode = client.StartEpisode(null, train);
+                    var action = new double[1];
+                    var taken = new int[64];
+                    for (int t = 0; t < taken.Length; ++t)
+                    {
+                        client.GetAction(episode, new[] { (float)Math.Sin(t), (float)Math.Cos(0.7 * t), 0.3f * (t % 5), -0.1f }, action);
+                        taken[t] = (int)action[0];
+                    }
+                    return taken;
+                }
+            };
+            int[] reference = actions(null, false);
+            Assert.That(actions(null, true), Is.EqualTo(reference));
+            Assert.That(actions("1", true), Is.EqualTo(reference));
+            Assert.That(actions("1.0", true), Is.EqualTo(reference));
+            // (a share below 1 draws one number: the sequence is shifted, so this test can tell)
+            Assert.That(actions("0.9999999", true), Is.Not.EqualTo(reference));
         }
 
         [Test]
@@ -654,23 +791,28 @@ namespace Tether.Tests
             Assert.That(e.Message, Is.StringContaining("127.0.0.1:1").And.StringContaining("ReconnectTimeoutSeconds"));
         }
 
-        [Test]
-        public void GetActionAllocatesNothingInSteadyState()
+        [TestCase(null)]
+        [TestCase("0.5")]
+        public void GetActionAllocatesNothingInSteadyState(string share)
         {
             // A game the server keeps up with: after each episode the game goes on
             // only once the link is idle (as frames spaced in time would), so the
-            // batches cut earlier are back for reuse before the next cut.
+            // batches cut earlier are back for reuse before the next cut. With a
+            // record_share, half the episodes are held back (and some batches empty).
             const int perSample = 500;
-            using (var server = new ScriptedServer(perSample))
+            using (var server = new ScriptedServer(perSample) { RecordShare = share })
             using (TetherClient client = Connect(server))
             {
                 var action = new double[1];
                 int allocating = 0, calls = 0;
                 long bytes = 0, sentBefore = 0;
+                // Warm-up: the episodes' arrays and the reused batches and chunks get their size (with held-back
+                // episodes the batches' makeup varies, and each reused chunk meets its largest size later).
+                int warmUp = share == null ? 20 : 100;
                 for (int e = 0; e < 420; ++e)
                 {
-                    bool measure = e >= 20;  // 100,000 calls after warm-up: the episodes' arrays and the reused batches have their size
-                    if (e == 20) sentBefore = client.EnvStepsSent;
+                    bool measure = e >= warmUp;  // 100,000 calls (80,000 with a share) after warm-up
+                    if (e == warmUp) sentBefore = client.EnvStepsSent;
                     string episode = client.StartEpisode();
                     for (int t = 0; t < 250; ++t)
                     {
@@ -689,7 +831,9 @@ namespace Tether.Tests
                 }
                 long sent = client.EnvStepsSent - sentBefore;
                 Console.WriteLine("[ allocations ] " + allocating + " of " + calls + " GetAction calls allocated (" + bytes + " bytes) while " + sent + " steps were sent");
-                Assert.That(sent, Is.GreaterThanOrEqualTo(calls - perSample));  // batches were cut and delivered meanwhile
+                // Batches were cut and delivered meanwhile.
+                Assert.That(sent, Is.GreaterThanOrEqualTo(share == null ? calls - perSample : calls / 4));
+                Assert.That(client.EpisodesHeldBack, share == null ? (NUnit.Framework.Constraints.IResolveConstraint)Is.EqualTo(0) : Is.GreaterThan(100));
                 Assert.That(bytes, Is.EqualTo(0));
             }
         }

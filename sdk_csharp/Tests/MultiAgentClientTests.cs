@@ -340,6 +340,190 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void EntriesResentOnANewConnectionCarryNoVersionsPerStep()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                for (int t = 0; t < 7; ++t)
+                {
+                    if (t == 3)
+                    {
+                        server.ModuleSeq = 1;
+                        client.Flush(10);
+                    }
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    frame.Add("m_0", Obs(t, 2, 2));
+                    frame.Add("m_1", Obs(t, 3, 2));
+                    client.GetActions(episode, frame);
+                }
+                client.EndEpisode(episode);
+                server.DropOnceSeq = 2;  // batch 2 is lost with its connection: it goes again on the next one
+                client.Flush(10);
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Select(b => (long)b["batch_seq"]), Is.EqualTo(new long[] { 1, 2, 2 }));
+                Assert.That(client.Reconnects, Is.EqualTo(1));
+                Func<JObject, string, string> runs = (batch, actor) => RunsOf((JObject)batch["episodes"][0]["agents"][actor]);
+                // Sent on the connection the versions were learned on: each step's version.
+                Assert.That(runs(batches[1], "a_0"), Is.EqualTo("[[0,1],[1,4]]"));
+                Assert.That(runs(batches[1], "pair"), Is.EqualTo("[[0,1],[1,4]]"));
+                // Resent on a new connection (the same server, not restarted): the claims only, unchanged.
+                Assert.That(runs(batches[2], "a_0"), Is.Null);
+                Assert.That(runs(batches[2], "pair"), Is.Null);
+                Assert.That(JToken.DeepEquals(batches[1]["weights_seq_nos"], batches[2]["weights_seq_nos"]), Is.True);
+                Assert.That((long)batches[2]["weights_seq_nos"]["solo"], Is.EqualTo(0));
+                Assert.That(client.AgentStepsSent, Is.EqualTo(14));
+            }
+        }
+
+        static void PlayFrames(MultiAgentClient client, string episode, AgentFrame frame, int from, int frames)
+        {
+            for (int t = from; t < from + frames; ++t)
+            {
+                frame.Clear();
+                frame.Add("a_0", Obs(t, 0, 4));
+                frame.Add("m_0", Obs(t, 2, 2));
+                frame.Add("m_1", Obs(t, 3, 2));
+                client.GetActions(episode, frame);  // two actors: a_0 and the group "pair"
+                for (int i = 0; i < frame.Count; ++i) client.LogReturns(episode, frame.AgentId(i), 1.0);
+            }
+        }
+
+        [Test]
+        public void AQuarterOfTheEpisodesAreRecordedWithAllTheirAgents()
+        {
+            const int perSample = 40, frames = 3, training = 400;
+            using (ScriptedServer server = ScriptedServer.MultiAgent(perSample, rules: true))
+            {
+                server.RecordShare = "0.25";
+                using (MultiAgentClient client = Connect(server))
+                {
+                    var frame = new AgentFrame();
+                    for (int e = 0; e < training; ++e)
+                    {
+                        string episode = client.StartEpisode();
+                        PlayFrames(client, episode, frame, 0, frames);
+                        Dictionary<string, double> returns = client.EndEpisode(episode);
+                        Assert.That(returns["a_0"], Is.EqualTo(frames), "a held-back episode's returns count alike");
+                        Assert.That(returns["pair"], Is.EqualTo(frames));
+                    }
+                    client.Flush(10);
+                    var batches = server.Received("EPISODES_AND_GET_STATE");
+                    var specs = Specs(server);
+                    int envSteps = 0, agentSteps = 0;
+                    foreach (JObject b in batches)
+                    {
+                        var list = (JArray)b["episodes"];
+                        int steps = 0;
+                        for (int i = 0; i < list.Count; ++i) steps += EpisodeRecords.ValidateMultiAgentRecord(list[i], i, specs, true);
+                        Assert.That((int)b["agent_steps"], Is.EqualTo(steps));
+                        agentSteps += steps;
+                        envSteps += (int)b["env_steps"];
+                    }
+                    var records = batches.SelectMany(b => b["episodes"]).ToList();
+                    var recorded = records.GroupBy(r => (string)r["episode_id"]).ToList();
+                    Console.WriteLine("[ record_share ] " + recorded.Count + " of " + training + " multi-agent episodes recorded, " + client.EpisodesHeldBack + " held back, " + batches.Count + " batches");
+                    Assert.That(recorded.Count, Is.InRange(60, 140));
+                    Assert.That(recorded.Count + client.EpisodesHeldBack, Is.EqualTo(training));
+                    // One draw per episode: a recorded episode has every actor's every step.
+                    foreach (var episode in recorded)
+                    {
+                        foreach (string actor in new[] { "a_0", "pair" })
+                        {
+                            Assert.That(episode.Sum(r => r["agents"][actor] == null ? 0 : ((JArray)r["agents"][actor]["actions"]).Count), Is.EqualTo(frames));
+                        }
+                    }
+                    Assert.That(agentSteps, Is.EqualTo(recorded.Count * frames * 2));
+                    Assert.That(agentSteps + client.EpisodesHeldBack * frames * 2, Is.EqualTo(training * frames * 2), "recorded + held-back agent steps = agent steps played");
+                    Assert.That(envSteps, Is.EqualTo(recorded.Count * frames));
+                    // A batch every perSample agent steps played in training episodes, recorded or held back.
+                    int played = training * frames * 2;
+                    Assert.That(batches.Count, Is.InRange(played / perSample - 1, played / perSample + 1));
+                }
+            }
+        }
+
+        [Test]
+        public void AtRecordShareOneNoRandomNumberIsDrawnForAnEpisode()
+        {
+            // As for the single-agent client: at share 1 a training episode acts as one that does not train.
+            Func<string, bool, string> actions = (share, train) =>
+            {
+                using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
+                {
+                    server.RecordShare = share;
+                    using (MultiAgentClient client = Connect(server))
+                    {
+                        string episode = client.StartEpisode(null, train);
+                        var frame = new AgentFrame();
+                        var taken = new List<long>();
+                        for (int t = 0; t < 32; ++t)
+                        {
+                            frame.Clear();
+                            frame.Add("a_0", new[] { (float)Math.Sin(t), (float)Math.Cos(0.7 * t), 0.3f * (t % 5), -0.1f });
+                            frame.Add("m_0", new[] { (float)Math.Cos(t), 0.2f });
+                            frame.Add("m_1", new[] { 0.1f * (t % 3), (float)Math.Sin(1.3 * t) });
+                            client.GetActions(episode, frame);
+                            for (int i = 0; i < frame.Count; ++i) taken.Add(frame.DiscreteAction(i));
+                        }
+                        return string.Join(",", taken.Select(a => a.ToString()).ToArray());
+                    }
+                }
+            };
+            string reference = actions(null, false);
+            Assert.That(actions(null, true), Is.EqualTo(reference));
+            Assert.That(actions("1", true), Is.EqualTo(reference));
+            Assert.That(actions("0.9999999", true), Is.Not.EqualTo(reference), "(a share below 1 draws one number: this test can tell)");
+        }
+
+        [Test]
+        public void WithEveryEpisodeHeldBackEmptyMultiAgentBatchesStillGo()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(10, rules: true))
+            {
+                server.RecordShare = "1e-9";
+                using (MultiAgentClient client = Connect(server))
+                {
+                    var frame = new AgentFrame();
+                    string first = client.StartEpisode();
+                    PlayFrames(client, first, frame, 0, 12);  // 2 agent steps a frame: batches cut at frames 6 and 11
+                    client.Flush(10);
+                    var batches = server.Received("EPISODES_AND_GET_STATE");
+                    Assert.That(batches.Count, Is.EqualTo(2));
+                    Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                    foreach (JObject b in batches)
+                    {
+                        Assert.That(((JArray)b["episodes"]).Count, Is.EqualTo(0));
+                        Assert.That((int)b["agent_steps"], Is.EqualTo(0));
+                        Assert.That((string)b["client_session"], Is.EqualTo(client.ClientSession));
+                        Assert.That((long)b["weights_seq_nos"]["solo"], Is.EqualTo(0));
+                        Assert.That((long)b["weights_seq_nos"]["lifter"], Is.EqualTo(0));
+                    }
+                    // An answer without record_share: new episodes are recorded again.
+                    server.RecordShare = null;
+                    PlayFrames(client, first, frame, 12, 4);  // batch 3, cut at frame 16
+                    client.Flush(10);
+                    Assert.That(client.RecordShare, Is.EqualTo(1.0));
+                    client.EndEpisode(first);
+                    string second = client.StartEpisode();
+                    PlayFrames(client, second, frame, 0, 2);
+                    client.EndEpisode(second);
+                    client.Flush(10);
+                    batches = server.Received("EPISODES_AND_GET_STATE");
+                    Assert.That(batches.Count, Is.EqualTo(4));
+                    Assert.That(((JArray)batches[2]["episodes"]).Count, Is.EqualTo(0));
+                    Assert.That(batches[3]["episodes"].Select(r => (string)r["episode_id"]), Is.EqualTo(new[] { second }));
+                    Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                    Assert.That(client.AgentStepsSent, Is.EqualTo(4));
+                    Assert.That(client.EnvStepsSent, Is.EqualTo(2));
+                }
+            }
+        }
+
+        [Test]
         public void AgentStepsTheServerRefusedAsStaleAreCountedAndOtherValuesIgnored()
         {
             using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
@@ -423,13 +607,17 @@ namespace Tether.Tests
             }
         }
 
-        [Test]
-        public void AFrameOf256AgentsAllocatesNothingInSteadyState()
+        [TestCase(null)]
+        [TestCase("0.5")]
+        public void AFrameOf256AgentsAllocatesNothingInSteadyState(string share)
         {
             const int agents = 256;
             using (ScriptedServer server = ScriptedServer.MultiAgent(10 * agents, rules: true))
             using (MultiAgentClient client = Connect(server))
             {
+                // (with a record_share the handshake's SET_STATE has gone: the first episode is drawn
+                // at share 1, the later ones at 0.5, some held back and some batches empty)
+                server.RecordShare = share;
                 var ids = Enumerable.Range(0, agents).Select(i => "a_" + i).ToArray();
                 var observations = Enumerable.Range(0, agents).Select(i => Obs(0, i, 4)).ToArray();
                 var frame = new AgentFrame();
@@ -461,7 +649,8 @@ namespace Tether.Tests
                 }
                 long sent = client.AgentStepsSent - sentBefore;
                 Console.WriteLine("[ allocations ] " + bytes + " bytes over " + frames + " frames of " + agents + " agents while " + sent + " agent steps were sent");
-                Assert.That(sent, Is.GreaterThan(frames * agents / 2));
+                Assert.That(sent, Is.GreaterThan(share == null ? frames * agents / 2 : 0));
+                Assert.That(client.EpisodesHeldBack, share == null ? (NUnit.Framework.Constraints.IResolveConstraint)Is.EqualTo(0) : Is.GreaterThan(0));
                 Assert.That(bytes, Is.EqualTo(0));
             }
         }

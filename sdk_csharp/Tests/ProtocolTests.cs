@@ -26,6 +26,23 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void RecordShareIsANumberInZeroToOneAbsentMeansOneAndAnythingElseIsIgnored()
+        {
+            Assert.That(RecordShare.Read(JObject.Parse("{\"type\": \"SET_STATE\"}"), 0.5), Is.EqualTo(1.0), "absent: record every episode");
+            Assert.That(RecordShare.Read(JObject.Parse("{\"record_share\": 0.25}"), 0.5), Is.EqualTo(0.25));
+            Assert.That(RecordShare.Read(JObject.Parse("{\"record_share\": 1}"), 0.5), Is.EqualTo(1.0));
+            Assert.That(RecordShare.Read(JObject.Parse("{\"record_share\": 1.0}"), 0.5), Is.EqualTo(1.0));
+            Assert.That(RecordShare.Read(JObject.Parse("{\"record_share\": 1e-9}"), 0.5), Is.EqualTo(1e-9));
+            foreach (string bad in new[] { "\"0.25\"", "true", "false", "0", "0.0", "-0.5", "1.5", "2", "null", "[0.25]", "{}", "100000000000000000000000" })
+            {
+                Assert.That(RecordShare.Read(JObject.Parse("{\"record_share\": " + bad + "}"), 0.5), Is.EqualTo(0.5), bad);
+            }
+            var nan = new JObject { { "record_share", double.NaN } };
+            Assert.That(RecordShare.Read(nan, 0.5), Is.EqualTo(0.5), "NaN");
+            Assert.That(RecordShare.Read(new JObject { { "record_share", double.PositiveInfinity } }, 0.5), Is.EqualTo(0.5));
+        }
+
+        [Test]
         public void FramesRoundTripWhateverPiecesTheyArriveIn()
         {
             var stream = new List<byte>();

@@ -19,7 +19,8 @@ namespace Tether.Tests
     /// group "pair" of m_0 and m_1, 2 values each; MultiDiscrete([2, 2])),
     /// mapped by rules or, without them, by answering MAP_AGENTS.
     /// <see cref="Seq"/> and <see cref="ModuleSeq"/> swap models; <see cref="RefusedStale"/>
-    /// puts steps_refused_stale in the answers to batches.
+    /// puts steps_refused_stale in the answers to batches, <see cref="RecordShare"/> record_share
+    /// in every SET_STATE.
     /// </summary>
     internal sealed class ScriptedServer : IDisposable
     {
@@ -44,6 +45,7 @@ namespace Tether.Tests
         // steps_refused_stale of the next batches' answers, one each (any JSON: what the client must ignore too).
         public readonly Queue<JToken> RefusedStale = new Queue<JToken>();
         public string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
+        public volatile string RecordShare;  // record_share of every SET_STATE as JSON text ("0.25", "true"); null: none
 
         public static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
 
@@ -204,6 +206,14 @@ namespace Tether.Tests
         }
 
         JObject State(JObject request)
+        {
+            JObject state = Weights(request);
+            string share = RecordShare;
+            if (share != null) state["record_share"] = JToken.Parse(share);
+            return state;
+        }
+
+        JObject Weights(JObject request)
         {
             var claims = request["weights_seq_nos"] as JObject;
             if (claims != null)

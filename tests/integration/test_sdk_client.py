@@ -177,6 +177,7 @@ def test_stale_samples_are_refused_counted_and_reported(tmp_path) -> None:
         assert reply["weights_seq_no"] == 1 and reply["steps_refused_stale"] == 10
         # A client that says it holds the current version gets SET_STATE without the model.
         reply = raw.request({"type": "GET_STATE", "weights_seq_no": 1})
+        reply.pop("record_share", None)  # (refusing asks clients to record less, §13.2)
         assert reply == {"type": "SET_STATE", "weights_seq_no": 1}
         raw.close()
         # A plain v1 client (no protocol_version in PING) always gets the model.

@@ -13,7 +13,14 @@
 // get_action never waits for the network: every env_steps_per_sample complete
 // steps are handed to the client's one background I/O thread (ServerLink),
 // which sends them and receives new models; a new model is swapped in between
-// two get_action calls. wait_for_weights makes each batch wait for the
+// two get_action calls, so a record's steps may use several weights versions:
+// the batch claims the oldest (§7.6), and such a record names each step's
+// (weights_seq_no_runs, §10.1) when it goes on the connection those versions
+// were learned on. Holding back (§13.2): a server may ask the client to
+// record only a share of its training episodes (SET_STATE record_share); the
+// others are played as usual but never sent (episodes_held_back()), and a
+// batch still goes every env_steps_per_sample steps played, with no records
+// if need be. wait_for_weights makes each batch wait for the
 // weights that answer it (strict on-policy); when_queue_full = kWait makes the
 // engine wait for room in the send queue instead of dropping the oldest batch.
 //
@@ -26,8 +33,9 @@
 // Thread safety: one engine thread at a time calls start_episode, get_action,
 // log_returns, end_episode, flush, take_error and the accessors (the class is
 // not internally locked for them); reconnects(), batches_dropped(),
-// heartbeats_sent(), sending() and client_session() may be read from any thread; close()
-// and the destructor must not race with the engine calls.
+// steps_refused_stale(), record_share(), heartbeats_sent(), sending() and
+// client_session() may be read from any thread; close() and the destructor
+// must not race with the engine calls.
 #pragma once
 
 #include <cstddef>
@@ -102,7 +110,10 @@ class TetherClient {
 
   /// Begins an episode and returns its id (`episode_id`, or a new random one
   /// when empty). INVALID_ARGUMENT if that episode is already running.
-  /// With `training_enabled` false its steps are never sent.
+  /// With `training_enabled` false its steps are never sent. A training
+  /// episode is recorded with the probability the server's record_share
+  /// gives (a draw of the seeded generator, made only when the share is
+  /// below 1); one that is not is held back: played alike, never sent (§13.2).
   Result<std::string> start_episode(const std::string& episode_id = std::string(), bool training_enabled = true);
 
   /// Records `obs` (obs_size = observation_space().flat_dim() floats) and writes
@@ -173,6 +184,16 @@ class TetherClient {
   std::int64_t reconnects() const noexcept { return link_->reconnects(); }
   /// Batches dropped unsent because the queue was full (any thread).
   std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
+  /// Agent steps the server refused as too stale to be trained (protocol
+  /// 1.3: the sum of its SET_STATE answers' steps_refused_stale, §7.6,
+  /// §13.2); such steps were delivered but will never be trained on (any thread).
+  std::uint64_t steps_refused_stale() const noexcept { return link_->steps_refused_stale(); }
+  /// Training episodes played without being recorded, as the server's
+  /// record_share asked (protocol 1.3, §13.2): their steps were never sent.
+  std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
+  /// The share of new training episodes recorded now: the server's last
+  /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
+  double record_share() const noexcept { return link_->record_share(); }
   /// Whether a batch is queued or in flight on the I/O thread (any thread; takes the link's lock).
   bool sending() const { return !link_->idle(); }
   /// Heartbeat PINGs sent (any thread).
@@ -181,11 +202,13 @@ class TetherClient {
   const std::string& client_session() const noexcept { return link_->client_session(); }
 
  private:
-  // (connection number, weights_seq_no): comparable stamps of the weights a step used.
+  // (connection number, weights_seq_no): comparable stamps of the weights a
+  // step used, with the connection the version was learned on.
   using Stamp = std::pair<std::int64_t, std::int64_t>;
   struct Episode {
     std::string id;
-    bool training = true;
+    bool training = true;           // its steps are recorded (and sent)
+    bool held_back = false;         // a training episode not recorded (record_share): played, counted, not sent
     EpisodeChunk steps;             // obs rows: one per recorded step, plus the final one
     std::vector<Stamp> versions;    // per action; (-1, -1) when unknown
     bool terminated = false;
@@ -196,12 +219,13 @@ class TetherClient {
   };
 
   void sync();
-  void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq);
+  void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
   void report(Status status);
   void forget_episodes(const std::set<std::string>& ids);
   std::size_t sendable_steps(const Episode& current) const;
-  void send_batch();
-  bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest);
+  void send_batch(bool even_empty = false);
+  bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest,
+           std::int64_t& runs_connection);
   void recount_pending();
   void recycle(Episode&& episode);
 
@@ -210,6 +234,7 @@ class TetherClient {
   std::shared_ptr<const LinkConfig> config_;
   std::shared_ptr<LoadedPolicy> policy_;
   std::optional<std::int64_t> weights_seq_no_;
+  std::int64_t weights_connection_ = 0;  // the connection weights_seq_no_ was learned on
   std::int64_t connection_ = 0;
   Rng rng_;
   bool raw_box_samples_ = true;
@@ -219,6 +244,8 @@ class TetherClient {
   // so steady-state get_action calls never grow a buffer.
   std::vector<Episode> spare_;
   std::size_t pending_steps_ = 0;
+  std::size_t held_steps_ = 0;  // steps played in held-back episodes since the last cut (the cadence)
+  std::uint64_t episodes_held_back_ = 0;
   std::int64_t env_steps_sent_ = 0;
   std::int64_t models_loaded_ = 0;
   std::deque<LinkEvent> event_buffer_;

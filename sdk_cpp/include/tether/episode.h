@@ -32,6 +32,10 @@ struct EpisodeChunk {
   bool is_terminated = false;              ///< ended in a terminal state after the last action
   bool is_truncated = false;               ///< cut off after the last action
   std::optional<std::string> episode_id;   ///< the episode's id (single-agent records)
+  /// The weights version of every step (protocol 1.3, §10.1): runs of
+  /// (version, steps) in step order, covering all T steps; empty to leave
+  /// "weights_seq_no_runs" out (every step then has the message's claim).
+  std::vector<std::pair<std::int64_t, std::int64_t>> weights_seq_no_runs;
 
   /// T, the number of steps (rewards).
   std::size_t steps() const noexcept { return rewards.size(); }
@@ -39,9 +43,13 @@ struct EpisodeChunk {
   void clear() noexcept;
 };
 
+/// The largest weights version a "weights_seq_no_runs" run may name (§10.1, 2^31 - 1).
+inline constexpr std::int64_t kMaxRunVersion = 2147483647;
+
 /// The JSON record of a single-agent chunk (§10.1): observations and Box
 /// actions nested by the spaces' shapes, discrete actions as integers.
-/// INVALID_ARGUMENT when array sizes do not fit the spaces.
+/// INVALID_ARGUMENT when array sizes do not fit the spaces, or when
+/// weights_seq_no_runs is not runs of versions 0..kMaxRunVersion covering the steps.
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
                                       const Space& action_space);
 
@@ -126,8 +134,8 @@ Status value_obs_row(const std::vector<std::string>& agents,
                      const std::map<std::string, std::vector<float>>& latest_obs, std::size_t obs_dim,
                      float* out);
 
-/// Validates one single-agent record as a server does (§10.6) and returns its
-/// steps. Codes as the conformance vectors: INVALID_FIELD,
+/// Validates one single-agent record as a server does (§10.6, checks 1-18)
+/// and returns its steps. Codes as the conformance vectors: INVALID_FIELD,
 /// EPISODE_LENGTH_MISMATCH, OBS_SHAPE_MISMATCH, NON_FINITE_VALUE,
 /// ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP. `index` names the record in messages.
 Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,

@@ -41,8 +41,14 @@
 // multi-agent records (§10.7; each agent's latest step is held back until
 // its next observation or its end) and handed to the background I/O thread,
 // as for TetherClient; a batch claims, per module, the oldest weights version
-// its steps used (§7.6). New models (per module) are swapped in between two
-// get_action calls.
+// its steps used (§7.6), and an agent entry whose steps used more than one
+// version carries each step's (weights_seq_no_runs, §10.1) when it goes on
+// the connection those versions were learned on. New models (per module) are
+// swapped in between two get_action calls. Holding back (§13.2): a server may
+// ask the client to record only a share of its training episodes (SET_STATE
+// record_share), drawn once per episode for all its agents; the others are
+// played as usual but never sent (episodes_held_back()), and a batch still
+// goes every env_steps_per_sample agent steps played, with no records if need be.
 //
 // Errors: nothing throws. Refusals, timeouts and models that fail to load are
 // read with take_error(); once the link gave up for good every call returns
@@ -52,9 +58,10 @@
 // get_action, compute_actions, log_returns, end_agents, retire_agent,
 // end_episode, flush, take_error and the accessors (the client is not
 // internally locked for them); reconnects(), batches_dropped(),
-// heartbeats_sent() and client_session() may be read from any thread; close()
-// and the destructor must not race with the engine calls. An AgentFrame
-// belongs to the thread that fills it.
+// steps_refused_stale(), record_share(), heartbeats_sent() and
+// client_session() may be read from any thread; close() and the destructor
+// must not race with the engine calls. An AgentFrame belongs to the thread
+// that fills it.
 #pragma once
 
 #include <cstddef>
@@ -165,7 +172,11 @@ class MultiAgentClient {
 
   /// Begins an episode and returns its id (`episode_id`, or a new random one
   /// when empty); INVALID_ARGUMENT if it is already running. With
-  /// `training_enabled` false its steps are never sent.
+  /// `training_enabled` false its steps are never sent. A training episode
+  /// is recorded with the probability the server's record_share gives (one
+  /// draw of the seeded generator for all its agents, made only when the
+  /// share is below 1); one that is not is held back: played alike, never
+  /// sent (§13.2).
   Result<std::string> start_episode(const std::string& episode_id = std::string(), bool training_enabled = true);
 
   /// Actions for the agents in `frame` (group members included), written
@@ -264,6 +275,16 @@ class MultiAgentClient {
   std::int64_t reconnects() const noexcept { return link_->reconnects(); }
   /// Batches dropped unsent because the queue was full (any thread).
   std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
+  /// Agent steps the server refused as too stale to be trained (protocol
+  /// 1.3: the sum of its SET_STATE answers' steps_refused_stale, §7.6,
+  /// §13.2); such steps were delivered but will never be trained on (any thread).
+  std::uint64_t steps_refused_stale() const noexcept { return link_->steps_refused_stale(); }
+  /// Training episodes played without being recorded, as the server's
+  /// record_share asked (protocol 1.3, §13.2): none of their steps was sent.
+  std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
+  /// The share of new training episodes recorded now: the server's last
+  /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
+  double record_share() const noexcept { return link_->record_share(); }
   /// Heartbeat PINGs sent (any thread).
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).
@@ -283,7 +304,7 @@ class MultiAgentClient {
   void forget_episodes(const std::set<std::string>& ids);
   void recount_pending();
   std::size_t sendable_steps() const;
-  void send_batch();
+  void send_batch(bool even_empty = false);
   Status map_actors(const std::string& episode_id);
   void remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module);
   void forget_mapping(const std::string& episode_id);
@@ -295,7 +316,8 @@ class MultiAgentClient {
   Status run_modules();
   void lay_out_actions(AgentFrame& frame) const;
   void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
-  void cut(Episode& episode, MultiAgentRecord& record, std::map<std::string, std::optional<Stamp>>& oldest);
+  void cut(Episode& episode, MultiAgentRecord& record, std::map<std::string, std::optional<Stamp>>& oldest,
+           std::int64_t& runs_connection);
   void record_frame(Episode& episode);
   void release_blocks(Episode& episode);
   std::unique_ptr<StepBlock> take_spare_block();
@@ -325,6 +347,8 @@ class MultiAgentClient {
   bool raw_box_samples_ = true;
   std::unordered_map<std::string, std::unique_ptr<Episode>> episodes_;
   std::size_t pending_steps_ = 0;
+  std::size_t held_steps_ = 0;  // agent steps played in held-back episodes since the last cut (the cadence)
+  std::uint64_t episodes_held_back_ = 0;
   std::int64_t env_steps_since_cut_ = 0;
   std::int64_t env_steps_sent_ = 0;
   std::int64_t agent_steps_sent_ = 0;

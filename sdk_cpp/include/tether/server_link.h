@@ -13,7 +13,9 @@
 // ... in sending order). A batch whose answer was not received is resent after
 // a reconnect with the same session and seq; a batch the server refused with
 // ERROR is never resent. Off-policy EPISODES have no answer: each is followed
-// by GET_STATE, whose SET_STATE acknowledges it.
+// by GET_STATE, whose SET_STATE acknowledges it. Every SET_STATE's
+// record_share (§7.6) is kept for the engine (record_share()), which records
+// only that share of its training episodes (§13.2).
 //
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -120,6 +123,20 @@ struct Batch {
   /// restarted without resuming), a batch whose claims come from an earlier
   /// run is sent claiming version 0 (the oldest: staleness over-estimated).
   std::int64_t claim_connection = 0;
+  /// runs_connection of a batch without runs.
+  static constexpr std::int64_t kNoRuns = std::numeric_limits<std::int64_t>::max();
+  /// The connection on which the versions that its chunks' (or agent
+  /// entries') weights_seq_no_runs name were learned (a chunk gets runs only
+  /// when all its steps' versions come from one connection, the client's
+  /// current one when cut); kNoRuns when none has runs. Sent on any other
+  /// connection (a reconnect happened in between, to the same server or a
+  /// restarted one) or to a server that announced no protocol_version, the
+  /// batch goes without runs: its steps have the claim (§10.1).
+  std::int64_t runs_connection = kNoRuns;
+  /// Sent even when it holds no records (its steps were played in held-back
+  /// episodes, §13.2): "episodes": [], since its answer brings the current
+  /// weights and record_share.
+  bool even_empty = false;
   // Written by the I/O thread (read by the engine once `done`):
   std::int64_t seq = 0;                       ///< batch_seq, given at the first send
   int attempts = 0;                           ///< connections it was sent on
@@ -238,6 +255,13 @@ class ServerLink {
   std::int64_t batches_dropped() const noexcept { return batches_dropped_.load(); }
   /// PINGs sent as heartbeats.
   std::int64_t heartbeats_sent() const noexcept { return heartbeats_sent_.load(); }
+  /// Agent steps the server refused as too stale to be trained, summed over
+  /// its SET_STATE answers' steps_refused_stale (protocol 1.3, §7.6, §13.2).
+  std::uint64_t steps_refused_stale() const noexcept { return steps_refused_stale_.load(); }
+  /// The share of new training episodes the server asks this client to
+  /// record (protocol 1.3, SET_STATE record_share, §7.6, §13.2): the last
+  /// valid value received, 1 when the last SET_STATE had none (any thread).
+  double record_share() const noexcept { return record_share_.load(std::memory_order_relaxed); }
   /// "host:port".
   std::string address() const;
 
@@ -274,6 +298,8 @@ class ServerLink {
   bool room_locked(std::size_t steps) const;
   void prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event);
   void note_versions(const LinkEvent& event, bool new_connection);
+  void count_refused_stale(const nlohmann::json& state);
+  void read_record_share(const nlohmann::json& state);
   std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
                                             const std::string& output_name, const Space& observation_space,
                                             const Space& action_space, const std::string& what);
@@ -330,6 +356,8 @@ class ServerLink {
   std::atomic<std::int64_t> reconnects_{0};
   std::atomic<std::int64_t> batches_dropped_{0};
   std::atomic<std::int64_t> heartbeats_sent_{0};
+  std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only
+  std::atomic<double> record_share_{1.0};              // written by the I/O thread only
   std::thread thread_;
 };
 

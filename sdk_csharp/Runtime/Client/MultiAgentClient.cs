@@ -52,6 +52,7 @@ namespace Tether.Client
             public ModuleSpec Spec;
             public IInferenceBackend Backend;
             public long? Seq;
+            public int SeqConnection;  // the connection Seq was learned on
             public int ObsDim, ActDim, DistDim, ValueDim;
             // Frame scratch: the rows of the actors acting with this module now.
             public float[] BatchObs = new float[0];
@@ -100,7 +101,7 @@ namespace Tether.Client
             public readonly List<double> Logp = new List<double>();
             public readonly List<float> Dist = new List<float>();
             public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
-            public readonly List<int> Runs = new List<int>();        // per action: the server run of that version
+            public readonly List<int> Connections = new List<int>(); // per action: the connection that version was learned on
             public int ObsRows, ActionRows;
             public double RewardSum;
             public bool Rewarded, Terminated, Truncated;
@@ -122,7 +123,7 @@ namespace Tether.Client
 
             public void ClearSteps()
             {
-                Obs.Clear(); ValueObs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Runs.Clear();
+                Obs.Clear(); ValueObs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
                 ObsRows = ActionRows = 0;
             }
 
@@ -154,7 +155,8 @@ namespace Tether.Client
         sealed class Episode
         {
             public string Id;
-            public bool Training;
+            public bool Training;  // recorded and sent
+            public bool HeldBack;  // a training episode not recorded (record_share, §13.2): played, never sent
             public long T;
             public readonly Dictionary<string, Actor> Actors = new Dictionary<string, Actor>();
             public readonly List<Actor> ActorBySlot = new List<Actor>();  // the last frame's actors by slot
@@ -165,10 +167,11 @@ namespace Tether.Client
             public bool Done, Truncated;
 
             // Empties it for reuse: the collections keep their capacity, the latest-observation rows go to `spare`.
-            public void Reset(string id, bool training, Stack<List<float>> spare)
+            public void Reset(string id, bool training, bool heldBack, Stack<List<float>> spare)
             {
                 Id = id;
                 Training = training;
+                HeldBack = heldBack;
                 T = 0;
                 Actors.Clear();
                 ActorBySlot.Clear();
@@ -223,7 +226,7 @@ namespace Tether.Client
         readonly Stack<AgentEntry> spareEntries = new Stack<AgentEntry>();
         readonly HashSet<string> dropped = new HashSet<string>();
         readonly Dictionary<string, long> oldestSeq = new Dictionary<string, long>();
-        readonly Dictionary<string, int> oldestRun = new Dictionary<string, int>();
+        readonly Dictionary<string, int> oldestConnection = new Dictionary<string, int>();
         // Per-frame scratch.
         readonly List<Slot> slots = new List<Slot>();
         int slotCount;
@@ -246,10 +249,12 @@ namespace Tether.Client
         bool announcesVersion;
         bool forceOnPolicy = true;
         int stepsPerSample = 500;
-        int run;
+        int connection;  // the connection of the last event taken
         long frameCounter;
-        int pendingSteps;
+        int pendingSteps;  // recorded agent steps not cut yet
+        int heldSteps;     // agent steps of held-back episodes played since the last cut
         int envStepsSinceCut;
+        long episodesHeldBack;
         TetherException fatal;
 
         /// <summary>The modules of SET_CONFIG, by id.</summary>
@@ -302,6 +307,19 @@ namespace Tether.Client
         /// Added up from SET_STATE's steps_refused_stale over every connection.
         /// </summary>
         public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
+
+        /// <summary>
+        /// The share of new training episodes this client records (SET_STATE record_share,
+        /// §13.2): the last valid value the server sent, 1 (every episode) until one came
+        /// and whenever a SET_STATE comes without one.
+        /// </summary>
+        public double RecordShare { get { return link.RecordShare; } }
+
+        /// <summary>
+        /// Training episodes held back: played (every agent's policy acted, returns counted)
+        /// but none of their steps recorded or sent, as the server's record_share asked (§13.2).
+        /// </summary>
+        public long EpisodesHeldBack { get { return episodesHeldBack; } }
 
         /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
         public string ClientSession { get { return link.ClientSession; } }
@@ -376,6 +394,9 @@ namespace Tether.Client
         /// <summary>
         /// Begins an episode and returns its id (<paramref name="episodeId"/>, or a new
         /// random one). With <paramref name="trainingEnabled"/> false its steps are never sent.
+        /// A training episode is recorded with the probability <see cref="RecordShare"/>, one
+        /// draw of the client's generator for all its agents; one that is not is played alike
+        /// but never sent (<see cref="EpisodesHeldBack"/>).
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
@@ -389,8 +410,9 @@ namespace Tether.Client
                 SendBatch();
                 if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' has just ended and is still being sent");
             }
+            bool recorded = trainingEnabled && Records();
             Episode episode = spareEpisodes.Count > 0 ? spareEpisodes.Pop() : new Episode();
-            episode.Reset(episodeId, trainingEnabled, spareRows);
+            episode.Reset(episodeId, recorded, trainingEnabled && !recorded, spareRows);
             episodes.Add(episodeId, episode);
             episodeOrder.Add(episodeId);
             return episodeId;
@@ -416,8 +438,15 @@ namespace Tether.Client
             if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "GetActions: the frame is null");
             // The cut comes first: sending may apply new models (or, strict, wait for
             // them), and this frame acts with them. The actors about to act hold back
-            // their latest step until this frame's observation (§10.7).
-            if (episode.Training && pendingSteps >= stepsPerSample && SendableSteps() >= stepsPerSample)
+            // their latest step until this frame's observation (§10.7). With episodes held back a
+            // batch is due every stepsPerSample agent steps played (§13.2), records or none.
+            bool due = heldSteps > 0 && (long)pendingSteps + heldSteps >= stepsPerSample;
+            if ((episode.Training || episode.HeldBack) && due)
+            {
+                SendBatch(true);
+                if (fatal != null) throw fatal;
+            }
+            else if (episode.Training && pendingSteps >= stepsPerSample && SendableSteps() >= stepsPerSample)
             {
                 SendBatch();
                 if (fatal != null) throw fatal;  // (a new connection's configuration this client cannot use)
@@ -478,13 +507,17 @@ namespace Tether.Client
                 int actDim = module.ActDim;
                 WriteAction(slot, module.EnvActions, slot.Row * actDim, frame);
                 Actor actor = slot.Actor;
-                if (!actor.Training) continue;
+                if (!actor.Training)
+                {
+                    if (episode.HeldBack) ++heldSteps;
+                    continue;
+                }
                 for (int j = 0, at = slot.Row * actDim; j < actDim; ++j) actor.Actions.Add(module.RecordActions[at + j]);
                 actor.Rewards.Add(0f);
                 actor.Logp.Add(module.Logp[slot.Row]);
                 for (int j = 0, at = slot.Row * module.DistDim; j < module.DistDim; ++j) actor.Dist.Add(module.Dist[at + j]);
                 actor.Versions.Add(module.Seq ?? -1);
-                actor.Runs.Add(run);
+                actor.Connections.Add(module.SeqConnection);
                 ++actor.ActionRows;
                 ++pendingSteps;
             }
@@ -1097,7 +1130,7 @@ namespace Tether.Client
             foreach (Actor actor in episode.Finished) spareActors.Push(actor);
             episode.Actors.Clear();
             episode.Finished.Clear();
-            episode.Reset(null, false, spareRows);
+            episode.Reset(null, false, false, spareRows);
             spareEpisodes.Push(episode);
         }
 
@@ -1159,18 +1192,18 @@ namespace Tether.Client
             {
                 long v = actor.Versions[i];
                 if (v < 0) continue;
-                // A later server run counts versions anew: its steps are compared within their run.
+                // A later connection's server may count versions anew: steps are compared within their connection.
                 long oldest;
                 int oldestIn;
                 bool known = oldestSeq.TryGetValue(module.Id, out oldest);
-                oldestRun.TryGetValue(module.Id, out oldestIn);
-                if (!known || actor.Runs[i] < oldestIn || (actor.Runs[i] == oldestIn && v < oldest))
+                oldestConnection.TryGetValue(module.Id, out oldestIn);
+                if (!known || actor.Connections[i] < oldestIn || (actor.Connections[i] == oldestIn && v < oldest))
                 {
                     oldestSeq[module.Id] = v;
-                    oldestRun[module.Id] = actor.Runs[i];
+                    oldestConnection[module.Id] = actor.Connections[i];
                 }
             }
-            if (TetherClient.StepVersionsKnown(actor.Versions, actor.Runs, k, run) && VersionRuns.Mixed(actor.Versions, 0, k))
+            if (TetherClient.StepVersionsKnown(actor.Versions, actor.Connections, k, connection) && VersionRuns.Mixed(actor.Versions, 0, k))
             {
                 CopyPrefix(actor.Versions, k, chunk.StepVersions);  // (a group's too: its entry is one actor)
             }
@@ -1181,18 +1214,19 @@ namespace Tether.Client
             actor.Logp.RemoveRange(0, k);
             actor.Dist.RemoveRange(0, k * module.DistDim);
             actor.Versions.RemoveRange(0, k);
-            actor.Runs.RemoveRange(0, k);
+            actor.Connections.RemoveRange(0, k);
             actor.ObsRows -= k;
             actor.ActionRows -= k;
             record.Agents.Add(entry);
             return true;
         }
 
-        void SendBatch()
+        // sendEmpty: sent even without records (held-back episodes made it due), for its answer.
+        void SendBatch(bool sendEmpty = false)
         {
             Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
             oldestSeq.Clear();
-            oldestRun.Clear();
+            oldestConnection.Clear();
             for (int e = 0; e < episodeOrder.Count; ++e)
             {
                 Episode episode = episodes[episodeOrder[e]];
@@ -1228,27 +1262,23 @@ namespace Tether.Client
             RecountPending();
             int envSteps = envStepsSinceCut;
             envStepsSinceCut = 0;
-            if (batch.Records.Count == 0)
+            if (batch.Records.Count == 0 && !sendEmpty)
             {
                 Recycle(batch);
                 return;
             }
+            heldSteps = 0;  // (only when a batch goes: the steps played count on towards the next one)
             foreach (MultiAgentRecord record in batch.Records) batch.AgentSteps += record.AgentSteps;
             batch.EnvSteps = envSteps;
-            // The claims (§7.6): per module, the oldest version its steps used; a module
-            // without steps here reports the version it holds.
-            int claimRun = run;
+            // The claims (§7.6): per module, the oldest version its steps used (of the earliest
+            // connection); a module without steps here reports the version it holds.
             foreach (Module module in modules.Values)
             {
                 if (module.Seq.HasValue) batch.ModuleClaims[module.Id] = module.Seq.Value;
             }
-            foreach (KeyValuePair<string, long> oldest in oldestSeq)
-            {
-                batch.ModuleClaims[oldest.Key] = oldest.Value;
-                claimRun = Math.Min(claimRun, oldestRun[oldest.Key]);
-            }
-            batch.ClaimRun = claimRun;
-            batch.VersionsRun = run;
+            foreach (KeyValuePair<string, long> oldest in oldestSeq) batch.ModuleClaims[oldest.Key] = oldest.Value;
+            batch.VersionsConnection = connection;
+            batch.SendEmpty = sendEmpty;
             bool queued = link.Submit(batch, dropped);
             if (dropped.Count > 0) ForgetEpisodes(dropped);
             if (!queued)
@@ -1279,6 +1309,17 @@ namespace Tether.Client
             }
             batch.Reset();
             spareBatches.Push(batch);
+        }
+
+        // Whether a new training episode is recorded: with the probability record_share (§13.2),
+        // one draw for all its agents. At share 1 no number is drawn, so the actions sampled
+        // are those of a client without shares.
+        bool Records()
+        {
+            double share = link.RecordShare;
+            if (share >= 1.0 || rng.Uniform() < share) return true;
+            ++episodesHeldBack;
+            return false;
         }
 
         void ForgetEpisodes(ICollection<string> ids)
@@ -1318,11 +1359,11 @@ namespace Tether.Client
                             fatal = error;
                             break;
                         }
-                        run = e.Run;
+                        connection = e.Connection;
                         Apply(e.State);
                         break;
                     case LinkEventKind.State:
-                        run = e.Run;
+                        connection = e.Connection;
                         Apply(e.State);
                         break;
                     case LinkEventKind.Batch:
@@ -1466,7 +1507,9 @@ namespace Tether.Client
                 foreach (KeyValuePair<string, long> seq in state.ModuleSeqs)
                 {
                     Module module;
-                    if (modules.TryGetValue(seq.Key, out module)) module.Seq = seq.Value;
+                    if (!modules.TryGetValue(seq.Key, out module)) continue;
+                    module.Seq = seq.Value;
+                    module.SeqConnection = connection;
                 }
             }
         }

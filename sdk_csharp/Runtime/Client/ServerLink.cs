@@ -56,9 +56,9 @@ namespace Tether.Client
         public readonly Dictionary<string, long> ModuleClaims = new Dictionary<string, long>();  // multi-agent: per module (§7.6)
         public int AgentSteps;       // multi-agent: agent steps (what the queue counts)
         public int EnvSteps;
-        public long? Claim;          // weights_seq_no the steps claim (§7.6)
-        public int ClaimRun;         // the server run the claim was made in
-        public int VersionsRun;      // the server run the chunks' StepVersions were learned in (the game's when it cut them)
+        public long? Claim;          // weights_seq_no the steps claim (§7.6), sent unchanged on every attempt
+        public int VersionsConnection;  // the connection the chunks' StepVersions were learned on (the game's when it cut them)
+        public bool SendEmpty;       // sent even with no records (held-back episodes made it due): its answer brings weights and record_share
         public long Seq;             // batch_seq, given when first sent
         public int Attempts;         // connections it was sent on
         public volatile bool Done;   // answered (or given up)
@@ -66,7 +66,7 @@ namespace Tether.Client
         public string Episodes;      // the records' JSON array, written once, on the I/O thread
         public readonly List<string> EpisodeIds = new List<string>();
 
-        /// <summary>Empties a batch the game's thread took back (its event was taken: the I/O thread is done with it).</summary>
+        /// <summary>Whether it holds no records.</summary>
         public bool IsEmpty { get { return Chunks.Count == 0 && Records.Count == 0; } }
 
         /// <summary>The steps the send queue counts: agent steps of multi-agent records, else env steps.</summary>
@@ -80,8 +80,8 @@ namespace Tether.Client
             AgentSteps = 0;
             EnvSteps = 0;
             Claim = null;
-            ClaimRun = 0;
-            VersionsRun = 0;
+            VersionsConnection = 0;
+            SendEmpty = false;
             Seq = 0;
             Attempts = 0;
             Done = false;
@@ -129,7 +129,7 @@ namespace Tether.Client
         public JObject Info;
         public JObject Config;
         public PreparedState State;
-        public int Run;
+        public int Connection;  // the connection it came on (counted from 1)
         public Batch Batch;
         public TetherException Error;
     }
@@ -163,12 +163,13 @@ namespace Tether.Client
         long nextSeq = 1;
         DateTime lastSend = DateTime.UtcNow;
         long lastSeq = -1;
-        int run;
+        int connection;  // handshakes completed: the connection in use now
         JObject config;
         Space recordObsSpace, recordActSpace;  // single-agent: the spaces records are written with (read once per connection)
         JObject info;
         Exception fatal;
         long stepsRefusedStale;  // written on the I/O thread, under sync
+        long recordShareBits = BitConverter.DoubleToInt64Bits(1.0);  // a double's bits: read on the game's thread without a lock or an allocation
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
         public readonly string ClientSession = Guid.NewGuid().ToString("N");
@@ -179,6 +180,9 @@ namespace Tether.Client
 
         /// <summary>Agent steps the server refused as too stale to be trained (SET_STATE steps_refused_stale, §13.2), all connections together.</summary>
         public long StepsRefusedStale { get { lock (sync) return stepsRefusedStale; } }  // (a long is not read atomically everywhere)
+
+        /// <summary>The share of new training episodes to record (SET_STATE record_share, §13.2): the last valid one received, 1 until one came.</summary>
+        public double RecordShare { get { return BitConverter.Int64BitsToDouble(Interlocked.Read(ref recordShareBits)); } }
 
         public ServerLink(ClientOptions options, bool multiAgent = false)
         {
@@ -240,7 +244,7 @@ namespace Tether.Client
             lock (sync)
             {
                 DropEpisodes(batch, refused);  // (and their steps from the batch's counts)
-                if (batch.IsEmpty) return false;
+                if (batch.IsEmpty && !batch.SendEmpty) return false;
                 int limit = QueueLimitSteps();
                 while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.QueueSteps > limit) && fatal == null)
                 {
@@ -269,7 +273,7 @@ namespace Tether.Client
                 }
                 // Again after waiting for room: a refusal that came meanwhile takes its episodes out of this batch too.
                 DropEpisodes(batch, refused);
-                if (batch.IsEmpty) return false;
+                if (batch.IsEmpty && !batch.SendEmpty) return false;
                 outbox.Enqueue(batch);
                 queuedSteps += batch.QueueSteps;
             }
@@ -550,22 +554,11 @@ namespace Tether.Client
             var getState = new JObject { { "type", "GET_STATE" } };
             if (multiAgent) getState["weights_seq_nos"] = new JObject();  // the per-module form: every module's model (§7.6)
             JObject setState = Exchange(getState, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
-            CountRefusedStale(setState);
+            ReadState(setState);
             PreparedState prepared = Prepare(setConfig, setState);
-            if (prepared.Seq.HasValue)
-            {
-                if (prepared.Seq.Value < lastSeq) ++run;  // a lower version: a new server run, earlier versions mean nothing here
-                lastSeq = prepared.Seq.Value;
-            }
+            if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
             if (prepared.ModuleSeqs != null)
             {
-                bool lower = false;
-                foreach (KeyValuePair<string, long> module in prepared.ModuleSeqs)
-                {
-                    long held;
-                    if (moduleSeqs.TryGetValue(module.Key, out held) && module.Value < held) lower = true;
-                }
-                if (lower) ++run;
                 moduleSeqs.Clear();
                 foreach (KeyValuePair<string, long> module in prepared.ModuleSeqs) moduleSeqs[module.Key] = module.Value;
             }
@@ -580,7 +573,9 @@ namespace Tether.Client
                 info = pong;
                 config = setConfig;
             }
-            Post(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Run = run });
+            // A new connection: step versions learned on an earlier one are not sent on it (§10.1).
+            ++connection;
+            Post(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Connection = connection });
         }
 
         // A PONG of another major version speaks a protocol this client cannot read (§6.2);
@@ -647,9 +642,11 @@ namespace Tether.Client
             }
         }
 
-        // SET_STATE's steps_refused_stale (§7.6): anything but a JSON integer >= 1 is ignored, never an error.
-        void CountRefusedStale(JObject setState)
+        // What every SET_STATE tells of this client besides the weights (§7.6): steps_refused_stale
+        // (anything but a JSON integer >= 1 is ignored, never an error) and record_share.
+        void ReadState(JObject setState)
         {
+            Interlocked.Exchange(ref recordShareBits, BitConverter.DoubleToInt64Bits(Tether.Protocol.RecordShare.Read(setState, RecordShare)));
             long refused = Messages.IntegerOr(setState["steps_refused_stale"], 0, 0);
             if (refused < 1) return;
             lock (sync) stepsRefusedStale = refused > long.MaxValue - stepsRefusedStale ? long.MaxValue : stepsRefusedStale + refused;
@@ -808,7 +805,7 @@ namespace Tether.Client
                         batch = outbox.Dequeue();
                         queuedSteps -= batch.QueueSteps;
                         Monitor.PulseAll(sync);
-                        if (batch.IsEmpty) batch = null;  // every episode in it was dropped or refused
+                        if (batch.IsEmpty && !batch.SendEmpty) batch = null;  // every episode in it was dropped or refused
                     }
                     inFlight = batch;
                 }
@@ -894,10 +891,10 @@ namespace Tether.Client
         void SendBatch(Batch batch)
         {
             if (batch.Seq == 0) batch.Seq = nextSeq++;
-            // Step versions go only to a server that announced a protocol_version, and only those
-            // learned from the server run sent to (§10.1): a batch written before a reconnect to a
-            // restarted server is written again without them.
-            bool versionsValid = batch.VersionsRun == run && AnnouncesVersion;
+            // Step versions go only to a server that announced a protocol_version, and only on the
+            // connection they were learned on (§10.1): the server of a later one may be another run,
+            // so a batch resent after a reconnect is written again without them.
+            bool versionsValid = batch.VersionsConnection == connection && AnnouncesVersion;
             if (batch.Episodes == null || (!versionsValid && HasStepVersions(batch)))
             {
                 if (!versionsValid) ClearStepVersions(batch);
@@ -931,12 +928,12 @@ namespace Tether.Client
                 { "episodes", new JRaw(batch.Episodes) },
                 { "env_steps", batch.EnvSteps },
             };
-            // Versions are comparable within one server run only: a claim from an earlier run names the oldest possible one.
-            if (batch.Claim.HasValue) message["weights_seq_no"] = batch.ClaimRun == run ? batch.Claim.Value : 0;
+            // The claim is resent unchanged on a later connection (§6.5, §10.1).
+            if (batch.Claim.HasValue) message["weights_seq_no"] = batch.Claim.Value;
             if (multiAgent)
             {
                 var claims = new JObject();
-                foreach (KeyValuePair<string, long> claim in batch.ModuleClaims) claims[claim.Key] = batch.ClaimRun == run ? claim.Value : 0;
+                foreach (KeyValuePair<string, long> claim in batch.ModuleClaims) claims[claim.Key] = claim.Value;
                 message["weights_seq_nos"] = claims;
                 // A 1.2 server counts agent steps as env_steps (§7.8).
                 if (!Speaks13) message["env_steps"] = batch.AgentSteps;
@@ -990,7 +987,7 @@ namespace Tether.Client
             PreparedState prepared = null;
             if (answer != null)
             {
-                CountRefusedStale(answer);
+                ReadState(answer);
                 try
                 {
                     prepared = Prepare(config, answer);
@@ -1032,7 +1029,7 @@ namespace Tether.Client
                 // The chunks stay: the game's thread reuses them once it takes the event.
                 batch.Episodes = null;
                 if (error != null) ForgetRefusedLocked(batch);
-                if (prepared != null && !prepared.IsEmpty) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Run = run });
+                if (prepared != null && !prepared.IsEmpty) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Connection = connection });
                 PostLocked(new LinkEvent { Kind = LinkEventKind.Batch, Batch = batch });
             }
         }

@@ -23,25 +23,27 @@ namespace Tether.Client
         sealed class Episode
         {
             public string Id;
-            public bool Training;
+            public bool Training;  // recorded and sent
+            public bool HeldBack;  // a training episode not recorded (record_share, §13.2): played, never sent
             public readonly List<float> Obs = new List<float>();
             public readonly List<double> Actions = new List<double>();
             public readonly List<float> Rewards = new List<float>();
             public readonly List<double> Logp = new List<double>();
             public readonly List<float> Dist = new List<float>();
             public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
-            public readonly List<int> Runs = new List<int>();        // per action: the server run of that version
+            public readonly List<int> Connections = new List<int>(); // per action: the connection that version was learned on
             public int ObsRows;
             public int ActionRows;
             public double Return;
             public bool Done;
             public bool Truncated;
 
-            public void Reset(string id, bool training)
+            public void Reset(string id, bool training, bool heldBack = false)
             {
                 Id = id;
                 Training = training;
-                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Runs.Clear();
+                HeldBack = heldBack;
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
                 ObsRows = ActionRows = 0;
                 Return = 0;
                 Done = Truncated = false;
@@ -61,8 +63,11 @@ namespace Tether.Client
         readonly HashSet<string> dropped = new HashSet<string>();
         IInferenceBackend backend;
         long? weightsSeqNo;
-        int run;
-        int pendingSteps;
+        int connection;         // the connection of the last event taken
+        int versionConnection;  // the connection weightsSeqNo was learned on
+        int pendingSteps;       // recorded steps not cut yet
+        int heldSteps;          // steps of held-back episodes played since the last cut
+        long episodesHeldBack;
         int stepsPerSample = 500;
         bool rawBoxSamples = true;
         bool strict;
@@ -97,6 +102,19 @@ namespace Tether.Client
         /// Added up from SET_STATE's steps_refused_stale over every connection.
         /// </summary>
         public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
+
+        /// <summary>
+        /// The share of new training episodes this client records (SET_STATE record_share,
+        /// §13.2): the last valid value the server sent, 1 (every episode) until one came
+        /// and whenever a SET_STATE comes without one.
+        /// </summary>
+        public double RecordShare { get { return link.RecordShare; } }
+
+        /// <summary>
+        /// Training episodes held back: played (the policy acted, returns counted) but
+        /// not recorded or sent, as the server's record_share asked (§13.2).
+        /// </summary>
+        public long EpisodesHeldBack { get { return episodesHeldBack; } }
 
         /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
         public string ClientSession { get { return link.ClientSession; } }
@@ -143,14 +161,19 @@ namespace Tether.Client
             return client;
         }
 
-        /// <summary>Begins an episode; returns its id (a new random one when none is given). Episodes may overlap.</summary>
+        /// <summary>
+        /// Begins an episode; returns its id (a new random one when none is given). Episodes may overlap.
+        /// A training episode is recorded with the probability <see cref="RecordShare"/>, drawn now
+        /// with the client's generator; one that is not is played alike but never sent (<see cref="EpisodesHeldBack"/>).
+        /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
             Poll();
             episodeId = episodeId ?? Guid.NewGuid().ToString("N");
             if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' is already running");
+            bool recorded = trainingEnabled && Records();
             Episode episode = spare.Count > 0 ? spare.Pop() : new Episode();
-            episode.Reset(episodeId, trainingEnabled);
+            episode.Reset(episodeId, recorded, trainingEnabled && !recorded);
             episodes.Add(episodeId, episode);
             return episodeId;
         }
@@ -182,14 +205,16 @@ namespace Tether.Client
                 }
             }
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
-            if (episode.Training && pendingSteps >= stepsPerSample)
+            // With episodes held back a batch is due every stepsPerSample steps played (§13.2), records or none.
+            bool due = heldSteps > 0 && (long)pendingSteps + heldSteps >= stepsPerSample;
+            if (episode.Training && (due || pendingSteps >= stepsPerSample))
             {
                 // The observation now closes this episode's last step: it goes with the batch.
                 for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
                 ++episode.ObsRows;
                 try
                 {
-                    SendBatch();
+                    SendBatch(due);
                 }
                 finally
                 {
@@ -202,11 +227,19 @@ namespace Tether.Client
                     }
                 }
             }
+            else if (episode.HeldBack && due)
+            {
+                SendBatch(true);
+            }
             int distDim = ActionSpace.DistInputsSize;
             backend.Run(observation, 1, obsDim, dist, distDim);
             Distributions.CheckFinite(dist, distDim);
             Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
-            if (!episode.Training) return;
+            if (!episode.Training)
+            {
+                if (episode.HeldBack) ++heldSteps;
+                return;
+            }
             for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
             ++episode.ObsRows;
             for (int j = 0; j < actDim; ++j) episode.Actions.Add(record[j]);
@@ -214,7 +247,7 @@ namespace Tether.Client
             episode.Logp.Add(logp[0]);
             for (int j = 0; j < distDim; ++j) episode.Dist.Add(dist[j]);
             episode.Versions.Add(weightsSeqNo ?? -1);
-            episode.Runs.Add(run);
+            episode.Connections.Add(versionConnection);
             ++episode.ActionRows;
             ++pendingSteps;
         }
@@ -298,29 +331,32 @@ namespace Tether.Client
         }
 
         // Cuts every complete step (an ongoing episode's last one waits for the observation that closes it).
-        void SendBatch()
+        // sendEmpty: sent even without records (held-back episodes made it due), for its answer.
+        void SendBatch(bool sendEmpty = false)
         {
             Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
             long oldest = long.MaxValue;
-            int oldestRun = run;
-            foreach (Episode episode in finished) Cut(episode, batch, ref oldest, ref oldestRun);
+            int oldestConnection = int.MaxValue;
+            foreach (Episode episode in finished) Cut(episode, batch, ref oldest, ref oldestConnection);
             foreach (Episode episode in finished) spare.Push(episode);
             finished.Clear();
             foreach (Episode episode in episodes.Values)
             {
-                if (episode.Training) Cut(episode, batch, ref oldest, ref oldestRun);
+                if (episode.Training) Cut(episode, batch, ref oldest, ref oldestConnection);
             }
             pendingSteps = 0;
             foreach (Episode episode in episodes.Values) pendingSteps += episode.Training ? episode.ActionRows : 0;
-            if (batch.Chunks.Count == 0)
+            if (batch.Chunks.Count == 0 && !sendEmpty)
             {
                 Recycle(batch);
                 return;
             }
-            // The oldest version of the steps (§7.6); the version held when none is known.
+            heldSteps = 0;  // (only when a batch goes: the steps played count on towards the next one)
+            // The oldest version of the steps (§7.6), of the earliest connection (a later one's
+            // server may count anew); the version held when none is known.
             batch.Claim = oldest != long.MaxValue ? oldest : weightsSeqNo;
-            batch.ClaimRun = oldest != long.MaxValue ? oldestRun : run;
-            batch.VersionsRun = run;
+            batch.VersionsConnection = connection;
+            batch.SendEmpty = sendEmpty;
             bool queued = link.Submit(batch, dropped);
             foreach (string id in dropped) Forget(id);
             if (!queued)
@@ -335,7 +371,7 @@ namespace Tether.Client
             if (strict || link.EventsPending) Sync();
         }
 
-        void Cut(Episode episode, Batch batch, ref long oldest, ref int oldestRun)
+        void Cut(Episode episode, Batch batch, ref long oldest, ref int oldestConnection)
         {
             int actions = episode.ActionRows;
             int k = episode.ObsRows == actions + 1 ? actions : Math.Max(0, actions - 1);
@@ -355,14 +391,14 @@ namespace Tether.Client
             {
                 long v = episode.Versions[i];
                 if (v < 0) continue;
-                // A later server run counts versions anew: its steps are compared within their run.
-                if (episode.Runs[i] < oldestRun || (episode.Runs[i] == oldestRun && v < oldest))
+                // A later connection's server may count versions anew: steps are compared within their connection.
+                if (episode.Connections[i] < oldestConnection || (episode.Connections[i] == oldestConnection && v < oldest))
                 {
                     oldest = v;
-                    oldestRun = episode.Runs[i];
+                    oldestConnection = episode.Connections[i];
                 }
             }
-            if (StepVersionsKnown(episode.Versions, episode.Runs, k, run) && VersionRuns.Mixed(episode.Versions, 0, k))
+            if (StepVersionsKnown(episode.Versions, episode.Connections, k, connection) && VersionRuns.Mixed(episode.Versions, 0, k))
             {
                 CopyPrefix(episode.Versions, k, chunk.StepVersions);  // (into a reused list: cutting allocates nothing)
             }
@@ -372,24 +408,34 @@ namespace Tether.Client
             episode.Logp.RemoveRange(0, k);
             episode.Dist.RemoveRange(0, k * distDim);
             episode.Versions.RemoveRange(0, k);
-            episode.Runs.RemoveRange(0, k);
+            episode.Connections.RemoveRange(0, k);
             episode.ObsRows -= k;
             episode.ActionRows -= k;
             batch.Chunks.Add(chunk);
             batch.EnvSteps += k;
         }
 
-        // Whether each of the first k steps has a known version learned in the server run
-        // `current`: only such versions are sent per step (§10.1); a step's version from an
-        // earlier run means nothing to the server now (the claim drops it too), and one beyond
-        // what a run may name leaves the record to the claim rather than refuse the batch.
-        internal static bool StepVersionsKnown(List<long> versions, List<int> runs, int k, int current)
+        // Whether each of the first k steps has a known version learned on the connection
+        // `current`: only then are the versions sent per step (§10.1), and the link sends them
+        // only while that connection lasts (a later one's server may be another run). A version
+        // beyond what a run may name leaves the record to the claim rather than refuse the batch.
+        internal static bool StepVersionsKnown(List<long> versions, List<int> connections, int k, int current)
         {
             for (int i = 0; i < k; ++i)
             {
-                if (versions[i] < 0 || versions[i] > VersionRuns.MaxVersion || runs[i] != current) return false;
+                if (versions[i] < 0 || versions[i] > VersionRuns.MaxVersion || connections[i] != current) return false;
             }
             return true;
+        }
+
+        // Whether a new training episode is recorded: with the probability record_share (§13.2).
+        // At share 1 no number is drawn, so the actions sampled are those of a client without shares.
+        bool Records()
+        {
+            double share = link.RecordShare;
+            if (share >= 1.0 || rng.Uniform() < share) return true;
+            ++episodesHeldBack;
+            return false;
         }
 
         // AddRange(GetRange) would allocate a list; a loop into a list with capacity does not.
@@ -430,11 +476,11 @@ namespace Tether.Client
                         strict = options.WaitForWeights ?? version == null;  // a plain RLlink v1 server
                         dist = new float[ActionSpace.DistInputsSize];
                         record = new double[ActionSpace.FlatDim];
-                        run = e.Run;
+                        connection = e.Connection;
                         Apply(e.State);
                         break;
                     case LinkEventKind.State:
-                        run = e.Run;
+                        connection = e.Connection;
                         Apply(e.State);
                         break;
                     case LinkEventKind.Batch:
@@ -470,7 +516,11 @@ namespace Tether.Client
                 link.Retire(backend);
                 backend = state.Backend;
             }
-            if (state.Seq.HasValue) weightsSeqNo = state.Seq;
+            if (state.Seq.HasValue)
+            {
+                weightsSeqNo = state.Seq;
+                versionConnection = connection;
+            }
         }
 
         void Forget(string episodeId)

@@ -1,0 +1,416 @@
+// Holding clients back (protocol 1.3, §13.2): every SET_STATE's record_share
+// (§7.6) sets the share of new training episodes a client records; the
+// others are played as usual, counted (episodes_held_back) and never sent,
+// and a batch still goes every env_steps_per_sample steps played, with
+// "episodes": [] when every one of them was held back. Both clients, against
+// the fake server.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fake_backend.h"
+#include "fake_server.h"
+#include "tether/client.h"
+#include "tether/multi_agent_client.h"
+
+namespace {
+
+using fake::Conn;
+using fake::FakeServer;
+using fake::ServerScript;
+using nlohmann::json;
+
+// A SET_STATE at version 0 (the model in use: nothing to load again), with
+// `share` as its record_share, or none when `share` is null.
+json state_with_share(const json& share) {
+  json state = {{"type", "SET_STATE"}, {"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}};
+  if (!share.is_null()) state["record_share"] = share;
+  return state;
+}
+
+tether::ClientOptions options_for(const FakeServer& server, std::uint64_t seed = 3) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = seed;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;  // every batch delivered
+  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
+  return options;
+}
+
+// A single-agent server whose every SET_STATE carries `*share` (null: none);
+// the test may change it between batches.
+ServerScript share_script(std::int64_t steps_per_sample, std::shared_ptr<std::atomic<const json*>> share,
+                          bool force_on_policy = true) {
+  ServerScript script;
+  script.steps_per_sample = steps_per_sample;
+  script.force_on_policy = force_on_policy;
+  script.on_get_state = [share](Conn& conn, const tether::Message&, int) {
+    conn.send(state_with_share(*share->load()));
+    return true;
+  };
+  script.on_batch = [share](Conn& conn, const tether::Message& message, int) {
+    if (message.type == tether::MessageType::kEpisodesAndGetState) conn.send(state_with_share(*share->load()));
+    return true;  // (off-policy: the GET_STATE behind the EPISODES answers)
+  };
+  return script;
+}
+
+void play(tether::TetherClient& client, const std::string& episode, int steps) {
+  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  for (int t = 0; t < steps; ++t) {
+    tether::Status status = client.get_action(episode, obs, 4, action, 1);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    ASSERT_TRUE(client.log_returns(episode, 1.0).ok());
+  }
+}
+
+void end(tether::TetherClient& client, const std::string& episode, double expected_return) {
+  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  tether::Result<double> total = client.end_episode(episode, obs, 4);
+  ASSERT_TRUE(total.ok()) << total.status().to_string();
+  EXPECT_EQ(total.value(), expected_return);  // returns counted, recorded or held back
+}
+
+// Every batch is a message of this client's session, numbered 1, 2, ...
+void expect_numbered(const std::vector<json>& batches, const std::string& session) {
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(batches[i]["client_session"], session);
+    EXPECT_EQ(batches[i]["batch_seq"], static_cast<std::int64_t>(i + 1));
+  }
+}
+
+TEST(RecordShare, AQuarterOfTheEpisodesIsRecordedAndTheRestHeldBack) {
+  const json quarter = 0.25;
+  auto share = std::make_shared<std::atomic<const json*>>(&quarter);
+  FakeServer server(share_script(20, share));
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  EXPECT_EQ(client.record_share(), 0.25);
+  constexpr int kEpisodes = 400, kLength = 3;
+  for (int e = 0; e < kEpisodes; ++e) {
+    const std::string episode = client.start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(play(client, episode, kLength));
+    ASSERT_NO_FATAL_FAILURE(end(client, episode, kLength));
+  }
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  std::set<std::string> recorded;
+  std::size_t recorded_steps = 0, empty = 0;
+  for (const json& batch : batches) {
+    if (batch["episodes"].empty()) ++empty;
+    for (const json& record : batch["episodes"]) {
+      recorded.insert(record["episode_id"].get<std::string>());
+      recorded_steps += record["rewards"].size();
+    }
+  }
+  EXPECT_GE(recorded.size(), 60u);
+  EXPECT_LE(recorded.size(), 140u);
+  EXPECT_EQ(client.episodes_held_back(), kEpisodes - recorded.size());
+  EXPECT_EQ(recorded_steps + kLength * client.episodes_held_back(), std::size_t{kEpisodes * kLength});
+  EXPECT_EQ(recorded_steps, kLength * recorded.size());  // a recorded episode is sent whole
+  EXPECT_EQ(client.env_steps_sent(), static_cast<std::int64_t>(recorded_steps));
+  // A batch every 20 steps played (1200), not every 20 recorded (about 300).
+  EXPECT_GE(batches.size(), 55u);
+  EXPECT_LE(batches.size(), 61u);
+  EXPECT_GT(empty, 0u);  // some batches had only held-back steps behind them
+  expect_numbered(batches, client.client_session());
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+// Each round's answers carry one value; the share after the round.
+struct Round {
+  std::optional<json> value;  // none: the answers have no record_share
+  double share_after;
+};
+
+TEST(RecordShare, InvalidValuesAreIgnoredAndAnAbsentOneMeansRecordEveryEpisode) {
+  const std::vector<Round> rounds = {
+      {json(0.5), 0.5},  {json("0.5"), 0.5}, {json(true), 0.5},  {json(0), 0.5},   {json(1.5), 0.5},
+      {json(-0.25), 0.5}, {json(nullptr), 0.5}, {std::nullopt, 1.0}, {json(0.75), 0.75}, {json(1), 1.0},
+  };
+  // (null in the SET_STATE is sent as a member "record_share": null; nullopt leaves the member out)
+  auto round = std::make_shared<std::atomic<std::size_t>>(0);
+  ServerScript script;
+  script.steps_per_sample = 1;  // a batch at every training episode's second step
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send(state_with_share(json()));
+    return true;
+  };
+  script.on_batch = [&rounds, round](Conn& conn, const tether::Message&, int) {
+    json answer = state_with_share(json());
+    const Round& now = rounds[round->load()];
+    if (now.value) answer["record_share"] = *now.value;
+    conn.send(answer);
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  EXPECT_EQ(client.record_share(), 1.0);
+  for (std::size_t r = 0; r < rounds.size(); ++r) {
+    round->store(r);
+    const std::size_t before = server.batches().size();
+    const std::string episode = client.start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(play(client, episode, 2));  // recorded or held back, a batch goes
+    ASSERT_NO_FATAL_FAILURE(end(client, episode, 2.0));
+    ASSERT_TRUE(client.flush().ok());
+    EXPECT_GT(server.batches().size(), before) << "round " << r;
+    EXPECT_EQ(client.record_share(), rounds[r].share_after) << "round " << r;
+  }
+  EXPECT_TRUE(client.take_error().ok());  // invalid values are no errors
+}
+
+TEST(RecordShare, EverythingHeldBackStillSendsABatchEveryEnvStepsPerSampleStepsPlayed) {
+  const json tiny = 1e-9;
+  const json none;  // answers without record_share
+  auto share = std::make_shared<std::atomic<const json*>>(&tiny);
+  FakeServer server(share_script(10, share));
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  ASSERT_EQ(client.weights_seq_no(), 0);
+  for (int e = 0; e < 10; ++e) {  // 70 steps played: a batch at the 11th, 21st, ... 61st
+    const std::string episode = client.start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(play(client, episode, 7));
+    ASSERT_NO_FATAL_FAILURE(end(client, episode, 7.0));
+  }
+  ASSERT_TRUE(client.flush().ok());  // nothing recorded: flush sends nothing more
+  EXPECT_EQ(client.episodes_held_back(), 10u);
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 6u);
+  for (const json& batch : batches) {
+    EXPECT_EQ(batch["type"], "EPISODES_AND_GET_STATE");
+    EXPECT_TRUE(batch["episodes"].is_array() && batch["episodes"].empty()) << batch.dump();
+    EXPECT_EQ(batch["env_steps"], 0);
+    EXPECT_EQ(batch["agent_steps"], 0);
+    EXPECT_EQ(batch["weights_seq_no"], 0);  // the version held: the usual claim
+  }
+  expect_numbered(batches, client.client_session());
+  // An answer without record_share: episodes are recorded again.
+  share->store(&none);
+  const std::string last_held = client.start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(client, last_held, 11));  // the 11th step sends a batch, answered without it
+  ASSERT_NO_FATAL_FAILURE(end(client, last_held, 11.0));
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.record_share(), 1.0);
+  EXPECT_EQ(client.episodes_held_back(), 11u);
+  ASSERT_EQ(server.batches().size(), 7u);
+  const std::string recorded = client.start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(client, recorded, 3));
+  ASSERT_NO_FATAL_FAILURE(end(client, recorded, 3.0));
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.episodes_held_back(), 11u);
+  batches = server.batches();
+  ASSERT_EQ(batches.size(), 8u);
+  ASSERT_EQ(batches[7]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[7]["episodes"][0]["episode_id"], recorded);
+  EXPECT_EQ(batches[7]["episodes"][0]["rewards"].size(), 3u);
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+TEST(RecordShare, OffPolicyAnEmptyBatchIsAnEpisodesMessageFollowedByGetState) {
+  const json tiny = 1e-9;
+  auto share = std::make_shared<std::atomic<const json*>>(&tiny);
+  FakeServer server(share_script(10, share, /*force_on_policy=*/false));
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const std::string episode = client.start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(client, episode, 21));  // batches at the 11th and 21st steps
+  ASSERT_NO_FATAL_FAILURE(end(client, episode, 21.0));
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> messages = server.messages();
+  std::vector<std::string> after_handshake;
+  for (std::size_t i = 3; i < messages.size(); ++i) after_handshake.push_back(messages[i]["type"]);
+  EXPECT_EQ(after_handshake, (std::vector<std::string>{"EPISODES", "GET_STATE", "EPISODES", "GET_STATE"}));
+  for (const json& batch : server.batches()) {
+    EXPECT_TRUE(batch["episodes"].empty());
+    EXPECT_EQ(batch["client_session"], client.client_session());
+  }
+  EXPECT_EQ(client.episodes_held_back(), 1u);
+}
+
+// With share 1 (sent or not) no number is drawn: a client's draws (here its
+// random episode ids) are those of a client that never heard of record_share.
+TEST(RecordShare, AtOneNoRandomNumberIsDrawn) {
+  auto ids_with = [](const json& value) {
+    auto share = std::make_shared<std::atomic<const json*>>(&value);
+    FakeServer server(share_script(1000, share));
+    auto connected = tether::TetherClient::connect(options_for(server, 11));
+    EXPECT_TRUE(connected.ok());
+    std::vector<std::string> ids;
+    if (!connected.ok()) return ids;
+    for (int e = 0; e < 3; ++e) ids.push_back(connected.value()->start_episode().value());
+    return ids;
+  };
+  const std::vector<std::string> absent = ids_with(json());
+  EXPECT_EQ(ids_with(json(1.0)), absent);
+  const std::vector<std::string> below = ids_with(json(0.999999));
+  EXPECT_EQ(below[0], absent[0]);  // (each draw comes after its episode's id)
+  EXPECT_NE(below[1], absent[1]);
+}
+
+// -- the multi-agent client ------------------------------------------------------------------
+
+json module_json(int obs_width, json action_space) {
+  return {{"observation_space", {{"type", "Box"}, {"shape", {obs_width}}, {"low", -10.0}, {"high", 10.0}}},
+          {"action_space", std::move(action_space)},
+          {"onnx_input_names", {"obs"}},
+          {"onnx_output_names", {"action_dist_inputs"}},
+          {"trainable", true}};
+}
+
+// Module m (agents a_*) and module pm for the group "pair" (members p_0, p_1).
+json multi_config(std::int64_t steps_per_sample) {
+  return {{"type", "SET_CONFIG"},
+          {"env_steps_per_sample", steps_per_sample},
+          {"force_on_policy", true},
+          {"protocol_version", "1.3"},
+          {"heartbeat_interval_s", 0},
+          {"modules",
+           {{"m", module_json(2, {{"type", "Discrete"}, {"n", 2}})},
+            {"pm", module_json(4, {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}})}}},
+          {"policy_mapping", json::array({{{"pattern", "a_*"}, {"module", "m"}},
+                                          {{"agent_id", "pair"}, {"module", "pm"}}})},
+          {"groups", {{"pair", {{"members", {"p_0", "p_1"}}}}}}};
+}
+
+json multi_state_with_share(const json& share) {
+  json models = json::object();
+  for (const char* id : {"m", "pm"}) models[id] = {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(1)}};
+  json state = {{"type", "SET_STATE"}, {"models", models}};
+  if (!share.is_null()) state["record_share"] = share;
+  return state;
+}
+
+ServerScript multi_share_script(std::int64_t steps_per_sample, std::shared_ptr<std::atomic<const json*>> share) {
+  ServerScript script;
+  script.full_config = multi_config(steps_per_sample);
+  script.on_get_state = [share](Conn& conn, const tether::Message&, int) {
+    conn.send(multi_state_with_share(*share->load()));
+    return true;
+  };
+  script.on_batch = [share](Conn& conn, const tether::Message&, int) {
+    conn.send(multi_state_with_share(*share->load()));
+    return true;
+  };
+  return script;
+}
+
+// One frame of a_0, a_1 and the group's members: three actors, three agent steps.
+void multi_frame(tether::MultiAgentClient& client, const std::string& episode) {
+  tether::AgentFrame frame;
+  const float obs[2] = {0.5f, -0.5f};
+  for (const char* id : {"a_0", "a_1", "p_0", "p_1"}) frame.add(id, obs, 2);
+  tether::Status status = client.get_action(episode, frame);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  ASSERT_EQ(frame.action_size(0), 1u);  // the policy acts for every actor
+  ASSERT_EQ(frame.action_size(3), 1u);
+  ASSERT_TRUE(client.log_returns(episode, "a_0", 1.0).ok());
+}
+
+std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server) {
+  auto connected = tether::MultiAgentClient::connect(options_for(server));
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  return connected.ok() ? std::move(connected).value() : nullptr;
+}
+
+TEST(RecordShare, MultiAgentOneDrawPerEpisodeForAllItsAgents) {
+  const json quarter = 0.25;
+  auto share = std::make_shared<std::atomic<const json*>>(&quarter);
+  FakeServer server(multi_share_script(30, share));
+  auto client = connect_multi(server);
+  ASSERT_TRUE(client);
+  constexpr int kEpisodes = 400, kFrames = 2, kActors = 3;
+  for (int e = 0; e < kEpisodes; ++e) {
+    const std::string episode = client->start_episode().value();
+    for (int f = 0; f < kFrames; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, episode));
+    auto returns = client->end_episode(episode);
+    ASSERT_TRUE(returns.ok()) << returns.status().to_string();
+    EXPECT_EQ(returns.value()["a_0"], 2.0);
+  }
+  ASSERT_TRUE(client->flush().ok());
+  std::vector<json> batches = server.batches();
+  std::set<std::string> recorded;
+  std::size_t recorded_steps = 0, empty = 0;
+  for (const json& batch : batches) {
+    if (batch["episodes"].empty()) ++empty;
+    for (const json& record : batch["episodes"]) {
+      recorded.insert(record["episode_id"].get<std::string>());
+      EXPECT_EQ(record["agents"].size(), 3u) << record.dump().substr(0, 300);  // all its actors, or none
+      for (const auto& entry : record["agents"].items()) recorded_steps += entry.value()["rewards"].size();
+    }
+  }
+  EXPECT_GE(recorded.size(), 60u);
+  EXPECT_LE(recorded.size(), 140u);
+  EXPECT_EQ(client->episodes_held_back(), kEpisodes - recorded.size());
+  EXPECT_EQ(recorded_steps, std::size_t{kFrames * kActors} * recorded.size());
+  EXPECT_EQ(recorded_steps + kFrames * kActors * client->episodes_held_back(),
+            std::size_t{kEpisodes * kFrames * kActors});
+  EXPECT_EQ(client->agent_steps_sent(), static_cast<std::int64_t>(recorded_steps));
+  EXPECT_EQ(client->env_steps_sent(), static_cast<std::int64_t>(kFrames * recorded.size()));
+  // A batch every 30 agent steps played (2400), not every 30 recorded (about 600).
+  EXPECT_GE(batches.size(), 70u);  // (a cut waits for steps to complete: some batches carry a few more)
+  EXPECT_LE(batches.size(), 81u);
+  EXPECT_GT(empty, 0u);
+  expect_numbered(batches, client->client_session());
+  EXPECT_TRUE(client->take_error().ok());
+}
+
+TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain) {
+  const json tiny = 1e-9;
+  const json none;
+  auto share = std::make_shared<std::atomic<const json*>>(&tiny);
+  FakeServer server(multi_share_script(6, share));  // a batch every two frames played
+  auto client = connect_multi(server);
+  ASSERT_TRUE(client);
+  const std::string episode = client->start_episode().value();
+  for (int f = 0; f < 7; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, episode));  // batches at frames 3, 5, 7
+  ASSERT_TRUE(client->end_episode(episode).ok());
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->episodes_held_back(), 1u);
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 3u);
+  for (const json& batch : batches) {
+    EXPECT_TRUE(batch["episodes"].is_array() && batch["episodes"].empty()) << batch.dump();
+    EXPECT_EQ(batch["agent_steps"], 0);
+    EXPECT_EQ(batch["weights_seq_nos"], json::parse(R"({"m": 0, "pm": 0})"));  // the versions held
+  }
+  expect_numbered(batches, client->client_session());
+  share->store(&none);
+  const std::string held = client->start_episode().value();
+  for (int f = 0; f < 3; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, held));  // a batch, answered without it
+  ASSERT_TRUE(client->end_episode(held).ok());
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->record_share(), 1.0);
+  ASSERT_EQ(server.batches().size(), 4u);
+  const std::string recorded = client->start_episode().value();
+  for (int f = 0; f < 2; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, recorded));
+  ASSERT_TRUE(client->end_episode(recorded).ok());
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->episodes_held_back(), 2u);
+  batches = server.batches();
+  ASSERT_EQ(batches.size(), 5u);
+  ASSERT_EQ(batches[4]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[4]["episodes"][0]["episode_id"], recorded);
+  EXPECT_EQ(batches[4]["episodes"][0]["agents"].size(), 3u);
+  EXPECT_TRUE(client->take_error().ok());
+}
+
+}  // namespace
+
+#endif  // _WIN32

@@ -1,0 +1,441 @@
+// Versions per step (protocol 1.3): a record (or agent entry) whose steps
+// were acted with more than one weights version names each step's in
+// weights_seq_no_runs (§10.1), and only when every version is known and was
+// learned on the connection the batch goes on, to a server that announced a
+// protocol_version. And the steps the server refused as too stale
+// (SET_STATE steps_refused_stale, §7.6) add up in a counter. Both clients,
+// against the fake server.
+#include <gtest/gtest.h>
+
+#ifndef _WIN32
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fake_backend.h"
+#include "fake_server.h"
+#include "tether/client.h"
+#include "tether/episode.h"
+#include "tether/multi_agent_client.h"
+
+namespace {
+
+using fake::Conn;
+using fake::FakeServer;
+using fake::ServerScript;
+using nlohmann::json;
+
+json state(std::int64_t seq, std::uint8_t model) {
+  return {{"type", "SET_STATE"}, {"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(model)}};
+}
+
+tether::ClientOptions options_for(const FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 3;
+  options.reconnect_timeout_s = 5.0;
+  options.response_timeout_s = 5.0;
+  options.update_timeout_s = 5.0;
+  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
+  return options;
+}
+
+// Batches are cut by flush() only (a sample far larger than the steps played).
+ServerScript single_agent_script() {
+  ServerScript script;
+  script.steps_per_sample = 1000;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send(state(0, 0));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    conn.send(state(n, 1));  // batch n brings version n
+    return true;
+  };
+  return script;
+}
+
+void act(tether::TetherClient& client, const std::string& episode, int steps) {
+  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  for (int t = 0; t < steps; ++t) ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
+}
+
+void end(tether::TetherClient& client, const std::string& episode) {
+  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  ASSERT_TRUE(client.end_episode(episode, obs, 4).ok());
+}
+
+// The record of `episode_id` in a batch (null if none).
+json record_of(const json& batch, const std::string& episode_id) {
+  for (const json& record : batch["episodes"]) {
+    if (record.value("episode_id", std::string()) == episode_id) return record;
+  }
+  return json();
+}
+
+void expect_valid(const json& batch) {
+  const tether::Space obs = tether::Space::box({4}, -10.0, 10.0).value();
+  const tether::Space act = tether::Space::discrete(2).value();
+  tether::Result<std::size_t> steps = tether::validate_episodes(batch, obs, act, true);
+  EXPECT_TRUE(steps.ok()) << steps.status().to_string() << "\n" << batch.dump().substr(0, 600);
+}
+
+// Episode "a" acts 5 steps with version 0, is flushed (4 steps: its 5th waits
+// for its next observation; the answer brings version 1), acts 3 more with
+// version 1 and ends; "b" acts only with version 1. Returns the batches.
+std::vector<json> play_across_a_swap(ServerScript script) {
+  FakeServer server(std::move(script));
+  auto connected = tether::TetherClient::connect(options_for(server));
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  if (!connected.ok()) return {};
+  tether::TetherClient& client = *connected.value();
+  EXPECT_TRUE(client.start_episode("a").ok());
+  act(client, "a", 5);
+  EXPECT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.weights_seq_no(), 1);
+  EXPECT_TRUE(client.start_episode("b").ok());
+  act(client, "a", 3);
+  act(client, "b", 2);
+  end(client, "a");
+  end(client, "b");
+  EXPECT_TRUE(client.flush().ok());
+  return server.batches();
+}
+
+TEST(StepVersions, ARecordThatStraddlesAModelSwapNamesEachStepsVersion) {
+  std::vector<json> batches = play_across_a_swap(single_agent_script());
+  ASSERT_EQ(batches.size(), 2u);
+  // One version only: the record is as before, without runs.
+  EXPECT_FALSE(record_of(batches[0], "a").contains("weights_seq_no_runs")) << batches[0].dump().substr(0, 600);
+  EXPECT_EQ(batches[0]["weights_seq_no"], 0);
+  const json a = record_of(batches[1], "a");
+  ASSERT_TRUE(a.is_object());
+  EXPECT_EQ(a["rewards"].size(), 4u);
+  EXPECT_EQ(a["weights_seq_no_runs"], json::parse("[[0, 1], [1, 3]]")) << a.dump().substr(0, 600);
+  EXPECT_FALSE(record_of(batches[1], "b").contains("weights_seq_no_runs"));
+  EXPECT_EQ(batches[1]["weights_seq_no"], 0);  // the claim is still the oldest version
+  expect_valid(batches[1]);
+}
+
+TEST(StepVersions, APlainV1ServerIsSentNoRuns) {
+  ServerScript script = single_agent_script();
+  script.on_ping = [](Conn& conn, const tether::Message&) {
+    conn.send({{"type", "PONG"}});  // no protocol_version: RLlib's own server
+    return true;
+  };
+  std::vector<json> batches = play_across_a_swap(std::move(script));
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_FALSE(record_of(batches[1], "a").contains("weights_seq_no_runs")) << batches[1].dump().substr(0, 600);
+  EXPECT_EQ(batches[1]["weights_seq_no"], 0);
+}
+
+TEST(StepVersions, AStepOfUnknownVersionMeansNoRuns) {
+  ServerScript script = single_agent_script();
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send({{"type", "SET_STATE"}, {"onnx_file", fake::onnx_file(0)}});  // no weights_seq_no
+    return true;
+  };
+  std::vector<json> batches = play_across_a_swap(std::move(script));
+  ASSERT_EQ(batches.size(), 2u);
+  const json a = record_of(batches[1], "a");
+  ASSERT_TRUE(a.is_object());
+  EXPECT_EQ(a["rewards"].size(), 4u);
+  EXPECT_FALSE(a.contains("weights_seq_no_runs")) << a.dump().substr(0, 600);
+}
+
+// Batch 2 straddles versions 5 and 6 of connection 1 and is lost with it;
+// connection 2 announces version 2: a server restarted without resuming, on
+// which those versions mean nothing. Resent there, it carries no runs.
+TEST(StepVersions, RunsOfAnEarlierServerRunAreLeftOutOfAResend) {
+  ServerScript script;
+  script.steps_per_sample = 1000;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
+    conn.send(state(connection == 1 ? 5 : 2, 0));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 2) return false;  // lost before its answer: resent on the next connection
+    conn.send(state(n == 1 ? 6 : 3, 1));
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  ASSERT_TRUE(client.start_episode("a").ok());
+  act(client, "a", 5);
+  ASSERT_TRUE(client.flush().ok());
+  EXPECT_EQ(client.weights_seq_no(), 6);
+  act(client, "a", 3);
+  end(client, "a");
+  ASSERT_TRUE(client.flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[1]["batch_seq"], 2);
+  EXPECT_EQ(record_of(batches[1], "a")["weights_seq_no_runs"], json::parse("[[5, 1], [6, 3]]"));
+  EXPECT_EQ(batches[2]["batch_seq"], 2);
+  EXPECT_EQ(batches[2]["weights_seq_no"], 0);  // the claim is dropped, as before
+  EXPECT_FALSE(record_of(batches[2], "a").contains("weights_seq_no_runs")) << batches[2].dump().substr(0, 600);
+  EXPECT_GE(client.reconnects(), 1);
+}
+
+// Connection 1 announces version 5, connection 2 version 6: the same server
+// run (versions only grew). Batch 2 straddles versions 5 and 6 of connection
+// 1 and is lost with it: resent on connection 2 it carries no runs (the
+// claim is resent unchanged). Episode "a" then goes on with a step of
+// connection 1 held back and steps of connection 2: no runs either. Episode
+// "b", all of connection 2, sent on connection 2, keeps its runs.
+TEST(StepVersions, RunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn) {
+  ServerScript script;
+  script.steps_per_sample = 1000;
+  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
+    conn.send(state(connection == 1 ? 5 : 6, 0));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 2) return false;  // lost before its answer: resent on the next connection
+    conn.send(state(n == 1 ? 6 : 5 + n, 1));  // batch 1 brings 6, the resend (3) 8, then 9, 10, ...
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  ASSERT_TRUE(client.start_episode("a").ok());
+  act(client, "a", 2);
+  ASSERT_TRUE(client.flush().ok());  // batch 1: a's first step (5)
+  EXPECT_EQ(client.weights_seq_no(), 6);
+  act(client, "a", 2);
+  ASSERT_TRUE(client.flush().ok());  // batch 2: steps of 5 and 6, lost; resent as batch 3
+  EXPECT_EQ(client.weights_seq_no(), 8);
+  EXPECT_GE(client.reconnects(), 1);
+  act(client, "a", 2);
+  end(client, "a");
+  ASSERT_TRUE(client.flush().ok());  // batch 4: a's step of connection 1, two of connection 2
+  ASSERT_TRUE(client.start_episode("b").ok());
+  act(client, "b", 2);
+  ASSERT_TRUE(client.flush().ok());  // batch 5: b's first step
+  act(client, "b", 2);
+  end(client, "b");
+  ASSERT_TRUE(client.flush().ok());  // batch 6: b's steps of two versions, all of connection 2
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 6u);
+  EXPECT_EQ(record_of(batches[1], "a")["weights_seq_no_runs"], json::parse("[[5, 1], [6, 1]]"));
+  EXPECT_EQ(batches[2]["batch_seq"], batches[1]["batch_seq"]);
+  EXPECT_EQ(batches[2]["weights_seq_no"], 5);  // the claim, unchanged: the same server run
+  EXPECT_FALSE(record_of(batches[2], "a").contains("weights_seq_no_runs")) << batches[2].dump().substr(0, 600);
+  const json a = record_of(batches[3], "a");
+  ASSERT_TRUE(a.is_object());
+  EXPECT_EQ(a["rewards"].size(), 3u);
+  EXPECT_EQ(batches[3]["weights_seq_no"], 6);  // its oldest step's version, learned on connection 1
+  EXPECT_FALSE(a.contains("weights_seq_no_runs")) << a.dump().substr(0, 600);
+  const json b = record_of(batches[5], "b");
+  ASSERT_TRUE(b.is_object());
+  EXPECT_EQ(b["weights_seq_no_runs"], json::parse("[[9, 1], [10, 2]]")) << b.dump().substr(0, 600);
+  for (const json& batch : batches) expect_valid(batch);
+}
+
+// Answers carrying 7 and then 5 refused steps make 12; values that are not a
+// JSON integer >= 1 are ignored, never an error.
+const json kRefusedValues = json::parse(R"([7, 5, "3", true, 2.5, 0, -4, null])");
+
+TEST(StepsRefusedStale, TetherClientAddsUpTheServersCounts) {
+  ServerScript script = single_agent_script();
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    json answer = state(n, 0);
+    answer["steps_refused_stale"] = kRefusedValues[static_cast<std::size_t>(n - 1)];
+    conn.send(answer);
+    return true;
+  };
+  FakeServer server(script);
+  auto connected = tether::TetherClient::connect(options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  EXPECT_EQ(client.steps_refused_stale(), 0u);
+  for (std::size_t n = 1; n <= kRefusedValues.size(); ++n) {
+    const std::string episode = client.start_episode().value();
+    act(client, episode, 1);
+    end(client, episode);
+    ASSERT_TRUE(client.flush().ok());
+    EXPECT_EQ(client.steps_refused_stale(), n == 1 ? 7u : 12u) << "after answer " << n;
+  }
+  EXPECT_EQ(server.batches().size(), kRefusedValues.size());
+  EXPECT_TRUE(client.take_error().ok());
+}
+
+// -- the multi-agent client ------------------------------------------------------------------
+
+json module_json(int obs_width, json action_space) {
+  return {{"observation_space", {{"type", "Box"}, {"shape", {obs_width}}, {"low", -10.0}, {"high", 10.0}}},
+          {"action_space", std::move(action_space)},
+          {"onnx_input_names", {"obs"}},
+          {"onnx_output_names", {"action_dist_inputs"}},
+          {"trainable", true}};
+}
+
+// Module m (agents a_*) and module pm for the group "pair" (members p_0, p_1).
+json multi_config() {
+  return {{"type", "SET_CONFIG"},
+          {"env_steps_per_sample", 1000},
+          {"force_on_policy", true},
+          {"protocol_version", "1.3"},
+          {"heartbeat_interval_s", 0},
+          {"modules",
+           {{"m", module_json(2, {{"type", "Discrete"}, {"n", 2}})},
+            {"pm", module_json(4, {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}})}}},
+          {"policy_mapping", json::array({{{"pattern", "a_*"}, {"module", "m"}},
+                                          {{"agent_id", "pair"}, {"module", "pm"}}})},
+          {"groups", {{"pair", {{"members", {"p_0", "p_1"}}}}}}};
+}
+
+// Every module at version `seq`.
+json multi_state(std::int64_t seq) {
+  json models = json::object();
+  for (const char* id : {"m", "pm"}) models[id] = {{"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(1)}};
+  return {{"type", "SET_STATE"}, {"models", models}};
+}
+
+std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server) {
+  auto connected = tether::MultiAgentClient::connect(options_for(server));
+  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
+  return connected.ok() ? std::move(connected).value() : nullptr;
+}
+
+void frame_of(tether::MultiAgentClient& client, const std::string& episode, const std::vector<std::string>& agents) {
+  tether::AgentFrame frame;
+  const float obs[2] = {0.5f, -0.5f};
+  for (const std::string& id : agents) frame.add(id, obs, 2);
+  tether::Status status = client.get_action(episode, frame);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+}
+
+// An entry's (agent's or group's) steps across a swap name their versions;
+// an entry of one version does not.
+TEST(StepVersions, MultiAgentEntriesThatStraddleAModelSwapNameEachStepsVersion) {
+  ServerScript script;
+  script.full_config = multi_config();
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send(multi_state(0));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    conn.send(multi_state(n));
+    return true;
+  };
+  FakeServer server(script);
+  auto client = connect_multi(server);
+  ASSERT_TRUE(client);
+  const std::string episode = client->start_episode("e").value();
+  for (int t = 0; t < 3; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, episode, {"a_0", "a_1", "p_0", "p_1"}));
+  ASSERT_TRUE(client->flush().ok());  // two steps each; every latest one waits for its next observation
+  EXPECT_EQ(client->weights_seq_no("m"), 1);
+  for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, episode, {"a_0", "p_0", "p_1"}));
+  ASSERT_TRUE(client->end_episode(episode).ok());
+  ASSERT_TRUE(client->flush().ok());
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 2u);
+  const json& first = batches[0]["episodes"][0]["agents"];
+  for (const char* actor : {"a_0", "a_1", "pair"}) {
+    ASSERT_TRUE(first.contains(actor)) << first.dump().substr(0, 600);
+    EXPECT_EQ(first[actor]["rewards"].size(), 2u) << actor;
+    EXPECT_FALSE(first[actor].contains("weights_seq_no_runs")) << actor;
+  }
+  const json& second = batches[1]["episodes"][0]["agents"];
+  for (const char* actor : {"a_0", "pair"}) {
+    ASSERT_TRUE(second.contains(actor)) << second.dump().substr(0, 600);
+    EXPECT_EQ(second[actor]["weights_seq_no_runs"], json::parse("[[0, 1], [1, 2]]")) << actor;
+  }
+  ASSERT_TRUE(second.contains("a_1"));
+  EXPECT_EQ(second["a_1"]["rewards"].size(), 1u);  // its held-back step only: one version
+  EXPECT_FALSE(second["a_1"].contains("weights_seq_no_runs"));
+  EXPECT_EQ(batches[1]["weights_seq_nos"], json::parse(R"({"m": 0, "pm": 0})"));  // the claims as before
+  std::map<std::string, tether::ModuleSpec> modules;
+  const json config = multi_config();
+  for (const auto& item : config["modules"].items()) {
+    modules.emplace(item.key(), tether::ModuleSpec::from_json(item.key(), item.value()).value());
+  }
+  tether::Result<std::size_t> steps = tether::validate_multi_agent_record(batches[1]["episodes"][0], 0, modules, true);
+  EXPECT_TRUE(steps.ok()) << steps.status().to_string();
+}
+
+// As RunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn, for an agent
+// entry: connection 2 is the same server run (its versions only grew).
+TEST(StepVersions, MultiAgentRunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn) {
+  ServerScript script;
+  script.full_config = multi_config();
+  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
+    conn.send(multi_state(connection == 1 ? 5 : 6));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 2) return false;  // lost before its answer: resent on the next connection
+    conn.send(multi_state(n == 1 ? 6 : 5 + n));
+    return true;
+  };
+  FakeServer server(script);
+  auto client = connect_multi(server);
+  ASSERT_TRUE(client);
+  const std::string e = client->start_episode("e").value();
+  for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, e, {"a_0"}));
+  ASSERT_TRUE(client->flush().ok());  // batch 1: a_0's first step (5)
+  for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, e, {"a_0"}));
+  ASSERT_TRUE(client->flush().ok());  // batch 2: steps of 5 and 6, lost; resent as batch 3
+  EXPECT_EQ(client->weights_seq_no("m"), 8);
+  EXPECT_GE(client->reconnects(), 1);
+  for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, e, {"a_0"}));
+  ASSERT_TRUE(client->end_episode(e).ok());
+  ASSERT_TRUE(client->flush().ok());  // batch 4: a step of connection 1, two of connection 2
+  const std::string f = client->start_episode("f").value();
+  for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, f, {"a_0"}));
+  ASSERT_TRUE(client->flush().ok());  // batch 5
+  for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, f, {"a_0"}));
+  ASSERT_TRUE(client->end_episode(f).ok());
+  ASSERT_TRUE(client->flush().ok());  // batch 6: two versions, all of connection 2
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 6u);
+  auto entry = [&](std::size_t b) { return batches[b]["episodes"][0]["agents"]["a_0"]; };
+  EXPECT_EQ(entry(1)["weights_seq_no_runs"], json::parse("[[5, 1], [6, 1]]"));
+  EXPECT_EQ(batches[2]["batch_seq"], batches[1]["batch_seq"]);
+  EXPECT_EQ(batches[2]["weights_seq_nos"]["m"], 5);  // the claim, unchanged: the same server run
+  EXPECT_FALSE(entry(2).contains("weights_seq_no_runs")) << batches[2].dump().substr(0, 600);
+  EXPECT_EQ(entry(3)["rewards"].size(), 3u);
+  EXPECT_EQ(batches[3]["weights_seq_nos"]["m"], 6);
+  EXPECT_FALSE(entry(3).contains("weights_seq_no_runs")) << batches[3].dump().substr(0, 600);
+  EXPECT_EQ(entry(5)["weights_seq_no_runs"], json::parse("[[9, 1], [10, 2]]")) << batches[5].dump().substr(0, 600);
+}
+
+TEST(StepsRefusedStale, MultiAgentClientAddsUpTheServersCounts) {
+  ServerScript script;
+  script.full_config = multi_config();
+  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
+    conn.send(multi_state(0));
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    json answer = {{"type", "SET_STATE"}, {"models", json::object()}};
+    answer["steps_refused_stale"] = kRefusedValues[static_cast<std::size_t>(n - 1)];
+    conn.send(answer);
+    return true;
+  };
+  FakeServer server(script);
+  auto client = connect_multi(server);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(client->steps_refused_stale(), 0u);
+  for (std::size_t n = 1; n <= kRefusedValues.size(); ++n) {
+    const std::string episode = client->start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(frame_of(*client, episode, {"a_0"}));
+    ASSERT_TRUE(client->end_episode(episode).ok());
+    ASSERT_TRUE(client->flush().ok());
+    EXPECT_EQ(client->steps_refused_stale(), n == 1 ? 7u : 12u) << "after answer " << n;
+  }
+  EXPECT_EQ(server.batches().size(), kRefusedValues.size());
+  EXPECT_TRUE(client->take_error().ok());
+}
+
+}  // namespace
+
+#endif  // _WIN32

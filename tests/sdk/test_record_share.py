@@ -1,0 +1,147 @@
+"""Holding clients back (§13.2): the client records each new training episode with the
+probability the server's last record_share gives, plays held-back episodes without
+sending them, counts them, and still sends a batch every env_steps_per_sample steps
+played (empty if need be), whose answer brings the share again."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from tether.sdk import MultiAgentClient, TetherClient
+
+from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+
+DISCRETE2 = {"type": "Discrete", "n": 2}
+BOX3 = {"type": "Box", "shape": [3], "low": -10.0, "high": 10.0}
+STEPS = 10  # env_steps_per_sample
+
+
+def share_server(shares: Callable[[int], Any], multi_agent: bool = False) -> ScriptedServer:
+    """Answers the n-th batch (n = 0, 1, ...) with record_share shares(n) (no member when it returns None)."""
+    model = constant_model(3, [0.0, 0.0])
+
+    def answer(n: int) -> dict:
+        if multi_agent:
+            out: dict[str, Any] = {"type": "SET_STATE", "models": {}}
+        else:
+            out = {"type": "SET_STATE", "weights_seq_no": 0}
+        value = shares(n)
+        if value is not None:
+            out["record_share"] = value
+        return out
+
+    def handler(conn: ScriptedConnection) -> None:
+        if multi_agent:
+            names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
+            config = {"type": "SET_CONFIG", "env_steps_per_sample": STEPS, "force_on_policy": True,
+                      "modules": {"solo": {"observation_space": BOX3, "action_space": DISCRETE2, **names}},
+                      "policy_mapping": [{"pattern": "*", "module": "solo"}]}
+            first = {"type": "SET_STATE", "models": {"solo": {"weights_seq_no": 0,
+                                                               "onnx_file": state(0, model)["onnx_file"]}}}
+        else:
+            config, first = single_agent_config(3, DISCRETE2, env_steps_per_sample=STEPS), state(0, model)
+        first = {**first, **({"record_share": shares(-1)} if shares(-1) is not None else {})}
+        conn.handshake(config, first)
+        n = 0
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "EPISODES_AND_GET_STATE":
+                conn.send(answer(n))
+                n += 1
+
+    return ScriptedServer(handler)
+
+
+def play_single(client: TetherClient, episodes: int, length: int = 5) -> int:
+    played = 0
+    for _ in range(episodes):
+        eid = client.start_episode()
+        for t in range(length):
+            client.get_action(eid, np.full(3, t, np.float32))
+            client.log_returns(eid, 1.0)
+            played += 1
+        client.end_episode(eid, np.zeros(3, np.float32))
+    return played
+
+
+def sent_steps(server: ScriptedServer) -> int:
+    total = 0
+    for b in server.messages("EPISODES_AND_GET_STATE"):
+        for r in b["episodes"]:
+            total += sum(len(e["actions"]) for e in r["agents"].values()) if "agents" in r else len(r["actions"])
+    return total
+
+
+def test_a_quarter_of_the_episodes_are_recorded_and_the_rest_counted() -> None:
+    with share_server(lambda n: 0.25) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
+        played = play_single(client, 400)
+        client.flush()
+        held = client.episodes_held_back
+        client.close()
+        sent = sent_steps(server)
+    recorded = 400 - held
+    assert 60 <= recorded <= 140, recorded
+    assert sent == 5 * recorded and played == 2000
+
+
+def test_invalid_shares_are_ignored_and_an_absent_one_means_every_episode() -> None:
+    # The handshake sets 0.5; the first eight answers carry invalid values (kept at 0.5); later ones
+    # carry no member (1: record every episode).
+    invalid = ["0.5", True, 0, 1.5, float("nan"), -0.25, None, [0.5]]
+
+    def shares(n: int) -> Any:
+        if n < 0:
+            return 0.5
+        return invalid[n] if n < len(invalid) and invalid[n] is not None else (0.5 if n < len(invalid) else None)
+
+    with share_server(shares) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=2, wait_for_weights=True)
+        play_single(client, 15, length=2)  # 30 steps played: about 3 batches answered with invalid values
+        assert 1 <= len(server.messages("EPISODES_AND_GET_STATE")) < len(invalid)
+        assert client.link.record_share == 0.5 and client.episodes_held_back > 0
+        play_single(client, 60, length=2)  # past the eighth answer: the share is 1 again
+        assert client.link.record_share == 1.0
+        before = client.episodes_held_back
+        play_single(client, 40, length=2)
+        client.flush()
+        client.close()
+    assert client.episodes_held_back == before, "with the share back at 1 every episode is recorded"
+
+
+def test_with_everything_held_back_empty_batches_keep_the_cadence() -> None:
+    """A share of 1e-9 until the 5th answer: batches go out every 10 steps played, with no records; the
+    answer without record_share makes the next episodes recorded again."""
+    with share_server(lambda n: 1e-9 if n < 5 else None) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=3, wait_for_weights=True)
+        play_single(client, 10, length=5)  # 50 steps played, all held back: 5 empty batches
+        batches = server.messages("EPISODES_AND_GET_STATE")
+        assert len(batches) >= 4 and all(b["episodes"] == [] for b in batches[:4])
+        assert client.episodes_held_back == 10
+        play_single(client, 10, length=5)
+        client.flush()
+        client.close()
+        # Until the answer to the sixth batch (after 60 steps played) the share is still 1e-9.
+        assert client.episodes_held_back <= 13
+        assert sent_steps(server) == 5 * (20 - client.episodes_held_back) >= 35
+
+
+def test_multi_agent_holds_back_whole_episodes() -> None:
+    with share_server(lambda n: 0.25, multi_agent=True) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=4, wait_for_weights=True)
+        for _ in range(300):
+            eid = client.start_episode()
+            for t in range(3):
+                client.get_action(eid, {"a": np.full(3, t, np.float32), "b": np.full(3, -t, np.float32)})
+                client.log_returns(eid, {"a": 1.0, "b": 1.0})
+            client.end_episode(eid)
+        client.flush()
+        held = client.episodes_held_back
+        client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    recorded = 300 - held
+    assert 40 <= recorded <= 110, recorded
+    # Whole episodes: every record has both agents' 3 steps.
+    records = [r for b in batches for r in b["episodes"] if r["agents"]]
+    assert sum(len(e["actions"]) for r in records for e in r["agents"].values()) == 6 * recorded
