@@ -124,7 +124,7 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
                 entry.get("onnx_input_name", config.onnx_input_name),
                 entry.get("onnx_output_name", config.onnx_output_name),
                 bool(entry.get("trainable", True)),
-                tuple(entry.get("value_obs_agents") or ()),
+                _value_obs_agents(entry.get("value_obs_agents"), module_id),
             )
             hps[module_id] = _hyperparams(base, {k: v for k, v in entry.items() if k in PPO_OPTION_NAMES})
         rules = config.policy_mapping
@@ -142,7 +142,38 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
         if missing:
             raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
     groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
+    if mapping is not None:
+        _check_critic_widths(specs, mapping)
     return ModuleLayout(specs, hps, mapping, mapping_fn, groups)
+
+
+def _value_obs_agents(value: Any, module_id: str) -> tuple[str, ...]:
+    """A module's value_obs_agents: a list of distinct, non-empty agent ids (a string would
+    otherwise be read as its characters, and the critic would see zeros)."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(a, str) and a for a in value):
+        raise ValueError(f"module {module_id!r}: value_obs_agents must be a list of agent ids (strings), "
+                         f"got {value!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"module {module_id!r}: value_obs_agents lists an agent twice: {list(value)}")
+    return tuple(value)
+
+
+def _check_critic_widths(specs: dict[str, ModuleSpec], mapping: PolicyMapping) -> None:
+    """The centralized critic's input is the listed agents' observations side by side, each as wide
+    as the module's own (§9.7): a listed agent that the rules map to modules with other observation
+    sizes is refused."""
+    for module_id, spec in specs.items():
+        for agent_id in spec.value_obs_agents:
+            rule = next((r for r in mapping.rules if r.matches(agent_id)), None)
+            if rule is None:
+                continue  # (its entries would be refused as unmapped anyway)
+            for other in [rule.module] if rule.module is not None else list(rule.choose_from):
+                if other in specs and specs[other].obs_dim != spec.obs_dim:
+                    raise ValueError(
+                        f"module {module_id!r}: value_obs_agents lists {agent_id!r}, which maps to module {other!r} "
+                        f"with {specs[other].obs_dim} observation values, but the critic takes {spec.obs_dim} per agent")
 
 
 def _with_trainable(spec: ModuleSpec, trainable: bool) -> ModuleSpec:

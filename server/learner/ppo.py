@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -11,30 +13,38 @@ from torch import nn
 
 from tether.sdk.protocol.spaces import Space
 
+from ..config import ServerConfig
 from .gae import compute_gae
 from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
 from .policy_network import ActorCritic, flat_obs_dim
 from .rollout_batch import RolloutBatch
 
 
+def _server_default(name: str) -> Any:
+    """The default of ServerConfig's option ``name``: the one place PPO defaults live."""
+    spec = ServerConfig.__dataclass_fields__[name]
+    value = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()  # type: ignore[misc]
+    return tuple(value) if isinstance(value, list) else value
+
+
 @dataclass
 class PPOHyperparams:
-    """The knobs of one PPO update (ServerConfig carries the same names)."""
+    """The knobs of one PPO update (ServerConfig carries the same names, and the defaults)."""
 
-    lr: float = 2.5e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float = 0.0
-    num_epochs: int = 10
-    minibatch_size: int = 256
-    max_grad_norm: float = 0.5
-    norm_adv: bool = True
-    clip_vloss: bool = False
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    lr: float = _server_default("lr")
+    gamma: float = _server_default("gamma")
+    gae_lambda: float = _server_default("gae_lambda")
+    clip_coef: float = _server_default("clip_coef")
+    vf_coef: float = _server_default("vf_coef")
+    ent_coef: float = _server_default("ent_coef")
+    num_epochs: int = _server_default("num_epochs")
+    minibatch_size: int = _server_default("minibatch_size")
+    max_grad_norm: float = _server_default("max_grad_norm")
+    norm_adv: bool = _server_default("norm_adv")
+    clip_vloss: bool = _server_default("clip_vloss")
+    hidden_sizes: tuple[int, ...] = _server_default("hidden_sizes")
     #: Clip each reward into [-reward_clip, reward_clip] before GAE (None: off).
-    reward_clip: float | None = None
+    reward_clip: float | None = _server_default("reward_clip")
 
 
 class NonFiniteUpdate(RuntimeError):

@@ -49,3 +49,39 @@ def test_unknown_and_invalid_options_are_clear_errors(tmp_path) -> None:
         ServerConfig.from_toml(toml)
     with pytest.raises(ValueError, match="max_staleness"):
         ServerConfig(max_staleness=-1)
+
+
+BOX = lambda n: {"type": "Box", "shape": [n], "low": -1, "high": 1}  # noqa: E731
+
+
+def critic_layout(value_obs_agents, other_width: int = 3):
+    from tether.server.module_setup import build_layout
+
+    config = ServerConfig(modules={
+        "critic": {"observation_space": BOX(3), "action_space": {"type": "Discrete", "n": 2},
+                   "value_obs_agents": value_obs_agents},
+        "other": {"observation_space": BOX(other_width), "action_space": {"type": "Discrete", "n": 2}},
+    }, policy_mapping=[{"pattern": "a_*", "module": "critic"}, {"pattern": "b_*", "module": "other"}])
+    return build_layout(config)
+
+
+def test_value_obs_agents_must_be_agent_ids_of_the_critics_width() -> None:
+    assert critic_layout(["a_0", "a_1", "b_0"]).specs["critic"].value_obs_dim == 9
+    with pytest.raises(ValueError, match="must be a list of agent ids"):
+        critic_layout("a_0")  # would be read as the agents "a", "_", "0"
+    with pytest.raises(ValueError, match="must be a list of agent ids"):
+        critic_layout(["a_0", 7])
+    with pytest.raises(ValueError, match="lists an agent twice"):
+        critic_layout(["a_0", "a_0"])
+    with pytest.raises(ValueError, match="'b_0', which maps to module 'other' with 5 observation values"):
+        critic_layout(["a_0", "b_0"], other_width=5)
+
+
+def test_ppo_defaults_live_in_one_place() -> None:
+    from tether.server.config import PPO_OPTION_NAMES
+    from tether.server.learner import PPOHyperparams
+
+    defaults, config = PPOHyperparams(), ServerConfig()
+    for name in PPO_OPTION_NAMES:
+        value = getattr(config, name)
+        assert getattr(defaults, name) == (tuple(value) if isinstance(value, list) else value), name
