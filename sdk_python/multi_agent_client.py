@@ -292,11 +292,8 @@ class MultiAgentClient(BaseClient):
         if group is None:
             out[actor_id] = action
             return
-        flat = np.asarray(action).ravel()
-        share = len(flat) // len(group.members)
-        for i, member in enumerate(group.members):
-            part = flat[i * share:(i + 1) * share]
-            out[member] = int(part[0]) if share == 1 and part.dtype.kind in "iu" else part
+        # (ValueError when it does not split into equal parts, as the C++ and C# clients refuse it)
+        out.update(group.split_action(action, discrete=np.asarray(action).dtype.kind in "iu"))
 
     def log_returns(self, episode_id: str, rewards: Mapping[str, float]) -> None:
         """Add each agent's reward to its last action (group members' rewards combine)."""

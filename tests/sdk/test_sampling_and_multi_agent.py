@@ -258,3 +258,27 @@ def test_multi_agent_get_action_does_not_wait_for_a_batch_answer() -> None:
         assert wait_until(lambda: len(server.messages("EPISODES_AND_GET_STATE")) == 1)
         client.close()
     assert worst < 0.05 and client.batches_dropped > 10
+
+
+def test_a_group_action_that_does_not_split_into_its_members_is_refused() -> None:
+    """A group module whose action has 3 parts for 2 members: the client refuses it (as the C++ and C#
+    clients do) instead of handing member "b" a short action."""
+    names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
+    config = {"type": "SET_CONFIG", "env_steps_per_sample": 1000, "force_on_policy": True,
+              "modules": {"pair": {"observation_space": BOX6, "action_space": {"type": "MultiDiscrete", "nvec": [2, 2, 2]},
+                                   **names}},
+              "policy_mapping": [{"agent_id": "team", "module": "pair"}],
+              "groups": {"team": {"members": ["a", "b"], "reward": "sum"}}}
+    models = {"pair": {"weights_seq_no": 0, "onnx_file": state(0, constant_model(6, [0.0] * 6))["onnx_file"]}}
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(config, {"type": "SET_STATE", "models": models})
+        while conn.receive(timeout=None) is not None:
+            pass
+
+    with ScriptedServer(handler) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=0)
+        eid = client.start_episode()
+        with pytest.raises(ValueError, match="does not split into 2 equal parts"):
+            client.get_action(eid, obs("a", "b"))
+        client.close()
