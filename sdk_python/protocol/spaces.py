@@ -184,7 +184,14 @@ def from_gymnasium(space: Any) -> Space:
     if name == "Discrete":
         return Discrete(n=int(space.n), start=int(space.start))
     if name == "MultiDiscrete":
-        return MultiDiscrete(nvec=tuple(int(v) for v in np.asarray(space.nvec).ravel()))
+        nvec = np.asarray(space.nvec)
+        start = np.asarray(getattr(space, "start", np.zeros_like(nvec)))
+        # The protocol's MultiDiscrete (§8.3) is one row of choices from 0: converting another
+        # would change which actions are valid, so it is refused here, not at the first batch.
+        if nvec.ndim != 1 or np.any(start != 0):
+            raise TypeError(f"unsupported space {space!r}: a MultiDiscrete must have a one-dimensional nvec and "
+                            "start 0 (flatten it, or shift its actions to start at 0)")
+        return MultiDiscrete(nvec=tuple(int(v) for v in nvec))
     if isinstance(space, (Box, Discrete, MultiDiscrete)):
         return space
     raise TypeError(f"unsupported space {space!r}: use Box, Discrete or MultiDiscrete")

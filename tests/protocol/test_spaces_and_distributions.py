@@ -91,3 +91,19 @@ def test_multidiscrete_and_deterministic() -> None:
     a, lp = sample(space, inputs, random.Random(2))
     assert math.isclose(lp, log_prob(space, inputs, a), rel_tol=1e-6)
     assert deterministic(Discrete(2, start=3), np.array([0.1, 0.2])) == 4
+
+
+def test_gymnasium_multidiscrete_that_the_protocol_cannot_express_is_refused() -> None:
+    import pytest
+
+    """§8.3's MultiDiscrete is one row of choices from 0: a start or a 2-D nvec would change which
+    actions are valid, so the conversion refuses it instead of refusing every action later."""
+    import gymnasium as gym
+
+    from tether.sdk.protocol.spaces import MultiDiscrete, from_gymnasium
+
+    assert from_gymnasium(gym.spaces.MultiDiscrete([3, 2])) == MultiDiscrete((3, 2))
+    with pytest.raises(TypeError, match="start 0"):
+        from_gymnasium(gym.spaces.MultiDiscrete([3, 2], start=[1, 0]))
+    with pytest.raises(TypeError, match="one-dimensional nvec"):
+        from_gymnasium(gym.spaces.MultiDiscrete([[3, 2], [2, 2]]))
