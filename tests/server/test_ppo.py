@@ -3,6 +3,8 @@ moves the policy toward advantageous actions."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -98,3 +100,36 @@ def test_missing_logp_is_filled_with_current_policy() -> None:
     assert abs(after - prob_of_action_1(explicit)) < 1e-5, (after, prob_of_action_1(explicit))
     for p_missing, p_explicit in zip(missing.model.parameters(), explicit.model.parameters()):
         assert torch.allclose(p_missing, p_explicit, atol=1e-6)
+
+
+def test_clip_vloss_keeps_the_value_within_clip_coef_of_its_old_prediction() -> None:
+    """Returns of 100 where the critic predicts about 0: clipped, the value stops once it is clip_coef
+    past its old prediction (give or take one optimizer step); unclipped, it goes much further."""
+    def value_after(clip_vloss: bool) -> float:
+        learner = PPOLearner(box(-1, 1, (3,)), Discrete(2),
+                             PPOHyperparams(lr=3e-2, num_epochs=20, minibatch_size=64, clip_vloss=clip_vloss,
+                                            clip_coef=0.2, gamma=0.0), seed=2)
+        chunks = [replace(c, rewards=np.full(1, 100.0, np.float32)) for c in bandit_chunks(64, np.random.default_rng(2))]
+        with torch.no_grad():
+            before = float(learner.model.value(torch.zeros(1, 3)))
+        learner.update(build_batch(chunks))
+        with torch.no_grad():
+            return float(learner.model.value(torch.zeros(1, 3))) - before
+
+    clipped, free = value_after(True), value_after(False)
+    assert 0 < clipped < free / 5, (clipped, free)
+
+
+def test_norm_adv_off_uses_the_raw_advantages() -> None:
+    """Every action pays 1 and the data has three times more action 1: normalised, all advantages are
+    equal and cancel (the policy stays); raw, they are positive and the more frequent action gains."""
+    def p1_after(norm_adv: bool) -> float:
+        learner = PPOLearner(box(-1, 1, (3,)), Discrete(2),
+                             PPOHyperparams(lr=1e-2, num_epochs=10, minibatch_size=256, norm_adv=norm_adv), seed=3)
+        chunks = [EpisodeChunk(np.zeros((2, 3), np.float32), np.array([int(i % 4 != 0)]), np.ones(1, np.float32),
+                               np.array([np.log(0.5)], np.float32), None, True, False) for i in range(256)]
+        learner.update(build_batch(chunks))
+        return prob_of_action_1(learner)
+
+    assert abs(p1_after(True) - 0.5) < 0.01
+    assert p1_after(False) > 0.55
