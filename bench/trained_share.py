@@ -19,11 +19,12 @@ oldest), and adds up the steps the server says it refused as stale
 
 After ``--seconds`` the clients stop, the server is stopped with SIGTERM and its
 summary read. ``trained_share`` is agent steps trained / (agent steps trained +
-agent steps dropped as stale): the share of the data the server took (stored
-and answered) that was not thrown away. Steps still in the pool at the end are
-neither. Data the server refused when it arrived, because no update could
-train it within max_staleness, is not taken: ``refused_share`` is its share of
-the steps received, and ``told_share`` the share of it the clients were told of.
+agent steps refused on arrival as too stale + agent steps dropped as stale
+later): the share of the steps the server answered for that it trained. Steps
+still in the pool at the end are neither. ``refused_share`` is the refused
+steps' share of the steps received, ``told_share`` the share of them the
+clients were told of, ``stored_trained_share`` the share of the stored steps
+that were trained. ``--no-hold-back`` makes clients record every episode.
 
 Prints one JSON object: ``trained_share_<n>``, ``trained_steps_per_s_<n>`` and
 ``refused_share_<n>`` for every client count, and a ``runs`` list with each

@@ -150,6 +150,12 @@ class BaseClient:
         return self.link.client_session
 
     @property
+    def record_share(self) -> float:
+        """The share of new training episodes this client records, as the server last asked
+        (SET_STATE record_share, §13.2; 1 until it asks for less)."""
+        return self.link.record_share
+
+    @property
     def steps_refused_stale(self) -> int:
         """Agent steps the server did not store because an update would have taken them only
         once older than its max_staleness (it says so in its answers, §13.2): data collected

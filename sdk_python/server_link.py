@@ -81,6 +81,8 @@ class Batch:
     #: The connection (1, 2, ...) its steps' versions were learned on: only on it are
     #: they sent per step (weights_seq_no_runs, §10.1).
     connection: int | None = None
+    #: Cut with no records on purpose (its episodes held back, §13.2): it is sent all the same.
+    empty: bool = False
 
 
 def _agent_steps(record: dict[str, Any]) -> int:
@@ -264,7 +266,7 @@ class ServerLink:
         dropped_now = 0
         gone: set[str] = set()
         # A batch cut empty (its episodes held back, §13.2) goes too: its answer brings the share.
-        empty_on_purpose = not batch.episodes
+        batch.empty = batch.empty or not batch.episodes
         with self._lock:
             outbox = self._outbox
             while outbox and (len(outbox) >= self.max_queued_batches
@@ -276,14 +278,14 @@ class ServerLink:
             if gone:
                 for waiting in [*outbox, batch]:
                     self._drop_episodes(waiting, gone)
-                kept = [b for b in outbox if b.episodes]
+                kept = [b for b in outbox if b.episodes or b.empty]
                 outbox.clear()
                 outbox.extend(kept)
                 self._queued_steps = sum(b.agent_steps for b in outbox)
                 self.episodes_dropped += len(gone)
             if self._refused_episodes:
                 self._drop_episodes(batch, self._refused_episodes)
-            if batch.episodes or empty_on_purpose:
+            if batch.episodes or batch.empty:
                 outbox.append(batch)
                 self._queued_steps += batch.agent_steps
         if dropped_now and self.batches_dropped == dropped_now:

@@ -126,6 +126,7 @@ async def serve(
         "episodes": m.episodes_total,
         "samples_dropped_stale": m.samples_dropped_stale,
         "samples_refused_stale": m.samples_refused_stale,
+        "record_share": m.record_share,
         "checkpoint": str(trainer.checkpoint_path),
         "policy": str(trainer.policy_path()),
         "policies": {mid: str(trainer.policy_path(mid)) for mid in trainer.modules},

@@ -147,8 +147,9 @@ def check_behaviour_logp(
         claimed_version = versions.get(module)
         if history is None or claimed_version is None:
             continue
-        # Only steps of a version kept now are checked (and stored): each by its own version when its
-        # chunk names them (weights_seq_no_runs), else by the message's claim. The rest is refused as stale.
+        # Only steps of a version kept now are checked (and stored): by their own versions when their
+        # chunk names them (weights_seq_no_runs), else by the message's claim. A step passes when any
+        # kept version explains its logp (the claimed one is tried first). The rest is refused as stale.
         kept = np.array(history.versions, np.int64)
         checked = np.concatenate([
             np.isin(c.step_versions, kept) if c.step_versions is not None

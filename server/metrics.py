@@ -153,6 +153,8 @@ class Metrics:
     samples_dropped_stale: int = 0
     #: Agent steps not stored because they would be older than max_staleness when trained (the client is told).
     samples_refused_stale: int = 0
+    #: The share of new training episodes clients are asked to record (§13.2).
+    record_share: float = 1.0
     #: Module updates thrown away because the loss, a gradient or a weight was not finite.
     updates_discarded: int = 0
     #: Module updates published without the data of a client that made them non-finite, and
@@ -298,6 +300,7 @@ class Metrics:
             "charts/clients_connected": float(self.clients_connected),
             "charts/samples_dropped_stale": float(self.samples_dropped_stale),
             "charts/samples_refused_stale": float(self.samples_refused_stale),
+            "charts/record_share": float(self.record_share),
         }
         out["episode/agent_return_mean"] = self.agent_return_mean
         for prefix, returns_by, lengths_by in (("module", self.module_returns, self.module_lengths),

@@ -11,10 +11,13 @@ Every ``WINDOW_S`` seconds the share follows what happened meanwhile: when
 more than ``REFUSED_TARGET`` of the steps that arrived was refused, it shrinks
 to the part that could be stored (then waits ``SETTLE_S`` for data recorded
 under the new share before shrinking again); when the learner sat idle for
-lack of data for part of the window, it grows; otherwise it stays. When more
-clients connect, the share starts no higher than what lets all of them
-together send one update's worth of steps per batch they each send, so that a
-crowd's first batches are not refused wholesale.
+lack of data for part of the window, it grows (also despite refusals when it
+waited nearly all the time: refused data then came from clients that do not
+hold back, or came too stale, and asking the others for less only starves
+it); otherwise it stays. When more clients than ever before are past their
+handshake, the share starts no higher than what lets all of them together send
+one update's worth of steps per batch they each send, so that a crowd's first
+batches are not refused wholesale.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ WINDOW_S = 1.0
 REFUSED_TARGET = 0.03
 #: The share of a window the learner may wait for data before the share grows.
 STARVED_TARGET = 0.3
+#: The share of a window the learner waited for data above which it grows whatever was refused.
+IDLE_OVERRIDES = 0.85
 #: Growth per window while the learner waits for data.
 GROWTH = 1.15
 #: The share of what fitted that a shrink aims for.
@@ -55,10 +60,11 @@ class RecordShare:
         self._starved_s = 0.0
 
     def current(self, clients: int) -> float:
-        """The share to announce now, with ``clients`` connected."""
+        """The share to announce now, with ``clients`` past their handshake. Only a new peak of
+        clients caps it: a client that reconnects, or fewer clients, leave it as it is."""
         if clients > self._clients:
             self.value = max(FLOOR, min(self.value, self._room / (clients * self._batch)))
-        self._clients = clients
+            self._clients = clients
         return self.value
 
     def starving(self, starved: bool, now: float) -> None:
@@ -81,12 +87,17 @@ class RecordShare:
             starved += now - self._starved_since
             self._starved_since = now
         arrived = self._stored + self._refused
-        if arrived and self._refused > REFUSED_TARGET * arrived:
+        window = now - self._since
+        if starved > IDLE_OVERRIDES * window:
+            # The learner waited for data nearly all the time: whatever was refused (data of clients that
+            # do not hold back, or sent too stale) is no reason to ask the others for less.
+            self.value = min(1.0, self.value * GROWTH)
+        elif arrived and self._refused > REFUSED_TARGET * arrived:
             if now >= self._settled_at:
                 # Aim a little under what fit: episodes arrive in lumps, and a lump too many is refused.
                 self.value = max(FLOOR, self.value * max(MAX_SHRINK, AIM * self._stored / arrived))
                 self._settled_at = now + SETTLE_S
-        elif starved > STARVED_TARGET * (now - self._since):
+        elif starved > STARVED_TARGET * window:
             self.value = min(1.0, self.value * GROWTH)
         self._stored = self._refused = 0
         self._starved_s = 0.0

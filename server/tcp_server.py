@@ -340,6 +340,8 @@ class TetherServer:
         self._open: dict[int, OpenConnection] = {}
         self._partial_total = 0
         self.max_connections = self.config.max_connections
+        #: Connections past their handshake (the clients record_share is shared among, §13.2).
+        self.established_connections = 0
         #: Connections still in their handshake (see OpenConnection.established), oldest first.
         self._handshaking: dict[int, OpenConnection] = {}
         self.max_handshaking = handshake_share(self.max_connections, self.config.max_handshaking_connections)
@@ -588,6 +590,7 @@ class TetherServer:
     _handshaking: dict[int, OpenConnection] | None = None
     max_handshaking = 0
     auth_throttle: AuthThrottle | None = None
+    established_connections = 0
 
     def open_connection(self, evict: Callable[[bytes, bool], None], peer: Any = None) -> OpenConnection:
         """Counts a new connection (TCP accepted, or websocket at its first byte) from ``peer``
@@ -634,12 +637,16 @@ class TetherServer:
 
     def establish(self, conn: OpenConnection) -> None:
         """``conn`` completed its handshake: it leaves the handshaking share and no newcomer can close it."""
+        if not conn.established:
+            self.established_connections += 1
         conn.established = True
         if self._handshaking is not None:
             self._handshaking.pop(conn.key, None)
 
     def close_connection(self, conn: OpenConnection) -> None:
         """A connection counted by :meth:`open_connection` has ended: its slot and bytes are free."""
+        if conn.established and conn.key in self._open:
+            self.established_connections -= 1
         if self._handshaking is not None:
             self._handshaking.pop(conn.key, None)
         if self._open.pop(conn.key, None) is not None:
@@ -805,6 +812,7 @@ class TetherServer:
         # model: RLlib's v1 documentation lets a plain client send weights_seq_no too.
         # Such a client is not sent a model again that this connection already got (§7.5).
         message = trainer.state_message(client_holds, may_omit_model=connection.client_version is not None,
+                                        clients=self.established_connections,
                                         sent=session.models_sent)
         if "models" in message:
             session.models_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})

@@ -183,6 +183,7 @@ class Trainer:
 
     def state_message(
         self, client_holds: Any = None, may_omit_model: bool = False, sent: dict[str, int] | None = None,
+        clients: int = 1,
     ) -> dict[str, Any]:
         """SET_STATE. A 1.2 client that sends ``weights_seq_nos`` gets ``models``
         with only the modules that changed; others get the v1 fields for the
@@ -191,9 +192,10 @@ class Trainer:
         got; with ``may_omit_model``, a module the request does not name counts
         as held at that version (a model is sent once per version and connection)."""
         msg: dict[str, Any] = {"type": MessageType.SET_STATE.value}
-        share = self.record_share.current(self.metrics.clients_connected)
+        share = round(self.record_share.current(clients), 6)
+        self.metrics.record_share = share
         if may_omit_model and share < 1.0:
-            msg["record_share"] = round(share, 6)  # to a client that announced a version (§13.2)
+            msg["record_share"] = share  # to a client that announced a version (§13.2)
         sent = sent if may_omit_model and sent is not None else {}
         if isinstance(client_holds, dict):
             msg["models"] = {
@@ -313,8 +315,9 @@ class Trainer:
         finished = self.episodes.add(connection, records)
         suspect = self.guard.is_suspect(connection, source)
         m.add_episodes(finished, source, suspect)
-        if self.config.stop_at_return is not None:
+        if self.config.stop_at_return is not None and (records or finished):
             # A suspect client still has a say (it stays active), but its returns do not count toward the target.
+            # (A batch with no records, of a client holding its episodes back, does not make it active.)
             self.client_returns.note(connection, () if suspect else (
                 e.total_return for e in finished if e.complete and plausible_return(e)), m.updates)
         self._check_stop()
@@ -386,6 +389,7 @@ class Trainer:
     def pause(self) -> None:
         """No new update starts until resume(); one in progress finishes."""
         self.paused = True
+        self._note_starving()  # a paused learner does not wait for data
 
     def resume(self) -> None:
         self.paused = False

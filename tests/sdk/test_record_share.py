@@ -100,9 +100,9 @@ def test_invalid_shares_are_ignored_and_an_absent_one_means_every_episode() -> N
         client = TetherClient("127.0.0.1", server.port, seed=2, wait_for_weights=True)
         play_single(client, 15, length=2)  # 30 steps played: about 3 batches answered with invalid values
         assert 1 <= len(server.messages("EPISODES_AND_GET_STATE")) < len(invalid)
-        assert client.link.record_share == 0.5 and client.episodes_held_back > 0
+        assert client.record_share == 0.5 and client.episodes_held_back > 0
         play_single(client, 60, length=2)  # past the eighth answer: the share is 1 again
-        assert client.link.record_share == 1.0
+        assert client.record_share == 1.0
         before = client.episodes_held_back
         play_single(client, 40, length=2)
         client.flush()

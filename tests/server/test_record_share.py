@@ -46,3 +46,18 @@ def test_it_starts_low_enough_for_a_crowd_and_never_reaches_zero() -> None:
     for i in range(200):
         share.note(0, 1000, (1 + i) * (WINDOW_S + SETTLE_S))
     assert share.value == FLOOR
+
+
+def test_a_reconnect_does_not_cap_it_again_and_a_learner_left_waiting_grows_it_despite_refusals() -> None:
+    from tether.server.record_share import IDLE_OVERRIDES
+
+    share = RecordShare(0.0, train_batch_size=2000, env_steps_per_sample=500)
+    capped = share.current(64)
+    share.value = 0.5  # grown since
+    assert share.current(63) == 0.5 and share.current(64) == 0.5, "a client reconnecting is no new crowd"
+    assert share.current(65) == pytest.approx(2000 / (65 * 500)) and capped > share.value
+    # Refusals (say, of a client that does not hold back) while the learner waited nearly all the time:
+    share.value = 0.01
+    share.starving(True, 0.0)
+    share.note(0, 5000, WINDOW_S)
+    assert IDLE_OVERRIDES < 1 and share.value == pytest.approx(0.01 * GROWTH)
