@@ -12,7 +12,7 @@ more than ``REFUSED_TARGET`` of the steps that arrived was refused, it shrinks
 to the part that could be stored (then waits ``SETTLE_S`` for data recorded
 under the new share before shrinking again); when the learner sat idle for
 lack of data for part of the window, it grows (also despite refusals when it
-waited nearly all the time: refused data then came from clients that do not
+waited nearly all the time over the last few windows: refused data then came from clients that do not
 hold back, or came too stale, and asking the others for less only starves
 it); otherwise it stays. When more clients than ever before are past their
 handshake, the share starts no higher than what lets all of them together send
@@ -22,14 +22,18 @@ batches are not refused wholesale.
 
 from __future__ import annotations
 
+from collections import deque
+
 #: Seconds over which arrivals are judged: long enough to span a batch's answer.
 WINDOW_S = 1.0
 #: The share of arriving steps that may be refused before the share shrinks.
 REFUSED_TARGET = 0.03
 #: The share of a window the learner may wait for data before the share grows.
 STARVED_TARGET = 0.3
-#: The share of a window the learner waited for data above which it grows whatever was refused.
+#: The share of the last IDLE_WINDOWS windows the learner waited for data above which the share grows
+#: whatever was refused (several windows: clients that send in bursts leave single windows idle).
 IDLE_OVERRIDES = 0.85
+IDLE_WINDOWS = 4
 #: Growth per window while the learner waits for data.
 GROWTH = 1.15
 #: The share of what fitted that a shrink aims for.
@@ -58,6 +62,8 @@ class RecordShare:
         self._settled_at = now
         self._starved_since: float | None = None
         self._starved_s = 0.0
+        #: The share of each of the last windows the learner waited for data.
+        self._recent_starved: deque[float] = deque(maxlen=IDLE_WINDOWS)
 
     def current(self, clients: int) -> float:
         """The share to announce now, with ``clients`` past their handshake. Only a new peak of
@@ -88,7 +94,9 @@ class RecordShare:
             self._starved_since = now
         arrived = self._stored + self._refused
         window = now - self._since
-        if starved > IDLE_OVERRIDES * window:
+        self._recent_starved.append(starved / window if window > 0 else 0.0)
+        if len(self._recent_starved) == self._recent_starved.maxlen and \
+                sum(self._recent_starved) / len(self._recent_starved) > IDLE_OVERRIDES:
             # The learner waited for data nearly all the time: whatever was refused (data of clients that
             # do not hold back, or sent too stale) is no reason to ask the others for less.
             self.value = min(1.0, self.value * GROWTH)

@@ -57,7 +57,14 @@ def test_a_reconnect_does_not_cap_it_again_and_a_learner_left_waiting_grows_it_d
     assert share.current(63) == 0.5 and share.current(64) == 0.5, "a client reconnecting is no new crowd"
     assert share.current(65) == pytest.approx(2000 / (65 * 500)) and capped > share.value
     # Refusals (say, of a client that does not hold back) while the learner waited nearly all the time:
+    from tether.server.record_share import IDLE_WINDOWS
+
+    share = RecordShare(0.0, train_batch_size=2000, env_steps_per_sample=500)
     share.value = 0.01
     share.starving(True, 0.0)
-    share.note(0, 5000, WINDOW_S)
-    assert IDLE_OVERRIDES < 1 and share.value == pytest.approx(0.01 * GROWTH)
+    for i in range(IDLE_WINDOWS - 1):  # a few idle windows among bursts are no reason yet
+        share.note(0, 5000, (i + 1) * WINDOW_S)
+    assert share.value < 0.01
+    before = share.value
+    share.note(0, 5000, IDLE_WINDOWS * WINDOW_S)
+    assert IDLE_OVERRIDES < 1 and share.value == pytest.approx(before * GROWTH)
