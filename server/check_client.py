@@ -330,7 +330,7 @@ class ClientChecker:
     async def _batch(self, conn: _Connection, kind: MessageType, message: dict[str, Any]) -> None:
         rows = self.rows
         session, seq = message.get("client_session"), message.get("batch_seq")
-        fingerprint = hashlib.sha256(orjson.dumps(message.get("episodes"))).hexdigest()
+        fingerprint = hashlib.sha256(orjson.dumps(_without_runs(message.get("episodes")))).hexdigest()
         batch = Batch(session, seq, fingerprint, conn.index)
         self._check_ids(batch)
         if kind is not MessageType.EPISODES_AND_GET_STATE:
@@ -614,3 +614,19 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of ``tether check-client``: exit status = number of failed checks."""
     checker = ClientChecker(args.host, args.port, args.timeout, args.heartbeat_interval, args.auth_token, args.verbose)
     return asyncio.run(checker.run())
+
+
+def _without_runs(episodes: Any) -> Any:
+    """The records as a resend must repeat them: weights_seq_no_runs goes only on the connection its
+    versions were learned on, so a resend on a new connection leaves it out (§10.1)."""
+    if not isinstance(episodes, list):
+        return episodes
+    out = []
+    for record in episodes:
+        if isinstance(record, dict):
+            record = {k: v for k, v in record.items() if k != "weights_seq_no_runs"}
+            if isinstance(record.get("agents"), dict):
+                record["agents"] = {a: ({k: v for k, v in e.items() if k != "weights_seq_no_runs"}
+                                        if isinstance(e, dict) else e) for a, e in record["agents"].items()}
+        out.append(record)
+    return out
