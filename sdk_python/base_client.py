@@ -11,7 +11,7 @@ instead wait for the weights that answer each batch (``wait_for_weights``).
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Callable
 
 from .server_link import Batch, ServerLink
 
@@ -222,11 +222,14 @@ class BaseClient:
         self.episodes_held_back += 1
         return False
 
-    def _cadence_due(self, sendable: int) -> bool:
+    def _cadence_due(self, sendable: Callable[[], int]) -> bool:
         """With held-back episodes, a batch is due every env_steps_per_sample steps played (§13.2):
-        held-back steps plus recorded ones, waiting and sendable (``sendable``) alike."""
+        held-back steps plus recorded ones, waiting and sendable (``sendable()``) alike. The
+        sendable count walks every open episode, so it is asked for only when steps are held."""
+        if self._held_steps == 0:
+            return False
         need = self._steps_per_sample - self._held_steps
-        return self._held_steps > 0 and self._pending_steps >= need and sendable >= need
+        return self._pending_steps >= need and sendable() >= need
 
     def _send_batch(self, even_empty: bool = False) -> None:
         """Cut the complete steps and hand them to the I/O thread; in strict

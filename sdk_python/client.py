@@ -166,7 +166,7 @@ class TetherClient(BaseClient):
             self._sync()
         episode = self._episodes[episode_id]
         obs = np.array(observation, dtype=np.float32)  # a copy: the engine may reuse its buffer
-        if episode.training_enabled and (self._cadence_due(self._sendable_steps(episode)) or (
+        if episode.training_enabled and (self._cadence_due(lambda: self._sendable_steps(episode)) or (
                 self._pending_steps >= self._steps_per_sample
                 and self._sendable_steps(episode) >= self._steps_per_sample)):
             episode.obs.append(obs)  # lets the cut include the step that led here
@@ -175,7 +175,7 @@ class TetherClient(BaseClient):
             finally:
                 if episode.training_enabled:  # (a dropped episode's steps are gone already)
                     episode.obs.pop()
-        elif episode.held_back and self._cadence_due(self._sendable_steps(episode)):
+        elif episode.held_back and self._cadence_due(lambda: self._sendable_steps(episode)):
             self._send_batch(even_empty=True)
         policy = self.policy
         assert policy is not None

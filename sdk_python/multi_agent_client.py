@@ -257,7 +257,7 @@ class MultiAgentClient(BaseClient):
         for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
-        if (episode.training_enabled or episode.held_back) and self._cadence_due(self._sendable_steps()):
+        if (episode.training_enabled or episode.held_back) and self._cadence_due(self._sendable_steps):
             self._send_batch(even_empty=True)
         elif episode.training_enabled and self._pending_steps >= self._steps_per_sample:
             if self._sendable_steps() >= self._steps_per_sample:

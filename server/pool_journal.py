@@ -211,7 +211,8 @@ class PoolJournal:
                 except queue.Empty:
                     break
             done: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
-            failed = 0
+            failed = 0  # entries not written
+            entries = 0
             stop = False
             # Each op on its own: a failed write must not skip a later rotation (the records after it
             # would land in a generation the next checkpoint deletes) nor the stop (close would hang).
@@ -226,20 +227,23 @@ class PoolJournal:
                             self._file.close()
                             self._file = self._open(loop_or_generation)
                     else:
+                        entries += 1
                         if future is not None:
                             done.append((loop_or_generation, future))
                         self._write(encode_entry(data))
                 except Exception as exc:  # (also a record that cannot be encoded: the thread must go on)
-                    failed += 1
+                    failed += data is not self._STOP and data is not self._ROTATE
                     print(f"[tether] journal write failed: {exc!r:.300}", file=sys.stderr, flush=True)
             try:
                 self._sync()
             except Exception as exc:
-                failed += 1
+                failed = entries  # none of them is known to be on disk
                 print(f"[tether] journal flush failed: {exc!r:.300}", file=sys.stderr, flush=True)
             if failed:
-                self.failures += len(done)
-                print(f"[tether] {len(done)} batch(es) of this write stay in memory only (not in the journal)",
+                # Counted per entry whichever write it shared with others, so the count does not
+                # depend on how the thread happened to group them.
+                self.failures += failed
+                print(f"[tether] {failed} batch(es) of this write stay in memory only (not in the journal)",
                       file=sys.stderr, flush=True)
             for loop, future in done:
                 try:

@@ -89,17 +89,20 @@ class Admission:
         self.batch_steps = pool.batch_steps
         self.position = pool.steps
         self.running_modules = running_modules
-        #: module -> indices (from now) of the updates that take some of its pooled steps.
+        self._pool = pool
+        #: module -> indices (from now) of the updates that take some of its pooled steps, asked of
+        #: the pool once per module (it keeps them as it changes) and widened by ``append``.
         self.updates_with: dict[str, set[int]] = {}
-        offset = 0
-        for item in pool.items():
-            self._note(item.module_id, offset, item.chunk.env_steps)
-            offset += item.chunk.env_steps
+
+    def _updates_with(self, module_id: str) -> set[int]:
+        if module_id not in self.updates_with:
+            self.updates_with[module_id] = self._pool.updates_with(module_id)
+        return self.updates_with[module_id]
 
     def _note(self, module_id: str, start: int, steps: int) -> None:
         if steps > 0:
             first, last = start // self.batch_steps, (start + steps - 1) // self.batch_steps
-            self.updates_with.setdefault(module_id, set()).update(range(first, last + 1))
+            self._updates_with(module_id).update(range(first, last + 1))
 
     def fresh_parts(self, module_id: str, staleness: np.ndarray, max_staleness: int) -> list[tuple[int, int]]:
         """The parts ``[start, end)`` of a chunk to store, given each step's staleness now: each step,
@@ -107,7 +110,7 @@ class Admission:
         (so an old step held back in front of fresh ones is refused alone, and the fresh ones are kept)."""
         steps = len(staleness)
         bumps_from_running = int(module_id in self.running_modules)
-        with_module = set(self.updates_with.get(module_id, ()))
+        with_module = set(self._updates_with(module_id))
         stored: list[np.ndarray] = []
         k, position = 0, self.position
         while k < steps:
@@ -145,6 +148,11 @@ class SamplePool:
         self.steps = 0
         self._room = asyncio.Event()
         self._room.set()
+        # Which updates take each module's steps, kept as the pool changes so that admission does
+        # not walk the pool for every message. Update indices are absolute: the first pooled step
+        # is step ``_head`` of a numbering in which update k takes [k * batch_steps, (k+1) * batch_steps).
+        self._head = 0
+        self._updates: dict[str, dict[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._items)
@@ -153,11 +161,25 @@ class SamplePool:
         """The pooled items, oldest first (a copy of the list; the chunks are shared)."""
         return list(self._items)
 
+    def updates_with(self, module_id: str) -> set[int]:
+        """Indices, counted from the next update (0), of the updates that will take some of
+        ``module_id``'s pooled steps."""
+        first = self._head // self.batch_steps
+        return {k - first for k in self._updates.get(module_id, ())}
+
     def add(self, item: Pooled) -> None:
+        self._note(item, self._head + self.steps)
         self._items.append(item)
         self.steps += item.chunk.env_steps
         if self.steps >= self.capacity:
             self._room.clear()
+
+    def _note(self, item: Pooled, start: int) -> None:
+        n = item.chunk.env_steps
+        if n > 0:
+            counts = self._updates.setdefault(item.module_id, {})
+            for k in range(start // self.batch_steps, (start + n - 1) // self.batch_steps + 1):
+                counts[k] = counts.get(k, 0) + 1
 
     async def wait_for_room(self) -> None:
         """Return once the pool holds fewer than ``capacity`` steps."""
@@ -171,6 +193,11 @@ class SamplePool:
         removed = self.steps - sum(p.chunk.env_steps for p in kept)
         self._items = kept
         self._set_steps(self.steps - removed)
+        if removed:  # later steps move into earlier updates: renumber
+            self._head, self._updates, start = 0, {}, 0
+            for item in self._items:
+                self._note(item, start)
+                start += item.chunk.env_steps
         return removed
 
     def take(self) -> list[Pooled]:
@@ -190,6 +217,13 @@ class SamplePool:
                 self._items[0] = replace(tail_item, weights_seq_no=oldest_version(tail_item))
                 room = 0
         self._set_steps(self.steps - sum(p.chunk.env_steps for p in out))
+        taken = self._head // self.batch_steps
+        for counts in self._updates.values():
+            counts.pop(taken, None)
+        # A full take keeps the numbering; a short one empties the pool, which starts it again.
+        self._head = self._head + self.batch_steps if self._items else 0
+        if not self._items:
+            self._updates.clear()
         return out
 
     def _set_steps(self, steps: int) -> None:

@@ -364,16 +364,13 @@ class Trainer:
 
     def _step_versions(self, module_id: str, chunk: EpisodeChunk, seq_for: dict[str, int]) -> np.ndarray:
         """The weights version of each step: from the chunk's weights_seq_no_runs, else the message's claim
-        for its module. With the behaviour-logp check, a version the server does not keep (older than
-        max_staleness, or never served) could not be checked: such steps get a version no staleness allows."""
+        for its module. Steps the behaviour-logp check could not check were marked UNVERIFIED_VERSION on
+        arrival (tcp_server): they get a version no staleness allows."""
         claim = seq_for.get(module_id, self.modules[module_id].weights_seq_no)
         if chunk.step_versions is None:
             versions = np.full(chunk.env_steps, claim, np.int64)
         else:
-            versions = chunk.step_versions.astype(np.int64, copy=True)
-            if self.config.verify_action_logp:
-                kept = np.array(self.histories[module_id].versions, np.int64)
-                versions[~np.isin(versions, kept)] = UNVERIFIED_VERSION
+            versions = chunk.step_versions.astype(np.int64, copy=False)
         return np.where(versions == UNVERIFIED_VERSION, _NEVER_FRESH, versions)
 
     def _note_starving(self) -> None:

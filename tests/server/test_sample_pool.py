@@ -99,7 +99,7 @@ def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
 
     rng = np.random.default_rng(3)
     refused = split_end = split_start = gaps = 0
-    for max_staleness in (0, 1, 2):
+    for max_staleness, with_drops in ((0, False), (1, False), (2, False), (1, True)):
         pool, versions, running = SamplePool(batch_steps=10, capacity=10_000), {"a": 0, "b": 0, "c": 0}, set()
         for _ in range(400):
             op = rng.random()
@@ -120,7 +120,17 @@ def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
                     assert list(part.step_versions) == step_versions[start:end]
                     assert np.array_equal(part.obs, c.obs[start:end + 1])
                     pool.add(Pooled(module, part, min(step_versions[start:end])))
+            elif op < 0.63 and with_drops and not running and pool.steps:  # a refused client's data goes (renumbers the rest)
+                gone = str(rng.choice(["a", "b", "c"]))
+                pool.drop(lambda p: p.module_id != gone or rng.random() < 0.5)
+            elif op < 0.65 and not running and 0 < pool.steps < pool.batch_steps:  # a short take empties the pool
+                running = {p.module_id for p in pool.take()}
             elif op < 0.8 and not running and pool.steps >= pool.batch_steps:
+                # The update's own staleness drop: only data moved forward by a removal can be stale.
+                stale = pool.drop(lambda p: versions[p.module_id] - p.weights_seq_no <= max_staleness)
+                assert with_drops or stale == 0
+                if pool.steps < pool.batch_steps:
+                    continue
                 taken = pool.take()
                 for p in taken:  # every step, by its own version, and the item as the update's drop judges it
                     assert all(versions[p.module_id] - v <= max_staleness for v in p.chunk.step_versions)
@@ -130,6 +140,14 @@ def test_admission_stores_exactly_the_steps_an_update_takes_in_time() -> None:
                 for m in running:
                     versions[m] += 1
                 running = set()
+            for m in "abc":  # the pool's running account of which updates take a module equals a walk
+                start, walked = 0, set()
+                for p in pool.items():
+                    n = p.chunk.env_steps
+                    if p.module_id == m and n:
+                        walked.update(range(start // pool.batch_steps, (start + n - 1) // pool.batch_steps + 1))
+                    start += n
+                assert pool.updates_with(m) == walked
     assert refused and split_start and split_end and gaps, "the traffic must exercise refusals and every cut"
 
 
