@@ -6,7 +6,7 @@ max_staleness 1, behaviour-logp check on) and that many clients connect. Each
 client behaves like an SDK client in an engine that keeps running: it acts at
 ``--steps-per-s`` env steps per second with the model it holds (actions sampled
 from the served ONNX model, honest ``action_logp``), cuts a batch every 500
-steps, sends one batch at a time with EPISODES_AND_GET_STATE (claiming the
+steps played (fewer when the server asks, ``steps_per_batch``), sends one batch at a time with EPISODES_AND_GET_STATE (claiming the
 oldest weights version among its steps, as every SDK does), keeps acting while
 it waits, and swaps in the model an answer brings. Clients run as asyncio tasks
 in ``--procs`` processes.
@@ -91,6 +91,14 @@ class Models:
         return self._by_version.get(version)
 
 
+def _batch_steps(state: dict, args: argparse.Namespace) -> int:
+    """Steps played per batch: ``--chunk-steps``, or fewer when SET_STATE says ``steps_per_batch`` (§13.2)."""
+    every = state.get("steps_per_batch")
+    if args.no_hold_back or type(every) is not int or every < 1:
+        return args.chunk_steps
+    return min(every, args.chunk_steps)
+
+
 async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: dict) -> dict:
     import orjson
 
@@ -123,6 +131,8 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
     episodes: list[dict] = []  # finished, not yet cut into a batch
     # The server's record_share: the chance that a new episode is recorded.
     share = float(asked) if type(asked) in (int, float) and 0 < asked <= 1 else 1.0
+    # The server's steps_per_batch: smaller batches while it holds clients back.
+    batch_steps = _batch_steps(state, args)
 
     def new_episode(first_obs: list) -> dict:
         return {"obs": [first_obs], "actions": [], "rewards": [], "action_logp": [], "versions": [], "t": 0,
@@ -159,9 +169,9 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
                     episodes.append(current)
                 current = new_episode(obs[t + 1].tolist())
         played += BLOCK_STEPS
-        # A batch every chunk_steps steps played, as the SDKs do: smaller while episodes are held
+        # A batch every steps_per_batch steps played, as the SDKs do: smaller while episodes are held
         # back, and sent even when empty, since its answer brings the server's current record_share.
-        if played >= args.chunk_steps:
+        if played >= batch_steps:
             played = 0
             queue.append({"episodes": episodes})
             episodes = []
@@ -179,6 +189,7 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
             out["told_refused_steps"] += refused if type(refused) is int and refused >= 1 else 0
             asked = reply.get("record_share", 1.0)
             share = float(asked) if type(asked) in (int, float) and 0 < asked <= 1 else 1.0
+            batch_steps = _batch_steps(reply, args)
             if reply["weights_seq_no"] != version:
                 new = models.get(reply["weights_seq_no"], reply.get("onnx_file"))
                 if new is not None:

@@ -156,6 +156,12 @@ class BaseClient:
         return self.link.record_share
 
     @property
+    def steps_per_batch(self) -> int:
+        """Training steps played per batch: env_steps_per_sample, or fewer while the server
+        holds clients back and asks for smaller, fresher batches (SET_STATE steps_per_batch, §13.2)."""
+        return self._batch_steps()
+
+    @property
     def steps_refused_stale(self) -> int:
         """Agent steps the server did not store because an update would have taken them only
         once older than its max_staleness (it says so in its answers, §13.2): data collected
@@ -222,13 +228,18 @@ class BaseClient:
         self.episodes_held_back += 1
         return False
 
+    def _batch_steps(self) -> int:
+        """Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2)."""
+        every = self.link.steps_per_batch
+        return self._steps_per_sample if every is None else min(every, self._steps_per_sample)
+
     def _cadence_due(self, sendable: Callable[[], int]) -> bool:
-        """With held-back episodes, a batch is due every env_steps_per_sample steps played (§13.2):
+        """With held-back episodes, a batch is due every steps_per_batch steps played (§13.2):
         held-back steps plus recorded ones, waiting and sendable (``sendable()``) alike. The
         sendable count walks every open episode, so it is asked for only when steps are held."""
         if self._held_steps == 0:
             return False
-        need = self._steps_per_sample - self._held_steps
+        need = self._batch_steps() - self._held_steps
         return self._pending_steps >= need and sendable() >= need
 
     def _send_batch(self, even_empty: bool = False) -> None:

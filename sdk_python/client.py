@@ -167,8 +167,8 @@ class TetherClient(BaseClient):
         episode = self._episodes[episode_id]
         obs = np.array(observation, dtype=np.float32)  # a copy: the engine may reuse its buffer
         if episode.training_enabled and (self._cadence_due(lambda: self._sendable_steps(episode)) or (
-                self._pending_steps >= self._steps_per_sample
-                and self._sendable_steps(episode) >= self._steps_per_sample)):
+                self._pending_steps >= self._batch_steps()
+                and self._sendable_steps(episode) >= self._batch_steps())):
             episode.obs.append(obs)  # lets the cut include the step that led here
             try:
                 self._send_batch(even_empty=True)

@@ -259,8 +259,8 @@ class MultiAgentClient(BaseClient):
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
         if (episode.training_enabled or episode.held_back) and self._cadence_due(self._sendable_steps):
             self._send_batch(even_empty=True)
-        elif episode.training_enabled and self._pending_steps >= self._steps_per_sample:
-            if self._sendable_steps() >= self._steps_per_sample:
+        elif episode.training_enabled and self._pending_steps >= self._batch_steps():
+            if self._sendable_steps() >= self._batch_steps():
                 self._send_batch()
         # One batched inference per module.
         by_module: dict[str, list[str]] = {}

@@ -190,6 +190,8 @@ class ServerLink:
         self.steps_refused_stale = 0
         #: The share of new training episodes to record (SET_STATE record_share, §13.2).
         self.record_share = 1.0
+        #: Steps played per batch the server asked for (SET_STATE steps_per_batch, §13.2); None: env_steps_per_sample.
+        self.steps_per_batch: int | None = None
         #: Episodes whose steps were dropped (none of their later steps is sent).
         self.episodes_dropped = 0
         #: PINGs sent as heartbeats.
@@ -759,6 +761,9 @@ class ServerLink:
                     share = body.get("record_share", 1.0)  # absent: record every episode
                     if type(share) in (int, float) and 0 < share <= 1:  # (not a bool, not NaN)
                         self.record_share = float(share)
+                    every = body.get("steps_per_batch")  # absent: env_steps_per_sample
+                    if every is None or (type(every) is int and every >= 1):
+                        self.steps_per_batch = every
                 return body
 
     def _fail_current_request(self, exc: BaseException) -> None:

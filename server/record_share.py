@@ -18,10 +18,21 @@ it); otherwise it stays. When more clients than ever before are past their
 handshake, the share starts no higher than what lets all of them together send
 one update's worth of steps per batch they each send, so that a crowd's first
 batches are not refused wholesale.
+
+While the share is below one, clients are also asked for smaller batches
+(``steps_per_batch``, §13.2): a client learns of new weights only from a
+batch's answer, and a step waits in the client up to a batch's time before it
+is sent, so with env_steps_per_sample steps per batch the data of a client
+that plays fast is often a version or two old on arrival, and refused, however
+few episodes it records. Batches of ``BATCH_SHARE × env_steps_per_sample``
+steps are fresher and bring new weights sooner. (Not a size that follows the
+share: when the share grows because the learner waits, longer batches would
+bring staler data, more refusals and a learner that waits more.)
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 #: Seconds over which arrivals are judged: long enough to span a batch's answer.
@@ -45,6 +56,13 @@ MAX_SHRINK = 1.0 / 8
 SETTLE_S = 3.0
 #: The smallest share: a client still records one episode in this many.
 FLOOR = 1.0 / 4096
+#: The batch asked for while holding back, as a share of env_steps_per_sample: smaller batches are
+#: fresher, but each is a message and an answer (bench/trained_share.py: 64 clients at 200 steps/s
+#: had 89 % trained with a quarter, 93 % with a fifth, 65-87 % with whole batches).
+BATCH_SHARE = 1.0 / 5
+#: Seconds the small batches are kept after the share is back at one: whole batches at once would
+#: bring staler data, refusals, and a shrink again.
+BATCH_HOLD_S = 30.0
 
 
 class RecordShare:
@@ -60,6 +78,8 @@ class RecordShare:
         self._refused = 0
         self._since = now
         self._settled_at = now
+        #: When the share was last seen below one (steps_per_batch).
+        self._held_back_at: float | None = None
         self._starved_since: float | None = None
         self._starved_s = 0.0
         #: The share of each of the last windows the learner waited for data.
@@ -72,6 +92,15 @@ class RecordShare:
             self.value = max(FLOOR, min(self.value, self._room / (clients * self._batch)))
             self._clients = clients
         return self.value
+
+    def steps_per_batch(self, now: float) -> int | None:
+        """The steps played per batch to ask clients for: fewer while the share is below one and for
+        ``BATCH_HOLD_S`` after; else None (env_steps_per_sample)."""
+        if self.value < 1.0:
+            self._held_back_at = now
+        elif self._held_back_at is None or now - self._held_back_at > BATCH_HOLD_S:
+            return None
+        return max(1, math.ceil(self._batch * BATCH_SHARE))
 
     def starving(self, starved: bool, now: float) -> None:
         """Whether the learner waits for data from now on (no update runs and the pool is short)."""

@@ -819,13 +819,13 @@ class TetherServer:
             session.last_sent.update({m: entry["weights_seq_no"] for m, entry in message["models"].items()})
             for m, rt in trainer.modules.items():
                 session.last_sent.setdefault(m, rt.weights_seq_no)
-            key: tuple = ("models", "record_share" in message, *message["models"])
+            key: tuple = ("models", "record_share" in message, message.get("steps_per_batch"), *message["models"])
         else:
             if trainer.default_module is not None:
                 session.last_sent[trainer.default_module] = message["weights_seq_no"]
             if "onnx_file" in message:
                 session.models_sent[trainer.served_module] = message["weights_seq_no"]
-            key = ("v1", "onnx_file" in message, "record_share" in message)
+            key = ("v1", "onnx_file" in message, "record_share" in message, message.get("steps_per_batch"))
         refused, session.refused_stale = session.refused_stale, 0
         if refused and connection.client_version is not None:
             # Per connection and answer: not worth a cached frame.

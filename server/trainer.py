@@ -194,8 +194,12 @@ class Trainer:
         msg: dict[str, Any] = {"type": MessageType.SET_STATE.value}
         share = round(self.record_share.current(clients), 6)
         self.metrics.record_share = share
-        if may_omit_model and share < 1.0:
-            msg["record_share"] = share  # to a client that announced a version (§13.2)
+        if may_omit_model:  # to a client that announced a version (§13.2)
+            if share < 1.0:
+                msg["record_share"] = share
+            every = self.record_share.steps_per_batch(time.monotonic())
+            if every is not None:
+                msg["steps_per_batch"] = every
         sent = sent if may_omit_model and sent is not None else {}
         if isinstance(client_holds, dict):
             msg["models"] = {

@@ -177,12 +177,14 @@ def test_stale_samples_are_refused_counted_and_reported(tmp_path) -> None:
         assert reply["weights_seq_no"] == 1 and reply["steps_refused_stale"] == 10
         # A client that says it holds the current version gets SET_STATE without the model.
         reply = raw.request({"type": "GET_STATE", "weights_seq_no": 1})
-        reply.pop("record_share", None)  # (refusing asks clients to record less, §13.2)
+        # Refusing asks clients to record less, in smaller batches: a fifth of env_steps_per_sample (§13.2).
+        assert 0 < reply.pop("record_share") < 1 and reply.pop("steps_per_batch") == 100
         assert reply == {"type": "SET_STATE", "weights_seq_no": 1}
         raw.close()
-        # A plain v1 client (no protocol_version in PING) always gets the model.
+        # A plain v1 client (no protocol_version in PING) always gets the model, and neither member.
         v1 = RawClient(server.port)
-        assert "onnx_file" in v1.request({"type": "GET_STATE", "weights_seq_no": 1})
+        reply = v1.request({"type": "GET_STATE", "weights_seq_no": 1})
+        assert "onnx_file" in reply and "record_share" not in reply and "steps_per_batch" not in reply
         v1.close()
         summary = server.stop()
     assert summary["samples_refused_stale"] == 10 and summary["samples_dropped_stale"] == 0

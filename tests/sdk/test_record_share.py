@@ -18,8 +18,10 @@ BOX3 = {"type": "Box", "shape": [3], "low": -10.0, "high": 10.0}
 STEPS = 10  # env_steps_per_sample
 
 
-def share_server(shares: Callable[[int], Any], multi_agent: bool = False) -> ScriptedServer:
-    """Answers the n-th batch (n = 0, 1, ...) with record_share shares(n) (no member when it returns None)."""
+def share_server(shares: Callable[[int], Any], multi_agent: bool = False,
+                 every: Callable[[int], Any] = lambda n: None) -> ScriptedServer:
+    """Answers the n-th batch (n = 0, 1, ...) with record_share shares(n) and steps_per_batch every(n)
+    (no member when it returns None); n = -1 is the handshake's SET_STATE."""
     model = constant_model(3, [0.0, 0.0])
 
     def answer(n: int) -> dict:
@@ -27,9 +29,14 @@ def share_server(shares: Callable[[int], Any], multi_agent: bool = False) -> Scr
             out: dict[str, Any] = {"type": "SET_STATE", "models": {}}
         else:
             out = {"type": "SET_STATE", "weights_seq_no": 0}
-        value = shares(n)
-        if value is not None:
-            out["record_share"] = value
+        return {**out, **members(n)}
+
+    def members(n: int) -> dict:
+        out = {}
+        if shares(n) is not None:
+            out["record_share"] = shares(n)
+        if every(n) is not None:
+            out["steps_per_batch"] = every(n)
         return out
 
     def handler(conn: ScriptedConnection) -> None:
@@ -42,7 +49,7 @@ def share_server(shares: Callable[[int], Any], multi_agent: bool = False) -> Scr
                                                                "onnx_file": state(0, model)["onnx_file"]}}}
         else:
             config, first = single_agent_config(3, DISCRETE2, env_steps_per_sample=STEPS), state(0, model)
-        first = {**first, **({"record_share": shares(-1)} if shares(-1) is not None else {})}
+        first = {**first, **members(-1)}
         conn.handshake(config, first)
         n = 0
         while (message := conn.receive(timeout=None)) is not None:
@@ -127,6 +134,36 @@ def test_with_everything_held_back_empty_batches_keep_the_cadence() -> None:
         assert sent_steps(server) == 5 * (20 - client.episodes_held_back) >= 35
 
 
+def test_steps_per_batch_sets_the_cadence_until_an_answer_without_it() -> None:
+    """Everything held back: the handshake asks for 4 steps per batch, so batches go every 4 steps
+    played; answers with invalid values (kept at 4), one above env_steps_per_sample (counts as 10),
+    then answers without the member (env_steps_per_sample, 10, again)."""
+    values = [4, True, 0, 2.5, "3", -1, 50, None]
+
+    def every(n: int) -> Any:
+        return values[n + 1] if n + 1 < len(values) else None
+
+    with share_server(lambda n: 1e-9, every=every) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=5, wait_for_weights=True)
+        assert client.steps_per_batch == 4
+        sends_at: list[int] = []
+        played = 0
+        eid = client.start_episode()
+        for t in range(80):
+            before = len(server.messages("EPISODES_AND_GET_STATE"))
+            client.get_action(eid, np.full(3, t % 7, np.float32))
+            played += 1
+            if len(server.messages("EPISODES_AND_GET_STATE")) > before:
+                sends_at.append(played - 1)  # the cut comes before the step that makes it due is acted
+        client.close()
+    gaps = [b - a for a, b in zip([0, *sends_at], sends_at)]
+    # Six batches of 4 (the handshake's 4, then five answers with invalid values), then 10 from the
+    # answer with 50 (clamped) on, and 10 with no member.
+    assert gaps[:6] == [4] * 6, gaps
+    assert gaps[6:] and set(gaps[6:]) == {10}, gaps
+    assert client.episodes_held_back == 1
+
+
 def test_multi_agent_holds_back_whole_episodes() -> None:
     with share_server(lambda n: 0.25, multi_agent=True) as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=4, wait_for_weights=True)
@@ -145,3 +182,22 @@ def test_multi_agent_holds_back_whole_episodes() -> None:
     # Whole episodes: every record has both agents' 3 steps.
     records = [r for b in batches for r in b["episodes"] if r["agents"]]
     assert sum(len(e["actions"]) for r in records for e in r["agents"].values()) == 6 * recorded
+
+
+def test_multi_agent_batches_follow_steps_per_batch_in_agent_steps_played() -> None:
+    """Two agents, everything held back, steps_per_batch 4 until the third answer, then none
+    (env_steps_per_sample, 10): a batch every 2 frames, then every 5."""
+    with share_server(lambda n: 1e-9, multi_agent=True, every=lambda n: 4 if n < 2 else None) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=6, wait_for_weights=True)
+        assert client.steps_per_batch == 4
+        sends_at: list[int] = []
+        eid = client.start_episode()
+        for frame in range(30):
+            before = len(server.messages("EPISODES_AND_GET_STATE"))
+            client.get_action(eid, {"a": np.full(3, frame % 5, np.float32), "b": np.zeros(3, np.float32)})
+            if len(server.messages("EPISODES_AND_GET_STATE")) > before:
+                sends_at.append(frame)
+        assert client.steps_per_batch == STEPS
+        client.close()
+    gaps = [b - a for a, b in zip([0, *sends_at], sends_at)]
+    assert gaps[:3] == [2, 2, 2] and set(gaps[3:]) == {5}, gaps

@@ -68,3 +68,15 @@ def test_a_reconnect_does_not_cap_it_again_and_a_learner_left_waiting_grows_it_d
     before = share.value
     share.note(0, 5000, IDLE_WINDOWS * WINDOW_S)
     assert IDLE_OVERRIDES < 1 and share.value == pytest.approx(before * GROWTH)
+
+
+def test_batches_are_smaller_while_clients_are_held_back_and_for_a_while_after() -> None:
+    from tether.server.record_share import BATCH_HOLD_S, BATCH_SHARE
+
+    share = RecordShare(0.0, train_batch_size=2000, env_steps_per_sample=500)
+    assert share.steps_per_batch(0.0) is None, "nobody held back: env_steps_per_sample"
+    share.note(600, 400, WINDOW_S)
+    assert share.value < 1 and share.steps_per_batch(WINDOW_S) == 500 * BATCH_SHARE == 100
+    share.value = 1.0  # grown back
+    assert share.steps_per_batch(WINDOW_S + BATCH_HOLD_S - 1) == 100
+    assert share.steps_per_batch(WINDOW_S + BATCH_HOLD_S + 1) is None
