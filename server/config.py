@@ -69,7 +69,7 @@ class ServerConfig:
     )
     max_partial_frame_bytes: int = _opt(
         256 * 1024 * 1024, "total bytes of unfinished frames held for all clients; over it the largest holder is "
-        "closed (FRAME_TOO_LARGE); raised to max_frame_bytes if lower"
+        "closed (SERVER_OVERLOADED); raised to max_frame_bytes if lower"
     )
 
     # Environment description sent to clients in SET_CONFIG.
@@ -124,7 +124,8 @@ class ServerConfig:
     verify_action_logp: bool = _opt(
         True, "refuse (ACTION_LOGP_MISMATCH) behaviour action_logp that no recently served model can have produced")
     session_state_ttl_s: float = _opt(
-        300.0, "seconds a disconnected client_session's open-episode state waits for the client to reconnect")
+        300.0, "seconds a disconnected client_session's open-episode state waits for the client to reconnect "
+        "(announced in SET_CONFIG as session_state_ttl_s)")
 
     # Run control, metrics, checkpoints.
     logdir: str = _opt("runs/tether", "folder for TensorBoard event files and checkpoints")

@@ -365,6 +365,7 @@ class TetherServer:
         if timeout > 0:  # absent: the server never drops a silent client
             message["client_timeout_s"] = timeout
             message["heartbeat_interval_s"] = timeout / 4
+        message["session_state_ttl_s"] = self.config.session_state_ttl_s
         return message
 
     @property

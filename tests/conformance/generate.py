@@ -807,6 +807,8 @@ def connection_cases() -> list[dict]:
     return [
         case("set_config_announces_heartbeat", {"client_timeout_s": 60},
              send({"type": "GET_CONFIG"}, "SET_CONFIG", fields={"client_timeout_s": 60, "heartbeat_interval_s": 15})),
+        case("set_config_announces_session_state_ttl", {"session_state_ttl_s": 120},
+             send({"type": "GET_CONFIG"}, "SET_CONFIG", fields={"session_state_ttl_s": 120})),
         case("heartbeat_ping_after_handshake", {},
              send({"type": "PING", "protocol_version": "1.3"}, "PONG"), send({"type": "GET_CONFIG"}, "SET_CONFIG"),
              send({"type": "PING"}, "PONG"), send({"type": "PING"}, "PONG")),
