@@ -827,8 +827,11 @@ def connection_cases() -> list[dict]:
         case("pre_auth_frame_over_64KiB_refused", token,
              {"send_hex": b"00065537".hex(), "expect": "ERROR:FRAME_TOO_LARGE", "absent": ["request"],
               "then_closed": True}),
+        # Raw bytes: the body is exactly 65,536 bytes only as written here (JSON allows spaces, §4.1,
+        # and a runner that re-encodes the message with them would send a larger frame).
         case("pre_auth_frame_at_64KiB_read", token,
-             send(at_limit, "ERROR:AUTH_FAILED", fields={"request": "GET_CONFIG"}), send(ok_ping, "PONG")),
+             {"send_hex": frame(json.dumps(at_limit, separators=(",", ":"))).hex(), "expect": "ERROR:AUTH_FAILED",
+              "fields": {"request": "GET_CONFIG"}}, send(ok_ping, "PONG")),
         case("after_auth_full_frame_limit", token,
              send(ok_ping, "PONG"), send(padded("PING", 200_000), "PONG")),
         case("no_auth_token_no_pre_auth_limit", {}, send(padded("PING", 200_000), "PONG")),
@@ -927,7 +930,9 @@ def client_pairing_cases() -> list[dict]:
 # -- client-side transforms -----------------------------------------------------------------------------
 
 def group_cases() -> list[dict]:
-    """Groups as a client hides them (§9.6): observations joined, actions split, rewards combined, spaces."""
+    """Groups as a client hides them (§9.6): observations joined, actions split, rewards combined, spaces.
+    "error": INVALID_FIELD (§14) for member spaces a client refuses in SET_CONFIG; LOCAL_INVALID_ARGUMENT
+    (no wire code: the engine called the client wrongly) for a member observation that is missing."""
     d = lambda n: {"type": "Discrete", "n": n}  # noqa: E731
     b = lambda shape, lo, hi: {"type": "Box", "shape": shape, "low": lo, "high": hi}  # noqa: E731
     pair = {"members": ["m_0", "m_1"], "reward": "sum"}
@@ -940,7 +945,7 @@ def group_cases() -> list[dict]:
          "member_observations": {"m_0": [[1.0, 2.0], [3.0, 4.0]], "m_1": [5.0]},
          "group_observation": [1.0, 2.0, 3.0, 4.0, 5.0]},
         {"name": "observation_member_missing", "group": pair, "member_observations": {"m_0": [0.0]},
-         "error": "member_observation_missing"},
+         "error": "LOCAL_INVALID_ARGUMENT"},
         {"name": "action_split_discrete_members", "group": pair, "group_action_space": {"type": "MultiDiscrete", "nvec": [2, 3]},
          "group_action": [1, 2], "member_actions": {"m_0": 1, "m_1": 2}},
         {"name": "action_split_multidiscrete_members", "group": pair,
@@ -971,9 +976,9 @@ def group_cases() -> list[dict]:
          "group_observation_space": {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1, -2], "high": [1, 2]},
          "group_action_space": {"type": "Box", "shape": [4], "dtype": "float32", "low": [-1, -1, 0, 0], "high": 1}},
         {"name": "spaces_mixed_actions_refused", "member_observation_spaces": [b([1], -1, 1), b([1], -1, 1)],
-         "member_action_spaces": [d(2), b([1], -1, 1)], "error": "mixed_action_spaces"},
+         "member_action_spaces": [d(2), b([1], -1, 1)], "error": "INVALID_FIELD"},
         {"name": "spaces_discrete_with_start_refused", "member_observation_spaces": [b([1], -1, 1), b([1], -1, 1)],
-         "member_action_spaces": [{"type": "Discrete", "n": 2, "start": 1}, d(2)], "error": "discrete_start_not_zero"},
+         "member_action_spaces": [{"type": "Discrete", "n": 2, "start": 1}, d(2)], "error": "INVALID_FIELD"},
     ]
 
 
