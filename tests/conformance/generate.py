@@ -915,6 +915,9 @@ def client_pairing_cases() -> list[dict]:
         case("body_error_without_request_answers_oldest", ["GET_STATE"], [err("INVALID_JSON")], ["GET_STATE"]),
         case("map_agents", ["MAP_AGENTS"], [{"type": "AGENT_MODULES", "modules": {}}], ["MAP_AGENTS"]),
         case("unknown_error_code_answers_oldest", ["GET_STATE"], [err("SOME_FUTURE_CODE", "GET_STATE")], ["GET_STATE"]),
+        # "request" naming another type: pairing goes by order all the same (§5.3 step 2).
+        case("error_naming_another_request_answers_oldest", ["GET_STATE", "PING"],
+             [err("AUTH_FAILED", "PING"), {"type": "PONG"}], ["GET_STATE", "PING"]),
         # 1.3: connection-level refusals answer nothing; the outstanding request stays unanswered.
         case("client_timeout_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("CLIENT_TIMEOUT")], [None]),
         case("too_many_connections_answers_nothing", ["PING"], [err("TOO_MANY_CONNECTIONS")], [None]),

@@ -36,7 +36,9 @@ def ws_url(server: ServerProcess) -> str:
 
 async def request(ws, message: dict) -> dict:
     await ws.send(json.dumps(message))
-    return json.loads(await asyncio.wait_for(ws.recv(), 30))
+    answer = await asyncio.wait_for(ws.recv(), 30)
+    assert isinstance(answer, str), "the server sends text messages (§3.4)"
+    return json.loads(answer)
 
 
 def test_a_websocket_client_trains_cartpole_with_the_same_protocol(tmp_path: Path) -> None:
