@@ -10,10 +10,13 @@ instead wait for the weights that answer each batch (``wait_for_weights``).
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Callable
 
 from .server_link import Batch, ServerLink
+
+logger = logging.getLogger("tether.sdk")
 
 
 class BaseClient:
@@ -156,6 +159,13 @@ class BaseClient:
         return self.link.record_share
 
     @property
+    def training_done(self) -> dict[str, Any] | None:
+        """None while training goes on; once the server said the run is done (TRAINING_DONE,
+        §6.6), its summary (reason, env_steps, agent_steps_trained, updates, return_mean, ...).
+        Not an error: actions keep coming from the last model; nothing is recorded or sent."""
+        return self.link.training_done
+
+    @property
     def steps_per_batch(self) -> int:
         """Training steps played per batch: env_steps_per_sample, or fewer while the server
         holds clients back and asks for smaller, fresher batches (SET_STATE steps_per_batch, §13.2)."""
@@ -213,6 +223,8 @@ class BaseClient:
                     self._count_sent(batch)
             elif kind == "error":
                 errors.append(event[1])
+            elif kind == "done":  # the end of training (§6.6): no error; the last model keeps acting
+                logger.info("training is done: %s", event[1])
         if errors:
             self.link.put_back_errors(errors[1:])
             raise errors[0]
@@ -249,6 +261,9 @@ class BaseClient:
         its answer brings the current weights and record_share."""
         records, env_steps, agent_steps = self._collect_records()
         self._held_steps = 0
+        if self.link.training_done is not None:  # nobody to send to (§6.6): the steps are let go
+            self.link.batches_unsent_at_end += bool(records)
+            return
         if not records and not even_empty:
             return
         batch = Batch(records, env_steps, agent_steps, self._take_claim(), connection=self._connection)

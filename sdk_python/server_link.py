@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from .protocol.errors import (
     AuthenticationError,
+    ErrorCode,
     ServerError,
     TetherConnectionError,
     TetherTimeoutError,
@@ -188,6 +189,10 @@ class ServerLink:
         self.agent_steps_dropped = 0
         #: Agent steps the server refused as too stale to be trained (SET_STATE steps_refused_stale, §13.2).
         self.steps_refused_stale = 0
+        #: The run's summary once the server said training is done (ERROR TRAINING_DONE, §6.6), else None.
+        self.training_done: dict[str, Any] | None = None
+        #: Batches discarded because training was done before they were sent or answered.
+        self.batches_unsent_at_end = 0
         #: The share of new training episodes to record (SET_STATE record_share, §13.2).
         self.record_share = 1.0
         #: Steps played per batch the server asked for (SET_STATE steps_per_batch, §13.2); None: env_steps_per_sample.
@@ -443,6 +448,9 @@ class ServerLink:
                 except ConnectionLost as exc:
                     if self._closing.is_set():
                         break
+                    if exc.code == ErrorCode.TRAINING_DONE.value:
+                        self._training_done(exc)
+                        break
                     if exc.code in _FRAMING_CODES:
                         self._refuse_in_flight(exc)
                     else:
@@ -471,6 +479,24 @@ class ServerLink:
             self._connected_once.set()
             with self._changed:
                 self._changed.notify_all()
+
+    def _training_done(self, exc: ConnectionLost) -> None:
+        """The server's run is done (TRAINING_DONE, §6.6): nothing is resent or reconnected; unsent and
+        unanswered batches are discarded and counted; requests waiting fail with the reason."""
+        self._transport.close()
+        summary = (exc.body or {}).get("summary")
+        with self._changed:
+            self.training_done = summary if isinstance(summary, dict) else {}
+            unsent = [b for b in (self._in_flight, *self._outbox) if b is not None]
+            self._in_flight = None
+            self._outbox.clear()
+            self._queued_steps = 0
+            self.batches_unsent_at_end += len(unsent)
+            self._post_locked(("done", self.training_done))
+            self._changed.notify_all()
+        self._fail_all_requests(TetherConnectionError(f"training is done on {self.address}: {exc}", self.address,
+                                                      ErrorCode.TRAINING_DONE.value))
+        logger.info("the Tether server at %s ended training: %s", self.address, self.training_done)
 
     def _refuse_in_flight(self, exc: ConnectionLost) -> None:
         """A framing error answers what was just sent (e.g. a batch over the
@@ -761,9 +787,10 @@ class ServerLink:
                     share = body.get("record_share", 1.0)  # absent: record every episode
                     if type(share) in (int, float) and 0 < share <= 1:  # (not a bool, not NaN)
                         self.record_share = float(share)
-                    every = body.get("steps_per_batch")  # absent: env_steps_per_sample
-                    if every is None or (type(every) is int and every >= 1):
-                        self.steps_per_batch = every
+                    if "steps_per_batch" not in body:  # absent: env_steps_per_sample
+                        self.steps_per_batch = None
+                    elif type(body["steps_per_batch"]) is int and body["steps_per_batch"] >= 1:  # else ignored (null too)
+                        self.steps_per_batch = body["steps_per_batch"]
                 return body
 
     def _fail_current_request(self, exc: BaseException) -> None:

@@ -23,9 +23,11 @@ class ConnectionLost(ConnectionError):
     """The connection ended. ``code`` is the connection-level ERROR code the
     server sent before closing (TOO_MANY_CONNECTIONS, CLIENT_TIMEOUT, ...), if any."""
 
-    def __init__(self, reason: str, code: str | None = None) -> None:
+    def __init__(self, reason: str, code: str | None = None, body: dict | None = None) -> None:
         super().__init__(reason)
         self.code = code
+        #: The connection-level ERROR itself (TRAINING_DONE's ``summary`` is in it), or None.
+        self.body = body
 
 
 def enable_keepalive(sock: socket.socket) -> None:
@@ -126,7 +128,7 @@ class SocketTransport:
             code = message.get("code")
             if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
                 loss = ConnectionLost(f"server {self.address} closed the connection with {code}: "
-                                      f"{message.get('message', '')}", str(code))
+                                      f"{message.get('message', '')}", str(code), message)
                 if i == 0:
                     self.close()
                     raise loss
@@ -254,7 +256,7 @@ class WebSocketTransport(SocketTransport):
                 code = message.get("code")
                 if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
                     loss = ConnectionLost(f"server {self.url} closed the connection with {code}: "
-                                          f"{message.get('message', '')}", str(code))
+                                          f"{message.get('message', '')}", str(code), message)
                     if i == 0:
                         self.close()
                         raise loss

@@ -73,7 +73,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, trainer.stop_requested.set)
+            loop.add_signal_handler(sig, trainer.request_stop, "signal")
         except (NotImplementedError, RuntimeError):  # not the main thread, or not supported
             pass
     if not config.quiet:
@@ -91,6 +91,9 @@ async def serve(
         ready.set()
     try:
         await trainer.stop_requested.wait()
+        if trainer.stop_reason in ("stop_at_return", "max_env_steps"):
+            # The run is done, not interrupted: clients are told so, and do not reconnect (§6.6).
+            await server.say_goodbye(trainer.training_summary())
     finally:
         if websocket is not None:
             await websocket.stop()

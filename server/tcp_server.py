@@ -214,7 +214,8 @@ class OpenConnection:
     complete, toward the handshaking share of them) and holds its share of
     max_partial_frame_bytes."""
 
-    __slots__ = ("key", "address", "partial_bytes", "evicted", "refusal", "established", "answering", "_evict")
+    __slots__ = ("key", "address", "partial_bytes", "evicted", "refusal", "established", "answering", "speaks_1_3",
+                 "_evict")
     _keys = itertools.count(1)
 
     def __init__(self, evict: Callable[[bytes, bool], None], address: str | None = None) -> None:
@@ -231,6 +232,8 @@ class OpenConnection:
         self.established = False
         #: Set while one of its requests is being answered (a handshaking one is then not closed for a newcomer).
         self.answering = False
+        #: Its PING announced protocol 1.3 or later (it is told TRAINING_DONE at the end of the run).
+        self.speaks_1_3 = False
         self._evict = evict
 
     @property
@@ -416,6 +419,23 @@ class TetherServer:
                       f"lower max_connections or raise the open-file limit", file=sys.stderr, flush=True)
             return
         loop.default_exception_handler(context)
+
+    async def say_goodbye(self, summary: dict[str, Any], flush_s: float = 1.0) -> None:
+        """The run is done (§6.6): every connection past its handshake whose client speaks 1.3 gets an
+        unsolicited ERROR TRAINING_DONE with the run's ``summary`` and is closed; others are closed by
+        ``stop`` as before. Waits up to ``flush_s`` for those connections to close."""
+        if self._server is not None:
+            self._server.close()  # no newcomer is served after the goodbye
+        reason = summary.get("reason")
+        text = (f"training is done ({reason}): {summary.get('updates')} updates, "
+                f"{summary.get('agent_steps_trained')} agent steps trained; do not reconnect")
+        frame = encode_frame({**error_message(ErrorCode.TRAINING_DONE, text), "summary": summary})
+        told = [c for c in list(self._open.values()) if c.established and c.speaks_1_3 and not c.evicted]
+        for conn in told:
+            conn.evict(frame, False)
+        deadline = asyncio.get_running_loop().time() + flush_s
+        while any(c.key in self._open for c in told) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -715,6 +735,8 @@ class TetherServer:
             return _encode_error(event.error.code, text, event.request_type), event.closes_connection
         if conn is not None and not conn.established and connection.state is ServerState.READY:
             self.establish(conn)
+        if conn is not None and event.kind is MessageType.PING:
+            conn.speaks_1_3 = _speaks_1_3(connection)
         if observer is not None:
             observer.request(session.id, event.kind.value, event.message)
             started = asyncio.get_running_loop().time()

@@ -5,6 +5,7 @@ in a worker thread so clients keep being served while the learners work."""
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -163,6 +164,9 @@ class Trainer:
         #: Wall-clock time (time.time()) and env steps when the mean return first met stop_at_return
         #: in the run of updates that confirmed it (see _check_target).
         self.reached_target_at: float | None = None
+        #: Why the run ends, once it does: "stop_at_return" or "max_env_steps" (the run is done:
+        #: clients are told TRAINING_DONE), "signal" (an operator stopped it: clients reconnect).
+        self.stop_reason: str | None = None
         self.env_steps_at_target: int | None = None
         self.target_confirmed_at: float | None = None
         self.stop_requested = asyncio.Event()
@@ -545,10 +549,24 @@ class Trainer:
             state = self.checkpoint_state()  # on the loop: the pool and the journal's generation agree
             await loop.run_in_executor(self._executor, self.write_checkpoint, state)
 
+    def request_stop(self, reason: str) -> None:
+        """End the run (the first reason given is kept): "stop_at_return", "max_env_steps" or "signal"."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_requested.set()
+
+    def training_summary(self) -> dict[str, Any]:
+        """What a client is told of the run when it is done (TRAINING_DONE's ``summary``, §6.6)."""
+        m = self.metrics
+        return {"reason": self.stop_reason, "env_steps": m.env_steps_received, "agent_steps": m.agent_steps_received,
+                "agent_steps_trained": m.agent_steps_trained, "updates": m.updates,
+                "weights_seq_no": self.weights_seq_no, "episodes": m.episodes_total,
+                "return_mean": m.return_mean if math.isfinite(m.return_mean) else None}
+
     def _check_stop(self) -> None:
         c, m = self.config, self.metrics
         if c.max_env_steps is not None and m.env_steps_received >= c.max_env_steps:
-            self.stop_requested.set()
+            self.request_stop("max_env_steps")
 
     def _check_target(self) -> None:
         """stop_at_return, checked after each published update. The windowed mean
@@ -576,7 +594,7 @@ class Trainer:
             if self.reached_target_at is None:
                 self.reached_target_at, self.env_steps_at_target = first_t, first_steps
                 self.target_confirmed_at = time.time()
-            self.stop_requested.set()
+            self.request_stop("stop_at_return")
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -49,6 +49,8 @@ class ErrorCode(str, Enum):
     SERVER_OVERLOADED = "SERVER_OVERLOADED"
     # Refused at once: too many wrong auth tokens came from the peer's address lately.
     AUTH_THROTTLED = "AUTH_THROTTLED"
+    # Protocol 1.3: the run reached its end (stop_at_return, max_env_steps): a normal end, not a failure.
+    TRAINING_DONE = "TRAINING_DONE"
     INTERNAL = "INTERNAL"
 
     @property
@@ -60,7 +62,7 @@ class ErrorCode(str, Enum):
 _FATAL_CODES = frozenset({
     ErrorCode.BAD_HEADER, ErrorCode.FRAME_TOO_LARGE,
     ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.HANDSHAKE_TIMEOUT, ErrorCode.CLIENT_TIMEOUT,
-    ErrorCode.SERVER_OVERLOADED, ErrorCode.AUTH_THROTTLED,
+    ErrorCode.SERVER_OVERLOADED, ErrorCode.AUTH_THROTTLED, ErrorCode.TRAINING_DONE,
 })
 
 

@@ -924,6 +924,7 @@ def client_pairing_cases() -> list[dict]:
         case("handshake_timeout_answers_nothing", ["PING"], [err("HANDSHAKE_TIMEOUT")], [None]),
         case("server_overloaded_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("SERVER_OVERLOADED")], [None]),
         case("framing_error_report_answers_nothing", ["GET_STATE"], [err("BAD_HEADER")], [None]),
+        case("training_done_answers_nothing", ["EPISODES_AND_GET_STATE"], [err("TRAINING_DONE")], [None]),
         case("unsolicited_response", [], [{"type": "PONG"}]),
         case("wrong_response_type", ["PING"], [state]),
         case("response_for_episodes", ["EPISODES"], [state]),

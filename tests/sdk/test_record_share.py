@@ -16,6 +16,7 @@ from .scripted_server import ScriptedConnection, ScriptedServer, constant_model,
 DISCRETE2 = {"type": "Discrete", "n": 2}
 BOX3 = {"type": "Box", "shape": [3], "low": -10.0, "high": 10.0}
 STEPS = 10  # env_steps_per_sample
+JSON_NULL = object()  # a member sent as null (None leaves it out)
 
 
 def share_server(shares: Callable[[int], Any], multi_agent: bool = False,
@@ -36,7 +37,7 @@ def share_server(shares: Callable[[int], Any], multi_agent: bool = False,
         if shares(n) is not None:
             out["record_share"] = shares(n)
         if every(n) is not None:
-            out["steps_per_batch"] = every(n)
+            out["steps_per_batch"] = None if every(n) is JSON_NULL else every(n)
         return out
 
     def handler(conn: ScriptedConnection) -> None:
@@ -138,7 +139,7 @@ def test_steps_per_batch_sets_the_cadence_until_an_answer_without_it() -> None:
     """Everything held back: the handshake asks for 4 steps per batch, so batches go every 4 steps
     played; answers with invalid values (kept at 4), one above env_steps_per_sample (counts as 10),
     then answers without the member (env_steps_per_sample, 10, again)."""
-    values = [4, True, 0, 2.5, "3", -1, 50, None]
+    values = [4, True, 0, 2.5, "3", -1, JSON_NULL, 50, None]  # (the member is left out for None)
 
     def every(n: int) -> Any:
         return values[n + 1] if n + 1 < len(values) else None
@@ -157,10 +158,10 @@ def test_steps_per_batch_sets_the_cadence_until_an_answer_without_it() -> None:
                 sends_at.append(played - 1)  # the cut comes before the step that makes it due is acted
         client.close()
     gaps = [b - a for a, b in zip([0, *sends_at], sends_at)]
-    # Six batches of 4 (the handshake's 4, then five answers with invalid values), then 10 from the
-    # answer with 50 (clamped) on, and 10 with no member.
-    assert gaps[:6] == [4] * 6, gaps
-    assert gaps[6:] and set(gaps[6:]) == {10}, gaps
+    # Seven batches of 4 (the handshake's 4, then six answers with invalid values, null among them),
+    # then 10 from the answer with 50 (clamped) on, and 10 with no member.
+    assert gaps[:7] == [4] * 7, gaps
+    assert gaps[7:] and set(gaps[7:]) == {10}, gaps
     assert client.episodes_held_back == 1
 
 

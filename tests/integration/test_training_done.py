@@ -1,0 +1,67 @@
+"""The end of a run is said on the wire (§6.6 "End of training"): at max_env_steps (or
+stop_at_return) the server writes ERROR TRAINING_DONE with the run's summary to every 1.3
+client and closes; the SDK reports it as a normal end (no error, no reconnect) and keeps
+acting with its last model. Older clients only see the close; an operator's SIGTERM says
+nothing, since that server may come back and its clients must reconnect."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tether.sdk import TetherClient
+from tether.sdk.protocol.framing import FrameDecoder
+from tether.sdk.protocol.messages import decode_message
+
+from .server_process import RawClient, ServerProcess, read_until_closed
+
+
+def bodies(data: bytes) -> list[dict]:
+    return [decode_message(b)[1] for b in FrameDecoder().feed(data)]
+
+
+def test_the_sdk_hears_training_done_with_the_summary_and_stops_without_an_error(tmp_path) -> None:
+    with ServerProcess(tmp_path, "--max-env-steps", "600", "--env-steps-per-sample", "100",
+                       "--train-batch-size", "200", "--minibatch-size", "100") as server:
+        # A 1.2 peer and a v1 peer: they are only closed.
+        old = RawClient(server.port)
+        assert old.request({"type": "PING", "protocol_version": "1.2"})["type"] == "PONG"
+        v1 = RawClient(server.port)
+        assert v1.request({"type": "PING"})["type"] == "PONG"
+        client = TetherClient("127.0.0.1", server.port, seed=1)
+        rng = np.random.default_rng(0)
+        acted = 0
+        deadline = time.monotonic() + 60
+        while client.training_done is None and time.monotonic() < deadline:
+            eid = client.start_episode()
+            for _ in range(20):
+                client.get_action(eid, rng.normal(size=4).astype(np.float32))
+                client.log_returns(eid, 1.0)
+                acted += 1
+            client.end_episode(eid, np.zeros(4, np.float32))
+            time.sleep(0.001)
+        summary = client.training_done
+        assert summary is not None, "the client was never told that training is done"
+        assert summary["reason"] == "max_env_steps" and summary["env_steps"] >= 600
+        assert summary["updates"] >= 1 and summary["agent_steps_trained"] >= 200
+        assert summary["weights_seq_no"] == summary["updates"]
+        # A normal end: the engine goes on acting with the last model, nothing raises, flush returns.
+        eid = client.start_episode()
+        for _ in range(30):
+            client.get_action(eid, rng.normal(size=4).astype(np.float32))
+        client.end_episode(eid, np.zeros(4, np.float32))
+        client.flush()
+        assert client.link.reconnects == 0, "told that training is done, the client must not reconnect"
+        client.close()
+        assert bodies(read_until_closed(old.sock)) == [] and bodies(read_until_closed(v1.sock)) == []
+        final = server.wait(30)
+    assert final["env_steps"] >= 600
+
+
+def test_an_operators_sigterm_is_no_goodbye(tmp_path) -> None:
+    with ServerProcess(tmp_path) as server:
+        raw = RawClient(server.port)
+        assert raw.request({"type": "PING", "protocol_version": "1.3"})["type"] == "PONG"
+        server.stop()
+        assert bodies(read_until_closed(raw.sock)) == []
