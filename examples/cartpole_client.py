@@ -50,8 +50,10 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
         run_env(client, env, max_steps=max_steps, on_episode_end=lambda *_: interrupted.is_set())
         if interrupted.is_set():
             stopped_by = "interrupted"
+        elif client.training_done is not None:
+            stopped_by = "training_done"  # the server reached its target and said so
     except TetherConnectionError:
-        stopped_by = "server_gone"  # the server finished training and went away
+        stopped_by = "server_gone"  # the server went away for longer than reconnect_timeout_s
     except KeyboardInterrupt:
         stopped_by = "interrupted"
     finally:

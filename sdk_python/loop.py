@@ -18,8 +18,10 @@ def run_env(
 ) -> list[float]:
     """Run episodes of ``env`` (reset/step API of gymnasium) with the client's policy.
 
-    Stops after ``max_steps`` env steps or ``max_episodes`` episodes, or when
-    ``on_episode_end(return, length)`` returns True. Returns episode returns.
+    Stops after ``max_steps`` env steps or ``max_episodes`` episodes, when
+    ``on_episode_end(return, length)`` returns True, or, for training episodes,
+    at the end of the episode during which the server said training is done
+    (``client.training_done``). Returns episode returns.
     """
     returns: list[float] = []
     steps = 0
@@ -37,5 +39,7 @@ def run_env(
                 returns.append(client.end_episode(eid, obs, truncated=truncated and not terminated))
                 break
         if on_episode_end is not None and on_episode_end(returns[-1], length):
+            break
+        if training_enabled and not deterministic and client.training_done is not None:
             break
     return returns

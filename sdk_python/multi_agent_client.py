@@ -252,16 +252,19 @@ class MultiAgentClient(BaseClient):
             if gone:
                 raise ValueError(f"agents {gone} already left episode {episode_id!r} (an ended agent, or a member of "
                                  f"an ended group, cannot act again in the same episode)")
-        actor_obs = self._actor_observations(episode, observations)
-        self._ensure_actors(episode, list(actor_obs))
-        for actor_id, obs in actor_obs.items():
-            actor = episode.actors[actor_id]
-            actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
+        # The cut comes first, as in every SDK (docs/parity.md): the actors about to act hold back their
+        # latest step until this frame's observation (§10.7), and sending may bring new models this frame
+        # acts with.
         if (episode.training_enabled or episode.held_back) and self._cadence_due(self._sendable_steps):
             self._send_batch(even_empty=True)
         elif episode.training_enabled and self._pending_steps >= self._batch_steps():
             if self._sendable_steps() >= self._batch_steps():
                 self._send_batch()
+        actor_obs = self._actor_observations(episode, observations)
+        self._ensure_actors(episode, list(actor_obs))
+        for actor_id, obs in actor_obs.items():
+            actor = episode.actors[actor_id]
+            actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
         # One batched inference per module.
         by_module: dict[str, list[str]] = {}
         for actor_id in actor_obs:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .config import add_config_arguments, config_from_args, host_in_url
@@ -121,8 +122,13 @@ def _demo(args: argparse.Namespace) -> int:
         try:
             return await server_task
         finally:
+            # Told that training is done (§6.6), each client ends its episode, reports and exits.
+            deadline = time.monotonic() + 10
             for c in clients:
-                c.terminate()
+                try:
+                    c.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    c.terminate()
             for c in clients:
                 c.wait()
 

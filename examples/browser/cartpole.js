@@ -108,7 +108,9 @@ async function main() {
 }
 
 main().catch(error => {
-  status.state = error.code === "CLOSED" ? "server_gone" : "failed";
+  // TRAINING_DONE: the run reached its end and said so (§6.6); a bare close: the server went away.
+  status.state = error.code === "TRAINING_DONE" ? "training_done" : error.code === "CLOSED" ? "server_gone" : "failed";
+  if (error.summary) status.summary = error.summary;
   status.error = String(error && error.message || error);
   document.getElementById("status").textContent = JSON.stringify(status, null, 1);
 });

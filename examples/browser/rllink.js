@@ -6,6 +6,11 @@ class RLlinkError extends Error {
   constructor(message, code) { super(message); this.code = code; }
 }
 
+// ERROR codes the server sends unsolicited, without "request", before it closes (§5.3, §6.6):
+// they answer no request.
+const CLOSING_CODES = new Set(["BAD_HEADER", "FRAME_TOO_LARGE", "TOO_MANY_CONNECTIONS", "HANDSHAKE_TIMEOUT",
+                               "CLIENT_TIMEOUT", "SERVER_OVERLOADED", "AUTH_THROTTLED", "TRAINING_DONE"]);
+
 class RLlinkSocket {
   /** Opens ws `url`; resolves once open. */
   static open(url) {
@@ -21,12 +26,21 @@ class RLlinkSocket {
     this.ws = ws;
     this.waiting = [];  // resolvers of the requests in flight, in order
     this.closed = null;
+    this.farewell = null;  // the connection-level ERROR the server sent before closing, if any
     ws.onmessage = event => {
+      const body = JSON.parse(event.data);
+      if (body.type === "ERROR" && body.request === undefined && CLOSING_CODES.has(body.code)) {
+        this.farewell = body;
+        return;
+      }
       const next = this.waiting.shift();
-      if (next) next.resolve(JSON.parse(event.data));
+      if (next) next.resolve(body);
     };
     ws.onclose = event => {
-      this.closed = new RLlinkError(`the server closed the connection (${event.code} ${event.reason})`, "CLOSED");
+      this.closed = this.farewell
+        ? new RLlinkError(`${this.farewell.code}: ${this.farewell.message}`, this.farewell.code)
+        : new RLlinkError(`the server closed the connection (${event.code} ${event.reason})`, "CLOSED");
+      this.closed.summary = this.farewell && this.farewell.summary;
       for (const w of this.waiting.splice(0)) w.reject(this.closed);
     };
   }

@@ -48,3 +48,6 @@ def test_demo_reaches_450(tmp_path, clients: int) -> None:
     assert learned and float(learned.group(1)) >= 450, out[-3000:]
     assert float(reached.group(1)) > best_random + 200, (reached.group(1), best_random)
     assert (tmp_path / "policy.onnx").exists() and (tmp_path / "checkpoint.pt").exists()
+    # The end is said on the wire (§6.6): every client stops on it, none takes it for a lost connection.
+    assert out.count('"stopped_by": "training_done"') == clients, out[-3000:]
+    assert "reconnecting" not in out, out[-3000:]

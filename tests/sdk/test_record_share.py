@@ -202,3 +202,25 @@ def test_multi_agent_batches_follow_steps_per_batch_in_agent_steps_played() -> N
         client.close()
     gaps = [b - a for a, b in zip([0, *sends_at], sends_at)]
     assert gaps[:3] == [2, 2, 2] and set(gaps[3:]) == {5}, gaps
+
+
+def test_multi_agent_cuts_before_taking_the_frames_observations() -> None:
+    """docs/parity.md, one behaviour in every SDK: the cadence is checked before a frame's observations
+    are taken, so the actors about to act still hold back their latest step. Two agents, 10 agent
+    steps per batch (every episode recorded): after five frames 10 steps are pending but two are held
+    back, so the sixth frame cuts nothing; the seventh cuts 10 steps (frames 0-4 of both agents)."""
+    with share_server(lambda n: None, multi_agent=True) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=7, wait_for_weights=True)
+        eid = client.start_episode()
+        sent_at: list[int] = []
+        for frame in range(8):
+            before = len(server.messages("EPISODES_AND_GET_STATE"))
+            client.get_action(eid, {"a": np.full(3, frame, np.float32), "b": np.full(3, -frame, np.float32)})
+            if len(server.messages("EPISODES_AND_GET_STATE")) > before:
+                sent_at.append(frame)
+        batches = server.messages("EPISODES_AND_GET_STATE")
+        client.close()
+    assert sent_at[:1] == [6], sent_at
+    entries = batches[0]["episodes"][0]["agents"]
+    assert {a: len(e["actions"]) for a, e in entries.items()} == {"a": 5, "b": 5}
+    assert entries["a"]["obs"][-1] == [5.0, 5.0, 5.0], "frame 6's observation is not in the cut"
