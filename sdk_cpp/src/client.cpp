@@ -243,12 +243,15 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       return Status(ErrorCode::kNonFiniteValue, "get_action: observation[" + std::to_string(i) + "] is not finite");
     }
   }
-  const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
-  // A batch every env_steps_per_sample steps played (§13.2): complete
-  // recorded steps and steps of held-back episodes. With none held back,
-  // every env_steps_per_sample complete steps recorded, as always.
-  if ((episode.training || episode.held_back) && pending_steps_ + held_steps_ >= per_sample &&
-      sendable_steps(episode) + held_steps_ >= per_sample) {
+  // A batch every steps_per_batch() steps played (§13.2): complete recorded
+  // steps and steps of held-back episodes. A held-back episode makes it due
+  // only once held-back steps were played since the last cut; with none, every
+  // steps_per_batch() complete steps recorded (env_steps_per_sample unless the
+  // server asks for fewer), as always. The sendable count walks the open
+  // episodes: asked for only when the cheap tests pass.
+  const std::size_t every = static_cast<std::size_t>(steps_per_batch());
+  if ((episode.training || (episode.held_back && held_steps_ > 0)) && pending_steps_ + held_steps_ >= every &&
+      sendable_steps(episode) + held_steps_ >= every) {
     if (episode.training) {
       // This observation completes the episode's last step: let the cut include it.
       episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
@@ -430,12 +433,10 @@ void TetherClient::send_batch(bool even_empty) {
   held_steps_ = 0;
   if (batch->chunks.empty() && !batch->even_empty) return;
   for (const EpisodeChunk& chunk : batch->chunks) batch->env_steps += static_cast<std::int64_t>(chunk.steps());
-  // The claim: the oldest version of the steps cut (§7.6), stamped with the
-  // connection it was learned on (the link drops a claim of an earlier server
-  // run); steps of unknown version claim none; a batch without steps, the version held.
+  // The claim: the oldest version of the steps cut (§7.6); steps of unknown
+  // version claim none; a batch without steps, the version held.
   if (!oldest && batch->chunks.empty() && weights_seq_no_) oldest = Stamp(weights_connection_, *weights_seq_no_);
   if (oldest) batch->weights_seq_no = oldest->second;
-  batch->claim_connection = oldest ? oldest->first : connection_;
   const bool strict = waits_for_weights();
   std::set<std::string> gone = link_->hand_over(batch, static_cast<std::size_t>(batch->env_steps),
                                                 options_.when_queue_full == QueueFullPolicy::kWait, strict);

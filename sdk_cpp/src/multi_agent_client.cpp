@@ -888,12 +888,15 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   // wait_for_weights it waits for them), and this frame then acts with them.
   // The actors about to act hold back their latest step until this frame's
   // observation (§10.7): it goes with the next batch.
-  // A batch every env_steps_per_sample agent steps played (§13.2): complete
-  // recorded steps and steps of held-back episodes. With none held back,
-  // every env_steps_per_sample complete steps recorded, as always.
-  const std::size_t per_sample = static_cast<std::size_t>(config_->env_steps_per_sample);
-  if ((episode->training || episode->held_back) && pending_steps_ + held_steps_ >= per_sample &&
-      sendable_steps() + held_steps_ >= per_sample) {
+  // A batch every steps_per_batch() agent steps played (§13.2): complete
+  // recorded steps and steps of held-back episodes. A held-back episode makes
+  // it due only once held-back steps were played since the last cut; with
+  // none, every steps_per_batch() complete steps recorded
+  // (env_steps_per_sample unless the server asks for fewer), as always. The
+  // sendable count walks every actor: asked for only when the cheap tests pass.
+  const std::size_t every = static_cast<std::size_t>(steps_per_batch());
+  if ((episode->training || (episode->held_back && held_steps_ > 0)) && pending_steps_ + held_steps_ >= every &&
+      sendable_steps() + held_steps_ >= every) {
     send_batch(/*even_empty=*/true);
     if (!fatal_.ok()) return fatal_;
   }
@@ -1474,20 +1477,15 @@ void MultiAgentClient::send_batch(bool even_empty) {
   }
   batch->env_steps = env_steps;
   // The claims (§7.6): per module, the oldest version its steps used; a
-  // module without steps here reports the version it holds. Stamped with the
-  // earliest connection they come from (the link drops claims of an earlier server run).
+  // module without steps here reports the version it holds.
   std::map<std::string, std::int64_t> claims;
-  std::int64_t claim_connection = connection_;
   for (const auto& entry : modules_) {
     if (entry.second->seq) claims[entry.first] = *entry.second->seq;
   }
   for (const auto& entry : oldest) {
-    if (!entry.second) continue;
-    claims[entry.first] = entry.second->second;
-    claim_connection = std::min(claim_connection, entry.second->first);
+    if (entry.second) claims[entry.first] = entry.second->second;
   }
   batch->weights_seq_nos = std::move(claims);
-  batch->claim_connection = claim_connection;
   const bool strict = waits_for_weights();
   std::set<std::string> gone = link_->hand_over(batch, batch->queue_steps(),
                                                 options_.when_queue_full == QueueFullPolicy::kWait, strict);

@@ -640,7 +640,6 @@ Status ServerLink::handshake() {
   event.config = config;
   event.connection = connection_number_;
   prepare_state(state.answer.body, true, event);
-  note_versions(event, true);
   std::lock_guard<std::mutex> lock(mutex_);
   queue_limit_steps_ = config->queue_limit_steps;
   post_locked(std::move(event));
@@ -721,10 +720,34 @@ void ServerLink::read_record_share(const nlohmann::json& state) {
   if (value > 0.0 && value <= 1.0) record_share_.store(value, std::memory_order_relaxed);  // (NaN fails both)
 }
 
+void ServerLink::read_steps_per_batch(const nlohmann::json& state) {
+  // §7.6 [1.3]: absent means env_steps_per_sample (0 here); a value that is
+  // not a JSON integer >= 1 (a boolean, a string, 0, 2.5, -1) is ignored: the
+  // last valid one stays. (A value above env_steps_per_sample is kept as
+  // sent: the clients count it as env_steps_per_sample.)
+  if (!state.is_object()) return;
+  auto every = state.find("steps_per_batch");
+  if (every == state.end()) {
+    steps_per_batch_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  if (!every->is_number_integer()) return;  // (a boolean is no number; 2.5 is a float)
+  std::int64_t value = 0;
+  if (every->is_number_unsigned()) {
+    const std::uint64_t big = every->get<std::uint64_t>();
+    const auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    value = static_cast<std::int64_t>(big > most ? most : big);
+  } else {
+    value = every->get<std::int64_t>();
+  }
+  if (value >= 1) steps_per_batch_.store(value, std::memory_order_relaxed);
+}
+
 void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event) {
   event.connection = connection_number_;
   count_refused_stale(state);
   read_record_share(state);
+  read_steps_per_batch(state);
   if (options_.multi_agent) {
     auto models = state.find("models");
     if (models == state.end() || !models->is_object()) {
@@ -778,28 +801,6 @@ void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEv
   if (!event.policy) return;
   if (seq) io_seq_ = seq;
   event.weights_seq_no = seq;
-}
-
-void ServerLink::note_versions(const LinkEvent& event, bool new_connection) {
-  // Versions only grow within a server run: a new connection that finds a
-  // lower one talks to a server restarted without resuming, a new run.
-  if (new_connection) {
-    bool went_back = event.weights_seq_no && max_seq_ && *event.weights_seq_no < *max_seq_;
-    for (const auto& entry : event.module_seqs) {
-      auto seen = max_module_seqs_.find(entry.first);
-      went_back = went_back || (seen != max_module_seqs_.end() && entry.second < seen->second);
-    }
-    if (went_back) {
-      run_first_connection_ = connection_number_;
-      max_seq_.reset();
-      max_module_seqs_.clear();
-    }
-  }
-  if (event.weights_seq_no && (!max_seq_ || *event.weights_seq_no > *max_seq_)) max_seq_ = event.weights_seq_no;
-  for (const auto& entry : event.module_seqs) {
-    auto seen = max_module_seqs_.find(entry.first);
-    if (seen == max_module_seqs_.end() || entry.second > seen->second) max_module_seqs_[entry.first] = entry.second;
-  }
 }
 
 Status ServerLink::serve() {
@@ -915,16 +916,9 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   BatchInfo info;
   const std::int64_t agent_steps = static_cast<std::int64_t>(batch->queue_steps());
   info.env_steps = config.speaks_1_3 ? batch->env_steps : agent_steps;
-  // Versions are comparable within one server run only: a claim made with an
-  // earlier run's versions names the oldest possible one (§7.6).
-  const bool same_connection = batch->claim_connection >= run_first_connection_;
-  if (batch->weights_seq_no) info.weights_seq_no = same_connection ? *batch->weights_seq_no : 0;
-  if (batch->weights_seq_nos) {
-    info.weights_seq_nos = *batch->weights_seq_nos;
-    if (!same_connection) {
-      for (auto& entry : *info.weights_seq_nos) entry.second = 0;
-    }
-  }
+  // The claims go unchanged on every attempt (§6.5), whichever server run answers.
+  info.weights_seq_no = batch->weights_seq_no;
+  info.weights_seq_nos = batch->weights_seq_nos;
   // Runs go only on the connection their versions were learned on (§10.1):
   // a resend after a reconnect may reach another server run, whatever its
   // versions say; and never to a plain v1 server (no protocol_version).
@@ -977,7 +971,6 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
     LinkEvent state_event;
     state_event.kind = LinkEvent::Kind::kState;
     prepare_state(answer->body, false, state_event);
-    note_versions(state_event, false);
     finish_batch(batch, Status::Ok(), &state_event);
   } else {
     finish_batch(batch, Status::Ok(), nullptr);

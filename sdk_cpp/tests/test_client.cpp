@@ -469,17 +469,21 @@ std::vector<json> claims_across_reconnect(std::int64_t second_version, std::opti
   return server.batches();
 }
 
-TEST(ServerLink, ClaimsAreComparableWithinOneServerRunOnly) {
+// A resent batch goes unchanged (§6.5), claim included, whether the server
+// it reaches restarted without resuming (its versions went back) or not; the
+// server judges the claim (with the behaviour-logp check, a version it never
+// served is not trained).
+TEST(ServerLink, AResentBatchKeepsItsClaimOnAnyServerRun) {
   std::optional<std::int64_t> current;
-  // The server restarted without resuming (its versions went back): version 5 means nothing now.
+  // The server restarted without resuming (its versions went back).
   std::vector<json> batches = claims_across_reconnect(2, current);
   ASSERT_GE(batches.size(), 3u);
   EXPECT_EQ(batches[0]["weights_seq_no"], 5);
   EXPECT_EQ(batches[1]["batch_seq"], 1);
-  EXPECT_EQ(batches[1]["weights_seq_no"], 0);
+  EXPECT_EQ(batches[1]["weights_seq_no"], 5);
   ASSERT_TRUE(current.has_value());
   EXPECT_EQ(batches.back()["weights_seq_no"], *current);
-  // The same run (versions went on): the resent batch keeps its true claim.
+  // The same run (versions went on).
   batches = claims_across_reconnect(7, current);
   ASSERT_GE(batches.size(), 3u);
   EXPECT_EQ(batches[1]["batch_seq"], 1);

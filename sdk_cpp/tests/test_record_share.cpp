@@ -1,15 +1,17 @@
 // Holding clients back (protocol 1.3, §13.2): every SET_STATE's record_share
 // (§7.6) sets the share of new training episodes a client records; the
 // others are played as usual, counted (episodes_held_back) and never sent,
-// and a batch still goes every env_steps_per_sample steps played, with
-// "episodes": [] when every one of them was held back. Both clients, against
-// the fake server.
+// and a batch still goes every steps_per_batch steps played (SET_STATE
+// steps_per_batch, at most env_steps_per_sample; env_steps_per_sample when
+// absent), with "episodes": [] when every one of them was held back. Both
+// clients, against the fake server.
 #include <gtest/gtest.h>
 
 #ifndef _WIN32
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -264,6 +266,134 @@ TEST(RecordShare, AtOneNoRandomNumberIsDrawn) {
   EXPECT_NE(below[1], absent[1]);
 }
 
+// The handshake's SET_STATE (n = 0) and the answer to the n-th batch carry
+// values[n] as steps_per_batch (nullopt, or n past the end: no member), with
+// record_share 1e-9: every episode is held back.
+ServerScript steps_per_batch_script(std::int64_t steps_per_sample, std::vector<std::optional<json>> values,
+                                    json (*state_of)(const json&, const std::optional<json>&)) {
+  auto value_of = [values](int n) -> std::optional<json> {
+    return n < static_cast<int>(values.size()) ? values[n] : std::nullopt;
+  };
+  ServerScript script;
+  script.steps_per_sample = steps_per_sample;
+  script.on_get_state = [value_of, state_of](Conn& conn, const tether::Message&, int) {
+    conn.send(state_of(json(1e-9), value_of(0)));
+    return true;
+  };
+  script.on_batch = [value_of, state_of](Conn& conn, const tether::Message&, int n) {
+    conn.send(state_of(json(1e-9), value_of(n)));
+    return true;
+  };
+  return script;
+}
+
+json single_state_with_steps(const json& share, const std::optional<json>& every) {
+  json state = state_with_share(share);
+  if (every) state["steps_per_batch"] = *every;
+  return state;
+}
+
+// Strict on-policy: each batch's answer applies before the next cut.
+tether::ClientOptions strict_options_for(const FakeServer& server) {
+  tether::ClientOptions options = options_for(server);
+  options.wait_for_weights = true;
+  return options;
+}
+
+// Gaps between the steps (or frames) at which batches went, the first from 0.
+std::vector<int> gaps_of(const std::vector<int>& sends_at) {
+  std::vector<int> gaps;
+  int last = 0;
+  for (int at : sends_at) {
+    gaps.push_back(at - last);
+    last = at;
+  }
+  return gaps;
+}
+
+// Everything held back, strict on-policy (each answer applies before the next
+// cut): the handshake asks for 4 steps per batch, so a batch goes every 4
+// steps played; answers with invalid values (a boolean, 0, 2.5, a string, -1,
+// null) keep 4; the largest JSON integer and 50 (above env_steps_per_sample,
+// 10) count as 10; a valid 5 applies; an answer without the member means
+// env_steps_per_sample again. (The Python SDK's
+// test_steps_per_batch_sets_the_cadence_until_an_answer_without_it.)
+TEST(RecordShare, StepsPerBatchSetsTheCadenceUntilAnAnswerWithoutIt) {
+  const std::vector<std::optional<json>> values = {
+      json(4),  json(true), json(0), json(2.5), json("3"), json(-1), json(nullptr),
+      json(std::numeric_limits<std::uint64_t>::max()), json(5), json(50), std::nullopt};
+  // steps_per_batch() once values[n] applied
+  const std::vector<std::int64_t> expected = {4, 4, 4, 4, 4, 4, 4, 10, 5, 10, 10};
+  FakeServer server(steps_per_batch_script(10, values, single_state_with_steps));
+  auto connected = tether::TetherClient::connect(strict_options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  ASSERT_TRUE(client.waits_for_weights());
+  EXPECT_EQ(client.env_steps_per_sample(), 10);
+  EXPECT_EQ(client.steps_per_batch(), 4);
+  const std::string episode = client.start_episode().value();
+  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  double action[1];
+  std::vector<int> sends_at;
+  for (int t = 0; t < 100; ++t) {
+    const std::size_t before = server.batches().size();
+    ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
+    if (server.batches().size() > before) {
+      // the cut comes before step t is acted: steps 0 .. t-1 were played
+      sends_at.push_back(t);
+      const std::size_t n = server.batches().size();
+      EXPECT_EQ(client.steps_per_batch(), n < expected.size() ? expected[n] : 10) << "after batch " << n;
+    }
+  }
+  const std::vector<int> gaps = gaps_of(sends_at);
+  ASSERT_EQ(gaps.size(), 14u) << ::testing::PrintToString(gaps);
+  // Seven batches of 4 (the handshake's 4, then six answers with invalid
+  // values), 10 (the largest integer), 5, then 10 (50, clamped; then none).
+  EXPECT_EQ(gaps, (std::vector<int>{4, 4, 4, 4, 4, 4, 4, 10, 5, 10, 10, 10, 10, 10}));
+  EXPECT_EQ(client.steps_per_batch(), 10);
+  EXPECT_EQ(client.episodes_held_back(), 1u);
+  for (const json& batch : server.batches()) EXPECT_TRUE(batch["episodes"].empty());
+  expect_numbered(server.batches(), client.client_session());
+  EXPECT_TRUE(client.take_error().ok());  // invalid values are no errors
+}
+
+// §13.2 as the Python SDK has it: held-back steps make a batch due only once
+// some were played since the last cut. Recorded steps enough for a batch wait
+// in an ended episode; a held-back episode's first step does not send them,
+// its second does (held-back steps played and recorded ones add up).
+TEST(RecordShare, AHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) {
+  const json tiny = 1e-9;
+  const json none;  // record every episode
+  auto share = std::make_shared<std::atomic<const json*>>(&none);
+  FakeServer server(share_script(4, share));
+  auto connected = tether::TetherClient::connect(strict_options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  ASSERT_EQ(client.steps_per_batch(), 4);
+  const std::string recorded = client.start_episode().value();  // share 1: recorded
+  const std::string first = client.start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(client, first, 1));
+  ASSERT_NO_FATAL_FAILURE(end(client, first, 1.0));
+  share->store(&tiny);
+  ASSERT_TRUE(client.flush().ok());  // its answer holds every new episode back
+  ASSERT_EQ(server.batches().size(), 1u);
+  EXPECT_EQ(client.record_share(), 1e-9);
+  ASSERT_NO_FATAL_FAILURE(play(client, recorded, 4));  // 4 recorded steps ...
+  ASSERT_NO_FATAL_FAILURE(end(client, recorded, 4.0));  // ... complete, not cut yet
+  EXPECT_EQ(server.batches().size(), 1u);
+  const std::string held = client.start_episode().value();
+  EXPECT_EQ(client.episodes_held_back(), 1u);
+  ASSERT_NO_FATAL_FAILURE(play(client, held, 1));
+  EXPECT_EQ(server.batches().size(), 1u) << "no held-back step played yet: no batch due";
+  ASSERT_NO_FATAL_FAILURE(play(client, held, 1));
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[1]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[1]["episodes"][0]["episode_id"], recorded);
+  EXPECT_EQ(batches[1]["episodes"][0]["rewards"].size(), 4u);
+  EXPECT_TRUE(client.take_error().ok());
+}
+
 // -- the multi-agent client ------------------------------------------------------------------
 
 json module_json(int obs_width, json action_space) {
@@ -323,8 +453,10 @@ void multi_frame(tether::MultiAgentClient& client, const std::string& episode) {
   ASSERT_TRUE(client.log_returns(episode, "a_0", 1.0).ok());
 }
 
-std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server) {
-  auto connected = tether::MultiAgentClient::connect(options_for(server));
+std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server, bool strict = false) {
+  tether::ClientOptions options = options_for(server);
+  if (strict) options.wait_for_weights = true;
+  auto connected = tether::MultiAgentClient::connect(options);
   EXPECT_TRUE(connected.ok()) << connected.status().to_string();
   return connected.ok() ? std::move(connected).value() : nullptr;
 }
@@ -408,6 +540,79 @@ TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain)
   ASSERT_EQ(batches[4]["episodes"].size(), 1u);
   EXPECT_EQ(batches[4]["episodes"][0]["episode_id"], recorded);
   EXPECT_EQ(batches[4]["episodes"][0]["agents"].size(), 3u);
+  EXPECT_TRUE(client->take_error().ok());
+}
+
+json multi_state_with_steps(const json& share, const std::optional<json>& every) {
+  json state = multi_state_with_share(share);
+  if (every) state["steps_per_batch"] = *every;
+  return state;
+}
+
+// Three actors (three agent steps a frame), everything held back: 6 agent
+// steps per batch (a batch every 2 frames), kept through an invalid false;
+// 3 (every frame), kept through an invalid -3; none (env_steps_per_sample,
+// 12: every 4 frames); 50 (counts as 12).
+TEST(RecordShare, MultiAgentBatchesFollowStepsPerBatchInAgentStepsPlayed) {
+  const std::vector<std::optional<json>> values = {json(6), json(false), json(3), json(-3), std::nullopt, json(50)};
+  const std::vector<std::int64_t> expected = {6, 6, 3, 3, 12, 12};
+  ServerScript script = steps_per_batch_script(12, values, multi_state_with_steps);
+  script.full_config = multi_config(12);
+  FakeServer server(script);
+  auto client = connect_multi(server, /*strict=*/true);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->waits_for_weights());
+  EXPECT_EQ(client->env_steps_per_sample(), 12);
+  EXPECT_EQ(client->steps_per_batch(), 6);
+  const std::string episode = client->start_episode().value();
+  std::vector<int> sends_at;
+  for (int f = 0; f < 20; ++f) {
+    const std::size_t before = server.batches().size();
+    ASSERT_NO_FATAL_FAILURE(multi_frame(*client, episode));
+    if (server.batches().size() > before) {
+      sends_at.push_back(f);  // the cut comes before frame f is acted
+      const std::size_t n = server.batches().size();
+      EXPECT_EQ(client->steps_per_batch(), n < expected.size() ? expected[n] : 12) << "after batch " << n;
+    }
+  }
+  EXPECT_EQ(gaps_of(sends_at), (std::vector<int>{2, 2, 1, 1, 4, 4, 4}));
+  EXPECT_EQ(client->steps_per_batch(), 12);
+  EXPECT_EQ(client->episodes_held_back(), 1u);
+  expect_numbered(server.batches(), client->client_session());
+  EXPECT_TRUE(client->take_error().ok());
+}
+
+// As for the single-agent client: recorded agent steps enough for a batch
+// wait in an ended episode; a held-back episode's first frame does not send
+// them (no held-back step played since the cut), its second does.
+TEST(RecordShare, MultiAgentHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) {
+  const json tiny = 1e-9;
+  const json none;
+  auto share = std::make_shared<std::atomic<const json*>>(&none);
+  FakeServer server(multi_share_script(6, share));  // two frames of three actors
+  auto client = connect_multi(server, /*strict=*/true);
+  ASSERT_TRUE(client);
+  const std::string recorded = client->start_episode().value();
+  const std::string first = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(multi_frame(*client, first));
+  ASSERT_TRUE(client->end_episode(first).ok());
+  share->store(&tiny);
+  ASSERT_TRUE(client->flush().ok());
+  ASSERT_EQ(server.batches().size(), 1u);
+  EXPECT_EQ(client->record_share(), 1e-9);
+  for (int f = 0; f < 2; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, recorded));
+  ASSERT_TRUE(client->end_episode(recorded).ok());  // 6 agent steps, complete
+  EXPECT_EQ(server.batches().size(), 1u);
+  const std::string held = client->start_episode().value();
+  EXPECT_EQ(client->episodes_held_back(), 1u);
+  ASSERT_NO_FATAL_FAILURE(multi_frame(*client, held));
+  EXPECT_EQ(server.batches().size(), 1u) << "no held-back step played yet: no batch due";
+  ASSERT_NO_FATAL_FAILURE(multi_frame(*client, held));
+  std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[1]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[1]["episodes"][0]["episode_id"], recorded);
+  EXPECT_EQ(batches[1]["agent_steps"], 6);
   EXPECT_TRUE(client->take_error().ok());
 }
 

@@ -178,7 +178,8 @@ TEST(StepVersions, RunsOfAnEarlierServerRunAreLeftOutOfAResend) {
   EXPECT_EQ(batches[1]["batch_seq"], 2);
   EXPECT_EQ(record_of(batches[1], "a")["weights_seq_no_runs"], json::parse("[[5, 1], [6, 3]]"));
   EXPECT_EQ(batches[2]["batch_seq"], 2);
-  EXPECT_EQ(batches[2]["weights_seq_no"], 0);  // the claim is dropped, as before
+  EXPECT_EQ(batches[2]["weights_seq_no"], batches[1]["weights_seq_no"]);  // the claim, unchanged
+  EXPECT_EQ(batches[2]["weights_seq_no"], 5);
   EXPECT_FALSE(record_of(batches[2], "a").contains("weights_seq_no_runs")) << batches[2].dump().substr(0, 600);
   EXPECT_GE(client.reconnects(), 1);
 }

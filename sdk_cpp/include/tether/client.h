@@ -10,7 +10,7 @@
 //   client.value()->log_returns(episode, reward);
 //   client.value()->end_episode(episode, final_obs, obs_size, /*truncated=*/false);
 //
-// get_action never waits for the network: every env_steps_per_sample complete
+// get_action never waits for the network: every steps_per_batch() complete
 // steps are handed to the client's one background I/O thread (ServerLink),
 // which sends them and receives new models; a new model is swapped in between
 // two get_action calls, so a record's steps may use several weights versions:
@@ -19,8 +19,9 @@
 // were learned on. Holding back (§13.2): a server may ask the client to
 // record only a share of its training episodes (SET_STATE record_share); the
 // others are played as usual but never sent (episodes_held_back()), and a
-// batch still goes every env_steps_per_sample steps played, with no records
-// if need be. wait_for_weights makes each batch wait for the
+// batch still goes every steps_per_batch() steps played, with no records if
+// need be (env_steps_per_sample, or fewer when the server asks for smaller,
+// fresher batches with SET_STATE steps_per_batch). wait_for_weights makes each batch wait for the
 // weights that answer it (strict on-policy); when_queue_full = kWait makes the
 // engine wait for room in the send queue instead of dropping the oldest batch.
 //
@@ -125,7 +126,7 @@ class TetherClient {
   /// INVALID_ARGUMENT for an unknown episode or wrong sizes, NOT_READY without
   /// a model, INFERENCE_FAILED, or the fatal status once the link gave up.
   /// Allocates nothing in steady state: episodes reuse the arrays of ended
-  /// ones, so only a call that cuts a batch (every env_steps_per_sample
+  /// ones, so only a call that cuts a batch (every steps_per_batch()
   /// steps) or takes in the I/O thread's news allocates; the inference
   /// backend's own run() may (ONNX Runtime's Run allocates internally).
   Status get_action(const std::string& episode_id, const float* obs, std::size_t obs_size, double* action,
@@ -194,6 +195,15 @@ class TetherClient {
   /// The share of new training episodes recorded now: the server's last
   /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
   double record_share() const noexcept { return link_->record_share(); }
+  /// Training steps played per batch: env_steps_per_sample, or fewer while the
+  /// server holds clients back and asks for smaller, fresher batches (protocol
+  /// 1.3, SET_STATE steps_per_batch, §7.6, §13.2): its last valid value, at most
+  /// env_steps_per_sample; env_steps_per_sample when its last SET_STATE had none.
+  std::int64_t steps_per_batch() const noexcept {
+    const std::int64_t per_sample = config_->env_steps_per_sample;
+    const std::int64_t asked = link_->steps_per_batch();
+    return asked > 0 && asked < per_sample ? asked : per_sample;
+  }
   /// Whether a batch is queued or in flight on the I/O thread (any thread; takes the link's lock).
   bool sending() const { return !link_->idle(); }
   /// Heartbeat PINGs sent (any thread).

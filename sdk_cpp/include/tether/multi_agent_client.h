@@ -37,7 +37,7 @@
 // when it first acts, retire_agent() ends one. An agent (or group member)
 // that left cannot act again in that episode (INVALID_ARGUMENT).
 //
-// Sending: every env_steps_per_sample complete agent steps are cut into
+// Sending: every steps_per_batch() complete agent steps are cut into
 // multi-agent records (§10.7; each agent's latest step is held back until
 // its next observation or its end) and handed to the background I/O thread,
 // as for TetherClient; a batch claims, per module, the oldest weights version
@@ -48,7 +48,9 @@
 // ask the client to record only a share of its training episodes (SET_STATE
 // record_share), drawn once per episode for all its agents; the others are
 // played as usual but never sent (episodes_held_back()), and a batch still
-// goes every env_steps_per_sample agent steps played, with no records if need be.
+// goes every steps_per_batch() agent steps played, with no records if need be
+// (env_steps_per_sample, or fewer when the server asks for smaller, fresher
+// batches with SET_STATE steps_per_batch).
 //
 // Errors: nothing throws. Refusals, timeouts and models that fail to load are
 // read with take_error(); once the link gave up for good every call returns
@@ -285,6 +287,16 @@ class MultiAgentClient {
   /// The share of new training episodes recorded now: the server's last
   /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
   double record_share() const noexcept { return link_->record_share(); }
+  /// Agent steps played in training episodes per batch: env_steps_per_sample,
+  /// or fewer while the server holds clients back and asks for smaller,
+  /// fresher batches (protocol 1.3, SET_STATE steps_per_batch, §7.6, §13.2):
+  /// its last valid value, at most env_steps_per_sample; env_steps_per_sample
+  /// when its last SET_STATE had none.
+  std::int64_t steps_per_batch() const noexcept {
+    const std::int64_t per_sample = config_->env_steps_per_sample;
+    const std::int64_t asked = link_->steps_per_batch();
+    return asked > 0 && asked < per_sample ? asked : per_sample;
+  }
   /// Heartbeat PINGs sent (any thread).
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).

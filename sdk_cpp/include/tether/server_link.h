@@ -15,7 +15,8 @@
 // ERROR is never resent. Off-policy EPISODES have no answer: each is followed
 // by GET_STATE, whose SET_STATE acknowledges it. Every SET_STATE's
 // record_share (§7.6) is kept for the engine (record_share()), which records
-// only that share of its training episodes (§13.2).
+// only that share of its training episodes (§13.2), and so is its
+// steps_per_batch (steps_per_batch()), the engine's batch cadence.
 //
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
@@ -117,12 +118,6 @@ struct Batch {
   bool multi_agent = false;                   ///< multi-agent records: agent_steps counts, even when 0
   std::optional<std::int64_t> weights_seq_no; ///< the claim: oldest version its steps used
   std::optional<std::map<std::string, std::int64_t>> weights_seq_nos;  ///< per-module claims
-  /// The connection (LinkEvent::connection) whose weights versions the claims
-  /// name. Versions are comparable within one server run only: when a later
-  /// connection finds versions lower than those seen before (a server
-  /// restarted without resuming), a batch whose claims come from an earlier
-  /// run is sent claiming version 0 (the oldest: staleness over-estimated).
-  std::int64_t claim_connection = 0;
   /// runs_connection of a batch without runs.
   static constexpr std::int64_t kNoRuns = std::numeric_limits<std::int64_t>::max();
   /// The connection on which the versions that its chunks' (or agent
@@ -262,6 +257,11 @@ class ServerLink {
   /// record (protocol 1.3, SET_STATE record_share, §7.6, §13.2): the last
   /// valid value received, 1 when the last SET_STATE had none (any thread).
   double record_share() const noexcept { return record_share_.load(std::memory_order_relaxed); }
+  /// The steps per batch the server asks this client to play (protocol 1.3,
+  /// SET_STATE steps_per_batch, §7.6, §13.2): the last valid value received,
+  /// 0 when the last SET_STATE had none (then env_steps_per_sample applies;
+  /// the clients also count a value above it as env_steps_per_sample; any thread).
+  std::int64_t steps_per_batch() const noexcept { return steps_per_batch_.load(std::memory_order_relaxed); }
   /// "host:port".
   std::string address() const;
 
@@ -297,9 +297,9 @@ class ServerLink {
   void finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event);
   bool room_locked(std::size_t steps) const;
   void prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event);
-  void note_versions(const LinkEvent& event, bool new_connection);
   void count_refused_stale(const nlohmann::json& state);
   void read_record_share(const nlohmann::json& state);
+  void read_steps_per_batch(const nlohmann::json& state);
   std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
                                             const std::string& output_name, const Space& observation_space,
                                             const Space& action_space, const std::string& what);
@@ -323,9 +323,6 @@ class ServerLink {
   std::optional<std::int64_t> io_seq_;        // the newest weights_seq_no seen (I/O thread)
   std::map<std::string, std::int64_t> io_seqs_;  // per module (I/O thread, multi-agent)
   std::int64_t connection_number_ = 0;        // connections handshaken so far (I/O thread)
-  std::int64_t run_first_connection_ = 1;     // the first connection of the current server run (I/O thread)
-  std::optional<std::int64_t> max_seq_;       // the newest version seen in this run (I/O thread)
-  std::map<std::string, std::int64_t> max_module_seqs_;  // per module (I/O thread)
   bool progress_ = false;                     // an answer arrived on this connection (I/O thread)
   double backoff_s_ = 0.0;                    // pause before reconnecting after a fruitless connection
   std::int64_t next_seq_ = 1;
@@ -358,6 +355,7 @@ class ServerLink {
   std::atomic<std::int64_t> heartbeats_sent_{0};
   std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only
   std::atomic<double> record_share_{1.0};              // written by the I/O thread only
+  std::atomic<std::int64_t> steps_per_batch_{0};       // 0: none asked (I/O thread writes)
   std::thread thread_;
 };
 
