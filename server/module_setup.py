@@ -142,6 +142,7 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
         if missing:
             raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
     groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
+    _check_critic_agents_not_grouped(specs, groups)
     if mapping is not None:
         _check_critic_widths(specs, mapping)
     return ModuleLayout(specs, hps, mapping, mapping_fn, groups)
@@ -158,6 +159,20 @@ def _value_obs_agents(value: Any, module_id: str) -> tuple[str, ...]:
     if len(set(value)) != len(value):
         raise ValueError(f"module {module_id!r}: value_obs_agents lists an agent twice: {list(value)}")
     return tuple(value)
+
+
+def _check_critic_agents_not_grouped(specs: dict[str, ModuleSpec], groups: dict[str, GroupSpec]) -> None:
+    """A group member's observation is only part of its group's, and a client keeps no row of a
+    group's own (§9.7): neither can be listed in value_obs_agents."""
+    member_of = {m: gid for gid, g in groups.items() for m in g.members}
+    for module_id, spec in specs.items():
+        for agent_id in spec.value_obs_agents:
+            if agent_id in groups:
+                raise ValueError(f"module {module_id!r}: value_obs_agents lists group {agent_id!r}; list agents that "
+                                 f"are not in a group (§9.7)")
+            if agent_id in member_of:
+                raise ValueError(f"module {module_id!r}: value_obs_agents lists {agent_id!r}, a member of group "
+                                 f"{member_of[agent_id]!r}; list agents that are not in a group (§9.7)")
 
 
 def _check_critic_widths(specs: dict[str, ModuleSpec], mapping: PolicyMapping) -> None:

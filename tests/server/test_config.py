@@ -77,6 +77,25 @@ def test_value_obs_agents_must_be_agent_ids_of_the_critics_width() -> None:
         critic_layout(["a_0", "b_0"], other_width=5)
 
 
+def test_value_obs_agents_cannot_name_a_group_or_its_members() -> None:
+    """§9.7: a member's observation is only part of its group's, and a group is not an observed agent."""
+    from tether.server.module_setup import build_layout
+
+    def layout(listed: list[str]):
+        return build_layout(ServerConfig(modules={
+            "critic": {"observation_space": BOX(3), "action_space": {"type": "Discrete", "n": 2},
+                       "value_obs_agents": listed},
+            "pairmod": {"observation_space": BOX(6), "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]}},
+        }, policy_mapping=[{"pattern": "a_*", "module": "critic"}, {"agent_id": "pair", "module": "pairmod"}],
+            groups={"pair": {"members": ["m_0", "m_1"], "reward": "sum"}}))
+
+    assert layout(["a_0", "a_1"]).specs["critic"].value_obs_dim == 6
+    with pytest.raises(ValueError, match="'m_1', a member of group 'pair'"):
+        layout(["a_0", "m_1"])
+    with pytest.raises(ValueError, match="lists group 'pair'"):
+        layout(["a_0", "pair"])
+
+
 def test_ppo_defaults_live_in_one_place() -> None:
     from tether.server.config import PPO_OPTION_NAMES
     from tether.server.learner import PPOHyperparams
