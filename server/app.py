@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import ServerConfig, host_in_url
+from .config import ConfigError, ServerConfig, host_in_url
 from .module_setup import MappingFn, build_layout
 from .tcp_server import TetherServer
 from .trainer import Trainer
@@ -58,7 +58,10 @@ async def serve(
     policy_mapping rules; clients then ask the server with MAP_AGENTS.
     """
     started = time.time()
-    trainer = Trainer(config, build_layout(config, mapping_fn))
+    try:
+        trainer = Trainer(config, build_layout(config, mapping_fn))
+    except ValueError as exc:  # (CheckpointError included)
+        raise ConfigError(str(exc)) from None
     server = TetherServer(trainer)
     await server.start()
     console = await _start_console(config, trainer, server)

@@ -66,8 +66,18 @@ def _console(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from .app import run
+    from .config import ConfigError
 
-    run(config_from_args(args))
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"tether serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        run(config)
+    except ConfigError as exc:  # a configuration the server cannot run: say what, no traceback
+        print(f"tether serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

@@ -32,6 +32,11 @@ def _opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
 
+class ConfigError(ValueError):
+    """A configuration the server cannot run (modules, mapping, a checkpoint to start from): the
+    message says what to change."""
+
+
 @dataclass
 class ServerConfig:
     """All options of ``tether serve``; see each field's help."""
@@ -85,6 +90,7 @@ class ServerConfig:
     modules: dict | None = _opt(
         None,
         "modules as JSON/TOML tables: {id: {observation_space, action_space, trainable, value_obs_agents, "
+        "init_from ('checkpoint.pt' or 'checkpoint.pt#module': start from trained weights), "
         "and any PPO option (lr, gamma, ...) to override for that module}}",
     )
     policy_mapping: list | None = _opt(
@@ -132,6 +138,9 @@ class ServerConfig:
     tensorboard: bool = _opt(True, "write TensorBoard event files to logdir")
     checkpoint_every: int = _opt(10, "write a checkpoint every N updates (0: only on exit)")
     resume: str | None = _opt(None, "checkpoint file to restore weights, optimizer, weights_seq_no and counters from")
+    init_from: str | None = _opt(
+        None, "without modules: start the one module from the trained weights of a checkpoint of another run "
+        "('checkpoint.pt', or 'checkpoint.pt#module' for a module of another id); frozen or fine-tuned as configured")
     pool_journal: bool = _opt(
         True, "write every stored batch to <logdir>/journal (fdatasync) before answering it; --resume replays "
               "what came after the checkpoint, so no answered step is lost to a crash or kill -9")

@@ -33,6 +33,8 @@ class ModuleLayout:
     mapping: PolicyMapping | None
     mapping_fn: MappingFn | None = None
     groups: dict[str, GroupSpec] = field(default_factory=dict)
+    #: module -> (checkpoint path, module id in it) whose trained weights it starts from.
+    init_from: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def trainable(self) -> list[str]:
@@ -104,17 +106,23 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
     base = config.ppo_options()
     specs: dict[str, ModuleSpec] = {}
     hps: dict[str, PPOHyperparams] = {}
+    init_from: dict[str, tuple[str, str]] = {}
     if not config.modules:
         obs, act = resolve_single_spaces(config)
         specs[DEFAULT_MODULE_ID] = ModuleSpec(DEFAULT_MODULE_ID, obs, act, config.onnx_input_name, config.onnx_output_name)
         hps[DEFAULT_MODULE_ID] = _hyperparams(base, {})
+        if config.init_from is not None:
+            init_from[DEFAULT_MODULE_ID] = _init_from(config.init_from, DEFAULT_MODULE_ID)
         rules = config.policy_mapping or [{"pattern": "*", "module": DEFAULT_MODULE_ID}]
+    elif config.init_from is not None:
+        raise ValueError("init_from applies to a configuration without modules; with modules, give each module "
+                         "its own init_from")
     else:
         for module_id, entry in config.modules.items():
             if not isinstance(entry, dict):
                 raise ValueError(f"module {module_id!r} must be a table of options")
             unknown = set(entry) - {"observation_space", "action_space", "trainable", "value_obs_agents",
-                                    "onnx_input_name", "onnx_output_name", *PPO_OPTION_NAMES}
+                                    "onnx_input_name", "onnx_output_name", "init_from", *PPO_OPTION_NAMES}
             if unknown:
                 raise ValueError(f"module {module_id!r}: unknown option(s) {sorted(unknown)}")
             specs[module_id] = ModuleSpec(
@@ -127,6 +135,8 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
                 _value_obs_agents(entry.get("value_obs_agents"), module_id),
             )
             hps[module_id] = _hyperparams(base, {k: v for k, v in entry.items() if k in PPO_OPTION_NAMES})
+            if entry.get("init_from") is not None:
+                init_from[module_id] = _init_from(entry["init_from"], module_id)
         rules = config.policy_mapping
     if config.policies_to_train is not None:
         unknown_train = set(config.policies_to_train) - set(specs)
@@ -145,7 +155,16 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
     _check_critic_agents_not_grouped(specs, groups)
     if mapping is not None:
         _check_critic_widths(specs, mapping)
-    return ModuleLayout(specs, hps, mapping, mapping_fn, groups)
+    return ModuleLayout(specs, hps, mapping, mapping_fn, groups, init_from)
+
+
+def _init_from(value: Any, module_id: str) -> tuple[str, str]:
+    """A module's init_from: 'checkpoint.pt' (the module of the same id in it) or 'checkpoint.pt#other'."""
+    if not isinstance(value, str) or not value.strip("#"):
+        raise ValueError(f"module {module_id!r}: init_from must be a checkpoint path, optionally '#module', "
+                         f"got {value!r}")
+    path, _, source = value.rpartition("#") if "#" in value else (value, "", module_id)
+    return path, source or module_id
 
 
 def _value_obs_agents(value: Any, module_id: str) -> tuple[str, ...]:

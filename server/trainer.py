@@ -104,6 +104,7 @@ class Trainer:
                 spec.value_obs_dim,
             )
             self.modules[module_id] = ModuleRuntime(spec, learner)
+        self._init_from_trained(layout.init_from)
         #: The module a single-agent (v1) client is served; None if no rule maps default_agent.
         self.default_module = layout.default_module()
         self.metrics = Metrics(window=config.metrics_window)
@@ -669,6 +670,32 @@ class Trainer:
             tmp = path.with_suffix(".onnx.tmp")
             tmp.write_bytes(runtime.learner.export_onnx())
             tmp.replace(path)
+
+    def _init_from_trained(self, init_from: dict[str, tuple[str, str]]) -> None:
+        """Start modules from the network of a module in another run's checkpoint (its weights only:
+        the optimizer, counters and weights_seq_no start afresh). Frozen, the module serves them as
+        they are; trainable, it fine-tunes them. A network of another shape is refused, by name."""
+        loaded: dict[str, dict[str, Any]] = {}
+        for module_id, (path, source) in init_from.items():
+            if path not in loaded:
+                try:
+                    loaded[path] = load_checkpoint(path)
+                except OSError as exc:
+                    raise ValueError(f"module {module_id!r}: init_from {path!r}: {exc.strerror or exc}") from None
+            saved = loaded[path].get("modules", {}) if isinstance(loaded[path], dict) else {}
+            if source not in saved:
+                raise ValueError(f"module {module_id!r}: init_from {path!r} has no module {source!r} "
+                                 f"(it has {sorted(saved)})")
+            runtime = self.modules[module_id]
+            try:
+                runtime.learner.model.load_state_dict(saved[source]["learner"]["model"])
+            except (RuntimeError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    f"module {module_id!r}: init_from {path!r}#{source}: that network does not fit this module "
+                    f"(observation or action space, hidden sizes or critic width differ): {str(exc)[:300]}") from None
+            runtime.onnx_field = encode_onnx(runtime.learner.export_onnx())
+            print(f"[tether] module {module_id!r} starts from {source!r} of {path}"
+                  f" ({'trained on' if runtime.spec.trainable else 'frozen'})", flush=True)
 
     def _restore(self, path: str) -> int | None:
         """Load a checkpoint; returns the journal generation to replay from (None: it predates the journal)."""
