@@ -162,6 +162,8 @@ namespace Tether.Examples
                     }
                     if (stoppedBy != "max_steps") break;
                     if (client != null) client.EndEpisode(episode, obs, truncated);
+                    // The server reached its target and said so (TRAINING_DONE, protocol §6.6): a normal end.
+                    if (client != null && client.TrainingDone != null) stoppedBy = "training_done";
                     ++episodes;
                     lastReturns.Enqueue(total);
                     if (lastReturns.Count > 100) lastReturns.Dequeue();

@@ -222,6 +222,12 @@ namespace Tether.Examples
                         game.Observe(frame);  // the last observations
                         client.EndEpisode(episode, frame, truncated: true);
                         returns.Add(total);
+                        // The server's run is done (TRAINING_DONE, protocol §6.6): a normal end.
+                        if (client.TrainingDone != null)
+                        {
+                            stoppedBy = "training_done";
+                            break;
+                        }
                     }
                     client.Flush();
                 }

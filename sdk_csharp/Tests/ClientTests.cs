@@ -1,5 +1,6 @@
 // The single-agent client against a scripted server over real sockets.
 using System;
+using System.Collections.Generic;
 using System.Threading;
 using System.Linq;
 using Newtonsoft.Json.Linq;
@@ -314,7 +315,7 @@ namespace Tether.Tests
                     string type = onPolicy ? "EPISODES_AND_GET_STATE" : "EPISODES";
                     string a = client.StartEpisode();
                     Play(client, a, 35);  // batches cut at calls 11, 21 and 31
-                    client.Flush(10);     // (nothing recorded: nothing more to send)
+                    client.Flush(10);     // (nothing recorded: nothing more to send; a cut all the same)
                     var batches = server.Received(type);
                     Assert.That(batches.Count, Is.EqualTo(3), type);
                     Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
@@ -330,11 +331,12 @@ namespace Tether.Tests
                     }
                     if (!onPolicy) Assert.That(server.Received("GET_STATE").Count, Is.EqualTo(1 + 3), "each EPISODES is followed by a GET_STATE");
                     // An answer without record_share: every new episode is recorded again; the running one stays held back.
+                    // The flush was a cut: the held-back steps count from it (calls 36 to 45), as at every cut.
                     server.RecordShare = null;
-                    Play(client, a, 10);  // batch 4, cut at call 41
+                    Play(client, a, 11);  // batch 4, cut at call 46
                     client.Flush(10);
                     Assert.That(client.RecordShare, Is.EqualTo(1.0));
-                    Assert.That(client.EndEpisode(a, Obs), Is.EqualTo(45));
+                    Assert.That(client.EndEpisode(a, Obs), Is.EqualTo(46));
                     string b2 = client.StartEpisode();
                     Play(client, b2, 5);
                     client.EndEpisode(b2, Obs);
@@ -347,6 +349,76 @@ namespace Tether.Tests
                     Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
                     Assert.That(client.EnvStepsSent, Is.EqualTo(5));
                 }
+            }
+        }
+
+        [Test]
+        public void StepsPerBatchSetsTheCadenceUntilAnAnswerWithoutIt()
+        {
+            // Everything held back, strict on-policy (each answer applies before the next cut): the
+            // handshake asks for 4 steps per batch; the next five answers carry invalid values (kept
+            // at 4), the sixth one above env_steps_per_sample (counts as 10), later ones none (10).
+            using (var server = new ScriptedServer(10) { RecordShare = "1e-9" })
+            {
+                foreach (string every in new[] { "4", "true", "0", "2.5", "\"3\"", "-1", "50" }) server.StepsPerBatch.Enqueue(every);
+                using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 5, WaitForWeights = true }))
+                {
+                    Assert.That(client.StepsPerBatch, Is.EqualTo(4), "from the handshake's SET_STATE");
+                    string episode = client.StartEpisode();
+                    var sendsAt = new List<int>();
+                    var after = new List<int>();  // StepsPerBatch once each batch was answered
+                    var action = new double[1];
+                    for (int t = 0; t < 100; ++t)
+                    {
+                        // Then an answer asks for 3, and the next one has no member: back to 10.
+                        if (t == 80) server.StepsPerBatch.Enqueue("3");
+                        int before = server.Received("EPISODES_AND_GET_STATE").Count;
+                        client.GetAction(episode, Obs, action);
+                        if (server.Received("EPISODES_AND_GET_STATE").Count > before)
+                        {
+                            sendsAt.Add(t);  // t steps played: the cut comes before the call's step is acted
+                            after.Add(client.StepsPerBatch);
+                        }
+                    }
+                    var gaps = sendsAt.Select((at, i) => at - (i == 0 ? 0 : sendsAt[i - 1])).ToList();
+                    Assert.That(gaps, Is.EqualTo(new[] { 4, 4, 4, 4, 4, 4, 10, 10, 10, 10, 10, 10, 3, 10 }), string.Join(", ", gaps));
+                    Assert.That(after, Is.EqualTo(new[] { 4, 4, 4, 4, 4, 10, 10, 10, 10, 10, 10, 3, 10, 10 }));
+                    Assert.That(client.StepsPerBatch, Is.EqualTo(10));
+                    Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                    foreach (JObject b in server.Received("EPISODES_AND_GET_STATE")) Assert.That(((JArray)b["episodes"]).Count, Is.EqualTo(0));
+                }
+            }
+        }
+
+        [Test]
+        public void WithRecordedAndHeldBackEpisodesMixedABatchIsDueOnlyWhenTheRecordedStepsItCountsAreSendable()
+        {
+            // As the Python SDK (§13.2): held-back steps plus recorded steps waiting, and plus those
+            // sendable, must reach env_steps_per_sample. A recorded episode's last step waits for its next
+            // observation: at the held-back episode's turn it is not sendable, so the batch waits for the
+            // recorded episode's turn and carries that step too.
+            using (var server = new ScriptedServer(10) { RecordShare = "1e-9" })
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 5, WaitForWeights = true }))
+            {
+                string held = client.StartEpisode();
+                server.RecordShare = null;  // the answer to the first batch: the next episodes are recorded
+                Play(client, held, 11);     // batch 1 (empty), cut at call 11; one held-back step since
+                Assert.That(client.RecordShare, Is.EqualTo(1.0));
+                string recorded = client.StartEpisode();
+                Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                for (int i = 0; i < 5; ++i)
+                {
+                    Play(client, recorded, 1);
+                    Play(client, held, 1);
+                }
+                // 5 recorded steps waiting (the last one not sendable at the held-back episode's turn) and 6 held back.
+                var batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Count, Is.EqualTo(1), "not due at the held-back episode's 5th turn: 4 sendable + 5 held < 10");
+                Play(client, recorded, 1);
+                batches = server.Received("EPISODES_AND_GET_STATE");
+                Assert.That(batches.Count, Is.EqualTo(2));
+                Assert.That((int)batches[1]["env_steps"], Is.EqualTo(5));
+                Assert.That(batches[1]["episodes"].Select(r => (string)r["episode_id"]), Is.EqualTo(new[] { recorded }));
             }
         }
 
@@ -789,6 +861,115 @@ namespace Tether.Tests
             var e = Assert.Throws<TetherException>(() => TetherClient.Connect(new ClientOptions { Port = 1, ReconnectTimeoutSeconds = 0.3 }));
             Assert.That(e.Code, Is.EqualTo(ErrorCode.ConnectionFailed));
             Assert.That(e.Message, Is.StringContaining("127.0.0.1:1").And.StringContaining("ReconnectTimeoutSeconds"));
+        }
+
+        static void WaitUntil(Func<bool> done, double seconds = 10)
+        {
+            DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
+            while (!done() && DateTime.UtcNow < deadline) Thread.Sleep(5);
+        }
+
+        [Test]
+        public void TheEndOfTrainingIsReportedWithItsSummaryNotAsAnErrorAndNothingIsReconnectedOrSentAfterIt()
+        {
+            using (var server = new ScriptedServer(10))
+            using (TetherClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                Play(client, episode, 25);
+                client.Flush(10);
+                Assert.That(client.TrainingDone, Is.Null, "training goes on");
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(3));
+                long sent = client.EnvStepsSent;
+                Assert.That(sent, Is.EqualTo(24));  // (the 25th step waits for the observation that closes it)
+                server.Close(server.TrainingDone());
+                WaitUntil(() => client.TrainingDone != null);
+                TrainingSummary done = client.TrainingDone;
+                Assert.That(done, Is.Not.Null, "the end of training was not reported");
+                Assert.That(done.Reason, Is.EqualTo("stop_at_return"));
+                Assert.That(done.Updates, Is.EqualTo(30));
+                Assert.That(done.EnvSteps, Is.EqualTo(123456));
+                Assert.That(done.AgentSteps, Is.EqualTo(123456));
+                Assert.That(done.AgentStepsTrained, Is.EqualTo(120000));
+                Assert.That(done.Episodes, Is.EqualTo(987));
+                Assert.That(done.WeightsSeqNo, Is.EqualTo(30));
+                Assert.That(done.ReturnMean, Is.EqualTo(487.25));
+                Assert.That((double)done.Json["elapsed_s"], Is.EqualTo(61.5), "a member this SDK does not name is kept");
+                int received = server.ReceivedCount;
+                // The game's calls go on: actions from the last model, no error, nothing recorded or sent.
+                Play(client, episode, 40);  // (four batches' worth)
+                Assert.That(client.EndEpisode(episode, Obs), Is.EqualTo(65.0));
+                string next = client.StartEpisode();
+                Play(client, next, 30);
+                client.ComputeAction(Obs, new double[1]);
+                client.EndEpisode(next, Obs);
+                var watch = System.Diagnostics.Stopwatch.StartNew();
+                client.Flush(10);
+                Assert.That(watch.Elapsed.TotalSeconds, Is.LessThan(1.0), "Flush waited");
+                Assert.That(client.Sending, Is.False);
+                Assert.That(client.FatalError, Is.Null);
+                Assert.That(client.WeightsSeqNo, Is.EqualTo(0), "the last model acts on");
+                Thread.Sleep(400);  // (a reconnect would come within 50 ms)
+                Assert.That(server.Connections, Is.EqualTo(1), "the client reconnected to a server whose run is done");
+                Assert.That(client.Reconnects, Is.EqualTo(0));
+                Assert.That(server.ReceivedCount, Is.EqualTo(received), "the client sent something after TRAINING_DONE");
+                Assert.That(client.EnvStepsSent, Is.EqualTo(sent));
+                // The step recorded but not cut when training ended was let go, counted as one batch.
+                Assert.That(client.BatchesUnsentAtEnd, Is.EqualTo(1));
+                Assert.That(client.TrainingDone, Is.SameAs(done));
+            }
+        }
+
+        [Test]
+        public void ABatchInFlightWhenTrainingEndsIsDiscardedAndAStrictWaitForItsAnswerReturns()
+        {
+            // The server answers batch 2 with TRAINING_DONE and closes: the game, waiting for that
+            // batch's weights (strict on-policy), gets its action from the model it has.
+            using (var server = new ScriptedServer(10) { DoneOnSeq = 2 })
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 5, WaitForWeights = true }))
+            {
+                string episode = client.StartEpisode();
+                var watch = System.Diagnostics.Stopwatch.StartNew();
+                Play(client, episode, 40);
+                Assert.That(watch.Elapsed.TotalSeconds, Is.LessThan(5.0));
+                Assert.That(client.TrainingDone, Is.Not.Null);
+                Assert.That(client.TrainingDone.Reason, Is.EqualTo("stop_at_return"));
+                Assert.That(client.BatchesUnsentAtEnd, Is.EqualTo(1), "batch 2, in flight");
+                client.EndEpisode(episode, Obs);
+                client.Flush(10);
+                Thread.Sleep(300);
+                // Batch 2 is not resent: there is no new connection to resend it on.
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Select(b => (long)b["batch_seq"]), Is.EqualTo(new long[] { 1, 2 }));
+                Assert.That(server.Connections, Is.EqualTo(1));
+                Assert.That(client.Reconnects, Is.EqualTo(0));
+                Assert.That(client.EnvStepsSent, Is.EqualTo(10));
+                Assert.That(client.FatalError, Is.Null);
+            }
+        }
+
+        [Test]
+        public void AClientTimeoutFromTheServerIsReportedOnceAndTheClientReconnects()
+        {
+            // CLIENT_TIMEOUT, unlike TRAINING_DONE, is a lost connection (§6.6): reported, then reconnected.
+            using (var server = new ScriptedServer(10))
+            using (TetherClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                Play(client, episode, 5);
+                server.Close(new JObject { { "type", "ERROR" }, { "code", "CLIENT_TIMEOUT" }, { "message", "no message for 30 s" } });
+                WaitUntil(() => server.Connections >= 2);
+                Assert.That(server.Connections, Is.EqualTo(2), "the client did not reconnect");
+                var error = Assert.Throws<ServerErrorException>(() => client.GetAction(episode, Obs, new double[1]));
+                Assert.That(error.Code, Is.EqualTo(ErrorCode.ClientTimeout));
+                Play(client, episode, 20);
+                client.EndEpisode(episode, Obs);
+                client.Flush(10);
+                Assert.That(client.Reconnects, Is.EqualTo(1));
+                Assert.That(client.TrainingDone, Is.Null);
+                Assert.That(client.BatchesUnsentAtEnd, Is.EqualTo(0));
+                Assert.That(client.FatalError, Is.Null);
+                Assert.That(client.EnvStepsSent, Is.EqualTo(25));
+            }
         }
 
         [TestCase(null)]

@@ -68,6 +68,69 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void TheEndOfTrainingStopsAMultiAgentClientQuietlyAndItsAgentsActOn()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(8, rules: true))
+            using (MultiAgentClient client = Connect(server))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                for (int t = 0; t < 40; ++t)
+                {
+                    if (t == 10)
+                    {
+                        client.Flush(10);
+                        Assert.That(client.TrainingDone, Is.Null);
+                        server.Close(server.TrainingDone());
+                        DateTime deadline = DateTime.UtcNow.AddSeconds(10);
+                        while (client.TrainingDone == null && DateTime.UtcNow < deadline) Thread.Sleep(5);
+                    }
+                    frame.Clear();
+                    frame.Add("a_0", Obs(t, 0, 4));
+                    frame.Add("a_1", Obs(t, 1, 4));
+                    client.GetActions(episode, frame);
+                    Assert.That(frame.DiscreteAction(0), Is.EqualTo(0).Or.EqualTo(1));
+                    client.LogReturns(episode, "a_0", 1.0);
+                }
+                int received = server.ReceivedCount;
+                Assert.That(client.TrainingDone, Is.Not.Null);
+                Assert.That(client.TrainingDone.Reason, Is.EqualTo("stop_at_return"));
+                Assert.That(client.TrainingDone.AgentStepsTrained, Is.EqualTo(120000));
+                Assert.That(client.EndEpisode(episode)["a_0"], Is.EqualTo(40.0));
+                client.Flush(10);
+                Thread.Sleep(300);
+                Assert.That(server.Connections, Is.EqualTo(1));
+                Assert.That(client.Reconnects, Is.EqualTo(0));
+                Assert.That(server.ReceivedCount, Is.EqualTo(received));
+                Assert.That(client.AgentStepsSent, Is.EqualTo(18), "each agent's 10th step waited for its next observation");
+                Assert.That(client.BatchesUnsentAtEnd, Is.EqualTo(1));
+                Assert.That(client.FatalError, Is.Null);
+            }
+        }
+
+        [Test]
+        public void AMapAgentsWaitingWhenTrainingEndsFailsWithTrainingDone()
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(8, rules: false))
+            using (MultiAgentClient client = Connect(server))
+            {
+                server.DoneOnMapAgents = true;
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                frame.Add("a_0", Obs(0, 0, 4));
+                var error = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(error.Code, Is.EqualTo(ErrorCode.TrainingDone));
+                Assert.That(client.TrainingDone, Is.Not.Null);
+                Assert.That(client.TrainingDone.Updates, Is.EqualTo(30));
+                Assert.That(client.FatalError, Is.Null);
+                client.Flush(10);
+                Thread.Sleep(300);
+                Assert.That(server.Connections, Is.EqualTo(1));
+                Assert.That(server.Received("MAP_AGENTS").Count, Is.EqualTo(1));
+            }
+        }
+
+        [Test]
         public void GroupsModulesAndCriticRowsMakeRecordsTheServerAccepts()
         {
             using (ScriptedServer server = ScriptedServer.MultiAgent(20, rules: true))
@@ -490,7 +553,7 @@ namespace Tether.Tests
                     var frame = new AgentFrame();
                     string first = client.StartEpisode();
                     PlayFrames(client, first, frame, 0, 12);  // 2 agent steps a frame: batches cut at frames 6 and 11
-                    client.Flush(10);
+                    client.Flush(10);  // (a cut, if of nothing: the held-back steps count from it)
                     var batches = server.Received("EPISODES_AND_GET_STATE");
                     Assert.That(batches.Count, Is.EqualTo(2));
                     Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
@@ -504,7 +567,7 @@ namespace Tether.Tests
                     }
                     // An answer without record_share: new episodes are recorded again.
                     server.RecordShare = null;
-                    PlayFrames(client, first, frame, 12, 4);  // batch 3, cut at frame 16
+                    PlayFrames(client, first, frame, 12, 6);  // batch 3, cut at frame 18 (10 agent steps after the flush)
                     client.Flush(10);
                     Assert.That(client.RecordShare, Is.EqualTo(1.0));
                     client.EndEpisode(first);
@@ -519,6 +582,44 @@ namespace Tether.Tests
                     Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
                     Assert.That(client.AgentStepsSent, Is.EqualTo(4));
                     Assert.That(client.EnvStepsSent, Is.EqualTo(2));
+                }
+            }
+        }
+
+        [Test]
+        public void MultiAgentBatchesFollowStepsPerBatchInAgentStepsPlayed()
+        {
+            // Two actors (a_0 and the group "pair"), everything held back, strict on-policy: steps_per_batch
+            // 4 until the third answer, then an invalid value (kept), then none (env_steps_per_sample, 10):
+            // a batch every 2 frames, then every 5.
+            using (ScriptedServer server = ScriptedServer.MultiAgent(10, rules: true))
+            {
+                server.RecordShare = "1e-9";
+                foreach (string every in new[] { "4", "4", "4", "false" }) server.StepsPerBatch.Enqueue(every);
+                using (MultiAgentClient client = MultiAgentClient.Connect(new ClientOptions { Port = server.Port, Seed = 6, WaitForWeights = true }))
+                {
+                    Assert.That(client.StepsPerBatch, Is.EqualTo(4), "from the handshake's SET_STATE");
+                    Assert.That(client.EnvStepsPerSample, Is.EqualTo(10));
+                    var frame = new AgentFrame();
+                    string episode = client.StartEpisode();
+                    var sendsAt = new List<int>();
+                    var after = new List<int>();
+                    for (int t = 0; t < 30; ++t)
+                    {
+                        int before = server.Received("EPISODES_AND_GET_STATE").Count;
+                        PlayFrames(client, episode, frame, t, 1);
+                        if (server.Received("EPISODES_AND_GET_STATE").Count > before)
+                        {
+                            sendsAt.Add(t);
+                            after.Add(client.StepsPerBatch);
+                        }
+                    }
+                    var gaps = sendsAt.Select((at, i) => at - (i == 0 ? 0 : sendsAt[i - 1])).ToList();
+                    Assert.That(gaps, Is.EqualTo(new[] { 2, 2, 2, 2, 5, 5, 5, 5 }), string.Join(", ", gaps));
+                    Assert.That(after, Is.EqualTo(new[] { 4, 4, 4, 10, 10, 10, 10, 10 }));
+                    Assert.That(client.StepsPerBatch, Is.EqualTo(10));
+                    Assert.That(client.EpisodesHeldBack, Is.EqualTo(1));
+                    foreach (JObject b in server.Received("EPISODES_AND_GET_STATE")) Assert.That(((JArray)b["episodes"]).Count, Is.EqualTo(0));
                 }
             }
         }

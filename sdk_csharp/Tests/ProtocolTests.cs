@@ -26,6 +26,49 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void TrainingDoneClosesTheConnectionPairsWithNothingAndKeepsItsSummary()
+        {
+            Assert.That(ErrorCodes.ToWire(ErrorCode.TrainingDone), Is.EqualTo("TRAINING_DONE"));
+            Assert.That(ErrorCodes.FromWire("TRAINING_DONE"), Is.EqualTo(ErrorCode.TrainingDone));
+            Assert.That(Messages.ClosesConnection(ErrorCode.TrainingDone), Is.True);
+            var connection = new ClientConnection();
+            connection.Send(JObject.Parse("{\"type\": \"GET_STATE\"}"));
+            byte[] frame = Messages.EncodeFrame(JObject.Parse("{\"type\": \"ERROR\", \"code\": \"TRAINING_DONE\", \"message\": \"done\", " +
+                                                              "\"summary\": {\"reason\": \"max_env_steps\", \"updates\": 4, \"return_mean\": null}}"));
+            var responses = new List<Response>();
+            var e = Assert.Throws<TetherException>(() => connection.ReceiveData(frame, 0, frame.Length, responses));
+            Assert.That(e.Code, Is.EqualTo(ErrorCode.TrainingDone));
+            Assert.That(responses.Count, Is.EqualTo(1));
+            Assert.That(responses[0].Request, Is.Null, "a connection-level ERROR answers no request");
+            Assert.That(connection.Closed, Is.True);
+            Assert.That((string)connection.ClosingError["summary"]["reason"], Is.EqualTo("max_env_steps"));
+            connection.Reset();
+            Assert.That(connection.ClosingError, Is.Null);
+
+            TrainingSummary summary = TrainingSummary.FromJson(JObject.Parse("{\"reason\": \"max_env_steps\", \"env_steps\": 5000, \"updates\": 4, " +
+                                                                             "\"weights_seq_no\": 4, \"return_mean\": null}"));
+            Assert.That(summary.Reason, Is.EqualTo("max_env_steps"));
+            Assert.That(summary.EnvSteps, Is.EqualTo(5000));
+            Assert.That(summary.Updates, Is.EqualTo(4));
+            Assert.That(summary.WeightsSeqNo, Is.EqualTo(4));
+            Assert.That(summary.ReturnMean, Is.Null, "no episode finished");
+            Assert.That(summary.AgentStepsTrained, Is.EqualTo(0), "absent");
+            Assert.That(TrainingSummary.FromJson(JObject.Parse("{\"return_mean\": 12}")).ReturnMean, Is.EqualTo(12.0));
+            // Anything the server got wrong reads as absent: the end of training is never an error.
+            TrainingSummary odd = TrainingSummary.FromJson(JObject.Parse("{\"reason\": 3, \"updates\": \"4\", \"episodes\": -2, \"return_mean\": \"x\"}"));
+            Assert.That(odd.Reason, Is.Null);
+            Assert.That(odd.Updates, Is.EqualTo(0));
+            Assert.That(odd.Episodes, Is.EqualTo(0));
+            Assert.That(odd.ReturnMean, Is.Null);
+            foreach (JToken none in new JToken[] { null, JValue.CreateNull(), new JArray(), new JValue("summary") })
+            {
+                TrainingSummary empty = TrainingSummary.FromJson(none);
+                Assert.That(empty.Json.Count, Is.EqualTo(0));
+                Assert.That(empty.Reason, Is.Null);
+            }
+        }
+
+        [Test]
         public void RecordShareIsANumberInZeroToOneAbsentMeansOneAndAnythingElseIsIgnored()
         {
             Assert.That(RecordShare.Read(JObject.Parse("{\"type\": \"SET_STATE\"}"), 0.5), Is.EqualTo(1.0), "absent: record every episode");
@@ -40,6 +83,24 @@ namespace Tether.Tests
             var nan = new JObject { { "record_share", double.NaN } };
             Assert.That(RecordShare.Read(nan, 0.5), Is.EqualTo(0.5), "NaN");
             Assert.That(RecordShare.Read(new JObject { { "record_share", double.PositiveInfinity } }, 0.5), Is.EqualTo(0.5));
+        }
+
+        [Test]
+        public void StepsPerBatchIsAnIntegerOfAtLeastOneAbsentMeansEnvStepsPerSampleAndAnythingElseIsIgnored()
+        {
+            Assert.That(StepsPerBatch.Read(JObject.Parse("{\"type\": \"SET_STATE\"}"), 7), Is.EqualTo(StepsPerBatch.None), "absent: env_steps_per_sample");
+            Assert.That(StepsPerBatch.Read(null, 7), Is.EqualTo(StepsPerBatch.None));
+            Assert.That(StepsPerBatch.Read(JObject.Parse("{\"steps_per_batch\": 4}"), 7), Is.EqualTo(4));
+            Assert.That(StepsPerBatch.Read(JObject.Parse("{\"steps_per_batch\": 1}"), 7), Is.EqualTo(1));
+            Assert.That(StepsPerBatch.Read(JObject.Parse("{\"steps_per_batch\": 100000000000000000000000}"), 7), Is.EqualTo(int.MaxValue), "any integer that large");
+            foreach (string bad in new[] { "true", "false", "\"3\"", "0", "-1", "2.5", "4.0", "null", "[4]", "{}", "-100000000000000000000000" })
+            {
+                Assert.That(StepsPerBatch.Read(JObject.Parse("{\"steps_per_batch\": " + bad + "}"), 7), Is.EqualTo(7), bad);
+            }
+            Assert.That(StepsPerBatch.Effective(StepsPerBatch.None, 10), Is.EqualTo(10));
+            Assert.That(StepsPerBatch.Effective(4, 10), Is.EqualTo(4));
+            Assert.That(StepsPerBatch.Effective(10, 10), Is.EqualTo(10));
+            Assert.That(StepsPerBatch.Effective(50, 10), Is.EqualTo(10), "above env_steps_per_sample: env_steps_per_sample");
         }
 
         [Test]

@@ -20,7 +20,11 @@ namespace Tether.Tests
     /// mapped by rules or, without them, by answering MAP_AGENTS.
     /// <see cref="Seq"/> and <see cref="ModuleSeq"/> swap models; <see cref="RefusedStale"/>
     /// puts steps_refused_stale in the answers to batches, <see cref="RecordShare"/> record_share
-    /// in every SET_STATE.
+    /// in every SET_STATE, <see cref="StepsPerBatch"/> steps_per_batch in the next ones.
+    /// <see cref="Close"/> sends a connection-level ERROR (TRAINING_DONE with <see cref="Summary"/>,
+    /// CLIENT_TIMEOUT...) on every open connection and closes them; <see cref="DoneOnSeq"/> and
+    /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so. <see cref="Connections"/>
+    /// counts the connections accepted.
     /// </summary>
     internal sealed class ScriptedServer : IDisposable
     {
@@ -46,6 +50,28 @@ namespace Tether.Tests
         public readonly Queue<JToken> RefusedStale = new Queue<JToken>();
         public string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
         public volatile string RecordShare;  // record_share of every SET_STATE as JSON text ("0.25", "true"); null: none
+        // steps_per_batch of the next SET_STATEs (the handshake's included), one each, as JSON text ("4", "true");
+        // a null item, or none left: no member.
+        public readonly Queue<string> StepsPerBatch = new Queue<string>();
+        public long DoneOnSeq = -1;           // the batch whose arrival is answered by TRAINING_DONE, and the connection closed
+        public volatile bool DoneOnMapAgents; // a MAP_AGENTS is answered by TRAINING_DONE, and the connection closed
+        // The summary of TRAINING_DONE (§6.6).
+        public readonly JObject Summary = JObject.Parse("{\"reason\": \"stop_at_return\", \"env_steps\": 123456, \"agent_steps\": 123456, " +
+                                                         "\"agent_steps_trained\": 120000, \"updates\": 30, \"episodes\": 987, \"weights_seq_no\": 30, " +
+                                                         "\"return_mean\": 487.25, \"elapsed_s\": 61.5}");
+        int connections;
+
+        /// <summary>Connections accepted so far.</summary>
+        public int Connections { get { return Volatile.Read(ref connections); } }
+
+        /// <summary>Every message received so far.</summary>
+        public int ReceivedCount { get { lock (received) return received.Count; } }
+
+        /// <summary>The unsolicited ERROR TRAINING_DONE with <see cref="Summary"/> (no "request": it answers nothing).</summary>
+        public JObject TrainingDone()
+        {
+            return new JObject { { "type", "ERROR" }, { "code", "TRAINING_DONE" }, { "message", "training is done (stop_at_return)" }, { "summary", Summary.DeepClone() } };
+        }
 
         public static string Repo { get { return Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."); } }
 
@@ -113,6 +139,7 @@ namespace Tether.Tests
                 {
                     return;
                 }
+                Interlocked.Increment(ref connections);
                 lock (sockets) sockets.Add(socket);
                 new Thread(() => Serve(socket)) { IsBackground = true }.Start();
             }
@@ -142,8 +169,20 @@ namespace Tether.Tests
                             case "PING": Send(socket, PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
                             case "GET_CONFIG": Send(socket, Config); break;
                             case "GET_STATE": Send(socket, State(message)); break;
-                            case "MAP_AGENTS": Send(socket, MapAgents(message)); break;
+                            case "MAP_AGENTS":
+                                if (DoneOnMapAgents)
+                                {
+                                    Send(socket, TrainingDone());
+                                    return;  // (finally closes the socket)
+                                }
+                                Send(socket, MapAgents(message));
+                                break;
                             case "EPISODES_AND_GET_STATE":
+                                if (message["batch_seq"] != null && (long)message["batch_seq"] == DoneOnSeq)
+                                {
+                                    Send(socket, TrainingDone());  // the batch stays unanswered
+                                    return;
+                                }
                                 if (message["batch_seq"] != null && (long)message["batch_seq"] == DropSeq)
                                 {
                                     return;  // (finally closes the socket: the batch is lost with the connection)
@@ -210,6 +249,12 @@ namespace Tether.Tests
             JObject state = Weights(request);
             string share = RecordShare;
             if (share != null) state["record_share"] = JToken.Parse(share);
+            string every = null;
+            lock (StepsPerBatch)
+            {
+                if (StepsPerBatch.Count > 0) every = StepsPerBatch.Dequeue();
+            }
+            if (every != null) state["steps_per_batch"] = JToken.Parse(every);
             return state;
         }
 
@@ -233,6 +278,31 @@ namespace Tether.Tests
             var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", seq } };
             if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != seq) state["onnx_file"] = ModelFile;
             return state;
+        }
+
+        /// <summary>
+        /// Sends <paramref name="error"/> (a connection-level ERROR: no "request") on every connection
+        /// open now and closes them, as a server does after TRAINING_DONE or CLIENT_TIMEOUT (§6.6).
+        /// </summary>
+        public void Close(JObject error)
+        {
+            byte[] frame = Messages.EncodeFrame(error);
+            lock (sockets)
+            {
+                foreach (Socket s in sockets)
+                {
+                    try
+                    {
+                        s.Send(frame);
+                        s.Shutdown(SocketShutdown.Both);
+                    }
+                    catch (Exception)
+                    {
+                    }
+                    s.Close();
+                }
+                sockets.Clear();
+            }
         }
 
         /// <summary>Closes every connection open now (the server stays up): the clients reconnect.</summary>

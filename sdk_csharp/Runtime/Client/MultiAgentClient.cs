@@ -42,6 +42,9 @@ namespace Tether.Client
     /// connection's timeout is raised once, at the start of a later call, which
     /// then did nothing; once the link gave up for good every call throws
     /// <see cref="FatalError"/>.
+    /// When the server's run is done (ERROR TRAINING_DONE, §6.6) <see cref="TrainingDone"/>
+    /// holds its summary: no error is raised, nothing is reconnected, recorded or sent any
+    /// more, and the agents go on acting with the last models.
     /// Not thread-safe: call it from one thread (the game's).
     /// </summary>
     public sealed class MultiAgentClient : IDisposable
@@ -256,6 +259,7 @@ namespace Tether.Client
         int envStepsSinceCut;
         long episodesHeldBack;
         TetherException fatal;
+        bool ended;  // the game's thread has taken the end of training (§6.6): nothing is recorded any more
 
         /// <summary>The modules of SET_CONFIG, by id.</summary>
         public IDictionary<string, ModuleSpec> Modules
@@ -316,6 +320,15 @@ namespace Tether.Client
         public double RecordShare { get { return link.RecordShare; } }
 
         /// <summary>
+        /// Agent steps played in training episodes (recorded or held back) per batch (SET_STATE
+        /// steps_per_batch, §13.2): <see cref="EnvStepsPerSample"/>, or fewer while the server
+        /// holds clients back and asks for smaller, fresher batches. The last valid value the
+        /// server sent, at most env_steps_per_sample; env_steps_per_sample until one came and
+        /// whenever a SET_STATE comes without one.
+        /// </summary>
+        public int StepsPerBatch { get { return BatchSteps(); } }
+
+        /// <summary>
         /// Training episodes held back: played (every agent's policy acted, returns counted)
         /// but none of their steps recorded or sent, as the server's record_share asked (§13.2).
         /// </summary>
@@ -326,6 +339,26 @@ namespace Tether.Client
 
         /// <summary>Whether a batch is queued or in flight.</summary>
         public bool Sending { get { return link.Busy; } }
+
+        /// <summary>
+        /// Null while training goes on. Once the server said its run is done (ERROR TRAINING_DONE,
+        /// protocol 1.3, §6.6 "End of training"), the summary it sent: why (Reason), the run's totals
+        /// (EnvSteps, AgentSteps, AgentStepsTrained, Updates, Episodes), the last WeightsSeqNo and
+        /// ReturnMean. The normal end of training, not an error: no exception is raised and
+        /// <see cref="FatalError"/> stays null; the client does not reconnect, the batches not yet
+        /// answered are discarded (<see cref="BatchesUnsentAtEnd"/>), and GetActions, EndEpisode and
+        /// Flush go on without waiting, acting with the last models and recording nothing. Agents
+        /// already mapped keep their module; a server that maps with a function cannot map new
+        /// ones any more (their GetActions throws TRAINING_DONE, as any MAP_AGENTS then does).
+        /// </summary>
+        public TrainingSummary TrainingDone { get { return link.TrainingDone; } }
+
+        /// <summary>
+        /// Batches discarded because training was done before they were sent or answered (§6.6):
+        /// queued or in flight when it ended, cut afterwards, and the steps recorded but not cut
+        /// yet then (as one). 0 while training goes on.
+        /// </summary>
+        public int BatchesUnsentAtEnd { get { return link.BatchesUnsentAtEnd; } }
 
         /// <summary>The error that ended the link for good (CLOSED after Dispose); null while it lives.</summary>
         public TetherException FatalError { get { return fatal; } }
@@ -356,6 +389,11 @@ namespace Tether.Client
                 client.link.Start();
                 client.Drain();
                 client.RaisePending();
+                if (client.serverConfig == null && client.link.TrainingDone != null)
+                {
+                    throw new TetherException(ErrorCode.TrainingDone, "the server at " + options.Address + " ended its run (training is done: " +
+                                              client.link.TrainingDone + ") before the handshake finished");
+                }
                 if (client.serverConfig == null) throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
             }
             catch
@@ -396,11 +434,13 @@ namespace Tether.Client
         /// random one). With <paramref name="trainingEnabled"/> false its steps are never sent.
         /// A training episode is recorded with the probability <see cref="RecordShare"/>, one
         /// draw of the client's generator for all its agents; one that is not is played alike
-        /// but never sent (<see cref="EpisodesHeldBack"/>).
+        /// but never sent (<see cref="EpisodesHeldBack"/>). Once training is done
+        /// (<see cref="TrainingDone"/>) no episode is recorded.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
             Poll();
+            trainingEnabled = trainingEnabled && !ended;
             episodeId = episodeId ?? Guid.NewGuid().ToString("N");
             Episode existing;
             if (episodes.TryGetValue(episodeId, out existing))
@@ -438,15 +478,24 @@ namespace Tether.Client
             if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "GetActions: the frame is null");
             // The cut comes first: sending may apply new models (or, strict, wait for
             // them), and this frame acts with them. The actors about to act hold back
-            // their latest step until this frame's observation (§10.7). With episodes held back a
-            // batch is due every stepsPerSample agent steps played (§13.2), records or none.
-            bool due = heldSteps > 0 && (long)pendingSteps + heldSteps >= stepsPerSample;
-            if ((episode.Training || episode.HeldBack) && due)
+            // their latest step until this frame's observation (§10.7). A batch goes every
+            // BatchSteps() agent steps played in training episodes (§13.2). With held-back steps
+            // played since the last cut it is due when they plus the recorded steps waiting, and
+            // plus those sendable, reach it; it then goes even without records. The sendable count
+            // walks every actor: it is taken only when the cheap tests pass.
+            int every = BatchSteps();
+            bool due = false;
+            if ((episode.Training || episode.HeldBack) && heldSteps > 0)
+            {
+                int need = every - heldSteps;
+                due = pendingSteps >= need && (need <= 0 || SendableSteps() >= need);
+            }
+            if (due)
             {
                 SendBatch(true);
                 if (fatal != null) throw fatal;
             }
-            else if (episode.Training && pendingSteps >= stepsPerSample && SendableSteps() >= stepsPerSample)
+            else if (episode.Training && pendingSteps >= every && SendableSteps() >= every)
             {
                 SendBatch();
                 if (fatal != null) throw fatal;  // (a new connection's configuration this client cannot use)
@@ -655,7 +704,10 @@ namespace Tether.Client
             return returns;
         }
 
-        /// <summary>Sends every complete step now and waits until the server has every batch (or <paramref name="seconds"/> pass).</summary>
+        /// <summary>
+        /// Sends every complete step now and waits until the server has every batch (or <paramref name="seconds"/> pass).
+        /// Once training is done (<see cref="TrainingDone"/>) it returns at once: nothing is sent any more.
+        /// </summary>
         public void Flush(double seconds = 60)
         {
             Poll();
@@ -1136,6 +1188,12 @@ namespace Tether.Client
 
         // ---- cutting and sending ---------------------------------------------------------------
 
+        // Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2).
+        int BatchSteps()
+        {
+            return Tether.Protocol.StepsPerBatch.Effective(link.StepsPerBatch, stepsPerSample);
+        }
+
         int SendableSteps()
         {
             // Every actor's latest action is held back until its next observation (§10.7).
@@ -1262,12 +1320,12 @@ namespace Tether.Client
             RecountPending();
             int envSteps = envStepsSinceCut;
             envStepsSinceCut = 0;
+            heldSteps = 0;  // at every cut, whether a batch goes or not (§13.2)
             if (batch.Records.Count == 0 && !sendEmpty)
             {
                 Recycle(batch);
                 return;
             }
-            heldSteps = 0;  // (only when a batch goes: the steps played count on towards the next one)
             foreach (MultiAgentRecord record in batch.Records) batch.AgentSteps += record.AgentSteps;
             batch.EnvSteps = envSteps;
             // The claims (§7.6): per module, the oldest version its steps used (of the earliest
@@ -1339,6 +1397,19 @@ namespace Tether.Client
 
         // ---- events from the I/O thread --------------------------------------------------------
 
+        // The server's run is done (§6.6): what the episodes recorded and had not cut yet is let go
+        // (counted as one batch), and they play on unrecorded; nothing is cut or sent any more.
+        void EndTraining()
+        {
+            ended = true;
+            bool unsent = pendingSteps > 0;
+            ForgetEpisodes(new List<string>(episodeOrder));
+            foreach (Episode episode in episodes.Values) episode.HeldBack = false;
+            heldSteps = 0;
+            envStepsSinceCut = 0;
+            if (unsent) link.CountUnsentAtEnd();
+        }
+
         // Applies what the I/O thread reported, in order; errors wait for RaisePending.
         void Drain()
         {
@@ -1385,6 +1456,9 @@ namespace Tether.Client
                         break;
                     case LinkEventKind.Fatal:
                         if (fatal == null) fatal = e.Error;
+                        break;
+                    case LinkEventKind.TrainingDone:
+                        EndTraining();
                         break;
                 }
             }

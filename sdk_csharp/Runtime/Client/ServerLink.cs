@@ -121,7 +121,7 @@ namespace Tether.Client
         public bool Done;
     }
 
-    internal enum LinkEventKind { Connected, State, Batch, Error, Fatal }
+    internal enum LinkEventKind { Connected, State, Batch, Error, Fatal, TrainingDone }
 
     internal sealed class LinkEvent
     {
@@ -170,6 +170,10 @@ namespace Tether.Client
         Exception fatal;
         long stepsRefusedStale;  // written on the I/O thread, under sync
         long recordShareBits = BitConverter.DoubleToInt64Bits(1.0);  // a double's bits: read on the game's thread without a lock or an allocation
+        volatile int stepsPerBatch = Tether.Protocol.StepsPerBatch.None;  // written on the I/O thread, read on the game's
+        volatile TrainingSummary trainingDone;  // set once, under sync, by the I/O thread as it ends
+        LinkRequest unanswered;  // under sync: the request whose wait the end of training cut short
+        int batchesUnsentAtEnd;  // under sync
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
         public readonly string ClientSession = Guid.NewGuid().ToString("N");
@@ -183,6 +187,27 @@ namespace Tether.Client
 
         /// <summary>The share of new training episodes to record (SET_STATE record_share, §13.2): the last valid one received, 1 until one came.</summary>
         public double RecordShare { get { return BitConverter.Int64BitsToDouble(Interlocked.Read(ref recordShareBits)); } }
+
+        /// <summary>
+        /// The steps per batch the server asked for (SET_STATE steps_per_batch, §13.2): the last valid one
+        /// received, StepsPerBatch.None (env_steps_per_sample) until one came and whenever a SET_STATE came without one.
+        /// </summary>
+        public int StepsPerBatch { get { return stepsPerBatch; } }
+
+        /// <summary>
+        /// Null while training goes on; once the server said its run is done (ERROR TRAINING_DONE,
+        /// §6.6), the summary it sent. The I/O thread has then ended: nothing is sent or reconnected.
+        /// </summary>
+        public TrainingSummary TrainingDone { get { return trainingDone; } }
+
+        /// <summary>Batches discarded because training was done before they were sent or answered (§6.6).</summary>
+        public int BatchesUnsentAtEnd { get { lock (sync) return batchesUnsentAtEnd; } }
+
+        /// <summary>Counts steps the game recorded but had not cut into a batch when training ended, as one batch discarded.</summary>
+        public void CountUnsentAtEnd()
+        {
+            lock (sync) ++batchesUnsentAtEnd;
+        }
 
         public ServerLink(ClientOptions options, bool multiAgent = false)
         {
@@ -243,10 +268,12 @@ namespace Tether.Client
             gone.Clear();
             lock (sync)
             {
+                if (trainingDone != null) return DiscardAtEnd();
                 DropEpisodes(batch, refused);  // (and their steps from the batch's counts)
                 if (batch.IsEmpty && !batch.SendEmpty) return false;
                 int limit = QueueLimitSteps();
-                while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.QueueSteps > limit) && fatal == null)
+                while (outbox.Count > 0 && (outbox.Count >= options.MaxQueuedBatches || queuedSteps + batch.QueueSteps > limit) && fatal == null &&
+                       trainingDone == null)
                 {
                     if (options.WhenQueueFull == QueueFullPolicy.Wait)
                     {
@@ -271,6 +298,8 @@ namespace Tether.Client
                     foreach (Batch waiting in outbox) queuedSteps -= DropEpisodes(waiting, gone);
                     DropEpisodes(batch, gone);
                 }
+                // Training ended while it waited for room: nobody takes it any more (§6.6).
+                if (trainingDone != null) return DiscardAtEnd();
                 // Again after waiting for room: a refusal that came meanwhile takes its episodes out of this batch too.
                 DropEpisodes(batch, refused);
                 if (batch.IsEmpty && !batch.SendEmpty) return false;
@@ -279,6 +308,13 @@ namespace Tether.Client
             }
             wake.Set();
             return true;
+        }
+
+        // A batch cut after training ended (§6.6): counted, never queued; it is the caller's again.
+        bool DiscardAtEnd()
+        {
+            ++batchesUnsentAtEnd;
+            return false;
         }
 
         // Without a delegate: Submit runs on the game's thread, which must not allocate.
@@ -348,19 +384,22 @@ namespace Tether.Client
             }
         }
 
-        /// <summary>Waits until <paramref name="batch"/> is answered, or <paramref name="seconds"/> pass.</summary>
+        /// <summary>
+        /// Waits until <paramref name="batch"/> is answered, or <paramref name="seconds"/> pass; true
+        /// also once training is done (the batch was discarded: nothing will answer it, §6.6).
+        /// </summary>
         public bool WaitFor(Batch batch, double seconds)
         {
             DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
             lock (sync)
             {
-                while (!batch.Done && fatal == null)
+                while (!batch.Done && fatal == null && trainingDone == null)
                 {
                     TimeSpan left = deadline - DateTime.UtcNow;
                     if (left <= TimeSpan.Zero) return false;
                     Monitor.Wait(sync, left);
                 }
-                return batch.Done;
+                return batch.Done || trainingDone != null;
             }
         }
 
@@ -368,7 +407,8 @@ namespace Tether.Client
         /// Sends <paramref name="message"/> (MAP_AGENTS) through the I/O thread,
         /// between batches, and waits for its answer: TIMEOUT after
         /// <paramref name="seconds"/>, the server's ERROR as ServerErrorException,
-        /// CONNECTION_FAILED when the connection is lost meanwhile.
+        /// CONNECTION_FAILED when the connection is lost meanwhile, TRAINING_DONE once
+        /// the server's run is done (§6.6: nothing answers it any more).
         /// </summary>
         public JObject Request(JObject message, double seconds)
         {
@@ -377,6 +417,7 @@ namespace Tether.Client
             lock (sync)
             {
                 if (fatal != null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, fatal.Message);
+                if (trainingDone != null) throw TrainingDoneError((string)message["type"]);
                 requests.Enqueue(request);
             }
             wake.Set();
@@ -397,6 +438,12 @@ namespace Tether.Client
                 if (request.Answer == null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, "the link to " + options.Address + " ended");
                 return request.Answer;
             }
+        }
+
+        TetherException TrainingDoneError(string request)
+        {
+            return new TetherException(ErrorCode.TrainingDone, request + " cannot be answered: the server at " + options.Address +
+                                       " ended its run (training is done) and answers nothing more");
         }
 
         /// <summary>Hands a replaced backend to the I/O thread to release (the game never pays for it).</summary>
@@ -455,7 +502,15 @@ namespace Tether.Client
                 {
                     if (!transport.Connected)
                     {
-                        Connect(downSince);
+                        try
+                        {
+                            Connect(downSince);
+                        }
+                        catch (TetherException e) when (e.Code == ErrorCode.TrainingDone && !closing)
+                        {
+                            EndTraining(e);  // (the run ended while this client was shaking hands)
+                            break;
+                        }
                         connectedOnce.Set();
                     }
                     try
@@ -465,6 +520,11 @@ namespace Tether.Client
                     catch (TetherException e)
                     {
                         if (closing) break;
+                        if (e.Code == ErrorCode.TrainingDone)
+                        {
+                            EndTraining(e);
+                            break;
+                        }
                         if (e.Code == ErrorCode.Timeout) Post(new LinkEvent { Kind = LinkEventKind.Error, Error = e });
                         if (!(e is ConnectionLostException) && e.Code != ErrorCode.Timeout) throw;
                         GiveUpIfExhausted(e);
@@ -497,6 +557,43 @@ namespace Tether.Client
             }
         }
 
+        // The server's run is done (ERROR TRAINING_DONE, §6.6): nothing is resent and no new connection
+        // is made; the batches queued or in flight are discarded and counted, the requests waiting fail,
+        // and the game hears of it (not as an error) from the TrainingDone event. The I/O thread then ends.
+        void EndTraining(TetherException e)
+        {
+            transport.Close();
+            var lost = e as ConnectionLostException;
+            TrainingSummary summary = TrainingSummary.FromJson(lost != null && lost.ClosingError != null ? lost.ClosingError["summary"] : null);
+            lock (sync)
+            {
+                trainingDone = summary;
+                if (inFlight != null) ++batchesUnsentAtEnd;
+                inFlight = null;
+                batchesUnsentAtEnd += outbox.Count;
+                outbox.Clear();
+                queuedSteps = 0;
+                if (unanswered != null) requests.Enqueue(unanswered);
+                unanswered = null;
+                while (requests.Count > 0)
+                {
+                    LinkRequest request = requests.Dequeue();
+                    if (request.Done) continue;
+                    request.Error = TrainingDoneError((string)request.Message["type"]);
+                    request.Done = true;
+                }
+                PostLocked(new LinkEvent { Kind = LinkEventKind.TrainingDone });
+                Monitor.PulseAll(sync);
+            }
+        }
+
+        // The unsolicited ERROR TRAINING_DONE (§6.6): no error to report; the lost connection after it ends training.
+        static bool IsTrainingDone(JObject error)
+        {
+            JToken code = error["code"];
+            return error["request"] == null && code != null && code.Type == JTokenType.String && (string)code == "TRAINING_DONE";
+        }
+
         void Connect(DateTime downSince)
         {
             DateTime deadline = downSince.AddSeconds(options.ReconnectTimeoutSeconds);
@@ -521,8 +618,10 @@ namespace Tether.Client
                 {
                     transport.Close();
                     // A model this game cannot load will not load on the next attempt either, nor
-                    // will a server of another major version or one whose spaces the options must give.
-                    if (e.Code == ErrorCode.InferenceFailed || e.Code == ErrorCode.VersionMismatch || e.Code == ErrorCode.InvalidArgument) throw;
+                    // will a server of another major version or one whose spaces the options must give;
+                    // a server whose run is done is not connected to again (§6.6).
+                    if (e.Code == ErrorCode.InferenceFailed || e.Code == ErrorCode.VersionMismatch || e.Code == ErrorCode.InvalidArgument ||
+                        e.Code == ErrorCode.TrainingDone) throw;
                     last = e;
                 }
                 DateTime now = DateTime.UtcNow;
@@ -643,10 +742,11 @@ namespace Tether.Client
         }
 
         // What every SET_STATE tells of this client besides the weights (§7.6): steps_refused_stale
-        // (anything but a JSON integer >= 1 is ignored, never an error) and record_share.
+        // (anything but a JSON integer >= 1 is ignored, never an error), record_share and steps_per_batch.
         void ReadState(JObject setState)
         {
             Interlocked.Exchange(ref recordShareBits, BitConverter.DoubleToInt64Bits(Tether.Protocol.RecordShare.Read(setState, RecordShare)));
+            stepsPerBatch = Tether.Protocol.StepsPerBatch.Read(setState, stepsPerBatch);
             long refused = Messages.IntegerOr(setState["steps_refused_stale"], 0, 0);
             if (refused < 1) return;
             lock (sync) stepsRefusedStale = refused > long.MaxValue - stepsRefusedStale ? long.MaxValue : stepsRefusedStale + refused;
@@ -756,6 +856,7 @@ namespace Tether.Client
                 Response response = transport.Receive(deadline, type, setting, seconds);
                 if (response.Message.Type == MessageType.Error)
                 {
+                    if (IsTrainingDone(response.Message.Body)) continue;  // (the next Receive raises the end of the connection)
                     ServerErrorException error = ToServerError(response.Message.Body);
                     if (response.Request.HasValue && Messages.ToWire(response.Request.Value) == type) throw error;
                     if (episodesRefused != null && error.Request == "EPISODES") episodesRefused(error);
@@ -829,6 +930,12 @@ namespace Tether.Client
             catch (TetherException e)
             {
                 // The connection is lost (or timed out): the game's call fails, and the link reconnects.
+                // At the end of training EndTraining fails it, once TrainingDone is set.
+                if (e.Code == ErrorCode.TrainingDone)
+                {
+                    lock (sync) unanswered = request;
+                    throw;
+                }
                 lock (sync)
                 {
                     request.Error = new TetherException(e is ConnectionLostException ? ErrorCode.ConnectionFailed : e.Code,
@@ -859,6 +966,7 @@ namespace Tether.Client
                 foreach (Response response in transport.Pending)
                 {
                     if (response.Message.Type != MessageType.Error) throw new ConnectionLostException("server " + options.Address + " sent an unrequested " + Messages.ToWire(response.Message.Type));
+                    if (IsTrainingDone(response.Message.Body)) continue;  // (the next read raises the end of the connection)
                     Post(new LinkEvent { Kind = LinkEventKind.Error, Error = ToServerError(response.Message.Body) });
                 }
                 transport.Pending.Clear();

@@ -12,7 +12,13 @@ namespace Tether.Client
     /// <summary>The connection broke (or never came up); what is outstanding goes again on a new one.</summary>
     internal sealed class ConnectionLostException : TetherException
     {
-        public ConnectionLostException(string message, ErrorCode code = ErrorCode.ConnectionFailed) : base(code, message) { }
+        public ConnectionLostException(string message, ErrorCode code = ErrorCode.ConnectionFailed, JObject closingError = null) : base(code, message)
+        {
+            ClosingError = closingError;
+        }
+
+        /// <summary>The connection-level ERROR the server sent before closing (TRAINING_DONE's "summary" is in it), or null.</summary>
+        public JObject ClosingError { get; private set; }
     }
 
     /// <summary>
@@ -209,7 +215,7 @@ namespace Tether.Client
                 // A framing error, a protocol violation or a connection-level ERROR: this connection is
                 // over, but the responses that came before it are answers and are taken first (an
                 // answered batch must not be sent again).
-                var lost = new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+                var lost = new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code, connection.ClosingError);
                 if (pending.Count == 0) throw lost;
                 lostAfterPending = lost;
             }

@@ -16,6 +16,9 @@ namespace Tether.Client
     /// (unless <see cref="ClientOptions.WaitForWeights"/> asks for strict
     /// on-policy waiting) and, once episodes have run, allocates nothing: ended
     /// episodes' arrays are reused. A new model is swapped in between two calls.
+    /// When the server's run is done (ERROR TRAINING_DONE, §6.6) <see cref="TrainingDone"/>
+    /// holds its summary: no error is raised, nothing is reconnected, recorded or sent any
+    /// more, and every call goes on acting with the last model.
     /// Not thread-safe: call it from one thread (the game's).
     /// </summary>
     public sealed class TetherClient : IDisposable
@@ -37,6 +40,14 @@ namespace Tether.Client
             public double Return;
             public bool Done;
             public bool Truncated;
+
+            // Stops recording (the end of training): the steps kept go, the return stays.
+            public void StopRecording()
+            {
+                Training = HeldBack = false;
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
+                ObsRows = ActionRows = 0;
+            }
 
             public void Reset(string id, bool training, bool heldBack = false)
             {
@@ -75,6 +86,7 @@ namespace Tether.Client
         double[] record = new double[0];
         double[] logp = new double[1];
         TetherException fatal;
+        bool ended;  // the game's thread has taken the end of training (§6.6): nothing is recorded any more
         readonly Queue<TetherException> errors = new Queue<TetherException>();
         long envStepsSent;
 
@@ -111,6 +123,15 @@ namespace Tether.Client
         public double RecordShare { get { return link.RecordShare; } }
 
         /// <summary>
+        /// Steps played in training episodes (recorded or held back) per batch (SET_STATE
+        /// steps_per_batch, §13.2): env_steps_per_sample, or fewer while the server holds
+        /// clients back and asks for smaller, fresher batches. The last valid value the server
+        /// sent, at most env_steps_per_sample; env_steps_per_sample until one came and whenever
+        /// a SET_STATE comes without one.
+        /// </summary>
+        public int StepsPerBatch { get { return BatchSteps(); } }
+
+        /// <summary>
         /// Training episodes held back: played (the policy acted, returns counted) but
         /// not recorded or sent, as the server's record_share asked (§13.2).
         /// </summary>
@@ -124,6 +145,24 @@ namespace Tether.Client
 
         /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
         public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
+
+        /// <summary>
+        /// Null while training goes on. Once the server said its run is done (ERROR TRAINING_DONE,
+        /// protocol 1.3, §6.6 "End of training"), the summary it sent: why (Reason), the run's totals
+        /// (EnvSteps, AgentStepsTrained, Updates, Episodes...), the last WeightsSeqNo and ReturnMean.
+        /// The normal end of training, not an error: no exception is raised and
+        /// <see cref="FatalError"/> stays null; the client does not reconnect, the batches not yet
+        /// answered are discarded (<see cref="BatchesUnsentAtEnd"/>), and GetAction, EndEpisode and
+        /// Flush go on without waiting, acting with the last model and recording nothing.
+        /// </summary>
+        public TrainingSummary TrainingDone { get { return link.TrainingDone; } }
+
+        /// <summary>
+        /// Batches discarded because training was done before they were sent or answered (§6.6):
+        /// queued or in flight when it ended, cut afterwards, and the steps recorded but not cut
+        /// yet then (as one). 0 while training goes on.
+        /// </summary>
+        public int BatchesUnsentAtEnd { get { return link.BatchesUnsentAtEnd; } }
 
         /// <summary>
         /// The error that ended the link for good (the server could not be
@@ -157,7 +196,13 @@ namespace Tether.Client
                 client.Dispose();
                 throw;
             }
-            if (client.ObservationSpace == null) throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
+            if (client.ObservationSpace == null)
+            {
+                TrainingSummary done = client.link.TrainingDone;
+                client.Dispose();
+                if (done != null) throw new TetherException(ErrorCode.TrainingDone, "the server at " + client.options.Address + " ended its run (training is done: " + done + ") before the handshake finished");
+                throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
+            }
             return client;
         }
 
@@ -165,12 +210,14 @@ namespace Tether.Client
         /// Begins an episode; returns its id (a new random one when none is given). Episodes may overlap.
         /// A training episode is recorded with the probability <see cref="RecordShare"/>, drawn now
         /// with the client's generator; one that is not is played alike but never sent (<see cref="EpisodesHeldBack"/>).
+        /// Once training is done (<see cref="TrainingDone"/>) no episode is recorded.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
             Poll();
             episodeId = episodeId ?? Guid.NewGuid().ToString("N");
             if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' is already running");
+            trainingEnabled = trainingEnabled && !ended;
             bool recorded = trainingEnabled && Records();
             Episode episode = spare.Count > 0 ? spare.Pop() : new Episode();
             episode.Reset(episodeId, recorded, trainingEnabled && !recorded);
@@ -205,9 +252,22 @@ namespace Tether.Client
                 }
             }
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
-            // With episodes held back a batch is due every stepsPerSample steps played (§13.2), records or none.
-            bool due = heldSteps > 0 && (long)pendingSteps + heldSteps >= stepsPerSample;
-            if (episode.Training && (due || pendingSteps >= stepsPerSample))
+            // A batch goes every BatchSteps() steps played in training episodes (§13.2). With held-back
+            // steps played since the last cut it is due when they plus the recorded steps waiting, and
+            // plus those sendable, reach it; it then goes even without records. The sendable count
+            // walks the open episodes: it is taken only when the cheap tests pass.
+            int every = BatchSteps();
+            bool due = false, send = false;
+            if (episode.Training || episode.HeldBack)
+            {
+                if (heldSteps > 0)
+                {
+                    int need = every - heldSteps;
+                    due = pendingSteps >= need && (need <= 0 || SendableSteps(episode) >= need);
+                }
+                send = episode.Training && (due || (pendingSteps >= every && SendableSteps(episode) >= every));
+            }
+            if (send)
             {
                 // The observation now closes this episode's last step: it goes with the batch.
                 for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
@@ -227,7 +287,7 @@ namespace Tether.Client
                     }
                 }
             }
-            else if (episode.HeldBack && due)
+            else if (due)  // (a held-back episode)
             {
                 SendBatch(true);
             }
@@ -305,13 +365,33 @@ namespace Tether.Client
             return total;
         }
 
-        /// <summary>Sends every complete step now and waits until the server has them all (or <paramref name="seconds"/> pass).</summary>
+        /// <summary>
+        /// Sends every complete step now and waits until the server has them all (or <paramref name="seconds"/> pass).
+        /// Once training is done (<see cref="TrainingDone"/>) it returns at once: nothing is sent any more.
+        /// </summary>
         public void Flush(double seconds = 60)
         {
             Poll();
-            if (pendingSteps > 0) SendBatch();
+            SendBatch();  // (a cut, even of nothing: the held-back steps count anew)
             if (!link.WaitIdle(seconds)) throw new TetherException(ErrorCode.Timeout, "the server at " + options.Address + " did not take every batch within " + seconds + " s (Flush)");
             Sync();
+        }
+
+        // The server's run is done (§6.6): what the episodes recorded and had not cut yet is let go
+        // (counted as one batch), and they play on unrecorded; nothing is cut or sent any more.
+        void EndTraining()
+        {
+            ended = true;
+            bool unsent = pendingSteps > 0;
+            foreach (Episode episode in finished)
+            {
+                unsent = true;
+                spare.Push(episode);
+            }
+            finished.Clear();
+            foreach (Episode episode in episodes.Values) episode.StopRecording();
+            pendingSteps = heldSteps = 0;
+            if (unsent) link.CountUnsentAtEnd();
         }
 
         // Takes the I/O thread's news when there is any, and raises the next error not raised yet.
@@ -330,6 +410,24 @@ namespace Tether.Client
             return episode;
         }
 
+        // Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2).
+        int BatchSteps()
+        {
+            return Tether.Protocol.StepsPerBatch.Effective(link.StepsPerBatch, stepsPerSample);
+        }
+
+        // Steps a cut would carry now, `current`'s last one included (its observation goes with the
+        // cut): every other open training episode holds back its last action until its next observation.
+        int SendableSteps(Episode current)
+        {
+            int held = 0;
+            foreach (Episode episode in episodes.Values)
+            {
+                if (episode != current && episode.Training && episode.ActionRows > 0 && episode.ObsRows == episode.ActionRows) ++held;
+            }
+            return pendingSteps - held;
+        }
+
         // Cuts every complete step (an ongoing episode's last one waits for the observation that closes it).
         // sendEmpty: sent even without records (held-back episodes made it due), for its answer.
         void SendBatch(bool sendEmpty = false)
@@ -346,12 +444,12 @@ namespace Tether.Client
             }
             pendingSteps = 0;
             foreach (Episode episode in episodes.Values) pendingSteps += episode.Training ? episode.ActionRows : 0;
+            heldSteps = 0;  // at every cut, whether a batch goes or not (§13.2)
             if (batch.Chunks.Count == 0 && !sendEmpty)
             {
                 Recycle(batch);
                 return;
             }
-            heldSteps = 0;  // (only when a batch goes: the steps played count on towards the next one)
             // The oldest version of the steps (§7.6), of the earliest connection (a later one's
             // server may count anew); the version held when none is known.
             batch.Claim = oldest != long.MaxValue ? oldest : weightsSeqNo;
@@ -501,6 +599,9 @@ namespace Tether.Client
                         break;
                     case LinkEventKind.Fatal:
                         fatal = e.Error;
+                        break;
+                    case LinkEventKind.TrainingDone:
+                        EndTraining();
                         break;
                 }
             }

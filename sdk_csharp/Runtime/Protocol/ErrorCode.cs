@@ -68,6 +68,13 @@ namespace Tether.Protocol
         ServerOverloaded,
         /// <summary>Too many wrong auth tokens came from this address: its connections are refused for a while.</summary>
         AuthThrottled,
+        /// <summary>
+        /// The server's run is done (protocol 1.3, §6.6 "End of training"): sent unsolicited, with the
+        /// run's summary, before the server closes the connection. Not a failure: the client does not
+        /// reconnect and reports it as the end of training (TetherClient.TrainingDone); a request
+        /// that was waiting fails with it.
+        /// </summary>
+        TrainingDone,
         /// <summary>The server failed on its side.</summary>
         Internal,
         /// <summary>An ERROR code this SDK does not know (a newer server).</summary>

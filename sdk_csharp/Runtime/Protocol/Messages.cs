@@ -166,6 +166,7 @@ namespace Tether.Protocol
                 case ErrorCode.ClientTimeout:
                 case ErrorCode.ServerOverloaded:
                 case ErrorCode.AuthThrottled:
+                case ErrorCode.TrainingDone:
                     return true;
                 default:
                     return false;

@@ -40,6 +40,12 @@ namespace Tether.Protocol
         /// <summary>Why the connection closed, or null while it is usable.</summary>
         public TetherException Error { get; private set; }
 
+        /// <summary>
+        /// The body of the connection-level ERROR that closed the connection (§6.6: TRAINING_DONE's
+        /// carries the run's "summary"), or null while it is usable or when something else closed it.
+        /// </summary>
+        public JObject ClosingError { get; private set; }
+
         /// <summary>Whether the connection is closed (see <see cref="Error"/>).</summary>
         public bool Closed { get { return Error != null; } }
 
@@ -114,6 +120,7 @@ namespace Tether.Protocol
                 if (connectionLevel)
                 {
                     // The server closes after this; every outstanding request stays unanswered (§6.5).
+                    ClosingError = message.Body;
                     throw new TetherException(ErrorCodes.FromWire((string)code), "the server closed the connection: " + (string)code);
                 }
                 return;
@@ -136,6 +143,7 @@ namespace Tether.Protocol
             decoder = new FrameDecoder(maxFrameBytes);
             awaiting.Clear();
             Error = null;
+            ClosingError = null;
         }
     }
 

@@ -20,7 +20,9 @@ namespace Tether.Unity
     /// module), and calls each agent's OnActionReceived. The network lives on the
     /// client's I/O thread: no frame waits on it. Errors the server reports are
     /// logged and the scene goes on; if the server is gone for good the agents
-    /// stop deciding and <see cref="Failure"/> says why.
+    /// stop deciding and <see cref="Failure"/> says why. When the server's run is
+    /// done (ERROR TRAINING_DONE, §6.6) that is no failure: the agents go on deciding
+    /// with the last models, nothing is sent, and Client.TrainingDone holds the run's summary.
     /// </summary>
     [DefaultExecutionOrder(-100)]
     public sealed class TetherManager : MonoBehaviour
