@@ -8,6 +8,8 @@ from .multi_agent_client import MultiAgentClient
 from .policy import OnnxPolicy
 from .protocol.errors import (
     AuthenticationError,
+    InvalidInputError,
+    NotReadyError,
     ServerError,
     TetherConnectionError,
     TetherError,
@@ -17,7 +19,9 @@ from .protocol.errors import (
 
 __all__ = [
     "AuthenticationError",
+    "InvalidInputError",
     "MultiAgentClient",
+    "NotReadyError",
     "OnnxPolicy",
     "ServerError",
     "TetherClient",

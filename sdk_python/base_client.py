@@ -11,12 +11,33 @@ instead wait for the weights that answer each batch (``wait_for_weights``).
 from __future__ import annotations
 
 import logging
+import math
 import random
 from typing import Any, Callable
 
+import numpy as np
+
+from .protocol.errors import ErrorCode, InvalidInputError
 from .server_link import Batch, ServerLink
 
 logger = logging.getLogger("tether.sdk")
+
+
+def finite_observation(observation: Any, what: str = "observation") -> np.ndarray:
+    """The observation as a float32 copy (the engine may reuse its buffer); a NaN or infinite value is
+    refused here, by name, as in every SDK, instead of costing the whole batch at the server (§10.6)."""
+    obs = np.array(observation, dtype=np.float32)
+    if not np.isfinite(obs).all():
+        bad = int(np.flatnonzero(~np.isfinite(obs.ravel()))[0])
+        raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what}[{bad}] is not finite ({obs.ravel()[bad]})")
+    return obs
+
+
+def finite_reward(reward: Any, what: str = "reward") -> float:
+    value = float(reward)
+    if not math.isfinite(value):
+        raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what} is not finite ({value})")
+    return value
 
 
 class BaseClient:

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from .base_client import BaseClient
+from .base_client import BaseClient, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
 from .protocol.distributions import sample_for_record
-from .protocol.errors import TetherConnectionError  # noqa: F401  (re-exported)
+from .protocol.errors import NotReadyError, TetherConnectionError  # noqa: F401  (re-exported)
 from .protocol.messages import MessageType
 from .protocol.onnx_codec import decode_onnx
 from .protocol.spaces import Space, from_gymnasium, space_from_json
@@ -165,7 +165,7 @@ class TetherClient(BaseClient):
         if self._events:
             self._sync()
         episode = self._episodes[episode_id]
-        obs = np.array(observation, dtype=np.float32)  # a copy: the engine may reuse its buffer
+        obs = finite_observation(observation)
         if episode.training_enabled and (self._cadence_due(lambda: self._sendable_steps(episode)) or (
                 self._pending_steps >= self._batch_steps()
                 and self._sendable_steps(episode) >= self._batch_steps())):
@@ -178,7 +178,8 @@ class TetherClient(BaseClient):
         elif episode.held_back and self._cadence_due(lambda: self._sendable_steps(episode)):
             self._send_batch(even_empty=True)
         policy = self.policy
-        assert policy is not None
+        if policy is None:
+            raise NotReadyError("the server has sent no model yet")
         dist = policy.dist_inputs_one(obs)
         action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
@@ -197,8 +198,9 @@ class TetherClient(BaseClient):
         return self.policy.act_deterministic(np.asarray(observation, dtype=np.float32))
 
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
-        """Add reward to the episode's last action (rewards accumulate until the next action)."""
-        self._episodes[episode_id].add_reward(float(reward))
+        """Add reward to the episode's last action (rewards accumulate until the next action).
+        A NaN or infinite reward is refused (``InvalidInputError``)."""
+        self._episodes[episode_id].add_reward(finite_reward(reward))
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> float:
         """Finish an episode with its last observation; returns its total reward.
@@ -208,8 +210,9 @@ class TetherClient(BaseClient):
         """
         if self._events:
             self._sync()
+        final = finite_observation(observation, "final observation")  # (refused before the episode ends)
         episode = self._episodes.pop(episode_id)
-        episode.finish(np.array(observation, dtype=np.float32), truncated)
+        episode.finish(final, truncated)
         if episode.training_enabled and episode.pending_steps:
             self._finished.append(episode)
         return episode.total_return

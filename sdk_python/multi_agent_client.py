@@ -26,11 +26,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .base_client import BaseClient
+from .base_client import BaseClient, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder
 from .policy import OnnxPolicy
 from .protocol.distributions import deterministic, sample_for_record
-from .protocol.errors import TetherError
+from .protocol.errors import NotReadyError, TetherError
 from .protocol.messages import MessageType
 from .protocol.multi_agent import GroupSpec, ModuleSpec
 from .protocol.onnx_codec import decode_onnx
@@ -206,8 +206,11 @@ class MultiAgentClient(BaseClient):
         """Per actor (agent or group) observation; group members are joined in member order."""
         out: dict[str, np.ndarray] = {}
         members_seen: dict[str, dict[str, np.ndarray]] = {}
-        for agent_id, value in obs.items():
-            arr = np.array(value, dtype=np.float32).ravel()  # a copy: the engine may reuse its buffer
+        # Copies (the engine may reuse its buffers), all checked before any is kept: a NaN or
+        # infinite value refuses the whole frame (InvalidInputError), as in every SDK.
+        arrays = {agent_id: finite_observation(value, f"observation of {agent_id!r}").ravel()
+                  for agent_id, value in obs.items()}
+        for agent_id, arr in arrays.items():
             episode.latest_obs[agent_id] = arr
             group = self._group_of.get(agent_id)
             if group is None:
@@ -262,6 +265,9 @@ class MultiAgentClient(BaseClient):
                 self._send_batch()
         actor_obs = self._actor_observations(episode, observations)
         self._ensure_actors(episode, list(actor_obs))
+        missing = {episode.actors[a].module_id for a in actor_obs} - set(self.policies)
+        if missing:  # (before anything of the frame is recorded)
+            raise NotReadyError(f"the server has sent no model for module(s) {sorted(missing)} yet")
         for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
@@ -303,8 +309,8 @@ class MultiAgentClient(BaseClient):
         if self._events:
             self._sync()
         episode = self._episodes[episode_id]
+        rewards = {agent_id: finite_reward(r, f"reward of {agent_id!r}") for agent_id, r in rewards.items()}
         for agent_id, reward in rewards.items():
-            reward = float(reward)
             group = self._group_of.get(agent_id)
             actor_id = agent_id
             if group is not None:

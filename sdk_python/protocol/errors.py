@@ -152,6 +152,23 @@ class TetherConnectionError(TetherError, ConnectionError):
         self.code = code
 
 
+class InvalidInputError(TetherError, ValueError):
+    """The engine passed a value no record may carry (a NaN or infinite observation or reward):
+    refused at the call, before it is recorded, as every SDK does (docs/parity.md), rather than
+    refused by the server with the whole batch. ``code`` is the wire code it would get (NON_FINITE_VALUE)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code.value
+
+
+class NotReadyError(TetherError):
+    """The client has no model for the module yet (a module a new connection's SET_CONFIG added whose
+    model has not arrived): ``code`` NOT_READY, as the C++ and C# SDKs report it."""
+
+    code = "NOT_READY"
+
+
 class TetherTimeoutError(TetherError, TimeoutError):
     """The server did not answer a request in time.
 

@@ -1,0 +1,62 @@
+"""docs/parity.md: what no record may carry is refused at the call, by every SDK, before it is
+recorded: a NaN or infinite observation or reward raises InvalidInputError (code NON_FINITE_VALUE)
+and the episode goes on as if the call had not been made; the server never sees it (it would refuse
+the whole batch). A module whose model has not come raises NotReadyError."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tether.sdk import InvalidInputError, MultiAgentClient, TetherClient
+
+from .test_record_share import share_server, sent_steps
+
+
+def test_a_non_finite_observation_or_reward_is_refused_at_the_call_and_never_sent() -> None:
+    with share_server(lambda n: None) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
+        eid = client.start_episode()
+        for t in range(4):
+            client.get_action(eid, np.full(3, t, np.float32))
+            client.log_returns(eid, 1.0)
+        for bad in (math.nan, math.inf, -math.inf):
+            with pytest.raises(InvalidInputError, match=r"observation\[1\] is not finite") as refused:
+                client.get_action(eid, [0.0, bad, 0.0])
+            assert refused.value.code == "NON_FINITE_VALUE"
+            with pytest.raises(InvalidInputError, match="reward is not finite"):
+                client.log_returns(eid, bad)
+        with pytest.raises(InvalidInputError, match=r"final observation\[2\]"):
+            client.end_episode(eid, [0.0, 0.0, math.nan])
+        assert client.end_episode(eid, np.zeros(3, np.float32)) == 4.0  # the episode was still open, unharmed
+        client.flush()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+        client.close()
+    assert sent_steps(server) == 4
+    for batch in batches:
+        for record in batch["episodes"]:
+            assert all(math.isfinite(v) for row in record["obs"] for v in row)
+            assert all(math.isfinite(r) for r in record["rewards"])
+
+
+def test_a_multi_agent_frame_with_one_bad_observation_records_nothing_of_it() -> None:
+    with share_server(lambda n: None, multi_agent=True) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=2, wait_for_weights=True)
+        eid = client.start_episode()
+        client.get_action(eid, {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)})
+        with pytest.raises(InvalidInputError, match="observation of 'b'"):
+            client.get_action(eid, {"a": np.full(3, 7.0, np.float32), "b": [0.0, math.nan, 0.0]})
+        with pytest.raises(InvalidInputError, match="reward of 'a'"):
+            client.log_returns(eid, {"b": 1.0, "a": math.inf})
+        client.log_returns(eid, {"a": 1.0, "b": 1.0})
+        client.get_action(eid, {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})
+        client.end_episode(eid, {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})
+        client.flush()
+        records = [r for b in server.messages("EPISODES_AND_GET_STATE") for r in b["episodes"] if r["agents"]]
+        client.close()
+    a = [row for r in records for row in r["agents"]["a"]["obs"]]
+    assert [0.0, 0.0, 0.0] in a and [7.0, 7.0, 7.0] not in a, a  # nothing of the refused frame
+    assert sum(len(r["agents"]["b"]["rewards"]) for r in records) == 2
+    assert sum(sum(r["agents"]["b"]["rewards"]) for r in records) == 1.0  # the refused call added nothing
