@@ -16,12 +16,47 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+
+def _require_the_install() -> None:
+    """Every benchmark runs Tether from the project's virtual environment: without it, one line
+    says how to get it (not an ImportError traceback)."""
+    import importlib.util
+
+    missing = [m for m in ("tether", "numpy", "onnxruntime", "torch") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"{Path(sys.argv[0]).name}: {', '.join(missing)} not importable with {sys.executable}: run "
+              f"`bash scripts/install.sh`, then run the benchmark with .venv/bin/python", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+_require_the_install()
+
 _children: list[subprocess.Popen] = []
 
 
 def log(*parts: object) -> None:
     """Progress goes to stderr; stdout is reserved for the one JSON result."""
     print("[bench]", *parts, file=sys.stderr, flush=True)
+
+
+def ensure_installed(script: str, tools: list[str] = (), modules: list[str] = (), what: str = "this benchmark",
+                     skip_flag: str | None = None) -> None:
+    """Install what ``what`` needs through the project's own ``script`` (idempotent: it does nothing
+    when all is there), then check ``tools`` (executables) and ``modules`` (Python); if anything is
+    still missing, exit with one line naming the script to run (and ``skip_flag``, if any)."""
+    import importlib.util
+    import shutil
+
+    if script.endswith(".sh"):
+        subprocess.run(["bash", str(REPO_ROOT / script)], cwd=str(REPO_ROOT), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+    missing = [t for t in tools if shutil.which(t) is None]
+    missing += [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        skip = f", or pass {skip_flag} to leave them out" if skip_flag else ""
+        print(f"{Path(sys.argv[0]).name}: {what} need(s) {', '.join(missing)}: run `bash {script}` "
+              f"(it installs them){skip}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def free_port() -> int:

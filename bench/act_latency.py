@@ -76,6 +76,7 @@ from _common import (  # noqa: E402
     REPO_ROOT,
     HostLoad,
     add_quiet_argument,
+    ensure_installed,
     free_port,
     install_cleanup,
     log,
@@ -368,6 +369,12 @@ def measure_while_sending(args: argparse.Namespace, port: int, obs_pool: list) -
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_cleanup()
+    if not args.no_cpp:
+        ensure_installed("sdk_cpp/scripts/install_toolchain.sh", tools=["cmake", "g++"],
+                         what="the C++ SDK's figures", skip_flag="--no-cpp")
+    if not args.no_csharp:
+        ensure_installed("sdk_csharp/scripts/install_toolchain.sh", tools=["mcs", "mono", "pkg-config"],
+                         what="the C# SDK's figures", skip_flag="--no-csharp")
     if args.wait_quiet > 0:
         wait_until_quiet(args.wait_quiet)
     result = run(args)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (REPO_ROOT, add_quiet_argument, free_port, install_cleanup, log,  # noqa: E402
+from _common import (REPO_ROOT, add_quiet_argument, ensure_installed, free_port, install_cleanup, log,  # noqa: E402
                      run_server_with_clients, wait_for_port, wait_until_quiet)
 
 TARGET = 450.0
@@ -104,6 +104,8 @@ def one_run(args: argparse.Namespace, console: bool, drivers: list) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_cleanup()
+    ensure_installed("scripts/install_browser.sh", tools=["chromium", "chromedriver"], modules=["selenium"],
+                     what="the browsers watching the console")
     if args.wait_quiet > 0:
         wait_until_quiet(args.wait_quiet)
     drivers = open_browsers(args.browsers)
