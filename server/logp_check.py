@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from tether.sdk.protocol.distributions import log_probs
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
@@ -89,30 +90,9 @@ def _dist_inputs(model: ActorCritic | ServedPolicy, obs: np.ndarray) -> np.ndarr
         return model.dist_inputs(flat).numpy().astype(np.float64)
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    top = logits.max(-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
-
-
 def _logp(model: ActorCritic | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """log pi(a|o) with the formulas of §11 (learner/distributions.py), in float64."""
-    space = model.action_space
-    inputs = _dist_inputs(model, obs)
-    rows = np.arange(inputs.shape[0])
-    if isinstance(space, Box):
-        k = inputs.shape[-1] // 2
-        mean, log_std = inputs[:, :k], inputs[:, k:]
-        z = (np.asarray(actions, np.float64).reshape(len(rows), -1) - mean) / np.exp(log_std)
-        return (-0.5 * z * z - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
-    acts = np.asarray(actions, np.int64).reshape(len(rows), -1)
-    if isinstance(space, Discrete):
-        return _log_softmax(inputs)[rows, acts[:, 0] - space.start]
-    total = np.zeros(len(rows))
-    offset = 0
-    for i, n in enumerate(space.nvec):  # type: ignore[union-attr]
-        total += _log_softmax(inputs[:, offset : offset + n])[rows, acts[:, i]]
-        offset += n
-    return total
+    """log pi(a|o) with the formulas of §11, in float64 (the protocol core's one implementation)."""
+    return log_probs(model.action_space, _dist_inputs(model, obs), actions)
 
 
 def _box_z(model: ActorCritic | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:

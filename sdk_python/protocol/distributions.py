@@ -37,12 +37,6 @@ def dist_inputs_size(space: Space) -> int:
     return 2 * space.flat_dim
 
 
-def _categorical_logp(logits: list[float], index: int) -> float:
-    top = max(logits)
-    log_norm = top + math.log(sum(math.exp(v - top) for v in logits))
-    return logits[index] - log_norm
-
-
 def _categorical_sample(logits: list[float], rng: random.Random) -> tuple[int, float]:
     top = max(logits)
     exps = [math.exp(v - top) for v in logits]
@@ -60,21 +54,35 @@ def _categorical_sample(logits: list[float], rng: random.Random) -> tuple[int, f
 
 def log_prob(space: Space, dist_inputs: Any, action: Any) -> float:
     """Log-probability (or density) of ``action`` given one step's dist inputs."""
-    inputs = [float(v) for v in np.asarray(dist_inputs, dtype=np.float64).ravel()]
+    return float(log_probs(space, np.asarray(dist_inputs, dtype=np.float64).reshape(1, -1), [action])[0])
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    top = logits.max(-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+
+
+def log_probs(space: Space, dist_inputs: np.ndarray, actions: Any) -> np.ndarray:
+    """§11's log-probabilities (densities for a Box) of ``actions`` (one per row) given rows of
+    dist inputs ``[N, K]``, in float64: the one numpy implementation of the formulas, used by
+    clients and by the server's behaviour-logp check (the learner's torch one is checked against
+    the same vectors)."""
+    inputs = np.asarray(dist_inputs, dtype=np.float64).reshape(len(dist_inputs), -1)
+    rows = np.arange(inputs.shape[0])
+    if isinstance(space, Box):
+        k = space.flat_dim
+        mean, log_std = inputs[:, :k], inputs[:, k:]
+        z = (np.asarray(actions, np.float64).reshape(len(rows), -1) - mean) / np.exp(log_std)
+        return (-0.5 * z * z - log_std - _LOG_SQRT_2PI).sum(-1)
+    acts = np.asarray(actions, np.int64).reshape(len(rows), -1)
     if isinstance(space, Discrete):
-        return _categorical_logp(inputs, int(action) - space.start)
-    if isinstance(space, MultiDiscrete):
-        total, offset = 0.0, 0
-        for n, a in zip(space.nvec, np.asarray(action).ravel()):
-            total += _categorical_logp(inputs[offset : offset + n], int(a))
-            offset += n
-        return total
-    k = space.flat_dim
-    mean = np.asarray(inputs[:k])
-    log_std = np.asarray(inputs[k:])
-    a = np.asarray(action, dtype=np.float64).ravel()
-    z = (a - mean) / np.exp(log_std)
-    return float(np.sum(-0.5 * z * z - log_std - _LOG_SQRT_2PI))
+        return _log_softmax(inputs)[rows, acts[:, 0] - space.start]
+    total = np.zeros(len(rows))
+    offset = 0
+    for i, n in enumerate(space.nvec):
+        total += _log_softmax(inputs[:, offset : offset + n])[rows, acts[:, i]]
+        offset += n
+    return total
 
 
 def sample(space: Space, dist_inputs: np.ndarray, rng: random.Random) -> tuple[Any, float]:
