@@ -9,11 +9,14 @@
 // seconds, default 5), --when-queue-full wait|drop_oldest (default wait: the
 // engine waits for room in the send queue instead of dropping batches).
 //
-// It stops after --max-steps env steps, when the server goes away (e.g. a
-// `tether serve --stop-at-return 450` that reached its target), or at the end
-// of the current episode after Ctrl-C (SIGINT), and prints one JSON line:
+// It stops after --max-steps env steps ("stopped_by": "max_steps"), when the
+// server says its run is done (ERROR TRAINING_DONE, e.g. a `tether serve
+// --stop-at-return 450` that reached its target: "training_done", the normal
+// end, with the server's "summary"), when the server goes away for longer
+// than --reconnect-timeout ("server_gone"), or at the end of the current
+// episode after Ctrl-C (SIGINT, "interrupted"), and prints one JSON line:
 // {"episodes", "mean_return_last_100", "env_steps", "env_steps_sent", "reconnects",
-//  "max_act_ms" (the longest get_action call), ...}.
+//  "max_act_ms" (the longest get_action call), ..., "stopped_by"[, "summary"]}.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -25,11 +28,13 @@
 #include <deque>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tether/client.h"
 #include "tether/distributions.h"
+#include "tether/messages.h"
 #include "tether/onnxruntime_backend.h"
 
 namespace {
@@ -215,6 +220,10 @@ int main(int argc, char** argv) {
         stopped_by = "interrupted";
         break;
       }
+      if (client->training_done()) {
+        stopped_by = "training_done";  // the server reached its target (or step budget) and said so
+        break;
+      }
       tether::Result<std::string> episode = client->start_episode();
       if (!episode.ok()) {
         stopped_by = "server_gone";
@@ -250,16 +259,21 @@ int main(int argc, char** argv) {
     }
   }
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // The run's summary the server sent with TRAINING_DONE (JSON text), when it did.
+  std::optional<tether::TrainingSummary> summary;
+  if (client) summary = client->training_summary();
+  const std::string summary_field = summary ? ", \"summary\": " + tether::encode_message(summary->json) : std::string();
   std::printf(
       "{\"episodes\": %lld, \"mean_return_last_100\": %.2f, \"env_steps\": %lld, \"env_steps_sent\": %lld, "
-      "\"reconnects\": %lld, \"models_loaded\": %lld, \"batches_dropped\": %lld, \"max_act_ms\": %.3f, "
-      "\"wall_s\": %.2f, \"random\": %s, \"stopped_by\": \"%s\"}\n",
+      "\"reconnects\": %lld, \"models_loaded\": %lld, \"batches_dropped\": %lld, \"batches_unsent_at_end\": %lld, "
+      "\"max_act_ms\": %.3f, \"wall_s\": %.2f, \"random\": %s, \"stopped_by\": \"%s\"%s}\n",
       tally.episodes, tally.mean(), tally.env_steps,
       client ? static_cast<long long>(client->env_steps_sent()) : 0LL,
       client ? static_cast<long long>(client->reconnects()) : 0LL,
       client ? static_cast<long long>(client->models_loaded()) : 0LL,
-      client ? static_cast<long long>(client->batches_dropped()) : 0LL, max_act_s * 1e3, wall_s,
-      args.random ? "true" : "false", stopped_by.c_str());
+      client ? static_cast<long long>(client->batches_dropped()) : 0LL,
+      client ? static_cast<long long>(client->batches_unsent_at_end()) : 0LL, max_act_s * 1e3, wall_s,
+      args.random ? "true" : "false", stopped_by.c_str(), summary_field.c_str());
   std::fflush(stdout);
   if (client) client->close();
   return status;

@@ -10,8 +10,10 @@
 //   tether check-client --port 5556 &
 //   check_client --port 5556 [--host H] [--steps 300] [--idle-s 3] [--auth-token T] [--seed S]
 //
-// Exit status: 0 when it played every step; 1 when the SDK gave up (a failed
-// connection is not something this program may paper over).
+// Exit status: 0 when it played every step, or stopped early because the
+// server said its run is done (ERROR TRAINING_DONE: the normal end of
+// training, not a failure); 1 when the SDK gave up (a failed connection is
+// not something this program may paper over).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
   float obs[3];
   double action[1];
   long long steps = 0;
-  while (steps < steps_wanted) {
+  while (steps < steps_wanted && !client.training_done()) {
     env.reset(obs);
     tether::Result<std::string> episode = client.start_episode();
     if (!episode.ok()) {
@@ -130,10 +132,11 @@ int main(int argc, char** argv) {
     }
     report_refusals(client);
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
+  if (!client.training_done()) std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
   report_refusals(client);
   client.close();
-  std::printf("played %lld steps (reconnects %lld, heartbeats %lld)\n", steps,
-              static_cast<long long>(client.reconnects()), static_cast<long long>(client.heartbeats_sent()));
+  std::printf("played %lld steps (reconnects %lld, heartbeats %lld, stopped_by %s)\n", steps,
+              static_cast<long long>(client.reconnects()), static_cast<long long>(client.heartbeats_sent()),
+              client.training_done() ? "training_done" : "steps");
   return 0;
 }

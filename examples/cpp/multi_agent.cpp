@@ -14,8 +14,10 @@
 //   multi_agent --port 5555 --max-steps 6000 --seed 0
 //   multi_agent --random --max-steps 3000           # random actions, no server
 //
-// It stops after --max-steps env steps (or when the server goes away) and
-// prints one JSON line: {"episodes", "mean_return_last_100", ...}.
+// It stops after --max-steps env steps ("stopped_by": "max_steps"), when the
+// server says its run is done (ERROR TRAINING_DONE: "training_done", the
+// normal end), or when the server goes away ("server_gone"), and prints one
+// JSON line: {"episodes", "mean_return_last_100", ..., "stopped_by"}.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -200,6 +202,10 @@ int main(int argc, char** argv) {
   long steps = 0;
   std::string stopped_by = "max_steps";
   while (steps < args.max_steps && stopped_by == "max_steps") {
+    if (client.training_done()) {
+      stopped_by = "training_done";  // the server's run is done and it said so (the normal end)
+      break;
+    }
     tether::Result<std::string> started = client.start_episode();
     if (!started.ok()) {
       stopped_by = "server_gone";

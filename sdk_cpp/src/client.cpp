@@ -139,9 +139,33 @@ void TetherClient::sync() {
           last_error_ = fatal_;
         }
         break;
+      case LinkEvent::Kind::kTrainingDone:
+        end_training();
+        break;
     }
   }
   event_buffer_.clear();
+}
+
+void TetherClient::end_training() {
+  // The server's run is done (§6.6): the steps recorded and not cut yet are
+  // let go (counted as one batch), and every episode plays on unrecorded.
+  if (ended_) return;
+  ended_ = true;
+  const bool unsent = pending_steps_ > 0 || !finished_.empty();
+  for (Episode& episode : finished_) recycle(std::move(episode));
+  finished_.clear();
+  for (auto& entry : episodes_) {
+    Episode& episode = entry.second;
+    episode.training = false;
+    episode.held_back = false;
+    episode.steps.clear();
+    episode.versions.clear();
+    episode.obs_rows = episode.action_rows = 0;
+  }
+  pending_steps_ = 0;
+  held_steps_ = 0;
+  if (unsent) link_->count_unsent_at_end();
 }
 
 void TetherClient::forget_episodes(const std::set<std::string>& ids) {
@@ -196,6 +220,8 @@ Result<std::string> TetherClient::start_episode(const std::string& episode_id, b
   }
   // Holding back (§13.2): recorded with probability record_share. At 1 no
   // number is drawn, so the client's draws are those of a client without it.
+  // Once training is done (§6.6) no episode is recorded (nor held back: nothing is sent).
+  training_enabled = training_enabled && !ended_;
   bool recorded = training_enabled;
   const double share = link_->record_share();
   if (training_enabled && share < 1.0) recorded = rng_.uniform() < share;
@@ -416,6 +442,7 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
 }
 
 void TetherClient::send_batch(bool even_empty) {
+  if (ended_) return;  // training is done: nothing is recorded, nobody takes a batch
   auto batch = std::make_shared<Batch>();
   std::optional<Stamp> oldest;
   for (Episode& episode : finished_) {
@@ -447,6 +474,7 @@ void TetherClient::send_batch(bool even_empty) {
 Status TetherClient::flush() {
   if (link_->events_pending()) sync();
   if (!fatal_.ok()) return fatal_;
+  if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();
   link_->wait_for_idle();
   sync();

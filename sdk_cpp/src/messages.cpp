@@ -371,10 +371,55 @@ bool closes_connection(ErrorCode code) noexcept {
     case ErrorCode::kClientTimeout:
     case ErrorCode::kServerOverloaded:
     case ErrorCode::kAuthThrottled:
+    case ErrorCode::kTrainingDone:
       return true;
     default:
       return false;
   }
+}
+
+namespace {
+
+// A summary's integer member (§6.6: integers >= 0): 0 when absent, not an
+// integer or negative; one above INT64_MAX reads as INT64_MAX.
+std::int64_t summary_count(const nlohmann::json& summary, const char* key) {
+  auto it = summary.find(key);
+  if (it == summary.end() || !it->is_number_integer()) return 0;
+  if (it->is_number_unsigned()) {
+    const std::uint64_t value = it->get<std::uint64_t>();
+    const auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    return static_cast<std::int64_t>(value > most ? most : value);
+  }
+  const std::int64_t value = it->get<std::int64_t>();
+  return value < 0 ? 0 : value;
+}
+
+}  // namespace
+
+TrainingSummary TrainingSummary::from_json(const nlohmann::json& summary) {
+  TrainingSummary out;
+  if (!summary.is_object()) return out;
+  out.json = summary;
+  if (const std::string* reason = detail::string_member(summary, "reason")) out.reason = *reason;
+  out.env_steps = summary_count(summary, "env_steps");
+  out.agent_steps = summary_count(summary, "agent_steps");
+  out.agent_steps_trained = summary_count(summary, "agent_steps_trained");
+  out.updates = summary_count(summary, "updates");
+  out.episodes = summary_count(summary, "episodes");
+  out.weights_seq_no = summary_count(summary, "weights_seq_no");
+  auto mean = summary.find("return_mean");
+  if (mean != summary.end() && mean->is_number()) {
+    const double value = mean->get<double>();
+    if (std::isfinite(value)) out.return_mean = value;
+  }
+  return out;
+}
+
+bool is_training_done(const Message& message) noexcept {
+  if (message.type != MessageType::kError || !message.body.is_object()) return false;
+  if (message.body.contains("request")) return false;
+  const std::string* code = detail::string_member(message.body, "code");
+  return code != nullptr && *code == "TRAINING_DONE";
 }
 
 bool ServerError::closes_connection() const noexcept { return tether::closes_connection(code); }

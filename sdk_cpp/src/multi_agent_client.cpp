@@ -448,9 +448,34 @@ void MultiAgentClient::sync() {
           last_error_ = fatal_;
         }
         break;
+      case LinkEvent::Kind::kTrainingDone:
+        end_training();
+        break;
     }
   }
   event_buffer_.clear();
+}
+
+void MultiAgentClient::end_training() {
+  // The server's run is done (§6.6): the steps recorded and not cut yet (and
+  // ended episodes whose last record was not cut) are let go, counted as one
+  // batch; every episode plays on unrecorded.
+  if (ended_) return;
+  ended_ = true;
+  bool unsent = pending_steps_ > 0;
+  std::set<std::string> recorded;
+  for (auto& entry : episodes_) {
+    Episode& episode = *entry.second;
+    if (episode.training) {
+      recorded.insert(entry.first);
+      unsent = unsent || episode.done;
+    }
+    episode.held_back = false;
+  }
+  forget_episodes(recorded);
+  env_steps_since_cut_ = 0;
+  held_steps_ = 0;
+  if (unsent) link_->count_unsent_at_end();
 }
 
 void MultiAgentClient::forget_episodes(const std::set<std::string>& ids) {
@@ -497,6 +522,8 @@ Result<std::string> MultiAgentClient::start_episode(const std::string& episode_i
   // Holding back (§13.2): one draw for the whole episode, recorded with
   // probability record_share. At 1 no number is drawn, so the client's draws
   // are those of a client without it.
+  // Once training is done (§6.6) no episode is recorded (nor held back: nothing is sent).
+  training_enabled = training_enabled && !ended_;
   bool recorded = training_enabled;
   const double share = link_->record_share();
   if (training_enabled && share < 1.0) recorded = rng_.uniform() < share;
@@ -1439,6 +1466,7 @@ void MultiAgentClient::compact_blocks(Episode& episode) {
 }
 
 void MultiAgentClient::send_batch(bool even_empty) {
+  if (ended_) return;  // training is done: nothing is recorded, nobody takes a batch
   auto batch = std::make_shared<Batch>();
   batch->multi_agent = true;
   std::map<std::string, std::optional<Stamp>> oldest;  // per module
@@ -1496,6 +1524,7 @@ void MultiAgentClient::send_batch(bool even_empty) {
 Status MultiAgentClient::flush() {
   if (link_->events_pending()) sync();
   if (!fatal_.ok()) return fatal_;
+  if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();
   link_->wait_for_idle();
   sync();

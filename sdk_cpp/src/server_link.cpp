@@ -214,6 +214,12 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
   std::set<std::string> gone;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (training_done_.load(std::memory_order_relaxed)) {
+      // Nobody takes it any more (§6.6): let go, counted; no one waits for it.
+      if (!batch->chunks.empty() || !batch->records.empty()) batches_unsent_at_end_.fetch_add(1);
+      batch->done = true;
+      return gone;
+    }
     const std::size_t steps = batch->queue_steps();
     while (!outbox_.empty() &&
            (outbox_.size() >= options_.max_queued_batches || !fits(queued_steps_, steps, queue_limit_steps_))) {
@@ -285,7 +291,7 @@ void ServerLink::wait_until(const std::function<bool()>& predicate) {
   // load, one the engine has not taken yet) does not.
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    if (fatal_ || stopped_ || closing_) return;
+    if (fatal_ || stopped_ || closing_ || training_done_.load(std::memory_order_relaxed)) return;
     if (predicate()) return;
     changed_.wait_for(lock, std::chrono::milliseconds(500));
   }
@@ -321,6 +327,9 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
   const Clock::time_point deadline = Clock::now() + to_ms(timeout_s);
   std::unique_lock<std::mutex> lock(mutex_);
   if (fatal_) return fatal_status_;
+  if (training_done_.load(std::memory_order_relaxed)) {
+    return Status(ErrorCode::kTrainingDone, request->type + " cannot be answered: " + training_done_status_.message());
+  }
   if (closing_ || stopped_) return Status(ErrorCode::kClosed, "client closed");
   requests_.push_back(request);
   lock.unlock();
@@ -335,6 +344,9 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
   auto it = std::find(requests_.begin(), requests_.end(), request);
   if (it != requests_.begin() && it != requests_.end()) requests_.erase(it);  // not sent yet
   if (ended && fatal_) return fatal_status_;
+  if (ended && training_done_.load(std::memory_order_relaxed)) {
+    return Status(ErrorCode::kTrainingDone, request->type + " cannot be answered: " + training_done_status_.message());
+  }
   if (ended) return Status(ErrorCode::kClosed, "client closed");
   return Status(ErrorCode::kTimeout, "no answer to " + request->type + " from " + address() + " within " +
                                          format_s(timeout_s) + " s (response_timeout_s)");
@@ -402,7 +414,56 @@ void ServerLink::forget_refused_locked(const Batch& batch) {
   recount_queue_locked();
 }
 
+std::optional<TrainingSummary> ServerLink::training_summary() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!training_summary_) return std::nullopt;
+  return *training_summary_;
+}
+
 // -- I/O thread ------------------------------------------------------------------------
+
+bool ServerLink::note_training_done(const Message& message) {
+  if (!is_training_done(message)) return false;
+  io_training_done_ = true;
+  auto summary = message.body.find("summary");
+  io_summary_ = summary != message.body.end() ? *summary : nlohmann::json();
+  return true;
+}
+
+void ServerLink::end_training(bool first) {
+  // The server's run is done (ERROR TRAINING_DONE, §6.6): no reconnect, no
+  // resend. What is queued or in flight is discarded (and counted), the
+  // requests waiting fail, and the engine hears of it (not as an error).
+  transport_.close();
+  auto summary = std::make_shared<const TrainingSummary>(TrainingSummary::from_json(io_summary_));
+  std::string text = "the server at " + address() + " ended its run (training is done";
+  if (!summary->reason.empty()) text += ": " + summary->reason;
+  text += ") and answers nothing more";
+  std::vector<std::shared_ptr<Batch>> discarded;  // freed here, on the I/O thread, after the lock
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (in_flight_) discarded.push_back(std::move(in_flight_));
+    in_flight_.reset();
+    for (auto& waiting : outbox_) discarded.push_back(std::move(waiting));
+    outbox_.clear();
+    queued_steps_ = 0;
+    for (const auto& batch : discarded) batch->done = true;  // (an engine waiting for one stops waiting)
+    batches_unsent_at_end_.fetch_add(static_cast<std::int64_t>(discarded.size()));
+    training_done_status_ = Status(ErrorCode::kTrainingDone, text);
+    training_summary_ = summary;
+    training_done_.store(true, std::memory_order_release);
+    for (auto& request : requests_) {
+      request->status = Status(ErrorCode::kTrainingDone, request->type + " cannot be answered: " + text);
+      request->done = true;
+    }
+    requests_.clear();
+    if (first) first_status_ = training_done_status_;  // (no configuration: connect() fails with it)
+    LinkEvent event;
+    event.kind = LinkEvent::Kind::kTrainingDone;
+    event.summary = summary;
+    post_locked(std::move(event));
+  }
+}
 
 void ServerLink::run() {
   Clock::time_point down_since = Clock::now();
@@ -415,6 +476,10 @@ void ServerLink::run() {
     }
     if (!transport_.is_open()) {
       Status status = connect_with_retry(down_since, first);
+      if (!status.ok() && io_training_done_) {
+        end_training(first);  // (the run ended while this client shook hands)
+        break;
+      }
       if (!status.ok()) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!closing_) {
@@ -445,6 +510,10 @@ void ServerLink::run() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_) break;
+    }
+    if (io_training_done_) {
+      end_training(false);  // the link ends here: training is over
+      break;
     }
     if (!status.ok()) {
       transport_.close();
@@ -489,6 +558,10 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
       connection_.reset();
       status = handshake();
       if (status.ok()) return status;
+      if (io_training_done_) {
+        transport_.close();
+        return status;  // the run is over: never connected to again (§6.6)
+      }
       if (status.code() == ErrorCode::kAuthFailed || status.code() == ErrorCode::kVersionMismatch ||
           status.code() == ErrorCode::kInvalidField || status.code() == ErrorCode::kInferenceFailed) {
         transport_.close();
@@ -846,6 +919,7 @@ Status ServerLink::send_request(const std::shared_ptr<PendingRequest>& request) 
 }
 
 Status ServerLink::batch_lost(const std::shared_ptr<Batch>& batch, const Exchange& result) {
+  if (io_training_done_) return result.status;  // discarded as training ends (end_training), never resent
   if (result.outcome == Outcome::kTimeout) post_error(result.status);
   if (result.server_framing_error) {
     // The server refused the bytes just sent (e.g. a batch over its frame limit):
@@ -1009,7 +1083,8 @@ Status ServerLink::idle_wait() {
   Status status = connection_.receive_data(
       std::string_view(receive_buffer_.data(), received.value().bytes), responses_);
   for (const Response& response : responses_) {
-    if (response.message.type == MessageType::kError) post_error(server_error_status(response.message));
+    if (response.message.type != MessageType::kError || note_training_done(response.message)) continue;
+    post_error(server_error_status(response.message));
   }
   return status;
 }
@@ -1075,7 +1150,9 @@ ServerLink::Exchange ServerLink::read_answer(const char* request, double timeout
         std::string_view(receive_buffer_.data(), received.value().bytes), responses_);
     for (Response& response : responses_) {
       if (!response.request) {
-        // An ERROR for an EPISODES (no response of its own), or a connection-level one.
+        // An ERROR for an EPISODES (no response of its own), or a connection-level one:
+        // TRAINING_DONE is no error (the lost connection after it ends the link, §6.6).
+        if (note_training_done(response.message)) continue;
         Status error = server_error_status(response.message);
         const nlohmann::json& body = response.message.body;
         const bool connection_level = !body.contains("request") && closes_connection(error.code());

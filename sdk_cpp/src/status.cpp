@@ -8,7 +8,7 @@ namespace tether {
 namespace {
 
 // Every code with its spelling, in enum order; kOk has none on the wire.
-constexpr std::array<std::pair<ErrorCode, std::string_view>, 37> kNames{{
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 38> kNames{{
     {ErrorCode::kOk, "OK"},
     {ErrorCode::kBadHeader, "BAD_HEADER"},
     {ErrorCode::kFrameTooLarge, "FRAME_TOO_LARGE"},
@@ -38,6 +38,7 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 37> kNames{{
     {ErrorCode::kClientTimeout, "CLIENT_TIMEOUT"},
     {ErrorCode::kServerOverloaded, "SERVER_OVERLOADED"},
     {ErrorCode::kAuthThrottled, "AUTH_THROTTLED"},
+    {ErrorCode::kTrainingDone, "TRAINING_DONE"},
     {ErrorCode::kInternal, "INTERNAL"},
     {ErrorCode::kUnknownServerCode, "UNKNOWN_SERVER_CODE"},
     {ErrorCode::kInvalidArgument, "INVALID_ARGUMENT"},

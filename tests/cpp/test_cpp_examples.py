@@ -9,7 +9,8 @@ run (tests/conftest.py).
 * cartpole: the C++ CartPole-v1 learns against ``tether serve`` (the flags of
   the server's CartPole demo: --stop-at-return 450) to a mean return of the
   last 100 episodes >= 450, which a random policy, measured in the same test
-  with the same program (--random), stays far below.
+  with the same program (--random), stays far below; it stops when the server
+  says training is done (ERROR TRAINING_DONE, §6.6), without reconnecting.
 * check_client: ``tether check-client --port 0`` against the C++ program
   passes every row.
 * multi_agent: a C++ game with two modules chosen by policy mapping and one
@@ -68,7 +69,8 @@ def test_cpp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_path
     print(f"C++ cartpole: {result}; server: return {summary.get('return_mean')} after {summary.get('env_steps')} "
           f"env steps; wall {wall_s:.1f} s; random baseline {baseline['mean_return_last_100']}")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert result["stopped_by"] == "server_gone", result  # the server reached its target and stopped
+    assert result["stopped_by"] == "training_done", result  # the server reached its target and said so (§6.6)
+    assert result["summary"]["reason"] == "stop_at_return", result  # the summary that came with TRAINING_DONE
     assert summary["reached_target_at"] is not None, summary
     assert result["mean_return_last_100"] >= 450, result
     assert result["mean_return_last_100"] > baseline["mean_return_last_100"] + 300

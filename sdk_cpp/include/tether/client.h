@@ -31,10 +31,21 @@
 // good (reconnect_timeout_s passed, AUTH_FAILED, VERSION_MISMATCH) every later
 // call returns that status (fatal_error()).
 //
+// End of training (protocol 1.3, §6.6): when the server's run is done it says
+// so (ERROR TRAINING_DONE with the run's summary) and stops. That is the
+// normal end, not an error: training_done() turns true and training_summary()
+// holds the summary; fatal_error() stays ok and no error is queued; the
+// client never reconnects; the batches not yet answered and the steps not yet
+// sent are discarded (batches_unsent_at_end()). Every call goes on: get_action
+// acts with the last model, nothing is recorded or sent any more, and
+// flush() returns ok at once. An engine that wants to stop polls
+// training_done() (e.g. at each episode's end).
+//
 // Thread safety: one engine thread at a time calls start_episode, get_action,
 // log_returns, end_episode, flush, take_error and the accessors (the class is
 // not internally locked for them); reconnects(), batches_dropped(),
-// steps_refused_stale(), record_share(), heartbeats_sent(), sending() and
+// steps_refused_stale(), record_share(), heartbeats_sent(), sending(),
+// training_done(), training_summary(), batches_unsent_at_end() and
 // client_session() may be read from any thread; close() and the destructor
 // must not race with the engine calls.
 #pragma once
@@ -94,7 +105,8 @@ class TetherClient {
   /// Connects (retrying until reconnect_timeout_s), handshakes and loads the
   /// first model. Fails with the status that ended the attempt:
   /// CONNECTION_FAILED, AUTH_FAILED, VERSION_MISMATCH, TIMEOUT, INVALID_FIELD
-  /// (a SET_CONFIG this client cannot use), INVALID_ARGUMENT (no backend_factory).
+  /// (a SET_CONFIG this client cannot use), INVALID_ARGUMENT (no backend_factory),
+  /// TRAINING_DONE (the server's run ended before the handshake did).
   static Result<std::unique_ptr<TetherClient>> connect(ClientOptions options);
 
   /// Lets only connect() construct a client (std::make_unique needs a public constructor).
@@ -149,6 +161,7 @@ class TetherClient {
 
   /// Sends whatever experience is complete now and waits until the server has
   /// every batch. Returns the fatal status, or ok (refusals go to take_error()).
+  /// Once training is done (training_done()) it returns ok at once: nothing is sent any more.
   Status flush();
 
   /// The oldest error not yet taken (a refusal, timeout, bad model), or ok if none; removes it.
@@ -210,6 +223,19 @@ class TetherClient {
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).
   const std::string& client_session() const noexcept { return link_->client_session(); }
+  /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
+  /// 1.3, §6.6 "End of training"): the normal end of training, not an error.
+  /// From then on the client never reconnects and records and sends nothing;
+  /// its calls go on, acting with the last model (any thread).
+  bool training_done() const noexcept { return link_->training_done(); }
+  /// The run's summary the server sent with TRAINING_DONE (reason, env_steps,
+  /// agent_steps_trained, updates, episodes, weights_seq_no, return_mean...);
+  /// none while training goes on (any thread; a copy, taken under the link's lock).
+  std::optional<TrainingSummary> training_summary() const { return link_->training_summary(); }
+  /// Batches discarded because training was done before they were sent or
+  /// answered (§6.6): queued or in flight then, cut afterwards, and the steps
+  /// recorded but not cut yet then (as one). 0 while training goes on (any thread).
+  std::int64_t batches_unsent_at_end() const noexcept { return link_->batches_unsent_at_end(); }
 
  private:
   // (connection number, weights_seq_no): comparable stamps of the weights a
@@ -238,6 +264,7 @@ class TetherClient {
            std::int64_t& runs_connection);
   void recount_pending();
   void recycle(Episode&& episode);
+  void end_training();
 
   ClientOptions options_;
   std::unique_ptr<ServerLink> link_;
@@ -258,6 +285,7 @@ class TetherClient {
   std::uint64_t episodes_held_back_ = 0;
   std::int64_t env_steps_sent_ = 0;
   std::int64_t models_loaded_ = 0;
+  bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
   std::deque<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
   Status last_error_;

@@ -138,7 +138,33 @@ struct ServerError {
 Result<ServerError> decode_error(const Message& message);
 
 /// Whether an ERROR code closes the connection (BAD_HEADER, FRAME_TOO_LARGE,
-/// TOO_MANY_CONNECTIONS, HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, SERVER_OVERLOADED, AUTH_THROTTLED).
+/// TOO_MANY_CONNECTIONS, HANDSHAKE_TIMEOUT, CLIENT_TIMEOUT, SERVER_OVERLOADED,
+/// AUTH_THROTTLED, TRAINING_DONE).
 bool closes_connection(ErrorCode code) noexcept;
+
+/// The run's totals that come with the unsolicited ERROR TRAINING_DONE
+/// (protocol 1.3, §6.6 "End of training"): the server's run is done and it
+/// stopped. A member the server left out, or sent as another kind of value,
+/// reads as "" (reason), 0 (the integers; a negative one too, one above
+/// INT64_MAX as INT64_MAX) or none (return_mean); `json` holds the summary as
+/// sent, members this SDK does not name included.
+struct TrainingSummary {
+  std::string reason;                   ///< "stop_at_return", "max_env_steps", or another a server documents
+  std::int64_t env_steps = 0;           ///< env steps the server counted over the run
+  std::int64_t agent_steps = 0;         ///< agent steps it counted
+  std::int64_t agent_steps_trained = 0; ///< agent steps the learner trained on
+  std::int64_t updates = 0;             ///< learner updates made
+  std::int64_t episodes = 0;            ///< episodes that finished
+  std::int64_t weights_seq_no = 0;      ///< the last weights version published
+  std::optional<double> return_mean;    ///< the windowed mean episode return; none when no episode finished
+  nlohmann::json json = nlohmann::json::object();  ///< the summary object as sent ({} when the ERROR had none)
+
+  /// Reads an ERROR TRAINING_DONE's "summary" (anything but an object reads as {}); never fails.
+  static TrainingSummary from_json(const nlohmann::json& summary);
+};
+
+/// Whether `message` is the unsolicited, connection-level ERROR TRAINING_DONE
+/// (code "TRAINING_DONE" and no "request", §5.3, §6.6).
+bool is_training_done(const Message& message) noexcept;
 
 }  // namespace tether

@@ -56,12 +56,24 @@
 // read with take_error(); once the link gave up for good every call returns
 // fatal_error().
 //
+// End of training (protocol 1.3, §6.6): when the server's run is done it says
+// so (ERROR TRAINING_DONE with the run's summary) and stops. That is the
+// normal end, not an error: training_done() turns true and training_summary()
+// holds the summary; fatal_error() stays ok; the client never reconnects; the
+// batches not yet answered and the steps not yet sent are discarded
+// (batches_unsent_at_end()). Every call goes on: get_action acts with the
+// last models, nothing is recorded or sent any more, flush() returns ok at
+// once. Actors already mapped keep their module; a server that maps with a
+// function cannot map new ones any more: a frame with an actor not mapped
+// yet in its episode fails with TRAINING_DONE, as MAP_AGENTS then does.
+//
 // Thread safety: one engine thread at a time calls start_episode,
 // get_action, compute_actions, log_returns, end_agents, retire_agent,
 // end_episode, flush, take_error and the accessors (the client is not
 // internally locked for them); reconnects(), batches_dropped(),
-// steps_refused_stale(), record_share(), heartbeats_sent() and
-// client_session() may be read from any thread; close() and the destructor
+// steps_refused_stale(), record_share(), heartbeats_sent(), training_done(),
+// training_summary(), batches_unsent_at_end() and client_session() may be
+// read from any thread; close() and the destructor
 // must not race with the engine calls. An AgentFrame belongs to the thread
 // that fills it.
 #pragma once
@@ -155,7 +167,8 @@ class MultiAgentClient {
   /// Connects (retrying until reconnect_timeout_s), handshakes and loads every
   /// module's model. Fails with CONNECTION_FAILED, AUTH_FAILED,
   /// VERSION_MISMATCH, TIMEOUT, INVALID_FIELD (a SET_CONFIG without modules, or
-  /// with rules or groups this client cannot parse), INVALID_ARGUMENT (no backend_factory).
+  /// with rules or groups this client cannot parse), INVALID_ARGUMENT (no backend_factory),
+  /// TRAINING_DONE (the server's run ended before the handshake did).
   static Result<std::unique_ptr<MultiAgentClient>> connect(ClientOptions options);
 
   /// Lets only connect() construct a client.
@@ -190,7 +203,8 @@ class MultiAgentClient {
   /// (wait_for_weights). INVALID_ARGUMENT (unknown episode, an agent twice,
   /// an agent that left, a group with members missing, wrong observation
   /// size), NON_FINITE_VALUE, UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
-  /// NOT_READY (a module without a model), INFERENCE_FAILED, or the fatal status.
+  /// TRAINING_DONE (MAP_AGENTS once training is done), NOT_READY (a module
+  /// without a model), INFERENCE_FAILED, or the fatal status.
   /// On an error nothing of the frame is recorded.
   Status get_action(const std::string& episode_id, AgentFrame& frame);
 
@@ -226,7 +240,8 @@ class MultiAgentClient {
 
   /// Sends whatever experience is complete now and waits until the server has
   /// every batch. Returns the fatal status (CLOSED after close()), or ok
-  /// (refusals go to take_error()).
+  /// (refusals go to take_error()). Once training is done (training_done())
+  /// it returns ok at once: nothing is sent any more.
   Status flush();
 
   /// The oldest error not yet taken, or ok; removes it.
@@ -301,6 +316,20 @@ class MultiAgentClient {
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).
   const std::string& client_session() const noexcept { return link_->client_session(); }
+  /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
+  /// 1.3, §6.6 "End of training"): the normal end of training, not an error.
+  /// From then on the client never reconnects and records and sends nothing;
+  /// its calls go on, acting with the last models (any thread).
+  bool training_done() const noexcept { return link_->training_done(); }
+  /// The run's summary the server sent with TRAINING_DONE (reason, env_steps,
+  /// agent_steps, agent_steps_trained, updates, episodes, weights_seq_no,
+  /// return_mean); none while training goes on (any thread; a copy, taken
+  /// under the link's lock).
+  std::optional<TrainingSummary> training_summary() const { return link_->training_summary(); }
+  /// Batches discarded because training was done before they were sent or
+  /// answered (§6.6): queued or in flight then, cut afterwards, and the steps
+  /// recorded but not cut yet then (as one). 0 while training goes on (any thread).
+  std::int64_t batches_unsent_at_end() const noexcept { return link_->batches_unsent_at_end(); }
 
  private:
   using Stamp = std::pair<std::int64_t, std::int64_t>;  // (connection, weights_seq_no)
@@ -314,6 +343,7 @@ class MultiAgentClient {
   void report(Status status);
   void apply_models(LinkEvent& event);
   void forget_episodes(const std::set<std::string>& ids);
+  void end_training();
   void recount_pending();
   std::size_t sendable_steps() const;
   void send_batch(bool even_empty = false);
@@ -368,6 +398,7 @@ class MultiAgentClient {
   std::int64_t inference_runs_ = 0;
   std::int64_t map_requests_ = 0;
   std::uint64_t frame_counter_ = 0;
+  bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
   std::deque<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
   Status last_error_;

@@ -18,6 +18,14 @@
 // only that share of its training episodes (§13.2), and so is its
 // steps_per_batch (steps_per_batch()), the engine's batch cadence.
 //
+// End of training (protocol 1.3, §6.6): a server whose run is done writes the
+// unsolicited ERROR TRAINING_DONE with the run's summary and closes. The link
+// then ends for good, without an error: it never reconnects nor resends; the
+// batches queued or in flight are discarded (batches_unsent_at_end()), as is
+// any batch submitted later; requests waiting fail with TRAINING_DONE; the
+// engine hears of it from a kTrainingDone event, and training_done() and
+// training_summary() tell any thread.
+//
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
 // module's model is loaded with the BackendFactory on the I/O thread; batches
@@ -155,6 +163,7 @@ struct LinkEvent {
     kBatch,      ///< a batch was answered or refused (batch->error)
     kError,      ///< an error the engine should hear of (refusal, timeout, bad model)
     kFatal,      ///< the link gave up for good (status); stays
+    kTrainingDone,  ///< the server's run is done (ERROR TRAINING_DONE, §6.6; summary): the link has ended, normally
   };
   Kind kind = Kind::kError;                      ///< which event
   std::shared_ptr<const LinkConfig> config;      ///< kConnected
@@ -167,6 +176,7 @@ struct LinkEvent {
   std::int64_t connection = 0;                   ///< kConnected / kState: the connection number (1, 2, ...)
   std::shared_ptr<Batch> batch;                  ///< kBatch
   Status status;                                 ///< kError / kFatal
+  std::shared_ptr<const TrainingSummary> summary;  ///< kTrainingDone
 };
 
 /// One client's server connection and the thread that owns it.
@@ -185,7 +195,8 @@ class ServerLink {
 
   /// Starts the I/O thread and waits for the first connection (retrying until
   /// reconnect_timeout_s). Returns what ended the first attempt: AUTH_FAILED,
-  /// VERSION_MISMATCH, CONNECTION_FAILED, TIMEOUT...
+  /// VERSION_MISMATCH, CONNECTION_FAILED, TIMEOUT, TRAINING_DONE (the
+  /// server's run ended during the handshake)...
   Status start();
 
   /// Stops the I/O thread and closes the connection; undelivered batches are
@@ -195,7 +206,9 @@ class ServerLink {
 
   /// Queues a batch (never blocks). When the waiting batches would exceed the
   /// queue's bound, the oldest are dropped together with the rest of their
-  /// episodes; returns the ids of the episodes dropped.
+  /// episodes; returns the ids of the episodes dropped. Once training is done
+  /// the batch is discarded instead (done, counted in batches_unsent_at_end()
+  /// if it holds records).
   std::set<std::string> submit(std::shared_ptr<Batch> batch);
 
   /// Whether a batch of `steps` would be queued without dropping one.
@@ -210,8 +223,9 @@ class ServerLink {
   std::set<std::string> hand_over(const std::shared_ptr<Batch>& batch, std::size_t steps, bool wait_for_room,
                                   bool wait_for_answer);
 
-  /// Blocks until `predicate()` holds, or the link fails for good or is
-  /// closed. The predicate runs under the link's lock: it must not call the link.
+  /// Blocks until `predicate()` holds, or the link fails for good, ends
+  /// (training done) or is closed. The predicate runs under the link's lock:
+  /// it must not call the link.
   void wait_until(const std::function<bool()>& predicate);
 
   /// Hands a model the engine no longer uses to the I/O thread, which
@@ -233,8 +247,9 @@ class ServerLink {
   /// Sends `message` (e.g. MAP_AGENTS) through the I/O thread and waits at
   /// most `timeout_s` for its answer (the engine's only network wait besides
   /// waiting for weights). Resent after a reconnect. Returns the answer, the
-  /// server's ERROR as its status, TIMEOUT naming the request, CLOSED, or the
-  /// fatal status.
+  /// server's ERROR as its status, TIMEOUT naming the request, CLOSED,
+  /// TRAINING_DONE (the server's run is done: nothing answers any more), or
+  /// the fatal status.
   Result<Message> request(nlohmann::json message, double timeout_s);
 
   /// Events waiting for take_events().
@@ -262,6 +277,18 @@ class ServerLink {
   /// 0 when the last SET_STATE had none (then env_steps_per_sample applies;
   /// the clients also count a value above it as env_steps_per_sample; any thread).
   std::int64_t steps_per_batch() const noexcept { return steps_per_batch_.load(std::memory_order_relaxed); }
+  /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
+  /// 1.3, §6.6): the link has ended for good, normally (any thread).
+  bool training_done() const noexcept { return training_done_.load(std::memory_order_acquire); }
+  /// The summary that came with TRAINING_DONE; none while training goes on (any thread; takes the lock).
+  std::optional<TrainingSummary> training_summary() const;
+  /// Batches discarded because training was done before they were sent or
+  /// answered (§6.6): those queued or in flight then, those submitted later,
+  /// and what the engine counted with count_unsent_at_end() (any thread).
+  std::int64_t batches_unsent_at_end() const noexcept { return batches_unsent_at_end_.load(); }
+  /// Counts `batches` more discarded at the end of training (the engine's
+  /// steps recorded but not cut yet when it heard of it; any thread).
+  void count_unsent_at_end(std::int64_t batches = 1) noexcept { batches_unsent_at_end_.fetch_add(batches); }
   /// "host:port".
   std::string address() const;
 
@@ -311,6 +338,8 @@ class ServerLink {
   void recount_queue_locked();
   void free_retired();
   nlohmann::json state_request(bool initial) const;
+  bool note_training_done(const Message& message);
+  void end_training(bool first);
 
   LinkOptions options_;
   std::string client_session_;
@@ -327,6 +356,8 @@ class ServerLink {
   double backoff_s_ = 0.0;                    // pause before reconnecting after a fruitless connection
   std::int64_t next_seq_ = 1;
   std::chrono::steady_clock::time_point last_send_;
+  bool io_training_done_ = false;             // an ERROR TRAINING_DONE arrived (I/O thread)
+  nlohmann::json io_summary_;                 // its "summary" (I/O thread)
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -347,6 +378,8 @@ class ServerLink {
   bool fatal_ = false;
   Status fatal_status_;
   bool stopped_ = false;
+  std::shared_ptr<const TrainingSummary> training_summary_;  // set once training is done (under mutex_)
+  Status training_done_status_;               // what requests get once training is done (under mutex_)
   bool connected_once_ = false;
   bool closing_ = false;
   Status first_status_;
@@ -356,6 +389,8 @@ class ServerLink {
   std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only
   std::atomic<double> record_share_{1.0};              // written by the I/O thread only
   std::atomic<std::int64_t> steps_per_batch_{0};       // 0: none asked (I/O thread writes)
+  std::atomic<bool> training_done_{false};             // written under mutex_ by the I/O thread
+  std::atomic<std::int64_t> batches_unsent_at_end_{0};
   std::thread thread_;
 };
 

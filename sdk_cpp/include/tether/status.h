@@ -43,6 +43,7 @@ enum class ErrorCode {
   kClientTimeout,
   kServerOverloaded,
   kAuthThrottled,  // wrong auth tokens from this address: refused for a while
+  kTrainingDone,   // [1.3] the server's run is done (§6.6 "End of training"): not a failure
   kInternal,
   kUnknownServerCode,  // an ERROR code this SDK does not know (a newer server)
   // SDK codes.

@@ -122,6 +122,11 @@ bool UTetherAgentComponent::IsConnected() const
 	return Connected != nullptr && Connected->fatal_error().ok();
 }
 
+bool UTetherAgentComponent::IsTrainingDone() const
+{
+	return Connected != nullptr && Connected->training_done();
+}
+
 bool UTetherAgentComponent::StartEpisode()
 {
 	if (!Connected)

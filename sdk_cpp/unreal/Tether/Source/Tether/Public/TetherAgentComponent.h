@@ -70,6 +70,14 @@ public:
 	UFUNCTION(BlueprintCallable, Category = "Tether")
 	bool IsConnected() const;
 
+	/**
+	 * Whether the server said its run is done (ERROR TRAINING_DONE, protocol 1.3): the normal end of
+	 * training, not an error. GetAction goes on acting with the last model; nothing is sent any more,
+	 * and the client does not reconnect (the summary: Client()->training_summary()).
+	 */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	bool IsTrainingDone() const;
+
 	/** Begins an episode; false before the connection is ready. */
 	UFUNCTION(BlueprintCallable, Category = "Tether")
 	bool StartEpisode();
