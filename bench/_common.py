@@ -182,6 +182,30 @@ def wait_until_quiet(max_wait_s: float, threshold_cores: float = 0.3, sample_s: 
         log(f"host busy ({busy:.2f} cores in use by other processes); waiting")
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, timeout_s: float, server_args: bool = True) -> None:
+    """The options every end-to-end benchmark shares: --seed, --port, --timeout, --show-server-output,
+    --server-arg (with ``server_args``) and --wait-quiet."""
+    parser.add_argument("--seed", type=int, default=0, help="learner seed; client i uses seed + i (default: 0)")
+    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
+    parser.add_argument("--timeout", type=float, default=timeout_s,
+                        help=f"give up after this many seconds of wall time (default: {timeout_s:g})")
+    if server_args:
+        parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                            help="extra argument for `tether serve` (repeatable), e.g. --server-arg=--no-tensorboard")
+    parser.add_argument("--show-server-output", action="store_true",
+                        help="let the server print its progress lines (to stderr) instead of --quiet")
+    add_quiet_argument(parser)
+
+
+def begin(args: argparse.Namespace) -> int:
+    """Clean up children however the benchmark ends, wait for a quiet machine if asked, and
+    return the server port (--port, or a free one)."""
+    install_cleanup()
+    if args.wait_quiet > 0:
+        wait_until_quiet(args.wait_quiet)
+    return args.port or free_port()
+
+
 def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="first wait up to SECONDS for other processes to leave the CPU idle "

@@ -27,12 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     REPO_ROOT,
-    add_quiet_argument,
-    free_port,
-    install_cleanup,
+    add_run_arguments,
+    begin,
     log,
     run_server_with_clients,
-    wait_until_quiet,
 )
 
 TARGET = 450.0
@@ -41,24 +39,13 @@ TARGET = 450.0
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=1, help="number of CartPole client processes (default: 1)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="learner seed; client i uses seed+i (default: 0)")
-    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
     parser.add_argument("--max-env-steps", type=int, default=300_000,
                         help="env-step budget; the server stops there (default: 300000)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="give up after this many seconds of wall time (default: 120)")
-    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument passed to 'server.cli serve' (repeatable), "
-                             "e.g. --server-arg=--no-tensorboard")
-    parser.add_argument("--show-server-output", action="store_true",
-                        help="let the server print its progress lines (to stderr) instead of --quiet")
-    add_quiet_argument(parser)
+    add_run_arguments(parser, timeout_s=120.0)
     return parser.parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> dict:
-    port = args.port or free_port()
+def run(args: argparse.Namespace, port: int) -> dict:
     client_script = str(REPO_ROOT / "examples" / "cartpole_client.py")
     run_ = run_server_with_clients(
         ["--stop-at-return", str(TARGET), "--seed", str(args.seed), "--max-env-steps", str(args.max_env_steps),
@@ -90,10 +77,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    install_cleanup()
-    if args.wait_quiet > 0:
-        wait_until_quiet(args.wait_quiet)
-    result = run(args)
+    result = run(args, begin(args))
     log(f"{'reached' if result['reached'] else 'did NOT reach'} {TARGET:g}: {result}")
     print(json.dumps(result), flush=True)
     return 0 if result["reached"] else 1

@@ -30,13 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     REPO_ROOT,
-    add_quiet_argument,
+    add_run_arguments,
+    begin,
     child_env,
-    free_port,
-    install_cleanup,
     log,
     run_server_with_clients,
-    wait_until_quiet,
 )
 
 TARGET = -300.0
@@ -55,20 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=str(REPO_ROOT / "examples/configs/pendulum.toml"),
                         help="server TOML config (default: examples/configs/pendulum.toml)")
     parser.add_argument("--clients", type=int, default=1, help="client processes (default: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="learner seed; client i uses seed+i (default: 0)")
-    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
     parser.add_argument("--max-env-steps", type=int, default=200_000, help="env-step budget (default: 200000)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds (default: 300)")
     parser.add_argument("--eval-episodes", type=int, default=20, help="episodes for return_final (default: 20)")
-    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="extra `tether serve` argument (repeatable)")
-    parser.add_argument("--show-server-output", action="store_true", help="print the server's progress to stderr")
-    add_quiet_argument(parser)
+    add_run_arguments(parser, timeout_s=300.0)
     args = parser.parse_args(argv)
-    install_cleanup()
-    if args.wait_quiet > 0:
-        wait_until_quiet(args.wait_quiet)
-    port = args.port or free_port()
+    port = begin(args)
     with tempfile.TemporaryDirectory(prefix="tether-pendulum-") as tmp:
         # Our own logdir (the later flag wins): the final policy.onnx outlives the run.
         logdir = Path(tmp) / "run"

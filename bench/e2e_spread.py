@@ -24,12 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     REPO_ROOT,
-    add_quiet_argument,
-    free_port,
-    install_cleanup,
+    add_run_arguments,
+    begin,
     log,
     run_server_with_clients,
-    wait_until_quiet,
 )
 
 
@@ -39,17 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=str(REPO_ROOT / "examples/configs/simple_spread.toml"),
                         help="server TOML config (default: examples/configs/simple_spread.toml)")
     parser.add_argument("--clients", type=int, default=1, help="client processes (default: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="learner and client seed (default: 0)")
-    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default: 900)")
-    parser.add_argument("--server-arg", action="append", default=[], help="extra `tether serve` argument (repeatable)")
-    parser.add_argument("--show-server-output", action="store_true", help="print the server's progress to stderr")
-    add_quiet_argument(parser)
+    add_run_arguments(parser, timeout_s=900.0)
     args = parser.parse_args(argv)
-    install_cleanup()
-    if args.wait_quiet > 0:
-        wait_until_quiet(args.wait_quiet)
-    port = args.port or free_port()
+    port = begin(args)
     client = str(REPO_ROOT / "examples/pettingzoo_client.py")
     run = run_server_with_clients(
         ["--config", args.config, "--max-env-steps", str(args.env_steps), "--seed", str(args.seed),

@@ -23,12 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     REPO_ROOT,
-    add_quiet_argument,
-    free_port,
-    install_cleanup,
+    add_run_arguments,
+    begin,
     log,
     run_server_with_clients,
-    wait_until_quiet,
 )
 
 TARGET = 7.95
@@ -36,17 +34,10 @@ TARGET = 7.95
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0, help="learner and client seed (default: 0)")
-    parser.add_argument("--port", type=int, default=None, help="server port (default: a free port)")
     parser.add_argument("--max-env-steps", type=int, default=100_000, help="budget (default: 100000)")
-    parser.add_argument("--timeout", type=float, default=180.0, help="give up after this many seconds (default: 180)")
-    parser.add_argument("--show-server-output", action="store_true", help="print the server's progress to stderr")
-    add_quiet_argument(parser)
+    add_run_arguments(parser, timeout_s=180.0, server_args=False)
     args = parser.parse_args(argv)
-    install_cleanup()
-    if args.wait_quiet > 0:
-        wait_until_quiet(args.wait_quiet)
-    port = args.port or free_port()
+    port = begin(args)
     run = run_server_with_clients(
         ["--config", str(REPO_ROOT / "examples/configs/two_step_game.toml"), "--stop-at-return", str(TARGET),
          "--max-env-steps", str(args.max_env_steps), "--seed", str(args.seed)],

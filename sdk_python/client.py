@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .base_client import BaseClient, finite_observation, finite_reward
-from .episode_recorder import EpisodeRecorder
+from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from .protocol.distributions import sample_for_record
 from .protocol.errors import NotReadyError, TetherConnectionError  # noqa: F401  (re-exported)
@@ -117,10 +117,24 @@ class TetherClient(BaseClient):
     def _on_connected(self) -> None:
         self._connection += 1
         config = self.server_config
+        spaces = (self.observation_space, self.action_space)
         self.observation_space = (
             space_from_json(config["observation_space"]) if "observation_space" in config else self._user_obs_space
         )
         self.action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
+        if any(old is not None and new is not None and not same_space(old, new)
+               for old, new in zip(spaces, (self.observation_space, self.action_space))):
+            # A new connection's server describes other spaces (§6.5): the model cannot serve them
+            # (NotReadyError until this connection's arrives) and the steps not cut yet do not fit
+            # them. They are dropped, as every SDK does; the open episodes go on, each one's next
+            # chunk starting from its next observation, and the ended ones not cut yet send nothing.
+            self.policy = None
+            self.weights_seq_no = None
+            self._finished.clear()
+            for episode in self._episodes.values():
+                if episode.training_enabled:
+                    episode.drop_unsent()
+            self._pending_steps = 0
 
     def _apply_state(self, prepared: tuple[Any, OnnxPolicy | None]) -> None:
         seq, policy = prepared
@@ -166,6 +180,7 @@ class TetherClient(BaseClient):
             self._sync()
         episode = self._episodes[episode_id]
         obs = finite_observation(observation)
+        self._check_size(obs)
         if episode.training_enabled and (self._cadence_due(lambda: self._sendable_steps(episode)) or (
                 self._pending_steps >= self._batch_steps()
                 and self._sendable_steps(episode) >= self._batch_steps())):
@@ -173,13 +188,16 @@ class TetherClient(BaseClient):
             try:
                 self._send_batch(even_empty=True)
             finally:
-                if episode.training_enabled:  # (a dropped episode's steps are gone already)
+                # (a dropped episode's steps are gone already, and so are those of a new connection's
+                # other spaces, this observation included)
+                if episode.training_enabled and episode.obs and episode.obs[-1] is obs:
                     episode.obs.pop()
         elif episode.held_back and self._cadence_due(lambda: self._sendable_steps(episode)):
             self._send_batch(even_empty=True)
         policy = self.policy
         if policy is None:
             raise NotReadyError("the server has sent no model yet")
+        self._check_size(obs)  # (sending may have applied a new connection with other spaces: nothing is recorded)
         dist = policy.dist_inputs_one(obs)
         action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
@@ -189,6 +207,11 @@ class TetherClient(BaseClient):
         elif episode.held_back:
             self._held_steps += 1
         return env_action
+
+    def _check_size(self, obs: np.ndarray) -> None:
+        space = self.observation_space
+        if space is not None and obs.size != space.flat_dim:
+            raise ValueError(f"the observation has {obs.size} values, the observation space needs {space.flat_dim}")
 
     def compute_action(self, observation: Any) -> Any:
         """The deterministic (greedy) action for an observation; records nothing."""

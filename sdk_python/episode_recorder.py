@@ -7,6 +7,20 @@ from typing import Any
 import numpy as np
 
 from .protocol.episodes import encode_episode, version_runs
+from .protocol.spaces import Box
+
+
+def same_space(a: Any, b: Any) -> bool:
+    """Whether steps recorded under space ``a`` fit space ``b``: the same kind, shape and bounds
+    (a Box's dtype aside), as the C++ SDK's ``Space::operator==``. Used when a reconnect's
+    SET_CONFIG describes the spaces again (§6.5)."""
+    if a is None or b is None:
+        return a is b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Box):
+        return a.shape == b.shape and bool(np.array_equal(a.low, b.low)) and bool(np.array_equal(a.high, b.high))
+    return bool(a == b)
 
 
 class EpisodeRecorder:
@@ -88,6 +102,13 @@ class EpisodeRecorder:
     def stop_training(self) -> None:
         """Keep counting the episode's return, but record and send nothing more of it."""
         self.training_enabled = False
+        self.drop_unsent()
+
+    def drop_unsent(self) -> None:
+        """Let go of the steps not cut yet, the held-back one included (a reconnect's SET_CONFIG
+        gave them other spaces or another critic layout, §6.5): recording goes on, and the next
+        chunk starts from the next observation recorded. The return keeps counting; a reward
+        logged before the next action has no recorded action to go to."""
         for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs, self.versions):
             steps.clear()
         self.value_obs = None

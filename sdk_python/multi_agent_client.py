@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .base_client import BaseClient, finite_observation, finite_reward
-from .episode_recorder import EpisodeRecorder
+from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from .protocol.distributions import deterministic, sample_for_record
 from .protocol.errors import NotReadyError, TetherError
@@ -99,6 +99,9 @@ class MultiAgentClient(BaseClient):
         #: Connections made so far; steps are stamped (connection, weights_seq_no) since
         #: numbers are comparable only within one server run (see TetherClient).
         self._connection = 0
+        #: Per module, the connection its weights_seq_no was learned on (a model kept across a
+        #: reconnect keeps its own, until the new connection sends another).
+        self._seq_connections: dict[str, int] = {}
         #: Per module, the oldest stamp of the steps cut last (what their batch claims).
         self._cut_oldest: dict[str, tuple[int, int]] = {}
         self._io_seqs: dict[str, int] = {}  # the I/O thread's view, for its GET_STATE
@@ -118,7 +121,10 @@ class MultiAgentClient(BaseClient):
     # -- connection ------------------------------------------------------------
 
     def _state_request(self, initial: bool) -> dict[str, Any]:
-        return {"type": MessageType.GET_STATE.value, "weights_seq_nos": {} if initial else dict(self._io_seqs)}
+        if initial:
+            self._io_seqs.clear()  # a new connection sends every model again (its modules may be others)
+            return {"type": MessageType.GET_STATE.value, "weights_seq_nos": {}}
+        return {"type": MessageType.GET_STATE.value, "weights_seq_nos": dict(self._io_seqs)}
 
     def _prepare_state(self, config: dict[str, Any], state: dict[str, Any]) -> dict[str, tuple[int, OnnxPolicy | None]]:
         if "modules" not in config:
@@ -137,20 +143,50 @@ class MultiAgentClient(BaseClient):
     def _on_connected(self) -> None:
         self._connection += 1
         config = self.server_config
-        self.modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
+        modules = {m: ModuleSpec.from_json(m, spec) for m, spec in config["modules"].items()}
+        # Each module acts with its model until the new connection sends another (as TetherClient
+        # does), unless its spaces changed (that model cannot serve them) or the server no longer
+        # describes it: then it has none (NotReadyError) until one comes. Its steps recorded under
+        # the old spaces, or with critic rows laid out for other agents, and not cut yet no longer
+        # fit: they are dropped (§6.5), so that the other modules' steps still go (as in every SDK).
+        for module_id, old in self.modules.items():
+            new = modules.get(module_id)
+            spaces_changed = new is None or not (same_space(old.observation_space, new.observation_space)
+                                                 and same_space(old.action_space, new.action_space))
+            if new is None or spaces_changed or new.value_obs_agents != old.value_obs_agents:
+                self._drop_unsent_steps_of(module_id)
+            if spaces_changed:
+                self.policies.pop(module_id, None)
+                self.weights_seq_nos.pop(module_id, None)
+                self._seq_connections.pop(module_id, None)
+        self.modules = modules
         rules = config.get("policy_mapping")
         self.mapping = PolicyMapping.from_json(rules) if rules is not None else None
         self._eval_modules, self._eval_modules_episode = {}, None
         self.groups = {g: GroupSpec.from_json(g, spec) for g, spec in (config.get("groups") or {}).items()}
         self._group_of = {member: g.group_id for g in self.groups.values() for member in g.members}
-        self.policies.clear()
-        self.weights_seq_nos.clear()
+
+    def _drop_unsent_steps_of(self, module_id: str) -> None:
+        """The steps of the module's actors not cut yet are let go (their episodes go on, each
+        actor's next chunk starting from its next observation, with the same start_step);
+        actors that left with steps not cut yet leave nothing to send."""
+        for episode in self._episodes.values():
+            for actor in episode.actors.values():
+                if actor.module_id == module_id:
+                    actor.recorder.drop_unsent()
+            episode.finished = [actor for actor in episode.finished if actor.module_id != module_id]
+        self._recount_pending()
+
+    def _recount_pending(self) -> None:
+        self._pending_steps = sum(a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled
+                                  for a in (*e.actors.values(), *e.finished))
 
     def _apply_state(self, prepared: dict[str, tuple[int, OnnxPolicy | None]]) -> None:
         for module_id, (seq, policy) in prepared.items():
             if policy is not None:
                 self.policies[module_id] = policy
             self.weights_seq_nos[module_id] = seq
+            self._seq_connections[module_id] = self._connection
 
     def _forget_episodes(self, episode_ids: set[str]) -> None:
         for episode_id in episode_ids:
@@ -163,9 +199,7 @@ class MultiAgentClient(BaseClient):
                 actor.recorder.stop_training()
             if episode.done:
                 del self._episodes[episode_id]
-        self._pending_steps = sum(
-            a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
-        )
+        self._recount_pending()
 
     def _count_sent(self, batch: Batch) -> None:
         super()._count_sent(batch)
@@ -269,6 +303,11 @@ class MultiAgentClient(BaseClient):
         if missing:  # (before anything of the frame is recorded)
             raise NotReadyError(f"the server has sent no model for module(s) {sorted(missing)} yet")
         for actor_id, obs in actor_obs.items():
+            spec = self.modules[episode.actors[actor_id].module_id]
+            if obs.size != spec.obs_dim:  # (a row of another size would cost the whole batch at the server)
+                raise ValueError(f"{actor_id!r}: the observation has {obs.size} values, module "
+                                 f"{spec.module_id!r} needs {spec.obs_dim}")
+        for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
         # One batched inference per module.
@@ -284,8 +323,8 @@ class MultiAgentClient(BaseClient):
                 action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
                                                              self._raw_box_samples)
                 seq = self.weights_seq_nos.get(module_id)
-                episode.actors[actor_id].recorder.act(action, logp, dist,
-                                                      None if seq is None else (self._connection, seq))
+                stamp = None if seq is None else (self._seq_connections.get(module_id, self._connection), seq)
+                episode.actors[actor_id].recorder.act(action, logp, dist, stamp)
                 if episode.training_enabled:
                     self._pending_steps += 1
                 elif episode.held_back:
@@ -349,7 +388,8 @@ class MultiAgentClient(BaseClient):
             if actor is None:
                 continue  # observed its end without ever acting: nothing to train on
             is_trunc = truncated if isinstance(truncated, bool) else any(truncated.get(a, False) for a in members)
-            actor.recorder.finish(obs, bool(is_trunc), self._value_obs(episode, self.modules[actor.module_id]))
+            spec = self.modules.get(actor.module_id)  # (none: the server no longer describes it, nothing to send)
+            actor.recorder.finish(obs, bool(is_trunc), self._value_obs(episode, spec) if spec is not None else None)
             if actor.recorder.pending_steps:
                 episode.finished.append(actor)
 
@@ -417,9 +457,7 @@ class MultiAgentClient(BaseClient):
                                 "is_truncated": ending and episode.truncated, "agents": agents})
             if ending:
                 del self._episodes[episode_id]
-        self._pending_steps = sum(
-            a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled for a in e.actors.values()
-        )
+        self._recount_pending()
         self._cut_oldest = oldest
         env_steps, self._env_steps_since_cut = self._env_steps_since_cut, 0
         agent_steps = sum(len(a["actions"]) for r in records for a in r["agents"].values())
@@ -440,7 +478,9 @@ class MultiAgentClient(BaseClient):
         modules = self._eval_modules_for(episode.episode_id, list(actor_obs))
         out: dict[str, Any] = {}
         for actor_id, obs in actor_obs.items():
-            policy = self.policies[modules[actor_id]]
+            policy = self.policies.get(modules[actor_id])
+            if policy is None:
+                raise NotReadyError(f"the server has sent no model for module {modules[actor_id]!r} yet")
             dist = policy.dist_inputs(obs.reshape(1, -1))[0]
             self._split_action(actor_id, deterministic(policy.action_space, dist), out)
         return out

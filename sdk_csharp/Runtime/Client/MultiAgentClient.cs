@@ -56,6 +56,7 @@ namespace Tether.Client
             public IInferenceBackend Backend;
             public long? Seq;
             public int SeqConnection;  // the connection Seq was learned on
+            public bool Gone;          // the last SET_CONFIG does not describe it (its actors keep it, without a model)
             public int ObsDim, ActDim, DistDim, ValueDim;
             // Frame scratch: the rows of the actors acting with this module now.
             public float[] BatchObs = new float[0];
@@ -145,12 +146,19 @@ namespace Tether.Client
 
             public void StopTraining()
             {
+                DropSteps();
+                Training = false;
+            }
+
+            // Lets go of the steps not cut yet (the held-back one included); a single agent keeps its
+            // latest observation. Recording goes on: the next chunk starts from its next observation.
+            public void DropSteps()
+            {
                 if (Training && ObsRows > 0 && !IsGroup)
                 {
                     Latest.Clear();
                     CopyLatest(Latest);
                 }
-                Training = false;
                 ClearSteps();
             }
         }
@@ -267,7 +275,10 @@ namespace Tether.Client
             get
             {
                 var specs = new Dictionary<string, ModuleSpec>();
-                foreach (Module module in modules.Values) specs[module.Id] = module.Spec;
+                foreach (Module module in modules.Values)
+                {
+                    if (!module.Gone) specs[module.Id] = module.Spec;
+                }
                 return specs;
             }
         }
@@ -681,6 +692,17 @@ namespace Tether.Client
                 GroupSpec group;
                 if (actor.IsGroup && groupsById.TryGetValue(actor.Id, out group))
                 {
+                    if (actor.ObsRows == 0)
+                    {
+                        // (as a single agent's below: members' observations of the old size, nothing to send)
+                        int size = 0;
+                        foreach (string member in group.Members)
+                        {
+                            List<float> latest;
+                            if (episode.LatestObs.TryGetValue(member, out latest)) size += latest.Count;
+                        }
+                        if (size != actor.Module.ObsDim) continue;
+                    }
                     foreach (string member in group.Members)
                     {
                         List<float> latest;
@@ -692,6 +714,9 @@ namespace Tether.Client
                 {
                     scratchObs.Clear();
                     actor.CopyLatest(scratchObs);
+                    // An agent whose module's spaces changed on a reconnect has only an observation of
+                    // the old size and nothing left to send: it ends without one.
+                    if (actor.ObsRows == 0 && scratchObs.Count != actor.Module.ObsDim) continue;
                     all.Add(actor.Id, scratchObs.ToArray());
                 }
             }
@@ -945,7 +970,7 @@ namespace Tether.Client
         Module ModuleNamed(string moduleId, string actorId, string how)
         {
             Module module;
-            if (moduleId == null || !modules.TryGetValue(moduleId, out module))
+            if (moduleId == null || !modules.TryGetValue(moduleId, out module) || module.Gone)
             {
                 throw new TetherException(ErrorCode.UnknownModule, "agent '" + actorId + "' " + how + " module '" + moduleId + "', which SET_CONFIG does not describe");
             }
@@ -1507,7 +1532,12 @@ namespace Tether.Client
                     groupSpecs.Add(group);
                 }
             }
-            // Modules are kept (actors point at them); a new connection sends every model again.
+            // Modules are kept (actors point at them). Each acts with its model until the new
+            // connection sends another (as TetherClient does), unless its spaces changed (that model
+            // cannot serve them) or the server no longer describes it: then it has none (NOT_READY)
+            // until one comes. Its steps recorded under the old spaces, or with critic rows laid out
+            // for other agents, and not cut yet no longer fit: they are dropped (§6.5), so that the
+            // other modules' steps still go, as in every SDK.
             int widest = 0;
             foreach (KeyValuePair<string, ModuleSpec> spec in specs)
             {
@@ -1517,14 +1547,23 @@ namespace Tether.Client
                     module = new Module { Id = spec.Key };
                     modules.Add(spec.Key, module);
                 }
+                else
+                {
+                    bool spacesChanged = module.Gone || !SameSpace(module.Spec.ObservationSpace, spec.Value.ObservationSpace) ||
+                                         !SameSpace(module.Spec.ActionSpace, spec.Value.ActionSpace);
+                    if (spacesChanged || !SameAgents(module.Spec.ValueObsAgents, spec.Value.ValueObsAgents)) DropStepsOf(module);
+                    if (spacesChanged) ResetModel(module);
+                }
+                module.Gone = false;
                 module.SetSpec(spec.Value);
                 widest = Math.Max(widest, module.ActDim);
             }
             foreach (Module module in modules.Values)
             {
-                link.Retire(module.Backend);
-                module.Backend = null;
-                module.Seq = null;
+                if (specs.ContainsKey(module.Id) || module.Gone) continue;
+                DropStepsOf(module);  // the server would refuse them (UNKNOWN_MODULE), with their batch
+                ResetModel(module);
+                module.Gone = true;
             }
             envAction = new double[Math.Max(1, widest)];
             mapping = rules;
@@ -1548,6 +1587,22 @@ namespace Tether.Client
             groupSlot = new int[groups.Count];
             criticAgents.Clear();
             foreach (ModuleSpec spec in specs.Values) criticAgents.UnionWith(spec.ValueObsAgents);
+            // Agents the critics see now (or no longer): an acting agent that became one starts its
+            // critic rows with its latest observation.
+            foreach (Episode episode in episodes.Values)
+            {
+                foreach (Actor actor in episode.Actors.Values)
+                {
+                    bool shared = criticAgents.Contains(actor.Id);
+                    if (shared && !actor.SharedLatest && !actor.IsGroup)
+                    {
+                        List<float> latest = LatestOf(episode, actor.Id);
+                        actor.CopyLatest(latest);
+                        if (latest.Count != actor.Module.ObsDim) latest.Clear();  // (of the old size: zeros until it acts)
+                    }
+                    actor.SharedLatest = shared;
+                }
+            }
             stepsPerSample = (int)Messages.IntegerOr(config["env_steps_per_sample"], 500, 1, int.MaxValue);
             JToken onPolicy = config["force_on_policy"];
             forceOnPolicy = onPolicy == null || onPolicy.Type != JTokenType.Boolean || (bool)onPolicy;
@@ -1558,6 +1613,72 @@ namespace Tether.Client
             serverConfig = config;
         }
 
+        // The uncut steps of the module's actors are let go (a reconnect's SET_CONFIG gave the module
+        // other spaces or another critic layout, or does not describe it): the episodes go on, each
+        // actor's next chunk starting from its next observation, with the same start_step; actors
+        // that left with steps not cut yet leave nothing to send.
+        void DropStepsOf(Module module)
+        {
+            foreach (Episode episode in episodes.Values)
+            {
+                foreach (Actor actor in episode.Actors.Values)
+                {
+                    if (actor.Module == module && actor.Training) actor.DropSteps();
+                }
+                for (int i = episode.Finished.Count - 1; i >= 0; --i)
+                {
+                    Actor actor = episode.Finished[i];
+                    if (actor.Module != module) continue;
+                    episode.Finished.RemoveAt(i);
+                    spareActors.Push(actor);
+                }
+            }
+            RecountPending();
+        }
+
+        void ResetModel(Module module)
+        {
+            link.Retire(module.Backend);
+            module.Backend = null;
+            module.Seq = null;
+        }
+
+        // Whether steps recorded under space a fit space b: the same kind, shape and bounds (a
+        // Box's dtype aside), as the C++ SDK's Space::operator==.
+        internal static bool SameSpace(Space a, Space b)
+        {
+            if (a == null || b == null) return a == b;
+            if (a.Kind != b.Kind) return false;
+            switch (a.Kind)
+            {
+                case SpaceKind.Box: return Same(a.Shape, b.Shape) && Same(a.Low, b.Low) && Same(a.High, b.High);
+                case SpaceKind.Discrete: return a.N == b.N && a.Start == b.Start;
+                default: return Same(a.Nvec, b.Nvec);
+            }
+        }
+
+        static bool Same<T>(T[] a, T[] b)
+        {
+            if (a == null || b == null) return a == b;
+            if (a.Length != b.Length) return false;
+            var equal = EqualityComparer<T>.Default;
+            for (int i = 0; i < a.Length; ++i)
+            {
+                if (!equal.Equals(a[i], b[i])) return false;
+            }
+            return true;
+        }
+
+        static bool SameAgents(List<string> a, List<string> b)
+        {
+            if (a.Count != b.Count) return false;
+            for (int i = 0; i < a.Count; ++i)
+            {
+                if (a[i] != b[i]) return false;
+            }
+            return true;
+        }
+
         void Apply(PreparedState state)
         {
             if (state == null) return;
@@ -1566,7 +1687,7 @@ namespace Tether.Client
                 foreach (KeyValuePair<string, IInferenceBackend> loaded in state.ModuleBackends)
                 {
                     Module module;
-                    if (!modules.TryGetValue(loaded.Key, out module))
+                    if (!modules.TryGetValue(loaded.Key, out module) || module.Gone)
                     {
                         link.Retire(loaded.Value);
                         continue;
@@ -1581,7 +1702,7 @@ namespace Tether.Client
                 foreach (KeyValuePair<string, long> seq in state.ModuleSeqs)
                 {
                     Module module;
-                    if (!modules.TryGetValue(seq.Key, out module)) continue;
+                    if (!modules.TryGetValue(seq.Key, out module) || module.Gone) continue;
                     module.Seq = seq.Value;
                     module.SeqConnection = connection;
                 }

@@ -45,6 +45,13 @@ namespace Tether.Client
             public void StopRecording()
             {
                 Training = HeldBack = false;
+                DropSteps();
+            }
+
+            // Lets go of the steps not cut yet, the held-back one included: recording goes on, the next
+            // chunk starting from the next observation (a new connection's server has other spaces).
+            public void DropSteps()
+            {
                 Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
                 ObsRows = ActionRows = 0;
             }
@@ -279,8 +286,9 @@ namespace Tether.Client
                 finally
                 {
                     // Also when SendBatch raised (a refusal, a strict-mode timeout): this
-                    // call then did not act, and the caller may make it again.
-                    if (episode.Training)
+                    // call then did not act, and the caller may make it again. (Not when the
+                    // steps were dropped meanwhile: a new connection's other spaces, §6.5.)
+                    if (episode.Training && episode.ObsRows > episode.ActionRows)
                     {
                         episode.Obs.RemoveRange(episode.Obs.Count - obsDim, obsDim);
                         --episode.ObsRows;
@@ -290,6 +298,13 @@ namespace Tether.Client
             else if (due)  // (a held-back episode)
             {
                 SendBatch(true);
+            }
+            if (obsDim != ObservationSpace.FlatDim || actDim != ActionSpace.FlatDim || backend == null)
+            {
+                // Sending applied a new connection whose server has other spaces: this call did not act.
+                if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model for its new spaces yet");
+                throw new TetherException(ErrorCode.InvalidArgument, "the server's spaces changed on a reconnect: the observation has " + obsDim +
+                                          " values and the action " + actDim + ", the spaces need " + ObservationSpace.FlatDim + " and " + ActionSpace.FlatDim);
             }
             int distDim = ActionSpace.DistInputsSize;
             backend.Run(observation, 1, obsDim, dist, distDim);
@@ -564,8 +579,15 @@ namespace Tether.Client
                 switch (e.Kind)
                 {
                     case LinkEventKind.Connected:
-                        ObservationSpace = Space.FromJson(e.Config["observation_space"]);
-                        ActionSpace = Space.FromJson(e.Config["action_space"]);
+                        Space observationSpace = Space.FromJson(e.Config["observation_space"]);
+                        Space actionSpace = Space.FromJson(e.Config["action_space"]);
+                        if (ObservationSpace != null && (!MultiAgentClient.SameSpace(ObservationSpace, observationSpace) ||
+                                                         !MultiAgentClient.SameSpace(ActionSpace, actionSpace)))
+                        {
+                            DropForNewSpaces();
+                        }
+                        ObservationSpace = observationSpace;
+                        ActionSpace = actionSpace;
                         JToken perSample = e.Config["env_steps_per_sample"];
                         stepsPerSample = (int)Messages.IntegerOr(perSample, 500, 1, int.MaxValue);
                         JToken version = e.Info["protocol_version"];
@@ -622,6 +644,24 @@ namespace Tether.Client
                 weightsSeqNo = state.Seq;
                 versionConnection = connection;
             }
+        }
+
+        // A new connection's server describes other spaces (§6.5): the model cannot serve them
+        // (NOT_READY until this connection's arrives) and the steps not cut yet do not fit them.
+        // They are dropped, as every SDK does: the open episodes go on, each one's next chunk
+        // starting from its next observation; the ended ones not cut yet send nothing.
+        void DropForNewSpaces()
+        {
+            link.Retire(backend);
+            backend = null;
+            weightsSeqNo = null;
+            foreach (Episode episode in finished) spare.Push(episode);
+            finished.Clear();
+            foreach (Episode episode in episodes.Values)
+            {
+                if (episode.Training) episode.DropSteps();
+            }
+            pendingSteps = 0;
         }
 
         void Forget(string episodeId)
