@@ -32,7 +32,7 @@ from .policy import OnnxPolicy
 from .protocol.distributions import deterministic, sample_for_record
 from .protocol.errors import NotReadyError, TetherError
 from .protocol.messages import MessageType
-from .protocol.multi_agent import GroupSpec, ModuleSpec
+from .protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
 from .protocol.onnx_codec import decode_onnx
 from .protocol.policy_mapping import PolicyMapping
 from .server_link import Batch
@@ -245,25 +245,20 @@ class MultiAgentClient(BaseClient):
         arrays = {agent_id: finite_observation(value, f"observation of {agent_id!r}").ravel()
                   for agent_id, value in obs.items()}
         for agent_id, arr in arrays.items():
-            episode.latest_obs[agent_id] = arr
             group = self._group_of.get(agent_id)
             if group is None:
                 out[agent_id] = arr
             else:
                 members_seen.setdefault(group, {})[agent_id] = arr
         for group_id, seen in members_seen.items():
-            members = self.groups[group_id].members
-            missing = [m for m in members if m not in seen]
-            if missing:
-                raise ValueError(f"group {group_id!r} acts as one agent: observations of {missing} are missing")
-            out[group_id] = np.concatenate([seen[m] for m in members])
+            out[group_id] = self.groups[group_id].join_observations(seen)  # (ValueError if a member is missing)
+        episode.latest_obs.update(arrays)
         return out
 
     def _value_obs(self, episode: _Episode, spec: ModuleSpec) -> np.ndarray | None:
         if not spec.value_obs_agents:
             return None
-        dim = spec.obs_dim
-        return np.concatenate([episode.latest_obs.get(a, np.zeros(dim, np.float32)) for a in spec.value_obs_agents])
+        return value_obs_row(spec.value_obs_agents, episode.latest_obs, spec.obs_dim)
 
     def _ensure_actors(self, episode: _Episode, actor_ids: list[str]) -> None:
         new = [a for a in actor_ids if a not in episode.actors]
@@ -354,8 +349,7 @@ class MultiAgentClient(BaseClient):
             actor_id = agent_id
             if group is not None:
                 actor_id = group
-                if self.groups[group].reward == "mean":
-                    reward /= len(self.groups[group].members)
+                reward = self.groups[group].combine_rewards([reward])  # (a mean divides each member's share)
             actor = episode.actors.get(actor_id)
             episode.returns[actor_id] = episode.returns.get(actor_id, 0.0) + reward
             if actor is not None:
