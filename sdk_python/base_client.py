@@ -256,6 +256,8 @@ class BaseClient:
         """Whether a new training episode is recorded: with the probability the server's
         record_share gives (§13.2); a held-back episode is played but never sent."""
         share = self.link.record_share
+        if self.link.training_done is not None:
+            return False  # nothing more is sent (§6.6)
         if share >= 1.0 or self._rng.random() < share:
             return True
         self.episodes_held_back += 1

@@ -29,7 +29,7 @@ from .base_client import BaseClient, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from .protocol.distributions import sample_for_record
-from .protocol.errors import NotReadyError, TetherConnectionError  # noqa: F401  (re-exported)
+from .protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherConnectionError  # noqa: F401
 from .protocol.messages import MessageType
 from .protocol.onnx_codec import decode_onnx
 from .protocol.spaces import Space, from_gymnasium, space_from_json
@@ -211,14 +211,18 @@ class TetherClient(BaseClient):
     def _check_size(self, obs: np.ndarray) -> None:
         space = self.observation_space
         if space is not None and obs.size != space.flat_dim:
-            raise ValueError(f"the observation has {obs.size} values, the observation space needs {space.flat_dim}")
+            raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"the observation has {obs.size} values, "
+                                    f"the observation space needs {space.flat_dim}")
 
     def compute_action(self, observation: Any) -> Any:
         """The deterministic (greedy) action for an observation; records nothing."""
         if self._events:
             self._sync()
-        assert self.policy is not None
-        return self.policy.act_deterministic(np.asarray(observation, dtype=np.float32))
+        if self.policy is None:
+            raise NotReadyError("the server has sent no model yet")
+        obs = finite_observation(observation)
+        self._check_size(obs)
+        return self.policy.act_deterministic(obs)
 
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
         """Add reward to the episode's last action (rewards accumulate until the next action).
@@ -234,6 +238,7 @@ class TetherClient(BaseClient):
         if self._events:
             self._sync()
         final = finite_observation(observation, "final observation")  # (refused before the episode ends)
+        self._check_size(final)
         episode = self._episodes.pop(episode_id)
         episode.finish(final, truncated)
         if episode.training_enabled and episode.pending_steps:

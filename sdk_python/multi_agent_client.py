@@ -30,7 +30,7 @@ from .base_client import BaseClient, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from .protocol.distributions import deterministic, sample_for_record
-from .protocol.errors import NotReadyError, TetherError
+from .protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherError
 from .protocol.messages import MessageType
 from .protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
 from .protocol.onnx_codec import decode_onnx
@@ -56,6 +56,8 @@ class _Episode:
     actors: dict[str, _Actor] = field(default_factory=dict)
     finished: list[_Actor] = field(default_factory=list)
     latest_obs: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The observations of the frame being checked, kept as the latest once it passed (get_action).
+    frame_obs: dict[str, np.ndarray] = field(default_factory=dict)
     returns: dict[str, float] = field(default_factory=dict)
     #: Agents (group members included) that left; they cannot act again in this episode.
     ended: set[str] = field(default_factory=set)
@@ -236,8 +238,11 @@ class MultiAgentClient(BaseClient):
         self._episodes[episode_id] = _Episode(episode_id, recorded, held_back=training_enabled and not recorded)
         return episode_id
 
-    def _actor_observations(self, episode: _Episode, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Per actor (agent or group) observation; group members are joined in member order."""
+    def _actor_observations(self, episode: _Episode, obs: Mapping[str, Any],
+                            keep_latest: bool = True) -> dict[str, np.ndarray]:
+        """Per actor (agent or group) observation; group members are joined in member order.
+        ``keep_latest``: remember each agent's as its latest (the centralized critic's rows) now;
+        else the caller does, once the frame passed every check (``_keep_latest``)."""
         out: dict[str, np.ndarray] = {}
         members_seen: dict[str, dict[str, np.ndarray]] = {}
         # Copies (the engine may reuse its buffers), all checked before any is kept: a NaN or
@@ -252,7 +257,10 @@ class MultiAgentClient(BaseClient):
                 members_seen.setdefault(group, {})[agent_id] = arr
         for group_id, seen in members_seen.items():
             out[group_id] = self.groups[group_id].join_observations(seen)  # (ValueError if a member is missing)
-        episode.latest_obs.update(arrays)
+        if keep_latest:
+            episode.latest_obs.update(arrays)
+        else:
+            episode.frame_obs = arrays
         return out
 
     def _value_obs(self, episode: _Episode, spec: ModuleSpec) -> np.ndarray | None:
@@ -292,7 +300,7 @@ class MultiAgentClient(BaseClient):
         elif episode.training_enabled and self._pending_steps >= self._batch_steps():
             if self._sendable_steps() >= self._batch_steps():
                 self._send_batch()
-        actor_obs = self._actor_observations(episode, observations)
+        actor_obs = self._actor_observations(episode, observations, keep_latest=False)
         self._ensure_actors(episode, list(actor_obs))
         missing = {episode.actors[a].module_id for a in actor_obs} - set(self.policies)
         if missing:  # (before anything of the frame is recorded)
@@ -300,8 +308,12 @@ class MultiAgentClient(BaseClient):
         for actor_id, obs in actor_obs.items():
             spec = self.modules[episode.actors[actor_id].module_id]
             if obs.size != spec.obs_dim:  # (a row of another size would cost the whole batch at the server)
-                raise ValueError(f"{actor_id!r}: the observation has {obs.size} values, module "
-                                 f"{spec.module_id!r} needs {spec.obs_dim}")
+                raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH,
+                                        f"{actor_id!r}: the observation has {obs.size} values, module "
+                                        f"{spec.module_id!r} needs {spec.obs_dim}")
+        # The frame passed every check: its observations become the agents' latest (critic rows).
+        episode.latest_obs.update(episode.frame_obs)
+        episode.frame_obs = {}
         for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
             actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))

@@ -233,12 +233,15 @@ class ServerLink:
         """Start the I/O thread and wait for the first connection (and models).
 
         Raises what ended the first attempt: ``TetherConnectionError`` after
-        ``reconnect_timeout_s``, ``AuthenticationError``, ``TetherTimeoutError``...
+        ``reconnect_timeout_s`` (code TRAINING_DONE when the server's run is already done),
+        ``AuthenticationError``, ``TetherTimeoutError``...
         """
         self._thread.start()
         self._connected_once.wait()
         if self.fatal is not None:
             raise self.fatal
+        if self.training_done is not None and not self.server_config:
+            raise self._done_error()
 
     @property
     def busy(self) -> bool:
@@ -272,6 +275,10 @@ class ServerLink:
         limit = self.queue_limit_steps()
         dropped_now = 0
         gone: set[str] = set()
+        with self._lock:
+            if self.training_done is not None:  # nobody to send to (§6.6)
+                self.batches_unsent_at_end += 1
+                return gone
         # A batch cut empty (its episodes held back, §13.2) goes too: its answer brings the share.
         batch.empty = batch.empty or not batch.episodes
         with self._lock:
@@ -369,22 +376,31 @@ class ServerLink:
         """
         req = _Request(message)
         with self._lock:
+            if self.training_done is not None:
+                raise self._done_error()
             self._requests.append(req)
         self._wake()
         while not req.done.wait(0.5):
             if self.fatal is not None or not self._thread.is_alive():
+                if self.training_done is not None and not req.done.is_set():
+                    raise self._done_error()
                 raise self.fatal or TetherConnectionError("the connection thread stopped", self.address)
         if req.error is not None:
             raise req.error
         assert req.answer is not None
         return req.answer
 
+    def _done_error(self) -> TetherConnectionError:
+        return TetherConnectionError(f"training is done on {self.address}: the server takes no more requests",
+                                     self.address, ErrorCode.TRAINING_DONE.value)
+
     def wait_for(self, predicate: Callable[[], bool], until_error: bool = True) -> None:
         """Block until ``predicate()`` holds, the link fails for good, or (with
         ``until_error``) an error event arrives (the I/O thread enforces the
         timeouts, so this cannot wait forever)."""
         with self._changed:
-            while not predicate() and not (until_error and self._has_error_event()) and self.fatal is None:
+            while (not predicate() and not (until_error and self._has_error_event()) and self.fatal is None
+                   and self.training_done is None):
                 if not self._thread.is_alive():
                     break
                 self._changed.wait(0.5)
@@ -441,7 +457,11 @@ class ServerLink:
             down_since = time.monotonic()
             while not self._closing.is_set():
                 if not self._transport.connected:
-                    self._connect(down_since)
+                    try:
+                        self._connect(down_since)
+                    except ConnectionLost as exc:  # (only TRAINING_DONE gets out of _connect)
+                        self._training_done(exc)
+                        break
                     self._connected_once.set()
                 try:
                     self._serve()
@@ -494,8 +514,7 @@ class ServerLink:
             self.batches_unsent_at_end += len(unsent)
             self._post_locked(("done", self.training_done))
             self._changed.notify_all()
-        self._fail_all_requests(TetherConnectionError(f"training is done on {self.address}: {exc}", self.address,
-                                                      ErrorCode.TRAINING_DONE.value))
+        self._fail_all_requests(self._done_error())
         logger.info("the Tether server at %s ended training: %s", self.address, self.training_done)
 
     def _refuse_in_flight(self, exc: ConnectionLost) -> None:
@@ -561,6 +580,8 @@ class ServerLink:
                 last: BaseException = exc
             except ConnectionLost as exc:
                 self._transport.close()
+                if exc.code == ErrorCode.TRAINING_DONE.value:
+                    raise  # the run is done: no more attempts (§6.6)
                 last, last_code = exc, exc.code or last_code
             except OSError as exc:
                 self._transport.close()
@@ -747,6 +768,8 @@ class ServerLink:
         except socket.timeout:
             raise TetherTimeoutError(self.address, str(message.get("type")), self._transport.send_timeout_s,
                                      "response_timeout_s", "the server stopped reading") from None
+        except ConnectionLost:
+            raise  # (one the server announced, TRAINING_DONE say, keeps its code)
         except OSError as exc:
             self._transport.close()
             raise ConnectionLost(f"connection to {self.address} failed: {exc}") from exc

@@ -243,7 +243,9 @@ class WebSocketTransport(SocketTransport):
                     self._fragments = []
                     framed += f"{len(body):08d}".encode() + body  # the same pairing and checks as over TCP
             elif event.opcode is Opcode.CLOSE:
-                closed = ws.close_exc
+                # (close_exc asserts a fully closed connection; the client is still closing here)
+                rcvd = ws.close_rcvd
+                closed = f"code {rcvd.code} {rcvd.reason}".strip() if rcvd is not None else "closed"
         self._flush(ws)  # pongs, and the answer to a close
         responses: list[tuple[MessageType | None, dict[str, Any]]] = []
         if framed:

@@ -6,6 +6,7 @@ nothing, since that server may come back and its clients must reconnect."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import numpy as np
@@ -65,3 +66,52 @@ def test_an_operators_sigterm_is_no_goodbye(tmp_path) -> None:
         assert raw.request({"type": "PING", "protocol_version": "1.3"})["type"] == "PONG"
         server.stop()
         assert bodies(read_until_closed(raw.sock)) == []
+
+
+def test_over_a_websocket_the_sdk_hears_training_done_too(tmp_path) -> None:
+    """The goodbye and the close arrive together: the SDK reads the ERROR first, ends normally."""
+    with ServerProcess(tmp_path, "--max-env-steps", "400", "--env-steps-per-sample", "100", "--ws-port", "0",
+                       "--train-batch-size", "200", "--minibatch-size", "100") as server:
+        line = next(line for line in server.lines if "ws://" in line)
+        url = line[line.index("ws://"):].split()[0]
+        client = TetherClient(url, seed=2, wait_for_weights=True)
+        rng = np.random.default_rng(1)
+        deadline = time.monotonic() + 60
+        while client.training_done is None and time.monotonic() < deadline:
+            eid = client.start_episode()
+            for _ in range(20):
+                client.get_action(eid, rng.normal(size=4).astype(np.float32))
+                client.log_returns(eid, 1.0)
+            client.end_episode(eid, np.zeros(4, np.float32))
+        assert client.training_done is not None and client.training_done["reason"] == "max_env_steps"
+        client.flush()
+        assert client.link.reconnects == 0 and client.link.fatal is None
+        client.close()
+        server.wait(30)
+
+
+def test_a_goodbye_during_the_handshake_ends_the_connect_and_requests_say_training_is_done() -> None:
+    from tether.sdk import TetherConnectionError
+
+    from ..sdk.scripted_server import ScriptedServer
+
+    def handler(conn) -> None:
+        message = conn.receive()
+        assert message is not None and message["type"] == "PING"
+        conn.send({"type": "PONG", "protocol_version": "1.3"})
+        conn.send({"type": "ERROR", "code": "TRAINING_DONE", "message": "done",
+                   "summary": {"reason": "stop_at_return", "updates": 3}})
+        # As a server says goodbye: no more writing, and what the client already sent is read (a close
+        # with unread bytes resets the connection, which can destroy the goodbye before it is read).
+        conn.sock.shutdown(socket.SHUT_WR)
+        while conn.receive(timeout=5.0) is not None:
+            pass
+
+    with ScriptedServer(handler) as server:
+        try:
+            TetherClient("127.0.0.1", server.port, reconnect_timeout_s=5.0)
+            raise AssertionError("a client whose server's run is done cannot start")
+        except TetherConnectionError as exc:
+            assert exc.code == "TRAINING_DONE", exc
+        time.sleep(0.3)
+        assert len(server.connections) == 1, "told that training is done, the client must not connect again"
