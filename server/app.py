@@ -12,7 +12,7 @@ from typing import Any
 
 from .config import ConfigError, ServerConfig, host_in_url
 from .module_setup import MappingFn, build_layout
-from .tcp_server import TetherServer
+from .transport.tcp import TetherServer
 from .trainer import Trainer
 
 
@@ -38,7 +38,7 @@ async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherS
     from .console.state import SAVED_RUN, ConsoleState
 
     state = ConsoleState(trainer)
-    server.observer = state
+    server.service.observer = state
     console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token,
                             save_to=Path(config.logdir) / SAVED_RUN)
     await console.start()
@@ -67,7 +67,7 @@ async def serve(
     console = await _start_console(config, trainer, server)
     websocket = None
     if config.ws_port is not None:
-        from .ws_server import PATH, WebSocketRLlink
+        from .transport.websocket import PATH, WebSocketRLlink
 
         websocket = WebSocketRLlink(server, config.host, config.ws_port)
         await websocket.start()
@@ -107,13 +107,13 @@ async def serve(
     m = trainer.metrics
     summary = {
         "started_at": started,
-        "reached_target_at": trainer.reached_target_at,
-        "env_steps_at_target": trainer.env_steps_at_target,
+        "reached_target_at": trainer.stop_rule.reached_target_at,
+        "env_steps_at_target": trainer.stop_rule.env_steps_at_target,
         # Env steps: one per environment step; agent steps: one per decision of an agent or group.
         "env_steps": m.env_steps_received,
         "agent_steps": m.agent_steps_received,
         "agent_steps_trained": m.agent_steps_trained,
-        "target_confirmed_at": trainer.target_confirmed_at,
+        "target_confirmed_at": trainer.stop_rule.target_confirmed_at,
         "updates_discarded": m.updates_discarded,
         # Data of a client whose steps made an update non-finite, left out of it (and the updates that did so).
         "agent_steps_isolated": m.agent_steps_isolated,

@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed for the learner and the clients (default: 0)")
     demo.add_argument("--logdir", default=None, help="where to write TensorBoard files, checkpoint and policy (default: a temp folder)")
     demo.set_defaults(func=_demo)
-    from . import check_client
+    from tether.checker import check_client
 
     check = sub.add_parser("check-client", help="check a client program against the protocol (exit status = failures)",
                            description=check_client.__doc__.split("\n\n")[0])

@@ -40,7 +40,7 @@ import numpy as np
 
 from tether.sdk.protocol.episodes import EpisodeChunk
 
-from .batch_dedup import BatchId
+from .ingest.batch_dedup import BatchId
 from .sample_pool import Pooled
 
 _MAGIC = b"TPJ1"

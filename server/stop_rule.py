@@ -1,4 +1,7 @@
-"""Returns per client, so that ``stop_at_return`` is never decided by what one client asserts.
+"""When a run is done: ``max_env_steps`` received, or ``stop_at_return`` reached by the
+windowed mean return over several updates and by every active client on its own.
+
+Returns are kept per client, so that ``stop_at_return`` is never decided by what one client asserts.
 
 A client that holds the token can send made-up episodes with any return (their
 log-probabilities can be honest: the actions were sampled, the rewards are the
@@ -10,15 +13,20 @@ episodes are below the target. (A client that is the only active one decides
 alone; docs/protocol.md §6.4 states this trust model.)
 
 A client is its ``client_session`` when its batches carry one, else its
-connection: the owner of its episode state (``Trainer.owner``).
+connection: the owner of its episode state (``SessionOwners.owner``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from typing import Hashable, Iterable
+from typing import Callable, Hashable, Iterable
 
+from .config import ServerConfig
+from .metrics import FinishedEpisode, Metrics, plausible_return
+
+#: Consecutive updates at whose end the windowed mean return must be >= stop_at_return.
+TARGET_UPDATES = 3
 #: Episodes a client must have finished before its own mean return counts as reached.
 MIN_EPISODES_PER_CLIENT = 5
 #: Clients remembered (least recently active forgotten first).
@@ -69,3 +77,69 @@ class ClientReturns:
             if len(recent) < MIN_EPISODES_PER_CLIENT or not sum(recent) / len(recent) >= target:
                 out.append(client)
         return out
+
+
+class StopRule:
+    """Decides when the run is done and says so through ``request_stop`` ("max_env_steps" or
+    "stop_at_return"); keeps when the target was first met."""
+
+    def __init__(self, config: ServerConfig, metrics: Metrics, request_stop: Callable[[str], None]) -> None:
+        self.config = config
+        self.metrics = metrics
+        self._request_stop = request_stop
+        #: Each client's own returns: every active client must reach stop_at_return.
+        self.client_returns = ClientReturns(min(config.metrics_window, 100), active_updates=TARGET_UPDATES)
+        self._target_streak: list[tuple[float, int, int]] = []
+        self._window_fresh_from = 0
+        #: Wall-clock time (time.time()) and env steps when the mean return first met stop_at_return
+        #: in the run of updates that confirmed it (see check_target).
+        self.reached_target_at: float | None = None
+        self.env_steps_at_target: int | None = None
+        self.target_confirmed_at: float | None = None
+
+    def note(self, client: Hashable, records: list, finished: list[FinishedEpisode], suspect: bool) -> None:
+        """``client`` sent ``records``, which finished ``finished`` episodes (``suspect``: see DataGuard)."""
+        if self.config.stop_at_return is not None and (records or finished):
+            # A suspect client still has a say (it stays active), but its returns do not count toward the target.
+            # (A batch with no records, of a client holding its episodes back, does not make it active.)
+            self.client_returns.note(client, () if suspect else (
+                e.total_return for e in finished if e.complete and plausible_return(e)), self.metrics.updates)
+
+    def check_budget(self) -> None:
+        """max_env_steps, checked as data arrives."""
+        c, m = self.config, self.metrics
+        if c.max_env_steps is not None and m.env_steps_received >= c.max_env_steps:
+            self._request_stop("max_env_steps")
+
+    def update_discarded(self) -> None:
+        """An update was discarded (non-finite): returns of the episodes behind its batch may be
+        bogus too, so the target waits until a whole window of episodes came after it."""
+        self._target_streak, self._window_fresh_from = [], self.metrics.episodes_total
+
+    def check_target(self) -> None:
+        """stop_at_return, checked after each published update. The windowed mean
+        must be >= the target at the end of TARGET_UPDATES consecutive updates,
+        across which at least half a window of new episodes finished: one
+        message of made-up episodes is trained on by at most one update and is
+        half pushed out of the window by real episodes before the run can end.
+        After a discarded (non-finite) update, a whole window of new episodes
+        must finish before the return counts again. Every client active in the
+        last TARGET_UPDATES updates must also have reached the target on its own
+        last episodes (ClientReturns): one client's made-up returns cannot end a run
+        while another client's episodes fall short."""
+        c, m = self.config, self.metrics
+        need = min(c.metrics_window, 100)
+        if c.stop_at_return is None:
+            return
+        if (len(m.returns) < need or not m.return_mean >= c.stop_at_return
+                or m.episodes_total - self._window_fresh_from < need and self._window_fresh_from > 0
+                or self.client_returns.below(c.stop_at_return, m.updates)):
+            self._target_streak = []
+            return
+        self._target_streak.append((time.time(), m.env_steps_received, m.episodes_total))
+        first_t, first_steps, first_episodes = self._target_streak[0]
+        if len(self._target_streak) >= TARGET_UPDATES and m.episodes_total - first_episodes >= need // 2:
+            if self.reached_target_at is None:
+                self.reached_target_at, self.env_steps_at_target = first_t, first_steps
+                self.target_confirmed_at = time.time()
+            self._request_stop("stop_at_return")

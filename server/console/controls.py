@@ -49,13 +49,10 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_VALUE \
                 or not math.isfinite(value):
             raise ControlError(f"value must be a number from 0 to {MAX_VALUE:g}")
-        learner = trainer.modules[module].learner
         if action == "set_lr":
-            learner.hp.lr = float(value)
-            for group in learner.optimizer.param_groups:
-                group["lr"] = float(value)
+            trainer.set_learning_rate(module, float(value))
         else:
-            learner.hp.ent_coef = float(value)
+            trainer.set_entropy_coef(module, float(value))
         done.update(module=module, value=float(value))
     elif action == "stop":
         trainer.stop_requested.set()

@@ -1,11 +1,11 @@
 """What the console shows, gathered while the server runs.
 
-The TCP server reports connections, requests and refusals to a
-:class:`ConsoleState` (its ``observer``); the state samples the trainer's
-metrics once a second into a bounded :class:`History`, and builds the feed's
-messages (docs/console.md): ``hello`` for a browser that connects (the whole
-history, the clients, the error log, the last episodes) and one ``tick`` a
-second after that.
+The server (``RLlinkService``, for TCP and websocket alike) reports connections,
+requests, refusals and stored batches to a :class:`ConsoleState` (its
+``observer``); the state samples the trainer's metrics once a second into a
+bounded :class:`History`, and builds the feed's messages (docs/console.md):
+``hello`` for a browser that connects (the whole history, the clients, the
+error log, the last episodes) and one ``tick`` a second after that.
 """
 
 from __future__ import annotations

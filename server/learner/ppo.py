@@ -215,6 +215,16 @@ class PPOLearner:
         out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
         return out
 
+    def set_lr(self, lr: float) -> None:
+        """Train with learning rate ``lr`` from the next update on (the console's set_lr)."""
+        self.hp.lr = lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def set_ent_coef(self, ent_coef: float) -> None:
+        """Train with entropy coefficient ``ent_coef`` from the next update on (the console's set_ent_coef)."""
+        self.hp.ent_coef = ent_coef
+
     def state_dict(self) -> dict:
         """Weights, optimizer, and the hyperparameters that can change while the run goes
         (the console's set_lr and set_ent_coef): a resumed run continues with them."""
@@ -226,8 +236,6 @@ class PPOLearner:
         self.optimizer.load_state_dict(state["optimizer"])
         live = state.get("live_hyperparams") or {}  # absent in checkpoints written before they were kept
         if "lr" in live:
-            self.hp.lr = float(live["lr"])
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.hp.lr
+            self.set_lr(float(live["lr"]))
         if "ent_coef" in live:
-            self.hp.ent_coef = float(live["ent_coef"])
+            self.set_ent_coef(float(live["ent_coef"]))

@@ -11,15 +11,15 @@ import sys
 
 import numpy as np
 
-from tether.server import trainer
+from tether.server import learner_loop
 from tether.server.cli import main
 
 _LOG = os.environ["TETHER_TRAINED_LOG"]
-_update_blocking = trainer.Trainer._update_blocking
+_train = learner_loop.LearnerLoop.train
 
 
-def _recording(self: trainer.Trainer, by_module: dict) -> dict:
-    results = _update_blocking(self, by_module)
+def _recording(self: learner_loop.LearnerLoop, by_module: dict) -> dict:
+    results = _train(self, by_module)
     with open(_LOG, "a") as log:
         for module_id, (outcome, stats, _, _) in results.items():
             if stats is not None:  # published; the sources left out of it were not trained on
@@ -30,6 +30,6 @@ def _recording(self: trainer.Trainer, by_module: dict) -> dict:
     return results
 
 
-trainer.Trainer._update_blocking = _recording
+learner_loop.LearnerLoop.train = _recording
 if __name__ == "__main__":
     sys.exit(main(["serve", *sys.argv[1:]]))

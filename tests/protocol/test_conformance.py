@@ -278,7 +278,7 @@ async def _answer_step(peer: "_Peer", step: dict, where: str) -> dict | None:
 async def _run_server_session(case: dict, logdir: Path) -> None:
     from tether.server.config import ServerConfig
     from tether.server.module_setup import build_layout
-    from tether.server.tcp_server import TetherServer
+    from tether.server.transport.tcp import TetherServer
     from tether.server.trainer import Trainer
 
     # No update may run during a case: the batch size is out of reach.

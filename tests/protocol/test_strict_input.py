@@ -167,9 +167,9 @@ def test_refusal_of_a_lone_surrogate_is_ascii_and_crosses_processes() -> None:
 
 
 def test_map_agents_and_client_session_ids_must_be_text() -> None:
-    from tether.server.batch_dedup import batch_id
+    from tether.server.ingest.batch_dedup import batch_id
     from tether.server.config import ServerConfig
-    from tether.server.ingest import EpisodeIngest
+    from tether.server.ingest.validation import EpisodeIngest
     from tether.server.module_setup import build_layout
 
     ingest = EpisodeIngest(build_layout(ServerConfig(), None), True)

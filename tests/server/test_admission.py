@@ -34,7 +34,7 @@ def trainer_at(tmp_path, version: int, **kw) -> Trainer:
 
 
 def pooled_ids(trainer: Trainer) -> list[int]:
-    return [int(i) for p in trainer._pool.items() for i in p.chunk.obs[:-1, 0]]
+    return [int(i) for p in trainer.pool.items() for i in p.chunk.obs[:-1, 0]]
 
 
 def test_one_old_held_back_step_is_refused_alone_not_its_chunk(tmp_path) -> None:
@@ -62,7 +62,7 @@ def test_the_pool_takes_what_the_next_updates_train_in_time_and_refuses_the_rest
     async def run() -> tuple[list[int], list[int]]:
         trainer = trainer_at(tmp_path, 0)
         refused = [await trainer.submit("c", record(i * 1000, 90), {"default_policy": 0}, False) for i in range(3)]
-        sizes = [p.chunk.env_steps for p in trainer._pool.items()]
+        sizes = [p.chunk.env_steps for p in trainer.pool.items()]
         await trainer.close(checkpoint=False)
         return refused, sizes
 

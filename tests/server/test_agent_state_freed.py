@@ -11,7 +11,7 @@ import tracemalloc
 from tether.sdk.protocol import FrameDecoder, encode_frame
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
-from tether.server.tcp_server import TetherServer
+from tether.server.transport.tcp import TetherServer
 from tether.server.trainer import Trainer
 
 AGENTS = 8_000
@@ -46,7 +46,7 @@ async def run(tmp_path, session: str | None) -> dict:
     await server.start()
     frame = encode_frame(message(session))
     # Start the large-body decoding worker first: its executor's own buffers are not per-agent state.
-    await asyncio.get_running_loop().run_in_executor(server.decode_pool._executor(), int, 0)
+    await asyncio.get_running_loop().run_in_executor(server.service.decode_pool._executor(), int, 0)
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -64,7 +64,7 @@ async def run(tmp_path, session: str | None) -> dict:
     del frame, bodies, decoder
     # The worker's call queue keeps the last pickled job (one body, not per-agent
     # state) until the next one: send a tiny job so only per-agent state is measured.
-    await asyncio.get_running_loop().run_in_executor(server.decode_pool._executor(), int, 0)
+    await asyncio.get_running_loop().run_in_executor(server.service.decode_pool._executor(), int, 0)
     gc.collect()
     retained = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()

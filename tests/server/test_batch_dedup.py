@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from tether.sdk.protocol import MessageError
-from tether.server.batch_dedup import BatchDedup, BatchId, batch_id
+from tether.server.ingest.batch_dedup import BatchDedup, BatchId, batch_id
 
 
 def test_table_is_bounded_lru_and_round_trips() -> None:

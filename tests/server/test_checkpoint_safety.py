@@ -64,7 +64,7 @@ def test_a_metrics_failure_never_stops_checkpoints(tmp_path, capsys) -> None:
     trainer.metrics.agent_type_lengths["\ud800"] = deque([3])
 
     async def after_update() -> None:
-        await trainer._after_update(asyncio.get_running_loop())
+        await trainer.learner_loop._after_update(asyncio.get_running_loop())
 
     asyncio.run(after_update())
     assert trainer.checkpoint_path.exists() and trainer.metrics.metrics_write_failures == 0

@@ -14,7 +14,10 @@ from tether.sdk.protocol.errors import ErrorCode, FramingError
 from tether.server.cli import build_parser
 from tether.server.config import ServerConfig, config_from_args
 from tether.server.module_setup import build_layout
-from tether.server.tcp_server import AuthThrottle, TetherServer, enable_keepalive, handshake_share, peer_address
+from tether.server.transport.auth_throttle import AuthThrottle, peer_address
+from tether.server.transport.connection_limits import handshake_share
+from tether.server.transport.sockets import enable_keepalive
+from tether.server.transport.tcp import TetherServer
 from tether.server.trainer import Trainer
 
 
@@ -83,15 +86,16 @@ def test_state_frames_are_encoded_once_per_version(tmp_path) -> None:
         config = ServerConfig(logdir=str(tmp_path), tensorboard=False, client_timeout_s=8)
         trainer = Trainer(config, build_layout(config, None))
         server = TetherServer(trainer)
-        from tether.server.tcp_server import ClientSession
+        from tether.server.client_session import ClientSession
 
         session, conn = ClientSession("peer"), ServerConnection()
-        first = server._send_state(session, conn, None)
-        assert server._send_state(ClientSession("other"), conn, None) is first  # the same bytes object
+        first = server.service._send_state(session, conn, None)
+        assert server.service._send_state(ClientSession("other"), conn, None) is first  # the same bytes object
         trainer.modules[trainer.default_module].publish(trainer.modules[trainer.default_module].learner.export_onnx())
-        again = server._send_state(session, conn, None)
+        again = server.service._send_state(session, conn, None)
         assert again is not first and b'"weights_seq_no":1' in again
-        assert b'"client_timeout_s":8' in server._config_frame and b'"heartbeat_interval_s":2.0' in server._config_frame
+        config_frame = server.service._config_frame
+        assert b'"client_timeout_s":8' in config_frame and b'"heartbeat_interval_s":2.0' in config_frame
         await trainer.close(checkpoint=False)
 
     asyncio.run(main())
@@ -166,37 +170,37 @@ def test_handshaking_connections_make_room_and_established_ones_stay(tmp_path) -
         config = ServerConfig(logdir=str(tmp_path), tensorboard=False, max_connections=5,
                               max_handshaking_connections=2, auth_token="tok", auth_max_failures=1)
         trainer = Trainer(config, build_layout(config, None))
-        server = TetherServer(trainer)
+        limits = TetherServer(trainer).connections
         closed: list[tuple[int, bytes]] = []
 
         def opened(name: int, ip: str = "10.0.0.1"):
-            return server.open_connection(lambda frame, current: closed.append((name, frame)), (ip, 40000 + name))
+            return limits.open_connection(lambda frame, current: closed.append((name, frame)), (ip, 40000 + name))
 
         a, b = opened(1), opened(2)
         c = opened(3)  # the share (2) is full: the oldest, a, is closed
         assert [name for name, _ in closed] == [1] and a.evicted and b"HANDSHAKE_TIMEOUT" in closed[0][1]
-        assert a.key not in server._open and len(server._open) == 2
-        server.establish(b)
-        server.establish(c)
+        assert a not in limits and len(limits) == 2
+        limits.establish(b)
+        limits.establish(c)
         d = opened(4)
         d.answering = True  # its first request is being answered: not closed for a newcomer
         e = opened(5)
         f = opened(6)  # share full again (d, e): e is closed, d is being answered
         assert [name for name, _ in closed] == [1, 5] and not d.evicted
-        server.establish(d)
-        server.establish(f)
+        limits.establish(d)
+        limits.establish(f)
         g = opened(7)  # 5 of 5 open, none handshaking but g
-        assert g.refusal is None and len(server._open) == 5
-        server.establish(g)
+        assert g.refusal is None and len(limits) == 5
+        limits.establish(g)
         h = opened(8)
-        assert h.refusal is not None and b"TOO_MANY_CONNECTIONS" in h.refusal and h.key not in server._open
+        assert h.refusal is not None and b"TOO_MANY_CONNECTIONS" in h.refusal and h not in limits
         assert not any(conn.evicted for conn in (b, c, d, f, g)) and [name for name, _ in closed] == [1, 5]
-        server.close_connection(g)
+        limits.close_connection(g)
         # A wrong token refuses its address (auth_max_failures 1) before it takes a slot; others still get in.
-        assert server.auth_throttle is not None
-        server.auth_throttle.failed("10.0.0.9", time.monotonic())
+        assert limits.auth_throttle is not None
+        limits.auth_throttle.failed("10.0.0.9", time.monotonic())
         refused = opened(9, "10.0.0.9")
-        assert refused.refusal is not None and b"AUTH_THROTTLED" in refused.refusal and refused.key not in server._open
+        assert refused.refusal is not None and b"AUTH_THROTTLED" in refused.refusal and refused not in limits
         assert opened(10, "10.0.0.8").refusal is None
         await trainer.close(checkpoint=False)
 

@@ -11,9 +11,9 @@ import pytest
 
 from tether.sdk.protocol.errors import MessageError
 from tether.sdk.protocol.messages import decode_message
-from tether.server import decode_pool
+from tether.server.ingest import decode_pool
 from tether.server.config import ServerConfig
-from tether.server.ingest import EpisodeIngest
+from tether.server.ingest.validation import EpisodeIngest
 from tether.server.module_setup import build_layout
 
 GOOD = {

@@ -17,7 +17,7 @@ from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.sdk.protocol.spaces import MultiDiscrete, box
 from tether.server.learner import PPOHyperparams, PPOLearner
 from tether.server.learner.distributions import ActionDistribution
-from tether.server.logp_check import LOGP_TOLERANCE_ABS, PolicyHistory, _logp, check_behaviour_logp
+from tether.server.ingest.logp_check import LOGP_TOLERANCE_ABS, PolicyHistory, _logp, check_behaviour_logp
 
 OBS = box(-10, 10, (5,))
 SPACES = {"discrete": Discrete(3), "multi_discrete": MultiDiscrete((2, 3)), "box": box(-1, 1, (2,))}

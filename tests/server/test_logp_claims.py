@@ -19,9 +19,9 @@ from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.spaces import Discrete, box
 from tether.server.config import ServerConfig
 from tether.server.learner import PPOHyperparams, PPOLearner
-from tether.server.logp_check import PolicyHistory, _logp, check_behaviour_logp
+from tether.server.ingest.logp_check import PolicyHistory, _logp, check_behaviour_logp
 from tether.server.module_setup import build_layout
-from tether.server.tcp_server import TetherServer
+from tether.server.transport.tcp import TetherServer
 from tether.server.trainer import Trainer
 
 BATCH = 64
@@ -53,13 +53,13 @@ async def future_claim_run(tmp_path) -> dict:
                           checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16,
                           max_staleness=2)  # so that all of b's data is stored and fills the pool
     trainer = Trainer(config, build_layout(config, None))
-    update = trainer._update_blocking
+    update = trainer.learner_loop.train
 
     def slow_update(by_module):  # an update long enough for the pool to fill meanwhile
         time.sleep(1.0)
         return update(by_module)
 
-    trainer._update_blocking = slow_update  # type: ignore[method-assign]
+    trainer.learner_loop.train = slow_update  # type: ignore[method-assign]
     server = TetherServer(trainer)
     await server.start()
     model0 = trainer.histories[trainer.default_module].model(0)
@@ -73,7 +73,7 @@ async def future_claim_run(tmp_path) -> dict:
     poison = {"type": "EPISODES_AND_GET_STATE", "episodes": [episode("p1", 8, model0, -1000.0)], "weights_seq_no": 1}
     answer = await asyncio.wait_for(request(p, poison), 20)
     await asyncio.sleep(0.5)
-    pooled_min = min((float(x.chunk.action_logp.min()) for x in trainer._pool._items), default=0.0)
+    pooled_min = min((float(x.chunk.action_logp.min()) for x in trainer.pool._items), default=0.0)
     out = {"answer": answer["type"], "pooled_logp_min": pooled_min, "version": trainer.weights_seq_no,
            "stale": trainer.metrics.samples_dropped_stale + trainer.metrics.samples_refused_stale}
     await server.stop()
@@ -134,7 +134,7 @@ async def runs_claim_run(tmp_path, runs: list | None) -> tuple[list, list[float]
     if runs is not None:
         poison["weights_seq_no_runs"] = runs
     answer = await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [poison], "weights_seq_no": 7})
-    pooled = [float(x.chunk.action_logp.min()) for x in trainer._pool._items]
+    pooled = [float(x.chunk.action_logp.min()) for x in trainer.pool._items]
     await server.stop()
     await trainer.close(checkpoint=False)
     return [answer["type"], answer.get("code")], pooled, trainer.metrics.samples_refused_stale
@@ -164,7 +164,7 @@ def test_steps_of_a_version_not_served_are_refused_not_trained(tmp_path) -> None
         honest = episode("h1", 8, model0)
         honest["weights_seq_no_runs"] = [[0, 4], [7, 4]]
         await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [honest], "weights_seq_no": 0})
-        sizes = [x.chunk.env_steps for x in trainer._pool._items]
+        sizes = [x.chunk.env_steps for x in trainer.pool._items]
         await server.stop()
         await trainer.close(checkpoint=False)
         return sizes, trainer.metrics.samples_refused_stale

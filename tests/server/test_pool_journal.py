@@ -10,7 +10,7 @@ import numpy as np
 
 from tether.sdk.protocol import EpisodeChunk
 from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
-from tether.server.batch_dedup import BatchId
+from tether.server.ingest.batch_dedup import BatchId
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.pool_journal import JournalEntry, PoolJournal, decode_entries, encode_entry, read_journal
@@ -72,8 +72,8 @@ def test_resume_restores_the_checkpoints_pool_and_replays_the_journal_after_it(t
     asyncio.run(first_run())
     resumed = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, train_batch_size=1000,
                                    resume=str(tmp_path / "checkpoint.pt")), build_layout(config))
-    ids = [int(i) for p in resumed._pool.items() for i in p.chunk.obs[:-1, 0]]
-    assert ids == [0, 1, 2, 10, 11, 12] and all(p.replayed for p in resumed._pool.items())
+    ids = [int(i) for p in resumed.pool.items() for i in p.chunk.obs[:-1, 0]]
+    assert ids == [0, 1, 2, 10, 11, 12] and all(p.replayed for p in resumed.pool.items())
     assert resumed.dedup.is_duplicate(BatchId("s", 2)) and resumed.metrics.env_steps_received == 6
     resumed.journal.close()
 
@@ -141,7 +141,7 @@ def test_close_starts_no_update_after_the_running_one(tmp_path) -> None:
         # 128 steps in one message: the first 64 start an update at once, 64 stay pooled.
         await trainer.submit("c", _records(0, steps=64, episodes=2), {"default_policy": 0}, False, env_steps=128,
                              batch=BatchId("s", 1))
-        assert trainer._update_task is not None
+        assert trainer.learner_loop.running is not None
         await trainer.close()
         assert trainer.metrics.updates == 1
 
@@ -175,7 +175,7 @@ def test_a_resume_into_another_folder_is_resumable_from_there(tmp_path) -> None:
     asyncio.run(run_a())
     asyncio.run(run_b())
     resumed = Trainer(_config(b, resume=str(b / "checkpoint.pt")), build_layout(config))
-    ids = sorted(int(i) for p in resumed._pool.items() for i in p.chunk.obs[:-1, 0])
+    ids = sorted(int(i) for p in resumed.pool.items() for i in p.chunk.obs[:-1, 0])
     assert ids == [*range(0, 40), *range(1000, 1040), *range(2000, 2040)]
     assert resumed.dedup.is_duplicate(BatchId("s", 3))
     resumed.journal.close()
@@ -204,7 +204,7 @@ def test_a_journal_folder_emptied_before_a_resume_does_not_hide_what_comes_after
     shutil.rmtree(tmp_path / "journal")
     asyncio.run(second_run())
     resumed = Trainer(_config(tmp_path, resume=str(tmp_path / "checkpoint.pt")), build_layout(config))
-    assert sorted(int(i) for p in resumed._pool.items() for i in p.chunk.obs[:-1, 0]) == list(range(40))
+    assert sorted(int(i) for p in resumed.pool.items() for i in p.chunk.obs[:-1, 0]) == list(range(40))
     resumed.journal.close()
 
 
@@ -239,7 +239,7 @@ def test_the_consoles_checkpoint_waits_for_the_running_update(tmp_path) -> None:
         trainer = Trainer(config, build_layout(config))
         await trainer.submit("c", _records(0, steps=64, episodes=2), {"default_policy": 0}, False, env_steps=128,
                              batch=BatchId("s", 1))
-        assert trainer._update_task is not None
+        assert trainer.learner_loop.running is not None
         done = await apply_control(ConsoleState(trainer), "tok", {"token": "tok", "action": "checkpoint"})
         saved = load_checkpoint(done["path"])
         assert saved["modules"]["default_policy"]["weights_seq_no"] == trainer.weights_seq_no == 1

@@ -136,8 +136,8 @@ async def poisoned_rounds(tmp_path) -> dict:
         for i in range(10):  # 200 honest steps: this round's update starts
             await trainer.submit(honest, [record(20, 1.0, 100 * round_ + i)], seq, False, source=sources[honest])
             sent["honest"] += 20
-        if trainer._update_task is not None:
-            await trainer._update_task
+        if trainer.learner_loop.running is not None:
+            await trainer.learner_loop.running
     # A new connection of the same client_session is refused too.
     with pytest.raises(MessageError) as info:
         await trainer.submit(evil, [record(10, 1.0, 7)], seq, False, source="#3 evil again")

@@ -18,9 +18,10 @@ from websockets.asyncio.client import connect
 
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
-from tether.server.tcp_server import OpenConnection, TetherServer
 from tether.server.trainer import Trainer
-from tether.server.ws_server import _REFUSED_MAX_MESSAGE, WebSocketRLlink, _held_bytes
+from tether.server.transport.connection_limits import ConnectionLimits, OpenConnection
+from tether.server.transport.tcp import TetherServer
+from tether.server.transport.websocket import _REFUSED_MAX_MESSAGE, WebSocketRLlink, _held_bytes
 
 from ..integration.server_process import read_until_closed
 
@@ -75,26 +76,24 @@ def _ping(pad: int = 0) -> bytes:
 def test_the_count_ignores_connections_closed_or_evicted() -> None:
     """What a connection reports after it was evicted or closed is not counted: the
     total is what the open connections hold, and eviction never picks one holding nothing."""
-    server = TetherServer.__new__(TetherServer)
-    server._open, server._partial_total, server.max_partial_frame_bytes = {}, 0, 100
-    server.closed_by_limit, server.max_connections = {}, 10
+    server = ConnectionLimits(max_connections=10, max_partial_frame_bytes=100)
     evicted: list[int] = []
     first = server.open_connection(lambda frame, current: evicted.append(1))
     second = server.open_connection(lambda frame, current: evicted.append(2))
     server.set_partial(first, 60)
     server.set_partial(second, 50)  # 110 > 100: the largest holder (first) is evicted
-    assert evicted == [1] and server._partial_total == 50 and first.partial_bytes == 0
+    assert evicted == [1] and server.partial_total == 50 and first.partial_bytes == 0
     server.set_partial(first, 80)  # its handler reads on before it ends: not counted again
-    assert server._partial_total == 50
+    assert server.partial_total == 50
     server.close_connection(second)
-    assert server._partial_total == 0
+    assert server.partial_total == 0
     server.set_partial(second, 70)  # closed: not counted
-    assert server._partial_total == 0 and evicted == [1]
+    assert server.partial_total == 0 and evicted == [1]
     server.close_connection(first)
-    assert server._open == {} and server._partial_total == 0
+    assert len(server) == 0 and server.partial_total == 0
     stray = OpenConnection(lambda frame, current: None)  # never opened (refused over the limit)
     server.set_partial(stray, 1000)
-    assert server._partial_total == 0 and evicted == [1]
+    assert server.partial_total == 0 and evicted == [1]
 
 
 
@@ -102,9 +101,7 @@ def test_bytes_of_handshaking_connections_never_push_out_an_established_one() ->
     """Over max_partial_frame_bytes, connections still in their handshake are closed first, largest
     first, even when an established connection holds more (an upload under way): peers without
     the token (or, without one, that never completed a request) cannot push out a client (§6.4)."""
-    server = TetherServer.__new__(TetherServer)
-    server._open, server._partial_total, server.max_partial_frame_bytes = {}, 0, 100
-    server.closed_by_limit, server.max_connections = {}, 10
+    server = ConnectionLimits(max_connections=10, max_partial_frame_bytes=100)
     evicted: list[str] = []
     client = server.open_connection(lambda frame, current: evicted.append("client"))
     server.establish(client)
@@ -113,7 +110,7 @@ def test_bytes_of_handshaking_connections_never_push_out_an_established_one() ->
     big = server.open_connection(lambda frame, current: evicted.append("big"))
     server.set_partial(small, 10)
     server.set_partial(big, 35)  # 105 > 100
-    assert evicted == ["big"] and not client.evicted and server._partial_total == 70
+    assert evicted == ["big"] and not client.evicted and server.partial_total == 70
 
 def test_a_websocket_lost_with_messages_queued_leaves_nothing_counted(tmp_path: Path) -> None:
     """A connection reset while a message is being answered and two more wait: the
@@ -131,25 +128,25 @@ def test_a_websocket_lost_with_messages_queued_leaves_nothing_counted(tmp_path: 
 
     async def main() -> tuple[int, list[int], bytes]:
         trainer, tcp, ws = await _start(tmp_path, max_frame_bytes=1_000_000, max_partial_frame_bytes=1_000_000)
-        decode = tcp.decode_pool.decode
+        decode = tcp.service.decode_pool.decode
 
         async def slow_decode(body: bytes):  # the pool busy with other clients' bodies
             await asyncio.sleep(1.0)
             return await decode(body)
 
-        tcp.decode_pool.decode = slow_decode
+        tcp.service.decode_pool.decode = slow_decode
         thread = threading.Thread(target=lose_a_connection, args=(ws.port,))
         thread.start()
         totals = []
         deadline = time.monotonic() + 30
-        while (thread.is_alive() or tcp._open) and time.monotonic() < deadline:  # (a leaked slot fails below)
+        while (thread.is_alive() or len(tcp.connections)) and time.monotonic() < deadline:  # (a leaked slot fails below)
             await asyncio.sleep(0.05)
-        assert not tcp._open, "the lost connection still holds its slot"
+        assert not len(tcp.connections), "the lost connection still holds its slot"
         for _ in range(20):  # the handler's last steps, after the connection is gone
             await asyncio.sleep(0.1)
-            totals.append(tcp._partial_total)
+            totals.append(tcp.connections.partial_total)
         # An honest TCP client now sends a frame of 990 kB in two parts: within the budget, answered.
-        tcp.decode_pool.decode = decode
+        tcp.service.decode_pool.decode = decode
         reader, writer = await asyncio.open_connection("127.0.0.1", tcp.port)
         body = _ping(990_000 - 80)
         writer.write(b"%08d" % len(body) + body[:600_000])
@@ -161,7 +158,7 @@ def test_a_websocket_lost_with_messages_queued_leaves_nothing_counted(tmp_path: 
         answer = await asyncio.wait_for(reader.readexactly(int(header)), 10)
         writer.close()
         await _stop(trainer, tcp, ws)
-        return tcp._partial_total, totals, answer
+        return tcp.connections.partial_total, totals, answer
 
     final, totals, answer = asyncio.run(main())
     assert totals == [0] * len(totals) and final == 0
@@ -175,7 +172,7 @@ def test_a_fragmented_message_is_counted_once(tmp_path: Path) -> None:
         sock.sendall(_frame(b"{" + b" " * 199_999, fin=False) + b"\x00\x80\x00\x00\x00\x00")  # 200 kB + empty CONT
         sock.sendall(b"\x00" + bytes([0x80 | 126]) + struct.pack("!H", 50_000) + b"\0\0\0\0" + b" " * 50_000)
         await asyncio.sleep(0.5)
-        held = tcp._partial_total
+        held = tcp.connections.partial_total
         sock.close()
         await _stop(trainer, tcp, ws)
         return held
@@ -221,7 +218,7 @@ def test_a_refused_websocket_is_not_read_beyond_a_small_message(tmp_path: Path) 
             held = max([held, *(_held_bytes(c) for c in ws.connections)])
             await asyncio.sleep(0.005)
         received, sent = await sending
-        total = tcp._partial_total
+        total = tcp.connections.partial_total
         holder.close()
         await _stop(trainer, tcp, ws)
         return received, sent, held, total
@@ -280,7 +277,7 @@ def test_stop_returns_while_a_websocket_batch_waits_for_training(tmp_path: Path)
             await asyncio.sleep(0.3)
             await client.send(episodes(10, "b"))  # waits for room
             await asyncio.sleep(0.3)
-            assert trainer._pool.steps >= trainer._pool.capacity
+            assert trainer.pool.steps >= trainer.pool.capacity
             started = time.monotonic()
             await asyncio.wait_for(ws.stop(), 15)
             took = time.monotonic() - started

@@ -1,33 +1,10 @@
-"""``tether check-client``: a scripted RLlink server that checks one client program.
-
-PettingZoo gives environment authors ``api_test``; this is the same for SDK
-authors. The checker listens on a port, waits for one client program (which
-may connect several times in a row), and walks it through protocol 1.3
-(docs/protocol.md §16.2, docs/check-client.md):
-
-* handshake: PING with ``protocol_version``, GET_CONFIG, GET_STATE;
-* records: valid against SET_CONFIG's spaces, Box actions recorded raw (the
-  engine gets them clipped), ``action_logp`` computed with the served model;
-* exactly-once batches: ``client_session`` and ``batch_seq`` 1, 2, 3, ...;
-* an ERROR answer the client survives without resending the refused batch;
-* a model swap: later records computed with the new model;
-* a dropped connection: reconnect, handshake, resend with the same session+seq,
-  then go on after the duplicate's answer;
-* garbage from the server (a bad frame header): drop the connection, reconnect;
-* a connection-level ERROR (CLIENT_TIMEOUT) and close: reconnect, lose nothing;
-* heartbeats: an idle client PINGs every ``heartbeat_interval_s``.
-
-It prints one row per check and exits with the number of failed checks. It
-speaks raw bytes through the protocol core and serves two fixed ONNX models;
-nothing is trained.
-"""
+"""The scripted server behind ``tether check-client``: it walks one client program through
+protocol 1.3 and fills in a row per check (checks.py) from what the client sends."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,15 +18,12 @@ from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
 from tether.sdk.protocol.framing import FrameDecoder, encode_frame
 from tether.sdk.protocol.messages import MessageType, decode_message, error_message, parse_version
 from tether.sdk.protocol.onnx_codec import encode_onnx
-from tether.sdk.protocol.spaces import box
 
-#: The checker's environment ("echo env", docs/check-client.md): obs [t/10, last executed action, 1].
-OBS_SPACE = box(np.full(3, -10.0), np.full(3, 10.0))
-ACTION_SPACE = box(np.array([-1.0]), np.array([1.0]))
-EPISODE_LENGTH = 10
-INPUT_NAME = "check_obs"
-OUTPUT_NAME = "check_dist_inputs"
-STEPS_PER_SAMPLE = 20
+from .checks import ROWS, Row
+from .echo_env import (ACTION_SPACE, MODEL_WEIGHTS, OBS_SPACE, STEPS_PER_SAMPLE, build_model, config_message,
+                       dist_inputs)
+
+#: The heartbeat_interval_s announced in SET_CONFIG unless told otherwise.
 HEARTBEAT_S = 0.5
 #: A client that acts while batches are in flight may send this many batches after the one whose
 #: answer carried the new model before its steps must come from that model: the two its send
@@ -57,84 +31,6 @@ HEARTBEAT_S = 0.5
 SWAP_GRACE_BATCHES = 3
 #: How long a client that owes a resend may take to reconnect.
 RECONNECT_WAIT_S = 10.0
-
-#: Model A (weights_seq_no 0) has mean near +0.8, model B (weights_seq_no 1) near -0.8,
-#: both with a std that puts about a third of the raw samples outside [-1, 1].
-MODEL_WEIGHTS = {
-    0: (np.array([[0.1, 0.2, 0.0], [0.0, 0.0, 0.0]], np.float32), np.array([0.8, math.log(0.5)], np.float32)),
-    1: (np.array([[-0.1, 0.1, 0.0], [0.0, 0.0, 0.0]], np.float32), np.array([-0.8, math.log(0.4)], np.float32)),
-}
-
-ROWS: list[tuple[str, str]] = [
-    ("handshake", "PING with protocol_version 1.x, GET_CONFIG, GET_STATE before the first batch"),
-    ("records_valid", "every batch is an on-policy EPISODES_AND_GET_STATE whose records the protocol core accepts"),
-    ("engine_gets_clipped_action", "the env executed the clipped action (obs[t+1][1] == clip(actions[t]))"),
-    ("raw_box_samples", "records carry the raw Gaussian sample (some outside the box) and its logp"),
-    ("logp_from_served_model", "every step's action_logp (and dist inputs) come from a model the server sent"),
-    ("batch_ids", "client_session (1..128 chars, kept across reconnects) and batch_seq 1, 2, 3, ..."),
-    ("error_reply", "after an ERROR answer the client goes on and does not resend the refused batch"),
-    ("model_swap", "after SET_STATE with a new model, later records use it; a batch claims the oldest "
-                   "weights_seq_no its steps used"),
-    ("drop_reconnect", "connection closed with a batch unanswered: the client reconnects and redoes the handshake"),
-    ("resend_same_seq", "the unanswered batch is resent unchanged, with the same client_session and batch_seq"),
-    ("duplicate_reply", "after the resent batch's answer the client goes on with the next batch_seq"),
-    ("garbage_reconnect", "bad frame header from the server: the client drops the connection, reconnects, resends"),
-    ("connection_error", "unsolicited ERROR CLIENT_TIMEOUT, then close: the client reconnects and goes on "
-                         "with the next batch_seq"),
-    ("heartbeat", "an idle client PINGs about every heartbeat_interval_s"),
-]
-
-
-def build_model(version: int) -> bytes:
-    """The fixed policy ``version`` as ONNX: dist_inputs = obs @ W.T + b (mean, log_std)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    weight, bias = MODEL_WEIGHTS[version]
-    graph = helper.make_graph(
-        [helper.make_node("Gemm", [INPUT_NAME, "W", "b"], [OUTPUT_NAME], transB=1)],
-        f"tether_check_model_{version}",
-        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", 3])],
-        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", 2])],
-        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
-    )
-    model = helper.make_model(graph, producer_name="tether-check", opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
-
-
-def dist_inputs(version: int, obs: np.ndarray) -> np.ndarray:
-    """What model ``version`` outputs for a batch of observations (float32, as ONNX Runtime computes)."""
-    weight, bias = MODEL_WEIGHTS[version]
-    return (obs.astype(np.float32) @ weight.T + bias).astype(np.float32)
-
-
-def config_message(heartbeat_s: float) -> dict[str, Any]:
-    spec = {"observation_space": OBS_SPACE.to_json(), "action_space": ACTION_SPACE.to_json(),
-            "onnx_input_names": [INPUT_NAME], "onnx_output_names": [OUTPUT_NAME], "trainable": True}
-    return {
-        "type": MessageType.SET_CONFIG.value, "env_steps_per_sample": STEPS_PER_SAMPLE, "force_on_policy": True,
-        "protocol_version": "1.3", "observation_space": spec["observation_space"],
-        "action_space": spec["action_space"], "onnx_input_names": [INPUT_NAME], "onnx_output_names": [OUTPUT_NAME],
-        "train_batch_size": STEPS_PER_SAMPLE, "max_staleness": 1, "modules": {"default_policy": spec},
-        "policy_mapping": [{"pattern": "*", "module": "default_policy"}], "groups": {},
-        "policies_to_train": ["default_policy"], "heartbeat_interval_s": heartbeat_s,
-        "client_timeout_s": heartbeat_s * 4,
-    }
-
-
-@dataclass
-class Row:
-    passed: bool | None = None  # None: not reached
-    reason: str = ""
-
-    def fail(self, reason: str) -> None:
-        if self.passed is not False:  # keep the first failure's reason
-            self.passed, self.reason = False, reason
-
-    def ok(self) -> None:
-        if self.passed is None:
-            self.passed = True
 
 
 @dataclass
@@ -598,22 +494,6 @@ class ClientChecker:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=5556, help="port to listen on; 0 picks a free one (default: 5556)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds (default: 120)")
-    parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_S,
-                        help="heartbeat_interval_s announced in SET_CONFIG (default: 0.5)")
-    parser.add_argument("--auth-token", default=None, help="require this token in PING")
-    parser.add_argument("--verbose", action="store_true", help="print what the script does")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Entry point of ``tether check-client``: exit status = number of failed checks."""
-    checker = ClientChecker(args.host, args.port, args.timeout, args.heartbeat_interval, args.auth_token, args.verbose)
-    return asyncio.run(checker.run())
 
 
 def _without_runs(episodes: Any) -> Any:

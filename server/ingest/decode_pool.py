@@ -33,7 +33,9 @@ from typing import Any
 
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.messages import MessageType, decode_message
-from tether.sdk.protocol.multi_agent import MultiAgentRecord, decode_multi_agent_record, decode_single_agent_record
+from tether.sdk.protocol.multi_agent import MultiAgentRecord
+
+from .record_decode import decode_record
 
 #: Bodies at least this large are decoded in a worker process.
 DEFAULT_THRESHOLD_BYTES = 1 << 20
@@ -91,13 +93,10 @@ def _init_worker(server_pid: int, specs: dict[str, Any], default_module: str | N
 
 def predecode_record(record: Any, index: int, specs: dict[str, Any], default_module: str | None,
                      require_logp: bool) -> tuple[bool, MultiAgentRecord] | MessageError:
-    """The state-free part of validating one record (what EpisodeIngest does
-    before its mapping and finished-agent checks): (is multi-agent, record); a
-    MessageError is returned, not raised."""
+    """``decode_record`` in a worker: (is multi-agent, record), or the MessageError, returned
+    rather than raised (a nesting or number overflow becomes one that names the record)."""
     try:
-        if isinstance(record, dict) and "agents" in record:
-            return True, decode_multi_agent_record(record, index, specs, require_logp)
-        return False, decode_single_agent_record(record, index, specs, default_module, require_logp)
+        return decode_record(record, index, specs, default_module, require_logp)
     except MessageError as exc:
         return exc
     except RecursionError:

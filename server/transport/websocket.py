@@ -2,13 +2,14 @@
 TCP sockets, such as games built for the browser.
 
 Each websocket text message carries one RLlink body (the JSON object, without
-the 8-digit header); everything after framing is the TCP server's: the same
-session rules (auth, version, one request in flight), the same answers and
-errors (large bodies decoded in the same pool, off the event loop), the same
-connection limit (counted together with TCP's, from a connection's first byte,
-handshakes included, in the same handshaking share), the same refusal of an
-address after wrong auth tokens, the same timeouts, the same size limit and the same
-budget for bytes of unfinished messages, the same training.
+the 8-digit header); everything after framing is shared with TCP: the same
+``RLlinkService`` (session rules: auth, version, one request in flight; the same
+answers and errors; large bodies decoded in the same pool, off the event loop;
+the same training), the same ``ConnectionLimits`` (the connection limit, counted
+together with TCP's from a connection's first byte, handshakes included, in the
+same handshaking share; the same refusal of an address after wrong auth tokens;
+the same budget for bytes of unfinished messages), the same deadlines and the
+same size limit.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from tether.sdk.protocol import ErrorCode, error_message
+from tether.sdk.protocol import ErrorCode
 from tether.sdk.protocol.connection import ServerConnection as RLlinkConnection
-from tether.sdk.protocol.framing import HEADER_SIZE, encode_frame
+from tether.sdk.protocol.framing import HEADER_SIZE
 
-from .tcp_server import (_BACKLOG, _CLOSE_GRACE_S, LEGACY_TIMEOUT_FACTOR, ClientSession, OpenConnection, TetherServer,
-                         _speaks_1_3, enable_keepalive, listen)
+from ..client_session import ClientSession
+from .connection_limits import OpenConnection
+from .deadlines import silence_allowed, timed_out_frame
+from .sockets import BACKLOG, CLOSE_GRACE_S, enable_keepalive, listen
+from .tcp import TetherServer
 
 PATH = "/rllink"
 
@@ -70,8 +74,7 @@ class _RLlinkWebSocket(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        tcp = self.rllink.tcp
-        self.slot = tcp.open_connection(self._evict, transport.get_extra_info("peername"))
+        self.slot = self.rllink.tcp.connections.open_connection(self._evict, transport.get_extra_info("peername"))
         self.rllink.connections.add(self)
         #: (loop time) The upgrade and the RLlink handshake both end within handshake_timeout_s of it.
         self.opened_at = asyncio.get_running_loop().time()
@@ -80,7 +83,7 @@ class _RLlinkWebSocket(ServerConnection):
             # message limit bounds what a refused connection can make the server hold.
             self.protocol.max_message_size = _REFUSED_MAX_MESSAGE
             self.rllink.refusing += 1
-            if self.rllink.refusing > _BACKLOG:  # a flood: no handshake, no explanation
+            if self.rllink.refusing > BACKLOG:  # a flood: no handshake, no explanation
                 transport.abort()
             return
         enable_keepalive(transport.get_extra_info("socket"))
@@ -91,7 +94,7 @@ class _RLlinkWebSocket(ServerConnection):
         if self.slot is not None:
             if self.slot.over_limit:
                 self.rllink.refusing -= 1
-            self.rllink.tcp.close_connection(self.slot)
+            self.rllink.tcp.connections.close_connection(self.slot)
 
     def data_received(self, data: bytes) -> None:
         if self.slot is not None and self.slot.over_limit:
@@ -105,7 +108,7 @@ class _RLlinkWebSocket(ServerConnection):
     def report_held(self) -> None:
         """Tell the server what this connection holds now (it may close the largest holders)."""
         if self.slot is not None and not self.slot.over_limit and not self.slot.evicted:
-            self.rllink.tcp.set_partial(self.slot, _held_bytes(self))
+            self.rllink.tcp.connections.set_partial(self.slot, _held_bytes(self))
 
     def _evict(self, frame: bytes, current: bool) -> None:
         self.transport.pause_reading()  # nothing more is read from it; it is closed once its ERROR is out
@@ -141,17 +144,17 @@ class WebSocketRLlink:
         # With an auth token every connection starts at the pre-auth limit (raised once it authenticates):
         # set here, not in the handler, since a message sent with the upgrade request is read before it runs.
         # The upgrade itself must finish within handshake_timeout_s. Few peers are accepted per loop
-        # iteration, as on TCP (see TetherServer.start), while the kernel queues _BACKLOG.
+        # iteration, as on TCP (see TetherServer.start), while the kernel queues BACKLOG.
         first_limit = (min(self.config.pre_auth_max_frame_bytes, self.config.max_frame_bytes)
                        if self.config.auth_token else self.config.max_frame_bytes)
         burst = self.tcp.accept_burst
         self._server = await serve(self._handle, self.host, self.requested_port, process_request=self._http,
                                    max_size=first_limit, max_queue=1, ping_interval=None, compression=None,
-                                   open_timeout=self.config.handshake_timeout_s, close_timeout=_CLOSE_GRACE_S,
+                                   open_timeout=self.config.handshake_timeout_s, close_timeout=CLOSE_GRACE_S,
                                    create_connection=functools.partial(_RLlinkWebSocket, self), backlog=burst)
-        if burst < _BACKLOG:
+        if burst < BACKLOG:
             for listening in self._server.sockets:
-                listen(listening.fileno(), _BACKLOG)
+                listen(listening.fileno(), BACKLOG)
 
     async def stop(self) -> None:
         """Stop accepting, end every connection and return: a handler waiting on training (a
@@ -174,12 +177,12 @@ class WebSocketRLlink:
         task.add_done_callback(self._tasks.discard)
 
     async def close_with(self, ws: ServerConnection, frame: bytes) -> None:
-        """Send a last ERROR (within _CLOSE_GRACE_S: a peer that does not read is not waited for), then close."""
+        """Send a last ERROR (within CLOSE_GRACE_S: a peer that does not read is not waited for), then close."""
         if ws.protocol.state is not State.OPEN:  # still in its upgrade (no message can go yet), or closed
             ws.transport.abort()
             return
         try:
-            async with asyncio.timeout(_CLOSE_GRACE_S):
+            async with asyncio.timeout(CLOSE_GRACE_S):
                 await self._send(ws, frame)
         except (ConnectionClosed, TimeoutError):
             pass
@@ -194,7 +197,6 @@ class WebSocketRLlink:
         await ws.send(frame[HEADER_SIZE:].decode("utf-8"))
 
     async def _handle(self, ws: ServerConnection) -> None:
-        tcp = self.tcp
         assert isinstance(ws, _RLlinkWebSocket) and ws.slot is not None
         task = asyncio.current_task()
         assert task is not None
@@ -205,18 +207,12 @@ class WebSocketRLlink:
             self._handlers.discard(task)
 
     async def _handle_open(self, ws: _RLlinkWebSocket) -> None:
-        tcp = self.tcp
         assert ws.slot is not None
         if ws.slot.refusal is not None:
             await self.close_with(ws, ws.slot.refusal)
             return
         session = ClientSession(ws.remote_address)
-        connection = RLlinkConnection(self.config.max_frame_bytes, self.config.auth_token,
-                                      pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
-        metrics = tcp.trainer.metrics
-        metrics.clients_connected += 1
-        if tcp.observer is not None:
-            tcp.observer.connected(session.id, session.peer)
+        connection = self.tcp.service.connected(session)
         try:
             await self._serve(ws, session, connection)
         except (ConnectionClosed, asyncio.CancelledError):
@@ -224,15 +220,11 @@ class WebSocketRLlink:
         except Exception as exc:  # one connection's failure must never reach the others
             print(f"[tether] websocket connection from {session.peer} failed: {exc!r:.300}", file=sys.stderr, flush=True)
         finally:
-            metrics.clients_connected -= 1
-            if tcp.observer is not None:
-                tcp.observer.disconnected(session.id)
-            tcp.trainer.forget_connection(session.id)
+            self.tcp.service.disconnected(session)
             await ws.close()
 
     async def _serve(self, ws: _RLlinkWebSocket, session: ClientSession, connection: RLlinkConnection) -> None:
         loop = asyncio.get_running_loop()
-        tcp = self.tcp
         slot = ws.slot
         assert slot is not None
         # Until its RLlink handshake is complete (None from then on).
@@ -243,8 +235,7 @@ class WebSocketRLlink:
                 deadline: float | None = handshake_deadline
                 code = ErrorCode.HANDSHAKE_TIMEOUT
             elif client_timeout is not None:
-                wait = client_timeout if _speaks_1_3(connection) else client_timeout * LEGACY_TIMEOUT_FACTOR
-                deadline, code = loop.time() + wait, ErrorCode.CLIENT_TIMEOUT
+                deadline, code = loop.time() + silence_allowed(connection, client_timeout), ErrorCode.CLIENT_TIMEOUT
             else:
                 deadline, code = None, ErrorCode.CLIENT_TIMEOUT
             try:
@@ -260,7 +251,7 @@ class WebSocketRLlink:
             del data
             slot.answering = True
             try:
-                frame, closes = await tcp.answer(session, connection, body, slot)
+                frame, closes = await self.tcp.service.answer(session, connection, body, slot)
             finally:
                 slot.answering = False
             del body
@@ -282,8 +273,5 @@ class WebSocketRLlink:
                 return
 
     async def _timed_out(self, ws: ServerConnection, code: ErrorCode) -> None:
-        self.tcp._count(code)
-        text = (self.tcp.handshake_timeout_text() if code is ErrorCode.HANDSHAKE_TIMEOUT else
-                f"no data received for client_timeout_s ({self.config.client_timeout_s:g} s); "
-                f"an idle client must PING every heartbeat_interval_s")
-        await self.close_with(ws, encode_frame(error_message(code, text)))
+        self.tcp.connections.count(code)
+        await self.close_with(ws, timed_out_frame(self.config, code, names_legacy_factor=False))

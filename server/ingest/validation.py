@@ -12,9 +12,10 @@ from typing import Any, Callable, Hashable
 
 from tether.sdk.protocol.errors import ErrorCode, MessageError
 from tether.sdk.protocol.messages import is_text
-from tether.sdk.protocol.multi_agent import MultiAgentRecord, decode_multi_agent_record, decode_single_agent_record
+from tether.sdk.protocol.multi_agent import MultiAgentRecord
 
-from .module_setup import ModuleLayout
+from ..module_setup import ModuleLayout
+from .record_decode import decode_record
 
 
 class PendingRecords:
@@ -129,14 +130,14 @@ class EpisodeIngest:
         # Working copies of the finished-agent sets this message touches; kept only if all is valid.
         done: dict[tuple[Hashable, str | None], set[str]] = {}
         for index, record in enumerate(records):
-            pre = None
             if predecoded is not None:
                 if isinstance(predecoded[index], MessageError):
                     raise predecoded[index]
-                pre = predecoded[index]
-            if pre[0] if pre is not None else isinstance(record, dict) and "agents" in record:
-                decoded = pre[1] if pre is not None else decode_multi_agent_record(
-                    record, index, self.layout.specs, self.require_logp)
+                multi_agent, decoded = predecoded[index]
+            else:
+                multi_agent, decoded = decode_record(record, index, self.layout.specs, self.layout.default_module(),
+                                                     self.require_logp)
+            if multi_agent:
                 key = (connection, decoded.episode_id)
                 if key not in done:
                     done[key] = set(self._done.get(key, ()))
@@ -144,8 +145,6 @@ class EpisodeIngest:
                 if decoded.is_terminated or decoded.is_truncated:
                     done[key] = set()  # the episode is over: its id may start a new one
                     self._assigned.pop((connection, decoded.episode_id or ""), None)
-            else:
-                decoded = pre[1] if pre is not None else self._single_agent(record, index)
             out.append(decoded)
         return PendingRecords(self, out, done)
 
@@ -155,10 +154,6 @@ class EpisodeIngest:
                 self._done[key] = agents
             else:
                 self._done.pop(key, None)
-
-    def _single_agent(self, record: Any, index: int) -> MultiAgentRecord:
-        return decode_single_agent_record(record, index, self.layout.specs, self.layout.default_module(),
-                                          self.require_logp)
 
     def _check_agents(
         self, connection: Hashable, record: MultiAgentRecord, index: int, done: set[str], via: Hashable = None
@@ -200,25 +195,3 @@ class EpisodeIngest:
         for akey in [k for k in self._assigned if k[0] == connection]:
             del self._assigned[akey]
 
-
-def message_env_steps(message: dict[str, Any], records: list[MultiAgentRecord]) -> int:
-    """Env steps a message covers (protocol 1.3 counting).
-
-    A 1.3 message declares ``env_steps`` together with ``agent_steps``; the
-    declared number is used, capped at the agent steps of its records (every
-    env step has at least one decision). Without a declaration a single-agent
-    record's steps are env steps, and a multi-agent record counts its longest
-    agent entry: exact when some agent acts on every step, a lower bound when
-    agents take turns (``start_step`` is where an agent first acted in the
-    episode, not where this chunk starts, so it cannot date a later chunk).
-    """
-    agent_steps = sum(r.agent_steps for r in records)
-    declared = message.get("env_steps")
-    if "agent_steps" in message and isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0:
-        return min(declared, agent_steps)
-    return sum(record_env_steps(r) for r in records)
-
-
-def record_env_steps(record: MultiAgentRecord) -> int:
-    """Env steps one record spans (see ``message_env_steps``)."""
-    return max((a.chunk.env_steps for a in record.agents), default=0)

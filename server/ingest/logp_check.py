@@ -22,8 +22,8 @@ from tether.sdk.protocol.episodes import EpisodeChunk
 from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
 from tether.sdk.protocol.spaces import Box, Discrete, Space
 
-from .learner.onnx_export import export_policy
-from .learner.policy_network import ActorCritic
+from ..learner.onnx_export import export_policy
+from ..learner.policy_network import ActorCritic
 
 #: |claimed - recomputed| allowed per step: ``ABS + REL * |recomputed|``. ONNX
 #: Runtime (float32) against torch (float32) differ by ~1e-5 on these models

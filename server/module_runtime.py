@@ -1,0 +1,46 @@
+"""One module's learner and the model it currently serves, built from the layout."""
+
+from __future__ import annotations
+
+import torch
+
+from tether.sdk.protocol.multi_agent import ModuleSpec
+from tether.sdk.protocol.onnx_codec import encode_onnx
+
+from .config import ServerConfig
+from .learner import PPOLearner
+from .module_setup import ModuleLayout
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' picks CUDA when available, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class ModuleRuntime:
+    """One module's learner and the model it currently serves."""
+
+    def __init__(self, spec: ModuleSpec, learner: PPOLearner) -> None:
+        self.spec = spec
+        self.learner = learner
+        self.weights_seq_no = 0
+        self.onnx_field = encode_onnx(learner.export_onnx())
+
+    def publish(self, onnx_bytes: bytes) -> None:
+        self.weights_seq_no += 1
+        self.onnx_field = encode_onnx(onnx_bytes)
+
+
+def build_modules(layout: ModuleLayout, config: ServerConfig, device: torch.device) -> dict[str, ModuleRuntime]:
+    """A fresh learner per module of the layout (module i seeded with seed + i)."""
+    modules: dict[str, ModuleRuntime] = {}
+    for i, (module_id, spec) in enumerate(layout.specs.items()):
+        learner = PPOLearner(
+            spec.observation_space, spec.action_space, layout.hyperparams[module_id], device,
+            None if config.seed is None else config.seed + i, spec.onnx_input_name, spec.onnx_output_name,
+            spec.value_obs_dim,
+        )
+        modules[module_id] = ModuleRuntime(spec, learner)
+    return modules
