@@ -123,6 +123,8 @@ def init_from_trained(modules: dict[str, ModuleRuntime], init_from: dict[str, tu
                 loaded[path] = load_checkpoint(path)
             except OSError as exc:
                 raise ValueError(f"module {module_id!r}: init_from {path!r}: {exc.strerror or exc}") from None
+            except ValueError as exc:  # (CheckpointError: not a checkpoint of tensors and plain values)
+                raise ValueError(f"module {module_id!r}: init_from: {exc}") from None
         saved = loaded[path].get("modules", {}) if isinstance(loaded[path], dict) else {}
         if source not in saved:
             raise ValueError(f"module {module_id!r}: init_from {path!r} has no module {source!r} "

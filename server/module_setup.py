@@ -163,7 +163,9 @@ def _init_from(value: Any, module_id: str) -> tuple[str, str]:
     if not isinstance(value, str) or not value.strip("#"):
         raise ValueError(f"module {module_id!r}: init_from must be a checkpoint path, optionally '#module', "
                          f"got {value!r}")
-    path, _, source = value.rpartition("#") if "#" in value else (value, "", module_id)
+    path, _, source = value.rpartition("#")
+    if not path or "/" in source or "\\" in source:  # no '#module' (a '#' of the path itself)
+        path, source = value, module_id
     return path, source or module_id
 
 

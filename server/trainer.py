@@ -81,7 +81,7 @@ class Trainer:
         #: The share of new episodes clients are asked to record (SET_STATE record_share, §13.2).
         self.record_share = RecordShare(time.monotonic(), config.train_batch_size, config.env_steps_per_sample)
         #: Why the run ends, once it does: "stop_at_return" or "max_env_steps" (the run is done:
-        #: clients are told TRAINING_DONE), "signal" (an operator stopped it: clients reconnect).
+        #: clients are told TRAINING_DONE), "signal" or "console" (an operator stopped it: clients reconnect).
         self.stop_reason: str | None = None
         self.stop_requested = asyncio.Event()
         self.stop_rule = StopRule(config, self.metrics, self.request_stop)
@@ -252,7 +252,7 @@ class Trainer:
     # -- the end of the run ------------------------------------------------------
 
     def request_stop(self, reason: str) -> None:
-        """End the run (the first reason given is kept): "stop_at_return", "max_env_steps" or "signal"."""
+        """End the run (the first reason given is kept): "stop_at_return", "max_env_steps", "signal" or "console"."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stop_requested.set()

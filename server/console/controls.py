@@ -55,7 +55,7 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
             trainer.set_entropy_coef(module, float(value))
         done.update(module=module, value=float(value))
     elif action == "stop":
-        trainer.stop_requested.set()
+        trainer.request_stop("console")  # an operator's stop, as a signal: no TRAINING_DONE (§6.6)
     state.event("control", **done)
     _to_tensorboard(trainer, done)
     return done

@@ -40,7 +40,7 @@ class OpenConnection:
     max_partial_frame_bytes."""
 
     __slots__ = ("key", "address", "partial_bytes", "evicted", "refusal", "established", "answering", "speaks_1_3",
-                 "_evict")
+                 "said_goodbye", "goodbye", "_evict")
     _keys = itertools.count(1)
 
     def __init__(self, evict: Callable[[bytes, bool], None], address: str | None = None) -> None:
@@ -59,12 +59,26 @@ class OpenConnection:
         self.answering = False
         #: Its PING announced protocol 1.3 or later (it is told TRAINING_DONE at the end of the run).
         self.speaks_1_3 = False
+        #: Set once it was told TRAINING_DONE: nothing more is answered on it.
+        self.said_goodbye = False
+        #: How the transport says a final ERROR and lets the peer close first (TCP: write, then
+        #: half-close and keep reading, so that bytes the peer still sends cannot reset the connection
+        #: before it read the ERROR); None: ``evict`` (a websocket closes with a handshake of its own).
+        self.goodbye: Callable[[bytes], None] | None = None
         self._evict = evict
 
     @property
     def over_limit(self) -> bool:
         """Whether it was refused on arrival (it is not counted among the open connections)."""
         return self.refusal is not None
+
+    def say_goodbye(self, frame: bytes) -> None:
+        """Send ``frame`` (ERROR TRAINING_DONE) as the last thing on this connection."""
+        self.said_goodbye = True
+        if self.goodbye is not None:
+            self.goodbye(frame)
+        else:
+            self.evict(frame, False)
 
     def evict(self, frame: bytes, current: bool) -> None:
         """Send ``frame`` (a connection-level ERROR) and close; ``current``: its own handler is running now."""

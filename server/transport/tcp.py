@@ -62,6 +62,16 @@ def _evict_stream(writer: asyncio.StreamWriter) -> Callable[[bytes, bool], None]
     return evict
 
 
+def _goodbye_stream(writer: asyncio.StreamWriter) -> Callable[[bytes], None]:
+    def goodbye(frame: bytes) -> None:
+        # Written after whatever is queued, then a half-close: the handler reads on (and drops) what the
+        # peer still sends until it closes, so a reset cannot destroy the ERROR before the peer read it.
+        writer.write(frame)
+        if writer.can_write_eof():
+            writer.write_eof()
+    return goodbye
+
+
 class _Close(Exception):
     """Ends a connection's handler after its last frame was written."""
 
@@ -136,7 +146,7 @@ class TetherServer:
         frame = encode_frame({**error_message(ErrorCode.TRAINING_DONE, text), "summary": summary})
         told = [c for c in self.connections.open_connections() if c.established and c.speaks_1_3 and not c.evicted]
         for conn in told:
-            conn.evict(frame, False)
+            conn.say_goodbye(frame)
         deadline = asyncio.get_running_loop().time() + flush_s
         while any(c in self.connections for c in told) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
@@ -159,6 +169,7 @@ class TetherServer:
         self._handlers.add(task)
         session = ClientSession(writer.get_extra_info("peername"))
         conn = self.connections.open_connection(_evict_stream(writer), session.peer)
+        conn.goodbye = _goodbye_stream(writer)
         if conn.refusal is not None:
             writer.write(conn.refusal)
             await self._close(writer)
@@ -192,7 +203,7 @@ class TetherServer:
                     body = connection.next_body()
                 except FramingError as exc:
                     await self._refuse(writer, connection.framing_error_frame(exc))
-                if body is None or conn.evicted:
+                if body is None or conn.evicted or conn.said_goodbye:
                     break
                 conn.answering = True
                 try:
@@ -204,7 +215,7 @@ class TetherServer:
                     await self._refuse(writer, frame)
                 if handshake_deadline is not None and conn.established:
                     handshake_deadline = None
-                if frame is not None:
+                if frame is not None and not conn.said_goodbye:
                     writer.write(frame)
                     if handshake_deadline is None:
                         await writer.drain()
@@ -222,6 +233,8 @@ class TetherServer:
                 data = await reader.read(_READ_SIZE)
             if not data or conn.evicted:
                 return  # EOF; a partial frame is discarded, nothing stored
+            if conn.said_goodbye:
+                continue  # read and dropped until the peer, told TRAINING_DONE, closes
             connection.add_data(data)
             self.connections.set_partial(conn, connection.buffered_bytes)
             if conn.evicted:
