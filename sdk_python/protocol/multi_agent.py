@@ -199,7 +199,7 @@ def decode_multi_agent_record(
     """Validate the per-agent arrays of one record against each agent's module.
 
     Policy mapping, groups and per-episode agent state need the server's
-    state; the server checks them after this (see server/ingest.py).
+    state; the server checks them after this (see server/ingest/validation.py).
     """
     where = f"episodes[{index}]"
     if not isinstance(record, dict):
