@@ -175,7 +175,7 @@ def next_frame(rng: random.Random) -> tuple[bytes, bool]:
 
 def parse_like_server(body: bytes) -> tuple[str | None, Any]:
     """(type, message) as the server parses the body (its own decoder), or (None, None)."""
-    from tether.sdk.protocol.messages import decode_message
+    from tether.protocol.messages import decode_message
 
     try:
         kind, message = decode_message(body)

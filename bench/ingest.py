@@ -7,7 +7,7 @@ is required and validated). Each of ``--clients`` worker processes builds ONE
 CartPole-shaped message (obs of 4 floats from real CartPole-v1 dynamics,
 Discrete(2) actions, rewards, action_logp, 2 action_dist_inputs per step;
 whole episodes adding up to ``--chunk-steps`` env steps), encodes it once with
-``tether.sdk.protocol.encode_frame`` and then sends those same bytes again and
+``tether.protocol.encode_frame`` and then sends those same bytes again and
 again, so the figure measures the server and not the client.
 
 Only steps the server has acknowledged count. In the default mode
@@ -101,7 +101,7 @@ def build_multi_agent_message(chunk_steps: int, agents: int, seed: int, weights_
     CartPole episode of at most chunk_steps / agents steps. Returns (frame, agent steps, records)."""
     import json as _json
 
-    from tether.sdk.protocol import encode_frame
+    from tether.protocol import encode_frame
 
     per_agent = max(1, chunk_steps // agents)
     records, steps, k = [], 0, 0
@@ -134,7 +134,7 @@ def build_message(chunk_steps: int, seed: int, weights_seq_no: int, kind: str, p
     import gymnasium as gym
     import numpy as np
 
-    from tether.sdk.protocol import encode_episode, encode_frame
+    from tether.protocol import encode_episode, encode_frame
 
     env = gym.make("CartPole-v1")
     rng = np.random.default_rng(seed)
@@ -203,7 +203,7 @@ def _expect(reply: dict, kind: str) -> dict:
 
 def worker(args: argparse.Namespace) -> int:
     """One client: build the frame, report ready, send until the window closes."""
-    from tether.sdk.protocol import PROTOCOL_VERSION, encode_frame
+    from tether.protocol import PROTOCOL_VERSION, encode_frame
 
     sock = socket.create_connection(("127.0.0.1", args.port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -216,7 +216,7 @@ def worker(args: argparse.Namespace) -> int:
     state = _expect(reader.frame(), "SET_STATE")
     seq = state["weights_seq_no"]
     from tether.sdk.policy import OnnxPolicy
-    from tether.sdk.protocol.onnx_codec import decode_onnx
+    from tether.protocol.onnx_codec import decode_onnx
 
     policy = OnnxPolicy(decode_onnx(state["onnx_file"]))  # the logp the server checks is this model's
     kind = "EPISODES_AND_GET_STATE" if args.mode == "episodes_and_get_state" else "EPISODES"
@@ -270,7 +270,7 @@ def worker(args: argparse.Namespace) -> int:
 
 def ping_probe(port: int, t_start: float, t_end: float, out: list[float]) -> None:
     """PING every 10 ms from t_start to t_end (wall clock); append each round trip in ms to ``out``."""
-    from tether.sdk.protocol import encode_frame
+    from tether.protocol import encode_frame
 
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

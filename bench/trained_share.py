@@ -82,7 +82,7 @@ class Models:
 
     def get(self, version: int, onnx_field: str | None):
         from tether.sdk.policy import OnnxPolicy
-        from tether.sdk.protocol.onnx_codec import decode_onnx
+        from tether.protocol.onnx_codec import decode_onnx
 
         if version not in self._by_version and onnx_field is not None:
             self._by_version[version] = OnnxPolicy(decode_onnx(onnx_field))
@@ -102,7 +102,7 @@ def _batch_steps(state: dict, args: argparse.Namespace) -> int:
 async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: dict) -> dict:
     import orjson
 
-    from tether.sdk.protocol import encode_frame
+    from tether.protocol import encode_frame
 
     writer.write(encode_frame(message))
     await writer.drain()
@@ -225,7 +225,7 @@ async def client(index: int, port: int, args: argparse.Namespace, models: Models
 
 def _runs(versions: list[int]) -> dict:
     """``weights_seq_no_runs`` for a record whose steps used several versions, as the SDKs send it."""
-    from tether.sdk.protocol.episodes import version_runs
+    from tether.protocol.episodes import version_runs
 
     runs = version_runs(versions)
     return {} if runs is None else {"weights_seq_no_runs": runs}

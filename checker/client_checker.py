@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tether.sdk.protocol.distributions import log_prob
-from tether.sdk.protocol.episodes import EpisodeChunk, decode_episodes
-from tether.sdk.protocol.errors import ErrorCode, FramingError, MessageError
-from tether.sdk.protocol.framing import FrameDecoder, encode_frame
-from tether.sdk.protocol.messages import MessageType, decode_message, error_message, parse_version
-from tether.sdk.protocol.onnx_codec import encode_onnx
+from tether.protocol.distributions import log_prob
+from tether.protocol.episodes import EpisodeChunk, decode_episodes
+from tether.protocol.errors import ErrorCode, FramingError, MessageError
+from tether.protocol.framing import FrameDecoder, encode_frame
+from tether.protocol.messages import MessageType, decode_message, error_message, parse_version
+from tether.protocol.onnx_codec import encode_onnx
 
 from .checks import ROWS, Row
 from .echo_env import (ACTION_SPACE, MODEL_WEIGHTS, OBS_SPACE, STEPS_PER_SAMPLE, build_model, config_message,

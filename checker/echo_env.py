@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from tether.sdk.protocol.messages import MessageType
-from tether.sdk.protocol.spaces import box
+from tether.protocol.messages import MessageType
+from tether.protocol.spaces import box
 
 #: The checker's environment ("echo env", docs/check-client.md): obs [t/10, last executed action, 1].
 OBS_SPACE = box(np.full(3, -10.0), np.full(3, 10.0))

@@ -28,8 +28,8 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tether.sdk import OnnxPolicy, TetherClient, TetherConnectionError, run_env  # noqa: E402
-from tether.sdk.protocol.distributions import to_env_action  # noqa: E402
-from tether.sdk.protocol.spaces import from_gymnasium  # noqa: E402
+from tether.protocol.distributions import to_env_action  # noqa: E402
+from tether.protocol.spaces import from_gymnasium  # noqa: E402
 
 ENV_ID = "Pendulum-v1"
 

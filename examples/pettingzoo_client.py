@@ -80,9 +80,9 @@ def evaluate(game: str, config_path: str, policies: dict[str, str], episodes: in
     import numpy as np
 
     from tether.sdk import OnnxPolicy
-    from tether.sdk.protocol.distributions import to_env_action
-    from tether.sdk.protocol.policy_mapping import PolicyMapping
-    from tether.sdk.protocol.spaces import space_from_json
+    from tether.protocol.distributions import to_env_action
+    from tether.protocol.policy_mapping import PolicyMapping
+    from tether.protocol.spaces import space_from_json
 
     with open(config_path, "rb") as f:
         config = tomllib.load(f)

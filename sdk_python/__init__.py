@@ -6,7 +6,7 @@ from .client import TetherClient
 from .loop import run_env
 from .multi_agent_client import MultiAgentClient
 from .policy import OnnxPolicy
-from .protocol.errors import (
+from tether.protocol.errors import (
     AuthenticationError,
     InvalidInputError,
     NotReadyError,

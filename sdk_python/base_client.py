@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .protocol.errors import ErrorCode, InvalidInputError
+from tether.protocol.errors import ErrorCode, InvalidInputError
 from .server_link import Batch, ServerLink
 
 logger = logging.getLogger("tether.sdk")

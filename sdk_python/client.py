@@ -28,11 +28,11 @@ import numpy as np
 from .base_client import BaseClient, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
-from .protocol.distributions import sample_for_record
-from .protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherConnectionError  # noqa: F401
-from .protocol.messages import MessageType
-from .protocol.onnx_codec import decode_onnx
-from .protocol.spaces import Space, from_gymnasium, space_from_json
+from tether.protocol.distributions import sample_for_record
+from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherConnectionError  # noqa: F401
+from tether.protocol.messages import MessageType
+from tether.protocol.onnx_codec import decode_onnx
+from tether.protocol.spaces import Space, from_gymnasium, space_from_json
 from .server_link import Batch
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .protocol.episodes import encode_episode, version_runs
-from .protocol.spaces import Box
+from tether.protocol.episodes import encode_episode, version_runs
+from tether.protocol.spaces import Box
 
 
 def same_space(a: Any, b: Any) -> bool:

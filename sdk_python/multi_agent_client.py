@@ -29,12 +29,12 @@ import numpy as np
 from .base_client import BaseClient, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
-from .protocol.distributions import deterministic, sample_for_record
-from .protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherError
-from .protocol.messages import MessageType
-from .protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
-from .protocol.onnx_codec import decode_onnx
-from .protocol.policy_mapping import PolicyMapping
+from tether.protocol.distributions import deterministic, sample_for_record
+from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherError
+from tether.protocol.messages import MessageType
+from tether.protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
+from tether.protocol.onnx_codec import decode_onnx
+from tether.protocol.policy_mapping import PolicyMapping
 from .server_link import Batch
 
 

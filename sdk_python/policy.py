@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from .protocol.distributions import deterministic, dist_inputs_size, sample
-from .protocol.spaces import Discrete, Space
+from tether.protocol.distributions import deterministic, dist_inputs_size, sample
+from tether.protocol.spaces import Discrete, Space
 
 
 class OnnxPolicy:

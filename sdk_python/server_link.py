@@ -32,7 +32,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .protocol.errors import (
+from tether.protocol.errors import (
     AuthenticationError,
     ErrorCode,
     ServerError,
@@ -41,7 +41,7 @@ from .protocol.errors import (
     VersionMismatchError,
     server_error_from_message,
 )
-from .protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
+from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
 from .transport import ConnectionLost, make_transport
 
 #: The SDK's name and version, sent in the handshake PING (docs/protocol.md §7.1).

@@ -7,9 +7,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from .protocol.connection import ClientConnection
-from .protocol.errors import ErrorCode
-from .protocol.messages import MessageType
+from tether.protocol.connection import ClientConnection
+from tether.protocol.errors import ErrorCode
+from tether.protocol.messages import MessageType
 
 #: TCP keepalive: probe after this much silence, then every interval, give up after count probes.
 KEEPALIVE_IDLE_S = 30

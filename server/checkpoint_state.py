@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tether.sdk.protocol.onnx_codec import encode_onnx
+from tether.protocol.onnx_codec import encode_onnx
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig

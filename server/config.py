@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from tether.sdk.protocol.connection import DEFAULT_PRE_AUTH_MAX_FRAME_BYTES
-from tether.sdk.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from tether.protocol.connection import DEFAULT_PRE_AUTH_MAX_FRAME_BYTES
+from tether.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 #: Environment variable read by ``tether serve`` for the auth token (not visible in ps).
 AUTH_TOKEN_ENV = "TETHER_AUTH_TOKEN"

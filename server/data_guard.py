@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Hashable, Iterable
 
-from tether.sdk.protocol.errors import ErrorCode, MessageError
+from tether.protocol.errors import ErrorCode, MessageError
 
 #: Strikes within the window after which a client is refused.
 STRIKES_TO_REFUSE = 3

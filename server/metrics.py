@@ -14,7 +14,7 @@ from typing import Any, Hashable, Iterable
 
 import numpy as np
 
-from tether.sdk.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.multi_agent import MultiAgentRecord
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from tether.sdk.protocol.multi_agent import ModuleSpec
-from tether.sdk.protocol.onnx_codec import encode_onnx
+from tether.protocol.multi_agent import ModuleSpec
+from tether.protocol.onnx_codec import encode_onnx
 
 from .config import ServerConfig
 from .learner import PPOLearner

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
-from tether.sdk.protocol.policy_mapping import PolicyMapping
-from tether.sdk.protocol.spaces import Space, from_gymnasium, space_from_json
+from tether.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
+from tether.protocol.policy_mapping import PolicyMapping
+from tether.protocol.spaces import Space, from_gymnasium, space_from_json
 
 from .config import PPO_OPTION_NAMES, ServerConfig
 from .learner import PPOHyperparams

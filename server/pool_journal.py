@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.protocol.episodes import EpisodeChunk
 
 from .ingest.batch_dedup import BatchId
 from .sample_pool import Pooled

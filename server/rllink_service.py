@@ -19,10 +19,10 @@ import asyncio
 import sys
 from typing import Any
 
-from tether.sdk.protocol.connection import Refusal, ServerConnection, ServerState
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.framing import encode_frame
-from tether.sdk.protocol.messages import MessageType, error_message
+from tether.protocol.connection import Refusal, ServerConnection, ServerState
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.framing import encode_frame
+from tether.protocol.messages import MessageType, error_message
 
 from .client_session import ClientSession
 from .ingest.decode_pool import DecodePool

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.protocol.episodes import EpisodeChunk
 
 
 @dataclass

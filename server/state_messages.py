@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from tether.sdk.protocol.framing import encode_frame
-from tether.sdk.protocol.messages import PROTOCOL_VERSION, MessageType
+from tether.protocol.framing import encode_frame
+from tether.protocol.messages import PROTOCOL_VERSION, MessageType
 
 if TYPE_CHECKING:
     from .trainer import Trainer

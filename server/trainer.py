@@ -25,7 +25,7 @@ from typing import Any, Hashable
 
 import torch
 
-from tether.sdk.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.multi_agent import MultiAgentRecord
 
 from . import checkpoint_state as checkpoints
 from .config import ServerConfig

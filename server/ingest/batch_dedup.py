@@ -13,8 +13,8 @@ import contextlib
 from collections import OrderedDict
 from typing import Any, AsyncIterator, NamedTuple
 
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.messages import is_text
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.messages import is_text
 
 #: Sessions remembered; the least recently used is forgotten first.
 MAX_SESSIONS = 65_536

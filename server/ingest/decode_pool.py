@@ -31,9 +31,9 @@ import threading
 import time
 from typing import Any
 
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.messages import MessageType, decode_message
-from tether.sdk.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.messages import MessageType, decode_message
+from tether.protocol.multi_agent import MultiAgentRecord
 
 from .record_decode import decode_record
 

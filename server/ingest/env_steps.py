@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.sdk.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.multi_agent import MultiAgentRecord
 
 
 def message_env_steps(message: dict[str, Any], records: list[MultiAgentRecord]) -> int:

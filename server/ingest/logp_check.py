@@ -16,11 +16,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from tether.sdk.protocol.distributions import log_probs
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.episodes import EpisodeChunk
-from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
-from tether.sdk.protocol.spaces import Box, Discrete, Space
+from tether.protocol.distributions import log_probs
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.episodes import EpisodeChunk
+from tether.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
+from tether.protocol.spaces import Box, Discrete, Space
 
 from ..learner.onnx_export import export_policy
 from ..learner.policy_network import ActorCritic

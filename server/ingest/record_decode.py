@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.sdk.protocol.multi_agent import MultiAgentRecord, decode_multi_agent_record, decode_single_agent_record
+from tether.protocol.multi_agent import MultiAgentRecord, decode_multi_agent_record, decode_single_agent_record
 
 
 def is_multi_agent(record: Any) -> bool:

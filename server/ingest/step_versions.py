@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.protocol.episodes import EpisodeChunk
 
 #: The version given to data whose claimed weights version could not be checked:
 #: never a kept version, so such data counts as stale and is not trained on.

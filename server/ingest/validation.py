@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable
 
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.messages import is_text
-from tether.sdk.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.messages import is_text
+from tether.protocol.multi_agent import MultiAgentRecord
 
 from ..module_setup import ModuleLayout
 from .record_decode import decode_record

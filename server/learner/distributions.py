@@ -1,6 +1,6 @@
 """Torch action distributions built from ``action_dist_inputs``.
 
-The formulas match sdk_python/protocol/distributions.py exactly (the
+The formulas match protocol/distributions.py exactly (the
 conformance vectors check both), so a logp computed on a client and one
 recomputed here agree for unchanged weights.
 """
@@ -12,7 +12,7 @@ import math
 import torch
 from torch.distributions import Categorical
 
-from tether.sdk.protocol.spaces import Box, Discrete, MultiDiscrete, Space
+from tether.protocol.spaces import Box, Discrete, MultiDiscrete, Space
 
 
 class ActionDistribution:

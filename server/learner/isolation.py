@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
-from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.protocol.episodes import EpisodeChunk
 
 from .ppo import NonFiniteUpdate, PPOLearner
 from .rollout_batch import build_batch

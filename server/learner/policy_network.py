@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tether.sdk.protocol.distributions import dist_inputs_size
-from tether.sdk.protocol.spaces import Box, Space
+from tether.protocol.distributions import dist_inputs_size
+from tether.protocol.spaces import Box, Space
 
 from .distributions import ActionDistribution
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tether.sdk.protocol.spaces import Space
+from tether.protocol.spaces import Space
 
 from ..config import ServerConfig
 from .gae import compute_gae

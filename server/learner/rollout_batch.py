@@ -6,7 +6,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from tether.sdk.protocol.episodes import EpisodeChunk
+from tether.protocol.episodes import EpisodeChunk
 
 
 class RolloutBatch(NamedTuple):

@@ -19,9 +19,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from tether.sdk.protocol.errors import ErrorCode
-from tether.sdk.protocol.framing import encode_frame
-from tether.sdk.protocol.messages import error_message
+from tether.protocol.errors import ErrorCode
+from tether.protocol.framing import encode_frame
+from tether.protocol.messages import error_message
 
 from ..config import ServerConfig
 from .auth_throttle import AuthThrottle, peer_address

@@ -5,10 +5,10 @@ client that sends no heartbeats."""
 
 from __future__ import annotations
 
-from tether.sdk.protocol.connection import ServerConnection
-from tether.sdk.protocol.errors import ErrorCode
-from tether.sdk.protocol.framing import encode_frame
-from tether.sdk.protocol.messages import error_message, parse_version
+from tether.protocol.connection import ServerConnection
+from tether.protocol.errors import ErrorCode
+from tether.protocol.framing import encode_frame
+from tether.protocol.messages import error_message, parse_version
 
 from ..config import ServerConfig
 

@@ -30,10 +30,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from tether.sdk.protocol.connection import ServerConnection
-from tether.sdk.protocol.errors import ErrorCode, FramingError
-from tether.sdk.protocol.framing import encode_frame
-from tether.sdk.protocol.messages import error_message
+from tether.protocol.connection import ServerConnection
+from tether.protocol.errors import ErrorCode, FramingError
+from tether.protocol.framing import encode_frame
+from tether.protocol.messages import error_message
 
 from ..client_session import ClientSession
 from ..rllink_service import RLlinkService

@@ -25,9 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from tether.sdk.protocol import ErrorCode
-from tether.sdk.protocol.connection import ServerConnection as RLlinkConnection
-from tether.sdk.protocol.framing import HEADER_SIZE
+from tether.protocol import ErrorCode
+from tether.protocol.connection import ServerConnection as RLlinkConnection
+from tether.protocol.framing import HEADER_SIZE
 
 from ..client_session import ClientSession
 from .connection_limits import OpenConnection

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tether.sdk.protocol import EpisodeChunk
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol import EpisodeChunk
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.server.console import state as console_state
 from tether.server.console.state import ConsoleState
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from tether.sdk.protocol import (  # noqa: E402
+from tether.protocol import (  # noqa: E402
     ClientConnection,
     ErrorCode,
     TetherError,

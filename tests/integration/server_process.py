@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
+from tether.protocol import FrameDecoder, decode_message, encode_frame
 
 REPO = Path(__file__).resolve().parents[2]
 _SERVING = re.compile(r"serving on ([\d.]+):(\d+)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.sdk.protocol import decode_message
+from tether.protocol import decode_message
 
 from .server_process import REPO, RawClient, ServerProcess, wait_until
 

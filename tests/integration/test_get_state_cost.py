@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tether.sdk.protocol import encode_frame
+from tether.protocol import encode_frame
 
 from .server_process import RawClient, ServerProcess
 

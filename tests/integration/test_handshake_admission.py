@@ -14,7 +14,7 @@ import threading
 import time
 
 from tether.sdk import TetherClient
-from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
+from tether.protocol import FrameDecoder, decode_message, encode_frame
 
 from .server_process import RawClient, ServerProcess, read_until_closed
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tether.sdk.policy import OnnxPolicy
-from tether.sdk.protocol import Discrete, FrameDecoder, decode_message, decode_onnx, encode_frame, log_prob
+from tether.protocol import Discrete, FrameDecoder, decode_message, decode_onnx, encode_frame, log_prob
 
 from .server_process import REPO, ServerProcess, wait_until
 

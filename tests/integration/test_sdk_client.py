@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tether.sdk import ServerError, TetherClient, run_env
-from tether.sdk.protocol.onnx_codec import decode_onnx
+from tether.protocol.onnx_codec import decode_onnx
 
 from .server_process import RawClient, ServerProcess, free_port
 

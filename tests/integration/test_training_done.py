@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from tether.sdk import TetherClient
-from tether.sdk.protocol.framing import FrameDecoder
-from tether.sdk.protocol.messages import decode_message
+from tether.protocol.framing import FrameDecoder
+from tether.protocol.messages import decode_message
 
 from .server_process import RawClient, ServerProcess, read_until_closed
 

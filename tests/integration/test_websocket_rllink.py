@@ -17,7 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tether.sdk.policy import OnnxPolicy
-from tether.sdk.protocol import decode_onnx
+from tether.protocol import decode_onnx
 
 from .server_process import ServerProcess
 

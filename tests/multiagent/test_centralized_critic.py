@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tether.sdk.protocol import Discrete, EpisodeChunk
-from tether.sdk.protocol.spaces import box
+from tether.protocol import Discrete, EpisodeChunk
+from tether.protocol.spaces import box
 from tether.server.learner import PPOHyperparams, PPOLearner, build_batch
 
 OBS_DIM = 2

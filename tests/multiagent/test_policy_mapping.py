@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from tether.multiagent import PolicyMapping, UnmappedAgentError, fnv1a32
-from tether.sdk.protocol import MessageError
+from tether.protocol import MessageError
 
 RULES = [
     {"agent_id": "adversary_0", "module": "boss"},

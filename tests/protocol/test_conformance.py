@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tether.sdk.protocol import (
+from tether.protocol import (
     ClientConnection,
     FrameDecoder,
     RemoteProtocolError,
@@ -31,9 +31,9 @@ from tether.sdk.protocol import (
     space_from_json,
 )
 
-from tether.sdk.protocol.messages import EXPECTED_RESPONSE
-from tether.sdk.protocol.multi_agent import GroupSpec, ModuleSpec, decode_multi_agent_record, group_spaces, value_obs_row
-from tether.sdk.protocol.policy_mapping import PolicyMapping, fnv1a32
+from tether.protocol.messages import EXPECTED_RESPONSE
+from tether.protocol.multi_agent import GroupSpec, ModuleSpec, decode_multi_agent_record, group_spaces, value_obs_row
+from tether.protocol.policy_mapping import PolicyMapping, fnv1a32
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.sdk.protocol import (
+from tether.protocol import (
     ClientConnection,
     ErrorCode,
     LocalProtocolError,
@@ -15,7 +15,7 @@ from tether.sdk.protocol import (
     encode_frame,
     server_error_from_message,
 )
-from tether.sdk.protocol.errors import AuthenticationError, RemoteProtocolError, VersionMismatchError
+from tether.protocol.errors import AuthenticationError, RemoteProtocolError, VersionMismatchError
 
 
 def exchange(client: ClientConnection, server: ServerConnection, message: dict) -> list:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tether.sdk.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
-from tether.sdk.protocol.spaces import Discrete, box
+from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
+from tether.protocol.spaces import Discrete, box
 from tether.server.learner.rollout_batch import build_batch
 
 MODULES = {"m": ModuleSpec("m", box(-1.0, 1.0, (3,)), Discrete(2), "obs", "action_dist_inputs")}

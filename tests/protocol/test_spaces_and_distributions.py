@@ -8,8 +8,8 @@ import random
 import gymnasium as gym
 import numpy as np
 
-from tether.sdk.protocol import Box, Discrete, MultiDiscrete, from_gymnasium, log_prob, sample, space_from_json, to_gymnasium
-from tether.sdk.protocol.distributions import deterministic, to_env_action
+from tether.protocol import Box, Discrete, MultiDiscrete, from_gymnasium, log_prob, sample, space_from_json, to_gymnasium
+from tether.protocol.distributions import deterministic, to_env_action
 
 
 def test_gymnasium_round_trip() -> None:
@@ -100,7 +100,7 @@ def test_gymnasium_multidiscrete_that_the_protocol_cannot_express_is_refused() -
     actions are valid, so the conversion refuses it instead of refusing every action later."""
     import gymnasium as gym
 
-    from tether.sdk.protocol.spaces import MultiDiscrete, from_gymnasium
+    from tether.protocol.spaces import MultiDiscrete, from_gymnasium
 
     assert from_gymnasium(gym.spaces.MultiDiscrete([3, 2])) == MultiDiscrete((3, 2))
     with pytest.raises(TypeError, match="start 0"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.sdk.protocol import decode_message
+from tether.protocol import decode_message
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 FRAME = re.compile(r"^(?:[→←] )?(\d{8})(\{.*\})(?:\s{2,}.*)?$")

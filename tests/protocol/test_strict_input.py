@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from tether.sdk.protocol import decode_episodes, decode_message
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol import messages
-from tether.sdk.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
-from tether.sdk.protocol.spaces import space_from_json
+from tether.protocol import decode_episodes, decode_message
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol import messages
+from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
+from tether.protocol.spaces import space_from_json
 
 OBS = space_from_json({"type": "Box", "shape": [2], "low": -10, "high": 10})
 DISCRETE = space_from_json({"type": "Discrete", "n": 3})

@@ -10,6 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_protocol_core_is_mypy_clean() -> None:
-    result = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "sdk_python/protocol"],
+    result = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "protocol"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
-from tether.sdk.protocol.onnx_codec import encode_onnx
+from tether.protocol import FrameDecoder, decode_message, encode_frame
+from tether.protocol.onnx_codec import encode_onnx
 
 
 def constant_model(obs_dim: int, outputs: list[float], input_name: str = "obs",

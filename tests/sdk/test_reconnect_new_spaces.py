@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from tether.sdk import MultiAgentClient, NotReadyError, TetherClient
-from tether.sdk.protocol.episodes import decode_episode
-from tether.sdk.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
-from tether.sdk.protocol.spaces import space_from_json
+from tether.protocol.episodes import decode_episode
+from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
+from tether.protocol.spaces import space_from_json
 
 from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tether.sdk import MultiAgentClient, TetherClient
-from tether.sdk.protocol.distributions import log_prob
-from tether.sdk.protocol.spaces import space_from_json
+from tether.protocol.distributions import log_prob
+from tether.protocol.spaces import space_from_json
 
 from ..integration.server_process import wait_until
 from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state

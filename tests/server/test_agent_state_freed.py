@@ -8,7 +8,7 @@ import asyncio
 import gc
 import tracemalloc
 
-from tether.sdk.protocol import FrameDecoder, encode_frame
+from tether.protocol import FrameDecoder, encode_frame
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.transport.tcp import TetherServer

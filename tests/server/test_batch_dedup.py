@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tether.sdk.protocol import MessageError
+from tether.protocol import MessageError
 from tether.server.ingest.batch_dedup import BatchDedup, BatchId, batch_id
 
 

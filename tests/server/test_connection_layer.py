@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tether.sdk.protocol import Refusal, Request, ServerConnection, encode_frame
-from tether.sdk.protocol.errors import ErrorCode, FramingError
+from tether.protocol import Refusal, Request, ServerConnection, encode_frame
+from tether.protocol.errors import ErrorCode, FramingError
 from tether.server.cli import build_parser
 from tether.server.config import ServerConfig, config_from_args
 from tether.server.module_setup import build_layout

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tether.sdk.protocol import EpisodeChunk
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol import EpisodeChunk
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.server.ingest.env_steps import message_env_steps
 from tether.server.metrics import EpisodeTracker, Metrics
 

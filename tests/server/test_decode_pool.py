@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from tether.sdk.protocol.errors import MessageError
-from tether.sdk.protocol.messages import decode_message
+from tether.protocol.errors import MessageError
+from tether.protocol.messages import decode_message
 from tether.server.ingest import decode_pool
 from tether.server.config import ServerConfig
 from tether.server.ingest.validation import EpisodeIngest
@@ -123,7 +123,7 @@ def test_fast_row_conversion_matches_numpy() -> None:
     import random
     import warnings
 
-    from tether.sdk.protocol.episodes import _rows_as_array
+    from tether.protocol.episodes import _rows_as_array
 
     def result(convert):
         try:

@@ -49,7 +49,7 @@ def test_build_batch_marks_terminals_chunk_ends_and_bootstrap_observations() -> 
     """Multi-step chunks as they arrive: A (3 steps, terminated), then B (4 steps, cut mid-episode) and C
     (2 steps continuing B, truncated). With V(o) = the observation's row number in all_obs, GAE must
     bootstrap B from its last observation (the one C starts from) and C from its own, never A."""
-    from tether.sdk.protocol import EpisodeChunk
+    from tether.protocol import EpisodeChunk
     from tether.server.learner import build_batch
 
     def chunk(first: int, steps: int, terminated: bool, truncated: bool) -> EpisodeChunk:

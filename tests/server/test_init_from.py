@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tether.sdk.policy import OnnxPolicy
-from tether.sdk.protocol.onnx_codec import decode_onnx
+from tether.protocol.onnx_codec import decode_onnx
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.trainer import Trainer

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tether.sdk.policy import OnnxPolicy
-from tether.sdk.protocol import Discrete, EpisodeChunk, MessageError
-from tether.sdk.protocol.distributions import sample
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
-from tether.sdk.protocol.spaces import MultiDiscrete, box
+from tether.protocol import Discrete, EpisodeChunk, MessageError
+from tether.protocol.distributions import sample
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol.spaces import MultiDiscrete, box
 from tether.server.learner import PPOHyperparams, PPOLearner
 from tether.server.learner.distributions import ActionDistribution
 from tether.server.ingest.logp_check import LOGP_TOLERANCE_ABS, PolicyHistory, _logp, check_behaviour_logp

@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from tether.sdk.protocol import FrameDecoder, decode_message, encode_frame
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord
-from tether.sdk.protocol.episodes import EpisodeChunk
-from tether.sdk.protocol.spaces import Discrete, box
+from tether.protocol import FrameDecoder, decode_message, encode_frame
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord
+from tether.protocol.episodes import EpisodeChunk
+from tether.protocol.spaces import Discrete, box
 from tether.server.config import ServerConfig
 from tether.server.learner import PPOHyperparams, PPOLearner
 from tether.server.ingest.logp_check import PolicyHistory, _logp, check_behaviour_logp

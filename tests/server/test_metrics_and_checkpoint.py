@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tether.sdk.protocol import EpisodeChunk
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol import EpisodeChunk
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.server.checkpoint import load_checkpoint, save_checkpoint
 from tether.server.metrics import RETURN_LIMIT, EpisodeTracker, FinishedEpisode, Metrics, agent_type
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tether.sdk.policy import OnnxPolicy
-from tether.sdk.protocol import Box, Discrete, MultiDiscrete
-from tether.sdk.protocol.spaces import box
+from tether.protocol import Box, Discrete, MultiDiscrete
+from tether.protocol.spaces import box
 from tether.server.learner import PPOHyperparams, PPOLearner
 from tether.server.learner.onnx_export import DEFAULT_INPUT_NAME
 

@@ -8,8 +8,8 @@ import asyncio
 
 import numpy as np
 
-from tether.sdk.protocol import EpisodeChunk
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol import EpisodeChunk
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.server.ingest.batch_dedup import BatchId
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from tether.sdk.protocol import Box, Discrete, EpisodeChunk
-from tether.sdk.protocol.spaces import box
+from tether.protocol import Box, Discrete, EpisodeChunk
+from tether.protocol.spaces import box
 from tether.server.learner import PPOHyperparams, PPOLearner, build_batch
 from tether.server.learner.distributions import ActionDistribution
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tether.sdk.protocol import Discrete, EpisodeChunk
-from tether.sdk.protocol.spaces import box
+from tether.protocol import Discrete, EpisodeChunk
+from tether.protocol.spaces import box
 from tether.server.learner import NonFiniteUpdate, PPOHyperparams, PPOLearner, build_batch
 
 

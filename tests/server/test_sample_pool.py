@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tether.sdk.protocol import EpisodeChunk
+from tether.protocol import EpisodeChunk
 from tether.server.sample_pool import Pooled, SamplePool, split_chunk
 
 

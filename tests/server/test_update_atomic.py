@@ -9,8 +9,8 @@ import asyncio
 import numpy as np
 import torch
 
-from tether.sdk.protocol import EpisodeChunk
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol import EpisodeChunk
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.trainer import Trainer

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from tether.sdk.protocol import Discrete, EpisodeChunk
-from tether.sdk.protocol.errors import ErrorCode, MessageError
-from tether.sdk.protocol.multi_agent import AgentChunk, MultiAgentRecord
-from tether.sdk.protocol.spaces import box
+from tether.protocol import Discrete, EpisodeChunk
+from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
+from tether.protocol.spaces import box
 from tether.server.config import ServerConfig
 from tether.server.learner import PPOHyperparams, PPOLearner, build_batch, update_isolating
 from tether.server.learner.isolation import trial_budget

@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from tether.sdk.protocol.spaces import Discrete
+from tether.protocol.spaces import Discrete
 from tether.server.learner.onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
 from tether.server.learner.policy_network import ActorCritic
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tether.sdk.protocol.spaces import MultiDiscrete
+from tether.protocol.spaces import MultiDiscrete
 from tether.server.learner.onnx_export import export_policy
 from tether.server.learner.policy_network import ActorCritic
 

@@ -19,7 +19,7 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from tether.sdk.protocol.spaces import Box
+from tether.protocol.spaces import Box
 from tether.server.learner.onnx_export import export_policy
 from tether.server.learner.policy_network import ActorCritic
 
