@@ -14,7 +14,9 @@
 // --stop-at-return 450` that reached its target: "training_done", the normal
 // end, with the server's "summary"), when the server goes away for longer
 // than --reconnect-timeout ("server_gone"), or at the end of the current
-// episode after Ctrl-C (SIGINT, "interrupted"), and prints one JSON line:
+// episode after Ctrl-C (SIGINT, "interrupted"), and prints one JSON line
+// (an error of the server, e.g. a refused batch, is printed to stdout and the
+// call that returned it made again: surviving.h):
 // {"episodes", "mean_return_last_100", "env_steps", "env_steps_sent", "reconnects",
 //  "max_act_ms" (the longest get_action call), ..., "stopped_by"[, "summary"]}.
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "surviving.h"
 #include "tether/client.h"
 #include "tether/distributions.h"
 #include "tether/messages.h"
@@ -224,7 +227,8 @@ int main(int argc, char** argv) {
         stopped_by = "training_done";  // the server reached its target (or step budget) and said so
         break;
       }
-      tether::Result<std::string> episode = client->start_episode();
+      tether::Result<std::string> episode =
+          examples::surviving("cartpole", *client, [&] { return client->start_episode(); });
       if (!episode.ok()) {
         stopped_by = "server_gone";
         break;
@@ -234,7 +238,8 @@ int main(int argc, char** argv) {
       bool terminated = false, truncated = false;
       while (!terminated && !truncated) {
         const auto act_started = std::chrono::steady_clock::now();
-        tether::Status acted = client->get_action(episode.value(), obs, 4, action, 1);
+        tether::Status acted = examples::surviving(
+            "cartpole", *client, [&] { return client->get_action(episode.value(), obs, 4, action, 1); });
         max_act_s = std::max(max_act_s,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - act_started).count());
         if (!acted.ok()) {
@@ -251,11 +256,8 @@ int main(int argc, char** argv) {
         ++tally.env_steps;
       }
       if (stopped_by != "max_steps") break;
-      client->end_episode(episode.value(), obs, 4, truncated);
+      examples::surviving("cartpole", *client, [&] { return client->end_episode(episode.value(), obs, 4, truncated); });
       tally.add(total);
-      for (tether::Status error = client->take_error(); !error.ok(); error = client->take_error()) {
-        std::fprintf(stderr, "cartpole: server reported %s\n", error.to_string().c_str());
-      }
     }
   }
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

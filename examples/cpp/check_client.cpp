@@ -4,8 +4,9 @@
 // It plays the checker's "echo env" through a TetherClient: the spaces, ONNX
 // names and model come from the server, the env executes exactly the action
 // the SDK returns, and every server refusal the SDK reports is printed and
-// survived. After --steps env steps it stays idle for --idle-s seconds (the
-// SDK keeps the connection alive with heartbeats), then closes.
+// survived: a call that returns one did nothing else, and is made again
+// (surviving.h). After --steps env steps it stays idle for --idle-s seconds
+// (the SDK keeps the connection alive with heartbeats), then closes.
 //
 //   tether check-client --port 5556 &
 //   check_client --port 5556 [--host H] [--steps 300] [--idle-s 3] [--auth-token T] [--seed S]
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "surviving.h"
 #include "tether/client.h"
 #include "tether/onnxruntime_backend.h"
 
@@ -50,9 +52,10 @@ struct EchoEnv {
   }
 };
 
+// Errors of the server no call returned (they came while no call was made).
 void report_refusals(tether::TetherClient& client) {
   for (tether::Status error = client.take_error(); !error.ok(); error = client.take_error()) {
-    std::printf("server reported: %s\n", error.to_string().c_str());
+    std::printf("check_client: server reported %s\n", error.to_string().c_str());
     std::fflush(stdout);
   }
 }
@@ -108,29 +111,30 @@ int main(int argc, char** argv) {
   long long steps = 0;
   while (steps < steps_wanted && !client.training_done()) {
     env.reset(obs);
-    tether::Result<std::string> episode = client.start_episode();
+    tether::Result<std::string> episode =
+        examples::surviving("check_client", client, [&] { return client.start_episode(); });
     if (!episode.ok()) {
       std::fprintf(stderr, "check_client: %s\n", episode.status().to_string().c_str());
       return 1;
     }
     bool done = false;
     while (!done) {
-      tether::Status acted = client.get_action(episode.value(), obs, 3, action, 1);
+      tether::Status acted = examples::surviving(
+          "check_client", client, [&] { return client.get_action(episode.value(), obs, 3, action, 1); });
       if (!acted.ok()) {
         std::fprintf(stderr, "check_client: %s\n", acted.to_string().c_str());
         return 1;
       }
-      report_refusals(client);
       const double reward = env.step(action[0], obs, done);
       client.log_returns(episode.value(), reward);
       ++steps;
     }
-    tether::Result<double> ended = client.end_episode(episode.value(), obs, 3, false);
+    tether::Result<double> ended = examples::surviving(
+        "check_client", client, [&] { return client.end_episode(episode.value(), obs, 3, false); });
     if (!ended.ok()) {
       std::fprintf(stderr, "check_client: %s\n", ended.status().to_string().c_str());
       return 1;
     }
-    report_refusals(client);
   }
   if (!client.training_done()) std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
   report_refusals(client);

@@ -17,7 +17,9 @@
 // It stops after --max-steps env steps ("stopped_by": "max_steps"), when the
 // server says its run is done (ERROR TRAINING_DONE: "training_done", the
 // normal end), or when the server goes away ("server_gone"), and prints one
-// JSON line: {"episodes", "mean_return_last_100", ..., "stopped_by"}.
+// JSON line: {"episodes", "mean_return_last_100", ..., "stopped_by"}. An error
+// of the server (e.g. a refused batch) is printed and the call that returned
+// it made again (surviving.h).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "surviving.h"
 #include "tether/distributions.h"
 #include "tether/multi_agent_client.h"
 #include "tether/onnxruntime_backend.h"
@@ -206,7 +209,8 @@ int main(int argc, char** argv) {
       stopped_by = "training_done";  // the server's run is done and it said so (the normal end)
       break;
     }
-    tether::Result<std::string> started = client.start_episode();
+    tether::Result<std::string> started =
+        examples::surviving("multi_agent", client, [&] { return client.start_episode(); });
     if (!started.ok()) {
       stopped_by = "server_gone";
       break;
@@ -216,7 +220,8 @@ int main(int argc, char** argv) {
     double total = 0.0;
     while (game.step() < kEpisodeSteps) {
       game.observe(frame);
-      tether::Status status = client.get_action(episode, frame);
+      tether::Status status =
+          examples::surviving("multi_agent", client, [&] { return client.get_action(episode, frame); });
       if (!status.ok()) {
         if (!client.fatal_error().ok()) {
           stopped_by = "server_gone";
@@ -232,19 +237,17 @@ int main(int argc, char** argv) {
         leaving.clear();
         const float final_obs[kTargets + 1] = {0, 0, 0, 1};
         leaving.add("scout_1", final_obs, kTargets + 1);
-        client.end_agents(episode, leaving);
+        examples::surviving("multi_agent", client, [&] { return client.end_agents(episode, leaving); });
       }
     }
     if (stopped_by != "max_steps") break;
     game.observe(frame);  // the last observations
-    tether::Result<std::map<std::string, double>> ended = client.end_episode(episode, &frame, /*truncated=*/true);
+    tether::Result<std::map<std::string, double>> ended = examples::surviving(
+        "multi_agent", client, [&] { return client.end_episode(episode, &frame, /*truncated=*/true); });
     if (!ended.ok() && !client.fatal_error().ok()) stopped_by = "server_gone";
     returns.push_back(total);
-    for (tether::Status error = client.take_error(); !error.ok(); error = client.take_error()) {
-      std::fprintf(stderr, "server: %s\n", error.to_string().c_str());
-    }
   }
-  if (stopped_by == "max_steps") client.flush();
+  if (stopped_by == "max_steps") examples::surviving("multi_agent", client, [&] { return client.flush(); });
   std::printf("{\"episodes\": %zu, \"mean_return_last_100\": %.3f, \"mean_return_first_100\": %.3f, "
               "\"env_steps\": %ld, \"env_steps_sent\": %lld, \"agent_steps_sent\": %lld, \"models_loaded\": %lld, "
               "\"inference_runs\": %lld, \"stopped_by\": \"%s\"}\n",

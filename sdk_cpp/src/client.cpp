@@ -76,11 +76,13 @@ void TetherClient::report(Status status) {
 
 Status TetherClient::take_error() {
   if (link_ && link_->events_pending()) sync();
-  if (errors_.empty()) return Status::Ok();
-  Status status = std::move(errors_.front());
-  errors_.pop_front();
-  return status;
+  return detail::take_oldest(errors_);
 }
+
+// What a call returns instead of doing its work: the fatal status, or else the
+// oldest error no call returned yet (each is returned once, as the Python and
+// C# SDKs raise it from the next call), or ok.
+Status TetherClient::pending_status() { return fatal_.ok() ? detail::take_oldest(errors_) : fatal_; }
 
 void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq,
                                 std::int64_t connection) {
@@ -208,7 +210,8 @@ void TetherClient::recount_pending() {
 
 Result<std::string> TetherClient::start_episode(const std::string& episode_id, bool training_enabled) {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   std::string id = episode_id.empty() ? detail::random_hex_id(rng_) : episode_id;
   if (episodes_.count(id) != 0) {
     return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
@@ -248,7 +251,8 @@ std::size_t TetherClient::sendable_steps(const Episode& current) const {
 Status TetherClient::get_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                 double* action, std::size_t action_size) {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
     return Status(ErrorCode::kInvalidArgument, "get_action: no running episode '" + episode_id + "'");
@@ -289,6 +293,11 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
       --episode.obs_rows;
     }
+    // An error that came in while the batch went (with wait_for_weights, maybe
+    // its own answer) is this call's, as in the Python and C# SDKs: the step
+    // is not acted, and the engine may call again.
+    pending = pending_status();
+    if (!pending.ok()) return pending;
   }
   // (send_batch may have applied a new connection's config: read it only now.)
   const Space& action_space = config_->action_space;
@@ -343,6 +352,8 @@ Status TetherClient::log_returns(const std::string& episode_id, double reward) {
 Result<double> TetherClient::end_episode(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                          bool truncated) {
   if (link_->events_pending()) sync();
+  // (With the link gone for good the episode still ends; the fatal status is returned below.)
+  if (fatal_.ok() && !errors_.empty()) return pending_status();
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
     return Status(ErrorCode::kInvalidArgument, "end_episode: no running episode '" + episode_id + "'");
@@ -473,12 +484,13 @@ void TetherClient::send_batch(bool even_empty) {
 
 Status TetherClient::flush() {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();
   link_->wait_for_idle();
   sync();
-  return fatal_;
+  return pending_status();  // (a refusal that came while it waited, once)
 }
 
 }  // namespace tether

@@ -317,11 +317,13 @@ void MultiAgentClient::report(Status status) {
 
 Status MultiAgentClient::take_error() {
   if (link_ && link_->events_pending()) sync();
-  if (errors_.empty()) return Status::Ok();
-  Status status = std::move(errors_.front());
-  errors_.pop_front();
-  return status;
+  return detail::take_oldest(errors_);
 }
+
+// What a call returns instead of doing its work: the fatal status, or else the
+// oldest error no call returned yet (each is returned once, as the Python and
+// C# SDKs raise it from the next call), or ok.
+Status MultiAgentClient::pending_status() { return fatal_.ok() ? detail::take_oldest(errors_) : fatal_; }
 
 void MultiAgentClient::apply_models(LinkEvent& event) {
   for (auto& entry : event.module_policies) {
@@ -514,7 +516,8 @@ void MultiAgentClient::recount_pending() {
 
 Result<std::string> MultiAgentClient::start_episode(const std::string& episode_id, bool training_enabled) {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   std::string id = episode_id.empty() ? detail::random_hex_id(rng_) : episode_id;
   if (episodes_.count(id) != 0) {
     return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
@@ -538,7 +541,8 @@ Result<std::string> MultiAgentClient::start_episode(const std::string& episode_i
 
 Status MultiAgentClient::check_call(const std::string& episode_id, const char* call, Episode*& episode) {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end() || it->second->done) {
     return Status(ErrorCode::kInvalidArgument, std::string(call) + ": no running episode '" + episode_id + "'");
@@ -925,7 +929,11 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   if ((episode->training || (episode->held_back && held_steps_ > 0)) && pending_steps_ + held_steps_ >= every &&
       sendable_steps() + held_steps_ >= every) {
     send_batch(/*even_empty=*/true);
-    if (!fatal_.ok()) return fatal_;
+    // An error that came in while the batch went (with wait_for_weights, maybe
+    // its own answer) is this call's, as in the Python and C# SDKs: nothing of
+    // the frame is acted or recorded, and the engine may call again.
+    status = pending_status();
+    if (!status.ok()) return status;
   }
   status = gather(episode, frame, episode_id, false);
   if (!status.ok()) return status;
@@ -1103,7 +1111,8 @@ void MultiAgentClient::drop_rows_of(const Module& module) {
 
 Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& episode_id) {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   Status status = gather(nullptr, frame, episode_id.empty() ? std::string("eval") : episode_id, false);
   if (!status.ok()) return status;
   fill_batches(frame);
@@ -1235,6 +1244,8 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
                                                                     const AgentFrame* final_observations,
                                                                     bool truncated) {
   if (link_->events_pending()) sync();
+  // (With the link gone for good the episode still ends; the fatal status is returned below.)
+  if (fatal_.ok() && !errors_.empty()) return pending_status();
   auto found = episodes_.find(episode_id);
   if (found == episodes_.end() || found->second->done) {
     return Status(ErrorCode::kInvalidArgument, "end_episode: no running episode '" + episode_id + "'");
@@ -1523,12 +1534,13 @@ void MultiAgentClient::send_batch(bool even_empty) {
 
 Status MultiAgentClient::flush() {
   if (link_->events_pending()) sync();
-  if (!fatal_.ok()) return fatal_;
+  Status pending = pending_status();
+  if (!pending.ok()) return pending;
   if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();
   link_->wait_for_idle();
   sync();
-  return fatal_;
+  return pending_status();  // (a refusal that came while it waited, once)
 }
 
 }  // namespace tether

@@ -1,14 +1,17 @@
-// Helpers both clients use on flat row-major step arrays, and their random ids
-// (internal to the SDK's sources).
+// Helpers both clients use on flat row-major step arrays, their random ids and
+// their queues of errors (internal to the SDK's sources).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tether/distributions.h"
+#include "tether/status.h"
 
 namespace tether {
 namespace detail {
@@ -25,6 +28,15 @@ template <class T, class U>
 void copy_rows(const std::vector<T>& from, std::size_t rows, std::size_t width, std::vector<U>& to) {
   const std::size_t n = std::min(from.size(), rows * width);
   to.assign(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+/// The oldest of the errors not returned yet (removed: each is returned
+/// once), or ok when there is none.
+inline Status take_oldest(std::deque<Status>& errors) {
+  if (errors.empty()) return Status::Ok();
+  Status status = std::move(errors.front());
+  errors.pop_front();
+  return status;
 }
 
 /// 32 random hex digits (an episode or client-session id).

@@ -9,6 +9,7 @@
 
 #ifndef _WIN32
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -17,9 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "fake_server.h"
-#include "tether/client.h"
-#include "tether/multi_agent_client.h"
+#include "client_test_helpers.h"
+#include "test_data.h"
 #include "tether/onnxruntime_backend.h"
 
 namespace {
@@ -67,14 +67,9 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 fake::ServerScript real_model_script(std::int64_t steps_per_sample) {
-  const std::string dir = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/";
-  std::vector<std::uint8_t> bytes = read_bytes(dir + "policy_4x64x64x2.onnx");
+  const std::string& dir = test_data::kDir;
+  std::vector<std::uint8_t> bytes = test_data::read_bytes(dir + "policy_4x64x64x2.onnx");
   std::ifstream in(dir + "policy_4x64x64x2.json");
   json names = json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
                            nullptr, false);
@@ -116,16 +111,19 @@ class PausingBackend final : public tether::InferenceBackend {
   tether::OnnxRuntimeBackend inner_;
 };
 
-std::unique_ptr<tether::TetherClient> connect(const fake::FakeServer& server) {
+// Options for a client of `server`: every step delivered, its runs paused in the count.
+tether::ClientOptions counted_options(const fake::FakeServer& server) {
   tether::ClientOptions options;
   options.port = server.port();
   options.seed = 5;
   options.reconnect_timeout_s = 5.0;
   options.when_queue_full = tether::QueueFullPolicy::kWait;  // every step delivered
   options.backend_factory = [] { return std::make_unique<PausingBackend>(); };
-  auto connected = tether::TetherClient::connect(std::move(options));
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  return connected.ok() ? std::move(connected).value() : nullptr;
+  return options;
+}
+
+std::unique_ptr<tether::TetherClient> connect(const fake::FakeServer& server) {
+  return fake::connect(counted_options(server));
 }
 
 struct Counts {
@@ -134,6 +132,21 @@ struct Counts {
   long allocations = 0;
   long largest = 0;  // the most allocations in one call
 };
+
+// Makes `call` (one get_action, which must succeed), this thread's allocations
+// in it counted into `counts` when `count`.
+template <class Call>
+void count_call(Counts& counts, bool count, Call call) {
+  allocations = 0;
+  counting = count;
+  tether::Status status = call();
+  counting = false;
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  ++counts.calls;
+  counts.allocations += allocations;
+  if (allocations > 0) ++counts.calls_that_allocated;
+  counts.largest = std::max(counts.largest, allocations);
+}
 
 // Plays episodes of `length` steps; counts allocations inside get_action only
 // (start_episode / end_episode happen once per episode, not per frame).
@@ -145,16 +158,8 @@ Counts play(tether::TetherClient& client, int episodes, int length, bool count) 
     std::string episode = client.start_episode().value();
     for (int t = 0; t < length; ++t) {
       obs[0] = static_cast<float>(t % 7) * 0.1f;
-      allocations = 0;
-      counting = count;
-      tether::Status status = client.get_action(episode, obs, 4, action, 1);
-      counting = false;
-      EXPECT_TRUE(status.ok()) << status.to_string();
+      count_call(counts, count, [&] { return client.get_action(episode, obs, 4, action, 1); });
       client.log_returns(episode, 1.0);
-      ++counts.calls;
-      counts.allocations += allocations;
-      if (allocations > 0) ++counts.calls_that_allocated;
-      counts.largest = std::max(counts.largest, allocations);
     }
     EXPECT_TRUE(client.end_episode(episode, obs, 4, false).ok());
   }
@@ -234,18 +239,13 @@ fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
   const json names = script.config_overrides;
   const std::string model = script.model_file(0);
   script.config_overrides = json::object();
-  json module = {{"observation_space", {{"type", "Box"}, {"shape", {4}}, {"low", -10.0}, {"high", 10.0}}},
-                 {"action_space", {{"type", "Discrete"}, {"n", 2}}},
-                 {"onnx_input_names", names["onnx_input_names"]},
-                 {"onnx_output_names", names["onnx_output_names"]},
-                 {"trainable", true}};
-  script.full_config = json{{"type", "SET_CONFIG"},
-                            {"env_steps_per_sample", steps_per_sample},
-                            {"force_on_policy", false},
-                            {"protocol_version", "1.3"},
-                            {"heartbeat_interval_s", 0},
-                            {"modules", {{"m", module}}},
-                            {"policy_mapping", json::array({{{"pattern", "*"}, {"module", "m"}}})}};
+  json module = fake::module_json(4);
+  module["onnx_input_names"] = names["onnx_input_names"];
+  module["onnx_output_names"] = names["onnx_output_names"];
+  json config = fake::multi_agent_config(steps_per_sample, {{"m", module}},
+                                         json::array({{{"pattern", "*"}, {"module", "m"}}}));
+  config["force_on_policy"] = false;
+  script.full_config = config;
   auto state = [model](fake::Conn& conn) {
     conn.send({{"type", "SET_STATE"}, {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", model}}}}}});
   };
@@ -262,15 +262,7 @@ fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
 
 // A multi-agent client of `server` (every step delivered), its runs paused in the count.
 std::unique_ptr<tether::MultiAgentClient> connect_multi_agent(const fake::FakeServer& server) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 5;
-  options.reconnect_timeout_s = 5.0;
-  options.when_queue_full = tether::QueueFullPolicy::kWait;
-  options.backend_factory = [] { return std::make_unique<PausingBackend>(); };
-  auto connected = tether::MultiAgentClient::connect(std::move(options));
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  return connected.ok() ? std::move(connected).value() : nullptr;
+  return fake::connect_multi(counted_options(server));
 }
 
 }  // namespace
@@ -294,16 +286,8 @@ TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
         float* obs = frame.add_uninitialized(ids[static_cast<std::size_t>(a)], 4);
         for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>((t + a + k) % 7) * 0.1f;
       }
-      allocations = 0;
-      counting = count;
-      tether::Status status = client.get_action(episode, frame);
-      counting = false;
-      EXPECT_TRUE(status.ok()) << status.to_string();
+      count_call(counts, count, [&] { return client.get_action(episode, frame); });
       for (int a = 0; a < kAgents; ++a) client.log_returns(episode, ids[static_cast<std::size_t>(a)], 1.0);
-      ++counts.calls;
-      counts.allocations += allocations;
-      if (allocations > 0) ++counts.calls_that_allocated;
-      counts.largest = std::max(counts.largest, allocations);
     }
     EXPECT_TRUE(client.end_episode(episode).ok());
     return counts;
@@ -359,15 +343,7 @@ TEST(Allocations, TwoModulesOfDifferentSizesAllocateOnlyWhenTheyCut) {
         float* obs = frame.add_uninitialized(ids[a], 4);
         for (int j = 0; j < 4; ++j) obs[j] = static_cast<float>((t + static_cast<int>(a) + j) % 7) * 0.1f;
       }
-      allocations = 0;
-      counting = count;
-      tether::Status status = client.get_action(episode, frame);
-      counting = false;
-      EXPECT_TRUE(status.ok()) << status.to_string();
-      ++counts.calls;
-      counts.allocations += allocations;
-      if (allocations > 0) ++counts.calls_that_allocated;
-      counts.largest = std::max(counts.largest, allocations);
+      count_call(counts, count, [&] { return client.get_action(episode, frame); });
     }
     EXPECT_TRUE(client.end_episode(episode).ok());
     return counts;

@@ -9,53 +9,14 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <memory>
 #include <thread>
 
-#include "fake_backend.h"
-#include "fake_server.h"
-#include "tether/server_link.h"
+#include "client_test_helpers.h"
 
 namespace {
 
-using fake::Conn;
-using fake::FakeServer;
-using fake::ServerScript;
-
-tether::LinkOptions link_options_for(const FakeServer& server) {
-  tether::LinkOptions options;
-  options.port = server.port();
-  options.reconnect_timeout_s = 5.0;
-  options.response_timeout_s = 5.0;
-  options.update_timeout_s = 5.0;
-  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
-  return options;
-}
-
-// One step of episode `id` (Box(4) observations, Discrete(2) actions).
-std::shared_ptr<tether::Batch> one_step(const std::string& id) {
-  auto batch = std::make_shared<tether::Batch>();
-  tether::EpisodeChunk chunk;
-  chunk.episode_id = id;
-  chunk.obs = {0, 0, 0, 0, 1, 1, 1, 1};
-  chunk.actions = {1};
-  chunk.rewards = {1};
-  chunk.action_logp = {-0.5};
-  batch->chunks.push_back(chunk);
-  batch->env_steps = 1;
-  return batch;
-}
-
-bool wait_for(const std::function<bool()>& condition, double seconds) {
-  const auto deadline = fake::Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (fake::Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
+using namespace fake;  // (the fake server and the helpers of client_test_helpers.h)
 
 }  // namespace
 

@@ -7,39 +7,21 @@
 
 #ifndef _WIN32
 
-#include <chrono>
-#include <functional>
+#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "fake_backend.h"
-#include "fake_server.h"
-#include "tether/multi_agent_client.h"
+#include "client_test_helpers.h"
 
 namespace {
 
-using fake::Conn;
-using fake::FakeServer;
-using fake::ServerScript;
-using nlohmann::json;
+using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
 
 // One module "m" that the server maps every agent to with its own function.
 ServerScript mapping_server() {
-  json module = {{"observation_space", {{"type", "Box"}, {"shape", {2}}, {"low", -10.0}, {"high", 10.0}}},
-                 {"action_space", {{"type", "Discrete"}, {"n", 2}}},
-                 {"onnx_input_names", {"obs"}},
-                 {"onnx_output_names", {"action_dist_inputs"}},
-                 {"trainable", true}};
   ServerScript script;
-  script.full_config = {{"type", "SET_CONFIG"},
-                        {"env_steps_per_sample", 100},
-                        {"force_on_policy", true},
-                        {"protocol_version", "1.3"},
-                        {"heartbeat_interval_s", 0},
-                        {"modules", {{"m", module}}},
-                        {"policy_mapping", nullptr}};
+  script.full_config = multi_agent_config(100, {{"m", module_json(2)}}, json());
   script.on_get_state = [](Conn& conn, const tether::Message&, int) {
     conn.send({{"type", "SET_STATE"},
                {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(1)}}}}}});
@@ -49,17 +31,8 @@ ServerScript mapping_server() {
   return script;
 }
 
-std::unique_ptr<tether::MultiAgentClient> connect(const FakeServer& server) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 3;
-  options.reconnect_timeout_s = 5.0;
-  options.response_timeout_s = 5.0;
-  options.update_timeout_s = 5.0;
-  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
-  auto connected = tether::MultiAgentClient::connect(options);
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  return connected.ok() ? std::move(connected).value() : nullptr;
+std::unique_ptr<tether::MultiAgentClient> connect_to(const FakeServer& server) {
+  return connect_multi(options_for(server, 3));
 }
 
 void fill(tether::AgentFrame& frame, const std::string& prefix, int agents) {
@@ -68,20 +41,11 @@ void fill(tether::AgentFrame& frame, const std::string& prefix, int agents) {
   for (int i = 0; i < agents; ++i) frame.add(prefix + std::to_string(i), obs, 2);
 }
 
-bool wait_for(const std::function<bool()>& condition, double seconds) {
-  const auto deadline = fake::Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (fake::Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
-
 }  // namespace
 
 TEST(MapAgentsCache, ComputeActionsAsksOncePerEpisodeAndAgent) {
   FakeServer server(mapping_server());
-  auto client = connect(server);
+  auto client = connect_to(server);
   ASSERT_TRUE(client);
   tether::AgentFrame frame;
   fill(frame, "a", 2);
@@ -107,7 +71,7 @@ TEST(MapAgentsCache, ComputeActionsAsksOncePerEpisodeAndAgent) {
 
 TEST(MapAgentsCache, AnEpisodesAnswersGoWhenItEnds) {
   FakeServer server(mapping_server());
-  auto client = connect(server);
+  auto client = connect_to(server);
   ASSERT_TRUE(client);
   std::string episode = client->start_episode("e").value();
   tether::AgentFrame frame;
@@ -130,7 +94,7 @@ TEST(MapAgentsCache, AReconnectForgetsTheAnswers) {
     return answered->fetch_add(1) > 0;  // the first connection goes away after its answer
   };
   FakeServer server(script);
-  auto client = connect(server);
+  auto client = connect_to(server);
   ASSERT_TRUE(client);
   tether::AgentFrame frame;
   fill(frame, "a", 2);
@@ -146,7 +110,7 @@ TEST(MapAgentsCache, AReconnectForgetsTheAnswers) {
 
 TEST(MapAgentsCache, TheOldestEpisodesGoBeyondTheCap) {
   FakeServer server(mapping_server());
-  auto client = connect(server);
+  auto client = connect_to(server);
   ASSERT_TRUE(client);
   constexpr int kAgents = 30000;  // three episodes of these pass kMaxMappedActors (65536)
   static_assert(3 * kAgents > static_cast<int>(tether::MultiAgentClient::kMaxMappedActors), "");

@@ -5,52 +5,16 @@
 
 #ifndef _WIN32
 
-#include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "fake_backend.h"
-#include "fake_server.h"
-#include "tether/client.h"
-#include "tether/multi_agent_client.h"
+#include "client_test_helpers.h"
 
 namespace {
 
-using fake::Conn;
-using fake::FakeServer;
-using fake::ServerScript;
-using nlohmann::json;
-
-bool wait_for(const std::function<bool()>& condition, double seconds) {
-  const auto deadline = fake::Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
-  while (fake::Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return condition();
-}
-
-tether::ClientOptions options_for(const FakeServer& server, std::shared_ptr<fake::BackendLog> log) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 1;
-  options.reconnect_timeout_s = 5.0;
-  options.response_timeout_s = 5.0;
-  options.update_timeout_s = 5.0;
-  options.backend_factory = [log] { return std::make_unique<fake::Backend>(log); };
-  return options;
-}
-
-json module_json() {
-  return {{"observation_space", {{"type", "Box"}, {"shape", {2}}, {"low", -10.0}, {"high", 10.0}}},
-          {"action_space", {{"type", "Discrete"}, {"n", 2}}},
-          {"onnx_input_names", {"obs"}},
-          {"onnx_output_names", {"action_dist_inputs"}},
-          {"trainable", true}};
-}
+using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
 
 json module_state(std::int64_t seq) {
   return {{"type", "SET_STATE"},
@@ -62,14 +26,12 @@ json module_state(std::int64_t seq) {
 TEST(ModelRetirement, SingleAgentSwapFreesTheOldModelOffTheEngineThread) {
   FakeServer server(ServerScript{});  // every batch is answered with a new model
   auto log = std::make_shared<fake::BackendLog>();
-  auto connected = tether::TetherClient::connect(options_for(server, log));
+  auto connected = tether::TetherClient::connect(options_for(server, 1, log));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   std::string episode = client.start_episode().value();
-  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  double action[1];
   for (int round = 0; round < 2; ++round) {
-    for (int t = 0; t < 21; ++t) ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
+    ASSERT_NO_FATAL_FAILURE(act(client, episode, 21));
     ASSERT_TRUE(client.flush().ok());  // applies the answer's model: a swap
   }
   EXPECT_GE(client.models_loaded(), 3);
@@ -78,25 +40,12 @@ TEST(ModelRetirement, SingleAgentSwapFreesTheOldModelOffTheEngineThread) {
 }
 
 TEST(ModelRetirement, MultiAgentSwapFreesTheOldModelOffTheEngineThread) {
-  ServerScript script;
-  script.full_config = {{"type", "SET_CONFIG"},
-                        {"env_steps_per_sample", 10},
-                        {"force_on_policy", true},
-                        {"protocol_version", "1.3"},
-                        {"heartbeat_interval_s", 0},
-                        {"modules", {{"m", module_json()}}},
-                        {"policy_mapping", json::array({{{"pattern", "*"}, {"module", "m"}}})}};
-  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
-    conn.send(module_state(0));
-    return true;
-  };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
-    conn.send(module_state(n));
-    return true;
-  };
+  ServerScript script = answering([](int n) { return module_state(n); });  // a new model for every batch
+  script.full_config =
+      multi_agent_config(10, {{"m", module_json(2)}}, json::array({{{"pattern", "*"}, {"module", "m"}}}));
   FakeServer server(script);
   auto log = std::make_shared<fake::BackendLog>();
-  auto connected = tether::MultiAgentClient::connect(options_for(server, log));
+  auto connected = tether::MultiAgentClient::connect(options_for(server, 1, log));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::MultiAgentClient& client = *connected.value();
   std::string episode = client.start_episode().value();

@@ -12,16 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "test_data.h"
 #include "tether/onnxruntime_backend.h"
 
 namespace {
 
-const std::string kDataDir = std::string(TETHER_REPO_DIR) + "/sdk_cpp/tests/data/";
-
-std::vector<std::uint8_t> read_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
+using test_data::read_bytes;
 
 struct Fixture {
   std::vector<std::uint8_t> model;
@@ -37,13 +33,13 @@ struct Fixture {
 // Loads the model and its expected outputs; fails the test (not throws) if anything is off.
 Fixture load_fixture() {
   Fixture f;
-  std::vector<std::uint8_t> text = read_bytes(kDataDir + "policy_4x64x64x2.json");
+  std::vector<std::uint8_t> text = read_bytes(test_data::kDir + "policy_4x64x64x2.json");
   nlohmann::json record = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
   if (record.is_discarded() || !record.is_object()) {
     ADD_FAILURE() << "cannot parse policy_4x64x64x2.json";
     return f;
   }
-  f.model = read_bytes(kDataDir + record["model"].get<std::string>());
+  f.model = read_bytes(test_data::kDir + record["model"].get<std::string>());
   f.input_name = record["input_name"].get<std::string>();
   f.output_name = record["output_name"].get<std::string>();
   f.obs_dim = record["obs_dim"].get<std::size_t>();

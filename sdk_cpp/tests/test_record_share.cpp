@@ -18,37 +18,21 @@
 #include <string>
 #include <vector>
 
-#include "fake_backend.h"
-#include "fake_server.h"
-#include "tether/client.h"
-#include "tether/multi_agent_client.h"
+#include "client_test_helpers.h"
 
 namespace {
 
-using fake::Conn;
-using fake::FakeServer;
-using fake::ServerScript;
-using nlohmann::json;
+using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
 
-// A SET_STATE at version 0 (the model in use: nothing to load again), with
-// `share` as its record_share, or none when `share` is null.
-json state_with_share(const json& share) {
-  json state = {{"type", "SET_STATE"}, {"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}};
+// `state` with `share` as its record_share, or none when `share` is null.
+json with_share(json state, const json& share) {
   if (!share.is_null()) state["record_share"] = share;
   return state;
 }
 
-tether::ClientOptions options_for(const FakeServer& server, std::uint64_t seed = 3) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = seed;
-  options.reconnect_timeout_s = 5.0;
-  options.response_timeout_s = 5.0;
-  options.update_timeout_s = 5.0;
-  options.when_queue_full = tether::QueueFullPolicy::kWait;  // every batch delivered
-  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
-  return options;
-}
+// A SET_STATE at version 0 (the model in use: nothing to load again), with
+// `share` as its record_share, or none when `share` is null.
+json state_with_share(const json& share) { return with_share(state(0, 0), share); }
 
 // A single-agent server whose every SET_STATE carries `*share` (null: none);
 // the test may change it between batches.
@@ -68,22 +52,8 @@ ServerScript share_script(std::int64_t steps_per_sample, std::shared_ptr<std::at
   return script;
 }
 
-void play(tether::TetherClient& client, const std::string& episode, int steps) {
-  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  double action[1];
-  for (int t = 0; t < steps; ++t) {
-    tether::Status status = client.get_action(episode, obs, 4, action, 1);
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    ASSERT_TRUE(client.log_returns(episode, 1.0).ok());
-  }
-}
-
-void end(tether::TetherClient& client, const std::string& episode, double expected_return) {
-  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  tether::Result<double> total = client.end_episode(episode, obs, 4);
-  ASSERT_TRUE(total.ok()) << total.status().to_string();
-  EXPECT_EQ(total.value(), expected_return);  // returns counted, recorded or held back
-}
+// `steps` steps of `episode`, each rewarded 1 (returns are counted, recorded or held back).
+void play(tether::TetherClient& client, const std::string& episode, int steps) { act(client, episode, steps, 1.0); }
 
 // Every batch is a message of this client's session, numbered 1, 2, ...
 void expect_numbered(const std::vector<json>& batches, const std::string& session) {
@@ -97,7 +67,7 @@ TEST(RecordShare, AQuarterOfTheEpisodesIsRecordedAndTheRestHeldBack) {
   const json quarter = 0.25;
   auto share = std::make_shared<std::atomic<const json*>>(&quarter);
   FakeServer server(share_script(20, share));
-  auto connected = tether::TetherClient::connect(options_for(server));
+  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   EXPECT_EQ(client.record_share(), 0.25);
@@ -159,7 +129,7 @@ TEST(RecordShare, InvalidValuesAreIgnoredAndAnAbsentOneMeansRecordEveryEpisode) 
     return true;
   };
   FakeServer server(script);
-  auto connected = tether::TetherClient::connect(options_for(server));
+  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   EXPECT_EQ(client.record_share(), 1.0);
@@ -181,7 +151,7 @@ TEST(RecordShare, EverythingHeldBackStillSendsABatchEveryEnvStepsPerSampleStepsP
   const json none;  // answers without record_share
   auto share = std::make_shared<std::atomic<const json*>>(&tiny);
   FakeServer server(share_script(10, share));
-  auto connected = tether::TetherClient::connect(options_for(server));
+  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   ASSERT_EQ(client.weights_seq_no(), 0);
@@ -228,7 +198,7 @@ TEST(RecordShare, OffPolicyAnEmptyBatchIsAnEpisodesMessageFollowedByGetState) {
   const json tiny = 1e-9;
   auto share = std::make_shared<std::atomic<const json*>>(&tiny);
   FakeServer server(share_script(10, share, /*force_on_policy=*/false));
-  auto connected = tether::TetherClient::connect(options_for(server));
+  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   const std::string episode = client.start_episode().value();
@@ -252,7 +222,7 @@ TEST(RecordShare, AtOneNoRandomNumberIsDrawn) {
   auto ids_with = [](const json& value) {
     auto share = std::make_shared<std::atomic<const json*>>(&value);
     FakeServer server(share_script(1000, share));
-    auto connected = tether::TetherClient::connect(options_for(server, 11));
+    auto connected = tether::TetherClient::connect(waiting_options_for(server, 11));
     EXPECT_TRUE(connected.ok());
     std::vector<std::string> ids;
     if (!connected.ok()) return ids;
@@ -295,7 +265,7 @@ json single_state_with_steps(const json& share, const std::optional<json>& every
 
 // Strict on-policy: each batch's answer applies before the next cut.
 tether::ClientOptions strict_options_for(const FakeServer& server) {
-  tether::ClientOptions options = options_for(server);
+  tether::ClientOptions options = waiting_options_for(server, 3);
   options.wait_for_weights = true;
   return options;
 }
@@ -396,40 +366,12 @@ TEST(RecordShare, AHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) {
 
 // -- the multi-agent client ------------------------------------------------------------------
 
-json module_json(int obs_width, json action_space) {
-  return {{"observation_space", {{"type", "Box"}, {"shape", {obs_width}}, {"low", -10.0}, {"high", 10.0}}},
-          {"action_space", std::move(action_space)},
-          {"onnx_input_names", {"obs"}},
-          {"onnx_output_names", {"action_dist_inputs"}},
-          {"trainable", true}};
-}
-
-// Module m (agents a_*) and module pm for the group "pair" (members p_0, p_1).
-json multi_config(std::int64_t steps_per_sample) {
-  return {{"type", "SET_CONFIG"},
-          {"env_steps_per_sample", steps_per_sample},
-          {"force_on_policy", true},
-          {"protocol_version", "1.3"},
-          {"heartbeat_interval_s", 0},
-          {"modules",
-           {{"m", module_json(2, {{"type", "Discrete"}, {"n", 2}})},
-            {"pm", module_json(4, {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}})}}},
-          {"policy_mapping", json::array({{{"pattern", "a_*"}, {"module", "m"}},
-                                          {{"agent_id", "pair"}, {"module", "pm"}}})},
-          {"groups", {{"pair", {{"members", {"p_0", "p_1"}}}}}}};
-}
-
-json multi_state_with_share(const json& share) {
-  json models = json::object();
-  for (const char* id : {"m", "pm"}) models[id] = {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(1)}};
-  json state = {{"type", "SET_STATE"}, {"models", models}};
-  if (!share.is_null()) state["record_share"] = share;
-  return state;
-}
+// Modules m (agents a_*) and pm (the group "pair": members p_0, p_1) at version 0.
+json multi_state_with_share(const json& share) { return with_share(pair_state(0), share); }
 
 ServerScript multi_share_script(std::int64_t steps_per_sample, std::shared_ptr<std::atomic<const json*>> share) {
   ServerScript script;
-  script.full_config = multi_config(steps_per_sample);
+  script.full_config = pair_config(steps_per_sample);
   script.on_get_state = [share](Conn& conn, const tether::Message&, int) {
     conn.send(multi_state_with_share(*share->load()));
     return true;
@@ -453,19 +395,15 @@ void multi_frame(tether::MultiAgentClient& client, const std::string& episode) {
   ASSERT_TRUE(client.log_returns(episode, "a_0", 1.0).ok());
 }
 
-std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server, bool strict = false) {
-  tether::ClientOptions options = options_for(server);
-  if (strict) options.wait_for_weights = true;
-  auto connected = tether::MultiAgentClient::connect(options);
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  return connected.ok() ? std::move(connected).value() : nullptr;
+std::unique_ptr<tether::MultiAgentClient> multi_client(const FakeServer& server, bool strict = false) {
+  return connect_multi(strict ? strict_options_for(server) : waiting_options_for(server, 3));
 }
 
 TEST(RecordShare, MultiAgentOneDrawPerEpisodeForAllItsAgents) {
   const json quarter = 0.25;
   auto share = std::make_shared<std::atomic<const json*>>(&quarter);
   FakeServer server(multi_share_script(30, share));
-  auto client = connect_multi(server);
+  auto client = multi_client(server);
   ASSERT_TRUE(client);
   constexpr int kEpisodes = 400, kFrames = 2, kActors = 3;
   for (int e = 0; e < kEpisodes; ++e) {
@@ -508,7 +446,7 @@ TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain)
   const json none;
   auto share = std::make_shared<std::atomic<const json*>>(&tiny);
   FakeServer server(multi_share_script(6, share));  // a batch every two frames played
-  auto client = connect_multi(server);
+  auto client = multi_client(server);
   ASSERT_TRUE(client);
   const std::string episode = client->start_episode().value();
   for (int f = 0; f < 7; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, episode));  // batches at frames 3, 5, 7
@@ -557,9 +495,9 @@ TEST(RecordShare, MultiAgentBatchesFollowStepsPerBatchInAgentStepsPlayed) {
   const std::vector<std::optional<json>> values = {json(6), json(false), json(3), json(-3), std::nullopt, json(50)};
   const std::vector<std::int64_t> expected = {6, 6, 3, 3, 12, 12};
   ServerScript script = steps_per_batch_script(12, values, multi_state_with_steps);
-  script.full_config = multi_config(12);
+  script.full_config = pair_config(12);
   FakeServer server(script);
-  auto client = connect_multi(server, /*strict=*/true);
+  auto client = multi_client(server, /*strict=*/true);
   ASSERT_TRUE(client);
   ASSERT_TRUE(client->waits_for_weights());
   EXPECT_EQ(client->env_steps_per_sample(), 12);
@@ -590,7 +528,7 @@ TEST(RecordShare, MultiAgentHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) 
   const json none;
   auto share = std::make_shared<std::atomic<const json*>>(&none);
   FakeServer server(multi_share_script(6, share));  // two frames of three actors
-  auto client = connect_multi(server, /*strict=*/true);
+  auto client = multi_client(server, /*strict=*/true);
   ASSERT_TRUE(client);
   const std::string recorded = client->start_episode().value();
   const std::string first = client->start_episode().value();

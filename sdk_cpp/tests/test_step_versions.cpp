@@ -10,72 +10,46 @@
 #ifndef _WIN32
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "fake_backend.h"
-#include "fake_server.h"
-#include "tether/client.h"
-#include "tether/episode.h"
-#include "tether/multi_agent_client.h"
+#include "client_test_helpers.h"
 
 namespace {
 
-using fake::Conn;
-using fake::FakeServer;
-using fake::ServerScript;
-using nlohmann::json;
-
-json state(std::int64_t seq, std::uint8_t model) {
-  return {{"type", "SET_STATE"}, {"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(model)}};
-}
-
-tether::ClientOptions options_for(const FakeServer& server) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 3;
-  options.reconnect_timeout_s = 5.0;
-  options.response_timeout_s = 5.0;
-  options.update_timeout_s = 5.0;
-  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
-  return options;
-}
+using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
 
 // Batches are cut by flush() only (a sample far larger than the steps played).
+// Version 0 first; batch n brings version n (the model preferring 1).
 ServerScript single_agent_script() {
+  ServerScript script = answering([](int n) { return state(n, n == 0 ? 0 : 1); });
+  script.steps_per_sample = 1000;
+  return script;
+}
+
+// Connection 1 announces version 5, the later ones `second`; batch 2 is lost
+// before its answer (resent on the next connection); batch n's answer brings
+// version version_after(n). state_of(seq, answer): the SET_STATE of version
+// seq (answer: one answering a batch).
+ServerScript losing_batch_2(std::int64_t second, std::int64_t (*version_after)(int),
+                            json (*state_of)(std::int64_t, bool)) {
   ServerScript script;
   script.steps_per_sample = 1000;
-  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
-    conn.send(state(0, 0));
+  script.on_get_state = [second, state_of](Conn& conn, const tether::Message&, int connection) {
+    conn.send(state_of(connection == 1 ? 5 : second, false));
     return true;
   };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
-    conn.send(state(n, 1));  // batch n brings version n
+  script.on_batch = [version_after, state_of](Conn& conn, const tether::Message&, int n) {
+    if (n == 2) return false;  // lost before its answer: resent on the next connection
+    conn.send(state_of(version_after(n), true));
     return true;
   };
   return script;
 }
 
-void act(tether::TetherClient& client, const std::string& episode, int steps) {
-  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  double action[1];
-  for (int t = 0; t < steps; ++t) ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
-}
-
-void end(tether::TetherClient& client, const std::string& episode) {
-  const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  ASSERT_TRUE(client.end_episode(episode, obs, 4).ok());
-}
-
-// The record of `episode_id` in a batch (null if none).
-json record_of(const json& batch, const std::string& episode_id) {
-  for (const json& record : batch["episodes"]) {
-    if (record.value("episode_id", std::string()) == episode_id) return record;
-  }
-  return json();
-}
+// The single-agent SET_STATE of version `seq`: the model preferring 0, 1 in answers to batches.
+json single_state(std::int64_t seq, bool answer) { return state(seq, answer ? 1 : 0); }
 
 void expect_valid(const json& batch) {
   const tether::Space obs = tether::Space::box({4}, -10.0, 10.0).value();
@@ -89,10 +63,9 @@ void expect_valid(const json& batch) {
 // version 1 and ends; "b" acts only with version 1. Returns the batches.
 std::vector<json> play_across_a_swap(ServerScript script) {
   FakeServer server(std::move(script));
-  auto connected = tether::TetherClient::connect(options_for(server));
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  if (!connected.ok()) return {};
-  tether::TetherClient& client = *connected.value();
+  std::unique_ptr<tether::TetherClient> connected = connect(options_for(server, 3));
+  if (!connected) return {};
+  tether::TetherClient& client = *connected;
   EXPECT_TRUE(client.start_episode("a").ok());
   act(client, "a", 5);
   EXPECT_TRUE(client.flush().ok());
@@ -151,19 +124,8 @@ TEST(StepVersions, AStepOfUnknownVersionMeansNoRuns) {
 // connection 2 announces version 2: a server restarted without resuming, on
 // which those versions mean nothing. Resent there, it carries no runs.
 TEST(StepVersions, RunsOfAnEarlierServerRunAreLeftOutOfAResend) {
-  ServerScript script;
-  script.steps_per_sample = 1000;
-  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
-    conn.send(state(connection == 1 ? 5 : 2, 0));
-    return true;
-  };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
-    if (n == 2) return false;  // lost before its answer: resent on the next connection
-    conn.send(state(n == 1 ? 6 : 3, 1));
-    return true;
-  };
-  FakeServer server(script);
-  auto connected = tether::TetherClient::connect(options_for(server));
+  FakeServer server(losing_batch_2(2, [](int n) -> std::int64_t { return n == 1 ? 6 : 3; }, single_state));
+  auto connected = tether::TetherClient::connect(options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   ASSERT_TRUE(client.start_episode("a").ok());
@@ -190,20 +152,12 @@ TEST(StepVersions, RunsOfAnEarlierServerRunAreLeftOutOfAResend) {
 // claim is resent unchanged). Episode "a" then goes on with a step of
 // connection 1 held back and steps of connection 2: no runs either. Episode
 // "b", all of connection 2, sent on connection 2, keeps its runs.
+// Batch 1 brings 6, the resend (3) 8, then 9, 10, ...
+std::int64_t same_run_versions(int n) { return n == 1 ? 6 : 5 + n; }
+
 TEST(StepVersions, RunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn) {
-  ServerScript script;
-  script.steps_per_sample = 1000;
-  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
-    conn.send(state(connection == 1 ? 5 : 6, 0));
-    return true;
-  };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
-    if (n == 2) return false;  // lost before its answer: resent on the next connection
-    conn.send(state(n == 1 ? 6 : 5 + n, 1));  // batch 1 brings 6, the resend (3) 8, then 9, 10, ...
-    return true;
-  };
-  FakeServer server(script);
-  auto connected = tether::TetherClient::connect(options_for(server));
+  FakeServer server(losing_batch_2(6, same_run_versions, single_state));
+  auto connected = tether::TetherClient::connect(options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   ASSERT_TRUE(client.start_episode("a").ok());
@@ -253,7 +207,7 @@ TEST(StepsRefusedStale, TetherClientAddsUpTheServersCounts) {
     return true;
   };
   FakeServer server(script);
-  auto connected = tether::TetherClient::connect(options_for(server));
+  auto connected = tether::TetherClient::connect(options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   EXPECT_EQ(client.steps_refused_stale(), 0u);
@@ -270,40 +224,14 @@ TEST(StepsRefusedStale, TetherClientAddsUpTheServersCounts) {
 
 // -- the multi-agent client ------------------------------------------------------------------
 
-json module_json(int obs_width, json action_space) {
-  return {{"observation_space", {{"type", "Box"}, {"shape", {obs_width}}, {"low", -10.0}, {"high", 10.0}}},
-          {"action_space", std::move(action_space)},
-          {"onnx_input_names", {"obs"}},
-          {"onnx_output_names", {"action_dist_inputs"}},
-          {"trainable", true}};
-}
+// Modules m (agents a_*) and pm (the group "pair"); batches are cut by flush() only.
+json multi_config() { return pair_config(1000); }
 
-// Module m (agents a_*) and module pm for the group "pair" (members p_0, p_1).
-json multi_config() {
-  return {{"type", "SET_CONFIG"},
-          {"env_steps_per_sample", 1000},
-          {"force_on_policy", true},
-          {"protocol_version", "1.3"},
-          {"heartbeat_interval_s", 0},
-          {"modules",
-           {{"m", module_json(2, {{"type", "Discrete"}, {"n", 2}})},
-            {"pm", module_json(4, {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}})}}},
-          {"policy_mapping", json::array({{{"pattern", "a_*"}, {"module", "m"}},
-                                          {{"agent_id", "pair"}, {"module", "pm"}}})},
-          {"groups", {{"pair", {{"members", {"p_0", "p_1"}}}}}}};
-}
-
-// Every module at version `seq`.
-json multi_state(std::int64_t seq) {
-  json models = json::object();
-  for (const char* id : {"m", "pm"}) models[id] = {{"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(1)}};
-  return {{"type", "SET_STATE"}, {"models", models}};
-}
-
-std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server) {
-  auto connected = tether::MultiAgentClient::connect(options_for(server));
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  return connected.ok() ? std::move(connected).value() : nullptr;
+// multi_config at version 0; batch n brings version n.
+ServerScript multi_script() {
+  ServerScript script = answering(pair_state);
+  script.full_config = multi_config();
+  return script;
 }
 
 void frame_of(tether::MultiAgentClient& client, const std::string& episode, const std::vector<std::string>& agents) {
@@ -317,18 +245,8 @@ void frame_of(tether::MultiAgentClient& client, const std::string& episode, cons
 // An entry's (agent's or group's) steps across a swap name their versions;
 // an entry of one version does not.
 TEST(StepVersions, MultiAgentEntriesThatStraddleAModelSwapNameEachStepsVersion) {
-  ServerScript script;
-  script.full_config = multi_config();
-  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
-    conn.send(multi_state(0));
-    return true;
-  };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
-    conn.send(multi_state(n));
-    return true;
-  };
-  FakeServer server(script);
-  auto client = connect_multi(server);
+  FakeServer server(multi_script());
+  auto client = connect_multi(options_for(server, 3));
   ASSERT_TRUE(client);
   const std::string episode = client->start_episode("e").value();
   for (int t = 0; t < 3; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, episode, {"a_0", "a_1", "p_0", "p_1"}));
@@ -354,31 +272,18 @@ TEST(StepVersions, MultiAgentEntriesThatStraddleAModelSwapNameEachStepsVersion) 
   EXPECT_EQ(second["a_1"]["rewards"].size(), 1u);  // its held-back step only: one version
   EXPECT_FALSE(second["a_1"].contains("weights_seq_no_runs"));
   EXPECT_EQ(batches[1]["weights_seq_nos"], json::parse(R"({"m": 0, "pm": 0})"));  // the claims as before
-  std::map<std::string, tether::ModuleSpec> modules;
-  const json config = multi_config();
-  for (const auto& item : config["modules"].items()) {
-    modules.emplace(item.key(), tether::ModuleSpec::from_json(item.key(), item.value()).value());
-  }
-  tether::Result<std::size_t> steps = tether::validate_multi_agent_record(batches[1]["episodes"][0], 0, modules, true);
+  tether::Result<std::size_t> steps =
+      tether::validate_multi_agent_record(batches[1]["episodes"][0], 0, module_specs(multi_config()), true);
   EXPECT_TRUE(steps.ok()) << steps.status().to_string();
 }
 
 // As RunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn, for an agent
 // entry: connection 2 is the same server run (its versions only grew).
 TEST(StepVersions, MultiAgentRunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn) {
-  ServerScript script;
+  ServerScript script = losing_batch_2(6, same_run_versions, [](std::int64_t seq, bool) { return pair_state(seq); });
   script.full_config = multi_config();
-  script.on_get_state = [](Conn& conn, const tether::Message&, int connection) {
-    conn.send(multi_state(connection == 1 ? 5 : 6));
-    return true;
-  };
-  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
-    if (n == 2) return false;  // lost before its answer: resent on the next connection
-    conn.send(multi_state(n == 1 ? 6 : 5 + n));
-    return true;
-  };
   FakeServer server(script);
-  auto client = connect_multi(server);
+  auto client = connect_multi(options_for(server, 3));
   ASSERT_TRUE(client);
   const std::string e = client->start_episode("e").value();
   for (int t = 0; t < 2; ++t) ASSERT_NO_FATAL_FAILURE(frame_of(*client, e, {"a_0"}));
@@ -410,12 +315,7 @@ TEST(StepVersions, MultiAgentRunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn
 }
 
 TEST(StepsRefusedStale, MultiAgentClientAddsUpTheServersCounts) {
-  ServerScript script;
-  script.full_config = multi_config();
-  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
-    conn.send(multi_state(0));
-    return true;
-  };
+  ServerScript script = multi_script();
   script.on_batch = [](Conn& conn, const tether::Message&, int n) {
     json answer = {{"type", "SET_STATE"}, {"models", json::object()}};
     answer["steps_refused_stale"] = kRefusedValues[static_cast<std::size_t>(n - 1)];
@@ -423,7 +323,7 @@ TEST(StepsRefusedStale, MultiAgentClientAddsUpTheServersCounts) {
     return true;
   };
   FakeServer server(script);
-  auto client = connect_multi(server);
+  auto client = connect_multi(options_for(server, 3));
   ASSERT_TRUE(client);
   EXPECT_EQ(client->steps_refused_stale(), 0u);
   for (std::size_t n = 1; n <= kRefusedValues.size(); ++n) {

@@ -95,32 +95,11 @@ TEST(TrainingDone, SummaryReadsWhatWasSentAndDefaultsTheRest) {
 
 #ifndef _WIN32
 
-#include "fake_backend.h"
-#include "fake_server.h"
-#include "tether/client.h"
-#include "tether/multi_agent_client.h"
+#include "client_test_helpers.h"
 
 namespace {
 
-using fake::Clock;
-using fake::Conn;
-using fake::FakeServer;
-using fake::ServerScript;
-
-json state(std::int64_t seq, std::uint8_t model) {
-  return {{"type", "SET_STATE"}, {"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(model)}};
-}
-
-tether::ClientOptions options_for(const FakeServer& server) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 1;
-  options.reconnect_timeout_s = 5.0;
-  options.response_timeout_s = 5.0;
-  options.update_timeout_s = 5.0;
-  options.backend_factory = [] { return std::make_unique<fake::Backend>(); };
-  return options;
-}
+using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
 
 // Batches 1..answered get the model preferring action 1; the next one is
 // answered with TRAINING_DONE, and the connection is closed.
@@ -280,28 +259,11 @@ TEST(TrainingDone, DuringTheHandshakeConnectFailsWithItAndNeverRetries) {
 
 namespace {
 
-json module_json() {
-  return {{"observation_space", {{"type", "Box"}, {"shape", {2}}, {"low", -10.0}, {"high", 10.0}}},
-          {"action_space", {{"type", "Discrete"}, {"n", 2}}},
-          {"onnx_input_names", {"obs"}},
-          {"onnx_output_names", {"action_dist_inputs"}},
-          {"trainable", true}};
-}
-
 // Modules m (agents a_*) and n (b_*) by rules, or mapped by the server (MAP_AGENTS).
 json multi_config(bool rules) {
-  json config = {{"type", "SET_CONFIG"},
-                 {"env_steps_per_sample", 10},
-                 {"force_on_policy", true},
-                 {"protocol_version", "1.3"},
-                 {"heartbeat_interval_s", 0},
-                 {"modules", {{"m", module_json()}, {"n", module_json()}}},
-                 {"policy_mapping", nullptr}};
-  if (rules) {
-    config["policy_mapping"] =
-        json::array({{{"pattern", "a_*"}, {"module", "m"}}, {{"pattern", "b_*"}, {"module", "n"}}});
-  }
-  return config;
+  return multi_agent_config(
+      10, {{"m", module_json(2)}, {"n", module_json(2)}},
+      rules ? json::array({{{"pattern", "a_*"}, {"module", "m"}}, {{"pattern", "b_*"}, {"module", "n"}}}) : json());
 }
 
 json models(std::int64_t seq, std::uint8_t model) {
@@ -309,12 +271,6 @@ json models(std::int64_t seq, std::uint8_t model) {
           {"models",
            {{"m", {{"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(model)}}},
             {"n", {{"weights_seq_no", seq}, {"onnx_file", fake::onnx_file(model)}}}}}};
-}
-
-std::unique_ptr<tether::MultiAgentClient> connect_multi(const FakeServer& server) {
-  auto connected = tether::MultiAgentClient::connect(options_for(server));
-  EXPECT_TRUE(connected.ok()) << connected.status().to_string();
-  return connected.ok() ? std::move(connected).value() : nullptr;
 }
 
 // One 5-frame episode of a_0 and b_0; every call must succeed; returns the actions taken.
@@ -359,7 +315,7 @@ TEST(TrainingDone, AMultiAgentClientEndsNormallyToo) {
     return false;
   };
   FakeServer server(script);
-  auto client = connect_multi(server);
+  auto client = connect_multi(options_for(server));
   ASSERT_TRUE(client);
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (!client->training_done() && Clock::now() < deadline && !::testing::Test::HasFailure()) {
@@ -401,7 +357,7 @@ TEST(TrainingDone, AMapAgentsWaitingFailsWithItAndNothingIsAskedAgain) {
     return false;
   };
   FakeServer server(script);
-  auto client = connect_multi(server);
+  auto client = connect_multi(options_for(server));
   ASSERT_TRUE(client);
   std::string episode = client->start_episode().value();
   tether::AgentFrame frame;

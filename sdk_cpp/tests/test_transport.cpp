@@ -120,6 +120,23 @@ tether::Status receive_exact(tether::Transport& transport, std::uint8_t* out, st
 
 tether::Transport::Deadline in(milliseconds ms) { return Clock::now() + ms; }
 
+// Connects `transport` to `listener` (the kernel completes a connect before
+// accept()) and returns the server's end of the connection; -1, and a test
+// failure, if the listener or the connect failed.
+int connect_pair(tether::Transport& transport, const Listener& listener) {
+  EXPECT_TRUE(listener.ok());
+  tether::Status status = transport.connect("127.0.0.1", listener.port(), milliseconds(2000));
+  EXPECT_TRUE(status.ok()) << status.message();
+  return listener.ok() && status.ok() ? listener.accept() : -1;
+}
+
+// The server's end `fd` of a connection: silent until the client closes it, then closed.
+void silent_until_closed(int fd) {
+  std::uint8_t byte;
+  read_exact(fd, &byte, 1);
+  ::close(fd);
+}
+
 TEST(Transport, ConnectsAndEchoesFramesOfManySizes) {
   Listener listener;
   ASSERT_TRUE(listener.ok());
@@ -184,15 +201,11 @@ TEST(Transport, ConnectsByNameAndOverIpv6) {
 
 TEST(Transport, PeerCloseIsAClearStatus) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  std::thread server([&] {
-    int fd = listener.accept();
-    write_all(fd, "abc", 3);
-    ::close(fd);
-  });
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
-  server.join();
+  const int fd = connect_pair(transport, listener);
+  ASSERT_GE(fd, 0);
+  write_all(fd, "abc", 3);
+  ::close(fd);
   std::uint8_t buffer[16];
   tether::Result<tether::Received> r = transport.receive(buffer, sizeof(buffer), in(milliseconds(2000)));
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -205,11 +218,10 @@ TEST(Transport, PeerCloseIsAClearStatus) {
 
 TEST(Transport, SendToAClosedPeerFails) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  std::thread server([&] { ::close(listener.accept()); });
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
-  server.join();
+  const int fd = connect_pair(transport, listener);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
   std::vector<std::uint8_t> data(1 << 20, 7);
   tether::Status status;
   for (int i = 0; i < 20 && status.ok(); ++i) {  // the first send may still be accepted by the kernel
@@ -262,15 +274,10 @@ TEST(Transport, ConnectTimesOut) {
 
 TEST(Transport, ReceiveTimesOut) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  std::thread server([&] {
-    int fd = listener.accept();
-    std::uint8_t byte;
-    read_exact(fd, &byte, 1);  // silent until the client closes
-    ::close(fd);
-  });
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
+  const int fd = connect_pair(transport, listener);
+  ASSERT_GE(fd, 0);
+  std::thread server(silent_until_closed, fd);
   std::uint8_t buffer[16];
   auto start = Clock::now();
   tether::Result<tether::Received> r = transport.receive(buffer, sizeof(buffer), in(milliseconds(200)));
@@ -287,15 +294,10 @@ TEST(Transport, ReceiveTimesOut) {
 
 TEST(Transport, InterruptUnblocksAWaitPromptly) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  std::thread server([&] {
-    int fd = listener.accept();
-    std::uint8_t byte;
-    read_exact(fd, &byte, 1);
-    ::close(fd);
-  });
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
+  const int fd = connect_pair(transport, listener);
+  ASSERT_GE(fd, 0);
+  std::thread server(silent_until_closed, fd);
   std::vector<double> latencies;
   for (int i = 0; i < 20; ++i) {
     std::atomic<bool> waiting{false};
@@ -328,15 +330,10 @@ TEST(Transport, InterruptUnblocksAWaitPromptly) {
 
 TEST(Transport, AnInterruptBeforeTheWaitIsNotLost) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  std::thread server([&] {
-    int fd = listener.accept();
-    std::uint8_t byte;
-    read_exact(fd, &byte, 1);
-    ::close(fd);
-  });
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
+  const int fd = connect_pair(transport, listener);
+  ASSERT_GE(fd, 0);
+  std::thread server(silent_until_closed, fd);
   transport.interrupt();
   transport.interrupt();  // several wakes are one
   std::uint8_t buffer[16];
@@ -353,12 +350,9 @@ TEST(Transport, AnInterruptBeforeTheWaitIsNotLost) {
 
 TEST(Transport, CancelStopsABlockedSendPromptly) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  int server_fd = -1;
-  std::thread server([&] { server_fd = listener.accept(); });  // never reads
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
-  server.join();
+  const int server_fd = connect_pair(transport, listener);  // never reads
+  ASSERT_GE(server_fd, 0);
   std::vector<std::uint8_t> data(64 << 20, 1);  // more than the socket buffers hold
   Clock::time_point cancelled_at;
   std::thread canceller([&] {
@@ -383,12 +377,9 @@ TEST(Transport, CancelStopsABlockedSendPromptly) {
 
 TEST(Transport, SendTimesOutWhenThePeerDoesNotRead) {
   Listener listener;
-  ASSERT_TRUE(listener.ok());
-  int server_fd = -1;
-  std::thread server([&] { server_fd = listener.accept(); });
   tether::Transport transport;
-  ASSERT_TRUE(transport.connect("127.0.0.1", listener.port(), milliseconds(2000)).ok());
-  server.join();
+  const int server_fd = connect_pair(transport, listener);  // never reads
+  ASSERT_GE(server_fd, 0);
   std::vector<std::uint8_t> data(64 << 20, 1);
   tether::Status status = transport.send_all(data.data(), data.size(), in(milliseconds(200)));
   EXPECT_EQ(status.code(), tether::ErrorCode::kTimeout);

@@ -25,11 +25,21 @@
 // weights that answer it (strict on-policy); when_queue_full = kWait makes the
 // engine wait for room in the send queue instead of dropping the oldest batch.
 //
-// Errors: nothing throws. A refusal by the server (an ERROR answer), a timeout
-// or a model that fails to load never stops acting: it is queued and read with
-// take_error() (last_error() keeps the newest). When the link gives up for
-// good (reconnect_timeout_s passed, AUTH_FAILED, VERSION_MISMATCH) every later
-// call returns that status (fatal_error()).
+// Errors: nothing throws. A refusal by the server (an ERROR answering a batch,
+// e.g. DATA_REFUSED or ACTION_OUT_OF_SPACE), a timeout or a model that fails
+// to load is returned, once, by the next call of start_episode, get_action,
+// end_episode or flush (as the Python and C# SDKs raise it): that call does
+// nothing else (no episode begun, no action computed, nothing recorded), and
+// the engine may simply make it again. Several errors come one per call,
+// oldest first. log_returns never returns one (a reward is never lost to
+// another call's error). flush() returns an error that came while it waited
+// (its work is done). get_action also returns one that came while it cut a
+// batch (e.g. that batch's own answer, with wait_for_weights): the batch went,
+// this step was not acted. An error returned by a call is gone: take_error()
+// returns only errors no call returned yet (an engine that never calls again
+// may read them there); last_error() keeps the newest either way. When the
+// link gives up for good (reconnect_timeout_s passed, AUTH_FAILED,
+// VERSION_MISMATCH) every later call returns that status (fatal_error()).
 //
 // End of training (protocol 1.3, §6.6): when the server's run is done it says
 // so (ERROR TRAINING_DONE with the run's summary) and stops. That is the
@@ -122,7 +132,8 @@ class TetherClient {
   TetherClient& operator=(const TetherClient&) = delete;
 
   /// Begins an episode and returns its id (`episode_id`, or a new random one
-  /// when empty). INVALID_ARGUMENT if that episode is already running.
+  /// when empty). INVALID_ARGUMENT if that episode is already running; an
+  /// error of the server not returned yet (then no episode begins).
   /// With `training_enabled` false its steps are never sent. A training
   /// episode is recorded with the probability the server's record_share
   /// gives (a draw of the seeded generator, made only when the share is
@@ -136,7 +147,9 @@ class TetherClient {
   /// Runs the local model; never waits for the network, except to wait for
   /// room (kWait) or weights (wait_for_weights) when a batch was just cut.
   /// INVALID_ARGUMENT for an unknown episode or wrong sizes, NOT_READY without
-  /// a model, INFERENCE_FAILED, or the fatal status once the link gave up.
+  /// a model, INFERENCE_FAILED, an error of the server not returned yet (a
+  /// refusal of an earlier batch: nothing is acted or recorded; call again),
+  /// or the fatal status once the link gave up.
   /// Allocates nothing in steady state: episodes reuse the arrays of ended
   /// ones, so only a call that cuts a batch (every steps_per_batch()
   /// steps) or takes in the I/O thread's news allocates; the inference
@@ -148,27 +161,34 @@ class TetherClient {
 
   /// Adds `reward` to the episode's last action (rewards accumulate until the
   /// next action; one logged before the first action is dropped).
-  /// INVALID_ARGUMENT for an unknown episode or a non-finite reward.
+  /// INVALID_ARGUMENT for an unknown episode or a non-finite reward; never
+  /// an error of the server (the next other call returns those).
   Status log_returns(const std::string& episode_id, double reward);
 
   /// Finishes an episode with its last observation and returns its total
   /// reward. `truncated` marks an end by time limit (bootstrapped); otherwise
-  /// it terminated. INVALID_ARGUMENT for an unknown episode or a wrong size.
+  /// it terminated. INVALID_ARGUMENT for an unknown episode or a wrong size;
+  /// an error of the server not returned yet (the episode goes on: call again).
   Result<double> end_episode(const std::string& episode_id, const float* obs, std::size_t obs_size,
                              bool truncated = false);
   /// end_episode for a vector.
   Result<double> end_episode(const std::string& episode_id, const std::vector<float>& obs, bool truncated = false);
 
   /// Sends whatever experience is complete now and waits until the server has
-  /// every batch. Returns the fatal status, or ok (refusals go to take_error()).
-  /// Once training is done (training_done()) it returns ok at once: nothing is sent any more.
+  /// every batch. Returns the fatal status; an error of the server not
+  /// returned yet (one from before the call: nothing is sent; or one that
+  /// came while it waited), once; or ok. Once training is done
+  /// (training_done()) it returns ok at once: nothing is sent any more.
   Status flush();
 
-  /// The oldest error not yet taken (a refusal, timeout, bad model), or ok if none; removes it.
+  /// The oldest error not returned yet, by a call or by take_error() (a
+  /// refusal, timeout, bad model), or ok if none; removes it. An error a call
+  /// returned is not returned here again.
   Status take_error();
-  /// The most recent error reported (ok if none ever was); not cleared by take_error().
+  /// The most recent error reported (ok if none ever was); not cleared when
+  /// a call or take_error() returns it.
   const Status& last_error() const noexcept { return last_error_; }
-  /// Errors waiting for take_error().
+  /// Errors not returned yet (by a call or by take_error()).
   std::size_t pending_errors() const noexcept { return errors_.size(); }
   /// The status that ended the link for good (ok while it lives).
   const Status& fatal_error() const noexcept { return fatal_; }
@@ -255,6 +275,7 @@ class TetherClient {
   };
 
   void sync();
+  Status pending_status();
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
   void report(Status status);
   void forget_episodes(const std::set<std::string>& ids);

@@ -52,9 +52,17 @@
 // (env_steps_per_sample, or fewer when the server asks for smaller, fresher
 // batches with SET_STATE steps_per_batch).
 //
-// Errors: nothing throws. Refusals, timeouts and models that fail to load are
-// read with take_error(); once the link gave up for good every call returns
-// fatal_error().
+// Errors: nothing throws. A refusal by the server (an ERROR answering a
+// batch, e.g. DATA_REFUSED or ACTION_OUT_OF_SPACE), a timeout or a model that
+// fails to load is returned, once, by the next call of start_episode,
+// get_action, compute_actions, end_agents, retire_agent, end_episode or flush
+// (as the Python and C# SDKs raise it): that call does nothing else, and the
+// engine may simply make it again. Several errors come one per call, oldest
+// first. log_returns never returns one. flush() returns an error that came
+// while it waited; get_action one that came while it cut a batch (nothing of
+// the frame is acted or recorded). take_error() returns only errors no call
+// returned yet; last_error() keeps the newest. Once the link gave up for good
+// every call returns fatal_error().
 //
 // End of training (protocol 1.3, §6.6): when the server's run is done it says
 // so (ERROR TRAINING_DONE with the run's summary) and stops. That is the
@@ -200,9 +208,10 @@ class MultiAgentClient {
   /// runs ONE inference per module for all its actors in the frame, samples
   /// (raw Box sample recorded, clipped action to the engine). Never waits for
   /// the network except for MAP_AGENTS, room (kWait) or weights
-  /// (wait_for_weights). INVALID_ARGUMENT (unknown episode, an agent twice,
-  /// an agent that left, a group with members missing, wrong observation
-  /// size), NON_FINITE_VALUE, UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
+  /// (wait_for_weights). An error of the server not returned yet (nothing of
+  /// the frame is acted or recorded: call again), INVALID_ARGUMENT (unknown
+  /// episode, an agent twice, an agent that left, a group with members
+  /// missing, wrong observation size), NON_FINITE_VALUE, UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
   /// TRAINING_DONE (MAP_AGENTS once training is done), NOT_READY (a module
   /// without a model), INFERENCE_FAILED, or the fatal status.
   /// On an error nothing of the frame is recorded.
@@ -216,7 +225,8 @@ class MultiAgentClient {
   /// Adds `reward` to the agent's last action (a group member's to its
   /// group's, divided by the member count for "mean"). Rewards accumulate
   /// until the agent acts again; one before its first action only counts in
-  /// the returns. INVALID_ARGUMENT (unknown episode), NON_FINITE_VALUE.
+  /// the returns. INVALID_ARGUMENT (unknown episode), NON_FINITE_VALUE; never
+  /// an error of the server (the next other call returns those).
   Status log_returns(const std::string& episode_id, const std::string& agent_id, double reward);
 
   /// Agents that leave the episode, with their final observations (each
@@ -239,16 +249,19 @@ class MultiAgentClient {
                                                     bool truncated = false);
 
   /// Sends whatever experience is complete now and waits until the server has
-  /// every batch. Returns the fatal status (CLOSED after close()), or ok
-  /// (refusals go to take_error()). Once training is done (training_done())
-  /// it returns ok at once: nothing is sent any more.
+  /// every batch. Returns the fatal status (CLOSED after close()); an error
+  /// of the server not returned yet (one from before the call: nothing is
+  /// sent; or one that came while it waited), once; or ok. Once training is
+  /// done (training_done()) it returns ok at once: nothing is sent any more.
   Status flush();
 
-  /// The oldest error not yet taken, or ok; removes it.
+  /// The oldest error not returned yet, by a call or by take_error(), or ok;
+  /// removes it. An error a call returned is not returned here again.
   Status take_error();
-  /// The most recent error reported (ok if none ever was).
+  /// The most recent error reported (ok if none ever was); not cleared when
+  /// a call or take_error() returns it.
   const Status& last_error() const noexcept { return last_error_; }
-  /// Errors waiting for take_error().
+  /// Errors not returned yet (by a call or by take_error()).
   std::size_t pending_errors() const noexcept { return errors_.size(); }
   /// The status that ended the link for good (ok while it lives).
   const Status& fatal_error() const noexcept { return fatal_; }
@@ -340,6 +353,7 @@ class MultiAgentClient {
   struct StepBlock;  // one module's recorded rows of one frame
 
   void sync();
+  Status pending_status();
   void report(Status status);
   void apply_models(LinkEvent& event);
   void forget_episodes(const std::set<std::string>& ids);

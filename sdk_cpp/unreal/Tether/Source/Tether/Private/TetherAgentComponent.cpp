@@ -110,11 +110,28 @@ void UTetherAgentComponent::TickComponent(float DeltaTime, ELevelTick TickType,
 	}
 	if (Connected)
 	{
+		// Errors of the server no call returned (they came while none was made): reported as they arrive.
 		for (tether::Status Error = Connected->take_error(); !Error.ok(); Error = Connected->take_error())
 		{
 			Report(CodeOf(Error), MessageOf(Error));
 		}
 	}
+}
+
+// Whether a call that returned Status is to be made again: the client returns each error of the
+// server (a refusal of an earlier batch, a timeout) once, from the next call, which then did nothing
+// else; it is reported here. Not once the link gave up for good, nor when the call failed just as it
+// did before (Previous: then it is the call's own error, e.g. a wrong size).
+bool UTetherAgentComponent::RetryAfter(const tether::Status& Status, tether::Status& Previous)
+{
+	if (Status.ok() || !Connected->fatal_error().ok() ||
+	    (Status.code() == Previous.code() && Status.message() == Previous.message()))
+	{
+		return false;
+	}
+	Report(CodeOf(Status), MessageOf(Status));
+	Previous = Status;
+	return true;
 }
 
 bool UTetherAgentComponent::IsConnected() const
@@ -139,6 +156,10 @@ bool UTetherAgentComponent::StartEpisode()
 		return false;
 	}
 	tether::Result<std::string> Started = Connected->start_episode();
+	for (tether::Status Previous; RetryAfter(Started.status(), Previous);)
+	{
+		Started = Connected->start_episode();
+	}
 	if (!Started.ok())
 	{
 		Report(CodeOf(Started.status()), MessageOf(Started.status()));
@@ -155,8 +176,13 @@ bool UTetherAgentComponent::GetAction(const TArray<float>& Observation, TArray<f
 	{
 		return false;
 	}
-	const tether::Status Acted = Connected->get_action(Episode, Observation.GetData(), static_cast<std::size_t>(Observation.Num()),
-	                                                   ActionBuffer.data(), ActionBuffer.size());
+	tether::Status Acted;
+	tether::Status Previous;
+	do
+	{
+		Acted = Connected->get_action(Episode, Observation.GetData(), static_cast<std::size_t>(Observation.Num()),
+		                              ActionBuffer.data(), ActionBuffer.size());
+	} while (RetryAfter(Acted, Previous));
 	if (!Acted.ok())
 	{
 		Report(CodeOf(Acted), MessageOf(Acted));
@@ -184,8 +210,13 @@ float UTetherAgentComponent::EndEpisode(const TArray<float>& FinalObservation, b
 	{
 		return 0.f;
 	}
-	tether::Result<double> Total = Connected->end_episode(Episode, FinalObservation.GetData(),
-	                                                      static_cast<std::size_t>(FinalObservation.Num()), bTruncated);
+	tether::Result<double> Total = 0.0;
+	tether::Status Previous;
+	do
+	{
+		Total = Connected->end_episode(Episode, FinalObservation.GetData(),
+		                               static_cast<std::size_t>(FinalObservation.Num()), bTruncated);
+	} while (RetryAfter(Total.status(), Previous));
 	Episode.clear();
 	if (!Total.ok())
 	{

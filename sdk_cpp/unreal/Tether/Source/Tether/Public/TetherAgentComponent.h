@@ -16,6 +16,7 @@
 
 namespace tether
 {
+class Status;
 class TetherClient;
 }
 struct FTetherConnectTask;
@@ -28,7 +29,10 @@ DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FTetherErrorSignature, const FStrin
 /**
  * Connects one agent to `tether serve`. Call StartEpisode, then each decision
  * GetAction (observation in, action out) and LogReward, and EndEpisode with the
- * final observation. GetAction never waits for the network.
+ * final observation. GetAction never waits for the network. An error of the
+ * server (e.g. a refusal of an earlier batch) goes to OnError and costs no
+ * call: the SDK returns it, once, from the next call, which then did nothing
+ * else, and the component makes that call again.
  */
 UCLASS(ClassGroup = (AI), meta = (BlueprintSpawnableComponent))
 class TETHER_API UTetherAgentComponent : public UActorComponent
@@ -62,7 +66,7 @@ public:
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
 	float ReconnectTimeoutSeconds = 60.f;
 
-	/** Called on the game thread for every error the client reports. */
+	/** Called on the game thread for every error the client reports (once each). */
 	UPROPERTY(BlueprintAssignable, Category = "Tether")
 	FTetherErrorSignature OnError;
 
@@ -104,6 +108,7 @@ protected:
 
 private:
 	void Report(const FString& Code, const FString& Message);
+	bool RetryAfter(const tether::Status& Status, tether::Status& Previous);
 
 	TSharedPtr<FTetherConnectTask> Connecting;
 	std::unique_ptr<tether::TetherClient> Connected;
