@@ -351,9 +351,8 @@ class MultiAgentClient(BaseClient):
         out.update(group.split_action(action, discrete=np.asarray(action).dtype.kind in "iu"))
 
     def log_returns(self, episode_id: str, rewards: Mapping[str, float]) -> None:
-        """Add each agent's reward to its last action (group members' rewards combine)."""
-        if self._events:
-            self._sync()
+        """Add each agent's reward to its last action (group members' rewards combine). Never raises
+        a server's error (the next get_action does, as in every SDK)."""
         episode = self._episodes[episode_id]
         rewards = {agent_id: finite_reward(r, f"reward of {agent_id!r}") for agent_id, r in rewards.items()}
         for agent_id, reward in rewards.items():
