@@ -101,28 +101,14 @@ class EpisodeIngest:
 
     # -- episodes --------------------------------------------------------------
 
-    def decode(
-        self, connection: Hashable, message: dict[str, Any], versions: dict[str, int] | None = None,
-        via: Hashable = None, predecoded: list | None = None,
-    ) -> list[MultiAgentRecord]:
-        """Validate a message's records; ``connection`` owns the episode state
-        (a client_session, or the connection), ``via`` is the connection it came
-        on, ``versions`` the weights version per module the data claims (for
-        the behaviour-logp check). ``predecoded`` holds, per record, the
-        state-free part already done elsewhere ((is multi-agent, record) or the
-        MessageError to raise). All-or-nothing."""
-        pending = self.validate(connection, message, via, predecoded)
-        if self.logp_check is not None and versions is not None:
-            self.logp_check(pending.records, versions)
-        pending.commit()
-        return pending.records
-
     def validate(
         self, connection: Hashable, message: dict[str, Any], via: Hashable = None, predecoded: list | None = None,
     ) -> "PendingRecords":
-        """``decode`` without the behaviour-logp check and without changing any
-        state: the server runs that check off the event loop (a forward pass
-        over the whole batch), then calls ``commit``."""
+        """Validate a message's records (all-or-nothing) without changing any state: ``connection``
+        owns the episode state (a client_session, or the connection), ``via`` is the connection it
+        came on, ``predecoded`` holds, per record, the state-free part already done elsewhere. The
+        pipeline then runs the behaviour-logp check (off the event loop for a large message) and
+        calls ``commit``."""
         records = message.get("episodes")
         if not isinstance(records, list):
             raise MessageError(ErrorCode.INVALID_FIELD, '"episodes" must be a list of episode records')

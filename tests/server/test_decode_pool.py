@@ -41,7 +41,9 @@ CASES = {
 
 def outcome(ingest: EpisodeIngest, message: dict, predecoded=None):
     try:
-        records = ingest.decode(1, message, predecoded=predecoded)
+        pending = ingest.validate(1, message, predecoded=predecoded)  # (as the pipeline does, without the logp check)
+        pending.commit()
+        records = pending.records
     except MessageError as exc:
         return ("error", exc.code, exc.message)
     return [(r.episode_id, [(a.agent_id, a.module_id, a.chunk.obs.tobytes(), a.chunk.actions.tobytes(),
