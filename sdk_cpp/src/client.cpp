@@ -103,6 +103,10 @@ void TetherClient::sync() {
   for (LinkEvent& event : event_buffer_) {
     switch (event.kind) {
       case LinkEvent::Kind::kConnected: {
+        // A new connection's server may describe other spaces (§6.5; dtype aside).
+        const bool spaces_changed =
+            config_ && (!(config_->observation_space == event.config->observation_space) ||
+                        !(config_->action_space == event.config->action_space));
         config_ = event.config;
         connection_ = event.connection;
         const nlohmann::json& info = config_->server_info;
@@ -112,6 +116,7 @@ void TetherClient::sync() {
         dist_buffer_.resize(config_->action_space.dist_inputs_size());
         record_action_buffer_.resize(config_->action_space.flat_dim());
         env_action_buffer_.resize(config_->action_space.flat_dim());
+        if (spaces_changed) drop_for_new_spaces();
         apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
         break;
       }
@@ -168,6 +173,29 @@ void TetherClient::end_training() {
   pending_steps_ = 0;
   held_steps_ = 0;
   if (unsent) link_->count_unsent_at_end();
+}
+
+void TetherClient::drop_for_new_spaces() {
+  // The model cannot serve the new spaces (NOT_READY until this connection's
+  // arrives, usually in the same handshake), and the steps not cut yet do not
+  // fit them: they are dropped, as every SDK does. The open episodes go on,
+  // each one's next chunk starting from its next observation; the ended ones
+  // not cut yet send nothing.
+  link_->retire(std::move(policy_));  // destroyed on the I/O thread
+  policy_ = nullptr;
+  weights_seq_no_.reset();
+  for (Episode& episode : finished_) recycle(std::move(episode));
+  finished_.clear();
+  for (auto& entry : episodes_) {
+    Episode& episode = entry.second;
+    if (!episode.training) continue;
+    episode.steps.clear();
+    episode.steps.episode_id = episode.id;
+    episode.versions.clear();
+    episode.obs_rows = episode.action_rows = 0;
+  }
+  pending_steps_ = 0;
+  ++space_changes_;
 }
 
 void TetherClient::forget_episodes(const std::set<std::string>& ids) {
@@ -288,8 +316,11 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       ++episode.obs_rows;
     }
     const bool added_obs = episode.training;
+    const std::uint64_t space_changes = space_changes_;
     send_batch(/*even_empty=*/true);
-    if (added_obs && episode.training) {  // (a dropped episode's steps are gone already)
+    // (A dropped episode's steps are gone already, as are all of them when
+    // the batch's sync took a new connection's other spaces.)
+    if (added_obs && episode.training && space_changes == space_changes_) {
       episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
       --episode.obs_rows;
     }

@@ -279,6 +279,7 @@ class TetherClient {
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
   void report(Status status);
   void forget_episodes(const std::set<std::string>& ids);
+  void drop_for_new_spaces();
   std::size_t sendable_steps(const Episode& current) const;
   void send_batch(bool even_empty = false);
   bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest,
@@ -306,6 +307,7 @@ class TetherClient {
   std::uint64_t episodes_held_back_ = 0;
   std::int64_t env_steps_sent_ = 0;
   std::int64_t models_loaded_ = 0;
+  std::uint64_t space_changes_ = 0;  // reconnects whose spaces differed (their steps were dropped)
   bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
   std::deque<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
