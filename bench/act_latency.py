@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def export_model(seed: int) -> bytes:
     """ONNX bytes of a fresh CartPole PPOLearner's policy (what a new server serves)."""
-    from tether.sdk.protocol.spaces import Discrete, box
+    from tether.protocol.spaces import Discrete, box
     from tether.server.learner import PPOHyperparams, PPOLearner
     from tether.server.learner.onnx_export import export_policy
 
