@@ -50,8 +50,15 @@ five batches of warm-up) with ``sdk_csharp_allocating_calls``, and
 ``sdk_csharp_batch256_us_p50`` / ``_p99`` (``MultiAgentClient.GetActions`` for
 one frame of 256 agents of one module against the sending server, paced and
 beside a bare batch-256 run as for C++: ``ort_csharp_batch256_paced_us_p50``,
-``sdk_csharp_batch256_ratio``, ``sdk_csharp_batch256_allocated_bytes_per_frame``).
-``--no-csharp`` leaves them out.
+``sdk_csharp_batch256_ratio``, ``sdk_csharp_batch256_p99_vs_p50``,
+``sdk_csharp_batch256_allocated_bytes_per_frame``; at 1 ms the server does not keep
+up, ``sdk_csharp_batch256_server_agent_steps_per_s`` is what it took). The same
+frames at a pace the sending server sustains (twice its time per frame's agent
+steps in the 1 ms series, whole milliseconds), where batches come back for reuse:
+``sdk_csharp_batch256_sustained_us_p50`` / ``_us_p99`` / ``_ratio`` (against
+``ort_csharp_batch256_sustained_paced_us_p50``) / ``_p99_vs_p50`` /
+``_allocated_bytes_per_frame`` (cuts included) / ``_frame_interval_us`` /
+``_server_kept_up``. ``--no-csharp`` leaves them out.
 
 Prints one JSON object on stdout, e.g.::
 

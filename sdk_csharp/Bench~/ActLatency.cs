@@ -1,7 +1,8 @@
 // Action latency of the C# SDK against its ONNX Runtime backend alone, on the
 // same model (run by bench/act_latency.py, which starts the server and exports the model).
 //
-//   mono act_latency.exe --model policy.onnx --port P [--calls N] [--warmup N] [--blocks N] [--seed N]
+//   mono act_latency.exe --model policy.onnx --port P --sending-port P [--calls N] [--warmup N] [--blocks N]
+//                        [--batch-calls N] [--frame-interval-us N] [--sustained-frame-interval-us N] [--seed N]
 //
 // * ort_csharp_us_p50 / _p99: OnnxRuntimeBackend.Run on one observation: the
 //   P/Invoke into ONNX Runtime's C API (a run through a binding made once) and
@@ -22,11 +23,22 @@
 // * sdk_csharp_batch256_us_p50 / _p99: MultiAgentClient.GetActions for one
 //   frame of 256 agents of one module (the server maps every agent to its one
 //   module) against the server on --sending-port, in steady state (a batch cut
-//   every 4000 agent steps), frames paced every --frame-interval-us; a bare
-//   batch-256 OnnxRuntimeBackend.Run goes beside each frame (before it, then
-//   after it, in turn): ort_csharp_batch256_paced_us_p50, and
-//   sdk_csharp_batch256_ratio is the frame against it.
-//   sdk_csharp_batch256_allocated_bytes_per_frame: what the frames allocated.
+//   every 4000 agent steps), frames paced every --frame-interval-us (the game
+//   sleeps until 1.5 ms before a frame, then spins); a bare batch-256
+//   OnnxRuntimeBackend.Run goes beside each frame (before it, then after it, in
+//   turn): ort_csharp_batch256_paced_us_p50, and sdk_csharp_batch256_ratio is the
+//   frame against it; sdk_csharp_batch256_p99_vs_p50.
+//   sdk_csharp_batch256_allocated_bytes_per_frame: what the frames allocated (at
+//   1 ms the server does not keep up: batches wait and are dropped, new ones are
+//   made). sdk_csharp_batch256_server_agent_steps_per_s: what the server took.
+// * sdk_csharp_batch256_sustained_*: the same frames, with a new client, at a
+//   pace the sending server keeps up with (--sustained-frame-interval-us; 0, the
+//   default: twice the time the server took per frame's agent steps in the first
+//   series, whole milliseconds, 2 to 50 ms), so that batches come back for reuse:
+//   _us_p50, _us_p99, _ratio (against ort_csharp_batch256_sustained_paced_us_p50),
+//   _p99_vs_p50, _allocated_bytes_per_frame (cuts included), _batches_dropped,
+//   _agent_steps_sent, _frame_interval_us and _server_kept_up (nothing dropped,
+//   at least 80 % of the timed agent steps answered).
 // Prints one JSON object on stdout.
 using System;
 using System.Collections.Generic;
@@ -48,10 +60,123 @@ namespace Tether.Bench
             return Math.Round(ticks[Math.Min(index, ticks.Count - 1)] * 1e6 / Stopwatch.Frequency, 2);
         }
 
+        // Waits until `deadline` (Stopwatch ticks) as a game waits for its next frame: asleep while
+        // more than 1.5 ms are left (the server and the I/O thread get the cores), then spinning.
+        static void WaitUntil(long deadline)
+        {
+            long margin = 1500 * Stopwatch.Frequency / 1000000;
+            while (deadline - Stopwatch.GetTimestamp() > margin) System.Threading.Thread.Sleep(1);
+            while (Stopwatch.GetTimestamp() < deadline) { }
+        }
+
+        /// One paced series of multi-agent frames and its figures.
+        sealed class FrameRun
+        {
+            public const int Agents = 256;
+            public readonly int IntervalUs;
+            public readonly List<long> Ticks = new List<long>();
+            public readonly List<long> BareTicks = new List<long>();
+            public long Bytes, Dropped, Sent, TotalSent;
+            public double ServerAgentStepsPerSecond;  // agent steps the server answered per second of the timed frames
+            public double P50, P99, BareP50, Ratio, P99VsP50, BytesPerFrame;
+            public int Frames;
+
+            public FrameRun(int intervalUs) { IntervalUs = intervalUs; }
+
+            public void Finish()
+            {
+                Frames = Ticks.Count;
+                P50 = Percentile(Ticks, 50);
+                P99 = Percentile(Ticks, 99);
+                BareP50 = Percentile(BareTicks, 50);
+                Ratio = Math.Round(P50 / BareP50, 2);
+                P99VsP50 = Math.Round(P99 / P50, 2);
+                BytesPerFrame = Math.Round((double)Bytes / Math.Max(1, Frames), 3);
+            }
+
+            public string Json(string prefix, string bareKey)
+            {
+                return string.Format(CultureInfo.InvariantCulture,
+                    "\"{0}_us_p50\": {1}, \"{0}_us_p99\": {2}, \"{13}\": {3}, \"{0}_ratio\": {4}, \"{0}_p99_vs_p50\": {5}, " +
+                    "\"{0}_allocated_bytes_per_frame\": {6}, \"{0}_frames\": {7}, \"{0}_batches_dropped\": {8}, \"{0}_agent_steps_sent\": {9}, " +
+                    "\"{0}_frame_interval_us\": {10}, \"{0}_server_agent_steps_per_s\": {11}, \"{0}_server_kept_up\": {12}",
+                    prefix, P50, P99, BareP50, Ratio, P99VsP50, BytesPerFrame, Frames, Dropped, Sent, IntervalUs, Math.Round(ServerAgentStepsPerSecond),
+                    Dropped == 0 && Sent >= (long)Frames * Agents * 8 / 10 ? "true" : "false", bareKey);
+            }
+        }
+
+        // --batch-calls frames of 256 agents of one module through a MultiAgentClient against the server
+        // on `port`, after 200 warm-up frames, paced at run.IntervalUs: GetActions timed, its allocations
+        // counted, a bare batch-256 run beside each frame (before it, then after it, in turn).
+        static void FramesAgainst(int port, ulong seed, string name, OnnxRuntimeBackend bare, float[][] pool, int batchCalls, FrameRun run)
+        {
+            const int agents = FrameRun.Agents;
+            int nObs = pool.Length;
+            var batchObs = new float[agents * 4];
+            var batchOut = new float[agents * 2];
+            using (MultiAgentClient multi = MultiAgentClient.Connect(new ClientOptions { Port = port, Seed = seed, ClientName = name }))
+            {
+                string frameEpisode = multi.StartEpisode();
+                var frame = new AgentFrame();
+                var ids = new string[agents];
+                for (int a = 0; a < agents; ++a) ids[a] = "agent_" + a;
+                long interval = run.IntervalUs * Stopwatch.Frequency / 1000000, next = Stopwatch.GetTimestamp();
+                int warm = Math.Min(200, batchCalls);
+                long sentAtStart = 0, startTicks = 0;
+                for (int i = -warm; i < batchCalls; ++i)
+                {
+                    frame.Clear();
+                    for (int a = 0; a < agents; ++a)
+                    {
+                        float[] obs = pool[((i + warm) * agents + a) % nObs];
+                        frame.Add(ids[a], obs);
+                        Array.Copy(obs, 0, batchObs, a * 4, 4);
+                    }
+                    next += interval;
+                    WaitUntil(next);
+                    if (i == 0)
+                    {
+                        sentAtStart = multi.AgentStepsSent;
+                        startTicks = Stopwatch.GetTimestamp();
+                    }
+                    // Whichever runs first after the pause pays for waking up: they take turns.
+                    long bareTime = 0;
+                    if (i % 2 == 0)
+                    {
+                        long b0 = Stopwatch.GetTimestamp();
+                        bare.Run(batchObs, agents, 4, batchOut, 2);
+                        bareTime = Stopwatch.GetTimestamp() - b0;
+                    }
+                    long bytes = GC.GetAllocatedBytesForCurrentThread();
+                    long t0 = Stopwatch.GetTimestamp();
+                    multi.GetActions(frameEpisode, frame);
+                    long t = Stopwatch.GetTimestamp() - t0;
+                    long spent = GC.GetAllocatedBytesForCurrentThread() - bytes;
+                    if (i % 2 != 0)
+                    {
+                        long b0 = Stopwatch.GetTimestamp();
+                        bare.Run(batchObs, agents, 4, batchOut, 2);
+                        bareTime = Stopwatch.GetTimestamp() - b0;
+                    }
+                    for (int a = 0; a < agents; ++a) multi.LogReturns(frameEpisode, ids[a], 1.0);
+                    if (i < 0) continue;
+                    run.Ticks.Add(t);
+                    run.BareTicks.Add(bareTime);
+                    run.Bytes += spent;
+                }
+                double seconds = (double)(Stopwatch.GetTimestamp() - startTicks) / Stopwatch.Frequency;
+                run.Dropped = multi.BatchesDropped;
+                run.Sent = multi.AgentStepsSent - sentAtStart;
+                run.TotalSent = multi.AgentStepsSent;
+                run.ServerAgentStepsPerSecond = seconds > 0 ? run.Sent / seconds : 0;
+            }
+            run.Finish();
+        }
+
         static int Main(string[] argv)
         {
             string model = null;
-            int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50, batchCalls = 2000, frameIntervalUs = 1000;
+            int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50, batchCalls = 2000, frameIntervalUs = 1000, sustainedIntervalUs = 0;
             ulong seed = 0;
             for (int i = 0; i + 1 < argv.Length; i += 2)
             {
@@ -66,6 +191,7 @@ namespace Tether.Bench
                     case "--alloc-interval-us": allocIntervalUs = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--batch-calls": batchCalls = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
                     case "--frame-interval-us": frameIntervalUs = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--sustained-frame-interval-us": sustainedIntervalUs = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--calls": calls = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--warmup": warmup = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--blocks": blocks = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
@@ -146,66 +272,27 @@ namespace Tether.Bench
                     }
                     sentAfter = sending.EnvStepsSent;
                 }
-                // 256 agents in one frame through the multi-agent client.
-                const int agents = 256;
-                var frameTicks = new List<long>(batchCalls);
-                var frameBareTicks = new List<long>(batchCalls);
-                long frameBytes = 0, frameDropped = 0, frameSent = 0;
-                var batchObs = new float[agents * 4];
-                var batchOut = new float[agents * 2];
-                using (MultiAgentClient multi = MultiAgentClient.Connect(new ClientOptions { Port = sendingPort, Seed = seed, ClientName = "bench-act-latency-csharp-multi" }))
+                // 256 agents in one frame through the multi-agent client: at --frame-interval-us, then
+                // at a pace the sending server keeps up with (--sustained-frame-interval-us; 0: twice
+                // the time the server took per frame's agent steps in the first run, whole milliseconds).
+                var fast = new FrameRun(frameIntervalUs);
+                FramesAgainst(sendingPort, seed, "bench-act-latency-csharp-multi", bare, pool, batchCalls, fast);
+                int sustainedUs = sustainedIntervalUs;
+                if (sustainedUs <= 0)
                 {
-                    string frameEpisode = multi.StartEpisode();
-                    var frame = new AgentFrame();
-                    var ids = new string[agents];
-                    for (int a = 0; a < agents; ++a) ids[a] = "agent_" + a;
-                    long interval = frameIntervalUs * Stopwatch.Frequency / 1000000, next = Stopwatch.GetTimestamp();
-                    int warm = Math.Min(200, batchCalls);
-                    for (int i = -warm; i < batchCalls; ++i)
-                    {
-                        frame.Clear();
-                        for (int a = 0; a < agents; ++a)
-                        {
-                            float[] obs = pool[((i + warm) * agents + a) % nObs];
-                            frame.Add(ids[a], obs);
-                            Array.Copy(obs, 0, batchObs, a * 4, 4);
-                        }
-                        next += interval;
-                        while (Stopwatch.GetTimestamp() < next) { }
-                        // Whichever runs first after the pause pays for waking up: they take turns.
-                        long bareTime = 0;
-                        if (i % 2 == 0)
-                        {
-                            long b0 = Stopwatch.GetTimestamp();
-                            bare.Run(batchObs, agents, 4, batchOut, 2);
-                            bareTime = Stopwatch.GetTimestamp() - b0;
-                        }
-                        long bytes = GC.GetAllocatedBytesForCurrentThread();
-                        long t0 = Stopwatch.GetTimestamp();
-                        multi.GetActions(frameEpisode, frame);
-                        long t = Stopwatch.GetTimestamp() - t0;
-                        long spent = GC.GetAllocatedBytesForCurrentThread() - bytes;
-                        if (i % 2 != 0)
-                        {
-                            long b0 = Stopwatch.GetTimestamp();
-                            bare.Run(batchObs, agents, 4, batchOut, 2);
-                            bareTime = Stopwatch.GetTimestamp() - b0;
-                        }
-                        for (int a = 0; a < agents; ++a) multi.LogReturns(frameEpisode, ids[a], 1.0);
-                        if (i < 0) continue;
-                        frameTicks.Add(t);
-                        frameBareTicks.Add(bareTime);
-                        frameBytes += spent;
-                    }
-                    frameDropped = multi.BatchesDropped;
-                    frameSent = multi.AgentStepsSent;
+                    double perFrameUs = fast.ServerAgentStepsPerSecond > 0 ? 1e6 * FrameRun.Agents / fast.ServerAgentStepsPerSecond : 10000;
+                    sustainedUs = (int)Math.Min(50000, Math.Max(2000, 1000 * Math.Ceiling(2 * perFrameUs / 1000)));
                 }
-                double frameP50 = Percentile(frameTicks, 50), frameP99 = Percentile(frameTicks, 99), framedBare = Percentile(frameBareTicks, 50);
+                System.Threading.Thread.Sleep(1000);  // (the server finishes what the first client left)
+                var sustained = new FrameRun(sustainedUs);
+                FramesAgainst(sendingPort, seed, "bench-act-latency-csharp-multi-sustained", bare, pool, batchCalls, sustained);
                 Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
                     "{{\"sdk_csharp_batch256_us_p50\": {0}, \"sdk_csharp_batch256_us_p99\": {1}, \"ort_csharp_batch256_paced_us_p50\": {2}, " +
                     "\"sdk_csharp_batch256_ratio\": {3}, \"sdk_csharp_batch256_allocated_bytes_per_frame\": {4}, \"sdk_csharp_batch256_frames\": {5}, " +
-                    "\"sdk_csharp_batch256_batches_dropped\": {6}, \"sdk_csharp_batch256_agent_steps_sent\": {7}}}",
-                    frameP50, frameP99, framedBare, Math.Round(frameP50 / framedBare, 2), Math.Round((double)frameBytes / Math.Max(1, frameTicks.Count), 3), frameTicks.Count, frameDropped, frameSent));
+                    "\"sdk_csharp_batch256_batches_dropped\": {6}, \"sdk_csharp_batch256_agent_steps_sent\": {7}, \"sdk_csharp_batch256_p99_vs_p50\": {8}, " +
+                    "\"sdk_csharp_batch256_frame_interval_us\": {9}, \"sdk_csharp_batch256_server_agent_steps_per_s\": {10}, {11}}}",
+                    fast.P50, fast.P99, fast.BareP50, fast.Ratio, fast.BytesPerFrame, fast.Frames, fast.Dropped, fast.TotalSent, fast.P99VsP50,
+                    fast.IntervalUs, Math.Round(fast.ServerAgentStepsPerSecond), sustained.Json("sdk_csharp_batch256_sustained", "ort_csharp_batch256_sustained_paced_us_p50")));
                 Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
                     "{{\"ort_csharp_us_p50\": {0}, \"ort_csharp_us_p99\": {1}, \"sdk_csharp_us_p50\": {2}, \"sdk_csharp_us_p99\": {3}, " +
                     "\"sdk_csharp_allocated_bytes_per_call\": {4}, \"sdk_csharp_allocating_calls\": {5}, \"sdk_csharp_alloc_calls\": {6}, " +

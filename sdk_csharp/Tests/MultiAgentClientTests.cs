@@ -708,12 +708,164 @@ namespace Tether.Tests
             }
         }
 
-        [TestCase(null)]
-        [TestCase("0.5")]
-        public void AFrameOf256AgentsAllocatesNothingInSteadyState(string share)
+        // A backend that fails its n-th run (counted from 1), as a runtime error would: INFERENCE_FAILED.
+        sealed class FailingBackend : Tether.Inference.IInferenceBackend
         {
+            readonly Tether.Inference.OnnxRuntimeBackend inner = new Tether.Inference.OnnxRuntimeBackend();
+            readonly int failAt;
+            int runs;
+            public FailingBackend(int failAt) { this.failAt = failAt; }
+            public void Load(byte[] model, string inputName, string outputName) { inner.Load(model, inputName, outputName); }
+            public bool Loaded { get { return inner.Loaded; } }
+            public int ObsDim { get { return inner.ObsDim; } }
+            public int OutDim { get { return inner.OutDim; } }
+            public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
+            {
+                if (++runs == failAt) throw new TetherException(ErrorCode.InferenceFailed, "the test's runtime failed");
+                inner.Run(obs, batch, obsDim, output, outDim);
+            }
+            public void Dispose() { inner.Dispose(); }
+        }
+
+        // Plays the same game on a client: agents joining, leaving, reordered, a second module, bad
+        // frames, a failed inference, a model swap, rewards, an evaluation and a held-out episode.
+        // Returns what the game saw (actions, errors, returns), one line per event.
+        static List<string> PlayScript(ScriptedServer server, bool steadyStateFrames, out long steadyFrames)
+        {
+            var seen = new List<string>();
+            using (MultiAgentClient client = MultiAgentClient.Connect(new ClientOptions
+            {
+                Port = server.Port, Seed = 9, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait, WaitForWeights = true,
+                BackendFactory = () => new FailingBackend(37),  // (each module's first model fails its 37th run)
+            }))
+            {
+                client.SteadyStateFrames = steadyStateFrames;
+                var frame = new AgentFrame();
+                var agents = new List<string> { "a_0", "a_1", "a_2", "a_3", "a_4", "a_5" };
+                foreach (string episode in new[] { "e1", "e2", "e3" })
+                {
+                    client.StartEpisode(episode, trainingEnabled: episode != "e2");
+                    for (int t = 0; t < 60; ++t)
+                    {
+                        if (episode == "e1" && t == 10) agents.Add("a_6");                  // joins
+                        if (episode == "e1" && t == 20)                                      // leaves
+                        {
+                            client.RetireAgent(episode, "a_2", Obs(t, 2, 4), truncated: t % 2 == 0);
+                            agents.Remove("a_2");
+                        }
+                        if (episode == "e1" && t == 25) agents.Reverse();                    // reordered
+                        if (episode == "e1" && t == 30) server.ModuleSeq = 1;                // new models with the next batch
+                        if (episode == "e3" && t == 5) agents.Add("b_0");                    // a second module
+                        if (episode == "e3" && t == 40) agents.Remove("b_0");                // (ends with the episode)
+                        frame.Clear();
+                        for (int i = 0; i < agents.Count; ++i) frame.Add(agents[i], Obs(t, int.Parse(agents[i].Substring(2)), 4));
+                        if (t == 15) frame.Add(agents[1], Obs(t, 1, 4));                     // twice
+                        if (t == 16) frame.Add("a_9", new float[3]);                         // a wrong size
+                        if (t == 17)                                                          // not finite
+                        {
+                            frame.Clear();
+                            for (int i = 0; i < agents.Count; ++i) frame.Add(agents[i], i == 3 ? new[] { 0f, float.PositiveInfinity, 0f, 0f } : Obs(t, i, 4));
+                        }
+                        if (t == 45) frame.Clear();                                          // nobody acts
+                        try
+                        {
+                            client.GetActions(episode, frame);
+                            var line = new System.Text.StringBuilder(episode + " " + t + ":");
+                            for (int i = 0; i < frame.Count; ++i)
+                            {
+                                line.Append(' ').Append(frame.AgentId(i)).Append('=');
+                                for (int j = 0; j < frame.ActionSize(i); ++j) line.Append(frame.Action(i, j).ToString("R")).Append(j + 1 < frame.ActionSize(i) ? "," : "");
+                            }
+                            seen.Add(line.ToString());
+                        }
+                        catch (TetherException e)
+                        {
+                            seen.Add(episode + " " + t + ": " + e.Code + " " + e.Message);
+                        }
+                        for (int i = 0; i < agents.Count; ++i)
+                        {
+                            if ((t + i) % 3 != 0) client.LogReturns(episode, agents[i], 0.5 * i - t % 2);
+                        }
+                    }
+                    var returns = client.EndEpisode(episode, null, truncated: episode == "e3");
+                    seen.Add(episode + " returns: " + string.Join(" ", returns.OrderBy(r => r.Key).Select(r => r.Key + "=" + r.Value.ToString("R"))));
+                }
+                frame.Clear();
+                client.ComputeActions(frame);
+                seen.Add("eval of nobody: " + frame.Count);                frame.Clear();
+                frame.Add("a_0", Obs(0, 0, 4));
+                frame.Add("b_1", Obs(0, 1, 4));
+                client.ComputeActions(frame);
+                seen.Add("eval: " + frame.Action(0) + " " + frame.Action(1, 0) + "," + frame.Action(1, 1));
+                client.Flush(10);
+                seen.Add("sent: " + client.AgentStepsSent + " " + client.EnvStepsSent + " runs " + client.InferenceRuns + " models " + client.ModelsLoaded);
+                steadyFrames = client.SteadyStateFramesActed;
+            }
+            foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+            {
+                seen.Add("batch " + batch["env_steps"] + " " + batch["agent_steps"] + " " + batch["weights_seq_nos"].ToString(Newtonsoft.Json.Formatting.None) + " " +
+                         batch["episodes"].ToString(Newtonsoft.Json.Formatting.None));
+            }
+            return seen;
+        }
+
+        [Test]
+        public void SteadyStateFramesActAndRecordAsEveryOtherFrame()
+        {
+            // The same game through the steady-state path and through the general one only: the same
+            // actions, errors, returns and records, byte for byte.
+            List<string> fast, general;
+            long steady, none;
+            using (ScriptedServer server = ScriptedServer.Plain(50)) fast = PlayScript(server, true, out steady);
+            using (ScriptedServer server = ScriptedServer.Plain(50)) general = PlayScript(server, false, out none);
+            Assert.That(steady, Is.GreaterThan(100));
+            Assert.That(none, Is.EqualTo(0));
+            Assert.That(fast.Count, Is.EqualTo(general.Count));
+            for (int i = 0; i < fast.Count; ++i) Assert.That(fast[i], Is.EqualTo(general[i]), "line " + i);
+            // ...and what it played is what was meant: errors where the frames were bad, batches the server takes.
+            Assert.That(fast.Any(l => l.StartsWith("e1 15: InvalidArgument") && l.Contains("twice")), Is.True);
+            Assert.That(fast.Any(l => l.StartsWith("e1 16: InvalidArgument")), Is.True);
+            Assert.That(fast.Any(l => l.StartsWith("e1 17: NonFiniteValue")), Is.True);
+            Assert.That(fast.Count(l => l.Contains("InferenceFailed")), Is.GreaterThanOrEqualTo(1));
+            Assert.That(fast.Any(l => l.StartsWith("batch") && l.Contains(VersionRuns.Field)), Is.True, "steps straddling the model swap carry their versions");
+            using (ScriptedServer server = ScriptedServer.Plain(50))
+            {
+                PlayScript(server, true, out steady);
+                var specs = Specs(server);
+                var chunks = new Dictionary<string, List<JObject>>();  // by episode and actor, in order
+                int agentSteps = 0;
+                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+                {
+                    var records = (JArray)batch["episodes"];
+                    for (int i = 0; i < records.Count; ++i)
+                    {
+                        agentSteps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true);
+                        foreach (JProperty agent in ((JObject)records[i]["agents"]).Properties())
+                        {
+                            string key = (string)records[i]["episode_id"] + "/" + agent.Name;
+                            if (!chunks.ContainsKey(key)) chunks[key] = new List<JObject>();
+                            chunks[key].Add((JObject)agent.Value);
+                        }
+                    }
+                }
+                Assert.That(agentSteps, Is.GreaterThan(500));
+                Assert.That(chunks.Keys.Any(k => k.StartsWith("e2/")), Is.False, "a held-out episode sends nothing");
+                foreach (List<JObject> list in chunks.Values)
+                {
+                    for (int i = 0; i + 1 < list.Count; ++i) Assert.That(JToken.DeepEquals(list[i]["obs"].Last(), list[i + 1]["obs"].First()), Is.True);
+                }
+            }
+        }
+
+        [TestCase(null, false)]
+        [TestCase("0.5", false)]
+        [TestCase(null, true)]
+        [TestCase("0.5", true)]
+        public void AFrameOf256AgentsAllocatesNothingInSteadyState(string share, bool plain)
+        {
+            // (plain: without groups or critics, the frames take the steady-state path)
             const int agents = 256;
-            using (ScriptedServer server = ScriptedServer.MultiAgent(10 * agents, rules: true))
+            using (ScriptedServer server = plain ? ScriptedServer.Plain(10 * agents) : ScriptedServer.MultiAgent(10 * agents, rules: true))
             using (MultiAgentClient client = Connect(server))
             {
                 // (with a record_share the handshake's SET_STATE has gone: the first episode is drawn

@@ -14,7 +14,7 @@ namespace Tether.Tests
     /// Answers the handshake with a CartPole-like SET_CONFIG and the C++ SDK's
     /// test model, acknowledges every batch with SET_STATE, and keeps every
     /// message it received. <see cref="RefuseSeq"/> refuses one batch_seq.
-    /// <see cref="MultiAgent"/> makes a multi-agent one: modules "solo" (obs 4,
+    /// <see cref="MultiAgent"/> makes a multi-agent one (<see cref="Plain"/> one without groups or critics): modules "solo" (obs 4,
     /// Discrete(2), a centralized critic over a_0 and a_1) and "lifter" (the
     /// group "pair" of m_0 and m_1, 2 values each; MultiDiscrete([2, 2])),
     /// mapped by rules or, without them, by answering MAP_AGENTS.
@@ -98,6 +98,28 @@ namespace Tether.Tests
             config["modules"] = new JObject { { "solo", solo }, { "lifter", lifter } };
             config["groups"] = JObject.Parse("{\"pair\": {\"members\": [\"m_0\", \"m_1\"], \"reward\": \"mean\"}}");
             config["policy_mapping"] = rules ? JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"agent_id\": \"pair\", \"module\": \"lifter\"}]") : (JToken)JValue.CreateNull();
+            return server;
+        }
+
+        /// <summary>
+        /// A multi-agent server without groups or critics: modules "solo" (obs 4, Discrete(2)) for
+        /// the agents a_*, and "lifter" (obs 4, MultiDiscrete([2, 2])) for b_*, mapped by rules.
+        /// </summary>
+        public static ScriptedServer Plain(int envStepsPerSample)
+        {
+            var server = new ScriptedServer(envStepsPerSample);
+            server.GroupModelFile = OnnxCodec.Encode(GroupModel);
+            JObject config = server.Config;
+            config.Remove("observation_space");
+            config.Remove("action_space");
+            var names = new JObject { { "onnx_input_names", new JArray("onnx::Gemm_0") }, { "onnx_output_names", new JArray("action_dist_inputs") } };
+            var solo = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() }, { "action_space", Space.Discrete(2).ToJson() } };
+            var lifter = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() },
+                                       { "action_space", JObject.Parse("{\"type\": \"MultiDiscrete\", \"nvec\": [2, 2]}") } };
+            solo.Merge(names);
+            lifter.Merge(names);
+            config["modules"] = new JObject { { "solo", solo }, { "lifter", lifter } };
+            config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"pattern\": \"b_*\", \"module\": \"lifter\"}]");
             return server;
         }
 

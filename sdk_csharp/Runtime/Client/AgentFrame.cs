@@ -14,25 +14,28 @@ namespace Tether.Client
     /// </summary>
     public sealed class AgentFrame
     {
-        readonly List<string> ids = new List<string>();
-        readonly List<float> obs = new List<float>();
-        readonly List<int> obsOffsets = new List<int> { 0 };
-        readonly List<bool> truncated = new List<bool>();
+        // Plain arrays with counts (not lists): the client reads them agent by agent every frame.
+        string[] ids = new string[8];
+        float[] obs = new float[32];
+        int[] obsOffsets = new int[9];  // count + 1 entries in use, obsOffsets[0] == 0
+        bool[] truncated = new bool[8];
+        int count;
+        // The first agent (in order) whose observation holds a NaN or an infinity, and where: checked as
+        // the values are copied in, so that GetActions does not walk them again.
+        int firstNonFinite = -1, firstNonFiniteAt = -1;
         double[] actions = new double[0];
         int[] actionOffsets = new int[1];
         bool hasActions;
 
         /// <summary>Number of agents in the frame.</summary>
-        public int Count { get { return ids.Count; } }
+        public int Count { get { return count; } }
 
         /// <summary>Forgets the agents (keeps the capacity).</summary>
         public void Clear()
         {
-            ids.Clear();
-            obs.Clear();
-            obsOffsets.Clear();
-            obsOffsets.Add(0);
-            truncated.Clear();
+            for (int i = 0; i < count; ++i) ids[i] = null;  // (no id outlives its frame)
+            count = 0;
+            firstNonFinite = firstNonFiniteAt = -1;
             hasActions = false;
         }
 
@@ -55,28 +58,82 @@ namespace Tether.Client
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "agent '" + agentId + "': the observation range is outside the array");
             }
-            ids.Add(agentId);
-            for (int j = 0; j < length; ++j) obs.Add(observation[offset + j]);
-            obsOffsets.Add(obs.Count);
-            truncated.Add(isTruncated);
+            int n = count;
+            if (n == ids.Length) GrowAgents();
+            int at = obsOffsets[n], end = at + length;
+            if (end > obs.Length) GrowObs(end);
+            float[] into = obs;
+            for (int j = 0; j < length; ++j)
+            {
+                float v = observation[offset + j];
+                into[at + j] = v;
+                if (!(v - v == 0f) && firstNonFinite < 0)  // (NaN or infinite: v - v is NaN)
+                {
+                    firstNonFinite = n;
+                    firstNonFiniteAt = j;
+                }
+            }
+            ids[n] = agentId;
+            truncated[n] = isTruncated;
+            obsOffsets[n + 1] = end;
+            count = n + 1;
             hasActions = false;
-            return ids.Count - 1;
+            return n;
+        }
+
+        void GrowAgents()
+        {
+            int size = 2 * ids.Length;
+            Array.Resize(ref ids, size);
+            Array.Resize(ref truncated, size);
+            Array.Resize(ref obsOffsets, size + 1);
+        }
+
+        void GrowObs(int needed)
+        {
+            Array.Resize(ref obs, Math.Max(needed, 2 * obs.Length));
+        }
+
+        void Check(int i)
+        {
+            if ((uint)i >= (uint)count) throw new ArgumentOutOfRangeException("i", "agent " + i + " is not in the frame of " + count);
         }
 
         /// <summary>Agent <paramref name="i"/>'s id.</summary>
-        public string AgentId(int i) { return ids[i]; }
+        public string AgentId(int i)
+        {
+            Check(i);
+            return ids[i];
+        }
 
         /// <summary>Agent <paramref name="i"/>'s observation size.</summary>
-        public int ObsSize(int i) { return obsOffsets[i + 1] - obsOffsets[i]; }
+        public int ObsSize(int i)
+        {
+            Check(i);
+            return obsOffsets[i + 1] - obsOffsets[i];
+        }
 
         /// <summary>Value <paramref name="j"/> of agent <paramref name="i"/>'s observation.</summary>
-        public float Obs(int i, int j) { return obs[obsOffsets[i] + j]; }
+        public float Obs(int i, int j)
+        {
+            Check(i);
+            if ((uint)j >= (uint)(obsOffsets[i + 1] - obsOffsets[i])) throw new ArgumentOutOfRangeException("j", "agent " + i + " has no observation value " + j);
+            return obs[obsOffsets[i] + j];
+        }
 
         /// <summary>Whether agent <paramref name="i"/> was added as truncated.</summary>
-        public bool Truncated(int i) { return truncated[i]; }
+        public bool Truncated(int i)
+        {
+            Check(i);
+            return truncated[i];
+        }
 
         /// <summary>Agent <paramref name="i"/>'s action size (0 before an action was computed).</summary>
-        public int ActionSize(int i) { return hasActions ? actionOffsets[i + 1] - actionOffsets[i] : 0; }
+        public int ActionSize(int i)
+        {
+            Check(i);
+            return hasActions ? actionOffsets[i + 1] - actionOffsets[i] : 0;
+        }
 
         /// <summary>
         /// Number <paramref name="j"/> of agent <paramref name="i"/>'s action after
@@ -100,7 +157,12 @@ namespace Tether.Client
             Array.Copy(actions, actionOffsets[i], into, 0, size);
         }
 
-        // ---- for MultiAgentClient -------------------------------------------------------------
+        // ---- for MultiAgentClient (indices are in range: no checks) -----------------------------
+
+        internal string[] Ids { get { return ids; } }
+        internal float[] ObsValues { get { return obs; } }
+        internal int[] ObsOffsets { get { return obsOffsets; } }
+        internal bool[] TruncatedFlags { get { return truncated; } }
 
         internal void CopyObs(int i, List<float> into)
         {
@@ -112,34 +174,59 @@ namespace Tether.Client
             for (int k = obsOffsets[i], end = obsOffsets[i + 1]; k < end; ++k) into[at++] = obs[k];
         }
 
+        // Whether agent i's observation is finite; else `bad` is the first value that is not. Only the
+        // first such agent is known: callers check the agents in order and stop at the first one.
         internal bool AllFinite(int i, out int bad)
         {
-            for (int k = obsOffsets[i], end = obsOffsets[i + 1]; k < end; ++k)
+            if (i != firstNonFinite)
             {
-                if (float.IsNaN(obs[k]) || float.IsInfinity(obs[k]))
-                {
-                    bad = k - obsOffsets[i];
-                    return false;
-                }
+                bad = -1;
+                return true;
             }
-            bad = -1;
-            return true;
+            bad = firstNonFiniteAt;
+            return false;
         }
+
+        /// <summary>The first agent whose observation is not finite, or -1.</summary>
+        internal int FirstNonFinite { get { return firstNonFinite; } }
 
         /// <summary>Lays out the actions: <paramref name="sizes"/>[i] numbers for agent i.</summary>
         internal void LayOutActions(int[] sizes)
         {
-            int n = ids.Count;
+            int n = count;
             if (actionOffsets.Length < n + 1) actionOffsets = new int[Math.Max(n + 1, 2 * actionOffsets.Length)];
-            actionOffsets[0] = 0;
-            for (int i = 0; i < n; ++i) actionOffsets[i + 1] = actionOffsets[i] + sizes[i];
-            if (actions.Length < actionOffsets[n]) actions = new double[Math.Max(actionOffsets[n], 2 * actions.Length)];
+            int[] offsets = actionOffsets;
+            int total = 0;
+            offsets[0] = 0;
+            for (int i = 0; i < n; ++i)
+            {
+                total += sizes[i];
+                offsets[i + 1] = total;
+            }
+            if (actions.Length < total) actions = new double[Math.Max(total, 2 * actions.Length)];
             hasActions = true;
         }
 
+        /// <summary>Lays out <paramref name="size"/> action numbers for every agent.</summary>
+        internal void LayOutUniformActions(int size)
+        {
+            int n = count;
+            if (actionOffsets.Length < n + 1) actionOffsets = new int[Math.Max(n + 1, 2 * actionOffsets.Length)];
+            int[] offsets = actionOffsets;
+            for (int i = 0, total = 0; i <= n; ++i, total += size) offsets[i] = total;
+            int needed = n * size;
+            if (actions.Length < needed) actions = new double[Math.Max(needed, 2 * actions.Length)];
+            hasActions = true;
+        }
+
+        internal double[] ActionValues { get { return actions; } }
+        internal int[] ActionOffsets { get { return actionOffsets; } }
+
         internal void SetAction(int i, double[] from, int offset, int count)
         {
-            Array.Copy(from, offset, actions, actionOffsets[i], count);
+            double[] into = actions;
+            int at = actionOffsets[i];
+            for (int j = 0; j < count; ++j) into[at + j] = from[offset + j];
         }
     }
 }

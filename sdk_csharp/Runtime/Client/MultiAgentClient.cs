@@ -66,6 +66,16 @@ namespace Tether.Client
             public double[] Logp = new double[0];
             public int Rows;
             public bool InFrame;
+            // The cut: the oldest version (of the earliest connection) the batch's steps used (§7.6).
+            public bool HasOldest;
+            public long OldestSeq;
+            public int OldestConnection;
+            // The steps recorded since the last cut (its actors' rows), and during a cut the table
+            // going with the batch (CutUsed: an entry reads it).
+            public StepTable Table;
+            public StepTable CutTable;
+            public bool CutUsed;
+            public int FrameBase;  // the frame's first row in Table, -1 before it has one
 
             public void SetSpec(ModuleSpec spec)
             {
@@ -96,17 +106,15 @@ namespace Tether.Client
             public long StartStep;
             public bool Training;
             public long FrameMark;
-            public bool SharedLatest;                              // a centralized critic sees it
-            public readonly List<float> Latest = new List<float>();  // latest observation when not training
-            public readonly List<float> Obs = new List<float>();
-            public readonly List<float> ValueObs = new List<float>();
-            public readonly List<double> Actions = new List<double>();
-            public readonly List<float> Rewards = new List<float>();
-            public readonly List<double> Logp = new List<double>();
-            public readonly List<float> Dist = new List<float>();
-            public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
-            public readonly List<int> Connections = new List<int>(); // per action: the connection that version was learned on
+            public bool SharedLatest;                 // a centralized critic sees it
+            public float[] Latest = new float[0];     // latest observation when not training: LatestCount values
+            public int LatestCount;
+            // Its steps not cut yet: Rows[i] is observation i's row in Module.Table, whose action
+            // (for i < ActionRows) is in the same row; the last action waits for the next
+            // observation (§10.7), and the final observation has no action.
+            public int[] Rows = new int[0];
             public int ObsRows, ActionRows;
+            public int Slot;  // its slot in the episode's ActorBySlot (when ActorBySlot[Slot] is this actor)
             public double RewardSum;
             public bool Rewarded, Terminated, Truncated;
 
@@ -119,7 +127,8 @@ namespace Tether.Client
                 Training = training;
                 FrameMark = 0;
                 SharedLatest = false;
-                Latest.Clear();
+                LatestCount = 0;
+                Slot = -1;
                 ClearSteps();
                 RewardSum = 0;
                 Rewarded = Terminated = Truncated = false;
@@ -127,8 +136,21 @@ namespace Tether.Client
 
             public void ClearSteps()
             {
-                Obs.Clear(); ValueObs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
                 ObsRows = ActionRows = 0;
+            }
+
+            public void AddRow(int row)
+            {
+                if (ObsRows == Rows.Length) Array.Resize(ref Rows, Math.Max(16, 2 * Rows.Length));
+                Rows[ObsRows++] = row;
+            }
+
+            public void SetLatest(float[] values, int from, int count)
+            {
+                if (Latest.Length < count) Latest = new float[Math.Max(count, 2 * Latest.Length)];
+                float[] into = Latest;
+                for (int j = 0; j < count; ++j) into[j] = values[from + j];
+                LatestCount = count;
             }
 
             // A single agent's latest observation: its last recorded row while training, else Latest.
@@ -136,11 +158,12 @@ namespace Tether.Client
             {
                 if (Training && ObsRows > 0)
                 {
-                    for (int i = Obs.Count - Module.ObsDim; i < Obs.Count; ++i) into.Add(Obs[i]);
+                    StepTable table = Module.Table;
+                    for (int i = Rows[ObsRows - 1] * table.ObsDim, end = i + table.ObsDim; i < end; ++i) into.Add(table.Obs[i]);
                 }
                 else
                 {
-                    into.AddRange(Latest);
+                    for (int i = 0; i < LatestCount; ++i) into.Add(Latest[i]);
                 }
             }
 
@@ -156,8 +179,8 @@ namespace Tether.Client
             {
                 if (Training && ObsRows > 0 && !IsGroup)
                 {
-                    Latest.Clear();
-                    CopyLatest(Latest);
+                    StepTable table = Module.Table;
+                    SetLatest(table.Obs, Rows[ObsRows - 1] * table.ObsDim, table.ObsDim);
                 }
                 ClearSteps();
             }
@@ -170,7 +193,15 @@ namespace Tether.Client
             public bool HeldBack;  // a training episode not recorded (record_share, §13.2): played, never sent
             public long T;
             public readonly Dictionary<string, Actor> Actors = new Dictionary<string, Actor>();
-            public readonly List<Actor> ActorBySlot = new List<Actor>();  // the last frame's actors by slot
+            public Actor[] ActorBySlot = new Actor[0];  // the last frame's actors by slot: ActorsBySlot of them
+            public int ActorsBySlot;
+            public int RewardCursor;  // the slot LogReturns tries first
+            public string[] SlotIds = new string[0];    // their ids, as the frame named them
+            public Module SlotModule;                   // their one module when each is a single agent of it, else null
+            // Steady-state frames whose rows the slots' actors have not noted yet (Settle notes them):
+            // slot i's row of frame f is LazyFirst[f] + i in SlotModule's table.
+            public int[] LazyFirst = new int[0];
+            public int Lazy;
             public readonly List<Actor> Finished = new List<Actor>();     // left, steps not cut yet
             public readonly Dictionary<string, List<float>> LatestObs = new Dictionary<string, List<float>>();  // members' and critic-seen agents'
             public readonly Dictionary<string, double> Returns = new Dictionary<string, double>();
@@ -185,7 +216,12 @@ namespace Tether.Client
                 HeldBack = heldBack;
                 T = 0;
                 Actors.Clear();
-                ActorBySlot.Clear();
+                Array.Clear(ActorBySlot, 0, ActorBySlot.Length);
+                Array.Clear(SlotIds, 0, SlotIds.Length);
+                ActorsBySlot = 0;
+                RewardCursor = 0;
+                SlotModule = null;
+                Lazy = 0;
                 Finished.Clear();
                 foreach (List<float> row in LatestObs.Values)
                 {
@@ -235,12 +271,13 @@ namespace Tether.Client
         readonly Stack<Batch> spareBatches = new Stack<Batch>();
         readonly Stack<MultiAgentRecord> spareRecords = new Stack<MultiAgentRecord>();
         readonly Stack<AgentEntry> spareEntries = new Stack<AgentEntry>();
+        readonly Stack<StepTable> spareTables = new Stack<StepTable>();
         readonly HashSet<string> dropped = new HashSet<string>();
-        readonly Dictionary<string, long> oldestSeq = new Dictionary<string, long>();
-        readonly Dictionary<string, int> oldestConnection = new Dictionary<string, int>();
+        readonly List<Batch> droppedBatches = new List<Batch>();
         // Per-frame scratch.
-        readonly List<Slot> slots = new List<Slot>();
+        Slot[] slots = new Slot[0];
         int slotCount;
+        Episode lastRunning;  // the episode Running found last (most calls name the same one)
         readonly List<Module> frameModules = new List<Module>();
         int[] memberIndex = new int[0];
         int[] groupSlot = new int[0];
@@ -499,90 +536,262 @@ namespace Tether.Client
             if ((episode.Training || episode.HeldBack) && heldSteps > 0)
             {
                 int need = every - heldSteps;
-                due = pendingSteps >= need && (need <= 0 || SendableSteps() >= need);
+                due = pendingSteps >= need && (need <= 0 || Sendable(need));
             }
             if (due)
             {
                 SendBatch(true);
                 if (fatal != null) throw fatal;
             }
-            else if (episode.Training && pendingSteps >= every && SendableSteps() >= every)
+            else if (episode.Training && pendingSteps >= every && Sendable(every))
             {
                 SendBatch();
                 if (fatal != null) throw fatal;  // (a new connection's configuration this client cannot use)
             }
-            Gather(episode, frame, episodeId, false);
-            for (int k = 0; k < newSlots.Count; ++k)
+            if (!(SteadyStateFrames && ActKnown(episode, frame)))
             {
-                Slot slot = slots[newSlots[k]];
-                Actor actor = spareActors.Count > 0 ? spareActors.Pop() : new Actor();
-                actor.Reset(newActorIds[k], slot.Module, slot.Group >= 0, episode.T, episode.Training);
-                actor.FrameMark = frameCounter;
-                actor.SharedLatest = criticAgents.Contains(actor.Id);
-                slot.Actor = actor;
-                episode.Actors.Add(actor.Id, actor);
-            }
-            episode.ActorBySlot.Clear();
-            for (int s = 0; s < slotCount; ++s) episode.ActorBySlot.Add(slots[s].Actor);
-            FillBatches(frame);
-            // Latest observations first (a critic row needs every agent's), then each actor's row.
-            for (int s = 0; s < slotCount; ++s) NoteLatest(episode, slots[s], frame);
-            for (int s = 0; s < slotCount; ++s)
-            {
-                Slot slot = slots[s];
-                Actor actor = slot.Actor;
-                if (!actor.Training) continue;
-                Module module = slot.Module;
-                for (int j = 0, at = slot.Row * module.ObsDim; j < module.ObsDim; ++j) actor.Obs.Add(module.BatchObs[at + j]);
-                if (module.ValueDim > 0) WriteValueObs(episode, module, actor.ValueObs);
-                ++actor.ObsRows;
-            }
-            try
-            {
-                RunModules();
-                foreach (Module module in frameModules)
+                Settle(episode);
+                Gather(episode, frame, episodeId, false);
+                for (int k = 0; k < newSlots.Count; ++k)
                 {
-                    Distributions.SampleRows(module.Spec.ActionSpace, module.Dist, module.Rows, rng, rawBoxSamples, module.RecordActions, module.EnvActions, module.Logp);
+                    Slot slot = slots[newSlots[k]];
+                    Actor actor = spareActors.Count > 0 ? spareActors.Pop() : new Actor();
+                    actor.Reset(newActorIds[k], slot.Module, slot.Group >= 0, episode.T, episode.Training);
+                    actor.FrameMark = frameCounter;
+                    actor.SharedLatest = criticAgents.Contains(actor.Id);
+                    slot.Actor = actor;
+                    episode.Actors.Add(actor.Id, actor);
                 }
-            }
-            catch
-            {
-                // Nothing of the frame is recorded: the observations go again.
+                if (episode.ActorBySlot.Length < slotCount)
+                {
+                    episode.ActorBySlot = new Actor[Math.Max(slotCount, 2 * episode.ActorBySlot.Length)];
+                    episode.SlotIds = new string[episode.ActorBySlot.Length];
+                }
+                Actor[] bySlot = episode.ActorBySlot;
+                Module slotModule = slotCount > 0 ? slots[0].Module : null;
                 for (int s = 0; s < slotCount; ++s)
                 {
-                    Actor actor = slots[s].Actor;
-                    if (!actor.Training || actor.ObsRows == 0) continue;
-                    Module module = slots[s].Module;
-                    actor.Obs.RemoveRange(actor.Obs.Count - module.ObsDim, module.ObsDim);
-                    if (module.ValueDim > 0) actor.ValueObs.RemoveRange(actor.ValueObs.Count - module.ValueDim, module.ValueDim);
-                    --actor.ObsRows;
+                    Slot slot = slots[s];
+                    bySlot[s] = slot.Actor;
+                    episode.SlotIds[s] = slot.ActorId;
+                    slot.Actor.Slot = s;
+                    if (slot.Group >= 0 || slot.Module != slotModule) slotModule = null;
                 }
-                throw;
-            }
-            LayOutActions(frame);
-            for (int s = 0; s < slotCount; ++s)
-            {
-                Slot slot = slots[s];
-                Module module = slot.Module;
-                int actDim = module.ActDim;
-                WriteAction(slot, module.EnvActions, slot.Row * actDim, frame);
-                Actor actor = slot.Actor;
-                if (!actor.Training)
+                for (int s = slotCount; s < episode.ActorsBySlot; ++s)
                 {
-                    if (episode.HeldBack) ++heldSteps;
-                    continue;
+                    bySlot[s] = null;
+                    episode.SlotIds[s] = null;
                 }
-                for (int j = 0, at = slot.Row * actDim; j < actDim; ++j) actor.Actions.Add(module.RecordActions[at + j]);
-                actor.Rewards.Add(0f);
-                actor.Logp.Add(module.Logp[slot.Row]);
-                for (int j = 0, at = slot.Row * module.DistDim; j < module.DistDim; ++j) actor.Dist.Add(module.Dist[at + j]);
-                actor.Versions.Add(module.Seq ?? -1);
-                actor.Connections.Add(module.SeqConnection);
-                ++actor.ActionRows;
-                ++pendingSteps;
+                episode.ActorsBySlot = slotCount;
+                episode.SlotModule = slotModule;
+                episode.RewardCursor = 0;
+                FillBatches(frame);
+                // Without groups and critics the latest observations are kept as the frame is recorded;
+                // else first (a critic row needs every agent's). Either way before an error leaves.
+                bool simple = groups.Count == 0 && criticAgents.Count == 0;
+                if (!simple) NoteLatestAll(episode, frame);
+                try
+                {
+                    RunModules();
+                    foreach (Module module in frameModules)
+                    {
+                        Distributions.SampleRows(module.Spec.ActionSpace, module.Dist, module.Rows, rng, rawBoxSamples, module.RecordActions, module.EnvActions, module.Logp);
+                        module.FrameBase = -1;
+                    }
+                }
+                catch
+                {
+                    if (simple) NoteLatestAll(episode, frame);
+                    throw;
+                }
+                // Nothing failed: the actions go to the frame, and the frame's steps are recorded (its
+                // rows go to each module's table in a few block copies; each actor notes its row).
+                LayOutActions(frame);
+                double[] frameActions = frame.ActionValues;
+                int[] actionAt = frame.ActionOffsets;
+                float[] frameObs = frame.ObsValues;
+                int[] offsets = frame.ObsOffsets;
+                bool heldBack = episode.HeldBack;
+                if (simple && frameModules.Count == 1)
+                {
+                    // One module, single agents: the module's rows are the frame's agents, in order.
+                    Module module = frameModules[0];
+                    int actDim = module.ActDim, n = slotCount;
+                    double[] env = module.EnvActions;
+                    if (actionAt[n] == n * actDim) Array.Copy(env, 0, frameActions, 0, n * actDim);
+                    else for (int s = 0; s < n; ++s) for (int j = 0; j < actDim; ++j) frameActions[actionAt[s] + j] = env[s * actDim + j];
+                    int first = -1;
+                    for (int s = 0; s < n; ++s)
+                    {
+                        Actor actor = bySlot[s];
+                        int rows = actor.ObsRows;
+                        if (!actor.Training || rows == 0) actor.SetLatest(frameObs, offsets[s], offsets[s + 1] - offsets[s]);
+                        if (!actor.Training)
+                        {
+                            if (heldBack) ++heldSteps;
+                            continue;
+                        }
+                        if (first < 0) first = RecordFrameRows(module);
+                        if (rows == actor.Rows.Length) Array.Resize(ref actor.Rows, Math.Max(16, 2 * rows));
+                        actor.Rows[rows] = first + s;
+                        actor.ObsRows = rows + 1;
+                        ++actor.ActionRows;
+                        ++pendingSteps;
+                    }
+                }
+                else
+                {
+                    for (int s = 0; s < slotCount; ++s)
+                    {
+                        Slot slot = slots[s];
+                        Module module = slot.Module;
+                        int actDim = module.ActDim;
+                        Actor actor = slot.Actor;
+                        if (slot.Group < 0)
+                        {
+                            double[] env = module.EnvActions;
+                            int i = slot.FrameIndex;
+                            for (int j = 0, into = actionAt[i], from = slot.Row * actDim; j < actDim; ++j) frameActions[into + j] = env[from + j];
+                            if (simple && (!actor.Training || actor.ObsRows == 0)) actor.SetLatest(frameObs, offsets[i], offsets[i + 1] - offsets[i]);
+                        }
+                        else
+                        {
+                            WriteAction(slot, module.EnvActions, slot.Row * actDim, frame);
+                        }
+                        if (!actor.Training)
+                        {
+                            if (heldBack) ++heldSteps;
+                            continue;
+                        }
+                        int first = module.FrameBase;
+                        if (first < 0) first = module.FrameBase = RecordFrameRows(module);
+                        int row = first + slot.Row;
+                        if (module.ValueDim > 0) WriteValueObs(episode, module, row);
+                        actor.AddRow(row);
+                        ++actor.ActionRows;
+                        ++pendingSteps;
+                    }
+                }
             }
             if (episode.Training) ++envStepsSinceCut;
             ++episode.T;
+        }
+
+        // Whether the steady-state frames take ActKnown (tests compare it with the general path), and how many did.
+        internal bool SteadyStateFrames = true;
+        internal long SteadyStateFramesActed;
+
+        // The steady-state frame: the last frame's agents again, named in the same order, all single
+        // agents of one module, without groups or critics. Acts and records as the general path does
+        // (the same rows, draws, records and errors) without building slots or touching the actors:
+        // in a training episode the frame's rows are noted for them later (Settle); false, having
+        // changed nothing, for any other frame (which the general path then takes, errors included).
+        bool ActKnown(Episode episode, AgentFrame frame)
+        {
+            int n = frame.Count;
+            Module module = episode.SlotModule;
+            if (n == 0 || n != episode.ActorsBySlot || module == null || groups.Count > 0 || criticAgents.Count > 0 || frame.FirstNonFinite >= 0) return false;
+            string[] ids = frame.Ids, known = episode.SlotIds;
+            int[] offsets = frame.ObsOffsets;
+            int obsDim = module.ObsDim;
+            for (int i = 0; i < n; ++i)
+            {
+                // (the same ids in the same order: the same actors, each once, none of them gone)
+                if (((object)known[i] != (object)ids[i] && known[i] != ids[i]) || offsets[i + 1] - offsets[i] != obsDim) return false;
+            }
+            Actor[] bySlot = episode.ActorBySlot;
+            bool training = episode.Training;  // (then every actor trains)
+            ++frameCounter;
+            // (what Gather and FillBatches give such a frame: no slots are needed)
+            slotCount = 0;
+            foreach (Module other in frameModules)
+            {
+                other.InFrame = false;
+                other.Rows = 0;
+            }
+            frameModules.Clear();
+            frameModules.Add(module);
+            module.InFrame = true;
+            module.Rows = n;
+            module.EnsureRows(n);
+            float[] frameObs = frame.ObsValues;
+            episode.RewardCursor = 0;
+            try
+            {
+                RunModule(module, frameObs);  // (the frame's observations are the batch)
+            }
+            catch
+            {
+                if (!training || episode.Lazy == 0)
+                {
+                    for (int i = 0; i < n; ++i)
+                    {
+                        Actor actor = bySlot[i];
+                        if (!actor.Training || actor.ObsRows == 0) actor.SetLatest(frameObs, offsets[i], obsDim);
+                    }
+                }
+                throw;
+            }
+            // The actions are drawn straight into the frame and, in a training episode, the recorded
+            // ones into the module's table, rows first.. of this frame.
+            int actDim = module.ActDim;
+            frame.LayOutUniformActions(actDim);
+            Space actionSpace = module.Spec.ActionSpace;
+            ++SteadyStateFramesActed;
+            if (!training)
+            {
+                Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, module.RecordActions, 0, frame.ActionValues, 0, module.Logp, 0);
+                for (int i = 0; i < n; ++i) bySlot[i].SetLatest(frameObs, offsets[i], obsDim);
+                if (episode.HeldBack) heldSteps += n;
+                return true;
+            }
+            StepTable table = TableOf(module);
+            int first = table.Rows;
+            table.Reserve(first + n);
+            Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, table.Actions, first * actDim, frame.ActionValues, 0, table.Logp, first);
+            Array.Copy(frameObs, 0, table.Obs, first * obsDim, n * obsDim);
+            Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
+            Array.Clear(table.Rewards, first, n);
+            table.NoteVersion(first, module.Seq ?? -1, module.SeqConnection);
+            table.Rows = first + n;
+            pendingSteps += n;
+            if (episode.Lazy == 0)
+            {
+                // An actor without recorded rows keeps its latest observation (only the first such frame can have one).
+                for (int i = 0; i < n; ++i)
+                {
+                    Actor actor = bySlot[i];
+                    if (actor.ObsRows == 0) actor.SetLatest(frameObs, offsets[i], obsDim);
+                }
+            }
+            if (episode.Lazy == episode.LazyFirst.Length) Array.Resize(ref episode.LazyFirst, Math.Max(16, 2 * episode.Lazy));
+            episode.LazyFirst[episode.Lazy++] = first;
+            return true;
+        }
+
+        // The actors of the episode's slots note the rows of its steady-state frames.
+        static void Settle(Episode episode)
+        {
+            int lazy = episode.Lazy;
+            if (lazy == 0) return;
+            episode.Lazy = 0;
+            Actor[] bySlot = episode.ActorBySlot;
+            int[] firsts = episode.LazyFirst;
+            for (int s = 0, n = episode.ActorsBySlot; s < n; ++s)
+            {
+                Actor actor = bySlot[s];
+                int rows = actor.ObsRows;
+                if (rows + lazy > actor.Rows.Length) Array.Resize(ref actor.Rows, Math.Max(rows + lazy, Math.Max(16, 2 * actor.Rows.Length)));
+                int[] into = actor.Rows;
+                for (int f = 0; f < lazy; ++f) into[rows + f] = firsts[f] + s;
+                actor.ObsRows = rows + lazy;
+                actor.ActionRows += lazy;
+            }
+        }
+
+        void SettleAll()
+        {
+            foreach (Episode episode in episodes.Values) Settle(episode);
         }
 
         /// <summary>
@@ -627,17 +836,35 @@ namespace Tether.Client
                 actorId = group.GroupId;
                 if (group.Reward == GroupReward.Mean) reward /= group.Members.Count;
             }
-            Actor actor;
-            if (!episode.Actors.TryGetValue(actorId, out actor))
+            // The game usually rewards its agents in the order they acted: the next one of the last
+            // frame is tried before the lookup.
+            Actor actor = null;
+            int next = episode.RewardCursor;
+            if (next < episode.ActorsBySlot)
+            {
+                actor = episode.ActorBySlot[next];
+                if ((object)actor.Id != (object)actorId) actor = null;
+                else episode.RewardCursor = next + 1;
+            }
+            if (actor == null && !episode.Actors.TryGetValue(actorId, out actor))
             {
                 AddReturn(episode, actorId, reward);  // not acting (yet, or any more)
                 return;
             }
-            if (actor.Training && actor.Rewards.Count > 0)
+            // Its last action's row: of the last steady-state frame if one has not been noted yet.
+            int row = -1;
+            if (actor.Training)
             {
-                float sum = actor.Rewards[actor.Rewards.Count - 1] + (float)reward;
+                int slot = actor.Slot;
+                if (episode.Lazy > 0 && slot >= 0 && slot < episode.ActorsBySlot && episode.ActorBySlot[slot] == actor) row = episode.LazyFirst[episode.Lazy - 1] + slot;
+                else if (actor.ActionRows > 0) row = actor.Rows[actor.ActionRows - 1];
+            }
+            if (row >= 0)
+            {
+                float[] rewards = actor.Module.Table.Rewards;
+                float sum = rewards[row] + (float)reward;
                 if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "LogReturns: the reward sum of '" + agentId + "' is beyond float32");
-                actor.Rewards[actor.Rewards.Count - 1] = sum;
+                rewards[row] = sum;
             }
             actor.RewardSum += reward;
             actor.Rewarded = true;
@@ -675,6 +902,7 @@ namespace Tether.Client
         {
             Poll();
             Episode episode = Running(episodeId, "EndEpisode");
+            Settle(episode);
             var all = new AgentFrame();
             var named = new HashSet<string>();
             if (finalObservations != null)
@@ -770,17 +998,19 @@ namespace Tether.Client
 
         Episode Running(string episodeId, string call)
         {
-            Episode episode;
+            // (an episode in use has its id; a spare one has none, and one that ended is Done)
+            Episode episode = lastRunning;
+            if (episode != null && episodeId != null && (object)episode.Id == (object)episodeId && !episode.Done) return episode;
             if (episodeId == null || !episodes.TryGetValue(episodeId, out episode) || episode.Done)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, call + ": no running episode '" + episodeId + "'");
             }
+            lastRunning = episode;
             return episode;
         }
 
         Slot NewSlot()
         {
-            if (slotCount == slots.Count) slots.Add(new Slot());
             Slot slot = slots[slotCount++];
             slot.ActorId = null;
             slot.Actor = null;
@@ -800,21 +1030,34 @@ namespace Tether.Client
             slotCount = 0;
             newSlots.Clear();
             newActorIds.Clear();
-            for (int g = 0; g < groupSlot.Length; ++g) groupSlot[g] = -1;
-            for (int m = 0; m < memberIndex.Length; ++m) memberIndex[m] = -1;
+            bool grouped = groupOf.Count > 0;
+            if (grouped)
+            {
+                for (int g = 0; g < groupSlot.Length; ++g) groupSlot[g] = -1;
+                for (int m = 0; m < memberIndex.Length; ++m) memberIndex[m] = -1;
+            }
             int n = frame.Count;
+            if (slots.Length < n)
+            {
+                int had = slots.Length;
+                Array.Resize(ref slots, Math.Max(n, 2 * had));
+                for (int s = had; s < slots.Length; ++s) slots[s] = new Slot();
+            }
+            string[] ids = frame.Ids;
+            int nonFinite = frame.FirstNonFinite;
+            HashSet<string> ended = !ending && episode != null && episode.Ended.Count > 0 ? episode.Ended : null;
             for (int i = 0; i < n; ++i)
             {
-                string id = frame.AgentId(i);
+                string id = ids[i];
                 int bad;
-                if (!frame.AllFinite(i, out bad)) throw new TetherException(ErrorCode.NonFiniteValue, "agent '" + id + "': observation[" + bad + "] is not finite");
-                if (!ending && episode != null && episode.Ended.Contains(id))
+                if (i == nonFinite && !frame.AllFinite(i, out bad)) throw new TetherException(ErrorCode.NonFiniteValue, "agent '" + id + "': observation[" + bad + "] is not finite");
+                if (ended != null && ended.Contains(id))
                 {
                     throw new TetherException(ErrorCode.InvalidArgument, "agent '" + id + "' already left episode '" + episode.Id +
                                               "' (an ended agent, or a member of an ended group, cannot act again)");
                 }
                 MemberOf member;
-                if (groupOf.Count > 0 && groupOf.TryGetValue(id, out member))
+                if (grouped && groupOf.TryGetValue(id, out member))
                 {
                     int at = groupMemberOffset[member.Group] + member.Position;
                     if (memberIndex[at] >= 0) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + id + "' is twice in the frame");
@@ -826,34 +1069,52 @@ namespace Tether.Client
                     groupSlotEntry.ActorId = groups[member.Group].GroupId;
                     continue;
                 }
-                Slot slot = NewSlot();
-                slot.FrameIndex = i;
+                Slot slot = slots[slotCount++];  // (its actor and module are set below)
                 slot.ActorId = id;
+                slot.FrameIndex = i;
+                slot.Group = -1;
             }
             // Actors and their modules.
-            for (int s = 0; s < slotCount; ++s)
+            if (episode != null)
             {
-                Slot slot = slots[s];
-                if (episode != null)
+                Actor[] bySlot = episode.ActorBySlot;
+                int known = episode.ActorsBySlot;
+                long mark = frameCounter;
+                for (int s = 0; s < slotCount; ++s)
                 {
-                    Actor actor = s < episode.ActorBySlot.Count ? episode.ActorBySlot[s] : null;
-                    if (actor == null || actor.Id != slot.ActorId)
+                    Slot slot = slots[s];
+                    string id = slot.ActorId;
+                    // (most frames name the last frame's actors in the same order, with the same strings)
+                    Actor actor = s < known ? bySlot[s] : null;
+                    if (actor == null || ((object)actor.Id != (object)id && actor.Id != id))
                     {
-                        if (!episode.Actors.TryGetValue(slot.ActorId, out actor)) actor = null;
+                        if (!episode.Actors.TryGetValue(id, out actor)) actor = null;
                     }
                     if (actor != null)
                     {
-                        if (actor.FrameMark == frameCounter) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + slot.ActorId + "' is twice in the frame");
-                        actor.FrameMark = frameCounter;
+                        if (actor.FrameMark == mark) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + id + "' is twice in the frame");
+                        actor.FrameMark = mark;
                         slot.Actor = actor;
                         slot.Module = actor.Module;
                         continue;
                     }
+                    slot.Actor = null;
+                    slot.Module = null;
                     if (ending) continue;  // never acted: leaves without a module
                     if (newActorIds.Contains(slot.ActorId)) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + slot.ActorId + "' is twice in the frame");
+                    newSlots.Add(s);
+                    newActorIds.Add(slot.ActorId);
                 }
-                newSlots.Add(s);
-                newActorIds.Add(slot.ActorId);
+            }
+            else
+            {
+                for (int s = 0; s < slotCount; ++s)
+                {
+                    slots[s].Actor = null;
+                    slots[s].Module = null;
+                    newSlots.Add(s);
+                    newActorIds.Add(slots[s].ActorId);
+                }
             }
             // Groups act only when every member observes.
             for (int g = 0; g < groups.Count; ++g)
@@ -872,6 +1133,7 @@ namespace Tether.Client
             }
             MapActors(mappingEpisodeId, episode == null);
             // Sizes against each actor's module.
+            int[] offsets = frame.ObsOffsets;
             for (int s = 0; s < slotCount; ++s)
             {
                 Slot slot = slots[s];
@@ -880,7 +1142,8 @@ namespace Tether.Client
                 int obsSize = 0;
                 if (slot.Group < 0)
                 {
-                    obsSize = frame.ObsSize(slot.FrameIndex);
+                    obsSize = offsets[slot.FrameIndex + 1] - offsets[slot.FrameIndex];
+                    if (obsSize == module.ObsDim) continue;
                 }
                 else
                 {
@@ -997,6 +1260,14 @@ namespace Tether.Client
                 slots[s].Row = module.Rows++;
             }
             foreach (Module module in frameModules) module.EnsureRows(module.Rows);
+            float[] frameObs = frame.ObsValues;
+            int[] offsets = frame.ObsOffsets;
+            if (frameModules.Count == 1 && slotCount == frame.Count)
+            {
+                // One module, no group: the rows are the frame's agents in order, of the module's size (checked).
+                Array.Copy(frameObs, 0, frameModules[0].BatchObs, 0, offsets[slotCount]);
+                return;
+            }
             for (int s = 0; s < slotCount; ++s)
             {
                 Slot slot = slots[s];
@@ -1004,7 +1275,8 @@ namespace Tether.Client
                 int at = slot.Row * module.ObsDim;
                 if (slot.Group < 0)
                 {
-                    frame.CopyObs(slot.FrameIndex, module.BatchObs, at);
+                    float[] into = module.BatchObs;
+                    for (int k = offsets[slot.FrameIndex], end = offsets[slot.FrameIndex + 1]; k < end; ++k) into[at++] = frameObs[k];
                     continue;
                 }
                 GroupSpec group = groups[slot.Group];
@@ -1020,25 +1292,40 @@ namespace Tether.Client
         // One inference run per module of the frame.
         void RunModules()
         {
-            foreach (Module module in frameModules)
+            foreach (Module module in frameModules) RunModule(module, module.BatchObs);
+        }
+
+        // The module's inference run on its frame rows, observations `obs`: dist inputs in module.Dist.
+        void RunModule(Module module, float[] obs)
+        {
+            if (module.Backend == null) throw new TetherException(ErrorCode.NotReady, "module '" + module.Id + "' has no model yet (the server sent none)");
+            try
             {
-                if (module.Backend == null) throw new TetherException(ErrorCode.NotReady, "module '" + module.Id + "' has no model yet (the server sent none)");
-                try
-                {
-                    module.Backend.Run(module.BatchObs, module.Rows, module.ObsDim, module.Dist, module.DistDim);
-                    Distributions.CheckFinite(module.Dist, module.Rows * module.DistDim);
-                }
-                catch (TetherException e)
-                {
-                    throw new TetherException(e.Code, "module '" + module.Id + "': " + e.Detail, e);
-                }
-                ++InferenceRuns;
+                module.Backend.Run(obs, module.Rows, module.ObsDim, module.Dist, module.DistDim);
+                Distributions.CheckFinite(module.Dist, module.Rows * module.DistDim);
             }
+            catch (TetherException e)
+            {
+                throw new TetherException(e.Code, "module '" + module.Id + "': " + e.Detail, e);
+            }
+            ++InferenceRuns;
         }
 
         void LayOutActions(AgentFrame frame)
         {
             int n = frame.Count;
+            if (slotCount == n && n > 0)
+            {
+                // No group: one action per agent; of one size when the frame's modules agree.
+                int size = frameModules[0].ActDim;
+                bool uniform = true;
+                foreach (Module module in frameModules) uniform = uniform && module.ActDim == size;
+                if (uniform)
+                {
+                    frame.LayOutUniformActions(size);
+                    return;
+                }
+            }
             if (actionSizes.Length < n) actionSizes = new int[Math.Max(n, 2 * actionSizes.Length)];
             for (int i = 0; i < n; ++i) actionSizes[i] = 0;
             for (int s = 0; s < slotCount; ++s)
@@ -1069,15 +1356,63 @@ namespace Tether.Client
             for (int k = 0; k < group.Members.Count; ++k) frame.SetAction(memberIndex[groupMemberOffset[slot.Group] + k], actions, offset + k * part, part);
         }
 
-        void WriteValueObs(Episode episode, Module module, List<float> into)
+        // The module's table, of its sizes (a new connection may have changed them: no actor has rows then).
+        StepTable TableOf(Module module)
+        {
+            StepTable table = module.Table;
+            if (table == null) table = module.Table = NewTable(module, 0);
+            else if (table.ObsDim != module.ObsDim || table.ValueDim != module.ValueDim || table.ActDim != module.ActDim || table.DistDim != module.DistDim)
+            {
+                table.Reset(module.ObsDim, module.ValueDim, module.ActDim, module.DistDim);
+            }
+            return table;
+        }
+
+        StepTable NewTable(Module module, int rows)
+        {
+            StepTable table = spareTables.Count > 0 ? spareTables.Pop() : new StepTable();
+            table.Reset(module.ObsDim, module.ValueDim, module.ActDim, module.DistDim);
+            table.Reserve(rows);
+            return table;
+        }
+
+        // Appends the frame's rows of the module (observations, actions, logp, dist inputs; rewards
+        // 0; the version acted with) to its table; returns the first.
+        int RecordFrameRows(Module module)
+        {
+            StepTable table = TableOf(module);
+            int first = table.Rows, n = module.Rows;
+            table.Reserve(first + n);
+            Array.Copy(module.BatchObs, 0, table.Obs, first * module.ObsDim, n * module.ObsDim);
+            Array.Copy(module.RecordActions, 0, table.Actions, first * module.ActDim, n * module.ActDim);
+            Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
+            Array.Copy(module.Logp, 0, table.Logp, first, n);
+            Array.Clear(table.Rewards, first, n);
+            table.NoteVersion(first, module.Seq ?? -1, module.SeqConnection);
+            table.Rows = first + n;
+            return first;
+        }
+
+        // A new row of the module's table with only an observation (a final one); returns it.
+        int NewObsRow(Module module)
+        {
+            StepTable table = TableOf(module);
+            table.Reserve(table.Rows + 1);
+            return table.Rows++;
+        }
+
+        // The critic row of table row `row` of the module (§9.7).
+        void WriteValueObs(Episode episode, Module module, int row)
         {
             int dim = module.ObsDim;
+            float[] into = module.Table.ValueObs;
+            int at = row * module.ValueDim;
             foreach (string agent in module.Spec.ValueObsAgents)
             {
                 List<float> latest;
                 int have = episode.LatestObs.TryGetValue(agent, out latest) ? Math.Min(dim, latest.Count) : 0;
-                for (int j = 0; j < have; ++j) into.Add(latest[j]);
-                for (int j = have; j < dim; ++j) into.Add(0f);  // zeros for an agent not observed yet (§9.7)
+                for (int j = 0; j < have; ++j) into[at++] = latest[j];
+                for (int j = have; j < dim; ++j) into[at++] = 0f;  // zeros for an agent not observed yet (§9.7)
             }
         }
 
@@ -1093,6 +1428,27 @@ namespace Tether.Client
             return latest;
         }
 
+        // Every slot's NoteLatest, with a single agent's in its Actor copied inline.
+        void NoteLatestAll(Episode episode, AgentFrame frame)
+        {
+            float[] frameObs = frame.ObsValues;
+            int[] offsets = frame.ObsOffsets;
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                Actor actor = slot.Actor;
+                if (slot.Group >= 0 || actor.SharedLatest)
+                {
+                    NoteLatest(episode, slot, frame);
+                }
+                else if (!actor.Training || actor.ObsRows == 0)
+                {
+                    int i = slot.FrameIndex;
+                    actor.SetLatest(frameObs, offsets[i], offsets[i + 1] - offsets[i]);
+                }
+            }
+        }
+
         // Keeps an actor's latest observation: a single agent's in its Actor (and in the
         // episode's map when a critic sees it), a group's members' in the map.
         void NoteLatest(Episode episode, Slot slot, AgentFrame frame)
@@ -1101,8 +1457,8 @@ namespace Tether.Client
             {
                 if (slot.Actor != null && (!slot.Actor.Training || slot.Actor.ObsRows == 0))
                 {
-                    slot.Actor.Latest.Clear();
-                    frame.CopyObs(slot.FrameIndex, slot.Actor.Latest);
+                    int[] offsets = frame.ObsOffsets;
+                    slot.Actor.SetLatest(frame.ObsValues, offsets[slot.FrameIndex], offsets[slot.FrameIndex + 1] - offsets[slot.FrameIndex]);
                 }
                 // (an actor knows whether a critic sees it: no set lookup per agent per frame)
                 bool criticSees = slot.Actor != null ? slot.Actor.SharedLatest : criticAgents.Contains(slot.ActorId);
@@ -1115,6 +1471,7 @@ namespace Tether.Client
 
         void EndActors(Episode episode, AgentFrame finalObservations, bool allTruncated)
         {
+            Settle(episode);
             // Group members not in the frame end with their latest observation.
             AgentFrame final = endFrame;
             final.Clear();
@@ -1160,22 +1517,33 @@ namespace Tether.Client
                 Actor actor;
                 if (!episode.Actors.TryGetValue(slot.ActorId, out actor)) continue;  // observed its end without acting: nothing to train on
                 episode.Actors.Remove(slot.ActorId);
-                episode.ActorBySlot.Clear();
+                Array.Clear(episode.ActorBySlot, 0, episode.ActorsBySlot);
+                Array.Clear(episode.SlotIds, 0, episode.ActorsBySlot);
+                episode.ActorsBySlot = 0;
+                episode.SlotModule = null;
                 FoldReturn(episode, actor);
                 Module module = actor.Module;
                 if (actor.Training)
                 {
+                    int row = NewObsRow(module);
+                    float[] into = module.Table.Obs;
+                    int at = row * module.ObsDim;
                     if (slot.Group < 0)
                     {
-                        final.CopyObs(slot.FrameIndex, actor.Obs);
+                        final.CopyObs(slot.FrameIndex, into, at);
                     }
                     else
                     {
                         GroupSpec group = groups[slot.Group];
-                        for (int k = 0; k < group.Members.Count; ++k) final.CopyObs(memberIndex[groupMemberOffset[slot.Group] + k], actor.Obs);
+                        for (int k = 0; k < group.Members.Count; ++k)
+                        {
+                            int member = memberIndex[groupMemberOffset[slot.Group] + k];
+                            final.CopyObs(member, into, at);
+                            at += final.ObsSize(member);
+                        }
                     }
-                    if (module.ValueDim > 0) WriteValueObs(episode, module, actor.ValueObs);
-                    ++actor.ObsRows;
+                    if (module.ValueDim > 0) WriteValueObs(episode, module, row);
+                    actor.AddRow(row);
                 }
                 actor.Truncated = truncated;
                 actor.Terminated = !truncated;
@@ -1219,6 +1587,20 @@ namespace Tether.Client
             return Tether.Protocol.StepsPerBatch.Effective(link.StepsPerBatch, stepsPerSample);
         }
 
+        // Whether SendableSteps() >= need. At most one step per actor is held back: when the recorded
+        // steps less one per actor of the training episodes reach it, no actor is walked.
+        bool Sendable(int need)
+        {
+            int actors = 0;
+            foreach (Episode episode in episodes.Values)
+            {
+                if (episode.Training) actors += episode.Actors.Count;
+            }
+            if (pendingSteps - actors >= need) return true;
+            SettleAll();
+            return SendableSteps() >= need;
+        }
+
         int SendableSteps()
         {
             // Every actor's latest action is held back until its next observation (§10.7).
@@ -1245,71 +1627,98 @@ namespace Tether.Client
             }
         }
 
-        static void CopyPrefix<T>(List<T> from, int count, List<T> to)
+        // Hands the actor's complete steps to an entry of `record` (the rows stay in the module's cut
+        // table, which goes with the batch: only their numbers are copied) and, unless it leaves
+        // (keep false), moves the rows it keeps (its latest observation, and the action held back
+        // until the next one, §10.7) to the module's new table. Whether an entry was made.
+        bool Cut(Actor actor, MultiAgentRecord record, Batch batch, bool keep)
         {
-            if (to.Capacity < count) to.Capacity = Math.Max(count, 2 * to.Capacity);
-            for (int i = 0; i < count; ++i) to.Add(from[i]);
+            int actions = actor.ActionRows, observations = actor.ObsRows;
+            if (observations == 0) return false;
+            Module module = actor.Module;
+            StepTable from = module.CutTable;
+            int[] rows = actor.Rows;
+            int k = observations == actions + 1 ? actions : Math.Max(0, actions - 1);
+            if (k > 0)
+            {
+                bool done = (actor.Terminated || actor.Truncated) && k == actions;
+                AgentEntry entry = spareEntries.Count > 0 ? spareEntries.Pop() : new AgentEntry();
+                entry.AgentId = actor.Id;
+                entry.Module = module.Spec;
+                entry.StartStep = actor.StartStep;
+                entry.IsTerminated = done && actor.Terminated;
+                entry.IsTruncated = done && actor.Truncated;
+                entry.Table = from;
+                module.CutUsed = true;
+                if (batch.RowIndex.Length < batch.RowIndexCount + k + 1)
+                {
+                    Array.Resize(ref batch.RowIndex, Math.Max(batch.RowIndexCount + k + 1, 2 * batch.RowIndex.Length));
+                }
+                entry.First = batch.RowIndexCount;
+                entry.Steps = k;
+                Array.Copy(rows, 0, batch.RowIndex, batch.RowIndexCount, k + 1);
+                batch.RowIndexCount += k + 1;
+                // Per module, the oldest version the steps used (a later connection's server may count
+                // versions anew: steps are compared within their connection); and whether the steps'
+                // versions go with them: each known, learned on this connection, and not all one (§10.1).
+                if (from.OneVersion)
+                {
+                    NoteOldest(module, from.Version, from.Connection);
+                    entry.WithVersions = false;  // (one version: the message's claim)
+                }
+                else
+                {
+                    long first = from.VersionOf(rows[0]);
+                    bool known = true, mixed = false;
+                    for (int i = 0; i < k; ++i)
+                    {
+                        long v = from.VersionOf(rows[i]);
+                        int c = from.ConnectionOf(rows[i]);
+                        NoteOldest(module, v, c);
+                        if (v < 0 || v > VersionRuns.MaxVersion || c != connection) known = false;
+                        if (v != first) mixed = true;
+                    }
+                    entry.WithVersions = known && mixed;  // (a group's too: its entry is one actor)
+                }
+                record.Agents.Add(entry);
+            }
+            if (keep)
+            {
+                StepTable to = module.Table;
+                for (int i = k; i < observations; ++i) rows[i - k] = to.CopyRow(from, rows[i], i < actions);
+                actor.ObsRows = observations - k;
+                actor.ActionRows = actions - k;
+            }
+            return k > 0;
         }
 
-        bool Cut(Actor actor, MultiAgentRecord record)
+        static void NoteOldest(Module module, long version, int learnedOn)
         {
-            int actions = actor.ActionRows;
-            int k = actor.ObsRows == actions + 1 ? actions : Math.Max(0, actions - 1);
-            if (k == 0) return false;
-            Module module = actor.Module;
-            bool done = (actor.Terminated || actor.Truncated) && k == actions;
-            AgentEntry entry = spareEntries.Count > 0 ? spareEntries.Pop() : new AgentEntry();
-            entry.AgentId = actor.Id;
-            entry.Module = module.Spec;
-            entry.StartStep = actor.StartStep;
-            EpisodeChunk chunk = entry.Chunk;
-            CopyPrefix(actor.Obs, (k + 1) * module.ObsDim, chunk.Obs);
-            CopyPrefix(actor.Actions, k * module.ActDim, chunk.Actions);
-            CopyPrefix(actor.Rewards, k, chunk.Rewards);
-            CopyPrefix(actor.Logp, k, chunk.ActionLogp);
-            CopyPrefix(actor.Dist, k * module.DistDim, chunk.ActionDistInputs);
-            if (module.ValueDim > 0) CopyPrefix(actor.ValueObs, (k + 1) * module.ValueDim, entry.ValueObs);
-            chunk.IsTerminated = done && actor.Terminated;
-            chunk.IsTruncated = done && actor.Truncated;
-            for (int i = 0; i < k; ++i)
+            if (version < 0) return;
+            if (!module.HasOldest || learnedOn < module.OldestConnection || (learnedOn == module.OldestConnection && version < module.OldestSeq))
             {
-                long v = actor.Versions[i];
-                if (v < 0) continue;
-                // A later connection's server may count versions anew: steps are compared within their connection.
-                long oldest;
-                int oldestIn;
-                bool known = oldestSeq.TryGetValue(module.Id, out oldest);
-                oldestConnection.TryGetValue(module.Id, out oldestIn);
-                if (!known || actor.Connections[i] < oldestIn || (actor.Connections[i] == oldestIn && v < oldest))
-                {
-                    oldestSeq[module.Id] = v;
-                    oldestConnection[module.Id] = actor.Connections[i];
-                }
+                module.HasOldest = true;
+                module.OldestSeq = version;
+                module.OldestConnection = learnedOn;
             }
-            if (TetherClient.StepVersionsKnown(actor.Versions, actor.Connections, k, connection) && VersionRuns.Mixed(actor.Versions, 0, k))
-            {
-                CopyPrefix(actor.Versions, k, chunk.StepVersions);  // (a group's too: its entry is one actor)
-            }
-            actor.Obs.RemoveRange(0, k * module.ObsDim);
-            if (module.ValueDim > 0) actor.ValueObs.RemoveRange(0, k * module.ValueDim);
-            actor.Actions.RemoveRange(0, k * module.ActDim);
-            actor.Rewards.RemoveRange(0, k);
-            actor.Logp.RemoveRange(0, k);
-            actor.Dist.RemoveRange(0, k * module.DistDim);
-            actor.Versions.RemoveRange(0, k);
-            actor.Connections.RemoveRange(0, k);
-            actor.ObsRows -= k;
-            actor.ActionRows -= k;
-            record.Agents.Add(entry);
-            return true;
         }
 
         // sendEmpty: sent even without records (held-back episodes made it due), for its answer.
         void SendBatch(bool sendEmpty = false)
         {
+            SettleAll();
             Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
-            oldestSeq.Clear();
-            oldestConnection.Clear();
+            // Each module's recorded rows go with the batch; a new table takes the rows the actors keep.
+            foreach (Module module in modules.Values)
+            {
+                module.HasOldest = false;
+                module.CutUsed = false;
+                module.CutTable = null;
+                if (module.Table == null || module.Table.Rows == 0) continue;
+                module.CutTable = module.Table;
+                module.Table = NewTable(module, module.CutTable.Rows);
+            }
+
             for (int e = 0; e < episodeOrder.Count; ++e)
             {
                 Episode episode = episodes[episodeOrder[e]];
@@ -1318,13 +1727,13 @@ namespace Tether.Client
                 record.EpisodeId = episode.Id;
                 foreach (Actor actor in episode.Finished)
                 {
-                    Cut(actor, record);
+                    Cut(actor, record, batch, false);
                     spareActors.Push(actor);
                 }
                 episode.Finished.Clear();
                 foreach (Actor actor in episode.Actors.Values)
                 {
-                    if (actor.Training) Cut(actor, record);
+                    if (actor.Training) Cut(actor, record, batch, true);
                 }
                 if (record.Agents.Count > 0 || episode.Done)
                 {
@@ -1342,6 +1751,13 @@ namespace Tether.Client
                     --e;
                 }
             }
+            foreach (Module module in modules.Values)
+            {
+                if (module.CutTable == null) continue;
+                if (module.CutUsed) batch.Tables.Add(module.CutTable);
+                else spareTables.Push(module.CutTable);
+                module.CutTable = null;
+            }
             RecountPending();
             int envSteps = envStepsSinceCut;
             envStepsSinceCut = 0;
@@ -1357,12 +1773,15 @@ namespace Tether.Client
             // connection); a module without steps here reports the version it holds.
             foreach (Module module in modules.Values)
             {
-                if (module.Seq.HasValue) batch.ModuleClaims[module.Id] = module.Seq.Value;
+                if (module.HasOldest) batch.ModuleClaims[module.Id] = module.OldestSeq;
+                else if (module.Seq.HasValue) batch.ModuleClaims[module.Id] = module.Seq.Value;
             }
-            foreach (KeyValuePair<string, long> oldest in oldestSeq) batch.ModuleClaims[oldest.Key] = oldest.Value;
             batch.VersionsConnection = connection;
             batch.SendEmpty = sendEmpty;
-            bool queued = link.Submit(batch, dropped);
+            bool queued = link.Submit(batch, dropped, droppedBatches);
+            // Batches dropped from the queue are no one else's: their arrays are reused.
+            foreach (Batch gone in droppedBatches) Recycle(gone);
+            droppedBatches.Clear();
             if (dropped.Count > 0) ForgetEpisodes(dropped);
             if (!queued)
             {
@@ -1390,6 +1809,7 @@ namespace Tether.Client
                 record.IsTerminated = record.IsTruncated = false;
                 spareRecords.Push(record);
             }
+            foreach (StepTable table in batch.Tables) spareTables.Push(table);
             batch.Reset();
             spareBatches.Push(batch);
         }
@@ -1407,6 +1827,7 @@ namespace Tether.Client
 
         void ForgetEpisodes(ICollection<string> ids)
         {
+            SettleAll();
             foreach (string id in ids)
             {
                 Episode episode;
@@ -1440,6 +1861,15 @@ namespace Tether.Client
         {
             taken.Clear();
             link.TakeEvents(taken);
+            foreach (LinkEvent e in taken)
+            {
+                // (what reaches the actors' steps: they note their rows first)
+                if (e.Kind == LinkEventKind.Connected || e.Kind == LinkEventKind.TrainingDone || (e.Kind == LinkEventKind.Batch && e.Batch.Error != null))
+                {
+                    SettleAll();
+                    break;
+                }
+            }
             foreach (LinkEvent e in taken)
             {
                 switch (e.Kind)
@@ -1619,6 +2049,7 @@ namespace Tether.Client
         // that left with steps not cut yet leave nothing to send.
         void DropStepsOf(Module module)
         {
+            SettleAll();
             foreach (Episode episode in episodes.Values)
             {
                 foreach (Actor actor in episode.Actors.Values)

@@ -16,16 +16,21 @@ namespace Tether.Client
         public string AgentId;
         public ModuleSpec Module;
         public long StartStep;
-        public readonly EpisodeChunk Chunk = new EpisodeChunk();
-        public readonly List<float> ValueObs = new List<float>();  // T + 1 rows of the module's ValueObsDim, or empty
+        public StepTable Table;      // where its steps are: the rows the batch's RowIndex[First...] names
+        public int First;            // Steps + 1 rows (the observation after the last action closes it)
+        public int Steps;
+        public bool IsTerminated;
+        public bool IsTruncated;
+        public bool WithVersions;    // the steps' versions go as weights_seq_no_runs (§10.1)
 
         public void Clear()
         {
             AgentId = null;
             Module = null;
             StartStep = 0;
-            Chunk.Clear();
-            ValueObs.Clear();
+            Table = null;
+            First = Steps = 0;
+            IsTerminated = IsTruncated = WithVersions = false;
         }
     }
 
@@ -42,7 +47,7 @@ namespace Tether.Client
             get
             {
                 int steps = 0;
-                foreach (AgentEntry entry in Agents) steps += entry.Chunk.Steps;
+                foreach (AgentEntry entry in Agents) steps += entry.Steps;
                 return steps;
             }
         }
@@ -63,8 +68,11 @@ namespace Tether.Client
         public int Attempts;         // connections it was sent on
         public volatile bool Done;   // answered (or given up)
         public TetherException Error;
-        public string Episodes;      // the records' JSON array, written once, on the I/O thread
         public readonly List<string> EpisodeIds = new List<string>();
+        public Space ObsSpace, ActSpace;  // single-agent: the spaces its records are written with (those of its first connection)
+        public int[] RowIndex = new int[0];  // multi-agent: the entries' rows in their step tables
+        public int RowIndexCount;
+        public readonly List<StepTable> Tables = new List<StepTable>();  // multi-agent: the step tables its entries read
 
         /// <summary>Whether it holds no records.</summary>
         public bool IsEmpty { get { return Chunks.Count == 0 && Records.Count == 0; } }
@@ -86,8 +94,10 @@ namespace Tether.Client
             Attempts = 0;
             Done = false;
             Error = null;
-            Episodes = null;
             EpisodeIds.Clear();
+            ObsSpace = ActSpace = null;
+            RowIndexCount = 0;
+            Tables.Clear();
         }
     }
 
@@ -152,6 +162,10 @@ namespace Tether.Client
         readonly Queue<LinkRequest> requests = new Queue<LinkRequest>();
         readonly bool multiAgent;
         readonly RecordWriter writer = new RecordWriter();  // I/O thread
+        byte[] frame;  // I/O thread: a batch's message, framed (reused)
+        JObject limitConfig;  // under sync: the configuration configLimit was read from
+        bool limitRead;
+        int configLimit;
         readonly Dictionary<string, long> moduleSeqs = new Dictionary<string, long>();  // I/O thread: versions held
         readonly AutoResetEvent wake = new AutoResetEvent(false);
         readonly ManualResetEvent connectedOnce = new ManualResetEvent(false);
@@ -261,9 +275,10 @@ namespace Tether.Client
         /// or drops the oldest waiting batches and the rest of their episodes;
         /// fills <paramref name="gone"/> with the ids of the episodes dropped, which
         /// the client stops recording. Returns whether the batch was queued (false:
-        /// refusals emptied it, and it is the caller's again).
+        /// refusals emptied it, and it is the caller's again). The batches dropped from
+        /// the queue go to <paramref name="droppedBatches"/> when given: they are the caller's again.
         /// </summary>
-        public bool Submit(Batch batch, HashSet<string> gone)
+        public bool Submit(Batch batch, HashSet<string> gone, List<Batch> droppedBatches = null)
         {
             gone.Clear();
             lock (sync)
@@ -283,6 +298,7 @@ namespace Tether.Client
                     Batch dropped = outbox.Dequeue();
                     queuedSteps -= dropped.QueueSteps;
                     ++BatchesDropped;
+                    if (droppedBatches != null) droppedBatches.Add(dropped);
                     foreach (EpisodeChunk chunk in dropped.Chunks)
                     {
                         if (chunk.EpisodeId != null) gone.Add(chunk.EpisodeId);
@@ -361,6 +377,15 @@ namespace Tether.Client
         int QueueLimitSteps()
         {
             if (options.MaxQueuedSteps > 0) return options.MaxQueuedSteps;
+            if (limitRead && config == limitConfig) return configLimit;  // (read once per configuration: Submit runs on the game's thread)
+            limitRead = true;
+            limitConfig = config;
+            configLimit = ConfigQueueLimit();
+            return configLimit;
+        }
+
+        int ConfigQueueLimit()
+        {
             long batchSize = Messages.IntegerOr(config == null ? null : config["train_batch_size"], -1, -1, int.MaxValue);
             long staleness = Messages.IntegerOr(config == null ? null : config["max_staleness"], -1, -1, int.MaxValue);
             if (batchSize > 0 && staleness >= 0) return (int)Math.Min(int.MaxValue, (staleness + 1) * batchSize);
@@ -726,7 +751,7 @@ namespace Tether.Client
             {
                 foreach (AgentEntry entry in record.Agents)
                 {
-                    if (entry.Chunk.StepVersions.Count != 0) return true;
+                    if (entry.WithVersions) return true;
                 }
             }
             return false;
@@ -737,7 +762,7 @@ namespace Tether.Client
             foreach (EpisodeChunk chunk in batch.Chunks) chunk.StepVersions.Clear();
             foreach (MultiAgentRecord record in batch.Records)
             {
-                foreach (AgentEntry entry in record.Agents) entry.Chunk.StepVersions.Clear();
+                foreach (AgentEntry entry in record.Agents) entry.WithVersions = false;
             }
         }
 
@@ -847,8 +872,19 @@ namespace Tether.Client
         // when given (it refuses the batch being sent), else it is reported.
         JObject Exchange(JObject request, double seconds, string setting, Action<ServerErrorException> episodesRefused = null)
         {
-            string type = (string)request["type"];
             transport.Send(request);
+            return Answer((string)request["type"], seconds, setting, episodesRefused);
+        }
+
+        // Exchange for a request framed by the caller (a batch).
+        JObject Exchange(MessageType kind, byte[] frame, int length, double seconds, string setting)
+        {
+            transport.Send(kind, frame, length);
+            return Answer(Messages.ToWire(kind), seconds, setting, null);
+        }
+
+        JObject Answer(string type, double seconds, string setting, Action<ServerErrorException> episodesRefused)
+        {
             lastSend = DateTime.UtcNow;
             DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
             while (true)
@@ -1003,63 +1039,66 @@ namespace Tether.Client
             // connection they were learned on (§10.1): the server of a later one may be another run,
             // so a batch resent after a reconnect is written again without them.
             bool versionsValid = batch.VersionsConnection == connection && AnnouncesVersion;
-            if (batch.Episodes == null || (!versionsValid && HasStepVersions(batch)))
+            if (!versionsValid && HasStepVersions(batch)) ClearStepVersions(batch);
+            // The whole message is written straight into one reused frame: sending a batch allocates
+            // (almost) nothing, so it brings no garbage collection upon the game's thread.
+            bool force = ForceOnPolicy;
+            MessageType kind = force ? MessageType.EpisodesAndGetState : MessageType.Episodes;
+            try
             {
-                if (!versionsValid) ClearStepVersions(batch);
-                try
+                writer.BeginMessage(Messages.ToWire(kind));
+                if (multiAgent)
                 {
-                    writer.Begin();
-                    if (multiAgent)
+                    foreach (MultiAgentRecord record in batch.Records)
                     {
-                        foreach (MultiAgentRecord record in batch.Records)
+                        writer.BeginMultiAgentRecord(record.EpisodeId, record.IsTerminated, record.IsTruncated);
+                        foreach (AgentEntry entry in record.Agents)
                         {
-                            writer.BeginMultiAgentRecord(record.EpisodeId, record.IsTerminated, record.IsTruncated);
-                            foreach (AgentEntry entry in record.Agents) writer.AgentEntry(entry.AgentId, entry.Chunk, entry.Module, entry.StartStep, entry.ValueObs);
-                            writer.EndMultiAgentRecord();
+                            writer.AgentEntryRows(entry.AgentId, entry.Module, entry.StartStep, entry.Table, batch.RowIndex, entry.First, entry.Steps,
+                                                  entry.WithVersions, entry.IsTerminated, entry.IsTruncated);
                         }
+                        writer.EndMultiAgentRecord();
                     }
-                    else
-                    {
-                        foreach (EpisodeChunk chunk in batch.Chunks) writer.SingleAgentRecord(chunk, recordObsSpace, recordActSpace);
-                    }
-                    batch.Episodes = writer.Finish();
                 }
-                catch (TetherException e)
+                else
                 {
-                    Finish(batch, e, null);
-                    return;
+                    // Written with the spaces of the connection it was first sent on, every time (a new
+                    // connection's may differ: the server there answers for what it was cut as).
+                    if (batch.ObsSpace == null)
+                    {
+                        batch.ObsSpace = recordObsSpace;
+                        batch.ActSpace = recordActSpace;
+                    }
+                    foreach (EpisodeChunk chunk in batch.Chunks) writer.SingleAgentRecord(chunk, batch.ObsSpace, batch.ActSpace);
                 }
+                writer.EndEpisodes();
+            }
+            catch (TetherException e)
+            {
+                Finish(batch, e, null);
+                return;
             }
             ++batch.Attempts;
-            var message = new JObject
-            {
-                { "episodes", new JRaw(batch.Episodes) },
-                { "env_steps", batch.EnvSteps },
-            };
+            // A 1.2 server counts agent steps as env_steps (§7.8).
+            bool speaks13 = Speaks13;
+            writer.Field("env_steps", multiAgent && !speaks13 ? batch.AgentSteps : batch.EnvSteps);
             // The claim is resent unchanged on a later connection (§6.5, §10.1).
-            if (batch.Claim.HasValue) message["weights_seq_no"] = batch.Claim.Value;
-            if (multiAgent)
+            if (batch.Claim.HasValue) writer.Field("weights_seq_no", batch.Claim.Value);
+            if (multiAgent) writer.Field("weights_seq_nos", batch.ModuleClaims);
+            if (speaks13)
             {
-                var claims = new JObject();
-                foreach (KeyValuePair<string, long> claim in batch.ModuleClaims) claims[claim.Key] = claim.Value;
-                message["weights_seq_nos"] = claims;
-                // A 1.2 server counts agent steps as env_steps (§7.8).
-                if (!Speaks13) message["env_steps"] = batch.AgentSteps;
+                writer.Field("agent_steps", multiAgent ? batch.AgentSteps : batch.EnvSteps);
+                writer.Field("client_session", ClientSession);
+                writer.Field("batch_seq", batch.Seq);
             }
-            if (Speaks13)
-            {
-                message["agent_steps"] = multiAgent ? batch.AgentSteps : batch.EnvSteps;
-                message["client_session"] = ClientSession;
-                message["batch_seq"] = batch.Seq;
-            }
+            int length = writer.EndMessage(ref frame);
             TetherException refusal = null;
             JObject answer = null;
-            if (ForceOnPolicy)
+            if (force)
             {
-                message["type"] = "EPISODES_AND_GET_STATE";
                 try
                 {
-                    answer = Exchange(message, options.UpdateTimeoutSeconds, "UpdateTimeoutSeconds");
+                    answer = Exchange(kind, frame, length, options.UpdateTimeoutSeconds, "UpdateTimeoutSeconds");
                 }
                 catch (ServerErrorException e)
                 {
@@ -1068,8 +1107,8 @@ namespace Tether.Client
             }
             else
             {
-                message["type"] = "EPISODES";
-                transport.Send(message);
+                transport.Send(kind, frame, length);
+                lastSend = DateTime.UtcNow;
                 // GET_STATE right behind: its answer acknowledges the EPISODES (an ERROR for them comes first).
                 var getState = new JObject { { "type", "GET_STATE" } };
                 if (multiAgent)
@@ -1135,7 +1174,6 @@ namespace Tether.Client
                     if (record.EpisodeId != null) batch.EpisodeIds.Add(record.EpisodeId);
                 }
                 // The chunks stay: the game's thread reuses them once it takes the event.
-                batch.Episodes = null;
                 if (error != null) ForgetRefusedLocked(batch);
                 if (prepared != null && !prepared.IsEmpty) PostLocked(new LinkEvent { Kind = LinkEventKind.State, State = prepared, Connection = connection });
                 PostLocked(new LinkEvent { Kind = LinkEventKind.Batch, Batch = batch });

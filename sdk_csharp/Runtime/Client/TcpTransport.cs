@@ -134,10 +134,31 @@ namespace Tether.Client
             {
                 throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
             }
+            Write(s, frame, frame.Length);
+        }
+
+        /// <summary>Sends a request of <paramref name="kind"/> the caller framed: the first <paramref name="length"/> bytes of <paramref name="frame"/>.</summary>
+        public void Send(MessageType kind, byte[] frame, int length)
+        {
+            if (lostAfterPending != null) throw lostAfterPending;
+            Socket s = Open();
+            try
+            {
+                connection.Sent(kind);
+            }
+            catch (TetherException e) when (connection.Closed)
+            {
+                throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+            }
+            Write(s, frame, length);
+        }
+
+        void Write(Socket s, byte[] frame, int length)
+        {
             try
             {
                 int sent = 0;
-                while (sent < frame.Length) sent += s.Send(frame, sent, frame.Length - sent, SocketFlags.None);
+                while (sent < length) sent += s.Send(frame, sent, length - sent, SocketFlags.None);
             }
             catch (SocketException e)
             {

@@ -1,7 +1,8 @@
 // Episode records written straight to JSON text: the I/O thread's fast path.
 // Building a JToken per number (EpisodeRecords.Encode) costs tens of
 // milliseconds for a few thousand steps; this writes the same JSON, number by
-// number, into one reused buffer.
+// number, into one reused buffer, without allocating: the game's thread shares
+// the garbage collector, and every collection would stop it too.
 using System;
 using System.Collections.Generic;
 using System.Globalization;
@@ -11,6 +12,132 @@ using Newtonsoft.Json;
 namespace Tether.Protocol
 {
     /// <summary>
+    /// One module's recorded steps in columns, one row per agent step: the observation (and its
+    /// centralized-critic row) and, for a row that has one, the action taken after it with its
+    /// reward, logp, dist inputs, weights version and the connection that version was learned
+    /// on. A frame appends its rows with a few block copies; an agent's steps are the rows its
+    /// list of row numbers names. A cut hands the table to the batch and moves the rows the agents
+    /// keep to a fresh one: the writer reads the cut steps from the table, and the table is reused
+    /// once the batch is answered.
+    /// </summary>
+    internal sealed class StepTable
+    {
+        public int ObsDim, ValueDim, ActDim, DistDim;
+        public int Rows;
+        public float[] Obs = new float[0];
+        public float[] ValueObs = new float[0];
+        public double[] Actions = new double[0];
+        public float[] Rewards = new float[0];
+        public double[] Logp = new double[0];
+        public float[] Dist = new float[0];
+        // The weights version of the action rows (-1: unknown) and the connection it was learned on,
+        // by runs of rows: rows from runStart[i] on have runVersion[i] (most tables have one run).
+        int[] runStart = new int[4];
+        long[] runVersion = new long[4];
+        int[] runConnection = new int[4];
+        int runs;
+
+        /// <summary>Empties it for rows of these sizes.</summary>
+        public void Reset(int obsDim, int valueDim, int actDim, int distDim)
+        {
+            ObsDim = obsDim;
+            ValueDim = valueDim;
+            ActDim = actDim;
+            DistDim = distDim;
+            Rows = 0;
+            runs = 0;
+        }
+
+        static T[] Grown<T>(T[] array, int needed, int keep)
+        {
+            var grown = new T[Math.Max(needed, 2 * array.Length)];
+            Array.Copy(array, grown, Math.Min(keep, array.Length));
+            return grown;
+        }
+
+        /// <summary>Room for <paramref name="rows"/> rows.</summary>
+        public void Reserve(int rows)
+        {
+            if (rows * ObsDim > Obs.Length) Obs = Grown(Obs, Math.Max(rows, 64) * ObsDim, Rows * ObsDim);
+            if (rows * ValueDim > ValueObs.Length) ValueObs = Grown(ValueObs, Math.Max(rows, 64) * ValueDim, Rows * ValueDim);
+            if (rows * ActDim > Actions.Length) Actions = Grown(Actions, Math.Max(rows, 64) * ActDim, Rows * ActDim);
+            if (rows * DistDim > Dist.Length) Dist = Grown(Dist, Math.Max(rows, 64) * DistDim, Rows * DistDim);
+            if (rows > Rewards.Length)
+            {
+                int size = Math.Max(rows, 64);
+                Rewards = Grown(Rewards, size, Rows);
+                Logp = Grown(Logp, size, Rows);
+            }
+        }
+
+        /// <summary>Whether the action rows have one version (learned on one connection): <see cref="Version"/>; or none at all.</summary>
+        public bool OneVersion { get { return runs <= 1; } }
+
+        /// <summary>The version of every action row when <see cref="OneVersion"/> (-1 without any).</summary>
+        public long Version { get { return runs == 0 ? -1 : runVersion[0]; } }
+
+        /// <summary>The connection <see cref="Version"/> was learned on.</summary>
+        public int Connection { get { return runs == 0 ? 0 : runConnection[0]; } }
+
+        /// <summary>Notes that the action rows from <paramref name="row"/> on (the last ones) have this version.</summary>
+        public void NoteVersion(int row, long version, int connection)
+        {
+            if (runs > 0 && runVersion[runs - 1] == version && runConnection[runs - 1] == connection) return;
+            if (runs == runStart.Length)
+            {
+                Array.Resize(ref runStart, 2 * runs);
+                Array.Resize(ref runVersion, 2 * runs);
+                Array.Resize(ref runConnection, 2 * runs);
+            }
+            runStart[runs] = row;
+            runVersion[runs] = version;
+            runConnection[runs] = connection;
+            ++runs;
+        }
+
+        int RunOf(int row)
+        {
+            int low = 0, high = runs - 1;  // the last run starting at or before the row
+            while (low < high)
+            {
+                int mid = (low + high + 1) / 2;
+                if (runStart[mid] <= row) low = mid;
+                else high = mid - 1;
+            }
+            return low;
+        }
+
+        /// <summary>Action row <paramref name="row"/>'s weights version (-1: unknown).</summary>
+        public long VersionOf(int row) { return runs == 0 ? -1 : runVersion[RunOf(row)]; }
+
+        /// <summary>The connection action row <paramref name="row"/>'s version was learned on.</summary>
+        public int ConnectionOf(int row) { return runs == 0 ? 0 : runConnection[RunOf(row)]; }
+
+        /// <summary>
+        /// Copies row <paramref name="row"/> of <paramref name="from"/> (of the same sizes) into a new
+        /// row; returns it. <paramref name="withAction"/>: the row holds an action (else only the observation counts).
+        /// </summary>
+        public int CopyRow(StepTable from, int row, bool withAction)
+        {
+            int to = Rows;
+            Reserve(to + 1);
+            for (int j = 0; j < ObsDim; ++j) Obs[to * ObsDim + j] = from.Obs[row * ObsDim + j];
+            for (int j = 0; j < ValueDim; ++j) ValueObs[to * ValueDim + j] = from.ValueObs[row * ValueDim + j];
+            if (withAction)
+            {
+                for (int j = 0; j < ActDim; ++j) Actions[to * ActDim + j] = from.Actions[row * ActDim + j];
+                for (int j = 0; j < DistDim; ++j) Dist[to * DistDim + j] = from.Dist[row * DistDim + j];
+                Rewards[to] = from.Rewards[row];
+                Logp[to] = from.Logp[row];
+                int run = from.RunOf(row);
+                NoteVersion(to, from.runVersion[run], from.runConnection[run]);
+            }
+            Rows = to + 1;
+            return to;
+        }
+    }
+
+    /// <summary>
     /// Writes a JSON array of episode records (§10.1, §10.7) as text, the same
     /// values as EpisodeRecords.Encode / EncodeAgentEntry give (float32 values as
     /// their shortest decimal, which may use an exponent where Encode does not:
@@ -18,85 +145,361 @@ namespace Tether.Protocol
     /// </summary>
     public sealed class RecordWriter
     {
-        readonly StringBuilder text = new StringBuilder(1 << 16);
+        static readonly UTF8Encoding Utf8 = new UTF8Encoding(false, true);  // (as Messages encodes a body)
+
+        char[] text = new char[1 << 16];
+        int length;
+        readonly char[] number = new char[64];
         int records;
+        int entries;
+
+        // ---- text -----------------------------------------------------------------------------
+
+        void Reserve(int more)
+        {
+            if (length + more <= text.Length) return;
+            var grown = new char[Math.Max(length + more, 2 * text.Length)];
+            Array.Copy(text, grown, length);
+            text = grown;
+        }
+
+        void Append(char c)
+        {
+            if (length == text.Length) Reserve(1);
+            text[length++] = c;
+        }
+
+        void Append(string s)
+        {
+            int n = s.Length;
+            Reserve(n);
+            s.CopyTo(0, text, length, n);
+            length += n;
+        }
+
+        void Append(char[] chars, int n)
+        {
+            Reserve(n);
+            Array.Copy(chars, 0, text, length, n);
+            length += n;
+        }
+
+        void Integer(long value)
+        {
+            Reserve(20);
+            if (value < 0)
+            {
+                if (value == long.MinValue)
+                {
+                    Append("-9223372036854775808");
+                    return;
+                }
+                text[length++] = '-';
+                value = -value;
+            }
+            int n = 0;
+            do
+            {
+                number[n++] = (char)('0' + (int)(value % 10));
+                value /= 10;
+            } while (value != 0);
+            while (n > 0) text[length++] = number[--n];
+        }
+
+        // A JSON string as JsonConvert.ToString writes it; plain ASCII without quotes or
+        // backslashes (every id Tether makes) is copied as it is.
+        void String(string s)
+        {
+            foreach (char c in s)
+            {
+                if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+                {
+                    Append(JsonConvert.ToString(s));
+                    return;
+                }
+            }
+            Reserve(s.Length + 2);
+            text[length++] = '"';
+            s.CopyTo(0, text, length, s.Length);
+            length += s.Length;
+            text[length++] = '"';
+        }
 
         /// <summary>Starts a new array of records.</summary>
         public void Begin()
         {
-            text.Length = 0;
-            text.Append('[');
+            length = 0;
+            Append('[');
             records = 0;
         }
 
         /// <summary>The array written so far, closed.</summary>
         public string Finish()
         {
-            text.Append(']');
-            return text.ToString();
+            Append(']');
+            return new string(text, 0, length);
         }
+
+        // ---- a whole message ------------------------------------------------------------------
+
+        /// <summary>Starts a message {"type": type, "episodes": [records...: write them, then EndEpisodes and the other fields.</summary>
+        internal void BeginMessage(string type)
+        {
+            length = 0;
+            Append("{\"type\":");
+            String(type);
+            Append(",\"episodes\":[");
+            records = 0;
+        }
+
+        /// <summary>Closes the episodes array of the message begun last.</summary>
+        internal void EndEpisodes()
+        {
+            Append(']');
+        }
+
+        void FieldName(string name)
+        {
+            Append(',');
+            String(name);
+            Append(':');
+        }
+
+        /// <summary>An integer field of the message.</summary>
+        internal void Field(string name, long value)
+        {
+            FieldName(name);
+            Integer(value);
+        }
+
+        /// <summary>A string field of the message.</summary>
+        internal void Field(string name, string value)
+        {
+            FieldName(name);
+            String(value);
+        }
+
+        /// <summary>A field of the message holding an object of integers.</summary>
+        internal void Field(string name, Dictionary<string, long> values)
+        {
+            FieldName(name);
+            Append('{');
+            bool first = true;
+            foreach (KeyValuePair<string, long> item in values)
+            {
+                if (!first) Append(',');
+                first = false;
+                String(item.Key);
+                Append(':');
+                Integer(item.Value);
+            }
+            Append('}');
+        }
+
+        /// <summary>
+        /// Closes the message and frames it (§3) into <paramref name="frame"/> (grown when it is too
+        /// small); returns the frame's length. FRAME_TOO_LARGE when the body does not fit the header.
+        /// </summary>
+        internal int EndMessage(ref byte[] frame)
+        {
+            Append('}');
+            int most = Framing.HeaderSize + Utf8.GetMaxByteCount(length);
+            if (frame == null || frame.Length < most) frame = new byte[Math.Max(most, frame == null ? 0 : 2 * frame.Length)];
+            int body = Utf8.GetBytes(text, 0, length, frame, Framing.HeaderSize);
+            if (body > Framing.MaxEncodableBody)
+            {
+                throw new ProtocolException(ErrorCode.FrameTooLarge, "a body of " + body + " bytes does not fit an 8-digit header");
+            }
+            for (int i = Framing.HeaderSize - 1, left = body; i >= 0; --i, left /= 10) frame[i] = (byte)('0' + left % 10);
+            return Framing.HeaderSize + body;
+        }
+
+        // ---- records ---------------------------------------------------------------------------
 
         /// <summary>Appends a single-agent record (with its episode_id when the chunk has one). INVALID_ARGUMENT when an array does not fit.</summary>
         public void SingleAgentRecord(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
         {
-            if (records++ > 0) text.Append(',');
-            text.Append('{');
+            if (records++ > 0) Append(',');
+            Append('{');
             Fields(chunk, observationSpace, actionSpace);
             if (chunk.EpisodeId != null)
             {
-                text.Append(",\"episode_id\":");
-                text.Append(JsonConvert.ToString(chunk.EpisodeId));
+                Append(",\"episode_id\":");
+                String(chunk.EpisodeId);
             }
-            text.Append('}');
+            Append('}');
         }
 
         /// <summary>Starts a multi-agent record; add its agents with <see cref="AgentEntry"/>, then call <see cref="EndMultiAgentRecord"/>.</summary>
         public void BeginMultiAgentRecord(string episodeId, bool isTerminated, bool isTruncated)
         {
-            if (records++ > 0) text.Append(',');
-            text.Append("{\"episode_id\":").Append(JsonConvert.ToString(episodeId));
-            text.Append(",\"is_terminated\":").Append(isTerminated ? "true" : "false");
-            text.Append(",\"is_truncated\":").Append(isTruncated ? "true" : "false");
-            text.Append(",\"agents\":{");
+            if (records++ > 0) Append(',');
+            Append("{\"episode_id\":");
+            String(episodeId);
+            Append(",\"is_terminated\":");
+            Append(isTerminated ? "true" : "false");
+            Append(",\"is_truncated\":");
+            Append(isTruncated ? "true" : "false");
+            Append(",\"agents\":{");
             entries = 0;
         }
-
-        int entries;
 
         /// <summary>Appends one agent entry of the record begun last (see EpisodeRecords.EncodeAgentEntry).</summary>
         public void AgentEntry(string agentId, EpisodeChunk chunk, ModuleSpec module, long startStep, IList<float> valueObs)
         {
-            if (entries++ > 0) text.Append(',');
-            text.Append(JsonConvert.ToString(agentId)).Append(":{");
+            if (entries++ > 0) Append(',');
+            String(agentId);
+            Append(":{");
             Fields(chunk, module.ObservationSpace, module.ActionSpace);
-            text.Append(",\"module\":").Append(JsonConvert.ToString(module.ModuleId));
-            text.Append(",\"start_step\":").Append(startStep.ToString(CultureInfo.InvariantCulture));
+            EntryEnd(module, startStep, chunk.Steps, valueObs == null ? 0 : valueObs.Count);
             int v = module.ValueObsDim;
             if (v > 0)
             {
                 int rows = chunk.Steps + 1;
-                EpisodeRecords.CheckSize("value_obs", valueObs == null ? 0 : valueObs.Count, rows * v);
-                text.Append(",\"value_obs\":[");
+                Append(",\"value_obs\":[");
                 for (int r = 0; r < rows; ++r)
                 {
-                    if (r > 0) text.Append(',');
-                    text.Append('[');
+                    if (r > 0) Append(',');
+                    Append('[');
                     for (int j = 0; j < v; ++j)
                     {
-                        if (j > 0) text.Append(',');
+                        if (j > 0) Append(',');
                         Float32(valueObs[r * v + j]);
                     }
-                    text.Append(']');
+                    Append(']');
                 }
-                text.Append(']');
+                Append(']');
             }
-            text.Append('}');
+            Append('}');
+        }
+
+        /// <summary>
+        /// Appends one agent entry of the record begun last from a step table (the multi-agent
+        /// client's): <paramref name="steps"/> steps, whose steps + 1 rows are
+        /// rows[<paramref name="from"/>...]; <paramref name="withVersions"/>: with weights_seq_no_runs.
+        /// </summary>
+        internal void AgentEntryRows(string agentId, ModuleSpec module, long startStep, StepTable table, int[] rows, int from, int steps,
+                                     bool withVersions, bool isTerminated, bool isTruncated)
+        {
+            if (entries++ > 0) Append(',');
+            String(agentId);
+            Append(":{");
+            Space observationSpace = module.ObservationSpace, actionSpace = module.ActionSpace;
+            int obsDim = observationSpace.FlatDim, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize, v = module.ValueObsDim;
+            if (obsDim != table.ObsDim || actDim != table.ActDim || k != table.DistDim || v != table.ValueDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "agent '" + agentId + "': its steps were recorded with other sizes than module '" + module.ModuleId + "' has");
+            }
+            if (withVersions)
+            {
+                for (int i = 0; i < steps; ++i)
+                {
+                    long version = table.VersionOf(rows[from + i]);
+                    if (version < 0 || version > VersionRuns.MaxVersion)
+                    {
+                        throw new TetherException(ErrorCode.InvalidArgument, "a step's weights version " + version + " is not in 0.." + VersionRuns.MaxVersion);
+                    }
+                }
+            }
+            bool discrete = actionSpace.Kind != SpaceKind.Box;
+            long[] shape = observationSpace.Shape;
+            Append("\"obs\":[");
+            for (int r = 0; r <= steps; ++r)
+            {
+                if (r > 0) Append(',');
+                int row = rows[from + r];
+                if (shape.Length == 1) FlatRow(table.Obs, row * obsDim, obsDim);
+                else NestFloats(table.Obs, row * obsDim, shape, 0);
+            }
+            Append("],\"actions\":[");
+            for (int r = 0; r < steps; ++r)
+            {
+                if (r > 0) Append(',');
+                Nest(table.Actions, rows[from + r] * actDim, actionSpace.Shape, 0, discrete);
+            }
+            Append("],\"rewards\":[");
+            for (int r = 0; r < steps; ++r)
+            {
+                if (r > 0) Append(',');
+                Float32(table.Rewards[rows[from + r]]);
+            }
+            Append("],\"action_logp\":[");
+            for (int r = 0; r < steps; ++r)
+            {
+                if (r > 0) Append(',');
+                Float64(table.Logp[rows[from + r]]);
+            }
+            Append("],\"action_dist_inputs\":[");
+            for (int r = 0; r < steps; ++r)
+            {
+                if (r > 0) Append(',');
+                FlatRow(table.Dist, rows[from + r] * k, k);
+            }
+            Append(']');
+            if (withVersions)
+            {
+                Append(",\"");
+                Append(VersionRuns.Field);
+                Append("\":[");
+                for (int i = 0; i < steps;)
+                {
+                    long version = table.VersionOf(rows[from + i]);
+                    int run = 1;
+                    while (i + run < steps && table.VersionOf(rows[from + i + run]) == version) ++run;
+                    if (i > 0) Append(',');
+                    Append('[');
+                    Integer(version);
+                    Append(',');
+                    Integer(run);
+                    Append(']');
+                    i += run;
+                }
+                Append(']');
+            }
+            Append(",\"is_terminated\":");
+            Append(isTerminated ? "true" : "false");
+            Append(",\"is_truncated\":");
+            Append(isTruncated ? "true" : "false");
+            EntryEnd(module, startStep, steps, v > 0 ? (steps + 1) * v : 0);
+            if (v > 0)
+            {
+                Append(",\"value_obs\":[");
+                for (int r = 0; r <= steps; ++r)
+                {
+                    if (r > 0) Append(',');
+                    FlatRow(table.ValueObs, rows[from + r] * v, v);
+                }
+                Append(']');
+            }
+            Append('}');
+        }
+
+        // [a, b, ...]: `width` float32 values from `at`.
+        void FlatRow(float[] data, int at, int width)
+        {
+            Append('[');
+            for (int j = 0; j < width; ++j)
+            {
+                if (j > 0) Append(',');
+                Float32(data[at + j]);
+            }
+            Append(']');
+        }
+
+        void EntryEnd(ModuleSpec module, long startStep, int steps, int valueObsCount)
+        {
+            Append(",\"module\":");
+            String(module.ModuleId);
+            Append(",\"start_step\":");
+            Integer(startStep);
+            int v = module.ValueObsDim;
+            if (v > 0) EpisodeRecords.CheckSize("value_obs", valueObsCount, (steps + 1) * v);
         }
 
         /// <summary>Closes the multi-agent record begun last.</summary>
         public void EndMultiAgentRecord()
         {
-            text.Append("}}");
+            Append("}}");
         }
 
         void Fields(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
@@ -104,56 +507,90 @@ namespace Tether.Protocol
             EpisodeRecords.CheckChunk(chunk, observationSpace, actionSpace);
             int steps = chunk.Steps, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;
             bool discrete = actionSpace.Kind != SpaceKind.Box;
-            text.Append("\"obs\":");
+            Append("\"obs\":");
             RowsOfFloats(chunk.Obs, steps + 1, observationSpace.Shape);
-            text.Append(",\"actions\":[");
+            Append(",\"actions\":[");
             for (int r = 0; r < steps; ++r)
             {
-                if (r > 0) text.Append(',');
+                if (r > 0) Append(',');
                 Nest(chunk.Actions, r * actDim, actionSpace.Shape, 0, discrete);
             }
-            text.Append("],\"rewards\":[");
+            Append("],\"rewards\":[");
             for (int r = 0; r < steps; ++r)
             {
-                if (r > 0) text.Append(',');
+                if (r > 0) Append(',');
                 Float32(chunk.Rewards[r]);
             }
-            text.Append(']');
+            Append(']');
             if (chunk.ActionLogp.Count != 0)
             {
-                text.Append(",\"action_logp\":[");
+                Append(",\"action_logp\":[");
                 for (int r = 0; r < steps; ++r)
                 {
-                    if (r > 0) text.Append(',');
+                    if (r > 0) Append(',');
                     Float64(chunk.ActionLogp[r]);
                 }
-                text.Append(']');
+                Append(']');
             }
             if (chunk.ActionDistInputs.Count != 0)
             {
-                text.Append(",\"action_dist_inputs\":");
-                RowsOfFloats(chunk.ActionDistInputs, steps, new long[] { k });
+                Append(",\"action_dist_inputs\":[");
+                for (int r = 0; r < steps; ++r)
+                {
+                    if (r > 0) Append(',');
+                    Append('[');
+                    for (int j = 0; j < k; ++j)
+                    {
+                        if (j > 0) Append(',');
+                        Float32(chunk.ActionDistInputs[r * k + j]);
+                    }
+                    Append(']');
+                }
+                Append(']');
             }
             if (chunk.StepVersions.Count != 0)
             {
-                text.Append(",\"").Append(VersionRuns.Field).Append("\":");
-                VersionRuns.Write(chunk.StepVersions, text);
+                Append(",\"");
+                Append(VersionRuns.Field);
+                Append("\":");
+                Runs(chunk.StepVersions);
             }
-            text.Append(",\"is_terminated\":").Append(chunk.IsTerminated ? "true" : "false");
-            text.Append(",\"is_truncated\":").Append(chunk.IsTruncated ? "true" : "false");
+            Append(",\"is_terminated\":");
+            Append(chunk.IsTerminated ? "true" : "false");
+            Append(",\"is_truncated\":");
+            Append(chunk.IsTruncated ? "true" : "false");
+        }
+
+        // weights_seq_no_runs as VersionRuns.ToJson gives them: [[version, steps], ...].
+        void Runs(List<long> versions)
+        {
+            Append('[');
+            for (int i = 0, n = versions.Count; i < n;)
+            {
+                int run = 1;
+                while (i + run < n && versions[i + run] == versions[i]) ++run;
+                if (i > 0) Append(',');
+                Append('[');
+                Integer(versions[i]);
+                Append(',');
+                Integer(run);
+                Append(']');
+                i += run;
+            }
+            Append(']');
         }
 
         void RowsOfFloats(List<float> flat, int rows, long[] shape)
         {
             int width = 1;
             foreach (long d in shape) width *= (int)d;
-            text.Append('[');
+            Append('[');
             for (int r = 0; r < rows; ++r)
             {
-                if (r > 0) text.Append(',');
+                if (r > 0) Append(',');
                 NestFloats(flat, r * width, shape, 0);
             }
-            text.Append(']');
+            Append(']');
         }
 
         void NestFloats(List<float> data, int at, long[] shape, int dim)
@@ -165,13 +602,31 @@ namespace Tether.Protocol
             }
             int stride = 1;
             for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
-            text.Append('[');
+            Append('[');
             for (int i = 0; i < shape[dim]; ++i)
             {
-                if (i > 0) text.Append(',');
+                if (i > 0) Append(',');
                 NestFloats(data, at + i * stride, shape, dim + 1);
             }
-            text.Append(']');
+            Append(']');
+        }
+
+        void NestFloats(float[] data, int at, long[] shape, int dim)
+        {
+            if (dim == shape.Length)
+            {
+                Float32(data[at]);
+                return;
+            }
+            int stride = 1;
+            for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
+            Append('[');
+            for (int i = 0; i < shape[dim]; ++i)
+            {
+                if (i > 0) Append(',');
+                NestFloats(data, at + i * stride, shape, dim + 1);
+            }
+            Append(']');
         }
 
         // An action: integers for Discrete/MultiDiscrete, float32 values for a Box (as Encode writes them).
@@ -179,19 +634,38 @@ namespace Tether.Protocol
         {
             if (dim == shape.Length)
             {
-                if (integer) text.Append(((long)Math.Round(data[at])).ToString(CultureInfo.InvariantCulture));
+                if (integer) Integer((long)Math.Round(data[at]));
                 else Float32((float)data[at]);
                 return;
             }
             int stride = 1;
             for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
-            text.Append('[');
+            Append('[');
             for (int i = 0; i < shape[dim]; ++i)
             {
-                if (i > 0) text.Append(',');
+                if (i > 0) Append(',');
                 Nest(data, at + i * stride, shape, dim + 1, integer);
             }
-            text.Append(']');
+            Append(']');
+        }
+
+        void Nest(double[] data, int at, long[] shape, int dim, bool integer)
+        {
+            if (dim == shape.Length)
+            {
+                if (integer) Integer((long)Math.Round(data[at]));
+                else Float32((float)data[at]);
+                return;
+            }
+            int stride = 1;
+            for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
+            Append('[');
+            for (int i = 0; i < shape[dim]; ++i)
+            {
+                if (i > 0) Append(',');
+                Nest(data, at + i * stride, shape, dim + 1, integer);
+            }
+            Append(']');
         }
 
         // As Newtonsoft.Json writes a double: round-trip digits, with ".0" on a whole number.
@@ -203,9 +677,13 @@ namespace Tether.Protocol
                 throw new TetherException(ErrorCode.NonFiniteValue, "a record holds a value that is not finite (" +
                                           value.ToString(CultureInfo.InvariantCulture) + "); it is not sent");
             }
-            string s = value.ToString("R", CultureInfo.InvariantCulture);
-            text.Append(s);
-            if (s.IndexOf('.') < 0 && s.IndexOf('E') < 0 && s.IndexOf('e') < 0) text.Append(".0");
+            int n;
+            if (!value.TryFormat(new Span<char>(number), out n, "R".AsSpan(), CultureInfo.InvariantCulture))
+            {
+                Append(value.ToString("R", CultureInfo.InvariantCulture));  // (never: 64 characters hold any double)
+                return;
+            }
+            Digits(n);
         }
 
         // The shortest decimal that reads back as the same float32 ("0.1", not "0.10000000149011612").
@@ -216,9 +694,34 @@ namespace Tether.Protocol
                 Float64(value);
                 return;
             }
-            string s = value.ToString("R", CultureInfo.InvariantCulture);
-            text.Append(s);
-            if (s.IndexOf('.') < 0 && s.IndexOf('E') < 0 && s.IndexOf('e') < 0) text.Append(".0");
+            int n;
+            if (!value.TryFormat(new Span<char>(number), out n, "R".AsSpan(), CultureInfo.InvariantCulture))
+            {
+                Append(value.ToString("R", CultureInfo.InvariantCulture));
+                return;
+            }
+            Digits(n);
+        }
+
+        // Appends the n characters formatted into `number`, with ".0" on a whole number.
+        void Digits(int n)
+        {
+            bool whole = true;
+            for (int i = 0; i < n; ++i)
+            {
+                char c = number[i];
+                if (c == '.' || c == 'E' || c == 'e')
+                {
+                    whole = false;
+                    break;
+                }
+            }
+            Append(number, n);
+            if (whole)
+            {
+                Append('.');
+                Append('0');
+            }
         }
     }
 }

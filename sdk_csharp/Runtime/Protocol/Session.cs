@@ -69,6 +69,17 @@ namespace Tether.Protocol
         }
 
         /// <summary>
+        /// Records a request the caller framed itself (the I/O thread writes records straight
+        /// to bytes): its answer is paired as <see cref="Send"/>'s would be. Throws as Send does.
+        /// </summary>
+        internal void Sent(MessageType kind)
+        {
+            if (Closed) throw new TetherException(ErrorCode.Closed, "the connection is closed: " + Error.Message);
+            if (!Messages.IsRequest(kind)) throw new TetherException(ErrorCode.InvalidArgument, "a client cannot send " + Messages.ToWire(kind));
+            if (Messages.ExpectedResponse(kind) != null) awaiting.Enqueue(kind);
+        }
+
+        /// <summary>
         /// Takes received bytes; appends the responses they complete. Throws the
         /// error that closed the connection (responses before it are appended first).
         /// </summary>

@@ -18,6 +18,8 @@ namespace Tether.Sampling
         const int KeptExps = 64;
 
         [ThreadStatic] static double[] kept;
+        [ThreadStatic] static double[] picks;
+        [ThreadStatic] static double[] uniformBuffer;
 
         static void CheckSizes(Space space, int inputs, int actionSize)
         {
@@ -77,7 +79,8 @@ namespace Tether.Sampling
         {
             for (int i = 0; i < count; ++i)
             {
-                if (float.IsNaN(dist[i]) || float.IsInfinity(dist[i]))
+                float v = dist[i];
+                if (!(v - v == 0f))  // (NaN or infinite: v - v is NaN)
                 {
                     throw new TetherException(ErrorCode.InferenceFailed, "the model's output [" + i + "] is not finite (" +
                                               dist[i].ToString(System.Globalization.CultureInfo.InvariantCulture) + "): no action is drawn from it");
@@ -97,18 +100,57 @@ namespace Tether.Sampling
         public static void SampleRows(Space space, float[] dist, int rows, Rng rng, bool rawBoxSamples,
                                       double[] recordActions, double[] envActions, double[] logp)
         {
+            SampleRows(space, dist, rows, rng, rawBoxSamples, recordActions, 0, envActions, 0, logp, 0);
+        }
+
+        /// <summary>
+        /// <see cref="SampleRows(Space, float[], int, Rng, bool, double[], double[], double[])"/> writing
+        /// row r's numbers at recordActions[recordAt + r * k], envActions[envAt + r * k] and logp[logpAt + r].
+        /// </summary>
+        internal static void SampleRows(Space space, float[] dist, int rows, Rng rng, bool rawBoxSamples,
+                                        double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt)
+        {
             int nIn = space.DistInputsSize, k = space.FlatDim;
-            if (dist.Length < rows * nIn || recordActions.Length < rows * k || envActions.Length < rows * k || logp.Length < rows)
+            if (dist.Length < rows * nIn || recordActions.Length < recordAt + rows * k || envActions.Length < envAt + rows * k || logp.Length < logpAt + rows)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "SampleRows: the arrays are too small for " + rows + " rows");
             }
             switch (space.Kind)
             {
                 case SpaceKind.Discrete:
+                    if (space.N == 2)
+                    {
+                        // CategoricalSample for two categories, draw for draw and bit for bit, without a
+                        // branch on the random outcomes (each would mispredict half the time): the top
+                        // category's weight is exp(0) = 1, the other's exp(-|l1 - l0|); the choices
+                        // are sign bits, and the values they pick are read from `pick`.
+                        double[] pick = picks ?? (picks = new double[4]);
+                        double[] uniforms = Uniforms(rows);
+                        rng.FillUniform(uniforms, rows);  // (one draw per row, in order)
+                        pick[0] = 1.0;
+                        pick[2] = 0.0;
+                        double start = space.Start;
+                        for (int r = 0, at = 0; r < rows; ++r, at += 2)
+                        {
+                            double l0 = dist[at], l1 = dist[at + 1];
+                            double below = -Math.Abs(l1 - l0);  // the other category's logit minus the top one
+                            double e = Math.Exp(below);
+                            double total = 1 + e;
+                            int firstBelow = (int)((ulong)BitConverter.DoubleToInt64Bits(l0 - l1) >> 63);  // l0 < l1: the second is on top
+                            pick[1] = e;
+                            pick[3] = below;
+                            double e0 = pick[firstBelow];
+                            double threshold = uniforms[r] * total;
+                            int second = (int)((ulong)BitConverter.DoubleToInt64Bits(threshold - e0) >> 63) ^ 1;  // e0 <= threshold
+                            logp[logpAt + r] = pick[2 + (second ^ firstBelow)] - Math.Log(total);
+                            recordActions[recordAt + r] = envActions[envAt + r] = start + second;
+                        }
+                        return;
+                    }
                     for (int r = 0; r < rows; ++r)
                     {
-                        int index = CategoricalSample(dist, r * nIn, (int)space.N, rng, out logp[r]);
-                        recordActions[r] = envActions[r] = index + space.Start;
+                        int index = CategoricalSample(dist, r * nIn, (int)space.N, rng, out logp[logpAt + r]);
+                        recordActions[recordAt + r] = envActions[envAt + r] = index + space.Start;
                     }
                     return;
                 case SpaceKind.MultiDiscrete:
@@ -120,17 +162,17 @@ namespace Tether.Sampling
                         {
                             int n = (int)space.Nvec[d];
                             double lp;
-                            recordActions[r * k + d] = envActions[r * k + d] = CategoricalSample(dist, offset, n, rng, out lp);
+                            recordActions[recordAt + r * k + d] = envActions[envAt + r * k + d] = CategoricalSample(dist, offset, n, rng, out lp);
                             total += lp;
                             offset += n;
                         }
-                        logp[r] = total;
+                        logp[logpAt + r] = total;
                     }
                     return;
                 default:
                     for (int r = 0; r < rows; ++r)
                     {
-                        int inputs = r * nIn, at = r * k;
+                        int inputs = r * nIn, at = recordAt + r * k, env = envAt + r * k;
                         for (int j = 0; j < k; ++j)
                         {
                             double mean = dist[inputs + j];
@@ -138,13 +180,20 @@ namespace Tether.Sampling
                             // The density is taken at the float32 value that is recorded and sent.
                             double raw = (float)(mean + stdDev * rng.Normal());
                             recordActions[at + j] = raw;
-                            envActions[at + j] = (float)Math.Min(Math.Max(raw, space.Low[j]), space.High[j]);
+                            envActions[env + j] = (float)Math.Min(Math.Max(raw, space.Low[j]), space.High[j]);
                         }
-                        if (!rawBoxSamples) Array.Copy(envActions, at, recordActions, at, k);  // the 1.2 rule
-                        logp[r] = GaussianLogp(dist, inputs, k, recordActions, at);
+                        if (!rawBoxSamples) Array.Copy(envActions, env, recordActions, at, k);  // the 1.2 rule
+                        logp[logpAt + r] = GaussianLogp(dist, inputs, k, recordActions, at);
                     }
                     return;
             }
+        }
+
+        static double[] Uniforms(int rows)
+        {
+            double[] buffer = uniformBuffer;
+            if (buffer == null || buffer.Length < rows) buffer = uniformBuffer = new double[Math.Max(rows, 2 * (buffer == null ? 128 : buffer.Length))];
+            return buffer;
         }
 
         /// <summary>The action the engine executes for a recorded one: a Box action clipped into the box and rounded to float32; others unchanged.</summary>
@@ -228,7 +277,8 @@ namespace Tether.Sampling
             double total = 0;
             for (int i = 0; i < n; ++i)
             {
-                double e = Math.Exp(logits[offset + i] - top);
+                double d = logits[offset + i] - top;
+                double e = d == 0 ? 1.0 : Math.Exp(d);  // (exp(0) is exactly 1: the top category costs no exp)
                 if (keep) exps[i] = e;
                 total += e;
             }

@@ -9,7 +9,7 @@ namespace Tether.Sampling
     /// </summary>
     public sealed class Rng
     {
-        readonly ulong[] s = new ulong[4];
+        ulong s0, s1, s2, s3;  // (fields, not an array: no bounds checks per draw)
         bool hasSpare;
         double spare;
 
@@ -19,36 +19,70 @@ namespace Tether.Sampling
         /// <summary>Restarts the sequence from <paramref name="seed"/>.</summary>
         public void Reseed(ulong seed)
         {
-            for (int i = 0; i < 4; ++i)
-            {
-                unchecked
-                {
-                    seed += 0x9E3779B97F4A7C15UL;
-                    ulong z = seed;
-                    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
-                    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
-                    s[i] = z ^ (z >> 31);
-                }
-            }
+            s0 = SplitMix(ref seed);
+            s1 = SplitMix(ref seed);
+            s2 = SplitMix(ref seed);
+            s3 = SplitMix(ref seed);
             hasSpare = false;
         }
 
-        static ulong Rotl(ulong x, int k) { return (x << k) | (x >> (64 - k)); }
+        static ulong SplitMix(ref ulong seed)
+        {
+            unchecked
+            {
+                seed += 0x9E3779B97F4A7C15UL;
+                ulong z = seed;
+                z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
+                z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
+                return z ^ (z >> 31);
+            }
+        }
 
         /// <summary>The next 64 random bits.</summary>
         public ulong NextU64()
         {
             unchecked
             {
-                ulong result = Rotl(s[1] * 5, 7) * 9;
-                ulong t = s[1] << 17;
-                s[2] ^= s[0];
-                s[3] ^= s[1];
-                s[1] ^= s[2];
-                s[0] ^= s[3];
-                s[2] ^= t;
-                s[3] = Rotl(s[3], 45);
+                ulong a = s0, b = s1, c = s2, d = s3;
+                ulong x = b * 5;
+                ulong result = ((x << 7) | (x >> 57)) * 9;
+                ulong t = b << 17;
+                c ^= a;
+                d ^= b;
+                b ^= c;
+                a ^= d;
+                c ^= t;
+                s0 = a;
+                s1 = b;
+                s2 = c;
+                s3 = (d << 45) | (d >> 19);
                 return result;
+            }
+        }
+
+        /// <summary>The next <paramref name="count"/> Uniform draws, in order, into <paramref name="into"/>.</summary>
+        internal void FillUniform(double[] into, int count)
+        {
+            unchecked
+            {
+                ulong a = s0, b = s1, c = s2, d = s3;  // (the state in registers for the whole run)
+                for (int i = 0; i < count; ++i)
+                {
+                    ulong x = b * 5;
+                    ulong result = ((x << 7) | (x >> 57)) * 9;
+                    ulong t = b << 17;
+                    c ^= a;
+                    d ^= b;
+                    b ^= c;
+                    a ^= d;
+                    c ^= t;
+                    d = (d << 45) | (d >> 19);
+                    into[i] = (result >> 11) * (1.0 / 9007199254740992.0);
+                }
+                s0 = a;
+                s1 = b;
+                s2 = c;
+                s3 = d;
             }
         }
 
