@@ -292,4 +292,7 @@ def test_lockstep_episodes_claim_the_oldest_version_and_pass_the_logp_check(tmp_
         client.close()
         summary = server.stop()
     assert refusals == [], refusals[:3]
-    assert updates >= 10 and summary["updates"] == updates
+    # At least 5 model swaps across the 3,000 steps (at most 15 updates fit): with max_staleness 0 each
+    # cut's held-back step is refused as stale, so the server holds the client back and asks for
+    # smaller batches (§13.2), which trains fewer of the steps; the claims are what is tested here.
+    assert updates >= 5 and summary["updates"] == updates
