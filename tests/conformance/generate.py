@@ -85,11 +85,14 @@ def message_cases() -> list[dict]:
         err("type_not_string", b'{"type": 7}', "UNKNOWN_TYPE"),
         err("type_wrong_case", b'{"type": "ping"}', "UNKNOWN_TYPE"),
         # §4.1: at most 64 levels of arrays and objects (the body object is level 1); brackets in strings
-        # do not count. A server refuses 65 levels (connection.json); every receiver refuses far deeper.
+        # do not count. Every receiver refuses 65 levels (a server keeps the connection open: connection.json).
         ok("nested_64_levels", '{"type": "PING", "x": ' + "[" * 63 + "]" * 63 + "}", "PING"),
         ok("nested_64_levels_of_objects", '{"type": "PING", "x": ' + '{"a": ' * 63 + "1" + "}" * 63 + "}", "PING"),
         ok("brackets_in_strings_not_counted", '{"type": "PING", "client_name": "' + "[{" * 300 + '\\\\", "x": "\\"[["}',
            "PING"),
+        err("nested_65_levels", b'{"type": "PING", "x": ' + b"[" * 64 + b"]" * 64 + b"}", "INVALID_JSON"),
+        err("nested_65_levels_of_objects", b'{"type": "PING", "x": ' + b'{"a": ' * 64 + b"1" + b"}" * 64 + b"}",
+            "INVALID_JSON"),
         err("nested_600_levels", b'{"type": "PING", "x": ' + b"[" * 599 + b"]" * 599 + b"}", "INVALID_JSON"),
     ]
 

@@ -70,7 +70,7 @@ std::size_t first_invalid_utf8(std::string_view text) noexcept;
 /// The deepest nesting of arrays and objects parse_json accepts. A body
 /// nested deeper is refused (INVALID_JSON) before it is parsed: nested values
 /// are walked recursively when they are described or dumped.
-inline constexpr std::size_t kMaxJsonDepth = 512;
+inline constexpr std::size_t kMaxJsonDepth = 64;
 
 /// Serialises a message body (never throws; invalid UTF-8 is replaced).
 std::string encode_message(const nlohmann::json& message);

@@ -56,7 +56,7 @@ namespace Tether.Protocol
     public static class Messages
     {
         /// <summary>Deepest nesting of arrays and objects a body may have (checked before parsing).</summary>
-        public const int MaxJsonDepth = 512;
+        public const int MaxJsonDepth = 64;
 
         /// <summary>The protocol version this SDK speaks (sent in PING).</summary>
         public const string ProtocolVersion = "1.3";
