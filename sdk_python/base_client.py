@@ -268,14 +268,14 @@ class BaseClient:
         every = self.link.steps_per_batch
         return self._steps_per_sample if every is None else min(every, self._steps_per_sample)
 
-    def _cadence_due(self, sendable: Callable[[], int]) -> bool:
+    def _cadence_due(self, sendable: Callable[..., int], *args: Any) -> bool:
         """With held-back episodes, a batch is due every steps_per_batch steps played (§13.2):
-        held-back steps plus recorded ones, waiting and sendable (``sendable()``) alike. The
+        held-back steps plus recorded ones, waiting and sendable (``sendable(*args)``) alike. The
         sendable count walks every open episode, so it is asked for only when steps are held."""
         if self._held_steps == 0:
             return False
         need = self._batch_steps() - self._held_steps
-        return self._pending_steps >= need and sendable() >= need
+        return self._pending_steps >= need and sendable(*args) >= need
 
     def _send_batch(self, even_empty: bool = False) -> None:
         """Cut the complete steps and hand them to the I/O thread; in strict

@@ -181,7 +181,7 @@ class TetherClient(BaseClient):
         episode = self._episodes[episode_id]
         obs = finite_observation(observation)
         self._check_size(obs)
-        if episode.training_enabled and (self._cadence_due(lambda: self._sendable_steps(episode)) or (
+        if episode.training_enabled and (self._cadence_due(self._sendable_steps, episode) or (
                 self._pending_steps >= self._batch_steps()
                 and self._sendable_steps(episode) >= self._batch_steps())):
             episode.obs.append(obs)  # lets the cut include the step that led here
@@ -192,7 +192,7 @@ class TetherClient(BaseClient):
                 # other spaces, this observation included)
                 if episode.training_enabled and episode.obs and episode.obs[-1] is obs:
                     episode.obs.pop()
-        elif episode.held_back and self._cadence_due(lambda: self._sendable_steps(episode)):
+        elif episode.held_back and self._cadence_due(self._sendable_steps, episode):
             self._send_batch(even_empty=True)
         policy = self.policy
         if policy is None:

@@ -78,8 +78,8 @@ class RecordShare:
         self._refused = 0
         self._since = now
         self._settled_at = now
-        #: When the share was last seen below one (steps_per_batch).
-        self._held_back_at: float | None = None
+        #: When the share last came back to one (steps_per_batch keeps small batches a while after).
+        self._back_at_one_at: float | None = None
         self._starved_since: float | None = None
         self._starved_s = 0.0
         #: The share of each of the last windows the learner waited for data.
@@ -96,9 +96,7 @@ class RecordShare:
     def steps_per_batch(self, now: float) -> int | None:
         """The steps played per batch to ask clients for: fewer while the share is below one and for
         ``BATCH_HOLD_S`` after; else None (env_steps_per_sample)."""
-        if self.value < 1.0:
-            self._held_back_at = now
-        elif self._held_back_at is None or now - self._held_back_at > BATCH_HOLD_S:
+        if self.value >= 1.0 and (self._back_at_one_at is None or now - self._back_at_one_at > BATCH_HOLD_S):
             return None
         return max(1, math.ceil(self._batch * BATCH_SHARE))
 
@@ -123,6 +121,7 @@ class RecordShare:
             self._starved_since = now
         arrived = self._stored + self._refused
         window = now - self._since
+        was_below_one = self.value < 1.0
         self._recent_starved.append(starved / window if window > 0 else 0.0)
         if len(self._recent_starved) == self._recent_starved.maxlen and \
                 sum(self._recent_starved) / len(self._recent_starved) > IDLE_OVERRIDES:
@@ -136,6 +135,8 @@ class RecordShare:
                 self._settled_at = now + SETTLE_S
         elif starved > STARVED_TARGET * window:
             self.value = min(1.0, self.value * GROWTH)
+        if was_below_one and self.value >= 1.0:
+            self._back_at_one_at = now
         self._stored = self._refused = 0
         self._starved_s = 0.0
         self._since = now

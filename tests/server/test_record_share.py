@@ -77,6 +77,13 @@ def test_batches_are_smaller_while_clients_are_held_back_and_for_a_while_after()
     assert share.steps_per_batch(0.0) is None, "nobody held back: env_steps_per_sample"
     share.note(600, 400, WINDOW_S)
     assert share.value < 1 and share.steps_per_batch(WINDOW_S) == 500 * BATCH_SHARE == 100
-    share.value = 1.0  # grown back
-    assert share.steps_per_batch(WINDOW_S + BATCH_HOLD_S - 1) == 100
-    assert share.steps_per_batch(WINDOW_S + BATCH_HOLD_S + 1) is None
+    # Still below one long after: still small (asking does not start the hold).
+    assert share.steps_per_batch(WINDOW_S + 10 * BATCH_HOLD_S) == 100
+    # The learner waits for data window after window: the share grows back to one.
+    now = WINDOW_S
+    while share.value < 1.0:
+        share.starving(True, now)
+        now += WINDOW_S
+        share.note(0, 0, now)
+    assert share.steps_per_batch(now + BATCH_HOLD_S - 1) == 100
+    assert share.steps_per_batch(now + BATCH_HOLD_S + 1) is None
