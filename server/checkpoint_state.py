@@ -68,7 +68,13 @@ def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Me
         if module_id not in modules:
             raise ValueError(f"checkpoint has module {module_id!r} that this configuration lacks")
         runtime = modules[module_id]
-        runtime.learner.load_state_dict(saved["learner"])
+        try:
+            runtime.learner.load_state_dict(saved["learner"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise ValueError(
+                f"module {module_id!r}: the checkpoint's network does not fit this module (observation or action "
+                f"space, model, hidden sizes or critic width differ from the run that wrote it): {str(exc)[:300]}"
+            ) from None
         runtime.weights_seq_no = int(saved["weights_seq_no"])
         runtime.onnx_field = encode_onnx(runtime.learner.export_onnx())
     counters = dict(state["counters"])
@@ -135,7 +141,7 @@ def init_from_trained(modules: dict[str, ModuleRuntime], init_from: dict[str, tu
         except (RuntimeError, KeyError, TypeError) as exc:
             raise ValueError(
                 f"module {module_id!r}: init_from {path!r}#{source}: that network does not fit this module "
-                f"(observation or action space, hidden sizes or critic width differ): {str(exc)[:300]}") from None
+                f"(observation or action space, model, hidden sizes or critic width differ): {str(exc)[:300]}") from None
         runtime.onnx_field = encode_onnx(runtime.learner.export_onnx())
         print(f"[tether] module {module_id!r} starts from {source!r} of {path}"
               f" ({'trained on' if runtime.spec.trainable else 'frozen'})", flush=True)

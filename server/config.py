@@ -122,6 +122,10 @@ class ServerConfig:
     norm_adv: bool = _opt(True, "normalise advantages per minibatch")
     clip_vloss: bool = _opt(False, "clip the value loss like the surrogate")
     hidden_sizes: list = _opt([64, 64], "hidden layer widths of the policy and value MLPs, e.g. 64,64")
+    model: dict | None = _opt(
+        None, "the network (docs/models.md): none for an MLP of hidden_sizes; "
+        "'{\"encoder\": \"cnn\", \"image_shape\": [84, 84, 4]}' for Nature-CNN on HWC images; "
+        "'{\"class\": \"package.module:Class\", \"options\": {...}}' for a network of your own")
     device: str = _opt("auto", "torch device: auto (cuda when present), cpu, cuda, cuda:1 ...")
     torch_threads: int = _opt(1, "CPU threads for torch (small MLPs are fastest on one)")
     seed: int | None = _opt(None, "random seed for the learner")
@@ -208,7 +212,7 @@ class ServerConfig:
 #: Options a module entry may override for itself (the seed sets gamma per policy).
 PPO_OPTION_NAMES = (
     "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
-    "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes",
+    "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes", "model",
     "reward_clip",
 )
 
@@ -245,7 +249,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         hint = hints[f.name]
         if hint is bool:
             parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups"):
+        elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups", "model"):
             parser.add_argument(*flags, type=_parse_json, default=None, help=help_text)
         elif f.name == "policies_to_train":
             parser.add_argument(*flags, type=lambda t: [v for v in t.split(",") if v], default=None, help=help_text)

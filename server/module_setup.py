@@ -17,6 +17,7 @@ from tether.protocol.spaces import Space, from_gymnasium, space_from_json
 
 from .config import PPO_OPTION_NAMES, ServerConfig
 from .learner import PPOHyperparams
+from .learner.model_config import parse_model_config
 
 DEFAULT_MODULE_ID = "default_policy"
 
@@ -151,6 +152,8 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
         missing = mapping.modules() - set(specs)
         if missing:
             raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
+    for module_id, spec in specs.items():
+        parse_model_config(hps[module_id].model, spec.obs_dim, module_id)  # a bad network fails here, named
     groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
     _check_critic_agents_not_grouped(specs, groups)
     if mapping is not None:

@@ -1,4 +1,5 @@
-"""The network a module trains: a policy MLP and a separate value MLP (CleanRL's Agent)."""
+"""The built-in network a module trains: an encoder (none, or a CNN), then a policy MLP and a
+separate value MLP (CleanRL's Agent; its Atari agent with the CNN)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from torch import nn
 from tether.protocol.distributions import dist_inputs_size
 from tether.protocol.spaces import Box, Space
 
-from .distributions import ActionDistribution
+from .image_encoder import ImageEncoder
+from .model_config import ModelConfig
+from .policy_model import PolicyModel
 
 
 #: Initial log standard deviation of a Box policy: std 1, as in CleanRL and
@@ -44,8 +47,12 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) -> 
     return nn.Sequential(*layers)
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(PolicyModel):
     """Policy head outputs action_dist_inputs; the value head is used only in training.
+
+    With the ``cnn`` encoder both heads read the features of one shared CNN (as CleanRL's Atari
+    agent): the policy the features of the agent's images, the value those of every image of its
+    critic input.
 
     For Box actions the log standard deviation is a state-independent
     parameter appended to the mean, as the protocol's Gaussian expects.
@@ -63,6 +70,7 @@ class ActorCritic(nn.Module):
         action_space: Space,
         hidden: tuple[int, ...] = (64, 64),
         value_obs_dim: int | None = None,
+        model: ModelConfig | None = None,
     ) -> None:
         super().__init__()
         self.action_space = action_space
@@ -73,24 +81,24 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((out,), LOG_STD_INIT))
         else:
             self.log_std = None
-        self.actor = mlp(obs_dim, hidden, out, 0.01)
-        self.critic = mlp(critic_input_dim(obs_dim, value_obs_dim), hidden, 1, 1.0)
+        critic_dim = critic_input_dim(obs_dim, value_obs_dim)
+        self.encoder: ImageEncoder | None = None
+        if model is not None and model.encoder == "cnn":
+            self.encoder = ImageEncoder(model)
+            self.actor = mlp(self.encoder.features_size(obs_dim), hidden, out, 0.01)
+            self.critic = mlp(self.encoder.features_size(critic_dim), hidden, 1, 1.0)
+        else:
+            self.actor = mlp(obs_dim, hidden, out, 0.01)
+            self.critic = mlp(critic_dim, hidden, 1, 1.0)
 
     def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(obs)
+        out = self.actor(obs if self.encoder is None else self.encoder(obs))
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor, value_obs: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logp of actions, entropy, value) for a batch."""
-        dist = ActionDistribution(self.action_space, self.dist_inputs(obs))
-        return dist.log_prob(actions), dist.entropy(), self.value(obs if value_obs is None else value_obs)
+        return self.critic(obs if self.encoder is None else self.encoder(obs)).squeeze(-1)
 
 
 def flat_obs_dim(space: Space) -> int:

@@ -11,12 +11,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from tether.protocol.distributions import dist_inputs_size
 from tether.protocol.spaces import Space
 
 from ..config import ServerConfig
 from .gae import compute_gae
+from .model_config import parse_model_config
 from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
-from .policy_network import ActorCritic, flat_obs_dim
+from .onnx_template import TracedPolicyExporter
+from .policy_model import PolicyModel, check_output_width, load_user_model
+from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
 from .rollout_batch import RolloutBatch
 
 
@@ -43,6 +47,8 @@ class PPOHyperparams:
     norm_adv: bool = _server_default("norm_adv")
     clip_vloss: bool = _server_default("clip_vloss")
     hidden_sizes: tuple[int, ...] = _server_default("hidden_sizes")
+    #: The network (model_config.py): None is the MLP of ``hidden_sizes``.
+    model: dict | None = _server_default("model")
     #: Clip each reward into [-reward_clip, reward_clip] before GAE (None: off).
     reward_clip: float | None = _server_default("reward_clip")
 
@@ -78,14 +84,27 @@ class PPOLearner:
         self.action_space = action_space
         self.onnx_input_name = onnx_input_name
         self.onnx_output_name = onnx_output_name
-        self.model = ActorCritic(
-            flat_obs_dim(observation_space), action_space, tuple(hp.hidden_sizes), value_obs_dim
-        ).to(self.device)
+        obs_dim = flat_obs_dim(observation_space)
+        self.model_config = parse_model_config(hp.model, obs_dim)
+        self.model: PolicyModel
+        if self.model_config.user_class is not None:
+            self.model = load_user_model(self.model_config, observation_space, action_space, obs_dim,
+                                         critic_input_dim(obs_dim, value_obs_dim))
+            check_output_width(self.model, obs_dim, dist_inputs_size(action_space), self.model_config.user_class)
+        else:
+            self.model = ActorCritic(obs_dim, action_space, tuple(hp.hidden_sizes), value_obs_dim, self.model_config)
+        self.model.to(self.device)
+        # The fixed MLP is written directly; other networks are traced once, then only their weights change.
+        self._traced = None if self.model_config.is_default_mlp else TracedPolicyExporter(
+            onnx_input_name, onnx_output_name, obs_dim)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
         self._rng = np.random.default_rng(seed)
 
     def export_onnx(self) -> bytes:
         """The current policy as ONNX bytes (see onnx_export.py)."""
+        if self._traced is not None:
+            return self._traced.export(self.model)
+        assert isinstance(self.model, ActorCritic)
         return export_policy(self.model, self.onnx_input_name, self.onnx_output_name)
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:

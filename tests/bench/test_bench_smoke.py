@@ -72,3 +72,10 @@ def test_ingest_multi_agent_case_keys() -> None:
 def test_e2e_two_step_keys() -> None:
     result = run_bench("e2e_two_step.py")
     assert set(result) >= {"time_to_8_s", "env_steps_to_8"} and result["reached"] is True
+
+
+def test_export_keys() -> None:
+    result = run_bench("export.py", "--exports", "3")
+    assert set(result["export_ms_p50"]) == {"mlp", "cnn", "user"}
+    assert all(ms > 0 for ms in result["export_ms_p50"].values())
+    assert result["onnx_bytes"]["cnn"] > 6_000_000  # Nature-CNN's weights, float32

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.trainer import Trainer
 
+EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples")
 BOX4 = {"type": "Box", "shape": [4], "low": -1, "high": 1}
 D2 = {"type": "Discrete", "n": 2}
 
@@ -80,6 +82,9 @@ def test_what_cannot_be_started_from_is_refused_by_name(tmp_path) -> None:
         later_run(tmp_path, path)  # (no '#': the module of the same id)
     with pytest.raises(ValueError, match="'chaser': init_from .*#runner: that network does not fit this module"):
         later_run(tmp_path, f"{path}#runner", hidden_sizes=[32])
+    with pytest.raises(ValueError, match="'chaser': init_from .*#runner: that network does not fit this module"):
+        later_run(tmp_path, f"{path}#runner", model={"encoder": "cnn", "image_shape": [2, 2, 1], "conv": [[2, 1, 1]],
+                                                     "dense": 8})
     with pytest.raises(ValueError, match="No such file"):
         later_run(tmp_path, str(tmp_path / "nowhere.pt"))
     with pytest.raises(ValueError, match="init_from must be a checkpoint path"):
@@ -93,3 +98,17 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path) -> None:
     assert out.returncode == 2, out.stderr[-2000:]
     assert "tether serve: error: module 'default_policy': init_from" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_resuming_with_another_network_is_refused_by_name(tmp_path) -> None:
+    path, _ = trained_checkpoint(tmp_path)
+    config = ServerConfig(tensorboard=False, logdir=str(tmp_path / "resumed"), quiet=True, resume=path,
+                          modules={"runner": {"observation_space": BOX4, "action_space": D2,
+                                              "model": {"class": "custom_model:ResidualMlp"}}},
+                          policy_mapping=[{"pattern": "*", "module": "runner"}])
+    sys.path.insert(0, EXAMPLES)
+    try:
+        with pytest.raises(ValueError, match="module 'runner': the checkpoint's network does not fit this module"):
+            Trainer(config, build_layout(config))
+    finally:
+        sys.path.remove(EXAMPLES)

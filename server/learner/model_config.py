@@ -1,0 +1,125 @@
+"""The description of a module's network (the ``model`` option, per module or for the run).
+
+``model`` is a table (TOML), a JSON object (``--model``) or absent. Its ``encoder`` picks what reads
+the observation before the policy and value heads (each an MLP of ``hidden_sizes``):
+
+* ``"mlp"`` (the default): the flat observation goes to the heads as it is.
+* ``"cnn"``: the observation is one or more images, each ``image_shape`` (height, width, channels:
+  HWC, as engines produce them) of values flattened row by row; each is scaled by ``scale``, read by
+  convolutions (``conv``: ``[out_channels, kernel, stride]`` per layer, ReLU after each; Nature-CNN's
+  by default) and a ``dense`` ReLU layer. An observation of several images (a group's members, or a
+  centralized critic's agents) is read image by image with the same weights, features side by side.
+
+Or ``class = "package.module:Class"``: a torch module of the user's that follows the interface in
+policy_model.py, built with ``options`` as keyword arguments. docs/models.md documents all of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Nature-CNN (Mnih et al. 2015), as CleanRL's and Stable-Baselines3's Atari agents use it.
+NATURE_CONV = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+NATURE_DENSE = 512
+#: Images arrive as 0-255 values; the network reads them in [0, 1].
+DEFAULT_IMAGE_SCALE = 1.0 / 255.0
+
+ENCODERS = ("mlp", "cnn")
+_KEYS = {"encoder", "image_shape", "conv", "dense", "scale", "class", "options"}
+
+
+class ModelConfigError(ValueError):
+    """A ``model`` description that cannot build a network; the message names the member."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A parsed, checked ``model`` option."""
+
+    encoder: str = "mlp"
+    image_shape: tuple[int, int, int] | None = None
+    conv: tuple[tuple[int, int, int], ...] = NATURE_CONV
+    dense: int = NATURE_DENSE
+    scale: float = DEFAULT_IMAGE_SCALE
+    #: ``package.module:Class`` of a user module (then ``encoder`` is not used).
+    user_class: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_default_mlp(self) -> bool:
+        """The network every peer knows: written by the fixed Gemm/Tanh writer (RLlib's v1 client runs it)."""
+        return self.user_class is None and self.encoder == "mlp"
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelConfigError(f"model: {what} must be a positive integer, got {value!r}")
+    return value
+
+
+def parse_model_config(raw: dict[str, Any] | None, obs_dim: int, module_id: str = "") -> ModelConfig:
+    """Check ``raw`` (the option as given) against a module's flat observation size ``obs_dim``."""
+    where = f"module {module_id!r}: " if module_id else ""
+    try:
+        return _parse(raw, obs_dim)
+    except ModelConfigError as exc:
+        raise ModelConfigError(where + str(exc)) from None
+
+
+def _parse(raw: dict[str, Any] | None, obs_dim: int) -> ModelConfig:
+    if raw is None:
+        return ModelConfig()
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"model must be a table (JSON object), got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise ModelConfigError(f"model has unknown member(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
+    options = raw.get("options", {})
+    if not isinstance(options, dict):
+        raise ModelConfigError(f"model: options must be a table, got {type(options).__name__}")
+    if "class" in raw:
+        target = raw["class"]
+        if not isinstance(target, str) or target.count(":") != 1 or not all(target.split(":")):
+            raise ModelConfigError(f"model: class must be 'package.module:Class', got {target!r}")
+        return ModelConfig(user_class=target, options=dict(options))
+    if options:
+        raise ModelConfigError("model: options are for a user class ('class'), not a built-in encoder")
+    encoder = raw.get("encoder", "mlp")
+    if encoder not in ENCODERS:
+        raise ModelConfigError(f"model: encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
+    if encoder == "mlp":
+        extra = sorted(set(raw) & {"image_shape", "conv", "dense", "scale"})
+        if extra:
+            raise ModelConfigError(f"model: {', '.join(extra)} only apply to encoder 'cnn'")
+        return ModelConfig()
+    shape = raw.get("image_shape")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 3:
+        raise ModelConfigError(f"model: encoder 'cnn' needs image_shape [height, width, channels], got {shape!r}")
+    image_shape = tuple(_positive_int(v, "every image_shape value") for v in shape)
+    image_size = math.prod(image_shape)
+    if obs_dim % image_size != 0:
+        raise ModelConfigError(
+            f"model: image_shape {list(image_shape)} holds {image_size} values, but the observation has {obs_dim} "
+            f"(it must be one or more whole images)")
+    conv_raw = raw.get("conv", NATURE_CONV)
+    if not isinstance(conv_raw, (list, tuple)) or not conv_raw:
+        raise ModelConfigError(f"model: conv must be a list of [out_channels, kernel, stride], got {conv_raw!r}")
+    conv = []
+    for layer in conv_raw:
+        if not isinstance(layer, (list, tuple)) or len(layer) != 3:
+            raise ModelConfigError(f"model: each conv layer is [out_channels, kernel, stride], got {layer!r}")
+        conv.append(tuple(_positive_int(v, "conv values") for v in layer))
+    height, width = image_shape[0], image_shape[1]
+    for channels, kernel, stride in conv:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        if height < 1 or width < 1:
+            raise ModelConfigError(
+                f"model: conv layers {[list(c) for c in conv]} shrink a {image_shape[0]}x{image_shape[1]} image "
+                f"to nothing (a kernel is larger than what is left)")
+    scale = raw.get("scale", DEFAULT_IMAGE_SCALE)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ModelConfigError(f"model: scale must be a positive number, got {scale!r}")
+    return ModelConfig(encoder="cnn", image_shape=image_shape, conv=tuple(conv),  # type: ignore[arg-type]
+                       dense=_positive_int(raw.get("dense", NATURE_DENSE), "dense"), scale=float(scale))

@@ -1,0 +1,95 @@
+"""ONNX for any traceable network, fast on every update: the graph is traced once, the weights
+are rewritten per version.
+
+Tracing with ``torch.onnx.export`` costs a tenth of a second to seconds, too slow for every update,
+but an update changes only the weights, never the graph. So the first export traces the policy
+(``dist_inputs``) into a template with every parameter as a named initializer (no constant folding,
+so each stays a plain copy of its tensor), and every export after it writes the current values into
+those initializers and serializes. The built-in MLP keeps its hand-written graph (onnx_export.py),
+which RLlib's v1 client runs; the CNN and user networks come through here.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import onnx
+import torch
+from torch import nn
+
+from .model_config import ModelConfigError
+from .onnx_export import IR_VERSION, OPSET
+from .policy_model import PolicyModel
+
+
+class _PolicyOnly(nn.Module):
+    """What the engines run: the network's ``dist_inputs``."""
+
+    def __init__(self, model: PolicyModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.model.dist_inputs(obs)
+
+
+class TracedPolicyExporter:
+    """Exports one network's policy; traces on the first call, rewrites weights after."""
+
+    def __init__(self, input_name: str, output_name: str, obs_dim: int) -> None:
+        self.input_name = input_name
+        self.output_name = output_name
+        self.obs_dim = obs_dim
+        self._template: onnx.ModelProto | None = None
+        #: (initializer, state_dict key) of every weight the graph holds.
+        self._weights: list[tuple[onnx.TensorProto, str]] = []
+
+    def export(self, model: PolicyModel) -> bytes:
+        """Serialized ONNX mapping obs (batch, obs_dim) -> dist_inputs (batch, K) with ``model``'s weights."""
+        state = model.state_dict()
+        if self._template is None:
+            self._template = self._trace(model, state)
+        for initializer, key in self._weights:
+            initializer.raw_data = state[key].detach().to("cpu", torch.float32).numpy().tobytes()
+        return self._template.SerializeToString()
+
+    def _trace(self, model: PolicyModel, state: dict[str, torch.Tensor]) -> onnx.ModelProto:
+        buffer = io.BytesIO()
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        # The exporter merges equal initializers (two zero biases become one and an Identity):
+        # traced with distinct random values, every weight keeps its own initializer.
+        saved = {key: value.clone() for key, value in state.items()}
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.copy_(torch.rand(parameter.shape, generator=generator))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (the TorchScript exporter announces its deprecation)
+                torch.onnx.export(
+                    _PolicyOnly(model), (torch.zeros(1, self.obs_dim, device=device),), buffer,
+                    input_names=[self.input_name], output_names=[self.output_name],
+                    dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
+                    opset_version=OPSET, do_constant_folding=False, dynamo=False,
+                )
+        except Exception as exc:  # noqa: BLE001 - whatever the tracer raises, the network is not exportable
+            raise ModelConfigError(f"model: its dist_inputs cannot be exported to ONNX: {exc}") from None
+        finally:
+            model.load_state_dict(saved)
+            model.train(was_training)
+        template = onnx.load_from_string(buffer.getvalue())
+        template.ir_version = IR_VERSION
+        for initializer in template.graph.initializer:
+            key = initializer.name.removeprefix("model.")
+            if key not in state:
+                continue  # a constant of the graph (a shape, a scale), not a weight
+            if tuple(initializer.dims) != tuple(state[key].shape) or initializer.data_type != onnx.TensorProto.FLOAT:
+                raise ModelConfigError(f"model: weight {key} was exported as {list(initializer.dims)}, not as its "
+                                       f"float32 tensor {list(state[key].shape)}")
+            initializer.ClearField("float_data")
+            self._weights.append((initializer, key))
+        return template
+
