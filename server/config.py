@@ -126,6 +126,10 @@ class ServerConfig:
         None, "the network (docs/models.md): none for an MLP of hidden_sizes; "
         "'{\"encoder\": \"cnn\", \"image_shape\": [84, 84, 4]}' for Nature-CNN on HWC images; "
         "'{\"class\": \"package.module:Class\", \"options\": {...}}' for a network of your own")
+    normalize_observations: bool = _opt(
+        False, "normalise each observation value by a running mean and variance kept inside the exported model "
+        "(engines send raw values; docs/models.md)")
+    normalize_clip: float = _opt(10.0, "with normalize_observations: clip normalised values into [-clip, clip]")
     device: str = _opt("auto", "torch device: auto (cuda when present), cpu, cuda, cuda:1 ...")
     torch_threads: int = _opt(1, "CPU threads for torch (small MLPs are fastest on one)")
     seed: int | None = _opt(None, "random seed for the learner")
@@ -213,7 +217,7 @@ class ServerConfig:
 PPO_OPTION_NAMES = (
     "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
     "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes", "model",
-    "reward_clip",
+    "normalize_observations", "normalize_clip", "reward_clip",
 )
 
 

@@ -165,19 +165,19 @@ class LearnerLoop:
             try:
                 outcome = update_isolating(learner, [(p.source, p.chunk) for p in items])
                 if outcome.stats is None:
-                    results[module_id] = (outcome, None, None, None)
+                    results[module_id] = (outcome, None, None)
                     continue
                 trained = time.perf_counter()
                 onnx_bytes = learner.export_onnx()
             except Exception as exc:
                 learner.load_state(before)
                 print(f"[tether] update of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr, flush=True)
-                results[module_id] = (IsolatedUpdate(None, [], error=exc), None, None, None)
+                results[module_id] = (IsolatedUpdate(None, [], error=exc), None, None)
                 continue
             # Seconds the update (its trials included) and the ONNX export took (the console's health panel, TensorBoard).
             stats = {**outcome.stats, "update_s": trained - started, "export_s": time.perf_counter() - trained,
                      "update_trials": float(outcome.trials)}
-            results[module_id] = (outcome, stats, onnx_bytes, learner.model)  # only its action space is read
+            results[module_id] = (outcome, stats, onnx_bytes)
         return results
 
     def _publish(self, by_module: dict[str, list[Pooled]], results: dict[str, Any]) -> dict[str, dict]:
@@ -187,7 +187,7 @@ class LearnerLoop:
         published = {}
         #: source -> why its data was left out of an update of this round.
         guilty: dict[str, str] = {}
-        for module_id, (outcome, stats, onnx_bytes, snapshot) in results.items():
+        for module_id, (outcome, stats, onnx_bytes) in results.items():
             items = by_module[module_id]
             guilty.update((s, why) for s, why in outcome.guilty.items() if s not in guilty)
             kept = set(outcome.kept)
@@ -218,7 +218,7 @@ class LearnerLoop:
                           f"({outcome.trials} trial updates)", file=sys.stderr, flush=True)
             runtime = self.modules[module_id]
             runtime.publish(onnx_bytes)
-            self.histories[module_id].add(runtime.weights_seq_no, snapshot, onnx_bytes)
+            self.histories[module_id].add(runtime.weights_seq_no, onnx_bytes, runtime.spec.action_space)
             m.module_updates[module_id] = stats
             m.agent_steps_trained += sum(p.chunk.env_steps for p in items if p.source in kept)
             published[module_id] = stats

@@ -153,7 +153,12 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
         if missing:
             raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
     for module_id, spec in specs.items():
-        parse_model_config(hps[module_id].model, spec.obs_dim, module_id)  # a bad network fails here, named
+        network = parse_model_config(hps[module_id].model, spec.obs_dim, module_id)  # a bad one fails here, named
+        if hps[module_id].normalize_observations and network.encoder == "cnn":
+            raise ValueError(f"module {module_id!r}: normalize_observations applies to vector observations; the cnn "
+                             f"encoder scales images by its 'scale'")
+        if not hps[module_id].normalize_clip > 0:
+            raise ValueError(f"module {module_id!r}: normalize_clip must be positive, got {hps[module_id].normalize_clip}")
     groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
     _check_critic_agents_not_grouped(specs, groups)
     if mapping is not None:

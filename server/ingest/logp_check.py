@@ -22,8 +22,7 @@ from tether.protocol.episodes import EpisodeChunk
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
 from tether.protocol.spaces import Box, Discrete, Space
 
-from ..learner.onnx_export import export_policy
-from ..learner.policy_network import ActorCritic
+from ..learner.policy_model import PolicyModel
 
 #: |claimed - recomputed| allowed per step: ``ABS + REL * |recomputed|``. ONNX
 #: Runtime (float32) against torch (float32) differ by ~1e-5 on these models
@@ -66,9 +65,9 @@ class PolicyHistory:
         # Replaced, never mutated: readers on other threads see a consistent tuple.
         self._versions: tuple[tuple[int, ServedPolicy], ...] = ()
 
-    def add(self, version: int, model: ActorCritic, onnx_bytes: bytes | None = None) -> None:
-        """Keep ``version``; ``onnx_bytes`` is the model as served (exported from ``model`` if absent)."""
-        policy = ServedPolicy(onnx_bytes if onnx_bytes is not None else export_policy(model), model.action_space)
+    def add(self, version: int, onnx_bytes: bytes, action_space: Space) -> None:
+        """Keep ``version``: ``onnx_bytes`` is the model as served."""
+        policy = ServedPolicy(onnx_bytes, action_space)
         self._versions = (*self._versions, (version, policy))[-self.keep :]
 
     @property
@@ -82,7 +81,7 @@ class PolicyHistory:
         return [(v, m) for v, m in reversed(self._versions) if v != version]
 
 
-def _dist_inputs(model: ActorCritic | ServedPolicy, obs: np.ndarray) -> np.ndarray:
+def _dist_inputs(model: PolicyModel | ServedPolicy, obs: np.ndarray) -> np.ndarray:
     if isinstance(model, ServedPolicy):
         return model.dist_inputs(obs)
     with torch.inference_mode():
@@ -90,12 +89,12 @@ def _dist_inputs(model: ActorCritic | ServedPolicy, obs: np.ndarray) -> np.ndarr
         return model.dist_inputs(flat).numpy().astype(np.float64)
 
 
-def _logp(model: ActorCritic | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+def _logp(model: PolicyModel | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
     """log pi(a|o) with the formulas of §11, in float64 (the protocol core's one implementation)."""
     return log_probs(model.action_space, _dist_inputs(model, obs), actions)
 
 
-def _box_z(model: ActorCritic | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+def _box_z(model: PolicyModel | ServedPolicy, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
     """Per step, the largest |z| of the action's elements under the model's Gaussian."""
     inputs = _dist_inputs(model, obs)
     k = inputs.shape[-1] // 2

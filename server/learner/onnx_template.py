@@ -4,7 +4,7 @@ are rewritten per version.
 Tracing with ``torch.onnx.export`` costs a tenth of a second to seconds, too slow for every update,
 but an update changes only the weights, never the graph. So the first export traces the policy
 (``dist_inputs``) into a template with every parameter as a named initializer (no constant folding,
-so each stays a plain copy of its tensor), and every export after it writes the current values into
+so each stays a plain copy of its tensor; float buffers too, such as normalisation statistics), and every export after it writes the current values into
 those initializers and serializes. The built-in MLP keeps its hand-written graph (onnx_export.py),
 which RLlib's v1 client runs; the CNN and user networks come through here.
 """
@@ -64,8 +64,9 @@ class TracedPolicyExporter:
         saved = {key: value.clone() for key, value in state.items()}
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():
-            for parameter in model.parameters():
-                parameter.copy_(torch.rand(parameter.shape, generator=generator))
+            for tensor in (*model.parameters(), *model.buffers()):
+                if tensor.is_floating_point() and tensor.dim() > 0:
+                    tensor.copy_(torch.rand(tensor.shape, generator=generator, dtype=tensor.dtype))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (the TorchScript exporter announces its deprecation)

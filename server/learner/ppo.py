@@ -18,6 +18,7 @@ from ..config import ServerConfig
 from .gae import compute_gae
 from .model_config import parse_model_config
 from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
+from .observation_normalizer import NormalizedPolicy
 from .onnx_template import TracedPolicyExporter
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
@@ -49,6 +50,9 @@ class PPOHyperparams:
     hidden_sizes: tuple[int, ...] = _server_default("hidden_sizes")
     #: The network (model_config.py): None is the MLP of ``hidden_sizes``.
     model: dict | None = _server_default("model")
+    #: Normalise observations inside the network (observation_normalizer.py), clipped to [-clip, clip].
+    normalize_observations: bool = _server_default("normalize_observations")
+    normalize_clip: float = _server_default("normalize_clip")
     #: Clip each reward into [-reward_clip, reward_clip] before GAE (None: off).
     reward_clip: float | None = _server_default("reward_clip")
 
@@ -93,10 +97,12 @@ class PPOLearner:
             check_output_width(self.model, obs_dim, dist_inputs_size(action_space), self.model_config.user_class)
         else:
             self.model = ActorCritic(obs_dim, action_space, tuple(hp.hidden_sizes), value_obs_dim, self.model_config)
+        if hp.normalize_observations:
+            self.model = NormalizedPolicy(self.model, obs_dim, hp.normalize_clip, action_space)
         self.model.to(self.device)
         # The fixed MLP is written directly; other networks are traced once, then only their weights change.
-        self._traced = None if self.model_config.is_default_mlp else TracedPolicyExporter(
-            onnx_input_name, onnx_output_name, obs_dim)
+        fixed = self.model_config.is_default_mlp and not hp.normalize_observations
+        self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
         self._rng = np.random.default_rng(seed)
 
@@ -160,7 +166,7 @@ class PPOLearner:
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught below as a non-finite loss
                 stats = self._update(batch)
-            if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            if not all(torch.isfinite(t).all() for t in (*self.model.parameters(), *self.model.buffers())):
                 raise NonFiniteUpdate("weights became non-finite")
         except NonFiniteUpdate:
             self.model.load_state_dict(saved[0])
@@ -170,6 +176,8 @@ class PPOLearner:
 
     def _update(self, batch: RolloutBatch) -> dict[str, float]:
         hp = self.hp
+        if isinstance(self.model, NormalizedPolicy):
+            self.model.observe(batch.all_obs)  # the statistics follow the data trained on, this batch included
         values, advantages, returns = self._targets(batch)
         step_index = batch.next_obs_index - 1
 

@@ -29,18 +29,20 @@ def free_port() -> int:
 class ServerProcess:
     """Runs ``python -m server.cli serve`` with the given flags; port 0 unless given."""
 
-    def __init__(self, tmp_path: Path, *flags: str, port: int = 0, name: str = "server") -> None:
+    def __init__(self, tmp_path: Path, *flags: str, port: int = 0, name: str = "server",
+                 env: dict[str, str] | None = None) -> None:
         self.summary_file = tmp_path / f"{name}-summary.json"
         self.logdir = tmp_path / f"{name}-run"
         self.cmd = [sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--logdir", str(self.logdir),
                     "--summary-file", str(self.summary_file), "--no-tensorboard", *flags]
         self.lines: list[str] = []
         self.port = port
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
         self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env))
         ready = threading.Event()
 
         def pump() -> None:

@@ -54,18 +54,18 @@ def test_onnx_runtime_logp_is_far_inside_the_tolerance(kind: str) -> None:
                                .detach().numpy(), rtol=1e-5, atol=1e-5)
     assert np.abs(recomputed - chunk.action_logp).max() < LOGP_TOLERANCE_ABS / 10
     history = PolicyHistory(keep=2)
-    history.add(0, learner.model)
+    history.add(0, learner.export_onnx(), learner.action_space)
     check_behaviour_logp(records(chunk), {"m": 0}, {"m": history})  # accepted
 
 
 def test_made_up_logp_is_refused_and_older_kept_versions_count() -> None:
     learner = PPOLearner(OBS, Discrete(3), PPOHyperparams(), seed=0)
     history = PolicyHistory(keep=2)
-    history.add(0, learner.model)
+    history.add(0, learner.export_onnx(), learner.action_space)
     old_data = client_data(learner, 50, seed=2)
     with torch.no_grad():
         learner.model.actor[-1].bias.add_(torch.tensor([3.0, 0.0, -3.0]))  # version 1 is a different policy
-    history.add(1, learner.model)
+    history.add(1, learner.export_onnx(), learner.action_space)
     # Data computed with v0 but claiming v1 (a batch that straddled a model swap) is explained by a kept version.
     check_behaviour_logp(records(old_data), {"m": 1}, {"m": history})
     poisoned = client_data(learner, 50, seed=3)
@@ -75,7 +75,7 @@ def test_made_up_logp_is_refused_and_older_kept_versions_count() -> None:
     assert err.value.code.value == "ACTION_LOGP_MISMATCH" and "episodes[0]: action_logp[7] = -1000" in err.value.message
     # A version the server no longer keeps (or never served) is not checked here: its data is dropped as stale.
     check_behaviour_logp(records(poisoned), {"m": 9}, {"m": history})
-    history.add(2, learner.model)
+    history.add(2, learner.export_onnx(), learner.action_space)
     assert history.versions == [1, 2]
 
 
@@ -85,12 +85,12 @@ def test_per_step_versions_are_checked_by_their_own_kept_version_only() -> None:
     the kept ones are, whatever the message claims."""
     learner = PPOLearner(OBS, Discrete(3), PPOHyperparams(), seed=0)
     history = PolicyHistory(keep=2)
-    history.add(0, learner.model)
+    history.add(0, learner.export_onnx(), learner.action_space)
     v0 = client_data(learner, 20, seed=4)
     for version, shift in ((1, 3.0), (2, -6.0)):  # v1 and v2 are different policies; v0 is evicted
         with torch.no_grad():
             learner.model.actor[-1].bias.add_(torch.tensor([shift, 0.0, -shift]))
-        history.add(version, learner.model)
+        history.add(version, learner.export_onnx(), learner.action_space)
     v2 = client_data(learner, 20, seed=5)
     mixed = EpisodeChunk(np.concatenate([v0.obs[:-1], v2.obs]), np.concatenate([v0.actions, v2.actions]),
                          np.ones(40, np.float32), np.concatenate([v0.action_logp, v2.action_logp]), None, False, False,

@@ -98,7 +98,7 @@ def box_record(actions: np.ndarray, obs: np.ndarray, logp: np.ndarray) -> MultiA
 def test_a_box_sample_no_model_can_draw_is_refused_even_with_its_exact_logp(far: float) -> None:
     learner = PPOLearner(box(-5, 5, (3,)), box(-2, 2, (1,)), PPOHyperparams(), seed=0)
     history = PolicyHistory(2)
-    history.add(0, learner.model)
+    history.add(0, learner.export_onnx(), learner.action_space)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(11, 3)).astype(np.float32)
     actions = rng.normal(size=(10, 1)).astype(np.float32)
@@ -114,7 +114,7 @@ def test_a_box_sample_no_model_can_draw_is_refused_even_with_its_exact_logp(far:
 def test_discrete_modules_are_not_subject_to_the_box_rule() -> None:
     learner = PPOLearner(box(-5, 5, (3,)), Discrete(2), PPOHyperparams(), seed=0)
     history = PolicyHistory(1)
-    history.add(0, learner.model)
+    history.add(0, learner.export_onnx(), learner.action_space)
     obs = np.zeros((4, 3), np.float32)
     actions = np.array([0, 1, 1])
     check_behaviour_logp([box_record(actions, obs, _logp(learner.model, obs[:-1], actions).astype(np.float32))],

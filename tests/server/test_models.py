@@ -205,3 +205,70 @@ def test_the_server_names_the_module_whose_model_is_wrong() -> None:
     }, policy_mapping=[{"pattern": "*", "module": "ok"}])
     with pytest.raises(ValueError, match="module 'eyes': model: image_shape \\[4, 4, 1\\] holds 16 values"):
         build_layout(config)
+
+
+def scaled_chunks(n: int, rng: np.random.Generator, scale: float, offset: float) -> list[EpisodeChunk]:
+    return [EpisodeChunk(
+        obs=(rng.normal(size=(3, 4)) * scale + offset).astype(np.float32), actions=np.array([0, 1]),
+        rewards=np.array([1.0, 0.0], np.float32), action_logp=np.array([np.log(0.5)] * 2, np.float32),
+        action_dist_inputs=None, is_terminated=True, is_truncated=False) for _ in range(n)]
+
+
+def test_normalisation_statistics_are_those_of_every_observation_trained_on() -> None:
+    learner = PPOLearner(box(-1e6, 1e6, (4,)), Discrete(2), PPOHyperparams(normalize_observations=True), seed=0)
+    rng = np.random.default_rng(0)
+    first, second = scaled_chunks(40, rng, 1000.0, 500.0), scaled_chunks(60, rng, 10.0, -3.0)
+    seen = []
+    for chunks in (first, second):
+        learner.update(build_batch(chunks))
+        seen += [c.obs for c in chunks]
+    every = np.concatenate(seen).astype(np.float64)
+    np.testing.assert_allclose(learner.model.running_mean.numpy(), every.mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(learner.model.running_var.numpy(), every.var(axis=0), rtol=1e-9)
+    # The exported graph carries them: raw observations in, the network's outputs on normalised ones out.
+    obs = (rng.normal(size=(5, 4)) * 1000 + 500).astype(np.float32)
+    np.testing.assert_allclose(onnx_outputs(learner.export_onnx(), obs), torch_outputs(learner, obs),
+                               rtol=1e-4, atol=1e-5)
+    inner = learner.model.inner
+    normalised = np.clip((obs - every.mean(0)) / np.sqrt(every.var(0) + 1e-8), -10, 10).astype(np.float32)
+    with torch.no_grad():
+        np.testing.assert_allclose(torch_outputs(learner, obs), inner.dist_inputs(torch.from_numpy(normalised)).numpy(),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_normalised_values_are_clipped_and_a_critic_normalises_each_observation() -> None:
+    learner = PPOLearner(box(-1e6, 1e6, (4,)), Discrete(2), PPOHyperparams(normalize_observations=True,
+                                                                          normalize_clip=2.0),
+                         seed=0, value_obs_dim=4)
+    normalizer = learner.model
+    normalizer.observe(np.random.default_rng(0).normal(size=(500, 4)))
+    far = torch.full((1, 4), 1e5)
+    assert torch.equal(normalizer.normalize(far), torch.full((1, 4), 2.0))
+    two = torch.cat([far, -far], dim=1)  # another agent's observation, then the own one
+    assert torch.equal(normalizer.normalize(two), torch.tensor([[2.0] * 4 + [-2.0] * 4]))
+
+
+def test_normalisation_is_rolled_back_with_the_weights_and_resumed_from_a_checkpoint() -> None:
+    from tether.server.learner import NonFiniteUpdate
+
+    hp = PPOHyperparams(normalize_observations=True)
+    learner = PPOLearner(box(-1e6, 1e6, (4,)), Discrete(2), hp, seed=0)
+    learner.update(build_batch(scaled_chunks(30, np.random.default_rng(0), 5.0, 1.0)))
+    before = learner.model.running_mean.clone()
+    poisoned = scaled_chunks(30, np.random.default_rng(1), 5.0, 1.0)
+    poisoned[0].rewards[0] = np.float32(3e38)  # overflows the value loss: the update is undone
+    with pytest.raises(NonFiniteUpdate):
+        learner.update(build_batch(poisoned))
+    assert torch.equal(learner.model.running_mean, before)
+    resumed = PPOLearner(box(-1e6, 1e6, (4,)), Discrete(2), PPOHyperparams(normalize_observations=True), seed=5)
+    resumed.load_state_dict(learner.state_dict())
+    obs = np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32) * 5
+    np.testing.assert_array_equal(onnx_outputs(resumed.export_onnx(), obs), onnx_outputs(learner.export_onnx(), obs))
+
+
+def test_normalisation_with_the_cnn_is_refused_at_start() -> None:
+    config = ServerConfig(observation_space={"type": "Box", "low": 0, "high": 255, "shape": [16]},
+                          action_space={"type": "Discrete", "n": 2}, normalize_observations=True,
+                          model={"encoder": "cnn", "image_shape": [4, 4, 1], "conv": [[2, 2, 1]], "dense": 4})
+    with pytest.raises(ValueError, match="normalize_observations applies to vector observations"):
+        build_layout(config)

@@ -1,0 +1,73 @@
+"""Observation normalisation inside the network (``normalize_observations``).
+
+Engines send raw observations and never see statistics: the learner keeps a running mean and
+variance of every observation value, updated from the data it trains on, and the network subtracts
+and divides by them (then clips to ``[-clip, clip]``) before anything else. They are part of the
+weights: exported into the ONNX graph with every version, saved in checkpoints, and rolled back with
+the weights when an update is undone. Stable-Baselines3's VecNormalize does the same outside the
+model, which is why its users must ship the statistics beside the policy; here the graph carries them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tether.protocol.spaces import Space
+
+from .policy_model import PolicyModel
+
+#: Keeps the division finite for a value that never changes (variance 0).
+EPSILON = 1e-8
+
+
+class NormalizedPolicy(PolicyModel):
+    """``inner`` reading normalised observations. Inputs wider than one observation (a centralized
+    critic's: several agents' observations side by side) are normalised observation by observation."""
+
+    def __init__(self, inner: PolicyModel, obs_dim: int, clip: float, action_space: Space) -> None:
+        super().__init__()
+        self.inner = inner
+        self.obs_dim = obs_dim
+        self.clip = float(clip)
+        self.action_space = action_space
+        # float64 running statistics (Chan et al.'s parallel update), float32 copies the graph uses.
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("running_mean", torch.zeros(obs_dim, dtype=torch.float64))
+        self.register_buffer("running_var", torch.ones(obs_dim, dtype=torch.float64))
+        self.register_buffer("obs_mean", torch.zeros(obs_dim))
+        self.register_buffer("obs_inv_std", torch.ones(obs_dim))
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Fold a batch of observations (rows of obs_dim values) into the statistics."""
+        rows = np.asarray(obs, dtype=np.float64).reshape(-1, self.obs_dim)
+        if rows.shape[0] == 0:
+            return
+        batch_mean = rows.mean(axis=0)
+        batch_var = rows.var(axis=0)
+        n = float(rows.shape[0])
+        count = float(self.count)
+        mean = self.running_mean.cpu().numpy()
+        var = self.running_var.cpu().numpy()
+        total = count + n
+        delta = batch_mean - mean
+        new_mean = mean + delta * n / total
+        new_var = (var * count + batch_var * n + delta * delta * count * n / total) / total
+        device = self.obs_mean.device
+        self.count.fill_(total)
+        self.running_mean.copy_(torch.from_numpy(new_mean))
+        self.running_var.copy_(torch.from_numpy(new_var))
+        self.obs_mean.copy_(torch.from_numpy(new_mean.astype(np.float32)).to(device))
+        self.obs_inv_std.copy_(torch.from_numpy((1.0 / np.sqrt(new_var + EPSILON)).astype(np.float32)).to(device))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` of one or more observations side by side, each normalised and clipped."""
+        per_obs = x.reshape(-1, self.obs_dim)
+        out = ((per_obs - self.obs_mean) * self.obs_inv_std).clamp(-self.clip, self.clip)
+        return out.reshape(x.shape)
+
+    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.inner.dist_inputs(self.normalize(obs))
+
+    def value(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        return self.inner.value(self.normalize(critic_obs))
