@@ -27,6 +27,7 @@ from .distributions import dist_inputs_size
 from .errors import ErrorCode, MessageError
 from .messages import is_text
 from .spaces import Box, Discrete, MultiDiscrete, Space
+from .tensors import TENSOR_DTYPES, TensorError, decode_tensor, is_tensor
 
 
 @dataclass
@@ -205,6 +206,31 @@ def _numeric(value: Any, dtype: type, index: int, key: str) -> np.ndarray:
         raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must hold only numbers') from None
 
 
+def _observations(value: Any, space: Space, index: int) -> np.ndarray:
+    """A record's ``obs``: nested lists of numbers (every version), or **[1.4]** one tensor object
+    (§10.9) of the space's element type: uint8 for a uint8 Box, float32 for every other space."""
+    if not is_tensor(value):
+        return _numeric(value, np.float32, index, "obs")
+    try:
+        obs = decode_tensor(value)
+    except TensorError as exc:
+        raise _fail(ErrorCode.INVALID_TENSOR, index, f'"obs": {exc}') from None
+    wanted = "uint8" if isinstance(space, Box) and space.is_bytes else "float32"
+    if obs.dtype != TENSOR_DTYPES[wanted]:
+        raise _fail(ErrorCode.OBS_DTYPE_MISMATCH, index,
+                    f'"obs" is a {value["dtype"]} tensor; the observation space takes {wanted}')
+    return obs
+
+
+def _as_bytes(obs: np.ndarray, index: int) -> np.ndarray:
+    """Observations of a uint8 Box written as JSON numbers: integers 0-255 only."""
+    if obs.size and (obs.min() < 0 or obs.max() > 255 or not np.array_equal(obs, np.round(obs))):
+        bad = int(np.argwhere(((obs < 0) | (obs > 255) | (obs != np.round(obs))).reshape(obs.shape[0], -1))[0][0])
+        raise _fail(ErrorCode.OBS_DTYPE_MISMATCH, index,
+                    f'"obs"[{bad}] holds a value that is not an integer in [0, 255] (the space is a uint8 Box)')
+    return obs.astype(np.uint8)
+
+
 def _check_finite(arr: np.ndarray, index: int, key: str) -> None:
     # A finite sum proves every value finite (NaN and infinities carry into it), in one
     # reduction; summed as float64, float32 values cannot overflow it.
@@ -238,7 +264,7 @@ def decode_episode(
     terminated = _flag(record, "is_terminated", index)
     truncated = _flag(record, "is_truncated", index)
 
-    obs = _numeric(record["obs"], np.float32, index, "obs")
+    obs = _observations(record["obs"], observation_space, index)
     actions_dtype = np.float32 if isinstance(action_space, Box) else np.float64
     actions = _numeric(record["actions"], actions_dtype, index, "actions")
     rewards = _numeric(record["rewards"], np.float32, index, "rewards")
@@ -262,6 +288,8 @@ def decode_episode(
         )
     _check_finite(obs, index, "obs")
     _check_finite(rewards, index, "rewards")
+    if isinstance(observation_space, Box) and observation_space.is_bytes and obs.dtype != np.uint8:
+        obs = _as_bytes(obs, index)  # (check 11b: JSON numbers in a uint8 Box)
 
     if actions.shape[1:] != action_space.shape:
         raise _fail(

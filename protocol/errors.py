@@ -51,6 +51,9 @@ class ErrorCode(str, Enum):
     AUTH_THROTTLED = "AUTH_THROTTLED"
     # Protocol 1.3: the run reached its end (stop_at_return, max_env_steps): a normal end, not a failure.
     TRAINING_DONE = "TRAINING_DONE"
+    # Protocol 1.4: a tensor object that cannot be read, and observations of another element type than the space's.
+    INVALID_TENSOR = "INVALID_TENSOR"
+    OBS_DTYPE_MISMATCH = "OBS_DTYPE_MISMATCH"
     INTERNAL = "INTERNAL"
 
     @property

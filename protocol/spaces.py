@@ -71,6 +71,12 @@ class Box:
     def flat_dim(self) -> int:
         return int(np.prod(self.shape)) if self.shape else 1
 
+    @property
+    def is_bytes(self) -> bool:
+        """A uint8 box (**[1.4]**, §8.1): integer values 0-255, such as camera images; every other
+        dtype is handled as float32."""
+        return self.dtype == "uint8"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "Box",
@@ -148,7 +154,12 @@ def space_from_json(data: Any) -> Space:
             high = _bound_from_json(data.get("high", "inf"), shape, "high")
             if np.any(low > high):
                 raise ValueError("Box low must not exceed high")
-            return Box(low=low, high=high, dtype=str(data.get("dtype", "float32")))
+            dtype = data.get("dtype", "float32")
+            if not isinstance(dtype, str):
+                raise ValueError(f"Box dtype must be a string, got {dtype!r}")
+            if dtype == "uint8" and (np.any(low < 0) or np.any(high > 255)):
+                raise ValueError("a uint8 Box's bounds must lie within [0, 255]")
+            return Box(low=low, high=high, dtype=dtype)
         if kind == "Discrete":
             n = data["n"]
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tether.protocol.errors import ErrorCode, InvalidInputError
+from tether.protocol.spaces import Box
 from .server_link import Batch, ServerLink
 
 logger = logging.getLogger("tether.sdk")
@@ -31,6 +32,18 @@ def finite_observation(observation: Any, what: str = "observation") -> np.ndarra
         bad = int(np.flatnonzero(~np.isfinite(obs.ravel()))[0])
         raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what}[{bad}] is not finite ({obs.ravel()[bad]})")
     return obs
+
+
+def check_byte_values(obs: np.ndarray, space: Any, what: str) -> None:
+    """A uint8 Box (§8.1) takes integers 0-255 only: anything else is refused here, by name, as the
+    server would refuse the whole batch for it (OBS_DTYPE_MISMATCH)."""
+    if not (isinstance(space, Box) and space.is_bytes) or obs.size == 0:
+        return
+    wrong = (obs < 0) | (obs > 255) | (obs != np.round(obs))
+    if wrong.any():
+        bad = int(np.flatnonzero(wrong.ravel())[0])
+        raise InvalidInputError(ErrorCode.OBS_DTYPE_MISMATCH, f"{what}[{bad}] is {obs.ravel()[bad]}: the observation "
+                                f"space is a uint8 Box (integers 0-255)")
 
 
 def finite_reward(reward: Any, what: str = "reward") -> float:

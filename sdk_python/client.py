@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .base_client import BaseClient, finite_observation, finite_reward
+from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.distributions import sample_for_record
@@ -213,6 +213,7 @@ class TetherClient(BaseClient):
         if space is not None and obs.size != space.flat_dim:
             raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"the observation has {obs.size} values, "
                                     f"the observation space needs {space.flat_dim}")
+        check_byte_values(obs, space, "observation")
 
     def compute_action(self, observation: Any) -> Any:
         """The deterministic (greedy) action for an observation; records nothing."""

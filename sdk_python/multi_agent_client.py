@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .base_client import BaseClient, finite_observation, finite_reward
+from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.distributions import deterministic, sample_for_record
@@ -311,6 +311,7 @@ class MultiAgentClient(BaseClient):
                 raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH,
                                         f"{actor_id!r}: the observation has {obs.size} values, module "
                                         f"{spec.module_id!r} needs {spec.obs_dim}")
+            check_byte_values(obs, spec.observation_space, f"observation of {actor_id!r}")
         # The frame passed every check: its observations become the agents' latest (critic rows).
         episode.latest_obs.update(episode.frame_obs)
         episode.frame_obs = {}

@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from tether.protocol.distributions import deterministic, dist_inputs_size, sample
+from tether.protocol.model_input import ModelInput
 from tether.protocol.spaces import Discrete, Space
 
 
@@ -34,6 +35,9 @@ class OnnxPolicy:
         self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
         self.input_name = input_name or inputs[0].name
+        chosen = next((i for i in inputs if i.name == self.input_name), inputs[0])
+        #: float32 rows, or (1.4) a uint8 Box's observations in their own shape (§12.1).
+        self.model_input = ModelInput.of(chosen.type, list(chosen.shape))
         self.output_name = output_name or outputs[0].name
         self._output_names = [self.output_name]
         out_dim = outputs[0].shape[-1]
@@ -52,12 +56,13 @@ class OnnxPolicy:
         self._rng = random.Random(seed)
 
     def dist_inputs(self, obs_batch: np.ndarray) -> np.ndarray:
-        """Raw model output for a float32 batch of observations."""
-        return self.session.run(self._output_names, {self.input_name: obs_batch})[0]
+        """Raw model output for a batch of observations (rows)."""
+        feed = self.model_input.feed(obs_batch, len(obs_batch))
+        return self.session.run(self._output_names, {self.input_name: feed})[0]
 
     def dist_inputs_one(self, obs: np.ndarray) -> np.ndarray:
-        """Raw model output for one float32 observation."""
-        return self.session.run(self._output_names, {self.input_name: obs.reshape(1, -1)})[0][0]
+        """Raw model output for one observation."""
+        return self.session.run(self._output_names, {self.input_name: self.model_input.feed(obs, 1)})[0][0]
 
     def sample(self, obs: np.ndarray, rng: random.Random | None = None) -> tuple[Any, float, np.ndarray]:
         """Sample one action for one observation: (action, logp, dist_inputs).
@@ -71,5 +76,5 @@ class OnnxPolicy:
 
     def act_deterministic(self, obs: np.ndarray) -> Any:
         """The most likely action (argmax / mean) for one observation."""
-        dist = self.session.run(self._output_names, {self.input_name: obs.reshape(1, -1)})[0][0]
+        dist = self.dist_inputs_one(obs)
         return deterministic(self.action_space, dist)

@@ -32,6 +32,8 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from tether.protocol.errors import (
     AuthenticationError,
     ErrorCode,
@@ -42,6 +44,7 @@ from tether.protocol.errors import (
     server_error_from_message,
 )
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
+from tether.protocol.tensors import decode_tensor, encode_tensor
 from .transport import ConnectionLost, make_transport
 
 #: The SDK's name and version, sent in the handshake PING (docs/protocol.md §7.1).
@@ -623,16 +626,42 @@ class ServerLink:
         self.connections += 1
         self._post("connected", info, config, prepared)
 
+    def _encode_byte_observations(self, records: list[dict[str, Any]]) -> None:
+        """Observations of a uint8 Box go as one uint8 tensor per record or agent entry (§10.9) to a
+        server of 1.4 or later, as JSON numbers to older ones (a resend after a reconnect to another
+        server is written back)."""
+        tensors = self.speaks(1, 4)
+        config = self.server_config
+        shapes: dict[str | None, tuple[int, ...]] = {}
+        for module_id, spec in [(None, config), *((config.get("modules") or {}).items())]:
+            space = spec.get("observation_space") if isinstance(spec, dict) else None
+            if isinstance(space, dict) and space.get("type") == "Box" and space.get("dtype") == "uint8":
+                shapes[module_id] = tuple(int(d) for d in space.get("shape", ()))
+        for record in records:
+            agents = record.get("agents")
+            places = [(e, e.get("module")) for e in agents.values()] if isinstance(agents, dict) else [(record, None)]
+            for place, module_id in places:
+                obs = place.get("obs")
+                if isinstance(obs, dict) and not tensors:
+                    place["obs"] = decode_tensor(obs).tolist()
+                elif isinstance(obs, list) and tensors and module_id in shapes and obs:
+                    stacked = np.asarray(obs).reshape((len(obs), *shapes[module_id])).astype(np.uint8)
+                    place["obs"] = encode_tensor(stacked)
+
     # -- I/O thread: what the server said of itself ----------------------------------
+
+    def speaks(self, major: int, minor: int) -> bool:
+        """Whether the server's PONG claims protocol ``major.minor`` or later."""
+        version = self.server_info.get("protocol_version")
+        try:
+            return version is not None and parse_version(str(version)) >= (major, minor)
+        except ValueError:
+            return False
 
     @property
     def speaks_1_3(self) -> bool:
         """Whether the server's PONG claims protocol 1.3 or later (then 1.3 fields are sent)."""
-        version = self.server_info.get("protocol_version")
-        try:
-            return version is not None and parse_version(str(version)) >= (1, 3)
-        except ValueError:
-            return False
+        return self.speaks(1, 3)
 
     @property
     def force_on_policy(self) -> bool:
@@ -694,6 +723,7 @@ class ServerLink:
                 record.pop("weights_seq_no_runs", None)
                 for entry in record.get("agents", {}).values() if isinstance(record.get("agents"), dict) else ():
                     entry.pop("weights_seq_no_runs", None)
+        self._encode_byte_observations(batch.episodes)
         message: dict[str, Any] = {"episodes": batch.episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:
             message["agent_steps"] = batch.agent_steps

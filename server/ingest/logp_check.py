@@ -19,6 +19,7 @@ import torch
 from tether.protocol.distributions import log_probs
 from tether.protocol.errors import ErrorCode, MessageError
 from tether.protocol.episodes import EpisodeChunk
+from tether.protocol.model_input import ModelInput
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
 from tether.protocol.spaces import Box, Discrete, Space
 
@@ -49,12 +50,14 @@ class ServedPolicy:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         self.session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
-        self.input_name = self.session.get_inputs()[0].name
+        first = self.session.get_inputs()[0]
+        self.input_name = first.name
+        self.model_input = ModelInput.of(first.type, list(first.shape))
         self.action_space = action_space
 
     def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
-        flat = np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)
-        return self.session.run(None, {self.input_name: flat})[0].astype(np.float64)
+        feed = np.ascontiguousarray(self.model_input.feed(obs, obs.shape[0]))
+        return self.session.run(None, {self.input_name: feed})[0].astype(np.float64)
 
 
 class PolicyHistory:

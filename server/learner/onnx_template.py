@@ -24,23 +24,30 @@ from .policy_model import PolicyModel
 
 
 class _PolicyOnly(nn.Module):
-    """What the engines run: the network's ``dist_inputs``."""
+    """What the engines run: the network's ``dist_inputs``; a uint8 input (an image in its own shape,
+    §12.1) becomes float rows inside the graph."""
 
-    def __init__(self, model: PolicyModel) -> None:
+    def __init__(self, model: PolicyModel, byte_input: bool) -> None:
         super().__init__()
         self.model = model
+        self.byte_input = byte_input
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.byte_input:
+            obs = obs.flatten(1).to(torch.float32)
         return self.model.dist_inputs(obs)
 
 
 class TracedPolicyExporter:
     """Exports one network's policy; traces on the first call, rewrites weights after."""
 
-    def __init__(self, input_name: str, output_name: str, obs_dim: int) -> None:
+    def __init__(self, input_name: str, output_name: str, obs_dim: int,
+                 byte_shape: tuple[int, ...] | None = None) -> None:
+        """``byte_shape``: the model takes (batch, *byte_shape) uint8 (a uint8 Box), else (batch, obs_dim) float32."""
         self.input_name = input_name
         self.output_name = output_name
         self.obs_dim = obs_dim
+        self.byte_shape = byte_shape
         self._template: onnx.ModelProto | None = None
         #: (initializer, state_dict key) of every weight the graph holds.
         self._weights: list[tuple[onnx.TensorProto, str]] = []
@@ -70,8 +77,10 @@ class TracedPolicyExporter:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (the TorchScript exporter announces its deprecation)
+                dummy = (torch.zeros(1, self.obs_dim, device=device) if self.byte_shape is None
+                         else torch.zeros((1, *self.byte_shape), dtype=torch.uint8, device=device))
                 torch.onnx.export(
-                    _PolicyOnly(model), (torch.zeros(1, self.obs_dim, device=device),), buffer,
+                    _PolicyOnly(model, self.byte_shape is not None), (dummy,), buffer,
                     input_names=[self.input_name], output_names=[self.output_name],
                     dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
                     opset_version=OPSET, do_constant_folding=False, dynamo=False,

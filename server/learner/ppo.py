@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tether.protocol.distributions import dist_inputs_size
-from tether.protocol.spaces import Space
+from tether.protocol.spaces import Box, Space
 
 from ..config import ServerConfig
 from .gae import compute_gae
@@ -101,8 +101,9 @@ class PPOLearner:
             self.model = NormalizedPolicy(self.model, obs_dim, hp.normalize_clip, action_space)
         self.model.to(self.device)
         # The fixed MLP is written directly; other networks are traced once, then only their weights change.
-        fixed = self.model_config.is_default_mlp and not hp.normalize_observations
-        self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim)
+        byte_shape = observation_space.shape if isinstance(observation_space, Box) and observation_space.is_bytes else None
+        fixed = self.model_config.is_default_mlp and not hp.normalize_observations and byte_shape is None
+        self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim, byte_shape)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
         self._rng = np.random.default_rng(seed)
 

@@ -35,7 +35,9 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
     Chunks with ``value_obs`` (a centralized critic) get ``all_value_obs`` rows
     of ``value_obs`` then the chunk's own observation.
     """
-    all_obs = np.concatenate([c.obs.reshape(c.obs.shape[0], -1) for c in chunks]).astype(np.float32, copy=False)
+    all_obs = np.concatenate([c.obs.reshape(c.obs.shape[0], -1) for c in chunks])
+    if all_obs.dtype != np.uint8:  # (a uint8 Box's observations stay bytes: a quarter of the memory)
+        all_obs = all_obs.astype(np.float32, copy=False)
     step_index, next_index = [], []
     offset = 0
     for c in chunks:

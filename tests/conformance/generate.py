@@ -13,8 +13,10 @@ independent of every SDK's own formulas.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import struct
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -121,10 +123,61 @@ def space_cases() -> list[dict]:
         {"name": "box_bound_not_number", "space": {"type": "Box", "shape": [1], "low": "zero", "high": 1},
          "error": "INVALID_FIELD"},
         {"name": "multidiscrete_empty", "space": {"type": "MultiDiscrete", "nvec": []}, "error": "INVALID_FIELD"},
+        # 1.4 §8.1: a uint8 Box holds integers 0-255 (an image, HWC); its bounds lie within them.
+        {"name": "uint8_image", "space": {"type": "Box", "shape": [84, 84, 4], "dtype": "uint8", "low": 0, "high": 255},
+         "shape": [84, 84, 4], "dist_inputs_size": 2 * 84 * 84 * 4},
+        {"name": "uint8_bound_above_255", "space": {"type": "Box", "shape": [2], "dtype": "uint8", "low": 0, "high": 256},
+         "error": "INVALID_FIELD"},
+        {"name": "uint8_bound_negative", "space": {"type": "Box", "shape": [2], "dtype": "uint8", "low": -1, "high": 255},
+         "error": "INVALID_FIELD"},
+        {"name": "dtype_not_string", "space": {"type": "Box", "shape": [2], "dtype": 8}, "error": "INVALID_FIELD"},
+    ]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def tensor(dtype: str, shape: list[int], values: list) -> dict:
+    """A tensor object (§10.9) of ``values`` (row-major)."""
+    packed = struct.pack(f"<{len(values)}{'B' if dtype == 'uint8' else 'f'}", *values)
+    return {"dtype": dtype, "shape": shape, "b64": b64(packed)}
+
+
+def tensor_cases() -> list[dict]:
+    """1.4 §10.9: a tensor object -> its dtype, shape and values (row-major, as JSON numbers), or the
+    error a receiver raises for it (INVALID_TENSOR)."""
+    ok = lambda name, t, values: {"name": name, "tensor": t, "dtype": t["dtype"], "shape": t["shape"], "values": values}
+    bad = lambda name, t: {"name": name, "tensor": t, "error": "INVALID_TENSOR"}
+    pixels = [0, 1, 127, 128, 254, 255]
+    floats = [0.0, -1.5, 3.25, 1e-3]
+    return [
+        ok("uint8_2x3", tensor("uint8", [2, 3], pixels), pixels),
+        ok("uint8_hwc_1x2x2x1", tensor("uint8", [1, 2, 2, 1], [9, 8, 7, 6]), [9, 8, 7, 6]),
+        # float32 little-endian: 1e-3 is the float32 nearest to it, as a float64 decimal.
+        ok("float32_little_endian", tensor("float32", [2, 2], floats),
+           [float(struct.unpack("<f", struct.pack("<f", v))[0]) for v in floats]),
+        ok("empty", {"dtype": "uint8", "shape": [0, 3], "b64": ""}, []),
+        bad("unknown_dtype", {"dtype": "int64", "shape": [1], "b64": b64(bytes(8))}),
+        bad("dtype_not_string", {"dtype": 8, "shape": [1], "b64": b64(bytes(1))}),
+        bad("missing_b64", {"dtype": "uint8", "shape": [1]}),
+        bad("extra_member", {**tensor("uint8", [1], [1]), "order": "C"}),
+        bad("shape_not_list", {"dtype": "uint8", "shape": 3, "b64": b64(bytes(3))}),
+        bad("shape_empty", {"dtype": "uint8", "shape": [], "b64": b64(bytes(1))}),
+        bad("shape_negative", {"dtype": "uint8", "shape": [-1], "b64": ""}),
+        bad("shape_float", {"dtype": "uint8", "shape": [2.0], "b64": b64(bytes(2))}),
+        bad("shape_boolean", {"dtype": "uint8", "shape": [True], "b64": b64(bytes(1))}),
+        bad("too_few_bytes", {"dtype": "uint8", "shape": [2, 3], "b64": b64(bytes(5))}),
+        bad("too_many_bytes", {"dtype": "float32", "shape": [1], "b64": b64(bytes(8))}),
+        bad("not_base64", {"dtype": "uint8", "shape": [3], "b64": "A*B="}),
+        bad("unpadded_base64", {"dtype": "uint8", "shape": [1], "b64": "AA"}),
+        bad("url_safe_alphabet", {"dtype": "uint8", "shape": [3], "b64": "-_-_"}),
+        bad("b64_not_string", {"dtype": "uint8", "shape": [1], "b64": [0]}),
     ]
 
 
 CARTPOLE_OBS = {"type": "Box", "shape": [4], "low": "-inf", "high": "inf"}
+IMAGE_2X2 = {"type": "Box", "shape": [2, 2, 1], "dtype": "uint8", "low": 0, "high": 255}
 DISCRETE2 = {"type": "Discrete", "n": 2}
 
 
@@ -241,6 +294,31 @@ def episode_cases() -> list[dict]:
         case("runs_triple", [good_episode(2, weights_seq_no_runs=[[4, 1, 1]])], code="INVALID_FIELD"),
         case("runs_flat_pair", [good_episode(2, weights_seq_no_runs=[4, 2])], code="INVALID_FIELD"),
         case("runs_not_array", [good_episode(2, weights_seq_no_runs={"4": 2})], code="INVALID_FIELD"),
+        # 1.4 §10.9: obs as one tensor of [T+1, *shape], of the space's element type; JSON numbers stay valid.
+        case("uint8_obs_tensor", [good_episode(2, obs=tensor("uint8", [3, 2, 2, 1], list(range(12))))], steps=2,
+             obs=IMAGE_2X2),
+        case("uint8_obs_json_integers", [good_episode(2, obs=[[[[0], [255]], [[7], [8]]]] * 3)], steps=2, obs=IMAGE_2X2),
+        case("float32_obs_tensor", [good_episode(2, obs=tensor("float32", [3, 4], [0.5] * 12))], steps=2),
+        case("uint8_obs_json_fraction", [good_episode(2, obs=[[[[0], [0.5]], [[7], [8]]]] * 3)],
+             code="OBS_DTYPE_MISMATCH", obs=IMAGE_2X2),
+        case("uint8_obs_json_above_255", [good_episode(2, obs=[[[[0], [256]], [[7], [8]]]] * 3)],
+             code="OBS_DTYPE_MISMATCH", obs=IMAGE_2X2),
+        case("uint8_obs_json_negative", [good_episode(2, obs=[[[[0], [-1]], [[7], [8]]]] * 3)],
+             code="OBS_DTYPE_MISMATCH", obs=IMAGE_2X2),
+        case("float32_tensor_for_uint8_space", [good_episode(2, obs=tensor("float32", [3, 2, 2, 1], [1.0] * 12))],
+             code="OBS_DTYPE_MISMATCH", obs=IMAGE_2X2),
+        case("uint8_tensor_for_float_space", [good_episode(2, obs=tensor("uint8", [3, 4], [1] * 12))],
+             code="OBS_DTYPE_MISMATCH"),
+        case("obs_tensor_wrong_shape", [good_episode(2, obs=tensor("uint8", [3, 2, 1, 2], list(range(12))))],
+             code="OBS_SHAPE_MISMATCH", obs=IMAGE_2X2),
+        case("obs_tensor_flat_rows", [good_episode(2, obs=tensor("uint8", [3, 4], list(range(12))))],
+             code="OBS_SHAPE_MISMATCH", obs=IMAGE_2X2),
+        case("obs_tensor_one_row_short", [good_episode(2, obs=tensor("uint8", [2, 2, 2, 1], list(range(8))))],
+             code="EPISODE_LENGTH_MISMATCH", obs=IMAGE_2X2),
+        case("obs_tensor_bad_bytes", [good_episode(2, obs={"dtype": "uint8", "shape": [3, 2, 2, 1], "b64": b64(bytes(11))})],
+             code="INVALID_TENSOR", obs=IMAGE_2X2),
+        case("obs_tensor_non_finite", [good_episode(2, obs=tensor("float32", [3, 4], [0.0] * 5 + [float("inf")] + [0.0] * 6))],
+             code="NON_FINITE_VALUE"),
     ]
 
 
@@ -1017,6 +1095,7 @@ def main() -> None:
         "messages.json": message_cases(),
         "spaces.json": space_cases(),
         "episodes.json": episode_cases(),
+        "tensors.json": tensor_cases(),
         "logp.json": logp_cases(),
         "session.json": session_cases(),
         "policy_mapping.json": mapping_cases(),
@@ -1036,7 +1115,7 @@ def main() -> None:
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.3", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.4", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 

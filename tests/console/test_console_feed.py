@@ -100,7 +100,7 @@ def test_the_feed_shows_the_run_its_client_and_a_bad_request_live(training: Serv
             tick = await until(ws, lambda t: any(c["client_name"] == "console-test-cartpole" and c["batches"] > 0
                                                  for c in t["clients"]))
             row = next(c for c in tick["clients"] if c["client_name"] == "console-test-cartpole")
-            assert row["connected"] and row["protocol_version"] == "1.3" and "default_policy" in row["weights"]
+            assert row["connected"] and row["protocol_version"] == "1.4" and "default_policy" in row["weights"]
             assert row["sdk"] == "tether-python/0.1.0"
             assert row["env_steps"] > 0 and row["staleness"]["default_policy"] >= 0
             # Learning metrics arrive: episodes, updates, the learner's losses.
