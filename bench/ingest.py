@@ -27,6 +27,14 @@ and the result gains "ping_p50_ms", "ping_p99_ms" and "ping_max_ms": how long
 another client waits while the server ingests (for 16 MiB frames:
 ``--ping-probe --clients 1 --chunk-steps 160000``; target p99 <= 50 ms).
 
+With ``--obs-shape 84,84,4 --obs-dtype uint8`` the observations are images (a byte box, protocol
+1.4): random episodes of 100 steps whose observations are random images, sent as one uint8 tensor
+per record with its bytes in the body's binary attachment (§4.3, §10.9). The same run is repeated
+with the tensors inline as base64 and with the same images written as JSON numbers; the result gains
+``b64_env_steps_per_s`` and ``json_env_steps_per_s``, ``bytes_per_env_step`` (and ``b64_`` and
+``json_`` ones: frame bytes per step of each encoding) and ``binary_vs_json`` (the ratio of the rates).
+``--chunk-steps`` defaults to 200 there (a 7.5 MB frame as tensors, 22 MB as numbers).
+
 Prints one JSON object on stdout, e.g.::
 
     {"env_steps_per_s": 123456.0, "clients": 8, "chunk_steps": 4000, "seconds": 5.0, "messages": 154, ...}
@@ -85,10 +93,63 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "server ingests; try with --clients 1 --chunk-steps 160000 for 16 MiB frames)")
     parser.add_argument("--no-pool-journal", action="store_true",
                         help="run the server without its pool journal (to measure what the journal costs)")
+    parser.add_argument("--obs-shape", default=None,
+                        help="image observations of this shape, e.g. 84,84,4 (HWC), instead of CartPole's")
+    parser.add_argument("--obs-dtype", choices=("uint8", "float32"), default="uint8",
+                        help="with --obs-shape: the observation space's dtype (default: uint8)")
+    parser.add_argument("--obs-encoding", choices=("tensor", "b64", "json"), default="tensor", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
     add_quiet_argument(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.obs_shape is not None:
+        args.obs_shape = tuple(int(d) for d in args.obs_shape.split(","))
+        if "--chunk-steps" not in (argv if argv is not None else sys.argv):
+            args.chunk_steps = 200
+    return args
+
+
+def observation_space(args: argparse.Namespace) -> dict:
+    """The server's observation space in image mode."""
+    return {"type": "Box", "shape": list(args.obs_shape), "dtype": args.obs_dtype, "low": 0, "high": 255}
+
+
+def build_image_message(args: argparse.Namespace, seed: int, weights_seq_no: int, kind: str,
+                        policy) -> tuple[bytes, int, int]:
+    """One frame of random episodes (100 steps each) of random images; obs as tensors or JSON numbers."""
+    import numpy as np
+
+    from tether.protocol import encode_episode, encode_frame
+    from tether.protocol.tensors import encode_tensor, encode_tensor_at
+
+    rng = np.random.default_rng(seed)
+    parts: list[bytes] = []
+    offset = 0
+    dtype = np.uint8 if args.obs_dtype == "uint8" else np.float32
+    records, steps = [], 0
+    while steps < args.chunk_steps:
+        length = min(100, args.chunk_steps - steps)
+        obs = rng.integers(0, 256, (length + 1, *args.obs_shape)).astype(dtype)
+        logits = policy.dist_inputs(obs[:-1]).astype(np.float64)
+        actions = rng.integers(0, 2, length)
+        top = logits.max(axis=1, keepdims=True)
+        logp = logits[np.arange(length), actions] - (top[:, 0] + np.log(np.exp(logits - top).sum(axis=1)))
+        record = encode_episode(
+            obs=[], actions=actions.tolist(), rewards=[0.0] * length, action_logp=logp.tolist(),
+            action_dist_inputs=logits.tolist(), is_terminated=True, is_truncated=False,
+            episode_id=f"bench-{seed}-{len(records)}")
+        if args.obs_encoding == "tensor":  # in the body's binary attachment (§4.3)
+            record["obs"] = encode_tensor_at(obs, offset)
+            parts.append(obs.tobytes())
+            offset += obs.nbytes
+        elif args.obs_encoding == "b64":
+            record["obs"] = encode_tensor(obs)
+        else:
+            record["obs"] = obs.tolist()
+        records.append(record)
+        steps += length
+    message = {"type": kind, "episodes": records, "env_steps": steps, "weights_seq_no": weights_seq_no}
+    return encode_frame(message, b"".join(parts) if parts else None), steps, len(records)
 
 
 # -- the message ------------------------------------------------------------------
@@ -220,7 +281,10 @@ def worker(args: argparse.Namespace) -> int:
 
     policy = OnnxPolicy(decode_onnx(state["onnx_file"]))  # the logp the server checks is this model's
     kind = "EPISODES_AND_GET_STATE" if args.mode == "episodes_and_get_state" else "EPISODES"
-    if args.agents:
+    if args.obs_shape is not None:
+        frame, steps, episodes = build_image_message(args, args.worker_seed, seq, kind, policy)
+        get_state = encode_frame({"type": "GET_STATE", "weights_seq_no": seq})
+    elif args.agents:
         frame, steps, episodes = build_multi_agent_message(args.chunk_steps, args.agents, args.worker_seed, seq, kind,
                                                            policy)
         get_state = encode_frame({"type": "GET_STATE", "weights_seq_nos": {"m": seq}})
@@ -306,6 +370,29 @@ def _proc_rss_mb(pid: int) -> float | None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    """The benchmark; in image mode, twice: tensors, then the same images as JSON numbers."""
+    if args.obs_shape is None:
+        return run_once(args)
+    binary = run_once(args)
+    args.obs_encoding = "b64"
+    inline = run_once(args)
+    args.obs_encoding = "json"
+    as_json = run_once(args)
+    binary.update(
+        obs_shape=list(args.obs_shape), obs_dtype=args.obs_dtype,
+        bytes_per_env_step=round(binary["frame_bytes"] / binary["chunk_steps"], 1),
+        json_env_steps_per_s=as_json["env_steps_per_s"],
+        json_bytes_per_env_step=round(as_json["frame_bytes"] / as_json["chunk_steps"], 1),
+        json_verified=as_json["verified"],
+        b64_env_steps_per_s=inline["env_steps_per_s"],
+        b64_bytes_per_env_step=round(inline["frame_bytes"] / inline["chunk_steps"], 1),
+        binary_vs_json=round(binary["env_steps_per_s"] / as_json["env_steps_per_s"], 2)
+        if as_json["env_steps_per_s"] else None)
+    binary["verified"] = binary["verified"] and as_json["verified"] and inline["verified"]
+    return binary
+
+
+def run_once(args: argparse.Namespace) -> dict:
     port = args.port or free_port()
     with tempfile.TemporaryDirectory(prefix="tether-bench-ingest-") as tmp:
         summary_file = Path(tmp) / "summary.json"
@@ -326,6 +413,9 @@ def run(args: argparse.Namespace) -> dict:
         ]
         if args.no_pool_journal:
             server_cmd.append("--no-pool-journal")
+        if args.obs_shape is not None:
+            server_cmd += ["--observation-space", json.dumps(observation_space(args)),
+                           "--action-space", json.dumps({"type": "Discrete", "n": 2})]
         if args.agents:
             box4 = {"type": "Box", "shape": [4], "low": "-inf", "high": "inf"}
             server_cmd += [
@@ -341,7 +431,9 @@ def run(args: argparse.Namespace) -> dict:
             for i in range(args.clients):
                 workers.append(spawn(
                     [sys.executable, me, "--worker", "--worker-seed", str(i), "--agents", str(args.agents),
-                     "--port", str(port),
+                     "--port", str(port), "--obs-encoding", args.obs_encoding,
+                     *(["--obs-shape", ",".join(map(str, args.obs_shape)), "--obs-dtype", args.obs_dtype]
+                       if args.obs_shape is not None else []),
                      "--mode", args.mode, "--pipeline", str(args.pipeline), "--chunk-steps", str(args.chunk_steps)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                 ))

@@ -244,8 +244,9 @@ class ClientConnection:
     def awaiting_response(self) -> bool:
         return bool(self._awaiting)
 
-    def send(self, message: dict[str, Any]) -> bytes:
-        """Encode a request; raise ``LocalProtocolError`` for a non-request."""
+    def send(self, message: dict[str, Any], attachment: bytes | None = None) -> bytes:
+        """Encode a request (**[1.4]** with its binary attachment, §4.3); raise ``LocalProtocolError``
+        for a non-request."""
         try:
             kind = MessageType(message.get("type"))
         except ValueError:
@@ -254,7 +255,7 @@ class ClientConnection:
             raise LocalProtocolError(f"a client cannot send {kind.value}")
         if EXPECTED_RESPONSE[kind] is not None:
             self._awaiting.append(kind)
-        return encode_frame(message)
+        return encode_frame(message, attachment)
 
     def receive_data(self, data: bytes) -> list[tuple[MessageType | None, dict[str, Any]]]:
         """Complete responses in ``data``, each with the request type it answers."""

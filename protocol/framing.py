@@ -28,12 +28,14 @@ def encode_body(body: bytes) -> bytes:
     return b"%08d" % len(body) + body
 
 
-def encode_frame(message: dict[str, Any]) -> bytes:
-    """Serialise a message (a dict with a "type") into one complete frame.
+def encode_frame(message: dict[str, Any], attachment: bytes | None = None) -> bytes:
+    """Serialise a message (a dict with a "type") into one complete frame; **[1.4]** with
+    ``attachment``, the body is the JSON, one NUL byte and the attachment's raw bytes (§4.3).
 
     numpy arrays and scalars are serialised natively by orjson.
     """
-    return encode_body(orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY))
+    body = orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY)
+    return encode_body(body if attachment is None else b"".join((body, b"\0", attachment)))
 
 
 class FrameDecoder:

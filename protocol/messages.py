@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from .errors import ErrorCode, MessageError
+from .tensors import bind_attachment
 
 #: Protocol version this implementation speaks. Major 1 is RLlib's RLlink v1;
 #: minor versions add fields a plain v1 peer never sees (1.1: handshake,
@@ -123,6 +124,12 @@ def decode_message(body: bytes) -> tuple[MessageType, dict[str, Any]]:
     it is refused before it is parsed), a body that is not a JSON object, and a
     missing or unknown type.
     """
+    # [1.4] A NUL byte ends the JSON text (JSON has none of its own): the rest is the attachment (§4.3).
+    split = body.find(b"\0")
+    attachment = None
+    if split >= 0:
+        attachment = memoryview(body)[split + 1:]
+        body = body[:split]
     if nesting_exceeds(body):
         _check_utf8(body)  # the checks of §4.2 keep their order
         raise MessageError(ErrorCode.INVALID_JSON, f"body nests arrays and objects more than {MAX_NESTING} levels deep")
@@ -141,6 +148,8 @@ def decode_message(body: bytes) -> tuple[MessageType, dict[str, Any]]:
     kind = _TYPES_BY_NAME.get(name) if isinstance(name, str) else None
     if kind is None:
         raise MessageError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {describe_value(name)}")
+    if kind in (MessageType.EPISODES, MessageType.EPISODES_AND_GET_STATE):
+        bind_attachment(message, attachment)
     return kind, message
 
 

@@ -1,13 +1,17 @@
-"""Binary tensors in JSON bodies (§10.9, protocol 1.4): an array as its raw bytes.
+"""Binary tensors (§10.9, protocol 1.4): an array as its raw bytes.
 
-A record's observations may be written as a tensor object instead of nested lists of numbers::
+A record's observations may be written as a tensor object instead of nested lists of numbers, its
+bytes (row-major, little-endian) either in the body's binary attachment (§4.3)::
 
-    {"dtype": "uint8", "shape": [501, 84, 84, 4], "b64": "<base64 of the raw little-endian bytes>"}
+    {"dtype": "uint8", "shape": [501, 84, 84, 4], "offset": 0}
 
-The bytes are the array in row-major (C) order, little-endian, base64-encoded (RFC 4648, standard
-alphabet, with padding). An 84x84x4 image is 28,224 bytes, 37,632 as base64, where the same image as
-JSON numbers takes about four bytes per value and a float parse each. JSON number lists stay valid in
-every version; a peer sends tensors only to a server that announced 1.4 or later.
+or inline as base64 (RFC 4648, standard alphabet, padded), for a peer that can only send text::
+
+    {"dtype": "uint8", "shape": [501, 84, 84, 4], "b64": "AAEC..."}
+
+An 84x84x4 image is 28,224 bytes: read in place from the attachment, 37,632 characters to decode as
+base64, and about 100 KB and 28,224 numbers to parse as JSON. JSON numbers stay valid in every
+version; a peer sends tensors only to a server that announced 1.4 or later.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import numpy as np
 
 #: The element types a tensor may have: its ``dtype`` name -> numpy's little-endian type.
 TENSOR_DTYPES: dict[str, np.dtype] = {"uint8": np.dtype("u1"), "float32": np.dtype("<f4")}
-TENSOR_MEMBERS = frozenset({"dtype", "shape", "b64"})
+#: Where the server keeps the body's attachment in a tensor object that refers to it (``offset``): a
+#: member name no sender's member is left under (bind_attachment removes any).
+ATTACHMENT = "\x00attachment"
 
 
 class TensorError(ValueError):
@@ -43,11 +49,39 @@ def encode_tensor(array: np.ndarray) -> dict[str, Any]:
     return {"dtype": name, "shape": list(array.shape), "b64": base64.b64encode(data).decode("ascii")}
 
 
+def encode_tensor_at(array: np.ndarray, offset: int) -> dict[str, Any]:
+    """The tensor object of an array whose bytes go into the attachment at ``offset``."""
+    name = {np.dtype("u1"): "uint8", np.dtype("f4"): "float32"}.get(np.asarray(array).dtype.newbyteorder("<"))
+    if name is None:
+        raise TypeError(f"tensors are uint8 or float32, not {np.asarray(array).dtype}")
+    return {"dtype": name, "shape": list(np.shape(array)), "offset": offset}
+
+
+def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> None:
+    """Lets every tensor object of a message's observations (records' and agent entries' ``obs``)
+    read the body's attachment; removes a member of the internal name that a sender wrote."""
+    records = message.get("episodes")
+    if not isinstance(records, list):
+        return
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        agents = record.get("agents")
+        places = agents.values() if isinstance(agents, dict) else (record,)
+        for place in places:
+            obs = place.get("obs") if isinstance(place, dict) else None
+            if isinstance(obs, dict):
+                obs.pop(ATTACHMENT, None)
+                if attachment is not None:
+                    obs[ATTACHMENT] = attachment
+
+
 def decode_tensor(value: dict[str, Any]) -> np.ndarray:
-    """The array a tensor object holds (a read-only view of its decoded bytes); raises TensorError."""
-    unknown = set(value) - TENSOR_MEMBERS
-    if unknown or not TENSOR_MEMBERS <= set(value):
-        raise TensorError(f"a tensor has exactly the members dtype, shape and b64, got {sorted(value)}")
+    """The array a tensor object holds (a read-only view of its bytes); raises TensorError."""
+    members = set(value) - {ATTACHMENT}
+    if members not in ({"dtype", "shape", "b64"}, {"dtype", "shape", "offset"}):
+        raise TensorError(f"a tensor has exactly the members dtype, shape and one of b64 and offset, "
+                          f"got {sorted(members)}")
     dtype = TENSOR_DTYPES.get(value["dtype"]) if isinstance(value["dtype"], str) else None
     if dtype is None:
         raise TensorError(f"tensor dtype must be one of {', '.join(TENSOR_DTYPES)}, got {value['dtype']!r}")
@@ -55,10 +89,21 @@ def decode_tensor(value: dict[str, Any]) -> np.ndarray:
     if not isinstance(shape, list) or not shape or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise TensorError(f"tensor shape must be a non-empty list of integers >= 0, got {shape!r}")
+    expected = math.prod(shape) * dtype.itemsize
+    if "offset" in value:
+        offset = value["offset"]
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise TensorError(f"tensor offset must be an integer >= 0, got {offset!r}")
+        attachment = value.get(ATTACHMENT)
+        if attachment is None:
+            raise TensorError("tensor offset refers to the attachment, but the body has none")
+        if offset + expected > len(attachment):
+            raise TensorError(f"tensor of shape {shape} and dtype {value['dtype']} needs {expected} bytes at offset "
+                              f"{offset}, but the attachment holds {len(attachment)}")
+        return np.frombuffer(attachment, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
     data = value["b64"]
     if not isinstance(data, str):
         raise TensorError(f"tensor b64 must be a string, got {type(data).__name__}")
-    expected = math.prod(shape) * dtype.itemsize
     # Checked before decoding: a short header cannot make the server decode (or allocate) more than it got.
     if len(data) != 4 * ((expected + 2) // 3):
         raise TensorError(f"tensor of shape {shape} and dtype {value['dtype']} holds {expected} bytes: its b64 must be "

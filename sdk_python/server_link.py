@@ -44,7 +44,7 @@ from tether.protocol.errors import (
     server_error_from_message,
 )
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
-from tether.protocol.tensors import decode_tensor, encode_tensor
+from tether.protocol.tensors import encode_tensor_at
 from .transport import ConnectionLost, make_transport
 
 #: The SDK's name and version, sent in the handshake PING (docs/protocol.md §7.1).
@@ -626,27 +626,43 @@ class ServerLink:
         self.connections += 1
         self._post("connected", info, config, prepared)
 
-    def _encode_byte_observations(self, records: list[dict[str, Any]]) -> None:
-        """Observations of a uint8 Box go as one uint8 tensor per record or agent entry (§10.9) to a
-        server of 1.4 or later, as JSON numbers to older ones (a resend after a reconnect to another
-        server is written back)."""
-        tensors = self.speaks(1, 4)
+    def _wire_observations(self, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes | None]:
+        """The records as sent: a byte-box module's observations (§8.1) go to a server of 1.4 or
+        later as one uint8 tensor per record or agent entry, its bytes in the body's attachment
+        (§10.9, §4.3); to an older server, as JSON numbers. The batch's own records are left as
+        they are (a resend to another server is written for that one)."""
         config = self.server_config
         shapes: dict[str | None, tuple[int, ...]] = {}
         for module_id, spec in [(None, config), *((config.get("modules") or {}).items())]:
             space = spec.get("observation_space") if isinstance(spec, dict) else None
             if isinstance(space, dict) and space.get("type") == "Box" and space.get("dtype") == "uint8":
                 shapes[module_id] = tuple(int(d) for d in space.get("shape", ()))
+        if not shapes or not self.speaks(1, 4):
+            return records, None
+        parts: list[bytes] = []
+        size = 0
+
+        def as_tensor(obs: list[Any], shape: tuple[int, ...]) -> dict[str, Any]:
+            nonlocal size
+            data = np.asarray(obs).reshape((len(obs), *shape)).astype(np.uint8)
+            tensor = encode_tensor_at(data, size)
+            parts.append(data.tobytes())
+            size += data.nbytes
+            return tensor
+
+        out = []
         for record in records:
             agents = record.get("agents")
-            places = [(e, e.get("module")) for e in agents.values()] if isinstance(agents, dict) else [(record, None)]
-            for place, module_id in places:
-                obs = place.get("obs")
-                if isinstance(obs, dict) and not tensors:
-                    place["obs"] = decode_tensor(obs).tolist()
-                elif isinstance(obs, list) and tensors and module_id in shapes and obs:
-                    stacked = np.asarray(obs).reshape((len(obs), *shapes[module_id])).astype(np.uint8)
-                    place["obs"] = encode_tensor(stacked)
+            if isinstance(agents, dict):
+                entries = {agent: dict(entry, obs=as_tensor(entry["obs"], shapes[entry.get("module")]))
+                           if entry.get("module") in shapes and entry.get("obs") else entry
+                           for agent, entry in agents.items()}
+                out.append(dict(record, agents=entries))
+            elif None in shapes and record.get("obs"):
+                out.append(dict(record, obs=as_tensor(record["obs"], shapes[None])))
+            else:
+                out.append(record)
+        return out, (b"".join(parts) if parts else None)
 
     # -- I/O thread: what the server said of itself ----------------------------------
 
@@ -723,8 +739,8 @@ class ServerLink:
                 record.pop("weights_seq_no_runs", None)
                 for entry in record.get("agents", {}).values() if isinstance(record.get("agents"), dict) else ():
                     entry.pop("weights_seq_no_runs", None)
-        self._encode_byte_observations(batch.episodes)
-        message: dict[str, Any] = {"episodes": batch.episodes, "env_steps": batch.env_steps, **batch.weights}
+        episodes, attachment = self._wire_observations(batch.episodes)
+        message: dict[str, Any] = {"episodes": episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:
             message["agent_steps"] = batch.agent_steps
             message["client_session"] = self.client_session
@@ -732,13 +748,13 @@ class ServerLink:
         if self.force_on_policy:
             message["type"] = MessageType.EPISODES_AND_GET_STATE.value
             try:
-                answer = self._exchange(message, self.update_timeout_s, "update_timeout_s")
+                answer = self._exchange(message, self.update_timeout_s, "update_timeout_s", attachment=attachment)
             except ServerError as exc:
                 batch.error = exc
                 answer = None
         else:
             message["type"] = MessageType.EPISODES.value
-            self._send(message)
+            self._send(message, attachment)
             # GET_STATE right behind: its answer acknowledges the EPISODES (and brings new weights).
             # The server answers it only once the EPISODES got room in its pool, which
             # may take a learner update: update_timeout_s bounds it.
@@ -792,9 +808,9 @@ class ServerLink:
 
     # -- I/O thread: one request, one answer -----------------------------------------
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: dict[str, Any], attachment: bytes | None = None) -> None:
         try:
-            self._transport.send(message)
+            self._transport.send(message, attachment)
         except socket.timeout:
             raise TetherTimeoutError(self.address, str(message.get("type")), self._transport.send_timeout_s,
                                      "response_timeout_s", "the server stopped reading") from None
@@ -806,10 +822,10 @@ class ServerLink:
         self._last_send = time.monotonic()
 
     def _exchange(self, message: dict[str, Any], timeout_s: float, setting: str,
-                  batch: Batch | None = None) -> dict[str, Any]:
-        """Send a request and wait for its answer; an ERROR answer is raised as
-        ``ServerError``; an ERROR refusing the EPISODES before it goes to ``batch``."""
-        self._send(message)
+                  batch: Batch | None = None, attachment: bytes | None = None) -> dict[str, Any]:
+        """Send a request (with its binary attachment, §4.3) and wait for its answer; an ERROR answer
+        is raised as ``ServerError``; an ERROR refusing the EPISODES before it goes to ``batch``."""
+        self._send(message, attachment)
         request_type = str(message["type"])
         deadline = time.monotonic() + timeout_s
         while True:

@@ -95,9 +95,10 @@ class SocketTransport:
                 pass
             sock.close()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any], attachment: bytes | None = None) -> None:
+        """Send one request, with its binary attachment (§4.3) if any."""
         self._raise_pending_loss()
-        self.sock.sendall(self._conn.send(message))
+        self.sock.sendall(self._conn.send(message, attachment))
 
     def _raise_pending_loss(self) -> None:
         loss, self._pending_loss = self._pending_loss, None
@@ -206,13 +207,17 @@ class WebSocketTransport(SocketTransport):
         self._ws = None
         super().close()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any], attachment: bytes | None = None) -> None:
+        """Send one request as a text message; with a binary attachment (§4.3), as a binary message."""
         self._raise_pending_loss()
-        frame = self._conn.send(message)  # pairs the answer with this request
+        frame = self._conn.send(message, attachment)  # pairs the answer with this request
         ws = self._ws
         if ws is None:
             raise ConnectionLost("not connected")
-        ws.send_text(frame[8:])
+        if attachment is None:
+            ws.send_text(frame[8:])
+        else:
+            ws.send_binary(frame[8:])
         self._flush(ws)
 
     def read_available(self) -> list[tuple[MessageType | None, dict[str, Any]]]:

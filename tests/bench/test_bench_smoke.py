@@ -64,6 +64,16 @@ def test_e2e_cartpole_keys() -> None:
     assert result["clients"] == 1 and result["env_steps_to_450"] <= 300_000
 
 
+def test_ingest_image_case_keys() -> None:
+    result = run_bench("ingest.py", "--obs-shape", "16,16,3", "--obs-dtype", "uint8", "--clients", "1",
+                       "--seconds", "0.5", "--warmup", "0.2")
+    assert result["verified"] is True and result["obs_shape"] == [16, 16, 3]
+    for key in ("env_steps_per_s", "b64_env_steps_per_s", "json_env_steps_per_s"):
+        assert result[key] > 0, (key, result)
+    # Bytes in the attachment: an image's 768 bytes and the step's other fields, far below JSON numbers.
+    assert 768 < result["bytes_per_env_step"] < result["b64_bytes_per_env_step"] < result["json_bytes_per_env_step"]
+
+
 def test_ingest_multi_agent_case_keys() -> None:
     result = run_bench("ingest.py", "--agents", "16", "--clients", "2", "--seconds", "1", "--warmup", "0.5")
     assert result["agent_steps_per_s"] > 0 and result["verified"] is True and result["agents_per_episode"] == 16

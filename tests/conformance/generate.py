@@ -77,6 +77,12 @@ def message_cases() -> list[dict]:
         ok("connection_level_error", '{"type": "ERROR", "code": "CLIENT_TIMEOUT", "message": "no byte for 60 s"}', "ERROR"),
         ok("map_agents", '{"type": "MAP_AGENTS", "episode_id": "ep-1", "agent_ids": ["red_0"]}', "MAP_AGENTS"),
         ok("agent_modules", '{"type": "AGENT_MODULES", "modules": {"red_0": "red"}}', "AGENT_MODULES"),
+        # 1.4 §4.3: a NUL byte ends the JSON text; the attachment after it is never UTF-8- or JSON-checked.
+        {"name": "episodes_with_attachment", "type": "EPISODES",
+         "body_hex": hexs(b'{"type": "EPISODES", "episodes": []}\x00\xff\xfe{[\x00"')},
+        {"name": "ping_with_attachment_ignored", "type": "PING", "body_hex": hexs(b'{"type": "PING"}\x00\x01\x02')},
+        {"name": "empty_attachment", "type": "PING", "body_hex": hexs(b'{"type": "PING"}\x00')},
+        {"name": "invalid_json_before_nul", "error": "INVALID_JSON", "body_hex": hexs(b'{"type": "PING"\x00}')},
         err("invalid_utf8", b'{"type": "PING", "client_name": "\xff\xfe"}', "INVALID_UTF8"),
         err("invalid_json", b'{"type": "PING"', "INVALID_JSON"),
         err("empty_body", b"", "INVALID_JSON"),
@@ -151,7 +157,22 @@ def tensor_cases() -> list[dict]:
     bad = lambda name, t: {"name": name, "tensor": t, "error": "INVALID_TENSOR"}
     pixels = [0, 1, 127, 128, 254, 255]
     floats = [0.0, -1.5, 3.25, 1e-3]
+    def at(name: str, t: dict, attachment: bytes, values: list | None = None) -> dict:
+        case = {"name": name, "tensor": t, "attachment_hex": hexs(attachment)}
+        return {**case, "dtype": t["dtype"], "shape": t["shape"], "values": values} if values is not None \
+            else {**case, "error": "INVALID_TENSOR"}
+
     return [
+        # In the body's attachment (§4.3), at an offset; bytes before and after are another tensor's or unused.
+        at("uint8_in_attachment", {"dtype": "uint8", "shape": [2, 3], "offset": 2}, b"\xaa\xbb" + bytes(pixels) + b"\xcc",
+           pixels),
+        at("float32_in_attachment_unaligned", {"dtype": "float32", "shape": [2], "offset": 1},
+           b"\x00" + struct.pack("<2f", 1.5, -2.0), [1.5, -2.0]),
+        at("offset_past_the_end", {"dtype": "uint8", "shape": [4], "offset": 1}, bytes(4)),
+        at("offset_negative", {"dtype": "uint8", "shape": [1], "offset": -1}, bytes(4)),
+        at("offset_float", {"dtype": "uint8", "shape": [1], "offset": 1.0}, bytes(4)),
+        at("offset_and_b64", {"dtype": "uint8", "shape": [1], "offset": 0, "b64": b64(bytes(1))}, bytes(1)),
+        bad("offset_without_attachment", {"dtype": "uint8", "shape": [1], "offset": 0}),
         ok("uint8_2x3", tensor("uint8", [2, 3], pixels), pixels),
         ok("uint8_hwc_1x2x2x1", tensor("uint8", [1, 2, 2, 1], [9, 8, 7, 6]), [9, 8, 7, 6]),
         # float32 little-endian: 1e-3 is the float32 nearest to it, as a float64 decimal.

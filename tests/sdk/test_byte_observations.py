@@ -1,6 +1,7 @@
 """Byte-box observations (protocol 1.4, §8.1, §10.9) in the Python SDK: images go to the model as
-bytes in their own shape, and to a 1.4 server as one uint8 tensor per record or agent entry (as JSON
-numbers to an older one); a value that is not an integer 0-255 is refused locally, by name."""
+bytes in their own shape, and to a 1.4 server as one uint8 tensor per record or agent entry, its
+bytes in the body's binary attachment (§4.3; as JSON numbers to an older server); a value that is
+not an integer 0-255 is refused locally, by name."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def observations(records: list[dict]) -> np.ndarray:
 
 def test_a_1_4_server_gets_uint8_tensors_of_the_images() -> None:
     seen, records = play_single("1.4")
-    assert records and all(isinstance(r["obs"], dict) for r in records)
+    assert records and all(isinstance(r["obs"], dict) and "offset" in r["obs"] for r in records)
     first = decode_tensor(records[0]["obs"])
     assert first.dtype == np.uint8 and first.shape[1:] == (2, 3, 1)
     np.testing.assert_array_equal(observations(records), np.asarray(seen))
