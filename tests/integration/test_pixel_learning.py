@@ -1,0 +1,37 @@
+"""A game seen only through pixels is learned with the CNN from the Python SDK: the catch game of
+multiagent/envs/pixel_catch.py, its 8x8 images sent as bytes (protocol 1.4), against a random policy
+measured here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from multiagent.envs.pixel_catch import random_catch_rate
+
+from .server_process import REPO, ServerProcess
+
+IMAGE = '{"type": "Box", "shape": [8, 8, 1], "dtype": "uint8", "low": 0, "high": 255}'
+CNN = '{"encoder": "cnn", "image_shape": [8, 8, 1], "conv": [[16, 3, 1], [32, 3, 1]], "dense": 128}'
+
+
+@pytest.mark.slow
+def test_the_cnn_learns_to_catch_from_pixels(tmp_path) -> None:
+    random_rate = random_catch_rate(1000, seed=3)  # about 0.12
+    server = ServerProcess(tmp_path, "--observation-space", IMAGE, "--action-space", '{"type": "Discrete", "n": 3}',
+                           "--hidden-sizes", "64", "--model", CNN, "--max-env-steps", "20000", "--seed", "0").start()
+    try:
+        out = subprocess.run([sys.executable, str(REPO / "examples" / "pixel_catch_client.py"), "--port",
+                              str(server.port), "--seed", "3"], cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr[-3000:]
+        summary = server.wait(60)
+    finally:
+        server.kill()
+    played = json.loads(out.stdout.strip().splitlines()[-1])
+    assert played["training_done"], played
+    # The last 100 training episodes (sampled) and the greedy policy on 200 fresh balls, against random play.
+    assert summary["return_mean"] > 2 * random_rate - 1 + 1.0, (summary["return_mean"], random_rate)
+    assert played["greedy_catch_rate"] >= 0.9 > random_rate + 0.5, (played, random_rate)
