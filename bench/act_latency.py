@@ -21,6 +21,11 @@ flight (handed to the client's I/O thread, not yet answered) are counted,
 including the call that cuts the batch. Target: at most 2x ``sdk_python_us_p99``
 (``while_sending_p99_ratio``).
 
+Images: ``ort_python_cnn_us_p50`` / ``sdk_python_cnn_us_p50`` (and their ``sdk_python_cnn_ratio``)
+time Nature-CNN on 84x84x4 uint8 images (a byte box, protocol 1.4): bare ONNX Runtime on the served
+model against ``TetherClient.get_action`` on the same images, ``--cnn-calls`` of each, alternating,
+against a third server that serves the CNN. ``--no-cnn`` leaves them out.
+
 The C++ SDK (sdk_cpp/bench/act_latency.cpp, built by
 ``sdk_cpp/scripts/build_and_test.sh --build-only normal``) is measured the same
 way against the same two servers and the same model: ``ort_cpp_us_p50`` and
@@ -114,6 +119,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server (default: 60)")
     parser.add_argument("--profile", metavar="FILE", default=None,
                         help="also run the SDK loop under cProfile and write its stats to FILE")
+    parser.add_argument("--cnn-calls", type=int, default=300,
+                        help="timed calls per figure for the CNN on 84x84x4 images (default: 300)")
+    parser.add_argument("--no-cnn", action="store_true", help="skip the CNN figures")
     parser.add_argument("--no-cpp", action="store_true", help="skip the C++ SDK's figures")
     parser.add_argument("--no-csharp", action="store_true", help="skip the C# SDK's figures")
     add_quiet_argument(parser)
@@ -129,6 +137,78 @@ def export_model(seed: int) -> bytes:
     obs_space = box([-4.8, -float("inf"), -0.418879, -float("inf")], [4.8, float("inf"), 0.418879, float("inf")])
     learner = PPOLearner(obs_space, Discrete(2), PPOHyperparams(hidden_sizes=(64, 64)), "cpu", seed)
     return export_policy(learner.model)
+
+
+CNN_IMAGE = [84, 84, 4]
+
+
+def cnn_model(seed: int) -> bytes:
+    """ONNX bytes of a fresh Nature-CNN learner on 84x84x4 uint8 images, Discrete(6) (what the CNN server serves)."""
+    from tether.protocol.spaces import Discrete, space_from_json
+    from tether.server.learner import PPOHyperparams, PPOLearner
+
+    space = space_from_json({"type": "Box", "shape": CNN_IMAGE, "dtype": "uint8", "low": 0, "high": 255})
+    hp = PPOHyperparams(model={"encoder": "cnn", "image_shape": CNN_IMAGE}, hidden_sizes=())
+    return PPOLearner(space, Discrete(6), hp, "cpu", seed).export_onnx()
+
+
+def measure_python_cnn(args: argparse.Namespace, tmp: Path) -> dict:
+    """Nature-CNN on 84x84x4 uint8 images: bare ONNX Runtime on the served model against
+    TetherClient.get_action on the same images (bytes in, as an engine's camera gives them)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from tether.sdk import TetherClient
+
+    port = free_port()
+    space = {"type": "Box", "shape": CNN_IMAGE, "dtype": "uint8", "low": 0, "high": 255}
+    server = spawn([
+        sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
+        "--observation-space", json.dumps(space), "--action-space", json.dumps({"type": "Discrete", "n": 6}),
+        "--model", json.dumps({"encoder": "cnn", "image_shape": CNN_IMAGE}), "--hidden-sizes", "",
+        "--env-steps-per-sample", str(10**12), "--train-batch-size", str(10**12),
+        "--no-tensorboard", "--checkpoint-every", "0", "--quiet", "--logdir", str(tmp / "cnn-run"),
+    ], stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, server, timeout_s=args.timeout)
+        client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-cnn", seed=args.seed,
+                              reconnect_timeout_s=args.timeout)
+        try:
+            # The bare session runs the model a fresh learner with the server's seed exports: the served one.
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            bare = ort.InferenceSession(cnn_model(args.seed), options, providers=["CPUExecutionProvider"])
+            in_name, out_names = bare.get_inputs()[0].name, [bare.get_outputs()[0].name]
+            rng = np.random.default_rng(args.seed)
+            images = [rng.integers(0, 256, CNN_IMAGE).astype(np.uint8) for _ in range(64)]
+            rows = [im[None] for im in images]
+            eid = client.start_episode()
+            bare_ns: list[int] = []
+            sdk_ns: list[int] = []
+            perf_ns = time.perf_counter_ns
+            same = bool(np.allclose(client.policy.dist_inputs(np.stack(images[:4])),
+                                    bare.run(out_names, {in_name: np.stack(images[:4])})[0], atol=1e-5))
+            for i in range(-20, args.cnn_calls):  # alternating, so background load hits both alike
+                t0 = perf_ns()
+                bare.run(out_names, {in_name: rows[i % 64]})
+                t1 = perf_ns()
+                client.get_action(eid, images[i % 64])
+                t2 = perf_ns()
+                client.log_returns(eid, 1.0)
+                if i >= 0:
+                    bare_ns.append(t1 - t0)
+                    sdk_ns.append(t2 - t1)
+        finally:
+            client.close()
+    finally:
+        stop(server, grace_s=10.0)
+    bare_ns.sort()
+    sdk_ns.sort()
+    return {"ort_python_cnn_us_p50": percentile(bare_ns, 50), "sdk_python_cnn_us_p50": percentile(sdk_ns, 50),
+            "sdk_python_cnn_ratio": round(percentile(sdk_ns, 50) / percentile(bare_ns, 50), 3),
+            "cnn_calls": len(sdk_ns), "cnn_same_model_as_server": same}
 
 
 def percentile(sorted_ns: list[int], q: float) -> float:
@@ -238,6 +318,7 @@ def run(args: argparse.Namespace) -> dict:
                 client.close()
             wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
             sending = measure_while_sending(args, sending_port, obs_pool)
+            cnn = {} if args.no_cnn else measure_python_cnn(args, Path(tmp))
             cpp = {} if args.no_cpp else measure_cpp(args, model, Path(tmp), port, sending_port)
             csharp = {} if args.no_csharp else measure_csharp(args, model, Path(tmp), port, sending_port)
         finally:
@@ -267,6 +348,7 @@ def run(args: argparse.Namespace) -> dict:
         "same_model_as_server": same,
         "env_steps_sent_during_timing": sent,
         "onnxruntime_version": ort.__version__,
+        **cnn,
         **cpp,
         **csharp,
         **load,

@@ -26,7 +26,10 @@ logger = logging.getLogger("tether.sdk")
 
 def finite_observation(observation: Any, what: str = "observation") -> np.ndarray:
     """The observation as a float32 copy (the engine may reuse its buffer); a NaN or infinite value is
-    refused here, by name, as in every SDK, instead of costing the whole batch at the server (§10.6)."""
+    refused here, by name, as in every SDK, instead of costing the whole batch at the server (§10.6).
+    An image of bytes (uint8) stays bytes: every value is valid, and a byte box's model takes them as they are."""
+    if type(observation) is np.ndarray and observation.dtype == np.uint8:
+        return observation.copy()
     obs = np.array(observation, dtype=np.float32)
     if not np.isfinite(obs).all():
         bad = int(np.flatnonzero(~np.isfinite(obs.ravel()))[0])
@@ -37,7 +40,7 @@ def finite_observation(observation: Any, what: str = "observation") -> np.ndarra
 def check_byte_values(obs: np.ndarray, space: Any, what: str) -> None:
     """A uint8 Box (§8.1) takes integers 0-255 only: anything else is refused here, by name, as the
     server would refuse the whole batch for it (OBS_DTYPE_MISMATCH)."""
-    if not (isinstance(space, Box) and space.is_bytes) or obs.size == 0:
+    if obs.dtype == np.uint8 or not (isinstance(space, Box) and space.is_bytes) or obs.size == 0:
         return
     wrong = (obs < 0) | (obs > 255) | (obs != np.round(obs))
     if wrong.any():

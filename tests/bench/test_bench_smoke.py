@@ -24,9 +24,12 @@ def run_bench(script: str, *args: str, timeout: float = 240) -> dict:
 
 
 def test_act_latency_keys() -> None:
-    result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50", "--no-cpp")
-    for key in ("onnxruntime_us_p50", "sdk_python_us_p50", "sdk_python_us_p99", "batch256_us_p50"):
+    result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50", "--no-cpp",
+                       "--cnn-calls", "20")
+    for key in ("onnxruntime_us_p50", "sdk_python_us_p50", "sdk_python_us_p99", "batch256_us_p50",
+                "ort_python_cnn_us_p50", "sdk_python_cnn_us_p50"):
         assert result[key] > 0
+    assert result["cnn_same_model_as_server"] is True
     assert result["same_model_as_server"] is True
     assert "sdk_cpp_us_p50" not in result
     # The C# SDK's figures (mono, the same model and servers).
