@@ -5,7 +5,8 @@ SDK client process (tests/integration/stoppable_client.py) trains against it.
 ``--connections`` fuzzing threads each open a raw socket and send seeded
 frames: valid requests mutated at the JSON level (a value replaced by a wrong
 type, a huge or non-finite number, a lone surrogate, deep nesting; keys
-dropped or added; lists cut or extended), mutated at the byte level (flipped,
+dropped or added; lists cut or extended), protocol 1.4 tensors inline and in a
+binary attachment (the attachment cut, extended or flipped), mutated at the byte level (flipped,
 cut, inserted bytes under a correct header), random bodies, and now and then
 a broken header (which must close the connection: the thread reconnects).
 
@@ -32,9 +33,11 @@ stored steps missing (positive) or unexplained extra steps (negative).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import random
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -71,6 +74,21 @@ CORPUS: list[dict[str, Any]] = [
      "episodes": [{"episode_id": "m1", "is_terminated": True, "is_truncated": False,
                    "agents": {"default_agent": dict(GOOD_EPISODE, module="default_policy", start_step=0)}}]},
     {"type": "MAP_AGENTS", "episode_id": "e", "agent_ids": ["a", "b"]},
+    # Protocol 1.4: observations as a float32 tensor inline (base64, §10.9).
+    {"type": "EPISODES", "episodes": [dict(GOOD_EPISODE, obs={
+        "dtype": "float32", "shape": [3, 4],
+        "b64": base64.b64encode(struct.pack("<12f", *sum(GOOD_EPISODE["obs"], []))).decode()})]},
+]
+
+#: Protocol 1.4: messages whose tensors lie in the body's binary attachment (§4.3), with that attachment.
+ATTACHED: list[tuple[dict[str, Any], bytes]] = [
+    ({"type": "EPISODES_AND_GET_STATE", "episodes": [dict(GOOD_EPISODE, episode_id="t1", obs={
+        "dtype": "float32", "shape": [3, 4], "offset": 4})]},
+     b"\xff\xfe\x00{" + struct.pack("<12f", *sum(GOOD_EPISODE["obs"], []))),
+    ({"type": "EPISODES", "episodes": [{"episode_id": "t2", "is_terminated": True, "is_truncated": False, "agents": {
+        "default_agent": dict(GOOD_EPISODE, module="default_policy", start_step=0,
+                              obs={"dtype": "float32", "shape": [3, 4], "offset": 0})}}]},
+     struct.pack("<12f", *sum(GOOD_EPISODE["obs"], []))),
 ]
 
 #: Raw JSON texts substituted for a value: wrong types, extremes, bad strings, nesting.
@@ -164,7 +182,11 @@ def next_frame(rng: random.Random) -> tuple[bytes, bool]:
     r = rng.random()
     if r < 0.01:
         return rng.choice([b"0000001x{}", b"99999999{", b"{\"type\":\"PING\"}", b"-0000001{}"]), True
-    if r < 0.65:
+    if r < 0.15:  # a JSON text mutated or not, then its attachment mutated or not
+        message, attachment = rng.choice(ATTACHED)
+        text = mutate_json(rng, message) if rng.random() < 0.5 else json.dumps(message).encode()
+        body = text + b"\0" + (mutate_bytes(rng, attachment) if rng.random() < 0.5 else attachment)
+    elif r < 0.65:
         body = mutate_json(rng, rng.choice(CORPUS))
     elif r < 0.9:
         body = mutate_bytes(rng, json.dumps(rng.choice(CORPUS)).encode())
