@@ -30,6 +30,17 @@ TENSOR_DTYPES: dict[str, np.dtype] = {"uint8": np.dtype("u1"), "float32": np.dty
 ATTACHMENT = "\x00attachment"
 
 
+#: The most dimensions a tensor may have, and the largest dimension (§10.9).
+MAX_RANK = 32
+MAX_DIM = 2**31 - 1
+
+
+def describe(value: Any) -> str:
+    """A short repr of a received value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class TensorError(ValueError):
     """A tensor object that cannot be read; the message says which member is wrong."""
 
@@ -86,9 +97,10 @@ def decode_tensor(value: dict[str, Any]) -> np.ndarray:
     if dtype is None:
         raise TensorError(f"tensor dtype must be one of {', '.join(TENSOR_DTYPES)}, got {value['dtype']!r}")
     shape = value["shape"]
-    if not isinstance(shape, list) or not shape or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise TensorError(f"tensor shape must be a non-empty list of integers >= 0, got {shape!r}")
+    if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_RANK or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in shape):
+        raise TensorError(f"tensor shape must be a list of 1 to {MAX_RANK} integers from 0 to {MAX_DIM}, "
+                          f"got {describe(shape)}")
     expected = math.prod(shape) * dtype.itemsize
     if "offset" in value:
         offset = value["offset"]
