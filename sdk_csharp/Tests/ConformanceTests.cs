@@ -17,7 +17,7 @@ namespace Tether.Tests
         static readonly string[] Claimed =
         {
             "framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json", "session.json", "client_pairing.json",
-            "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json",
+            "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json", "tensors.json",
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -115,6 +115,9 @@ namespace Tether.Tests
                 Message m = Protocol.Messages.Decode(body);
                 Expect(Protocol.Messages.ToWire(m.Type) == (string)c["type"], "type " + m.Type);
                 Expect((string)m.Body["type"] == (string)c["type"], "body type");
+                // 1.4 (§4.3): the bytes after the first NUL are the attachment, whatever they are.
+                int nul = Array.IndexOf(body, (byte)0);
+                Expect(nul < 0 ? m.Attachment == null : m.Attachment != null && m.Attachment.SequenceEqual(body.Skip(nul + 1)), "attachment");
             });
         }
 
@@ -237,7 +240,7 @@ namespace Tether.Tests
                 Func<int> validate = () =>
                 {
                     Message m = Protocol.Messages.Decode(Encoding.UTF8.GetBytes((string)c["body"]));
-                    return EpisodeRecords.ValidateEpisodes(m.Body, obs, act, (bool)c["require_logp"]);
+                    return EpisodeRecords.ValidateEpisodes(m.Body, obs, act, (bool)c["require_logp"], m.Attachment);
                 };
                 if (c["error"] != null)
                 {
@@ -246,6 +249,39 @@ namespace Tether.Tests
                 }
                 int steps = validate();
                 Expect(steps == (int)c["env_steps"], "env steps " + steps);
+            });
+        }
+
+        [Test]
+        public void TensorObjects()
+        {
+            Check("tensors.json", (file, c) =>
+            {
+                byte[] attachment = c["attachment_hex"] != null ? Vectors.FromHex((string)c["attachment_hex"]) : null;
+                if (c["error"] != null)
+                {
+                    ExpectError((string)c["error"], () => Tensors.Decode(c["tensor"], attachment));
+                    return;
+                }
+                Tensor tensor = Tensors.Decode(c["tensor"], attachment);
+                Expect(tensor.Dtype == (string)c["dtype"], "dtype " + tensor.Dtype);
+                Expect(tensor.Shape.SequenceEqual(c["shape"].Select(d => (long)d)), "shape " + Tensors.ShapeText(tensor.Shape));
+                double[] values = tensor.ToDoubles();
+                double[] expected = c["values"].Select(v => (double)v).ToArray();
+                Expect(values.SequenceEqual(expected), "values " + string.Join(", ", values.Select(v => v.ToString("R")).ToArray()));
+                // What the codec writes reads back the same, byte for byte: inline, the very object; at an offset, its members.
+                if (c["tensor"]["b64"] != null)
+                {
+                    Expect(JToken.DeepEquals(Tensors.Encode(tensor), c["tensor"]), "encoded again " + Tensors.Encode(tensor).ToString(Newtonsoft.Json.Formatting.None));
+                    JObject typed = tensor.Dtype == Tensors.Uint8 ? Tensors.Encode(tensor.ToBytes(), tensor.Shape)
+                                                                  : Tensors.Encode(values.Select(v => (float)v).ToArray(), tensor.Shape);
+                    Expect(JToken.DeepEquals(typed, c["tensor"]), "encoded from values " + typed.ToString(Newtonsoft.Json.Formatting.None));
+                }
+                else
+                {
+                    JObject at = Tensors.EncodeAt(tensor.Dtype, tensor.Shape, (long)c["tensor"]["offset"]);
+                    Expect(JToken.DeepEquals(at, c["tensor"]), "encoded at its offset " + at.ToString(Newtonsoft.Json.Formatting.None));
+                }
             });
         }
 

@@ -31,6 +31,7 @@ namespace Tether.Tests
         readonly TcpListener listener;
         readonly Thread thread;
         readonly List<JObject> received = new List<JObject>();
+        readonly Dictionary<JObject, byte[]> attachments = new Dictionary<JObject, byte[]>();  // (JObjects compare by reference)
         readonly List<Socket> sockets = new List<Socket>();
         volatile bool closing;
 
@@ -48,7 +49,10 @@ namespace Tether.Tests
         public long Seq;        // the version of the single-agent model; raise it to swap, lower it to play a restarted server
         // steps_refused_stale of the next batches' answers, one each (any JSON: what the client must ignore too).
         public readonly Queue<JToken> RefusedStale = new Queue<JToken>();
-        public string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
+        public volatile string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
+        public volatile string PongVersionAfterDrop;  // when set, the PONG version from the DropOnceSeq drop on (another server answers the resend)
+        // Module id -> its model (an onnx_file), for the per-module form of SET_STATE; null: "solo" and "lifter".
+        public Dictionary<string, string> ModuleFiles;
         public volatile string RecordShare;  // record_share of every SET_STATE as JSON text ("0.25", "true"); null: none
         // steps_per_batch of the next SET_STATEs (the handshake's included), one each, as JSON text ("4", "true");
         // a null item, or none left: no member.
@@ -148,6 +152,13 @@ namespace Tether.Tests
             lock (received) return received.FindAll(m => (string)m["type"] == type);
         }
 
+        /// <summary>The binary attachment (§4.3) that came with a received message, or null.</summary>
+        public byte[] AttachmentOf(JObject message)
+        {
+            byte[] attachment;
+            lock (received) return attachments.TryGetValue(message, out attachment) ? attachment : null;
+        }
+
         void Accept()
         {
             while (!closing)
@@ -184,8 +195,13 @@ namespace Tether.Tests
                     decoder.Feed(buffer, 0, read, bodies);
                     foreach (byte[] body in bodies)
                     {
-                        JObject message = Messages.Decode(body).Body;
-                        lock (received) received.Add(message);
+                        Message decoded = Messages.Decode(body);
+                        JObject message = decoded.Body;
+                        lock (received)
+                        {
+                            received.Add(message);
+                            if (decoded.Attachment != null) attachments[message] = decoded.Attachment;
+                        }
                         switch ((string)message["type"])
                         {
                             case "PING": Send(socket, PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
@@ -212,6 +228,7 @@ namespace Tether.Tests
                                 if (message["batch_seq"] != null && (long)message["batch_seq"] == DropOnceSeq)
                                 {
                                     DropOnceSeq = -1;  // once: the resend is answered
+                                    if (PongVersionAfterDrop != null) PongVersion = PongVersionAfterDrop;
                                     return;
                                 }
                                 if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
@@ -288,11 +305,12 @@ namespace Tether.Tests
                 // The per-module form: every module at version ModuleSeq; the ones not claimed at it are sent.
                 var models = new JObject();
                 long version = ModuleSeq;
-                foreach (string module in new[] { "solo", "lifter" })
+                Dictionary<string, string> files = ModuleFiles ?? new Dictionary<string, string> { { "solo", ModelFile }, { "lifter", GroupModelFile } };
+                foreach (KeyValuePair<string, string> module in files)
                 {
-                    JToken claim = claims[module];
+                    JToken claim = claims[module.Key];
                     if (claim != null && claim.Type == JTokenType.Integer && (long)claim == version) continue;
-                    models[module] = new JObject { { "weights_seq_no", version }, { "onnx_file", module == "solo" ? ModelFile : GroupModelFile } };
+                    models[module.Key] = new JObject { { "weights_seq_no", version }, { "onnx_file", module.Value } };
                 }
                 return new JObject { { "type", "SET_STATE" }, { "models", models } };
             }

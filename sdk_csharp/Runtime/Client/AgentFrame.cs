@@ -10,7 +10,9 @@ namespace Tether.Client
     /// The agents acting at one moment of one episode: their ids and flat
     /// observations in, their actions out (in the same order). Reuse one frame:
     /// <see cref="Clear"/> keeps every buffer's capacity, so steady-state frames
-    /// allocate nothing. Belongs to the thread that fills it.
+    /// allocate nothing. An observation of a byte box (protocol 1.4, §8.1: an image)
+    /// may be added as bytes, or as floats holding the integers 0 to 255. Belongs to
+    /// the thread that fills it.
     /// </summary>
     public sealed class AgentFrame
     {
@@ -19,10 +21,12 @@ namespace Tether.Client
         float[] obs = new float[32];
         int[] obsOffsets = new int[9];  // count + 1 entries in use, obsOffsets[0] == 0
         bool[] truncated = new bool[8];
+        int[] nonByteAt = new int[8];  // per agent: its first value that is not an integer 0-255, or -1
         int count;
         // The first agent (in order) whose observation holds a NaN or an infinity, and where: checked as
         // the values are copied in, so that GetActions does not walk them again.
         int firstNonFinite = -1, firstNonFiniteAt = -1;
+        int firstNonByte = -1;  // the first agent with a value a byte box does not take, or -1
         double[] actions = new double[0];
         int[] actionOffsets = new int[1];
         bool hasActions;
@@ -36,6 +40,7 @@ namespace Tether.Client
             for (int i = 0; i < count; ++i) ids[i] = null;  // (no id outlives its frame)
             count = 0;
             firstNonFinite = firstNonFiniteAt = -1;
+            firstNonByte = -1;
             hasActions = false;
         }
 
@@ -63,6 +68,7 @@ namespace Tether.Client
             int at = obsOffsets[n], end = at + length;
             if (end > obs.Length) GrowObs(end);
             float[] into = obs;
+            int notByte = -1;
             for (int j = 0; j < length; ++j)
             {
                 float v = observation[offset + j];
@@ -72,7 +78,44 @@ namespace Tether.Client
                     firstNonFinite = n;
                     firstNonFiniteAt = j;
                 }
+                if (notByte < 0 && !(v >= 0f && v <= 255f && (float)(int)v == v)) notByte = j;  // (for a byte box's module)
             }
+            nonByteAt[n] = notByte;
+            if (notByte >= 0 && firstNonByte < 0) firstNonByte = n;
+            ids[n] = agentId;
+            truncated[n] = isTruncated;
+            obsOffsets[n + 1] = end;
+            count = n + 1;
+            hasActions = false;
+            return n;
+        }
+
+        /// <summary>
+        /// Adds an agent with its observation given as bytes, row-major (copied): a byte box's
+        /// (protocol 1.4, §8.1), such as a camera image of shape [height, width, channels] as the
+        /// engine holds it. Returns its index. Allocates nothing once the frame has its size.
+        /// </summary>
+        public int Add(string agentId, byte[] observation, bool isTruncated = false)
+        {
+            if (observation == null) throw new TetherException(ErrorCode.InvalidArgument, "agent '" + agentId + "': the observation is null");
+            return Add(agentId, observation, 0, observation.Length, isTruncated);
+        }
+
+        /// <summary>Adds an agent with <paramref name="length"/> observation bytes of <paramref name="observation"/> from <paramref name="offset"/>.</summary>
+        public int Add(string agentId, byte[] observation, int offset, int length, bool isTruncated = false)
+        {
+            if (agentId == null) throw new TetherException(ErrorCode.InvalidArgument, "an agent id is null");
+            if (observation == null || offset < 0 || length < 0 || offset + length > observation.Length)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "agent '" + agentId + "': the observation range is outside the array");
+            }
+            int n = count;
+            if (n == ids.Length) GrowAgents();
+            int at = obsOffsets[n], end = at + length;
+            if (end > obs.Length) GrowObs(end);
+            float[] into = obs;
+            for (int j = 0; j < length; ++j) into[at + j] = observation[offset + j];  // (bytes are finite values of a byte box)
+            nonByteAt[n] = -1;
             ids[n] = agentId;
             truncated[n] = isTruncated;
             obsOffsets[n + 1] = end;
@@ -86,6 +129,7 @@ namespace Tether.Client
             int size = 2 * ids.Length;
             Array.Resize(ref ids, size);
             Array.Resize(ref truncated, size);
+            Array.Resize(ref nonByteAt, size);
             Array.Resize(ref obsOffsets, size + 1);
         }
 
@@ -189,6 +233,12 @@ namespace Tether.Client
 
         /// <summary>The first agent whose observation is not finite, or -1.</summary>
         internal int FirstNonFinite { get { return firstNonFinite; } }
+
+        /// <summary>The first agent with an observation value a byte box does not take (not an integer 0-255), or -1.</summary>
+        internal int FirstNonByte { get { return firstNonByte; } }
+
+        /// <summary>Agent <paramref name="i"/>'s first observation value that is not an integer 0-255, or -1.</summary>
+        internal int NonByteAt(int i) { return nonByteAt[i]; }
 
         /// <summary>Lays out the actions: <paramref name="sizes"/>[i] numbers for agent i.</summary>
         internal void LayOutActions(int[] sizes)

@@ -515,7 +515,9 @@ namespace Tether.Client
         /// action to the game). On an error nothing of the frame is recorded.
         /// Throws INVALID_ARGUMENT (unknown episode, an agent twice, an agent that
         /// left, a group with members missing, a wrong observation size),
-        /// NON_FINITE_VALUE, UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
+        /// NON_FINITE_VALUE, OBS_DTYPE_MISMATCH (a value that is not an integer 0-255
+        /// for a module whose observation space is a byte box, protocol 1.4: add
+        /// images with AgentFrame.Add(id, byte[])), UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
         /// NOT_READY (a module without a model), INFERENCE_FAILED, or an error
         /// the server sent for an earlier batch (once).
         /// </summary>
@@ -691,6 +693,7 @@ namespace Tether.Client
             int n = frame.Count;
             Module module = episode.SlotModule;
             if (n == 0 || n != episode.ActorsBySlot || module == null || groups.Count > 0 || criticAgents.Count > 0 || frame.FirstNonFinite >= 0) return false;
+            if (frame.FirstNonByte >= 0 && module.Spec.ObservationSpace.IsBytes) return false;  // (the general path refuses it)
             string[] ids = frame.Ids, known = episode.SlotIds;
             int[] offsets = frame.ObsOffsets;
             int obsDim = module.ObsDim;
@@ -886,6 +889,14 @@ namespace Tether.Client
 
         /// <summary>Ends one (sub-)agent with its final observation. Spawning needs no call: a new id in GetActions joins.</summary>
         public void RetireAgent(string episodeId, string agentId, float[] finalObs, bool truncated = false)
+        {
+            var frame = new AgentFrame();
+            frame.Add(agentId, finalObs, truncated);
+            EndAgents(episodeId, frame);
+        }
+
+        /// <summary>Ends one (sub-)agent with its final observation given as bytes (a byte box's, protocol 1.4).</summary>
+        public void RetireAgent(string episodeId, string agentId, byte[] finalObs, bool truncated = false)
         {
             var frame = new AgentFrame();
             frame.Add(agentId, finalObs, truncated);
@@ -1158,6 +1169,28 @@ namespace Tether.Client
                 if (obsSize != module.ObsDim)
                 {
                     throw new TetherException(ErrorCode.InvalidArgument, "'" + slot.ActorId + "': the observation has " + obsSize + " values, module '" + module.Id + "' needs " + module.ObsDim);
+                }
+            }
+            if (frame.FirstNonByte >= 0) CheckByteBoxes(frame);
+        }
+
+        // A byte box (1.4, §8.1) takes the integers 0-255 only: anything else is refused before anything of
+        // the frame is recorded, as the server would refuse the whole batch for it (OBS_DTYPE_MISMATCH).
+        void CheckByteBoxes(AgentFrame frame)
+        {
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Module == null || !slot.Module.Spec.ObservationSpace.IsBytes) continue;
+                int members = slot.Group < 0 ? 1 : groups[slot.Group].Members.Count;
+                for (int k = 0; k < members; ++k)
+                {
+                    int i = slot.Group < 0 ? slot.FrameIndex : memberIndex[groupMemberOffset[slot.Group] + k];
+                    int bad = frame.NonByteAt(i);
+                    if (bad < 0) continue;
+                    throw new TetherException(ErrorCode.ObsDtypeMismatch, "agent '" + frame.AgentId(i) + "': observation[" + bad + "] is " +
+                                              frame.Obs(i, bad).ToString("R", System.Globalization.CultureInfo.InvariantCulture) +
+                                              ": module '" + slot.Module.Id + "' observes a uint8 Box (integers 0-255)");
                 }
             }
         }

@@ -777,14 +777,14 @@ namespace Tether.Client
             lock (sync) stepsRefusedStale = refused > long.MaxValue - stepsRefusedStale ? long.MaxValue : stepsRefusedStale + refused;
         }
 
-        bool Speaks13
+        bool Speaks13 { get { return Speaks(1, 3); } }
+
+        // Whether the PONG of this connection announced protocol major.minor or later.
+        bool Speaks(int major, int minor)
         {
-            get
-            {
-                JToken version = info == null ? null : info["protocol_version"];
-                int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
-                return parsed != null && (parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3));
-            }
+            JToken version = info == null ? null : info["protocol_version"];
+            int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
+            return parsed != null && (parsed[0] > major || (parsed[0] == major && parsed[1] >= minor));
         }
 
         bool ForceOnPolicy
@@ -1046,7 +1046,9 @@ namespace Tether.Client
             MessageType kind = force ? MessageType.EpisodesAndGetState : MessageType.Episodes;
             try
             {
-                writer.BeginMessage(Messages.ToWire(kind));
+                // A byte box's observations go as uint8 tensors (§10.9) only to a server of 1.4 or later,
+                // decided per send: a batch resent to an older server after a reconnect goes as numbers (§15).
+                writer.BeginMessage(Messages.ToWire(kind), Speaks(1, 4));
                 if (multiAgent)
                 {
                     foreach (MultiAgentRecord record in batch.Records)

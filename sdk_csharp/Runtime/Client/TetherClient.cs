@@ -90,6 +90,7 @@ namespace Tether.Client
         bool rawBoxSamples = true;
         bool strict;
         float[] dist = new float[0];
+        float[] byteValues = new float[0];  // a byte observation's values, for a backend that takes only floats
         double[] record = new double[0];
         double[] logp = new double[1];
         TetherException fatal;
@@ -236,28 +237,95 @@ namespace Tether.Client
         /// Records <paramref name="observation"/> and writes the policy's sampled
         /// action for it into <paramref name="action"/> (ActionSpace.FlatDim values:
         /// a Discrete's index plus start, a Box's sample clipped into the box).
-        /// Raises, once, an error the server sent for an earlier batch.
+        /// Raises, once, an error the server sent for an earlier batch. For a byte box
+        /// (<see cref="Space.IsBytes"/>, protocol 1.4) every value must be an integer from 0 to
+        /// 255: any other is refused here with OBS_DTYPE_MISMATCH naming it, nothing recorded.
         /// </summary>
         public void GetAction(string episodeId, float[] observation, double[] action)
+        {
+            Act(episodeId, observation, null, action);
+        }
+
+        /// <summary>
+        /// <see cref="GetAction(string, float[], double[])"/> for an observation given as bytes, row-major
+        /// (ObservationSpace.FlatDim of them): a byte box's (protocol 1.4, §8.1), such as a camera image
+        /// of shape [height, width, channels] as the engine holds it. Its model is fed the bytes as
+        /// they are (the ONNX Runtime backend), and a server of 1.4 or later is sent them as a uint8
+        /// tensor (§10.9). Allocates nothing in steady state.
+        /// </summary>
+        public void GetAction(string episodeId, byte[] observation, double[] action)
+        {
+            Act(episodeId, null, observation, action);
+        }
+
+        // A NaN or an infinity, and for a byte box any value that is not an integer 0-255, is refused before anything is recorded.
+        void CheckObservation(float[] values, int n, string what)
+        {
+            for (int i = 0; i < n; ++i)
+            {
+                if (float.IsNaN(values[i]) || float.IsInfinity(values[i]))
+                {
+                    throw new TetherException(ErrorCode.NonFiniteValue, what + "[" + i + "] is not finite");
+                }
+            }
+            if (!ObservationSpace.IsBytes) return;
+            for (int i = 0; i < n; ++i)
+            {
+                if (!EpisodeRecords.IsByteValue(values[i]))
+                {
+                    throw new TetherException(ErrorCode.ObsDtypeMismatch, what + "[" + i + "] is " + values[i].ToString("R", System.Globalization.CultureInfo.InvariantCulture) +
+                                              ": the observation space is a uint8 Box (integers 0-255)");
+                }
+            }
+        }
+
+        static void CheckLength(float[] values, byte[] bytes, int obsDim, string what)
+        {
+            int length = values != null ? values.Length : bytes != null ? bytes.Length : 0;
+            if ((values == null && bytes == null) || length != obsDim)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, what + " has " + length + " values, the space needs " + obsDim);
+            }
+        }
+
+        static void AddObservation(List<float> into, float[] values, byte[] bytes, int n)
+        {
+            if (into.Capacity < into.Count + n) into.Capacity = Math.Max(into.Count + n, 2 * into.Capacity);
+            if (values != null) for (int i = 0; i < n; ++i) into.Add(values[i]);
+            else for (int i = 0; i < n; ++i) into.Add(bytes[i]);
+        }
+
+        // The model's dist inputs for one observation: bytes go as they are to a backend that takes them.
+        void Infer(float[] values, byte[] bytes, int obsDim, int distDim)
+        {
+            if (bytes == null)
+            {
+                backend.Run(values, 1, obsDim, dist, distDim);
+                return;
+            }
+            var byteBackend = backend as IByteInferenceBackend;
+            if (byteBackend != null)
+            {
+                byteBackend.Run(bytes, 1, obsDim, dist, distDim);
+                return;
+            }
+            if (byteValues.Length != obsDim) byteValues = new float[obsDim];
+            for (int i = 0; i < obsDim; ++i) byteValues[i] = bytes[i];
+            backend.Run(byteValues, 1, obsDim, dist, distDim);
+        }
+
+        // GetAction on `values` or (1.4) `bytes`.
+        void Act(string episodeId, float[] values, byte[] bytes, double[] action)
         {
             Poll();
             Episode episode = Running(episodeId, "GetAction");
             int obsDim = ObservationSpace.FlatDim, actDim = ActionSpace.FlatDim;
-            if (observation == null || observation.Length != obsDim)
-            {
-                throw new TetherException(ErrorCode.InvalidArgument, "the observation has " + (observation == null ? 0 : observation.Length) + " values, the space needs " + obsDim);
-            }
+            CheckLength(values, bytes, obsDim, "the observation");
             if (action == null || action.Length != actDim)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "the action buffer has " + (action == null ? 0 : action.Length) + " values, the space needs " + actDim);
             }
-            for (int i = 0; i < obsDim; ++i)
-            {
-                if (float.IsNaN(observation[i]) || float.IsInfinity(observation[i]))
-                {
-                    throw new TetherException(ErrorCode.NonFiniteValue, "observation[" + i + "] is not finite");
-                }
-            }
+            if (values != null) CheckObservation(values, obsDim, "observation");
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
             // A batch goes every BatchSteps() steps played in training episodes (§13.2). With held-back
             // steps played since the last cut it is due when they plus the recorded steps waiting, and
@@ -277,7 +345,7 @@ namespace Tether.Client
             if (send)
             {
                 // The observation now closes this episode's last step: it goes with the batch.
-                for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
+                AddObservation(episode.Obs, values, bytes, obsDim);
                 ++episode.ObsRows;
                 try
                 {
@@ -307,7 +375,7 @@ namespace Tether.Client
                                           " values and the action " + actDim + ", the spaces need " + ObservationSpace.FlatDim + " and " + ActionSpace.FlatDim);
             }
             int distDim = ActionSpace.DistInputsSize;
-            backend.Run(observation, 1, obsDim, dist, distDim);
+            Infer(values, bytes, obsDim, distDim);
             Distributions.CheckFinite(dist, distDim);
             Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
             if (!episode.Training)
@@ -315,7 +383,7 @@ namespace Tether.Client
                 if (episode.HeldBack) ++heldSteps;
                 return;
             }
-            for (int i = 0; i < obsDim; ++i) episode.Obs.Add(observation[i]);
+            AddObservation(episode.Obs, values, bytes, obsDim);
             ++episode.ObsRows;
             for (int j = 0; j < actDim; ++j) episode.Actions.Add(record[j]);
             episode.Rewards.Add(0f);
@@ -332,7 +400,18 @@ namespace Tether.Client
         {
             Poll();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
-            backend.Run(observation, 1, ObservationSpace.FlatDim, dist, ActionSpace.DistInputsSize);
+            Infer(observation, null, ObservationSpace.FlatDim, ActionSpace.DistInputsSize);
+            Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
+            Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
+        }
+
+        /// <summary>The greedy action for an observation given as bytes (a byte box's, protocol 1.4); records nothing.</summary>
+        public void ComputeAction(byte[] observation, double[] action)
+        {
+            Poll();
+            if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
+            CheckLength(null, observation, ObservationSpace.FlatDim, "the observation");
+            Infer(null, observation, ObservationSpace.FlatDim, ActionSpace.DistInputsSize);
             Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
             Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
         }
@@ -354,22 +433,40 @@ namespace Tether.Client
         /// <summary>
         /// Ends an episode with its last observation; returns its total reward.
         /// <paramref name="truncated"/>: ended by a time limit (the value is bootstrapped), else it terminated.
+        /// A final observation that is not finite, or not bytes for a byte box, is refused (NON_FINITE_VALUE,
+        /// OBS_DTYPE_MISMATCH) and the episode goes on.
         /// </summary>
         public double EndEpisode(string episodeId, float[] observation, bool truncated = false)
         {
+            return End(episodeId, observation, null, truncated);
+        }
+
+        /// <summary>
+        /// <see cref="EndEpisode(string, float[], bool)"/> with the last observation given as bytes
+        /// (a byte box's, protocol 1.4: ObservationSpace.FlatDim of them, row-major).
+        /// </summary>
+        public double EndEpisode(string episodeId, byte[] observation, bool truncated = false)
+        {
+            return End(episodeId, null, observation, truncated);
+        }
+
+        double End(string episodeId, float[] values, byte[] bytes, bool truncated)
+        {
             Poll();
             Episode episode = Running(episodeId, "EndEpisode");
-            if (observation == null || observation.Length != ObservationSpace.FlatDim)
+            int obsDim = ObservationSpace.FlatDim;
+            if ((values == null && bytes == null) || (values != null ? values.Length : bytes.Length) != obsDim)
             {
-                throw new TetherException(ErrorCode.InvalidArgument, "the final observation needs " + ObservationSpace.FlatDim + " values");
+                throw new TetherException(ErrorCode.InvalidArgument, "the final observation needs " + obsDim + " values");
             }
+            if (values != null) CheckObservation(values, obsDim, "the final observation");
             episodes.Remove(episodeId);
             episode.Done = true;
             episode.Truncated = truncated;
             double total = episode.Return;
             if (episode.Training && episode.ActionRows > 0)
             {
-                for (int i = 0; i < observation.Length; ++i) episode.Obs.Add(observation[i]);
+                AddObservation(episode.Obs, values, bytes, obsDim);
                 ++episode.ObsRows;
                 finished.Add(episode);
             }

@@ -36,4 +36,24 @@ namespace Tether.Inference
         /// </summary>
         void Run(float[] obs, int batch, int obsDim, float[] output, int outDim);
     }
+
+    /// <summary>
+    /// A backend that also takes observations as bytes (protocol 1.4): the model of a byte box
+    /// (a uint8 Box, §8.1, such as a camera image) takes uint8 [batch, *shape] (§12.1). The
+    /// clients hand such a backend a byte observation as it is; a backend without this
+    /// interface gets its values as floats. <see cref="OnnxRuntimeBackend"/> implements it.
+    /// </summary>
+    public interface IByteInferenceBackend : IInferenceBackend
+    {
+        /// <summary>Whether the loaded model's input takes uint8 (a byte box's model) rather than float32.</summary>
+        bool InputIsBytes { get; }
+
+        /// <summary>
+        /// Runs the model on <paramref name="batch"/> rows of <paramref name="obsDim"/> byte
+        /// observations (each row an observation's values in row-major order) and writes batch
+        /// rows of <paramref name="outDim"/> outputs. A model whose input takes float32 is fed the
+        /// bytes' values. Allocates nothing once a batch size has been seen.
+        /// </summary>
+        void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim);
+    }
 }

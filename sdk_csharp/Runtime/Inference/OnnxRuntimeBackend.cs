@@ -12,18 +12,23 @@ namespace Tether.Inference
     /// with one intra-op thread (the engine owns the other cores), and per batch
     /// size pinned input and output buffers bound to the session once, so a
     /// run copies the observations in, runs, and copies the outputs out without
-    /// allocating. Native handles are released by <see cref="Dispose"/> (and by
+    /// allocating. It reads the element type and shape of the model's input: float32
+    /// (batch, obs_dim), or (protocol 1.4, §12.1) the uint8 (batch, *shape) of a byte
+    /// box's model, which it feeds bytes in that shape (from bytes, or from floats holding
+    /// the integers 0 to 255). Native handles are released by <see cref="Dispose"/> (and by
     /// the finalizer of the handles, should a caller forget).
     /// </summary>
-    public sealed class OnnxRuntimeBackend : IInferenceBackend
+    public sealed class OnnxRuntimeBackend : IByteInferenceBackend
     {
         const int MaxBindings = 4;  // batch sizes kept bound at once; a game runs one or two
+        const int ElementFloat = 1, ElementUint8 = 2;  // ONNXTensorElementDataType
 
         sealed class Binding : IDisposable
         {
             public int Batch;
             public long LastUsed;
-            public float[] Input;
+            public float[] Input;       // a float32 input's buffer
+            public byte[] InputBytes;   // a uint8 input's buffer
             public float[] Output;
             public GCHandle InputPin;
             public GCHandle OutputPin;
@@ -49,6 +54,7 @@ namespace Tether.Inference
         readonly List<Binding> bindings = new List<Binding>();
         long runs;
         bool disposed;
+        long[] inputDims = new long[0];  // the input's dimensions after the batch (-1 where the model leaves one open)
 
         /// <inheritdoc/>
         public bool Loaded { get { return session != null; } }
@@ -58,6 +64,15 @@ namespace Tether.Inference
 
         /// <inheritdoc/>
         public int OutDim { get; private set; }
+
+        /// <inheritdoc/>
+        public bool InputIsBytes { get; private set; }
+
+        /// <summary>
+        /// The loaded model input's dimensions after the batch: [obs_dim] for a float32 input, the
+        /// observation's own shape for a uint8 one ([84, 84, 4]); -1 where the model leaves one open.
+        /// </summary>
+        public long[] InputDims { get { return (long[])inputDims.Clone(); } }
 
         /// <summary>The native library's version ("1.29.0").</summary>
         public static string RuntimeVersion { get { return OrtApi.Instance.Version; } }
@@ -106,7 +121,8 @@ namespace Tether.Inference
             this.outputName = outputName;
         }
 
-        // The named input (or output) exists, is float and 2-D; its fixed width, or 0.
+        // The named input (or output) exists and is float32 (batch, width), or (an input, 1.4) uint8
+        // (batch, *dims); its fixed width (the product of the dims), or 0.
         int CheckIo(bool input, string name)
         {
             OrtApi api = OrtApi.Instance;
@@ -134,19 +150,34 @@ namespace Tether.Inference
                     api.Check(api.CastTypeInfoToTensorInfo(typeInfo, out tensorInfo), "'" + name + "' is not a tensor");
                     int elementType;
                     api.Check(api.GetTensorElementType(tensorInfo, out elementType), "reading the element type of '" + name + "'");
-                    if (elementType != 1 /* FLOAT */)
+                    bool bytes = input && elementType == ElementUint8;
+                    if (elementType != ElementFloat && !bytes)
                     {
-                        throw new TetherException(ErrorCode.InferenceFailed, "'" + name + "' holds element type " + elementType + ", not float32");
+                        throw new TetherException(ErrorCode.InferenceFailed, "'" + name + "' holds element type " + elementType + ", not float32" +
+                                                  (input ? " or uint8" : ""));
                     }
                     UIntPtr rank;
                     api.Check(api.GetDimensionsCount(tensorInfo, out rank), "reading the rank of '" + name + "'");
-                    if ((ulong)rank != 2)
+                    if (bytes ? (ulong)rank < 2 || (ulong)rank > 33 : (ulong)rank != 2)
                     {
-                        throw new TetherException(ErrorCode.InferenceFailed, "'" + name + "' has " + rank + " dimensions; (batch, width) is needed");
+                        throw new TetherException(ErrorCode.InferenceFailed, "'" + name + "' has " + rank + " dimensions; " +
+                                                  (bytes ? "(batch, *observation shape) is needed" : "(batch, width) is needed"));
                     }
-                    var dims = new long[2];
-                    api.Check(api.GetDimensions(tensorInfo, dims, (UIntPtr)2), "reading the shape of '" + name + "'");
-                    return dims[1] > 0 ? (int)dims[1] : 0;
+                    var dims = new long[(int)(ulong)rank];
+                    api.Check(api.GetDimensions(tensorInfo, dims, rank), "reading the shape of '" + name + "'");
+                    long width = 1;
+                    var rest = new long[dims.Length - 1];
+                    for (int d = 1; d < dims.Length; ++d)
+                    {
+                        rest[d - 1] = dims[d] > 0 ? dims[d] : dims[d] == 0 ? 0 : -1;
+                        width = dims[d] < 0 || width < 0 ? -1 : dims[d] != 0 && width > int.MaxValue / dims[d] ? int.MaxValue : width * dims[d];
+                    }
+                    if (input)
+                    {
+                        InputIsBytes = bytes;
+                        inputDims = rest;
+                    }
+                    return width > 0 ? (int)width : 0;
                 }
             }
             throw new TetherException(ErrorCode.InferenceFailed, "the model has no " + (input ? "input" : "output") + " '" + name +
@@ -156,8 +187,59 @@ namespace Tether.Inference
         /// <inheritdoc/>
         public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
         {
+            Binding binding = Prepare(obs == null ? -1 : obs.Length, batch, obsDim, output, outDim);
+            int n = batch * obsDim;
+            if (binding.InputBytes != null)
+            {
+                // A byte box's model (1.4): the floats are the integers 0-255 (the clients check them).
+                byte[] into = binding.InputBytes;
+                for (int i = 0; i < n; ++i)
+                {
+                    float v = obs[i];
+                    if (!(v >= 0f && v <= 255f && (float)(int)v == v))
+                    {
+                        throw new TetherException(ErrorCode.ObsDtypeMismatch, "observation value " + i + " is " + v.ToString("R", System.Globalization.CultureInfo.InvariantCulture) +
+                                                  ": the model takes uint8 (integers 0-255)");
+                    }
+                    into[i] = (byte)v;
+                }
+            }
+            else
+            {
+                Buffer.BlockCopy(obs, 0, binding.Input, 0, n * sizeof(float));
+            }
+            Finish(binding, output, batch * outDim);
+        }
+
+        /// <inheritdoc/>
+        public void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim)
+        {
+            Binding binding = Prepare(obs == null ? -1 : obs.Length, batch, obsDim, output, outDim);
+            int n = batch * obsDim;
+            if (binding.InputBytes != null)
+            {
+                Buffer.BlockCopy(obs, 0, binding.InputBytes, 0, n);
+            }
+            else
+            {
+                float[] into = binding.Input;
+                for (int i = 0; i < n; ++i) into[i] = obs[i];
+            }
+            Finish(binding, output, batch * outDim);
+        }
+
+        void Finish(Binding binding, float[] output, int n)
+        {
+            OrtApi api = OrtApi.Instance;
+            api.Check(api.RunWithBinding(session.Pointer, IntPtr.Zero, binding.Io.Pointer), "running the model");
+            Buffer.BlockCopy(binding.Output, 0, output, 0, n * sizeof(float));
+        }
+
+        // Checks a run's arguments (`obsLength`: the observations' length, -1 without any); the binding for its batch size.
+        Binding Prepare(int obsLength, int batch, int obsDim, float[] output, int outDim)
+        {
             if (session == null) throw new TetherException(ErrorCode.NotReady, "no model loaded");
-            if (obs == null || output == null || batch <= 0 || obsDim <= 0 || outDim <= 0)
+            if (obsLength < 0 || output == null || batch <= 0 || obsDim <= 0 || outDim <= 0)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "Run needs observations, an output buffer and sizes above zero");
             }
@@ -169,33 +251,48 @@ namespace Tether.Inference
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "output width " + outDim + " does not match the model's " + OutDim);
             }
-            if (obs.Length < batch * obsDim || output.Length < batch * outDim)
+            if (obsLength < batch * obsDim || output.Length < batch * outDim)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "the buffers hold fewer than " + batch + " rows");
             }
             Binding binding = BindingFor(batch, obsDim, outDim);
             binding.LastUsed = ++runs;
-            Buffer.BlockCopy(obs, 0, binding.Input, 0, batch * obsDim * sizeof(float));
-            OrtApi api = OrtApi.Instance;
-            api.Check(api.RunWithBinding(session.Pointer, IntPtr.Zero, binding.Io.Pointer), "running the model");
-            Buffer.BlockCopy(binding.Output, 0, output, 0, batch * outDim * sizeof(float));
+            return binding;
+        }
+
+        // The input tensor's shape for `batch` rows of `obsDim` values: (batch, obsDim), or a uint8
+        // input's (batch, *dims) when the model fixes every dimension.
+        long[] InputShape(int batch, int obsDim)
+        {
+            bool fixedDims = InputIsBytes && inputDims.Length > 0;
+            foreach (long d in inputDims) fixedDims = fixedDims && d >= 0;
+            if (!fixedDims) return new long[] { batch, obsDim };
+            var shape = new long[inputDims.Length + 1];
+            shape[0] = batch;
+            Array.Copy(inputDims, 0, shape, 1, inputDims.Length);
+            return shape;
         }
 
         Binding BindingFor(int batch, int obsDim, int outDim)
         {
             foreach (Binding candidate in bindings)
             {
-                if (candidate.Batch == batch && candidate.Input.Length == batch * obsDim && candidate.Output.Length == batch * outDim) return candidate;
+                int inputLength = candidate.Input != null ? candidate.Input.Length : candidate.InputBytes.Length;
+                if (candidate.Batch == batch && inputLength == batch * obsDim && candidate.Output.Length == batch * outDim) return candidate;
             }
             OrtApi api = OrtApi.Instance;
-            var fresh = new Binding { Batch = batch, Input = new float[batch * obsDim], Output = new float[batch * outDim] };
+            var fresh = new Binding { Batch = batch, Output = new float[batch * outDim] };
+            if (InputIsBytes) fresh.InputBytes = new byte[batch * obsDim];
+            else fresh.Input = new float[batch * obsDim];
             try
             {
-                fresh.InputPin = GCHandle.Alloc(fresh.Input, GCHandleType.Pinned);
+                fresh.InputPin = GCHandle.Alloc(InputIsBytes ? (object)fresh.InputBytes : fresh.Input, GCHandleType.Pinned);
                 fresh.OutputPin = GCHandle.Alloc(fresh.Output, GCHandleType.Pinned);
                 IntPtr raw;
+                long[] shape = InputShape(batch, obsDim);
                 api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.InputPin.AddrOfPinnedObject(),
-                          (UIntPtr)(fresh.Input.Length * sizeof(float)), new long[] { batch, obsDim }, (UIntPtr)2, 1, out raw), "creating the input tensor");
+                          (UIntPtr)(InputIsBytes ? fresh.InputBytes.Length : fresh.Input.Length * sizeof(float)), shape, (UIntPtr)shape.Length,
+                          InputIsBytes ? ElementUint8 : ElementFloat, out raw), "creating the input tensor");
                 fresh.InputValue = new OrtHandle(raw, api.ReleaseValue);
                 api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.OutputPin.AddrOfPinnedObject(),
                           (UIntPtr)(fresh.Output.Length * sizeof(float)), new long[] { batch, outDim }, (UIntPtr)2, 1, out raw), "creating the output tensor");
@@ -234,6 +331,8 @@ namespace Tether.Inference
             if (env != null) env.Dispose();
             memoryInfo = session = env = null;
             ObsDim = OutDim = 0;
+            InputIsBytes = false;
+            inputDims = new long[0];
         }
 
         /// <summary>Releases the session, its tensors and the pinned buffers.</summary>

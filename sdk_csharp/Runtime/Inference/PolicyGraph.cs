@@ -57,8 +57,10 @@ namespace Tether.Inference
     /// A feed-forward policy as a list of steps over values of shape (batch,
     /// width). It reads what Tether's server exports and what torch.onnx.export
     /// writes for an MLP: Gemm, MatMul, Add, Tanh, Relu, Sigmoid, Identity, and
-    /// the Shape/Expand/Concat that appends a state-independent log_std. Any
-    /// other operator is refused with INFERENCE_FAILED naming it.
+    /// the Shape/Expand/Concat that appends a state-independent log_std; and the
+    /// Flatten (axis 1) and Cast to float that begin the model of a byte box
+    /// (protocol 1.4, §12.1), whose input is then fed the bytes' values as floats,
+    /// one row per observation. Any other operator is refused with INFERENCE_FAILED naming it.
     /// </summary>
     public sealed class PolicyGraph
     {
@@ -211,6 +213,16 @@ namespace Tether.Inference
                 case "Identity":
                     symbols[output] = Get(symbols, node, 0);
                     return;
+                case "Flatten":
+                    // Every value here is (batch, width): rows already flat.
+                    if (node.Int("axis", 1) != 1) throw Fail("Flatten node '" + node.Name + "': only axis 1 (one row per observation) is supported");
+                    symbols[output] = Computed(symbols, node, 0);
+                    return;
+                case "Cast":
+                    // Every value here is float: a byte box's uint8 input is fed its values as floats.
+                    if (node.Int("to", 0) != 1 /* FLOAT */) throw Fail("Cast node '" + node.Name + "': only a cast to float is supported");
+                    symbols[output] = Computed(symbols, node, 0);
+                    return;
                 case "Shape":
                     symbols[output] = new Symbol { ShapeOf = Computed(symbols, node, 0).Value };
                     return;
@@ -243,7 +255,7 @@ namespace Tether.Inference
                     return;
                 }
                 default:
-                    throw Fail("operator " + node.OpType + " (node '" + node.Name + "') is not supported; supported: Gemm, MatMul, Add, Tanh, Relu, Sigmoid, Identity, Shape/Expand/Concat");
+                    throw Fail("operator " + node.OpType + " (node '" + node.Name + "') is not supported; supported: Gemm, MatMul, Add, Tanh, Relu, Sigmoid, Identity, Shape/Expand/Concat, Flatten, Cast to float");
             }
         }
     }

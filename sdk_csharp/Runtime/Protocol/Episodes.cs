@@ -13,7 +13,7 @@ namespace Tether.Protocol
     /// </summary>
     public sealed class EpisodeChunk
     {
-        /// <summary>(T + 1) rows of the observation space's FlatDim.</summary>
+        /// <summary>(T + 1) rows of the observation space's FlatDim (a byte box's values are the integers 0 to 255).</summary>
         public readonly List<float> Obs = new List<float>();
         /// <summary>T rows of the action space's FlatDim (a Box's raw samples).</summary>
         public readonly List<double> Actions = new List<double>();
@@ -272,7 +272,8 @@ namespace Tether.Protocol
             int steps = chunk.Steps, k = actionSpace.DistInputsSize;
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             var record = new JObject();
-            record["obs"] = Rows(chunk.Obs.Select(v => (double)v).ToList(), steps + 1, observationSpace.Shape, false, true);
+            // A byte box's observations are integers (§8.1): written as such, "7" rather than "7.0".
+            record["obs"] = Rows(chunk.Obs.Select(v => (double)v).ToList(), steps + 1, observationSpace.Shape, observationSpace.IsBytes, true);
             record["actions"] = Rows(chunk.Actions, steps, actionSpace.Shape, discrete, !discrete);
             record["rewards"] = new JArray(chunk.Rewards.Select(r => FloatJson(r)));
             if (chunk.ActionLogp.Count != 0) record["action_logp"] = new JArray(chunk.ActionLogp.Select(v => new JValue(v)));
@@ -291,10 +292,29 @@ namespace Tether.Protocol
         {
             int steps = chunk.Steps;
             CheckSize("obs", chunk.Obs.Count, (steps + 1) * observationSpace.FlatDim);
+            if (observationSpace.IsBytes) CheckByteValues(chunk.Obs, observationSpace.FlatDim);
             CheckSize("actions", chunk.Actions.Count, steps * actionSpace.FlatDim);
             if (chunk.ActionLogp.Count != 0) CheckSize("action_logp", chunk.ActionLogp.Count, steps);
             if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * actionSpace.DistInputsSize);
             VersionRuns.CheckVersions(chunk.StepVersions, steps);
+        }
+
+        /// <summary>
+        /// Whether <paramref name="value"/> is a value of a byte box (§8.1): an integer from 0 to 255.
+        /// </summary>
+        public static bool IsByteValue(float value) { return value >= 0f && value <= 255f && (float)(int)value == value; }
+
+        // OBS_DTYPE_MISMATCH naming the row of the first value of a byte box that is not an integer 0-255.
+        static void CheckByteValues(List<float> obs, int width)
+        {
+            for (int i = 0; i < obs.Count; ++i)
+            {
+                if (!IsByteValue(obs[i]))
+                {
+                    throw new TetherException(ErrorCode.ObsDtypeMismatch, "\"obs\"[" + (width > 0 ? i / width : 0) + "] holds " +
+                                              obs[i].ToString("R", CultureInfo.InvariantCulture) + ", not an integer in [0, 255] (the space is a uint8 Box)");
+                }
+            }
         }
 
         internal static void CheckSize(string field, int got, int expected)
@@ -337,9 +357,12 @@ namespace Tether.Protocol
         /// <summary>
         /// Checks an EPISODES message's records as a server does; the env steps
         /// they hold. Throws the refusal's code (INVALID_FIELD, EPISODE_LENGTH_MISMATCH,
-        /// OBS_SHAPE_MISMATCH, NON_FINITE_VALUE, ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP).
+        /// OBS_SHAPE_MISMATCH, NON_FINITE_VALUE, ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP;
+        /// protocol 1.4: INVALID_TENSOR and OBS_DTYPE_MISMATCH). A record's obs may be one tensor
+        /// object (§10.9) whose offset refers to <paramref name="attachment"/>, the message's
+        /// binary attachment (<see cref="Message.Attachment"/>; null when it had none).
         /// </summary>
-        public static int ValidateEpisodes(JObject message, Space observationSpace, Space actionSpace, bool requireLogp)
+        public static int ValidateEpisodes(JObject message, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment = null)
         {
             var records = message["episodes"] as JArray;
             if (records == null) throw new TetherException(ErrorCode.InvalidField, "\"episodes\" must be a list of episode records");
@@ -347,13 +370,17 @@ namespace Tether.Protocol
             for (int i = 0; i < records.Count; ++i)
             {
                 int rows;
-                total += ValidateChunk(records[i], "episodes[" + i + "]", observationSpace, actionSpace, requireLogp, out rows);
+                total += ValidateChunk(records[i], "episodes[" + i + "]", observationSpace, actionSpace, requireLogp, attachment, out rows);
             }
             return total;
         }
 
-        /// <summary>Checks one multi-agent record (§10.2) against the modules; the agent steps it holds.</summary>
-        public static int ValidateMultiAgentRecord(JToken record, int index, IDictionary<string, ModuleSpec> modules, bool requireLogp)
+        /// <summary>
+        /// Checks one multi-agent record (§10.8, pass 1) against the modules; the agent steps it holds.
+        /// An entry's obs may be one tensor object (§10.9) whose offset refers to <paramref name="attachment"/>,
+        /// the message's binary attachment (null when it had none).
+        /// </summary>
+        public static int ValidateMultiAgentRecord(JToken record, int index, IDictionary<string, ModuleSpec> modules, bool requireLogp, byte[] attachment = null)
         {
             string where = "episodes[" + index + "]";
             var agents = record is JObject ? record["agents"] as JObject : null;
@@ -376,7 +403,7 @@ namespace Tether.Protocol
                     throw Fail(ErrorCode.UnknownModule, agentWhere, "module " + (module == null ? "None" : module.ToString(Newtonsoft.Json.Formatting.None)) + " does not exist");
                 }
                 int obsRows;
-                int steps = ValidateChunk(entry, agentWhere, spec.ObservationSpace, spec.ActionSpace, requireLogp, out obsRows);
+                int steps = ValidateChunk(entry, agentWhere, spec.ObservationSpace, spec.ActionSpace, requireLogp, attachment, out obsRows);
                 int v = spec.ValueObsDim;
                 if (v > 0)
                 {
@@ -533,7 +560,50 @@ namespace Tether.Protocol
             return true;
         }
 
-        static int ValidateChunk(JToken recordToken, string where, Space observationSpace, Space actionSpace, bool requireLogp, out int obsRows)
+        // A record's obs (check 4 of §10.6): nested lists of numbers, or (1.4) one tensor object of the
+        // space's element type, uint8 for a byte box and float32 for every other space.
+        static NdArray Observations(JToken value, Space observationSpace, byte[] attachment, string where, out bool fromTensor)
+        {
+            fromTensor = Tensors.IsTensor(value);
+            if (!fromTensor) return Numeric(value, true, where, "obs");
+            Tensor tensor;
+            try
+            {
+                tensor = Tensors.Decode(value, attachment);
+            }
+            catch (TetherException e)
+            {
+                throw Fail(e.Code, where, "\"obs\": " + e.Detail);
+            }
+            string wanted = observationSpace.IsBytes ? Tensors.Uint8 : Tensors.Float32;
+            if (tensor.Dtype != wanted)
+            {
+                throw Fail(ErrorCode.ObsDtypeMismatch, where, "\"obs\" is a " + tensor.Dtype + " tensor; the observation space takes " + wanted);
+            }
+            var array = new NdArray();
+            foreach (long d in tensor.Shape) array.Shape.Add((int)d);
+            array.Data.Capacity = tensor.Count;
+            for (int i = 0; i < tensor.Count; ++i) array.Data.Add(tensor[i]);
+            return array;
+        }
+
+        // Check 11b of §10.6: a byte box's observations written as JSON numbers are integers 0-255 (7.0 is 7).
+        static void CheckBytes(NdArray obs, string where)
+        {
+            int rows = obs.Shape[0];
+            int width = rows == 0 ? 1 : obs.Data.Count / rows;
+            for (int i = 0; i < obs.Data.Count; ++i)
+            {
+                double x = obs.Data[i];
+                if (x < 0 || x > 255 || x != Math.Floor(x))
+                {
+                    throw Fail(ErrorCode.ObsDtypeMismatch, where, "\"obs\"[" + (width != 0 ? i / width : 0) +
+                               "] holds a value that is not an integer in [0, 255] (the space is a uint8 Box)");
+                }
+            }
+        }
+
+        static int ValidateChunk(JToken recordToken, string where, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment, out int obsRows)
         {
             var record = recordToken as JObject;
             if (record == null) throw Fail(ErrorCode.InvalidField, where, "an episode must be a JSON object");
@@ -550,7 +620,8 @@ namespace Tether.Protocol
                 }
             }
             bool boxActions = actionSpace.Kind == SpaceKind.Box;
-            NdArray obs = Numeric(record["obs"], true, where, "obs");
+            bool obsTensor;
+            NdArray obs = Observations(record["obs"], observationSpace, attachment, where, out obsTensor);
             NdArray actions = Numeric(record["actions"], boxActions, where, "actions");
             NdArray rewards = Numeric(record["rewards"], true, where, "rewards");
             int steps = rewards.Shape[0];
@@ -568,6 +639,7 @@ namespace Tether.Protocol
             }
             CheckFinite(obs, where, "obs");
             CheckFinite(rewards, where, "rewards");
+            if (observationSpace.IsBytes && !obsTensor) CheckBytes(obs, where);
             if (!TailMatches(actions.Shape, actionSpace.Shape))
             {
                 throw Fail(ErrorCode.ActionOutOfSpace, where, "action shape " + ShapeText(actions.Shape, 1) + " does not match the action space");

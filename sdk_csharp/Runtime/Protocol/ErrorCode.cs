@@ -58,6 +58,18 @@ namespace Tether.Protocol
         ActionLogpMismatch,
         /// <summary>The client's data kept making learner updates non-finite; its episodes are refused.</summary>
         DataRefused,
+        /// <summary>
+        /// A tensor object (protocol 1.4, §10.9) that cannot be read: a missing, unknown or mistyped
+        /// member, another dtype, both or neither of offset and b64, an offset past the attachment's
+        /// end, or b64 that is not padded standard base64 of exactly prod(shape) x size(dtype) bytes.
+        /// </summary>
+        InvalidTensor,
+        /// <summary>
+        /// Observations of another element type than their space's (protocol 1.4): a tensor of another
+        /// dtype, or in a uint8 Box (a byte box, §8.1) a value that is not an integer from 0 to 255.
+        /// Also raised locally by a client given such an observation for a byte box.
+        /// </summary>
+        ObsDtypeMismatch,
         /// <summary>The server is at its connection limit.</summary>
         TooManyConnections,
         /// <summary>The handshake took longer than the server allows.</summary>

@@ -35,7 +35,7 @@ namespace Tether.Protocol
         Error,
     }
 
-    /// <summary>A decoded message: its type and its whole JSON body.</summary>
+    /// <summary>A decoded message: its type, its whole JSON body and its binary attachment (§4.3), if any.</summary>
     public sealed class Message
     {
         /// <summary>The body's "type".</summary>
@@ -44,11 +44,19 @@ namespace Tether.Protocol
         /// <summary>The body as JSON (unknown fields kept).</summary>
         public JObject Body { get; private set; }
 
-        /// <summary>A message of <paramref name="type"/> with <paramref name="body"/>.</summary>
-        public Message(MessageType type, JObject body)
+        /// <summary>
+        /// The bytes after the NUL byte that ended the body's JSON text (protocol 1.4, §4.3): what the
+        /// tensor objects of an EPISODES message refer to by offset (§10.9). Null when the body had no
+        /// NUL byte; empty when nothing followed it.
+        /// </summary>
+        public byte[] Attachment { get; private set; }
+
+        /// <summary>A message of <paramref name="type"/> with <paramref name="body"/> (and the body's <paramref name="attachment"/>).</summary>
+        public Message(MessageType type, JObject body, byte[] attachment = null)
         {
             Type = type;
             Body = body;
+            Attachment = attachment;
         }
     }
 
@@ -59,7 +67,7 @@ namespace Tether.Protocol
         public const int MaxJsonDepth = 64;
 
         /// <summary>The protocol version this SDK speaks (sent in PING).</summary>
-        public const string ProtocolVersion = "1.3";
+        public const string ProtocolVersion = "1.4";
 
         static readonly string[] TypeNames =
         {
@@ -101,29 +109,41 @@ namespace Tether.Protocol
 
         /// <summary>
         /// The body as a <see cref="Message"/>. Throws <see cref="ProtocolException"/>:
-        /// INVALID_UTF8, INVALID_JSON, NOT_AN_OBJECT, MISSING_TYPE or UNKNOWN_TYPE (§5.2, in that order).
+        /// INVALID_UTF8, INVALID_JSON, NOT_AN_OBJECT, MISSING_TYPE or UNKNOWN_TYPE (§4.2, in that order).
+        /// A NUL byte ends the JSON text (protocol 1.4, §4.3): the checks apply to the text before it,
+        /// and the bytes after it are the message's <see cref="Message.Attachment"/>, never checked.
         /// </summary>
         public static Message Decode(byte[] body)
         {
-            JToken value = ParseJson(body);
+            int end = Array.IndexOf(body, (byte)0);
+            byte[] attachment = null;
+            if (end >= 0)
+            {
+                attachment = new byte[body.Length - end - 1];
+                Buffer.BlockCopy(body, end + 1, attachment, 0, attachment.Length);
+            }
+            JToken value = ParseJson(body, end >= 0 ? end : body.Length);
             var obj = value as JObject;
             if (obj == null) throw new ProtocolException(ErrorCode.NotAnObject, "body must be a JSON object, got " + Describe(value));
             JToken type;
             if (!obj.TryGetValue("type", out type)) throw new ProtocolException(ErrorCode.MissingType, "body has no \"type\"");
             MessageType? known = type.Type == JTokenType.String ? FromWire((string)type) : null;
             if (known == null) throw new ProtocolException(ErrorCode.UnknownType, "unknown message type " + type.ToString(Formatting.None));
-            return new Message(known.Value, obj);
+            return new Message(known.Value, obj, attachment);
         }
 
         /// <summary>
         /// Parses UTF-8 JSON as Python's json module reads it (NaN and Infinity
         /// allowed, strings never turned into dates). Throws INVALID_UTF8 or INVALID_JSON.
         /// </summary>
-        public static JToken ParseJson(byte[] body)
+        public static JToken ParseJson(byte[] body) { return ParseJson(body, body.Length); }
+
+        // The JSON text of the first `length` bytes of `body`.
+        static JToken ParseJson(byte[] body, int length)
         {
-            int invalid = FirstInvalidUtf8(body);
+            int invalid = FirstInvalidUtf8(body, length);
             if (invalid >= 0) throw new ProtocolException(ErrorCode.InvalidUtf8, "body is not valid UTF-8 (at byte " + invalid + ")");
-            int depth = NestingDepth(body);
+            int depth = NestingDepth(body, length);
             if (depth > MaxJsonDepth)
             {
                 throw new ProtocolException(ErrorCode.InvalidJson,
@@ -131,7 +151,7 @@ namespace Tether.Protocol
             }
             try
             {
-                using (var reader = new JsonTextReader(new StringReader(Utf8.GetString(body))))
+                using (var reader = new JsonTextReader(new StringReader(Utf8.GetString(body, 0, length))))
                 {
                     reader.DateParseHandling = DateParseHandling.None;
                     reader.FloatParseHandling = FloatParseHandling.Double;
@@ -220,9 +240,10 @@ namespace Tether.Protocol
         public static byte[] EncodeFrame(JObject body) { return Framing.Encode(Encode(body)); }
 
         /// <summary>The offset of the first byte that is not valid UTF-8 (overlong forms and surrogates included), or -1.</summary>
-        public static int FirstInvalidUtf8(byte[] s)
+        public static int FirstInvalidUtf8(byte[] s) { return FirstInvalidUtf8(s, s.Length); }
+
+        static int FirstInvalidUtf8(byte[] s, int n)
         {
-            int n = s.Length;
             int i = 0;
             while (i < n)
             {
@@ -252,11 +273,11 @@ namespace Tether.Protocol
         }
 
         // The deepest nesting of [ and { outside strings (one pass, no parse).
-        static int NestingDepth(byte[] text)
+        static int NestingDepth(byte[] text, int length)
         {
             int depth = 0, deepest = 0;
             bool inString = false;
-            for (int i = 0; i < text.Length; ++i)
+            for (int i = 0; i < length; ++i)
             {
                 byte c = text[i];
                 if (inString)

@@ -141,7 +141,8 @@ namespace Tether.Protocol
     /// Writes a JSON array of episode records (§10.1, §10.7) as text, the same
     /// values as EpisodeRecords.Encode / EncodeAgentEntry give (float32 values as
     /// their shortest decimal, which may use an exponent where Encode does not:
-    /// the same number). Not thread-safe; reuse one per thread.
+    /// the same number; a byte box's observations as integers). Not thread-safe;
+    /// reuse one per thread.
     /// </summary>
     public sealed class RecordWriter
     {
@@ -152,6 +153,11 @@ namespace Tether.Protocol
         readonly char[] number = new char[64];
         int records;
         int entries;
+        // A message's binary attachment (1.4, §4.3): the bytes of its uint8 observation tensors (§10.9).
+        byte[] attachment = new byte[0];
+        int attachmentLength;
+        bool tensors;         // a byte box's observations go as tensors in the attachment
+        bool withAttachment;  // a tensor refers to the attachment (which may then be empty)
 
         // ---- text -----------------------------------------------------------------------------
 
@@ -231,6 +237,8 @@ namespace Tether.Protocol
             length = 0;
             Append('[');
             records = 0;
+            tensors = withAttachment = false;
+            attachmentLength = 0;
         }
 
         /// <summary>The array written so far, closed.</summary>
@@ -242,10 +250,17 @@ namespace Tether.Protocol
 
         // ---- a whole message ------------------------------------------------------------------
 
-        /// <summary>Starts a message {"type": type, "episodes": [records...: write them, then EndEpisodes and the other fields.</summary>
-        internal void BeginMessage(string type)
+        /// <summary>
+        /// Starts a message {"type": type, "episodes": [records...: write them, then EndEpisodes and the other fields.
+        /// <paramref name="byteTensors"/> (for a server of 1.4 or later): a byte box's observations go as one
+        /// uint8 tensor per record or agent entry, their bytes in the body's attachment (§10.9, §4.3).
+        /// </summary>
+        internal void BeginMessage(string type, bool byteTensors = false)
         {
             length = 0;
+            tensors = byteTensors;
+            withAttachment = false;
+            attachmentLength = 0;
             Append("{\"type\":");
             String(type);
             Append(",\"episodes\":[");
@@ -298,14 +313,26 @@ namespace Tether.Protocol
 
         /// <summary>
         /// Closes the message and frames it (§3) into <paramref name="frame"/> (grown when it is too
-        /// small); returns the frame's length. FRAME_TOO_LARGE when the body does not fit the header.
+        /// small), its JSON followed by a NUL byte and the attachment when a tensor refers to one
+        /// (§4.3); returns the frame's length. FRAME_TOO_LARGE when the body does not fit the header.
         /// </summary>
         internal int EndMessage(ref byte[] frame)
         {
             Append('}');
-            int most = Framing.HeaderSize + Utf8.GetMaxByteCount(length);
-            if (frame == null || frame.Length < most) frame = new byte[Math.Max(most, frame == null ? 0 : 2 * frame.Length)];
+            int extra = withAttachment ? 1 + attachmentLength : 0;
+            long most = (long)Framing.HeaderSize + Utf8.GetMaxByteCount(length) + extra;
+            if (most > int.MaxValue - 64)
+            {
+                throw new ProtocolException(ErrorCode.FrameTooLarge, "a body of about " + most + " bytes does not fit an 8-digit header");
+            }
+            if (frame == null || frame.Length < most) frame = new byte[Math.Max((int)most, frame == null ? 0 : (int)Math.Min(2L * frame.Length, int.MaxValue - 64))];
             int body = Utf8.GetBytes(text, 0, length, frame, Framing.HeaderSize);
+            if (withAttachment)
+            {
+                frame[Framing.HeaderSize + body] = 0;
+                Buffer.BlockCopy(attachment, 0, frame, Framing.HeaderSize + body + 1, attachmentLength);
+                body += extra;
+            }
             if (body > Framing.MaxEncodableBody)
             {
                 throw new ProtocolException(ErrorCode.FrameTooLarge, "a body of " + body + " bytes does not fit an 8-digit header");
@@ -403,15 +430,29 @@ namespace Tether.Protocol
             }
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             long[] shape = observationSpace.Shape;
-            Append("\"obs\":[");
-            for (int r = 0; r <= steps; ++r)
+            bool bytes = observationSpace.IsBytes;
+            if (bytes && tensors)
             {
-                if (r > 0) Append(',');
-                int row = rows[from + r];
-                if (shape.Length == 1) FlatRow(table.Obs, row * obsDim, obsDim);
-                else NestFloats(table.Obs, row * obsDim, shape, 0);
+                // One uint8 tensor of shape [T + 1, *shape], its bytes in the attachment (1.4, §10.9).
+                int offset = attachmentLength;
+                ReserveAttachment((steps + 1) * obsDim);
+                for (int r = 0; r <= steps; ++r) CopyBytes(table.Obs, rows[from + r] * obsDim, obsDim);
+                Append("\"obs\":");
+                TensorAt(steps + 1, shape, offset);
+                Append(",\"actions\":[");
             }
-            Append("],\"actions\":[");
+            else
+            {
+                Append("\"obs\":[");
+                for (int r = 0; r <= steps; ++r)
+                {
+                    if (r > 0) Append(',');
+                    int row = rows[from + r];
+                    if (shape.Length == 1 && !bytes) FlatRow(table.Obs, row * obsDim, obsDim);
+                    else NestFloats(table.Obs, row * obsDim, shape, 0, bytes);
+                }
+                Append("],\"actions\":[");
+            }
             for (int r = 0; r < steps; ++r)
             {
                 if (r > 0) Append(',');
@@ -508,7 +549,19 @@ namespace Tether.Protocol
             int steps = chunk.Steps, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             Append("\"obs\":");
-            RowsOfFloats(chunk.Obs, steps + 1, observationSpace.Shape);
+            if (observationSpace.IsBytes && tensors)
+            {
+                // One uint8 tensor of shape [T + 1, *shape], its bytes in the attachment (1.4, §10.9).
+                int offset = attachmentLength, n = chunk.Obs.Count;
+                ReserveAttachment(n);
+                List<float> obs = chunk.Obs;
+                for (int i = 0; i < n; ++i) attachment[attachmentLength++] = ByteOf(obs[i]);
+                TensorAt(steps + 1, observationSpace.Shape, offset);
+            }
+            else
+            {
+                RowsOfFloats(chunk.Obs, steps + 1, observationSpace.Shape, observationSpace.IsBytes);
+            }
             Append(",\"actions\":[");
             for (int r = 0; r < steps; ++r)
             {
@@ -580,7 +633,8 @@ namespace Tether.Protocol
             Append(']');
         }
 
-        void RowsOfFloats(List<float> flat, int rows, long[] shape)
+        // Rows of observations; `bytes`: a byte box's, written as integers.
+        void RowsOfFloats(List<float> flat, int rows, long[] shape, bool bytes)
         {
             int width = 1;
             foreach (long d in shape) width *= (int)d;
@@ -588,16 +642,17 @@ namespace Tether.Protocol
             for (int r = 0; r < rows; ++r)
             {
                 if (r > 0) Append(',');
-                NestFloats(flat, r * width, shape, 0);
+                NestFloats(flat, r * width, shape, 0, bytes);
             }
             Append(']');
         }
 
-        void NestFloats(List<float> data, int at, long[] shape, int dim)
+        void NestFloats(List<float> data, int at, long[] shape, int dim, bool bytes)
         {
             if (dim == shape.Length)
             {
-                Float32(data[at]);
+                if (bytes) Integer(ByteOf(data[at]));
+                else Float32(data[at]);
                 return;
             }
             int stride = 1;
@@ -606,16 +661,17 @@ namespace Tether.Protocol
             for (int i = 0; i < shape[dim]; ++i)
             {
                 if (i > 0) Append(',');
-                NestFloats(data, at + i * stride, shape, dim + 1);
+                NestFloats(data, at + i * stride, shape, dim + 1, bytes);
             }
             Append(']');
         }
 
-        void NestFloats(float[] data, int at, long[] shape, int dim)
+        void NestFloats(float[] data, int at, long[] shape, int dim, bool bytes = false)
         {
             if (dim == shape.Length)
             {
-                Float32(data[at]);
+                if (bytes) Integer(ByteOf(data[at]));
+                else Float32(data[at]);
                 return;
             }
             int stride = 1;
@@ -624,9 +680,60 @@ namespace Tether.Protocol
             for (int i = 0; i < shape[dim]; ++i)
             {
                 if (i > 0) Append(',');
-                NestFloats(data, at + i * stride, shape, dim + 1);
+                NestFloats(data, at + i * stride, shape, dim + 1, bytes);
             }
             Append(']');
+        }
+
+        // ---- byte boxes (1.4) --------------------------------------------------------------------
+
+        // A byte box's value as its byte; OBS_DTYPE_MISMATCH for one that is not an integer 0-255 (the
+        // clients refuse such values at the call: a record holding one is not sent).
+        static byte ByteOf(float value)
+        {
+            if (!EpisodeRecords.IsByteValue(value))
+            {
+                throw new TetherException(ErrorCode.ObsDtypeMismatch, "a record of a uint8 Box holds the observation value " +
+                                          value.ToString("R", CultureInfo.InvariantCulture) + "; it is not sent");
+            }
+            return (byte)value;
+        }
+
+        void ReserveAttachment(int more)
+        {
+            if (attachmentLength + more <= attachment.Length) return;
+            long needed = (long)attachmentLength + more;
+            if (needed > Framing.MaxEncodableBody)
+            {
+                throw new ProtocolException(ErrorCode.FrameTooLarge, "an attachment of " + needed + " bytes does not fit an 8-digit header");
+            }
+            var grown = new byte[Math.Max((int)needed, (int)Math.Min(2L * attachment.Length, Framing.MaxEncodableBody))];
+            Buffer.BlockCopy(attachment, 0, grown, 0, attachmentLength);
+            attachment = grown;
+        }
+
+        void CopyBytes(float[] data, int at, int n)
+        {
+            byte[] into = attachment;
+            int to = attachmentLength;
+            for (int i = 0; i < n; ++i) into[to + i] = ByteOf(data[at + i]);
+            attachmentLength = to + n;
+        }
+
+        // {"dtype":"uint8","shape":[rows,*shape],"offset":offset}: rows observations in the attachment from offset on.
+        void TensorAt(int rows, long[] shape, int offset)
+        {
+            Append("{\"dtype\":\"uint8\",\"shape\":[");
+            Integer(rows);
+            foreach (long d in shape)
+            {
+                Append(',');
+                Integer(d);
+            }
+            Append("],\"offset\":");
+            Integer(offset);
+            Append('}');
+            withAttachment = true;
         }
 
         // An action: integers for Discrete/MultiDiscrete, float32 values for a Box (as Encode writes them).

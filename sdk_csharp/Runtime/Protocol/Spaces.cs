@@ -19,7 +19,8 @@ namespace Tether.Protocol
 
     /// <summary>
     /// A space as SET_CONFIG describes it. Immutable. A Box's values are
-    /// prod(shape) floats; a Discrete's one integer in [start, start + n); a
+    /// prod(shape) floats (a byte box's, dtype "uint8", the integers 0 to 255:
+    /// see <see cref="IsBytes"/>); a Discrete's one integer in [start, start + n); a
     /// MultiDiscrete's one integer per entry of nvec.
     /// </summary>
     public sealed class Space
@@ -43,6 +44,17 @@ namespace Tether.Protocol
         public double[] High { get; private set; }
         /// <summary>A Box's dtype as written ("float32" by default).</summary>
         public string Dtype { get; private set; }
+
+        /// <summary>The dtype of a byte box (protocol 1.4, §8.1).</summary>
+        public const string ByteDtype = "uint8";
+
+        /// <summary>
+        /// Whether it is a byte box (protocol 1.4, §8.1): a Box of dtype "uint8", whose values are the
+        /// integers 0 to 255, such as a camera image of shape [height, width, channels]. Its model
+        /// takes the observation as bytes in its own shape (§12.1), and a 1.4 server is sent its
+        /// observations as one uint8 tensor per record (§10.9). Every other Box is float32.
+        /// </summary>
+        public bool IsBytes { get { return Kind == SpaceKind.Box && Dtype == ByteDtype; } }
 
         Space() { }
 
@@ -77,9 +89,13 @@ namespace Tether.Protocol
             }
         }
 
-        /// <summary>A Box with per-element bounds. INVALID_ARGUMENT for a bad shape or bounds.</summary>
+        /// <summary>
+        /// A Box with per-element bounds. INVALID_ARGUMENT for a bad shape or bounds (a byte box's,
+        /// dtype "uint8", must lie within [0, 255]).
+        /// </summary>
         public static Space Box(long[] shape, double[] low, double[] high, string dtype = "float32")
         {
+            if (dtype == null) throw new TetherException(ErrorCode.InvalidArgument, "Box dtype must be a string");
             foreach (long d in shape)
             {
                 if (d < 0) throw new TetherException(ErrorCode.InvalidArgument, "Box shape must be non-negative");
@@ -93,6 +109,10 @@ namespace Tether.Protocol
             for (int i = 0; i < size; ++i)
             {
                 if (low[i] > high[i]) throw new TetherException(ErrorCode.InvalidArgument, "Box low must not exceed high");
+                if (dtype == ByteDtype && (low[i] < 0 || high[i] > 255))
+                {
+                    throw new TetherException(ErrorCode.InvalidArgument, "a uint8 Box's bounds must lie within [0, 255]");
+                }
             }
             return new Space
             {
@@ -101,8 +121,8 @@ namespace Tether.Protocol
             };
         }
 
-        /// <summary>A Box with the same bounds for every element.</summary>
-        public static Space Box(long[] shape, double low, double high)
+        /// <summary>A Box with the same bounds for every element (<paramref name="dtype"/> "uint8": a byte box).</summary>
+        public static Space Box(long[] shape, double low, double high, string dtype = "float32")
         {
             if (CappedProduct(shape) > MaxSpaceElements) throw new TetherException(ErrorCode.InvalidArgument, TooLarge("Box prod(shape)"));
             long size = 1;
@@ -114,8 +134,14 @@ namespace Tether.Protocol
                 lows[i] = low;
                 highs[i] = high;
             }
-            return Box(shape, lows, highs);
+            return Box(shape, lows, highs, dtype);
         }
+
+        /// <summary>
+        /// A byte box (protocol 1.4, §8.1) of bounds [0, 255]: an image of shape [height, width, channels]
+        /// as an engine's camera gives it.
+        /// </summary>
+        public static Space ByteBox(long[] shape) { return Box(shape, 0, 255, ByteDtype); }
 
         /// <summary>Discrete(n, start). INVALID_ARGUMENT unless 1 &lt;= n &lt;= MaxSpaceElements.</summary>
         public static Space Discrete(long n, long start = 0)
@@ -185,8 +211,8 @@ namespace Tether.Protocol
                 if (low[i] > high[i]) throw Invalid("Box low must not exceed high");
             }
             JToken dtype = obj["dtype"];
-            string dtypeName = dtype == null ? "float32" : dtype.Type == JTokenType.String ? (string)dtype : dtype.ToString(Newtonsoft.Json.Formatting.None);
-            return Box(dims, low, high, dtypeName);
+            if (dtype != null && dtype.Type != JTokenType.String) throw Invalid("Box dtype must be a string, got " + dtype.ToString(Newtonsoft.Json.Formatting.None));
+            return Box(dims, low, high, dtype == null ? "float32" : (string)dtype);
         }
 
         static Space DiscreteFromJson(JObject obj)
