@@ -68,12 +68,30 @@ def encode_tensor_at(array: np.ndarray, offset: int) -> dict[str, Any]:
     return {"dtype": name, "shape": list(np.shape(array)), "offset": offset}
 
 
+#: Bound in place of the attachment to a tensor past the body's budget: together, a body's tensors
+#: refer to at most as many bytes as its attachment holds (§10.9), so a body cannot make its receiver
+#: read its bytes many times over.
+OVERCLAIMED = "overclaimed"
+
+
+def _claimed_bytes(tensor: dict[str, Any]) -> int:
+    """The bytes an offset tensor refers to (0 when it is malformed: decoding refuses it anyway)."""
+    name = tensor.get("dtype")
+    dtype = TENSOR_DTYPES.get(name) if isinstance(name, str) else None
+    shape = tensor.get("shape")
+    if dtype is None or "offset" not in tensor or not isinstance(shape, list) or len(shape) > MAX_RANK or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in shape):
+        return 0
+    return math.prod(shape) * dtype.itemsize
+
+
 def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> None:
     """Lets every tensor object of a message's observations (records' and agent entries' ``obs``)
     read the body's attachment; removes a member of the internal name that a sender wrote."""
     records = message.get("episodes")
     if not isinstance(records, list):
         return
+    unclaimed = len(attachment) if attachment is not None else 0
     for record in records:
         if not isinstance(record, dict):
             continue
@@ -84,7 +102,8 @@ def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> N
             if isinstance(obs, dict):
                 obs.pop(ATTACHMENT, None)
                 if attachment is not None:
-                    obs[ATTACHMENT] = attachment
+                    unclaimed -= _claimed_bytes(obs)
+                    obs[ATTACHMENT] = attachment if unclaimed >= 0 else OVERCLAIMED
 
 
 def decode_tensor(value: dict[str, Any]) -> np.ndarray:
@@ -109,10 +128,15 @@ def decode_tensor(value: dict[str, Any]) -> np.ndarray:
         attachment = value.get(ATTACHMENT)
         if attachment is None:
             raise TensorError("tensor offset refers to the attachment, but the body has none")
+        if attachment is OVERCLAIMED:
+            raise TensorError("the body's tensors refer to more bytes than its attachment holds: tensors may not "
+                              "read the same bytes twice")
         if offset + expected > len(attachment):
             raise TensorError(f"tensor of shape {shape} and dtype {value['dtype']} needs {expected} bytes at offset "
                               f"{offset}, but the attachment holds {len(attachment)}")
-        return np.frombuffer(attachment, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
+        # A copy: a stored observation must not keep the whole received body alive.
+        flat = np.frombuffer(attachment, dtype=dtype, count=math.prod(shape), offset=offset).copy()
+        return _shaped(flat, shape)
     data = value["b64"]
     if not isinstance(data, str):
         raise TensorError(f"tensor b64 must be a string, got {type(data).__name__}")
@@ -126,4 +150,11 @@ def decode_tensor(value: dict[str, Any]) -> np.ndarray:
         raise TensorError("tensor b64 is not valid base64 (standard alphabet, padded)") from None
     if len(raw) != expected:
         raise TensorError(f"tensor b64 decodes to {len(raw)} bytes, its shape and dtype need {expected}")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return _shaped(np.frombuffer(raw, dtype=dtype), shape)
+
+
+def _shaped(flat: np.ndarray, shape: list[int]) -> np.ndarray:
+    try:
+        return flat.reshape(shape)
+    except ValueError:  # an empty array of dimensions too large for an array (numpy refuses them)
+        raise TensorError(f"tensor shape {describe(shape)} is too large for an array") from None

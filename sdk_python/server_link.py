@@ -644,7 +644,8 @@ class ServerLink:
 
         def as_tensor(obs: list[Any], shape: tuple[int, ...]) -> dict[str, Any]:
             nonlocal size
-            data = np.asarray(obs).reshape((len(obs), *shape)).astype(np.uint8)
+            # (each observation to the space's shape: an engine may hand an image flat or as rows)
+            data = np.stack([np.asarray(o).reshape(shape) for o in obs]).astype(np.uint8)
             tensor = encode_tensor_at(data, size)
             parts.append(data.tobytes())
             size += data.nbytes

@@ -24,10 +24,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
+from tether.protocol.onnx_codec import encode_onnx
+
 from .config import ServerConfig
 from .data_guard import DataGuard
 from .ingest.batch_dedup import BatchDedup
-from .ingest.logp_check import PolicyHistory
+from .ingest.logp_check import PolicyHistory, ServedPolicy
 from .learner import IsolatedUpdate, update_isolating
 from .metrics import Metrics, TensorBoardWriter
 from .module_runtime import ModuleRuntime
@@ -169,6 +171,9 @@ class LearnerLoop:
                     continue
                 trained = time.perf_counter()
                 onnx_bytes = learner.export_onnx()
+                # Encoded and loaded here, in the learner thread: for a CNN's megabytes the gzip alone
+                # takes hundreds of milliseconds, which the event loop must not wait for.
+                served = (encode_onnx(onnx_bytes), ServedPolicy(onnx_bytes, self.modules[module_id].spec.action_space))
             except Exception as exc:
                 learner.load_state(before)
                 print(f"[tether] update of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr, flush=True)
@@ -177,7 +182,7 @@ class LearnerLoop:
             # Seconds the update (its trials included) and the ONNX export took (the console's health panel, TensorBoard).
             stats = {**outcome.stats, "update_s": trained - started, "export_s": time.perf_counter() - trained,
                      "update_trials": float(outcome.trials)}
-            results[module_id] = (outcome, stats, onnx_bytes)
+            results[module_id] = (outcome, stats, served)
         return results
 
     def _publish(self, by_module: dict[str, list[Pooled]], results: dict[str, Any]) -> dict[str, dict]:
@@ -187,7 +192,7 @@ class LearnerLoop:
         published = {}
         #: source -> why its data was left out of an update of this round.
         guilty: dict[str, str] = {}
-        for module_id, (outcome, stats, onnx_bytes) in results.items():
+        for module_id, (outcome, stats, served) in results.items():
             items = by_module[module_id]
             guilty.update((s, why) for s, why in outcome.guilty.items() if s not in guilty)
             kept = set(outcome.kept)
@@ -217,8 +222,9 @@ class LearnerLoop:
                           f"steps of client(s) {', '.join(sorted({p.source for p in cleared}))} left out unblamed "
                           f"({outcome.trials} trial updates)", file=sys.stderr, flush=True)
             runtime = self.modules[module_id]
-            runtime.publish(onnx_bytes)
-            self.histories[module_id].add(runtime.weights_seq_no, onnx_bytes, runtime.spec.action_space)
+            runtime.publish(served[0])
+            if module_id in self.histories:
+                self.histories[module_id].add_served(runtime.weights_seq_no, served[1])
             m.module_updates[module_id] = stats
             m.agent_steps_trained += sum(p.chunk.env_steps for p in items if p.source in kept)
             published[module_id] = stats

@@ -9,6 +9,7 @@ from tether.protocol.onnx_codec import encode_onnx
 
 from .config import ServerConfig
 from .learner import PPOLearner
+from .learner.model_config import ModelConfigError
 from .module_setup import ModuleLayout
 
 
@@ -28,19 +29,23 @@ class ModuleRuntime:
         self.weights_seq_no = 0
         self.onnx_field = encode_onnx(learner.export_onnx())
 
-    def publish(self, onnx_bytes: bytes) -> None:
+    def publish(self, onnx_field: str) -> None:
+        """Serve the next version: ``onnx_field`` is its model as SET_STATE carries it (encode_onnx)."""
         self.weights_seq_no += 1
-        self.onnx_field = encode_onnx(onnx_bytes)
+        self.onnx_field = onnx_field
 
 
 def build_modules(layout: ModuleLayout, config: ServerConfig, device: torch.device) -> dict[str, ModuleRuntime]:
     """A fresh learner per module of the layout (module i seeded with seed + i)."""
     modules: dict[str, ModuleRuntime] = {}
     for i, (module_id, spec) in enumerate(layout.specs.items()):
-        learner = PPOLearner(
-            spec.observation_space, spec.action_space, layout.hyperparams[module_id], device,
-            None if config.seed is None else config.seed + i, spec.onnx_input_name, spec.onnx_output_name,
-            spec.value_obs_dim,
-        )
-        modules[module_id] = ModuleRuntime(spec, learner)
+        try:
+            learner = PPOLearner(
+                spec.observation_space, spec.action_space, layout.hyperparams[module_id], device,
+                None if config.seed is None else config.seed + i, spec.onnx_input_name, spec.onnx_output_name,
+                spec.value_obs_dim,
+            )
+            modules[module_id] = ModuleRuntime(spec, learner)  # (its first export traces the network)
+        except ModelConfigError as exc:  # (a user network that cannot be built or exported)
+            raise ModelConfigError(f"module {module_id!r}: {exc}") from None
     return modules

@@ -70,7 +70,10 @@ class PolicyHistory:
 
     def add(self, version: int, onnx_bytes: bytes, action_space: Space) -> None:
         """Keep ``version``: ``onnx_bytes`` is the model as served."""
-        policy = ServedPolicy(onnx_bytes, action_space)
+        self.add_served(version, ServedPolicy(onnx_bytes, action_space))
+
+    def add_served(self, version: int, policy: ServedPolicy) -> None:
+        """Keep ``version``, already loaded (the learner thread loads it, off the event loop)."""
         self._versions = (*self._versions, (version, policy))[-self.keep :]
 
     @property

@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import warnings
 
+import numpy as np
+
 import onnx
 import torch
 from torch import nn
@@ -69,37 +71,65 @@ class TracedPolicyExporter:
         # The exporter merges equal initializers (two zero biases become one and an Identity):
         # traced with distinct random values, every weight keeps its own initializer.
         saved = {key: value.clone() for key, value in state.items()}
-        generator = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for tensor in (*model.parameters(), *model.buffers()):
-                if tensor.is_floating_point() and tensor.dim() > 0:
-                    tensor.copy_(torch.rand(tensor.shape, generator=generator, dtype=tensor.dtype))
         try:
+            self._randomize(model, seed=0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (the TorchScript exporter announces its deprecation)
-                dummy = (torch.zeros(1, self.obs_dim, device=device) if self.byte_shape is None
-                         else torch.zeros((1, *self.byte_shape), dtype=torch.uint8, device=device))
-                torch.onnx.export(
-                    _PolicyOnly(model, self.byte_shape is not None), (dummy,), buffer,
-                    input_names=[self.input_name], output_names=[self.output_name],
-                    dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
-                    opset_version=OPSET, do_constant_folding=False, dynamo=False,
-                )
-        except Exception as exc:  # noqa: BLE001 - whatever the tracer raises, the network is not exportable
-            raise ModelConfigError(f"model: its dist_inputs cannot be exported to ONNX: {exc}") from None
+                try:
+                    torch.onnx.export(
+                        _PolicyOnly(model, self.byte_shape is not None), (self._dummy(1, device),), buffer,
+                        input_names=[self.input_name], output_names=[self.output_name],
+                        dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
+                        opset_version=OPSET, do_constant_folding=False, dynamo=False,
+                    )
+                except Exception as exc:  # noqa: BLE001 - whatever the tracer raises, the network is not exportable
+                    raise ModelConfigError(f"model: its dist_inputs cannot be exported to ONNX: {exc}") from None
+            template = onnx.load_from_string(buffer.getvalue())
+            template.ir_version = IR_VERSION
+            for initializer in template.graph.initializer:
+                key = initializer.name.removeprefix("model.")
+                if key not in state:
+                    continue  # a constant of the graph (a shape, a scale), not a weight
+                if tuple(initializer.dims) != tuple(state[key].shape) or initializer.data_type != onnx.TensorProto.FLOAT:
+                    raise ModelConfigError(f"model: weight {key} was exported as {list(initializer.dims)}, not as its "
+                                           f"float32 tensor {list(state[key].shape)}")
+                initializer.ClearField("float_data")
+                self._weights.append((initializer, key))
+            # Once: other random weights, rewritten into the template, must give torch's outputs. A weight
+            # the graph holds as a constant (read with .item(), merged, folded) would stay frozen: refused.
+            self._randomize(model, seed=1)
+            self._check(model, template, device)
         finally:
             model.load_state_dict(saved)
             model.train(was_training)
-        template = onnx.load_from_string(buffer.getvalue())
-        template.ir_version = IR_VERSION
-        for initializer in template.graph.initializer:
-            key = initializer.name.removeprefix("model.")
-            if key not in state:
-                continue  # a constant of the graph (a shape, a scale), not a weight
-            if tuple(initializer.dims) != tuple(state[key].shape) or initializer.data_type != onnx.TensorProto.FLOAT:
-                raise ModelConfigError(f"model: weight {key} was exported as {list(initializer.dims)}, not as its "
-                                       f"float32 tensor {list(state[key].shape)}")
-            initializer.ClearField("float_data")
-            self._weights.append((initializer, key))
         return template
 
+    def _dummy(self, rows: int, device: torch.device, seed: int = 0) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        if self.byte_shape is None:
+            return torch.rand((rows, self.obs_dim), generator=generator).to(device)
+        return torch.randint(0, 256, (rows, *self.byte_shape), generator=generator, dtype=torch.uint8).to(device)
+
+    @staticmethod
+    def _randomize(model: PolicyModel, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for tensor in (*model.parameters(), *model.buffers()):
+                if tensor.is_floating_point():
+                    tensor.copy_(torch.rand(tensor.shape, generator=generator, dtype=tensor.dtype).to(tensor.device))
+
+    def _check(self, model: PolicyModel, template: onnx.ModelProto, device: torch.device) -> None:
+        import onnxruntime as ort
+
+        state = model.state_dict()
+        for initializer, key in self._weights:
+            initializer.raw_data = state[key].detach().to("cpu", torch.float32).numpy().tobytes()
+        obs = self._dummy(3, device, seed=2)
+        with torch.no_grad():
+            want = _PolicyOnly(model, self.byte_shape is not None)(obs).to("cpu", torch.float32).numpy()
+        session = ort.InferenceSession(template.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = session.run(None, {self.input_name: obs.cpu().numpy()})[0]
+        if got.dtype != np.float32 or got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+            raise ModelConfigError(
+                "model: the exported dist_inputs does not follow the network's weights (a weight read as a Python "
+                "number or merged into a constant, or an output that is not float32): export it as a tensor op")

@@ -61,16 +61,19 @@ def load_user_model(config: ModelConfig, observation_space: Space, action_space:
     try:
         model = cls(observation_space=observation_space, action_space=action_space, obs_dim=obs_dim,
                     critic_input_dim=critic_input_dim, **config.options)
-    except TypeError as exc:
-        raise ModelConfigError(f"model: building {config.user_class!r} failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's constructor: whatever it raises is a configuration error
+        raise ModelConfigError(f"model: building {config.user_class!r} failed: {exc!r:.300}") from None
     model.action_space = action_space
     return model
 
 
 def check_output_width(model: PolicyModel, obs_dim: int, expected: int, what: str) -> None:
     """Refuses a network whose dist_inputs is not (batch, ``expected``) wide, before training starts."""
-    with torch.no_grad():
-        out = model.dist_inputs(torch.zeros(2, obs_dim))
+    try:
+        with torch.no_grad():
+            out = model.dist_inputs(torch.zeros(2, obs_dim))
+    except Exception as exc:  # noqa: BLE001 - the user's network: whatever it raises is a configuration error
+        raise ModelConfigError(f"model: {what}'s dist_inputs fails on 2 observations: {exc!r:.300}") from None
     if tuple(out.shape) != (2, expected):
         raise ModelConfigError(f"model: {what} returns dist_inputs of shape {tuple(out.shape)} for 2 observations; "
                                f"the action space needs (2, {expected})")

@@ -400,3 +400,33 @@ def test_client_pairing_vector(case: dict) -> None:
         return
     pairs = conn.receive_data(data)
     assert [None if request is None else request.value for request, _ in pairs] == case["pairs"]
+
+
+def test_a_body_whose_tensors_read_the_same_bytes_twice_is_refused() -> None:
+    """§10.9: a body's tensors refer to at most as many bytes as its attachment holds (else one small
+    body could make the server hold its attachment many times over)."""
+    from tether.protocol import Discrete, encode_frame
+    from tether.protocol.episodes import decode_episodes
+    from tether.protocol.framing import FrameDecoder
+    from tether.protocol.tensors import encode_tensor_at
+
+    obs = np.arange(12, dtype=np.uint8).reshape(3, 2, 2, 1)
+    record = {"obs": encode_tensor_at(obs, 0), "actions": [0, 1], "rewards": [1.0, 0.0], "is_terminated": True,
+              "is_truncated": False}
+    space = space_from_json({"type": "Box", "shape": [2, 2, 1], "dtype": "uint8", "low": 0, "high": 255})
+    for records, refused in (([record], False), ([record, dict(record, episode_id="again")], True)):
+        body = FrameDecoder().feed(encode_frame({"type": "EPISODES", "episodes": records}, obs.tobytes()))[0]
+        _, message = decode_message(body)
+        if refused:
+            with pytest.raises(MessageError) as info:
+                decode_episodes(message, space, Discrete(2), False)
+            assert info.value.code.value == "INVALID_TENSOR" and "episodes[1]" in info.value.message
+        else:
+            (chunk,) = decode_episodes(message, space, Discrete(2), False)
+            assert chunk.obs.base is None or chunk.obs.base.base is not body  # a copy, not a view of the body
+            np.testing.assert_array_equal(chunk.obs, obs)
+
+
+def test_an_empty_tensor_of_huge_dimensions_is_refused_not_an_internal_error() -> None:
+    with pytest.raises(TensorError, match="too large"):
+        decode_tensor({"dtype": "uint8", "shape": [0, 2**31 - 1, 2**31 - 1, 2**31 - 1], "b64": ""})

@@ -11,6 +11,7 @@ import pytest
 
 from tether.protocol import Refusal, Request, ServerConnection, encode_frame
 from tether.protocol.errors import ErrorCode, FramingError
+from tether.protocol.onnx_codec import encode_onnx
 from tether.server.cli import build_parser
 from tether.server.config import ServerConfig, config_from_args
 from tether.server.module_setup import build_layout
@@ -91,7 +92,7 @@ def test_state_frames_are_encoded_once_per_version(tmp_path) -> None:
         session, conn = ClientSession("peer"), ServerConnection()
         first = server.service._send_state(session, conn, None)
         assert server.service._send_state(ClientSession("other"), conn, None) is first  # the same bytes object
-        trainer.modules[trainer.default_module].publish(trainer.modules[trainer.default_module].learner.export_onnx())
+        trainer.modules[trainer.default_module].publish(encode_onnx(trainer.modules[trainer.default_module].learner.export_onnx()))
         again = server.service._send_state(session, conn, None)
         assert again is not first and b'"weights_seq_no":1' in again
         config_frame = server.service._config_frame

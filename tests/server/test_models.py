@@ -272,3 +272,38 @@ def test_normalisation_with_the_cnn_is_refused_at_start() -> None:
                           model={"encoder": "cnn", "image_shape": [4, 4, 1], "conv": [[2, 2, 1]], "dense": 4})
     with pytest.raises(ValueError, match="normalize_observations applies to vector observations"):
         build_layout(config)
+
+
+def test_a_user_network_that_fails_is_named_with_its_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import, construction, a failing dist_inputs and a weight frozen into the graph: each stops the server at
+    start with the module's name, never a traceback."""
+    from tether.server.trainer import Trainer
+
+    (tmp_path / "broken_models.py").write_text(
+        "import torch\nfrom tether.server.learner.policy_model import PolicyModel\n"
+        "class Base(PolicyModel):\n"
+        "    def __init__(self, observation_space, action_space, obs_dim, critic_input_dim, fail=False):\n"
+        "        super().__init__()\n"
+        "        if fail: raise ValueError('no such layer')\n"
+        "        self.pi = torch.nn.Linear(obs_dim, 2); self.v = torch.nn.Linear(critic_input_dim, 1)\n"
+        "        self.temp = torch.nn.Parameter(torch.tensor(1.0))\n"
+        "    def dist_inputs(self, obs): return self.pi(obs)\n"
+        "    def value(self, x): return self.v(x).squeeze(-1)\n"
+        "class Raises(Base):\n"
+        "    def dist_inputs(self, obs): raise RuntimeError('shape trouble')\n"
+        "class Frozen(Base):\n"
+        "    def dist_inputs(self, obs): return self.pi(obs) * self.temp.item()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    box4 = {"type": "Box", "low": -1, "high": 1, "shape": [4]}
+    for model, message in [({"class": "broken_models:Base", "options": {"fail": True}}, "no such layer"),
+                           ({"class": "broken_models:Raises"}, "fails on 2 observations"),
+                           ({"class": "broken_models:Frozen"}, "does not follow the network's weights"),
+                           ({"class": "nope_pkg:X"}, "cannot import")]:
+        config = ServerConfig(tensorboard=False, logdir=str(tmp_path / "run"), quiet=True,
+                              modules={"pilot": {"observation_space": box4, "action_space": {"type": "Discrete", "n": 2},
+                                                 "model": model}},
+                              policy_mapping=[{"pattern": "*", "module": "pilot"}])
+        with pytest.raises(ModelConfigError, match="^module 'pilot': model") as caught:
+            Trainer(config, build_layout(config))
+        assert message in str(caught.value)
+    sys.modules.pop("broken_models", None)
