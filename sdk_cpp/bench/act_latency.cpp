@@ -17,7 +17,22 @@
 //   in steady state against the server on --sending-port (a batch cut every
 //   --sending-batch agent steps). Frames are paced (--frame-interval-us) and a
 //   bare batch-256 Run goes beside each (before it, then after it, in turn):
-//   ort_cpp_batch256_paced_us_p50; sdk_cpp_batch256_ratio is the frame against it.
+//   ort_cpp_batch256_paced_us_p50; sdk_cpp_batch256_ratio is the frame against
+//   it; sdk_cpp_batch256_p99_vs_p50. At 1 ms the server does not keep up
+//   (batches wait, and are dropped with the rest of their episode, whose frames
+//   are then played unrecorded): sdk_cpp_batch256_server_agent_steps_per_s is
+//   what it took, _agent_steps_sent, _frames, _frame_interval_us.
+// * sdk_cpp_batch256_sustained_*: the same frames, with a new client, at a pace
+//   the sending server keeps up with (--sustained-frame-interval-us; 0, the
+//   default: twice the time the server took per frame's agent steps in the
+//   first series, whole milliseconds, 2 to 50 ms), so that every frame is
+//   recorded and every batch answered: _us_p50, _us_p99, _ratio (against
+//   ort_cpp_batch256_sustained_paced_us_p50), _p99_vs_p50, _frames,
+//   _batches_dropped, _agent_steps_sent, _frame_interval_us,
+//   _server_agent_steps_per_s and _server_kept_up (nothing dropped, at least
+//   80 % of the timed agent steps answered).
+// * --frames-out FILE writes every timed frame of both series as CSV
+//   (frame_interval_us, frame, us, bare_us).
 // * sdk_cpp_log_returns256_us_p50: the frame's 256 log_returns calls.
 // * sdk_cpp_backend_batch256_us_p50: OnnxRuntimeBackend::run on 256 rows plus
 //   sampling every row with its logp (the frame without recording).
@@ -62,6 +77,8 @@ struct Args {
   int batch_calls = 2000;
   double sending_seconds = 60.0;
   int frame_interval_us = 1000;
+  int sustained_frame_interval_us = 0;  // 0: twice the server's time per frame in the first series
+  std::string frames_out;
   std::uint64_t seed = 0;
 };
 
@@ -86,11 +103,14 @@ Args parse(int argc, char** argv) {
     else if (flag == "--sending-seconds") args.sending_seconds = std::stod(value);
     else if (flag == "--seed") args.seed = std::stoull(value);
     else if (flag == "--frame-interval-us") args.frame_interval_us = std::max(0, std::stoi(value));
+    else if (flag == "--sustained-frame-interval-us") args.sustained_frame_interval_us = std::max(0, std::stoi(value));
+    else if (flag == "--frames-out") args.frames_out = value;
     else fail("unknown flag " + flag);
   }
   if (args.model.empty() || args.port == 0 || args.sending_port == 0) {
     fail("usage: act_latency_cpp --model FILE --port P --sending-port Q [--calls N] [--warmup N] [--blocks N] "
-         "[--batch-calls N] [--sending-seconds S] [--frame-interval-us N] [--seed N]");
+         "[--batch-calls N] [--sending-seconds S] [--frame-interval-us N] [--sustained-frame-interval-us N] "
+         "[--frames-out FILE] [--seed N]");
   }
   return args;
 }
@@ -192,14 +212,106 @@ std::unique_ptr<tether::TetherClient> connect(std::uint16_t port, std::uint64_t 
   return std::move(client).value();
 }
 
+constexpr std::size_t kObs = 4;
+constexpr std::size_t kOut = 2;
+constexpr std::size_t kBatch = 256;
+
+// One paced series of multi-agent frames and its figures.
+struct FrameSeries {
+  int interval_us = 0;
+  std::vector<std::int64_t> ns;          // get_action, per timed frame
+  std::vector<std::int64_t> bare_ns;     // the bare batch-256 run beside it
+  std::vector<std::int64_t> rewards_ns;  // the frame's 256 log_returns calls
+  std::int64_t dropped = 0;              // batches dropped (the whole series)
+  std::int64_t sent = 0;                 // agent steps the server answered during the timed frames
+  std::int64_t total_sent = 0;           // ... during the whole series
+  double server_steps_per_s = 0.0;       // `sent` per second of the timed frames
+  double p50 = 0.0, p99 = 0.0, bare_p50 = 0.0;
+
+  std::size_t frames() const { return ns.size(); }
+  double ratio() const { return bare_p50 > 0 ? p50 / bare_p50 : 0.0; }
+  double p99_vs_p50() const { return p50 > 0 ? p99 / p50 : 0.0; }
+  // Nothing dropped, and at least 80 % of the timed agent steps answered.
+  bool server_kept_up() const {
+    return dropped == 0 && sent >= static_cast<std::int64_t>(frames() * kBatch * 8 / 10);
+  }
+};
+
+// --batch-calls frames of 256 agents of one module through a new
+// MultiAgentClient against the server on --sending-port (a batch cut every
+// --sending-batch agent steps, the episode's arrays reused as in a long run),
+// after 200 untimed frames, one every `interval_us` as an engine paces them;
+// a bare batch-256 Run goes beside each frame (before it, then after it, in
+// turn) so both see the same caches and background load.
+FrameSeries run_frames(const Args& args, int interval_us, const char* name, BareSession& bare_batch,
+                       const std::vector<float>& obs_pool, const std::vector<std::string>& ids, bool log_rewards) {
+  FrameSeries series;
+  series.interval_us = interval_us;
+  const std::size_t n_obs = obs_pool.size() / kObs;
+  tether::ClientOptions options;
+  options.port = args.sending_port;
+  options.seed = args.seed;
+  options.client_name = name;
+  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  auto connected = tether::MultiAgentClient::connect(std::move(options));
+  if (!connected.ok()) fail("multi-agent connect: " + connected.status().to_string());
+  tether::MultiAgentClient& multi = *connected.value();
+  std::string episode = multi.start_episode().value();
+  tether::AgentFrame frame;
+  auto next_frame = Clock::now();
+  const auto interval = std::chrono::microseconds(interval_us);
+  std::int64_t sent_at_start = 0;
+  Clock::time_point start;
+  for (int i = -std::min(200, args.batch_calls); i < args.batch_calls; ++i) {
+    frame.clear();
+    for (std::size_t a = 0; a < kBatch; ++a) {
+      frame.add(ids[a], &obs_pool[((static_cast<std::size_t>(i + 200) * kBatch + a) % n_obs) * kObs], kObs);
+    }
+    next_frame += interval;
+    std::this_thread::sleep_until(next_frame);
+    if (i == 0) {
+      sent_at_start = multi.agent_steps_sent();
+      start = Clock::now();
+    }
+    // Whichever runs first after the pause pays for waking up: they take turns.
+    std::int64_t bare_time = 0;
+    auto run_bare = [&] {
+      const auto t0 = Clock::now();
+      bare_batch.run();
+      bare_time = since_ns(t0);
+    };
+    if (i % 2 == 0) run_bare();
+    auto t0 = Clock::now();
+    tether::Status acted = multi.get_action(episode, frame);
+    const std::int64_t ns = since_ns(t0);
+    if (!acted.ok()) fail("multi-agent get_action: " + acted.to_string());
+    if (i % 2 != 0) run_bare();
+    t0 = Clock::now();
+    for (std::size_t a = 0; a < kBatch; ++a) multi.log_returns(episode, ids[a], 1.0);
+    const std::int64_t rewards_ns = since_ns(t0);
+    if (i >= 0) {
+      series.ns.push_back(ns);
+      series.bare_ns.push_back(bare_time);
+      if (log_rewards) series.rewards_ns.push_back(rewards_ns);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  series.dropped = multi.batches_dropped();
+  series.total_sent = multi.agent_steps_sent();
+  series.sent = series.total_sent - sent_at_start;
+  series.server_steps_per_s = seconds > 0 ? static_cast<double>(series.sent) / seconds : 0.0;
+  multi.close();
+  series.p50 = percentile_us(series.ns, 50);
+  series.p99 = percentile_us(series.ns, 99);
+  series.bare_p50 = percentile_us(series.bare_ns, 50);
+  return series;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   const std::vector<std::uint8_t> model = read_file(args.model);
-  constexpr std::size_t kObs = 4;
-  constexpr std::size_t kOut = 2;
-  constexpr std::size_t kBatch = 256;
   std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
   std::normal_distribution<float> normal(0.0f, 0.5f);
   const std::size_t n_obs = 1024;
@@ -278,63 +390,30 @@ int main(int argc, char** argv) {
       sdk_batch_ns.push_back(sdk_time);
     }
   }
-  // 256 agents in one frame through the multi-agent client, in steady state:
-  // against the server on --sending-port, so the client cuts a batch every
-  // --sending-batch agent steps and the episodes' arrays are reused, as in a
-  // long run. Frames are paced (--frame-interval-us) as an engine's are, and
-  // a bare batch-256 Run goes beside each frame so both see the same caches
-  // and background load.
-  std::vector<std::int64_t> frame_ns;
-  std::vector<std::int64_t> frame_bare_ns;
-  std::vector<std::int64_t> frame_rewards_ns;  // the frame's 256 log_returns calls
-  std::int64_t frame_batches_dropped = 0;
-  {
-    tether::ClientOptions options;
-    options.port = args.sending_port;
-    options.seed = args.seed;
-    options.client_name = "bench-act-latency-cpp-multi";
-    options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
-    auto connected = tether::MultiAgentClient::connect(std::move(options));
-    if (!connected.ok()) fail("multi-agent connect: " + connected.status().to_string());
-    tether::MultiAgentClient& multi = *connected.value();
-    std::string frame_episode = multi.start_episode().value();
-    tether::AgentFrame frame;
-    std::vector<std::string> ids;
-    for (std::size_t a = 0; a < kBatch; ++a) ids.push_back("agent_" + std::to_string(a));
-    auto next_frame = Clock::now();
-    const auto interval = std::chrono::microseconds(args.frame_interval_us);
-    for (int i = -std::min(200, args.batch_calls); i < args.batch_calls; ++i) {
-      frame.clear();
-      for (std::size_t a = 0; a < kBatch; ++a) {
-        frame.add(ids[a], &obs_pool[((static_cast<std::size_t>(i + 200) * kBatch + a) % n_obs) * kObs], kObs);
-      }
-      next_frame += interval;
-      std::this_thread::sleep_until(next_frame);
-      // Whichever runs first after the pause pays for waking up: they take turns.
-      std::int64_t bare_time = 0;
-      std::int64_t ns = 0;
-      auto run_bare = [&] {
-        const auto start = Clock::now();
-        bare_batch.run();
-        bare_time = since_ns(start);
-      };
-      if (i % 2 == 0) run_bare();
-      auto t0 = Clock::now();
-      tether::Status acted = multi.get_action(frame_episode, frame);
-      ns = since_ns(t0);
-      if (!acted.ok()) fail("multi-agent get_action: " + acted.to_string());
-      if (i % 2 != 0) run_bare();
-      t0 = Clock::now();
-      for (std::size_t a = 0; a < kBatch; ++a) multi.log_returns(frame_episode, ids[a], 1.0);
-      const std::int64_t rewards_ns = since_ns(t0);
-      if (i >= 0) {
-        frame_ns.push_back(ns);
-        frame_bare_ns.push_back(bare_time);
-        frame_rewards_ns.push_back(rewards_ns);
+  // 256 agents in one frame through the multi-agent client, in steady state,
+  // at --frame-interval-us, then at a pace the sending server sustains.
+  std::vector<std::string> ids;
+  for (std::size_t a = 0; a < kBatch; ++a) ids.push_back("agent_" + std::to_string(a));
+  const FrameSeries fast = run_frames(args, args.frame_interval_us, "bench-act-latency-cpp-multi", bare_batch, obs_pool,
+                                      ids, true);
+  int sustained_us = args.sustained_frame_interval_us;
+  if (sustained_us <= 0) {
+    // Twice the server's time per frame's agent steps at the first pace, in whole milliseconds.
+    const double per_frame_us = fast.server_steps_per_s > 0 ? 1e6 * kBatch / fast.server_steps_per_s : 10000.0;
+    sustained_us = static_cast<int>(std::min(50000.0, std::max(2000.0, 1000.0 * std::ceil(2.0 * per_frame_us / 1000.0))));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // (the server finishes what the first client left)
+  const FrameSeries sustained = run_frames(args, sustained_us, "bench-act-latency-cpp-multi-sustained", bare_batch,
+                                           obs_pool, ids, false);
+  if (!args.frames_out.empty()) {
+    std::ofstream out(args.frames_out);
+    out << "frame_interval_us,frame,us,bare_us\n";
+    for (const FrameSeries* series : {&fast, &sustained}) {
+      for (std::size_t i = 0; i < series->ns.size(); ++i) {
+        out << series->interval_us << ',' << i << ',' << static_cast<double>(series->ns[i]) / 1000.0 << ','
+            << static_cast<double>(series->bare_ns[i]) / 1000.0 << '\n';
       }
     }
-    frame_batches_dropped = multi.batches_dropped();
-    multi.close();
   }
 
   bool same_outputs = true;
@@ -370,8 +449,8 @@ int main(int argc, char** argv) {
   const double sending_p99 = percentile_us(sending_ns, 99);
   const double ort_batch = percentile_us(batch_ns, 50);
   const double sdk_batch = percentile_us(sdk_batch_ns, 50);
-  const double frame = percentile_us(frame_ns, 50);
-  const double frame_bare = percentile_us(frame_bare_ns, 50);
+  const double frame = fast.p50;
+  const double frame_bare = fast.bare_p50;
   std::printf(
       "{\"ort_cpp_us_p50\": %.2f, \"ort_cpp_us_p99\": %.2f, \"sdk_cpp_us_p50\": %.2f, \"sdk_cpp_us_p99\": %.2f, "
       "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p99\": %.2f, "
@@ -383,13 +462,27 @@ int main(int argc, char** argv) {
       "\"sdk_cpp_us_p50_while_sending\": %.2f, \"sdk_cpp_while_sending_p99_ratio\": %.2f, "
       "\"sdk_cpp_calls_while_sending\": %zu, \"sdk_cpp_env_steps_sent_while_sending\": %lld, "
       "\"sdk_cpp_batches_dropped_while_sending\": %lld, \"sdk_cpp_overhead_us_p50\": %.2f, "
-      "\"sdk_cpp_calls\": %zu, \"sdk_cpp_backend_matches_bare\": %s}\n",
+      "\"sdk_cpp_calls\": %zu, \"sdk_cpp_backend_matches_bare\": %s, "
+      "\"sdk_cpp_batch256_p99_vs_p50\": %.2f, \"sdk_cpp_batch256_frames\": %zu, "
+      "\"sdk_cpp_batch256_agent_steps_sent\": %lld, \"sdk_cpp_batch256_frame_interval_us\": %d, "
+      "\"sdk_cpp_batch256_server_agent_steps_per_s\": %.0f, "
+      "\"sdk_cpp_batch256_sustained_us_p50\": %.2f, \"sdk_cpp_batch256_sustained_us_p99\": %.2f, "
+      "\"ort_cpp_batch256_sustained_paced_us_p50\": %.2f, \"sdk_cpp_batch256_sustained_ratio\": %.2f, "
+      "\"sdk_cpp_batch256_sustained_p99_vs_p50\": %.2f, \"sdk_cpp_batch256_sustained_frames\": %zu, "
+      "\"sdk_cpp_batch256_sustained_batches_dropped\": %lld, \"sdk_cpp_batch256_sustained_agent_steps_sent\": %lld, "
+      "\"sdk_cpp_batch256_sustained_frame_interval_us\": %d, "
+      "\"sdk_cpp_batch256_sustained_server_agent_steps_per_s\": %.0f, "
+      "\"sdk_cpp_batch256_sustained_server_kept_up\": %s}\n",
       percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
-      frame, percentile_us(frame_ns, 99), frame_bare, frame_bare > 0 ? frame / frame_bare : 0.0,
-      ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(frame_batches_dropped),
-      percentile_us(frame_rewards_ns, 50), sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
+      frame, fast.p99, frame_bare, fast.ratio(),
+      ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(fast.dropped),
+      percentile_us(fast.rewards_ns, 50), sdk_batch, ort_batch > 0 ? sdk_batch / ort_batch : 0.0, sending_p99, percentile_us(sending_ns, 50),
       sdk_p99 > 0 ? sending_p99 / sdk_p99 : 0.0, sending_ns.size(), static_cast<long long>(sent),
       static_cast<long long>(dropped), percentile_us(sdk_ns, 50) - percentile_us(bare_ns, 50), sdk_ns.size(),
-      same_outputs ? "true" : "false");
+      same_outputs ? "true" : "false", fast.p99_vs_p50(), fast.frames(), static_cast<long long>(fast.total_sent),
+      fast.interval_us, fast.server_steps_per_s, sustained.p50, sustained.p99, sustained.bare_p50, sustained.ratio(),
+      sustained.p99_vs_p50(), sustained.frames(), static_cast<long long>(sustained.dropped),
+      static_cast<long long>(sustained.total_sent), sustained.interval_us, sustained.server_steps_per_s,
+      sustained.server_kept_up() ? "true" : "false");
   return 0;
 }

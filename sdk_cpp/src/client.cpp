@@ -9,6 +9,21 @@
 #include "rows.h"
 
 namespace tether {
+namespace {
+
+// A byte box (§8.1) takes integers 0-255 only: anything else is refused here,
+// by index, before it is recorded, as the server would refuse the whole batch
+// for it (OBS_DTYPE_MISMATCH, §10.6 check 11b).
+Status check_byte_values(const Space& space, const float* obs, std::size_t size, const char* what) {
+  if (!space.is_bytes()) return Status::Ok();
+  const std::size_t bad = first_non_byte(obs, size);
+  if (bad == size) return Status::Ok();
+  return Status(ErrorCode::kObsDtypeMismatch, std::string(what) + "[" + std::to_string(bad) + "] is " +
+                                                  std::to_string(obs[bad]) +
+                                                  ": the observation space is a uint8 Box (integers 0-255)");
+}
+
+}  // namespace
 
 TetherClient::TetherClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
   std::uint64_t seed = 0;
@@ -149,6 +164,8 @@ void TetherClient::sync() {
       case LinkEvent::Kind::kTrainingDone:
         end_training();
         break;
+      case LinkEvent::Kind::kRecordsBuilt:
+        break;  // (multi-agent batches only)
     }
   }
   event_buffer_.clear();
@@ -301,6 +318,9 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       return Status(ErrorCode::kNonFiniteValue, "get_action: observation[" + std::to_string(i) + "] is not finite");
     }
   }
+  const bool bytes_checked = config_->observation_space.is_bytes();
+  Status bytes = check_byte_values(config_->observation_space, obs, obs_size, "get_action: observation");
+  if (!bytes.ok()) return bytes;
   // A batch every steps_per_batch() steps played (§13.2): complete recorded
   // steps and steps of held-back episodes. A held-back episode makes it due
   // only once held-back steps were played since the last cut; with none, every
@@ -334,6 +354,10 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
   const Space& action_space = config_->action_space;
   if (action_space.flat_dim() != act_dim || config_->observation_space.flat_dim() != obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "get_action: the server changed its spaces on reconnecting");
+  }
+  if (!bytes_checked) {  // (a new connection's space may be a byte box where the old one was not)
+    bytes = check_byte_values(config_->observation_space, obs, obs_size, "get_action: observation");
+    if (!bytes.ok()) return bytes;
   }
   if (!policy_) return Status(ErrorCode::kNotReady, "get_action: no model yet (the server sent none)");
   const std::size_t out_dim = dist_buffer_.size();
@@ -396,6 +420,11 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
   }
   bool finite = true;
   for (std::size_t i = 0; i < obs_size; ++i) finite = finite && std::isfinite(obs[i]);
+  if (finite) {
+    // Refused before the episode ends, as a wrong size is: the engine may end it again with its image.
+    Status bytes = check_byte_values(config_->observation_space, obs, obs_size, "end_episode: final observation");
+    if (!bytes.ok()) return bytes;
+  }
   Episode episode = std::move(it->second);
   episodes_.erase(it);
   const double total = episode.total_return;

@@ -9,6 +9,7 @@
 
 #include "json_util.h"
 #include "tether/distributions.h"
+#include "tether/tensors.h"
 
 namespace tether {
 namespace {
@@ -225,10 +226,49 @@ Status flag(const nlohmann::json& record, const char* key, const std::string& wh
   return Status::Ok();
 }
 
+// §10.6 check 4: "obs" as nested lists of numbers (every version) or, [1.4],
+// as one tensor object (§10.9) of the space's element type: uint8 for a byte
+// box, float32 for every other space. `from_json` says which it was (check
+// 11b applies to JSON numbers only). A uint8 tensor's values are not copied:
+// no later check needs them.
+Status read_observations(const nlohmann::json& value, const Space& space, std::optional<std::string_view> attachment,
+                         const std::string& where, NdArray& out, bool* from_json) {
+  *from_json = !value.is_object();
+  if (*from_json) return numeric(value, true, where, "obs", out);
+  Result<Tensor> tensor = decode_tensor(value, attachment);
+  if (!tensor.ok()) return fail(ErrorCode::kInvalidTensor, where, "\"obs\": " + tensor.status().message());
+  const TensorDtype wanted = space.is_bytes() ? TensorDtype::kUint8 : TensorDtype::kFloat32;
+  if (tensor.value().dtype() != wanted) {
+    return fail(ErrorCode::kObsDtypeMismatch, where,
+                "\"obs\" is a " + std::string(to_string(tensor.value().dtype())) +
+                    " tensor; the observation space takes " + std::string(to_string(wanted)));
+  }
+  out.shape.assign(tensor.value().shape().begin(), tensor.value().shape().end());
+  out.data.clear();
+  if (wanted == TensorDtype::kFloat32) tensor.value().values(out.data);
+  return Status::Ok();
+}
+
+// §10.6 check 11b [1.4]: a byte box's observations written as JSON numbers
+// (already read as float32) are integers from 0 to 255.
+Status check_obs_bytes(const NdArray& obs, const std::string& where) {
+  const std::size_t rows = obs.shape.empty() ? 1 : obs.shape[0];
+  const std::size_t width = rows == 0 ? 1 : obs.data.size() / rows;
+  for (std::size_t i = 0; i < obs.data.size(); ++i) {
+    const double v = obs.data[i];
+    if (!(v >= 0.0 && v <= 255.0) || v != std::floor(v)) {
+      return fail(ErrorCode::kObsDtypeMismatch, where,
+                  "\"obs\"[" + std::to_string(width ? i / width : 0) +
+                      "] holds a value that is not an integer in [0, 255] (the space is a uint8 Box)");
+    }
+  }
+  return Status::Ok();
+}
+
 // decode_episode of the Python core, with `where` naming the record (or agent entry).
 Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::string& where,
                                    const Space& observation_space, const Space& action_space, bool require_logp,
-                                   std::size_t* obs_rows) {
+                                   std::optional<std::string_view> attachment, std::size_t* obs_rows) {
   if (!record.is_object()) return fail(ErrorCode::kInvalidField, where, "an episode must be a JSON object");
   for (const char* key : {"obs", "actions", "rewards"}) {
     if (!record.contains(key)) return fail(ErrorCode::kInvalidField, where, std::string("missing \"") + key + "\"");
@@ -239,7 +279,8 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
   }
   NdArray obs, actions, rewards;
   const bool box_actions = action_space.kind() == SpaceKind::kBox;
-  Status status = numeric(record["obs"], true, where, "obs", obs);
+  bool obs_from_json = true;
+  Status status = read_observations(record["obs"], observation_space, attachment, where, obs, &obs_from_json);
   if (!status.ok()) return status;
   status = numeric(record["actions"], box_actions, where, "actions", actions);
   if (!status.ok()) return status;
@@ -262,6 +303,7 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
   }
   if (!(status = check_finite(obs, where, "obs")).ok()) return status;
   if (!(status = check_finite(rewards, where, "rewards")).ok()) return status;
+  if (observation_space.is_bytes() && obs_from_json && !(status = check_obs_bytes(obs, where)).ok()) return status;
   if (!tail_matches(actions.shape, action_space.shape())) {
     return fail(ErrorCode::kActionOutOfSpace, where,
                 "action shape " + shape_text(actions.shape, 1) + " does not match the action space");
@@ -335,6 +377,14 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   const std::size_t act_dim = action_space.flat_dim();
   if (chunk.obs.size() != (steps + 1) * obs_dim) return size_error("obs", chunk.obs.size(), (steps + 1) * obs_dim);
   if (chunk.actions.size() != steps * act_dim) return size_error("actions", chunk.actions.size(), steps * act_dim);
+  if (observation_space.is_bytes()) {
+    const std::size_t bad = first_non_byte(chunk.obs.data(), chunk.obs.size());
+    if (bad != chunk.obs.size()) {
+      return Status(ErrorCode::kObsDtypeMismatch, "\"obs\"[" + std::to_string(bad / (obs_dim ? obs_dim : 1)) +
+                                                      "] holds a value that is not an integer in [0, 255] "
+                                                      "(the space is a uint8 Box)");
+    }
+  }
   if (!chunk.action_logp.empty() && chunk.action_logp.size() != steps) {
     return size_error("action_logp", chunk.action_logp.size(), steps);
   }
@@ -358,7 +408,8 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   }
   const bool discrete = action_space.kind() != SpaceKind::kBox;
   nlohmann::json record = nlohmann::json::object();
-  record["obs"] = rows_json(chunk.obs, steps + 1, observation_space.shape(), false);
+  // A byte box's observations are written as integers (§8.1): 7, not 7.0.
+  record["obs"] = rows_json(chunk.obs, steps + 1, observation_space.shape(), observation_space.is_bytes());
   record["actions"] = rows_json(chunk.actions, steps, action_space.shape(), discrete);
   nlohmann::json rewards = nlohmann::json::array();
   for (float r : chunk.rewards) rewards.push_back(float_json(r));
@@ -610,19 +661,22 @@ Status value_obs_row(const std::vector<std::string>& agents,
 }
 
 Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
-                                     const Space& action_space, bool require_logp) {
-  return validate_chunk(record, where_of(index), observation_space, action_space, require_logp, nullptr);
+                                     const Space& action_space, bool require_logp,
+                                     std::optional<std::string_view> attachment) {
+  return validate_chunk(record, where_of(index), observation_space, action_space, require_logp, attachment, nullptr);
 }
 
 Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space& observation_space,
-                                      const Space& action_space, bool require_logp) {
+                                      const Space& action_space, bool require_logp,
+                                      std::optional<std::string_view> attachment) {
   const nlohmann::json* records = detail::member(message, "episodes");
   if (records == nullptr || !records->is_array()) {
     return Result<std::size_t>(ErrorCode::kInvalidField, "\"episodes\" must be a list of episode records");
   }
   std::size_t total = 0;
   for (std::size_t i = 0; i < records->size(); ++i) {
-    Result<std::size_t> steps = validate_episode((*records)[i], i, observation_space, action_space, require_logp);
+    Result<std::size_t> steps =
+        validate_episode((*records)[i], i, observation_space, action_space, require_logp, attachment);
     if (!steps.ok()) return steps;
     total += steps.value();
   }
@@ -631,7 +685,7 @@ Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space
 
 Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, std::size_t index,
                                                 const std::map<std::string, ModuleSpec>& modules,
-                                                bool require_logp) {
+                                                bool require_logp, std::optional<std::string_view> attachment) {
   const std::string where = where_of(index);
   const nlohmann::json* agents = detail::member(record, "agents");
   if (agents == nullptr || !agents->is_object()) {
@@ -658,7 +712,7 @@ Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, st
     const ModuleSpec& spec = it->second;
     std::size_t obs_rows = 0;
     Result<std::size_t> steps =
-        validate_chunk(entry, agent_where, spec.observation_space, spec.action_space, require_logp, &obs_rows);
+        validate_chunk(entry, agent_where, spec.observation_space, spec.action_space, require_logp, attachment, &obs_rows);
     if (!steps.ok()) return steps;
     const std::size_t v = spec.value_obs_dim();
     if (v > 0) {

@@ -252,8 +252,21 @@ Result<nlohmann::json> parse_json(std::string_view text) {
   return value;
 }
 
+BodyParts split_body(std::string_view body) noexcept {
+  BodyParts parts;
+  const std::size_t nul = body.find('\0');
+  if (nul == std::string_view::npos) {
+    parts.json = body;
+  } else {
+    parts.json = body.substr(0, nul);
+    parts.attachment = body.substr(nul + 1);
+  }
+  return parts;
+}
+
 Result<Message> decode_message(std::string_view body) {
-  Result<nlohmann::json> parsed = parse_json(body);
+  const BodyParts parts = split_body(body);
+  Result<nlohmann::json> parsed = parse_json(parts.json);
   if (!parsed.ok()) return parsed.status();
   nlohmann::json& value = parsed.value();
   if (!value.is_object()) {
@@ -270,10 +283,19 @@ Result<Message> decode_message(std::string_view body) {
   Message message;
   message.type = *kind;
   message.body = std::move(value);
+  message.attachment = parts.attachment;
   return message;
 }
 
 std::string encode_message(const nlohmann::json& message) { return detail::dump_json(message); }
+
+std::string encode_message_with_attachment(const nlohmann::json& message, std::string_view attachment) {
+  std::string body = detail::dump_json(message);
+  body.reserve(body.size() + 1 + attachment.size());
+  body += '\0';
+  body.append(attachment.data(), attachment.size());
+  return body;
+}
 
 Status append_message_frame(const nlohmann::json& message, std::string& out) {
   return append_frame(encode_message(message), out);

@@ -4,6 +4,7 @@
 #include "tether/multi_agent_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -29,11 +30,18 @@ bool all_finite(const float* values, std::size_t n) noexcept {
   return bad == 0;
 }
 
+// The serial of a frame's next fill (AgentFrame::fill_): unique in the process.
+std::atomic<std::uint64_t> next_fill{1};
+
 }  // namespace
 
 // -- AgentFrame ------------------------------------------------------------------------------
 
 void AgentFrame::clear() noexcept {
+  last_fill_ = fill_;
+  last_count_ = count_;
+  fill_ = next_fill.fetch_add(1, std::memory_order_relaxed);
+  same_ids_ = true;
   count_ = 0;
   obs_.clear();
   obs_offsets_.resize(1);
@@ -53,8 +61,13 @@ void AgentFrame::reserve(std::size_t agents, std::size_t obs_values) {
 
 float* AgentFrame::add_uninitialized(const std::string& agent_id, std::size_t obs_size, bool truncated) {
   if (count_ < ids_.size()) {
-    ids_[count_].assign(agent_id);  // reuses the string's capacity
+    // The previous fill's id at this index, if it is this one, stays as it is.
+    if (!(same_ids_ && count_ < last_count_ && ids_[count_] == agent_id)) {
+      same_ids_ = false;
+      ids_[count_].assign(agent_id);  // reuses the string's capacity
+    }
   } else {
+    same_ids_ = false;
     ids_.push_back(agent_id);
   }
   const std::size_t at = obs_.size();
@@ -96,7 +109,7 @@ struct MultiAgentClient::Module {
   std::vector<double> record_actions;  // the frame's draws, rows x act_dim: what the records carry
   std::vector<double> env_actions;     // rows x act_dim: what the engine executes
   std::vector<double> logp;            // rows
-  std::vector<std::size_t> slots;
+  std::size_t rows = 0;                // its actors in the frame
   bool in_frame = false;
   StepBlock* block = nullptr;  // while a frame is recorded: the block its rows go to
 
@@ -126,6 +139,8 @@ struct MultiAgentClient::StepBlock {
   std::vector<double> rewards;  // rows; rounded to float as they accumulate, as the record carries them
   Stamp stamp{-1, -1};          // (connection, weights version) of the model that ran, or (-1, -1)
   std::size_t live = 0;         // rows not cut or dropped yet; a block with none is reused
+  std::size_t kept = 0;         // during a cut: its rows that stay (held-back steps)
+  bool ends_chunk = false;      // during a cut: one of those is the observation after an actor's steps cut
 
   const float* obs_row(std::size_t row) const noexcept { return obs.data() + row * obs_dim; }
   const float* value_obs_row(std::size_t row) const noexcept { return value_obs.data() + row * value_dim; }
@@ -153,16 +168,6 @@ struct alignas(64) MultiAgentClient::Actor {
   bool rewarded = false;
   bool terminated = false;
   bool truncated = false;
-  // While a cut takes its rows: the entry they go to, how many it takes, how many it has seen.
-  AgentEntry* cut_entry = nullptr;
-  std::size_t cut_take = 0;
-  std::size_t cut_seen = 0;
-  // ... and the versions of the steps taken (§10.1): the current run's
-  // version and length, and whether runs may be sent (every version so far
-  // known and learned on the current connection, a server that takes them).
-  std::int64_t cut_version = 0;
-  std::int64_t cut_run = 0;
-  bool cut_runs = false;
 
   // A single agent's latest observation: its final one, or its last recorded
   // row's (no second copy per frame), else `latest`.
@@ -182,6 +187,7 @@ struct MultiAgentClient::Episode {
   bool held_back = false;  // a training episode not recorded (record_share): played, counted, not sent
   std::int64_t t = 0;
   std::unordered_map<std::string, std::unique_ptr<Actor>> actors;
+  std::vector<Actor*> roster;  // the same actors, walked by a cut without chasing the map's nodes
   // The last frame's actors by slot: an engine usually sends the same agents
   // in the same order, and a slot whose id matches skips the map lookup.
   // Cleared whenever an actor leaves `actors`, so it never dangles.
@@ -191,6 +197,8 @@ struct MultiAgentClient::Episode {
   // duplicate, and takes its actors from actor_by_slot without a lookup.
   std::vector<std::string> slot_ids;
   std::vector<Module*> module_by_slot;  // (so that such a frame reads no actor before inference)
+  std::uint64_t slot_fill = 0;  // the AgentFrame fill that named them (AgentFrame::same_ids_as)
+  Module* slot_module = nullptr;  // their module when all are single agents of one module, in frame order
   // Every actor of the last frame was recorded, trains, and no critic
   // watches it: in a frame with the same agents, none has a latest
   // observation to keep (its last row is that).
@@ -213,6 +221,196 @@ struct MultiAgentClient::Slot {
   std::size_t group = kNone;        // a group's index in group_list_
   std::size_t row = 0;              // its row in the module's batch
 };
+
+// One actor's steps in a cut, as the engine thread hands them over: what
+// its agent entry needs besides the rows (which stay in the cut's blocks).
+struct MultiAgentClient::CutEntry {
+  const Actor* key = nullptr;  // its rows' mark in the blocks (compared on the I/O thread, never read there)
+  std::string actor_id;
+  std::string module_id;
+  std::int64_t start_step = 0;
+  std::size_t take = 0;  // its steps; one more observation ends them (its held-back step's, or its final one)
+  std::size_t obs_dim = 0, value_dim = 0, act_dim = 0, dist_dim = 0;  // its module's
+  bool has_final = false;
+  bool terminated = false;
+  bool truncated = false;
+  std::vector<float> final_obs;
+  std::vector<float> final_value_obs;
+  // The I/O thread's, while it builds the entry: the entry, the rows seen,
+  // and the versions of the steps taken (§10.1): the current run's version
+  // and length, and whether runs may be sent (every version so far known and
+  // learned on the cut's connection, a server that takes them).
+  AgentEntry* out = nullptr;
+  std::size_t seen = 0;
+  std::int64_t version = 0;
+  std::int64_t run = 0;
+  bool runs = false;
+};
+
+// One episode's steps in a cut: its blocks (in time order) and its actors' entries.
+struct MultiAgentClient::CutRecord {
+  std::string episode_id;
+  bool terminated = false;
+  bool truncated = false;
+  std::size_t entries = 0;            // entry_pool[0, entries) are this cut's
+  std::vector<CutEntry> entry_pool;   // (kept with their capacity for the next cuts)
+  std::vector<std::unique_ptr<StepBlock>> blocks;
+  std::vector<std::pair<const Actor*, std::uint32_t>> by_key;  // (I/O thread) entries sorted by key
+};
+
+// A batch's steps as the engine cut them: the I/O thread builds the records
+// (build()); the client takes it back, blocks and all, once the batch is done.
+class MultiAgentClient::CutSteps final : public RecordSource {
+ public:
+  std::int64_t connection = 0;     // the client's connection at the cut
+  bool server_takes_runs = false;  // its server announced a protocol version (runs may go)
+  std::size_t used = 0;            // records[0, used) are this cut's
+  std::vector<CutRecord> records;
+  std::vector<std::uint32_t> hint;  // (I/O thread) per row, the entry the row of the last block held
+
+  CutRecord& next_record() {
+    if (used == records.size()) records.emplace_back();
+    CutRecord& record = records[used++];
+    record.entries = 0;
+    record.terminated = record.truncated = false;
+    return record;
+  }
+  CutEntry& next_entry(CutRecord& record) {
+    if (record.entries == record.entry_pool.size()) record.entry_pool.emplace_back();
+    return record.entry_pool[record.entries++];
+  }
+  void build(Batch& batch) override;
+
+ private:
+  void take_rows(CutRecord& from, MultiAgentRecord& record, Batch& batch);
+  CutEntry* entry_of(CutRecord& from, const Actor* key, std::size_t row);
+};
+
+void MultiAgentClient::CutSteps::build(Batch& batch) {
+  std::size_t next = 0;  // the next record kept (the others' episodes were dropped)
+  for (std::size_t i = 0; i < used && next < batch.pending_records.size(); ++i) {
+    CutRecord& from = records[i];
+    if (from.episode_id != batch.pending_records[next].episode_id) continue;
+    ++next;
+    MultiAgentRecord& record = batch.records.emplace_back();
+    record.episode_id = from.episode_id;
+    record.is_terminated = from.terminated;
+    record.is_truncated = from.truncated;
+    take_rows(from, record, batch);
+  }
+}
+
+// The entry of the actor whose row `row` of a block is, or null (a row that
+// stays without steps before it in the cut). Consecutive frames usually put
+// an actor at the same row: that row's last entry is tried first.
+MultiAgentClient::CutEntry* MultiAgentClient::CutSteps::entry_of(CutRecord& from, const Actor* key,
+                                                                 std::size_t row) {
+  if (row < hint.size() && hint[row] < from.entries && from.entry_pool[hint[row]].key == key) {
+    return &from.entry_pool[hint[row]];
+  }
+  auto it = std::lower_bound(from.by_key.begin(), from.by_key.end(), key,
+                             [](const std::pair<const Actor*, std::uint32_t>& a, const Actor* k) {
+                               return std::less<const Actor*>()(a.first, k);
+                             });
+  if (it == from.by_key.end() || it->first != key) return nullptr;
+  if (row >= hint.size()) hint.resize(row + 1, 0);
+  hint[row] = it->second;
+  return &from.entry_pool[it->second];
+}
+
+// Takes each entry's steps out of the record's blocks, rows in time order:
+// its steps, then the observation after them (T+1: its held-back step's or
+// its final one). A row's sizes are its block's (the same as its module's:
+// blocks of a module whose spaces changed were dropped).
+void MultiAgentClient::CutSteps::take_rows(CutRecord& from, MultiAgentRecord& record, Batch& batch) {
+  record.agents.reserve(from.entries);  // (entries stay put while rows go in)
+  from.by_key.clear();
+  for (std::size_t j = 0; j < from.entries; ++j) {
+    CutEntry& e = from.entry_pool[j];
+    record.agents.emplace_back(e.actor_id, AgentEntry());
+    AgentEntry& entry = record.agents.back().second;
+    entry.module = e.module_id;
+    entry.start_step = e.start_step;
+    EpisodeChunk& chunk = entry.chunk;
+    chunk.obs.assign((e.take + 1) * e.obs_dim, 0.0f);
+    entry.value_obs.assign(e.value_dim > 0 ? (e.take + 1) * e.value_dim : 0, 0.0f);
+    chunk.actions.resize(e.take * e.act_dim);
+    chunk.action_dist_inputs.resize(e.take * e.dist_dim);
+    chunk.action_logp.resize(e.take);
+    chunk.rewards.resize(e.take);
+    chunk.is_terminated = e.has_final && e.terminated;
+    chunk.is_truncated = e.has_final && e.truncated;
+    e.out = &entry;
+    e.seen = 0;
+    e.version = 0;
+    e.run = 0;
+    e.runs = server_takes_runs;
+    from.by_key.emplace_back(e.key, static_cast<std::uint32_t>(j));
+  }
+  std::sort(from.by_key.begin(), from.by_key.end(),
+            [](const std::pair<const Actor*, std::uint32_t>& a, const std::pair<const Actor*, std::uint32_t>& b) {
+              return std::less<const Actor*>()(a.first, b.first);
+            });
+  auto copy_row = [](const float* in, std::size_t n, std::vector<float>& to, std::size_t at) {
+    std::copy(in, in + std::min(n, to.size() - std::min(to.size(), at)), to.begin() + static_cast<std::ptrdiff_t>(at));
+  };
+  for (const auto& block : from.blocks) {
+    const StepBlock& b = *block;
+    for (std::size_t r = 0; r < b.actors.size(); ++r) {
+      const Actor* key = b.actors[r];
+      if (key == nullptr) continue;
+      CutEntry* found = entry_of(from, key, r);
+      if (found == nullptr) continue;
+      CutEntry& e = *found;
+      AgentEntry& entry = *e.out;
+      EpisodeChunk& chunk = entry.chunk;
+      const std::size_t i = e.seen;
+      if (i > e.take) continue;
+      copy_row(b.obs_row(r), b.obs_dim, chunk.obs, i * b.obs_dim);
+      if (b.value_dim > 0) copy_row(b.value_obs_row(r), b.value_dim, entry.value_obs, i * b.value_dim);
+      ++e.seen;
+      if (i == e.take) continue;  // the held-back step: its observation ends the chunk
+      const double* action = b.actions.data() + r * b.act_dim;
+      std::copy(action, action + b.act_dim, chunk.actions.begin() + static_cast<std::ptrdiff_t>(i * b.act_dim));
+      const float* dist = b.dist.data() + r * b.dist_dim;
+      std::copy(dist, dist + b.dist_dim, chunk.action_dist_inputs.begin() + static_cast<std::ptrdiff_t>(i * b.dist_dim));
+      chunk.action_logp[i] = b.logp[r];
+      chunk.rewards[i] = static_cast<float>(b.rewards[r]);
+      // The step's version goes into the entry's runs; a run is stored only
+      // once another version follows it (one version: no runs, nothing allocated).
+      if (b.stamp.first != connection || b.stamp.second < 0 || b.stamp.second > kMaxRunVersion) {
+        // A step of unknown version, or of one learned on an earlier
+        // connection (maybe another server run): the entry has the claim.
+        e.runs = false;
+      } else if (e.runs) {
+        if (e.run > 0 && b.stamp.second != e.version) {
+          chunk.weights_seq_no_runs.emplace_back(e.version, e.run);
+          e.run = 0;
+        }
+        e.version = b.stamp.second;
+        ++e.run;
+      }
+    }
+  }
+  for (std::size_t j = 0; j < from.entries; ++j) {
+    CutEntry& e = from.entry_pool[j];
+    AgentEntry& entry = *e.out;
+    if (e.has_final) {
+      copy_row(e.final_obs.data(), e.final_obs.size(), entry.chunk.obs, e.take * e.obs_dim);
+      copy_row(e.final_value_obs.data(), e.final_value_obs.size(), entry.value_obs, e.take * e.value_dim);
+    }
+    // Runs when the steps used more than one version (§10.1); the link leaves
+    // them out if the batch goes on a later connection than this one.
+    std::vector<std::pair<std::int64_t, std::int64_t>>& runs = entry.chunk.weights_seq_no_runs;
+    if (e.runs && !runs.empty()) {
+      runs.emplace_back(e.version, e.run);
+      batch.runs_connection = connection;
+    } else {
+      runs.clear();
+    }
+    e.out = nullptr;
+  }
+}
 
 void MultiAgentClient::append_actor_obs(const AgentFrame& frame, const Slot& slot, std::vector<float>& out) const {
   if (slot.group == kNone) {
@@ -432,6 +630,7 @@ void MultiAgentClient::sync() {
         apply_models(event);
         break;
       case LinkEvent::Kind::kBatch:
+        reclaim(std::move(event.batch->record_source));  // (done: the I/O thread no longer touches it)
         if (!event.batch->error.ok()) {
           report(event.batch->error);
           // The rest of a refused batch's episodes is not sent either.
@@ -452,6 +651,9 @@ void MultiAgentClient::sync() {
         break;
       case LinkEvent::Kind::kTrainingDone:
         end_training();
+        break;
+      case LinkEvent::Kind::kRecordsBuilt:
+        reclaim(std::move(event.record_source));
         break;
     }
   }
@@ -504,10 +706,15 @@ void MultiAgentClient::forget_episodes(const std::set<std::string>& ids) {
 
 void MultiAgentClient::recount_pending() {
   pending_steps_ = 0;
+  latest_held_ = 0;
   for (const auto& entry : episodes_) {
     const Episode& episode = *entry.second;
     if (!episode.training) continue;
-    for (const auto& actor : episode.actors) pending_steps_ += actor.second->rows;
+    for (const auto& actor : episode.actors) {
+      const Actor& a = *actor.second;
+      pending_steps_ += a.rows;
+      if (a.training && a.rows > 0 && !a.has_final) ++latest_held_;
+    }
     for (const auto& actor : episode.finished) pending_steps_ += actor->rows;
   }
 }
@@ -645,16 +852,8 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
   std::fill(group_slot_.begin(), group_slot_.end(), kNone);
   std::fill(member_index_.begin(), member_index_.end(), kNone);
   const std::size_t n = frame.size();
-  const bool finite = all_finite(frame.obs_.data(), frame.obs_.size());
-  for (std::size_t i = 0; i < n && !finite; ++i) {
-    const float* obs = frame.obs(i);
-    for (std::size_t j = 0, size = frame.obs_size(i); j < size; ++j) {
-      if (!std::isfinite(obs[j])) {
-        return Status(ErrorCode::kNonFiniteValue,
-                      "agent '" + frame.agent_id(i) + "': observation[" + std::to_string(j) + "] is not finite");
-      }
-    }
-  }
+  Status finite = check_finite(frame);
+  if (!finite.ok()) return finite;
   same_agents_ = episode != nullptr && !ending && same_agents_as_last_frame(*episode, frame);
   if (same_agents_) {
     slots_.resize(n);
@@ -765,6 +964,21 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
   return Status::Ok();
 }
 
+// NON_FINITE_VALUE naming the first observation value that is a NaN or an infinity, else ok.
+Status MultiAgentClient::check_finite(const AgentFrame& frame) const {
+  if (all_finite(frame.obs_.data(), frame.obs_.size())) return Status::Ok();
+  for (std::size_t i = 0; i < frame.size(); ++i) {
+    const float* obs = frame.obs(i);
+    for (std::size_t j = 0, size = frame.obs_size(i); j < size; ++j) {
+      if (!std::isfinite(obs[j])) {
+        return Status(ErrorCode::kNonFiniteValue,
+                      "agent '" + frame.agent_id(i) + "': observation[" + std::to_string(j) + "] is not finite");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // Keeps the frame's actors by slot (and, without groups, its agent ids) for the next frame.
 void MultiAgentClient::remember_slots(Episode& episode, const AgentFrame& frame) {
   episode.steady = false;
@@ -782,6 +996,7 @@ void MultiAgentClient::remember_slots(Episode& episode, const AgentFrame& frame)
   for (std::size_t i = 0; i < frame.size(); ++i) {
     if (episode.slot_ids[i] != frame.agent_id(i)) episode.slot_ids[i] = frame.agent_id(i);
   }
+  episode.slot_fill = frame.fill_;
 }
 
 bool MultiAgentClient::same_agents_as_last_frame(const Episode& episode, const AgentFrame& frame) const {
@@ -790,6 +1005,7 @@ bool MultiAgentClient::same_agents_as_last_frame(const Episode& episode, const A
       episode.module_by_slot.size() != n) {
     return false;
   }
+  if (frame.same_ids_as(episode.slot_fill, n)) return true;  // (no id compared)
   for (std::size_t i = 0; i < n; ++i) {
     if (frame.agent_id(i) != episode.slot_ids[i]) return false;
   }
@@ -802,14 +1018,33 @@ Status MultiAgentClient::obs_size_error(const Slot& slot, std::size_t obs_size) 
                                                  std::to_string(slot.module->obs_dim));
 }
 
+// The module of every slot when each is a single agent of that module at its
+// own index in the frame (no group member in the frame), else null: the
+// frame's observations are then that module's batch, in order.
+MultiAgentClient::Module* MultiAgentClient::one_module_frame() const {
+  if (slots_.empty()) return nullptr;
+  Module* module = slots_[0].module;
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (slot.module != module || slot.group != kNone || slot.frame_index != s) return nullptr;
+  }
+  return module;
+}
+
 // Assigns each slot its module row and writes the actors' observations (a
 // group's members joined in member order) into their modules' batches.
-void MultiAgentClient::fill_batches(const AgentFrame& frame) {
+void MultiAgentClient::fill_batches(const AgentFrame& frame, Module* one_module) {
   for (Module* module : frame_modules_) {
     module->in_frame = false;
-    module->slots.clear();
+    module->rows = 0;
   }
   frame_modules_.clear();
+  if (one_module != nullptr) {
+    // Row s is slot s: the frame's observations go in with one copy.
+    take_frame(frame, *one_module);
+    for (std::size_t s = 0; s < slots_.size(); ++s) slots_[s].row = s;
+    return;
+  }
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     Slot& slot = slots_[s];
     Module* module = slot.module;
@@ -818,10 +1053,22 @@ void MultiAgentClient::fill_batches(const AgentFrame& frame) {
       module->batch_obs.clear();
       frame_modules_.push_back(module);
     }
-    slot.row = module->slots.size();
-    module->slots.push_back(s);
+    slot.row = module->rows++;
     append_actor_obs(frame, slot, module->batch_obs);
   }
+}
+
+// The frame's agents are the module's rows, in order: its batch is the frame's observations.
+void MultiAgentClient::take_frame(const AgentFrame& frame, Module& module) {
+  for (Module* other : frame_modules_) {
+    other->in_frame = false;
+    other->rows = 0;
+  }
+  frame_modules_.clear();
+  module.in_frame = true;
+  module.rows = frame.size();
+  frame_modules_.push_back(&module);
+  module.batch_obs.assign(frame.obs_.begin(), frame.obs_.end());
 }
 
 // One inference run per module of the frame.
@@ -830,7 +1077,7 @@ Status MultiAgentClient::run_modules() {
     if (!module->policy) {
       return Status(ErrorCode::kNotReady, "module '" + module->id + "' has no model yet (the server sent none)");
     }
-    const std::size_t rows = module->slots.size();
+    const std::size_t rows = module->rows;
     module->dist.resize(rows * module->dist_dim);
     Status ran = module->policy->backend->run(module->batch_obs.data(), rows, module->obs_dim, module->dist.data(),
                                               module->dist_dim);
@@ -841,8 +1088,15 @@ Status MultiAgentClient::run_modules() {
 }
 
 // Each frame agent's action size (a member's part of its group's), laid out in the frame.
-void MultiAgentClient::lay_out_actions(AgentFrame& frame) const {
+void MultiAgentClient::lay_out_actions(AgentFrame& frame, const Module* one_module) const {
   const std::size_t n = frame.size();
+  if (one_module != nullptr) {
+    const std::size_t act_dim = one_module->act_dim;
+    frame.action_offsets_.resize(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) frame.action_offsets_[i] = i * act_dim;
+    frame.actions_.resize(n * act_dim);
+    return;
+  }
   frame.action_offsets_.assign(n + 1, 0);
   for (const Slot& slot : slots_) {
     if (slot.group == kNone) {
@@ -911,6 +1165,13 @@ void MultiAgentClient::note_latest(Episode& episode, const Slot& slot, const Age
 }
 
 Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& frame) {
+  // A batch this call cuts goes to the I/O thread once the frame is acted (or
+  // the call fails): building and encoding its records then does not compete
+  // with this frame for the cores.
+  struct WakeLinkAtEnd {
+    MultiAgentClient& client;
+    ~WakeLinkAtEnd() { client.wake_link(); }
+  } wake_link_at_end{*this};
   Episode* episode = nullptr;
   Status status = check_call(episode_id, "get_action", episode);
   if (!status.ok()) return status;
@@ -923,8 +1184,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   // recorded steps and steps of held-back episodes. A held-back episode makes
   // it due only once held-back steps were played since the last cut; with
   // none, every steps_per_batch() complete steps recorded
-  // (env_steps_per_sample unless the server asks for fewer), as always. The
-  // sendable count walks every actor: asked for only when the cheap tests pass.
+  // (env_steps_per_sample unless the server asks for fewer), as always.
   const std::size_t every = static_cast<std::size_t>(steps_per_batch());
   if ((episode->training || (episode->held_back && held_steps_ > 0)) && pending_steps_ + held_steps_ >= every &&
       sendable_steps() + held_steps_ >= every) {
@@ -935,8 +1195,10 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     status = pending_status();
     if (!status.ok()) return status;
   }
+  if (steady_frame(*episode, frame)) return act_steady(*episode, frame);
   status = gather(episode, frame, episode_id, false);
   if (!status.ok()) return status;
+  if (same_agents_) episode->slot_fill = frame.fill_;
   // New actors join at this env step.
   for (std::size_t k = 0; k < new_slots_.size(); ++k) {
     Slot& slot = slots_[new_slots_[k]];
@@ -949,10 +1211,15 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     actor->frame_mark = frame_counter_;
     actor->shared_latest = critic_agents_.count(actor->id) != 0;
     slot.actor = actor.get();
+    episode->roster.push_back(actor.get());
     episode->actors.emplace(actor->id, std::move(actor));
   }
-  if (!same_agents_) remember_slots(*episode, frame);
-  fill_batches(frame);
+  Module* const one_module = one_module_frame();
+  if (!same_agents_) {
+    remember_slots(*episode, frame);
+    episode->slot_module = one_module;
+  }
+  fill_batches(frame, one_module);
   // Latest observations first (a critic's value_obs rows need every agent's),
   // then the critic rows in the modules' row order.
   if (!(same_agents_ && episode->steady)) {
@@ -961,24 +1228,19 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   for (Module* module : frame_modules_) {
     if (module->value_dim == 0) continue;
     module->batch_value_obs.clear();
-    for (std::size_t k = 0; k < module->slots.size(); ++k) write_value_obs(*episode, *module, module->batch_value_obs);
+    for (std::size_t k = 0; k < module->rows; ++k) write_value_obs(*episode, *module, module->batch_value_obs);
   }
   status = run_modules();
   if (!status.ok()) return status;  // nothing of the frame is recorded
-  // One draw per row of each module's batch, then each actor takes its row.
-  for (Module* module : frame_modules_) {
-    const std::size_t rows = module->slots.size();
-    module->record_actions.resize(rows * module->act_dim);
-    module->env_actions.resize(rows * module->act_dim);
-    module->logp.resize(rows);
-    Status sampled = sample_rows_for_record(module->spec.action_space, module->dist.data(), rows, rng_,
-                                            raw_box_samples_, module->record_actions.data(),
-                                            module->env_actions.data(), module->logp.data());
-    if (!sampled.ok()) return sampled;
-  }
-  lay_out_actions(frame);
-  for (const Slot& slot : slots_) {
-    write_action(slot, slot.module->env_actions.data() + slot.row * slot.module->act_dim, frame);
+  status = sample_modules();
+  if (!status.ok()) return status;
+  lay_out_actions(frame, one_module);
+  if (one_module != nullptr) {
+    std::copy(one_module->env_actions.begin(), one_module->env_actions.end(), frame.actions_.begin());
+  } else {
+    for (const Slot& slot : slots_) {
+      write_action(slot, slot.module->env_actions.data() + slot.row * slot.module->act_dim, frame);
+    }
   }
   if (episode->training) record_frame(*episode);
   if (episode->training) ++env_steps_since_cut_;
@@ -987,13 +1249,107 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   return Status::Ok();
 }
 
+// Whether the frame is a steady-state one: the last frame's agents again, in
+// the same order (AgentFrame::same_ids_as spares comparing their ids), all
+// single agents of one module without critic rows, each recorded and seen
+// by no critic (Episode::steady).
+bool MultiAgentClient::steady_frame(const Episode& episode, const AgentFrame& frame) const {
+  return steady_path_ && episode.steady && episode.slot_module != nullptr && episode.slot_module->value_dim == 0 &&
+         same_agents_as_last_frame(episode, frame);
+}
+
+// A steady-state frame: acted and recorded as the general path does it (the
+// same checks, rows, draws and records), without building slots or reading
+// an actor before the model runs (no lookup, no latest observation to keep).
+Status MultiAgentClient::act_steady(Episode& episode, AgentFrame& frame) {
+  ++frame_counter_;
+  same_agents_ = true;
+  Module& module = *episode.slot_module;
+  Status status = check_finite(frame);
+  if (!status.ok()) return status;
+  const std::size_t n = frame.size();
+  Actor* const* actors = episode.actor_by_slot.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (frame.obs_size(i) != module.obs_dim) {
+      return Status(ErrorCode::kInvalidArgument, "'" + frame.agent_id(i) + "': observation has " +
+                                                     std::to_string(frame.obs_size(i)) + " values, module '" +
+                                                     module.id + "' needs " + std::to_string(module.obs_dim));
+    }
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(actors[i], 1, 3);  // (its step is noted after inference: fetched while the model runs)
+#endif
+  }
+  take_frame(frame, module);
+  status = run_modules();
+  if (!status.ok()) return status;  // nothing of the frame is recorded
+  status = sample_modules();
+  if (!status.ok()) return status;
+  lay_out_actions(frame, &module);
+  std::copy(module.env_actions.begin(), module.env_actions.end(), frame.actions_.begin());
+  open_blocks(episode);
+  StepBlock& block = *module.block;
+  block.actors.assign(actors, actors + n);  // (row i is slot i's)
+  block.live = n;
+  for (std::size_t i = 0; i < n; ++i) note_latest_row(*actors[i], block, i);
+  close_blocks(episode, true);
+  episode.slot_fill = frame.fill_;
+  ++steady_frames_;
+  ++env_steps_since_cut_;  // (a steady episode is a recorded training one)
+  ++episode.t;
+  return Status::Ok();
+}
+
+// One draw per row of each module's batch (each actor then takes its row).
+Status MultiAgentClient::sample_modules() {
+  for (Module* module : frame_modules_) {
+    const std::size_t rows = module->rows;
+    module->record_actions.resize(rows * module->act_dim);
+    module->env_actions.resize(rows * module->act_dim);
+    module->logp.resize(rows);
+    Status sampled = sample_rows_for_record(module->spec.action_space, module->dist.data(), rows, rng_,
+                                            raw_box_samples_, module->record_actions.data(),
+                                            module->env_actions.data(), module->logp.data());
+    if (!sampled.ok()) return sampled;
+  }
+  return Status::Ok();
+}
+
 // The frame's rows become one block per module (its batch, outputs and draws
 // move in whole: nothing is copied per agent); each actor notes its latest row.
 void MultiAgentClient::record_frame(Episode& episode) {
+  open_blocks(episode);
+  bool steady = true;
+  for (const Slot& slot : slots_) {
+    Actor& actor = *slot.actor;
+    steady = steady && actor.training && !actor.shared_latest;
+    if (!actor.training) continue;
+    note_row(actor, *slot.module->block, slot.row);
+  }
+  close_blocks(episode, steady);
+}
+
+// A frame's row of a training actor (its latest step).
+void MultiAgentClient::note_row(Actor& actor, StepBlock& b, std::size_t row) {
+  b.actors[row] = &actor;
+  ++b.live;
+  note_latest_row(actor, b, row);
+}
+
+// ... as the actor notes it.
+void MultiAgentClient::note_latest_row(Actor& actor, StepBlock& b, std::size_t row) {
+  actor.last_block = &b;
+  actor.last_row = static_cast<std::uint32_t>(row);
+  if (actor.rows == 0) ++latest_held_;  // (an acting actor is in the episode's actors)
+  ++actor.rows;
+  ++pending_steps_;
+}
+
+// Each module of the frame gets a block that takes its rows.
+void MultiAgentClient::open_blocks(Episode& episode) {
   for (Module* module : frame_modules_) {
-    std::unique_ptr<StepBlock> block = take_spare_block();
+    const std::size_t rows = module->rows;
+    std::unique_ptr<StepBlock> block = take_spare_block(module, rows);
     StepBlock& b = *block;
-    const std::size_t rows = module->slots.size();
     b.module = module;
     b.obs_dim = module->obs_dim;
     b.value_dim = module->value_dim;
@@ -1011,19 +1367,9 @@ void MultiAgentClient::record_frame(Episode& episode) {
     module->block = &b;
     episode.blocks.push_back(std::move(block));
   }
-  bool steady = true;
-  for (const Slot& slot : slots_) {
-    Actor& actor = *slot.actor;
-    steady = steady && actor.training && !actor.shared_latest;
-    if (!actor.training) continue;
-    StepBlock& b = *slot.module->block;
-    b.actors[slot.row] = &actor;
-    ++b.live;
-    actor.last_block = &b;
-    actor.last_row = static_cast<std::uint32_t>(slot.row);
-    ++actor.rows;
-    ++pending_steps_;
-  }
+}
+
+void MultiAgentClient::close_blocks(Episode& episode, bool steady) {
   for (Module* module : frame_modules_) module->block = nullptr;
   episode.steady = steady;
   // (A block nobody trains on goes back at once.)
@@ -1033,10 +1379,32 @@ void MultiAgentClient::record_frame(Episode& episode) {
   }
 }
 
-// A block to fill: a spare one (its arrays keep their capacity), else a new one.
-std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::take_spare_block() {
+// A block to fill: a spare one (its arrays keep their capacity), else a new
+// one. With `module`, for `rows` of its rows: one with room for them if one
+// of the last few has it, since a frame's block trades its arrays with the
+// module's frame scratch (which would otherwise grow in the next frame).
+std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::take_spare_block(const Module* module,
+                                                                               std::size_t rows) {
   if (spare_blocks_.empty()) return std::make_unique<StepBlock>();
-  std::unique_ptr<StepBlock> block = std::move(spare_blocks_.back());
+  std::size_t pick = spare_blocks_.size() - 1;
+  if (module != nullptr) {
+    auto fits = [&](const StepBlock& b) {
+      return b.actors.capacity() >= rows && b.obs.capacity() >= rows * module->obs_dim &&
+             b.value_obs.capacity() >= rows * module->value_dim && b.dist.capacity() >= rows * module->dist_dim &&
+             b.actions.capacity() >= rows * module->act_dim && b.logp.capacity() >= rows &&
+             b.rewards.capacity() >= rows;
+    };
+    constexpr std::size_t kLooks = 8;
+    for (std::size_t k = 0; k < kLooks && k < spare_blocks_.size(); ++k) {
+      const std::size_t i = spare_blocks_.size() - 1 - k;
+      if (fits(*spare_blocks_[i])) {
+        pick = i;
+        break;
+      }
+    }
+  }
+  std::unique_ptr<StepBlock> block = std::move(spare_blocks_[pick]);
+  if (pick + 1 != spare_blocks_.size()) spare_blocks_[pick] = std::move(spare_blocks_.back());
   spare_blocks_.pop_back();
   return block;
 }
@@ -1107,6 +1475,7 @@ void MultiAgentClient::drop_rows_of(const Module& module) {
     episode.steady = false;
     release_blocks_if(episode, [&](const StepBlock& block) { return block.module == &module; });
   }
+  recount_pending();
 }
 
 Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& episode_id) {
@@ -1115,10 +1484,11 @@ Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& e
   if (!pending.ok()) return pending;
   Status status = gather(nullptr, frame, episode_id.empty() ? std::string("eval") : episode_id, false);
   if (!status.ok()) return status;
-  fill_batches(frame);
+  Module* const one_module = one_module_frame();
+  fill_batches(frame, one_module);
   status = run_modules();
   if (!status.ok()) return status;
-  lay_out_actions(frame);
+  lay_out_actions(frame, one_module);
   for (const Slot& slot : slots_) {
     const Module& module = *slot.module;
     Status greedy = deterministic(module.spec.action_space, module.dist.data() + slot.row * module.dist_dim,
@@ -1206,6 +1576,11 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     if (it == episode.actors.end()) continue;  // observed its end without ever acting: nothing to train on
     std::unique_ptr<Actor> actor = std::move(it->second);
     episode.actors.erase(it);
+    auto listed = std::find(episode.roster.begin(), episode.roster.end(), actor.get());
+    if (listed != episode.roster.end()) {
+      *listed = episode.roster.back();
+      episode.roster.pop_back();
+    }
     episode.actor_by_slot.clear();
     episode.steady = false;
     fold_return(episode, *actor);
@@ -1310,128 +1685,135 @@ Result<std::map<std::string, double>> MultiAgentClient::end_episode(const std::s
 std::size_t MultiAgentClient::sendable_steps() const {
   // Every actor's latest action is held back until its next observation
   // (§10.7); RLlib's server waits for a full env_steps_per_sample batch.
-  std::size_t held = 0;
-  for (const auto& entry : episodes_) {
-    if (!entry.second->training) continue;
-    for (const auto& actor : entry.second->actors) {
-      const Actor& a = *actor.second;
-      if (a.training && a.rows > 0 && !a.has_final) ++held;
-    }
-  }
-  return pending_steps_ >= held ? pending_steps_ - held : 0;
+  return pending_steps_ >= latest_held_ ? pending_steps_ - latest_held_ : 0;
 }
 
-// Takes the episode's complete steps out of its blocks into `record`: every
-// actor's steps but its latest, held back until its next observation (§10.7),
-// or all of them with its final observation once it left. Each chunk's
-// observations are its steps' and the one after (T+1). Blocks left without
-// uncut rows go back for reuse.
-void MultiAgentClient::cut(Episode& episode, MultiAgentRecord& record,
-                           std::map<std::string, std::optional<Stamp>>& oldest, std::int64_t& runs_connection) {
-  cutting_.clear();
-  const bool server_takes_runs = config_->announces_version;  // (a plain v1 server is never sent runs)
+// Hands the episode's complete steps to `record`: every actor's steps but its
+// latest, held back until its next observation (§10.7), or all of them with
+// its final observation once it left. No row is copied here: a block whose
+// rows all go moves to the record whole; one that also holds steps that stay
+// (held-back ones) goes as a copy and keeps only those. The I/O thread takes
+// each actor's rows out of the record's blocks (CutSteps::build). Returns the
+// agent steps handed over.
+std::int64_t MultiAgentClient::cut(Episode& episode, CutRecord& record, CutSteps& steps) {
+  std::int64_t taken = 0;
   auto plan = [&](Actor& actor) {
-    if (!actor.training) return;
-    const std::size_t take = actor.has_final ? actor.rows : (actor.rows == 0 ? 0 : actor.rows - 1);
-    if (take == 0) return;
-    actor.cut_take = take;
-    actor.cut_seen = 0;
-    actor.cut_run = 0;
-    actor.cut_runs = server_takes_runs;
-    cutting_.push_back(&actor);
-  };
-  for (auto& actor : episode.finished) plan(*actor);
-  for (auto& entry : episode.actors) plan(*entry.second);
-  if (cutting_.empty()) return;
-  const std::size_t first = record.agents.size();
-  record.agents.reserve(first + cutting_.size());  // (entries stay put while rows go in)
-  for (Actor* actor : cutting_) {
-    const Module& module = *actor->module;
-    record.agents.emplace_back(actor->id, AgentEntry());
-    AgentEntry& entry = record.agents.back().second;
-    entry.module = module.id;
-    entry.start_step = actor->start_step;
-    EpisodeChunk& chunk = entry.chunk;
-    const std::size_t take = actor->cut_take;
-    chunk.obs.assign((take + 1) * module.obs_dim, 0.0f);
-    entry.value_obs.assign(module.value_dim > 0 ? (take + 1) * module.value_dim : 0, 0.0f);
-    chunk.actions.resize(take * module.act_dim);
-    chunk.action_dist_inputs.resize(take * module.dist_dim);
-    chunk.action_logp.resize(take);
-    chunk.rewards.resize(take);
-    const bool done = actor->has_final;
-    chunk.is_terminated = done && actor->terminated;
-    chunk.is_truncated = done && actor->truncated;
-    actor->cut_entry = &entry;
-  }
-  // Rows in time order; a row's sizes are its block's (the same as its
-  // module's: blocks of a module whose spaces changed were dropped).
-  auto copy_row = [](const float* from, std::size_t n, std::vector<float>& to, std::size_t at) {
-    std::copy(from, from + std::min(n, to.size() - std::min(to.size(), at)), to.begin() + static_cast<std::ptrdiff_t>(at));
-  };
-  for (auto& block : episode.blocks) {
-    StepBlock& b = *block;
-    bool cut_any = false;
-    for (std::size_t r = 0; r < b.actors.size(); ++r) {
-      Actor* actor = b.actors[r];
-      if (actor == nullptr || actor->cut_entry == nullptr) continue;
-      AgentEntry& entry = *actor->cut_entry;
-      EpisodeChunk& chunk = entry.chunk;
-      const std::size_t i = actor->cut_seen;
-      if (i > actor->cut_take) continue;
-      copy_row(b.obs_row(r), b.obs_dim, chunk.obs, i * b.obs_dim);
-      if (b.value_dim > 0) copy_row(b.value_obs_row(r), b.value_dim, entry.value_obs, i * b.value_dim);
-      ++actor->cut_seen;
-      if (i == actor->cut_take) continue;  // the held-back step: its observation ends the chunk
-      const double* action = b.actions.data() + r * b.act_dim;
-      std::copy(action, action + b.act_dim, chunk.actions.begin() + static_cast<std::ptrdiff_t>(i * b.act_dim));
-      const float* dist = b.dist.data() + r * b.dist_dim;
-      std::copy(dist, dist + b.dist_dim, chunk.action_dist_inputs.begin() + static_cast<std::ptrdiff_t>(i * b.dist_dim));
-      chunk.action_logp[i] = b.logp[r];
-      chunk.rewards[i] = static_cast<float>(b.rewards[r]);
-      // The step's version goes into the entry's runs; a run is stored only
-      // once another version follows it (one version: no runs, nothing allocated).
-      if (b.stamp.first != connection_ || b.stamp.second < 0 || b.stamp.second > kMaxRunVersion) {
-        // A step of unknown version, or of one learned on an earlier
-        // connection (maybe another server run): the entry has the claim.
-        actor->cut_runs = false;
-      } else if (actor->cut_runs) {
-        if (actor->cut_run > 0 && b.stamp.second != actor->cut_version) {
-          chunk.weights_seq_no_runs.emplace_back(actor->cut_version, actor->cut_run);
-          actor->cut_run = 0;
-        }
-        actor->cut_version = b.stamp.second;
-        ++actor->cut_run;
+    if (!actor.training || actor.rows == 0) return;
+    const std::size_t take = actor.has_final ? actor.rows : actor.rows - 1;
+    if (take > 0) {
+      const Module& module = *actor.module;
+      CutEntry& entry = steps.next_entry(record);
+      entry.key = &actor;
+      entry.actor_id.assign(actor.id);
+      entry.module_id.assign(module.id);
+      entry.start_step = actor.start_step;
+      entry.take = take;
+      entry.obs_dim = module.obs_dim;
+      entry.value_dim = module.value_dim;
+      entry.act_dim = module.act_dim;
+      entry.dist_dim = module.dist_dim;
+      entry.has_final = actor.has_final;
+      entry.terminated = actor.terminated;
+      entry.truncated = actor.truncated;
+      entry.final_obs.clear();
+      entry.final_value_obs.clear();
+      if (actor.has_final) {
+        entry.final_obs.swap(actor.final_obs);  // (the actor goes with the cut)
+        entry.final_value_obs.swap(actor.final_value_obs);
       }
-      b.actors[r] = nullptr;
-      --b.live;
-      cut_any = true;
+      actor.rows -= take;
+      taken += static_cast<std::int64_t>(take);
     }
-    if (cut_any && b.stamp.first >= 0) {
-      std::optional<Stamp>& module_oldest = oldest[b.module->id];
-      if (!module_oldest || b.stamp < *module_oldest) module_oldest = b.stamp;
+    if (actor.rows > 0) {  // its held-back step stays (and its observation ends the steps cut)
+      ++actor.last_block->kept;
+      if (take > 0) actor.last_block->ends_chunk = true;
     }
+  };
+  record.entry_pool.reserve(episode.finished.size() + episode.roster.size());
+  for (auto& actor : episode.finished) plan(*actor);
+  Actor* const* roster = episode.roster.data();
+  for (std::size_t i = 0, n = episode.roster.size(); i < n; ++i) {
+#if defined(__GNUC__) || defined(__clang__)
+    if (i + 8 < n) __builtin_prefetch(roster[i + 8], 1, 3);  // (each actor's line is far from the last one's)
+#endif
+    plan(*roster[i]);
   }
-  for (Actor* actor : cutting_) {
-    AgentEntry& entry = *actor->cut_entry;
-    if (actor->has_final) {
-      copy_row(actor->final_obs.data(), actor->final_obs.size(), entry.chunk.obs, actor->cut_take * actor->module->obs_dim);
-      copy_row(actor->final_value_obs.data(), actor->final_value_obs.size(), entry.value_obs,
-               actor->cut_take * actor->module->value_dim);
-    }
-    // Runs when the steps used more than one version (§10.1); the link leaves
-    // them out if the batch goes on a later connection than this one.
-    std::vector<std::pair<std::int64_t, std::int64_t>>& runs = entry.chunk.weights_seq_no_runs;
-    if (actor->cut_runs && !runs.empty()) {
-      runs.emplace_back(actor->cut_version, actor->cut_run);
-      runs_connection = connection_;
-    } else {
-      runs.clear();
-    }
-    actor->rows -= actor->cut_take;
-    actor->cut_entry = nullptr;
+  if (taken == 0) {
+    for (auto& block : episode.blocks) block->kept = 0;
+    for (auto& block : episode.blocks) block->ends_chunk = false;
+    return 0;
   }
+  std::size_t stay = 0;
+  for (std::size_t i = 0; i < episode.blocks.size(); ++i) {
+    std::unique_ptr<StepBlock>& block = episode.blocks[i];
+    StepBlock& b = *block;
+    const std::size_t kept = b.kept;
+    const bool ends_chunk = b.ends_chunk;
+    b.kept = 0;
+    b.ends_chunk = false;
+    if (b.live > kept) note_oldest(b);
+    if (b.live == kept && !ends_chunk) {  // nothing of it goes
+      if (kept > 0) {
+        episode.blocks[stay++] = std::move(block);
+      } else {
+        spare_blocks_.push_back(std::move(block));
+      }
+      continue;
+    }
+    if (kept == 0) {  // all of it goes
+      record.blocks.push_back(std::move(block));
+      continue;
+    }
+    record.blocks.push_back(copy_block(b));
+    if (b.live > kept) {
+      // The rows that stay are the held-back steps: each the last row of an actor that keeps one.
+      for (std::size_t r = 0; r < b.actors.size(); ++r) {
+        const Actor* actor = b.actors[r];
+        if (actor != nullptr && !(actor->rows > 0 && actor->last_block == &b && actor->last_row == r)) {
+          b.actors[r] = nullptr;
+        }
+      }
+      b.live = kept;
+    }
+    episode.blocks[stay++] = std::move(block);
+  }
+  episode.blocks.resize(stay);
   compact_blocks(episode);
+  return taken;
+}
+
+// Keeps the oldest (connection, version) a cut's steps of the block's module used.
+void MultiAgentClient::note_oldest(const StepBlock& block) {
+  if (block.stamp.first < 0) return;
+  for (auto& entry : oldest_) {
+    if (entry.first != block.module) continue;
+    if (block.stamp < entry.second) entry.second = block.stamp;
+    return;
+  }
+  oldest_.emplace_back(block.module, block.stamp);
+}
+
+// A copy of a block (a spare one's arrays keep their capacity).
+std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::copy_block(const StepBlock& from) {
+  std::unique_ptr<StepBlock> block = take_spare_block();
+  StepBlock& b = *block;
+  b.module = from.module;
+  b.obs_dim = from.obs_dim;
+  b.value_dim = from.value_dim;
+  b.dist_dim = from.dist_dim;
+  b.act_dim = from.act_dim;
+  b.actors.assign(from.actors.begin(), from.actors.end());
+  b.obs.assign(from.obs.begin(), from.obs.end());
+  b.value_obs.assign(from.value_obs.begin(), from.value_obs.end());
+  b.dist.assign(from.dist.begin(), from.dist.end());
+  b.actions.assign(from.actions.begin(), from.actions.end());
+  b.logp.assign(from.logp.begin(), from.logp.end());
+  b.rewards.assign(from.rewards.begin(), from.rewards.end());
+  b.stamp = from.stamp;
+  b.live = 0;
+  b.kept = 0;
+  b.ends_chunk = false;
+  return block;
 }
 
 // After a cut every actor has at most one uncut step left (its held-back
@@ -1480,21 +1862,33 @@ void MultiAgentClient::send_batch(bool even_empty) {
   if (ended_) return;  // training is done: nothing is recorded, nobody takes a batch
   auto batch = std::make_shared<Batch>();
   batch->multi_agent = true;
-  std::map<std::string, std::optional<Stamp>> oldest;  // per module
+  std::shared_ptr<CutSteps> steps;
+  if (spare_cuts_.empty()) {
+    steps = std::make_shared<CutSteps>();
+  } else {
+    steps = std::move(spare_cuts_.back());
+    spare_cuts_.pop_back();
+  }
+  steps->connection = connection_;
+  steps->server_takes_runs = config_->announces_version;  // (a plain v1 server is never sent runs)
+  oldest_.clear();
   for (auto it = episodes_.begin(); it != episodes_.end();) {
     Episode& episode = *it->second;
     if (!episode.training) {
       ++it;
       continue;
     }
-    MultiAgentRecord record;
-    record.episode_id = episode.id;
-    cut(episode, record, oldest, batch->runs_connection);
+    CutRecord& record = steps->next_record();
+    record.episode_id.assign(episode.id);
+    const std::int64_t taken = cut(episode, record, *steps);
     episode.finished.clear();
-    if (!record.agents.empty() || episode.done) {
-      record.is_terminated = episode.done && !episode.truncated;
-      record.is_truncated = episode.done && episode.truncated;
-      batch->records.push_back(std::move(record));
+    if (record.entries > 0 || episode.done) {
+      record.terminated = episode.done && !episode.truncated;
+      record.truncated = episode.done && episode.truncated;
+      batch->pending_records.push_back(PendingRecord{episode.id, taken});
+      batch->agent_steps += taken;
+    } else {
+      --steps->used;  // (no entry: no block went to it)
     }
     if (episode.done) {
       release_blocks(episode);
@@ -1510,9 +1904,40 @@ void MultiAgentClient::send_batch(bool even_empty) {
   // answer brings the weights and record_share (§13.2).
   batch->even_empty = even_empty && held_steps_ > 0;
   held_steps_ = 0;
-  if (batch->records.empty() && !batch->even_empty) return;
-  for (const MultiAgentRecord& record : batch->records) {
-    for (const auto& entry : record.agents) batch->agent_steps += static_cast<std::int64_t>(entry.second.chunk.steps());
+  // The blocks handed over come back once the I/O thread has built the
+  // records (at once while it waits for an answer or idles, else once it is
+  // free): the frames until then take spare ones, made now if there are too
+  // few, each with room for the largest handed over (a block's arrays pass to
+  // a module's frame scratch and back, whichever module takes it), so that
+  // frames allocate nothing.
+  std::size_t handed = 0;
+  std::size_t room[7] = {0, 0, 0, 0, 0, 0, 0};  // the largest capacity of each array
+  for (std::size_t i = 0; i < steps->used; ++i) {
+    for (const auto& block : steps->records[i].blocks) {
+      ++handed;
+      const std::size_t capacities[7] = {block->actors.capacity(),  block->obs.capacity(),
+                                         block->value_obs.capacity(), block->dist.capacity(),
+                                         block->actions.capacity(), block->logp.capacity(),
+                                         block->rewards.capacity()};
+      for (std::size_t k = 0; k < 7; ++k) room[k] = std::max(room[k], capacities[k]);
+    }
+  }
+  while (spare_blocks_.size() < handed) {
+    auto spare = std::make_unique<StepBlock>();
+    spare->actors.reserve(room[0]);
+    spare->obs.reserve(room[1]);
+    spare->value_obs.reserve(room[2]);
+    spare->dist.reserve(room[3]);
+    spare->actions.reserve(room[4]);
+    spare->logp.reserve(room[5]);
+    spare->rewards.reserve(room[6]);
+    spare_blocks_.push_back(std::move(spare));
+  }
+  if (batch->pending_records.empty()) {
+    recycle(std::move(steps));
+    if (!batch->even_empty) return;
+  } else {
+    batch->record_source = std::move(steps);
   }
   batch->env_steps = env_steps;
   // The claims (§7.6): per module, the oldest version its steps used; a
@@ -1521,15 +1946,44 @@ void MultiAgentClient::send_batch(bool even_empty) {
   for (const auto& entry : modules_) {
     if (entry.second->seq) claims[entry.first] = *entry.second->seq;
   }
-  for (const auto& entry : oldest) {
-    if (entry.second) claims[entry.first] = entry.second->second;
-  }
+  for (const auto& entry : oldest_) claims[entry.first->id] = entry.second.second;
   batch->weights_seq_nos = std::move(claims);
   const bool strict = waits_for_weights();
+  // (Unless it waits, the I/O thread is woken once the frame is acted: wake_link().)
   std::set<std::string> gone = link_->hand_over(batch, batch->queue_steps(),
-                                                options_.when_queue_full == QueueFullPolicy::kWait, strict);
+                                                options_.when_queue_full == QueueFullPolicy::kWait, strict,
+                                                &dropped_batches_, /*wake=*/false);
+  link_to_wake_ = !strict;
+  // Batches dropped unsent are no one else's: their steps' arrays are reused.
+  for (const auto& dropped : dropped_batches_) reclaim(std::move(dropped->record_source));
+  dropped_batches_.clear();
   if (!gone.empty()) forget_episodes(gone);
   if (strict || link_->events_pending()) sync();
+}
+
+// Wakes the I/O thread for a batch handed over without waking it.
+void MultiAgentClient::wake_link() {
+  if (!link_to_wake_) return;
+  link_to_wake_ = false;
+  link_->wake();
+}
+
+// Takes back a cut's steps once the I/O thread is done with them (their blocks and entries are reused).
+void MultiAgentClient::reclaim(std::shared_ptr<RecordSource> source) {
+  if (!source) return;
+  // (A batch's record source is always this client's CutSteps.)
+  recycle(std::static_pointer_cast<CutSteps>(std::move(source)));
+}
+
+void MultiAgentClient::recycle(std::shared_ptr<CutSteps> steps) {
+  for (std::size_t i = 0; i < steps->used; ++i) {
+    CutRecord& record = steps->records[i];
+    for (auto& block : record.blocks) spare_blocks_.push_back(std::move(block));
+    record.blocks.clear();
+    record.entries = 0;
+  }
+  steps->used = 0;
+  spare_cuts_.push_back(std::move(steps));
 }
 
 Status MultiAgentClient::flush() {
@@ -1538,6 +1992,7 @@ Status MultiAgentClient::flush() {
   if (!pending.ok()) return pending;
   if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();
+  wake_link();
   link_->wait_for_idle();
   sync();
   return pending_status();  // (a refusal that came while it waited, once)

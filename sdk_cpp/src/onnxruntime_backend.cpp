@@ -143,15 +143,30 @@ Status read_signature(OrtSession* session, bool input, std::size_t index, Tensor
   return check(api->GetDimensions(tensor, signature->shape.data(), rank), "reading a tensor shape");
 }
 
-// A (batch, width) float32 tensor of the model's, as this backend needs it.
-Status check_signature(const TensorSignature& signature, const char* role, const std::string& name) {
+// A (batch, width) float32 tensor of the model's, as this backend needs it;
+// or, for the input, `bytes_allowed`, a uint8 (batch, d1, ..., dk) tensor with
+// static dimensions after the batch: a byte box's image in its own shape (§12.1).
+Status check_signature(const TensorSignature& signature, const char* role, const std::string& name,
+                       bool bytes_allowed) {
   std::string prefix = std::string("model ") + role + " '" + name + "'";
   if (!signature.is_tensor) {
     return Status(ErrorCode::kInferenceFailed, prefix + " is not a tensor");
   }
+  if (bytes_allowed && signature.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8) {
+    if (signature.shape.empty()) {
+      return Status(ErrorCode::kInferenceFailed, prefix + " has rank 0, expected (batch, *observation shape)");
+    }
+    for (std::size_t i = 1; i < signature.shape.size(); ++i) {
+      if (signature.shape[i] < 0) {
+        return Status(ErrorCode::kInferenceFailed, prefix + " is uint8 with a dynamic dimension " + std::to_string(i) +
+                                                       ": only the batch may be dynamic");
+      }
+    }
+    return Status::Ok();
+  }
   if (signature.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
-    return Status(ErrorCode::kInferenceFailed,
-                  prefix + " is not float32 (ONNX element type " + std::to_string(signature.type) + ")");
+    return Status(ErrorCode::kInferenceFailed, prefix + " is not float32" + (bytes_allowed ? " or uint8" : "") +
+                                                   " (ONNX element type " + std::to_string(signature.type) + ")");
   }
   if (signature.shape.size() != 2) {
     return Status(ErrorCode::kInferenceFailed,
@@ -164,7 +179,8 @@ Status check_signature(const TensorSignature& signature, const char* role, const
 struct Binding {
   std::size_t batch = 0;
   std::uint64_t last_used = 0;
-  std::vector<float> input;
+  std::vector<float> input;              // a float32 input
+  std::vector<std::uint8_t> input_bytes;  // a uint8 input: the observations converted, in place
   std::vector<float> output;
   ValuePtr input_value;
   ValuePtr output_value;
@@ -186,6 +202,8 @@ struct OnnxRuntimeBackend::Model {
   std::int64_t fixed_batch = -1;  // the model's batch size if it is not dynamic
   std::size_t obs_dim = 0;        // 0 = dynamic
   std::size_t out_dim = 0;        // 0 = dynamic
+  ModelInputType input_type = ModelInputType::kFloat32;
+  std::vector<std::int64_t> input_dims;  // the input's dimensions after the batch
   std::vector<Binding> bindings;
   std::uint64_t runs = 0;
 };
@@ -266,19 +284,28 @@ Status OnnxRuntimeBackend::load(const std::uint8_t* model, std::size_t size, con
   TensorSignature output;
   status = read_signature(next->session.get(), true, input_index, &input);
   if (status.ok()) {
-    status = check_signature(input, "input", input_name);
+    status = check_signature(input, "input", input_name, /*bytes_allowed=*/true);
   }
   if (status.ok()) {
     status = read_signature(next->session.get(), false, output_index, &output);
   }
   if (status.ok()) {
-    status = check_signature(output, "output", output_name);
+    status = check_signature(output, "output", output_name, /*bytes_allowed=*/false);
   }
   if (!status.ok()) {
     return status;
   }
   next->fixed_batch = input.shape[0] > 0 ? input.shape[0] : -1;
-  next->obs_dim = input.shape[1] > 0 ? static_cast<std::size_t>(input.shape[1]) : 0;
+  next->input_dims.assign(input.shape.begin() + 1, input.shape.end());
+  if (input.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8) {
+    // Static dimensions (checked above): the observation's flat width is their product.
+    next->input_type = ModelInputType::kUint8;
+    std::size_t width = 1;
+    for (std::int64_t d : next->input_dims) width *= static_cast<std::size_t>(d);
+    next->obs_dim = width;
+  } else {
+    next->obs_dim = input.shape[1] > 0 ? static_cast<std::size_t>(input.shape[1]) : 0;
+  }
   next->out_dim = output.shape[1] > 0 ? static_cast<std::size_t>(output.shape[1]) : 0;
 
   OrtMemoryInfo* raw_info = nullptr;
@@ -303,7 +330,8 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   if (obs == nullptr || out == nullptr || batch == 0 || obs_dim == 0 || out_dim == 0) {
     return Status(ErrorCode::kInvalidArgument, "run needs observations, an output buffer and non-zero sizes");
   }
-  if (m.obs_dim != 0 && obs_dim != m.obs_dim) {
+  // (a uint8 input's width is always static: its tensor is shaped from the model's dimensions)
+  if ((m.obs_dim != 0 || m.input_type == ModelInputType::kUint8) && obs_dim != m.obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "observation width " + std::to_string(obs_dim) +
                                                    " does not match the model's " + std::to_string(m.obs_dim));
   }
@@ -318,10 +346,13 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   const OrtApi* api = ort_api();
   ++m.runs;
 
+  const bool bytes = m.input_type == ModelInputType::kUint8;
+  const std::size_t input_count = batch * obs_dim;
+
   // Find (or make) the binding for this batch size; evict the least recently used.
   Binding* binding = nullptr;
   for (Binding& candidate : m.bindings) {
-    if (candidate.batch == batch && candidate.input.size() == batch * obs_dim &&
+    if (candidate.batch == batch && (bytes ? candidate.input_bytes.size() : candidate.input.size()) == input_count &&
         candidate.output.size() == batch * out_dim) {
       binding = &candidate;
       break;
@@ -330,15 +361,27 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   if (binding == nullptr) {
     Binding fresh;
     fresh.batch = batch;
-    fresh.input.assign(batch * obs_dim, 0.0f);
     fresh.output.assign(batch * out_dim, 0.0f);
-    std::array<std::int64_t, 2> in_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(obs_dim)};
     std::array<std::int64_t, 2> out_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(out_dim)};
     OrtValue* raw_in = nullptr;
-    Status status = check(api->CreateTensorWithDataAsOrtValue(
-                              m.memory_info.get(), fresh.input.data(), fresh.input.size() * sizeof(float),
-                              in_shape.data(), in_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_in),
-                          "creating the input tensor");
+    Status status;
+    if (bytes) {
+      // (batch, d1, ..., dk): obs_dim matched the static dimensions' product above.
+      std::vector<std::int64_t> in_shape{static_cast<std::int64_t>(batch)};
+      in_shape.insert(in_shape.end(), m.input_dims.begin(), m.input_dims.end());
+      fresh.input_bytes.assign(input_count, 0);
+      status = check(api->CreateTensorWithDataAsOrtValue(m.memory_info.get(), fresh.input_bytes.data(),
+                                                         fresh.input_bytes.size(), in_shape.data(), in_shape.size(),
+                                                         ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &raw_in),
+                     "creating the input tensor");
+    } else {
+      std::array<std::int64_t, 2> in_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(obs_dim)};
+      fresh.input.assign(input_count, 0.0f);
+      status = check(api->CreateTensorWithDataAsOrtValue(
+                         m.memory_info.get(), fresh.input.data(), fresh.input.size() * sizeof(float), in_shape.data(),
+                         in_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_in),
+                     "creating the input tensor");
+    }
     if (!status.ok()) {
       return status;
     }
@@ -381,7 +424,16 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   }
   binding->last_used = m.runs;
 
-  std::memcpy(binding->input.data(), obs, binding->input.size() * sizeof(float));
+  if (bytes) {
+    // Integers 0-255 (checked by the client) become those bytes; anything else is clamped (NaN as 0).
+    std::uint8_t* to = binding->input_bytes.data();
+    for (std::size_t i = 0; i < input_count; ++i) {
+      const float v = obs[i];
+      to[i] = !(v > 0.0f) ? std::uint8_t{0} : v >= 255.0f ? std::uint8_t{255} : static_cast<std::uint8_t>(v + 0.5f);
+    }
+  } else {
+    std::memcpy(binding->input.data(), obs, input_count * sizeof(float));
+  }
   Status status = check(api->RunWithBinding(m.session.get(), nullptr, binding->io.get()), "running the model");
   if (!status.ok()) {
     return status;
@@ -395,5 +447,14 @@ bool OnnxRuntimeBackend::loaded() const noexcept { return model_ != nullptr; }
 std::size_t OnnxRuntimeBackend::obs_dim() const noexcept { return model_ ? model_->obs_dim : 0; }
 
 std::size_t OnnxRuntimeBackend::out_dim() const noexcept { return model_ ? model_->out_dim : 0; }
+
+ModelInputType OnnxRuntimeBackend::input_type() const noexcept {
+  return model_ ? model_->input_type : ModelInputType::kFloat32;
+}
+
+const std::vector<std::int64_t>& OnnxRuntimeBackend::input_shape() const noexcept {
+  static const std::vector<std::int64_t> kNone;
+  return model_ ? model_->input_dims : kNone;
+}
 
 }  // namespace tether

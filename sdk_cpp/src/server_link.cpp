@@ -71,9 +71,10 @@ const std::string* first_string(const nlohmann::json& object, const char* key) {
 // The ids of a batch's episodes (single-agent chunks and multi-agent records).
 std::vector<std::string> episode_ids_of(const Batch& batch) {
   std::vector<std::string> ids;
-  ids.reserve(batch.chunks.size() + batch.records.size());
+  ids.reserve(batch.chunks.size() + batch.records.size() + batch.pending_records.size());
   for (const EpisodeChunk& chunk : batch.chunks) ids.push_back(chunk.episode_id.value_or(""));
   for (const MultiAgentRecord& record : batch.records) ids.push_back(record.episode_id.value_or(""));
+  for (const PendingRecord& record : batch.pending_records) ids.push_back(record.episode_id);
   return ids;
 }
 
@@ -179,10 +180,16 @@ void ServerLink::drop_episodes(Batch& batch, const std::set<std::string>& gone) 
   auto records_end = std::remove_if(batch.records.begin(), batch.records.end(), [&](const MultiAgentRecord& record) {
     return gone.count(record.episode_id.value_or("")) != 0;
   });
-  if (chunks_end == batch.chunks.end() && records_end == batch.records.end()) return;
+  auto pending_end = std::remove_if(batch.pending_records.begin(), batch.pending_records.end(),
+                                    [&](const PendingRecord& record) { return gone.count(record.episode_id) != 0; });
+  if (chunks_end == batch.chunks.end() && records_end == batch.records.end() &&
+      pending_end == batch.pending_records.end()) {
+    return;
+  }
   batch.chunks.erase(chunks_end, batch.chunks.end());
   batch.records.erase(records_end, batch.records.end());
-  if (batch.records.empty() && batch.agent_steps == 0) {
+  batch.pending_records.erase(pending_end, batch.pending_records.end());
+  if (batch.records.empty() && batch.pending_records.empty() && batch.agent_steps == 0) {
     std::int64_t steps = 0;
     for (const EpisodeChunk& chunk : batch.chunks) steps += static_cast<std::int64_t>(chunk.steps());
     batch.env_steps = steps;
@@ -192,6 +199,7 @@ void ServerLink::drop_episodes(Batch& batch, const std::set<std::string>& gone) 
   std::int64_t agent_steps = 0;
   for (const EpisodeChunk& chunk : batch.chunks) agent_steps += static_cast<std::int64_t>(chunk.steps());
   for (const MultiAgentRecord& record : batch.records) agent_steps += agent_steps_of(record);
+  for (const PendingRecord& record : batch.pending_records) agent_steps += record.agent_steps;
   if (batch.agent_steps > 0) {
     batch.env_steps = static_cast<std::int64_t>(
         std::llround(static_cast<double>(batch.env_steps) * static_cast<double>(agent_steps) /
@@ -203,20 +211,21 @@ void ServerLink::drop_episodes(Batch& batch, const std::set<std::string>& gone) 
 void ServerLink::recount_queue_locked() {
   outbox_.erase(std::remove_if(outbox_.begin(), outbox_.end(),
                                [](const std::shared_ptr<Batch>& b) {
-                                 return b->chunks.empty() && b->records.empty() && !b->even_empty;
+                                 return !b->has_data() && !b->even_empty;
                                }),
                 outbox_.end());
   queued_steps_ = 0;
   for (const auto& waiting : outbox_) queued_steps_ += waiting->queue_steps();
 }
 
-std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
+std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch,
+                                        std::vector<std::shared_ptr<Batch>>* dropped_out, bool wake) {
   std::set<std::string> gone;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (training_done_.load(std::memory_order_relaxed)) {
       // Nobody takes it any more (§6.6): let go, counted; no one waits for it.
-      if (!batch->chunks.empty() || !batch->records.empty()) batches_unsent_at_end_.fetch_add(1);
+      if (batch->has_data()) batches_unsent_at_end_.fetch_add(1);
       batch->done = true;
       return gone;
     }
@@ -228,6 +237,11 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
       batches_dropped_.fetch_add(1);
       for (std::string& id : episode_ids_of(*dropped)) gone.insert(std::move(id));
       queued_steps_ -= std::min<std::size_t>(queued_steps_, dropped->queue_steps());
+      if (dropped_out != nullptr && dropped->record_source && !dropped->building) {
+        dropped_out->push_back(std::move(dropped));  // (its records unbuilt: the client reuses their rows)
+      } else if (!dropped->records.empty() && !stopped_ && !closing_) {
+        retired_batches_.push_back(std::move(dropped));  // (records the I/O thread built: freed there)
+      }
     }
     if (!gone.empty()) {
       for (auto& waiting : outbox_) drop_episodes(*waiting, gone);
@@ -235,16 +249,18 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch) {
     }
     if (!refused_episodes_.empty()) drop_episodes(*batch, refused_episodes_);
     recount_queue_locked();
-    if (!batch->chunks.empty() || !batch->records.empty() || batch->even_empty) {
+    if (batch->has_data() || batch->even_empty) {
       queued_steps_ += batch->queue_steps();  // after its dropped episodes left it
       outbox_.push_back(std::move(batch));
     } else {
       batch->done = true;  // nothing left to send (its episodes were dropped or refused): no one waits for it
     }
   }
-  transport_.interrupt();
+  if (wake) transport_.interrupt();
   return gone;
 }
+
+void ServerLink::wake() noexcept { transport_.interrupt(); }
 
 bool ServerLink::room_locked(std::size_t steps) const {
   return outbox_.empty() ||
@@ -257,9 +273,10 @@ bool ServerLink::has_room(std::size_t steps) const {
 }
 
 std::set<std::string> ServerLink::hand_over(const std::shared_ptr<Batch>& batch, std::size_t steps,
-                                            bool wait_for_room, bool wait_for_answer) {
+                                            bool wait_for_room, bool wait_for_answer,
+                                            std::vector<std::shared_ptr<Batch>>* dropped, bool wake) {
   if (wait_for_room) this->wait_for_room(steps);
-  std::set<std::string> gone = submit(batch);
+  std::set<std::string> gone = submit(batch, dropped, wake || wait_for_answer);
   if (wait_for_answer) {
     const Batch* sent = batch.get();
     wait_until([sent] { return sent->done; });
@@ -313,10 +330,12 @@ void ServerLink::retire(std::shared_ptr<LoadedPolicy> policy) {
 void ServerLink::free_retired() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (retired_.empty()) return;
+    if (retired_.empty() && retired_batches_.empty()) return;
     retired_.swap(retired_io_);
+    retired_batches_.swap(retired_batches_io_);
   }
   retired_io_.clear();  // the old models' runtime sessions are destroyed here, on the I/O thread
+  retired_batches_io_.clear();
 }
 
 Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
@@ -352,24 +371,32 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
                                          format_s(timeout_s) + " s (response_timeout_s)");
 }
 
-void ServerLink::take_events(std::deque<LinkEvent>& out) {
+template <class Events>
+void ServerLink::take_events_into(Events& out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  while (!events_.empty()) {
-    if (events_.front().kind == LinkEvent::Kind::kFatal) {
-      out.push_back(events_.front());  // a fatal event stays: every later call sees it
+  std::size_t taken = 0;
+  for (; taken < events_.size(); ++taken) {
+    LinkEvent& event = events_[taken];
+    if (event.kind == LinkEvent::Kind::kFatal) {
+      out.push_back(event);  // a fatal event stays: every later call sees it
       break;
     }
-    LinkEvent& event = events_.front();
     if (event.kind == LinkEvent::Kind::kBatch && !event.batch->error.ok()) {
       // The engine now hears of the refusal and stops recording those episodes:
       // an id it reuses later is a new episode, sent again.
       for (const std::string& id : event.batch->episode_ids) refused_episodes_.erase(id);
     }
     out.push_back(std::move(event));
-    events_.pop_front();
   }
+  // (A vector, not a deque: the engine's thread frees no node the I/O thread
+  // allocated, which could make it consolidate the I/O thread's heap.)
+  events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(taken));
   events_pending_.store(fatal_ || !events_.empty(), std::memory_order_release);
 }
+
+void ServerLink::take_events(std::vector<LinkEvent>& out) { take_events_into(out); }
+
+void ServerLink::take_events(std::deque<LinkEvent>& out) { take_events_into(out); }
 
 void ServerLink::post_locked(LinkEvent event) {
   if (events_.size() >= options_.max_queued_events) {
@@ -959,10 +986,60 @@ void ServerLink::finish_batch(const std::shared_ptr<Batch>& batch, Status error,
   }
 }
 
+// Builds the records of the batches waiting behind the one in flight, whose
+// answer is awaited: their client gets its rows back (kRecordsBuilt) as soon
+// as they are taken out, not once the server has taken the batches before.
+void ServerLink::build_queued() {
+  for (;;) {
+    std::shared_ptr<Batch> batch;
+    Batch scratch;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (closing_) return;
+      for (const auto& waiting : outbox_) {
+        if (waiting->record_source && !waiting->pending_records.empty() && !waiting->building) {
+          batch = waiting;
+          break;
+        }
+      }
+      if (!batch) return;
+      batch->building = true;
+      scratch.pending_records = batch->pending_records;
+    }
+    batch->record_source->build(scratch);
+    std::lock_guard<std::mutex> lock(mutex_);
+    batch->building = false;
+    if (std::find(outbox_.begin(), outbox_.end(), batch) != outbox_.end()) {
+      // Episodes dropped meanwhile left pending_records: their records go too.
+      std::set<std::string> pending;
+      for (const PendingRecord& record : batch->pending_records) pending.insert(record.episode_id);
+      for (MultiAgentRecord& record : scratch.records) {
+        if (pending.count(record.episode_id.value_or("")) != 0) batch->records.push_back(std::move(record));
+      }
+      batch->pending_records.clear();
+      if (scratch.runs_connection != Batch::kNoRuns) batch->runs_connection = scratch.runs_connection;
+    }
+    LinkEvent back;
+    back.kind = LinkEvent::Kind::kRecordsBuilt;
+    back.record_source = std::move(batch->record_source);
+    post_locked(std::move(back));
+  }
+}
+
 Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   const LinkConfig& config = *config_;
   if (batch->seq == 0) {
     batch->seq = next_seq_++;
+    if (batch->record_source && !batch->pending_records.empty()) {
+      // The records the engine handed over unbuilt: built here, off its
+      // thread, which gets its rows back at once.
+      batch->record_source->build(*batch);
+      LinkEvent back;
+      back.kind = LinkEvent::Kind::kRecordsBuilt;
+      back.record_source = std::move(batch->record_source);
+      post(std::move(back));
+    }
+    batch->pending_records.clear();
     batch->episodes = nlohmann::json::array();
     for (const EpisodeChunk& chunk : batch->chunks) {
       Result<nlohmann::json> record = encode_episode(chunk, config.observation_space, config.action_space);
@@ -1143,6 +1220,7 @@ ServerLink::Exchange ServerLink::read_answer(const char* request, double timeout
     }
     if (received.value().interrupted) {
       free_retired();  // (a long wait for an answer does not keep retired models alive)
+      build_queued();
       continue;
     }
     responses_.clear();

@@ -42,6 +42,9 @@ Status ClientConnection::handle_body(const std::string& body, std::vector<Respon
   Result<Message> decoded = decode_message(body);
   if (!decoded.ok()) return decoded.status();
   Message& message = decoded.value();
+  // A server sends no attachment (§4.3): bytes after a NUL are ignored, and no
+  // view of `body` outlives it in a Response.
+  message.attachment.reset();
   if (message.type == MessageType::kError) {
     const std::string* request = detail::string_member(message.body, "request");
     const std::string* code = detail::string_member(message.body, "code");

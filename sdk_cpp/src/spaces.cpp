@@ -99,6 +99,19 @@ std::string too_large(const char* what, std::int64_t limit) {
 
 bool is_whole(double x) { return std::isfinite(x) && x == std::round(x); }
 
+// A byte box's bounds lie within [0, 255] (§8.1); the default bounds (+-inf) do not.
+bool bounds_are_bytes(const std::vector<double>& low, const std::vector<double>& high) {
+  for (double v : low) {
+    if (!(v >= 0.0)) return false;
+  }
+  for (double v : high) {
+    if (!(v <= 255.0)) return false;
+  }
+  return true;
+}
+
+constexpr const char* kByteBoundsText = "a uint8 Box's bounds must lie within [0, 255]";
+
 }  // namespace
 
 Result<Space> Space::box(std::vector<std::int64_t> shape, std::vector<double> low, std::vector<double> high,
@@ -116,6 +129,9 @@ Result<Space> Space::box(std::vector<std::int64_t> shape, std::vector<double> lo
   }
   for (std::size_t i = 0; i < size; ++i) {
     if (low[i] > high[i]) return Result<Space>(ErrorCode::kInvalidArgument, "Box low must not exceed high");
+  }
+  if (dtype == "uint8" && !bounds_are_bytes(low, high)) {
+    return Result<Space>(ErrorCode::kInvalidArgument, kByteBoundsText);
   }
   Space space;
   space.kind_ = SpaceKind::kBox;
@@ -192,8 +208,10 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
     }
     std::string dtype = "float32";
     if (const nlohmann::json* d = detail::member(data, "dtype")) {
-      dtype = d->is_string() ? d->get_ref<const std::string&>() : detail::dump_json(*d);
+      if (!d->is_string()) return invalid_space("Box dtype must be a string, got " + detail::describe(*d));
+      dtype = d->get_ref<const std::string&>();
     }
+    if (dtype == "uint8" && !bounds_are_bytes(low, high)) return invalid_space(kByteBoundsText);
     return box(std::move(shape), std::move(low), std::move(high), std::move(dtype));
   }
   if (kind != nullptr && *kind == "Discrete") {
@@ -297,6 +315,15 @@ bool Space::contains(const double* x, std::size_t n) const noexcept {
       return true;
   }
   return false;
+}
+
+std::size_t first_non_byte(const float* values, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = values[i];
+    // (NaN fails the range test; a value in range is whole when truncation keeps it)
+    if (!(v >= 0.0f && v <= 255.0f) || static_cast<float>(static_cast<int>(v)) != v) return i;
+  }
+  return n;
 }
 
 bool Space::operator==(const Space& other) const noexcept {

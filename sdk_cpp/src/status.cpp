@@ -8,7 +8,7 @@ namespace tether {
 namespace {
 
 // Every code with its spelling, in enum order; kOk has none on the wire.
-constexpr std::array<std::pair<ErrorCode, std::string_view>, 38> kNames{{
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 40> kNames{{
     {ErrorCode::kOk, "OK"},
     {ErrorCode::kBadHeader, "BAD_HEADER"},
     {ErrorCode::kFrameTooLarge, "FRAME_TOO_LARGE"},
@@ -39,6 +39,8 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 38> kNames{{
     {ErrorCode::kServerOverloaded, "SERVER_OVERLOADED"},
     {ErrorCode::kAuthThrottled, "AUTH_THROTTLED"},
     {ErrorCode::kTrainingDone, "TRAINING_DONE"},
+    {ErrorCode::kInvalidTensor, "INVALID_TENSOR"},
+    {ErrorCode::kObsDtypeMismatch, "OBS_DTYPE_MISMATCH"},
     {ErrorCode::kInternal, "INTERNAL"},
     {ErrorCode::kUnknownServerCode, "UNKNOWN_SERVER_CODE"},
     {ErrorCode::kInvalidArgument, "INVALID_ARGUMENT"},

@@ -307,6 +307,37 @@ TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
 }
 
 
+// A cut hands the recorded rows to the I/O thread without building a record
+// per agent: the calls that cut allocate a few times, however many agents act
+// (at most a few more per frame cut while earlier batches still hold theirs).
+TEST(Allocations, AMultiAgentCutAllocatesAFewTimesWhateverTheAgents) {
+  constexpr int kAgents = 256;
+  constexpr int kStepsPerSample = 4 * kAgents;  // a cut every 4 frames
+  fake::FakeServer server(multi_agent_script(kStepsPerSample));
+  auto connected = connect_multi_agent(server);
+  ASSERT_NE(connected, nullptr);
+  tether::MultiAgentClient& client = *connected;
+  std::vector<std::string> ids;
+  for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
+  tether::AgentFrame frame;
+  const std::string episode = client.start_episode().value();
+  Counts counts;
+  for (int t = 0; t < 520; ++t) {
+    frame.clear();
+    for (int a = 0; a < kAgents; ++a) {
+      float* obs = frame.add_uninitialized(ids[static_cast<std::size_t>(a)], 4);
+      for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>((t + a + k) % 7) * 0.1f;
+    }
+    count_call(counts, t >= 200, [&] { return client.get_action(episode, frame); });  // (200 frames of warm-up)
+    for (int a = 0; a < kAgents; ++a) client.log_returns(episode, ids[static_cast<std::size_t>(a)], 1.0);
+  }
+  ASSERT_TRUE(client.flush().ok());
+  std::printf("a cut of %d agents: %ld of %ld calls allocated, at most %ld allocations in one\n", kAgents,
+              counts.calls_that_allocated, counts.calls - 200, counts.largest);
+  EXPECT_LE(counts.calls_that_allocated, 2 * (320 / 4) + 2);
+  EXPECT_LE(counts.largest, 64);  // (a record built here took several per agent)
+}
+
 TEST(Allocations, TwoModulesOfDifferentSizesAllocateOnlyWhenTheyCut) {
   constexpr int kAgents = 64;
   constexpr int kStepsPerSample = 32 * (kAgents + 1);

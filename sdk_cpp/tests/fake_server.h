@@ -83,6 +83,7 @@ class Conn {
       if (body) {
         tether::Result<tether::Message> message = tether::decode_message(*body);
         if (!message.ok()) return std::nullopt;
+        message.value().attachment.reset();  // (a view of `body`, which ends here; the SDK sends none)
         return message.value();
       }
       if (stop.load() || Clock::now() > deadline) return std::nullopt;

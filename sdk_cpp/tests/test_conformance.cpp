@@ -4,12 +4,15 @@
 // with zero cases fails), and every vector file must be claimed or listed as
 // needing a live server, so a new or emptied vector file cannot pass unseen.
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -21,6 +24,7 @@
 #include "tether/policy_mapping.h"
 #include "tether/session.h"
 #include "tether/spaces.h"
+#include "tether/tensors.h"
 
 namespace tether {
 namespace {
@@ -36,7 +40,7 @@ const std::set<std::string> kServerSessionFiles = {"connection.json", "counting.
 const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json",  "spaces.json",
                                              "logp.json",      "policy_mapping.json", "episodes.json",
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
-                                             "client_pairing.json", "session.json"};
+                                             "client_pairing.json", "session.json", "tensors.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -150,7 +154,8 @@ TEST(Conformance, Framing) {
 
 TEST(Conformance, Messages) {
   run_cases("messages.json", [](const json&, const json& c) {
-    Result<Message> m = decode_message(from_hex(c["body_hex"].get<std::string>()));
+    const std::string body = from_hex(c["body_hex"].get<std::string>());
+    Result<Message> m = decode_message(body);
     if (c.contains("error")) {
       ASSERT_FALSE(m.ok());
       EXPECT_EQ(to_string(m.status().code()), c["error"].get<std::string>());
@@ -158,6 +163,10 @@ TEST(Conformance, Messages) {
       ASSERT_TRUE(m.ok()) << m.status().to_string();
       EXPECT_EQ(to_string(m.value().type), c["type"].get<std::string>());
       EXPECT_EQ(m.value().body["type"], c["type"]);
+      // 1.4: the bytes after the first NUL are the attachment, whatever they are (§4.3).
+      const std::size_t nul = body.find('\0');
+      ASSERT_EQ(m.value().attachment.has_value(), nul != std::string::npos);
+      if (nul != std::string::npos) EXPECT_EQ(*m.value().attachment, std::string_view(body).substr(nul + 1));
     }
   });
 }
@@ -254,8 +263,9 @@ TEST(Conformance, Episodes) {
     const Space obs = space(c["observation_space"]);
     const Space act = space(c["action_space"]);
     Result<Message> m = decode_message(c["body"].get<std::string>());
-    Result<std::size_t> steps = m.ok() ? validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>())
-                                       : Result<std::size_t>(m.status());
+    Result<std::size_t> steps =
+        m.ok() ? validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>(), m.value().attachment)
+               : Result<std::size_t>(m.status());
     if (c.contains("error")) {
       ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
       EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
@@ -263,6 +273,57 @@ TEST(Conformance, Episodes) {
       ASSERT_TRUE(steps.ok()) << steps.status().to_string();
       EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
     }
+  });
+}
+
+// 1.4: a tensor object (§10.9), with the body's attachment where the case has
+// one, reads as its dtype, shape and values, or is INVALID_TENSOR; encoding
+// the values inline gives the case's object, and into an attachment reads back.
+TEST(Conformance, Tensors) {
+  run_cases("tensors.json", [](const json&, const json& c) {
+    std::optional<std::string> attachment;
+    if (c.contains("attachment_hex")) attachment = from_hex(c["attachment_hex"].get<std::string>());
+    std::optional<std::string_view> view;
+    if (attachment) view = std::string_view(*attachment);
+    Result<Tensor> tensor = decode_tensor(c["tensor"], view);
+    if (c.contains("error")) {
+      ASSERT_FALSE(tensor.ok()) << "expected " << c["error"];
+      EXPECT_EQ(to_string(tensor.status().code()), c["error"].get<std::string>()) << tensor.status().message();
+      return;
+    }
+    ASSERT_TRUE(tensor.ok()) << tensor.status().to_string();
+    const Tensor& t = tensor.value();
+    EXPECT_EQ(to_string(t.dtype()), c["dtype"].get<std::string>());
+    const auto shape = c["shape"].get<std::vector<std::int64_t>>();
+    EXPECT_EQ(t.shape(), shape);
+    std::vector<double> values;
+    t.values(values);
+    EXPECT_EQ(values, flat(c["values"]));  // float32 values exactly, as their float64 decimal
+    EXPECT_EQ(t.in_attachment(), c["tensor"].contains("offset"));
+    EXPECT_EQ(t.bytes().size(), t.size() * element_size(t.dtype()));
+
+    Result<json> inline_object(Status(ErrorCode::kInternal, "not encoded"));
+    std::string written;
+    Result<json> at_object(Status(ErrorCode::kInternal, "not encoded"));
+    if (t.dtype() == TensorDtype::kUint8) {
+      std::vector<std::uint8_t> bytes(values.begin(), values.end());
+      inline_object = encode_tensor(bytes.data(), bytes.size(), shape);
+      at_object = encode_tensor_at(bytes.data(), bytes.size(), shape, written);
+    } else {
+      std::vector<float> floats(values.begin(), values.end());
+      inline_object = encode_tensor(floats.data(), floats.size(), shape);
+      at_object = encode_tensor_at(floats.data(), floats.size(), shape, written);
+    }
+    ASSERT_TRUE(inline_object.ok()) << inline_object.status().to_string();
+    if (c["tensor"].contains("b64")) EXPECT_EQ(inline_object.value(), c["tensor"]);
+    ASSERT_TRUE(at_object.ok()) << at_object.status().to_string();
+    EXPECT_EQ(at_object.value()["offset"], 0);
+    EXPECT_EQ(written, std::string(t.bytes()));
+    Result<Tensor> again = decode_tensor(at_object.value(), std::string_view(written));
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    std::vector<double> read_back;
+    again.value().values(read_back);
+    EXPECT_EQ(read_back, values);
   });
 }
 

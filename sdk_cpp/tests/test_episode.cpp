@@ -1,10 +1,15 @@
 // Unit tests of record building and validation, groups and value_obs rows.
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tether/episode.h"
 #include "tether/messages.h"
+#include "tether/tensors.h"
 
 namespace tether {
 namespace {
@@ -160,6 +165,128 @@ TEST(Episode, GroupsAndValueObs) {
   ASSERT_TRUE(value_obs_row({"b", "a"}, {{"a", {1, 2}}}, 2, row).ok());
   EXPECT_EQ(std::vector<float>(row, row + 4), (std::vector<float>{0, 0, 1, 2}));
   EXPECT_FALSE(value_obs_row({"a"}, {{"a", {1}}}, 2, row).ok());
+}
+
+// 1.4: a byte box (§8.1) records its observations as JSON integers; the
+// validator reads "obs" as a tensor (§10.9) in the attachment or inline, and
+// checks 4 and 11b come in the order of §10.6.
+Space image_space() {
+  return Space::from_json(
+             nlohmann::json::parse(R"({"type":"Box","shape":[2,2,1],"dtype":"uint8","low":0,"high":255})"))
+      .value();
+}
+
+EpisodeChunk image_steps() {
+  EpisodeChunk c;
+  c.obs = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 255};  // 3 images of 2x2x1
+  c.actions = {1, 0};
+  c.rewards = {1.0f, 0.5f};
+  c.action_logp = {-0.69, -0.7};
+  return c;
+}
+
+TEST(Episode, ByteBoxObservationsAreIntegers) {
+  const Space obs = image_space();
+  const Space act = Space::discrete(2).value();
+  Result<nlohmann::json> record = encode_episode(image_steps(), obs, act);
+  ASSERT_TRUE(record.ok()) << record.status().to_string();
+  EXPECT_NE(encode_message(record.value()).find("\"obs\":[[[[0],[1]],[[2],[3]]],"), std::string::npos)
+      << encode_message(record.value());
+  EXPECT_EQ(validate_episode(record.value(), 0, obs, act, true).value(), 2u);
+  EpisodeChunk fraction = image_steps();
+  fraction.obs[5] = 4.5f;
+  Result<nlohmann::json> refused = encode_episode(fraction, obs, act);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kObsDtypeMismatch);
+  EXPECT_NE(refused.status().message().find("\"obs\"[1]"), std::string::npos) << refused.status().message();
+}
+
+TEST(Episode, ValidatesObservationTensors) {
+  const Space obs = image_space();
+  const Space act = Space::discrete(2).value();
+  const nlohmann::json numbers = encode_episode(image_steps(), obs, act).value();
+  nlohmann::json record = numbers;
+  const std::uint8_t bytes[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 255};
+  std::string attachment = "pad";
+  record["obs"] = encode_tensor_at(bytes, 12, {3, 2, 2, 1}, attachment).value();
+  nlohmann::json second = numbers;  // (its own bytes, after the first record's)
+  second["obs"] = encode_tensor_at(bytes, 12, {3, 2, 2, 1}, attachment).value();
+  EXPECT_EQ(second["obs"]["offset"], 15);
+  const nlohmann::json message = {{"type", "EPISODES"}, {"episodes", {record, second}}};
+  const std::string body = encode_message_with_attachment(message, attachment);
+  Result<Message> decoded = decode_message(body);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
+  Result<std::size_t> steps = validate_episodes(decoded.value().body, obs, act, true, decoded.value().attachment);
+  ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+  EXPECT_EQ(steps.value(), 4u);
+  // Without the attachment the offset refers to nothing.
+  EXPECT_EQ(validate_episodes(message, obs, act, true).status().code(), ErrorCode::kInvalidTensor);
+
+  auto code = [&](const nlohmann::json& r, const Space& space) {
+    Result<std::size_t> result = validate_episode(r, 0, space, act, true, std::string_view(attachment));
+    return result.ok() ? ErrorCode::kOk : result.status().code();
+  };
+  nlohmann::json r = record;
+  r["obs"] = encode_tensor(bytes, 12, {3, 2, 2, 1}).value();  // inline
+  EXPECT_EQ(code(r, obs), ErrorCode::kOk);
+  // A float32 space takes float32 tensors, and checks their values' finiteness (check 11).
+  const Space floats = Space::box({2, 2, 1}, -1e9, 1e9).value();
+  EXPECT_EQ(code(r, floats), ErrorCode::kObsDtypeMismatch);
+  std::vector<float> values(bytes, bytes + 12);
+  r["obs"] = encode_tensor(values.data(), 12, {3, 2, 2, 1}).value();
+  EXPECT_EQ(code(r, floats), ErrorCode::kOk);
+  EXPECT_EQ(code(r, obs), ErrorCode::kObsDtypeMismatch);
+  values[7] = INFINITY;
+  r["obs"] = encode_tensor(values.data(), 12, {3, 2, 2, 1}).value();
+  EXPECT_EQ(code(r, floats), ErrorCode::kNonFiniteValue);
+  // Check 4 comes before the lengths (check 8): an unreadable tensor of the wrong length.
+  r = record;
+  r["obs"] = {{"dtype", "uint8"}, {"shape", {2, 2, 2, 1}}, {"offset", 1000}};
+  EXPECT_EQ(code(r, obs), ErrorCode::kInvalidTensor);
+  r["obs"] = {{"dtype", "uint8"}, {"shape", {2, 2, 2, 1}}, {"offset", 0}};
+  EXPECT_EQ(code(r, obs), ErrorCode::kEpisodeLengthMismatch);
+  r["obs"] = {{"dtype", "uint8"}, {"shape", {3, 4}}, {"offset", 0}};
+  EXPECT_EQ(code(r, obs), ErrorCode::kObsShapeMismatch);
+  // Check 11b comes after the rewards' finiteness (check 11), before the actions (12-14).
+  r = numbers;
+  r["obs"][1][0][1][0] = 0.5;
+  EXPECT_EQ(code(r, obs), ErrorCode::kObsDtypeMismatch);
+  EXPECT_EQ(code(r, floats), ErrorCode::kOk);  // (only a byte box takes integers only)
+  r["actions"] = {1, 7};
+  EXPECT_EQ(code(r, obs), ErrorCode::kObsDtypeMismatch);
+  r["rewards"] = {1e39, 0};
+  EXPECT_EQ(code(r, obs), ErrorCode::kNonFiniteValue);
+  r = numbers;
+  r["obs"][2][1][1][0] = 7.0;  // 7.0 is 7
+  EXPECT_EQ(code(r, obs), ErrorCode::kOk);
+  r["obs"][2][1][1][0] = 256;
+  Result<std::size_t> refused = validate_episode(r, 3, obs, act, true);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kObsDtypeMismatch);
+  EXPECT_EQ(refused.status().message().rfind("episodes[3]: \"obs\"[2]", 0), 0u) << refused.status().message();
+}
+
+TEST(Episode, MultiAgentEntriesTakeObservationTensors) {
+  std::map<std::string, ModuleSpec> modules;
+  modules["cam"] = ModuleSpec::from_json("cam", nlohmann::json::parse(
+      R"({"observation_space":{"type":"Box","shape":[2,2,1],"dtype":"uint8","low":0,"high":255},
+          "action_space":{"type":"Discrete","n":2}})")).value();
+  MultiAgentRecord record;
+  AgentEntry entry;
+  entry.module = "cam";
+  entry.chunk = image_steps();
+  record.agents.emplace_back("a", entry);
+  nlohmann::json json = encode_multi_agent_record(record, modules).value();
+  EXPECT_EQ(json["agents"]["a"]["obs"][2][1][1][0], 255);
+  EXPECT_TRUE(json["agents"]["a"]["obs"][2][1][1][0].is_number_integer());
+  EXPECT_EQ(validate_multi_agent_record(json, 0, modules, true).value(), 2u);
+  std::string attachment;
+  const std::uint8_t bytes[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 255};
+  json["agents"]["a"]["obs"] = encode_tensor_at(bytes, 12, {3, 2, 2, 1}, attachment).value();
+  EXPECT_EQ(validate_multi_agent_record(json, 0, modules, true, std::string_view(attachment)).value(), 2u);
+  Result<std::size_t> refused = validate_multi_agent_record(json, 0, modules, true);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidTensor);
+  EXPECT_EQ(refused.status().message().rfind("episodes[0].agents['a']: \"obs\": ", 0), 0u) << refused.status().message();
+  record.agents[0].second.chunk.obs[0] = -1.0f;
+  EXPECT_EQ(encode_multi_agent_record(record, modules).status().code(), ErrorCode::kObsDtypeMismatch);
 }
 
 }  // namespace

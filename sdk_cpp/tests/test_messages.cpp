@@ -1,5 +1,7 @@
 // Unit tests of message decoding, versions, request builders and ERROR.
 #include <cmath>
+#include <string>
+#include <string_view>
 
 #include <gtest/gtest.h>
 
@@ -87,7 +89,44 @@ TEST(Messages, ErrorDecoding) {
   EXPECT_FALSE(decode_error(decode_message(R"({"type":"PONG"})").value()).ok());
 }
 
+TEST(Messages, ABodyEndsItsJsonAtTheFirstNul) {
+  // 1.4 (§4.3): the bytes after the NUL are the attachment, never UTF-8- or JSON-checked.
+  const std::string body = std::string(R"({"type":"EPISODES","episodes":[]})") + std::string("\0\xff\0{", 4);
+  Result<Message> m = decode_message(body);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m.value().type, MessageType::kEpisodes);
+  ASSERT_TRUE(m.value().attachment.has_value());
+  EXPECT_EQ(*m.value().attachment, std::string_view("\xff\0{", 3));
+  EXPECT_EQ(m.value().attachment->data(), body.data() + body.size() - 3);  // a view, not a copy
+  EXPECT_FALSE(decode_message(R"({"type":"PING"})").value().attachment.has_value());
+  EXPECT_EQ(decode_message(std::string("{\"type\":\"PING\"}\0", 16)).value().attachment, std::string_view());
+  // The checks of §4.2 see the JSON text only.
+  EXPECT_EQ(decode_message(std::string("{\"type\":\"PING\"\0}", 16)).status().code(), ErrorCode::kInvalidJson);
+  EXPECT_EQ(decode_message(std::string("\0{\"type\":\"PING\"}", 16)).status().code(), ErrorCode::kInvalidJson);
+  EXPECT_EQ(decode_message(std::string("{\"type\":\"\xff\"}\0", 13)).status().code(), ErrorCode::kInvalidUtf8);
+
+  const BodyParts parts = split_body(body);
+  EXPECT_EQ(parts.json, R"({"type":"EPISODES","episodes":[]})");
+  EXPECT_EQ(parts.attachment, m.value().attachment);
+}
+
+TEST(Messages, EncodesABodyWithAnAttachment) {
+  // A NUL inside a string is escaped in the JSON, so the first raw NUL is the separator.
+  const nlohmann::json message = {{"type", "EPISODES"}, {"episodes", nlohmann::json::array()},
+                                  {"note", std::string("a\0b", 3)}};
+  const std::string body = encode_message_with_attachment(message, std::string_view("\0\1\2", 3));
+  Result<Message> m = decode_message(body);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m.value().body, message);
+  EXPECT_EQ(*m.value().attachment, std::string_view("\0\1\2", 3));
+  EXPECT_EQ(decode_message(encode_message_with_attachment(message, "")).value().attachment, std::string_view());
+}
+
 TEST(Messages, ErrorCodeSpellings) {
+  EXPECT_EQ(error_code_from_string("INVALID_TENSOR"), ErrorCode::kInvalidTensor);
+  EXPECT_EQ(error_code_from_string("OBS_DTYPE_MISMATCH"), ErrorCode::kObsDtypeMismatch);
+  EXPECT_EQ(to_string(ErrorCode::kObsDtypeMismatch), "OBS_DTYPE_MISMATCH");
+  EXPECT_EQ(error_code_from_string("INTERNAL"), ErrorCode::kInternal);
   EXPECT_EQ(error_code_from_string("INVALID_FIELD"), ErrorCode::kInvalidField);
   EXPECT_EQ(error_code_from_string("SERVER_OVERLOADED"), ErrorCode::kServerOverloaded);
   EXPECT_EQ(error_code_from_string("CONNECTION_FAILED"), ErrorCode::kUnknownServerCode);  // an SDK code

@@ -9,6 +9,7 @@
 
 #ifndef _WIN32
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -1191,6 +1192,111 @@ TEST(MultiAgentLink, AFullQueueDropsWholeEpisodesOfMultiAgentBatches) {
   EXPECT_EQ(third->env_steps, 4);  // scaled with the agent steps
 }
 
+namespace {
+// Records handed over unbuilt: each episode's are one agent's `steps` steps, built on the I/O thread.
+class StepsSource final : public tether::RecordSource {
+ public:
+  explicit StepsSource(std::map<std::string, int> steps) : steps_(std::move(steps)) {}
+  void build(tether::Batch& batch) override {
+    built_on.store(std::this_thread::get_id());
+    for (const tether::PendingRecord& pending : batch.pending_records) {
+      tether::MultiAgentRecord record;
+      record.episode_id = pending.episode_id;
+      tether::AgentEntry entry;
+      entry.module = "runner";
+      for (int t = 0; t < steps_.at(pending.episode_id); ++t) {
+        entry.chunk.obs.insert(entry.chunk.obs.end(), {static_cast<float>(t), 0.0f});
+        entry.chunk.actions.push_back(0);
+        entry.chunk.rewards.push_back(0);
+        entry.chunk.action_logp.push_back(-0.7);
+      }
+      entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
+      record.agents.emplace_back("good_0", std::move(entry));
+      batch.records.push_back(std::move(record));
+    }
+  }
+  std::atomic<std::thread::id> built_on{};
+
+ private:
+  std::map<std::string, int> steps_;
+};
+}  // namespace
+
+TEST(MultiAgentLink, PendingRecordsAreBuiltOffTheEngineThreadAndDropAsWholeEpisodes) {
+  auto models = std::make_shared<Models>();
+  ServerScript script = multi_script(models);
+  script.on_batch = [](Conn&, const tether::Message&, int) { return true; };  // never answers: one batch in flight
+  FakeServer server(script);
+  auto log = std::make_shared<RunLog>();
+  tether::LinkOptions options;
+  options.port = server.port();
+  options.multi_agent = true;
+  options.max_queued_steps = 5;
+  options.backend_factory = [log] { return std::make_unique<LoggingFakeBackend>(log); };
+  tether::ServerLink link(options);
+  ASSERT_TRUE(link.start().ok());
+  std::vector<StepsSource*> sources;
+  auto batch_of = [&](std::map<std::string, int> episodes) {
+    auto batch = std::make_shared<tether::Batch>();
+    batch->multi_agent = true;
+    for (const auto& [id, steps] : episodes) {
+      batch->pending_records.push_back(tether::PendingRecord{id, steps});
+      batch->agent_steps += steps;
+    }
+    auto source = std::make_shared<StepsSource>(std::move(episodes));
+    sources.push_back(source.get());
+    batch->record_source = std::move(source);
+    batch->env_steps = batch->agent_steps * 2;
+    return batch;
+  };
+  // Waits for the kRecordsBuilt event handing back `source`.
+  std::vector<tether::LinkEvent> events;
+  auto handed_back = [&](const tether::RecordSource* source) {
+    for (int i = 0; i < 500; ++i) {
+      link.take_events(events);
+      for (const tether::LinkEvent& event : events) {
+        if (event.kind == tether::LinkEvent::Kind::kRecordsBuilt && event.record_source.get() == source) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  std::vector<std::shared_ptr<tether::Batch>> dropped;
+  EXPECT_TRUE(link.submit(batch_of({{"a", 2}}), &dropped).empty());
+  ASSERT_TRUE(handed_back(sources[0]));  // built when sent, on the I/O thread, and handed back at once
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && server.batches().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return !server.batches().empty();
+  }());
+  const json sent = server.batches()[0];  // "a" is in flight
+  ASSERT_EQ(sent["episodes"].size(), 1u);
+  EXPECT_EQ(sent["episodes"][0]["episode_id"], "a");
+  EXPECT_EQ(sent["episodes"][0]["agents"]["good_0"]["actions"].size(), 2u);
+  EXPECT_EQ(sent["agent_steps"], 2);
+  EXPECT_NE(sources[0]->built_on.load(), std::this_thread::get_id());
+  // Queued without waking the I/O thread (it waits for the answer to "a"): not built yet.
+  auto second = batch_of({{"b", 3}});
+  EXPECT_TRUE(link.submit(second, &dropped, /*wake=*/false).empty());
+  auto third = batch_of({{"b", 1}, {"c", 2}});
+  std::set<std::string> gone = link.submit(third, &dropped, /*wake=*/false);  // 3 + 3 > 5: "b" goes
+  EXPECT_EQ(gone, std::set<std::string>{"b"});
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0], second);  // (never sent, its records unbuilt: its client reuses what it holds)
+  EXPECT_TRUE(dropped[0]->record_source != nullptr);
+  ASSERT_EQ(third->pending_records.size(), 1u);
+  EXPECT_EQ(third->pending_records[0].episode_id, "c");
+  EXPECT_EQ(third->agent_steps, 2);
+  EXPECT_EQ(third->env_steps, 4);  // scaled with the agent steps
+  // Woken, the I/O thread builds the queued batch's records while it waits, and hands its rows back.
+  link.wake();
+  ASSERT_TRUE(handed_back(sources[2]));
+  EXPECT_TRUE(third->pending_records.empty());
+  ASSERT_EQ(third->records.size(), 1u);
+  EXPECT_EQ(third->records[0].episode_id, "c");
+  EXPECT_EQ(third->records[0].agents[0].second.chunk.steps(), 2u);
+  EXPECT_EQ(server.batches().size(), 1u);  // (still queued: "a" is not answered)
+}
+
 // -- against a reference model ----------------------------------------------------------
 // (In the normal and ASan builds: what these check happens on the engine's
 // thread alone, and under TSan they would only add to the suite's time.)
@@ -1759,6 +1865,134 @@ TEST(MultiAgentClientOnnx, BatchedRunsGiveTheModelsLogpAndGreedyActions) {
     }
   }
   EXPECT_EQ(checked, static_cast<std::size_t>(20 * kAgents));
+}
+
+namespace tether {
+// The client's steady-state path, switched off to compare it with the general one.
+struct MultiAgentClientTestPeer {
+  static void use_steady_path(MultiAgentClient& client, bool on) { client.steady_path_ = on; }
+  static std::int64_t steady_frames(const MultiAgentClient& client) { return client.steady_frames_; }
+};
+}  // namespace tether
+
+namespace {
+
+struct SteadyRun {
+  std::vector<std::vector<double>> actions;  // per successful frame, every agent's
+  std::vector<json> batches;                 // what the server received (without the session id)
+  std::int64_t steady_frames = 0;
+};
+
+// Frames of the real model's agents, mostly the same ones in the same order
+// (the steady-state path), between frames that change them: an agent joins
+// and leaves, the order changes, another AgentFrame names the same agents, a
+// second module acts, frames fail (non-finite, wrong size) and are made again.
+SteadyRun play_steady_or_not(bool steady) {
+  SteadyRun run;
+  const std::vector<std::uint8_t> bytes = test_data::read_bytes(test_data::kDir + "policy_4x64x64x2.onnx");
+  EXPECT_FALSE(bytes.empty());
+  json spec = module_json(box(4, -10, 10), {{"type", "Discrete"}, {"n", 2}});
+  spec["onnx_input_names"] = {"onnx::Gemm_0"};
+  json config = multi_config(37);  // (cuts fall inside the stretches below)
+  config["modules"] = {{"red", spec}, {"blue", spec}};
+  config["policy_mapping"] = json::array({{{"pattern", "red_*"}, {"module", "red"}},
+                                          {{"pattern", "blue_*"}, {"module", "blue"}}});
+  config.erase("groups");
+  ServerScript script;
+  script.full_config = config;
+  const std::string file = fake::onnx_file_of(bytes);
+  auto state = [file](Conn& conn) {
+    conn.send({{"type", "SET_STATE"},
+               {"models", {{"red", {{"weights_seq_no", 3}, {"onnx_file", file}}},
+                           {"blue", {{"weights_seq_no", 3}, {"onnx_file", file}}}}}});
+  };
+  script.on_get_state = [state](Conn& conn, const tether::Message&, int) {
+    state(conn);
+    return true;
+  };
+  script.on_batch = [state](Conn& conn, const tether::Message&, int) {
+    state(conn);
+    return true;
+  };
+  Connected c(script, [](tether::ClientOptions& options, const std::shared_ptr<RunLog>&) {
+    options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  });
+  EXPECT_TRUE(c.client) << c.status.to_string();
+  if (!c.client) return run;
+  tether::MultiAgentClient& client = *c.client;
+  tether::MultiAgentClientTestPeer::use_steady_path(client, steady);
+  const std::string episode = client.start_episode("steady").value();
+  tether::AgentFrame frame, other;
+  for (int t = 0; t < 120; ++t) {
+    std::vector<std::string> agents;
+    for (int a = 0; a < 8; ++a) agents.push_back("red_" + std::to_string(a));
+    if (t >= 20 && t < 25) agents.push_back("red_8");  // joins, then leaves (below)
+    if (t >= 40 && t < 44) std::reverse(agents.begin(), agents.end());
+    if (t >= 80 && t < 84) agents.insert(agents.begin() + 3, "blue_0");
+    tether::AgentFrame& f = t >= 60 && t < 64 ? other : frame;
+    auto fill = [&](float nudge, std::size_t extra) {
+      f.clear();
+      for (std::size_t i = 0; i < agents.size(); ++i) {
+        const float x = 0.05f * static_cast<float>(t) - 0.2f * static_cast<float>(i);
+        std::vector<float> obs = {x, -x, 0.5f * x + nudge, 1.0f};
+        obs.resize(obs.size() + (i == 2 ? extra : 0), 0.0f);
+        add(f, agents[i], obs);
+      }
+    };
+    if (t == 90) {
+      fill(std::numeric_limits<float>::quiet_NaN(), 0);
+      EXPECT_EQ(client.get_action(episode, f).code(), tether::ErrorCode::kNonFiniteValue);
+    }
+    if (t == 95) {
+      fill(0.0f, 1);
+      EXPECT_EQ(client.get_action(episode, f).code(), tether::ErrorCode::kInvalidArgument);
+    }
+    fill(0.0f, 0);
+    const tether::Status acted = client.get_action(episode, f);
+    EXPECT_TRUE(acted.ok()) << t << ": " << acted.to_string();
+    if (!acted.ok()) return run;
+    std::vector<double> actions;
+    for (std::size_t i = 0; i < f.size(); ++i) actions.push_back(f.action(i)[0]);
+    run.actions.push_back(actions);
+    for (std::size_t i = 0; i < agents.size(); i += 3) {
+      EXPECT_TRUE(client.log_returns(episode, agents[i], 0.25 * static_cast<double>(i + 1)).ok());
+    }
+    if (t == 24) {
+      const float last[4] = {1, 2, 3, 4};
+      EXPECT_TRUE(client.retire_agent(episode, "red_8", last, 4).ok());
+    }
+  }
+  EXPECT_TRUE(client.end_episode(episode).ok());
+  EXPECT_TRUE(client.flush().ok());
+  run.steady_frames = tether::MultiAgentClientTestPeer::steady_frames(client);
+  for (json batch : c.server.batches()) {
+    batch.erase("client_session");
+    run.batches.push_back(batch);
+  }
+  valid_records(c.server.batches(), config);
+  return run;
+}
+
+}  // namespace
+
+// The steady-state path acts and records exactly as the general path does:
+// the same actions, and the same batches on the wire, as agents change
+// between the steady stretches.
+TEST(MultiAgentClientOnnx, SteadyStateFramesRecordWhatTheGeneralPathRecords) {
+  const SteadyRun fast = play_steady_or_not(true);
+  const SteadyRun general = play_steady_or_not(false);
+  if (::testing::Test::HasFailure()) return;
+  EXPECT_EQ(general.steady_frames, 0);
+  EXPECT_GE(fast.steady_frames, 80);  // (every frame but the changing ones and the one after each)
+  EXPECT_EQ(fast.actions, general.actions);
+  ASSERT_EQ(fast.batches.size(), general.batches.size());
+  EXPECT_GE(fast.batches.size(), 20u);
+  for (std::size_t i = 0; i < fast.batches.size(); ++i) EXPECT_EQ(fast.batches[i], general.batches[i]) << "batch " << i;
+  std::set<int> seen;
+  for (const std::vector<double>& frame : fast.actions) {
+    for (double a : frame) seen.insert(static_cast<int>(a));
+  }
+  EXPECT_EQ(seen.size(), 2u);  // (the model's draws go both ways: rows and draws line up)
 }
 
 #endif  // _WIN32

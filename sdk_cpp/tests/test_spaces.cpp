@@ -58,5 +58,37 @@ TEST(Spaces, Refusals) {
   EXPECT_FALSE(Space::box({2}, {0.0}, {1.0, 1.0}).ok());
 }
 
+TEST(Spaces, ByteBoxes) {
+  // 1.4 (§8.1, §8.4): dtype "uint8" makes a byte box, bounds within [0, 255].
+  Result<Space> image = Space::from_json(
+      nlohmann::json::parse(R"({"type":"Box","shape":[84,84,4],"dtype":"uint8","low":0,"high":255})"));
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  EXPECT_TRUE(image.value().is_bytes());
+  EXPECT_EQ(image.value().to_json()["dtype"], "uint8");
+  EXPECT_TRUE(Space::from_json(image.value().to_json()).value().is_bytes());
+  EXPECT_FALSE(Space::box({2}, 0, 255).value().is_bytes());  // float32
+  EXPECT_FALSE(Space::discrete(256).value().is_bytes());
+  auto code = [](const char* text) { return Space::from_json(nlohmann::json::parse(text)).status().code(); };
+  EXPECT_EQ(code(R"({"type":"Box","shape":[2],"dtype":"uint8"})"), ErrorCode::kInvalidField);  // -inf..inf
+  EXPECT_EQ(code(R"({"type":"Box","shape":[2],"dtype":"uint8","low":[0,-0.5],"high":255})"), ErrorCode::kInvalidField);
+  EXPECT_EQ(code(R"({"type":"Box","shape":[2],"dtype":"uint8","low":0,"high":[255,"inf"]})"), ErrorCode::kInvalidField);
+  EXPECT_EQ(code(R"({"type":"Box","shape":[2],"dtype":null})"), ErrorCode::kInvalidField);
+  EXPECT_EQ(code(R"({"type":"Box","shape":[2],"dtype":["uint8"]})"), ErrorCode::kInvalidField);
+  // Another dtype is informational: handled as float32, bounds unchecked.
+  EXPECT_TRUE(Space::from_json(nlohmann::json::parse(R"({"type":"Box","shape":[2],"dtype":"int16"})")).ok());
+  EXPECT_EQ(Space::box({2}, {0, 0}, {255, 256}, "uint8").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(Space::box({2}, {0, 10}, {255, 20}, "uint8").value().is_bytes());
+}
+
+TEST(Spaces, FirstNonByte) {
+  const float good[4] = {0.0f, 7.0f, 128.0f, 255.0f};
+  EXPECT_EQ(first_non_byte(good, 4), 4u);
+  EXPECT_EQ(first_non_byte(nullptr, 0), 0u);
+  for (float bad : {-1.0f, 256.0f, 0.5f, 254.999f, -0.0001f, std::nanf(""), INFINITY}) {
+    const float values[3] = {1.0f, bad, 2.5f};
+    EXPECT_EQ(first_non_byte(values, 3), 1u) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tether

@@ -309,7 +309,7 @@ class TetherClient {
   std::int64_t models_loaded_ = 0;
   std::uint64_t space_changes_ = 0;  // reconnects whose spaces differed (their steps were dropped)
   bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
-  std::deque<LinkEvent> event_buffer_;
+  std::vector<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
   Status last_error_;
   Status fatal_;

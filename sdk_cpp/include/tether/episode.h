@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -47,9 +48,12 @@ struct EpisodeChunk {
 inline constexpr std::int64_t kMaxRunVersion = 2147483647;
 
 /// The JSON record of a single-agent chunk (§10.1): observations and Box
-/// actions nested by the spaces' shapes, discrete actions as integers.
+/// actions nested by the spaces' shapes, discrete actions and a byte box's
+/// observations (protocol 1.4, §8.1) as integers.
 /// INVALID_ARGUMENT when array sizes do not fit the spaces, or when
-/// weights_seq_no_runs is not runs of versions 0..kMaxRunVersion covering the steps.
+/// weights_seq_no_runs is not runs of versions 0..kMaxRunVersion covering the
+/// steps; OBS_DTYPE_MISMATCH when a byte box's observation value is not an
+/// integer from 0 to 255.
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
                                       const Space& action_space);
 
@@ -89,7 +93,8 @@ struct MultiAgentRecord {
 
 /// The JSON of a multi-agent record; each entry is encoded with its
 /// module's spaces. UNKNOWN_MODULE for a module not in `modules`,
-/// INVALID_ARGUMENT for arrays that do not fit.
+/// INVALID_ARGUMENT for arrays that do not fit, OBS_DTYPE_MISMATCH as
+/// encode_episode.
 Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
                                                  const std::map<std::string, ModuleSpec>& modules);
 
@@ -137,21 +142,31 @@ Status value_obs_row(const std::vector<std::string>& agents,
 /// Validates one single-agent record as a server does (§10.6, checks 1-18)
 /// and returns its steps. Codes as the conformance vectors: INVALID_FIELD,
 /// EPISODE_LENGTH_MISMATCH, OBS_SHAPE_MISMATCH, NON_FINITE_VALUE,
-/// ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP. `index` names the record in messages.
+/// ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP, and (protocol 1.4) INVALID_TENSOR
+/// and OBS_DTYPE_MISMATCH: "obs" may be a tensor object (§10.9) read from
+/// `attachment`, the body's attachment (Message::attachment), or inline; a
+/// byte box's observations written as JSON numbers must be integers 0-255
+/// (check 11b). `index` names the record in messages.
 Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
-                                     const Space& action_space, bool require_logp);
+                                     const Space& action_space, bool require_logp,
+                                     std::optional<std::string_view> attachment = std::nullopt);
 
 /// Validates every record of an EPISODES(_AND_GET_STATE) message (all or
-/// nothing) and returns the total steps.
+/// nothing) and returns the total steps. `attachment` is the body's
+/// attachment (Message::attachment), which tensor objects refer to.
 Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space& observation_space,
-                                      const Space& action_space, bool require_logp);
+                                      const Space& action_space, bool require_logp,
+                                      std::optional<std::string_view> attachment = std::nullopt);
 
 /// Validates the per-agent arrays of one multi-agent record against each
 /// agent's module (§10.8; the mapping, group and per-episode checks need the
 /// server's state) and returns its agent steps. Adds UNKNOWN_MODULE and the
-/// value_obs checks (OBS_SHAPE_MISMATCH, NON_FINITE_VALUE).
+/// value_obs checks (OBS_SHAPE_MISMATCH, NON_FINITE_VALUE). An entry's "obs"
+/// is checked as a single-agent record's (validate_episode), tensors read
+/// from `attachment` included.
 Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, std::size_t index,
                                                 const std::map<std::string, ModuleSpec>& modules,
-                                                bool require_logp);
+                                                bool require_logp,
+                                                std::optional<std::string_view> attachment = std::nullopt);
 
 }  // namespace tether

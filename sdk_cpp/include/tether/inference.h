@@ -12,6 +12,12 @@
 
 namespace tether {
 
+/// The element type of a model's observation input (§12.1).
+enum class ModelInputType {
+  kFloat32,  ///< float32 (batch, obs_dim): every space but a byte box
+  kUint8,    ///< uint8 (batch, *observation_space.shape): a byte box (protocol 1.4)
+};
+
 /// Runs a policy model: observations (batch, obs_dim) -> outputs (batch, out_dim),
 /// row-major float32. Implementations are not thread-safe: use one backend per
 /// thread (or guard it). In steady state (the same batch sizes again and again)
@@ -20,14 +26,19 @@ class InferenceBackend {
  public:
   virtual ~InferenceBackend() = default;
 
-  /// Loads a serialized model whose input `input_name` is (batch, obs_dim) and
-  /// whose output `output_name` is (batch, out_dim), both float32. Replaces the
-  /// current model only on success: on failure the previous model (if any)
-  /// stays loaded. Fails with kInferenceFailed naming what was wrong.
+  /// Loads a serialized model whose input `input_name` is (batch, obs_dim)
+  /// float32 and whose output `output_name` is (batch, out_dim) float32. A
+  /// backend that supports byte boxes (protocol 1.4, §12.1) also loads a
+  /// model whose input is uint8 (batch, *shape) and reports it through
+  /// input_type(). Replaces the current model only on success: on failure the
+  /// previous model (if any) stays loaded. Fails with kInferenceFailed naming
+  /// what was wrong.
   virtual Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
                       const std::string& output_name) = 0;
 
   /// Computes `out` (batch * out_dim floats) from `obs` (batch * obs_dim floats).
+  /// For a uint8 input each value, an integer 0-255 (a byte box's
+  /// observation, checked by the client), is fed as that byte.
   /// kNotReady before a model is loaded, kInvalidArgument if the sizes do not
   /// match the model, kInferenceFailed if the runtime fails.
   virtual Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
@@ -42,6 +53,10 @@ class InferenceBackend {
 
   /// The model's output width (0 before a model is loaded, or if dynamic).
   virtual std::size_t out_dim() const noexcept = 0;
+
+  /// The element type of the loaded model's input (float32 before a model is
+  /// loaded, and for a backend that only runs float32 models).
+  virtual ModelInputType input_type() const noexcept { return ModelInputType::kFloat32; }
 };
 
 }  // namespace tether

@@ -48,12 +48,33 @@ std::optional<MessageType> expected_response(MessageType request) noexcept;
 struct Message {
   MessageType type = MessageType::kPing;  ///< the "type" field
   nlohmann::json body;                    ///< the message object as received
+  /// [1.4] The body's binary attachment (§4.3): the bytes after its first NUL,
+  /// possibly none; std::nullopt when the body has no NUL. A view into the
+  /// body given to decode_message, valid only as long as that body is. Tensor
+  /// objects of EPISODES(_AND_GET_STATE) refer to it (validate_episodes);
+  /// every other request ignores it.
+  std::optional<std::string_view> attachment;
 };
 
-/// Parses a frame body into a message. Codes: INVALID_UTF8, INVALID_JSON
-/// (NaN/Infinity tokens and numbers too large for a double are accepted and
-/// read as non-finite numbers, so a validator reports NON_FINITE_VALUE, as
-/// the Python core does), NOT_AN_OBJECT, MISSING_TYPE, UNKNOWN_TYPE.
+/// [1.4] A body split at its first NUL byte (§4.3): the JSON text, and the
+/// attachment after the NUL (std::nullopt when there is no NUL). Both are
+/// views into the body.
+struct BodyParts {
+  std::string_view json;                       ///< the JSON text (the whole body without a NUL)
+  std::optional<std::string_view> attachment;  ///< the bytes after the NUL, possibly empty
+};
+
+/// Splits a body at its first NUL byte: JSON text never holds a raw NUL
+/// (RFC 8259 escapes control characters), so the first one ends it (§4.3).
+BodyParts split_body(std::string_view body) noexcept;
+
+/// Parses a frame body into a message. The checks of §4.2 apply to the JSON
+/// text before the first NUL byte only; the bytes after it are the
+/// attachment (§4.3), never checked as UTF-8 or JSON. Codes: INVALID_UTF8,
+/// INVALID_JSON (NaN/Infinity tokens and numbers too large for a double are
+/// accepted and read as non-finite numbers, so a validator reports
+/// NON_FINITE_VALUE, as the Python core does), NOT_AN_OBJECT, MISSING_TYPE,
+/// UNKNOWN_TYPE. The message's attachment is a view into `body`.
 Result<Message> decode_message(std::string_view body);
 
 /// Parses JSON text the way decode_message does (UTF-8 check, non-finite
@@ -77,6 +98,11 @@ std::string encode_message(const nlohmann::json& message);
 
 /// Serialises a message and frames it, appending to `out`.
 Status append_message_frame(const nlohmann::json& message, std::string& out);
+
+/// [1.4] A request body with a binary attachment (§4.3): the message's JSON,
+/// a NUL byte, then `attachment` (which may be empty). Send it only to a
+/// server whose PONG announced 1.4 or later.
+std::string encode_message_with_attachment(const nlohmann::json& message, std::string_view attachment);
 
 /// A "MAJOR.MINOR" protocol version.
 struct ProtocolVersion {

@@ -40,13 +40,15 @@
 // Sending: every steps_per_batch() complete agent steps are cut into
 // multi-agent records (§10.7; each agent's latest step is held back until
 // its next observation or its end) and handed to the background I/O thread,
-// as for TetherClient; a batch claims, per module, the oldest weights version
-// its steps used (§7.6), and an agent entry whose steps used more than one
-// version carries each step's (weights_seq_no_runs, §10.1) when it goes on
-// the connection those versions were learned on. New models (per module) are
-// swapped in between two get_action calls. Holding back (§13.2): a server may
-// ask the client to record only a share of its training episodes (SET_STATE
-// record_share), drawn once per episode for all its agents; the others are
+// as for TetherClient (the cut hands over the recorded rows as they are; the
+// I/O thread builds the records, once the call that cut has acted); a batch
+// claims, per module, the oldest weights version its steps used (§7.6), and
+// an agent entry whose steps used more than one version carries each step's
+// (weights_seq_no_runs, §10.1) when it goes on the connection those versions
+// were learned on. New models (per module) are swapped in between two
+// get_action calls. Holding back (§13.2): a server may ask the client to
+// record only a share of its training episodes (SET_STATE record_share),
+// drawn once per episode for all its agents; the others are
 // played as usual but never sent (episodes_held_back()), and a batch still
 // goes every steps_per_batch() agent steps played, with no records if need be
 // (env_steps_per_sample, or fewer when the server asks for smaller, fresher
@@ -111,7 +113,9 @@ namespace tether {
 /// The agents acting at one moment of one episode: their ids and flat
 /// observations in, their actions out (in the same order). Reuse one frame:
 /// clear() keeps every buffer's capacity, so steady-state frames allocate
-/// nothing (ids up to the string's small-buffer size, ~15 chars, never do).
+/// nothing (ids up to the string's small-buffer size, ~15 chars, never do),
+/// and a frame that names the same agents in the same order as the one
+/// before it is known to get_action without comparing their ids.
 class AgentFrame {
  public:
   /// An empty frame.
@@ -166,6 +170,18 @@ class AgentFrame {
   std::vector<double> actions_;             // every action, flat
   std::vector<std::size_t> action_offsets_;  // count_ + 1 entries once actions are written
   std::size_t count_ = 0;
+  // Each fill (the agents added since a clear()) has a serial unique in the
+  // process (0: never cleared). same_ids_: the ids so far are the previous
+  // fill's first ones, in order (then each add left its string untouched).
+  std::uint64_t fill_ = 0;
+  std::uint64_t last_fill_ = 0;
+  std::size_t last_count_ = 0;
+  bool same_ids_ = false;
+
+  // Whether the frame names the `n` agents fill `fill` named, in the same order.
+  bool same_ids_as(std::uint64_t fill, std::size_t n) const noexcept {
+    return fill != 0 && count_ == n && (fill_ == fill || (same_ids_ && last_fill_ == fill));
+  }
 };
 
 /// A connected multi-agent client (modules, policy mapping, groups). Create
@@ -351,6 +367,9 @@ class MultiAgentClient {
   struct Episode;
   struct Slot;  // one actor acting in the frame being computed
   struct StepBlock;  // one module's recorded rows of one frame
+  struct CutEntry;   // one actor's steps in a cut
+  struct CutRecord;  // one episode's steps in a cut
+  class CutSteps;    // a batch's steps, handed to the I/O thread unbuilt
 
   void sync();
   Status pending_status();
@@ -361,6 +380,9 @@ class MultiAgentClient {
   void recount_pending();
   std::size_t sendable_steps() const;
   void send_batch(bool even_empty = false);
+  void wake_link();
+  void reclaim(std::shared_ptr<RecordSource> source);
+  void recycle(std::shared_ptr<CutSteps> steps);
   Status map_actors(const std::string& episode_id);
   void remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module);
   void forget_mapping(const std::string& episode_id);
@@ -368,15 +390,26 @@ class MultiAgentClient {
   bool same_agents_as_last_frame(const Episode& episode, const AgentFrame& frame) const;
   void remember_slots(Episode& episode, const AgentFrame& frame);
   Status obs_size_error(const Slot& slot, std::size_t obs_size) const;
-  void fill_batches(const AgentFrame& frame);
+  Status check_finite(const AgentFrame& frame) const;
+  bool steady_frame(const Episode& episode, const AgentFrame& frame) const;
+  Status act_steady(Episode& episode, AgentFrame& frame);
+  Module* one_module_frame() const;
+  void fill_batches(const AgentFrame& frame, Module* one_module);
+  void take_frame(const AgentFrame& frame, Module& module);
+  Status sample_modules();
   Status run_modules();
-  void lay_out_actions(AgentFrame& frame) const;
+  void lay_out_actions(AgentFrame& frame, const Module* one_module) const;
   void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
-  void cut(Episode& episode, MultiAgentRecord& record, std::map<std::string, std::optional<Stamp>>& oldest,
-           std::int64_t& runs_connection);
+  std::int64_t cut(Episode& episode, CutRecord& record, CutSteps& steps);
+  void note_oldest(const StepBlock& block);
+  std::unique_ptr<StepBlock> copy_block(const StepBlock& from);
   void record_frame(Episode& episode);
+  void open_blocks(Episode& episode);
+  void note_row(Actor& actor, StepBlock& block, std::size_t row);
+  void note_latest_row(Actor& actor, StepBlock& block, std::size_t row);
+  void close_blocks(Episode& episode, bool steady);
   void release_blocks(Episode& episode);
-  std::unique_ptr<StepBlock> take_spare_block();
+  std::unique_ptr<StepBlock> take_spare_block(const Module* module = nullptr, std::size_t rows = 0);
   template <class Pick>
   void release_blocks_if(Episode& episode, Pick gone);
   void compact_blocks(Episode& episode);
@@ -403,6 +436,7 @@ class MultiAgentClient {
   bool raw_box_samples_ = true;
   std::unordered_map<std::string, std::unique_ptr<Episode>> episodes_;
   std::size_t pending_steps_ = 0;
+  std::size_t latest_held_ = 0;  // training actors whose latest step is held back (counted with pending_steps_)
   std::size_t held_steps_ = 0;  // agent steps played in held-back episodes since the last cut (the cadence)
   std::uint64_t episodes_held_back_ = 0;
   std::int64_t env_steps_since_cut_ = 0;
@@ -413,7 +447,11 @@ class MultiAgentClient {
   std::int64_t map_requests_ = 0;
   std::uint64_t frame_counter_ = 0;
   bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
-  std::deque<LinkEvent> event_buffer_;
+  bool link_to_wake_ = false;  // a batch was handed over without waking the I/O thread
+  bool steady_path_ = true;    // steady-state frames take act_steady (tests compare it with the general path)
+  std::int64_t steady_frames_ = 0;  // frames that took it
+  friend struct MultiAgentClientTestPeer;  // (defined by the tests only)
+  std::vector<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
   Status last_error_;
   Status fatal_;
@@ -427,8 +465,10 @@ class MultiAgentClient {
   std::vector<std::string> new_actor_ids_;
   std::vector<std::string> unmapped_ids_;   // new actors MAP_AGENTS is asked about
   std::vector<std::size_t> unmapped_slots_;  // their slots
-  std::vector<Actor*> cutting_;              // a cut's actors
   std::vector<std::unique_ptr<StepBlock>> spare_blocks_;  // blocks to reuse (at most as many as were ever in use)
+  std::vector<std::shared_ptr<CutSteps>> spare_cuts_;     // cuts' steps back from the I/O thread, to reuse
+  std::vector<std::shared_ptr<Batch>> dropped_batches_;   // batches the link dropped unsent (their steps come back)
+  std::vector<std::pair<const Module*, Stamp>> oldest_;   // a cut's oldest (connection, version) per module
   // MAP_AGENTS answers (episode id -> actor id -> module), and the episode
   // ids in the order they were first mapped (the cap forgets the oldest).
   std::unordered_map<std::string, std::unordered_map<std::string, Module*>> mapped_;

@@ -3,7 +3,9 @@
 // same or a newer version; this header does not include ONNX Runtime's.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tether/inference.h"
 
@@ -13,6 +15,9 @@ namespace tether {
 /// frame should not fan out over every core). Input and output tensors are
 /// bound once per batch size over buffers the backend owns, so a run with a
 /// batch size seen before allocates nothing (the last few sizes are kept).
+/// The model's input is float32 (batch, obs_dim), or (protocol 1.4, §12.1)
+/// uint8 (batch, d1, ..., dk) with static dimensions after the batch: the
+/// observations given as floats are converted to bytes in the bound buffer.
 class OnnxRuntimeBackend final : public InferenceBackend {
  public:
   /// An empty backend; call load() before run().
@@ -38,6 +43,12 @@ class OnnxRuntimeBackend final : public InferenceBackend {
   std::size_t obs_dim() const noexcept override;
   /// See InferenceBackend::out_dim.
   std::size_t out_dim() const noexcept override;
+  /// See InferenceBackend::input_type.
+  ModelInputType input_type() const noexcept override;
+  /// The loaded model input's dimensions after the batch, as the model
+  /// declares them (-1 for a dynamic one; [obs_dim] for a float32 input, the
+  /// observation's shape for a uint8 one); empty before a model is loaded.
+  const std::vector<std::int64_t>& input_shape() const noexcept;
 
  private:
   struct Model;

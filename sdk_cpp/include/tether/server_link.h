@@ -115,12 +115,42 @@ struct LoadedPolicy {
   std::size_t out_dim = 0;                    ///< action_dist_inputs width it produces
 };
 
+struct Batch;
+
+/// A multi-agent record handed over unbuilt (see RecordSource): its episode and agent steps.
+struct PendingRecord {
+  std::string episode_id;        ///< the record's episode
+  std::int64_t agent_steps = 0;  ///< the agent steps it holds
+};
+
+/// Multi-agent records a client hands over unbuilt: at a cut the engine
+/// thread only moves the rows it recorded into the batch, and the I/O
+/// thread builds the records from them, while the batch waits in the queue
+/// or when it is first encoded. The link never touches it once it has built
+/// them and handed it back (a kRecordsBuilt event), or once the batch is done
+/// (answered, refused or given up): its client may then reuse it.
+class RecordSource {
+ public:
+  virtual ~RecordSource() = default;
+  /// Appends to batch.records the records of batch.pending_records (those
+  /// left of the ones handed over, in order: the others were dropped), and
+  /// sets batch.runs_connection when an agent entry has weights_seq_no_runs.
+  /// Called once, on the I/O thread (`batch` may be a scratch one holding a
+  /// copy of the pending records).
+  virtual void build(Batch& batch) = 0;
+};
+
 /// Experience cut on the engine thread; the engine never touches the chunks
 /// or records again. Once the batch is answered (or given up) the I/O thread
 /// frees them and `episodes` (the engine only reads `episode_ids`).
 struct Batch {
   std::vector<EpisodeChunk> chunks;           ///< single-agent chunks, one per episode (episode_id set)
   std::vector<MultiAgentRecord> records;      ///< multi-agent records (episode_id set)
+  /// Multi-agent records still to be built by record_source on the I/O
+  /// thread, one per episode, in order (`records` stays empty until then).
+  std::vector<PendingRecord> pending_records;
+  std::shared_ptr<RecordSource> record_source;  ///< builds pending_records (none: nothing pending)
+  bool building = false;                        ///< (under the link's lock) its records are being built
   std::int64_t env_steps = 0;                 ///< env steps (= agent steps, single-agent)
   std::int64_t agent_steps = 0;               ///< agent steps; single-agent: 0 means env_steps
   bool multi_agent = false;                   ///< multi-agent records: agent_steps counts, even when 0
@@ -152,6 +182,8 @@ struct Batch {
   std::size_t queue_steps() const noexcept {
     return static_cast<std::size_t>(multi_agent || agent_steps > 0 ? agent_steps : env_steps);
   }
+  /// Whether it holds chunks or records (built or pending).
+  bool has_data() const noexcept { return !chunks.empty() || !records.empty() || !pending_records.empty(); }
 };
 
 /// What the I/O thread reports to the engine thread, in order.
@@ -164,6 +196,7 @@ struct LinkEvent {
     kError,      ///< an error the engine should hear of (refusal, timeout, bad model)
     kFatal,      ///< the link gave up for good (status); stays
     kTrainingDone,  ///< the server's run is done (ERROR TRAINING_DONE, §6.6; summary): the link has ended, normally
+    kRecordsBuilt,  ///< a queued batch's records were built: its record_source goes back to its client
   };
   Kind kind = Kind::kError;                      ///< which event
   std::shared_ptr<const LinkConfig> config;      ///< kConnected
@@ -177,6 +210,7 @@ struct LinkEvent {
   std::shared_ptr<Batch> batch;                  ///< kBatch
   Status status;                                 ///< kError / kFatal
   std::shared_ptr<const TrainingSummary> summary;  ///< kTrainingDone
+  std::shared_ptr<RecordSource> record_source;     ///< kRecordsBuilt
 };
 
 /// One client's server connection and the thread that owns it.
@@ -206,10 +240,18 @@ class ServerLink {
 
   /// Queues a batch (never blocks). When the waiting batches would exceed the
   /// queue's bound, the oldest are dropped together with the rest of their
-  /// episodes; returns the ids of the episodes dropped. Once training is done
-  /// the batch is discarded instead (done, counted in batches_unsent_at_end()
-  /// if it holds records).
-  std::set<std::string> submit(std::shared_ptr<Batch> batch);
+  /// episodes; returns the ids of the episodes dropped, and the batches
+  /// dropped in `dropped` when given (never sent: their client may reuse
+  /// what they hold). Once training is done the batch is discarded instead
+  /// (done, counted in batches_unsent_at_end() if it holds records). With
+  /// `wake` false an idle I/O thread is not woken: the caller calls wake()
+  /// soon (e.g. once its frame is done, so that the batch's encoding does not
+  /// compete with it).
+  std::set<std::string> submit(std::shared_ptr<Batch> batch,
+                               std::vector<std::shared_ptr<Batch>>* dropped = nullptr, bool wake = true);
+
+  /// Wakes the I/O thread (it then takes what was submitted without waking it). Any thread.
+  void wake() noexcept;
 
   /// Whether a batch of `steps` would be queued without dropping one.
   bool has_room(std::size_t steps) const;
@@ -219,9 +261,11 @@ class ServerLink {
   /// they are queued whatever happens meanwhile); then submit(); with
   /// `wait_for_answer`, waits until the batch is answered, refused or given
   /// up (strict on-policy; errors about other things do not end the wait).
-  /// Returns the episodes submit() dropped.
+  /// Returns the episodes submit() dropped (and the batches, in `dropped`).
+  /// `wake` as for submit() (the I/O thread is always woken to answer a wait).
   std::set<std::string> hand_over(const std::shared_ptr<Batch>& batch, std::size_t steps, bool wait_for_room,
-                                  bool wait_for_answer);
+                                  bool wait_for_answer, std::vector<std::shared_ptr<Batch>>* dropped = nullptr,
+                                  bool wake = true);
 
   /// Blocks until `predicate()` holds, or the link fails for good, ends
   /// (training done) or is closed. The predicate runs under the link's lock:
@@ -242,6 +286,8 @@ class ServerLink {
   /// Whether events are waiting (a cheap check, no lock).
   bool events_pending() const noexcept { return events_pending_.load(std::memory_order_acquire); }
   /// Moves the waiting events to `out` (a fatal event is left in place too, so it repeats).
+  void take_events(std::vector<LinkEvent>& out);
+  /// take_events() into a deque.
   void take_events(std::deque<LinkEvent>& out);
 
   /// Sends `message` (e.g. MAP_AGENTS) through the I/O thread and waits at
@@ -330,6 +376,9 @@ class ServerLink {
   std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
                                             const std::string& output_name, const Space& observation_space,
                                             const Space& action_space, const std::string& what);
+  template <class Events>
+  void take_events_into(Events& out);
+  void build_queued();
   void post(LinkEvent event);
   void post_locked(LinkEvent event);
   void post_error(Status status);
@@ -361,7 +410,7 @@ class ServerLink {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<LinkEvent> events_;
+  std::vector<LinkEvent> events_;
   std::atomic<bool> events_pending_{false};
   std::deque<std::shared_ptr<Batch>> outbox_;
   std::shared_ptr<Batch> in_flight_;
@@ -373,6 +422,9 @@ class ServerLink {
   // retiring allocates nothing once both have grown.
   std::vector<std::shared_ptr<LoadedPolicy>> retired_;
   std::vector<std::shared_ptr<LoadedPolicy>> retired_io_;
+  // Dropped batches whose records the I/O thread built, freed there too (and its list).
+  std::vector<std::shared_ptr<Batch>> retired_batches_;
+  std::vector<std::shared_ptr<Batch>> retired_batches_io_;
   std::set<std::string> refused_episodes_;     // until the engine has taken the refusal
   std::deque<std::string> refused_order_;      // oldest first (bounds the set)
   bool fatal_ = false;

@@ -73,7 +73,7 @@ class ClientConnection {
 /// What a server does with one received body.
 struct ServerEvent {
   std::optional<MessageType> type;  ///< the message's type, when it could be read
-  Message message;                  ///< the request (when accepted)
+  Message message;                  ///< the request (when accepted); its attachment views the body handled
   Status refusal;                   ///< ok for an accepted request; else the ERROR code and text
   bool closes_connection = false;   ///< the server closes after sending the refusal (a wrong token)
   /// Whether the request was accepted.
@@ -92,6 +92,7 @@ class ServerConnection {
       : auth_token_(std::move(auth_token)), ready_(!auth_token_.has_value()) {}
 
   /// Classifies one frame body: a request to serve, or a refusal (§6.3).
+  /// The event's message.attachment is a view into `body` (§4.3).
   ServerEvent handle_body(std::string_view body);
   /// Whether the client has authenticated (or no token is needed).
   bool ready() const noexcept { return ready_; }

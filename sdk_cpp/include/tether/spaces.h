@@ -30,7 +30,8 @@ class Space {
   Space() = default;
 
   /// A Box with per-element bounds (flat, row-major, prod(shape) entries each;
-  /// +-infinity for unbounded); INVALID_ARGUMENT if sizes disagree or low > high.
+  /// +-infinity for unbounded); INVALID_ARGUMENT if sizes disagree or low > high,
+  /// or for dtype "uint8" (a byte box, protocol 1.4) a bound outside [0, 255].
   static Result<Space> box(std::vector<std::int64_t> shape, std::vector<double> low, std::vector<double> high,
                            std::string dtype = "float32");
   /// A Box with the same bounds everywhere.
@@ -40,7 +41,9 @@ class Space {
   /// Independent choices, entry i in [0, nvec[i]); INVALID_ARGUMENT if empty or an entry < 1.
   static Result<Space> multi_discrete(std::vector<std::int64_t> nvec);
 
-  /// Parses the JSON form (§8); INVALID_FIELD when malformed.
+  /// Parses the JSON form (§8); INVALID_FIELD when malformed, including
+  /// (protocol 1.4, §8.4) a Box dtype that is not a string and a "uint8" Box
+  /// with a bound below 0 or above 255.
   static Result<Space> from_json(const nlohmann::json& data);
   /// The canonical JSON form (bounds as one number when all equal, "inf"/"-inf" strings).
   nlohmann::json to_json() const;
@@ -63,6 +66,11 @@ class Space {
   const std::vector<double>& high() const noexcept { return high_; }
   /// Box dtype as declared ("float32").
   const std::string& dtype() const noexcept { return dtype_; }
+  /// Whether this is a byte box (protocol 1.4, §8.1): a Box of dtype "uint8",
+  /// whose values are the integers 0 to 255 (a camera image, shape [height,
+  /// width, channels]). Its model takes uint8 input (§12.1). Every other Box
+  /// is handled as float32, whatever its dtype.
+  bool is_bytes() const noexcept { return kind_ == SpaceKind::kBox && dtype_ == "uint8"; }
   /// Discrete n.
   std::int64_t n() const noexcept { return n_; }
   /// Discrete start.
@@ -70,7 +78,7 @@ class Space {
   /// MultiDiscrete nvec.
   const std::vector<std::int64_t>& nvec() const noexcept { return nvec_; }
 
-  /// Structural equality (same kind, shape, bounds, n, start, nvec).
+  /// Structural equality (same kind, shape, bounds, n, start, nvec; a Box's dtype aside).
   bool operator==(const Space& other) const noexcept;
   /// Structural inequality.
   bool operator!=(const Space& other) const noexcept { return !(*this == other); }
@@ -84,5 +92,11 @@ class Space {
   std::int64_t start_ = 0;
   std::vector<std::int64_t> nvec_;
 };
+
+/// The index of the first of `n` values that a byte box (Space::is_bytes)
+/// does not take, one that is not an integer from 0 to 255 (7.0 is 7), or `n`
+/// when every value is one. A server refuses such an observation with
+/// OBS_DTYPE_MISMATCH (§10.6 check 11b).
+std::size_t first_non_byte(const float* values, std::size_t n) noexcept;
 
 }  // namespace tether

@@ -44,6 +44,8 @@ enum class ErrorCode {
   kServerOverloaded,
   kAuthThrottled,  // wrong auth tokens from this address: refused for a while
   kTrainingDone,   // [1.3] the server's run is done (§6.6 "End of training"): not a failure
+  kInvalidTensor,     // [1.4] a tensor object that cannot be read (§10.9)
+  kObsDtypeMismatch,  // [1.4] observations of another element type than the space's (§10.6 checks 4, 11b)
   kInternal,
   kUnknownServerCode,  // an ERROR code this SDK does not know (a newer server)
   // SDK codes.

@@ -1,0 +1,215 @@
+// A byte box (protocol 1.4, §8.1, §12.1) with the ONNX Runtime backend and a
+// real policy model whose input is uint8 (batch, 2, 3, 1) (tests/data/
+// make_byte_policy_model.py): its outputs match onnxruntime's in Python, and
+// TetherClient acts with it, records the images as JSON integers and refuses
+// an observation that is not one of bytes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "test_data.h"
+#include "tether/onnxruntime_backend.h"
+
+#ifndef _WIN32
+#include "client_test_helpers.h"
+#include "tether/client.h"
+#include "tether/episode.h"
+#endif
+
+namespace {
+
+using nlohmann::json;
+
+// The model and what onnxruntime computed for its observations (integers 0-255, flat rows).
+struct ByteModel {
+  std::vector<std::uint8_t> bytes;
+  std::string input_name;
+  std::string output_name;
+  std::vector<std::int64_t> input_shape;
+  std::size_t obs_dim = 0;
+  std::size_t out_dim = 0;
+  std::size_t rows = 0;
+  std::vector<float> obs;       // rows x obs_dim
+  std::vector<float> expected;  // rows x out_dim
+};
+
+ByteModel byte_model() {
+  ByteModel m;
+  std::ifstream in(test_data::kDir + "policy_bytes_2x3x1.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json record = json::parse(text, nullptr, false);
+  if (!record.is_object()) {
+    ADD_FAILURE() << "cannot parse policy_bytes_2x3x1.json";
+    return m;
+  }
+  m.bytes = test_data::read_bytes(test_data::kDir + record["model"].get<std::string>());
+  m.input_name = record["input_name"].get<std::string>();
+  m.output_name = record["output_name"].get<std::string>();
+  m.input_shape = record["input_shape"].get<std::vector<std::int64_t>>();
+  m.obs_dim = record["obs_dim"].get<std::size_t>();
+  m.out_dim = record["out_dim"].get<std::size_t>();
+  for (const json& row : record["observations"]) {
+    for (const json& x : row) m.obs.push_back(x.get<float>());
+  }
+  for (const json& row : record["outputs"]) {
+    for (const json& x : row) m.expected.push_back(x.get<float>());
+  }
+  m.rows = record["observations"].size();
+  EXPECT_FALSE(m.bytes.empty());
+  EXPECT_EQ(m.obs.size(), m.rows * m.obs_dim);
+  EXPECT_EQ(m.expected.size(), m.rows * m.out_dim);
+  return m;
+}
+
+TEST(OrtByteBox, ReadsTheInputsTypeAndShapeAndMatchesPython) {
+  const ByteModel m = byte_model();
+  tether::OnnxRuntimeBackend backend;
+  EXPECT_EQ(backend.input_type(), tether::ModelInputType::kFloat32);  // nothing loaded
+  EXPECT_TRUE(backend.input_shape().empty());
+  tether::Status loaded = backend.load(m.bytes.data(), m.bytes.size(), m.input_name, m.output_name);
+  ASSERT_TRUE(loaded.ok()) << loaded.to_string();
+  EXPECT_EQ(backend.input_type(), tether::ModelInputType::kUint8);
+  EXPECT_EQ(backend.input_shape(), m.input_shape);
+  EXPECT_EQ(backend.obs_dim(), m.obs_dim);
+  EXPECT_EQ(backend.out_dim(), m.out_dim);
+  // Batch 1 row by row, then every row at once, then batch 1 again (its binding is kept).
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t r = 0; r < m.rows; ++r) {
+      float out[2] = {-1000.0f, -1000.0f};
+      ASSERT_TRUE(backend.run(&m.obs[r * m.obs_dim], 1, m.obs_dim, out, m.out_dim).ok());
+      for (std::size_t j = 0; j < m.out_dim; ++j) EXPECT_NEAR(out[j], m.expected[r * m.out_dim + j], 1e-5) << r;
+    }
+    std::vector<float> out(m.rows * m.out_dim, -1000.0f);
+    ASSERT_TRUE(backend.run(m.obs.data(), m.rows, m.obs_dim, out.data(), m.out_dim).ok());
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], m.expected[i], 1e-5) << i;
+  }
+  float out[2];
+  EXPECT_EQ(backend.run(m.obs.data(), 1, m.obs_dim - 1, out, m.out_dim).code(), tether::ErrorCode::kInvalidArgument);
+
+  // A float32 model says so.
+  tether::OnnxRuntimeBackend floats;
+  const std::vector<std::uint8_t> float_model = test_data::read_bytes(test_data::kDir + "policy_4x64x64x2.onnx");
+  ASSERT_TRUE(floats.load(float_model.data(), float_model.size(), "onnx::Gemm_0", "action_dist_inputs").ok());
+  EXPECT_EQ(floats.input_type(), tether::ModelInputType::kFloat32);
+  EXPECT_EQ(floats.input_shape(), (std::vector<std::int64_t>{4}));
+}
+
+#ifndef _WIN32
+
+fake::ServerScript byte_box_script(const ByteModel& m) {
+  fake::ServerScript script;
+  script.steps_per_sample = 8;
+  script.config_overrides = {
+      {"observation_space", {{"type", "Box"}, {"shape", m.input_shape}, {"dtype", "uint8"}, {"low", 0}, {"high", 255}}},
+      {"onnx_input_names", {m.input_name}},
+      {"onnx_output_names", {m.output_name}}};
+  const std::vector<std::uint8_t> bytes = m.bytes;
+  script.model_file = [bytes](std::uint8_t) { return fake::onnx_file_of(bytes); };
+  return script;
+}
+
+tether::ClientOptions ort_options_for(const fake::FakeServer& server) {
+  tether::ClientOptions options;
+  options.port = server.port();
+  options.seed = 5;
+  options.reconnect_timeout_s = 5.0;
+  options.when_queue_full = tether::QueueFullPolicy::kWait;
+  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  return options;
+}
+
+TEST(OrtByteBox, TheClientActsOnImagesAndRecordsThemAsIntegers) {
+  const ByteModel m = byte_model();
+  ASSERT_FALSE(m.bytes.empty());
+  fake::FakeServer server(byte_box_script(m));
+  auto client = fake::connect(ort_options_for(server));
+  ASSERT_NE(client, nullptr);
+  double action[1];
+  int acted = 0;
+  for (int e = 0; e < 4; ++e) {
+    tether::Result<std::string> episode = client->start_episode();
+    ASSERT_TRUE(episode.ok()) << episode.status().to_string();
+    for (std::size_t t = 0; t < 6; ++t, ++acted) {
+      const float* image = &m.obs[((e + t) % m.rows) * m.obs_dim];
+      tether::Status status = client->get_action(episode.value(), image, m.obs_dim, action, 1);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      client->log_returns(episode.value(), 1.0);
+    }
+    ASSERT_TRUE(client->end_episode(episode.value(), &m.obs[0], m.obs_dim).ok());
+  }
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->env_steps_sent(), acted);
+  // The client speaks 1.3 still: records carry JSON numbers, valid for every server.
+  EXPECT_EQ(server.messages().front()["protocol_version"], "1.3");
+
+  const tether::Space obs_space = tether::Space::from_json(server.config()["observation_space"]).value();
+  const tether::Space act_space = tether::Space::discrete(2).value();
+  std::size_t checked = 0;
+  for (const json& batch : server.batches()) {
+    tether::Result<std::size_t> steps = tether::validate_episodes(batch, obs_space, act_space, true);
+    ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+    for (const json& record : batch["episodes"]) {
+      for (std::size_t t = 0; t < record["actions"].size(); ++t) {
+        // The image's values, nested [2][3][1], as JSON integers; the dist inputs are the model's for it.
+        std::vector<float> image;
+        for (const json& row : record["obs"][t]) {
+          for (const json& pixel : row) {
+            ASSERT_TRUE(pixel[0].is_number_integer()) << pixel;
+            image.push_back(pixel[0].get<float>());
+          }
+        }
+        std::size_t r = 0;
+        while (r < m.rows && !std::equal(image.begin(), image.end(), &m.obs[r * m.obs_dim])) ++r;
+        ASSERT_LT(r, m.rows) << "an image the engine did not show";
+        for (std::size_t j = 0; j < m.out_dim; ++j) {
+          EXPECT_NEAR(record["action_dist_inputs"][t][j].get<double>(), m.expected[r * m.out_dim + j], 1e-5);
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, static_cast<std::size_t>(acted));
+}
+
+TEST(OrtByteBox, AValueThatIsNoByteIsRefusedAndNothingRecorded) {
+  const ByteModel m = byte_model();
+  fake::FakeServer server(byte_box_script(m));
+  auto client = fake::connect(ort_options_for(server));
+  ASSERT_NE(client, nullptr);
+  const std::string episode = client->start_episode().value();
+  double action[1];
+  ASSERT_TRUE(client->get_action(episode, m.obs.data(), m.obs_dim, action, 1).ok());
+  for (float bad : {0.5f, -1.0f, 256.0f, 254.9f}) {
+    std::vector<float> image(m.obs.begin(), m.obs.begin() + static_cast<std::ptrdiff_t>(m.obs_dim));
+    image[4] = bad;
+    tether::Status refused = client->get_action(episode, image.data(), m.obs_dim, action, 1);
+    EXPECT_EQ(refused.code(), tether::ErrorCode::kObsDtypeMismatch) << bad;
+    EXPECT_NE(refused.message().find("observation[4]"), std::string::npos) << refused.message();
+    // The final observation too, before the episode ends: it goes on.
+    EXPECT_EQ(client->end_episode(episode, image.data(), m.obs_dim).status().code(),
+              tether::ErrorCode::kObsDtypeMismatch);
+  }
+  std::vector<float> whole(m.obs.begin(), m.obs.begin() + static_cast<std::ptrdiff_t>(m.obs_dim));
+  whole[4] = 17.0f;  // 17.0 is 17
+  ASSERT_TRUE(client->get_action(episode, whole.data(), m.obs_dim, action, 1).ok());
+  ASSERT_TRUE(client->end_episode(episode, whole.data(), m.obs_dim).ok());
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_TRUE(client->take_error().ok());
+  EXPECT_EQ(client->env_steps_sent(), 2);
+  const std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 1u);
+  ASSERT_EQ(batches[0]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[0]["episodes"][0]["obs"].size(), 3u);
+}
+
+#endif  // _WIN32
+
+}  // namespace
