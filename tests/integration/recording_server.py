@@ -21,7 +21,7 @@ _train = learner_loop.LearnerLoop.train
 def _recording(self: learner_loop.LearnerLoop, by_module: dict) -> dict:
     results = _train(self, by_module)
     with open(_LOG, "a") as log:
-        for module_id, (outcome, stats, _, _) in results.items():
+        for module_id, (outcome, stats, *_) in results.items():
             if stats is not None:  # published; the sources left out of it were not trained on
                 ids = np.concatenate([p.chunk.obs[:-1, 0] for p in by_module[module_id] if p.source in outcome.kept])
                 log.write(json.dumps({"pid": os.getpid(), "version": self.modules[module_id].weights_seq_no + 1,
