@@ -139,7 +139,8 @@ def test_wrong_token_guesses_are_throttled_per_address(tmp_path) -> None:
     address that sent a few is refused (AUTH_THROTTLED) without its tokens being looked
     at; other addresses are not; the right token works again once the refusal ends, and
     the SDK rides a refusal out by reconnecting."""
-    with ServerProcess(tmp_path, "--auth-token", TOKEN, "--auth-backoff-max-s", "1") as server:
+    # A 3 s refusal: on a loaded machine the check right after the guessing loop must still fall inside it.
+    with ServerProcess(tmp_path, "--auth-token", TOKEN, "--auth-backoff-max-s", "3") as server:
         guesses = refused = 0
         start = time.monotonic()
         while time.monotonic() - start < 2.0:
@@ -160,8 +161,8 @@ def test_wrong_token_guesses_are_throttled_per_address(tmp_path) -> None:
         # The SDK treats the refusal like TOO_MANY_CONNECTIONS: it reconnects and gets in when it ends.
         start = time.monotonic()
         client = TetherClient("127.0.0.1", server.port, auth_token=TOKEN, reconnect_timeout_s=10)
-        assert client.weights_seq_no == 0 and time.monotonic() - start < 5
+        assert client.weights_seq_no == 0 and time.monotonic() - start < 8
         client.close()
         # A right token after the refusal ended works on a fresh connection.
-        time.sleep(1.1)
+        time.sleep(3.1)
         assert ping(server.port, auth_token=TOKEN)["type"] == "PONG"
