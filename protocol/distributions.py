@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .spaces import Box, Discrete, MultiDiscrete, Space
+from .spaces import Box, Discrete, LeafSpace as Space, MultiDiscrete
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -43,12 +43,15 @@ def _categorical_sample(logits: list[float], rng: random.Random) -> tuple[int, f
     total = sum(exps)
     threshold = rng.random() * total
     acc = 0.0
-    choice = len(exps) - 1
     for i, e in enumerate(exps):
         acc += e
         if threshold < acc:
             choice = i
             break
+    else:
+        # Rounding left the threshold past the sum: the last action that has any probability
+        # (never a masked one, whose probability is exactly 0: §11.4, §11.6).
+        choice = max(i for i, e in enumerate(exps) if e > 0)
     return choice, logits[choice] - top - math.log(total)
 
 

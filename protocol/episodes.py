@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from .action_mask import ActionMask
 from .distributions import dist_inputs_size
 from .errors import ErrorCode, MessageError
 from .messages import is_text
-from .spaces import Box, Discrete, MultiDiscrete, Space
+from .spaces import Box, Discrete, LeafSpace, MultiDiscrete, Space, is_composite
 from .tensors import TENSOR_DTYPES, TensorError, decode_tensor, is_tensor
 
 
@@ -208,26 +209,67 @@ def _numeric(value: Any, dtype: type, index: int, key: str) -> np.ndarray:
 
 def _observations(value: Any, space: Space, index: int) -> np.ndarray:
     """A record's ``obs``: nested lists of numbers (every version), or **[1.4]** one tensor object
-    (§10.9) of the space's element type: uint8 for a uint8 Box, float32 for every other space."""
+    (§10.9) of the space's element type: uint8 for a uint8 Box, float32 for every other space.
+    **[1.4]** For a Dict or Tuple space, an object of its leaves (§8.6), each checked as ``obs`` of
+    its own space and joined into flat float32 rows."""
+    if is_composite(space):
+        return _composite_observations(value, space, index)
+    return _leaf_observations(value, space, index, "obs")
+
+
+def _leaf_observations(value: Any, space: Space, index: int, key: str) -> np.ndarray:
     if not is_tensor(value):
-        return _numeric(value, np.float32, index, "obs")
+        return _numeric(value, np.float32, index, key)
     try:
         obs = decode_tensor(value)
     except TensorError as exc:
-        raise _fail(ErrorCode.INVALID_TENSOR, index, f'"obs": {exc}') from None
+        raise _fail(ErrorCode.INVALID_TENSOR, index, f'"{key}": {exc}') from None
     wanted = "uint8" if isinstance(space, Box) and space.is_bytes else "float32"
     if obs.dtype != TENSOR_DTYPES[wanted]:
         raise _fail(ErrorCode.OBS_DTYPE_MISMATCH, index,
-                    f'"obs" is a {value["dtype"]} tensor; the observation space takes {wanted}')
+                    f'"{key}" is a {value["dtype"]} tensor; the observation space takes {wanted}')
     return obs
 
 
-def _as_bytes(obs: np.ndarray, index: int) -> np.ndarray:
+def _composite_observations(value: Any, space: Any, index: int) -> np.ndarray:
+    """Checks 4, 10, 11 and 11b leaf by leaf (in leaf order), then the flat rows (§8.6, §10.6 check 4c)."""
+    leaves = space.leaves
+    if not isinstance(value, dict):
+        raise _fail(ErrorCode.INVALID_FIELD, index, '"obs" of a Dict or Tuple space must be an object with one '
+                    f'member per leaf ({", ".join(leaf.path for leaf in leaves)})')
+    wanted = [leaf.path for leaf in leaves]
+    missing = [path for path in wanted if path not in value]
+    extra = sorted(set(value) - set(wanted))
+    if missing or extra:
+        what = "; ".join(part for part in (missing and f"missing {', '.join(missing)}",
+                                           extra and f"unknown {', '.join(map(repr, extra))}") if part)
+        raise _fail(ErrorCode.OBS_LEAF_MISMATCH, index, f'"obs" does not hold the space\'s leaves: {what}')
+    rows = None
+    parts = []
+    for leaf in leaves:
+        key = f"obs.{leaf.path}"
+        obs = _leaf_observations(value[leaf.path], leaf.space, index, key)
+        if rows is None:
+            rows = obs.shape[0] if obs.ndim else 0
+        if obs.ndim == 0 or obs.shape[0] != rows:
+            raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index,
+                        f'"{key}" has {obs.shape[0] if obs.ndim else 0} observations, "obs.{leaves[0].path}" {rows}')
+        if obs.shape[1:] != leaf.space.shape:
+            raise _fail(ErrorCode.OBS_SHAPE_MISMATCH, index, f'"{key}": observation shape {list(obs.shape[1:])} does '
+                        f"not match the leaf's space {list(leaf.space.shape)}")
+        _check_finite(obs, index, key)
+        if leaf.is_bytes and obs.dtype != np.uint8:
+            obs = _as_bytes(obs, index, key)
+        parts.append(obs.reshape(rows, leaf.size).astype(np.float32, copy=False))
+    return np.concatenate(parts, axis=1)
+
+
+def _as_bytes(obs: np.ndarray, index: int, key: str = "obs") -> np.ndarray:
     """Observations of a uint8 Box written as JSON numbers: integers 0-255 only."""
     if obs.size and (obs.min() < 0 or obs.max() > 255 or not np.array_equal(obs, np.round(obs))):
         bad = int(np.argwhere(((obs < 0) | (obs > 255) | (obs != np.round(obs))).reshape(obs.shape[0], -1))[0][0])
         raise _fail(ErrorCode.OBS_DTYPE_MISMATCH, index,
-                    f'"obs"[{bad}] holds a value that is not an integer in [0, 255] (the space is a uint8 Box)')
+                    f'"{key}"[{bad}] holds a value that is not an integer in [0, 255] (the space is a uint8 Box)')
     return obs.astype(np.uint8)
 
 
@@ -252,10 +294,12 @@ def decode_episode(
     record: Any,
     index: int,
     observation_space: Space,
-    action_space: Space,
+    action_space: LeafSpace,
     require_logp: bool,
+    action_mask: ActionMask | None = None,
 ) -> EpisodeChunk:
-    """Validate one episode record against the spaces; raise ``MessageError`` if bad."""
+    """Validate one episode record against the spaces (and **[1.4]** the module's action mask,
+    §11.6); raise ``MessageError`` if bad."""
     if not isinstance(record, dict):
         raise _fail(ErrorCode.INVALID_FIELD, index, "an episode must be a JSON object")
     for key in ("obs", "actions", "rewards"):
@@ -310,6 +354,8 @@ def decode_episode(
         )
     if isinstance(action_space, (Discrete, MultiDiscrete)):
         actions = actions.astype(np.int64)
+    if action_mask is not None:
+        action_mask.check(obs, actions, index)  # (checks 14b-14d)
 
     logp = None
     if "action_logp" in record:
@@ -395,7 +441,7 @@ def version_runs(versions: list[Any]) -> list[list[int]] | None:
 def decode_episodes(
     message: dict[str, Any],
     observation_space: Space,
-    action_space: Space,
+    action_space: LeafSpace,
     require_logp: bool,
 ) -> list[EpisodeChunk]:
     """Validate every record of an EPISODES(_AND_GET_STATE) message.

@@ -54,6 +54,13 @@ class ErrorCode(str, Enum):
     # Protocol 1.4: a tensor object that cannot be read, and observations of another element type than the space's.
     INVALID_TENSOR = "INVALID_TENSOR"
     OBS_DTYPE_MISMATCH = "OBS_DTYPE_MISMATCH"
+    # Protocol 1.4: a composite observation without one of its space's leaves or with another one.
+    OBS_LEAF_MISMATCH = "OBS_LEAF_MISMATCH"
+    # Protocol 1.4 action masks (§11.6): a mask value other than 0 and 1, a mask that allows no
+    # action at a step that took one, and an action its own mask forbids.
+    INVALID_ACTION_MASK = "INVALID_ACTION_MASK"
+    ACTION_MASK_EMPTY = "ACTION_MASK_EMPTY"
+    ACTION_MASKED = "ACTION_MASKED"
     INTERNAL = "INTERNAL"
 
     @property

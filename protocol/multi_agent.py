@@ -25,14 +25,15 @@ actions concatenated (in member order) and the members' rewards combined.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 
+from .action_mask import ActionMask, resolve_action_mask
 from .episodes import EpisodeChunk, decode_episode, numbers_array
 from .errors import ErrorCode, MessageError
 from .messages import is_text
-from .spaces import Box, Discrete, MultiDiscrete, Space, box, space_from_json
+from .spaces import Box, Discrete, LeafSpace, MultiDiscrete, Space, box, is_composite, space_from_json
 
 #: The agent id a single-agent (v1) episode record stands for.
 DEFAULT_AGENT_ID = "default_agent"
@@ -44,13 +45,34 @@ class ModuleSpec:
 
     module_id: str
     observation_space: Space
-    action_space: Space
+    #: Box, Discrete or MultiDiscrete: a composite action space is refused (§8.6).
+    action_space: LeafSpace
     onnx_input_name: str = "obs"
     onnx_output_name: str = "action_dist_inputs"
     trainable: bool = True
     #: Agents whose observations, concatenated in this order, a centralized
     #: critic sees; empty for a critic that sees the agent's own observation.
     value_obs_agents: tuple[str, ...] = ()
+    #: **[1.4]** The leaf of a composite observation that masks actions (§11.6); None for none.
+    action_mask_leaf: str | None = None
+
+    @property
+    def action_mask(self) -> ActionMask | None:
+        """The module's mask layout, from ``action_mask_leaf``."""
+        if self.action_mask_leaf is None:
+            return None
+        cached = self.__dict__.get("_mask")
+        if cached is None:
+            cached = resolve_action_mask(self.observation_space, self.action_space, self.action_mask_leaf)
+            object.__setattr__(self, "_mask", cached)
+        return cached
+
+    @property
+    def onnx_input_names(self) -> list[str]:
+        """The model's inputs (§12.1): one per leaf, named by its path, for a composite observation."""
+        if is_composite(self.observation_space):
+            return [leaf.path for leaf in self.observation_space.leaves]
+        return [self.onnx_input_name]
 
     @property
     def obs_dim(self) -> int:
@@ -64,27 +86,42 @@ class ModuleSpec:
         out: dict[str, Any] = {
             "observation_space": self.observation_space.to_json(),
             "action_space": self.action_space.to_json(),
-            "onnx_input_names": [self.onnx_input_name],
+            "onnx_input_names": self.onnx_input_names,
             "onnx_output_names": [self.onnx_output_name],
             "trainable": self.trainable,
         }
         if self.value_obs_agents:
             out["value_obs_agents"] = list(self.value_obs_agents)
+        if self.action_mask_leaf is not None:
+            out["action_mask"] = self.action_mask_leaf
         return out
 
     @classmethod
     def from_json(cls, module_id: str, data: Any) -> "ModuleSpec":
         if not isinstance(data, dict):
             raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r} must be a JSON object")
-        return cls(
+        action_space = space_from_json(data.get("action_space"))
+        if is_composite(action_space):
+            raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r}: a Dict or Tuple action space is not "
+                               "supported (actions are Box, Discrete or MultiDiscrete, §8.6)")
+        spec = cls(
             module_id=module_id,
             observation_space=space_from_json(data.get("observation_space")),
-            action_space=space_from_json(data.get("action_space")),
+            action_space=cast(LeafSpace, action_space),
             onnx_input_name=str((data.get("onnx_input_names") or ["obs"])[0]),
             onnx_output_name=str((data.get("onnx_output_names") or ["action_dist_inputs"])[0]),
             trainable=bool(data.get("trainable", True)),
             value_obs_agents=tuple(str(a) for a in data.get("value_obs_agents") or ()),
+            action_mask_leaf=data.get("action_mask"),
         )
+        if spec.action_mask_leaf is not None:
+            try:
+                if not isinstance(spec.action_mask_leaf, str):
+                    raise ValueError(f"action_mask must be a leaf path, got {spec.action_mask_leaf!r}")
+                spec.action_mask  # noqa: B018 - resolves (and checks) the leaf now, not at the first step
+            except ValueError as exc:
+                raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r}: {exc}") from None
+        return spec
 
 
 @dataclass(frozen=True)
@@ -233,7 +270,8 @@ def decode_multi_agent_record(
                 f"{where}.agents[{agent_id!r}]: module {module_id!r} does not exist (modules: {sorted(modules)})",
             )
         try:
-            chunk = decode_episode(entry, index, spec.observation_space, spec.action_space, require_logp)
+            chunk = decode_episode(entry, index, spec.observation_space, spec.action_space, require_logp,
+                                   spec.action_mask)
         except MessageError as exc:
             raise MessageError(exc.code, f"{exc.message.replace(where, where + '.agents[' + repr(agent_id) + ']', 1)}") from None
         if spec.value_obs_dim is not None:
@@ -281,6 +319,6 @@ def decode_single_agent_record(record: Any, index: int, modules: Mapping[str, Mo
             f"episodes[{index}] is a single-agent record, but the default module {default_module!r} has a centralized "
             f"critic (value_obs_agents): send a multi-agent record whose entry has value_obs",
         )
-    chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp)
+    chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp, spec.action_mask)
     return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
                             [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)])

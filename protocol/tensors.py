@@ -85,6 +85,10 @@ def _claimed_bytes(tensor: dict[str, Any]) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
+#: Members only a tensor object has: an object with none of them is not one.
+_TENSOR_MEMBERS = frozenset({"dtype", "shape", "offset", "b64"})
+
+
 def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> None:
     """Lets every tensor object of a message's observations (records' and agent entries' ``obs``)
     read the body's attachment; removes a member of the internal name that a sender wrote."""
@@ -99,11 +103,16 @@ def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> N
         places = agents.values() if isinstance(agents, dict) else (record,)
         for place in places:
             obs = place.get("obs") if isinstance(place, dict) else None
-            if isinstance(obs, dict):
-                obs.pop(ATTACHMENT, None)
+            if not isinstance(obs, dict):
+                continue
+            obs.pop(ATTACHMENT, None)
+            # A tensor, or (1.4) a composite observation's object of leaves, each maybe a tensor (§8.6).
+            tensors = [obs] if _TENSOR_MEMBERS & obs.keys() else [v for v in obs.values() if isinstance(v, dict)]
+            for tensor in tensors:
+                tensor.pop(ATTACHMENT, None)
                 if attachment is not None:
-                    unclaimed -= _claimed_bytes(obs)
-                    obs[ATTACHMENT] = attachment if unclaimed >= 0 else OVERCLAIMED
+                    unclaimed -= _claimed_bytes(tensor)
+                    tensor[ATTACHMENT] = attachment if unclaimed >= 0 else OVERCLAIMED
 
 
 def decode_tensor(value: dict[str, Any]) -> np.ndarray:

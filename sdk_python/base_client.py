@@ -18,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tether.protocol.errors import ErrorCode, InvalidInputError
-from tether.protocol.spaces import Box
+from tether.protocol.action_mask import ActionMask
+from tether.protocol.spaces import Box, flatten_observation, is_composite
 from .server_link import Batch, ServerLink
 
 logger = logging.getLogger("tether.sdk")
@@ -35,6 +36,30 @@ def finite_observation(observation: Any, what: str = "observation") -> np.ndarra
         bad = int(np.flatnonzero(~np.isfinite(obs.ravel()))[0])
         raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what}[{bad}] is not finite ({obs.ravel()[bad]})")
     return obs
+
+
+def observation_row(observation: Any, space: Any, mask: ActionMask | None, what: str = "observation") -> np.ndarray:
+    """**[1.4]** One observation of a Dict or Tuple space as its flat row (§8.6), refused here, by name,
+    as the server would refuse the batch: a missing or unknown leaf (OBS_LEAF_MISMATCH), one of
+    another size (OBS_SHAPE_MISMATCH), a NaN (NON_FINITE_VALUE), a byte leaf's value that is not an
+    integer 0-255 (OBS_DTYPE_MISMATCH), an action mask that is not 0/1 (INVALID_ACTION_MASK) or
+    allows nothing (ACTION_MASK_EMPTY: no action could be sampled). Other spaces: finite_observation."""
+    if not is_composite(space):
+        return finite_observation(observation, what)
+    row = flatten_observation(space, observation)
+    if not np.isfinite(row).all():
+        bad = int(np.flatnonzero(~np.isfinite(row))[0])
+        leaf = next(leaf for leaf in space.leaves if leaf.offset <= bad < leaf.offset + leaf.size)
+        raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what} leaf {leaf.path!r} holds a NaN or infinite value")
+    for leaf in space.leaves:
+        if leaf.is_bytes:
+            check_byte_values(row[leaf.offset:leaf.offset + leaf.size], leaf.space, f"{what} leaf {leaf.path!r}")
+    if mask is not None:
+        why = mask.allows_something(mask.of_rows(row[None])[0])
+        if why is not None:
+            code = ErrorCode.INVALID_ACTION_MASK if "0 and 1" in why else ErrorCode.ACTION_MASK_EMPTY
+            raise InvalidInputError(code, f"{what}: {why}")
+    return row
 
 
 def check_byte_values(obs: np.ndarray, space: Any, what: str) -> None:

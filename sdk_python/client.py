@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward
+from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward, observation_row
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
+from tether.protocol.action_mask import ActionMask, resolve_action_mask
 from tether.protocol.distributions import sample_for_record
 from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherConnectionError  # noqa: F401
 from tether.protocol.messages import MessageType
@@ -89,6 +90,7 @@ class TetherClient(BaseClient):
         self._io_seq: int | None = None  # the I/O thread's view, for its GET_STATE
         self.observation_space: Space | None = None
         self.action_space: Space | None = None
+        self._action_mask: ActionMask | None = None
         #: Env steps delivered to the server.
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
@@ -109,7 +111,9 @@ class TetherClient(BaseClient):
             action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
             names_in = config.get("onnx_input_names") or [None]
             names_out = config.get("onnx_output_names") or [None]
-            policy = OnnxPolicy(decode_onnx(state["onnx_file"]), action_space, names_in[0], names_out[0])
+            obs_space = space_from_json(config["observation_space"]) if "observation_space" in config else None
+            policy = OnnxPolicy(decode_onnx(state["onnx_file"]), action_space, names_in[0], names_out[0],
+                                observation_space=obs_space or self._user_obs_space)
         if isinstance(seq, int):
             self._io_seq = seq
         return seq, policy
@@ -122,6 +126,9 @@ class TetherClient(BaseClient):
             space_from_json(config["observation_space"]) if "observation_space" in config else self._user_obs_space
         )
         self.action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
+        #: **[1.4]** The leaf that masks actions (§11.6), checked before sampling.
+        self._action_mask = (resolve_action_mask(self.observation_space, self.action_space, config["action_mask"])
+                             if config.get("action_mask") else None)
         if any(old is not None and new is not None and not same_space(old, new)
                for old, new in zip(spaces, (self.observation_space, self.action_space))):
             # A new connection's server describes other spaces (§6.5): the model cannot serve them
@@ -179,7 +186,7 @@ class TetherClient(BaseClient):
         if self._events:
             self._sync()
         episode = self._episodes[episode_id]
-        obs = finite_observation(observation)
+        obs = observation_row(observation, self.observation_space, self._action_mask)
         self._check_size(obs)
         if episode.training_enabled and (self._cadence_due(self._sendable_steps, episode) or (
                 self._pending_steps >= self._batch_steps()
@@ -221,7 +228,7 @@ class TetherClient(BaseClient):
             self._sync()
         if self.policy is None:
             raise NotReadyError("the server has sent no model yet")
-        obs = finite_observation(observation)
+        obs = observation_row(observation, self.observation_space, self._action_mask)
         self._check_size(obs)
         return self.policy.act_deterministic(obs)
 
@@ -238,7 +245,8 @@ class TetherClient(BaseClient):
         """
         if self._events:
             self._sync()
-        final = finite_observation(observation, "final observation")  # (refused before the episode ends)
+        # (refused before the episode ends; a final observation's mask may allow nothing: no action follows it)
+        final = observation_row(observation, self.observation_space, None, "final observation")
         self._check_size(final)
         episode = self._episodes.pop(episode_id)
         episode.finish(final, truncated)

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from tether.protocol.distributions import deterministic, dist_inputs_size, sample
-from tether.protocol.model_input import ModelInput
+from tether.protocol.model_input import ModelFeeds
 from tether.protocol.spaces import Discrete, Space
 
 
@@ -27,7 +27,9 @@ class OnnxPolicy:
         input_name: str | None = None,
         output_name: str | None = None,
         seed: int | None = None,
+        observation_space: Space | None = None,
     ) -> None:
+        """``observation_space``: needed for a Dict or Tuple observation (**[1.4]**: one input per leaf)."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -35,9 +37,9 @@ class OnnxPolicy:
         self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
         self.input_name = input_name or inputs[0].name
-        chosen = next((i for i in inputs if i.name == self.input_name), inputs[0])
-        #: float32 rows, or (1.4) a uint8 Box's observations in their own shape (§12.1).
-        self.model_input = ModelInput.of(chosen.type, list(chosen.shape))
+        #: float32 rows, or (1.4) a uint8 Box's observations in their own shape, or one input per
+        #: leaf of a composite observation, fed from its flat rows (§12.1).
+        self.feeds = ModelFeeds.of_session(inputs, observation_space, self.input_name)
         self.output_name = output_name or outputs[0].name
         self._output_names = [self.output_name]
         out_dim = outputs[0].shape[-1]
@@ -57,12 +59,11 @@ class OnnxPolicy:
 
     def dist_inputs(self, obs_batch: np.ndarray) -> np.ndarray:
         """Raw model output for a batch of observations (rows)."""
-        feed = self.model_input.feed(obs_batch, len(obs_batch))
-        return self.session.run(self._output_names, {self.input_name: feed})[0]
+        return self.session.run(self._output_names, self.feeds.feed(obs_batch, len(obs_batch)))[0]
 
     def dist_inputs_one(self, obs: np.ndarray) -> np.ndarray:
         """Raw model output for one observation."""
-        return self.session.run(self._output_names, {self.input_name: self.model_input.feed(obs, 1)})[0][0]
+        return self.session.run(self._output_names, self.feeds.feed(obs, 1))[0][0]
 
     def sample(self, obs: np.ndarray, rng: random.Random | None = None) -> tuple[Any, float, np.ndarray]:
         """Sample one action for one observation: (action, logp, dist_inputs).

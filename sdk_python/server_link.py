@@ -44,6 +44,7 @@ from tether.protocol.errors import (
     server_error_from_message,
 )
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
+from tether.protocol.spaces import Space, is_composite, leaf_arrays, space_from_json
 from tether.protocol.tensors import encode_tensor_at
 from .transport import ConnectionLost, make_transport
 
@@ -182,6 +183,8 @@ class ServerLink:
         #: PONG and SET_CONFIG of the current connection (as the I/O thread knows them).
         self.server_info: dict[str, Any] = {}
         self.server_config: dict[str, Any] = {}
+        self._forms: dict[str | None, Space] = {}
+        self._forms_of: dict[str, Any] | None = None  # (the SET_CONFIG ``_forms`` was parsed from)
         #: Connections re-established after a loss.
         self.reconnects = 0
         #: Connections made (the engine thread counts the same ones as they are announced).
@@ -626,41 +629,62 @@ class ServerLink:
         self.connections += 1
         self._post("connected", info, config, prepared)
 
+    def _observation_forms(self) -> dict[str | None, Space]:
+        """The modules (None: the single-agent space) whose observations are not sent as plain JSON
+        numbers: byte boxes and **[1.4]** Dict and Tuple spaces. Parsed once per SET_CONFIG."""
+        config = self.server_config
+        if self._forms_of is not config:
+            forms: dict[str | None, Space] = {}
+            for module_id, spec in [(None, config), *((config.get("modules") or {}).items())]:
+                raw = spec.get("observation_space") if isinstance(spec, dict) else None
+                if isinstance(raw, dict) and (raw.get("type") in ("Dict", "Tuple")
+                                              or (raw.get("type") == "Box" and raw.get("dtype") == "uint8")):
+                    forms[module_id] = space_from_json(raw)
+            self._forms, self._forms_of = forms, config
+        return self._forms
+
     def _wire_observations(self, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes | None]:
         """The records as sent: a byte-box module's observations (§8.1) go to a server of 1.4 or
         later as one uint8 tensor per record or agent entry, its bytes in the body's attachment
-        (§10.9, §4.3); to an older server, as JSON numbers. The batch's own records are left as
-        they are (a resend to another server is written for that one)."""
-        config = self.server_config
-        shapes: dict[str | None, tuple[int, ...]] = {}
-        for module_id, spec in [(None, config), *((config.get("modules") or {}).items())]:
-            space = spec.get("observation_space") if isinstance(spec, dict) else None
-            if isinstance(space, dict) and space.get("type") == "Box" and space.get("dtype") == "uint8":
-                shapes[module_id] = tuple(int(d) for d in space.get("shape", ()))
-        if not shapes or not self.speaks(1, 4):
+        (§10.9, §4.3); to an older server, as JSON numbers. **[1.4]** A Dict or Tuple module's go as
+        an object of its leaves (§8.6), each one tensor in the attachment. The batch's own records
+        are left as they are (a resend to another server is written for that one)."""
+        forms = self._observation_forms()
+        if not forms:
             return records, None
+        binary = self.speaks(1, 4)
         parts: list[bytes] = []
         size = 0
 
-        def as_tensor(obs: list[Any], shape: tuple[int, ...]) -> dict[str, Any]:
+        def tensor(data: np.ndarray) -> Any:
             nonlocal size
-            # (each observation to the space's shape: an engine may hand an image flat or as rows)
-            data = np.stack([np.asarray(o).reshape(shape) for o in obs]).astype(np.uint8)
-            tensor = encode_tensor_at(data, size)
+            if not binary:
+                return data.tolist()
+            data = np.ascontiguousarray(data)
+            out = encode_tensor_at(data, size)
             parts.append(data.tobytes())
             size += data.nbytes
-            return tensor
+            return out
+
+        def wire(obs: list[Any], space: Space) -> Any:
+            if is_composite(space):
+                rows = np.stack([np.asarray(o, dtype=np.float32).reshape(-1) for o in obs])
+                return {path: tensor(values) for path, values in leaf_arrays(space, rows).items()}
+            if not binary:
+                return obs
+            # (each observation to the space's shape: an engine may hand an image flat or as rows)
+            return tensor(np.stack([np.asarray(o).reshape(space.shape) for o in obs]).astype(np.uint8))
 
         out = []
         for record in records:
             agents = record.get("agents")
             if isinstance(agents, dict):
-                entries = {agent: dict(entry, obs=as_tensor(entry["obs"], shapes[entry.get("module")]))
-                           if entry.get("module") in shapes and entry.get("obs") else entry
+                entries = {agent: dict(entry, obs=wire(entry["obs"], forms[entry.get("module")]))
+                           if entry.get("module") in forms and entry.get("obs") else entry
                            for agent, entry in agents.items()}
                 out.append(dict(record, agents=entries))
-            elif None in shapes and record.get("obs"):
-                out.append(dict(record, obs=as_tensor(record["obs"], shapes[None])))
+            elif None in forms and record.get("obs"):
+                out.append(dict(record, obs=wire(record["obs"], forms[None])))
             else:
                 out.append(record)
         return out, (b"".join(parts) if parts else None)

@@ -85,6 +85,9 @@ class ServerConfig:
     action_space: dict | None = _opt(None, "action space as JSON, e.g. '{\"type\": \"Discrete\", \"n\": 2}'")
     onnx_input_name: str = _opt("onnx::Gemm_0", "name of the ONNX model's observation input")
     onnx_output_name: str = _opt("action_dist_inputs", "name of the ONNX model's output")
+    action_mask: str | None = _opt(
+        None, "leaf of a Dict observation that masks Discrete/MultiDiscrete actions (default: its 'action_mask' "
+        "leaf, if any; '' for none)")
 
     # Multi-agent (leave unset for one module trained on every agent).
     modules: dict | None = _opt(

@@ -173,7 +173,8 @@ class LearnerLoop:
                 onnx_bytes = learner.export_onnx()
                 # Encoded and loaded here, in the learner thread: for a CNN's megabytes the gzip alone
                 # takes hundreds of milliseconds, which the event loop must not wait for.
-                served = (encode_onnx(onnx_bytes), ServedPolicy(onnx_bytes, self.modules[module_id].spec.action_space))
+                served = (encode_onnx(onnx_bytes), ServedPolicy(onnx_bytes, self.modules[module_id].spec.action_space,
+                                                                self.modules[module_id].spec.observation_space))
             except Exception as exc:
                 learner.load_state(before)
                 print(f"[tether] update of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr, flush=True)

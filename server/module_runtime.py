@@ -43,7 +43,7 @@ def build_modules(layout: ModuleLayout, config: ServerConfig, device: torch.devi
             learner = PPOLearner(
                 spec.observation_space, spec.action_space, layout.hyperparams[module_id], device,
                 None if config.seed is None else config.seed + i, spec.onnx_input_name, spec.onnx_output_name,
-                spec.value_obs_dim,
+                spec.value_obs_dim, spec.action_mask,
             )
             modules[module_id] = ModuleRuntime(spec, learner)  # (its first export traces the network)
         except ModelConfigError as exc:  # (a user network that cannot be built or exported)

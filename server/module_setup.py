@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tether.protocol.action_mask import resolve_action_mask
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
 from tether.protocol.policy_mapping import PolicyMapping
-from tether.protocol.spaces import Space, from_gymnasium, space_from_json
+from tether.protocol.spaces import Space, from_gymnasium, is_composite, space_from_json
 
 from .config import PPO_OPTION_NAMES, ServerConfig
 from .learner import PPOHyperparams
@@ -110,7 +111,8 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
     init_from: dict[str, tuple[str, str]] = {}
     if not config.modules:
         obs, act = resolve_single_spaces(config)
-        specs[DEFAULT_MODULE_ID] = ModuleSpec(DEFAULT_MODULE_ID, obs, act, config.onnx_input_name, config.onnx_output_name)
+        specs[DEFAULT_MODULE_ID] = ModuleSpec(DEFAULT_MODULE_ID, obs, act, config.onnx_input_name, config.onnx_output_name,
+                                              action_mask_leaf=_mask_leaf(obs, act, config.action_mask, DEFAULT_MODULE_ID))
         hps[DEFAULT_MODULE_ID] = _hyperparams(base, {})
         if config.init_from is not None:
             init_from[DEFAULT_MODULE_ID] = _init_from(config.init_from, DEFAULT_MODULE_ID)
@@ -123,17 +125,19 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
             if not isinstance(entry, dict):
                 raise ValueError(f"module {module_id!r} must be a table of options")
             unknown = set(entry) - {"observation_space", "action_space", "trainable", "value_obs_agents",
-                                    "onnx_input_name", "onnx_output_name", "init_from", *PPO_OPTION_NAMES}
+                                    "onnx_input_name", "onnx_output_name", "init_from", "action_mask",
+                                    *PPO_OPTION_NAMES}
             if unknown:
                 raise ValueError(f"module {module_id!r}: unknown option(s) {sorted(unknown)}")
+            obs = _space(entry.get("observation_space"), f"module {module_id!r} observation_space")
+            act = _space(entry.get("action_space"), f"module {module_id!r} action_space")
             specs[module_id] = ModuleSpec(
-                module_id,
-                _space(entry.get("observation_space"), f"module {module_id!r} observation_space"),
-                _space(entry.get("action_space"), f"module {module_id!r} action_space"),
+                module_id, obs, act,
                 entry.get("onnx_input_name", config.onnx_input_name),
                 entry.get("onnx_output_name", config.onnx_output_name),
                 bool(entry.get("trainable", True)),
                 _value_obs_agents(entry.get("value_obs_agents"), module_id),
+                _mask_leaf(obs, act, entry.get("action_mask", config.action_mask), module_id),
             )
             hps[module_id] = _hyperparams(base, {k: v for k, v in entry.items() if k in PPO_OPTION_NAMES})
             if entry.get("init_from") is not None:
@@ -153,8 +157,12 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
         if missing:
             raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
     for module_id, spec in specs.items():
-        network = parse_model_config(hps[module_id].model, spec.obs_dim, module_id)  # a bad one fails here, named
-        if hps[module_id].normalize_observations and network.encoder == "cnn":
+        composite = is_composite(spec.observation_space)
+        if is_composite(spec.action_space):
+            raise ValueError(f"module {module_id!r}: a Dict or Tuple action space is not supported (actions are Box, "
+                             f"Discrete or MultiDiscrete)")
+        network = parse_model_config(hps[module_id].model, spec.obs_dim, module_id, composite)  # a bad one fails here
+        if hps[module_id].normalize_observations and network.encoder == "cnn" and not composite:
             raise ValueError(f"module {module_id!r}: normalize_observations applies to vector observations; the cnn "
                              f"encoder scales images by its 'scale'")
         if not hps[module_id].normalize_clip > 0:
@@ -164,6 +172,18 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
     if mapping is not None:
         _check_critic_widths(specs, mapping)
     return ModuleLayout(specs, hps, mapping, mapping_fn, groups, init_from)
+
+
+def _mask_leaf(obs: Space, act: Space, name: Any, module_id: str) -> str | None:
+    """The leaf that masks the module's actions (§11.6): ``name``, or by default a Dict's
+    ``action_mask`` leaf; ValueError naming the module when it cannot mask them."""
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"module {module_id!r}: action_mask must be a leaf path (a string), got {name!r}")
+    try:
+        mask = resolve_action_mask(obs, act, name)
+    except ValueError as exc:
+        raise ValueError(f"module {module_id!r}: {exc}") from None
+    return None if mask is None else mask.leaf.path
 
 
 def _init_from(value: Any, module_id: str) -> tuple[str, str]:

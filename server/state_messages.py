@@ -36,9 +36,11 @@ def config_message(trainer: "Trainer") -> dict[str, Any]:
         msg.update({
             "observation_space": spec.observation_space.to_json(),
             "action_space": spec.action_space.to_json(),
-            "onnx_input_names": [spec.onnx_input_name],
+            "onnx_input_names": spec.onnx_input_names,
             "onnx_output_names": [spec.onnx_output_name],
         })
+        if spec.action_mask_leaf is not None:
+            msg["action_mask"] = spec.action_mask_leaf
     msg.update({
         "train_batch_size": c.train_batch_size,
         "max_staleness": c.max_staleness,

@@ -74,7 +74,8 @@ class Trainer:
         self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items() if rt.spec.trainable}
         for module_id, history in self.histories.items():
             runtime = self.modules[module_id]
-            history.add(runtime.weights_seq_no, runtime.learner.export_onnx(), runtime.spec.action_space)
+            history.add(runtime.weights_seq_no, runtime.learner.export_onnx(), runtime.spec.action_space,
+                        runtime.spec.observation_space)
         self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy,
                                     logp_check=self._check_logp if config.verify_action_logp else None)
         self.owners = SessionOwners(config.session_state_ttl_s, self.ingest, self.episodes)

@@ -19,7 +19,7 @@ import torch
 from tether.protocol.distributions import log_probs
 from tether.protocol.errors import ErrorCode, MessageError
 from tether.protocol.episodes import EpisodeChunk
-from tether.protocol.model_input import ModelInput
+from tether.protocol.model_input import ModelFeeds
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, MultiAgentRecord
 from tether.protocol.spaces import Box, Discrete, Space
 
@@ -44,20 +44,19 @@ class ServedPolicy:
     got: about 4x faster than a torch forward pass for these MLPs, and it
     releases the GIL, so the check can run beside the event loop."""
 
-    def __init__(self, onnx_bytes: bytes, action_space: Space) -> None:
+    def __init__(self, onnx_bytes: bytes, action_space: Space, observation_space: Space | None = None) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         self.session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
-        first = self.session.get_inputs()[0]
-        self.input_name = first.name
-        self.model_input = ModelInput.of(first.type, list(first.shape))
+        #: The model's inputs from stored rows (**[1.4]** one per leaf of a composite observation).
+        self.feeds = ModelFeeds.of_session(self.session.get_inputs(), observation_space)
         self.action_space = action_space
 
     def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
-        feed = np.ascontiguousarray(self.model_input.feed(obs, obs.shape[0]))
-        return self.session.run(None, {self.input_name: feed})[0].astype(np.float64)
+        feeds = {name: np.ascontiguousarray(x) for name, x in self.feeds.feed(obs, obs.shape[0]).items()}
+        return self.session.run(None, feeds)[0].astype(np.float64)
 
 
 class PolicyHistory:
@@ -68,9 +67,9 @@ class PolicyHistory:
         # Replaced, never mutated: readers on other threads see a consistent tuple.
         self._versions: tuple[tuple[int, ServedPolicy], ...] = ()
 
-    def add(self, version: int, onnx_bytes: bytes, action_space: Space) -> None:
+    def add(self, version: int, onnx_bytes: bytes, action_space: Space, observation_space: Space | None = None) -> None:
         """Keep ``version``: ``onnx_bytes`` is the model as served."""
-        self.add_served(version, ServedPolicy(onnx_bytes, action_space))
+        self.add_served(version, ServedPolicy(onnx_bytes, action_space, observation_space))
 
     def add_served(self, version: int, policy: ServedPolicy) -> None:
         """Keep ``version``, already loaded (the learner thread loads it, off the event loop)."""

@@ -59,16 +59,19 @@ def _positive_int(value: Any, what: str) -> int:
     return value
 
 
-def parse_model_config(raw: dict[str, Any] | None, obs_dim: int, module_id: str = "") -> ModelConfig:
-    """Check ``raw`` (the option as given) against a module's flat observation size ``obs_dim``."""
+def parse_model_config(raw: dict[str, Any] | None, obs_dim: int, module_id: str = "",
+                       composite: bool = False) -> ModelConfig:
+    """Check ``raw`` (the option as given) against a module's flat observation size ``obs_dim``.
+    For a ``composite`` (Dict or Tuple) observation the ``cnn`` encoder takes each image's shape from
+    its leaf (composite_encoder.py), so ``image_shape`` is not given."""
     where = f"module {module_id!r}: " if module_id else ""
     try:
-        return _parse(raw, obs_dim)
+        return _parse(raw, obs_dim, composite)
     except ModelConfigError as exc:
         raise ModelConfigError(where + str(exc)) from None
 
 
-def _parse(raw: dict[str, Any] | None, obs_dim: int) -> ModelConfig:
+def _parse(raw: dict[str, Any] | None, obs_dim: int, composite: bool) -> ModelConfig:
     if raw is None:
         return ModelConfig()
     if not isinstance(raw, dict):
@@ -95,11 +98,16 @@ def _parse(raw: dict[str, Any] | None, obs_dim: int) -> ModelConfig:
             raise ModelConfigError(f"model: {', '.join(extra)} only apply to encoder 'cnn'")
         return ModelConfig()
     shape = raw.get("image_shape")
+    if composite:
+        if shape is not None:
+            raise ModelConfigError("model: image_shape is for a single image observation; a Dict or Tuple "
+                                   "observation's images take their shapes from their leaves")
+        shape = [1 << 16, 1 << 16, 1]  # (only to check the layers below; each leaf's shape is checked when built)
     if not isinstance(shape, (list, tuple)) or len(shape) != 3:
         raise ModelConfigError(f"model: encoder 'cnn' needs image_shape [height, width, channels], got {shape!r}")
     image_shape = tuple(_positive_int(v, "every image_shape value") for v in shape)
     image_size = math.prod(image_shape)
-    if obs_dim % image_size != 0:
+    if not composite and obs_dim % image_size != 0:
         raise ModelConfigError(
             f"model: image_shape {list(image_shape)} holds {image_size} values, but the observation has {obs_dim} "
             f"(it must be one or more whole images)")
@@ -111,15 +119,22 @@ def _parse(raw: dict[str, Any] | None, obs_dim: int) -> ModelConfig:
         if not isinstance(layer, (list, tuple)) or len(layer) != 3:
             raise ModelConfigError(f"model: each conv layer is [out_channels, kernel, stride], got {layer!r}")
         conv.append(tuple(_positive_int(v, "conv values") for v in layer))
+    if not composite:
+        check_conv_fits(tuple(conv), image_shape)  # type: ignore[arg-type]
+    scale = raw.get("scale", DEFAULT_IMAGE_SCALE)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ModelConfigError(f"model: scale must be a positive number, got {scale!r}")
+    return ModelConfig(encoder="cnn", image_shape=None if composite else image_shape,  # type: ignore[arg-type]
+                       conv=tuple(conv),  # type: ignore[arg-type]
+                       dense=_positive_int(raw.get("dense", NATURE_DENSE), "dense"), scale=float(scale))
+
+
+def check_conv_fits(conv: tuple[tuple[int, int, int], ...], image_shape: tuple[int, ...]) -> None:
+    """Refuses conv layers that shrink an image of ``image_shape`` (HWC) to nothing."""
     height, width = image_shape[0], image_shape[1]
-    for channels, kernel, stride in conv:
+    for _channels, kernel, stride in conv:
         height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         if height < 1 or width < 1:
             raise ModelConfigError(
                 f"model: conv layers {[list(c) for c in conv]} shrink a {image_shape[0]}x{image_shape[1]} image "
                 f"to nothing (a kernel is larger than what is left)")
-    scale = raw.get("scale", DEFAULT_IMAGE_SCALE)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ModelConfigError(f"model: scale must be a positive number, got {scale!r}")
-    return ModelConfig(encoder="cnn", image_shape=image_shape, conv=tuple(conv),  # type: ignore[arg-type]
-                       dense=_positive_int(raw.get("dense", NATURE_DENSE), "dense"), scale=float(scale))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tether.protocol.spaces import Space
+from tether.protocol.action_mask import ActionMask
+from tether.protocol.spaces import Space, is_composite
 
 from .policy_model import PolicyModel
 
@@ -21,11 +22,25 @@ from .policy_model import PolicyModel
 EPSILON = 1e-8
 
 
+def normalized_values(observation_space: Space, action_mask: ActionMask | None) -> np.ndarray | None:
+    """Which values of a flat row are normalised: of a composite observation (§8.6) its vector leaves
+    (not its images, which the CNN scales, nor its action mask); None for every value."""
+    if not is_composite(observation_space):
+        return None
+    selected = np.zeros(observation_space.flat_dim, dtype=bool)
+    for leaf in observation_space.leaves:
+        if not leaf.is_bytes and (action_mask is None or leaf.path != action_mask.leaf.path):
+            selected[leaf.offset:leaf.offset + leaf.size] = True
+    return selected
+
+
 class NormalizedPolicy(PolicyModel):
     """``inner`` reading normalised observations. Inputs wider than one observation (a centralized
-    critic's: several agents' observations side by side) are normalised observation by observation."""
+    critic's: several agents' observations side by side) are normalised observation by observation.
+    ``selected`` (bool per value) leaves the other values as they are."""
 
-    def __init__(self, inner: PolicyModel, obs_dim: int, clip: float, action_space: Space) -> None:
+    def __init__(self, inner: PolicyModel, obs_dim: int, clip: float, action_space: Space,
+                 selected: np.ndarray | None = None) -> None:
         super().__init__()
         self.inner = inner
         self.obs_dim = obs_dim
@@ -37,6 +52,9 @@ class NormalizedPolicy(PolicyModel):
         self.register_buffer("running_var", torch.ones(obs_dim, dtype=torch.float64))
         self.register_buffer("obs_mean", torch.zeros(obs_dim))
         self.register_buffer("obs_inv_std", torch.ones(obs_dim))
+        # A constant of the graph, not a weight: not in the state (nor randomised when traced).
+        self.register_buffer("selected", None if selected is None else torch.from_numpy(np.asarray(selected, dtype=bool)),
+                             persistent=False)
 
     def observe(self, obs: np.ndarray) -> None:
         """Fold a batch of observations (rows of obs_dim values) into the statistics."""
@@ -64,6 +82,8 @@ class NormalizedPolicy(PolicyModel):
         """``x`` of one or more observations side by side, each normalised and clipped."""
         per_obs = x.reshape(-1, self.obs_dim)
         out = ((per_obs - self.obs_mean) * self.obs_inv_std).clamp(-self.clip, self.clip)
+        if self.selected is not None:
+            out = torch.where(self.selected, out, per_obs)
         return out.reshape(x.shape)
 
     def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,8 @@ import onnx
 import torch
 from torch import nn
 
+from tether.protocol.spaces import Leaf
+
 from .model_config import ModelConfigError
 from .onnx_export import IR_VERSION, OPSET
 from .policy_model import PolicyModel
@@ -27,16 +29,19 @@ from .policy_model import PolicyModel
 
 class _PolicyOnly(nn.Module):
     """What the engines run: the network's ``dist_inputs``; a uint8 input (an image in its own shape,
-    §12.1) becomes float rows inside the graph."""
+    §12.1) becomes float rows inside the graph, and **[1.4]** a composite observation's inputs, one
+    per leaf, become the flat row the network reads (each flattened, converted, in leaf order)."""
 
     def __init__(self, model: PolicyModel, byte_input: bool) -> None:
         super().__init__()
         self.model = model
         self.byte_input = byte_input
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.byte_input:
-            obs = obs.flatten(1).to(torch.float32)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        if len(inputs) > 1 or self.byte_input:
+            obs = torch.cat([x.flatten(1).to(torch.float32) for x in inputs], dim=1)
+        else:
+            obs = inputs[0]
         return self.model.dist_inputs(obs)
 
 
@@ -44,12 +49,22 @@ class TracedPolicyExporter:
     """Exports one network's policy; traces on the first call, rewrites weights after."""
 
     def __init__(self, input_name: str, output_name: str, obs_dim: int,
-                 byte_shape: tuple[int, ...] | None = None) -> None:
-        """``byte_shape``: the model takes (batch, *byte_shape) uint8 (a uint8 Box), else (batch, obs_dim) float32."""
-        self.input_name = input_name
+                 byte_shape: tuple[int, ...] | None = None, leaves: tuple[Leaf, ...] | None = None) -> None:
+        """``byte_shape``: the model takes (batch, *byte_shape) uint8 (a uint8 Box), else (batch, obs_dim) float32.
+        ``leaves``: **[1.4]** a composite observation's: one input per leaf, named by its path (§12.1)."""
         self.output_name = output_name
         self.obs_dim = obs_dim
         self.byte_shape = byte_shape
+        self.composite = leaves is not None
+        #: Per input: (name, dtype, shape after the batch dimension).
+        self.inputs: list[tuple[str, torch.dtype, tuple[int, ...]]]
+        if leaves is not None:
+            self.inputs = [(leaf.path, torch.uint8, tuple(leaf.space.shape)) if leaf.is_bytes
+                           else (leaf.path, torch.float32, (leaf.size,)) for leaf in leaves]
+        elif byte_shape is not None:
+            self.inputs = [(input_name, torch.uint8, tuple(byte_shape))]
+        else:
+            self.inputs = [(input_name, torch.float32, (obs_dim,))]
         self._template: onnx.ModelProto | None = None
         #: (initializer, state_dict key) of every weight the graph holds.
         self._weights: list[tuple[onnx.TensorProto, str]] = []
@@ -76,10 +91,11 @@ class TracedPolicyExporter:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (the TorchScript exporter announces its deprecation)
                 try:
+                    names = [name for name, _, _ in self.inputs]
                     torch.onnx.export(
-                        _PolicyOnly(model, self.byte_shape is not None), (self._dummy(1, device),), buffer,
-                        input_names=[self.input_name], output_names=[self.output_name],
-                        dynamic_axes={self.input_name: {0: "batch"}, self.output_name: {0: "batch"}},
+                        _PolicyOnly(model, self.byte_shape is not None), self._dummy(1, device), buffer,
+                        input_names=names, output_names=[self.output_name],
+                        dynamic_axes={**{name: {0: "batch"} for name in names}, self.output_name: {0: "batch"}},
                         opset_version=OPSET, do_constant_folding=False, dynamo=False,
                     )
                 except Exception as exc:  # noqa: BLE001 - whatever the tracer raises, the network is not exportable
@@ -104,11 +120,18 @@ class TracedPolicyExporter:
             model.train(was_training)
         return template
 
-    def _dummy(self, rows: int, device: torch.device, seed: int = 0) -> torch.Tensor:
+    def _dummy(self, rows: int, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, ...]:
         generator = torch.Generator().manual_seed(seed)
-        if self.byte_shape is None:
-            return torch.rand((rows, self.obs_dim), generator=generator).to(device)
-        return torch.randint(0, 256, (rows, *self.byte_shape), generator=generator, dtype=torch.uint8).to(device)
+        out = []
+        for _, dtype, shape in self.inputs:
+            if dtype == torch.uint8:
+                out.append(torch.randint(0, 256, (rows, *shape), generator=generator, dtype=torch.uint8))
+            else:
+                values = torch.rand((rows, *shape), generator=generator)
+                # A composite's float leaves get 0 and 1: an action mask among them then masks some
+                # logits, so the check below covers masked outputs too.
+                out.append(values.round() if self.composite else values)
+        return tuple(x.to(device) for x in out)
 
     @staticmethod
     def _randomize(model: PolicyModel, seed: int) -> None:
@@ -126,9 +149,9 @@ class TracedPolicyExporter:
             initializer.raw_data = state[key].detach().to("cpu", torch.float32).numpy().tobytes()
         obs = self._dummy(3, device, seed=2)
         with torch.no_grad():
-            want = _PolicyOnly(model, self.byte_shape is not None)(obs).to("cpu", torch.float32).numpy()
+            want = _PolicyOnly(model, self.byte_shape is not None)(*obs).to("cpu", torch.float32).numpy()
         session = ort.InferenceSession(template.SerializeToString(), providers=["CPUExecutionProvider"])
-        got = session.run(None, {self.input_name: obs.cpu().numpy()})[0]
+        got = session.run(None, {name: x.cpu().numpy() for (name, _, _), x in zip(self.inputs, obs)})[0]
         if got.dtype != np.float32 or got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4):
             raise ModelConfigError(
                 "model: the exported dist_inputs does not follow the network's weights (a weight read as a Python "

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from tether.protocol.distributions import dist_inputs_size
-from tether.protocol.spaces import Box, Space
+from tether.protocol.spaces import Box, Leaf, Space
 
+from .composite_encoder import CompositeEncoder
 from .image_encoder import ImageEncoder
 from .model_config import ModelConfig
 from .policy_model import PolicyModel
@@ -71,7 +72,9 @@ class ActorCritic(PolicyModel):
         hidden: tuple[int, ...] = (64, 64),
         value_obs_dim: int | None = None,
         model: ModelConfig | None = None,
+        leaves: tuple[Leaf, ...] | None = None,
     ) -> None:
+        """``leaves``: a composite observation's (§8.6), whose image leaves the ``cnn`` encoder reads."""
         super().__init__()
         self.action_space = action_space
         self.obs_dim = obs_dim
@@ -82,9 +85,9 @@ class ActorCritic(PolicyModel):
         else:
             self.log_std = None
         critic_dim = critic_input_dim(obs_dim, value_obs_dim)
-        self.encoder: ImageEncoder | None = None
+        self.encoder: ImageEncoder | CompositeEncoder | None = None
         if model is not None and model.encoder == "cnn":
-            self.encoder = ImageEncoder(model)
+            self.encoder = CompositeEncoder(leaves, model) if leaves is not None else ImageEncoder(model)
             self.actor = mlp(self.encoder.features_size(obs_dim), hidden, out, 0.01)
             self.critic = mlp(self.encoder.features_size(critic_dim), hidden, 1, 1.0)
         else:

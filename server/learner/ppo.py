@@ -12,13 +12,15 @@ import torch
 from torch import nn
 
 from tether.protocol.distributions import dist_inputs_size
-from tether.protocol.spaces import Box, Space
+from tether.protocol.action_mask import ActionMask
+from tether.protocol.spaces import Box, Space, is_composite
 
 from ..config import ServerConfig
 from .gae import compute_gae
 from .model_config import parse_model_config
 from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
-from .observation_normalizer import NormalizedPolicy
+from .action_masking import MaskedPolicy
+from .observation_normalizer import NormalizedPolicy, normalized_values
 from .onnx_template import TracedPolicyExporter
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
@@ -80,6 +82,7 @@ class PPOLearner:
         onnx_input_name: str = DEFAULT_INPUT_NAME,
         onnx_output_name: str = DEFAULT_OUTPUT_NAME,
         value_obs_dim: int | None = None,
+        action_mask: ActionMask | None = None,
     ) -> None:
         if seed is not None:
             torch.manual_seed(seed)
@@ -89,21 +92,30 @@ class PPOLearner:
         self.onnx_input_name = onnx_input_name
         self.onnx_output_name = onnx_output_name
         obs_dim = flat_obs_dim(observation_space)
-        self.model_config = parse_model_config(hp.model, obs_dim)
+        leaves = observation_space.leaves if is_composite(observation_space) else None
+        self.model_config = parse_model_config(hp.model, obs_dim, composite=leaves is not None)
         self.model: PolicyModel
         if self.model_config.user_class is not None:
             self.model = load_user_model(self.model_config, observation_space, action_space, obs_dim,
                                          critic_input_dim(obs_dim, value_obs_dim))
             check_output_width(self.model, obs_dim, dist_inputs_size(action_space), self.model_config.user_class)
         else:
-            self.model = ActorCritic(obs_dim, action_space, tuple(hp.hidden_sizes), value_obs_dim, self.model_config)
+            self.model = ActorCritic(obs_dim, action_space, tuple(hp.hidden_sizes), value_obs_dim, self.model_config,
+                                     leaves)
+        #: The statistics the update folds each batch into (normalize_observations), else None.
+        self.normalizer: NormalizedPolicy | None = None
         if hp.normalize_observations:
-            self.model = NormalizedPolicy(self.model, obs_dim, hp.normalize_clip, action_space)
+            self.model = self.normalizer = NormalizedPolicy(self.model, obs_dim, hp.normalize_clip, action_space,
+                                                            normalized_values(observation_space, action_mask))
+        if action_mask is not None:
+            self.model = MaskedPolicy(self.model, action_mask)  # (outermost: it reads the raw mask)
         self.model.to(self.device)
         # The fixed MLP is written directly; other networks are traced once, then only their weights change.
         byte_shape = observation_space.shape if isinstance(observation_space, Box) and observation_space.is_bytes else None
-        fixed = self.model_config.is_default_mlp and not hp.normalize_observations and byte_shape is None
-        self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim, byte_shape)
+        fixed = (self.model_config.is_default_mlp and not hp.normalize_observations and byte_shape is None
+                 and leaves is None and action_mask is None)
+        self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim, byte_shape,
+                                                               leaves)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
         self._rng = np.random.default_rng(seed)
 
@@ -177,8 +189,8 @@ class PPOLearner:
 
     def _update(self, batch: RolloutBatch) -> dict[str, float]:
         hp = self.hp
-        if isinstance(self.model, NormalizedPolicy):
-            self.model.observe(batch.all_obs)  # the statistics follow the data trained on, this batch included
+        if self.normalizer is not None:
+            self.normalizer.observe(batch.all_obs)  # the statistics follow the data trained on, this batch included
         values, advantages, returns = self._targets(batch)
         step_index = batch.next_obs_index - 1
 

@@ -50,7 +50,7 @@ def play_single(version: str) -> tuple[list[np.ndarray], list[dict]]:
     seen = images(13)
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, seed=1, when_queue_full="wait")
-        assert client.policy is not None and client.policy.model_input.dtype == np.uint8
+        assert client.policy is not None and client.policy.feeds.single.dtype == np.uint8
         eid = client.start_episode()
         for obs in seen[:-1]:
             assert client.get_action(eid, obs) in (0, 1)
