@@ -346,6 +346,138 @@ def episode_cases() -> list[dict]:
     ]
 
 
+MASK_BOARD = {"type": "Dict", "spaces": {
+    "board": {"type": "Box", "shape": [2, 2], "low": 0, "high": 1},
+    "action_mask": {"type": "Box", "shape": [3], "dtype": "int8", "low": 0, "high": 1}}}
+CAMERA_AND_SPEED = {"type": "Dict", "spaces": {
+    "speed": {"type": "Box", "shape": [2], "low": -1, "high": 1},
+    "camera": IMAGE_2X2}}
+
+
+def composite_cases() -> list[dict]:
+    """1.4 §8.6, §10.6 checks 4c and 14b-14d, §11.6, §12.1: Dict and Tuple spaces and action masks.
+
+    kind "space": a space -> its leaves (path, offset and size in the flat row, element type), flat_dim
+    and the model's inputs (name, element type, dimensions after the batch), or INVALID_FIELD.
+    kind "observation": one observation as an SDK takes it (by key / position) -> its flat row, or
+    the code an SDK raises locally. kind "episode": as episodes.json, with the module's
+    ``action_mask`` leaf (or null). kind "mask": one step's mask for an action space -> whether a
+    client may sample with it, or the code it raises locally (§11.6)."""
+
+    def space(name: str, sp: dict, leaves: list | None = None, error: str | None = None) -> dict:
+        out = {"name": name, "kind": "space", "space": sp}
+        if error:
+            return {**out, "error": error}
+        rows = []
+        offset = 0
+        for path, shape, dtype in leaves or []:
+            size = math.prod(shape)
+            rows.append({"path": path, "offset": offset, "size": size, "dtype": dtype})
+            offset += size
+        inputs = [{"name": path, "dtype": dtype, "dims": list(shape) if dtype == "uint8" else [math.prod(shape)]}
+                  for path, shape, dtype in leaves or []]
+        return {**out, "leaves": rows, "flat_dim": offset, "inputs": inputs}
+
+    def observation(name: str, sp: dict, value: object, flat: list | None = None, error: str | None = None) -> dict:
+        out = {"name": name, "kind": "observation", "space": sp, "observation": value}
+        return {**out, "error": error} if error else {**out, "flat_row": flat}
+
+    def episode(name: str, sp: dict, obs: object, actions: list, *, act: dict | None = None, mask: str | None = None,
+                code: str | None = None) -> dict:
+        steps = len(actions)
+        record = {"obs": obs, "actions": actions, "rewards": [1.0] * steps, "action_logp": [-0.5] * steps,
+                  "is_terminated": True, "is_truncated": False}
+        body = json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [record]})
+        out = {"name": name, "kind": "episode", "observation_space": sp, "action_space": act or {"type": "Discrete", "n": 3},
+               "action_mask": mask, "require_logp": True, "body": body}
+        return {**out, "error": code} if code else {**out, "env_steps": steps}
+
+    def mask(name: str, act: dict, values: list, error: str | None = None) -> dict:
+        return {"name": name, "kind": "mask", "action_space": act, "mask": values, "error": error}
+
+    tuple_space = {"type": "Tuple", "spaces": [{"type": "Discrete", "n": 4},
+                                                {"type": "Dict", "spaces": {"b": {"type": "Box", "shape": [2]},
+                                                                            "a": {"type": "Box", "shape": []}}}]}
+    nested = {"type": "Box", "shape": [1]}
+    for _ in range(8):
+        nested = {"type": "Tuple", "spaces": [nested]}
+    board = [[[0, 1], [1, 0]], [[0, 0], [1, 1]], [[1, 1], [0, 0]]]
+    masks = [[1, 0, 1], [0, 1, 1], [0, 0, 0]]
+    md = {"type": "MultiDiscrete", "nvec": [2, 3]}
+    return [
+        space("dict_keys_sorted", CAMERA_AND_SPEED, [("camera", [2, 2, 1], "uint8"), ("speed", [2], "float32")]),
+        space("dict_with_mask", MASK_BOARD, [("action_mask", [3], "float32"), ("board", [2, 2], "float32")]),
+        space("tuple_nested_dict", tuple_space,
+              [("0", [], "float32"), ("1.a", [], "float32"), ("1.b", [2], "float32")]),
+        space("nesting_8_levels", {"type": "Dict", "spaces": {"x": nested["spaces"][0]}},
+              [("x" + ".0" * 7, [1], "float32")]),
+        space("nesting_9_levels", {"type": "Dict", "spaces": {"x": nested}}, error="INVALID_FIELD"),
+        space("dict_65_leaves", {"type": "Dict", "spaces": {f"k{i:02d}": {"type": "Box", "shape": [1]}
+                                                            for i in range(65)}}, error="INVALID_FIELD"),
+        space("dict_empty", {"type": "Dict", "spaces": {}}, error="INVALID_FIELD"),
+        space("dict_key_with_dot", {"type": "Dict", "spaces": {"a.b": {"type": "Box", "shape": [1]}}},
+              error="INVALID_FIELD"),
+        space("dict_spaces_not_object", {"type": "Dict", "spaces": [{"type": "Box", "shape": [1]}]},
+              error="INVALID_FIELD"),
+        space("tuple_spaces_not_array", {"type": "Tuple", "spaces": {"0": {"type": "Box", "shape": [1]}}},
+              error="INVALID_FIELD"),
+        space("dict_bad_leaf", {"type": "Dict", "spaces": {"a": {"type": "Discrete", "n": 0}}}, error="INVALID_FIELD"),
+        observation("dict_by_key", CAMERA_AND_SPEED, {"speed": [0.5, -1], "camera": [[[1], [2]], [[3], [4]]]},
+                    [1, 2, 3, 4, 0.5, -1]),
+        observation("tuple_by_position", tuple_space, [3, {"a": 0.25, "b": [1, 2]}], [3, 0.25, 1, 2]),
+        observation("missing_leaf", CAMERA_AND_SPEED, {"speed": [0.5, -1]}, error="OBS_LEAF_MISMATCH"),
+        observation("unknown_leaf", CAMERA_AND_SPEED,
+                    {"speed": [0.5, -1], "camera": [[[1], [2]], [[3], [4]]], "lidar": [1]}, error="OBS_LEAF_MISMATCH"),
+        observation("leaf_wrong_size", CAMERA_AND_SPEED, {"speed": [0.5, -1, 0], "camera": [[[1], [2]], [[3], [4]]]},
+                    error="OBS_SHAPE_MISMATCH"),
+        episode("leaves_as_json", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 2], mask="action_mask"),
+        episode("leaves_as_tensors", CAMERA_AND_SPEED,
+                {"camera": tensor("uint8", [3, 2, 2, 1], list(range(12))), "speed": tensor("float32", [3, 2], [0.5] * 6)},
+                [1, 1]),
+        episode("leaf_missing", CAMERA_AND_SPEED, {"camera": tensor("uint8", [3, 2, 2, 1], list(range(12)))}, [1, 1],
+                code="OBS_LEAF_MISMATCH"),
+        episode("leaf_unknown", MASK_BOARD, {"board": board, "action_mask": masks, "extra": [[0]] * 3}, [0, 2],
+                mask="action_mask", code="OBS_LEAF_MISMATCH"),
+        episode("obs_not_object", MASK_BOARD, [[0] * 7] * 3, [0, 2], mask="action_mask", code="INVALID_FIELD"),
+        episode("leaf_wrong_shape", MASK_BOARD, {"board": [[0, 1, 1, 0]] * 3, "action_mask": masks}, [0, 2],
+                mask="action_mask", code="OBS_SHAPE_MISMATCH"),
+        episode("leaves_of_different_lengths", MASK_BOARD, {"board": board[:2], "action_mask": masks}, [0, 2],
+                mask="action_mask", code="EPISODE_LENGTH_MISMATCH"),
+        episode("byte_leaf_fraction", CAMERA_AND_SPEED, {"camera": [[[[0.5], [1]], [[2], [3]]]] * 3,
+                                                         "speed": [[0, 0]] * 3}, [1, 1], code="OBS_DTYPE_MISMATCH"),
+        episode("byte_leaf_float_tensor", CAMERA_AND_SPEED, {"camera": tensor("float32", [3, 2, 2, 1], [1.0] * 12),
+                                                             "speed": [[0, 0]] * 3}, [1, 1], code="OBS_DTYPE_MISMATCH"),
+        episode("leaf_non_finite", CAMERA_AND_SPEED, {"camera": [[[[0], [1]], [[2], [3]]]] * 3,
+                                                      "speed": tensor("float32", [3, 2], [0.0, float("inf")] + [0.0] * 4)},
+                [1, 1], code="NON_FINITE_VALUE"),
+        episode("mask_value_not_0_or_1", MASK_BOARD, {"board": board, "action_mask": [[1, 0, 2], [0, 1, 1], [0, 0, 0]]},
+                [0, 2], mask="action_mask", code="INVALID_ACTION_MASK"),
+        episode("mask_allows_nothing", MASK_BOARD, {"board": board, "action_mask": [[1, 0, 1], [0, 0, 0], [0, 0, 0]]},
+                [0, 2], mask="action_mask", code="ACTION_MASK_EMPTY"),
+        episode("final_mask_allows_nothing_ok", MASK_BOARD, {"board": board, "action_mask": masks}, [2, 1],
+                mask="action_mask"),
+        episode("masked_action", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 0], mask="action_mask",
+                code="ACTION_MASKED"),
+        episode("masked_action_unchecked_without_mask", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 0]),
+        episode("multidiscrete_mask_entry_empty",
+                {"type": "Dict", "spaces": {"m": {"type": "Box", "shape": [5], "low": 0, "high": 1}}},
+                {"m": [[1, 1, 0, 0, 0], [1, 0, 1, 1, 1], [0] * 5]}, [[0, 0], [0, 1]], act=md, mask="m",
+                code="ACTION_MASK_EMPTY"),
+        episode("multidiscrete_masked_entry",
+                {"type": "Dict", "spaces": {"m": {"type": "Box", "shape": [5], "low": 0, "high": 1}}},
+                {"m": [[1, 1, 0, 0, 1], [1, 0, 1, 1, 1], [0] * 5]}, [[0, 2], [1, 0]], act=md, mask="m",
+                code="ACTION_MASKED"),
+        episode("multidiscrete_masked_ok",
+                {"type": "Dict", "spaces": {"m": {"type": "Box", "shape": [5], "low": 0, "high": 1}}},
+                {"m": [[1, 1, 0, 0, 1], [1, 0, 1, 1, 1], [0] * 5]}, [[1, 2], [0, 0]], act=md, mask="m"),
+        mask("discrete_ok", {"type": "Discrete", "n": 3}, [0, 1, 0]),
+        mask("discrete_all_zero", {"type": "Discrete", "n": 3}, [0, 0, 0], "ACTION_MASK_EMPTY"),
+        mask("discrete_value_2", {"type": "Discrete", "n": 3}, [0, 2, 1], "INVALID_ACTION_MASK"),
+        mask("multidiscrete_entry_empty", md, [1, 0, 0, 0, 0], "ACTION_MASK_EMPTY"),
+        mask("multidiscrete_ok", md, [0, 1, 0, 0, 1]),
+    ]
+
+
 def logp_cases() -> list[dict]:
     """(space, dist_inputs, action) -> log-probability, computed with torch.distributions."""
     import torch
@@ -391,6 +523,16 @@ def logp_cases() -> list[dict]:
         cases.append({"name": name, "space": {"type": "Box", "shape": [len(mean)], "low": low, "high": high},
                       "dist_inputs": mean + log_std, "action": raw, "logp": lp,
                       "env_action": [min(max(a, low), high) for a in raw]})
+    # 1.4 §11.6: the model's masked logits hold -1e9 where the mask forbids; logp is the masked
+    # distribution's, from the same formulas (the forbidden terms vanish in logsumexp).
+    cases.append({"name": "masked_discrete3", "space": {"type": "Discrete", "n": 3}, "dist_inputs": [0.5, -1e9, 1.5],
+                  "action": 2, "logp": categorical([0.5, -1e9, 1.5], 2)})
+    masked_md = [-1e9, 0.0, 0.1, -1e9, 0.3]
+    cases.append({"name": "masked_multidiscrete_2_3", "space": {"type": "MultiDiscrete", "nvec": [2, 3]},
+                  "dist_inputs": masked_md, "action": [1, 2],
+                  "logp": categorical(masked_md[:2], 1) + categorical(masked_md[2:], 2)})
+    cases.append({"name": "masked_one_allowed", "space": {"type": "Discrete", "n": 4},
+                  "dist_inputs": [-1e9, -1e9, 2.0, -1e9], "action": 2, "logp": 0.0})
     for c in cases:
         assert math.isfinite(c["logp"])
     return cases
@@ -1133,6 +1275,7 @@ def main() -> None:
         "client_pairing.json": client_pairing_cases(),
         "groups.json": group_cases(),
         "value_obs.json": value_obs_cases(),
+        "composite.json": composite_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]
