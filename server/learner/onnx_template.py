@@ -45,6 +45,17 @@ class _PolicyOnly(nn.Module):
         return self.model.dist_inputs(obs)
 
 
+def _rename_inputs(model: onnx.ModelProto, names: dict[str, str]) -> None:
+    """Gives the graph's inputs their protocol names (§12.1), wherever nodes read them."""
+    graph = model.graph
+    for graph_input in graph.input:
+        graph_input.name = names.get(graph_input.name, graph_input.name)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in names:
+                node.input[i] = names[name]
+
+
 class TracedPolicyExporter:
     """Exports one network's policy; traces on the first call, rewrites weights after."""
 
@@ -91,7 +102,8 @@ class TracedPolicyExporter:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (the TorchScript exporter announces its deprecation)
                 try:
-                    names = [name for name, _, _ in self.inputs]
+                    # Traced under plain names, renamed after: the tracer mangles some (a leaf path "0").
+                    names = [f"input_{i}" for i in range(len(self.inputs))]
                     torch.onnx.export(
                         _PolicyOnly(model, self.byte_shape is not None), self._dummy(1, device), buffer,
                         input_names=names, output_names=[self.output_name],
@@ -102,6 +114,7 @@ class TracedPolicyExporter:
                     raise ModelConfigError(f"model: its dist_inputs cannot be exported to ONNX: {exc}") from None
             template = onnx.load_from_string(buffer.getvalue())
             template.ir_version = IR_VERSION
+            _rename_inputs(template, {f"input_{i}": name for i, (name, _, _) in enumerate(self.inputs)})
             for initializer in template.graph.initializer:
                 key = initializer.name.removeprefix("model.")
                 if key not in state:
