@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward
+from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward, observation_row
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.distributions import deterministic, sample_for_record
@@ -36,6 +36,11 @@ from tether.protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
 from tether.protocol.onnx_codec import decode_onnx
 from tether.protocol.policy_mapping import PolicyMapping
 from .server_link import Batch
+
+
+def _structured(value: Any) -> bool:
+    """An observation given by leaves (a Dict's mapping, a Tuple's tuple of arrays), not as one array."""
+    return isinstance(value, Mapping) or (isinstance(value, tuple) and any(not np.isscalar(v) for v in value))
 
 
 @dataclass
@@ -137,7 +142,7 @@ class MultiAgentClient(BaseClient):
             policy = None
             if "onnx_file" in entry:
                 policy = OnnxPolicy(decode_onnx(entry["onnx_file"]), spec.action_space, spec.onnx_input_name,
-                                    spec.onnx_output_name)
+                                    spec.onnx_output_name, observation_space=spec.observation_space)
             prepared[module_id] = (int(entry["weights_seq_no"]), policy)
             self._io_seqs[module_id] = int(entry["weights_seq_no"])
         return prepared
@@ -248,13 +253,18 @@ class MultiAgentClient(BaseClient):
         # Copies (the engine may reuse its buffers), all checked before any is kept: a NaN or
         # infinite value refuses the whole frame (InvalidInputError), as in every SDK.
         arrays = {agent_id: finite_observation(value, f"observation of {agent_id!r}").ravel()
-                  for agent_id, value in obs.items()}
-        for agent_id, arr in arrays.items():
+                  for agent_id, value in obs.items() if not _structured(value)}
+        for agent_id, value in obs.items():
             group = self._group_of.get(agent_id)
-            if group is None:
-                out[agent_id] = arr
+            if agent_id not in arrays:
+                if group is not None:
+                    raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"observation of {agent_id!r}: a group's "
+                                            f"members observe flat arrays (a Dict or Tuple observation is an agent's)")
+                out[agent_id] = value  # (flattened by its module's space once the agent is mapped: _flat_rows)
+            elif group is None:
+                out[agent_id] = arrays[agent_id]
             else:
-                members_seen.setdefault(group, {})[agent_id] = arr
+                members_seen.setdefault(group, {})[agent_id] = arrays[agent_id]
         for group_id, seen in members_seen.items():
             out[group_id] = self.groups[group_id].join_observations(seen)  # (ValueError if a member is missing)
         if keep_latest:
@@ -262,6 +272,18 @@ class MultiAgentClient(BaseClient):
         else:
             episode.frame_obs = arrays
         return out
+
+    def _flat_rows(self, episode: _Episode, actor_obs: dict[str, Any], final: bool) -> None:
+        """**[1.4]** Dict and Tuple observations (§8.6) as their modules' flat rows, checked (leaves,
+        values, and before acting the action mask, §11.6); they become the agents' latest too."""
+        for actor_id, value in actor_obs.items():
+            if isinstance(value, np.ndarray) or actor_id not in episode.actors:
+                continue
+            spec = self.modules[episode.actors[actor_id].module_id]
+            row = observation_row(value, spec.observation_space, None if final else spec.action_mask,
+                                  f"observation of {actor_id!r}")
+            actor_obs[actor_id] = row
+            (episode.latest_obs if final else episode.frame_obs)[actor_id] = row
 
     def _value_obs(self, episode: _Episode, spec: ModuleSpec) -> np.ndarray | None:
         if not spec.value_obs_agents:
@@ -305,6 +327,7 @@ class MultiAgentClient(BaseClient):
         missing = {episode.actors[a].module_id for a in actor_obs} - set(self.policies)
         if missing:  # (before anything of the frame is recorded)
             raise NotReadyError(f"the server has sent no model for module(s) {sorted(missing)} yet")
+        self._flat_rows(episode, actor_obs, final=False)
         for actor_id, obs in actor_obs.items():
             spec = self.modules[episode.actors[actor_id].module_id]
             if obs.size != spec.obs_dim:  # (a row of another size would cost the whole batch at the server)
@@ -387,6 +410,7 @@ class MultiAgentClient(BaseClient):
                     if member not in final and member in episode.latest_obs:
                         final[member] = episode.latest_obs[member]
         actor_obs = self._actor_observations(episode, final)
+        self._flat_rows(episode, actor_obs, final=True)
         for actor_id, obs in actor_obs.items():
             members = self.groups[actor_id].members if actor_id in self.groups else (actor_id,)
             episode.ended.update(members)

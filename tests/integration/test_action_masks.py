@@ -71,8 +71,15 @@ def test_each_bad_mask_or_leaf_gets_its_own_code(server, name: str, bad: dict, c
         client.close()
 
 
-def test_the_sdk_refuses_bad_observations_before_sending(server) -> None:
-    client = TetherClient("127.0.0.1", server.port, client_name="mask-checks")
+def test_the_sdk_refuses_bad_observations_before_sending(tmp_path) -> None:
+    # (its own server: the shared one may ask to record only a share of episodes by now)
+    with ServerProcess(tmp_path, "--observation-space", json.dumps(SPACE), "--action-space", NINE,
+                       "--seed", "0") as server:
+        _refuses_and_follows_masks(server.port)
+
+
+def _refuses_and_follows_masks(port: int) -> None:
+    client = TetherClient("127.0.0.1", port, client_name="mask-checks")
     try:
         episode = client.start_episode()
         for observation, code in [
@@ -95,7 +102,7 @@ def test_the_sdk_refuses_bad_observations_before_sending(server) -> None:
             client.log_returns(episode, 0.0)
         client.end_episode(episode, {"observation": EMPTY_BOARD, "action_mask": np.zeros(9, np.int8)})
         client.flush()  # (raises the server's error, had it refused the batch)
-        assert client.env_steps_sent == 200
+        assert client.env_steps_sent == 200, (client.record_share, client.steps_refused_stale, client.batches_dropped)
     finally:
         client.close()
 
@@ -114,3 +121,38 @@ def test_masked_ppo_learns_tictactoe_against_a_random_player(tmp_path) -> None:
     assert played["training"]["games"] >= 1000 and played["training"]["illegal_moves"] == 0, played
     assert played["greedy"]["games"] == 1000 and played["greedy"]["illegal_moves"] == 0, played
     assert played["greedy"]["win_rate"] >= random_rate + 0.2, (played, random_rate)
+
+
+def test_the_multi_agent_client_takes_dict_observations_and_masks(tmp_path) -> None:
+    """Two seats of one masked module, a third agent of a flat module, in one frame: Dict
+    observations are flattened per module, masks are followed, and the server stores every step."""
+    from tether.sdk import MultiAgentClient
+
+    modules = {"board": {"observation_space": SPACE, "action_space": {"type": "Discrete", "n": 9}},
+               "flat": {"observation_space": {"type": "Box", "shape": [2]}, "action_space": {"type": "Discrete", "n": 2}}}
+    rules = [{"pattern": "player_*", "module": "board"}, {"pattern": "*", "module": "flat"}]
+    rng = np.random.default_rng(0)
+    with ServerProcess(tmp_path, "--modules", json.dumps(modules), "--policy-mapping", json.dumps(rules),
+                       "--seed", "0") as server:
+        client = MultiAgentClient("127.0.0.1", server.port, client_name="ma-masks")
+        try:
+            episode = client.start_episode()
+            for _ in range(50):
+                masks = {seat: (rng.random(9) < 0.3).astype(np.int8) for seat in ("player_1", "player_2")}
+                for mask in masks.values():
+                    mask[rng.integers(9)] = 1
+                actions = client.get_action(episode, {
+                    **{seat: {"observation": EMPTY_BOARD, "action_mask": mask} for seat, mask in masks.items()},
+                    "referee": [0.5, -0.5]})
+                assert all(masks[seat][actions[seat]] == 1 for seat in masks), (masks, actions)
+                client.log_returns(episode, {"player_1": 1.0, "player_2": -1.0, "referee": 0.0})
+            with pytest.raises(InvalidInputError) as info:
+                client.get_action(episode, {"player_1": {"observation": EMPTY_BOARD, "action_mask": np.zeros(9)}})
+            assert info.value.code == "ACTION_MASK_EMPTY"
+            client.end_episode(episode, {seat: {"observation": EMPTY_BOARD, "action_mask": np.zeros(9, np.int8)}
+                                         for seat in ("player_1", "player_2")} | {"referee": [0.0, 0.0]})
+            client.flush()  # (raises the server's error, had it refused a batch)
+        finally:
+            client.close()
+        summary = server.stop()
+    assert summary["agent_steps"] == 150, summary
