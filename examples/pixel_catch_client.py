@@ -9,6 +9,11 @@ this client::
     python examples/pixel_catch_client.py --port 5555
 
 The images go to the server as bytes (protocol 1.4); the model runs on them as they are.
+
+``--composite`` plays the variant whose observation is a Dict of a camera (the ball only) and a
+paddle vector (§8.6); its server is started with that Dict as the observation space (print it with
+``--print-space``) and ``--model '{"encoder": "cnn", ...}'`` without ``image_shape`` (a CNN per image
+leaf, the vector beside its features).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from multiagent.envs.pixel_catch import PixelCatch  # noqa: E402
+from tether.protocol.spaces import from_gymnasium  # noqa: E402
 from tether.sdk import TetherClient, run_env  # noqa: E402
 
 
@@ -30,8 +36,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=5555, help="server port")
     parser.add_argument("--seed", type=int, default=0, help="env and sampling seed")
     parser.add_argument("--max-steps", type=int, default=None, help="env steps to play (default: until training is done)")
+    parser.add_argument("--composite", action="store_true", help="observe a Dict of camera and paddle vector")
+    parser.add_argument("--print-space", action="store_true", help="print the observation space's JSON and exit")
     args = parser.parse_args()
-    env = PixelCatch()
+    env = PixelCatch(composite=args.composite)
+    if args.print_space:
+        print(json.dumps(from_gymnasium(env.observation_space).to_json()))
+        return
     env.reset(seed=args.seed)
     client = TetherClient(args.host, args.port, client_name=f"pixel-catch-{args.seed}", seed=args.seed)
     returns = run_env(client, env, max_steps=args.max_steps)

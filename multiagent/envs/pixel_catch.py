@@ -6,6 +6,10 @@ row (actions: 0 left, 1 stay, 2 right). When the ball reaches the bottom the epi
 255, paddle 128, the rest 0): a byte box (protocol 1.4), HWC as an engine's camera produces it. Nothing
 but the image tells the policy where the ball and paddle are, so a policy that learns to catch reads it.
 
+With ``composite=True`` the observation is a Dict (protocol 1.4, §8.6) of a ``camera`` that shows
+only the ball and a ``paddle`` vector (the paddle's column, one-hot): a camera plus a
+vector, as an engine's agent often sees its world. Neither leaf alone tells where to move.
+
 A uniformly random policy catches about a fifth of the balls on the default 8x8 board (measured by
 ``random_catch_rate``); a policy that follows the ball catches every one (the paddle moves one column
 per step and the ball needs ``size - 1`` steps, enough to cross the board).
@@ -27,26 +31,32 @@ class PixelCatch(Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, size: int = 8) -> None:
+    def __init__(self, size: int = 8, composite: bool = False) -> None:
         self.size = size
-        self.observation_space = spaces.Box(0, 255, (size, size, 1), np.uint8)
+        self.composite = composite
+        camera = spaces.Box(0, 255, (size, size, 1), np.uint8)
+        self.observation_space = (spaces.Dict({"camera": camera, "paddle": spaces.Box(0, 1, (size,), np.float32)})
+                                  if composite else camera)
         self.action_space = spaces.Discrete(3)
         self._ball = np.zeros(2, int)
         self._paddle = 0
 
-    def _image(self) -> np.ndarray:
+    def _image(self) -> Any:
         image = np.zeros((self.size, self.size, 1), np.uint8)
-        image[self.size - 1, self._paddle, 0] = PADDLE
+        if not self.composite:
+            image[self.size - 1, self._paddle, 0] = PADDLE
         image[self._ball[0], self._ball[1], 0] = BALL
+        if self.composite:
+            return {"camera": image, "paddle": np.eye(self.size, dtype=np.float32)[self._paddle]}
         return image
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
         self._ball = np.array([0, self.np_random.integers(self.size)])
         self._paddle = int(self.np_random.integers(self.size))
         return self._image(), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: int) -> tuple[Any, float, bool, bool, dict]:
         self._paddle = int(np.clip(self._paddle + int(action) - 1, 0, self.size - 1))
         self._ball[0] += 1
         done = self._ball[0] == self.size - 1

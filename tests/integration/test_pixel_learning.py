@@ -35,3 +35,30 @@ def test_the_cnn_learns_to_catch_from_pixels(tmp_path) -> None:
     # The last 100 training episodes (sampled) and the greedy policy on 200 fresh balls, against random play.
     assert summary["return_mean"] > 2 * random_rate - 1 + 1.0, (summary["return_mean"], random_rate)
     assert played["greedy_catch_rate"] >= 0.9 > random_rate + 0.5, (played, random_rate)
+
+
+COMPOSITE = json.dumps({"type": "Dict", "spaces": {
+    "camera": json.loads(IMAGE), "paddle": {"type": "Box", "shape": [8], "dtype": "float32", "low": 0, "high": 1}}})
+COMPOSITE_CNN = '{"encoder": "cnn", "conv": [[16, 3, 1], [32, 3, 1]], "dense": 128}'
+
+
+@pytest.mark.slow
+def test_a_camera_and_a_vector_are_learned_together(tmp_path) -> None:
+    """The composite variant (§8.6): the camera shows only the ball, the paddle is a vector leaf, so
+    catching needs both: a CNN reads the camera, its features meet the vector in the heads."""
+    random_rate = random_catch_rate(1000, seed=3)
+    server = ServerProcess(tmp_path, "--observation-space", COMPOSITE, "--action-space", '{"type": "Discrete", "n": 3}',
+                           "--hidden-sizes", "64", "--model", COMPOSITE_CNN, "--max-env-steps", "40000",
+                           "--seed", "0").start()
+    try:
+        out = subprocess.run([sys.executable, str(REPO / "examples" / "pixel_catch_client.py"), "--composite",
+                              "--port", str(server.port), "--seed", "3"], cwd=REPO, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        summary = server.wait(60)
+    finally:
+        server.kill()
+    played = json.loads(out.stdout.strip().splitlines()[-1])
+    assert played["training_done"], played
+    assert summary["return_mean"] > 2 * random_rate - 1 + 0.5, (summary["return_mean"], random_rate)
+    assert played["greedy_catch_rate"] >= random_rate + 0.5, (played, random_rate)
