@@ -7,20 +7,24 @@
 #include <random>
 
 #include "rows.h"
+#include "tether/observation_leaves.h"
 
 namespace tether {
 namespace {
 
-// A byte box (§8.1) takes integers 0-255 only: anything else is refused here,
-// by index, before it is recorded, as the server would refuse the whole batch
-// for it (OBS_DTYPE_MISMATCH, §10.6 check 11b).
-Status check_byte_values(const Space& space, const float* obs, std::size_t size, const char* what) {
-  if (!space.is_bytes()) return Status::Ok();
-  const std::size_t bad = first_non_byte(obs, size);
-  if (bad == size) return Status::Ok();
-  return Status(ErrorCode::kObsDtypeMismatch, std::string(what) + "[" + std::to_string(bad) + "] is " +
-                                                  std::to_string(obs[bad]) +
-                                                  ": the observation space is a uint8 Box (integers 0-255)");
+// A byte box (§8.1), or a composite space's byte leaf (§8.6), takes integers
+// 0-255 only: anything else is refused here, by index, before it is recorded,
+// as the server would refuse the whole batch for it (OBS_DTYPE_MISMATCH,
+// §10.6 checks 11b, 4c); and [1.4] an action mask that is not 0/1 or allows
+// nothing (§11.6) is refused before sampling, so no forbidden action is drawn.
+Status check_row(const LinkConfig& config, const float* obs, std::size_t size, const char* what, bool mask) {
+  const Space& space = config.observation_space;
+  if (space.is_bytes() || space.is_composite()) {
+    Status values = check_observation_row(space, obs, size, what);
+    if (!values.ok()) return values;
+  }
+  if (mask && config.action_mask) return config.action_mask->check_row(obs, what);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -131,6 +135,7 @@ void TetherClient::sync() {
         dist_buffer_.resize(config_->action_space.dist_inputs_size());
         record_action_buffer_.resize(config_->action_space.flat_dim());
         env_action_buffer_.resize(config_->action_space.flat_dim());
+        leaf_row_.resize(config_->observation_space.flat_dim());
         if (spaces_changed) drop_for_new_spaces();
         apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
         break;
@@ -318,8 +323,8 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       return Status(ErrorCode::kNonFiniteValue, "get_action: observation[" + std::to_string(i) + "] is not finite");
     }
   }
-  const bool bytes_checked = config_->observation_space.is_bytes();
-  Status bytes = check_byte_values(config_->observation_space, obs, obs_size, "get_action: observation");
+  const LinkConfig* checked = config_.get();
+  Status bytes = check_row(*config_, obs, obs_size, "get_action: observation", /*mask=*/true);
   if (!bytes.ok()) return bytes;
   // A batch every steps_per_batch() steps played (§13.2): complete recorded
   // steps and steps of held-back episodes. A held-back episode makes it due
@@ -355,8 +360,8 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
   if (action_space.flat_dim() != act_dim || config_->observation_space.flat_dim() != obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "get_action: the server changed its spaces on reconnecting");
   }
-  if (!bytes_checked) {  // (a new connection's space may be a byte box where the old one was not)
-    bytes = check_byte_values(config_->observation_space, obs, obs_size, "get_action: observation");
+  if (config_.get() != checked) {  // (a new connection's space may be a byte box, or mask, where the old one was not)
+    bytes = check_row(*config_, obs, obs_size, "get_action: observation", /*mask=*/true);
     if (!bytes.ok()) return bytes;
   }
   if (!policy_) return Status(ErrorCode::kNotReady, "get_action: no model yet (the server sent none)");
@@ -422,7 +427,8 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
   for (std::size_t i = 0; i < obs_size; ++i) finite = finite && std::isfinite(obs[i]);
   if (finite) {
     // Refused before the episode ends, as a wrong size is: the engine may end it again with its image.
-    Status bytes = check_byte_values(config_->observation_space, obs, obs_size, "end_episode: final observation");
+    // (no action follows the final observation: its mask may allow nothing, §11.6)
+    Status bytes = check_row(*config_, obs, obs_size, "end_episode: final observation", /*mask=*/false);
     if (!bytes.ok()) return bytes;
   }
   Episode episode = std::move(it->second);
@@ -452,6 +458,30 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
 Result<double> TetherClient::end_episode(const std::string& episode_id, const std::vector<float>& obs,
                                          bool truncated) {
   return end_episode(episode_id, obs.data(), obs.size(), truncated);
+}
+
+Status TetherClient::get_action(const std::string& episode_id, const ObservationLeaves& obs, double* action,
+                                std::size_t action_size) {
+  if (link_->events_pending()) sync();
+  if (!config_->observation_space.is_composite()) {
+    return Status(ErrorCode::kInvalidArgument, "get_action: the observation space is not a Dict or Tuple");
+  }
+  leaf_row_.resize(config_->observation_space.flat_dim());  // (the size of the first frame on: no allocation)
+  Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
+  if (!row.ok()) return Status(row.code(), "get_action: " + row.message());
+  return get_action(episode_id, leaf_row_.data(), leaf_row_.size(), action, action_size);
+}
+
+Result<double> TetherClient::end_episode(const std::string& episode_id, const ObservationLeaves& obs,
+                                         bool truncated) {
+  if (link_->events_pending()) sync();
+  if (!config_->observation_space.is_composite()) {
+    return Status(ErrorCode::kInvalidArgument, "end_episode: the observation space is not a Dict or Tuple");
+  }
+  leaf_row_.resize(config_->observation_space.flat_dim());
+  Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
+  if (!row.ok()) return Status(row.code(), "end_episode: final observation: " + row.message());
+  return end_episode(episode_id, leaf_row_.data(), leaf_row_.size(), truncated);
 }
 
 // -- cutting and sending ---------------------------------------------------------------------

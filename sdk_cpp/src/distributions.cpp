@@ -51,14 +51,20 @@ std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double*
     for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
     const double threshold = rng.uniform() * total;
     double acc = 0.0;
-    std::size_t choice = n - 1;
+    // A threshold that rounding puts past the last sum takes the last value of
+    // nonzero probability, never a masked one (§11.4).
+    std::size_t choice = n;
+    std::size_t last_possible = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      acc += std::exp(static_cast<double>(logits[i]) - top);
-      if (threshold < acc) {
+      const double e = std::exp(static_cast<double>(logits[i]) - top);
+      acc += e;
+      if (e > 0.0) last_possible = i;
+      if (threshold < acc && e > 0.0) {
         choice = i;
         break;
       }
     }
+    if (choice == n) choice = last_possible;
     *logp = static_cast<double>(logits[choice]) - top - std::log(total);
     return choice;
   }
@@ -90,6 +96,9 @@ std::size_t categorical_sample(const T* logits, std::size_t n, Rng& rng, double*
     acc += kept[i];
     choice += static_cast<std::size_t>(acc <= threshold);
   }
+  // Only a threshold rounded past the last sum lands on a value of probability
+  // 0 (the last ones masked, §11.4): it takes the last value of nonzero probability.
+  while (choice > 0 && kept[choice] == 0.0) --choice;
   *logp = static_cast<double>(logits[choice]) - top - std::log(total);
   return choice;
 }
@@ -130,6 +139,9 @@ Result<double> log_prob_impl(const Space& space, const T* inputs, std::size_t n_
   Status status = check_sizes(space, n_inputs, action_size);
   if (!status.ok()) return status;
   switch (space.kind()) {
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
     case SpaceKind::kDiscrete: {
       std::size_t index = 0;
       if (!discrete_index(action[0], space.start(), space.n(), &index)) {
@@ -165,6 +177,9 @@ Status sample_impl(const Space& space, const T* inputs, std::size_t n_inputs, Rn
   Status status = check_sizes(space, n_inputs, action_size);
   if (!status.ok()) return status;
   switch (space.kind()) {
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
     case SpaceKind::kDiscrete: {
       const std::size_t index = categorical_sample(inputs, static_cast<std::size_t>(space.n()), rng, logp);
       action[0] = static_cast<double>(static_cast<std::int64_t>(index) + space.start());
@@ -289,6 +304,9 @@ Status sample_rows_for_record(const Space& space, const float* dist_inputs, std:
   const std::size_t n_inputs = space.dist_inputs_size();
   const std::size_t k = space.flat_dim();
   switch (space.kind()) {
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
     case SpaceKind::kDiscrete: {
       const auto n = static_cast<std::size_t>(space.n());
       for (std::size_t r = 0; r < rows; ++r) {
@@ -341,6 +359,9 @@ Status deterministic(const Space& space, const float* dist_inputs, std::size_t n
   Status status = check_sizes(space, n_inputs, action_size);
   if (!status.ok()) return status;
   switch (space.kind()) {
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
     case SpaceKind::kDiscrete:
       action[0] = static_cast<double>(static_cast<std::int64_t>(
                                           categorical_mode(dist_inputs, static_cast<std::size_t>(space.n()))) +

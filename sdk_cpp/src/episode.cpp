@@ -265,10 +265,127 @@ Status check_obs_bytes(const NdArray& obs, const std::string& where) {
   return Status::Ok();
 }
 
+// §10.6 check 4c [1.4]: a Dict or Tuple space's "obs" is an object of its
+// leaves; checks 4, 10, 11 and 11b run leaf by leaf, in leaf order, and the
+// leaves join into flat rows (§8.6) for the checks after.
+Status read_composite(const nlohmann::json& value, const Space& space, std::optional<std::string_view> attachment,
+                      const std::string& where, NdArray& out) {
+  const std::vector<SpaceLeaf>& leaves = space.leaves();
+  if (!value.is_object()) {
+    return fail(ErrorCode::kInvalidField, where, "\"obs\" of a Dict or Tuple space must be an object with one member per leaf");
+  }
+  for (const SpaceLeaf& leaf : leaves) {
+    if (!value.contains(leaf.path)) {
+      return fail(ErrorCode::kObsLeafMismatch, where, "\"obs\" does not hold the space's leaves: missing " + leaf.path);
+    }
+  }
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (space.leaf_index(it.key()) < 0) {
+      return fail(ErrorCode::kObsLeafMismatch, where, "\"obs\" does not hold the space's leaves: unknown '" + it.key() + "'");
+    }
+  }
+  const std::size_t width = space.flat_dim();
+  std::size_t rows = 0;
+  NdArray part;
+  std::vector<double> values;
+  for (std::size_t l = 0; l < leaves.size(); ++l) {
+    const SpaceLeaf& leaf = leaves[l];
+    const std::string key = "obs." + leaf.path;
+    const nlohmann::json& member = value[leaf.path];
+    bool from_json = !member.is_object();
+    if (from_json) {
+      Status status = numeric(member, true, where, "obs", part);
+      if (!status.ok()) return Status(status.code(), status.message() + " (\"" + key + "\")");
+      values.swap(part.data);
+    } else {
+      Result<Tensor> tensor = decode_tensor(member, attachment);
+      if (!tensor.ok()) return fail(ErrorCode::kInvalidTensor, where, "\"" + key + "\": " + tensor.status().message());
+      const TensorDtype wanted = leaf.is_bytes() ? TensorDtype::kUint8 : TensorDtype::kFloat32;
+      if (tensor.value().dtype() != wanted) {
+        return fail(ErrorCode::kObsDtypeMismatch, where,
+                    "\"" + key + "\" is a " + std::string(to_string(tensor.value().dtype())) +
+                        " tensor; the leaf takes " + std::string(to_string(wanted)));
+      }
+      part.shape.assign(tensor.value().shape().begin(), tensor.value().shape().end());
+      tensor.value().values(values);
+    }
+    const std::size_t leaf_rows = part.shape.empty() ? 0 : part.shape[0];
+    if (l == 0) rows = leaf_rows;
+    if (part.shape.empty() || leaf_rows != rows) {
+      return fail(ErrorCode::kEpisodeLengthMismatch, where,
+                  "\"" + key + "\" has " + std::to_string(leaf_rows) + " observations, \"obs." + leaves[0].path +
+                      "\" " + std::to_string(rows));
+    }
+    bool shape_ok = part.shape.size() == leaf.space.shape().size() + 1;
+    for (std::size_t d = 0; shape_ok && d < leaf.space.shape().size(); ++d) {
+      shape_ok = part.shape[d + 1] == static_cast<std::size_t>(leaf.space.shape()[d]);
+    }
+    if (!shape_ok) {
+      return fail(ErrorCode::kObsShapeMismatch, where,
+                  "\"" + key + "\": observation shape " + shape_text(part.shape, 1) + " does not match the leaf's space");
+    }
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) {
+        return fail(ErrorCode::kNonFiniteValue, where,
+                    "\"" + key + "\"[" + std::to_string(i / (leaf.size ? leaf.size : 1)) + "] is NaN or infinite");
+      }
+      if (leaf.is_bytes() && from_json && (!(values[i] >= 0.0 && values[i] <= 255.0) || values[i] != std::floor(values[i]))) {
+        return fail(ErrorCode::kObsDtypeMismatch, where,
+                    "\"" + key + "\"[" + std::to_string(i / (leaf.size ? leaf.size : 1)) +
+                        "] holds a value that is not an integer in [0, 255] (the leaf is a uint8 Box)");
+      }
+    }
+    if (l == 0) out.data.assign(rows * width, 0.0);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t j = 0; j < leaf.size; ++j) out.data[r * width + leaf.offset + j] = values[r * leaf.size + j];
+    }
+  }
+  out.shape = {rows, width};
+  return Status::Ok();
+}
+
+// §10.6 checks 14b-14d [1.4]: every mask value is 0 or 1; each mask on which
+// an action was taken allows one (per entry); every action is allowed.
+Status check_masks(const NdArray& obs, const NdArray& actions, std::size_t steps, std::size_t act_dim,
+                   const ActionMask& mask, const std::string& where) {
+  const std::size_t width = obs.shape.size() == 2 ? obs.shape[1] : 0;
+  const std::string key = "\"obs." + mask.leaf + "\"";
+  for (std::size_t t = 0; t <= steps; ++t) {
+    const double* m = obs.data.data() + t * width + mask.offset;
+    for (std::size_t i = 0; i < mask.size; ++i) {
+      if (m[i] != 0.0 && m[i] != 1.0) {
+        return fail(ErrorCode::kInvalidActionMask, where,
+                    key + "[" + std::to_string(t) + "] holds a value other than 0 and 1 (an action mask)");
+      }
+    }
+  }
+  for (std::size_t entry = 0; entry < mask.segments.size(); ++entry) {
+    for (std::size_t t = 0; t < steps; ++t) {
+      const double* m = obs.data.data() + t * width + mask.offset + mask.segments[entry].first;
+      bool any = false;
+      for (std::size_t i = 0; i < mask.segments[entry].second; ++i) any = any || m[i] != 0.0;
+      if (!any) {
+        return fail(ErrorCode::kActionMaskEmpty, where,
+                    key + "[" + std::to_string(t) + "] allows no action" +
+                        (mask.segments.size() > 1 ? " for entry " + std::to_string(entry) : std::string()) +
+                        ", but the step took one");
+      }
+    }
+  }
+  for (std::size_t t = 0; t < steps; ++t) {
+    if (!mask.allows(obs.data.data() + t * width + mask.offset, actions.data.data() + t * act_dim)) {
+      return fail(ErrorCode::kActionMasked, where,
+                  "actions[" + std::to_string(t) + "] is forbidden by its mask " + key + "[" + std::to_string(t) + "]");
+    }
+  }
+  return Status::Ok();
+}
+
 // decode_episode of the Python core, with `where` naming the record (or agent entry).
 Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::string& where,
                                    const Space& observation_space, const Space& action_space, bool require_logp,
-                                   std::optional<std::string_view> attachment, std::size_t* obs_rows) {
+                                   std::optional<std::string_view> attachment, std::size_t* obs_rows,
+                                   const ActionMask* mask) {
   if (!record.is_object()) return fail(ErrorCode::kInvalidField, where, "an episode must be a JSON object");
   for (const char* key : {"obs", "actions", "rewards"}) {
     if (!record.contains(key)) return fail(ErrorCode::kInvalidField, where, std::string("missing \"") + key + "\"");
@@ -280,7 +397,9 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
   NdArray obs, actions, rewards;
   const bool box_actions = action_space.kind() == SpaceKind::kBox;
   bool obs_from_json = true;
-  Status status = read_observations(record["obs"], observation_space, attachment, where, obs, &obs_from_json);
+  Status status = observation_space.is_composite()
+                      ? read_composite(record["obs"], observation_space, attachment, where, obs)
+                      : read_observations(record["obs"], observation_space, attachment, where, obs, &obs_from_json);
   if (!status.ok()) return status;
   status = numeric(record["actions"], box_actions, where, "actions", actions);
   if (!status.ok()) return status;
@@ -320,6 +439,9 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
                         detail::dump_json(action_space.to_json()));
       }
     }
+  }
+  if (mask != nullptr && observation_space.is_composite()) {
+    if (!(status = check_masks(obs, actions, steps, action_space.flat_dim(), *mask, where)).ok()) return status;
   }
   if (record.contains("action_logp")) {
     NdArray logp;
@@ -370,8 +492,59 @@ void EpisodeChunk::clear() noexcept {
 
 namespace {
 
+// One leaf's (or space's) values of every row as a tensor in the attachment:
+// uint8 for a byte box, float32 otherwise, shaped [rows, *shape].
+Result<nlohmann::json> tensor_of(const std::vector<float>& values, std::size_t rows, const Space& space,
+                                 std::string& attachment) {
+  std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows)};
+  shape.insert(shape.end(), space.shape().begin(), space.shape().end());
+  if (!space.is_bytes()) return encode_tensor_at(values.data(), values.size(), shape, attachment);
+  std::vector<std::uint8_t> bytes(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bytes[i] = static_cast<std::uint8_t>(values[i]);  // (checked 0-255)
+  return encode_tensor_at(bytes.data(), bytes.size(), shape, attachment);
+}
+
+// A record's "obs" (§10.1): nested JSON numbers (a byte box's and discrete
+// leaves' as integers: 7, not 7.0), or with an attachment (a 1.4 server,
+// §10.9) a byte box's as one uint8 tensor; [1.4] a Dict or Tuple's as an
+// object of its leaves (§8.6), each the leaf's rows, a tensor in the attachment if given.
+Result<nlohmann::json> observations_json(const std::vector<float>& flat, std::size_t rows, const Space& space,
+                                         std::string* attachment) {
+  if (!space.is_composite()) {
+    if (attachment != nullptr && space.is_bytes()) return tensor_of(flat, rows, space, *attachment);
+    return rows_json(flat, rows, space.shape(), space.is_bytes());
+  }
+  const std::size_t width = space.flat_dim();
+  nlohmann::json out = nlohmann::json::object();
+  std::vector<float> part;
+  for (const SpaceLeaf& leaf : space.leaves()) {
+    part.resize(rows * leaf.size);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t j = 0; j < leaf.size; ++j) part[r * leaf.size + j] = flat[r * width + leaf.offset + j];
+    }
+    if (leaf.is_bytes()) {
+      const std::size_t bad = first_non_byte(part.data(), part.size());
+      if (bad != part.size()) {
+        return Status(ErrorCode::kObsDtypeMismatch, "\"obs." + leaf.path + "\"[" +
+                                                        std::to_string(bad / (leaf.size ? leaf.size : 1)) +
+                                                        "] holds a value that is not an integer in [0, 255] "
+                                                        "(the leaf is a uint8 Box)");
+      }
+    }
+    if (attachment != nullptr) {
+      Result<nlohmann::json> tensor = tensor_of(part, rows, leaf.space, *attachment);
+      if (!tensor.ok()) return tensor;
+      out[leaf.path] = std::move(tensor).value();
+    } else {
+      out[leaf.path] = rows_json(part, rows, leaf.space.shape(),
+                                 leaf.is_bytes() || leaf.space.kind() != SpaceKind::kBox);
+    }
+  }
+  return out;
+}
+
 Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Space& observation_space,
-                                           const Space& action_space) {
+                                           const Space& action_space, std::string* attachment) {
   const std::size_t steps = chunk.steps();
   const std::size_t obs_dim = observation_space.flat_dim();
   const std::size_t act_dim = action_space.flat_dim();
@@ -408,8 +581,9 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   }
   const bool discrete = action_space.kind() != SpaceKind::kBox;
   nlohmann::json record = nlohmann::json::object();
-  // A byte box's observations are written as integers (§8.1): 7, not 7.0.
-  record["obs"] = rows_json(chunk.obs, steps + 1, observation_space.shape(), observation_space.is_bytes());
+  Result<nlohmann::json> obs = observations_json(chunk.obs, steps + 1, observation_space, attachment);
+  if (!obs.ok()) return obs;
+  record["obs"] = std::move(obs).value();
   record["actions"] = rows_json(chunk.actions, steps, action_space.shape(), discrete);
   nlohmann::json rewards = nlohmann::json::array();
   for (float r : chunk.rewards) rewards.push_back(float_json(r));
@@ -435,8 +609,8 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
 }  // namespace
 
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
-                                      const Space& action_space) {
-  Result<nlohmann::json> record = encode_chunk_fields(chunk, observation_space, action_space);
+                                      const Space& action_space, std::string* attachment) {
+  Result<nlohmann::json> record = encode_chunk_fields(chunk, observation_space, action_space, attachment);
   if (!record.ok()) return record;
   if (chunk.episode_id) record.value()["episode_id"] = *chunk.episode_id;
   return record;
@@ -454,8 +628,23 @@ Result<ModuleSpec> ModuleSpec::from_json(const std::string& module_id, const nlo
   if (!obs_space.ok()) return Status(obs_space.status().code(), "module '" + module_id + "': " + obs_space.status().message());
   Result<Space> act_space = Space::from_json(act ? *act : nlohmann::json());
   if (!act_space.ok()) return Status(act_space.status().code(), "module '" + module_id + "': " + act_space.status().message());
+  if (act_space.value().is_composite()) {
+    return Result<ModuleSpec>(ErrorCode::kInvalidField, "module '" + module_id +
+                                                            "': an action space is never a Dict or Tuple (§8.6)");
+  }
   spec.observation_space = std::move(obs_space).value();
   spec.action_space = std::move(act_space).value();
+  if (const nlohmann::json* mask = detail::member(data, "action_mask"); mask != nullptr && !mask->is_null()) {
+    if (!mask->is_string()) {
+      return Result<ModuleSpec>(ErrorCode::kInvalidField, "module '" + module_id + "': action_mask must be a leaf path");
+    }
+    Result<ActionMask> resolved =
+        ActionMask::resolve(spec.observation_space, spec.action_space, mask->get_ref<const std::string&>());
+    if (!resolved.ok()) {
+      return Result<ModuleSpec>(ErrorCode::kInvalidField, "module '" + module_id + "': " + resolved.status().message());
+    }
+    spec.action_mask = std::move(resolved).value();
+  }
   for (auto [key, slot] : {std::pair<const char*, std::string*>{"onnx_input_names", &spec.onnx_input_name},
                            std::pair<const char*, std::string*>{"onnx_output_names", &spec.onnx_output_name}}) {
     const nlohmann::json* names = detail::member(data, key);
@@ -480,7 +669,8 @@ Result<ModuleSpec> ModuleSpec::from_json(const std::string& module_id, const nlo
 }
 
 Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
-                                                 const std::map<std::string, ModuleSpec>& modules) {
+                                                 const std::map<std::string, ModuleSpec>& modules,
+                                                 std::string* attachment) {
   nlohmann::json out = nlohmann::json::object();
   if (record.episode_id) out["episode_id"] = *record.episode_id;
   out["is_terminated"] = record.is_terminated;
@@ -493,7 +683,8 @@ Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
                                     "agent '" + agent_id + "': module '" + entry.module + "' does not exist");
     }
     const ModuleSpec& spec = it->second;
-    Result<nlohmann::json> fields = encode_chunk_fields(entry.chunk, spec.observation_space, spec.action_space);
+    Result<nlohmann::json> fields =
+        encode_chunk_fields(entry.chunk, spec.observation_space, spec.action_space, attachment);
     if (!fields.ok()) {
       return Status(fields.status().code(), "agent '" + agent_id + "': " + fields.status().message());
     }
@@ -662,13 +853,14 @@ Status value_obs_row(const std::vector<std::string>& agents,
 
 Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
                                      const Space& action_space, bool require_logp,
-                                     std::optional<std::string_view> attachment) {
-  return validate_chunk(record, where_of(index), observation_space, action_space, require_logp, attachment, nullptr);
+                                     std::optional<std::string_view> attachment, const ActionMask* mask) {
+  return validate_chunk(record, where_of(index), observation_space, action_space, require_logp, attachment, nullptr,
+                        mask);
 }
 
 Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space& observation_space,
                                       const Space& action_space, bool require_logp,
-                                      std::optional<std::string_view> attachment) {
+                                      std::optional<std::string_view> attachment, const ActionMask* mask) {
   const nlohmann::json* records = detail::member(message, "episodes");
   if (records == nullptr || !records->is_array()) {
     return Result<std::size_t>(ErrorCode::kInvalidField, "\"episodes\" must be a list of episode records");
@@ -676,7 +868,7 @@ Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space
   std::size_t total = 0;
   for (std::size_t i = 0; i < records->size(); ++i) {
     Result<std::size_t> steps =
-        validate_episode((*records)[i], i, observation_space, action_space, require_logp, attachment);
+        validate_episode((*records)[i], i, observation_space, action_space, require_logp, attachment, mask);
     if (!steps.ok()) return steps;
     total += steps.value();
   }
@@ -712,7 +904,8 @@ Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, st
     const ModuleSpec& spec = it->second;
     std::size_t obs_rows = 0;
     Result<std::size_t> steps =
-        validate_chunk(entry, agent_where, spec.observation_space, spec.action_space, require_logp, attachment, &obs_rows);
+        validate_chunk(entry, agent_where, spec.observation_space, spec.action_space, require_logp, attachment, &obs_rows,
+                       spec.action_mask ? &*spec.action_mask : nullptr);
     if (!steps.ok()) return steps;
     const std::size_t v = spec.value_obs_dim();
     if (v > 0) {

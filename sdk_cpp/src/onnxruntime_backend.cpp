@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -175,16 +176,31 @@ Status check_signature(const TensorSignature& signature, const char* role, const
   return Status::Ok();
 }
 
+// One model input: where its values sit in a flat row, and its tensor type.
+struct Input {
+  std::string name;
+  std::size_t offset = 0;
+  std::size_t width = 0;  // values per row; 0 = dynamic (a single float32 input of dynamic width)
+  ModelInputType type = ModelInputType::kFloat32;
+  std::vector<std::int64_t> dims;  // its dimensions after the batch
+};
+
+// One input's tensor of one batch size, bound over a buffer owned here.
+struct BoundInput {
+  std::vector<float> floats;        // a float32 input
+  std::vector<std::uint8_t> bytes;  // a uint8 input: the observations converted, in place
+  ValuePtr value;
+};
+
 // Input and output tensors of one batch size, bound over buffers owned here.
 struct Binding {
   std::size_t batch = 0;
+  std::size_t obs_dim = 0;
   std::uint64_t last_used = 0;
-  std::vector<float> input;              // a float32 input
-  std::vector<std::uint8_t> input_bytes;  // a uint8 input: the observations converted, in place
+  std::vector<BoundInput> inputs;
   std::vector<float> output;
-  ValuePtr input_value;
   ValuePtr output_value;
-  // Both tensors bound by name once: a run skips ONNX Runtime's per-run name lookups.
+  // Every tensor bound by name once: a run skips ONNX Runtime's per-run name lookups.
   IoBindingPtr io;
 };
 
@@ -197,13 +213,11 @@ struct OnnxRuntimeBackend::Model {
   EnvPtr env;
   SessionPtr session;
   MemoryInfoPtr memory_info;
-  std::string input_name;
+  std::vector<Input> inputs;
   std::string output_name;
   std::int64_t fixed_batch = -1;  // the model's batch size if it is not dynamic
   std::size_t obs_dim = 0;        // 0 = dynamic
   std::size_t out_dim = 0;        // 0 = dynamic
-  ModelInputType input_type = ModelInputType::kFloat32;
-  std::vector<std::int64_t> input_dims;  // the input's dimensions after the batch
   std::vector<Binding> bindings;
   std::uint64_t runs = 0;
 };
@@ -215,6 +229,18 @@ OnnxRuntimeBackend& OnnxRuntimeBackend::operator=(OnnxRuntimeBackend&&) noexcept
 
 Status OnnxRuntimeBackend::load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
                                 const std::string& output_name) {
+  return load_inputs(model, size, {ModelLeafInput{input_name, 0, 0}}, output_name, false);
+}
+
+Status OnnxRuntimeBackend::load_leaves(const std::uint8_t* model, std::size_t size,
+                                       const std::vector<ModelLeafInput>& inputs, const std::string& output_name) {
+  if (inputs.empty()) return Status(ErrorCode::kInferenceFailed, "a composite observation has at least one leaf");
+  return load_inputs(model, size, inputs, output_name, true);
+}
+
+Status OnnxRuntimeBackend::load_inputs(const std::uint8_t* model, std::size_t size,
+                                       const std::vector<ModelLeafInput>& inputs, const std::string& output_name,
+                                       bool leaves) {
   const OrtApi* api = ort_api();
   if (api == nullptr) {
     return Status(ErrorCode::kInferenceFailed,
@@ -225,8 +251,10 @@ Status OnnxRuntimeBackend::load(const std::uint8_t* model, std::size_t size, con
   if (model == nullptr || size == 0) {
     return Status(ErrorCode::kInferenceFailed, "the model is empty");
   }
-  if (input_name.empty() || output_name.empty()) {
-    return Status(ErrorCode::kInferenceFailed, "the model's input and output names must not be empty");
+  for (const ModelLeafInput& input : inputs) {
+    if (input.name.empty() || output_name.empty()) {
+      return Status(ErrorCode::kInferenceFailed, "the model's input and output names must not be empty");
+    }
   }
   auto next = std::make_unique<Model>();
   OrtEnv* raw_env = nullptr;  // ONNX Runtime shares one reference-counted env per process
@@ -270,42 +298,68 @@ Status OnnxRuntimeBackend::load(const std::uint8_t* model, std::size_t size, con
   if (!status.ok()) {
     return status;
   }
-  std::size_t input_index = 0;
   std::size_t output_index = 0;
-  status = find_name(next->session.get(), allocator, true, input_name, &input_index);
-  if (!status.ok()) {
-    return status;
-  }
   status = find_name(next->session.get(), allocator, false, output_name, &output_index);
   if (!status.ok()) {
     return status;
   }
-  TensorSignature input;
   TensorSignature output;
-  status = read_signature(next->session.get(), true, input_index, &input);
-  if (status.ok()) {
-    status = check_signature(input, "input", input_name, /*bytes_allowed=*/true);
-  }
-  if (status.ok()) {
-    status = read_signature(next->session.get(), false, output_index, &output);
-  }
+  status = read_signature(next->session.get(), false, output_index, &output);
   if (status.ok()) {
     status = check_signature(output, "output", output_name, /*bytes_allowed=*/false);
   }
   if (!status.ok()) {
     return status;
   }
-  next->fixed_batch = input.shape[0] > 0 ? input.shape[0] : -1;
-  next->input_dims.assign(input.shape.begin() + 1, input.shape.end());
-  if (input.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8) {
-    // Static dimensions (checked above): the observation's flat width is their product.
-    next->input_type = ModelInputType::kUint8;
-    std::size_t width = 1;
-    for (std::int64_t d : next->input_dims) width *= static_cast<std::size_t>(d);
-    next->obs_dim = width;
-  } else {
-    next->obs_dim = input.shape[1] > 0 ? static_cast<std::size_t>(input.shape[1]) : 0;
+  for (const ModelLeafInput& wanted : inputs) {
+    std::size_t index = 0;
+    status = find_name(next->session.get(), allocator, true, wanted.name, &index);
+    if (!status.ok()) {
+      return status;
+    }
+    TensorSignature signature;
+    status = read_signature(next->session.get(), true, index, &signature);
+    if (status.ok()) {
+      status = check_signature(signature, "input", wanted.name, /*bytes_allowed=*/true);
+    }
+    if (!status.ok()) {
+      return status;
+    }
+    Input input;
+    input.name = wanted.name;
+    input.offset = wanted.offset;
+    input.dims.assign(signature.shape.begin() + 1, signature.shape.end());
+    if (signature.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8) {
+      // Static dimensions (checked above): the observation's flat width is their product.
+      input.type = ModelInputType::kUint8;
+      std::size_t width = 1;
+      for (std::int64_t d : input.dims) width *= static_cast<std::size_t>(d);
+      input.width = width;
+    } else {
+      input.width = signature.shape[1] > 0 ? static_cast<std::size_t>(signature.shape[1]) : 0;
+    }
+    if (leaves) {
+      // A leaf's width is known from its space: a dynamic one takes it, a static one must hold it.
+      if (input.width != 0 && input.width != wanted.size) {
+        return Status(ErrorCode::kInferenceFailed, "model input '" + wanted.name + "' takes " +
+                                                       std::to_string(input.width) + " values per row; the leaf has " +
+                                                       std::to_string(wanted.size));
+      }
+      input.width = wanted.size;
+      input.dims = input.type == ModelInputType::kUint8 ? input.dims
+                                                        : std::vector<std::int64_t>{static_cast<std::int64_t>(wanted.size)};
+    }
+    if (next->inputs.empty()) {
+      next->fixed_batch = signature.shape[0] > 0 ? signature.shape[0] : -1;
+    }
+    next->inputs.push_back(std::move(input));
   }
+  std::size_t obs_dim = 0;
+  for (const Input& input : next->inputs) {
+    obs_dim = input.width == 0 ? 0 : obs_dim + input.width;
+    if (input.width == 0) break;
+  }
+  next->obs_dim = obs_dim;
   next->out_dim = output.shape[1] > 0 ? static_cast<std::size_t>(output.shape[1]) : 0;
 
   OrtMemoryInfo* raw_info = nullptr;
@@ -314,12 +368,74 @@ Status OnnxRuntimeBackend::load(const std::uint8_t* model, std::size_t size, con
     return status;
   }
   next->memory_info.reset(raw_info);
-  next->input_name = input_name;
   next->output_name = output_name;
   next->bindings.reserve(kMaxBindings);
   model_ = std::move(next);
   return Status::Ok();
 }
+
+namespace {
+
+// Binds every input and the output of one batch size over fresh buffers.
+Status make_binding(const OrtApi* api, OrtSession* session, const OrtMemoryInfo* memory_info,
+                    const std::vector<Input>& inputs, const std::string& output_name, std::size_t batch,
+                    std::size_t obs_dim, std::size_t out_dim, Binding& fresh) {
+  fresh.batch = batch;
+  fresh.obs_dim = obs_dim;
+  fresh.output.assign(batch * out_dim, 0.0f);
+  OrtIoBinding* raw_io = nullptr;
+  Status status = check(api->CreateIoBinding(session, &raw_io), "creating the tensors' binding");
+  if (!status.ok()) {
+    return status;
+  }
+  fresh.io.reset(raw_io);
+  fresh.inputs.resize(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Input& input = inputs[i];
+    BoundInput& bound = fresh.inputs[i];
+    // (a single input of dynamic width takes the whole row)
+    const std::size_t width = input.width != 0 ? input.width : obs_dim;
+    OrtValue* raw_in = nullptr;
+    if (input.type == ModelInputType::kUint8) {
+      // (batch, d1, ..., dk): the width matched the static dimensions' product at load.
+      std::vector<std::int64_t> shape{static_cast<std::int64_t>(batch)};
+      shape.insert(shape.end(), input.dims.begin(), input.dims.end());
+      bound.bytes.assign(batch * width, 0);
+      status = check(api->CreateTensorWithDataAsOrtValue(memory_info, bound.bytes.data(), bound.bytes.size(),
+                                                         shape.data(), shape.size(),
+                                                         ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &raw_in),
+                     "creating an input tensor");
+    } else {
+      std::array<std::int64_t, 2> shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(width)};
+      bound.floats.assign(batch * width, 0.0f);
+      status = check(api->CreateTensorWithDataAsOrtValue(memory_info, bound.floats.data(),
+                                                         bound.floats.size() * sizeof(float), shape.data(),
+                                                         shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_in),
+                     "creating an input tensor");
+    }
+    if (!status.ok()) {
+      return status;
+    }
+    bound.value.reset(raw_in);
+    status = check(api->BindInput(fresh.io.get(), input.name.c_str(), bound.value.get()), "binding an input");
+    if (!status.ok()) {
+      return status;
+    }
+  }
+  std::array<std::int64_t, 2> out_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(out_dim)};
+  OrtValue* raw_out = nullptr;
+  status = check(api->CreateTensorWithDataAsOrtValue(memory_info, fresh.output.data(),
+                                                     fresh.output.size() * sizeof(float), out_shape.data(),
+                                                     out_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_out),
+                 "creating the output tensor");
+  if (!status.ok()) {
+    return status;
+  }
+  fresh.output_value.reset(raw_out);
+  return check(api->BindOutput(fresh.io.get(), output_name.c_str(), fresh.output_value.get()), "binding the output");
+}
+
+}  // namespace
 
 Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
                                std::size_t out_dim) {
@@ -330,8 +446,8 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   if (obs == nullptr || out == nullptr || batch == 0 || obs_dim == 0 || out_dim == 0) {
     return Status(ErrorCode::kInvalidArgument, "run needs observations, an output buffer and non-zero sizes");
   }
-  // (a uint8 input's width is always static: its tensor is shaped from the model's dimensions)
-  if ((m.obs_dim != 0 || m.input_type == ModelInputType::kUint8) && obs_dim != m.obs_dim) {
+  // (a uint8 input's width is always static, as is every leaf's)
+  if (m.obs_dim != 0 && obs_dim != m.obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "observation width " + std::to_string(obs_dim) +
                                                    " does not match the model's " + std::to_string(m.obs_dim));
   }
@@ -346,66 +462,18 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   const OrtApi* api = ort_api();
   ++m.runs;
 
-  const bool bytes = m.input_type == ModelInputType::kUint8;
-  const std::size_t input_count = batch * obs_dim;
-
   // Find (or make) the binding for this batch size; evict the least recently used.
   Binding* binding = nullptr;
   for (Binding& candidate : m.bindings) {
-    if (candidate.batch == batch && (bytes ? candidate.input_bytes.size() : candidate.input.size()) == input_count &&
-        candidate.output.size() == batch * out_dim) {
+    if (candidate.batch == batch && candidate.obs_dim == obs_dim && candidate.output.size() == batch * out_dim) {
       binding = &candidate;
       break;
     }
   }
   if (binding == nullptr) {
     Binding fresh;
-    fresh.batch = batch;
-    fresh.output.assign(batch * out_dim, 0.0f);
-    std::array<std::int64_t, 2> out_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(out_dim)};
-    OrtValue* raw_in = nullptr;
-    Status status;
-    if (bytes) {
-      // (batch, d1, ..., dk): obs_dim matched the static dimensions' product above.
-      std::vector<std::int64_t> in_shape{static_cast<std::int64_t>(batch)};
-      in_shape.insert(in_shape.end(), m.input_dims.begin(), m.input_dims.end());
-      fresh.input_bytes.assign(input_count, 0);
-      status = check(api->CreateTensorWithDataAsOrtValue(m.memory_info.get(), fresh.input_bytes.data(),
-                                                         fresh.input_bytes.size(), in_shape.data(), in_shape.size(),
-                                                         ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &raw_in),
-                     "creating the input tensor");
-    } else {
-      std::array<std::int64_t, 2> in_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(obs_dim)};
-      fresh.input.assign(input_count, 0.0f);
-      status = check(api->CreateTensorWithDataAsOrtValue(
-                         m.memory_info.get(), fresh.input.data(), fresh.input.size() * sizeof(float), in_shape.data(),
-                         in_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_in),
-                     "creating the input tensor");
-    }
-    if (!status.ok()) {
-      return status;
-    }
-    fresh.input_value.reset(raw_in);
-    OrtValue* raw_out = nullptr;
-    status = check(api->CreateTensorWithDataAsOrtValue(
-                       m.memory_info.get(), fresh.output.data(), fresh.output.size() * sizeof(float),
-                       out_shape.data(), out_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_out),
-                   "creating the output tensor");
-    if (!status.ok()) {
-      return status;
-    }
-    fresh.output_value.reset(raw_out);
-    OrtIoBinding* raw_io = nullptr;
-    status = check(api->CreateIoBinding(m.session.get(), &raw_io), "creating the tensors' binding");
-    if (!status.ok()) {
-      return status;
-    }
-    fresh.io.reset(raw_io);
-    status = check(api->BindInput(fresh.io.get(), m.input_name.c_str(), fresh.input_value.get()), "binding the input");
-    if (status.ok()) {
-      status = check(api->BindOutput(fresh.io.get(), m.output_name.c_str(), fresh.output_value.get()),
-                     "binding the output");
-    }
+    Status status = make_binding(api, m.session.get(), m.memory_info.get(), m.inputs, m.output_name, batch, obs_dim,
+                                 out_dim, fresh);
     if (!status.ok()) {
       return status;
     }
@@ -424,15 +492,23 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   }
   binding->last_used = m.runs;
 
-  if (bytes) {
-    // Integers 0-255 (checked by the client) become those bytes; anything else is clamped (NaN as 0).
-    std::uint8_t* to = binding->input_bytes.data();
-    for (std::size_t i = 0; i < input_count; ++i) {
-      const float v = obs[i];
-      to[i] = !(v > 0.0f) ? std::uint8_t{0} : v >= 255.0f ? std::uint8_t{255} : static_cast<std::uint8_t>(v + 0.5f);
+  for (std::size_t i = 0; i < m.inputs.size(); ++i) {
+    const Input& input = m.inputs[i];
+    BoundInput& bound = binding->inputs[i];
+    const std::size_t width = input.width != 0 ? input.width : obs_dim;
+    for (std::size_t b = 0; b < batch; ++b) {
+      const float* from = obs + b * obs_dim + input.offset;
+      if (input.type == ModelInputType::kUint8) {
+        // Integers 0-255 (checked by the client) become those bytes; anything else is clamped (NaN as 0).
+        std::uint8_t* to = bound.bytes.data() + b * width;
+        for (std::size_t j = 0; j < width; ++j) {
+          const float v = from[j];
+          to[j] = !(v > 0.0f) ? std::uint8_t{0} : v >= 255.0f ? std::uint8_t{255} : static_cast<std::uint8_t>(v + 0.5f);
+        }
+      } else {
+        std::memcpy(bound.floats.data() + b * width, from, width * sizeof(float));
+      }
     }
-  } else {
-    std::memcpy(binding->input.data(), obs, input_count * sizeof(float));
   }
   Status status = check(api->RunWithBinding(m.session.get(), nullptr, binding->io.get()), "running the model");
   if (!status.ok()) {
@@ -449,12 +525,14 @@ std::size_t OnnxRuntimeBackend::obs_dim() const noexcept { return model_ ? model
 std::size_t OnnxRuntimeBackend::out_dim() const noexcept { return model_ ? model_->out_dim : 0; }
 
 ModelInputType OnnxRuntimeBackend::input_type() const noexcept {
-  return model_ ? model_->input_type : ModelInputType::kFloat32;
+  return model_ ? model_->inputs[0].type : ModelInputType::kFloat32;
 }
 
 const std::vector<std::int64_t>& OnnxRuntimeBackend::input_shape() const noexcept {
   static const std::vector<std::int64_t> kNone;
-  return model_ ? model_->input_dims : kNone;
+  return model_ ? model_->inputs[0].dims : kNone;
 }
+
+std::size_t OnnxRuntimeBackend::input_count() const noexcept { return model_ ? model_->inputs.size() : 0; }
 
 }  // namespace tether

@@ -9,6 +9,7 @@
 #include <random>
 #include <utility>
 
+#include "json_util.h"
 #include "tether/distributions.h"
 #include "tether/onnx_codec.h"
 #include "tether/platform/socket.h"
@@ -631,8 +632,19 @@ Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) c
     if (!obs_space.ok()) return obs_space.status();
     Result<Space> action_space = Space::from_json(body["action_space"]);
     if (!action_space.ok()) return action_space.status();
+    if (action_space.value().is_composite()) {
+      return Status(ErrorCode::kInvalidField, "SET_CONFIG action_space is a Dict or Tuple: an action space never is (§8.6)");
+    }
     config.observation_space = obs_space.value();
     config.action_space = action_space.value();
+    const nlohmann::json* mask = detail::member(body, "action_mask");
+    if (mask != nullptr && !mask->is_null()) {
+      if (!mask->is_string()) return Status(ErrorCode::kInvalidField, "SET_CONFIG action_mask must be a leaf path");
+      Result<ActionMask> resolved =
+          ActionMask::resolve(config.observation_space, config.action_space, mask->get_ref<const std::string&>());
+      if (!resolved.ok()) return Status(ErrorCode::kInvalidField, "SET_CONFIG " + resolved.status().message());
+      config.action_mask = std::move(resolved).value();
+    }
   } else if (!options_.multi_agent) {
     return Status(ErrorCode::kInvalidField, "SET_CONFIG describes no observation_space/action_space "
                                             "(a multi-agent server needs the multi-agent client)");
@@ -724,6 +736,7 @@ Status ServerLink::handshake() {
                                                      std::string(kProtocolVersion));
     }
     config->speaks_1_3 = parsed.value().minor >= 3;
+    config->speaks_1_4 = parsed.value().minor >= 4;
   }
   Exchange set_config = exchange(make_get_config(), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (set_config.outcome != Outcome::kAnswer) return set_config.status;
@@ -770,7 +783,16 @@ std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx
     post_error(Status(ErrorCode::kInferenceFailed, "backend_factory returned no backend"));
     return nullptr;
   }
-  Status loaded = policy->backend->load(model.value().data(), model.value().size(), input_name, output_name);
+  Status loaded;
+  if (observation_space.is_composite()) {
+    // One input per leaf, named by its path (§12.1), fed its part of each flat row.
+    std::vector<ModelLeafInput> inputs;
+    inputs.reserve(observation_space.leaves().size());
+    for (const SpaceLeaf& leaf : observation_space.leaves()) inputs.push_back({leaf.path, leaf.offset, leaf.size});
+    loaded = policy->backend->load_leaves(model.value().data(), model.value().size(), inputs, output_name);
+  } else {
+    loaded = policy->backend->load(model.value().data(), model.value().size(), input_name, output_name);
+  }
   if (!loaded.ok()) {
     post_error(Status(loaded.code(), what + loaded.message()));
     return nullptr;
@@ -1026,6 +1048,32 @@ void ServerLink::build_queued() {
   }
 }
 
+void ServerLink::encode_records(Batch& batch, const LinkConfig& config) {
+  // To a 1.4 server a byte box's and a composite space's observations go as
+  // tensors in the body's attachment (§10.9, §4.3); to an older one as JSON numbers.
+  batch.binary = config.speaks_1_4;
+  batch.attachment.clear();
+  std::string* attachment = batch.binary ? &batch.attachment : nullptr;
+  batch.episodes = nlohmann::json::array();
+  for (const EpisodeChunk& chunk : batch.chunks) {
+    Result<nlohmann::json> record = encode_episode(chunk, config.observation_space, config.action_space, attachment);
+    if (!record.ok()) {
+      batch.error = record.status();
+      break;
+    }
+    batch.episodes.push_back(std::move(record.value()));
+  }
+  for (const MultiAgentRecord& multi : batch.records) {
+    if (!batch.error.ok()) break;
+    Result<nlohmann::json> record = encode_multi_agent_record(multi, config.modules, attachment);
+    if (!record.ok()) {
+      batch.error = record.status();
+      break;
+    }
+    batch.episodes.push_back(std::move(record.value()));
+  }
+}
+
 Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   const LinkConfig& config = *config_;
   if (batch->seq == 0) {
@@ -1040,24 +1088,11 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
       post(std::move(back));
     }
     batch->pending_records.clear();
-    batch->episodes = nlohmann::json::array();
-    for (const EpisodeChunk& chunk : batch->chunks) {
-      Result<nlohmann::json> record = encode_episode(chunk, config.observation_space, config.action_space);
-      if (!record.ok()) {
-        batch->error = record.status();
-        break;
-      }
-      batch->episodes.push_back(std::move(record.value()));
-    }
-    for (const MultiAgentRecord& multi : batch->records) {
-      if (!batch->error.ok()) break;
-      Result<nlohmann::json> record = encode_multi_agent_record(multi, config.modules);
-      if (!record.ok()) {
-        batch->error = record.status();
-        break;
-      }
-      batch->episodes.push_back(std::move(record.value()));
-    }
+    encode_records(*batch, config);
+  } else if (batch->binary && !config.speaks_1_4) {
+    // A resend to a server older than 1.4 (another run after a reconnect): written again without tensors.
+    encode_records(*batch, config);
+    if (batch->runs_connection == Batch::kNoRuns) strip_runs(batch->episodes);
   }
   if (!batch->error.ok()) {
     finish_batch(batch, Status::Ok(), nullptr);
@@ -1091,7 +1126,8 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   }
   std::optional<Message> answer;
   if (config.force_on_policy) {
-    Exchange result = exchange(message.value(), options_.update_timeout_s, "update_timeout_s", batch.get());
+    Exchange result = exchange(message.value(), options_.update_timeout_s, "update_timeout_s", batch.get(),
+                               batch->attachment.empty() ? nullptr : &batch->attachment);
     if (result.outcome == Outcome::kAnswer) {
       answer = std::move(result.answer);
     } else if (result.outcome != Outcome::kRefused) {
@@ -1100,7 +1136,7 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
       batch->error = result.status;
     }
   } else {
-    Status sent = send_raw(message.value());
+    Status sent = send_raw(message.value(), batch->attachment.empty() ? nullptr : &batch->attachment);
     if (!sent.ok()) {
       Exchange lost;
       lost.outcome = sent.code() == ErrorCode::kTimeout ? Outcome::kTimeout : Outcome::kLost;
@@ -1166,9 +1202,10 @@ Status ServerLink::idle_wait() {
   return status;
 }
 
-Status ServerLink::send_raw(const nlohmann::json& message) {
+Status ServerLink::send_raw(const nlohmann::json& message, const std::string* attachment) {
   send_buffer_.clear();
-  Status status = connection_.send(message, send_buffer_);
+  Status status = attachment != nullptr ? connection_.send(message, *attachment, send_buffer_)
+                                        : connection_.send(message, send_buffer_);
   if (!status.ok()) return status;
   status = transport_.send_all(send_buffer_.data(), send_buffer_.size(), deadline_after(options_.response_timeout_s));
   if (!status.ok()) {
@@ -1180,9 +1217,9 @@ Status ServerLink::send_raw(const nlohmann::json& message) {
 }
 
 ServerLink::Exchange ServerLink::exchange(const nlohmann::json& message, double timeout_s, const char* setting,
-                                          Batch* batch) {
+                                          Batch* batch, const std::string* attachment) {
   Exchange result;
-  Status sent = send_raw(message);
+  Status sent = send_raw(message, attachment);
   if (!sent.ok()) {
     result.outcome = sent.code() == ErrorCode::kTimeout ? Outcome::kTimeout : Outcome::kLost;
     result.status = sent;

@@ -6,6 +6,15 @@
 namespace tether {
 
 Status ClientConnection::send(const nlohmann::json& message, std::string& out) {
+  return send_body(message, nullptr, out);
+}
+
+Status ClientConnection::send(const nlohmann::json& message, std::string_view attachment, std::string& out) {
+  return send_body(message, &attachment, out);
+}
+
+Status ClientConnection::send_body(const nlohmann::json& message, const std::string_view* attachment,
+                                   std::string& out) {
   if (closed()) return Status(ErrorCode::kClosed, "the connection is closed: " + error_.to_string());
   const std::string* type = detail::string_member(message, "type");
   std::optional<MessageType> kind = type ? message_type_from_string(*type) : std::nullopt;
@@ -17,7 +26,8 @@ Status ClientConnection::send(const nlohmann::json& message, std::string& out) {
   if (!is_request(*kind)) {
     return Status(ErrorCode::kInvalidArgument, "a client cannot send " + std::string(to_string(*kind)));
   }
-  Status status = append_message_frame(message, out);
+  Status status = attachment != nullptr ? append_frame(encode_message_with_attachment(message, *attachment), out)
+                                        : append_message_frame(message, out);
   if (!status.ok()) return status;
   if (expected_response(*kind)) awaiting_.push_back(*kind);
   return Status::Ok();

@@ -1,13 +1,33 @@
 // Space parsing, writing and membership.
 #include "tether/spaces.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "json_util.h"
 
 namespace tether {
+namespace detail {
+
+// What a Dict or Tuple holds: its children in leaf order and its leaves.
+struct CompositeParts {
+  std::vector<std::pair<std::string, Space>> children;
+  std::vector<SpaceLeaf> leaves;
+  std::size_t depth = 1;  // levels of nesting, this one included
+};
+
+}  // namespace detail
 namespace {
+
+bool valid_key(const std::string& key) {
+  if (key.empty()) return false;
+  for (char c : key) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -178,11 +198,51 @@ Result<Space> Space::multi_discrete(std::vector<std::int64_t> nvec) {
   return space;
 }
 
-Result<Space> Space::from_json(const nlohmann::json& data) {
+namespace {
+
+Result<Space> space_at_depth(const nlohmann::json& data, std::size_t depth) {
   if (!data.is_object()) {
     return invalid_space(std::string("a space must be a JSON object, got ") + data.type_name());
   }
   const std::string* kind = detail::string_member(data, "type");
+  if (kind != nullptr && (*kind == "Dict" || *kind == "Tuple")) {
+    // The depth is checked before the children are read: a hostile nesting never recurses far.
+    if (depth > kMaxSpaceDepth) {
+      return invalid_space("composite spaces nest at most " + std::to_string(kMaxSpaceDepth) + " levels deep");
+    }
+    const nlohmann::json* children = detail::member(data, "spaces");
+    if (children == nullptr) return invalid_space("missing key 'spaces'");
+    // (the factories' INVALID_ARGUMENT is a malformed space here)
+    const auto as_field = [](Result<Space> made) -> Result<Space> { return made.ok() ? made : invalid_space(made.status().message()); };
+    if (*kind == "Dict") {
+      if (!children->is_object() || children->empty()) {
+        return invalid_space("a Dict's spaces must be a non-empty object of named spaces");
+      }
+      std::vector<std::pair<std::string, Space>> named;
+      for (auto it = children->begin(); it != children->end(); ++it) {
+        if (!valid_key(it.key())) {
+          return invalid_space("a Dict key must be a non-empty string of A-Z a-z 0-9 _ -, got " +
+                               detail::describe(nlohmann::json(it.key())));
+        }
+        Result<Space> child = space_at_depth(it.value(), depth + 1);
+        if (!child.ok()) return child;
+        named.emplace_back(it.key(), std::move(child).value());
+      }
+      return as_field(Space::dict(std::move(named)));
+    }
+    {
+      if (!children->is_array() || children->empty()) {
+        return invalid_space("a Tuple's spaces must be a non-empty array of spaces");
+      }
+      std::vector<Space> items;
+      for (const nlohmann::json& value : *children) {
+        Result<Space> child = space_at_depth(value, depth + 1);
+        if (!child.ok()) return child;
+        items.push_back(std::move(child).value());
+      }
+      return as_field(Space::tuple(std::move(items)));
+    }
+  }
   if (kind != nullptr && *kind == "Box") {
     const nlohmann::json* shape_json = detail::member(data, "shape");
     if (shape_json == nullptr) return invalid_space("missing key 'shape'");
@@ -212,7 +272,7 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       dtype = d->get_ref<const std::string&>();
     }
     if (dtype == "uint8" && !bounds_are_bytes(low, high)) return invalid_space(kByteBoundsText);
-    return box(std::move(shape), std::move(low), std::move(high), std::move(dtype));
+    return Space::box(std::move(shape), std::move(low), std::move(high), std::move(dtype));
   }
   if (kind != nullptr && *kind == "Discrete") {
     const nlohmann::json* n = detail::member(data, "n");
@@ -225,7 +285,7 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       if (!detail::is_integer(*s)) return invalid_space("Discrete start must be an integer");
       start = detail::as_int64(*s);
     }
-    Result<Space> space = discrete(detail::as_int64(*n), start);
+    Result<Space> space = Space::discrete(detail::as_int64(*n), start);
     if (!space.ok()) return invalid_space(space.status().message());
     return space;
   }
@@ -241,13 +301,99 @@ Result<Space> Space::from_json(const nlohmann::json& data) {
       nvec.push_back(detail::as_int64(v));
     }
     if (nvec.empty()) return invalid_space("MultiDiscrete nvec must be positive integers, got []");
-    Result<Space> space = multi_discrete(std::move(nvec));
+    Result<Space> space = Space::multi_discrete(std::move(nvec));
     if (!space.ok()) return invalid_space(space.status().message());
     return space;
   }
   const nlohmann::json* type = detail::member(data, "type");
   return invalid_space("unknown space type " + (type ? detail::describe(*type) : std::string("None")) +
-                       " (Box, Discrete, MultiDiscrete)");
+                       " (Box, Discrete, MultiDiscrete, Dict, Tuple)");
+}
+
+}  // namespace
+
+Result<Space> Space::from_json(const nlohmann::json& data) { return space_at_depth(data, 1); }
+
+Result<Space> Space::dict(std::vector<std::pair<std::string, Space>> spaces) {
+  for (const auto& entry : spaces) {
+    if (!valid_key(entry.first)) {
+      return Result<Space>(ErrorCode::kInvalidArgument,
+                           "a Dict key must be a non-empty string of A-Z a-z 0-9 _ -, got '" + entry.first + "'");
+    }
+  }
+  // Leaf order sorts the keys by code point (gymnasium's order); the keys are ASCII, so bytes compare alike.
+  std::sort(spaces.begin(), spaces.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t i = 1; i < spaces.size(); ++i) {
+    if (spaces[i].first == spaces[i - 1].first) {
+      return Result<Space>(ErrorCode::kInvalidArgument, "a Dict key appears twice: '" + spaces[i].first + "'");
+    }
+  }
+  return composite(SpaceKind::kDict, std::move(spaces));
+}
+
+Result<Space> Space::tuple(std::vector<Space> spaces) {
+  std::vector<std::pair<std::string, Space>> children;
+  children.reserve(spaces.size());
+  for (std::size_t i = 0; i < spaces.size(); ++i) children.emplace_back(std::to_string(i), std::move(spaces[i]));
+  return composite(SpaceKind::kTuple, std::move(children));
+}
+
+Result<Space> Space::composite(SpaceKind kind, std::vector<std::pair<std::string, Space>> children) {
+  const char* name = kind == SpaceKind::kDict ? "Dict" : "Tuple";
+  if (children.empty()) {
+    return Result<Space>(ErrorCode::kInvalidArgument, std::string("a ") + name + " needs at least one subspace");
+  }
+  auto parts = std::make_shared<detail::CompositeParts>();
+  std::size_t offset = 0;
+  for (const auto& [key, child] : children) {
+    if (child.composite_) {
+      parts->depth = std::max(parts->depth, child.composite_->depth + 1);
+      for (const SpaceLeaf& leaf : child.composite_->leaves) {
+        parts->leaves.push_back(SpaceLeaf{key + "." + leaf.path, leaf.space, offset, leaf.size});
+        offset += leaf.size;
+      }
+    } else {
+      parts->leaves.push_back(SpaceLeaf{key, child, offset, child.flat_dim()});
+      offset += child.flat_dim();
+    }
+    if (parts->leaves.size() > kMaxSpaceLeaves) break;
+  }
+  if (parts->depth > kMaxSpaceDepth) {
+    return Result<Space>(ErrorCode::kInvalidArgument,
+                         "composite spaces nest at most " + std::to_string(kMaxSpaceDepth) + " levels deep");
+  }
+  if (parts->leaves.size() > kMaxSpaceLeaves) {
+    return Result<Space>(ErrorCode::kInvalidArgument, "a composite space has at most " +
+                                                          std::to_string(kMaxSpaceLeaves) + " leaves");
+  }
+  if (offset > static_cast<std::size_t>(kMaxSpaceElements)) {
+    return Result<Space>(ErrorCode::kInvalidArgument, too_large("a composite space's flat row", kMaxSpaceElements));
+  }
+  parts->children = std::move(children);
+  Space space;
+  space.kind_ = kind;
+  space.shape_ = {static_cast<std::int64_t>(offset)};
+  space.composite_ = std::move(parts);
+  return space;
+}
+
+const std::vector<SpaceLeaf>& Space::leaves() const noexcept {
+  static const std::vector<SpaceLeaf> kNone;
+  return composite_ ? composite_->leaves : kNone;
+}
+
+const std::vector<std::pair<std::string, Space>>& Space::children() const noexcept {
+  static const std::vector<std::pair<std::string, Space>> kNone;
+  return composite_ ? composite_->children : kNone;
+}
+
+int Space::leaf_index(std::string_view path) const noexcept {
+  const std::vector<SpaceLeaf>& all = leaves();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].path == path) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 nlohmann::json Space::to_json() const {
@@ -265,6 +411,16 @@ nlohmann::json Space::to_json() const {
       for (std::int64_t v : nvec_) nvec.push_back(v);
       return {{"type", "MultiDiscrete"}, {"nvec", nvec}};
     }
+    case SpaceKind::kDict: {
+      nlohmann::json spaces = nlohmann::json::object();
+      for (const auto& [key, child] : children()) spaces[key] = child.to_json();
+      return {{"type", "Dict"}, {"spaces", spaces}};
+    }
+    case SpaceKind::kTuple: {
+      nlohmann::json spaces = nlohmann::json::array();
+      for (const auto& entry : children()) spaces.push_back(entry.second.to_json());
+      return {{"type", "Tuple"}, {"spaces", spaces}};
+    }
   }
   return nullptr;
 }
@@ -277,6 +433,9 @@ std::size_t Space::flat_dim() const noexcept {
       return 1;
     case SpaceKind::kMultiDiscrete:
       return nvec_.size();
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return static_cast<std::size_t>(shape_[0]);
   }
   return 0;
 }
@@ -292,6 +451,9 @@ std::size_t Space::dist_inputs_size() const noexcept {
       for (std::int64_t v : nvec_) total += static_cast<std::size_t>(v);
       return total;
     }
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return 0;  // (observations only)
   }
   return 0;
 }
@@ -311,6 +473,12 @@ bool Space::contains(const double* x, std::size_t n) const noexcept {
     case SpaceKind::kMultiDiscrete:
       for (std::size_t i = 0; i < n; ++i) {
         if (!is_whole(x[i]) || x[i] < 0 || x[i] >= static_cast<double>(nvec_[i])) return false;
+      }
+      return true;
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      for (const SpaceLeaf& leaf : leaves()) {
+        if (!leaf.space.contains(x + leaf.offset, leaf.size)) return false;
       }
       return true;
   }
@@ -335,6 +503,16 @@ bool Space::operator==(const Space& other) const noexcept {
       return n_ == other.n_ && start_ == other.start_;
     case SpaceKind::kMultiDiscrete:
       return nvec_ == other.nvec_;
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple: {
+      const auto& mine = children();
+      const auto& theirs = other.children();
+      if (mine.size() != theirs.size()) return false;
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        if (mine[i].first != theirs[i].first || mine[i].second != theirs[i].second) return false;
+      }
+      return true;
+    }
   }
   return false;
 }

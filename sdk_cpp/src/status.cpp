@@ -8,7 +8,7 @@ namespace tether {
 namespace {
 
 // Every code with its spelling, in enum order; kOk has none on the wire.
-constexpr std::array<std::pair<ErrorCode, std::string_view>, 40> kNames{{
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 44> kNames{{
     {ErrorCode::kOk, "OK"},
     {ErrorCode::kBadHeader, "BAD_HEADER"},
     {ErrorCode::kFrameTooLarge, "FRAME_TOO_LARGE"},
@@ -41,6 +41,10 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 40> kNames{{
     {ErrorCode::kTrainingDone, "TRAINING_DONE"},
     {ErrorCode::kInvalidTensor, "INVALID_TENSOR"},
     {ErrorCode::kObsDtypeMismatch, "OBS_DTYPE_MISMATCH"},
+    {ErrorCode::kObsLeafMismatch, "OBS_LEAF_MISMATCH"},
+    {ErrorCode::kInvalidActionMask, "INVALID_ACTION_MASK"},
+    {ErrorCode::kActionMaskEmpty, "ACTION_MASK_EMPTY"},
+    {ErrorCode::kActionMasked, "ACTION_MASKED"},
     {ErrorCode::kInternal, "INTERNAL"},
     {ErrorCode::kUnknownServerCode, "UNKNOWN_SERVER_CODE"},
     {ErrorCode::kInvalidArgument, "INVALID_ARGUMENT"},

@@ -44,6 +44,13 @@ class Backend final : public tether::InferenceBackend {
     loaded_ = true;
     return tether::Status::Ok();
   }
+  tether::Status load_leaves(const std::uint8_t* model, std::size_t size,
+                             const std::vector<tether::ModelLeafInput>& inputs, const std::string& output) override {
+    leaf_inputs_ = inputs.size();
+    return load(model, size, inputs.empty() ? std::string() : inputs[0].name, output);
+  }
+  /// Inputs of the last load_leaves (0 after load).
+  std::size_t leaf_inputs() const noexcept { return leaf_inputs_; }
   tether::Status run(const float*, std::size_t batch, std::size_t, float* out, std::size_t out_dim) override {
     for (std::size_t b = 0; b < batch; ++b) {
       for (std::size_t k = 0; k < out_dim; ++k) out[b * out_dim + k] = k % 2 == preferred_ % 2 ? 30.0f : 0.0f;
@@ -61,6 +68,7 @@ class Backend final : public tether::InferenceBackend {
  private:
   std::shared_ptr<BackendLog> log_;
   std::size_t preferred_ = 0;
+  std::size_t leaf_inputs_ = 0;
   bool loaded_ = false;
 };
 

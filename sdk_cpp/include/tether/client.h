@@ -73,6 +73,7 @@
 
 #include "tether/distributions.h"
 #include "tether/episode.h"
+#include "tether/observation_leaves.h"
 #include "tether/server_link.h"
 #include "tether/spaces.h"
 #include "tether/status.h"
@@ -156,6 +157,19 @@ class TetherClient {
   /// backend's own run() may (ONNX Runtime's Run allocates internally).
   Status get_action(const std::string& episode_id, const float* obs, std::size_t obs_size, double* action,
                     std::size_t action_size);
+  /// get_action for a Dict or Tuple observation space (protocol 1.4, §8.6):
+  /// the leaves the engine set in `obs` (see ObservationLeaves), written into
+  /// a flat row the client keeps (no allocation once sized). Besides the
+  /// codes above: OBS_LEAF_MISMATCH for a leaf missing or unknown,
+  /// OBS_SHAPE_MISMATCH for one of another size, NON_FINITE_VALUE,
+  /// OBS_DTYPE_MISMATCH for a byte leaf's value outside the integers 0-255,
+  /// and with an action mask (SET_CONFIG action_mask, §11.6)
+  /// INVALID_ACTION_MASK for a mask value other than 0 and 1 and
+  /// ACTION_MASK_EMPTY for a mask that allows nothing: all refused before
+  /// anything is recorded or sampled. (The flat get_action checks a flat row
+  /// the same way.) The model masks the logits, so a sampled action is always allowed.
+  Status get_action(const std::string& episode_id, const ObservationLeaves& obs, double* action,
+                    std::size_t action_size);
   /// get_action for vectors (`action` is resized to action_space().flat_dim()).
   Status get_action(const std::string& episode_id, const std::vector<float>& obs, std::vector<double>& action);
 
@@ -173,6 +187,12 @@ class TetherClient {
                              bool truncated = false);
   /// end_episode for a vector.
   Result<double> end_episode(const std::string& episode_id, const std::vector<float>& obs, bool truncated = false);
+  /// end_episode for a Dict or Tuple observation space: checked as
+  /// get_action's, except the mask (no action follows a final observation:
+  /// its mask may allow nothing).
+  Result<double> end_episode(const std::string& episode_id, const ObservationLeaves& obs, bool truncated = false);
+  /// The action mask of the current connection's SET_CONFIG (§11.6), or null.
+  const ActionMask* action_mask() const noexcept { return config_ && config_->action_mask ? &*config_->action_mask : nullptr; }
 
   /// Sends whatever experience is complete now and waits until the server has
   /// every batch. Returns the fatal status; an error of the server not
@@ -317,6 +337,7 @@ class TetherClient {
   std::vector<float> dist_buffer_;
   std::vector<double> record_action_buffer_;
   std::vector<double> env_action_buffer_;
+  std::vector<float> leaf_row_;  // the flat row of an ObservationLeaves observation
 };
 
 }  // namespace tether

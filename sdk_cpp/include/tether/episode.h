@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tether/action_mask.h"
 #include "tether/spaces.h"
 #include "tether/status.h"
 
@@ -49,13 +50,18 @@ inline constexpr std::int64_t kMaxRunVersion = 2147483647;
 
 /// The JSON record of a single-agent chunk (§10.1): observations and Box
 /// actions nested by the spaces' shapes, discrete actions and a byte box's
-/// observations (protocol 1.4, §8.1) as integers.
+/// observations (protocol 1.4, §8.1) as integers. [1.4] A Dict or Tuple
+/// space's observations (flat rows, §8.6) as an object of leaf path -> the
+/// leaf's T+1 observations. With `attachment` (for a server of 1.4 or later)
+/// a byte box's observations, and each leaf of a composite space's, go as
+/// tensor objects (§10.9) whose bytes are appended to it (uint8 for a byte
+/// box, float32 otherwise); other observations stay JSON numbers.
 /// INVALID_ARGUMENT when array sizes do not fit the spaces, or when
 /// weights_seq_no_runs is not runs of versions 0..kMaxRunVersion covering the
 /// steps; OBS_DTYPE_MISMATCH when a byte box's observation value is not an
 /// integer from 0 to 255.
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
-                                      const Space& action_space);
+                                      const Space& action_space, std::string* attachment = nullptr);
 
 /// What a client knows of one module (SET_CONFIG "modules", §9.1).
 struct ModuleSpec {
@@ -66,8 +72,10 @@ struct ModuleSpec {
   std::string onnx_output_name = "action_dist_inputs";  ///< model output name
   bool trainable = true;                            ///< whether the server trains it
   std::vector<std::string> value_obs_agents;        ///< centralized critic's agents (§9.7), or empty
+  std::optional<ActionMask> action_mask;            ///< [1.4] the leaf masking its actions (§9.1, §11.6), or none
 
-  /// Parses a module object; INVALID_FIELD when malformed.
+  /// Parses a module object; INVALID_FIELD when malformed, for a Dict or
+  /// Tuple action space, or an action_mask that does not fit the spaces.
   static Result<ModuleSpec> from_json(const std::string& module_id, const nlohmann::json& data);
   /// Flattened size of one observation.
   std::size_t obs_dim() const noexcept { return observation_space.flat_dim(); }
@@ -94,9 +102,10 @@ struct MultiAgentRecord {
 /// The JSON of a multi-agent record; each entry is encoded with its
 /// module's spaces. UNKNOWN_MODULE for a module not in `modules`,
 /// INVALID_ARGUMENT for arrays that do not fit, OBS_DTYPE_MISMATCH as
-/// encode_episode.
+/// encode_episode (tensors appended to `attachment` when given).
 Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
-                                                 const std::map<std::string, ModuleSpec>& modules);
+                                                 const std::map<std::string, ModuleSpec>& modules,
+                                                 std::string* attachment = nullptr);
 
 /// How a group combines its members' rewards (§9.6).
 enum class GroupReward { kSum, kMean };
@@ -146,24 +155,30 @@ Status value_obs_row(const std::vector<std::string>& agents,
 /// and OBS_DTYPE_MISMATCH: "obs" may be a tensor object (§10.9) read from
 /// `attachment`, the body's attachment (Message::attachment), or inline; a
 /// byte box's observations written as JSON numbers must be integers 0-255
-/// (check 11b). `index` names the record in messages.
+/// (check 11b). [1.4] A Dict or Tuple space's "obs" is an object of its
+/// leaves (check 4c: INVALID_FIELD, OBS_LEAF_MISMATCH, EPISODE_LENGTH_MISMATCH
+/// and the leaf checks), and with `mask` (the module's action mask) checks
+/// 14b-14d: INVALID_ACTION_MASK, ACTION_MASK_EMPTY, ACTION_MASKED.
+/// `index` names the record in messages.
 Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
                                      const Space& action_space, bool require_logp,
-                                     std::optional<std::string_view> attachment = std::nullopt);
+                                     std::optional<std::string_view> attachment = std::nullopt,
+                                     const ActionMask* mask = nullptr);
 
 /// Validates every record of an EPISODES(_AND_GET_STATE) message (all or
 /// nothing) and returns the total steps. `attachment` is the body's
 /// attachment (Message::attachment), which tensor objects refer to.
 Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space& observation_space,
                                       const Space& action_space, bool require_logp,
-                                      std::optional<std::string_view> attachment = std::nullopt);
+                                      std::optional<std::string_view> attachment = std::nullopt,
+                                      const ActionMask* mask = nullptr);
 
 /// Validates the per-agent arrays of one multi-agent record against each
 /// agent's module (§10.8; the mapping, group and per-episode checks need the
 /// server's state) and returns its agent steps. Adds UNKNOWN_MODULE and the
 /// value_obs checks (OBS_SHAPE_MISMATCH, NON_FINITE_VALUE). An entry's "obs"
 /// is checked as a single-agent record's (validate_episode), tensors read
-/// from `attachment` included.
+/// from `attachment` and its module's action mask included.
 Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, std::size_t index,
                                                 const std::map<std::string, ModuleSpec>& modules,
                                                 bool require_logp,

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tether/status.h"
 
@@ -16,6 +17,15 @@ namespace tether {
 enum class ModelInputType {
   kFloat32,  ///< float32 (batch, obs_dim): every space but a byte box
   kUint8,    ///< uint8 (batch, *observation_space.shape): a byte box (protocol 1.4)
+};
+
+/// One input of a model that takes a composite observation (protocol 1.4,
+/// §12.1): the leaf's values, `size` of them at `offset` in each flat row,
+/// fed to the input named by its leaf path.
+struct ModelLeafInput {
+  std::string name;         ///< the leaf path, the input's name
+  std::size_t offset = 0;   ///< the leaf's first value in the flat row
+  std::size_t size = 0;     ///< the leaf's values
 };
 
 /// Runs a policy model: observations (batch, obs_dim) -> outputs (batch, out_dim),
@@ -35,6 +45,20 @@ class InferenceBackend {
   /// what was wrong.
   virtual Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
                       const std::string& output_name) = 0;
+
+  /// Loads a serialized model that takes a composite observation (protocol
+  /// 1.4, §12.1): one input per leaf, by name, float32 (batch, size) or, for
+  /// a byte box's leaf, uint8 (batch, *shape); run() then takes flat rows
+  /// (obs_dim = the leaves' sizes summed) and feeds each leaf its part. The
+  /// default refuses (kInferenceFailed): a backend without composite support.
+  virtual Status load_leaves(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
+                             const std::string& output_name) {
+    (void)model;
+    (void)size;
+    (void)inputs;
+    (void)output_name;
+    return Status(ErrorCode::kInferenceFailed, "this inference backend runs no models of Dict or Tuple observations");
+  }
 
   /// Computes `out` (batch * out_dim floats) from `obs` (batch * obs_dim floats).
   /// For a uint8 input each value, an integer 0-255 (a byte box's

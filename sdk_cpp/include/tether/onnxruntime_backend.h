@@ -18,6 +18,9 @@ namespace tether {
 /// The model's input is float32 (batch, obs_dim), or (protocol 1.4, §12.1)
 /// uint8 (batch, d1, ..., dk) with static dimensions after the batch: the
 /// observations given as floats are converted to bytes in the bound buffer.
+/// A model of a composite observation (load_leaves, protocol 1.4) has one
+/// such input per leaf, each bound over its own buffer: a run copies each
+/// leaf's part of the flat rows into its input, allocating nothing either.
 class OnnxRuntimeBackend final : public InferenceBackend {
  public:
   /// An empty backend; call load() before run().
@@ -34,6 +37,10 @@ class OnnxRuntimeBackend final : public InferenceBackend {
   /// ONNX Runtime library is older than the headers the SDK was built with.
   Status load(const std::uint8_t* model, std::size_t size, const std::string& input_name,
               const std::string& output_name) override;
+  /// See InferenceBackend::load_leaves. Also fails when an input's static
+  /// dimensions do not hold the leaf's size.
+  Status load_leaves(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
+                     const std::string& output_name) override;
   /// See InferenceBackend::run.
   Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
              std::size_t out_dim) override;
@@ -49,9 +56,13 @@ class OnnxRuntimeBackend final : public InferenceBackend {
   /// declares them (-1 for a dynamic one; [obs_dim] for a float32 input, the
   /// observation's shape for a uint8 one); empty before a model is loaded.
   const std::vector<std::int64_t>& input_shape() const noexcept;
+  /// The loaded model's inputs: 1, or one per leaf (load_leaves); 0 before a model is loaded.
+  std::size_t input_count() const noexcept;
 
  private:
   struct Model;
+  Status load_inputs(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
+                     const std::string& output_name, bool leaves);
   std::unique_ptr<Model> model_;
 };
 

@@ -93,12 +93,14 @@ struct LinkConfig {
   nlohmann::json server_config;               ///< the SET_CONFIG
   Space observation_space;                    ///< "observation_space"
   Space action_space;                         ///< "action_space"
+  std::optional<ActionMask> action_mask;      ///< [1.4] "action_mask": the leaf masking the actions (§11.6)
   std::string input_name = "obs";             ///< onnx_input_names[0]
   std::string output_name = "action_dist_inputs";  ///< onnx_output_names[0]
   std::int64_t env_steps_per_sample = 500;    ///< steps per batch
   bool force_on_policy = true;                ///< batches go as EPISODES_AND_GET_STATE
   double heartbeat_interval_s = 0.0;          ///< 0: the server asks for no heartbeats
   bool speaks_1_3 = false;                    ///< PONG announced protocol 1.3 or later
+  bool speaks_1_4 = false;                    ///< PONG announced 1.4 or later: records may carry tensors (§10.9)
   bool announces_version = false;             ///< PONG carried a protocol_version (not RLlib's plain v1)
   std::size_t queue_limit_steps = 1000;       ///< steps allowed to wait behind the batch in flight
   // Multi-agent (LinkOptions::multi_agent):
@@ -177,6 +179,8 @@ struct Batch {
   Status error;                               ///< the refusal, when refused
   std::vector<std::string> episode_ids;       ///< its episodes' ids (kept when the data is freed)
   nlohmann::json episodes;                    ///< the encoded records (kept for a resend)
+  std::string attachment;                     ///< [1.4] the bytes of their tensors (§10.9), sent after a NUL (§4.3)
+  bool binary = false;                        ///< encoded for a 1.4 server (tensors where they may stand)
 
   /// The steps the send queue counts: agent steps (single-agent: env steps if none given).
   std::size_t queue_steps() const noexcept {
@@ -363,8 +367,10 @@ class ServerLink {
   Status send_batch(const std::shared_ptr<Batch>& batch);
   Status send_request(const std::shared_ptr<PendingRequest>& request);
   Status idle_wait();
-  Status send_raw(const nlohmann::json& message);
-  Exchange exchange(const nlohmann::json& message, double timeout_s, const char* setting, Batch* batch);
+  Status send_raw(const nlohmann::json& message, const std::string* attachment = nullptr);
+  Exchange exchange(const nlohmann::json& message, double timeout_s, const char* setting, Batch* batch,
+                    const std::string* attachment = nullptr);
+  void encode_records(Batch& batch, const LinkConfig& config);
   Exchange read_answer(const char* request, double timeout_s, const char* setting, Batch* batch);
   Status batch_lost(const std::shared_ptr<Batch>& batch, const Exchange& result);
   void finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event);

@@ -45,6 +45,9 @@ class ClientConnection {
   /// response it expects. INVALID_ARGUMENT for a non-request (nothing
   /// appended); CLOSED after the connection closed.
   Status send(const nlohmann::json& message, std::string& out);
+  /// send() of a request body with a binary attachment (protocol 1.4, §4.3):
+  /// the JSON, a NUL byte, then `attachment`. Only to a server of 1.4 or later.
+  Status send(const nlohmann::json& message, std::string_view attachment, std::string& out);
 
   /// Feeds received bytes; appends each complete response, paired with its
   /// request, to `responses`. Returns the violation or closing error (the
@@ -63,6 +66,7 @@ class ClientConnection {
   void reset();
 
  private:
+  Status send_body(const nlohmann::json& message, const std::string_view* attachment, std::string& out);
   Status handle_body(const std::string& body, std::vector<Response>& responses);
 
   FrameDecoder decoder_;

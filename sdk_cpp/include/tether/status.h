@@ -46,6 +46,10 @@ enum class ErrorCode {
   kTrainingDone,   // [1.3] the server's run is done (§6.6 "End of training"): not a failure
   kInvalidTensor,     // [1.4] a tensor object that cannot be read (§10.9)
   kObsDtypeMismatch,  // [1.4] observations of another element type than the space's (§10.6 checks 4, 11b)
+  kObsLeafMismatch,   // [1.4] a composite observation lacks a leaf or has one the space does not (§10.6 check 4c)
+  kInvalidActionMask,  // [1.4] an action mask holds a value other than 0 and 1 (§11.6)
+  kActionMaskEmpty,    // [1.4] an action mask allows no action (of some entry) where one is taken (§11.6)
+  kActionMasked,       // [1.4] an action its observation's mask forbids (§10.6 check 14d)
   kInternal,
   kUnknownServerCode,  // an ERROR code this SDK does not know (a newer server)
   // SDK codes.
