@@ -6,7 +6,8 @@ SDK client process (tests/integration/stoppable_client.py) trains against it.
 frames: valid requests mutated at the JSON level (a value replaced by a wrong
 type, a huge or non-finite number, a lone surrogate, deep nesting; keys
 dropped or added; lists cut or extended), protocol 1.4 tensors inline and in a
-binary attachment (the attachment cut, extended or flipped), mutated at the byte level (flipped,
+binary attachment (the attachment cut, extended or flipped), records of a Dict observation with an
+action mask (a second module, "board"), mutated at the byte level (flipped,
 cut, inserted bytes under a correct header), random bodies, and now and then
 a broken header (which must close the connection: the thread reconnects).
 
@@ -89,6 +90,34 @@ ATTACHED: list[tuple[dict[str, Any], bytes]] = [
         "default_agent": dict(GOOD_EPISODE, module="default_policy", start_step=0,
                               obs={"dtype": "float32", "shape": [3, 4], "offset": 0})}}]},
      struct.pack("<12f", *sum(GOOD_EPISODE["obs"], []))),
+]
+
+#: Protocol 1.4: a module "board" whose observation is a Dict with an action mask (§8.6, §11.6), beside
+#: the CartPole module the good client trains; its records carry an object of leaves. Each step's mask
+#: allows one action, so its masked log-probability is 0 under any model (the server checks it).
+BOARD_SPACE = {"type": "Dict", "spaces": {"action_mask": {"type": "Box", "shape": [3], "low": 0, "high": 1},
+                                          "cells": {"type": "Box", "shape": [2, 2], "dtype": "uint8", "low": 0,
+                                                    "high": 255}}}
+BOARD_ENTRY = {"module": "board", "start_step": 0, "actions": [2, 0], "rewards": [0.0, 1.0],
+               "action_logp": [0.0, 0.0], "is_terminated": True, "is_truncated": False,
+               "obs": {"action_mask": [[0, 0, 1], [1, 0, 0], [0, 0, 0]], "cells": [[[1, 2], [3, 4]]] * 3}}
+MODULES = {"default_policy": {"observation_space": {"type": "Box", "shape": [4], "low": "-inf", "high": "inf"},
+                              "action_space": {"type": "Discrete", "n": 2}},
+           "board": {"observation_space": BOARD_SPACE, "action_space": {"type": "Discrete", "n": 3}}}
+RULES = [{"agent_id": "default_agent", "module": "default_policy"}, {"pattern": "*", "module": "board"}]
+CORPUS += [
+    {"type": "EPISODES_AND_GET_STATE", "episodes": [{"episode_id": "b1", "is_terminated": True, "is_truncated": False,
+                                                     "agents": {"p1": BOARD_ENTRY}}]},
+    {"type": "EPISODES", "episodes": [{"episode_id": "b2", "is_terminated": True, "is_truncated": False, "agents": {
+        "p2": dict(BOARD_ENTRY, obs={"action_mask": BOARD_ENTRY["obs"]["action_mask"],
+                                     "cells": {"dtype": "uint8", "shape": [3, 2, 2],
+                                               "b64": base64.b64encode(bytes(range(12))).decode()}})}}]},
+]
+ATTACHED += [
+    ({"type": "EPISODES", "episodes": [{"episode_id": "b3", "is_terminated": True, "is_truncated": False, "agents": {
+        "p3": dict(BOARD_ENTRY, obs={"action_mask": {"dtype": "float32", "shape": [3, 3], "offset": 12},
+                                     "cells": {"dtype": "uint8", "shape": [3, 2, 2], "offset": 0}})}}]},
+     bytes(range(12)) + struct.pack("<9f", 0, 0, 1, 1, 0, 0, 0, 0, 0)),
 ]
 
 #: Raw JSON texts substituted for a value: wrong types, extremes, bad strings, nesting.
@@ -299,6 +328,7 @@ def run(args: argparse.Namespace) -> dict:
         with open(stderr_file, "w") as err:
             server = spawn([sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port),
                             "--train-batch-size", "1000", "--env-steps-per-sample", "250", "--seed", str(args.seed),
+                            "--modules", json.dumps(MODULES), "--policy-mapping", json.dumps(RULES),
                             "--no-tensorboard", "--checkpoint-every", "0", "--logdir", str(tmp_path / "run"),
                             "--summary-file", str(summary_file), "--quiet"],
                            stdout=subprocess.DEVNULL, stderr=err)
