@@ -83,7 +83,9 @@ class Conn {
       if (body) {
         tether::Result<tether::Message> message = tether::decode_message(*body);
         if (!message.ok()) return std::nullopt;
-        message.value().attachment.reset();  // (a view of `body`, which ends here; the SDK sends none)
+        // (a view of `body`, which ends here: kept as a copy, the last message's)
+        attachment = message.value().attachment ? std::string(*message.value().attachment) : std::string();
+        message.value().attachment.reset();
         return message.value();
       }
       if (stop.load() || Clock::now() > deadline) return std::nullopt;
@@ -95,6 +97,8 @@ class Conn {
       if (!decoder_.add(std::string_view(buffer, static_cast<std::size_t>(n))).ok()) return std::nullopt;
     }
   }
+  /// The binary attachment (§4.3) of the last message read ("" when it had none).
+  std::string attachment;
   void send_raw(const std::string& bytes) { (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
   void send(const json& message) {
     std::string out;
@@ -163,6 +167,11 @@ class FakeServer {
   std::vector<json> batches() {
     std::lock_guard<std::mutex> lock(mutex_);
     return batches_;
+  }
+  /// The attachment of each batch (parallel to batches(); "" for none).
+  std::vector<std::string> attachments() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return attachments_;
   }
   int connections() const { return connections_.load(); }
   int pings() const { return pings_.load(); }
@@ -248,6 +257,7 @@ class FakeServer {
           {
             std::lock_guard<std::mutex> lock(mutex_);
             batches_.push_back(message->body);
+            attachments_.push_back(conn.attachment);
             n = static_cast<int>(batches_.size());
           }
           if (script_.on_batch) {
@@ -271,6 +281,7 @@ class FakeServer {
   std::atomic<int> pings_{0};
   std::mutex mutex_;
   std::vector<json> batches_;
+  std::vector<std::string> attachments_;
   std::vector<json> messages_;
   std::thread thread_;
 };

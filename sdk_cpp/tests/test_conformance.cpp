@@ -3,6 +3,7 @@
 // Python core. Every file this test claims must run all of its cases (a file
 // with zero cases fails), and every vector file must be claimed or listed as
 // needing a live server, so a new or emptied vector file cannot pass unseen.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -17,10 +18,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tether/action_mask.h"
 #include "tether/distributions.h"
 #include "tether/episode.h"
 #include "tether/framing.h"
 #include "tether/messages.h"
+#include "tether/observation_leaves.h"
 #include "tether/policy_mapping.h"
 #include "tether/session.h"
 #include "tether/spaces.h"
@@ -40,7 +43,8 @@ const std::set<std::string> kServerSessionFiles = {"connection.json", "counting.
 const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json",  "spaces.json",
                                              "logp.json",      "policy_mapping.json", "episodes.json",
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
-                                             "client_pairing.json", "session.json", "tensors.json"};
+                                             "client_pairing.json", "session.json", "tensors.json",
+                                             "composite.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -203,6 +207,26 @@ TEST(Conformance, Logp) {
     // float32 dist inputs (a model's output) agree to float precision.
     const std::vector<float> inputs32(inputs.begin(), inputs.end());
     EXPECT_NEAR(log_prob(s, inputs32.data(), inputs32.size(), action.data(), action.size()).value(), expected, 1e-5);
+    if (c["name"].get<std::string>().rfind("masked_", 0) == 0) {
+      // 1.4 (§11.4, §11.6): a masked logit (-1e9) has probability 0 and is never drawn;
+      // the draws' logp are those of the masked distribution.
+      const std::vector<float> dist(inputs.begin(), inputs.end());
+      Rng rng(7);
+      std::vector<double> record(action.size()), env(action.size());
+      for (int draw = 0; draw < 2000; ++draw) {
+        double logp = 0.0;
+        ASSERT_TRUE(sample_for_record(s, dist.data(), dist.size(), rng, true, record.data(), env.data(), env.size(),
+                                      &logp).ok());
+        std::size_t first = 0;
+        for (std::size_t j = 0; j < record.size(); ++j) {
+          const std::size_t logit = first + static_cast<std::size_t>(record[j]) -
+                                    static_cast<std::size_t>(s.kind() == SpaceKind::kDiscrete ? s.start() : 0);
+          ASSERT_GT(inputs[logit], -1e8) << "drew a masked value";
+          first += s.kind() == SpaceKind::kDiscrete ? static_cast<std::size_t>(s.n()) : static_cast<std::size_t>(s.nvec()[j]);
+        }
+        EXPECT_NEAR(logp, log_prob(s, dist.data(), dist.size(), record.data(), record.size()).value(), 1e-9);
+      }
+    }
     if (c.contains("env_action")) {  // 1.3: the record keeps the raw sample, the engine gets it clipped
       std::vector<double> env(action.size());
       ASSERT_TRUE(to_env_action(s, action.data(), env.data(), env.size()).ok());
@@ -274,6 +298,131 @@ TEST(Conformance, Episodes) {
       EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
     }
   });
+}
+
+// Sets every leaf an observation written as JSON holds (a Dict's leaves by
+// key, a Tuple's by position) as the engine would: a view of its values by
+// leaf path; a value at a path that is no leaf's is set all the same, for
+// the SDK to refuse. The first refusal is kept in `refused`.
+void set_leaves(const json& value, const std::string& path, const Space& space, ObservationLeaves& obs,
+                std::vector<std::vector<float>>& storage, Status& refused) {
+  const bool inner = path.empty() || std::any_of(space.leaves().begin(), space.leaves().end(), [&](const SpaceLeaf& l) {
+                       return l.path.compare(0, path.size() + 1, path + ".") == 0;
+                     });
+  if (space.leaf_index(path) < 0 && inner && (value.is_object() || value.is_array())) {
+    std::size_t i = 0;
+    for (auto it = value.begin(); it != value.end(); ++it, ++i) {
+      const std::string key = value.is_object() ? it.key() : std::to_string(i);
+      set_leaves(*it, path.empty() ? key : path + "." + key, space, obs, storage, refused);
+    }
+    return;
+  }
+  std::vector<double> numbers = flat(value);
+  storage.emplace_back(numbers.begin(), numbers.end());
+  Status status = obs.set(path, storage.back().data(), storage.back().size());
+  if (refused.ok()) refused = status;
+}
+
+// 1.4: composite spaces and masks (§8.6, §11.6, §12.1): a space's leaves,
+// flat row and model inputs; one observation as the engine sets it -> its
+// flat row or the local refusal; records of leaves as a server validates
+// them (§10.6 checks 4c, 14b-14d); a step's mask as a client checks it before sampling.
+TEST(Conformance, Composite) {
+  std::set<std::string> kinds;
+  run_cases("composite.json", [&](const json&, const json& c) {
+    const std::string kind = c["kind"].get<std::string>();
+    kinds.insert(kind);
+    if (kind == "space") {
+      Result<Space> s = Space::from_json(c["space"]);
+      if (c.contains("error")) {
+        ASSERT_FALSE(s.ok());
+        EXPECT_EQ(to_string(s.status().code()), c["error"].get<std::string>());
+        return;
+      }
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      const std::vector<SpaceLeaf>& leaves = s.value().leaves();
+      ASSERT_EQ(leaves.size(), c["leaves"].size());
+      for (std::size_t i = 0; i < leaves.size(); ++i) {
+        const json& want = c["leaves"][i];
+        EXPECT_EQ(leaves[i].path, want["path"].get<std::string>());
+        EXPECT_EQ(leaves[i].offset, want["offset"].get<std::size_t>());
+        EXPECT_EQ(leaves[i].size, want["size"].get<std::size_t>());
+        EXPECT_EQ(leaves[i].is_bytes() ? "uint8" : "float32", want["dtype"].get<std::string>());
+        EXPECT_EQ(s.value().leaf_index(leaves[i].path), static_cast<int>(i));
+        // The model input of the leaf (§12.1): its path, uint8 in its shape, or float32 [size].
+        const json& input = c["inputs"][i];
+        EXPECT_EQ(input["name"].get<std::string>(), leaves[i].path);
+        const std::vector<std::int64_t> dims =
+            leaves[i].is_bytes() ? leaves[i].space.shape() : std::vector<std::int64_t>{static_cast<std::int64_t>(leaves[i].size)};
+        EXPECT_EQ(dims, input["dims"].get<std::vector<std::int64_t>>());
+      }
+      EXPECT_EQ(s.value().flat_dim(), c["flat_dim"].get<std::size_t>());
+      // The canonical JSON reads back as the same space; a composite is never an action space.
+      Result<Space> again = Space::from_json(s.value().to_json());
+      ASSERT_TRUE(again.ok());
+      EXPECT_TRUE(again.value() == s.value());
+      EXPECT_FALSE(ActionMask::of_action_space(s.value()).ok());
+      return;
+    }
+    if (kind == "observation") {
+      const Space s = space(c["space"]);
+      ObservationLeaves obs(s);
+      std::vector<std::vector<float>> storage;
+      storage.reserve(256);  // (views of it must stay put)
+      Status refused;
+      set_leaves(c["observation"], "", s, obs, storage, refused);
+      std::vector<float> row(s.flat_dim());
+      Status written = refused.ok() ? obs.write_row(row.data(), row.size()) : refused;
+      if (c.contains("error")) {
+        ASSERT_FALSE(written.ok());
+        EXPECT_EQ(to_string(written.code()), c["error"].get<std::string>()) << written.message();
+        // A refused set() stays refused when the row is written.
+        EXPECT_EQ(obs.write_row(row.data(), row.size()).code(), written.code());
+        return;
+      }
+      ASSERT_TRUE(written.ok()) << written.to_string();
+      const std::vector<double> want = flat(c["flat_row"]);
+      ASSERT_EQ(row.size(), want.size());
+      for (std::size_t i = 0; i < row.size(); ++i) EXPECT_EQ(row[i], static_cast<float>(want[i])) << i;
+      return;
+    }
+    if (kind == "episode") {
+      const Space obs = space(c["observation_space"]);
+      const Space act = space(c["action_space"]);
+      std::optional<ActionMask> mask;
+      if (!c["action_mask"].is_null()) {
+        Result<ActionMask> resolved = ActionMask::resolve(obs, act, c["action_mask"].get<std::string>());
+        ASSERT_TRUE(resolved.ok()) << resolved.status().to_string();
+        mask = resolved.value();
+      }
+      Result<Message> m = decode_message(c["body"].get<std::string>());
+      Result<std::size_t> steps = m.ok() ? validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>(),
+                                                             m.value().attachment, mask ? &*mask : nullptr)
+                                         : Result<std::size_t>(m.status());
+      if (c.contains("error")) {
+        ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
+        EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
+      } else {
+        ASSERT_TRUE(steps.ok()) << steps.status().to_string();
+        EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
+      }
+      return;
+    }
+    ASSERT_EQ(kind, "mask");
+    Result<ActionMask> mask = ActionMask::of_action_space(space(c["action_space"]));
+    ASSERT_TRUE(mask.ok()) << mask.status().to_string();
+    const std::vector<double> values = flat(c["mask"]);
+    ASSERT_EQ(values.size(), mask.value().size);
+    const std::vector<float> as_float(values.begin(), values.end());
+    const Status checked = mask.value().check(as_float.data(), "mask");
+    if (c["error"].is_null()) {
+      EXPECT_TRUE(checked.ok()) << checked.to_string();
+    } else {
+      EXPECT_EQ(to_string(checked.code()), c["error"].get<std::string>()) << checked.message();
+    }
+    EXPECT_EQ(mask.value().check(values.data(), "mask").code(), checked.code());
+  });
+  EXPECT_EQ(kinds, (std::set<std::string>{"space", "observation", "episode", "mask"}));
 }
 
 // 1.4: a tensor object (§10.9), with the body's attachment where the case has

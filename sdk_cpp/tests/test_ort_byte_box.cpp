@@ -10,7 +10,9 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,7 @@
 #include "client_test_helpers.h"
 #include "tether/client.h"
 #include "tether/episode.h"
+#include "tether/tensors.h"
 #endif
 
 namespace {
@@ -126,7 +129,7 @@ tether::ClientOptions ort_options_for(const fake::FakeServer& server) {
   return options;
 }
 
-TEST(OrtByteBox, TheClientActsOnImagesAndRecordsThemAsIntegers) {
+TEST(OrtByteBox, TheClientActsOnImagesAndSendsThemAsByteTensors) {
   const ByteModel m = byte_model();
   ASSERT_FALSE(m.bytes.empty());
   fake::FakeServer server(byte_box_script(m));
@@ -147,25 +150,31 @@ TEST(OrtByteBox, TheClientActsOnImagesAndRecordsThemAsIntegers) {
   }
   ASSERT_TRUE(client->flush().ok());
   EXPECT_EQ(client->env_steps_sent(), acted);
-  // The client speaks 1.3 still: records carry JSON numbers, valid for every server.
-  EXPECT_EQ(server.messages().front()["protocol_version"], "1.3");
+  // The client speaks 1.4, as the server: the images go as uint8 tensors in each body's attachment (§10.9).
+  EXPECT_EQ(server.messages().front()["protocol_version"], "1.4");
 
   const tether::Space obs_space = tether::Space::from_json(server.config()["observation_space"]).value();
   const tether::Space act_space = tether::Space::discrete(2).value();
   std::size_t checked = 0;
-  for (const json& batch : server.batches()) {
-    tether::Result<std::size_t> steps = tether::validate_episodes(batch, obs_space, act_space, true);
+  const std::vector<json> batches = server.batches();
+  const std::vector<std::string> attachments = server.attachments();
+  ASSERT_EQ(batches.size(), attachments.size());
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const json& batch = batches[b];
+    const std::optional<std::string_view> attachment = std::string_view(attachments[b]);
+    tether::Result<std::size_t> steps = tether::validate_episodes(batch, obs_space, act_space, true, attachment);
     ASSERT_TRUE(steps.ok()) << steps.status().to_string();
     for (const json& record : batch["episodes"]) {
+      tether::Result<tether::Tensor> obs = tether::decode_tensor(record["obs"], attachment);
+      ASSERT_TRUE(obs.ok()) << obs.status().to_string();
+      ASSERT_EQ(obs.value().dtype(), tether::TensorDtype::kUint8);
+      ASSERT_TRUE(obs.value().in_attachment());
+      std::vector<double> values;
+      obs.value().values(values);
       for (std::size_t t = 0; t < record["actions"].size(); ++t) {
-        // The image's values, nested [2][3][1], as JSON integers; the dist inputs are the model's for it.
-        std::vector<float> image;
-        for (const json& row : record["obs"][t]) {
-          for (const json& pixel : row) {
-            ASSERT_TRUE(pixel[0].is_number_integer()) << pixel;
-            image.push_back(pixel[0].get<float>());
-          }
-        }
+        // The image's bytes; the dist inputs are the model's for it.
+        std::vector<float> image(values.begin() + static_cast<std::ptrdiff_t>(t * m.obs_dim),
+                                 values.begin() + static_cast<std::ptrdiff_t>((t + 1) * m.obs_dim));
         std::size_t r = 0;
         while (r < m.rows && !std::equal(image.begin(), image.end(), &m.obs[r * m.obs_dim])) ++r;
         ASSERT_LT(r, m.rows) << "an image the engine did not show";
