@@ -18,20 +18,29 @@ IMAGE = '{"type": "Box", "shape": [8, 8, 1], "dtype": "uint8", "low": 0, "high":
 CNN = '{"encoder": "cnn", "image_shape": [8, 8, 1], "conv": [[16, 3, 1], [32, 3, 1]], "dense": 128}'
 
 
-@pytest.mark.slow
-def test_the_cnn_learns_to_catch_from_pixels(tmp_path) -> None:
-    random_rate = random_catch_rate(1000, seed=3)  # about 0.12
-    server = ServerProcess(tmp_path, "--observation-space", IMAGE, "--action-space", '{"type": "Discrete", "n": 3}',
-                           "--hidden-sizes", "64", "--model", CNN, "--max-env-steps", "20000", "--seed", "0").start()
+def train_and_play(tmp_path, space: str, model: str, env_steps: int, *client_flags: str) -> tuple[dict, dict]:
+    """A server for catch with ``space`` and ``model``, the example client playing until training is
+    done and then greedy: (the server's summary, the client's report)."""
+    server = ServerProcess(tmp_path, "--observation-space", space, "--action-space", '{"type": "Discrete", "n": 3}',
+                           "--hidden-sizes", "64", "--model", model, "--max-env-steps", str(env_steps),
+                           "--seed", "0").start()
     try:
-        out = subprocess.run([sys.executable, str(REPO / "examples" / "pixel_catch_client.py"), "--port",
-                              str(server.port), "--seed", "3"], cwd=REPO, capture_output=True, text=True, timeout=240)
+        out = subprocess.run([sys.executable, str(REPO / "examples" / "pixel_catch_client.py"), *client_flags,
+                              "--port", str(server.port), "--seed", "3"], cwd=REPO, capture_output=True, text=True,
+                             timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         summary = server.wait(60)
     finally:
         server.kill()
     played = json.loads(out.stdout.strip().splitlines()[-1])
     assert played["training_done"], played
+    return summary, played
+
+
+@pytest.mark.slow
+def test_the_cnn_learns_to_catch_from_pixels(tmp_path) -> None:
+    random_rate = random_catch_rate(1000, seed=3)  # about 0.12
+    summary, played = train_and_play(tmp_path, IMAGE, CNN, 20000)
     # The last 100 training episodes (sampled) and the greedy policy on 200 fresh balls, against random play.
     assert summary["return_mean"] > 2 * random_rate - 1 + 1.0, (summary["return_mean"], random_rate)
     assert played["greedy_catch_rate"] >= 0.9 > random_rate + 0.5, (played, random_rate)
@@ -47,18 +56,6 @@ def test_a_camera_and_a_vector_are_learned_together(tmp_path) -> None:
     """The composite variant (§8.6): the camera shows only the ball, the paddle is a vector leaf, so
     catching needs both: a CNN reads the camera, its features meet the vector in the heads."""
     random_rate = random_catch_rate(1000, seed=3)
-    server = ServerProcess(tmp_path, "--observation-space", COMPOSITE, "--action-space", '{"type": "Discrete", "n": 3}',
-                           "--hidden-sizes", "64", "--model", COMPOSITE_CNN, "--max-env-steps", "40000",
-                           "--seed", "0").start()
-    try:
-        out = subprocess.run([sys.executable, str(REPO / "examples" / "pixel_catch_client.py"), "--composite",
-                              "--port", str(server.port), "--seed", "3"], cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        summary = server.wait(60)
-    finally:
-        server.kill()
-    played = json.loads(out.stdout.strip().splitlines()[-1])
-    assert played["training_done"], played
+    summary, played = train_and_play(tmp_path, COMPOSITE, COMPOSITE_CNN, 40000, "--composite")
     assert summary["return_mean"] > 2 * random_rate - 1 + 0.5, (summary["return_mean"], random_rate)
     assert played["greedy_catch_rate"] >= random_rate + 0.5, (played, random_rate)
