@@ -1,0 +1,226 @@
+// A client of a Dict observation space with an action mask (protocol 1.4,
+// §8.6, §11.6) against the fake server: the engine sets each leaf from its
+// own arrays (ObservationLeaves); bad leaves and masks are refused locally,
+// before anything is recorded or sampled; records go as objects of leaves,
+// each a tensor in the body's attachment, that a server accepts.
+#ifndef _WIN32
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client_test_helpers.h"
+#include "tether/action_mask.h"
+#include "tether/client.h"
+#include "tether/episode.h"
+#include "tether/observation_leaves.h"
+#include "tether/tensors.h"
+
+namespace {
+
+using fake::json;
+
+// Dict(action_mask: Box[3] int8, board: Box[2, 2], cam: uint8 Box[2, 1]) acting in Discrete(3).
+json masked_dict_space() {
+  return {{"type", "Dict"},
+          {"spaces",
+           {{"board", {{"type", "Box"}, {"shape", {2, 2}}, {"low", 0}, {"high", 1}}},
+            {"cam", {{"type", "Box"}, {"shape", {2, 1}}, {"dtype", "uint8"}, {"low", 0}, {"high", 255}}},
+            {"action_mask", {{"type", "Box"}, {"shape", {3}}, {"dtype", "int8"}, {"low", 0}, {"high", 1}}}}}};
+}
+
+fake::ServerScript masked_script() {
+  // Every model the fake server sends prefers even actions (the fake backend does not mask).
+  fake::ServerScript script = fake::answering([](int n) { return fake::state(n, 0); });
+  script.steps_per_sample = 6;
+  script.config_overrides = {{"observation_space", masked_dict_space()},
+                             {"action_space", fake::discrete(3)},
+                             {"action_mask", "action_mask"},
+                             {"onnx_input_names", {"action_mask", "board", "cam"}}};
+  return script;
+}
+
+// One frame's arrays, as an engine holds them.
+struct Frame {
+  float board[4] = {0, 1, 1, 0};
+  std::uint8_t cam[2] = {7, 200};
+  float mask[3] = {1, 0, 1};  // the fake model prefers actions 0 and 2 (even logits)
+};
+
+TEST(CompositeClient, LeavesAreSetByPathAndRecordedAsTensorsOfLeaves) {
+  fake::FakeServer server(masked_script());
+  auto client = fake::connect(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->observation_space().is_composite());
+  ASSERT_NE(client->action_mask(), nullptr);
+  EXPECT_EQ(client->action_mask()->leaf, "action_mask");
+  EXPECT_EQ(client->action_mask()->offset, 0u);  // leaf order: action_mask, board, cam
+
+  tether::ObservationLeaves obs(client->observation_space());
+  const int board = obs.index("board");
+  const int cam = obs.index("cam");
+  const int mask = obs.index("action_mask");
+  ASSERT_GE(board, 0);
+  ASSERT_GE(cam, 0);
+  ASSERT_GE(mask, 0);
+  Frame frame;
+  double action = -1;
+  int acted = 0;
+  for (int e = 0; e < 3; ++e) {
+    const std::string episode = client->start_episode().value();
+    for (int t = 0; t < 4; ++t, ++acted) {
+      frame.board[0] = static_cast<float>(t);
+      frame.cam[0] = static_cast<std::uint8_t>(10 * t + e);
+      ASSERT_TRUE(obs.set(board, frame.board, 4).ok());
+      ASSERT_TRUE(obs.set(cam, frame.cam, 2).ok());
+      ASSERT_TRUE(obs.set(mask, frame.mask, 3).ok());
+      tether::Status status = client->get_action(episode, obs, &action, 1);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      EXPECT_TRUE(action == 0 || action == 2) << action;
+      client->log_returns(episode, 1.0);
+    }
+    const float none[3] = {0, 0, 0};  // the final observation's mask may allow nothing: no action follows it
+    ASSERT_TRUE(obs.set("action_mask", none, 3).ok());
+    tether::Result<double> ended = client->end_episode(episode, obs);
+    ASSERT_TRUE(ended.ok()) << ended.status().to_string();
+  }
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->env_steps_sent(), acted);
+  EXPECT_EQ(server.messages().front()["protocol_version"], "1.4");
+
+  const tether::Space space = client->observation_space();
+  const std::vector<json> batches = server.batches();
+  const std::vector<std::string> attachments = server.attachments();
+  ASSERT_EQ(batches.size(), attachments.size());
+  std::size_t steps = 0;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    const std::optional<std::string_view> attachment = std::string_view(attachments[b]);
+    tether::Result<std::size_t> valid = tether::validate_episodes(batches[b], space, client->action_space(), true,
+                                                                  attachment, client->action_mask());
+    ASSERT_TRUE(valid.ok()) << valid.status().to_string();
+    steps += valid.value();
+    for (const json& record : batches[b]["episodes"]) {
+      ASSERT_TRUE(record["obs"].is_object()) << record["obs"];
+      ASSERT_EQ(record["obs"].size(), 3u);
+      const std::size_t rows = record["actions"].size() + 1;
+      tether::Result<tether::Tensor> cam_rows = tether::decode_tensor(record["obs"]["cam"], attachment);
+      ASSERT_TRUE(cam_rows.ok()) << cam_rows.status().to_string();
+      EXPECT_EQ(cam_rows.value().dtype(), tether::TensorDtype::kUint8);
+      EXPECT_EQ(cam_rows.value().shape(), (std::vector<std::int64_t>{static_cast<std::int64_t>(rows), 2, 1}));
+      EXPECT_EQ(cam_rows.value().value(1), 200.0);
+      tether::Result<tether::Tensor> board_rows = tether::decode_tensor(record["obs"]["board"], attachment);
+      ASSERT_TRUE(board_rows.ok()) << board_rows.status().to_string();
+      EXPECT_EQ(board_rows.value().dtype(), tether::TensorDtype::kFloat32);
+      EXPECT_EQ(board_rows.value().shape(), (std::vector<std::int64_t>{static_cast<std::int64_t>(rows), 2, 2}));
+      EXPECT_EQ(board_rows.value().value(1), 1.0);
+    }
+  }
+  EXPECT_EQ(steps, static_cast<std::size_t>(acted));
+}
+
+TEST(CompositeClient, BadLeavesAndMasksAreRefusedLocallyAndNothingIsRecorded) {
+  fake::FakeServer server(masked_script());
+  auto client = fake::connect(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  const std::string episode = client->start_episode().value();
+  Frame frame;
+  double action = -1;
+  const auto code_of = [&](const tether::ObservationLeaves& obs) {
+    return client->get_action(episode, obs, &action, 1).code();
+  };
+  const auto full = [&] {
+    tether::ObservationLeaves obs(client->observation_space());
+    EXPECT_TRUE(obs.set("board", frame.board, 4).ok());
+    EXPECT_TRUE(obs.set("cam", frame.cam, 2).ok());
+    EXPECT_TRUE(obs.set("action_mask", frame.mask, 3).ok());
+    return obs;
+  };
+  {
+    tether::ObservationLeaves obs(client->observation_space());
+    ASSERT_TRUE(obs.set("board", frame.board, 4).ok());
+    ASSERT_TRUE(obs.set("action_mask", frame.mask, 3).ok());
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kObsLeafMismatch);  // cam never set
+  }
+  {
+    tether::ObservationLeaves obs = full();
+    EXPECT_EQ(obs.set("lidar", frame.board, 1).code(), tether::ErrorCode::kObsLeafMismatch);
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kObsLeafMismatch);
+    obs.clear();  // the next frame starts afresh
+    obs = full();
+    EXPECT_TRUE(client->get_action(episode, obs, &action, 1).ok());
+  }
+  {
+    tether::ObservationLeaves obs = full();
+    EXPECT_EQ(obs.set("board", frame.board, 3).code(), tether::ErrorCode::kObsShapeMismatch);
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kObsShapeMismatch);
+  }
+  {
+    tether::ObservationLeaves obs = full();
+    float board[4] = {0, std::numeric_limits<float>::quiet_NaN(), 0, 0};
+    ASSERT_TRUE(obs.set("board", board, 4).ok());
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kNonFiniteValue);
+  }
+  {
+    tether::ObservationLeaves obs = full();
+    const float cam[2] = {256, 1};  // a byte leaf set from floats takes integers 0-255 only
+    ASSERT_TRUE(obs.set("cam", cam, 2).ok());
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kObsDtypeMismatch);
+  }
+  {
+    tether::ObservationLeaves obs = full();
+    const float mask[3] = {1, 2, 0};
+    ASSERT_TRUE(obs.set("action_mask", mask, 3).ok());
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kInvalidActionMask);
+    const float empty[3] = {0, 0, 0};
+    ASSERT_TRUE(obs.set("action_mask", empty, 3).ok());
+    EXPECT_EQ(code_of(obs), tether::ErrorCode::kActionMaskEmpty);
+    // The flat row is checked alike.
+    std::vector<float> row(client->observation_space().flat_dim());
+    ASSERT_TRUE(obs.write_row(row.data(), row.size()).ok());
+    EXPECT_EQ(client->get_action(episode, row.data(), row.size(), &action, 1).code(),
+              tether::ErrorCode::kActionMaskEmpty);
+    // ... but not a final observation's mask.
+    EXPECT_TRUE(client->end_episode(episode, obs).ok());
+  }
+  ASSERT_TRUE(client->flush().ok());
+  // One step acted (the good frame): its record holds 1 action, the refused frames none.
+  std::size_t steps = 0;
+  for (const json& batch : server.batches()) {
+    for (const json& record : batch["episodes"]) steps += record["actions"].size();
+  }
+  EXPECT_EQ(steps, 1u);
+}
+
+TEST(CompositeClient, ADictActionSpaceOrAMaskThatDoesNotFitIsRefusedAtConnect) {
+  for (const json& overrides :
+       {json{{"action_space", masked_dict_space()}, {"action_mask", nullptr}},
+        json{{"action_mask", "board"}},     // 4 values, 3 logits
+        json{{"action_mask", "missing"}}}) {
+    fake::ServerScript script = masked_script();
+    for (auto it = overrides.begin(); it != overrides.end(); ++it) script.config_overrides[it.key()] = *it;
+    fake::FakeServer server(script);
+    tether::ClientOptions options = fake::options_for(server);
+    options.reconnect_timeout_s = 0.5;
+    auto connected = tether::TetherClient::connect(options);
+    ASSERT_FALSE(connected.ok()) << overrides;
+    EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
+  }
+}
+
+TEST(CompositeClient, ObservationLeavesNeedsACompositeSpace) {
+  tether::ObservationLeaves obs(tether::Space::box({2}, 0.0, 1.0).value());
+  const float values[2] = {0, 1};
+  EXPECT_EQ(obs.set(0, values, 2).code(), tether::ErrorCode::kObsLeafMismatch);
+  float row[2];
+  EXPECT_FALSE(obs.write_row(row, 2).ok());
+}
+
+}  // namespace
+
+#endif  // _WIN32
