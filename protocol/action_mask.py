@@ -72,16 +72,17 @@ class ActionMask:
             raise MessageError(ErrorCode.ACTION_MASKED,
                                f"{where}actions[{step}] = {actions[step].tolist()} is forbidden by its mask {key}[{step}]")
 
-    def allows_something(self, mask: np.ndarray) -> str | None:
-        """Why one step's mask (K values) cannot be acted on, or None: what a client checks before
-        sampling, so that it raises instead of sending an action the server would refuse."""
+    def why_not_actable(self, mask: np.ndarray) -> tuple[ErrorCode, str] | None:
+        """Why one step's mask (K values) cannot be acted on, as (code, message), or None: what a
+        client checks before sampling, so that it raises instead of sending an action the server
+        would refuse (INVALID_ACTION_MASK, ACTION_MASK_EMPTY)."""
         mask = np.asarray(mask).reshape(-1)
         if not ((mask == 0) | (mask == 1)).all():
-            return f"the action mask '{self.leaf.path}' holds a value other than 0 and 1"
+            return ErrorCode.INVALID_ACTION_MASK, f"the action mask '{self.leaf.path}' holds a value other than 0 and 1"
         for number, (first, count) in enumerate(self.segments):
             if not mask[first:first + count].any():
                 entry = f" for entry {number}" if len(self.segments) > 1 else ""
-                return f"the action mask '{self.leaf.path}' allows no action{entry}"
+                return ErrorCode.ACTION_MASK_EMPTY, f"the action mask '{self.leaf.path}' allows no action{entry}"
         return None
 
 

@@ -28,7 +28,7 @@ from .distributions import dist_inputs_size
 from .errors import ErrorCode, MessageError
 from .messages import is_text
 from .spaces import Box, Discrete, LeafSpace, MultiDiscrete, Space, is_composite
-from .tensors import TENSOR_DTYPES, TensorError, decode_tensor, is_tensor
+from .tensors import ATTACHMENT, TENSOR_DTYPES, TensorError, decode_tensor, is_tensor
 
 
 @dataclass
@@ -239,7 +239,7 @@ def _composite_observations(value: Any, space: Any, index: int) -> np.ndarray:
                     f'member per leaf ({", ".join(leaf.path for leaf in leaves)})')
     wanted = [leaf.path for leaf in leaves]
     missing = [path for path in wanted if path not in value]
-    extra = sorted(set(value) - set(wanted))
+    extra = sorted(set(value) - set(wanted) - {ATTACHMENT})  # (the server's own member, bind_attachment)
     if missing or extra:
         what = "; ".join(part for part in (missing and f"missing {', '.join(missing)}",
                                            extra and f"unknown {', '.join(map(repr, extra))}") if part)

@@ -85,10 +85,6 @@ def _claimed_bytes(tensor: dict[str, Any]) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
-#: Members only a tensor object has: an object with none of them is not one.
-_TENSOR_MEMBERS = frozenset({"dtype", "shape", "offset", "b64"})
-
-
 def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> None:
     """Lets every tensor object of a message's observations (records' and agent entries' ``obs``)
     read the body's attachment; removes a member of the internal name that a sender wrote."""
@@ -106,8 +102,9 @@ def bind_attachment(message: dict[str, Any], attachment: memoryview | None) -> N
             if not isinstance(obs, dict):
                 continue
             obs.pop(ATTACHMENT, None)
-            # A tensor, or (1.4) a composite observation's object of leaves, each maybe a tensor (§8.6).
-            tensors = [obs] if _TENSOR_MEMBERS & obs.keys() else [v for v in obs.values() if isinstance(v, dict)]
+            # A tensor, or (1.4) a composite observation's object of leaves, each maybe a tensor (§8.6):
+            # a tensor's members are never objects, and a leaf may be named like one ("shape").
+            tensors = [v for v in obs.values() if isinstance(v, dict)] or [obs]
             for tensor in tensors:
                 tensor.pop(ATTACHMENT, None)
                 if attachment is not None:

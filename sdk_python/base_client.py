@@ -39,14 +39,21 @@ def finite_observation(observation: Any, what: str = "observation") -> np.ndarra
 
 
 def observation_row(observation: Any, space: Any, mask: ActionMask | None, what: str = "observation") -> np.ndarray:
-    """**[1.4]** One observation of a Dict or Tuple space as its flat row (§8.6), refused here, by name,
+    """**[1.4]** One observation of a Dict or Tuple space (its leaves by key or position, or already its
+    flat row) as its flat row (§8.6), refused here, by name,
     as the server would refuse the batch: a missing or unknown leaf (OBS_LEAF_MISMATCH), one of
     another size (OBS_SHAPE_MISMATCH), a NaN (NON_FINITE_VALUE), a byte leaf's value that is not an
     integer 0-255 (OBS_DTYPE_MISMATCH), an action mask that is not 0/1 (INVALID_ACTION_MASK) or
     allows nothing (ACTION_MASK_EMPTY: no action could be sampled). Other spaces: finite_observation."""
     if not is_composite(space):
         return finite_observation(observation, what)
-    row = flatten_observation(space, observation)
+    if isinstance(observation, np.ndarray):  # (already its flat row: checked all the same)
+        row = observation.astype(np.float32).reshape(-1)
+        if row.size != space.flat_dim:
+            raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"{what} has {row.size} values; the flat row of "
+                                    f"its Dict or Tuple space has {space.flat_dim} (or pass its leaves by name)")
+    else:
+        row = flatten_observation(space, observation)
     if not np.isfinite(row).all():
         bad = int(np.flatnonzero(~np.isfinite(row))[0])
         leaf = next(leaf for leaf in space.leaves if leaf.offset <= bad < leaf.offset + leaf.size)
@@ -55,10 +62,9 @@ def observation_row(observation: Any, space: Any, mask: ActionMask | None, what:
         if leaf.is_bytes:
             check_byte_values(row[leaf.offset:leaf.offset + leaf.size], leaf.space, f"{what} leaf {leaf.path!r}")
     if mask is not None:
-        why = mask.allows_something(mask.of_rows(row[None])[0])
-        if why is not None:
-            code = ErrorCode.INVALID_ACTION_MASK if "0 and 1" in why else ErrorCode.ACTION_MASK_EMPTY
-            raise InvalidInputError(code, f"{what}: {why}")
+        refusal = mask.why_not_actable(mask.of_rows(row[None])[0])
+        if refusal is not None:
+            raise InvalidInputError(refusal[0], f"{what}: {refusal[1]}")
     return row
 
 
@@ -330,7 +336,8 @@ class BaseClient:
             return
         if not records and not even_empty:
             return
-        batch = Batch(records, env_steps, agent_steps, self._take_claim(), connection=self._connection)
+        batch = Batch(records, env_steps, agent_steps, self._take_claim(), connection=self._connection,
+                      forms=self.link.observation_forms())
         waited = self.when_queue_full == "wait" and not self.link.has_room(agent_steps)
         if waited:
             # The steps are cut: they are queued whatever errors arrive meanwhile

@@ -30,7 +30,7 @@ from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.action_mask import ActionMask, resolve_action_mask
 from tether.protocol.distributions import sample_for_record
-from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherConnectionError  # noqa: F401
+from tether.protocol.errors import ErrorCode, InvalidInputError, MessageError, NotReadyError, TetherConnectionError  # noqa: F401
 from tether.protocol.messages import MessageType
 from tether.protocol.onnx_codec import decode_onnx
 from tether.protocol.spaces import Space, from_gymnasium, space_from_json
@@ -127,8 +127,11 @@ class TetherClient(BaseClient):
         )
         self.action_space = space_from_json(config["action_space"]) if "action_space" in config else self._user_action_space
         #: **[1.4]** The leaf that masks actions (§11.6), checked before sampling.
-        self._action_mask = (resolve_action_mask(self.observation_space, self.action_space, config["action_mask"])
-                             if config.get("action_mask") else None)
+        try:
+            self._action_mask = (resolve_action_mask(self.observation_space, self.action_space, config["action_mask"])
+                                 if config.get("action_mask") else None)
+        except (ValueError, TypeError) as exc:  # (a server's action_mask that cannot mask its spaces, §9.1)
+            raise MessageError(ErrorCode.INVALID_FIELD, f"SET_CONFIG action_mask: {exc}") from None
         if any(old is not None and new is not None and not same_space(old, new)
                for old, new in zip(spaces, (self.observation_space, self.action_space))):
             # A new connection's server describes other spaces (§6.5): the model cannot serve them

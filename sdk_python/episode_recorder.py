@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tether.protocol.episodes import encode_episode, version_runs
-from tether.protocol.spaces import Box
+from tether.protocol.spaces import Box, Dict, Tuple
 
 
 def same_space(a: Any, b: Any) -> bool:
@@ -19,7 +19,11 @@ def same_space(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, Box):
-        return a.shape == b.shape and bool(np.array_equal(a.low, b.low)) and bool(np.array_equal(a.high, b.high))
+        return (a.shape == b.shape and a.is_bytes == b.is_bytes and bool(np.array_equal(a.low, b.low))
+                and bool(np.array_equal(a.high, b.high)))
+    if isinstance(a, (Dict, Tuple)):  # (leaf by leaf: a Box's arrays have no single truth value)
+        return len(a.leaves) == len(b.leaves) and all(
+            x.path == y.path and same_space(x.space, y.space) for x, y in zip(a.leaves, b.leaves))
     return bool(a == b)
 
 

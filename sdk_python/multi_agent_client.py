@@ -35,11 +35,13 @@ from tether.protocol.messages import MessageType
 from tether.protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
 from tether.protocol.onnx_codec import decode_onnx
 from tether.protocol.policy_mapping import PolicyMapping
+from tether.protocol.spaces import is_composite
 from .server_link import Batch
 
 
 def _structured(value: Any) -> bool:
     """An observation given by leaves (a Dict's mapping, a Tuple's tuple of arrays), not as one array."""
+    # (a list stays one array, as before: a Tuple space's observation is a Python tuple)
     return isinstance(value, Mapping) or (isinstance(value, tuple) and any(not np.isscalar(v) for v in value))
 
 
@@ -277,11 +279,12 @@ class MultiAgentClient(BaseClient):
         """**[1.4]** Dict and Tuple observations (§8.6) as their modules' flat rows, checked (leaves,
         values, and before acting the action mask, §11.6); they become the agents' latest too."""
         for actor_id, value in actor_obs.items():
-            if isinstance(value, np.ndarray) or actor_id not in episode.actors:
-                continue
-            spec = self.modules[episode.actors[actor_id].module_id]
+            actor = episode.actors.get(actor_id)
+            spec = self.modules.get(actor.module_id) if actor is not None else None
+            if spec is None or (not is_composite(spec.observation_space) and isinstance(value, np.ndarray)):
+                continue  # (an actor that never acted, or whose module the server no longer describes)
             row = observation_row(value, spec.observation_space, None if final else spec.action_mask,
-                                  f"observation of {actor_id!r}")
+                                  f"observation of {actor_id!r}").reshape(-1)
             actor_obs[actor_id] = row
             (episode.latest_obs if final else episode.frame_obs)[actor_id] = row
 

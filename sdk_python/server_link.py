@@ -86,6 +86,10 @@ class Batch:
     #: The connection (1, 2, ...) its steps' versions were learned on: only on it are
     #: they sent per step (weights_seq_no_runs, §10.1).
     connection: int | None = None
+    #: **[1.4]** The observation spaces its records were recorded under that are not sent as plain
+    #: JSON (byte boxes, Dict and Tuple; ``ServerLink.observation_forms`` when it was cut): a resend
+    #: after a reconnect writes them for those spaces, whatever the new server's are (§6.5).
+    forms: dict[str | None, Any] | None = None
     #: Cut with no records on purpose (its episodes held back, §13.2): it is sent all the same.
     empty: bool = False
 
@@ -629,7 +633,7 @@ class ServerLink:
         self.connections += 1
         self._post("connected", info, config, prepared)
 
-    def _observation_forms(self) -> dict[str | None, Space]:
+    def observation_forms(self) -> dict[str | None, Space]:
         """The modules (None: the single-agent space) whose observations are not sent as plain JSON
         numbers: byte boxes and **[1.4]** Dict and Tuple spaces. Parsed once per SET_CONFIG."""
         config = self.server_config
@@ -643,13 +647,14 @@ class ServerLink:
             self._forms, self._forms_of = forms, config
         return self._forms
 
-    def _wire_observations(self, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes | None]:
+    def _wire_observations(self, records: list[dict[str, Any]],
+                           forms: dict[str | None, Any] | None = None) -> tuple[list[dict[str, Any]], bytes | None]:
         """The records as sent: a byte-box module's observations (§8.1) go to a server of 1.4 or
         later as one uint8 tensor per record or agent entry, its bytes in the body's attachment
         (§10.9, §4.3); to an older server, as JSON numbers. **[1.4]** A Dict or Tuple module's go as
         an object of its leaves (§8.6), each one tensor in the attachment. The batch's own records
         are left as they are (a resend to another server is written for that one)."""
-        forms = self._observation_forms()
+        forms = self.observation_forms() if forms is None else forms
         if not forms:
             return records, None
         binary = self.speaks(1, 4)
@@ -669,6 +674,8 @@ class ServerLink:
         def wire(obs: list[Any], space: Space) -> Any:
             if is_composite(space):
                 rows = np.stack([np.asarray(o, dtype=np.float32).reshape(-1) for o in obs])
+                if rows.shape[1] != space.flat_dim:  # (recorded under other spaces: the server says so)
+                    return [row.tolist() for row in rows]
                 return {path: tensor(values) for path, values in leaf_arrays(space, rows).items()}
             if not binary:
                 return obs
@@ -764,7 +771,7 @@ class ServerLink:
                 record.pop("weights_seq_no_runs", None)
                 for entry in record.get("agents", {}).values() if isinstance(record.get("agents"), dict) else ():
                     entry.pop("weights_seq_no_runs", None)
-        episodes, attachment = self._wire_observations(batch.episodes)
+        episodes, attachment = self._wire_observations(batch.episodes, batch.forms)
         message: dict[str, Any] = {"episodes": episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:
             message["agent_steps"] = batch.agent_steps

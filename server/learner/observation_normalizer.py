@@ -55,22 +55,27 @@ class NormalizedPolicy(PolicyModel):
         # A constant of the graph, not a weight: not in the state (nor randomised when traced).
         self.register_buffer("selected", None if selected is None else torch.from_numpy(np.asarray(selected, dtype=bool)),
                              persistent=False)
+        #: The columns whose statistics are kept (all when None): an image's are never read.
+        self._columns = None if selected is None else np.flatnonzero(np.asarray(selected, dtype=bool))
 
     def observe(self, obs: np.ndarray) -> None:
         """Fold a batch of observations (rows of obs_dim values) into the statistics."""
-        rows = np.asarray(obs, dtype=np.float64).reshape(-1, self.obs_dim)
+        rows = np.asarray(obs).reshape(-1, self.obs_dim)
         if rows.shape[0] == 0:
             return
+        columns = slice(None) if self._columns is None else self._columns
+        rows = rows[:, columns].astype(np.float64)
         batch_mean = rows.mean(axis=0)
         batch_var = rows.var(axis=0)
         n = float(rows.shape[0])
         count = float(self.count)
-        mean = self.running_mean.cpu().numpy()
-        var = self.running_var.cpu().numpy()
+        new_mean = self.running_mean.cpu().numpy().copy()
+        new_var = self.running_var.cpu().numpy().copy()
+        mean, var = new_mean[columns], new_var[columns]
         total = count + n
         delta = batch_mean - mean
-        new_mean = mean + delta * n / total
-        new_var = (var * count + batch_var * n + delta * delta * count * n / total) / total
+        new_mean[columns] = mean + delta * n / total
+        new_var[columns] = (var * count + batch_var * n + delta * delta * count * n / total) / total
         device = self.obs_mean.device
         self.count.fill_(total)
         self.running_mean.copy_(torch.from_numpy(new_mean))

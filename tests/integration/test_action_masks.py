@@ -156,3 +156,46 @@ def test_the_multi_agent_client_takes_dict_observations_and_masks(tmp_path) -> N
             client.close()
         summary = server.stop()
     assert summary["agent_steps"] == 150, summary
+
+
+CAMERA_AND_PADDLE = {"type": "Dict", "spaces": {
+    "camera": {"type": "Box", "shape": [4, 4, 1], "dtype": "uint8", "low": 0, "high": 255},
+    "paddle": {"type": "Box", "shape": [2], "low": -1, "high": 1}}}
+
+
+def test_byte_leaves_flat_rows_finals_and_a_restart_with_a_dict_space(tmp_path) -> None:
+    """The Python SDK with a camera-and-vector Dict (no mask): a byte leaf's bad value, a flat row of
+    the wrong width and a final observation without a leaf are refused at the call; a flat row of
+    the right width is taken; and the client goes on across a server restart with the same space."""
+    from .server_process import free_port
+
+    port = free_port()
+    flags = ("--observation-space", json.dumps(CAMERA_AND_PADDLE), "--action-space", '{"type": "Discrete", "n": 3}',
+             "--seed", "0")
+    camera = np.zeros((4, 4, 1), np.uint8)
+    with ServerProcess(tmp_path, *flags, port=port, name="first"):
+        client = TetherClient("127.0.0.1", port, client_name="dict-restart", reconnect_timeout_s=60)
+        episode = client.start_episode()
+        for observation, code in [
+            ({"camera": np.full((4, 4, 1), 300.0), "paddle": [0, 0]}, "OBS_DTYPE_MISMATCH"),
+            ({"camera": np.full((4, 4, 1), 0.5), "paddle": [0, 0]}, "OBS_DTYPE_MISMATCH"),
+            (np.zeros(17, np.float32), "OBS_SHAPE_MISMATCH"),
+            ((camera, [0, 0]), "OBS_LEAF_MISMATCH"),  # (a Dict's leaves go by key)
+        ]:
+            with pytest.raises(InvalidInputError) as info:
+                client.get_action(episode, observation)
+            assert info.value.code == code, (code, info.value)
+        assert client.get_action(episode, np.zeros(18, np.float32)) in range(3)  # (its flat row, checked alike)
+        client.log_returns(episode, 1.0)
+        with pytest.raises(InvalidInputError) as info:
+            client.end_episode(episode, {"camera": camera})
+        assert info.value.code == "OBS_LEAF_MISMATCH"
+        client.get_action(episode, {"camera": camera, "paddle": [0.5, -0.5]})
+    with ServerProcess(tmp_path, *flags, port=port, name="second"):
+        for _ in range(100):  # across the restart: the same space, so nothing is dropped or refused
+            client.log_returns(episode, 1.0)
+            client.get_action(episode, {"camera": camera, "paddle": [0.5, -0.5]})
+        client.end_episode(episode, {"camera": camera, "paddle": [0.0, 0.0]})
+        client.flush()
+        assert client.reconnects >= 1
+        client.close()

@@ -52,5 +52,31 @@ def test_a_1_3_client_from_before_protocol_1_4_trains_unchanged(tmp_path) -> Non
         summary = server.stop()
     played = json.loads(out.stdout.strip().splitlines()[-1])
     assert played["version"] == "1.3" and played["server_version"] == "1.4", played
-    assert played["sent"] >= 2500 and summary["env_steps"] == played["sent"], (played, summary)
-    assert summary["updates"] >= 2, summary
+    # (the server may ask to record only a share of the episodes once it has a backlog: not all 3000 go)
+    assert played["sent"] >= 1000 and summary["env_steps"] == played["sent"], (played, summary)
+    assert summary["updates"] >= 1, summary
+
+
+CONNECT = """
+import sys
+from tether.sdk import TetherClient
+try:
+    TetherClient("127.0.0.1", int(sys.argv[1]), client_name="frozen-1.3", reconnect_timeout_s=5)
+except Exception as exc:  # noqa: BLE001 - what the old client raises is what is checked
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_a_1_3_client_refuses_a_dict_space_clearly_and_sends_nothing(tmp_path) -> None:
+    """A module with a Dict observation needs a 1.4 client (§15): an older one refuses the space in
+    SET_CONFIG with a local INVALID_FIELD that names it, and the server sees no data."""
+    root = frozen_sdk(tmp_path)
+    space = {"type": "Dict", "spaces": {"action_mask": {"type": "Box", "shape": [2], "low": 0, "high": 1},
+                                        "board": {"type": "Box", "shape": [3]}}}
+    with ServerProcess(tmp_path, "--observation-space", json.dumps(space), "--action-space",
+                       '{"type": "Discrete", "n": 2}') as server:
+        out = subprocess.run([sys.executable, "-c", CONNECT, str(server.port)], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
+        summary = server.stop()
+    assert "INVALID_FIELD" in out.stdout and "'Dict'" in out.stdout, (out.stdout, out.stderr[-2000:])
+    assert summary["env_steps"] == 0

@@ -153,3 +153,41 @@ def test_the_default_mask_is_the_action_mask_leaf_and_announced() -> None:
     assert spec.to_json()["onnx_input_names"] == ["action_mask", "camera", "speed"]
     off = ServerConfig(observation_space=SCENE.to_json(), action_space={"type": "Discrete", "n": 4}, action_mask="")
     assert build_layout(off).specs["default_policy"].action_mask_leaf is None
+
+
+def test_a_centralized_critic_reads_composite_rows_of_other_agents() -> None:
+    """value_obs of composite rows (§9.7: the listed agents' flat rows): the CNN reads each image of
+    the critic's input with the same weights, and an update trains on it."""
+    mask = resolve_action_mask(SCENE, Discrete(4), None)
+    learner = PPOLearner(SCENE, Discrete(4), PPOHyperparams(model=SMALL_CNN, minibatch_size=32), seed=0,
+                         value_obs_dim=2 * SCENE.flat_dim, action_mask=mask)
+    obs = rows(SCENE, 33, seed=4)
+    chunk = EpisodeChunk(obs=obs, actions=np.zeros(32, np.int64), rewards=np.ones(32, np.float32), action_logp=None,
+                         action_dist_inputs=None, is_terminated=True, is_truncated=False)
+    chunk.value_obs = np.concatenate([rows(SCENE, 33, seed=5), rows(SCENE, 33, seed=6)], axis=1)
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    stats = learner.update(build_batch([chunk]))
+    assert np.isfinite(stats["value_loss"]) if "value_loss" in stats else all(np.isfinite(v) for v in stats.values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.model.parameters()))
+
+
+def test_a_leaf_named_like_a_tensor_member_still_reads_its_attachment() -> None:
+    """bind_attachment (§10.9) tells a composite obs from a tensor by its members' values, not names:
+    a Dict leaf called "shape" is a leaf."""
+    from tether.protocol.messages import decode_message
+    from tether.protocol.multi_agent import ModuleSpec, decode_single_agent_record
+    from tether.protocol.tensors import bind_attachment
+
+    space = Dict((("shape", box(0, 255, (2,), dtype="uint8")), ("speed", box(-1, 1, (1,)))))
+    spec = ModuleSpec("m", space, Discrete(2))
+    record = {"obs": {"shape": {"dtype": "uint8", "shape": [2, 2], "offset": 0},
+                      "speed": {"dtype": "float32", "shape": [2, 1], "offset": 4}},
+              "actions": [1], "rewards": [0.0], "is_terminated": True, "is_truncated": False}
+    import json
+    import struct
+    body = json.dumps({"type": "EPISODES", "episodes": [record]}).encode()
+    attachment = bytes([1, 2, 3, 4]) + struct.pack("<2f", 0.5, -0.5)
+    _, message = decode_message(body)
+    bind_attachment(message, memoryview(attachment))
+    chunk = decode_single_agent_record(message["episodes"][0], 0, {"m": spec}, "m", False).agents[0].chunk
+    np.testing.assert_array_equal(chunk.obs, [[1, 2, 0.5], [3, 4, -0.5]])
