@@ -7,7 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 repo="$(cd "$here/.." && pwd)"
-out="$here/.build"  # hidden: Unity does not import it when the package is added from this folder
+out="${TETHER_CSHARP_BUILD_DIR:-$here/.build}"  # hidden: Unity does not import it when the package is added from this folder
 mkdir -p "$out"
 newtonsoft="$(pkg-config --libs newtonsoft-json | tr ' ' '\n' | sed -n 's/^-r://p' | head -1)"
 nunit_framework="$(pkg-config --libs nunit | tr ' ' '\n' | sed -n 's/^-r://p' | grep 'nunit.framework.dll$')"
