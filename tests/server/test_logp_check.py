@@ -101,3 +101,41 @@ def test_per_step_versions_are_checked_by_their_own_kept_version_only() -> None:
     with pytest.raises(MessageError) as err:
         check_behaviour_logp(records(mixed), {"m": -1}, {"m": history})
     assert "action_logp[25]" in err.value.message
+
+
+def test_a_large_observation_module_has_a_random_sample_of_each_message_checked(monkeypatch) -> None:
+    """Image observations (>= LARGE_OBSERVATION_VALUES values): SAMPLED_STEPS steps of a message go
+    through the model, chosen at random; a message whose every logp is made up is still refused,
+    and one with a single made-up step is caught in about SAMPLED_STEPS / steps of its sendings."""
+    from tether.server.ingest import logp_check
+
+    image = box(0, 255, (16, 16, 16), dtype="uint8")  # 4096 values
+    learner = PPOLearner(image, Discrete(3), PPOHyperparams(model={"encoder": "cnn", "image_shape": [16, 16, 16],
+                                                                   "conv": [[4, 4, 4]], "dense": 8}), seed=0)
+    history = PolicyHistory(keep=1)
+    history.add(0, learner.export_onnx(), learner.action_space, image)
+    steps = 200
+    obs = np.random.default_rng(0).integers(0, 256, (steps + 1, 16, 16, 16)).astype(np.uint8)
+    actions = np.zeros(steps, np.int64)
+    true_logp = history.model(0).dist_inputs(obs[:-1])
+    true_logp = true_logp[:, 0] - np.log(np.exp(true_logp).sum(-1))
+    rows_seen: list[int] = []
+    real = logp_check._logp
+    monkeypatch.setattr(logp_check, "_logp", lambda m, o, a: (rows_seen.append(len(o)), real(m, o, a))[1])
+
+    def chunk(logp: np.ndarray) -> EpisodeChunk:
+        return EpisodeChunk(obs, actions, np.zeros(steps, np.float32), logp.astype(np.float32), None, True, False)
+
+    check_behaviour_logp(records(chunk(true_logp)), {"m": 0}, {"m": history})
+    assert rows_seen == [logp_check.SAMPLED_STEPS]
+    with pytest.raises(MessageError):
+        check_behaviour_logp(records(chunk(true_logp - 5.0)), {"m": 0}, {"m": history})
+    one_lie = true_logp.copy()
+    one_lie[123] = -1000.0
+    caught = 0
+    for _ in range(200):
+        try:
+            check_behaviour_logp(records(chunk(one_lie)), {"m": 0}, {"m": history})
+        except MessageError:
+            caught += 1
+    assert 0.06 < caught / 200 < 0.30, caught  # about 32 / 200 = 0.16
