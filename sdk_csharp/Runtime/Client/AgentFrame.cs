@@ -30,6 +30,7 @@ namespace Tether.Client
         double[] actions = new double[0];
         int[] actionOffsets = new int[1];
         bool hasActions;
+        int uniformSize = -1, uniformCount;  // actionOffsets[0..uniformCount] hold i * uniformSize (-1: not laid out so)
 
         /// <summary>Number of agents in the frame.</summary>
         public int Count { get { return count; } }
@@ -244,6 +245,7 @@ namespace Tether.Client
         internal void LayOutActions(int[] sizes)
         {
             int n = count;
+            uniformSize = -1;
             if (actionOffsets.Length < n + 1) actionOffsets = new int[Math.Max(n + 1, 2 * actionOffsets.Length)];
             int[] offsets = actionOffsets;
             int total = 0;
@@ -261,9 +263,15 @@ namespace Tether.Client
         internal void LayOutUniformActions(int size)
         {
             int n = count;
-            if (actionOffsets.Length < n + 1) actionOffsets = new int[Math.Max(n + 1, 2 * actionOffsets.Length)];
-            int[] offsets = actionOffsets;
-            for (int i = 0, total = 0; i <= n; ++i, total += size) offsets[i] = total;
+            if (size != uniformSize || n > uniformCount)
+            {
+                // (a frame of as many agents or fewer with the same action size reuses the offsets)
+                if (actionOffsets.Length < n + 1) actionOffsets = new int[Math.Max(n + 1, 2 * actionOffsets.Length)];
+                int[] offsets = actionOffsets;
+                for (int i = 0, total = 0; i <= n; ++i, total += size) offsets[i] = total;
+                uniformSize = size;
+                uniformCount = n;
+            }
             int needed = n * size;
             if (actions.Length < needed) actions = new double[Math.Max(needed, 2 * actions.Length)];
             hasActions = true;
