@@ -694,6 +694,7 @@ namespace Tether.Client
             Module module = episode.SlotModule;
             if (n == 0 || n != episode.ActorsBySlot || module == null || groups.Count > 0 || criticAgents.Count > 0 || frame.FirstNonFinite >= 0) return false;
             if (frame.FirstNonByte >= 0 && module.Spec.ObservationSpace.IsBytes) return false;  // (the general path refuses it)
+            if (module.Spec.ObservationSpace.IsComposite) return false;  // (the general path checks its byte leaves)
             string[] ids = frame.Ids, known = episode.SlotIds;
             int[] offsets = frame.ObsOffsets;
             int obsDim = module.ObsDim;
@@ -1172,6 +1173,20 @@ namespace Tether.Client
                 }
             }
             if (frame.FirstNonByte >= 0) CheckByteBoxes(frame);
+            CheckCompositeRows(frame);
+        }
+
+        // A Dict or Tuple module's flat rows (1.4, §8.6): its byte leaves take the integers 0-255 only,
+        // refused before anything of the frame is recorded (the writer could not send them).
+        void CheckCompositeRows(AgentFrame frame)
+        {
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Module == null || slot.Group >= 0 || !slot.Module.Spec.ObservationSpace.IsComposite) continue;
+                ObservationRows.Check(slot.Module.Spec.ObservationSpace, null, frame.ObsValues, frame.ObsOffsets[slot.FrameIndex],
+                                      "agent '" + frame.AgentId(slot.FrameIndex) + "': observation", false);
+            }
         }
 
         // A byte box (1.4, §8.1) takes the integers 0-255 only: anything else is refused before anything of
@@ -2117,7 +2132,14 @@ namespace Tether.Client
             {
                 case SpaceKind.Box: return Same(a.Shape, b.Shape) && Same(a.Low, b.Low) && Same(a.High, b.High);
                 case SpaceKind.Discrete: return a.N == b.N && a.Start == b.Start;
-                default: return Same(a.Nvec, b.Nvec);
+                case SpaceKind.MultiDiscrete: return Same(a.Nvec, b.Nvec);
+                default:
+                    if (a.Children.Count != b.Children.Count) return false;
+                    for (int i = 0; i < a.Children.Count; ++i)
+                    {
+                        if (a.Children[i].Key != b.Children[i].Key || !SameSpace(a.Children[i].Value, b.Children[i].Value)) return false;
+                    }
+                    return true;
             }
         }
 

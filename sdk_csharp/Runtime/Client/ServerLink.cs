@@ -809,7 +809,8 @@ namespace Tether.Client
                 IInferenceBackend backend = options.BackendFactory();
                 try
                 {
-                    backend.Load(model, FirstName(setConfig["onnx_input_names"], "obs"), FirstName(setConfig["onnx_output_names"], "action_dist_inputs"));
+                    BackendLoading.Load(backend, model, setConfig["observation_space"] == null ? null : Space.FromJson(setConfig["observation_space"]), FirstName(setConfig["onnx_input_names"], "obs"),
+                                        FirstName(setConfig["onnx_output_names"], "action_dist_inputs"));
                 }
                 catch
                 {
@@ -844,7 +845,7 @@ namespace Tether.Client
                     prepared.ModuleBackends[model.Name] = backend;
                     try
                     {
-                        backend.Load(OnnxCodec.Decode((string)file), module.OnnxInputName, module.OnnxOutputName);
+                        BackendLoading.Load(backend, OnnxCodec.Decode((string)file), module.ObservationSpace, module.OnnxInputName, module.OnnxOutputName);
                     }
                     catch (TetherException e)
                     {

@@ -104,6 +104,14 @@ namespace Tether.Client
         /// <summary>What they do (from SET_CONFIG).</summary>
         public Space ActionSpace { get; private set; }
 
+        /// <summary>
+        /// The observation leaf that masks the actions (protocol 1.4, SET_CONFIG's action_mask, §11.6), or
+        /// null. Each observation acted on must allow an action: GetAction refuses, before anything is
+        /// recorded, a mask value other than 0 and 1 (INVALID_ACTION_MASK) or a mask allowing nothing
+        /// (ACTION_MASK_EMPTY); a final observation's mask is not checked.
+        /// </summary>
+        public ActionMask ActionMask { get; private set; }
+
         /// <summary>The version of the model acting now (null before the server sent one).</summary>
         public long? WeightsSeqNo { get { return weightsSeqNo; } }
 
@@ -258,25 +266,34 @@ namespace Tether.Client
             Act(episodeId, null, observation, action);
         }
 
-        // A NaN or an infinity, and for a byte box any value that is not an integer 0-255, is refused before anything is recorded.
-        void CheckObservation(float[] values, int n, string what)
+        // A NaN or an infinity, a byte box's (or byte leaf's) value that is not an integer 0-255, and
+        // (acting) a mask that cannot be acted on are refused before anything is recorded.
+        void CheckObservation(float[] values, string what, bool acting)
         {
-            for (int i = 0; i < n; ++i)
+            ObservationRows.Check(ObservationSpace, ActionMask, values, 0, what, acting);
+        }
+
+        // A composite space's observations are floats: its leaves of several element types share one row.
+        void RefuseBytesForComposite()
+        {
+            if (ObservationSpace.IsComposite)
             {
-                if (float.IsNaN(values[i]) || float.IsInfinity(values[i]))
-                {
-                    throw new TetherException(ErrorCode.NonFiniteValue, what + "[" + i + "] is not finite");
-                }
+                throw new TetherException(ErrorCode.InvalidArgument, "the observation space is a " + ObservationSpace.Kind +
+                                          ": give an ObservationLeaves (byte leaves by Set(leaf, byte[])) or its flat row of floats");
             }
-            if (!ObservationSpace.IsBytes) return;
-            for (int i = 0; i < n; ++i)
+        }
+
+        // The flat row of `leaves`, which must be of the observation space; OBS_LEAF_MISMATCH for a leaf not set.
+        float[] RowOf(ObservationLeaves leaves)
+        {
+            if (leaves == null) throw new TetherException(ErrorCode.InvalidArgument, "no observation given");
+            if (!ReferenceEquals(leaves.Space, ObservationSpace) && !MultiAgentClient.SameSpace(leaves.Space, ObservationSpace))
             {
-                if (!EpisodeRecords.IsByteValue(values[i]))
-                {
-                    throw new TetherException(ErrorCode.ObsDtypeMismatch, what + "[" + i + "] is " + values[i].ToString("R", System.Globalization.CultureInfo.InvariantCulture) +
-                                              ": the observation space is a uint8 Box (integers 0-255)");
-                }
+                throw new TetherException(ErrorCode.ObsLeafMismatch, "the ObservationLeaves are of another space than the server's observation space " +
+                                          ObservationSpace.ToJson().ToString(Newtonsoft.Json.Formatting.None));
             }
+            leaves.CheckComplete();
+            return leaves.Row;
         }
 
         static void CheckLength(float[] values, byte[] bytes, int obsDim, string what)
@@ -314,6 +331,34 @@ namespace Tether.Client
             backend.Run(byteValues, 1, obsDim, dist, distDim);
         }
 
+        /// <summary>
+        /// <see cref="GetAction(string, float[], double[])"/> for a Dict or Tuple observation space (protocol
+        /// 1.4, §8.6) given leaf by leaf: every leaf must have been set (else OBS_LEAF_MISMATCH). Each leaf
+        /// is checked as its space says (finite; a byte leaf's values integers 0-255, OBS_DTYPE_MISMATCH),
+        /// and the mask leaf, if the server named one (<see cref="ActionMask"/>), must allow an action
+        /// (INVALID_ACTION_MASK, ACTION_MASK_EMPTY); nothing is recorded when one is refused. The model is
+        /// fed one input per leaf. Allocates nothing in steady state.
+        /// </summary>
+        public void GetAction(string episodeId, ObservationLeaves observation, double[] action)
+        {
+            Act(episodeId, RowOf(observation), null, action);
+        }
+
+        /// <summary>
+        /// <see cref="EndEpisode(string, float[], bool)"/> with the last observation of a Dict or Tuple space
+        /// given leaf by leaf (its mask is not checked: no action follows it).
+        /// </summary>
+        public double EndEpisode(string episodeId, ObservationLeaves observation, bool truncated = false)
+        {
+            return End(episodeId, RowOf(observation), null, truncated);
+        }
+
+        /// <summary>The greedy action for a Dict or Tuple observation given leaf by leaf; records nothing.</summary>
+        public void ComputeAction(ObservationLeaves observation, double[] action)
+        {
+            ComputeAction(RowOf(observation), action);
+        }
+
         // GetAction on `values` or (1.4) `bytes`.
         void Act(string episodeId, float[] values, byte[] bytes, double[] action)
         {
@@ -325,7 +370,8 @@ namespace Tether.Client
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "the action buffer has " + (action == null ? 0 : action.Length) + " values, the space needs " + actDim);
             }
-            if (values != null) CheckObservation(values, obsDim, "observation");
+            if (values != null) CheckObservation(values, "observation", true);
+            else RefuseBytesForComposite();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
             // A batch goes every BatchSteps() steps played in training episodes (§13.2). With held-back
             // steps played since the last cut it is due when they plus the recorded steps waiting, and
@@ -400,6 +446,8 @@ namespace Tether.Client
         {
             Poll();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
+            CheckLength(observation, null, ObservationSpace.FlatDim, "the observation");
+            CheckObservation(observation, "observation", true);
             Infer(observation, null, ObservationSpace.FlatDim, ActionSpace.DistInputsSize);
             Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
             Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
@@ -411,6 +459,7 @@ namespace Tether.Client
             Poll();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
             CheckLength(null, observation, ObservationSpace.FlatDim, "the observation");
+            RefuseBytesForComposite();
             Infer(null, observation, ObservationSpace.FlatDim, ActionSpace.DistInputsSize);
             Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
             Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
@@ -459,7 +508,8 @@ namespace Tether.Client
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "the final observation needs " + obsDim + " values");
             }
-            if (values != null) CheckObservation(values, obsDim, "the final observation");
+            if (values != null) CheckObservation(values, "the final observation", false);
+            else RefuseBytesForComposite();
             episodes.Remove(episodeId);
             episode.Done = true;
             episode.Truncated = truncated;
@@ -677,7 +727,8 @@ namespace Tether.Client
                 {
                     case LinkEventKind.Connected:
                         Space observationSpace = Space.FromJson(e.Config["observation_space"]);
-                        Space actionSpace = Space.FromJson(e.Config["action_space"]);
+                        Space actionSpace = Space.ActionFromJson(e.Config["action_space"]);
+                        ActionMask = ModuleSpec.ReadActionMask(e.Config["action_mask"], observationSpace, actionSpace);
                         if (ObservationSpace != null && (!MultiAgentClient.SameSpace(ObservationSpace, observationSpace) ||
                                                          !MultiAgentClient.SameSpace(ActionSpace, actionSpace)))
                         {

@@ -16,9 +16,11 @@ namespace Tether.Inference
     /// (batch, obs_dim), or (protocol 1.4, §12.1) the uint8 (batch, *shape) of a byte
     /// box's model, which it feeds bytes in that shape (from bytes, or from floats holding
     /// the integers 0 to 255). Native handles are released by <see cref="Dispose"/> (and by
-    /// the finalizer of the handles, should a caller forget).
+    /// the finalizer of the handles, should a caller forget). The model of a Dict or Tuple observation
+    /// space (protocol 1.4, §12.1) is loaded with <see cref="Load(byte[], Space, string)"/>: one input
+    /// per leaf, bound by its leaf path, each fed its slice of the flat rows.
     /// </summary>
-    public sealed class OnnxRuntimeBackend : IByteInferenceBackend
+    public sealed class OnnxRuntimeBackend : IByteInferenceBackend, ILeafInferenceBackend
     {
         const int MaxBindings = 4;  // batch sizes kept bound at once; a game runs one or two
         const int ElementFloat = 1, ElementUint8 = 2;  // ONNXTensorElementDataType
@@ -35,9 +37,22 @@ namespace Tether.Inference
             public OrtHandle InputValue;
             public OrtHandle OutputValue;
             public OrtHandle Io;
+            public int InputLength;      // batch x obs_dim values
+            public float[][] LeafInput;  // per leaf input (a Dict or Tuple model): a float32 input's buffer, or null
+            public byte[][] LeafBytes;   // ... a uint8 input's buffer, or null
+            public GCHandle[] LeafPins;
+            public OrtHandle[] LeafValues;
 
             public void Dispose()
             {
+                if (LeafValues != null)
+                {
+                    foreach (OrtHandle value in LeafValues) if (value != null) value.Dispose();
+                }
+                if (LeafPins != null)
+                {
+                    foreach (GCHandle pin in LeafPins) if (pin.IsAllocated) pin.Free();
+                }
                 if (Io != null) Io.Dispose();
                 if (InputValue != null) InputValue.Dispose();
                 if (OutputValue != null) OutputValue.Dispose();
@@ -55,6 +70,18 @@ namespace Tether.Inference
         long runs;
         bool disposed;
         long[] inputDims = new long[0];  // the input's dimensions after the batch (-1 where the model leaves one open)
+
+        // One input of a Dict or Tuple model: a leaf's values, at Offset in the flat row.
+        sealed class LeafInput
+        {
+            public string Name;
+            public int Offset;
+            public int Size;
+            public bool Bytes;   // the model takes uint8
+            public long[] Dims;  // after the batch: the leaf's shape for uint8 (when fixed), [size] for float32
+        }
+
+        LeafInput[] leafInputs;  // null: a model of one input
 
         /// <inheritdoc/>
         public bool Loaded { get { return session != null; } }
@@ -79,6 +106,71 @@ namespace Tether.Inference
 
         /// <inheritdoc/>
         public void Load(byte[] model, string inputName, string outputName)
+        {
+            OpenSession(model);
+            try
+            {
+                bool bytes;
+                long[] dims;
+                ObsDim = CheckIo(true, inputName, out bytes, out dims);
+                InputIsBytes = bytes;
+                inputDims = dims;
+                OutDim = CheckIo(false, outputName, out bytes, out dims);
+            }
+            catch (TetherException)
+            {
+                Unload();
+                throw;
+            }
+            this.inputName = inputName;
+            this.outputName = outputName;
+        }
+
+        /// <inheritdoc/>
+        public void Load(byte[] model, Space observationSpace, string outputName)
+        {
+            if (observationSpace == null || !observationSpace.IsComposite)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "Load by leaves needs a Dict or Tuple observation space");
+            }
+            OpenSession(model);
+            try
+            {
+                var inputs = new LeafInput[observationSpace.Leaves.Count];
+                for (int i = 0; i < inputs.Length; ++i)
+                {
+                    SpaceLeaf leaf = observationSpace.Leaves[i];
+                    bool bytes;
+                    long[] dims;
+                    int width = CheckIo(true, leaf.Path, out bytes, out dims);
+                    if (width != 0 && width != leaf.Size)
+                    {
+                        throw new TetherException(ErrorCode.InferenceFailed, "the model's input '" + leaf.Path + "' takes " + width + " values, the leaf has " + leaf.Size);
+                    }
+                    bool fixedDims = bytes && dims.Length > 0;
+                    foreach (long d in dims) fixedDims = fixedDims && d >= 0;
+                    inputs[i] = new LeafInput
+                    {
+                        Name = leaf.Path, Offset = leaf.Offset, Size = leaf.Size, Bytes = bytes,
+                        Dims = fixedDims ? dims : new long[] { leaf.Size },
+                    };
+                }
+                bool ignored;
+                long[] outDims;
+                OutDim = CheckIo(false, outputName, out ignored, out outDims);
+                leafInputs = inputs;
+                ObsDim = observationSpace.FlatDim;
+            }
+            catch (TetherException)
+            {
+                Unload();
+                throw;
+            }
+            this.outputName = outputName;
+        }
+
+        // A session of `model`, replacing any loaded.
+        void OpenSession(byte[] model)
         {
             if (disposed) throw new ObjectDisposedException("OnnxRuntimeBackend");
             if (model == null || model.Length == 0) throw new TetherException(ErrorCode.InferenceFailed, "the model is empty");
@@ -107,23 +199,11 @@ namespace Tether.Inference
             }
             api.Check(api.CreateCpuMemoryInfo(1 /* OrtArenaAllocator */, 0 /* OrtMemTypeDefault */, out raw), "creating memory info");
             memoryInfo = new OrtHandle(raw, api.ReleaseMemoryInfo);
-            try
-            {
-                ObsDim = CheckIo(true, inputName);
-                OutDim = CheckIo(false, outputName);
-            }
-            catch (TetherException)
-            {
-                Unload();
-                throw;
-            }
-            this.inputName = inputName;
-            this.outputName = outputName;
         }
 
         // The named input (or output) exists and is float32 (batch, width), or (an input, 1.4) uint8
         // (batch, *dims); its fixed width (the product of the dims), or 0.
-        int CheckIo(bool input, string name)
+        int CheckIo(bool input, string name, out bool isBytes, out long[] inputRest)
         {
             OrtApi api = OrtApi.Instance;
             UIntPtr count;
@@ -172,11 +252,8 @@ namespace Tether.Inference
                         rest[d - 1] = dims[d] > 0 ? dims[d] : dims[d] == 0 ? 0 : -1;
                         width = dims[d] < 0 || width < 0 ? -1 : dims[d] != 0 && width > int.MaxValue / dims[d] ? int.MaxValue : width * dims[d];
                     }
-                    if (input)
-                    {
-                        InputIsBytes = bytes;
-                        inputDims = rest;
-                    }
+                    isBytes = bytes;
+                    inputRest = rest;
                     return width > 0 ? (int)width : 0;
                 }
             }
@@ -189,7 +266,11 @@ namespace Tether.Inference
         {
             Binding binding = Prepare(obs == null ? -1 : obs.Length, batch, obsDim, output, outDim);
             int n = batch * obsDim;
-            if (binding.InputBytes != null)
+            if (leafInputs != null)
+            {
+                CopyLeaves(obs, null, binding, batch, obsDim);
+            }
+            else if (binding.InputBytes != null)
             {
                 // A byte box's model (1.4): the floats are the integers 0-255 (the clients check them).
                 byte[] into = binding.InputBytes;
@@ -216,7 +297,11 @@ namespace Tether.Inference
         {
             Binding binding = Prepare(obs == null ? -1 : obs.Length, batch, obsDim, output, outDim);
             int n = batch * obsDim;
-            if (binding.InputBytes != null)
+            if (leafInputs != null)
+            {
+                CopyLeaves(null, obs, binding, batch, obsDim);
+            }
+            else if (binding.InputBytes != null)
             {
                 Buffer.BlockCopy(obs, 0, binding.InputBytes, 0, n);
             }
@@ -226,6 +311,47 @@ namespace Tether.Inference
                 for (int i = 0; i < n; ++i) into[i] = obs[i];
             }
             Finish(binding, output, batch * outDim);
+        }
+
+        // Each leaf's slice of every flat row (floats, or bytes) into its own input's buffer.
+        void CopyLeaves(float[] floats, byte[] bytes, Binding binding, int batch, int obsDim)
+        {
+            for (int l = 0; l < leafInputs.Length; ++l)
+            {
+                LeafInput leaf = leafInputs[l];
+                int size = leaf.Size;
+                float[] intoFloats = binding.LeafInput[l];
+                byte[] intoBytes = binding.LeafBytes[l];
+                for (int b = 0; b < batch; ++b)
+                {
+                    int from = b * obsDim + leaf.Offset, to = b * size;
+                    if (floats != null && intoFloats != null)
+                    {
+                        Buffer.BlockCopy(floats, from * sizeof(float), intoFloats, to * sizeof(float), size * sizeof(float));
+                    }
+                    else if (floats != null)
+                    {
+                        for (int i = 0; i < size; ++i)
+                        {
+                            float v = floats[from + i];
+                            if (!(v >= 0f && v <= 255f && (float)(int)v == v))
+                            {
+                                throw new TetherException(ErrorCode.ObsDtypeMismatch, "leaf '" + leaf.Name + "' value " + i + " is " +
+                                                          v.ToString("R", System.Globalization.CultureInfo.InvariantCulture) + ": the model takes uint8 (integers 0-255)");
+                            }
+                            intoBytes[to + i] = (byte)v;
+                        }
+                    }
+                    else if (intoBytes != null)
+                    {
+                        Buffer.BlockCopy(bytes, from, intoBytes, to, size);
+                    }
+                    else
+                    {
+                        for (int i = 0; i < size; ++i) intoFloats[to + i] = bytes[from + i];
+                    }
+                }
+            }
         }
 
         void Finish(Binding binding, float[] output, int n)
@@ -277,11 +403,11 @@ namespace Tether.Inference
         {
             foreach (Binding candidate in bindings)
             {
-                int inputLength = candidate.Input != null ? candidate.Input.Length : candidate.InputBytes.Length;
-                if (candidate.Batch == batch && inputLength == batch * obsDim && candidate.Output.Length == batch * outDim) return candidate;
+                if (candidate.Batch == batch && candidate.InputLength == batch * obsDim && candidate.Output.Length == batch * outDim) return candidate;
             }
             OrtApi api = OrtApi.Instance;
-            var fresh = new Binding { Batch = batch, Output = new float[batch * outDim] };
+            var fresh = new Binding { Batch = batch, Output = new float[batch * outDim], InputLength = batch * obsDim };
+            if (leafInputs != null) return Remember(BindLeaves(fresh, batch, outDim));
             if (InputIsBytes) fresh.InputBytes = new byte[batch * obsDim];
             else fresh.Input = new float[batch * obsDim];
             try
@@ -308,6 +434,66 @@ namespace Tether.Inference
                 fresh.Dispose();
                 throw;
             }
+            return Remember(fresh);
+        }
+
+        // A Dict or Tuple model's binding: one tensor per leaf input, bound by its leaf path.
+        Binding BindLeaves(Binding fresh, int batch, int outDim)
+        {
+            OrtApi api = OrtApi.Instance;
+            int n = leafInputs.Length;
+            fresh.LeafInput = new float[n][];
+            fresh.LeafBytes = new byte[n][];
+            fresh.LeafPins = new GCHandle[n];
+            fresh.LeafValues = new OrtHandle[n];
+            try
+            {
+                IntPtr raw;
+                api.Check(api.CreateIoBinding(session.Pointer, out raw), "creating the tensors' binding");
+                fresh.Io = new OrtHandle(raw, api.ReleaseIoBinding, session);
+                for (int l = 0; l < n; ++l)
+                {
+                    LeafInput leaf = leafInputs[l];
+                    object buffer;
+                    int bytes;
+                    if (leaf.Bytes)
+                    {
+                        fresh.LeafBytes[l] = new byte[batch * leaf.Size];
+                        buffer = fresh.LeafBytes[l];
+                        bytes = batch * leaf.Size;
+                    }
+                    else
+                    {
+                        fresh.LeafInput[l] = new float[batch * leaf.Size];
+                        buffer = fresh.LeafInput[l];
+                        bytes = batch * leaf.Size * sizeof(float);
+                    }
+                    fresh.LeafPins[l] = GCHandle.Alloc(buffer, GCHandleType.Pinned);
+                    var shape = new long[leaf.Dims.Length + 1];
+                    shape[0] = batch;
+                    Array.Copy(leaf.Dims, 0, shape, 1, leaf.Dims.Length);
+                    api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.LeafPins[l].AddrOfPinnedObject(), (UIntPtr)bytes, shape,
+                              (UIntPtr)shape.Length, leaf.Bytes ? ElementUint8 : ElementFloat, out raw), "creating the input tensor of '" + leaf.Name + "'");
+                    fresh.LeafValues[l] = new OrtHandle(raw, api.ReleaseValue);
+                    api.Check(api.BindInput(fresh.Io.Pointer, leaf.Name, fresh.LeafValues[l].Pointer), "binding the input '" + leaf.Name + "'");
+                }
+                fresh.OutputPin = GCHandle.Alloc(fresh.Output, GCHandleType.Pinned);
+                api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.OutputPin.AddrOfPinnedObject(),
+                          (UIntPtr)(fresh.Output.Length * sizeof(float)), new long[] { batch, outDim }, (UIntPtr)2, 1, out raw), "creating the output tensor");
+                fresh.OutputValue = new OrtHandle(raw, api.ReleaseValue);
+                api.Check(api.BindOutput(fresh.Io.Pointer, outputName, fresh.OutputValue.Pointer), "binding the output");
+            }
+            catch
+            {
+                fresh.Dispose();
+                throw;
+            }
+            return fresh;
+        }
+
+        // Keeps `fresh` bound, releasing the least recently used binding beyond MaxBindings.
+        Binding Remember(Binding fresh)
+        {
             if (bindings.Count >= MaxBindings)
             {
                 Binding oldest = bindings[0];
@@ -333,6 +519,7 @@ namespace Tether.Inference
             ObsDim = OutDim = 0;
             InputIsBytes = false;
             inputDims = new long[0];
+            leafInputs = null;
         }
 
         /// <summary>Releases the session, its tensors and the pinned buffers.</summary>

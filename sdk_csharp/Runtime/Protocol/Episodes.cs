@@ -65,6 +65,8 @@ namespace Tether.Protocol
         public bool Trainable = true;
         /// <summary>The agents a centralized critic sees (§9.7), or empty.</summary>
         public List<string> ValueObsAgents = new List<string>();
+        /// <summary>The observation leaf that masks its actions (protocol 1.4, §9.1, §11.6), or null.</summary>
+        public ActionMask ActionMask;
 
         /// <summary>Numbers in one observation.</summary>
         public int ObsDim { get { return ObservationSpace.FlatDim; } }
@@ -81,7 +83,8 @@ namespace Tether.Protocol
             try
             {
                 spec.ObservationSpace = Space.FromJson(obj["observation_space"] ?? JValue.CreateNull());
-                spec.ActionSpace = Space.FromJson(obj["action_space"] ?? JValue.CreateNull());
+                spec.ActionSpace = Space.ActionFromJson(obj["action_space"] ?? JValue.CreateNull());
+                spec.ActionMask = ReadActionMask(obj["action_mask"], spec.ObservationSpace, spec.ActionSpace);
             }
             catch (TetherException e)
             {
@@ -101,6 +104,19 @@ namespace Tether.Protocol
                 throw new TetherException(ErrorCode.InvalidField, "module '" + moduleId + "': value_obs_agents must be a list");
             }
             return spec;
+        }
+
+        /// <summary>
+        /// The <c>action_mask</c> of a module object or a single-module SET_CONFIG (protocol 1.4, §9.1):
+        /// null when absent (or JSON null), else the resolved mask. INVALID_FIELD for one that is not a
+        /// string, names no leaf of a Dict or Tuple observation space, goes with an action space that is
+        /// not Discrete or MultiDiscrete, or names a leaf that is not a Box of exactly K values.
+        /// </summary>
+        public static ActionMask ReadActionMask(JToken value, Space observationSpace, Space actionSpace)
+        {
+            if (value == null || value.Type == JTokenType.Null) return null;
+            if (value.Type != JTokenType.String) throw new TetherException(ErrorCode.InvalidField, "action_mask must be a leaf path (a string), got " + Messages.Describe(value));
+            return ActionMask.Resolve(observationSpace, actionSpace, (string)value);
         }
 
         static string FirstName(JToken names)
@@ -273,7 +289,8 @@ namespace Tether.Protocol
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             var record = new JObject();
             // A byte box's observations are integers (§8.1): written as such, "7" rather than "7.0".
-            record["obs"] = Rows(chunk.Obs.Select(v => (double)v).ToList(), steps + 1, observationSpace.Shape, observationSpace.IsBytes, true);
+            if (observationSpace.IsComposite) record["obs"] = LeafRows(chunk.Obs, steps + 1, observationSpace);
+            else record["obs"] = Rows(chunk.Obs.Select(v => (double)v).ToList(), steps + 1, observationSpace.Shape, observationSpace.IsBytes, true);
             record["actions"] = Rows(chunk.Actions, steps, actionSpace.Shape, discrete, !discrete);
             record["rewards"] = new JArray(chunk.Rewards.Select(r => FloatJson(r)));
             if (chunk.ActionLogp.Count != 0) record["action_logp"] = new JArray(chunk.ActionLogp.Select(v => new JValue(v)));
@@ -345,6 +362,23 @@ namespace Tether.Protocol
             return array;
         }
 
+        // A Dict or Tuple's observations (1.4, §10.1): an object of leaf path -> that leaf's rows.
+        static JObject LeafRows(List<float> flat, int rows, Space space)
+        {
+            var members = new JObject();
+            int width = space.FlatDim;
+            foreach (SpaceLeaf leaf in space.Leaves)
+            {
+                var values = new List<double>(rows * leaf.Size);
+                for (int r = 0; r < rows; ++r)
+                {
+                    for (int i = 0; i < leaf.Size; ++i) values.Add(flat[r * width + leaf.Offset + i]);
+                }
+                members[leaf.Path] = Rows(values, rows, leaf.Space.Shape, leaf.IsBytes, true);
+            }
+            return members;
+        }
+
         static JArray Rows(IList<double> flat, int rows, long[] shape, bool integer, bool asFloat32)
         {
             int width = 1;
@@ -360,9 +394,14 @@ namespace Tether.Protocol
         /// OBS_SHAPE_MISMATCH, NON_FINITE_VALUE, ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP;
         /// protocol 1.4: INVALID_TENSOR and OBS_DTYPE_MISMATCH). A record's obs may be one tensor
         /// object (§10.9) whose offset refers to <paramref name="attachment"/>, the message's
-        /// binary attachment (<see cref="Message.Attachment"/>; null when it had none).
+        /// binary attachment (<see cref="Message.Attachment"/>; null when it had none). For a Dict or Tuple
+        /// observation space (protocol 1.4) obs holds one member per leaf (check 4c: INVALID_FIELD,
+        /// OBS_LEAF_MISMATCH, EPISODE_LENGTH_MISMATCH and the codes of checks 4, 10, 11, 11b), and with
+        /// <paramref name="actionMask"/> the masks are checked (14b-14d: INVALID_ACTION_MASK,
+        /// ACTION_MASK_EMPTY, ACTION_MASKED).
         /// </summary>
-        public static int ValidateEpisodes(JObject message, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment = null)
+        public static int ValidateEpisodes(JObject message, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment = null,
+                                           ActionMask actionMask = null)
         {
             var records = message["episodes"] as JArray;
             if (records == null) throw new TetherException(ErrorCode.InvalidField, "\"episodes\" must be a list of episode records");
@@ -370,7 +409,7 @@ namespace Tether.Protocol
             for (int i = 0; i < records.Count; ++i)
             {
                 int rows;
-                total += ValidateChunk(records[i], "episodes[" + i + "]", observationSpace, actionSpace, requireLogp, attachment, out rows);
+                total += ValidateChunk(records[i], "episodes[" + i + "]", observationSpace, actionSpace, requireLogp, attachment, actionMask, out rows);
             }
             return total;
         }
@@ -403,7 +442,7 @@ namespace Tether.Protocol
                     throw Fail(ErrorCode.UnknownModule, agentWhere, "module " + (module == null ? "None" : module.ToString(Newtonsoft.Json.Formatting.None)) + " does not exist");
                 }
                 int obsRows;
-                int steps = ValidateChunk(entry, agentWhere, spec.ObservationSpace, spec.ActionSpace, requireLogp, attachment, out obsRows);
+                int steps = ValidateChunk(entry, agentWhere, spec.ObservationSpace, spec.ActionSpace, requireLogp, attachment, spec.ActionMask, out obsRows);
                 int v = spec.ValueObsDim;
                 if (v > 0)
                 {
@@ -524,7 +563,7 @@ namespace Tether.Protocol
             switch (ToArray(value, asFloat32, out array))
             {
                 case ArrayError.Ragged:
-                    throw Fail(key == "obs" ? ErrorCode.ObsShapeMismatch : ErrorCode.InvalidField, where, "\"" + key + "\" items do not all have the same shape");
+                    throw Fail(key.StartsWith("obs", StringComparison.Ordinal) ? ErrorCode.ObsShapeMismatch : ErrorCode.InvalidField, where, "\"" + key + "\" items do not all have the same shape");
                 case ArrayError.NotNumber:
                     throw Fail(ErrorCode.InvalidField, where, "\"" + key + "\" must hold only numbers");
             }
@@ -562,10 +601,10 @@ namespace Tether.Protocol
 
         // A record's obs (check 4 of §10.6): nested lists of numbers, or (1.4) one tensor object of the
         // space's element type, uint8 for a byte box and float32 for every other space.
-        static NdArray Observations(JToken value, Space observationSpace, byte[] attachment, string where, out bool fromTensor)
+        static NdArray Observations(JToken value, Space observationSpace, byte[] attachment, string where, out bool fromTensor, string key = "obs")
         {
             fromTensor = Tensors.IsTensor(value);
-            if (!fromTensor) return Numeric(value, true, where, "obs");
+            if (!fromTensor) return Numeric(value, true, where, key);
             Tensor tensor;
             try
             {
@@ -573,12 +612,12 @@ namespace Tether.Protocol
             }
             catch (TetherException e)
             {
-                throw Fail(e.Code, where, "\"obs\": " + e.Detail);
+                throw Fail(e.Code, where, "\"" + key + "\": " + e.Detail);
             }
             string wanted = observationSpace.IsBytes ? Tensors.Uint8 : Tensors.Float32;
             if (tensor.Dtype != wanted)
             {
-                throw Fail(ErrorCode.ObsDtypeMismatch, where, "\"obs\" is a " + tensor.Dtype + " tensor; the observation space takes " + wanted);
+                throw Fail(ErrorCode.ObsDtypeMismatch, where, "\"" + key + "\" is a " + tensor.Dtype + " tensor; the observation space takes " + wanted);
             }
             var array = new NdArray();
             foreach (long d in tensor.Shape) array.Shape.Add((int)d);
@@ -588,7 +627,7 @@ namespace Tether.Protocol
         }
 
         // Check 11b of §10.6: a byte box's observations written as JSON numbers are integers 0-255 (7.0 is 7).
-        static void CheckBytes(NdArray obs, string where)
+        static void CheckBytes(NdArray obs, string where, string key = "obs")
         {
             int rows = obs.Shape[0];
             int width = rows == 0 ? 1 : obs.Data.Count / rows;
@@ -597,13 +636,77 @@ namespace Tether.Protocol
                 double x = obs.Data[i];
                 if (x < 0 || x > 255 || x != Math.Floor(x))
                 {
-                    throw Fail(ErrorCode.ObsDtypeMismatch, where, "\"obs\"[" + (width != 0 ? i / width : 0) +
+                    throw Fail(ErrorCode.ObsDtypeMismatch, where, "\"" + key + "\"[" + (width != 0 ? i / width : 0) +
                                "] holds a value that is not an integer in [0, 255] (the space is a uint8 Box)");
                 }
             }
         }
 
-        static int ValidateChunk(JToken recordToken, string where, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment, out int obsRows)
+        // Check 4c of §10.6 (1.4): a Dict or Tuple's obs, one member per leaf path, checked leaf by leaf in
+        // leaf order (checks 4, 10, 11, 11b for each); the observations as flat rows [rows, flat_dim].
+        static NdArray CompositeObservations(JToken value, Space space, byte[] attachment, string where)
+        {
+            var members = value as JObject;
+            if (members == null) throw Fail(ErrorCode.InvalidField, where, "\"obs\" of a " + space.Kind + " space must be an object of leaf path -> observations, got " + Messages.Describe(value));
+            foreach (SpaceLeaf leaf in space.Leaves)
+            {
+                if (members[leaf.Path] == null) throw Fail(ErrorCode.ObsLeafMismatch, where, "\"obs\" has no member for the leaf '" + leaf.Path + "'");
+            }
+            foreach (JProperty member in members.Properties())
+            {
+                if (space.LeafIndex(member.Name) < 0) throw Fail(ErrorCode.ObsLeafMismatch, where, "\"obs\" has a member '" + member.Name + "' that is no leaf's path");
+            }
+            int width = space.FlatDim, rows = -1;
+            var flat = new NdArray();
+            foreach (SpaceLeaf leaf in space.Leaves)
+            {
+                string key = "obs." + leaf.Path;
+                bool fromTensor;
+                NdArray part = Observations(members[leaf.Path], leaf.Space, attachment, where, out fromTensor, key);
+                int count = part.Shape.Count == 0 ? 0 : part.Shape[0];
+                if (rows < 0)
+                {
+                    rows = count;
+                    flat.Shape.Add(rows);
+                    flat.Shape.Add(width);
+                    for (int i = 0; i < rows * width; ++i) flat.Data.Add(0);
+                }
+                else if (count != rows)
+                {
+                    throw Fail(ErrorCode.EpisodeLengthMismatch, where, "\"" + key + "\" holds " + count + " observations, \"obs." + space.Leaves[0].Path + "\" " + rows);
+                }
+                if (!TailMatches(part.Shape, leaf.Space.Shape))
+                {
+                    throw Fail(ErrorCode.ObsShapeMismatch, where, "\"" + key + "\" has observations of shape " + ShapeText(part.Shape, 1) + ", the leaf's is [" +
+                               string.Join(", ", leaf.Space.Shape.Select(d => d.ToString(CultureInfo.InvariantCulture)).ToArray()) + "]");
+                }
+                CheckFinite(part, where, key);
+                if (leaf.IsBytes && !fromTensor) CheckBytes(part, where, key);
+                for (int r = 0; r < rows; ++r)
+                {
+                    for (int i = 0; i < leaf.Size; ++i) flat.Data[r * width + leaf.Offset + i] = part.Data[r * leaf.Size + i];
+                }
+            }
+            return flat;
+        }
+
+        // Checks 14b-14d of §10.6 (1.4): every mask holds only 0 and 1, each observation acted on allows an
+        // action, and each action is allowed by its observation's mask.
+        static void CheckMasks(ActionMask mask, NdArray obs, NdArray actions, int steps, int obsWidth, int actWidth, string where)
+        {
+            for (int t = 0; t <= steps; ++t) mask.CheckValues(obs.Data, t * obsWidth + mask.Offset, where + ": obs[" + t + "]");
+            for (int t = 0; t < steps; ++t) mask.Check(obs.Data, t * obsWidth + mask.Offset, where + ": obs[" + t + "]");
+            for (int t = 0; t < steps; ++t)
+            {
+                if (!mask.Allows(obs.Data, t * obsWidth + mask.Offset, actions.Data, t * actWidth))
+                {
+                    throw Fail(ErrorCode.ActionMasked, where, "actions[" + t + "] is forbidden by the action mask '" + mask.Leaf + "' of obs[" + t + "]");
+                }
+            }
+        }
+
+        static int ValidateChunk(JToken recordToken, string where, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment,
+                                 ActionMask actionMask, out int obsRows)
         {
             var record = recordToken as JObject;
             if (record == null) throw Fail(ErrorCode.InvalidField, where, "an episode must be a JSON object");
@@ -620,8 +723,9 @@ namespace Tether.Protocol
                 }
             }
             bool boxActions = actionSpace.Kind == SpaceKind.Box;
-            bool obsTensor;
-            NdArray obs = Observations(record["obs"], observationSpace, attachment, where, out obsTensor);
+            bool obsTensor = false;
+            NdArray obs = observationSpace.IsComposite ? CompositeObservations(record["obs"], observationSpace, attachment, where)
+                                                       : Observations(record["obs"], observationSpace, attachment, where, out obsTensor);
             NdArray actions = Numeric(record["actions"], boxActions, where, "actions");
             NdArray rewards = Numeric(record["rewards"], true, where, "rewards");
             int steps = rewards.Shape[0];
@@ -659,6 +763,7 @@ namespace Tether.Protocol
                     }
                 }
             }
+            if (actionMask != null) CheckMasks(actionMask, obs, actions, steps, observationSpace.FlatDim, actionSpace.FlatDim, where);
             if (record["action_logp"] != null)
             {
                 NdArray logp = Numeric(record["action_logp"], true, where, "action_logp");

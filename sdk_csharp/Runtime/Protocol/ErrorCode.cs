@@ -70,6 +70,20 @@ namespace Tether.Protocol
         /// Also raised locally by a client given such an observation for a byte box.
         /// </summary>
         ObsDtypeMismatch,
+        /// <summary>
+        /// A Dict or Tuple observation (protocol 1.4, §8.6) that lacks one of its leaves or has one that
+        /// is no leaf of the space. Also raised locally by a client given such an observation.
+        /// </summary>
+        ObsLeafMismatch,
+        /// <summary>An action mask (protocol 1.4, §11.6) holding a value other than 0 and 1. Also raised locally before sampling.</summary>
+        InvalidActionMask,
+        /// <summary>
+        /// An action mask that allows no action (for MultiDiscrete: none for some entry) on an observation
+        /// acted on (protocol 1.4, §11.6). Also raised locally before sampling.
+        /// </summary>
+        ActionMaskEmpty,
+        /// <summary>An action its observation's mask forbids (protocol 1.4, §10.6 check 14d).</summary>
+        ActionMasked,
         /// <summary>The server is at its connection limit.</summary>
         TooManyConnections,
         /// <summary>The handshake took longer than the server allows.</summary>

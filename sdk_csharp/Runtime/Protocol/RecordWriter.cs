@@ -431,7 +431,13 @@ namespace Tether.Protocol
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             long[] shape = observationSpace.Shape;
             bool bytes = observationSpace.IsBytes;
-            if (bytes && tensors)
+            if (observationSpace.IsComposite)
+            {
+                Append("\"obs\":");
+                CompositeObs(observationSpace, null, table.Obs, rows, from, steps + 1);
+                Append(",\"actions\":[");
+            }
+            else if (bytes && tensors)
             {
                 // One uint8 tensor of shape [T + 1, *shape], its bytes in the attachment (1.4, §10.9).
                 int offset = attachmentLength;
@@ -549,7 +555,11 @@ namespace Tether.Protocol
             int steps = chunk.Steps, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize;
             bool discrete = actionSpace.Kind != SpaceKind.Box;
             Append("\"obs\":");
-            if (observationSpace.IsBytes && tensors)
+            if (observationSpace.IsComposite)
+            {
+                CompositeObs(observationSpace, chunk.Obs, null, null, 0, steps + 1);
+            }
+            else if (observationSpace.IsBytes && tensors)
             {
                 // One uint8 tensor of shape [T + 1, *shape], its bytes in the attachment (1.4, §10.9).
                 int offset = attachmentLength, n = chunk.Obs.Count;
@@ -720,10 +730,67 @@ namespace Tether.Protocol
             attachmentLength = to + n;
         }
 
-        // {"dtype":"uint8","shape":[rows,*shape],"offset":offset}: rows observations in the attachment from offset on.
-        void TensorAt(int rows, long[] shape, int offset)
+        // A Dict or Tuple's obs (1.4, §10.1): one member per leaf path, in leaf order, each the leaf's `count`
+        // observations: a tensor in the attachment (uint8 for a byte leaf, float32 otherwise, §10.9) for a
+        // server of 1.4 or later, JSON numbers otherwise. The rows are `list`'s first `count` rows of the
+        // flat row's width, or `array`'s rows rows[from...].
+        void CompositeObs(Space space, List<float> list, float[] array, int[] rows, int from, int count)
         {
-            Append("{\"dtype\":\"uint8\",\"shape\":[");
+            int width = space.FlatDim;
+            IReadOnlyList<SpaceLeaf> leaves = space.Leaves;
+            Append('{');
+            for (int l = 0; l < leaves.Count; ++l)
+            {
+                SpaceLeaf leaf = leaves[l];
+                if (l > 0) Append(',');
+                String(leaf.Path);
+                Append(':');
+                long[] shape = leaf.Space.Shape;
+                int size = leaf.Size;
+                bool bytes = leaf.IsBytes;
+                if (tensors)
+                {
+                    int offset = attachmentLength;
+                    ReserveAttachment(count * size * (bytes ? 1 : 4));
+                    for (int r = 0; r < count; ++r)
+                    {
+                        int at = (list != null ? r : rows[from + r]) * width + leaf.Offset;
+                        for (int i = 0; i < size; ++i)
+                        {
+                            float v = list != null ? list[at + i] : array[at + i];
+                            if (bytes)
+                            {
+                                attachment[attachmentLength++] = ByteOf(v);
+                            }
+                            else
+                            {
+                                Tensors.WriteFloat32(v, attachment, attachmentLength);
+                                attachmentLength += 4;
+                            }
+                        }
+                    }
+                    TensorAt(count, shape, offset, bytes ? Tensors.Uint8 : Tensors.Float32);
+                    continue;
+                }
+                Append('[');
+                for (int r = 0; r < count; ++r)
+                {
+                    if (r > 0) Append(',');
+                    int at = (list != null ? r : rows[from + r]) * width + leaf.Offset;
+                    if (list != null) NestFloats(list, at, shape, 0, bytes);
+                    else NestFloats(array, at, shape, 0, bytes);
+                }
+                Append(']');
+            }
+            Append('}');
+        }
+
+        // {"dtype":"uint8","shape":[rows,*shape],"offset":offset}: rows observations in the attachment from offset on.
+        void TensorAt(int rows, long[] shape, int offset, string dtype = Tensors.Uint8)
+        {
+            Append("{\"dtype\":\"");
+            Append(dtype);
+            Append("\",\"shape\":[");
             Integer(rows);
             foreach (long d in shape)
             {

@@ -1,4 +1,5 @@
-// Observation and action spaces (docs/protocol.md §8): Box, Discrete, MultiDiscrete.
+// Observation and action spaces (docs/protocol.md §8): Box, Discrete, MultiDiscrete, and
+// (protocol 1.4, §8.6) the composite Dict and Tuple, for observations only.
 using System;
 using System.Collections.Generic;
 using System.Numerics;
@@ -15,6 +16,10 @@ namespace Tether.Protocol
         Discrete,
         /// <summary>One integer per entry of nvec.</summary>
         MultiDiscrete,
+        /// <summary>Named subspaces (protocol 1.4, §8.6; observations only).</summary>
+        Dict,
+        /// <summary>Subspaces in order (protocol 1.4, §8.6; observations only).</summary>
+        Tuple,
     }
 
     /// <summary>
@@ -28,9 +33,14 @@ namespace Tether.Protocol
         /// <summary>The most numbers one value or one distribution of a space may need (4 Mi).</summary>
         public const long MaxSpaceElements = 4L * 1024 * 1024;
 
-        /// <summary>Box, Discrete or MultiDiscrete.</summary>
+        /// <summary>The most Dict or Tuple spaces on a path from the outermost space to a leaf (§8.6).</summary>
+        public const int MaxNesting = 8;
+        /// <summary>The most leaves a Dict or Tuple space may have (§8.6).</summary>
+        public const int MaxLeaves = 64;
+
+        /// <summary>Box, Discrete, MultiDiscrete, Dict or Tuple.</summary>
         public SpaceKind Kind { get; private set; }
-        /// <summary>A Box's shape; [] for Discrete; [len(nvec)] for MultiDiscrete.</summary>
+        /// <summary>A Box's shape; [] for Discrete; [len(nvec)] for MultiDiscrete; [FlatDim] (the flat row) for Dict and Tuple.</summary>
         public long[] Shape { get; private set; }
         /// <summary>A Discrete's number of actions.</summary>
         public long N { get; private set; }
@@ -56,7 +66,34 @@ namespace Tether.Protocol
         /// </summary>
         public bool IsBytes { get { return Kind == SpaceKind.Box && Dtype == ByteDtype; } }
 
+        /// <summary>Whether it is a Dict or a Tuple (protocol 1.4, §8.6).</summary>
+        public bool IsComposite { get { return Kind == SpaceKind.Dict || Kind == SpaceKind.Tuple; } }
+
+        /// <summary>
+        /// A composite space's leaves in leaf order (§8.6: a Dict's keys sorted by code point, a Tuple's
+        /// subspaces in order, depth first); empty for any other space.
+        /// </summary>
+        public IReadOnlyList<SpaceLeaf> Leaves { get { return leaves; } }
+
+        /// <summary>A Dict's subspaces by key in leaf order, a Tuple's by index ("0", "1", ...); empty for any other space.</summary>
+        public IReadOnlyList<KeyValuePair<string, Space>> Children { get { return children; } }
+
+        SpaceLeaf[] leaves = new SpaceLeaf[0];
+        KeyValuePair<string, Space>[] children = new KeyValuePair<string, Space>[0];
+        int nesting;    // Dict or Tuple spaces on the deepest path (0 for a leaf)
+        int flatDim;    // a composite space's flat row length
+
         Space() { }
+
+        /// <summary>The index in <see cref="Leaves"/> of the leaf at <paramref name="path"/> ("camera", "sensors.0"), or -1.</summary>
+        public int LeafIndex(string path)
+        {
+            for (int i = 0; i < leaves.Length; ++i)
+            {
+                if (string.Equals(leaves[i].Path, path, StringComparison.Ordinal)) return i;
+            }
+            return -1;
+        }
 
         /// <summary>Numbers in one value: prod(shape) for a Box, 1 for a Discrete, len(nvec) for a MultiDiscrete.</summary>
         public int FlatDim
@@ -67,12 +104,13 @@ namespace Tether.Protocol
                 {
                     case SpaceKind.Box: return (int)Product(Shape);
                     case SpaceKind.Discrete: return 1;
-                    default: return Nvec.Length;
+                    case SpaceKind.MultiDiscrete: return Nvec.Length;
+                    default: return flatDim;
                 }
             }
         }
 
-        /// <summary>Numbers in one distribution (a model's output row, §11): 2 x flat for a Box, n, or sum(nvec).</summary>
+        /// <summary>Numbers in one distribution (a model's output row, §11): 2 x flat for a Box, n, or sum(nvec); 0 for Dict and Tuple.</summary>
         public int DistInputsSize
         {
             get
@@ -81,6 +119,8 @@ namespace Tether.Protocol
                 {
                     case SpaceKind.Box: return 2 * FlatDim;
                     case SpaceKind.Discrete: return (int)N;
+                    case SpaceKind.Dict:
+                    case SpaceKind.Tuple: return 0;
                     default:
                         long total = 0;
                         foreach (long v in Nvec) total += v;
@@ -165,6 +205,88 @@ namespace Tether.Protocol
             return new Space { Kind = SpaceKind.MultiDiscrete, Shape = new long[] { nvec.Length }, Nvec = (long[])nvec.Clone() };
         }
 
+        /// <summary>
+        /// A Dict (protocol 1.4, §8.6) of the named subspaces, in any order (its leaves follow the keys
+        /// sorted by code point). INVALID_ARGUMENT for no subspace, a key that is not of A-Z a-z 0-9 _ -,
+        /// or beyond 8 levels or 64 leaves.
+        /// </summary>
+        public static Space Dict(IEnumerable<KeyValuePair<string, Space>> spaces)
+        {
+            if (spaces == null) throw new TetherException(ErrorCode.InvalidArgument, "a Dict needs its subspaces");
+            var sorted = new List<KeyValuePair<string, Space>>(spaces);
+            foreach (KeyValuePair<string, Space> item in sorted)
+            {
+                if (!ValidKey(item.Key)) throw new TetherException(ErrorCode.InvalidArgument, "Dict key " + Quote(item.Key) + " is not a non-empty string of A-Z a-z 0-9 _ -");
+                if (item.Value == null) throw new TetherException(ErrorCode.InvalidArgument, "Dict key '" + item.Key + "' has no space");
+            }
+            sorted.Sort((a, b) => string.CompareOrdinal(a.Key, b.Key));
+            for (int i = 1; i < sorted.Count; ++i)
+            {
+                if (sorted[i].Key == sorted[i - 1].Key) throw new TetherException(ErrorCode.InvalidArgument, "Dict key '" + sorted[i].Key + "' is given twice");
+            }
+            return Composite(SpaceKind.Dict, sorted);
+        }
+
+        /// <summary>A Tuple (protocol 1.4, §8.6) of the subspaces in order. INVALID_ARGUMENT for none, or beyond 8 levels or 64 leaves.</summary>
+        public static Space Tuple(params Space[] spaces)
+        {
+            if (spaces == null) throw new TetherException(ErrorCode.InvalidArgument, "a Tuple needs its subspaces");
+            var items = new List<KeyValuePair<string, Space>>();
+            for (int i = 0; i < spaces.Length; ++i)
+            {
+                if (spaces[i] == null) throw new TetherException(ErrorCode.InvalidArgument, "Tuple entry " + i + " has no space");
+                items.Add(new KeyValuePair<string, Space>(i.ToString(System.Globalization.CultureInfo.InvariantCulture), spaces[i]));
+            }
+            return Composite(SpaceKind.Tuple, items);
+        }
+
+        static Space Composite(SpaceKind kind, List<KeyValuePair<string, Space>> items)
+        {
+            string name = kind == SpaceKind.Dict ? "Dict" : "Tuple";
+            if (items.Count == 0) throw new TetherException(ErrorCode.InvalidArgument, "a " + name + " needs at least one subspace");
+            var space = new Space { Kind = kind, children = items.ToArray() };
+            var found = new List<SpaceLeaf>();
+            long total = 0;
+            foreach (KeyValuePair<string, Space> item in items)
+            {
+                Space child = item.Value;
+                space.nesting = Math.Max(space.nesting, child.nesting + 1);
+                if (!child.IsComposite)
+                {
+                    found.Add(new SpaceLeaf(item.Key, child, found.Count, (int)total));
+                    total += child.FlatDim;
+                }
+                else
+                {
+                    foreach (SpaceLeaf leaf in child.leaves)
+                    {
+                        found.Add(new SpaceLeaf(item.Key + "." + leaf.Path, leaf.Space, found.Count, (int)total));
+                        total += leaf.Size;
+                    }
+                }
+                if (found.Count > MaxLeaves) throw new TetherException(ErrorCode.InvalidArgument, "a " + name + " has more than " + MaxLeaves + " leaves");
+                if (total > MaxSpaceElements) throw new TetherException(ErrorCode.InvalidArgument, TooLarge(name + " flat row"));
+            }
+            if (space.nesting > MaxNesting) throw new TetherException(ErrorCode.InvalidArgument, "a " + name + " nests more than " + MaxNesting + " Dict or Tuple spaces");
+            space.leaves = found.ToArray();
+            space.flatDim = (int)total;
+            space.Shape = new long[] { total };
+            return space;
+        }
+
+        static bool ValidKey(string key)
+        {
+            if (string.IsNullOrEmpty(key)) return false;
+            foreach (char c in key)
+            {
+                bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+                if (!ok) return false;
+            }
+            return true;
+        }
+
+        static string Quote(string s) { return s == null ? "None" : "'" + s + "'"; }
+
         /// <summary>The space a JSON description gives (§8.1). Throws INVALID_FIELD naming what is wrong.</summary>
         public static Space FromJson(JToken data)
         {
@@ -177,6 +299,8 @@ namespace Tether.Protocol
                 if (kind == "Box") return BoxFromJson(obj);
                 if (kind == "Discrete") return DiscreteFromJson(obj);
                 if (kind == "MultiDiscrete") return MultiDiscreteFromJson(obj);
+                if (kind == "Dict") return DictFromJson(obj);
+                if (kind == "Tuple") return TupleFromJson(obj);
             }
             catch (TetherException e)
             {
@@ -184,7 +308,40 @@ namespace Tether.Protocol
                 throw Invalid(e.Detail);  // a factory's INVALID_ARGUMENT: the description is what is wrong
             }
             throw Invalid("unknown space type " + (kindToken == null ? "None" : kindToken.ToString(Newtonsoft.Json.Formatting.None)) +
-                          " (Box, Discrete, MultiDiscrete)");
+                          " (Box, Discrete, MultiDiscrete, Dict, Tuple)");
+        }
+
+        /// <summary>
+        /// <see cref="FromJson"/> for a module's action space: INVALID_FIELD for a Dict or Tuple too (§8.6:
+        /// composite spaces are for observations only).
+        /// </summary>
+        public static Space ActionFromJson(JToken data)
+        {
+            Space space = FromJson(data);
+            if (space.IsComposite) throw Invalid("an action space must be a Box, Discrete or MultiDiscrete, not a " + space.Kind);
+            return space;
+        }
+
+        static Space DictFromJson(JObject obj)
+        {
+            var spaces = obj["spaces"] as JObject;
+            if (spaces == null) throw Invalid("a Dict's spaces must be an object of key -> space");
+            var items = new List<KeyValuePair<string, Space>>();
+            foreach (JProperty item in spaces.Properties())
+            {
+                if (!ValidKey(item.Name)) throw Invalid("Dict key " + Quote(item.Name) + " is not a non-empty string of A-Z a-z 0-9 _ -");
+                items.Add(new KeyValuePair<string, Space>(item.Name, FromJson(item.Value)));
+            }
+            return Dict(items);
+        }
+
+        static Space TupleFromJson(JObject obj)
+        {
+            var spaces = obj["spaces"] as JArray;
+            if (spaces == null) throw Invalid("a Tuple's spaces must be an array of spaces");
+            var items = new Space[spaces.Count];
+            for (int i = 0; i < items.Length; ++i) items[i] = FromJson(spaces[i]);
+            return Tuple(items);
         }
 
         static Space BoxFromJson(JObject obj)
@@ -249,7 +406,7 @@ namespace Tether.Protocol
         /// <summary>Whether <paramref name="width"/> values at <paramref name="offset"/> are one member of the space (a Box compared at float32 precision).</summary>
         public bool Contains(double[] x, int offset, int width)
         {
-            if (width != FlatDim) return false;
+            if (width != FlatDim || IsComposite) return false;  // (actions are never composite)
             switch (Kind)
             {
                 case SpaceKind.Box:
@@ -285,8 +442,16 @@ namespace Tether.Protocol
                     };
                 case SpaceKind.Discrete:
                     return new JObject { { "type", "Discrete" }, { "n", N }, { "start", Start } };
-                default:
+                case SpaceKind.MultiDiscrete:
                     return new JObject { { "type", "MultiDiscrete" }, { "nvec", new JArray(Nvec) } };
+                case SpaceKind.Dict:
+                    var keyed = new JObject();
+                    foreach (KeyValuePair<string, Space> child in children) keyed[child.Key] = child.Value.ToJson();
+                    return new JObject { { "type", "Dict" }, { "spaces", keyed } };
+                default:
+                    var ordered = new JArray();
+                    foreach (KeyValuePair<string, Space> child in children) ordered.Add(child.Value.ToJson());
+                    return new JObject { { "type", "Tuple" }, { "spaces", ordered } };
             }
         }
 

@@ -288,9 +288,17 @@ namespace Tether.Protocol
             return BitConverter.ToSingle(data, at);
         }
 
+        // A float's bits without allocating (BitConverter.GetBytes allocates).
+        [System.Runtime.InteropServices.StructLayout(System.Runtime.InteropServices.LayoutKind.Explicit)]
+        struct FloatBits
+        {
+            [System.Runtime.InteropServices.FieldOffset(0)] public float Value;
+            [System.Runtime.InteropServices.FieldOffset(0)] public int Bits;
+        }
+
         internal static void WriteFloat32(float value, byte[] into, int at)
         {
-            int bits = BitConverter.ToInt32(BitConverter.GetBytes(value), 0);
+            int bits = new FloatBits { Value = value }.Bits;
             into[at] = (byte)bits;
             into[at + 1] = (byte)(bits >> 8);
             into[at + 2] = (byte)(bits >> 16);

@@ -275,12 +275,14 @@ namespace Tether.Sampling
             double[] exps = kept ?? (kept = new double[KeptExps]);
             bool keep = n <= KeptExps;
             double total = 0;
+            int lastPossible = 0;  // the last category of nonzero probability (a masked one has 0, §11.6)
             for (int i = 0; i < n; ++i)
             {
                 double d = logits[offset + i] - top;
                 double e = d == 0 ? 1.0 : Math.Exp(d);  // (exp(0) is exactly 1: the top category costs no exp)
                 if (keep) exps[i] = e;
                 total += e;
+                lastPossible = e > 0 ? i : lastPossible;
             }
             double threshold = rng.Uniform() * total;
             double acc = 0;
@@ -290,6 +292,8 @@ namespace Tether.Sampling
                 acc += keep ? exps[i] : Math.Exp(logits[offset + i] - top);
                 choice += acc <= threshold ? 1 : 0;
             }
+            // A threshold rounded up to the whole sum would count past the last possible category.
+            choice = Math.Min(choice, lastPossible);
             logp = logits[offset + choice] - top - Math.Log(total);
             return choice;
         }
