@@ -52,7 +52,15 @@ batch answered: ``sdk_cpp_batch256_sustained_us_p50`` / ``_us_p99`` /
 ``_p99_vs_p50`` / ``_frame_interval_us`` / ``_server_kept_up`` (nothing
 dropped, at least 80 % of the timed agent steps answered), with ``_frames``,
 ``_batches_dropped``, ``_agent_steps_sent`` and ``_server_agent_steps_per_s``.
-``--no-cpp`` leaves them out.
+On the CNN server, with the model it serves: ``ort_cpp_cnn_us_p50`` / ``_p99`` (the C API on the
+image's bytes, a uint8 tensor bound once) against ``sdk_cpp_cnn_us_p50`` / ``_p99``
+(``TetherClient::get_action`` on the same 84x84x4 images, given as the floats 0-255 its flat API
+takes), ``--cnn-calls`` of each alternating in blocks of 10, and ``sdk_cpp_cnn_ratio`` (sdk / ort at
+p50; target at most 1.1). Between blocks the episode's steps are sent (``flush``, untimed), as a batch
+is cut in a long run, so each step is recorded into arrays that kept their capacity;
+``sdk_cpp_cnn_growing_us_p50`` / ``_p99`` / ``_ratio`` are the same calls on a second client whose
+episode is never cut (every 113 KB step lands in fresh memory). ``--no-cnn`` leaves these out too.
+``--no-cpp`` leaves all of them out.
 
 The C# SDK (sdk_csharp/Bench~/ActLatency.cs, built by
 ``sdk_csharp/scripts/build_and_test.sh --build-only`` and run under mono) is
@@ -163,14 +171,9 @@ def cnn_model(seed: int) -> bytes:
     return PPOLearner(space, Discrete(6), hp, "cpu", seed).export_onnx()
 
 
-def measure_python_cnn(args: argparse.Namespace, tmp: Path) -> dict:
-    """Nature-CNN on 84x84x4 uint8 images: bare ONNX Runtime on the served model against
-    TetherClient.get_action on the same images (bytes in, as an engine's camera gives them)."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from tether.sdk import TetherClient
-
+def measure_cnn(args: argparse.Namespace, tmp: Path) -> dict:
+    """The CNN figures of the Python SDK and, unless ``--no-cpp``, of the C++ SDK, against one server
+    that serves Nature-CNN on 84x84x4 uint8 images."""
     port = free_port()
     space = {"type": "Box", "shape": CNN_IMAGE, "dtype": "uint8", "low": 0, "high": 255}
     server = spawn([
@@ -182,39 +185,53 @@ def measure_python_cnn(args: argparse.Namespace, tmp: Path) -> dict:
     ], stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, server, timeout_s=args.timeout)
-        client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-cnn", seed=args.seed,
-                              reconnect_timeout_s=args.timeout)
-        try:
-            # The bare session runs the model a fresh learner with the server's seed exports: the served one.
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
-            options.inter_op_num_threads = 1
-            options.log_severity_level = 3
-            bare = ort.InferenceSession(cnn_model(args.seed), options, providers=["CPUExecutionProvider"])
-            in_name, out_names = bare.get_inputs()[0].name, [bare.get_outputs()[0].name]
-            rng = np.random.default_rng(args.seed)
-            images = [rng.integers(0, 256, CNN_IMAGE).astype(np.uint8) for _ in range(64)]
-            rows = [im[None] for im in images]
-            eid = client.start_episode()
-            bare_ns: list[int] = []
-            sdk_ns: list[int] = []
-            perf_ns = time.perf_counter_ns
-            same = bool(np.allclose(client.policy.dist_inputs(np.stack(images[:4])),
-                                    bare.run(out_names, {in_name: np.stack(images[:4])})[0], atol=1e-5))
-            for i in range(-20, args.cnn_calls):  # alternating, so background load hits both alike
-                t0 = perf_ns()
-                bare.run(out_names, {in_name: rows[i % 64]})
-                t1 = perf_ns()
-                client.get_action(eid, images[i % 64])
-                t2 = perf_ns()
-                client.log_returns(eid, 1.0)
-                if i >= 0:
-                    bare_ns.append(t1 - t0)
-                    sdk_ns.append(t2 - t1)
-        finally:
-            client.close()
+        result = measure_python_cnn(args, port)
+        if not args.no_cpp:
+            result.update(measure_cpp_cnn(args, tmp, port))
     finally:
         stop(server, grace_s=10.0)
+    return result
+
+
+def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
+    """Nature-CNN on 84x84x4 uint8 images: bare ONNX Runtime on the served model against
+    TetherClient.get_action on the same images (bytes in, as an engine's camera gives them)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from tether.sdk import TetherClient
+
+    client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-cnn", seed=args.seed,
+                          reconnect_timeout_s=args.timeout)
+    try:
+        # The bare session runs the model a fresh learner with the server's seed exports: the served one.
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        bare = ort.InferenceSession(cnn_model(args.seed), options, providers=["CPUExecutionProvider"])
+        in_name, out_names = bare.get_inputs()[0].name, [bare.get_outputs()[0].name]
+        rng = np.random.default_rng(args.seed)
+        images = [rng.integers(0, 256, CNN_IMAGE).astype(np.uint8) for _ in range(64)]
+        rows = [im[None] for im in images]
+        eid = client.start_episode()
+        bare_ns: list[int] = []
+        sdk_ns: list[int] = []
+        perf_ns = time.perf_counter_ns
+        same = bool(np.allclose(client.policy.dist_inputs(np.stack(images[:4])),
+                                bare.run(out_names, {in_name: np.stack(images[:4])})[0], atol=1e-5))
+        for i in range(-20, args.cnn_calls):  # alternating, so background load hits both alike
+            t0 = perf_ns()
+            bare.run(out_names, {in_name: rows[i % 64]})
+            t1 = perf_ns()
+            client.get_action(eid, images[i % 64])
+            t2 = perf_ns()
+            client.log_returns(eid, 1.0)
+            if i >= 0:
+                bare_ns.append(t1 - t0)
+                sdk_ns.append(t2 - t1)
+    finally:
+        client.close()
     bare_ns.sort()
     sdk_ns.sort()
     return {"ort_python_cnn_us_p50": percentile(bare_ns, 50), "sdk_python_cnn_us_p50": percentile(sdk_ns, 50),
@@ -329,7 +346,7 @@ def run(args: argparse.Namespace) -> dict:
                 client.close()
             wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
             sending = measure_while_sending(args, sending_port, obs_pool)
-            cnn = {} if args.no_cnn else measure_python_cnn(args, Path(tmp))
+            cnn = {} if args.no_cnn else measure_cnn(args, Path(tmp))
             cpp = {} if args.no_cpp else measure_cpp(args, model, Path(tmp), port, sending_port)
             csharp = {} if args.no_csharp else measure_csharp(args, model, Path(tmp), port, sending_port)
         finally:
@@ -371,12 +388,37 @@ CPP_BUILD = REPO_ROOT / "sdk_cpp" / "build" / "normal"
 CPP_PROGRAM = CPP_BUILD / "bench" / "act_latency_cpp"
 
 
-def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:
-    """The C++ SDK's figures: builds sdk_cpp (normal configuration) if needed and runs its bench program."""
+_cpp_built = False
+
+
+def build_cpp() -> None:
+    """Builds sdk_cpp (normal configuration) if needed, once per run."""
+    global _cpp_built
+    if _cpp_built:
+        return
     build = subprocess.run(["bash", str(REPO_ROOT / "sdk_cpp" / "scripts" / "build_and_test.sh"), "--build-only",
                             "normal"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     if build.returncode != 0:
         raise RuntimeError("building sdk_cpp failed:\n" + build.stdout[-4000:])
+    _cpp_built = True
+
+
+def measure_cpp_cnn(args: argparse.Namespace, tmp: Path, port: int) -> dict:
+    """The C++ SDK's CNN figures against the CNN server on `port`, with the model it serves."""
+    build_cpp()
+    model_file = tmp / "cnn_policy.onnx"
+    model_file.write_bytes(cnn_model(args.seed))
+    run_ = subprocess.run([str(CPP_PROGRAM), "--cnn-model", str(model_file), "--cnn-port", str(port),
+                           "--cnn-calls", str(args.cnn_calls), "--seed", str(args.seed)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if run_.returncode != 0:
+        raise RuntimeError(f"act_latency_cpp (CNN) exited {run_.returncode}: {run_.stderr[-4000:]}")
+    return json.loads(run_.stdout.strip().splitlines()[-1])
+
+
+def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:
+    """The C++ SDK's figures: builds sdk_cpp (normal configuration) if needed and runs its bench program."""
+    build_cpp()
     model_file = tmp / "policy.onnx"
     model_file.write_bytes(model)
     run_ = subprocess.run([str(CPP_PROGRAM), "--model", str(model_file), "--port", str(port), "--sending-port",
@@ -493,6 +535,11 @@ def main(argv: list[str] | None = None) -> int:
             f"vs bare {result['ort_cpp_batch256_sustained_paced_us_p50']} us "
             f"(ratio {result['sdk_cpp_batch256_sustained_ratio']}, "
             f"p99 {result['sdk_cpp_batch256_sustained_p99_vs_p50']}x p50)")
+    if "sdk_cpp_cnn_us_p50" in result:
+        log(f"C++ SDK get_action on 84x84x4 images (Nature-CNN) p50 {result['sdk_cpp_cnn_us_p50']} us vs bare "
+            f"ONNX Runtime C API {result['ort_cpp_cnn_us_p50']} us (ratio {result['sdk_cpp_cnn_ratio']}), "
+            f"p99 {result['sdk_cpp_cnn_us_p99']} us; one episode never cut: {result['sdk_cpp_cnn_growing_us_p50']} us "
+            f"(ratio {result['sdk_cpp_cnn_growing_ratio']})")
     if "sdk_csharp_us_p50" in result:
         log(f"C# SDK GetAction p50 {result['sdk_csharp_us_p50']} us vs its bare ONNX Runtime backend "
             f"{result['ort_csharp_us_p50']} us; p99 {result['sdk_csharp_us_p99']} us; "

@@ -40,8 +40,19 @@
 //   --sending-port, which asks for a batch every --sending-batch steps; only
 //   calls made while a batch is queued or in flight (and the calls that cut
 //   one) count.
+// * ort_cpp_cnn_us_p50 / sdk_cpp_cnn_us_p50 (--cnn-model FILE --cnn-port P):
+//   Nature-CNN on 84x84x4 uint8 images (a byte box) against the server on
+//   --cnn-port that serves it: bare ONNX Runtime (a uint8 input bound once) on
+//   the image's bytes against TetherClient::get_action on the same image (the
+//   floats 0-255 its flat API takes), --cnn-calls of each, alternating in
+//   blocks of --cnn-block-calls; sdk_cpp_cnn_ratio (sdk / ort at p50), _us_p99
+//   of both. The episode is flushed between blocks (untimed) so steps are
+//   recorded into arrays that kept their capacity, as in a long run;
+//   sdk_cpp_cnn_growing_*: a second client whose episode is never cut.
+//   Either part runs alone: --model (with its ports) and --cnn-model are each optional.
 // Prints one JSON object on stdout.
 #include <algorithm>
+#include <cstdarg>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -80,6 +91,10 @@ struct Args {
   int sustained_frame_interval_us = 0;  // 0: twice the server's time per frame in the first series
   std::string frames_out;
   std::uint64_t seed = 0;
+  std::string cnn_model;
+  std::uint16_t cnn_port = 0;
+  int cnn_calls = 300;
+  int cnn_block_calls = 10;
 };
 
 [[noreturn]] void fail(const std::string& what) {
@@ -105,12 +120,19 @@ Args parse(int argc, char** argv) {
     else if (flag == "--frame-interval-us") args.frame_interval_us = std::max(0, std::stoi(value));
     else if (flag == "--sustained-frame-interval-us") args.sustained_frame_interval_us = std::max(0, std::stoi(value));
     else if (flag == "--frames-out") args.frames_out = value;
+    else if (flag == "--cnn-model") args.cnn_model = value;
+    else if (flag == "--cnn-port") args.cnn_port = static_cast<std::uint16_t>(std::stoi(value));
+    else if (flag == "--cnn-calls") args.cnn_calls = std::max(1, std::stoi(value));
+    else if (flag == "--cnn-block-calls") args.cnn_block_calls = std::max(1, std::stoi(value));
     else fail("unknown flag " + flag);
   }
-  if (args.model.empty() || args.port == 0 || args.sending_port == 0) {
-    fail("usage: act_latency_cpp --model FILE --port P --sending-port Q [--calls N] [--warmup N] [--blocks N] "
+  const bool cartpole = !args.model.empty() && args.port != 0 && args.sending_port != 0;
+  const bool cnn = !args.cnn_model.empty() && args.cnn_port != 0;
+  if (!(cartpole || (args.model.empty() && args.port == 0 && args.sending_port == 0)) ||
+      !(cnn || (args.cnn_model.empty() && args.cnn_port == 0)) || !(cartpole || cnn)) {
+    fail("usage: act_latency_cpp [--model FILE --port P --sending-port Q] [--calls N] [--warmup N] [--blocks N] "
          "[--batch-calls N] [--sending-seconds S] [--frame-interval-us N] [--sustained-frame-interval-us N] "
-         "[--frames-out FILE] [--seed N]");
+         "[--frames-out FILE] [--seed N] [--cnn-model FILE --cnn-port P [--cnn-calls N] [--cnn-block-calls N]]");
   }
   return args;
 }
@@ -132,11 +154,30 @@ std::int64_t since_ns(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
 }
 
-// Bare ONNX Runtime: a session with one intra-op thread and tensors bound once.
+std::string format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list again;
+  va_copy(again, args);
+  const int size = std::vsnprintf(nullptr, 0, fmt, args);
+  va_end(args);
+  std::string text(static_cast<std::size_t>(std::max(0, size)) + 1, '\0');
+  std::vsnprintf(text.data(), text.size(), fmt, again);
+  va_end(again);
+  text.resize(text.size() - 1);
+  return text;
+}
+
+// Bare ONNX Runtime: a session with one intra-op thread and tensors bound once:
+// a float32 (batch, obs_dim) input, or a uint8 (batch, *image_shape) one.
 class BareSession {
  public:
-  BareSession(const std::vector<std::uint8_t>& model, std::size_t batch, std::size_t obs_dim, std::size_t out_dim)
-      : api_(OrtGetApiBase()->GetApi(ORT_API_VERSION)), obs_(batch * obs_dim), out_(batch * out_dim) {
+  BareSession(const std::vector<std::uint8_t>& model, std::size_t batch, std::size_t obs_dim, std::size_t out_dim,
+              const std::vector<std::int64_t>& image_shape = {})
+      : api_(OrtGetApiBase()->GetApi(ORT_API_VERSION)),
+        obs_(image_shape.empty() ? batch * obs_dim : 0),
+        bytes_(image_shape.empty() ? 0 : batch * obs_dim),
+        out_(batch * out_dim) {
     check(api_->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "bench", &env_));
     OrtSessionOptions* options = nullptr;
     check(api_->CreateSessionOptions(&options));
@@ -155,10 +196,17 @@ class BareSession {
     check(api_->AllocatorFree(allocator, name));
     OrtMemoryInfo* memory = nullptr;
     check(api_->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &memory));
-    const std::int64_t in_shape[2] = {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(obs_dim)};
     const std::int64_t out_shape[2] = {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(out_dim)};
-    check(api_->CreateTensorWithDataAsOrtValue(memory, obs_.data(), obs_.size() * sizeof(float), in_shape, 2,
-                                               ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &input_));
+    if (image_shape.empty()) {
+      const std::int64_t in_shape[2] = {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(obs_dim)};
+      check(api_->CreateTensorWithDataAsOrtValue(memory, obs_.data(), obs_.size() * sizeof(float), in_shape, 2,
+                                                 ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &input_));
+    } else {
+      std::vector<std::int64_t> in_shape{static_cast<std::int64_t>(batch)};
+      in_shape.insert(in_shape.end(), image_shape.begin(), image_shape.end());
+      check(api_->CreateTensorWithDataAsOrtValue(memory, bytes_.data(), bytes_.size(), in_shape.data(),
+                                                 in_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &input_));
+    }
     check(api_->CreateTensorWithDataAsOrtValue(memory, out_.data(), out_.size() * sizeof(float), out_shape, 2,
                                                ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &output_));
     api_->ReleaseMemoryInfo(memory);
@@ -173,6 +221,7 @@ class BareSession {
   BareSession& operator=(const BareSession&) = delete;
 
   float* obs() { return obs_.data(); }
+  std::uint8_t* bytes() { return bytes_.data(); }
   const std::string& input_name() const { return input_name_; }
   const std::string& output_name() const { return output_name_; }
   const float* out() const { return out_.data(); }
@@ -198,6 +247,7 @@ class BareSession {
   std::string input_name_;
   std::string output_name_;
   std::vector<float> obs_;
+  std::vector<std::uint8_t> bytes_;
   std::vector<float> out_;
 };
 
@@ -307,10 +357,8 @@ FrameSeries run_frames(const Args& args, int interval_us, const char* name, Bare
   return series;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+// The CartPole figures (--model), as one JSON object.
+std::string measure_cartpole(const Args& args) {
   const std::vector<std::uint8_t> model = read_file(args.model);
   std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
   std::normal_distribution<float> normal(0.0f, 0.5f);
@@ -451,7 +499,7 @@ int main(int argc, char** argv) {
   const double sdk_batch = percentile_us(sdk_batch_ns, 50);
   const double frame = fast.p50;
   const double frame_bare = fast.bare_p50;
-  std::printf(
+  return format(
       "{\"ort_cpp_us_p50\": %.2f, \"ort_cpp_us_p99\": %.2f, \"sdk_cpp_us_p50\": %.2f, \"sdk_cpp_us_p99\": %.2f, "
       "\"ort_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p50\": %.2f, \"sdk_cpp_batch256_us_p99\": %.2f, "
       "\"ort_cpp_batch256_paced_us_p50\": %.2f, \"sdk_cpp_batch256_ratio\": %.2f, "
@@ -472,7 +520,7 @@ int main(int argc, char** argv) {
       "\"sdk_cpp_batch256_sustained_batches_dropped\": %lld, \"sdk_cpp_batch256_sustained_agent_steps_sent\": %lld, "
       "\"sdk_cpp_batch256_sustained_frame_interval_us\": %d, "
       "\"sdk_cpp_batch256_sustained_server_agent_steps_per_s\": %.0f, "
-      "\"sdk_cpp_batch256_sustained_server_kept_up\": %s}\n",
+      "\"sdk_cpp_batch256_sustained_server_kept_up\": %s}",
       percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
       frame, fast.p99, frame_bare, fast.ratio(),
       ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(fast.dropped),
@@ -484,5 +532,121 @@ int main(int argc, char** argv) {
       sustained.p99_vs_p50(), sustained.frames(), static_cast<long long>(sustained.dropped),
       static_cast<long long>(sustained.total_sent), sustained.interval_us, sustained.server_steps_per_s,
       sustained.server_kept_up() ? "true" : "false");
+}
+
+
+constexpr std::int64_t kImage[3] = {84, 84, 4};
+constexpr std::size_t kImageSize = 84 * 84 * 4;
+constexpr std::size_t kCnnActions = 6;
+
+// The CNN figures (--cnn-model): bare ONNX Runtime on uint8 images against
+// TetherClient::get_action on the same images, as one JSON object.
+std::string measure_cnn(const Args& args) {
+  const std::vector<std::uint8_t> model = read_file(args.cnn_model);
+  BareSession bare(model, 1, kImageSize, kCnnActions, {kImage[0], kImage[1], kImage[2]});
+  auto client = connect(args.cnn_port, args.seed, "bench-act-latency-cpp-cnn");
+  if (!client->observation_space().is_bytes() || client->observation_space().flat_dim() != kImageSize ||
+      client->action_space().dist_inputs_size() != kCnnActions) {
+    fail("the CNN server's spaces are not an 84x84x4 byte box and Discrete(6)");
+  }
+  // 64 images as an engine's camera gives them (bytes), and as floats for the flat get_action.
+  std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
+  std::uniform_int_distribution<int> pixel(0, 255);
+  constexpr std::size_t kImages = 64;
+  std::vector<std::uint8_t> images(kImages * kImageSize);
+  for (std::uint8_t& value : images) value = static_cast<std::uint8_t>(pixel(rng));
+  std::vector<float> float_images(images.begin(), images.end());
+
+  // The SDK's backend and the bare session compute the same outputs from one image.
+  tether::OnnxRuntimeBackend backend;
+  tether::Status loaded = backend.load(model.data(), model.size(), bare.input_name(), bare.output_name());
+  if (!loaded.ok()) fail("CNN backend load: " + loaded.to_string());
+  float dist[kCnnActions] = {};
+  if (!backend.run(float_images.data(), 1, kImageSize, dist, kCnnActions).ok()) fail("CNN backend run");
+  std::memcpy(bare.bytes(), images.data(), kImageSize);
+  bare.run();
+  bool same_outputs = true;
+  for (std::size_t i = 0; i < kCnnActions; ++i) same_outputs = same_outputs && std::fabs(dist[i] - bare.out()[i]) < 1e-4f;
+
+  // Steady state: the episode's steps are cut and sent between blocks (flush,
+  // untimed), as a batch is every steps_per_batch() steps in a long run, so each
+  // step is recorded into arrays that kept their capacity. A second client's
+  // episode is never cut: every step it records lands in fresh memory (its
+  // arrays grow without end), sdk_cpp_cnn_growing_*.
+  auto growing_client = connect(args.cnn_port, args.seed, "bench-act-latency-cpp-cnn-growing");
+  std::string episode = client->start_episode().value();
+  std::string growing_episode = growing_client->start_episode().value();
+  double action[1] = {0.0};
+  auto bare_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      // (the copy into the bound buffer is not timed: an engine could render into it)
+      std::memcpy(bare.bytes(), &images[(static_cast<std::size_t>(i) % kImages) * kImageSize], kImageSize);
+      const auto t0 = Clock::now();
+      bare.run();
+      const std::int64_t ns = since_ns(t0);
+      if (out) out->push_back(ns);
+    }
+  };
+  auto sdk_block = [&](tether::TetherClient& sdk, const std::string& id, int n, std::vector<std::int64_t>* out,
+                       int start) {
+    for (int i = start; i < start + n; ++i) {
+      const float* image = &float_images[(static_cast<std::size_t>(i) % kImages) * kImageSize];
+      const auto t0 = Clock::now();
+      tether::Status status = sdk.get_action(id, image, kImageSize, action, 1);
+      const std::int64_t ns = since_ns(t0);
+      if (!status.ok()) fail("CNN get_action: " + status.to_string());
+      sdk.log_returns(id, 1.0);
+      if (out) out->push_back(ns);
+    }
+  };
+  auto flush = [&] {
+    tether::Status flushed = client->flush();
+    if (!flushed.ok()) fail("CNN flush: " + flushed.to_string());
+  };
+  const int warmup = std::min(50, args.cnn_calls);
+  bare_block(warmup, nullptr, 0);
+  sdk_block(*client, episode, warmup, nullptr, 0);
+  sdk_block(*growing_client, growing_episode, warmup, nullptr, 0);
+  flush();
+  std::vector<std::int64_t> bare_ns;
+  std::vector<std::int64_t> sdk_ns;
+  std::vector<std::int64_t> growing_ns;
+  // Short blocks, alternating, so background load hits all alike.
+  for (int done = 0; done < args.cnn_calls; done += args.cnn_block_calls) {
+    const int n = std::min(args.cnn_block_calls, args.cnn_calls - done);
+    bare_block(n, &bare_ns, done);
+    sdk_block(*client, episode, n, &sdk_ns, done);
+    sdk_block(*growing_client, growing_episode, n, &growing_ns, done);
+    flush();
+    // (the server stores the batch after answering: let it finish before the next timed block)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::int64_t sent = client->env_steps_sent();
+  growing_client->close();
+  client->close();
+  const double ort_p50 = percentile_us(bare_ns, 50);
+  const double sdk_p50 = percentile_us(sdk_ns, 50);
+  const double growing_p50 = percentile_us(growing_ns, 50);
+  return format(
+      "{\"ort_cpp_cnn_us_p50\": %.2f, \"ort_cpp_cnn_us_p99\": %.2f, \"sdk_cpp_cnn_us_p50\": %.2f, "
+      "\"sdk_cpp_cnn_us_p99\": %.2f, \"sdk_cpp_cnn_ratio\": %.3f, \"sdk_cpp_cnn_calls\": %zu, "
+      "\"sdk_cpp_cnn_backend_matches_bare\": %s, \"sdk_cpp_cnn_env_steps_sent\": %lld, "
+      "\"sdk_cpp_cnn_growing_us_p50\": %.2f, \"sdk_cpp_cnn_growing_us_p99\": %.2f, \"sdk_cpp_cnn_growing_ratio\": %.3f}",
+      ort_p50, percentile_us(bare_ns, 99), sdk_p50, percentile_us(sdk_ns, 99), ort_p50 > 0 ? sdk_p50 / ort_p50 : 0.0,
+      sdk_ns.size(), same_outputs ? "true" : "false", static_cast<long long>(sent), growing_p50,
+      percentile_us(growing_ns, 99), ort_p50 > 0 ? growing_p50 / ort_p50 : 0.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  std::string json;
+  if (!args.model.empty()) json = measure_cartpole(args);
+  if (!args.cnn_model.empty()) {
+    const std::string cnn = measure_cnn(args);
+    json = json.empty() ? cnn : json.substr(0, json.size() - 1) + ", " + cnn.substr(1);
+  }
+  std::printf("%s\n", json.c_str());
   return 0;
 }

@@ -17,9 +17,11 @@ namespace {
 // as the server would refuse the whole batch for it (OBS_DTYPE_MISMATCH,
 // §10.6 checks 11b, 4c); and [1.4] an action mask that is not 0/1 or allows
 // nothing (§11.6) is refused before sampling, so no forbidden action is drawn.
-Status check_row(const LinkConfig& config, const float* obs, std::size_t size, const char* what, bool mask) {
+// `bytes_checked`: the row is a byte box's and first_non_byte passed it whole.
+Status check_row(const LinkConfig& config, const float* obs, std::size_t size, const char* what, bool mask,
+                 bool bytes_checked = false) {
   const Space& space = config.observation_space;
-  if (space.is_bytes() || space.is_composite()) {
+  if (!bytes_checked && (space.is_bytes() || space.is_composite())) {
     Status values = check_observation_row(space, obs, size, what);
     if (!values.ok()) return values;
   }
@@ -318,13 +320,17 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
     return Status(ErrorCode::kInvalidArgument, "get_action: action buffer has " + std::to_string(action_size) +
                                                    " values, the action space needs " + std::to_string(act_dim));
   }
-  for (std::size_t i = 0; i < obs_size; ++i) {
+  // A byte box's values that are all bytes are all finite: one pass over an
+  // image checks both; only a row that fails it is walked again to name the error.
+  const bool all_bytes =
+      config_->observation_space.is_bytes() && first_non_byte(obs, obs_size) == obs_size;
+  for (std::size_t i = 0; i < obs_size && !all_bytes; ++i) {
     if (!std::isfinite(obs[i])) {
       return Status(ErrorCode::kNonFiniteValue, "get_action: observation[" + std::to_string(i) + "] is not finite");
     }
   }
   const LinkConfig* checked = config_.get();
-  Status bytes = check_row(*config_, obs, obs_size, "get_action: observation", /*mask=*/true);
+  Status bytes = check_row(*config_, obs, obs_size, "get_action: observation", /*mask=*/true, all_bytes);
   if (!bytes.ok()) return bytes;
   // A batch every steps_per_batch() steps played (§13.2): complete recorded
   // steps and steps of held-back episodes. A held-back episode makes it due

@@ -5,6 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+#include <emmintrin.h>
+#endif
+
 #include "json_util.h"
 
 namespace tether {
@@ -486,7 +490,26 @@ bool Space::contains(const double* x, std::size_t n) const noexcept {
 }
 
 std::size_t first_non_byte(const float* values, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t i = 0;
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+  // An image is tens of thousands of values checked every frame: 16 at a time,
+  // branch-free; the scalar loop below finds which one failed, if any did.
+  // (v + 2^23) - 2^23 == v holds, in any rounding mode, only for a whole v in [0, 2^23].
+  const __m128 zero = _mm_setzero_ps();
+  const __m128 top = _mm_set1_ps(255.0f);
+  const __m128 shift = _mm_set1_ps(8388608.0f);
+  for (; i + 16 <= n; i += 16) {
+    __m128 good = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    for (std::size_t j = 0; j < 16; j += 4) {
+      const __m128 v = _mm_loadu_ps(values + i + j);
+      const __m128 in_range = _mm_and_ps(_mm_cmpge_ps(v, zero), _mm_cmple_ps(v, top));  // (false for NaN)
+      const __m128 whole = _mm_cmpeq_ps(_mm_sub_ps(_mm_add_ps(v, shift), shift), v);
+      good = _mm_and_ps(good, _mm_and_ps(in_range, whole));
+    }
+    if (_mm_movemask_ps(good) != 0xF) break;
+  }
+#endif
+  for (; i < n; ++i) {
     const float v = values[i];
     // (NaN fails the range test; a value in range is whole when truncation keeps it)
     if (!(v >= 0.0f && v <= 255.0f) || static_cast<float>(static_cast<int>(v)) != v) return i;

@@ -1,5 +1,6 @@
 // Unit tests of space parsing, writing and membership.
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -87,6 +88,23 @@ TEST(Spaces, FirstNonByte) {
   for (float bad : {-1.0f, 256.0f, 0.5f, 254.999f, -0.0001f, std::nanf(""), INFINITY}) {
     const float values[3] = {1.0f, bad, 2.5f};
     EXPECT_EQ(first_non_byte(values, 3), 1u) << bad;
+  }
+}
+
+TEST(Spaces, FirstNonByteOfALongRowAtEveryPosition) {
+  // Rows longer than 16 values are checked 16 at a time: each position must still be found.
+  std::vector<float> row(53);
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>((i * 37) % 256);
+  row[0] = -0.0f;  // (accepted, as the scalar check does)
+  EXPECT_EQ(first_non_byte(row.data(), row.size()), row.size());
+  for (float bad : {-1.0f, 256.0f, 0.5f, 254.999f, 8388609.0f, std::nanf(""), INFINITY, -INFINITY}) {
+    for (std::size_t at = 0; at < row.size(); ++at) {
+      std::vector<float> values = row;
+      values[at] = bad;
+      values[row.size() - 1] = 3.5f;  // a later bad value is not the first
+      if (at == row.size() - 1) values[at] = bad;
+      EXPECT_EQ(first_non_byte(values.data(), values.size()), at) << bad << " at " << at;
+    }
   }
 }
 

@@ -44,15 +44,18 @@ def test_act_latency_keys() -> None:
 def test_act_latency_cpp_keys() -> None:
     background_build.wait("normal")  # the bench builds sdk_cpp/build/normal itself if it is not built
     result = run_bench("act_latency.py", "--calls", "500", "--warmup", "100", "--batch-calls", "50",
-                       "--sending-seconds", "10", timeout=900)
+                       "--sending-seconds", "10", "--cnn-calls", "20", timeout=900)
     for key in ("ort_cpp_us_p50", "ort_cpp_batch256_us_p50", "sdk_cpp_us_p50", "sdk_cpp_us_p99",
                 "sdk_cpp_batch256_us_p50", "ort_cpp_batch256_paced_us_p50", "sdk_cpp_us_p99_while_sending",
-                "sdk_cpp_backend_batch256_us_p50"):
+                "sdk_cpp_backend_batch256_us_p50", "ort_cpp_cnn_us_p50", "sdk_cpp_cnn_us_p50", "sdk_cpp_cnn_us_p99",
+                "sdk_cpp_cnn_ratio"):
         assert result[key] > 0, (key, result)
     assert result["sdk_cpp_us_p50"] >= result["ort_cpp_us_p50"] * 0.5  # the SDK runs the model: not less than it
     assert result["sdk_cpp_batch256_us_p50"] >= result["ort_cpp_batch256_us_p50"] * 0.5
     assert result["sdk_cpp_backend_matches_bare"] is True  # the same model, the same outputs
     assert result["sdk_cpp_calls_while_sending"] > 0 and result["sdk_cpp_env_steps_sent_while_sending"] > 0
+    assert result["sdk_cpp_cnn_us_p50"] >= result["ort_cpp_cnn_us_p50"] * 0.5
+    assert result["sdk_cpp_cnn_backend_matches_bare"] is True
 
 
 def test_ingest_keys_and_verification() -> None:
