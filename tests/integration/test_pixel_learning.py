@@ -48,7 +48,7 @@ def test_the_cnn_learns_to_catch_from_pixels(tmp_path) -> None:
 
 COMPOSITE = json.dumps({"type": "Dict", "spaces": {
     "camera": json.loads(IMAGE), "paddle": {"type": "Box", "shape": [8], "dtype": "float32", "low": 0, "high": 1}}})
-COMPOSITE_CNN = '{"encoder": "cnn", "conv": [[16, 3, 1], [32, 3, 1]], "dense": 128}'
+COMPOSITE_CNN = '{"encoder": "cnn", "conv": [[8, 3, 1], [16, 3, 1]], "dense": 64}'
 
 
 @pytest.mark.slow
