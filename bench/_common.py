@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Benchmarks import the project's own test helpers (tests.conformance, examples) from the checkout.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
 
 def _require_the_install() -> None:
@@ -275,3 +278,29 @@ def run_server_with_clients(
             raise RuntimeError(f"server wrote no summary (exit code {server.returncode})")
         summary = json.loads(summary_file.read_text())
     return {"summary": summary, "t0": t0, "listening_s": listening_at - t0, "wall_s": wall, "load": load}
+
+
+def pettingzoo_client(game: str, port: int, seed: int) -> list[str]:
+    """The command line of one examples/pettingzoo_client.py process playing ``game``."""
+    return [sys.executable, str(REPO_ROOT / "examples/pettingzoo_client.py"), "--game", game,
+            "--port", str(port), "--seed", str(seed)]
+
+
+def target_reached(run: dict) -> tuple[float | None, int | None]:
+    """Seconds (from the server's start) and env steps at which a ``--stop-at-return`` run reached its
+    target, or ``(None, None)`` when it did not."""
+    summary = run["summary"]
+    reached_at = summary.get("reached_target_at")
+    if reached_at is None:
+        return None, None
+    return round(reached_at - run["t0"], 3), summary.get("env_steps_at_target")
+
+
+def emit(result: dict, echo: bool = True) -> None:
+    """Print a benchmark's one JSON object on stdout (and, with ``echo``, on stderr beside the log)."""
+    import json
+
+    text = json.dumps(result)
+    if echo:
+        log(text)
+    print(text, flush=True)

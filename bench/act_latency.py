@@ -117,8 +117,6 @@ from _common import (  # noqa: E402
     wait_until_quiet,
 )
 
-sys.path.insert(0, str(REPO_ROOT))
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

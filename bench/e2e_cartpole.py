@@ -19,19 +19,12 @@ reached within ``--max-env-steps`` or ``--timeout``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    REPO_ROOT,
-    add_run_arguments,
-    begin,
-    log,
-    run_server_with_clients,
-)
+from _common import REPO_ROOT, add_run_arguments, begin, emit, log, run_server_with_clients, target_reached  # noqa: E402
 
 TARGET = 450.0
 
@@ -54,12 +47,12 @@ def run(args: argparse.Namespace, port: int) -> dict:
          for i in range(args.clients)],
         port, args.timeout, args.show_server_output,
     )
-    summary, t0 = run_["summary"], run_["t0"]
-    reached_at = summary.get("reached_target_at")
-    reached = reached_at is not None
+    summary = run_["summary"]
+    seconds, env_steps = target_reached(run_)
+    reached = seconds is not None
     result = {
-        "time_to_450_s": round(reached_at - t0, 3) if reached else None,
-        "env_steps_to_450": summary.get("env_steps_at_target") if reached else None,
+        "time_to_450_s": seconds,
+        "env_steps_to_450": env_steps,
         "clients": args.clients,
         "seed": args.seed,
         "reached": reached,
@@ -79,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     result = run(args, begin(args))
     log(f"{'reached' if result['reached'] else 'did NOT reach'} {TARGET:g}: {result}")
-    print(json.dumps(result), flush=True)
+    emit(result, echo=False)
     return 0 if result["reached"] else 1
 
 

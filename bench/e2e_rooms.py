@@ -14,13 +14,12 @@ last 100 episodes, which is the fraction of episodes that reached the goal room.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, free_port, install_cleanup, log, run_server_with_clients  # noqa: E402
+from _common import REPO_ROOT, emit, free_port, install_cleanup, pettingzoo_client, run_server_with_clients  # noqa: E402
 
 
 def train(mode: str, env_steps: int, seed: int, timeout: float) -> dict:
@@ -28,8 +27,7 @@ def train(mode: str, env_steps: int, seed: int, timeout: float) -> dict:
     run = run_server_with_clients(
         ["--config", str(REPO_ROOT / f"examples/configs/rooms_{mode}.toml"), "--max-env-steps", str(env_steps),
          "--seed", str(seed)],
-        [[sys.executable, str(REPO_ROOT / "examples/pettingzoo_client.py"), "--game", f"rooms_{mode}",
-          "--port", str(port), "--seed", str(seed)]],
+        [pettingzoo_client(f"rooms_{mode}", port, seed)],
         port, timeout,
     )
     return {"summary": run["summary"], "wall_s": run["wall_s"]}
@@ -54,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         "flat_wall_s": round(flat["wall_s"], 1),
         "seed": args.seed,
     }
-    log(json.dumps(result))
-    print(json.dumps(result), flush=True)
+    emit(result)
     return 0
 
 

@@ -16,19 +16,12 @@ one shared module, same env and budget, -19.2 in 1456 s.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    REPO_ROOT,
-    add_run_arguments,
-    begin,
-    log,
-    run_server_with_clients,
-)
+from _common import REPO_ROOT, add_run_arguments, begin, emit, pettingzoo_client, run_server_with_clients  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,11 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     add_run_arguments(parser, timeout_s=900.0)
     args = parser.parse_args(argv)
     port = begin(args)
-    client = str(REPO_ROOT / "examples/pettingzoo_client.py")
     run = run_server_with_clients(
         ["--config", args.config, "--max-env-steps", str(args.env_steps), "--seed", str(args.seed),
          *args.server_arg],
-        [[sys.executable, client, "--game", "simple_spread", "--port", str(port), "--seed", str(args.seed + i)] for i in range(args.clients)],
+        [pettingzoo_client("simple_spread", port, args.seed + i) for i in range(args.clients)],
         port, args.timeout, args.show_server_output,
     )
     summary = run["summary"]
@@ -62,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.server_arg:
         result["server_args"] = args.server_arg
-    log(json.dumps(result))
-    print(json.dumps(result), flush=True)
+    emit(result)
     return 0
 
 

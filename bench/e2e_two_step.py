@@ -15,7 +15,6 @@ from server start until the mean return over the last 100 episodes is >= 7.95
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,8 +24,10 @@ from _common import (  # noqa: E402
     REPO_ROOT,
     add_run_arguments,
     begin,
-    log,
+    emit,
+    pettingzoo_client,
     run_server_with_clients,
+    target_reached,
 )
 
 TARGET = 7.95
@@ -41,16 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     run = run_server_with_clients(
         ["--config", str(REPO_ROOT / "examples/configs/two_step_game.toml"), "--stop-at-return", str(TARGET),
          "--max-env-steps", str(args.max_env_steps), "--seed", str(args.seed)],
-        [[sys.executable, str(REPO_ROOT / "examples/pettingzoo_client.py"), "--game", "two_step", "--port", str(port),
-          "--seed", str(args.seed)]],
+        [pettingzoo_client("two_step", port, args.seed)],
         port, args.timeout, args.show_server_output,
     )
     summary = run["summary"]
-    reached_at = summary.get("reached_target_at")
+    seconds, env_steps = target_reached(run)
     result = {
-        "time_to_8_s": round(reached_at - run["t0"], 3) if reached_at else None,
-        "env_steps_to_8": summary.get("env_steps_at_target") if reached_at else None,
-        "reached": reached_at is not None,
+        "time_to_8_s": seconds,
+        "env_steps_to_8": env_steps,
+        "reached": seconds is not None,
         "seed": args.seed,
         "return_mean_final": summary.get("return_mean"),
         "server_listening_s": round(run["listening_s"], 3),
@@ -58,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(run["wall_s"], 3),
         **run["load"],
     }
-    log(json.dumps(result))
-    print(json.dumps(result), flush=True)
+    emit(result)
     return 0 if result["reached"] else 1
 
 

@@ -54,20 +54,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    REPO_ROOT,
-    HostLoad,
-    add_quiet_argument,
-    free_port,
-    install_cleanup,
-    log,
-    spawn,
-    stop,
-    wait_for_port,
-    wait_until_quiet,
-)
-
-sys.path.insert(0, str(REPO_ROOT))
+from _common import (REPO_ROOT, HostLoad, add_quiet_argument, free_port, install_cleanup, log, spawn,  # noqa: E402
+                     stop, wait_for_port, wait_until_quiet)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

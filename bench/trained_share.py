@@ -46,8 +46,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, HostLoad, free_port, install_cleanup, log, spawn, stop, wait_for_port  # noqa: E402
 
-sys.path.insert(0, str(REPO_ROOT))
-
 EPISODE_STEPS = 100
 BLOCK_STEPS = 20
 #: The SDKs' default bound on steps waiting behind the batch in flight: (max_staleness + 1) * train_batch_size.

@@ -1,4 +1,4 @@
-"""Writes the C++ SDK's ONNX test model for a byte box (protocol 1.4) and its expected outputs.
+"""Writes the C++ and C# SDKs' ONNX test model for a byte box (protocol 1.4) and its expected outputs.
 
 policy_bytes_2x3x1.onnx: the server's own export (PPOLearner.export_onnx) of a
 policy for the observation space Box(shape [2, 3, 1], dtype uint8, 0..255) and
@@ -12,12 +12,15 @@ policy_bytes_2x3x1.json: input/output names, the input's shape, a few
 observations (integers 0-255) and the logits onnxruntime (Python, CPU)
 computes for them.
 
-Run from the repository root with the project's venv:
+Run from the repository root with the project's venv (the C# fixture uses another
+seed, so the two SDKs are not checked against one set of numbers only):
     .venv/bin/python sdk_cpp/tests/data/make_byte_policy_model.py
+    .venv/bin/python sdk_cpp/tests/data/make_byte_policy_model.py --out sdk_csharp/Tests/data --seed 5
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -34,17 +37,21 @@ SHAPE = [2, 3, 1]
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=HERE, help="directory to write into (default: this one)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the scaled last layer and the observations")
+    args = parser.parse_args()
     observation_space = space_from_json({"type": "Box", "shape": SHAPE, "dtype": "uint8", "low": 0, "high": 255})
     action_space = space_from_json({"type": "Discrete", "n": 2})
     learner = PPOLearner(observation_space, action_space, PPOHyperparams(), seed=0, onnx_input_name="obs")
     with torch.no_grad():
-        torch.manual_seed(7)
+        torch.manual_seed(args.seed)
         learner.model.actor[-1].weight.mul_(100.0)
         learner.model.actor[-1].bias.uniform_(-0.5, 0.5)
     data = learner.export_onnx()
-    (HERE / f"{NAME}.onnx").write_bytes(data)
+    (args.out / f"{NAME}.onnx").write_bytes(data)
 
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(args.seed)
     obs = rng.integers(0, 256, size=(5, *SHAPE), dtype=np.uint8)
     obs[0] = 0
     obs[1] = 255
@@ -67,7 +74,7 @@ def main() -> None:
         "observations": obs.reshape(len(obs), -1).astype(int).tolist(),
         "outputs": logits.astype(np.float64).tolist(),
     }
-    (HERE / f"{NAME}.json").write_text(json.dumps(record, indent=2) + "\n")
+    (args.out / f"{NAME}.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {NAME}.onnx ({len(data)} bytes) and {NAME}.json")
 
 
