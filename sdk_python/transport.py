@@ -100,6 +100,24 @@ class SocketTransport:
         self._raise_pending_loss()
         self.sock.sendall(self._conn.send(message, attachment))
 
+    def _until_connection_loss(self, responses: list, peer: str) -> list:
+        """The responses before the first connection-level ERROR; that ERROR becomes the loss.
+
+        Answers that arrived before it in the same read still count (e.g. the SET_STATE of
+        the batch just sent), so the loss is raised on the next call; with nothing before
+        it, it is raised now."""
+        for i, (_, message) in enumerate(responses):
+            code = message.get("code")
+            if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
+                loss = ConnectionLost(f"server {peer} closed the connection with {code}: "
+                                      f"{message.get('message', '')}", str(code), message)
+                if i == 0:
+                    self.close()
+                    raise loss
+                self._pending_loss = loss
+                return responses[:i]
+        return responses
+
     def _raise_pending_loss(self) -> None:
         loss, self._pending_loss = self._pending_loss, None
         if loss is not None:
@@ -125,19 +143,7 @@ class SocketTransport:
         except Exception as exc:
             self.close()  # the stream cannot be trusted after a protocol violation
             raise ConnectionLost(f"server {self.address} broke the protocol: {exc}") from exc
-        for i, (_, message) in enumerate(responses):
-            code = message.get("code")
-            if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
-                loss = ConnectionLost(f"server {self.address} closed the connection with {code}: "
-                                      f"{message.get('message', '')}", str(code), message)
-                if i == 0:
-                    self.close()
-                    raise loss
-                # Answers that arrived before it in the same read still count
-                # (e.g. the SET_STATE of the batch just sent); the loss is raised next time.
-                self._pending_loss = loss
-                return responses[:i]
-        return responses
+        return self._until_connection_loss(responses, self.address)
 
 
 class WebSocketTransport(SocketTransport):
@@ -259,16 +265,9 @@ class WebSocketTransport(SocketTransport):
             except Exception as exc:
                 self.close()
                 raise ConnectionLost(f"server {self.url} broke the protocol: {exc}") from exc
-            for i, (_, message) in enumerate(responses):
-                code = message.get("code")
-                if message.get("type") == MessageType.ERROR.value and code in _CONNECTION_LEVEL_CODES:
-                    loss = ConnectionLost(f"server {self.url} closed the connection with {code}: "
-                                          f"{message.get('message', '')}", str(code), message)
-                    if i == 0:
-                        self.close()
-                        raise loss
-                    self._pending_loss = loss
-                    return responses[:i]
+            kept = self._until_connection_loss(responses, self.url)
+            if len(kept) < len(responses):
+                return kept
         if closed is not None:
             if responses:
                 self._pending_loss = ConnectionLost(f"server {self.url} closed the websocket: {closed}")

@@ -222,6 +222,34 @@ def test_training_disabled_episodes_are_not_sent(tmp_path) -> None:
         assert server.stop()["env_steps"] == 0
 
 
+def lockstep_cartpole(client: TetherClient, envs: int, frames: int) -> list[str]:
+    """Play ``envs`` CartPole episodes side by side on one client, one step of each per frame, for
+    ``frames`` frames (a new episode where one ends). Returns the refusals (ServerError) that
+    get_action raised; the refused env waits for the next frame."""
+    games = [gym.make("CartPole-v1") for _ in range(envs)]
+    state = []
+    for i, env in enumerate(games):
+        obs, _ = env.reset(seed=i)
+        state.append([client.start_episode(), obs])
+    refusals: list[str] = []
+    for _ in range(frames):
+        for i, env in enumerate(games):
+            eid, obs = state[i]
+            try:
+                action = client.get_action(eid, obs)
+            except ServerError as exc:
+                refusals.append(f"{exc.code}: {exc}")
+                continue
+            obs, reward, term, trunc, _ = env.step(action)
+            client.log_returns(eid, reward)
+            if term or trunc:
+                client.end_episode(eid, obs, truncated=trunc and not term)
+                obs, _ = env.reset()
+                eid = client.start_episode()
+            state[i] = [eid, obs]
+    return refusals
+
+
 def test_overlapping_episodes_send_full_batches_and_rewards_attach_to_actions(tmp_path) -> None:
     """Three interleaved episodes: every send carries >= env_steps_per_sample steps
     (RLlib's server waits for that many), and the server stores every step."""
@@ -235,21 +263,7 @@ def test_overlapping_episodes_send_full_batches_and_rewards_attach_to_actions(tm
             submit(batch)
 
         client.link.submit = recording
-        envs = [gym.make("CartPole-v1") for _ in range(3)]
-        state = []
-        for i, env in enumerate(envs):
-            obs, _ = env.reset(seed=i)
-            state.append([client.start_episode(), obs])
-        for _ in range(600):
-            for i, env in enumerate(envs):
-                eid, obs = state[i]
-                obs, reward, term, trunc, _ = env.step(client.get_action(eid, obs))
-                client.log_returns(eid, reward)
-                if term or trunc:
-                    client.end_episode(eid, obs, truncated=trunc and not term)
-                    obs, _ = env.reset()
-                    eid = client.start_episode()
-                state[i] = [eid, obs]
+        assert lockstep_cartpole(client, envs=3, frames=600) == []
         client.flush()
         final_flush = sent_sizes.pop()  # flush() sends whatever is complete
         assert len(sent_sizes) >= 30 and min(sent_sizes) >= 50, sent_sizes
@@ -266,27 +280,7 @@ def test_lockstep_episodes_claim_the_oldest_version_and_pass_the_logp_check(tmp_
     with ServerProcess(tmp_path, "--env-steps-per-sample", "100", "--train-batch-size", "200",
                        "--max-staleness", "0") as server:
         client = TetherClient("127.0.0.1", server.port, seed=6, wait_for_weights=True)
-        refusals: list[str] = []
-        envs = [gym.make("CartPole-v1") for _ in range(2)]
-        state = []
-        for i, env in enumerate(envs):
-            obs, _ = env.reset(seed=i)
-            state.append([client.start_episode(), obs])
-        for _ in range(1500):
-            for i, env in enumerate(envs):
-                eid, obs = state[i]
-                try:
-                    action = client.get_action(eid, obs)
-                except ServerError as exc:
-                    refusals.append(f"{exc.code}: {exc}")
-                    continue
-                obs, reward, term, trunc, _ = env.step(action)
-                client.log_returns(eid, reward)
-                if term or trunc:
-                    client.end_episode(eid, obs, truncated=trunc and not term)
-                    obs, _ = env.reset()
-                    eid = client.start_episode()
-                state[i] = [eid, obs]
+        refusals = lockstep_cartpole(client, envs=2, frames=1500)
         client.flush()
         updates = client.weights_seq_no
         client.close()

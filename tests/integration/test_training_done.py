@@ -22,6 +22,25 @@ def bodies(data: bytes) -> list[dict]:
     return [decode_message(b)[1] for b in FrameDecoder().feed(data)]
 
 
+
+def play_until_training_done(client: TetherClient, seed: int, pause_s: float = 0.0, timeout_s: float = 60.0) -> int:
+    """20-step episodes of random 4-float observations until the server says training is done
+    (or ``timeout_s``). Returns the steps acted."""
+    rng = np.random.default_rng(seed)
+    acted = 0
+    deadline = time.monotonic() + timeout_s
+    while client.training_done is None and time.monotonic() < deadline:
+        eid = client.start_episode()
+        for _ in range(20):
+            client.get_action(eid, rng.normal(size=4).astype(np.float32))
+            client.log_returns(eid, 1.0)
+            acted += 1
+        client.end_episode(eid, np.zeros(4, np.float32))
+        if pause_s:
+            time.sleep(pause_s)
+    return acted
+
+
 def test_the_sdk_hears_training_done_with_the_summary_and_stops_without_an_error(tmp_path) -> None:
     with ServerProcess(tmp_path, "--max-env-steps", "600", "--env-steps-per-sample", "100",
                        "--train-batch-size", "200", "--minibatch-size", "100") as server:
@@ -31,17 +50,7 @@ def test_the_sdk_hears_training_done_with_the_summary_and_stops_without_an_error
         v1 = RawClient(server.port)
         assert v1.request({"type": "PING"})["type"] == "PONG"
         client = TetherClient("127.0.0.1", server.port, seed=1)
-        rng = np.random.default_rng(0)
-        acted = 0
-        deadline = time.monotonic() + 60
-        while client.training_done is None and time.monotonic() < deadline:
-            eid = client.start_episode()
-            for _ in range(20):
-                client.get_action(eid, rng.normal(size=4).astype(np.float32))
-                client.log_returns(eid, 1.0)
-                acted += 1
-            client.end_episode(eid, np.zeros(4, np.float32))
-            time.sleep(0.001)
+        acted = play_until_training_done(client, seed=0, pause_s=0.001)
         summary = client.training_done
         assert summary is not None, "the client was never told that training is done"
         assert summary["reason"] == "max_env_steps" and summary["env_steps"] >= 600
@@ -50,7 +59,7 @@ def test_the_sdk_hears_training_done_with_the_summary_and_stops_without_an_error
         # A normal end: the engine goes on acting with the last model, nothing raises, flush returns.
         eid = client.start_episode()
         for _ in range(30):
-            client.get_action(eid, rng.normal(size=4).astype(np.float32))
+            client.get_action(eid, np.full(4, 0.1, np.float32))
         client.end_episode(eid, np.zeros(4, np.float32))
         client.flush()
         assert client.link.reconnects == 0, "told that training is done, the client must not reconnect"
@@ -75,14 +84,7 @@ def test_over_a_websocket_the_sdk_hears_training_done_too(tmp_path) -> None:
         line = next(line for line in server.lines if "ws://" in line)
         url = line[line.index("ws://"):].split()[0]
         client = TetherClient(url, seed=2, wait_for_weights=True)
-        rng = np.random.default_rng(1)
-        deadline = time.monotonic() + 60
-        while client.training_done is None and time.monotonic() < deadline:
-            eid = client.start_episode()
-            for _ in range(20):
-                client.get_action(eid, rng.normal(size=4).astype(np.float32))
-                client.log_returns(eid, 1.0)
-            client.end_episode(eid, np.zeros(4, np.float32))
+        play_until_training_done(client, seed=1)
         assert client.training_done is not None and client.training_done["reason"] == "max_env_steps"
         client.flush()
         assert client.link.reconnects == 0 and client.link.fatal is None

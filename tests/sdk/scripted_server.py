@@ -93,6 +93,12 @@ class ScriptedConnection:
             else:
                 raise AssertionError(f"unexpected {kind} during the handshake")
 
+    def read_until_closed(self) -> None:
+        """Read (and record) everything the client sends, answering nothing: a hung server or a
+        half-open connection, as the client sees it."""
+        while self.receive(timeout=None) is not None:
+            pass
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
@@ -158,3 +164,14 @@ def state(seq: int, model: bytes | None) -> dict[str, Any]:
     if model is not None:
         message["onnx_file"] = encode_onnx(model)
     return message
+
+
+def silent_after_handshake(config: dict[str, Any], set_state: dict[str, Any],
+                           version: str | None = "1.3") -> Callable[[ScriptedConnection], None]:
+    """A handler that completes the handshake, then never answers again."""
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(config, set_state, version=version)
+        conn.read_until_closed()
+
+    return handler

@@ -95,8 +95,7 @@ def test_a_value_that_is_no_byte_is_refused_locally(bad: float) -> None:
 
     def handler(conn: ScriptedConnection) -> None:
         conn.handshake(single_config(), state(0, model), version="1.4")
-        while conn.receive(timeout=None) is not None:
-            pass
+        conn.read_until_closed()
 
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, seed=1, when_queue_full="wait")

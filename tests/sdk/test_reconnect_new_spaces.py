@@ -264,19 +264,25 @@ def test_steps_of_a_module_the_server_no_longer_describes_are_not_sent() -> None
     assert all("b_0" not in r["agents"] for b in batches[1:] for r in b["episodes"])
 
 
+def act_until_refused(client: MultiAgentClient, eid: str, leaving: tuple[str, ...]) -> bool:
+    """30 frames of a_0 and the ``leaving`` agents; once a frame is refused (their module's spaces
+    changed on a reconnect), the leaving agents stop acting. Returns whether one was refused."""
+    refused = False
+    for t in range(30):
+        try:
+            client.get_action(eid, frame(t, "a_0", *(() if refused else leaving)))
+        except NotReadyError:
+            refused = True
+    return refused
+
+
 def test_an_episode_ends_after_a_modules_spaces_changed() -> None:
     """b_0 stopped acting with only an observation of the old size: end_episode without final
     observations still ends the episode (b_0 has nothing left to send)."""
     with reconnecting_server(config(2), config(3)) as server:
         client = connect(server)
         eid = client.start_episode("ends")
-        refused = False
-        for t in range(30):
-            try:
-                client.get_action(eid, frame(t, "a_0", *(() if refused else ("b_0",))))
-            except NotReadyError:
-                refused = True
-        assert refused
+        assert act_until_refused(client, eid, ("b_0",))
         client.end_episode(eid)
         client.flush()
         client.close()
@@ -294,13 +300,7 @@ def test_an_episode_with_a_group_ends_after_its_modules_spaces_changed() -> None
     with reconnecting_server(group_config(2), group_config(3)) as server:
         client = connect(server)
         eid = client.start_episode("ends")
-        refused = False
-        for t in range(30):
-            try:
-                client.get_action(eid, frame(t, "a_0", *(() if refused else ("b_0", "b_1"))))
-            except NotReadyError:
-                refused = True
-        assert refused
+        assert act_until_refused(client, eid, ("b_0", "b_1"))
         client.end_episode(eid)
         client.flush()
         client.close()

@@ -139,8 +139,7 @@ def test_a_server_at_its_connection_limit_gets_at_least_one_second() -> None:
             conn.send({"type": "ERROR", "code": "TOO_MANY_CONNECTIONS", "message": "at the limit of 1 connection"})
             return
         conn.handshake(config, state(0, MODEL))
-        while conn.receive(timeout=None) is not None:
-            pass
+        conn.read_until_closed()
 
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, reconnect_timeout_s=10)

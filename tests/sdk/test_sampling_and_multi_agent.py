@@ -16,7 +16,8 @@ from tether.protocol.distributions import log_prob
 from tether.protocol.spaces import space_from_json
 
 from ..integration.server_process import wait_until
-from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+from .scripted_server import (ScriptedConnection, ScriptedServer, constant_model, silent_after_handshake,
+                              single_agent_config, state)
 from .test_wire_behaviour import answering
 
 UNIFORM_1000 = constant_model(3, [0.0] * 1000)
@@ -237,8 +238,7 @@ def test_multi_agent_get_action_does_not_wait_for_a_batch_answer() -> None:
         models = {m: {"weights_seq_no": 0, "onnx_file": state(0, constant_model(d, [0.0] * k))["onnx_file"]}
                   for m, d, k in (("solo", 3, 2), ("pair", 6, 4))}
         conn.handshake(multi_agent_config({"type": "Discrete", "n": 2}, 5), {"type": "SET_STATE", "models": models})
-        while conn.receive(timeout=None) is not None:
-            pass  # never answers
+        conn.read_until_closed()  # never answers
 
     with ScriptedServer(handler) as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=0)
@@ -271,10 +271,7 @@ def test_a_group_action_that_does_not_split_into_its_members_is_refused() -> Non
               "groups": {"team": {"members": ["a", "b"], "reward": "sum"}}}
     models = {"pair": {"weights_seq_no": 0, "onnx_file": state(0, constant_model(6, [0.0] * 6))["onnx_file"]}}
 
-    def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(config, {"type": "SET_STATE", "models": models})
-        while conn.receive(timeout=None) is not None:
-            pass
+    handler = silent_after_handshake(config, {"type": "SET_STATE", "models": models})
 
     with ScriptedServer(handler) as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=0)

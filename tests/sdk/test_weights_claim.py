@@ -9,6 +9,7 @@ stale (``steps_refused_stale`` in SET_STATE) adds up in the client."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -47,13 +48,22 @@ def runs_of(versions: list[int]) -> list[list[int]] | None:
     """What a record names for steps of these versions: runs when they differ, else nothing."""
     if len(set(versions)) < 2:
         return None
-    runs: list[list[int]] = []
-    for v in versions:
-        if runs and runs[-1][0] == v:
-            runs[-1][1] += 1
-        else:
-            runs.append([v, 1])
-    return runs
+    return [[v, len(list(steps))] for v, steps in itertools.groupby(versions)]
+
+
+def play_two_episodes(client: TetherClient, frames: int, end: bool) -> None:
+    """Two episodes in lockstep for ``frames`` frames (observation i in frame i, reward 1), ended
+    with ``end``; then flush and close."""
+    first, second = client.start_episode(), client.start_episode()
+    for i in range(frames):
+        for eid in (first, second):
+            client.get_action(eid, np.full(3, i, np.float32))
+            client.log_returns(eid, 1.0)
+    if end:
+        client.end_episode(first, np.zeros(3, np.float32))
+        client.end_episode(second, np.zeros(3, np.float32))
+    client.flush()
+    client.close()
 
 
 def new_model_every_batch(conn: ScriptedConnection, pong_version: str | None = "1.3") -> None:
@@ -70,15 +80,7 @@ def test_batches_claim_the_oldest_version_with_two_episodes_overlapping() -> Non
     with ScriptedServer(new_model_every_batch) as server:
         # wait_for_weights: every swap lands right after a cut, before the next action.
         client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
-        first, second = client.start_episode(), client.start_episode()
-        for i in range(60):
-            for eid in (first, second):
-                client.get_action(eid, np.full(3, i, np.float32))
-                client.log_returns(eid, 1.0)
-        client.end_episode(first, np.zeros(3, np.float32))
-        client.end_episode(second, np.zeros(3, np.float32))
-        client.flush()
-        client.close()
+        play_two_episodes(client, 60, end=True)
         batches = server.messages("EPISODES_AND_GET_STATE")
     assert len(batches) >= 10
     mixed = 0
@@ -96,13 +98,7 @@ def test_batches_claim_the_oldest_version_with_two_episodes_overlapping() -> Non
 def test_a_plain_v1_server_is_sent_no_runs() -> None:
     with ScriptedServer(lambda conn: new_model_every_batch(conn, pong_version=None)) as server:
         client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
-        first, second = client.start_episode(), client.start_episode()
-        for i in range(40):
-            for eid in (first, second):
-                client.get_action(eid, np.full(3, i, np.float32))
-                client.log_returns(eid, 1.0)
-        client.flush()
-        client.close()
+        play_two_episodes(client, 40, end=False)
         batches = server.messages("EPISODES_AND_GET_STATE")
     assert len(batches) >= 5 and min(b["weights_seq_no"] for b in batches[1:]) >= 0
     mixed = sum(len({version_of(a, lp, served) for r in b["episodes"] for a, lp in zip(r["actions"], r["action_logp"])})
@@ -209,13 +205,7 @@ def test_a_batch_resent_on_a_new_connection_carries_no_runs() -> None:
 
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True, reconnect_timeout_s=10)
-        first, second = client.start_episode(), client.start_episode()
-        for i in range(40):
-            for eid in (first, second):
-                client.get_action(eid, np.full(3, i, np.float32))
-                client.log_returns(eid, 1.0)
-        client.flush()
-        client.close()
+        play_two_episodes(client, 40, end=False)
         batches = server.messages("EPISODES_AND_GET_STATE")
     lost = next(b for b in batches if any("weights_seq_no_runs" in r for r in b["episodes"]))
     resent = [b for b in batches if b["batch_seq"] == lost["batch_seq"] and b is not lost]

@@ -16,7 +16,8 @@ import pytest
 from tether.sdk import ServerError, TetherClient, TetherConnectionError, TetherTimeoutError
 
 from ..integration.server_process import wait_until
-from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+from .scripted_server import (ScriptedConnection, ScriptedServer, constant_model, silent_after_handshake,
+                              single_agent_config, state)
 
 OBS = np.zeros(3, np.float32)
 MODEL = constant_model(3, [0.0, 0.0])
@@ -156,11 +157,7 @@ def test_get_action_never_blocks_on_a_server_that_stops_answering() -> None:
     (a hung server or a half-open connection): the engine keeps acting at full
     speed, unsent batches stay bounded, and close() returns at once."""
 
-    def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=50), state(0, MODEL))
-        while conn.receive(timeout=None) is not None:
-            pass
-
+    handler = silent_after_handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=50), state(0, MODEL))
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, seed=0)
         durations = []
@@ -187,11 +184,7 @@ def test_get_action_never_blocks_on_a_server_that_stops_answering() -> None:
 
 
 def test_unanswered_batch_raises_a_timeout_naming_server_request_and_wait() -> None:
-    def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=5), state(0, MODEL))
-        while conn.receive(timeout=None) is not None:
-            pass
-
+    handler = silent_after_handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=5), state(0, MODEL))
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, update_timeout_s=0.4)
         eid = play(client, 6)
@@ -209,8 +202,7 @@ def test_unanswered_batch_raises_a_timeout_naming_server_request_and_wait() -> N
 
 def test_handshake_timeout_is_raised_by_the_constructor() -> None:
     def handler(conn: ScriptedConnection) -> None:
-        while conn.receive(timeout=None) is not None:
-            pass  # never answers PING
+        conn.read_until_closed()  # never answers PING
 
     with ScriptedServer(handler) as server:
         started = time.monotonic()
@@ -400,8 +392,7 @@ def test_errors_an_engine_never_reads_are_bounded_newest_kept() -> None:
         constructed.wait(10)  # (the constructor would raise the first one)
         for i in range(sent):
             conn.send({"type": "ERROR", "code": "INTERNAL", "message": f"unsolicited {i}"})
-        while conn.receive(timeout=None) is not None:
-            pass
+        conn.read_until_closed()
 
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port)

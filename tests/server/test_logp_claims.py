@@ -121,7 +121,11 @@ def test_discrete_modules_are_not_subject_to_the_box_rule() -> None:
                          {"m": 0}, {"m": history})
 
 
-async def runs_claim_run(tmp_path, runs: list | None) -> tuple[list, list[float], int]:
+async def send_one_record(tmp_path, name: str, logp: float | None, runs: list | None,
+                          claimed: int) -> tuple[dict, list, int]:
+    """One 8-step record (v0's log-probabilities, or ``logp`` for every step) with these
+    ``weights_seq_no_runs``, sent to a fresh server in a message claiming version ``claimed``.
+    Returns the answer, the pooled items and the count of steps refused as stale."""
     config = ServerConfig(port=0, train_batch_size=BATCH, tensorboard=False, quiet=True, logdir=str(tmp_path),
                           checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16)
     trainer = Trainer(config, build_layout(config, None))
@@ -130,14 +134,20 @@ async def runs_claim_run(tmp_path, runs: list | None) -> tuple[list, list[float]
     model0 = trainer.histories[trainer.default_module].model(0)
     conn = await asyncio.open_connection("127.0.0.1", server.port)
     await request(conn, {"type": "PING", "protocol_version": "1.3"})
-    poison = episode("p1", 8, model0, -1000.0)  # a logp no served model can produce
+    record = episode(name, 8, model0, logp)
     if runs is not None:
-        poison["weights_seq_no_runs"] = runs
-    answer = await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [poison], "weights_seq_no": 7})
-    pooled = [float(x.chunk.action_logp.min()) for x in trainer.pool._items]
+        record["weights_seq_no_runs"] = runs
+    answer = await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [record], "weights_seq_no": claimed})
+    pooled = list(trainer.pool._items)
     await server.stop()
     await trainer.close(checkpoint=False)
-    return [answer["type"], answer.get("code")], pooled, trainer.metrics.samples_refused_stale
+    return answer, pooled, trainer.metrics.samples_refused_stale
+
+
+async def runs_claim_run(tmp_path, runs: list | None) -> tuple[list, list[float], int]:
+    # A logp no served model can produce, in a message claiming a version never served.
+    answer, pooled, refused = await send_one_record(tmp_path, "p1", -1000.0, runs, claimed=7)
+    return [answer["type"], answer.get("code")], [float(x.chunk.action_logp.min()) for x in pooled], refused
 
 
 @pytest.mark.parametrize("runs", [[[0, 8]], [[0, 4], [7, 4]]], ids=["kept_version", "kept_and_unserved"])
@@ -152,22 +162,6 @@ def test_steps_of_a_version_not_served_are_refused_not_trained(tmp_path) -> None
     """Honest logps of v0, but the runs name v7 (never served) for the last four steps: those are
     refused, the first four stored."""
 
-    async def run() -> tuple[list[int], int]:
-        config = ServerConfig(port=0, train_batch_size=BATCH, tensorboard=False, quiet=True, logdir=str(tmp_path),
-                              checkpoint_every=0, force_on_policy=False, env_steps_per_sample=16)
-        trainer = Trainer(config, build_layout(config, None))
-        server = TetherServer(trainer)
-        await server.start()
-        model0 = trainer.histories[trainer.default_module].model(0)
-        conn = await asyncio.open_connection("127.0.0.1", server.port)
-        await request(conn, {"type": "PING", "protocol_version": "1.3"})
-        honest = episode("h1", 8, model0)
-        honest["weights_seq_no_runs"] = [[0, 4], [7, 4]]
-        await request(conn, {"type": "EPISODES_AND_GET_STATE", "episodes": [honest], "weights_seq_no": 0})
-        sizes = [x.chunk.env_steps for x in trainer.pool._items]
-        await server.stop()
-        await trainer.close(checkpoint=False)
-        return sizes, trainer.metrics.samples_refused_stale
-
-    sizes, refused = asyncio.run(run())
+    _, pooled, refused = asyncio.run(send_one_record(tmp_path, "h1", None, [[0, 4], [7, 4]], claimed=0))
+    sizes = [x.chunk.env_steps for x in pooled]
     assert sizes == [4] and refused == 4
