@@ -120,6 +120,19 @@ def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray
     return np.abs(claimed - recomputed) > LOGP_TOLERANCE_ABS + LOGP_TOLERANCE_REL * np.abs(recomputed)
 
 
+def _observations_at(items: list[tuple[int, str, EpisodeChunk]], rows: np.ndarray) -> np.ndarray:
+    """The observations acted on at these (sorted) flat step indices of the chunks laid end to end, as rows."""
+    parts = []
+    start = 0
+    for _, _, chunk in items:
+        end = start + chunk.env_steps
+        lo, hi = np.searchsorted(rows, (start, end))
+        if hi > lo:
+            parts.append(chunk.obs[rows[lo:hi] - start].reshape(hi - lo, -1))
+        start = end
+    return np.concatenate(parts) if parts else np.zeros((0, int(np.prod(items[0][2].obs.shape[1:]))), np.float32)
+
+
 def check_behaviour_logp(
     records: list[MultiAgentRecord], versions: dict[str, int], histories: dict[str, PolicyHistory]
 ) -> None:
@@ -152,26 +165,26 @@ def check_behaviour_logp(
         if history.model(claimed_version) is None:
             claimed_version = history.versions[-1]
         model = history.model(claimed_version)
-        obs = np.concatenate([c.obs[:-1].reshape(c.obs.shape[0] - 1, -1) for _, _, c in items])
         actions = np.concatenate([c.actions for _, _, c in items])
         claimed = np.concatenate([c.action_logp for _, _, c in items]).astype(np.float64)  # type: ignore[misc]
-        if obs.shape[1] >= LARGE_OBSERVATION_VALUES and int(checked.sum()) > SAMPLED_STEPS:
+        if int(np.prod(items[0][2].obs.shape[1:])) >= LARGE_OBSERVATION_VALUES and int(checked.sum()) > SAMPLED_STEPS:
             sample = np.zeros_like(checked)
             sample[_sampler.choice(np.flatnonzero(checked), SAMPLED_STEPS, replace=False)] = True
             checked = sample
         rows = np.flatnonzero(checked)  # (only these go through the model: the rest count as explained)
+        obs = _observations_at(items, rows)  # (only the checked rows are gathered: images are large)
         recomputed = np.zeros_like(claimed)
-        recomputed[rows] = _logp(model, obs[rows], actions[rows])
+        recomputed[rows] = _logp(model, obs, actions[rows])
         bad = _beyond_tolerance(claimed, recomputed) & checked
         for _, other in history.others(claimed_version) if bad.any() else ():
             again = np.zeros_like(claimed)
-            again[rows] = _logp(other, obs[rows], actions[rows])
+            again[rows] = _logp(other, obs, actions[rows])
             bad &= _beyond_tolerance(claimed, again)
         far = np.zeros_like(bad)
         if isinstance(model.action_space, Box):
-            far[rows] = _box_z(model, obs[rows], actions[rows]) > MAX_BOX_Z
+            far[rows] = _box_z(model, obs, actions[rows]) > MAX_BOX_Z
             for _, other in history.others(claimed_version) if far.any() else ():
-                far[rows] &= _box_z(other, obs[rows], actions[rows]) > MAX_BOX_Z
+                far[rows] &= _box_z(other, obs, actions[rows]) > MAX_BOX_Z
             bad |= far
         if not bad.any():
             continue

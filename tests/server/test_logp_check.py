@@ -139,3 +139,24 @@ def test_a_large_observation_module_has_a_random_sample_of_each_message_checked(
         except MessageError:
             caught += 1
     assert 0.06 < caught / 200 < 0.30, caught  # about 32 / 200 = 0.16
+
+
+def test_several_chunks_are_checked_each_by_its_own_observations() -> None:
+    """Three records of different lengths in one message: a step of the last one with a made-up
+    logp is named by its record and step, and honest steps of every record pass (each step is
+    checked against its own observation, not a neighbour's)."""
+    learner = PPOLearner(OBS, Discrete(3), PPOHyperparams(), seed=0)
+    with torch.no_grad():
+        learner.model.actor[-1].weight.mul_(50.0)  # observations decide the action probabilities
+    history = PolicyHistory(keep=2)
+    history.add(0, learner.export_onnx(), learner.action_space)
+    chunks = [client_data(learner, n, seed=10 + n) for n in (7, 1, 12)]
+    several = [r for c in chunks for r in records(c)]
+    check_behaviour_logp(several, {"m": 0}, {"m": history})
+    # A neighbour's observation gives another logp: a check that mixed up rows would refuse honest data.
+    assert np.abs(_logp(learner.model, chunks[2].obs[1:-1], chunks[2].actions[:-1])
+                  - chunks[2].action_logp[:-1]).max() > LOGP_TOLERANCE_ABS
+    chunks[2].action_logp[4] = -1000.0
+    with pytest.raises(MessageError) as err:
+        check_behaviour_logp(several, {"m": 0}, {"m": history})
+    assert "episodes[2]: action_logp[4] = -1000" in err.value.message
