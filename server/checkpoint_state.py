@@ -118,6 +118,30 @@ def replay_journal(entries: list[JournalEntry], modules: dict[str, ModuleRuntime
     return entries
 
 
+def _load_network(model: Any, state: dict[str, Any]) -> None:
+    """Load a saved network into ``model``, with or without an action mask on either side: the mask
+    wrapper (the outermost, MaskedPolicy) has no weights of its own, so a network trained unmasked
+    can start a masked module of the same spaces, and the other way round. Raises the first
+    attempt's error when neither fits (a partly loaded network is never kept: the server stops)."""
+    from .learner.action_masking import MaskedPolicy
+
+    try:
+        model.load_state_dict(state)
+        return
+    except RuntimeError as exc:
+        first = exc
+    try:
+        if isinstance(model, MaskedPolicy):
+            model.inner.load_state_dict(state)  # (an unmasked network into a masked module)
+            return
+        if state and all(k.startswith("inner.") for k in state):
+            model.load_state_dict({k[len("inner."):]: v for k, v in state.items()})  # (masked into unmasked)
+            return
+    except RuntimeError:
+        pass
+    raise first
+
+
 def init_from_trained(modules: dict[str, ModuleRuntime], init_from: dict[str, tuple[str, str]]) -> None:
     """Start modules from the network of a module in another run's checkpoint (its weights only:
     the optimizer, counters and weights_seq_no start afresh). Frozen, the module serves them as
@@ -137,7 +161,7 @@ def init_from_trained(modules: dict[str, ModuleRuntime], init_from: dict[str, tu
                              f"(it has {sorted(saved)})")
         runtime = modules[module_id]
         try:
-            runtime.learner.model.load_state_dict(saved[source]["learner"]["model"])
+            _load_network(runtime.learner.model, saved[source]["learner"]["model"])
         except (RuntimeError, KeyError, TypeError) as exc:
             raise ValueError(
                 f"module {module_id!r}: init_from {path!r}#{source}: that network does not fit this module "

@@ -112,3 +112,39 @@ def test_resuming_with_another_network_is_refused_by_name(tmp_path) -> None:
             Trainer(config, build_layout(config))
     finally:
         sys.path.remove(EXAMPLES)
+
+
+MASKED_SPACE = {"type": "Dict", "spaces": {"action_mask": {"type": "Box", "shape": [2], "low": 0, "high": 1},
+                                           "pos": {"type": "Box", "shape": [3], "low": -1, "high": 1}}}
+
+
+@pytest.mark.parametrize("from_masked", [False, True], ids=["unmasked_into_masked", "masked_into_unmasked"])
+def test_a_network_starts_a_module_with_or_without_the_action_mask(tmp_path, from_masked: bool) -> None:
+    """The mask has no weights: a network trained without it starts a masked module of the same
+    spaces, and the other way round; with the mask on, the masked action is never chosen."""
+    def run(logdir: str, masked: bool, init_from: str | None = None) -> Trainer:
+        module = {"observation_space": MASKED_SPACE, "action_space": D2, "action_mask": "action_mask" if masked else ""}
+        if init_from is not None:
+            module["init_from"] = init_from
+        config = ServerConfig(tensorboard=False, logdir=str(tmp_path / logdir), quiet=True, seed=3 if init_from else 1,
+                              modules={"m": module}, policy_mapping=[{"pattern": "*", "module": "m"}])
+        return Trainer(config, build_layout(config))
+
+    earlier = run("earlier", masked=from_masked)
+    with torch.no_grad():
+        for p in earlier.modules["m"].learner.model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    earlier.write_checkpoint(earlier.checkpoint_state())
+    asyncio.run(earlier.close(checkpoint=False))
+    later = run("later", masked=not from_masked, init_from=str(tmp_path / "earlier" / "checkpoint.pt") + "#m")
+    rows = np.random.default_rng(0).uniform(-1, 1, (32, 5)).astype(np.float32)
+    rows[:, :2] = 1.0
+    rows[:16, 0] = 0.0  # action 0 masked in half of the rows
+    old_net, new_net = earlier.modules["m"].learner.model, later.modules["m"].learner.model
+    with torch.no_grad():
+        before, after = (m.dist_inputs(torch.from_numpy(rows)).numpy() for m in (old_net, new_net))
+    masked_side = before if from_masked else after
+    assert (masked_side[:16, 0] < -1e8).all(), "the masked module masks action 0"
+    np.testing.assert_allclose(before[16:], after[16:], atol=1e-6)  # same network where nothing is masked
+    np.testing.assert_allclose(before[:16, 1], after[:16, 1], atol=1e-6)
+    asyncio.run(later.close(checkpoint=False))
