@@ -52,11 +52,15 @@ class NormalizedPolicy(PolicyModel):
         self.register_buffer("running_var", torch.ones(obs_dim, dtype=torch.float64))
         self.register_buffer("obs_mean", torch.zeros(obs_dim))
         self.register_buffer("obs_inv_std", torch.ones(obs_dim))
-        # A constant of the graph, not a weight: not in the state (nor randomised when traced).
-        self.register_buffer("selected", None if selected is None else torch.from_numpy(np.asarray(selected, dtype=bool)),
-                             persistent=False)
         #: The columns whose statistics are kept (all when None): an image's are never read.
         self._columns = None if selected is None else np.flatnonzero(np.asarray(selected, dtype=bool))
+        #: (start, end, normalised) runs of columns: the graph touches the selected ones only, so an
+        #: image beside a vector is sliced and joined once, not computed on and then thrown away.
+        self._runs: list[tuple[int, int, bool]] = []
+        if selected is not None:
+            flags = np.asarray(selected, dtype=bool)
+            edges = [0, *(np.flatnonzero(flags[1:] != flags[:-1]) + 1).tolist(), len(flags)]
+            self._runs = [(a, b, bool(flags[a])) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
     def observe(self, obs: np.ndarray) -> None:
         """Fold a batch of observations (rows of obs_dim values) into the statistics."""
@@ -86,9 +90,12 @@ class NormalizedPolicy(PolicyModel):
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` of one or more observations side by side, each normalised and clipped."""
         per_obs = x.reshape(-1, self.obs_dim)
-        out = ((per_obs - self.obs_mean) * self.obs_inv_std).clamp(-self.clip, self.clip)
-        if self.selected is not None:
-            out = torch.where(self.selected, out, per_obs)
+        if not self._runs:
+            out = ((per_obs - self.obs_mean) * self.obs_inv_std).clamp(-self.clip, self.clip)
+        else:
+            out = torch.cat([
+                ((per_obs[:, a:b] - self.obs_mean[a:b]) * self.obs_inv_std[a:b]).clamp(-self.clip, self.clip)
+                if normalised else per_obs[:, a:b] for a, b, normalised in self._runs], dim=1)
         return out.reshape(x.shape)
 
     def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:

@@ -85,6 +85,8 @@ def test_onnx_takes_one_input_per_leaf_and_follows_torch(case: str) -> None:
         with torch.no_grad():  # the next version: other weights, rewritten into the same graph
             for p in learner.model.parameters():
                 p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(version)))
+        if learner.normalizer is not None:  # and other statistics
+            learner.normalizer.observe(rows(space, 16, seed=5 + version) * 3.0 + 1.0)
 
 
 def test_the_update_trains_the_masked_distribution() -> None:
