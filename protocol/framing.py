@@ -110,7 +110,8 @@ class FrameDecoder:
         end = start + HEADER_SIZE + length
         if len(buf) < end:
             return None
-        body = bytes(buf[start + HEADER_SIZE : end])
+        with memoryview(buf) as view:  # (one copy: slicing the bytearray first would make two)
+            body = bytes(view[start + HEADER_SIZE : end])
         self._pos = end
         # Compact once consumed bytes dominate, so the buffer does not grow forever.
         if self._pos * 2 >= len(buf):

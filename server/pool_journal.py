@@ -59,9 +59,11 @@ class JournalEntry:
     agent_steps: int = 0
 
 
-def encode_entry(entry: JournalEntry) -> bytes:
-    """One journal record."""
-    blob = bytearray()
+def encode_entry_parts(entry: JournalEntry) -> list[Any]:
+    """One journal record as the buffers it is made of, back to back (the arrays' own memory, not
+    copies: an image batch is megabytes, and the journal thread holds the GIL while it copies)."""
+    parts: list[Any] = []
+    offset = 0
     items = []
     for pooled in entry.items:
         chunk = pooled.chunk
@@ -71,8 +73,9 @@ def encode_entry(entry: JournalEntry) -> bytes:
             if value is None:
                 continue
             value = np.ascontiguousarray(value)
-            arrays[name] = [value.dtype.str, list(value.shape), len(blob), value.nbytes]
-            blob += value.tobytes()
+            arrays[name] = [value.dtype.str, list(value.shape), offset, value.nbytes]
+            parts.append(memoryview(value).cast("B") if value.nbytes else b"")
+            offset += value.nbytes
         items.append({"module": pooled.module_id, "version": pooled.weights_seq_no, "source": pooled.source,
                       "terminated": chunk.is_terminated, "truncated": chunk.is_truncated,
                       "episode_id": chunk.episode_id, "arrays": arrays})
@@ -80,8 +83,15 @@ def encode_entry(entry: JournalEntry) -> bytes:
         "batch": list(entry.batch) if entry.batch is not None else None,
         "env_steps": entry.env_steps, "agent_steps": entry.agent_steps, "items": items,
     }, ensure_ascii=True).encode("ascii")  # ASCII escapes: a stored id is written whatever it holds
-    crc = zlib.crc32(blob, zlib.crc32(header))
-    return _RECORD.pack(_MAGIC, crc, len(header), len(blob)) + header + bytes(blob)
+    crc = zlib.crc32(header)
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return [_RECORD.pack(_MAGIC, crc, len(header), offset), header, *parts]
+
+
+def encode_entry(entry: JournalEntry) -> bytes:
+    """One journal record."""
+    return b"".join(encode_entry_parts(entry))
 
 
 def _decode_item(item: dict[str, Any], blob: memoryview) -> Pooled:
@@ -230,7 +240,7 @@ class PoolJournal:
                         entries += 1
                         if future is not None:
                             done.append((loop_or_generation, future))
-                        self._write(encode_entry(data))
+                        self._write(encode_entry_parts(data))
                 except Exception as exc:  # (also a record that cannot be encoded: the thread must go on)
                     failed += data is not self._STOP and data is not self._ROTATE
                     print(f"[tether] journal write failed: {exc!r:.300}", file=sys.stderr, flush=True)
@@ -262,19 +272,24 @@ class PoolJournal:
         # and a failed one can be cut off exactly.
         return open(self._path(generation), "ab", buffering=0)
 
-    def _write(self, record: bytes) -> None:
-        """Append one record whole, or not at all: a record left torn by a failed write (disk full)
-        would end the replay of its file, and the records written after it would be lost."""
+    def _write(self, parts: list[Any]) -> None:
+        """Append one record (its buffers, back to back) whole, or not at all: a record left torn by a
+        failed write (disk full) would end the replay of its file, and the records written after it
+        would be lost."""
         start = self._file.tell()
+        written = 0
         try:
-            view = memoryview(record)
-            while view:
-                view = view[self._file.write(view):]
+            for part in parts:
+                view = memoryview(part)
+                while view:
+                    n = self._file.write(view)
+                    written += n
+                    view = view[n:]
         except BaseException:
             self._file.truncate(start)
             self._file.seek(start)
             raise
-        self.bytes_written += len(record)
+        self.bytes_written += written
 
     def _sync(self) -> None:
         self._file.flush()
