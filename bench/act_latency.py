@@ -159,6 +159,10 @@ def export_model(seed: int) -> bytes:
 CNN_IMAGE = [84, 84, 4]
 
 
+#: Calls between two sends of the steady-state CNN client.
+CNN_BLOCK_CALLS = 10
+
+
 def cnn_model(seed: int) -> bytes:
     """ONNX bytes of a fresh Nature-CNN learner on 84x84x4 uint8 images, Discrete(6) (what the CNN server serves)."""
     from tether.protocol.spaces import Discrete, space_from_json
@@ -193,7 +197,12 @@ def measure_cnn(args: argparse.Namespace, tmp: Path) -> dict:
 
 def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
     """Nature-CNN on 84x84x4 uint8 images: bare ONNX Runtime on the served model against
-    TetherClient.get_action on the same images (bytes in, as an engine's camera gives them)."""
+    TetherClient.get_action on the same images (bytes in, as an engine's camera gives them).
+
+    Steady state, as in a long run: the episode's steps are sent (flush, untimed) after every block
+    of ``CNN_BLOCK_CALLS`` calls, so recorded images land in memory the client used before. A second
+    client's episode is never sent: every image it records lands in fresh memory
+    (``sdk_python_cnn_growing_*``), as in the C++ figures."""
     import numpy as np
     import onnxruntime as ort
 
@@ -201,6 +210,8 @@ def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
 
     client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-cnn", seed=args.seed,
                           reconnect_timeout_s=args.timeout)
+    growing = TetherClient("127.0.0.1", port, client_name="bench-act-latency-cnn-growing", seed=args.seed,
+                           reconnect_timeout_s=args.timeout)
     try:
         # The bare session runs the model a fresh learner with the server's seed exports: the served one.
         options = ort.SessionOptions()
@@ -212,29 +223,41 @@ def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
         rng = np.random.default_rng(args.seed)
         images = [rng.integers(0, 256, CNN_IMAGE).astype(np.uint8) for _ in range(64)]
         rows = [im[None] for im in images]
-        eid = client.start_episode()
-        bare_ns: list[int] = []
-        sdk_ns: list[int] = []
-        perf_ns = time.perf_counter_ns
         same = bool(np.allclose(client.policy.dist_inputs(np.stack(images[:4])),
                                 bare.run(out_names, {in_name: np.stack(images[:4])})[0], atol=1e-5))
-        for i in range(-20, args.cnn_calls):  # alternating, so background load hits both alike
-            t0 = perf_ns()
-            bare.run(out_names, {in_name: rows[i % 64]})
-            t1 = perf_ns()
-            client.get_action(eid, images[i % 64])
-            t2 = perf_ns()
-            client.log_returns(eid, 1.0)
-            if i >= 0:
-                bare_ns.append(t1 - t0)
-                sdk_ns.append(t2 - t1)
+        perf_ns = time.perf_counter_ns
+        figures: dict[str, list[int]] = {"bare": [], "sdk": [], "growing": []}
+        for sdk, name in ((client, "sdk"), (growing, "growing")):
+            eid = sdk.start_episode()
+            bare_ns = [] if name == "growing" else figures["bare"]
+            for i in range(-2 * CNN_BLOCK_CALLS, args.cnn_calls):  # alternating, so background load hits both alike
+                t0 = perf_ns()
+                bare.run(out_names, {in_name: rows[i % 64]})
+                t1 = perf_ns()
+                sdk.get_action(eid, images[i % 64])
+                t2 = perf_ns()
+                sdk.log_returns(eid, 1.0)
+                if i >= 0:
+                    bare_ns.append(t1 - t0)
+                    figures[name].append(t2 - t1)
+                if name == "sdk" and i % CNN_BLOCK_CALLS == CNN_BLOCK_CALLS - 1:
+                    sdk.flush()  # (untimed: the steps recorded so far are sent, as every batch is in a long run)
+            if name == "growing":
+                figures["growing_bare"] = bare_ns
+        sent = client.env_steps_sent
     finally:
         client.close()
-    bare_ns.sort()
-    sdk_ns.sort()
-    return {"ort_python_cnn_us_p50": percentile(bare_ns, 50), "sdk_python_cnn_us_p50": percentile(sdk_ns, 50),
-            "sdk_python_cnn_ratio": round(percentile(sdk_ns, 50) / percentile(bare_ns, 50), 3),
-            "cnn_calls": len(sdk_ns), "cnn_same_model_as_server": same}
+        growing.close()
+    for values in figures.values():
+        values.sort()
+    bare_p50, sdk_p50 = percentile(figures["bare"], 50), percentile(figures["sdk"], 50)
+    growing_p50, growing_bare_p50 = percentile(figures["growing"], 50), percentile(figures["growing_bare"], 50)
+    return {"ort_python_cnn_us_p50": bare_p50, "sdk_python_cnn_us_p50": sdk_p50,
+            "sdk_python_cnn_ratio": round(sdk_p50 / bare_p50, 3),
+            "sdk_python_cnn_us_p99": percentile(figures["sdk"], 99), "sdk_python_cnn_env_steps_sent": sent,
+            "sdk_python_cnn_growing_us_p50": growing_p50,
+            "sdk_python_cnn_growing_ratio": round(growing_p50 / growing_bare_p50, 3),
+            "cnn_calls": len(figures["sdk"]), "cnn_same_model_as_server": same}
 
 
 def percentile(sorted_ns: list[int], q: float) -> float:

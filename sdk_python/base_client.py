@@ -20,17 +20,19 @@ import numpy as np
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.action_mask import ActionMask
 from tether.protocol.spaces import Box, flatten_observation, is_composite
+from .observation_arena import ObservationArena
 from .server_link import Batch, ServerLink
 
 logger = logging.getLogger("tether.sdk")
 
 
-def finite_observation(observation: Any, what: str = "observation") -> np.ndarray:
+def finite_observation(observation: Any, what: str = "observation", arena: ObservationArena | None = None) -> np.ndarray:
     """The observation as a float32 copy (the engine may reuse its buffer); a NaN or infinite value is
     refused here, by name, as in every SDK, instead of costing the whole batch at the server (§10.6).
-    An image of bytes (uint8) stays bytes: every value is valid, and a byte box's model takes them as they are."""
+    An image of bytes (uint8) stays bytes: every value is valid, and a byte box's model takes them as
+    they are (copied out of ``arena``'s blocks when given)."""
     if type(observation) is np.ndarray and observation.dtype == np.uint8:
-        return observation.copy()
+        return arena.copy(observation) if arena is not None else observation.copy()
     obs = np.array(observation, dtype=np.float32)
     if not np.isfinite(obs).all():
         bad = int(np.flatnonzero(~np.isfinite(obs.ravel()))[0])
@@ -38,7 +40,8 @@ def finite_observation(observation: Any, what: str = "observation") -> np.ndarra
     return obs
 
 
-def observation_row(observation: Any, space: Any, mask: ActionMask | None, what: str = "observation") -> np.ndarray:
+def observation_row(observation: Any, space: Any, mask: ActionMask | None, what: str = "observation",
+                    arena: ObservationArena | None = None) -> np.ndarray:
     """**[1.4]** One observation of a Dict or Tuple space (its leaves by key or position, or already its
     flat row) as its flat row (§8.6), refused here, by name,
     as the server would refuse the batch: a missing or unknown leaf (OBS_LEAF_MISMATCH), one of
@@ -46,7 +49,7 @@ def observation_row(observation: Any, space: Any, mask: ActionMask | None, what:
     integer 0-255 (OBS_DTYPE_MISMATCH), an action mask that is not 0/1 (INVALID_ACTION_MASK) or
     allows nothing (ACTION_MASK_EMPTY: no action could be sampled). Other spaces: finite_observation."""
     if not is_composite(space):
-        return finite_observation(observation, what)
+        return finite_observation(observation, what, arena)
     if isinstance(observation, np.ndarray):  # (already its flat row: checked all the same)
         row = observation.astype(np.float32).reshape(-1)
         if row.size != space.flat_dim:
@@ -143,6 +146,8 @@ class BaseClient:
             raise ValueError(f"when_queue_full must be 'drop_oldest' or 'wait', got {when_queue_full!r}")
         self.when_queue_full = when_queue_full
         self._rng = random.Random(seed)
+        #: Where recorded image observations are copied to (see observation_arena.py).
+        self._arena = ObservationArena()
         #: Records carry raw Box samples (1.3); clipped ones for an older server (§11.4).
         self._raw_box_samples = True
         self.wait_for_weights = wait_for_weights

@@ -189,7 +189,7 @@ class TetherClient(BaseClient):
         if self._events:
             self._sync()
         episode = self._episodes[episode_id]
-        obs = observation_row(observation, self.observation_space, self._action_mask)
+        obs = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
         self._check_size(obs)
         if episode.training_enabled and (self._cadence_due(self._sendable_steps, episode) or (
                 self._pending_steps >= self._batch_steps()

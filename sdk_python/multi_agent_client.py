@@ -254,7 +254,7 @@ class MultiAgentClient(BaseClient):
         members_seen: dict[str, dict[str, np.ndarray]] = {}
         # Copies (the engine may reuse its buffers), all checked before any is kept: a NaN or
         # infinite value refuses the whole frame (InvalidInputError), as in every SDK.
-        arrays = {agent_id: finite_observation(value, f"observation of {agent_id!r}").ravel()
+        arrays = {agent_id: finite_observation(value, f"observation of {agent_id!r}", self._arena).ravel()
                   for agent_id, value in obs.items() if not _structured(value)}
         for agent_id, value in obs.items():
             group = self._group_of.get(agent_id)
