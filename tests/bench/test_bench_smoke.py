@@ -100,3 +100,9 @@ def test_export_keys() -> None:
     assert set(result["export_ms_p50"]) == {"mlp", "cnn", "user"}
     assert all(ms > 0 for ms in result["export_ms_p50"].values())
     assert result["onnx_bytes"]["cnn"] > 6_000_000  # Nature-CNN's weights, float32
+
+
+def test_e2e_connect_four_keys() -> None:
+    result = run_bench("e2e_connect_four.py", "--max-env-steps", "2000", "--eval-games", "30")
+    assert result["greedy_illegal_moves"] == 0 and result["training_illegal_moves"] == 0
+    assert result["eval_games"] == 30 and result["training_games"] > 0 and 0 <= result["random_win_rate"] <= 1
