@@ -106,3 +106,9 @@ def test_e2e_connect_four_keys() -> None:
     result = run_bench("e2e_connect_four.py", "--max-env-steps", "2000", "--eval-games", "30")
     assert result["greedy_illegal_moves"] == 0 and result["training_illegal_moves"] == 0
     assert result["eval_games"] == 30 and result["training_games"] > 0 and 0 <= result["random_win_rate"] <= 1
+
+
+def test_e2e_minatar_keys() -> None:
+    result = run_bench("e2e_minatar.py", "--max-env-steps", "3000", "--random-episodes", "20", "--clients", "1")
+    assert result["env_steps"] >= 3000 and result["random_return_mean"] >= 0
+    assert result["published_ppo_return_at_10m"] == 28.0 and result["return_mean_final"] is not None
