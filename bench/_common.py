@@ -44,17 +44,25 @@ def log(*parts: object) -> None:
 
 def ensure_installed(script: str, tools: list[str] = (), modules: list[str] = (), what: str = "this benchmark",
                      skip_flag: str | None = None) -> None:
-    """Install what ``what`` needs through the project's own ``script`` (idempotent: it does nothing
-    when all is there), then check ``tools`` (executables) and ``modules`` (Python); if anything is
-    still missing, exit with one line naming the script to run (and ``skip_flag``, if any)."""
+    """Install what ``what`` needs through the project's own ``script``, then check ``tools``
+    (executables) and ``modules`` (Python); if anything is still missing, exit with one line naming
+    the script to run (and ``skip_flag``, if any). A toolchain script always runs (it installs more
+    than the tools it is checked by, and does nothing when all is there); for Python modules alone
+    it runs only when one is missing (the project's install takes seconds even when it has nothing to do)."""
+    import importlib
     import importlib.util
     import shutil
 
-    if script.endswith(".sh"):
+    def missing_now() -> list[str]:
+        importlib.invalidate_caches()
+        return ([t for t in tools if shutil.which(t) is None]
+                + [m for m in modules if importlib.util.find_spec(m) is None])
+
+    missing = missing_now()
+    if (missing or tools) and script.endswith(".sh"):
         subprocess.run(["bash", str(REPO_ROOT / script)], cwd=str(REPO_ROOT), stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, check=False)
-    missing = [t for t in tools if shutil.which(t) is None]
-    missing += [m for m in modules if importlib.util.find_spec(m) is None]
+        missing = missing_now()
     if missing:
         skip = f", or pass {skip_flag} to leave them out" if skip_flag else ""
         print(f"{Path(sys.argv[0]).name}: {what} need(s) {', '.join(missing)}: run `bash {script}` "
