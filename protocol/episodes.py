@@ -200,7 +200,7 @@ def _numeric(value: Any, dtype: type, index: int, key: str) -> np.ndarray:
         raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must hold only numbers, not strings or booleans') from None
     except ValueError as exc:
         if "inhomogeneous" in str(exc) or "sequence" in str(exc):
-            code = ErrorCode.OBS_SHAPE_MISMATCH if key == "obs" else ErrorCode.INVALID_FIELD
+            code = ErrorCode.OBS_SHAPE_MISMATCH if key == "obs" or key.startswith("obs.") else ErrorCode.INVALID_FIELD
             raise _fail(code, index, f'"{key}" items do not all have the same shape') from None
         raise _fail(ErrorCode.INVALID_FIELD, index, f'"{key}" must hold only numbers') from None
     except TypeError:
@@ -245,7 +245,7 @@ def _composite_observations(value: Any, space: Any, index: int) -> np.ndarray:
                                            extra and f"unknown {', '.join(map(repr, extra))}") if part)
         raise _fail(ErrorCode.OBS_LEAF_MISMATCH, index, f'"obs" does not hold the space\'s leaves: {what}')
     rows = None
-    parts = []
+    flat = None
     for leaf in leaves:
         key = f"obs.{leaf.path}"
         obs = _leaf_observations(value[leaf.path], leaf.space, index, key)
@@ -260,8 +260,10 @@ def _composite_observations(value: Any, space: Any, index: int) -> np.ndarray:
         _check_finite(obs, index, key)
         if leaf.is_bytes and obs.dtype != np.uint8:
             obs = _as_bytes(obs, index, key)
-        parts.append(obs.reshape(rows, leaf.size).astype(np.float32, copy=False))
-    return np.concatenate(parts, axis=1)
+        if flat is None:  # (one array for the flat rows, each leaf converted straight into its columns)
+            flat = np.empty((rows, space.flat_dim), np.float32)
+        flat[:, leaf.offset:leaf.offset + leaf.size] = obs.reshape(rows, leaf.size)
+    return flat if flat is not None else np.zeros((0, space.flat_dim), np.float32)
 
 
 def _as_bytes(obs: np.ndarray, index: int, key: str = "obs") -> np.ndarray:

@@ -383,14 +383,17 @@ def composite_cases() -> list[dict]:
         return {**out, "error": error} if error else {**out, "flat_row": flat}
 
     def episode(name: str, sp: dict, obs: object, actions: list, *, act: dict | None = None, mask: str | None = None,
-                code: str | None = None) -> dict:
+                code: str | None = None, flat_rows: list | None = None) -> dict:
+        """``flat_rows``: the record's observations as flat rows (leaves in leaf order), written out by hand."""
         steps = len(actions)
         record = {"obs": obs, "actions": actions, "rewards": [1.0] * steps, "action_logp": [-0.5] * steps,
                   "is_terminated": True, "is_truncated": False}
         body = json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [record]})
         out = {"name": name, "kind": "episode", "observation_space": sp, "action_space": act or {"type": "Discrete", "n": 3},
                "action_mask": mask, "require_logp": True, "body": body}
-        return {**out, "error": code} if code else {**out, "env_steps": steps}
+        if code:
+            return {**out, "error": code}
+        return {**out, "env_steps": steps, **({"flat_rows": flat_rows} if flat_rows is not None else {})}
 
     def mask(name: str, act: dict, values: list, error: str | None = None) -> dict:
         return {"name": name, "kind": "mask", "action_space": act, "mask": values, "error": error}
@@ -430,10 +433,16 @@ def composite_cases() -> list[dict]:
                     {"speed": [0.5, -1], "camera": [[[1], [2]], [[3], [4]]], "lidar": [1]}, error="OBS_LEAF_MISMATCH"),
         observation("leaf_wrong_size", CAMERA_AND_SPEED, {"speed": [0.5, -1, 0], "camera": [[[1], [2]], [[3], [4]]]},
                     error="OBS_SHAPE_MISMATCH"),
-        episode("leaves_as_json", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 2], mask="action_mask"),
+        # (board's members written before action_mask's: rows follow leaf order, not the order written)
+        episode("leaves_as_json", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 2], mask="action_mask",
+                flat_rows=[[1, 0, 1, 0, 1, 1, 0], [0, 1, 1, 0, 0, 1, 1], [0, 0, 0, 1, 1, 0, 0]]),
         episode("leaves_as_tensors", CAMERA_AND_SPEED,
-                {"camera": tensor("uint8", [3, 2, 2, 1], list(range(12))), "speed": tensor("float32", [3, 2], [0.5] * 6)},
-                [1, 1]),
+                {"speed": tensor("float32", [3, 2], [0.5, -1, 0.25, 2, 0, 3]),
+                 "camera": tensor("uint8", [3, 2, 2, 1], list(range(12)))},
+                [1, 1], flat_rows=[[0, 1, 2, 3, 0.5, -1], [4, 5, 6, 7, 0.25, 2], [8, 9, 10, 11, 0, 3]]),
+        episode("leaf_ragged", MASK_BOARD, {"board": [[[0, 1], [1, 0]], [[0], [1, 1]], [[1, 1], [0, 0]]],
+                                            "action_mask": masks}, [0, 2], mask="action_mask",
+                code="OBS_SHAPE_MISMATCH"),
         episode("leaf_missing", CAMERA_AND_SPEED, {"camera": tensor("uint8", [3, 2, 2, 1], list(range(12)))}, [1, 1],
                 code="OBS_LEAF_MISMATCH"),
         episode("leaf_unknown", MASK_BOARD, {"board": board, "action_mask": masks, "extra": [[0]] * 3}, [0, 2],

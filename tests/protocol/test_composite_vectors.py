@@ -65,6 +65,8 @@ def test_episode(case: dict) -> None:
     assert "error" not in case, f"expected {case.get('error')}"
     assert sum(c.env_steps for c in chunks[0]) == case["env_steps"]
     assert chunks[0][0].obs.shape == (case["env_steps"] + 1, obs_space.flat_dim)
+    if "flat_rows" in case:  # the leaves' values, in leaf order, whatever order they were written in
+        np.testing.assert_array_equal(chunks[0][0].obs, np.asarray(case["flat_rows"], np.float32))
 
 
 @pytest.mark.parametrize("case", _kind("mask"), ids=lambda c: c["name"])
