@@ -63,6 +63,9 @@ class LearnerLoop:
         self._checkpoint = checkpoint
         #: Updates do not start while paused (the console's control); data keeps arriving into the bounded pool.
         self.paused = False
+        #: Set once by the trainer's close: no update starts again, whoever resumes (a console
+        #: checkpoint that finishes after close began restores ``paused``, not this).
+        self.stopped = False
         #: Modules the running update trains, until it has published (each will add 1 to its version).
         self.training_modules: set[str] = set()
         self._task: asyncio.Task | None = None
@@ -101,7 +104,7 @@ class LearnerLoop:
 
     def maybe_start(self) -> None:
         """Start an update if a batch is ready, none runs and training is not paused."""
-        if self.paused or self._task is not None or self.pool.steps < self.config.train_batch_size:
+        if self.paused or self.stopped or self._task is not None or self.pool.steps < self.config.train_batch_size:
             return
         by_module = self._take_batch()
         if by_module is None:

@@ -333,6 +333,7 @@ class Trainer:
         No update starts from here on: one started after the running one would train data that
         the final checkpoint's pool no longer holds, into weights it labels with the older version."""
         self.learner_loop.paused = True
+        self.learner_loop.stopped = True
         await self.learner_loop.between_updates()
         loop = asyncio.get_running_loop()
         if checkpoint:

@@ -152,6 +152,30 @@ def test_close_starts_no_update_after_the_running_one(tmp_path) -> None:
     assert _pool_ids(tmp_path / "checkpoint.pt") == list(range(64, 128))
 
 
+def test_a_console_checkpoint_waiting_when_close_begins_starts_no_update(tmp_path) -> None:
+    """The console asks for a checkpoint while an update runs, then the server is told to stop:
+    the checkpoint, once written, must not let the next update start behind close (which would
+    train the pooled batch into weights the final checkpoint labels with the older version)."""
+    config = _config(tmp_path, pool_journal=False)
+
+    async def run() -> None:
+        trainer = Trainer(config, build_layout(config))
+        await trainer.submit("c", _records(0, steps=64, episodes=2), {"default_policy": 0}, False, env_steps=128,
+                             batch=BatchId("s", 1))
+        assert trainer.learner_loop.running is not None
+        console_checkpoint = asyncio.ensure_future(trainer.checkpoint_now())
+        await asyncio.sleep(0)
+        await trainer.close()
+        await console_checkpoint  # (written, not failed on a shut-down executor)
+        assert trainer.metrics.updates == 1
+
+    asyncio.run(run())
+    from tether.server.checkpoint import load_checkpoint
+
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["modules"]["default_policy"]["weights_seq_no"] == 1
+    assert _pool_ids(tmp_path / "checkpoint.pt") == list(range(64, 128))
+
+
 def test_a_resume_into_another_folder_is_resumable_from_there(tmp_path) -> None:
     """--resume a/checkpoint.pt --logdir b, a batch answered, kill -9 before b's first periodic
     checkpoint: resuming from b's checkpoint has the weights, a's pool and journal, and the batch."""
