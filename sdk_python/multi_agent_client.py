@@ -338,6 +338,12 @@ class MultiAgentClient(BaseClient):
                                         f"{actor_id!r}: the observation has {obs.size} values, module "
                                         f"{spec.module_id!r} needs {spec.obs_dim}")
             check_byte_values(obs, spec.observation_space, f"observation of {actor_id!r}")
+            group = self.groups.get(actor_id)
+            values = int(np.prod(spec.action_space.shape)) if spec.action_space.shape else 1
+            if group is not None and values % len(group.members):  # (as the C++ and C# clients refuse it)
+                raise InvalidInputError(ErrorCode.INVALID_FIELD,
+                                        f"group {actor_id!r}: an action of {values} elements of module "
+                                        f"{spec.module_id!r} does not split into {len(group.members)} equal parts")
         # The frame passed every check: its observations become the agents' latest (critic rows).
         episode.latest_obs.update(episode.frame_obs)
         episode.frame_obs = {}

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tether.sdk import MultiAgentClient, TetherClient
+from tether.protocol.errors import InvalidInputError
 from tether.protocol.distributions import log_prob
 from tether.protocol.spaces import space_from_json
 
@@ -276,6 +277,9 @@ def test_a_group_action_that_does_not_split_into_its_members_is_refused() -> Non
     with ScriptedServer(handler) as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=0)
         eid = client.start_episode()
-        with pytest.raises(ValueError, match="does not split into 2 equal parts"):
+        with pytest.raises(InvalidInputError, match="does not split into 2 equal parts"):
             client.get_action(eid, obs("a", "b"))
+        # Refused before anything of the frame was recorded or sampled.
+        assert client._pending_steps == 0 and client._episodes[eid].t == 0
+        assert all(not actor.recorder.actions for actor in client._episodes[eid].actors.values())
         client.close()
