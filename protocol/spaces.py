@@ -364,7 +364,8 @@ def flatten_observation(space: "Dict | Tuple", observation: Any) -> np.ndarray:
     """**[1.4]** One observation of a Dict or Tuple space as its flat float32 row (§8.6): a Dict's as a
     mapping of its keys (nested for nested spaces), a Tuple's as a sequence; each leaf's values
     flattened row-major, in leaf order. Raises InvalidInputError (a ValueError) naming a missing or
-    unknown leaf (OBS_LEAF_MISMATCH) or one of another size (OBS_SHAPE_MISMATCH)."""
+    unknown leaf (OBS_LEAF_MISMATCH) or one of another size, or of another shape unless flat
+    (OBS_SHAPE_MISMATCH)."""
     parts = []
     for leaf in space.leaves:
         value: Any = observation
@@ -382,6 +383,10 @@ def flatten_observation(space: "Dict | Tuple", observation: Any) -> np.ndarray:
         if array.size != leaf.size:
             raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"observation leaf {leaf.path!r} has {array.size} values; its space "
                              f"{leaf.space.to_json()['type']} of shape {list(leaf.space.shape)} has {leaf.size}")
+        if array.ndim > 1 and array.shape != tuple(leaf.space.shape):  # (e.g. a CHW camera for an HWC leaf)
+            raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"observation leaf {leaf.path!r} has shape "
+                                    f"{list(array.shape)}; its space has shape {list(leaf.space.shape)} (pass it in "
+                                    "that shape, or flat)")
         parts.append(array.reshape(-1))
     extra = _unknown_keys(space, observation, "")
     if extra:

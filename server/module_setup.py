@@ -231,8 +231,9 @@ def _check_critic_widths(specs: dict[str, ModuleSpec], mapping: PolicyMapping) -
     for module_id, spec in specs.items():
         for agent_id in spec.value_obs_agents:
             rule = next((r for r in mapping.rules if r.matches(agent_id)), None)
-            if rule is None:
-                continue  # (its entries would be refused as unmapped anyway)
+            if rule is None:  # (a typo: the critic would read zeros for it forever)
+                raise ValueError(f"module {module_id!r}: value_obs_agents lists {agent_id!r}, which no "
+                                 "policy_mapping rule maps (list agents of the run)")
             for other in [rule.module] if rule.module is not None else list(rule.choose_from):
                 if other in specs and specs[other].obs_dim != spec.obs_dim:
                     raise ValueError(

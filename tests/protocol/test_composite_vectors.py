@@ -84,3 +84,15 @@ def test_mask_before_sampling(case: dict) -> None:
 def test_every_kind_is_covered() -> None:
     assert {c["kind"] for c in VECTORS} == {"space", "observation", "episode", "mask"}
     assert isinstance(space_from_json(_kind("space")[2]["space"]), Tuple)
+
+
+def test_a_leaf_of_the_right_size_in_another_shape_is_refused() -> None:
+    """A CHW camera for an HWC leaf has the right number of values but the wrong layout: refused by
+    name; the leaf's own shape and the flat form are taken."""
+    space = Dict((("camera", box(0, 255, (4, 3, 2), "uint8")), ("speed", box(-1, 1, (2,)))))
+    hwc = np.arange(24, dtype=np.uint8).reshape(4, 3, 2)
+    row = flatten_observation(space, {"camera": hwc, "speed": [0.5, 1]})
+    np.testing.assert_array_equal(flatten_observation(space, {"camera": hwc.reshape(-1), "speed": [0.5, 1]}), row)
+    with pytest.raises(InvalidInputError) as info:
+        flatten_observation(space, {"camera": hwc.transpose(2, 0, 1), "speed": [0.5, 1]})
+    assert info.value.code == "OBS_SHAPE_MISMATCH" and "'camera' has shape [2, 4, 3]" in str(info.value)

@@ -75,6 +75,8 @@ def test_value_obs_agents_must_be_agent_ids_of_the_critics_width() -> None:
         critic_layout(["a_0", "a_0"])
     with pytest.raises(ValueError, match="'b_0', which maps to module 'other' with 5 observation values"):
         critic_layout(["a_0", "b_0"], other_width=5)
+    with pytest.raises(ValueError, match="lists 'a0_typo'.*, which no policy_mapping rule maps"):
+        critic_layout(["a_0", "a0_typo"])
 
 
 def test_value_obs_agents_cannot_name_a_group_or_its_members() -> None:
