@@ -142,7 +142,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-cpp", action="store_true", help="skip the C++ SDK's figures")
     parser.add_argument("--no-csharp", action="store_true", help="skip the C# SDK's figures")
     add_quiet_argument(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.cnn_calls > CNN_STEPS_PER_SAMPLE - 100:
+        parser.error(f"--cnn-calls must be at most {CNN_STEPS_PER_SAMPLE - 100} (the never-sent client's episode "
+                     "must stay below one batch of the CNN server)")
+    return args
 
 
 def export_model(seed: int) -> bytes:
@@ -161,6 +165,8 @@ CNN_IMAGE = [84, 84, 4]
 
 #: Calls between two sends of the steady-state CNN client.
 CNN_BLOCK_CALLS = 10
+#: The CNN server's batch size in env steps: the most --cnn-calls can be, plus the warm-up.
+CNN_STEPS_PER_SAMPLE = 2000
 
 
 def cnn_model(seed: int) -> bytes:
@@ -182,7 +188,8 @@ def measure_cnn(args: argparse.Namespace, tmp: Path) -> dict:
         sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
         "--observation-space", json.dumps(space), "--action-space", json.dumps({"type": "Discrete", "n": 6}),
         "--model", json.dumps({"encoder": "cnn", "image_shape": CNN_IMAGE}), "--hidden-sizes", "",
-        "--env-steps-per-sample", str(10**12), "--train-batch-size", str(10**12),
+        # (2,000 images a batch fit the 64 MiB frame limit; the never-sent client stays below one batch)
+        "--env-steps-per-sample", str(CNN_STEPS_PER_SAMPLE), "--train-batch-size", str(10**12),
         "--no-tensorboard", "--checkpoint-every", "0", "--quiet", "--logdir", str(tmp / "cnn-run"),
     ], stdout=subprocess.DEVNULL)
     try:

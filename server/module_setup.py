@@ -14,7 +14,7 @@ from typing import Any, Callable
 from tether.protocol.action_mask import resolve_action_mask
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
 from tether.protocol.policy_mapping import PolicyMapping
-from tether.protocol.spaces import Space, from_gymnasium, is_composite, space_from_json
+from tether.protocol.spaces import Box, Space, from_gymnasium, is_composite, space_from_json
 
 from .config import PPO_OPTION_NAMES, ServerConfig
 from .learner import PPOHyperparams
@@ -158,6 +158,11 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
             raise ValueError(f"policy_mapping names module(s) that do not exist: {sorted(missing)}")
     for module_id, spec in specs.items():
         composite = is_composite(spec.observation_space)
+        clash = [leaf.path for leaf in spec.observation_space.leaves if leaf.path == spec.onnx_output_name] \
+            if composite else []
+        if clash:  # (one input per leaf, named by its path: the graph cannot have a second value of that name)
+            raise ValueError(f"module {module_id!r}: the observation leaf {clash[0]!r} has the name of the model's "
+                             f"output; rename the leaf (or the output, onnx_output_name)")
         if is_composite(spec.action_space):
             raise ValueError(f"module {module_id!r}: a Dict or Tuple action space is not supported (actions are Box, "
                              f"Discrete or MultiDiscrete)")
@@ -167,11 +172,36 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
                              f"encoder scales images by its 'scale'")
         if not hps[module_id].normalize_clip > 0:
             raise ValueError(f"module {module_id!r}: normalize_clip must be positive, got {hps[module_id].normalize_clip}")
+    _check_batch_fits_a_frame(specs, config)
     groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
     _check_critic_agents_not_grouped(specs, groups)
     if mapping is not None:
         _check_critic_widths(specs, mapping)
     return ModuleLayout(specs, hps, mapping, mapping_fn, groups, init_from)
+
+
+def _check_batch_fits_a_frame(specs: dict[str, ModuleSpec], config: ServerConfig) -> None:
+    """A client cuts a batch every env_steps_per_sample steps; with images, that many observations
+    can be larger than the largest message the server takes, and such a batch could never be
+    delivered (the connection is closed under it, the client resends it, then gives it up). Refused
+    at start, by the numbers: one agent per env step and observations as tensors (1 byte per byte-leaf
+    value, 4 per float) are the least a batch can hold."""
+    for module_id, spec in specs.items():
+        space = spec.observation_space
+        leaves = space.leaves if is_composite(space) else None
+        has_images = any(leaf.is_bytes for leaf in leaves) if leaves is not None else (
+            isinstance(space, Box) and space.is_bytes)
+        if not has_images:
+            continue  # (vector observations: a batch of them is far below the limit at any sensible size)
+        per_step = (sum(leaf.size * (1 if leaf.is_bytes else 4) for leaf in leaves) if leaves is not None
+                    else spec.obs_dim)
+        least = (config.env_steps_per_sample + 1) * per_step
+        if least > config.max_frame_bytes:
+            raise ValueError(
+                f"module {module_id!r}: a batch of env_steps_per_sample {config.env_steps_per_sample} steps holds at "
+                f"least {least:,} bytes of observations ({per_step:,} per step), more than max_frame_bytes "
+                f"{config.max_frame_bytes:,}: lower env_steps_per_sample (to {config.max_frame_bytes // per_step // 2:,} "
+                "or fewer) or raise max_frame_bytes")
 
 
 def _mask_leaf(obs: Space, act: Space, name: Any, module_id: str) -> str | None:

@@ -106,3 +106,34 @@ def test_ppo_defaults_live_in_one_place() -> None:
     for name in PPO_OPTION_NAMES:
         value = getattr(config, name)
         assert getattr(defaults, name) == (tuple(value) if isinstance(value, list) else value), name
+
+
+def test_a_batch_of_images_larger_than_a_frame_is_refused_at_start() -> None:
+    """84x84x4 images, 2,500 steps per batch: about 70 MB, beyond the 64 MiB frame limit, so no
+    client could ever deliver a batch. Refused by the numbers, with what to change."""
+    from tether.server.module_setup import build_layout
+
+    image = {"type": "Box", "shape": [84, 84, 4], "dtype": "uint8", "low": 0, "high": 255}
+
+    def layout(steps: int, space: dict = image):
+        return build_layout(ServerConfig(observation_space=space, action_space={"type": "Discrete", "n": 6},
+                                         env_steps_per_sample=steps))
+
+    with pytest.raises(ValueError, match=r"env_steps_per_sample 2500 .* at least 70,588,224 bytes .* "
+                                         r"more than max_frame_bytes 67,108,864: lower env_steps_per_sample"):
+        layout(2500)
+    layout(2000)  # 56 MB: fits
+    composite = {"type": "Dict", "spaces": {"cam": image, "v": {"type": "Box", "shape": [8]}}}
+    with pytest.raises(ValueError, match="28,256 per step"):
+        layout(2500, composite)
+
+
+def test_a_leaf_named_like_the_models_output_is_refused_by_name() -> None:
+    from tether.server.module_setup import build_layout
+
+    space = {"type": "Dict", "spaces": {"action_dist_inputs": {"type": "Box", "shape": [2]},
+                                        "b": {"type": "Box", "shape": [1]}}}
+    with pytest.raises(ValueError, match="leaf 'action_dist_inputs' has the name of the model's output"):
+        build_layout(ServerConfig(observation_space=space, action_space={"type": "Discrete", "n": 2}))
+    build_layout(ServerConfig(observation_space=space, action_space={"type": "Discrete", "n": 2},
+                              onnx_output_name="logits"))  # (another output name: no clash)
