@@ -3,10 +3,11 @@
 A new ONNX model goes out with every update, so exporting must stay cheap whatever the network.
 The default MLP is written directly from its weights; the CNN and user networks are traced once per
 architecture (``trace_ms``, paid when the learner is built) and then only their weights are
-rewritten per version (``export_ms_p50``). Networks, with the action space Discrete(6):
+rewritten per version (``export_ms_p50``); ``publish_ms_p50`` adds what SET_STATE carries of it,
+base64(gzip(model)), made once per version. Networks, with the action space Discrete(6):
 
 * ``mlp``: the default, hidden_sizes 64,64, on an 8-value observation;
-* ``cnn``: Nature-CNN on an 84x84x4 image (hidden_sizes empty: CleanRL's Atari agent);
+* ``cnn``: Nature-CNN on an 84x84x4 uint8 image (hidden_sizes empty: CleanRL's Atari agent);
 * ``user``: examples/custom_model.py's ResidualMlp (width 128, two blocks) on a 64-value observation.
 
 Each figure is the median of ``--exports`` exports, each after the weights changed (an optimizer step's
@@ -31,12 +32,13 @@ sys.path.insert(0, str(REPO_ROOT / "examples"))  # custom_model.py, the user net
 import torch  # noqa: E402
 
 from tether.protocol import Discrete  # noqa: E402
+from tether.protocol.onnx_codec import encode_onnx  # noqa: E402
 from tether.protocol.spaces import box  # noqa: E402
 from tether.server.learner import PPOHyperparams, PPOLearner  # noqa: E402
 
 NETWORKS = {
     "mlp": (8, PPOHyperparams(model=None, hidden_sizes=(64, 64))),
-    "cnn": (84 * 84 * 4, PPOHyperparams(model={"encoder": "cnn", "image_shape": [84, 84, 4]}, hidden_sizes=())),
+    "cnn": ((84, 84, 4), PPOHyperparams(model={"encoder": "cnn", "image_shape": [84, 84, 4]}, hidden_sizes=())),
     "user": (64, PPOHyperparams(model={"class": "custom_model:ResidualMlp", "options": {"width": 128}})),
 }
 
@@ -48,30 +50,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def measure(obs_dim: int, hp: PPOHyperparams, exports: int) -> tuple[float, float, int]:
-    """(first export ms, median later export ms, bytes) for one network."""
-    learner = PPOLearner(box(0, 255, (obs_dim,)), Discrete(6), hp, seed=0)
+def measure(obs: int | tuple[int, ...], hp: PPOHyperparams, exports: int) -> tuple[float, float, float, int]:
+    """(first export ms, median later export ms, median later export + SET_STATE encoding ms, bytes)
+    for one network; a tuple ``obs`` is an image (a uint8 Box, as engines send cameras)."""
+    space = box(0, 255, obs, "uint8") if isinstance(obs, tuple) else box(0, 255, (obs,))
+    learner = PPOLearner(space, Discrete(6), hp, seed=0)
     start = time.perf_counter()
     model = learner.export_onnx()
     first_ms = (time.perf_counter() - start) * 1e3
-    times = []
+    times, published = [], []
     for _ in range(exports):
         with torch.no_grad():
             for p in learner.model.parameters():
                 p.add_(1e-3 * torch.randn_like(p))
         start = time.perf_counter()
         model = learner.export_onnx()
-        times.append((time.perf_counter() - start) * 1e3)
-    return first_ms, statistics.median(times), len(model)
+        exported = time.perf_counter()
+        encode_onnx(model)  # (what SET_STATE carries: base64 of gzip, once per version)
+        times.append((exported - start) * 1e3)
+        published.append((time.perf_counter() - start) * 1e3)
+    return first_ms, statistics.median(times), statistics.median(published), len(model)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    result: dict = {"export_ms_p50": {}, "trace_ms": {}, "onnx_bytes": {}, "exports": args.exports}
+    result: dict = {"export_ms_p50": {}, "publish_ms_p50": {}, "trace_ms": {}, "onnx_bytes": {}, "exports": args.exports}
     for name, (obs_dim, hp) in NETWORKS.items():
-        first_ms, p50, size = measure(obs_dim, hp, args.exports)
+        first_ms, p50, publish_p50, size = measure(obs_dim, hp, args.exports)
         result["export_ms_p50"][name] = round(p50, 3)
+        result["publish_ms_p50"][name] = round(publish_p50, 3)
         if name != "mlp":
             result["trace_ms"][name] = round(first_ms, 1)
         result["onnx_bytes"][name] = size
