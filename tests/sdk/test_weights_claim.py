@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tether.sdk import MultiAgentClient, TetherClient
 
@@ -183,13 +184,16 @@ def test_multi_agent_batches_claim_the_oldest_version_when_an_agent_skips_steps(
     assert any("weights_seq_no_runs" in e for b in batches for r in b["episodes"] for e in r["agents"].values())
 
 
-def test_a_batch_resent_on_a_new_connection_carries_no_runs() -> None:
+@pytest.mark.parametrize("next_version", [9, 0], ids=["newer_server", "restarted_from_scratch"])
+def test_a_batch_resent_on_a_new_connection_carries_no_runs(next_version: int) -> None:
     """Versions learned on one connection may be another server run's on the next: a batch with runs
-    that is lost with its connection is resent without them, its claim unchanged (§6.5, §10.1)."""
+    that is lost with its connection is resent without them, its claim unchanged (§6.5, §10.1), also
+    to a server restarted from scratch whose versions are below the claim."""
     def handler(conn: ScriptedConnection) -> None:
         if conn.index == 0:
-            conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(0, model(0)))
-            version = 0
+            # (versions from 4 on: the lost batch's claim is one a server restarted from scratch has not reached)
+            conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(4, model(4)))
+            version = 4
             while (message := conn.receive(timeout=None)) is not None:
                 if message["type"] != "EPISODES_AND_GET_STATE":
                     continue
@@ -198,10 +202,11 @@ def test_a_batch_resent_on_a_new_connection_carries_no_runs() -> None:
                 version += 1
                 conn.send(state(version, model(version)))
         else:
-            conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7), state(9, model(9)))
+            conn.handshake(single_agent_config(3, DISCRETE2, env_steps_per_sample=7),
+                           state(next_version, model(next_version)))
             while (message := conn.receive(timeout=None)) is not None:
                 if message["type"] == "EPISODES_AND_GET_STATE":
-                    conn.send(state(9, None))
+                    conn.send(state(next_version, None))
 
     with ScriptedServer(handler) as server:
         client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True, reconnect_timeout_s=10)
@@ -210,6 +215,7 @@ def test_a_batch_resent_on_a_new_connection_carries_no_runs() -> None:
     lost = next(b for b in batches if any("weights_seq_no_runs" in r for r in b["episodes"]))
     resent = [b for b in batches if b["batch_seq"] == lost["batch_seq"] and b is not lost]
     assert resent, "the lost batch was sent again"
+    assert lost["weights_seq_no"] >= 4  # (a claim the restarted server has not reached)
     assert not any("weights_seq_no_runs" in r for r in resent[0]["episodes"])
     assert resent[0]["weights_seq_no"] == lost["weights_seq_no"] and resent[0]["episodes"] == [
         {k: v for k, v in r.items() if k != "weights_seq_no_runs"} for r in lost["episodes"]]
