@@ -427,7 +427,8 @@ def build_cpp() -> None:
     build = subprocess.run(["bash", str(REPO_ROOT / "sdk_cpp" / "scripts" / "build_and_test.sh"), "--build-only",
                             "normal"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     if build.returncode != 0:
-        raise RuntimeError("building sdk_cpp failed:\n" + build.stdout[-4000:])
+        sys.exit("act_latency.py: building sdk_cpp failed (bash sdk_cpp/scripts/build_and_test.sh --build-only "
+                 "normal); its last output:\n" + build.stdout[-4000:])
     _cpp_built = True
 
 
@@ -470,7 +471,8 @@ def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int,
     build = subprocess.run(["bash", str(REPO_ROOT / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     if build.returncode != 0:
-        raise RuntimeError("building sdk_csharp failed:\n" + build.stdout[-4000:])
+        sys.exit("act_latency.py: building sdk_csharp failed (bash sdk_csharp/scripts/build_and_test.sh --build-only); "
+                 "its last output:\n" + build.stdout[-4000:])
     model_file = tmp / "policy_csharp.onnx"
     model_file.write_bytes(model)
     env = dict(os.environ)
