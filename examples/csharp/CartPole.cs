@@ -8,7 +8,7 @@
 // It stops after --max-steps env steps, or when the server goes away (a
 // `tether serve --stop-at-return 450` that reached its target), and prints one
 // JSON line: {"episodes", "mean_return_last_100", "env_steps", "env_steps_sent",
-// "reconnects", "max_act_ms", "wall_s", "random", "stopped_by"}.
+// "reconnects", "max_act_ms", "wall_s", "random", "stopped_by"[, "summary"]}.
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
@@ -176,11 +176,15 @@ namespace Tether.Examples
                 status = stoppedBy == "error" ? 1 : 0;
             }
             double mean = lastReturns.Count > 0 ? lastReturns.Average() : 0;
+            // The run's summary the server sent with TRAINING_DONE, when it did.
+            TrainingSummary summary = client != null ? client.TrainingDone : null;
+            string summaryField = summary != null ? ", \"summary\": " + summary.Json.ToString(Newtonsoft.Json.Formatting.None) : "";
             Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
                 "{{\"episodes\": {0}, \"mean_return_last_100\": {1:F2}, \"env_steps\": {2}, \"env_steps_sent\": {3}, \"reconnects\": {4}, " +
-                "\"batches_dropped\": {5}, \"max_act_ms\": {6:F3}, \"wall_s\": {7:F2}, \"random\": {8}, \"stopped_by\": \"{9}\"}}",
+                "\"batches_dropped\": {5}, \"max_act_ms\": {6:F3}, \"wall_s\": {7:F2}, \"random\": {8}, \"stopped_by\": \"{9}\"{10}}}",
                 episodes, mean, envSteps, client != null ? client.EnvStepsSent : 0, client != null ? client.Reconnects : 0,
-                client != null ? client.BatchesDropped : 0, maxActMs, clock.Elapsed.TotalSeconds, random ? "true" : "false", stoppedBy));
+                client != null ? client.BatchesDropped : 0, maxActMs, clock.Elapsed.TotalSeconds, random ? "true" : "false", stoppedBy,
+                summaryField));
             if (client != null) client.Dispose();
             return status;
         }

@@ -41,11 +41,6 @@ namespace Tether.Tests
 
         static float[] Floats(byte[] image) { return image.Select(b => (float)b).ToArray(); }
 
-        static ClientOptions Options(ScriptedServer server)
-        {
-            return new ClientOptions { Port = server.Port, Seed = 1, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait };
-        }
-
         // A single-agent server whose observation space is the byte box, serving the byte model.
         static ScriptedServer ImageServer(string version, int envStepsPerSample = 5)
         {
@@ -59,7 +54,7 @@ namespace Tether.Tests
         // Plays one episode of `seen` (its last image ends it), as bytes or as floats; flushes.
         static void PlaySingle(ScriptedServer server, byte[][] seen, bool asBytes)
         {
-            using (TetherClient client = TetherClient.Connect(Options(server)))
+            using (TetherClient client = TetherClient.Connect(server.Options(1)))
             {
                 Assert.That(client.ObservationSpace.IsBytes, Is.True);
                 var action = new double[1];
@@ -187,7 +182,7 @@ namespace Tether.Tests
         public void AValueThatIsNoByteIsRefusedLocally(float bad)
         {
             using (ScriptedServer server = ImageServer("1.4"))
-            using (TetherClient client = TetherClient.Connect(Options(server)))
+            using (TetherClient client = TetherClient.Connect(server.Options(1)))
             {
                 string episode = client.StartEpisode();
                 var obs = new float[Width];
@@ -235,7 +230,7 @@ namespace Tether.Tests
             byte[][] seen = Images(7, 3);
             using (ScriptedServer server = CameraServer("1.4"))
             {
-                using (MultiAgentClient client = MultiAgentClient.Connect(Options(server)))
+                using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(1)))
                 {
                     var frame = new AgentFrame();
                     string episode = client.StartEpisode();
@@ -283,7 +278,7 @@ namespace Tether.Tests
         public void AMultiAgentFrameWithANonByteValueForAnImageModuleIsRefusedWholeAndNamed()
         {
             using (ScriptedServer server = CameraServer("1.3"))
-            using (MultiAgentClient client = MultiAgentClient.Connect(Options(server)))
+            using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(1)))
             {
                 var frame = new AgentFrame();
                 string episode = client.StartEpisode();
@@ -537,37 +532,14 @@ namespace Tether.Tests
             const int perSample = 500;
             byte[][] images = Images(16, 5);
             using (ScriptedServer server = ImageServer("1.4", perSample))
-            using (TetherClient client = TetherClient.Connect(Options(server)))
+            using (TetherClient client = TetherClient.Connect(server.Options(1)))
             {
                 var action = new double[1];
-                int allocating = 0, calls = 0;
-                long bytes = 0, sentBefore = 0;
-                const int warmUp = 20;
-                for (int e = 0; e < 140; ++e)
-                {
-                    bool measure = e >= warmUp;
-                    if (e == warmUp) sentBefore = client.EnvStepsSent;
-                    string episode = client.StartEpisode();
-                    for (int t = 0; t < 250; ++t)
-                    {
-                        byte[] image = images[(e + t) % images.Length];
-                        long before = GC.GetAllocatedBytesForCurrentThread();
-                        client.GetAction(episode, image, action);
-                        client.LogReturns(episode, 1.0);
-                        long allocated = GC.GetAllocatedBytesForCurrentThread() - before;
-                        if (!measure) continue;
-                        ++calls;
-                        bytes += allocated;
-                        if (allocated > 0) ++allocating;
-                    }
-                    client.EndEpisode(episode, images[e % images.Length]);
-                    DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-                    while (client.Sending && DateTime.UtcNow < deadline) System.Threading.Thread.Sleep(1);
-                }
-                long sent = client.EnvStepsSent - sentBefore;
-                Console.WriteLine("[ allocations ] " + allocating + " of " + calls + " GetAction(byte[]) calls allocated (" + bytes + " bytes) while " + sent + " steps were sent");
-                Assert.That(sent, Is.GreaterThanOrEqualTo(calls - perSample));
-                Assert.That(bytes, Is.EqualTo(0));
+                GetActionAllocations run = GetActionAllocations.Measure(client, 140, 20, (episode, e, t) => client.GetAction(episode, images[(e + t) % images.Length], action),
+                                                                        (episode, e) => client.EndEpisode(episode, images[e % images.Length]));
+                Console.WriteLine("[ allocations ] " + run.Allocating + " of " + run.Calls + " GetAction(byte[]) calls allocated (" + run.Bytes + " bytes) while " + run.Sent + " steps were sent");
+                Assert.That(run.Sent, Is.GreaterThanOrEqualTo(run.Calls - perSample));
+                Assert.That(run.Bytes, Is.EqualTo(0));
                 JObject last = server.Received("EPISODES_AND_GET_STATE").Last();
                 Assert.That(last["episodes"][0]["obs"]["offset"], Is.Not.Null, "sent as tensors");
             }

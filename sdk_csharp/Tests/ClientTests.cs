@@ -17,7 +17,7 @@ namespace Tether.Tests
 
         static TetherClient Connect(ScriptedServer server)
         {
-            return TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait });
+            return TetherClient.Connect(server.Options(7));
         }
 
         static void Play(TetherClient client, string episode, int steps)
@@ -31,6 +31,26 @@ namespace Tether.Tests
             }
         }
 
+        // Plays steps of the episode until one raises a T (returned), or until `seconds` have passed (null).
+        static T PlayUntilRaised<T>(TetherClient client, string episode, double seconds) where T : TetherException
+        {
+            DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
+            var action = new double[1];
+            while (DateTime.UtcNow < deadline)
+            {
+                try
+                {
+                    client.GetAction(episode, Obs, action);
+                    client.LogReturns(episode, 1.0);
+                }
+                catch (T e)
+                {
+                    return e;
+                }
+            }
+            return null;
+        }
+
         [Test]
         public void ABatchLostOnEveryConnectionIsGivenUpAfterMaxBatchAttempts()
         {
@@ -40,21 +60,7 @@ namespace Tether.Tests
             using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 7, ReconnectTimeoutSeconds = 10, MaxBatchAttempts = 3, WhenQueueFull = QueueFullPolicy.Wait }))
             {
                 string episode = client.StartEpisode();
-                TetherException givenUp = null;
-                DateTime deadline = DateTime.UtcNow.AddSeconds(20);
-                var action = new double[1];
-                while (givenUp == null && DateTime.UtcNow < deadline)
-                {
-                    try
-                    {
-                        client.GetAction(episode, Obs, action);
-                        client.LogReturns(episode, 1.0);
-                    }
-                    catch (TetherException e)
-                    {
-                        givenUp = e;
-                    }
-                }
+                TetherException givenUp = PlayUntilRaised<TetherException>(client, episode, 20);
                 Assert.That(givenUp, Is.Not.Null, "the lost batch was never given up");
                 Assert.That(givenUp.Code, Is.EqualTo(ErrorCode.ConnectionFailed));
                 Assert.That(givenUp.Message, Is.StringContaining("given up (MaxBatchAttempts)"));
@@ -88,12 +94,10 @@ namespace Tether.Tests
                 var batches = server.Received("EPISODES_AND_GET_STATE");
                 Assert.That(batches.Select(b => (long)b["batch_seq"]), Is.EqualTo(Enumerable.Range(1, batches.Count).Select(i => (long)i)));
                 Assert.That(batches.All(b => (string)b["client_session"] == client.ClientSession), Is.True);
-                Space obs = Space.FromJson(server.Config["observation_space"]);
-                Space act = Space.FromJson(server.Config["action_space"]);
                 int total = 0;
                 foreach (JObject b in batches)
                 {
-                    int steps = EpisodeRecords.ValidateEpisodes(b, obs, act, true);
+                    int steps = server.Validate(b);
                     Assert.That((int)b["env_steps"], Is.EqualTo(steps));
                     total += steps;
                 }
@@ -144,9 +148,7 @@ namespace Tether.Tests
                     client.Flush(10);
                     var batches = server.Received("EPISODES_AND_GET_STATE");
                     Assert.That(batches.Count, Is.EqualTo(2));
-                    Space obs = Space.FromJson(server.Config["observation_space"]);
-                    Space act = Space.FromJson(server.Config["action_space"]);
-                    foreach (JObject batch in batches) EpisodeRecords.ValidateEpisodes(batch, obs, act, true);
+                    foreach (JObject batch in batches) server.Validate(batch);
                     Assert.That(RunsOf(RecordOf(batches[0], a)), Is.Null, "one version: the record is as before");
                     // Step 2 acted with version 0, steps 3-6 with version 1; the claim is still the oldest.
                     Assert.That(RunsOf(RecordOf(batches[1], a)), Is.EqualTo(pong == null ? null : "[[0,1],[1,4]]"), "server " + (pong ?? "v1"));
@@ -276,9 +278,7 @@ namespace Tether.Tests
                 // A batch every perSample steps played in training episodes (recorded or held back), not recorded.
                 Assert.That(batches.Count, Is.InRange(training * length / perSample - 1, training * length / perSample + 1));
                 Assert.That(batches.Select(b => (long)b["batch_seq"]), Is.EqualTo(Enumerable.Range(1, batches.Count).Select(i => (long)i)));
-                Space obs = Space.FromJson(server.Config["observation_space"]);
-                Space act = Space.FromJson(server.Config["action_space"]);
-                foreach (JObject b in batches) Assert.That(EpisodeRecords.ValidateEpisodes(b, obs, act, true), Is.EqualTo((int)b["env_steps"]));
+                foreach (JObject b in batches) Assert.That(server.Validate(b), Is.EqualTo((int)b["env_steps"]));
             }
         }
 
@@ -458,21 +458,7 @@ namespace Tether.Tests
             using (TetherClient client = Connect(server))
             {
                 string episode = client.StartEpisode();
-                ServerErrorException refusal = null;
-                DateTime deadline = DateTime.UtcNow.AddSeconds(10);
-                var action = new double[1];
-                while (refusal == null && DateTime.UtcNow < deadline)
-                {
-                    try
-                    {
-                        client.GetAction(episode, Obs, action);
-                        client.LogReturns(episode, 1.0);
-                    }
-                    catch (ServerErrorException e)
-                    {
-                        refusal = e;
-                    }
-                }
+                ServerErrorException refusal = PlayUntilRaised<ServerErrorException>(client, episode, 10);
                 Assert.That(refusal, Is.Not.Null);
                 Assert.That(refusal.Code, Is.EqualTo(ErrorCode.InvalidField));
                 Assert.That(refusal.Message, Is.StringContaining("refused for the test"));
@@ -486,9 +472,7 @@ namespace Tether.Tests
                 Assert.That(batches.Count(b => (long)b["batch_seq"] == 1), Is.EqualTo(1));
                 Assert.That(batches.All(b => ((JArray)b["episodes"]).Count > 0), Is.True, "a batch emptied by the refusal was sent");
                 // Each batch counts the steps it holds (a refused episode's steps taken out of it are not counted).
-                Space obsSpace = Space.FromJson(server.Config["observation_space"]);
-                Space actSpace = Space.FromJson(server.Config["action_space"]);
-                foreach (JObject b in batches) Assert.That((int)b["env_steps"], Is.EqualTo(EpisodeRecords.ValidateEpisodes(b, obsSpace, actSpace, true)));
+                foreach (JObject b in batches) Assert.That((int)b["env_steps"], Is.EqualTo(server.Validate(b)));
                 var later = batches.Where(b => (long)b["batch_seq"] > 1).SelectMany(b => b["episodes"]).Select(r => (string)r["episode_id"]).ToList();
                 Assert.That(later, Has.No.Member(episode));
                 Assert.That(later, Has.Member(other));
@@ -561,20 +545,7 @@ namespace Tether.Tests
             {
                 string episode = client.StartEpisode();
                 var action = new double[1];
-                TetherException reported = null;
-                DateTime deadline = DateTime.UtcNow.AddSeconds(10);
-                while (reported == null && DateTime.UtcNow < deadline)
-                {
-                    try
-                    {
-                        client.GetAction(episode, Obs, action);
-                        client.LogReturns(episode, 1.0);
-                    }
-                    catch (TetherException e)
-                    {
-                        reported = e;
-                    }
-                }
+                TetherException reported = PlayUntilRaised<TetherException>(client, episode, 10);
                 Assert.That(reported, Is.Not.Null);
                 Assert.That(reported.Code, Is.EqualTo(ErrorCode.InferenceFailed));
                 Assert.That(reported.Message, Is.StringContaining("acting on with the current one"));
@@ -694,11 +665,9 @@ namespace Tether.Tests
                     client.Flush(10);
                 }
                 var batches = server.Received("EPISODES_AND_GET_STATE");
-                Space obs = Space.FromJson(server.Config["observation_space"]);
-                Space act = Space.FromJson(server.Config["action_space"]);
                 // Batch 1 arrived twice (the resend); every step once in the batches the server kept.
                 var kept = batches.GroupBy(b => (long)b["batch_seq"]).Select(g => g.First()).ToList();
-                Assert.That(kept.Sum(b => EpisodeRecords.ValidateEpisodes(b, obs, act, true)), Is.EqualTo(35));
+                Assert.That(kept.Sum(b => server.Validate(b)), Is.EqualTo(35));
                 var chunks = kept.SelectMany(b => b["episodes"]).ToList();
                 for (int i = 0; i + 1 < chunks.Count; ++i)
                 {
@@ -976,46 +945,24 @@ namespace Tether.Tests
         [TestCase("0.5")]
         public void GetActionAllocatesNothingInSteadyState(string share)
         {
-            // A game the server keeps up with: after each episode the game goes on
-            // only once the link is idle (as frames spaced in time would), so the
-            // batches cut earlier are back for reuse before the next cut. With a
-            // record_share, half the episodes are held back (and some batches empty).
+            // A game the server keeps up with (GetActionAllocations). With a record_share, half the
+            // episodes are held back (and some batches empty).
             const int perSample = 500;
             using (var server = new ScriptedServer(perSample) { RecordShare = share })
             using (TetherClient client = Connect(server))
             {
                 var action = new double[1];
-                int allocating = 0, calls = 0;
-                long bytes = 0, sentBefore = 0;
                 // Warm-up: the episodes' arrays and the reused batches and chunks get their size (with held-back
                 // episodes the batches' makeup varies, and each reused chunk meets its largest size later).
+                // 100,000 calls (80,000 with a share) after warm-up.
                 int warmUp = share == null ? 20 : 100;
-                for (int e = 0; e < 420; ++e)
-                {
-                    bool measure = e >= warmUp;  // 100,000 calls (80,000 with a share) after warm-up
-                    if (e == warmUp) sentBefore = client.EnvStepsSent;
-                    string episode = client.StartEpisode();
-                    for (int t = 0; t < 250; ++t)
-                    {
-                        long before = GC.GetAllocatedBytesForCurrentThread();
-                        client.GetAction(episode, Obs, action);
-                        client.LogReturns(episode, 1.0);
-                        long allocated = GC.GetAllocatedBytesForCurrentThread() - before;
-                        if (!measure) continue;
-                        ++calls;
-                        bytes += allocated;
-                        if (allocated > 0) ++allocating;
-                    }
-                    client.EndEpisode(episode, Obs);
-                    DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-                    while (client.Sending && DateTime.UtcNow < deadline) System.Threading.Thread.Sleep(1);
-                }
-                long sent = client.EnvStepsSent - sentBefore;
-                Console.WriteLine("[ allocations ] " + allocating + " of " + calls + " GetAction calls allocated (" + bytes + " bytes) while " + sent + " steps were sent");
+                GetActionAllocations run = GetActionAllocations.Measure(client, 420, warmUp, (episode, e, t) => client.GetAction(episode, Obs, action),
+                                                                        (episode, e) => client.EndEpisode(episode, Obs));
+                Console.WriteLine("[ allocations ] " + run.Allocating + " of " + run.Calls + " GetAction calls allocated (" + run.Bytes + " bytes) while " + run.Sent + " steps were sent");
                 // Batches were cut and delivered meanwhile.
-                Assert.That(sent, Is.GreaterThanOrEqualTo(share == null ? calls - perSample : calls / 4));
+                Assert.That(run.Sent, Is.GreaterThanOrEqualTo(share == null ? run.Calls - perSample : run.Calls / 4));
                 Assert.That(client.EpisodesHeldBack, share == null ? (NUnit.Framework.Constraints.IResolveConstraint)Is.EqualTo(0) : Is.GreaterThan(100));
-                Assert.That(bytes, Is.EqualTo(0));
+                Assert.That(run.Bytes, Is.EqualTo(0));
             }
         }
     }

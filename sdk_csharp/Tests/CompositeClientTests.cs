@@ -3,7 +3,6 @@
 using System;
 using System.IO;
 using System.Linq;
-using System.Text;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
@@ -37,7 +36,7 @@ namespace Tether.Tests
 
         static TetherClient Connect(ScriptedServer server)
         {
-            return TetherClient.Connect(new ClientOptions { Port = server.Port, Seed = 3, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait });
+            return TetherClient.Connect(server.Options(3));
         }
 
         static float[][] Rows { get { return Reference["rows"].Select(r => r.Select(x => (float)x).ToArray()).ToArray(); } }

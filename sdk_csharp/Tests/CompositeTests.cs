@@ -3,7 +3,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Text;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
@@ -15,36 +14,16 @@ namespace Tether.Tests
     [TestFixture]
     public class CompositeTests
     {
-        static void Expect(bool condition, string what)
-        {
-            if (!condition) throw new Exception(what);
-        }
-
-        static void ExpectError(string code, Action call)
-        {
-            try
-            {
-                call();
-            }
-            catch (TetherException e)
-            {
-                Expect(ErrorCodes.ToWire(e.Code) == code, "expected " + code + ", got " + ErrorCodes.ToWire(e.Code) + ": " + e.Message);
-                return;
-            }
-            throw new Exception("expected " + code + ", no error");
-        }
-
         static void CheckKind(string kind, Action<JObject> check)
         {
             int ran = 0;
-            List<string> failures = Vectors.Run("composite.json", (file, c) =>
+            Vectors.Check("composite.json", (file, c) =>
             {
                 if ((string)c["kind"] != kind) return;
                 ++ran;
                 check(c);
-            }, out int total);
+            });
             Assert.That(ran, Is.GreaterThan(0), "composite.json has no " + kind + " cases");
-            Assert.That(failures, Is.Empty, string.Join("\n", failures.ToArray()));
         }
 
         [Test]
@@ -61,27 +40,27 @@ namespace Tether.Tests
             {
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () => Space.FromJson(c["space"]));
+                    Vectors.ExpectError((string)c["error"], () => Space.FromJson(c["space"]));
                     return;
                 }
                 Space s = Space.FromJson(c["space"]);
-                Expect(s.IsComposite, "not composite");
-                Expect(s.FlatDim == (int)c["flat_dim"], "flat_dim " + s.FlatDim);
+                Vectors.Expect(s.IsComposite, "not composite");
+                Vectors.Expect(s.FlatDim == (int)c["flat_dim"], "flat_dim " + s.FlatDim);
                 var leaves = (JArray)c["leaves"];
-                Expect(s.Leaves.Count == leaves.Count, "leaf count " + s.Leaves.Count);
+                Vectors.Expect(s.Leaves.Count == leaves.Count, "leaf count " + s.Leaves.Count);
                 for (int i = 0; i < leaves.Count; ++i)
                 {
                     SpaceLeaf leaf = s.Leaves[i];
-                    Expect(leaf.Path == (string)leaves[i]["path"] && leaf.Offset == (int)leaves[i]["offset"] && leaf.Size == (int)leaves[i]["size"] &&
+                    Vectors.Expect(leaf.Path == (string)leaves[i]["path"] && leaf.Offset == (int)leaves[i]["offset"] && leaf.Size == (int)leaves[i]["size"] &&
                            (leaf.IsBytes ? "uint8" : "float32") == (string)leaves[i]["dtype"], "leaf " + i + " is " + leaf.Path + "@" + leaf.Offset);
-                    Expect(s.LeafIndex(leaf.Path) == i, "LeafIndex " + leaf.Path);
+                    Vectors.Expect(s.LeafIndex(leaf.Path) == i, "LeafIndex " + leaf.Path);
                     // The model's input of the leaf (§12.1): bytes in the leaf's shape, floats [size].
                     JToken input = c["inputs"][i];
                     long[] dims = leaf.IsBytes ? leaf.Space.Shape : new long[] { leaf.Size };
-                    Expect((string)input["name"] == leaf.Path && dims.SequenceEqual(input["dims"].Select(d => (long)d)), "input " + i);
+                    Vectors.Expect((string)input["name"] == leaf.Path && dims.SequenceEqual(input["dims"].Select(d => (long)d)), "input " + i);
                 }
                 // The canonical form re-parses to the same space.
-                Expect(MultiAgentClient.SameSpace(Space.FromJson(s.ToJson()), s), "round trip");
+                Vectors.Expect(MultiAgentClient.SameSpace(Space.FromJson(s.ToJson()), s), "round trip");
             });
         }
 
@@ -114,7 +93,7 @@ namespace Tether.Tests
                 var row = new float[s.FlatDim];
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () =>
+                    Vectors.ExpectError((string)c["error"], () =>
                     {
                         SetLeaves(leaves, c["observation"], s, "");
                         leaves.CopyRow(row, 0);
@@ -123,7 +102,7 @@ namespace Tether.Tests
                 }
                 SetLeaves(leaves, c["observation"], s, "");
                 leaves.CopyRow(row, 0);
-                Expect(row.Select(x => (double)x).SequenceEqual(Vectors.Flat(c["flat_row"]).Select(x => (double)(float)x)), "flat row " + string.Join(",", row));
+                Vectors.Expect(row.Select(x => (double)x).SequenceEqual(Vectors.Flat(c["flat_row"]).Select(x => (double)(float)x)), "flat row " + string.Join(",", row));
             });
         }
 
@@ -134,19 +113,7 @@ namespace Tether.Tests
             {
                 Space obs = Space.FromJson(c["observation_space"]);
                 Space act = Space.ActionFromJson(c["action_space"]);
-                ActionMask mask = ModuleSpec.ReadActionMask(c["action_mask"], obs, act);
-                Func<int> validate = () =>
-                {
-                    Message m = Protocol.Messages.Decode(Encoding.UTF8.GetBytes((string)c["body"]));
-                    return EpisodeRecords.ValidateEpisodes(m.Body, obs, act, (bool)c["require_logp"], m.Attachment, mask);
-                };
-                if (c["error"] != null)
-                {
-                    ExpectError((string)c["error"], () => validate());
-                    return;
-                }
-                int steps = validate();
-                Expect(steps == (int)c["env_steps"], "env steps " + steps);
+                Vectors.CheckEpisodesCase(c, obs, act, ModuleSpec.ReadActionMask(c["action_mask"], obs, act));
             });
         }
 
@@ -158,7 +125,7 @@ namespace Tether.Tests
                 Space act = Space.ActionFromJson(c["action_space"]);
                 float[] mask = Vectors.Flat(c["mask"]).Select(x => (float)x).ToArray();
                 Action check = () => ActionMask.OfActionSpace(act).CheckRow(mask, 0, "mask");
-                if (c["error"] != null && c["error"].Type != JTokenType.Null) ExpectError((string)c["error"], check);
+                if (c["error"] != null && c["error"].Type != JTokenType.Null) Vectors.ExpectError((string)c["error"], check);
                 else check();
             });
         }
@@ -215,7 +182,7 @@ namespace Tether.Tests
             };
             if (error != null)
             {
-                ExpectError(error, () => ModuleSpec.FromJson("m", module));
+                Vectors.ExpectError(error, () => ModuleSpec.FromJson("m", module));
                 return;
             }
             ModuleSpec spec = ModuleSpec.FromJson("m", module);

@@ -25,34 +25,6 @@ namespace Tether.Tests
         static readonly string[] ServerSession =
             { "connection.json", "counting.json", "exactly_once.json", "map_agents.json", "multi_agent_sessions.json", "set_state.json" };
 
-
-        static void Check(string file, Action<JObject, JObject> check)
-        {
-            int ran;
-            List<string> failures = Vectors.Run(file, check, out ran);
-            Assert.That(ran, Is.GreaterThan(0), file + " has no cases");
-            Assert.That(failures, Is.Empty, string.Join("\n", failures.ToArray()));
-        }
-
-        static void Expect(bool condition, string what)
-        {
-            if (!condition) throw new Exception(what);
-        }
-
-        static void ExpectError(string code, Action call)
-        {
-            try
-            {
-                call();
-            }
-            catch (TetherException e)
-            {
-                Expect(ErrorCodes.ToWire(e.Code) == code, "expected " + code + ", got " + e.Message);
-                return;
-            }
-            throw new Exception("expected " + code + ", no error");
-        }
-
         [Test]
         public void EveryVectorFileIsAccountedFor()
         {
@@ -64,7 +36,7 @@ namespace Tether.Tests
         [Test]
         public void Framing()
         {
-            Check("framing.json", (file, c) =>
+            Vectors.Check("framing.json", (file, c) =>
             {
                 byte[] input = Vectors.FromHex((string)c["input_hex"]);
                 foreach (int step in new[] { 1, 7, 1 << 20 })
@@ -86,17 +58,17 @@ namespace Tether.Tests
                     if (c["error"] != null)
                     {
                         var before = c["bodies_before_error"] != null ? c["bodies_before_error"].Select(b => (string)b).ToList() : new List<string>();
-                        Expect(got.SequenceEqual(before), "step " + step + ": bodies before the error differ");
-                        Expect(decoder.Error != null && ErrorCodes.ToWire(decoder.Error.Code) == (string)c["error"],
+                        Vectors.Expect(got.SequenceEqual(before), "step " + step + ": bodies before the error differ");
+                        Vectors.Expect(decoder.Error != null && ErrorCodes.ToWire(decoder.Error.Code) == (string)c["error"],
                                "step " + step + ": expected " + c["error"] + ", got " + (decoder.Error == null ? "none" : decoder.Error.Message));
                         var more = new List<byte[]>();
-                        ExpectError((string)c["error"], () => decoder.Feed(Encoding.ASCII.GetBytes("00000002{}"), more));  // stays failed
-                        Expect(more.Count == 0, "a failed decoder gave a body");
+                        Vectors.ExpectError((string)c["error"], () => decoder.Feed(Encoding.ASCII.GetBytes("00000002{}"), more));  // stays failed
+                        Vectors.Expect(more.Count == 0, "a failed decoder gave a body");
                     }
                     else
                     {
-                        Expect(decoder.Error == null, "step " + step + ": unexpected " + (decoder.Error == null ? "" : decoder.Error.Message));
-                        Expect(got.SequenceEqual(c["bodies"].Select(b => (string)b)), "step " + step + ": bodies differ");
+                        Vectors.Expect(decoder.Error == null, "step " + step + ": unexpected " + (decoder.Error == null ? "" : decoder.Error.Message));
+                        Vectors.Expect(got.SequenceEqual(c["bodies"].Select(b => (string)b)), "step " + step + ": bodies differ");
                     }
                 }
             });
@@ -105,57 +77,57 @@ namespace Tether.Tests
         [Test]
         public void Messages()
         {
-            Check("messages.json", (file, c) =>
+            Vectors.Check("messages.json", (file, c) =>
             {
                 byte[] body = Vectors.FromHex((string)c["body_hex"]);
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () => Protocol.Messages.Decode(body));
+                    Vectors.ExpectError((string)c["error"], () => Protocol.Messages.Decode(body));
                     return;
                 }
                 Message m = Protocol.Messages.Decode(body);
-                Expect(Protocol.Messages.ToWire(m.Type) == (string)c["type"], "type " + m.Type);
-                Expect((string)m.Body["type"] == (string)c["type"], "body type");
+                Vectors.Expect(Protocol.Messages.ToWire(m.Type) == (string)c["type"], "type " + m.Type);
+                Vectors.Expect((string)m.Body["type"] == (string)c["type"], "body type");
                 // 1.4 (§4.3): the bytes after the first NUL are the attachment, whatever they are.
                 int nul = Array.IndexOf(body, (byte)0);
-                Expect(nul < 0 ? m.Attachment == null : m.Attachment != null && m.Attachment.SequenceEqual(body.Skip(nul + 1)), "attachment");
+                Vectors.Expect(nul < 0 ? m.Attachment == null : m.Attachment != null && m.Attachment.SequenceEqual(body.Skip(nul + 1)), "attachment");
             });
         }
 
         [Test]
         public void Spaces()
         {
-            Check("spaces.json", (file, c) =>
+            Vectors.Check("spaces.json", (file, c) =>
             {
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () => Space.FromJson(c["space"]));
+                    Vectors.ExpectError((string)c["error"], () => Space.FromJson(c["space"]));
                     return;
                 }
                 Space s = Space.FromJson(c["space"]);
-                Expect(s.Shape.SequenceEqual(c["shape"].Select(d => (long)d)), "shape");
-                Expect(s.DistInputsSize == (int)c["dist_inputs_size"], "dist_inputs_size " + s.DistInputsSize);
+                Vectors.Expect(s.Shape.SequenceEqual(c["shape"].Select(d => (long)d)), "shape");
+                Vectors.Expect(s.DistInputsSize == (int)c["dist_inputs_size"], "dist_inputs_size " + s.DistInputsSize);
                 // The canonical JSON a peer writes back parses to the same space.
                 JToken again = Protocol.Messages.ParseJson(Encoding.UTF8.GetBytes(s.ToJson().ToString(Newtonsoft.Json.Formatting.None)));
-                Expect(JToken.DeepEquals(Space.FromJson(again).ToJson(), s.ToJson()), "round trip");
+                Vectors.Expect(JToken.DeepEquals(Space.FromJson(again).ToJson(), s.ToJson()), "round trip");
             });
         }
 
         [Test]
         public void Logp()
         {
-            Check("logp.json", (file, c) =>
+            Vectors.Check("logp.json", (file, c) =>
             {
                 Space s = Space.FromJson(c["space"]);
                 double[] inputs = Vectors.Flat(c["dist_inputs"]);
                 double[] action = Vectors.Flat(c["action"]);
                 double expected = (double)c["logp"];
                 double got = Distributions.LogProb(s, inputs, 0, inputs.Length, action, 0, action.Length);
-                Expect(Math.Abs(got - expected) <= Math.Max(1e-9, 1e-9 * Math.Abs(expected)), "logp " + got + " != " + expected);
+                Vectors.Expect(Math.Abs(got - expected) <= Math.Max(1e-9, 1e-9 * Math.Abs(expected)), "logp " + got + " != " + expected);
                 // float32 dist inputs (a model's output) agree to float precision.
                 float[] inputs32 = inputs.Select(x => (float)x).ToArray();
                 double got32 = Distributions.LogProb(s, inputs32, 0, inputs32.Length, action, 0, action.Length);
-                Expect(Math.Abs(got32 - expected) <= 1e-5, "float32 logp " + got32 + " != " + expected);
+                Vectors.Expect(Math.Abs(got32 - expected) <= 1e-5, "float32 logp " + got32 + " != " + expected);
                 if (c["env_action"] != null)
                 {
                     var env = new double[action.Length];
@@ -163,7 +135,7 @@ namespace Tether.Tests
                     double[] expectedEnv = Vectors.Flat(c["env_action"]);
                     for (int i = 0; i < env.Length; ++i)
                     {
-                        Expect(Math.Abs(env[i] - expectedEnv[i]) <= 1e-6 * Math.Abs(expectedEnv[i]) + 1e-12, "env_action[" + i + "]");
+                        Vectors.Expect(Math.Abs(env[i] - expectedEnv[i]) <= 1e-6 * Math.Abs(expectedEnv[i]) + 1e-12, "env_action[" + i + "]");
                     }
                 }
             });
@@ -172,7 +144,7 @@ namespace Tether.Tests
         [Test]
         public void Session()
         {
-            Check("session.json", (file, c) =>
+            Vectors.Check("session.json", (file, c) =>
             {
                 JToken token = c["server"]["auth_token"];
                 var conn = new ServerConnection(token == null ? null : (string)token);
@@ -192,14 +164,14 @@ namespace Tether.Tests
                         got.Add(response == null ? "null" : Protocol.Messages.ToWire(response.Value));
                     }
                 }
-                Expect(got.SequenceEqual(c["responses"].Select(r => (string)r)), "responses " + string.Join(",", got.ToArray()));
+                Vectors.Expect(got.SequenceEqual(c["responses"].Select(r => (string)r)), "responses " + string.Join(",", got.ToArray()));
             });
         }
 
         [Test]
         public void ClientPairing()
         {
-            Check("client_pairing.json", (file, c) =>
+            Vectors.Check("client_pairing.json", (file, c) =>
             {
                 var conn = new ClientConnection();
                 foreach (JToken kind in c["sent"]) conn.Send(new JObject { { "type", kind } });
@@ -217,15 +189,15 @@ namespace Tether.Tests
                 }
                 if (c["violation"] != null && (bool)c["violation"])
                 {
-                    Expect(error != null && (error.Code == ErrorCode.NotARequest || error.Code == ErrorCode.UnknownType),
+                    Vectors.Expect(error != null && (error.Code == ErrorCode.NotARequest || error.Code == ErrorCode.UnknownType),
                            "expected a violation, got " + (error == null ? "none" : error.Message));
-                    Expect(conn.Closed, "a violation closes the connection");
+                    Vectors.Expect(conn.Closed, "a violation closes the connection");
                     return;
                 }
                 var pairs = new JArray(responses.Select(r => r.Request == null ? JValue.CreateNull() : new JValue(Protocol.Messages.ToWire(r.Request.Value))));
-                Expect(JToken.DeepEquals(pairs, c["pairs"]), "pairs " + pairs.ToString(Newtonsoft.Json.Formatting.None));
+                Vectors.Expect(JToken.DeepEquals(pairs, c["pairs"]), "pairs " + pairs.ToString(Newtonsoft.Json.Formatting.None));
                 // Only a connection-level ERROR (one that closes) may end the connection here.
-                Expect(error == null || Protocol.Messages.ClosesConnection(error.Code), "closed by " + (error == null ? "" : error.Message));
+                Vectors.Expect(error == null || Protocol.Messages.ClosesConnection(error.Code), "closed by " + (error == null ? "" : error.Message));
             });
         }
 
@@ -234,54 +206,41 @@ namespace Tether.Tests
         [Test]
         public void Episodes()
         {
-            Check("episodes.json", (file, c) =>
+            Vectors.Check("episodes.json", (file, c) =>
             {
-                Space obs = Space.FromJson(c["observation_space"]);
-                Space act = Space.FromJson(c["action_space"]);
-                Func<int> validate = () =>
-                {
-                    Message m = Protocol.Messages.Decode(Encoding.UTF8.GetBytes((string)c["body"]));
-                    return EpisodeRecords.ValidateEpisodes(m.Body, obs, act, (bool)c["require_logp"], m.Attachment);
-                };
-                if (c["error"] != null)
-                {
-                    ExpectError((string)c["error"], () => validate());
-                    return;
-                }
-                int steps = validate();
-                Expect(steps == (int)c["env_steps"], "env steps " + steps);
+                Vectors.CheckEpisodesCase(c, Space.FromJson(c["observation_space"]), Space.FromJson(c["action_space"]));
             });
         }
 
         [Test]
         public void TensorObjects()
         {
-            Check("tensors.json", (file, c) =>
+            Vectors.Check("tensors.json", (file, c) =>
             {
                 byte[] attachment = c["attachment_hex"] != null ? Vectors.FromHex((string)c["attachment_hex"]) : null;
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () => Tensors.Decode(c["tensor"], attachment));
+                    Vectors.ExpectError((string)c["error"], () => Tensors.Decode(c["tensor"], attachment));
                     return;
                 }
                 Tensor tensor = Tensors.Decode(c["tensor"], attachment);
-                Expect(tensor.Dtype == (string)c["dtype"], "dtype " + tensor.Dtype);
-                Expect(tensor.Shape.SequenceEqual(c["shape"].Select(d => (long)d)), "shape " + Tensors.ShapeText(tensor.Shape));
+                Vectors.Expect(tensor.Dtype == (string)c["dtype"], "dtype " + tensor.Dtype);
+                Vectors.Expect(tensor.Shape.SequenceEqual(c["shape"].Select(d => (long)d)), "shape " + Tensors.ShapeText(tensor.Shape));
                 double[] values = tensor.ToDoubles();
                 double[] expected = c["values"].Select(v => (double)v).ToArray();
-                Expect(values.SequenceEqual(expected), "values " + string.Join(", ", values.Select(v => v.ToString("R")).ToArray()));
+                Vectors.Expect(values.SequenceEqual(expected), "values " + string.Join(", ", values.Select(v => v.ToString("R")).ToArray()));
                 // What the codec writes reads back the same, byte for byte: inline, the very object; at an offset, its members.
                 if (c["tensor"]["b64"] != null)
                 {
-                    Expect(JToken.DeepEquals(Tensors.Encode(tensor), c["tensor"]), "encoded again " + Tensors.Encode(tensor).ToString(Newtonsoft.Json.Formatting.None));
+                    Vectors.Expect(JToken.DeepEquals(Tensors.Encode(tensor), c["tensor"]), "encoded again " + Tensors.Encode(tensor).ToString(Newtonsoft.Json.Formatting.None));
                     JObject typed = tensor.Dtype == Tensors.Uint8 ? Tensors.Encode(tensor.ToBytes(), tensor.Shape)
                                                                   : Tensors.Encode(values.Select(v => (float)v).ToArray(), tensor.Shape);
-                    Expect(JToken.DeepEquals(typed, c["tensor"]), "encoded from values " + typed.ToString(Newtonsoft.Json.Formatting.None));
+                    Vectors.Expect(JToken.DeepEquals(typed, c["tensor"]), "encoded from values " + typed.ToString(Newtonsoft.Json.Formatting.None));
                 }
                 else
                 {
                     JObject at = Tensors.EncodeAt(tensor.Dtype, tensor.Shape, (long)c["tensor"]["offset"]);
-                    Expect(JToken.DeepEquals(at, c["tensor"]), "encoded at its offset " + at.ToString(Newtonsoft.Json.Formatting.None));
+                    Vectors.Expect(JToken.DeepEquals(at, c["tensor"]), "encoded at its offset " + at.ToString(Newtonsoft.Json.Formatting.None));
                 }
             });
         }
@@ -289,25 +248,25 @@ namespace Tether.Tests
         [Test]
         public void MultiAgentEpisodes()
         {
-            Check("multi_agent_episodes.json", (file, c) =>
+            Vectors.Check("multi_agent_episodes.json", (file, c) =>
             {
                 var modules = new Dictionary<string, ModuleSpec>();
                 foreach (JProperty item in ((JObject)c["modules"]).Properties()) modules[item.Name] = ModuleSpec.FromJson(item.Name, item.Value);
                 JToken record = c["record_json"] != null ? Protocol.Messages.ParseJson(Encoding.UTF8.GetBytes((string)c["record_json"])) : c["record"];
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () => EpisodeRecords.ValidateMultiAgentRecord(record, 0, modules, (bool)c["require_logp"]));
+                    Vectors.ExpectError((string)c["error"], () => EpisodeRecords.ValidateMultiAgentRecord(record, 0, modules, (bool)c["require_logp"]));
                     return;
                 }
                 int steps = EpisodeRecords.ValidateMultiAgentRecord(record, 0, modules, (bool)c["require_logp"]);
-                Expect(steps == (int)c["agent_steps"], "agent steps " + steps);
+                Vectors.Expect(steps == (int)c["agent_steps"], "agent steps " + steps);
             });
         }
 
         [Test]
         public void Groups()
         {
-            Check("groups.json", (file, c) =>
+            Vectors.Check("groups.json", (file, c) =>
             {
                 if (c["member_action_spaces"] != null)
                 {
@@ -315,12 +274,12 @@ namespace Tether.Tests
                     var act = c["member_action_spaces"].Select(Space.FromJson).ToList();
                     if (c["error"] != null)
                     {
-                        Expect(Throws(() => GroupSpec.Spaces(obs, act)), "expected the spaces to be refused");
+                        Vectors.Expect(Throws(() => GroupSpec.Spaces(obs, act)), "expected the spaces to be refused");
                         return;
                     }
                     Space[] spaces = GroupSpec.Spaces(obs, act);
-                    Expect(JToken.DeepEquals(spaces[0].ToJson(), Space.FromJson(c["group_observation_space"]).ToJson()), "observation space");
-                    Expect(JToken.DeepEquals(spaces[1].ToJson(), Space.FromJson(c["group_action_space"]).ToJson()), "action space");
+                    Vectors.Expect(JToken.DeepEquals(spaces[0].ToJson(), Space.FromJson(c["group_observation_space"]).ToJson()), "observation space");
+                    Vectors.Expect(JToken.DeepEquals(spaces[1].ToJson(), Space.FromJson(c["group_action_space"]).ToJson()), "action space");
                     return;
                 }
                 GroupSpec group = GroupSpec.FromJson("g", c["group"]);
@@ -329,10 +288,10 @@ namespace Tether.Tests
                     var memberObs = ((JObject)c["member_observations"]).Properties().ToDictionary(p => p.Name, p => FlatFloat(p.Value));
                     if (c["error"] != null)
                     {
-                        Expect(Throws(() => group.JoinObservations(memberObs)), "expected missing members to be refused");
+                        Vectors.Expect(Throws(() => group.JoinObservations(memberObs)), "expected missing members to be refused");
                         return;
                     }
-                    Expect(group.JoinObservations(memberObs).SequenceEqual(FlatFloat(c["group_observation"])), "joined observation");
+                    Vectors.Expect(group.JoinObservations(memberObs).SequenceEqual(FlatFloat(c["group_observation"])), "joined observation");
                 }
                 else if (c["group_action"] != null)
                 {
@@ -346,13 +305,13 @@ namespace Tether.Tests
                             ? (JToken)new JValue((long)Math.Round(parts[i][0]))
                             : new JArray(parts[i].Select(v => discrete ? new JValue((long)Math.Round(v)) : new JValue(v)));
                     }
-                    Expect(JToken.DeepEquals(got, c["member_actions"]), "member actions " + got.ToString(Newtonsoft.Json.Formatting.None));
+                    Vectors.Expect(JToken.DeepEquals(got, c["member_actions"]), "member actions " + got.ToString(Newtonsoft.Json.Formatting.None));
                 }
                 else
                 {
                     var received = new List<double>();
                     foreach (JObject step in c["member_rewards"]) received.AddRange(step.Properties().Select(p => (double)p.Value));
-                    Expect(Math.Abs(group.CombineRewards(received) - (double)c["group_reward"]) < 1e-9, "group reward");
+                    Vectors.Expect(Math.Abs(group.CombineRewards(received) - (double)c["group_reward"]) < 1e-9, "group reward");
                 }
             });
         }
@@ -360,7 +319,7 @@ namespace Tether.Tests
         [Test]
         public void ValueObs()
         {
-            Check("value_obs.json", (file, c) =>
+            Vectors.Check("value_obs.json", (file, c) =>
             {
                 var agents = c["value_obs_agents"].Select(a => (string)a).ToList();
                 int obsDim = (int)c["obs_dim"];
@@ -374,7 +333,7 @@ namespace Tether.Tests
                     }
                     var row = new float[agents.Count * obsDim];
                     EpisodeRecords.ValueObsRow(agents, latest, obsDim, row, 0);
-                    Expect(row.SequenceEqual(FlatFloat(step["row"])), "row");
+                    Vectors.Expect(row.SequenceEqual(FlatFloat(step["row"])), "row");
                 }
             });
         }
@@ -395,21 +354,21 @@ namespace Tether.Tests
         [Test]
         public void PolicyMappingRules()
         {
-            Check("policy_mapping.json", (file, c) =>
+            Vectors.Check("policy_mapping.json", (file, c) =>
             {
                 if (c["fnv1a32"] != null)
                 {
-                    Expect(PolicyMapping.Fnv1a32(Vectors.FromHex((string)c["fnv1a32_of_hex"])) == (uint)c["fnv1a32"], "fnv1a32");
+                    Vectors.Expect(PolicyMapping.Fnv1a32(Vectors.FromHex((string)c["fnv1a32_of_hex"])) == (uint)c["fnv1a32"], "fnv1a32");
                     return;
                 }
                 PolicyMapping mapping = PolicyMapping.FromJson(file["rules"]);
                 if (c["error"] != null)
                 {
-                    ExpectError((string)c["error"], () => mapping.ModuleFor((string)c["agent_id"], (string)c["episode_id"]));
+                    Vectors.ExpectError((string)c["error"], () => mapping.ModuleFor((string)c["agent_id"], (string)c["episode_id"]));
                     return;
                 }
                 string module = mapping.ModuleFor((string)c["agent_id"], (string)c["episode_id"]);
-                Expect(module == (string)c["module"], "module " + module + " != " + c["module"]);
+                Vectors.Expect(module == (string)c["module"], "module " + module + " != " + c["module"]);
             });
         }
     }

@@ -15,7 +15,7 @@ namespace Tether.Tests
     {
         static MultiAgentClient Connect(ScriptedServer server)
         {
-            return MultiAgentClient.Connect(new ClientOptions { Port = server.Port, Seed = 3, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait });
+            return MultiAgentClient.Connect(server.Options(3));
         }
 
         static float[] Obs(int t, int agent, int size)
@@ -25,6 +25,29 @@ namespace Tether.Tests
             return obs;
         }
 
+        // Fills the frame with the scripted server's agents at step t: a_0, a_1 when `a1`, and the members
+        // m_0, m_1 of the group "pair" when `pair`.
+        static void FillFrame(AgentFrame frame, int t, bool a1, bool pair)
+        {
+            frame.Clear();
+            frame.Add("a_0", Obs(t, 0, 4));
+            if (a1) frame.Add("a_1", Obs(t, 1, 4));
+            if (!pair) return;
+            frame.Add("m_0", Obs(t, 2, 2));
+            frame.Add("m_1", Obs(t, 3, 2));
+        }
+
+        // Runs `play` with a client of ScriptedServer.MultiAgent(perSample, rules), an episode it started
+        // and a frame to fill.
+        static void InEpisode(int perSample, bool rules, Action<ScriptedServer, MultiAgentClient, string, AgentFrame> play, string episodeId = null)
+        {
+            using (ScriptedServer server = ScriptedServer.MultiAgent(perSample, rules))
+            using (MultiAgentClient client = Connect(server))
+            {
+                play(server, client, client.StartEpisode(episodeId), new AgentFrame());
+            }
+        }
+
         static Dictionary<string, ModuleSpec> Specs(ScriptedServer server)
         {
             var specs = new Dictionary<string, ModuleSpec>();
@@ -32,8 +55,9 @@ namespace Tether.Tests
             return specs;
         }
 
-        // Every batch's records pass the server's checks; returns the entries of each actor in order.
-        static Dictionary<string, List<JObject>> CheckBatches(ScriptedServer server, out int envSteps, out int agentSteps)
+        // Every batch's records pass the server's checks; returns the entries of each actor in order, by
+        // actor id, or with `byEpisode` by "episode/actor".
+        static Dictionary<string, List<JObject>> CheckBatches(ScriptedServer server, out int envSteps, out int agentSteps, bool byEpisode = false)
         {
             var specs = Specs(server);
             var entries = new Dictionary<string, List<JObject>>();
@@ -47,8 +71,9 @@ namespace Tether.Tests
                     steps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true);
                     foreach (JProperty agent in ((JObject)records[i]["agents"]).Properties())
                     {
-                        if (!entries.ContainsKey(agent.Name)) entries[agent.Name] = new List<JObject>();
-                        entries[agent.Name].Add((JObject)agent.Value);
+                        string key = byEpisode ? (string)records[i]["episode_id"] + "/" + agent.Name : agent.Name;
+                        if (!entries.ContainsKey(key)) entries[key] = new List<JObject>();
+                        entries[key].Add((JObject)agent.Value);
                     }
                 }
                 Assert.That((int)batch["agent_steps"], Is.EqualTo(steps));
@@ -70,11 +95,8 @@ namespace Tether.Tests
         [Test]
         public void TheEndOfTrainingStopsAMultiAgentClientQuietlyAndItsAgentsActOn()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(8, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(8, true, (server, client, episode, frame) =>
             {
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
                 for (int t = 0; t < 40; ++t)
                 {
                     if (t == 10)
@@ -85,9 +107,7 @@ namespace Tether.Tests
                         DateTime deadline = DateTime.UtcNow.AddSeconds(10);
                         while (client.TrainingDone == null && DateTime.UtcNow < deadline) Thread.Sleep(5);
                     }
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    frame.Add("a_1", Obs(t, 1, 4));
+                    FillFrame(frame, t, a1: true, pair: false);
                     client.GetActions(episode, frame);
                     Assert.That(frame.DiscreteAction(0), Is.EqualTo(0).Or.EqualTo(1));
                     client.LogReturns(episode, "a_0", 1.0);
@@ -105,18 +125,15 @@ namespace Tether.Tests
                 Assert.That(client.AgentStepsSent, Is.EqualTo(18), "each agent's 10th step waited for its next observation");
                 Assert.That(client.BatchesUnsentAtEnd, Is.EqualTo(1));
                 Assert.That(client.FatalError, Is.Null);
-            }
+            });
         }
 
         [Test]
         public void AMapAgentsWaitingWhenTrainingEndsFailsWithTrainingDone()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(8, rules: false))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(8, false, (server, client, episode, frame) =>
             {
                 server.DoneOnMapAgents = true;
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
                 frame.Add("a_0", Obs(0, 0, 4));
                 var error = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
                 Assert.That(error.Code, Is.EqualTo(ErrorCode.TrainingDone));
@@ -127,24 +144,17 @@ namespace Tether.Tests
                 Thread.Sleep(300);
                 Assert.That(server.Connections, Is.EqualTo(1));
                 Assert.That(server.Received("MAP_AGENTS").Count, Is.EqualTo(1));
-            }
+            });
         }
 
         [Test]
         public void GroupsModulesAndCriticRowsMakeRecordsTheServerAccepts()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(20, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(20, true, (server, client, episode, frame) =>
             {
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
                 for (int t = 0; t < 30; ++t)
                 {
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    if (t >= 5 && t < 20) frame.Add("a_1", Obs(t, 1, 4));
-                    frame.Add("m_0", Obs(t, 2, 2));
-                    frame.Add("m_1", Obs(t, 3, 2));
+                    FillFrame(frame, t, a1: t >= 5 && t < 20, pair: true);
                     client.GetActions(episode, frame);
                     for (int i = 0; i < frame.Count; ++i)
                     {
@@ -185,7 +195,7 @@ namespace Tether.Tests
                 var critic = (JArray)entries["a_0"][0]["value_obs"][0];
                 Assert.That(critic.Count, Is.EqualTo(8));
                 Assert.That(critic.Skip(4).Select(v => (float)v), Is.EqualTo(new float[4]));
-            }
+            });
         }
 
         [Test]
@@ -194,74 +204,44 @@ namespace Tether.Tests
             // What the Unity manager does when a member of a group ends: the group leaves whole
             // (terminated), then the scene's episode ends with every agent in the frame (the group's
             // members included, already gone: they are skipped), the others truncated.
-            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(1000, true, (server, client, episode, frame) =>
             {
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
                 for (int t = 0; t < 6; ++t)
                 {
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    frame.Add("m_0", Obs(t, 2, 2));
-                    frame.Add("m_1", Obs(t, 3, 2));
+                    FillFrame(frame, t, a1: false, pair: true);
                     client.GetActions(episode, frame);
                 }
                 var leaving = new AgentFrame();
                 leaving.Add("m_1", Obs(6, 3, 2));
                 client.EndAgents(episode, leaving);
-                frame.Clear();
-                frame.Add("a_0", Obs(6, 0, 4));
-                frame.Add("m_0", Obs(6, 2, 2));
-                frame.Add("m_1", Obs(6, 3, 2));
+                FillFrame(frame, 6, a1: false, pair: true);
                 client.EndEpisode(episode, frame, truncated: true);
                 // The next episode has the group whole again.
                 string next = client.StartEpisode();
-                frame.Clear();
-                frame.Add("a_0", Obs(0, 0, 4));
-                frame.Add("m_0", Obs(0, 2, 2));
-                frame.Add("m_1", Obs(0, 3, 2));
+                FillFrame(frame, 0, a1: false, pair: true);
                 client.GetActions(next, frame);
                 client.EndEpisode(next, frame, truncated: true);
                 client.Flush(10);
-                // Every record passes the server's checks; the entries by (episode, actor).
-                var specs = Specs(server);
-                var entries = new Dictionary<string, JObject>();
-                int agentSteps = 0;
-                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
-                {
-                    var records = (JArray)batch["episodes"];
-                    for (int i = 0; i < records.Count; ++i)
-                    {
-                        agentSteps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true);
-                        foreach (JProperty actor in ((JObject)records[i]["agents"]).Properties())
-                        {
-                            entries[(string)records[i]["episode_id"] + "/" + actor.Name] = (JObject)actor.Value;
-                        }
-                    }
-                }
+                // Every record passes the server's checks; the last entries by (episode, actor).
+                int envSteps, agentSteps;
+                Dictionary<string, List<JObject>> entries = CheckBatches(server, out envSteps, out agentSteps, byEpisode: true);
                 Assert.That(agentSteps, Is.EqualTo(6 + 6 + 1 + 1));
-                Assert.That((bool)entries[episode + "/pair"]["is_terminated"], Is.True, "the group left terminated when its member ended");
-                Assert.That((bool)entries[episode + "/a_0"]["is_truncated"], Is.True);
-                Assert.That((bool)entries[episode + "/a_0"]["is_terminated"], Is.False);
-                Assert.That(((JArray)entries[next + "/pair"]["actions"]).Count, Is.EqualTo(1), "the group acts whole in the next episode");
-            }
+                Assert.That((bool)entries[episode + "/pair"].Last()["is_terminated"], Is.True, "the group left terminated when its member ended");
+                Assert.That((bool)entries[episode + "/a_0"].Last()["is_truncated"], Is.True);
+                Assert.That((bool)entries[episode + "/a_0"].Last()["is_terminated"], Is.False);
+                Assert.That(((JArray)entries[next + "/pair"].Last()["actions"]).Count, Is.EqualTo(1), "the group acts whole in the next episode");
+            });
         }
 
         [Test]
         public void AServerThatMapsWithAFunctionIsAskedOncePerFrameWithNewAgents()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(1000, false, (server, client, episode, frame) =>
             {
                 Assert.That(client.HasMappingRules, Is.False);
-                string episode = client.StartEpisode("ep-1");
-                var frame = new AgentFrame();
                 for (int t = 0; t < 6; ++t)
                 {
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    if (t >= 3) frame.Add("a_1", Obs(t, 1, 4));
+                    FillFrame(frame, t, a1: t >= 3, pair: false);
                     client.GetActions(episode, frame);
                 }
                 Assert.That(client.MapRequests, Is.EqualTo(2));
@@ -285,7 +265,7 @@ namespace Tether.Tests
                 CheckBatches(server, out envSteps, out agentSteps);
                 Assert.That(envSteps, Is.EqualTo(7));
                 Assert.That(agentSteps, Is.EqualTo(7 + 3));
-            }
+            }, episodeId: "ep-1");
         }
 
         [Test]
@@ -297,9 +277,7 @@ namespace Tether.Tests
                 var frame = new AgentFrame();
                 for (int t = 0; t < 5; ++t)
                 {
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    frame.Add("a_1", Obs(t, 1, 4));
+                    FillFrame(frame, t, a1: true, pair: false);
                     client.ComputeActions(frame);
                 }
                 Assert.That(client.MapRequests, Is.EqualTo(1));
@@ -318,20 +296,15 @@ namespace Tether.Tests
         [Test]
         public void ModelsSwapMidRunAndALostConnectionLosesNoBatch()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(10, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(10, true, (server, client, episode, frame) =>
             {
                 Assert.That(client.ModelsLoaded, Is.EqualTo(2));
-                string episode = client.StartEpisode("ep-1");
-                var frame = new AgentFrame();
                 for (int t = 0; t < 400; ++t)
                 {
                     if (t == 100) server.ModuleSeq = 1;        // new models for both modules
                     if (t == 200) server.DropConnections();    // the connection is lost mid-run
                     if (t == 300) server.DropConnections();
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    frame.Add("a_1", Obs(t, 1, 4));
+                    FillFrame(frame, t, a1: true, pair: false);
                     client.GetActions(episode, frame);
                     client.LogReturns(episode, "a_0", 1.0);
                     Thread.Sleep(1);
@@ -351,7 +324,7 @@ namespace Tether.Tests
                 long steps = firstOfEach.Sum(b => (long)b["env_steps"]);
                 Assert.That(steps, Is.EqualTo(400));  // every env step, once
                 Assert.That((long)firstOfEach.Last()["weights_seq_nos"]["solo"], Is.EqualTo(1));
-            }
+            }, episodeId: "ep-1");
         }
 
         static string RunsOf(JObject entry)
@@ -360,31 +333,31 @@ namespace Tether.Tests
             return runs == null ? null : runs.ToString(Newtonsoft.Json.Formatting.None);
         }
 
+        // Plays an episode of 7 frames of a_0 and "pair" (and a_1 from step 3 on, `withA1`) across new
+        // models for both modules: step 3 acts with version 1, after a flush of the steps before.
+        static void PlayAcrossAModelSwap(ScriptedServer server, MultiAgentClient client, string episode, AgentFrame frame, bool withA1)
+        {
+            for (int t = 0; t < 7; ++t)
+            {
+                if (t == 3)
+                {
+                    server.ModuleSeq = 1;
+                    client.Flush(10);  // steps 0-1 of each actor (the last waits to be closed), answered with version 1
+                    Assert.That(client.WeightsSeqNo("solo"), Is.EqualTo(1));
+                    Assert.That(client.WeightsSeqNo("lifter"), Is.EqualTo(1));
+                }
+                FillFrame(frame, t, a1: withA1 && t >= 3, pair: true);
+                client.GetActions(episode, frame);
+            }
+            client.EndEpisode(episode);
+        }
+
         [Test]
         public void EntriesWhoseStepsStraddleAModelSwapCarryTheVersionOfEachStep()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(1000, true, (server, client, episode, frame) =>
             {
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
-                for (int t = 0; t < 7; ++t)
-                {
-                    if (t == 3)
-                    {
-                        server.ModuleSeq = 1;
-                        client.Flush(10);  // steps 0-1 of each actor (the last waits to be closed), answered with version 1
-                        Assert.That(client.WeightsSeqNo("solo"), Is.EqualTo(1));
-                        Assert.That(client.WeightsSeqNo("lifter"), Is.EqualTo(1));
-                    }
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    if (t >= 3) frame.Add("a_1", Obs(t, 1, 4));  // joins after the swap: one version
-                    frame.Add("m_0", Obs(t, 2, 2));
-                    frame.Add("m_1", Obs(t, 3, 2));
-                    client.GetActions(episode, frame);
-                }
-                client.EndEpisode(episode);
+                PlayAcrossAModelSwap(server, client, episode, frame, withA1: true);  // a_1 joins after the swap: one version
                 client.Flush(10);
                 int envSteps, agentSteps;
                 Dictionary<string, List<JObject>> entries = CheckBatches(server, out envSteps, out agentSteps);
@@ -399,31 +372,15 @@ namespace Tether.Tests
                 JToken claims = server.Received("EPISODES_AND_GET_STATE")[1]["weights_seq_nos"];
                 Assert.That((long)claims["solo"], Is.EqualTo(0));
                 Assert.That((long)claims["lifter"], Is.EqualTo(0));
-            }
+            });
         }
 
         [Test]
         public void EntriesResentOnANewConnectionCarryNoVersionsPerStep()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(1000, true, (server, client, episode, frame) =>
             {
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
-                for (int t = 0; t < 7; ++t)
-                {
-                    if (t == 3)
-                    {
-                        server.ModuleSeq = 1;
-                        client.Flush(10);
-                    }
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    frame.Add("m_0", Obs(t, 2, 2));
-                    frame.Add("m_1", Obs(t, 3, 2));
-                    client.GetActions(episode, frame);
-                }
-                client.EndEpisode(episode);
+                PlayAcrossAModelSwap(server, client, episode, frame, withA1: false);
                 server.DropOnceSeq = 2;  // batch 2 is lost with its connection: it goes again on the next one
                 client.Flush(10);
                 var batches = server.Received("EPISODES_AND_GET_STATE");
@@ -439,17 +396,14 @@ namespace Tether.Tests
                 Assert.That(JToken.DeepEquals(batches[1]["weights_seq_nos"], batches[2]["weights_seq_nos"]), Is.True);
                 Assert.That((long)batches[2]["weights_seq_nos"]["solo"], Is.EqualTo(0));
                 Assert.That(client.AgentStepsSent, Is.EqualTo(14));
-            }
+            });
         }
 
         static void PlayFrames(MultiAgentClient client, string episode, AgentFrame frame, int from, int frames)
         {
             for (int t = from; t < from + frames; ++t)
             {
-                frame.Clear();
-                frame.Add("a_0", Obs(t, 0, 4));
-                frame.Add("m_0", Obs(t, 2, 2));
-                frame.Add("m_1", Obs(t, 3, 2));
+                FillFrame(frame, t, a1: false, pair: true);
                 client.GetActions(episode, frame);  // two actors: a_0 and the group "pair"
                 for (int i = 0; i < frame.Count; ++i) client.LogReturns(episode, frame.AgentId(i), 1.0);
             }
@@ -475,17 +429,8 @@ namespace Tether.Tests
                     }
                     client.Flush(10);
                     var batches = server.Received("EPISODES_AND_GET_STATE");
-                    var specs = Specs(server);
-                    int envSteps = 0, agentSteps = 0;
-                    foreach (JObject b in batches)
-                    {
-                        var list = (JArray)b["episodes"];
-                        int steps = 0;
-                        for (int i = 0; i < list.Count; ++i) steps += EpisodeRecords.ValidateMultiAgentRecord(list[i], i, specs, true);
-                        Assert.That((int)b["agent_steps"], Is.EqualTo(steps));
-                        agentSteps += steps;
-                        envSteps += (int)b["env_steps"];
-                    }
+                    int envSteps, agentSteps;
+                    CheckBatches(server, out envSteps, out agentSteps, byEpisode: true);
                     var records = batches.SelectMany(b => b["episodes"]).ToList();
                     var recorded = records.GroupBy(r => (string)r["episode_id"]).ToList();
                     Console.WriteLine("[ record_share ] " + recorded.Count + " of " + training + " multi-agent episodes recorded, " + client.EpisodesHeldBack + " held back, " + batches.Count + " batches");
@@ -627,43 +572,33 @@ namespace Tether.Tests
         [Test]
         public void AgentStepsTheServerRefusedAsStaleAreCountedAndOtherValuesIgnored()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(1000, true, (server, client, episode, frame) =>
             {
                 var answers = new JToken[] { 7, "3", true, 2.5, 5, 0 };
                 var expected = new long[] { 7, 7, 7, 7, 12, 12 };
                 foreach (JToken answer in answers) server.RefusedStale.Enqueue(answer);
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
                 for (int i = 0; i < answers.Length; ++i)
                 {
                     for (int t = 2 * i; t < 2 * i + 2; ++t)
                     {
-                        frame.Clear();
-                        frame.Add("a_0", Obs(t, 0, 4));
+                        FillFrame(frame, t, a1: false, pair: false);
                         client.GetActions(episode, frame);
                     }
                     client.Flush(10);  // one batch, one answer
                     Assert.That(client.StepsRefusedStale, Is.EqualTo(expected[i]), "after an answer with " + answers[i].ToString(Newtonsoft.Json.Formatting.None));
                 }
                 Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.EqualTo(answers.Length));
-            }
+            });
         }
 
         [Test]
         public void BadFramesAreClearErrorsAndRecordNothing()
         {
-            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: true))
-            using (MultiAgentClient client = Connect(server))
+            InEpisode(1000, true, (server, client, episode, frame) =>
             {
-                string episode = client.StartEpisode();
-                var frame = new AgentFrame();
                 Action<int> good = t =>
                 {
-                    frame.Clear();
-                    frame.Add("a_0", Obs(t, 0, 4));
-                    frame.Add("m_0", Obs(t, 2, 2));
-                    frame.Add("m_1", Obs(t, 3, 2));
+                    FillFrame(frame, t, a1: false, pair: true);
                     client.GetActions(episode, frame);
                 };
                 good(0);
@@ -705,7 +640,7 @@ namespace Tether.Tests
                 CheckBatches(server, out envSteps, out agentSteps);
                 Assert.That(envSteps, Is.EqualTo(2));  // only the two good frames
                 Assert.That(agentSteps, Is.EqualTo(4));
-            }
+            });
         }
 
         // A backend that fails its n-th run (counted from 1), as a runtime error would: INFERENCE_FAILED.
@@ -831,29 +766,11 @@ namespace Tether.Tests
             using (ScriptedServer server = ScriptedServer.Plain(50))
             {
                 PlayScript(server, true, out steady);
-                var specs = Specs(server);
-                var chunks = new Dictionary<string, List<JObject>>();  // by episode and actor, in order
-                int agentSteps = 0;
-                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
-                {
-                    var records = (JArray)batch["episodes"];
-                    for (int i = 0; i < records.Count; ++i)
-                    {
-                        agentSteps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true);
-                        foreach (JProperty agent in ((JObject)records[i]["agents"]).Properties())
-                        {
-                            string key = (string)records[i]["episode_id"] + "/" + agent.Name;
-                            if (!chunks.ContainsKey(key)) chunks[key] = new List<JObject>();
-                            chunks[key].Add((JObject)agent.Value);
-                        }
-                    }
-                }
+                // (the entries of each actor of each episode join up)
+                int envSteps, agentSteps;
+                Dictionary<string, List<JObject>> chunks = CheckBatches(server, out envSteps, out agentSteps, byEpisode: true);
                 Assert.That(agentSteps, Is.GreaterThan(500));
                 Assert.That(chunks.Keys.Any(k => k.StartsWith("e2/")), Is.False, "a held-out episode sends nothing");
-                foreach (List<JObject> list in chunks.Values)
-                {
-                    for (int i = 0; i + 1 < list.Count; ++i) Assert.That(JToken.DeepEquals(list[i]["obs"].Last(), list[i + 1]["obs"].First()), Is.True);
-                }
             }
         }
 

@@ -11,7 +11,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Net;
 using System.Net.Sockets;
 using System.Threading;
 using Newtonsoft.Json.Linq;
@@ -42,28 +41,14 @@ namespace Tether.Tests
         // A server on a loopback port whose answers depend on the connection (0, 1, ...): its
         // SET_CONFIG, its SET_STATEs, and the answer to its n-th batch (null: the connection is lost,
         // once Release is set, the batch unanswered). Keeps every batch received.
-        sealed class ReconnectServer : IDisposable
+        sealed class ReconnectServer : LoopbackServer
         {
-            readonly TcpListener listener;
             readonly List<JObject> batches = new List<JObject>();
-            readonly List<Socket> sockets = new List<Socket>();
-            volatile bool closing;
-            int connections;
+            readonly Dictionary<int, int> answered = new Dictionary<int, int>();  // batches answered, by connection
             public Func<int, JObject> ConfigOf;
             public Func<int, JObject> StateOf;
             public Func<int, int, JObject> BatchAnswer;
             public readonly ManualResetEventSlim Release = new ManualResetEventSlim(true);
-
-            public ReconnectServer()
-            {
-                listener = new TcpListener(IPAddress.Loopback, 0);
-                listener.Start();
-                new Thread(Accept) { IsBackground = true }.Start();
-            }
-
-            public int Port { get { return ((IPEndPoint)listener.LocalEndpoint).Port; } }
-
-            public int Connections { get { return Volatile.Read(ref connections); } }
 
             // Each batch once (a resend after the reconnect has the same batch_seq and records).
             public List<JObject> Batches()
@@ -72,79 +57,38 @@ namespace Tether.Tests
                 lock (batches) return batches.Where(b => seen.Add((long)b["batch_seq"])).ToList();
             }
 
-            void Accept()
+            protected override bool Answer(Socket socket, int connection, Message decoded)
             {
-                while (!closing)
+                JObject message = decoded.Body;
+                switch ((string)message["type"])
                 {
-                    Socket socket;
-                    try
-                    {
-                        socket = listener.AcceptSocket();
-                    }
-                    catch (Exception)
-                    {
-                        return;
-                    }
-                    int index = Interlocked.Increment(ref connections) - 1;
-                    lock (sockets) sockets.Add(socket);
-                    new Thread(() => Serve(socket, index)) { IsBackground = true }.Start();
-                }
-            }
-
-            void Serve(Socket socket, int index)
-            {
-                var decoder = new FrameDecoder();
-                var bodies = new List<byte[]>();
-                var buffer = new byte[1 << 16];
-                int answered = 0;
-                try
-                {
-                    while (!closing)
-                    {
-                        int read = socket.Receive(buffer);
-                        if (read == 0) return;
-                        bodies.Clear();
-                        decoder.Feed(buffer, 0, read, bodies);
-                        foreach (byte[] body in bodies)
+                    case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", "1.3" } }); break;
+                    case "GET_CONFIG": Send(socket, ConfigOf(connection)); break;
+                    case "GET_STATE": Send(socket, StateOf(connection)); break;
+                    case "EPISODES_AND_GET_STATE":
+                        int n;
+                        lock (batches)
                         {
-                            JObject message = Messages.Decode(body).Body;
-                            switch ((string)message["type"])
-                            {
-                                case "PING": socket.Send(Messages.EncodeFrame(new JObject { { "type", "PONG" }, { "protocol_version", "1.3" } })); break;
-                                case "GET_CONFIG": socket.Send(Messages.EncodeFrame(ConfigOf(index))); break;
-                                case "GET_STATE": socket.Send(Messages.EncodeFrame(StateOf(index))); break;
-                                case "EPISODES_AND_GET_STATE":
-                                    lock (batches) batches.Add(message);
-                                    JObject answer = BatchAnswer(index, ++answered);
-                                    if (answer == null)
-                                    {
-                                        Release.Wait(10000);
-                                        return;  // (finally closes the socket: the batch is lost with the connection)
-                                    }
-                                    socket.Send(Messages.EncodeFrame(answer));
-                                    break;
-                            }
+                            batches.Add(message);
+                            answered.TryGetValue(connection, out n);
+                            answered[connection] = ++n;
                         }
-                    }
+                        JObject answer = BatchAnswer(connection, n);
+                        if (answer == null)
+                        {
+                            Release.Wait(10000);
+                            return false;  // (the batch is lost with the connection)
+                        }
+                        Send(socket, answer);
+                        break;
                 }
-                catch (Exception)
-                {
-                }
-                finally
-                {
-                    socket.Close();
-                }
+                return true;
             }
 
-            public void Dispose()
+            public override void Dispose()
             {
-                closing = true;
                 Release.Set();
-                listener.Stop();
-                lock (sockets)
-                {
-                    foreach (Socket s in sockets) s.Close();
-                }
+                base.Dispose();
             }
         }
 
@@ -462,6 +406,30 @@ namespace Tether.Tests
             }
         }
 
+        // Plays 30 frames of `agents` (observations of 2 values) through the reconnect; once a frame is
+        // refused (the module of the b_* changed), a_0 acts alone, and is not refused. Returns whether
+        // a frame was.
+        static bool PlayUntilRefused(MultiAgentClient client, string episode, params string[] agents)
+        {
+            var frame = new AgentFrame();
+            bool refused = false;
+            for (int t = 0; t < 30; ++t)
+            {
+                if (refused) Fill(frame, t, 2, "a_0");
+                else Fill(frame, t, 2, agents);
+                try
+                {
+                    client.GetActions(episode, frame);
+                }
+                catch (TetherException)
+                {
+                    Assert.That(refused, Is.False);
+                    refused = true;
+                }
+            }
+            return refused;
+        }
+
         [Test]
         public void AnEpisodeEndsAfterAModulesSpacesChanged()
         {
@@ -471,22 +439,7 @@ namespace Tether.Tests
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("ends");
-                var frame = new AgentFrame();
-                bool refused = false;
-                for (int t = 0; t < 30; ++t)
-                {
-                    if (refused) Fill(frame, t, 2, "a_0");
-                    else Fill(frame, t, 2, "a_0", "b_0");
-                    try
-                    {
-                        client.GetActions(episode, frame);
-                    }
-                    catch (TetherException)
-                    {
-                        refused = true;
-                    }
-                }
-                Assert.That(refused, Is.True);
+                Assert.That(PlayUntilRefused(client, episode, "a_0", "b_0"), Is.True);
                 Assert.DoesNotThrow(() => client.EndEpisode(episode));
                 client.Flush(10);
                 CheckFits(server.Batches(), Config(3));
@@ -508,23 +461,7 @@ namespace Tether.Tests
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("ends");
-                var frame = new AgentFrame();
-                bool refused = false;
-                for (int t = 0; t < 30; ++t)
-                {
-                    if (refused) Fill(frame, t, 2, "a_0");
-                    else Fill(frame, t, 2, "a_0", "b_0", "b_1");
-                    try
-                    {
-                        client.GetActions(episode, frame);
-                    }
-                    catch (TetherException)
-                    {
-                        Assert.That(refused, Is.False);
-                        refused = true;
-                    }
-                }
-                Assert.That(refused, Is.True);
+                Assert.That(PlayUntilRefused(client, episode, "a_0", "b_0", "b_1"), Is.True);
                 client.EndEpisode(episode);
                 client.Flush(10);
                 List<JObject> batches = server.Batches();

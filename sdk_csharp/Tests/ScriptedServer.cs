@@ -2,10 +2,10 @@
 using System;
 using System.Collections.Generic;
 using System.IO;
-using System.Net;
 using System.Net.Sockets;
 using System.Threading;
 using Newtonsoft.Json.Linq;
+using Tether.Client;
 using Tether.Protocol;
 
 namespace Tether.Tests
@@ -26,14 +26,10 @@ namespace Tether.Tests
     /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so. <see cref="Connections"/>
     /// counts the connections accepted.
     /// </summary>
-    internal sealed class ScriptedServer : IDisposable
+    internal sealed class ScriptedServer : LoopbackServer
     {
-        readonly TcpListener listener;
-        readonly Thread thread;
         readonly List<JObject> received = new List<JObject>();
         readonly Dictionary<JObject, byte[]> attachments = new Dictionary<JObject, byte[]>();  // (JObjects compare by reference)
-        readonly List<Socket> sockets = new List<Socket>();
-        volatile bool closing;
 
         public readonly JObject Config;
         public long RefuseSeq = -1;
@@ -63,10 +59,6 @@ namespace Tether.Tests
         public readonly JObject Summary = JObject.Parse("{\"reason\": \"stop_at_return\", \"env_steps\": 123456, \"agent_steps\": 123456, " +
                                                          "\"agent_steps_trained\": 120000, \"updates\": 30, \"episodes\": 987, \"weights_seq_no\": 30, " +
                                                          "\"return_mean\": 487.25, \"elapsed_s\": 61.5}");
-        int connections;
-
-        /// <summary>Connections accepted so far.</summary>
-        public int Connections { get { return Volatile.Read(ref connections); } }
 
         /// <summary>Every message received so far.</summary>
         public int ReceivedCount { get { lock (received) return received.Count; } }
@@ -86,20 +78,9 @@ namespace Tether.Tests
         /// <summary>The multi-agent server (see the class comment); <paramref name="rules"/> false: it maps with a function.</summary>
         public static ScriptedServer MultiAgent(int envStepsPerSample, bool rules)
         {
-            var server = new ScriptedServer(envStepsPerSample);
-            server.GroupModelFile = OnnxCodec.Encode(GroupModel);
+            ScriptedServer server = TwoModules(envStepsPerSample, new JObject { { "value_obs_agents", new JArray("a_0", "a_1") } });
             server.MapsWithFunction = !rules;
             JObject config = server.Config;
-            config.Remove("observation_space");
-            config.Remove("action_space");
-            var names = new JObject { { "onnx_input_names", new JArray("onnx::Gemm_0") }, { "onnx_output_names", new JArray("action_dist_inputs") } };
-            var solo = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() }, { "action_space", Space.Discrete(2).ToJson() },
-                                     { "value_obs_agents", new JArray("a_0", "a_1") } };
-            var lifter = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() },
-                                       { "action_space", JObject.Parse("{\"type\": \"MultiDiscrete\", \"nvec\": [2, 2]}") } };
-            solo.Merge(names);
-            lifter.Merge(names);
-            config["modules"] = new JObject { { "solo", solo }, { "lifter", lifter } };
             config["groups"] = JObject.Parse("{\"pair\": {\"members\": [\"m_0\", \"m_1\"], \"reward\": \"mean\"}}");
             config["policy_mapping"] = rules ? JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"agent_id\": \"pair\", \"module\": \"lifter\"}]") : (JToken)JValue.CreateNull();
             return server;
@@ -111,6 +92,15 @@ namespace Tether.Tests
         /// </summary>
         public static ScriptedServer Plain(int envStepsPerSample)
         {
+            ScriptedServer server = TwoModules(envStepsPerSample, null);
+            server.Config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"pattern\": \"b_*\", \"module\": \"lifter\"}]");
+            return server;
+        }
+
+        // A server of the modules "solo" (obs 4, Discrete(2), and the members of `soloExtra`) and "lifter"
+        // (obs 4, MultiDiscrete([2, 2])), with their models.
+        static ScriptedServer TwoModules(int envStepsPerSample, JObject soloExtra)
+        {
             var server = new ScriptedServer(envStepsPerSample);
             server.GroupModelFile = OnnxCodec.Encode(GroupModel);
             JObject config = server.Config;
@@ -120,10 +110,10 @@ namespace Tether.Tests
             var solo = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() }, { "action_space", Space.Discrete(2).ToJson() } };
             var lifter = new JObject { { "observation_space", Space.Box(new long[] { 4 }, -10, 10).ToJson() },
                                        { "action_space", JObject.Parse("{\"type\": \"MultiDiscrete\", \"nvec\": [2, 2]}") } };
+            if (soloExtra != null) solo.Merge(soloExtra);
             solo.Merge(names);
             lifter.Merge(names);
             config["modules"] = new JObject { { "solo", solo }, { "lifter", lifter } };
-            config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"pattern\": \"b_*\", \"module\": \"lifter\"}]");
             return server;
         }
 
@@ -139,17 +129,26 @@ namespace Tether.Tests
                 { "train_batch_size", 1000000 }, { "max_staleness", 1 }, { "heartbeat_interval_s", 0 },
             };
             ModelFile = OnnxCodec.Encode(TestModel);
-            listener = new TcpListener(IPAddress.Loopback, 0);
-            listener.Start();
-            thread = new Thread(Accept) { IsBackground = true };
-            thread.Start();
         }
-
-        public int Port { get { return ((IPEndPoint)listener.LocalEndpoint).Port; } }
 
         public List<JObject> Received(string type)
         {
             lock (received) return received.FindAll(m => (string)m["type"] == type);
+        }
+
+        /// <summary>
+        /// The options a test's client connects with: this server's port, <paramref name="seed"/>, 5 s to
+        /// reconnect, and a full queue that waits (the tests count every batch).
+        /// </summary>
+        public ClientOptions Options(ulong seed)
+        {
+            return new ClientOptions { Port = Port, Seed = seed, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait };
+        }
+
+        /// <summary>Checks a received single-agent batch as the server does (with the spaces of <see cref="Config"/>); returns its steps.</summary>
+        public int Validate(JObject batch)
+        {
+            return EpisodeRecords.ValidateEpisodes(batch, Space.FromJson(Config["observation_space"]), Space.FromJson(Config["action_space"]), true, AttachmentOf(batch));
         }
 
         /// <summary>The binary attachment (§4.3) that came with a received message, or null.</summary>
@@ -159,115 +158,71 @@ namespace Tether.Tests
             lock (received) return attachments.TryGetValue(message, out attachment) ? attachment : null;
         }
 
-        void Accept()
+        protected override bool Answer(Socket socket, int connection, Message decoded)
         {
-            while (!closing)
+            JObject message = decoded.Body;
+            lock (received)
             {
-                Socket socket;
-                try
-                {
-                    socket = listener.AcceptSocket();
-                }
-                catch (Exception)
-                {
-                    return;
-                }
-                Interlocked.Increment(ref connections);
-                lock (sockets) sockets.Add(socket);
-                new Thread(() => Serve(socket)) { IsBackground = true }.Start();
+                received.Add(message);
+                if (decoded.Attachment != null) attachments[message] = decoded.Attachment;
             }
-        }
-
-        void Send(Socket socket, JObject message) { socket.Send(Messages.EncodeFrame(message)); }
-
-        void Serve(Socket socket)
-        {
-            var decoder = new FrameDecoder();
-            var bodies = new List<byte[]>();
-            var buffer = new byte[1 << 16];
-            try
+            switch ((string)message["type"])
             {
-                while (!closing)
-                {
-                    int read = socket.Receive(buffer);
-                    if (read == 0) return;
-                    bodies.Clear();
-                    decoder.Feed(buffer, 0, read, bodies);
-                    foreach (byte[] body in bodies)
+                case "PING": Send(socket, PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
+                case "GET_CONFIG": Send(socket, Config); break;
+                case "GET_STATE": Send(socket, State(message)); break;
+                case "MAP_AGENTS":
+                    if (DoneOnMapAgents)
                     {
-                        Message decoded = Messages.Decode(body);
-                        JObject message = decoded.Body;
-                        lock (received)
+                        Send(socket, TrainingDone());
+                        return false;  // (closes the connection)
+                    }
+                    Send(socket, MapAgents(message));
+                    break;
+                case "EPISODES_AND_GET_STATE":
+                    if (message["batch_seq"] != null && (long)message["batch_seq"] == DoneOnSeq)
+                    {
+                        Send(socket, TrainingDone());  // the batch stays unanswered
+                        return false;
+                    }
+                    if (message["batch_seq"] != null && (long)message["batch_seq"] == DropSeq)
+                    {
+                        return false;  // (the batch is lost with the connection)
+                    }
+                    if (message["batch_seq"] != null && (long)message["batch_seq"] == DropOnceSeq)
+                    {
+                        DropOnceSeq = -1;  // once: the resend is answered
+                        if (PongVersionAfterDrop != null) PongVersion = PongVersionAfterDrop;
+                        return false;
+                    }
+                    if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
+                    {
+                        Send(socket, new JObject { { "type", "ERROR" }, { "code", "INVALID_FIELD" }, { "message", "episodes[0]: refused for the test" }, { "request", "EPISODES_AND_GET_STATE" } });
+                    }
+                    else
+                    {
+                        if (message["batch_seq"] != null && (long)message["batch_seq"] == SlowSeq)
                         {
-                            received.Add(message);
-                            if (decoded.Attachment != null) attachments[message] = decoded.Attachment;
+                            SlowSeq = -1;  // once: a resend is answered at once
+                            Thread.Sleep(SlowMilliseconds);
                         }
-                        switch ((string)message["type"])
+                        if (message["batch_seq"] != null && BadModelFromSeq >= 0 && (long)message["batch_seq"] >= BadModelFromSeq)
                         {
-                            case "PING": Send(socket, PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
-                            case "GET_CONFIG": Send(socket, Config); break;
-                            case "GET_STATE": Send(socket, State(message)); break;
-                            case "MAP_AGENTS":
-                                if (DoneOnMapAgents)
-                                {
-                                    Send(socket, TrainingDone());
-                                    return;  // (finally closes the socket)
-                                }
-                                Send(socket, MapAgents(message));
-                                break;
-                            case "EPISODES_AND_GET_STATE":
-                                if (message["batch_seq"] != null && (long)message["batch_seq"] == DoneOnSeq)
-                                {
-                                    Send(socket, TrainingDone());  // the batch stays unanswered
-                                    return;
-                                }
-                                if (message["batch_seq"] != null && (long)message["batch_seq"] == DropSeq)
-                                {
-                                    return;  // (finally closes the socket: the batch is lost with the connection)
-                                }
-                                if (message["batch_seq"] != null && (long)message["batch_seq"] == DropOnceSeq)
-                                {
-                                    DropOnceSeq = -1;  // once: the resend is answered
-                                    if (PongVersionAfterDrop != null) PongVersion = PongVersionAfterDrop;
-                                    return;
-                                }
-                                if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
-                                {
-                                    Send(socket, new JObject { { "type", "ERROR" }, { "code", "INVALID_FIELD" }, { "message", "episodes[0]: refused for the test" }, { "request", "EPISODES_AND_GET_STATE" } });
-                                }
-                                else
-                                {
-                                    if (message["batch_seq"] != null && (long)message["batch_seq"] == SlowSeq)
-                                    {
-                                        SlowSeq = -1;  // once: a resend is answered at once
-                                        Thread.Sleep(SlowMilliseconds);
-                                    }
-                                    if (message["batch_seq"] != null && BadModelFromSeq >= 0 && (long)message["batch_seq"] >= BadModelFromSeq)
-                                    {
-                                        Send(socket, new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 1 }, { "onnx_file", OnnxCodec.Encode(new byte[] { 1, 2, 3, 4, 5 }) } });
-                                    }
-                                    else
-                                    {
-                                        JObject answer = State(message);
-                                        lock (RefusedStale)
-                                        {
-                                            if (RefusedStale.Count > 0) answer["steps_refused_stale"] = RefusedStale.Dequeue();
-                                        }
-                                        Send(socket, answer);
-                                    }
-                                }
-                                break;
+                            Send(socket, new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 1 }, { "onnx_file", OnnxCodec.Encode(new byte[] { 1, 2, 3, 4, 5 }) } });
+                        }
+                        else
+                        {
+                            JObject answer = State(message);
+                            lock (RefusedStale)
+                            {
+                                if (RefusedStale.Count > 0) answer["steps_refused_stale"] = RefusedStale.Dequeue();
+                            }
+                            Send(socket, answer);
                         }
                     }
-                }
+                    break;
             }
-            catch (Exception)
-            {
-            }
-            finally
-            {
-                socket.Close();
-            }
+            return true;
         }
 
         JObject MapAgents(JObject request)
@@ -318,51 +273,6 @@ namespace Tether.Tests
             var state = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", seq } };
             if (request["weights_seq_no"] == null || (long)request["weights_seq_no"] != seq) state["onnx_file"] = ModelFile;
             return state;
-        }
-
-        /// <summary>
-        /// Sends <paramref name="error"/> (a connection-level ERROR: no "request") on every connection
-        /// open now and closes them, as a server does after TRAINING_DONE or CLIENT_TIMEOUT (§6.6).
-        /// </summary>
-        public void Close(JObject error)
-        {
-            byte[] frame = Messages.EncodeFrame(error);
-            lock (sockets)
-            {
-                foreach (Socket s in sockets)
-                {
-                    try
-                    {
-                        s.Send(frame);
-                        s.Shutdown(SocketShutdown.Both);
-                    }
-                    catch (Exception)
-                    {
-                    }
-                    s.Close();
-                }
-                sockets.Clear();
-            }
-        }
-
-        /// <summary>Closes every connection open now (the server stays up): the clients reconnect.</summary>
-        public void DropConnections()
-        {
-            lock (sockets)
-            {
-                foreach (Socket s in sockets) s.Close();
-                sockets.Clear();
-            }
-        }
-
-        public void Dispose()
-        {
-            closing = true;
-            listener.Stop();
-            lock (sockets)
-            {
-                foreach (Socket s in sockets) s.Close();
-            }
         }
     }
 }

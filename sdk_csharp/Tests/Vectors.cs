@@ -3,8 +3,11 @@ using System;
 using System.Collections.Generic;
 using System.Globalization;
 using System.IO;
+using System.Text;
 using Newtonsoft.Json;
 using Newtonsoft.Json.Linq;
+using NUnit.Framework;
+using Tether.Protocol;
 
 namespace Tether.Tests
 {
@@ -64,6 +67,56 @@ namespace Tether.Tests
             }
             Console.WriteLine("[ conformance ] " + file + ": " + ran + " cases run, " + failures.Count + " failed");
             return failures;
+        }
+
+        /// <summary>Runs <paramref name="check"/> on every case of <paramref name="file"/>, which has some; every case must pass.</summary>
+        public static void Check(string file, Action<JObject, JObject> check)
+        {
+            int ran;
+            List<string> failures = Run(file, check, out ran);
+            Assert.That(ran, Is.GreaterThan(0), file + " has no cases");
+            Assert.That(failures, Is.Empty, string.Join("\n", failures.ToArray()));
+        }
+
+        /// <summary>A case's check: fails it with <paramref name="what"/> unless <paramref name="condition"/>.</summary>
+        public static void Expect(bool condition, string what)
+        {
+            if (!condition) throw new Exception(what);
+        }
+
+        /// <summary>A case's check: <paramref name="call"/> must throw a TetherException of the wire code <paramref name="code"/>.</summary>
+        public static void ExpectError(string code, Action call)
+        {
+            try
+            {
+                call();
+            }
+            catch (TetherException e)
+            {
+                Expect(ErrorCodes.ToWire(e.Code) == code, "expected " + code + ", got " + ErrorCodes.ToWire(e.Code) + ": " + e.Message);
+                return;
+            }
+            throw new Exception("expected " + code + ", no error");
+        }
+
+        /// <summary>
+        /// An episodes case (episodes.json, composite.json's "episode" kind): its body, checked as the server
+        /// checks it with these spaces (and mask), is refused with its error, or holds its env steps.
+        /// </summary>
+        public static void CheckEpisodesCase(JObject c, Space obs, Space act, ActionMask mask = null)
+        {
+            Func<int> validate = () =>
+            {
+                Message m = Messages.Decode(Encoding.UTF8.GetBytes((string)c["body"]));
+                return EpisodeRecords.ValidateEpisodes(m.Body, obs, act, (bool)c["require_logp"], m.Attachment, mask);
+            };
+            if (c["error"] != null)
+            {
+                ExpectError((string)c["error"], () => validate());
+                return;
+            }
+            int steps = validate();
+            Expect(steps == (int)c["env_steps"], "env steps " + steps);
         }
 
         public static double[] Flat(JToken value)

@@ -59,15 +59,7 @@ namespace Tether.Client
         /// <summary>Adds an agent with <paramref name="length"/> observation values of <paramref name="observation"/> from <paramref name="offset"/>.</summary>
         public int Add(string agentId, float[] observation, int offset, int length, bool isTruncated = false)
         {
-            if (agentId == null) throw new TetherException(ErrorCode.InvalidArgument, "an agent id is null");
-            if (observation == null || offset < 0 || length < 0 || offset + length > observation.Length)
-            {
-                throw new TetherException(ErrorCode.InvalidArgument, "agent '" + agentId + "': the observation range is outside the array");
-            }
-            int n = count;
-            if (n == ids.Length) GrowAgents();
-            int at = obsOffsets[n], end = at + length;
-            if (end > obs.Length) GrowObs(end);
+            int n = count, at = Reserve(agentId, observation, offset, length);
             float[] into = obs;
             int notByte = -1;
             for (int j = 0; j < length; ++j)
@@ -81,14 +73,7 @@ namespace Tether.Client
                 }
                 if (notByte < 0 && !(v >= 0f && v <= 255f && (float)(int)v == v)) notByte = j;  // (for a byte box's module)
             }
-            nonByteAt[n] = notByte;
-            if (notByte >= 0 && firstNonByte < 0) firstNonByte = n;
-            ids[n] = agentId;
-            truncated[n] = isTruncated;
-            obsOffsets[n + 1] = end;
-            count = n + 1;
-            hasActions = false;
-            return n;
+            return Complete(agentId, at + length, notByte, isTruncated);
         }
 
         /// <summary>
@@ -105,6 +90,16 @@ namespace Tether.Client
         /// <summary>Adds an agent with <paramref name="length"/> observation bytes of <paramref name="observation"/> from <paramref name="offset"/>.</summary>
         public int Add(string agentId, byte[] observation, int offset, int length, bool isTruncated = false)
         {
+            int at = Reserve(agentId, observation, offset, length);
+            float[] into = obs;
+            for (int j = 0; j < length; ++j) into[at + j] = observation[offset + j];  // (bytes are finite values of a byte box)
+            return Complete(agentId, at + length, -1, isTruncated);
+        }
+
+        // Checks the next agent's id and observation range (of a float[] or a byte[]) and makes room
+        // for its values; returns where they go in obs.
+        int Reserve(string agentId, Array observation, int offset, int length)
+        {
             if (agentId == null) throw new TetherException(ErrorCode.InvalidArgument, "an agent id is null");
             if (observation == null || offset < 0 || length < 0 || offset + length > observation.Length)
             {
@@ -114,9 +109,16 @@ namespace Tether.Client
             if (n == ids.Length) GrowAgents();
             int at = obsOffsets[n], end = at + length;
             if (end > obs.Length) GrowObs(end);
-            float[] into = obs;
-            for (int j = 0; j < length; ++j) into[at + j] = observation[offset + j];  // (bytes are finite values of a byte box)
-            nonByteAt[n] = -1;
+            return at;
+        }
+
+        // Makes the next agent, whose values Reserve placed up to `end`, part of the frame; returns its index.
+        // `notByte`: its first value a byte box does not take, or -1.
+        int Complete(string agentId, int end, int notByte, bool isTruncated)
+        {
+            int n = count;
+            nonByteAt[n] = notByte;
+            if (notByte >= 0 && firstNonByte < 0) firstNonByte = n;
             ids[n] = agentId;
             truncated[n] = isTruncated;
             obsOffsets[n + 1] = end;

@@ -41,13 +41,13 @@ namespace Tether.Client
     /// Errors: a refusal of an earlier batch, a failed model load or a lost
     /// connection's timeout is raised once, at the start of a later call, which
     /// then did nothing; once the link gave up for good every call throws
-    /// <see cref="FatalError"/>.
-    /// When the server's run is done (ERROR TRAINING_DONE, §6.6) <see cref="TrainingDone"/>
+    /// <see cref="ClientBase.FatalError"/>.
+    /// When the server's run is done (ERROR TRAINING_DONE, §6.6) <see cref="ClientBase.TrainingDone"/>
     /// holds its summary: no error is raised, nothing is reconnected, recorded or sent any
     /// more, and the agents go on acting with the last models.
     /// Not thread-safe: call it from one thread (the game's).
     /// </summary>
-    public sealed class MultiAgentClient : IDisposable
+    public sealed class MultiAgentClient : ClientBase
     {
         sealed class Module
         {
@@ -251,11 +251,6 @@ namespace Tether.Client
             public int Position;
         }
 
-        readonly ClientOptions options;
-        readonly ServerLink link;
-        readonly Rng rng;
-        readonly List<LinkEvent> taken = new List<LinkEvent>();
-        readonly Queue<TetherException> errors = new Queue<TetherException>();
         readonly Dictionary<string, Module> modules = new Dictionary<string, Module>();
         readonly List<GroupSpec> groups = new List<GroupSpec>();
         readonly Dictionary<string, GroupSpec> groupsById = new Dictionary<string, GroupSpec>();
@@ -272,8 +267,6 @@ namespace Tether.Client
         readonly Stack<MultiAgentRecord> spareRecords = new Stack<MultiAgentRecord>();
         readonly Stack<AgentEntry> spareEntries = new Stack<AgentEntry>();
         readonly Stack<StepTable> spareTables = new Stack<StepTable>();
-        readonly HashSet<string> dropped = new HashSet<string>();
-        readonly List<Batch> droppedBatches = new List<Batch>();
         // Per-frame scratch.
         Slot[] slots = new Slot[0];
         int slotCount;
@@ -296,15 +289,10 @@ namespace Tether.Client
         bool rawBoxSamples = true;
         bool announcesVersion;
         bool forceOnPolicy = true;
-        int stepsPerSample = 500;
-        int connection;  // the connection of the last event taken
         long frameCounter;
         int pendingSteps;  // recorded agent steps not cut yet
         int heldSteps;     // agent steps of held-back episodes played since the last cut
         int envStepsSinceCut;
-        long episodesHeldBack;
-        TetherException fatal;
-        bool ended;  // the game's thread has taken the end of training (§6.6): nothing is recorded any more
 
         /// <summary>The modules of SET_CONFIG, by id.</summary>
         public IDictionary<string, ModuleSpec> Modules
@@ -344,82 +332,10 @@ namespace Tether.Client
         /// <summary>MAP_AGENTS requests sent so far.</summary>
         public long MapRequests { get; private set; }
 
-        /// <summary>Connections re-established after a loss.</summary>
-        public int Reconnects { get { return link.Reconnects; } }
-
-        /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
-        public int BatchesDropped { get { return link.BatchesDropped; } }
-
-        /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
-        public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
-
-        /// <summary>
-        /// Agent steps the server refused as too stale to be trained (§13.2): it answered
-        /// for them but will not train on them, so acting faster than it learns wastes them.
-        /// Added up from SET_STATE's steps_refused_stale over every connection.
-        /// </summary>
-        public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
-
-        /// <summary>
-        /// The share of new training episodes this client records (SET_STATE record_share,
-        /// §13.2): the last valid value the server sent, 1 (every episode) until one came
-        /// and whenever a SET_STATE comes without one.
-        /// </summary>
-        public double RecordShare { get { return link.RecordShare; } }
-
-        /// <summary>
-        /// Agent steps played in training episodes (recorded or held back) per batch (SET_STATE
-        /// steps_per_batch, §13.2): <see cref="EnvStepsPerSample"/>, or fewer while the server
-        /// holds clients back and asks for smaller, fresher batches. The last valid value the
-        /// server sent, at most env_steps_per_sample; env_steps_per_sample until one came and
-        /// whenever a SET_STATE comes without one.
-        /// </summary>
-        public int StepsPerBatch { get { return BatchSteps(); } }
-
-        /// <summary>
-        /// Training episodes held back: played (every agent's policy acted, returns counted)
-        /// but none of their steps recorded or sent, as the server's record_share asked (§13.2).
-        /// </summary>
-        public long EpisodesHeldBack { get { return episodesHeldBack; } }
-
-        /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
-        public string ClientSession { get { return link.ClientSession; } }
-
-        /// <summary>Whether a batch is queued or in flight.</summary>
-        public bool Sending { get { return link.Busy; } }
-
-        /// <summary>
-        /// Null while training goes on. Once the server said its run is done (ERROR TRAINING_DONE,
-        /// protocol 1.3, §6.6 "End of training"), the summary it sent: why (Reason), the run's totals
-        /// (EnvSteps, AgentSteps, AgentStepsTrained, Updates, Episodes), the last WeightsSeqNo and
-        /// ReturnMean. The normal end of training, not an error: no exception is raised and
-        /// <see cref="FatalError"/> stays null; the client does not reconnect, the batches not yet
-        /// answered are discarded (<see cref="BatchesUnsentAtEnd"/>), and GetActions, EndEpisode and
-        /// Flush go on without waiting, acting with the last models and recording nothing. Agents
-        /// already mapped keep their module; a server that maps with a function cannot map new
-        /// ones any more (their GetActions throws TRAINING_DONE, as any MAP_AGENTS then does).
-        /// </summary>
-        public TrainingSummary TrainingDone { get { return link.TrainingDone; } }
-
-        /// <summary>
-        /// Batches discarded because training was done before they were sent or answered (§6.6):
-        /// queued or in flight when it ended, cut afterwards, and the steps recorded but not cut
-        /// yet then (as one). 0 while training goes on.
-        /// </summary>
-        public int BatchesUnsentAtEnd { get { return link.BatchesUnsentAtEnd; } }
-
-        /// <summary>The error that ended the link for good (CLOSED after Dispose); null while it lives.</summary>
-        public TetherException FatalError { get { return fatal; } }
-
         /// <summary>Whether a batch makes the game wait for the weights answering it (strict on-policy).</summary>
         public bool WaitsForWeights { get { return forceOnPolicy && (options.WaitForWeights ?? !announcesVersion); } }
 
-        MultiAgentClient(ClientOptions options)
-        {
-            this.options = options;
-            rng = new Rng(options.Seed ?? (ulong)DateTime.UtcNow.Ticks);
-            link = new ServerLink(options, multiAgent: true);
-        }
+        MultiAgentClient(ClientOptions options) : base(options, true) { }
 
         /// <summary>
         /// Connects, handshakes and loads every module's model. Throws
@@ -432,23 +348,7 @@ namespace Tether.Client
             options = options ?? new ClientOptions();
             if (options.ClientName == "tether-csharp") options.ClientName = "tether-csharp-multiagent";
             var client = new MultiAgentClient(options);
-            try
-            {
-                client.link.Start();
-                client.Drain();
-                client.RaisePending();
-                if (client.serverConfig == null && client.link.TrainingDone != null)
-                {
-                    throw new TetherException(ErrorCode.TrainingDone, "the server at " + options.Address + " ended its run (training is done: " +
-                                              client.link.TrainingDone + ") before the handshake finished");
-                }
-                if (client.serverConfig == null) throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
-            }
-            catch
-            {
-                client.Dispose();
-                throw;
-            }
+            client.Open();
             return client;
         }
 
@@ -480,10 +380,10 @@ namespace Tether.Client
         /// <summary>
         /// Begins an episode and returns its id (<paramref name="episodeId"/>, or a new
         /// random one). With <paramref name="trainingEnabled"/> false its steps are never sent.
-        /// A training episode is recorded with the probability <see cref="RecordShare"/>, one
+        /// A training episode is recorded with the probability <see cref="ClientBase.RecordShare"/>, one
         /// draw of the client's generator for all its agents; one that is not is played alike
-        /// but never sent (<see cref="EpisodesHeldBack"/>). Once training is done
-        /// (<see cref="TrainingDone"/>) no episode is recorded.
+        /// but never sent (<see cref="ClientBase.EpisodesHeldBack"/>). Once training is done
+        /// (<see cref="ClientBase.TrainingDone"/>) no episode is recorded.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
@@ -969,24 +869,8 @@ namespace Tether.Client
             return returns;
         }
 
-        /// <summary>
-        /// Sends every complete step now and waits until the server has every batch (or <paramref name="seconds"/> pass).
-        /// Once training is done (<see cref="TrainingDone"/>) it returns at once: nothing is sent any more.
-        /// </summary>
-        public void Flush(double seconds = 60)
+        internal override void ReleaseModels()
         {
-            Poll();
-            SendBatch();
-            if (!link.WaitIdle(seconds)) throw new TetherException(ErrorCode.Timeout, "the server at " + options.Address + " did not take every batch within " + seconds + " s (Flush)");
-            Drain();
-            RaisePending();
-        }
-
-        /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
-        public void Dispose()
-        {
-            if (fatal == null) fatal = new TetherException(ErrorCode.Closed, "the client was disposed");
-            link.Dispose();
             foreach (Module module in modules.Values)
             {
                 if (module.Backend != null) module.Backend.Dispose();
@@ -995,18 +879,6 @@ namespace Tether.Client
         }
 
         // ---- frames ----------------------------------------------------------------------------
-
-        void Poll()
-        {
-            if (link.EventsPending) Drain();
-            RaisePending();
-        }
-
-        void RaisePending()
-        {
-            if (fatal != null) throw fatal;
-            if (errors.Count > 0) throw errors.Dequeue();
-        }
 
         Episode Running(string episodeId, string call)
         {
@@ -1629,12 +1501,6 @@ namespace Tether.Client
 
         // ---- cutting and sending ---------------------------------------------------------------
 
-        // Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2).
-        int BatchSteps()
-        {
-            return Tether.Protocol.StepsPerBatch.Effective(link.StepsPerBatch, stepsPerSample);
-        }
-
         // Whether SendableSteps() >= need. At most one step per actor is held back: when the recorded
         // steps less one per actor of the training episodes reach it, no actor is walked.
         bool Sendable(int need)
@@ -1752,7 +1618,7 @@ namespace Tether.Client
         }
 
         // sendEmpty: sent even without records (held-back episodes made it due), for its answer.
-        void SendBatch(bool sendEmpty = false)
+        internal override void SendBatch(bool sendEmpty = false)
         {
             SettleAll();
             Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
@@ -1824,26 +1690,10 @@ namespace Tether.Client
                 if (module.HasOldest) batch.ModuleClaims[module.Id] = module.OldestSeq;
                 else if (module.Seq.HasValue) batch.ModuleClaims[module.Id] = module.Seq.Value;
             }
-            batch.VersionsConnection = connection;
-            batch.SendEmpty = sendEmpty;
-            bool queued = link.Submit(batch, dropped, droppedBatches);
-            // Batches dropped from the queue are no one else's: their arrays are reused.
-            foreach (Batch gone in droppedBatches) Recycle(gone);
-            droppedBatches.Clear();
-            if (dropped.Count > 0) ForgetEpisodes(dropped);
-            if (!queued)
-            {
-                Recycle(batch);
-                return;
-            }
-            if (WaitsForWeights && !link.WaitFor(batch, options.UpdateTimeoutSeconds))
-            {
-                throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
-            }
-            if (WaitsForWeights || link.EventsPending) Drain();
+            if (Submit(batch, sendEmpty, WaitsForWeights) && (WaitsForWeights || link.EventsPending)) TakeEvents();
         }
 
-        void Recycle(Batch batch)
+        internal override void Recycle(Batch batch)
         {
             foreach (MultiAgentRecord record in batch.Records)
             {
@@ -1862,18 +1712,7 @@ namespace Tether.Client
             spareBatches.Push(batch);
         }
 
-        // Whether a new training episode is recorded: with the probability record_share (§13.2),
-        // one draw for all its agents. At share 1 no number is drawn, so the actions sampled
-        // are those of a client without shares.
-        bool Records()
-        {
-            double share = link.RecordShare;
-            if (share >= 1.0 || rng.Uniform() < share) return true;
-            ++episodesHeldBack;
-            return false;
-        }
-
-        void ForgetEpisodes(ICollection<string> ids)
+        internal override void ForgetEpisodes(ICollection<string> ids)
         {
             SettleAll();
             foreach (string id in ids)
@@ -1891,81 +1730,54 @@ namespace Tether.Client
 
         // ---- events from the I/O thread --------------------------------------------------------
 
-        // The server's run is done (§6.6): what the episodes recorded and had not cut yet is let go
-        // (counted as one batch), and they play on unrecorded; nothing is cut or sent any more.
-        void EndTraining()
+        // The end of training: every episode's steps not cut yet are let go, held-back ones stop counting.
+        internal override bool StopRecording()
         {
-            ended = true;
             bool unsent = pendingSteps > 0;
             ForgetEpisodes(new List<string>(episodeOrder));
             foreach (Episode episode in episodes.Values) episode.HeldBack = false;
             heldSteps = 0;
             envStepsSinceCut = 0;
-            if (unsent) link.CountUnsentAtEnd();
+            return unsent;
         }
 
-        // Applies what the I/O thread reported, in order; errors wait for RaisePending.
-        void Drain()
+        internal override bool Configured { get { return serverConfig != null; } }
+
+        // What reaches the actors' steps (a new configuration, the end of training, a refusal): they note
+        // their rows first.
+        internal override void Taking(List<LinkEvent> events)
         {
-            taken.Clear();
-            link.TakeEvents(taken);
-            foreach (LinkEvent e in taken)
+            foreach (LinkEvent e in events)
             {
-                // (what reaches the actors' steps: they note their rows first)
                 if (e.Kind == LinkEventKind.Connected || e.Kind == LinkEventKind.TrainingDone || (e.Kind == LinkEventKind.Batch && e.Batch.Error != null))
                 {
                     SettleAll();
-                    break;
+                    return;
                 }
             }
-            foreach (LinkEvent e in taken)
+        }
+
+        // A configuration this client cannot use ends the link for good.
+        internal override void Connected(LinkEvent e)
+        {
+            try
             {
-                switch (e.Kind)
-                {
-                    case LinkEventKind.Connected:
-                        try
-                        {
-                            Configure(e.Config, e.Info);
-                        }
-                        catch (TetherException error)
-                        {
-                            if (e.State != null) e.State.Dispose();
-                            fatal = error;
-                            break;
-                        }
-                        connection = e.Connection;
-                        Apply(e.State);
-                        break;
-                    case LinkEventKind.State:
-                        connection = e.Connection;
-                        Apply(e.State);
-                        break;
-                    case LinkEventKind.Batch:
-                        if (e.Batch.Error != null)
-                        {
-                            errors.Enqueue(e.Batch.Error);
-                            // The rest of a refused batch's episodes is not sent either.
-                            ForgetEpisodes(e.Batch.EpisodeIds);
-                        }
-                        else
-                        {
-                            EnvStepsSent += e.Batch.EnvSteps;
-                            AgentStepsSent += e.Batch.AgentSteps;
-                        }
-                        Recycle(e.Batch);
-                        break;
-                    case LinkEventKind.Error:
-                        errors.Enqueue(e.Error);
-                        break;
-                    case LinkEventKind.Fatal:
-                        if (fatal == null) fatal = e.Error;
-                        break;
-                    case LinkEventKind.TrainingDone:
-                        EndTraining();
-                        break;
-                }
+                Configure(e.Config, e.Info);
             }
-            taken.Clear();
+            catch (TetherException error)
+            {
+                if (e.State != null) e.State.Dispose();
+                fatal = error;
+                return;
+            }
+            connection = e.Connection;
+            Apply(e.State);
+        }
+
+        internal override void Answered(Batch batch)
+        {
+            EnvStepsSent += batch.EnvSteps;
+            AgentStepsSent += batch.AgentSteps;
         }
 
         void Configure(JObject config, JObject info)
@@ -2165,7 +1977,7 @@ namespace Tether.Client
             return true;
         }
 
-        void Apply(PreparedState state)
+        internal override void Apply(PreparedState state)
         {
             if (state == null) return;
             if (state.ModuleBackends != null)

@@ -16,12 +16,12 @@ namespace Tether.Client
     /// (unless <see cref="ClientOptions.WaitForWeights"/> asks for strict
     /// on-policy waiting) and, once episodes have run, allocates nothing: ended
     /// episodes' arrays are reused. A new model is swapped in between two calls.
-    /// When the server's run is done (ERROR TRAINING_DONE, §6.6) <see cref="TrainingDone"/>
+    /// When the server's run is done (ERROR TRAINING_DONE, §6.6) <see cref="ClientBase.TrainingDone"/>
     /// holds its summary: no error is raised, nothing is reconnected, recorded or sent any
     /// more, and every call goes on acting with the last model.
     /// Not thread-safe: call it from one thread (the game's).
     /// </summary>
-    public sealed class TetherClient : IDisposable
+    public sealed class TetherClient : ClientBase
     {
         sealed class Episode
         {
@@ -68,34 +68,23 @@ namespace Tether.Client
             }
         }
 
-        readonly ClientOptions options;
-        readonly ServerLink link;
-        readonly Rng rng;
-        readonly List<LinkEvent> taken = new List<LinkEvent>();
         readonly Dictionary<string, Episode> episodes = new Dictionary<string, Episode>();
         readonly List<Episode> finished = new List<Episode>();
         readonly Stack<Episode> spare = new Stack<Episode>();
         // Batches and chunks come back once their event is taken and are reused: cutting a batch allocates nothing.
         readonly Stack<Batch> spareBatches = new Stack<Batch>();
         readonly Stack<EpisodeChunk> spareChunks = new Stack<EpisodeChunk>();
-        readonly HashSet<string> dropped = new HashSet<string>();
         IInferenceBackend backend;
         long? weightsSeqNo;
-        int connection;         // the connection of the last event taken
         int versionConnection;  // the connection weightsSeqNo was learned on
         int pendingSteps;       // recorded steps not cut yet
         int heldSteps;          // steps of held-back episodes played since the last cut
-        long episodesHeldBack;
-        int stepsPerSample = 500;
         bool rawBoxSamples = true;
         bool strict;
         float[] dist = new float[0];
         float[] byteValues = new float[0];  // a byte observation's values, for a backend that takes only floats
         double[] record = new double[0];
         double[] logp = new double[1];
-        TetherException fatal;
-        bool ended;  // the game's thread has taken the end of training (§6.6): nothing is recorded any more
-        readonly Queue<TetherException> errors = new Queue<TetherException>();
         long envStepsSent;
 
         /// <summary>What the server's agents observe (from SET_CONFIG).</summary>
@@ -118,81 +107,7 @@ namespace Tether.Client
         /// <summary>Env steps the server has acknowledged.</summary>
         public long EnvStepsSent { get { return envStepsSent; } }
 
-        /// <summary>Connections re-established after a loss.</summary>
-        public int Reconnects { get { return link.Reconnects; } }
-
-        /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
-        public int BatchesDropped { get { return link.BatchesDropped; } }
-
-        /// <summary>
-        /// Steps the server refused as too stale to be trained (§13.2): it answered for
-        /// them but will not train on them, so acting faster than it learns wastes them.
-        /// Added up from SET_STATE's steps_refused_stale over every connection.
-        /// </summary>
-        public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
-
-        /// <summary>
-        /// The share of new training episodes this client records (SET_STATE record_share,
-        /// §13.2): the last valid value the server sent, 1 (every episode) until one came
-        /// and whenever a SET_STATE comes without one.
-        /// </summary>
-        public double RecordShare { get { return link.RecordShare; } }
-
-        /// <summary>
-        /// Steps played in training episodes (recorded or held back) per batch (SET_STATE
-        /// steps_per_batch, §13.2): env_steps_per_sample, or fewer while the server holds
-        /// clients back and asks for smaller, fresher batches. The last valid value the server
-        /// sent, at most env_steps_per_sample; env_steps_per_sample until one came and whenever
-        /// a SET_STATE comes without one.
-        /// </summary>
-        public int StepsPerBatch { get { return BatchSteps(); } }
-
-        /// <summary>
-        /// Training episodes held back: played (the policy acted, returns counted) but
-        /// not recorded or sent, as the server's record_share asked (§13.2).
-        /// </summary>
-        public long EpisodesHeldBack { get { return episodesHeldBack; } }
-
-        /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
-        public string ClientSession { get { return link.ClientSession; } }
-
-        /// <summary>Whether a batch is queued or in flight.</summary>
-        public bool Sending { get { return link.Busy; } }
-
-        /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
-        public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
-
-        /// <summary>
-        /// Null while training goes on. Once the server said its run is done (ERROR TRAINING_DONE,
-        /// protocol 1.3, §6.6 "End of training"), the summary it sent: why (Reason), the run's totals
-        /// (EnvSteps, AgentStepsTrained, Updates, Episodes...), the last WeightsSeqNo and ReturnMean.
-        /// The normal end of training, not an error: no exception is raised and
-        /// <see cref="FatalError"/> stays null; the client does not reconnect, the batches not yet
-        /// answered are discarded (<see cref="BatchesUnsentAtEnd"/>), and GetAction, EndEpisode and
-        /// Flush go on without waiting, acting with the last model and recording nothing.
-        /// </summary>
-        public TrainingSummary TrainingDone { get { return link.TrainingDone; } }
-
-        /// <summary>
-        /// Batches discarded because training was done before they were sent or answered (§6.6):
-        /// queued or in flight when it ended, cut afterwards, and the steps recorded but not cut
-        /// yet then (as one). 0 while training goes on.
-        /// </summary>
-        public int BatchesUnsentAtEnd { get { return link.BatchesUnsentAtEnd; } }
-
-        /// <summary>
-        /// The error that ended the link for good (the server could not be
-        /// reached again within ReconnectTimeoutSeconds; CLOSED once Dispose
-        /// was called); null while it lives. Every later call throws it.
-        /// </summary>
-        public TetherException FatalError { get { return fatal; } }
-
-        TetherClient(ClientOptions options)
-        {
-            this.options = options;
-            rng = new Rng(options.Seed ?? (ulong)DateTime.UtcNow.Ticks);
-            link = new ServerLink(options);
-        }
+        TetherClient(ClientOptions options) : base(options, false) { }
 
         /// <summary>
         /// Connects, handshakes and loads the server's model. Throws
@@ -202,31 +117,15 @@ namespace Tether.Client
         public static TetherClient Connect(ClientOptions options)
         {
             var client = new TetherClient(options ?? new ClientOptions());
-            try
-            {
-                client.link.Start();
-                client.Sync();
-            }
-            catch
-            {
-                client.Dispose();
-                throw;
-            }
-            if (client.ObservationSpace == null)
-            {
-                TrainingSummary done = client.link.TrainingDone;
-                client.Dispose();
-                if (done != null) throw new TetherException(ErrorCode.TrainingDone, "the server at " + client.options.Address + " ended its run (training is done: " + done + ") before the handshake finished");
-                throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
-            }
+            client.Open();
             return client;
         }
 
         /// <summary>
         /// Begins an episode; returns its id (a new random one when none is given). Episodes may overlap.
-        /// A training episode is recorded with the probability <see cref="RecordShare"/>, drawn now
-        /// with the client's generator; one that is not is played alike but never sent (<see cref="EpisodesHeldBack"/>).
-        /// Once training is done (<see cref="TrainingDone"/>) no episode is recorded.
+        /// A training episode is recorded with the probability <see cref="ClientBase.RecordShare"/>, drawn now
+        /// with the client's generator; one that is not is played alike but never sent (<see cref="ClientBase.EpisodesHeldBack"/>).
+        /// Once training is done (<see cref="ClientBase.TrainingDone"/>) no episode is recorded.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
@@ -527,39 +426,15 @@ namespace Tether.Client
             return total;
         }
 
-        /// <summary>
-        /// Sends every complete step now and waits until the server has them all (or <paramref name="seconds"/> pass).
-        /// Once training is done (<see cref="TrainingDone"/>) it returns at once: nothing is sent any more.
-        /// </summary>
-        public void Flush(double seconds = 60)
+        // The end of training: the ended episodes not cut yet are let go too.
+        internal override bool StopRecording()
         {
-            Poll();
-            SendBatch();  // (a cut, even of nothing: the held-back steps count anew)
-            if (!link.WaitIdle(seconds)) throw new TetherException(ErrorCode.Timeout, "the server at " + options.Address + " did not take every batch within " + seconds + " s (Flush)");
-            Sync();
-        }
-
-        // The server's run is done (§6.6): what the episodes recorded and had not cut yet is let go
-        // (counted as one batch), and they play on unrecorded; nothing is cut or sent any more.
-        void EndTraining()
-        {
-            ended = true;
-            bool unsent = pendingSteps > 0;
-            foreach (Episode episode in finished)
-            {
-                unsent = true;
-                spare.Push(episode);
-            }
+            bool unsent = pendingSteps > 0 || finished.Count > 0;
+            foreach (Episode episode in finished) spare.Push(episode);
             finished.Clear();
             foreach (Episode episode in episodes.Values) episode.StopRecording();
             pendingSteps = heldSteps = 0;
-            if (unsent) link.CountUnsentAtEnd();
-        }
-
-        // Takes the I/O thread's news when there is any, and raises the next error not raised yet.
-        void Poll()
-        {
-            if (link.EventsPending || errors.Count > 0 || fatal != null) Sync();
+            return unsent;
         }
 
         Episode Running(string episodeId, string call)
@@ -570,12 +445,6 @@ namespace Tether.Client
                 throw new TetherException(ErrorCode.InvalidArgument, call + ": no running episode '" + episodeId + "'");
             }
             return episode;
-        }
-
-        // Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2).
-        int BatchSteps()
-        {
-            return Tether.Protocol.StepsPerBatch.Effective(link.StepsPerBatch, stepsPerSample);
         }
 
         // Steps a cut would carry now, `current`'s last one included (its observation goes with the
@@ -592,7 +461,7 @@ namespace Tether.Client
 
         // Cuts every complete step (an ongoing episode's last one waits for the observation that closes it).
         // sendEmpty: sent even without records (held-back episodes made it due), for its answer.
-        void SendBatch(bool sendEmpty = false)
+        internal override void SendBatch(bool sendEmpty = false)
         {
             Batch batch = spareBatches.Count > 0 ? spareBatches.Pop() : new Batch();
             long oldest = long.MaxValue;
@@ -615,20 +484,7 @@ namespace Tether.Client
             // The oldest version of the steps (§7.6), of the earliest connection (a later one's
             // server may count anew); the version held when none is known.
             batch.Claim = oldest != long.MaxValue ? oldest : weightsSeqNo;
-            batch.VersionsConnection = connection;
-            batch.SendEmpty = sendEmpty;
-            bool queued = link.Submit(batch, dropped);
-            foreach (string id in dropped) Forget(id);
-            if (!queued)
-            {
-                Recycle(batch);
-                return;
-            }
-            if (strict && !link.WaitFor(batch, options.UpdateTimeoutSeconds))
-            {
-                throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
-            }
-            if (strict || link.EventsPending) Sync();
+            if (Submit(batch, sendEmpty, strict) && (strict || link.EventsPending)) Sync();
         }
 
         void Cut(Episode episode, Batch batch, ref long oldest, ref int oldestConnection)
@@ -688,16 +544,6 @@ namespace Tether.Client
             return true;
         }
 
-        // Whether a new training episode is recorded: with the probability record_share (§13.2).
-        // At share 1 no number is drawn, so the actions sampled are those of a client without shares.
-        bool Records()
-        {
-            double share = link.RecordShare;
-            if (share >= 1.0 || rng.Uniform() < share) return true;
-            ++episodesHeldBack;
-            return false;
-        }
-
         // AddRange(GetRange) would allocate a list; a loop into a list with capacity does not.
         static void CopyPrefix<T>(List<T> from, int count, List<T> to)
         {
@@ -705,7 +551,7 @@ namespace Tether.Client
             for (int i = 0; i < count; ++i) to.Add(from[i]);
         }
 
-        void Recycle(Batch batch)
+        internal override void Recycle(Batch batch)
         {
             foreach (EpisodeChunk chunk in batch.Chunks)
             {
@@ -716,70 +562,43 @@ namespace Tether.Client
             spareBatches.Push(batch);
         }
 
-        // Applies what the I/O thread reported, in order; throws the first error (a fatal one on every call).
-        void Sync()
+        internal override bool Configured { get { return ObservationSpace != null; } }
+
+        internal override void Connected(LinkEvent e)
         {
-            taken.Clear();
-            link.TakeEvents(taken);
-            foreach (LinkEvent e in taken)
+            Space observationSpace = Space.FromJson(e.Config["observation_space"]);
+            Space actionSpace = Space.ActionFromJson(e.Config["action_space"]);
+            ActionMask = ModuleSpec.ReadActionMask(e.Config["action_mask"], observationSpace, actionSpace);
+            if (ObservationSpace != null && (!MultiAgentClient.SameSpace(ObservationSpace, observationSpace) ||
+                                             !MultiAgentClient.SameSpace(ActionSpace, actionSpace)))
             {
-                switch (e.Kind)
-                {
-                    case LinkEventKind.Connected:
-                        Space observationSpace = Space.FromJson(e.Config["observation_space"]);
-                        Space actionSpace = Space.ActionFromJson(e.Config["action_space"]);
-                        ActionMask = ModuleSpec.ReadActionMask(e.Config["action_mask"], observationSpace, actionSpace);
-                        if (ObservationSpace != null && (!MultiAgentClient.SameSpace(ObservationSpace, observationSpace) ||
-                                                         !MultiAgentClient.SameSpace(ActionSpace, actionSpace)))
-                        {
-                            DropForNewSpaces();
-                        }
-                        ObservationSpace = observationSpace;
-                        ActionSpace = actionSpace;
-                        JToken perSample = e.Config["env_steps_per_sample"];
-                        stepsPerSample = (int)Messages.IntegerOr(perSample, 500, 1, int.MaxValue);
-                        JToken version = e.Info["protocol_version"];
-                        int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
-                        rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
-                        strict = options.WaitForWeights ?? version == null;  // a plain RLlink v1 server
-                        dist = new float[ActionSpace.DistInputsSize];
-                        record = new double[ActionSpace.FlatDim];
-                        connection = e.Connection;
-                        Apply(e.State);
-                        break;
-                    case LinkEventKind.State:
-                        connection = e.Connection;
-                        Apply(e.State);
-                        break;
-                    case LinkEventKind.Batch:
-                        if (e.Batch.Error != null)
-                        {
-                            errors.Enqueue(e.Batch.Error);
-                            // The rest of a refused batch's episodes is not sent either.
-                            foreach (string id in e.Batch.EpisodeIds) Forget(id);
-                        }
-                        else
-                        {
-                            envStepsSent += e.Batch.EnvSteps;
-                        }
-                        Recycle(e.Batch);
-                        break;
-                    case LinkEventKind.Error:
-                        errors.Enqueue(e.Error);
-                        break;
-                    case LinkEventKind.Fatal:
-                        fatal = e.Error;
-                        break;
-                    case LinkEventKind.TrainingDone:
-                        EndTraining();
-                        break;
-                }
+                DropForNewSpaces();
             }
-            if (fatal != null) throw fatal;
-            if (errors.Count > 0) throw errors.Dequeue();
+            ObservationSpace = observationSpace;
+            ActionSpace = actionSpace;
+            JToken perSample = e.Config["env_steps_per_sample"];
+            stepsPerSample = (int)Messages.IntegerOr(perSample, 500, 1, int.MaxValue);
+            JToken version = e.Info["protocol_version"];
+            int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
+            rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
+            strict = options.WaitForWeights ?? version == null;  // a plain RLlink v1 server
+            dist = new float[ActionSpace.DistInputsSize];
+            record = new double[ActionSpace.FlatDim];
+            connection = e.Connection;
+            Apply(e.State);
         }
 
-        void Apply(PreparedState state)
+        internal override void ForgetEpisodes(ICollection<string> episodeIds)
+        {
+            foreach (string id in episodeIds) Forget(id);
+        }
+
+        internal override void Answered(Batch batch)
+        {
+            envStepsSent += batch.EnvSteps;
+        }
+
+        internal override void Apply(PreparedState state)
         {
             if (state == null) return;
             if (state.Backend != null)
@@ -823,11 +642,8 @@ namespace Tether.Client
             finished.RemoveAll(f => f.Id == episodeId);
         }
 
-        /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
-        public void Dispose()
+        internal override void ReleaseModels()
         {
-            if (fatal == null) fatal = new TetherException(ErrorCode.Closed, "the client was disposed");
-            link.Dispose();
             if (backend != null) backend.Dispose();
             backend = null;
         }

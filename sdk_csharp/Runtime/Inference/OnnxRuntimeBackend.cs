@@ -262,95 +262,64 @@ namespace Tether.Inference
         }
 
         /// <inheritdoc/>
-        public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
-        {
-            Binding binding = Prepare(obs == null ? -1 : obs.Length, batch, obsDim, output, outDim);
-            int n = batch * obsDim;
-            if (leafInputs != null)
-            {
-                CopyLeaves(obs, null, binding, batch, obsDim);
-            }
-            else if (binding.InputBytes != null)
-            {
-                // A byte box's model (1.4): the floats are the integers 0-255 (the clients check them).
-                byte[] into = binding.InputBytes;
-                for (int i = 0; i < n; ++i)
-                {
-                    float v = obs[i];
-                    if (!(v >= 0f && v <= 255f && (float)(int)v == v))
-                    {
-                        throw new TetherException(ErrorCode.ObsDtypeMismatch, "observation value " + i + " is " + v.ToString("R", System.Globalization.CultureInfo.InvariantCulture) +
-                                                  ": the model takes uint8 (integers 0-255)");
-                    }
-                    into[i] = (byte)v;
-                }
-            }
-            else
-            {
-                Buffer.BlockCopy(obs, 0, binding.Input, 0, n * sizeof(float));
-            }
-            Finish(binding, output, batch * outDim);
-        }
+        public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim) { Run(obs, null, batch, obsDim, output, outDim); }
 
         /// <inheritdoc/>
-        public void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim)
+        public void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim) { Run(null, obs, batch, obsDim, output, outDim); }
+
+        // A run on observations given as floats, or else as bytes.
+        void Run(float[] floats, byte[] bytes, int batch, int obsDim, float[] output, int outDim)
         {
-            Binding binding = Prepare(obs == null ? -1 : obs.Length, batch, obsDim, output, outDim);
-            int n = batch * obsDim;
+            int length = floats != null ? floats.Length : bytes != null ? bytes.Length : -1;
+            Binding binding = Prepare(length, batch, obsDim, output, outDim);
             if (leafInputs != null)
             {
-                CopyLeaves(null, obs, binding, batch, obsDim);
-            }
-            else if (binding.InputBytes != null)
-            {
-                Buffer.BlockCopy(obs, 0, binding.InputBytes, 0, n);
+                for (int l = 0; l < leafInputs.Length; ++l)
+                {
+                    // Each leaf's slice of every flat row into its own input's buffer.
+                    LeafInput leaf = leafInputs[l];
+                    for (int b = 0; b < batch; ++b)
+                    {
+                        CopyInput(floats, bytes, b * obsDim + leaf.Offset, binding.LeafInput[l], binding.LeafBytes[l], b * leaf.Size, leaf.Size, leaf.Name);
+                    }
+                }
             }
             else
             {
-                float[] into = binding.Input;
-                for (int i = 0; i < n; ++i) into[i] = obs[i];
+                CopyInput(floats, bytes, 0, binding.Input, binding.InputBytes, 0, batch * obsDim, null);
             }
             Finish(binding, output, batch * outDim);
         }
 
-        // Each leaf's slice of every flat row (floats, or bytes) into its own input's buffer.
-        void CopyLeaves(float[] floats, byte[] bytes, Binding binding, int batch, int obsDim)
+        // `n` observation values, floats (or else bytes) from `from` on, into a float input's buffer (or
+        // else a uint8 input's) from `to` on. For a uint8 input the floats must be the integers 0-255
+        // (the clients check them); `leafName` names the input in the refusal (null: the one input).
+        static void CopyInput(float[] floats, byte[] bytes, int from, float[] intoFloats, byte[] intoBytes, int to, int n, string leafName)
         {
-            for (int l = 0; l < leafInputs.Length; ++l)
+            if (floats != null && intoFloats != null)
             {
-                LeafInput leaf = leafInputs[l];
-                int size = leaf.Size;
-                float[] intoFloats = binding.LeafInput[l];
-                byte[] intoBytes = binding.LeafBytes[l];
-                for (int b = 0; b < batch; ++b)
+                Buffer.BlockCopy(floats, from * sizeof(float), intoFloats, to * sizeof(float), n * sizeof(float));
+            }
+            else if (floats != null)
+            {
+                for (int i = 0; i < n; ++i)
                 {
-                    int from = b * obsDim + leaf.Offset, to = b * size;
-                    if (floats != null && intoFloats != null)
+                    float v = floats[from + i];
+                    if (!(v >= 0f && v <= 255f && (float)(int)v == v))
                     {
-                        Buffer.BlockCopy(floats, from * sizeof(float), intoFloats, to * sizeof(float), size * sizeof(float));
+                        throw new TetherException(ErrorCode.ObsDtypeMismatch, (leafName == null ? "observation" : "leaf '" + leafName + "'") + " value " + i + " is " +
+                                                  v.ToString("R", System.Globalization.CultureInfo.InvariantCulture) + ": the model takes uint8 (integers 0-255)");
                     }
-                    else if (floats != null)
-                    {
-                        for (int i = 0; i < size; ++i)
-                        {
-                            float v = floats[from + i];
-                            if (!(v >= 0f && v <= 255f && (float)(int)v == v))
-                            {
-                                throw new TetherException(ErrorCode.ObsDtypeMismatch, "leaf '" + leaf.Name + "' value " + i + " is " +
-                                                          v.ToString("R", System.Globalization.CultureInfo.InvariantCulture) + ": the model takes uint8 (integers 0-255)");
-                            }
-                            intoBytes[to + i] = (byte)v;
-                        }
-                    }
-                    else if (intoBytes != null)
-                    {
-                        Buffer.BlockCopy(bytes, from, intoBytes, to, size);
-                    }
-                    else
-                    {
-                        for (int i = 0; i < size; ++i) intoFloats[to + i] = bytes[from + i];
-                    }
+                    intoBytes[to + i] = (byte)v;
                 }
+            }
+            else if (intoBytes != null)
+            {
+                Buffer.BlockCopy(bytes, from, intoBytes, to, n);
+            }
+            else
+            {
+                for (int i = 0; i < n; ++i) intoFloats[to + i] = bytes[from + i];
             }
         }
 

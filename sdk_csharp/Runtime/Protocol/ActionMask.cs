@@ -95,50 +95,40 @@ namespace Tether.Protocol
         /// and 1, ACTION_MASK_EMPTY when it allows nothing (for MultiDiscrete: nothing for some entry).
         /// <paramref name="what"/> starts the message.
         /// </summary>
-        public void CheckRow(float[] row, int rowOffset, string what)
-        {
-            int at = rowOffset + Offset;
-            for (int i = 0; i < Size; ++i)
-            {
-                float v = row[at + i];
-                if (v != 0f && v != 1f) throw BadValue(what, i, v);
-            }
-            for (int s = 0; s < segmentStart.Length; ++s)
-            {
-                bool any = false;
-                for (int i = 0; i < segmentCount[s] && !any; ++i) any = row[at + segmentStart[s] + i] == 1f;
-                if (!any) throw Empty(what, s);
-            }
-        }
+        public void CheckRow(float[] row, int rowOffset, string what) { CheckAt(row, null, rowOffset + Offset, what); }
 
         /// <summary><see cref="CheckRow"/> of a mask held as doubles, <see cref="Size"/> values at <paramref name="at"/>.</summary>
-        public void Check(IList<double> mask, int at, string what)
-        {
-            for (int i = 0; i < Size; ++i)
-            {
-                double v = mask[at + i];
-                if (v != 0 && v != 1) throw BadValue(what, i, v);
-            }
-            for (int s = 0; s < segmentStart.Length; ++s)
-            {
-                bool any = false;
-                for (int i = 0; i < segmentCount[s] && !any; ++i) any = mask[at + segmentStart[s] + i] == 1;
-                if (!any) throw Empty(what, s);
-            }
-        }
+        public void Check(IList<double> mask, int at, string what) { CheckAt(null, mask, at, what); }
 
         /// <summary>
         /// INVALID_ACTION_MASK for a value other than 0 and 1 among the <see cref="Size"/> values at
         /// <paramref name="at"/> (§10.6 check 14b: every observation's mask, the last one's too).
         /// </summary>
-        public void CheckValues(IList<double> mask, int at, string what)
+        public void CheckValues(IList<double> mask, int at, string what) { CheckValuesAt(null, mask, at, what); }
+
+        // The checks read the mask's values from `floats` (an observation row: the per-frame path, no
+        // interface calls) or else `doubles`.
+        void CheckAt(float[] floats, IList<double> doubles, int at, string what)
+        {
+            CheckValuesAt(floats, doubles, at, what);
+            for (int s = 0; s < segmentStart.Length; ++s)
+            {
+                bool any = false;
+                for (int i = 0; i < segmentCount[s] && !any; ++i) any = ValueAt(floats, doubles, at + segmentStart[s] + i) == 1;
+                if (!any) throw Empty(what, s);
+            }
+        }
+
+        void CheckValuesAt(float[] floats, IList<double> doubles, int at, string what)
         {
             for (int i = 0; i < Size; ++i)
             {
-                double v = mask[at + i];
+                double v = ValueAt(floats, doubles, at + i);
                 if (v != 0 && v != 1) throw BadValue(what, i, v);
             }
         }
+
+        static double ValueAt(float[] floats, IList<double> doubles, int i) { return floats != null ? floats[i] : doubles[i]; }
 
         /// <summary>
         /// Whether the flat action at <paramref name="actionAt"/> of <paramref name="action"/> (the action

@@ -382,20 +382,8 @@ namespace Tether.Protocol
             int v = module.ValueObsDim;
             if (v > 0)
             {
-                int rows = chunk.Steps + 1;
-                Append(",\"value_obs\":[");
-                for (int r = 0; r < rows; ++r)
-                {
-                    if (r > 0) Append(',');
-                    Append('[');
-                    for (int j = 0; j < v; ++j)
-                    {
-                        if (j > 0) Append(',');
-                        Float32(valueObs[r * v + j]);
-                    }
-                    Append(']');
-                }
-                Append(']');
+                Append(",\"value_obs\":");
+                FlatRows(valueObs, null, null, 0, chunk.Steps + 1, v);
             }
             Append('}');
         }
@@ -455,53 +443,27 @@ namespace Tether.Protocol
                     if (r > 0) Append(',');
                     int row = rows[from + r];
                     if (shape.Length == 1 && !bytes) FlatRow(table.Obs, row * obsDim, obsDim);
-                    else NestFloats(table.Obs, row * obsDim, shape, 0, bytes);
+                    else NestObs(null, table.Obs, row * obsDim, shape, bytes);
                 }
                 Append("],\"actions\":[");
             }
             for (int r = 0; r < steps; ++r)
             {
                 if (r > 0) Append(',');
-                Nest(table.Actions, rows[from + r] * actDim, actionSpace.Shape, 0, discrete);
+                NestAction(null, table.Actions, rows[from + r] * actDim, actionSpace.Shape, discrete);
             }
-            Append("],\"rewards\":[");
-            for (int r = 0; r < steps; ++r)
-            {
-                if (r > 0) Append(',');
-                Float32(table.Rewards[rows[from + r]]);
-            }
-            Append("],\"action_logp\":[");
-            for (int r = 0; r < steps; ++r)
-            {
-                if (r > 0) Append(',');
-                Float64(table.Logp[rows[from + r]]);
-            }
-            Append("],\"action_dist_inputs\":[");
-            for (int r = 0; r < steps; ++r)
-            {
-                if (r > 0) Append(',');
-                FlatRow(table.Dist, rows[from + r] * k, k);
-            }
-            Append(']');
+            Append("],\"rewards\":");
+            Column(null, table.Rewards, null, null, rows, from, steps);
+            Append(",\"action_logp\":");
+            Column(null, null, null, table.Logp, rows, from, steps);
+            Append(",\"action_dist_inputs\":");
+            FlatRows(null, table.Dist, rows, from, steps, k);
             if (withVersions)
             {
                 Append(",\"");
                 Append(VersionRuns.Field);
-                Append("\":[");
-                for (int i = 0; i < steps;)
-                {
-                    long version = table.VersionOf(rows[from + i]);
-                    int run = 1;
-                    while (i + run < steps && table.VersionOf(rows[from + i + run]) == version) ++run;
-                    if (i > 0) Append(',');
-                    Append('[');
-                    Integer(version);
-                    Append(',');
-                    Integer(run);
-                    Append(']');
-                    i += run;
-                }
-                Append(']');
+                Append("\":");
+                Runs(null, table, rows, from, steps);
             }
             Append(",\"is_terminated\":");
             Append(isTerminated ? "true" : "false");
@@ -510,13 +472,8 @@ namespace Tether.Protocol
             EntryEnd(module, startStep, steps, v > 0 ? (steps + 1) * v : 0);
             if (v > 0)
             {
-                Append(",\"value_obs\":[");
-                for (int r = 0; r <= steps; ++r)
-                {
-                    if (r > 0) Append(',');
-                    FlatRow(table.ValueObs, rows[from + r] * v, v);
-                }
-                Append(']');
+                Append(",\"value_obs\":");
+                FlatRows(null, table.ValueObs, rows, from, steps + 1, v);
             }
             Append('}');
         }
@@ -576,47 +533,26 @@ namespace Tether.Protocol
             for (int r = 0; r < steps; ++r)
             {
                 if (r > 0) Append(',');
-                Nest(chunk.Actions, r * actDim, actionSpace.Shape, 0, discrete);
+                NestAction(chunk.Actions, null, r * actDim, actionSpace.Shape, discrete);
             }
-            Append("],\"rewards\":[");
-            for (int r = 0; r < steps; ++r)
-            {
-                if (r > 0) Append(',');
-                Float32(chunk.Rewards[r]);
-            }
-            Append(']');
+            Append("],\"rewards\":");
+            Column(chunk.Rewards, null, null, null, null, 0, steps);
             if (chunk.ActionLogp.Count != 0)
             {
-                Append(",\"action_logp\":[");
-                for (int r = 0; r < steps; ++r)
-                {
-                    if (r > 0) Append(',');
-                    Float64(chunk.ActionLogp[r]);
-                }
-                Append(']');
+                Append(",\"action_logp\":");
+                Column(null, null, chunk.ActionLogp, null, null, 0, steps);
             }
             if (chunk.ActionDistInputs.Count != 0)
             {
-                Append(",\"action_dist_inputs\":[");
-                for (int r = 0; r < steps; ++r)
-                {
-                    if (r > 0) Append(',');
-                    Append('[');
-                    for (int j = 0; j < k; ++j)
-                    {
-                        if (j > 0) Append(',');
-                        Float32(chunk.ActionDistInputs[r * k + j]);
-                    }
-                    Append(']');
-                }
-                Append(']');
+                Append(",\"action_dist_inputs\":");
+                FlatRows(chunk.ActionDistInputs, null, null, 0, steps, k);
             }
             if (chunk.StepVersions.Count != 0)
             {
                 Append(",\"");
                 Append(VersionRuns.Field);
                 Append("\":");
-                Runs(chunk.StepVersions);
+                Runs(chunk.StepVersions, null, null, 0, chunk.StepVersions.Count);
             }
             Append(",\"is_terminated\":");
             Append(chunk.IsTerminated ? "true" : "false");
@@ -624,21 +560,65 @@ namespace Tether.Protocol
             Append(chunk.IsTruncated ? "true" : "false");
         }
 
-        // weights_seq_no_runs as VersionRuns.ToJson gives them: [[version, steps], ...].
-        void Runs(List<long> versions)
+        // weights_seq_no_runs as VersionRuns.ToJson gives them, [[version, steps], ...], of `count` steps: a
+        // chunk's `versions`, or else the versions of `table`'s rows rows[from...].
+        void Runs(List<long> versions, StepTable table, int[] rows, int from, int count)
         {
             Append('[');
-            for (int i = 0, n = versions.Count; i < n;)
+            for (int i = 0; i < count;)
             {
+                long version = versions != null ? versions[i] : table.VersionOf(rows[from + i]);
                 int run = 1;
-                while (i + run < n && versions[i + run] == versions[i]) ++run;
+                while (i + run < count && (versions != null ? versions[i + run] : table.VersionOf(rows[from + i + run])) == version) ++run;
                 if (i > 0) Append(',');
                 Append('[');
-                Integer(versions[i]);
+                Integer(version);
                 Append(',');
                 Integer(run);
                 Append(']');
                 i += run;
+            }
+            Append(']');
+        }
+
+        // [v0, v1, ...]: one value per step (float32 values, or else float64 ones), a chunk list's first
+        // `count`, or else (with `rows`) a step table array's at rows[from...].
+        void Column(List<float> list32, float[] array32, List<double> list64, double[] array64, int[] rows, int from, int count)
+        {
+            Append('[');
+            for (int r = 0; r < count; ++r)
+            {
+                if (r > 0) Append(',');
+                int at = rows != null ? rows[from + r] : r;
+                if (list32 != null) Float32(list32[at]);
+                else if (array32 != null) Float32(array32[at]);
+                else if (list64 != null) Float64(list64[at]);
+                else Float64(array64[at]);
+            }
+            Append(']');
+        }
+
+        // [[...], ...]: `count` rows of `width` float32 values, a list's first ones, or else (with `rows`) an
+        // array's rows rows[from...].
+        void FlatRows(IList<float> list, float[] array, int[] rows, int from, int count, int width)
+        {
+            Append('[');
+            for (int r = 0; r < count; ++r)
+            {
+                if (r > 0) Append(',');
+                int at = (rows != null ? rows[from + r] : r) * width;
+                if (array != null)
+                {
+                    FlatRow(array, at, width);
+                    continue;
+                }
+                Append('[');
+                for (int j = 0; j < width; ++j)
+                {
+                    if (j > 0) Append(',');
+                    Float32(list[at + j]);
+                }
+                Append(']');
             }
             Append(']');
         }
@@ -652,45 +632,7 @@ namespace Tether.Protocol
             for (int r = 0; r < rows; ++r)
             {
                 if (r > 0) Append(',');
-                NestFloats(flat, r * width, shape, 0, bytes);
-            }
-            Append(']');
-        }
-
-        void NestFloats(List<float> data, int at, long[] shape, int dim, bool bytes)
-        {
-            if (dim == shape.Length)
-            {
-                if (bytes) Integer(ByteOf(data[at]));
-                else Float32(data[at]);
-                return;
-            }
-            int stride = 1;
-            for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
-            Append('[');
-            for (int i = 0; i < shape[dim]; ++i)
-            {
-                if (i > 0) Append(',');
-                NestFloats(data, at + i * stride, shape, dim + 1, bytes);
-            }
-            Append(']');
-        }
-
-        void NestFloats(float[] data, int at, long[] shape, int dim, bool bytes = false)
-        {
-            if (dim == shape.Length)
-            {
-                if (bytes) Integer(ByteOf(data[at]));
-                else Float32(data[at]);
-                return;
-            }
-            int stride = 1;
-            for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
-            Append('[');
-            for (int i = 0; i < shape[dim]; ++i)
-            {
-                if (i > 0) Append(',');
-                NestFloats(data, at + i * stride, shape, dim + 1, bytes);
+                NestObs(flat, null, r * width, shape, bytes);
             }
             Append(']');
         }
@@ -777,8 +719,7 @@ namespace Tether.Protocol
                 {
                     if (r > 0) Append(',');
                     int at = (list != null ? r : rows[from + r]) * width + leaf.Offset;
-                    if (list != null) NestFloats(list, at, shape, 0, bytes);
-                    else NestFloats(array, at, shape, 0, bytes);
+                    NestObs(list, array, at, shape, bytes);
                 }
                 Append(']');
             }
@@ -803,32 +744,31 @@ namespace Tether.Protocol
             withAttachment = true;
         }
 
-        // An action: integers for Discrete/MultiDiscrete, float32 values for a Box (as Encode writes them).
-        void Nest(List<double> data, int at, long[] shape, int dim, bool integer)
+        // Observation values nested by `shape` from `at` on, read from `list` or else `array` (the chunk's
+        // list and the step table's array hold the same rows); `bytes`: a byte box's, written as integers.
+        void NestObs(List<float> list, float[] array, int at, long[] shape, bool bytes)
         {
-            if (dim == shape.Length)
-            {
-                if (integer) Integer((long)Math.Round(data[at]));
-                else Float32((float)data[at]);
-                return;
-            }
-            int stride = 1;
-            for (int d = dim + 1; d < shape.Length; ++d) stride *= (int)shape[d];
-            Append('[');
-            for (int i = 0; i < shape[dim]; ++i)
-            {
-                if (i > 0) Append(',');
-                Nest(data, at + i * stride, shape, dim + 1, integer);
-            }
-            Append(']');
+            Nest(list, array, null, null, at, shape, 0, bytes ? Number.Byte : Number.Float32);
         }
 
-        void Nest(double[] data, int at, long[] shape, int dim, bool integer)
+        // An action: integers for Discrete/MultiDiscrete, float32 values for a Box (as Encode writes them).
+        void NestAction(List<double> list, double[] array, int at, long[] shape, bool integer)
+        {
+            Nest(null, null, list, array, at, shape, 0, integer ? Number.Integer : Number.Float32);
+        }
+
+        enum Number { Float32, Byte, Integer }
+
+        // Values nested by `shape` (row-major) from `at` on, read from the one of the four sources that is
+        // not null (float32 values as doubles: exact), each written as `number` says.
+        void Nest(List<float> floatList, float[] floats, List<double> doubleList, double[] doubles, int at, long[] shape, int dim, Number number)
         {
             if (dim == shape.Length)
             {
-                if (integer) Integer((long)Math.Round(data[at]));
-                else Float32((float)data[at]);
+                double value = floats != null ? floats[at] : floatList != null ? floatList[at] : doubles != null ? doubles[at] : doubleList[at];
+                if (number == Number.Integer) Integer((long)Math.Round(value));
+                else if (number == Number.Byte) Integer(ByteOf((float)value));
+                else Float32((float)value);
                 return;
             }
             int stride = 1;
@@ -837,7 +777,7 @@ namespace Tether.Protocol
             for (int i = 0; i < shape[dim]; ++i)
             {
                 if (i > 0) Append(',');
-                Nest(data, at + i * stride, shape, dim + 1, integer);
+                Nest(floatList, floats, doubleList, doubles, at + i * stride, shape, dim + 1, number);
             }
             Append(']');
         }

@@ -57,7 +57,7 @@ namespace Tether.Sampling
                     }
                     return total;
                 default:
-                    return GaussianLogp(dist, distOffset, space.FlatDim, action, actionOffset);
+                    return GaussianLogp(null, dist, distOffset, space.FlatDim, action, actionOffset);
             }
         }
 
@@ -183,7 +183,7 @@ namespace Tether.Sampling
                             envActions[env + j] = (float)Math.Min(Math.Max(raw, space.Low[j]), space.High[j]);
                         }
                         if (!rawBoxSamples) Array.Copy(envActions, env, recordActions, at, k);  // the 1.2 rule
-                        logp[logpAt + r] = GaussianLogp(dist, inputs, k, recordActions, at);
+                        logp[logpAt + r] = GaussianLogp(dist, null, inputs, k, recordActions, at);
                     }
                     return;
             }
@@ -298,26 +298,15 @@ namespace Tether.Sampling
             return choice;
         }
 
-        static double GaussianLogp(float[] inputs, int offset, int k, double[] action, int actionOffset)
+        // log N(action | mean, exp(logStd)) summed over a Box's k values; the dist inputs are read from
+        // `floats` (a model's output, the per-frame path) or else `doubles` (LogProb's).
+        static double GaussianLogp(float[] floats, double[] doubles, int offset, int k, double[] action, int actionOffset)
         {
             double total = 0;
             for (int j = 0; j < k; ++j)
             {
-                double mean = inputs[offset + j];
-                double logStd = inputs[offset + k + j];
-                double z = (action[actionOffset + j] - mean) / Math.Exp(logStd);
-                total += -0.5 * z * z - logStd - LogSqrt2Pi;
-            }
-            return total;
-        }
-
-        static double GaussianLogp(double[] inputs, int offset, int k, double[] action, int actionOffset)
-        {
-            double total = 0;
-            for (int j = 0; j < k; ++j)
-            {
-                double mean = inputs[offset + j];
-                double logStd = inputs[offset + k + j];
+                double mean = floats != null ? floats[offset + j] : doubles[offset + j];
+                double logStd = floats != null ? floats[offset + k + j] : doubles[offset + k + j];
                 double z = (action[actionOffset + j] - mean) / Math.Exp(logStd);
                 total += -0.5 * z * z - logStd - LogSqrt2Pi;
             }

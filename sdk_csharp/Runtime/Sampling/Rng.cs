@@ -1,5 +1,6 @@
 // A small fast generator: xoshiro256** seeded through splitmix64 (the C++ SDK's, draw for draw).
 using System;
+using System.Runtime.CompilerServices;
 
 namespace Tether.Sampling
 {
@@ -41,9 +42,36 @@ namespace Tether.Sampling
         /// <summary>The next 64 random bits.</summary>
         public ulong NextU64()
         {
+            ulong a = s0, b = s1, c = s2, d = s3;
+            ulong result = Step(ref a, ref b, ref c, ref d);
+            s0 = a;
+            s1 = b;
+            s2 = c;
+            s3 = d;
+            return result;
+        }
+
+        /// <summary>The next <paramref name="count"/> Uniform draws, in order, into <paramref name="into"/>.</summary>
+        internal void FillUniform(double[] into, int count)
+        {
+            ulong a = s0, b = s1, c = s2, d = s3;  // (the state in locals for the whole run)
+            for (int i = 0; i < count; ++i) into[i] = ToUniform(Step(ref a, ref b, ref c, ref d));
+            s0 = a;
+            s1 = b;
+            s2 = c;
+            s3 = d;
+        }
+
+        /// <summary>A uniform draw in [0, 1) with 53 random bits.</summary>
+        public double Uniform() { return ToUniform(NextU64()); }
+
+        // One xoshiro256** step of the state a, b, c, d (locals of the caller: inlined, they stay in
+        // registers); returns its 64 bits.
+        [MethodImpl(MethodImplOptions.AggressiveInlining)]
+        static ulong Step(ref ulong a, ref ulong b, ref ulong c, ref ulong d)
+        {
             unchecked
             {
-                ulong a = s0, b = s1, c = s2, d = s3;
                 ulong x = b * 5;
                 ulong result = ((x << 7) | (x >> 57)) * 9;
                 ulong t = b << 17;
@@ -52,42 +80,13 @@ namespace Tether.Sampling
                 b ^= c;
                 a ^= d;
                 c ^= t;
-                s0 = a;
-                s1 = b;
-                s2 = c;
-                s3 = (d << 45) | (d >> 19);
+                d = (d << 45) | (d >> 19);
                 return result;
             }
         }
 
-        /// <summary>The next <paramref name="count"/> Uniform draws, in order, into <paramref name="into"/>.</summary>
-        internal void FillUniform(double[] into, int count)
-        {
-            unchecked
-            {
-                ulong a = s0, b = s1, c = s2, d = s3;  // (the state in registers for the whole run)
-                for (int i = 0; i < count; ++i)
-                {
-                    ulong x = b * 5;
-                    ulong result = ((x << 7) | (x >> 57)) * 9;
-                    ulong t = b << 17;
-                    c ^= a;
-                    d ^= b;
-                    b ^= c;
-                    a ^= d;
-                    c ^= t;
-                    d = (d << 45) | (d >> 19);
-                    into[i] = (result >> 11) * (1.0 / 9007199254740992.0);
-                }
-                s0 = a;
-                s1 = b;
-                s2 = c;
-                s3 = d;
-            }
-        }
-
-        /// <summary>A uniform draw in [0, 1) with 53 random bits.</summary>
-        public double Uniform() { return (NextU64() >> 11) * (1.0 / 9007199254740992.0); }
+        // The top 53 of 64 random bits as a double in [0, 1).
+        static double ToUniform(ulong bits) { return (bits >> 11) * (1.0 / 9007199254740992.0); }
 
         /// <summary>A standard normal draw (Box-Muller; the second value of a pair is kept for the next call).</summary>
         public double Normal()

@@ -177,17 +177,7 @@ namespace Tether.Unity
                 EndGroupOf(agent, truncated);
                 return;
             }
-            leaving.Clear();
-            agent.CollectObservations(agent.observation);
-            leaving.Add(agent.AgentId, agent.observation, truncated);
-            try
-            {
-                Client.EndAgents(EpisodeId, leaving);
-            }
-            catch (TetherException e)
-            {
-                Report(e);
-            }
+            SendEnd(agent, truncated);
             ++agent.incarnation;  // an agent that left comes back as a new one
             agent.AgentId = Incarnation(agent);
             agent.warnedNonFinite = false;
@@ -210,6 +200,13 @@ namespace Tether.Unity
         // (Renaming the members, as a single agent is renamed, would take them out of the group.)
         void EndGroupOf(TetherAgent agent, bool truncated)
         {
+            SendEnd(agent, truncated);
+            EndEpisode(true);
+        }
+
+        // Tells the server that the agent left, with its current observation (a failure is reported).
+        void SendEnd(TetherAgent agent, bool truncated)
+        {
             leaving.Clear();
             agent.CollectObservations(agent.observation);
             leaving.Add(agent.AgentId, agent.observation, truncated);
@@ -221,7 +218,6 @@ namespace Tether.Unity
             {
                 Report(e);
             }
-            EndEpisode(true);
         }
 
         /// <summary>

@@ -1,0 +1,300 @@
+// What the single-agent and the multi-agent clients share: the link to the server's I/O thread,
+// the counters and the training state it hands over, the order in which its events are applied,
+// and the record_share draw. Each client fills in what its own records and models need.
+using System;
+using System.Collections.Generic;
+using Tether.Protocol;
+using Tether.Sampling;
+
+namespace Tether.Client
+{
+    /// <summary>
+    /// The connection and the server's training state as <see cref="TetherClient"/> and
+    /// <see cref="MultiAgentClient"/> both report them. Only those two derive from it.
+    /// Not thread-safe: call a client from one thread (the game's).
+    /// </summary>
+    public abstract class ClientBase : IDisposable
+    {
+        internal readonly ClientOptions options;
+        internal readonly ServerLink link;
+        internal readonly Rng rng;
+        // Errors the I/O thread reported, raised one per call (RaisePending); the one that ended the link.
+        internal readonly Queue<TetherException> errors = new Queue<TetherException>();
+        internal TetherException fatal;
+        internal bool ended;  // the game's thread has taken the end of training (§6.6): nothing is recorded any more
+        internal int connection;  // the connection of the last event taken
+        internal int stepsPerSample = 500;
+        internal long episodesHeldBack;
+        readonly List<LinkEvent> taken = new List<LinkEvent>();
+        readonly HashSet<string> dropped = new HashSet<string>();
+        readonly List<Batch> droppedBatches = new List<Batch>();
+
+        internal ClientBase(ClientOptions options, bool multiAgent)
+        {
+            this.options = options;
+            rng = new Rng(options.Seed ?? (ulong)DateTime.UtcNow.Ticks);
+            link = new ServerLink(options, multiAgent);
+        }
+
+        /// <summary>Connections re-established after a loss.</summary>
+        public int Reconnects { get { return link.Reconnects; } }
+
+        /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
+        public int BatchesDropped { get { return link.BatchesDropped; } }
+
+        /// <summary>Heartbeat PINGs sent while the connection was idle (§6.6).</summary>
+        public int HeartbeatsSent { get { return link.HeartbeatsSent; } }
+
+        /// <summary>
+        /// Steps (agent steps, for a <see cref="MultiAgentClient"/>) the server refused as too stale to be
+        /// trained (§13.2): it answered for them but will not train on them, so acting faster than it
+        /// learns wastes them. Added up from SET_STATE's steps_refused_stale over every connection.
+        /// </summary>
+        public long StepsRefusedStale { get { return link.StepsRefusedStale; } }
+
+        /// <summary>
+        /// The share of new training episodes this client records (SET_STATE record_share,
+        /// §13.2): the last valid value the server sent, 1 (every episode) until one came
+        /// and whenever a SET_STATE comes without one.
+        /// </summary>
+        public double RecordShare { get { return link.RecordShare; } }
+
+        /// <summary>
+        /// Steps (agent steps, for a <see cref="MultiAgentClient"/>) played in training episodes (recorded
+        /// or held back) per batch (SET_STATE steps_per_batch, §13.2): env_steps_per_sample, or fewer
+        /// while the server holds clients back and asks for smaller, fresher batches. The last valid
+        /// value the server sent, at most env_steps_per_sample; env_steps_per_sample until one came and
+        /// whenever a SET_STATE comes without one.
+        /// </summary>
+        public int StepsPerBatch { get { return BatchSteps(); } }
+
+        /// <summary>
+        /// Training episodes held back: played (every agent's policy acted, returns counted) but none
+        /// of their steps recorded or sent, as the server's record_share asked (§13.2).
+        /// </summary>
+        public long EpisodesHeldBack { get { return episodesHeldBack; } }
+
+        /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
+        public string ClientSession { get { return link.ClientSession; } }
+
+        /// <summary>Whether a batch is queued or in flight.</summary>
+        public bool Sending { get { return link.Busy; } }
+
+        /// <summary>
+        /// Null while training goes on. Once the server said its run is done (ERROR TRAINING_DONE,
+        /// protocol 1.3, §6.6 "End of training"), the summary it sent: why (Reason), the run's totals
+        /// (EnvSteps, AgentSteps, AgentStepsTrained, Updates, Episodes), the last WeightsSeqNo and
+        /// ReturnMean. The normal end of training, not an error: no exception is raised and
+        /// <see cref="FatalError"/> stays null; the client does not reconnect, the batches not yet
+        /// answered are discarded (<see cref="BatchesUnsentAtEnd"/>), and GetAction (GetActions),
+        /// EndEpisode and Flush go on without waiting, acting with the last models and recording
+        /// nothing. A multi-agent client's agents already mapped keep their module; a server that
+        /// maps with a function cannot map new ones any more (their GetActions throws TRAINING_DONE,
+        /// as any MAP_AGENTS then does).
+        /// </summary>
+        public TrainingSummary TrainingDone { get { return link.TrainingDone; } }
+
+        /// <summary>
+        /// Batches discarded because training was done before they were sent or answered (§6.6):
+        /// queued or in flight when it ended, cut afterwards, and the steps recorded but not cut
+        /// yet then (as one). 0 while training goes on.
+        /// </summary>
+        public int BatchesUnsentAtEnd { get { return link.BatchesUnsentAtEnd; } }
+
+        /// <summary>
+        /// The error that ended the link for good (the server could not be
+        /// reached again within ReconnectTimeoutSeconds; CLOSED once Dispose
+        /// was called); null while it lives. Every later call throws it.
+        /// </summary>
+        public TetherException FatalError { get { return fatal; } }
+
+        /// <summary>
+        /// Sends every complete step now and waits until the server has every batch (or <paramref name="seconds"/> pass).
+        /// Once training is done (<see cref="TrainingDone"/>) it returns at once: nothing is sent any more.
+        /// </summary>
+        public void Flush(double seconds = 60)
+        {
+            Poll();
+            SendBatch(false);  // (a cut, even of nothing: the held-back steps count anew)
+            if (!link.WaitIdle(seconds)) throw new TetherException(ErrorCode.Timeout, "the server at " + options.Address + " did not take every batch within " + seconds + " s (Flush)");
+            Sync();
+        }
+
+        /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
+        public void Dispose()
+        {
+            if (fatal == null) fatal = new TetherException(ErrorCode.Closed, "the client was disposed");
+            link.Dispose();
+            ReleaseModels();
+        }
+
+        // ---- what each client does its own way ---------------------------------------------
+
+        // Whether a SET_CONFIG has been applied.
+        internal abstract bool Configured { get; }
+
+        // Applies a connection's SET_CONFIG, and then its first state.
+        internal abstract void Connected(LinkEvent e);
+
+        // Swaps in the model(s) and weights version a SET_STATE brought.
+        internal abstract void Apply(PreparedState state);
+
+        // Stops recording these episodes: the rest of them is not sent (a refused batch's, or those of a
+        // batch the full queue dropped: the server never sees a fragment of an episode as if it were whole).
+        internal abstract void ForgetEpisodes(ICollection<string> episodeIds);
+
+        // The server took the batch: its steps count as sent.
+        internal abstract void Answered(Batch batch);
+
+        // The batch's arrays go back for reuse.
+        internal abstract void Recycle(Batch batch);
+
+        // The server's run is done (§6.6): what the episodes recorded and had not cut yet is let go, and
+        // they play on unrecorded. Returns whether such steps were let go (they count as one batch).
+        internal abstract bool StopRecording();
+
+        // Cuts every complete step into a batch and queues it. `sendEmpty`: sent even without records
+        // (held-back episodes made it due), for its answer.
+        internal abstract void SendBatch(bool sendEmpty);
+
+        // Releases the models (the link has stopped).
+        internal abstract void ReleaseModels();
+
+        // Called with the events about to be applied, before any is.
+        internal virtual void Taking(List<LinkEvent> events) { }
+
+        // ---- shared ---------------------------------------------------------------------------
+
+        // Connects and takes the handshake's events; on a failure, or without a SET_CONFIG (TRAINING_DONE when
+        // the server's run ended first), disposes of the client and throws.
+        internal void Open()
+        {
+            try
+            {
+                link.Start();
+                Sync();
+                if (!Configured)
+                {
+                    TrainingSummary done = link.TrainingDone;
+                    if (done != null)
+                    {
+                        throw new TetherException(ErrorCode.TrainingDone, "the server at " + options.Address + " ended its run (training is done: " +
+                                                  done + ") before the handshake finished");
+                    }
+                    throw new TetherException(ErrorCode.NotReady, "the server sent no configuration");
+                }
+            }
+            catch
+            {
+                Dispose();
+                throw;
+            }
+        }
+
+        // Takes the I/O thread's news when there is any, and raises the next error not raised yet.
+        internal void Poll()
+        {
+            if (link.EventsPending) TakeEvents();
+            RaisePending();
+        }
+
+        // Takes every event, then raises the next error not raised yet (a fatal one on every call).
+        internal void Sync()
+        {
+            TakeEvents();
+            RaisePending();
+        }
+
+        internal void RaisePending()
+        {
+            if (fatal != null) throw fatal;
+            if (errors.Count > 0) throw errors.Dequeue();
+        }
+
+        // Applies what the I/O thread reported, in order; errors wait for RaisePending.
+        internal void TakeEvents()
+        {
+            taken.Clear();
+            link.TakeEvents(taken);
+            if (taken.Count > 0) Taking(taken);
+            foreach (LinkEvent e in taken)
+            {
+                switch (e.Kind)
+                {
+                    case LinkEventKind.Connected:
+                        Connected(e);
+                        break;
+                    case LinkEventKind.State:
+                        connection = e.Connection;
+                        Apply(e.State);
+                        break;
+                    case LinkEventKind.Batch:
+                        if (e.Batch.Error != null)
+                        {
+                            errors.Enqueue(e.Batch.Error);
+                            ForgetEpisodes(e.Batch.EpisodeIds);
+                        }
+                        else
+                        {
+                            Answered(e.Batch);
+                        }
+                        Recycle(e.Batch);
+                        break;
+                    case LinkEventKind.Error:
+                        errors.Enqueue(e.Error);
+                        break;
+                    case LinkEventKind.Fatal:
+                        if (fatal == null) fatal = e.Error;
+                        break;
+                    case LinkEventKind.TrainingDone:
+                        ended = true;
+                        if (StopRecording()) link.CountUnsentAtEnd();
+                        break;
+                }
+            }
+            taken.Clear();
+        }
+
+        // Queues a cut batch, whose steps' versions are compared on this connection (§7.6); `sendEmpty`: sent
+        // even without records. Returns whether it was queued (else it is reused at once). A batch the
+        // full queue dropped is reused too, its episodes forgotten. `wait` (strict on-policy): waits for
+        // the server's answer, TIMEOUT after UpdateTimeoutSeconds.
+        internal bool Submit(Batch batch, bool sendEmpty, bool wait)
+        {
+            batch.VersionsConnection = connection;
+            batch.SendEmpty = sendEmpty;
+            bool queued = link.Submit(batch, dropped, droppedBatches);
+            // Batches dropped from the queue are no one else's: their arrays are reused.
+            foreach (Batch gone in droppedBatches) Recycle(gone);
+            droppedBatches.Clear();
+            if (dropped.Count > 0) ForgetEpisodes(dropped);
+            if (!queued)
+            {
+                Recycle(batch);
+                return false;
+            }
+            if (wait && !link.WaitFor(batch, options.UpdateTimeoutSeconds))
+            {
+                throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
+            }
+            return true;
+        }
+
+        // Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2).
+        internal int BatchSteps()
+        {
+            return Tether.Protocol.StepsPerBatch.Effective(link.StepsPerBatch, stepsPerSample);
+        }
+
+        // Whether a new training episode is recorded: with the probability record_share (§13.2), one
+        // draw per episode, for all its agents. At share 1 no number is drawn, so the actions sampled
+        // are those of a client without shares.
+        internal bool Records()
+        {
+            double share = link.RecordShare;
+            if (share >= 1.0 || rng.Uniform() < share) return true;
+            ++episodesHeldBack;
+            return false;
+        }
+    }
+}
