@@ -124,4 +124,5 @@ def test_hierarchy_reaches_the_goal_where_flat_ppo_does_not(tmp_path) -> None:
 
     result = bench("e2e_rooms.py", "--seed", "0")
     assert result["hierarchical_success"] >= 0.85, result
-    assert result["flat_success"] < 0.85, result
+    # (a clear margin, not two sides of one threshold: 0.906 against 0.0 with seed 0 here)
+    assert result["hierarchical_success"] >= result["flat_success"] + 0.3, result
