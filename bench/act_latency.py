@@ -82,7 +82,12 @@ steps in the 1 ms series, whole milliseconds), where batches come back for reuse
 ``sdk_csharp_batch256_sustained_us_p50`` / ``_us_p99`` / ``_ratio`` (against
 ``ort_csharp_batch256_sustained_paced_us_p50``) / ``_p99_vs_p50`` /
 ``_allocated_bytes_per_frame`` (cuts included) / ``_frame_interval_us`` /
-``_server_kept_up``. ``--no-csharp`` leaves them out.
+``_server_kept_up``. On the CNN server, with the model it serves: ``ort_csharp_cnn_us_p50`` /
+``_p99`` (``OnnxRuntimeBackend.Run`` on the image's bytes, a uint8 input bound once) against
+``sdk_csharp_cnn_us_p50`` / ``_p99`` (``TetherClient.GetAction`` on the same 84x84x4 images given as
+``byte[]``), ``--cnn-calls`` of each alternating in blocks of 10, the episode's steps sent between
+blocks as for C++, ``sdk_csharp_cnn_ratio`` (sdk / ort at p50; target at most 1.1) and
+``sdk_csharp_cnn_allocated_bytes_per_call``. ``--no-csharp`` leaves them all out.
 
 Prints one JSON object on stdout, e.g.::
 
@@ -180,8 +185,8 @@ def cnn_model(seed: int) -> bytes:
 
 
 def measure_cnn(args: argparse.Namespace, tmp: Path) -> dict:
-    """The CNN figures of the Python SDK and, unless ``--no-cpp``, of the C++ SDK, against one server
-    that serves Nature-CNN on 84x84x4 uint8 images."""
+    """The CNN figures of the Python SDK and, unless ``--no-cpp`` / ``--no-csharp``, of the C++ and C#
+    SDKs, against one server that serves Nature-CNN on 84x84x4 uint8 images."""
     port = free_port()
     space = {"type": "Box", "shape": CNN_IMAGE, "dtype": "uint8", "low": 0, "high": 255}
     server = spawn([
@@ -197,6 +202,8 @@ def measure_cnn(args: argparse.Namespace, tmp: Path) -> dict:
         result = measure_python_cnn(args, port)
         if not args.no_cpp:
             result.update(measure_cpp_cnn(args, tmp, port))
+        if not args.no_csharp:
+            result.update(measure_csharp_cnn(args, tmp, port))
     finally:
         stop(server, grace_s=10.0)
     return result
@@ -443,6 +450,35 @@ def measure_cpp_cnn(args: argparse.Namespace, tmp: Path, port: int) -> dict:
     if run_.returncode != 0:
         raise RuntimeError(f"act_latency_cpp (CNN) exited {run_.returncode}: {run_.stderr[-4000:]}")
     return json.loads(run_.stdout.strip().splitlines()[-1])
+
+
+def measure_csharp_cnn(args: argparse.Namespace, tmp: Path, port: int) -> dict:
+    """The C# SDK's CNN figures against the CNN server on `port`, with the model it serves: builds
+    sdk_csharp with mcs and runs its bench program's CNN series under mono."""
+    import onnxruntime as ort
+
+    build = subprocess.run(["bash", str(REPO_ROOT / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
+                           env={**os.environ, "TETHER_CSHARP_BUILD_DIR": str(CSHARP_BUILD)})
+    if build.returncode != 0:
+        sys.exit("act_latency.py: building sdk_csharp failed (bash sdk_csharp/scripts/build_and_test.sh --build-only); "
+                 "its last output:\n" + build.stdout[-4000:])
+    model = cnn_model(args.seed)
+    model_file = tmp / "cnn_policy_csharp.onnx"
+    model_file.write_bytes(model)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    env = dict(os.environ)
+    ort_lib = REPO_ROOT / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"
+    env["LD_LIBRARY_PATH"] = f"{ort_lib}:{env.get('LD_LIBRARY_PATH', '')}"
+    run_ = subprocess.run(["mono", "--optimize=all", str(CSHARP_PROGRAM),
+                           "--cnn-model", str(model_file), "--cnn-port", str(port), "--cnn-calls", str(args.cnn_calls),
+                           "--cnn-input-name", session.get_inputs()[0].name, "--cnn-output-name", session.get_outputs()[0].name,
+                           "--seed", str(args.seed)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=env)
+    if run_.returncode != 0:
+        raise RuntimeError(f"act_latency.exe (CNN) exited {run_.returncode}: {run_.stderr[-4000:]}")
+    lines = [line for line in run_.stdout.strip().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1])
 
 
 def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:

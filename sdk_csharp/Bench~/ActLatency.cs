@@ -3,6 +3,7 @@
 //
 //   mono act_latency.exe --model policy.onnx --port P --sending-port P [--calls N] [--warmup N] [--blocks N]
 //                        [--batch-calls N] [--frame-interval-us N] [--sustained-frame-interval-us N] [--seed N]
+//   mono act_latency.exe --cnn-model cnn.onnx --cnn-port P [--cnn-calls N] [--seed N]
 //
 // * ort_csharp_us_p50 / _p99: OnnxRuntimeBackend.Run on one observation: the
 //   P/Invoke into ONNX Runtime's C API (a run through a binding made once) and
@@ -39,7 +40,14 @@
 //   _p99_vs_p50, _allocated_bytes_per_frame (cuts included), _batches_dropped,
 //   _agent_steps_sent, _frame_interval_us and _server_kept_up (nothing dropped,
 //   at least 80 % of the timed agent steps answered).
-// Prints one JSON object on stdout.
+// * With --cnn-model FILE --cnn-port P [--cnn-calls N] [--cnn-input-name NAME] (and no --model):
+//   ort_csharp_cnn_us_p50 / _p99: OnnxRuntimeBackend.Run on one 84x84x4 uint8 image (the input
+//   bound once, the image's bytes copied into it) against sdk_csharp_cnn_us_p50 / _p99:
+//   TetherClient.GetAction on the same images given as byte[], against the server on P that serves
+//   the model; alternating in blocks of 10, the episode's steps sent between blocks (Flush,
+//   untimed), as in a long run. sdk_csharp_cnn_ratio: sdk / ort at p50;
+//   sdk_csharp_cnn_allocated_bytes_per_call: what the timed GetAction calls allocated.
+// Prints one JSON object on stdout (two without --cnn-model: the multi-agent and the single-agent figures).
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
@@ -173,9 +181,79 @@ namespace Tether.Bench
             run.Finish();
         }
 
+        // Images (a byte box, protocol 1.4): --cnn-calls bare OnnxRuntimeBackend.Run(byte[]) calls (the
+        // uint8 input bound once; the image is copied into it) against as many TetherClient.GetAction
+        // calls on the same 84x84x4 images given as byte[], against the server on `port` that serves the
+        // model, alternating in blocks of 10 after 50 warm-up calls of each. Between blocks the episode's
+        // steps are sent (Flush, untimed, then 20 ms for the server to store them), as a batch is cut in a
+        // long run, so each step is recorded into arrays that kept their capacity. One JSON object.
+        static string MeasureCnn(string modelFile, int port, int cnnCalls, ulong seed, string inputName, string outputName)
+        {
+            const int blockCalls = 10, images = 64;
+            using (var bare = new OnnxRuntimeBackend())
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = port, Seed = seed, ClientName = "bench-act-latency-csharp-cnn" }))
+            {
+                int size = client.ObservationSpace.FlatDim;
+                if (!client.ObservationSpace.IsBytes || size != 84 * 84 * 4) throw new InvalidOperationException("the CNN server's observation space is not an 84x84x4 byte box");
+                int actions = client.ActionSpace.DistInputsSize;
+                bare.Load(File.ReadAllBytes(modelFile), inputName, outputName);
+                if (!bare.InputIsBytes) throw new InvalidOperationException("the CNN model's input is not uint8");
+                var rng = new Rng(seed);
+                var pool = new byte[images][];
+                for (int i = 0; i < images; ++i)
+                {
+                    pool[i] = new byte[size];
+                    for (int j = 0; j < size; ++j) pool[i][j] = (byte)(rng.NextU64() & 0xff);
+                }
+                var output = new float[actions];
+                var action = new double[1];
+                string episode = client.StartEpisode();
+                var bareTicks = new List<long>(cnnCalls);
+                var sdkTicks = new List<long>(cnnCalls);
+                long allocated = 0;
+                int warmup = Math.Min(50, cnnCalls);
+                for (int done = -warmup; done < cnnCalls; done += blockCalls)
+                {
+                    int n = done < 0 ? warmup : Math.Min(blockCalls, cnnCalls - done);
+                    bool keep = done >= 0;
+                    for (int i = 0; i < n; ++i)
+                    {
+                        byte[] image = pool[(done + warmup + i) % images];
+                        long t0 = Stopwatch.GetTimestamp();
+                        bare.Run(image, 1, size, output, actions);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        if (keep) bareTicks.Add(t);
+                    }
+                    for (int i = 0; i < n; ++i)
+                    {
+                        byte[] image = pool[(done + warmup + i) % images];
+                        long bytes = GC.GetAllocatedBytesForCurrentThread();
+                        long t0 = Stopwatch.GetTimestamp();
+                        client.GetAction(episode, image, action);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - bytes;
+                        client.LogReturns(episode, 1.0);
+                        if (!keep) continue;
+                        sdkTicks.Add(t);
+                        allocated += spent;
+                    }
+                    client.Flush(60);
+                    System.Threading.Thread.Sleep(20);  // (the server stores the batch after answering)
+                    if (done < 0) done = -blockCalls;  // (the warm-up was one block)
+                }
+                double bareP50 = Percentile(bareTicks, 50), sdkP50 = Percentile(sdkTicks, 50);
+                return string.Format(CultureInfo.InvariantCulture,
+                    "{{\"ort_csharp_cnn_us_p50\": {0}, \"ort_csharp_cnn_us_p99\": {1}, \"sdk_csharp_cnn_us_p50\": {2}, \"sdk_csharp_cnn_us_p99\": {3}, " +
+                    "\"sdk_csharp_cnn_ratio\": {4}, \"sdk_csharp_cnn_calls\": {5}, \"sdk_csharp_cnn_allocated_bytes_per_call\": {6}, \"sdk_csharp_cnn_env_steps_sent\": {7}}}",
+                    bareP50, Percentile(bareTicks, 99), sdkP50, Percentile(sdkTicks, 99), bareP50 > 0 ? Math.Round(sdkP50 / bareP50, 3) : 0.0,
+                    sdkTicks.Count, Math.Round((double)allocated / Math.Max(1, sdkTicks.Count), 3), client.EnvStepsSent);
+            }
+        }
+
         static int Main(string[] argv)
         {
-            string model = null;
+            string model = null, cnnModel = null, cnnInputName = "onnx::Gemm_0", cnnOutputName = "action_dist_inputs";
+            int cnnPort = 0, cnnCalls = 300;
             int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50, batchCalls = 2000, frameIntervalUs = 1000, sustainedIntervalUs = 0;
             ulong seed = 0;
             for (int i = 0; i + 1 < argv.Length; i += 2)
@@ -184,6 +262,11 @@ namespace Tether.Bench
                 switch (argv[i])
                 {
                     case "--model": model = value; break;
+                    case "--cnn-model": cnnModel = value; break;
+                    case "--cnn-port": cnnPort = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--cnn-calls": cnnCalls = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
+                    case "--cnn-input-name": cnnInputName = value; break;
+                    case "--cnn-output-name": cnnOutputName = value; break;
                     case "--port": port = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--sending-port": sendingPort = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--alloc-warmup": allocWarmup = int.Parse(value, CultureInfo.InvariantCulture); break;
@@ -200,6 +283,16 @@ namespace Tether.Bench
                         Console.Error.WriteLine("act_latency: unknown flag " + argv[i]);
                         return 2;
                 }
+            }
+            if (cnnModel != null && model == null)
+            {
+                if (cnnPort == 0)
+                {
+                    Console.Error.WriteLine("act_latency: --cnn-model needs --cnn-port");
+                    return 2;
+                }
+                Console.WriteLine(MeasureCnn(cnnModel, cnnPort, cnnCalls, seed, cnnInputName, cnnOutputName));
+                return 0;
             }
             if (model == null || port == 0 || sendingPort == 0)
             {

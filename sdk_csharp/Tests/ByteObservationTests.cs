@@ -544,5 +544,44 @@ namespace Tether.Tests
                 Assert.That(last["episodes"][0]["obs"]["offset"], Is.Not.Null, "sent as tensors");
             }
         }
+
+        [Test]
+        public void GetActionOnRealSizeImagesAllocatesNothingInSteadyState()
+        {
+            // The same on 84x84x4 camera images (28,224 bytes a step) through a one-convolution model
+            // (data/make_image_policy_model.py): batches of 250 images (7 MB) cut, written and sent
+            // during the measured calls.
+            const int perSample = 250, size = 84 * 84 * 4;
+            var rng = new Random(3);
+            var images = new byte[8][];
+            for (int i = 0; i < images.Length; ++i)
+            {
+                images[i] = new byte[size];
+                rng.NextBytes(images[i]);
+            }
+            var server = new ScriptedServer(perSample) { PongVersion = "1.4" };
+            using (server)
+            {
+                server.Config["observation_space"] = Space.ByteBox(new long[] { 84, 84, 4 }).ToJson();
+                server.Config["action_space"] = Space.Discrete(6).ToJson();
+                server.Config["onnx_input_names"] = new JArray("obs");
+                server.ModelFile = OnnxCodec.Encode(File.ReadAllBytes(Path.Combine(DataDir, "policy_image_84x84x4.onnx")));
+                using (TetherClient client = TetherClient.Connect(server.Options(1)))
+                {
+                    Assert.That(client.ObservationSpace.FlatDim, Is.EqualTo(size));
+                    var action = new double[1];
+                    GetActionAllocations run = GetActionAllocations.Measure(client, 14, 4, (episode, e, t) => client.GetAction(episode, images[(e + t) % images.Length], action),
+                                                                            (episode, e) => client.EndEpisode(episode, images[e % images.Length]));
+                    Console.WriteLine("[ allocations ] " + run.Allocating + " of " + run.Calls + " GetAction(byte[84x84x4]) calls allocated (" + run.Bytes + " bytes) while " +
+                                      run.Sent + " steps were sent");
+                    Assert.That(action[0], Is.InRange(0, 5));
+                    Assert.That(run.Sent, Is.GreaterThanOrEqualTo(run.Calls - perSample));
+                    Assert.That(run.Bytes, Is.EqualTo(0));
+                }
+                JObject last = server.Received("EPISODES_AND_GET_STATE").Last();
+                Assert.That(last["episodes"][0]["obs"]["offset"], Is.Not.Null, "sent as tensors");
+                Assert.That(server.AttachmentOf(last).Length, Is.GreaterThanOrEqualTo(size), "the images travel in the attachment");
+            }
+        }
     }
 }

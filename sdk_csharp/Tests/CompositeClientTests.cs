@@ -1,6 +1,7 @@
 // The single-agent client on a Dict observation with an action mask (protocol 1.4): leaves in,
 // one model input per leaf, masked sampling, per-leaf records on the wire.
 using System;
+using System.Collections.Generic;
 using System.IO;
 using System.Linq;
 using Newtonsoft.Json.Linq;
@@ -173,6 +174,139 @@ namespace Tether.Tests
                 Console.WriteLine("[ allocations ] " + calls + " GetAction(ObservationLeaves) calls allocated " + bytes + " bytes; " + client.EnvStepsSent + " steps sent");
                 Assert.That(client.EnvStepsSent, Is.GreaterThan(4000));
                 Assert.That(bytes, Is.EqualTo(0));
+            }
+        }
+
+        // ---- multi-agent: a masked Dict module per agent ------------------------------------------
+
+        // Modules "masked" (the Dict above, masked by "action_mask") for the agents m_*, and "solo"
+        // (Box [4], Discrete(2)) for a_*.
+        static ScriptedServer MaskedModuleServer(int envStepsPerSample)
+        {
+            JObject reference = Reference;
+            ScriptedServer server = ScriptedServer.Plain(envStepsPerSample);
+            server.PongVersion = "1.4";
+            var masked = new JObject { { "observation_space", reference["observation_space"] }, { "action_space", Space.Discrete(3).ToJson() },
+                                       { "action_mask", "action_mask" }, { "onnx_input_names", reference["inputs"] },
+                                       { "onnx_output_names", new JArray("action_dist_inputs") } };
+            ((JObject)server.Config["modules"]).Add("masked", masked);
+            server.Config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"m_*\", \"module\": \"masked\"}, {\"pattern\": \"a_*\", \"module\": \"solo\"}]");
+            server.ModuleFiles = new Dictionary<string, string>
+            {
+                { "masked", OnnxCodec.Encode(File.ReadAllBytes(Path.Combine(ScriptedServer.Repo, "sdk_cpp/tests/data", (string)reference["model"]))) },
+                { "solo", server.ModelFile }, { "lifter", server.GroupModelFile },
+            };
+            return server;
+        }
+
+        static int AgentStepsReceived(ScriptedServer server)
+        {
+            var specs = new Dictionary<string, ModuleSpec>();
+            foreach (JProperty m in ((JObject)server.Config["modules"]).Properties()) specs[m.Name] = ModuleSpec.FromJson(m.Name, m.Value);
+            int agentSteps = 0;
+            foreach (JObject batch in server.Received("EPISODES").Concat(server.Received("EPISODES_AND_GET_STATE")))
+            {
+                byte[] attachment = server.AttachmentOf(batch);
+                var records = (JArray)batch["episodes"];
+                // (what the server would refuse throws, masks and actions under them included)
+                for (int i = 0; i < records.Count; ++i) agentSteps += EpisodeRecords.ValidateMultiAgentRecord(records[i], i, specs, true, attachment);
+            }
+            return agentSteps;
+        }
+
+        [TestCase(ErrorCode.InvalidActionMask)]
+        [TestCase(ErrorCode.ActionMaskEmpty)]
+        [TestCase(ErrorCode.ObsDtypeMismatch)]
+        public void AMultiAgentMaskOrByteLeafThatCannotBeActedOnIsRefusedAtTheCallWithNothingRecorded(ErrorCode code)
+        {
+            float[] bad = { 1, 0, 1, 0.5f, 0, 1, 0, 7, 200 };
+            if (code == ErrorCode.InvalidActionMask) bad[1] = 0.5f;
+            if (code == ErrorCode.ActionMaskEmpty) bad[0] = bad[2] = 0;
+            if (code == ErrorCode.ObsDtypeMismatch) bad[8] = 256;
+            using (ScriptedServer server = MaskedModuleServer(1000))
+            using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(5)))
+            {
+                Assert.That(client.Modules["masked"].ActionMask.Leaf, Is.EqualTo("action_mask"));
+                var frame = new AgentFrame();
+                string episode = client.StartEpisode();
+                float[] good = { 0, 1, 1, 0.5f, 0, 1, 0, 7, 200 };
+                frame.Add("m_1", good);
+                frame.Add("a_1", new float[] { 0.5f, -0.25f, 0, 1 });
+                client.GetActions(episode, frame);
+                Assert.That(frame.DiscreteAction(0), Is.Not.EqualTo(0), "a masked action was drawn");
+                client.LogReturns(episode, "m_1", 1.0);
+                client.LogReturns(episode, "a_1", 1.0);
+                frame.Clear();
+                frame.Add("a_1", new float[] { 0.5f, -0.25f, 0, 1 });  // (an agent of another module, in the frame first)
+                frame.Add("m_1", bad);
+                var e = Assert.Throws<TetherException>(() => client.GetActions(episode, frame));
+                Assert.That(e.Code, Is.EqualTo(code));
+                Assert.That(e.Message, Is.StringContaining("agent 'm_1'"));
+                // The agent keeps its place: the next frame acts, and its final mask may allow nothing.
+                frame.Clear();
+                frame.Add("m_1", good);
+                frame.Add("a_1", new float[] { 0.5f, -0.25f, 0, 1 });
+                client.GetActions(episode, frame);
+                client.LogReturns(episode, "m_1", 1.0);
+                client.LogReturns(episode, "a_1", 1.0);
+                frame.Clear();
+                frame.Add("m_1", new float[] { 0, 0, 0, 1, 1, 1, 1, 9, 9 });
+                frame.Add("a_1", new float[4]);
+                client.EndEpisode(episode, frame);
+                client.Flush(10);
+                Assert.That(AgentStepsReceived(server), Is.EqualTo(4), "two frames of two agents; nothing of the refused frame");
+            }
+        }
+
+        [Test]
+        public void AMultiAgentFrameActsOnlyWhereTheMaskAllowsAndChecksEveryFrameWithoutAllocating()
+        {
+            using (ScriptedServer server = MaskedModuleServer(200))
+            using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(9)))
+            {
+                string[] ids = { "m_0", "m_1", "m_2", "a_0" };
+                float[][] observations =
+                {
+                    new float[] { 0, 0, 1, 0.5f, 0, 1, 0, 7, 200 },   // only action 2
+                    new float[] { 1, 0, 0, 0, 1, 1, 0, 31, 4 },       // only action 0
+                    new float[] { 1, 1, 0, 1, 1, 1, 1, 0, 255 },      // 0 or 1
+                    new float[] { 0.5f, -0.25f, 0, 1 },
+                };
+                var frame = new AgentFrame();
+                long bytes = 0, sentBefore = 0;
+                int frames = 0;
+                for (int e = 0; e < 30; ++e)
+                {
+                    string episode = client.StartEpisode();
+                    for (int t = 0; t < 25; ++t)
+                    {
+                        bool measure = e >= 8;
+                        if (e == 8 && t == 0) sentBefore = client.AgentStepsSent;
+                        frame.Clear();
+                        for (int i = 0; i < ids.Length; ++i) frame.Add(ids[i], observations[i]);
+                        long before = GC.GetAllocatedBytesForCurrentThread();
+                        client.GetActions(episode, frame);
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - before;
+                        Assert.That(frame.DiscreteAction(0), Is.EqualTo(2));
+                        Assert.That(frame.DiscreteAction(1), Is.EqualTo(0));
+                        Assert.That(frame.DiscreteAction(2), Is.Not.EqualTo(2));
+                        for (int i = 0; i < ids.Length; ++i) client.LogReturns(episode, ids[i], 1.0);
+                        if (measure)
+                        {
+                            bytes += spent;
+                            ++frames;
+                        }
+                        DateTime deadline = DateTime.UtcNow.AddSeconds(5);
+                        while (client.Sending && DateTime.UtcNow < deadline) System.Threading.Thread.Sleep(1);
+                    }
+                    client.EndEpisode(episode);
+                }
+                long sent = client.AgentStepsSent - sentBefore;
+                Console.WriteLine("[ allocations ] " + bytes + " bytes over " + frames + " masked multi-agent frames while " + sent + " agent steps were sent");
+                Assert.That(sent, Is.GreaterThan(frames * ids.Length / 2));
+                Assert.That(bytes, Is.EqualTo(0));
+                client.Flush(10);
+                Assert.That(AgentStepsReceived(server), Is.EqualTo(30 * 25 * ids.Length));
             }
         }
     }

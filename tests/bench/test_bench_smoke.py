@@ -33,9 +33,11 @@ def test_act_latency_keys() -> None:
     assert result["same_model_as_server"] is True
     assert "sdk_cpp_us_p50" not in result
     # The C# SDK's figures (mono, the same model and servers).
-    for key in ("ort_csharp_us_p50", "sdk_csharp_us_p50", "sdk_csharp_us_p99"):
+    for key in ("ort_csharp_us_p50", "sdk_csharp_us_p50", "sdk_csharp_us_p99", "ort_csharp_cnn_us_p50",
+                "sdk_csharp_cnn_us_p50", "sdk_csharp_cnn_ratio"):
         assert result[key] > 0, (key, result)
     assert result["sdk_csharp_us_p50"] >= result["ort_csharp_us_p50"] * 0.5  # the SDK runs the model: not less than it
+    assert result["sdk_csharp_cnn_us_p50"] >= result["ort_csharp_cnn_us_p50"] * 0.5
     assert result["sdk_csharp_alloc_env_steps_sent"] > 0  # batches were cut while allocations were counted
     assert result["sdk_csharp_allocated_bytes_per_call"] >= 0
 

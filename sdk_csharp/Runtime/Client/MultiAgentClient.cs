@@ -417,7 +417,10 @@ namespace Tether.Client
         /// left, a group with members missing, a wrong observation size),
         /// NON_FINITE_VALUE, OBS_DTYPE_MISMATCH (a value that is not an integer 0-255
         /// for a module whose observation space is a byte box, protocol 1.4: add
-        /// images with AgentFrame.Add(id, byte[])), UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
+        /// images with AgentFrame.Add(id, byte[]), or for a byte leaf of a Dict or Tuple module),
+        /// INVALID_ACTION_MASK / ACTION_MASK_EMPTY (a module with an action mask, protocol 1.4 §11.6:
+        /// a mask value other than 0 and 1, or a mask allowing no action; checked per agent before
+        /// anything is recorded or sampled), UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
         /// NOT_READY (a module without a model), INFERENCE_FAILED, or an error
         /// the server sent for an earlier batch (once).
         /// </summary>
@@ -1045,19 +1048,26 @@ namespace Tether.Client
                 }
             }
             if (frame.FirstNonByte >= 0) CheckByteBoxes(frame);
-            CheckCompositeRows(frame);
+            CheckCompositeRows(frame, !ending);
         }
 
         // A Dict or Tuple module's flat rows (1.4, §8.6): its byte leaves take the integers 0-255 only,
-        // refused before anything of the frame is recorded (the writer could not send them).
-        void CheckCompositeRows(AgentFrame frame)
+        // and (acting: not a final observation) its action mask (§11.6) must hold only 0 and 1
+        // (INVALID_ACTION_MASK) and allow an action (ACTION_MASK_EMPTY); refused before anything of the
+        // frame is recorded or sampled. The message is built only for a refusal (no allocation per frame).
+        void CheckCompositeRows(AgentFrame frame, bool acting)
         {
             for (int s = 0; s < slotCount; ++s)
             {
                 Slot slot = slots[s];
-                if (slot.Module == null || slot.Group >= 0 || !slot.Module.Spec.ObservationSpace.IsComposite) continue;
-                ObservationRows.Check(slot.Module.Spec.ObservationSpace, null, frame.ObsValues, frame.ObsOffsets[slot.FrameIndex],
-                                      "agent '" + frame.AgentId(slot.FrameIndex) + "': observation", false);
+                if (slot.Module == null || slot.Group >= 0) continue;
+                ModuleSpec spec = slot.Module.Spec;
+                Space space = spec.ObservationSpace;
+                if (!space.IsComposite) continue;
+                float[] values = frame.ObsValues;
+                int offset = frame.ObsOffsets[slot.FrameIndex];
+                if (ObservationRows.Accepts(space, spec.ActionMask, values, offset, acting)) continue;
+                ObservationRows.Check(space, spec.ActionMask, values, offset, "agent '" + frame.AgentId(slot.FrameIndex) + "': observation", acting);
             }
         }
 

@@ -23,12 +23,52 @@ namespace Tether.Client
     /// </summary>
     public sealed class TetherClient : ClientBase
     {
+        // An episode's observation rows not cut yet: a float array written in place (an image's bytes
+        // are widened in one loop, not value by value through a list).
+        sealed class ObsBuffer
+        {
+            public float[] Items = new float[0];
+            public int Count;
+
+            public void Clear() { Count = 0; }
+
+            void Reserve(int n)
+            {
+                if (Items.Length < n) Array.Resize(ref Items, Math.Max(n, 2 * Items.Length));
+            }
+
+            public void Add(float[] values, byte[] bytes, int n)
+            {
+                Reserve(Count + n);
+                float[] items = Items;
+                int at = Count;
+                if (values != null) Array.Copy(values, 0, items, at, n);
+                else for (int i = 0; i < n; ++i) items[at + i] = bytes[i];
+                Count = at + n;
+            }
+
+            public void RemoveLast(int n) { Count -= n; }
+
+            public void RemoveFirst(int n)
+            {
+                Array.Copy(Items, n, Items, 0, Count - n);
+                Count -= n;
+            }
+
+            public void CopyPrefix(int n, List<float> to)
+            {
+                if (to.Capacity < to.Count + n) to.Capacity = Math.Max(to.Count + n, 2 * to.Capacity);
+                float[] items = Items;
+                for (int i = 0; i < n; ++i) to.Add(items[i]);
+            }
+        }
+
         sealed class Episode
         {
             public string Id;
             public bool Training;  // recorded and sent
             public bool HeldBack;  // a training episode not recorded (record_share, §13.2): played, never sent
-            public readonly List<float> Obs = new List<float>();
+            public readonly ObsBuffer Obs = new ObsBuffer();
             public readonly List<double> Actions = new List<double>();
             public readonly List<float> Rewards = new List<float>();
             public readonly List<double> Logp = new List<double>();
@@ -204,11 +244,9 @@ namespace Tether.Client
             }
         }
 
-        static void AddObservation(List<float> into, float[] values, byte[] bytes, int n)
+        static void AddObservation(ObsBuffer into, float[] values, byte[] bytes, int n)
         {
-            if (into.Capacity < into.Count + n) into.Capacity = Math.Max(into.Count + n, 2 * into.Capacity);
-            if (values != null) for (int i = 0; i < n; ++i) into.Add(values[i]);
-            else for (int i = 0; i < n; ++i) into.Add(bytes[i]);
+            into.Add(values, bytes, n);
         }
 
         // The model's dist inputs for one observation: bytes go as they are to a backend that takes them.
@@ -303,7 +341,7 @@ namespace Tether.Client
                     // steps were dropped meanwhile: a new connection's other spaces, §6.5.)
                     if (episode.Training && episode.ObsRows > episode.ActionRows)
                     {
-                        episode.Obs.RemoveRange(episode.Obs.Count - obsDim, obsDim);
+                        episode.Obs.RemoveLast(obsDim);
                         --episode.ObsRows;
                     }
                 }
@@ -495,7 +533,7 @@ namespace Tether.Client
             int obsDim = ObservationSpace.FlatDim, actDim = ActionSpace.FlatDim, distDim = ActionSpace.DistInputsSize;
             EpisodeChunk chunk = spareChunks.Count > 0 ? spareChunks.Pop() : new EpisodeChunk();
             chunk.EpisodeId = episode.Id;
-            CopyPrefix(episode.Obs, (k + 1) * obsDim, chunk.Obs);
+            episode.Obs.CopyPrefix((k + 1) * obsDim, chunk.Obs);
             CopyPrefix(episode.Actions, k * actDim, chunk.Actions);
             CopyPrefix(episode.Rewards, k, chunk.Rewards);
             CopyPrefix(episode.Logp, k, chunk.ActionLogp);
@@ -518,7 +556,7 @@ namespace Tether.Client
             {
                 CopyPrefix(episode.Versions, k, chunk.StepVersions);  // (into a reused list: cutting allocates nothing)
             }
-            episode.Obs.RemoveRange(0, k * obsDim);
+            episode.Obs.RemoveFirst(k * obsDim);
             episode.Actions.RemoveRange(0, k * actDim);
             episode.Rewards.RemoveRange(0, k);
             episode.Logp.RemoveRange(0, k);

@@ -97,6 +97,28 @@ namespace Tether.Protocol
         /// </summary>
         public void CheckRow(float[] row, int rowOffset, string what) { CheckAt(row, null, rowOffset + Offset, what); }
 
+        /// <summary>
+        /// Whether <see cref="CheckRow"/> would accept the mask inside the flat observation row at
+        /// <paramref name="rowOffset"/> of <paramref name="row"/>: every value 0 or 1 and some action
+        /// allowed (for MultiDiscrete: for every entry). Allocates nothing.
+        /// </summary>
+        public bool AcceptsRow(float[] row, int rowOffset)
+        {
+            int at = rowOffset + Offset;
+            for (int i = 0; i < Size; ++i)
+            {
+                float v = row[at + i];
+                if (v != 0 && v != 1) return false;
+            }
+            for (int s = 0; s < segmentStart.Length; ++s)
+            {
+                bool any = false;
+                for (int i = 0; i < segmentCount[s] && !any; ++i) any = row[at + segmentStart[s] + i] == 1;
+                if (!any) return false;
+            }
+            return true;
+        }
+
         /// <summary><see cref="CheckRow"/> of a mask held as doubles, <see cref="Size"/> values at <paramref name="at"/>.</summary>
         public void Check(IList<double> mask, int at, string what) { CheckAt(null, mask, at, what); }
 

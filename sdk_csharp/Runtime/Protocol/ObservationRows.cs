@@ -38,6 +38,43 @@ namespace Tether.Protocol
             if (mask != null && acting) mask.CheckRow(row, offset, what);
         }
 
+        /// <summary>
+        /// Whether <see cref="Check"/> would accept the row (the same arguments, no message): lets a caller
+        /// build its message only when it refuses. Allocates nothing.
+        /// </summary>
+        public static bool Accepts(Space space, ActionMask mask, float[] row, int offset, bool acting)
+        {
+            int n = space.FlatDim;
+            for (int i = 0; i < n; ++i)
+            {
+                float v = row[offset + i];
+                if (float.IsNaN(v) || float.IsInfinity(v)) return false;
+            }
+            if (space.IsComposite)
+            {
+                var leaves = space.Leaves;
+                for (int l = 0; l < leaves.Count; ++l)
+                {
+                    SpaceLeaf leaf = leaves[l];
+                    if (leaf.IsBytes && !AreBytes(row, offset + leaf.Offset, leaf.Size)) return false;
+                }
+            }
+            else if (space.IsBytes && !AreBytes(row, offset, n))
+            {
+                return false;
+            }
+            return mask == null || !acting || mask.AcceptsRow(row, offset);
+        }
+
+        static bool AreBytes(float[] row, int at, int n)
+        {
+            for (int i = 0; i < n; ++i)
+            {
+                if (!EpisodeRecords.IsByteValue(row[at + i])) return false;
+            }
+            return true;
+        }
+
         static void CheckBytes(float[] row, int at, int n, Space space, int flatAt, string what)
         {
             for (int i = 0; i < n; ++i)
