@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "rows.h"
 #include "tether/observation_leaves.h"
@@ -31,79 +30,15 @@ Status check_row(const LinkConfig& config, const float* obs, std::size_t size, c
 
 }  // namespace
 
-TetherClient::TetherClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
-  std::uint64_t seed = 0;
-  if (options_.seed) {
-    seed = *options_.seed;
-  } else {
-    std::random_device device;
-    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
-  }
-  rng_.reseed(seed);
-}
+TetherClient::TetherClient(ClientOptions options) : ClientBase(std::move(options)) {}
 
 Result<std::unique_ptr<TetherClient>> TetherClient::connect(ClientOptions options) {
-  if (!options.backend_factory) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "ClientOptions.backend_factory is required (e.g. make an OnnxRuntimeBackend)");
-  }
-  if (options.max_queued_batches < 1) {
-    return Status(ErrorCode::kInvalidArgument, "ClientOptions.max_queued_batches must be >= 1");
-  }
-  auto client = std::make_unique<TetherClient>(ConstructionKey(), std::move(options));
-  LinkOptions link;
-  const ClientOptions& o = client->options_;
-  link.host = o.host;
-  link.port = o.port;
-  link.client_name = o.client_name;
-  link.auth_token = o.auth_token;
-  link.connect_timeout_s = o.connect_timeout_s;
-  link.response_timeout_s = o.response_timeout_s;
-  link.update_timeout_s = o.update_timeout_s;
-  link.reconnect_timeout_s = o.reconnect_timeout_s;
-  link.max_queued_steps = o.max_queued_steps;
-  link.max_queued_batches = o.max_queued_batches;
-  link.max_frame_bytes = o.max_frame_bytes;
-  link.backend_factory = o.backend_factory;
-  client->link_ = std::make_unique<ServerLink>(std::move(link));
-  Status started = client->link_->start();
-  if (!started.ok()) return started;
-  client->sync();
-  if (!client->config_) {
-    return client->fatal_.ok() ? Status(ErrorCode::kConnectionFailed, "no connection was made") : client->fatal_;
-  }
-  return client;
+  return connect_as<TetherClient>(std::move(options), /*multi_agent=*/false);
 }
 
 TetherClient::~TetherClient() { close(); }
 
-void TetherClient::close() {
-  if (link_) link_->close();
-}
-
-bool TetherClient::waits_for_weights() const noexcept {
-  if (!config_ || !config_->force_on_policy) return false;
-  if (options_.wait_for_weights) return *options_.wait_for_weights;
-  return !config_->announces_version;  // a plain RLlink v1 server (RLlib's)
-}
-
 // -- events from the I/O thread ------------------------------------------------------------
-
-void TetherClient::report(Status status) {
-  last_error_ = status;
-  errors_.push_back(std::move(status));
-  while (errors_.size() > 256) errors_.pop_front();  // an engine that never reads them keeps the newest
-}
-
-Status TetherClient::take_error() {
-  if (link_ && link_->events_pending()) sync();
-  return detail::take_oldest(errors_);
-}
-
-// What a call returns instead of doing its work: the fatal status, or else the
-// oldest error no call returned yet (each is returned once, as the Python and
-// C# SDKs raise it from the next call), or ok.
-Status TetherClient::pending_status() { return fatal_.ok() ? detail::take_oldest(errors_) : fatal_; }
 
 void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq,
                                 std::int64_t connection) {
@@ -119,70 +54,42 @@ void TetherClient::apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optio
   }
 }
 
-void TetherClient::sync() {
-  link_->take_events(event_buffer_);
-  for (LinkEvent& event : event_buffer_) {
-    switch (event.kind) {
-      case LinkEvent::Kind::kConnected: {
-        // A new connection's server may describe other spaces (§6.5; dtype aside).
-        const bool spaces_changed =
-            config_ && (!(config_->observation_space == event.config->observation_space) ||
-                        !(config_->action_space == event.config->action_space));
-        config_ = event.config;
-        connection_ = event.connection;
-        const nlohmann::json& info = config_->server_info;
-        auto version = info.find("protocol_version");
-        raw_box_samples_ = server_takes_raw_box_samples(
-            version != info.end() && version->is_string() ? version->get<std::string>() : std::string());
-        dist_buffer_.resize(config_->action_space.dist_inputs_size());
-        record_action_buffer_.resize(config_->action_space.flat_dim());
-        env_action_buffer_.resize(config_->action_space.flat_dim());
-        leaf_row_.resize(config_->observation_space.flat_dim());
-        if (spaces_changed) drop_for_new_spaces();
-        apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
-        break;
-      }
-      case LinkEvent::Kind::kState:
-        apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
-        break;
-      case LinkEvent::Kind::kBatch:
-        if (!event.batch->error.ok()) {
-          report(event.batch->error);
-          // The rest of a refused batch's episodes is not sent either: the server
-          // must not take a fragment for a whole episode.
-          std::set<std::string> ids(event.batch->episode_ids.begin(), event.batch->episode_ids.end());
-          finished_.erase(std::remove_if(finished_.begin(), finished_.end(),
-                                         [&](const Episode& e) { return ids.count(e.id) != 0; }),
-                          finished_.end());
-          forget_episodes(ids);
-        } else {
-          env_steps_sent_ += event.batch->env_steps;
-        }
-        break;
-      case LinkEvent::Kind::kError:
-        report(std::move(event.status));
-        break;
-      case LinkEvent::Kind::kFatal:
-        if (fatal_.ok()) {
-          fatal_ = event.status;
-          last_error_ = fatal_;
-        }
-        break;
-      case LinkEvent::Kind::kTrainingDone:
-        end_training();
-        break;
-      case LinkEvent::Kind::kRecordsBuilt:
-        break;  // (multi-agent batches only)
-    }
+void TetherClient::on_connected(LinkEvent& event) {
+  // A new connection's server may describe other spaces (§6.5; dtype aside).
+  const bool spaces_changed =
+      config_ && (!(config_->observation_space == event.config->observation_space) ||
+                  !(config_->action_space == event.config->action_space));
+  take_connection(event);
+  dist_buffer_.resize(config_->action_space.dist_inputs_size());
+  record_action_buffer_.resize(config_->action_space.flat_dim());
+  env_action_buffer_.resize(config_->action_space.flat_dim());
+  leaf_row_.resize(config_->observation_space.flat_dim());
+  if (spaces_changed) drop_for_new_spaces();
+  apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
+}
+
+void TetherClient::on_state(LinkEvent& event) {
+  apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
+}
+
+void TetherClient::on_batch_done(LinkEvent& event) {
+  if (!event.batch->error.ok()) {
+    report(event.batch->error);
+    // The rest of a refused batch's episodes is not sent either: the server
+    // must not take a fragment for a whole episode.
+    std::set<std::string> ids(event.batch->episode_ids.begin(), event.batch->episode_ids.end());
+    finished_.erase(std::remove_if(finished_.begin(), finished_.end(),
+                                   [&](const Episode& e) { return ids.count(e.id) != 0; }),
+                    finished_.end());
+    forget_episodes(ids);
+  } else {
+    env_steps_sent_ += event.batch->env_steps;
   }
-  event_buffer_.clear();
 }
 
 void TetherClient::end_training() {
   // The server's run is done (§6.6): the steps recorded and not cut yet are
   // let go (counted as one batch), and every episode plays on unrecorded.
-  if (ended_) return;
-  ended_ = true;
   const bool unsent = pending_steps_ > 0 || !finished_.empty();
   for (Episode& episode : finished_) recycle(std::move(episode));
   finished_.clear();
@@ -261,29 +168,19 @@ void TetherClient::recount_pending() {
 // -- the episode API -------------------------------------------------------------------------
 
 Result<std::string> TetherClient::start_episode(const std::string& episode_id, bool training_enabled) {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
-  if (!pending.ok()) return pending;
-  std::string id = episode_id.empty() ? detail::random_hex_id(rng_) : episode_id;
-  if (episodes_.count(id) != 0) {
-    return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
-  }
+  Result<std::string> named =
+      new_episode_id(episode_id, [this](const std::string& id) { return episodes_.count(id) != 0; });
+  if (!named.ok()) return named;
+  std::string id = std::move(named).value();
   Episode& episode = episodes_[id];
   if (!spare_.empty()) {
     episode = std::move(spare_.back());  // cleared arrays that keep their capacity
     spare_.pop_back();
   }
-  // Holding back (§13.2): recorded with probability record_share. At 1 no
-  // number is drawn, so the client's draws are those of a client without it.
-  // Once training is done (§6.6) no episode is recorded (nor held back: nothing is sent).
-  training_enabled = training_enabled && !ended_;
-  bool recorded = training_enabled;
-  const double share = link_->record_share();
-  if (training_enabled && share < 1.0) recorded = rng_.uniform() < share;
+  const Recording recording = new_episode_recording(training_enabled);
   episode.id = id;
-  episode.training = recorded;
-  episode.held_back = training_enabled && !recorded;
-  if (episode.held_back) ++episodes_held_back_;
+  episode.training = recording.recorded;
+  episode.held_back = recording.held_back;
   episode.steps.episode_id = id;
   return id;
 }
@@ -302,8 +199,7 @@ std::size_t TetherClient::sendable_steps(const Episode& current) const {
 
 Status TetherClient::get_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                 double* action, std::size_t action_size) {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
+  Status pending = catch_up();
   if (!pending.ok()) return pending;
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
@@ -579,8 +475,7 @@ void TetherClient::send_batch(bool even_empty) {
 }
 
 Status TetherClient::flush() {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
+  Status pending = catch_up();
   if (!pending.ok()) return pending;
   if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();

@@ -28,6 +28,25 @@ Status check_sizes(const Space& space, std::size_t n_inputs, std::size_t action_
   return Status::Ok();
 }
 
+// What a Dict or Tuple space gets where an action space is needed.
+Status not_an_action_space() {
+  return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
+}
+
+// A Box action's value `j` clipped into the box, as the float32 the engine gets.
+double clip_to_box(const Space& space, std::size_t j, double value) {
+  return static_cast<double>(static_cast<float>(std::min(std::max(value, space.low()[j]), space.high()[j])));
+}
+
+// What every function of an action's distribution checks first: the sizes,
+// and that the space can be an action space at all.
+Status check_action_space(const Space& space, std::size_t n_inputs, std::size_t action_size) {
+  Status status = check_sizes(space, n_inputs, action_size);
+  if (!status.ok()) return status;
+  if (space.is_composite()) return not_an_action_space();
+  return Status::Ok();
+}
+
 template <class T>
 double categorical_logp(const T* logits, std::size_t n, std::size_t index) {
   double top = static_cast<double>(logits[0]);
@@ -133,15 +152,45 @@ bool discrete_index(double value, std::int64_t offset, std::int64_t n, std::size
   return true;
 }
 
+// A Discrete action drawn from its logits (its log-probability in `logp`).
+template <class T>
+double discrete_sample(const Space& space, const T* inputs, Rng& rng, double* logp) {
+  const std::size_t index = categorical_sample(inputs, static_cast<std::size_t>(space.n()), rng, logp);
+  return static_cast<double>(static_cast<std::int64_t>(index) + space.start());
+}
+
+// A MultiDiscrete action drawn, each value from its own logits; returns its log-probability.
+template <class T>
+double multi_discrete_sample(const Space& space, const T* inputs, Rng& rng, double* action) {
+  double total = 0.0;
+  std::size_t offset = 0;
+  for (std::size_t d = 0; d < space.nvec().size(); ++d) {
+    const auto n = static_cast<std::size_t>(space.nvec()[d]);
+    double lp = 0.0;
+    action[d] = static_cast<double>(categorical_sample(inputs + offset, n, rng, &lp));
+    total += lp;
+    offset += n;
+  }
+  return total;
+}
+
+// A Box action of `k` values drawn from its diagonal Gaussian.
+template <class T>
+void gaussian_sample(const T* inputs, std::size_t k, Rng& rng, double* action) {
+  for (std::size_t j = 0; j < k; ++j) {
+    const double mean = static_cast<double>(inputs[j]);
+    const double std_dev = std::exp(static_cast<double>(inputs[k + j]));
+    // The density is taken at the float32 value that is recorded and sent.
+    action[j] = static_cast<double>(static_cast<float>(mean + std_dev * rng.normal()));
+  }
+}
+
 template <class T>
 Result<double> log_prob_impl(const Space& space, const T* inputs, std::size_t n_inputs, const double* action,
                              std::size_t action_size) {
-  Status status = check_sizes(space, n_inputs, action_size);
+  Status status = check_action_space(space, n_inputs, action_size);
   if (!status.ok()) return status;
   switch (space.kind()) {
-    case SpaceKind::kDict:
-    case SpaceKind::kTuple:
-      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
     case SpaceKind::kDiscrete: {
       std::size_t index = 0;
       if (!discrete_index(action[0], space.start(), space.n(), &index)) {
@@ -167,6 +216,9 @@ Result<double> log_prob_impl(const Space& space, const T* inputs, std::size_t n_
     }
     case SpaceKind::kBox:
       return gaussian_logp(inputs, space.flat_dim(), action);
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      break;  // (refused by check_action_space)
   }
   return Result<double>(ErrorCode::kInvalidArgument, "unknown space");
 }
@@ -174,41 +226,24 @@ Result<double> log_prob_impl(const Space& space, const T* inputs, std::size_t n_
 template <class T>
 Status sample_impl(const Space& space, const T* inputs, std::size_t n_inputs, Rng& rng, double* action,
                    std::size_t action_size, double* logp) {
-  Status status = check_sizes(space, n_inputs, action_size);
+  Status status = check_action_space(space, n_inputs, action_size);
   if (!status.ok()) return status;
   switch (space.kind()) {
-    case SpaceKind::kDict:
-    case SpaceKind::kTuple:
-      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
-    case SpaceKind::kDiscrete: {
-      const std::size_t index = categorical_sample(inputs, static_cast<std::size_t>(space.n()), rng, logp);
-      action[0] = static_cast<double>(static_cast<std::int64_t>(index) + space.start());
+    case SpaceKind::kDiscrete:
+      action[0] = discrete_sample(space, inputs, rng, logp);
       return Status::Ok();
-    }
-    case SpaceKind::kMultiDiscrete: {
-      double total = 0.0;
-      std::size_t offset = 0;
-      for (std::size_t d = 0; d < space.nvec().size(); ++d) {
-        const auto n = static_cast<std::size_t>(space.nvec()[d]);
-        double lp = 0.0;
-        action[d] = static_cast<double>(categorical_sample(inputs + offset, n, rng, &lp));
-        total += lp;
-        offset += n;
-      }
-      *logp = total;
+    case SpaceKind::kMultiDiscrete:
+      *logp = multi_discrete_sample(space, inputs, rng, action);
       return Status::Ok();
-    }
     case SpaceKind::kBox: {
       const std::size_t k = space.flat_dim();
-      for (std::size_t j = 0; j < k; ++j) {
-        const double mean = static_cast<double>(inputs[j]);
-        const double std_dev = std::exp(static_cast<double>(inputs[k + j]));
-        // The density is taken at the float32 value that is recorded and sent.
-        action[j] = static_cast<double>(static_cast<float>(mean + std_dev * rng.normal()));
-      }
+      gaussian_sample(inputs, k, rng, action);
       *logp = gaussian_logp(inputs, k, action);
       return Status::Ok();
     }
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      break;  // (refused by check_action_space)
   }
   return Status(ErrorCode::kInvalidArgument, "unknown space");
 }
@@ -281,12 +316,7 @@ Status to_env_action(const Space& space, const double* action, double* env_actio
                                                    std::to_string(space.flat_dim()));
   }
   for (std::size_t j = 0; j < action_size; ++j) {
-    if (space.kind() == SpaceKind::kBox) {
-      const double clipped = std::min(std::max(action[j], space.low()[j]), space.high()[j]);
-      env_action[j] = static_cast<double>(static_cast<float>(clipped));
-    } else {
-      env_action[j] = action[j];
-    }
+    env_action[j] = space.kind() == SpaceKind::kBox ? clip_to_box(space, j, action[j]) : action[j];
   }
   return Status::Ok();
 }
@@ -304,31 +334,16 @@ Status sample_rows_for_record(const Space& space, const float* dist_inputs, std:
   const std::size_t n_inputs = space.dist_inputs_size();
   const std::size_t k = space.flat_dim();
   switch (space.kind()) {
-    case SpaceKind::kDict:
-    case SpaceKind::kTuple:
-      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
-    case SpaceKind::kDiscrete: {
-      const auto n = static_cast<std::size_t>(space.n());
+    case SpaceKind::kDiscrete:
       for (std::size_t r = 0; r < rows; ++r) {
-        const std::size_t index = categorical_sample(dist_inputs + r * n_inputs, n, rng, &logp[r]);
-        record_actions[r] = env_actions[r] = static_cast<double>(static_cast<std::int64_t>(index) + space.start());
+        record_actions[r] = env_actions[r] = discrete_sample(space, dist_inputs + r * n_inputs, rng, &logp[r]);
       }
       return Status::Ok();
-    }
     case SpaceKind::kMultiDiscrete:
       for (std::size_t r = 0; r < rows; ++r) {
-        const float* inputs = dist_inputs + r * n_inputs;
-        double total = 0.0;
-        std::size_t offset = 0;
-        for (std::size_t d = 0; d < k; ++d) {
-          const auto n = static_cast<std::size_t>(space.nvec()[d]);
-          double lp = 0.0;
-          record_actions[r * k + d] = env_actions[r * k + d] =
-              static_cast<double>(categorical_sample(inputs + offset, n, rng, &lp));
-          total += lp;
-          offset += n;
-        }
-        logp[r] = total;
+        double* record = record_actions + r * k;
+        logp[r] = multi_discrete_sample(space, dist_inputs + r * n_inputs, rng, record);
+        std::copy(record, record + k, env_actions + r * k);
       }
       return Status::Ok();
     case SpaceKind::kBox:
@@ -336,13 +351,8 @@ Status sample_rows_for_record(const Space& space, const float* dist_inputs, std:
         const float* inputs = dist_inputs + r * n_inputs;
         double* record = record_actions + r * k;
         double* env = env_actions + r * k;
-        for (std::size_t j = 0; j < k; ++j) {
-          const double mean = static_cast<double>(inputs[j]);
-          const double std_dev = std::exp(static_cast<double>(inputs[k + j]));
-          // The density is taken at the float32 value that is recorded and sent.
-          record[j] = static_cast<double>(static_cast<float>(mean + std_dev * rng.normal()));
-          env[j] = static_cast<double>(static_cast<float>(std::min(std::max(record[j], space.low()[j]), space.high()[j])));
-        }
+        gaussian_sample(inputs, k, rng, record);
+        for (std::size_t j = 0; j < k; ++j) env[j] = clip_to_box(space, j, record[j]);
         if (!raw_box_samples) {
           // The 1.2 rule: record the clipped action and the density at it.
           std::copy(env, env + k, record);
@@ -350,18 +360,18 @@ Status sample_rows_for_record(const Space& space, const float* dist_inputs, std:
         logp[r] = gaussian_logp(inputs, k, record);
       }
       return Status::Ok();
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      return not_an_action_space();
   }
   return Status(ErrorCode::kInvalidArgument, "unknown space");
 }
 
 Status deterministic(const Space& space, const float* dist_inputs, std::size_t n_inputs, double* action,
                      std::size_t action_size) {
-  Status status = check_sizes(space, n_inputs, action_size);
+  Status status = check_action_space(space, n_inputs, action_size);
   if (!status.ok()) return status;
   switch (space.kind()) {
-    case SpaceKind::kDict:
-    case SpaceKind::kTuple:
-      return Status(ErrorCode::kInvalidArgument, "a Dict or Tuple is never an action space (§8.6)");
     case SpaceKind::kDiscrete:
       action[0] = static_cast<double>(static_cast<std::int64_t>(
                                           categorical_mode(dist_inputs, static_cast<std::size_t>(space.n()))) +
@@ -377,12 +387,11 @@ Status deterministic(const Space& space, const float* dist_inputs, std::size_t n
       break;
     }
     case SpaceKind::kBox:
-      for (std::size_t j = 0; j < action_size; ++j) {
-        const double clipped =
-            std::min(std::max(static_cast<double>(dist_inputs[j]), space.low()[j]), space.high()[j]);
-        action[j] = static_cast<double>(static_cast<float>(clipped));
-      }
+      for (std::size_t j = 0; j < action_size; ++j) action[j] = clip_to_box(space, j, static_cast<double>(dist_inputs[j]));
       break;
+    case SpaceKind::kDict:
+    case SpaceKind::kTuple:
+      break;  // (refused by check_action_space)
   }
   return Status::Ok();
 }

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 
 #include "rows.h"
 
@@ -144,6 +143,17 @@ struct MultiAgentClient::StepBlock {
 
   const float* obs_row(std::size_t row) const noexcept { return obs.data() + row * obs_dim; }
   const float* value_obs_row(std::size_t row) const noexcept { return value_obs.data() + row * value_dim; }
+
+  // Takes the module, row sizes and model version of `like`, with no live row.
+  void shape_like(const StepBlock& like) noexcept {
+    module = like.module;
+    obs_dim = like.obs_dim;
+    value_dim = like.value_dim;
+    dist_dim = like.dist_dim;
+    act_dim = like.act_dim;
+    stamp = like.stamp;
+    live = 0;
+  }
 };
 
 struct alignas(64) MultiAgentClient::Actor {
@@ -428,62 +438,13 @@ void MultiAgentClient::append_actor_obs(const AgentFrame& frame, const Slot& slo
 
 // -- connecting ------------------------------------------------------------------------------
 
-MultiAgentClient::MultiAgentClient(ConstructionKey, ClientOptions options) : options_(std::move(options)) {
-  std::uint64_t seed = 0;
-  if (options_.seed) {
-    seed = *options_.seed;
-  } else {
-    std::random_device device;
-    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
-  }
-  rng_.reseed(seed);
-}
+MultiAgentClient::MultiAgentClient(ClientOptions options) : ClientBase(std::move(options)) {}
 
 MultiAgentClient::~MultiAgentClient() { close(); }
 
-void MultiAgentClient::close() {
-  if (link_) link_->close();
-}
-
 Result<std::unique_ptr<MultiAgentClient>> MultiAgentClient::connect(ClientOptions options) {
-  if (!options.backend_factory) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "ClientOptions.backend_factory is required (e.g. make an OnnxRuntimeBackend)");
-  }
-  if (options.max_queued_batches < 1) {
-    return Status(ErrorCode::kInvalidArgument, "ClientOptions.max_queued_batches must be >= 1");
-  }
   if (options.client_name == "tether-cpp") options.client_name = "tether-cpp-multiagent";
-  auto client = std::make_unique<MultiAgentClient>(ConstructionKey(), std::move(options));
-  LinkOptions link;
-  const ClientOptions& o = client->options_;
-  link.host = o.host;
-  link.port = o.port;
-  link.client_name = o.client_name;
-  link.auth_token = o.auth_token;
-  link.connect_timeout_s = o.connect_timeout_s;
-  link.response_timeout_s = o.response_timeout_s;
-  link.update_timeout_s = o.update_timeout_s;
-  link.reconnect_timeout_s = o.reconnect_timeout_s;
-  link.max_queued_steps = o.max_queued_steps;
-  link.max_queued_batches = o.max_queued_batches;
-  link.max_frame_bytes = o.max_frame_bytes;
-  link.backend_factory = o.backend_factory;
-  link.multi_agent = true;
-  client->link_ = std::make_unique<ServerLink>(std::move(link));
-  Status started = client->link_->start();
-  if (!started.ok()) return started;
-  client->sync();
-  if (!client->config_) {
-    return client->fatal_.ok() ? Status(ErrorCode::kConnectionFailed, "no connection was made") : client->fatal_;
-  }
-  return client;
-}
-
-bool MultiAgentClient::waits_for_weights() const noexcept {
-  if (!config_ || !config_->force_on_policy) return false;
-  if (options_.wait_for_weights) return *options_.wait_for_weights;
-  return !config_->announces_version;
+  return connect_as<MultiAgentClient>(std::move(options), /*multi_agent=*/true);
 }
 
 Result<std::string> MultiAgentClient::module_of(const std::string& episode_id, const std::string& actor_id) const {
@@ -507,22 +468,6 @@ std::optional<std::int64_t> MultiAgentClient::weights_seq_no(const std::string& 
 
 // -- events from the I/O thread --------------------------------------------------------------
 
-void MultiAgentClient::report(Status status) {
-  last_error_ = status;
-  errors_.push_back(std::move(status));
-  while (errors_.size() > 256) errors_.pop_front();
-}
-
-Status MultiAgentClient::take_error() {
-  if (link_ && link_->events_pending()) sync();
-  return detail::take_oldest(errors_);
-}
-
-// What a call returns instead of doing its work: the fatal status, or else the
-// oldest error no call returned yet (each is returned once, as the Python and
-// C# SDKs raise it from the next call), or ok.
-Status MultiAgentClient::pending_status() { return fatal_.ok() ? detail::take_oldest(errors_) : fatal_; }
-
 void MultiAgentClient::apply_models(LinkEvent& event) {
   for (auto& entry : event.module_policies) {
     auto it = modules_.find(entry.first);
@@ -543,129 +488,104 @@ void MultiAgentClient::apply_models(LinkEvent& event) {
   }
 }
 
-void MultiAgentClient::sync() {
-  link_->take_events(event_buffer_);
-  for (LinkEvent& event : event_buffer_) {
-    switch (event.kind) {
-      case LinkEvent::Kind::kConnected: {
-        config_ = event.config;
-        connection_ = event.connection;
-        const nlohmann::json& info = config_->server_info;
-        auto version = info.find("protocol_version");
-        raw_box_samples_ = server_takes_raw_box_samples(
-            version != info.end() && version->is_string() ? version->get<std::string>() : std::string());
-        // Modules are kept (actors point at them). Each acts with its model
-        // until the new connection's arrives, as TetherClient does, unless its
-        // spaces changed (that model cannot serve them) or the server no
-        // longer describes it: then it is reset (NOT_READY until a new model).
-        std::size_t widest = 0;
-        for (const auto& entry : config_->modules) {
-          std::unique_ptr<Module>& module = modules_[entry.first];
-          if (!module) {
-            module = std::make_unique<Module>();
-          } else {
-            const bool spaces_changed = !(module->spec.observation_space == entry.second.observation_space) ||
-                                        !(module->spec.action_space == entry.second.action_space);
-            // Unsent steps no longer fit (other sizes, or critic rows laid
-            // out for other agents): they go (§6.5).
-            if (spaces_changed || module->spec.value_obs_agents != entry.second.value_obs_agents) drop_rows_of(*module);
-            if (spaces_changed) {
-              link_->retire(std::move(module->policy));
-              module->policy = nullptr;
-              module->seq.reset();
-            }
-          }
-          module->id = entry.first;
-          module->set_spec(entry.second);
-          widest = std::max(widest, module->act_dim);
-        }
-        for (auto& entry : modules_) {
-          if (config_->modules.count(entry.first) != 0) continue;
-          drop_rows_of(*entry.second);  // the server would refuse them (UNKNOWN_MODULE), with their batch
-          link_->retire(std::move(entry.second->policy));
-          entry.second->policy = nullptr;
-          entry.second->seq.reset();
-        }
-        // The new connection's server may map differently: MAP_AGENTS is asked again.
-        mapped_.clear();
-        mapped_order_.clear();
-        mapped_count_ = 0;
-        env_action_.resize(widest);
-        group_list_.clear();
-        group_of_.clear();
-        group_member_offset_.clear();
-        std::size_t members = 0;
-        for (const auto& entry : config_->groups) {
-          group_member_offset_.push_back(members);
-          for (std::size_t k = 0; k < entry.second.members.size(); ++k) {
-            group_of_[entry.second.members[k]] = {group_list_.size(), k};
-          }
-          members += entry.second.members.size();
-          group_list_.push_back(&entry.second);
-        }
-        member_index_.assign(members, kNone);
-        critic_agents_.clear();
-        for (const auto& entry : config_->modules) {
-          critic_agents_.insert(entry.second.value_obs_agents.begin(), entry.second.value_obs_agents.end());
-        }
-        group_slot_.assign(group_list_.size(), kNone);
-        // Agents the critics see now (or no longer): an acting agent that
-        // became one starts its critic rows with its latest observation.
-        for (auto& running : episodes_) {
-          Episode& episode = *running.second;
-          episode.steady = false;
-          for (auto& acting : episode.actors) {
-            Actor& actor = *acting.second;
-            const bool shared = critic_agents_.count(actor.id) != 0;
-            if (shared && !actor.shared_latest && !actor.is_group) {
-              episode.latest_obs[actor.id].assign(actor.latest_obs(), actor.latest_obs() + actor.latest_size());
-            }
-            actor.shared_latest = shared;
-          }
-        }
-        apply_models(event);
-        break;
+void MultiAgentClient::on_connected(LinkEvent& event) {
+  take_connection(event);
+  // Modules are kept (actors point at them). Each acts with its model
+  // until the new connection's arrives, as TetherClient does, unless its
+  // spaces changed (that model cannot serve them) or the server no
+  // longer describes it: then it is reset (NOT_READY until a new model).
+  std::size_t widest = 0;
+  for (const auto& entry : config_->modules) {
+    std::unique_ptr<Module>& module = modules_[entry.first];
+    if (!module) {
+      module = std::make_unique<Module>();
+    } else {
+      const bool spaces_changed = !(module->spec.observation_space == entry.second.observation_space) ||
+                                  !(module->spec.action_space == entry.second.action_space);
+      // Unsent steps no longer fit (other sizes, or critic rows laid
+      // out for other agents): they go (§6.5).
+      if (spaces_changed || module->spec.value_obs_agents != entry.second.value_obs_agents) drop_rows_of(*module);
+      if (spaces_changed) {
+        link_->retire(std::move(module->policy));
+        module->policy = nullptr;
+        module->seq.reset();
       }
-      case LinkEvent::Kind::kState:
-        apply_models(event);
-        break;
-      case LinkEvent::Kind::kBatch:
-        reclaim(std::move(event.batch->record_source));  // (done: the I/O thread no longer touches it)
-        if (!event.batch->error.ok()) {
-          report(event.batch->error);
-          // The rest of a refused batch's episodes is not sent either.
-          forget_episodes(std::set<std::string>(event.batch->episode_ids.begin(), event.batch->episode_ids.end()));
-        } else {
-          env_steps_sent_ += event.batch->env_steps;
-          agent_steps_sent_ += static_cast<std::int64_t>(event.batch->queue_steps());
-        }
-        break;
-      case LinkEvent::Kind::kError:
-        report(std::move(event.status));
-        break;
-      case LinkEvent::Kind::kFatal:
-        if (fatal_.ok()) {
-          fatal_ = event.status;
-          last_error_ = fatal_;
-        }
-        break;
-      case LinkEvent::Kind::kTrainingDone:
-        end_training();
-        break;
-      case LinkEvent::Kind::kRecordsBuilt:
-        reclaim(std::move(event.record_source));
-        break;
+    }
+    module->id = entry.first;
+    module->set_spec(entry.second);
+    widest = std::max(widest, module->act_dim);
+  }
+  for (auto& entry : modules_) {
+    if (config_->modules.count(entry.first) != 0) continue;
+    drop_rows_of(*entry.second);  // the server would refuse them (UNKNOWN_MODULE), with their batch
+    link_->retire(std::move(entry.second->policy));
+    entry.second->policy = nullptr;
+    entry.second->seq.reset();
+  }
+  // The new connection's server may map differently: MAP_AGENTS is asked again.
+  mapped_.clear();
+  mapped_order_.clear();
+  mapped_count_ = 0;
+  env_action_.resize(widest);
+  group_list_.clear();
+  group_of_.clear();
+  group_member_offset_.clear();
+  std::size_t members = 0;
+  for (const auto& entry : config_->groups) {
+    group_member_offset_.push_back(members);
+    for (std::size_t k = 0; k < entry.second.members.size(); ++k) {
+      group_of_[entry.second.members[k]] = {group_list_.size(), k};
+    }
+    members += entry.second.members.size();
+    group_list_.push_back(&entry.second);
+  }
+  member_index_.assign(members, kNone);
+  critic_agents_.clear();
+  for (const auto& entry : config_->modules) {
+    critic_agents_.insert(entry.second.value_obs_agents.begin(), entry.second.value_obs_agents.end());
+  }
+  group_slot_.assign(group_list_.size(), kNone);
+  // Agents the critics see now (or no longer): an acting agent that
+  // became one starts its critic rows with its latest observation.
+  for (auto& running : episodes_) {
+    Episode& episode = *running.second;
+    episode.steady = false;
+    for (auto& acting : episode.actors) {
+      Actor& actor = *acting.second;
+      const bool shared = critic_agents_.count(actor.id) != 0;
+      if (shared && !actor.shared_latest && !actor.is_group) {
+        episode.latest_obs[actor.id].assign(actor.latest_obs(), actor.latest_obs() + actor.latest_size());
+      }
+      actor.shared_latest = shared;
     }
   }
-  event_buffer_.clear();
+  apply_models(event);
+}
+
+void MultiAgentClient::on_state(LinkEvent& event) {
+  apply_models(event);
+}
+
+void MultiAgentClient::on_batch_done(LinkEvent& event) {
+  reclaim(std::move(event.batch->record_source));  // (done: the I/O thread no longer touches it)
+  if (!event.batch->error.ok()) {
+    report(event.batch->error);
+    // The rest of a refused batch's episodes is not sent either.
+    forget_episodes(std::set<std::string>(event.batch->episode_ids.begin(), event.batch->episode_ids.end()));
+  } else {
+    env_steps_sent_ += event.batch->env_steps;
+    agent_steps_sent_ += static_cast<std::int64_t>(event.batch->queue_steps());
+  }
+}
+
+void MultiAgentClient::on_records_built(LinkEvent& event) {
+  reclaim(std::move(event.record_source));
 }
 
 void MultiAgentClient::end_training() {
   // The server's run is done (§6.6): the steps recorded and not cut yet (and
   // ended episodes whose last record was not cut) are let go, counted as one
   // batch; every episode plays on unrecorded.
-  if (ended_) return;
-  ended_ = true;
   bool unsent = pending_steps_ > 0;
   std::set<std::string> recorded;
   for (auto& entry : episodes_) {
@@ -722,33 +642,21 @@ void MultiAgentClient::recount_pending() {
 // -- episodes --------------------------------------------------------------------------------
 
 Result<std::string> MultiAgentClient::start_episode(const std::string& episode_id, bool training_enabled) {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
-  if (!pending.ok()) return pending;
-  std::string id = episode_id.empty() ? detail::random_hex_id(rng_) : episode_id;
-  if (episodes_.count(id) != 0) {
-    return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
-  }
-  // Holding back (§13.2): one draw for the whole episode, recorded with
-  // probability record_share. At 1 no number is drawn, so the client's draws
-  // are those of a client without it.
-  // Once training is done (§6.6) no episode is recorded (nor held back: nothing is sent).
-  training_enabled = training_enabled && !ended_;
-  bool recorded = training_enabled;
-  const double share = link_->record_share();
-  if (training_enabled && share < 1.0) recorded = rng_.uniform() < share;
+  Result<std::string> named =
+      new_episode_id(episode_id, [this](const std::string& id) { return episodes_.count(id) != 0; });
+  if (!named.ok()) return named;
+  std::string id = std::move(named).value();
+  const Recording recording = new_episode_recording(training_enabled);
   auto episode = std::make_unique<Episode>();
   episode->id = id;
-  episode->training = recorded;
-  episode->held_back = training_enabled && !recorded;
-  if (episode->held_back) ++episodes_held_back_;
+  episode->training = recording.recorded;
+  episode->held_back = recording.held_back;
   episodes_.emplace(id, std::move(episode));
   return id;
 }
 
 Status MultiAgentClient::check_call(const std::string& episode_id, const char* call, Episode*& episode) {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
+  Status pending = catch_up();
   if (!pending.ok()) return pending;
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end() || it->second->done) {
@@ -1431,13 +1339,7 @@ MultiAgentClient::StepBlock& MultiAgentClient::carry_block(Episode& episode, con
   }
   std::unique_ptr<StepBlock> block = take_spare_block();
   StepBlock& b = *block;
-  b.module = like.module;
-  b.obs_dim = like.obs_dim;
-  b.value_dim = like.value_dim;
-  b.dist_dim = like.dist_dim;
-  b.act_dim = like.act_dim;
-  b.stamp = like.stamp;
-  b.live = 0;
+  b.shape_like(like);
   b.actors.clear();
   b.obs.clear();
   b.value_obs.clear();
@@ -1479,8 +1381,7 @@ void MultiAgentClient::drop_rows_of(const Module& module) {
 }
 
 Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& episode_id) {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
+  Status pending = catch_up();
   if (!pending.ok()) return pending;
   Status status = gather(nullptr, frame, episode_id.empty() ? std::string("eval") : episode_id, false);
   if (!status.ok()) return status;
@@ -1797,11 +1698,7 @@ void MultiAgentClient::note_oldest(const StepBlock& block) {
 std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::copy_block(const StepBlock& from) {
   std::unique_ptr<StepBlock> block = take_spare_block();
   StepBlock& b = *block;
-  b.module = from.module;
-  b.obs_dim = from.obs_dim;
-  b.value_dim = from.value_dim;
-  b.dist_dim = from.dist_dim;
-  b.act_dim = from.act_dim;
+  b.shape_like(from);
   b.actors.assign(from.actors.begin(), from.actors.end());
   b.obs.assign(from.obs.begin(), from.obs.end());
   b.value_obs.assign(from.value_obs.begin(), from.value_obs.end());
@@ -1809,8 +1706,6 @@ std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::copy_block(const 
   b.actions.assign(from.actions.begin(), from.actions.end());
   b.logp.assign(from.logp.begin(), from.logp.end());
   b.rewards.assign(from.rewards.begin(), from.rewards.end());
-  b.stamp = from.stamp;
-  b.live = 0;
   b.kept = 0;
   b.ends_chunk = false;
   return block;
@@ -1987,8 +1882,7 @@ void MultiAgentClient::recycle(std::shared_ptr<CutSteps> steps) {
 }
 
 Status MultiAgentClient::flush() {
-  if (link_->events_pending()) sync();
-  Status pending = pending_status();
+  Status pending = catch_up();
   if (!pending.ok()) return pending;
   if (ended_) return Status::Ok();  // training is done: nothing to send, nobody to wait for
   send_batch();

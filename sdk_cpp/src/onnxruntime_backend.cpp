@@ -380,6 +380,17 @@ Status OnnxRuntimeBackend::load_inputs(const std::uint8_t* model, std::size_t si
 
 namespace {
 
+// A tensor of `type` in `shape` (of `rank` dimensions) over the `size` bytes
+// at `data`, which stay the caller's; owned by `out` once made.
+Status wrap_buffer(const OrtApi* api, const OrtMemoryInfo* memory_info, void* data, std::size_t size,
+                   const std::int64_t* shape, std::size_t rank, ONNXTensorElementDataType type, const char* what,
+                   ValuePtr& out) {
+  OrtValue* raw = nullptr;
+  Status status = check(api->CreateTensorWithDataAsOrtValue(memory_info, data, size, shape, rank, type, &raw), what);
+  if (status.ok()) out.reset(raw);
+  return status;
+}
+
 // Binds every input and the output of one batch size over fresh buffers.
 Status make_binding(const OrtApi* api, OrtSession* session, const OrtMemoryInfo* memory_info,
                     const std::vector<Input>& inputs, const std::string& output_name, std::size_t batch,
@@ -399,43 +410,34 @@ Status make_binding(const OrtApi* api, OrtSession* session, const OrtMemoryInfo*
     BoundInput& bound = fresh.inputs[i];
     // (a single input of dynamic width takes the whole row)
     const std::size_t width = input.width != 0 ? input.width : obs_dim;
-    OrtValue* raw_in = nullptr;
     if (input.type == ModelInputType::kUint8) {
       // (batch, d1, ..., dk): the width matched the static dimensions' product at load.
       std::vector<std::int64_t> shape{static_cast<std::int64_t>(batch)};
       shape.insert(shape.end(), input.dims.begin(), input.dims.end());
       bound.bytes.assign(batch * width, 0);
-      status = check(api->CreateTensorWithDataAsOrtValue(memory_info, bound.bytes.data(), bound.bytes.size(),
-                                                         shape.data(), shape.size(),
-                                                         ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &raw_in),
-                     "creating an input tensor");
+      status = wrap_buffer(api, memory_info, bound.bytes.data(), bound.bytes.size(), shape.data(), shape.size(),
+                           ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, "creating an input tensor", bound.value);
     } else {
       std::array<std::int64_t, 2> shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(width)};
       bound.floats.assign(batch * width, 0.0f);
-      status = check(api->CreateTensorWithDataAsOrtValue(memory_info, bound.floats.data(),
-                                                         bound.floats.size() * sizeof(float), shape.data(),
-                                                         shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_in),
-                     "creating an input tensor");
+      status = wrap_buffer(api, memory_info, bound.floats.data(), bound.floats.size() * sizeof(float), shape.data(),
+                           shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "creating an input tensor", bound.value);
     }
     if (!status.ok()) {
       return status;
     }
-    bound.value.reset(raw_in);
     status = check(api->BindInput(fresh.io.get(), input.name.c_str(), bound.value.get()), "binding an input");
     if (!status.ok()) {
       return status;
     }
   }
   std::array<std::int64_t, 2> out_shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(out_dim)};
-  OrtValue* raw_out = nullptr;
-  status = check(api->CreateTensorWithDataAsOrtValue(memory_info, fresh.output.data(),
-                                                     fresh.output.size() * sizeof(float), out_shape.data(),
-                                                     out_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &raw_out),
-                 "creating the output tensor");
+  status = wrap_buffer(api, memory_info, fresh.output.data(), fresh.output.size() * sizeof(float), out_shape.data(),
+                       out_shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "creating the output tensor",
+                       fresh.output_value);
   if (!status.ok()) {
     return status;
   }
-  fresh.output_value.reset(raw_out);
   return check(api->BindOutput(fresh.io.get(), output_name.c_str(), fresh.output_value.get()), "binding the output");
 }
 

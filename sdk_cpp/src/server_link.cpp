@@ -126,6 +126,32 @@ Status server_error_status(const Message& message) {
   return error.value().to_status();
 }
 
+// A JSON integer >= 1, or none (a boolean is no number; 2.5 is a float).
+std::optional<std::uint64_t> positive_integer(const nlohmann::json& value) {
+  if (!value.is_number_integer()) return std::nullopt;
+  if (value.is_number_unsigned()) {
+    const std::uint64_t steps = value.get<std::uint64_t>();
+    return steps > 0 ? std::optional<std::uint64_t>(steps) : std::nullopt;
+  }
+  const std::int64_t steps = value.get<std::int64_t>();
+  return steps > 0 ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(steps)) : std::nullopt;
+}
+
+// A SET_STATE setting that stays until a state changes it (§7.6 [1.3]): a
+// state without the member `key` sets `absent`; one with a value `valid`
+// refuses (returns none for) leaves the last valid one.
+template <class T, class Valid>
+void read_setting(const nlohmann::json& state, const char* key, T absent, Valid valid, std::atomic<T>& setting) {
+  if (!state.is_object()) return;
+  auto value = state.find(key);
+  if (value == state.end()) {
+    setting.store(absent, std::memory_order_relaxed);
+    return;
+  }
+  const std::optional<T> read = valid(*value);
+  if (read) setting.store(*read, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 ServerLink::ServerLink(LinkOptions options)
@@ -814,32 +840,25 @@ std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx
 void ServerLink::count_refused_stale(const nlohmann::json& state) {
   // §7.6 [1.3]: a value that is not a JSON integer >= 1 is ignored, never an error.
   auto refused = state.is_object() ? state.find("steps_refused_stale") : state.end();
-  if (refused == state.end() || !refused->is_number_integer()) return;
-  std::uint64_t steps = 0;
-  if (refused->is_number_unsigned()) {
-    steps = refused->get<std::uint64_t>();
-  } else if (refused->get<std::int64_t>() > 0) {
-    steps = static_cast<std::uint64_t>(refused->get<std::int64_t>());
-  }
-  if (steps == 0) return;
+  if (refused == state.end()) return;
+  const std::optional<std::uint64_t> steps = positive_integer(*refused);
+  if (!steps) return;
   // Only this thread writes it; saturated, whatever numbers the server sends.
   const std::uint64_t total = steps_refused_stale_.load();
   const std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
-  steps_refused_stale_.store(steps > most - total ? most : total + steps);
+  steps_refused_stale_.store(*steps > most - total ? most : total + *steps);
 }
 
 void ServerLink::read_record_share(const nlohmann::json& state) {
   // §7.6 [1.3]: absent means 1 (record every episode); a value that is not a
   // JSON number (a boolean is none) with 0 < value <= 1 is ignored: the last valid one stays.
-  if (!state.is_object()) return;
-  auto share = state.find("record_share");
-  if (share == state.end()) {
-    record_share_.store(1.0, std::memory_order_relaxed);
-    return;
-  }
-  if (!share->is_number()) return;
-  const double value = share->get<double>();
-  if (value > 0.0 && value <= 1.0) record_share_.store(value, std::memory_order_relaxed);  // (NaN fails both)
+  auto valid = [](const nlohmann::json& share) -> std::optional<double> {
+    if (!share.is_number()) return std::nullopt;
+    const double value = share.get<double>();
+    if (value > 0.0 && value <= 1.0) return value;  // (NaN fails both)
+    return std::nullopt;
+  };
+  read_setting(state, "record_share", 1.0, valid, record_share_);
 }
 
 void ServerLink::read_steps_per_batch(const nlohmann::json& state) {
@@ -847,22 +866,13 @@ void ServerLink::read_steps_per_batch(const nlohmann::json& state) {
   // not a JSON integer >= 1 (a boolean, a string, 0, 2.5, -1) is ignored: the
   // last valid one stays. (A value above env_steps_per_sample is kept as
   // sent: the clients count it as env_steps_per_sample.)
-  if (!state.is_object()) return;
-  auto every = state.find("steps_per_batch");
-  if (every == state.end()) {
-    steps_per_batch_.store(0, std::memory_order_relaxed);
-    return;
-  }
-  if (!every->is_number_integer()) return;  // (a boolean is no number; 2.5 is a float)
-  std::int64_t value = 0;
-  if (every->is_number_unsigned()) {
-    const std::uint64_t big = every->get<std::uint64_t>();
+  auto valid = [](const nlohmann::json& every) -> std::optional<std::int64_t> {
+    const std::optional<std::uint64_t> value = positive_integer(every);
+    if (!value) return std::nullopt;
     const auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    value = static_cast<std::int64_t>(big > most ? most : big);
-  } else {
-    value = every->get<std::int64_t>();
-  }
-  if (value >= 1) steps_per_batch_.store(value, std::memory_order_relaxed);
+    return static_cast<std::int64_t>(*value > most ? most : *value);
+  };
+  read_setting(state, "steps_per_batch", std::int64_t{0}, valid, steps_per_batch_);
 }
 
 void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event) {

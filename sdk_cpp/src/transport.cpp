@@ -35,6 +35,12 @@ Status Transport::cancelled_status(const char* what) const {
   return Status(ErrorCode::kClosed, std::string(what) + (peer_.empty() ? "" : " " + peer_) + " cancelled: the transport was closed");
 }
 
+// A socket call failed: the connection is unusable, so it is closed; the failure is returned.
+Status Transport::closed_after(Status failure) noexcept {
+  close();
+  return failure;
+}
+
 Status Transport::connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
   close();
   peer_ = platform::format_peer(host, port);
@@ -67,21 +73,13 @@ Status Transport::send_all(const void* data, std::size_t size, Deadline deadline
       return cancelled_status("send to");
     }
     Result<platform::IoResult> result = socket_.send(bytes + sent, size - sent);
-    if (!result.ok()) {
-      Status failure = result.status();
-      close();
-      return failure;
-    }
+    if (!result.ok()) return closed_after(result.status());
     if (result.value().state == IoState::kDone) {
       sent += result.value().bytes;
       continue;
     }
     Result<WaitResult> waited = socket_.wait(WaitFor::kWritable, remaining(deadline), &waker_);
-    if (!waited.ok()) {
-      Status failure = waited.status();
-      close();
-      return failure;
-    }
+    if (!waited.ok()) return closed_after(waited.status());
     if (waited.value() == WaitResult::kWoken) {
       waker_.drain();
       pending_interrupt_ = true;  // cancel() is checked at the top of the loop
@@ -106,11 +104,7 @@ Result<Received> Transport::receive(void* buffer, std::size_t capacity, Deadline
       return Received{0, true};
     }
     Result<platform::IoResult> result = socket_.receive(buffer, capacity);
-    if (!result.ok()) {
-      Status failure = result.status();
-      close();
-      return failure;
-    }
+    if (!result.ok()) return closed_after(result.status());
     if (result.value().state == IoState::kDone) {
       return Received{result.value().bytes, false};
     }
@@ -119,11 +113,7 @@ Result<Received> Transport::receive(void* buffer, std::size_t capacity, Deadline
       return Status(ErrorCode::kConnectionFailed, "server " + peer_ + " closed the connection");
     }
     Result<WaitResult> waited = socket_.wait(WaitFor::kReadable, remaining(deadline), &waker_);
-    if (!waited.ok()) {
-      Status failure = waited.status();
-      close();
-      return failure;
-    }
+    if (!waited.ok()) return closed_after(waited.status());
     if (waited.value() == WaitResult::kWoken) {
       waker_.drain();
       if (cancelled_.load()) {

@@ -233,6 +233,18 @@ TEST(Allocations, HeldBackEpisodesAllocateOnlyWhenTheyCut) {
 
 namespace {
 
+// Makes the server answer GET_STATE, and every batch that asks for the state, with `state`.
+void answer_state(fake::ServerScript& script, const json& state) {
+  script.on_get_state = [state](fake::Conn& conn, const tether::Message&, int) {
+    conn.send(state);
+    return true;
+  };
+  script.on_batch = [state](fake::Conn& conn, const tether::Message& message, int) {
+    if (message.type == tether::MessageType::kEpisodesAndGetState) conn.send(state);
+    return true;
+  };
+}
+
 // A multi-agent server: one module that every agent maps to, the real model.
 fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
   fake::ServerScript script = real_model_script(steps_per_sample);
@@ -246,18 +258,26 @@ fake::ServerScript multi_agent_script(std::int64_t steps_per_sample) {
                                          json::array({{{"pattern", "*"}, {"module", "m"}}}));
   config["force_on_policy"] = false;
   script.full_config = config;
-  auto state = [model](fake::Conn& conn) {
-    conn.send({{"type", "SET_STATE"}, {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", model}}}}}});
-  };
-  script.on_get_state = [state](fake::Conn& conn, const tether::Message&, int) {
-    state(conn);
-    return true;
-  };
-  script.on_batch = [state](fake::Conn& conn, const tether::Message& message, int) {
-    if (message.type == tether::MessageType::kEpisodesAndGetState) state(conn);
-    return true;
-  };
+  answer_state(script, {{"type", "SET_STATE"}, {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", model}}}}}});
   return script;
+}
+
+// The ids agent_0 .. agent_{n-1}.
+std::vector<std::string> agent_ids(int n) {
+  std::vector<std::string> ids;
+  for (int a = 0; a < n; ++a) ids.push_back("agent_" + std::to_string(a));
+  return ids;
+}
+
+// Fills `frame` with frame `t` of every agent in `ids`, starting from ids[first]
+// (and wrapping round): agent a's observation is ((t + a + k) % 7) / 10 for k < 4.
+void fill_frame(tether::AgentFrame& frame, const std::vector<std::string>& ids, int t, std::size_t first = 0) {
+  frame.clear();
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    const std::size_t a = (k + first) % ids.size();
+    float* obs = frame.add_uninitialized(ids[a], 4);
+    for (int j = 0; j < 4; ++j) obs[j] = static_cast<float>((t + static_cast<int>(a) + j) % 7) * 0.1f;
+  }
 }
 
 // A multi-agent client of `server` (every step delivered), its runs paused in the count.
@@ -265,30 +285,38 @@ std::unique_ptr<tether::MultiAgentClient> connect_multi_agent(const fake::FakeSe
   return fake::connect_multi(counted_options(server));
 }
 
+// `agents` agents acting together, frame after frame, through a multi-agent
+// client of a multi_agent_script server (a batch every `steps_per_sample` agent steps).
+struct MultiAgentRun {
+  MultiAgentRun(int agents, std::int64_t steps_per_sample)
+      : server(multi_agent_script(steps_per_sample)), client(connect_multi_agent(server)), ids(agent_ids(agents)) {}
+
+  // Frame `t` of every agent (fill_frame's), its get_action counted into
+  // `counts` when `count`; then each agent is rewarded 1.
+  void act(const std::string& episode, int t, Counts& counts, bool count) {
+    fill_frame(frame, ids, t);
+    count_call(counts, count, [&] { return client->get_action(episode, frame); });
+    for (const std::string& id : ids) client->log_returns(episode, id, 1.0);
+  }
+
+  fake::FakeServer server;
+  std::unique_ptr<tether::MultiAgentClient> client;  // null when it did not connect
+  std::vector<std::string> ids;
+  tether::AgentFrame frame;
+};
+
 }  // namespace
 
 TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
   constexpr int kAgents = 64;
   constexpr int kStepsPerSample = 32 * kAgents;  // a cut every 32 frames
-  fake::FakeServer server(multi_agent_script(kStepsPerSample));
-  auto connected = connect_multi_agent(server);
-  ASSERT_NE(connected, nullptr);
-  tether::MultiAgentClient& client = *connected;
-  std::vector<std::string> ids;
-  for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
-  tether::AgentFrame frame;
+  MultiAgentRun run(kAgents, kStepsPerSample);
+  ASSERT_NE(run.client, nullptr);
+  tether::MultiAgentClient& client = *run.client;
   auto play = [&](int frames, bool count) {
     Counts counts;
     std::string episode = client.start_episode().value();
-    for (int t = 0; t < frames; ++t) {
-      frame.clear();
-      for (int a = 0; a < kAgents; ++a) {
-        float* obs = frame.add_uninitialized(ids[static_cast<std::size_t>(a)], 4);
-        for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>((t + a + k) % 7) * 0.1f;
-      }
-      count_call(counts, count, [&] { return client.get_action(episode, frame); });
-      for (int a = 0; a < kAgents; ++a) client.log_returns(episode, ids[static_cast<std::size_t>(a)], 1.0);
-    }
+    for (int t = 0; t < frames; ++t) run.act(episode, t, counts, count);
     EXPECT_TRUE(client.end_episode(episode).ok());
     return counts;
   };
@@ -313,25 +341,12 @@ TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
 TEST(Allocations, AMultiAgentCutAllocatesAFewTimesWhateverTheAgents) {
   constexpr int kAgents = 256;
   constexpr int kStepsPerSample = 4 * kAgents;  // a cut every 4 frames
-  fake::FakeServer server(multi_agent_script(kStepsPerSample));
-  auto connected = connect_multi_agent(server);
-  ASSERT_NE(connected, nullptr);
-  tether::MultiAgentClient& client = *connected;
-  std::vector<std::string> ids;
-  for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
-  tether::AgentFrame frame;
-  const std::string episode = client.start_episode().value();
+  MultiAgentRun run(kAgents, kStepsPerSample);
+  ASSERT_NE(run.client, nullptr);
+  const std::string episode = run.client->start_episode().value();
   Counts counts;
-  for (int t = 0; t < 520; ++t) {
-    frame.clear();
-    for (int a = 0; a < kAgents; ++a) {
-      float* obs = frame.add_uninitialized(ids[static_cast<std::size_t>(a)], 4);
-      for (int k = 0; k < 4; ++k) obs[k] = static_cast<float>((t + a + k) % 7) * 0.1f;
-    }
-    count_call(counts, t >= 200, [&] { return client.get_action(episode, frame); });  // (200 frames of warm-up)
-    for (int a = 0; a < kAgents; ++a) client.log_returns(episode, ids[static_cast<std::size_t>(a)], 1.0);
-  }
-  ASSERT_TRUE(client.flush().ok());
+  for (int t = 0; t < 520; ++t) run.act(episode, t, counts, t >= 200);  // (200 frames of warm-up)
+  ASSERT_TRUE(run.client->flush().ok());
   std::printf("a cut of %d agents: %ld of %ld calls allocated, at most %ld allocations in one\n", kAgents,
               counts.calls_that_allocated, counts.calls - 200, counts.largest);
   EXPECT_LE(counts.calls_that_allocated, 2 * (320 / 4) + 2);
@@ -347,33 +362,19 @@ TEST(Allocations, TwoModulesOfDifferentSizesAllocateOnlyWhenTheyCut) {
   config["policy_mapping"] = json::array({{{"pattern", "solo"}, {"module", "n"}}, {{"pattern", "*"}, {"module", "m"}}});
   script.full_config = config;
   const std::string model = script.model_file(0);
-  auto state = [model](fake::Conn& conn) {
-    conn.send({{"type", "SET_STATE"}, {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", model}}}, {"n", {{"weights_seq_no", 0}, {"onnx_file", model}}}}}});
-  };
-  script.on_get_state = [state](fake::Conn& conn, const tether::Message&, int) { state(conn); return true; };
-  script.on_batch = [state](fake::Conn& conn, const tether::Message& message, int) {
-    if (message.type == tether::MessageType::kEpisodesAndGetState) state(conn);
-    return true;
-  };
+  answer_state(script, {{"type", "SET_STATE"}, {"models", {{"m", {{"weights_seq_no", 0}, {"onnx_file", model}}}, {"n", {{"weights_seq_no", 0}, {"onnx_file", model}}}}}});
   fake::FakeServer server(script);
   auto connected = connect_multi_agent(server);
   ASSERT_NE(connected, nullptr);
   tether::MultiAgentClient& client = *connected;
-  std::vector<std::string> ids;
-  for (int a = 0; a < kAgents; ++a) ids.push_back("agent_" + std::to_string(a));
+  std::vector<std::string> ids = agent_ids(kAgents);
   ids.push_back("solo");
   tether::AgentFrame frame;
   auto play = [&](int frames, bool count) {
     Counts counts;
     std::string episode = client.start_episode().value();
     for (int t = 0; t < frames; ++t) {
-      frame.clear();
-      // solo first on odd frames: the modules' order in the frame changes
-      for (std::size_t k = 0; k < ids.size(); ++k) {
-        const std::size_t a = t % 2 == 1 ? (k + ids.size() - 1) % ids.size() : k;
-        float* obs = frame.add_uninitialized(ids[a], 4);
-        for (int j = 0; j < 4; ++j) obs[j] = static_cast<float>((t + static_cast<int>(a) + j) % 7) * 0.1f;
-      }
+      fill_frame(frame, ids, t, t % 2 == 1 ? ids.size() - 1 : 0);  // solo first on odd frames: the modules' order changes
       count_call(counts, count, [&] { return client.get_action(episode, frame); });
     }
     EXPECT_TRUE(client.end_episode(episode).ok());

@@ -95,6 +95,24 @@ Space space(const json& data) {
   return s.ok() ? s.value() : Space();
 }
 
+// Checks a case's outcome. When the case names an error: that `got` failed
+// with that code; returns false (nothing more to check). Otherwise: that `got`
+// succeeded; returns whether it did (then the caller checks what it got).
+bool succeeded_as_expected(const json& c, const Status& got) {
+  if (c.contains("error")) {
+    EXPECT_FALSE(got.ok()) << "expected " << c["error"];
+    if (!got.ok()) EXPECT_EQ(to_string(got.code()), c["error"].get<std::string>()) << got.message();
+    return false;
+  }
+  EXPECT_TRUE(got.ok()) << got.to_string();
+  return got.ok();
+}
+
+template <class T>
+bool succeeded_as_expected(const json& c, const Result<T>& got) {
+  return succeeded_as_expected(c, got.status());
+}
+
 // Runs `body` for every case of `file`, then checks that all ran and there was at least one.
 template <class F>
 void run_cases(const std::string& file, F body) {
@@ -160,30 +178,20 @@ TEST(Conformance, Messages) {
   run_cases("messages.json", [](const json&, const json& c) {
     const std::string body = from_hex(c["body_hex"].get<std::string>());
     Result<Message> m = decode_message(body);
-    if (c.contains("error")) {
-      ASSERT_FALSE(m.ok());
-      EXPECT_EQ(to_string(m.status().code()), c["error"].get<std::string>());
-    } else {
-      ASSERT_TRUE(m.ok()) << m.status().to_string();
-      EXPECT_EQ(to_string(m.value().type), c["type"].get<std::string>());
-      EXPECT_EQ(m.value().body["type"], c["type"]);
-      // 1.4: the bytes after the first NUL are the attachment, whatever they are (§4.3).
-      const std::size_t nul = body.find('\0');
-      ASSERT_EQ(m.value().attachment.has_value(), nul != std::string::npos);
-      if (nul != std::string::npos) EXPECT_EQ(*m.value().attachment, std::string_view(body).substr(nul + 1));
-    }
+    if (!succeeded_as_expected(c, m)) return;
+    EXPECT_EQ(to_string(m.value().type), c["type"].get<std::string>());
+    EXPECT_EQ(m.value().body["type"], c["type"]);
+    // 1.4: the bytes after the first NUL are the attachment, whatever they are (§4.3).
+    const std::size_t nul = body.find('\0');
+    ASSERT_EQ(m.value().attachment.has_value(), nul != std::string::npos);
+    if (nul != std::string::npos) EXPECT_EQ(*m.value().attachment, std::string_view(body).substr(nul + 1));
   });
 }
 
 TEST(Conformance, Spaces) {
   run_cases("spaces.json", [](const json&, const json& c) {
     Result<Space> s = Space::from_json(c["space"]);
-    if (c.contains("error")) {
-      ASSERT_FALSE(s.ok());
-      EXPECT_EQ(to_string(s.status().code()), c["error"].get<std::string>());
-      return;
-    }
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    if (!succeeded_as_expected(c, s)) return;
     EXPECT_EQ(s.value().shape(), c["shape"].get<std::vector<std::int64_t>>());
     EXPECT_EQ(s.value().dist_inputs_size(), c["dist_inputs_size"].get<std::size_t>());
     // The canonical JSON a peer writes back parses to the same space.
@@ -272,13 +280,7 @@ TEST(Conformance, PolicyMapping) {
     ASSERT_TRUE(mapping.ok()) << mapping.status().to_string();
     Result<std::string> module =
         mapping.value().module_for(c["agent_id"].get<std::string>(), c["episode_id"].get<std::string>());
-    if (c.contains("error")) {
-      ASSERT_FALSE(module.ok());
-      EXPECT_EQ(to_string(module.status().code()), c["error"].get<std::string>());
-    } else {
-      ASSERT_TRUE(module.ok()) << module.status().to_string();
-      EXPECT_EQ(module.value(), c["module"].get<std::string>());
-    }
+    if (succeeded_as_expected(c, module)) EXPECT_EQ(module.value(), c["module"].get<std::string>());
   });
 }
 
@@ -290,13 +292,7 @@ TEST(Conformance, Episodes) {
     Result<std::size_t> steps =
         m.ok() ? validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>(), m.value().attachment)
                : Result<std::size_t>(m.status());
-    if (c.contains("error")) {
-      ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
-      EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
-    } else {
-      ASSERT_TRUE(steps.ok()) << steps.status().to_string();
-      EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
-    }
+    if (succeeded_as_expected(c, steps)) EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
   });
 }
 
@@ -334,12 +330,7 @@ TEST(Conformance, Composite) {
     kinds.insert(kind);
     if (kind == "space") {
       Result<Space> s = Space::from_json(c["space"]);
-      if (c.contains("error")) {
-        ASSERT_FALSE(s.ok());
-        EXPECT_EQ(to_string(s.status().code()), c["error"].get<std::string>());
-        return;
-      }
-      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      if (!succeeded_as_expected(c, s)) return;
       const std::vector<SpaceLeaf>& leaves = s.value().leaves();
       ASSERT_EQ(leaves.size(), c["leaves"].size());
       for (std::size_t i = 0; i < leaves.size(); ++i) {
@@ -399,13 +390,7 @@ TEST(Conformance, Composite) {
       Result<std::size_t> steps = m.ok() ? validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>(),
                                                              m.value().attachment, mask ? &*mask : nullptr)
                                          : Result<std::size_t>(m.status());
-      if (c.contains("error")) {
-        ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
-        EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
-      } else {
-        ASSERT_TRUE(steps.ok()) << steps.status().to_string();
-        EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
-      }
+      if (succeeded_as_expected(c, steps)) EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
       return;
     }
     ASSERT_EQ(kind, "mask");
@@ -435,12 +420,7 @@ TEST(Conformance, Tensors) {
     std::optional<std::string_view> view;
     if (attachment) view = std::string_view(*attachment);
     Result<Tensor> tensor = decode_tensor(c["tensor"], view);
-    if (c.contains("error")) {
-      ASSERT_FALSE(tensor.ok()) << "expected " << c["error"];
-      EXPECT_EQ(to_string(tensor.status().code()), c["error"].get<std::string>()) << tensor.status().message();
-      return;
-    }
-    ASSERT_TRUE(tensor.ok()) << tensor.status().to_string();
+    if (!succeeded_as_expected(c, tensor)) return;
     const Tensor& t = tensor.value();
     EXPECT_EQ(to_string(t.dtype()), c["dtype"].get<std::string>());
     const auto shape = c["shape"].get<std::vector<std::int64_t>>();
@@ -491,13 +471,7 @@ TEST(Conformance, MultiAgentEpisodes) {
       record = parsed.value();
     }
     Result<std::size_t> steps = validate_multi_agent_record(record, 0, modules, c["require_logp"].get<bool>());
-    if (c.contains("error")) {
-      ASSERT_FALSE(steps.ok()) << "expected " << c["error"];
-      EXPECT_EQ(to_string(steps.status().code()), c["error"].get<std::string>()) << steps.status().message();
-    } else {
-      ASSERT_TRUE(steps.ok()) << steps.status().to_string();
-      EXPECT_EQ(steps.value(), c["agent_steps"].get<std::size_t>());
-    }
+    if (succeeded_as_expected(c, steps)) EXPECT_EQ(steps.value(), c["agent_steps"].get<std::size_t>());
   });
 }
 

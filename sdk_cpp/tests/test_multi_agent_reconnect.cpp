@@ -74,6 +74,18 @@ void play_through_a_reconnect(tether::MultiAgentClient& client, const std::strin
   EXPECT_GE(client.reconnects(), 1);
 }
 
+// Frame `t` of `first` (observing [t, 0]) and `second` (observing [t, 1]); it must succeed.
+void act_two(tether::MultiAgentClient& client, const std::string& episode, tether::AgentFrame& frame, int t,
+             const char* first, const char* second) {
+  const float first_obs[2] = {static_cast<float>(t), 0.0f};
+  const float second_obs[2] = {static_cast<float>(t), 1.0f};
+  frame.clear();
+  frame.add(first, first_obs, 2);
+  frame.add(second, second_obs, 2);
+  tether::Status status = client.get_action(episode, frame);
+  ASSERT_TRUE(status.ok()) << "frame " << t << ": " << status.to_string();
+}
+
 // What play_until_n_fails played.
 struct Played {
   int a_steps = 0;                         // the frames that succeeded
@@ -202,14 +214,7 @@ TEST(MultiAgentReconnect, AFinishedAgentOfAModuleWhoseSpacesChangedIsDropped) {
   auto& client = *connected.value();
   std::string episode = client.start_episode("fin").value();
   tether::AgentFrame frame;
-  for (int t = 0; t < 7; ++t) {
-    const float a_obs[2] = {static_cast<float>(t), 0.0f};
-    const float b_obs[2] = {static_cast<float>(t), 1.0f};
-    frame.clear();
-    frame.add("a_0", a_obs, 2);
-    frame.add("b_0", b_obs, 2);
-    ASSERT_TRUE(client.get_action(episode, frame).ok()) << t;
-  }
+  for (int t = 0; t < 7; ++t) ASSERT_NO_FATAL_FAILURE(act_two(client, episode, frame, t, "a_0", "b_0"));
   const float b_final[2] = {7.0f, 1.0f};
   ASSERT_TRUE(client.retire_agent(episode, "b_0", b_final, 2).ok());  // finished, 2 steps not cut
   for (int i = 0; i < 500 && client.reconnects() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -287,14 +292,7 @@ void check_critic_rows_after_a_reconnect(std::vector<std::string> first) {
   ASSERT_TRUE(client);
   std::string episode = client->start_episode("critic").value();
   tether::AgentFrame frame;
-  for (int t = 0; t < 30; ++t) {
-    const float a0[2] = {static_cast<float>(t), 0.0f};
-    const float a1[2] = {static_cast<float>(t), 1.0f};
-    frame.clear();
-    frame.add("a_0", a0, 2);
-    frame.add("a_1", a1, 2);
-    ASSERT_TRUE(client->get_action(episode, frame).ok()) << t;
-  }
+  for (int t = 0; t < 30; ++t) ASSERT_NO_FATAL_FAILURE(act_two(*client, episode, frame, t, "a_0", "a_1"));
   ASSERT_GE(client->reconnects(), 1);
   ASSERT_TRUE(client->end_episode(episode).ok());
   ASSERT_TRUE(client->flush().ok());

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ort_test_helpers.h"
 #include "test_data.h"
 #include "tether/onnxruntime_backend.h"
 
@@ -31,44 +30,14 @@ namespace {
 
 using nlohmann::json;
 
-// The model and what onnxruntime computed for its observations (integers 0-255, flat rows).
-struct ByteModel {
-  std::vector<std::uint8_t> bytes;
-  std::string input_name;
-  std::string output_name;
+// The model (integer observations 0-255, flat rows) and the shape of its uint8 input.
+struct ByteModel : test_data::PolicyRecord {
   std::vector<std::int64_t> input_shape;
-  std::size_t obs_dim = 0;
-  std::size_t out_dim = 0;
-  std::size_t rows = 0;
-  std::vector<float> obs;       // rows x obs_dim
-  std::vector<float> expected;  // rows x out_dim
 };
 
 ByteModel byte_model() {
-  ByteModel m;
-  std::ifstream in(test_data::kDir + "policy_bytes_2x3x1.json");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json record = json::parse(text, nullptr, false);
-  if (!record.is_object()) {
-    ADD_FAILURE() << "cannot parse policy_bytes_2x3x1.json";
-    return m;
-  }
-  m.bytes = test_data::read_bytes(test_data::kDir + record["model"].get<std::string>());
-  m.input_name = record["input_name"].get<std::string>();
-  m.output_name = record["output_name"].get<std::string>();
-  m.input_shape = record["input_shape"].get<std::vector<std::int64_t>>();
-  m.obs_dim = record["obs_dim"].get<std::size_t>();
-  m.out_dim = record["out_dim"].get<std::size_t>();
-  for (const json& row : record["observations"]) {
-    for (const json& x : row) m.obs.push_back(x.get<float>());
-  }
-  for (const json& row : record["outputs"]) {
-    for (const json& x : row) m.expected.push_back(x.get<float>());
-  }
-  m.rows = record["observations"].size();
-  EXPECT_FALSE(m.bytes.empty());
-  EXPECT_EQ(m.obs.size(), m.rows * m.obs_dim);
-  EXPECT_EQ(m.expected.size(), m.rows * m.out_dim);
+  ByteModel m{test_data::read_policy_record("policy_bytes_2x3x1.json"), {}};
+  if (!m.record.empty()) m.input_shape = m.record["input_shape"].get<std::vector<std::int64_t>>();
   return m;
 }
 
@@ -77,7 +46,7 @@ TEST(OrtByteBox, ReadsTheInputsTypeAndShapeAndMatchesPython) {
   tether::OnnxRuntimeBackend backend;
   EXPECT_EQ(backend.input_type(), tether::ModelInputType::kFloat32);  // nothing loaded
   EXPECT_TRUE(backend.input_shape().empty());
-  tether::Status loaded = backend.load(m.bytes.data(), m.bytes.size(), m.input_name, m.output_name);
+  tether::Status loaded = backend.load(m.model.data(), m.model.size(), m.input_name, m.output_name);
   ASSERT_TRUE(loaded.ok()) << loaded.to_string();
   EXPECT_EQ(backend.input_type(), tether::ModelInputType::kUint8);
   EXPECT_EQ(backend.input_shape(), m.input_shape);
@@ -114,26 +83,16 @@ fake::ServerScript byte_box_script(const ByteModel& m) {
       {"observation_space", {{"type", "Box"}, {"shape", m.input_shape}, {"dtype", "uint8"}, {"low", 0}, {"high", 255}}},
       {"onnx_input_names", {m.input_name}},
       {"onnx_output_names", {m.output_name}}};
-  const std::vector<std::uint8_t> bytes = m.bytes;
+  const std::vector<std::uint8_t> bytes = m.model;
   script.model_file = [bytes](std::uint8_t) { return fake::onnx_file_of(bytes); };
   return script;
 }
 
-tether::ClientOptions ort_options_for(const fake::FakeServer& server) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 5;
-  options.reconnect_timeout_s = 5.0;
-  options.when_queue_full = tether::QueueFullPolicy::kWait;
-  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
-  return options;
-}
-
 TEST(OrtByteBox, TheClientActsOnImagesAndSendsThemAsByteTensors) {
   const ByteModel m = byte_model();
-  ASSERT_FALSE(m.bytes.empty());
+  ASSERT_FALSE(m.model.empty());
   fake::FakeServer server(byte_box_script(m));
-  auto client = fake::connect(ort_options_for(server));
+  auto client = fake::connect(fake::ort_options_for(server, 5));
   ASSERT_NE(client, nullptr);
   double action[1];
   int acted = 0;
@@ -191,7 +150,7 @@ TEST(OrtByteBox, TheClientActsOnImagesAndSendsThemAsByteTensors) {
 TEST(OrtByteBox, AValueThatIsNoByteIsRefusedAndNothingRecorded) {
   const ByteModel m = byte_model();
   fake::FakeServer server(byte_box_script(m));
-  auto client = fake::connect(ort_options_for(server));
+  auto client = fake::connect(fake::ort_options_for(server, 5));
   ASSERT_NE(client, nullptr);
   const std::string episode = client->start_episode().value();
   double action[1];

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client_test_helpers.h"
+#include "ort_test_helpers.h"
 #include "test_data.h"
 #include "tether/client.h"
 #include "tether/distributions.h"
@@ -61,17 +62,6 @@ ServerScript script_for(const RealModel& model, bool broken_second_model = false
   return script;
 }
 
-// ONNX Runtime models, every batch delivered (the SDK's default limits).
-tether::ClientOptions ort_options_for(const FakeServer& server) {
-  tether::ClientOptions options;
-  options.port = server.port();
-  options.seed = 3;
-  options.reconnect_timeout_s = 5.0;
-  options.when_queue_full = tether::QueueFullPolicy::kWait;
-  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
-  return options;
-}
-
 // Plays `steps` steps of 20-step episodes; every call must succeed, but for one
 // that returns a model that failed to load (INFERENCE_FAILED: the client returns
 // it once, from the next call, which then did nothing else; it is made again),
@@ -103,7 +93,7 @@ TEST(OrtClient, RecordsTheServedModelsLogpWhileModelsSwap) {
   RealModel model = real_model();
   ASSERT_FALSE(model.bytes.empty());
   FakeServer server(script_for(model));
-  auto connected = tether::TetherClient::connect(ort_options_for(server));
+  auto connected = tether::TetherClient::connect(fake::ort_options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   int failed_loads = 0;
@@ -140,7 +130,7 @@ TEST(OrtClient, RecordsTheServedModelsLogpWhileModelsSwap) {
 TEST(OrtClient, AModelThatFailsToLoadIsReportedAndTheOldOneStays) {
   RealModel model = real_model();
   FakeServer server(script_for(model, /*broken_second_model=*/true));
-  auto connected = tether::TetherClient::connect(ort_options_for(server));
+  auto connected = tether::TetherClient::connect(fake::ort_options_for(server, 3));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::TetherClient& client = *connected.value();
   // Each failed load comes back, once, from the next call (which does nothing else).

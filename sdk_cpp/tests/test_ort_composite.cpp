@@ -8,13 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "ort_test_helpers.h"
 #include "test_data.h"
 #include "tether/action_mask.h"
 #include "tether/onnxruntime_backend.h"
@@ -34,21 +33,12 @@ struct DictModel {
 
 DictModel dict_model() {
   DictModel m;
-  std::ifstream in(test_data::kDir + "policy_dict_mask.json");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json record = json::parse(text, nullptr, false);
-  if (!record.is_object()) {
-    ADD_FAILURE() << "cannot parse policy_dict_mask.json";
-    return m;
-  }
+  const json record = test_data::read_record("policy_dict_mask.json");
+  if (record.empty()) return m;
   m.bytes = test_data::read_bytes(test_data::kDir + record["model"].get<std::string>());
   m.space = tether::Space::from_json(record["observation_space"]).value();
-  for (const json& row : record["rows"]) {
-    for (const json& x : row) m.rows.push_back(x.get<float>());
-  }
-  for (const json& row : record["expected"]) {
-    for (const json& x : row) m.expected.push_back(x.get<float>());
-  }
+  m.rows = test_data::flat_rows(record["rows"]);
+  m.expected = test_data::flat_rows(record["expected"]);
   m.count = record["rows"].size();
   EXPECT_FALSE(m.bytes.empty());
   return m;

@@ -5,57 +5,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "ort_test_helpers.h"
 #include "test_data.h"
 #include "tether/onnxruntime_backend.h"
 
 namespace {
 
-using test_data::read_bytes;
-
-struct Fixture {
-  std::vector<std::uint8_t> model;
-  std::string input_name;
-  std::string output_name;
-  std::size_t obs_dim = 0;
-  std::size_t out_dim = 0;
-  std::vector<float> obs;       // rows x obs_dim
-  std::vector<float> expected;  // rows x out_dim
-  std::size_t rows = 0;
-};
+using Fixture = test_data::PolicyRecord;
 
 // Loads the model and its expected outputs; fails the test (not throws) if anything is off.
-Fixture load_fixture() {
-  Fixture f;
-  std::vector<std::uint8_t> text = read_bytes(test_data::kDir + "policy_4x64x64x2.json");
-  nlohmann::json record = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  if (record.is_discarded() || !record.is_object()) {
-    ADD_FAILURE() << "cannot parse policy_4x64x64x2.json";
-    return f;
-  }
-  f.model = read_bytes(test_data::kDir + record["model"].get<std::string>());
-  f.input_name = record["input_name"].get<std::string>();
-  f.output_name = record["output_name"].get<std::string>();
-  f.obs_dim = record["obs_dim"].get<std::size_t>();
-  f.out_dim = record["out_dim"].get<std::size_t>();
-  for (const auto& row : record["observations"]) {
-    for (const auto& x : row) f.obs.push_back(x.get<float>());
-  }
-  for (const auto& row : record["outputs"]) {
-    for (const auto& x : row) f.expected.push_back(x.get<float>());
-  }
-  f.rows = record["observations"].size();
-  EXPECT_FALSE(f.model.empty());
-  EXPECT_EQ(f.obs.size(), f.rows * f.obs_dim);
-  EXPECT_EQ(f.expected.size(), f.rows * f.out_dim);
-  return f;
-}
+Fixture load_fixture() { return test_data::read_policy_record("policy_4x64x64x2.json"); }
 
 class OrtInference : public ::testing::Test {
  protected:

@@ -519,8 +519,6 @@ TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
   Connected c(multi_config(1000));
   ASSERT_TRUE(c.client) << c.status.to_string();
   tether::MultiAgentClient& client = *c.client;
-  const json& config = c.config;
-  FakeServer& server = c.server;
   std::string episode = client.start_episode("order").value();
   std::map<std::string, std::vector<json>> expected;  // per agent, its observation rows in time order
   tether::AgentFrame frame;
@@ -561,7 +559,7 @@ TEST(MultiAgentClient, FramesInAnyOrderRecordEachAgentsOwnRows) {
   }
   ASSERT_TRUE(client.end_episode(episode, &frame, /*truncated=*/true).ok());
   ASSERT_TRUE(client.flush().ok());
-  std::vector<json> records = valid_records(server.batches(), config);
+  std::vector<json> records = valid_records(c.server.batches(), c.config);
   for (const auto& [id, rows] : expected) {
     std::vector<json> obs;
     for (const json& entry : entries_of(records, "order", id)) {
@@ -725,8 +723,6 @@ TEST(MultiAgentClient, ReturnsAddUpEveryRewardPerActor) {
   Connected c(multi_config(1000));
   ASSERT_TRUE(c.client) << c.status.to_string();
   tether::MultiAgentClient& client = *c.client;
-  const json& config = c.config;
-  FakeServer& server = c.server;
   std::string episode = client.start_episode("returns").value();
   ASSERT_TRUE(client.log_returns(episode, "adversary_0", 0.5).ok());  // before it acts
   tether::AgentFrame frame;
@@ -761,7 +757,7 @@ TEST(MultiAgentClient, ReturnsAddUpEveryRewardPerActor) {
   EXPECT_EQ(returns.value(), expected);
   ASSERT_TRUE(client.flush().ok());
   // The steps carry what was logged after each action.
-  std::vector<json> records = valid_records(server.batches(), config);
+  std::vector<json> records = valid_records(c.server.batches(), c.config);
   json rewards = json::array();
   for (const json& entry : entries_of(records, "returns", "pair")) {
     for (const json& r : entry["rewards"]) rewards.push_back(r);
@@ -1142,45 +1138,66 @@ TEST(MultiAgentClient, OffPolicyBatchesAreAcknowledgedByPerModuleGetState) {
   EXPECT_TRUE(client.take_error().ok());
 }
 
-TEST(MultiAgentLink, AFullQueueDropsWholeEpisodesOfMultiAgentBatches) {
-  auto models = std::make_shared<Models>();
-  ServerScript script = multi_script(models);
-  script.on_batch = [](Conn&, const tether::Message&, int) { return true; };  // never answers: one batch in flight
-  FakeServer server(script);
+namespace {
+
+// A multi-agent server whose batches are never answered: one batch stays in flight.
+ServerScript unanswering_multi_script() {
+  ServerScript script = multi_script(std::make_shared<Models>());
+  script.on_batch = [](Conn&, const tether::Message&, int) { return true; };
+  return script;
+}
+
+// A multi-agent link of `server` with room for 5 steps behind the batch in flight.
+tether::LinkOptions five_step_link_options(const FakeServer& server) {
   auto log = std::make_shared<RunLog>();
   tether::LinkOptions options;
   options.port = server.port();
   options.multi_agent = true;
   options.max_queued_steps = 5;
   options.backend_factory = [log] { return std::make_unique<LoggingFakeBackend>(log); };
-  tether::ServerLink link(options);
+  return options;
+}
+
+// The record of episode `id`: module "runner"'s agent good_0 acting `steps`
+// times (observation (t, 0) at step t when `numbered`, else (0, 0)).
+tether::MultiAgentRecord runner_record(const std::string& id, int steps, bool numbered) {
+  tether::MultiAgentRecord record;
+  record.episode_id = id;
+  tether::AgentEntry entry;
+  entry.module = "runner";
+  for (int t = 0; t < steps; ++t) {
+    entry.chunk.obs.insert(entry.chunk.obs.end(), {numbered ? static_cast<float>(t) : 0.0f, 0.0f});
+    entry.chunk.actions.push_back(0);
+    entry.chunk.rewards.push_back(0);
+    entry.chunk.action_logp.push_back(-0.7);
+  }
+  entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
+  record.agents.emplace_back("good_0", std::move(entry));
+  return record;
+}
+
+// Whether the server received a batch within 5 s.
+bool batch_arrives(FakeServer& server) {
+  return fake::wait_for([&] { return !server.batches().empty(); }, 5.0);
+}
+
+}  // namespace
+
+TEST(MultiAgentLink, AFullQueueDropsWholeEpisodesOfMultiAgentBatches) {
+  FakeServer server(unanswering_multi_script());
+  tether::ServerLink link(five_step_link_options(server));
   ASSERT_TRUE(link.start().ok());
   auto batch_of = [](std::vector<std::pair<std::string, int>> episodes) {
     auto batch = std::make_shared<tether::Batch>();
     for (const auto& [id, steps] : episodes) {
-      tether::MultiAgentRecord record;
-      record.episode_id = id;
-      tether::AgentEntry entry;
-      entry.module = "runner";
-      for (int t = 0; t < steps; ++t) {
-        entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
-        entry.chunk.actions.push_back(0);
-        entry.chunk.rewards.push_back(0);
-        entry.chunk.action_logp.push_back(-0.7);
-      }
-      entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
-      record.agents.emplace_back("good_0", std::move(entry));
-      batch->records.push_back(std::move(record));
+      batch->records.push_back(runner_record(id, steps, /*numbered=*/false));
       batch->agent_steps += steps;
     }
     batch->env_steps = batch->agent_steps * 2;
     return batch;
   };
   EXPECT_TRUE(link.submit(batch_of({{"a", 2}})).empty());
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 500 && server.batches().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return !server.batches().empty();
-  }());  // "a" is in flight
+  ASSERT_TRUE(batch_arrives(server));  // "a" is in flight
   EXPECT_TRUE(link.submit(batch_of({{"b", 3}})).empty());
   auto third = batch_of({{"b", 1}, {"c", 2}});
   std::set<std::string> gone = link.submit(third);  // 3 + 3 > 5: the batch with "b" is dropped, and "b" with it
@@ -1200,19 +1217,7 @@ class StepsSource final : public tether::RecordSource {
   void build(tether::Batch& batch) override {
     built_on.store(std::this_thread::get_id());
     for (const tether::PendingRecord& pending : batch.pending_records) {
-      tether::MultiAgentRecord record;
-      record.episode_id = pending.episode_id;
-      tether::AgentEntry entry;
-      entry.module = "runner";
-      for (int t = 0; t < steps_.at(pending.episode_id); ++t) {
-        entry.chunk.obs.insert(entry.chunk.obs.end(), {static_cast<float>(t), 0.0f});
-        entry.chunk.actions.push_back(0);
-        entry.chunk.rewards.push_back(0);
-        entry.chunk.action_logp.push_back(-0.7);
-      }
-      entry.chunk.obs.insert(entry.chunk.obs.end(), {0.0f, 0.0f});
-      record.agents.emplace_back("good_0", std::move(entry));
-      batch.records.push_back(std::move(record));
+      batch.records.push_back(runner_record(pending.episode_id, steps_.at(pending.episode_id), /*numbered=*/true));
     }
   }
   std::atomic<std::thread::id> built_on{};
@@ -1223,17 +1228,8 @@ class StepsSource final : public tether::RecordSource {
 }  // namespace
 
 TEST(MultiAgentLink, PendingRecordsAreBuiltOffTheEngineThreadAndDropAsWholeEpisodes) {
-  auto models = std::make_shared<Models>();
-  ServerScript script = multi_script(models);
-  script.on_batch = [](Conn&, const tether::Message&, int) { return true; };  // never answers: one batch in flight
-  FakeServer server(script);
-  auto log = std::make_shared<RunLog>();
-  tether::LinkOptions options;
-  options.port = server.port();
-  options.multi_agent = true;
-  options.max_queued_steps = 5;
-  options.backend_factory = [log] { return std::make_unique<LoggingFakeBackend>(log); };
-  tether::ServerLink link(options);
+  FakeServer server(unanswering_multi_script());
+  tether::ServerLink link(five_step_link_options(server));
   ASSERT_TRUE(link.start().ok());
   std::vector<StepsSource*> sources;
   auto batch_of = [&](std::map<std::string, int> episodes) {
@@ -1264,10 +1260,7 @@ TEST(MultiAgentLink, PendingRecordsAreBuiltOffTheEngineThreadAndDropAsWholeEpiso
   std::vector<std::shared_ptr<tether::Batch>> dropped;
   EXPECT_TRUE(link.submit(batch_of({{"a", 2}}), &dropped).empty());
   ASSERT_TRUE(handed_back(sources[0]));  // built when sent, on the I/O thread, and handed back at once
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 500 && server.batches().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return !server.batches().empty();
-  }());
+  ASSERT_TRUE(batch_arrives(server));
   const json sent = server.batches()[0];  // "a" is in flight
   ASSERT_EQ(sent["episodes"].size(), 1u);
   EXPECT_EQ(sent["episodes"][0]["episode_id"], "a");

@@ -96,12 +96,17 @@ void play_until_the_reconnect(tether::TetherClient& client, const std::shared_pt
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
 }
 
+// A client of `server` (waiting_options_for's, seed 5) that does not wait for weights.
+std::unique_ptr<tether::TetherClient> connect_not_waiting_for_weights(const FakeServer& server) {
+  tether::ClientOptions options = waiting_options_for(server, 5);
+  options.wait_for_weights = false;
+  return connect(options);
+}
+
 TEST(ReconnectNewSpaces, StepsRecordedWithOtherSpacesAreDroppedAndTheEpisodeGoesOn) {
   auto release = std::make_shared<std::atomic<bool>>(false);
   FakeServer server(reconnecting_server(release, /*model_in_handshake=*/true));
-  tether::ClientOptions options = waiting_options_for(server, 5);
-  options.wait_for_weights = false;
-  auto client = connect(options);
+  auto client = connect_not_waiting_for_weights(server);
   ASSERT_TRUE(client);
   ASSERT_EQ(client->observation_space().flat_dim(), 3u);
   play_until_the_reconnect(*client, release);
@@ -151,9 +156,7 @@ TEST(ReconnectNewSpaces, StepsRecordedWithOtherSpacesAreDroppedAndTheEpisodeGoes
 TEST(ReconnectNewSpaces, TheOldModelIsLetGoUntilTheNewConnectionSendsOne) {
   auto release = std::make_shared<std::atomic<bool>>(false);
   FakeServer server(reconnecting_server(release, /*model_in_handshake=*/false));
-  tether::ClientOptions options = waiting_options_for(server, 5);
-  options.wait_for_weights = false;
-  auto client = connect(options);
+  auto client = connect_not_waiting_for_weights(server);
   ASSERT_TRUE(client);
   play_until_the_reconnect(*client, release);
   if (HasFatalFailure()) return;

@@ -24,6 +24,15 @@ namespace {
 
 using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
 
+// record_share values of the answers: one so small that every episode is
+// held back, and none (no member: every episode is recorded).
+const json kTiny = 1e-9;
+const json kNone;
+
+// The record_share the server's answers carry; the test may change it between batches.
+using Share = std::shared_ptr<std::atomic<const json*>>;
+Share share_of(const json& value) { return std::make_shared<std::atomic<const json*>>(&value); }
+
 // `state` with `share` as its record_share, or none when `share` is null.
 json with_share(json state, const json& share) {
   if (!share.is_null()) state["record_share"] = share;
@@ -36,7 +45,7 @@ json state_with_share(const json& share) { return with_share(state(0, 0), share)
 
 // A single-agent server whose every SET_STATE carries `*share` (null: none);
 // the test may change it between batches.
-ServerScript share_script(std::int64_t steps_per_sample, std::shared_ptr<std::atomic<const json*>> share,
+ServerScript share_script(std::int64_t steps_per_sample, Share share,
                           bool force_on_policy = true) {
   ServerScript script;
   script.steps_per_sample = steps_per_sample;
@@ -55,6 +64,38 @@ ServerScript share_script(std::int64_t steps_per_sample, std::shared_ptr<std::at
 // `steps` steps of `episode`, each rewarded 1 (returns are counted, recorded or held back).
 void play(tether::TetherClient& client, const std::string& episode, int steps) { act(client, episode, steps, 1.0); }
 
+// What a run's batches recorded: its episodes, their steps (as the test
+// counts a record's), and the batches without any record.
+struct Recorded {
+  std::set<std::string> episodes;
+  std::size_t steps = 0;
+  std::size_t empty_batches = 0;
+};
+
+template <class StepsOf>
+Recorded recorded_in(const std::vector<json>& batches, StepsOf steps_of) {
+  Recorded recorded;
+  for (const json& batch : batches) {
+    if (batch["episodes"].empty()) ++recorded.empty_batches;
+    for (const json& record : batch["episodes"]) {
+      recorded.episodes.insert(record["episode_id"].get<std::string>());
+      recorded.steps += steps_of(record);
+    }
+  }
+  return recorded;
+}
+
+// There are `count` batches, the last holding one record: episode `id`'s,
+// whose `field` has `size` entries.
+void expect_last_batch_holds(const std::vector<json>& batches, std::size_t count, const std::string& id,
+                             const char* field, std::size_t size) {
+  ASSERT_EQ(batches.size(), count);
+  const json& last = batches.back();
+  ASSERT_EQ(last["episodes"].size(), 1u);
+  EXPECT_EQ(last["episodes"][0]["episode_id"], id);
+  EXPECT_EQ(last["episodes"][0][field].size(), size);
+}
+
 // Every batch is a message of this client's session, numbered 1, 2, ...
 void expect_numbered(const std::vector<json>& batches, const std::string& session) {
   for (std::size_t i = 0; i < batches.size(); ++i) {
@@ -65,41 +106,34 @@ void expect_numbered(const std::vector<json>& batches, const std::string& sessio
 
 TEST(RecordShare, AQuarterOfTheEpisodesIsRecordedAndTheRestHeldBack) {
   const json quarter = 0.25;
-  auto share = std::make_shared<std::atomic<const json*>>(&quarter);
+  auto share = share_of(quarter);
   FakeServer server(share_script(20, share));
-  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  EXPECT_EQ(client.record_share(), 0.25);
+  auto client = connect(waiting_options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->record_share(), 0.25);
   constexpr int kEpisodes = 400, kLength = 3;
   for (int e = 0; e < kEpisodes; ++e) {
-    const std::string episode = client.start_episode().value();
-    ASSERT_NO_FATAL_FAILURE(play(client, episode, kLength));
-    ASSERT_NO_FATAL_FAILURE(end(client, episode, kLength));
+    const std::string episode = client->start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(play(*client, episode, kLength));
+    ASSERT_NO_FATAL_FAILURE(end(*client, episode, kLength));
   }
-  ASSERT_TRUE(client.flush().ok());
+  ASSERT_TRUE(client->flush().ok());
   std::vector<json> batches = server.batches();
-  std::set<std::string> recorded;
-  std::size_t recorded_steps = 0, empty = 0;
-  for (const json& batch : batches) {
-    if (batch["episodes"].empty()) ++empty;
-    for (const json& record : batch["episodes"]) {
-      recorded.insert(record["episode_id"].get<std::string>());
-      recorded_steps += record["rewards"].size();
-    }
-  }
+  const Recorded got = recorded_in(batches, [](const json& record) { return record["rewards"].size(); });
+  const std::set<std::string>& recorded = got.episodes;
+  const std::size_t recorded_steps = got.steps;
   EXPECT_GE(recorded.size(), 60u);
   EXPECT_LE(recorded.size(), 140u);
-  EXPECT_EQ(client.episodes_held_back(), kEpisodes - recorded.size());
-  EXPECT_EQ(recorded_steps + kLength * client.episodes_held_back(), std::size_t{kEpisodes * kLength});
+  EXPECT_EQ(client->episodes_held_back(), kEpisodes - recorded.size());
+  EXPECT_EQ(recorded_steps + kLength * client->episodes_held_back(), std::size_t{kEpisodes * kLength});
   EXPECT_EQ(recorded_steps, kLength * recorded.size());  // a recorded episode is sent whole
-  EXPECT_EQ(client.env_steps_sent(), static_cast<std::int64_t>(recorded_steps));
+  EXPECT_EQ(client->env_steps_sent(), static_cast<std::int64_t>(recorded_steps));
   // A batch every 20 steps played (1200), not every 20 recorded (about 300).
   EXPECT_GE(batches.size(), 55u);
   EXPECT_LE(batches.size(), 61u);
-  EXPECT_GT(empty, 0u);  // some batches had only held-back steps behind them
-  expect_numbered(batches, client.client_session());
-  EXPECT_TRUE(client.take_error().ok());
+  EXPECT_GT(got.empty_batches, 0u);  // some batches had only held-back steps behind them
+  expect_numbered(batches, client->client_session());
+  EXPECT_TRUE(client->take_error().ok());
 }
 
 // Each round's answers carry one value; the share after the round.
@@ -115,53 +149,43 @@ TEST(RecordShare, InvalidValuesAreIgnoredAndAnAbsentOneMeansRecordEveryEpisode) 
   };
   // (null in the SET_STATE is sent as a member "record_share": null; nullopt leaves the member out)
   auto round = std::make_shared<std::atomic<std::size_t>>(0);
-  ServerScript script;
-  script.steps_per_sample = 1;  // a batch at every training episode's second step
-  script.on_get_state = [](Conn& conn, const tether::Message&, int) {
-    conn.send(state_with_share(json()));
-    return true;
-  };
-  script.on_batch = [&rounds, round](Conn& conn, const tether::Message&, int) {
+  ServerScript script = answering([&rounds, round](int n) {
     json answer = state_with_share(json());
     const Round& now = rounds[round->load()];
-    if (now.value) answer["record_share"] = *now.value;
-    conn.send(answer);
-    return true;
-  };
+    if (n > 0 && now.value) answer["record_share"] = *now.value;  // (n 0: the handshake's GET_STATE)
+    return answer;
+  });
+  script.steps_per_sample = 1;  // a batch at every training episode's second step
   FakeServer server(script);
-  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  EXPECT_EQ(client.record_share(), 1.0);
+  auto client = connect(waiting_options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->record_share(), 1.0);
   for (std::size_t r = 0; r < rounds.size(); ++r) {
     round->store(r);
     const std::size_t before = server.batches().size();
-    const std::string episode = client.start_episode().value();
-    ASSERT_NO_FATAL_FAILURE(play(client, episode, 2));  // recorded or held back, a batch goes
-    ASSERT_NO_FATAL_FAILURE(end(client, episode, 2.0));
-    ASSERT_TRUE(client.flush().ok());
+    const std::string episode = client->start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(play(*client, episode, 2));  // recorded or held back, a batch goes
+    ASSERT_NO_FATAL_FAILURE(end(*client, episode, 2.0));
+    ASSERT_TRUE(client->flush().ok());
     EXPECT_GT(server.batches().size(), before) << "round " << r;
-    EXPECT_EQ(client.record_share(), rounds[r].share_after) << "round " << r;
+    EXPECT_EQ(client->record_share(), rounds[r].share_after) << "round " << r;
   }
-  EXPECT_TRUE(client.take_error().ok());  // invalid values are no errors
+  EXPECT_TRUE(client->take_error().ok());  // invalid values are no errors
 }
 
 TEST(RecordShare, EverythingHeldBackStillSendsABatchEveryEnvStepsPerSampleStepsPlayed) {
-  const json tiny = 1e-9;
-  const json none;  // answers without record_share
-  auto share = std::make_shared<std::atomic<const json*>>(&tiny);
+  auto share = share_of(kTiny);
   FakeServer server(share_script(10, share));
-  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  ASSERT_EQ(client.weights_seq_no(), 0);
+  auto client = connect(waiting_options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(client->weights_seq_no(), 0);
   for (int e = 0; e < 10; ++e) {  // 70 steps played: a batch at the 11th, 21st, ... 61st
-    const std::string episode = client.start_episode().value();
-    ASSERT_NO_FATAL_FAILURE(play(client, episode, 7));
-    ASSERT_NO_FATAL_FAILURE(end(client, episode, 7.0));
+    const std::string episode = client->start_episode().value();
+    ASSERT_NO_FATAL_FAILURE(play(*client, episode, 7));
+    ASSERT_NO_FATAL_FAILURE(end(*client, episode, 7.0));
   }
-  ASSERT_TRUE(client.flush().ok());  // nothing recorded: flush sends nothing more
-  EXPECT_EQ(client.episodes_held_back(), 10u);
+  ASSERT_TRUE(client->flush().ok());  // nothing recorded: flush sends nothing more
+  EXPECT_EQ(client->episodes_held_back(), 10u);
   std::vector<json> batches = server.batches();
   ASSERT_EQ(batches.size(), 6u);
   for (const json& batch : batches) {
@@ -171,56 +195,50 @@ TEST(RecordShare, EverythingHeldBackStillSendsABatchEveryEnvStepsPerSampleStepsP
     EXPECT_EQ(batch["agent_steps"], 0);
     EXPECT_EQ(batch["weights_seq_no"], 0);  // the version held: the usual claim
   }
-  expect_numbered(batches, client.client_session());
+  expect_numbered(batches, client->client_session());
   // An answer without record_share: episodes are recorded again.
-  share->store(&none);
-  const std::string last_held = client.start_episode().value();
-  ASSERT_NO_FATAL_FAILURE(play(client, last_held, 11));  // the 11th step sends a batch, answered without it
-  ASSERT_NO_FATAL_FAILURE(end(client, last_held, 11.0));
-  ASSERT_TRUE(client.flush().ok());
-  EXPECT_EQ(client.record_share(), 1.0);
-  EXPECT_EQ(client.episodes_held_back(), 11u);
+  share->store(&kNone);
+  const std::string last_held = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(*client, last_held, 11));  // the 11th step sends a batch, answered without it
+  ASSERT_NO_FATAL_FAILURE(end(*client, last_held, 11.0));
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->record_share(), 1.0);
+  EXPECT_EQ(client->episodes_held_back(), 11u);
   ASSERT_EQ(server.batches().size(), 7u);
-  const std::string recorded = client.start_episode().value();
-  ASSERT_NO_FATAL_FAILURE(play(client, recorded, 3));
-  ASSERT_NO_FATAL_FAILURE(end(client, recorded, 3.0));
-  ASSERT_TRUE(client.flush().ok());
-  EXPECT_EQ(client.episodes_held_back(), 11u);
-  batches = server.batches();
-  ASSERT_EQ(batches.size(), 8u);
-  ASSERT_EQ(batches[7]["episodes"].size(), 1u);
-  EXPECT_EQ(batches[7]["episodes"][0]["episode_id"], recorded);
-  EXPECT_EQ(batches[7]["episodes"][0]["rewards"].size(), 3u);
-  EXPECT_TRUE(client.take_error().ok());
+  const std::string recorded = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(*client, recorded, 3));
+  ASSERT_NO_FATAL_FAILURE(end(*client, recorded, 3.0));
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->episodes_held_back(), 11u);
+  ASSERT_NO_FATAL_FAILURE(expect_last_batch_holds(server.batches(), 8, recorded, "rewards", 3));
+  EXPECT_TRUE(client->take_error().ok());
 }
 
 TEST(RecordShare, OffPolicyAnEmptyBatchIsAnEpisodesMessageFollowedByGetState) {
-  const json tiny = 1e-9;
-  auto share = std::make_shared<std::atomic<const json*>>(&tiny);
+  auto share = share_of(kTiny);
   FakeServer server(share_script(10, share, /*force_on_policy=*/false));
-  auto connected = tether::TetherClient::connect(waiting_options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  const std::string episode = client.start_episode().value();
-  ASSERT_NO_FATAL_FAILURE(play(client, episode, 21));  // batches at the 11th and 21st steps
-  ASSERT_NO_FATAL_FAILURE(end(client, episode, 21.0));
-  ASSERT_TRUE(client.flush().ok());
+  auto client = connect(waiting_options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  const std::string episode = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(*client, episode, 21));  // batches at the 11th and 21st steps
+  ASSERT_NO_FATAL_FAILURE(end(*client, episode, 21.0));
+  ASSERT_TRUE(client->flush().ok());
   std::vector<json> messages = server.messages();
   std::vector<std::string> after_handshake;
   for (std::size_t i = 3; i < messages.size(); ++i) after_handshake.push_back(messages[i]["type"]);
   EXPECT_EQ(after_handshake, (std::vector<std::string>{"EPISODES", "GET_STATE", "EPISODES", "GET_STATE"}));
   for (const json& batch : server.batches()) {
     EXPECT_TRUE(batch["episodes"].empty());
-    EXPECT_EQ(batch["client_session"], client.client_session());
+    EXPECT_EQ(batch["client_session"], client->client_session());
   }
-  EXPECT_EQ(client.episodes_held_back(), 1u);
+  EXPECT_EQ(client->episodes_held_back(), 1u);
 }
 
 // With share 1 (sent or not) no number is drawn: a client's draws (here its
 // random episode ids) are those of a client that never heard of record_share.
 TEST(RecordShare, AtOneNoRandomNumberIsDrawn) {
   auto ids_with = [](const json& value) {
-    auto share = std::make_shared<std::atomic<const json*>>(&value);
+    auto share = share_of(value);
     FakeServer server(share_script(1000, share));
     auto connected = tether::TetherClient::connect(waiting_options_for(server, 11));
     EXPECT_TRUE(connected.ok());
@@ -244,16 +262,8 @@ ServerScript steps_per_batch_script(std::int64_t steps_per_sample, std::vector<s
   auto value_of = [values](int n) -> std::optional<json> {
     return n < static_cast<int>(values.size()) ? values[n] : std::nullopt;
   };
-  ServerScript script;
+  ServerScript script = answering([value_of, state_of](int n) { return state_of(json(1e-9), value_of(n)); });
   script.steps_per_sample = steps_per_sample;
-  script.on_get_state = [value_of, state_of](Conn& conn, const tether::Message&, int) {
-    conn.send(state_of(json(1e-9), value_of(0)));
-    return true;
-  };
-  script.on_batch = [value_of, state_of](Conn& conn, const tether::Message&, int n) {
-    conn.send(state_of(json(1e-9), value_of(n)));
-    return true;
-  };
   return script;
 }
 
@@ -295,24 +305,23 @@ TEST(RecordShare, StepsPerBatchSetsTheCadenceUntilAnAnswerWithoutIt) {
   // steps_per_batch() once values[n] applied
   const std::vector<std::int64_t> expected = {4, 4, 4, 4, 4, 4, 4, 10, 5, 10, 10};
   FakeServer server(steps_per_batch_script(10, values, single_state_with_steps));
-  auto connected = tether::TetherClient::connect(strict_options_for(server));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  ASSERT_TRUE(client.waits_for_weights());
-  EXPECT_EQ(client.env_steps_per_sample(), 10);
-  EXPECT_EQ(client.steps_per_batch(), 4);
-  const std::string episode = client.start_episode().value();
+  auto client = connect(strict_options_for(server));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->waits_for_weights());
+  EXPECT_EQ(client->env_steps_per_sample(), 10);
+  EXPECT_EQ(client->steps_per_batch(), 4);
+  const std::string episode = client->start_episode().value();
   const float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
   double action[1];
   std::vector<int> sends_at;
   for (int t = 0; t < 100; ++t) {
     const std::size_t before = server.batches().size();
-    ASSERT_TRUE(client.get_action(episode, obs, 4, action, 1).ok());
+    ASSERT_TRUE(client->get_action(episode, obs, 4, action, 1).ok());
     if (server.batches().size() > before) {
       // the cut comes before step t is acted: steps 0 .. t-1 were played
       sends_at.push_back(t);
       const std::size_t n = server.batches().size();
-      EXPECT_EQ(client.steps_per_batch(), n < expected.size() ? expected[n] : 10) << "after batch " << n;
+      EXPECT_EQ(client->steps_per_batch(), n < expected.size() ? expected[n] : 10) << "after batch " << n;
     }
   }
   const std::vector<int> gaps = gaps_of(sends_at);
@@ -320,11 +329,11 @@ TEST(RecordShare, StepsPerBatchSetsTheCadenceUntilAnAnswerWithoutIt) {
   // Seven batches of 4 (the handshake's 4, then six answers with invalid
   // values), 10 (the largest integer), 5, then 10 (50, clamped; then none).
   EXPECT_EQ(gaps, (std::vector<int>{4, 4, 4, 4, 4, 4, 4, 10, 5, 10, 10, 10, 10, 10}));
-  EXPECT_EQ(client.steps_per_batch(), 10);
-  EXPECT_EQ(client.episodes_held_back(), 1u);
+  EXPECT_EQ(client->steps_per_batch(), 10);
+  EXPECT_EQ(client->episodes_held_back(), 1u);
   for (const json& batch : server.batches()) EXPECT_TRUE(batch["episodes"].empty());
-  expect_numbered(server.batches(), client.client_session());
-  EXPECT_TRUE(client.take_error().ok());  // invalid values are no errors
+  expect_numbered(server.batches(), client->client_session());
+  EXPECT_TRUE(client->take_error().ok());  // invalid values are no errors
 }
 
 // §13.2 as the Python SDK has it: held-back steps make a batch due only once
@@ -332,36 +341,29 @@ TEST(RecordShare, StepsPerBatchSetsTheCadenceUntilAnAnswerWithoutIt) {
 // in an ended episode; a held-back episode's first step does not send them,
 // its second does (held-back steps played and recorded ones add up).
 TEST(RecordShare, AHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) {
-  const json tiny = 1e-9;
-  const json none;  // record every episode
-  auto share = std::make_shared<std::atomic<const json*>>(&none);
+  auto share = share_of(kNone);
   FakeServer server(share_script(4, share));
-  auto connected = tether::TetherClient::connect(strict_options_for(server));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  ASSERT_EQ(client.steps_per_batch(), 4);
-  const std::string recorded = client.start_episode().value();  // share 1: recorded
-  const std::string first = client.start_episode().value();
-  ASSERT_NO_FATAL_FAILURE(play(client, first, 1));
-  ASSERT_NO_FATAL_FAILURE(end(client, first, 1.0));
-  share->store(&tiny);
-  ASSERT_TRUE(client.flush().ok());  // its answer holds every new episode back
+  auto client = connect(strict_options_for(server));
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(client->steps_per_batch(), 4);
+  const std::string recorded = client->start_episode().value();  // share 1: recorded
+  const std::string first = client->start_episode().value();
+  ASSERT_NO_FATAL_FAILURE(play(*client, first, 1));
+  ASSERT_NO_FATAL_FAILURE(end(*client, first, 1.0));
+  share->store(&kTiny);
+  ASSERT_TRUE(client->flush().ok());  // its answer holds every new episode back
   ASSERT_EQ(server.batches().size(), 1u);
-  EXPECT_EQ(client.record_share(), 1e-9);
-  ASSERT_NO_FATAL_FAILURE(play(client, recorded, 4));  // 4 recorded steps ...
-  ASSERT_NO_FATAL_FAILURE(end(client, recorded, 4.0));  // ... complete, not cut yet
+  EXPECT_EQ(client->record_share(), 1e-9);
+  ASSERT_NO_FATAL_FAILURE(play(*client, recorded, 4));  // 4 recorded steps ...
+  ASSERT_NO_FATAL_FAILURE(end(*client, recorded, 4.0));  // ... complete, not cut yet
   EXPECT_EQ(server.batches().size(), 1u);
-  const std::string held = client.start_episode().value();
-  EXPECT_EQ(client.episodes_held_back(), 1u);
-  ASSERT_NO_FATAL_FAILURE(play(client, held, 1));
+  const std::string held = client->start_episode().value();
+  EXPECT_EQ(client->episodes_held_back(), 1u);
+  ASSERT_NO_FATAL_FAILURE(play(*client, held, 1));
   EXPECT_EQ(server.batches().size(), 1u) << "no held-back step played yet: no batch due";
-  ASSERT_NO_FATAL_FAILURE(play(client, held, 1));
-  std::vector<json> batches = server.batches();
-  ASSERT_EQ(batches.size(), 2u);
-  ASSERT_EQ(batches[1]["episodes"].size(), 1u);
-  EXPECT_EQ(batches[1]["episodes"][0]["episode_id"], recorded);
-  EXPECT_EQ(batches[1]["episodes"][0]["rewards"].size(), 4u);
-  EXPECT_TRUE(client.take_error().ok());
+  ASSERT_NO_FATAL_FAILURE(play(*client, held, 1));
+  ASSERT_NO_FATAL_FAILURE(expect_last_batch_holds(server.batches(), 2, recorded, "rewards", 4));
+  EXPECT_TRUE(client->take_error().ok());
 }
 
 // -- the multi-agent client ------------------------------------------------------------------
@@ -369,17 +371,9 @@ TEST(RecordShare, AHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) {
 // Modules m (agents a_*) and pm (the group "pair": members p_0, p_1) at version 0.
 json multi_state_with_share(const json& share) { return with_share(pair_state(0), share); }
 
-ServerScript multi_share_script(std::int64_t steps_per_sample, std::shared_ptr<std::atomic<const json*>> share) {
-  ServerScript script;
+ServerScript multi_share_script(std::int64_t steps_per_sample, Share share) {
+  ServerScript script = answering([share](int) { return multi_state_with_share(*share->load()); });
   script.full_config = pair_config(steps_per_sample);
-  script.on_get_state = [share](Conn& conn, const tether::Message&, int) {
-    conn.send(multi_state_with_share(*share->load()));
-    return true;
-  };
-  script.on_batch = [share](Conn& conn, const tether::Message&, int) {
-    conn.send(multi_state_with_share(*share->load()));
-    return true;
-  };
   return script;
 }
 
@@ -401,7 +395,7 @@ std::unique_ptr<tether::MultiAgentClient> multi_client(const FakeServer& server,
 
 TEST(RecordShare, MultiAgentOneDrawPerEpisodeForAllItsAgents) {
   const json quarter = 0.25;
-  auto share = std::make_shared<std::atomic<const json*>>(&quarter);
+  auto share = share_of(quarter);
   FakeServer server(multi_share_script(30, share));
   auto client = multi_client(server);
   ASSERT_TRUE(client);
@@ -415,16 +409,14 @@ TEST(RecordShare, MultiAgentOneDrawPerEpisodeForAllItsAgents) {
   }
   ASSERT_TRUE(client->flush().ok());
   std::vector<json> batches = server.batches();
-  std::set<std::string> recorded;
-  std::size_t recorded_steps = 0, empty = 0;
-  for (const json& batch : batches) {
-    if (batch["episodes"].empty()) ++empty;
-    for (const json& record : batch["episodes"]) {
-      recorded.insert(record["episode_id"].get<std::string>());
-      EXPECT_EQ(record["agents"].size(), 3u) << record.dump().substr(0, 300);  // all its actors, or none
-      for (const auto& entry : record["agents"].items()) recorded_steps += entry.value()["rewards"].size();
-    }
-  }
+  const Recorded got = recorded_in(batches, [](const json& record) {
+    EXPECT_EQ(record["agents"].size(), 3u) << record.dump().substr(0, 300);  // all its actors, or none
+    std::size_t steps = 0;
+    for (const auto& entry : record["agents"].items()) steps += entry.value()["rewards"].size();
+    return steps;
+  });
+  const std::set<std::string>& recorded = got.episodes;
+  const std::size_t recorded_steps = got.steps;
   EXPECT_GE(recorded.size(), 60u);
   EXPECT_LE(recorded.size(), 140u);
   EXPECT_EQ(client->episodes_held_back(), kEpisodes - recorded.size());
@@ -436,15 +428,13 @@ TEST(RecordShare, MultiAgentOneDrawPerEpisodeForAllItsAgents) {
   // A batch every 30 agent steps played (2400), not every 30 recorded (about 600).
   EXPECT_GE(batches.size(), 70u);  // (a cut waits for steps to complete: some batches carry a few more)
   EXPECT_LE(batches.size(), 81u);
-  EXPECT_GT(empty, 0u);
+  EXPECT_GT(got.empty_batches, 0u);
   expect_numbered(batches, client->client_session());
   EXPECT_TRUE(client->take_error().ok());
 }
 
 TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain) {
-  const json tiny = 1e-9;
-  const json none;
-  auto share = std::make_shared<std::atomic<const json*>>(&tiny);
+  auto share = share_of(kTiny);
   FakeServer server(multi_share_script(6, share));  // a batch every two frames played
   auto client = multi_client(server);
   ASSERT_TRUE(client);
@@ -461,7 +451,7 @@ TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain)
     EXPECT_EQ(batch["weights_seq_nos"], json::parse(R"({"m": 0, "pm": 0})"));  // the versions held
   }
   expect_numbered(batches, client->client_session());
-  share->store(&none);
+  share->store(&kNone);
   const std::string held = client->start_episode().value();
   for (int f = 0; f < 3; ++f) ASSERT_NO_FATAL_FAILURE(multi_frame(*client, held));  // a batch, answered without it
   ASSERT_TRUE(client->end_episode(held).ok());
@@ -473,11 +463,7 @@ TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain)
   ASSERT_TRUE(client->end_episode(recorded).ok());
   ASSERT_TRUE(client->flush().ok());
   EXPECT_EQ(client->episodes_held_back(), 2u);
-  batches = server.batches();
-  ASSERT_EQ(batches.size(), 5u);
-  ASSERT_EQ(batches[4]["episodes"].size(), 1u);
-  EXPECT_EQ(batches[4]["episodes"][0]["episode_id"], recorded);
-  EXPECT_EQ(batches[4]["episodes"][0]["agents"].size(), 3u);
+  ASSERT_NO_FATAL_FAILURE(expect_last_batch_holds(server.batches(), 5, recorded, "agents", 3));
   EXPECT_TRUE(client->take_error().ok());
 }
 
@@ -524,9 +510,7 @@ TEST(RecordShare, MultiAgentBatchesFollowStepsPerBatchInAgentStepsPlayed) {
 // wait in an ended episode; a held-back episode's first frame does not send
 // them (no held-back step played since the cut), its second does.
 TEST(RecordShare, MultiAgentHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) {
-  const json tiny = 1e-9;
-  const json none;
-  auto share = std::make_shared<std::atomic<const json*>>(&none);
+  auto share = share_of(kNone);
   FakeServer server(multi_share_script(6, share));  // two frames of three actors
   auto client = multi_client(server, /*strict=*/true);
   ASSERT_TRUE(client);
@@ -534,7 +518,7 @@ TEST(RecordShare, MultiAgentHeldBackEpisodeMakesABatchDueOnlyOnceItPlayedAStep) 
   const std::string first = client->start_episode().value();
   ASSERT_NO_FATAL_FAILURE(multi_frame(*client, first));
   ASSERT_TRUE(client->end_episode(first).ok());
-  share->store(&tiny);
+  share->store(&kTiny);
   ASSERT_TRUE(client->flush().ok());
   ASSERT_EQ(server.batches().size(), 1u);
   EXPECT_EQ(client->record_share(), 1e-9);

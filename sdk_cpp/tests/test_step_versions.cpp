@@ -125,16 +125,15 @@ TEST(StepVersions, AStepOfUnknownVersionMeansNoRuns) {
 // which those versions mean nothing. Resent there, it carries no runs.
 TEST(StepVersions, RunsOfAnEarlierServerRunAreLeftOutOfAResend) {
   FakeServer server(losing_batch_2(2, [](int n) -> std::int64_t { return n == 1 ? 6 : 3; }, single_state));
-  auto connected = tether::TetherClient::connect(options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  ASSERT_TRUE(client.start_episode("a").ok());
-  act(client, "a", 5);
-  ASSERT_TRUE(client.flush().ok());
-  EXPECT_EQ(client.weights_seq_no(), 6);
-  act(client, "a", 3);
-  end(client, "a");
-  ASSERT_TRUE(client.flush().ok());
+  auto client = connect(options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->start_episode("a").ok());
+  act(*client, "a", 5);
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->weights_seq_no(), 6);
+  act(*client, "a", 3);
+  end(*client, "a");
+  ASSERT_TRUE(client->flush().ok());
   std::vector<json> batches = server.batches();
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[1]["batch_seq"], 2);
@@ -143,7 +142,7 @@ TEST(StepVersions, RunsOfAnEarlierServerRunAreLeftOutOfAResend) {
   EXPECT_EQ(batches[2]["weights_seq_no"], batches[1]["weights_seq_no"]);  // the claim, unchanged
   EXPECT_EQ(batches[2]["weights_seq_no"], 5);
   EXPECT_FALSE(record_of(batches[2], "a").contains("weights_seq_no_runs")) << batches[2].dump().substr(0, 600);
-  EXPECT_GE(client.reconnects(), 1);
+  EXPECT_GE(client->reconnects(), 1);
 }
 
 // Connection 1 announces version 5, connection 2 version 6: the same server
@@ -157,26 +156,25 @@ std::int64_t same_run_versions(int n) { return n == 1 ? 6 : 5 + n; }
 
 TEST(StepVersions, RunsGoOnlyOnTheConnectionTheirVersionsWereLearnedOn) {
   FakeServer server(losing_batch_2(6, same_run_versions, single_state));
-  auto connected = tether::TetherClient::connect(options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  ASSERT_TRUE(client.start_episode("a").ok());
-  act(client, "a", 2);
-  ASSERT_TRUE(client.flush().ok());  // batch 1: a's first step (5)
-  EXPECT_EQ(client.weights_seq_no(), 6);
-  act(client, "a", 2);
-  ASSERT_TRUE(client.flush().ok());  // batch 2: steps of 5 and 6, lost; resent as batch 3
-  EXPECT_EQ(client.weights_seq_no(), 8);
-  EXPECT_GE(client.reconnects(), 1);
-  act(client, "a", 2);
-  end(client, "a");
-  ASSERT_TRUE(client.flush().ok());  // batch 4: a's step of connection 1, two of connection 2
-  ASSERT_TRUE(client.start_episode("b").ok());
-  act(client, "b", 2);
-  ASSERT_TRUE(client.flush().ok());  // batch 5: b's first step
-  act(client, "b", 2);
-  end(client, "b");
-  ASSERT_TRUE(client.flush().ok());  // batch 6: b's steps of two versions, all of connection 2
+  auto client = connect(options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->start_episode("a").ok());
+  act(*client, "a", 2);
+  ASSERT_TRUE(client->flush().ok());  // batch 1: a's first step (5)
+  EXPECT_EQ(client->weights_seq_no(), 6);
+  act(*client, "a", 2);
+  ASSERT_TRUE(client->flush().ok());  // batch 2: steps of 5 and 6, lost; resent as batch 3
+  EXPECT_EQ(client->weights_seq_no(), 8);
+  EXPECT_GE(client->reconnects(), 1);
+  act(*client, "a", 2);
+  end(*client, "a");
+  ASSERT_TRUE(client->flush().ok());  // batch 4: a's step of connection 1, two of connection 2
+  ASSERT_TRUE(client->start_episode("b").ok());
+  act(*client, "b", 2);
+  ASSERT_TRUE(client->flush().ok());  // batch 5: b's first step
+  act(*client, "b", 2);
+  end(*client, "b");
+  ASSERT_TRUE(client->flush().ok());  // batch 6: b's steps of two versions, all of connection 2
   std::vector<json> batches = server.batches();
   ASSERT_EQ(batches.size(), 6u);
   EXPECT_EQ(record_of(batches[1], "a")["weights_seq_no_runs"], json::parse("[[5, 1], [6, 1]]"));
@@ -207,19 +205,18 @@ TEST(StepsRefusedStale, TetherClientAddsUpTheServersCounts) {
     return true;
   };
   FakeServer server(script);
-  auto connected = tether::TetherClient::connect(options_for(server, 3));
-  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
-  tether::TetherClient& client = *connected.value();
-  EXPECT_EQ(client.steps_refused_stale(), 0u);
+  auto client = connect(options_for(server, 3));
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->steps_refused_stale(), 0u);
   for (std::size_t n = 1; n <= kRefusedValues.size(); ++n) {
-    const std::string episode = client.start_episode().value();
-    act(client, episode, 1);
-    end(client, episode);
-    ASSERT_TRUE(client.flush().ok());
-    EXPECT_EQ(client.steps_refused_stale(), n == 1 ? 7u : 12u) << "after answer " << n;
+    const std::string episode = client->start_episode().value();
+    act(*client, episode, 1);
+    end(*client, episode);
+    ASSERT_TRUE(client->flush().ok());
+    EXPECT_EQ(client->steps_refused_stale(), n == 1 ? 7u : 12u) << "after answer " << n;
   }
   EXPECT_EQ(server.batches().size(), kRefusedValues.size());
-  EXPECT_TRUE(client.take_error().ok());
+  EXPECT_TRUE(client->take_error().ok());
 }
 
 // -- the multi-agent client ------------------------------------------------------------------

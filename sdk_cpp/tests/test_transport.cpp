@@ -137,6 +137,25 @@ void silent_until_closed(int fd) {
   ::close(fd);
 }
 
+// A transport connected to a server end that stays silent until the
+// transport closes it; when it goes, it closes the transport and waits for that end.
+struct SilentPeer {
+  Listener listener;
+  tether::Transport transport;
+  std::thread server;
+
+  // Connects; false, and a test failure, when it could not.
+  bool connect() {
+    const int fd = connect_pair(transport, listener);
+    if (fd >= 0) server = std::thread(silent_until_closed, fd);
+    return fd >= 0;
+  }
+  ~SilentPeer() {
+    transport.close();
+    if (server.joinable()) server.join();
+  }
+};
+
 TEST(Transport, ConnectsAndEchoesFramesOfManySizes) {
   Listener listener;
   ASSERT_TRUE(listener.ok());
@@ -273,31 +292,25 @@ TEST(Transport, ConnectTimesOut) {
 }
 
 TEST(Transport, ReceiveTimesOut) {
-  Listener listener;
-  tether::Transport transport;
-  const int fd = connect_pair(transport, listener);
-  ASSERT_GE(fd, 0);
-  std::thread server(silent_until_closed, fd);
+  SilentPeer peer;
+  ASSERT_TRUE(peer.connect());
+  tether::Transport& transport = peer.transport;
   std::uint8_t buffer[16];
   auto start = Clock::now();
   tether::Result<tether::Received> r = transport.receive(buffer, sizeof(buffer), in(milliseconds(200)));
   double elapsed = ms_since(start);
   EXPECT_EQ(r.status().code(), tether::ErrorCode::kTimeout);
   EXPECT_EQ(r.status().message(),
-            "receive from server 127.0.0.1:" + std::to_string(listener.port()) + " timed out after 0.2 s");
+            "receive from server 127.0.0.1:" + std::to_string(peer.listener.port()) + " timed out after 0.2 s");
   EXPECT_GE(elapsed, 195.0);
   EXPECT_LT(elapsed, 1500.0);
   EXPECT_TRUE(transport.is_open());  // a timeout leaves the connection usable
-  transport.close();
-  server.join();
 }
 
 TEST(Transport, InterruptUnblocksAWaitPromptly) {
-  Listener listener;
-  tether::Transport transport;
-  const int fd = connect_pair(transport, listener);
-  ASSERT_GE(fd, 0);
-  std::thread server(silent_until_closed, fd);
+  SilentPeer peer;
+  ASSERT_TRUE(peer.connect());
+  tether::Transport& transport = peer.transport;
   std::vector<double> latencies;
   for (int i = 0; i < 20; ++i) {
     std::atomic<bool> waiting{false};
@@ -324,16 +337,12 @@ TEST(Transport, InterruptUnblocksAWaitPromptly) {
             << " ms, max " << latencies.back() << " ms\n";
   RecordProperty("interrupt_median_ms", std::to_string(latencies[latencies.size() / 2]));
   EXPECT_LT(latencies.back(), 100.0);
-  transport.close();
-  server.join();
 }
 
 TEST(Transport, AnInterruptBeforeTheWaitIsNotLost) {
-  Listener listener;
-  tether::Transport transport;
-  const int fd = connect_pair(transport, listener);
-  ASSERT_GE(fd, 0);
-  std::thread server(silent_until_closed, fd);
+  SilentPeer peer;
+  ASSERT_TRUE(peer.connect());
+  tether::Transport& transport = peer.transport;
   transport.interrupt();
   transport.interrupt();  // several wakes are one
   std::uint8_t buffer[16];
@@ -344,8 +353,6 @@ TEST(Transport, AnInterruptBeforeTheWaitIsNotLost) {
   EXPECT_LT(ms_since(start), 100.0);
   r = transport.receive(buffer, sizeof(buffer), in(milliseconds(100)));
   EXPECT_EQ(r.status().code(), tether::ErrorCode::kTimeout);
-  transport.close();
-  server.join();
 }
 
 TEST(Transport, CancelStopsABlockedSendPromptly) {

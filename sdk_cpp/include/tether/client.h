@@ -62,7 +62,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +70,7 @@
 #include <utility>
 #include <vector>
 
+#include "tether/client_base.h"
 #include "tether/distributions.h"
 #include "tether/episode.h"
 #include "tether/observation_leaves.h"
@@ -80,38 +80,8 @@
 
 namespace tether {
 
-/// What a client does when the send queue behind the batch in flight is full.
-enum class QueueFullPolicy {
-  kDropOldest,  ///< drop the oldest waiting batches (and the rest of their episodes); never wait
-  kWait,        ///< wait for room (backpressure): every step is delivered, at the server's pace
-};
-
-/// Everything a TetherClient is configured with.
-struct ClientOptions {
-  std::string host = "127.0.0.1";          ///< server address
-  std::uint16_t port = 5555;               ///< server port
-  std::string client_name = "tether-cpp";  ///< shown in the server's logs
-  std::optional<std::string> auth_token;   ///< sent in PING when the server requires one
-  std::optional<std::uint64_t> seed;       ///< seeds action sampling (none: from std::random_device)
-  double connect_timeout_s = 10.0;         ///< limit of one TCP connect attempt
-  double response_timeout_s = 60.0;        ///< limit of PONG / SET_CONFIG / SET_STATE answers
-  double update_timeout_s = 600.0;         ///< limit of a batch's answer (may wait for a learner update)
-  double reconnect_timeout_s = 60.0;       ///< keep retrying a lost server this long, then fail for good
-  QueueFullPolicy when_queue_full = QueueFullPolicy::kDropOldest;  ///< see QueueFullPolicy
-  /// Against an on-policy server, wait after every batch for the weights that
-  /// answer it. None: false, except against a plain RLlink v1 server (no
-  /// protocol_version in PONG), where it is true.
-  std::optional<bool> wait_for_weights;
-  std::size_t max_queued_steps = 0;        ///< steps that may wait behind the batch in flight; 0: from SET_CONFIG
-  std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
-  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
-  /// Required: makes an empty inference backend for each model received
-  /// (e.g. OnnxRuntimeBackend from tether/onnxruntime_backend.h). Called on the I/O thread.
-  BackendFactory backend_factory;
-};
-
 /// A connected single-agent client. Create with connect(); not copyable.
-class TetherClient {
+class TetherClient final : public ClientBase {
  public:
   /// Connects (retrying until reconnect_timeout_s), handshakes and loads the
   /// first model. Fails with the status that ended the attempt:
@@ -120,17 +90,8 @@ class TetherClient {
   /// TRAINING_DONE (the server's run ended before the handshake did).
   static Result<std::unique_ptr<TetherClient>> connect(ClientOptions options);
 
-  /// Lets only connect() construct a client (std::make_unique needs a public constructor).
-  class ConstructionKey {
-    friend class TetherClient;
-    ConstructionKey() = default;
-  };
-  /// Use connect(); this constructor does not connect.
-  TetherClient(ConstructionKey key, ClientOptions options);
   /// Stops the I/O thread (undelivered experience is dropped: flush() first).
   ~TetherClient();
-  TetherClient(const TetherClient&) = delete;
-  TetherClient& operator=(const TetherClient&) = delete;
 
   /// Begins an episode and returns its id (`episode_id`, or a new random one
   /// when empty). INVALID_ARGUMENT if that episode is already running; an
@@ -201,86 +162,18 @@ class TetherClient {
   /// (training_done()) it returns ok at once: nothing is sent any more.
   Status flush();
 
-  /// The oldest error not returned yet, by a call or by take_error() (a
-  /// refusal, timeout, bad model), or ok if none; removes it. An error a call
-  /// returned is not returned here again.
-  Status take_error();
-  /// The most recent error reported (ok if none ever was); not cleared when
-  /// a call or take_error() returns it.
-  const Status& last_error() const noexcept { return last_error_; }
-  /// Errors not returned yet (by a call or by take_error()).
-  std::size_t pending_errors() const noexcept { return errors_.size(); }
-  /// The status that ended the link for good (ok while it lives).
-  const Status& fatal_error() const noexcept { return fatal_; }
-
-  /// Stops the I/O thread and closes the connection (idempotent). A name
-  /// lookup of the server's host in progress cannot be cancelled (getaddrinfo
-  /// blocks): close() then waits until it returns.
-  void close();
-
   /// The observation space from SET_CONFIG.
   const Space& observation_space() const noexcept { return config_->observation_space; }
   /// The action space from SET_CONFIG.
   const Space& action_space() const noexcept { return config_->action_space; }
-  /// Steps per batch (SET_CONFIG env_steps_per_sample).
-  std::int64_t env_steps_per_sample() const noexcept { return config_->env_steps_per_sample; }
-  /// Whether the server trains on-policy (batches as EPISODES_AND_GET_STATE).
-  bool force_on_policy() const noexcept { return config_->force_on_policy; }
-  /// Whether a batch makes the engine wait for the weights answering it.
-  bool waits_for_weights() const noexcept;
   /// The weights version of the model in use (none if the server sent none).
   std::optional<std::int64_t> weights_seq_no() const noexcept { return weights_seq_no_; }
-  /// Env steps delivered to the server (answered batches).
-  std::int64_t env_steps_sent() const noexcept { return env_steps_sent_; }
-  /// Models swapped in so far (the first one included).
-  std::int64_t models_loaded() const noexcept { return models_loaded_; }
-  /// Connections re-established after a loss (any thread).
-  std::int64_t reconnects() const noexcept { return link_->reconnects(); }
-  /// Batches dropped unsent because the queue was full (any thread).
-  std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
-  /// Agent steps the server refused as too stale to be trained (protocol
-  /// 1.3: the sum of its SET_STATE answers' steps_refused_stale, §7.6,
-  /// §13.2); such steps were delivered but will never be trained on (any thread).
-  std::uint64_t steps_refused_stale() const noexcept { return link_->steps_refused_stale(); }
-  /// Training episodes played without being recorded, as the server's
-  /// record_share asked (protocol 1.3, §13.2): their steps were never sent.
-  std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
-  /// The share of new training episodes recorded now: the server's last
-  /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
-  double record_share() const noexcept { return link_->record_share(); }
-  /// Training steps played per batch: env_steps_per_sample, or fewer while the
-  /// server holds clients back and asks for smaller, fresher batches (protocol
-  /// 1.3, SET_STATE steps_per_batch, §7.6, §13.2): its last valid value, at most
-  /// env_steps_per_sample; env_steps_per_sample when its last SET_STATE had none.
-  std::int64_t steps_per_batch() const noexcept {
-    const std::int64_t per_sample = config_->env_steps_per_sample;
-    const std::int64_t asked = link_->steps_per_batch();
-    return asked > 0 && asked < per_sample ? asked : per_sample;
-  }
   /// Whether a batch is queued or in flight on the I/O thread (any thread; takes the link's lock).
   bool sending() const { return !link_->idle(); }
-  /// Heartbeat PINGs sent (any thread).
-  std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
-  /// This client's session id (protocol 1.3), kept across reconnects (any thread).
-  const std::string& client_session() const noexcept { return link_->client_session(); }
-  /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
-  /// 1.3, §6.6 "End of training"): the normal end of training, not an error.
-  /// From then on the client never reconnects and records and sends nothing;
-  /// its calls go on, acting with the last model (any thread).
-  bool training_done() const noexcept { return link_->training_done(); }
-  /// The run's summary the server sent with TRAINING_DONE (reason, env_steps,
-  /// agent_steps_trained, updates, episodes, weights_seq_no, return_mean...);
-  /// none while training goes on (any thread; a copy, taken under the link's lock).
-  std::optional<TrainingSummary> training_summary() const { return link_->training_summary(); }
-  /// Batches discarded because training was done before they were sent or
-  /// answered (§6.6): queued or in flight then, cut afterwards, and the steps
-  /// recorded but not cut yet then (as one). 0 while training goes on (any thread).
-  std::int64_t batches_unsent_at_end() const noexcept { return link_->batches_unsent_at_end(); }
 
  private:
-  // (connection number, weights_seq_no): comparable stamps of the weights a
-  // step used, with the connection the version was learned on.
-  using Stamp = std::pair<std::int64_t, std::int64_t>;
+  friend class ClientBase;  // (connect_as makes the client)
+  explicit TetherClient(ClientOptions options);
   struct Episode {
     std::string id;
     bool training = true;           // its steps are recorded (and sent)
@@ -294,10 +187,10 @@ class TetherClient {
     std::size_t action_rows = 0;
   };
 
-  void sync();
-  Status pending_status();
+  void on_connected(LinkEvent& event) override;
+  void on_state(LinkEvent& event) override;
+  void on_batch_done(LinkEvent& event) override;
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
-  void report(Status status);
   void forget_episodes(const std::set<std::string>& ids);
   void drop_for_new_spaces();
   std::size_t sendable_steps(const Episode& current) const;
@@ -306,17 +199,11 @@ class TetherClient {
            std::int64_t& runs_connection);
   void recount_pending();
   void recycle(Episode&& episode);
-  void end_training();
+  void end_training() override;
 
-  ClientOptions options_;
-  std::unique_ptr<ServerLink> link_;
-  std::shared_ptr<const LinkConfig> config_;
   std::shared_ptr<LoadedPolicy> policy_;
   std::optional<std::int64_t> weights_seq_no_;
   std::int64_t weights_connection_ = 0;  // the connection weights_seq_no_ was learned on
-  std::int64_t connection_ = 0;
-  Rng rng_;
-  bool raw_box_samples_ = true;
   std::unordered_map<std::string, Episode> episodes_;
   std::vector<Episode> finished_;
   // Ended episodes whose arrays (with their capacity) the next episodes reuse,
@@ -324,15 +211,7 @@ class TetherClient {
   std::vector<Episode> spare_;
   std::size_t pending_steps_ = 0;
   std::size_t held_steps_ = 0;  // steps played in held-back episodes since the last cut (the cadence)
-  std::uint64_t episodes_held_back_ = 0;
-  std::int64_t env_steps_sent_ = 0;
-  std::int64_t models_loaded_ = 0;
   std::uint64_t space_changes_ = 0;  // reconnects whose spaces differed (their steps were dropped)
-  bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
-  std::vector<LinkEvent> event_buffer_;
-  std::deque<Status> errors_;
-  Status last_error_;
-  Status fatal_;
   // Preallocated per-step buffers (sized at connect / on a config change).
   std::vector<float> dist_buffer_;
   std::vector<double> record_action_buffer_;

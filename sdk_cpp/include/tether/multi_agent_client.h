@@ -100,7 +100,7 @@
 #include <utility>
 #include <vector>
 
-#include "tether/client.h"
+#include "tether/client_base.h"
 #include "tether/distributions.h"
 #include "tether/episode.h"
 #include "tether/policy_mapping.h"
@@ -186,7 +186,7 @@ class AgentFrame {
 
 /// A connected multi-agent client (modules, policy mapping, groups). Create
 /// with connect(); not copyable.
-class MultiAgentClient {
+class MultiAgentClient final : public ClientBase {
  public:
   /// Connects (retrying until reconnect_timeout_s), handshakes and loads every
   /// module's model. Fails with CONNECTION_FAILED, AUTH_FAILED,
@@ -195,19 +195,8 @@ class MultiAgentClient {
   /// TRAINING_DONE (the server's run ended before the handshake did).
   static Result<std::unique_ptr<MultiAgentClient>> connect(ClientOptions options);
 
-  /// Lets only connect() construct a client.
-  class ConstructionKey {
-    friend class MultiAgentClient;
-    ConstructionKey() = default;
-  };
-  /// Use connect(); this constructor does not connect.
-  MultiAgentClient(ConstructionKey key, ClientOptions options);
   /// Stops the I/O thread (undelivered experience is dropped: flush() first).
   ~MultiAgentClient();
-  /// Not copyable (it owns the connection and the models).
-  MultiAgentClient(const MultiAgentClient&) = delete;
-  /// Not copyable.
-  MultiAgentClient& operator=(const MultiAgentClient&) = delete;
 
   /// Begins an episode and returns its id (`episode_id`, or a new random one
   /// when empty); INVALID_ARGUMENT if it is already running. With
@@ -271,22 +260,6 @@ class MultiAgentClient {
   /// done (training_done()) it returns ok at once: nothing is sent any more.
   Status flush();
 
-  /// The oldest error not returned yet, by a call or by take_error(), or ok;
-  /// removes it. An error a call returned is not returned here again.
-  Status take_error();
-  /// The most recent error reported (ok if none ever was); not cleared when
-  /// a call or take_error() returns it.
-  const Status& last_error() const noexcept { return last_error_; }
-  /// Errors not returned yet (by a call or by take_error()).
-  std::size_t pending_errors() const noexcept { return errors_.size(); }
-  /// The status that ended the link for good (ok while it lives).
-  const Status& fatal_error() const noexcept { return fatal_; }
-
-  /// Stops the I/O thread and closes the connection (idempotent); later calls
-  /// return CLOSED. A name lookup of the server's host in progress cannot be
-  /// cancelled (getaddrinfo blocks): close() then waits until it returns.
-  void close();
-
   /// The modules of SET_CONFIG, by id.
   const std::map<std::string, ModuleSpec>& modules() const noexcept { return config_->modules; }
   /// The groups of SET_CONFIG, by group id.
@@ -297,18 +270,8 @@ class MultiAgentClient {
   Result<std::string> module_of(const std::string& episode_id, const std::string& actor_id) const;
   /// The weights version of a module's model in use (none if unknown).
   std::optional<std::int64_t> weights_seq_no(const std::string& module_id) const;
-  /// Agent steps per batch (SET_CONFIG env_steps_per_sample, §7.4).
-  std::int64_t env_steps_per_sample() const noexcept { return config_->env_steps_per_sample; }
-  /// Whether the server trains on-policy.
-  bool force_on_policy() const noexcept { return config_->force_on_policy; }
-  /// Whether a batch makes the engine wait for the weights answering it.
-  bool waits_for_weights() const noexcept;
-  /// Env steps (get_action calls of training episodes) delivered to the server.
-  std::int64_t env_steps_sent() const noexcept { return env_steps_sent_; }
   /// Agent steps delivered to the server.
   std::int64_t agent_steps_sent() const noexcept { return agent_steps_sent_; }
-  /// Models swapped in so far, all modules (the first ones included).
-  std::int64_t models_loaded() const noexcept { return models_loaded_; }
   /// Inference runs so far (one per module per frame).
   std::int64_t inference_runs() const noexcept { return inference_runs_; }
   /// MAP_AGENTS requests sent so far.
@@ -317,51 +280,10 @@ class MultiAgentClient {
   std::size_t mapped_actors() const noexcept { return mapped_count_; }
   /// The most MAP_AGENTS answers kept at once.
   static constexpr std::size_t kMaxMappedActors = 65536;
-  /// Connections re-established after a loss (any thread).
-  std::int64_t reconnects() const noexcept { return link_->reconnects(); }
-  /// Batches dropped unsent because the queue was full (any thread).
-  std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
-  /// Agent steps the server refused as too stale to be trained (protocol
-  /// 1.3: the sum of its SET_STATE answers' steps_refused_stale, §7.6,
-  /// §13.2); such steps were delivered but will never be trained on (any thread).
-  std::uint64_t steps_refused_stale() const noexcept { return link_->steps_refused_stale(); }
-  /// Training episodes played without being recorded, as the server's
-  /// record_share asked (protocol 1.3, §13.2): none of their steps was sent.
-  std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
-  /// The share of new training episodes recorded now: the server's last
-  /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
-  double record_share() const noexcept { return link_->record_share(); }
-  /// Agent steps played in training episodes per batch: env_steps_per_sample,
-  /// or fewer while the server holds clients back and asks for smaller,
-  /// fresher batches (protocol 1.3, SET_STATE steps_per_batch, §7.6, §13.2):
-  /// its last valid value, at most env_steps_per_sample; env_steps_per_sample
-  /// when its last SET_STATE had none.
-  std::int64_t steps_per_batch() const noexcept {
-    const std::int64_t per_sample = config_->env_steps_per_sample;
-    const std::int64_t asked = link_->steps_per_batch();
-    return asked > 0 && asked < per_sample ? asked : per_sample;
-  }
-  /// Heartbeat PINGs sent (any thread).
-  std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
-  /// This client's session id (protocol 1.3), kept across reconnects (any thread).
-  const std::string& client_session() const noexcept { return link_->client_session(); }
-  /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
-  /// 1.3, §6.6 "End of training"): the normal end of training, not an error.
-  /// From then on the client never reconnects and records and sends nothing;
-  /// its calls go on, acting with the last models (any thread).
-  bool training_done() const noexcept { return link_->training_done(); }
-  /// The run's summary the server sent with TRAINING_DONE (reason, env_steps,
-  /// agent_steps, agent_steps_trained, updates, episodes, weights_seq_no,
-  /// return_mean); none while training goes on (any thread; a copy, taken
-  /// under the link's lock).
-  std::optional<TrainingSummary> training_summary() const { return link_->training_summary(); }
-  /// Batches discarded because training was done before they were sent or
-  /// answered (§6.6): queued or in flight then, cut afterwards, and the steps
-  /// recorded but not cut yet then (as one). 0 while training goes on (any thread).
-  std::int64_t batches_unsent_at_end() const noexcept { return link_->batches_unsent_at_end(); }
 
  private:
-  using Stamp = std::pair<std::int64_t, std::int64_t>;  // (connection, weights_seq_no)
+  friend class ClientBase;  // (connect_as makes the client)
+  explicit MultiAgentClient(ClientOptions options);
   struct Module;
   struct Actor;
   struct Episode;
@@ -371,12 +293,13 @@ class MultiAgentClient {
   struct CutRecord;  // one episode's steps in a cut
   class CutSteps;    // a batch's steps, handed to the I/O thread unbuilt
 
-  void sync();
-  Status pending_status();
-  void report(Status status);
+  void on_connected(LinkEvent& event) override;
+  void on_state(LinkEvent& event) override;
+  void on_batch_done(LinkEvent& event) override;
+  void on_records_built(LinkEvent& event) override;
   void apply_models(LinkEvent& event);
   void forget_episodes(const std::set<std::string>& ids);
-  void end_training();
+  void end_training() override;
   void recount_pending();
   std::size_t sendable_steps() const;
   void send_batch(bool even_empty = false);
@@ -422,39 +345,25 @@ class MultiAgentClient {
   static void fold_return(Episode& episode, Actor& actor);
   Status check_call(const std::string& episode_id, const char* call, Episode*& episode);
 
-  ClientOptions options_;
-  std::unique_ptr<ServerLink> link_;
-  std::shared_ptr<const LinkConfig> config_;
   std::map<std::string, std::unique_ptr<Module>> modules_;
   // member id -> (group index in group_list_, position among its members)
   std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> group_of_;
   std::vector<const GroupSpec*> group_list_;
   std::vector<std::size_t> group_member_offset_;  // per group, its first entry in member_index_
   std::set<std::string> critic_agents_;           // agents some module's value_obs_agents lists
-  std::int64_t connection_ = 0;
-  Rng rng_;
-  bool raw_box_samples_ = true;
   std::unordered_map<std::string, std::unique_ptr<Episode>> episodes_;
   std::size_t pending_steps_ = 0;
   std::size_t latest_held_ = 0;  // training actors whose latest step is held back (counted with pending_steps_)
   std::size_t held_steps_ = 0;  // agent steps played in held-back episodes since the last cut (the cadence)
-  std::uint64_t episodes_held_back_ = 0;
   std::int64_t env_steps_since_cut_ = 0;
-  std::int64_t env_steps_sent_ = 0;
   std::int64_t agent_steps_sent_ = 0;
-  std::int64_t models_loaded_ = 0;
   std::int64_t inference_runs_ = 0;
   std::int64_t map_requests_ = 0;
   std::uint64_t frame_counter_ = 0;
-  bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
   bool link_to_wake_ = false;  // a batch was handed over without waking the I/O thread
   bool steady_path_ = true;    // steady-state frames take act_steady (tests compare it with the general path)
   std::int64_t steady_frames_ = 0;  // frames that took it
   friend struct MultiAgentClientTestPeer;  // (defined by the tests only)
-  std::vector<LinkEvent> event_buffer_;
-  std::deque<Status> errors_;
-  Status last_error_;
-  Status fatal_;
   // Per-frame scratch, reused (no allocation in steady state).
   std::vector<Slot> slots_;
   bool same_agents_ = false;  // gather found the last frame's agents in the same order

@@ -77,6 +77,7 @@ class Transport {
 
  private:
   Status cancelled_status(const char* what) const;
+  Status closed_after(Status failure) noexcept;
   std::chrono::milliseconds remaining(Deadline deadline) const;
 
   platform::Waker waker_;

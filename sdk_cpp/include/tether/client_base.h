@@ -1,0 +1,196 @@
+// ClientBase: what TetherClient and MultiAgentClient share: the options they
+// were made with, the ServerLink (its I/O thread) and the configuration of
+// its connection, the errors queued for the engine's calls, and the
+// accessors on them. Only the two clients derive from it; connect() makes one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tether/client_options.h"
+#include "tether/distributions.h"
+#include "tether/server_link.h"
+#include "tether/status.h"
+
+namespace tether {
+
+/// The connection side of a client (TetherClient, MultiAgentClient): errors,
+/// closing and the accessors on the server's configuration and the link.
+class ClientBase {
+ public:
+  /// Not copyable (it owns the connection).
+  ClientBase(const ClientBase&) = delete;
+  /// Not copyable.
+  ClientBase& operator=(const ClientBase&) = delete;
+
+  /// The oldest error not returned yet, by a call or by take_error() (a
+  /// refusal, timeout, bad model), or ok if none; removes it. An error a call
+  /// returned is not returned here again.
+  Status take_error();
+  /// The most recent error reported (ok if none ever was); not cleared when
+  /// a call or take_error() returns it.
+  const Status& last_error() const noexcept { return last_error_; }
+  /// Errors not returned yet (by a call or by take_error()).
+  std::size_t pending_errors() const noexcept { return errors_.size(); }
+  /// The status that ended the link for good (ok while it lives).
+  const Status& fatal_error() const noexcept { return fatal_; }
+
+  /// Stops the I/O thread and closes the connection (idempotent); later calls
+  /// return CLOSED. A name lookup of the server's host in progress cannot be
+  /// cancelled (getaddrinfo blocks): close() then waits until it returns.
+  void close();
+
+  /// Steps per batch (SET_CONFIG env_steps_per_sample, §7.4): a
+  /// TetherClient's env steps, a MultiAgentClient's agent steps.
+  std::int64_t env_steps_per_sample() const noexcept { return config_->env_steps_per_sample; }
+  /// Whether the server trains on-policy (batches as EPISODES_AND_GET_STATE).
+  bool force_on_policy() const noexcept { return config_->force_on_policy; }
+  /// Whether a batch makes the engine wait for the weights answering it.
+  bool waits_for_weights() const noexcept;
+  /// Env steps delivered to the server (answered batches; a
+  /// MultiAgentClient's are its get_action calls of training episodes).
+  std::int64_t env_steps_sent() const noexcept { return env_steps_sent_; }
+  /// Models swapped in so far, all modules' (the first ones included).
+  std::int64_t models_loaded() const noexcept { return models_loaded_; }
+  /// Connections re-established after a loss (any thread).
+  std::int64_t reconnects() const noexcept { return link_->reconnects(); }
+  /// Batches dropped unsent because the queue was full (any thread).
+  std::int64_t batches_dropped() const noexcept { return link_->batches_dropped(); }
+  /// Agent steps the server refused as too stale to be trained (protocol
+  /// 1.3: the sum of its SET_STATE answers' steps_refused_stale, §7.6,
+  /// §13.2); such steps were delivered but will never be trained on (any thread).
+  std::uint64_t steps_refused_stale() const noexcept { return link_->steps_refused_stale(); }
+  /// Training episodes played without being recorded, as the server's
+  /// record_share asked (protocol 1.3, §13.2): none of their steps was sent.
+  std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
+  /// The share of new training episodes recorded now: the server's last
+  /// valid record_share, 1 when its last SET_STATE had none (§7.6; any thread).
+  double record_share() const noexcept { return link_->record_share(); }
+  /// Steps played in training episodes per batch (a MultiAgentClient's
+  /// agent steps): env_steps_per_sample, or fewer while the server holds
+  /// clients back and asks for smaller, fresher batches (protocol 1.3,
+  /// SET_STATE steps_per_batch, §7.6, §13.2): its last valid value, at most
+  /// env_steps_per_sample; env_steps_per_sample when its last SET_STATE had none.
+  std::int64_t steps_per_batch() const noexcept {
+    const std::int64_t per_sample = config_->env_steps_per_sample;
+    const std::int64_t asked = link_->steps_per_batch();
+    return asked > 0 && asked < per_sample ? asked : per_sample;
+  }
+  /// Heartbeat PINGs sent (any thread).
+  std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
+  /// This client's session id (protocol 1.3), kept across reconnects (any thread).
+  const std::string& client_session() const noexcept { return link_->client_session(); }
+  /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
+  /// 1.3, §6.6 "End of training"): the normal end of training, not an error.
+  /// From then on the client never reconnects and records and sends nothing;
+  /// its calls go on, acting with the last models (any thread).
+  bool training_done() const noexcept { return link_->training_done(); }
+  /// The run's summary the server sent with TRAINING_DONE (reason, env_steps,
+  /// agent_steps (multi-agent), agent_steps_trained, updates, episodes,
+  /// weights_seq_no, return_mean...); none while training goes on (any
+  /// thread; a copy, taken under the link's lock).
+  std::optional<TrainingSummary> training_summary() const { return link_->training_summary(); }
+  /// Batches discarded because training was done before they were sent or
+  /// answered (§6.6): queued or in flight then, cut afterwards, and the steps
+  /// recorded but not cut yet then (as one). 0 while training goes on (any thread).
+  std::int64_t batches_unsent_at_end() const noexcept { return link_->batches_unsent_at_end(); }
+
+ protected:
+  // (connection number, weights_seq_no): comparable stamps of the weights a
+  // step used, with the connection the version was learned on.
+  using Stamp = std::pair<std::int64_t, std::int64_t>;
+
+  /// Seeds the sampling (ClientOptions::seed, or std::random_device); connects nothing.
+  explicit ClientBase(ClientOptions options);
+  // (Each client closes the link in its own destructor, before its members go.)
+  virtual ~ClientBase() = default;
+
+  /// What connect() does for either client: checks the options, makes the
+  /// client (a friend of ClientBase), starts its link and takes the first
+  /// connection's configuration.
+  template <class Client>
+  static Result<std::unique_ptr<Client>> connect_as(ClientOptions options, bool multi_agent) {
+    Status valid = check_options(options);
+    if (!valid.ok()) return valid;
+    std::unique_ptr<Client> client(new Client(std::move(options)));  // (its constructor is for connect() only)
+    Status opened = static_cast<ClientBase&>(*client).open(multi_agent);
+    if (!opened.ok()) return opened;
+    return client;
+  }
+
+  /// Takes in the I/O thread's news: errors and the end of the link here,
+  /// the rest by the client's hooks below.
+  void sync();
+  /// A (new) connection (kConnected): its configuration (take_connection),
+  /// and the state its handshake brought.
+  virtual void on_connected(LinkEvent& event) = 0;
+  /// A SET_STATE (kState): new models, or versions.
+  virtual void on_state(LinkEvent& event) = 0;
+  /// A batch answered or refused (kBatch).
+  virtual void on_batch_done(LinkEvent& event) = 0;
+  /// A queued batch's records were built (kRecordsBuilt; multi-agent batches only).
+  virtual void on_records_built(LinkEvent& /*event*/) {}
+  /// The server's run is done (kTrainingDone, §6.6; once, ended_ is set):
+  /// what was recorded and not sent is let go.
+  virtual void end_training() = 0;
+  /// What a call returns instead of doing its work (after taking in any news):
+  /// the fatal status, or else the oldest error no call returned yet, or ok.
+  Status catch_up();
+  /// What catch_up returns, without taking in news first.
+  Status pending_status();
+  /// Queues an error for the engine's next call.
+  void report(Status status);
+  /// Takes the status that ended the link for good (the first one).
+  void take_fatal(const Status& status);
+  /// Takes a new connection's configuration.
+  void take_connection(const LinkEvent& event);
+  /// What start_episode does first: takes in news (returning the status a
+  /// call returns instead of its work, if any), then names the episode
+  /// (`episode_id`, or a new random id); INVALID_ARGUMENT when `running(id)`
+  /// says an episode of that id is running already.
+  template <class Running>
+  Result<std::string> new_episode_id(const std::string& episode_id, Running running) {
+    Status pending = catch_up();
+    if (!pending.ok()) return pending;
+    std::string id = episode_id.empty() ? random_episode_id() : episode_id;
+    if (running(id)) return Status(ErrorCode::kInvalidArgument, "episode '" + id + "' is already running");
+    return id;
+  }
+  /// How a new episode is played: recorded (its steps are sent), or held
+  /// back (a training episode played alike, never sent, §13.2), or neither.
+  struct Recording {
+    bool recorded = false;
+    bool held_back = false;
+  };
+  /// How a new episode with `training_enabled` is played: drawn as the
+  /// server's record_share asks (held-back ones are counted).
+  Recording new_episode_recording(bool training_enabled);
+
+  ClientOptions options_;
+  std::unique_ptr<ServerLink> link_;
+  std::shared_ptr<const LinkConfig> config_;
+  std::int64_t connection_ = 0;
+  Rng rng_;
+  bool raw_box_samples_ = true;
+  std::uint64_t episodes_held_back_ = 0;
+  std::int64_t env_steps_sent_ = 0;
+  std::int64_t models_loaded_ = 0;
+  bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
+  std::vector<LinkEvent> event_buffer_;
+  std::deque<Status> errors_;
+  Status last_error_;
+  Status fatal_;
+
+ private:
+  static Status check_options(const ClientOptions& options);
+  std::string random_episode_id();
+  Status open(bool multi_agent);
+};
+
+}  // namespace tether

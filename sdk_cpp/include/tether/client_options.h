@@ -1,0 +1,44 @@
+// ClientOptions: what a TetherClient or a MultiAgentClient is configured with.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tether/framing.h"
+#include "tether/server_link.h"
+
+namespace tether {
+
+/// What a client does when the send queue behind the batch in flight is full.
+enum class QueueFullPolicy {
+  kDropOldest,  ///< drop the oldest waiting batches (and the rest of their episodes); never wait
+  kWait,        ///< wait for room (backpressure): every step is delivered, at the server's pace
+};
+
+/// Everything a TetherClient (or a MultiAgentClient) is configured with.
+struct ClientOptions {
+  std::string host = "127.0.0.1";          ///< server address
+  std::uint16_t port = 5555;               ///< server port
+  std::string client_name = "tether-cpp";  ///< shown in the server's logs
+  std::optional<std::string> auth_token;   ///< sent in PING when the server requires one
+  std::optional<std::uint64_t> seed;       ///< seeds action sampling (none: from std::random_device)
+  double connect_timeout_s = 10.0;         ///< limit of one TCP connect attempt
+  double response_timeout_s = 60.0;        ///< limit of PONG / SET_CONFIG / SET_STATE answers
+  double update_timeout_s = 600.0;         ///< limit of a batch's answer (may wait for a learner update)
+  double reconnect_timeout_s = 60.0;       ///< keep retrying a lost server this long, then fail for good
+  QueueFullPolicy when_queue_full = QueueFullPolicy::kDropOldest;  ///< see QueueFullPolicy
+  /// Against an on-policy server, wait after every batch for the weights that
+  /// answer it. None: false, except against a plain RLlink v1 server (no
+  /// protocol_version in PONG), where it is true.
+  std::optional<bool> wait_for_weights;
+  std::size_t max_queued_steps = 0;        ///< steps that may wait behind the batch in flight; 0: from SET_CONFIG
+  std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
+  /// Required: makes an empty inference backend for each model received
+  /// (e.g. OnnxRuntimeBackend from tether/onnxruntime_backend.h). Called on the I/O thread.
+  BackendFactory backend_factory;
+};
+
+}  // namespace tether

@@ -1,0 +1,152 @@
+// ClientBase: the connection side both clients share (see client_base.h).
+#include "tether/client_base.h"
+
+#include <random>
+
+#include "rows.h"
+
+namespace tether {
+
+ClientBase::ClientBase(ClientOptions options) : options_(std::move(options)) {
+  std::uint64_t seed = 0;
+  if (options_.seed) {
+    seed = *options_.seed;
+  } else {
+    std::random_device device;
+    seed = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+  rng_.reseed(seed);
+}
+
+Status ClientBase::check_options(const ClientOptions& options) {
+  if (!options.backend_factory) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "ClientOptions.backend_factory is required (e.g. make an OnnxRuntimeBackend)");
+  }
+  if (options.max_queued_batches < 1) {
+    return Status(ErrorCode::kInvalidArgument, "ClientOptions.max_queued_batches must be >= 1");
+  }
+  return Status::Ok();
+}
+
+Status ClientBase::open(bool multi_agent) {
+  LinkOptions link;
+  const ClientOptions& o = options_;
+  link.host = o.host;
+  link.port = o.port;
+  link.client_name = o.client_name;
+  link.auth_token = o.auth_token;
+  link.connect_timeout_s = o.connect_timeout_s;
+  link.response_timeout_s = o.response_timeout_s;
+  link.update_timeout_s = o.update_timeout_s;
+  link.reconnect_timeout_s = o.reconnect_timeout_s;
+  link.max_queued_steps = o.max_queued_steps;
+  link.max_queued_batches = o.max_queued_batches;
+  link.max_frame_bytes = o.max_frame_bytes;
+  link.backend_factory = o.backend_factory;
+  link.multi_agent = multi_agent;
+  link_ = std::make_unique<ServerLink>(std::move(link));
+  Status started = link_->start();
+  if (!started.ok()) return started;
+  sync();
+  if (!config_) return fatal_.ok() ? Status(ErrorCode::kConnectionFailed, "no connection was made") : fatal_;
+  return Status::Ok();
+}
+
+void ClientBase::close() {
+  if (link_) link_->close();
+}
+
+bool ClientBase::waits_for_weights() const noexcept {
+  if (!config_ || !config_->force_on_policy) return false;
+  if (options_.wait_for_weights) return *options_.wait_for_weights;
+  return !config_->announces_version;  // a plain RLlink v1 server (RLlib's)
+}
+
+// -- events from the I/O thread ----------------------------------------------------------------
+
+void ClientBase::sync() {
+  link_->take_events(event_buffer_);
+  for (LinkEvent& event : event_buffer_) {
+    switch (event.kind) {
+      case LinkEvent::Kind::kError:
+        report(std::move(event.status));
+        break;
+      case LinkEvent::Kind::kFatal:
+        take_fatal(event.status);
+        break;
+      case LinkEvent::Kind::kTrainingDone:
+        if (!ended_) {
+          ended_ = true;
+          end_training();
+        }
+        break;
+      // The rest is each client's own.
+      case LinkEvent::Kind::kConnected: on_connected(event); break;
+      case LinkEvent::Kind::kState: on_state(event); break;
+      case LinkEvent::Kind::kBatch: on_batch_done(event); break;
+      case LinkEvent::Kind::kRecordsBuilt: on_records_built(event); break;
+    }
+  }
+  event_buffer_.clear();
+}
+
+// -- errors ------------------------------------------------------------------------------------
+
+void ClientBase::report(Status status) {
+  last_error_ = status;
+  errors_.push_back(std::move(status));
+  while (errors_.size() > 256) errors_.pop_front();  // an engine that never reads them keeps the newest
+}
+
+void ClientBase::take_fatal(const Status& status) {
+  if (fatal_.ok()) {
+    fatal_ = status;
+    last_error_ = fatal_;
+  }
+}
+
+Status ClientBase::take_error() {
+  if (link_ && link_->events_pending()) sync();
+  return detail::take_oldest(errors_);
+}
+
+// What a call returns instead of doing its work: the fatal status, or else the
+// oldest error no call returned yet (each is returned once, as the Python and
+// C# SDKs raise it from the next call), or ok.
+Status ClientBase::pending_status() { return fatal_.ok() ? detail::take_oldest(errors_) : fatal_; }
+
+Status ClientBase::catch_up() {
+  if (link_->events_pending()) sync();
+  return pending_status();
+}
+
+// -- connections and episodes ------------------------------------------------------------------
+
+void ClientBase::take_connection(const LinkEvent& event) {
+  config_ = event.config;
+  connection_ = event.connection;
+  const nlohmann::json& info = config_->server_info;
+  auto version = info.find("protocol_version");
+  raw_box_samples_ = server_takes_raw_box_samples(
+      version != info.end() && version->is_string() ? version->get<std::string>() : std::string());
+}
+
+std::string ClientBase::random_episode_id() { return detail::random_hex_id(rng_); }
+
+ClientBase::Recording ClientBase::new_episode_recording(bool training_enabled) {
+  // Holding back (§13.2): one draw per episode (for all its agents), recorded
+  // with probability record_share. At 1 no number is drawn, so the client's
+  // draws are those of a client without it. Once training is done (§6.6) no
+  // episode is recorded (nor held back: nothing is sent).
+  training_enabled = training_enabled && !ended_;
+  Recording recording;
+  recording.recorded = training_enabled;
+  const double share = link_->record_share();
+  if (training_enabled && share < 1.0) recording.recorded = rng_.uniform() < share;
+  recording.held_back = training_enabled && !recording.recorded;
+  if (recording.held_back) ++episodes_held_back_;
+  return recording;
+}
+
+}  // namespace tether
