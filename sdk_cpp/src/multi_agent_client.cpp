@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "rows.h"
+#include "tether/observation_leaves.h"
 
 namespace tether {
 
@@ -101,6 +102,9 @@ struct MultiAgentClient::Module {
   std::optional<std::int64_t> seq;
   std::int64_t seq_connection = 0;  // the connection `seq` was learned on
   std::size_t obs_dim = 0, act_dim = 0, dist_dim = 0, value_dim = 0;
+  // Its rows need checks beyond sizes and finiteness: a byte box or byte leaf
+  // (0-255 only, §8.1, §8.6) or an action mask (§11.6).
+  bool checks_rows = false;
   // Frame scratch: the rows of the actors acting with this module now.
   std::vector<float> batch_obs;
   std::vector<float> batch_value_obs;  // rows x value_dim (a centralized critic's module)
@@ -118,6 +122,7 @@ struct MultiAgentClient::Module {
     act_dim = s.action_space.flat_dim();
     dist_dim = s.action_space.dist_inputs_size();
     value_dim = s.value_obs_dim();
+    checks_rows = s.observation_space.is_bytes() || s.observation_space.is_composite() || s.action_mask.has_value();
   }
 };
 
@@ -778,7 +783,7 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
       slot.group = kNone;
       if (frame.obs_size(i) != slot.module->obs_dim) return obs_size_error(slot, frame.obs_size(i));
     }
-    return Status::Ok();
+    return check_rows(frame, !ending);
   }
   for (std::size_t i = 0; i < n; ++i) {
     const std::string& id = frame.agent_id(i);
@@ -869,7 +874,49 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
     }
     if (obs_size != module.obs_dim) return obs_size_error(slot, obs_size);
   }
+  return check_rows(frame, !ending);
+}
+
+// The slots' observations against what their modules' spaces allow beyond
+// sizes and finiteness: a byte box's or byte leaf's values are integers
+// 0-255 (OBS_DTYPE_MISMATCH, as the server would refuse the whole batch for
+// it, §10.6 checks 11b, 4c), and when an action follows (`acting`: not a
+// final observation) the action mask holds only 0 and 1 and allows an action
+// (INVALID_ACTION_MASK, ACTION_MASK_EMPTY, §11.6), so no forbidden action is
+// drawn. Refused before anything of the frame is recorded or sampled, as in
+// the Python and C# SDKs. A group's members are each checked for bytes.
+Status MultiAgentClient::check_rows(const AgentFrame& frame, bool acting) const {
+  for (const Slot& slot : slots_) {
+    if (slot.module == nullptr || !slot.module->checks_rows) continue;
+    if (slot.group == kNone) {
+      Status status = check_module_row(*slot.module, frame, slot.frame_index, acting);
+      if (!status.ok()) return status;
+      continue;
+    }
+    if (!slot.module->spec.observation_space.is_bytes()) continue;
+    const GroupSpec& group = *group_list_[slot.group];
+    for (std::size_t k = 0; k < group.members.size(); ++k) {
+      const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
+      const std::size_t bad = first_non_byte(frame.obs(i), frame.obs_size(i));
+      if (bad == frame.obs_size(i)) continue;
+      return Status(ErrorCode::kObsDtypeMismatch, "agent '" + frame.agent_id(i) + "': observation[" +
+                                                      std::to_string(bad) + "] is " + std::to_string(frame.obs(i)[bad]) +
+                                                      ": module '" + slot.module->id +
+                                                      "' observes a uint8 Box (integers 0-255)");
+    }
+  }
   return Status::Ok();
+}
+
+// One single agent's row (frame index `i`) against its module's byte boxes
+// or leaves and, when `acting`, its action mask; the message names the agent.
+Status MultiAgentClient::check_module_row(const Module& module, const AgentFrame& frame, std::size_t i,
+                                          bool acting) const {
+  const float* row = frame.obs(i);
+  Status status = check_observation_row(module.spec.observation_space, row, frame.obs_size(i), "observation");
+  if (status.ok() && acting && module.spec.action_mask) status = module.spec.action_mask->check_row(row, "observation");
+  if (status.ok()) return status;
+  return Status(status.code(), "agent '" + frame.agent_id(i) + "': " + status.message());
 }
 
 // NON_FINITE_VALUE naming the first observation value that is a NaN or an infinity, else ok.
@@ -1186,6 +1233,12 @@ Status MultiAgentClient::act_steady(Episode& episode, AgentFrame& frame) {
 #if defined(__GNUC__) || defined(__clang__)
     __builtin_prefetch(actors[i], 1, 3);  // (its step is noted after inference: fetched while the model runs)
 #endif
+  }
+  if (module.checks_rows) {
+    for (std::size_t i = 0; i < n; ++i) {
+      status = check_module_row(module, frame, i, /*acting=*/true);
+      if (!status.ok()) return status;
+    }
   }
   take_frame(frame, module);
   status = run_modules();

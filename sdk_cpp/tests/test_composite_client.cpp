@@ -19,6 +19,7 @@
 #include "tether/action_mask.h"
 #include "tether/client.h"
 #include "tether/episode.h"
+#include "tether/multi_agent_client.h"
 #include "tether/observation_leaves.h"
 #include "tether/tensors.h"
 
@@ -219,6 +220,113 @@ TEST(CompositeClient, ObservationLeavesNeedsACompositeSpace) {
   EXPECT_EQ(obs.set(0, values, 2).code(), tether::ErrorCode::kObsLeafMismatch);
   float row[2];
   EXPECT_FALSE(obs.write_row(row, 2).ok());
+}
+
+// The multi-agent client checks each agent's row against its module as the
+// single-agent client does (and as the Python and C# SDKs do): a byte leaf or
+// a group's byte box takes integers 0-255 only, an acting agent's mask holds
+// only 0 and 1 and allows an action, but a final observation's mask may allow
+// nothing. A refused frame records nothing and acts for no agent.
+TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded) {
+  json masked = {{"observation_space", masked_dict_space()},
+                 {"action_space", fake::discrete(3)},
+                 {"action_mask", "action_mask"},
+                 {"onnx_input_names", {"action_mask", "board", "cam"}},
+                 {"onnx_output_names", {"action_dist_inputs"}},
+                 {"trainable", true}};
+  json bytes = fake::module_json(4, {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}});
+  bytes["observation_space"] = {{"type", "Box"}, {"shape", {4}}, {"dtype", "uint8"}, {"low", 0}, {"high", 255}};
+  json config = fake::multi_agent_config(
+      1000, {{"d", masked}, {"px", bytes}},
+      json::array({{{"pattern", "a_*"}, {"module", "d"}}, {{"agent_id", "pair"}, {"module", "px"}}}));
+  config["protocol_version"] = "1.4";
+  config["groups"] = {{"pair", {{"members", {"p_0", "p_1"}}}}};
+  json models = json::object();
+  for (const char* id : {"d", "px"}) models[id] = {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}};
+  fake::ServerScript script = fake::answering([models](int) { return json{{"type", "SET_STATE"}, {"models", models}}; });
+  script.full_config = config;
+  fake::FakeServer server(script);
+  auto client = fake::connect_multi(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->start_episode("e").ok());
+
+  // Each a_* row in leaf order: action_mask (3), board (4), cam (2).
+  const auto row = [](std::vector<float> mask, float cam0) {
+    std::vector<float> values = std::move(mask);
+    values.insert(values.end(), {0, 1, 1, 0, cam0, 9});
+    return values;
+  };
+  const std::vector<float> good = row({1, 0, 1}, 7);
+  const float pair_obs[2] = {3, 4};
+  tether::AgentFrame frame;
+  const auto play = [&](const std::vector<float>& a_1, const float* p_1) {
+    frame.clear();
+    frame.add("a_0", good.data(), good.size());
+    frame.add("a_1", a_1.data(), a_1.size());
+    frame.add("p_0", pair_obs, 2);
+    frame.add("p_1", p_1, 2);
+    return client->get_action("e", frame);
+  };
+  // Twice good: the second frame is the same agents again (the path that skips rebuilding slots).
+  ASSERT_TRUE(play(good, pair_obs).ok());
+  ASSERT_TRUE(play(good, pair_obs).ok());
+  EXPECT_NE(frame.action(1)[0], 1.0);  // the mask forbids action 1 (the fake model prefers even ones anyway)
+
+  const float bad_member[2] = {3, 4.5f};
+  tether::Status status = play(good, bad_member);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kObsDtypeMismatch) << status.to_string();
+  EXPECT_NE(status.message().find("'p_1'"), std::string::npos) << status.to_string();
+  EXPECT_EQ(frame.action_size(0), 0u);  // nothing acted
+
+  status = play(row({1, 0, 1}, 300), pair_obs);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kObsDtypeMismatch) << status.to_string();
+  EXPECT_NE(status.message().find("agent 'a_1'"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("cam"), std::string::npos) << status.to_string();
+
+  status = play(row({1, 2, 0}, 7), pair_obs);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kInvalidActionMask) << status.to_string();
+  EXPECT_NE(status.message().find("agent 'a_1'"), std::string::npos) << status.to_string();
+  status = play(row({0, 0, 0}, 7), pair_obs);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kActionMaskEmpty) << status.to_string();
+
+  // A frame of a single module's agents only (the steady-frame path once repeated).
+  // A frame of a single module's agents only (the steady-frame path once repeated).
+  ASSERT_TRUE(client->start_episode("s").ok());
+  for (int t = 0; t < 3; ++t) {
+    frame.clear();
+    frame.add("a_0", good.data(), good.size());
+    frame.add("a_1", good.data(), good.size());
+    ASSERT_TRUE(client->get_action("s", frame).ok());
+  }
+  frame.clear();
+  const std::vector<float> empty = row({0, 0, 0}, 7);
+  frame.add("a_0", good.data(), good.size());
+  frame.add("a_1", empty.data(), empty.size());
+  status = client->get_action("s", frame);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kActionMaskEmpty) << status.to_string();
+
+  // A final observation's mask may allow nothing; its bytes are still checked.
+  frame.clear();
+  frame.add("a_0", good.data(), good.size());
+  const std::vector<float> bad_cam = row({1, 0, 1}, -1);
+  frame.add("a_1", bad_cam.data(), bad_cam.size());
+  EXPECT_EQ(client->end_episode("s", &frame).status().code(), tether::ErrorCode::kObsDtypeMismatch);
+  frame.clear();
+  frame.add("a_0", good.data(), good.size());
+  frame.add("a_1", empty.data(), empty.size());
+  EXPECT_TRUE(client->end_episode("s", &frame).ok());
+  ASSERT_TRUE(client->end_episode("e").ok());
+  ASSERT_TRUE(client->flush().ok());
+  // Acted: 2 frames of episode e (a_0, a_1, pair) and 3 of s (a_0, a_1); the refused ones none.
+  std::size_t steps = 0;
+  for (const json& batch : server.batches()) {
+    for (const json& record : batch["episodes"]) {
+      for (auto agent = record["agents"].begin(); agent != record["agents"].end(); ++agent) {
+        steps += (*agent)["actions"].size();
+      }
+    }
+  }
+  EXPECT_EQ(steps, 2u * 3u + 3u * 2u);
 }
 
 }  // namespace

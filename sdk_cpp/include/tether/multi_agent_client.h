@@ -314,6 +314,8 @@ class MultiAgentClient final : public ClientBase {
   void remember_slots(Episode& episode, const AgentFrame& frame);
   Status obs_size_error(const Slot& slot, std::size_t obs_size) const;
   Status check_finite(const AgentFrame& frame) const;
+  Status check_rows(const AgentFrame& frame, bool acting) const;
+  Status check_module_row(const Module& module, const AgentFrame& frame, std::size_t i, bool acting) const;
   bool steady_frame(const Episode& episode, const AgentFrame& frame) const;
   Status act_steady(Episode& episode, AgentFrame& frame);
   Module* one_module_frame() const;
