@@ -9,7 +9,41 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tether.protocol.multi_agent import group_spaces
+from tether.protocol.spaces import from_gymnasium
+from tether.sdk.episode_recorder import same_space
 from tether.sdk.multi_agent_client import MultiAgentClient
+
+
+def check_group_spaces(client: MultiAgentClient, env: Any) -> None:
+    """Raises ``ValueError`` when a group of the server's config whose members are this env's agents
+    is served by a module whose spaces are not the members' spaces joined (docs/protocol.md §9.6,
+    ``group_spaces``): the server only declares a group module's spaces, and a mismatch would
+    otherwise show only as refused observations or actions that split wrongly, steps later."""
+    agents = set(getattr(env, "possible_agents", ()))
+    if client.mapping is None:
+        return  # (the server maps agents: the module is known only once it answers)
+    for group in client.groups.values():
+        if not agents or not set(group.members) <= agents:
+            continue
+        rule = next((r for r in client.mapping.rules if r.matches(group.group_id)), None)
+        if rule is None:
+            continue  # (an unmapped group is refused by the client when it acts, naming it)
+        try:
+            obs, act = group_spaces([from_gymnasium(env.observation_space(m)) for m in group.members],
+                                    [from_gymnasium(env.action_space(m)) for m in group.members])
+        except ValueError as exc:
+            raise ValueError(f"group {group.group_id!r}: its members' spaces cannot be joined: {exc}") from None
+        for module_id in (rule.module,) if rule.module is not None else rule.choose_from:
+            spec = client.modules.get(module_id)
+            if spec is None:
+                continue
+            for what, joined, declared in (("observation", obs, spec.observation_space),
+                                           ("action", act, spec.action_space)):
+                if not same_space(joined, declared):
+                    raise ValueError(f"group {group.group_id!r}: module {module_id!r} has the {what} space "
+                                     f"{declared.to_json()}, but the members' {what} spaces joined are "
+                                     f"{joined.to_json()} (docs/protocol.md, groups)")
 
 
 def run_parallel_env(
@@ -30,6 +64,7 @@ def run_parallel_env(
     Stops after ``max_episodes`` episodes or ``max_steps`` env steps, or when
     ``on_episode_end(returns)`` returns True.
     """
+    check_group_spaces(client, env)
     results: list[dict[str, float]] = []
     steps = 0
     episode = 0
@@ -70,6 +105,7 @@ def run_aec_env(
     previous turn, which is exactly what ``log_returns`` attributes to that
     agent's last action.
     """
+    check_group_spaces(client, env)
     results = []
     for episode in range(max_episodes):
         env.reset(seed=None if seed is None else seed + episode)

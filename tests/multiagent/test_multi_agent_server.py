@@ -210,3 +210,24 @@ def test_an_ended_episode_id_may_start_again_even_in_the_same_message(tmp_path) 
         raw.close()
         summary = server.stop()
     assert summary["agent_steps"] == 4  # the first message only; nothing of the refused one
+
+
+def test_the_adapter_refuses_a_group_module_whose_spaces_are_not_the_members_joined(tmp_path) -> None:
+    """The two-step game's members each observe Box(4) and act in Discrete(2): the group module
+    must observe Box(8) and act in MultiDiscrete([2, 2]) (§9.6). A module declared otherwise is
+    refused by the adapter before any step, naming the group, the module and both spaces."""
+    from tether.multiagent.envs.two_step_game import TwoStepGame
+    from tether.multiagent.pettingzoo_adapter import run_parallel_env
+
+    wrong = {"team": {"observation_space": {"type": "Box", "shape": [6], "low": 0, "high": 1},
+                      "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]}}}
+    with ServerProcess(tmp_path, "--config", str(REPO_CONFIGS / "two_step_game.toml"),
+                       "--modules", json.dumps(wrong)) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=3)
+        with pytest.raises(ValueError, match=r"group 'team': module 'team' has the observation space .*\[6\].*"
+                                             r"joined are .*\[8\]"):
+            run_parallel_env(client, TwoStepGame(), max_episodes=1)
+        client.close()
+        summary = server.stop()
+    assert summary["agent_steps"] == 0
+    # (The example's own config passes the check: test_grouped_two_step_game_reaches_the_optimum.)
