@@ -23,41 +23,75 @@ namespace Tether.Client
     /// </summary>
     public sealed class TetherClient : ClientBase
     {
-        // An episode's observation rows not cut yet: a float array written in place (an image's bytes
-        // are widened in one loop, not value by value through a list).
+        // An episode's observation rows not cut yet, written in place. A byte box's rows (protocol 1.4,
+        // §8.1: a camera image) are kept as the bytes they are, a quarter of the memory, copied without
+        // widening; they become floats only when a cut copies them into its chunk. Other rows are floats.
         sealed class ObsBuffer
         {
             public float[] Items = new float[0];
+            public byte[] ByteItems = new byte[0];
             public int Count;
+            bool bytes;  // rows are in ByteItems
 
             public void Clear() { Count = 0; }
 
-            void Reserve(int n)
+            /// <summary>Adds n values: `values`, or else `source`'s bytes; kept as bytes when `asBytes`
+            /// (a byte box's row, whose float values were checked to be integers 0-255).</summary>
+            public void Add(float[] values, byte[] source, int n, bool asBytes)
             {
-                if (Items.Length < n) Array.Resize(ref Items, Math.Max(n, 2 * Items.Length));
+                if (asBytes != bytes) Switch(asBytes);
+                int at = Count;
+                if (bytes)
+                {
+                    if (ByteItems.Length < at + n) Array.Resize(ref ByteItems, Math.Max(at + n, 2 * ByteItems.Length));
+                    if (source != null) Buffer.BlockCopy(source, 0, ByteItems, at, n);
+                    else for (int i = 0; i < n; ++i) ByteItems[at + i] = (byte)values[i];
+                }
+                else
+                {
+                    if (Items.Length < at + n) Array.Resize(ref Items, Math.Max(at + n, 2 * Items.Length));
+                    float[] items = Items;
+                    if (values != null) Array.Copy(values, 0, items, at, n);
+                    else for (int i = 0; i < n; ++i) items[at + i] = source[i];
+                }
+                Count = at + n;
             }
 
-            public void Add(float[] values, byte[] bytes, int n)
+            // The rows kept so far in the other form (only when the spaces changed under kept rows: those
+            // are dropped before anything is added, so this converts nothing in practice).
+            void Switch(bool asBytes)
             {
-                Reserve(Count + n);
-                float[] items = Items;
-                int at = Count;
-                if (values != null) Array.Copy(values, 0, items, at, n);
-                else for (int i = 0; i < n; ++i) items[at + i] = bytes[i];
-                Count = at + n;
+                if (asBytes)
+                {
+                    if (ByteItems.Length < Count) ByteItems = new byte[Count];
+                    for (int i = 0; i < Count; ++i) ByteItems[i] = (byte)Items[i];
+                }
+                else
+                {
+                    if (Items.Length < Count) Items = new float[Count];
+                    for (int i = 0; i < Count; ++i) Items[i] = ByteItems[i];
+                }
+                bytes = asBytes;
             }
 
             public void RemoveLast(int n) { Count -= n; }
 
             public void RemoveFirst(int n)
             {
-                Array.Copy(Items, n, Items, 0, Count - n);
+                if (bytes) Buffer.BlockCopy(ByteItems, n, ByteItems, 0, Count - n);
+                else Array.Copy(Items, n, Items, 0, Count - n);
                 Count -= n;
             }
 
             public void CopyPrefix(int n, List<float> to)
             {
                 if (to.Capacity < to.Count + n) to.Capacity = Math.Max(to.Count + n, 2 * to.Capacity);
+                if (bytes)
+                {
+                    byte[] kept = ByteItems;
+                    for (int i = 0; i < n; ++i) to.Add(kept[i]);
+                    return;
+                }
                 float[] items = Items;
                 for (int i = 0; i < n; ++i) to.Add(items[i]);
             }
@@ -244,9 +278,9 @@ namespace Tether.Client
             }
         }
 
-        static void AddObservation(ObsBuffer into, float[] values, byte[] bytes, int n)
+        void AddObservation(ObsBuffer into, float[] values, byte[] bytes, int n)
         {
-            into.Add(values, bytes, n);
+            into.Add(values, bytes, n, ObservationSpace.IsBytes);
         }
 
         // The model's dist inputs for one observation: bytes go as they are to a backend that takes them.
