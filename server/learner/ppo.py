@@ -22,9 +22,13 @@ from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
 from .action_masking import MaskedPolicy
 from .observation_normalizer import NormalizedPolicy, normalized_values
 from .onnx_template import TracedPolicyExporter
+from .optimizer_startup import resolve_dynamo_guards
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
 from .rollout_batch import RolloutBatch
+
+
+resolve_dynamo_guards()  # (an optimizer is then built without importing torch's compiler: optimizer_startup.py)
 
 
 def _server_default(name: str) -> Any:

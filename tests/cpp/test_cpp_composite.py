@@ -50,6 +50,7 @@ def test_the_space_is_the_one_the_python_example_prints() -> None:
     assert json.loads(printed.stdout) == TICTACTOE_SPACE
 
 
+@pytest.mark.cpp_build("normal")  # (run last: its build runs in the background meanwhile)
 def test_cpp_client_sends_masked_dict_observations_a_real_server_accepts(program: Path, tmp_path: Path) -> None:
     server = ServerProcess(tmp_path, "--observation-space", json.dumps(TICTACTOE_SPACE),
                            "--action-space", json.dumps({"type": "Discrete", "n": 9}),

@@ -1,0 +1,42 @@
+"""A learner is built without importing torch's compiler (server/learner/optimizer_startup.py), and
+its optimizer still works: updates, checkpoints of its state, and a restore."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+
+
+def test_a_learner_starts_without_torch_dynamo_and_its_optimizer_works() -> None:
+    program = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from tether.protocol import Discrete, EpisodeChunk
+        from tether.protocol.spaces import box
+        from tether.server.learner import PPOHyperparams, PPOLearner, build_batch
+        from tether.server.learner.optimizer_startup import resolve_dynamo_guards
+
+        learner = PPOLearner(box(-5, 5, (3,)), Discrete(2), PPOHyperparams(minibatch_size=64), seed=0)
+        state = learner.optimizer.state_dict()
+        learner.optimizer.load_state_dict(state)
+        learner.optimizer.zero_grad()
+        assert "torch._dynamo" not in sys.modules, "building a learner imported torch._dynamo"
+        assert resolve_dynamo_guards() == 4
+        rng = np.random.default_rng(0)
+        chunks = [EpisodeChunk(obs=rng.normal(size=(2, 3)).astype(np.float32), actions=np.array([1]),
+                               rewards=np.array([1.0], np.float32), action_logp=np.array([-0.69], np.float32),
+                               action_dist_inputs=None, is_terminated=True, is_truncated=False) for _ in range(128)]
+        before = [p.detach().clone() for p in learner.model.parameters()]
+        learner.update(build_batch(chunks))
+        moved = sum(float((p.detach() - b).abs().sum()) for p, b in zip(learner.model.parameters(), before))
+        assert moved > 0, "the update did not change the weights"
+        saved = learner.optimizer.state_dict()
+        assert saved["state"], "Adam keeps moments once it has stepped"
+        learner.optimizer.load_state_dict(saved)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
