@@ -82,20 +82,25 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def evaluate_policy(policy_path: Path, episodes: int = 10, seed: int = 1000) -> float:
-    """Mean return of the greedy policy in ``policy_path`` on CartPole-v1."""
+    """Mean return of the greedy policy in ``policy_path`` on CartPole-v1 (the model's most likely
+    action, §11; run with ONNX Runtime as a client would, without the client package)."""
     import gymnasium as gym
     import numpy as np
+    import onnxruntime as ort
 
-    from tether.sdk.policy import OnnxPolicy
+    from tether.protocol.distributions import deterministic
+    from tether.protocol.spaces import Discrete
 
-    policy = OnnxPolicy(policy_path.read_bytes())
+    session = ort.InferenceSession(policy_path.read_bytes(), providers=["CPUExecutionProvider"])
+    input_name, output_name = session.get_inputs()[0].name, session.get_outputs()[0].name
     env = gym.make("CartPole-v1")
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         total, done = 0.0, False
         while not done:
-            obs, reward, terminated, truncated, _ = env.step(policy.act_deterministic(np.asarray(obs, np.float32)))
+            dist = session.run([output_name], {input_name: np.asarray(obs, np.float32)[None]})[0][0]
+            obs, reward, terminated, truncated, _ = env.step(deterministic(Discrete(2), dist))
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
