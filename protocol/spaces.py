@@ -71,7 +71,7 @@ class Box:
 
     @property
     def flat_dim(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
+        return int(self.low.size)  # (1 for a scalar box; read on every client call, so not recomputed)
 
     @property
     def is_bytes(self) -> bool:

@@ -191,11 +191,13 @@ class TetherClient(BaseClient):
         episode = self._episodes[episode_id]
         obs = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
         self._check_size(obs)
+        sent = False
         if episode.training_enabled and (self._cadence_due(self._sendable_steps, episode) or (
                 self._pending_steps >= self._batch_steps()
                 and self._sendable_steps(episode) >= self._batch_steps())):
             episode.obs.append(obs)  # lets the cut include the step that led here
             try:
+                sent = True
                 self._send_batch(even_empty=True)
             finally:
                 # (a dropped episode's steps are gone already, and so are those of a new connection's
@@ -203,11 +205,13 @@ class TetherClient(BaseClient):
                 if episode.training_enabled and episode.obs and episode.obs[-1] is obs:
                     episode.obs.pop()
         elif episode.held_back and self._cadence_due(self._sendable_steps, episode):
+            sent = True
             self._send_batch(even_empty=True)
         policy = self.policy
         if policy is None:
             raise NotReadyError("the server has sent no model yet")
-        self._check_size(obs)  # (sending may have applied a new connection with other spaces: nothing is recorded)
+        if sent:
+            self._check_size(obs)  # (sending may have applied a new connection with other spaces: nothing is recorded)
         dist = policy.dist_inputs_one(obs)
         action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
