@@ -800,12 +800,13 @@ namespace Tether.Tests
                     {
                         bool measure = e >= 6;  // after warm-up: arrays, reused batches and actors have their size
                         if (e == 6 && t == 0) sentBefore = client.AgentStepsSent;
+                        // The whole frame as an engine makes it: the frame filled, the actions, every reward.
+                        long before = GC.GetAllocatedBytesForCurrentThread();
                         frame.Clear();
                         for (int i = 0; i < agents; ++i) frame.Add(ids[i], observations[i]);
-                        long before = GC.GetAllocatedBytesForCurrentThread();
                         client.GetActions(episode, frame);
-                        long spent = GC.GetAllocatedBytesForCurrentThread() - before;
                         for (int i = 0; i < agents; ++i) client.LogReturns(episode, ids[i], 1.0);
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - before;
                         if (measure)
                         {
                             bytes += spent;
