@@ -121,7 +121,8 @@ def _beyond_tolerance(claimed: np.ndarray, recomputed: np.ndarray) -> np.ndarray
 
 
 def _observations_at(items: list[tuple[int, str, EpisodeChunk]], rows: np.ndarray) -> np.ndarray:
-    """The observations acted on at these (sorted) flat step indices of the chunks laid end to end, as rows."""
+    """The observations acted on at these (sorted, at least one) flat step indices of the chunks laid end
+    to end, as rows."""
     parts = []
     start = 0
     for _, _, chunk in items:
@@ -130,7 +131,7 @@ def _observations_at(items: list[tuple[int, str, EpisodeChunk]], rows: np.ndarra
         if hi > lo:
             parts.append(chunk.obs[rows[lo:hi] - start].reshape(hi - lo, -1))
         start = end
-    return np.concatenate(parts) if parts else np.zeros((0, int(np.prod(items[0][2].obs.shape[1:]))), np.float32)
+    return np.concatenate(parts)
 
 
 def check_behaviour_logp(
