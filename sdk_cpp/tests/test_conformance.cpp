@@ -84,6 +84,43 @@ std::vector<double> flat(const json& value) {
   return out;
 }
 
+// A leaf's values in a record: a tensor object (§10.9, in `attachment` or inline) or JSON numbers.
+std::vector<double> leaf_values(const json& leaf, std::optional<std::string_view> attachment) {
+  if (!leaf.is_object()) return flat(leaf);
+  Result<Tensor> tensor = decode_tensor(leaf, attachment);
+  EXPECT_TRUE(tensor.ok()) << tensor.status().to_string();
+  std::vector<double> values;
+  if (tensor.ok()) tensor.value().values(values);
+  return values;
+}
+
+// The case's "flat_rows" (§8.6: each observation's leaves in leaf order) recorded as this SDK records
+// them and encoded as it sends them, as JSON numbers and as tensors in an attachment: each leaf
+// holds the values the case's body gives that leaf.
+void expect_leaves_of_flat_rows(const json& c, const Message& body, const Space& obs, const Space& act) {
+  const json& record = body.body["episodes"][0];
+  EpisodeChunk chunk;
+  for (double v : flat(c["flat_rows"])) chunk.obs.push_back(static_cast<float>(v));
+  for (double v : flat(record["actions"])) chunk.actions.push_back(v);
+  for (double v : flat(record["rewards"])) chunk.rewards.push_back(static_cast<float>(v));
+  for (double v : flat(record["action_logp"])) chunk.action_logp.push_back(v);
+  chunk.is_terminated = record["is_terminated"].get<bool>();
+  std::optional<std::string_view> body_attachment;
+  if (body.attachment) body_attachment = std::string_view(*body.attachment);
+  std::string attachment;
+  for (std::string* into : {static_cast<std::string*>(nullptr), &attachment}) {
+    Result<json> encoded = encode_episode(chunk, obs, act, into);
+    ASSERT_TRUE(encoded.ok()) << encoded.status().to_string();
+    for (const SpaceLeaf& leaf : obs.leaves()) {
+      const std::optional<std::string_view> ours =
+          into ? std::optional<std::string_view>(attachment) : std::optional<std::string_view>();
+      EXPECT_EQ(leaf_values(encoded.value()["obs"][leaf.path], ours),
+                leaf_values(record["obs"][leaf.path], body_attachment))
+          << c["name"] << " leaf " << leaf.path << (into ? " (tensors)" : " (JSON)");
+    }
+  }
+}
+
 std::vector<float> flat_float(const json& value) {
   std::vector<double> d = flat(value);
   return std::vector<float>(d.begin(), d.end());
@@ -391,6 +428,7 @@ TEST(Conformance, Composite) {
                                                              m.value().attachment, mask ? &*mask : nullptr)
                                          : Result<std::size_t>(m.status());
       if (succeeded_as_expected(c, steps)) EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
+      if (c.contains("flat_rows")) expect_leaves_of_flat_rows(c, m.value(), obs, act);
       return;
     }
     ASSERT_EQ(kind, "mask");

@@ -114,7 +114,47 @@ namespace Tether.Tests
                 Space obs = Space.FromJson(c["observation_space"]);
                 Space act = Space.ActionFromJson(c["action_space"]);
                 Vectors.CheckEpisodesCase(c, obs, act, ModuleSpec.ReadActionMask(c["action_mask"], obs, act));
+                if (c["flat_rows"] != null) ExpectLeavesOfFlatRows(c, obs, act);
             });
+        }
+
+        // The case's "flat_rows" (§8.6: each observation's leaves in leaf order) recorded as the client
+        // records them and written as it sends them (RecordWriter, JSON numbers and 1.4 tensors in the
+        // attachment): each leaf holds the values the case's body gives that leaf.
+        static void ExpectLeavesOfFlatRows(JObject c, Space obs, Space act)
+        {
+            Message body = Messages.Decode(System.Text.Encoding.UTF8.GetBytes((string)c["body"]));
+            var record = (JObject)body.Body["episodes"][0];
+            var chunk = new EpisodeChunk();
+            chunk.Obs.AddRange(Vectors.Flat(c["flat_rows"]).Select(v => (float)v));
+            chunk.Actions.AddRange(Vectors.Flat(record["actions"]));
+            chunk.Rewards.AddRange(Vectors.Flat(record["rewards"]).Select(v => (float)v));
+            chunk.ActionLogp.AddRange(Vectors.Flat(record["action_logp"]));
+            chunk.IsTerminated = (bool)record["is_terminated"];
+            foreach (bool tensors in new[] { false, true })
+            {
+                var writer = new RecordWriter();
+                writer.BeginMessage("EPISODES_AND_GET_STATE", tensors);
+                writer.SingleAgentRecord(chunk, obs, act);
+                writer.EndEpisodes();
+                byte[] frame = null;
+                int length = writer.EndMessage(ref frame);
+                Message sent = Messages.Decode(frame.Skip(Framing.HeaderSize).Take(length - Framing.HeaderSize).ToArray());
+                foreach (SpaceLeaf leaf in obs.Leaves)
+                {
+                    double[] ours = LeafValues(sent.Body["episodes"][0]["obs"][leaf.Path], sent.Attachment);
+                    double[] theirs = LeafValues(record["obs"][leaf.Path], body.Attachment);
+                    Assert.That(ours, Is.EqualTo(theirs), c["name"] + " leaf " + leaf.Path + (tensors ? " (tensors)" : " (JSON)"));
+                }
+            }
+        }
+
+        // A leaf's values in a record: a tensor object (§10.9, in the attachment or inline) or JSON numbers.
+        static double[] LeafValues(JToken leaf, byte[] attachment)
+        {
+            if (!Tensors.IsTensor(leaf)) return Vectors.Flat(leaf);
+            Tensor tensor = Tensors.Decode(leaf, attachment);
+            return Enumerable.Range(0, tensor.Count).Select(i => tensor[i]).ToArray();
         }
 
         [Test]
