@@ -272,39 +272,15 @@ namespace Tether.Tests
                     new float[] { 1, 1, 0, 1, 1, 1, 1, 0, 255 },      // 0 or 1
                     new float[] { 0.5f, -0.25f, 0, 1 },
                 };
-                var frame = new AgentFrame();
-                long bytes = 0, sentBefore = 0;
-                int frames = 0;
-                for (int e = 0; e < 30; ++e)
+                FrameAllocations run = FrameAllocations.Measure(client, ids, observations, 30, 8, frame =>
                 {
-                    string episode = client.StartEpisode();
-                    for (int t = 0; t < 25; ++t)
-                    {
-                        bool measure = e >= 8;
-                        if (e == 8 && t == 0) sentBefore = client.AgentStepsSent;
-                        frame.Clear();
-                        for (int i = 0; i < ids.Length; ++i) frame.Add(ids[i], observations[i]);
-                        long before = GC.GetAllocatedBytesForCurrentThread();
-                        client.GetActions(episode, frame);
-                        long spent = GC.GetAllocatedBytesForCurrentThread() - before;
-                        Assert.That(frame.DiscreteAction(0), Is.EqualTo(2));
-                        Assert.That(frame.DiscreteAction(1), Is.EqualTo(0));
-                        Assert.That(frame.DiscreteAction(2), Is.Not.EqualTo(2));
-                        for (int i = 0; i < ids.Length; ++i) client.LogReturns(episode, ids[i], 1.0);
-                        if (measure)
-                        {
-                            bytes += spent;
-                            ++frames;
-                        }
-                        DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-                        while (client.Sending && DateTime.UtcNow < deadline) System.Threading.Thread.Sleep(1);
-                    }
-                    client.EndEpisode(episode);
-                }
-                long sent = client.AgentStepsSent - sentBefore;
-                Console.WriteLine("[ allocations ] " + bytes + " bytes over " + frames + " masked multi-agent frames while " + sent + " agent steps were sent");
-                Assert.That(sent, Is.GreaterThan(frames * ids.Length / 2));
-                Assert.That(bytes, Is.EqualTo(0));
+                    Assert.That(frame.DiscreteAction(0), Is.EqualTo(2));
+                    Assert.That(frame.DiscreteAction(1), Is.EqualTo(0));
+                    Assert.That(frame.DiscreteAction(2), Is.Not.EqualTo(2));
+                });
+                Console.WriteLine("[ allocations ] " + run.Bytes + " bytes over " + run.Frames + " masked multi-agent frames while " + run.Sent + " agent steps were sent");
+                Assert.That(run.Sent, Is.GreaterThan(run.Frames * ids.Length / 2));
+                Assert.That(run.Bytes, Is.EqualTo(0));
                 client.Flush(10);
                 Assert.That(AgentStepsReceived(server), Is.EqualTo(30 * 25 * ids.Length));
             }

@@ -790,39 +790,12 @@ namespace Tether.Tests
                 server.RecordShare = share;
                 var ids = Enumerable.Range(0, agents).Select(i => "a_" + i).ToArray();
                 var observations = Enumerable.Range(0, agents).Select(i => Obs(0, i, 4)).ToArray();
-                var frame = new AgentFrame();
-                long bytes = 0, sentBefore = 0;
-                int frames = 0;
-                for (int e = 0; e < 20; ++e)
-                {
-                    string episode = client.StartEpisode();
-                    for (int t = 0; t < 25; ++t)
-                    {
-                        bool measure = e >= 6;  // after warm-up: arrays, reused batches and actors have their size
-                        if (e == 6 && t == 0) sentBefore = client.AgentStepsSent;
-                        // The whole frame as an engine makes it: the frame filled, the actions, every reward.
-                        long before = GC.GetAllocatedBytesForCurrentThread();
-                        frame.Clear();
-                        for (int i = 0; i < agents; ++i) frame.Add(ids[i], observations[i]);
-                        client.GetActions(episode, frame);
-                        for (int i = 0; i < agents; ++i) client.LogReturns(episode, ids[i], 1.0);
-                        long spent = GC.GetAllocatedBytesForCurrentThread() - before;
-                        if (measure)
-                        {
-                            bytes += spent;
-                            ++frames;
-                        }
-                        // Frames spaced in time: the server keeps up, batches come back for reuse.
-                        DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-                        while (client.Sending && DateTime.UtcNow < deadline) System.Threading.Thread.Sleep(1);
-                    }
-                    client.EndEpisode(episode);
-                }
-                long sent = client.AgentStepsSent - sentBefore;
-                Console.WriteLine("[ allocations ] " + bytes + " bytes over " + frames + " frames of " + agents + " agents while " + sent + " agent steps were sent");
-                Assert.That(sent, Is.GreaterThan(share == null ? frames * agents / 2 : 0));
+                // After 6 episodes' warm-up: arrays, reused batches and actors have their size.
+                FrameAllocations run = FrameAllocations.Measure(client, ids, observations, 20, 6);
+                Console.WriteLine("[ allocations ] " + run.Bytes + " bytes over " + run.Frames + " frames of " + agents + " agents while " + run.Sent + " agent steps were sent");
+                Assert.That(run.Sent, Is.GreaterThan(share == null ? run.Frames * agents / 2 : 0));
                 Assert.That(client.EpisodesHeldBack, share == null ? (NUnit.Framework.Constraints.IResolveConstraint)Is.EqualTo(0) : Is.GreaterThan(0));
-                Assert.That(bytes, Is.EqualTo(0));
+                Assert.That(run.Bytes, Is.EqualTo(0));
             }
         }
     }
