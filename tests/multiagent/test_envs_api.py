@@ -50,3 +50,39 @@ def test_rooms_maze_hierarchy_spawns_and_retires_low_level_agents() -> None:
     assert env.agents == ["high_level"] and env.acting_agents() == ["high_level"]
     env.step({"high_level": 0})  # up: the maze's outer wall, nothing spawns
     assert env.agents == ["high_level"]
+
+
+def test_memory_cue_is_won_only_by_remembering_the_first_observation() -> None:
+    """The last observation is the same whatever the cue, so no policy of the current observation
+    beats chance (the memoryless ceiling); a policy that remembers the first observation always
+    wins; random play scores near the ceiling. Both variants pass their API checks."""
+    from gymnasium.utils.env_checker import check_env
+
+    from tether.multiagent.envs.memory_cue import MemoryCue, MemoryCueParallel, memoryless_ceiling, random_return
+
+    check_env(MemoryCue(3, 5), skip_render_check=True)
+    parallel_api_test(MemoryCueParallel(agents=2), num_cycles=20)
+    env = MemoryCue(cues=3, length=5)
+    last_observations, remembered_return = set(), 0.0
+    for episode in range(60):
+        obs, _ = env.reset(seed=episode)
+        cue, done, t = int(np.argmax(obs[:-1])), False, 0
+        while not done:
+            last = obs
+            obs, reward, done, truncated, _ = env.step(cue)
+            t += 1
+            assert not truncated
+        assert t == 5 and reward == 1.0
+        remembered_return += reward
+        last_observations.add(tuple(last))
+    assert len(last_observations) == 1, "the last observation must not tell the cue"
+    assert remembered_return == 60
+    assert memoryless_ceiling(3) == 2 / 3 - 1
+    assert abs(random_return(3000, seed=1, cues=3, length=5) - memoryless_ceiling(3)) < 0.06
+    # Each agent of the parallel variant is rewarded for its own cue only.
+    penv = MemoryCueParallel(agents=2, cues=2, length=3)
+    obs, _ = penv.reset(seed=4)
+    cues = {agent: int(np.argmax(o[:-1])) for agent, o in obs.items()}
+    for _ in range(3):
+        obs, rewards, terms, _, _ = penv.step({"agent_0": cues["agent_0"], "agent_1": 1 - cues["agent_1"]})
+    assert rewards == {"agent_0": 1.0, "agent_1": -1.0} and all(terms.values()) and penv.agents == []
