@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from tether.protocol.multi_agent import group_spaces
-from tether.protocol.spaces import from_gymnasium
+from tether.protocol.spaces import Box, from_gymnasium
 from tether.sdk.episode_recorder import same_space
 from tether.sdk.multi_agent_client import MultiAgentClient
 
@@ -19,31 +21,51 @@ def check_group_spaces(client: MultiAgentClient, env: Any) -> None:
     """Raises ``ValueError`` when a group of the server's config whose members are this env's agents
     is served by a module whose spaces are not the members' spaces joined (docs/protocol.md §9.6,
     ``group_spaces``): the server only declares a group module's spaces, and a mismatch would
-    otherwise show only as refused observations or actions that split wrongly, steps later."""
+    otherwise show only as refused observations or actions that split wrongly, steps later.
+
+    Checked where the client maps agents by rules (every module a group's rule can choose); with a
+    server-side mapping function the module is known only once the server answers, and an env
+    without ``possible_agents`` names no members: nothing is checked then. Bounds are compared at
+    float32, as the wire carries them; a group of byte-box members (§8.1) may be served by a byte
+    box of the joined bounds."""
     agents = set(getattr(env, "possible_agents", ()))
-    if client.mapping is None:
-        return  # (the server maps agents: the module is known only once it answers)
+    if client.mapping is None or not agents:
+        return
     for group in client.groups.values():
-        if not agents or not set(group.members) <= agents:
+        if not set(group.members) <= agents:
             continue
         rule = next((r for r in client.mapping.rules if r.matches(group.group_id)), None)
         if rule is None:
             continue  # (an unmapped group is refused by the client when it acts, naming it)
+        member_obs = [from_gymnasium(env.observation_space(m)) for m in group.members]
         try:
-            obs, act = group_spaces([from_gymnasium(env.observation_space(m)) for m in group.members],
-                                    [from_gymnasium(env.action_space(m)) for m in group.members])
+            obs, act = group_spaces(member_obs, [from_gymnasium(env.action_space(m)) for m in group.members])
         except ValueError as exc:
             raise ValueError(f"group {group.group_id!r}: its members' spaces cannot be joined: {exc}") from None
+        all_bytes = all(isinstance(s, Box) and s.is_bytes for s in member_obs)
         for module_id in (rule.module,) if rule.module is not None else rule.choose_from:
             spec = client.modules.get(module_id)
             if spec is None:
                 continue
             for what, joined, declared in (("observation", obs, spec.observation_space),
                                            ("action", act, spec.action_space)):
-                if not same_space(joined, declared):
+                if not _serves(declared, joined, what == "observation" and all_bytes):
                     raise ValueError(f"group {group.group_id!r}: module {module_id!r} has the {what} space "
                                      f"{declared.to_json()}, but the members' {what} spaces joined are "
                                      f"{joined.to_json()} (docs/protocol.md, groups)")
+
+
+def _serves(declared: Any, joined: Any, bytes_allowed: bool) -> bool:
+    """Whether a module's ``declared`` space is the ``joined`` one: the same kind and shape, bounds equal
+    at float32; a byte box only where every member's observation is one (``bytes_allowed``)."""
+    if isinstance(joined, Box):
+        if not isinstance(declared, Box) or declared.shape != joined.shape:
+            return False
+        if declared.is_bytes and not bytes_allowed:
+            return False
+        return all(bool(np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)))
+                   for a, b in ((declared.low, joined.low), (declared.high, joined.high)))
+    return same_space(declared, joined)
 
 
 def run_parallel_env(

@@ -12,7 +12,8 @@ from tether.protocol.spaces import Box, Dict, Tuple
 
 def same_space(a: Any, b: Any) -> bool:
     """Whether steps recorded under space ``a`` fit space ``b``: the same kind, shape and bounds
-    (a Box's dtype aside), as the C++ SDK's ``Space::operator==``. Used when a reconnect's
+    (of a Box's dtype only whether it is uint8, §8.1), as the C++ SDK's ``Space::operator==`` and the
+    C# SDK's ``SameSpace``. Used when a reconnect's
     SET_CONFIG describes the spaces again (§6.5)."""
     if a is None or b is None:
         return a is b

@@ -281,8 +281,11 @@ class MultiAgentClient(BaseClient):
         for actor_id, value in actor_obs.items():
             actor = episode.actors.get(actor_id)
             spec = self.modules.get(actor.module_id) if actor is not None else None
-            if spec is None or (not is_composite(spec.observation_space) and isinstance(value, np.ndarray)):
+            if spec is None:
                 continue  # (an actor that never acted, or whose module the server no longer describes)
+            if not is_composite(spec.observation_space) and isinstance(value, np.ndarray):
+                check_byte_values(value, spec.observation_space, f"observation of {actor_id!r}")  # (finals too)
+                continue
             row = observation_row(value, spec.observation_space, None if final else spec.action_mask,
                                   f"observation of {actor_id!r}").reshape(-1)
             actor_obs[actor_id] = row
@@ -516,7 +519,16 @@ class MultiAgentClient(BaseClient):
         actor_obs = self._actor_observations(episode, observations)
         modules = self._eval_modules_for(episode.episode_id, list(actor_obs))
         out: dict[str, Any] = {}
-        for actor_id, obs in actor_obs.items():
+        rows: dict[str, np.ndarray] = {}
+        for actor_id, obs in actor_obs.items():  # (all checked, as get_action checks them, before any acts)
+            spec = self.modules[modules[actor_id]]
+            what = f"observation of {actor_id!r}"
+            if is_composite(spec.observation_space):
+                rows[actor_id] = observation_row(obs, spec.observation_space, spec.action_mask, what).reshape(-1)
+            else:
+                check_byte_values(obs, spec.observation_space, what)
+                rows[actor_id] = obs
+        for actor_id, obs in rows.items():
             policy = self.policies.get(modules[actor_id])
             if policy is None:
                 raise NotReadyError(f"the server has sent no model for module {modules[actor_id]!r} yet")

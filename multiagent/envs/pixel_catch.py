@@ -10,8 +10,8 @@ With ``composite=True`` the observation is a Dict (protocol 1.4, §8.6) of a ``c
 only the ball and a ``paddle`` vector (the paddle's column, one-hot): a camera plus a
 vector, as an engine's agent often sees its world. Neither leaf alone tells where to move.
 
-A uniformly random policy catches about a fifth of the balls on the default 8x8 board (measured by
-``random_catch_rate``); a policy that follows the ball catches every one (the paddle moves one column
+A uniformly random policy catches about an eighth of the balls on the default 8x8 board (0.12,
+measured by ``random_catch_rate``); a policy that follows the ball catches every one (the paddle moves one column
 per step and the ball needs ``size - 1`` steps, enough to cross the board).
 """
 

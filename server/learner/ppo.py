@@ -22,13 +22,10 @@ from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
 from .action_masking import MaskedPolicy
 from .observation_normalizer import NormalizedPolicy, normalized_values
 from .onnx_template import TracedPolicyExporter
-from .optimizer_startup import resolve_dynamo_guards
+from .optimizer_startup import adam
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
 from .rollout_batch import RolloutBatch
-
-
-resolve_dynamo_guards()  # (an optimizer is then built without importing torch's compiler: optimizer_startup.py)
 
 
 def _server_default(name: str) -> Any:
@@ -120,7 +117,7 @@ class PPOLearner:
                  and leaves is None and action_mask is None)
         self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim, byte_shape,
                                                                leaves)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=hp.lr, eps=1e-5)
+        self.optimizer = adam(self.model.parameters(), lr=hp.lr, eps=1e-5)  # (no compiler import: optimizer_startup.py)
         self._rng = np.random.default_rng(seed)
 
     def export_onnx(self) -> bytes:

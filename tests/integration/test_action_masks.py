@@ -149,6 +149,17 @@ def test_the_multi_agent_client_takes_dict_observations_and_masks(tmp_path) -> N
             with pytest.raises(InvalidInputError) as info:
                 client.get_action(episode, {"player_1": {"observation": EMPTY_BOARD, "action_mask": np.zeros(9)}})
             assert info.value.code == "ACTION_MASK_EMPTY"
+            # Greedy actions (compute_actions) take Dict observations and follow masks alike, and
+            # refuse what get_action refuses.
+            only_4 = np.zeros(9, np.int8)
+            only_4[4] = 1
+            greedy = client.compute_actions({"player_1": {"observation": EMPTY_BOARD, "action_mask": only_4},
+                                             "referee": [0.5, -0.5]})
+            assert greedy["player_1"] == 4 and greedy["referee"] in (0, 1), greedy
+            for mask, code in ((np.zeros(9), "ACTION_MASK_EMPTY"), (np.full(9, 2), "INVALID_ACTION_MASK")):
+                with pytest.raises(InvalidInputError) as info:
+                    client.compute_actions({"player_1": {"observation": EMPTY_BOARD, "action_mask": mask}})
+                assert info.value.code == code
             client.end_episode(episode, {seat: {"observation": EMPTY_BOARD, "action_mask": np.zeros(9, np.int8)}
                                          for seat in ("player_1", "player_2")} | {"referee": [0.0, 0.0]})
             client.flush()  # (raises the server's error, had it refused a batch)

@@ -60,15 +60,15 @@ def test_simple_tag_maps_adversaries_and_good_agent_to_two_modules(tmp_path) -> 
     runner more often than random chasers do, and the trained runner is caught
     less by the trained chasers than a random runner is. (Returns of opposite
     signs prove nothing: random chasers score about +3, a random runner about -15.)"""
-    summary = serve_and_play(tmp_path, "simple_tag.toml", "simple_tag", 20_000, "--seed", "0")  # 80k agent steps
+    summary = serve_and_play(tmp_path, "simple_tag.toml", "simple_tag", 30_000, "--seed", "0")  # 120k agent steps
     seqs = summary["modules_weights_seq_no"]
     assert seqs["chaser"] >= 10 and seqs["runner"] >= 10, "both modules train, on their own agents' data"
     chaser = str(tmp_path / "server-run" / "policy-chaser.onnx")
     runner = str(tmp_path / "server-run" / "policy-runner.onnx")
     # 200 episodes of 25 cycles each; a catch is worth 10 to every chaser, so the
-    # standard error of a mean is about 1. Measured after 30k env steps: chasers 8.6-9.3
-    # trained vs 3.6-3.8 random, runner -12.9..-11.7 trained vs -18.2..-19.0 random; after
-    # 20k (seed 0): chasers 8.6 vs 4.25, runner -11.5 vs -17.7.
+    # standard error of a mean is about 1. Measured: chasers 8.6-9.3 trained vs
+    # 3.6-3.8 random, runner -12.9..-11.7 trained vs -18.2..-19.0 random. (After 20k env
+    # steps the chasers' margin was 4.35: too close to 2.5 for a test.)
     trained = play("simple_tag", "simple_tag.toml", 200, 5, chaser=chaser, runner=runner)
     random_chasers = play("simple_tag", "simple_tag.toml", 200, 5, chaser="random", runner=runner)
     random_runner = play("simple_tag", "simple_tag.toml", 200, 5, chaser=chaser, runner="random")
@@ -95,13 +95,12 @@ def test_simple_spread_with_a_shared_actor_and_a_centralized_critic_learns_well_
     """60k env steps (a fifth of the benchmark's budget) with examples/configs/simple_spread_mappo.toml:
     one actor shared by the three agents (the parameter sharing of simple_spread.toml) and a critic
     that sees all three observations, clearly better than a uniformly random policy measured here
-    (about -27.7 per agent). Measured: -20.7 with seed 0. (The plain shared config's figure against
-    RLlib is bench/e2e_spread.py's.)"""
+    (about -27.7 per agent): by more than 4 per agent. Measured: -20.7 with seed 0. (The plain
+    shared config's learning is bench/e2e_spread.py's, beside RLlib's figure.)"""
     config = "simple_spread_mappo.toml"
     random_play = play("simple_spread", config, 100, 0, spread="random")["spread"]
     result = bench("e2e_spread.py", "--env-steps", "60000", "--config", str(REPO / "examples/configs" / config))
     assert result["env_steps"] == 60_000
-    assert result["mean_agent_return_final"] > -22.5, result
     assert result["mean_agent_return_final"] > random_play + 4, (result, random_play)
 
 

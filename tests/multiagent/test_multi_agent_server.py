@@ -231,3 +231,57 @@ def test_the_adapter_refuses_a_group_module_whose_spaces_are_not_the_members_joi
         summary = server.stop()
     assert summary["agent_steps"] == 0
     # (The example's own config passes the check: test_grouped_two_step_game_reaches_the_optimum.)
+
+
+def test_group_space_check_accepts_byte_groups_and_float32_bounds_and_checks_every_choice() -> None:
+    """check_group_spaces on its own (the client's parsed config, an env's member spaces): a group of
+    uint8 camera members served by a uint8 box; bounds written as decimals that float32 rounds; every
+    module a choose_from rule can pick; nothing to check with a server-side mapping."""
+    from types import SimpleNamespace
+
+    from gymnasium import spaces as gym
+
+    from tether.multiagent.pettingzoo_adapter import check_group_spaces
+    from tether.protocol.multi_agent import GroupSpec, ModuleSpec
+    from tether.protocol.policy_mapping import PolicyMapping
+
+    class Members:
+        possible_agents = ["m_0", "m_1"]
+
+        def __init__(self, observation):
+            self.observation = observation
+
+        def observation_space(self, agent):
+            return self.observation
+
+        def action_space(self, agent):
+            return gym.Discrete(2)
+
+    def client(observation_space: dict, mapping: list | None, modules=("pm",)):
+        spec = {"observation_space": observation_space, "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]}}
+        return SimpleNamespace(
+            mapping=None if mapping is None else PolicyMapping.from_json(mapping),
+            groups={"pair": GroupSpec.from_json("pair", {"members": ["m_0", "m_1"]})},
+            modules={m: ModuleSpec.from_json(m, spec) for m in modules})
+
+    to_pm = [{"agent_id": "pair", "module": "pm"}]
+    cameras = Members(gym.Box(0, 255, (2, 2, 1), np.uint8))
+    byte_group = {"type": "Box", "shape": [8], "dtype": "uint8", "low": 0, "high": 255}
+    check_group_spaces(client(byte_group, to_pm), cameras)  # accepted
+    check_group_spaces(client({**byte_group, "dtype": "float32"}, to_pm), cameras)  # floats 0-255: accepted
+    with pytest.raises(ValueError, match="'pm' has the observation space"):
+        check_group_spaces(client(byte_group, to_pm), Members(gym.Box(0.0, 255.0, (4,), np.float32)))
+    decimals = Members(gym.Box(-0.1, 0.1, (4,), np.float32))
+    check_group_spaces(client({"type": "Box", "shape": [8], "low": -0.1, "high": 0.1}, to_pm), decimals)
+    with pytest.raises(ValueError, match="'pm' has the observation space"):
+        check_group_spaces(client({"type": "Box", "shape": [8], "low": -0.2, "high": 0.1}, to_pm), decimals)
+    # A choose_from rule: every module it can pick is checked (here one of them observes 6 values).
+    wrong = client({"type": "Box", "shape": [8], "low": -0.1, "high": 0.1},
+                   [{"agent_id": "pair", "choose_from": ["pm", "pm2"]}], modules=("pm",))
+    wrong.modules["pm2"] = ModuleSpec.from_json("pm2", {
+        "observation_space": {"type": "Box", "shape": [6], "low": -0.1, "high": 0.1},
+        "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]}})
+    with pytest.raises(ValueError, match="module 'pm2'"):
+        check_group_spaces(wrong, decimals)
+    # The server maps (no rules): the module is not known here, nothing is refused.
+    check_group_spaces(client({"type": "Box", "shape": [6], "low": 0, "high": 1}, None), decimals)

@@ -139,6 +139,17 @@ def test_a_multi_agent_module_of_images_sends_a_tensor_per_entry() -> None:
         for obs in seen[:-1]:
             client.get_action(eid, {"cam_1": obs, "walker": np.zeros(2, np.float32)})
             client.log_returns(eid, {"cam_1": 1.0, "walker": 0.0})
+        # A value that is no byte is refused in a final observation and in compute_actions too, as by
+        # get_action (and by the C++ and C# clients), before anything of the call is kept.
+        not_a_byte = np.asarray(seen[-1], np.float64)
+        not_a_byte.flat[3] = 0.5
+        for call in (lambda: client.end_agents(eid, {"cam_1": not_a_byte}),
+                     lambda: client.end_episode(eid, {"cam_1": not_a_byte, "walker": np.zeros(2, np.float32)}),
+                     lambda: client.compute_actions({"cam_1": not_a_byte})):
+            with pytest.raises(InvalidInputError) as caught:
+                call()
+            assert caught.value.code == ErrorCode.OBS_DTYPE_MISMATCH.value and "'cam_1'" in str(caught.value)
+        assert client.compute_actions({"cam_1": seen[0]})["cam_1"] in (0, 1)
         client.end_episode(eid, {"cam_1": seen[-1], "walker": np.zeros(2, np.float32)})
         client.flush()
         client.close()
