@@ -625,6 +625,11 @@ namespace Tether.Tests
             Assert.That(MultiAgentClient.SameSpace(Space.Discrete(2), Space.Discrete(2)), Is.True);
             Assert.That(MultiAgentClient.SameSpace(Space.Discrete(2), Space.Discrete(3)), Is.False);
             Assert.That(MultiAgentClient.SameSpace(Space.Discrete(2), Space.Box(new long[] { 1 }, 0, 1)), Is.False);
+            // A byte box (§8.1) is another space than a float box of the same bounds: rows kept as floats
+            // could not be sent as its bytes.
+            Space bytes = Space.FromJson(JObject.Parse("{\"type\": \"Box\", \"shape\": [3], \"dtype\": \"uint8\", \"low\": 0, \"high\": 255}"));
+            Assert.That(MultiAgentClient.SameSpace(Space.Box(new long[] { 3 }, 0, 255), bytes), Is.False);
+            Assert.That(MultiAgentClient.SameSpace(bytes, bytes), Is.True);
         }
     }
 }

@@ -1944,15 +1944,15 @@ namespace Tether.Client
             module.Seq = null;
         }
 
-        // Whether steps recorded under space a fit space b: the same kind, shape and bounds (a
-        // Box's dtype aside), as the C++ SDK's Space::operator==.
+        // Whether steps recorded under space a fit space b: the same kind, shape and bounds (of a Box's
+        // dtype only whether it is uint8, §8.1), as the C++ SDK's Space::operator== and Python's same_space.
         internal static bool SameSpace(Space a, Space b)
         {
             if (a == null || b == null) return a == b;
             if (a.Kind != b.Kind) return false;
             switch (a.Kind)
             {
-                case SpaceKind.Box: return Same(a.Shape, b.Shape) && Same(a.Low, b.Low) && Same(a.High, b.High);
+                case SpaceKind.Box: return a.IsBytes == b.IsBytes && Same(a.Shape, b.Shape) && Same(a.Low, b.Low) && Same(a.High, b.High);
                 case SpaceKind.Discrete: return a.N == b.N && a.Start == b.Start;
                 case SpaceKind.MultiDiscrete: return Same(a.Nvec, b.Nvec);
                 default:

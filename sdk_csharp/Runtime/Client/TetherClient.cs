@@ -344,6 +344,7 @@ namespace Tether.Client
             if (values != null) CheckObservation(values, "observation", true);
             else RefuseBytesForComposite();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
+            Space checkedSpace = ObservationSpace;
             // A batch goes every BatchSteps() steps played in training episodes (§13.2). With held-back
             // steps played since the last cut it is due when they plus the recorded steps waiting, and
             // plus those sendable, reach it; it then goes even without records. The sendable count
@@ -390,6 +391,13 @@ namespace Tether.Client
                 if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model for its new spaces yet");
                 throw new TetherException(ErrorCode.InvalidArgument, "the server's spaces changed on a reconnect: the observation has " + obsDim +
                                           " values and the action " + actDim + ", the spaces need " + ObservationSpace.FlatDim + " and " + ActionSpace.FlatDim);
+            }
+            if (!ReferenceEquals(ObservationSpace, checkedSpace))
+            {
+                // A new connection's space of the same size may be a byte box (or have a mask) where the old
+                // one was not: the observation is checked against it before anything is recorded.
+                if (values != null) CheckObservation(values, "observation", true);
+                else RefuseBytesForComposite();
             }
             int distDim = ActionSpace.DistInputsSize;
             Infer(values, bytes, obsDim, distDim);
