@@ -521,7 +521,7 @@ bool Space::operator==(const Space& other) const noexcept {
   if (kind_ != other.kind_) return false;
   switch (kind_) {
     case SpaceKind::kBox:
-      return shape_ == other.shape_ && low_ == other.low_ && high_ == other.high_;
+      return is_bytes() == other.is_bytes() && shape_ == other.shape_ && low_ == other.low_ && high_ == other.high_;
     case SpaceKind::kDiscrete:
       return n_ == other.n_ && start_ == other.start_;
     case SpaceKind::kMultiDiscrete:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client_test_helpers.h"
+#include "multi_agent_test_peer.h"
 #include "tether/action_mask.h"
 #include "tether/client.h"
 #include "tether/episode.h"
@@ -267,7 +268,7 @@ TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded
     frame.add("p_1", p_1, 2);
     return client->get_action("e", frame);
   };
-  // Twice good: the second frame is the same agents again (the path that skips rebuilding slots).
+  // (This config has a group: every frame takes the general path; the steady-frame path is the next test's.)
   ASSERT_TRUE(play(good, pair_obs).ok());
   ASSERT_TRUE(play(good, pair_obs).ok());
   EXPECT_NE(frame.action(1)[0], 1.0);  // the mask forbids action 1 (the fake model prefers even ones anyway)
@@ -289,8 +290,7 @@ TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded
   status = play(row({0, 0, 0}, 7), pair_obs);
   EXPECT_EQ(status.code(), tether::ErrorCode::kActionMaskEmpty) << status.to_string();
 
-  // A frame of a single module's agents only (the steady-frame path once repeated).
-  // A frame of a single module's agents only (the steady-frame path once repeated).
+  // A frame of a single module's agents only.
   ASSERT_TRUE(client->start_episode("s").ok());
   for (int t = 0; t < 3; ++t) {
     frame.clear();
@@ -327,6 +327,69 @@ TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded
     }
   }
   EXPECT_EQ(steps, 2u * 3u + 3u * 2u);
+}
+
+// Without groups or critics, a frame of the same agents as the last takes the same-agents path, and
+// once recorded the steady-frame path (MultiAgentClient::act_steady): both check each row as the
+// general path does, and a refused frame records nothing.
+TEST(CompositeClient, TheSteadyFramePathChecksEachAgentsRowToo) {
+  json masked = {{"observation_space", masked_dict_space()},
+                 {"action_space", fake::discrete(3)},
+                 {"action_mask", "action_mask"},
+                 {"onnx_input_names", {"action_mask", "board", "cam"}},
+                 {"onnx_output_names", {"action_dist_inputs"}},
+                 {"trainable", true}};
+  json config = fake::multi_agent_config(1000, {{"d", masked}}, json::array({{{"pattern", "a_*"}, {"module", "d"}}}));
+  config["protocol_version"] = "1.4";
+  json models = {{"d", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}}}};
+  fake::ServerScript script = fake::answering([models](int) { return json{{"type", "SET_STATE"}, {"models", models}}; });
+  script.full_config = config;
+  fake::FakeServer server(script);
+  auto client = fake::connect_multi(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->start_episode("s").ok());
+  const std::vector<float> good = {1, 0, 1, 0, 1, 1, 0, 7, 9};  // mask, board, cam
+  tether::AgentFrame frame;
+  const auto play = [&](const std::vector<float>& a_1) {
+    frame.clear();
+    frame.add("a_0", good.data(), good.size());
+    frame.add("a_1", a_1.data(), a_1.size());
+    return client->get_action("s", frame);
+  };
+  for (int t = 0; t < 4; ++t) ASSERT_TRUE(play(good).ok());
+  const std::int64_t steady = tether::MultiAgentClientTestPeer::steady_frames(*client);
+  EXPECT_GE(steady, 2) << "the repeated frames took the steady-frame path";
+  std::vector<float> bad = good;
+  bad[1] = 2;  // a mask value that is not 0 or 1
+  tether::Status status = play(bad);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kInvalidActionMask) << status.to_string();
+  EXPECT_NE(status.message().find("agent 'a_1'"), std::string::npos) << status.to_string();
+  bad = good;
+  bad[0] = bad[2] = 0;  // allows nothing
+  EXPECT_EQ(play(bad).code(), tether::ErrorCode::kActionMaskEmpty);
+  bad = good;
+  bad[8] = 300;  // not a byte
+  EXPECT_EQ(play(bad).code(), tether::ErrorCode::kObsDtypeMismatch);
+  EXPECT_EQ(frame.action_size(0), 0u);
+  ASSERT_TRUE(play(good).ok());
+  EXPECT_GT(tether::MultiAgentClientTestPeer::steady_frames(*client), steady) << "checked on the steady path";
+  // The same refusals when the steady path is off (the same-agents branch of the general path).
+  tether::MultiAgentClientTestPeer::use_steady_path(*client, false);
+  ASSERT_TRUE(play(good).ok());
+  bad = good;
+  bad[1] = 2;
+  EXPECT_EQ(play(bad).code(), tether::ErrorCode::kInvalidActionMask);
+  ASSERT_TRUE(client->end_episode("s").ok());
+  ASSERT_TRUE(client->flush().ok());
+  std::size_t steps = 0;
+  for (const json& batch : server.batches()) {
+    for (const json& record : batch["episodes"]) {
+      for (auto agent = record["agents"].begin(); agent != record["agents"].end(); ++agent) {
+        steps += (*agent)["actions"].size();
+      }
+    }
+  }
+  EXPECT_EQ(steps, 6u * 2u);  // six good frames of two agents; the refused ones nothing
 }
 
 }  // namespace

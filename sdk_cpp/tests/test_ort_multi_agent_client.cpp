@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "multi_agent_test_peer.h"
 #include "client_test_helpers.h"
 #include "test_data.h"
 #include "tether/distributions.h"
@@ -1859,14 +1860,6 @@ TEST(MultiAgentClientOnnx, BatchedRunsGiveTheModelsLogpAndGreedyActions) {
   }
   EXPECT_EQ(checked, static_cast<std::size_t>(20 * kAgents));
 }
-
-namespace tether {
-// The client's steady-state path, switched off to compare it with the general one.
-struct MultiAgentClientTestPeer {
-  static void use_steady_path(MultiAgentClient& client, bool on) { client.steady_path_ = on; }
-  static std::int64_t steady_frames(const MultiAgentClient& client) { return client.steady_frames_; }
-};
-}  // namespace tether
 
 namespace {
 

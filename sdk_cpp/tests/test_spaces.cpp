@@ -79,6 +79,11 @@ TEST(Spaces, ByteBoxes) {
   EXPECT_TRUE(Space::from_json(nlohmann::json::parse(R"({"type":"Box","shape":[2],"dtype":"int16"})")).ok());
   EXPECT_EQ(Space::box({2}, {0, 0}, {255, 256}, "uint8").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(Space::box({2}, {0, 10}, {255, 20}, "uint8").value().is_bytes());
+  // A byte box is another space than a float box of the same bounds (rows kept across a reconnect
+  // are dropped when one becomes the other); other dtypes are float32 alike.
+  EXPECT_FALSE(Space::box({2}, {0, 0}, {255, 255}, "uint8").value() == Space::box({2}, 0, 255).value());
+  EXPECT_TRUE(Space::box({2}, {0, 0}, {255, 255}, "uint8").value() == Space::box({2}, {0, 0}, {255, 255}, "uint8").value());
+  EXPECT_TRUE(Space::box({2}, {0, 0}, {255, 255}, "int16").value() == Space::box({2}, 0, 255).value());
 }
 
 TEST(Spaces, FirstNonByte) {

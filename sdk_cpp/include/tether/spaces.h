@@ -115,7 +115,8 @@ class Space {
   /// MultiDiscrete nvec.
   const std::vector<std::int64_t>& nvec() const noexcept { return nvec_; }
 
-  /// Structural equality (same kind, shape, bounds, n, start, nvec; a Box's dtype aside).
+  /// Structural equality (same kind, shape, bounds, n, start, nvec; of a Box's dtype only whether
+  /// it is uint8, a byte box, §8.1: every other dtype is handled as float32).
   bool operator==(const Space& other) const noexcept;
   /// Structural inequality.
   bool operator!=(const Space& other) const noexcept { return !(*this == other); }
