@@ -48,6 +48,28 @@ fake::ServerScript masked_script() {
   return script;
 }
 
+// A multi-agent module of masked_dict_space() acting in Discrete(3), masked by its action_mask leaf.
+json masked_module() {
+  return {{"observation_space", masked_dict_space()},
+          {"action_space", fake::discrete(3)},
+          {"action_mask", "action_mask"},
+          {"onnx_input_names", {"action_mask", "board", "cam"}},
+          {"onnx_output_names", {"action_dist_inputs"}},
+          {"trainable", true}};
+}
+
+// A 1.4 server of multi-agent `config` whose every answer holds the fake model of each of its modules.
+fake::ServerScript serving(json config) {
+  config["protocol_version"] = "1.4";
+  json models = json::object();
+  for (auto it = config["modules"].begin(); it != config["modules"].end(); ++it) {
+    models[it.key()] = {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}};
+  }
+  fake::ServerScript script = fake::answering([models](int) { return json{{"type", "SET_STATE"}, {"models", models}}; });
+  script.full_config = std::move(config);
+  return script;
+}
+
 // One frame's arrays, as an engine holds them.
 struct Frame {
   float board[4] = {0, 1, 1, 0};
@@ -229,24 +251,13 @@ TEST(CompositeClient, ObservationLeavesNeedsACompositeSpace) {
 // only 0 and 1 and allows an action, but a final observation's mask may allow
 // nothing. A refused frame records nothing and acts for no agent.
 TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded) {
-  json masked = {{"observation_space", masked_dict_space()},
-                 {"action_space", fake::discrete(3)},
-                 {"action_mask", "action_mask"},
-                 {"onnx_input_names", {"action_mask", "board", "cam"}},
-                 {"onnx_output_names", {"action_dist_inputs"}},
-                 {"trainable", true}};
   json bytes = fake::module_json(4, {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}});
   bytes["observation_space"] = {{"type", "Box"}, {"shape", {4}}, {"dtype", "uint8"}, {"low", 0}, {"high", 255}};
   json config = fake::multi_agent_config(
-      1000, {{"d", masked}, {"px", bytes}},
+      1000, {{"d", masked_module()}, {"px", bytes}},
       json::array({{{"pattern", "a_*"}, {"module", "d"}}, {{"agent_id", "pair"}, {"module", "px"}}}));
-  config["protocol_version"] = "1.4";
   config["groups"] = {{"pair", {{"members", {"p_0", "p_1"}}}}};
-  json models = json::object();
-  for (const char* id : {"d", "px"}) models[id] = {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}};
-  fake::ServerScript script = fake::answering([models](int) { return json{{"type", "SET_STATE"}, {"models", models}}; });
-  script.full_config = config;
-  fake::FakeServer server(script);
+  fake::FakeServer server(serving(config));
   auto client = fake::connect_multi(fake::waiting_options_for(server));
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->start_episode("e").ok());
@@ -333,18 +344,8 @@ TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded
 // once recorded the steady-frame path (MultiAgentClient::act_steady): both check each row as the
 // general path does, and a refused frame records nothing.
 TEST(CompositeClient, TheSteadyFramePathChecksEachAgentsRowToo) {
-  json masked = {{"observation_space", masked_dict_space()},
-                 {"action_space", fake::discrete(3)},
-                 {"action_mask", "action_mask"},
-                 {"onnx_input_names", {"action_mask", "board", "cam"}},
-                 {"onnx_output_names", {"action_dist_inputs"}},
-                 {"trainable", true}};
-  json config = fake::multi_agent_config(1000, {{"d", masked}}, json::array({{{"pattern", "a_*"}, {"module", "d"}}}));
-  config["protocol_version"] = "1.4";
-  json models = {{"d", {{"weights_seq_no", 0}, {"onnx_file", fake::onnx_file(0)}}}};
-  fake::ServerScript script = fake::answering([models](int) { return json{{"type", "SET_STATE"}, {"models", models}}; });
-  script.full_config = config;
-  fake::FakeServer server(script);
+  fake::FakeServer server(serving(fake::multi_agent_config(
+      1000, {{"d", masked_module()}}, json::array({{{"pattern", "a_*"}, {"module", "d"}}}))));
   auto client = fake::connect_multi(fake::waiting_options_for(server));
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->start_episode("s").ok());

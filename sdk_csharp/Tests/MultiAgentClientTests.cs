@@ -791,7 +791,7 @@ namespace Tether.Tests
                 var ids = Enumerable.Range(0, agents).Select(i => "a_" + i).ToArray();
                 var observations = Enumerable.Range(0, agents).Select(i => Obs(0, i, 4)).ToArray();
                 // After 6 episodes' warm-up: arrays, reused batches and actors have their size.
-                FrameAllocations run = FrameAllocations.Measure(client, ids, observations, 20, 6);
+                FrameAllocations run = FrameAllocations.Measure(client, ids, observations, 14, 6);
                 Console.WriteLine("[ allocations ] " + run.Bytes + " bytes over " + run.Frames + " frames of " + agents + " agents while " + run.Sent + " agent steps were sent");
                 Assert.That(run.Sent, Is.GreaterThan(share == null ? run.Frames * agents / 2 : 0));
                 Assert.That(client.EpisodesHeldBack, share == null ? (NUnit.Framework.Constraints.IResolveConstraint)Is.EqualTo(0) : Is.GreaterThan(0));
