@@ -5,7 +5,8 @@
 
 Games: simple_spread (mpe2, N=3, 25 cycles, discrete), simple_tag (mpe2, 3
 adversaries, 1 good agent, 2 obstacles, discrete), two_step (the grouped
-two-step game), rooms_hierarchical and rooms_flat (the maze of 4 x 4 rooms
+two-step game), memory_cue (two agents, each remembering its own cue: a
+module with memory), rooms_hierarchical and rooms_flat (the maze of 4 x 4 rooms
 with a two-level hierarchy, or one flat agent), rooms_flat_2x2 (one flat agent
 in 2 x 2 rooms). Each runs through multiagent.pettingzoo_adapter with the
 multi-agent SDK; the server's config decides modules, mapping and groups.
@@ -54,6 +55,12 @@ def _two_step() -> Any:
     return TwoStepGame()
 
 
+def _memory_cue() -> Any:
+    from tether.multiagent.envs.memory_cue import MemoryCueParallel
+
+    return MemoryCueParallel(agents=2)
+
+
 def _rooms(mode: str, rooms: int = 4) -> Callable[[], Any]:
     def make() -> Any:
         from tether.multiagent.envs.rooms_maze import RoomsMaze
@@ -67,6 +74,7 @@ GAMES: dict[str, Callable[[], Any]] = {
     "simple_spread": _simple_spread,
     "simple_tag": _simple_tag,
     "two_step": _two_step,
+    "memory_cue": _memory_cue,
     "rooms_hierarchical": _rooms("hierarchical"),
     "rooms_flat": _rooms("flat"),
     # 2 x 2 rooms: easy enough for flat PPO, which shows the flat baseline learns.

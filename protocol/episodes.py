@@ -48,6 +48,12 @@ class EpisodeChunk:
     #: The weights version of each step (int64, T values) when the record carried
     #: ``weights_seq_no_runs`` (1.3); None: every step has the message's claim.
     step_versions: np.ndarray | None = None
+    #: **[1.5]** A module with memory: its state before the first observation of the chunk as the
+    #: record gave it, (state tensors, units) float32; None for a module without memory.
+    state_in: np.ndarray | None = None
+    #: The observations between that state and ``obs[0]`` when the chunk is a later part of a record
+    #: the server cut (sample_pool.py): the learner advances ``state_in`` over them. None: no such part.
+    state_prefix: np.ndarray | None = None
 
     @property
     def env_steps(self) -> int:
@@ -292,6 +298,56 @@ def _flag(record: dict[str, Any], key: str, index: int) -> bool:
     return value
 
 
+#: **[1.5]** The most steps one chunk of a module with memory may hold (§10.6 check 19): the learner
+#: runs its state along every chunk, one step after another.
+MAX_RECURRENT_CHUNK_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """**[1.5]** One tensor of a module's recurrent state (§12.1): the model's input and output names
+    and its units."""
+
+    input: str
+    output: str
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"input": self.input, "output": self.output, "size": self.size}
+
+
+def _state_in(value: Any, state: tuple[StateSpec, ...], index: int, steps: int) -> np.ndarray | None:
+    """Check 19 (§10.6): a record's ``state_in`` against the module's recurrent state."""
+    if not state:
+        if value is not None:
+            raise _fail(ErrorCode.INVALID_STATE, index, '"state_in" is only for a module with a recurrent state')
+        return None
+    names = [spec.input for spec in state]
+    if value is None:
+        raise _fail(ErrorCode.MISSING_STATE, index, f'the module keeps a recurrent state: the record needs "state_in" '
+                    f'with {", ".join(names)} (protocol 1.5)')
+    if steps > MAX_RECURRENT_CHUNK_STEPS:
+        raise _fail(ErrorCode.SEQUENCE_TOO_LONG, index, f"a chunk of a module with a recurrent state holds at most "
+                    f"{MAX_RECURRENT_CHUNK_STEPS} steps, this one {steps}")
+    if not isinstance(value, dict) or sorted(value) != sorted(names):
+        got = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise _fail(ErrorCode.INVALID_STATE, index, f'"state_in" must be an object with exactly {", ".join(names)}; '
+                    f"got {got}")
+    out = np.empty((len(state), state[0].size), np.float32)
+    for i, spec in enumerate(state):
+        key = f"state_in.{spec.input}"
+        try:
+            array = _numeric(value[spec.input], np.float32, index, key)
+        except MessageError as exc:  # (a tensor object, strings, booleans, ragged lists: not a state)
+            raise MessageError(ErrorCode.INVALID_STATE, exc.message) from None
+        if array.shape != (spec.size,):
+            raise _fail(ErrorCode.INVALID_STATE, index, f'"{key}" has shape {list(array.shape)}, the state '
+                        f"{[spec.size]}")
+        _check_finite(array.reshape(1, -1), index, key)
+        out[i] = array
+    return out
+
+
 def decode_episode(
     record: Any,
     index: int,
@@ -299,9 +355,10 @@ def decode_episode(
     action_space: LeafSpace,
     require_logp: bool,
     action_mask: ActionMask | None = None,
+    state: tuple[StateSpec, ...] = (),
 ) -> EpisodeChunk:
     """Validate one episode record against the spaces (and **[1.4]** the module's action mask,
-    §11.6); raise ``MessageError`` if bad."""
+    §11.6, and **[1.5]** its recurrent ``state``, §10.6 check 19); raise ``MessageError`` if bad."""
     if not isinstance(record, dict):
         raise _fail(ErrorCode.INVALID_FIELD, index, "an episode must be a JSON object")
     for key in ("obs", "actions", "rewards"):
@@ -389,6 +446,7 @@ def decode_episode(
         raise _fail(ErrorCode.INVALID_FIELD, index, f'"episode_id" {episode_id!r} is not Unicode text (a lone surrogate)')
     runs = record.get("weights_seq_no_runs")
     step_versions = None if runs is None else _step_versions(runs, steps, index)
+    state_in = _state_in(record.get("state_in"), state, index, steps)
     return EpisodeChunk(
         obs=obs,
         actions=actions,
@@ -399,6 +457,7 @@ def decode_episode(
         is_truncated=truncated,
         episode_id=None if episode_id is None else str(episode_id),
         step_versions=step_versions,
+        state_in=state_in,
     )
 
 

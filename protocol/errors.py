@@ -61,6 +61,12 @@ class ErrorCode(str, Enum):
     INVALID_ACTION_MASK = "INVALID_ACTION_MASK"
     ACTION_MASK_EMPTY = "ACTION_MASK_EMPTY"
     ACTION_MASKED = "ACTION_MASKED"
+    # Protocol 1.5 recurrent state (§10.1): a record of a module with memory without its state_in, a
+    # state_in of other names, size or element type (or one for a module without memory), and a chunk
+    # of such a module longer than MAX_RECURRENT_CHUNK_STEPS.
+    MISSING_STATE = "MISSING_STATE"
+    INVALID_STATE = "INVALID_STATE"
+    SEQUENCE_TOO_LONG = "SEQUENCE_TOO_LONG"
     INTERNAL = "INTERNAL"
 
     @property

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence, cast
 import numpy as np
 
 from .action_mask import ActionMask, resolve_action_mask
-from .episodes import EpisodeChunk, decode_episode, numbers_array
+from .episodes import EpisodeChunk, StateSpec, decode_episode, numbers_array
 from .errors import ErrorCode, MessageError
 from .messages import is_text
 from .spaces import Box, Discrete, LeafSpace, MultiDiscrete, Space, box, is_composite, space_from_json
@@ -55,6 +55,8 @@ class ModuleSpec:
     value_obs_agents: tuple[str, ...] = ()
     #: **[1.4]** The leaf of a composite observation that masks actions (§11.6); None for none.
     action_mask_leaf: str | None = None
+    #: **[1.5]** The model's recurrent state, one entry per state tensor (§12.1); empty without memory.
+    recurrent_state: tuple[StateSpec, ...] = ()
 
     @property
     def action_mask(self) -> ActionMask | None:
@@ -94,6 +96,8 @@ class ModuleSpec:
             out["value_obs_agents"] = list(self.value_obs_agents)
         if self.action_mask_leaf is not None:
             out["action_mask"] = self.action_mask_leaf
+        if self.recurrent_state:
+            out["recurrent_state"] = [state.to_json() for state in self.recurrent_state]
         return out
 
     @classmethod
@@ -113,6 +117,7 @@ class ModuleSpec:
             trainable=bool(data.get("trainable", True)),
             value_obs_agents=tuple(str(a) for a in data.get("value_obs_agents") or ()),
             action_mask_leaf=data.get("action_mask"),
+            recurrent_state=recurrent_state_from_json(data.get("recurrent_state"), module_id),
         )
         if spec.action_mask_leaf is not None:
             try:
@@ -122,6 +127,34 @@ class ModuleSpec:
             except ValueError as exc:
                 raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r}: {exc}") from None
         return spec
+
+
+def recurrent_state_from_json(value: Any, module_id: str) -> tuple[StateSpec, ...]:
+    """**[1.5]** A module's ``recurrent_state`` (§9.1): an array of {input, output, size}, one per state
+    tensor, all of one size, names distinct; absent or null for a module without memory."""
+    if value is None:
+        return ()
+    where = f"module {module_id!r}: recurrent_state"
+    if not isinstance(value, list) or not value:
+        raise MessageError(ErrorCode.INVALID_FIELD, f"{where} must be a non-empty array")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("input"), str) or not isinstance(
+                item.get("output"), str) or not item["input"] or not item["output"]:
+            raise MessageError(ErrorCode.INVALID_FIELD, f"{where}: each entry needs input and output names")
+        size = item.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_STATE_SIZE:
+            raise MessageError(ErrorCode.INVALID_FIELD, f"{where}: size must be an integer from 1 to "
+                               f"{MAX_STATE_SIZE}, got {size!r}")
+        out.append(StateSpec(item["input"], item["output"], size))
+    names = [s.input for s in out] + [s.output for s in out]
+    if len(set(names)) != len(names) or len({s.size for s in out}) != 1:
+        raise MessageError(ErrorCode.INVALID_FIELD, f"{where}: names must be distinct and sizes equal")
+    return tuple(out)
+
+
+#: **[1.5]** The most units a state tensor may have (§9.1).
+MAX_STATE_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -271,7 +304,7 @@ def decode_multi_agent_record(
             )
         try:
             chunk = decode_episode(entry, index, spec.observation_space, spec.action_space, require_logp,
-                                   spec.action_mask)
+                                   spec.action_mask, spec.recurrent_state)
         except MessageError as exc:
             raise MessageError(exc.code, f"{exc.message.replace(where, where + '.agents[' + repr(agent_id) + ']', 1)}") from None
         if spec.value_obs_dim is not None:
@@ -319,6 +352,7 @@ def decode_single_agent_record(record: Any, index: int, modules: Mapping[str, Mo
             f"episodes[{index}] is a single-agent record, but the default module {default_module!r} has a centralized "
             f"critic (value_obs_agents): send a multi-agent record whose entry has value_obs",
         )
-    chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp, spec.action_mask)
+    chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp, spec.action_mask,
+                           spec.recurrent_state)
     return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
                             [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)])

@@ -29,7 +29,9 @@ from .base_client import BaseClient, check_byte_values, finite_observation, fini
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.action_mask import ActionMask, resolve_action_mask
-from tether.protocol.distributions import sample_for_record
+from tether.protocol.distributions import deterministic, sample_for_record
+from tether.protocol.episodes import StateSpec
+from tether.protocol.multi_agent import recurrent_state_from_json
 from tether.protocol.errors import ErrorCode, InvalidInputError, MessageError, NotReadyError, TetherConnectionError  # noqa: F401
 from tether.protocol.messages import MessageType
 from tether.protocol.onnx_codec import decode_onnx
@@ -91,6 +93,9 @@ class TetherClient(BaseClient):
         self.observation_space: Space | None = None
         self.action_space: Space | None = None
         self._action_mask: ActionMask | None = None
+        self._recurrent_state: tuple[StateSpec, ...] = ()
+        #: compute_action's evaluation episode (a model with memory's state), one at a time.
+        self._evaluation: EpisodeRecorder | None = None
         #: Env steps delivered to the server.
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
@@ -113,7 +118,8 @@ class TetherClient(BaseClient):
             names_out = config.get("onnx_output_names") or [None]
             obs_space = space_from_json(config["observation_space"]) if "observation_space" in config else None
             policy = OnnxPolicy(decode_onnx(state["onnx_file"]), action_space, names_in[0], names_out[0],
-                                observation_space=obs_space or self._user_obs_space)
+                                observation_space=obs_space or self._user_obs_space,
+                                recurrent_state=recurrent_state_from_json(config.get("recurrent_state"), "default"))
         if isinstance(seq, int):
             self._io_seq = seq
         return seq, policy
@@ -132,8 +138,12 @@ class TetherClient(BaseClient):
                                  if config.get("action_mask") else None)
         except (ValueError, TypeError) as exc:  # (a server's action_mask that cannot mask its spaces, §9.1)
             raise MessageError(ErrorCode.INVALID_FIELD, f"SET_CONFIG action_mask: {exc}") from None
+        recurrent = self._recurrent_state
+        #: **[1.5]** The default module's recurrent state (§12.1); empty without memory.
+        self._recurrent_state = recurrent_state_from_json(config.get("recurrent_state"), "default")
         if any(old is not None and new is not None and not same_space(old, new)
-               for old, new in zip(spaces, (self.observation_space, self.action_space))):
+               for old, new in zip(spaces, (self.observation_space, self.action_space))) or (
+                self._connection > 1 and recurrent != self._recurrent_state):
             # A new connection's server describes other spaces (§6.5): the model cannot serve them
             # (NotReadyError until this connection's arrives) and the steps not cut yet do not fit
             # them. They are dropped, as every SDK does; the open episodes go on, each one's next
@@ -142,6 +152,7 @@ class TetherClient(BaseClient):
             self.weights_seq_no = None
             self._finished.clear()
             for episode in self._episodes.values():
+                episode.state = None  # (a state of another model: the next step starts from zeros)
                 if episode.training_enabled:
                     episode.drop_unsent()
             self._pending_steps = 0
@@ -212,15 +223,31 @@ class TetherClient(BaseClient):
             raise NotReadyError("the server has sent no model yet")
         if sent:
             self._check_size(obs)  # (sending may have applied a new connection with other spaces: nothing is recorded)
-        dist = policy.dist_inputs_one(obs)
+        state = None
+        if policy.state_shape is not None:
+            state = self._state_of(episode, policy)
+            dist, episode.state = policy.step_one(obs, state)
+        else:
+            dist = policy.dist_inputs_one(obs)
         action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
-        episode.record_step(obs, action, logp, dist, stamp)
+        episode.record_step(obs, action, logp, dist, stamp, state)
         if episode.training_enabled:
             self._pending_steps += 1
         elif episode.held_back:
             self._held_steps += 1
         return env_action
+
+    def _state_of(self, episode: EpisodeRecorder, policy: OnnxPolicy) -> np.ndarray:
+        """The state the episode's next step starts from (§12.1): zeros at its first step; kept when a new
+        model has a state of the same shape; zeros again, and its steps not sent yet let go (their states
+        belong to another model), when the shape changed."""
+        if episode.state is None or episode.state.shape != policy.state_shape:
+            if episode.state is not None and episode.training_enabled:
+                self._pending_steps -= episode.pending_steps
+                episode.drop_unsent()
+            episode.state = policy.initial_state()
+        return episode.state  # type: ignore[return-value]
 
     def _check_size(self, obs: np.ndarray) -> None:
         space = self.observation_space
@@ -229,15 +256,29 @@ class TetherClient(BaseClient):
                                     f"the observation space needs {space.flat_dim}")
         check_byte_values(obs, space, "observation")
 
-    def compute_action(self, observation: Any) -> Any:
-        """The deterministic (greedy) action for an observation; records nothing."""
+    def compute_action(self, observation: Any, episode_id: str = "") -> Any:
+        """The deterministic (greedy) action for an observation; records nothing.
+
+        **[1.5]** A model with memory remembers per episode: ``episode_id`` names a running episode
+        (whose state this call advances, as ``get_action`` does) or an evaluation episode of the caller's
+        (its state starts from zeros at its first call; one evaluation episode is remembered at a time, so
+        give each its own id)."""
         if self._events:
             self._sync()
-        if self.policy is None:
+        policy = self.policy
+        if policy is None:
             raise NotReadyError("the server has sent no model yet")
         obs = observation_row(observation, self.observation_space, self._action_mask)
         self._check_size(obs)
-        return self.policy.act_deterministic(obs)
+        if policy.state_shape is None:
+            return policy.act_deterministic(obs)
+        episode = self._episodes.get(episode_id)
+        if episode is None:
+            if self._evaluation is None or self._evaluation.episode_id != episode_id:
+                self._evaluation = EpisodeRecorder(episode_id, False)
+            episode = self._evaluation
+        dist, episode.state = policy.step_one(obs, self._state_of(episode, policy))
+        return deterministic(policy.action_space, dist)
 
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
         """Add reward to the episode's last action (rewards accumulate until the next action).
@@ -280,7 +321,7 @@ class TetherClient(BaseClient):
         cut_from = [*self._finished, *(e for e in self._episodes.values() if e.training_enabled)]
         self._finished.clear()
         for episode in cut_from:
-            cut = episode.cut(self._connection)
+            cut = episode.cut(self._connection, tuple(spec.input for spec in self._recurrent_state))
             if cut is not None:
                 records.append(cut[0])
                 if cut[1] is not None:

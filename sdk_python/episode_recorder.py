@@ -35,7 +35,8 @@ class EpisodeRecorder:
     and is dropped."""
 
     __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
-                 "terminated", "truncated", "total_return", "length", "value_obs", "versions", "held_back")
+                 "terminated", "truncated", "total_return", "length", "value_obs", "versions", "held_back",
+                 "state", "states")
 
     def __init__(self, episode_id: str, training_enabled: bool, held_back: bool = False) -> None:
         self.episode_id = episode_id
@@ -56,26 +57,36 @@ class EpisodeRecorder:
         self.length = 0
         #: Centralized-critic inputs, one per observation, when the module has one.
         self.value_obs: list[Any] | None = None
+        #: **[1.5]** A model with memory: the state the next step starts from (None: zeros, not
+        #: made yet), and per recorded observation the state before it (a chunk's state_in).
+        self.state: np.ndarray | None = None
+        self.states: list[np.ndarray] = []
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
     def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray,
-                    version: Any = None) -> None:
+                    version: Any = None, state_before: np.ndarray | None = None) -> None:
+        """One step (single-agent path); ``state_before``: the state the model was fed with ``obs``."""
         self.length += 1
         if self.training_enabled:
             self.obs.append(obs)
+            if state_before is not None:
+                self.states.append(state_before)
             self.actions.append(action)
             self.rewards.append(0.0)
             self.logp.append(logp)
             self.dist_inputs.append(dist_inputs)
             self.versions.append(version)
 
-    def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None) -> None:
+    def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None,
+                state_before: np.ndarray | None = None) -> None:
         """Record an observation ahead of the action taken on it (multi-agent path)."""
         if self.training_enabled:
             self.obs.append(obs)
+            if state_before is not None:
+                self.states.append(state_before)
             if value_obs is not None:
                 if self.value_obs is None:
                     self.value_obs = []
@@ -99,6 +110,8 @@ class EpisodeRecorder:
     def finish(self, obs: np.ndarray, truncated: bool, value_obs: np.ndarray | None = None) -> None:
         if self.training_enabled:
             self.obs.append(obs)
+            if self.states and self.state is not None:
+                self.states.append(self.state)
             if value_obs is not None and self.value_obs is not None:
                 self.value_obs.append(value_obs)
         self.truncated = truncated
@@ -114,7 +127,7 @@ class EpisodeRecorder:
         gave them other spaces or another critic layout, §6.5): recording goes on, and the next
         chunk starts from the next observation recorded. The return keeps counting; a reward
         logged before the next action has no recorded action to go to."""
-        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs, self.versions):
+        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs, self.versions, self.states):
             steps.clear()
         self.value_obs = None
 
@@ -122,7 +135,8 @@ class EpisodeRecorder:
     def pending_steps(self) -> int:
         return len(self.actions)
 
-    def cut(self, connection: int | None = None) -> tuple[dict[str, Any], Any] | None:
+    def cut(self, connection: int | None = None, state_inputs: tuple[str, ...] = ()
+            ) -> tuple[dict[str, Any], Any] | None:
         """Take the steps that are complete as one episode record, with the
         oldest weights stamp any of them was computed with (None if none is
         known): a batch claims the oldest version of its steps. When all of
@@ -132,6 +146,9 @@ class EpisodeRecorder:
         A step is complete once the observation after it is known; an action
         still waiting for its next observation stays for the next chunk, as do
         the observation the next chunk starts from.
+
+        **[1.5]** With ``state_inputs`` (a model with memory's state input names) the record carries
+        ``state_in``: the state before its first observation.
         """
         k = len(self.actions) if len(self.obs) == len(self.actions) + 1 else len(self.actions) - 1
         if k <= 0:
@@ -150,6 +167,9 @@ class EpisodeRecorder:
         if self.value_obs is not None:
             record["value_obs"] = self.value_obs[: k + 1]
             del self.value_obs[:k]
+        if state_inputs and self.states:
+            record["state_in"] = {name: self.states[0][i].tolist() for i, name in enumerate(state_inputs)}
+        del self.states[:k]
         stamps = self.versions[:k]
         known = [v for v in stamps if v is not None]
         oldest = min(known) if known else None

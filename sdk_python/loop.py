@@ -30,7 +30,7 @@ def run_env(
         eid = client.start_episode(training_enabled=training_enabled and not deterministic)
         length = 0
         while True:
-            action = client.compute_action(obs) if deterministic else client.get_action(eid, obs)
+            action = client.compute_action(obs, eid) if deterministic else client.get_action(eid, obs)
             obs, reward, terminated, truncated, _ = env.step(action)
             client.log_returns(eid, reward)
             steps += 1

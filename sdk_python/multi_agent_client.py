@@ -118,6 +118,9 @@ class MultiAgentClient(BaseClient):
         # compute_actions' MAP_AGENTS answers, for one evaluation episode id at a time
         self._eval_modules: dict[str, str] = {}
         self._eval_modules_episode: str | None = None
+        #: **[1.5]** compute_actions' evaluation episode: each actor's state (a model with memory).
+        self._evaluation_episode: str | None = None
+        self._evaluation_actors: dict[str, EpisodeRecorder] = {}
         self.groups: dict[str, GroupSpec] = {}
         self._group_of: dict[str, str] = {}
         #: Env steps delivered to the server (get_action calls covered by delivered
@@ -144,7 +147,8 @@ class MultiAgentClient(BaseClient):
             policy = None
             if "onnx_file" in entry:
                 policy = OnnxPolicy(decode_onnx(entry["onnx_file"]), spec.action_space, spec.onnx_input_name,
-                                    spec.onnx_output_name, observation_space=spec.observation_space)
+                                    spec.onnx_output_name, observation_space=spec.observation_space,
+                                    recurrent_state=spec.recurrent_state)
             prepared[module_id] = (int(entry["weights_seq_no"]), policy)
             self._io_seqs[module_id] = int(entry["weights_seq_no"])
         return prepared
@@ -160,8 +164,10 @@ class MultiAgentClient(BaseClient):
         # fit: they are dropped (§6.5), so that the other modules' steps still go (as in every SDK).
         for module_id, old in self.modules.items():
             new = modules.get(module_id)
+            # (**[1.5]** a model with another recurrent state cannot continue the states kept: §12.4)
             spaces_changed = new is None or not (same_space(old.observation_space, new.observation_space)
-                                                 and same_space(old.action_space, new.action_space))
+                                                 and same_space(old.action_space, new.action_space)
+                                                 and old.recurrent_state == new.recurrent_state)
             if new is None or spaces_changed or new.value_obs_agents != old.value_obs_agents:
                 self._drop_unsent_steps_of(module_id)
             if spaces_changed:
@@ -183,6 +189,7 @@ class MultiAgentClient(BaseClient):
             for actor in episode.actors.values():
                 if actor.module_id == module_id:
                     actor.recorder.drop_unsent()
+                    actor.recorder.state = None  # (a state of that module's model: the next step starts from zeros)
             episode.finished = [actor for actor in episode.finished if actor.module_id != module_id]
         self._recount_pending()
 
@@ -352,7 +359,9 @@ class MultiAgentClient(BaseClient):
         episode.frame_obs = {}
         for actor_id, obs in actor_obs.items():
             actor = episode.actors[actor_id]
-            actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]))
+            policy = self.policies[actor.module_id]
+            state = self._state_of(actor.recorder, policy) if policy.state_shape is not None else None
+            actor.recorder.observe(obs, self._value_obs(episode, self.modules[actor.module_id]), state)
         # One batched inference per module.
         by_module: dict[str, list[str]] = {}
         for actor_id in actor_obs:
@@ -361,7 +370,13 @@ class MultiAgentClient(BaseClient):
         for module_id, actor_ids in by_module.items():
             policy = self.policies[module_id]
             batch = np.stack([actor_obs[a] for a in actor_ids])
-            dist_rows = policy.dist_inputs(batch)
+            if policy.state_shape is not None:  # (**[1.5]** each actor's state fed and advanced, §12.4)
+                recorders = [episode.actors[a].recorder for a in actor_ids]
+                dist_rows, states = policy.step(batch, np.stack([r.state for r in recorders]))
+                for recorder, state in zip(recorders, states):
+                    recorder.state = state
+            else:
+                dist_rows = policy.dist_inputs(batch)
             for actor_id, dist in zip(actor_ids, dist_rows):
                 action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
                                                              self._raw_box_samples)
@@ -377,6 +392,16 @@ class MultiAgentClient(BaseClient):
             self._env_steps_since_cut += 1
         episode.t += 1
         return actions
+
+    def _state_of(self, recorder: EpisodeRecorder, policy: OnnxPolicy) -> np.ndarray:
+        """The state an actor's next step starts from (§12.4): zeros at its first step; zeros again,
+        with its steps not sent yet let go, when its module's model has a state of another shape."""
+        if recorder.state is None or recorder.state.shape != policy.state_shape:
+            if recorder.state is not None and recorder.training_enabled:
+                recorder.drop_unsent()
+                self._recount_pending()
+            recorder.state = policy.initial_state()
+        return recorder.state  # type: ignore[return-value]
 
     def _split_action(self, actor_id: str, action: Any, out: dict[str, Any]) -> None:
         group = self.groups.get(actor_id)
@@ -483,7 +508,9 @@ class MultiAgentClient(BaseClient):
                 continue
             agents: dict[str, Any] = {}
             for actor in [*episode.finished, *episode.actors.values()]:
-                cut = actor.recorder.cut(self._connection)
+                spec = self.modules.get(actor.module_id)
+                cut = actor.recorder.cut(self._connection, tuple(s.input for s in spec.recurrent_state)
+                                         if spec is not None else ())
                 if cut is not None:
                     rec, version = cut
                     if version is not None:
@@ -512,7 +539,12 @@ class MultiAgentClient(BaseClient):
         return {"weights_seq_nos": {**self.weights_seq_nos, **oldest}}
 
     def compute_actions(self, observations: Mapping[str, Any], episode_id: str = "") -> dict[str, Any]:
-        """Greedy actions for evaluation; records nothing."""
+        """Greedy actions for evaluation; records nothing.
+
+        **[1.5]** A module with memory remembers per episode (§12.4): ``episode_id`` names a running
+        episode (whose actors' states this call advances, as ``get_action`` does) or an evaluation
+        episode of the caller's (each actor's state starts from zeros at its first call; one evaluation
+        episode is remembered at a time, so give each its own id)."""
         if self._events:
             self._sync()
         episode = _Episode(episode_id or "eval", False)
@@ -532,9 +564,22 @@ class MultiAgentClient(BaseClient):
             policy = self.policies.get(modules[actor_id])
             if policy is None:
                 raise NotReadyError(f"the server has sent no model for module {modules[actor_id]!r} yet")
-            dist = policy.dist_inputs(obs.reshape(1, -1))[0]
+            if policy.state_shape is not None:
+                recorder = self._evaluation_recorder(episode_id, actor_id)
+                dist, recorder.state = policy.step_one(obs, self._state_of(recorder, policy))
+            else:
+                dist = policy.dist_inputs(obs.reshape(1, -1))[0]
             self._split_action(actor_id, deterministic(policy.action_space, dist), out)
         return out
+
+    def _evaluation_recorder(self, episode_id: str, actor_id: str) -> EpisodeRecorder:
+        """Where compute_actions keeps an actor's state: its running episode's, or the evaluation episode's."""
+        running = self._episodes.get(episode_id)
+        if running is not None and actor_id in running.actors:
+            return running.actors[actor_id].recorder
+        if self._evaluation_episode != episode_id:
+            self._evaluation_episode, self._evaluation_actors = episode_id, {}
+        return self._evaluation_actors.setdefault(actor_id, EpisodeRecorder(episode_id, False))
 
 
 _MAX_REMEMBERED_MAPPINGS = 65536

@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from tether.protocol.distributions import deterministic, dist_inputs_size, sample
+from tether.protocol.episodes import StateSpec
 from tether.protocol.model_input import ModelFeeds
 from tether.protocol.spaces import Discrete, Space
 
@@ -18,6 +19,10 @@ class OnnxPolicy:
 
     Sessions use one intra-op thread: for the small networks games use, that is
     both the fastest per call and the kindest to the engine's own threads.
+
+    **[1.5]** A model with memory (``recurrent_state``, §12.1) also takes the state before the step
+    and returns the state after it; ``step`` and ``step_one`` feed and return it. Its keeper is the
+    client (per agent), never the engine.
     """
 
     def __init__(
@@ -28,8 +33,10 @@ class OnnxPolicy:
         output_name: str | None = None,
         seed: int | None = None,
         observation_space: Space | None = None,
+        recurrent_state: tuple[StateSpec, ...] = (),
     ) -> None:
-        """``observation_space``: needed for a Dict or Tuple observation (**[1.4]**: one input per leaf)."""
+        """``observation_space``: needed for a Dict or Tuple observation (**[1.4]**: one input per leaf).
+        ``recurrent_state``: **[1.5]** the module's state tensors as SET_CONFIG announces them."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -41,7 +48,15 @@ class OnnxPolicy:
         #: leaf of a composite observation, fed from its flat rows (§12.1).
         self.feeds = ModelFeeds.of_session(inputs, observation_space, self.input_name)
         self.output_name = output_name or outputs[0].name
-        self._output_names = [self.output_name]
+        self.recurrent_state = tuple(recurrent_state)
+        have_in, have_out = {i.name for i in inputs}, {o.name for o in outputs}
+        lacking = [s.input for s in recurrent_state if s.input not in have_in] + [
+            s.output for s in recurrent_state if s.output not in have_out]
+        if lacking:
+            raise ValueError(f"the model has no input or output {lacking[0]!r} of its announced recurrent state")
+        self._output_names = [self.output_name, *(s.output for s in recurrent_state)]
+        #: (state tensors, units) of a model with memory, else None.
+        self.state_shape = (len(recurrent_state), recurrent_state[0].size) if recurrent_state else None
         out_dim = outputs[0].shape[-1]
         # A server that does not describe its action space (RLlib's v1) serves
         # categorical logits: infer Discrete(K) from the output width.
@@ -64,6 +79,27 @@ class OnnxPolicy:
     def dist_inputs_one(self, obs: np.ndarray) -> np.ndarray:
         """Raw model output for one observation."""
         return self.session.run(self._output_names, self.feeds.feed(obs, 1))[0][0]
+
+    def initial_state(self) -> np.ndarray | None:
+        """The state of an agent that has not acted yet: zeros (None without memory)."""
+        return None if self.state_shape is None else np.zeros(self.state_shape, np.float32)
+
+    def step(self, obs_batch: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A model with memory, for rows of observations and their states (rows, tensors, units):
+        (dist inputs, the states after the step)."""
+        return self._run(obs_batch, len(obs_batch), states)
+
+    def step_one(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``step`` for one observation and its state (tensors, units)."""
+        dist, states = self._run(obs, 1, state[None])
+        return dist[0], states[0]
+
+    def _run(self, obs: np.ndarray, rows: int, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        feeds = self.feeds.feed(obs, rows)
+        for k, spec in enumerate(self.recurrent_state):
+            feeds[spec.input] = np.ascontiguousarray(states[:, k], dtype=np.float32)
+        out = self.session.run(self._output_names, feeds)
+        return out[0], np.stack(out[1:], axis=1)
 
     def sample(self, obs: np.ndarray, rng: random.Random | None = None) -> tuple[Any, float, np.ndarray]:
         """Sample one action for one observation: (action, logp, dist_inputs).

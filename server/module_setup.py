@@ -8,10 +8,13 @@ Without ``modules`` in the config the server has one module,
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tether.protocol.action_mask import resolve_action_mask
+from tether.protocol.episodes import StateSpec
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
 from tether.protocol.policy_mapping import PolicyMapping
 from tether.protocol.spaces import Box, Space, from_gymnasium, is_composite, space_from_json
@@ -167,6 +170,15 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
             raise ValueError(f"module {module_id!r}: a Dict or Tuple action space is not supported (actions are Box, "
                              f"Discrete or MultiDiscrete)")
         network = parse_model_config(hps[module_id].model, spec.obs_dim, module_id, composite)  # a bad one fails here
+        if network.recurrent is not None:
+            names = {spec.onnx_output_name, *spec.onnx_input_names}
+            state = tuple(StateSpec(f"state_in_{n}", f"state_out_{n}", network.recurrent.size)
+                          for n in network.recurrent.state_names)
+            taken = sorted(names & {n for s in state for n in (s.input, s.output)})
+            if taken:
+                raise ValueError(f"module {module_id!r}: the model's input or output {taken[0]!r} has the name of "
+                                 f"a recurrent state tensor; rename it")
+            specs[module_id] = spec = dataclasses.replace(spec, recurrent_state=state)
         if hps[module_id].normalize_observations and network.encoder == "cnn" and not composite:
             raise ValueError(f"module {module_id!r}: normalize_observations applies to vector observations; the cnn "
                              f"encoder scales images by its 'scale'")

@@ -50,8 +50,17 @@ def split_chunk(chunk: EpisodeChunk, steps: int) -> tuple[EpisodeChunk, EpisodeC
     tail = replace(chunk, obs=chunk.obs[steps:], actions=chunk.actions[steps:], rewards=chunk.rewards[steps:],
                    action_logp=cut(chunk.action_logp, steps, None),
                    action_dist_inputs=cut(chunk.action_dist_inputs, steps, None),
-                   value_obs=cut(chunk.value_obs, steps, None), step_versions=cut(chunk.step_versions, steps, None))
+                   value_obs=cut(chunk.value_obs, steps, None), step_versions=cut(chunk.step_versions, steps, None),
+                   state_prefix=_prefix(chunk, steps))
     return head, tail
+
+
+def _prefix(chunk: EpisodeChunk, steps: int) -> np.ndarray | None:
+    """A tail's state_prefix: the observations its recorded state must be advanced over (sequences.py)."""
+    if chunk.state_in is None:
+        return None
+    before = chunk.obs[:steps]
+    return before if chunk.state_prefix is None else np.concatenate([chunk.state_prefix, before])
 
 
 def part_of(chunk: EpisodeChunk, start: int, end: int) -> EpisodeChunk:

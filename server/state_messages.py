@@ -41,6 +41,8 @@ def config_message(trainer: "Trainer") -> dict[str, Any]:
         })
         if spec.action_mask_leaf is not None:
             msg["action_mask"] = spec.action_mask_leaf
+        if spec.recurrent_state:
+            msg["recurrent_state"] = [state.to_json() for state in spec.recurrent_state]
     msg.update({
         "train_batch_size": c.train_batch_size,
         "max_staleness": c.max_staleness,

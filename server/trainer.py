@@ -71,7 +71,10 @@ class Trainer:
         self.journal: PoolJournal | None = None
         self._resume_and_open_journal()
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
-        self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items() if rt.spec.trainable}
+        # Behaviour logps are checked for modules without memory (§13.6): a recurrent step's logp depends on
+        # the state its SDK carried, computed over steps of earlier versions, which no one kept model reproduces.
+        self.histories = {m: PolicyHistory(config.max_staleness + 1) for m, rt in self.modules.items()
+                          if rt.spec.trainable and not rt.spec.recurrent_state}
         for module_id, history in self.histories.items():
             runtime = self.modules[module_id]
             history.add(runtime.weights_seq_no, runtime.learner.export_onnx(), runtime.spec.action_space,

@@ -22,11 +22,19 @@ class MaskedPolicy(PolicyModel):
         super().__init__()
         self.inner = inner
         self.action_space = inner.action_space
+        self.state_shape = inner.state_shape
         self.mask_offset = mask.leaf.offset
         self.mask_size = mask.leaf.size
 
     def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        logits = self.inner.dist_inputs(obs)
+        return self._masked(obs, self.inner.dist_inputs(obs))
+
+    def step(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, state: tuple[torch.Tensor, ...]
+             ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...]]:
+        logits, values, state = self.inner.step(obs, critic_obs, state)
+        return self._masked(obs, logits), values, state
+
+    def _masked(self, obs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         allowed = obs[:, self.mask_offset:self.mask_offset + self.mask_size] != 0
         return torch.where(allowed, logits, torch.full_like(logits, MASKED_LOGIT))
 

@@ -10,6 +10,13 @@ the observation before the policy and value heads (each an MLP of ``hidden_sizes
   by default) and a ``dense`` ReLU layer. An observation of several images (a group's members, or a
   centralized critic's agents) is read image by image with the same weights, features side by side.
 
+A ``recurrent`` table adds memory (recurrent_core.py), after the encoder and before the heads:
+``type`` (``"lstm"`` or ``"gru"``), ``size`` (units, 64 by default), and for training ``seq_len`` (the
+steps one backpropagation through time covers, 16 by default) and ``burn_in`` (steps run before each
+sequence, without gradient, to refresh its start state; 0 by default). The value head shares the core:
+it reads the core's output (with the critic's own input beside it), so the state an engine carries is
+all the learner needs.
+
 Or ``class = "package.module:Class"``: a torch module of the user's that follows the interface in
 policy_model.py, built with ``options`` as keyword arguments. docs/models.md documents all of it.
 """
@@ -27,11 +34,35 @@ NATURE_DENSE = 512
 DEFAULT_IMAGE_SCALE = 1.0 / 255.0
 
 ENCODERS = ("mlp", "cnn")
-_KEYS = {"encoder", "image_shape", "conv", "dense", "scale", "class", "options"}
+_KEYS = {"encoder", "image_shape", "conv", "dense", "scale", "class", "options", "recurrent"}
+_RECURRENT_KEYS = {"type", "size", "seq_len", "burn_in"}
+#: Defaults of the ``recurrent`` table.
+DEFAULT_RECURRENT_SIZE = 64
+DEFAULT_SEQ_LEN = 16
+#: Limits of the ``recurrent`` table: a state is what every SDK keeps per agent, a sequence what one
+#: backpropagation through time unrolls.
+MAX_RECURRENT_SIZE = 4096
+MAX_SEQ_LEN = 1024
 
 
 class ModelConfigError(ValueError):
     """A ``model`` description that cannot build a network; the message names the member."""
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    """The ``recurrent`` table: the core and how the learner trains it on sequences."""
+
+    type: str = "lstm"
+    size: int = DEFAULT_RECURRENT_SIZE
+    seq_len: int = DEFAULT_SEQ_LEN
+    burn_in: int = 0
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        """Suffixes of the state tensors: ``h`` (and ``c`` for an LSTM); the model's inputs are
+        ``state_in_<suffix>``, its outputs ``state_out_<suffix>`` (§12.1)."""
+        return ("h", "c") if self.type == "lstm" else ("h",)
 
 
 @dataclass(frozen=True)
@@ -46,11 +77,13 @@ class ModelConfig:
     #: ``package.module:Class`` of a user module (then ``encoder`` is not used).
     user_class: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: Memory (None: none).
+    recurrent: RecurrentConfig | None = None
 
     @property
     def is_default_mlp(self) -> bool:
         """The network every peer knows: written by the fixed Gemm/Tanh writer (RLlib's v1 client runs it)."""
-        return self.user_class is None and self.encoder == "mlp"
+        return self.user_class is None and self.encoder == "mlp" and self.recurrent is None
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -82,7 +115,11 @@ def _parse(raw: dict[str, Any] | None, obs_dim: int, composite: bool) -> ModelCo
     options = raw.get("options", {})
     if not isinstance(options, dict):
         raise ModelConfigError(f"model: options must be a table, got {type(options).__name__}")
+    recurrent = _recurrent(raw.get("recurrent"))
     if "class" in raw:
+        if recurrent is not None:
+            raise ModelConfigError("model: recurrent is for the built-in encoders; a user class ('class') that "
+                                   "needs memory is not supported")
         target = raw["class"]
         if not isinstance(target, str) or target.count(":") != 1 or not all(target.split(":")):
             raise ModelConfigError(f"model: class must be 'package.module:Class', got {target!r}")
@@ -96,7 +133,7 @@ def _parse(raw: dict[str, Any] | None, obs_dim: int, composite: bool) -> ModelCo
         extra = sorted(set(raw) & {"image_shape", "conv", "dense", "scale"})
         if extra:
             raise ModelConfigError(f"model: {', '.join(extra)} only apply to encoder 'cnn'")
-        return ModelConfig()
+        return ModelConfig(recurrent=recurrent)
     shape = raw.get("image_shape")
     if composite:
         if shape is not None:
@@ -126,7 +163,33 @@ def _parse(raw: dict[str, Any] | None, obs_dim: int, composite: bool) -> ModelCo
         raise ModelConfigError(f"model: scale must be a positive number, got {scale!r}")
     return ModelConfig(encoder="cnn", image_shape=None if composite else image_shape,  # type: ignore[arg-type]
                        conv=tuple(conv),  # type: ignore[arg-type]
-                       dense=_positive_int(raw.get("dense", NATURE_DENSE), "dense"), scale=float(scale))
+                       dense=_positive_int(raw.get("dense", NATURE_DENSE), "dense"), scale=float(scale),
+                       recurrent=recurrent)
+
+
+def _recurrent(raw: Any) -> RecurrentConfig | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"model: recurrent must be a table, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _RECURRENT_KEYS)
+    if unknown:
+        raise ModelConfigError(f"model: recurrent has unknown member(s) {', '.join(unknown)}; "
+                               f"known: {', '.join(sorted(_RECURRENT_KEYS))}")
+    kind = raw.get("type")
+    if kind not in ("lstm", "gru"):
+        raise ModelConfigError(f"model: recurrent type must be 'lstm' or 'gru', got {kind!r}")
+    size = _positive_int(raw.get("size", DEFAULT_RECURRENT_SIZE), "recurrent size")
+    seq_len = _positive_int(raw.get("seq_len", DEFAULT_SEQ_LEN), "recurrent seq_len")
+    burn_in = raw.get("burn_in", 0)
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+        raise ModelConfigError(f"model: recurrent burn_in must be an integer >= 0, got {burn_in!r}")
+    if size > MAX_RECURRENT_SIZE:
+        raise ModelConfigError(f"model: recurrent size {size} is above the limit {MAX_RECURRENT_SIZE}")
+    if seq_len + burn_in > MAX_SEQ_LEN:
+        raise ModelConfigError(f"model: recurrent seq_len + burn_in is {seq_len + burn_in}, above the limit "
+                               f"{MAX_SEQ_LEN}")
+    return RecurrentConfig(kind, size, seq_len, burn_in)
 
 
 def check_conv_fits(conv: tuple[tuple[int, int, int], ...], image_shape: tuple[int, ...]) -> None:

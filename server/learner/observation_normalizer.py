@@ -46,6 +46,7 @@ class NormalizedPolicy(PolicyModel):
         self.obs_dim = obs_dim
         self.clip = float(clip)
         self.action_space = action_space
+        self.state_shape = inner.state_shape
         # float64 running statistics (Chan et al.'s parallel update), float32 copies the graph uses.
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("running_mean", torch.zeros(obs_dim, dtype=torch.float64))
@@ -103,3 +104,7 @@ class NormalizedPolicy(PolicyModel):
 
     def value(self, critic_obs: torch.Tensor) -> torch.Tensor:
         return self.inner.value(self.normalize(critic_obs))
+
+    def step(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, state: tuple[torch.Tensor, ...]
+             ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...]]:
+        return self.inner.step(self.normalize(obs), None if critic_obs is None else self.normalize(critic_obs), state)

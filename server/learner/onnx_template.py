@@ -30,19 +30,27 @@ from .policy_model import PolicyModel
 class _PolicyOnly(nn.Module):
     """What the engines run: the network's ``dist_inputs``; a uint8 input (an image in its own shape,
     §12.1) becomes float rows inside the graph, and **[1.4]** a composite observation's inputs, one
-    per leaf, become the flat row the network reads (each flattened, converted, in leaf order)."""
+    per leaf, become the flat row the network reads (each flattened, converted, in leaf order).
+    **[1.5]** A network with memory takes its state after the observation inputs and returns the next
+    state after the dist inputs (§12.1)."""
 
-    def __init__(self, model: PolicyModel, byte_input: bool) -> None:
+    def __init__(self, model: PolicyModel, byte_input: bool, state_inputs: int = 0) -> None:
         super().__init__()
         self.model = model
         self.byte_input = byte_input
+        self.state_inputs = state_inputs
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        state = inputs[len(inputs) - self.state_inputs:] if self.state_inputs else ()
+        inputs = inputs[:len(inputs) - self.state_inputs]
         if len(inputs) > 1 or self.byte_input:
             obs = torch.cat([x.flatten(1).to(torch.float32) for x in inputs], dim=1)
         else:
             obs = inputs[0]
-        return self.model.dist_inputs(obs)
+        if not self.state_inputs:
+            return self.model.dist_inputs(obs)
+        dist_inputs, _, next_state = self.model.step(obs, None, tuple(state))
+        return (dist_inputs, *next_state)
 
 
 def _rename_inputs(model: onnx.ModelProto, names: dict[str, str]) -> None:
@@ -60,10 +68,13 @@ class TracedPolicyExporter:
     """Exports one network's policy; traces on the first call, rewrites weights after."""
 
     def __init__(self, input_name: str, output_name: str, obs_dim: int,
-                 byte_shape: tuple[int, ...] | None = None, leaves: tuple[Leaf, ...] | None = None) -> None:
+                 byte_shape: tuple[int, ...] | None = None, leaves: tuple[Leaf, ...] | None = None,
+                 state: tuple[tuple[str, str, int], ...] = ()) -> None:
         """``byte_shape``: the model takes (batch, *byte_shape) uint8 (a uint8 Box), else (batch, obs_dim) float32.
-        ``leaves``: **[1.4]** a composite observation's: one input per leaf, named by its path (§12.1)."""
+        ``leaves``: **[1.4]** a composite observation's: one input per leaf, named by its path (§12.1).
+        ``state``: **[1.5]** a network with memory's (input name, output name, units) per state tensor."""
         self.output_name = output_name
+        self.state = state
         self.obs_dim = obs_dim
         self.byte_shape = byte_shape
         self.composite = leaves is not None
@@ -76,6 +87,8 @@ class TracedPolicyExporter:
             self.inputs = [(input_name, torch.uint8, tuple(byte_shape))]
         else:
             self.inputs = [(input_name, torch.float32, (obs_dim,))]
+        self.inputs += [(name, torch.float32, (size,)) for name, _, size in state]
+        self.output_names = [output_name, *(name for _, name, _ in state)]
         self._template: onnx.ModelProto | None = None
         #: (initializer, state_dict key) of every weight the graph holds.
         self._weights: list[tuple[onnx.TensorProto, str]] = []
@@ -105,9 +118,9 @@ class TracedPolicyExporter:
                     # Traced under plain names, renamed after: the tracer mangles some (a leaf path "0").
                     names = [f"input_{i}" for i in range(len(self.inputs))]
                     torch.onnx.export(
-                        _PolicyOnly(model, self.byte_shape is not None), self._dummy(1, device), buffer,
-                        input_names=names, output_names=[self.output_name],
-                        dynamic_axes={**{name: {0: "batch"} for name in names}, self.output_name: {0: "batch"}},
+                        self._policy(model), self._dummy(1, device), buffer,
+                        input_names=names, output_names=self.output_names,
+                        dynamic_axes={name: {0: "batch"} for name in (*names, *self.output_names)},
                         opset_version=OPSET, do_constant_folding=False, dynamo=False,
                     )
                 except Exception as exc:  # noqa: BLE001 - whatever the tracer raises, the network is not exportable
@@ -133,11 +146,17 @@ class TracedPolicyExporter:
             model.train(was_training)
         return template
 
+    def _policy(self, model: PolicyModel) -> _PolicyOnly:
+        return _PolicyOnly(model, self.byte_shape is not None, len(self.state))
+
     def _dummy(self, rows: int, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, ...]:
         generator = torch.Generator().manual_seed(seed)
         out = []
-        for _, dtype, shape in self.inputs:
-            if dtype == torch.uint8:
+        leaf_inputs = len(self.inputs) - len(self.state)
+        for i, (_, dtype, shape) in enumerate(self.inputs):
+            if i >= leaf_inputs:  # a recurrent state: values in (-1, 1), as an LSTM's h
+                out.append(torch.rand((rows, *shape), generator=generator) * 2 - 1)
+            elif dtype == torch.uint8:
                 out.append(torch.randint(0, 256, (rows, *shape), generator=generator, dtype=torch.uint8))
             else:
                 values = torch.rand((rows, *shape), generator=generator)
@@ -162,10 +181,12 @@ class TracedPolicyExporter:
             initializer.raw_data = state[key].detach().to("cpu", torch.float32).numpy().tobytes()
         obs = self._dummy(3, device, seed=2)
         with torch.no_grad():
-            want = _PolicyOnly(model, self.byte_shape is not None)(*obs).to("cpu", torch.float32).numpy()
+            want = self._policy(model)(*obs)
+        wants = [x.to("cpu", torch.float32).numpy() for x in (want if isinstance(want, tuple) else (want,))]
         session = ort.InferenceSession(template.SerializeToString(), providers=["CPUExecutionProvider"])
-        got = session.run(None, {name: x.cpu().numpy() for (name, _, _), x in zip(self.inputs, obs)})[0]
-        if got.dtype != np.float32 or got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+        gots = session.run(self.output_names, {name: x.cpu().numpy() for (name, _, _), x in zip(self.inputs, obs)})
+        if any(got.dtype != np.float32 or got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4)
+               for got, want in zip(gots, wants)):
             raise ModelConfigError(
                 "model: the exported dist_inputs does not follow the network's weights (a weight read as a Python "
                 "number or merged into a constant, or an output that is not float32): export it as a tensor op")

@@ -10,6 +10,11 @@ A network is a torch ``nn.Module`` that subclasses :class:`PolicyModel`, built a
 * ``value(critic_obs)``: (batch, critic_input_dim) -> (batch,) values (trained only on the server).
   ``critic_input_dim`` is ``obs_dim``, or with a centralized critic the listed agents' observations
   followed by the agent's own.
+
+A network with memory (the built-in ``recurrent`` core; model_config.py) also has ``state_shape``
+(tensors, units) and ``step(obs, critic_obs, state)``: one step for a batch, from the state before it,
+giving (dist inputs, values or None, the state after it). The engines run ``step`` with the state fed
+back; the learner runs it along sequences.
 """
 
 from __future__ import annotations
@@ -29,6 +34,13 @@ class PolicyModel(nn.Module):
     """Base class of module networks: subclasses define ``dist_inputs`` and ``value``."""
 
     action_space: Space
+    #: (state tensors, units) of a network with memory; None without.
+    state_shape: tuple[int, int] | None = None
+
+    def step(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, state: tuple[torch.Tensor, ...]
+             ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...]]:  # pragma: no cover - interface
+        """One step of a network with memory: (dist inputs, values of ``critic_obs`` or None, next state)."""
+        raise NotImplementedError
 
     def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
         """Action distribution inputs for a batch of flat observations."""

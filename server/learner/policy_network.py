@@ -16,6 +16,7 @@ from .composite_encoder import CompositeEncoder
 from .image_encoder import ImageEncoder
 from .model_config import ModelConfig
 from .policy_model import PolicyModel
+from .recurrent_core import RecurrentCore
 
 
 #: Initial log standard deviation of a Box policy: std 1, as in CleanRL and
@@ -63,6 +64,10 @@ class ActorCritic(PolicyModel):
     agent-specific global state): agents of one module share ``value_obs``, so
     without their own observation the critic could only learn the average of
     their returns. ``build_batch`` lays the rows out in that order.
+
+    With a ``recurrent`` core (model_config.py) the encoder's features go through the core; the
+    policy head reads its output, and the value head its output followed by the encoded critic input
+    (the value shares the core, so the state the engines carry is all the learner needs).
     """
 
     def __init__(
@@ -88,20 +93,47 @@ class ActorCritic(PolicyModel):
         self.encoder: ImageEncoder | CompositeEncoder | None = None
         if model is not None and model.encoder == "cnn":
             self.encoder = CompositeEncoder(leaves, model) if leaves is not None else ImageEncoder(model)
-            self.actor = mlp(self.encoder.features_size(obs_dim), hidden, out, 0.01)
-            self.critic = mlp(self.encoder.features_size(critic_dim), hidden, 1, 1.0)
-        else:
-            self.actor = mlp(obs_dim, hidden, out, 0.01)
-            self.critic = mlp(critic_dim, hidden, 1, 1.0)
+        actor_in = obs_dim if self.encoder is None else self.encoder.features_size(obs_dim)
+        critic_in = critic_dim if self.encoder is None else self.encoder.features_size(critic_dim)
+        self.core: RecurrentCore | None = None
+        if model is not None and model.recurrent is not None:
+            self.core = RecurrentCore(model.recurrent.type, actor_in, model.recurrent.size)
+            self.state_shape = (self.core.state_count, self.core.size)
+            actor_in, critic_in = self.core.size, self.core.size + critic_in
+        self.actor = mlp(actor_in, hidden, out, 0.01)
+        self.critic = mlp(critic_in, hidden, 1, 1.0)
 
-    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(obs if self.encoder is None else self.encoder(obs))
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs if self.encoder is None else self.encoder(obs)
+
+    def _head(self, features: torch.Tensor) -> torch.Tensor:
+        out = self.actor(features)
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out
 
+    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action distribution inputs; with a recurrent core, of a first step (the zero state)."""
+        if self.core is not None:
+            return self.step(obs, None, self.core.initial_state(obs.shape[0], obs.device))[0]
+        return self._head(self._features(obs))
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs if self.encoder is None else self.encoder(obs)).squeeze(-1)
+        """State values; with a recurrent core, of a first step (the zero state)."""
+        if self.core is not None:
+            values = self.step(obs[:, -self.obs_dim:], obs, self.core.initial_state(obs.shape[0], obs.device))[1]
+            assert values is not None
+            return values
+        return self.critic(self._features(obs)).squeeze(-1)
+
+    def step(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, state: tuple[torch.Tensor, ...]
+             ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...]]:
+        assert self.core is not None, "step needs a recurrent core"
+        out, state = self.core.step(self._features(obs), state)
+        values = None
+        if critic_obs is not None:
+            values = self.critic(torch.cat([out, self._features(critic_obs)], dim=1)).squeeze(-1)
+        return self._head(out), values, state
 
 
 def flat_obs_dim(space: Space) -> int:

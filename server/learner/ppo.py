@@ -26,6 +26,8 @@ from .optimizer_startup import adam
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
 from .rollout_batch import RolloutBatch
+from .distributions import ActionDistribution
+from .sequences import StatePass, run_windows, state_pass, windows
 
 
 def _server_default(name: str) -> Any:
@@ -115,8 +117,13 @@ class PPOLearner:
         byte_shape = observation_space.shape if isinstance(observation_space, Box) and observation_space.is_bytes else None
         fixed = (self.model_config.is_default_mlp and not hp.normalize_observations and byte_shape is None
                  and leaves is None and action_mask is None)
+        recurrent = self.model_config.recurrent
+        #: Training on sequences (a network with memory): the ``recurrent`` table, else None.
+        self.recurrent = recurrent
+        state = () if recurrent is None else tuple(
+            (f"state_in_{n}", f"state_out_{n}", recurrent.size) for n in recurrent.state_names)
         self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim, byte_shape,
-                                                               leaves)
+                                                               leaves, state)
         self.optimizer = adam(self.model.parameters(), lr=hp.lr, eps=1e-5)  # (no compiler import: optimizer_startup.py)
         self._rng = np.random.default_rng(seed)
 
@@ -150,12 +157,17 @@ class PPOLearner:
             values, _, returns = self._targets(batch)
             return ~np.isfinite(values) | ~np.isfinite(returns) | (np.abs(returns) >= TARGET_LIMIT)
 
-    def _targets(self, batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per step: V(o_t), the GAE advantage and the value target, with the current critic."""
+    def _targets(self, batch: RolloutBatch, states: StatePass | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per step: V(o_t), the GAE advantage and the value target, with the current critic (for a
+        network with memory, from ``states``: the pass along the chunks, sequences.py)."""
         hp = self.hp
-        critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
-        with torch.no_grad():
-            all_values = self.model.value(self._tensor(critic_input)).cpu().numpy()
+        if self.recurrent is not None:
+            all_values = (states or state_pass(self.model, batch, self.device)).values
+        else:
+            critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
+            with torch.no_grad():
+                all_values = self.model.value(self._tensor(critic_input)).cpu().numpy()
         values = all_values[batch.next_obs_index - 1]
         next_values = all_values[batch.next_obs_index]
         rewards = batch.rewards
@@ -192,7 +204,8 @@ class PPOLearner:
         hp = self.hp
         if self.normalizer is not None:
             self.normalizer.observe(batch.all_obs)  # the statistics follow the data trained on, this batch included
-        values, advantages, returns = self._targets(batch)
+        states = state_pass(self.model, batch, self.device) if self.recurrent is not None else None
+        values, advantages, returns = self._targets(batch, states)
         step_index = batch.next_obs_index - 1
 
         obs = self._tensor(batch.obs)
@@ -203,23 +216,25 @@ class PPOLearner:
         missing = torch.isnan(old_logp)
         if missing.any():
             with torch.no_grad():
-                current, _, _ = self.model.evaluate(obs, actions, value_obs)
+                if states is not None:
+                    steps_dist = states.dist_inputs[torch.as_tensor(step_index, device=self.device)]
+                    current = ActionDistribution(self.action_space, steps_dist).log_prob(actions)
+                else:
+                    current, _, _ = self.model.evaluate(obs, actions, value_obs)
             old_logp = torch.where(missing, current, old_logp)
         adv_t = self._tensor(advantages)
         ret_t = self._tensor(returns)
         val_t = self._tensor(values)
 
-        n = batch.size
         mb = hp.minibatch_size
+        if states is not None:
+            minibatches = self._sequence_minibatches(batch, states, actions)
+        else:
+            minibatches = self._step_minibatches(batch.size, obs, actions, value_obs)
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
         for _ in range(hp.num_epochs):
-            order = torch.as_tensor(self._rng.permutation(n), device=self.device)
-            for start in range(0, n, mb):
-                idx = order[start : start + mb]
+            for idx, new_logp, entropy, new_value in minibatches():
                 size = int(idx.shape[0])
-                new_logp, entropy, new_value = self.model.evaluate(
-                    obs[idx], actions[idx], None if value_obs is None else value_obs[idx]
-                )
                 log_ratio = new_logp - old_logp[idx]
                 ratio = log_ratio.exp()
                 with torch.no_grad():
@@ -255,6 +270,33 @@ class PPOLearner:
         out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
         out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
         return out
+
+    def _step_minibatches(self, n: int, obs: torch.Tensor, actions: torch.Tensor, value_obs: torch.Tensor | None):
+        """One epoch of minibatches of steps in a new random order: (steps, logp, entropy, value) each."""
+        def epoch():
+            order = torch.as_tensor(self._rng.permutation(n), device=self.device)
+            for start in range(0, n, self.hp.minibatch_size):
+                idx = order[start:start + self.hp.minibatch_size]
+                yield (idx, *self.model.evaluate(obs[idx], actions[idx], None if value_obs is None else value_obs[idx]))
+        return epoch
+
+    def _sequence_minibatches(self, batch: RolloutBatch, states: StatePass, actions: torch.Tensor):
+        """One epoch of minibatches of whole windows (sequences.py) in a new random order, about
+        ``minibatch_size`` steps each: (steps, logp, entropy, value) of their real steps."""
+        assert self.recurrent is not None
+        win = windows(batch, self.recurrent.seq_len, self.recurrent.burn_in)
+        obs = self._tensor(batch.all_obs)
+        critic = obs if batch.all_value_obs is None else self._tensor(batch.all_value_obs)
+        per_minibatch = max(1, self.hp.minibatch_size // self.recurrent.seq_len)
+
+        def epoch():
+            order = self._rng.permutation(win.count)
+            for start in range(0, win.count, per_minibatch):
+                steps, dist_inputs, values = run_windows(self.model, win, order[start:start + per_minibatch], obs,
+                                                         critic, states.state_before)
+                dist = ActionDistribution(self.action_space, dist_inputs)
+                yield steps, dist.log_prob(actions[steps]), dist.entropy(), values
+        return epoch
 
     def set_lr(self, lr: float) -> None:
         """Train with learning rate ``lr`` from the next update on (the console's set_lr)."""

@@ -23,6 +23,12 @@ class RolloutBatch(NamedTuple):
     # What a centralized critic sees, aligned with all_obs: each row is the
     # module's value_obs followed by the agent's own observation.
     all_value_obs: np.ndarray | None = None
+    #: Index in all_obs of each chunk's first observation.
+    chunk_rows: np.ndarray | None = None
+    #: A module with memory: each chunk's recorded state (chunks, state tensors, units), and the
+    #: observations to advance it over before the chunk's first (None where there are none).
+    state_in: np.ndarray | None = None
+    state_prefix: list[np.ndarray | None] | None = None
 
     @property
     def size(self) -> int:
@@ -60,6 +66,9 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
         pos += c.env_steps
         chunk_ends[pos - 1] = True
         terminated[pos - 1] = c.is_terminated
+    recurrent = chunks[0].state_in is not None
+    if recurrent and any(c.state_in is None for c in chunks):
+        raise ValueError("a batch of a module with memory needs every chunk's state_in")
     return RolloutBatch(
         obs=all_obs[steps],
         next_obs_index=np.concatenate(next_index),
@@ -74,4 +83,8 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
         terminated=terminated,
         chunk_ends=chunk_ends,
         all_value_obs=all_value_obs,
+        chunk_rows=np.cumsum([0] + [c.env_steps + 1 for c in chunks[:-1]]),
+        state_in=np.stack([c.state_in for c in chunks]) if recurrent else None,  # type: ignore[misc]
+        state_prefix=[None if c.state_prefix is None else c.state_prefix.reshape(c.state_prefix.shape[0], -1)
+                      for c in chunks] if recurrent else None,
     )

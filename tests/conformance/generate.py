@@ -487,6 +487,125 @@ def composite_cases() -> list[dict]:
     ]
 
 
+def _recurrent_model() -> tuple[bytes, list[dict]]:
+    """A small model with memory (an LSTM of 3 units on 2 observation values, Discrete(2) actions),
+    exported by the server's own writer with fixed weights."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(HERE.parents[2]))
+    from tether.protocol.spaces import Discrete, box  # noqa: E402
+    from tether.server.learner.ppo import PPOHyperparams, PPOLearner  # noqa: E402
+
+    torch.manual_seed(7)
+    learner = PPOLearner(box([-1.0, -1.0], [1.0, 1.0]), Discrete(2),
+                         PPOHyperparams(hidden_sizes=(4,), model={"recurrent": {"type": "lstm", "size": 3}}), seed=7)
+    with torch.no_grad():  # weights large enough that the state matters to the output
+        for parameter in learner.model.parameters():
+            parameter.copy_(torch.rand(parameter.shape, generator=torch.Generator().manual_seed(11)) * 2 - 1)
+    states = [{"input": f"state_in_{n}", "output": f"state_out_{n}", "size": 3} for n in ("h", "c")]
+    return learner.export_onnx(), states
+
+
+def recurrent_cases() -> list[dict]:
+    """1.5 §9.1, §10.1, §10.6 check 19, §12.1, §12.4: models with memory.
+
+    kind "module": a module object -> its recurrent state (input, output, size per state tensor), or
+    the code a client raises locally. kind "carry": a model with memory (``model_b64``, ONNX) and an
+    episode's observations -> per step the dist inputs and the state after it, starting from zeros and
+    fed back; with the episode cut into records after ``cut_after`` steps, each record's ``state_in``.
+    kind "episode": a record of a module with ``recurrent_state`` (or none) -> its steps and state_in,
+    or the server's code."""
+    import numpy as np
+    import onnxruntime as ort
+
+    def module(name: str, state: object, expect: list | None = None, error: str | None = None) -> dict:
+        entry = {"observation_space": {"type": "Box", "shape": [2], "low": -1, "high": 1},
+                 "action_space": {"type": "Discrete", "n": 2}, "onnx_input_names": ["obs"],
+                 "onnx_output_names": ["action_dist_inputs"], "trainable": True, "recurrent_state": state}
+        out = {"name": name, "kind": "module", "module": entry}
+        return {**out, "error": error} if error else {**out, "recurrent_state": expect}
+
+    model, states = _recurrent_model()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    observations = [[0.5, -0.25], [0.0, 1.0], [-1.0, 0.75], [0.25, 0.25], [0.0, 0.0], [1.0, -1.0]]
+    state = np.zeros((2, 1, 3), np.float32)
+    dist_inputs, after = [], []
+    before = []
+    for obs in observations[:-1]:
+        before.append(state[:, 0].tolist())
+        out = session.run(["action_dist_inputs", "state_out_h", "state_out_c"],
+                          {"onnx::Gemm_0": np.array([obs], np.float32), "state_in_h": state[0], "state_in_c": state[1]})
+        dist_inputs.append(out[0][0].tolist())
+        state = np.stack([out[1], out[2]])
+        after.append(state[:, 0].tolist())
+    cut_after = 2
+
+    def state_in(rows: list) -> dict:
+        return {"state_in_h": rows[0], "state_in_c": rows[1]}
+
+    carry = {"name": "lstm_state_fed_back", "kind": "carry", "model_b64": b64(model), "input": "onnx::Gemm_0",
+             "output": "action_dist_inputs", "action_space": {"type": "Discrete", "n": 2},
+             "recurrent_state": states, "observations": observations, "dist_inputs": dist_inputs,
+             "state_after": after, "cut_after": cut_after,
+             "records_state_in": [state_in(before[0]), state_in(before[cut_after])], "tolerance": 1e-5}
+
+    def episode(name: str, state: object, *, steps: int = 2, error: str | None = None, module_state: bool = True,
+                record_state: object = "zeros") -> dict:
+        record = {"obs": [[0.5, 0.5]] * (steps + 1), "actions": [1] * steps, "rewards": [0.5] * steps,
+                  "action_logp": [-0.7] * steps, "is_terminated": False, "is_truncated": False}
+        if record_state == "zeros":
+            record["state_in"] = state_in([[0.0] * 3, [0.0] * 3])
+        elif record_state != "absent":
+            record["state_in"] = record_state  # (None: a JSON null)
+        out = {"name": name, "kind": "episode", "observation_space": {"type": "Box", "shape": [2], "low": -1, "high": 1},
+               "action_space": {"type": "Discrete", "n": 2}, "recurrent_state": states if module_state else None,
+               "require_logp": True, "body": json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [record]})}
+        if error:
+            return {**out, "error": error}
+        return {**out, "env_steps": steps, "state_in": None if not module_state else
+                [[0.0] * 3, [0.0] * 3] if record_state == "zeros" else [record_state[s["input"]] for s in states]}
+
+    good = state_in([[0.5, -0.25, 1e-3], [2.0, -3.5, 0.0]])
+    return [
+        module("lstm", states, expect=states),
+        module("gru", [states[0]], expect=[states[0]]),
+        module("absent", None, expect=[]),
+        module("empty_array", [], error="INVALID_FIELD"),
+        module("not_an_array", {"input": "a", "output": "b", "size": 3}, error="INVALID_FIELD"),
+        module("missing_output", [{"input": "a", "size": 3}], error="INVALID_FIELD"),
+        module("size_zero", [{"input": "a", "output": "b", "size": 0}], error="INVALID_FIELD"),
+        module("size_too_large", [{"input": "a", "output": "b", "size": 4097}], error="INVALID_FIELD"),
+        module("size_not_integer", [{"input": "a", "output": "b", "size": 3.5}], error="INVALID_FIELD"),
+        module("size_boolean", [{"input": "a", "output": "b", "size": True}], error="INVALID_FIELD"),
+        module("repeated_name", [{"input": "a", "output": "b", "size": 3}, {"input": "a", "output": "c", "size": 3}],
+               error="INVALID_FIELD"),
+        module("sizes_differ", [{"input": "a", "output": "b", "size": 3}, {"input": "c", "output": "d", "size": 4}],
+               error="INVALID_FIELD"),
+        carry,
+        episode("zeros_at_the_start", states),
+        episode("carried_state", states, record_state=good),
+        episode("missing_state", states, record_state="absent", error="MISSING_STATE"),
+        episode("null_state", states, record_state=None, error="MISSING_STATE"),
+        episode("state_for_a_module_without_memory", states, module_state=False, error="INVALID_STATE"),
+        episode("no_state_without_memory", states, module_state=False, record_state="absent"),
+        episode("state_missing_a_tensor", states, record_state={"state_in_h": [0.0] * 3}, error="INVALID_STATE"),
+        episode("state_unknown_tensor", states, record_state={**good, "state_in_x": [0.0] * 3}, error="INVALID_STATE"),
+        episode("state_wrong_size", states, record_state={**good, "state_in_c": [0.0] * 4}, error="INVALID_STATE"),
+        episode("state_nested", states, record_state={**good, "state_in_c": [[0.0] * 3]}, error="INVALID_STATE"),
+        episode("state_string", states, record_state={**good, "state_in_c": ["0", 0.0, 0.0]}, error="INVALID_STATE"),
+        episode("state_boolean", states, record_state={**good, "state_in_c": [True, 0.0, 0.0]}, error="INVALID_STATE"),
+        episode("state_tensor_object", states,
+                record_state={**good, "state_in_c": tensor("float32", [3], [0.0, 0.0, 0.0])}, error="INVALID_STATE"),
+        episode("state_not_object", states, record_state=[[0.0] * 3, [0.0] * 3], error="INVALID_STATE"),
+        episode("state_too_large_a_float32", states, record_state={**good, "state_in_h": [1e39, 0.0, 0.0]},
+                error="NON_FINITE_VALUE"),
+        episode("chunk_of_10000_steps", states, steps=10000),
+        episode("chunk_of_10001_steps", states, steps=10001, error="SEQUENCE_TOO_LONG"),
+    ]
+
+
 def logp_cases() -> list[dict]:
     """(space, dist_inputs, action) -> log-probability, computed with torch.distributions."""
     import torch
@@ -1285,13 +1404,14 @@ def main() -> None:
         "groups.json": group_cases(),
         "value_obs.json": value_obs_cases(),
         "composite.json": composite_cases(),
+        "recurrent.json": recurrent_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.4", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.5", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 
