@@ -7,7 +7,8 @@ frames: valid requests mutated at the JSON level (a value replaced by a wrong
 type, a huge or non-finite number, a lone surrogate, deep nesting; keys
 dropped or added; lists cut or extended), protocol 1.4 tensors inline and in a
 binary attachment (the attachment cut, extended or flipped), records of a Dict observation with an
-action mask (a second module, "board"), mutated at the byte level (flipped,
+action mask (a second module, "board"), protocol 1.5 records of a module with memory ("memory": their
+state_in), mutated at the byte level (flipped,
 cut, inserted bytes under a correct header), random bodies, and now and then
 a broken header (which must close the connection: the thread reconnects).
 
@@ -104,7 +105,15 @@ BOARD_ENTRY = {"module": "board", "start_step": 0, "actions": [2, 0], "rewards":
 MODULES = {"default_policy": {"observation_space": {"type": "Box", "shape": [4], "low": "-inf", "high": "inf"},
                               "action_space": {"type": "Discrete", "n": 2}},
            "board": {"observation_space": BOARD_SPACE, "action_space": {"type": "Discrete", "n": 3}}}
-RULES = [{"agent_id": "default_agent", "module": "default_policy"}, {"pattern": "*", "module": "board"}]
+#: Protocol 1.5: a module "memory" with a GRU of 4 units (§9.1, §12.1): its records carry state_in (§10.1).
+MODULES["memory"] = {"observation_space": {"type": "Box", "shape": [2], "low": -1, "high": 1},
+                     "action_space": {"type": "Discrete", "n": 2},
+                     "model": {"recurrent": {"type": "gru", "size": 4, "seq_len": 2}}}
+MEMORY_ENTRY = {"module": "memory", "start_step": 0, "obs": [[0.5, -0.5], [0.0, 1.0], [1.0, 0.0]], "actions": [1, 0],
+                "rewards": [0.0, 1.0], "action_logp": [-0.7, -0.7], "is_terminated": True, "is_truncated": False,
+                "state_in": {"state_in_h": [0.0, 0.25, -0.5, 1.0]}}
+RULES = [{"agent_id": "default_agent", "module": "default_policy"}, {"pattern": "mem*", "module": "memory"},
+         {"pattern": "*", "module": "board"}]
 CORPUS += [
     {"type": "EPISODES_AND_GET_STATE", "episodes": [{"episode_id": "b1", "is_terminated": True, "is_truncated": False,
                                                      "agents": {"p1": BOARD_ENTRY}}]},
@@ -112,6 +121,12 @@ CORPUS += [
         "p2": dict(BOARD_ENTRY, obs={"action_mask": BOARD_ENTRY["obs"]["action_mask"],
                                      "cells": {"dtype": "uint8", "shape": [3, 2, 2],
                                                "b64": base64.b64encode(bytes(range(12))).decode()}})}}]},
+]
+CORPUS += [  # (a recurrent module's behaviour logps are not checked, §13.6: any finite one is stored)
+    {"type": "EPISODES", "episodes": [{"episode_id": "r1", "is_terminated": True, "is_truncated": False,
+                                       "agents": {"mem_1": MEMORY_ENTRY}}]},
+    {"type": "EPISODES_AND_GET_STATE", "episodes": [{"episode_id": "r2", "is_terminated": False, "is_truncated": False,
+                                                     "agents": {"mem_2": dict(MEMORY_ENTRY, is_terminated=False)}}]},
 ]
 ATTACHED += [
     ({"type": "EPISODES", "episodes": [{"episode_id": "b3", "is_terminated": True, "is_truncated": False, "agents": {
