@@ -7,6 +7,10 @@ from the local ONNX model, experience goes to the server.
 A client survives a server outage of up to --reconnect-timeout seconds (the
 engine keeps playing with its current model meanwhile) and prints one JSON
 line when it stops: {"client", "env_steps_sent", "reconnects", "stopped_by"}.
+
+``--no-velocities`` plays CartPole with the cart's and the pole's velocities removed from the
+observation (position and angle only, as RLlib's stateless CartPole): a policy needs memory to
+infer them. Serve it with a 2-value observation space and a recurrent model (docs/models.md).
 """
 
 from __future__ import annotations
@@ -27,9 +31,24 @@ import gymnasium as gym  # noqa: E402
 from tether.sdk import TetherClient, TetherConnectionError, run_env  # noqa: E402
 
 
-def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect_timeout_s: float) -> None:
+class NoVelocities(gym.ObservationWrapper):
+    """CartPole's observation without its two velocities: (cart position, pole angle)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        low, high = env.observation_space.low, env.observation_space.high
+        self.observation_space = gym.spaces.Box(low[[0, 2]], high[[0, 2]], dtype=env.observation_space.dtype)
+
+    def observation(self, observation: Any) -> Any:
+        return observation[[0, 2]]
+
+
+def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect_timeout_s: float,
+               no_velocities: bool = False) -> None:
     """One client process: CartPole episodes until the budget is spent or the server goes away."""
     env = gym.make("CartPole-v1")
+    if no_velocities:
+        env = NoVelocities(env)
     env.reset(seed=seed)
     client = None
     stopped_by = "max_steps"
@@ -71,12 +90,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first client (others count up)")
     parser.add_argument("--max-steps", type=int, default=None, help="env steps per client (default: run until stopped)")
     parser.add_argument("--reconnect-timeout", type=float, default=5.0, help="give up once the server has been gone this many seconds (default: 5)")
+    parser.add_argument("--no-velocities", action="store_true", help="observe position and angle only (needs memory)")
     args = parser.parse_args()
     if args.clients == 1:
-        run_client(args.host, args.port, args.seed, args.max_steps, args.reconnect_timeout)
+        run_client(args.host, args.port, args.seed, args.max_steps, args.reconnect_timeout, args.no_velocities)
         return
     procs = [
-        mp.Process(target=run_client, args=(args.host, args.port, args.seed + i, args.max_steps, args.reconnect_timeout))
+        mp.Process(target=run_client, args=(args.host, args.port, args.seed + i, args.max_steps, args.reconnect_timeout,
+                                            args.no_velocities))
         for i in range(args.clients)
     ]
     for p in procs:
