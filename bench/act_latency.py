@@ -144,6 +144,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cnn-calls", type=int, default=300,
                         help="timed calls per figure for the CNN on 84x84x4 images (default: 300)")
     parser.add_argument("--no-cnn", action="store_true", help="skip the CNN figures")
+    parser.add_argument("--lstm-calls", type=int, default=5_000,
+                        help="timed calls per figure for the LSTM model (default: 5000)")
+    parser.add_argument("--no-lstm", action="store_true", help="skip the LSTM figures")
     parser.add_argument("--no-cpp", action="store_true", help="skip the C++ SDK's figures")
     parser.add_argument("--no-csharp", action="store_true", help="skip the C# SDK's figures")
     add_quiet_argument(parser)
@@ -207,6 +210,117 @@ def measure_cnn(args: argparse.Namespace, tmp: Path) -> dict:
     finally:
         stop(server, grace_s=10.0)
     return result
+
+
+#: The model with memory of the LSTM figures: 16 observation values, Discrete(4), an LSTM of 64 units.
+LSTM_OBS = 16
+LSTM_MODEL = {"recurrent": {"type": "lstm", "size": 64}}
+
+
+def lstm_model(seed: int) -> bytes:
+    """ONNX bytes of a fresh learner with an LSTM (what the LSTM server serves)."""
+    from tether.protocol.spaces import Discrete, box
+    from tether.server.learner import PPOHyperparams, PPOLearner
+
+    hp = PPOHyperparams(model=LSTM_MODEL, hidden_sizes=(64, 64))
+    return PPOLearner(box(-1, 1, (LSTM_OBS,)), Discrete(4), hp, "cpu", seed).export_onnx()
+
+
+def measure_lstm(args: argparse.Namespace, tmp: Path) -> dict:
+    """The LSTM figures (batch 1, the state fed back at every call) of the Python SDK and, unless
+    ``--no-cpp`` / ``--no-csharp``, of the C++ and C# SDKs, against one server that serves the LSTM
+    model and never trains (its batch size is out of reach)."""
+    port = free_port()
+    server = spawn([
+        sys.executable, "-m", "tether.server.cli", "serve", "--port", str(port), "--seed", str(args.seed),
+        "--observation-space", json.dumps({"type": "Box", "shape": [LSTM_OBS], "low": -1, "high": 1}),
+        "--action-space", json.dumps({"type": "Discrete", "n": 4}), "--model", json.dumps(LSTM_MODEL),
+        "--hidden-sizes", "64,64", "--train-batch-size", str(10**12), "--no-tensorboard", "--checkpoint-every", "0",
+        "--quiet", "--logdir", str(tmp / "lstm-run"),
+    ], stdout=subprocess.DEVNULL)
+    model_file = tmp / "lstm_policy.onnx"
+    model_file.write_bytes(lstm_model(args.seed))
+    try:
+        wait_for_port(port, server, timeout_s=args.timeout)
+        result = measure_python_lstm(args, port)
+        if not args.no_cpp:
+            build_cpp()
+            result.update(_program_json([str(CPP_PROGRAM), "--lstm-model", str(model_file), "--lstm-port", str(port),
+                                         "--lstm-calls", str(args.lstm_calls), "--seed", str(args.seed)], "C++ LSTM"))
+            result["sdk_cpp_lstm_ratio"] = round(result["sdk_cpp_lstm_us_p50"] / result["ort_cpp_lstm_us_p50"], 3)
+            result["sdk_cpp_lstm_batch256_ratio"] = round(
+                result["sdk_cpp_lstm_batch256_us_p50"] / result["ort_cpp_lstm_batch256_us_p50"], 3)
+        if not args.no_csharp:
+            build_csharp()
+            result.update(_program_json(["mono", "--optimize=all", str(CSHARP_PROGRAM), "--lstm-model", str(model_file),
+                                         "--lstm-port", str(port), "--lstm-calls", str(args.lstm_calls), "--seed",
+                                         str(args.seed)], "C# LSTM", csharp_env()))
+            result["sdk_csharp_lstm_ratio"] = round(
+                result["sdk_csharp_lstm_us_p50"] / result["ort_csharp_lstm_us_p50"], 3)
+    finally:
+        stop(server, grace_s=10.0)
+    return result
+
+
+def _program_json(cmd: list[str], what: str, env: dict | None = None) -> dict:
+    """The last JSON line a bench program prints."""
+    run_ = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=env)
+    if run_.returncode != 0:
+        raise RuntimeError(f"{what} bench exited {run_.returncode}: {run_.stderr[-4000:]}")
+    return json.loads([line for line in run_.stdout.strip().splitlines() if line.startswith("{")][-1])
+
+
+def measure_python_lstm(args: argparse.Namespace, port: int) -> dict:
+    """Bare ONNX Runtime on the served LSTM model (its state fed back by hand, batch 1) against
+    TetherClient.get_action, which carries the state itself; calls alternate so that background load
+    hits both alike. Episodes of 200 steps (the state starts from zeros at each), sent as they end."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from tether.sdk import TetherClient
+
+    client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-lstm", seed=args.seed,
+                          reconnect_timeout_s=args.timeout)
+    try:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        bare = ort.InferenceSession(lstm_model(args.seed), options, providers=["CPUExecutionProvider"])
+        names = ["action_dist_inputs", "state_out_h", "state_out_c"]
+        rng = np.random.default_rng(args.seed)
+        rows = [rng.uniform(-1, 1, (1, LSTM_OBS)).astype(np.float32) for _ in range(64)]
+        feed = {"onnx::Gemm_0": rows[0], "state_in_h": np.zeros((1, 64), np.float32),
+                "state_in_c": np.zeros((1, 64), np.float32)}
+        perf_ns = time.perf_counter_ns
+        bare_ns: list[int] = []
+        sdk_ns: list[int] = []
+        eid = client.start_episode()
+        for i in range(-args.warmup // 10, args.lstm_calls):
+            if i % 200 == 0:
+                client.end_episode(eid, rows[0][0])
+                eid = client.start_episode()
+                feed["state_in_h"][:] = 0
+                feed["state_in_c"][:] = 0
+            feed["onnx::Gemm_0"] = rows[i % 64]
+            t0 = perf_ns()
+            _, h, c = bare.run(names, feed)
+            t1 = perf_ns()
+            client.get_action(eid, rows[i % 64][0])
+            t2 = perf_ns()
+            feed["state_in_h"], feed["state_in_c"] = h, c
+            client.log_returns(eid, 1.0)
+            if i >= 0:
+                bare_ns.append(t1 - t0)
+                sdk_ns.append(t2 - t1)
+    finally:
+        client.close()
+    bare_ns.sort()
+    sdk_ns.sort()
+    bare_p50, sdk_p50 = percentile(bare_ns, 50), percentile(sdk_ns, 50)
+    return {"ort_python_lstm_us_p50": bare_p50, "sdk_python_lstm_us_p50": sdk_p50,
+            "sdk_python_lstm_us_p99": percentile(sdk_ns, 99), "sdk_python_lstm_ratio": round(sdk_p50 / bare_p50, 3),
+            "lstm_calls": len(sdk_ns)}
 
 
 def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
@@ -382,6 +496,7 @@ def run(args: argparse.Namespace) -> dict:
             wait_for_port(sending_port, sending_server, timeout_s=args.timeout)
             sending = measure_while_sending(args, sending_port, obs_pool)
             cnn = {} if args.no_cnn else measure_cnn(args, Path(tmp))
+            lstm = {} if args.no_lstm else measure_lstm(args, Path(tmp))
             cpp = {} if args.no_cpp else measure_cpp(args, model, Path(tmp), port, sending_port)
             csharp = {} if args.no_csharp else measure_csharp(args, model, Path(tmp), port, sending_port)
         finally:
@@ -412,6 +527,7 @@ def run(args: argparse.Namespace) -> dict:
         "env_steps_sent_during_timing": sent,
         "onnxruntime_version": ort.__version__,
         **cnn,
+        **lstm,
         **cpp,
         **csharp,
         **load,
@@ -457,24 +573,16 @@ def measure_csharp_cnn(args: argparse.Namespace, tmp: Path, port: int) -> dict:
     sdk_csharp with mcs and runs its bench program's CNN series under mono."""
     import onnxruntime as ort
 
-    build = subprocess.run(["bash", str(REPO_ROOT / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
-                           env={**os.environ, "TETHER_CSHARP_BUILD_DIR": str(CSHARP_BUILD)})
-    if build.returncode != 0:
-        sys.exit("act_latency.py: building sdk_csharp failed (bash sdk_csharp/scripts/build_and_test.sh --build-only); "
-                 "its last output:\n" + build.stdout[-4000:])
+    build_csharp()
     model = cnn_model(args.seed)
     model_file = tmp / "cnn_policy_csharp.onnx"
     model_file.write_bytes(model)
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    env = dict(os.environ)
-    ort_lib = REPO_ROOT / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"
-    env["LD_LIBRARY_PATH"] = f"{ort_lib}:{env.get('LD_LIBRARY_PATH', '')}"
     run_ = subprocess.run(["mono", "--optimize=all", str(CSHARP_PROGRAM),
                            "--cnn-model", str(model_file), "--cnn-port", str(port), "--cnn-calls", str(args.cnn_calls),
                            "--cnn-input-name", session.get_inputs()[0].name, "--cnn-output-name", session.get_outputs()[0].name,
                            "--seed", str(args.seed)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=env)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600, env=csharp_env())
     if run_.returncode != 0:
         raise RuntimeError(f"act_latency.exe (CNN) exited {run_.returncode}: {run_.stderr[-4000:]}")
     lines = [line for line in run_.stdout.strip().splitlines() if line.startswith("{")]
@@ -501,19 +609,37 @@ def measure_cpp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, se
 CSHARP_BUILD = REPO_ROOT / "sdk_csharp" / ".build"
 CSHARP_PROGRAM = CSHARP_BUILD / "act_latency.exe"
 
+_csharp_built = False
 
-def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:
-    """The C# SDK's figures: builds sdk_csharp with mcs and runs its bench program under mono."""
+
+def build_csharp() -> None:
+    """Builds sdk_csharp with mcs (into CSHARP_BUILD) if needed, once per run."""
+    global _csharp_built
+    if _csharp_built:
+        return
     build = subprocess.run(["bash", str(REPO_ROOT / "sdk_csharp" / "scripts" / "build_and_test.sh"), "--build-only"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
+                           env={**os.environ, "TETHER_CSHARP_BUILD_DIR": str(CSHARP_BUILD)})
     if build.returncode != 0:
         sys.exit("act_latency.py: building sdk_csharp failed (bash sdk_csharp/scripts/build_and_test.sh --build-only); "
                  "its last output:\n" + build.stdout[-4000:])
-    model_file = tmp / "policy_csharp.onnx"
-    model_file.write_bytes(model)
+    _csharp_built = True
+
+
+def csharp_env() -> dict[str, str]:
+    """The environment the C# bench program runs in: ONNX Runtime's C library on the loader's path."""
     env = dict(os.environ)
     ort_lib = REPO_ROOT / "sdk_cpp" / "third_party" / "onnxruntime" / "lib"
     env["LD_LIBRARY_PATH"] = f"{ort_lib}:{env.get('LD_LIBRARY_PATH', '')}"
+    return env
+
+
+def measure_csharp(args: argparse.Namespace, model: bytes, tmp: Path, port: int, sending_port: int) -> dict:
+    """The C# SDK's figures: builds sdk_csharp with mcs and runs its bench program under mono."""
+    build_csharp()
+    model_file = tmp / "policy_csharp.onnx"
+    model_file.write_bytes(model)
+    env = csharp_env()
     run_ = subprocess.run(["mono", "--optimize=all", str(CSHARP_PROGRAM), "--model", str(model_file), "--port", str(port),
                            "--sending-port", str(sending_port), "--alloc-calls", str(max(2 * args.calls, 2 * args.sending_batch)),
                            "--alloc-warmup", str(max(args.warmup, 5 * args.sending_batch)), "--calls", str(args.calls), "--warmup", str(args.warmup), "--blocks", str(args.blocks),

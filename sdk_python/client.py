@@ -238,11 +238,11 @@ class TetherClient(BaseClient):
             self._held_steps += 1
         return env_action
 
-    def _state_of(self, episode: EpisodeRecorder, policy: OnnxPolicy) -> np.ndarray:
+    def _state_of(self, episode: EpisodeRecorder, policy: OnnxPolicy) -> list[np.ndarray]:
         """The state the episode's next step starts from (§12.1): zeros at its first step; kept when a new
         model has a state of the same shape; zeros again, and its steps not sent yet let go (their states
         belong to another model), when the shape changed."""
-        if episode.state is None or episode.state.shape != policy.state_shape:
+        if not policy.fits(episode.state):
             if episode.state is not None and episode.training_enabled:
                 self._pending_steps -= episode.pending_steps
                 episode.drop_unsent()

@@ -59,15 +59,15 @@ class EpisodeRecorder:
         self.value_obs: list[Any] | None = None
         #: **[1.5]** A model with memory: the state the next step starts from (None: zeros, not
         #: made yet), and per recorded observation the state before it (a chunk's state_in).
-        self.state: np.ndarray | None = None
-        self.states: list[np.ndarray] = []
+        self.state: list[np.ndarray] | None = None
+        self.states: list[list[np.ndarray]] = []
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
     def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray,
-                    version: Any = None, state_before: np.ndarray | None = None) -> None:
+                    version: Any = None, state_before: list[np.ndarray] | None = None) -> None:
         """One step (single-agent path); ``state_before``: the state the model was fed with ``obs``."""
         self.length += 1
         if self.training_enabled:
@@ -81,7 +81,7 @@ class EpisodeRecorder:
             self.versions.append(version)
 
     def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None,
-                state_before: np.ndarray | None = None) -> None:
+                state_before: list[np.ndarray] | None = None) -> None:
         """Record an observation ahead of the action taken on it (multi-agent path)."""
         if self.training_enabled:
             self.obs.append(obs)
@@ -168,7 +168,7 @@ class EpisodeRecorder:
             record["value_obs"] = self.value_obs[: k + 1]
             del self.value_obs[:k]
         if state_inputs and self.states:
-            record["state_in"] = {name: self.states[0][i].tolist() for i, name in enumerate(state_inputs)}
+            record["state_in"] = {name: self.states[0][i].ravel().tolist() for i, name in enumerate(state_inputs)}
         del self.states[:k]
         stamps = self.versions[:k]
         known = [v for v in stamps if v is not None]

@@ -372,9 +372,10 @@ class MultiAgentClient(BaseClient):
             batch = np.stack([actor_obs[a] for a in actor_ids])
             if policy.state_shape is not None:  # (**[1.5]** each actor's state fed and advanced, §12.4)
                 recorders = [episode.actors[a].recorder for a in actor_ids]
-                dist_rows, states = policy.step(batch, np.stack([r.state for r in recorders]))
-                for recorder, state in zip(recorders, states):
-                    recorder.state = state
+                stacked = [np.concatenate([r.state[k] for r in recorders]) for k in range(len(recorders[0].state))]
+                dist_rows, after = policy.step(batch, stacked)
+                for i, recorder in enumerate(recorders):  # (row copies: each actor owns its state)
+                    recorder.state = [tensor[i:i + 1].copy() for tensor in after]
             else:
                 dist_rows = policy.dist_inputs(batch)
             for actor_id, dist in zip(actor_ids, dist_rows):
@@ -393,10 +394,10 @@ class MultiAgentClient(BaseClient):
         episode.t += 1
         return actions
 
-    def _state_of(self, recorder: EpisodeRecorder, policy: OnnxPolicy) -> np.ndarray:
+    def _state_of(self, recorder: EpisodeRecorder, policy: OnnxPolicy) -> list[np.ndarray]:
         """The state an actor's next step starts from (§12.4): zeros at its first step; zeros again,
         with its steps not sent yet let go, when its module's model has a state of another shape."""
-        if recorder.state is None or recorder.state.shape != policy.state_shape:
+        if not policy.fits(recorder.state):
             if recorder.state is not None and recorder.training_enabled:
                 recorder.drop_unsent()
                 self._recount_pending()

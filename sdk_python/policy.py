@@ -80,26 +80,34 @@ class OnnxPolicy:
         """Raw model output for one observation."""
         return self.session.run(self._output_names, self.feeds.feed(obs, 1))[0][0]
 
-    def initial_state(self) -> np.ndarray | None:
-        """The state of an agent that has not acted yet: zeros (None without memory)."""
-        return None if self.state_shape is None else np.zeros(self.state_shape, np.float32)
+    def initial_state(self, rows: int = 1) -> list[np.ndarray] | None:
+        """The state of actors that have not acted yet: zeros, one (rows, size) array per state
+        tensor (None without memory)."""
+        if self.state_shape is None:
+            return None
+        return [np.zeros((rows, self.state_shape[1]), np.float32) for _ in range(self.state_shape[0])]
 
-    def step(self, obs_batch: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A model with memory, for rows of observations and their states (rows, tensors, units):
-        (dist inputs, the states after the step)."""
-        return self._run(obs_batch, len(obs_batch), states)
+    def fits(self, state: list[np.ndarray] | None) -> bool:
+        """Whether ``state`` (one actor's) is a state of this model's shape."""
+        return state is not None and self.state_shape is not None and len(state) == self.state_shape[0] \
+            and state[0].shape[-1] == self.state_shape[1]
 
-    def step_one(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``step`` for one observation and its state (tensors, units)."""
-        dist, states = self._run(obs, 1, state[None])
-        return dist[0], states[0]
+    def step(self, obs_batch: np.ndarray, states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """A model with memory, for rows of observations and their states (one (rows, size) array per
+        state tensor): (dist inputs, the states after the step, in the same form)."""
+        return self._run(self.feeds.feed(obs_batch, len(obs_batch)), states)
 
-    def _run(self, obs: np.ndarray, rows: int, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        feeds = self.feeds.feed(obs, rows)
-        for k, spec in enumerate(self.recurrent_state):
-            feeds[spec.input] = np.ascontiguousarray(states[:, k], dtype=np.float32)
+    def step_one(self, obs: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``step`` for one observation and its state (arrays of one row): the state after it is new
+        arrays, so the one given stays as it was (a record may hold it)."""
+        dist, after = self._run(self.feeds.feed(obs, 1), state)
+        return dist[0], after
+
+    def _run(self, feeds: dict[str, np.ndarray], states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        for spec, value in zip(self.recurrent_state, states):
+            feeds[spec.input] = value
         out = self.session.run(self._output_names, feeds)
-        return out[0], np.stack(out[1:], axis=1)
+        return out[0], out[1:]
 
     def sample(self, obs: np.ndarray, rng: random.Random | None = None) -> tuple[Any, float, np.ndarray]:
         """Sample one action for one observation: (action, logp, dist_inputs).

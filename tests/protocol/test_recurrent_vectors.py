@@ -75,7 +75,7 @@ def test_carry(case: dict) -> None:
     for t, obs in enumerate(observations[:-1]):
         dist, after = policy.step_one(obs, state)
         np.testing.assert_allclose(dist, case["dist_inputs"][t], atol=case["tolerance"])
-        np.testing.assert_allclose(after, case["state_after"][t], atol=case["tolerance"])
+        np.testing.assert_allclose(np.concatenate(after), case["state_after"][t], atol=case["tolerance"])
         recorder.record_step(obs, 0, -0.5, dist, None, state)
         recorder.state = state = after
         if t + 1 == case["cut_after"]:  # the observation after the cut's last step closes the first record

@@ -117,15 +117,16 @@ def test_greedy_evaluation_remembers_per_episode_id() -> None:
         client = TetherClient("127.0.0.1", server.port, seed=1)
         for o in obs:
             client.compute_action(o, "eval-1")
-        np.testing.assert_allclose(client._evaluation.state, before[6], atol=1e-6)
+        np.testing.assert_allclose(np.concatenate(client._evaluation.state), before[6], atol=1e-6)
         client.compute_action(obs[3], "eval-2")  # a new id starts from zeros
-        np.testing.assert_allclose(client._evaluation.state, run_model([obs[3], obs[0]])[1][1], atol=1e-6)
+        np.testing.assert_allclose(np.concatenate(client._evaluation.state), run_model([obs[3], obs[0]])[1][1],
+                                   atol=1e-6)
         # A running episode's state is advanced by compute_action as by get_action.
         eid = client.start_episode(training_enabled=False)
         for o in obs[:3]:
             client.compute_action(o, eid)
         client.get_action(eid, obs[3])
-        np.testing.assert_allclose(client._episodes[eid].state, before[4], atol=1e-6)
+        np.testing.assert_allclose(np.concatenate(client._episodes[eid].state), before[4], atol=1e-6)
         client.close()
 
 
