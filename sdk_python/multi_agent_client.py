@@ -290,13 +290,10 @@ class MultiAgentClient(BaseClient):
             spec = self.modules.get(actor.module_id) if actor is not None else None
             if spec is None:
                 continue  # (an actor that never acted, or whose module the server no longer describes)
-            if not is_composite(spec.observation_space) and isinstance(value, np.ndarray):
-                check_byte_values(value, spec.observation_space, f"observation of {actor_id!r}")  # (finals too)
-                continue
-            row = observation_row(value, spec.observation_space, None if final else spec.action_mask,
-                                  f"observation of {actor_id!r}").reshape(-1)
-            actor_obs[actor_id] = row
-            (episode.latest_obs if final else episode.frame_obs)[actor_id] = row
+            row = _checked_row(actor_id, value, spec, final)
+            if row is not value:
+                actor_obs[actor_id] = row
+                (episode.latest_obs if final else episode.frame_obs)[actor_id] = row
 
     def _value_obs(self, episode: _Episode, spec: ModuleSpec) -> np.ndarray | None:
         if not spec.value_obs_agents:
@@ -347,7 +344,6 @@ class MultiAgentClient(BaseClient):
                 raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH,
                                         f"{actor_id!r}: the observation has {obs.size} values, module "
                                         f"{spec.module_id!r} needs {spec.obs_dim}")
-            check_byte_values(obs, spec.observation_space, f"observation of {actor_id!r}")
             group = self.groups.get(actor_id)
             values = int(np.prod(spec.action_space.shape)) if spec.action_space.shape else 1
             if group is not None and values % len(group.members):  # (as the C++ and C# clients refuse it)
@@ -554,13 +550,7 @@ class MultiAgentClient(BaseClient):
         out: dict[str, Any] = {}
         rows: dict[str, np.ndarray] = {}
         for actor_id, obs in actor_obs.items():  # (all checked, as get_action checks them, before any acts)
-            spec = self.modules[modules[actor_id]]
-            what = f"observation of {actor_id!r}"
-            if is_composite(spec.observation_space):
-                rows[actor_id] = observation_row(obs, spec.observation_space, spec.action_mask, what).reshape(-1)
-            else:
-                check_byte_values(obs, spec.observation_space, what)
-                rows[actor_id] = obs
+            rows[actor_id] = _checked_row(actor_id, obs, self.modules[modules[actor_id]], final=False)
         for actor_id, obs in rows.items():
             policy = self.policies.get(modules[actor_id])
             if policy is None:
@@ -581,6 +571,17 @@ class MultiAgentClient(BaseClient):
         if self._evaluation_episode != episode_id:
             self._evaluation_episode, self._evaluation_actors = episode_id, {}
         return self._evaluation_actors.setdefault(actor_id, EpisodeRecorder(episode_id, False))
+
+
+def _checked_row(actor_id: str, value: Any, spec: ModuleSpec, final: bool) -> Any:
+    """An actor's observation as its module's flat row, checked: a flat array's byte values (it is
+    returned as it is), or **[1.4]** a Dict or Tuple observation's leaves and, unless ``final``, its
+    action mask (§8.6, §11.6)."""
+    what = f"observation of {actor_id!r}"
+    if not is_composite(spec.observation_space) and isinstance(value, np.ndarray):
+        check_byte_values(value, spec.observation_space, what)
+        return value
+    return observation_row(value, spec.observation_space, None if final else spec.action_mask, what).reshape(-1)
 
 
 _MAX_REMEMBERED_MAPPINGS = 65536
