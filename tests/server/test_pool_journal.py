@@ -42,6 +42,22 @@ def test_records_round_trip_and_a_torn_or_corrupt_record_ends_the_replay() -> No
     assert decode_entries(bytes(corrupt)) == ([], 0)
 
 
+def test_a_recurrent_chunks_state_and_prefix_round_trip() -> None:
+    """**[1.5]** A chunk of a module with memory keeps its recorded state, and a part the pool cut keeps
+    the observations its state is advanced over (sample_pool.split_chunk): both are journaled."""
+    from tether.server.sample_pool import split_chunk
+
+    whole = item(0, steps=5).chunk
+    whole.state_in = np.arange(6, dtype=np.float32).reshape(2, 3)
+    head, tail = split_chunk(whole, 2)
+    entry = JournalEntry(None, [Pooled("default_policy", head, 4), Pooled("default_policy", tail, 4)], 5, 5)
+    back = decode_entries(encode_entry(entry))[0][0].items
+    for before, after in zip((head, tail), back):
+        np.testing.assert_array_equal(after.chunk.state_in, whole.state_in)
+    assert back[0].chunk.state_prefix is None
+    np.testing.assert_array_equal(back[1].chunk.state_prefix, whole.obs[:2])
+
+
 def test_generations_older_than_a_checkpoints_are_not_replayed(tmp_path) -> None:
     async def write() -> None:
         journal = PoolJournal(tmp_path, 0)
