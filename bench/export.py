@@ -8,7 +8,9 @@ base64(gzip(model)), made once per version. Networks, with the action space Disc
 
 * ``mlp``: the default, hidden_sizes 64,64, on an 8-value observation;
 * ``cnn``: Nature-CNN on an 84x84x4 uint8 image (hidden_sizes empty: CleanRL's Atari agent);
-* ``user``: examples/custom_model.py's ResidualMlp (width 128, two blocks) on a 64-value observation.
+* ``user``: examples/custom_model.py's ResidualMlp (width 128, two blocks) on a 64-value observation;
+* ``lstm``: the default heads after an LSTM of 64 units (the model then takes and returns its state) on a
+  16-value observation.
 
 Each figure is the median of ``--exports`` exports, each after the weights changed (an optimizer step's
 worth of noise), in one process. Prints one JSON object, e.g.::
@@ -40,6 +42,7 @@ NETWORKS = {
     "mlp": (8, PPOHyperparams(model=None, hidden_sizes=(64, 64))),
     "cnn": ((84, 84, 4), PPOHyperparams(model={"encoder": "cnn", "image_shape": [84, 84, 4]}, hidden_sizes=())),
     "user": (64, PPOHyperparams(model={"class": "custom_model:ResidualMlp", "options": {"width": 128}})),
+    "lstm": (16, PPOHyperparams(model={"recurrent": {"type": "lstm", "size": 64}}, hidden_sizes=(64, 64))),
 }
 
 
