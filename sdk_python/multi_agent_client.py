@@ -169,7 +169,7 @@ class MultiAgentClient(BaseClient):
                                                  and same_space(old.action_space, new.action_space)
                                                  and old.recurrent_state == new.recurrent_state)
             if new is None or spaces_changed or new.value_obs_agents != old.value_obs_agents:
-                self._drop_unsent_steps_of(module_id)
+                self._drop_unsent_steps_of(module_id, reset_states=spaces_changed)
             if spaces_changed:
                 self.policies.pop(module_id, None)
                 self.weights_seq_nos.pop(module_id, None)
@@ -181,15 +181,17 @@ class MultiAgentClient(BaseClient):
         self.groups = {g: GroupSpec.from_json(g, spec) for g, spec in (config.get("groups") or {}).items()}
         self._group_of = {member: g.group_id for g in self.groups.values() for member in g.members}
 
-    def _drop_unsent_steps_of(self, module_id: str) -> None:
+    def _drop_unsent_steps_of(self, module_id: str, reset_states: bool) -> None:
         """The steps of the module's actors not cut yet are let go (their episodes go on, each
         actor's next chunk starting from its next observation, with the same start_step);
-        actors that left with steps not cut yet leave nothing to send."""
+        actors that left with steps not cut yet leave nothing to send. ``reset_states``: **[1.5]**
+        their recurrent states start again from zeros (another model, §12.4); else they are kept."""
         for episode in self._episodes.values():
             for actor in episode.actors.values():
                 if actor.module_id == module_id:
                     actor.recorder.drop_unsent()
-                    actor.recorder.state = None  # (a state of that module's model: the next step starts from zeros)
+                    if reset_states:
+                        actor.recorder.state = None
             episode.finished = [actor for actor in episode.finished if actor.module_id != module_id]
         self._recount_pending()
 
