@@ -4,6 +4,7 @@
 //   mono act_latency.exe --model policy.onnx --port P --sending-port P [--calls N] [--warmup N] [--blocks N]
 //                        [--batch-calls N] [--frame-interval-us N] [--sustained-frame-interval-us N] [--seed N]
 //   mono act_latency.exe --cnn-model cnn.onnx --cnn-port P [--cnn-calls N] [--seed N]
+//   mono act_latency.exe --lstm-model lstm.onnx --lstm-port P [--lstm-calls N] [--seed N]
 //
 // * ort_csharp_us_p50 / _p99: OnnxRuntimeBackend.Run on one observation: the
 //   P/Invoke into ONNX Runtime's C API (a run through a binding made once) and
@@ -47,7 +48,14 @@
 //   the model; alternating in blocks of 10, the episode's steps sent between blocks (Flush,
 //   untimed), as in a long run. sdk_csharp_cnn_ratio: sdk / ort at p50;
 //   sdk_csharp_cnn_allocated_bytes_per_call: what the timed GetAction calls allocated.
-// Prints one JSON object on stdout (two without --cnn-model: the multi-agent and the single-agent figures).
+// * With --lstm-model FILE --lstm-port P [--lstm-calls N] [--lstm-input-name NAME] (and no --model):
+//   memory (protocol 1.5): ort_csharp_lstm_us_p50 / _p99: OnnxRuntimeBackend.Run on one observation
+//   with the recurrent state fed back (every input and output, state tensors included, bound once)
+//   against sdk_csharp_lstm_us_p50 / _p99: TetherClient.GetAction against the server on P that serves
+//   that model (the client carries the episode's state), in blocks of 10 as for the CNN;
+//   sdk_csharp_lstm_ratio: sdk / ort at p50; sdk_csharp_lstm_allocated_bytes_per_call.
+// Prints one JSON object on stdout (two without --cnn-model or --lstm-model: the multi-agent and the
+// single-agent figures).
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
@@ -250,10 +258,86 @@ namespace Tether.Bench
             }
         }
 
+        // Memory (protocol 1.5): --lstm-calls bare OnnxRuntimeBackend.Run calls with the recurrent state fed
+        // back (the state tensors bound once with the rest) against as many TetherClient.GetAction calls
+        // against the server on `port`, which serves the model and announces its recurrent_state; the same
+        // observations, in alternating blocks of 10 after 5000 warm-up calls of each (alike), the episode's steps sent
+        // every 500 calls (Flush, untimed), so that each step is recorded, its state included. One JSON object.
+        static string MeasureLstm(string modelFile, int port, int lstmCalls, ulong seed, string inputName, string outputName)
+        {
+            const int blockCalls = 10, observations = 64;
+            using (var bare = new OnnxRuntimeBackend())
+            using (TetherClient client = TetherClient.Connect(new ClientOptions { Port = port, Seed = seed, ClientName = "bench-act-latency-csharp-lstm" }))
+            {
+                Tether.Protocol.RecurrentState state = client.RecurrentState;
+                if (state == null) throw new InvalidOperationException("the LSTM server announces no recurrent_state");
+                int size = client.ObservationSpace.FlatDim, actions = client.ActionSpace.DistInputsSize;
+                BackendLoading.Load(bare, File.ReadAllBytes(modelFile), null, inputName, outputName, state);
+                var rng = new Rng(seed);
+                var pool = new float[observations][];
+                for (int i = 0; i < observations; ++i)
+                {
+                    pool[i] = new float[size];
+                    for (int j = 0; j < size; ++j) pool[i][j] = (float)((rng.NextU64() >> 11) * (2.0 / (1UL << 53)) - 1.0);
+                }
+                var output = new float[actions];
+                var carried = new float[state.Width];
+                var action = new double[client.ActionSpace.FlatDim];
+                string episode = client.StartEpisode();
+                var bareTicks = new List<long>(lstmCalls);
+                var sdkTicks = new List<long>(lstmCalls);
+                long allocated = 0;
+                int warmup = Math.Min(5000, lstmCalls), sinceFlush = 0;
+                for (int done = -warmup; done < lstmCalls; done += blockCalls)
+                {
+                    int n = Math.Min(blockCalls, lstmCalls - done);
+                    bool keep = done >= 0;
+                    for (int i = 0; i < n; ++i)
+                    {
+                        float[] obs = pool[(done + warmup + i) % observations];
+                        long t0 = Stopwatch.GetTimestamp();
+                        bare.Run(obs, 1, size, output, actions, carried, carried);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        if (keep) bareTicks.Add(t);
+                    }
+                    for (int i = 0; i < n; ++i)
+                    {
+                        float[] obs = pool[(done + warmup + i) % observations];
+                        long bytes = GC.GetAllocatedBytesForCurrentThread();
+                        long t0 = Stopwatch.GetTimestamp();
+                        client.GetAction(episode, obs, action);
+                        long t = Stopwatch.GetTimestamp() - t0;
+                        long spent = GC.GetAllocatedBytesForCurrentThread() - bytes;
+                        client.LogReturns(episode, 1.0);
+                        if (!keep) continue;
+                        sdkTicks.Add(t);
+                        allocated += spent;
+                    }
+                    // Every 500 calls the steps go (a batch cut, as in a long run); the warm-up's calls gave the
+                    // episode's arrays and the reused batches the capacity they need.
+                    sinceFlush += n;
+                    if (sinceFlush >= 500)
+                    {
+                        client.Flush(60);
+                        sinceFlush = 0;
+                    }
+                }
+                double bareP50 = Percentile(bareTicks, 50), sdkP50 = Percentile(sdkTicks, 50);
+                return string.Format(CultureInfo.InvariantCulture,
+                    "{{\"ort_csharp_lstm_us_p50\": {0}, \"ort_csharp_lstm_us_p99\": {1}, \"sdk_csharp_lstm_us_p50\": {2}, \"sdk_csharp_lstm_us_p99\": {3}, " +
+                    "\"sdk_csharp_lstm_ratio\": {4}, \"sdk_csharp_lstm_calls\": {5}, \"sdk_csharp_lstm_allocated_bytes_per_call\": {6}, \"sdk_csharp_lstm_env_steps_sent\": {7}, " +
+                    "\"sdk_csharp_lstm_state_width\": {8}}}",
+                    bareP50, Percentile(bareTicks, 99), sdkP50, Percentile(sdkTicks, 99), bareP50 > 0 ? Math.Round(sdkP50 / bareP50, 3) : 0.0,
+                    sdkTicks.Count, Math.Round((double)allocated / Math.Max(1, sdkTicks.Count), 3), client.EnvStepsSent, state.Width);
+            }
+        }
+
         static int Main(string[] argv)
         {
             string model = null, cnnModel = null, cnnInputName = "onnx::Gemm_0", cnnOutputName = "action_dist_inputs";
             int cnnPort = 0, cnnCalls = 300;
+            string lstmModel = null, lstmInputName = "onnx::Gemm_0", lstmOutputName = "action_dist_inputs";
+            int lstmPort = 0, lstmCalls = 20000;
             int port = 0, sendingPort = 0, calls = 20000, warmup = 2000, blocks = 10, allocWarmup = 20000, allocCalls = 100000, allocIntervalUs = 50, batchCalls = 2000, frameIntervalUs = 1000, sustainedIntervalUs = 0;
             ulong seed = 0;
             for (int i = 0; i + 1 < argv.Length; i += 2)
@@ -267,6 +351,11 @@ namespace Tether.Bench
                     case "--cnn-calls": cnnCalls = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
                     case "--cnn-input-name": cnnInputName = value; break;
                     case "--cnn-output-name": cnnOutputName = value; break;
+                    case "--lstm-model": lstmModel = value; break;
+                    case "--lstm-port": lstmPort = int.Parse(value, CultureInfo.InvariantCulture); break;
+                    case "--lstm-calls": lstmCalls = Math.Max(1, int.Parse(value, CultureInfo.InvariantCulture)); break;
+                    case "--lstm-input-name": lstmInputName = value; break;
+                    case "--lstm-output-name": lstmOutputName = value; break;
                     case "--port": port = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--sending-port": sendingPort = int.Parse(value, CultureInfo.InvariantCulture); break;
                     case "--alloc-warmup": allocWarmup = int.Parse(value, CultureInfo.InvariantCulture); break;
@@ -283,6 +372,16 @@ namespace Tether.Bench
                         Console.Error.WriteLine("act_latency: unknown flag " + argv[i]);
                         return 2;
                 }
+            }
+            if (lstmModel != null && model == null)
+            {
+                if (lstmPort == 0)
+                {
+                    Console.Error.WriteLine("act_latency: --lstm-model needs --lstm-port");
+                    return 2;
+                }
+                Console.WriteLine(MeasureLstm(lstmModel, lstmPort, lstmCalls, seed, lstmInputName, lstmOutputName));
+                return 0;
             }
             if (cnnModel != null && model == null)
             {

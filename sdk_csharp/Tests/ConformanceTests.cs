@@ -19,6 +19,7 @@ namespace Tether.Tests
             "framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json", "session.json", "client_pairing.json",
             "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json", "tensors.json",
             "composite.json",  // (CompositeTests)
+            "recurrent.json",  // (RecurrentTests: its "module" and "carry" cases; "episode" is a server's)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.

@@ -58,8 +58,11 @@ namespace Tether.Client
             public int SeqConnection;  // the connection Seq was learned on
             public bool Gone;          // the last SET_CONFIG does not describe it (its actors keep it, without a model)
             public int ObsDim, ActDim, DistDim, ValueDim;
+            public int StateDim;  // protocol 1.5: its recurrent state's width (0: a model without memory)
             // Frame scratch: the rows of the actors acting with this module now.
             public float[] BatchObs = new float[0];
+            public float[] StateIn = new float[0];   // (1.5) the acting actors' states, stacked row by row
+            public float[] StateOut = new float[0];  // ... and the states the model returned
             public float[] Dist = new float[0];
             public double[] RecordActions = new double[0];
             public double[] EnvActions = new double[0];
@@ -84,13 +87,16 @@ namespace Tether.Client
                 ActDim = spec.ActionSpace.FlatDim;
                 DistDim = spec.ActionSpace.DistInputsSize;
                 ValueDim = spec.ValueObsDim;
+                StateDim = spec.RecurrentState == null ? 0 : spec.RecurrentState.Width;
             }
 
             public void EnsureRows(int rows)
             {
-                if (BatchObs.Length >= rows * ObsDim && Logp.Length >= rows) return;
+                if (BatchObs.Length >= rows * ObsDim && Logp.Length >= rows && StateIn.Length >= rows * StateDim) return;
                 int capacity = Math.Max(rows, 2 * Logp.Length);
                 BatchObs = new float[capacity * ObsDim];
+                StateIn = new float[capacity * StateDim];
+                StateOut = new float[capacity * StateDim];
                 Dist = new float[capacity * DistDim];
                 RecordActions = new double[capacity * ActDim];
                 EnvActions = new double[capacity * ActDim];
@@ -117,9 +123,22 @@ namespace Tether.Client
             public int Slot;  // its slot in the episode's ActorBySlot (when ActorBySlot[Slot] is this actor)
             public double RewardSum;
             public bool Rewarded, Terminated, Truncated;
+            // Protocol 1.5, a module with memory (§12.4): the state its next step starts from (zeros while StateFresh).
+            public float[] State = new float[0];
+            public bool StateFresh = true;
+
+            // The state the next step starts from, of `width` values: zeros at the actor's first step.
+            public float[] StateOf(int width)
+            {
+                if (State.Length != width) State = new float[width];  // (a new actor object, or a state of another size)
+                else if (StateFresh) Array.Clear(State, 0, width);
+                StateFresh = false;
+                return State;
+            }
 
             public void Reset(string id, Module module, bool isGroup, long startStep, bool training)
             {
+                StateFresh = true;  // (a reused actor's memory is let go)
                 Id = id;
                 Module = module;
                 IsGroup = isGroup;
@@ -285,6 +304,9 @@ namespace Tether.Client
         readonly Dictionary<string, Module> mappedByRule = new Dictionary<string, Module>();
         readonly Dictionary<string, Module> evaluationMapped = new Dictionary<string, Module>();  // ComputeActions' MAP_AGENTS answers
         string evaluationMappingEpisode;
+        // ComputeActions' evaluation episode (1.5): each actor's state, for one evaluation episode id at a time.
+        readonly Dictionary<string, Actor> evaluationActors = new Dictionary<string, Actor>();
+        string evaluationStateEpisode;
         JObject serverConfig;
         bool rawBoxSamples = true;
         bool announcesVersion;
@@ -373,6 +395,20 @@ namespace Tether.Client
         {
             Module module;
             return moduleId != null && modules.TryGetValue(moduleId, out module) ? module.Seq : null;
+        }
+
+        // The state an actor (agent or group) starts its next step from, of the running episode `episodeId`,
+        // or else of the evaluation episode of that id: a copy (zeros before its first step); null when there
+        // is no such actor or its module has no memory (tests).
+        internal float[] StateOf(string episodeId, string actorId)
+        {
+            Episode episode;
+            Actor actor = null;
+            if (episodeId != null && episodes.TryGetValue(episodeId, out episode)) episode.Actors.TryGetValue(actorId, out actor);
+            if (actor == null && evaluationStateEpisode == episodeId) evaluationActors.TryGetValue(actorId, out actor);
+            if (actor == null || actor.Module.StateDim == 0) return null;
+            int width = actor.Module.StateDim;
+            return actor.StateFresh || actor.State.Length != width ? new float[width] : (float[])actor.State.Clone();
         }
 
         // ---- episodes --------------------------------------------------------------------------
@@ -491,6 +527,7 @@ namespace Tether.Client
                 episode.SlotModule = slotModule;
                 episode.RewardCursor = 0;
                 FillBatches(frame);
+                FillStates();
                 // Without groups and critics the latest observations are kept as the frame is recorded;
                 // else first (a critic row needs every agent's). Either way before an error leaves.
                 bool simple = groups.Count == 0 && criticAgents.Count == 0;
@@ -503,6 +540,7 @@ namespace Tether.Client
                         Distributions.SampleRows(module.Spec.ActionSpace, module.Dist, module.Rows, rng, rawBoxSamples, module.RecordActions, module.EnvActions, module.Logp);
                         module.FrameBase = -1;
                     }
+                    CommitStates();  // (every actor's state advances, recorded or not)
                 }
                 catch
                 {
@@ -623,6 +661,13 @@ namespace Tether.Client
             module.EnsureRows(n);
             float[] frameObs = frame.ObsValues;
             episode.RewardCursor = 0;
+            int width = module.StateDim;
+            if (width > 0)
+            {
+                // (1.5) the actors' states stacked in slot order, as the rows
+                float[] states = module.StateIn;
+                for (int i = 0; i < n; ++i) Array.Copy(bySlot[i].StateOf(width), 0, states, i * width, width);
+            }
             try
             {
                 RunModule(module, frameObs);  // (the frame's observations are the batch)
@@ -638,6 +683,11 @@ namespace Tether.Client
                     }
                 }
                 throw;
+            }
+            if (width > 0)
+            {
+                float[] states = module.StateOut;
+                for (int i = 0; i < n; ++i) Array.Copy(states, i * width, bySlot[i].State, 0, width);
             }
             // The actions are drawn straight into the frame and, in a training episode, the recorded
             // ones into the module's table, rows first.. of this frame.
@@ -658,6 +708,7 @@ namespace Tether.Client
             Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, table.Actions, first * actDim, frame.ActionValues, 0, table.Logp, first);
             Array.Copy(frameObs, 0, table.Obs, first * obsDim, n * obsDim);
             Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
+            if (width > 0) Array.Copy(module.StateIn, 0, table.State, first * width, n * width);
             Array.Clear(table.Rewards, first, n);
             table.NoteVersion(first, module.Seq ?? -1, module.SeqConnection);
             table.Rows = first + n;
@@ -706,6 +757,11 @@ namespace Tether.Client
         /// <paramref name="frame"/>; records nothing. Maps with the rules (or
         /// MAP_AGENTS with <paramref name="episodeId"/>, "eval" when null, asked
         /// once per agent: the answers are kept until another id is evaluated).
+        /// A module with memory (protocol 1.5, §12.4) remembers per episode:
+        /// <paramref name="episodeId"/> names a running episode (whose actors' states this
+        /// call advances, as GetActions does) or an evaluation episode of the caller's (each
+        /// actor's state starts from zeros at its first call; one evaluation episode is
+        /// remembered at a time, so give each its own id).
         /// </summary>
         public void ComputeActions(AgentFrame frame, string episodeId = null)
         {
@@ -713,7 +769,10 @@ namespace Tether.Client
             if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "ComputeActions: the frame is null");
             Gather(null, frame, episodeId ?? "eval", false);
             FillBatches(frame);
+            EvaluationHolders(episodeId ?? "eval");
+            FillStates();
             RunModules();
+            CommitStates();
             LayOutActions(frame);
             for (int s = 0; s < slotCount; ++s)
             {
@@ -1231,7 +1290,20 @@ namespace Tether.Client
             if (module.Backend == null) throw new TetherException(ErrorCode.NotReady, "module '" + module.Id + "' has no model yet (the server sent none)");
             try
             {
-                module.Backend.Run(obs, module.Rows, module.ObsDim, module.Dist, module.DistDim);
+                if (module.StateDim > 0)
+                {
+                    // (1.5) the actors' states fed and the states after the step read, by name (§12.1)
+                    var recurrent = module.Backend as IRecurrentInferenceBackend;
+                    if (recurrent == null || recurrent.State == null || recurrent.State.Width != module.StateDim)
+                    {
+                        throw new TetherException(ErrorCode.NotReady, "the model has no recurrent state of width " + module.StateDim + " bound");
+                    }
+                    recurrent.Run(obs, module.Rows, module.ObsDim, module.Dist, module.DistDim, module.StateIn, module.StateOut);
+                }
+                else
+                {
+                    module.Backend.Run(obs, module.Rows, module.ObsDim, module.Dist, module.DistDim);
+                }
                 Distributions.CheckFinite(module.Dist, module.Rows * module.DistDim);
             }
             catch (TetherException e)
@@ -1239,6 +1311,60 @@ namespace Tether.Client
                 throw new TetherException(e.Code, "module '" + module.Id + "': " + e.Detail, e);
             }
             ++InferenceRuns;
+        }
+
+        // (1.5, §12.4) Each slot's actor's state into its module's rows (a module with memory).
+        void FillStates()
+        {
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                int width = slot.Module.StateDim;
+                if (width > 0) Array.Copy(slot.Actor.StateOf(width), 0, slot.Module.StateIn, slot.Row * width, width);
+            }
+        }
+
+        // ... and the states the model returned back to the actors, once the frame acted.
+        void CommitStates()
+        {
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                int width = slot.Module.StateDim;
+                if (width > 0) Array.Copy(slot.Module.StateOut, slot.Row * width, slot.Actor.State, 0, width);
+            }
+        }
+
+        // ComputeActions' state keepers (1.5, §12.4): for each slot of a module with memory, the actor of the
+        // running episode `episodeId` (of the same module), or else the evaluation episode's own actor.
+        void EvaluationHolders(string episodeId)
+        {
+            if (evaluationStateEpisode != episodeId) ForgetEvaluationStates();
+            evaluationStateEpisode = episodeId;
+            Episode running;
+            if (!episodes.TryGetValue(episodeId, out running) || running.Done) running = null;
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Module.StateDim == 0) continue;
+                Actor holder = null;
+                if (running != null && (!running.Actors.TryGetValue(slot.ActorId, out holder) || holder.Module != slot.Module)) holder = null;
+                if (holder == null && (!evaluationActors.TryGetValue(slot.ActorId, out holder) || holder.Module != slot.Module))
+                {
+                    if (holder != null) spareActors.Push(holder);
+                    holder = spareActors.Count > 0 ? spareActors.Pop() : new Actor();
+                    holder.Reset(slot.ActorId, slot.Module, slot.Group >= 0, 0, false);
+                    evaluationActors[slot.ActorId] = holder;
+                }
+                slot.Actor = holder;
+            }
+        }
+
+        void ForgetEvaluationStates()
+        {
+            foreach (Actor actor in evaluationActors.Values) spareActors.Push(actor);
+            evaluationActors.Clear();
+            evaluationStateEpisode = null;
         }
 
         void LayOutActions(AgentFrame frame)
@@ -1291,9 +1417,10 @@ namespace Tether.Client
         {
             StepTable table = module.Table;
             if (table == null) table = module.Table = NewTable(module, 0);
-            else if (table.ObsDim != module.ObsDim || table.ValueDim != module.ValueDim || table.ActDim != module.ActDim || table.DistDim != module.DistDim)
+            else if (table.ObsDim != module.ObsDim || table.ValueDim != module.ValueDim || table.ActDim != module.ActDim || table.DistDim != module.DistDim ||
+                     table.StateDim != module.StateDim)
             {
-                table.Reset(module.ObsDim, module.ValueDim, module.ActDim, module.DistDim);
+                table.Reset(module.ObsDim, module.ValueDim, module.ActDim, module.DistDim, module.StateDim);
             }
             return table;
         }
@@ -1301,7 +1428,7 @@ namespace Tether.Client
         StepTable NewTable(Module module, int rows)
         {
             StepTable table = spareTables.Count > 0 ? spareTables.Pop() : new StepTable();
-            table.Reset(module.ObsDim, module.ValueDim, module.ActDim, module.DistDim);
+            table.Reset(module.ObsDim, module.ValueDim, module.ActDim, module.DistDim, module.StateDim);
             table.Reserve(rows);
             return table;
         }
@@ -1317,6 +1444,7 @@ namespace Tether.Client
             Array.Copy(module.RecordActions, 0, table.Actions, first * module.ActDim, n * module.ActDim);
             Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
             Array.Copy(module.Logp, 0, table.Logp, first, n);
+            if (module.StateDim > 0) Array.Copy(module.StateIn, 0, table.State, first * module.StateDim, n * module.StateDim);  // (each row's state_in, 1.5)
             Array.Clear(table.Rewards, first, n);
             table.NoteVersion(first, module.Seq ?? -1, module.SeqConnection);
             table.Rows = first + n;
@@ -1849,8 +1977,10 @@ namespace Tether.Client
                 }
                 else
                 {
+                    // (1.5, §12.4: a model with another recurrent state cannot continue the states kept)
                     bool spacesChanged = module.Gone || !SameSpace(module.Spec.ObservationSpace, spec.Value.ObservationSpace) ||
-                                         !SameSpace(module.Spec.ActionSpace, spec.Value.ActionSpace);
+                                         !SameSpace(module.Spec.ActionSpace, spec.Value.ActionSpace) ||
+                                         !RecurrentState.Same(module.Spec.RecurrentState, spec.Value.RecurrentState);
                     if (spacesChanged || !SameAgents(module.Spec.ValueObsAgents, spec.Value.ValueObsAgents)) DropStepsOf(module);
                     if (spacesChanged) ResetModel(module);
                 }
@@ -1937,11 +2067,21 @@ namespace Tether.Client
             RecountPending();
         }
 
+        // The module's model is let go (other spaces or recurrent state, or the module is gone): so are its
+        // actors' states (1.5, §12.4), which start again from zeros.
         void ResetModel(Module module)
         {
             link.Retire(module.Backend);
             module.Backend = null;
             module.Seq = null;
+            foreach (Episode episode in episodes.Values)
+            {
+                foreach (Actor actor in episode.Actors.Values)
+                {
+                    if (actor.Module == module) actor.StateFresh = true;
+                }
+            }
+            ForgetEvaluationStates();
         }
 
         // Whether steps recorded under space a fit space b: the same kind, shape and bounds (of a Box's

@@ -809,8 +809,9 @@ namespace Tether.Client
                 IInferenceBackend backend = options.BackendFactory();
                 try
                 {
+                    // (1.5: a model with memory gets its state inputs and outputs bound, §12.1)
                     BackendLoading.Load(backend, model, setConfig["observation_space"] == null ? null : Space.FromJson(setConfig["observation_space"]), FirstName(setConfig["onnx_input_names"], "obs"),
-                                        FirstName(setConfig["onnx_output_names"], "action_dist_inputs"));
+                                        FirstName(setConfig["onnx_output_names"], "action_dist_inputs"), RecurrentState.FromJson(setConfig["recurrent_state"]));
                 }
                 catch
                 {
@@ -845,7 +846,8 @@ namespace Tether.Client
                     prepared.ModuleBackends[model.Name] = backend;
                     try
                     {
-                        BackendLoading.Load(backend, OnnxCodec.Decode((string)file), module.ObservationSpace, module.OnnxInputName, module.OnnxOutputName);
+                        BackendLoading.Load(backend, OnnxCodec.Decode((string)file), module.ObservationSpace, module.OnnxInputName, module.OnnxOutputName,
+                                            module.RecurrentState);
                     }
                     catch (TetherException e)
                     {

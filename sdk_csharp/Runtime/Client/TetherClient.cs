@@ -109,6 +109,11 @@ namespace Tether.Client
             public readonly List<float> Dist = new List<float>();
             public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
             public readonly List<int> Connections = new List<int>(); // per action: the connection that version was learned on
+            // Protocol 1.5, a model with memory (§12.4): the state the next step starts from (zeros while
+            // StateFresh), and per action row the state its observation was fed with (a chunk's state_in).
+            public float[] State = new float[0];
+            public bool StateFresh = true;
+            public readonly List<float> States = new List<float>();
             public int ObsRows;
             public int ActionRows;
             public double Return;
@@ -126,16 +131,26 @@ namespace Tether.Client
             // chunk starting from the next observation (a new connection's server has other spaces).
             public void DropSteps()
             {
-                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear(); States.Clear();
                 ObsRows = ActionRows = 0;
             }
 
+            // The state the next step starts from, of `width` values: zeros at the actor's first step (§12.4).
+            public float[] StateOf(int width)
+            {
+                if (State.Length != width) State = new float[width];  // (only when a reconnect changed the state's size)
+                else if (StateFresh) Array.Clear(State, 0, width);
+                StateFresh = false;
+                return State;
+            }
+
+            // The state is carried from a new episode's first step (a reused Episode's memory is let go).
             public void Reset(string id, bool training, bool heldBack = false)
             {
                 Id = id;
                 Training = training;
                 HeldBack = heldBack;
-                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear();
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear(); States.Clear();
                 ObsRows = ActionRows = 0;
                 Return = 0;
                 Done = Truncated = false;
@@ -160,6 +175,8 @@ namespace Tether.Client
         double[] record = new double[0];
         double[] logp = new double[1];
         long envStepsSent;
+        float[] nextState = new float[0];  // a model with memory: the state after the step being taken, until it is committed
+        Episode evaluation;                // ComputeAction's evaluation episode (its state), one at a time
 
         /// <summary>What the server's agents observe (from SET_CONFIG).</summary>
         public Space ObservationSpace { get; private set; }
@@ -174,6 +191,14 @@ namespace Tether.Client
         /// (ACTION_MASK_EMPTY); a final observation's mask is not checked.
         /// </summary>
         public ActionMask ActionMask { get; private set; }
+
+        /// <summary>
+        /// The model's recurrent state (protocol 1.5, SET_CONFIG's recurrent_state, §7.4, §12.1), or null for a
+        /// model without memory. The client carries it (§12.4): one state per episode, zeros at its first
+        /// step, fed with each observation and replaced by the state the model returns, recorded with each
+        /// record as state_in. The game does nothing for it.
+        /// </summary>
+        public RecurrentState RecurrentState { get; private set; }
 
         /// <summary>The version of the model acting now (null before the server sent one).</summary>
         public long? WeightsSeqNo { get { return weightsSeqNo; } }
@@ -210,6 +235,7 @@ namespace Tether.Client
             bool recorded = trainingEnabled && Records();
             Episode episode = spare.Count > 0 ? spare.Pop() : new Episode();
             episode.Reset(episodeId, recorded, trainingEnabled && !recorded);
+            episode.StateFresh = true;
             episodes.Add(episodeId, episode);
             return episodeId;
         }
@@ -237,6 +263,17 @@ namespace Tether.Client
         public void GetAction(string episodeId, byte[] observation, double[] action)
         {
             Act(episodeId, null, observation, action);
+        }
+
+        // The state episode `episodeId` (a running one, or else the evaluation episode) starts its next step
+        // from: a copy (zeros before its first step); null when there is no such episode or no memory (tests).
+        internal float[] StateOf(string episodeId)
+        {
+            Episode holder;
+            if (RecurrentState == null) return null;
+            if (!episodes.TryGetValue(episodeId, out holder)) holder = evaluation != null && evaluation.Id == episodeId ? evaluation : null;
+            if (holder == null) return null;
+            return holder.StateFresh || holder.State.Length != RecurrentState.Width ? new float[RecurrentState.Width] : (float[])holder.State.Clone();
         }
 
         // A NaN or an infinity, a byte box's (or byte leaf's) value that is not an integer 0-255, and
@@ -284,8 +321,20 @@ namespace Tether.Client
         }
 
         // The model's dist inputs for one observation: bytes go as they are to a backend that takes them.
-        void Infer(float[] values, byte[] bytes, int obsDim, int distDim)
+        // A model with memory (1.5) is fed `holder`'s state; the state after the step waits in nextState
+        // until CommitState (a call that fails after the run leaves the state as it was).
+        void Infer(float[] values, byte[] bytes, int obsDim, int distDim, Episode holder)
         {
+            var recurrent = RecurrentState == null ? null : backend as IRecurrentInferenceBackend;
+            if (recurrent != null && recurrent.State != null)
+            {
+                int width = recurrent.State.Width;
+                float[] state = holder.StateOf(width);
+                if (nextState.Length != width) nextState = new float[width];
+                if (bytes != null && backend is IByteInferenceBackend) recurrent.Run(bytes, 1, obsDim, dist, distDim, state, nextState);
+                else recurrent.Run(bytes == null ? values : ByteValues(bytes, obsDim), 1, obsDim, dist, distDim, state, nextState);
+                return;
+            }
             if (bytes == null)
             {
                 backend.Run(values, 1, obsDim, dist, distDim);
@@ -297,9 +346,31 @@ namespace Tether.Client
                 byteBackend.Run(bytes, 1, obsDim, dist, distDim);
                 return;
             }
+            backend.Run(ByteValues(bytes, obsDim), 1, obsDim, dist, distDim);
+        }
+
+        // A byte observation's values as floats, for a backend that takes only floats.
+        float[] ByteValues(byte[] bytes, int obsDim)
+        {
             if (byteValues.Length != obsDim) byteValues = new float[obsDim];
             for (int i = 0; i < obsDim; ++i) byteValues[i] = bytes[i];
-            backend.Run(byteValues, 1, obsDim, dist, distDim);
+            return byteValues;
+        }
+
+        // The step was taken: `holder`'s state becomes the one the model returned (1.5, §12.4), and a recorded
+        // step keeps the state its observation was fed with (a chunk's state_in). No copy: the arrays swap.
+        void CommitState(Episode holder, bool record)
+        {
+            if (holder.StateFresh || holder.State.Length != nextState.Length) return;  // (no state was fed)
+            float[] before = holder.State;
+            if (record)
+            {
+                List<float> states = holder.States;
+                if (states.Capacity < states.Count + before.Length) states.Capacity = Math.Max(states.Count + before.Length, 2 * states.Capacity);
+                for (int i = 0; i < before.Length; ++i) states.Add(before[i]);
+            }
+            holder.State = nextState;
+            nextState = before;
         }
 
         /// <summary>
@@ -327,7 +398,16 @@ namespace Tether.Client
         /// <summary>The greedy action for a Dict or Tuple observation given leaf by leaf; records nothing.</summary>
         public void ComputeAction(ObservationLeaves observation, double[] action)
         {
-            ComputeAction(RowOf(observation), action);
+            ComputeAction("", RowOf(observation), action);
+        }
+
+        /// <summary>
+        /// The greedy action for a Dict or Tuple observation given leaf by leaf; records nothing.
+        /// <paramref name="episodeId"/>: whose memory a model with memory uses (see <see cref="ComputeAction(string, float[], double[])"/>).
+        /// </summary>
+        public void ComputeAction(string episodeId, ObservationLeaves observation, double[] action)
+        {
+            ComputeAction(episodeId, RowOf(observation), action);
         }
 
         // GetAction on `values` or (1.4) `bytes`.
@@ -400,9 +480,10 @@ namespace Tether.Client
                 else RefuseBytesForComposite();
             }
             int distDim = ActionSpace.DistInputsSize;
-            Infer(values, bytes, obsDim, distDim);
+            Infer(values, bytes, obsDim, distDim, episode);
             Distributions.CheckFinite(dist, distDim);
             Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
+            CommitState(episode, episode.Training);  // (every step advances the state, recorded or not)
             if (!episode.Training)
             {
                 if (episode.HeldBack) ++heldSteps;
@@ -420,28 +501,72 @@ namespace Tether.Client
             ++pendingSteps;
         }
 
-        /// <summary>The greedy action for an observation (the distribution's mode); records nothing.</summary>
+        /// <summary>
+        /// The greedy action for an observation (the distribution's mode); records nothing. A model with memory
+        /// (protocol 1.5) remembers in the evaluation episode "" (see <see cref="ComputeAction(string, float[], double[])"/>).
+        /// </summary>
         public void ComputeAction(float[] observation, double[] action)
+        {
+            ComputeAction("", observation, action);
+        }
+
+        /// <summary>
+        /// The greedy action for an observation (the distribution's mode); records nothing. A model with memory
+        /// (protocol 1.5, §12.4) remembers per episode: <paramref name="episodeId"/> names a running episode
+        /// (whose state this call advances, as GetAction does) or an evaluation episode of the caller's (its
+        /// state starts from zeros at its first call; one evaluation episode is remembered at a time, so give
+        /// each its own id). A model without memory ignores the id.
+        /// </summary>
+        public void ComputeAction(string episodeId, float[] observation, double[] action)
         {
             Poll();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
             CheckLength(observation, null, ObservationSpace.FlatDim, "the observation");
             CheckObservation(observation, "observation", true);
-            Infer(observation, null, ObservationSpace.FlatDim, ActionSpace.DistInputsSize);
-            Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
-            Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
+            Greedy(episodeId, observation, null, action);
         }
 
         /// <summary>The greedy action for an observation given as bytes (a byte box's, protocol 1.4); records nothing.</summary>
         public void ComputeAction(byte[] observation, double[] action)
         {
+            ComputeAction("", observation, action);
+        }
+
+        /// <summary>
+        /// The greedy action for an observation given as bytes (a byte box's, protocol 1.4); records nothing.
+        /// <paramref name="episodeId"/>: whose memory a model with memory uses (see <see cref="ComputeAction(string, float[], double[])"/>).
+        /// </summary>
+        public void ComputeAction(string episodeId, byte[] observation, double[] action)
+        {
             Poll();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
             CheckLength(null, observation, ObservationSpace.FlatDim, "the observation");
             RefuseBytesForComposite();
-            Infer(null, observation, ObservationSpace.FlatDim, ActionSpace.DistInputsSize);
+            Greedy(episodeId, null, observation, action);
+        }
+
+        void Greedy(string episodeId, float[] values, byte[] bytes, double[] action)
+        {
+            Episode holder = null;
+            if (RecurrentState != null)
+            {
+                // A running episode's state, or else the evaluation episode's (a new id starts from zeros).
+                episodeId = episodeId ?? "";
+                if (!episodes.TryGetValue(episodeId, out holder))
+                {
+                    if (evaluation == null || evaluation.Id != episodeId)
+                    {
+                        evaluation = evaluation ?? new Episode();
+                        evaluation.Reset(episodeId, false);
+                        evaluation.StateFresh = true;
+                    }
+                    holder = evaluation;
+                }
+            }
+            Infer(values, bytes, ObservationSpace.FlatDim, ActionSpace.DistInputsSize, holder);
             Distributions.CheckFinite(dist, ActionSpace.DistInputsSize);
             Distributions.Deterministic(ActionSpace, dist, 0, action, 0);
+            if (holder != null) CommitState(holder, false);
         }
 
         /// <summary>Adds a reward to the episode's last action (rewards add up until the next action).</summary>
@@ -598,6 +723,14 @@ namespace Tether.Client
             {
                 CopyPrefix(episode.Versions, k, chunk.StepVersions);  // (into a reused list: cutting allocates nothing)
             }
+            RecurrentState state = RecurrentState;
+            if (state != null && episode.States.Count >= k * state.Width)
+            {
+                // (1.5, §10.1) the state the chunk's first observation was fed with
+                chunk.State = state;
+                CopyPrefix(episode.States, state.Width, chunk.StateIn);
+                episode.States.RemoveRange(0, k * state.Width);
+            }
             episode.Obs.RemoveFirst(k * obsDim);
             episode.Actions.RemoveRange(0, k * actDim);
             episode.Rewards.RemoveRange(0, k);
@@ -649,11 +782,14 @@ namespace Tether.Client
             Space observationSpace = Space.FromJson(e.Config["observation_space"]);
             Space actionSpace = Space.ActionFromJson(e.Config["action_space"]);
             ActionMask = ModuleSpec.ReadActionMask(e.Config["action_mask"], observationSpace, actionSpace);
+            RecurrentState recurrent = RecurrentState.FromJson(e.Config["recurrent_state"]);
+            // (1.5, §12.4) a model with another recurrent state cannot continue the states kept: as for other spaces
             if (ObservationSpace != null && (!MultiAgentClient.SameSpace(ObservationSpace, observationSpace) ||
-                                             !MultiAgentClient.SameSpace(ActionSpace, actionSpace)))
+                                             !MultiAgentClient.SameSpace(ActionSpace, actionSpace) || !RecurrentState.Same(RecurrentState, recurrent)))
             {
                 DropForNewSpaces();
             }
+            RecurrentState = recurrent;
             ObservationSpace = observationSpace;
             ActionSpace = actionSpace;
             JToken perSample = e.Config["env_steps_per_sample"];
@@ -707,7 +843,9 @@ namespace Tether.Client
             foreach (Episode episode in episodes.Values)
             {
                 if (episode.Training) episode.DropSteps();
+                episode.StateFresh = true;  // (a state of another model: the next step starts from zeros, §12.4)
             }
+            evaluation = null;
             pendingSteps = 0;
         }
 

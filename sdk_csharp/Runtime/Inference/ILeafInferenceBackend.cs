@@ -30,18 +30,38 @@ namespace Tether.Inference
         /// </summary>
         public static void Load(IInferenceBackend backend, byte[] model, Space observationSpace, string inputName, string outputName)
         {
+            Load(backend, model, observationSpace, inputName, outputName, null);
+        }
+
+        /// <summary>
+        /// <see cref="Load(IInferenceBackend, byte[], Space, string, string)"/> for a module whose model may have
+        /// memory (protocol 1.5, §12.1): with a <paramref name="state"/>, its state inputs and outputs are bound
+        /// (<see cref="IRecurrentInferenceBackend.BindState"/>): INVALID_FIELD when the model lacks one, and
+        /// INFERENCE_FAILED when the backend cannot carry a state.
+        /// </summary>
+        public static void Load(IInferenceBackend backend, byte[] model, Space observationSpace, string inputName, string outputName, RecurrentState state)
+        {
+            var recurrent = backend as IRecurrentInferenceBackend;
+            if (state != null && recurrent == null)
+            {
+                throw new TetherException(ErrorCode.InferenceFailed, "the inference backend " + backend.GetType().Name +
+                                          " cannot run a model with memory (a recurrent state, protocol 1.5): use OnnxRuntimeBackend");
+            }
             if (observationSpace == null || !observationSpace.IsComposite)
             {
                 backend.Load(model, inputName, outputName);
-                return;
             }
-            var leafBackend = backend as ILeafInferenceBackend;
-            if (leafBackend == null)
+            else
             {
-                throw new TetherException(ErrorCode.InferenceFailed, "the inference backend " + backend.GetType().Name + " cannot run the model of a " +
-                                          observationSpace.Kind + " observation space (one input per leaf, protocol 1.4): use OnnxRuntimeBackend");
+                var leafBackend = backend as ILeafInferenceBackend;
+                if (leafBackend == null)
+                {
+                    throw new TetherException(ErrorCode.InferenceFailed, "the inference backend " + backend.GetType().Name + " cannot run the model of a " +
+                                              observationSpace.Kind + " observation space (one input per leaf, protocol 1.4): use OnnxRuntimeBackend");
+                }
+                leafBackend.Load(model, observationSpace, outputName);
             }
-            leafBackend.Load(model, observationSpace, outputName);
+            if (recurrent != null) recurrent.BindState(state);
         }
     }
 }

@@ -18,9 +18,11 @@ namespace Tether.Inference
     /// the integers 0 to 255). Native handles are released by <see cref="Dispose"/> (and by
     /// the finalizer of the handles, should a caller forget). The model of a Dict or Tuple observation
     /// space (protocol 1.4, §12.1) is loaded with <see cref="Load(byte[], Space, string)"/>: one input
-    /// per leaf, bound by its leaf path, each fed its slice of the flat rows.
+    /// per leaf, bound by its leaf path, each fed its slice of the flat rows. A model with memory (protocol
+    /// 1.5, §12.1) gets its state inputs and outputs bound by name too (<see cref="BindState"/>), one pinned
+    /// buffer each per batch size: a run copies the actors' states in and the states after the step out.
     /// </summary>
-    public sealed class OnnxRuntimeBackend : IByteInferenceBackend, ILeafInferenceBackend
+    public sealed class OnnxRuntimeBackend : IByteInferenceBackend, ILeafInferenceBackend, IRecurrentInferenceBackend
     {
         const int MaxBindings = 4;  // batch sizes kept bound at once; a game runs one or two
         const int ElementFloat = 1, ElementUint8 = 2;  // ONNXTensorElementDataType
@@ -42,9 +44,21 @@ namespace Tether.Inference
             public byte[][] LeafBytes;   // ... a uint8 input's buffer, or null
             public GCHandle[] LeafPins;
             public OrtHandle[] LeafValues;
+            public float[][] StateIn;    // per state tensor (a model with memory): batch x size, fed
+            public float[][] StateOut;   // ... and read back
+            public GCHandle[] StatePins;  // inputs' pins, then outputs'
+            public OrtHandle[] StateValues;
 
             public void Dispose()
             {
+                if (StateValues != null)
+                {
+                    foreach (OrtHandle value in StateValues) if (value != null) value.Dispose();
+                }
+                if (StatePins != null)
+                {
+                    foreach (GCHandle pin in StatePins) if (pin.IsAllocated) pin.Free();
+                }
                 if (LeafValues != null)
                 {
                     foreach (OrtHandle value in LeafValues) if (value != null) value.Dispose();
@@ -82,6 +96,49 @@ namespace Tether.Inference
         }
 
         LeafInput[] leafInputs;  // null: a model of one input
+        RecurrentState state;    // a model with memory's state tensors (protocol 1.5), or null
+
+        /// <inheritdoc/>
+        public RecurrentState State { get { return state; } }
+
+        /// <inheritdoc/>
+        public void BindState(RecurrentState recurrent)
+        {
+            if (session == null) throw new TetherException(ErrorCode.NotReady, "no model loaded");
+            if (recurrent != null)
+            {
+                foreach (StateTensor tensor in recurrent.Tensors)
+                {
+                    CheckStateIo(true, tensor.Input, tensor.Size);
+                    CheckStateIo(false, tensor.Output, tensor.Size);
+                }
+            }
+            // The bindings made so far lack the state tensors (or have those of another state).
+            foreach (Binding binding in bindings) binding.Dispose();
+            bindings.Clear();
+            state = recurrent;
+        }
+
+        // A state input (or output) the model must have (§12.1): float32 (batch, size). INVALID_FIELD otherwise.
+        void CheckStateIo(bool input, string name, int size)
+        {
+            bool bytes;
+            long[] dims;
+            int width;
+            try
+            {
+                width = CheckIo(input, name, out bytes, out dims);
+            }
+            catch (TetherException e)
+            {
+                throw new TetherException(ErrorCode.InvalidField, "the model does not fit its announced recurrent_state: " + e.Detail, e);
+            }
+            if (bytes || (width != 0 && width != size))
+            {
+                throw new TetherException(ErrorCode.InvalidField, "the model's state " + (input ? "input" : "output") + " '" + name + "' is " +
+                                          (bytes ? "uint8" : "of width " + width) + ", the announced recurrent_state has float32 of size " + size);
+            }
+        }
 
         /// <inheritdoc/>
         public bool Loaded { get { return session != null; } }
@@ -262,16 +319,51 @@ namespace Tether.Inference
         }
 
         /// <inheritdoc/>
-        public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim) { Run(obs, null, batch, obsDim, output, outDim); }
+        /// <remarks>A model with memory is fed zeros as its state (and the state after the step is not kept).</remarks>
+        public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim) { Run(obs, null, batch, obsDim, output, outDim, null, null); }
 
         /// <inheritdoc/>
-        public void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim) { Run(null, obs, batch, obsDim, output, outDim); }
+        public void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim) { Run(null, obs, batch, obsDim, output, outDim, null, null); }
 
-        // A run on observations given as floats, or else as bytes.
-        void Run(float[] floats, byte[] bytes, int batch, int obsDim, float[] output, int outDim)
+        /// <inheritdoc/>
+        public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim, float[] stateIn, float[] stateOut)
+        {
+            RunWithState(obs, null, batch, obsDim, output, outDim, stateIn, stateOut);
+        }
+
+        /// <inheritdoc/>
+        public void Run(byte[] obs, int batch, int obsDim, float[] output, int outDim, float[] stateIn, float[] stateOut)
+        {
+            RunWithState(null, obs, batch, obsDim, output, outDim, stateIn, stateOut);
+        }
+
+        void RunWithState(float[] floats, byte[] bytes, int batch, int obsDim, float[] output, int outDim, float[] stateIn, float[] stateOut)
+        {
+            if (session != null && state == null) throw new TetherException(ErrorCode.InvalidArgument, "the loaded model has no recurrent state (BindState)");
+            int width = state == null ? 0 : state.Width;
+            if (stateIn == null || stateOut == null || stateIn.Length < batch * width || stateOut.Length < batch * width)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "the state buffers hold fewer than " + batch + " rows of " + width + " values");
+            }
+            Run(floats, bytes, batch, obsDim, output, outDim, stateIn, stateOut);
+        }
+
+        // A run on observations given as floats, or else as bytes; a model with memory is fed stateIn
+        // (null: zeros) and its state after the step goes to stateOut (null: nowhere).
+        void Run(float[] floats, byte[] bytes, int batch, int obsDim, float[] output, int outDim, float[] stateIn, float[] stateOut)
         {
             int length = floats != null ? floats.Length : bytes != null ? bytes.Length : -1;
             Binding binding = Prepare(length, batch, obsDim, output, outDim);
+            if (binding.StateIn != null)
+            {
+                int size = state.Size, width = state.Width;
+                for (int k = 0; k < binding.StateIn.Length; ++k)
+                {
+                    float[] into = binding.StateIn[k];
+                    if (stateIn == null) Array.Clear(into, 0, batch * size);
+                    else for (int b = 0; b < batch; ++b) Array.Copy(stateIn, b * width + k * size, into, b * size, size);
+                }
+            }
             if (leafInputs != null)
             {
                 for (int l = 0; l < leafInputs.Length; ++l)
@@ -289,6 +381,15 @@ namespace Tether.Inference
                 CopyInput(floats, bytes, 0, binding.Input, binding.InputBytes, 0, batch * obsDim, null);
             }
             Finish(binding, output, batch * outDim);
+            if (binding.StateOut != null && stateOut != null)
+            {
+                int size = state.Size, width = state.Width;
+                for (int k = 0; k < binding.StateOut.Length; ++k)
+                {
+                    float[] from = binding.StateOut[k];
+                    for (int b = 0; b < batch; ++b) Array.Copy(from, b * size, stateOut, b * width + k * size, size);
+                }
+            }
         }
 
         // `n` observation values, floats (or else bytes) from `from` on, into a float input's buffer (or
@@ -397,6 +498,7 @@ namespace Tether.Inference
                 fresh.Io = new OrtHandle(raw, api.ReleaseIoBinding, session);
                 api.Check(api.BindInput(fresh.Io.Pointer, inputName, fresh.InputValue.Pointer), "binding the input");
                 api.Check(api.BindOutput(fresh.Io.Pointer, outputName, fresh.OutputValue.Pointer), "binding the output");
+                BindStates(fresh, batch);
             }
             catch
             {
@@ -451,6 +553,7 @@ namespace Tether.Inference
                           (UIntPtr)(fresh.Output.Length * sizeof(float)), new long[] { batch, outDim }, (UIntPtr)2, 1, out raw), "creating the output tensor");
                 fresh.OutputValue = new OrtHandle(raw, api.ReleaseValue);
                 api.Check(api.BindOutput(fresh.Io.Pointer, outputName, fresh.OutputValue.Pointer), "binding the output");
+                BindStates(fresh, batch);
             }
             catch
             {
@@ -458,6 +561,36 @@ namespace Tether.Inference
                 throw;
             }
             return fresh;
+        }
+
+        // A model with memory's state tensors, bound by name once per batch size (protocol 1.5, §12.1): per
+        // tensor a pinned input buffer and a pinned output buffer of batch x size floats.
+        void BindStates(Binding fresh, int batch)
+        {
+            if (state == null) return;
+            OrtApi api = OrtApi.Instance;
+            int n = state.Tensors.Count, size = state.Size;
+            fresh.StateIn = new float[n][];
+            fresh.StateOut = new float[n][];
+            fresh.StatePins = new GCHandle[2 * n];
+            fresh.StateValues = new OrtHandle[2 * n];
+            var shape = new long[] { batch, size };
+            for (int i = 0; i < 2 * n; ++i)
+            {
+                int k = i % n;
+                bool input = i < n;
+                var buffer = new float[batch * size];
+                if (input) fresh.StateIn[k] = buffer;
+                else fresh.StateOut[k] = buffer;
+                fresh.StatePins[i] = GCHandle.Alloc(buffer, GCHandleType.Pinned);
+                string name = input ? state.Tensors[k].Input : state.Tensors[k].Output;
+                IntPtr raw;
+                api.Check(api.CreateTensorWithDataAsOrtValue(memoryInfo.Pointer, fresh.StatePins[i].AddrOfPinnedObject(), (UIntPtr)(buffer.Length * sizeof(float)),
+                          shape, (UIntPtr)2, ElementFloat, out raw), "creating the state tensor '" + name + "'");
+                fresh.StateValues[i] = new OrtHandle(raw, api.ReleaseValue);
+                if (input) api.Check(api.BindInput(fresh.Io.Pointer, name, fresh.StateValues[i].Pointer), "binding the state input '" + name + "'");
+                else api.Check(api.BindOutput(fresh.Io.Pointer, name, fresh.StateValues[i].Pointer), "binding the state output '" + name + "'");
+            }
         }
 
         // Keeps `fresh` bound, releasing the least recently used binding beyond MaxBindings.
@@ -489,6 +622,7 @@ namespace Tether.Inference
             InputIsBytes = false;
             inputDims = new long[0];
             leafInputs = null;
+            state = null;
         }
 
         /// <summary>Releases the session, its tensors and the pinned buffers.</summary>

@@ -35,6 +35,14 @@ namespace Tether.Protocol
         /// step then has the message's claim).
         /// </summary>
         public readonly List<long> StepVersions = new List<long>();
+        /// <summary>
+        /// The recurrent state its first observation was fed with (protocol 1.5, §10.1), written as
+        /// <c>state_in</c> when <see cref="State"/> is set: <see cref="RecurrentState.Width"/> values,
+        /// tensor k's at k × size.
+        /// </summary>
+        public readonly List<float> StateIn = new List<float>();
+        /// <summary>The module's recurrent state (protocol 1.5) whose <see cref="StateIn"/> the record carries; null: none.</summary>
+        public RecurrentState State;
 
         /// <summary>T, the steps (rewards) it holds.</summary>
         public int Steps { get { return Rewards.Count; } }
@@ -42,7 +50,8 @@ namespace Tether.Protocol
         /// <summary>Empties it for reuse (the arrays keep their capacity).</summary>
         public void Clear()
         {
-            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear(); StepVersions.Clear();
+            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear(); StepVersions.Clear(); StateIn.Clear();
+            State = null;
             IsTerminated = IsTruncated = false;
             EpisodeId = null;
         }
@@ -67,6 +76,8 @@ namespace Tether.Protocol
         public List<string> ValueObsAgents = new List<string>();
         /// <summary>The observation leaf that masks its actions (protocol 1.4, §9.1, §11.6), or null.</summary>
         public ActionMask ActionMask;
+        /// <summary>Its model's recurrent state (protocol 1.5, §9.1, §12.1), or null for a model without memory.</summary>
+        public RecurrentState RecurrentState;
 
         /// <summary>Numbers in one observation.</summary>
         public int ObsDim { get { return ObservationSpace.FlatDim; } }
@@ -85,6 +96,7 @@ namespace Tether.Protocol
                 spec.ObservationSpace = Space.FromJson(obj["observation_space"] ?? JValue.CreateNull());
                 spec.ActionSpace = Space.ActionFromJson(obj["action_space"] ?? JValue.CreateNull());
                 spec.ActionMask = ReadActionMask(obj["action_mask"], spec.ObservationSpace, spec.ActionSpace);
+                spec.RecurrentState = RecurrentState.FromJson(obj["recurrent_state"]);
             }
             catch (TetherException e)
             {
@@ -299,6 +311,7 @@ namespace Tether.Protocol
                 record["action_dist_inputs"] = Rows(chunk.ActionDistInputs.Select(v => (double)v).ToList(), steps, new long[] { k }, false, true);
             }
             if (chunk.StepVersions.Count != 0) record[VersionRuns.Field] = VersionRuns.ToJson(chunk.StepVersions);
+            if (chunk.State != null) record["state_in"] = StateInJson(chunk.State, chunk.StateIn, 0);
             record["is_terminated"] = chunk.IsTerminated;
             record["is_truncated"] = chunk.IsTruncated;
             return record;
@@ -314,6 +327,24 @@ namespace Tether.Protocol
             if (chunk.ActionLogp.Count != 0) CheckSize("action_logp", chunk.ActionLogp.Count, steps);
             if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * actionSpace.DistInputsSize);
             VersionRuns.CheckVersions(chunk.StepVersions, steps);
+            if (chunk.State != null) CheckSize("state_in", chunk.StateIn.Count, chunk.State.Width);
+        }
+
+        /// <summary>
+        /// A record's <c>state_in</c> (protocol 1.5, §10.1): one member per state tensor, named by its input,
+        /// its <c>size</c> float32 values from <paramref name="values"/>[<paramref name="offset"/> + k × size].
+        /// </summary>
+        public static JObject StateInJson(RecurrentState state, IList<float> values, int offset)
+        {
+            var json = new JObject();
+            int size = state.Size;
+            for (int k = 0; k < state.Tensors.Count; ++k)
+            {
+                var row = new JArray();
+                for (int j = 0; j < size; ++j) row.Add(FloatJson(values[offset + k * size + j]));
+                json[state.Tensors[k].Input] = row;
+            }
+            return json;
         }
 
         /// <summary>

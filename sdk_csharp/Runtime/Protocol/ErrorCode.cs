@@ -84,6 +84,12 @@ namespace Tether.Protocol
         ActionMaskEmpty,
         /// <summary>An action its observation's mask forbids (protocol 1.4, §10.6 check 14d).</summary>
         ActionMasked,
+        /// <summary>A record of a module with memory without its state_in (protocol 1.5, §10.6 check 19b).</summary>
+        MissingState,
+        /// <summary>A state_in of other names, size or values than the module's recurrent state, or one for a module without memory (protocol 1.5, checks 19a, 19d, 19e).</summary>
+        InvalidState,
+        /// <summary>A record of a module with memory of more than 10,000 steps (protocol 1.5, check 19c).</summary>
+        SequenceTooLong,
         /// <summary>The server is at its connection limit.</summary>
         TooManyConnections,
         /// <summary>The handshake took longer than the server allows.</summary>

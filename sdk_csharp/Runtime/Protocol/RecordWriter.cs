@@ -23,6 +23,7 @@ namespace Tether.Protocol
     internal sealed class StepTable
     {
         public int ObsDim, ValueDim, ActDim, DistDim;
+        public int StateDim;  // protocol 1.5: a module with memory's state width (0 without): the state each action row's observation was fed with
         public int Rows;
         public float[] Obs = new float[0];
         public float[] ValueObs = new float[0];
@@ -30,6 +31,7 @@ namespace Tether.Protocol
         public float[] Rewards = new float[0];
         public double[] Logp = new double[0];
         public float[] Dist = new float[0];
+        public float[] State = new float[0];
         // The weights version of the action rows (-1: unknown) and the connection it was learned on,
         // by runs of rows: rows from runStart[i] on have runVersion[i] (most tables have one run).
         int[] runStart = new int[4];
@@ -38,8 +40,9 @@ namespace Tether.Protocol
         int runs;
 
         /// <summary>Empties it for rows of these sizes.</summary>
-        public void Reset(int obsDim, int valueDim, int actDim, int distDim)
+        public void Reset(int obsDim, int valueDim, int actDim, int distDim, int stateDim = 0)
         {
+            StateDim = stateDim;
             ObsDim = obsDim;
             ValueDim = valueDim;
             ActDim = actDim;
@@ -62,6 +65,7 @@ namespace Tether.Protocol
             if (rows * ValueDim > ValueObs.Length) ValueObs = Grown(ValueObs, Math.Max(rows, 64) * ValueDim, Rows * ValueDim);
             if (rows * ActDim > Actions.Length) Actions = Grown(Actions, Math.Max(rows, 64) * ActDim, Rows * ActDim);
             if (rows * DistDim > Dist.Length) Dist = Grown(Dist, Math.Max(rows, 64) * DistDim, Rows * DistDim);
+            if (rows * StateDim > State.Length) State = Grown(State, Math.Max(rows, 64) * StateDim, Rows * StateDim);
             if (rows > Rewards.Length)
             {
                 int size = Math.Max(rows, 64);
@@ -127,6 +131,7 @@ namespace Tether.Protocol
             {
                 for (int j = 0; j < ActDim; ++j) Actions[to * ActDim + j] = from.Actions[row * ActDim + j];
                 for (int j = 0; j < DistDim; ++j) Dist[to * DistDim + j] = from.Dist[row * DistDim + j];
+                if (StateDim > 0) Array.Copy(from.State, row * StateDim, State, to * StateDim, StateDim);
                 Rewards[to] = from.Rewards[row];
                 Logp[to] = from.Logp[row];
                 int run = from.RunOf(row);
@@ -401,7 +406,8 @@ namespace Tether.Protocol
             Append(":{");
             Space observationSpace = module.ObservationSpace, actionSpace = module.ActionSpace;
             int obsDim = observationSpace.FlatDim, actDim = actionSpace.FlatDim, k = actionSpace.DistInputsSize, v = module.ValueObsDim;
-            if (obsDim != table.ObsDim || actDim != table.ActDim || k != table.DistDim || v != table.ValueDim)
+            RecurrentState state = module.RecurrentState;
+            if (obsDim != table.ObsDim || actDim != table.ActDim || k != table.DistDim || v != table.ValueDim || (state == null ? 0 : state.Width) != table.StateDim)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "agent '" + agentId + "': its steps were recorded with other sizes than module '" + module.ModuleId + "' has");
             }
@@ -465,6 +471,7 @@ namespace Tether.Protocol
                 Append("\":");
                 Runs(null, table, rows, from, steps);
             }
+            if (state != null) StateIn(state, null, table.State, rows[from] * table.StateDim);
             Append(",\"is_terminated\":");
             Append(isTerminated ? "true" : "false");
             Append(",\"is_truncated\":");
@@ -554,10 +561,33 @@ namespace Tether.Protocol
                 Append("\":");
                 Runs(chunk.StepVersions, null, null, 0, chunk.StepVersions.Count);
             }
+            if (chunk.State != null) StateIn(chunk.State, chunk.StateIn, null, 0);
             Append(",\"is_terminated\":");
             Append(chunk.IsTerminated ? "true" : "false");
             Append(",\"is_truncated\":");
             Append(chunk.IsTruncated ? "true" : "false");
+        }
+
+        // ,"state_in":{"input": [size values], ...} (protocol 1.5, §10.1): a chunk's list, or else a step
+        // table's array, tensor k's values from offset + k * size.
+        void StateIn(RecurrentState state, List<float> list, float[] array, int offset)
+        {
+            Append(",\"state_in\":{");
+            string[] names = state.InputNames;
+            int size = state.Size;
+            for (int k = 0; k < names.Length; ++k)
+            {
+                if (k > 0) Append(',');
+                String(names[k]);
+                Append(":[");
+                for (int j = 0, at = offset + k * size; j < size; ++j)
+                {
+                    if (j > 0) Append(',');
+                    Float32(list != null ? list[at + j] : array[at + j]);
+                }
+                Append(']');
+            }
+            Append('}');
         }
 
         // weights_seq_no_runs as VersionRuns.ToJson gives them, [[version, steps], ...], of `count` steps: a
