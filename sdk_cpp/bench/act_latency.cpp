@@ -49,7 +49,17 @@
 //   of both. The episode is flushed between blocks (untimed) so steps are
 //   recorded into arrays that kept their capacity, as in a long run;
 //   sdk_cpp_cnn_growing_*: a second client whose episode is never cut.
-//   Either part runs alone: --model (with its ports) and --cnn-model are each optional.
+// * ort_cpp_lstm_us_p50 / sdk_cpp_lstm_us_p50 (--lstm-model FILE --lstm-port P):
+//   a model with memory (protocol 1.5: obs Box[16], Discrete(4), an LSTM of 64
+//   units) against the server on --lstm-port that serves it: bare ONNX Runtime
+//   (C API, batch 1, the observation and both state tensors bound once as
+//   inputs and outputs, the state copied back after each run) against
+//   TetherClient::get_action, which carries the state itself; --lstm-calls of
+//   each, alternating in blocks; sdk_cpp_lstm_ratio (sdk / ort at p50).
+//   ort_cpp_lstm_batch256_us_p50 / sdk_cpp_lstm_batch256_us_p50: 256 rows
+//   with their states, bare, against MultiAgentClient::get_action for a frame
+//   of 256 agents (one run, states stacked row by row); _ratio.
+//   Each part runs alone: --model (with its ports), --cnn-model and --lstm-model are each optional.
 // Prints one JSON object on stdout.
 #include <algorithm>
 #include <cstdarg>
@@ -95,6 +105,9 @@ struct Args {
   std::uint16_t cnn_port = 0;
   int cnn_calls = 300;
   int cnn_block_calls = 10;
+  std::string lstm_model;
+  std::uint16_t lstm_port = 0;
+  int lstm_calls = 5000;
 };
 
 [[noreturn]] void fail(const std::string& what) {
@@ -124,15 +137,21 @@ Args parse(int argc, char** argv) {
     else if (flag == "--cnn-port") args.cnn_port = static_cast<std::uint16_t>(std::stoi(value));
     else if (flag == "--cnn-calls") args.cnn_calls = std::max(1, std::stoi(value));
     else if (flag == "--cnn-block-calls") args.cnn_block_calls = std::max(1, std::stoi(value));
+    else if (flag == "--lstm-model") args.lstm_model = value;
+    else if (flag == "--lstm-port") args.lstm_port = static_cast<std::uint16_t>(std::stoi(value));
+    else if (flag == "--lstm-calls") args.lstm_calls = std::max(1, std::stoi(value));
     else fail("unknown flag " + flag);
   }
   const bool cartpole = !args.model.empty() && args.port != 0 && args.sending_port != 0;
   const bool cnn = !args.cnn_model.empty() && args.cnn_port != 0;
+  const bool lstm = !args.lstm_model.empty() && args.lstm_port != 0;
   if (!(cartpole || (args.model.empty() && args.port == 0 && args.sending_port == 0)) ||
-      !(cnn || (args.cnn_model.empty() && args.cnn_port == 0)) || !(cartpole || cnn)) {
+      !(cnn || (args.cnn_model.empty() && args.cnn_port == 0)) ||
+      !(lstm || (args.lstm_model.empty() && args.lstm_port == 0)) || !(cartpole || cnn || lstm)) {
     fail("usage: act_latency_cpp [--model FILE --port P --sending-port Q] [--calls N] [--warmup N] [--blocks N] "
          "[--batch-calls N] [--sending-seconds S] [--frame-interval-us N] [--sustained-frame-interval-us N] "
-         "[--frames-out FILE] [--seed N] [--cnn-model FILE --cnn-port P [--cnn-calls N] [--cnn-block-calls N]]");
+         "[--frames-out FILE] [--seed N] [--cnn-model FILE --cnn-port P [--cnn-calls N] [--cnn-block-calls N]] "
+         "[--lstm-model FILE --lstm-port P [--lstm-calls N]]");
   }
   return args;
 }
@@ -637,6 +656,208 @@ std::string measure_cnn(const Args& args) {
       percentile_us(growing_ns, 99), ort_p50 > 0 ? growing_p50 / ort_p50 : 0.0);
 }
 
+// Bare ONNX Runtime for a model with memory: the observation and every state
+// tensor bound once as inputs, the dist inputs and the states after the step
+// bound once as outputs; after each run the states are copied back into the
+// inputs (the state fed back, as any engine loop must).
+class BareRecurrentSession {
+ public:
+  BareRecurrentSession(const std::vector<std::uint8_t>& model, const std::vector<tether::RecurrentStateSpec>& state,
+                       std::size_t batch, std::size_t obs_dim, std::size_t out_dim)
+      : api_(OrtGetApiBase()->GetApi(ORT_API_VERSION)), obs_(batch * obs_dim), out_(batch * out_dim) {
+    check(api_->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "bench", &env_));
+    OrtSessionOptions* options = nullptr;
+    check(api_->CreateSessionOptions(&options));
+    check(api_->SetIntraOpNumThreads(options, 1));
+    check(api_->SetInterOpNumThreads(options, 1));
+    check(api_->CreateSessionFromArray(env_, model.data(), model.size(), options, &session_));
+    api_->ReleaseSessionOptions(options);
+    // The observation's input and the dist inputs' output: the ones that are not state tensors.
+    OrtAllocator* allocator = nullptr;
+    check(api_->GetAllocatorWithDefaultOptions(&allocator));
+    auto other_name = [&](bool input) {
+      std::size_t count = 0;
+      check(input ? api_->SessionGetInputCount(session_, &count) : api_->SessionGetOutputCount(session_, &count));
+      for (std::size_t i = 0; i < count; ++i) {
+        char* raw = nullptr;
+        check(input ? api_->SessionGetInputName(session_, i, allocator, &raw)
+                    : api_->SessionGetOutputName(session_, i, allocator, &raw));
+        std::string name = raw;
+        check(api_->AllocatorFree(allocator, raw));
+        bool is_state = false;
+        for (const tether::RecurrentStateSpec& s : state) is_state = is_state || name == (input ? s.input : s.output);
+        if (!is_state) return name;
+      }
+      fail("the LSTM model has no observation input or dist output");
+    };
+    in_names_.push_back(other_name(true));
+    out_names_.push_back(other_name(false));
+    OrtMemoryInfo* memory = nullptr;
+    check(api_->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &memory));
+    auto tensor = [&](std::vector<float>& buffer, std::size_t width) {
+      const std::int64_t shape[2] = {static_cast<std::int64_t>(batch), static_cast<std::int64_t>(width)};
+      OrtValue* value = nullptr;
+      check(api_->CreateTensorWithDataAsOrtValue(memory, buffer.data(), buffer.size() * sizeof(float), shape, 2,
+                                                 ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &value));
+      return value;
+    };
+    states_in_.resize(state.size());
+    states_out_.resize(state.size());
+    inputs_.push_back(tensor(obs_, obs_dim));
+    outputs_.push_back(tensor(out_, out_dim));
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      states_in_[k].assign(batch * state[k].size, 0.0f);
+      states_out_[k].assign(batch * state[k].size, 0.0f);
+      inputs_.push_back(tensor(states_in_[k], state[k].size));
+      outputs_.push_back(tensor(states_out_[k], state[k].size));
+      in_names_.push_back(state[k].input);
+      out_names_.push_back(state[k].output);
+    }
+    api_->ReleaseMemoryInfo(memory);
+    for (const std::string& name : in_names_) in_ptrs_.push_back(name.c_str());
+    for (const std::string& name : out_names_) out_ptrs_.push_back(name.c_str());
+  }
+  ~BareRecurrentSession() {
+    for (OrtValue* value : inputs_) api_->ReleaseValue(value);
+    for (OrtValue* value : outputs_) api_->ReleaseValue(value);
+    api_->ReleaseSession(session_);
+    api_->ReleaseEnv(env_);
+  }
+  BareRecurrentSession(const BareRecurrentSession&) = delete;
+  BareRecurrentSession& operator=(const BareRecurrentSession&) = delete;
+
+  float* obs() { return obs_.data(); }
+  void run() {
+    check(api_->Run(session_, nullptr, in_ptrs_.data(), inputs_.data(), inputs_.size(), out_ptrs_.data(),
+                    outputs_.size(), outputs_.data()));
+    for (std::size_t k = 0; k < states_in_.size(); ++k) {
+      std::memcpy(states_in_[k].data(), states_out_[k].data(), states_in_[k].size() * sizeof(float));
+    }
+  }
+
+ private:
+  void check(OrtStatus* status) {
+    if (status == nullptr) return;
+    std::string message = api_->GetErrorMessage(status);
+    api_->ReleaseStatus(status);
+    fail("ONNX Runtime: " + message);
+  }
+  const OrtApi* api_;
+  OrtEnv* env_ = nullptr;
+  OrtSession* session_ = nullptr;
+  std::vector<float> obs_, out_;
+  std::vector<std::vector<float>> states_in_, states_out_;
+  std::vector<OrtValue*> inputs_, outputs_;
+  std::vector<std::string> in_names_, out_names_;
+  std::vector<const char*> in_ptrs_, out_ptrs_;
+};
+
+constexpr std::size_t kLstmObs = 16;
+constexpr std::size_t kLstmActions = 4;
+
+// The LSTM figures (--lstm-model): bare ONNX Runtime with the state fed back
+// against the SDK's clients, which carry it, at batch 1 and 256.
+std::string measure_lstm(const Args& args) {
+  const std::vector<std::uint8_t> model = read_file(args.lstm_model);
+  auto client = connect(args.lstm_port, args.seed, "bench-act-latency-cpp-lstm");
+  const std::vector<tether::RecurrentStateSpec> state = client->recurrent_state();
+  if (state.empty() || client->observation_space().flat_dim() != kLstmObs ||
+      client->action_space().dist_inputs_size() != kLstmActions) {
+    fail("the LSTM server's model has no recurrent_state, or its spaces are not Box[16] and Discrete(4)");
+  }
+  std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  constexpr std::size_t kRows = 64;
+  std::vector<float> observations(kRows * kLstmObs * kBatch);
+  for (float& v : observations) v = value(rng);
+
+  // Batch 1, alternating blocks.
+  BareRecurrentSession bare(model, state, 1, kLstmObs, kLstmActions);
+  std::string episode = client->start_episode().value();
+  double action[1] = {0.0};
+  constexpr int kBlock = 100;
+  auto bare_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      std::memcpy(bare.obs(), &observations[(static_cast<std::size_t>(i) % kRows) * kLstmObs], kLstmObs * sizeof(float));
+      const auto t0 = Clock::now();
+      bare.run();
+      const std::int64_t ns = since_ns(t0);
+      if (out) out->push_back(ns);
+    }
+  };
+  auto sdk_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      const float* obs = &observations[(static_cast<std::size_t>(i) % kRows) * kLstmObs];
+      const auto t0 = Clock::now();
+      tether::Status status = client->get_action(episode, obs, kLstmObs, action, 1);
+      const std::int64_t ns = since_ns(t0);
+      if (!status.ok()) fail("LSTM get_action: " + status.to_string());
+      client->log_returns(episode, 1.0);
+      if (out) out->push_back(ns);
+    }
+  };
+  const int warmup = std::min(500, args.lstm_calls);
+  bare_block(warmup, nullptr, 0);
+  sdk_block(warmup, nullptr, 0);
+  std::vector<std::int64_t> bare_ns, sdk_ns;
+  for (int done = 0; done < args.lstm_calls; done += kBlock) {
+    const int n = std::min(kBlock, args.lstm_calls - done);
+    bare_block(n, &bare_ns, done);
+    sdk_block(n, &sdk_ns, done);
+  }
+  client->close();
+
+  // Batch 256: bare rows with their states against a multi-agent frame of 256 agents.
+  BareRecurrentSession bare256(model, state, kBatch, kLstmObs, kLstmActions);
+  tether::ClientOptions options;
+  options.port = args.lstm_port;
+  options.seed = args.seed;
+  options.client_name = "bench-act-latency-cpp-lstm-256";  // (a full queue drops its oldest batch: no frame waits)
+  options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+  auto connected = tether::MultiAgentClient::connect(std::move(options));
+  if (!connected.ok()) fail("LSTM multi-agent connect: " + connected.status().to_string());
+  tether::MultiAgentClient& multi = *connected.value();
+  std::string multi_episode = multi.start_episode().value();
+  std::vector<std::string> ids(kBatch);
+  for (std::size_t a = 0; a < kBatch; ++a) ids[a] = "a" + std::to_string(a);
+  tether::AgentFrame frame;
+  frame.reserve(kBatch, kBatch * kLstmObs);
+  const int frames = std::max(50, args.lstm_calls / 20);
+  std::vector<std::int64_t> bare256_ns, sdk256_ns;
+  for (int f = -20; f < frames; ++f) {  // (20 untimed frames first)
+    const float* rows = &observations[(static_cast<std::size_t>(f + 20) % kRows) * kLstmObs];
+    frame.clear();
+    for (std::size_t a = 0; a < kBatch; ++a) frame.add(ids[a], rows + (a % kRows) * kLstmObs, kLstmObs);
+    std::memcpy(bare256.obs(), rows, kBatch * kLstmObs * sizeof(float));
+    auto t0 = Clock::now();
+    bare256.run();
+    const std::int64_t bare_frame = since_ns(t0);
+    t0 = Clock::now();
+    tether::Status status = multi.get_action(multi_episode, frame);
+    const std::int64_t sdk_frame = since_ns(t0);
+    if (!status.ok()) fail("LSTM multi-agent get_action: " + status.to_string());
+    for (std::size_t a = 0; a < kBatch; ++a) multi.log_returns(multi_episode, ids[a], 1.0);
+    if (f >= 0) {
+      bare256_ns.push_back(bare_frame);
+      sdk256_ns.push_back(sdk_frame);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // (a paced frame: the I/O thread sends meanwhile)
+  }
+  multi.close();
+  const double ort_p50 = percentile_us(bare_ns, 50);
+  const double sdk_p50 = percentile_us(sdk_ns, 50);
+  const double ort256 = percentile_us(bare256_ns, 50);
+  const double sdk256 = percentile_us(sdk256_ns, 50);
+  return format(
+      "{\"ort_cpp_lstm_us_p50\": %.2f, \"ort_cpp_lstm_us_p99\": %.2f, \"sdk_cpp_lstm_us_p50\": %.2f, "
+      "\"sdk_cpp_lstm_us_p99\": %.2f, \"sdk_cpp_lstm_ratio\": %.3f, \"sdk_cpp_lstm_calls\": %zu, "
+      "\"ort_cpp_lstm_batch256_us_p50\": %.2f, \"sdk_cpp_lstm_batch256_us_p50\": %.2f, "
+      "\"sdk_cpp_lstm_batch256_us_p99\": %.2f, \"sdk_cpp_lstm_batch256_ratio\": %.3f, \"sdk_cpp_lstm_batch256_frames\": %zu}",
+      ort_p50, percentile_us(bare_ns, 99), sdk_p50, percentile_us(sdk_ns, 99), ort_p50 > 0 ? sdk_p50 / ort_p50 : 0.0,
+      sdk_ns.size(), ort256, sdk256, percentile_us(sdk256_ns, 99), ort256 > 0 ? sdk256 / ort256 : 0.0,
+      sdk256_ns.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -646,6 +867,10 @@ int main(int argc, char** argv) {
   if (!args.cnn_model.empty()) {
     const std::string cnn = measure_cnn(args);
     json = json.empty() ? cnn : json.substr(0, json.size() - 1) + ", " + cnn.substr(1);
+  }
+  if (!args.lstm_model.empty()) {
+    const std::string lstm = measure_lstm(args);
+    json = json.empty() ? lstm : json.substr(0, json.size() - 1) + ", " + lstm.substr(1);
   }
   std::printf("%s\n", json.c_str());
   return 0;

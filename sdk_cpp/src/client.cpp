@@ -59,12 +59,20 @@ void TetherClient::on_connected(LinkEvent& event) {
   const bool spaces_changed =
       config_ && (!(config_->observation_space == event.config->observation_space) ||
                   !(config_->action_space == event.config->action_space));
+  // [1.5] ... or another recurrent state (§12.4): the states kept belong to
+  // another model: every one starts again from zeros, and the steps not cut
+  // yet go, as when the spaces change.
+  const bool state_changed = config_ && config_->recurrent_state != event.config->recurrent_state;
   take_connection(event);
   dist_buffer_.resize(config_->action_space.dist_inputs_size());
   record_action_buffer_.resize(config_->action_space.flat_dim());
   env_action_buffer_.resize(config_->action_space.flat_dim());
   leaf_row_.resize(config_->observation_space.flat_dim());
-  if (spaces_changed) drop_for_new_spaces();
+  if (spaces_changed || state_changed) drop_for_new_spaces();
+  if (spaces_changed || state_changed) {  // (other spaces, too, make another model)
+    for (auto& entry : episodes_) entry.second.state.clear();
+    evaluating_ = false;
+  }
   apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
 }
 
@@ -99,6 +107,7 @@ void TetherClient::end_training() {
     episode.held_back = false;
     episode.steps.clear();
     episode.versions.clear();
+    episode.states.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
   pending_steps_ = 0;
@@ -123,6 +132,7 @@ void TetherClient::drop_for_new_spaces() {
     episode.steps.clear();
     episode.steps.episode_id = episode.id;
     episode.versions.clear();
+    episode.states.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
   pending_steps_ = 0;
@@ -137,6 +147,7 @@ void TetherClient::forget_episodes(const std::set<std::string>& ids) {
     episode.training = false;
     episode.steps.clear();
     episode.versions.clear();
+    episode.states.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
   recount_pending();
@@ -149,6 +160,7 @@ void TetherClient::recycle(Episode&& episode) {
   episode.steps.is_terminated = episode.steps.is_truncated = false;
   episode.versions.clear();
   episode.held_back = false;
+  episode.state.clear();  // (an actor's state is dropped when its episode ends, §12.4)
   episode.terminated = episode.truncated = false;
   episode.total_return = 0.0;
   episode.obs_rows = episode.action_rows = 0;
@@ -268,12 +280,32 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
   }
   if (!policy_) return Status(ErrorCode::kNotReady, "get_action: no model yet (the server sent none)");
   const std::size_t out_dim = dist_buffer_.size();
-  Status ran = policy_->backend->run(obs, 1, obs_size, dist_buffer_.data(), out_dim);
+  const std::size_t state_dim = policy_->state_dim;
+  if (state_dim > 0 && episode.state.size() != state_dim) {
+    // Zeros before the episode's first step (§12.4). (A state of another
+    // size belongs to another model: its steps not cut yet go too.)
+    if (!episode.state.empty() && episode.training && episode.action_rows > 0) {
+      episode.steps.clear();
+      episode.steps.episode_id = episode.id;
+      episode.versions.clear();
+      episode.states.clear();
+      episode.obs_rows = episode.action_rows = 0;
+      recount_pending();
+    }
+    episode.state.assign(state_dim, 0.0f);
+  }
+  Status ran = run_policy(episode.state, obs, obs_size);
   if (!ran.ok()) return ran;
   double logp = 0.0;
   Status sampled = sample_for_record(action_space, dist_buffer_.data(), out_dim, rng_, raw_box_samples_,
                                      record_action_buffer_.data(), action, act_dim, &logp);
   if (!sampled.ok()) return sampled;
+  if (state_dim > 0) {
+    // The state before this step goes with it (a chunk's state_in is its
+    // first step's); the state after it is the episode's from now on, recorded or not.
+    if (episode.training) episode.states.insert(episode.states.end(), episode.state.begin(), episode.state.end());
+    episode.state.swap(state_out_);
+  }
   if (episode.training) {
     EpisodeChunk& steps = episode.steps;
     steps.obs.insert(steps.obs.end(), obs, obs + obs_size);
@@ -295,6 +327,78 @@ Status TetherClient::get_action(const std::string& episode_id, const std::vector
                                 std::vector<double>& action) {
   if (config_) action.resize(config_->action_space.flat_dim());
   return get_action(episode_id, obs.data(), obs.size(), action.data(), action.size());
+}
+
+// Runs the model on one observation: with memory, fed `state` (kept as it is:
+// the state after the step lands in state_out_, for the caller to swap in).
+Status TetherClient::run_policy(std::vector<float>& state, const float* obs, std::size_t obs_size) {
+  const std::size_t out_dim = dist_buffer_.size();
+  const std::size_t state_dim = policy_->state_dim;
+  if (state_dim == 0) return policy_->backend->run(obs, 1, obs_size, dist_buffer_.data(), out_dim);
+  state_out_.resize(state_dim);  // (sized once: no allocation after the first step)
+  return policy_->backend->run_recurrent(obs, 1, obs_size, state.data(), state_out_.data(), state_dim,
+                                         dist_buffer_.data(), out_dim);
+}
+
+// compute_action's state for `episode_id`: a running episode's, else the
+// evaluation episode's (started from zeros when the id is new).
+std::vector<float>& TetherClient::evaluation_state(const std::string& episode_id) {
+  const std::size_t state_dim = policy_->state_dim;
+  auto running = episodes_.find(episode_id);
+  std::vector<float>& state = running != episodes_.end() ? running->second.state : evaluation_state_;
+  if (running == episodes_.end() && (!evaluating_ || evaluation_id_ != episode_id)) {
+    evaluating_ = true;
+    evaluation_id_ = episode_id;
+    state.clear();
+  }
+  if (state.size() != state_dim) state.assign(state_dim, 0.0f);
+  return state;
+}
+
+Status TetherClient::compute_action(const float* obs, std::size_t obs_size, double* action, std::size_t action_size,
+                                    const std::string& episode_id) {
+  Status pending = catch_up();
+  if (!pending.ok()) return pending;
+  const std::size_t obs_dim = config_->observation_space.flat_dim();
+  const std::size_t act_dim = config_->action_space.flat_dim();
+  if (obs == nullptr || obs_size != obs_dim) {
+    return Status(ErrorCode::kInvalidArgument, "compute_action: observation has " + std::to_string(obs_size) +
+                                                   " values, the observation space needs " + std::to_string(obs_dim));
+  }
+  if (action == nullptr || action_size != act_dim) {
+    return Status(ErrorCode::kInvalidArgument, "compute_action: action buffer has " + std::to_string(action_size) +
+                                                   " values, the action space needs " + std::to_string(act_dim));
+  }
+  for (std::size_t i = 0; i < obs_size; ++i) {
+    if (!std::isfinite(obs[i])) {
+      return Status(ErrorCode::kNonFiniteValue, "compute_action: observation[" + std::to_string(i) + "] is not finite");
+    }
+  }
+  Status row = check_row(*config_, obs, obs_size, "compute_action: observation", /*mask=*/true);
+  if (!row.ok()) return row;
+  if (!policy_) return Status(ErrorCode::kNotReady, "compute_action: no model yet (the server sent none)");
+  std::vector<float>* state = policy_->state_dim > 0 ? &evaluation_state(episode_id) : nullptr;
+  Status ran = run_policy(state != nullptr ? *state : state_out_, obs, obs_size);
+  if (!ran.ok()) return ran;
+  Status greedy = deterministic(config_->action_space, dist_buffer_.data(), dist_buffer_.size(), action, act_dim);
+  if (!greedy.ok()) return greedy;
+  if (state != nullptr) state->swap(state_out_);
+  return Status::Ok();
+}
+
+Status TetherClient::compute_action(const std::vector<float>& obs, std::vector<double>& action,
+                                    const std::string& episode_id) {
+  if (config_) action.resize(config_->action_space.flat_dim());
+  return compute_action(obs.data(), obs.size(), action.data(), action.size(), episode_id);
+}
+
+Result<std::vector<float>> TetherClient::episode_state(const std::string& episode_id) const {
+  auto it = episodes_.find(episode_id);
+  if (it == episodes_.end()) {
+    return Status(ErrorCode::kInvalidArgument, "episode_state: no running episode '" + episode_id + "'");
+  }
+  if (config_->recurrent_state.empty()) return Status(ErrorCode::kInvalidArgument, "episode_state: the model has no memory");
+  return it->second.state;
 }
 
 Status TetherClient::log_returns(const std::string& episode_id, double reward) {
@@ -409,6 +513,13 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   detail::copy_rows(episode.steps.action_dist_inputs, k, dist_dim, chunk.action_dist_inputs);
   chunk.is_terminated = done && episode.terminated;
   chunk.is_truncated = done && episode.truncated;
+  // [1.5] The state fed with the chunk's first observation (§10.1): the
+  // episode's first step's (zeros), or the one carried across the last cut.
+  const std::size_t state_dim = recurrent_state_dim(config_->recurrent_state);
+  if (state_dim > 0 && episode.states.size() >= k * state_dim) {
+    chunk.state_in.assign(episode.states.begin(), episode.states.begin() + static_cast<std::ptrdiff_t>(state_dim));
+    detail::erase_rows(episode.states, k, state_dim);
+  }
   bool runs = config_->announces_version;  // (a plain v1 server is never sent runs)
   for (std::size_t i = 0; i < k; ++i) {
     const Stamp& stamp = episode.versions[i];

@@ -488,6 +488,7 @@ void EpisodeChunk::clear() noexcept {
   is_truncated = false;
   episode_id.reset();
   weights_seq_no_runs.clear();
+  state_in.clear();
 }
 
 namespace {
@@ -544,8 +545,13 @@ Result<nlohmann::json> observations_json(const std::vector<float>& flat, std::si
 }
 
 Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Space& observation_space,
-                                           const Space& action_space, std::string* attachment) {
+                                           const Space& action_space, std::string* attachment,
+                                           const std::vector<RecurrentStateSpec>& recurrent_state) {
   const std::size_t steps = chunk.steps();
+  // [1.5] state_in iff the model has memory (§10.6 check 19), of its size.
+  if (chunk.state_in.size() != recurrent_state_dim(recurrent_state)) {
+    return size_error("state_in", chunk.state_in.size(), recurrent_state_dim(recurrent_state));
+  }
   const std::size_t obs_dim = observation_space.flat_dim();
   const std::size_t act_dim = action_space.flat_dim();
   if (chunk.obs.size() != (steps + 1) * obs_dim) return size_error("obs", chunk.obs.size(), (steps + 1) * obs_dim);
@@ -601,6 +607,7 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
     for (const auto& [version, count] : chunk.weights_seq_no_runs) runs.push_back({version, count});
     record["weights_seq_no_runs"] = std::move(runs);
   }
+  if (!recurrent_state.empty()) record["state_in"] = state_in_json(recurrent_state, chunk.state_in.data());
   record["is_terminated"] = chunk.is_terminated;
   record["is_truncated"] = chunk.is_truncated;
   return record;
@@ -608,9 +615,22 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
 
 }  // namespace
 
+nlohmann::json state_in_json(const std::vector<RecurrentStateSpec>& state, const float* values) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const RecurrentStateSpec& tensor : state) {
+    nlohmann::json units = nlohmann::json::array();
+    for (std::size_t u = 0; u < tensor.size; ++u) units.push_back(float_json(values[u]));
+    values += tensor.size;
+    out[tensor.input] = std::move(units);
+  }
+  return out;
+}
+
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
-                                      const Space& action_space, std::string* attachment) {
-  Result<nlohmann::json> record = encode_chunk_fields(chunk, observation_space, action_space, attachment);
+                                      const Space& action_space, std::string* attachment,
+                                      const std::vector<RecurrentStateSpec>& recurrent_state) {
+  Result<nlohmann::json> record =
+      encode_chunk_fields(chunk, observation_space, action_space, attachment, recurrent_state);
   if (!record.ok()) return record;
   if (chunk.episode_id) record.value()["episode_id"] = *chunk.episode_id;
   return record;
@@ -653,6 +673,10 @@ Result<ModuleSpec> ModuleSpec::from_json(const std::string& module_id, const nlo
       *slot = first.is_string() ? first.get_ref<const std::string&>() : detail::dump_json(first);
     }
   }
+  Result<std::vector<RecurrentStateSpec>> state =
+      recurrent_state_from_json(detail::member(data, "recurrent_state"), "module '" + module_id + "'");
+  if (!state.ok()) return state.status();
+  spec.recurrent_state = std::move(state).value();
   if (const nlohmann::json* trainable = detail::member(data, "trainable")) {
     if (trainable->is_boolean()) spec.trainable = trainable->get<bool>();
   }
@@ -684,7 +708,7 @@ Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
     }
     const ModuleSpec& spec = it->second;
     Result<nlohmann::json> fields =
-        encode_chunk_fields(entry.chunk, spec.observation_space, spec.action_space, attachment);
+        encode_chunk_fields(entry.chunk, spec.observation_space, spec.action_space, attachment, spec.recurrent_state);
     if (!fields.ok()) {
       return Status(fields.status().code(), "agent '" + agent_id + "': " + fields.status().message());
     }

@@ -112,6 +112,11 @@ struct MultiAgentClient::Module {
   std::vector<double> record_actions;  // the frame's draws, rows x act_dim: what the records carry
   std::vector<double> env_actions;     // rows x act_dim: what the engine executes
   std::vector<double> logp;            // rows
+  // [1.5] A model with memory (§12.4): each row's state holder, the states
+  // fed (rows x state_dim, moved into the frame's block) and those returned.
+  std::vector<std::vector<float>*> row_states;
+  std::vector<float> batch_state;
+  std::vector<float> state_out;
   std::size_t rows = 0;                // its actors in the frame
   bool in_frame = false;
   StepBlock* block = nullptr;  // while a frame is recorded: the block its rows go to
@@ -141,6 +146,8 @@ struct MultiAgentClient::StepBlock {
   std::vector<double> actions;  // rows x act_dim: the draws the records carry
   std::vector<double> logp;     // rows
   std::vector<double> rewards;  // rows; rounded to float as they accumulate, as the record carries them
+  std::size_t state_dim = 0;    // [1.5] its model's state floats (0: no memory)
+  std::vector<float> states;    // rows x state_dim: the state each row's step was fed with
   Stamp stamp{-1, -1};          // (connection, weights version) of the model that ran, or (-1, -1)
   std::size_t live = 0;         // rows not cut or dropped yet; a block with none is reused
   std::size_t kept = 0;         // during a cut: its rows that stay (held-back steps)
@@ -156,6 +163,7 @@ struct MultiAgentClient::StepBlock {
     value_dim = like.value_dim;
     dist_dim = like.dist_dim;
     act_dim = like.act_dim;
+    state_dim = like.state_dim;
     stamp = like.stamp;
     live = 0;
   }
@@ -177,6 +185,9 @@ struct alignas(64) MultiAgentClient::Actor {
   std::vector<float> latest;       // its latest observation while it has no uncut step (else its last row's)
   std::vector<float> final_obs;    // the observation it left with (has_final)
   std::vector<float> final_value_obs;
+  // [1.5] The state its next step starts from (empty: zeros, not made yet;
+  // §12.4): one per agent (or group) per episode, dropped when it leaves.
+  std::vector<float> state;
   // Rewards logged while it is in the episode's actors: added up here (no
   // ordered-map update per reward) and folded into Episode::returns when it leaves.
   double reward_sum = 0.0;
@@ -246,6 +257,7 @@ struct MultiAgentClient::CutEntry {
   std::int64_t start_step = 0;
   std::size_t take = 0;  // its steps; one more observation ends them (its held-back step's, or its final one)
   std::size_t obs_dim = 0, value_dim = 0, act_dim = 0, dist_dim = 0;  // its module's
+  std::size_t state_dim = 0;  // [1.5] its module's state floats: its first row's state is the entry's state_in
   bool has_final = false;
   bool terminated = false;
   bool truncated = false;
@@ -355,6 +367,7 @@ void MultiAgentClient::CutSteps::take_rows(CutRecord& from, MultiAgentRecord& re
     chunk.rewards.resize(e.take);
     chunk.is_terminated = e.has_final && e.terminated;
     chunk.is_truncated = e.has_final && e.truncated;
+    chunk.state_in.clear();
     e.out = &entry;
     e.seen = 0;
     e.version = 0;
@@ -381,6 +394,11 @@ void MultiAgentClient::CutSteps::take_rows(CutRecord& from, MultiAgentRecord& re
       EpisodeChunk& chunk = entry.chunk;
       const std::size_t i = e.seen;
       if (i > e.take) continue;
+      if (i == 0 && e.state_dim > 0 && b.state_dim == e.state_dim) {
+        // [1.5] The state fed with the entry's first observation (§10.1).
+        const float* state = b.states.data() + r * b.state_dim;
+        chunk.state_in.assign(state, state + b.state_dim);
+      }
       copy_row(b.obs_row(r), b.obs_dim, chunk.obs, i * b.obs_dim);
       if (b.value_dim > 0) copy_row(b.value_obs_row(r), b.value_dim, entry.value_obs, i * b.value_dim);
       ++e.seen;
@@ -465,6 +483,22 @@ Result<std::string> MultiAgentClient::module_of(const std::string& episode_id, c
                                                  episode_id + "'");
 }
 
+Result<std::vector<float>> MultiAgentClient::actor_state(const std::string& episode_id,
+                                                          const std::string& actor_id) const {
+  auto running = episodes_.find(episode_id);
+  if (running == episodes_.end()) {
+    return Status(ErrorCode::kInvalidArgument, "actor_state: no running episode '" + episode_id + "'");
+  }
+  auto actor = running->second->actors.find(actor_id);
+  if (actor == running->second->actors.end()) {
+    return Status(ErrorCode::kInvalidArgument, "actor_state: '" + actor_id + "' is not in episode '" + episode_id + "'");
+  }
+  if (actor->second->module->spec.recurrent_state.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "actor_state: module '" + actor->second->module->id + "' has no memory");
+  }
+  return actor->second->state;
+}
+
 std::optional<std::int64_t> MultiAgentClient::weights_seq_no(const std::string& module_id) const {
   auto it = modules_.find(module_id);
   if (it == modules_.end()) return std::nullopt;
@@ -505,8 +539,13 @@ void MultiAgentClient::on_connected(LinkEvent& event) {
     if (!module) {
       module = std::make_unique<Module>();
     } else {
+      // [1.5] A model of another recurrent state cannot go on from the states
+      // kept (§12.4): they start again from zeros, and the steps not cut yet go.
+      // (Other spaces, too, make another model, whose states these are not.)
+      const bool state_changed = module->spec.recurrent_state != entry.second.recurrent_state;
       const bool spaces_changed = !(module->spec.observation_space == entry.second.observation_space) ||
-                                  !(module->spec.action_space == entry.second.action_space);
+                                  !(module->spec.action_space == entry.second.action_space) || state_changed;
+      if (spaces_changed) reset_states_of(*module);
       // Unsent steps no longer fit (other sizes, or critic rows laid
       // out for other agents): they go (§6.5).
       if (spaces_changed || module->spec.value_obs_agents != entry.second.value_obs_agents) drop_rows_of(*module);
@@ -522,6 +561,7 @@ void MultiAgentClient::on_connected(LinkEvent& event) {
   }
   for (auto& entry : modules_) {
     if (config_->modules.count(entry.first) != 0) continue;
+    reset_states_of(*entry.second);
     drop_rows_of(*entry.second);  // the server would refuse them (UNKNOWN_MODULE), with their batch
     link_->retire(std::move(entry.second->policy));
     entry.second->policy = nullptr;
@@ -1034,12 +1074,87 @@ Status MultiAgentClient::run_modules() {
     }
     const std::size_t rows = module->rows;
     module->dist.resize(rows * module->dist_dim);
-    Status ran = module->policy->backend->run(module->batch_obs.data(), rows, module->obs_dim, module->dist.data(),
-                                              module->dist_dim);
+    const std::size_t state_dim = module->policy->state_dim;
+    Status ran;
+    if (state_dim == 0) {
+      ran = module->policy->backend->run(module->batch_obs.data(), rows, module->obs_dim, module->dist.data(),
+                                         module->dist_dim);
+    } else {
+      // [1.5] The actors' states stacked row by row (§12.4), zeros for one's first step.
+      module->batch_state.resize(rows * state_dim);
+      module->state_out.resize(rows * state_dim);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::vector<float>& state = *module->row_states[r];
+        float* to = module->batch_state.data() + r * state_dim;
+        if (state.size() == state_dim) {
+          std::copy(state.begin(), state.end(), to);
+        } else {
+          std::fill(to, to + state_dim, 0.0f);
+        }
+      }
+      ran = module->policy->backend->run_recurrent(module->batch_obs.data(), rows, module->obs_dim,
+                                                   module->batch_state.data(), module->state_out.data(), state_dim,
+                                                   module->dist.data(), module->dist_dim);
+    }
     ++inference_runs_;
     if (!ran.ok()) return Status(ran.code(), "module '" + module->id + "': " + ran.message());
   }
   return Status::Ok();
+}
+
+// [1.5] Points each module-with-memory row of the frame at its actor's state:
+// a running episode's actor's, or (`evaluation`, compute_actions) the state
+// evaluation_state() gives.
+void MultiAgentClient::point_row_states(bool evaluation, const std::string& episode_id) {
+  for (Module* module : frame_modules_) {
+    if (module->policy && module->policy->state_dim > 0) module->row_states.resize(module->rows);
+  }
+  for (const Slot& slot : slots_) {
+    Module& module = *slot.module;
+    if (!module.policy || module.policy->state_dim == 0) continue;
+    module.row_states[slot.row] = evaluation ? &evaluation_state(episode_id, *slot.actor_id) : &slot.actor->state;
+  }
+}
+
+// [1.5] The frame acted: each row's actor goes on from the state its step returned.
+void MultiAgentClient::commit_states() {
+  for (Module* module : frame_modules_) {
+    if (!module->policy || module->policy->state_dim == 0) continue;
+    const std::size_t state_dim = module->policy->state_dim;
+    for (std::size_t r = 0; r < module->rows; ++r) {
+      const float* from = module->state_out.data() + r * state_dim;
+      module->row_states[r]->assign(from, from + state_dim);  // (sized after its first step: no allocation)
+    }
+  }
+}
+
+// compute_actions' state of an actor: its running episode's (`episode_id`
+// names one it acts in), else the evaluation episode's, from zeros for an
+// actor new to it; a new evaluation episode id forgets the last one's states.
+std::vector<float>& MultiAgentClient::evaluation_state(const std::string& episode_id, const std::string& actor_id) {
+  auto running = episodes_.find(episode_id);
+  if (running != episodes_.end()) {
+    auto actor = running->second->actors.find(actor_id);
+    if (actor != running->second->actors.end()) return actor->second->state;
+  }
+  if (!evaluating_ || evaluation_id_ != episode_id) {
+    evaluating_ = true;
+    evaluation_id_ = episode_id;
+    evaluation_states_.clear();
+  }
+  return evaluation_states_[actor_id];
+}
+
+// [1.5] The states of a module's actors start again from zeros (its model's
+// recurrent state changed, or the module is gone).
+void MultiAgentClient::reset_states_of(const Module& module) {
+  for (auto& entry : episodes_) {
+    for (auto& actor : entry.second->actors) {
+      if (actor.second->module == &module) actor.second->state.clear();
+    }
+  }
+  evaluating_ = false;
+  evaluation_states_.clear();
 }
 
 // Each frame agent's action size (a member's part of its group's), laid out in the frame.
@@ -1185,10 +1300,12 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
     module->batch_value_obs.clear();
     for (std::size_t k = 0; k < module->rows; ++k) write_value_obs(*episode, *module, module->batch_value_obs);
   }
+  point_row_states(false, episode_id);
   status = run_modules();
   if (!status.ok()) return status;  // nothing of the frame is recorded
   status = sample_modules();
   if (!status.ok()) return status;
+  commit_states();
   lay_out_actions(frame, one_module);
   if (one_module != nullptr) {
     std::copy(one_module->env_actions.begin(), one_module->env_actions.end(), frame.actions_.begin());
@@ -1241,10 +1358,15 @@ Status MultiAgentClient::act_steady(Episode& episode, AgentFrame& frame) {
     }
   }
   take_frame(frame, module);
+  if (module.policy && module.policy->state_dim > 0) {
+    module.row_states.resize(n);
+    for (std::size_t i = 0; i < n; ++i) module.row_states[i] = &actors[i]->state;
+  }
   status = run_modules();
   if (!status.ok()) return status;  // nothing of the frame is recorded
   status = sample_modules();
   if (!status.ok()) return status;
+  commit_states();
   lay_out_actions(frame, &module);
   std::copy(module.env_actions.begin(), module.env_actions.end(), frame.actions_.begin());
   open_blocks(episode);
@@ -1321,6 +1443,13 @@ void MultiAgentClient::open_blocks(Episode& episode) {
     b.dist.swap(module->dist);
     b.actions.swap(module->record_actions);
     b.logp.swap(module->logp);
+    // [1.5] The states the rows were fed with (a cut's state_in is an actor's first row's).
+    b.state_dim = module->policy ? module->policy->state_dim : 0;
+    if (b.state_dim > 0) {
+      b.states.swap(module->batch_state);
+    } else {
+      b.states.clear();
+    }
     b.rewards.assign(rows, 0.0);
     b.actors.assign(rows, nullptr);
     b.stamp = module->seq ? Stamp(module->seq_connection, *module->seq) : Stamp(-1, -1);
@@ -1353,7 +1482,8 @@ std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::take_spare_block(
       return b.actors.capacity() >= rows && b.obs.capacity() >= rows * module->obs_dim &&
              b.value_obs.capacity() >= rows * module->value_dim && b.dist.capacity() >= rows * module->dist_dim &&
              b.actions.capacity() >= rows * module->act_dim && b.logp.capacity() >= rows &&
-             b.rewards.capacity() >= rows;
+             b.rewards.capacity() >= rows &&
+             b.states.capacity() >= rows * (module->policy ? module->policy->state_dim : 0);
     };
     constexpr std::size_t kLooks = 8;
     for (std::size_t k = 0; k < kLooks && k < spare_blocks_.size(); ++k) {
@@ -1400,6 +1530,7 @@ MultiAgentClient::StepBlock& MultiAgentClient::carry_block(Episode& episode, con
   b.actions.clear();
   b.logp.clear();
   b.rewards.clear();
+  b.states.clear();
   episode.blocks.push_back(std::move(block));
   return b;
 }
@@ -1440,6 +1571,7 @@ Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& e
   if (!status.ok()) return status;
   Module* const one_module = one_module_frame();
   fill_batches(frame, one_module);
+  point_row_states(true, episode_id);
   status = run_modules();
   if (!status.ok()) return status;
   lay_out_actions(frame, one_module);
@@ -1450,6 +1582,7 @@ Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& e
     if (!greedy.ok()) return greedy;
     write_action(slot, env_action_.data(), frame);
   }
+  commit_states();
   return Status::Ok();
 }
 
@@ -1666,6 +1799,7 @@ std::int64_t MultiAgentClient::cut(Episode& episode, CutRecord& record, CutSteps
       entry.value_dim = module.value_dim;
       entry.act_dim = module.act_dim;
       entry.dist_dim = module.dist_dim;
+      entry.state_dim = module.spec.state_dim();
       entry.has_final = actor.has_final;
       entry.terminated = actor.terminated;
       entry.truncated = actor.truncated;
@@ -1759,6 +1893,7 @@ std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::copy_block(const 
   b.actions.assign(from.actions.begin(), from.actions.end());
   b.logp.assign(from.logp.begin(), from.logp.end());
   b.rewards.assign(from.rewards.begin(), from.rewards.end());
+  b.states.assign(from.states.begin(), from.states.end());
   b.kept = 0;
   b.ends_chunk = false;
   return block;
@@ -1794,6 +1929,8 @@ void MultiAgentClient::compact_blocks(Episode& episode) {
         to.actions.insert(to.actions.end(), action, action + from.act_dim);
         to.logp.push_back(from.logp[r]);
         to.rewards.push_back(from.rewards[r]);
+        const float* state = from.states.data() + r * from.state_dim;
+        to.states.insert(to.states.end(), state, state + from.state_dim);
         ++to.live;
         actor->last_block = &to;
         actor->last_row = static_cast<std::uint32_t>(row);

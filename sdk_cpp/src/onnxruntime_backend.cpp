@@ -204,6 +204,11 @@ struct Binding {
   std::vector<BoundInput> inputs;
   std::vector<float> output;
   ValuePtr output_value;
+  // [1.5] A model with memory's state tensors, one input and one output per
+  // state object, (batch, size) each.
+  std::vector<BoundInput> state_inputs;
+  std::vector<std::vector<float>> state_outputs;
+  std::vector<ValuePtr> state_output_values;
   // Every tensor bound by name once: a run skips ONNX Runtime's per-run name lookups.
   IoBindingPtr io;
 };
@@ -224,6 +229,7 @@ struct OnnxRuntimeBackend::Model {
   std::size_t out_dim = 0;        // 0 = dynamic
   std::vector<Binding> bindings;
   std::uint64_t runs = 0;
+  std::vector<RecurrentStateSpec> states;  // [1.5] its state tensors (bind_recurrent_state); empty: no memory
 };
 
 OnnxRuntimeBackend::OnnxRuntimeBackend() = default;
@@ -393,8 +399,9 @@ Status wrap_buffer(const OrtApi* api, const OrtMemoryInfo* memory_info, void* da
 
 // Binds every input and the output of one batch size over fresh buffers.
 Status make_binding(const OrtApi* api, OrtSession* session, const OrtMemoryInfo* memory_info,
-                    const std::vector<Input>& inputs, const std::string& output_name, std::size_t batch,
-                    std::size_t obs_dim, std::size_t out_dim, Binding& fresh) {
+                    const std::vector<Input>& inputs, const std::vector<RecurrentStateSpec>& states,
+                    const std::string& output_name, std::size_t batch, std::size_t obs_dim, std::size_t out_dim,
+                    Binding& fresh) {
   fresh.batch = batch;
   fresh.obs_dim = obs_dim;
   fresh.output.assign(batch * out_dim, 0.0f);
@@ -427,6 +434,35 @@ Status make_binding(const OrtApi* api, OrtSession* session, const OrtMemoryInfo*
       return status;
     }
     status = check(api->BindInput(fresh.io.get(), input.name.c_str(), bound.value.get()), "binding an input");
+    if (!status.ok()) {
+      return status;
+    }
+  }
+  // [1.5] The state tensors, each (batch, size), in and out.
+  fresh.state_inputs.resize(states.size());
+  fresh.state_outputs.resize(states.size());
+  fresh.state_output_values.resize(states.size());
+  for (std::size_t k = 0; k < states.size(); ++k) {
+    std::array<std::int64_t, 2> shape{static_cast<std::int64_t>(batch), static_cast<std::int64_t>(states[k].size)};
+    BoundInput& bound = fresh.state_inputs[k];
+    bound.floats.assign(batch * states[k].size, 0.0f);
+    status = wrap_buffer(api, memory_info, bound.floats.data(), bound.floats.size() * sizeof(float), shape.data(),
+                         shape.size(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "creating a state input tensor", bound.value);
+    if (status.ok()) {
+      status = check(api->BindInput(fresh.io.get(), states[k].input.c_str(), bound.value.get()), "binding a state input");
+    }
+    if (!status.ok()) {
+      return status;
+    }
+    std::vector<float>& out = fresh.state_outputs[k];
+    out.assign(batch * states[k].size, 0.0f);
+    status = wrap_buffer(api, memory_info, out.data(), out.size() * sizeof(float), shape.data(), shape.size(),
+                         ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "creating a state output tensor",
+                         fresh.state_output_values[k]);
+    if (status.ok()) {
+      status = check(api->BindOutput(fresh.io.get(), states[k].output.c_str(), fresh.state_output_values[k].get()),
+                     "binding a state output");
+    }
     if (!status.ok()) {
       return status;
     }
@@ -472,6 +508,31 @@ void floats_to_bytes(const float* from, std::uint8_t* to, std::size_t n) noexcep
 
 Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
                                std::size_t out_dim) {
+  if (model_ && !model_->states.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "the model has memory (a recurrent state): run it with run_recurrent");
+  }
+  return run_bound(obs, batch, obs_dim, nullptr, nullptr, out, out_dim);
+}
+
+Status OnnxRuntimeBackend::run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim,
+                                         const float* state_in, float* state_out, std::size_t state_dim, float* out,
+                                         std::size_t out_dim) {
+  if (!model_) {
+    return Status(ErrorCode::kNotReady, "no model loaded");
+  }
+  const std::size_t want = recurrent_state_dim(model_->states);
+  if (want == 0) {
+    return Status(ErrorCode::kInvalidArgument, "the model has no memory (no recurrent state bound): run it with run");
+  }
+  if (state_in == nullptr || state_out == nullptr || state_dim != want) {
+    return Status(ErrorCode::kInvalidArgument, "state rows of " + std::to_string(state_dim) +
+                                                   " values, the model's state has " + std::to_string(want));
+  }
+  return run_bound(obs, batch, obs_dim, state_in, state_out, out, out_dim);
+}
+
+Status OnnxRuntimeBackend::run_bound(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                                     float* state_out, float* out, std::size_t out_dim) {
   if (!model_) {
     return Status(ErrorCode::kNotReady, "no model loaded");
   }
@@ -505,8 +566,8 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   }
   if (binding == nullptr) {
     Binding fresh;
-    Status status = make_binding(api, m.session.get(), m.memory_info.get(), m.inputs, m.output_name, batch, obs_dim,
-                                 out_dim, fresh);
+    Status status = make_binding(api, m.session.get(), m.memory_info.get(), m.inputs, m.states, m.output_name, batch,
+                                 obs_dim, out_dim, fresh);
     if (!status.ok()) {
       return status;
     }
@@ -538,11 +599,67 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
       }
     }
   }
+  // [1.5] Each row's state, tensor after tensor, into the tensors' (batch, size) inputs.
+  const std::size_t units = m.states.empty() ? 0 : m.states.front().size;
+  const std::size_t state_dim = units * m.states.size();
+  for (std::size_t k = 0; k < m.states.size(); ++k) {
+    float* to = binding->state_inputs[k].floats.data();
+    for (std::size_t b = 0; b < batch; ++b) {
+      std::memcpy(to + b * units, state_in + b * state_dim + k * units, units * sizeof(float));
+    }
+  }
   Status status = check(api->RunWithBinding(m.session.get(), nullptr, binding->io.get()), "running the model");
   if (!status.ok()) {
     return status;
   }
   std::memcpy(out, binding->output.data(), binding->output.size() * sizeof(float));
+  for (std::size_t k = 0; k < m.states.size(); ++k) {
+    const float* from = binding->state_outputs[k].data();
+    for (std::size_t b = 0; b < batch; ++b) {
+      std::memcpy(state_out + b * state_dim + k * units, from + b * units, units * sizeof(float));
+    }
+  }
+  return Status::Ok();
+}
+
+Status OnnxRuntimeBackend::bind_recurrent_state(const std::vector<RecurrentStateSpec>& state) {
+  if (!model_) {
+    return Status(ErrorCode::kNotReady, "no model loaded");
+  }
+  Model& m = *model_;
+  const OrtApi* api = ort_api();
+  OrtAllocator* allocator = nullptr;  // the default allocator is owned by ONNX Runtime
+  Status status = check(api->GetAllocatorWithDefaultOptions(&allocator), "getting the default allocator");
+  if (!status.ok()) {
+    return status;
+  }
+  // A model lacking an announced state tensor, or one of another shape, is
+  // refused (§12.1): it cannot carry the state the server trains it with.
+  for (const RecurrentStateSpec& tensor : state) {
+    for (bool input : {true, false}) {
+      const std::string& name = input ? tensor.input : tensor.output;
+      std::size_t index = 0;
+      status = find_name(m.session.get(), allocator, input, name, &index);
+      TensorSignature signature;
+      if (status.ok()) {
+        status = read_signature(m.session.get(), input, index, &signature);
+      }
+      if (status.ok()) {
+        status = check_signature(signature, input ? "state input" : "state output", name, /*bytes_allowed=*/false);
+      }
+      if (status.ok() && signature.shape[1] >= 0 && static_cast<std::size_t>(signature.shape[1]) != tensor.size) {
+        status = Status(ErrorCode::kInferenceFailed, "model " + std::string(input ? "input" : "output") + " '" + name +
+                                                         "' has " + std::to_string(signature.shape[1]) +
+                                                         " units; the announced recurrent_state has " +
+                                                         std::to_string(tensor.size));
+      }
+      if (!status.ok()) {
+        return Status(ErrorCode::kInvalidField, "recurrent_state: " + status.message());
+      }
+    }
+  }
+  m.states = state;
+  m.bindings.clear();  // (bound again with the state tensors)
   return Status::Ok();
 }
 

@@ -675,6 +675,11 @@ Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) c
     return Status(ErrorCode::kInvalidField, "SET_CONFIG describes no observation_space/action_space "
                                             "(a multi-agent server needs the multi-agent client)");
   }
+  // [1.5] The default module's memory (§7.4): refused as a module's would be (§9.1).
+  Result<std::vector<RecurrentStateSpec>> state =
+      recurrent_state_from_json(detail::member(body, "recurrent_state"), "SET_CONFIG");
+  if (!state.ok()) return state.status();
+  config.recurrent_state = std::move(state).value();
   if (const std::string* name = first_string(body, "onnx_input_names")) config.input_name = *name;
   if (const std::string* name = first_string(body, "onnx_output_names")) config.output_name = *name;
   if (auto sps = int_member(body, "env_steps_per_sample"); sps && *sps > 0) config.env_steps_per_sample = *sps;
@@ -793,7 +798,9 @@ nlohmann::json ServerLink::state_request(bool initial) const {
 
 std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx, const std::string& input_name,
                                                       const std::string& output_name, const Space& observation_space,
-                                                      const Space& action_space, const std::string& what) {
+                                                      const Space& action_space,
+                                                      const std::vector<RecurrentStateSpec>& recurrent_state,
+                                                      const std::string& what) {
   if (!onnx.is_string()) {
     post_error(Status(ErrorCode::kInvalidField, "SET_STATE " + what + "onnx_file is not a string"));
     return nullptr;
@@ -819,10 +826,15 @@ std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx
   } else {
     loaded = policy->backend->load(model.value().data(), model.value().size(), input_name, output_name);
   }
+  if (loaded.ok() && !recurrent_state.empty()) {
+    // [1.5] The state tensors are bound once, here (§12.1): a model lacking one is refused (INVALID_FIELD).
+    loaded = policy->backend->bind_recurrent_state(recurrent_state);
+  }
   if (!loaded.ok()) {
     post_error(Status(loaded.code(), what + loaded.message()));
     return nullptr;
   }
+  policy->state_dim = recurrent_state_dim(recurrent_state);
   policy->obs_dim = observation_space.flat_dim();
   policy->out_dim = action_space.dist_inputs_size();
   if ((policy->backend->out_dim() != 0 && policy->backend->out_dim() != policy->out_dim) ||
@@ -908,7 +920,7 @@ void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEv
       }
       const ModuleSpec& m = spec->second;
       std::shared_ptr<LoadedPolicy> policy = load_policy(*onnx, m.onnx_input_name, m.onnx_output_name,
-                                                         m.observation_space, m.action_space,
+                                                         m.observation_space, m.action_space, m.recurrent_state,
                                                          "module '" + module_id + "': ");
       if (!policy) continue;  // not held: asked for again with the next GET_STATE
       io_seqs_[module_id] = *seq;
@@ -929,7 +941,7 @@ void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEv
     return;  // the weights in use already (a model is decoded and loaded once per version)
   }
   event.policy = load_policy(*onnx, config_->input_name, config_->output_name, config_->observation_space,
-                             config_->action_space, "");
+                             config_->action_space, config_->recurrent_state, "");
   if (!event.policy) return;
   if (seq) io_seq_ = seq;
   event.weights_seq_no = seq;
@@ -1066,7 +1078,8 @@ void ServerLink::encode_records(Batch& batch, const LinkConfig& config) {
   std::string* attachment = batch.binary ? &batch.attachment : nullptr;
   batch.episodes = nlohmann::json::array();
   for (const EpisodeChunk& chunk : batch.chunks) {
-    Result<nlohmann::json> record = encode_episode(chunk, config.observation_space, config.action_space, attachment);
+    Result<nlohmann::json> record =
+        encode_episode(chunk, config.observation_space, config.action_space, attachment, config.recurrent_state);
     if (!record.ok()) {
       batch.error = record.status();
       break;

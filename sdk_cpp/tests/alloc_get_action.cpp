@@ -20,7 +20,9 @@
 
 #include "client_test_helpers.h"
 #include "test_data.h"
+#include "tether/onnx_codec.h"
 #include "tether/onnxruntime_backend.h"
+#include "tether/recurrent_state.h"
 
 namespace {
 
@@ -98,6 +100,20 @@ class PausingBackend final : public tether::InferenceBackend {
     const long before = allocations;
     counting = true;
     tether::Status status = inner_.run(obs, batch, obs_dim, out, out_dim);
+    if (was_counting) backend_allocations += allocations - before;
+    allocations = before;
+    counting = was_counting;
+    return status;
+  }
+  tether::Status bind_recurrent_state(const std::vector<tether::RecurrentStateSpec>& state) override {
+    return inner_.bind_recurrent_state(state);
+  }
+  tether::Status run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                               float* state_out, std::size_t state_dim, float* out, std::size_t out_dim) override {
+    const bool was_counting = counting;
+    const long before = allocations;
+    counting = true;
+    tether::Status status = inner_.run_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
     if (was_counting) backend_allocations += allocations - before;
     allocations = before;
     counting = was_counting;
@@ -183,6 +199,54 @@ TEST(Allocations, OnlyTheCallsThatHandOverABatchAllocate) {
   EXPECT_EQ(client->env_steps_sent(), 60 * 200);  // every step delivered
   EXPECT_GE(batches, 19);
   // A call allocates only when it cuts a batch, or takes in the answer to one.
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
+}
+
+// [1.5] A model with memory (the LSTM of tests/conformance/recurrent.json, kind
+// "carry"): the state is fed and kept per episode without allocating either.
+TEST(Allocations, AModelWithMemoryAllocatesOnlyWhenItCuts) {
+  std::ifstream in(std::string(TETHER_CONFORMANCE_DIR) + "/recurrent.json", std::ios::binary);
+  json file = json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+                          nullptr, false);
+  json carry;
+  for (const json& c : file["cases"]) {
+    if (c["kind"] == "carry") carry = c;
+  }
+  ASSERT_TRUE(carry.is_object());
+  std::vector<std::uint8_t> bytes = tether::base64_decode(carry["model_b64"].get<std::string>()).value();
+  fake::ServerScript script;
+  script.steps_per_sample = 500;
+  script.config_overrides = {{"observation_space", {{"type", "Box"}, {"shape", {2}}, {"low", -1.0}, {"high", 1.0}}},
+                             {"onnx_input_names", {carry["input"]}},
+                             {"onnx_output_names", {carry["output"]}},
+                             {"recurrent_state", carry["recurrent_state"]}};
+  script.model_file = [bytes](std::uint8_t) { return fake::onnx_file_of(bytes); };
+  fake::FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  auto play_lstm = [&](int episodes, int length, bool count) {
+    Counts counts;
+    float obs[2] = {0.1f, -0.2f};
+    double action[1];
+    for (int e = 0; e < episodes; ++e) {
+      std::string episode = client->start_episode().value();
+      for (int t = 0; t < length; ++t) {
+        obs[0] = static_cast<float>(t % 7) * 0.1f;
+        count_call(counts, count, [&] { return client->get_action(episode, obs, 2, action, 1); });
+        client->log_returns(episode, 1.0);
+      }
+      EXPECT_TRUE(client->end_episode(episode, obs, 2, false).ok());
+    }
+    return counts;
+  };
+  play_lstm(10, 200, false);
+  const std::int64_t sent_before = client->env_steps_sent();
+  Counts counts = play_lstm(50, 200, true);
+  ASSERT_TRUE(client->flush().ok());
+  const long batches = static_cast<long>((client->env_steps_sent() - sent_before) / 500);
+  std::printf("get_action with memory: %ld calls, %ld allocated; %ld batches\n", counts.calls,
+              counts.calls_that_allocated, batches);
+  EXPECT_GE(batches, 19);
   EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
 }
 

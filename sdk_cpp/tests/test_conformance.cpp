@@ -25,6 +25,7 @@
 #include "tether/messages.h"
 #include "tether/observation_leaves.h"
 #include "tether/policy_mapping.h"
+#include "tether/recurrent_state.h"
 #include "tether/session.h"
 #include "tether/spaces.h"
 #include "tether/tensors.h"
@@ -44,7 +45,7 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "logp.json",      "policy_mapping.json", "episodes.json",
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
                                              "client_pairing.json", "session.json", "tensors.json",
-                                             "composite.json"};
+                                             "composite.json", "recurrent.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -579,6 +580,40 @@ TEST(Conformance, ValueObs) {
       EXPECT_EQ(row, flat_float(step["row"]));
     }
   });
+}
+
+// [1.5] Models with memory: a module's recurrent_state parsed (kind "module").
+// Kind "carry" needs ONNX Runtime: test_ort_recurrent.cpp runs it (here it is
+// only checked to be well formed); kind "episode" is the server's (§10.6 check 19).
+TEST(Conformance, Recurrent) {
+  std::size_t modules = 0;
+  run_cases("recurrent.json", [&](const json&, const json& c) {
+    const std::string kind = c["kind"].get<std::string>();
+    if (kind == "carry") {
+      EXPECT_TRUE(c.contains("model_b64") && c.contains("records_state_in"));
+      return;
+    }
+    if (kind == "episode") return;
+    ASSERT_EQ(kind, "module");
+    ++modules;
+    Result<ModuleSpec> spec = ModuleSpec::from_json("m", c["module"]);
+    if (c.contains("error")) {
+      ASSERT_FALSE(spec.ok());
+      EXPECT_EQ(std::string(to_string(spec.status().code())), c["error"].get<std::string>()) << spec.status().to_string();
+      // (the default module's top-level field in SET_CONFIG is refused alike, §7.4)
+      Result<std::vector<RecurrentStateSpec>> top =
+          recurrent_state_from_json(&c["module"]["recurrent_state"], "SET_CONFIG");
+      EXPECT_FALSE(top.ok());
+      return;
+    }
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    json got = json::array();
+    for (const RecurrentStateSpec& s : spec.value().recurrent_state) {
+      got.push_back({{"input", s.input}, {"output", s.output}, {"size", s.size}});
+    }
+    EXPECT_EQ(got, c["recurrent_state"]);
+  });
+  EXPECT_GT(modules, 0u);
 }
 
 TEST(Conformance, ClientPairing) {

@@ -152,6 +152,32 @@ class TetherClient final : public ClientBase {
   /// get_action's, except the mask (no action follows a final observation:
   /// its mask may allow nothing).
   Result<double> end_episode(const std::string& episode_id, const ObservationLeaves& obs, bool truncated = false);
+  /// The deterministic (greedy) action for `obs`, written to `action` (as
+  /// get_action's: the engine's action); records nothing and never sends.
+  /// [1.5] A model with memory remembers per episode (§12.4): `episode_id`
+  /// names a running episode, whose state this call feeds and advances as
+  /// get_action does (without recording), or else an evaluation episode of
+  /// the caller's, whose state starts from zeros at its first call and is
+  /// advanced by every call with that id. One evaluation episode is
+  /// remembered at a time: a call with another id (that names no running
+  /// episode) starts that one from zeros, so give each evaluation episode
+  /// its own id. Without memory the id is not used. Codes as get_action's
+  /// (INVALID_ARGUMENT for wrong sizes, NON_FINITE_VALUE, the row checks,
+  /// NOT_READY without a model, INFERENCE_FAILED, an error of the server not
+  /// returned yet, the fatal status); on an error no state advances.
+  Status compute_action(const float* obs, std::size_t obs_size, double* action, std::size_t action_size,
+                        const std::string& episode_id = std::string());
+  /// compute_action for vectors (`action` is resized to action_space().flat_dim()).
+  Status compute_action(const std::vector<float>& obs, std::vector<double>& action,
+                        const std::string& episode_id = std::string());
+  /// [1.5] The state a running episode carries now, tensor after tensor
+  /// (recurrent_state() order; §12.4): empty before its first step (zeros
+  /// then); INVALID_ARGUMENT for an unknown episode or a model without memory.
+  Result<std::vector<float>> episode_state(const std::string& episode_id) const;
+  /// [1.5] The default module's recurrent state (SET_CONFIG recurrent_state,
+  /// §7.4); empty when its model has no memory.
+  const std::vector<RecurrentStateSpec>& recurrent_state() const noexcept { return config_->recurrent_state; }
+
   /// The action mask of the current connection's SET_CONFIG (§11.6), or null.
   const ActionMask* action_mask() const noexcept { return config_ && config_->action_mask ? &*config_->action_mask : nullptr; }
 
@@ -180,6 +206,11 @@ class TetherClient final : public ClientBase {
     bool held_back = false;         // a training episode not recorded (record_share): played, counted, not sent
     EpisodeChunk steps;             // obs rows: one per recorded step, plus the final one
     std::vector<Stamp> versions;    // per action; (-1, -1) when unknown
+    // [1.5] A model with memory (§12.4): the state its next step starts from
+    // (empty: zeros, not made yet), and per recorded step the state it was
+    // fed with (state_dim floats a row): a cut's state_in is its first row.
+    std::vector<float> state;
+    std::vector<float> states;
     bool terminated = false;
     bool truncated = false;
     double total_return = 0.0;
@@ -199,6 +230,8 @@ class TetherClient final : public ClientBase {
            std::int64_t& runs_connection);
   void recount_pending();
   void recycle(Episode&& episode);
+  Status run_policy(std::vector<float>& state, const float* obs, std::size_t obs_size);
+  std::vector<float>& evaluation_state(const std::string& episode_id);
   void end_training() override;
 
   std::shared_ptr<LoadedPolicy> policy_;
@@ -217,6 +250,12 @@ class TetherClient final : public ClientBase {
   std::vector<double> record_action_buffer_;
   std::vector<double> env_action_buffer_;
   std::vector<float> leaf_row_;  // the flat row of an ObservationLeaves observation
+  // [1.5] The state a run returns (swapped with the actor's: no copy, no allocation).
+  std::vector<float> state_out_;
+  // compute_action's evaluation episode (one at a time) and its state.
+  std::string evaluation_id_;
+  bool evaluating_ = false;
+  std::vector<float> evaluation_state_;
 };
 
 }  // namespace tether

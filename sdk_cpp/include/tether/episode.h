@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tether/action_mask.h"
+#include "tether/recurrent_state.h"
 #include "tether/spaces.h"
 #include "tether/status.h"
 
@@ -38,6 +39,10 @@ struct EpisodeChunk {
   /// (version, steps) in step order, covering all T steps; empty to leave
   /// "weights_seq_no_runs" out (every step then has the message's claim).
   std::vector<std::pair<std::int64_t, std::int64_t>> weights_seq_no_runs;
+  /// [1.5] The recurrent state the model was fed with the chunk's first
+  /// observation (§10.1 "state_in"), tensor after tensor
+  /// (recurrent_state_dim() floats); empty for a model without memory.
+  std::vector<float> state_in;
 
   /// T, the number of steps (rewards).
   std::size_t steps() const noexcept { return rewards.size(); }
@@ -60,8 +65,13 @@ inline constexpr std::int64_t kMaxRunVersion = 2147483647;
 /// weights_seq_no_runs is not runs of versions 0..kMaxRunVersion covering the
 /// steps; OBS_DTYPE_MISMATCH when a byte box's observation value is not an
 /// integer from 0 to 255.
+/// [1.5] With `recurrent_state` (the model's state tensors, §9.1) the record
+/// carries "state_in" (§10.1) from chunk.state_in, which must then hold
+/// recurrent_state_dim() values (INVALID_ARGUMENT otherwise); without it a
+/// chunk's state_in must be empty.
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
-                                      const Space& action_space, std::string* attachment = nullptr);
+                                      const Space& action_space, std::string* attachment = nullptr,
+                                      const std::vector<RecurrentStateSpec>& recurrent_state = {});
 
 /// What a client knows of one module (SET_CONFIG "modules", §9.1).
 struct ModuleSpec {
@@ -73,14 +83,19 @@ struct ModuleSpec {
   bool trainable = true;                            ///< whether the server trains it
   std::vector<std::string> value_obs_agents;        ///< centralized critic's agents (§9.7), or empty
   std::optional<ActionMask> action_mask;            ///< [1.4] the leaf masking its actions (§9.1, §11.6), or none
+  /// [1.5] The state tensors of its model (§9.1 "recurrent_state"); empty: no memory.
+  std::vector<RecurrentStateSpec> recurrent_state;
 
   /// Parses a module object; INVALID_FIELD when malformed, for a Dict or
-  /// Tuple action space, or an action_mask that does not fit the spaces.
+  /// Tuple action space, an action_mask that does not fit the spaces, or
+  /// [1.5] a recurrent_state refused by recurrent_state_from_json.
   static Result<ModuleSpec> from_json(const std::string& module_id, const nlohmann::json& data);
   /// Flattened size of one observation.
   std::size_t obs_dim() const noexcept { return observation_space.flat_dim(); }
   /// Width V of a value_obs row; 0 when the module has no centralized critic.
   std::size_t value_obs_dim() const noexcept { return obs_dim() * value_obs_agents.size(); }
+  /// [1.5] Floats of one actor's recurrent state (0 without memory).
+  std::size_t state_dim() const noexcept { return recurrent_state_dim(recurrent_state); }
 };
 
 /// One agent's (or group's) entry of a multi-agent record.
@@ -100,7 +115,8 @@ struct MultiAgentRecord {
 };
 
 /// The JSON of a multi-agent record; each entry is encoded with its
-/// module's spaces. UNKNOWN_MODULE for a module not in `modules`,
+/// module's spaces ([1.5] and its "state_in" from the chunk's state_in for a
+/// module with recurrent_state). UNKNOWN_MODULE for a module not in `modules`,
 /// INVALID_ARGUMENT for arrays that do not fit, OBS_DTYPE_MISMATCH as
 /// encode_episode (tensors appended to `attachment` when given).
 Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tether/recurrent_state.h"
 #include "tether/status.h"
 
 namespace tether {
@@ -81,6 +82,39 @@ class InferenceBackend {
   /// The element type of the loaded model's input (float32 before a model is
   /// loaded, and for a backend that only runs float32 models).
   virtual ModelInputType input_type() const noexcept { return ModelInputType::kFloat32; }
+
+  /// [1.5] Declares the loaded model's recurrent state (§9.1, §12.1): one
+  /// float32 (batch, size) input and output per state tensor, fed and read
+  /// by name. Called once after load()/load_leaves(); the backend binds the
+  /// state tensors then, so that run_recurrent() looks nothing up.
+  /// INVALID_FIELD when the model lacks an announced input or output (or one
+  /// is not float32 (batch, size)); NOT_READY before a model is loaded. The
+  /// default accepts an empty list and refuses any other (INFERENCE_FAILED):
+  /// a backend that runs no models with memory.
+  virtual Status bind_recurrent_state(const std::vector<RecurrentStateSpec>& state) {
+    if (state.empty()) return Status::Ok();
+    return Status(ErrorCode::kInferenceFailed, "this inference backend runs no models with memory");
+  }
+
+  /// [1.5] run() for a model with memory: row `b` of `state_in` (batch rows
+  /// of `state_dim` = tensors x size floats, each row tensor after tensor, in
+  /// the order bind_recurrent_state() was given) is fed with observation row
+  /// `b`; `state_out` (the same layout) receives the state after the step.
+  /// `state_in` and `state_out` may be the same buffer; `state_out` is
+  /// written only when the run succeeds. Codes as run(); the default
+  /// refuses (INFERENCE_FAILED).
+  virtual Status run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                               float* state_out, std::size_t state_dim, float* out, std::size_t out_dim) {
+    (void)obs;
+    (void)batch;
+    (void)obs_dim;
+    (void)state_in;
+    (void)state_out;
+    (void)state_dim;
+    (void)out;
+    (void)out_dim;
+    return Status(ErrorCode::kInferenceFailed, "this inference backend runs no models with memory");
+  }
 };
 
 }  // namespace tether

@@ -225,7 +225,19 @@ class MultiAgentClient final : public ClientBase {
   /// Greedy actions (the distributions' modes) for evaluation, written into
   /// `frame`; records nothing. Maps with the rules (or MAP_AGENTS with
   /// `episode_id`, "eval" when empty, asked once per episode id and agent).
+  /// [1.5] A module with memory remembers per episode (§12.4): an actor
+  /// (agent or group) of the running episode `episode_id` is fed its state,
+  /// which the call advances as get_action does (without recording); any
+  /// other actor acts in the evaluation episode `episode_id`, its state
+  /// starting from zeros at its first call. One evaluation episode is
+  /// remembered at a time: another id starts afresh, so give each
+  /// evaluation episode its own id. On an error no state advances.
   Status compute_actions(AgentFrame& frame, const std::string& episode_id = std::string());
+  /// [1.5] The state an actor (agent or group id) of a running episode
+  /// carries now, tensor after tensor (recurrent_state order; §12.4), or
+  /// INVALID_ARGUMENT for an actor not in it or a module without memory.
+  /// Empty before its first step (its state is then zeros).
+  Result<std::vector<float>> actor_state(const std::string& episode_id, const std::string& actor_id) const;
 
   /// Adds `reward` to the agent's last action (a group member's to its
   /// group's, divided by the member count for "mean"). Rewards accumulate
@@ -323,6 +335,10 @@ class MultiAgentClient final : public ClientBase {
   void take_frame(const AgentFrame& frame, Module& module);
   Status sample_modules();
   Status run_modules();
+  void point_row_states(bool evaluation, const std::string& episode_id);
+  void commit_states();
+  std::vector<float>& evaluation_state(const std::string& episode_id, const std::string& actor_id);
+  void reset_states_of(const Module& module);
   void lay_out_actions(AgentFrame& frame, const Module* one_module) const;
   void write_action(const Slot& slot, const double* env_action, AgentFrame& frame) const;
   std::int64_t cut(Episode& episode, CutRecord& record, CutSteps& steps);
@@ -386,6 +402,10 @@ class MultiAgentClient final : public ClientBase {
   std::deque<std::string> mapped_order_;
   std::size_t mapped_count_ = 0;
   std::vector<double> env_action_;  // compute_actions: one actor's greedy action
+  // [1.5] compute_actions' evaluation episode (one at a time): its actors' states.
+  std::string evaluation_id_;
+  bool evaluating_ = false;
+  std::unordered_map<std::string, std::vector<float>> evaluation_states_;
   AgentFrame end_frame_;
 };
 

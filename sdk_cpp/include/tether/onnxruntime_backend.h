@@ -41,6 +41,14 @@ class OnnxRuntimeBackend final : public InferenceBackend {
   /// dimensions do not hold the leaf's size.
   Status load_leaves(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
                      const std::string& output_name) override;
+  /// See InferenceBackend::bind_recurrent_state: the state tensors are
+  /// bound with the observation's, per batch size, over buffers owned here.
+  Status bind_recurrent_state(const std::vector<RecurrentStateSpec>& state) override;
+  /// See InferenceBackend::run_recurrent: copies each row's state into the
+  /// bound inputs and the bound outputs into `state_out` (no allocation for a
+  /// batch size seen before). run() refuses a model with memory.
+  Status run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                       float* state_out, std::size_t state_dim, float* out, std::size_t out_dim) override;
   /// See InferenceBackend::run.
   Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
              std::size_t out_dim) override;
@@ -61,6 +69,8 @@ class OnnxRuntimeBackend final : public InferenceBackend {
 
  private:
   struct Model;
+  Status run_bound(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                   float* state_out, float* out, std::size_t out_dim);
   Status load_inputs(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
                      const std::string& output_name, bool leaves);
   std::unique_ptr<Model> model_;

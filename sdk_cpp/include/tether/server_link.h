@@ -94,6 +94,8 @@ struct LinkConfig {
   Space observation_space;                    ///< "observation_space"
   Space action_space;                         ///< "action_space"
   std::optional<ActionMask> action_mask;      ///< [1.4] "action_mask": the leaf masking the actions (§11.6)
+  /// [1.5] "recurrent_state": the default module's state tensors (§7.4, §9.1); empty: no memory.
+  std::vector<RecurrentStateSpec> recurrent_state;
   std::string input_name = "obs";             ///< onnx_input_names[0]
   std::string output_name = "action_dist_inputs";  ///< onnx_output_names[0]
   std::int64_t env_steps_per_sample = 500;    ///< steps per batch
@@ -115,6 +117,9 @@ struct LoadedPolicy {
   std::unique_ptr<InferenceBackend> backend;  ///< the runtime holding the model
   std::size_t obs_dim = 0;                    ///< observation width the model takes
   std::size_t out_dim = 0;                    ///< action_dist_inputs width it produces
+  /// [1.5] Floats of one actor's recurrent state the model takes and returns
+  /// (tensors x size; 0: no memory, the backend's run() serves it).
+  std::size_t state_dim = 0;
 };
 
 struct Batch;
@@ -381,7 +386,9 @@ class ServerLink {
   void read_steps_per_batch(const nlohmann::json& state);
   std::shared_ptr<LoadedPolicy> load_policy(const nlohmann::json& onnx, const std::string& input_name,
                                             const std::string& output_name, const Space& observation_space,
-                                            const Space& action_space, const std::string& what);
+                                            const Space& action_space,
+                                            const std::vector<RecurrentStateSpec>& recurrent_state,
+                                            const std::string& what);
   template <class Events>
   void take_events_into(Events& out);
   void build_queued();
