@@ -122,7 +122,7 @@ CORPUS += [
                                      "cells": {"dtype": "uint8", "shape": [3, 2, 2],
                                                "b64": base64.b64encode(bytes(range(12))).decode()}})}}]},
 ]
-CORPUS += [  # (a recurrent module's behaviour logps are not checked, §13.6: any finite one is stored)
+CORPUS += [  # (a recurrent module's behaviour logps are not rechecked at ingest, §13.6: the learner guards them)
     {"type": "EPISODES", "episodes": [{"episode_id": "r1", "is_terminated": True, "is_truncated": False,
                                        "agents": {"mem_1": MEMORY_ENTRY}}]},
     {"type": "EPISODES_AND_GET_STATE", "episodes": [{"episode_id": "r2", "is_terminated": False, "is_truncated": False,

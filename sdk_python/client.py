@@ -151,6 +151,7 @@ class TetherClient(BaseClient):
             self.policy = None
             self.weights_seq_no = None
             self._finished.clear()
+            self._evaluation = None
             for episode in self._episodes.values():
                 episode.state = None  # (a state of another model: the next step starts from zeros)
                 if episode.training_enabled:
@@ -259,10 +260,12 @@ class TetherClient(BaseClient):
     def compute_action(self, observation: Any, episode_id: str = "") -> Any:
         """The deterministic (greedy) action for an observation; records nothing.
 
-        **[1.5]** A model with memory remembers per episode: ``episode_id`` names a running episode
-        (whose state this call advances, as ``get_action`` does) or an evaluation episode of the caller's
-        (its state starts from zeros at its first call; one evaluation episode is remembered at a time, so
-        give each its own id)."""
+        **[1.5]** A model with memory remembers per episode (§12.4): ``episode_id`` names a running episode
+        that is not recorded (started with ``training_enabled=False``, or held back), whose state this call
+        advances as ``get_action`` does, or an evaluation episode of the caller's (its state starts from
+        zeros at its first call; one evaluation episode is remembered at a time, so give each its own id).
+        A running episode whose steps are recorded is refused (``ValueError``): a step it did not record
+        would break the states the server recomputes from its records."""
         if self._events:
             self._sync()
         policy = self.policy
@@ -273,6 +276,9 @@ class TetherClient(BaseClient):
         if policy.state_shape is None:
             return policy.act_deterministic(obs)
         episode = self._episodes.get(episode_id)
+        if episode is not None and episode.training_enabled:
+            raise ValueError(f"episode {episode_id!r} is being recorded: a greedy step would be missing from its "
+                             f"record; use get_action, or compute_action with another episode id")
         if episode is None:
             if self._evaluation is None or self._evaluation.episode_id != episode_id:
                 self._evaluation = EpisodeRecorder(episode_id, False)

@@ -171,6 +171,7 @@ class MultiAgentClient(BaseClient):
             if new is None or spaces_changed or new.value_obs_agents != old.value_obs_agents:
                 self._drop_unsent_steps_of(module_id, reset_states=spaces_changed)
             if spaces_changed:
+                self._evaluation_episode, self._evaluation_actors = None, {}
                 self.policies.pop(module_id, None)
                 self.weights_seq_nos.pop(module_id, None)
                 self._seq_connections.pop(module_id, None)
@@ -541,9 +542,10 @@ class MultiAgentClient(BaseClient):
         """Greedy actions for evaluation; records nothing.
 
         **[1.5]** A module with memory remembers per episode (§12.4): ``episode_id`` names a running
-        episode (whose actors' states this call advances, as ``get_action`` does) or an evaluation
-        episode of the caller's (each actor's state starts from zeros at its first call; one evaluation
-        episode is remembered at a time, so give each its own id)."""
+        episode that is not recorded (whose actors' states this call advances, as ``get_action`` does) or
+        an evaluation episode of the caller's (each actor's state starts from zeros at its first call; one
+        evaluation episode is remembered at a time, so give each its own id). A running episode whose
+        steps are recorded is refused (``ValueError``) when an actor's module has memory."""
         if self._events:
             self._sync()
         episode = _Episode(episode_id or "eval", False)
@@ -553,6 +555,11 @@ class MultiAgentClient(BaseClient):
         rows: dict[str, np.ndarray] = {}
         for actor_id, obs in actor_obs.items():  # (all checked, as get_action checks them, before any acts)
             rows[actor_id] = _checked_row(actor_id, obs, self.modules[modules[actor_id]], final=False)
+        running = self._episodes.get(episode_id)
+        if running is not None and running.training_enabled and any(
+                self.modules[modules[a]].recurrent_state for a in rows):
+            raise ValueError(f"episode {episode_id!r} is being recorded: a greedy step would be missing from its "
+                             f"record; use get_action, or compute_actions with another episode id")
         for actor_id, obs in rows.items():
             policy = self.policies.get(modules[actor_id])
             if policy is None:

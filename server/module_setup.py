@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tether.protocol.action_mask import resolve_action_mask
-from tether.protocol.episodes import StateSpec
+from tether.protocol.episodes import MAX_RECURRENT_CHUNK_STEPS, StateSpec
 from tether.protocol.multi_agent import DEFAULT_AGENT_ID, GroupSpec, ModuleSpec
 from tether.protocol.policy_mapping import PolicyMapping
 from tether.protocol.spaces import Box, Space, from_gymnasium, is_composite, space_from_json
@@ -179,6 +179,10 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
                 raise ValueError(f"module {module_id!r}: the model's input or output {taken[0]!r} has the name of "
                                  f"a recurrent state tensor; rename it")
             specs[module_id] = spec = dataclasses.replace(spec, recurrent_state=state)
+            if config.env_steps_per_sample > MAX_RECURRENT_CHUNK_STEPS:
+                raise ValueError(f"module {module_id!r} has memory: its records hold at most "
+                                 f"{MAX_RECURRENT_CHUNK_STEPS} steps (§10.1), so env_steps_per_sample "
+                                 f"({config.env_steps_per_sample}) must not be larger")
         if hps[module_id].normalize_observations and network.encoder == "cnn" and not composite:
             raise ValueError(f"module {module_id!r}: normalize_observations applies to vector observations; the cnn "
                              f"encoder scales images by its 'scale'")

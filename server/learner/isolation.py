@@ -83,7 +83,8 @@ def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, Episod
             pos = 0
             for source, chunk in items:
                 if bad[pos:pos + chunk.env_steps].any():
-                    guilty.setdefault(source, "value targets not finite or beyond float32's range")
+                    guilty.setdefault(source, "value targets not finite or beyond float32's range, or (a model "
+                                              "with memory) behaviour log-probabilities no recent policy gives")
                 pos += chunk.env_steps
     remaining = [s for s in order if s not in guilty]
     if not remaining:

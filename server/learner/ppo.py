@@ -67,6 +67,15 @@ class NonFiniteUpdate(RuntimeError):
     rolled back to its weights and optimizer state from before the update."""
 
 
+#: A network with memory: a step whose behaviour log-probability is this far (in nats) from the current
+#: policy's is not trained on, and its source is left out of the update (isolation.py's screen). Such a
+#: step's logp depends on the state its client carried, so the server cannot recheck it against the
+#: served models at ingest as it does for other networks (§13.6); the policies the data may come from
+#: (at most max_staleness updates old, each a PPO step of small KL) give a recorded action probabilities
+#: well within a factor of e^3 of the current one's, while one made-up logp (-20) would multiply its
+#: importance ratio by e^19 and wreck the update.
+RECURRENT_LOGP_LIMIT = 3.0
+
 #: Value targets at or beyond this magnitude (2**64, about 1.8e19: the square root of
 #: float32's largest value) cannot be trained on: their squared error overflows float32.
 TARGET_LIMIT = float(2.0**64)
@@ -152,10 +161,24 @@ class PPOLearner:
     def untrainable_steps(self, batch: RolloutBatch) -> np.ndarray:
         """Per step, whether the update could not train on it whatever else the batch
         holds: its value or value target (computed as ``update`` does) is not finite
-        or reaches TARGET_LIMIT in magnitude, so the value loss would overflow."""
+        or reaches TARGET_LIMIT in magnitude, so the value loss would overflow; or, for a
+        network with memory, its behaviour logp is RECURRENT_LOGP_LIMIT or more from the
+        current policy's (the server cannot recheck those at ingest, §13.6)."""
+        states = state_pass(self.model, batch, self.device) if self.recurrent is not None else None
         with np.errstate(over="ignore", invalid="ignore"):
-            values, _, returns = self._targets(batch)
-            return ~np.isfinite(values) | ~np.isfinite(returns) | (np.abs(returns) >= TARGET_LIMIT)
+            values, _, returns = self._targets(batch, states)
+            bad = ~np.isfinite(values) | ~np.isfinite(returns) | (np.abs(returns) >= TARGET_LIMIT)
+            if states is not None:
+                bad |= np.abs(batch.logp - self._current_logp(batch, states)) >= RECURRENT_LOGP_LIMIT  # (NaN: False)
+            return bad
+
+    def _current_logp(self, batch: RolloutBatch, states: StatePass) -> np.ndarray:
+        """log pi(a_t | the state pass's state and o_t) of every step, with the current weights."""
+        act_dtype = torch.float32 if batch.actions.dtype.kind == "f" else torch.long
+        steps_dist = states.dist_inputs[torch.as_tensor(batch.next_obs_index - 1, device=self.device)]
+        with torch.no_grad():
+            return ActionDistribution(self.action_space, steps_dist).log_prob(
+                self._tensor(batch.actions, act_dtype)).cpu().numpy()
 
     def _targets(self, batch: RolloutBatch, states: StatePass | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,8 +240,7 @@ class PPOLearner:
         if missing.any():
             with torch.no_grad():
                 if states is not None:
-                    steps_dist = states.dist_inputs[torch.as_tensor(step_index, device=self.device)]
-                    current = ActionDistribution(self.action_space, steps_dist).log_prob(actions)
+                    current = self._tensor(self._current_logp(batch, states))
                 else:
                     current, _, _ = self.model.evaluate(obs, actions, value_obs)
             old_logp = torch.where(missing, current, old_logp)

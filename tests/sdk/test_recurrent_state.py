@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from tether.protocol.episodes import decode_episode
 from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
@@ -121,7 +122,14 @@ def test_greedy_evaluation_remembers_per_episode_id() -> None:
         client.compute_action(obs[3], "eval-2")  # a new id starts from zeros
         np.testing.assert_allclose(np.concatenate(client._evaluation.state), run_model([obs[3], obs[0]])[1][1],
                                    atol=1e-6)
-        # A running episode's state is advanced by compute_action as by get_action.
+        # A recorded episode is refused (a greedy step would be missing from its record), its state untouched.
+        recorded = client.start_episode()
+        client.get_action(recorded, obs[0])
+        kept = [tensor.copy() for tensor in client._episodes[recorded].state]
+        with pytest.raises(ValueError, match="being recorded"):
+            client.compute_action(obs[1], recorded)
+        np.testing.assert_array_equal(np.concatenate(client._episodes[recorded].state), np.concatenate(kept))
+        # A running episode that is not recorded has its state advanced by compute_action as by get_action.
         eid = client.start_episode(training_enabled=False)
         for o in obs[:3]:
             client.compute_action(o, eid)

@@ -221,3 +221,37 @@ def test_a_recurrent_learner_learns_to_remember_what_a_feedforward_one_cannot() 
         stats = learner.update(build_batch(episodes(64)))
         assert np.isfinite(stats["policy_loss"])
     assert right_at_the_end() > max(0.75, before + 0.2), (before, right_at_the_end())
+
+
+def test_the_layout_announces_the_state_and_refuses_chunks_longer_than_the_limit() -> None:
+    from tether.server.config import ServerConfig
+    from tether.server.module_setup import build_layout
+
+    space = {"type": "Box", "shape": [2], "low": 0, "high": 1}
+    layout = build_layout(ServerConfig(observation_space=space, action_space={"type": "Discrete", "n": 2},
+                                       model={"recurrent": {"type": "lstm", "size": 5}}))
+    assert [s.to_json() for s in layout.specs["default_policy"].recurrent_state] == [
+        {"input": "state_in_h", "output": "state_out_h", "size": 5},
+        {"input": "state_in_c", "output": "state_out_c", "size": 5}]
+    with pytest.raises(ValueError, match="env_steps_per_sample \\(10001\\) must not be larger"):
+        build_layout(ServerConfig(observation_space=space, action_space={"type": "Discrete", "n": 2},
+                                  model={"recurrent": {"type": "gru"}}, env_steps_per_sample=10_001))
+
+
+def test_a_made_up_behaviour_logp_leaves_its_source_out_of_the_update() -> None:
+    """A model with memory's logps are not rechecked at ingest (§13.6); the learner's screen leaves a
+    source whose logps no recent policy gives out of the update (blamed), and trains on the others."""
+    from tether.server.learner.isolation import update_isolating
+
+    learner = _learner(seq_len=4)
+    rng = np.random.default_rng(5)
+    honest = [_chunk(rng, 8) for _ in range(5)]
+    for chunk in honest:  # the current policy's own logps, as a client acting with it records them
+        chunk.action_logp = learner._current_logp(build_batch([chunk]), state_pass(
+            learner.model, build_batch([chunk]), torch.device("cpu"))).astype(np.float32)
+    liar = _chunk(rng, 8)
+    liar.action_logp = np.full(8, -20.0, np.float32)
+    result = update_isolating(learner, [(f"honest-{i}", c) for i, c in enumerate(honest)] + [("liar", liar)])
+    assert set(result.guilty) == {"liar"} and "behaviour log-probabilities" in result.guilty["liar"]
+    assert result.stats is not None and abs(result.stats["policy_loss"]) < 1.0, result.stats
+    assert len(result.kept) == 5
