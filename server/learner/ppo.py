@@ -303,19 +303,16 @@ class PPOLearner:
         return epoch
 
     def _sequence_minibatches(self, batch: RolloutBatch, states: StatePass, actions: torch.Tensor):
-        """One epoch of minibatches of whole windows (sequences.py) in a new random order, about
+        """One epoch of minibatches of whole windows (sequences.py) in a new random order, packed to
         ``minibatch_size`` steps each: (steps, logp, entropy, value) of their real steps."""
         assert self.recurrent is not None
         win = windows(batch, self.recurrent.seq_len, self.recurrent.burn_in)
-        obs = self._tensor(batch.all_obs)
-        critic = obs if batch.all_value_obs is None else self._tensor(batch.all_value_obs)
-        per_minibatch = max(1, self.hp.minibatch_size // self.recurrent.seq_len)
+        obs = torch.as_tensor(batch.all_obs, device=self.device)  # (uint8 images stay bytes until read)
+        critic = None if batch.all_value_obs is None else self._tensor(batch.all_value_obs)
 
         def epoch():
-            order = self._rng.permutation(win.count)
-            for start in range(0, win.count, per_minibatch):
-                steps, dist_inputs, values = run_windows(self.model, win, order[start:start + per_minibatch], obs,
-                                                         critic, states.state_before)
+            for chosen in win.minibatches(self._rng.permutation(win.count), self.hp.minibatch_size):
+                steps, dist_inputs, values = run_windows(self.model, win, chosen, obs, critic, states.state_before)
                 dist = ActionDistribution(self.action_space, dist_inputs)
                 yield steps, dist.log_prob(actions[steps]), dist.entropy(), values
         return epoch

@@ -15,7 +15,11 @@ model before the chunk's first step (``state_in``, §10.1). The learner:
    windows' real steps: padding never enters a loss.
 
 Chunks of different lengths run side by side in one batched loop; a padded position leaves its
-row's state as it is.
+row's state as it is. A minibatch is whole windows, packed in random order until they hold
+``minibatch_size`` steps, and is unrolled only as far as its longest window: short chunks (many
+agents, each sending few steps) make more windows per minibatch, not smaller minibatches. The
+gradient reaches back at most to a window's first step, so the horizon of backpropagation is
+``seq_len`` or the chunk, whichever is shorter (a chunk ends where its client cut it, §10.4).
 """
 
 from __future__ import annotations
@@ -45,47 +49,55 @@ class StatePass:
 
 
 def state_pass(model: PolicyModel, batch: RolloutBatch, device: torch.device) -> StatePass:
-    """Run ``model`` along every chunk of ``batch`` from its recorded state (see the module docstring)."""
+    """Run ``model`` along every chunk of ``batch`` from its recorded state (see the module docstring).
+
+    The chunks run side by side, one time step per iteration; each iteration gathers only the rows
+    of the chunks still running (by index: nothing is padded or copied per chunk, so one long chunk
+    beside many short ones, or images, cost what their rows cost)."""
     assert batch.state_in is not None and batch.chunk_rows is not None and batch.state_prefix is not None
-    chunks = len(batch.chunk_rows)
     rows_total = batch.all_obs.shape[0]
     ends = np.append(batch.chunk_rows[1:], rows_total)
-    lengths = ends - batch.chunk_rows
-    prefixes = np.array([0 if p is None else p.shape[0] for p in batch.state_prefix])
-    width = int((lengths + prefixes).max())
-    obs_dim = batch.all_obs.shape[1]
-    critic = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
-    obs = np.zeros((chunks, width, obs_dim), np.float32)
-    critic_rows = np.zeros((chunks, width, critic.shape[1]), np.float32)
-    valid = np.zeros((chunks, width), bool)
-    for i, (start, end, before) in enumerate(zip(batch.chunk_rows, ends, prefixes)):
-        if before:
-            obs[i, :before] = batch.state_prefix[i]  # type: ignore[index]
-        obs[i, before:before + end - start] = batch.all_obs[start:end]
-        critic_rows[i, before:before + end - start] = critic[start:end]
-        valid[i, :before + end - start] = True
-    obs_t = torch.as_tensor(obs, device=device)
-    critic_t = torch.as_tensor(critic_rows, device=device)
-    valid_t = torch.as_tensor(valid, device=device)
-    state = tuple(torch.as_tensor(batch.state_in[:, k], device=device) for k in range(batch.state_in.shape[1]))
-    values, dists, states = [], [], []
+    prefixes = [p for p in batch.state_prefix if p is not None and len(p)]
+    source = np.concatenate([batch.all_obs, *prefixes]) if prefixes else batch.all_obs
+    sequences = []
+    at = rows_total
+    for prefix, first, end in zip(batch.state_prefix, batch.chunk_rows, ends):
+        before = 0 if prefix is None else len(prefix)
+        sequences.append(np.concatenate([np.arange(at, at + before), np.arange(first, end)]))
+        at += before
+    width = max(len(seq) for seq in sequences)
+    index = np.full((len(sequences), width), -1, np.int64)
+    for i, seq in enumerate(sequences):
+        index[i, :len(seq)] = seq
+    index_t = torch.as_tensor(index, device=device)
+    obs = torch.as_tensor(source, device=device)
+    critic = None if batch.all_value_obs is None else torch.as_tensor(batch.all_value_obs, device=device)
+    # (copies: the loop writes into them, and the batch's recorded states must stay as they came)
+    state = [torch.tensor(batch.state_in[:, k], device=device) for k in range(batch.state_in.shape[1])]
+    values = torch.zeros(len(source), device=device)
+    dists: torch.Tensor | None = None
+    before_rows = torch.zeros(len(source), len(state), state[0].shape[1], device=device)
+    lengths = torch.as_tensor([len(seq) for seq in sequences], device=device)
     with torch.no_grad():
         for t in range(width):
-            states.append(torch.stack(state, dim=1))
-            dist, value, new_state = model.step(obs_t[:, t], critic_t[:, t], state)
+            running = torch.nonzero(lengths > t).squeeze(1)
+            rows = index_t[running, t]
+            current = tuple(s[running] for s in state)
+            before_rows[rows] = torch.stack(current, dim=1)
+            x = obs[rows].to(torch.float32)
+            # (a prefix row's value is never used: the critic reads any valid row there)
+            c = x if critic is None else critic[rows.clamp(max=rows_total - 1)]
+            dist, value, new_state = model.step(x, c, current)
             assert value is not None
-            values.append(value)
-            dists.append(dist)
-            state = _keep(valid_t[:, t], new_state, state)
-    # Back to all_obs order: chunk i's rows sit after its prefix.
-    take = np.concatenate([np.arange(s, e) - s + before + i * width
-                           for i, (s, e, before) in enumerate(zip(batch.chunk_rows, ends, prefixes))])
-    take_t = torch.as_tensor(take, device=device)
-    return StatePass(
-        values=torch.stack(values, dim=1).reshape(-1)[take_t].cpu().numpy(),
-        dist_inputs=torch.stack(dists, dim=1).reshape(chunks * width, -1)[take_t],
-        state_before=torch.stack(states, dim=1).reshape(chunks * width, *states[0].shape[1:])[take_t],
-    )
+            values[rows] = value
+            if dists is None:
+                dists = torch.zeros(len(source), dist.shape[1], device=device)
+            dists[rows] = dist
+            for k, tensor in enumerate(new_state):
+                state[k][running] = tensor
+    assert dists is not None
+    return StatePass(values=values[:rows_total].cpu().numpy(), dist_inputs=dists[:rows_total],
+                     state_before=before_rows[:rows_total])
 
 
 @dataclass
@@ -104,6 +116,25 @@ class Windows:
     @property
     def count(self) -> int:
         return int(self.rows.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Steps each window trains."""
+        return (self.steps >= 0).sum(axis=1)
+
+    def minibatches(self, order: np.ndarray, steps: int) -> list[np.ndarray]:
+        """Windows in ``order`` packed into minibatches of at least ``steps`` trained steps each (the
+        last one may hold fewer)."""
+        lengths = self.lengths[order]
+        out, start, held = [], 0, 0
+        for i, n in enumerate(lengths):
+            held += int(n)
+            if held >= steps:
+                out.append(order[start:i + 1])
+                start, held = i + 1, 0
+        if start < len(order):
+            out.append(order[start:])
+        return out
 
 
 def windows(batch: RolloutBatch, seq_len: int, burn_in: int) -> Windows:
@@ -129,27 +160,33 @@ def windows(batch: RolloutBatch, seq_len: int, burn_in: int) -> Windows:
     return Windows(np.stack(rows), np.stack(steps), np.array(starts), burn_in)
 
 
-def run_windows(model: PolicyModel, win: Windows, chosen: np.ndarray, obs: torch.Tensor, critic: torch.Tensor,
+def run_windows(model: PolicyModel, win: Windows, chosen: np.ndarray, obs: torch.Tensor, critic: torch.Tensor | None,
                 state_before: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the ``chosen`` windows step by step: (the steps trained, in window order; their dist
-    inputs; their values). ``obs`` and ``critic`` are all_obs rows and critic rows as tensors."""
+    inputs; their values). ``obs`` are all_obs rows as a tensor (uint8 rows are converted as they are
+    read), ``critic`` the critic rows (None: the critic reads the observation)."""
     device = obs.device
-    rows = torch.as_tensor(win.rows[chosen], device=device)
+    rows_np = win.rows[chosen]
+    # Only the positions some chosen window uses: from the earliest burn-in to the longest window's end.
+    first = int((rows_np >= 0).argmax(axis=1).min())
+    last = win.burn_in + int(win.lengths[chosen].max())
+    rows = torch.as_tensor(rows_np[:, :last], device=device)
     valid = rows >= 0
     safe = rows.clamp(min=0)
     start = state_before[torch.as_tensor(win.start_rows[chosen], device=device)]
     state = tuple(start[:, k] for k in range(start.shape[1]))
     with torch.no_grad():
-        for t in range(win.burn_in):
-            _, _, new_state = model.step(obs[safe[:, t]], None, state)
+        for t in range(min(first, win.burn_in), win.burn_in):
+            _, _, new_state = model.step(obs[safe[:, t]].to(torch.float32), None, state)
             state = _keep(valid[:, t], new_state, state)
     dists, values = [], []
-    for t in range(win.burn_in, rows.shape[1]):
-        dist, value, new_state = model.step(obs[safe[:, t]], critic[safe[:, t]], state)
+    for t in range(win.burn_in, last):
+        x = obs[safe[:, t]].to(torch.float32)
+        dist, value, new_state = model.step(x, x if critic is None else critic[safe[:, t]], state)
         assert value is not None
         dists.append(dist)
         values.append(value)
         state = _keep(valid[:, t], new_state, state)
-    steps = torch.as_tensor(win.steps[chosen][:, win.burn_in:], device=device)
+    steps = torch.as_tensor(win.steps[chosen][:, win.burn_in:last], device=device)
     trained = steps >= 0
     return steps[trained], torch.stack(dists, dim=1)[trained], torch.stack(values, dim=1)[trained]

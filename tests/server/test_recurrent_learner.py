@@ -131,7 +131,9 @@ def test_each_chunk_runs_from_its_recorded_state_and_a_cut_part_from_the_observa
     learner = _learner()
     rng = np.random.default_rng(0)
     chunk = _chunk(rng, 12)
+    recorded = chunk.state_in.copy()
     whole = state_pass(learner.model, build_batch([chunk]), torch.device("cpu"))
+    np.testing.assert_array_equal(chunk.state_in, recorded)  # (the pass works on copies)
     head, tail = split_chunk(chunk, 5)
     assert tail.state_prefix is not None and tail.state_prefix.shape[0] == 5
     head2, tail2 = split_chunk(tail, 3)  # a part of a part: the prefix grows
@@ -255,3 +257,42 @@ def test_a_made_up_behaviour_logp_leaves_its_source_out_of_the_update() -> None:
     assert set(result.guilty) == {"liar"} and "behaviour log-probabilities" in result.guilty["liar"]
     assert result.stats is not None and abs(result.stats["policy_loss"]) < 1.0, result.stats
     assert len(result.kept) == 5
+
+
+def test_minibatches_are_packed_to_minibatch_size_steps_whatever_the_chunks_length() -> None:
+    """Many short chunks (an agent among many sends few steps) make more windows per minibatch, not
+    smaller minibatches."""
+    rng = np.random.default_rng(6)
+    batch = build_batch([_chunk(rng, int(n)) for n in rng.integers(1, 4, 60)])
+    win = windows(batch, 16, 0)
+    packed = win.minibatches(rng.permutation(win.count), 24)
+    sizes = [int(win.lengths[m].sum()) for m in packed]
+    assert all(size >= 24 for size in sizes[:-1]) and sum(sizes) == batch.size
+    assert sorted(np.concatenate(packed).tolist()) == list(range(win.count))
+
+
+def test_gradients_flow_back_through_a_window_and_stop_at_its_start() -> None:
+    """Backpropagation through time: a window's last output depends on every observation of the
+    window (through the core's state) and on none before it (its start state is given)."""
+    learner = _learner(seq_len=4)
+    batch = build_batch([_chunk(np.random.default_rng(7), 8)])
+    states = state_pass(learner.model, batch, torch.device("cpu"))
+    win = windows(batch, 4, 0)  # steps 0-3 and 4-7
+    obs = torch.from_numpy(batch.all_obs).clone().requires_grad_(True)
+    steps, dists, _ = run_windows(learner.model, win, np.array([1]), obs, None, states.state_before)
+    assert steps.tolist() == [4, 5, 6, 7]
+    dists[-1].sum().backward()
+    per_row = obs.grad.abs().sum(dim=1)
+    assert all(per_row[r] > 0 for r in (4, 5, 6, 7)), per_row  # through the state, back to the window's start
+    assert all(per_row[r] == 0 for r in (0, 1, 2, 3)), per_row  # nothing across the window's edge
+
+
+def test_the_update_unrolls_the_configured_sequences(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tether.server.learner.ppo as ppo
+
+    seen = []
+    monkeypatch.setattr(ppo, "windows", lambda batch, seq_len, burn_in: seen.append((seq_len, burn_in)) or
+                        windows(batch, seq_len, burn_in))
+    learner = _learner(seq_len=5, burn_in=2)
+    learner.update(build_batch([_chunk(np.random.default_rng(8), 12)]))
+    assert seen == [(5, 2)]
