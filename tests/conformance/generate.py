@@ -487,9 +487,9 @@ def composite_cases() -> list[dict]:
     ]
 
 
-def _recurrent_model() -> tuple[bytes, list[dict]]:
-    """A small model with memory (an LSTM of 3 units on 2 observation values, Discrete(2) actions),
-    exported by the server's own writer with fixed weights."""
+def _recurrent_model(kind: str = "lstm") -> tuple[bytes, list[dict]]:
+    """A small model with memory (an LSTM or GRU of 3 units on 2 observation values, Discrete(2)
+    actions), exported by the server's own writer with fixed weights."""
     import sys
 
     import torch
@@ -500,11 +500,12 @@ def _recurrent_model() -> tuple[bytes, list[dict]]:
 
     torch.manual_seed(7)
     learner = PPOLearner(box([-1.0, -1.0], [1.0, 1.0]), Discrete(2),
-                         PPOHyperparams(hidden_sizes=(4,), model={"recurrent": {"type": "lstm", "size": 3}}), seed=7)
+                         PPOHyperparams(hidden_sizes=(4,), model={"recurrent": {"type": kind, "size": 3}}), seed=7)
     with torch.no_grad():  # weights large enough that the state matters to the output
         for parameter in learner.model.parameters():
             parameter.copy_(torch.rand(parameter.shape, generator=torch.Generator().manual_seed(11)) * 2 - 1)
-    states = [{"input": f"state_in_{n}", "output": f"state_out_{n}", "size": 3} for n in ("h", "c")]
+    states = [{"input": f"state_in_{n}", "output": f"state_out_{n}", "size": 3}
+              for n in (("h", "c") if kind == "lstm" else ("h",))]
     return learner.export_onnx(), states
 
 
@@ -523,33 +524,40 @@ def recurrent_cases() -> list[dict]:
     def module(name: str, state: object, expect: list | None = None, error: str | None = None) -> dict:
         entry = {"observation_space": {"type": "Box", "shape": [2], "low": -1, "high": 1},
                  "action_space": {"type": "Discrete", "n": 2}, "onnx_input_names": ["obs"],
-                 "onnx_output_names": ["action_dist_inputs"], "trainable": True, "recurrent_state": state}
+                 "onnx_output_names": ["action_dist_inputs"], "trainable": True}
+        if state != "absent":
+            entry["recurrent_state"] = state
         out = {"name": name, "kind": "module", "module": entry}
         return {**out, "error": error} if error else {**out, "recurrent_state": expect}
 
-    model, states = _recurrent_model()
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    observations = [[0.5, -0.25], [0.0, 1.0], [-1.0, 0.75], [0.25, 0.25], [0.0, 0.0], [1.0, -1.0]]
-    state = np.zeros((2, 1, 3), np.float32)
-    dist_inputs, after = [], []
-    before = []
-    for obs in observations[:-1]:
-        before.append(state[:, 0].tolist())
-        out = session.run(["action_dist_inputs", "state_out_h", "state_out_c"],
-                          {"onnx::Gemm_0": np.array([obs], np.float32), "state_in_h": state[0], "state_in_c": state[1]})
-        dist_inputs.append(out[0][0].tolist())
-        state = np.stack([out[1], out[2]])
-        after.append(state[:, 0].tolist())
-    cut_after = 2
-
     def state_in(rows: list) -> dict:
-        return {"state_in_h": rows[0], "state_in_c": rows[1]}
+        return {s["input"]: row for s, row in zip(states, rows)}
 
-    carry = {"name": "lstm_state_fed_back", "kind": "carry", "model_b64": b64(model), "input": "onnx::Gemm_0",
-             "output": "action_dist_inputs", "action_space": {"type": "Discrete", "n": 2},
-             "recurrent_state": states, "observations": observations, "dist_inputs": dist_inputs,
-             "state_after": after, "cut_after": cut_after,
-             "records_state_in": [state_in(before[0]), state_in(before[cut_after])], "tolerance": 1e-5}
+    def carry(name: str, kind: str) -> dict:
+        """The model run from zeros with its state fed back; the episode cut after ``cut_after`` steps."""
+        nonlocal states
+        model, states = _recurrent_model(kind)
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        observations = [[0.5, -0.25], [0.0, 1.0], [-1.0, 0.75], [0.25, 0.25], [0.0, 0.0], [1.0, -1.0]]
+        state = np.zeros((len(states), 1, 3), np.float32)
+        dist_inputs, after, before = [], [], []
+        for obs in observations[:-1]:
+            before.append(state[:, 0].tolist())
+            feed = {"onnx::Gemm_0": np.array([obs], np.float32), **{s["input"]: state[k] for k, s in enumerate(states)}}
+            out = session.run(["action_dist_inputs", *(s["output"] for s in states)], feed)
+            dist_inputs.append(out[0][0].tolist())
+            state = np.stack(out[1:])
+            after.append(state[:, 0].tolist())
+        cut_after = 2
+        return {"name": name, "kind": "carry", "model_b64": b64(model), "input": "onnx::Gemm_0",
+                "output": "action_dist_inputs", "action_space": {"type": "Discrete", "n": 2},
+                "recurrent_state": states, "observations": observations, "dist_inputs": dist_inputs,
+                "state_after": after, "cut_after": cut_after,
+                "records_state_in": [state_in(before[0]), state_in(before[cut_after])], "tolerance": 1e-5}
+
+    states: list[dict] = []
+    carry_gru = carry("gru_state_fed_back", "gru")
+    carry_lstm = carry("lstm_state_fed_back", "lstm")  # (last: the episode cases below use its two tensors)
 
     def episode(name: str, state: object, *, steps: int = 2, error: str | None = None, module_state: bool = True,
                 record_state: object = "zeros") -> dict:
@@ -571,7 +579,8 @@ def recurrent_cases() -> list[dict]:
     return [
         module("lstm", states, expect=states),
         module("gru", [states[0]], expect=[states[0]]),
-        module("absent", None, expect=[]),
+        module("absent", "absent", expect=[]),
+        module("null", None, expect=[]),
         module("empty_array", [], error="INVALID_FIELD"),
         module("not_an_array", {"input": "a", "output": "b", "size": 3}, error="INVALID_FIELD"),
         module("missing_output", [{"input": "a", "size": 3}], error="INVALID_FIELD"),
@@ -583,7 +592,8 @@ def recurrent_cases() -> list[dict]:
                error="INVALID_FIELD"),
         module("sizes_differ", [{"input": "a", "output": "b", "size": 3}, {"input": "c", "output": "d", "size": 4}],
                error="INVALID_FIELD"),
-        carry,
+        carry_lstm,
+        carry_gru,
         episode("zeros_at_the_start", states),
         episode("carried_state", states, record_state=good),
         episode("missing_state", states, record_state="absent", error="MISSING_STATE"),
