@@ -340,8 +340,8 @@ Status TetherClient::run_policy(std::vector<float>& state, const float* obs, std
                                          dist_buffer_.data(), out_dim);
 }
 
-// compute_action's state for `episode_id`: a running episode's, else the
-// evaluation episode's (started from zeros when the id is new).
+// compute_action's state for `episode_id`: a running episode's that is not
+// recorded (compute_action refuses a recorded one), else the evaluation episode's (started from zeros when the id is new).
 std::vector<float>& TetherClient::evaluation_state(const std::string& episode_id) {
   const std::size_t state_dim = policy_->state_dim;
   auto running = episodes_.find(episode_id);
@@ -377,6 +377,17 @@ Status TetherClient::compute_action(const float* obs, std::size_t obs_size, doub
   Status row = check_row(*config_, obs, obs_size, "compute_action: observation", /*mask=*/true);
   if (!row.ok()) return row;
   if (!policy_) return Status(ErrorCode::kNotReady, "compute_action: no model yet (the server sent none)");
+  if (policy_->state_dim > 0) {
+    // [1.5] A recorded episode's state must follow from its recorded
+    // observations (§12.4): a greedy step it would not record is refused.
+    auto running = episodes_.find(episode_id);
+    if (running != episodes_.end() && running->second.training) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "compute_action: episode '" + episode_id +
+                        "' is running and recorded; its state cannot advance on a step that is not recorded: "
+                        "use get_action, or another episode id for evaluation");
+    }
+  }
   std::vector<float>* state = policy_->state_dim > 0 ? &evaluation_state(episode_id) : nullptr;
   Status ran = run_policy(state != nullptr ? *state : state_out_, obs, obs_size);
   if (!ran.ok()) return ran;

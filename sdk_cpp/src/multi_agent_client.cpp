@@ -1129,7 +1129,7 @@ void MultiAgentClient::commit_states() {
 }
 
 // compute_actions' state of an actor: its running episode's (`episode_id`
-// names one it acts in), else the evaluation episode's, from zeros for an
+// names one it acts in, not recorded: compute_actions refuses a recorded one), else the evaluation episode's, from zeros for an
 // actor new to it; a new evaluation episode id forgets the last one's states.
 std::vector<float>& MultiAgentClient::evaluation_state(const std::string& episode_id, const std::string& actor_id) {
   auto running = episodes_.find(episode_id);
@@ -1569,6 +1569,19 @@ Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& e
   if (!pending.ok()) return pending;
   Status status = gather(nullptr, frame, episode_id.empty() ? std::string("eval") : episode_id, false);
   if (!status.ok()) return status;
+  // [1.5] A recorded episode's states must follow from its recorded
+  // observations (§12.4): a greedy step of a module with memory that it would
+  // not record is refused, before anything runs.
+  auto running = episodes_.find(episode_id);
+  if (running != episodes_.end() && !running->second->done && running->second->training) {
+    for (const Slot& slot : slots_) {
+      if (!slot.module->policy || slot.module->policy->state_dim == 0) continue;
+      return Status(ErrorCode::kInvalidArgument,
+                    "compute_actions: episode '" + episode_id +
+                        "' is running and recorded; its states cannot advance on a step that is not recorded: "
+                        "use get_action, or another episode id for evaluation");
+    }
+  }
   Module* const one_module = one_module_frame();
   fill_batches(frame, one_module);
   point_row_states(true, episode_id);

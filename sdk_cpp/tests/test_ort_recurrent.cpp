@@ -268,8 +268,9 @@ TEST(OrtRecurrent, AContinuingChunkCarriesTheStateOfItsFirstStep) {
   expect_near(state_in_of(records[1], k.state), flat_floats(k.c["state_after"][1]), 1e-6, "continuing state_in");
 }
 
-// compute_action remembers per episode id: a running episode's state, or an
-// evaluation episode of its own from zeros (one at a time).
+// compute_action remembers per episode id: a running episode's state (one not
+// recorded; a recorded one is refused), or an evaluation episode of its own
+// from zeros (one at a time).
 TEST(OrtRecurrent, ComputeActionRemembersPerEpisodeId) {
   const Carry& k = carry();
   tether::OnnxRuntimeBackend backend = loaded_backend();
@@ -309,8 +310,9 @@ TEST(OrtRecurrent, ComputeActionRemembersPerEpisodeId) {
   EXPECT_EQ(action[0], from_zeros);
   ASSERT_TRUE(client.compute_action(probe, action, "e1").ok());  // e1 was forgotten: zeros again
   EXPECT_EQ(action[0], from_zeros);
-  // A running episode's state: advanced by compute_action as by get_action (nothing recorded).
-  const std::string episode = client.start_episode().value();
+  // A running episode not recorded (training disabled): its state advanced by
+  // compute_action as by get_action.
+  const std::string episode = client.start_episode("", /*training_enabled=*/false).value();
   for (std::size_t p = 0; p < prefix; ++p) ASSERT_TRUE(client.compute_action(k.observations[p], action, episode).ok());
   expect_near(client.episode_state(episode).value(), state, 1e-5, "running episode's state");
   ASSERT_TRUE(client.compute_action(probe, action, episode).ok());
@@ -318,6 +320,15 @@ TEST(OrtRecurrent, ComputeActionRemembersPerEpisodeId) {
   // The old signature: an evaluation episode "" of its own.
   ASSERT_TRUE(client.compute_action(probe, action).ok());
   EXPECT_EQ(action[0], from_zeros);
+  // A running episode that is recorded is refused: its state stays as get_action left it.
+  const std::string recorded = client.start_episode().value();
+  ASSERT_TRUE(client.get_action(recorded, k.observations[0], action).ok());
+  const std::vector<float> before = client.episode_state(recorded).value();
+  const tether::Status refused = client.compute_action(probe, action, recorded);
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find(recorded), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("get_action"), std::string::npos) << refused.message();
+  expect_near(client.episode_state(recorded).value(), before, 0.0, "recorded episode's state");
 }
 
 // A reconnect whose SET_CONFIG announces another recurrent state: every state
@@ -494,6 +505,11 @@ TEST(OrtRecurrent, MultiAgentStatesPerAgentAndPerGroup) {
   }
   expect_near(expected["a"], flat_floats(k.c["state_after"][steps - 1]), 1e-5, "a's state: the vector's");
   EXPECT_EQ(client.actor_state(episode, "m").status().code(), ErrorCode::kInvalidArgument);  // (the group acts)
+  // compute_actions on the running recorded episode is refused: no state advances.
+  frame.clear();
+  frame.add("a", k.observations[0].data(), 2);
+  EXPECT_EQ(client.compute_actions(frame, episode).code(), ErrorCode::kInvalidArgument);
+  expect_near(client.actor_state(episode, "a").value(), expected["a"], 0.0, "a's state after a refused compute_actions");
   frame.clear();
   ASSERT_TRUE(client.end_episode(episode).ok());
   ASSERT_TRUE(client.flush().ok());

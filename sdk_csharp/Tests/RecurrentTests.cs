@@ -430,12 +430,20 @@ namespace Tether.Tests
                 Assert.That(client.StateOf("eval-1"), Is.Null, "one evaluation episode at a time");
                 client.ComputeAction(observations[0], action);  // (the old call: the evaluation episode "")
                 AssertClose(client.StateOf(""), reference.After[0], "\"\"");
-                // A running episode's state is advanced by its greedy calls too.
-                string running = client.StartEpisode("run");
+                // A running episode not recorded (training disabled): its state is advanced by its greedy calls too.
+                string running = client.StartEpisode("run", trainingEnabled: false);
                 client.GetAction(running, observations[0], action);
                 client.ComputeAction(running, observations[1], action);
                 AssertClose(client.StateOf(running), reference.After[1], "the running episode");
                 Assert.That(action[0], Is.EqualTo(reference.Dist[1][1] > reference.Dist[1][0] ? 1 : 0), "the greedy action");
+                // A running episode that is recorded is refused: its state stays as GetAction left it.
+                string recorded = client.StartEpisode("rec");
+                client.GetAction(recorded, observations[0], action);
+                var refused = Assert.Throws<TetherException>(() => client.ComputeAction(recorded, observations[1], action));
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                StringAssert.Contains("'rec'", refused.Message);
+                StringAssert.Contains("GetAction", refused.Message);
+                AssertClose(client.StateOf(recorded), reference.After[0], "the recorded episode's state, unchanged");
             }
         }
 
@@ -623,11 +631,21 @@ namespace Tether.Tests
                 client.ComputeActions(frame, "eval-2");
                 AssertClose(client.StateOf("eval-2", "a_0"), reference.After[0], "eval-2 starts from zeros");
                 Assert.That(client.StateOf("eval-1", "a_0"), Is.Null, "one evaluation episode at a time");
-                // ... or the running episode's states, advanced.
+                // A running episode that is recorded is refused: no state advances.
                 frame.Clear();
                 frame.Add("a_9", ObsAt(1, 6));
-                client.ComputeActions(frame, episode);
-                AssertClose(client.StateOf(episode, "a_9"), reference.After[1], "the running episode's a_9");
+                var refused = Assert.Throws<TetherException>(() => client.ComputeActions(frame, episode));
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                AssertClose(client.StateOf(episode, "a_9"), reference.After[0], "the recorded episode's a_9, unchanged");
+                // ... a running episode not recorded (training disabled): its states, advanced.
+                string played = client.StartEpisode("played", trainingEnabled: false);
+                frame.Clear();
+                frame.Add("a_9", ObsAt(0, 6));
+                client.GetActions(played, frame);
+                frame.Clear();
+                frame.Add("a_9", ObsAt(1, 6));
+                client.ComputeActions(frame, played);
+                AssertClose(client.StateOf(played, "a_9"), reference.After[1], "the running episode's a_9");
             }
         }
 

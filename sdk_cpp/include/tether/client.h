@@ -155,16 +155,21 @@ class TetherClient final : public ClientBase {
   /// The deterministic (greedy) action for `obs`, written to `action` (as
   /// get_action's: the engine's action); records nothing and never sends.
   /// [1.5] A model with memory remembers per episode (§12.4): `episode_id`
-  /// names a running episode, whose state this call feeds and advances as
-  /// get_action does (without recording), or else an evaluation episode of
-  /// the caller's, whose state starts from zeros at its first call and is
-  /// advanced by every call with that id. One evaluation episode is
-  /// remembered at a time: a call with another id (that names no running
-  /// episode) starts that one from zeros, so give each evaluation episode
-  /// its own id. Without memory the id is not used. Codes as get_action's
-  /// (INVALID_ARGUMENT for wrong sizes, NON_FINITE_VALUE, the row checks,
-  /// NOT_READY without a model, INFERENCE_FAILED, an error of the server not
-  /// returned yet, the fatal status); on an error no state advances.
+  /// names a running episode that is not recorded (started with
+  /// training_enabled false, or held back by record_share), whose state this
+  /// call feeds and advances as get_action does, or else an evaluation
+  /// episode of the caller's, whose state starts from zeros at its first
+  /// call and is advanced by every call with that id. A running episode that
+  /// is recorded is refused (INVALID_ARGUMENT, nothing changes): its next
+  /// record's state_in must follow from its recorded observations, so play
+  /// it with get_action, or give the greedy play another episode id. One
+  /// evaluation episode is remembered at a time: a call with another id
+  /// (that names no running episode) starts that one from zeros, so give
+  /// each evaluation episode its own id. Without memory the id is not used.
+  /// Codes as get_action's (INVALID_ARGUMENT for wrong sizes or a recorded
+  /// episode, NON_FINITE_VALUE, the row checks, NOT_READY without a model,
+  /// INFERENCE_FAILED, an error of the server not returned yet, the fatal
+  /// status); on an error no state advances.
   Status compute_action(const float* obs, std::size_t obs_size, double* action, std::size_t action_size,
                         const std::string& episode_id = std::string());
   /// compute_action for vectors (`action` is resized to action_space().flat_dim()).

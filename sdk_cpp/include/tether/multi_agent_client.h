@@ -226,10 +226,15 @@ class MultiAgentClient final : public ClientBase {
   /// `frame`; records nothing. Maps with the rules (or MAP_AGENTS with
   /// `episode_id`, "eval" when empty, asked once per episode id and agent).
   /// [1.5] A module with memory remembers per episode (§12.4): an actor
-  /// (agent or group) of the running episode `episode_id` is fed its state,
-  /// which the call advances as get_action does (without recording); any
-  /// other actor acts in the evaluation episode `episode_id`, its state
-  /// starting from zeros at its first call. One evaluation episode is
+  /// (agent or group) of the running episode `episode_id`, when that episode
+  /// is not recorded (started with training_enabled false, or held back by
+  /// record_share), is fed its state, which the call advances as get_action
+  /// does; any other actor acts in the evaluation episode `episode_id`, its
+  /// state starting from zeros at its first call. A running episode that is
+  /// recorded is refused when the frame has an actor of a module with memory
+  /// (INVALID_ARGUMENT, nothing changes): its next record's state_in must
+  /// follow from its recorded observations, so play it with get_action, or
+  /// give the greedy play another episode id. One evaluation episode is
   /// remembered at a time: another id starts afresh, so give each
   /// evaluation episode its own id. On an error no state advances.
   Status compute_actions(AgentFrame& frame, const std::string& episode_id = std::string());

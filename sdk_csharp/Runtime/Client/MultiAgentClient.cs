@@ -758,16 +758,21 @@ namespace Tether.Client
         /// MAP_AGENTS with <paramref name="episodeId"/>, "eval" when null, asked
         /// once per agent: the answers are kept until another id is evaluated).
         /// A module with memory (protocol 1.5, §12.4) remembers per episode:
-        /// <paramref name="episodeId"/> names a running episode (whose actors' states this
-        /// call advances, as GetActions does) or an evaluation episode of the caller's (each
+        /// <paramref name="episodeId"/> names a running episode that is not recorded (started
+        /// with trainingEnabled false, or held back by record_share: this call advances its
+        /// actors' states, as GetActions does) or an evaluation episode of the caller's (each
         /// actor's state starts from zeros at its first call; one evaluation episode is
-        /// remembered at a time, so give each its own id).
+        /// remembered at a time, so give each its own id). A running episode that is recorded
+        /// is refused when a module with memory acts in the frame (a <see cref="TetherException"/>,
+        /// INVALID_ARGUMENT; no state advances): its next record's state_in must follow from its
+        /// recorded observations, so play it with GetActions, or give the greedy play another id.
         /// </summary>
         public void ComputeActions(AgentFrame frame, string episodeId = null)
         {
             Poll();
             if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "ComputeActions: the frame is null");
             Gather(null, frame, episodeId ?? "eval", false);
+            RefuseRecordedEpisode(episodeId ?? "eval");
             FillBatches(frame);
             EvaluationHolders(episodeId ?? "eval");
             FillStates();
@@ -1332,6 +1337,21 @@ namespace Tether.Client
                 Slot slot = slots[s];
                 int width = slot.Module.StateDim;
                 if (width > 0) Array.Copy(slot.Module.StateOut, slot.Row * width, slot.Actor.State, 0, width);
+            }
+        }
+
+        // ComputeActions refuses a running episode that is recorded when a module with memory acts in the frame
+        // (1.5, §12.4): its next record's state_in must follow from its recorded observations.
+        void RefuseRecordedEpisode(string episodeId)
+        {
+            Episode running;
+            if (!episodes.TryGetValue(episodeId, out running) || running.Done || !running.Training) return;
+            for (int s = 0; s < slotCount; ++s)
+            {
+                if (slots[s].Module.StateDim == 0) continue;
+                throw new TetherException(ErrorCode.InvalidArgument, "ComputeActions: episode '" + episodeId +
+                    "' is running and recorded; its states cannot advance on a step that is not recorded: " +
+                    "use GetActions, or another episode id for evaluation");
             }
         }
 

@@ -513,9 +513,13 @@ namespace Tether.Client
         /// <summary>
         /// The greedy action for an observation (the distribution's mode); records nothing. A model with memory
         /// (protocol 1.5, §12.4) remembers per episode: <paramref name="episodeId"/> names a running episode
-        /// (whose state this call advances, as GetAction does) or an evaluation episode of the caller's (its
-        /// state starts from zeros at its first call; one evaluation episode is remembered at a time, so give
-        /// each its own id). A model without memory ignores the id.
+        /// that is not recorded (started with trainingEnabled false, or held back by record_share: this call
+        /// advances its state, as GetAction does) or an evaluation episode of the caller's (its state starts
+        /// from zeros at its first call; one evaluation episode is remembered at a time, so give each its own
+        /// id). A running episode that is recorded is refused with a <see cref="TetherException"/>
+        /// (INVALID_ARGUMENT; nothing changes): its next record's state_in must follow from its recorded
+        /// observations, so play it with GetAction, or give the greedy play another episode id. A model
+        /// without memory ignores the id.
         /// </summary>
         public void ComputeAction(string episodeId, float[] observation, double[] action)
         {
@@ -552,7 +556,14 @@ namespace Tether.Client
             {
                 // A running episode's state, or else the evaluation episode's (a new id starts from zeros).
                 episodeId = episodeId ?? "";
-                if (!episodes.TryGetValue(episodeId, out holder))
+                if (episodes.TryGetValue(episodeId, out holder) && holder.Training)
+                {
+                    // Its next record's state_in must follow from its recorded observations (§12.4).
+                    throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId +
+                        "' is running and recorded; its state cannot advance on a step that is not recorded: " +
+                        "use GetAction, or another episode id for evaluation");
+                }
+                if (holder == null)
                 {
                     if (evaluation == null || evaluation.Id != episodeId)
                     {
