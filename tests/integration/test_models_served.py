@@ -51,7 +51,9 @@ def test_a_user_network_from_the_command_line_is_trained_and_served(tmp_path) ->
 
 @pytest.mark.slow
 def test_normalised_observations_learn_a_scaled_cartpole_as_well_as_the_plain_one(tmp_path) -> None:
-    budget = "30000"
+    # Measured with seeds 1-3 (server and client): after 20k env steps plain 100-114 (3 x random is
+    # 63-67), scaled and normalised 1.10-1.12 x plain; after 30k 182-184 and 1.02-1.08 x plain.
+    budget = "20000"
     results = {}
     for name, server_flags, client_flags in [
         ("plain", [], []),

@@ -57,6 +57,8 @@ def test_a_camera_and_a_vector_are_learned_together(tmp_path) -> None:
     """The composite variant (§8.6): the camera shows only the ball, the paddle is a vector leaf, so
     catching needs both: a CNN reads the camera, its features meet the vector in the heads."""
     random_rate = random_catch_rate(1000, seed=3)
-    summary, played = train_and_play(tmp_path, COMPOSITE, COMPOSITE_CNN, 40000, "--composite")
+    # Greedy catch rate after 35k env steps, 7 runs (server seeds 0-4): 0.805-1.0, training return
+    # 0.12-0.54; after 40k 0.90-1.0 (3 runs); after 30k 0.545-0.78 (3 runs: too few steps).
+    summary, played = train_and_play(tmp_path, COMPOSITE, COMPOSITE_CNN, 35000, "--composite")
     assert summary["return_mean"] > 2 * random_rate - 1 + 0.5, (summary["return_mean"], random_rate)
     assert played["greedy_catch_rate"] >= random_rate + 0.5, (played, random_rate)

@@ -16,6 +16,7 @@ def test_a_learner_starts_without_torch_dynamo_and_its_optimizer_works() -> None
         import sys
         import numpy as np
         import torch
+        torch.set_num_threads(1)  # as the server runs its learner (torch_threads): no hand-offs between threads
         from tether.protocol import Discrete, EpisodeChunk
         from tether.protocol.spaces import box
         from tether.server.learner import PPOHyperparams, PPOLearner, build_batch
