@@ -19,6 +19,7 @@ import gymnasium as gym
 import pytest
 from websockets.asyncio.client import connect
 
+from tether.protocol.messages import PROTOCOL_VERSION
 from tether.sdk import TetherClient, run_env
 
 from ..integration.server_process import RawClient, ServerProcess
@@ -100,7 +101,7 @@ def test_the_feed_shows_the_run_its_client_and_a_bad_request_live(training: Serv
             tick = await until(ws, lambda t: any(c["client_name"] == "console-test-cartpole" and c["batches"] > 0
                                                  for c in t["clients"]))
             row = next(c for c in tick["clients"] if c["client_name"] == "console-test-cartpole")
-            assert row["connected"] and row["protocol_version"] == "1.4" and "default_policy" in row["weights"]
+            assert row["connected"] and row["protocol_version"] == PROTOCOL_VERSION and "default_policy" in row["weights"]
             assert row["sdk"] == "tether-python/0.1.0"
             assert row["env_steps"] > 0 and row["staleness"]["default_policy"] >= 0
             # Learning metrics arrive: episodes, updates, the learner's losses.
