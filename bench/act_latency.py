@@ -282,11 +282,7 @@ def measure_python_lstm(args: argparse.Namespace, port: int) -> dict:
     client = TetherClient("127.0.0.1", port, client_name="bench-act-latency-lstm", seed=args.seed,
                           reconnect_timeout_s=args.timeout)
     try:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        bare = ort.InferenceSession(lstm_model(args.seed), options, providers=["CPUExecutionProvider"])
+        bare = bare_session(lstm_model(args.seed))
         names = ["action_dist_inputs", "state_out_h", "state_out_c"]
         rng = np.random.default_rng(args.seed)
         rows = [rng.uniform(-1, 1, (1, LSTM_OBS)).astype(np.float32) for _ in range(64)]
@@ -342,11 +338,7 @@ def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
                            reconnect_timeout_s=args.timeout)
     try:
         # The bare session runs the model a fresh learner with the server's seed exports: the served one.
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        bare = ort.InferenceSession(cnn_model(args.seed), options, providers=["CPUExecutionProvider"])
+        bare = bare_session(cnn_model(args.seed))
         in_name, out_names = bare.get_inputs()[0].name, [bare.get_outputs()[0].name]
         rng = np.random.default_rng(args.seed)
         images = [rng.integers(0, 256, CNN_IMAGE).astype(np.uint8) for _ in range(64)]
@@ -388,6 +380,17 @@ def measure_python_cnn(args: argparse.Namespace, port: int) -> dict:
             "cnn_calls": len(figures["sdk"]), "cnn_same_model_as_server": same}
 
 
+def bare_session(model: bytes):
+    """A bare ONNX Runtime session as the SDKs make theirs: one thread, quiet."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
 def percentile(sorted_ns: list[int], q: float) -> float:
     """q-th percentile of sorted nanosecond samples, in microseconds."""
     idx = min(len(sorted_ns) - 1, max(0, int(round(q / 100 * (len(sorted_ns) - 1)))))
@@ -401,11 +404,7 @@ def run(args: argparse.Namespace) -> dict:
     from tether.sdk import TetherClient
 
     model = export_model(args.seed)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    session = bare_session(model)
     in_name, out_name = session.get_inputs()[0].name, session.get_outputs()[0].name
     out_names = [out_name]
 
