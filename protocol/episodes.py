@@ -54,6 +54,9 @@ class EpisodeChunk:
     #: The observations between that state and ``obs[0]`` when the chunk is a later part of a record
     #: the server cut (sample_pool.py): the learner advances ``state_in`` over them. None: no such part.
     state_prefix: np.ndarray | None = None
+    #: **[1.6]** Per step, whether its action was logged (chosen outside the policy, §10.1): bool, T
+    #: values; None: every step was sampled.
+    logged: np.ndarray | None = None
 
     @property
     def env_steps(self) -> int:
@@ -447,6 +450,7 @@ def decode_episode(
     runs = record.get("weights_seq_no_runs")
     step_versions = None if runs is None else _step_versions(runs, steps, index)
     state_in = _state_in(record.get("state_in"), state, index, steps)
+    logged = _logged_steps(record.get("logged_runs"), steps, index)
     return EpisodeChunk(
         obs=obs,
         actions=actions,
@@ -458,6 +462,7 @@ def decode_episode(
         episode_id=None if episode_id is None else str(episode_id),
         step_versions=step_versions,
         state_in=state_in,
+        logged=logged,
     )
 
 
@@ -483,6 +488,45 @@ def _step_versions(runs: Any, steps: int, index: int) -> np.ndarray:
         raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index,
                     f'"weights_seq_no_runs" covers {total} steps, the chunk has {steps}')
     return np.repeat(np.array([v for v, _ in runs], np.int64), [c for _, c in runs])
+
+
+def _logged_steps(runs: Any, steps: int, index: int) -> np.ndarray | None:
+    """**[1.6]** ``logged_runs`` ([start, count] pairs in step order) as a per-step mask (§10.6 check 20);
+    None when no step is logged."""
+    if runs is None:
+        return None
+    if not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 2 and type(r[0]) is int and type(r[1]) is int for r in runs):
+        raise _fail(ErrorCode.INVALID_FIELD, index, '"logged_runs" must be a list of [start, steps] integer pairs')
+    end = 0
+    for start, count in runs:
+        if start < end or count < 1:
+            raise _fail(ErrorCode.INVALID_FIELD, index, f'"logged_runs" has [{start}, {count}]: runs are in step '
+                                                        f'order, apart, and have at least 1 step')
+        end = start + count
+    if end > steps:
+        raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index,
+                    f'"logged_runs" reaches step {end - 1}, the chunk has {steps} steps')
+    if not runs:
+        return None
+    mask = np.zeros(steps, bool)
+    for start, count in runs:
+        mask[start:start + count] = True
+    return mask
+
+
+def logged_runs(logged: list[bool]) -> list[list[int]] | None:
+    """**[1.6]** ``logged_runs`` for steps with these flags (True: logged), adjacent steps as one run;
+    None when no step is logged (the field is then left out, §10.1)."""
+    runs: list[list[int]] = []
+    for t, flag in enumerate(logged):
+        if not flag:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == t:
+            runs[-1][1] += 1
+        else:
+            runs.append([t, 1])
+    return runs or None
 
 
 def version_runs(versions: list[Any]) -> list[list[int]] | None:

@@ -1393,6 +1393,177 @@ def value_obs_cases() -> list[dict]:
     ]
 
 
+def logged_cases() -> list[dict]:
+    """1.6 §10.1, §10.6 check 20, §10.7: logged steps.
+
+    kind "episode": a single-agent record with ``logged_runs`` -> its steps and the logged step
+    indices, or the server's code. kind "agent_entry": the same inside a multi-agent record's agent
+    entry (the entry's own step indices). kind "record": what a client records: a sequence of
+    ``calls`` ("sample" or "log", one per step, of one episode) cut into records after each count of
+    ``cuts`` steps (the last record takes the rest) -> each record's ``logged_runs`` (null: the field
+    is absent, every step sampled). Runs are written merged: adjacent logged steps are one run."""
+    box2 = {"type": "Box", "shape": [2], "low": -1, "high": 1}
+    disc3 = {"type": "Discrete", "n": 3}
+
+    def record(steps: int, runs: object) -> dict:
+        rec = {"obs": [[0.5, -0.5]] * (steps + 1), "actions": [2] * steps, "rewards": [1.0] * steps,
+               "action_logp": [0.0] * steps, "action_dist_inputs": [[0.0, 0.0, 0.0]] * steps,
+               "is_terminated": False, "is_truncated": False}
+        if runs != "absent":
+            rec["logged_runs"] = runs
+        return rec
+
+    def expected(steps: int, runs: object) -> list[int]:
+        if not isinstance(runs, list):
+            return []
+        return [t for start, n in runs for t in range(start, start + n)]
+
+    def episode(name: str, steps: int, runs: object, error: str | None = None, **extra: object) -> dict:
+        rec = record(steps, runs)
+        rec.update(extra)
+        out = {"name": name, "kind": "episode", "observation_space": box2, "action_space": disc3,
+               "require_logp": True, "body": json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [rec]})}
+        if error:
+            return {**out, "error": error}
+        return {**out, "env_steps": steps, "logged_steps": expected(steps, runs)}
+
+    def agent_entry(name: str, steps: int, runs: object, error: str | None = None) -> dict:
+        entry = {"module": "m", "start_step": 0, **record(steps, runs)}
+        rec = {"episode_id": "e", "is_terminated": False, "is_truncated": False,
+               "agents": {"a": entry, "b": {"module": "m", "start_step": 0, **record(1, "absent")}}}
+        out = {"name": name, "kind": "agent_entry", "modules": {"m": {"observation_space": box2, "action_space": disc3}},
+               "require_logp": True, "record": rec}
+        if error:
+            return {**out, "error": error}
+        return {**out, "agent_steps": steps + 1, "logged_steps": {"a": expected(steps, runs), "b": []}}
+
+    def client(name: str, calls: list[str], cuts: list[int]) -> dict:
+        records, start = [], 0
+        for end in [*cuts, len(calls)]:
+            part = calls[start:end]
+            runs: list[list[int]] = []
+            for t, kind in enumerate(part):
+                if kind != "log":
+                    continue
+                if runs and runs[-1][0] + runs[-1][1] == t:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([t, 1])
+            records.append(runs or None)
+            start = end
+        return {"name": name, "kind": "record", "calls": calls, "cuts": cuts, "records_logged_runs": records}
+
+    return [
+        episode("absent", 3, "absent"),
+        episode("null", 3, None),
+        episode("empty", 3, []),
+        episode("all_logged", 3, [[0, 3]]),
+        episode("two_runs", 5, [[0, 1], [3, 2]]),
+        episode("adjacent_runs_unmerged", 4, [[0, 2], [2, 1]]),
+        episode("logged_action_checked_against_space", 2, [[0, 2]], error="ACTION_OUT_OF_SPACE", actions=[2, 3]),
+        episode("not_an_array", 3, {"start": 0, "n": 1}, error="INVALID_FIELD"),
+        episode("not_pairs", 3, [[0, 1, 2]], error="INVALID_FIELD"),
+        episode("flat_pair", 3, [0, 1], error="INVALID_FIELD"),
+        episode("float_start", 3, [[0.0, 1]], error="INVALID_FIELD"),
+        episode("boolean_count", 3, [[0, True]], error="INVALID_FIELD"),
+        episode("string_count", 3, [[0, "1"]], error="INVALID_FIELD"),
+        episode("negative_start", 3, [[-1, 1]], error="INVALID_FIELD"),
+        episode("zero_count", 3, [[0, 0]], error="INVALID_FIELD"),
+        episode("overlapping_runs", 5, [[0, 2], [1, 2]], error="INVALID_FIELD"),
+        episode("runs_out_of_order", 5, [[3, 1], [0, 1]], error="INVALID_FIELD"),
+        episode("run_past_the_chunk", 3, [[2, 2]], error="EPISODE_LENGTH_MISMATCH"),
+        episode("start_past_the_chunk", 3, [[3, 1]], error="EPISODE_LENGTH_MISMATCH"),
+        agent_entry("agent_logged_other_sampled", 3, [[1, 2]]),
+        agent_entry("agent_bad_runs", 3, [[0, 1], [0, 1]], error="INVALID_FIELD"),
+        agent_entry("agent_run_past_the_entry", 2, [[0, 3]], error="EPISODE_LENGTH_MISMATCH"),
+        client("client_all_sampled", ["sample"] * 4, [2]),
+        client("client_all_logged", ["log"] * 4, []),
+        client("client_mixed_one_record", ["sample", "log", "log", "sample", "log"], []),
+        client("client_cut_inside_a_run", ["sample", "log", "log", "log", "sample"], [2]),
+        client("client_cut_between_runs", ["log", "sample", "log", "log", "sample", "sample"], [1, 4]),
+    ]
+
+
+def demonstration_cases() -> list[dict]:
+    """1.6 §18: demonstration files.
+
+    kind "read": a file's ``lines`` (each a JSON text; joined with LF, a final LF unless
+    ``no_final_newline``) -> its ``episodes`` count and total ``steps`` per module, or the ``error``
+    with the ``line`` (1-based) a reader names. kind "write": a writer given the ``modules`` and then,
+    per episode, its ``steps`` (observation, action, reward, logged), final observation and flags, ->
+    the ``lines`` it writes (compared as JSON values; numbers exact)."""
+    box2 = {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
+    disc2 = {"type": "Discrete", "n": 2, "start": 0}
+    header = {"format": "tether-demonstrations", "version": 1,
+              "modules": {"default_policy": {"observation_space": box2, "action_space": disc2}}}
+
+    def line(steps: int = 2, module: str = "default_policy", **kw: object) -> dict:
+        ep = {"module": module, "agent_id": "default_agent", "episode_id": "e1",
+              "obs": [[0.5, -0.5]] * (steps + 1), "actions": [1] * steps, "rewards": [1.0] * steps,
+              "is_terminated": True, "is_truncated": False}
+        ep.update(kw)
+        return ep
+
+    def read(name: str, lines: list, episodes: int = 0, steps: int = 0, error_line: int | None = None,
+             no_final_newline: bool = False) -> dict:
+        out = {"name": name, "kind": "read",
+               "lines": [x if isinstance(x, str) else json.dumps(x) for x in lines]}
+        if no_final_newline:
+            out["no_final_newline"] = True
+        if error_line is not None:
+            return {**out, "error_line": error_line}
+        return {**out, "episodes": episodes, "steps": {"default_policy": steps}}
+
+    def write(name: str, episodes: list[dict]) -> dict:
+        lines = [header]
+        for ep in episodes:
+            runs: list[list[int]] = []
+            for t, (_, _, _, logged) in enumerate(ep["steps"]):
+                if logged:
+                    if runs and runs[-1][0] + runs[-1][1] == t:
+                        runs[-1][1] += 1
+                    else:
+                        runs.append([t, 1])
+            out = {"module": "default_policy", "agent_id": ep.get("agent_id", "default_agent"),
+                   "episode_id": ep["episode_id"], "obs": [s[0] for s in ep["steps"]] + [ep["final_obs"]],
+                   "actions": [s[1] for s in ep["steps"]], "rewards": [s[2] for s in ep["steps"]],
+                   "is_terminated": ep["terminated"], "is_truncated": not ep["terminated"]}
+            if runs:
+                out["logged_runs"] = runs
+            lines.append(out)
+        return {"name": name, "kind": "write", "modules": header["modules"], "episodes": episodes, "lines": lines}
+
+    truncated_tail = json.dumps(line())[:25]
+    return [
+        read("one_episode", [header, line()], 1, 2),
+        read("two_episodes_logged_and_sampled", [header, line(3, logged_runs=[[0, 3]]), line(1)], 2, 4),
+        read("header_only", [header], 0, 0),
+        read("unknown_fields_ignored", [{**header, "note": "x"}, line(extra=1)], 1, 2),
+        read("empty_file", [], error_line=1),
+        read("header_wrong_format", [{**header, "format": "something-else"}, line()], error_line=1),
+        read("header_wrong_version", [{**header, "version": 2}, line()], error_line=1),
+        read("header_bad_space", [{**header, "modules": {"default_policy": {"observation_space": {"type": "Box"},
+                                                                             "action_space": disc2}}}], error_line=1),
+        read("truncated_last_line", [header, line(), truncated_tail], error_line=3, no_final_newline=True),
+        read("not_json", [header, "this is not json"], error_line=2),
+        read("not_an_object", [header, "[1, 2]"], error_line=2),
+        read("unknown_module", [header, line(module="other")], error_line=2),
+        read("action_outside_space", [header, line(actions=[1, 2])], error_line=2),
+        read("lengths_mismatch", [header, line(rewards=[1.0])], error_line=2),
+        read("no_flag", [header, line(is_terminated=False)], error_line=2),
+        read("bad_logged_runs", [header, line(logged_runs=[[1, 5]])], error_line=2),
+        read("non_finite_observation", [header, json.dumps(line()).replace("0.5", "NaN", 1)], error_line=2),
+        read("blank_line", [header, "", line()], error_line=2),
+        write("sampled_then_logged", [
+            {"episode_id": "a", "steps": [([0.5, -0.5], 1, 1.0, False), ([0.25, 0.0], 0, 0.5, False)],
+             "final_obs": [0.0, 1.0], "terminated": True},
+            {"episode_id": "b", "steps": [([1.0, 1.0], 0, -1.0, True), ([0.5, 0.5], 1, 2.0, True),
+                                          ([0.0, 0.0], 1, 0.0, False), ([-0.5, 0.5], 0, 1.5, True)],
+             "final_obs": [-1.0, -1.0], "terminated": False},
+        ]),
+    ]
+
+
 def main() -> None:
     files = {
         "framing.json": framing_cases(),
@@ -1415,13 +1586,15 @@ def main() -> None:
         "value_obs.json": value_obs_cases(),
         "composite.json": composite_cases(),
         "recurrent.json": recurrent_cases(),
+        "logged.json": logged_cases(),
+        "demonstrations.json": demonstration_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.5", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.6", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 
