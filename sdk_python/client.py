@@ -30,6 +30,7 @@ from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.action_mask import ActionMask, resolve_action_mask
 from tether.protocol.distributions import deterministic, sample_for_record
+from tether.protocol.logged_actions import checked_logged_action
 from tether.protocol.episodes import StateSpec
 from tether.protocol.multi_agent import recurrent_state_from_json
 from tether.protocol.errors import ErrorCode, InvalidInputError, MessageError, NotReadyError, TetherConnectionError  # noqa: F401
@@ -198,6 +199,33 @@ class TetherClient(BaseClient):
         ``wait_for_weights`` is set and a batch just completed). Raises, once,
         an error the server sent for an earlier batch.
         """
+        return self._act(episode_id, observation, None)
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        """**[1.6]** Record a step whose action the policy did not choose (a human player, a scripted bot,
+        another controller: RLlib's ``log_action``), marked as logged (§10.1); mixes freely with
+        ``get_action`` in one episode, and rewards logged after it go to it.
+
+        The server learns from it without taking it for a sample of its policy (§13.7). The model is
+        still evaluated on the observation (a model with memory advances its state, §12.4). Refused,
+        with nothing recorded: an action outside the action space or forbidden by the observation's
+        action mask (``InvalidInputError``), and any logged action while the server is older than 1.6
+        (``NotReadyError``: it would train on the step as a sample of its policy).
+        """
+        if self._events:
+            self._sync()
+        if not self.link.speaks(1, 6):
+            raise NotReadyError(f"the server speaks protocol {self.link.server_info.get('protocol_version')}: "
+                                "logged actions need 1.6 or later (an older server would train on them as the "
+                                "policy's own samples)")
+        space = self.action_space
+        if space is None:
+            raise NotReadyError("the server has sent no action space yet")
+        row = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
+        self._act(episode_id, row, checked_logged_action(space, action, self._action_mask, row))
+
+    def _act(self, episode_id: str, observation: Any, logged_action: Any) -> Any:
+        """get_action's step, or with ``logged_action`` (checked) log_action's."""
         if self._events:
             self._sync()
         episode = self._episodes[episode_id]
@@ -230,9 +258,12 @@ class TetherClient(BaseClient):
             dist, episode.state = policy.step_one(obs, state)
         else:
             dist = policy.dist_inputs_one(obs)
-        action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
+        if logged_action is None:
+            action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
+        else:  # (no behaviour logp: the server does not use it at a logged step, §13.7)
+            action, logp, env_action = logged_action, 0.0, logged_action
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
-        episode.record_step(obs, action, logp, dist, stamp, state)
+        episode.record_step(obs, action, logp, dist, stamp, state, logged_action is not None)
         if episode.training_enabled:
             self._pending_steps += 1
         elif episode.held_back:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tether.protocol.episodes import encode_episode, version_runs
+from tether.protocol.episodes import encode_episode, logged_runs, version_runs
 from tether.protocol.spaces import Box, Dict, Tuple
 
 
@@ -36,7 +36,7 @@ class EpisodeRecorder:
 
     __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
                  "terminated", "truncated", "total_return", "length", "value_obs", "versions", "held_back",
-                 "state", "states")
+                 "state", "states", "logged")
 
     def __init__(self, episode_id: str, training_enabled: bool, held_back: bool = False) -> None:
         self.episode_id = episode_id
@@ -61,14 +61,17 @@ class EpisodeRecorder:
         #: made yet), and per recorded observation the state before it (a chunk's state_in).
         self.state: list[np.ndarray] | None = None
         self.states: list[list[np.ndarray]] = []
+        #: **[1.6]** Per recorded action, whether it was logged (chosen outside the policy, §10.1).
+        self.logged: list[bool] = []
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
     def record_step(self, obs: np.ndarray, action: Any, logp: float, dist_inputs: np.ndarray,
-                    version: Any = None, state_before: list[np.ndarray] | None = None) -> None:
-        """One step (single-agent path); ``state_before``: the state the model was fed with ``obs``."""
+                    version: Any = None, state_before: list[np.ndarray] | None = None, logged: bool = False) -> None:
+        """One step (single-agent path); ``state_before``: the state the model was fed with ``obs``;
+        ``logged``: **[1.6]** the action was chosen outside the policy (log_action)."""
         self.length += 1
         if self.training_enabled:
             self.obs.append(obs)
@@ -79,6 +82,7 @@ class EpisodeRecorder:
             self.logp.append(logp)
             self.dist_inputs.append(dist_inputs)
             self.versions.append(version)
+            self.logged.append(logged)
 
     def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None,
                 state_before: list[np.ndarray] | None = None) -> None:
@@ -92,8 +96,9 @@ class EpisodeRecorder:
                     self.value_obs = []
                 self.value_obs.append(value_obs)
 
-    def act(self, action: Any, logp: float, dist_inputs: np.ndarray, version: Any = None) -> None:
-        """Record the action taken on the last observed observation (``version``: the weights it came from)."""
+    def act(self, action: Any, logp: float, dist_inputs: np.ndarray, version: Any = None, logged: bool = False) -> None:
+        """Record the action taken on the last observed observation (``version``: the weights it came from;
+        ``logged``: **[1.6]** chosen outside the policy)."""
         self.length += 1
         if self.training_enabled:
             self.actions.append(action)
@@ -101,6 +106,7 @@ class EpisodeRecorder:
             self.logp.append(logp)
             self.dist_inputs.append(dist_inputs)
             self.versions.append(version)
+            self.logged.append(logged)
 
     def add_reward(self, reward: float) -> None:
         self.total_return += reward
@@ -127,7 +133,8 @@ class EpisodeRecorder:
         gave them other spaces or another critic layout, §6.5): recording goes on, and the next
         chunk starts from the next observation recorded. The return keeps counting; a reward
         logged before the next action has no recorded action to go to."""
-        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs, self.versions, self.states):
+        for steps in (self.obs, self.actions, self.rewards, self.logp, self.dist_inputs, self.versions, self.states,
+                      self.logged):
             steps.clear()
         self.value_obs = None
 
@@ -170,6 +177,10 @@ class EpisodeRecorder:
         if state_inputs and self.states:
             record["state_in"] = {name: self.states[0][i].ravel().tolist() for i, name in enumerate(state_inputs)}
         del self.states[:k]
+        runs = logged_runs(self.logged[:k])
+        if runs is not None:
+            record["logged_runs"] = runs
+        del self.logged[:k]
         stamps = self.versions[:k]
         known = [v for v in stamps if v is not None]
         oldest = min(known) if known else None

@@ -29,6 +29,7 @@ import numpy as np
 from .base_client import BaseClient, check_byte_values, finite_observation, finite_reward, observation_row
 from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
+from tether.protocol.logged_actions import checked_logged_action
 from tether.protocol.distributions import deterministic, sample_for_record
 from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherError
 from tether.protocol.messages import MessageType
@@ -311,14 +312,41 @@ class MultiAgentClient(BaseClient):
             episode.actors[actor_id] = _Actor(actor_id, module_id, episode.t,
                                               EpisodeRecorder(episode.episode_id, episode.training_enabled))
 
-    def get_action(self, episode_id: str, observations: Mapping[str, Any]) -> dict[str, Any]:
+    def get_action(self, episode_id: str, observations: Mapping[str, Any],
+                   logged_actions: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Actions for the agents that observe now (dict by agent id, group members included).
 
         Computes locally; waits for the network only to map a new agent with a
         server-side mapping function (MAP_AGENTS), or with ``wait_for_weights``.
         An agent that left the episode (or whose group left) cannot act again:
         ``ValueError``.
+
+        **[1.6]** ``logged_actions``: the actors of this frame whose actions the policy did not choose
+        (see ``log_action``), by actor id; they get their own action back.
         """
+        return self._act(episode_id, observations, logged_actions or {})
+
+    def log_action(self, episode_id: str, observations: Mapping[str, Any], actions: Mapping[str, Any]) -> dict[str, Any]:
+        """**[1.6]** One frame in which the actors named in ``actions`` act as told — a human player, a
+        scripted bot, another controller — and the other observing agents by the policy (RLlib's
+        ``log_action``, for a multi-agent frame). Returns every agent's action (the given ones as given).
+
+        ``actions`` is keyed by actor id: an agent id, or a group's id with the group's joint action
+        (a member of a group cannot be logged alone). Logged steps are marked in the records (§10.1)
+        and learned from as §13.7 says; a model with memory still advances each logged actor's
+        state (§12.4). Refused, with nothing of the frame recorded: an actor not observing in the
+        frame, a group member, an action outside its module's space or forbidden by its mask
+        (``InvalidInputError``), and any logged action while the server is older than 1.6
+        (``NotReadyError``).
+        """
+        return self._act(episode_id, observations, actions)
+
+    def _act(self, episode_id: str, observations: Mapping[str, Any], logged_actions: Mapping[str, Any]) -> dict[str, Any]:
+        """get_action's frame, with the actors of ``logged_actions`` (already keyed by actor) logged."""
+        if logged_actions and not self.link.speaks(1, 6):
+            raise NotReadyError(f"the server speaks protocol {self.link.server_info.get('protocol_version')}: "
+                                "logged actions need 1.6 or later (an older server would train on them as the "
+                                "policy's own samples)")
         if self._events:
             self._sync()
         episode = self._episodes[episode_id]
@@ -353,6 +381,7 @@ class MultiAgentClient(BaseClient):
                 raise InvalidInputError(ErrorCode.INVALID_FIELD,
                                         f"group {actor_id!r}: an action of {values} elements of module "
                                         f"{spec.module_id!r} does not split into {len(group.members)} equal parts")
+        logged = self._checked_logged_actions(episode, actor_obs, logged_actions)
         # The frame passed every check: its observations become the agents' latest (critic rows).
         episode.latest_obs.update(episode.frame_obs)
         episode.frame_obs = {}
@@ -378,11 +407,14 @@ class MultiAgentClient(BaseClient):
             else:
                 dist_rows = policy.dist_inputs(batch)
             for actor_id, dist in zip(actor_ids, dist_rows):
-                action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
-                                                             self._raw_box_samples)
+                if actor_id in logged:  # (no behaviour logp: the server does not use it, §13.7)
+                    action, logp, env_action = logged[actor_id], 0.0, logged[actor_id]
+                else:
+                    action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng,
+                                                                 self._raw_box_samples)
                 seq = self.weights_seq_nos.get(module_id)
                 stamp = None if seq is None else (self._seq_connections.get(module_id, self._connection), seq)
-                episode.actors[actor_id].recorder.act(action, logp, dist, stamp)
+                episode.actors[actor_id].recorder.act(action, logp, dist, stamp, actor_id in logged)
                 if episode.training_enabled:
                     self._pending_steps += 1
                 elif episode.held_back:
@@ -392,6 +424,23 @@ class MultiAgentClient(BaseClient):
             self._env_steps_since_cut += 1
         episode.t += 1
         return actions
+
+    def _checked_logged_actions(self, episode: Any, actor_obs: Mapping[str, np.ndarray],
+                                logged_actions: Mapping[str, Any]) -> dict[str, Any]:
+        """The frame's logged actions by actor, each checked against its module's space and mask."""
+        out: dict[str, Any] = {}
+        for actor_id, action in logged_actions.items():
+            if actor_id not in actor_obs:
+                group = self._group_of.get(actor_id)
+                if group is not None:
+                    raise InvalidInputError(ErrorCode.INVALID_FIELD, f"{actor_id!r} is a member of group {group!r}: "
+                                            f"log the group's joint action under {group!r}")
+                raise InvalidInputError(ErrorCode.INVALID_FIELD, f"{actor_id!r} has a logged action but no "
+                                        f"observation in this frame")
+            spec = self.modules[episode.actors[actor_id].module_id]
+            out[actor_id] = checked_logged_action(spec.action_space, action, spec.action_mask, actor_obs[actor_id],
+                                                  f"the logged action of {actor_id!r}")
+        return out
 
     def _state_of(self, recorder: EpisodeRecorder, policy: OnnxPolicy) -> list[np.ndarray]:
         """The state an actor's next step starts from (§12.4): zeros at its first step; zeros again,

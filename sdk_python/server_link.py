@@ -195,6 +195,8 @@ class ServerLink:
         self.connections = 0
         #: Batches dropped because the queue was full, and their steps.
         self.batches_dropped = 0
+        #: **[1.6]** Logged steps let go because the server was older than 1.6 (§15).
+        self.logged_steps_dropped = 0
         self.env_steps_dropped = 0
         self.agent_steps_dropped = 0
         #: Agent steps the server refused as too stale to be trained (SET_STATE steps_refused_stale, §13.2).
@@ -758,6 +760,31 @@ class ServerLink:
             self._requests.popleft()
         request.done.set()
 
+    def _drop_logged(self, batch: Batch) -> None:
+        """**[1.6]** A server older than 1.6 would train on logged steps as its policy's samples (§15): a
+        record (or agent entry) holding any is let go, not sent without its ``logged_runs``; its steps
+        count in ``logged_steps_dropped``."""
+        kept, dropped = [], 0
+        for record in batch.episodes:
+            agents = record.get("agents")
+            if isinstance(agents, dict):
+                for agent_id in [a for a, e in agents.items() if e.get("logged_runs")]:
+                    steps = len(agents.pop(agent_id)["actions"])
+                    batch.agent_steps -= steps
+                    dropped += steps
+                kept.append(record)
+            elif record.get("logged_runs"):
+                steps = len(record["actions"])
+                batch.env_steps -= steps
+                batch.agent_steps -= steps
+                dropped += steps
+            else:
+                kept.append(record)
+        if dropped:
+            self.logged_steps_dropped += dropped
+            logger.warning("tether: %d logged steps not sent: the server is older than protocol 1.6", dropped)
+        batch.episodes = kept
+
     def _send_batch(self, batch: Batch) -> None:
         if batch.seq is None:
             batch.seq = self._next_seq
@@ -771,6 +798,8 @@ class ServerLink:
                 record.pop("weights_seq_no_runs", None)
                 for entry in record.get("agents", {}).values() if isinstance(record.get("agents"), dict) else ():
                     entry.pop("weights_seq_no_runs", None)
+        if not self.speaks(1, 6):
+            self._drop_logged(batch)
         episodes, attachment = self._wire_observations(batch.episodes, batch.forms)
         message: dict[str, Any] = {"episodes": episodes, "env_steps": batch.env_steps, **batch.weights}
         if self.speaks_1_3:

@@ -133,6 +133,14 @@ class ServerConfig:
         False, "normalise each observation value by a running mean and variance kept inside the exported model "
         "(engines send raw values; docs/models.md)")
     normalize_clip: float = _opt(10.0, "with normalize_observations: clip normalised values into [-clip, clip]")
+    bc_coef: float = _opt(
+        1.0, "behaviour-cloning coefficient on logged steps (actions the policy did not choose, log_action; "
+        "0: they train only the value function); docs/demonstrations.md")
+    demos: str | None = _opt(
+        None, "a demonstration dataset (a .jsonl demonstration file or a Minari dataset folder) cloned beside PPO "
+        "in every update (docs/demonstrations.md)")
+    demo_coef: float = _opt(1.0, "with demos: the dataset's behaviour-cloning coefficient at the first update")
+    demo_decay_updates: int = _opt(0, "with demos: updates over which demo_coef decays linearly to 0 (0: never)")
     device: str = _opt("auto", "torch device: auto (cuda when present), cpu, cuda, cuda:1 ...")
     torch_threads: int = _opt(1, "CPU threads for torch (small MLPs are fastest on one)")
     seed: int | None = _opt(None, "random seed for the learner")
@@ -220,7 +228,7 @@ class ServerConfig:
 PPO_OPTION_NAMES = (
     "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
     "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes", "model",
-    "normalize_observations", "normalize_clip", "reward_clip",
+    "normalize_observations", "normalize_clip", "reward_clip", "bc_coef", "demos", "demo_coef", "demo_decay_updates",
 )
 
 

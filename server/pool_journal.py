@@ -46,7 +46,8 @@ from .sample_pool import Pooled
 _MAGIC = b"TPJ1"
 _RECORD = struct.Struct("<4sIIQ")  # magic, crc32 of header + blob, header length, blob length
 _FILE = re.compile(r"pool-(\d+)\.bin$")
-_ARRAYS = ("obs", "actions", "rewards", "action_logp", "action_dist_inputs", "value_obs", "state_in", "state_prefix")
+_ARRAYS = ("obs", "actions", "rewards", "action_logp", "action_dist_inputs", "value_obs", "state_in", "state_prefix",
+           "logged")
 
 
 @dataclass
@@ -103,7 +104,7 @@ def _decode_item(item: dict[str, Any], blob: memoryview) -> Pooled:
     chunk = EpisodeChunk(arrays["obs"], arrays["actions"], arrays["rewards"], arrays.get("action_logp"),
                          arrays.get("action_dist_inputs"), bool(item["terminated"]), bool(item["truncated"]),
                          item["episode_id"], arrays.get("value_obs"), state_in=arrays.get("state_in"),
-                         state_prefix=arrays.get("state_prefix"))
+                         state_prefix=arrays.get("state_prefix"), logged=arrays.get("logged"))
     return Pooled(str(item["module"]), chunk, int(item["version"]), str(item["source"]))
 
 

@@ -46,12 +46,12 @@ def split_chunk(chunk: EpisodeChunk, steps: int) -> tuple[EpisodeChunk, EpisodeC
     head = replace(chunk, obs=chunk.obs[: steps + 1], actions=chunk.actions[:steps], rewards=chunk.rewards[:steps],
                    action_logp=cut(chunk.action_logp, 0, steps), action_dist_inputs=cut(chunk.action_dist_inputs, 0, steps),
                    is_terminated=False, is_truncated=False, value_obs=cut(chunk.value_obs, 0, steps + 1),
-                   step_versions=cut(chunk.step_versions, 0, steps))
+                   step_versions=cut(chunk.step_versions, 0, steps), logged=cut(chunk.logged, 0, steps))
     tail = replace(chunk, obs=chunk.obs[steps:], actions=chunk.actions[steps:], rewards=chunk.rewards[steps:],
                    action_logp=cut(chunk.action_logp, steps, None),
                    action_dist_inputs=cut(chunk.action_dist_inputs, steps, None),
                    value_obs=cut(chunk.value_obs, steps, None), step_versions=cut(chunk.step_versions, steps, None),
-                   state_prefix=_prefix(chunk, steps))
+                   state_prefix=_prefix(chunk, steps), logged=cut(chunk.logged, steps, None))
     return head, tail
 
 

@@ -142,7 +142,8 @@ def check_behaviour_logp(
     without a history (frozen) or claiming a version the server no longer keeps
     (their data is refused as stale) are not checked, unless they name their
     steps' versions (weights_seq_no_runs): those steps are stored by their own
-    versions, so they are checked whatever the message claims. One forward pass
+    versions, so they are checked whatever the message claims. **[1.6]** Logged
+    steps are not checked: they have no behaviour logp (§13.6). One forward pass
     per module."""
     by_module: dict[str, list[tuple[int, str, EpisodeChunk]]] = {}
     for index, record in enumerate(records):
@@ -159,8 +160,9 @@ def check_behaviour_logp(
         # kept version explains its logp (the claimed one is tried first). The rest is refused as stale.
         kept = np.array(history.versions, np.int64)
         checked = np.concatenate([
-            np.isin(c.step_versions, kept) if c.step_versions is not None
-            else np.full(c.env_steps, claimed_version in history.versions) for _, _, c in items])
+            (np.isin(c.step_versions, kept) if c.step_versions is not None
+             else np.full(c.env_steps, claimed_version in history.versions))
+            & (True if c.logged is None else ~c.logged) for _, _, c in items])  # (1.6: logged steps have no logp)
         if not checked.any():
             continue
         if history.model(claimed_version) is None:

@@ -60,6 +60,14 @@ class PPOHyperparams:
     normalize_clip: float = _server_default("normalize_clip")
     #: Clip each reward into [-reward_clip, reward_clip] before GAE (None: off).
     reward_clip: float | None = _server_default("reward_clip")
+    #: **[1.6]** The behaviour-cloning term on logged steps (§13.7): its coefficient.
+    bc_coef: float = _server_default("bc_coef")
+    #: **[1.6]** A demonstration dataset's behaviour-cloning term (demonstrations.py): its coefficient at the
+    #: first update, and the updates over which it decays linearly to 0 (0: it never decays).
+    demo_coef: float = _server_default("demo_coef")
+    demo_decay_updates: int = _server_default("demo_decay_updates")
+    #: The dataset itself (a path: module_runtime.py loads it into ``PPOLearner.set_demonstrations``).
+    demos: str | None = _server_default("demos")
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -135,6 +143,34 @@ class PPOLearner:
                                                                leaves, state)
         self.optimizer = adam(self.model.parameters(), lr=hp.lr, eps=1e-5)  # (no compiler import: optimizer_startup.py)
         self._rng = np.random.default_rng(seed)
+        #: **[1.6]** A demonstration dataset's steps (observations, actions) trained on by cloning beside PPO.
+        self.demos: tuple[torch.Tensor, torch.Tensor] | None = None
+        #: Updates that trained with the dataset so far (its coefficient's decay; kept in checkpoints).
+        self.demo_updates = 0
+
+    def set_demonstrations(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        """Train on these demonstration steps by behavioural cloning in every update (``demo_coef``),
+        beside PPO: ``obs`` (steps, obs_dim) flat rows, ``actions`` (steps, ...) in the action space."""
+        if self.recurrent is not None:
+            raise ValueError("a demonstration dataset for a module with memory is not supported: its cloning "
+                             "term would need whole sequences (logged steps from clients are)")
+        act_dtype = torch.float32 if actions.dtype.kind == "f" else torch.long
+        self.demos = (self._tensor(obs.reshape(len(obs), -1)), self._tensor(actions, act_dtype))
+
+    def demo_coef_now(self) -> float:
+        """The dataset's cloning coefficient for the next update (after its linear decay)."""
+        hp = self.hp
+        if self.demos is None:
+            return 0.0
+        if hp.demo_decay_updates <= 0:
+            return hp.demo_coef
+        return hp.demo_coef * max(0.0, 1.0 - self.demo_updates / hp.demo_decay_updates)
+
+    def clone(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The behavioural-cloning loss: the mean of -log pi(a | o) over the given steps (a network
+        without memory)."""
+        dist = ActionDistribution(self.action_space, self.model.dist_inputs(obs))
+        return -dist.log_prob(actions).mean()
 
     def export_onnx(self) -> bytes:
         """The current policy as ONNX bytes (see onnx_export.py)."""
@@ -169,7 +205,8 @@ class PPOLearner:
             values, _, returns = self._targets(batch, states)
             bad = ~np.isfinite(values) | ~np.isfinite(returns) | (np.abs(returns) >= TARGET_LIMIT)
             if states is not None:
-                bad |= np.abs(batch.logp - self._current_logp(batch, states)) >= RECURRENT_LOGP_LIMIT  # (NaN: False)
+                far = np.abs(batch.logp - self._current_logp(batch, states)) >= RECURRENT_LOGP_LIMIT  # (NaN: False)
+                bad |= far if batch.logged is None else far & ~batch.logged  # (1.6: a logged step has no logp)
             return bad
 
     def _current_logp(self, batch: RolloutBatch, states: StatePass) -> np.ndarray:
@@ -236,7 +273,8 @@ class PPOLearner:
         act_dtype = torch.float32 if batch.actions.dtype.kind == "f" else torch.long
         actions = self._tensor(batch.actions, act_dtype)
         old_logp = self._tensor(batch.logp)
-        missing = torch.isnan(old_logp)
+        logged = None if batch.logged is None or not batch.logged.any() else self._tensor(batch.logged, torch.bool)
+        missing = torch.isnan(old_logp) if logged is None else torch.isnan(old_logp) | logged
         if missing.any():
             with torch.no_grad():
                 if states is not None:
@@ -254,18 +292,28 @@ class PPOLearner:
         else:
             minibatches = self._step_minibatches(batch.size, obs, actions, value_obs)
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
+        if logged is not None:
+            stats["bc_loss"] = []
+        demo_coef = self.demo_coef_now()
+        if demo_coef > 0:
+            stats["demo_bc_loss"] = []
         for _ in range(hp.num_epochs):
             for idx, new_logp, entropy, new_value in minibatches():
                 size = int(idx.shape[0])
-                log_ratio = new_logp - old_logp[idx]
+                # 1.6 (§13.7): the surrogate only on sampled steps; logged ones are cloned instead.
+                cloned = None if logged is None else logged[idx]
+                sampled = slice(None) if cloned is None else ~cloned
+                log_ratio = (new_logp - old_logp[idx])[sampled]
                 ratio = log_ratio.exp()
+                adv = adv_t[idx][sampled]
+                n_sampled = int(adv.shape[0])
                 with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clipfrac = ((ratio - 1.0).abs() > hp.clip_coef).float().mean()
-                adv = adv_t[idx]
-                if hp.norm_adv and size > 1:
+                    approx_kl = ((ratio - 1) - log_ratio).mean() if n_sampled else torch.zeros(())
+                    clipfrac = ((ratio - 1.0).abs() > hp.clip_coef).float().mean() if n_sampled else torch.zeros(())
+                if hp.norm_adv and n_sampled > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)).mean()
+                pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)
+                                    ).mean() if n_sampled else torch.zeros((), device=self.device)
                 if hp.clip_vloss:
                     v_clipped = val_t[idx] + torch.clamp(new_value - val_t[idx], -hp.clip_coef, hp.clip_coef)
                     v_loss = 0.5 * torch.max((new_value - ret_t[idx]) ** 2, (v_clipped - ret_t[idx]) ** 2).mean()
@@ -273,6 +321,17 @@ class PPOLearner:
                     v_loss = 0.5 * ((new_value - ret_t[idx]) ** 2).mean()
                 ent = entropy.mean()
                 loss = pg_loss - hp.ent_coef * ent + hp.vf_coef * v_loss
+                if cloned is not None and bool(cloned.any()):
+                    bc_loss = -new_logp[cloned].mean()
+                    loss = loss + hp.bc_coef * bc_loss
+                    stats["bc_loss"].append(bc_loss.item())
+                if demo_coef > 0:
+                    assert self.demos is not None
+                    pick = torch.as_tensor(self._rng.integers(0, len(self.demos[0]), min(mb, len(self.demos[0]))),
+                                           device=self.device)
+                    demo_loss = self.clone(self.demos[0][pick], self.demos[1][pick])
+                    loss = loss + demo_coef * demo_loss
+                    stats["demo_bc_loss"].append(demo_loss.item())
                 if not torch.isfinite(loss):
                     raise NonFiniteUpdate(f"loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
@@ -288,8 +347,14 @@ class PPOLearner:
                 stats["entropy"].append(ent.item())
                 stats["approx_kl"].append(approx_kl.item())
                 stats["clipfrac"].append(clipfrac.item())
+        if demo_coef > 0:
+            self.demo_updates += 1
         var_y = float(np.var(returns))
         out = {k: float(np.mean(v)) if v else 0.0 for k, v in stats.items()}
+        if batch.logged is not None:
+            out["logged_fraction"] = float(batch.logged.mean())
+        if demo_coef > 0:
+            out["demo_coef"] = demo_coef
         out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
         return out
 
@@ -331,11 +396,13 @@ class PPOLearner:
         """Weights, optimizer, and the hyperparameters that can change while the run goes
         (the console's set_lr and set_ent_coef): a resumed run continues with them."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "live_hyperparams": {"lr": float(self.hp.lr), "ent_coef": float(self.hp.ent_coef)}}
+                "live_hyperparams": {"lr": float(self.hp.lr), "ent_coef": float(self.hp.ent_coef)},
+                "demo_updates": self.demo_updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.demo_updates = int(state.get("demo_updates", 0))
         live = state.get("live_hyperparams") or {}  # absent in checkpoints written before they were kept
         if "lr" in live:
             self.set_lr(float(live["lr"]))

@@ -29,6 +29,8 @@ class RolloutBatch(NamedTuple):
     #: observations to advance it over before the chunk's first (None where there are none).
     state_in: np.ndarray | None = None
     state_prefix: list[np.ndarray | None] | None = None
+    #: **[1.6]** (N,) true at logged steps (§13.7), or None when every step was sampled.
+    logged: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -87,4 +89,6 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
         state_in=np.stack([c.state_in for c in chunks]) if recurrent else None,  # type: ignore[misc]
         state_prefix=[None if c.state_prefix is None else c.state_prefix.reshape(c.state_prefix.shape[0], -1)
                       for c in chunks] if recurrent else None,
+        logged=None if all(c.logged is None for c in chunks) else np.concatenate(
+            [c.logged if c.logged is not None else np.zeros(c.env_steps, bool) for c in chunks]),
     )

@@ -1491,7 +1491,8 @@ def demonstration_cases() -> list[dict]:
     ``no_final_newline``) -> its ``episodes`` count and total ``steps`` per module, or the ``error``
     with the ``line`` (1-based) a reader names. kind "write": a writer given the ``modules`` and then,
     per episode, its ``steps`` (observation, action, reward, logged), final observation and flags, ->
-    the ``lines`` it writes (compared as JSON values; numbers exact)."""
+    the ``lines`` it writes (compared as JSON values; numbers exact; the header's spaces compared as
+    spaces, since a space has more than one valid JSON form, §8.4)."""
     box2 = {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1.0, -1.0], "high": [1.0, 1.0]}
     disc2 = {"type": "Discrete", "n": 2, "start": 0}
     header = {"format": "tether-demonstrations", "version": 1,
