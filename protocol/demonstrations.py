@@ -68,6 +68,20 @@ class Demonstrations:
         actions = np.concatenate([e.chunk.actions for e in episodes])
         return obs, actions
 
+    def returns(self, module: str, gamma: float) -> np.ndarray:
+        """The discounted return from each step of ``module``'s episodes, in ``cloning_data``'s order
+        (0 after the last step: a truncated episode's future is not known)."""
+        out = []
+        for e in self.of_module(module):
+            rewards = e.chunk.rewards.astype(np.float64)
+            ret = np.zeros_like(rewards)
+            running = 0.0
+            for t in range(len(rewards) - 1, -1, -1):
+                running = rewards[t] + gamma * running
+                ret[t] = running
+            out.append(ret.astype(np.float32))
+        return np.concatenate(out)
+
     def check_spaces(self, module: str, spec: ModuleSpec) -> None:
         """Refuse, by name, demonstrations of ``module`` recorded in other spaces than ``spec``'s."""
         have = self.modules.get(module)
@@ -135,7 +149,7 @@ def parse_demonstrations(text: str) -> Demonstrations:
             raise DemonstrationError(1, f"module {module_id!r}: {getattr(exc, 'message', exc)}") from None
     out = Demonstrations(modules)
     for number, text_line in enumerate(lines[1:], start=2):
-        out.episodes.append(_episode(_json_line(text_line, number), number, modules))
+        out.episodes.append(episode_from_line(_json_line(text_line, number), number, modules))
     return out
 
 
@@ -165,7 +179,8 @@ def _json_line(text: str, number: int) -> dict[str, Any]:
     return value
 
 
-def _episode(line: dict[str, Any], number: int, modules: Mapping[str, ModuleSpec]) -> DemoEpisode:
+def episode_from_line(line: dict[str, Any], number: int, modules: Mapping[str, ModuleSpec]) -> DemoEpisode:
+    """One episode line (a parsed JSON object, line ``number``) checked against its module's spaces (§18)."""
     module = line.get("module")
     spec = modules.get(module) if isinstance(module, str) else None
     if spec is None:

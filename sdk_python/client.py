@@ -21,6 +21,7 @@ data and a 1.3 server stores every batch once.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,12 @@ from tether.protocol.messages import MessageType
 from tether.protocol.onnx_codec import decode_onnx
 from tether.protocol.spaces import Space, from_gymnasium, space_from_json
 from .server_link import Batch
+from .demonstrations import DemoWriter
+from tether.protocol.multi_agent import ModuleSpec
+from tether.protocol.policy_mapping import PolicyMapping
+
+#: The module a single-agent client's demonstrations are written for when the server names none (v1, 1.1).
+DEFAULT_DEMO_MODULE = "default_policy"
 
 
 class TetherClient(BaseClient):
@@ -99,6 +106,9 @@ class TetherClient(BaseClient):
         self._evaluation: EpisodeRecorder | None = None
         #: Env steps delivered to the server.
         self.env_steps_sent = 0
+        #: **[1.6]** The demonstration file written while playing (record_demonstrations), else None.
+        self._demos: DemoWriter | None = None
+        self._demo_module = DEFAULT_DEMO_MODULE
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
                          max_queued_batches, when_queue_full, max_batch_attempts)
@@ -264,6 +274,8 @@ class TetherClient(BaseClient):
             action, logp, env_action = logged_action, 0.0, logged_action
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
         episode.record_step(obs, action, logp, dist, stamp, state, logged_action is not None)
+        if self._demos is not None:
+            self._demos.step(episode_id, "default_agent", self._demo_module, obs, action, logged_action is not None)
         if episode.training_enabled:
             self._pending_steps += 1
         elif episode.held_back:
@@ -320,7 +332,38 @@ class TetherClient(BaseClient):
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
         """Add reward to the episode's last action (rewards accumulate until the next action).
         A NaN or infinite reward is refused (``InvalidInputError``)."""
-        self._episodes[episode_id].add_reward(finite_reward(reward))
+        value = finite_reward(reward)
+        self._episodes[episode_id].add_reward(value)
+        if self._demos is not None:
+            self._demos.add_reward(episode_id, "default_agent", value)
+
+    def record_demonstrations(self, path: str | Path) -> DemoWriter:
+        """**[1.6]** Write every episode played from now on — its steps sampled, logged (``log_action``) or
+        both — to the demonstration file ``path`` (§18), one line as each ends, in the spaces of the
+        server's default module. Returns the writer; ``stop_demonstrations`` (or ``close``) closes it."""
+        if self.observation_space is None or self.action_space is None:
+            raise NotReadyError("the server has not described its spaces yet")
+        self.stop_demonstrations()
+        config = self.server_config
+        module = DEFAULT_DEMO_MODULE
+        if config.get("policy_mapping"):
+            module = PolicyMapping.from_json(config["policy_mapping"]).module_for("default_agent")
+        spec = ModuleSpec(module, self.observation_space, self.action_space,  # type: ignore[arg-type]
+                          action_mask_leaf=config.get("action_mask") or None)
+        self._demo_module = module
+        self._demos = DemoWriter(path, {module: spec})
+        return self._demos
+
+    def close(self) -> None:
+        """As ``BaseClient.close``; a demonstration file being written is closed too."""
+        self.stop_demonstrations()
+        super().close()
+
+    def stop_demonstrations(self) -> None:
+        """Close the demonstration file, if one is written (its running episodes written truncated)."""
+        if self._demos is not None:
+            self._demos.close()
+            self._demos = None
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> float:
         """Finish an episode with its last observation; returns its total reward.
@@ -335,6 +378,8 @@ class TetherClient(BaseClient):
         self._check_size(final)
         episode = self._episodes.pop(episode_id)
         episode.finish(final, truncated)
+        if self._demos is not None:
+            self._demos.end(episode_id, "default_agent", final, terminated=not truncated)
         if episode.training_enabled and episode.pending_steps:
             self._finished.append(episode)
         return episode.total_return

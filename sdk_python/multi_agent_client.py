@@ -21,6 +21,7 @@ accumulate onto its last action until it acts again (ExternalEnv semantics).
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -38,6 +39,7 @@ from tether.protocol.onnx_codec import decode_onnx
 from tether.protocol.policy_mapping import PolicyMapping
 from tether.protocol.spaces import is_composite
 from .server_link import Batch
+from .demonstrations import DemoWriter
 
 
 def _structured(value: Any) -> bool:
@@ -103,6 +105,8 @@ class MultiAgentClient(BaseClient):
         self._episodes: dict[str, _Episode] = {}
         self._pending_steps = 0
         self._env_steps_since_cut = 0
+        #: **[1.6]** The demonstration file written while playing (record_demonstrations), else None.
+        self._demos: DemoWriter | None = None
         self.modules: dict[str, ModuleSpec] = {}
         self.policies: dict[str, OnnxPolicy] = {}
         self.weights_seq_nos: dict[str, int] = {}
@@ -415,6 +419,8 @@ class MultiAgentClient(BaseClient):
                 seq = self.weights_seq_nos.get(module_id)
                 stamp = None if seq is None else (self._seq_connections.get(module_id, self._connection), seq)
                 episode.actors[actor_id].recorder.act(action, logp, dist, stamp, actor_id in logged)
+                if self._demos is not None:
+                    self._demos.step(episode_id, actor_id, module_id, actor_obs[actor_id], action, actor_id in logged)
                 if episode.training_enabled:
                     self._pending_steps += 1
                 elif episode.held_back:
@@ -475,6 +481,8 @@ class MultiAgentClient(BaseClient):
             episode.returns[actor_id] = episode.returns.get(actor_id, 0.0) + reward
             if actor is not None:
                 actor.recorder.add_reward(reward)
+                if self._demos is not None:
+                    self._demos.add_reward(episode_id, actor_id, reward)
 
     def end_agents(self, episode_id: str, final_observations: Mapping[str, Any],
                    truncated: bool | Mapping[str, bool] = False) -> None:
@@ -506,6 +514,8 @@ class MultiAgentClient(BaseClient):
             is_trunc = truncated if isinstance(truncated, bool) else any(truncated.get(a, False) for a in members)
             spec = self.modules.get(actor.module_id)  # (none: the server no longer describes it, nothing to send)
             actor.recorder.finish(obs, bool(is_trunc), self._value_obs(episode, spec) if spec is not None else None)
+            if self._demos is not None:
+                self._demos.end(episode_id, actor_id, obs, terminated=not is_trunc)
             if actor.recorder.pending_steps:
                 episode.finished.append(actor)
 
@@ -517,6 +527,28 @@ class MultiAgentClient(BaseClient):
         simply by appearing in ``get_action`` only when it acts.
         """
         self.end_agents(episode_id, {agent_id: final_observation}, truncated)
+
+    def record_demonstrations(self, path: str | Path) -> DemoWriter:
+        """**[1.6]** Write every actor episode played from now on — steps sampled, logged (``log_action``)
+        or both — to the demonstration file ``path`` (§18), one line per actor (agent, or group under its
+        group id) as it leaves, in the spaces of the modules the server describes now. Returns the
+        writer; ``stop_demonstrations`` (or ``close``) closes it."""
+        if not self.modules:
+            raise NotReadyError("the server has not described its modules yet")
+        self.stop_demonstrations()
+        self._demos = DemoWriter(path, dict(self.modules))
+        return self._demos
+
+    def stop_demonstrations(self) -> None:
+        """Close the demonstration file, if one is written (its running episodes written truncated)."""
+        if self._demos is not None:
+            self._demos.close()
+            self._demos = None
+
+    def close(self) -> None:
+        """As ``BaseClient.close``; a demonstration file being written is closed too."""
+        self.stop_demonstrations()
+        super().close()
 
     def end_episode(self, episode_id: str, final_observations: Mapping[str, Any] | None = None,
                     truncated: bool = False) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """The ``tether`` command: ``tether serve`` runs a training server, ``tether
-demo`` trains CartPole with example clients and shows the learned return."""
+demo`` trains CartPole with example clients and shows the learned return, ``tether
+pretrain`` clones demonstrations into a checkpoint and ``tether demos`` shows or converts them."""
 
 from __future__ import annotations
 
@@ -81,26 +82,69 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate_policy(policy_path: Path, episodes: int = 10, seed: int = 1000) -> float:
-    """Mean return of the greedy policy in ``policy_path`` on CartPole-v1 (the model's most likely
-    action, §11; run with ONNX Runtime as a client would, without the client package)."""
+def _pretrain(args: argparse.Namespace) -> int:
+    import json
+
+    from .config import ConfigError
+    from .pretrain import pretrain
+
+    try:
+        config = config_from_args(args)
+        report = pretrain(config, args.dataset, args.out, args.epochs, args.module or None)
+    except (ValueError, ConfigError) as exc:
+        print(f"tether pretrain: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+def _demos(args: argparse.Namespace) -> int:
+    import json
+
+    from tether.protocol.demonstrations import DemonstrationError
+
+    from .minari_datasets import load_demonstrations, write_minari
+
+    try:
+        demos = load_demonstrations(args.source, args.module)
+        if args.action == "show":
+            print(json.dumps({"modules": {m: {"episodes": len(demos.of_module(m)), "steps": demos.steps(m),
+                                              "logged_steps": int(sum(int(e.chunk.logged.sum()) for e in demos.of_module(m)
+                                                                      if e.chunk.logged is not None))}
+                                          for m in demos.modules}}), flush=True)
+            return 0
+        if not args.out:
+            raise ValueError("convert needs --out (a new folder for the Minari dataset)")
+        module = args.module if args.module in demos.modules else next(iter(demos.modules))
+        print(write_minari(demos, module, args.out, args.name), flush=True)
+    except (DemonstrationError, ValueError, OSError) as exc:
+        print(f"tether demos: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def evaluate_policy(policy_path: Path, episodes: int = 10, seed: int = 1000, env_id: str = "CartPole-v1") -> float:
+    """Mean return of the greedy policy in ``policy_path`` on a Gymnasium game (default CartPole-v1; the
+    model's most likely action or mean, §11; run with ONNX Runtime as a client would, without the
+    client package; a Box action clipped into its bounds as an engine does)."""
     import gymnasium as gym
     import numpy as np
     import onnxruntime as ort
 
-    from tether.protocol.distributions import deterministic
-    from tether.protocol.spaces import Discrete
+    from tether.protocol.distributions import deterministic, to_env_action
+    from tether.protocol.spaces import from_gymnasium
 
     session = ort.InferenceSession(policy_path.read_bytes(), providers=["CPUExecutionProvider"])
     input_name, output_name = session.get_inputs()[0].name, session.get_outputs()[0].name
-    env = gym.make("CartPole-v1")
+    env = gym.make(env_id)
+    space = from_gymnasium(env.action_space)
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         total, done = 0.0, False
         while not done:
             dist = session.run([output_name], {input_name: np.asarray(obs, np.float32)[None]})[0][0]
-            obs, reward, terminated, truncated, _ = env.step(deterministic(Discrete(2), dist))
+            obs, reward, terminated, truncated, _ = env.step(to_env_action(space, deterministic(space, dist)))
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
@@ -180,6 +224,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed for the learner and the clients (default: 0)")
     demo.add_argument("--logdir", default=None, help="where to write TensorBoard files, checkpoint and policy (default: a temp folder)")
     demo.set_defaults(func=_demo)
+    pretrain = sub.add_parser(
+        "pretrain", help="behavioural cloning from demonstrations into a checkpoint `tether serve` starts from",
+        description="Build the modules as `tether serve` would (same options) and train them by behavioural "
+                    "cloning on a demonstration file (.jsonl) or a Minari dataset folder; write a checkpoint "
+                    "for `tether serve --init-from` and each module's ONNX policy beside it.")
+    add_config_arguments(pretrain)
+    pretrain.add_argument("--dataset", required=True, help="a demonstration file (.jsonl) or a Minari dataset folder")
+    pretrain.add_argument("--out", required=True, help="the checkpoint to write (e.g. pretrained.pt)")
+    pretrain.add_argument("--epochs", type=int, default=100, help="passes over the dataset (default: 100)")
+    pretrain.add_argument("--module", action="append", help="a module to pretrain (repeatable; default: those the "
+                                                           "dataset holds, or the one module)")
+    pretrain.set_defaults(func=_pretrain)
+    demos = sub.add_parser("demos", help="show a demonstration file or dataset, or convert one to a Minari dataset",
+                           description="show: episodes and steps per module; convert: a demonstration file's "
+                                       "episodes of one module as a Minari dataset folder.")
+    demos.add_argument("action", choices=["show", "convert"])
+    demos.add_argument("source", help="a demonstration file (.jsonl) or a Minari dataset folder")
+    demos.add_argument("--out", help="convert: the Minari dataset folder to create")
+    demos.add_argument("--module", default="default_policy",
+                       help="the module (default: default_policy; a Minari dataset's episodes are taken as its)")
+    demos.add_argument("--name", default="demonstrations", help="convert: the dataset's name (id tether/NAME-v0)")
+    demos.set_defaults(func=_demos)
     from tether.checker import check_client
 
     check = sub.add_parser("check-client", help="check a client program against the protocol (exit status = failures)",

@@ -172,6 +172,37 @@ class PPOLearner:
         dist = ActionDistribution(self.action_space, self.model.dist_inputs(obs))
         return -dist.log_prob(actions).mean()
 
+    def pretrain(self, obs: np.ndarray, actions: np.ndarray, returns: np.ndarray | None, epochs: int) -> list[float]:
+        """Behavioural cloning from demonstration steps (``tether pretrain``): ``epochs`` passes of
+        minibatches of ``minibatch_size`` steps minimising -log pi(a | o), and, with ``returns`` (the
+        discounted return from each step), the value loss towards them, so PPO starts from a critic
+        that knows the demonstrated states. Returns the mean cloning loss of each epoch."""
+        if self.recurrent is not None:
+            raise ValueError("pretraining a module with memory from demonstrations is not supported")
+        if self.normalizer is not None:
+            self.normalizer.observe(obs.reshape(len(obs), -1))
+        rows = self._tensor(obs.reshape(len(obs), -1))
+        acts = self._tensor(actions, torch.float32 if actions.dtype.kind == "f" else torch.long)
+        targets = None if returns is None else self._tensor(returns)
+        losses: list[float] = []
+        for _ in range(epochs):
+            order = torch.as_tensor(self._rng.permutation(len(rows)), device=self.device)
+            total = 0.0
+            for start in range(0, len(rows), self.hp.minibatch_size):
+                idx = order[start:start + self.hp.minibatch_size]
+                bc = self.clone(rows[idx], acts[idx])
+                loss = bc if targets is None else bc + self.hp.vf_coef * 0.5 * (
+                    (self.model.value(rows[idx]) - targets[idx]) ** 2).mean()
+                if not torch.isfinite(loss):
+                    raise NonFiniteUpdate(f"the cloning loss is {loss.item()}")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.max_grad_norm)
+                self.optimizer.step()
+                total += bc.item() * int(idx.shape[0])
+            losses.append(total / len(rows))
+        return losses
+
     def export_onnx(self) -> bytes:
         """The current policy as ONNX bytes (see onnx_export.py)."""
         if self._traced is not None:

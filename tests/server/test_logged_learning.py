@@ -1,0 +1,136 @@
+"""How the learner uses logged steps (protocol 1.6 §13.7) and demonstration datasets: never as samples of
+its policy (no surrogate term, no logp check at ingest), cloned with ``bc_coef``, their values trained;
+a dataset cloned beside PPO with a coefficient that decays; pretraining from a dataset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tether.protocol.episodes import EpisodeChunk
+from tether.protocol.multi_agent import DEFAULT_AGENT_ID, AgentChunk, MultiAgentRecord
+from tether.protocol.spaces import Discrete, box
+from tether.server.ingest.logp_check import PolicyHistory, _logp, check_behaviour_logp
+from tether.server.learner import PPOHyperparams, PPOLearner
+from tether.server.learner.rollout_batch import build_batch
+from tether.server.sample_pool import split_chunk
+
+OBS = box(-1, 1, (3,))
+
+
+def chunk(n: int, logged: np.ndarray | None, actions: np.ndarray | None = None, logp: float = -0.69,
+          seed: int = 0) -> EpisodeChunk:
+    rng = np.random.default_rng(seed)
+    return EpisodeChunk(obs=rng.uniform(-1, 1, (n + 1, 3)).astype(np.float32),
+                        actions=rng.integers(0, 2, n) if actions is None else actions,
+                        rewards=rng.normal(size=n).astype(np.float32), action_logp=np.full(n, logp, np.float32),
+                        action_dist_inputs=None, is_terminated=True, is_truncated=False, logged=logged)
+
+
+def logp_of(learner: PPOLearner, c: EpisodeChunk) -> np.ndarray:
+    with torch.no_grad():
+        return _logp(learner.model, c.obs[:-1], c.actions)
+
+
+def actor_parameters(learner: PPOLearner) -> list[torch.Tensor]:
+    return [p.detach().clone() for name, p in learner.model.named_parameters() if "actor" in name]
+
+
+def test_logged_steps_are_cloned_not_used_as_samples() -> None:
+    """All steps logged, with a behaviour logp no policy has (-50): the update stays finite, has no
+    surrogate term, and raises the probability of the logged actions by cloning them."""
+    learner = PPOLearner(OBS, Discrete(2), PPOHyperparams(num_epochs=4, minibatch_size=64), seed=0)
+    c = chunk(256, np.ones(256, bool), actions=np.ones(256, np.int64), logp=-50.0)
+    before = logp_of(learner, c).mean()
+    stats = learner.update(build_batch([c]))
+    assert stats["policy_loss"] == 0.0 and stats["approx_kl"] == 0.0 and stats["logged_fraction"] == 1.0
+    assert stats["bc_loss"] > 0 and np.isfinite(stats["value_loss"])
+    assert logp_of(learner, c).mean() > before + 0.02  # (16 small Adam steps from a near-uniform policy)
+
+
+def test_with_bc_coef_0_logged_steps_train_only_the_value() -> None:
+    learner = PPOLearner(OBS, Discrete(2), PPOHyperparams(num_epochs=2, minibatch_size=64, bc_coef=0.0), seed=0)
+    assert any("actor" in n for n, _ in learner.model.named_parameters())
+    actor = actor_parameters(learner)
+    value_before = [p.detach().clone() for n, p in learner.model.named_parameters() if "critic" in n]
+    learner.update(build_batch([chunk(128, np.ones(128, bool), logp=-50.0)]))
+    for a, b in zip(actor, actor_parameters(learner)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    after = [p for n, p in learner.model.named_parameters() if "critic" in n]
+    assert any(not torch.equal(a, b) for a, b in zip(value_before, after))
+
+
+def test_the_surrogate_runs_on_the_sampled_steps_of_a_mixed_batch() -> None:
+    """Half the steps sampled (honest logp), half logged (logp -50): the ratios of sampled steps only make
+    the KL statistic, which stays that of a small PPO step (with -50 counted it would be huge)."""
+    learner = PPOLearner(OBS, Discrete(2), PPOHyperparams(num_epochs=2, minibatch_size=64), seed=0)
+    logged = np.arange(256) % 2 == 1
+    c = chunk(256, logged, logp=-50.0)
+    honest = logp_of(learner, c)
+    c.action_logp = np.where(logged, -50.0, honest).astype(np.float32)
+    stats = learner.update(build_batch([c]))
+    assert 0.0 <= stats["approx_kl"] < 0.1 and stats["logged_fraction"] == 0.5 and stats["policy_loss"] != 0.0
+
+
+def test_logged_flags_survive_cuts_and_batches() -> None:
+    c = chunk(6, np.array([0, 1, 1, 0, 0, 1], bool))
+    head, tail = split_chunk(c, 2)
+    assert head.logged.tolist() == [False, True] and tail.logged.tolist() == [True, False, False, True]
+    batch = build_batch([chunk(3, None), tail])
+    assert batch.logged.tolist() == [False] * 3 + [True, False, False, True]
+    assert build_batch([chunk(3, None)]).logged is None
+
+
+def test_logged_steps_are_not_checked_against_the_served_models() -> None:
+    """§13.6: a logged Box action far outside anything the policy draws, with a made-up logp, passes the
+    ingest check that refuses the same step unlogged."""
+    learner = PPOLearner(OBS, box(-2, 2, (1,)), PPOHyperparams(), seed=0)
+    history = PolicyHistory(1)
+    history.add(0, learner.export_onnx(), learner.action_space)
+    obs = np.zeros((4, 3), np.float32)
+    actions = np.array([[2.0], [-2.0], [50.0]], np.float32)
+
+    def record(logged: np.ndarray | None) -> list[MultiAgentRecord]:
+        c = EpisodeChunk(obs=obs, actions=actions, rewards=np.zeros(3, np.float32), action_logp=np.zeros(3, np.float32),
+                         action_dist_inputs=None, is_terminated=True, is_truncated=False, logged=logged)
+        return [MultiAgentRecord("e", True, False, [AgentChunk(DEFAULT_AGENT_ID, "m", 0, c)])]
+
+    check_behaviour_logp(record(np.ones(3, bool)), {"m": 0}, {"m": history})
+    with pytest.raises(Exception, match="ACTION_LOGP_MISMATCH|action_logp"):
+        check_behaviour_logp(record(None), {"m": 0}, {"m": history})
+
+
+def test_a_dataset_is_cloned_beside_ppo_with_a_decaying_coefficient() -> None:
+    hp = PPOHyperparams(num_epochs=2, minibatch_size=64, demo_coef=2.0, demo_decay_updates=2)
+    learner = PPOLearner(OBS, Discrete(2), hp, seed=0)
+    rng = np.random.default_rng(1)
+    demo_obs = rng.uniform(-1, 1, (300, 3)).astype(np.float32)
+    demo_actions = (demo_obs[:, 0] > 0).astype(np.int64)  # an expert whose choice the observation decides
+    learner.set_demonstrations(demo_obs, demo_actions)
+    seen = []
+    for _ in range(3):
+        stats = learner.update(build_batch([chunk(128, None, seed=len(seen))]))
+        seen.append(stats.get("demo_coef"))
+    assert seen == [2.0, 1.0, None]  # decayed linearly to 0 over 2 updates, then gone
+    assert learner.state_dict()["demo_updates"] == 2
+    with torch.no_grad():
+        agree = (learner.model.dist_inputs(torch.as_tensor(demo_obs)).argmax(-1).numpy() == demo_actions).mean()
+    assert agree > 0.7
+
+
+def test_pretraining_clones_a_dataset() -> None:
+    learner = PPOLearner(OBS, Discrete(2), PPOHyperparams(minibatch_size=64), seed=0)
+    rng = np.random.default_rng(2)
+    obs = rng.uniform(-1, 1, (512, 3)).astype(np.float32)
+    actions = (obs[:, 1] + obs[:, 2] > 0).astype(np.int64)
+    losses = learner.pretrain(obs, actions, np.ones(512, np.float32), epochs=30)
+    assert losses[-1] < 0.3 < losses[0]
+    with torch.no_grad():
+        agree = (learner.model.dist_inputs(torch.as_tensor(obs)).argmax(-1).numpy() == actions).mean()
+    assert agree > 0.9
+    recurrent = PPOLearner(OBS, Discrete(2), PPOHyperparams(model={"recurrent": {"type": "gru", "size": 8}}), seed=0)
+    with pytest.raises(ValueError, match="memory"):
+        recurrent.pretrain(obs, actions, None, 1)
+    with pytest.raises(ValueError, match="memory"):
+        recurrent.set_demonstrations(obs, actions)
