@@ -17,6 +17,8 @@ const CHARTS = [
     k => k === "episode/length_mean" || /^(module|agent_type)\/[^/]+\/length_mean$/.test(k)],
   ["losses", "Policy and value loss", k => /(^|\/)(policy_loss|value_loss)$/.test(k) && k.startsWith("module/")],
   ["entropy", "Entropy", k => /^module\/[^/]+\/entropy$/.test(k)],
+  ["cloning", "Behaviour cloning (logged steps, demonstrations): loss, logged share, dataset coefficient",
+    k => /^module\/[^/]+\/(bc_loss|demo_bc_loss|logged_fraction|demo_coef)$/.test(k)],
   ["kl", "Approx. KL and clip fraction", k => /^module\/[^/]+\/(approx_kl|clipfrac)$/.test(k)],
   ["ev", "Explained variance", k => /^module\/[^/]+\/explained_variance$/.test(k)],
   ["lr", "Learning rate and entropy coefficient", k => /^module\/[^/]+\/(lr|ent_coef)$/.test(k)],
