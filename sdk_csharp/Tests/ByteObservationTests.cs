@@ -151,8 +151,8 @@ namespace Tether.Tests
                 List<JObject> batches = server.Received("EPISODES_AND_GET_STATE");
                 Assert.That(batches.All(b => server.AttachmentOf(b) == null), Is.True, "no attachment for a 1.3 server");
                 Assert.That(ObservationsOf(SingleRecords(server, batches), false), Is.EqualTo(seen));
-                // (the PING announced 1.4 all the same)
-                Assert.That((string)server.Received("PING")[0]["protocol_version"], Is.EqualTo("1.5"));
+                // (the PING announced this SDK's version all the same)
+                Assert.That((string)server.Received("PING")[0]["protocol_version"], Is.EqualTo("1.6"));
             }
         }
 

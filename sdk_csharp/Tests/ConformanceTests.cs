@@ -20,6 +20,8 @@ namespace Tether.Tests
             "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json", "tensors.json",
             "composite.json",  // (CompositeTests)
             "recurrent.json",  // (RecurrentTests: its "module" and "carry" cases; "episode" is a server's)
+            "logged.json",  // ("episode" and "agent_entry" here; "record" in LoggedStepsTests)
+            "demonstrations.json",  // (DemonstrationTests: its "write" cases; "read" is a server's reader)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -211,6 +213,44 @@ namespace Tether.Tests
             {
                 Vectors.CheckEpisodesCase(c, Space.FromJson(c["observation_space"]), Space.FromJson(c["action_space"]));
             });
+        }
+
+        [Test]
+        public void LoggedSteps()
+        {
+            Vectors.Check("logged.json", (file, c) =>
+            {
+                string kind = (string)c["kind"];
+                if (kind == "episode")
+                {
+                    Vectors.CheckEpisodesCase(c, Space.FromJson(c["observation_space"]), Space.FromJson(c["action_space"]));
+                    if (c["error"] != null) return;
+                    JToken record = Protocol.Messages.Decode(Encoding.UTF8.GetBytes((string)c["body"])).Body["episodes"][0];
+                    ExpectLoggedSteps(record, c["logged_steps"], "the record");
+                    return;
+                }
+                if (kind != "agent_entry") return;  // ("record": what a client records, LoggedStepsTests)
+                var modules = new Dictionary<string, ModuleSpec>();
+                foreach (JProperty item in ((JObject)c["modules"]).Properties()) modules[item.Name] = ModuleSpec.FromJson(item.Name, item.Value);
+                if (c["error"] != null)
+                {
+                    Vectors.ExpectError((string)c["error"], () => EpisodeRecords.ValidateMultiAgentRecord(c["record"], 0, modules, (bool)c["require_logp"]));
+                    return;
+                }
+                int steps = EpisodeRecords.ValidateMultiAgentRecord(c["record"], 0, modules, (bool)c["require_logp"]);
+                Vectors.Expect(steps == (int)c["agent_steps"], "agent steps " + steps);
+                foreach (JProperty agent in ((JObject)c["logged_steps"]).Properties())
+                {
+                    ExpectLoggedSteps(c["record"]["agents"][agent.Name], agent.Value, "agent '" + agent.Name + "'");
+                }
+            });
+        }
+
+        // The logged step indices a record's (or entry's) logged_runs names are the expected ones.
+        static void ExpectLoggedSteps(JToken record, JToken expected, string what)
+        {
+            List<int> got = LoggedRuns.Steps(record[LoggedRuns.Field]);
+            Vectors.Expect(got.SequenceEqual(expected.Select(t => (int)t)), what + ": logged steps [" + string.Join(", ", got.Select(t => t.ToString()).ToArray()) + "]");
         }
 
         [Test]

@@ -21,10 +21,11 @@ namespace Tether.Tests
         /// Plays <paramref name="episodes"/> episodes of agents <paramref name="ids"/> observing
         /// <paramref name="observations"/>; counts from episode <paramref name="warmUp"/> on, when the
         /// arrays, reused batches and actors have their size. <paramref name="check"/> sees each acted
-        /// frame (outside the count).
+        /// frame (outside the count). <paramref name="fill"/>, when given, adds to each frame once its
+        /// observations are in (inside the count: a logged action, AgentFrame.LogAction).
         /// </summary>
         public static FrameAllocations Measure(MultiAgentClient client, string[] ids, float[][] observations, int episodes, int warmUp,
-                                               Action<AgentFrame> check = null)
+                                               Action<AgentFrame> check = null, Action<AgentFrame> fill = null)
         {
             var run = new FrameAllocations();
             var frame = new AgentFrame();
@@ -38,6 +39,7 @@ namespace Tether.Tests
                     long before = GC.GetAllocatedBytesForCurrentThread();
                     frame.Clear();
                     for (int i = 0; i < ids.Length; ++i) frame.Add(ids[i], observations[i]);
+                    if (fill != null) fill(frame);
                     client.GetActions(episode, frame);
                     for (int i = 0; i < ids.Length; ++i) client.LogReturns(episode, ids[i], 1.0);
                     long spent = GC.GetAllocatedBytesForCurrentThread() - before;

@@ -92,6 +92,7 @@ namespace Tether.Tests
             public Func<int, JObject> StateOf = c => Weights(0, Lstm);
             public Func<int, int, JObject> BatchAnswer = (c, n) => new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
             public readonly ManualResetEventSlim Release = new ManualResetEventSlim(true);
+            public string PongVersion = "1.5";
 
             // Each batch once (a resend has the same batch_seq).
             public List<JObject> Batches()
@@ -107,7 +108,7 @@ namespace Tether.Tests
                 JObject message = decoded.Body;
                 switch ((string)message["type"])
                 {
-                    case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", "1.5" } }); break;
+                    case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
                     case "GET_CONFIG": Send(socket, ConfigOf(connection)); break;
                     case "GET_STATE": Send(socket, StateOf(connection)); break;
                     case "EPISODES_AND_GET_STATE":
@@ -511,6 +512,56 @@ namespace Tether.Tests
             }
         }
 
+        [Test]
+        public void LogActionAdvancesTheStateAsGetActionDoes()
+        {
+            // Protocol 1.6 (§12.4): a logged step is an evaluation too. Every third step is logged: the states,
+            // the records' state_in and dist inputs follow the reference all the same; a refused logged action
+            // leaves the state as it was.
+            const int steps = 13;
+            var observations = Enumerable.Range(0, steps + 1).Select(t => ObsAt(t, 7)).ToList();
+            Reference reference = Reference.Of(observations);
+            var server = new MemoryServer { ConfigOf = n => SingleConfig(4), PongVersion = "1.6" };
+            using (server)
+            using (TetherClient client = TetherClient.Connect(Options(server)))
+            {
+                var action = new double[1];
+                string episode = client.StartEpisode("e");
+                for (int t = 0; t < steps; ++t)
+                {
+                    if (t % 3 == 1)
+                    {
+                        Assert.Throws<TetherException>(() => client.LogAction(episode, observations[t], new[] { 2.0 }));
+                        AssertClose(client.StateOf(episode), reference.Before(t), "a refused logged action at step " + t);
+                        client.LogAction(episode, observations[t], new[] { (double)(t % 2) });
+                    }
+                    else
+                    {
+                        client.GetAction(episode, observations[t], action);
+                    }
+                    AssertClose(client.StateOf(episode), reference.After[t], "after step " + t);
+                }
+                client.EndEpisode(episode, observations[steps]);
+                client.Flush(10);
+                int start = 0;
+                foreach (JObject record in server.Records())
+                {
+                    AssertClose(StateIn(record), reference.Before(start), "state_in of the record from step " + start);
+                    var dists = (JArray)record["action_dist_inputs"];
+                    var expectedLogged = new List<int>();
+                    for (int i = 0; i < dists.Count; ++i)
+                    {
+                        AssertClose(dists[i].Select(v => (float)v).ToArray(), reference.Dist[start + i], "dist of step " + (start + i));
+                        if ((start + i) % 3 == 1) expectedLogged.Add(i);
+                    }
+                    Assert.That(LoggedRuns.Steps(record[LoggedRuns.Field]), Is.EqualTo(expectedLogged), "the logged steps of the record from step " + start);
+                    foreach (int i in expectedLogged) Assert.That((double)record["action_logp"][i], Is.EqualTo(0.0));
+                    start += dists.Count;
+                }
+                Assert.That(start, Is.EqualTo(steps));
+            }
+        }
+
         // ---- the multi-agent client ---------------------------------------------------------------
 
         // Module "mem" (the LSTM) for a_*, and the group "pair" of the one member m_0 (2 values) with module
@@ -597,6 +648,50 @@ namespace Tether.Tests
                         start += dists.Count;
                     }
                     Assert.That(start, Is.EqualTo(frames), actor + "'s steps");
+                }
+            }
+        }
+
+        [Test]
+        public void LoggedActorsOfAModuleWithMemoryAdvanceTheirStatesInTheFramesRun()
+        {
+            // Protocol 1.6: a_0 is logged every other frame, the group pair every third, a_1 never; each
+            // follows its own reference, and the entries mark the logged steps.
+            const int frames = 9;
+            var salts = new Dictionary<string, int> { { "a_0", 0 }, { "a_1", 5 }, { "pair", 11 } };
+            var references = salts.ToDictionary(s => s.Key, s => Reference.Of(Enumerable.Range(0, frames + 1).Select(t => ObsAt(t, s.Value)).ToList()));
+            MemoryServer server = MultiServer(100);
+            server.PongVersion = "1.6";
+            using (server)
+            using (MultiAgentClient client = MultiAgentClient.Connect(Options(server)))
+            {
+                string episode = client.StartEpisode("e");
+                var frame = new AgentFrame();
+                for (int t = 0; t < frames; ++t)
+                {
+                    frame.Clear();
+                    frame.Add("a_0", ObsAt(t, 0));
+                    frame.Add("m_0", ObsAt(t, 11));
+                    frame.Add("a_1", ObsAt(t, 5));
+                    if (t % 2 == 0) frame.LogAction("a_0", new[] { 1.0 });
+                    if (t % 3 == 0) frame.LogAction("pair", new[] { 0.0 });
+                    long runs = client.InferenceRuns;
+                    client.GetActions(episode, frame);
+                    Assert.That(client.InferenceRuns - runs, Is.EqualTo(2), "one run per module, logged actors included");
+                    foreach (string actor in salts.Keys) AssertClose(client.StateOf(episode, actor), references[actor].After[t], actor + " after frame " + t);
+                }
+                client.EndEpisode(episode);
+                client.Flush(10);
+                var loggedEvery = new Dictionary<string, int> { { "a_0", 2 }, { "a_1", 0 }, { "pair", 3 } };
+                foreach (string actor in salts.Keys)
+                {
+                    JObject entry = Entries(server, actor).Single();
+                    AssertClose(StateIn(entry), new float[6], actor + ": state_in");
+                    var dists = (JArray)entry["action_dist_inputs"];
+                    for (int i = 0; i < frames; ++i) AssertClose(dists[i].Select(v => (float)v).ToArray(), references[actor].Dist[i], actor + ": dist of step " + i);
+                    int every = loggedEvery[actor];
+                    var expected = Enumerable.Range(0, frames).Where(t => every > 0 && t % every == 0).ToList();
+                    Assert.That(LoggedRuns.Steps(entry[LoggedRuns.Field]), Is.EqualTo(expected), actor + "'s logged steps");
                 }
             }
         }

@@ -31,14 +31,21 @@ namespace Tether.Client
         int[] actionOffsets = new int[1];
         bool hasActions;
         int uniformSize = -1, uniformCount;  // actionOffsets[0..uniformCount] hold i * uniformSize (-1: not laid out so)
+        // Protocol 1.6: the frame's logged actions, by actor id, their values at loggedOffsets[k]...loggedOffsets[k + 1].
+        string[] loggedIds = new string[2];
+        double[] loggedValues = new double[8];
+        int[] loggedOffsets = new int[3];
+        int loggedCount;
 
         /// <summary>Number of agents in the frame.</summary>
         public int Count { get { return count; } }
 
-        /// <summary>Forgets the agents (keeps the capacity).</summary>
+        /// <summary>Forgets the agents and the logged actions (keeps the capacity).</summary>
         public void Clear()
         {
             for (int i = 0; i < count; ++i) ids[i] = null;  // (no id outlives its frame)
+            for (int k = 0; k < loggedCount; ++k) loggedIds[k] = null;
+            loggedCount = 0;
             count = 0;
             firstNonFinite = firstNonFiniteAt = -1;
             firstNonByte = -1;
@@ -125,6 +132,50 @@ namespace Tether.Client
             count = n + 1;
             hasActions = false;
             return n;
+        }
+
+        /// <summary>
+        /// Protocol 1.6 (§10.1): gives actor <paramref name="actorId"/> of this frame the action it takes
+        /// (copied), chosen outside the policy — a human player, a scripted bot, another controller. The
+        /// actor is an agent added to the frame, or a group (its id, with the group's joint action: its
+        /// members' parts in member order) whose members are; a member of a group cannot be logged alone.
+        /// <see cref="MultiAgentClient.GetActions"/> then records the actor's step as logged (logged_runs;
+        /// its model still evaluated on the observation, a model with memory advancing its state; a
+        /// log-probability of 0) and gives the actor its own action back, while the frame's other agents
+        /// act by the policy. Its values are checked there against the actor's module (see GetActions).
+        /// INVALID_ARGUMENT here for a null id or action, or an actor given twice. Allocates nothing once
+        /// the frame has its size.
+        /// </summary>
+        public void LogAction(string actorId, double[] action)
+        {
+            if (actorId == null) throw new TetherException(ErrorCode.InvalidArgument, "LogAction: the actor id is null");
+            if (action == null) throw new TetherException(ErrorCode.InvalidArgument, "LogAction: the action of '" + actorId + "' is null");
+            int n = loggedCount;
+            for (int k = 0; k < n; ++k)
+            {
+                if (loggedIds[k] == actorId) throw new TetherException(ErrorCode.InvalidArgument, "LogAction: '" + actorId + "' has a logged action in this frame already");
+            }
+            if (n == loggedIds.Length)
+            {
+                Array.Resize(ref loggedIds, 2 * n);
+                Array.Resize(ref loggedOffsets, 2 * n + 1);
+            }
+            int at = loggedOffsets[n], end = at + action.Length;
+            if (end > loggedValues.Length) Array.Resize(ref loggedValues, Math.Max(end, 2 * loggedValues.Length));
+            Array.Copy(action, 0, loggedValues, at, action.Length);
+            loggedIds[n] = actorId;
+            loggedOffsets[n + 1] = end;
+            loggedCount = n + 1;
+        }
+
+        /// <summary>Number of logged actions in the frame (<see cref="LogAction"/>).</summary>
+        public int LoggedCount { get { return loggedCount; } }
+
+        /// <summary>The actor of logged action <paramref name="k"/> (in the order they were given).</summary>
+        public string LoggedActorId(int k)
+        {
+            if ((uint)k >= (uint)loggedCount) throw new ArgumentOutOfRangeException("k", "logged action " + k + " is not in the frame of " + loggedCount);
+            return loggedIds[k];
         }
 
         void GrowAgents()
@@ -280,6 +331,10 @@ namespace Tether.Client
         }
 
         internal double[] ActionValues { get { return actions; } }
+
+        internal double[] LoggedValues { get { return loggedValues; } }
+        internal int LoggedOffset(int k) { return loggedOffsets[k]; }
+        internal int LoggedLength(int k) { return loggedOffsets[k + 1] - loggedOffsets[k]; }
         internal int[] ActionOffsets { get { return actionOffsets; } }
 
         internal void SetAction(int i, double[] from, int offset, int count)

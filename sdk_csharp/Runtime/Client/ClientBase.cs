@@ -3,6 +3,7 @@
 // and the record_share draw. Each client fills in what its own records and models need.
 using System;
 using System.Collections.Generic;
+using System.IO;
 using Tether.Protocol;
 using Tether.Sampling;
 
@@ -25,6 +26,11 @@ namespace Tether.Client
         internal int connection;  // the connection of the last event taken
         internal int stepsPerSample = 500;
         internal long episodesHeldBack;
+        // Protocol 1.6 (§18): the demonstration file the client writes while it plays (ClientOptions.DemoPath),
+        // null while it writes none; stopped for good when the server's spaces change under it.
+        internal DemoWriter demos;
+        bool demosStopped;
+        int demosWritten;  // episodes written by writers closed since
         readonly List<LinkEvent> taken = new List<LinkEvent>();
         readonly HashSet<string> dropped = new HashSet<string>();
         readonly List<Batch> droppedBatches = new List<Batch>();
@@ -74,6 +80,24 @@ namespace Tether.Client
         /// </summary>
         public long EpisodesHeldBack { get { return episodesHeldBack; } }
 
+        /// <summary>
+        /// Steps let go because they were to be sent to a server older than protocol 1.6 (§15): a record (a
+        /// multi-agent client's agent entry) holding a logged step is not sent to such a server, which would
+        /// train on it as its policy's sample. Only a batch resent after a reconnect to an older server can
+        /// meet one (LogAction refuses while the server is older); 0 otherwise.
+        /// </summary>
+        public long LoggedStepsDropped { get { return link.LoggedStepsDropped; } }
+
+        /// <summary>
+        /// Whether the client is writing a demonstration file (protocol 1.6, §18; <see cref="ClientOptions.DemoPath"/>).
+        /// It stops for good when a reconnect's server describes other spaces than the file's header names
+        /// (its running episodes are then written as truncated), or when a line could not be written.
+        /// </summary>
+        public bool RecordsDemonstrations { get { return demos != null; } }
+
+        /// <summary>Agent episodes written to the demonstration file so far (<see cref="ClientOptions.DemoPath"/>).</summary>
+        public int DemonstrationsWritten { get { return demosWritten + (demos == null ? 0 : demos.EpisodesWritten); } }
+
         /// <summary>This client's session id (exactly-once batches, §13.5).</summary>
         public string ClientSession { get { return link.ClientSession; } }
 
@@ -120,9 +144,21 @@ namespace Tether.Client
             Sync();
         }
 
-        /// <summary>Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).</summary>
+        /// <summary>
+        /// Stops the I/O thread and releases the models. Steps not sent are dropped (call Flush first to keep them).
+        /// A demonstration file (<see cref="ClientOptions.DemoPath"/>) gets the episodes still running, each as
+        /// truncated at its last complete step, and is closed.
+        /// </summary>
         public void Dispose()
         {
+            try
+            {
+                StopDemonstrations();
+            }
+            catch (IOException)
+            {
+                // (a file that cannot be written to any more: its complete lines stay)
+            }
             if (fatal == null) fatal = new TetherException(ErrorCode.Closed, "the client was disposed");
             link.Dispose();
             ReleaseModels();
@@ -278,6 +314,49 @@ namespace Tether.Client
                 throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer a batch within " + options.UpdateTimeoutSeconds + " s (UpdateTimeoutSeconds)");
             }
             return true;
+        }
+
+        // ---- demonstrations (1.6, §18) ------------------------------------------------------------
+
+        // Creates the demonstration file of these modules' spaces (the server's) when one is asked for and none
+        // is written yet: at the first configuration. The file system's exception when it cannot be created.
+        internal void StartDemonstrations(IDictionary<string, ModuleSpec> modules)
+        {
+            if (options.DemoPath == null || demos != null || demosStopped) return;
+            demos = new DemoWriter(options.DemoPath, modules);
+        }
+
+        // Writes the running episodes (as truncated) and closes the file; nothing more is written to it.
+        internal void StopDemonstrations()
+        {
+            if (demos == null) return;
+            DemoWriter closing = demos;
+            demos = null;
+            demosStopped = true;
+            demosWritten += closing.EpisodesWritten;
+            closing.Dispose();
+        }
+
+        // Ends an actor's demonstration episode (its final observation at obs[at...]): a line that cannot be
+        // written stops the recording and is raised once, at the next call, as the client's other errors are.
+        internal void EndDemonstration(string episodeId, string agentId, float[] obs, int at, bool terminated)
+        {
+            try
+            {
+                demos.EndRow(episodeId, agentId, obs, at, terminated);
+            }
+            catch (IOException e)
+            {
+                errors.Enqueue(new TetherException(ErrorCode.InvalidArgument, "the demonstration file " + options.DemoPath + " could not be written (" +
+                                                   e.Message + "): demonstration recording stopped", e));
+                try
+                {
+                    StopDemonstrations();
+                }
+                catch (IOException)
+                {
+                }
+            }
         }
 
         // Steps per batch: env_steps_per_sample, or fewer when the server asks (SET_STATE steps_per_batch, §13.2).

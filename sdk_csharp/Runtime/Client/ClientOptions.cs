@@ -56,6 +56,17 @@ namespace Tether.Client
         /// <summary>The action space, used only when the server's SET_CONFIG has none (a plain RLlink v1 server such as RLlib's).</summary>
         public Space ActionSpace;
 
+        /// <summary>
+        /// Protocol 1.6 (§18): the path of a demonstration file the client writes while it plays, or null (the
+        /// default) for none. Created (or overwritten) when the client connects, its header naming the
+        /// server's spaces (a TetherClient's module "default_policy", agent "default_agent"; a
+        /// MultiAgentClient's modules, its agents and groups by id); then one line per actor episode as it
+        /// ends, with every step the client played in it — GetAction's and LogAction's, recorded for training
+        /// or not — and flushed. Dispose writes the episodes still running as truncated. A server trains from
+        /// such a file (behavioural cloning, docs/demonstrations.md).
+        /// </summary>
+        public string DemoPath;
+
         /// <summary>"host:port".</summary>
         public string Address { get { return Host + ":" + Port; } }
     }

@@ -67,6 +67,8 @@ namespace Tether.Client
             public double[] RecordActions = new double[0];
             public double[] EnvActions = new double[0];
             public double[] Logp = new double[0];
+            public bool[] LoggedRows = new bool[0];  // (1.6) the frame's rows whose actions are logged, when AnyLogged
+            public bool AnyLogged;
             public int Rows;
             public bool InFrame;
             // The cut: the oldest version (of the earliest connection) the batch's steps used (§7.6).
@@ -101,6 +103,7 @@ namespace Tether.Client
                 RecordActions = new double[capacity * ActDim];
                 EnvActions = new double[capacity * ActDim];
                 Logp = new double[capacity];
+                LoggedRows = new bool[capacity];
             }
         }
 
@@ -262,6 +265,7 @@ namespace Tether.Client
             public int FrameIndex = -1;  // a single agent's index in the frame
             public int Group = -1;       // a group's index in groups
             public int Row;              // its row in the module's batch
+            public int Logged = -1;      // (1.6) its logged action's index in the frame, or -1: the policy acts
         }
 
         struct MemberOf
@@ -310,6 +314,9 @@ namespace Tether.Client
         JObject serverConfig;
         bool rawBoxSamples = true;
         bool announcesVersion;
+        bool logsActions;      // the server's PONG announced 1.6 or later: logged actions may be recorded (§15)
+        string serverVersion;  // the PONG's protocol_version, for the refusal of logged actions
+        float[] demoObs = new float[0];  // (1.6) an actor's final observation for the demonstration file
         bool forceOnPolicy = true;
         long frameCounter;
         int pendingSteps;  // recorded agent steps not cut yet
@@ -459,12 +466,22 @@ namespace Tether.Client
         /// anything is recorded or sampled), UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
         /// NOT_READY (a module without a model), INFERENCE_FAILED, or an error
         /// the server sent for an earlier batch (once).
+        /// Protocol 1.6: the actors given an action with <see cref="AgentFrame.LogAction"/> take it
+        /// (logged steps, §10.1: recorded in logged_runs with a log-probability of 0 and the model's dist
+        /// inputs, the model still run for them, a model with memory advancing their states) and get it
+        /// back in the frame, the others act by the policy. Refused, with nothing of the frame recorded:
+        /// a logged actor that does not act in the frame or is a group's member (INVALID_ARGUMENT), an
+        /// action of another size or outside its module's action space (ACTION_OUT_OF_SPACE), not finite
+        /// (NON_FINITE_VALUE) or forbidden by its observation's action mask (ACTION_MASKED), and any
+        /// logged action while the server is older than 1.6 (NOT_READY: it would train on the step as a
+        /// sample of its policy, §15).
         /// </summary>
         public void GetActions(string episodeId, AgentFrame frame)
         {
             Poll();
             Episode episode = Running(episodeId, "GetActions");
             if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "GetActions: the frame is null");
+            if (frame.LoggedCount > 0) RefuseLoggingToOlderServer();
             // The cut comes first: sending may apply new models (or, strict, wait for
             // them), and this frame acts with them. The actors about to act hold back
             // their latest step until this frame's observation (§10.7). A batch goes every
@@ -489,10 +506,12 @@ namespace Tether.Client
                 SendBatch();
                 if (fatal != null) throw fatal;  // (a new connection's configuration this client cannot use)
             }
+            if (frame.LoggedCount > 0) RefuseLoggingToOlderServer();  // (sending may have applied a new connection)
             if (!(SteadyStateFrames && ActKnown(episode, frame)))
             {
                 Settle(episode);
                 Gather(episode, frame, episodeId, false);
+                if (frame.LoggedCount > 0) MatchLoggedActions(frame);
                 for (int k = 0; k < newSlots.Count; ++k)
                 {
                     Slot slot = slots[newSlots[k]];
@@ -527,6 +546,7 @@ namespace Tether.Client
                 episode.SlotModule = slotModule;
                 episode.RewardCursor = 0;
                 FillBatches(frame);
+                MarkLoggedRows(frame);
                 FillStates();
                 // Without groups and critics the latest observations are kept as the frame is recorded;
                 // else first (a critic row needs every agent's). Either way before an error leaves.
@@ -537,9 +557,10 @@ namespace Tether.Client
                     RunModules();
                     foreach (Module module in frameModules)
                     {
-                        Distributions.SampleRows(module.Spec.ActionSpace, module.Dist, module.Rows, rng, rawBoxSamples, module.RecordActions, module.EnvActions, module.Logp);
+                        Sample(module);
                         module.FrameBase = -1;
                     }
+                    if (frame.LoggedCount > 0) TakeLoggedActions(frame);
                     CommitStates();  // (every actor's state advances, recorded or not)
                 }
                 catch
@@ -615,6 +636,7 @@ namespace Tether.Client
                         ++pendingSteps;
                     }
                 }
+                if (demos != null) DemonstrationSteps(episode);
             }
             if (episode.Training) ++envStepsSinceCut;
             ++episode.T;
@@ -634,6 +656,7 @@ namespace Tether.Client
             int n = frame.Count;
             Module module = episode.SlotModule;
             if (n == 0 || n != episode.ActorsBySlot || module == null || groups.Count > 0 || criticAgents.Count > 0 || frame.FirstNonFinite >= 0) return false;
+            if (frame.LoggedCount > 0 || demos != null) return false;  // (1.6: logged actions and demonstrations take the general path)
             if (frame.FirstNonByte >= 0 && module.Spec.ObservationSpace.IsBytes) return false;  // (the general path refuses it)
             if (module.Spec.ObservationSpace.IsComposite) return false;  // (the general path checks its byte leaves)
             string[] ids = frame.Ids, known = episode.SlotIds;
@@ -710,6 +733,7 @@ namespace Tether.Client
             Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
             if (width > 0) Array.Copy(module.StateIn, 0, table.State, first * width, n * width);
             Array.Clear(table.Rewards, first, n);
+            Array.Clear(table.Logged, first, n);
             table.NoteVersion(first, module.Seq ?? -1, module.SeqConnection);
             table.Rows = first + n;
             pendingSteps += n;
@@ -771,6 +795,10 @@ namespace Tether.Client
         {
             Poll();
             if (frame == null) throw new TetherException(ErrorCode.InvalidArgument, "ComputeActions: the frame is null");
+            if (frame.LoggedCount > 0)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, "ComputeActions records nothing: a frame with logged actions (AgentFrame.LogAction) goes to GetActions");
+            }
             Gather(null, frame, episodeId ?? "eval", false);
             RefuseRecordedEpisode(episodeId ?? "eval");
             FillBatches(frame);
@@ -837,6 +865,7 @@ namespace Tether.Client
                 if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "LogReturns: the reward sum of '" + agentId + "' is beyond float32");
                 rewards[row] = sum;
             }
+            if (demos != null) demos.AddReward(episode.Id, actorId, reward);
             actor.RewardSum += reward;
             actor.Rewarded = true;
         }
@@ -969,6 +998,7 @@ namespace Tether.Client
             slot.FrameIndex = -1;
             slot.Group = -1;
             slot.Row = 0;
+            slot.Logged = -1;
             return slot;
         }
 
@@ -1024,6 +1054,7 @@ namespace Tether.Client
                 slot.ActorId = id;
                 slot.FrameIndex = i;
                 slot.Group = -1;
+                slot.Logged = -1;
             }
             // Actors and their modules.
             if (episode != null)
@@ -1283,6 +1314,144 @@ namespace Tether.Client
             }
         }
 
+        // ---- logged actions (1.6, §10.1) ---------------------------------------------------------
+
+        // Logged steps go only to a server of 1.6 or later (§15): an older one would train on them as its policy's samples.
+        void RefuseLoggingToOlderServer()
+        {
+            if (logsActions) return;
+            throw new TetherException(ErrorCode.NotReady, "GetActions: the server at " + options.Address + " speaks protocol " + serverVersion +
+                                      ": logged actions need 1.6 or later (an older server would train on them as the policy's own samples)");
+        }
+
+        // Gives each logged action of the frame to its actor's slot (an agent's, or a group's joint action),
+        // checked against the actor's module as the server checks actions, before anything is recorded.
+        void MatchLoggedActions(AgentFrame frame)
+        {
+            float[] obs = frame.ObsValues;
+            int[] offsets = frame.ObsOffsets;
+            double[] values = frame.LoggedValues;
+            for (int k = 0, n = frame.LoggedCount; k < n; ++k)
+            {
+                string id = frame.LoggedActorId(k);
+                Slot slot = null;
+                for (int s = 0; s < slotCount && slot == null; ++s)
+                {
+                    if (slots[s].ActorId == id) slot = slots[s];
+                }
+                if (slot == null)
+                {
+                    MemberOf member;
+                    if (groupOf.TryGetValue(id, out member))
+                    {
+                        string group = groups[member.Group].GroupId;
+                        throw new TetherException(ErrorCode.InvalidArgument, "GetActions: '" + id + "' is a member of group '" + group +
+                                                  "': log the group's joint action under '" + group + "'");
+                    }
+                    throw new TetherException(ErrorCode.InvalidArgument, "GetActions: '" + id + "' has a logged action but no observation in this frame");
+                }
+                ModuleSpec spec = slot.Module.Spec;
+                ActionMask mask = slot.Group < 0 ? spec.ActionMask : null;  // (a group's members observe Boxes: no mask)
+                int row = slot.Group < 0 ? offsets[slot.FrameIndex] : 0;
+                int at = frame.LoggedOffset(k), length = frame.LoggedLength(k);
+                if (!LoggedActions.Accepts(spec.ActionSpace, mask, obs, row, values, at, length))
+                {
+                    LoggedActions.Check(spec.ActionSpace, mask, obs, row, values, at, length, "GetActions: the logged action of '" + id + "' (module '" + spec.ModuleId + "')");
+                }
+                slot.Logged = k;
+            }
+        }
+
+        // Which rows of each module of the frame take logged actions.
+        void MarkLoggedRows(AgentFrame frame)
+        {
+            foreach (Module module in frameModules) module.AnyLogged = false;
+            if (frame.LoggedCount == 0) return;
+            foreach (Module module in frameModules) Array.Clear(module.LoggedRows, 0, module.Rows);
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Logged < 0) continue;
+                slot.Module.LoggedRows[slot.Row] = true;
+                slot.Module.AnyLogged = true;
+            }
+        }
+
+        // Draws the actions of the module's rows, but those of its logged ones (their draws are not taken).
+        void Sample(Module module)
+        {
+            Space space = module.Spec.ActionSpace;
+            if (!module.AnyLogged)
+            {
+                Distributions.SampleRows(space, module.Dist, module.Rows, rng, rawBoxSamples, module.RecordActions, module.EnvActions, module.Logp);
+                return;
+            }
+            int actDim = module.ActDim;
+            bool[] logged = module.LoggedRows;
+            for (int r = 0; r < module.Rows; ++r)
+            {
+                if (logged[r]) continue;
+                Distributions.SampleRows(space, module.Dist, r, 1, rng, rawBoxSamples, module.RecordActions, r * actDim, module.EnvActions, r * actDim, module.Logp, r);
+            }
+        }
+
+        // The logged actors' actions are those given: recorded as given (a Box's not clipped) and given back,
+        // with a log-probability of 0 (the server does not use one at a logged step, §13.7).
+        void TakeLoggedActions(AgentFrame frame)
+        {
+            double[] values = frame.LoggedValues;
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                if (slot.Logged < 0) continue;
+                Module module = slot.Module;
+                int actDim = module.ActDim, at = frame.LoggedOffset(slot.Logged);
+                Array.Copy(values, at, module.RecordActions, slot.Row * actDim, actDim);
+                Array.Copy(values, at, module.EnvActions, slot.Row * actDim, actDim);
+                module.Logp[slot.Row] = 0;
+            }
+        }
+
+        // ---- demonstrations (1.6, §18) -----------------------------------------------------------
+
+        // Every actor's step of the frame that acted, into the demonstration file: its (joined) observation and
+        // the action recorded (a Box's raw sample, or the logged action).
+        void DemonstrationSteps(Episode episode)
+        {
+            for (int s = 0; s < slotCount; ++s)
+            {
+                Slot slot = slots[s];
+                Module module = slot.Module;
+                bool logged = module.AnyLogged && module.LoggedRows[slot.Row];
+                demos.StepRow(episode.Id, slot.ActorId, module.Id, module.BatchObs, slot.Row * module.ObsDim, module.RecordActions, slot.Row * module.ActDim, logged);
+            }
+        }
+
+        // An actor that leaves ends its demonstration episode with its final observation (a group's members' joined).
+        void EndDemonstration(Episode episode, Slot slot, AgentFrame final, Module module, bool truncated)
+        {
+            if (demoObs.Length < module.ObsDim) demoObs = new float[module.ObsDim];
+            if (slot.Group < 0)
+            {
+                if (final.ObsSize(slot.FrameIndex) != module.ObsDim) return;  // (of other spaces: the file was ended with them)
+                final.CopyObs(slot.FrameIndex, demoObs, 0);
+            }
+            else
+            {
+                GroupSpec group = groups[slot.Group];
+                int at = 0;
+                for (int k = 0; k < group.Members.Count; ++k)
+                {
+                    int member = memberIndex[groupMemberOffset[slot.Group] + k];
+                    if (at + final.ObsSize(member) > demoObs.Length) return;
+                    final.CopyObs(member, demoObs, at);
+                    at += final.ObsSize(member);
+                }
+                if (at != module.ObsDim) return;
+            }
+            EndDemonstration(episode.Id, slot.ActorId, demoObs, 0, !truncated);
+        }
+
         // One inference run per module of the frame.
         void RunModules()
         {
@@ -1465,6 +1634,8 @@ namespace Tether.Client
             Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
             Array.Copy(module.Logp, 0, table.Logp, first, n);
             if (module.StateDim > 0) Array.Copy(module.StateIn, 0, table.State, first * module.StateDim, n * module.StateDim);  // (each row's state_in, 1.5)
+            if (module.AnyLogged) Array.Copy(module.LoggedRows, 0, table.Logged, first, n);  // (1.6: logged_runs)
+            else Array.Clear(table.Logged, first, n);
             Array.Clear(table.Rewards, first, n);
             table.NoteVersion(first, module.Seq ?? -1, module.SeqConnection);
             table.Rows = first + n;
@@ -1601,6 +1772,7 @@ namespace Tether.Client
                 episode.SlotModule = null;
                 FoldReturn(episode, actor);
                 Module module = actor.Module;
+                if (demos != null) EndDemonstration(episode, slot, final, module, truncated);
                 if (actor.Training)
                 {
                     int row = NewObsRow(module);
@@ -1752,6 +1924,10 @@ namespace Tether.Client
                     }
                     entry.WithVersions = known && mixed;  // (a group's too: its entry is one actor)
                 }
+                bool logged = false;
+                bool[] flags = from.Logged;
+                for (int i = 0; i < k && !logged; ++i) logged = flags[rows[i]];
+                entry.WithLogged = logged;  // (1.6: written as logged_runs, §10.1)
                 record.Agents.Add(entry);
             }
             if (keep)
@@ -1987,6 +2163,7 @@ namespace Tether.Client
             // for other agents, and not cut yet no longer fit: they are dropped (§6.5), so that the
             // other modules' steps still go, as in every SDK.
             int widest = 0;
+            bool modulesChanged = false;  // another set of modules, or other spaces of one
             foreach (KeyValuePair<string, ModuleSpec> spec in specs)
             {
                 Module module;
@@ -1994,6 +2171,7 @@ namespace Tether.Client
                 {
                     module = new Module { Id = spec.Key };
                     modules.Add(spec.Key, module);
+                    modulesChanged = true;
                 }
                 else
                 {
@@ -2003,6 +2181,7 @@ namespace Tether.Client
                                          !RecurrentState.Same(module.Spec.RecurrentState, spec.Value.RecurrentState);
                     if (spacesChanged || !SameAgents(module.Spec.ValueObsAgents, spec.Value.ValueObsAgents)) DropStepsOf(module);
                     if (spacesChanged) ResetModel(module);
+                    modulesChanged = modulesChanged || spacesChanged;
                 }
                 module.Gone = false;
                 module.SetSpec(spec.Value);
@@ -2014,6 +2193,7 @@ namespace Tether.Client
                 DropStepsOf(module);  // the server would refuse them (UNKNOWN_MODULE), with their batch
                 ResetModel(module);
                 module.Gone = true;
+                modulesChanged = true;
             }
             envAction = new double[Math.Max(1, widest)];
             mapping = rules;
@@ -2060,7 +2240,12 @@ namespace Tether.Client
             announcesVersion = version != null && version.Type == JTokenType.String;
             int[] parsed = announcesVersion ? Messages.ParseVersion((string)version) : null;
             rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
+            logsActions = parsed != null && (parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 6));
+            serverVersion = version == null ? "none (a plain RLlink v1 server)" : version.ToString(Newtonsoft.Json.Formatting.None);
             serverConfig = config;
+            // (1.6, §18) a demonstration file names the first configuration's modules: other ones end it
+            if (modulesChanged) StopDemonstrations();
+            StartDemonstrations(specs);
         }
 
         // The uncut steps of the module's actors are let go (a reconnect's SET_CONFIG gave the module

@@ -22,6 +22,7 @@ namespace Tether.Client
         public bool IsTerminated;
         public bool IsTruncated;
         public bool WithVersions;    // the steps' versions go as weights_seq_no_runs (§10.1)
+        public bool WithLogged;      // protocol 1.6: some step was logged, written as logged_runs (§10.1)
 
         public void Clear()
         {
@@ -30,7 +31,7 @@ namespace Tether.Client
             StartStep = 0;
             Table = null;
             First = Steps = 0;
-            IsTerminated = IsTruncated = WithVersions = false;
+            IsTerminated = IsTruncated = WithVersions = WithLogged = false;
         }
     }
 
@@ -188,6 +189,7 @@ namespace Tether.Client
         volatile TrainingSummary trainingDone;  // set once, under sync, by the I/O thread as it ends
         LinkRequest unanswered;  // under sync: the request whose wait the end of training cut short
         int batchesUnsentAtEnd;  // under sync
+        long loggedStepsDropped;  // under sync
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
         public readonly string ClientSession = Guid.NewGuid().ToString("N");
@@ -216,6 +218,12 @@ namespace Tether.Client
 
         /// <summary>Batches discarded because training was done before they were sent or answered (§6.6).</summary>
         public int BatchesUnsentAtEnd { get { lock (sync) return batchesUnsentAtEnd; } }
+
+        /// <summary>
+        /// Steps of records (agent entries) holding logged steps that were let go because the server they were
+        /// to be sent to is older than protocol 1.6 (§15): it would train on them as its policy's samples.
+        /// </summary>
+        public long LoggedStepsDropped { get { lock (sync) return loggedStepsDropped; } }
 
         /// <summary>Counts steps the game recorded but had not cut into a batch when training ended, as one batch discarded.</summary>
         public void CountUnsentAtEnd()
@@ -757,6 +765,48 @@ namespace Tether.Client
             return false;
         }
 
+        // The records (agent entries) of `batch` holding logged steps are taken out of it and counted (their
+        // arrays are not reused: this happens only when a batch meets a server older than 1.6).
+        void DropLogged(Batch batch)
+        {
+            long dropped = 0;
+            List<EpisodeChunk> chunks = batch.Chunks;
+            int kept = 0;
+            for (int i = 0; i < chunks.Count; ++i)
+            {
+                EpisodeChunk chunk = chunks[i];
+                if (LoggedRuns.Any(chunk.Logged, chunk.Logged.Count))
+                {
+                    dropped += chunk.Steps;
+                    batch.EnvSteps -= chunk.Steps;
+                    continue;
+                }
+                chunks[kept++] = chunk;
+            }
+            chunks.RemoveRange(kept, chunks.Count - kept);
+            foreach (MultiAgentRecord record in batch.Records)
+            {
+                List<AgentEntry> agents = record.Agents;
+                kept = 0;
+                for (int i = 0; i < agents.Count; ++i)
+                {
+                    AgentEntry entry = agents[i];
+                    if (entry.WithLogged)
+                    {
+                        dropped += entry.Steps;
+                        batch.AgentSteps -= entry.Steps;
+                        continue;
+                    }
+                    agents[kept++] = entry;
+                }
+                agents.RemoveRange(kept, agents.Count - kept);
+            }
+            if (dropped > 0)
+            {
+                lock (sync) loggedStepsDropped += dropped;
+            }
+        }
+
         static void ClearStepVersions(Batch batch)
         {
             foreach (EpisodeChunk chunk in batch.Chunks) chunk.StepVersions.Clear();
@@ -1043,6 +1093,10 @@ namespace Tether.Client
             // so a batch resent after a reconnect is written again without them.
             bool versionsValid = batch.VersionsConnection == connection && AnnouncesVersion;
             if (!versionsValid && HasStepVersions(batch)) ClearStepVersions(batch);
+            // Logged steps go only to a server of 1.6 or later: an older one would train on them as its
+            // policy's samples (§15). A record (or agent entry) holding any is let go, decided per send
+            // (a batch cut for a 1.6 server may be resent to an older one after a reconnect).
+            if (!Speaks(1, 6)) DropLogged(batch);
             // The whole message is written straight into one reused frame: sending a batch allocates
             // (almost) nothing, so it brings no garbage collection upon the game's thread.
             bool force = ForceOnPolicy;
@@ -1060,7 +1114,7 @@ namespace Tether.Client
                         foreach (AgentEntry entry in record.Agents)
                         {
                             writer.AgentEntryRows(entry.AgentId, entry.Module, entry.StartStep, entry.Table, batch.RowIndex, entry.First, entry.Steps,
-                                                  entry.WithVersions, entry.IsTerminated, entry.IsTruncated);
+                                                  entry.WithVersions, entry.IsTerminated, entry.IsTruncated, entry.WithLogged);
                         }
                         writer.EndMultiAgentRecord();
                     }

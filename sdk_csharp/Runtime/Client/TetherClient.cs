@@ -109,6 +109,7 @@ namespace Tether.Client
             public readonly List<float> Dist = new List<float>();
             public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
             public readonly List<int> Connections = new List<int>(); // per action: the connection that version was learned on
+            public readonly List<bool> Logged = new List<bool>();    // per action (1.6): chosen outside the policy (LogAction)
             // Protocol 1.5, a model with memory (§12.4): the state the next step starts from (zeros while
             // StateFresh), and per action row the state its observation was fed with (a chunk's state_in).
             public float[] State = new float[0];
@@ -131,7 +132,7 @@ namespace Tether.Client
             // chunk starting from the next observation (a new connection's server has other spaces).
             public void DropSteps()
             {
-                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear(); States.Clear();
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear(); States.Clear(); Logged.Clear();
                 ObsRows = ActionRows = 0;
             }
 
@@ -150,7 +151,7 @@ namespace Tether.Client
                 Id = id;
                 Training = training;
                 HeldBack = heldBack;
-                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear(); States.Clear();
+                Obs.Clear(); Actions.Clear(); Rewards.Clear(); Logp.Clear(); Dist.Clear(); Versions.Clear(); Connections.Clear(); States.Clear(); Logged.Clear();
                 ObsRows = ActionRows = 0;
                 Return = 0;
                 Done = Truncated = false;
@@ -169,6 +170,8 @@ namespace Tether.Client
         int pendingSteps;       // recorded steps not cut yet
         int heldSteps;          // steps of held-back episodes played since the last cut
         bool rawBoxSamples = true;
+        bool logsActions;       // the server's PONG announced 1.6 or later: LogAction may record (§15)
+        string serverVersion;   // the PONG's protocol_version, for LogAction's refusal
         bool strict;
         float[] dist = new float[0];
         float[] byteValues = new float[0];  // a byte observation's values, for a backend that takes only floats
@@ -250,7 +253,7 @@ namespace Tether.Client
         /// </summary>
         public void GetAction(string episodeId, float[] observation, double[] action)
         {
-            Act(episodeId, observation, null, action);
+            Act(episodeId, observation, null, action, false);
         }
 
         /// <summary>
@@ -262,7 +265,46 @@ namespace Tether.Client
         /// </summary>
         public void GetAction(string episodeId, byte[] observation, double[] action)
         {
-            Act(episodeId, null, observation, action);
+            Act(episodeId, null, observation, action, false);
+        }
+
+        /// <summary>
+        /// Records a step whose action the policy did not choose (protocol 1.6, §10.1: a human player, a
+        /// scripted bot, another controller; RLlib's log_action): <paramref name="observation"/>, checked as
+        /// GetAction checks it, and <paramref name="action"/> (ActionSpace.FlatDim values: a Discrete's
+        /// value, index plus start; a Box's as the engine executed it, recorded as given, not clipped).
+        /// Mixes freely with GetAction in one episode: the step counts and goes in batches as GetAction's
+        /// do, and LogReturns after it adds to it. The server learns from it without taking it for a
+        /// sample of its policy (§13.7): the record marks it in logged_runs and carries the model's dist
+        /// inputs for it (the model is evaluated on the observation; a model with memory advances its
+        /// state, §12.4) and a log-probability of 0. Refused, with nothing recorded and no state advanced:
+        /// an action of another size or outside the action space (ACTION_OUT_OF_SPACE), not finite
+        /// (NON_FINITE_VALUE) or forbidden by the observation's action mask (ACTION_MASKED); no model yet
+        /// (NOT_READY, as GetAction); and any logged action while the server is older than 1.6 (NOT_READY:
+        /// it would train on the step as a sample of its policy, §15). Allocates nothing in steady state.
+        /// </summary>
+        public void LogAction(string episodeId, float[] observation, double[] action)
+        {
+            Act(episodeId, observation, null, action, true);
+        }
+
+        /// <summary>
+        /// <see cref="LogAction(string, float[], double[])"/> for an observation given as bytes, row-major (a
+        /// byte box's, protocol 1.4: ObservationSpace.FlatDim of them).
+        /// </summary>
+        public void LogAction(string episodeId, byte[] observation, double[] action)
+        {
+            Act(episodeId, null, observation, action, true);
+        }
+
+        /// <summary>
+        /// <see cref="LogAction(string, float[], double[])"/> for a Dict or Tuple observation space given leaf by
+        /// leaf (protocol 1.4): checked as <see cref="GetAction(string, ObservationLeaves, double[])"/> checks it,
+        /// and the action against the mask leaf, if the server named one.
+        /// </summary>
+        public void LogAction(string episodeId, ObservationLeaves observation, double[] action)
+        {
+            Act(episodeId, RowOf(observation), null, action, true);
         }
 
         // The state episode `episodeId` (a running one, or else the evaluation episode) starts its next step
@@ -383,7 +425,7 @@ namespace Tether.Client
         /// </summary>
         public void GetAction(string episodeId, ObservationLeaves observation, double[] action)
         {
-            Act(episodeId, RowOf(observation), null, action);
+            Act(episodeId, RowOf(observation), null, action, false);
         }
 
         /// <summary>
@@ -410,20 +452,22 @@ namespace Tether.Client
             ComputeAction(episodeId, RowOf(observation), action);
         }
 
-        // GetAction on `values` or (1.4) `bytes`.
-        void Act(string episodeId, float[] values, byte[] bytes, double[] action)
+        // GetAction on `values` or (1.4) `bytes`; `logged` (1.6): LogAction, `action` the action taken.
+        void Act(string episodeId, float[] values, byte[] bytes, double[] action, bool logged)
         {
             Poll();
-            Episode episode = Running(episodeId, "GetAction");
+            Episode episode = Running(episodeId, logged ? "LogAction" : "GetAction");
+            if (logged) RefuseLoggingToOlderServer();
             int obsDim = ObservationSpace.FlatDim, actDim = ActionSpace.FlatDim;
             CheckLength(values, bytes, obsDim, "the observation");
-            if (action == null || action.Length != actDim)
+            if (!logged && (action == null || action.Length != actDim))
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "the action buffer has " + (action == null ? 0 : action.Length) + " values, the space needs " + actDim);
             }
             if (values != null) CheckObservation(values, "observation", true);
             else RefuseBytesForComposite();
             if (backend == null) throw new TetherException(ErrorCode.NotReady, "the server has sent no model yet");
+            if (logged) CheckLoggedAction(values, action);
             Space checkedSpace = ObservationSpace;
             // A batch goes every BatchSteps() steps played in training episodes (§13.2). With held-back
             // steps played since the last cut it is due when they plus the recorded steps waiting, and
@@ -475,15 +519,30 @@ namespace Tether.Client
             if (!ReferenceEquals(ObservationSpace, checkedSpace))
             {
                 // A new connection's space of the same size may be a byte box (or have a mask) where the old
-                // one was not: the observation is checked against it before anything is recorded.
+                // one was not, and its server may be older: checked again before anything is recorded.
                 if (values != null) CheckObservation(values, "observation", true);
                 else RefuseBytesForComposite();
+                if (logged)
+                {
+                    RefuseLoggingToOlderServer();
+                    CheckLoggedAction(values, action);
+                }
             }
             int distDim = ActionSpace.DistInputsSize;
             Infer(values, bytes, obsDim, distDim, episode);
             Distributions.CheckFinite(dist, distDim);
-            Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
+            if (logged)
+            {
+                // (no behaviour log-probability: the server does not use one at a logged step, §13.7)
+                Array.Copy(action, record, actDim);
+                logp[0] = 0;
+            }
+            else
+            {
+                Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
+            }
             CommitState(episode, episode.Training);  // (every step advances the state, recorded or not)
+            if (demos != null) demos.StepRow(episode.Id, DemoWriter.DefaultAgent, DemoWriter.DefaultModule, values ?? ByteValues(bytes, obsDim), 0, record, 0, logged);
             if (!episode.Training)
             {
                 if (episode.HeldBack) ++heldSteps;
@@ -497,8 +556,23 @@ namespace Tether.Client
             for (int j = 0; j < distDim; ++j) episode.Dist.Add(dist[j]);
             episode.Versions.Add(weightsSeqNo ?? -1);
             episode.Connections.Add(versionConnection);
+            episode.Logged.Add(logged);
             ++episode.ActionRows;
             ++pendingSteps;
+        }
+
+        // Logged steps go only to a server of 1.6 or later (§15): an older one would train on them as its policy's samples.
+        void RefuseLoggingToOlderServer()
+        {
+            if (logsActions) return;
+            throw new TetherException(ErrorCode.NotReady, "LogAction: the server at " + options.Address + " speaks protocol " + serverVersion +
+                                      ": logged actions need 1.6 or later (an older server would train on them as the policy's own samples)");
+        }
+
+        // A logged action is checked as the server checks actions (§10.6 checks 12-14d) before anything is recorded.
+        void CheckLoggedAction(float[] values, double[] action)
+        {
+            LoggedActions.Check(ActionSpace, ActionMask, values, 0, action, 0, action == null ? 0 : action.Length, "LogAction: the logged action");
         }
 
         /// <summary>
@@ -589,7 +663,12 @@ namespace Tether.Client
             {
                 float sum = episode.Rewards[episode.Rewards.Count - 1] + (float)reward;
                 if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "the step's reward sum " + reward + " is beyond float32");
+                if (demos != null) demos.AddReward(episodeId, DemoWriter.DefaultAgent, reward);
                 episode.Rewards[episode.Rewards.Count - 1] = sum;
+            }
+            else if (demos != null)
+            {
+                demos.AddReward(episodeId, DemoWriter.DefaultAgent, reward);
             }
             episode.Return += reward;
         }
@@ -639,6 +718,7 @@ namespace Tether.Client
             {
                 spare.Push(episode);
             }
+            if (demos != null) EndDemonstration(episodeId, DemoWriter.DefaultAgent, values ?? ByteValues(bytes, obsDim), 0, !truncated);
             return total;
         }
 
@@ -734,6 +814,7 @@ namespace Tether.Client
             {
                 CopyPrefix(episode.Versions, k, chunk.StepVersions);  // (into a reused list: cutting allocates nothing)
             }
+            if (LoggedRuns.Any(episode.Logged, k)) CopyPrefix(episode.Logged, k, chunk.Logged);  // (1.6, §10.1: as logged_runs)
             RecurrentState state = RecurrentState;
             if (state != null && episode.States.Count >= k * state.Width)
             {
@@ -749,6 +830,7 @@ namespace Tether.Client
             episode.Dist.RemoveRange(0, k * distDim);
             episode.Versions.RemoveRange(0, k);
             episode.Connections.RemoveRange(0, k);
+            episode.Logged.RemoveRange(0, k);
             episode.ObsRows -= k;
             episode.ActionRows -= k;
             batch.Chunks.Add(chunk);
@@ -808,10 +890,19 @@ namespace Tether.Client
             JToken version = e.Info["protocol_version"];
             int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
             rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
+            logsActions = parsed != null && (parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 6));
+            serverVersion = version == null ? "none (a plain RLlink v1 server)" : version.ToString(Newtonsoft.Json.Formatting.None);
             strict = options.WaitForWeights ?? version == null;  // a plain RLlink v1 server
             dist = new float[ActionSpace.DistInputsSize];
             record = new double[ActionSpace.FlatDim];
             connection = e.Connection;
+            if (options.DemoPath != null)
+            {
+                StartDemonstrations(new Dictionary<string, ModuleSpec>
+                {
+                    { DemoWriter.DefaultModule, new ModuleSpec { ModuleId = DemoWriter.DefaultModule, ObservationSpace = observationSpace, ActionSpace = actionSpace, ActionMask = ActionMask } },
+                });
+            }
             Apply(e.State);
         }
 
@@ -846,6 +937,7 @@ namespace Tether.Client
         // starting from its next observation; the ended ones not cut yet send nothing.
         void DropForNewSpaces()
         {
+            StopDemonstrations();  // (the file's header names the old spaces)
             link.Retire(backend);
             backend = null;
             weightsSeqNo = null;

@@ -166,6 +166,21 @@ namespace Tether.Protocol
             return true;
         }
 
+        /// <summary>
+        /// <see cref="Allows"/> for the mask inside the flat observation row at <paramref name="rowOffset"/>
+        /// of <paramref name="row"/> (a logged action checked before it is recorded, protocol 1.6). Allocates nothing.
+        /// </summary>
+        public bool AllowsRow(float[] row, int rowOffset, double[] action, int actionAt)
+        {
+            int at = rowOffset + Offset;
+            for (int s = 0; s < segmentStart.Length; ++s)
+            {
+                long logit = (long)action[actionAt + s] + (s == 0 ? shift : 0);
+                if (logit < 0 || logit >= segmentCount[s] || row[at + segmentStart[s] + (int)logit] != 1) return false;
+            }
+            return true;
+        }
+
         static TetherException BadValue(string what, int i, double v)
         {
             return new TetherException(ErrorCode.InvalidActionMask, what + ": action mask value " + i + " is " +

@@ -43,6 +43,12 @@ namespace Tether.Protocol
         public readonly List<float> StateIn = new List<float>();
         /// <summary>The module's recurrent state (protocol 1.5) whose <see cref="StateIn"/> the record carries; null: none.</summary>
         public RecurrentState State;
+        /// <summary>
+        /// T flags, whether each step's action was logged (protocol 1.6, §10.1: chosen outside the policy),
+        /// written as <c>logged_runs</c> (adjacent logged steps as one run); or empty, or no flag set, to
+        /// leave the field out (every step was sampled).
+        /// </summary>
+        public readonly List<bool> Logged = new List<bool>();
 
         /// <summary>T, the steps (rewards) it holds.</summary>
         public int Steps { get { return Rewards.Count; } }
@@ -50,7 +56,7 @@ namespace Tether.Protocol
         /// <summary>Empties it for reuse (the arrays keep their capacity).</summary>
         public void Clear()
         {
-            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear(); StepVersions.Clear(); StateIn.Clear();
+            Obs.Clear(); Actions.Clear(); Rewards.Clear(); ActionLogp.Clear(); ActionDistInputs.Clear(); StepVersions.Clear(); StateIn.Clear(); Logged.Clear();
             State = null;
             IsTerminated = IsTruncated = false;
             EpisodeId = null;
@@ -312,6 +318,8 @@ namespace Tether.Protocol
             }
             if (chunk.StepVersions.Count != 0) record[VersionRuns.Field] = VersionRuns.ToJson(chunk.StepVersions);
             if (chunk.State != null) record["state_in"] = StateInJson(chunk.State, chunk.StateIn, 0);
+            JArray loggedRuns = LoggedRuns.ToJson(chunk.Logged);
+            if (loggedRuns != null) record[LoggedRuns.Field] = loggedRuns;
             record["is_terminated"] = chunk.IsTerminated;
             record["is_truncated"] = chunk.IsTruncated;
             return record;
@@ -328,6 +336,7 @@ namespace Tether.Protocol
             if (chunk.ActionDistInputs.Count != 0) CheckSize("action_dist_inputs", chunk.ActionDistInputs.Count, steps * actionSpace.DistInputsSize);
             VersionRuns.CheckVersions(chunk.StepVersions, steps);
             if (chunk.State != null) CheckSize("state_in", chunk.StateIn.Count, chunk.State.Width);
+            if (chunk.Logged.Count != 0) CheckSize("logged", chunk.Logged.Count, steps);
         }
 
         /// <summary>
@@ -429,7 +438,8 @@ namespace Tether.Protocol
         /// observation space (protocol 1.4) obs holds one member per leaf (check 4c: INVALID_FIELD,
         /// OBS_LEAF_MISMATCH, EPISODE_LENGTH_MISMATCH and the codes of checks 4, 10, 11, 11b), and with
         /// <paramref name="actionMask"/> the masks are checked (14b-14d: INVALID_ACTION_MASK,
-        /// ACTION_MASK_EMPTY, ACTION_MASKED).
+        /// ACTION_MASK_EMPTY, ACTION_MASKED). Protocol 1.6: a record's logged_runs (checks 20a, 20b:
+        /// INVALID_FIELD, EPISODE_LENGTH_MISMATCH).
         /// </summary>
         public static int ValidateEpisodes(JObject message, Space observationSpace, Space actionSpace, bool requireLogp, byte[] attachment = null,
                                            ActionMask actionMask = null)
@@ -823,8 +833,9 @@ namespace Tether.Protocol
             {
                 throw Fail(ErrorCode.InvalidField, where, "\"episode_id\" must be a string");
             }
-            // 1.3: checks 18a and 18b, after every other check of the chunk.
+            // 1.3: checks 18a and 18b; 1.6: 20a and 20b, after every other check of the chunk.
             VersionRuns.Validate(record[VersionRuns.Field], steps, where);
+            LoggedRuns.Validate(record[LoggedRuns.Field], steps, where);
             obsRows = obs.Shape[0];
             return steps;
         }

@@ -15,7 +15,7 @@ namespace Tether.Protocol
     /// One module's recorded steps in columns, one row per agent step: the observation (and its
     /// centralized-critic row) and, for a row that has one, the action taken after it with its
     /// reward, logp, dist inputs, weights version and the connection that version was learned
-    /// on. A frame appends its rows with a few block copies; an agent's steps are the rows its
+    /// on, and (protocol 1.6) whether the action was logged. A frame appends its rows with a few block copies; an agent's steps are the rows its
     /// list of row numbers names. A cut hands the table to the batch and moves the rows the agents
     /// keep to a fresh one: the writer reads the cut steps from the table, and the table is reused
     /// once the batch is answered.
@@ -32,6 +32,7 @@ namespace Tether.Protocol
         public double[] Logp = new double[0];
         public float[] Dist = new float[0];
         public float[] State = new float[0];
+        public bool[] Logged = new bool[0];  // protocol 1.6: the action row's action was logged (chosen outside the policy)
         // The weights version of the action rows (-1: unknown) and the connection it was learned on,
         // by runs of rows: rows from runStart[i] on have runVersion[i] (most tables have one run).
         int[] runStart = new int[4];
@@ -71,6 +72,7 @@ namespace Tether.Protocol
                 int size = Math.Max(rows, 64);
                 Rewards = Grown(Rewards, size, Rows);
                 Logp = Grown(Logp, size, Rows);
+                Logged = Grown(Logged, size, Rows);
             }
         }
 
@@ -134,6 +136,7 @@ namespace Tether.Protocol
                 if (StateDim > 0) Array.Copy(from.State, row * StateDim, State, to * StateDim, StateDim);
                 Rewards[to] = from.Rewards[row];
                 Logp[to] = from.Logp[row];
+                Logged[to] = from.Logged[row];
                 int run = from.RunOf(row);
                 NoteVersion(to, from.runVersion[run], from.runConnection[run]);
             }
@@ -362,6 +365,27 @@ namespace Tether.Protocol
             Append('}');
         }
 
+        /// <summary>
+        /// One episode line of a demonstration file (protocol 1.6, §18), without its line feed: the chunk
+        /// (its observations as JSON numbers, never tensors) with its module, agent and episode ids.
+        /// </summary>
+        internal string DemoLine(string module, string agentId, string episodeId, EpisodeChunk chunk, Space observationSpace, Space actionSpace)
+        {
+            length = 0;
+            tensors = withAttachment = false;
+            attachmentLength = 0;
+            Append("{\"module\":");
+            String(module);
+            Append(",\"agent_id\":");
+            String(agentId);
+            Append(",\"episode_id\":");
+            String(episodeId);
+            Append(',');
+            Fields(chunk, observationSpace, actionSpace);
+            Append('}');
+            return new string(text, 0, length);
+        }
+
         /// <summary>Starts a multi-agent record; add its agents with <see cref="AgentEntry"/>, then call <see cref="EndMultiAgentRecord"/>.</summary>
         public void BeginMultiAgentRecord(string episodeId, bool isTerminated, bool isTruncated)
         {
@@ -396,10 +420,11 @@ namespace Tether.Protocol
         /// <summary>
         /// Appends one agent entry of the record begun last from a step table (the multi-agent
         /// client's): <paramref name="steps"/> steps, whose steps + 1 rows are
-        /// rows[<paramref name="from"/>...]; <paramref name="withVersions"/>: with weights_seq_no_runs.
+        /// rows[<paramref name="from"/>...]; <paramref name="withVersions"/>: with weights_seq_no_runs;
+        /// <paramref name="withLogged"/>: with logged_runs (protocol 1.6: some step was logged).
         /// </summary>
         internal void AgentEntryRows(string agentId, ModuleSpec module, long startStep, StepTable table, int[] rows, int from, int steps,
-                                     bool withVersions, bool isTerminated, bool isTruncated)
+                                     bool withVersions, bool isTerminated, bool isTruncated, bool withLogged = false)
         {
             if (entries++ > 0) Append(',');
             String(agentId);
@@ -472,6 +497,7 @@ namespace Tether.Protocol
                 Runs(null, table, rows, from, steps);
             }
             if (state != null) StateIn(state, null, table.State, rows[from] * table.StateDim);
+            if (withLogged) LoggedRunsOf(null, table.Logged, rows, from, steps);
             Append(",\"is_terminated\":");
             Append(isTerminated ? "true" : "false");
             Append(",\"is_truncated\":");
@@ -562,6 +588,7 @@ namespace Tether.Protocol
                 Runs(chunk.StepVersions, null, null, 0, chunk.StepVersions.Count);
             }
             if (chunk.State != null) StateIn(chunk.State, chunk.StateIn, null, 0);
+            if (LoggedRuns.Any(chunk.Logged, chunk.Logged.Count)) LoggedRunsOf(chunk.Logged, null, null, 0, steps);
             Append(",\"is_terminated\":");
             Append(chunk.IsTerminated ? "true" : "false");
             Append(",\"is_truncated\":");
@@ -607,6 +634,35 @@ namespace Tether.Protocol
                 Integer(run);
                 Append(']');
                 i += run;
+            }
+            Append(']');
+        }
+
+        // ,"logged_runs":[[start, n], ...] (protocol 1.6, §10.1) as LoggedRuns.ToJson gives them, of `count`
+        // steps: a chunk's flags, or else those of `table` rows rows[from...] (`flags`, the table's Logged).
+        void LoggedRunsOf(List<bool> list, bool[] flags, int[] rows, int from, int count)
+        {
+            Append(",\"");
+            Append(LoggedRuns.Field);
+            Append("\":[");
+            bool first = true;
+            for (int t = 0; t < count;)
+            {
+                if (!(list != null ? list[t] : flags[rows[from + t]]))
+                {
+                    ++t;
+                    continue;
+                }
+                int n = 1;
+                while (t + n < count && (list != null ? list[t + n] : flags[rows[from + t + n]])) ++n;
+                if (!first) Append(',');
+                first = false;
+                Append('[');
+                Integer(t);
+                Append(',');
+                Integer(n);
+                Append(']');
+                t += n;
             }
             Append(']');
         }

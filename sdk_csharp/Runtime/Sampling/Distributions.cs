@@ -110,8 +110,20 @@ namespace Tether.Sampling
         internal static void SampleRows(Space space, float[] dist, int rows, Rng rng, bool rawBoxSamples,
                                         double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt)
         {
+            SampleRows(space, dist, 0, rows, rng, rawBoxSamples, recordActions, recordAt, envActions, envAt, logp, logpAt);
+        }
+
+        /// <summary>
+        /// <see cref="SampleRows(Space, float[], int, Rng, bool, double[], int, double[], int, double[], int)"/> of the
+        /// rows of dist inputs from row <paramref name="distRow"/> on (a frame's rows drawn one by one, its
+        /// logged ones skipped: the draws are those of the rows drawn, in order).
+        /// </summary>
+        internal static void SampleRows(Space space, float[] dist, int distRow, int rows, Rng rng, bool rawBoxSamples,
+                                        double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt)
+        {
             int nIn = space.DistInputsSize, k = space.FlatDim;
-            if (dist.Length < rows * nIn || recordActions.Length < recordAt + rows * k || envActions.Length < envAt + rows * k || logp.Length < logpAt + rows)
+            int distAt = distRow * nIn;
+            if (dist.Length < distAt + rows * nIn || recordActions.Length < recordAt + rows * k || envActions.Length < envAt + rows * k || logp.Length < logpAt + rows)
             {
                 throw new TetherException(ErrorCode.InvalidArgument, "SampleRows: the arrays are too small for " + rows + " rows");
             }
@@ -130,7 +142,7 @@ namespace Tether.Sampling
                         pick[0] = 1.0;
                         pick[2] = 0.0;
                         double start = space.Start;
-                        for (int r = 0, at = 0; r < rows; ++r, at += 2)
+                        for (int r = 0, at = distAt; r < rows; ++r, at += 2)
                         {
                             double l0 = dist[at], l1 = dist[at + 1];
                             double below = -Math.Abs(l1 - l0);  // the other category's logit minus the top one
@@ -149,7 +161,7 @@ namespace Tether.Sampling
                     }
                     for (int r = 0; r < rows; ++r)
                     {
-                        int index = CategoricalSample(dist, r * nIn, (int)space.N, rng, out logp[logpAt + r]);
+                        int index = CategoricalSample(dist, distAt + r * nIn, (int)space.N, rng, out logp[logpAt + r]);
                         recordActions[recordAt + r] = envActions[envAt + r] = index + space.Start;
                     }
                     return;
@@ -157,7 +169,7 @@ namespace Tether.Sampling
                     for (int r = 0; r < rows; ++r)
                     {
                         double total = 0;
-                        int offset = r * nIn;
+                        int offset = distAt + r * nIn;
                         for (int d = 0; d < k; ++d)
                         {
                             int n = (int)space.Nvec[d];
@@ -172,7 +184,7 @@ namespace Tether.Sampling
                 default:
                     for (int r = 0; r < rows; ++r)
                     {
-                        int inputs = r * nIn, at = recordAt + r * k, env = envAt + r * k;
+                        int inputs = distAt + r * nIn, at = recordAt + r * k, env = envAt + r * k;
                         for (int j = 0; j < k; ++j)
                         {
                             double mean = dist[inputs + j];

@@ -48,6 +48,11 @@ namespace Tether.Unity
         public InferenceBackendKind backend = InferenceBackendKind.InferenceEngine;
         /// <summary>Sends experience to the server; off, the agents only act (evaluation, or a build without training).</summary>
         public bool training = true;
+        /// <summary>
+        /// A demonstration file (protocol 1.6, §18) the game writes while it plays: every agent's episode, one
+        /// line each as it ends; empty: none. A server trains from it (docs/demonstrations.md).
+        /// </summary>
+        public string demoPath = "";
 
         /// <summary>The client options these settings describe; <paramref name="makeBackend"/> makes the backend for each model.</summary>
         public ClientOptions ToClientOptions(Func<IInferenceBackend> makeBackend)
@@ -64,6 +69,7 @@ namespace Tether.Unity
                 WhenQueueFull = whenQueueFull,
                 Seed = seed == 0 ? (ulong?)null : (ulong)seed,
                 BackendFactory = makeBackend,
+                DemoPath = string.IsNullOrEmpty(demoPath) ? null : demoPath,
             };
         }
     }
