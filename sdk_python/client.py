@@ -159,6 +159,7 @@ class TetherClient(BaseClient):
             # (NotReadyError until this connection's arrives) and the steps not cut yet do not fit
             # them. They are dropped, as every SDK does; the open episodes go on, each one's next
             # chunk starting from its next observation, and the ended ones not cut yet send nothing.
+            self.stop_demonstrations()  # (its header's spaces are no longer the episodes', §18)
             self.policy = None
             self.weights_seq_no = None
             self._finished.clear()

@@ -176,6 +176,7 @@ class MultiAgentClient(BaseClient):
             if new is None or spaces_changed or new.value_obs_agents != old.value_obs_agents:
                 self._drop_unsent_steps_of(module_id, reset_states=spaces_changed)
             if spaces_changed:
+                self.stop_demonstrations()  # (its header's spaces are no longer the episodes', §18)
                 self._evaluation_episode, self._evaluation_actors = None, {}
                 self.policies.pop(module_id, None)
                 self.weights_seq_nos.pop(module_id, None)
