@@ -22,6 +22,8 @@ from .spaces import Space, is_composite, leaf_arrays
 
 FORMAT = "tether-demonstrations"
 VERSION = 1
+#: Record members (§10.1) an episode line does not carry; a reader ignores them (§18).
+_NOT_READ = ("action_logp", "action_dist_inputs", "state_in", "weights_seq_no_runs")
 
 
 class DemonstrationError(ValueError):
@@ -188,8 +190,10 @@ def episode_from_line(line: dict[str, Any], number: int, modules: Mapping[str, M
     for key in ("agent_id", "episode_id"):
         if not isinstance(line.get(key), str):
             raise DemonstrationError(number, f'"{key}" must be a string')
+    # (§18: checks 1-14d and 20 only; the members of checks 15-19 are not a demonstration's and are ignored)
+    record = {k: v for k, v in line.items() if k not in _NOT_READ}
     try:
-        chunk = decode_episode(line, 0, spec.observation_space, spec.action_space, False, spec.action_mask)
+        chunk = decode_episode(record, 0, spec.observation_space, spec.action_space, False, spec.action_mask)
     except MessageError as exc:
         raise DemonstrationError(number, exc.message.removeprefix("episodes[0]: ")) from None
     if not (chunk.is_terminated or chunk.is_truncated):

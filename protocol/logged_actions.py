@@ -26,8 +26,11 @@ def checked_logged_action(space: LeafSpace, action: Any, mask: ActionMask | None
         raise InvalidInputError(ErrorCode.ACTION_OUT_OF_SPACE, f"{what} has shape {list(values.shape)}, the action "
                                 f"space {space.to_json()} needs {list(space.shape)}")
     values = values.reshape(space.shape)
-    if not np.isfinite(values).all():
-        raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what} {values.tolist()} is not finite")
+    with np.errstate(over="ignore"):  # (the server reads a Box action as float32: 1e39 would be an infinity)
+        finite = np.isfinite(values.astype(np.float32) if isinstance(space, Box) else values).all()
+    if not finite:
+        raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what} {values.tolist()} is not finite"
+                                + (" (as float32)" if isinstance(space, Box) else ""))
     if isinstance(space, Box):
         return values.astype(np.float32)
     if not bool(space.contains_batch(values[None])[0]):

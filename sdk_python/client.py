@@ -263,6 +263,11 @@ class TetherClient(BaseClient):
             raise NotReadyError("the server has sent no model yet")
         if sent:
             self._check_size(obs)  # (sending may have applied a new connection with other spaces: nothing is recorded)
+            if logged_action is not None:  # (and its server may be older, or its action space another)
+                if not self.link.speaks(1, 6):
+                    raise NotReadyError("the server this client reconnected to is older than protocol 1.6: logged "
+                                        "actions need 1.6 or later")
+                logged_action = checked_logged_action(policy.action_space, logged_action, self._action_mask, obs)
         state = None
         if policy.state_shape is not None:
             state = self._state_of(episode, policy)
@@ -276,7 +281,7 @@ class TetherClient(BaseClient):
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
         episode.record_step(obs, action, logp, dist, stamp, state, logged_action is not None)
         if self._demos is not None:
-            self._demos.step(episode_id, "default_agent", self._demo_module, obs, action, logged_action is not None)
+            self._demos._step(episode_id, "default_agent", self._demo_module, obs, action, logged_action is not None)
         if episode.training_enabled:
             self._pending_steps += 1
         elif episode.held_back:

@@ -9,8 +9,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from tether.protocol.demonstrations import episode_line, header
+from tether.protocol.errors import ErrorCode, InvalidInputError
+from tether.protocol.logged_actions import checked_logged_action
 from tether.protocol.multi_agent import ModuleSpec
-from tether.protocol.spaces import Space
+from tether.protocol.spaces import Box, Space
 
 
 class _Running:
@@ -58,8 +60,21 @@ class DemoWriter:
         self.episodes_written = 0
 
     def step(self, episode_id: str, agent_id: str, module: str, obs: Any, action: Any, logged: bool = False) -> None:
-        """One step of an actor: the observation it acted on and the action taken (``logged``: not
-        chosen by the policy)."""
+        """One step of an actor: the observation it acted on (the module's flat row) and the action taken
+        (``logged``: not chosen by the policy). Refused, with nothing kept (``InvalidInputError``): an
+        observation of another size or not finite, an action the server's reader would refuse (outside
+        the action space, not finite, forbidden by the observation's action mask)."""
+        if module not in self.modules:
+            raise ValueError(f"module {module!r} is not one of the writer's ({sorted(self.modules)})")
+        spec = self.modules[module]
+        row = self._checked_row(spec, obs, "the observation")
+        checked = checked_logged_action(spec.action_space, action, spec.action_mask, row, "the action")
+        if isinstance(spec.action_space, Box):  # (as given, not rounded to float32)
+            checked = np.asarray(action, np.float64).reshape(spec.action_space.shape)
+        self._step(episode_id, agent_id, module, obs, checked, logged)
+
+    def _step(self, episode_id: str, agent_id: str, module: str, obs: Any, action: Any, logged: bool) -> None:
+        """``step`` for the clients, whose observations and actions are checked already."""
         key = (episode_id, agent_id)
         running = self._running.get(key)
         if running is None:
@@ -80,10 +95,13 @@ class DemoWriter:
     def end(self, episode_id: str, agent_id: str, final_obs: Any, terminated: bool = True) -> None:
         """The actor's episode is over (``terminated``, else truncated): its line is written and flushed.
         An actor that took no step writes nothing."""
-        running = self._running.pop((episode_id, agent_id), None)
+        running = self._running.get((episode_id, agent_id))
         if running is None or not running.actions:
+            self._running.pop((episode_id, agent_id), None)
             return
         spec = self.modules[running.module]
+        self._checked_row(spec, final_obs, "the final observation")  # (refused: the episode goes on)
+        del self._running[(episode_id, agent_id)]
         self._write(episode_line(running.module, agent_id, episode_id, spec.observation_space,
                                  [*running.obs, np.asarray(final_obs)], running.actions, running.rewards,
                                  terminated, running.logged))
@@ -113,6 +131,19 @@ class DemoWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @staticmethod
+    def _checked_row(spec: ModuleSpec, obs: Any, what: str) -> np.ndarray:
+        try:
+            row = np.asarray(obs, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"DemoWriter: {what} is not a row of numbers") from None
+        if row.size != spec.obs_dim:
+            raise InvalidInputError(ErrorCode.OBS_SHAPE_MISMATCH, f"DemoWriter: {what} has {row.size} values, module "
+                                    f"{spec.module_id!r} needs {spec.obs_dim}")
+        if not np.isfinite(row.astype(np.float32)).all():
+            raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"DemoWriter: {what} is not finite (as float32)")
+        return row
 
     def _write(self, line: dict[str, Any]) -> None:
         self._file.write(json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n")

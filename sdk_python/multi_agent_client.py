@@ -182,6 +182,8 @@ class MultiAgentClient(BaseClient):
                 self.weights_seq_nos.pop(module_id, None)
                 self._seq_connections.pop(module_id, None)
         self.modules = modules
+        if self._demos is not None and not set(modules) <= set(self._demos.modules):
+            self.stop_demonstrations()  # (a module its header does not name: its actors' steps cannot be written, §18)
         rules = config.get("policy_mapping")
         self.mapping = PolicyMapping.from_json(rules) if rules is not None else None
         self._eval_modules, self._eval_modules_episode = {}, None
@@ -421,7 +423,7 @@ class MultiAgentClient(BaseClient):
                 stamp = None if seq is None else (self._seq_connections.get(module_id, self._connection), seq)
                 episode.actors[actor_id].recorder.act(action, logp, dist, stamp, actor_id in logged)
                 if self._demos is not None:
-                    self._demos.step(episode_id, actor_id, module_id, actor_obs[actor_id], action, actor_id in logged)
+                    self._demos._step(episode_id, actor_id, module_id, actor_obs[actor_id], action, actor_id in logged)
                 if episode.training_enabled:
                     self._pending_steps += 1
                 elif episode.held_back:

@@ -115,7 +115,10 @@ def _demos(args: argparse.Namespace) -> int:
             return 0
         if not args.out:
             raise ValueError("convert needs --out (a new folder for the Minari dataset)")
-        module = args.module if args.module in demos.modules else next(iter(demos.modules))
+        if args.module in demos.modules or len(demos.modules) == 1:
+            module = args.module if args.module in demos.modules else next(iter(demos.modules))
+        else:  # (a file of several modules, or none: which one is not guessed)
+            raise ValueError(f"--module {args.module!r} is not one of the file's modules {sorted(demos.modules)}")
         print(write_minari(demos, module, args.out, args.name), flush=True)
     except (DemonstrationError, ValueError, OSError) as exc:
         print(f"tether demos: error: {exc}", file=sys.stderr, flush=True)

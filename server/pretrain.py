@@ -30,6 +30,8 @@ def pretrain(config: ServerConfig, dataset: str | Path, out: str | Path, epochs:
     into the ``modules`` named (default: every module the dataset has episodes for, or the one module),
     write the checkpoint ``out`` and each module's ONNX policy beside it (``<out stem>.<module>.onnx``).
     Returns per module: steps, episodes, the cloning loss of the first and last epoch, seconds."""
+    if epochs < 1:
+        raise ConfigError(f"--epochs must be at least 1 (got {epochs})")
     torch.set_num_threads(max(1, config.torch_threads))
     layout = build_layout(config)
     runtimes = build_modules(layout, config, resolve_device(config.device))

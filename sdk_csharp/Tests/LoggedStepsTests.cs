@@ -207,6 +207,8 @@ namespace Tether.Tests
                     string episode = client.StartEpisode("e");
                     client.LogAction(episode, Obs, new[] { 5.0, -0.25 });
                     Refused(ErrorCode.NonFiniteValue, () => client.LogAction(episode, Obs, new[] { 0.0, double.PositiveInfinity }));
+                    // (finite as a double, an infinity as the float32 the server reads a Box action as)
+                    Refused(ErrorCode.NonFiniteValue, () => client.LogAction(episode, Obs, new[] { 1e39, 0.0 }));
                     Refused(ErrorCode.ActionOutOfSpace, () => client.LogAction(episode, Obs, new[] { 0.0 }));
                     client.EndEpisode(episode, Obs);
                     client.Flush(10);

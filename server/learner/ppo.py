@@ -214,16 +214,17 @@ class PPOLearner:
         return torch.as_tensor(array, dtype=dtype, device=self.device)
 
     def save_state(self) -> tuple:
-        """A copy of everything an update changes (weights, optimizer, minibatch order);
-        ``load_state`` puts it back, so a trial update leaves no trace."""
+        """A copy of everything an update changes (weights, optimizer, minibatch order, the demonstration
+        term's decay count); ``load_state`` puts it back, so a trial update leaves no trace."""
         return (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()),
-                copy.deepcopy(self._rng.bit_generator.state))
+                copy.deepcopy(self._rng.bit_generator.state), self.demo_updates)
 
     def load_state(self, saved: tuple) -> None:
         """Restore what ``save_state`` returned."""
         self.model.load_state_dict(saved[0])
         self.optimizer.load_state_dict(saved[1])
         self._rng.bit_generator.state = copy.deepcopy(saved[2])
+        self.demo_updates = saved[3]
 
     def untrainable_steps(self, batch: RolloutBatch) -> np.ndarray:
         """Per step, whether the update could not train on it whatever else the batch
@@ -279,7 +280,7 @@ class PPOLearner:
         loss, a gradient or a weight becomes non-finite, the model and the
         optimizer are restored and ``NonFiniteUpdate`` is raised.
         """
-        saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()))
+        saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()), self.demo_updates)
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught below as a non-finite loss
                 stats = self._update(batch)
@@ -288,6 +289,7 @@ class PPOLearner:
         except NonFiniteUpdate:
             self.model.load_state_dict(saved[0])
             self.optimizer.load_state_dict(saved[1])
+            self.demo_updates = saved[2]
             raise
         return stats
 

@@ -215,3 +215,118 @@ def test_a_single_agent_client_records_its_episodes_while_it_plays(tmp_path: Pat
     assert [line["logged_runs"] for line in lines[1:]] == [[[1, 1], [3, 1]]] * 2
     assert [(line["is_terminated"], line["is_truncated"]) for line in lines[1:]] == [(True, False), (False, True)]
     assert lines[2]["obs"][1] == pytest.approx([0.1, 0.1]) and lines[1]["rewards"] == [0.25] * 4
+
+
+def masked_model() -> bytes:
+    """A model of a Dict observation (action_mask, position) whose logits ignore both (0, 1, 2)."""
+    from onnx import TensorProto, helper
+
+    init = [helper.make_tensor("W1", TensorProto.FLOAT, [3, 3], [0.0] * 9),
+            helper.make_tensor("W2", TensorProto.FLOAT, [2, 3], [0.0] * 6),
+            helper.make_tensor("B", TensorProto.FLOAT, [3], LOGITS)]
+    nodes = [helper.make_node("MatMul", ["action_mask", "W1"], ["a"]),
+             helper.make_node("MatMul", ["position", "W2"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Add", ["c", "B"], ["action_dist_inputs"])]
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("action_mask", TensorProto.FLOAT, ["n", 3]),
+                                                helper.make_tensor_value_info("position", TensorProto.FLOAT, ["n", 2])],
+                              [helper.make_tensor_value_info("action_dist_inputs", TensorProto.FLOAT, ["n", 3])],
+                              initializer=init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_logged_action_the_mask_forbids_is_refused_and_nothing_recorded() -> None:
+    from tether.protocol.onnx_codec import encode_onnx
+
+    space = {"type": "Dict", "spaces": {"action_mask": {"type": "Box", "shape": [3], "low": 0, "high": 1},
+                                        "position": {"type": "Box", "shape": [2], "low": -1, "high": 1}}}
+    config = {**discrete_config(), "observation_space": space, "action_mask": "action_mask",
+              "onnx_input_names": ["action_mask", "position"]}
+    with serving(config, {"type": "SET_STATE", "weights_seq_no": 0, "onnx_file": encode_onnx(masked_model())}) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=3)
+        eid = client.start_episode()
+        obs = {"action_mask": np.array([1, 0, 1], np.float32), "position": np.zeros(2, np.float32)}
+        with pytest.raises(InvalidInputError) as info:
+            client.log_action(eid, obs, 1)
+        assert info.value.code == "ACTION_MASKED" and "action_mask" in str(info.value)
+        assert client._episodes[eid].pending_steps == 0
+        client.log_action(eid, obs, 2)
+        client.log_action(eid, obs, 0)
+        client.end_episode(eid, obs)
+        client.flush()
+        client.close()
+    (record,) = sent_records(server)
+    assert record["logged_runs"] == [[0, 2]] and record["actions"] == [2, 0]
+
+
+def test_a_demo_writer_on_its_own_refuses_what_the_reader_would(tmp_path: Path) -> None:
+    """Without a client nothing checked the steps: the writer does, so one bad step never makes the
+    whole file unreadable; numpy scalars (a Gymnasium space's samples) are written as numbers."""
+    from tether.protocol.spaces import Discrete, box
+    from tether.sdk.demonstrations import DemoWriter
+
+    path = tmp_path / "d.jsonl"
+    with DemoWriter(path, {"default_policy": (box(-1, 1, (2,)), Discrete(3))}) as writer:
+        writer.step("e", "default_agent", "default_policy", np.zeros(2), np.int64(2))
+        for obs, action, code in [([0.0, 0.0], 3, "ACTION_OUT_OF_SPACE"), ([0.0, float("nan")], 1, "NON_FINITE_VALUE"),
+                                  ([0.0, 0.0, 0.0], 1, "OBS_SHAPE_MISMATCH")]:
+            with pytest.raises(InvalidInputError) as info:
+                writer.step("e", "default_agent", "default_policy", obs, action)
+            assert info.value.code == code
+        with pytest.raises(InvalidInputError):
+            writer.end("e", "default_agent", [0.0])  # (refused: the episode goes on)
+        writer.end("e", "default_agent", [0.5, 0.5])
+    demos = read_demonstrations(path)
+    assert len(demos.episodes) == 1 and demos.episodes[0].chunk.actions.tolist() == [2]
+
+
+def test_a_reconnect_that_adds_a_module_closes_the_demonstration_file(tmp_path: Path) -> None:
+    """The file's header names the modules of the connection it was started on: an agent of a module a
+    later connection adds cannot be written in it, so the file is closed (its running episodes written
+    truncated) rather than the agent's get_action failing."""
+    first = {**ma_config(), "env_steps_per_sample": 2}
+    later = {**first, "modules": {**first["modules"], "extra": first["modules"]["solo"]},
+             "policy_mapping": [*first["policy_mapping"], {"pattern": "x_*", "module": "extra"}]}
+    later_state = {"type": "SET_STATE", "models": {**ma_state()["models"], "extra": ma_state()["models"]["solo"]}}
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(first if conn.index == 0 else later, ma_state() if conn.index == 0 else later_state,
+                       version="1.6")
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "PING":
+                conn.send({"type": "PONG"})
+            elif message["type"] in ("EPISODES_AND_GET_STATE", "GET_STATE"):
+                if conn.index == 0:
+                    return  # (the connection is lost with the first batch)
+                conn.send(later_state)
+
+    with ScriptedServer(handler) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1, reconnect_timeout_s=10)
+        writer = client.record_demonstrations(tmp_path / "play.jsonl")
+        eid = client.start_episode("ma")
+        zero = np.zeros(2, np.float32)
+        for _ in range(4):
+            client.log_action(eid, {"a_0": zero}, {"a_0": 1})
+        client.flush()
+        client.get_action(eid, {"a_0": zero, "x_0": zero})  # (applies the new connection first)
+        assert client._demos is None and writer._file.closed
+        client.end_episode(eid)
+        client.close()
+    demos = read_demonstrations(tmp_path / "play.jsonl")
+    assert [e.agent_id for e in demos.episodes] == ["a_0"] and demos.episodes[0].chunk.is_truncated
+
+
+def test_a_logged_box_action_beyond_float32_is_refused() -> None:
+    """A Box action is read as float32 by the server (§10.6 check 13): 1e39 is finite as a double but
+    would arrive as an infinity and cost the whole batch, so it is refused at the call."""
+    from tether.protocol.logged_actions import checked_logged_action
+    from tether.protocol.spaces import Discrete, box
+
+    with pytest.raises(InvalidInputError) as info:
+        checked_logged_action(box(-1, 1, (2,)), [1e39, 0.0])
+    assert info.value.code == "NON_FINITE_VALUE"
+    assert checked_logged_action(box(-1, 1, (2,)), [5.0, -3e38]).tolist() == pytest.approx([5.0, -3e38])
+    with pytest.raises(InvalidInputError) as info:
+        checked_logged_action(Discrete(3), 1e39)
+    assert info.value.code == "ACTION_OUT_OF_SPACE"  # (as the server answers: a Discrete action is read as a double)

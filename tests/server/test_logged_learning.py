@@ -134,3 +134,29 @@ def test_pretraining_clones_a_dataset() -> None:
         recurrent.pretrain(obs, actions, None, 1)
     with pytest.raises(ValueError, match="memory"):
         recurrent.set_demonstrations(obs, actions)
+
+
+def test_a_module_with_memory_clones_logged_steps_in_sequence_minibatches() -> None:
+    """Sequence minibatches (learner/sequences.py) index steps as step minibatches do: logged steps with a
+    behaviour logp no policy gives (-50) are neither screened out (untrainable_steps) nor in the surrogate;
+    cloning them raises the probability of their actions, the state recomputed from state_in."""
+    hp = PPOHyperparams(num_epochs=4, minibatch_size=32, model={"recurrent": {"type": "gru", "size": 8, "seq_len": 8}})
+    learner = PPOLearner(OBS, Discrete(2), hp, seed=0)
+    logged = np.arange(64) % 4 != 0
+    c = chunk(64, logged, actions=np.ones(64, np.int64), logp=-50.0)
+    c.state_in = np.zeros((1, 8), np.float32)
+    batch = build_batch([c])
+    bad = learner.untrainable_steps(batch)
+    assert not bad[logged].any() and bad[~logged].all()  # (the sampled steps' -50 is far from any policy)
+    c.action_logp = np.where(logged, -50.0, np.log(0.5)).astype(np.float32)  # (sampled: near the initial policy's)
+    batch = build_batch([c])
+    assert not learner.untrainable_steps(batch).any()
+
+    def mean_logp() -> float:
+        from tether.server.learner.sequences import state_pass
+        return float(learner._current_logp(batch, state_pass(learner.model, batch, learner.device))[logged].mean())
+
+    before = mean_logp()
+    stats = learner.update(batch)
+    assert stats["bc_loss"] > 0 and stats["logged_fraction"] == 0.75 and 0.0 <= stats["approx_kl"] < 0.1
+    assert mean_logp() > before + 0.02

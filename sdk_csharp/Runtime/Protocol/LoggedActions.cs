@@ -13,7 +13,7 @@ namespace Tether.Protocol
         /// <paramref name="actionAt"/> as an action of <paramref name="actionSpace"/>: ACTION_OUT_OF_SPACE
         /// for another number of values than the space's FlatDim, or (Discrete, MultiDiscrete) a value
         /// that is not an integer of the space (a Discrete's from start to start + n - 1, a
-        /// MultiDiscrete entry's from 0 to nvec[j] - 1); NON_FINITE_VALUE for a NaN or an infinity (a
+        /// MultiDiscrete entry's from 0 to nvec[j] - 1); NON_FINITE_VALUE for a NaN or an infinity, or a Box value beyond float32's range (a
         /// Box action may lie outside its bounds: records carry actions as taken, §11.4); and with
         /// <paramref name="mask"/>, ACTION_MASKED for an action the mask in the flat observation row at
         /// <paramref name="rowOffset"/> of <paramref name="observationRow"/> forbids (§11.6).
@@ -23,6 +23,7 @@ namespace Tether.Protocol
                                  string what)
         {
             int k = actionSpace.FlatDim;
+            bool box = actionSpace.Kind == SpaceKind.Box;
             if (action == null || length != k)
             {
                 throw new TetherException(ErrorCode.ActionOutOfSpace, what + " has " + (action == null ? 0 : length) + " values, the action space " +
@@ -31,7 +32,11 @@ namespace Tether.Protocol
             for (int j = 0; j < k; ++j)
             {
                 double v = action[actionAt + j];
-                if (double.IsNaN(v) || double.IsInfinity(v)) throw new TetherException(ErrorCode.NonFiniteValue, what + " " + Values(action, actionAt, k) + " is not finite");
+                // (a Box action as float32, as the server reads it: 1e39 would reach it as an infinity)
+                if (double.IsNaN(v) || double.IsInfinity(v) || (box && float.IsInfinity((float)v)))
+                {
+                    throw new TetherException(ErrorCode.NonFiniteValue, what + " " + Values(action, actionAt, k) + " is not finite" + (box ? " (as float32)" : ""));
+                }
             }
             if (actionSpace.Kind == SpaceKind.Box) return;
             if (!actionSpace.Contains(action, actionAt, k))
@@ -49,11 +54,12 @@ namespace Tether.Protocol
         public static bool Accepts(Space actionSpace, ActionMask mask, float[] observationRow, int rowOffset, double[] action, int actionAt, int length)
         {
             int k = actionSpace.FlatDim;
+            bool box = actionSpace.Kind == SpaceKind.Box;
             if (action == null || length != k) return false;
             for (int j = 0; j < k; ++j)
             {
                 double v = action[actionAt + j];
-                if (double.IsNaN(v) || double.IsInfinity(v)) return false;
+                if (double.IsNaN(v) || double.IsInfinity(v) || (box && float.IsInfinity((float)v))) return false;
             }
             if (actionSpace.Kind == SpaceKind.Box) return true;
             return actionSpace.Contains(action, actionAt, k) && (mask == null || observationRow == null || mask.AllowsRow(observationRow, rowOffset, action, actionAt));

@@ -1,0 +1,123 @@
+"""Bad demonstration datasets on the server side (protocol 1.6 §18, docs/demonstrations.md): one whose
+action space differs from the module's, a corrupt Minari file, pretraining a module with memory; each a
+clear error naming what is wrong. And the learner's bookkeeping of a dataset's cloning term across
+rolled-back trial updates; logged flags through the pool journal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tether.protocol.episodes import EpisodeChunk
+from tether.protocol.multi_agent import ModuleSpec
+from tether.protocol.spaces import Discrete, box
+from tether.sdk.demonstrations import DemoWriter
+from tether.server.config import ConfigError, ServerConfig
+from tether.server.learner import PPOHyperparams, PPOLearner
+from tether.server.learner.rollout_batch import build_batch
+from tether.server.module_runtime import demonstration_steps
+from tether.server.pool_journal import JournalEntry, decode_entries, encode_entry
+from tether.server.pretrain import pretrain
+from tether.server.sample_pool import Pooled, split_chunk
+
+CARTPOLE_OBS = {"type": "Box", "shape": [4], "low": -10.0, "high": 10.0}
+
+
+def write_demos(path: Path, obs_space, act_space, action) -> Path:
+    rng = np.random.default_rng(0)
+    with DemoWriter(path, {"default_policy": (obs_space, act_space)}) as writer:
+        for e in range(2):
+            for t in range(6):
+                writer.step(f"e{e}", "default_agent", "default_policy", rng.uniform(-1, 1, obs_space.shape), action,
+                            logged=True)
+                writer.add_reward(f"e{e}", "default_agent", 1.0)
+            writer.end(f"e{e}", "default_agent", np.zeros(obs_space.shape), terminated=True)
+    return path
+
+
+def test_a_dataset_whose_action_space_differs_is_refused_by_name(tmp_path: Path) -> None:
+    path = write_demos(tmp_path / "d.jsonl", box(-1, 1, (3,)), Discrete(3), 2)
+    module = ModuleSpec("default_policy", box(-1, 1, (3,)), Discrete(2))
+    with pytest.raises(ConfigError) as info:
+        demonstration_steps(str(path), "default_policy", module)
+    assert "action_space" in str(info.value) and "default_policy" in str(info.value)
+    same = ModuleSpec("default_policy", box(-1, 1, (3,)), Discrete(3))
+    obs, actions = demonstration_steps(str(path), "default_policy", same)
+    assert obs.shape == (12, 3) and actions.tolist() == [2] * 12
+
+
+def test_a_corrupt_minari_file_is_refused_by_name(tmp_path: Path) -> None:
+    from tether.protocol.demonstrations import read_demonstrations
+    from tether.server.minari_datasets import write_minari
+
+    demos = read_demonstrations(write_demos(tmp_path / "d.jsonl", box(-1, 1, (3,)), Discrete(3), 1))
+    folder = write_minari(demos, "default_policy", tmp_path / "minari")
+    module = ModuleSpec("default_policy", box(-1, 1, (3,)), Discrete(3))
+    assert demonstration_steps(str(folder), "default_policy", module)[0].shape == (12, 3)
+    (hdf5,) = folder.glob("**/*.hdf5")
+    data = hdf5.read_bytes()
+    hdf5.write_bytes(data[: len(data) // 2])  # a copy cut short
+    with pytest.raises(ConfigError, match="cannot read"):
+        demonstration_steps(str(folder), "default_policy", module)
+    hdf5.write_bytes(b"not hdf5 " * 50)
+    with pytest.raises(ConfigError, match="cannot read"):
+        demonstration_steps(str(folder), "default_policy", module)
+
+
+def test_pretraining_a_module_with_memory_is_a_clear_error(tmp_path: Path) -> None:
+    path = write_demos(tmp_path / "d.jsonl", box(-10, 10, (4,)), Discrete(2), 1)
+    config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, observation_space=CARTPOLE_OBS,
+                          action_space={"type": "Discrete", "n": 2}, model={"recurrent": {"type": "gru", "size": 8}})
+    with pytest.raises(ConfigError, match="memory"):
+        pretrain(config, path, tmp_path / "out.pt", epochs=1)
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_a_rolled_back_update_leaves_the_dataset_coefficients_decay_as_it_was() -> None:
+    """The isolation trials (learner/isolation.py) roll updates back with save_state/load_state: the
+    demonstration term's decay must not count them."""
+    learner = PPOLearner(box(-1, 1, (3,)), Discrete(2), PPOHyperparams(num_epochs=1, minibatch_size=16, demo_coef=1.0,
+                                                                        demo_decay_updates=10), seed=0)
+    learner.set_demonstrations(np.zeros((8, 3), np.float32), np.zeros(8, np.int64))
+    rng = np.random.default_rng(0)
+    chunk = EpisodeChunk(obs=rng.uniform(-1, 1, (17, 3)).astype(np.float32), actions=rng.integers(0, 2, 16),
+                         rewards=np.ones(16, np.float32), action_logp=None, action_dist_inputs=None,
+                         is_terminated=True, is_truncated=False)
+    saved = learner.save_state()
+    learner.update(build_batch([chunk]))
+    assert learner.demo_updates == 1
+    learner.load_state(saved)
+    assert learner.demo_updates == 0 and learner.demo_coef_now() == 1.0
+
+
+def test_logged_flags_round_trip_through_the_pool_journal() -> None:
+    chunk = EpisodeChunk(obs=np.zeros((5, 2), np.float32), actions=np.array([0, 1, 0, 1]),
+                         rewards=np.zeros(4, np.float32), action_logp=None, action_dist_inputs=None,
+                         is_terminated=True, is_truncated=False, logged=np.array([True, False, True, True]))
+    head, tail = split_chunk(chunk, 1)
+    plain = EpisodeChunk(obs=np.zeros((2, 2), np.float32), actions=np.array([0]), rewards=np.zeros(1, np.float32),
+                         action_logp=None, action_dist_inputs=None, is_terminated=True, is_truncated=False)
+    entry = JournalEntry(None, [Pooled("m", c, 0, "s") for c in (chunk, head, tail, plain)], 5, 5)
+    back = [p.chunk.logged for p in decode_entries(encode_entry(entry))[0][0].items]
+    assert [None if b is None else b.tolist() for b in back] == [[True, False, True, True], [True],
+                                                                 [False, True, True], None]
+    assert back[0].dtype == bool
+
+
+def test_a_reader_ignores_record_members_a_demonstration_does_not_carry() -> None:
+    """§18: episode lines are checked with §10.6's checks 1-14d and 20; action_logp, action_dist_inputs,
+    state_in and weights_seq_no_runs are not a demonstration's (a writer that adds them is not refused)."""
+    import json
+
+    from tether.protocol.demonstrations import parse_demonstrations
+
+    head = {"format": "tether-demonstrations", "version": 1, "modules": {"m": {
+        "observation_space": {"type": "Box", "shape": [2], "low": -1, "high": 1},
+        "action_space": {"type": "Discrete", "n": 2}}}}
+    line = {"module": "m", "agent_id": "a", "episode_id": "e", "obs": [[0, 0], [0, 0]], "actions": [1],
+            "rewards": [1.0], "is_terminated": True, "is_truncated": False, "state_in": {"h": [0.0]},
+            "action_logp": "not read", "weights_seq_no_runs": [[0, 5]], "logged_runs": [[0, 1]]}
+    demos = parse_demonstrations(json.dumps(head) + "\n" + json.dumps(line) + "\n")
+    assert demos.episodes[0].chunk.logged.tolist() == [True] and demos.episodes[0].chunk.state_in is None
