@@ -188,6 +188,11 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
                              f"encoder scales images by its 'scale'")
         if not hps[module_id].normalize_clip > 0:
             raise ValueError(f"module {module_id!r}: normalize_clip must be positive, got {hps[module_id].normalize_clip}")
+        hp = hps[module_id]
+        if not (hp.bc_coef >= 0 and hp.demo_coef >= 0 and hp.demo_decay_updates >= 0):
+            raise ValueError(f"module {module_id!r}: bc_coef, demo_coef and demo_decay_updates must be >= 0 (a "
+                             f"negative coefficient would push the policy away from the demonstrated actions), got "
+                             f"{hp.bc_coef}, {hp.demo_coef}, {hp.demo_decay_updates}")
     _check_batch_fits_a_frame(specs, config)
     groups = {gid: GroupSpec.from_json(gid, g) for gid, g in (config.groups or {}).items()}
     _check_critic_agents_not_grouped(specs, groups)

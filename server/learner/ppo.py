@@ -375,11 +375,12 @@ class PPOLearner:
                 for group in self.optimizer.param_groups:
                     group["lr"] = hp.lr * min(1.0, size / mb)
                 self.optimizer.step()
-                stats["policy_loss"].append(pg_loss.item())
+                if n_sampled:  # (a minibatch of logged steps only has no surrogate to report)
+                    stats["policy_loss"].append(pg_loss.item())
+                    stats["approx_kl"].append(approx_kl.item())
+                    stats["clipfrac"].append(clipfrac.item())
                 stats["value_loss"].append(v_loss.item())
                 stats["entropy"].append(ent.item())
-                stats["approx_kl"].append(approx_kl.item())
-                stats["clipfrac"].append(clipfrac.item())
         if demo_coef > 0:
             self.demo_updates += 1
         var_y = float(np.var(returns))

@@ -160,3 +160,14 @@ def test_a_module_with_memory_clones_logged_steps_in_sequence_minibatches() -> N
     stats = learner.update(batch)
     assert stats["bc_loss"] > 0 and stats["logged_fraction"] == 0.75 and 0.0 <= stats["approx_kl"] < 0.1
     assert mean_logp() > before + 0.02
+
+
+@pytest.mark.parametrize("option", ["bc_coef", "demo_coef", "demo_decay_updates"])
+def test_a_negative_cloning_coefficient_is_refused_at_start(option: str) -> None:
+    from tether.server.config import ServerConfig
+    from tether.server.module_setup import build_layout
+
+    config = ServerConfig(port=0, tensorboard=False, observation_space={"type": "Box", "shape": [3], "low": -1, "high": 1},
+                          action_space={"type": "Discrete", "n": 2}, **{option: -1})
+    with pytest.raises(ValueError, match="must be >= 0"):
+        build_layout(config)
