@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "rows.h"
+#include "tether/logged_action.h"
 #include "tether/observation_leaves.h"
+#include "tether/policy_mapping.h"
 
 namespace tether {
 namespace {
@@ -26,6 +28,22 @@ Status check_row(const LinkConfig& config, const float* obs, std::size_t size, c
   }
   if (mask && config.action_mask) return config.action_mask->check_row(obs, what);
   return Status::Ok();
+}
+
+// [1.6] The default module's id, which a demonstration file's lines name
+// (§18): the module the rules map "default_agent" to, else "default_policy"
+// (a server without multi-agent configuration, §7.4).
+std::string default_module_id(const nlohmann::json& server_config) {
+  const auto rules = server_config.find("policy_mapping");
+  const auto modules = server_config.find("modules");
+  if (rules != server_config.end() && rules->is_array() && modules != server_config.end() && modules->is_object()) {
+    Result<PolicyMapping> mapping = PolicyMapping::from_json(*rules);
+    if (mapping.ok()) {
+      Result<std::string> module = mapping.value().module_for(kDefaultAgentId);
+      if (module.ok() && modules->contains(module.value())) return module.value();
+    }
+  }
+  return "default_policy";
 }
 
 }  // namespace
@@ -64,6 +82,20 @@ void TetherClient::on_connected(LinkEvent& event) {
   // yet go, as when the spaces change.
   const bool state_changed = config_ && config_->recurrent_state != event.config->recurrent_state;
   take_connection(event);
+  if (!options_.demo_path.empty()) {
+    // [1.6] The file's header names the first connection's spaces (§18): a
+    // later connection's other spaces end the recording of their module.
+    if (connection_ == 1) {
+      demo_module_ = default_module_id(config_->server_config);
+      DemoModuleSpaces spaces;
+      spaces.observation_space = config_->server_config.value("observation_space", nlohmann::json());
+      spaces.action_space = config_->server_config.value("action_space", nlohmann::json());
+      if (config_->action_mask) spaces.action_mask = config_->action_mask->leaf;
+      start_demo({{demo_module_, spaces}});
+    }
+    demo_on_ = demo_fits(demo_module_, config_->observation_space, config_->action_space, config_->action_mask);
+    if (demo_ && !demo_on_) demo_->discard_module(demo_module_);
+  }
   dist_buffer_.resize(config_->action_space.dist_inputs_size());
   record_action_buffer_.resize(config_->action_space.flat_dim());
   env_action_buffer_.resize(config_->action_space.flat_dim());
@@ -108,6 +140,7 @@ void TetherClient::end_training() {
     episode.steps.clear();
     episode.versions.clear();
     episode.states.clear();
+    episode.logged.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
   pending_steps_ = 0;
@@ -133,6 +166,7 @@ void TetherClient::drop_for_new_spaces() {
     episode.steps.episode_id = episode.id;
     episode.versions.clear();
     episode.states.clear();
+    episode.logged.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
   pending_steps_ = 0;
@@ -148,6 +182,7 @@ void TetherClient::forget_episodes(const std::set<std::string>& ids) {
     episode.steps.clear();
     episode.versions.clear();
     episode.states.clear();
+    episode.logged.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
   recount_pending();
@@ -159,6 +194,8 @@ void TetherClient::recycle(Episode&& episode) {
   episode.steps.clear();
   episode.steps.is_terminated = episode.steps.is_truncated = false;
   episode.versions.clear();
+  episode.states.clear();
+  episode.logged.clear();
   episode.held_back = false;
   episode.state.clear();  // (an actor's state is dropped when its episode ends, §12.4)
   episode.terminated = episode.truncated = false;
@@ -211,22 +248,39 @@ std::size_t TetherClient::sendable_steps(const Episode& current) const {
 
 Status TetherClient::get_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                 double* action, std::size_t action_size) {
+  return act("get_action", episode_id, obs, obs_size, action, false, nullptr, action_size);
+}
+
+Status TetherClient::log_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
+                                const double* action, std::size_t action_size) {
+  return act("log_action", episode_id, obs, obs_size, nullptr, true, action, action_size);
+}
+
+// get_action's step (`action_out`: where the engine's action goes), or when
+// `logging` log_action's (`logged`: the action the engine took).
+Status TetherClient::act(const char* call, const std::string& episode_id, const float* obs, std::size_t obs_size,
+                         double* action_out, bool logging, const double* logged, std::size_t action_size) {
   Status pending = catch_up();
   if (!pending.ok()) return pending;
+  if (logging) {
+    Status server = check_logging_server(call);
+    if (!server.ok()) return server;
+  }
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
-    return Status(ErrorCode::kInvalidArgument, "get_action: no running episode '" + episode_id + "'");
+    return Status(ErrorCode::kInvalidArgument, std::string(call) + ": no running episode '" + episode_id + "'");
   }
   Episode& episode = it->second;
   const std::size_t obs_dim = config_->observation_space.flat_dim();
   const std::size_t act_dim = config_->action_space.flat_dim();
   if (obs == nullptr || obs_size != obs_dim) {
-    return Status(ErrorCode::kInvalidArgument, "get_action: observation has " + std::to_string(obs_size) +
+    return Status(ErrorCode::kInvalidArgument, std::string(call) + ": observation has " + std::to_string(obs_size) +
                                                    " values, the observation space needs " + std::to_string(obs_dim));
   }
-  if (action == nullptr || action_size != act_dim) {
-    return Status(ErrorCode::kInvalidArgument, "get_action: action buffer has " + std::to_string(action_size) +
-                                                   " values, the action space needs " + std::to_string(act_dim));
+  if (!logging && (action_out == nullptr || action_size != act_dim)) {
+    return Status(ErrorCode::kInvalidArgument, std::string(call) + ": action buffer has " +
+                                                   std::to_string(action_size) + " values, the action space needs " +
+                                                   std::to_string(act_dim));
   }
   // A byte box's values that are all bytes are all finite: one pass over an
   // image checks both; only a row that fails it is walked again to name the error.
@@ -234,12 +288,20 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       config_->observation_space.is_bytes() && first_non_byte(obs, obs_size) == obs_size;
   for (std::size_t i = 0; i < obs_size && !all_bytes; ++i) {
     if (!std::isfinite(obs[i])) {
-      return Status(ErrorCode::kNonFiniteValue, "get_action: observation[" + std::to_string(i) + "] is not finite");
+      return Status(ErrorCode::kNonFiniteValue,
+                    std::string(call) + ": observation[" + std::to_string(i) + "] is not finite");
     }
   }
   const LinkConfig* checked = config_.get();
-  Status bytes = check_row(*config_, obs, obs_size, "get_action: observation", /*mask=*/true, all_bytes);
+  const char* what = logging ? "log_action: observation" : "get_action: observation";
+  Status bytes = check_row(*config_, obs, obs_size, what, /*mask=*/true, all_bytes);
   if (!bytes.ok()) return bytes;
+  const char* logged_what = "log_action: the action";
+  if (logging) {
+    Status action_ok = check_logged_action(config_->action_space, logged, action_size,
+                                           config_->action_mask ? &*config_->action_mask : nullptr, obs, logged_what);
+    if (!action_ok.ok()) return action_ok;
+  }
   // A batch every steps_per_batch() steps played (§13.2): complete recorded
   // steps and steps of held-back episodes. A held-back episode makes it due
   // only once held-back steps were played since the last cut; with none, every
@@ -272,13 +334,24 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
   // (send_batch may have applied a new connection's config: read it only now.)
   const Space& action_space = config_->action_space;
   if (action_space.flat_dim() != act_dim || config_->observation_space.flat_dim() != obs_dim) {
-    return Status(ErrorCode::kInvalidArgument, "get_action: the server changed its spaces on reconnecting");
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string(call) + ": the server changed its spaces on reconnecting");
   }
   if (config_.get() != checked) {  // (a new connection's space may be a byte box, or mask, where the old one was not)
-    bytes = check_row(*config_, obs, obs_size, "get_action: observation", /*mask=*/true);
+    bytes = check_row(*config_, obs, obs_size, what, /*mask=*/true);
     if (!bytes.ok()) return bytes;
+    if (logging) {  // (... or its server older than 1.6)
+      Status action_ok = check_logging_server(call);
+      if (action_ok.ok()) {
+        action_ok = check_logged_action(config_->action_space, logged, action_size,
+                                        config_->action_mask ? &*config_->action_mask : nullptr, obs, logged_what);
+      }
+      if (!action_ok.ok()) return action_ok;
+    }
   }
-  if (!policy_) return Status(ErrorCode::kNotReady, "get_action: no model yet (the server sent none)");
+  if (!policy_) {
+    return Status(ErrorCode::kNotReady, std::string(call) + ": no model yet (the server sent none)");
+  }
   const std::size_t out_dim = dist_buffer_.size();
   const std::size_t state_dim = policy_->state_dim;
   if (state_dim > 0 && episode.state.size() != state_dim) {
@@ -289,17 +362,25 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
       episode.steps.episode_id = episode.id;
       episode.versions.clear();
       episode.states.clear();
+      episode.logged.clear();
       episode.obs_rows = episode.action_rows = 0;
       recount_pending();
     }
     episode.state.assign(state_dim, 0.0f);
   }
+  // A logged step evaluates the model too (§12.4): a model with memory
+  // advances its state whoever chose the action, and its dist inputs are recorded.
   Status ran = run_policy(episode.state, obs, obs_size);
   if (!ran.ok()) return ran;
-  double logp = 0.0;
-  Status sampled = sample_for_record(action_space, dist_buffer_.data(), out_dim, rng_, raw_box_samples_,
-                                     record_action_buffer_.data(), action, act_dim, &logp);
-  if (!sampled.ok()) return sampled;
+  double logp = 0.0;  // (a logged step's: the server never uses it as a behaviour logp, §13.7)
+  if (!logging) {
+    Status sampled = sample_for_record(action_space, dist_buffer_.data(), out_dim, rng_, raw_box_samples_,
+                                       record_action_buffer_.data(), action_out, act_dim, &logp);
+    if (!sampled.ok()) return sampled;
+  } else {
+    // Recorded as given: a Box action as the engine executed it, never clipped.
+    std::copy(logged, logged + act_dim, record_action_buffer_.begin());
+  }
   if (state_dim > 0) {
     // The state before this step goes with it (a chunk's state_in is its
     // first step's); the state after it is the episode's from now on, recorded or not.
@@ -314,12 +395,14 @@ Status TetherClient::get_action(const std::string& episode_id, const float* obs,
     steps.action_logp.push_back(logp);
     steps.action_dist_inputs.insert(steps.action_dist_inputs.end(), dist_buffer_.begin(), dist_buffer_.end());
     episode.versions.push_back(weights_seq_no_ ? Stamp(weights_connection_, *weights_seq_no_) : Stamp(-1, -1));
+    episode.logged.push_back(logging ? 1 : 0);
     ++episode.obs_rows;
     ++episode.action_rows;
     ++pending_steps_;
   } else if (episode.held_back) {
     ++held_steps_;
   }
+  if (demo_on_) record_demo_step(episode_id, obs, obs_size, logging);
   return Status::Ok();
 }
 
@@ -327,6 +410,11 @@ Status TetherClient::get_action(const std::string& episode_id, const std::vector
                                 std::vector<double>& action) {
   if (config_) action.resize(config_->action_space.flat_dim());
   return get_action(episode_id, obs.data(), obs.size(), action.data(), action.size());
+}
+
+Status TetherClient::log_action(const std::string& episode_id, const std::vector<float>& obs,
+                                const std::vector<double>& action) {
+  return log_action(episode_id, obs.data(), obs.size(), action.data(), action.size());
 }
 
 // Runs the model on one observation: with memory, fed `state` (kept as it is:
@@ -412,6 +500,18 @@ Result<std::vector<float>> TetherClient::episode_state(const std::string& episod
   return it->second.state;
 }
 
+// [1.6] The step just played, into the demonstration file (§18): the action as the record carries it.
+void TetherClient::record_demo_step(const std::string& episode_id, const float* obs, std::size_t obs_size,
+                                    bool logged) {
+  if (!demo_ || !demo_on_) return;
+  Status written = demo_->step(episode_id, kDefaultAgentId, demo_module_, obs, obs_size,
+                               record_action_buffer_.data(), record_action_buffer_.size(), logged);
+  if (!written.ok()) {
+    demo_on_ = false;
+    demo_failed(written);
+  }
+}
+
 Status TetherClient::log_returns(const std::string& episode_id, double reward) {
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
@@ -420,6 +520,7 @@ Status TetherClient::log_returns(const std::string& episode_id, double reward) {
   if (!std::isfinite(reward)) return Status(ErrorCode::kNonFiniteValue, "log_returns: reward is not finite");
   Episode& episode = it->second;
   episode.total_return += reward;
+  if (demo_on_ && demo_) demo_->add_reward(episode_id, kDefaultAgentId, reward);  // (finite: it cannot fail)
   if (episode.training && !episode.steps.rewards.empty()) {
     episode.steps.rewards.back() = static_cast<float>(episode.steps.rewards.back() + reward);
   }
@@ -451,6 +552,17 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
   Episode episode = std::move(it->second);
   episodes_.erase(it);
   const double total = episode.total_return;
+  if (demo_on_ && demo_) {
+    if (finite) {
+      Status written = demo_->end(episode_id, kDefaultAgentId, obs, obs_size, !truncated);
+      if (!written.ok()) {
+        demo_on_ = false;
+        demo_failed(written);
+      }
+    } else {
+      demo_->discard(episode_id, kDefaultAgentId);  // (no reader takes a non-finite observation)
+    }
+  }
   if (!finite) {
     // A record with a non-finite observation would be refused whole: drop the episode's steps.
     recycle(std::move(episode));
@@ -487,6 +599,18 @@ Status TetherClient::get_action(const std::string& episode_id, const Observation
   Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
   if (!row.ok()) return Status(row.code(), "get_action: " + row.message());
   return get_action(episode_id, leaf_row_.data(), leaf_row_.size(), action, action_size);
+}
+
+Status TetherClient::log_action(const std::string& episode_id, const ObservationLeaves& obs, const double* action,
+                                std::size_t action_size) {
+  if (link_->events_pending()) sync();
+  if (!config_->observation_space.is_composite()) {
+    return Status(ErrorCode::kInvalidArgument, "log_action: the observation space is not a Dict or Tuple");
+  }
+  leaf_row_.resize(config_->observation_space.flat_dim());
+  Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
+  if (!row.ok()) return Status(row.code(), "log_action: " + row.message());
+  return log_action(episode_id, leaf_row_.data(), leaf_row_.size(), action, action_size);
 }
 
 Result<double> TetherClient::end_episode(const std::string& episode_id, const ObservationLeaves& obs,
@@ -559,7 +683,13 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   detail::erase_rows(episode.steps.rewards, k, 1);
   detail::erase_rows(episode.steps.action_logp, k, 1);
   detail::erase_rows(episode.steps.action_dist_inputs, k, dist_dim);
+  // [1.6] The chunk's logged steps, by its own step indices (§10.1): a run
+  // cut in two goes half into each chunk.
+  for (std::size_t i = 0; i < k && i < episode.logged.size(); ++i) {
+    if (episode.logged[i] != 0) add_logged_step(chunk.logged_runs, static_cast<std::int64_t>(i));
+  }
   detail::erase_rows(episode.versions, k, 1);
+  detail::erase_rows(episode.logged, k, 1);
   episode.obs_rows -= k;
   episode.action_rows -= k;
   chunks.push_back(std::move(chunk));

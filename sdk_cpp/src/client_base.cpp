@@ -50,11 +50,56 @@ Status ClientBase::open(bool multi_agent) {
   if (!started.ok()) return started;
   sync();
   if (!config_) return fatal_.ok() ? Status(ErrorCode::kConnectionFailed, "no connection was made") : fatal_;
+  if (!demo_start_failure_.ok()) return demo_start_failure_;
   return Status::Ok();
 }
 
 void ClientBase::close() {
   if (link_) link_->close();
+  if (demo_) {
+    demo_->close();  // (the episodes still running, truncated; a failed write has no one left to hear of it)
+    demo_.reset();
+  }
+}
+
+// [1.6] A logged action needs a server that reads logged_runs (§15): an older
+// one would train on the step as a sample of its policy.
+Status ClientBase::check_logging_server(const char* call) const {
+  if (config_->speaks_1_6) return Status::Ok();
+  const auto version = config_->server_info.find("protocol_version");
+  const std::string spoken = version != config_->server_info.end() && version->is_string()
+                                 ? version->get<std::string>()
+                                 : std::string("v1 (no protocol_version)");
+  return Status(ErrorCode::kNotReady, std::string(call) + ": the server speaks protocol " + spoken +
+                                          ": logged actions need 1.6 or later (an older server would train on "
+                                          "them as the policy's own samples)");
+}
+
+// -- demonstration files -----------------------------------------------------------------------
+
+void ClientBase::start_demo(const std::map<std::string, DemoModuleSpaces>& modules) {
+  if (options_.demo_path.empty() || demo_ || !demo_start_failure_.ok() || connection_ != 1) return;
+  Result<std::unique_ptr<DemoWriter>> writer = DemoWriter::create(options_.demo_path, modules);
+  if (!writer.ok()) {
+    demo_start_failure_ = writer.status();
+    return;
+  }
+  demo_ = std::move(writer).value();
+}
+
+bool ClientBase::demo_fits(const std::string& module, const Space& observation_space, const Space& action_space,
+                           const std::optional<ActionMask>& mask) const {
+  const ModuleSpec* header = demo_ ? demo_->module(module) : nullptr;
+  if (header == nullptr) return false;
+  const bool same_mask = header->action_mask.has_value() == mask.has_value() &&
+                         (!mask || header->action_mask->leaf == mask->leaf);
+  return header->observation_space == observation_space && header->action_space == action_space && same_mask;
+}
+
+void ClientBase::demo_failed(const Status& status) {
+  report(Status(status.code(), "demonstration recording stopped: " + status.message()));
+  demo_->close();
+  demo_.reset();
 }
 
 bool ClientBase::waits_for_weights() const noexcept {

@@ -216,6 +216,50 @@ Status check_runs(const nlohmann::json& record, std::size_t steps, const std::st
   return Status::Ok();
 }
 
+// §10.6 check 20 [1.6]: "logged_runs", if present and not null, is
+// [start, n] pairs of JSON integers, start >= 0, n >= 1, each run at or after
+// the end of the one before (20a: every pair is checked first, as the Python
+// core does), the last ending within the chunk's T steps (20b). The logged
+// step indices go to `logged` when given.
+Status check_logged_runs(const nlohmann::json& record, std::size_t steps, const std::string& where,
+                         std::vector<std::size_t>* logged) {
+  const nlohmann::json* runs = detail::member(record, "logged_runs");
+  if (runs == nullptr || runs->is_null()) return Status::Ok();
+  const char* kForm = "\"logged_runs\" must be a list of [start, steps] integer pairs";
+  if (!runs->is_array()) return fail(ErrorCode::kInvalidField, where, kForm);
+  for (const nlohmann::json& run : *runs) {
+    if (!run.is_array() || run.size() != 2 || !detail::is_integer(run[0]) || !detail::is_integer(run[1])) {
+      return fail(ErrorCode::kInvalidField, where, std::string(kForm) + ", got " + detail::describe(run));
+    }
+  }
+  // (as_int64 clamps a huge unsigned value to INT64_MAX; an end is summed saturating: still past any chunk)
+  std::int64_t end = 0;
+  for (const nlohmann::json& run : *runs) {
+    const std::int64_t start = detail::as_int64(run[0]);
+    const std::int64_t count = detail::as_int64(run[1]);
+    if (start < end || count < 1) {
+      return fail(ErrorCode::kInvalidField, where,
+                  "\"logged_runs\" has " + detail::describe(run) +
+                      ": runs are in step order, apart, and have at least 1 step");
+    }
+    end = count > INT64_MAX - start ? INT64_MAX : start + count;
+  }
+  if (static_cast<std::uint64_t>(end) > steps) {
+    return fail(ErrorCode::kEpisodeLengthMismatch, where,
+                "\"logged_runs\" reaches step " + (end == INT64_MAX ? std::string("far") : std::to_string(end - 1)) +
+                    ", the chunk has " + std::to_string(steps) + " steps");
+  }
+  if (logged != nullptr) {
+    logged->clear();
+    for (const nlohmann::json& run : *runs) {
+      const auto start = static_cast<std::size_t>(detail::as_int64(run[0]));
+      const auto count = static_cast<std::size_t>(detail::as_int64(run[1]));
+      for (std::size_t t = start; t < start + count; ++t) logged->push_back(t);
+    }
+  }
+  return Status::Ok();
+}
+
 Status flag(const nlohmann::json& record, const char* key, const std::string& where) {
   const nlohmann::json* value = detail::member(record, key);
   if (value == nullptr || !value->is_boolean()) {
@@ -472,6 +516,7 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
     return fail(ErrorCode::kInvalidField, where, "\"episode_id\" must be a string");
   }
   if (!(status = check_runs(record, steps, where)).ok()) return status;
+  if (!(status = check_logged_runs(record, steps, where, nullptr)).ok()) return status;
   if (obs_rows != nullptr) *obs_rows = obs.shape[0];
   return steps;
 }
@@ -489,6 +534,22 @@ void EpisodeChunk::clear() noexcept {
   episode_id.reset();
   weights_seq_no_runs.clear();
   state_in.clear();
+  logged_runs.clear();
+}
+
+void add_logged_step(std::vector<std::pair<std::int64_t, std::int64_t>>& runs, std::int64_t step) {
+  if (!runs.empty() && runs.back().first + runs.back().second == step) {
+    ++runs.back().second;
+  } else {
+    runs.emplace_back(step, 1);
+  }
+}
+
+Result<std::vector<std::size_t>> read_logged_steps(const nlohmann::json& record, std::size_t steps) {
+  std::vector<std::size_t> logged;
+  Status status = check_logged_runs(record, steps, "record", &logged);
+  if (!status.ok()) return status;
+  return logged;
 }
 
 namespace {
@@ -585,6 +646,16 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
     return Status(ErrorCode::kInvalidArgument, "weights_seq_no_runs covers " + std::to_string(covered) +
                                                    " steps, the chunk has " + std::to_string(steps));
   }
+  std::int64_t logged_end = 0;
+  for (const auto& [start, count] : chunk.logged_runs) {
+    // (a record the server would refuse whole, §10.6 check 20)
+    if (start < logged_end || count < 1 || static_cast<std::uint64_t>(count) > steps ||
+        static_cast<std::uint64_t>(start) > steps - static_cast<std::size_t>(count)) {
+      return Status(ErrorCode::kInvalidArgument, "logged_runs must be runs of steps in order, apart, within the " +
+                                                     std::to_string(steps) + " steps");
+    }
+    logged_end = start + count;
+  }
   const bool discrete = action_space.kind() != SpaceKind::kBox;
   nlohmann::json record = nlohmann::json::object();
   Result<nlohmann::json> obs = observations_json(chunk.obs, steps + 1, observation_space, attachment);
@@ -608,6 +679,11 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
     record["weights_seq_no_runs"] = std::move(runs);
   }
   if (!recurrent_state.empty()) record["state_in"] = state_in_json(recurrent_state, chunk.state_in.data());
+  if (!chunk.logged_runs.empty()) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& [start, count] : chunk.logged_runs) runs.push_back({start, count});
+    record["logged_runs"] = std::move(runs);
+  }
   record["is_terminated"] = chunk.is_terminated;
   record["is_truncated"] = chunk.is_truncated;
   return record;

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <limits>
 
+#include "json_util.h"
 #include "rows.h"
+#include "tether/logged_action.h"
 #include "tether/observation_leaves.h"
 
 namespace tether {
@@ -49,6 +51,9 @@ void AgentFrame::clear() noexcept {
   truncated_.clear();
   actions_.clear();
   action_offsets_.clear();
+  logged_count_ = 0;
+  logged_values_.clear();
+  logged_offsets_.resize(1);
 }
 
 void AgentFrame::reserve(std::size_t agents, std::size_t obs_values) {
@@ -88,6 +93,18 @@ std::size_t AgentFrame::add(const std::string& agent_id, const float* obs, std::
   return count_ - 1;
 }
 
+void AgentFrame::log_action(const std::string& actor_id, const double* action, std::size_t action_size) {
+  if (logged_count_ < logged_ids_.size()) {
+    logged_ids_[logged_count_].assign(actor_id);  // (reuses the string's capacity)
+  } else {
+    logged_ids_.push_back(actor_id);
+  }
+  if (action != nullptr) logged_values_.insert(logged_values_.end(), action, action + action_size);
+  logged_offsets_.resize(logged_count_ + 1);
+  logged_offsets_.push_back(logged_values_.size());
+  ++logged_count_;
+}
+
 std::int64_t AgentFrame::discrete_action(std::size_t i) const noexcept {
   if (action_size(i) == 0) return 0;
   return static_cast<std::int64_t>(std::llround(action(i)[0]));
@@ -119,6 +136,10 @@ struct MultiAgentClient::Module {
   std::vector<float> state_out;
   std::size_t rows = 0;                // its actors in the frame
   bool in_frame = false;
+  // [1.6] Rows of logged actions in the frame (rows, 1: logged), when `logs`.
+  std::vector<unsigned char> logged_rows;
+  bool logs = false;
+  bool demo = false;  // [1.6] its actors' steps go to the demonstration file (its header names these spaces)
   StepBlock* block = nullptr;  // while a frame is recorded: the block its rows go to
 
   void set_spec(const ModuleSpec& s) {
@@ -148,6 +169,7 @@ struct MultiAgentClient::StepBlock {
   std::vector<double> rewards;  // rows; rounded to float as they accumulate, as the record carries them
   std::size_t state_dim = 0;    // [1.5] its model's state floats (0: no memory)
   std::vector<float> states;    // rows x state_dim: the state each row's step was fed with
+  std::vector<unsigned char> logged;  // [1.6] rows (1: chosen outside the policy), or empty: none is
   Stamp stamp{-1, -1};          // (connection, weights version) of the model that ran, or (-1, -1)
   std::size_t live = 0;         // rows not cut or dropped yet; a block with none is reused
   std::size_t kept = 0;         // during a cut: its rows that stay (held-back steps)
@@ -246,6 +268,7 @@ struct MultiAgentClient::Slot {
   std::size_t frame_index = kNone;  // a single agent's index in the frame
   std::size_t group = kNone;        // a group's index in group_list_
   std::size_t row = 0;              // its row in the module's batch
+  std::size_t logged = kNone;       // [1.6] its logged action's index in the frame, or none
 };
 
 // One actor's steps in a cut, as the engine thread hands them over: what
@@ -409,6 +432,7 @@ void MultiAgentClient::CutSteps::take_rows(CutRecord& from, MultiAgentRecord& re
       std::copy(dist, dist + b.dist_dim, chunk.action_dist_inputs.begin() + static_cast<std::ptrdiff_t>(i * b.dist_dim));
       chunk.action_logp[i] = b.logp[r];
       chunk.rewards[i] = static_cast<float>(b.rewards[r]);
+      if (!b.logged.empty() && b.logged[r] != 0) add_logged_step(chunk.logged_runs, static_cast<std::int64_t>(i));
       // The step's version goes into the entry's runs; a run is stored only
       // once another version follows it (one version: no runs, nothing allocated).
       if (b.stamp.first != connection || b.stamp.second < 0 || b.stamp.second > kMaxRunVersion) {
@@ -590,6 +614,7 @@ void MultiAgentClient::on_connected(LinkEvent& event) {
     critic_agents_.insert(entry.second.value_obs_agents.begin(), entry.second.value_obs_agents.end());
   }
   group_slot_.assign(group_list_.size(), kNone);
+  start_module_demos();
   // Agents the critics see now (or no longer): an acting agent that
   // became one starts its critic rows with its latest observation.
   for (auto& running : episodes_) {
@@ -605,6 +630,34 @@ void MultiAgentClient::on_connected(LinkEvent& event) {
     }
   }
   apply_models(event);
+}
+
+// [1.6] Demonstration recording (ClientOptions::demo_path, §18): the file's
+// header names the first connection's modules, with their spaces as the
+// server sent them; a module that a later connection gives other spaces, or
+// adds, is not written any more (its running episodes go unwritten).
+void MultiAgentClient::start_module_demos() {
+  if (options_.demo_path.empty()) return;
+  if (connection_ == 1) {
+    const nlohmann::json* described = detail::member(config_->server_config, "modules");
+    std::map<std::string, DemoModuleSpaces> spaces;
+    for (const auto& entry : config_->modules) {
+      const nlohmann::json* module = described != nullptr ? detail::member(*described, entry.first) : nullptr;
+      if (module == nullptr) continue;
+      DemoModuleSpaces& out = spaces[entry.first];
+      if (const nlohmann::json* obs = detail::member(*module, "observation_space")) out.observation_space = *obs;
+      if (const nlohmann::json* act = detail::member(*module, "action_space")) out.action_space = *act;
+      if (entry.second.action_mask) out.action_mask = entry.second.action_mask->leaf;
+    }
+    start_demo(spaces);
+  }
+  for (auto& entry : modules_) {
+    Module& module = *entry.second;
+    module.demo = config_->modules.count(entry.first) != 0 &&
+                  demo_fits(entry.first, module.spec.observation_space, module.spec.action_space,
+                            module.spec.action_mask);
+    if (demo_ && !module.demo) demo_->discard_module(entry.first);
+  }
 }
 
 void MultiAgentClient::on_state(LinkEvent& event) {
@@ -1045,6 +1098,7 @@ void MultiAgentClient::fill_batches(const AgentFrame& frame, Module* one_module)
     Module* module = slot.module;
     if (!module->in_frame) {
       module->in_frame = true;
+      module->logs = false;
       module->batch_obs.clear();
       frame_modules_.push_back(module);
     }
@@ -1062,6 +1116,7 @@ void MultiAgentClient::take_frame(const AgentFrame& frame, Module& module) {
   frame_modules_.clear();
   module.in_frame = true;
   module.rows = frame.size();
+  module.logs = false;
   frame_modules_.push_back(&module);
   module.batch_obs.assign(frame.obs_.begin(), frame.obs_.end());
 }
@@ -1245,6 +1300,8 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   Episode* episode = nullptr;
   Status status = check_call(episode_id, "get_action", episode);
   if (!status.ok()) return status;
+  const bool logging = frame.logged_count_ > 0;
+  if (logging && !(status = check_logging_server("get_action")).ok()) return status;
   // The cut comes first, before anything of this frame is built: sending may
   // apply events (a new connection's config, new models; with
   // wait_for_weights it waits for them), and this frame then acts with them.
@@ -1268,6 +1325,10 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   if (steady_frame(*episode, frame)) return act_steady(*episode, frame);
   status = gather(episode, frame, episode_id, false);
   if (!status.ok()) return status;
+  // (A reconnect while the batch went may have brought an older server.)
+  if (logging && (!(status = check_logging_server("get_action")).ok() || !(status = match_logged(frame)).ok())) {
+    return status;
+  }
   if (same_agents_) episode->slot_fill = frame.fill_;
   // New actors join at this env step.
   for (std::size_t k = 0; k < new_slots_.size(); ++k) {
@@ -1305,6 +1366,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   if (!status.ok()) return status;  // nothing of the frame is recorded
   status = sample_modules();
   if (!status.ok()) return status;
+  if (logging) mark_logged_rows(frame);
   commit_states();
   lay_out_actions(frame, one_module);
   if (one_module != nullptr) {
@@ -1314,6 +1376,7 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
       write_action(slot, slot.module->env_actions.data() + slot.row * slot.module->act_dim, frame);
     }
   }
+  if (demo_) record_demo_frame(*episode);
   if (episode->training) record_frame(*episode);
   if (episode->training) ++env_steps_since_cut_;
   if (episode->held_back) held_steps_ += slots_.size();  // one agent step per actor (a group's once)
@@ -1321,13 +1384,100 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
   return Status::Ok();
 }
 
+// [1.6] Gives each slot its logged action (AgentFrame::log_action), checked
+// against its module's space (and a single agent's mask, §11.6) as the
+// server checks a record's action; refuses an actor logged twice, a logged
+// actor that does not act in the frame and a group member (a group acts as
+// one: its joint action is logged under its id). Sorting the logged ids
+// once keeps a frame of many agents from comparing every pair.
+Status MultiAgentClient::match_logged(const AgentFrame& frame) {
+  const std::size_t n = frame.logged_count_;
+  const std::vector<std::string>& ids = frame.logged_ids_;
+  logged_order_.resize(n);
+  for (std::size_t k = 0; k < n; ++k) logged_order_[k] = k;
+  std::sort(logged_order_.begin(), logged_order_.end(), [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
+  for (std::size_t k = 1; k < n; ++k) {
+    if (ids[logged_order_[k]] == ids[logged_order_[k - 1]]) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "get_action: '" + ids[logged_order_[k]] + "' has two logged actions in the frame");
+    }
+  }
+  logged_matched_.assign(n, 0);
+  for (Slot& slot : slots_) {
+    auto it = std::lower_bound(logged_order_.begin(), logged_order_.end(), *slot.actor_id,
+                               [&](std::size_t k, const std::string& id) { return ids[k] < id; });
+    if (it == logged_order_.end() || ids[*it] != *slot.actor_id) continue;
+    const std::size_t k = *it;
+    slot.logged = k;
+    logged_matched_[k] = 1;
+    const ModuleSpec& spec = slot.module->spec;
+    const bool single = slot.group == kNone;
+    Status checked = check_logged_action(spec.action_space, frame.logged_action(k), frame.logged_action_size(k),
+                                         single && spec.action_mask ? &*spec.action_mask : nullptr,
+                                         single ? frame.obs(slot.frame_index) : nullptr, "the logged action");
+    if (!checked.ok()) return Status(checked.code(), "get_action: '" + *slot.actor_id + "': " + checked.message());
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    if (logged_matched_[k] != 0) continue;
+    auto member = group_of_.find(ids[k]);
+    if (member != group_of_.end()) {
+      const std::string& group = group_list_[member->second.first]->group_id;
+      return Status(ErrorCode::kInvalidArgument, "get_action: '" + ids[k] + "' is a member of group '" + group +
+                                                     "', which acts as one: log the group's joint action under '" +
+                                                     group + "'");
+    }
+    return Status(ErrorCode::kInvalidArgument,
+                  "get_action: '" + ids[k] + "' has a logged action but does not act in this frame");
+  }
+  return Status::Ok();
+}
+
+// [1.6] The logged actors' rows take their given actions (recorded as given,
+// never clipped, and written back to the engine) with 0 as their logp; their
+// modules note which rows were logged (the frame's block takes the flags).
+void MultiAgentClient::mark_logged_rows(const AgentFrame& frame) {
+  for (const Slot& slot : slots_) {
+    if (slot.logged == kNone) continue;
+    Module& module = *slot.module;
+    if (!module.logs) {
+      module.logged_rows.assign(module.rows, 0);
+      module.logs = true;
+    }
+    module.logged_rows[slot.row] = 1;
+    const double* action = frame.logged_action(slot.logged);
+    const auto at = static_cast<std::ptrdiff_t>(slot.row * module.act_dim);
+    std::copy(action, action + module.act_dim, module.record_actions.begin() + at);
+    std::copy(action, action + module.act_dim, module.env_actions.begin() + at);
+    module.logp[slot.row] = 0.0;  // (no behaviour logp: the server never uses it at a logged step, §13.7)
+  }
+}
+
+// [1.6] The frame's steps into the demonstration file (§18), each actor's
+// observation and the action its record carries; before record_frame moves
+// the modules' rows into the episode's blocks.
+void MultiAgentClient::record_demo_frame(const Episode& episode) {
+  for (const Slot& slot : slots_) {
+    const Module& module = *slot.module;
+    if (!module.demo) continue;
+    Status written = demo_->step(episode.id, *slot.actor_id, module.id,
+                                 module.batch_obs.data() + slot.row * module.obs_dim, module.obs_dim,
+                                 module.record_actions.data() + slot.row * module.act_dim, module.act_dim,
+                                 slot.logged != kNone);
+    if (!written.ok()) {
+      demo_failed(written);
+      return;
+    }
+  }
+}
+
 // Whether the frame is a steady-state one: the last frame's agents again, in
 // the same order (AgentFrame::same_ids_as spares comparing their ids), all
 // single agents of one module without critic rows, each recorded and seen
 // by no critic (Episode::steady).
 bool MultiAgentClient::steady_frame(const Episode& episode, const AgentFrame& frame) const {
+  // (Logged actions, and a demonstration file's steps, take the general path.)
   return steady_path_ && episode.steady && episode.slot_module != nullptr && episode.slot_module->value_dim == 0 &&
-         same_agents_as_last_frame(episode, frame);
+         frame.logged_count_ == 0 && !demo_ && same_agents_as_last_frame(episode, frame);
 }
 
 // A steady-state frame: acted and recorded as the general path does it (the
@@ -1450,6 +1600,12 @@ void MultiAgentClient::open_blocks(Episode& episode) {
     } else {
       b.states.clear();
     }
+    if (module->logs) {  // [1.6] which rows were logged (none usually: no array then)
+      b.logged.swap(module->logged_rows);
+      module->logs = false;
+    } else {
+      b.logged.clear();
+    }
     b.rewards.assign(rows, 0.0);
     b.actors.assign(rows, nullptr);
     b.stamp = module->seq ? Stamp(module->seq_connection, *module->seq) : Stamp(-1, -1);
@@ -1531,6 +1687,7 @@ MultiAgentClient::StepBlock& MultiAgentClient::carry_block(Episode& episode, con
   b.logp.clear();
   b.rewards.clear();
   b.states.clear();
+  b.logged.clear();
   episode.blocks.push_back(std::move(block));
   return b;
 }
@@ -1567,6 +1724,10 @@ void MultiAgentClient::drop_rows_of(const Module& module) {
 Status MultiAgentClient::compute_actions(AgentFrame& frame, const std::string& episode_id) {
   Status pending = catch_up();
   if (!pending.ok()) return pending;
+  if (frame.logged_count_ > 0) {
+    return Status(ErrorCode::kInvalidArgument, "compute_actions records nothing: a frame with logged actions "
+                                               "(AgentFrame::log_action) is played with get_action");
+  }
   Status status = gather(nullptr, frame, episode_id.empty() ? std::string("eval") : episode_id, false);
   if (!status.ok()) return status;
   // [1.5] A recorded episode's states must follow from its recorded
@@ -1629,6 +1790,7 @@ Status MultiAgentClient::log_returns(const std::string& episode_id, const std::s
   Actor& actor = *found->second;
   actor.reward_sum += reward;
   actor.rewarded = true;
+  if (demo_ && actor.module->demo) demo_->add_reward(episode_id, actor.id, reward);  // (finite: it cannot fail)
   if (actor.training && actor.rows > 0) {
     double& last = actor.last_block->rewards[actor.last_row];
     last = static_cast<float>(static_cast<float>(last) + reward);
@@ -1676,6 +1838,12 @@ Status MultiAgentClient::end_actors(Episode& episode, const AgentFrame& final_ob
     if (it == episode.actors.end()) continue;  // observed its end without ever acting: nothing to train on
     std::unique_ptr<Actor> actor = std::move(it->second);
     episode.actors.erase(it);
+    if (demo_ && actor->module->demo) {
+      demo_obs_.clear();
+      append_actor_obs(final, slot, demo_obs_);
+      Status written = demo_->end(episode.id, actor->id, demo_obs_.data(), demo_obs_.size(), !truncated);
+      if (!written.ok()) demo_failed(written);
+    }
     auto listed = std::find(episode.roster.begin(), episode.roster.end(), actor.get());
     if (listed != episode.roster.end()) {
       *listed = episode.roster.back();
@@ -1907,6 +2075,7 @@ std::unique_ptr<MultiAgentClient::StepBlock> MultiAgentClient::copy_block(const 
   b.logp.assign(from.logp.begin(), from.logp.end());
   b.rewards.assign(from.rewards.begin(), from.rewards.end());
   b.states.assign(from.states.begin(), from.states.end());
+  b.logged.assign(from.logged.begin(), from.logged.end());
   b.kept = 0;
   b.ends_chunk = false;
   return block;
@@ -1944,6 +2113,11 @@ void MultiAgentClient::compact_blocks(Episode& episode) {
         to.rewards.push_back(from.rewards[r]);
         const float* state = from.states.data() + r * from.state_dim;
         to.states.insert(to.states.end(), state, state + from.state_dim);
+        const bool logged = !from.logged.empty() && from.logged[r] != 0;
+        if (logged || !to.logged.empty()) {  // (a block without logged rows keeps no flags)
+          to.logged.resize(row, 0);
+          to.logged.push_back(logged ? 1 : 0);
+        }
         ++to.live;
         actor->last_block = &to;
         actor->last_row = static_cast<std::uint32_t>(row);
@@ -2009,15 +2183,15 @@ void MultiAgentClient::send_batch(bool even_empty) {
   // a module's frame scratch and back, whichever module takes it), so that
   // frames allocate nothing.
   std::size_t handed = 0;
-  std::size_t room[7] = {0, 0, 0, 0, 0, 0, 0};  // the largest capacity of each array
+  std::size_t room[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // the largest capacity of each array
   for (std::size_t i = 0; i < steps->used; ++i) {
     for (const auto& block : steps->records[i].blocks) {
       ++handed;
-      const std::size_t capacities[7] = {block->actors.capacity(),  block->obs.capacity(),
+      const std::size_t capacities[8] = {block->actors.capacity(),  block->obs.capacity(),
                                          block->value_obs.capacity(), block->dist.capacity(),
                                          block->actions.capacity(), block->logp.capacity(),
-                                         block->rewards.capacity()};
-      for (std::size_t k = 0; k < 7; ++k) room[k] = std::max(room[k], capacities[k]);
+                                         block->rewards.capacity(), block->logged.capacity()};
+      for (std::size_t k = 0; k < 8; ++k) room[k] = std::max(room[k], capacities[k]);
     }
   }
   while (spare_blocks_.size() < handed) {
@@ -2029,6 +2203,7 @@ void MultiAgentClient::send_batch(bool even_empty) {
     spare->actions.reserve(room[4]);
     spare->logp.reserve(room[5]);
     spare->rewards.reserve(room[6]);
+    spare->logged.reserve(room[7]);
     spare_blocks_.push_back(std::move(spare));
   }
   if (batch->pending_records.empty()) {

@@ -120,6 +120,47 @@ void strip_runs(nlohmann::json& episodes) {
   }
 }
 
+// [1.6] Lets go of every record (a multi-agent record's agent entry) that
+// holds logged steps: a server older than 1.6 would ignore "logged_runs" and
+// train on them as its policy's samples (§15). Returns the steps let go.
+std::int64_t drop_logged(Batch& batch) {
+  std::int64_t dropped = 0;
+  auto steps_of = [](const nlohmann::json& record) -> std::int64_t {
+    const nlohmann::json* actions = detail::member(record, "actions");
+    return actions != nullptr && actions->is_array() ? static_cast<std::int64_t>(actions->size()) : 0;
+  };
+  auto logged = [](const nlohmann::json& record) {
+    const nlohmann::json* runs = detail::member(record, "logged_runs");
+    return runs != nullptr && runs->is_array() && !runs->empty();
+  };
+  nlohmann::json kept = nlohmann::json::array();
+  for (nlohmann::json& record : batch.episodes) {
+    auto agents = record.is_object() ? record.find("agents") : record.end();
+    if (record.is_object() && agents != record.end() && agents->is_object()) {
+      for (auto entry = agents->begin(); entry != agents->end();) {
+        if (!logged(*entry)) {
+          ++entry;
+          continue;
+        }
+        const std::int64_t steps = steps_of(*entry);
+        batch.agent_steps -= std::min(batch.agent_steps, steps);
+        dropped += steps;
+        entry = agents->erase(entry);
+      }
+      kept.push_back(std::move(record));
+    } else if (logged(record)) {
+      const std::int64_t steps = steps_of(record);
+      batch.env_steps -= std::min(batch.env_steps, steps);
+      if (batch.agent_steps > 0) batch.agent_steps -= std::min(batch.agent_steps, steps);
+      dropped += steps;
+    } else {
+      kept.push_back(std::move(record));
+    }
+  }
+  batch.episodes = std::move(kept);
+  return dropped;
+}
+
 Status server_error_status(const Message& message) {
   Result<ServerError> error = decode_error(message);
   if (!error.ok()) return error.status();
@@ -768,6 +809,7 @@ Status ServerLink::handshake() {
     }
     config->speaks_1_3 = parsed.value().minor >= 3;
     config->speaks_1_4 = parsed.value().minor >= 4;
+    config->speaks_1_6 = parsed.value().minor >= 6;
   }
   Exchange set_config = exchange(make_get_config(), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (set_config.outcome != Outcome::kAnswer) return set_config.status;
@@ -1121,6 +1163,10 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
     finish_batch(batch, Status::Ok(), nullptr);
     return Status::Ok();
   }
+  // [1.6] To an older server (a first connection's, or another run's after a
+  // reconnect) records with logged steps are let go, never sent without
+  // their logged_runs (§15); checked on every attempt.
+  if (!config.speaks_1_6) logged_steps_dropped_.fetch_add(static_cast<std::uint64_t>(drop_logged(*batch)));
   ++batch->attempts;
   BatchInfo info;
   const std::int64_t agent_steps = static_cast<std::int64_t>(batch->queue_steps());

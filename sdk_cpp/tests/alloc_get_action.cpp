@@ -165,8 +165,9 @@ void count_call(Counts& counts, bool count, Call call) {
 }
 
 // Plays episodes of `length` steps; counts allocations inside get_action only
-// (start_episode / end_episode happen once per episode, not per frame).
-Counts play(tether::TetherClient& client, int episodes, int length, bool count) {
+// (start_episode / end_episode happen once per episode, not per frame). With
+// `log_every_other`, every other step is logged (log_action) instead.
+Counts play(tether::TetherClient& client, int episodes, int length, bool count, bool log_every_other = false) {
   Counts counts;
   float obs[4] = {0.1f, -0.2f, 0.05f, 0.3f};
   double action[1];
@@ -174,7 +175,12 @@ Counts play(tether::TetherClient& client, int episodes, int length, bool count) 
     std::string episode = client.start_episode().value();
     for (int t = 0; t < length; ++t) {
       obs[0] = static_cast<float>(t % 7) * 0.1f;
-      count_call(counts, count, [&] { return client.get_action(episode, obs, 4, action, 1); });
+      if (log_every_other && t % 2 == 1) {
+        const double taken = static_cast<double>(t % 4 == 1);
+        count_call(counts, count, [&] { return client.log_action(episode, obs, 4, &taken, 1); });
+      } else {
+        count_call(counts, count, [&] { return client.get_action(episode, obs, 4, action, 1); });
+      }
       client.log_returns(episode, 1.0);
     }
     EXPECT_TRUE(client.end_episode(episode, obs, 4, false).ok());
@@ -199,6 +205,24 @@ TEST(Allocations, OnlyTheCallsThatHandOverABatchAllocate) {
   EXPECT_EQ(client->env_steps_sent(), 60 * 200);  // every step delivered
   EXPECT_GE(batches, 19);
   // A call allocates only when it cuts a batch, or takes in the answer to one.
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
+}
+
+// [1.6] log_action allocates no more than get_action: steps logged and sampled
+// alternately allocate only in the calls that cut a batch.
+TEST(Allocations, LoggedStepsAllocateOnlyWhenTheyCut) {
+  fake::FakeServer server(real_model_script(500));
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  play(*client, 10, 200, false, true);
+  const std::int64_t sent_before = client->env_steps_sent();
+  Counts counts = play(*client, 50, 200, true, true);
+  ASSERT_TRUE(client->flush().ok());
+  const long batches = static_cast<long>((client->env_steps_sent() - sent_before) / 500);
+  std::printf("get_action and log_action: %ld calls, %ld allocated; %ld batches\n", counts.calls,
+              counts.calls_that_allocated, batches);
+  EXPECT_EQ(client->env_steps_sent(), 60 * 200);
+  EXPECT_GE(batches, 19);
   EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
 }
 
@@ -356,9 +380,14 @@ struct MultiAgentRun {
       : server(multi_agent_script(steps_per_sample)), client(connect_multi_agent(server)), ids(agent_ids(agents)) {}
 
   // Frame `t` of every agent (fill_frame's), its get_action counted into
-  // `counts` when `count`; then each agent is rewarded 1.
-  void act(const std::string& episode, int t, Counts& counts, bool count) {
+  // `counts` when `count`; then each agent is rewarded 1. With `logged`, every
+  // fourth agent's action is logged (AgentFrame::log_action).
+  void act(const std::string& episode, int t, Counts& counts, bool count, bool logged = false) {
     fill_frame(frame, ids, t);
+    for (std::size_t a = 0; logged && a < ids.size(); a += 4) {
+      const double taken = static_cast<double>((t + static_cast<int>(a)) % 2);
+      frame.log_action(ids[a], &taken, 1);
+    }
     count_call(counts, count, [&] { return client->get_action(episode, frame); });
     for (const std::string& id : ids) client->log_returns(episode, id, 1.0);
   }
@@ -398,6 +427,32 @@ TEST(Allocations, AMultiAgentFrameAllocatesOnlyWhenItCuts) {
   EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
 }
 
+// [1.6] Frames in which some agents' actions are logged allocate only when they cut too.
+TEST(Allocations, AMultiAgentFrameWithLoggedActionsAllocatesOnlyWhenItCuts) {
+  constexpr int kAgents = 64;
+  constexpr int kStepsPerSample = 32 * kAgents;
+  MultiAgentRun run(kAgents, kStepsPerSample);
+  ASSERT_NE(run.client, nullptr);
+  tether::MultiAgentClient& client = *run.client;
+  auto play = [&](int frames, bool count) {
+    Counts counts;
+    std::string episode = client.start_episode().value();
+    for (int t = 0; t < frames; ++t) run.act(episode, t, counts, count, /*logged=*/true);
+    EXPECT_TRUE(client.end_episode(episode).ok());
+    return counts;
+  };
+  play(200, false);
+  ASSERT_TRUE(client.flush().ok());
+  const std::int64_t sent_before = client.agent_steps_sent();
+  Counts counts = play(640, true);
+  ASSERT_TRUE(client.flush().ok());
+  const long batches = static_cast<long>((client.agent_steps_sent() - sent_before) / kStepsPerSample);
+  std::printf("multi-agent frames with logged actions: %ld calls, %ld allocated (%ld allocations); %ld batches\n",
+              counts.calls, counts.calls_that_allocated, counts.allocations, batches);
+  EXPECT_EQ(client.agent_steps_sent() - sent_before, 640 * kAgents);
+  EXPECT_GE(batches, 19);
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
+}
 
 // A cut hands the recorded rows to the I/O thread without building a record
 // per agent: the calls that cut allocate a few times, however many agents act

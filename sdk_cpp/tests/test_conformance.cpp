@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "tether/action_mask.h"
+#include "tether/demonstrations.h"
 #include "tether/distributions.h"
 #include "tether/episode.h"
 #include "tether/framing.h"
@@ -45,7 +47,8 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "logp.json",      "policy_mapping.json", "episodes.json",
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
                                              "client_pairing.json", "session.json", "tensors.json",
-                                             "composite.json", "recurrent.json"};
+                                             "composite.json", "recurrent.json", "logged.json",
+                                             "demonstrations.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -614,6 +617,190 @@ TEST(Conformance, Recurrent) {
     EXPECT_EQ(got, c["recurrent_state"]);
   });
   EXPECT_GT(modules, 0u);
+}
+
+// The logged step indices a case lists (a JSON array of integers).
+std::vector<std::size_t> indices(const json& value) {
+  std::vector<std::size_t> out;
+  for (const json& v : value) out.push_back(v.get<std::size_t>());
+  return out;
+}
+
+// [1.6] Logged steps (§10.1, §10.6 check 20, §10.7): a record's logged_runs
+// read as a server reads them (kinds "episode" and "agent_entry"); and the
+// logged_runs of the records a client cuts its calls into (kind "record":
+// here the runs as add_logged_step builds them for each record's own steps;
+// test_logged_actions.cpp plays the same calls through a TetherClient).
+TEST(Conformance, Logged) {
+  std::set<std::string> kinds;
+  run_cases("logged.json", [&](const json&, const json& c) {
+    const std::string kind = c["kind"].get<std::string>();
+    kinds.insert(kind);
+    if (kind == "episode") {
+      const Space obs = space(c["observation_space"]);
+      const Space act = space(c["action_space"]);
+      Result<Message> m = decode_message(c["body"].get<std::string>());
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      Result<std::size_t> steps = validate_episodes(m.value().body, obs, act, c["require_logp"].get<bool>());
+      if (!succeeded_as_expected(c, steps)) return;
+      EXPECT_EQ(steps.value(), c["env_steps"].get<std::size_t>());
+      Result<std::vector<std::size_t>> logged = read_logged_steps(m.value().body["episodes"][0], steps.value());
+      ASSERT_TRUE(logged.ok()) << logged.status().to_string();
+      EXPECT_EQ(logged.value(), indices(c["logged_steps"]));
+      return;
+    }
+    if (kind == "agent_entry") {
+      std::map<std::string, ModuleSpec> modules;
+      for (const auto& item : c["modules"].items()) modules.emplace(item.key(), ModuleSpec::from_json(item.key(), item.value()).value());
+      Result<std::size_t> steps = validate_multi_agent_record(c["record"], 0, modules, c["require_logp"].get<bool>());
+      if (!succeeded_as_expected(c, steps)) return;
+      EXPECT_EQ(steps.value(), c["agent_steps"].get<std::size_t>());
+      for (const auto& item : c["logged_steps"].items()) {
+        const json& entry = c["record"]["agents"][item.key()];
+        Result<std::vector<std::size_t>> logged = read_logged_steps(entry, entry["actions"].size());
+        ASSERT_TRUE(logged.ok()) << logged.status().to_string();
+        EXPECT_EQ(logged.value(), indices(item.value())) << item.key();
+      }
+      return;
+    }
+    ASSERT_EQ(kind, "record");
+    const json& calls = c["calls"];
+    std::vector<std::size_t> bounds;  // each record's first step; the last record takes the rest
+    std::size_t at = 0;
+    for (const json& cut : c["cuts"]) bounds.push_back(at += cut.get<std::size_t>());
+    bounds.push_back(calls.size());
+    json records = json::array();
+    std::size_t first = 0;
+    for (std::size_t end : bounds) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+      for (std::size_t t = first; t < end; ++t) {
+        if (calls[t] == "log") add_logged_step(runs, static_cast<std::int64_t>(t - first));
+      }
+      json out = nullptr;
+      for (const auto& [start, n] : runs) {
+        if (out.is_null()) out = json::array();
+        out.push_back({start, n});
+      }
+      records.push_back(out);
+      first = end;
+    }
+    EXPECT_EQ(records, c["records_logged_runs"]);
+  });
+  EXPECT_EQ(kinds, (std::set<std::string>{"episode", "agent_entry", "record"}));
+}
+
+// The lines of a text file (each without its LF).
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// A demonstration file's text as §18's reader checks it: the header, then
+// each episode line against its module's spaces (§10.6 checks 1-14d and 20)
+// with one flag true. Returns the 1-based number of the first line refused
+// (0 when none is), and the episodes and steps per module read.
+std::size_t read_demonstrations(const std::vector<std::string>& lines, std::size_t& episodes,
+                                std::map<std::string, std::size_t>& steps) {
+  if (lines.empty()) return 1;
+  Result<json> head = parse_json(lines[0]);
+  if (!head.ok() || !head.value().is_object() || head.value().value("format", json()) != kDemoFormat ||
+      head.value().value("version", json()) != kDemoVersion || !head.value().value("modules", json()).is_object()) {
+    return 1;
+  }
+  std::map<std::string, ModuleSpec> modules;
+  for (const auto& item : head.value()["modules"].items()) {
+    Result<ModuleSpec> spec = ModuleSpec::from_json(item.key(), item.value());
+    if (!spec.ok()) return 1;
+    modules.emplace(item.key(), spec.value());
+  }
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    Result<json> line = parse_json(lines[i]);
+    if (!line.ok() || !line.value().is_object()) return i + 1;
+    const json& episode = line.value();
+    auto module = modules.find(episode.value("module", std::string()));
+    if (module == modules.end() || !episode.value("agent_id", json()).is_string() ||
+        !episode.value("episode_id", json()).is_string()) {
+      return i + 1;
+    }
+    const ModuleSpec& spec = module->second;
+    Result<std::size_t> n = validate_episode(episode, 0, spec.observation_space, spec.action_space, false,
+                                             std::nullopt, spec.action_mask ? &*spec.action_mask : nullptr);
+    if (!n.ok() || (!episode["is_terminated"].get<bool>() && !episode["is_truncated"].get<bool>())) {
+      return i + 1;
+    }
+    ++episodes;
+    steps[module->first] += n.value();
+  }
+  return 0;
+}
+
+// [1.6] Demonstration files (§18): kind "write", a DemoWriter given the
+// calls writes the case's lines (compared as JSON values); kind "read", the
+// lines read with this SDK's validators as §18's reader reads them.
+TEST(Conformance, Demonstrations) {
+  std::set<std::string> kinds;
+  run_cases("demonstrations.json", [&](const json&, const json& c) {
+    const std::string kind = c["kind"].get<std::string>();
+    kinds.insert(kind);
+    if (kind == "read") {
+      std::vector<std::string> lines;
+      for (const json& line : c["lines"]) lines.push_back(line.get<std::string>());
+      std::size_t episodes = 0;
+      std::map<std::string, std::size_t> steps;
+      // (the lines as a reader splits the file: a last line without its LF reads the same)
+      const std::size_t refused = read_demonstrations(lines, episodes, steps);
+      if (c.contains("error_line")) {
+        EXPECT_EQ(refused, c["error_line"].get<std::size_t>());
+        return;
+      }
+      EXPECT_EQ(refused, 0u);
+      EXPECT_EQ(episodes, c["episodes"].get<std::size_t>());
+      for (const auto& item : c["steps"].items()) EXPECT_EQ(steps[item.key()], item.value().get<std::size_t>());
+      return;
+    }
+    ASSERT_EQ(kind, "write");
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("tether_demo_" + c["name"].get<std::string>() + ".jsonl")).string();
+    std::map<std::string, DemoModuleSpaces> modules;
+    for (const auto& item : c["modules"].items()) {
+      DemoModuleSpaces& spaces = modules[item.key()];
+      spaces.observation_space = item.value()["observation_space"];
+      spaces.action_space = item.value()["action_space"];
+      if (item.value().contains("action_mask")) spaces.action_mask = item.value()["action_mask"].get<std::string>();
+    }
+    const std::string module = modules.begin()->first;
+    {
+      Result<std::unique_ptr<DemoWriter>> created = DemoWriter::create(path, modules);
+      ASSERT_TRUE(created.ok()) << created.status().to_string();
+      DemoWriter& writer = *created.value();
+      for (const json& episode : c["episodes"]) {
+        const std::string id = episode["episode_id"].get<std::string>();
+        const std::string agent = episode.value("agent_id", std::string(kDefaultAgentId));
+        for (const json& step : episode["steps"]) {
+          const std::vector<float> obs = flat_float(step[0]);
+          const std::vector<double> action = flat(step[1]);
+          ASSERT_TRUE(writer.step(id, agent, module, obs.data(), obs.size(), action.data(), action.size(),
+                                  step[3].get<bool>()).ok());
+          ASSERT_TRUE(writer.add_reward(id, agent, step[2].get<double>()).ok());
+        }
+        const std::vector<float> final_obs = flat_float(episode["final_obs"]);
+        ASSERT_TRUE(writer.end(id, agent, final_obs.data(), final_obs.size(), episode["terminated"].get<bool>()).ok());
+      }
+      ASSERT_TRUE(writer.close().ok());
+      EXPECT_EQ(writer.episodes_written(), c["episodes"].size());
+    }
+    const std::vector<std::string> lines = lines_of(path);
+    std::remove(path.c_str());
+    ASSERT_EQ(lines.size(), c["lines"].size());
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      Result<json> got = parse_json(lines[i]);
+      ASSERT_TRUE(got.ok()) << lines[i];
+      EXPECT_EQ(got.value(), c["lines"][i]) << "line " << i + 1 << ": " << lines[i];
+    }
+  });
+  EXPECT_TRUE(kinds.count("write"));
 }
 
 TEST(Conformance, ClientPairing) {

@@ -5,8 +5,9 @@
 // MultiAgentClient carry the state: zeros at the start, advanced at every
 // step, a continuing chunk's state_in, kept across a hot-swap, reset (with
 // the uncut steps dropped) by a reconnect that announces another state, a
-// group's state, compute_action's memory per episode id, and a model lacking
-// an announced state tensor refused.
+// group's state, compute_action's memory per episode id, a model lacking
+// an announced state tensor refused, and [1.6] logged steps advancing the
+// state as sampled ones do.
 #include <gtest/gtest.h>
 
 #ifndef _WIN32
@@ -266,6 +267,46 @@ TEST(OrtRecurrent, AContinuingChunkCarriesTheStateOfItsFirstStep) {
   EXPECT_EQ(records[1]["actions"].size(), 3u);
   expect_near(state_in_of(records[0], k.state), std::vector<float>(k.state_dim, 0.0f), 0.0, "first state_in");
   expect_near(state_in_of(records[1], k.state), flat_floats(k.c["state_after"][1]), 1e-6, "continuing state_in");
+}
+
+// [1.6] A logged step is an evaluation too (§12.4): the vector's episode
+// with every other step logged carries the vector's states, records its
+// dist inputs (0 as a logged step's logp), and a chunk that starts at a
+// logged step carries the state that step was fed.
+TEST(OrtRecurrent, LogActionAdvancesTheStateAsGetActionDoes) {
+  const Carry& k = carry();
+  FakeServer server(single_script(100));
+  auto connected = tether::TetherClient::connect(fake::ort_options_for(server, 5));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const std::string episode = client.start_episode().value();
+  const std::size_t steps = k.c["dist_inputs"].size();
+  std::vector<double> action;
+  for (std::size_t t = 0; t < steps; ++t) {
+    const tether::Status status = t % 2 == 1 ? client.log_action(episode, k.observations[t], std::vector<double>{1})
+                                             : client.get_action(episode, k.observations[t], action);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    expect_near(client.episode_state(episode).value(), flat_floats(k.c["state_after"][t]), 1e-5, "state");
+    if (t == 2) ASSERT_TRUE(client.flush().ok());  // steps 0-1 go; the next chunk starts at step 2
+  }
+  ASSERT_TRUE(client.end_episode(episode, k.observations[steps]).ok());
+  ASSERT_TRUE(client.flush().ok());
+  const std::vector<json> records = records_of(server);
+  ASSERT_EQ(records.size(), 2u);
+  expect_near(state_in_of(records[1], k.state), flat_floats(k.c["state_after"][1]), 1e-6, "continuing state_in");
+  std::size_t t = 0;
+  for (const json& record : records) {
+    for (std::size_t i = 0; i < record["actions"].size(); ++i, ++t) {
+      expect_near(flat_floats(record["action_dist_inputs"][i]), flat_floats(k.c["dist_inputs"][t]), 1e-5, "dist");
+      if (t % 2 == 1) {
+        EXPECT_EQ(record["actions"][i], 1);
+        EXPECT_EQ(record["action_logp"][i], 0.0);
+      }
+    }
+  }
+  EXPECT_EQ(t, steps);
+  EXPECT_EQ(records[0]["logged_runs"], json({{1, 1}}));
+  EXPECT_EQ(records[1]["logged_runs"][0], json({1, 1}));  // step 3, the second of this chunk
 }
 
 // compute_action remembers per episode id: a running episode's state (one not
@@ -534,6 +575,39 @@ TEST(OrtRecurrent, MultiAgentStatesPerAgentAndPerGroup) {
   frame.clear();
   frame.add("a", k.observations[0].data(), 2);
   ASSERT_TRUE(client.compute_actions(frame, "eval-1").ok());
+}
+
+// [1.6] A logged agent's state advances in its module's batch, as a sampled one's (§12.4).
+TEST(OrtRecurrent, ALoggedAgentsStateAdvancesInTheFramesBatch) {
+  const Carry& k = carry();
+  FakeServer server(multi_script());
+  auto connected = tether::MultiAgentClient::connect(fake::ort_options_for(server, 5));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  const std::string episode = client.start_episode().value();
+  tether::AgentFrame frame;
+  const double one = 1;
+  const std::size_t steps = k.c["dist_inputs"].size();
+  for (std::size_t t = 0; t < steps; ++t) {
+    frame.clear();
+    frame.add("a", k.observations[t].data(), 2);
+    frame.add("b", k.observations[t].data(), 2);
+    frame.log_action("a", &one, 1);
+    ASSERT_TRUE(client.get_action(episode, frame).ok());
+    EXPECT_EQ(frame.discrete_action(0), 1);
+    expect_near(client.actor_state(episode, "a").value(), flat_floats(k.c["state_after"][t]), 1e-5, "logged a");
+    expect_near(client.actor_state(episode, "b").value(), flat_floats(k.c["state_after"][t]), 1e-5, "sampled b");
+  }
+  ASSERT_TRUE(client.end_episode(episode).ok());
+  ASSERT_TRUE(client.flush().ok());
+  const std::vector<json> records = records_of(server);
+  ASSERT_EQ(records.size(), 1u);
+  const json& a = records[0]["agents"]["a"];
+  EXPECT_EQ(a["logged_runs"], json({{0, static_cast<int>(steps)}}));
+  for (std::size_t t = 0; t < steps; ++t) {
+    expect_near(flat_floats(a["action_dist_inputs"][t]), flat_floats(k.c["dist_inputs"][t]), 1e-5, "a's dist");
+  }
+  EXPECT_FALSE(records[0]["agents"]["b"].contains("logged_runs"));
 }
 
 #endif  // _WIN32

@@ -8,6 +8,7 @@
 //   std::string episode = client.value()->start_episode().value();
 //   client.value()->get_action(episode, obs, obs_size, action, action_size);  // local inference
 //   client.value()->log_returns(episode, reward);
+//   client.value()->log_action(episode, obs, obs_size, taken, action_size);  // [1.6] an action the policy did not choose
 //   client.value()->end_episode(episode, final_obs, obs_size, /*truncated=*/false);
 //
 // get_action never waits for the network: every steps_per_batch() complete
@@ -134,8 +135,38 @@ class TetherClient final : public ClientBase {
   /// get_action for vectors (`action` is resized to action_space().flat_dim()).
   Status get_action(const std::string& episode_id, const std::vector<float>& obs, std::vector<double>& action);
 
-  /// Adds `reward` to the episode's last action (rewards accumulate until the
-  /// next action; one logged before the first action is dropped).
+  /// [1.6] Records a logged step (§10.1): `obs` (as get_action's) and the
+  /// action the engine took without the policy (a human player, a scripted
+  /// bot, another controller: RLlib's log_action), `action_size` =
+  /// action_space().flat_dim() numbers (a Discrete action as its integer
+  /// value; a Box action as the engine executed it, recorded as given, never
+  /// clipped). It mixes freely with get_action in one episode and is played
+  /// as get_action plays a step: the same observation checks and batch
+  /// cadence, and the reward log_returns adds next goes to it. The model is
+  /// evaluated on `obs` (a model with memory advances the episode's state,
+  /// §12.4) and its dist inputs are recorded, with 0 as the step's
+  /// action_logp (the server uses neither at a logged step, §13.7); the
+  /// record lists the step in its logged_runs. Allocates no more than
+  /// get_action. Refused, with nothing recorded or advanced: get_action's
+  /// codes (INVALID_ARGUMENT, NON_FINITE_VALUE and the row checks, NOT_READY
+  /// without a model, INFERENCE_FAILED, an error of the server not returned
+  /// yet, the fatal status); ACTION_OUT_OF_SPACE for another size than
+  /// action_space().flat_dim() or a Discrete / MultiDiscrete value outside
+  /// the space, NON_FINITE_VALUE for a NaN or infinite action value,
+  /// ACTION_MASKED for an action the observation's mask forbids (§11.6);
+  /// and NOT_READY against a server whose PONG announced a protocol older
+  /// than 1.6, which would train on the step as a sample of its policy (§15).
+  Status log_action(const std::string& episode_id, const float* obs, std::size_t obs_size, const double* action,
+                    std::size_t action_size);
+  /// log_action for a Dict or Tuple observation space (§8.6), the leaves set
+  /// as for get_action (with its codes for the leaves).
+  Status log_action(const std::string& episode_id, const ObservationLeaves& obs, const double* action,
+                    std::size_t action_size);
+  /// log_action for vectors.
+  Status log_action(const std::string& episode_id, const std::vector<float>& obs, const std::vector<double>& action);
+
+  /// Adds `reward` to the episode's last action, sampled or logged (rewards
+  /// accumulate until the next action; one logged before the first action is dropped).
   /// INVALID_ARGUMENT for an unknown episode or a non-finite reward; never
   /// an error of the server (the next other call returns those).
   Status log_returns(const std::string& episode_id, double reward);
@@ -216,6 +247,7 @@ class TetherClient final : public ClientBase {
     // fed with (state_dim floats a row): a cut's state_in is its first row.
     std::vector<float> state;
     std::vector<float> states;
+    std::vector<unsigned char> logged;  // [1.6] per recorded action: chosen outside the policy (log_action)
     bool terminated = false;
     bool truncated = false;
     double total_return = 0.0;
@@ -235,6 +267,9 @@ class TetherClient final : public ClientBase {
            std::int64_t& runs_connection);
   void recount_pending();
   void recycle(Episode&& episode);
+  Status act(const char* call, const std::string& episode_id, const float* obs, std::size_t obs_size,
+             double* action_out, bool logging, const double* logged, std::size_t action_size);
+  void record_demo_step(const std::string& episode_id, const float* obs, std::size_t obs_size, bool logged);
   Status run_policy(std::vector<float>& state, const float* obs, std::size_t obs_size);
   std::vector<float>& evaluation_state(const std::string& episode_id);
   void end_training() override;
@@ -261,6 +296,10 @@ class TetherClient final : public ClientBase {
   std::string evaluation_id_;
   bool evaluating_ = false;
   std::vector<float> evaluation_state_;
+  // [1.6] Demonstration recording (ClientOptions::demo_path): the default
+  // module's id in the file, and whether its header fits this connection's spaces.
+  std::string demo_module_;
+  bool demo_on_ = false;
 };
 
 }  // namespace tether

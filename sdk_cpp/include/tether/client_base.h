@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "tether/client_options.h"
+#include "tether/demonstrations.h"
 #include "tether/distributions.h"
 #include "tether/server_link.h"
 #include "tether/status.h"
@@ -42,7 +44,8 @@ class ClientBase {
   const Status& fatal_error() const noexcept { return fatal_; }
 
   /// Stops the I/O thread and closes the connection (idempotent); later calls
-  /// return CLOSED. A name lookup of the server's host in progress cannot be
+  /// return CLOSED. [1.6] A demonstration file (ClientOptions::demo_path) is
+  /// closed too: the episodes still running are written truncated (DemoWriter::close). A name lookup of the server's host in progress cannot be
   /// cancelled (getaddrinfo blocks): close() then waits until it returns.
   void close();
 
@@ -66,6 +69,12 @@ class ClientBase {
   /// 1.3: the sum of its SET_STATE answers' steps_refused_stale, §7.6,
   /// §13.2); such steps were delivered but will never be trained on (any thread).
   std::uint64_t steps_refused_stale() const noexcept { return link_->steps_refused_stale(); }
+  /// [1.6] Steps let go unsent for holding logged steps (log_action, a
+  /// frame's logged actions): a batch that goes, after a reconnect, to a
+  /// server older than 1.6 leaves out each record (agent entry) with a
+  /// logged step, all of its steps counted here, as such a server would
+  /// train on them as its policy's samples (§15; any thread).
+  std::uint64_t logged_steps_dropped() const noexcept { return link_->logged_steps_dropped(); }
   /// Training episodes played without being recorded, as the server's
   /// record_share asked (protocol 1.3, §13.2): none of their steps was sent.
   std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
@@ -86,6 +95,9 @@ class ClientBase {
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).
   const std::string& client_session() const noexcept { return link_->client_session(); }
+  /// [1.6] The demonstration file being written (ClientOptions::demo_path),
+  /// or null when recording is off, was closed, or stopped on a failed write.
+  const DemoWriter* demo_writer() const noexcept { return demo_.get(); }
   /// Whether the server said its run is done (ERROR TRAINING_DONE, protocol
   /// 1.3, §6.6 "End of training"): the normal end of training, not an error.
   /// From then on the client never reconnects and records and sends nothing;
@@ -172,8 +184,23 @@ class ClientBase {
   /// server's record_share asks (held-back ones are counted).
   Recording new_episode_recording(bool training_enabled);
 
+  /// [1.6] NOT_READY, naming `call`, when the server's PONG announced a
+  /// protocol older than 1.6: it would train on logged steps as its policy's
+  /// samples (§15); ok otherwise.
+  Status check_logging_server(const char* call) const;
+  /// [1.6] Makes demo_ (ClientOptions::demo_path), once, with the first
+  /// connection's modules; a failure is what connect() returns.
+  void start_demo(const std::map<std::string, DemoModuleSpaces>& modules);
+  /// [1.6] Whether the demonstration file's header names `module` with these spaces.
+  bool demo_fits(const std::string& module, const Space& observation_space, const Space& action_space,
+                 const std::optional<ActionMask>& mask) const;
+  /// [1.6] A demonstration write that failed: reported once (a later call
+  /// returns it), and recording stops.
+  void demo_failed(const Status& status);
+
   ClientOptions options_;
   std::unique_ptr<ServerLink> link_;
+  std::unique_ptr<DemoWriter> demo_;
   std::shared_ptr<const LinkConfig> config_;
   std::int64_t connection_ = 0;
   Rng rng_;
@@ -189,6 +216,7 @@ class ClientBase {
 
  private:
   static Status check_options(const ClientOptions& options);
+  Status demo_start_failure_;  // why demo_ could not be made (connect() returns it)
   std::string random_episode_id();
   Status open(bool multi_agent);
 };

@@ -36,6 +36,14 @@ struct ClientOptions {
   std::size_t max_queued_steps = 0;        ///< steps that may wait behind the batch in flight; 0: from SET_CONFIG
   std::size_t max_queued_batches = 64;     ///< hard cap on waiting batches
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  ///< largest frame accepted from the server
+  /// [1.6] When set, a demonstration file (§18, DemoWriter) the client writes
+  /// while it plays: every episode, with its sampled and logged steps, each
+  /// agent's (or group's) episode as one line when it ends (running ones
+  /// truncated at close()), training or not, recorded or not. Created (or
+  /// replaced) at connect(), with the first connection's spaces (connect()
+  /// fails with the writer's status when it cannot be created); a module
+  /// whose spaces a later connection changes is no longer written. Empty: off.
+  std::string demo_path;
   /// Required: makes an empty inference backend for each model received
   /// (e.g. OnnxRuntimeBackend from tether/onnxruntime_backend.h). Called on the I/O thread.
   BackendFactory backend_factory;

@@ -43,6 +43,11 @@ struct EpisodeChunk {
   /// observation (§10.1 "state_in"), tensor after tensor
   /// (recurrent_state_dim() floats); empty for a model without memory.
   std::vector<float> state_in;
+  /// [1.6] The logged steps (§10.1 "logged_runs"): runs of (first step,
+  /// steps) whose actions the policy did not choose, in step order and apart
+  /// (add_logged_step builds them); empty to leave "logged_runs" out (every
+  /// step was sampled).
+  std::vector<std::pair<std::int64_t, std::int64_t>> logged_runs;
 
   /// T, the number of steps (rewards).
   std::size_t steps() const noexcept { return rewards.size(); }
@@ -52,6 +57,19 @@ struct EpisodeChunk {
 
 /// The largest weights version a "weights_seq_no_runs" run may name (§10.1, 2^31 - 1).
 inline constexpr std::int64_t kMaxRunVersion = 2147483647;
+
+/// [1.6] Marks step `step` logged in `runs` (§10.1 "logged_runs"), steps
+/// added in increasing order: it extends the last run when it follows it
+/// (adjacent logged steps are one run), else starts a new one.
+void add_logged_step(std::vector<std::pair<std::int64_t, std::int64_t>>& runs, std::int64_t step);
+
+/// [1.6] The logged steps of a record or agent entry of `steps` steps: its
+/// "logged_runs" (§10.1) as step indices in order, empty when it is absent,
+/// null or []. INVALID_FIELD when it is not [start, n] pairs of JSON integers
+/// with start >= 0, n >= 1, each run starting at or after the end of the one
+/// before (§10.6 check 20a); EPISODE_LENGTH_MISMATCH when a run reaches past
+/// the chunk (check 20b). The validators below make the same check.
+Result<std::vector<std::size_t>> read_logged_steps(const nlohmann::json& record, std::size_t steps);
 
 /// The JSON record of a single-agent chunk (§10.1): observations and Box
 /// actions nested by the spaces' shapes, discrete actions and a byte box's
@@ -68,7 +86,9 @@ inline constexpr std::int64_t kMaxRunVersion = 2147483647;
 /// [1.5] With `recurrent_state` (the model's state tensors, §9.1) the record
 /// carries "state_in" (§10.1) from chunk.state_in, which must then hold
 /// recurrent_state_dim() values (INVALID_ARGUMENT otherwise); without it a
-/// chunk's state_in must be empty.
+/// chunk's state_in must be empty. [1.6] A chunk with logged_runs carries
+/// them (INVALID_ARGUMENT for runs out of order, empty, or past its steps);
+/// send them only to a server whose PONG announced 1.6 or later (§15).
 Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& observation_space,
                                       const Space& action_space, std::string* attachment = nullptr,
                                       const std::vector<RecurrentStateSpec>& recurrent_state = {});
@@ -164,8 +184,8 @@ Status value_obs_row(const std::vector<std::string>& agents,
                      const std::map<std::string, std::vector<float>>& latest_obs, std::size_t obs_dim,
                      float* out);
 
-/// Validates one single-agent record as a server does (§10.6, checks 1-18)
-/// and returns its steps. Codes as the conformance vectors: INVALID_FIELD,
+/// Validates one single-agent record as a server does (§10.6, checks 1-18
+/// and [1.6] 20) and returns its steps. Codes as the conformance vectors: INVALID_FIELD,
 /// EPISODE_LENGTH_MISMATCH, OBS_SHAPE_MISMATCH, NON_FINITE_VALUE,
 /// ACTION_OUT_OF_SPACE, MISSING_ACTION_LOGP, and (protocol 1.4) INVALID_TENSOR
 /// and OBS_DTYPE_MISMATCH: "obs" may be a tensor object (§10.9) read from
@@ -174,8 +194,9 @@ Status value_obs_row(const std::vector<std::string>& agents,
 /// (check 11b). [1.4] A Dict or Tuple space's "obs" is an object of its
 /// leaves (check 4c: INVALID_FIELD, OBS_LEAF_MISMATCH, EPISODE_LENGTH_MISMATCH
 /// and the leaf checks), and with `mask` (the module's action mask) checks
-/// 14b-14d: INVALID_ACTION_MASK, ACTION_MASK_EMPTY, ACTION_MASKED.
-/// `index` names the record in messages.
+/// 14b-14d: INVALID_ACTION_MASK, ACTION_MASK_EMPTY, ACTION_MASKED. [1.6]
+/// "logged_runs" is checked as read_logged_steps reads it (check 20:
+/// INVALID_FIELD, EPISODE_LENGTH_MISMATCH). `index` names the record in messages.
 Result<std::size_t> validate_episode(const nlohmann::json& record, std::size_t index, const Space& observation_space,
                                      const Space& action_space, bool require_logp,
                                      std::optional<std::string_view> attachment = std::nullopt,
@@ -194,7 +215,8 @@ Result<std::size_t> validate_episodes(const nlohmann::json& message, const Space
 /// server's state) and returns its agent steps. Adds UNKNOWN_MODULE and the
 /// value_obs checks (OBS_SHAPE_MISMATCH, NON_FINITE_VALUE). An entry's "obs"
 /// is checked as a single-agent record's (validate_episode), tensors read
-/// from `attachment` and its module's action mask included.
+/// from `attachment` and its module's action mask included, and so are its
+/// [1.6] "logged_runs", by the entry's own step indices.
 Result<std::size_t> validate_multi_agent_record(const nlohmann::json& record, std::size_t index,
                                                 const std::map<std::string, ModuleSpec>& modules,
                                                 bool require_logp,

@@ -9,6 +9,7 @@
 //   frame.clear();
 //   frame.add("red_0", obs0, obs0_size);               // the agents acting now (group members included)
 //   frame.add("blue_0", obs1, obs1_size);
+//   frame.log_action("blue_0", &taken, 1);             // [1.6] an action the policy did not choose (optional)
 //   client->get_action(episode, frame);                // one inference Run per module
 //   const double* a0 = frame.action(0);                // frame.action_size(0) numbers
 //   client->log_returns(episode, "red_0", 1.0);
@@ -161,6 +162,26 @@ class AgentFrame {
   /// Agent `i`'s first action number as an integer (a Discrete action, or a member's one-element part).
   std::int64_t discrete_action(std::size_t i) const noexcept;
 
+  /// [1.6] Logs the action actor `actor_id` took without the policy in this
+  /// frame (a human player, a scripted bot, another controller: RLlib's
+  /// log_action): `actor_id` is an agent of the frame, or a group's id (its
+  /// members in the frame) with the group's joint action in its module's
+  /// action space (a member is never logged alone); `action_size` numbers (a
+  /// Discrete action as its integer value; a Box action as executed, recorded
+  /// as given). MultiAgentClient::get_action then records that actor's step
+  /// as logged (§10.1) and gives it this action back (a group's members
+  /// their parts), while the other agents act by the policy. Copied; kept
+  /// until clear() (add() keeps it). Checked by get_action.
+  void log_action(const std::string& actor_id, const double* action, std::size_t action_size);
+  /// [1.6] Actors given a logged action in this frame.
+  std::size_t logged_count() const noexcept { return logged_count_; }
+  /// [1.6] The `k`-th logged actor's id.
+  const std::string& logged_actor(std::size_t k) const noexcept { return logged_ids_[k]; }
+  /// [1.6] The `k`-th logged action (logged_action_size(k) numbers).
+  const double* logged_action(std::size_t k) const noexcept { return logged_values_.data() + logged_offsets_[k]; }
+  /// [1.6] The `k`-th logged action's size.
+  std::size_t logged_action_size(std::size_t k) const noexcept { return logged_offsets_[k + 1] - logged_offsets_[k]; }
+
  private:
   friend class MultiAgentClient;
   std::vector<std::string> ids_;            // ids_[0..count_) are live; the rest keep their capacity
@@ -170,6 +191,12 @@ class AgentFrame {
   std::vector<double> actions_;             // every action, flat
   std::vector<std::size_t> action_offsets_;  // count_ + 1 entries once actions are written
   std::size_t count_ = 0;
+  // [1.6] Logged actions: actor ids (logged_ids_[0..logged_count_) live, the
+  // rest keep their capacity) and their values, flat.
+  std::vector<std::string> logged_ids_;
+  std::vector<double> logged_values_;
+  std::vector<std::size_t> logged_offsets_ = std::vector<std::size_t>(1, 0);
+  std::size_t logged_count_ = 0;
   // Each fill (the agents added since a clear()) has a serial unique in the
   // process (0: never cleared). same_ids_: the ids so far are the previous
   // fill's first ones, in order (then each add left its string untouched).
@@ -220,6 +247,18 @@ class MultiAgentClient final : public ClientBase {
   /// TRAINING_DONE (MAP_AGENTS once training is done), NOT_READY (a module
   /// without a model), INFERENCE_FAILED, or the fatal status.
   /// On an error nothing of the frame is recorded.
+  /// [1.6] Actors given a logged action (AgentFrame::log_action) are logged
+  /// steps (§10.1; Python's get_action(..., logged_actions) and log_action):
+  /// their module's model is still evaluated on their observation (its dist
+  /// inputs recorded; a model with memory advances their state, §12.4), the
+  /// given action is recorded with 0 as its action_logp and written back as
+  /// their action, and their agent entries list the step in logged_runs.
+  /// Refused, with nothing of the frame recorded: INVALID_ARGUMENT for a
+  /// logged actor that does not act in the frame, a member of a group (log
+  /// the group's joint action under the group's id) or one logged twice;
+  /// ACTION_OUT_OF_SPACE, NON_FINITE_VALUE or ACTION_MASKED for an action its
+  /// module's space or mask refuses (as TetherClient::log_action); NOT_READY
+  /// against a server whose PONG announced a protocol older than 1.6 (§15).
   Status get_action(const std::string& episode_id, AgentFrame& frame);
 
   /// Greedy actions (the distributions' modes) for evaluation, written into
@@ -236,7 +275,9 @@ class MultiAgentClient final : public ClientBase {
   /// follow from its recorded observations, so play it with get_action, or
   /// give the greedy play another episode id. One evaluation episode is
   /// remembered at a time: another id starts afresh, so give each
-  /// evaluation episode its own id. On an error no state advances.
+  /// evaluation episode its own id. On an error no state advances. [1.6] A
+  /// frame with logged actions is refused (INVALID_ARGUMENT): nothing is
+  /// recorded here, play it with get_action.
   Status compute_actions(AgentFrame& frame, const std::string& episode_id = std::string());
   /// [1.5] The state an actor (agent or group id) of a running episode
   /// carries now, tensor after tensor (recurrent_state order; §12.4), or
@@ -244,7 +285,7 @@ class MultiAgentClient final : public ClientBase {
   /// Empty before its first step (its state is then zeros).
   Result<std::vector<float>> actor_state(const std::string& episode_id, const std::string& actor_id) const;
 
-  /// Adds `reward` to the agent's last action (a group member's to its
+  /// Adds `reward` to the agent's last action, sampled or logged (a group member's to its
   /// group's, divided by the member count for "mean"). Rewards accumulate
   /// until the agent acts again; one before its first action only counts in
   /// the returns. INVALID_ARGUMENT (unknown episode), NON_FINITE_VALUE; never
@@ -367,6 +408,10 @@ class MultiAgentClient final : public ClientBase {
   Status end_actors(Episode& episode, const AgentFrame& final_observations, bool all_truncated);
   static void fold_return(Episode& episode, Actor& actor);
   Status check_call(const std::string& episode_id, const char* call, Episode*& episode);
+  Status match_logged(const AgentFrame& frame);
+  void mark_logged_rows(const AgentFrame& frame);
+  void record_demo_frame(const Episode& episode);
+  void start_module_demos();
 
   std::map<std::string, std::unique_ptr<Module>> modules_;
   // member id -> (group index in group_list_, position among its members)
@@ -397,6 +442,9 @@ class MultiAgentClient final : public ClientBase {
   std::vector<std::string> new_actor_ids_;
   std::vector<std::string> unmapped_ids_;   // new actors MAP_AGENTS is asked about
   std::vector<std::size_t> unmapped_slots_;  // their slots
+  std::vector<std::size_t> logged_order_;    // [1.6] the frame's logged actions, sorted by actor id
+  std::vector<unsigned char> logged_matched_;  // [1.6] per logged action: a slot took it
+  std::vector<float> demo_obs_;              // [1.6] an actor's final observation for the demonstration file
   std::vector<std::unique_ptr<StepBlock>> spare_blocks_;  // blocks to reuse (at most as many as were ever in use)
   std::vector<std::shared_ptr<CutSteps>> spare_cuts_;     // cuts' steps back from the I/O thread, to reuse
   std::vector<std::shared_ptr<Batch>> dropped_batches_;   // batches the link dropped unsent (their steps come back)

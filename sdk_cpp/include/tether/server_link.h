@@ -103,6 +103,7 @@ struct LinkConfig {
   double heartbeat_interval_s = 0.0;          ///< 0: the server asks for no heartbeats
   bool speaks_1_3 = false;                    ///< PONG announced protocol 1.3 or later
   bool speaks_1_4 = false;                    ///< PONG announced 1.4 or later: records may carry tensors (§10.9)
+  bool speaks_1_6 = false;                    ///< PONG announced 1.6 or later: records may carry logged_runs (§15)
   bool announces_version = false;             ///< PONG carried a protocol_version (not RLlib's plain v1)
   std::size_t queue_limit_steps = 1000;       ///< steps allowed to wait behind the batch in flight
   // Multi-agent (LinkOptions::multi_agent):
@@ -323,6 +324,12 @@ class ServerLink {
   /// Agent steps the server refused as too stale to be trained, summed over
   /// its SET_STATE answers' steps_refused_stale (protocol 1.3, §7.6, §13.2).
   std::uint64_t steps_refused_stale() const noexcept { return steps_refused_stale_.load(); }
+  /// [1.6] Steps let go unsent because their record (a multi-agent record's
+  /// agent entry) held logged steps and was to go to a server older than 1.6
+  /// (a batch cut for a 1.6 server and sent again after a reconnect to an
+  /// older one): such a server would train on them as its policy's samples
+  /// (§15). Every step of such a record counts, sampled ones included. Any thread.
+  std::uint64_t logged_steps_dropped() const noexcept { return logged_steps_dropped_.load(); }
   /// The share of new training episodes the server asks this client to
   /// record (protocol 1.3, SET_STATE record_share, §7.6, §13.2): the last
   /// valid value received, 1 when the last SET_STATE had none (any thread).
@@ -452,6 +459,7 @@ class ServerLink {
   std::atomic<std::int64_t> batches_dropped_{0};
   std::atomic<std::int64_t> heartbeats_sent_{0};
   std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only
+  std::atomic<std::uint64_t> logged_steps_dropped_{0};  // written by the I/O thread only
   std::atomic<double> record_share_{1.0};              // written by the I/O thread only
   std::atomic<std::int64_t> steps_per_batch_{0};       // 0: none asked (I/O thread writes)
   std::atomic<bool> training_done_{false};             // written under mutex_ by the I/O thread
