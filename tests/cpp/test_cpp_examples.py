@@ -22,6 +22,9 @@ run (tests/conftest.py).
   observed only through its 8x8 uint8 camera image (a byte box, protocol
   1.4), learned with the CNN against ``tether serve``: its catch rate over the
   last 100 episodes beats a random policy's (the same program, --random) by 0.5.
+* scripted_team: CartPoles side by side, the even ones played by a scripted expert whose actions the
+  frame logs (protocol 1.6), the odd ones by the policy: the policy trains above random play, and the
+  demonstration file the client writes holds every cart's episodes, the expert's steps logged.
 * memory_cue: the game of multiagent/envs/memory_cue.py in C++ (protocol 1.5),
   which only a policy with memory wins: trained against ``tether serve`` with a
   GRU, its greedy episodes (compute_action with an episode id) reach a mean
@@ -155,6 +158,38 @@ def relay_game_learns(program: list[str], tmp_path: Path, env: dict[str, str] | 
 
 def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) -> None:
     print("C++ multi-agent:", relay_game_learns([str(examples / "multi_agent")], tmp_path))
+
+
+@pytest.mark.slow
+def test_cpp_logged_expert_carts_and_policy_carts_train(examples: Path, tmp_path: Path) -> None:
+    """A C++ frame of logged expert carts and policy carts (AgentFrame::log_action, protocol 1.6) trains
+    the policy above random play of the same program (--random), and the frames it played are written
+    to a demonstration file the server's reader takes back, the expert's steps logged."""
+    from tether.protocol.demonstrations import read_demonstrations
+
+    program = str(examples / "scripted_team")
+    random_run = subprocess.run([program, "--random", "--max-steps", "30000", "--seed", "1"], capture_output=True,
+                                text=True, timeout=60)
+    assert random_run.returncode == 0, random_run.stderr
+    baseline = last_json(random_run.stdout)
+    assert baseline["expert_return_mean"] == 500 and baseline["policy_return_last"] < 50, baseline
+    demos = tmp_path / "team.jsonl"
+    with ServerProcess(tmp_path, "--train-batch-size", "1000", "--env-steps-per-sample", "250", "--seed", "0") as server:
+        run = subprocess.run([program, "--port", str(server.port), "--max-steps", "30000", "--seed", "0",
+                              "--demo-file", str(demos)], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        summary = server.stop()
+    result = last_json(run.stdout)
+    print(f"C++ scripted team: {result}; random baseline {baseline}")
+    assert result["expert_return_mean"] == 500
+    # (seeds 0 and 1 reached 87 and 243 over their last 20 episodes; random play about 25)
+    assert result["policy_return_last"] > baseline["policy_return_last"] + 30, (result, baseline)
+    assert summary["env_steps"] >= 20_000, summary
+    written = read_demonstrations(demos)
+    experts = [e for e in written.episodes if int(e.agent_id.split("_")[1]) % 2 == 0]
+    policy = [e for e in written.episodes if int(e.agent_id.split("_")[1]) % 2 == 1]
+    assert experts and policy and all(e.chunk.logged is not None and e.chunk.logged.all() for e in experts)
+    assert all(e.chunk.logged is None for e in policy)
 
 
 @pytest.mark.slow
