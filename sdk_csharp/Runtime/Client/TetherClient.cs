@@ -542,7 +542,7 @@ namespace Tether.Client
                 Distributions.SampleRows(ActionSpace, dist, 1, rng, rawBoxSamples, record, action, logp);
             }
             CommitState(episode, episode.Training);  // (every step advances the state, recorded or not)
-            if (demos != null) demos.StepRow(episode.Id, DemoWriter.DefaultAgent, DemoWriter.DefaultModule, values ?? ByteValues(bytes, obsDim), 0, record, 0, logged);
+            if (demos != null) demos.StepRow(episode.Id, DemoWriter.DefaultAgent, demoModule, values ?? ByteValues(bytes, obsDim), 0, record, 0, logged);
             if (!episode.Training)
             {
                 if (episode.HeldBack) ++heldSteps;
@@ -868,6 +868,9 @@ namespace Tether.Client
             spareBatches.Push(batch);
         }
 
+        // [1.6] The module a demonstration file names this client's episodes by.
+        private string demoModule = DemoWriter.DefaultModule;
+
         internal override bool Configured { get { return ObservationSpace != null; } }
 
         internal override void Connected(LinkEvent e)
@@ -898,9 +901,14 @@ namespace Tether.Client
             connection = e.Connection;
             if (options.DemoPath != null)
             {
+                // The module the server serves "default_agent" (its mapping's, as in every SDK), else the default's name.
+                JToken rules = e.Config["policy_mapping"];
+                demoModule = rules is JArray && ((JArray)rules).Count > 0
+                    ? PolicyMapping.FromJson(rules).ModuleFor(DemoWriter.DefaultAgent, "")
+                    : DemoWriter.DefaultModule;
                 StartDemonstrations(new Dictionary<string, ModuleSpec>
                 {
-                    { DemoWriter.DefaultModule, new ModuleSpec { ModuleId = DemoWriter.DefaultModule, ObservationSpace = observationSpace, ActionSpace = actionSpace, ActionMask = ActionMask } },
+                    { demoModule, new ModuleSpec { ModuleId = demoModule, ObservationSpace = observationSpace, ActionSpace = actionSpace, ActionMask = ActionMask } },
                 });
             }
             Apply(e.State);
