@@ -8,7 +8,7 @@ type, a huge or non-finite number, a lone surrogate, deep nesting; keys
 dropped or added; lists cut or extended), protocol 1.4 tensors inline and in a
 binary attachment (the attachment cut, extended or flipped), records of a Dict observation with an
 action mask (a second module, "board"), protocol 1.5 records of a module with memory ("memory": their
-state_in), mutated at the byte level (flipped,
+state_in), protocol 1.6 logged steps (logged_runs), mutated at the byte level (flipped,
 cut, inserted bytes under a correct header), random bodies, and now and then
 a broken header (which must close the connection: the thread reconnects).
 
@@ -127,6 +127,13 @@ CORPUS += [  # (a recurrent module's behaviour logps are not rechecked at ingest
                                        "agents": {"mem_1": MEMORY_ENTRY}}]},
     {"type": "EPISODES_AND_GET_STATE", "episodes": [{"episode_id": "r2", "is_terminated": False, "is_truncated": False,
                                                      "agents": {"mem_2": dict(MEMORY_ENTRY, is_terminated=False)}}]},
+]
+CORPUS += [  # protocol 1.6: logged steps (§10.1), in a memory entry and a masked board entry
+    {"type": "EPISODES", "episodes": [  # (one agent per record: accepted_steps counts agent steps)
+        {"episode_id": "l1", "is_terminated": True, "is_truncated": False,
+         "agents": {"mem_3": dict(MEMORY_ENTRY, logged_runs=[[0, 1]])}},
+        {"episode_id": "l2", "is_terminated": True, "is_truncated": False,
+         "agents": {"p4": dict(BOARD_ENTRY, logged_runs=[[0, 2]])}}]},
 ]
 ATTACHED += [
     ({"type": "EPISODES", "episodes": [{"episode_id": "b3", "is_terminated": True, "is_truncated": False, "agents": {
