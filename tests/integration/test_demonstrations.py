@@ -19,8 +19,14 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
+from tether.server.checkpoint_state import init_from_trained
 from tether.server.cli import evaluate_policy
+from tether.server.config import ServerConfig
+from tether.server.minari_datasets import load_demonstrations
+from tether.server.module_runtime import build_modules
+from tether.server.module_setup import build_layout
 
 from .server_process import REPO, ServerProcess
 
@@ -69,16 +75,23 @@ def test_cloning_a_scripted_cartpole_expert_from_a_minari_dataset(tmp_path: Path
     assert expert["expert_return_mean"] == 500.0
     converted = tether("demos", "convert", str(tmp_path / "expert.jsonl"), "--out", str(tmp_path / "minari"))
     assert converted.returncode == 0, converted.stderr[-3000:]
-    shown = [json.loads(tether("demos", "show", str(p)).stdout) for p in (tmp_path / "expert.jsonl", tmp_path / "minari")]
-    assert shown[0] == shown[1] == {"modules": {"default_policy": {"episodes": 10, "steps": 5000, "logged_steps": 5000}}}
+    shown = json.loads(tether("demos", "show", str(tmp_path / "minari")).stdout)
+    assert shown == {"modules": {"default_policy": {"episodes": 10, "steps": 5000, "logged_steps": 5000}}}
+    original = load_demonstrations(tmp_path / "expert.jsonl", "default_policy")
+    np.testing.assert_array_equal(load_demonstrations(tmp_path / "minari", "default_policy").cloning_data("default_policy")[0],
+                                  original.cloning_data("default_policy")[0])
     report = pretrain(tmp_path / "minari", tmp_path / "pretrained.pt")
     assert report["steps"] == 5000 and report["loss_last_epoch"] < report["loss_first_epoch"] / 3
     cloned = evaluate_policy(Path(report["onnx"]), episodes=10)
     random = random_return("CartPole-v1", 20)
     assert random < 50 and cloned >= 400, (cloned, random)
     # The checkpoint is one `tether serve --init-from` starts from: its first model is the cloned one.
-    with ServerProcess(tmp_path, "--init-from", str(tmp_path / "pretrained.pt")) as server:
-        assert any("starts from 'default_policy'" in line for line in server.lines), server.lines
+    config = ServerConfig(port=0, tensorboard=False, env="CartPole-v1", init_from=str(tmp_path / "pretrained.pt"))
+    modules = build_modules(build_layout(config), config, torch.device("cpu"))
+    init_from_trained(modules, build_layout(config).init_from)
+    served = modules["default_policy"].learner.export_onnx()
+    (tmp_path / "served.onnx").write_bytes(served)
+    assert evaluate_policy(tmp_path / "served.onnx", episodes=3) >= 400
 
 
 def test_cloning_a_scripted_pendulum_expert_box_actions(tmp_path: Path) -> None:
