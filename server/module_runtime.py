@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from tether.protocol.multi_agent import ModuleSpec
 from tether.protocol.onnx_codec import encode_onnx
 
 from tether.protocol.demonstrations import DemonstrationError
+from tether.protocol.episodes import EpisodeChunk
 
 from .config import ConfigError, ServerConfig
 from .learner import PPOLearner
@@ -54,22 +54,22 @@ def build_modules(layout: ModuleLayout, config: ServerConfig, device: torch.devi
             raise ModelConfigError(f"module {module_id!r}: {exc}") from None
         demos = layout.hyperparams[module_id].demos
         if demos:
-            obs, actions = demonstration_steps(demos, module_id, spec)
             try:
-                learner.set_demonstrations(obs, actions)
+                learner.set_demonstrations(demonstration_episodes(demos, module_id, spec))
             except ValueError as exc:
                 raise ConfigError(f"module {module_id!r}: demos: {exc}") from None
     return modules
 
 
-def demonstration_steps(path: str, module_id: str, spec: ModuleSpec) -> tuple[np.ndarray, np.ndarray]:
-    """The steps of the demonstrations at ``path`` for module ``module_id`` (observation rows, actions),
-    checked against its spaces; ConfigError naming what is wrong. A file of one module serves any
-    module of the same spaces; a file of several needs one named ``module_id``."""
+def demonstration_episodes(path: str, module_id: str, spec: ModuleSpec) -> list[EpisodeChunk]:
+    """The episodes of the demonstrations at ``path`` for module ``module_id``, checked against its
+    spaces; ConfigError naming what is wrong. A file of one module serves any module of the same
+    spaces; a file of several needs one named ``module_id``."""
     try:
         demos = load_demonstrations(path, module_id)
         recorded = module_id if module_id in demos.modules or len(demos.modules) != 1 else next(iter(demos.modules))
         demos.check_spaces(recorded, spec)
-        return demos.cloning_data(recorded)
+        demos.cloning_data(recorded)  # (refuses, by name, a module without episodes)
+        return [e.chunk for e in demos.of_module(recorded)]
     except DemonstrationError as exc:
         raise ConfigError(f"module {module_id!r}: demos {path!r}: {exc}") from None

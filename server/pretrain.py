@@ -53,13 +53,13 @@ def pretrain(config: ServerConfig, dataset: str | Path, out: str | Path, epochs:
         recorded = module_id if module_id in demos.modules or len(demos.modules) != 1 else next(iter(demos.modules))
         try:
             demos.check_spaces(recorded, runtime.spec)
-            obs, actions = demos.cloning_data(recorded)
+            obs, _ = demos.cloning_data(recorded)
         except DemonstrationError as exc:
             raise ConfigError(f"module {module_id!r}: --dataset {str(dataset)!r}: {exc}") from None
         returns = None if runtime.spec.value_obs_agents else demos.returns(recorded, runtime.learner.hp.gamma)
         started = time.monotonic()
         try:
-            losses = runtime.learner.pretrain(obs, actions, returns, epochs)
+            losses = runtime.learner.pretrain([e.chunk for e in demos.of_module(recorded)], returns, epochs)
         except ValueError as exc:
             raise ConfigError(f"module {module_id!r}: {exc}") from None
         onnx_path = out.with_name(f"{out.stem}.{module_id}.onnx")

@@ -13,6 +13,7 @@ from torch import nn
 
 from tether.protocol.distributions import dist_inputs_size
 from tether.protocol.action_mask import ActionMask
+from tether.protocol.episodes import EpisodeChunk
 from tether.protocol.spaces import Box, Space, is_composite
 
 from ..config import ServerConfig
@@ -28,6 +29,7 @@ from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
 from .rollout_batch import RolloutBatch
 from .distributions import ActionDistribution
 from .sequences import StatePass, run_windows, state_pass, windows
+from .cloning import CloningData
 
 
 def _server_default(name: str) -> Any:
@@ -143,19 +145,23 @@ class PPOLearner:
                                                                leaves, state)
         self.optimizer = adam(self.model.parameters(), lr=hp.lr, eps=1e-5)  # (no compiler import: optimizer_startup.py)
         self._rng = np.random.default_rng(seed)
-        #: **[1.6]** A demonstration dataset's steps (observations, actions) trained on by cloning beside PPO.
-        self.demos: tuple[torch.Tensor, torch.Tensor] | None = None
+        #: **[1.6]** A demonstration dataset cloned beside PPO in every update (cloning.py).
+        self.demos: CloningData | None = None
         #: Updates that trained with the dataset so far (its coefficient's decay; kept in checkpoints).
         self.demo_updates = 0
+        self._value_obs_dim = value_obs_dim
 
-    def set_demonstrations(self, obs: np.ndarray, actions: np.ndarray) -> None:
-        """Train on these demonstration steps by behavioural cloning in every update (``demo_coef``),
-        beside PPO: ``obs`` (steps, obs_dim) flat rows, ``actions`` (steps, ...) in the action space."""
-        if self.recurrent is not None:
-            raise ValueError("a demonstration dataset for a module with memory is not supported: its cloning "
-                             "term would need whole sequences (logged steps from clients are)")
-        act_dtype = torch.float32 if actions.dtype.kind == "f" else torch.long
-        self.demos = (self._tensor(obs.reshape(len(obs), -1)), self._tensor(actions, act_dtype))
+    def _cloning_data(self, episodes: list[EpisodeChunk], returns: np.ndarray | None) -> CloningData:
+        if self.recurrent is not None and self._value_obs_dim is not None:
+            raise ValueError("demonstrations for a module with memory and a centralized critic are not supported: "
+                             "a demonstration file holds no critic input (value_obs)")
+        return CloningData(episodes, self.recurrent, self.device, returns)
+
+    def set_demonstrations(self, episodes: list[EpisodeChunk]) -> None:
+        """Train on these demonstration episodes (whole, validated against the module's spaces) by
+        behavioural cloning in every update (``demo_coef``), beside PPO. A network with memory clones
+        along sequences from each episode's zero state (cloning.py)."""
+        self.demos = self._cloning_data(episodes, None)
 
     def demo_coef_now(self) -> float:
         """The dataset's cloning coefficient for the next update (after its linear decay)."""
@@ -166,41 +172,34 @@ class PPOLearner:
             return hp.demo_coef
         return hp.demo_coef * max(0.0, 1.0 - self.demo_updates / hp.demo_decay_updates)
 
-    def clone(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """The behavioural-cloning loss: the mean of -log pi(a | o) over the given steps (a network
-        without memory)."""
-        dist = ActionDistribution(self.action_space, self.model.dist_inputs(obs))
-        return -dist.log_prob(actions).mean()
+    def _cloning_loss(self, dist_inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The behavioural-cloning loss: the mean of -log pi(a | o) over the given steps."""
+        return -ActionDistribution(self.action_space, dist_inputs).log_prob(actions).mean()
 
-    def pretrain(self, obs: np.ndarray, actions: np.ndarray, returns: np.ndarray | None, epochs: int) -> list[float]:
-        """Behavioural cloning from demonstration steps (``tether pretrain``): ``epochs`` passes of
-        minibatches of ``minibatch_size`` steps minimising -log pi(a | o), and, with ``returns`` (the
-        discounted return from each step), the value loss towards them, so PPO starts from a critic
-        that knows the demonstrated states. Returns the mean cloning loss of each epoch."""
-        if self.recurrent is not None:
-            raise ValueError("pretraining a module with memory from demonstrations is not supported")
+    def pretrain(self, episodes: list[EpisodeChunk], returns: np.ndarray | None, epochs: int) -> list[float]:
+        """Behavioural cloning from demonstration episodes (``tether pretrain``): ``epochs`` passes of
+        minibatches of about ``minibatch_size`` steps minimising -log pi(a | o) (a network with memory:
+        windows of sequences from each episode's zero state), and, with ``returns`` (the discounted
+        return from each step, in episode order), the value loss towards them, so PPO starts from a
+        critic that knows the demonstrated states. Returns the mean cloning loss of each epoch."""
+        data = self._cloning_data(episodes, returns)
         if self.normalizer is not None:
-            self.normalizer.observe(obs.reshape(len(obs), -1))
-        rows = self._tensor(obs.reshape(len(obs), -1))
-        acts = self._tensor(actions, torch.float32 if actions.dtype.kind == "f" else torch.long)
-        targets = None if returns is None else self._tensor(returns)
+            self.normalizer.observe(data.batch.all_obs)
         losses: list[float] = []
         for _ in range(epochs):
-            order = torch.as_tensor(self._rng.permutation(len(rows)), device=self.device)
             total = 0.0
-            for start in range(0, len(rows), self.hp.minibatch_size):
-                idx = order[start:start + self.hp.minibatch_size]
-                bc = self.clone(rows[idx], acts[idx])
-                loss = bc if targets is None else bc + self.hp.vf_coef * 0.5 * (
-                    (self.model.value(rows[idx]) - targets[idx]) ** 2).mean()
+            for steps, dist_inputs, values in data.epoch(self.model, self._rng, self.hp.minibatch_size):
+                bc = self._cloning_loss(dist_inputs, data.actions[steps])
+                loss = bc if values is None or data.returns is None else bc + self.hp.vf_coef * 0.5 * (
+                    (values - data.returns[steps]) ** 2).mean()
                 if not torch.isfinite(loss):
                     raise NonFiniteUpdate(f"the cloning loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.hp.max_grad_norm)
                 self.optimizer.step()
-                total += bc.item() * int(idx.shape[0])
-            losses.append(total / len(rows))
+                total += bc.item() * int(steps.shape[0])
+            losses.append(total / data.steps)
         return losses
 
     def export_onnx(self) -> bytes:
@@ -330,6 +329,8 @@ class PPOLearner:
         demo_coef = self.demo_coef_now()
         if demo_coef > 0:
             stats["demo_bc_loss"] = []
+            assert self.demos is not None
+            self.demos.refresh(self.model)  # (memory: the windows' start states, with this update's weights)
         for _ in range(hp.num_epochs):
             for idx, new_logp, entropy, new_value in minibatches():
                 size = int(idx.shape[0])
@@ -360,9 +361,8 @@ class PPOLearner:
                     stats["bc_loss"].append(bc_loss.item())
                 if demo_coef > 0:
                     assert self.demos is not None
-                    pick = torch.as_tensor(self._rng.integers(0, len(self.demos[0]), min(mb, len(self.demos[0]))),
-                                           device=self.device)
-                    demo_loss = self.clone(self.demos[0][pick], self.demos[1][pick])
+                    steps, demo_dist, _ = self.demos.sample(self.model, self._rng, mb)
+                    demo_loss = self._cloning_loss(demo_dist, self.demos.actions[steps])
                     loss = loss + demo_coef * demo_loss
                     stats["demo_bc_loss"].append(demo_loss.item())
                 if not torch.isfinite(loss):

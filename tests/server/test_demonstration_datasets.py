@@ -17,7 +17,7 @@ from tether.sdk.demonstrations import DemoWriter
 from tether.server.config import ConfigError, ServerConfig
 from tether.server.learner import PPOHyperparams, PPOLearner
 from tether.server.learner.rollout_batch import build_batch
-from tether.server.module_runtime import demonstration_steps
+from tether.server.module_runtime import demonstration_episodes
 from tether.server.pool_journal import JournalEntry, decode_entries, encode_entry
 from tether.server.pretrain import pretrain
 from tether.server.sample_pool import Pooled, split_chunk
@@ -41,11 +41,11 @@ def test_a_dataset_whose_action_space_differs_is_refused_by_name(tmp_path: Path)
     path = write_demos(tmp_path / "d.jsonl", box(-1, 1, (3,)), Discrete(3), 2)
     module = ModuleSpec("default_policy", box(-1, 1, (3,)), Discrete(2))
     with pytest.raises(ConfigError) as info:
-        demonstration_steps(str(path), "default_policy", module)
+        demonstration_episodes(str(path), "default_policy", module)
     assert "action_space" in str(info.value) and "default_policy" in str(info.value)
     same = ModuleSpec("default_policy", box(-1, 1, (3,)), Discrete(3))
-    obs, actions = demonstration_steps(str(path), "default_policy", same)
-    assert obs.shape == (12, 3) and actions.tolist() == [2] * 12
+    episodes = demonstration_episodes(str(path), "default_policy", same)
+    assert sum(e.env_steps for e in episodes) == 12 and all(e.actions.tolist() == [2] * e.env_steps for e in episodes)
 
 
 def test_a_corrupt_minari_file_is_refused_by_name(tmp_path: Path) -> None:
@@ -55,22 +55,24 @@ def test_a_corrupt_minari_file_is_refused_by_name(tmp_path: Path) -> None:
     demos = read_demonstrations(write_demos(tmp_path / "d.jsonl", box(-1, 1, (3,)), Discrete(3), 1))
     folder = write_minari(demos, "default_policy", tmp_path / "minari")
     module = ModuleSpec("default_policy", box(-1, 1, (3,)), Discrete(3))
-    assert demonstration_steps(str(folder), "default_policy", module)[0].shape == (12, 3)
+    assert sum(e.env_steps for e in demonstration_episodes(str(folder), "default_policy", module)) == 12
     (hdf5,) = folder.glob("**/*.hdf5")
     data = hdf5.read_bytes()
     hdf5.write_bytes(data[: len(data) // 2])  # a copy cut short
     with pytest.raises(ConfigError, match="cannot read"):
-        demonstration_steps(str(folder), "default_policy", module)
+        demonstration_episodes(str(folder), "default_policy", module)
     hdf5.write_bytes(b"not hdf5 " * 50)
     with pytest.raises(ConfigError, match="cannot read"):
-        demonstration_steps(str(folder), "default_policy", module)
+        demonstration_episodes(str(folder), "default_policy", module)
 
 
-def test_pretraining_a_module_with_memory_is_a_clear_error(tmp_path: Path) -> None:
+def test_pretraining_a_module_with_memory_and_a_centralized_critic_is_a_clear_error(tmp_path: Path) -> None:
     path = write_demos(tmp_path / "d.jsonl", box(-10, 10, (4,)), Discrete(2), 1)
-    config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, observation_space=CARTPOLE_OBS,
-                          action_space={"type": "Discrete", "n": 2}, model={"recurrent": {"type": "gru", "size": 8}})
-    with pytest.raises(ConfigError, match="memory"):
+    module = {"observation_space": CARTPOLE_OBS, "action_space": {"type": "Discrete", "n": 2},
+              "value_obs_agents": ["a", "b"], "model": {"recurrent": {"type": "gru", "size": 8}}}
+    config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, modules={"default_policy": module},
+                          policy_mapping=[{"pattern": "*", "module": "default_policy"}])
+    with pytest.raises(ConfigError, match="centralized critic"):
         pretrain(config, path, tmp_path / "out.pt", epochs=1)
     assert not (tmp_path / "out.pt").exists()
 
@@ -80,7 +82,9 @@ def test_a_rolled_back_update_leaves_the_dataset_coefficients_decay_as_it_was() 
     demonstration term's decay must not count them."""
     learner = PPOLearner(box(-1, 1, (3,)), Discrete(2), PPOHyperparams(num_epochs=1, minibatch_size=16, demo_coef=1.0,
                                                                         demo_decay_updates=10), seed=0)
-    learner.set_demonstrations(np.zeros((8, 3), np.float32), np.zeros(8, np.int64))
+    learner.set_demonstrations([EpisodeChunk(obs=np.zeros((9, 3), np.float32), actions=np.zeros(8, np.int64),
+                                             rewards=np.zeros(8, np.float32), action_logp=None,
+                                             action_dist_inputs=None, is_terminated=True, is_truncated=False)])
     rng = np.random.default_rng(0)
     chunk = EpisodeChunk(obs=rng.uniform(-1, 1, (17, 3)).astype(np.float32), actions=rng.integers(0, 2, 16),
                          rewards=np.ones(16, np.float32), action_logp=None, action_dist_inputs=None,
