@@ -108,6 +108,8 @@ class TetherClient(BaseClient):
         self.env_steps_sent = 0
         #: **[1.6]** The demonstration file written while playing (record_demonstrations), else None.
         self._demos: DemoWriter | None = None
+        #: Episodes already running when the demonstration file was opened: never written (not whole).
+        self._demo_partial: set[str] = set()
         self._demo_module = DEFAULT_DEMO_MODULE
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
@@ -280,7 +282,7 @@ class TetherClient(BaseClient):
             action, logp, env_action = logged_action, 0.0, logged_action
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
         episode.record_step(obs, action, logp, dist, stamp, state, logged_action is not None)
-        if self._demos is not None:
+        if self._demos is not None and episode_id not in self._demo_partial:
             self._demos._step(episode_id, "default_agent", self._demo_module, obs, action, logged_action is not None)
         if episode.training_enabled:
             self._pending_steps += 1
@@ -346,7 +348,8 @@ class TetherClient(BaseClient):
     def record_demonstrations(self, path: str | Path) -> DemoWriter:
         """**[1.6]** Write every episode played from now on — its steps sampled, logged (``log_action``) or
         both — to the demonstration file ``path`` (§18), one line as each ends, in the spaces of the
-        server's default module. Returns the writer; ``stop_demonstrations`` (or ``close``) closes it."""
+        server's default module; episodes already running are not written (they would not be whole).
+        Returns the writer; ``stop_demonstrations`` (or ``close``) closes it."""
         if self.observation_space is None or self.action_space is None:
             raise NotReadyError("the server has not described its spaces yet")
         self.stop_demonstrations()
@@ -358,6 +361,7 @@ class TetherClient(BaseClient):
                           action_mask_leaf=config.get("action_mask") or None)
         self._demo_module = module
         self._demos = DemoWriter(path, {module: spec})
+        self._demo_partial = set(self._episodes)
         return self._demos
 
     def close(self) -> None:
@@ -386,6 +390,7 @@ class TetherClient(BaseClient):
         episode.finish(final, truncated)
         if self._demos is not None:
             self._demos.end(episode_id, "default_agent", final, terminated=not truncated)
+        self._demo_partial.discard(episode_id)
         if episode.training_enabled and episode.pending_steps:
             self._finished.append(episode)
         return episode.total_return

@@ -107,6 +107,8 @@ class MultiAgentClient(BaseClient):
         self._env_steps_since_cut = 0
         #: **[1.6]** The demonstration file written while playing (record_demonstrations), else None.
         self._demos: DemoWriter | None = None
+        #: Episodes already running when the demonstration file was opened: never written (not whole).
+        self._demo_partial: set[str] = set()
         self.modules: dict[str, ModuleSpec] = {}
         self.policies: dict[str, OnnxPolicy] = {}
         self.weights_seq_nos: dict[str, int] = {}
@@ -422,7 +424,7 @@ class MultiAgentClient(BaseClient):
                 seq = self.weights_seq_nos.get(module_id)
                 stamp = None if seq is None else (self._seq_connections.get(module_id, self._connection), seq)
                 episode.actors[actor_id].recorder.act(action, logp, dist, stamp, actor_id in logged)
-                if self._demos is not None:
+                if self._demos is not None and episode_id not in self._demo_partial:
                     self._demos._step(episode_id, actor_id, module_id, actor_obs[actor_id], action, actor_id in logged)
                 if episode.training_enabled:
                     self._pending_steps += 1
@@ -534,12 +536,14 @@ class MultiAgentClient(BaseClient):
     def record_demonstrations(self, path: str | Path) -> DemoWriter:
         """**[1.6]** Write every actor episode played from now on — steps sampled, logged (``log_action``)
         or both — to the demonstration file ``path`` (§18), one line per actor (agent, or group under its
-        group id) as it leaves, in the spaces of the modules the server describes now. Returns the
-        writer; ``stop_demonstrations`` (or ``close``) closes it."""
+        group id) as it leaves, in the spaces of the modules the server describes now; episodes already
+        running are not written (they would not be whole). Returns the writer; ``stop_demonstrations``
+        (or ``close``) closes it."""
         if not self.modules:
             raise NotReadyError("the server has not described its modules yet")
         self.stop_demonstrations()
         self._demos = DemoWriter(path, dict(self.modules))
+        self._demo_partial = set(self._episodes)
         return self._demos
 
     def stop_demonstrations(self) -> None:
@@ -568,6 +572,7 @@ class MultiAgentClient(BaseClient):
                     final[m] = episode.latest_obs[m]
         self.end_agents(episode_id, final, truncated)
         episode.done, episode.truncated = True, truncated
+        self._demo_partial.discard(episode_id)
         if not episode.training_enabled:
             del self._episodes[episode_id]  # a trained episode goes once its last record is sent
         return dict(episode.returns)

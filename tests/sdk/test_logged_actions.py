@@ -196,7 +196,11 @@ def test_a_frame_mixes_logged_and_policy_agents_and_groups_log_their_joint_actio
 def test_a_single_agent_client_records_its_episodes_while_it_plays(tmp_path: Path) -> None:
     with serving(discrete_config(), state(0, constant_model(2, LOGITS))) as server:
         client = TetherClient("127.0.0.1", server.port, seed=3)
+        before = client.start_episode("before")  # running when recording starts: not whole, never written
+        client.get_action(before, np.zeros(2, np.float32))
         client.record_demonstrations(tmp_path / "play.jsonl")
+        client.get_action(before, np.zeros(2, np.float32))
+        client.end_episode(before, np.zeros(2, np.float32))
         for episode in range(2):
             eid = client.start_episode()
             for t in range(4):
