@@ -93,7 +93,9 @@ void TetherClient::on_connected(LinkEvent& event) {
       if (config_->action_mask) spaces.action_mask = config_->action_mask->leaf;
       start_demo({{demo_module_, spaces}});
     }
-    demo_on_ = demo_fits(demo_module_, config_->observation_space, config_->action_space, config_->action_mask);
+    // (Once off, off for good: spaces that come back would resume an episode's line mid-way.)
+    demo_on_ = (connection_ == 1 || demo_on_) &&
+               demo_fits(demo_module_, config_->observation_space, config_->action_space, config_->action_mask);
     if (demo_ && !demo_on_) demo_->discard_module(demo_module_);
   }
   dist_buffer_.resize(config_->action_space.dist_inputs_size());
@@ -520,7 +522,7 @@ Status TetherClient::log_returns(const std::string& episode_id, double reward) {
   if (!std::isfinite(reward)) return Status(ErrorCode::kNonFiniteValue, "log_returns: reward is not finite");
   Episode& episode = it->second;
   episode.total_return += reward;
-  if (demo_on_ && demo_) demo_->add_reward(episode_id, kDefaultAgentId, reward);  // (finite: it cannot fail)
+  if (demo_on_ && demo_) demo_->add_reward(episode_id, kDefaultAgentId, reward);  // (refused only for a sum beyond float32: left out of the file)
   if (episode.training && !episode.steps.rewards.empty()) {
     episode.steps.rewards.back() = static_cast<float>(episode.steps.rewards.back() + reward);
   }

@@ -114,7 +114,15 @@ Status DemoWriter::add_reward(const std::string& episode_id, const std::string& 
   if (closed()) return Status(ErrorCode::kClosed, "demonstration file " + in_quotes(path_) + " is closed");
   if (!std::isfinite(reward)) return Status(ErrorCode::kNonFiniteValue, "demonstration reward is not finite");
   auto it = running_.find(std::pair<std::string_view, std::string_view>(episode_id, agent_id));
-  if (it != running_.end() && !it->second.rewards.empty()) it->second.rewards.back() += reward;
+  if (it == running_.end() || it->second.rewards.empty()) return Status::Ok();
+  // The line carries the step's reward as float32 (§10.5): a sum beyond it
+  // would be written as null, and the reader would refuse the file at that line.
+  const double sum = it->second.rewards.back() + reward;
+  if (!std::isfinite(static_cast<float>(sum))) {
+    return Status(ErrorCode::kNonFiniteValue, "demonstration reward: the step's rewards sum to " +
+                                                  std::to_string(sum) + ", beyond float32 (not added)");
+  }
+  it->second.rewards.back() = sum;
   return Status::Ok();
 }
 

@@ -653,7 +653,8 @@ void MultiAgentClient::start_module_demos() {
   }
   for (auto& entry : modules_) {
     Module& module = *entry.second;
-    module.demo = config_->modules.count(entry.first) != 0 &&
+    // (Once off, off for good: spaces that come back would resume its actors' lines mid-way.)
+    module.demo = (connection_ == 1 || module.demo) && config_->modules.count(entry.first) != 0 &&
                   demo_fits(entry.first, module.spec.observation_space, module.spec.action_space,
                             module.spec.action_mask);
     if (demo_ && !module.demo) demo_->discard_module(entry.first);
@@ -1790,7 +1791,7 @@ Status MultiAgentClient::log_returns(const std::string& episode_id, const std::s
   Actor& actor = *found->second;
   actor.reward_sum += reward;
   actor.rewarded = true;
-  if (demo_ && actor.module->demo) demo_->add_reward(episode_id, actor.id, reward);  // (finite: it cannot fail)
+  if (demo_ && actor.module->demo) demo_->add_reward(episode_id, actor.id, reward);  // (refused only for a sum beyond float32: left out of the file)
   if (actor.training && actor.rows > 0) {
     double& last = actor.last_block->rewards[actor.last_row];
     last = static_cast<float>(static_cast<float>(last) + reward);

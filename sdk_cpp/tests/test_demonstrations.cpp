@@ -197,6 +197,51 @@ TEST(DemoWriter, RefusesWhatNoReaderTakes) {
   EXPECT_NE(no_folder.message().find("no-such-folder"), std::string::npos) << no_folder.message();
 }
 
+// A step's reward is written as float32 (§10.5): a sum beyond it would be
+// written as null, a line the reader refuses; it is refused, the sum kept.
+// -0.0 and float32's extremes round-trip; a Discrete action is an integer.
+TEST(DemoWriter, RewardsAndObservationsStayNumbersTheReaderTakes) {
+  TempFile file("demo_numbers");
+  std::map<std::string, DemoModuleSpaces> modules = box_discrete();
+  modules["m"].observation_space = {{"type", "Box"}, {"shape", {2}}, {"low", -4e38}, {"high", 4e38}};
+  auto created = DemoWriter::create(file.path(), modules);
+  ASSERT_TRUE(created.ok());
+  DemoWriter& writer = *created.value();
+  const float extremes[2] = {-0.0f, 3.4028235e38f};
+  const float tiny[2] = {1e-45f, -1.17549435e-38f};
+  const double two = 2;
+  ASSERT_TRUE(writer.step("e", "a", "m", extremes, 2, &two, 1).ok());
+  ASSERT_TRUE(writer.add_reward("e", "a", 3e38).ok());
+  EXPECT_EQ(writer.add_reward("e", "a", 1e38).code(), ErrorCode::kNonFiniteValue);  // 4e38: beyond float32
+  EXPECT_EQ(writer.add_reward("e", "a", 1e300).code(), ErrorCode::kNonFiniteValue);
+  ASSERT_TRUE(writer.add_reward("e", "a", -1e38).ok());
+  ASSERT_TRUE(writer.end("e", "a", tiny, 2, true).ok());
+  ASSERT_TRUE(writer.close().ok());
+  const std::vector<json> lines = lines_of(file.path());
+  ASSERT_EQ(lines.size(), 2u);
+  expect_readable(lines);
+  const json& line = lines[1];
+  ASSERT_TRUE(line["rewards"][0].is_number_float()) << line.dump();
+  EXPECT_FLOAT_EQ(line["rewards"][0].get<float>(), 2e38f);
+  EXPECT_TRUE(line["actions"][0].is_number_integer()) << line.dump();
+  EXPECT_EQ(line["actions"][0], 2);
+  const float zero = line["obs"][0][0].get<float>();
+  EXPECT_TRUE(zero == 0.0f && std::signbit(zero)) << line.dump();
+  EXPECT_EQ(line["obs"][0][1].get<float>(), 3.4028235e38f);
+  EXPECT_EQ(line["obs"][1][0].get<float>(), 1e-45f);
+  EXPECT_EQ(line["obs"][1][1].get<float>(), -1.17549435e-38f);
+}
+
+#ifdef __linux__
+// A file that cannot be written (a full disk): create() says so, naming the file.
+TEST(DemoWriter, AFullDiskFailsClearly) {
+  auto created = DemoWriter::create("/dev/full", box_discrete());
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), ErrorCode::kInternal);
+  EXPECT_NE(created.status().message().find("/dev/full"), std::string::npos) << created.status().message();
+}
+#endif
+
 // A Dict observation is written as one member per leaf (§10.1), its mask checked against the actions.
 TEST(DemoWriter, ACompositeObservationIsWrittenByLeafAndItsMaskIsChecked) {
   TempFile file("demo_composite");

@@ -86,7 +86,8 @@ class DemoWriter {
 
   /// Adds `reward` to the agent's last step (rewards accumulate until its
   /// next step); one before its first step has no step to go to and is
-  /// dropped. NON_FINITE_VALUE for a NaN or an infinity, CLOSED after close().
+  /// dropped. NON_FINITE_VALUE for a NaN or an infinity, or a reward that
+  /// takes the step's sum beyond float32 (§10.5; nothing added), CLOSED after close().
   Status add_reward(const std::string& episode_id, const std::string& agent_id, double reward);
 
   /// Ends the agent's episode with its final observation: writes its line
