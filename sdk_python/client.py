@@ -343,7 +343,10 @@ class TetherClient(BaseClient):
         value = finite_reward(reward)
         self._episodes[episode_id].add_reward(value)
         if self._demos is not None:
-            self._demos.add_reward(episode_id, "default_agent", value)
+            try:
+                self._demos.add_reward(episode_id, "default_agent", value)
+            except InvalidInputError:  # (beyond float32: left out of the file, which the reader would refuse, as every SDK does)
+                pass
 
     def record_demonstrations(self, path: str | Path) -> DemoWriter:
         """**[1.6]** Write every episode played from now on — its steps sampled, logged (``log_action``) or

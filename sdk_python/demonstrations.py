@@ -87,10 +87,18 @@ class DemoWriter:
         running.logged.append(bool(logged))
 
     def add_reward(self, episode_id: str, agent_id: str, reward: float) -> None:
-        """A reward for the actor's latest step (dropped before its first)."""
+        """A reward for the actor's latest step (dropped before its first). One that would make the step's
+        total not finite as float32, as a file holds it, is refused (``InvalidInputError``
+        NON_FINITE_VALUE) and adds nothing: the reader would refuse the line."""
         running = self._running.get((episode_id, agent_id))
         if running is not None and running.rewards:
-            running.rewards[-1] += float(reward)
+            total = running.rewards[-1] + float(reward)
+            with np.errstate(over="ignore"):
+                beyond = not np.isfinite(np.float32(total))
+            if beyond:
+                raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"the reward {reward!r} makes the step's total "
+                                        f"{total!r}, beyond float32 (a demonstration file's numbers)")
+            running.rewards[-1] = total
 
     def end(self, episode_id: str, agent_id: str, final_obs: Any, terminated: bool = True) -> None:
         """The actor's episode is over (``terminated``, else truncated): its line is written and flushed.

@@ -487,7 +487,10 @@ class MultiAgentClient(BaseClient):
             if actor is not None:
                 actor.recorder.add_reward(reward)
                 if self._demos is not None:
-                    self._demos.add_reward(episode_id, actor_id, reward)
+                    try:
+                        self._demos.add_reward(episode_id, actor_id, reward)
+                    except InvalidInputError:  # (beyond float32: left out of the file, which the reader would refuse, as every SDK does)
+                        pass
 
     def end_agents(self, episode_id: str, final_observations: Mapping[str, Any],
                    truncated: bool | Mapping[str, bool] = False) -> None:

@@ -334,3 +334,17 @@ def test_a_logged_box_action_beyond_float32_is_refused() -> None:
     with pytest.raises(InvalidInputError) as info:
         checked_logged_action(Discrete(3), 1e39)
     assert info.value.code == "ACTION_OUT_OF_SPACE"  # (as the server answers: a Discrete action is read as a double)
+
+
+def test_a_reward_beyond_float32_is_refused_by_the_writer_and_the_file_stays_readable(tmp_path: Path) -> None:
+    from tether.protocol.spaces import Discrete, box
+    from tether.sdk.demonstrations import DemoWriter
+
+    with DemoWriter(tmp_path / "d.jsonl", {"default_policy": (box(-1, 1, (2,)), Discrete(2))}) as writer:
+        writer.step("e", "default_agent", "default_policy", [0.0, 0.0], 1)
+        writer.add_reward("e", "default_agent", 3e38)
+        with pytest.raises(InvalidInputError, match="float32"):
+            writer.add_reward("e", "default_agent", 1e38)
+        writer.end("e", "default_agent", [0.0, 0.0])
+    (episode,) = read_demonstrations(tmp_path / "d.jsonl").episodes
+    assert episode.chunk.rewards.tolist() == [pytest.approx(3e38, rel=1e-6)]
