@@ -81,16 +81,24 @@ def test_vendored_sdk_compiles_and_links_as_unreal_builds_it(tmp_path: Path) -> 
     expected = {p.name for p in (REPO / "sdk_cpp" / "src").rglob("*.cpp")} - {"onnxruntime_backend.cpp"}
     assert {p.name for p in sources} == expected
 
-    def compile_one(source: Path) -> tuple[Path, subprocess.CompletedProcess]:
-        obj = tmp_path / (source.stem + ".o")
+    # Unreal compiles a module as unity files (adaptive unity build: its .cpp files included into a
+    # few translation units), so the SDK must compile that way too; two halves, one per core, parse
+    # nlohmann/json twice instead of once per file. (sdk_cpp's normal build compiles each file on
+    # its own, which keeps every file's includes honest: tests/cpp/test_cpp_sdk.py.)
+    halves = [sources[: len(sources) // 2], sources[len(sources) // 2:]]
+
+    def compile_unity(index: int) -> tuple[Path, subprocess.CompletedProcess]:
+        unity = tmp_path / f"Module.TetherSdk.{index}.cpp"
+        unity.write_text("".join(f'#include "{source}"\n' for source in halves[index]))
+        obj = tmp_path / f"Module.TetherSdk.{index}.o"
         return obj, subprocess.run([compiler, *UNREAL_FLAGS, "-fPIC", "-I", str(module / "Public"), "-I",
-                                    str(module / "Private" / "Sdk"), "-c", str(source), "-o", str(obj)],
+                                    str(module / "Private" / "Sdk"), "-c", str(unity), "-o", str(obj)],
                                    capture_output=True, text=True)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(compile_one, sources))
-    for (obj, result), source in zip(results, sources):
-        assert result.returncode == 0, f"{source.name}:\n{result.stderr[-3000:]}"
+        results = list(pool.map(compile_unity, range(len(halves))))
+    for (obj, result), half in zip(results, halves):
+        assert result.returncode == 0, f"{[s.name for s in half]}:\n{result.stderr[-3000:]}"
     # Every symbol the SDK needs is defined by the SDK itself (and the C++ runtime).
     linked = subprocess.run([compiler, "-shared", "-fno-exceptions", "-fno-rtti", "-Wl,--no-undefined", "-o",
                              str(tmp_path / "libtethersdk.so"), *(str(o) for o, _ in results), "-lpthread"],

@@ -213,9 +213,9 @@ def test_a_neighbour_of_near_overflowing_steps_is_never_blamed() -> None:
     they share a minibatch; which steps do changes with each trial's batch. The bisection can
     then end on an honest client whose data merely joined the set. Blame needs the client's own
     data to train non-finitely: honest clients are never blamed (before: an honest client was
-    blamed in 9 of these 60 mixes)."""
+    blamed in 9 of 60 such mixes; 30 mixes all pass that by chance with odds under 1%)."""
     blamed = []
-    for seed in range(60):
+    for seed in range(30):
         rng = np.random.default_rng(seed)
         groups = {"evil": chunks(30, seed=1000 + seed) + chunks(2, seed=2000 + seed, steps=1, reward=1.5e19)}
         for h in range(5):
