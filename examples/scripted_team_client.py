@@ -24,8 +24,7 @@ import numpy as np  # noqa: E402
 
 from tether.sdk import MultiAgentClient  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scripted_demos_client import cartpole_expert  # noqa: E402
+from experts import cartpole_expert  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from itertools import chain, islice
+from collections.abc import Iterable, Iterator
+from itertools import chain, groupby, islice
 from typing import Any
 
 import numpy as np
@@ -470,19 +471,26 @@ def decode_episode(
 MAX_RUN_VERSION = 2**31 - 1
 
 
+def _run_pairs(runs: Any, index: int, field: str, first: str) -> list[list[int]]:
+    """``runs`` of a ``[first, steps]`` run field, INVALID_FIELD unless a list of pairs of integers, not
+    a bool, not 4.0, not "4" (§10.6 checks 18a, 20a)."""
+    if not isinstance(runs, list) or not all(
+            isinstance(r, list) and len(r) == 2 and type(r[0]) is int and type(r[1]) is int for r in runs):
+        raise _fail(ErrorCode.INVALID_FIELD, index, f'"{field}" must be a list of [{first}, steps] integer pairs')
+    return runs
+
+
+def _bad_run(index: int, field: str, first: int, count: int, rule: str) -> MessageError:
+    return _fail(ErrorCode.INVALID_FIELD, index, f'"{field}" has [{first}, {count}]: {rule}')
+
+
 def _step_versions(runs: Any, steps: int, index: int) -> np.ndarray:
     """``weights_seq_no_runs`` ([version, count] pairs covering the chunk) as one version per step (§10.6 check 18)."""
-    def integer(x: Any) -> bool:
-        return type(x) is int  # not a bool, not 4.0, not "4"
-
-    if not isinstance(runs, list) or not all(
-            isinstance(r, list) and len(r) == 2 and integer(r[0]) and integer(r[1]) for r in runs):
-        raise _fail(ErrorCode.INVALID_FIELD, index, '"weights_seq_no_runs" must be a list of [version, steps] '
-                                                    'integer pairs')
+    runs = _run_pairs(runs, index, "weights_seq_no_runs", "version")
     for version, count in runs:
         if not 0 <= version <= MAX_RUN_VERSION or count < 1:
-            raise _fail(ErrorCode.INVALID_FIELD, index, f'"weights_seq_no_runs" has [{version}, {count}]: a version '
-                                                        f'is 0..{MAX_RUN_VERSION}, a run has at least 1 step')
+            raise _bad_run(index, "weights_seq_no_runs", version, count,
+                           f"a version is 0..{MAX_RUN_VERSION}, a run has at least 1 step")
     total = sum(count for _, count in runs)
     if total != steps:
         raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index,
@@ -495,14 +503,12 @@ def _logged_steps(runs: Any, steps: int, index: int) -> np.ndarray | None:
     None when no step is logged."""
     if runs is None:
         return None
-    if not isinstance(runs, list) or not all(
-            isinstance(r, list) and len(r) == 2 and type(r[0]) is int and type(r[1]) is int for r in runs):
-        raise _fail(ErrorCode.INVALID_FIELD, index, '"logged_runs" must be a list of [start, steps] integer pairs')
+    runs = _run_pairs(runs, index, "logged_runs", "start")
     end = 0
     for start, count in runs:
         if start < end or count < 1:
-            raise _fail(ErrorCode.INVALID_FIELD, index, f'"logged_runs" has [{start}, {count}]: runs are in step '
-                                                        f'order, apart, and have at least 1 step')
+            raise _bad_run(index, "logged_runs", start, count,
+                           "runs are in step order, apart, and have at least 1 step")
         end = start + count
     if end > steps:
         raise _fail(ErrorCode.EPISODE_LENGTH_MISMATCH, index,
@@ -515,18 +521,19 @@ def _logged_steps(runs: Any, steps: int, index: int) -> np.ndarray | None:
     return mask
 
 
-def logged_runs(logged: list[bool]) -> list[list[int]] | None:
+def _step_runs(values: Iterable[Any]) -> Iterator[tuple[int, Any, int]]:
+    """(start, value, count) of each run of equal consecutive ``values``, in step order."""
+    start = 0
+    for value, run in groupby(values):
+        count = sum(1 for _ in run)
+        yield start, value, count
+        start += count
+
+
+def logged_runs(logged: Iterable[bool]) -> list[list[int]] | None:
     """**[1.6]** ``logged_runs`` for steps with these flags (True: logged), adjacent steps as one run;
     None when no step is logged (the field is then left out, §10.1)."""
-    runs: list[list[int]] = []
-    for t, flag in enumerate(logged):
-        if not flag:
-            continue
-        if runs and runs[-1][0] + runs[-1][1] == t:
-            runs[-1][1] += 1
-        else:
-            runs.append([t, 1])
-    return runs or None
+    return [[start, count] for start, flag, count in _step_runs(map(bool, logged)) if flag] or None
 
 
 def version_runs(versions: list[Any]) -> list[list[int]] | None:
@@ -534,13 +541,7 @@ def version_runs(versions: list[Any]) -> list[list[int]] | None:
     when it is not sent: one version only, or a step whose version is unknown (§10.1)."""
     if not versions or any(type(v) is not int for v in versions) or min(versions) == max(versions):
         return None
-    runs: list[list[int]] = []
-    for v in versions:
-        if runs and runs[-1][0] == v:
-            runs[-1][1] += 1
-        else:
-            runs.append([v, 1])
-    return runs
+    return [[version, count] for _, version, count in _step_runs(versions)]
 
 
 def decode_episodes(

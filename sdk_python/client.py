@@ -212,7 +212,7 @@ class TetherClient(BaseClient):
         ``wait_for_weights`` is set and a batch just completed). Raises, once,
         an error the server sent for an earlier batch.
         """
-        return self._act(episode_id, observation, None)
+        return self._act(episode_id, observation, False, None)
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """**[1.6]** Record a step whose action the policy did not choose (a human player, a scripted bot,
@@ -225,24 +225,27 @@ class TetherClient(BaseClient):
         action mask (``InvalidInputError``), and any logged action while the server is older than 1.6
         (``NotReadyError``: it would train on the step as a sample of its policy).
         """
-        if self._events:
-            self._sync()
-        if not self.link.speaks(1, 6):
-            raise NotReadyError(f"the server speaks protocol {self.link.server_info.get('protocol_version')}: "
-                                "logged actions need 1.6 or later (an older server would train on them as the "
-                                "policy's own samples)")
-        space = self.action_space
-        if space is None:
-            raise NotReadyError("the server has sent no action space yet")
-        row = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
-        self._act(episode_id, row, checked_logged_action(space, action, self._action_mask, row))
+        self._act(episode_id, observation, True, action)
 
-    def _act(self, episode_id: str, observation: Any, logged_action: Any) -> Any:
-        """get_action's step, or with ``logged_action`` (checked) log_action's."""
+    def _act(self, episode_id: str, observation: Any, logged: bool, logged_action: Any) -> Any:
+        """get_action's step, or (``logged``) log_action's with ``logged_action``, checked here before
+        anything is sent or recorded."""
         if self._events:
             self._sync()
-        episode = self._episodes[episode_id]
-        obs = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
+        if logged:
+            if not self.link.speaks(1, 6):
+                raise NotReadyError(f"the server speaks protocol {self.link.server_info.get('protocol_version')}: "
+                                    "logged actions need 1.6 or later (an older server would train on them as the "
+                                    "policy's own samples)")
+            space = self.action_space
+            if space is None:
+                raise NotReadyError("the server has sent no action space yet")
+            obs = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
+            logged_action = checked_logged_action(space, logged_action, self._action_mask, obs)
+            episode = self._episodes[episode_id]
+        else:  # (an unknown episode is refused before its observation is looked at)
+            episode = self._episodes[episode_id]
+            obs = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
         self._check_size(obs)
         sent = False
         if episode.training_enabled and (self._cadence_due(self._sendable_steps, episode) or (
@@ -265,7 +268,7 @@ class TetherClient(BaseClient):
             raise NotReadyError("the server has sent no model yet")
         if sent:
             self._check_size(obs)  # (sending may have applied a new connection with other spaces: nothing is recorded)
-            if logged_action is not None:  # (and its server may be older, or its action space another)
+            if logged:  # (and its server may be older, or its action space another)
                 if not self.link.speaks(1, 6):
                     raise NotReadyError("the server this client reconnected to is older than protocol 1.6: logged "
                                         "actions need 1.6 or later")
@@ -276,14 +279,14 @@ class TetherClient(BaseClient):
             dist, episode.state = policy.step_one(obs, state)
         else:
             dist = policy.dist_inputs_one(obs)
-        if logged_action is None:
+        if not logged:
             action, logp, env_action = sample_for_record(policy.action_space, dist, self._rng, self._raw_box_samples)
         else:  # (no behaviour logp: the server does not use it at a logged step, §13.7)
             action, logp, env_action = logged_action, 0.0, logged_action
         stamp = (self._connection, self.weights_seq_no) if isinstance(self.weights_seq_no, int) else None
-        episode.record_step(obs, action, logp, dist, stamp, state, logged_action is not None)
+        episode.record_step(obs, action, logp, dist, stamp, state, logged)
         if self._demos is not None and episode_id not in self._demo_partial:
-            self._demos._step(episode_id, "default_agent", self._demo_module, obs, action, logged_action is not None)
+            self._demos._step(episode_id, "default_agent", self._demo_module, obs, action, logged)
         if episode.training_enabled:
             self._pending_steps += 1
         elif episode.held_back:

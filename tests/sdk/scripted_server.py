@@ -175,3 +175,34 @@ def silent_after_handshake(config: dict[str, Any], set_state: dict[str, Any],
         conn.read_until_closed()
 
     return handler
+
+
+def answering_server(config_for: Callable[[int], dict[str, Any]], state_for: Callable[[int, int], dict[str, Any]],
+                     version_for: Callable[[int], str | None], drop_first_batch: bool = False) -> ScriptedServer:
+    """A server whose connection ``i`` (0 the first) sends ``config_for(i)``, claims protocol ``version_for(i)``
+    and answers every batch and GET_STATE, its ``n``-th SET_STATE being ``state_for(i, n)`` (0: the
+    handshake's). ``drop_first_batch``: the first connection closes at its first batch, unanswered."""
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(config_for(conn.index), state_for(conn.index, 0), version=version_for(conn.index))
+        answers = 0
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "PING":
+                conn.send({"type": "PONG"})
+            elif message["type"] in ("EPISODES_AND_GET_STATE", "GET_STATE"):
+                if drop_first_batch and conn.index == 0 and message["type"] == "EPISODES_AND_GET_STATE":
+                    return
+                answers += 1
+                conn.send(state_for(conn.index, answers))
+
+    return ScriptedServer(handler)
+
+
+def sent_records(server: ScriptedServer) -> list[dict[str, Any]]:
+    """Every record the server was sent, in order, a batch sent again counted once."""
+    seen, out = set(), []
+    for batch in server.messages("EPISODES_AND_GET_STATE"):
+        if batch.get("batch_seq") not in seen:
+            seen.add(batch.get("batch_seq"))
+            out.extend(batch["episodes"])
+    return out

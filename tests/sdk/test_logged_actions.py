@@ -16,7 +16,8 @@ from tether.protocol.demonstrations import read_demonstrations
 from tether.protocol.errors import InvalidInputError, NotReadyError
 from tether.sdk import MultiAgentClient, TetherClient
 
-from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+from .scripted_server import (ScriptedConnection, ScriptedServer, answering_server, constant_model, sent_records,
+                             single_agent_config, state)
 from .test_recurrent_state import MODEL, NAMES, OBS_SPACE, STATES, episode_obs, run_model
 
 LOGITS = [0.0, 1.0, 2.0]
@@ -25,27 +26,8 @@ LOGITS = [0.0, 1.0, 2.0]
 def serving(config: dict[str, Any], set_state: dict[str, Any], version: str = "1.6",
             later_version: str | None = None, drop_first_batch: bool = False) -> ScriptedServer:
     """Answers every batch with a SET_STATE; connections after the first claim ``later_version``."""
-
-    def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(config, set_state, version=version if conn.index == 0 or later_version is None else later_version)
-        while (message := conn.receive(timeout=None)) is not None:
-            if message["type"] == "PING":
-                conn.send({"type": "PONG"})
-            elif message["type"] in ("EPISODES_AND_GET_STATE", "GET_STATE"):
-                if drop_first_batch and conn.index == 0 and message["type"] == "EPISODES_AND_GET_STATE":
-                    return
-                conn.send(set_state)
-
-    return ScriptedServer(handler)
-
-
-def sent_records(server: ScriptedServer) -> list[dict[str, Any]]:
-    seen, out = set(), []
-    for batch in server.messages("EPISODES_AND_GET_STATE"):
-        if batch.get("batch_seq") not in seen:
-            seen.add(batch.get("batch_seq"))
-            out.extend(batch["episodes"])
-    return out
+    return answering_server(lambda i: config, lambda i, n: set_state,
+                            lambda i: version if i == 0 or later_version is None else later_version, drop_first_batch)
 
 
 def discrete_config(steps: int = 100) -> dict[str, Any]:

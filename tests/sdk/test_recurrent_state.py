@@ -20,7 +20,7 @@ from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
 from tether.protocol.spaces import space_from_json
 from tether.sdk import MultiAgentClient, TetherClient
 
-from .scripted_server import ScriptedConnection, ScriptedServer, state
+from .scripted_server import ScriptedServer, answering_server, sent_records, state
 
 CARRY = next(c for c in json.loads((Path(__file__).resolve().parents[1] / "conformance" / "recurrent.json")
                                    .read_text())["cases"] if c["kind"] == "carry")
@@ -54,33 +54,11 @@ def single_config(states: list | None = STATES, steps: int = 4) -> dict[str, Any
 
 def answering(config_for: Any, model_for: Any, drop_first_batch: bool = False) -> ScriptedServer:
     """Answers every batch with a new model (version n) of the connection's config."""
-
-    def handler(conn: ScriptedConnection) -> None:
-        conn.handshake(config_for(conn.index), state(0, model_for(conn.index)), version="1.5")
-        seq = 0
-        while (message := conn.receive(timeout=None)) is not None:
-            if message["type"] == "PING":
-                conn.send({"type": "PONG"})
-            elif message["type"] in ("EPISODES_AND_GET_STATE", "GET_STATE"):
-                if drop_first_batch and conn.index == 0 and message["type"] == "EPISODES_AND_GET_STATE":
-                    return
-                seq += 1
-                conn.send(state(seq, model_for(conn.index)))
-
-    return ScriptedServer(handler)
+    return answering_server(config_for, lambda i, n: state(n, model_for(i)), lambda i: "1.5", drop_first_batch)
 
 
 def episode_obs(n: int, seed: int = 0) -> list[np.ndarray]:
     return [row for row in np.random.default_rng(seed).uniform(-1, 1, (n, 2)).astype(np.float32)]
-
-
-def records(server: ScriptedServer) -> list[dict[str, Any]]:
-    seen, out = set(), []
-    for batch in server.messages("EPISODES_AND_GET_STATE"):
-        if batch.get("batch_seq") not in seen:
-            seen.add(batch.get("batch_seq"))
-            out.extend(batch["episodes"])
-    return out
 
 
 def test_the_state_is_fed_back_recorded_per_chunk_and_kept_across_new_models() -> None:
@@ -95,7 +73,7 @@ def test_the_state_is_fed_back_recorded_per_chunk_and_kept_across_new_models() -
         client.flush()
         client.close()
     dists, before = run_model(obs[:-1])
-    got = records(server)
+    got = sent_records(server)
     assert len(got) >= 3 and sum(len(r["actions"]) for r in got) == 10
     spec = ModuleSpec("default_policy", space_from_json(OBS_SPACE), space_from_json({"type": "Discrete", "n": 2}),
                       recurrent_state=ModuleSpec.from_json("m", {**single_config(), "trainable": True}).recurrent_state)
@@ -155,7 +133,7 @@ def test_a_reconnect_that_announces_another_state_starts_from_zeros_and_drops_th
         client.flush()
         client.close()
     assert client.reconnects >= 1
-    later = [r for r in records(server)][1:]
+    later = [r for r in sent_records(server)][1:]
     assert later and all("state_in" not in r for r in later), "records for the server without memory have none"
     assert all(r["episode_id"] == "kept" for r in later)
 
@@ -177,18 +155,11 @@ def test_each_agent_has_its_own_state_and_a_module_without_memory_sends_none() -
     cfg = ma_config()
     team_model = constant_model(4, [0.0, 0.0, 0.0, 0.0], "onnx::Gemm_0")
 
-    def handler(conn: ScriptedConnection) -> None:
-        models = {"mem": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]},
-                  "team": {"weights_seq_no": 0, "onnx_file": state(0, team_model)["onnx_file"]}}
-        conn.handshake(cfg, {"type": "SET_STATE", "models": models}, version="1.5")
-        while (message := conn.receive(timeout=None)) is not None:
-            if message["type"] == "PING":
-                conn.send({"type": "PONG"})
-            elif message["type"] in ("EPISODES_AND_GET_STATE", "GET_STATE"):
-                conn.send({"type": "SET_STATE", "models": {}})
-
+    models = {"mem": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]},
+              "team": {"weights_seq_no": 0, "onnx_file": state(0, team_model)["onnx_file"]}}
+    first, later = {"type": "SET_STATE", "models": models}, {"type": "SET_STATE", "models": {}}
     a0, a1 = episode_obs(9, seed=5), episode_obs(9, seed=6)
-    with ScriptedServer(handler) as server:
+    with answering_server(lambda i: cfg, lambda i, n: later if n else first, lambda i: "1.5") as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
         eid = client.start_episode("ma")
         for t in range(8):
@@ -204,7 +175,7 @@ def test_each_agent_has_its_own_state_and_a_module_without_memory_sends_none() -
     _, before1 = run_model(a1[2:8])
     starts = {"a_0": 0, "a_1": 2}
     seen = {"a_0": 0, "a_1": 0}
-    for i, record in enumerate(records(server)):
+    for i, record in enumerate(sent_records(server)):
         decoded = decode_multi_agent_record(record, i, specs, True)  # (what the server checks)
         for agent in decoded.agents:
             entry = record["agents"][agent.agent_id]

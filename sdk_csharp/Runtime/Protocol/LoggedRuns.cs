@@ -35,15 +35,12 @@ namespace Tether.Protocol
             JArray runs = null;
             for (int t = 0; t < logged.Count;)
             {
-                if (!logged[t])
+                int n = StepRuns.Length(logged, t, logged.Count);
+                if (logged[t])
                 {
-                    ++t;
-                    continue;
+                    if (runs == null) runs = new JArray();
+                    runs.Add(new JArray(t, n));
                 }
-                int n = 1;
-                while (t + n < logged.Count && logged[t + n]) ++n;
-                if (runs == null) runs = new JArray();
-                runs.Add(new JArray(t, n));
                 t += n;
             }
             return runs;
@@ -59,25 +56,8 @@ namespace Tether.Protocol
         /// </summary>
         public static void Validate(JToken runs, int steps, string where)
         {
-            if (runs == null || runs.Type == JTokenType.Null) return;
-            var list = runs as JArray;
-            bool pairs = list != null;
-            if (pairs)
-            {
-                foreach (JToken run in list)
-                {
-                    var pair = run as JArray;
-                    if (pair == null || pair.Count != 2 || pair[0].Type != JTokenType.Integer || pair[1].Type != JTokenType.Integer)
-                    {
-                        pairs = false;
-                        break;
-                    }
-                }
-            }
-            if (!pairs)
-            {
-                throw new TetherException(ErrorCode.InvalidField, where + ": \"" + Field + "\" must be a list of [start, steps] integer pairs");
-            }
+            JArray list = StepRuns.Pairs(runs, Field, "start", where);
+            if (list == null) return;
             long end = 0;
             foreach (JToken run in list)
             {
@@ -85,8 +65,7 @@ namespace Tether.Protocol
                 long start = Messages.IntegerOr(run[0], -1), n = Messages.IntegerOr(run[1], 0);
                 if (start < end || n < 1)
                 {
-                    throw new TetherException(ErrorCode.InvalidField, where + ": \"" + Field + "\" has " + run.ToString(Newtonsoft.Json.Formatting.None) +
-                                              ": runs are in step order, apart, and have at least 1 step");
+                    throw StepRuns.BadRun(run, Field, "runs are in step order, apart, and have at least 1 step", where);
                 }
                 end = n > long.MaxValue - start ? long.MaxValue : start + n;
             }

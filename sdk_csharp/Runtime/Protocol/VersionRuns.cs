@@ -2,7 +2,6 @@
 // "Versions per step", 1.3): weights_seq_no_runs, [version, steps] runs.
 using System.Collections.Generic;
 using System.Globalization;
-using System.Text;
 using Newtonsoft.Json.Linq;
 
 namespace Tether.Protocol
@@ -25,11 +24,7 @@ namespace Tether.Protocol
         // the field exactly then (a chunk of one version has the message's claim, as before 1.3).
         internal static bool Mixed(IList<long> versions, int from, int count)
         {
-            for (int i = from + 1; i < from + count; ++i)
-            {
-                if (versions[i] != versions[from]) return true;
-            }
-            return false;
+            return StepRuns.Length(versions, from, from + count) < count;
         }
 
         /// <summary>The runs of <paramref name="versions"/> (one per step, in order), consecutive equal versions collapsed.</summary>
@@ -38,26 +33,11 @@ namespace Tether.Protocol
             var runs = new JArray();
             for (int i = 0; i < versions.Count;)
             {
-                int n = RunLength(versions, i);
+                int n = StepRuns.Length(versions, i, versions.Count);
                 runs.Add(new JArray(versions[i], n));
                 i += n;
             }
             return runs;
-        }
-
-        // Appends the runs as JSON text, as ToJson gives them (RecordWriter's fast path).
-        internal static void Write(IList<long> versions, StringBuilder text)
-        {
-            text.Append('[');
-            for (int i = 0; i < versions.Count;)
-            {
-                int n = RunLength(versions, i);
-                if (i > 0) text.Append(',');
-                text.Append('[').Append(versions[i].ToString(CultureInfo.InvariantCulture)).Append(',')
-                    .Append(n.ToString(CultureInfo.InvariantCulture)).Append(']');
-                i += n;
-            }
-            text.Append(']');
         }
 
         // INVALID_ARGUMENT unless versions is empty or one version in 0..MaxVersion per step.
@@ -84,33 +64,15 @@ namespace Tether.Protocol
         /// </summary>
         public static void Validate(JToken runs, int steps, string where)
         {
-            if (runs == null || runs.Type == JTokenType.Null) return;
-            var list = runs as JArray;
-            bool pairs = list != null;
-            if (pairs)
-            {
-                foreach (JToken run in list)
-                {
-                    var pair = run as JArray;
-                    if (pair == null || pair.Count != 2 || pair[0].Type != JTokenType.Integer || pair[1].Type != JTokenType.Integer)
-                    {
-                        pairs = false;
-                        break;
-                    }
-                }
-            }
-            if (!pairs)
-            {
-                throw new TetherException(ErrorCode.InvalidField, where + ": \"" + Field + "\" must be a list of [version, steps] integer pairs");
-            }
+            JArray list = StepRuns.Pairs(runs, Field, "version", where);
+            if (list == null) return;
             foreach (JToken run in list)
             {
                 // Clamped, not overflowed: an integer beyond a long is out of range either way.
                 long v = Messages.IntegerOr(run[0], -1), n = Messages.IntegerOr(run[1], 0);
                 if (v < 0 || v > MaxVersion || n < 1)
                 {
-                    throw new TetherException(ErrorCode.InvalidField, where + ": \"" + Field + "\" has " + run.ToString(Newtonsoft.Json.Formatting.None) +
-                                              ": a version is 0.." + MaxVersion + ", a run has at least 1 step");
+                    throw StepRuns.BadRun(run, Field, "a version is 0.." + MaxVersion + ", a run has at least 1 step", where);
                 }
             }
             long total = 0;
@@ -131,13 +93,6 @@ namespace Tether.Protocol
                 throw new TetherException(ErrorCode.EpisodeLengthMismatch, where + ": \"" + Field + "\" covers " + (over ? "more than " + steps : total.ToString(CultureInfo.InvariantCulture)) +
                                           " steps, the chunk has " + steps);
             }
-        }
-
-        static int RunLength(IList<long> versions, int from)
-        {
-            int n = 1;
-            while (from + n < versions.Count && versions[from + n] == versions[from]) ++n;
-            return n;
         }
     }
 }
