@@ -57,6 +57,8 @@ class ModuleSpec:
     action_mask_leaf: str | None = None
     #: **[1.5]** The model's recurrent state, one entry per state tensor (§12.1); empty without memory.
     recurrent_state: tuple[StateSpec, ...] = ()
+    #: A self-play snapshot of this module (§9.8): informative, clients act with it like any module.
+    snapshot_of: str | None = None
 
     @property
     def action_mask(self) -> ActionMask | None:
@@ -98,6 +100,8 @@ class ModuleSpec:
             out["action_mask"] = self.action_mask_leaf
         if self.recurrent_state:
             out["recurrent_state"] = [state.to_json() for state in self.recurrent_state]
+        if self.snapshot_of is not None:
+            out["snapshot_of"] = self.snapshot_of
         return out
 
     @classmethod
@@ -118,6 +122,7 @@ class ModuleSpec:
             value_obs_agents=tuple(str(a) for a in data.get("value_obs_agents") or ()),
             action_mask_leaf=data.get("action_mask"),
             recurrent_state=recurrent_state_from_json(data.get("recurrent_state"), module_id),
+            snapshot_of=data["snapshot_of"] if isinstance(data.get("snapshot_of"), str) else None,
         )
         if spec.action_mask_leaf is not None:
             try:

@@ -135,12 +135,14 @@ async def serve(
         "record_share": m.record_share,
         "checkpoint": str(trainer.checkpoint_path),
         "policy": str(trainer.policy_path()),
-        "policies": {mid: str(trainer.policy_path(mid)) for mid in trainer.modules},
+        "policies": {mid: str(trainer.policy_path(mid)) for mid in trainer.policy_modules()},
         "agent_return_mean": m.agent_return_mean,
         "module_return_mean": {k: sum(v) / len(v) for k, v in m.module_returns.items()},
         "modules_weights_seq_no": {mid: rt.weights_seq_no for mid, rt in trainer.modules.items()},
         "wall_s": time.time() - started,
     }
+    if trainer.self_play is not None:
+        summary["self_play"] = trainer.self_play.summary()
     if config.summary_file:
         Path(config.summary_file).write_text(json.dumps(summary, indent=2))
     return summary

@@ -105,6 +105,9 @@ class ServerConfig:
     )
     groups: dict | None = _opt(None, "agent groups: {group_id: {members: [...], reward: sum|mean}}")
     policies_to_train: list | None = _opt(None, "modules to train (default: every module marked trainable)")
+    self_play: dict | None = _opt(
+        None, "self-play (docs/self_play.md): {teams: [agent-id patterns, one per team], snapshot_every, window, "
+        "latest_share, sampling: uniform|prioritized, modules, elo_k, initial_rating, draw_margin}")
 
     # Sampling.
     train_batch_size: int = _opt(2000, "agent steps (one per decision of one agent; env steps for a single agent) per learner update, pooled from all clients")
@@ -264,7 +267,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         hint = hints[f.name]
         if hint is bool:
             parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups", "model"):
+        elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups", "model",
+                        "self_play"):
             parser.add_argument(*flags, type=_parse_json, default=None, help=help_text)
         elif f.name == "policies_to_train":
             parser.add_argument(*flags, type=lambda t: [v for v in t.split(",") if v], default=None, help=help_text)

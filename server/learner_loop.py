@@ -45,7 +45,8 @@ class LearnerLoop:
                  pool: SamplePool, histories: dict[str, PolicyHistory], metrics: Metrics, guard: DataGuard,
                  stop_rule: StopRule, record_share: RecordShare, dedup: BatchDedup,
                  tensorboard: TensorBoardWriter | None, executor: ThreadPoolExecutor,
-                 checkpoint: Callable[[], Awaitable[Any]]) -> None:
+                 checkpoint: Callable[[], Awaitable[Any]],
+                 after_publish: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
         self.config = config
         self.modules = modules
         self.default_module = default_module
@@ -61,6 +62,8 @@ class LearnerLoop:
         self._executor = executor
         #: Writes a checkpoint (its state taken on the event loop, written in the learner thread).
         self._checkpoint = checkpoint
+        #: Awaited with the modules an update published, before its metrics and checkpoint (self-play snapshots).
+        self._after_publish = after_publish
         #: Updates do not start while paused (the console's control); data keeps arriving into the bounded pool.
         self.paused = False
         #: Set once by the trainer's close: no update starts again, whoever resumes (a console
@@ -146,6 +149,8 @@ class LearnerLoop:
         if future is not None and not future.done():
             future.set_result(self._served_version)
         try:
+            if published and self._after_publish is not None:
+                await self._after_publish(list(published))
             if published:
                 await self._after_update(loop)
         except Exception as exc:

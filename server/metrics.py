@@ -36,6 +36,8 @@ class FinishedEpisode:
     #: agent id -> env steps it took part in (its own episode length).
     agent_lengths: dict[str, int] = field(default_factory=dict)
     complete: bool = True
+    #: The record's episode id (None for a v1 client's records).
+    episode_id: str | None = None
 
 
 _TRAILING_INDEX = re.compile(r"(?:[_\-#]?\d+)+$")  # "cart_3#2": a re-joined agent (name#n) too
@@ -111,7 +113,8 @@ class EpisodeTracker:
                 finished.append(FinishedEpisode(
                     total_return=sum(r for _, r, _ in shares.values()), length=max(n for _, _, n in shares.values()),
                     agents={aid: (m, r) for aid, (m, r, _) in shares.items()}, agent_count=len(shares),
-                    agent_lengths={aid: n for aid, (_, _, n) in shares.items()}, complete=False))
+                    agent_lengths={aid: n for aid, (_, _, n) in shares.items()}, complete=False,
+                    episode_id=record.episode_id))
             if ending:
                 del self._open[key]
                 total, count, end = self._departed.pop(key, (0.0, 0, 0))
@@ -125,6 +128,7 @@ class EpisodeTracker:
                     agents={aid: (e[0], e[1]) for aid, e in agents.items()},
                     agent_count=max(count, 1),
                     agent_lengths={aid: e[2] for aid, e in agents.items()},
+                    episode_id=record.episode_id,
                 ))
             elif not agents and key not in self._departed:
                 del self._open[key]
@@ -180,6 +184,8 @@ class Metrics:
     started_at: float = field(default_factory=time.monotonic)
     _rate_mark: tuple[float, int] = (0.0, 0)
     env_steps_per_s: float = 0.0
+    #: Self-play's ratings (server/self_play.py), reported with the other metrics; None without it.
+    self_play: Any = None
 
     def __post_init__(self) -> None:
         self.returns = deque(maxlen=self.window)
@@ -314,6 +320,8 @@ class Metrics:
         out.update({f"losses/{k}": v for k, v in self.learner.items()})
         for module, stats in self.module_updates.items():
             out.update({f"module/{module}/{k}": v for k, v in stats.items()})
+        if self.self_play is not None:
+            out.update(self.self_play.scalars())
         return out
 
     def progress_line(self) -> str:

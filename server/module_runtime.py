@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from tether.protocol.multi_agent import ModuleSpec
@@ -32,6 +34,12 @@ class ModuleRuntime:
         self.learner = learner
         self.weights_seq_no = 0
         self.onnx_field = encode_onnx(learner.export_onnx())
+
+    def copy_policy(self, source: "ModuleRuntime") -> str:
+        """Take ``source``'s current network (a self-play snapshot); returns its model as SET_STATE
+        carries it, for ``publish``. Runs in the learner thread (the export takes a while)."""
+        self.learner.model.load_state_dict(copy.deepcopy(source.learner.model.state_dict()))
+        return encode_onnx(self.learner.export_onnx())
 
     def publish(self, onnx_field: str) -> None:
         """Serve the next version: ``onnx_field`` is its model as SET_STATE carries it (encode_onnx)."""

@@ -22,6 +22,7 @@ from tether.protocol.spaces import Box, Space, from_gymnasium, is_composite, spa
 from .config import PPO_OPTION_NAMES, ServerConfig
 from .learner import PPOHyperparams
 from .learner.model_config import parse_model_config
+from .self_play import SelfPlayConfig, snapshot_module_id
 
 DEFAULT_MODULE_ID = "default_policy"
 
@@ -40,6 +41,14 @@ class ModuleLayout:
     groups: dict[str, GroupSpec] = field(default_factory=dict)
     #: module -> (checkpoint path, module id in it) whose trained weights it starts from.
     init_from: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Self-play (server/self_play.py): teams, and the snapshot modules added to ``specs``.
+    self_play: SelfPlayConfig | None = None
+
+    @property
+    def client_mapping(self) -> PolicyMapping | None:
+        """The rules clients evaluate themselves (SET_CONFIG); None when the server maps (a mapping
+        function, or self-play, whose opponents the server draws per episode: §9.5, §9.8)."""
+        return None if self.self_play is not None else self.mapping
 
     @property
     def trainable(self) -> list[str]:
@@ -198,7 +207,41 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
     _check_critic_agents_not_grouped(specs, groups)
     if mapping is not None:
         _check_critic_widths(specs, mapping)
-    return ModuleLayout(specs, hps, mapping, mapping_fn, groups, init_from)
+    self_play = None
+    if config.self_play is not None:
+        self_play = _add_snapshot_modules(config.self_play, specs, hps, mapping)
+    return ModuleLayout(specs, hps, mapping, mapping_fn, groups, init_from, self_play)
+
+
+def _add_snapshot_modules(table: Any, specs: dict[str, ModuleSpec], hps: dict[str, PPOHyperparams],
+                          mapping: PolicyMapping | None) -> SelfPlayConfig:
+    """Parse ``self_play`` and add each self-play module's snapshot slots to ``specs`` (frozen
+    copies: same spaces and network, served under ``module@slot``); ValueError naming the problem."""
+    self_play = SelfPlayConfig.from_json(table)
+    if mapping is None:
+        raise ValueError("self_play needs policy_mapping rules (the server draws opponents on top of them; a "
+                         "policy_mapping_fn cannot be combined with it)")
+    named = mapping.modules()
+    modules = list(dict.fromkeys(self_play.modules)) or [m for m in specs if m in named and specs[m].trainable]
+    for module_id in modules:
+        if module_id not in specs:
+            raise ValueError(f"self_play.modules names module {module_id!r}, which does not exist")
+        if not specs[module_id].trainable:
+            raise ValueError(f"self_play.modules names module {module_id!r}, which is not trained: its snapshots "
+                             "would all be the same policy")
+    if not modules:
+        raise ValueError("self_play: no trainable module to take snapshots of")
+    self_play = dataclasses.replace(self_play, modules=tuple(modules))
+    for module_id in modules:
+        for slot in range(self_play.window):
+            slot_id = snapshot_module_id(module_id, slot)
+            if slot_id in specs:
+                raise ValueError(f"module {slot_id!r} clashes with the id of a self-play snapshot of "
+                                 f"{module_id!r}: rename it")
+            specs[slot_id] = dataclasses.replace(specs[module_id], module_id=slot_id, trainable=False,
+                                                 snapshot_of=module_id)
+            hps[slot_id] = dataclasses.replace(hps[module_id], demos=None)
+    return self_play
 
 
 def _check_batch_fits_a_frame(specs: dict[str, ModuleSpec], config: ServerConfig) -> None:

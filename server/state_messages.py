@@ -47,7 +47,7 @@ def config_message(trainer: "Trainer") -> dict[str, Any]:
         "train_batch_size": c.train_batch_size,
         "max_staleness": c.max_staleness,
         "modules": {m: s.to_json() for m, s in layout.specs.items()},
-        "policy_mapping": layout.mapping.to_json() if layout.mapping is not None else None,
+        "policy_mapping": layout.client_mapping.to_json() if layout.client_mapping is not None else None,
         "groups": {g: spec.to_json() for g, spec in layout.groups.items()},
         "policies_to_train": layout.trainable,
     })

@@ -42,6 +42,7 @@ from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .pool_journal import JournalEntry, PoolJournal, journal_files, read_journal
 from .record_share import RecordShare
 from .sample_pool import Admission, Pooled, SamplePool, part_of
+from .self_play import SelfPlay
 from .session_owners import SessionOwners
 from .stop_rule import StopRule
 
@@ -67,6 +68,13 @@ class Trainer:
         self.guard = DataGuard()
         # Each update takes at most train_batch_size agent steps; the pool holds at most twice that plus a message.
         self.pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
+        #: Self-play's snapshots, matches and ratings (None without a self_play table).
+        self.self_play: SelfPlay | None = None
+        if layout.self_play is not None:
+            self.self_play = SelfPlay(layout.self_play, list(layout.self_play.modules), config.seed)
+            for module_id in layout.self_play.modules:  # the first opponents: the untrained policies
+                self._snapshot(module_id, self.modules[self.self_play.next_slot_id(module_id)].copy_policy(
+                    self.modules[module_id]))
         #: Every stored batch is written here before it is answered (see pool_journal).
         self.journal: PoolJournal | None = None
         self._resume_and_open_journal()
@@ -79,8 +87,10 @@ class Trainer:
             runtime = self.modules[module_id]
             history.add(runtime.weights_seq_no, runtime.learner.export_onnx(), runtime.spec.action_space,
                         runtime.spec.observation_space)
+        self.metrics.self_play = self.self_play
         self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy,
-                                    logp_check=self._check_logp if config.verify_action_logp else None)
+                                    logp_check=self._check_logp if config.verify_action_logp else None,
+                                    self_play=self.self_play)
         self.owners = SessionOwners(config.session_state_ttl_s, self.ingest, self.episodes)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-learner")
         #: The share of new episodes clients are asked to record (SET_STATE record_share, §13.2).
@@ -93,7 +103,8 @@ class Trainer:
         self.learner_loop = LearnerLoop(
             config, self.modules, self.default_module, self.pool, self.histories, self.metrics, self.guard,
             self.stop_rule, self.record_share, self.dedup, self.tensorboard, self._executor,
-            checkpoint=self._checkpoint_in_learner_thread)
+            checkpoint=self._checkpoint_in_learner_thread,
+            after_publish=self._take_snapshots if self.self_play is not None else None)
 
     def _resume_and_open_journal(self) -> None:
         """With --resume: the checkpoint, then the journal's batches after it; with the journal on,
@@ -105,7 +116,7 @@ class Trainer:
             journal_from = 0
             if Path(config.resume).exists():
                 journal_from = checkpoints.restore_checkpoint(config.resume, self.modules, self.metrics, self.dedup,
-                                                              self.pool)
+                                                              self.pool, self.self_play)
                 self.metrics.weights_seq_no = self.weights_seq_no
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
@@ -126,6 +137,27 @@ class Trainer:
                 # one loses nothing when resumed from here (and an older run's checkpoint left in this
                 # folder is never resumed with this run's journal).
                 self.save_checkpoint()
+
+    # -- self-play -------------------------------------------------------------
+
+    def _snapshot(self, module_id: str, onnx_field: str) -> None:
+        """Serve a new snapshot of ``module_id`` (its weights already copied into the next slot)."""
+        assert self.self_play is not None
+        slot_id = self.self_play.take(module_id, self.modules[module_id].weights_seq_no)
+        self.modules[slot_id].publish(onnx_field)
+
+    async def _take_snapshots(self, published: list[str]) -> None:
+        """After an update: a snapshot of each self-play module whose turn it is (the copy and its
+        ONNX export in the learner thread, the serving on the loop)."""
+        assert self.self_play is not None
+        due = [m for m in published if self.self_play.updated(m)]
+        if not due:
+            return
+        loop = asyncio.get_running_loop()
+        fields = await loop.run_in_executor(self._executor, lambda: {
+            m: self.modules[self.self_play.next_slot_id(m)].copy_policy(self.modules[m]) for m in due})
+        for module_id, onnx_field in fields.items():
+            self._snapshot(module_id, onnx_field)
 
     # -- weights ---------------------------------------------------------------
 
@@ -156,7 +188,7 @@ class Trainer:
 
     async def submit(
         self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
-        env_steps: int | None = None, source: str = "", batch: BatchId | None = None,
+        env_steps: int | None = None, source: str = "", batch: BatchId | None = None, via: Hashable = None,
     ) -> int:
         """Take a validated message's records. ``seq_for[module]`` is the weights
         version the data was computed with; ``env_steps`` the env steps the
@@ -166,7 +198,8 @@ class Trainer:
         once any update that these samples started, or that was running, has
         published new weights. ``batch`` (exactly-once id) is marked stored as its data
         is pooled, and written with it to the journal; this returns only once the
-        journal has it on disk, so an answer always follows a durable store.
+        journal has it on disk, so an answer always follows a durable store. ``via``: the connection
+        the message came on (self-play's matches are kept per connection).
 
         Returns the agent steps not stored because an update would take them
         only once older than ``max_staleness`` (or they are already): §13.2."""
@@ -182,6 +215,10 @@ class Trainer:
         m.env_steps_received += env_steps
         m.agent_steps_received += agent_steps
         finished = self.episodes.add(connection, records)
+        if self.self_play is not None:
+            for episode in finished:
+                self.self_play.episode_part(connection if via is None else via, episode.episode_id, episode.agents,
+                                            episode.complete)
         suspect = self.guard.is_suspect(connection, source)
         m.add_episodes(finished, source, suspect)
         self.stop_rule.note(connection, records, finished, suspect)
@@ -295,7 +332,7 @@ class Trainer:
         """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
         and a new journal generation, from which a resume replays what came after."""
         return checkpoints.checkpoint_state(self.modules, self.metrics, self.dedup, self.config, self.pool,
-                                            self.journal)
+                                            self.journal, self.self_play)
 
     async def _checkpoint_in_learner_thread(self) -> Path:
         # Taken on the loop (the pool and the journal's generation agree), written beside it.
@@ -308,9 +345,14 @@ class Trainer:
         name = "policy.onnx" if module_id == (self.default_module or DEFAULT_MODULE_ID) else f"policy-{module_id}.onnx"
         return Path(self.config.logdir) / name
 
+    def policy_modules(self) -> list[str]:
+        """The modules whose policies ``save_policies`` writes: all but self-play slots not filled yet."""
+        return [m for m in self.modules if self.self_play is None or self.self_play.holds(m)]
+
     def save_policies(self) -> None:
         """Write every module's current policy as a plain ONNX file (what clients run)."""
-        for module_id, runtime in self.modules.items():
+        for module_id in self.policy_modules():
+            runtime = self.modules[module_id]
             path = self.policy_path(module_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".onnx.tmp")

@@ -223,6 +223,10 @@ int main(int argc, char** argv) {
       tether::Status status =
           examples::surviving("multi_agent", client, [&] { return client.get_action(episode, frame); });
       if (!status.ok()) {
+        if (client.training_done()) {  // (a MAP_AGENTS question the finished run no longer answers)
+          stopped_by = "training_done";
+          break;
+        }
         if (!client.fatal_error().ok()) {
           stopped_by = "server_gone";
           break;

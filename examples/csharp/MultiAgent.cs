@@ -233,12 +233,15 @@ namespace Tether.Examples
                 }
                 catch (TetherException e)
                 {
-                    if (client.FatalError == null)
+                    if (client.TrainingDone != null)
+                        stoppedBy = "training_done";  // (a MAP_AGENTS question the finished run no longer answers)
+                    else if (client.FatalError == null)
                     {
                         Console.Error.WriteLine("multi_agent: " + e.Message);
                         return 1;
                     }
-                    stoppedBy = "server_gone";
+                    else
+                        stoppedBy = "server_gone";
                 }
                 Console.WriteLine("{\"episodes\": " + returns.Count + ", \"mean_return_last_100\": " + Number(Mean(returns, false)) +
                                   ", \"mean_return_first_100\": " + Number(Mean(returns, true)) + ", \"env_steps\": " + steps +

@@ -410,7 +410,7 @@ class ConsoleState:
             "type": "hello", "version": FEED_VERSION, "started_at": self.started,
             "run": {"modules": {m: {"observation_space": rt.spec.observation_space.to_json(),
                                     "action_space": rt.spec.action_space.to_json(),
-                                    "trainable": rt.spec.trainable}
+                                    "trainable": rt.spec.trainable, "snapshot_of": rt.spec.snapshot_of}
                                 for m, rt in trainer.modules.items()},
                     "groups": {g: list(spec.members) for g, spec in trainer.layout.groups.items()},
                     "train_batch_size": trainer.config.train_batch_size,

@@ -15,6 +15,7 @@ from tether.protocol.messages import is_text
 from tether.protocol.multi_agent import MultiAgentRecord
 
 from ..module_setup import ModuleLayout
+from ..self_play import SelfPlay
 from .record_decode import decode_record
 
 
@@ -43,11 +44,14 @@ class EpisodeIngest:
         layout: ModuleLayout,
         require_logp: bool,
         logp_check: Callable[[list[MultiAgentRecord], dict[str, int]], None] | None = None,
+        self_play: SelfPlay | None = None,
     ) -> None:
         self.layout = layout
         self.require_logp = require_logp
         #: Raises MessageError when behaviour logp cannot come from a served model (see logp_check.py).
         self.logp_check = logp_check
+        #: Draws each episode's opponents on top of the policy mapping (server/self_play.py).
+        self.self_play = self_play
         # Keys are (owner, episode_id): the owner is the client_session when the
         # client gives one (state survives a reconnect), else the connection.
         #: (owner, episode_id) -> agents that terminated or were truncated.
@@ -61,8 +65,8 @@ class EpisodeIngest:
         """The module of an agent that first appears in ``episode_id``; raises MessageError.
         ``fallback``: another owner whose assignments (MAP_AGENTS on this connection) apply."""
         layout = self.layout
-        if layout.mapping is not None:
-            return layout.mapping.module_for(agent_id, episode_id)
+        if layout.client_mapping is not None:
+            return layout.client_mapping.module_for(agent_id, episode_id)
         assigned = self._assigned.setdefault((connection, episode_id), {})
         module = assigned.get(agent_id)
         if module is None and fallback is not None and fallback != connection:
@@ -72,6 +76,9 @@ class EpisodeIngest:
                 module = layout.module_for(agent_id, episode_id)
             except Exception as exc:
                 raise MessageError(ErrorCode.UNMAPPED_AGENT, f"mapping function failed for agent {agent_id!r}: {exc}") from None
+            if self.self_play is not None:  # opponents are drawn once per episode of a connection
+                module = self.self_play.module_for(connection if fallback is None else fallback, episode_id,
+                                                   agent_id, module)
             if module not in layout.specs:
                 raise MessageError(
                     ErrorCode.UNKNOWN_MODULE, f"mapping function put agent {agent_id!r} on unknown module {module!r}"
@@ -180,4 +187,6 @@ class EpisodeIngest:
             del self._done[key]
         for akey in [k for k in self._assigned if k[0] == connection]:
             del self._assigned[akey]
+        if self.self_play is not None:
+            self.self_play.forget(connection)
 

@@ -128,6 +128,17 @@ def test_e2e_connect_four_keys() -> None:
     assert result["eval_games"] == 30 and result["training_games"] > 0 and 0 <= result["random_win_rate"] <= 1
 
 
+def test_e2e_selfplay_keys() -> None:
+    """bench/e2e_selfplay.py's contract on a budget too small to learn (one update, one client)."""
+    result = run_bench("e2e_selfplay.py", "--max-env-steps", "4000", "--eval-games", "20", "--clients", "1")
+    for key in ("win_rate_vs_random", "loss_rate_vs_random", "win_rate_vs_lookahead", "loss_rate_vs_lookahead",
+                "random_win_rate_vs_random", "random_win_rate_vs_lookahead", "rating", "latest_snapshot_rating",
+                "first_snapshot_rating", "games_rated", "env_steps", "wall_s", "train_s"):
+        assert key in result, key
+    assert result["illegal_moves"] == 0 and result["env_steps"] == 4000 and result["eval_games"] == 20
+    assert 0 <= result["win_rate_vs_lookahead"] <= 1 and result["games_rated"] >= 0
+
+
 def test_e2e_minatar_keys() -> None:
     result = run_bench("e2e_minatar.py", "--max-env-steps", "3000", "--random-episodes", "20", "--clients", "1")
     assert result["env_steps"] >= 3000 and result["random_return_mean"] >= 0

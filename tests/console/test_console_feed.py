@@ -348,3 +348,31 @@ def test_a_finished_run_is_shown_read_only_from_its_log(tmp_path: Path) -> None:
     finally:
         viewer.kill()
         viewer.wait()
+
+
+def test_a_self_play_run_shows_its_ratings(tmp_path: Path) -> None:
+    """A self-play run (docs/self_play.md): its modules' Elo ratings and the latest snapshot's reach
+    the console with the other metrics, and move once games against snapshots are rated."""
+    repo = Path(__file__).resolve().parents[2]
+    server = ServerProcess(tmp_path, "--config", str(repo / "examples/configs/tictactoe_selfplay.toml"),
+                           "--console-port", "0", "--seed", "0", "--checkpoint-every", "0").start()
+    client = subprocess.Popen([sys.executable, str(repo / "examples/selfplay_client.py"), "--port", str(server.port)],
+                              cwd=repo, stdout=subprocess.DEVNULL)
+    try:
+        port, token = console_address(server)
+
+        async def scenario() -> None:
+            async with connect(f"ws://127.0.0.1:{port}/feed?token={token}") as ws:
+                hello = await receive(ws, "hello")
+                assert hello["run"]["modules"]["player@0"]["snapshot_of"] == "player"
+                tick = await until(ws, lambda t: (t["values"].get("charts/updates") or 0) >= 1
+                                   and t["values"].get("self_play/games_rated"), timeout=60)
+                values = tick["values"]
+                assert values["self_play/player/rating"] != 1200.0  # rated games moved it
+                assert values["self_play/player/latest_snapshot_rating"] > 0
+                assert values["self_play/player/snapshots"] >= 1
+
+        asyncio.run(scenario())
+    finally:
+        client.kill()
+        server.kill()

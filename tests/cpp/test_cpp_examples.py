@@ -160,6 +160,45 @@ def test_cpp_multi_agent_learns_beyond_random(examples: Path, tmp_path: Path) ->
     print("C++ multi-agent:", relay_game_learns([str(examples / "multi_agent")], tmp_path))
 
 
+def relay_game_plays_self_play(program: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> str:
+    """The relay game's two scouts as the two teams of a self-play run (docs/self_play.md), the
+    program unchanged: per episode the server draws which scout learns and whether the other plays
+    the latest "scout" or a snapshot of it, and the program's SDK asks (MAP_AGENTS, §9.8) and acts
+    with the snapshot models the server sends. Every step is delivered and accepted (a seat
+    reported on another module than the one drawn would be refused), the snapshots' models are
+    loaded and played, and their games rated. Returns a summary line."""
+    flags = server_flags(REPO / "examples" / "configs" / "cpp_multi_agent.json")
+    self_play = {"teams": ["scout_0", "scout_1"], "snapshot_every": 1, "window": 3, "latest_share": 0.2}
+    server = ServerProcess(tmp_path, *flags, "--seed", "0", "--self-play", json.dumps(self_play),
+                           "--max-env-steps", "4000").start()
+    try:
+        run = subprocess.run([*program, "--port", str(server.port), "--max-steps", "100000", "--seed", "0",
+                              "--reconnect-timeout", "5"], capture_output=True, text=True, timeout=300, env=env)
+        summary = server.wait(timeout=60)
+    finally:
+        server.kill()
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    result = last_json(run.stdout)
+    assert result["stopped_by"] == "training_done", result
+    # No batch refused (the program prints each error of the server), every step delivered but those
+    # of the batch in flight when the server's budget ran out (env_steps_per_sample 200).
+    refused = [line for line in run.stdout.splitlines() if "server reported" in line and "TRAINING_DONE" not in line]
+    assert not refused, refused
+    assert result["env_steps_sent"] >= result["env_steps"] - 200, result
+    snapshots = summary["self_play"]["modules"]["scout"]["snapshots"]
+    assert len(snapshots) == 3 and summary["self_play"]["games_rated"] > 50, summary["self_play"]
+    played = {m for m in summary["module_return_mean"] if m.startswith("scout@")}
+    assert len(played) >= 2, summary["module_return_mean"]  # the snapshots acted in the program's frames
+    # The initial model of 3 slots and 2 modules, then new models as snapshots replace each other.
+    assert result["models_loaded"] > 5 + 3, result
+    assert summary["modules_weights_seq_no"]["scout@0"] >= 2, summary["modules_weights_seq_no"]
+    return f"{result}; rated {summary['self_play']['games_rated']}"
+
+
+def test_cpp_multi_agent_plays_self_play_unchanged(examples: Path, tmp_path: Path) -> None:
+    print("C++ self-play:", relay_game_plays_self_play([str(examples / "multi_agent")], tmp_path))
+
+
 @pytest.mark.slow
 def test_cpp_logged_expert_carts_and_policy_carts_train(examples: Path, tmp_path: Path) -> None:
     """A C++ frame of logged expert carts and policy carts (AgentFrame::log_action, protocol 1.6) trains

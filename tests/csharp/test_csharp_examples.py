@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cpp.test_cpp_examples import cartpole_learns, passes_every_check, relay_game_learns
+from tests.cpp.test_cpp_examples import (cartpole_learns, passes_every_check, relay_game_learns,
+                                         relay_game_plays_self_play)
 from tests.integration.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,3 +70,8 @@ def test_csharp_cartpole_learns_to_450_and_random_does_not(examples: Path, tmp_p
 def test_csharp_multi_agent_learns_above_random(examples: Path, tmp_path: Path) -> None:
     env = dict(os.environ, LD_LIBRARY_PATH=str(ORT_LIB))
     print("C# multi-agent:", relay_game_learns(["mono", str(examples / "multiagent.exe")], tmp_path, env))
+
+
+def test_csharp_multi_agent_plays_self_play_unchanged(examples: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, LD_LIBRARY_PATH=str(ORT_LIB))
+    print("C# self-play:", relay_game_plays_self_play(["mono", str(examples / "multiagent.exe")], tmp_path, env))

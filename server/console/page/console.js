@@ -19,6 +19,8 @@ const CHARTS = [
   ["entropy", "Entropy", k => /^module\/[^/]+\/entropy$/.test(k)],
   ["cloning", "Behaviour cloning (logged steps, demonstrations): loss, logged share, dataset coefficient",
     k => /^module\/[^/]+\/(bc_loss|demo_bc_loss|logged_fraction|demo_coef)$/.test(k)],
+  ["self_play", "Self-play Elo ratings: each learning module and its latest snapshot",
+    k => /^self_play\/[^/]+\/(rating|latest_snapshot_rating)$/.test(k)],
   ["kl", "Approx. KL and clip fraction", k => /^module\/[^/]+\/(approx_kl|clipfrac)$/.test(k)],
   ["ev", "Explained variance", k => /^module\/[^/]+\/explained_variance$/.test(k)],
   ["lr", "Learning rate and entropy coefficient", k => /^module\/[^/]+\/(lr|ent_coef)$/.test(k)],

@@ -1,0 +1,150 @@
+"""Two-player board games by self-play: PettingZoo's tictactoe_v3 or connect_four_v3, both seats played
+through one multi-agent client, the server deciding per game which seat learns and which snapshot of
+the policy plays the other (docs/self_play.md). The engine loop is the plain one of
+multiagent.pettingzoo_adapter.run_aec_env: nothing in it knows about self-play.
+
+    tether serve --config examples/configs/tictactoe_selfplay.toml
+    python examples/selfplay_client.py --game tictactoe_v3
+
+Without a server, ``--evaluate POLICY`` plays a trained policy.onnx (greedy, legal moves only: the
+model masks them) against an opponent in both seats, half the games each, and prints one JSON line
+with its wins, losses and draws::
+
+    python examples/selfplay_client.py --game tictactoe_v3 --evaluate runs/tether/policy-player.onnx \\
+        --opponent random --games 1000
+
+``--opponent`` is ``random`` (uniform over legal moves) or ``lookahead`` (wins at once when it can,
+blocks the other side's immediate win, else random: connect_four_v3 only). ``--evaluate random``
+measures a random player the same way (the baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tether.multiagent.pettingzoo_adapter import run_aec_env
+from tether.protocol.spaces import flatten_observation, from_gymnasium
+from tether.sdk import MultiAgentClient, OnnxPolicy, TetherConnectionError
+
+GAMES = ("tictactoe_v3", "connect_four_v3")
+
+
+def make_env(game: str) -> Any:
+    return importlib.import_module(f"pettingzoo.classic.{game}").env()
+
+
+def train(args: argparse.Namespace) -> None:
+    """Play games until the server says training is done (or goes away)."""
+    env = make_env(args.game)
+    client = MultiAgentClient(args.host, args.port, client_name=f"{args.game}-selfplay-{args.seed}", seed=args.seed,
+                              reconnect_timeout_s=5)
+    try:
+        while client.training_done is None:
+            run_aec_env(client, env, max_episodes=100, seed=None)
+        client.flush()
+    except (TetherConnectionError, KeyboardInterrupt):
+        pass  # training finished and the server went away
+    finally:
+        client.close()
+
+
+def _lookahead_move(env: Any, game: str, rng: np.random.Generator) -> int:
+    """Connect four: a move that wins now, else one that blocks the other side's win now, else random."""
+    board = np.asarray(env.unwrapped.board).reshape(6, 7)
+    me = env.unwrapped.agents.index(env.agent_selection) + 1
+    legal = np.flatnonzero(env.observe(env.agent_selection)["action_mask"])
+    for player in (me, 3 - me):
+        for column in legal:
+            row = max(r for r in range(6) if board[r, column] == 0)
+            trial = board.copy()
+            trial[row, column] = player
+            if _four(trial, player):
+                return int(column)
+    return int(rng.choice(legal))
+
+
+def _four(board: np.ndarray, player: int) -> bool:
+    mine = board == player
+    rows, cols = mine.shape
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        for r in range(rows):
+            for c in range(cols):
+                if all(0 <= r + i * dr < rows and 0 <= c + i * dc < cols and mine[r + i * dr, c + i * dc]
+                       for i in range(4)):
+                    return True
+    return False
+
+
+def evaluate(game: str, policy_path: str, opponent: str, games: int, seed: int) -> dict[str, Any]:
+    """``policy_path`` (greedy) or "random" against ``opponent`` in both seats, half the games each."""
+    env = make_env(game)
+    rng = np.random.default_rng(seed)
+    space = from_gymnasium(env.observation_space(env.possible_agents[0]))
+    policy = None if policy_path == "random" else OnnxPolicy(
+        Path(policy_path).read_bytes(), from_gymnasium(env.action_space(env.possible_agents[0])),
+        observation_space=space, seed=seed)
+
+    def random_move(_: Any) -> int:
+        return int(rng.choice(np.flatnonzero(env.observe(env.agent_selection)["action_mask"])))
+
+    def policy_move(observation: Any) -> int:
+        return int(policy.act_deterministic(flatten_observation(space, observation)))  # type: ignore[union-attr]
+
+    mine: Callable[[Any], int] = random_move if policy is None else policy_move
+    theirs: Callable[[Any], int] = random_move if opponent == "random" else (
+        lambda _: _lookahead_move(env, game, rng))
+    wins = losses = draws = illegal = 0
+    for index in range(games):
+        env.reset(seed=seed + index)
+        seat = env.possible_agents[index % 2]
+        result = 0.0
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                if agent == seat:
+                    result = reward  # (the game's outcome for the seat: +1, -1 or 0)
+                env.step(None)
+                continue
+            move = mine(observation) if agent == seat else theirs(observation)
+            if agent == seat and not observation["action_mask"][move]:
+                illegal += 1
+            env.step(move)
+        wins += result > 0
+        losses += result < 0
+        draws += result == 0
+    return {"games": games, "wins": int(wins), "losses": int(losses), "draws": int(draws),
+            "illegal_moves": illegal, "win_rate": wins / games, "opponent": opponent}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--game", choices=GAMES, default="tictactoe_v3")
+    parser.add_argument("--host", default="127.0.0.1", help="server address")
+    parser.add_argument("--port", type=int, default=5555, help="server port")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (and the evaluation's game seed)")
+    parser.add_argument("--evaluate", metavar="POLICY", help="no server: play a policy.onnx (or 'random') and print "
+                                                             "its results as JSON")
+    parser.add_argument("--opponent", choices=("random", "lookahead"), default="random")
+    parser.add_argument("--games", type=int, default=1000, help="games for --evaluate")
+    parser.add_argument("--print-space", action="store_true", help="print the game's observation space as JSON")
+    args = parser.parse_args()
+    if args.print_space:
+        env = make_env(args.game)
+        print(json.dumps(from_gymnasium(env.observation_space(env.possible_agents[0])).to_json()))
+        return
+    if args.evaluate:
+        if args.opponent == "lookahead" and args.game != "connect_four_v3":
+            parser.error("--opponent lookahead plays connect_four_v3")
+        print(json.dumps(evaluate(args.game, args.evaluate, args.opponent, args.games, args.seed)))
+        return
+    train(args)
+
+
+if __name__ == "__main__":
+    main()
