@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "latest_snapshot_rating": round(snapshots[-1]["rating"], 2),
         "first_snapshot_rating": round(snapshots[0]["rating"], 2),
         "games_rated": summary["self_play"]["games_rated"],
-        "env_steps": args.max_env_steps,
+        "env_steps": summary["env_steps"],
         "clients": args.clients,
         "eval_games": args.eval_games,
         "train_s": round(train_s, 1),

@@ -62,22 +62,22 @@ def _lookahead_move(env: Any, game: str, rng: np.random.Generator) -> int:
     for player in (me, 3 - me):
         for column in legal:
             row = max(r for r in range(6) if board[r, column] == 0)
-            trial = board.copy()
-            trial[row, column] = player
-            if _four(trial, player):
+            if _makes_four(board, row, int(column), player):
                 return int(column)
     return int(rng.choice(legal))
 
 
-def _four(board: np.ndarray, player: int) -> bool:
-    mine = board == player
-    rows, cols = mine.shape
+def _makes_four(board: np.ndarray, row: int, column: int, player: int) -> bool:
+    """Whether ``player``'s piece at (row, column) would complete a line of four through that cell."""
     for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-        for r in range(rows):
-            for c in range(cols):
-                if all(0 <= r + i * dr < rows and 0 <= c + i * dc < cols and mine[r + i * dr, c + i * dc]
-                       for i in range(4)):
-                    return True
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, column + sign * dc
+            while 0 <= r < 6 and 0 <= c < 7 and board[r, c] == player:
+                count += 1
+                r, c = r + sign * dr, c + sign * dc
+        if count >= 4:
+            return True
     return False
 
 

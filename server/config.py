@@ -107,7 +107,8 @@ class ServerConfig:
     policies_to_train: list | None = _opt(None, "modules to train (default: every module marked trainable)")
     self_play: dict | None = _opt(
         None, "self-play (docs/self_play.md): {teams: [agent-id patterns, one per team], snapshot_every, window, "
-        "latest_share, sampling: uniform|prioritized, modules, elo_k, initial_rating, draw_margin}")
+        "latest_share, sampling: uniform|prioritized, modules, elo_k, initial_rating, draw_margin, "
+        "outcome: higher_return|sign}")
 
     # Sampling.
     train_batch_size: int = _opt(2000, "agent steps (one per decision of one agent; env steps for a single agent) per learner update, pooled from all clients")

@@ -38,8 +38,13 @@ class ModuleRuntime:
     def copy_policy(self, source: "ModuleRuntime") -> str:
         """Take ``source``'s current network (a self-play snapshot); returns its model as SET_STATE
         carries it, for ``publish``. Runs in the learner thread (the export takes a while)."""
+        before = copy.deepcopy(self.learner.model.state_dict())
         self.learner.model.load_state_dict(copy.deepcopy(source.learner.model.state_dict()))
-        return encode_onnx(self.learner.export_onnx())
+        try:
+            return encode_onnx(self.learner.export_onnx())
+        except Exception:
+            self.learner.model.load_state_dict(before)  # (its weights stay those of the model it serves)
+            raise
 
     def publish(self, onnx_field: str) -> None:
         """Serve the next version: ``onnx_field`` is its model as SET_STATE carries it (encode_onnx)."""

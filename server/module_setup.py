@@ -9,6 +9,7 @@ Without ``modules`` in the config the server has one module,
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -213,6 +214,19 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
     return ModuleLayout(specs, hps, mapping, mapping_fn, groups, init_from, self_play)
 
 
+def _team_modules(self_play: SelfPlayConfig, mapping: PolicyMapping, specs: dict[str, ModuleSpec]) -> list[str]:
+    """The trainable modules of the rules that a team's agents can match: a rule whose agent id a
+    team's pattern matches, or whose pattern and a team's pattern match each other as text
+    (``scout_*`` and ``scout_0``); a module of agents outside every team needs no snapshots."""
+    named: set[str] = set()
+    for rule in mapping.rules:
+        ids = [rule.agent_id] if rule.agent_id is not None else [rule.pattern]
+        if any(fnmatch.fnmatchcase(i, team) or (rule.pattern is not None and fnmatch.fnmatchcase(team, rule.pattern))
+               for i in ids for team in self_play.teams):
+            named.update([rule.module] if rule.module is not None else rule.choose_from)
+    return [m for m in specs if m in named and specs[m].trainable]
+
+
 def _add_snapshot_modules(table: Any, specs: dict[str, ModuleSpec], hps: dict[str, PPOHyperparams],
                           mapping: PolicyMapping | None) -> SelfPlayConfig:
     """Parse ``self_play`` and add each self-play module's snapshot slots to ``specs`` (frozen
@@ -221,8 +235,7 @@ def _add_snapshot_modules(table: Any, specs: dict[str, ModuleSpec], hps: dict[st
     if mapping is None:
         raise ValueError("self_play needs policy_mapping rules (the server draws opponents on top of them; a "
                          "policy_mapping_fn cannot be combined with it)")
-    named = mapping.modules()
-    modules = list(dict.fromkeys(self_play.modules)) or [m for m in specs if m in named and specs[m].trainable]
+    modules = list(dict.fromkeys(self_play.modules)) or _team_modules(self_play, mapping, specs)
     for module_id in modules:
         if module_id not in specs:
             raise ValueError(f"self_play.modules names module {module_id!r}, which does not exist")

@@ -27,9 +27,16 @@ from typing import Any, Hashable
 #: What separates a module id from its snapshot slot in a snapshot module's id.
 SLOT_SEPARATOR = "@"
 SAMPLING_RULES = ("uniform", "prioritized")
-#: Matches held for episodes that have not ended; beyond it the oldest are dropped (never rated): a
-#: client that abandons episodes without ending them cannot grow the server's memory.
-MAX_OPEN_MATCHES = 65_536
+#: How a game's result is read from the team returns: the higher return wins ("higher_return", for
+#: games whose sides' returns compare), or the sign of the learning team's own return ("sign", for
+#: asymmetric games whose sides are rewarded on different scales).
+OUTCOME_RULES = ("higher_return", "sign")
+#: Matches held per owner (a connection or a client_session) for episodes that have not ended; beyond
+#: it the owner's oldest is dropped, never rated: a client whose episodes never end (evaluation
+#: episodes that ask MAP_AGENTS and send nothing) cannot grow the server's memory or evict others'.
+MAX_OPEN_MATCHES_PER_OWNER = 4096
+#: The largest window: every slot is a module served to every client and kept in every checkpoint.
+MAX_WINDOW = 256
 
 
 class SelfPlayConfigError(ValueError):
@@ -57,6 +64,8 @@ class SelfPlayConfig:
     initial_rating: float = 1200.0
     #: A team wins when its return exceeds the other's by more than this; otherwise the game is a draw.
     draw_margin: float = 0.0
+    #: How a game's result is read (OUTCOME_RULES).
+    outcome: str = "higher_return"
 
     @classmethod
     def from_json(cls, data: Any) -> "SelfPlayConfig":
@@ -77,11 +86,14 @@ class SelfPlayConfig:
             raise SelfPlayConfigError(f"self_play.modules must be a list of module ids, got {modules!r}")
         out = cls(teams=tuple(teams), modules=tuple(modules),
                   **{k: data[k] for k in ("snapshot_every", "window", "latest_share", "sampling", "elo_k",
-                                          "initial_rating", "draw_margin") if k in data})
+                                          "initial_rating", "draw_margin", "outcome") if k in data})
         for name in ("snapshot_every", "window"):
             value = getattr(out, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SelfPlayConfigError(f"self_play.{name} must be an integer >= 1, got {value!r}")
+        if out.window > MAX_WINDOW:
+            raise SelfPlayConfigError(f"self_play.window must be at most {MAX_WINDOW} (each slot is a module every "
+                                      f"client loads), got {out.window}")
         for name in ("latest_share", "elo_k", "initial_rating", "draw_margin"):
             value = getattr(out, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -92,6 +104,8 @@ class SelfPlayConfig:
         if out.elo_k <= 0 or out.draw_margin < 0:
             raise SelfPlayConfigError(f"self_play.elo_k must be > 0 and draw_margin >= 0, got {out.elo_k}, "
                                       f"{out.draw_margin}")
+        if out.outcome not in OUTCOME_RULES:
+            raise SelfPlayConfigError(f"self_play.outcome must be one of {list(OUTCOME_RULES)}, got {out.outcome!r}")
         if out.sampling not in SAMPLING_RULES:
             raise SelfPlayConfigError(f"self_play.sampling must be one of {list(SAMPLING_RULES)}, got {out.sampling!r}")
         return out
@@ -144,6 +158,8 @@ class _Match:
     learning_team: int
     #: (team, module) -> the module served to that team's agents (a snapshot id, or the module itself).
     opponents: dict[tuple[int, str], str] = field(default_factory=dict)
+    #: snapshot module id -> the version it held when drawn: a game is rated only against that snapshot.
+    versions: dict[str, int] = field(default_factory=dict)
     #: agent id -> (module, return) of the agents that already left the episode.
     returns: dict[str, tuple[str, float]] = field(default_factory=dict)
 
@@ -160,8 +176,11 @@ class SelfPlay:
         self._next_slot: dict[str, int] = {m: 0 for m in modules}
         #: snapshot module id -> (module, slot)
         self._slot_of = {snapshot_module_id(m, s): (m, s) for m in modules for s in range(config.window)}
-        self._matches: dict[tuple[Hashable, str], _Match] = {}
+        #: owner -> episode id -> its match, from the first MAP_AGENTS question until the episode ends.
+        self._matches: dict[Hashable, dict[str, _Match]] = {}
         self._rng = random.Random(seed)
+        #: Whether load_state restored a checkpoint's self-play state.
+        self.restored = False
         #: Games rated, and the learning teams' score in them, over the run.
         self.games_rated = 0
         self.games_latest = 0
@@ -195,24 +214,75 @@ class SelfPlay:
     # -- matches ---------------------------------------------------------------
 
     def module_for(self, owner: Hashable, episode_id: str, agent_id: str, module_id: str) -> str:
-        """The module an agent acts with in this episode, given the module the policy mapping gives it:
-        the module itself on the learning team (and for agents of no team or of a module without
-        snapshots), else the opponent its team was drawn for this episode."""
+        """The module an agent acts with in this episode (MAP_AGENTS), given the module the policy
+        mapping gives it: the module itself on the learning team (and for agents of no team or of a
+        module without snapshots), else the opponent its team was drawn for this episode."""
         team = self.config.team_of(agent_id)
         if team is None or module_id not in self.snapshots:
             return module_id
-        key = (owner, episode_id)
-        match = self._matches.get(key)
+        match = self._match(owner, episode_id)
         if match is None:
-            if len(self._matches) >= MAX_OPEN_MATCHES:
-                del self._matches[next(iter(self._matches))]
-            match = self._matches[key] = _Match(self._rng.randrange(len(self.config.teams)))
+            match = self._new_match(owner, episode_id, self._rng.randrange(len(self.config.teams)))
         if team == match.learning_team:
             return module_id
         opponent = match.opponents.get((team, module_id))
         if opponent is None:
             opponent = match.opponents[(team, module_id)] = self._draw_opponent(module_id)
+            if opponent in self._slot_of:
+                match.versions[opponent] = self._snapshot_at(opponent).version  # type: ignore[union-attr]
         return opponent
+
+    def could_draw(self, agent_id: str, module_id: str, reported: str) -> bool:
+        """Whether ``reported`` is a module self-play can serve an agent that the mapping puts on
+        ``module_id``: the module itself, or (for an agent of a team) a filled snapshot slot of it."""
+        if reported == module_id:
+            return True
+        where = self._slot_of.get(reported)
+        return (where is not None and where[0] == module_id and self.config.team_of(agent_id) is not None
+                and self.snapshots[where[0]][where[1]] is not None)
+
+    def bind(self, owner: Hashable, via: Hashable, episode_id: str | None, modules: dict[str, str]) -> None:
+        """Records of an episode were accepted from ``owner`` (its client_session, else its connection)
+        on connection ``via``, its agents on ``modules``: the match drawn on the connection moves to the
+        owner (so a continuation on another connection finds it), or, when none was drawn (the episode
+        began before a reconnect or a restart), one is made from what the records say was played."""
+        episode_id = episode_id or ""
+        match = self._match(owner, episode_id)
+        if match is None and via is not None and via != owner:
+            match = self._matches.get(via, {}).pop(episode_id, None)
+            if match is not None:
+                self._put(owner, episode_id, match)
+        teams = {a: self.config.team_of(a) for a in modules}
+        if match is None:
+            learning = [teams[a] for a, m in modules.items() if teams[a] is not None and m in self.snapshots]
+            if not learning:
+                return  # no agent of a team on a learning module: nothing to rate
+            match = self._new_match(owner, episode_id, learning[0])
+        for agent_id, module in modules.items():
+            where = self._slot_of.get(module)
+            if where is not None and teams[agent_id] is not None:
+                match.opponents.setdefault((teams[agent_id], where[0]), module)
+                snapshot = self._snapshot_at(module)
+                if snapshot is not None:
+                    match.versions.setdefault(module, snapshot.version)
+
+    def _match(self, owner: Hashable, episode_id: str) -> _Match | None:
+        return self._matches.get(owner, {}).get(episode_id)
+
+    def _new_match(self, owner: Hashable, episode_id: str, learning_team: int) -> _Match:
+        match = _Match(learning_team)
+        self._put(owner, episode_id, match)
+        return match
+
+    def _put(self, owner: Hashable, episode_id: str, match: _Match) -> None:
+        held = self._matches.setdefault(owner, {})
+        if len(held) >= MAX_OPEN_MATCHES_PER_OWNER:
+            del held[next(iter(held))]
+        held[episode_id] = match
+
+    def _snapshot_at(self, slot_id: str) -> Snapshot | None:
+        module, slot = self._slot_of[slot_id]
+        return self.snapshots[module][slot]
 
     def _draw_opponent(self, module_id: str) -> str:
         filled = [s for s in self.snapshots[module_id] if s is not None]
@@ -232,13 +302,15 @@ class SelfPlay:
         """Agents left an episode (``returns``: agent id -> (its module, its return)); with ``ended``
         the episode is over, and the learning team's return against each team that played a
         snapshot rates the game."""
-        key = (owner, episode_id or "")
-        match = self._matches.get(key)
+        episode_id = episode_id or ""
+        match = self._match(owner, episode_id)
         if match is None:
             return
         match.returns.update(returns)
         if ended:
-            del self._matches[key]
+            del self._matches[owner][episode_id]
+            if not self._matches[owner]:
+                del self._matches[owner]
             self._rate(match)
 
     def _rate(self, match: _Match) -> None:
@@ -264,12 +336,12 @@ class SelfPlay:
             if not math.isfinite(theirs):
                 continue
             margin = self.config.draw_margin
-            score = 1.0 if mine > theirs + margin else 0.0 if mine < theirs - margin else 0.5
+            against = 0.0 if self.config.outcome == "sign" else theirs
+            score = 1.0 if mine > against + margin else 0.0 if mine < against - margin else 0.5
             for slot_id in slots:
-                owner_module, slot = self._slot_of[slot_id]
-                snapshot = self.snapshots[owner_module][slot]
-                if snapshot is None:
-                    continue
+                snapshot = self._snapshot_at(slot_id)
+                if snapshot is None or match.versions.get(slot_id) != snapshot.version:
+                    continue  # (its slot took a newer snapshot during the game: not the one drawn)
                 for learner in learners:
                     self.ratings[learner], snapshot.rating = elo_update(self.ratings[learner], snapshot.rating, score,
                                                                         self.config.elo_k)
@@ -283,11 +355,10 @@ class SelfPlay:
 
     def forget(self, owner: Hashable) -> None:
         """Drop the matches of an owner whose episodes will not end (a closed connection or session)."""
-        for key in [k for k in self._matches if k[0] == owner]:
-            del self._matches[key]
+        self._matches.pop(owner, None)
 
     def open_matches(self) -> int:
-        return len(self._matches)
+        return sum(len(held) for held in self._matches.values())
 
     # -- reporting and checkpoints ---------------------------------------------
 
@@ -316,17 +387,24 @@ class SelfPlay:
         return out
 
     def state(self) -> dict[str, Any]:
-        return {"ratings": dict(self.ratings), "updates": dict(self.updates), "next_slot": dict(self._next_slot),
+        return {"teams": list(self.config.teams), "ratings": dict(self.ratings), "updates": dict(self.updates), "next_slot": dict(self._next_slot),
                 "snapshots": {m: [None if s is None else s.to_json() for s in slots]
                               for m, slots in self.snapshots.items()},
                 "games_rated": self.games_rated, "games_latest": self.games_latest}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what ``state`` saved; a module or slot this run lacks is an error naming it."""
+        """Restore what ``state`` saved; other teams, or a module or slot this run lacks, is an error
+        naming it (the snapshots and ratings would belong to another game)."""
+        if "teams" in state and list(state["teams"]) != list(self.config.teams):
+            raise ValueError(f"self_play: the checkpoint's teams {list(state['teams'])} differ from this "
+                             f"configuration's {list(self.config.teams)}")
         for m, slots in state["snapshots"].items():
-            if m not in self.snapshots or len(slots) > self.config.window:
-                raise ValueError(f"self_play: the checkpoint has snapshots of module {m!r} ({len(slots)} slots) "
-                                 f"that this configuration cannot hold (window {self.config.window})")
+            if m not in self.snapshots:
+                raise ValueError(f"self_play: the checkpoint has snapshots of module {m!r}, which this "
+                                 f"configuration does not take snapshots of")
+            if len(slots) > self.config.window:
+                raise ValueError(f"self_play: the checkpoint has {len(slots)} snapshots of module {m!r}, more than "
+                                 f"this configuration's window {self.config.window}")
             for slot, saved in enumerate(slots):
                 self.snapshots[m][slot] = None if saved is None else Snapshot(**saved)
         self.ratings.update({m: float(r) for m, r in state["ratings"].items() if m in self.ratings})
@@ -335,3 +413,4 @@ class SelfPlay:
                                 if m in self._next_slot})
         self.games_rated = int(state.get("games_rated", 0))
         self.games_latest = int(state.get("games_latest", 0))
+        self.restored = True

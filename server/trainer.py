@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -71,13 +72,12 @@ class Trainer:
         #: Self-play's snapshots, matches and ratings (None without a self_play table).
         self.self_play: SelfPlay | None = None
         if layout.self_play is not None:
-            self.self_play = SelfPlay(layout.self_play, list(layout.self_play.modules), config.seed)
-            for module_id in layout.self_play.modules:  # the first opponents: the untrained policies
-                self._snapshot(module_id, self.modules[self.self_play.next_slot_id(module_id)].copy_policy(
-                    self.modules[module_id]))
+            self._first_snapshots()  # (before a resume, which restores the checkpoint's, and its first checkpoint)
         #: Every stored batch is written here before it is answered (see pool_journal).
         self.journal: PoolJournal | None = None
         self._resume_and_open_journal()
+        if self.self_play is not None and config.resume and not self.self_play.restored:
+            self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
         # Behaviour logps are checked for modules without memory (§13.6): a recurrent step's logp depends on
         # the state its SDK carried, computed over steps of earlier versions, which no one kept model reproduces.
@@ -140,6 +140,15 @@ class Trainer:
 
     # -- self-play -------------------------------------------------------------
 
+    def _first_snapshots(self) -> None:
+        """A fresh self-play record whose first opponents are the modules' current policies."""
+        layout = self.layout.self_play
+        assert layout is not None
+        self.self_play = SelfPlay(layout, list(layout.modules), self.config.seed)
+        for module_id in layout.modules:
+            self._snapshot(module_id, self.modules[self.self_play.next_slot_id(module_id)].copy_policy(
+                self.modules[module_id]))
+
     def _snapshot(self, module_id: str, onnx_field: str) -> None:
         """Serve a new snapshot of ``module_id`` (its weights already copied into the next slot)."""
         assert self.self_play is not None
@@ -154,9 +163,14 @@ class Trainer:
         if not due:
             return
         loop = asyncio.get_running_loop()
-        fields = await loop.run_in_executor(self._executor, lambda: {
-            m: self.modules[self.self_play.next_slot_id(m)].copy_policy(self.modules[m]) for m in due})
-        for module_id, onnx_field in fields.items():
+        for module_id in due:
+            slot = self.modules[self.self_play.next_slot_id(module_id)]
+            try:
+                onnx_field = await loop.run_in_executor(self._executor, slot.copy_policy, self.modules[module_id])
+            except Exception as exc:  # (the slot keeps its snapshot, weights and model; training goes on)
+                print(f"[tether] self-play snapshot of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr,
+                      flush=True)
+                continue
             self._snapshot(module_id, onnx_field)
 
     # -- weights ---------------------------------------------------------------
@@ -188,7 +202,7 @@ class Trainer:
 
     async def submit(
         self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
-        env_steps: int | None = None, source: str = "", batch: BatchId | None = None, via: Hashable = None,
+        env_steps: int | None = None, source: str = "", batch: BatchId | None = None,
     ) -> int:
         """Take a validated message's records. ``seq_for[module]`` is the weights
         version the data was computed with; ``env_steps`` the env steps the
@@ -198,8 +212,7 @@ class Trainer:
         once any update that these samples started, or that was running, has
         published new weights. ``batch`` (exactly-once id) is marked stored as its data
         is pooled, and written with it to the journal; this returns only once the
-        journal has it on disk, so an answer always follows a durable store. ``via``: the connection
-        the message came on (self-play's matches are kept per connection).
+        journal has it on disk, so an answer always follows a durable store.
 
         Returns the agent steps not stored because an update would take them
         only once older than ``max_staleness`` (or they are already): §13.2."""
@@ -217,8 +230,7 @@ class Trainer:
         finished = self.episodes.add(connection, records)
         if self.self_play is not None:
             for episode in finished:
-                self.self_play.episode_part(connection if via is None else via, episode.episode_id, episode.agents,
-                                            episode.complete)
+                self.self_play.episode_part(connection, episode.episode_id, episode.agents, episode.complete)
         suspect = self.guard.is_suspect(connection, source)
         m.add_episodes(finished, source, suspect)
         self.stop_rule.note(connection, records, finished, suspect)

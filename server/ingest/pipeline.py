@@ -63,7 +63,7 @@ class IngestPipeline:
                 observer.batch(session.id, env_steps, versions, records)
             session.refused_stale += await trainer.submit(
                 owner, records, versions, wait_for_update=wants_state and trainer.config.force_on_policy,
-                env_steps=env_steps, source=f"#{session.id} {session.peer}", batch=batch, via=session.id)
+                env_steps=env_steps, source=f"#{session.id} {session.peer}", batch=batch)
 
     async def _check_behaviour_logp(self, records: list, versions: dict[str, int]) -> dict[str, int]:
         """Raise ACTION_LOGP_MISMATCH unless a served model explains every step; returns the

@@ -22,17 +22,27 @@ from .record_decode import decode_record
 class PendingRecords:
     """A validated message whose finished-agent state is not yet recorded."""
 
-    __slots__ = ("_ingest", "records", "_done")
+    __slots__ = ("_ingest", "records", "_done", "_owner", "_via")
 
     def __init__(self, ingest: "EpisodeIngest", records: list[MultiAgentRecord],
-                 done: dict[tuple[Hashable, str | None], set[str]]) -> None:
+                 done: dict[tuple[Hashable, str | None], set[str]], owner: Hashable = None,
+                 via: Hashable = None) -> None:
         self._ingest = ingest
         self.records = records
         self._done = done
+        self._owner = owner
+        self._via = via
 
     def commit(self) -> None:
-        """Record which agents finished (only once the whole message is accepted)."""
+        """Record which agents finished, and bind self-play's matches to the episodes' owner (only
+        once the whole message is accepted)."""
         self._ingest._commit_done(self._done)
+        self_play = self._ingest.self_play
+        if self_play is not None:
+            for record in self.records:
+                if record.agents:
+                    self_play.bind(self._owner, self._via, record.episode_id,
+                                   {agent.agent_id: agent.module_id for agent in record.agents})
 
 
 class EpisodeIngest:
@@ -61,9 +71,11 @@ class EpisodeIngest:
 
     # -- mapping ---------------------------------------------------------------
 
-    def module_for(self, connection: Hashable, agent_id: str, episode_id: str, fallback: Hashable = None) -> str:
+    def module_for(self, connection: Hashable, agent_id: str, episode_id: str, fallback: Hashable = None,
+                   reported: str | None = None) -> str:
         """The module of an agent that first appears in ``episode_id``; raises MessageError.
-        ``fallback``: another owner whose assignments (MAP_AGENTS on this connection) apply."""
+        ``fallback``: another owner whose assignments (MAP_AGENTS on this connection) apply.
+        ``reported``: the module a record names (the records' path, not MAP_AGENTS)."""
         layout = self.layout
         if layout.client_mapping is not None:
             return layout.client_mapping.module_for(agent_id, episode_id)
@@ -71,18 +83,25 @@ class EpisodeIngest:
         module = assigned.get(agent_id)
         if module is None and fallback is not None and fallback != connection:
             module = self._assigned.get((fallback, episode_id), {}).get(agent_id)
+            if module is not None:
+                assigned[agent_id] = module  # (kept under the owner: a continuation on another connection finds it)
         if module is None:
             try:
                 module = layout.module_for(agent_id, episode_id)
             except Exception as exc:
                 raise MessageError(ErrorCode.UNMAPPED_AGENT, f"mapping function failed for agent {agent_id!r}: {exc}") from None
-            if self.self_play is not None:  # opponents are drawn once per episode of a connection
-                module = self.self_play.module_for(connection if fallback is None else fallback, episode_id,
-                                                   agent_id, module)
             if module not in layout.specs:
                 raise MessageError(
                     ErrorCode.UNKNOWN_MODULE, f"mapping function put agent {agent_id!r} on unknown module {module!r}"
                 )
+            if self.self_play is not None:
+                if reported is None:  # MAP_AGENTS: the episode's opponents are drawn here, once per connection
+                    module = self.self_play.module_for(connection, episode_id, agent_id, module)
+                elif self.self_play.could_draw(agent_id, module, reported):
+                    # Records of an episode nothing was drawn for on this owner or connection (it began
+                    # before a reconnect or a restart): the module the client played stands if
+                    # self-play could have drawn it.
+                    module = reported
             assigned[agent_id] = module
         return module
 
@@ -138,8 +157,10 @@ class EpisodeIngest:
                 if decoded.is_terminated or decoded.is_truncated:
                     done[key] = set()  # the episode is over: its id may start a new one
                     self._assigned.pop((connection, decoded.episode_id or ""), None)
+                    if via is not None:  # (and what MAP_AGENTS answered on the connection)
+                        self._assigned.pop((via, decoded.episode_id or ""), None)
             out.append(decoded)
-        return PendingRecords(self, out, done)
+        return PendingRecords(self, out, done, connection, via)
 
     def _commit_done(self, done: dict[tuple[Hashable, str | None], set[str]]) -> None:
         for key, agents in done.items():
@@ -160,7 +181,7 @@ class EpisodeIngest:
                     f"{where}: {agent.agent_id!r} is a member of group {group!r} and must be reported as part of it",
                 )
             try:
-                expected = self.module_for(connection, agent.agent_id, record.episode_id or "", via)
+                expected = self.module_for(connection, agent.agent_id, record.episode_id or "", via, agent.module_id)
             except MessageError as exc:
                 raise MessageError(exc.code, f"{where}: {exc.message}") from None
             if agent.module_id != expected:

@@ -135,8 +135,8 @@ def test_e2e_selfplay_keys() -> None:
                 "random_win_rate_vs_random", "random_win_rate_vs_lookahead", "rating", "latest_snapshot_rating",
                 "first_snapshot_rating", "games_rated", "env_steps", "wall_s", "train_s"):
         assert key in result, key
-    assert result["illegal_moves"] == 0 and result["env_steps"] == 4000 and result["eval_games"] == 20
-    assert 0 <= result["win_rate_vs_lookahead"] <= 1 and result["games_rated"] >= 0
+    assert result["illegal_moves"] == 0 and result["env_steps"] >= 4000 and result["eval_games"] == 20
+    assert 0 <= result["win_rate_vs_lookahead"] <= 1 and result["games_rated"] > 0  # (about 130 games here)
 
 
 def test_e2e_minatar_keys() -> None:

@@ -192,6 +192,8 @@ def relay_game_plays_self_play(program: list[str], tmp_path: Path, env: dict[str
     # The initial model of 3 slots and 2 modules, then new models as snapshots replace each other.
     assert result["models_loaded"] > 5 + 3, result
     assert summary["modules_weights_seq_no"]["scout@0"] >= 2, summary["modules_weights_seq_no"]
+    # The lifters' group is on no team: its module keeps no snapshots.
+    assert not any(m.startswith("lifter@") for m in summary["modules_weights_seq_no"]), summary["modules_weights_seq_no"]
     return f"{result}; rated {summary['self_play']['games_rated']}"
 
 

@@ -13,7 +13,7 @@ from tether.protocol.errors import MessageError
 from tether.server.config import ServerConfig
 from tether.server.module_setup import build_layout
 from tether.server.self_play import (
-    MAX_OPEN_MATCHES, SelfPlay, SelfPlayConfig, SelfPlayConfigError, elo_expected, elo_update, snapshot_module_id,
+    MAX_OPEN_MATCHES_PER_OWNER, SelfPlay, SelfPlayConfig, SelfPlayConfigError, elo_expected, elo_update, snapshot_module_id,
 )
 from tether.server.state_messages import config_message
 from tether.server.trainer import Trainer
@@ -41,11 +41,13 @@ def config(tmp_path, self_play: dict, modules: dict | None = None, rules: list |
     ({"teams": "p*"}, "teams"),
     ({"teams": ["p1", "p1"]}, "twice"),
     ({"teams": ["p1", "p2"], "window": 0}, "window"),
+    ({"teams": ["p1", "p2"], "window": 257}, "window"),
     ({"teams": ["p1", "p2"], "snapshot_every": 1.5}, "snapshot_every"),
     ({"teams": ["p1", "p2"], "latest_share": 1.0}, "latest_share"),
     ({"teams": ["p1", "p2"], "latest_share": float("nan")}, "latest_share"),
     ({"teams": ["p1", "p2"], "sampling": "greedy"}, "sampling"),
     ({"teams": ["p1", "p2"], "elo_k": 0}, "elo_k"),
+    ({"teams": ["p1", "p2"], "outcome": "winner"}, "outcome"),
     ({"teams": ["p1", "p2"], "opponents": 3}, "unknown option"),
     (["p1", "p2"], "table"),
 ])
@@ -72,6 +74,15 @@ def test_the_layout_adds_frozen_snapshot_modules_and_the_server_maps(tmp_path) -
         json.dumps(message)
     finally:
         asyncio.run(trainer.close(checkpoint=False))
+
+
+def test_by_default_only_modules_of_team_agents_keep_snapshots(tmp_path) -> None:
+    modules = {"scout": {"observation_space": BOX, "action_space": TWO},
+               "lifter": {"observation_space": BOX, "action_space": TWO}}
+    rules = [{"pattern": "scout_*", "module": "scout"}, {"agent_id": "pair", "module": "lifter"}]
+    layout = build_layout(config(tmp_path, {"teams": ["scout_0", "scout_1"], "window": 2}, modules=modules,
+                                 rules=rules))
+    assert layout.self_play.modules == ("scout",) and "lifter@0" not in layout.specs
 
 
 @pytest.mark.parametrize("self_play, rules, modules, names", [
@@ -161,13 +172,14 @@ def test_prioritized_sampling_draws_the_snapshots_that_beat_the_learner_most() -
     assert drawn["player@1"] > 20 * drawn["player@0"] > 0, drawn
 
 
-def test_open_matches_are_bounded_and_forgotten_with_their_owner() -> None:
+def test_open_matches_are_bounded_per_owner_and_forgotten_with_it() -> None:
     play = two_seats()
     play.take("player", 0)
-    for episode in range(MAX_OPEN_MATCHES + 10):
-        play.module_for("c1", str(episode), "p1", "player")
-    assert play.open_matches() == MAX_OPEN_MATCHES
     play.module_for("c2", "x", "p1", "player")
+    for episode in range(MAX_OPEN_MATCHES_PER_OWNER + 10):
+        play.module_for("c1", str(episode), "p1", "player")
+    # One owner's episodes that never end drop its own oldest, never another owner's.
+    assert play.open_matches() == MAX_OPEN_MATCHES_PER_OWNER + 1
     play.forget("c1")
     assert play.open_matches() == 1
 
@@ -309,3 +321,113 @@ def test_a_seat_in_a_record_must_be_on_the_module_the_server_drew_for_it(tmp_pat
         assert len(trainer.ingest.validate("owner", right, via="conn").records) == 1
     finally:
         asyncio.run(trainer.close(checkpoint=False))
+
+
+def test_the_sign_rule_reads_the_learning_teams_own_return() -> None:
+    """Asymmetric sides rewarded on different scales (chasers +10 per catch, a runner penalised):
+    with outcome "sign" the learner's own return decides, not the comparison with the other side's."""
+    for rule, expected in (("higher_return", 1.0), ("sign", 0.0)):
+        play = two_seats(latest_share=0.0, outcome=rule, draw_margin=0.5)
+        slot = play.take("player", 0)
+        learner, opponent = learner_and_opponent(play, "e")
+        play.episode_part("c", "e", {learner: ("player", -3.0), opponent: (slot, -20.0)}, ended=True)
+        assert play.snapshots["player"][0].score_against_learner == 1.0 - expected, rule
+    play = two_seats(latest_share=0.0, outcome="sign", draw_margin=0.5)
+    slot = play.take("player", 0)
+    learner, opponent = learner_and_opponent(play, "e")
+    play.episode_part("c", "e", {learner: ("player", 0.4), opponent: (slot, 9.0)}, ended=True)
+    assert play.snapshots["player"][0].score_against_learner == 0.5  # within the margin: a draw
+
+
+def test_a_game_is_rated_only_against_the_snapshot_drawn_for_it() -> None:
+    play = SelfPlay(SelfPlayConfig.from_json({"teams": ["p1", "p2"], "window": 1, "latest_share": 0.0}), ["player"])
+    slot = play.take("player", 0)
+    learner, opponent = learner_and_opponent(play, "e")
+    play.take("player", 50)  # the window of one: slot 0 now holds a newer snapshot
+    play.episode_part("c", "e", {learner: ("player", 1.0), opponent: (slot, -1.0)}, ended=True)
+    assert play.snapshots["player"][0].games == 0 and play.ratings["player"] == 1200.0 and play.games_rated == 0
+
+
+def test_three_teams_rate_the_learner_against_each_snapshot_it_met() -> None:
+    play = SelfPlay(SelfPlayConfig.from_json({"teams": ["a", "b", "c"], "latest_share": 0.0}), ["player"], seed=3)
+    slot = play.take("player", 0)
+    for episode in range(30):
+        modules = {seat: play.module_for("c", str(episode), seat, "player") for seat in "abc"}
+        learner = next(seat for seat, m in modules.items() if m == "player")
+        assert sorted(modules.values()) == ["player", slot, slot]
+        returns = {seat: (m, 1.0 if seat == learner else 0.0) for seat, m in modules.items()}
+        play.episode_part("c", str(episode), returns, ended=True)
+    assert play.snapshots["player"][0].games == 60 and play.snapshots["player"][0].score_against_learner == 0.0
+
+
+def records(episode: str, modules: dict[str, str], done: bool = False) -> dict:
+    return {"episodes": [{"episode_id": episode, "is_terminated": done, "is_truncated": False,
+                          "agents": {agent: entry(module) for agent, module in modules.items()}}]}
+
+
+def test_an_episode_continued_on_another_connection_keeps_its_match_and_is_rated(tmp_path) -> None:
+    """MAP_AGENTS is answered on a connection; the episode's records carry the client_session (the
+    owner). After a reconnect the continuation comes on another connection: the same modules are
+    accepted, none drawn again, and the game is rated when it ends."""
+    cfg = config(tmp_path, {"teams": ["p1", "p2"], "window": 2, "latest_share": 0.0})
+    trainer = Trainer(cfg, build_layout(cfg))
+    try:
+        ingest, owner = trainer.ingest, ("client_session", "s-1")
+        for episode in range(20):  # (the draw would differ about half the time)
+            e = f"e{episode}"
+            answer = ingest.assign("conn1", {"episode_id": e, "agent_ids": ["p1", "p2"]})
+            ingest.validate(owner, records(e, answer), via="conn1").commit()
+            ingest.forget("conn1")  # the connection closes; the session lives on
+            pending = ingest.validate(owner, records(e, answer, done=True), via="conn2")
+            pending.commit()
+            trainer.self_play.episode_part(owner, e, {a: (m, 1.0 if m == "player" else -1.0)
+                                                      for a, m in answer.items()}, ended=True)
+        assert trainer.self_play.games_rated == 20 and trainer.self_play.open_matches() == 0
+        assert ingest.open_state_size() == 0  # nothing kept for ended episodes, owner's or connection's
+    finally:
+        asyncio.run(trainer.close(checkpoint=False))
+
+
+def test_records_of_an_episode_nothing_was_drawn_for_stand_if_self_play_could_have_drawn_them(tmp_path) -> None:
+    """A continuation after a server restart: no draw is known. A seat on a held snapshot of its
+    module is accepted (and the game rated from then on); an empty slot is refused, as is a seat
+    of no team on a snapshot."""
+    cfg = config(tmp_path, {"teams": ["p1", "p2"], "window": 2, "latest_share": 0.0},
+                 rules=[{"pattern": "*", "module": "player"}])
+    trainer = Trainer(cfg, build_layout(cfg))
+    try:
+        ingest = trainer.ingest
+        ingest.validate("sess", records("e", {"p1": "player", "p2": "player@0"}), via="conn").commit()
+        assert trainer.self_play.open_matches() == 1
+        for bad in ({"p1": "player", "p2": "player@1"}, {"referee": "player@0"}):
+            with pytest.raises(MessageError) as info:
+                ingest.validate("sess", records("f", bad), via="conn")
+            assert info.value.code.value == "MODULE_MISMATCH"
+        assert trainer.self_play.open_matches() == 1  # refused messages leave no match behind
+        trainer.self_play.episode_part("sess", "e", {"p1": ("player", 1.0), "p2": ("player@0", -1.0)}, ended=True)
+        assert trainer.self_play.games_rated == 1
+    finally:
+        asyncio.run(trainer.close(checkpoint=False))
+
+
+def test_resuming_a_run_without_self_play_snapshots_the_resumed_policy_and_other_teams_are_refused(tmp_path) -> None:
+    plain = ServerConfig(modules={"player": {"observation_space": BOX, "action_space": TWO}},
+                         policy_mapping=[{"pattern": "p*", "module": "player"}], logdir=str(tmp_path / "plain"),
+                         tensorboard=False, seed=0)
+    trainer = Trainer(plain, build_layout(plain))
+    for p in trainer.modules["player"].learner.model.parameters():
+        p.data.add_(0.25)
+    path = trainer.save_checkpoint()
+    asyncio.run(trainer.close(checkpoint=False))
+    cfg = config(tmp_path / "sp", {"teams": ["p1", "p2"], "window": 2}, resume=str(path))
+    resumed = Trainer(cfg, build_layout(cfg))
+    try:
+        snapshot = resumed.modules["player@0"].learner.model.state_dict()
+        policy = resumed.modules["player"].learner.model.state_dict()
+        assert all((snapshot[k] == policy[k]).all() for k in policy)  # not the untrained network
+        own = resumed.save_checkpoint()
+    finally:
+        asyncio.run(resumed.close(checkpoint=False))
+    other = config(tmp_path / "other", {"teams": ["p1", "p2", "p3"], "window": 2}, resume=str(own))
+    with pytest.raises(ValueError, match="teams"):
+        Trainer(other, build_layout(other))
