@@ -42,7 +42,7 @@ def main() -> int:
     game = subprocess.Popen(["mono", str(REPO / "sdk_csharp" / ".build" / "examples" / "multiagent.exe"), "--port",
                              str(server.port), "--max-steps", "40000", "--seed", "0"], env=env, stdout=subprocess.PIPE)
     options = Options()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1700"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1950"):
         options.add_argument(flag)
     options.binary_location = "/usr/bin/chromium"
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)

@@ -352,6 +352,8 @@ class ConsoleState:
         values.update(self._health())
         values["charts/updates"] = float(self.trainer.metrics.updates)
         for module, runtime in self.trainer.modules.items():
+            if runtime.spec.snapshot_of is not None:
+                continue  # (a self-play snapshot never trains: its ratings are the self_play series)
             values[f"module/{module}/weights_seq_no"] = float(runtime.weights_seq_no)
             values[f"module/{module}/lr"] = float(runtime.learner.hp.lr)
             values[f"module/{module}/ent_coef"] = float(runtime.learner.hp.ent_coef)

@@ -1,12 +1,17 @@
 """The console page in a real browser (headless Chromium through its WebDriver,
 installed by scripts/install_browser.sh) against a real training server with a
-real client: the page loads, the charts get points, the client appears with its
-weights version, a bad request appears in the error log with its code, pause
-stops updates and resume restarts them, and a control without the token is
-refused. Screenshots are saved in the test's temporary directory."""
+real client: the page loads, the charts get points, their series have readable
+names, each y axis one unit, the returns a mean line in a min-max band, the
+legends numbers (the latest off the chart, the one under the cursor on it), a
+drag zooms; the client appears with its weights version, a bad request appears
+in the error log with its code, pause stops updates and resume restarts them,
+and a control without the token is refused. Screenshots are saved in the test's
+temporary directory."""
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 import time
 from pathlib import Path
@@ -15,6 +20,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
 from ..integration.server_process import RawClient, ServerProcess
@@ -61,6 +67,65 @@ def chart_follows(driver, chart: str) -> bool:
         "return p.scales.x.max >= x[x.length - 1];", chart)
 
 
+#: A series label that shows a raw metric key: its prefix, or a metric's underscores (after a module's name).
+RAW_KEY = re.compile(r"\b(module|agent_type|health|charts|episode|self_play|losses)/|_[^:]*$")
+#: The server's health series and their units: each must be on an axis of its unit alone, named in its label.
+HEALTH_UNITS = {"health/loop_lag_ms": "ms", "health/pool_steps": "steps", "charts/samples_refused_stale": "steps",
+                "charts/samples_dropped_stale": "steps", "health/rss_mb": "MB"}
+
+
+def chart_report(driver) -> dict:
+    """Per chart: its series' keys, labels and scales, its y axes (scale, label), its bands, and the
+    rows its legend shows (label, value)."""
+    return driver.execute_script("""
+        const out = {};
+        for (const [id, c] of Object.entries(window.tetherCharts)) {
+          const p = c.plot;
+          const rows = Array.from(p.root.querySelectorAll('.u-legend tr.u-series'))
+            .filter(r => getComputedStyle(r).display !== 'none')
+            .map(r => [r.querySelector('.u-label').textContent, r.querySelector('.u-value').textContent]);
+          out[id] = {keys: c.keys, labels: p.series.slice(1).map(s => s.label), scales: p.series.slice(1).map(s => s.scale),
+                     axes: p.axes.slice(1).map(a => [a.scale, a.label ?? null]), bands: p.bands.map(b => b.series),
+                     legend: rows};
+        }
+        return out;""")
+
+
+def number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text.split()[0]))
+    except (ValueError, IndexError):
+        return False
+
+
+def check_the_charts_read_at_a_glance(report: dict) -> None:
+    for chart in report.values():
+        for label in chart["labels"] + [label for label, _ in chart["legend"]]:
+            assert label and not RAW_KEY.search(label), f"a raw key as a label: {label!r}"
+        assert all(label for _, label in chart["axes"]), f"a y axis without its unit: {chart['axes']}"
+    # One unit per axis: the health chart once had ms, steps and MB on one.
+    charted = set()
+    for chart in report.values():
+        units: dict[str, set] = {}
+        for key, scale in zip(chart["keys"], chart["scales"]):
+            if key in HEALTH_UNITS:
+                units.setdefault(scale, set()).add(HEALTH_UNITS[key])
+                charted.add(key)
+        labels = dict(chart["axes"])
+        for scale, unit in units.items():
+            assert len(unit) == 1 and next(iter(unit)) in labels[scale].split(), (scale, unit, labels)
+    assert charted == set(HEALTH_UNITS)
+    # Returns: a mean line in a band from min to max (the edges not in the legend), not three lines.
+    returns = report["returns"]
+    keys = returns["keys"]
+    assert len(returns["bands"]) >= 1 and len(returns["bands"]) == sum(k.endswith("/return_mean") for k in keys)
+    for top, bottom in returns["bands"]:
+        assert keys[top - 1].endswith("/return_max") and keys[bottom - 1] == keys[top - 1][:-3] + "min"
+    shown = [label for label, _ in returns["legend"][1:]]
+    assert shown and all(label.endswith("mean return") for label in shown), shown
+    assert "default_policy: mean return" in shown and report["returns_type"]["bands"]
+
+
 def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
     server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--console-port", "0", "--seed", "0",
                            "--env-steps-per-sample", "200", "--train-batch-size", "1000", "--checkpoint-every", "0").start()
@@ -80,6 +145,13 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         count = lambda: browser.execute_script(  # noqa: E731
             "return document.querySelectorAll('#chart-returns .u-legend tr').length")
         assert count() >= 2  # x plus at least one return series
+        # Readable at a glance: names, not keys; one unit per axis; bands; legends with numbers (the
+        # latest: the cursor is not on a chart), not "--".
+        glance = ("returns", "returns_type", "throughput", "health_lag", "health_steps", "health_memory")
+        report = wait_for(lambda: (lambda r: r if all(c in r and all(number(v) for _, v in r[c]["legend"])
+                                                      for c in glance) else None)(chart_report(browser)),
+                          what="numbers in the legends")
+        check_the_charts_read_at_a_glance(report)
         # The client appears with the weights version it acts with.
         row = wait_for(lambda: next((r for r in browser.find_elements(By.CSS_SELECTOR, "#clients tbody tr")
                                      if "console-test-cartpole" in r.text and " v" in r.text), None),
@@ -106,7 +178,24 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         version = lambda: int(browser.find_element(By.ID, "summary").text.split(" v")[-1])  # noqa: E731
         time.sleep(1.5)  # an update already running may finish
         paused_at = version()
-        time.sleep(4)
+        waited = time.monotonic()
+        # (Meanwhile:) on a chart, the legend shows the value under the cursor; off it, the latest again.
+        over = browser.find_element(By.CSS_SELECTOR, "#chart-throughput .u-over")
+        ActionChains(browser).move_to_element_with_offset(over, -over.size["width"] // 2 + 3, 0).perform()
+        legend_x = ("const p = window.tetherCharts.throughput.plot; const i = p.cursor.idx; return [i,"
+                    " p.data[0][i ?? p.data[0].length - 1], p.root.querySelector('.u-legend .u-value').textContent];")
+        idx, at, shown = browser.execute_script(legend_x)
+        assert idx is not None and shown == f"{math.floor(at + 0.5)} s", (idx, at, shown)
+        # A drag zooms into the past: the chart stops following the new points; a double-click zooms out.
+        ActionChains(browser).click_and_hold().move_by_offset(over.size["width"] // 3, 0).release().perform()
+        wait_for(lambda: not chart_follows(browser, "throughput"), what="a zoomed chart that keeps its range")
+        ActionChains(browser).move_to_element(browser.find_element(By.ID, "status")).perform()
+        idx, at, shown = wait_for(lambda: (lambda r: r if r[0] is None else None)(browser.execute_script(legend_x)),
+                                  what="the cursor off the chart")
+        assert shown == f"{math.floor(at + 0.5)} s", (at, shown)  # the newest point's time, zoomed or not
+        browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));", over)
+        wait_for(lambda: chart_follows(browser, "throughput"), what="the zoom reset")
+        time.sleep(max(0.0, 4 - (time.monotonic() - waited)))
         assert version() == paused_at, "an update ran while paused"
         browser.save_screenshot(str(tmp_path / "console-paused.png"))
         browser.find_element(By.ID, "resume").click()
