@@ -14,7 +14,7 @@ with its wins, losses and draws::
         --opponent random --games 1000
 
 ``--opponent`` is ``random`` (uniform over legal moves) or ``lookahead`` (wins at once when it can,
-blocks the other side's immediate win, else random: connect_four_v3 only). ``--evaluate random``
+blocks the other side's immediate win, else random). ``--evaluate random``
 measures a random player the same way (the baseline).
 """
 
@@ -54,8 +54,21 @@ def train(args: argparse.Namespace) -> None:
         client.close()
 
 
+#: Tic-tac-toe's lines, as cells 0-8 of the flattened board (an action is its cell).
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
 def _lookahead_move(env: Any, game: str, rng: np.random.Generator) -> int:
-    """Connect four: a move that wins now, else one that blocks the other side's win now, else random."""
+    """A move that wins now, else one that blocks the other side's win now, else a random legal one."""
+    if game == "tictactoe_v3":
+        observation = env.observe(env.agent_selection)
+        legal = np.flatnonzero(observation["action_mask"])
+        for plane in (0, 1):  # the mover's marks, then the other side's
+            marks = observation["observation"][:, :, plane].reshape(9)
+            for cell in legal:
+                if any(cell in line and sum(marks[c] for c in line if c != cell) == 2 for line in _LINES):
+                    return int(cell)
+        return int(rng.choice(legal))
     board = np.asarray(env.unwrapped.board).reshape(6, 7)
     me = env.unwrapped.agents.index(env.agent_selection) + 1
     legal = np.flatnonzero(env.observe(env.agent_selection)["action_mask"])
@@ -139,8 +152,6 @@ def main() -> None:
         print(json.dumps(from_gymnasium(env.observation_space(env.possible_agents[0])).to_json()))
         return
     if args.evaluate:
-        if args.opponent == "lookahead" and args.game != "connect_four_v3":
-            parser.error("--opponent lookahead plays connect_four_v3")
         print(json.dumps(evaluate(args.game, args.evaluate, args.opponent, args.games, args.seed)))
         return
     train(args)

@@ -342,7 +342,8 @@ class TetherClient(BaseClient):
 
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:
         """Add reward to the episode's last action (rewards accumulate until the next action).
-        A NaN or infinite reward is refused (``InvalidInputError``)."""
+        A NaN or infinite reward, or one that would take the step's reward beyond float32 (§10.5),
+        is refused (``InvalidInputError``, NON_FINITE_VALUE) and nothing is added."""
         value = finite_reward(reward)
         self._episodes[episode_id].add_reward(value)
         if self._demos is not None:

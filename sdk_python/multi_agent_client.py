@@ -473,15 +473,27 @@ class MultiAgentClient(BaseClient):
 
     def log_returns(self, episode_id: str, rewards: Mapping[str, float]) -> None:
         """Add each agent's reward to its last action (group members' rewards combine). Never raises
-        a server's error (the next get_action does, as in every SDK)."""
+        a server's error (the next get_action does, as in every SDK). A NaN or infinite reward, or
+        one that would take its step's reward beyond float32 (§10.5), is refused
+        (``InvalidInputError``, NON_FINITE_VALUE) and none of the call's rewards is added."""
         episode = self._episodes[episode_id]
         rewards = {agent_id: finite_reward(r, f"reward of {agent_id!r}") for agent_id, r in rewards.items()}
+        shares: list[tuple[str, float]] = []
         for agent_id, reward in rewards.items():
             group = self._group_of.get(agent_id)
-            actor_id = agent_id
-            if group is not None:
-                actor_id = group
-                reward = self.groups[group].combine_rewards([reward])  # (a mean divides each member's share)
+            if group is not None:  # (a mean divides each member's share)
+                shares.append((group, self.groups[group].combine_rewards([reward])))
+            else:
+                shares.append((agent_id, reward))
+        # All or nothing: no reward is added when one would take its step's reward beyond float32 (§10.5).
+        added: dict[str, float] = {}
+        for actor_id, reward in shares:
+            added[actor_id] = added.get(actor_id, 0.0) + reward
+        for actor_id, reward in added.items():
+            actor = episode.actors.get(actor_id)
+            if actor is not None:
+                actor.recorder.check_reward(reward, f"the reward(s) of {actor_id!r}")
+        for actor_id, reward in added.items():
             actor = episode.actors.get(actor_id)
             episode.returns[actor_id] = episode.returns.get(actor_id, 0.0) + reward
             if actor is not None:

@@ -202,6 +202,7 @@ void TetherClient::recycle(Episode&& episode) {
   episode.state.clear();  // (an actor's state is dropped when its episode ends, §12.4)
   episode.terminated = episode.truncated = false;
   episode.total_return = 0.0;
+  episode.step_reward = 0.0;
   episode.obs_rows = episode.action_rows = 0;
   spare_.push_back(std::move(episode));
 }
@@ -394,6 +395,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
     steps.obs.insert(steps.obs.end(), obs, obs + obs_size);
     steps.actions.insert(steps.actions.end(), record_action_buffer_.begin(), record_action_buffer_.end());
     steps.rewards.push_back(0.0f);
+    episode.step_reward = 0.0;
     steps.action_logp.push_back(logp);
     steps.action_dist_inputs.insert(steps.action_dist_inputs.end(), dist_buffer_.begin(), dist_buffer_.end());
     episode.versions.push_back(weights_seq_no_ ? Stamp(weights_connection_, *weights_seq_no_) : Stamp(-1, -1));
@@ -521,10 +523,20 @@ Status TetherClient::log_returns(const std::string& episode_id, double reward) {
   }
   if (!std::isfinite(reward)) return Status(ErrorCode::kNonFiniteValue, "log_returns: reward is not finite");
   Episode& episode = it->second;
+  // [1.6] A step's reward never goes beyond float32 (§10.5): a reward that
+  // would take it there is refused, and nothing of it is added anywhere.
+  const bool to_step = episode.training && !episode.steps.rewards.empty();
+  if (to_step) {
+    Status checked = check_step_reward(episode.step_reward, reward, kDefaultAgentId);
+    if (!checked.ok()) return Status(checked.code(), "log_returns: " + checked.message());
+  }
   episode.total_return += reward;
-  if (demo_on_ && demo_) demo_->add_reward(episode_id, kDefaultAgentId, reward);  // (refused only for a sum beyond float32: left out of the file)
-  if (episode.training && !episode.steps.rewards.empty()) {
-    episode.steps.rewards.back() = static_cast<float>(episode.steps.rewards.back() + reward);
+  // (The writer refuses only a sum beyond float32, §18, which a step the
+  // episode records was refused above; one it does not record is left out of the file.)
+  if (demo_on_ && demo_) demo_->add_reward(episode_id, kDefaultAgentId, reward);
+  if (to_step) {
+    episode.step_reward += reward;
+    episode.steps.rewards.back() = step_reward_float32(episode.step_reward);
   }
   return Status::Ok();
 }

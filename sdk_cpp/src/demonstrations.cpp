@@ -118,7 +118,7 @@ Status DemoWriter::add_reward(const std::string& episode_id, const std::string& 
   // The line carries the step's reward as float32 (§10.5): a sum beyond it
   // would be written as null, and the reader would refuse the file at that line.
   const double sum = it->second.rewards.back() + reward;
-  if (!std::isfinite(static_cast<float>(sum))) {
+  if (!(std::fabs(sum) < kFloat32Overflow)) {
     return Status(ErrorCode::kNonFiniteValue, "demonstration reward: the step's rewards sum to " +
                                                   std::to_string(sum) + ", beyond float32 (not added)");
   }
@@ -190,7 +190,7 @@ Status DemoWriter::write_line(const std::string& episode_id, const std::string& 
   chunk.obs.insert(chunk.obs.end(), final_obs, final_obs + obs_dim);
   chunk.actions.assign(episode.actions.begin(), episode.actions.begin() + static_cast<std::ptrdiff_t>(steps * act_dim));
   for (std::size_t t = 0; t < steps; ++t) {
-    chunk.rewards.push_back(static_cast<float>(episode.rewards[t]));
+    chunk.rewards.push_back(step_reward_float32(episode.rewards[t]));
     if (episode.logged[t] != 0) add_logged_step(chunk.logged_runs, static_cast<std::int64_t>(t));
   }
   chunk.is_terminated = terminated;

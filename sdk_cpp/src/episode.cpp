@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include "json_util.h"
@@ -833,6 +834,32 @@ Result<GroupSpec> GroupSpec::from_json(const std::string& group_id, const nlohma
     }
   }
   return group;
+}
+
+Status check_step_reward(double step_sum, double reward, std::string_view agent_id, std::string_view group_id) {
+  const double sum = step_sum + reward;
+  if (std::fabs(sum) < kFloat32Overflow) return Status::Ok();  // (a NaN sum is refused too)
+  // (each number as the shortest %g text that reads back as the same double)
+  auto shortest = [](double value) {
+    char text[40];
+    for (int precision = 15; precision <= 17; ++precision) {
+      std::snprintf(text, sizeof text, "%.*g", precision, value);
+      if (std::strtod(text, nullptr) == value) break;
+    }
+    return std::string(text);
+  };
+  std::string who = "'" + std::string(agent_id) + "'";
+  if (!group_id.empty()) who += " (group '" + std::string(group_id) + "')";
+  return Status(ErrorCode::kNonFiniteValue, "reward " + shortest(reward) + " of " + who +
+                                                " would make its step's reward " + shortest(sum) +
+                                                ", beyond float32 (§10.5); nothing was added");
+}
+
+float step_reward_float32(double sum) noexcept {
+  constexpr double kLargest = static_cast<double>(std::numeric_limits<float>::max());
+  if (sum >= kLargest) return std::numeric_limits<float>::max();
+  if (sum <= -kLargest) return -std::numeric_limits<float>::max();
+  return static_cast<float>(sum);
 }
 
 double GroupSpec::combine_rewards(const std::vector<double>& rewards) const noexcept {

@@ -166,7 +166,7 @@ struct MultiAgentClient::StepBlock {
   std::vector<float> dist;      // rows x dist_dim
   std::vector<double> actions;  // rows x act_dim: the draws the records carry
   std::vector<double> logp;     // rows
-  std::vector<double> rewards;  // rows; rounded to float as they accumulate, as the record carries them
+  std::vector<double> rewards;  // rows: each step's rewards summed (|sum| < kFloat32Overflow, §10.5), rounded to float32 when cut
   std::size_t state_dim = 0;    // [1.5] its model's state floats (0: no memory)
   std::vector<float> states;    // rows x state_dim: the state each row's step was fed with
   std::vector<unsigned char> logged;  // [1.6] rows (1: chosen outside the policy), or empty: none is
@@ -431,7 +431,7 @@ void MultiAgentClient::CutSteps::take_rows(CutRecord& from, MultiAgentRecord& re
       const float* dist = b.dist.data() + r * b.dist_dim;
       std::copy(dist, dist + b.dist_dim, chunk.action_dist_inputs.begin() + static_cast<std::ptrdiff_t>(i * b.dist_dim));
       chunk.action_logp[i] = b.logp[r];
-      chunk.rewards[i] = static_cast<float>(b.rewards[r]);
+      chunk.rewards[i] = step_reward_float32(b.rewards[r]);
       if (!b.logged.empty() && b.logged[r] != 0) add_logged_step(chunk.logged_runs, static_cast<std::int64_t>(i));
       // The step's version goes into the entry's runs; a run is stored only
       // once another version follows it (one version: no runs, nothing allocated).
@@ -978,8 +978,11 @@ Status MultiAgentClient::gather(Episode* episode, const AgentFrame& frame, const
 // final observation) the action mask holds only 0 and 1 and allows an action
 // (INVALID_ACTION_MASK, ACTION_MASK_EMPTY, §11.6), so no forbidden action is
 // drawn. Refused before anything of the frame is recorded or sampled, as in
-// the Python and C# SDKs. A group's members are each checked for bytes.
-Status MultiAgentClient::check_rows(const AgentFrame& frame, bool acting) const {
+// the Python and C# SDKs. A group's members are each checked for bytes; a
+// group of a composite or masked module has its joined observation (its
+// members' in member order) checked as a row of that module, its mask read
+// from it exactly as an agent's, the message naming the group.
+Status MultiAgentClient::check_rows(const AgentFrame& frame, bool acting) {
   for (const Slot& slot : slots_) {
     if (slot.module == nullptr || !slot.module->checks_rows) continue;
     if (slot.group == kNone) {
@@ -987,7 +990,14 @@ Status MultiAgentClient::check_rows(const AgentFrame& frame, bool acting) const 
       if (!status.ok()) return status;
       continue;
     }
-    if (!slot.module->spec.observation_space.is_bytes()) continue;
+    const ModuleSpec& spec = slot.module->spec;
+    if (spec.observation_space.is_composite() || spec.action_mask) {
+      const float* row = group_row(frame, slot);
+      Status status = check_observation_row(spec.observation_space, row, group_row_.size(), "observation");
+      if (status.ok() && acting && spec.action_mask) status = spec.action_mask->check_row(row, "observation");
+      if (!status.ok()) return Status(status.code(), "group '" + *slot.actor_id + "': " + status.message());
+    }
+    if (!spec.observation_space.is_bytes()) continue;
     const GroupSpec& group = *group_list_[slot.group];
     for (std::size_t k = 0; k < group.members.size(); ++k) {
       const std::size_t i = member_index_[group_member_offset_[slot.group] + k];
@@ -1000,6 +1010,14 @@ Status MultiAgentClient::check_rows(const AgentFrame& frame, bool acting) const 
     }
   }
   return Status::Ok();
+}
+
+// A group's joined observation (its members' in member order, as its module's
+// batch gets it), in a buffer reused frame after frame.
+const float* MultiAgentClient::group_row(const AgentFrame& frame, const Slot& slot) {
+  group_row_.clear();
+  append_actor_obs(frame, slot, group_row_);
+  return group_row_.data();
 }
 
 // One single agent's row (frame index `i`) against its module's byte boxes
@@ -1386,10 +1404,10 @@ Status MultiAgentClient::get_action(const std::string& episode_id, AgentFrame& f
 }
 
 // [1.6] Gives each slot its logged action (AgentFrame::log_action), checked
-// against its module's space (and a single agent's mask, §11.6) as the
-// server checks a record's action; refuses an actor logged twice, a logged
-// actor that does not act in the frame and a group member (a group acts as
-// one: its joint action is logged under its id). Sorting the logged ids
+// against its module's space (and its mask, §11.6: a group's read from its
+// joined observation) as the server checks a record's action; refuses an
+// actor logged twice, a logged actor that does not act in the frame and a
+// group member (a group acts as one: its joint action is logged under its id). Sorting the logged ids
 // once keeps a frame of many agents from comparing every pair.
 Status MultiAgentClient::match_logged(const AgentFrame& frame) {
   const std::size_t n = frame.logged_count_;
@@ -1412,10 +1430,10 @@ Status MultiAgentClient::match_logged(const AgentFrame& frame) {
     slot.logged = k;
     logged_matched_[k] = 1;
     const ModuleSpec& spec = slot.module->spec;
-    const bool single = slot.group == kNone;
+    const float* row = nullptr;
+    if (spec.action_mask) row = slot.group == kNone ? frame.obs(slot.frame_index) : group_row(frame, slot);
     Status checked = check_logged_action(spec.action_space, frame.logged_action(k), frame.logged_action_size(k),
-                                         single && spec.action_mask ? &*spec.action_mask : nullptr,
-                                         single ? frame.obs(slot.frame_index) : nullptr, "the logged action");
+                                         spec.action_mask ? &*spec.action_mask : nullptr, row, "the logged action");
     if (!checked.ok()) return Status(checked.code(), "get_action: '" + *slot.actor_id + "': " + checked.message());
   }
   for (std::size_t k = 0; k < n; ++k) {
@@ -1785,17 +1803,24 @@ Status MultiAgentClient::log_returns(const std::string& episode_id, const std::s
   }
   auto found = episode.actors.find(*actor_id);
   if (found == episode.actors.end()) {
-    episode.returns[*actor_id] += reward;  // not acting (yet, or any more)
+    episode.returns[*actor_id] += reward;  // not acting (yet, or any more): no step, not limited
     return Status::Ok();
   }
   Actor& actor = *found->second;
+  // [1.6] A step's reward never goes beyond float32 (§10.5): a reward that
+  // would take the actor's step (a group's: its members' shares combined)
+  // there is refused, and nothing of it is added anywhere.
+  double* step = actor.training && actor.rows > 0 ? &actor.last_block->rewards[actor.last_row] : nullptr;
+  if (step != nullptr) {
+    Status checked = check_step_reward(*step, reward, agent_id, actor.is_group ? std::string_view(actor.id) : std::string_view());
+    if (!checked.ok()) return Status(checked.code(), "log_returns: " + checked.message());
+    *step += reward;
+  }
   actor.reward_sum += reward;
   actor.rewarded = true;
-  if (demo_ && actor.module->demo) demo_->add_reward(episode_id, actor.id, reward);  // (refused only for a sum beyond float32: left out of the file)
-  if (actor.training && actor.rows > 0) {
-    double& last = actor.last_block->rewards[actor.last_row];
-    last = static_cast<float>(static_cast<float>(last) + reward);
-  }
+  // (The writer refuses only a sum beyond float32, §18, which a step the
+  // episode records was refused above; one it does not record is left out of the file.)
+  if (demo_ && actor.module->demo) demo_->add_reward(episode_id, actor.id, reward);
   return Status::Ok();
 }
 

@@ -340,6 +340,83 @@ TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded
   EXPECT_EQ(steps, 2u * 3u + 3u * 2u);
 }
 
+// A group of a masked module (§11.6): its mask is read from the group's joined
+// observation (its members' in member order) exactly as an agent's is from
+// its row, and checked before sampling and against a logged joint action;
+// a final observation's mask may allow nothing. Nothing of a refused frame is recorded.
+TEST(CompositeClient, AGroupFollowsItsModulesMask) {
+  // Module "pm": Dict(action_mask: Box[4], board: Box[2]) acting in MultiDiscrete([2, 2]); the
+  // pair's members observe 3 values each, joined in leaf order: action_mask (4), then board (2).
+  json pm = {{"observation_space",
+              {{"type", "Dict"},
+               {"spaces",
+                {{"board", {{"type", "Box"}, {"shape", {2}}, {"low", 0}, {"high", 1}}},
+                 {"action_mask", {{"type", "Box"}, {"shape", {4}}, {"low", 0}, {"high", 1}}}}}}},
+             {"action_space", {{"type", "MultiDiscrete"}, {"nvec", {2, 2}}}},
+             {"action_mask", "action_mask"},
+             {"onnx_input_names", {"action_mask", "board"}},
+             {"onnx_output_names", {"action_dist_inputs"}},
+             {"trainable", true}};
+  json config = fake::multi_agent_config(1000, {{"pm", pm}}, json::array({{{"agent_id", "pair"}, {"module", "pm"}}}));
+  config["groups"] = {{"pair", {{"members", {"p_0", "p_1"}}}}};
+  fake::FakeServer server(serving(config));
+  auto client = fake::connect_multi(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->start_episode("e").ok());
+  tether::AgentFrame frame;
+  const auto fill = [&](const std::vector<float>& mask) {
+    const float p_0[3] = {mask[0], mask[1], mask[2]}, p_1[3] = {mask[3], 0, 1};  // (the mask spans both members)
+    frame.clear();
+    frame.add("p_0", p_0, 3);
+    frame.add("p_1", p_1, 3);
+  };
+  const auto play = [&](const std::vector<float>& mask, const double* logged = nullptr) {
+    fill(mask);
+    if (logged != nullptr) frame.log_action("pair", logged, 2);
+    return client->get_action("e", frame);
+  };
+  ASSERT_TRUE(play({1, 0, 1, 0}).ok());  // (the fake model prefers (0, 0))
+  EXPECT_EQ(frame.action(0)[0], 0.0);
+  EXPECT_EQ(frame.action(1)[0], 0.0);
+
+  tether::Status status = play({1, 2, 1, 0});
+  EXPECT_EQ(status.code(), tether::ErrorCode::kInvalidActionMask) << status.to_string();
+  EXPECT_NE(status.message().find("group 'pair'"), std::string::npos) << status.to_string();
+  EXPECT_EQ(frame.action_size(0), 0u);  // nothing acted
+  status = play({0, 0, 1, 1});  // the first entry allows nothing
+  EXPECT_EQ(status.code(), tether::ErrorCode::kActionMaskEmpty) << status.to_string();
+  EXPECT_NE(status.message().find("group 'pair'"), std::string::npos) << status.to_string();
+  EXPECT_EQ(client->compute_actions(frame, "eval").code(), tether::ErrorCode::kActionMaskEmpty);
+
+  const double forbidden[2] = {1, 0}, allowed[2] = {0, 1};
+  status = play({1, 0, 1, 1}, forbidden);
+  EXPECT_EQ(status.code(), tether::ErrorCode::kActionMasked) << status.to_string();
+  EXPECT_NE(status.message().find("'pair'"), std::string::npos) << status.to_string();
+  status = play({1, 0, 1, 1}, allowed);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  EXPECT_EQ(frame.action(0)[0], 0.0);  // each member its part of the logged joint action
+  EXPECT_EQ(frame.action(1)[0], 1.0);
+
+  fill({0, 0, 0, 0});  // a final observation: no action follows it
+  ASSERT_TRUE(client->end_episode("e", &frame).ok());
+  ASSERT_TRUE(client->flush().ok());
+  const std::vector<json> batches = server.batches();
+  const std::vector<std::string> attachments = server.attachments();
+  ASSERT_EQ(batches.size(), attachments.size());
+  std::size_t records = 0;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    for (const json& record : batches[b]["episodes"]) {
+      ++records;
+      EXPECT_EQ(record["agents"]["pair"]["actions"], json({{0, 0}, {0, 1}}));  // the refused frames: nothing
+      // (as a server checks it: the masks 0/1, each allowing something, the actions allowed, §10.6 14b-14d)
+      tether::Result<std::size_t> steps = tether::validate_multi_agent_record(
+          record, 0, fake::module_specs(config), true, std::string_view(attachments[b]));
+      EXPECT_TRUE(steps.ok()) << steps.status().to_string();
+    }
+  }
+  EXPECT_EQ(records, 1u);
+}
+
 // Without groups or critics, a frame of the same agents as the last takes the same-agents path, and
 // once recorded the steady-frame path (MultiAgentClient::act_steady): both check each row as the
 // general path does, and a refused frame records nothing.

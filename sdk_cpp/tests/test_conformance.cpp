@@ -48,7 +48,7 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
                                              "client_pairing.json", "session.json", "tensors.json",
                                              "composite.json", "recurrent.json", "logged.json",
-                                             "demonstrations.json"};
+                                             "demonstrations.json", "rewards.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -687,6 +687,48 @@ TEST(Conformance, Logged) {
     EXPECT_EQ(records, c["records_logged_runs"]);
   });
   EXPECT_EQ(kinds, (std::set<std::string>{"episode", "agent_entry", "record"}));
+}
+
+// [1.6] Step rewards (§10.5), kind "single": one episode's calls, "act" (a
+// recorded step) or a reward logged, summed per step as both clients sum
+// them (check_step_reward before each addition, nothing added when it
+// refuses) -> the steps' rewards (within 1e-9 relative, and the same float32
+// the record carries) and the calls refused (NON_FINITE_VALUE). A reward
+// before the first action goes to no step. test_step_rewards.cpp plays the
+// same calls through a TetherClient.
+TEST(Conformance, Rewards) {
+  run_cases("rewards.json", [](const json&, const json& c) {
+    ASSERT_EQ(c["kind"], "single");
+    std::vector<double> steps;
+    std::vector<std::size_t> refused;
+    const json& calls = c["calls"];
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i] == "act") {
+        steps.push_back(0.0);
+        continue;
+      }
+      ASSERT_TRUE(calls[i].is_number()) << calls[i];
+      const double reward = calls[i].get<double>();
+      if (steps.empty()) continue;  // (no step: not limited)
+      const Status checked = check_step_reward(steps.back(), reward, kDefaultAgentId);
+      if (!checked.ok()) {
+        EXPECT_EQ(checked.code(), ErrorCode::kNonFiniteValue) << checked.to_string();
+        EXPECT_NE(checked.message().find("float32"), std::string::npos) << checked.message();
+        refused.push_back(i);
+        continue;
+      }
+      steps.back() += reward;
+    }
+    EXPECT_EQ(refused, indices(c["refused"]));
+    const std::vector<double> expected = flat(c["step_rewards"]);
+    ASSERT_EQ(steps.size(), expected.size());
+    for (std::size_t t = 0; t < steps.size(); ++t) {
+      EXPECT_LE(std::fabs(steps[t] - expected[t]), 1e-9 * std::fabs(expected[t])) << "step " << t;
+      EXPECT_LT(std::fabs(steps[t]), kFloat32Overflow) << "step " << t;
+      EXPECT_EQ(step_reward_float32(steps[t]), step_reward_float32(expected[t])) << "step " << t;
+      EXPECT_TRUE(std::isfinite(step_reward_float32(steps[t]))) << "step " << t;
+    }
+  });
 }
 
 // The lines of a text file (each without its LF).

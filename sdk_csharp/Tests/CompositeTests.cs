@@ -128,7 +128,7 @@ namespace Tether.Tests
             var chunk = new EpisodeChunk();
             chunk.Obs.AddRange(Vectors.Flat(c["flat_rows"]).Select(v => (float)v));
             chunk.Actions.AddRange(Vectors.Flat(record["actions"]));
-            chunk.Rewards.AddRange(Vectors.Flat(record["rewards"]).Select(v => (float)v));
+            chunk.Rewards.AddRange(Vectors.Flat(record["rewards"]));
             chunk.ActionLogp.AddRange(Vectors.Flat(record["action_logp"]));
             chunk.IsTerminated = (bool)record["is_terminated"];
             foreach (bool tensors in new[] { false, true })

@@ -6,6 +6,7 @@ using System.Linq;
 using System.Text;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
+using Tether.Client;
 using Tether.Protocol;
 using Tether.Sampling;
 
@@ -22,6 +23,7 @@ namespace Tether.Tests
             "recurrent.json",  // (RecurrentTests: its "module" and "carry" cases; "episode" is a server's)
             "logged.json",  // ("episode" and "agent_entry" here; "record" in LoggedStepsTests)
             "demonstrations.json",  // (DemonstrationTests: its "write" cases; "read" is a server's reader)
+            "rewards.json",
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -377,6 +379,145 @@ namespace Tether.Tests
                     Vectors.Expect(row.SequenceEqual(FlatFloat(step["row"])), "row");
                 }
             });
+        }
+
+        // ---- rewards.json (1.6, §10.5): a step's reward never goes out beyond float32 -------------------
+
+        [Test]
+        public void StepRewards()
+        {
+            Vectors.Check("rewards.json", (file, c) =>
+            {
+                Vectors.Expect((string)c["kind"] == "single", "unknown kind " + c["kind"]);
+                var calls = (JArray)c["calls"];
+                var want = c["step_rewards"].Select(v => (double)v).ToList();
+                var refused = c["refused"].Select(v => (int)v).ToList();
+                // The return: every reward not refused, in order (before the first action too).
+                double wantReturn = 0;
+                for (int i = 0; i < calls.Count; ++i)
+                {
+                    if (calls[i].Type != JTokenType.String && !refused.Contains(i)) wantReturn += (double)calls[i];
+                }
+                var gotRefused = new List<int>();
+                double gotReturn;
+                ExpectStepRewards("TetherClient", SingleAgentStepRewards(calls, gotRefused, out gotReturn), want, gotRefused, refused);
+                Vectors.Expect(Math.Abs(gotReturn - wantReturn) <= 1e-9 * Math.Max(1, Math.Abs(wantReturn)), "TetherClient: the return " + gotReturn + ", not " + wantReturn);
+                gotRefused.Clear();
+                ExpectStepRewards("MultiAgentClient", MultiAgentStepRewards(calls, gotRefused), want, gotRefused, refused);
+                gotRefused.Clear();
+                ExpectStepRewards("DemoWriter", DemoStepRewards(calls, gotRefused), want, gotRefused, refused);
+            });
+        }
+
+        static void ExpectStepRewards(string who, List<double> got, List<double> want, List<int> gotRefused, List<int> refused)
+        {
+            Vectors.Expect(gotRefused.SequenceEqual(refused), who + ": refused calls [" + string.Join(", ", gotRefused) + "]");
+            Vectors.Expect(got.Count == want.Count, who + ": " + got.Count + " step rewards");
+            for (int i = 0; i < got.Count; ++i)
+            {
+                // (within 1e-9 relative: sums kept in double, as the vectors' are)
+                Vectors.Expect(Math.Abs(got[i] - want[i]) <= 1e-9 * Math.Abs(want[i]), who + ": step " + i + "'s reward " + got[i].ToString("R") + ", not " + want[i].ToString("R"));
+            }
+        }
+
+        // Logs a reward; a refusal (NON_FINITE_VALUE, naming float32) is noted as call `index`.
+        static void LogReward(Action log, int index, List<int> refused)
+        {
+            try
+            {
+                log();
+            }
+            catch (TetherException e)
+            {
+                Vectors.Expect(e.Code == ErrorCode.NonFiniteValue && e.Message.Contains("float32"), "call " + index + ": " + e.Message);
+                refused.Add(index);
+            }
+        }
+
+        static readonly float[] RewardObs = { 0.1f, -0.2f, 0.3f, 0.0f };
+
+        // The case's calls played by a TetherClient ("act": GetAction, a number: LogReturns); the rewards of its records.
+        static List<double> SingleAgentStepRewards(JArray calls, List<int> refused, out double total)
+        {
+            using (var server = new ScriptedServer(1000000))
+            using (TetherClient client = TetherClient.Connect(server.Options(5)))
+            {
+                var action = new double[1];
+                string episode = client.StartEpisode("e");
+                for (int i = 0; i < calls.Count; ++i)
+                {
+                    if (calls[i].Type == JTokenType.String) client.GetAction(episode, RewardObs, action);
+                    else LogReward(() => client.LogReturns(episode, (double)calls[i]), i, refused);
+                }
+                total = client.EndEpisode(episode, RewardObs);
+                client.Flush(10);
+                var rewards = new List<double>();
+                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+                {
+                    server.Validate(batch);
+                    foreach (JObject record in batch["episodes"]) rewards.AddRange(record["rewards"].Select(r => (double)r));
+                }
+                return rewards;
+            }
+        }
+
+        // The case's calls played by a MultiAgentClient for agent a_0; the rewards of its entries.
+        static List<double> MultiAgentStepRewards(JArray calls, List<int> refused)
+        {
+            using (ScriptedServer server = ScriptedServer.Plain(1000000))
+            using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(5)))
+            {
+                var frame = new AgentFrame();
+                string episode = client.StartEpisode("e");
+                for (int i = 0; i < calls.Count; ++i)
+                {
+                    if (calls[i].Type == JTokenType.String)
+                    {
+                        frame.Clear();
+                        frame.Add("a_0", RewardObs);
+                        client.GetActions(episode, frame);
+                    }
+                    else
+                    {
+                        LogReward(() => client.LogReturns(episode, "a_0", (double)calls[i]), i, refused);
+                    }
+                }
+                client.EndEpisode(episode);
+                client.Flush(10);
+                var specs = new Dictionary<string, ModuleSpec>();
+                foreach (JProperty m in ((JObject)server.Config["modules"]).Properties()) specs[m.Name] = ModuleSpec.FromJson(m.Name, m.Value);
+                var rewards = new List<double>();
+                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+                {
+                    var records = (JArray)batch["episodes"];
+                    for (int r = 0; r < records.Count; ++r)
+                    {
+                        EpisodeRecords.ValidateMultiAgentRecord(records[r], r, specs, true);
+                        JToken entry = records[r]["agents"]["a_0"];
+                        if (entry != null) rewards.AddRange(entry["rewards"].Select(v => (double)v));
+                    }
+                }
+                return rewards;
+            }
+        }
+
+        // The case's calls given to a DemoWriter ("act": Step, a number: AddReward); the rewards of its line.
+        static List<double> DemoStepRewards(JArray calls, List<int> refused)
+        {
+            var text = new StringWriter();
+            var module = new ModuleSpec { ModuleId = DemoWriter.DefaultModule, ObservationSpace = Space.Box(new long[] { 4 }, -10, 10), ActionSpace = Space.Discrete(2) };
+            using (var writer = new DemoWriter(text, new Dictionary<string, ModuleSpec> { { DemoWriter.DefaultModule, module } }))
+            {
+                for (int i = 0; i < calls.Count; ++i)
+                {
+                    if (calls[i].Type == JTokenType.String) writer.Step("e", DemoWriter.DefaultAgent, DemoWriter.DefaultModule, RewardObs, new[] { 1.0 });
+                    else LogReward(() => writer.AddReward("e", DemoWriter.DefaultAgent, (double)calls[i]), i, refused);
+                }
+                writer.End("e", DemoWriter.DefaultAgent, RewardObs, true);
+            }
+            string[] lines = text.ToString().Split(new[] { '\n' }, StringSplitOptions.RemoveEmptyEntries);
+            Vectors.Expect(lines.Length == 2, "DemoWriter: " + lines.Length + " lines");
+            return JObject.Parse(lines[1])["rewards"].Select(v => (double)v).ToList();
         }
 
         static bool Throws(Action call)

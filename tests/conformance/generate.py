@@ -1484,6 +1484,49 @@ def logged_cases() -> list[dict]:
     ]
 
 
+#: The smallest magnitude whose float32 rounding is infinite: 2^128 - 2^103, halfway between float32's
+#: largest finite value and 2^128 (a tie rounds to even, 2^128: infinite).
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+FLOAT32_MAX = 2.0**128 - 2.0**104
+
+
+def reward_cases() -> list[dict]:
+    """1.6 §10.5: a step's reward (the rewards logged for it, summed) never goes out beyond float32.
+
+    kind "single": one episode's ``calls`` in order, each "act" (a step: an action, and the rewards
+    logged after it go to it) or a number (log_returns with that reward) -> ``step_rewards``, the
+    rewards of the record cut at the end (compare within 1e-9 relative), and ``refused``: the indices
+    of the calls refused with NON_FINITE_VALUE, which add nothing. A reward before the first action
+    goes to no step. Computed here with Python floats (IEEE doubles) and the threshold above."""
+
+    def case(name: str, *calls: object) -> dict:
+        steps: list[float] = []
+        refused = []
+        for index, call in enumerate(calls):
+            if call == "act":
+                steps.append(0.0)
+                continue
+            assert isinstance(call, float)
+            if steps:
+                if abs(steps[-1] + call) >= FLOAT32_OVERFLOW:
+                    refused.append(index)
+                    continue
+                steps[-1] += call
+        return {"name": name, "kind": "single", "calls": list(calls), "step_rewards": steps, "refused": refused}
+
+    return [
+        case("sums_within_float32", "act", 1.0, 2.5, "act", 3e38, "act", -3e38),
+        case("a_sum_beyond_float32_is_refused", "act", 2e38, 2e38, "act", 1.0),
+        case("after_a_refusal_the_step_takes_more", "act", 2e38, 2e38, -1e38, 5e37),
+        case("negative_sums_too", "act", -3e38, -1e38, -1.0),
+        case("float32_max_and_a_little_rounds_to_max", "act", FLOAT32_MAX, 5e30, 1e31),
+        case("the_threshold_itself_is_refused", "act", FLOAT32_OVERFLOW / 2, FLOAT32_OVERFLOW / 2,
+             FLOAT32_OVERFLOW / 2 - 2.0**80),
+        case("each_step_has_its_own_sum", "act", 3e38, "act", 3e38, "act", 3e38, 3e38),
+        case("a_reward_before_the_first_action_goes_to_no_step", 3e38, 3e38, "act", 1.0),
+    ]
+
+
 def demonstration_cases() -> list[dict]:
     """1.6 §18: demonstration files.
 
@@ -1589,6 +1632,7 @@ def main() -> None:
         "recurrent.json": recurrent_cases(),
         "logged.json": logged_cases(),
         "demonstrations.json": demonstration_cases(),
+        "rewards.json": reward_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]

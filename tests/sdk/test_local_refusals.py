@@ -60,3 +60,36 @@ def test_a_multi_agent_frame_with_one_bad_observation_records_nothing_of_it() ->
     assert [0.0, 0.0, 0.0] in a and [7.0, 7.0, 7.0] not in a, a  # nothing of the refused frame
     assert sum(len(r["agents"]["b"]["rewards"]) for r in records) == 2
     assert sum(sum(r["agents"]["b"]["rewards"]) for r in records) == 1.0  # the refused call added nothing
+
+
+def test_a_reward_that_would_take_a_step_beyond_float32_is_refused_and_adds_nothing() -> None:
+    """§10.5: a step's reward never goes out beyond float32 (the server would refuse the whole batch).
+    Single agent: the call is refused and the return unchanged; multi-agent: one such reward and the
+    call adds none of its rewards, to any agent."""
+    with share_server(lambda n: None) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
+        eid = client.start_episode()
+        client.get_action(eid, np.zeros(3, np.float32))
+        client.log_returns(eid, 3e38)
+        with pytest.raises(InvalidInputError, match="beyond float32") as refused:
+            client.log_returns(eid, 1e38)
+        assert refused.value.code == "NON_FINITE_VALUE"
+        client.log_returns(eid, -1e38)
+        assert math.isclose(client.end_episode(eid, np.zeros(3, np.float32)), 3e38 - 1e38)
+        client.flush()
+        rewards = [r for b in server.messages("EPISODES_AND_GET_STATE") for rec in b["episodes"] for r in rec["rewards"]]
+        client.close()
+    assert len(rewards) == 1 and math.isclose(rewards[0], 3e38 - 1e38), rewards
+    with share_server(lambda n: None, multi_agent=True) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=2, wait_for_weights=True)
+        eid = client.start_episode()
+        client.get_action(eid, {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)})
+        client.log_returns(eid, {"a": 3e38, "b": 1.0})
+        with pytest.raises(InvalidInputError, match="'a'.*beyond float32"):
+            client.log_returns(eid, {"b": 2.0, "a": 1e38})
+        returns = client.end_episode(eid, {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})
+        client.flush()
+        records = [r for b in server.messages("EPISODES_AND_GET_STATE") for r in b["episodes"] if r["agents"]]
+        client.close()
+    assert returns == {"a": 3e38, "b": 1.0}  # b's 2.0 of the refused call was not added either
+    assert [r for rec in records for r in rec["agents"]["b"]["rewards"]] == [1.0]

@@ -167,8 +167,12 @@ class TetherClient final : public ClientBase {
 
   /// Adds `reward` to the episode's last action, sampled or logged (rewards
   /// accumulate until the next action; one logged before the first action is dropped).
-  /// INVALID_ARGUMENT for an unknown episode or a non-finite reward; never
-  /// an error of the server (the next other call returns those).
+  /// INVALID_ARGUMENT for an unknown episode; NON_FINITE_VALUE for a NaN or
+  /// infinite reward, or [1.6] one that would take its recorded step's reward
+  /// (the rewards logged for it, summed) to float32's overflow or beyond,
+  /// |sum| >= kFloat32Overflow (§10.5): then nothing is added (not to the
+  /// step, the episode's return or a demonstration file). Never an error of
+  /// the server (the next other call returns those).
   Status log_returns(const std::string& episode_id, double reward);
 
   /// Finishes an episode with its last observation and returns its total
@@ -251,6 +255,7 @@ class TetherClient final : public ClientBase {
     bool terminated = false;
     bool truncated = false;
     double total_return = 0.0;
+    double step_reward = 0.0;  // [1.6] the last recorded step's rewards, summed as doubles (§10.5)
     std::size_t obs_rows = 0;
     std::size_t action_rows = 0;
   };

@@ -58,6 +58,28 @@ struct EpisodeChunk {
 /// The largest weights version a "weights_seq_no_runs" run may name (§10.1, 2^31 - 1).
 inline constexpr std::int64_t kMaxRunVersion = 2147483647;
 
+/// [1.6] The magnitude from which a double is not finite as float32 (§10.5):
+/// 2^128 - 2^103 (about 3.4028235677973366e38), whose float32 rounding is
+/// infinite. A step's reward (the rewards logged for it, summed) stays below it.
+inline constexpr double kFloat32Overflow = 0x1.ffffffp+127;
+
+/// [1.6] The check a client makes before it adds `reward` to a recorded
+/// step's reward `step_sum` (the rewards logged for it so far, summed as
+/// doubles, §10.5): NON_FINITE_VALUE, naming the agent (and its `group`, when
+/// the step is a group's) and the sum, when |step_sum + reward| would reach
+/// kFloat32Overflow (the server would refuse the whole batch that carried
+/// it), else ok (allocating nothing). It changes nothing: the caller adds the
+/// reward (to the step, the return, ...) only when it is ok. A reward logged
+/// before an actor's first action goes to no step and is not checked.
+Status check_step_reward(double step_sum, double reward, std::string_view agent_id,
+                         std::string_view group_id = std::string_view());
+
+/// [1.6] A step's reward `sum` (|sum| < kFloat32Overflow) as the float32 a
+/// record carries, rounded to nearest: a magnitude between float32's largest
+/// and kFloat32Overflow gives float32's largest (never a conversion of an
+/// out-of-range double, which C++ leaves undefined).
+float step_reward_float32(double sum) noexcept;
+
 /// [1.6] Marks step `step` logged in `runs` (§10.1 "logged_runs"), steps
 /// added in increasing order: it extends the last run when it follows it
 /// (adjacent logged steps are one run), else starts a new one.

@@ -288,8 +288,13 @@ class MultiAgentClient final : public ClientBase {
   /// Adds `reward` to the agent's last action, sampled or logged (a group member's to its
   /// group's, divided by the member count for "mean"). Rewards accumulate
   /// until the agent acts again; one before its first action only counts in
-  /// the returns. INVALID_ARGUMENT (unknown episode), NON_FINITE_VALUE; never
-  /// an error of the server (the next other call returns those).
+  /// the returns. INVALID_ARGUMENT (unknown episode); NON_FINITE_VALUE for a
+  /// NaN or infinite reward, or [1.6] one that would take its actor's recorded
+  /// step's reward (the rewards logged for it, a group's members' shares
+  /// combined, summed as doubles) to |sum| >= kFloat32Overflow (§10.5): then
+  /// nothing is added, to this or any actor (not to a step, the returns or a
+  /// demonstration file), and the message names the agent (and its group)
+  /// and the sum. Never an error of the server (the next other call returns those).
   Status log_returns(const std::string& episode_id, const std::string& agent_id, double reward);
 
   /// Agents that leave the episode, with their final observations (each
@@ -372,8 +377,9 @@ class MultiAgentClient final : public ClientBase {
   void remember_slots(Episode& episode, const AgentFrame& frame);
   Status obs_size_error(const Slot& slot, std::size_t obs_size) const;
   Status check_finite(const AgentFrame& frame) const;
-  Status check_rows(const AgentFrame& frame, bool acting) const;
+  Status check_rows(const AgentFrame& frame, bool acting);
   Status check_module_row(const Module& module, const AgentFrame& frame, std::size_t i, bool acting) const;
+  const float* group_row(const AgentFrame& frame, const Slot& slot);
   bool steady_frame(const Episode& episode, const AgentFrame& frame) const;
   Status act_steady(Episode& episode, AgentFrame& frame);
   Module* one_module_frame() const;
@@ -445,6 +451,7 @@ class MultiAgentClient final : public ClientBase {
   std::vector<std::size_t> logged_order_;    // [1.6] the frame's logged actions, sorted by actor id
   std::vector<unsigned char> logged_matched_;  // [1.6] per logged action: a slot took it
   std::vector<float> demo_obs_;              // [1.6] an actor's final observation for the demonstration file
+  std::vector<float> group_row_;             // a group's joined observation, checked as its module's row
   std::vector<std::unique_ptr<StepBlock>> spare_blocks_;  // blocks to reuse (at most as many as were ever in use)
   std::vector<std::shared_ptr<CutSteps>> spare_cuts_;     // cuts' steps back from the I/O thread, to reuse
   std::vector<std::shared_ptr<Batch>> dropped_batches_;   // batches the link dropped unsent (their steps come back)

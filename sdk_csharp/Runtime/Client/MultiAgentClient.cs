@@ -820,7 +820,12 @@ namespace Tether.Client
         /// Adds <paramref name="reward"/> to the agent's last action (a group
         /// member's to its group's, divided by the member count for "mean").
         /// Rewards accumulate until the agent acts again; one before its first
-        /// action only counts in the returns.
+        /// action only counts in the returns. Refused with a <see cref="TetherException"/>
+        /// (NON_FINITE_VALUE), adding nothing to any agent (no step's reward, return or
+        /// demonstration file changes): a reward that is not finite, or one that would take
+        /// its actor's recorded step's reward (the rewards logged for it, a group's combined,
+        /// summed) to a magnitude of <see cref="EpisodeRecords.Float32Overflow"/> or more, beyond
+        /// float32 (protocol 1.6, §10.5: the server would refuse the whole batch).
         /// </summary>
         public void LogReturns(string episodeId, string agentId, double reward)
         {
@@ -860,12 +865,19 @@ namespace Tether.Client
             }
             if (row >= 0)
             {
-                float[] rewards = actor.Module.Table.Rewards;
-                float sum = rewards[row] + (float)reward;
-                if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "LogReturns: the reward sum of '" + agentId + "' is beyond float32");
+                // (checked before anything changes: a refused reward adds nothing, §10.5)
+                double[] rewards = actor.Module.Table.Rewards;
+                double sum = rewards[row] + reward;
+                if (!EpisodeRecords.StepRewardFits(sum))
+                {
+                    throw EpisodeRecords.StepRewardBeyondFloat32("LogReturns", "of '" + agentId + "'" + (actorId != agentId ? " (to its group '" + actorId + "')" : "") +
+                                                                 " in episode '" + episode.Id + "'", reward, sum);
+                }
                 rewards[row] = sum;
             }
-            if (demos != null) demos.AddReward(episode.Id, actorId, reward);
+            // (a demonstration file's step beyond float32 is refused by its writer: the reward is left out of the
+            // file, whose reader would refuse the line, as every SDK does)
+            if (demos != null) demos.AddRewardIfFits(episode.Id, actorId, reward);
             actor.RewardSum += reward;
             actor.Rewarded = true;
         }

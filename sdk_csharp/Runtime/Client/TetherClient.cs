@@ -104,7 +104,7 @@ namespace Tether.Client
             public bool HeldBack;  // a training episode not recorded (record_share, §13.2): played, never sent
             public readonly ObsBuffer Obs = new ObsBuffer();
             public readonly List<double> Actions = new List<double>();
-            public readonly List<float> Rewards = new List<float>();
+            public readonly List<double> Rewards = new List<double>();  // per action: the rewards logged for it, summed (§10.5: within float32)
             public readonly List<double> Logp = new List<double>();
             public readonly List<float> Dist = new List<float>();
             public readonly List<long> Versions = new List<long>();  // per action: weights_seq_no, -1 unknown
@@ -120,6 +120,21 @@ namespace Tether.Client
             public double Return;
             public bool Done;
             public bool Truncated;
+
+            // Adds a reward to the last recorded step and to the return; NON_FINITE_VALUE, nothing added, for one
+            // that would take the step's reward beyond float32 (§10.5). Only a recorded step is limited: one
+            // before the first action, or in an episode not recorded, goes to the return alone.
+            public void AddReward(double reward)
+            {
+                int last = Rewards.Count - 1;
+                if (Training && last >= 0)
+                {
+                    double sum = Rewards[last] + reward;
+                    if (!EpisodeRecords.StepRewardFits(sum)) throw EpisodeRecords.StepRewardBeyondFloat32("LogReturns", "of '" + DemoWriter.DefaultAgent + "' in episode '" + Id + "'", reward, sum);
+                    Rewards[last] = sum;
+                }
+                Return += reward;
+            }
 
             // Stops recording (the end of training): the steps kept go, the return stays.
             public void StopRecording()
@@ -551,7 +566,7 @@ namespace Tether.Client
             AddObservation(episode.Obs, values, bytes, obsDim);
             ++episode.ObsRows;
             for (int j = 0; j < actDim; ++j) episode.Actions.Add(record[j]);
-            episode.Rewards.Add(0f);
+            episode.Rewards.Add(0);
             episode.Logp.Add(logp[0]);
             for (int j = 0; j < distDim; ++j) episode.Dist.Add(dist[j]);
             episode.Versions.Add(weightsSeqNo ?? -1);
@@ -654,23 +669,22 @@ namespace Tether.Client
             if (holder != null) CommitState(holder, false);
         }
 
-        /// <summary>Adds a reward to the episode's last action (rewards add up until the next action).</summary>
+        /// <summary>
+        /// Adds a reward to the episode's last action (rewards add up until the next action) and to its return.
+        /// Refused with a <see cref="TetherException"/> (NON_FINITE_VALUE), adding nothing (to the step, the
+        /// return or a demonstration file): a reward that is not finite, or one that would take its recorded
+        /// step's reward (the rewards logged for it, summed) to a magnitude of
+        /// <see cref="EpisodeRecords.Float32Overflow"/> or more, beyond float32 (protocol 1.6, §10.5: the server
+        /// would refuse the whole batch). A reward before the episode's first action goes to no step and is not limited.
+        /// </summary>
         public void LogReturns(string episodeId, double reward)
         {
             Episode episode = Running(episodeId, "LogReturns");
-            if (double.IsNaN(reward) || double.IsInfinity(reward)) throw new TetherException(ErrorCode.NonFiniteValue, "the reward is not finite");
-            if (episode.Training && episode.Rewards.Count > 0)
-            {
-                float sum = episode.Rewards[episode.Rewards.Count - 1] + (float)reward;
-                if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "the step's reward sum " + reward + " is beyond float32");
-                if (demos != null) demos.AddReward(episodeId, DemoWriter.DefaultAgent, reward);
-                episode.Rewards[episode.Rewards.Count - 1] = sum;
-            }
-            else if (demos != null)
-            {
-                demos.AddReward(episodeId, DemoWriter.DefaultAgent, reward);
-            }
-            episode.Return += reward;
+            if (double.IsNaN(reward) || double.IsInfinity(reward)) throw new TetherException(ErrorCode.NonFiniteValue, "LogReturns: the reward is not finite");
+            episode.AddReward(reward);
+            // (a demonstration file's step beyond float32 is refused by its writer: the reward is left out of the
+            // file, whose reader would refuse the line, as every SDK does)
+            if (demos != null) demos.AddRewardIfFits(episodeId, DemoWriter.DefaultAgent, reward);
         }
 
         /// <summary>

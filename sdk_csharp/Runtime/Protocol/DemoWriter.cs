@@ -151,19 +151,41 @@ namespace Tether.Protocol
 
         /// <summary>
         /// Adds <paramref name="reward"/> to the last step of the actor's running episode (rewards add up
-        /// until its next step, in float32 as a record's do); ignored when it has taken no step (as in a
-        /// record). NON_FINITE_VALUE for a reward, or a sum, that is not finite.
+        /// until its next step, in double as a record's do); ignored when it has taken no step (as in a
+        /// record). NON_FINITE_VALUE, nothing added, for a reward that is not finite, or one that would take
+        /// the step's reward to a magnitude of <see cref="EpisodeRecords.Float32Overflow"/> or more, not
+        /// finite as float32 (§10.5, §18: the reader would refuse the line).
         /// </summary>
         public void AddReward(string episodeId, string agentId, double reward)
         {
             ThrowIfClosed();
             if (double.IsNaN(reward) || double.IsInfinity(reward)) throw new TetherException(ErrorCode.NonFiniteValue, "DemoWriter.AddReward: the reward is not finite");
+            double sum;
+            if (!AddRewardIfFits(episodeId, agentId, reward, out sum))
+            {
+                throw EpisodeRecords.StepRewardBeyondFloat32("DemoWriter.AddReward", "of '" + agentId + "' in episode '" + episodeId + "'", reward, sum);
+            }
+        }
+
+        // AddReward for the clients (the reward finite): false, nothing added, for one that would take the
+        // step's reward beyond float32 (the clients leave it out of the file, as every SDK does).
+        internal bool AddRewardIfFits(string episodeId, string agentId, double reward)
+        {
+            double sum;
+            return AddRewardIfFits(episodeId, agentId, reward, out sum);
+        }
+
+        bool AddRewardIfFits(string episodeId, string agentId, double reward, out double sum)
+        {
+            ThrowIfClosed();
+            sum = reward;
             Running episode;
-            if (episodeId == null || agentId == null || !running.TryGetValue(new ActorKey(episodeId, agentId), out episode)) return;
-            List<float> rewards = episode.Steps.Rewards;
-            float sum = rewards[rewards.Count - 1] + (float)reward;
-            if (float.IsInfinity(sum)) throw new TetherException(ErrorCode.NonFiniteValue, "DemoWriter.AddReward: the step's reward sum is beyond float32");
+            if (episodeId == null || agentId == null || !running.TryGetValue(new ActorKey(episodeId, agentId), out episode)) return true;
+            List<double> rewards = episode.Steps.Rewards;
+            sum = rewards[rewards.Count - 1] + reward;
+            if (!EpisodeRecords.StepRewardFits(sum)) return false;
             rewards[rewards.Count - 1] = sum;
+            return true;
         }
 
         /// <summary>
@@ -255,7 +277,7 @@ namespace Tether.Protocol
             int obsDim = spec.ObsDim, actDim = spec.ActionSpace.FlatDim;
             for (int j = 0; j < obsDim; ++j) steps.Obs.Add(obs[obsAt + j]);
             for (int j = 0; j < actDim; ++j) steps.Actions.Add(action[actionAt + j]);
-            steps.Rewards.Add(0f);
+            steps.Rewards.Add(0);
             steps.Logged.Add(logged);
         }
 

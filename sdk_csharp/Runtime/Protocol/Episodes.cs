@@ -17,8 +17,12 @@ namespace Tether.Protocol
         public readonly List<float> Obs = new List<float>();
         /// <summary>T rows of the action space's FlatDim (a Box's raw samples).</summary>
         public readonly List<double> Actions = new List<double>();
-        /// <summary>T rewards.</summary>
-        public readonly List<float> Rewards = new List<float>();
+        /// <summary>
+        /// T rewards, each the sum of the rewards logged for its step, kept and written as doubles (the
+        /// server reads them as float32; a sum of magnitude <see cref="EpisodeRecords.Float32Overflow"/>
+        /// or more is never sent, §10.5).
+        /// </summary>
+        public readonly List<double> Rewards = new List<double>();
         /// <summary>T log-probabilities, or empty to leave them out.</summary>
         public readonly List<double> ActionLogp = new List<double>();
         /// <summary>T rows of DistInputsSize, or empty to leave them out.</summary>
@@ -268,6 +272,28 @@ namespace Tether.Protocol
     /// <summary>Writing episode records, and checking them as a server does (the validation order of §10.8).</summary>
     public static class EpisodeRecords
     {
+        /// <summary>
+        /// 2^128 − 2^103: a step's reward of this magnitude or more rounds to an infinite float32, so it is never
+        /// sent (protocol 1.6, §10.5; the server would refuse the whole batch). The clients refuse, at the call,
+        /// a reward that would take its step's sum there (NON_FINITE_VALUE), and the call adds nothing.
+        /// </summary>
+        public const double Float32Overflow = 3.4028235677973366e38;
+
+        /// <summary>Whether a step's reward of <paramref name="sum"/> can go in a record (finite as float32, §10.5).</summary>
+        public static bool StepRewardFits(double sum)
+        {
+            return Math.Abs(sum) < Float32Overflow;  // (false for NaN too)
+        }
+
+        // NON_FINITE_VALUE for a reward that would take its step's reward to `sum`, beyond float32 (§10.5).
+        // `who`: whose reward ("of 'a'"), or null.
+        internal static TetherException StepRewardBeyondFloat32(string call, string who, double reward, double sum)
+        {
+            return new TetherException(ErrorCode.NonFiniteValue, call + ": the reward " + reward.ToString("R", CultureInfo.InvariantCulture) +
+                                       (who != null ? " " + who : "") + " would make its step's reward " +
+                                       sum.ToString("R", CultureInfo.InvariantCulture) + ", beyond float32 (§10.5); nothing was added");
+        }
+
         /// <summary>A single-agent record (§10.1). INVALID_ARGUMENT when the chunk's arrays do not fit the spaces.</summary>
         public static JObject Encode(EpisodeChunk chunk, Space observationSpace, Space actionSpace)
         {
@@ -310,7 +336,7 @@ namespace Tether.Protocol
             if (observationSpace.IsComposite) record["obs"] = LeafRows(chunk.Obs, steps + 1, observationSpace);
             else record["obs"] = Rows(chunk.Obs.Select(v => (double)v).ToList(), steps + 1, observationSpace.Shape, observationSpace.IsBytes, true);
             record["actions"] = Rows(chunk.Actions, steps, actionSpace.Shape, discrete, !discrete);
-            record["rewards"] = new JArray(chunk.Rewards.Select(r => FloatJson(r)));
+            record["rewards"] = new JArray(chunk.Rewards.Select(r => new JValue(r)));
             if (chunk.ActionLogp.Count != 0) record["action_logp"] = new JArray(chunk.ActionLogp.Select(v => new JValue(v)));
             if (chunk.ActionDistInputs.Count != 0)
             {

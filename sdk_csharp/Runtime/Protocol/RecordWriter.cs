@@ -28,7 +28,7 @@ namespace Tether.Protocol
         public float[] Obs = new float[0];
         public float[] ValueObs = new float[0];
         public double[] Actions = new double[0];
-        public float[] Rewards = new float[0];
+        public double[] Rewards = new double[0];  // a step's logged rewards summed, as doubles (§10.5)
         public double[] Logp = new double[0];
         public float[] Dist = new float[0];
         public float[] State = new float[0];
@@ -484,7 +484,7 @@ namespace Tether.Protocol
                 NestAction(null, table.Actions, rows[from + r] * actDim, actionSpace.Shape, discrete);
             }
             Append("],\"rewards\":");
-            Column(null, table.Rewards, null, null, rows, from, steps);
+            Column(null, null, null, table.Rewards, rows, from, steps);
             Append(",\"action_logp\":");
             Column(null, null, null, table.Logp, rows, from, steps);
             Append(",\"action_dist_inputs\":");
@@ -569,7 +569,7 @@ namespace Tether.Protocol
                 NestAction(chunk.Actions, null, r * actDim, actionSpace.Shape, discrete);
             }
             Append("],\"rewards\":");
-            Column(chunk.Rewards, null, null, null, null, 0, steps);
+            Column(null, null, chunk.Rewards, null, null, 0, steps);
             if (chunk.ActionLogp.Count != 0)
             {
                 Append(",\"action_logp\":");

@@ -46,7 +46,10 @@ namespace Tether.Unity
         /// </summary>
         public abstract void OnActionReceived(double[] action);
 
-        /// <summary>Adds a reward for this agent's last action.</summary>
+        /// <summary>
+        /// Adds a reward for this agent's last action (rewards add up until it acts again). One that would take
+        /// that step's sum beyond float32 (protocol §10.5) is refused and dropped with a warning.
+        /// </summary>
         public void AddReward(float reward)
         {
             if (TetherManager.Instance != null) TetherManager.Instance.Reward(this, reward);
