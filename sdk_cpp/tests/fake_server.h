@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -285,6 +286,17 @@ class FakeServer {
   std::vector<json> messages_;
   std::thread thread_;
 };
+
+/// Every record of every batch the server received, a resent batch counted once (its last sending).
+inline std::vector<json> records_of(FakeServer& server) {
+  std::map<std::int64_t, json> by_seq;
+  for (const json& batch : server.batches()) by_seq[batch.value("batch_seq", std::int64_t{0})] = batch;
+  std::vector<json> out;
+  for (const auto& entry : by_seq) {
+    for (const json& record : entry.second["episodes"]) out.push_back(record);
+  }
+  return out;
+}
 
 }  // namespace fake
 

@@ -42,16 +42,7 @@ ServerScript speaking(const std::string& version, ServerScript script = ServerSc
   return script;
 }
 
-// Every record of every batch, a resent batch counted once (its last sending).
-std::vector<json> records_of(FakeServer& server) {
-  std::map<std::int64_t, json> by_seq;
-  for (const json& batch : server.batches()) by_seq[batch.value("batch_seq", std::int64_t{0})] = batch;
-  std::vector<json> out;
-  for (const auto& entry : by_seq) {
-    for (const json& record : entry.second["episodes"]) out.push_back(record);
-  }
-  return out;
-}
+using fake::records_of;
 
 // The records of one episode, in order.
 std::vector<json> records_of(FakeServer& server, const std::string& episode) {

@@ -153,7 +153,7 @@ ServerScript single_script(std::int64_t steps_per_sample, std::vector<std::uint8
   return script;
 }
 
-std::vector<json> records_of(FakeServer& server) {
+std::vector<json> every_sent_record(FakeServer& server) {
   std::vector<json> out;
   for (const json& batch : server.batches()) {
     for (const json& record : batch["episodes"]) out.push_back(record);
@@ -206,7 +206,7 @@ TEST(OrtRecurrent, ConformanceCarryRecordsAndHotSwapKeepsTheState) {
   EXPECT_GE(client.models_loaded(), 2);
   // Cut every cut_after steps: the vector's two records, then the rest of the
   // second (whose state_in is the state after the step before it).
-  const std::vector<json> records = records_of(server);
+  const std::vector<json> records = every_sent_record(server);
   ASSERT_EQ(records.size(), 3u);
   std::size_t t = 0;
   for (std::size_t r = 0; r < records.size(); ++r) {
@@ -238,7 +238,7 @@ TEST(OrtRecurrent, EveryEpisodeStartsFromZerosAndAdvancesRecordedOrNot) {
     ASSERT_TRUE(client.end_episode(episode, k.observations[3]).ok());
   }
   ASSERT_TRUE(client.flush().ok());
-  const std::vector<json> records = records_of(server);
+  const std::vector<json> records = every_sent_record(server);
   ASSERT_EQ(records.size(), 2u);
   for (const json& record : records) {
     expect_near(state_in_of(record, k.state), std::vector<float>(k.state_dim, 0.0f), 0.0, "state_in");
@@ -261,7 +261,7 @@ TEST(OrtRecurrent, AContinuingChunkCarriesTheStateOfItsFirstStep) {
   for (std::size_t t = 3; t < 5; ++t) ASSERT_TRUE(client.get_action(episode, k.observations[t], action).ok());
   ASSERT_TRUE(client.end_episode(episode, k.observations[5]).ok());
   ASSERT_TRUE(client.flush().ok());
-  const std::vector<json> records = records_of(server);
+  const std::vector<json> records = every_sent_record(server);
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0]["actions"].size(), 2u);
   EXPECT_EQ(records[1]["actions"].size(), 3u);
@@ -291,7 +291,7 @@ TEST(OrtRecurrent, LogActionAdvancesTheStateAsGetActionDoes) {
   }
   ASSERT_TRUE(client.end_episode(episode, k.observations[steps]).ok());
   ASSERT_TRUE(client.flush().ok());
-  const std::vector<json> records = records_of(server);
+  const std::vector<json> records = every_sent_record(server);
   ASSERT_EQ(records.size(), 2u);
   expect_near(state_in_of(records[1], k.state), flat_floats(k.c["state_after"][1]), 1e-6, "continuing state_in");
   std::size_t t = 0;
@@ -600,7 +600,7 @@ TEST(OrtRecurrent, ALoggedAgentsStateAdvancesInTheFramesBatch) {
   }
   ASSERT_TRUE(client.end_episode(episode).ok());
   ASSERT_TRUE(client.flush().ok());
-  const std::vector<json> records = records_of(server);
+  const std::vector<json> records = every_sent_record(server);
   ASSERT_EQ(records.size(), 1u);
   const json& a = records[0]["agents"]["a"];
   EXPECT_EQ(a["logged_runs"], json({{0, static_cast<int>(steps)}}));
