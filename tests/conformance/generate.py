@@ -1522,6 +1522,8 @@ def reward_cases() -> list[dict]:
         case("float32_max_and_a_little_rounds_to_max", "act", FLOAT32_MAX, 5e30, 1e31),
         case("the_threshold_itself_is_refused", "act", FLOAT32_OVERFLOW / 2, FLOAT32_OVERFLOW / 2,
              FLOAT32_OVERFLOW / 2 - 2.0**80),
+        case("the_negative_threshold_too", "act", -FLOAT32_OVERFLOW / 2, -FLOAT32_OVERFLOW / 2,
+             -(FLOAT32_OVERFLOW / 2 - 2.0**80)),
         case("each_step_has_its_own_sum", "act", 3e38, "act", 3e38, "act", 3e38, 3e38),
         case("a_reward_before_the_first_action_goes_to_no_step", 3e38, 3e38, "act", 1.0),
     ]

@@ -93,3 +93,24 @@ def test_a_reward_that_would_take_a_step_beyond_float32_is_refused_and_adds_noth
         client.close()
     assert returns == {"a": 3e38, "b": 1.0}  # b's 2.0 of the refused call was not added either
     assert [r for rec in records for r in rec["agents"]["b"]["rewards"]] == [1.0]
+
+
+def test_an_episode_not_recorded_is_not_limited_and_its_demonstration_line_leaves_the_reward_out(tmp_path) -> None:
+    """§10.5 limits only steps that will be sent: in an episode not recorded for training the reward
+    is taken (it counts in the return), and the demonstration file, whose numbers are float32 too,
+    leaves out the reward that would take its step beyond them (the file stays readable)."""
+    from tether.protocol.demonstrations import read_demonstrations
+
+    with share_server(lambda n: None) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
+        client.record_demonstrations(tmp_path / "d.jsonl")
+        eid = client.start_episode(training_enabled=False)
+        client.get_action(eid, np.zeros(3, np.float32))
+        client.log_returns(eid, 3e38)
+        client.log_returns(eid, 1e38)  # not refused: nothing of this episode is sent
+        client.get_action(eid, np.zeros(3, np.float32))
+        client.log_returns(eid, 1.0)
+        assert math.isclose(client.end_episode(eid, np.zeros(3, np.float32)), 4e38)
+        client.close()
+    episodes = list(read_demonstrations(tmp_path / "d.jsonl").episodes)
+    assert len(episodes) == 1 and list(episodes[0].chunk.rewards) == [np.float32(3e38), 1.0]
