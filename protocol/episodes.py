@@ -32,6 +32,16 @@ from .spaces import Box, Discrete, LeafSpace, MultiDiscrete, Space, is_composite
 from .tensors import ATTACHMENT, TENSOR_DTYPES, TensorError, decode_tensor, is_tensor
 
 
+#: A record's number of this magnitude or more rounds to an infinite float32 (§10.5): 2^128 - 2^103,
+#: halfway between float32's largest finite value and 2^128 (a tie rounds to even: 2^128).
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
+def beyond_float32(value: float) -> bool:
+    """Whether ``value`` (a finite float) rounds to an infinite float32, as a server reads a record's numbers."""
+    return abs(value) >= FLOAT32_OVERFLOW
+
+
 @dataclass
 class EpisodeChunk:
     """A validated episode chunk; arrays are owned copies."""

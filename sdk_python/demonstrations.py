@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tether.protocol.demonstrations import episode_line, header
+from tether.protocol.episodes import beyond_float32
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.logged_actions import checked_logged_action
 from tether.protocol.multi_agent import ModuleSpec
@@ -93,9 +94,7 @@ class DemoWriter:
         running = self._running.get((episode_id, agent_id))
         if running is not None and running.rewards:
             total = running.rewards[-1] + float(reward)
-            with np.errstate(over="ignore"):
-                beyond = not np.isfinite(np.float32(total))
-            if beyond:
+            if beyond_float32(total):
                 raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"the reward {reward!r} makes the step's total "
                                         f"{total!r}, beyond float32 (a demonstration file's numbers)")
             running.rewards[-1] = total

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tether.protocol.episodes import encode_episode, logged_runs, version_runs
+from tether.protocol.episodes import beyond_float32, encode_episode, logged_runs, version_runs
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.spaces import Box, Dict, Tuple
 
@@ -27,11 +27,6 @@ def same_space(a: Any, b: Any) -> bool:
         return len(a.leaves) == len(b.leaves) and all(
             x.path == y.path and same_space(x.space, y.space) for x, y in zip(a.leaves, b.leaves))
     return bool(a == b)
-
-
-#: A step reward of this magnitude or more rounds to an infinite float32 (§10.5): 2^128 - 2^103, halfway
-#: between float32's largest finite value and 2^128 (a tie rounds to even: 2^128).
-FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 class EpisodeRecorder:
@@ -122,7 +117,7 @@ class EpisodeRecorder:
         """Refuse (``InvalidInputError``, NON_FINITE_VALUE) a reward that would take the step's reward
         beyond float32 (§10.5): the server would refuse the whole batch that carried it."""
         after = self.step_reward_after(reward)
-        if after is not None and abs(after) >= FLOAT32_OVERFLOW:
+        if after is not None and beyond_float32(after):
             raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"{what} {reward!r} would make its step's reward "
                                     f"{after!r}, beyond float32 (§10.5); nothing was added")
 
