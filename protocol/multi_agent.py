@@ -31,6 +31,7 @@ import numpy as np
 
 from .action_mask import ActionMask, resolve_action_mask
 from .episodes import EpisodeChunk, StateSpec, decode_episode, numbers_array
+from .env_params import RecordEnvParams, decode_record_env_params
 from .errors import ErrorCode, MessageError
 from .messages import is_text
 from .spaces import Box, Discrete, LeafSpace, MultiDiscrete, Space, box, is_composite, space_from_json
@@ -262,6 +263,8 @@ class MultiAgentRecord:
     is_terminated: bool
     is_truncated: bool
     agents: list[AgentChunk] = field(default_factory=list)
+    #: **[1.7]** The environment parameters the episode was played with (§19.3), if the record says.
+    env_params: RecordEnvParams | None = None
 
     @property
     def agent_steps(self) -> int:
@@ -291,7 +294,8 @@ def decode_multi_agent_record(
     # Ids are kept and named (state keys, metric names, logs): Unicode text only (§4.1).
     if isinstance(episode_id, str) and not is_text(episode_id):
         raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "episode_id" {episode_id!r} is not Unicode text (a lone surrogate)')
-    out = MultiAgentRecord(None if episode_id is None else str(episode_id), flags[0], flags[1])
+    out = MultiAgentRecord(None if episode_id is None else str(episode_id), flags[0], flags[1],
+                           env_params=decode_record_env_params(record.get("env_params"), where))
     for agent_id, entry in record["agents"].items():
         if not is_text(agent_id):
             raise MessageError(ErrorCode.INVALID_FIELD, f"{where}: agent id {agent_id!r} is not Unicode text (a lone surrogate)")
@@ -360,4 +364,5 @@ def decode_single_agent_record(record: Any, index: int, modules: Mapping[str, Mo
     chunk = decode_episode(record, index, spec.observation_space, spec.action_space, require_logp, spec.action_mask,
                            spec.recurrent_state)
     return MultiAgentRecord(chunk.episode_id, chunk.is_terminated, chunk.is_truncated,
-                            [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)])
+                            [AgentChunk(DEFAULT_AGENT_ID, default_module, 0, chunk)],
+                            decode_record_env_params(record.get("env_params"), f"episodes[{index}]"))

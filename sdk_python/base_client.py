@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tether.protocol.env_params import EnvParams, draw_all
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.action_mask import ActionMask
 from tether.protocol.spaces import Box, flatten_observation, is_composite
@@ -167,6 +168,10 @@ class BaseClient:
             update_timeout_s=update_timeout_s, max_queued_steps=max_queued_steps,
             max_queued_batches=max_queued_batches, max_batch_attempts=max_batch_attempts, verbose=verbose,
         )
+        #: **[1.7]** The environment parameter set the engine plays with now (§19); None until the server
+        #: sends one. Swapped in on the engine thread, like a model.
+        self.env_params: EnvParams | None = None
+        self._env_params_callbacks: list[Callable[[EnvParams], None]] = []
         self._events = self.link.events
         self.link.start()
         self._sync()
@@ -285,6 +290,10 @@ class BaseClient:
                 self._apply_state(event[3])
             elif kind == "state":
                 self._apply_state(event[1])
+            elif kind == "env_params":
+                self.env_params = event[1]
+                for callback in list(self._env_params_callbacks):
+                    callback(event[1])
             elif kind == "batch":
                 batch = event[1]
                 if batch.error is not None:
@@ -301,6 +310,42 @@ class BaseClient:
         if errors:
             self.link.put_back_errors(errors[1:])
             raise errors[0]
+
+    # -- environment parameters (§19) ------------------------------------------------------
+
+    def on_env_params_changed(self, callback: Callable[[EnvParams], None]) -> None:
+        """Call ``callback(params)`` whenever a new parameter set is swapped in: on the engine's thread,
+        at the start of the client call that swaps it (``start_episode``, ``get_action``, ...). If the
+        client already holds a set, ``callback`` is called with it at once."""
+        self._env_params_callbacks.append(callback)
+        if self.env_params is not None:
+            callback(self.env_params)
+
+    def _episode_with_params(self, episode_id: str) -> Any:
+        """The episode's state object (it has ``env_params`` and ``measure``); KeyError if unknown."""
+        raise NotImplementedError
+
+    def _draw_episode_params(self) -> tuple[int, dict[str, float]] | None:
+        """A new episode's values, drawn from the current set with the client's generator (§19.1)."""
+        if self._events:
+            self._sync()
+        params = self.env_params
+        return None if params is None else (params.seq, draw_all(params.values, self._rng.random))
+
+    def episode_params(self, episode_id: str) -> dict[str, float]:
+        """The values the episode plays with (§19.1): each parameter's number, or what its sampler gave
+        when the episode started; empty when the server sent no parameters before it started."""
+        drawn = self._episode_with_params(episode_id).env_params
+        return {} if drawn is None else dict(drawn[1])
+
+    def report_measure(self, episode_id: str, value: float) -> None:
+        """Report the episode's measure for a curriculum that advances on reported values (§19.3): sent
+        with the episode's last record; a later report replaces an earlier one."""
+        episode = self._episode_with_params(episode_id)
+        measure = finite_reward(value, "measure")
+        if abs(measure) > 1e300:
+            raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"measure {measure!r} is beyond 1e300")
+        episode.measure = measure
 
     # -- the one sending path ----------------------------------------------------------
 

@@ -202,8 +202,13 @@ class TetherClient(BaseClient):
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
         recorded = training_enabled and self._records_episode()
-        self._episodes[episode_id] = EpisodeRecorder(episode_id, recorded, held_back=training_enabled and not recorded)
+        recorder = EpisodeRecorder(episode_id, recorded, held_back=training_enabled and not recorded)
+        recorder.env_params = self._draw_episode_params()
+        self._episodes[episode_id] = recorder
         return episode_id
+
+    def _episode_with_params(self, episode_id: str) -> EpisodeRecorder:
+        return self._episodes[episode_id]
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         """Record an observation and return the policy's sampled action for it.

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from tether.protocol.env_params import record_env_params
 from tether.protocol.episodes import beyond_float32, encode_episode, logged_runs, version_runs
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.spaces import Box, Dict, Tuple
@@ -37,7 +38,7 @@ class EpisodeRecorder:
 
     __slots__ = ("episode_id", "training_enabled", "obs", "actions", "rewards", "logp", "dist_inputs",
                  "terminated", "truncated", "total_return", "length", "value_obs", "versions", "held_back",
-                 "state", "states", "logged")
+                 "state", "states", "logged", "env_params", "measure")
 
     def __init__(self, episode_id: str, training_enabled: bool, held_back: bool = False) -> None:
         self.episode_id = episode_id
@@ -64,6 +65,10 @@ class EpisodeRecorder:
         self.states: list[list[np.ndarray]] = []
         #: **[1.6]** Per recorded action, whether it was logged (chosen outside the policy, §10.1).
         self.logged: list[bool] = []
+        #: **[1.7]** The parameter set's seq and the values drawn for this episode (§19.1), and the
+        #: measure the engine reported; every record says them.
+        self.env_params: tuple[int, dict[str, float]] | None = None
+        self.measure: float | None = None
 
     @property
     def done(self) -> bool:
@@ -196,6 +201,8 @@ class EpisodeRecorder:
         if runs is not None:
             record["logged_runs"] = runs
         del self.logged[:k]
+        if self.env_params is not None:
+            record["env_params"] = record_env_params(*self.env_params, self.measure if done else None)
         stamps = self.versions[:k]
         known = [v for v in stamps if v is not None]
         oldest = min(known) if known else None

@@ -32,6 +32,7 @@ from .episode_recorder import EpisodeRecorder, same_space
 from .policy import OnnxPolicy
 from tether.protocol.logged_actions import checked_logged_action
 from tether.protocol.distributions import deterministic, sample_for_record
+from tether.protocol.env_params import record_env_params
 from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherError
 from tether.protocol.messages import MessageType
 from tether.protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
@@ -75,6 +76,9 @@ class _Episode:
     truncated: bool = False
     #: A training episode played without being recorded (the server's record_share, §13.2).
     held_back: bool = False
+    #: **[1.7]** The parameter set's seq and the values drawn for the episode, and the reported measure (§19).
+    env_params: tuple[int, dict[str, float]] | None = None
+    measure: float | None = None
 
 
 class MultiAgentClient(BaseClient):
@@ -262,8 +266,12 @@ class MultiAgentClient(BaseClient):
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
         recorded = training_enabled and self._records_episode()
-        self._episodes[episode_id] = _Episode(episode_id, recorded, held_back=training_enabled and not recorded)
+        self._episodes[episode_id] = _Episode(episode_id, recorded, held_back=training_enabled and not recorded,
+                                              env_params=self._draw_episode_params())
         return episode_id
+
+    def _episode_with_params(self, episode_id: str) -> _Episode:
+        return self._episodes[episode_id]
 
     def _actor_observations(self, episode: _Episode, obs: Mapping[str, Any],
                             keep_latest: bool = True) -> dict[str, np.ndarray]:
@@ -628,6 +636,9 @@ class MultiAgentClient(BaseClient):
             if agents or ending:
                 records.append({"episode_id": episode_id, "is_terminated": ending and not episode.truncated,
                                 "is_truncated": ending and episode.truncated, "agents": agents})
+                if episode.env_params is not None:
+                    records[-1]["env_params"] = record_env_params(*episode.env_params,
+                                                                  episode.measure if ending else None)
             if ending:
                 del self._episodes[episode_id]
         self._recount_pending()

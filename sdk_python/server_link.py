@@ -43,6 +43,7 @@ from tether.protocol.errors import (
     VersionMismatchError,
     server_error_from_message,
 )
+from tether.protocol.env_params import EnvParamsError, parse_env_params
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
 from tether.protocol.spaces import Space, is_composite, leaf_arrays, space_from_json
 from tether.protocol.tensors import encode_tensor_at
@@ -58,6 +59,8 @@ logger = logging.getLogger("tether.sdk")
 #: Connection-level codes that answer the bytes just sent (not the connection's state).
 _FRAMING_CODES = frozenset({"FRAME_TOO_LARGE", "BAD_HEADER"})
 _MAX_REFUSED_EPISODES = 4096
+#: Requests answered by SET_STATE: they say which parameter set the client holds (§19.2).
+_STATE_REQUESTS = (MessageType.GET_STATE.value, MessageType.EPISODES_AND_GET_STATE.value)
 
 
 @dataclass(eq=False)
@@ -207,6 +210,8 @@ class ServerLink:
         self.batches_unsent_at_end = 0
         #: The share of new training episodes to record (SET_STATE record_share, §13.2).
         self.record_share = 1.0
+        #: **[1.7]** The seq of the environment parameter set this connection was last sent (§19.2; 0: none).
+        self._env_params_seq = 0
         #: Steps played per batch the server asked for (SET_STATE steps_per_batch, §13.2); None: env_steps_per_sample.
         self.steps_per_batch: int | None = None
         #: Episodes whose steps were dropped (none of their later steps is sent).
@@ -630,6 +635,7 @@ class ServerLink:
             )
         config = self._exchange({"type": MessageType.GET_CONFIG.value}, self.response_timeout_s, "response_timeout_s")
         self.server_info, self.server_config = info, config
+        self._env_params_seq = 0  # a new connection was sent no parameter set (a restarted server reuses seqs)
         state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
         prepared = self._prepare_state(config, state)
         self.connections += 1
@@ -886,6 +892,8 @@ class ServerLink:
                   batch: Batch | None = None, attachment: bytes | None = None) -> dict[str, Any]:
         """Send a request (with its binary attachment, §4.3) and wait for its answer; an ERROR answer
         is raised as ``ServerError``; an ERROR refusing the EPISODES before it goes to ``batch``."""
+        if message["type"] in _STATE_REQUESTS and self.speaks(1, 7):
+            message["env_params_seq"] = self._env_params_seq  # (§19.2)
         self._send(message, attachment)
         request_type = str(message["type"])
         deadline = time.monotonic() + timeout_s
@@ -921,7 +929,20 @@ class ServerLink:
                         self.steps_per_batch = None
                     elif type(body["steps_per_batch"]) is int and body["steps_per_batch"] >= 1:  # else ignored (null too)
                         self.steps_per_batch = body["steps_per_batch"]
+                    if "env_params" in body:
+                        self._take_env_params(body["env_params"])
                 return body
+
+    def _take_env_params(self, body: Any) -> None:
+        """**[1.7]** A parameter set (§19.2) for the engine thread; one that breaks §19.1 is ignored
+        (the client keeps the set it holds, and says so once per seq)."""
+        try:
+            params = parse_env_params(body)
+        except EnvParamsError as exc:
+            logger.warning("ignoring the server's env_params: %s", exc)
+            return
+        self._env_params_seq = params.seq
+        self._post("env_params", params)
 
     def _fail_current_request(self, exc: BaseException) -> None:
         """A request whose answer timed out fails for its waiter (a batch is resent instead)."""

@@ -143,6 +143,8 @@ async def serve(
     }
     if trainer.self_play is not None:
         summary["self_play"] = trainer.self_play.summary()
+    if trainer.curriculum is not None:
+        summary["curriculum"] = trainer.curriculum.summary()
     if config.summary_file:
         Path(config.summary_file).write_text(json.dumps(summary, indent=2))
     return summary

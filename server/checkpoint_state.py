@@ -19,6 +19,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig
 from .ingest.batch_dedup import BatchDedup
 from .metrics import Metrics
+from .curriculum import Curriculum
 from .self_play import SelfPlay
 from .module_runtime import ModuleRuntime
 from .pool_journal import JournalEntry, PoolJournal, decode_entries, encode_entry
@@ -32,13 +33,15 @@ COUNTERS = ("updates", "env_steps_received", "agent_steps_received", "agent_step
 
 
 def checkpoint_state(modules: dict[str, ModuleRuntime], metrics: Metrics, dedup: BatchDedup, config: ServerConfig,
-                     pool: SamplePool, journal: PoolJournal | None, self_play: SelfPlay | None = None) -> dict[str, Any]:
+                     pool: SamplePool, journal: PoolJournal | None, self_play: SelfPlay | None = None,
+                     curriculum: Curriculum | None = None) -> dict[str, Any]:
     """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
     and a new journal generation, from which a resume replays what came after; with
     self-play, its snapshots' bookkeeping and ratings (their weights are modules)."""
     metrics.batches_duplicate = dedup.duplicates
     return {
         "self_play": self_play.state() if self_play is not None else None,
+        "curriculum": curriculum.state() if curriculum is not None else None,
         "format": FORMAT,
         "modules": {
             mid: {"learner": rt.learner.state_dict(), "weights_seq_no": rt.weights_seq_no}
@@ -64,9 +67,12 @@ def write_checkpoint(state: dict[str, Any], path: str | Path, journal: PoolJourn
 
 
 def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Metrics, dedup: BatchDedup,
-                       pool: SamplePool, self_play: SelfPlay | None = None) -> int | None:
+                       pool: SamplePool, self_play: SelfPlay | None = None,
+                       curriculum: Curriculum | None = None) -> int | None:
     """Load a checkpoint; returns the journal generation to replay from (None: it predates the journal)."""
     state = load_checkpoint(path)
+    if curriculum is not None and state.get("curriculum") is not None:
+        curriculum.load_state(state["curriculum"])
     if self_play is not None and state.get("self_play") is not None:
         self_play.load_state(state["self_play"])
     for module_id, saved in state["modules"].items():

@@ -109,6 +109,9 @@ class ServerConfig:
         None, "self-play (docs/self_play.md): {teams: [agent-id patterns, one per team], snapshot_every, window, "
         "latest_share, sampling: uniform|prioritized, modules, elo_k, initial_rating, draw_margin, "
         "outcome: higher_return|sign}")
+    curriculum: dict | None = _opt(
+        None, "environment parameters and lessons (docs/curriculum.md): {parameters: {name: number or sampler}, "
+        "bounds, lessons: [{name, values, threshold, min_episodes}], measure: return|reported, module}")
 
     # Sampling.
     train_batch_size: int = _opt(2000, "agent steps (one per decision of one agent; env steps for a single agent) per learner update, pooled from all clients")
@@ -269,7 +272,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         if hint is bool:
             parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif f.name in ("observation_space", "action_space", "modules", "policy_mapping", "groups", "model",
-                        "self_play"):
+                        "self_play", "curriculum"):
             parser.add_argument(*flags, type=_parse_json, default=None, help=help_text)
         elif f.name == "policies_to_train":
             parser.add_argument(*flags, type=lambda t: [v for v in t.split(",") if v], default=None, help=help_text)

@@ -186,6 +186,8 @@ class Metrics:
     env_steps_per_s: float = 0.0
     #: Self-play's ratings (server/self_play.py), reported with the other metrics; None without it.
     self_play: Any = None
+    #: The curriculum's lesson, measure and parameters (server/curriculum.py); None without one.
+    curriculum: Any = None
 
     def __post_init__(self) -> None:
         self.returns = deque(maxlen=self.window)
@@ -322,6 +324,8 @@ class Metrics:
             out.update({f"module/{module}/{k}": v for k, v in stats.items()})
         if self.self_play is not None:
             out.update(self.self_play.scalars())
+        if self.curriculum is not None:
+            out.update(self.curriculum.scalars())
         return out
 
     def progress_line(self) -> str:

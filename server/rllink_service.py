@@ -27,7 +27,7 @@ from tether.protocol.messages import MessageType, error_message
 from .client_session import ClientSession
 from .ingest.decode_pool import DecodePool
 from .ingest.pipeline import IngestPipeline
-from .state_messages import StateFrames, config_message, state_message
+from .state_messages import StateFrames, config_message, env_params_for, state_message
 from .trainer import Trainer
 from .transport.connection_limits import ConnectionLimits, OpenConnection
 from .transport.deadlines import speaks_1_3
@@ -154,14 +154,15 @@ class RLlinkService:
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame
             if kind is MessageType.GET_STATE:
-                return self._send_state(session, connection, _client_holds(message))
+                return self._send_state(session, connection, _client_holds(message), message.get("env_params_seq"))
             if kind is MessageType.MAP_AGENTS:
                 modules = self.trainer.ingest.assign(session.id, message)
                 return _encode_echo({"type": MessageType.AGENT_MODULES.value, "modules": modules})
             # EPISODES or EPISODES_AND_GET_STATE; a duplicate batch (1.3) is answered as if new, not stored.
             wants_state = kind is MessageType.EPISODES_AND_GET_STATE
             await self.ingest.store(session, message, wants_state, predecoded, self.observer)
-            return self._send_state(session, connection, _client_holds(message)) if wants_state else None
+            return (self._send_state(session, connection, _client_holds(message), message.get("env_params_seq"))
+                    if wants_state else None)
         except MessageError as exc:
             if self.observer is not None:
                 self.observer.refused(session.id, exc.code.value, exc.message, kind.value)
@@ -175,7 +176,8 @@ class RLlinkService:
             print(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r:.300}", file=sys.stderr)
             return encode_frame(error_message(ErrorCode.INTERNAL, "internal server error", kind.value))
 
-    def _send_state(self, session: ClientSession, connection: ServerConnection, client_holds: Any) -> bytes:
+    def _send_state(self, session: ClientSession, connection: ServerConnection, client_holds: Any,
+                    env_params_seq: Any = None) -> bytes:
         trainer = self.trainer
         # Only a client that announced protocol 1.1+ may get SET_STATE without the
         # model: RLlib's v1 documentation lets a plain client send weights_seq_no too.
@@ -195,7 +197,12 @@ class RLlinkService:
                 session.models_sent[trainer.served_module] = message["weights_seq_no"]
             key = ("v1", "onnx_file" in message, "record_share" in message, message.get("steps_per_batch"))
         refused, session.refused_stale = session.refused_stale, 0
+        extra: dict[str, Any] = {}
         if refused and connection.client_version is not None:
-            # Per connection and answer: not worth a cached frame.
-            return encode_frame({**message, "steps_refused_stale": refused})
+            extra["steps_refused_stale"] = refused
+        params = env_params_for(trainer.curriculum, env_params_seq)
+        if params is not None:
+            extra["env_params"] = params
+        if extra:  # per connection and answer (rare: a change): not worth a cached frame
+            return encode_frame({**message, **extra})
         return self._state_frames.frame(key, message)

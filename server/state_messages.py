@@ -97,6 +97,14 @@ def state_message(
     return msg
 
 
+def env_params_for(curriculum: Any, claimed: Any) -> dict[str, Any] | None:
+    """**[1.7]** SET_STATE's ``env_params`` (§19.2): the current parameter set, for a request whose
+    ``env_params_seq`` is a JSON integer other than its seq; None when there is nothing to send."""
+    if curriculum is None or type(claimed) is not int or claimed == curriculum.current.seq:
+        return None
+    return curriculum.current.to_json()
+
+
 class StateFrames:
     """Encoded SET_STATE frames, encoded once per weights version: a model is large,
     and re-encoding it per answer cost memory and time."""

@@ -43,6 +43,7 @@ from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
 from .pool_journal import JournalEntry, PoolJournal, journal_files, read_journal
 from .record_share import RecordShare
 from .sample_pool import Admission, Pooled, SamplePool, part_of
+from .curriculum import Curriculum, CurriculumConfig
 from .self_play import SelfPlay
 from .session_owners import SessionOwners
 from .stop_rule import StopRule
@@ -69,6 +70,9 @@ class Trainer:
         self.guard = DataGuard()
         # Each update takes at most train_batch_size agent steps; the pool holds at most twice that plus a message.
         self.pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
+        #: Environment parameters and lessons (None without a curriculum table; server/curriculum.py).
+        self.curriculum: Curriculum | None = (
+            Curriculum(CurriculumConfig.from_json(config.curriculum, layout.specs)) if config.curriculum else None)
         #: Self-play's snapshots, matches and ratings (None without a self_play table).
         self.self_play: SelfPlay | None = None
         if layout.self_play is not None:
@@ -88,9 +92,10 @@ class Trainer:
             history.add(runtime.weights_seq_no, runtime.learner.export_onnx(), runtime.spec.action_space,
                         runtime.spec.observation_space)
         self.metrics.self_play = self.self_play
+        self.metrics.curriculum = self.curriculum
         self.ingest = EpisodeIngest(layout, require_logp=config.force_on_policy,
                                     logp_check=self._check_logp if config.verify_action_logp else None,
-                                    self_play=self.self_play)
+                                    self_play=self.self_play, curriculum=self.curriculum)
         self.owners = SessionOwners(config.session_state_ttl_s, self.ingest, self.episodes)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-learner")
         #: The share of new episodes clients are asked to record (SET_STATE record_share, §13.2).
@@ -116,7 +121,7 @@ class Trainer:
             journal_from = 0
             if Path(config.resume).exists():
                 journal_from = checkpoints.restore_checkpoint(config.resume, self.modules, self.metrics, self.dedup,
-                                                              self.pool, self.self_play)
+                                                              self.pool, self.self_play, self.curriculum)
                 self.metrics.weights_seq_no = self.weights_seq_no
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
@@ -195,6 +200,26 @@ class Trainer:
         (so it survives a reconnect), else the connection."""
         return self.owners.owner(connection, batch)
 
+    def _note_curriculum(self, finished: list, records: list[MultiAgentRecord]) -> None:
+        """Count ended episodes toward the lesson; a change is logged and goes to TensorBoard."""
+        assert self.curriculum is not None
+        played = {r.episode_id: r.env_params for r in records if r.env_params is not None}
+        before = self.curriculum.changes_made
+        self.curriculum.note(finished, played)
+        if self.curriculum.changes_made != before:
+            self.curriculum_changed()
+
+    def curriculum_changed(self) -> None:
+        """After a change of the parameters or lesson: the new values to TensorBoard and the log."""
+        assert self.curriculum is not None
+        cause, details = self.curriculum.changes[-1]
+        print(f"[tether] curriculum: {cause} -> set {details['seq']}, lesson {details['lesson']}", flush=True)
+        if self.tensorboard is not None:
+            try:
+                self.tensorboard.write(self.curriculum.scalars(), self.metrics.env_steps_received)
+            except Exception:  # the log must not take training down
+                pass
+
     def forget_connection(self, connection: Hashable) -> None:
         """A connection closed: free its episode state now, and that of its
         client_sessions once no connection has used them for session_state_ttl_s."""
@@ -231,6 +256,8 @@ class Trainer:
         if self.self_play is not None:
             for episode in finished:
                 self.self_play.episode_part(connection, episode.episode_id, episode.agents, episode.complete)
+        if self.curriculum is not None and finished:
+            self._note_curriculum(finished, records)
         suspect = self.guard.is_suspect(connection, source)
         m.add_episodes(finished, source, suspect)
         self.stop_rule.note(connection, records, finished, suspect)
@@ -344,7 +371,7 @@ class Trainer:
         """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
         and a new journal generation, from which a resume replays what came after."""
         return checkpoints.checkpoint_state(self.modules, self.metrics, self.dedup, self.config, self.pool,
-                                            self.journal, self.self_play)
+                                            self.journal, self.self_play, self.curriculum)
 
     async def _checkpoint_in_learner_thread(self) -> Path:
         # Taken on the loop (the pool and the journal's generation agree), written beside it.

@@ -1,5 +1,6 @@
 """The console's controls: pause and resume training, save a checkpoint, change a
-module's learning rate or entropy coefficient, stop the server. Each one needs the
+module's learning rate or entropy coefficient, change an environment parameter or the
+curriculum's lesson, stop the server. Each one needs the
 control token, is logged in the console's event log and, with TensorBoard on,
 written as a scalar."""
 
@@ -9,11 +10,12 @@ import hmac
 import math
 from typing import Any
 
+from ..curriculum import CurriculumError
 from .state import ConsoleState
 
 #: The largest learning rate or entropy coefficient a control may set: past it, training only diverges.
 MAX_VALUE = 1.0
-ACTIONS = ("pause", "resume", "checkpoint", "set_lr", "set_ent_coef", "stop")
+ACTIONS = ("pause", "resume", "checkpoint", "set_lr", "set_ent_coef", "set_param", "set_lesson", "stop")
 
 
 class ControlError(Exception):
@@ -54,6 +56,21 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
         else:
             trainer.set_entropy_coef(module, float(value))
         done.update(module=module, value=float(value))
+    elif action in ("set_param", "set_lesson"):
+        curriculum = trainer.curriculum
+        if curriculum is None:
+            raise ControlError("this run has no curriculum: start the server with a [curriculum] table")
+        try:
+            if action == "set_param":
+                value = curriculum.set_param(message.get("name"), message.get("value"))
+                done.update(name=message["name"], value=value)
+            else:
+                curriculum.set_lesson(message.get("lesson"))
+                done.update(lesson=curriculum.lesson)
+        except CurriculumError as exc:
+            raise ControlError(str(exc)) from None
+        done["seq"] = curriculum.seq
+        trainer.curriculum_changed()
     elif action == "stop":
         trainer.request_stop("console")  # an operator's stop, as a signal: no TRAINING_DONE (§6.6)
     state.event("control", **done)
@@ -68,6 +85,8 @@ def _to_tensorboard(trainer: Any, done: dict[str, Any]) -> None:
     if action in ("set_lr", "set_ent_coef"):
         key = f"console/{done['module']}/{action[4:]}"
         value = done["value"]
+    elif action in ("set_param", "set_lesson"):
+        return  # (written by trainer.curriculum_changed as curriculum/*)
     else:
         key, value = f"console/{action}", 1.0
     try:

@@ -108,6 +108,8 @@ class ConsoleState:
         self._sessions_seen: dict[str, int] = {}  # client_session -> connections seen
         self.errors: deque[dict[str, Any]] = deque(maxlen=ERROR_LOG_SIZE)
         self._error_seq = 0
+        #: Curriculum changes already in the event log (the start's set is not an event).
+        self._curriculum_seen = 1 if getattr(trainer, "curriculum", None) is not None else 0
         #: Per module, summaries of the last finished episodes, newest first.
         self.episodes: dict[str, deque] = {}
         #: Their steps, by episode id (encoded when first asked for, off the event loop).
@@ -358,12 +360,25 @@ class ConsoleState:
             values[f"module/{module}/lr"] = float(runtime.learner.hp.lr)
             values[f"module/{module}/ent_coef"] = float(runtime.learner.hp.ent_coef)
         self.history.add(now - self.started, values)
+        self._log_curriculum_changes()
         for info in self.clients.values():
             mark_t, mark_steps = info._rate_mark
             if now - mark_t >= 1.0:
                 info.env_steps_per_s = (info.env_steps - mark_steps) / (now - mark_t)
                 info._rate_mark = (now, info.env_steps)
         return values
+
+    def _log_curriculum_changes(self) -> None:
+        """Every change of the parameters or lesson into the event log (those the console made are
+        logged as its controls)."""
+        curriculum = self.trainer.curriculum
+        if curriculum is None:
+            return
+        new = curriculum.changes_made - self._curriculum_seen
+        self._curriculum_seen = curriculum.changes_made
+        for cause, details in curriculum.changes[-new:] if new > 0 else ():
+            if cause not in ("set_param", "set_lesson"):
+                self.event("curriculum", cause=cause, **details)
 
     def _health(self) -> dict[str, float]:
         trainer = self.trainer
@@ -439,6 +454,7 @@ class ConsoleState:
             "paused": bool(getattr(self.trainer, "paused", False)),
             "actions": self.action_histograms(),
             "episodes": {m: list(e) for m, e in self.episodes.items()},
+            "curriculum": None if self.trainer.curriculum is None else self.trainer.curriculum.summary(),
         }
 
     @property

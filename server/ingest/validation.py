@@ -15,6 +15,7 @@ from tether.protocol.messages import is_text
 from tether.protocol.multi_agent import MultiAgentRecord
 
 from ..module_setup import ModuleLayout
+from ..curriculum import Curriculum
 from ..self_play import SelfPlay
 from .record_decode import decode_record
 
@@ -55,6 +56,7 @@ class EpisodeIngest:
         require_logp: bool,
         logp_check: Callable[[list[MultiAgentRecord], dict[str, int]], None] | None = None,
         self_play: SelfPlay | None = None,
+        curriculum: Curriculum | None = None,
     ) -> None:
         self.layout = layout
         self.require_logp = require_logp
@@ -62,6 +64,8 @@ class EpisodeIngest:
         self.logp_check = logp_check
         #: Draws each episode's opponents on top of the policy mapping (server/self_play.py).
         self.self_play = self_play
+        #: Checks the environment parameters a record says it was played with (§19.3).
+        self.curriculum = curriculum
         # Keys are (owner, episode_id): the owner is the client_session when the
         # client gives one (state survives a reconnect), else the connection.
         #: (owner, episode_id) -> agents that terminated or were truncated.
@@ -149,6 +153,8 @@ class EpisodeIngest:
             else:
                 multi_agent, decoded = decode_record(record, index, self.layout.specs, self.layout.default_module(),
                                                      self.require_logp)
+            if self.curriculum is not None:
+                self.curriculum.check_record(decoded.env_params, f"episodes[{index}]")
             if multi_agent:
                 key = (connection, decoded.episode_id)
                 if key not in done:

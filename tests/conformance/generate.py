@@ -1610,6 +1610,105 @@ def demonstration_cases() -> list[dict]:
     ]
 
 
+def env_params_cases() -> list[dict]:
+    """**[1.7]** §19: parameter sets a client accepts or ignores, what each sampler gives for given
+    uniform draws, a whole set's draws in name order, and records a server checks against a set."""
+    from tether.protocol.env_params import EnvParamsError, draw, draw_all, parse_env_params
+
+    def accepted(name: str, body: object) -> dict:
+        try:
+            parse_env_params(body)
+        except EnvParamsError as exc:
+            raise AssertionError(f"{name}: {exc}") from None
+        return {"name": name, "kind": "set", "env_params": body, "valid": True}
+
+    def ignored(name: str, body: object) -> dict:
+        try:
+            parse_env_params(body)
+        except EnvParamsError:
+            return {"name": name, "kind": "set", "env_params": body, "valid": False}
+        raise AssertionError(f"{name} was accepted")
+
+    def drawn(name: str, value: object, uniforms: list[float]) -> dict:
+        it = iter(uniforms)
+        return {"name": name, "kind": "draw", "value": value, "uniforms": uniforms,
+                "expect": draw(value, lambda: next(it))}
+
+    def drawn_all(name: str, values: dict, uniforms: list[float]) -> dict:
+        it = iter(uniforms)
+        return {"name": name, "kind": "draw_all", "values": values, "uniforms": uniforms,
+                "expect": draw_all(values, lambda: next(it))}
+
+    held = {"seq": 3, "lesson": 1, "values": {"speed": 2.0, "gravity": {"sampler": "uniform", "low": 9.0, "high": 11.0},
+                                              "gap": {"sampler": "ranges", "ranges": [[1.0, 2.0], [4.0, 5.0]]},
+                                              "wind": {"sampler": "gaussian", "mean": 0.0, "std": 1.0}}}
+
+    def record(name: str, body: object, error: str | None = None) -> dict:
+        return {"name": name, "kind": "record", "held": held, "record": body, "error": error}
+
+    good = {"seq": 3, "values": {"speed": 2.0, "gravity": 10.5, "gap": 4.5, "wind": -3.0}}
+    uni = {"sampler": "uniform", "low": -1.0, "high": 3.0}
+    gauss = {"sampler": "gaussian", "mean": 1.0, "std": 0.5}
+    ranges = {"sampler": "ranges", "ranges": [[0.0, 1.0], [2.0, 2.0], [5.0, 8.0]]}
+    return [
+        accepted("numbers", {"seq": 1, "lesson": 0, "values": {"speed": 1, "size": 0.25}}),
+        accepted("samplers", held),
+        accepted("empty_values", {"seq": 7, "lesson": 2, "values": {}}),
+        accepted("unicode_name", {"seq": 1, "lesson": 0, "values": {"vitesse_é": 1.5}}),
+        ignored("not_an_object", [1, 2]),
+        ignored("seq_zero", {"seq": 0, "lesson": 0, "values": {}}),
+        ignored("seq_float", {"seq": 1.0, "lesson": 0, "values": {}}),
+        ignored("seq_bool", {"seq": True, "lesson": 0, "values": {}}),
+        ignored("lesson_negative", {"seq": 1, "lesson": -1, "values": {}}),
+        ignored("lesson_missing", {"seq": 1, "values": {}}),
+        ignored("values_list", {"seq": 1, "lesson": 0, "values": [1]}),
+        ignored("value_string", {"seq": 1, "lesson": 0, "values": {"speed": "fast"}}),
+        ignored("value_bool", {"seq": 1, "lesson": 0, "values": {"speed": True}}),
+        ignored("value_huge", {"seq": 1, "lesson": 0, "values": {"speed": 1e301}}),
+        ignored("empty_name", {"seq": 1, "lesson": 0, "values": {"": 1}}),
+        ignored("long_name", {"seq": 1, "lesson": 0, "values": {"n" * 65: 1}}),
+        ignored("unknown_sampler", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "beta", "a": 1, "b": 2}}}),
+        ignored("uniform_low_above_high", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "uniform", "low": 2, "high": 1}}}),
+        ignored("uniform_extra_member", {"seq": 1, "lesson": 0, "values": {"x": {**uni, "mean": 0}}}),
+        ignored("uniform_missing_high", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "uniform", "low": 0}}}),
+        ignored("gaussian_negative_std", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "gaussian", "mean": 0, "std": -1}}}),
+        ignored("ranges_empty", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "ranges", "ranges": []}}}),
+        ignored("ranges_not_pairs", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "ranges", "ranges": [[1, 2, 3]]}}}),
+        ignored("ranges_reversed", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "ranges", "ranges": [[3, 2]]}}}),
+        ignored("too_many_ranges", {"seq": 1, "lesson": 0, "values": {"x": {"sampler": "ranges", "ranges": [[0, 1]] * 17}}}),
+        ignored("too_many_params", {"seq": 1, "lesson": 0, "values": {f"p{i}": i for i in range(65)}}),
+        drawn("number", 2.5, []),
+        drawn("uniform_zero", uni, [0.0]),
+        drawn("uniform_mid", uni, [0.375]),
+        drawn("uniform_near_one", uni, [0.999999999]),
+        drawn("uniform_point", {"sampler": "uniform", "low": 4.0, "high": 4.0}, [0.7]),
+        drawn("gaussian_a", gauss, [0.5, 0.0]),
+        drawn("gaussian_b", gauss, [0.9, 0.25]),
+        drawn("gaussian_c", gauss, [0.1, 0.6]),
+        drawn("gaussian_zero_u1", gauss, [0.0, 0.3]),
+        drawn("ranges_first", ranges, [0.1]),
+        drawn("ranges_skips_point", ranges, [0.25]),
+        drawn("ranges_last", ranges, [0.5]),
+        drawn("ranges_end", ranges, [0.999]),
+        drawn("ranges_all_points", {"sampler": "ranges", "ranges": [[1.0, 1.0], [3.0, 3.0]]}, [0.5]),
+        drawn_all("set_in_name_order", {"zeta": uni, "alpha": gauss, "mid": 7.0, "beta": ranges},
+                  [0.5, 0.9, 0.25, 0.75]),
+        record("record_good", good),
+        record("record_with_measure", {**good, "measure": 0.75}),
+        record("record_unknown_seq_not_checked", {"seq": 99, "values": {"anything": 1.0}}),
+        record("record_value_outside_uniform", {**good, "values": {**good["values"], "gravity": 11.5}}, "INVALID_FIELD"),
+        record("record_value_between_ranges", {**good, "values": {**good["values"], "gap": 3.0}}, "INVALID_FIELD"),
+        record("record_fixed_value_differs", {**good, "values": {**good["values"], "speed": 2.5}}, "INVALID_FIELD"),
+        record("record_missing_value", {"seq": 3, "values": {"speed": 2.0}}, "INVALID_FIELD"),
+        record("record_extra_value", {**good, "values": {**good["values"], "other": 1.0}}, "INVALID_FIELD"),
+        record("record_value_string", {**good, "values": {**good["values"], "speed": "2"}}, "INVALID_FIELD"),
+        record("record_measure_string", {**good, "measure": "high"}, "INVALID_FIELD"),
+        record("record_seq_zero", {**good, "seq": 0}, "INVALID_FIELD"),
+        record("record_not_an_object", [3], "INVALID_FIELD"),
+        record("record_unknown_member", {**good, "lesson": 1}, "INVALID_FIELD"),
+    ]
+
+
 def main() -> None:
     files = {
         "framing.json": framing_cases(),
@@ -1635,13 +1734,14 @@ def main() -> None:
         "logged.json": logged_cases(),
         "demonstrations.json": demonstration_cases(),
         "rewards.json": reward_cases(),
+        "env_params.json": env_params_cases(),
     }
     for name, cases in files.items():
         names = [c["name"] for c in cases]
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.6", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.7", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 

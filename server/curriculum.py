@@ -1,0 +1,345 @@
+"""Environment parameters and curricula (docs/curriculum.md, protocol §19).
+
+A run's ``[curriculum]`` table names parameters (a number or a sampler each), optional bounds, and
+lessons: each lesson sets some parameters and, except the last, says when it is learned — the
+mean of a measure over the last ``min_episodes`` episodes played in it reaches ``threshold``. The
+measure is an episode's return (its agents' mean, or the agents of one ``module``) or a number the
+client reports with the episode (``measure = "reported"``).
+
+Every change (a lesson advances, a person changes a parameter or the lesson from the console) makes
+a new parameter set with the next ``seq``; clients ask for it with every state request and draw
+each episode's values from it. Records say which set and values their episode was played with;
+values that set cannot give are refused, and only episodes of the current lesson count toward it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from tether.protocol.env_params import (
+    MAX_PARAMS,
+    EnvParams,
+    EnvParamsError,
+    RecordEnvParams,
+    allows,
+    check_played_with,
+    parse_name,
+    parse_value,
+)
+
+from .metrics import FinishedEpisode
+
+#: Parameter sets kept to check records against: a client may still play with a set a few changes old.
+SETS_KEPT = 16
+#: Lessons a curriculum may have, and the largest min_episodes (the measure's window).
+MAX_LESSONS = 64
+MAX_MIN_EPISODES = 100_000
+MEASURES = ("return", "reported")
+
+
+class CurriculumError(ValueError):
+    """A change the curriculum refuses (an unknown parameter or lesson, a value of the wrong type or
+    outside its bounds), with the reason."""
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson: its name, the parameters it sets, and when it is learned (None: the last lesson)."""
+
+    name: str
+    values: dict[str, Any]
+    threshold: float | None
+    min_episodes: int
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """The ``[curriculum]`` table, checked."""
+
+    parameters: dict[str, Any]
+    bounds: dict[str, tuple[float, float]]
+    lessons: tuple[Lesson, ...]
+    measure: str = "return"
+    module: str | None = None
+
+    @staticmethod
+    def from_json(table: Any, modules: Iterable[str] = ()) -> "CurriculumConfig":
+        """Parse and check the table; ValueError names what is wrong."""
+        if not isinstance(table, dict):
+            raise ValueError("curriculum must be a table")
+        unknown = set(table) - {"parameters", "bounds", "lessons", "measure", "module"}
+        if unknown:
+            raise ValueError(f"curriculum has unknown keys {sorted(unknown)}")
+        measure = table.get("measure", "return")
+        if measure not in MEASURES:
+            raise ValueError(f"curriculum.measure must be one of {', '.join(MEASURES)}, got {measure!r}")
+        module = table.get("module")
+        modules = list(modules)
+        if module is not None and module not in modules:
+            raise ValueError(f"curriculum.module {module!r} is not a module ({', '.join(modules)})")
+        raw = table.get("parameters", {})
+        if not isinstance(raw, dict) or not 1 <= len(raw) <= MAX_PARAMS:
+            raise ValueError(f"curriculum.parameters must name 1 to {MAX_PARAMS} parameters")
+        try:
+            parameters = {parse_name(n, "curriculum parameter name"): parse_value(v, f"curriculum.parameters.{n}")
+                          for n, v in raw.items()}
+        except EnvParamsError as exc:
+            raise ValueError(str(exc)) from None
+        bounds = {}
+        for name, pair in dict(table.get("bounds", {})).items():
+            if name not in parameters:
+                raise ValueError(f"curriculum.bounds names {name!r}, which is not a parameter")
+            if not (isinstance(pair, list) and len(pair) == 2 and all(
+                    not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in pair)
+                    and pair[0] <= pair[1]):
+                raise ValueError(f"curriculum.bounds.{name} must be [low, high] with low <= high")
+            bounds[name] = (float(pair[0]), float(pair[1]))
+        lessons = []
+        raw_lessons = table.get("lessons", [])
+        if not isinstance(raw_lessons, list) or len(raw_lessons) > MAX_LESSONS:
+            raise ValueError(f"curriculum.lessons must be a list of at most {MAX_LESSONS} lessons")
+        for i, entry in enumerate(raw_lessons):
+            lessons.append(_lesson(entry, i, i == len(raw_lessons) - 1, parameters))
+        config = CurriculumConfig(parameters, bounds, tuple(lessons), measure, module)
+        for name, value in parameters.items():
+            config.check_bounds(name, value)
+        for lesson in lessons:
+            for name, value in lesson.values.items():
+                config.check_bounds(name, value, f"lesson {lesson.name!r}: ")
+        return config
+
+    def check_bounds(self, name: str, value: Any, where: str = "") -> None:
+        """CurriculumError unless every value ``value`` can give lies within ``name``'s bounds."""
+        if name not in self.bounds:
+            return
+        low, high = self.bounds[name]
+        if isinstance(value, dict):
+            kind = value["sampler"]
+            ends = ([value["low"], value["high"]] if kind == "uniform" else [value["mean"]] if kind == "gaussian"
+                    else [x for pair in value["ranges"] for x in pair])
+        else:
+            ends = [value]
+        if not all(low <= x <= high for x in ends):
+            raise CurriculumError(f"{where}{name} = {value!r} is outside its bounds [{low:g}, {high:g}]")
+
+
+def _lesson(entry: Any, index: int, last: bool, parameters: dict[str, Any]) -> Lesson:
+    where = f"curriculum.lessons[{index}]"
+    if not isinstance(entry, dict) or set(entry) - {"name", "values", "threshold", "min_episodes"}:
+        raise ValueError(f"{where} must be a table of name, values, threshold, min_episodes")
+    name = entry.get("name", f"lesson {index}")
+    if not isinstance(name, str) or not 1 <= len(name) <= 64:
+        raise ValueError(f"{where}.name must be text of 1 to 64 characters")
+    values = {}
+    for key, value in dict(entry.get("values", {})).items():
+        if key not in parameters:
+            raise ValueError(f"{where}.values names {key!r}, which is not a parameter ({', '.join(parameters)})")
+        try:
+            values[key] = parse_value(value, f"{where}.values.{key}")
+        except EnvParamsError as exc:
+            raise ValueError(str(exc)) from None
+    threshold, min_episodes = entry.get("threshold"), entry.get("min_episodes", 100)
+    if last:
+        if threshold is not None:
+            raise ValueError(f"{where} is the last lesson: it has no threshold")
+    elif isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ValueError(f"{where}.threshold must be a number (every lesson but the last has one)")
+    if type(min_episodes) is not int or not 1 <= min_episodes <= MAX_MIN_EPISODES:
+        raise ValueError(f"{where}.min_episodes must be an integer from 1 to {MAX_MIN_EPISODES}")
+    return Lesson(name, values, None if last else float(threshold), min_episodes)
+
+
+class Curriculum:
+    """The run's parameter sets, lesson and measure (see the module docstring)."""
+
+    def __init__(self, config: CurriculumConfig) -> None:
+        self.config = config
+        self.lesson = 0
+        self.seq = 0
+        self._sets: deque[EnvParams] = deque(maxlen=SETS_KEPT)
+        self._window: deque[float] = deque(maxlen=self._lesson().min_episodes if config.lessons else 1)
+        #: Episodes counted toward the current lesson, and every episode counted.
+        self.lesson_episodes = 0
+        self.episodes = 0
+        #: Changes made, newest last, for the console's event log: (kind, details).
+        self.changes: list[tuple[str, dict[str, Any]]] = []
+        self.changes_made = 0
+        self._publish(self._lesson_values(), "start")
+
+    # -- sets --------------------------------------------------------------------------
+
+    @property
+    def current(self) -> EnvParams:
+        return self._sets[-1]
+
+    def set_for(self, seq: Any) -> EnvParams | None:
+        """The set with this seq if it is still kept."""
+        return next((s for s in self._sets if s.seq == seq), None)
+
+    def _lesson(self) -> Lesson:
+        return self.config.lessons[self.lesson]
+
+    def _lesson_values(self) -> dict[str, Any]:
+        values = dict(self.config.parameters)
+        if self.config.lessons:
+            values.update(self._lesson().values)
+        return values
+
+    def _publish(self, values: dict[str, Any], cause: str, **details: Any) -> None:
+        self.seq += 1
+        self._sets.append(EnvParams(self.seq, self.lesson, values))
+        self.changes.append((cause, {"seq": self.seq, "lesson": self.lesson, **details}))
+        self.changes_made += 1
+        del self.changes[:-100]
+
+    # -- what the clients send -----------------------------------------------------------
+
+    def check_record(self, played: RecordEnvParams | None, where: str) -> None:
+        """A record's env_params against the set it names (§19.3): MessageError when that set is kept
+        and cannot give its values. A set no longer kept (or from before a restart) is not checked."""
+        if played is None:
+            return
+        held = self.set_for(played.seq)
+        if held is not None:
+            check_played_with(played, held, where)
+
+    def note(self, finished: Iterable[FinishedEpisode], played: dict[Any, RecordEnvParams]) -> bool:
+        """Count the episodes that ended; ``played`` maps an episode's id to its record's env_params.
+        Returns whether the lesson advanced."""
+        advanced = False
+        for episode in finished:
+            if not episode.complete:
+                continue
+            record = played.get(episode.episode_id)
+            if record is None:
+                continue
+            held = self.set_for(record.seq)
+            if held is None or held.lesson != self.lesson:
+                continue  # played in another lesson (or with a set the server no longer knows)
+            value = self._measure(episode, record)
+            if value is None:
+                continue
+            self.episodes += 1
+            self.lesson_episodes += 1
+            self._window.append(value)
+            advanced |= self._maybe_advance()
+        return advanced
+
+    def _measure(self, episode: FinishedEpisode, record: RecordEnvParams) -> float | None:
+        if self.config.measure == "reported":
+            return record.measure
+        returns = [r for m, r in episode.agents.values() if self.config.module in (None, m)]
+        if not returns:
+            return None
+        value = sum(returns) / len(returns)
+        return value if math.isfinite(value) else None
+
+    @property
+    def measure_mean(self) -> float | None:
+        return sum(self._window) / len(self._window) if self._window else None
+
+    def _maybe_advance(self) -> bool:
+        if not self.config.lessons or self.lesson == len(self.config.lessons) - 1:
+            return False
+        lesson = self._lesson()
+        mean = self.measure_mean
+        if len(self._window) < lesson.min_episodes or mean is None or mean < lesson.threshold:
+            return False
+        self._enter(self.lesson + 1, "lesson", measure=mean)
+        return True
+
+    def _enter(self, lesson: int, cause: str, **details: Any) -> None:
+        self.lesson = lesson
+        self.lesson_episodes = 0
+        self._window = deque(maxlen=self._lesson().min_episodes)
+        self._publish(self._lesson_values(), cause, lesson_name=self._lesson().name, **details)
+
+    # -- what a person changes (the console) -----------------------------------------------
+
+    def set_lesson(self, lesson: Any) -> None:
+        """Go to lesson ``lesson`` (an index). CurriculumError: not a lesson."""
+        count = len(self.config.lessons)
+        if type(lesson) is not int or not 0 <= lesson < count:
+            raise CurriculumError(f"no lesson {str(lesson)[:40]!r}: lessons are 0 to {count - 1}" if count
+                                  else "this curriculum has no lessons")
+        self._enter(lesson, "set_lesson")
+
+    def set_param(self, name: Any, value: Any) -> Any:
+        """Give parameter ``name`` a new value (a number or a sampler) until the lesson next changes.
+        Returns the value as sent. CurriculumError: an unknown name, a bad value or one outside bounds."""
+        if not isinstance(name, str) or name not in self.config.parameters:
+            raise CurriculumError(f"no parameter {str(name)[:80]!r}; parameters: {', '.join(self.config.parameters)}")
+        try:
+            parsed = parse_value(value, name)
+        except EnvParamsError as exc:
+            raise CurriculumError(str(exc)) from None
+        self.config.check_bounds(name, parsed)
+        values = dict(self.current.values)
+        values[name] = parsed
+        self._publish(values, "set_param", name=name, value=parsed)
+        return parsed
+
+    # -- reporting and checkpoints --------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        lesson = self.config.lessons[self.lesson] if self.config.lessons else None
+        return {
+            "seq": self.seq, "lesson": self.lesson, "lesson_name": lesson.name if lesson else None,
+            "lessons": len(self.config.lessons), "values": dict(self.current.values),
+            "measure": self.config.measure, "measure_mean": self.measure_mean,
+            "threshold": lesson.threshold if lesson else None,
+            "min_episodes": lesson.min_episodes if lesson else None,
+            "lesson_episodes": self.lesson_episodes, "episodes": self.episodes,
+        }
+
+    def scalars(self) -> dict[str, float]:
+        """TensorBoard's curriculum/* values: the lesson, the measure's mean, each number parameter
+        (a sampler as its centre: a uniform's or gaussian's mean, the ranges' midpoint)."""
+        out = {"curriculum/lesson": float(self.lesson), "curriculum/seq": float(self.seq)}
+        if self.measure_mean is not None:
+            out["curriculum/measure"] = float(self.measure_mean)
+        for name, value in self.current.values.items():
+            out[f"curriculum/param/{name}"] = _centre(value)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"seq": self.seq, "lesson": self.lesson, "values": dict(self.current.values),
+                "window": list(self._window), "lesson_episodes": self.lesson_episodes, "episodes": self.episodes}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Resume: the lesson, the set in force (same seq, so clients holding it keep it) and the measure."""
+        lesson = int(state["lesson"])
+        if self.config.lessons and not 0 <= lesson < len(self.config.lessons):
+            raise ValueError(f"the checkpoint's curriculum is at lesson {lesson}, this one has "
+                             f"{len(self.config.lessons)} lessons")
+        values = {}
+        for name, value in state["values"].items():
+            if name in self.config.parameters:
+                values[name] = parse_value(value, name)
+        for name, value in self.config.parameters.items():
+            values.setdefault(name, value)
+        self.lesson = lesson
+        self.seq = int(state["seq"]) - 1
+        self._sets.clear()
+        self._window = deque((float(x) for x in state["window"]),
+                             maxlen=self._lesson().min_episodes if self.config.lessons else 1)
+        self.lesson_episodes = int(state["lesson_episodes"])
+        self.episodes = int(state["episodes"])
+        self._publish(values, "resume")
+
+
+def _centre(value: Any) -> float:
+    if not isinstance(value, dict):
+        return float(value)
+    if value["sampler"] == "uniform":
+        return (value["low"] + value["high"]) / 2
+    if value["sampler"] == "gaussian":
+        return float(value["mean"])
+    ranges = value["ranges"]
+    return (ranges[0][0] + ranges[-1][1]) / 2
+
+
+__all__ = ["Curriculum", "CurriculumConfig", "CurriculumError", "Lesson", "allows"]
