@@ -16,7 +16,8 @@ def run_env(
     deterministic: bool = False,
     on_episode_end: Callable[[float, int], bool | None] | None = None,
 ) -> list[float]:
-    """Run episodes of ``env`` (reset/step API of gymnasium) with the client's policy.
+    """Run episodes of ``env`` (reset/step API of gymnasium) with the client's policy. An episode
+    with environment parameters (protocol §19) resets the env with ``options={"env_params": values}``.
 
     Stops after ``max_steps`` env steps or ``max_episodes`` episodes, when
     ``on_episode_end(return, length)`` returns True, or, for training episodes,
@@ -26,8 +27,9 @@ def run_env(
     returns: list[float] = []
     steps = 0
     while (max_steps is None or steps < max_steps) and (max_episodes is None or len(returns) < max_episodes):
-        obs, _ = env.reset()
         eid = client.start_episode(training_enabled=training_enabled and not deterministic)
+        values = client.episode_params(eid)
+        obs, _ = env.reset(options={"env_params": values}) if values else env.reset()
         length = 0
         while True:
             action = client.compute_action(obs, eid) if deterministic else client.get_action(eid, obs)

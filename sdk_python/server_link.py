@@ -929,7 +929,7 @@ class ServerLink:
                         self.steps_per_batch = None
                     elif type(body["steps_per_batch"]) is int and body["steps_per_batch"] >= 1:  # else ignored (null too)
                         self.steps_per_batch = body["steps_per_batch"]
-                    if "env_params" in body:
+                    if "env_params" in body and self.speaks(1, 7):  # (never asked of an older server)
                         self._take_env_params(body["env_params"])
                 return body
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from tether.protocol.env_params import (
     MAX_PARAMS,
@@ -155,8 +155,10 @@ def _lesson(entry: Any, index: int, last: bool, parameters: dict[str, Any]) -> L
 class Curriculum:
     """The run's parameter sets, lesson and measure (see the module docstring)."""
 
-    def __init__(self, config: CurriculumConfig) -> None:
+    def __init__(self, config: CurriculumConfig, env_steps: Callable[[], int] = lambda: 0) -> None:
         self.config = config
+        #: The run's env steps received so far: each change says when it was made.
+        self._env_steps = env_steps
         self.lesson = 0
         self.seq = 0
         self._sets: deque[EnvParams] = deque(maxlen=SETS_KEPT)
@@ -191,7 +193,8 @@ class Curriculum:
     def _publish(self, values: dict[str, Any], cause: str, **details: Any) -> None:
         self.seq += 1
         self._sets.append(EnvParams(self.seq, self.lesson, values))
-        self.changes.append((cause, {"seq": self.seq, "lesson": self.lesson, **details}))
+        self.changes.append((cause, {"seq": self.seq, "lesson": self.lesson, "env_steps": self._env_steps(),
+                                     **details}))
         self.changes_made += 1
         del self.changes[:-100]
 
@@ -293,6 +296,7 @@ class Curriculum:
             "threshold": lesson.threshold if lesson else None,
             "min_episodes": lesson.min_episodes if lesson else None,
             "lesson_episodes": self.lesson_episodes, "episodes": self.episodes,
+            "changes": [{"cause": cause, **details} for cause, details in self.changes[-20:]],
         }
 
     def scalars(self) -> dict[str, float]:

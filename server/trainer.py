@@ -72,7 +72,8 @@ class Trainer:
         self.pool = SamplePool(config.train_batch_size, 2 * config.train_batch_size)
         #: Environment parameters and lessons (None without a curriculum table; server/curriculum.py).
         self.curriculum: Curriculum | None = (
-            Curriculum(CurriculumConfig.from_json(config.curriculum, layout.specs)) if config.curriculum else None)
+            Curriculum(CurriculumConfig.from_json(config.curriculum, layout.specs),
+                       env_steps=lambda: self.metrics.env_steps_received) if config.curriculum else None)
         #: Self-play's snapshots, matches and ratings (None without a self_play table).
         self.self_play: SelfPlay | None = None
         if layout.self_play is not None:

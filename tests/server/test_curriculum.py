@@ -1,0 +1,166 @@
+"""server/curriculum.py: the [curriculum] table's checks, lessons that advance on their measure, a
+person's changes and their refusals, records checked against the set they name, SET_STATE's
+env_params rule (§19.2) and the checkpoint's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from server.curriculum import Curriculum, CurriculumConfig, CurriculumError
+from server.metrics import FinishedEpisode
+from server.state_messages import env_params_for
+from tether.protocol.env_params import RecordEnvParams
+from tether.protocol.errors import MessageError
+
+TABLE: dict[str, Any] = {
+    "parameters": {"distance": 2, "wind": {"sampler": "uniform", "low": 0, "high": 1}},
+    "bounds": {"distance": [1, 10]},
+    "lessons": [{"name": "near", "threshold": 0.5, "min_episodes": 3},
+                {"name": "middle", "values": {"distance": 4}, "threshold": 0.5, "min_episodes": 3},
+                {"name": "far", "values": {"distance": 8}}],
+}
+
+
+def curriculum(**changes: Any) -> Curriculum:
+    return Curriculum(CurriculumConfig.from_json({**TABLE, **changes}, ["walker", "other"]))
+
+
+def episode(ret: float, module: str = "walker", eid: str = "e") -> FinishedEpisode:
+    return FinishedEpisode(total_return=ret, length=3, agents={"a": (module, ret)}, episode_id=eid)
+
+
+def play(c: Curriculum, *returns: float, seq: int | None = None, measure: float | None = None,
+         module: str = "walker") -> bool:
+    advanced = False
+    for i, ret in enumerate(returns):
+        held = c.set_for(seq) if seq is not None else c.current
+        values = {n: (v if not isinstance(v, dict) else v["low"]) for n, v in held.values.items()}
+        advanced |= c.note([episode(ret, module, f"e{i}")],
+                           {f"e{i}": RecordEnvParams(held.seq, values, measure)})
+    return advanced
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": 1}, "unknown keys"),
+    ({"measure": "wins"}, "measure"),
+    ({"module": "nope"}, "not a module"),
+    ({"parameters": {}}, "1 to 64"),
+    ({"parameters": {"d": "far"}}, "must be a number"),
+    ({"parameters": {"d": {"sampler": "uniform", "low": 2, "high": 1}}}, "above high"),
+    ({"bounds": {"speed": [0, 1]}}, "not a parameter"),
+    ({"bounds": {"distance": [3, 10]}}, "outside its bounds"),
+    ({"lessons": [{"values": {"distance": 11}, "threshold": 1}, {}]}, "outside its bounds"),
+    ({"lessons": [{"values": {"speed": 1}, "threshold": 1}, {}]}, "not a parameter"),
+    ({"lessons": [{"min_episodes": 3}, {}]}, "threshold"),
+    ({"lessons": [{"threshold": 1, "min_episodes": 0}, {}]}, "min_episodes"),
+    ({"lessons": [{"threshold": 1}, {"threshold": 2}]}, "last lesson"),
+])
+def test_a_bad_table_is_refused_naming_what(change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        curriculum(**change)
+
+
+def test_a_lesson_advances_when_its_measure_holds_over_min_episodes() -> None:
+    c = curriculum()
+    assert (c.current.seq, c.current.lesson, c.current.values["distance"]) == (1, 0, 2.0)
+    assert not play(c, 1.0, 1.0)  # two episodes: fewer than min_episodes
+    assert not play(c, -1.0)  # three, mean 1/3 < 0.5
+    assert not play(c, 1.0, 1.0)  # the last three: (-1, 1, 1), still 1/3
+    assert play(c, 1.0)  # (1, 1, 1)
+    assert (c.lesson, c.current.seq, c.current.values["distance"]) == (1, 2, 4.0)
+    assert c.lesson_episodes == 0 and c.measure_mean is None
+    # Episodes played with the old lesson's set no longer count.
+    assert not play(c, 1.0, 1.0, 1.0, seq=1)
+    assert c.lesson_episodes == 0
+    assert play(c, 1.0, 1.0, 1.0)
+    assert c.current.values == {"distance": 8.0, "wind": {"sampler": "uniform", "low": 0.0, "high": 1.0}}
+    assert not play(c, 1.0, 1.0, 1.0)  # the last lesson never advances
+    assert [cause for cause, _ in c.changes] == ["start", "lesson", "lesson"]
+
+
+def test_the_window_is_the_last_min_episodes() -> None:
+    c = curriculum()
+    play(c, -1.0, -1.0, -1.0, 1.0, 1.0)
+    assert c.lesson == 0 and c.measure_mean == pytest.approx(1 / 3)
+    assert play(c, 1.0)
+
+
+def test_the_measure_can_be_reported_or_one_modules_return() -> None:
+    c = curriculum(measure="reported")
+    assert not play(c, 1.0, 1.0, 1.0)  # no measure reported: nothing counts
+    assert play(c, -5.0, -5.0, -5.0, measure=0.9)
+    c = curriculum(module="walker")
+    assert not play(c, 1.0, 1.0, 1.0, module="other")
+    assert play(c, 1.0, 1.0, 1.0)
+
+
+def test_a_person_changes_a_parameter_or_the_lesson_and_bad_changes_are_refused() -> None:
+    c = curriculum()
+    assert c.set_param("distance", 5) == 5.0 and c.current.values["distance"] == 5.0 and c.current.seq == 2
+    c.set_param("wind", {"sampler": "gaussian", "mean": 0.5, "std": 0.1})
+    for name, value, message in (("speed", 1, "no parameter"), ("distance", "far", "must be a number"),
+                                 ("distance", True, "must be a number"), ("distance", 11, "outside its bounds"),
+                                 ("distance", {"sampler": "uniform", "low": 0, "high": 3}, "outside its bounds"),
+                                 ("wind", {"sampler": "beta"}, "sampler"), ("distance", float("nan"), "finite")):
+        with pytest.raises(CurriculumError, match=message):
+            c.set_param(name, value)
+    assert c.current.seq == 3  # nothing refused made a set
+    for lesson in (3, -1, "1", 1.0, True):
+        with pytest.raises(CurriculumError, match="no lesson"):
+            c.set_lesson(lesson)
+    c.set_lesson(2)
+    # A lesson's values replace a person's change.
+    assert (c.lesson, c.current.seq, c.current.values["distance"]) == (2, 4, 8.0)
+    assert [cause for cause, _ in c.changes] == ["start", "set_param", "set_param", "set_lesson"]
+
+
+def test_records_are_checked_against_the_set_they_name() -> None:
+    c = curriculum()
+    c.check_record(RecordEnvParams(1, {"distance": 2.0, "wind": 0.5}), "episodes[0]")
+    c.check_record(RecordEnvParams(99, {"anything": 1.0}), "episodes[0]")  # a set not kept: not checked
+    c.check_record(None, "episodes[0]")
+    with pytest.raises(MessageError, match=r"episodes\[0\].*'wind' = 1.5"):
+        c.check_record(RecordEnvParams(1, {"distance": 2.0, "wind": 1.5}), "episodes[0]")
+    with pytest.raises(MessageError, match="must have the values"):
+        c.check_record(RecordEnvParams(1, {"distance": 2.0}), "episodes[0]")
+    for _ in range(20):
+        c.set_param("distance", 3)
+    c.check_record(RecordEnvParams(1, {"distance": 7.0}), "episodes[0]")  # set 1 is no longer kept
+
+
+def test_set_state_carries_the_set_only_to_a_client_that_asks_for_another() -> None:
+    c = curriculum()
+    assert env_params_for(None, 0) is None
+    assert env_params_for(c, None) is None and env_params_for(c, True) is None and env_params_for(c, 1.0) is None
+    assert env_params_for(c, 1) is None  # it holds the current set
+    assert env_params_for(c, 0) == {"seq": 1, "lesson": 0, "values": c.current.values}
+    assert env_params_for(c, 7)["seq"] == 1  # a set of another run: sent the current one
+
+
+def test_a_resumed_curriculum_keeps_its_lesson_set_and_measure() -> None:
+    c = curriculum()
+    play(c, 1.0, 1.0, 1.0)
+    c.set_param("distance", 6)
+    play(c, 1.0, 1.0)
+    resumed = curriculum()
+    resumed.load_state(c.state())
+    assert (resumed.lesson, resumed.current.seq, resumed.current.values) == (1, c.current.seq, c.current.values)
+    assert resumed.measure_mean == c.measure_mean and resumed.lesson_episodes == 2
+    assert play(resumed, 1.0)
+    short = curriculum(lessons=[{"threshold": 1, "min_episodes": 1}, {}])
+    with pytest.raises(ValueError, match="lesson"):
+        c.set_lesson(2)
+        short.load_state(c.state())
+
+
+def test_tensorboard_scalars_and_summary() -> None:
+    c = curriculum()
+    play(c, 1.0)
+    scalars = c.scalars()
+    assert scalars["curriculum/lesson"] == 0.0 and scalars["curriculum/param/distance"] == 2.0
+    assert scalars["curriculum/param/wind"] == 0.5 and scalars["curriculum/measure"] == 1.0
+    summary = c.summary()
+    assert summary["lesson_name"] == "near" and summary["threshold"] == 0.5 and summary["episodes"] == 1
+    assert summary["changes"][0]["cause"] == "start"
