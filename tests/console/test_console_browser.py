@@ -10,6 +10,7 @@ temporary directory."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -22,6 +23,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from ..integration.server_process import RawClient, ServerProcess
 from .test_console_feed import console_address, play
@@ -127,10 +129,14 @@ def check_the_charts_read_at_a_glance(report: dict) -> None:
 
 
 def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
+    curriculum = {"parameters": {"gravity": 9.8, "pole_length": {"sampler": "uniform", "low": 0.4, "high": 0.6}},
+                  "bounds": {"gravity": [1, 20]}}
     server = ServerProcess(tmp_path, "--env", "CartPole-v1", "--console-port", "0", "--seed", "0",
-                           "--env-steps-per-sample", "200", "--train-batch-size", "1000", "--checkpoint-every", "0").start()
+                           "--env-steps-per-sample", "200", "--train-batch-size", "1000", "--checkpoint-every", "0",
+                           "--curriculum", json.dumps(curriculum)).start()
     stop = threading.Event()
-    player = threading.Thread(target=play, args=(server.port, stop), daemon=True)
+    seen: dict = {}
+    player = threading.Thread(target=play, args=(server.port, stop, seen), daemon=True)
     player.start()
     try:
         port, token = console_address(server)
@@ -164,6 +170,29 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         wait_for(lambda: any(answer["code"] in r.text and "bad-one" in r.text
                              for r in browser.find_elements(By.CSS_SELECTOR, "#errors tbody tr")), what="the error row")
         bad.sock.close()
+        # The curriculum panel shows the parameters; with the token a person changes one, a bad value
+        # is refused naming why, and the change reaches the client with its next batch's answer.
+        params = lambda: {r.get_attribute("data-param"): r.find_elements(By.TAG_NAME, "td")[1].text  # noqa: E731
+                          for r in browser.find_elements(By.CSS_SELECTOR, "#curriculum-params tbody tr")}
+        assert wait_for(lambda: params() or None, what="the parameters") == {
+            "gravity": "9.8", "pole_length": "uniform 0.4 to 0.6"}
+        assert "parameter set 1" in browser.find_element(By.ID, "curriculum-state").text
+        Select(browser.find_element(By.ID, "param-name")).select_by_value("gravity")
+        for bad_value, why in (("heavy", "must be a number"), ("25", "outside its bounds")):
+            browser.find_element(By.ID, "param-value").clear()
+            browser.find_element(By.ID, "param-value").send_keys(bad_value)
+            browser.find_element(By.ID, "set-param").click()
+            wait_for(lambda: why in browser.find_element(By.ID, "control-result").text, what=f"the refusal of {bad_value}")
+        browser.find_element(By.ID, "param-value").clear()
+        browser.find_element(By.ID, "param-value").send_keys("12.5")
+        browser.find_element(By.ID, "set-param").click()
+        wait_for(lambda: "set_param: done" in browser.find_element(By.ID, "control-result").text, what="the change")
+        wait_for(lambda: params().get("gravity") == "12.5", what="the new value on the page")
+        held = wait_for(lambda: (lambda p: p if p is not None and p.values["gravity"] == 12.5 else None)(
+            seen.get("env_params")), timeout=30, what="the new value at the client")
+        assert held.seq == 2 and held.values["pole_length"] == {"sampler": "uniform", "low": 0.4, "high": 0.6}
+        wait_for(lambda: any("set_param" in r.text and "gravity = 12.5" in r.text
+                             for r in browser.find_elements(By.CSS_SELECTOR, "#errors tbody tr")), what="the event row")
         # A finished episode, clicked, shows its steps.
         episode = wait_for(lambda: next(iter(browser.find_elements(By.CSS_SELECTOR, "#episodes .episode")), None),
                            what="a finished episode")

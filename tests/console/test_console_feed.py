@@ -38,13 +38,16 @@ def console_address(server: ServerProcess, timeout: float = 10.0) -> tuple[int, 
     raise AssertionError("no console line:\n" + "\n".join(server.lines))
 
 
-def play(port: int, stop: threading.Event) -> None:
-    """A real client training on CartPole until told to stop."""
+def play(port: int, stop: threading.Event, seen: dict | None = None) -> None:
+    """A real client training on CartPole until told to stop; ``seen["env_params"]`` is the parameter
+    set it holds (protocol §19), updated every 500 steps."""
     client = TetherClient("127.0.0.1", port, client_name="console-test-cartpole", seed=0)
     env = gym.make("CartPole-v1")
     try:
         while not stop.is_set():
             run_env(client, env, max_steps=500)
+            if seen is not None:
+                seen["env_params"] = client.env_params
     finally:
         client.close()
 

@@ -53,6 +53,10 @@ const CHARTS = [
   {id: "self_play", title: "Self-play Elo ratings: each learning module and its latest snapshot (dashed)",
    order: ["rating", "latest_snapshot_rating"],
    axes: [["Elo", k => /^self_play\/[^/]+\/(rating|latest_snapshot_rating)$/.test(k)]]},
+  {id: "curriculum", title: "Curriculum: lesson (left) and the mean of its measure (right)",
+   axes: [["lesson", k => k === "curriculum/lesson"], ["measure", k => k === "curriculum/measure"]]},
+  {id: "env_params", title: "Environment parameters (a sampler at its centre)",
+   axes: [["value", k => /^curriculum\/param\//.test(k)]]},
   {id: "kl", title: "Approx. KL (left) and clip fraction (right)",
    axes: [["KL (nats)", k => /^module\/[^/]+\/approx_kl$/.test(k)],
           ["clip fraction", k => /^module\/[^/]+\/clipfrac$/.test(k)]]},
@@ -92,6 +96,7 @@ const KEY_NAMES = {
   "charts/batches_duplicate": "duplicate batches", "charts/clients_connected": "clients connected",
   "health/loop_lag_ms": "event loop lag (ms)", "health/pool_steps": "steps waiting for an update",
   "health/rss_mb": "memory (MB)", "health/paused": "paused", "self_play/games_rated": "games rated",
+  "curriculum/lesson": "lesson", "curriculum/measure": "measure (mean)", "curriculum/seq": "parameter set",
 };
 
 const words = s => s.replace(/_/g, " ").trim();
@@ -107,6 +112,7 @@ function seriesLabel(key) {
   if (parts.length >= 3 && parts[0] === "agent_type") return `${name} (${groups.has(name) ? "group" : "agent type"}): ${what}`;
   if (parts.length === 2 && parts[0] === "episode") return `episode: ${what}`;
   if (parts.length === 2 && (parts[0] === "charts" || parts[0] === "health")) return what;
+  if (parts.length === 3 && parts[0] === "curriculum" && parts[1] === "param") return `parameter ${words(metric)}`;
   // Unknown keys: words, never the raw key.
   return parts.length === 1 ? words(key) : `${parts.slice(0, -1).map(words).join(" ")}: ${what}`;
 }
@@ -302,14 +308,22 @@ function renderClients(clients, reconnects) {
   document.getElementById("reconnects").textContent = `reconnects: ${reconnects}`;
 }
 
+// A curriculum change (a control, or a lesson the measure advanced): what it set.
+function eventText(e) {
+  const what = e.name !== undefined ? `${e.name} = ${paramText(e.value)}; ` : "";
+  const why = e.measure !== undefined ? ` (measure ${Number(e.measure).toFixed(3)})` : "";
+  return `${what}parameter set ${e.seq}, lesson ${e.lesson}${why}`;
+}
+
 function renderErrors(errors, prepend) {
   const body = document.querySelector("#errors tbody");
   if (!prepend) body.replaceChildren();
   for (const e of errors.slice().reverse()) {  // newest first
     const row = el("tr", {class: e.kind === "error" ? "error" : "event", "data-seq": e.seq});
     const who = e.client ? `#${e.client.id} ${e.client.name ?? ""} ${e.client.address}` : "";
-    const what = e.code ?? e.action ?? "";
-    const text = e.message ?? (e.value !== undefined ? `${e.module}: ${e.value}` : (e.path ?? ""));
+    const what = e.code ?? e.action ?? e.cause ?? "";
+    const text = e.message ?? (e.seq !== undefined ? eventText(e) :
+      (e.value !== undefined ? `${e.module}: ${e.value}` : (e.path ?? "")));
     for (const cell of [`${e.t.toFixed(1)} s`, e.kind, what, text, who]) row.appendChild(el("td", {}, String(cell)));
     body.insertBefore(row, body.firstChild);
   }
@@ -382,6 +396,39 @@ function showEpisode(e) {
   }
 }
 
+// A parameter's value as a person reads it: a number, or its sampler.
+function paramText(v) {
+  if (typeof v === "number") return String(v);
+  if (v.sampler === "uniform") return `uniform ${v.low} to ${v.high}`;
+  if (v.sampler === "gaussian") return `gaussian ${v.mean} ± ${v.std}`;
+  if (v.sampler === "ranges") return "ranges " + v.ranges.map(([a, b]) => `[${a}, ${b}]`).join(" ");
+  return JSON.stringify(v);
+}
+
+// The curriculum: its lesson, the measure that advances it, and every parameter (docs/curriculum.md).
+function renderCurriculum(c) {
+  const panel = document.getElementById("curriculum-panel");
+  panel.hidden = !c;
+  if (!c) return;
+  const lesson = c.lessons ? `lesson ${c.lesson} of ${c.lessons - 1}${c.lesson_name ? ` (${c.lesson_name})` : ""}` : "no lessons";
+  const mean = c.measure_mean == null ? "no episodes yet" : c.measure_mean.toFixed(3);
+  const next = c.threshold == null ? "the last lesson" :
+    `advances at ${c.threshold} over ${c.min_episodes} episodes (${c.lesson_episodes} played)`;
+  document.getElementById("curriculum-state").textContent =
+    `${lesson}; parameter set ${c.seq}; measure (${c.measure}): ${mean}; ${next}`;
+  const body = document.querySelector("#curriculum-params tbody");
+  body.replaceChildren();
+  for (const [name, v] of Object.entries(c.values)) {
+    const row = el("tr", {"data-param": name});
+    row.appendChild(el("td", {}, name));
+    row.appendChild(el("td", {}, paramText(v)));
+    body.appendChild(row);
+  }
+  const select = document.getElementById("param-name");
+  const names = Object.keys(c.values);
+  if (select.options.length !== names.length) select.replaceChildren(...names.map(n => el("option", {value: n}, n)));
+}
+
 function renderLive(message) {
   const status = document.getElementById("status");
   status.textContent = message.paused ? "paused" : "live";
@@ -391,6 +438,7 @@ function renderLive(message) {
   renderClients(message.clients, message.reconnects);
   renderActions(message.actions);
   renderEpisodes(message.episodes);
+  renderCurriculum(message.curriculum);
   const select = document.getElementById("module");
   if (select.options.length !== Object.keys(message.weights).length) {
     select.replaceChildren(...Object.keys(message.weights).map(m => el("option", {value: m}, m)));
@@ -449,4 +497,12 @@ document.getElementById("set-lr").onclick = () =>
   control("set_lr", {module: document.getElementById("module").value, value: Number(document.getElementById("lr").value)});
 document.getElementById("set-ent").onclick = () =>
   control("set_ent_coef", {module: document.getElementById("module").value, value: Number(document.getElementById("ent").value)});
+document.getElementById("set-param").onclick = () => {
+  const text = document.getElementById("param-value").value.trim();
+  let value;
+  try { value = JSON.parse(text); } catch (_) { value = text; }   // the server names what is wrong
+  control("set_param", {name: document.getElementById("param-name").value, value});
+};
+document.getElementById("set-lesson").onclick = () =>
+  control("set_lesson", {lesson: Number(document.getElementById("lesson").value)});
 connect();
