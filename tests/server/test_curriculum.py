@@ -4,15 +4,19 @@ env_params rule (§19.2) and the checkpoint's state."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from server.curriculum import Curriculum, CurriculumConfig, CurriculumError
-from server.metrics import FinishedEpisode
-from server.state_messages import env_params_for
 from tether.protocol.env_params import RecordEnvParams
 from tether.protocol.errors import MessageError
+from tether.server.config import ServerConfig
+from tether.server.curriculum import Curriculum, CurriculumConfig, CurriculumError
+from tether.server.metrics import FinishedEpisode
+from tether.server.module_setup import build_layout
+from tether.server.state_messages import env_params_for
+from tether.server.trainer import Trainer
 
 TABLE: dict[str, Any] = {
     "parameters": {"distance": 2, "wind": {"sampler": "uniform", "low": 0, "high": 1}},
@@ -164,3 +168,68 @@ def test_tensorboard_scalars_and_summary() -> None:
     summary = c.summary()
     assert summary["lesson_name"] == "near" and summary["threshold"] == 0.5 and summary["episodes"] == 1
     assert summary["changes"][0]["cause"] == "start"
+
+
+# -- in a server -------------------------------------------------------------------------------------
+
+BOX = {"type": "Box", "shape": [2], "low": -1, "high": 1}
+
+
+def server_config(tmp_path, **kw: Any) -> ServerConfig:
+    return ServerConfig(observation_space=BOX, action_space={"type": "Discrete", "n": 2}, curriculum=TABLE,
+                        logdir=str(tmp_path / "run"), seed=0, train_batch_size=64, env_steps_per_sample=16, **kw)
+
+
+def record(env_params: dict | None, steps: int = 2, done: bool = True) -> dict:
+    out: dict[str, Any] = {"obs": [[0.0, 0.0]] * (steps + 1), "actions": [0] * steps, "rewards": [1.0] * steps,
+                           "action_logp": [-0.69] * steps, "is_terminated": done, "is_truncated": False,
+                           "episode_id": "e1"}
+    if env_params is not None:
+        out["env_params"] = env_params
+    return out
+
+
+def test_a_server_refuses_a_record_whose_values_its_set_cannot_give_and_counts_the_rest(tmp_path) -> None:
+    cfg = server_config(tmp_path)
+    trainer = Trainer(cfg, build_layout(cfg))
+    try:
+        good = {"seq": 1, "values": {"distance": 2.0, "wind": 0.25}}
+        for bad, message in (({**good, "values": {"distance": 3.0, "wind": 0.25}}, "'distance' = 3.0"),
+                             ({**good, "values": {"distance": 2.0}}, "must have the values"),
+                             ({**good, "measure": "high"}, "measure must be a number"),
+                             ({"seq": "1", "values": {}}, "seq must be an integer")):
+            with pytest.raises(MessageError) as info:
+                trainer.ingest.validate("c", {"episodes": [record(good), record(bad)]})
+            assert info.value.code.value == "INVALID_FIELD" and "episodes[1]" in info.value.message
+            assert message in info.value.message and "env_params" in info.value.message
+        pending = trainer.ingest.validate("c", {"episodes": [record(good)]})
+        pending.commit()
+        asyncio.run(trainer.submit("c", pending.records, {}, False))
+        assert trainer.curriculum.episodes == 1 and trainer.curriculum.measure_mean == 2.0
+    finally:
+        asyncio.run(trainer.close(checkpoint=False))
+
+
+def test_a_resumed_server_keeps_its_lesson_set_and_measure_and_changes_reach_tensorboard(tmp_path) -> None:
+    cfg = server_config(tmp_path, tensorboard=True)
+    trainer = Trainer(cfg, build_layout(cfg))
+    try:
+        trainer.curriculum.set_lesson(1)
+        trainer.curriculum.set_param("distance", 6)
+        trainer.curriculum_changed()
+        state = trainer.curriculum.summary()
+        path = trainer.save_checkpoint()
+    finally:
+        asyncio.run(trainer.close(checkpoint=False))
+    events = b"".join(p.read_bytes() for p in (tmp_path / "run").glob("events.out.tfevents.*"))
+    assert b"curriculum/lesson" in events and b"curriculum/param/distance" in events
+    resumed_cfg = server_config(tmp_path / "again", resume=str(path))
+    resumed = Trainer(resumed_cfg, build_layout(resumed_cfg))
+    try:
+        again = resumed.curriculum.summary()
+        assert (again["lesson"], again["seq"], again["values"]) == (1, 3, state["values"])
+        assert again["values"]["distance"] == 6.0
+        # A client that held set 3 before the restart is not sent it again; one that held nothing is.
+        assert env_params_for(resumed.curriculum, 3) is None and env_params_for(resumed.curriculum, 0)["seq"] == 3
+    finally:
+        asyncio.run(resumed.close(checkpoint=False))
