@@ -24,6 +24,7 @@ namespace Tether.Tests
             "logged.json",  // ("episode" and "agent_entry" here; "record" in LoggedStepsTests)
             "demonstrations.json",  // (DemonstrationTests: its "write" cases; "read" is a server's reader)
             "rewards.json",
+            "env_params.json",  // ("set", "draw" and "draw_all" here; "record" is a server's check)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -531,6 +532,89 @@ namespace Tether.Tests
             {
                 return true;
             }
+        }
+
+        // Draws in [0, 1) from a case's list, in order; a draw past its end fails the case.
+        static Func<double> Uniforms(JToken list, out Func<int> count)
+        {
+            double[] values = list.Select(u => (double)u).ToArray();
+            int next = 0;
+            count = () => next;
+            return () =>
+            {
+                Vectors.Expect(next < values.Length, "more than the case's " + values.Length + " uniform draws");
+                return values[next++];
+            };
+        }
+
+        static bool Close(double got, double expected)
+        {
+            return Math.Abs(got - expected) <= 1e-12 * Math.Abs(expected) || got == expected;
+        }
+
+        [Test]
+        public void EnvParamsVectors()
+        {
+            Vectors.Check("env_params.json", (file, c) =>
+            {
+                Vectors.Expect((string)file["version"] == "1.7", "version");
+                string kind = (string)c["kind"];
+                if (kind == "set")
+                {
+                    EnvParams set;
+                    string error;
+                    bool valid = EnvParams.TryParse(c["env_params"], out set, out error);
+                    Vectors.Expect(valid == (bool)c["valid"], valid ? "accepted a set that breaks the rules" : "refused a valid set: " + error);
+                    if (!valid)
+                    {
+                        Vectors.ExpectError("INVALID_FIELD", () => EnvParams.Parse(c["env_params"]));
+                        return;
+                    }
+                    var body = (JObject)c["env_params"];
+                    Vectors.Expect(set.Seq == (long)body["seq"] && set.Lesson == (long)body["lesson"], "seq, lesson");
+                    var values = (JObject)body["values"];
+                    Vectors.Expect(set.Values.Count == values.Count, "values");
+                    Vectors.Expect(set.Names.SequenceEqual(values.Properties().Select(p => p.Name).OrderBy(n => n, StringComparer.Ordinal)), "names in drawing order");
+                    // (the set reads back as itself)
+                    Vectors.Expect(JToken.DeepEquals(EnvParams.Parse(set.ToJson()).ToJson(), set.ToJson()), "round trip");
+                    foreach (JProperty value in values.Properties())
+                    {
+                        EnvParamValue parsed = set.Values[value.Name];
+                        Vectors.Expect(value.Value is JObject ? (string)value.Value["sampler"] == parsed.Kind.ToString().ToLowerInvariant() : parsed.Kind == EnvParamKind.Fixed,
+                                       "kind of " + value.Name);
+                    }
+                    return;
+                }
+                if (kind == "draw")
+                {
+                    Func<int> used;
+                    Func<double> uniform = Uniforms(c["uniforms"], out used);
+                    double got = EnvParamValue.Parse(c["value"]).Draw(uniform);
+                    Vectors.Expect(used() == ((JArray)c["uniforms"]).Count, "took " + used() + " draws");
+                    Vectors.Expect(Close(got, (double)c["expect"]), "drew " + got.ToString("R") + ", expected " + c["expect"]);
+                    return;
+                }
+                if (kind == "draw_all")
+                {
+                    Func<int> used;
+                    Func<double> uniform = Uniforms(c["uniforms"], out used);
+                    EnvParams set = EnvParams.Parse(new JObject { { "seq", 1 }, { "lesson", 0 }, { "values", c["values"] } });
+                    EpisodeEnvParams drawn = set.Draw(uniform);
+                    Vectors.Expect(used() == ((JArray)c["uniforms"]).Count, "took " + used() + " draws");
+                    var expect = (JObject)c["expect"];
+                    Vectors.Expect(drawn.Values.Count == expect.Count, "values");
+                    foreach (JProperty value in expect.Properties())
+                    {
+                        double got = drawn.Values[value.Name];
+                        Vectors.Expect(Close(got, (double)value.Value), value.Name + ": drew " + got.ToString("R") + ", expected " + value.Value);
+                    }
+                    // (the record member says them, with the set's seq)
+                    JObject member = drawn.ToRecordJson();
+                    Vectors.Expect((long)member["seq"] == 1 && ((JObject)member["values"]).Count == expect.Count && member["measure"] == null, "record member");
+                    return;
+                }
+                Vectors.Expect(kind == "record", "unknown kind " + kind);  // (a server's check of a record, §19.3)
+            });
         }
 
         [Test]

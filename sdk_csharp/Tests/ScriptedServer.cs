@@ -53,6 +53,9 @@ namespace Tether.Tests
         // steps_per_batch of the next SET_STATEs (the handshake's included), one each, as JSON text ("4", "true");
         // a null item, or none left: no member.
         public readonly Queue<string> StepsPerBatch = new Queue<string>();
+        // (1.7, §19.2) the parameter set as JSON text: in a SET_STATE answering a request whose env_params_seq
+        // is an integer other than the set's seq (any integer, for a set without an integer seq); null: none.
+        public volatile string EnvParams;
         public long DoneOnSeq = -1;           // the batch whose arrival is answered by TRAINING_DONE, and the connection closed
         public volatile bool DoneOnMapAgents; // a MAP_AGENTS is answered by TRAINING_DONE, and the connection closed
         // The summary of TRAINING_DONE (§6.6).
@@ -249,6 +252,14 @@ namespace Tether.Tests
                 if (StepsPerBatch.Count > 0) every = StepsPerBatch.Dequeue();
             }
             if (every != null) state["steps_per_batch"] = JToken.Parse(every);
+            string set = EnvParams;
+            JToken held = request["env_params_seq"];
+            if (set != null && held != null && held.Type == JTokenType.Integer)
+            {
+                JToken body = JToken.Parse(set);
+                JToken seq = body is JObject ? body["seq"] : null;
+                if (seq == null || seq.Type != JTokenType.Integer || (long)seq != (long)held) state["env_params"] = body;
+            }
             return state;
         }
 

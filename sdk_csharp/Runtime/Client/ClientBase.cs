@@ -34,12 +34,79 @@ namespace Tether.Client
         readonly List<LinkEvent> taken = new List<LinkEvent>();
         readonly HashSet<string> dropped = new HashSet<string>();
         readonly List<Batch> droppedBatches = new List<Batch>();
+        // Protocol 1.7 (§19): the parameter set held (swapped in between two calls), and the generator's
+        // uniform draws as one delegate (made once: drawing an episode's values allocates no delegate).
+        EnvParams envParams;
+        readonly Func<double> uniform;
 
         internal ClientBase(ClientOptions options, bool multiAgent)
         {
             this.options = options;
             rng = new Rng(options.Seed ?? (ulong)DateTime.UtcNow.Ticks);
+            uniform = rng.Uniform;
             link = new ServerLink(options, multiAgent);
+        }
+
+        /// <summary>
+        /// The environment parameters the server asks the game to play with (protocol 1.7, §19): the last valid
+        /// set it sent, swapped in on the game's thread at the start of a client call (never within one), as a
+        /// new model is; null while the server sent none (a server older than 1.7, or one without parameters).
+        /// Episodes started from then on draw their values from it (<see cref="EpisodeParams"/>). A set that
+        /// breaks §19.1's rules is ignored (<see cref="EnvParamsIgnored"/>): the client keeps the one it holds.
+        /// </summary>
+        public EnvParams EnvParams { get { return envParams; } }
+
+        /// <summary>
+        /// Raised with the new set whenever one is swapped in (protocol 1.7, §19.2): on the game's thread, at the
+        /// start of the client call that takes the server's answer in (StartEpisode, GetAction / GetActions,
+        /// EndEpisode, Flush...), after that answer's model is swapped in and before the call does its own work.
+        /// A handler added while the client holds a set is called at once with it (on the thread that adds it),
+        /// so a set sent in the handshake is not missed. The server resends its set on every new connection, so
+        /// the event is raised again after a reconnect (with the same <see cref="Tether.Protocol.EnvParams.Seq"/>
+        /// when the set did not change). An exception a handler throws comes out of that client call.
+        /// </summary>
+        public event Action<EnvParams> EnvParamsChanged
+        {
+            add
+            {
+                envParamsChanged += value;
+                EnvParams held = envParams;
+                if (held != null && value != null) value(held);
+            }
+            remove { envParamsChanged -= value; }
+        }
+
+        Action<EnvParams> envParamsChanged;
+
+        /// <summary>Parameter sets the server sent that broke protocol 1.7's rules (§19.1) and were ignored.</summary>
+        public int EnvParamsIgnored { get { return link.EnvParamsIgnored; } }
+
+        /// <summary>
+        /// The values episode <paramref name="episodeId"/> plays with (protocol 1.7, §19.1), by parameter name:
+        /// each fixed number of the set held when it started, and what each sampler gave then (drawn with the
+        /// client's generator, the one that samples actions). They stay the episode's to its end, whatever set
+        /// comes meanwhile. Empty when the client held no set as it started. INVALID_ARGUMENT for an episode
+        /// the client does not know (<see cref="ReportMeasure"/> says which it knows).
+        /// </summary>
+        public IReadOnlyDictionary<string, double> EpisodeParams(string episodeId)
+        {
+            EpisodeEnvParams drawn = DrawnParams(episodeId, "EpisodeParams");
+            return drawn == null ? EpisodeEnvParams.NoValues : drawn.Values;
+        }
+
+        /// <summary>
+        /// Reports episode <paramref name="episodeId"/>'s measure (protocol 1.7, §19.3): a score a curriculum may
+        /// advance lessons on, sent in <c>env_params</c> with the record that ends the episode (a later report
+        /// replaces an earlier one); an episode without values (<see cref="EpisodeParams"/> empty) or not recorded
+        /// sends none. Refused with NON_FINITE_VALUE for a value that is not finite or whose magnitude is beyond
+        /// 1e300, and INVALID_ARGUMENT for an episode the client does not know: a <see cref="TetherClient"/>
+        /// knows its running episodes (report before EndEpisode), a <see cref="MultiAgentClient"/> also the ended
+        /// ones whose last steps it has not cut into a batch yet.
+        /// </summary>
+        public void ReportMeasure(string episodeId, double value)
+        {
+            DrawnParams(episodeId, "ReportMeasure");  // (an unknown episode first, as every SDK checks)
+            SetMeasure(episodeId, EpisodeEnvParams.CheckMeasure(value, "ReportMeasure"), "ReportMeasure");
         }
 
         /// <summary>Connections re-established after a loss.</summary>
@@ -199,6 +266,13 @@ namespace Tether.Client
         // Called with the events about to be applied, before any is.
         internal virtual void Taking(List<LinkEvent> events) { }
 
+        // 1.7: the values drawn for the episode when it started (null: none); INVALID_ARGUMENT naming `call`
+        // for an episode the client does not know.
+        internal abstract EpisodeEnvParams DrawnParams(string episodeId, string call);
+
+        // 1.7: keeps the episode's measure for the record that ends it; INVALID_ARGUMENT as DrawnParams.
+        internal abstract void SetMeasure(string episodeId, double measure, string call);
+
         // ---- shared ---------------------------------------------------------------------------
 
         // Connects and takes the handshake's events; on a failure, or without a SET_CONFIG (TRAINING_DONE when
@@ -253,16 +327,19 @@ namespace Tether.Client
             taken.Clear();
             link.TakeEvents(taken);
             if (taken.Count > 0) Taking(taken);
+            EnvParams changed = null;
             foreach (LinkEvent e in taken)
             {
                 switch (e.Kind)
                 {
                     case LinkEventKind.Connected:
                         Connected(e);
+                        if (e.State != null && e.State.EnvParams != null) changed = envParams = e.State.EnvParams;
                         break;
                     case LinkEventKind.State:
                         connection = e.Connection;
                         Apply(e.State);
+                        if (e.State != null && e.State.EnvParams != null) changed = envParams = e.State.EnvParams;
                         break;
                     case LinkEventKind.Batch:
                         if (e.Batch.Error != null)
@@ -289,6 +366,16 @@ namespace Tether.Client
                 }
             }
             taken.Clear();
+            // (once every event is applied: a handler that throws leaves none half taken)
+            Action<EnvParams> handler = envParamsChanged;
+            if (changed != null && handler != null) handler(changed);
+        }
+
+        // 1.7 (§19.1): a new episode's values, drawn from the set held now with the client's generator; null without a set.
+        internal EpisodeEnvParams DrawEpisodeParams()
+        {
+            EnvParams set = envParams;
+            return set == null ? null : set.Draw(uniform);
         }
 
         // Queues a cut batch, whose steps' versions are compared on this connection (§7.6); `sendEmpty`: sent

@@ -229,6 +229,8 @@ namespace Tether.Client
             public readonly Dictionary<string, double> Returns = new Dictionary<string, double>();
             public readonly HashSet<string> Ended = new HashSet<string>();
             public bool Done, Truncated;
+            public EpisodeEnvParams EnvParams;  // (1.7, §19.1) the values drawn as it started, or null
+            public double? Measure;             // (1.7, §19.3) the measure reported, for the record that ends it
 
             // Empties it for reuse: the collections keep their capacity, the latest-observation rows go to `spare`.
             public void Reset(string id, bool training, bool heldBack, Stack<List<float>> spare)
@@ -254,6 +256,8 @@ namespace Tether.Client
                 Returns.Clear();
                 Ended.Clear();
                 Done = Truncated = false;
+                EnvParams = null;
+                Measure = null;
             }
         }
 
@@ -427,6 +431,9 @@ namespace Tether.Client
         /// draw of the client's generator for all its agents; one that is not is played alike
         /// but never sent (<see cref="ClientBase.EpisodesHeldBack"/>). Once training is done
         /// (<see cref="ClientBase.TrainingDone"/>) no episode is recorded.
+        /// Protocol 1.7: when the client holds environment parameters (<see cref="ClientBase.EnvParams"/>), the
+        /// episode's values are drawn from them now with the same generator (<see cref="ClientBase.EpisodeParams"/>),
+        /// and every record of the episode says them at its top level.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
@@ -444,6 +451,7 @@ namespace Tether.Client
             bool recorded = trainingEnabled && Records();
             Episode episode = spareEpisodes.Count > 0 ? spareEpisodes.Pop() : new Episode();
             episode.Reset(episodeId, recorded, trainingEnabled && !recorded, spareRows);
+            episode.EnvParams = DrawEpisodeParams();  // (1.7, §19.1: from the set held now, after the record_share draw)
             episodes.Add(episodeId, episode);
             episodeOrder.Add(episodeId);
             return episodeId;
@@ -1999,6 +2007,8 @@ namespace Tether.Client
                 {
                     record.IsTerminated = episode.Done && !episode.Truncated;
                     record.IsTruncated = episode.Done && episode.Truncated;
+                    record.EnvParams = episode.EnvParams;  // (1.7, §19.3: every record of the episode; the measure on its last)
+                    record.Measure = episode.Done && episode.EnvParams != null ? episode.Measure : null;
                     batch.Records.Add(record);
                 }
                 else
@@ -2051,6 +2061,8 @@ namespace Tether.Client
                 record.Agents.Clear();
                 record.EpisodeId = null;
                 record.IsTerminated = record.IsTruncated = false;
+                record.EnvParams = null;
+                record.Measure = null;
                 spareRecords.Push(record);
             }
             foreach (StepTable table in batch.Tables) spareTables.Push(table);
@@ -2077,6 +2089,27 @@ namespace Tether.Client
         // ---- events from the I/O thread --------------------------------------------------------
 
         // The end of training: every episode's steps not cut yet are let go, held-back ones stop counting.
+        internal override EpisodeEnvParams DrawnParams(string episodeId, string call)
+        {
+            return Known(episodeId, call).EnvParams;
+        }
+
+        internal override void SetMeasure(string episodeId, double measure, string call)
+        {
+            Known(episodeId, call).Measure = measure;
+        }
+
+        // A running episode, or one ended whose last steps are not cut yet; INVALID_ARGUMENT naming `call` otherwise.
+        Episode Known(string episodeId, string call)
+        {
+            Episode episode;
+            if (episodeId == null || !episodes.TryGetValue(episodeId, out episode))
+            {
+                throw new TetherException(ErrorCode.InvalidArgument, call + ": no episode '" + episodeId + "' (unknown, or ended and sent)");
+            }
+            return episode;
+        }
+
         internal override bool StopRecording()
         {
             bool unsent = pendingSteps > 0;

@@ -42,6 +42,8 @@ namespace Tether.Client
         public bool IsTerminated;
         public bool IsTruncated;
         public readonly List<AgentEntry> Agents = new List<AgentEntry>();
+        public EpisodeEnvParams EnvParams;  // protocol 1.7: the values its episode plays with (§19.3), or null
+        public double? Measure;             // the episode's measure, on the record that ends it when one was reported
 
         public int AgentSteps
         {
@@ -110,8 +112,10 @@ namespace Tether.Client
         // Multi-agent (the per-module form of SET_STATE): the modules whose model came, with their versions.
         public Dictionary<string, IInferenceBackend> ModuleBackends;
         public Dictionary<string, long> ModuleSeqs;
+        // Protocol 1.7: the parameter set the answer carried (§19.2), swapped in on the game's thread with the model.
+        public EnvParams EnvParams;
 
-        public bool IsEmpty { get { return Backend == null && !Seq.HasValue && (ModuleSeqs == null || ModuleSeqs.Count == 0); } }
+        public bool IsEmpty { get { return Backend == null && !Seq.HasValue && (ModuleSeqs == null || ModuleSeqs.Count == 0) && EnvParams == null; } }
 
         public void Dispose()
         {
@@ -190,6 +194,8 @@ namespace Tether.Client
         LinkRequest unanswered;  // under sync: the request whose wait the end of training cut short
         int batchesUnsentAtEnd;  // under sync
         long loggedStepsDropped;  // under sync
+        long envParamsSeq;  // I/O thread (1.7, §19.2): the seq of the last set this connection was sent, 0 if none
+        int envParamsIgnored;  // written on the I/O thread (Interlocked): sets that broke §19.1
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
         public readonly string ClientSession = Guid.NewGuid().ToString("N");
@@ -224,6 +230,9 @@ namespace Tether.Client
         /// to be sent to is older than protocol 1.6 (§15): it would train on them as its policy's samples.
         /// </summary>
         public long LoggedStepsDropped { get { lock (sync) return loggedStepsDropped; } }
+
+        /// <summary>Parameter sets (SET_STATE env_params, protocol 1.7, §19.2) that broke §19.1's rules and were ignored.</summary>
+        public int EnvParamsIgnored { get { return Volatile.Read(ref envParamsIgnored); } }
 
         /// <summary>Counts steps the game recorded but had not cut into a batch when training ended, as one batch discarded.</summary>
         public void CountUnsentAtEnd()
@@ -685,9 +694,14 @@ namespace Tether.Client
             // A new connection gets every model again: versions count from 0 after a server restart.
             var getState = new JObject { { "type", "GET_STATE" } };
             if (multiAgent) getState["weights_seq_nos"] = new JObject();  // the per-module form: every module's model (§7.6)
+            // ...and the parameter set again (1.7, §19.2): a restarted server reuses seqs.
+            envParamsSeq = 0;
+            if (SpeaksVersion(pong, 1, 7)) getState[EnvParams.SeqField] = envParamsSeq;
             JObject setState = Exchange(getState, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             ReadState(setState);
+            EnvParams received = TakeEnvParams(setState);
             PreparedState prepared = Prepare(setConfig, setState);
+            prepared.EnvParams = received;
             if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
             if (prepared.ModuleSeqs != null)
             {
@@ -827,12 +841,33 @@ namespace Tether.Client
             lock (sync) stepsRefusedStale = refused > long.MaxValue - stepsRefusedStale ? long.MaxValue : stepsRefusedStale + refused;
         }
 
+        // SET_STATE's env_params (1.7, §19.2), when it carries one that keeps §19.1's rules: its seq is the
+        // connection's env_params_seq from now on. Null when absent; a set that breaks the rules is ignored
+        // (counted), the client keeping the set it holds and its env_params_seq.
+        EnvParams TakeEnvParams(JObject setState)
+        {
+            JToken body = setState[EnvParams.Field];
+            if (body == null) return null;
+            EnvParams set;
+            string error;
+            if (!EnvParams.TryParse(body, out set, out error))
+            {
+                Interlocked.Increment(ref envParamsIgnored);
+                return null;
+            }
+            envParamsSeq = set.Seq;
+            return set;
+        }
+
         bool Speaks13 { get { return Speaks(1, 3); } }
 
         // Whether the PONG of this connection announced protocol major.minor or later.
-        bool Speaks(int major, int minor)
+        bool Speaks(int major, int minor) { return SpeaksVersion(info, major, minor); }
+
+        // Whether `pong` announced protocol major.minor or later.
+        static bool SpeaksVersion(JObject pong, int major, int minor)
         {
-            JToken version = info == null ? null : info["protocol_version"];
+            JToken version = pong == null ? null : pong["protocol_version"];
             int[] parsed = version != null && version.Type == JTokenType.String ? Messages.ParseVersion((string)version) : null;
             return parsed != null && (parsed[0] > major || (parsed[0] == major && parsed[1] >= minor));
         }
@@ -1110,7 +1145,7 @@ namespace Tether.Client
                 {
                     foreach (MultiAgentRecord record in batch.Records)
                     {
-                        writer.BeginMultiAgentRecord(record.EpisodeId, record.IsTerminated, record.IsTruncated);
+                        writer.BeginMultiAgentRecord(record.EpisodeId, record.IsTerminated, record.IsTruncated, record.EnvParams, record.Measure);
                         foreach (AgentEntry entry in record.Agents)
                         {
                             writer.AgentEntryRows(entry.AgentId, entry.Module, entry.StartStep, entry.Table, batch.RowIndex, entry.First, entry.Steps,
@@ -1150,6 +1185,9 @@ namespace Tether.Client
                 writer.Field("client_session", ClientSession);
                 writer.Field("batch_seq", batch.Seq);
             }
+            // (1.7, §19.2) the seq of the last parameter set this connection was sent
+            bool asksEnvParams = Speaks(1, 7);
+            if (force && asksEnvParams) writer.Field(EnvParams.SeqField, envParamsSeq);
             int length = writer.EndMessage(ref frame);
             TetherException refusal = null;
             JObject answer = null;
@@ -1180,6 +1218,7 @@ namespace Tether.Client
                 {
                     getState["weights_seq_no"] = lastSeq;
                 }
+                if (asksEnvParams) getState[EnvParams.SeqField] = envParamsSeq;
                 try
                 {
                     answer = Exchange(getState, options.UpdateTimeoutSeconds, "UpdateTimeoutSeconds", e => refusal = e);
@@ -1194,6 +1233,7 @@ namespace Tether.Client
             if (answer != null)
             {
                 ReadState(answer);
+                EnvParams received = TakeEnvParams(answer);
                 try
                 {
                     prepared = Prepare(config, answer);
@@ -1204,9 +1244,11 @@ namespace Tether.Client
                     // game keeps acting with the one it has (asked for again with the next batch).
                     Post(new LinkEvent { Kind = LinkEventKind.Error, Error = new TetherException(e.Code, "a new model from " + options.Address +
                                                                                                        " could not be loaded; acting on with the current one: " + e.Detail, e) });
-                    Finish(batch, refusal, null);
+                    // (the parameter set it carried is swapped in all the same: its seq is the connection's now)
+                    Finish(batch, refusal, received == null ? null : new PreparedState { EnvParams = received });
                     return;
                 }
+                prepared.EnvParams = received;
                 if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
                 if (prepared.ModuleSeqs != null)
                 {

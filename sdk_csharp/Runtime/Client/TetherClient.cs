@@ -120,6 +120,8 @@ namespace Tether.Client
             public double Return;
             public bool Done;
             public bool Truncated;
+            public EpisodeEnvParams EnvParams;  // (1.7, §19.1) the values drawn as it started, or null
+            public double? Measure;             // (1.7, §19.3) the measure reported, for the record that ends it
 
             // Adds a reward to the last recorded step and to the return; NON_FINITE_VALUE, nothing added, for one
             // that would take the step's reward beyond float32 (§10.5). Only a recorded step is limited: one
@@ -170,6 +172,8 @@ namespace Tether.Client
                 ObsRows = ActionRows = 0;
                 Return = 0;
                 Done = Truncated = false;
+                EnvParams = null;
+                Measure = null;
             }
         }
 
@@ -243,6 +247,9 @@ namespace Tether.Client
         /// A training episode is recorded with the probability <see cref="ClientBase.RecordShare"/>, drawn now
         /// with the client's generator; one that is not is played alike but never sent (<see cref="ClientBase.EpisodesHeldBack"/>).
         /// Once training is done (<see cref="ClientBase.TrainingDone"/>) no episode is recorded.
+        /// Protocol 1.7: when the client holds environment parameters (<see cref="ClientBase.EnvParams"/>), the
+        /// episode's values are drawn from them now with the same generator (<see cref="ClientBase.EpisodeParams"/>),
+        /// and every record of the episode says them.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {
@@ -253,6 +260,7 @@ namespace Tether.Client
             bool recorded = trainingEnabled && Records();
             Episode episode = spare.Count > 0 ? spare.Pop() : new Episode();
             episode.Reset(episodeId, recorded, trainingEnabled && !recorded);
+            episode.EnvParams = DrawEpisodeParams();  // (1.7, §19.1: from the set held now, after the record_share draw)
             episode.StateFresh = true;
             episodes.Add(episodeId, episode);
             return episodeId;
@@ -747,6 +755,16 @@ namespace Tether.Client
             return unsent;
         }
 
+        internal override EpisodeEnvParams DrawnParams(string episodeId, string call)
+        {
+            return Running(episodeId, call).EnvParams;
+        }
+
+        internal override void SetMeasure(string episodeId, double measure, string call)
+        {
+            Running(episodeId, call).Measure = measure;
+        }
+
         Episode Running(string episodeId, string call)
         {
             Episode episode;
@@ -813,6 +831,8 @@ namespace Tether.Client
             bool done = episode.Done && k == actions;
             chunk.IsTerminated = done && !episode.Truncated;
             chunk.IsTruncated = done && episode.Truncated;
+            chunk.EnvParams = episode.EnvParams;  // (1.7, §19.3: every record of the episode; the measure on its last)
+            chunk.Measure = done && episode.EnvParams != null ? episode.Measure : null;
             for (int i = 0; i < k; ++i)
             {
                 long v = episode.Versions[i];
@@ -980,7 +1000,9 @@ namespace Tether.Client
             if (episodes.TryGetValue(episodeId, out episode) && episode.Training)
             {
                 pendingSteps -= episode.ActionRows;
+                EpisodeEnvParams drawn = episode.EnvParams;
                 episode.Reset(episode.Id, false);
+                episode.EnvParams = drawn;  // (the game plays on with its values, unrecorded)
             }
             finished.RemoveAll(f => f.Id == episodeId);
         }

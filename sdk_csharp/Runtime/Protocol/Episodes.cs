@@ -53,6 +53,16 @@ namespace Tether.Protocol
         /// leave the field out (every step was sampled).
         /// </summary>
         public readonly List<bool> Logged = new List<bool>();
+        /// <summary>
+        /// The values its episode plays with (protocol 1.7, §19.3), written as the record's <c>env_params</c>;
+        /// null: the episode has none (the member is left out).
+        /// </summary>
+        public EpisodeEnvParams EnvParams;
+        /// <summary>
+        /// The episode's measure (protocol 1.7, §19.3), written in <c>env_params</c> with <see cref="EnvParams"/>:
+        /// set only on the chunk that ends the episode, when the engine reported one.
+        /// </summary>
+        public double? Measure;
 
         /// <summary>T, the steps (rewards) it holds.</summary>
         public int Steps { get { return Rewards.Count; } }
@@ -64,6 +74,8 @@ namespace Tether.Protocol
             State = null;
             IsTerminated = IsTruncated = false;
             EpisodeId = null;
+            EnvParams = null;
+            Measure = null;
         }
     }
 
@@ -299,6 +311,7 @@ namespace Tether.Protocol
         {
             JObject record = EncodeFields(chunk, observationSpace, actionSpace);
             if (chunk.EpisodeId != null) record["episode_id"] = chunk.EpisodeId;
+            if (chunk.EnvParams != null) record[Tether.Protocol.EnvParams.Field] = chunk.EnvParams.ToRecordJson(chunk.Measure);
             return record;
         }
 

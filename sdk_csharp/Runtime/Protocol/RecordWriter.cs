@@ -362,6 +362,34 @@ namespace Tether.Protocol
                 Append(",\"episode_id\":");
                 String(chunk.EpisodeId);
             }
+            if (chunk.EnvParams != null) EnvParamsMember(chunk.EnvParams, chunk.Measure);
+            Append('}');
+        }
+
+        /// <summary>
+        /// ,"env_params":{"seq":s,"values":{name: value...},"measure":m} (protocol 1.7, §19.3) into the record
+        /// being written: the values as doubles of round-trip precision, "measure" only when it has a value.
+        /// </summary>
+        internal void EnvParamsMember(EpisodeEnvParams drawn, double? measure)
+        {
+            Append(",\"");
+            Append(EnvParams.Field);
+            Append("\":{\"seq\":");
+            Integer(drawn.Seq);
+            Append(",\"values\":{");
+            for (int i = 0; i < drawn.Count; ++i)
+            {
+                if (i > 0) Append(',');
+                String(drawn.NameAt(i));
+                Append(':');
+                Float64(drawn.ValueAt(i));
+            }
+            Append('}');
+            if (measure.HasValue)
+            {
+                Append(",\"measure\":");
+                Float64(measure.Value);
+            }
             Append('}');
         }
 
@@ -389,6 +417,16 @@ namespace Tether.Protocol
         /// <summary>Starts a multi-agent record; add its agents with <see cref="AgentEntry"/>, then call <see cref="EndMultiAgentRecord"/>.</summary>
         public void BeginMultiAgentRecord(string episodeId, bool isTerminated, bool isTruncated)
         {
+            BeginMultiAgentRecord(episodeId, isTerminated, isTruncated, null, null);
+        }
+
+        /// <summary>
+        /// <see cref="BeginMultiAgentRecord(string, bool, bool)"/> of an episode played with <paramref name="envParams"/>
+        /// (protocol 1.7, §19.3: the record's top-level <c>env_params</c>, with <paramref name="measure"/> when it has
+        /// a value: only on the record that ends the episode); null: the episode has none.
+        /// </summary>
+        public void BeginMultiAgentRecord(string episodeId, bool isTerminated, bool isTruncated, EpisodeEnvParams envParams, double? measure)
+        {
             if (records++ > 0) Append(',');
             Append("{\"episode_id\":");
             String(episodeId);
@@ -396,6 +434,7 @@ namespace Tether.Protocol
             Append(isTerminated ? "true" : "false");
             Append(",\"is_truncated\":");
             Append(isTruncated ? "true" : "false");
+            if (envParams != null) EnvParamsMember(envParams, measure);
             Append(",\"agents\":{");
             entries = 0;
         }
