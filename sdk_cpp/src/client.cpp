@@ -204,6 +204,7 @@ void TetherClient::recycle(Episode&& episode) {
   episode.total_return = 0.0;
   episode.step_reward = 0.0;
   episode.obs_rows = episode.action_rows = 0;
+  episode.env = EpisodeEnv();
   spare_.push_back(std::move(episode));
 }
 
@@ -234,7 +235,20 @@ Result<std::string> TetherClient::start_episode(const std::string& episode_id, b
   episode.training = recording.recorded;
   episode.held_back = recording.held_back;
   episode.steps.episode_id = id;
+  // [1.7] Its values, drawn now from the set held (§19.1), for all its records.
+  episode.env.drawn = draw_episode_params();
+  episode.env.measure.reset();
   return id;
+}
+
+TetherClient::EpisodeEnv* TetherClient::episode_env(const std::string& episode_id) {
+  auto it = episodes_.find(episode_id);
+  return it == episodes_.end() ? nullptr : &it->second.env;
+}
+
+const TetherClient::EpisodeEnv* TetherClient::episode_env(const std::string& episode_id) const {
+  auto it = episodes_.find(episode_id);
+  return it == episodes_.end() ? nullptr : &it->second.env;
 }
 
 std::size_t TetherClient::sendable_steps(const Episode& current) const {
@@ -662,6 +676,10 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   detail::copy_rows(episode.steps.action_dist_inputs, k, dist_dim, chunk.action_dist_inputs);
   chunk.is_terminated = done && episode.terminated;
   chunk.is_truncated = done && episode.truncated;
+  // [1.7] Every record of an episode with values carries them; the one that
+  // ends it, the measure reported (§19.3).
+  chunk.env_params.drawn = episode.env.drawn;
+  if (done && episode.env.drawn) chunk.env_params.measure = episode.env.measure;
   // [1.5] The state fed with the chunk's first observation (§10.1): the
   // episode's first step's (zeros), or the one carried across the last cut.
   const std::size_t state_dim = recurrent_state_dim(config_->recurrent_state);

@@ -127,13 +127,68 @@ void ClientBase::sync() {
         }
         break;
       // The rest is each client's own.
-      case LinkEvent::Kind::kConnected: on_connected(event); break;
-      case LinkEvent::Kind::kState: on_state(event); break;
+      case LinkEvent::Kind::kConnected:
+        on_connected(event);
+        take_env_params(event);
+        break;
+      case LinkEvent::Kind::kState:
+        on_state(event);
+        take_env_params(event);
+        break;
       case LinkEvent::Kind::kBatch: on_batch_done(event); break;
       case LinkEvent::Kind::kRecordsBuilt: on_records_built(event); break;
     }
   }
   event_buffer_.clear();
+}
+
+// -- environment parameters (§19) -------------------------------------------------------------
+
+// [1.7] A parameter set the I/O thread parsed, swapped in here on the engine's
+// thread (between two of its calls, as a model is): episodes started from
+// now on draw from it, and the callback hears of it.
+void ClientBase::take_env_params(LinkEvent& event) {
+  if (!event.env_params) return;
+  env_params_ = std::move(event.env_params);
+  if (env_params_callback_) {
+    const std::shared_ptr<const EnvParams> held = env_params_;  // (kept alive whatever the callback does)
+    env_params_callback_(*held);
+  }
+}
+
+void ClientBase::on_env_params_changed(EnvParamsCallback callback) {
+  env_params_callback_ = std::move(callback);
+  if (env_params_callback_ && env_params_) {
+    const std::shared_ptr<const EnvParams> held = env_params_;
+    env_params_callback_(*held);
+  }
+}
+
+std::shared_ptr<const EpisodeEnvParams> ClientBase::draw_episode_params() {
+  if (!env_params_) return nullptr;
+  auto drawn = std::make_shared<EpisodeEnvParams>();
+  drawn->seq = env_params_->seq;
+  drawn->values = draw_env_params(env_params_->values, [this] { return rng_.uniform(); });
+  return drawn;
+}
+
+Result<EnvValues> ClientBase::episode_params(const std::string& episode_id) const {
+  const EpisodeEnv* env = episode_env(episode_id);
+  if (env == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "episode_params: no running episode '" + episode_id + "'");
+  }
+  return env->drawn ? env->drawn->values : EnvValues();
+}
+
+Status ClientBase::report_measure(const std::string& episode_id, double value) {
+  EpisodeEnv* env = episode_env(episode_id);
+  if (env == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "report_measure: no running episode '" + episode_id + "'");
+  }
+  Status checked = check_measure(value);
+  if (!checked.ok()) return checked;
+  env->measure = value;
+  return Status::Ok();
 }
 
 // -- errors ------------------------------------------------------------------------------------

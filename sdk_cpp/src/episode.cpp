@@ -536,6 +536,7 @@ void EpisodeChunk::clear() noexcept {
   weights_seq_no_runs.clear();
   state_in.clear();
   logged_runs.clear();
+  env_params = RecordEnvParams();
 }
 
 void add_logged_step(std::vector<std::pair<std::int64_t, std::int64_t>>& runs, std::int64_t step) {
@@ -710,6 +711,7 @@ Result<nlohmann::json> encode_episode(const EpisodeChunk& chunk, const Space& ob
       encode_chunk_fields(chunk, observation_space, action_space, attachment, recurrent_state);
   if (!record.ok()) return record;
   if (chunk.episode_id) record.value()["episode_id"] = *chunk.episode_id;
+  if (chunk.env_params) record.value()["env_params"] = chunk.env_params.to_json();
   return record;
 }
 
@@ -776,6 +778,7 @@ Result<nlohmann::json> encode_multi_agent_record(const MultiAgentRecord& record,
   if (record.episode_id) out["episode_id"] = *record.episode_id;
   out["is_terminated"] = record.is_terminated;
   out["is_truncated"] = record.is_truncated;
+  if (record.env_params) out["env_params"] = record.env_params.to_json();
   nlohmann::json agents = nlohmann::json::object();
   for (const auto& [agent_id, entry] : record.agents) {
     auto it = modules.find(entry.module);

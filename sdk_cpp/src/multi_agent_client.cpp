@@ -259,6 +259,7 @@ struct MultiAgentClient::Episode {
   std::unordered_map<std::string, bool> ended;  // agents (and members) that left
   bool done = false;
   bool truncated = false;
+  EpisodeEnv env;  // [1.7] its drawn environment parameters and measure (§19): every record carries them
 };
 
 struct MultiAgentClient::Slot {
@@ -302,6 +303,7 @@ struct MultiAgentClient::CutRecord {
   std::string episode_id;
   bool terminated = false;
   bool truncated = false;
+  RecordEnvParams env_params;         // [1.7] the record's "env_params" (§19.3), or none
   std::size_t entries = 0;            // entry_pool[0, entries) are this cut's
   std::vector<CutEntry> entry_pool;   // (kept with their capacity for the next cuts)
   std::vector<std::unique_ptr<StepBlock>> blocks;
@@ -323,6 +325,7 @@ class MultiAgentClient::CutSteps final : public RecordSource {
     CutRecord& record = records[used++];
     record.entries = 0;
     record.terminated = record.truncated = false;
+    record.env_params = RecordEnvParams();
     return record;
   }
   CutEntry& next_entry(CutRecord& record) {
@@ -346,6 +349,7 @@ void MultiAgentClient::CutSteps::build(Batch& batch) {
     record.episode_id = from.episode_id;
     record.is_terminated = from.terminated;
     record.is_truncated = from.truncated;
+    record.env_params = std::move(from.env_params);
     take_rows(from, record, batch);
   }
 }
@@ -750,8 +754,20 @@ Result<std::string> MultiAgentClient::start_episode(const std::string& episode_i
   episode->id = id;
   episode->training = recording.recorded;
   episode->held_back = recording.held_back;
+  // [1.7] Its values, drawn now from the set held (§19.1), for all its records.
+  episode->env.drawn = draw_episode_params();
   episodes_.emplace(id, std::move(episode));
   return id;
+}
+
+MultiAgentClient::EpisodeEnv* MultiAgentClient::episode_env(const std::string& episode_id) {
+  auto it = episodes_.find(episode_id);
+  return it == episodes_.end() || it->second->done ? nullptr : &it->second->env;
+}
+
+const MultiAgentClient::EpisodeEnv* MultiAgentClient::episode_env(const std::string& episode_id) const {
+  auto it = episodes_.find(episode_id);
+  return it == episodes_.end() || it->second->done ? nullptr : &it->second->env;
 }
 
 Status MultiAgentClient::check_call(const std::string& episode_id, const char* call, Episode*& episode) {
@@ -2183,6 +2199,10 @@ void MultiAgentClient::send_batch(bool even_empty) {
     if (record.entries > 0 || episode.done) {
       record.terminated = episode.done && !episode.truncated;
       record.truncated = episode.done && episode.truncated;
+      // [1.7] Every record of an episode with values carries them; the one
+      // that ends it, the measure reported (§19.3).
+      record.env_params.drawn = episode.env.drawn;
+      if (episode.done && episode.env.drawn) record.env_params.measure = episode.env.measure;
       batch->pending_records.push_back(PendingRecord{episode.id, taken});
       batch->agent_steps += taken;
     } else {

@@ -810,6 +810,7 @@ Status ServerLink::handshake() {
     config->speaks_1_3 = parsed.value().minor >= 3;
     config->speaks_1_4 = parsed.value().minor >= 4;
     config->speaks_1_6 = parsed.value().minor >= 6;
+    config->speaks_1_7 = parsed.value().minor >= 7;
   }
   Exchange set_config = exchange(make_get_config(), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (set_config.outcome != Outcome::kAnswer) return set_config.status;
@@ -818,6 +819,7 @@ Status ServerLink::handshake() {
   if (!read.ok()) return read;
   config_ = config;
   io_seqs_.clear();  // a new connection sends every model again
+  io_env_params_seq_ = 0;  // [1.7] this connection was sent no parameter set yet (§19.2)
   Exchange state = exchange(state_request(true), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (state.outcome != Outcome::kAnswer) return state.status;
   ++connection_number_;
@@ -833,9 +835,34 @@ Status ServerLink::handshake() {
 }
 
 nlohmann::json ServerLink::state_request(bool initial) const {
-  if (options_.multi_agent) return make_get_state(initial ? std::map<std::string, std::int64_t>() : io_seqs_);
-  if (initial || !io_seq_) return make_get_state();
-  return make_get_state(io_seq_);
+  nlohmann::json request;
+  if (options_.multi_agent) {
+    request = make_get_state(initial ? std::map<std::string, std::int64_t>() : io_seqs_);
+  } else {
+    request = initial || !io_seq_ ? make_get_state() : make_get_state(io_seq_);
+  }
+  add_env_params_seq(request);
+  return request;
+}
+
+// [1.7] Every GET_STATE and EPISODES_AND_GET_STATE to a server whose PONG
+// announced 1.7 or later says which parameter set this connection holds (§19.2).
+void ServerLink::add_env_params_seq(nlohmann::json& request) const {
+  if (config_ && config_->speaks_1_7) request["env_params_seq"] = io_env_params_seq_;
+}
+
+// [1.7] A SET_STATE's "env_params" (§19.2): parsed here, handed to the engine
+// with the state's event (applied between two of its calls, as a model is).
+// A set that breaks §19.1 is ignored: the client keeps the set it holds, and
+// this connection's env_params_seq stays.
+void ServerLink::read_env_params(const nlohmann::json& state, LinkEvent& event) {
+  const nlohmann::json* body = state.is_object() ? &state : nullptr;
+  auto found = body != nullptr ? body->find("env_params") : state.end();
+  if (body == nullptr || found == body->end()) return;
+  Result<EnvParams> params = EnvParams::from_json(*found);
+  if (!params.ok()) return;
+  io_env_params_seq_ = params.value().seq;
+  event.env_params = std::make_shared<const EnvParams>(std::move(params).value());
 }
 
 std::shared_ptr<LoadedPolicy> ServerLink::load_policy(const nlohmann::json& onnx, const std::string& input_name,
@@ -934,6 +961,7 @@ void ServerLink::prepare_state(const nlohmann::json& state, bool initial, LinkEv
   count_refused_stale(state);
   read_record_share(state);
   read_steps_per_batch(state);
+  read_env_params(state, event);
   if (options_.multi_agent) {
     auto models = state.find("models");
     if (models == state.end() || !models->is_object()) {
@@ -1195,6 +1223,7 @@ Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
   }
   std::optional<Message> answer;
   if (config.force_on_policy) {
+    add_env_params_seq(message.value());  // (the seq held now, on every attempt)
     Exchange result = exchange(message.value(), options_.update_timeout_s, "update_timeout_s", batch.get(),
                                batch->attachment.empty() ? nullptr : &batch->attachment);
     if (result.outcome == Outcome::kAnswer) {

@@ -22,6 +22,7 @@
 #include "tether/action_mask.h"
 #include "tether/demonstrations.h"
 #include "tether/distributions.h"
+#include "tether/env_params.h"
 #include "tether/episode.h"
 #include "tether/framing.h"
 #include "tether/messages.h"
@@ -48,7 +49,7 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
                                              "client_pairing.json", "session.json", "tensors.json",
                                              "composite.json", "recurrent.json", "logged.json",
-                                             "demonstrations.json", "rewards.json"};
+                                             "demonstrations.json", "rewards.json", "env_params.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -869,6 +870,116 @@ TEST(Conformance, ClientPairing) {
     // Only a connection-level ERROR (one that closes) may end the connection here.
     if (!status.ok()) {
       EXPECT_TRUE(closes_connection(status.code())) << status.to_string();
+    }
+  });
+}
+
+// [1.7] Environment parameters (§19): kind "set", a SET_STATE env_params a
+// client takes (valid) or ignores; "draw", one sampler's value for the given
+// uniform draws; "draw_all", a whole set drawn in the order of its names
+// (UTF-8 bytes); "record", a record's env_params a server checks (the C++ SDK
+// writes records, it does not check them: here the held set parses, a
+// record accepted round-trips through record_env_params with values the set
+// can give, and a well-formed one refused has names or a value the set cannot give).
+bool env_close(double got, double expect) {
+  return std::fabs(got - expect) <= 1e-12 * std::max(std::fabs(got), std::fabs(expect)) + 1e-300;
+}
+
+UniformSource uniforms_of(const json& c, std::size_t& used) {
+  return [&c, &used]() {
+    const json& list = c["uniforms"];
+    EXPECT_LT(used, list.size()) << "more uniform draws than the vector gives";
+    return used < list.size() ? list[used++].get<double>() : 0.0;
+  };
+}
+
+TEST(Conformance, EnvParams) {
+  run_cases("env_params.json", [](const json&, const json& c) {
+    const std::string kind = c["kind"].get<std::string>();
+    if (kind == "set") {
+      Result<EnvParams> params = EnvParams::from_json(c["env_params"]);
+      if (!c["valid"].get<bool>()) {
+        EXPECT_FALSE(params.ok()) << "a set that breaks §19.1 was taken";
+        if (!params.ok()) EXPECT_EQ(params.status().code(), ErrorCode::kInvalidField);
+        return;
+      }
+      ASSERT_TRUE(params.ok()) << params.status().to_string();
+      const json& body = c["env_params"];
+      EXPECT_EQ(params.value().seq, body["seq"].get<std::int64_t>());
+      EXPECT_EQ(params.value().lesson, body["lesson"].get<std::int64_t>());
+      EXPECT_EQ(params.value().values.size(), body["values"].size());
+      // Its JSON is the set's, numbers as doubles.
+      const json again = params.value().to_json();
+      for (auto it = body["values"].begin(); it != body["values"].end(); ++it) {
+        ASSERT_TRUE(again["values"].contains(it.key())) << it.key();
+        if (it.value().is_number()) {
+          EXPECT_EQ(again["values"][it.key()].get<double>(), it.value().get<double>());
+        } else {
+          EXPECT_EQ(again["values"][it.key()].dump(), it.value().dump()) << it.key();
+        }
+      }
+      return;
+    }
+    if (kind == "draw") {
+      Result<EnvParamValue> value = parse_env_param_value(c["value"]);
+      ASSERT_TRUE(value.ok()) << value.status().to_string();
+      std::size_t used = 0;
+      const double got = draw_env_param(value.value(), uniforms_of(c, used));
+      EXPECT_TRUE(env_close(got, c["expect"].get<double>())) << got << " != " << c["expect"];
+      EXPECT_EQ(used, c["uniforms"].size()) << "every given draw is used";
+      return;
+    }
+    if (kind == "draw_all") {
+      Result<EnvParams> params = EnvParams::from_json(json{{"seq", 1}, {"lesson", 0}, {"values", c["values"]}});
+      ASSERT_TRUE(params.ok()) << params.status().to_string();
+      std::size_t used = 0;
+      const EnvValues got = draw_env_params(params.value().values, uniforms_of(c, used));
+      EXPECT_EQ(used, c["uniforms"].size());
+      std::vector<std::string> names;
+      for (const auto& entry : got) names.push_back(entry.first);
+      std::vector<std::string> expected;
+      for (auto it = c["expect"].begin(); it != c["expect"].end(); ++it) expected.push_back(it.key());
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(names, expected);
+      for (const auto& [name, x] : got) {
+        EXPECT_TRUE(env_close(x, c["expect"][name].get<double>())) << name << ": " << x;
+      }
+      return;
+    }
+    ASSERT_EQ(kind, "record");
+    Result<EnvParams> held = EnvParams::from_json(c["held"]);
+    ASSERT_TRUE(held.ok()) << held.status().to_string();
+    const json& record = c["record"];
+    bool well_formed = record.is_object() && record.contains("seq") && record["seq"].is_number_integer() &&
+                       record["seq"].get<std::int64_t>() >= 1 && record.contains("values") &&
+                       record["values"].is_object();
+    for (auto it = record.begin(); well_formed && it != record.end(); ++it) {
+      well_formed = it.key() == "seq" || it.key() == "values" || (it.key() == "measure" && it.value().is_number());
+    }
+    EnvValues values;
+    if (well_formed) {
+      for (auto it = record["values"].begin(); it != record["values"].end(); ++it) {
+        well_formed = well_formed && it.value().is_number();
+        if (it.value().is_number()) values[it.key()] = it.value().get<double>();
+      }
+    }
+    bool played_with = true;
+    if (well_formed && record["seq"].get<std::int64_t>() == held.value().seq) {
+      played_with = values.size() == held.value().values.size();
+      for (const auto& [name, x] : values) {
+        auto it = held.value().values.find(name);
+        played_with = played_with && it != held.value().values.end() && it->second.allows(x);
+      }
+    }
+    if (c["error"].is_null()) {
+      ASSERT_TRUE(well_formed);
+      EXPECT_TRUE(played_with);
+      std::optional<double> measure;
+      if (record.contains("measure")) measure = record["measure"].get<double>();
+      EXPECT_EQ(record_env_params(record["seq"].get<std::int64_t>(), values, measure), record);
+    } else {
+      EXPECT_EQ(c["error"], "INVALID_FIELD");
+      EXPECT_FALSE(well_formed && played_with) << "a record the server refuses looks fine";
     }
   });
 }

@@ -80,7 +80,7 @@ TEST(Session, ServerHandshake) {
   ServerEvent bad = server.handle_body("{");
   EXPECT_EQ(bad.refusal.code(), ErrorCode::kInvalidJson);
   EXPECT_FALSE(bad.error_message().contains("request"));
-  EXPECT_EQ(ServerConnection::pong()["protocol_version"], "1.6");
+  EXPECT_EQ(ServerConnection::pong()["protocol_version"], "1.7");
 }
 
 }  // namespace

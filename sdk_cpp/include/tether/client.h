@@ -258,11 +258,14 @@ class TetherClient final : public ClientBase {
     double step_reward = 0.0;  // [1.6] the last recorded step's rewards, summed as doubles (§10.5)
     std::size_t obs_rows = 0;
     std::size_t action_rows = 0;
+    EpisodeEnv env;  // [1.7] its drawn environment parameters and measure (§19): every record carries them
   };
 
   void on_connected(LinkEvent& event) override;
   void on_state(LinkEvent& event) override;
   void on_batch_done(LinkEvent& event) override;
+  EpisodeEnv* episode_env(const std::string& episode_id) override;
+  const EpisodeEnv* episode_env(const std::string& episode_id) const override;
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
   void forget_episodes(const std::set<std::string>& ids);
   void drop_for_new_spaces();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,10 +18,14 @@
 #include "tether/client_options.h"
 #include "tether/demonstrations.h"
 #include "tether/distributions.h"
+#include "tether/env_params.h"
 #include "tether/server_link.h"
 #include "tether/status.h"
 
 namespace tether {
+
+/// [1.7] Called on the engine's thread with a parameter set just swapped in (§19.2).
+using EnvParamsCallback = std::function<void(const EnvParams&)>;
 
 /// The connection side of a client (TetherClient, MultiAgentClient): errors,
 /// closing and the accessors on the server's configuration and the link.
@@ -113,6 +118,32 @@ class ClientBase {
   /// recorded but not cut yet then (as one). 0 while training goes on (any thread).
   std::int64_t batches_unsent_at_end() const noexcept { return link_->batches_unsent_at_end(); }
 
+  // -- [1.7] environment parameters (§19) ---------------------------------------------------
+
+  /// The parameter set the client holds now (the server's last valid
+  /// SET_STATE "env_params", §19.2), or null before any came. Swapped in on
+  /// the engine's thread between two calls, never within one, as a model is;
+  /// the pointer stays valid until the next call that takes in news.
+  const EnvParams* env_params() const noexcept { return env_params_.get(); }
+  /// Calls `callback(params)` whenever a new parameter set is swapped in: on
+  /// the engine's thread, in the client call that takes in the news
+  /// (start_episode, get_action, ...), before that call does its work. If
+  /// the client holds a set already, `callback` is called with it at once.
+  /// Replaces the callback set before; an empty function removes it. A set
+  /// that breaks §19.1 is ignored (no call: the client keeps its set).
+  void on_env_params_changed(EnvParamsCallback callback);
+  /// The values a running episode plays with (§19.1): each parameter's
+  /// number, or what its sampler gave when the episode started; empty when
+  /// the client held no set then. INVALID_ARGUMENT for an unknown episode.
+  Result<EnvValues> episode_params(const std::string& episode_id) const;
+  /// Reports a running episode's measure (§19.3: a score a curriculum may
+  /// advance on), sent with the record that ends the episode; a later report
+  /// replaces an earlier one. NON_FINITE_VALUE for a NaN or infinite value or
+  /// one of magnitude above 1e300, INVALID_ARGUMENT for an unknown episode
+  /// (nothing changes then). An episode without values (the client held no
+  /// set when it started) sends none.
+  Status report_measure(const std::string& episode_id, double value);
+
  protected:
   // (connection number, weights_seq_no): comparable stamps of the weights a
   // step used, with the connection the version was learned on.
@@ -184,6 +215,20 @@ class ClientBase {
   /// server's record_share asks (held-back ones are counted).
   Recording new_episode_recording(bool training_enabled);
 
+  /// [1.7] What an episode plays with (§19): its drawn values (null: none)
+  /// and the measure reported for it. Each client's episodes hold one.
+  struct EpisodeEnv {
+    std::shared_ptr<const EpisodeEnvParams> drawn;  ///< seq and values, or null
+    std::optional<double> measure;                  ///< report_measure's last value
+  };
+  /// [1.7] A new episode's values (§19.1), drawn from the set held now with
+  /// the client's generator (in name order), or null when no set is held.
+  std::shared_ptr<const EpisodeEnvParams> draw_episode_params();
+  /// [1.7] The EpisodeEnv of the running episode `episode_id`, or null.
+  virtual EpisodeEnv* episode_env(const std::string& episode_id) = 0;
+  /// [1.7] The same, read only.
+  virtual const EpisodeEnv* episode_env(const std::string& episode_id) const = 0;
+
   /// [1.6] NOT_READY, naming `call`, when the server's PONG announced a
   /// protocol older than 1.6: it would train on logged steps as its policy's
   /// samples (§15); ok otherwise.
@@ -209,6 +254,8 @@ class ClientBase {
   std::int64_t env_steps_sent_ = 0;
   std::int64_t models_loaded_ = 0;
   bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
+  std::shared_ptr<const EnvParams> env_params_;  // [1.7] the set held (engine thread), or null
+  EnvParamsCallback env_params_callback_;        // [1.7] on_env_params_changed's
   std::vector<LinkEvent> event_buffer_;
   std::deque<Status> errors_;
   Status last_error_;
@@ -218,6 +265,7 @@ class ClientBase {
   static Status check_options(const ClientOptions& options);
   Status demo_start_failure_;  // why demo_ could not be made (connect() returns it)
   std::string random_episode_id();
+  void take_env_params(LinkEvent& event);
   Status open(bool multi_agent);
 };
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tether/action_mask.h"
+#include "tether/env_params.h"
 #include "tether/recurrent_state.h"
 #include "tether/spaces.h"
 #include "tether/status.h"
@@ -48,6 +49,11 @@ struct EpisodeChunk {
   /// (add_logged_step builds them); empty to leave "logged_runs" out (every
   /// step was sampled).
   std::vector<std::pair<std::int64_t, std::int64_t>> logged_runs;
+  /// [1.7] The episode's environment parameters (§19.3): the record's
+  /// "env_params" (seq, values, and the measure on the record that ends the
+  /// episode); empty to leave it out (an episode without values). A
+  /// single-agent record's only: an agent entry's is never written.
+  RecordEnvParams env_params;
 
   /// T, the number of steps (rewards).
   std::size_t steps() const noexcept { return rewards.size(); }
@@ -154,6 +160,9 @@ struct MultiAgentRecord {
   bool is_terminated = false;                              ///< the episode ended in a terminal state
   bool is_truncated = false;                               ///< the episode was cut off
   std::vector<std::pair<std::string, AgentEntry>> agents;  ///< agent (or group) id -> entry
+  /// [1.7] The episode's environment parameters (§19.3), at the record's top
+  /// level; empty to leave "env_params" out.
+  RecordEnvParams env_params;
 };
 
 /// The JSON of a multi-agent record; each entry is encoded with its

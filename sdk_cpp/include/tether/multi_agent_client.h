@@ -360,6 +360,8 @@ class MultiAgentClient final : public ClientBase {
   void on_state(LinkEvent& event) override;
   void on_batch_done(LinkEvent& event) override;
   void on_records_built(LinkEvent& event) override;
+  EpisodeEnv* episode_env(const std::string& episode_id) override;
+  const EpisodeEnv* episode_env(const std::string& episode_id) const override;
   void apply_models(LinkEvent& event);
   void forget_episodes(const std::set<std::string>& ids);
   void end_training() override;

@@ -26,6 +26,13 @@
 // engine hears of it from a kTrainingDone event, and training_done() and
 // training_summary() tell any thread.
 //
+// Environment parameters (protocol 1.7, §19.2): to a server whose PONG
+// announced 1.7 or later every GET_STATE and EPISODES_AND_GET_STATE carries
+// env_params_seq, the seq of the last parameter set this connection was sent
+// (0 on every new connection); a SET_STATE's env_params is parsed here and
+// handed to the engine with its kConnected / kState event (a set that breaks
+// §19.1 is ignored).
+//
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
 // module's model is loaded with the BackendFactory on the I/O thread; batches
@@ -52,6 +59,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tether/env_params.h"
 #include "tether/episode.h"
 #include "tether/inference.h"
 #include "tether/messages.h"
@@ -104,6 +112,7 @@ struct LinkConfig {
   bool speaks_1_3 = false;                    ///< PONG announced protocol 1.3 or later
   bool speaks_1_4 = false;                    ///< PONG announced 1.4 or later: records may carry tensors (§10.9)
   bool speaks_1_6 = false;                    ///< PONG announced 1.6 or later: records may carry logged_runs (§15)
+  bool speaks_1_7 = false;                    ///< PONG announced 1.7 or later: state requests carry env_params_seq (§19.2)
   bool announces_version = false;             ///< PONG carried a protocol_version (not RLlib's plain v1)
   std::size_t queue_limit_steps = 1000;       ///< steps allowed to wait behind the batch in flight
   // Multi-agent (LinkOptions::multi_agent):
@@ -221,6 +230,10 @@ struct LinkEvent {
   Status status;                                 ///< kError / kFatal
   std::shared_ptr<const TrainingSummary> summary;  ///< kTrainingDone
   std::shared_ptr<RecordSource> record_source;     ///< kRecordsBuilt
+  /// kConnected / kState [1.7]: the parameter set the SET_STATE brought
+  /// (§19.2), parsed on the I/O thread; null when it brought none or one
+  /// that breaks §19.1 (ignored: the client keeps the set it holds).
+  std::shared_ptr<const EnvParams> env_params;
 };
 
 /// One client's server connection and the thread that owns it.
@@ -407,6 +420,8 @@ class ServerLink {
   void recount_queue_locked();
   void free_retired();
   nlohmann::json state_request(bool initial) const;
+  void add_env_params_seq(nlohmann::json& request) const;
+  void read_env_params(const nlohmann::json& state, LinkEvent& event);
   bool note_training_done(const Message& message);
   void end_training(bool first);
 
@@ -427,6 +442,9 @@ class ServerLink {
   std::chrono::steady_clock::time_point last_send_;
   bool io_training_done_ = false;             // an ERROR TRAINING_DONE arrived (I/O thread)
   nlohmann::json io_summary_;                 // its "summary" (I/O thread)
+  // [1.7] The seq of the last parameter set this connection was sent (§19.2;
+  // 0 on every new connection: a restarted server reuses seqs). I/O thread.
+  std::int64_t io_env_params_seq_ = 0;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
