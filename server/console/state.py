@@ -368,10 +368,14 @@ class ConsoleState:
                 info._rate_mark = (now, info.env_steps)
         return values
 
+    def _curriculum_summary(self) -> dict[str, Any] | None:
+        curriculum = getattr(self.trainer, "curriculum", None)
+        return None if curriculum is None else curriculum.summary()
+
     def _log_curriculum_changes(self) -> None:
         """Every change of the parameters or lesson into the event log (those the console made are
         logged as its controls)."""
-        curriculum = self.trainer.curriculum
+        curriculum = getattr(self.trainer, "curriculum", None)
         if curriculum is None:
             return
         new = curriculum.changes_made - self._curriculum_seen
@@ -454,7 +458,7 @@ class ConsoleState:
             "paused": bool(getattr(self.trainer, "paused", False)),
             "actions": self.action_histograms(),
             "episodes": {m: list(e) for m, e in self.episodes.items()},
-            "curriculum": None if self.trainer.curriculum is None else self.trainer.curriculum.summary(),
+            "curriculum": self._curriculum_summary(),
         }
 
     @property
