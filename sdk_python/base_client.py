@@ -340,8 +340,11 @@ class BaseClient:
 
     def report_measure(self, episode_id: str, value: float) -> None:
         """Report the episode's measure for a curriculum that advances on reported values (§19.3): sent
-        with the episode's last record; a later report replaces an earlier one."""
+        with the episode's last record; a later report replaces an earlier one. Report it before
+        ``end_episode``: an ended episode is refused (``ValueError``), an unknown one is a ``KeyError``."""
         episode = self._episode_with_params(episode_id)
+        if episode.done:
+            raise ValueError(f"episode {episode_id!r} has ended: report its measure before end_episode")
         measure = finite_reward(value, "measure")
         if abs(measure) > 1e300:
             raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"measure {measure!r} is beyond 1e300")

@@ -266,6 +266,9 @@ namespace Tether.Tests
                     }
                     client.ReportMeasure(episode, 2.5);
                     client.EndEpisode(episode);
+                    var ended = Assert.Throws<TetherException>(() => client.ReportMeasure(episode, 3.0));
+                    Assert.That(ended.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                    StringAssert.Contains("has ended", ended.Message);
                     client.Flush(10);
                     List<JObject> records = RecordsOf(server, episode).ToList();
                     Assert.That(records.Count, Is.GreaterThanOrEqualTo(2));

@@ -135,6 +135,8 @@ def test_the_multi_agent_client_records_a_set_at_the_top_of_its_records() -> Non
             client.log_returns(eid, {"a": 1.0, "b": 0.0})
         client.report_measure(eid, 2.0)
         client.end_episode(eid, {"a": np.zeros(2, np.float32), "b": np.zeros(2, np.float32)})
+        with pytest.raises(ValueError, match="has ended"):
+            client.report_measure(eid, 3.0)  # (not sent yet, but ended: as the other SDKs refuse it)
         client.flush()
         client.close()
     (record,) = sent_records(server)

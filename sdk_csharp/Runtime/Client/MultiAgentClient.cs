@@ -2088,15 +2088,21 @@ namespace Tether.Client
 
         // ---- events from the I/O thread --------------------------------------------------------
 
-        // The end of training: every episode's steps not cut yet are let go, held-back ones stop counting.
         internal override EpisodeEnvParams DrawnParams(string episodeId, string call)
         {
             return Known(episodeId, call).EnvParams;
         }
 
+        // 1.7 (§19.3): the measure is reported while the episode runs, as every SDK requires.
         internal override void SetMeasure(string episodeId, double measure, string call)
         {
-            Known(episodeId, call).Measure = measure;
+            Episode episode = Known(episodeId, call);
+            if (episode.Done)
+            {
+                throw new TetherException(ErrorCode.InvalidArgument,
+                                          call + ": episode '" + episodeId + "' has ended: report its measure before EndEpisode");
+            }
+            episode.Measure = measure;
         }
 
         // A running episode, or one ended whose last steps are not cut yet; INVALID_ARGUMENT naming `call` otherwise.
@@ -2110,6 +2116,7 @@ namespace Tether.Client
             return episode;
         }
 
+        // The end of training: every episode's steps not cut yet are let go, held-back ones stop counting.
         internal override bool StopRecording()
         {
             bool unsent = pendingSteps > 0;
