@@ -43,6 +43,20 @@ def _number(value: Any, what: str) -> float:
     return number
 
 
+def _finite(value: Any, what: str) -> float:
+    """A JSON number (not a bool) that is finite as a 64-bit float: a drawn value (a gaussian's may
+    exceed MAX_MAGNITUDE)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise EnvParamsError(f"{what} must be a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise EnvParamsError(f"{what} must be a finite number")
+    return number
+
+
 def parse_value(value: Any, what: str = "value") -> float | dict[str, Any]:
     """A parameter's value (§19.1): a number, or a sampler object, returned normalised (numbers as
     floats). Raises EnvParamsError naming ``what``."""
@@ -127,12 +141,16 @@ def draw(value: float | Mapping[str, Any], uniform: Callable[[], float]) -> floa
         u1, u2 = uniform(), uniform()
         return value["mean"] + value["std"] * math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
     ranges = value["ranges"]
-    x = uniform() * sum(high - low for low, high in ranges)
+    u = uniform()
+    width = sum(high - low for low, high in ranges)
+    if width == 0:  # every pair a point: each as often
+        return ranges[min(int(u * len(ranges)), len(ranges) - 1)][0]
+    x = u * width
     for low, high in ranges:
         if x < high - low:
             return low + x
         x -= high - low
-    return ranges[-1][1]  # (x reached the total width: rounding, or every range is a point)
+    return ranges[-1][1]  # (x reached the total width: rounding)
 
 
 def draw_all(values: Mapping[str, float | Mapping[str, Any]], uniform: Callable[[], float]) -> dict[str, float]:
@@ -176,7 +194,7 @@ def decode_record_env_params(body: Any, where: str) -> RecordEnvParams | None:
             raise EnvParamsError("seq must be an integer >= 1")
         if not isinstance(values, dict) or len(values) > MAX_PARAMS:
             raise EnvParamsError(f"values must be an object of at most {MAX_PARAMS} numbers")
-        drawn = {parse_name(name): _number(value, f"values[{name!r}]") for name, value in values.items()}
+        drawn = {parse_name(name): _finite(value, f"values[{name!r}]") for name, value in values.items()}
         measure = body.get("measure")
         measure = None if measure is None else _number(measure, "measure")
     except EnvParamsError as exc:

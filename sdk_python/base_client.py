@@ -276,6 +276,7 @@ class BaseClient:
         """Apply what the I/O thread reported, in order; raise the first error
         (later ones are raised by the next calls; a fatal one by every call)."""
         errors: list[BaseException] = []
+        params_changed = False
         for event in self.link.take_events():
             kind = event[0]
             if kind == "fatal":
@@ -290,10 +291,9 @@ class BaseClient:
                 self._apply_state(event[3])
             elif kind == "state":
                 self._apply_state(event[1])
-            elif kind == "env_params":
+            elif kind == "env_params":  # (None: the server has no parameters, §19.2)
+                params_changed |= event[1] is not self.env_params
                 self.env_params = event[1]
-                for callback in list(self._env_params_callbacks):
-                    callback(event[1])
             elif kind == "batch":
                 batch = event[1]
                 if batch.error is not None:
@@ -307,16 +307,21 @@ class BaseClient:
                 errors.append(event[1])
             elif kind == "done":  # the end of training (§6.6): no error; the last model keeps acting
                 logger.info("training is done: %s", event[1])
+        if params_changed:  # once, every event applied, with the set held now (§19.2)
+            for callback in list(self._env_params_callbacks):
+                callback(self.env_params)
         if errors:
             self.link.put_back_errors(errors[1:])
             raise errors[0]
 
     # -- environment parameters (§19) ------------------------------------------------------
 
-    def on_env_params_changed(self, callback: Callable[[EnvParams], None]) -> None:
-        """Call ``callback(params)`` whenever a new parameter set is swapped in: on the engine's thread,
-        at the start of the client call that swaps it (``start_episode``, ``get_action``, ...). If the
-        client already holds a set, ``callback`` is called with it at once."""
+    def on_env_params_changed(self, callback: Callable[[EnvParams | None], None]) -> None:
+        """Call ``callback(params)`` when parameter sets are swapped in: on the engine's thread, once per
+        client call that swapped any in (``start_episode``, ``get_action``, ...), after all of that
+        call's events are applied, with the set held then (None: a server without parameters, §19.2).
+        An exception it raises comes out of that call. If the client already holds a set,
+        ``callback`` is called with it at once. Callbacks add up."""
         self._env_params_callbacks.append(callback)
         if self.env_params is not None:
             callback(self.env_params)

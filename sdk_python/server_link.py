@@ -212,6 +212,7 @@ class ServerLink:
         self.record_share = 1.0
         #: **[1.7]** The seq of the environment parameter set this connection was last sent (§19.2; 0: none).
         self._env_params_seq = 0
+        self._ignored_seq: Any = None
         #: Steps played per batch the server asked for (SET_STATE steps_per_batch, §13.2); None: env_steps_per_sample.
         self.steps_per_batch: int | None = None
         #: Episodes whose steps were dropped (none of their later steps is sent).
@@ -637,6 +638,8 @@ class ServerLink:
         self.server_info, self.server_config = info, config
         self._env_params_seq = 0  # a new connection was sent no parameter set (a restarted server reuses seqs)
         state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
+        if self.speaks(1, 7) and "env_params" not in state:
+            self._post("env_params", None)  # asked with 0 and sent nothing: this server has no parameters (§19.2)
         prepared = self._prepare_state(config, state)
         self.connections += 1
         self._post("connected", info, config, prepared)
@@ -939,7 +942,10 @@ class ServerLink:
         try:
             params = parse_env_params(body)
         except EnvParamsError as exc:
-            logger.warning("ignoring the server's env_params: %s", exc)
+            seq = body.get("seq") if isinstance(body, dict) else None
+            if seq != self._ignored_seq:  # (once per seq: it is sent again with every answer)
+                logger.warning("ignoring the server's env_params: %s", exc)
+                self._ignored_seq = seq
             return
         self._env_params_seq = params.seq
         self._post("env_params", params)

@@ -15,6 +15,7 @@ values that set cannot give are refused, and only episodes of the current lesson
 from __future__ import annotations
 
 import math
+import secrets
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -34,6 +35,9 @@ from .metrics import FinishedEpisode
 
 #: Parameter sets kept to check records against: a client may still play with a set a few changes old.
 SETS_KEPT = 16
+#: A run's first seq is drawn below this (§19.1): a record of an earlier run's set is then almost never
+#: taken for one of this run's, and seqs stay far below 2**31 - 1.
+FIRST_SEQ_LIMIT = 2**30
 #: Lessons a curriculum may have, and the largest min_episodes (the measure's window).
 MAX_LESSONS = 64
 MAX_MIN_EPISODES = 100_000
@@ -64,18 +68,27 @@ class CurriculumConfig:
     lessons: tuple[Lesson, ...]
     measure: str = "return"
     module: str | None = None
+    #: Each episode's measure is clipped to this range before it counts (None: not clipped).
+    measure_range: tuple[float, float] | None = None
 
     @staticmethod
     def from_json(table: Any, modules: Iterable[str] = ()) -> "CurriculumConfig":
         """Parse and check the table; ValueError names what is wrong."""
         if not isinstance(table, dict):
             raise ValueError("curriculum must be a table")
-        unknown = set(table) - {"parameters", "bounds", "lessons", "measure", "module"}
+        unknown = set(table) - {"parameters", "bounds", "lessons", "measure", "module", "measure_range"}
         if unknown:
             raise ValueError(f"curriculum has unknown keys {sorted(unknown)}")
         measure = table.get("measure", "return")
         if measure not in MEASURES:
             raise ValueError(f"curriculum.measure must be one of {', '.join(MEASURES)}, got {measure!r}")
+        measure_range = table.get("measure_range")
+        if measure_range is not None:
+            if not (isinstance(measure_range, list) and len(measure_range) == 2 and all(
+                    not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in measure_range)
+                    and measure_range[0] <= measure_range[1]):
+                raise ValueError("curriculum.measure_range must be [low, high] with low <= high")
+            measure_range = (float(measure_range[0]), float(measure_range[1]))
         module = table.get("module")
         modules = list(modules)
         if module is not None and module not in modules:
@@ -103,7 +116,7 @@ class CurriculumConfig:
             raise ValueError(f"curriculum.lessons must be a list of at most {MAX_LESSONS} lessons")
         for i, entry in enumerate(raw_lessons):
             lessons.append(_lesson(entry, i, i == len(raw_lessons) - 1, parameters))
-        config = CurriculumConfig(parameters, bounds, tuple(lessons), measure, module)
+        config = CurriculumConfig(parameters, bounds, tuple(lessons), measure, module, measure_range)
         for name, value in parameters.items():
             config.check_bounds(name, value)
         for lesson in lessons:
@@ -118,7 +131,10 @@ class CurriculumConfig:
         low, high = self.bounds[name]
         if isinstance(value, dict):
             kind = value["sampler"]
-            ends = ([value["low"], value["high"]] if kind == "uniform" else [value["mean"]] if kind == "gaussian"
+            if kind == "gaussian":
+                raise CurriculumError(f"{where}{name} has bounds [{low:g}, {high:g}]: a gaussian can give any value; "
+                                      "use a uniform or ranges")
+            ends = ([value["low"], value["high"]] if kind == "uniform"
                     else [x for pair in value["ranges"] for x in pair])
         else:
             ends = [value]
@@ -155,12 +171,14 @@ def _lesson(entry: Any, index: int, last: bool, parameters: dict[str, Any]) -> L
 class Curriculum:
     """The run's parameter sets, lesson and measure (see the module docstring)."""
 
-    def __init__(self, config: CurriculumConfig, env_steps: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, config: CurriculumConfig, env_steps: Callable[[], int] = lambda: 0,
+                 first_seq: int | None = None) -> None:
         self.config = config
         #: The run's env steps received so far: each change says when it was made.
         self._env_steps = env_steps
         self.lesson = 0
-        self.seq = 0
+        # (the seq before the first set's: random per run unless given, §19.1)
+        self.seq = (secrets.randbelow(FIRST_SEQ_LIMIT) + 1 if first_seq is None else first_seq) - 1
         self._sets: deque[EnvParams] = deque(maxlen=SETS_KEPT)
         self._window: deque[float] = deque(maxlen=self._lesson().min_episodes if config.lessons else 1)
         #: Episodes counted toward the current lesson, and every episode counted.
@@ -193,7 +211,8 @@ class Curriculum:
     def _publish(self, values: dict[str, Any], cause: str, **details: Any) -> None:
         self.seq += 1
         self._sets.append(EnvParams(self.seq, self.lesson, values))
-        self.changes.append((cause, {"seq": self.seq, "lesson": self.lesson, "env_steps": self._env_steps(),
+        # ("set_seq": the console's event log numbers its entries "seq")
+        self.changes.append((cause, {"set_seq": self.seq, "lesson": self.lesson, "env_steps": self._env_steps(),
                                      **details}))
         self.changes_made += 1
         del self.changes[:-100]
@@ -209,15 +228,14 @@ class Curriculum:
         if held is not None:
             check_played_with(played, held, where)
 
-    def note(self, finished: Iterable[FinishedEpisode], played: dict[Any, RecordEnvParams]) -> bool:
-        """Count the episodes that ended; ``played`` maps an episode's id to its record's env_params.
-        Returns whether the lesson advanced."""
+    def note(self, finished: Iterable[FinishedEpisode], suspect: bool = False) -> bool:
+        """Count the episodes that ended, by the env_params of the record that ended each; a
+        ``suspect`` client's (its data made updates non-finite) do not count. Returns whether the
+        lesson advanced."""
         advanced = False
         for episode in finished:
-            if not episode.complete:
-                continue
-            record = played.get(episode.episode_id)
-            if record is None:
+            record = episode.env_params
+            if not episode.complete or record is None or suspect:
                 continue
             held = self.set_for(record.seq)
             if held is None or held.lesson != self.lesson:
@@ -233,12 +251,17 @@ class Curriculum:
 
     def _measure(self, episode: FinishedEpisode, record: RecordEnvParams) -> float | None:
         if self.config.measure == "reported":
-            return record.measure
-        returns = [r for m, r in episode.agents.values() if self.config.module in (None, m)]
-        if not returns:
+            value = record.measure
+        elif self.config.module is None:  # every agent's, those that left before the end too
+            value = episode.total_return / max(1, episode.agent_count)
+        else:
+            returns = [r for m, r in episode.agents.values() if m == self.config.module]
+            value = sum(returns) / len(returns) if returns else None
+        if value is None or not math.isfinite(value):
             return None
-        value = sum(returns) / len(returns)
-        return value if math.isfinite(value) else None
+        if self.config.measure_range is not None:
+            value = min(max(value, self.config.measure_range[0]), self.config.measure_range[1])
+        return value
 
     @property
     def measure_mean(self) -> float | None:
@@ -307,6 +330,9 @@ class Curriculum:
             out["curriculum/measure"] = float(self.measure_mean)
         for name, value in self.current.values.items():
             out[f"curriculum/param/{name}"] = _centre(value)
+            if isinstance(value, dict):  # (a change of a sampler's spread shows too)
+                spread = _spread(value)
+                out[f"curriculum/param_low/{name}"], out[f"curriculum/param_high/{name}"] = spread
         return out
 
     def state(self) -> dict[str, Any]:
@@ -314,19 +340,24 @@ class Curriculum:
                 "window": list(self._window), "lesson_episodes": self.lesson_episodes, "episodes": self.episodes}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Resume: the lesson, the set in force (same seq, so clients holding it keep it) and the measure."""
-        lesson = int(state["lesson"])
-        if self.config.lessons and not 0 <= lesson < len(self.config.lessons):
+        """Resume: the lesson, the values in force (those this configuration still has and allows;
+        the rest from the configuration) as a new set with the next seq, and the measure."""
+        lesson = int(state["lesson"]) if self.config.lessons else 0
+        if not 0 <= lesson < max(1, len(self.config.lessons)):
             raise ValueError(f"the checkpoint's curriculum is at lesson {lesson}, this one has "
                              f"{len(self.config.lessons)} lessons")
-        values = {}
-        for name, value in state["values"].items():
-            if name in self.config.parameters:
-                values[name] = parse_value(value, name)
-        for name, value in self.config.parameters.items():
-            values.setdefault(name, value)
         self.lesson = lesson
-        self.seq = int(state["seq"]) - 1
+        values = self._lesson_values()
+        for name, value in state["values"].items():
+            if name not in values:
+                continue
+            try:
+                parsed = parse_value(value, name)
+                self.config.check_bounds(name, parsed)
+            except (EnvParamsError, CurriculumError):
+                continue  # (this configuration's bounds refuse it: its own value stands)
+            values[name] = parsed
+        self.seq = min(int(state["seq"]), FIRST_SEQ_LIMIT * 2)
         self._sets.clear()
         self._window = deque((float(x) for x in state["window"]),
                              maxlen=self._lesson().min_episodes if self.config.lessons else 1)
@@ -335,15 +366,24 @@ class Curriculum:
         self._publish(values, "resume")
 
 
+def _spread(value: dict[str, Any]) -> tuple[float, float]:
+    """A sampler's lowest and highest likely value: a uniform's ends, a gaussian's mean -/+ 2 std,
+    the ranges' lowest and highest ends."""
+    if value["sampler"] == "uniform":
+        return float(value["low"]), float(value["high"])
+    if value["sampler"] == "gaussian":
+        return float(value["mean"] - 2 * value["std"]), float(value["mean"] + 2 * value["std"])
+    ends = [x for pair in value["ranges"] for x in pair]
+    return float(min(ends)), float(max(ends))
+
+
 def _centre(value: Any) -> float:
     if not isinstance(value, dict):
         return float(value)
-    if value["sampler"] == "uniform":
-        return (value["low"] + value["high"]) / 2
     if value["sampler"] == "gaussian":
         return float(value["mean"])
-    ranges = value["ranges"]
-    return (ranges[0][0] + ranges[-1][1]) / 2
+    low, high = _spread(value)
+    return (low + high) / 2
 
 
 __all__ = ["Curriculum", "CurriculumConfig", "CurriculumError", "Lesson", "allows"]

@@ -38,6 +38,8 @@ class FinishedEpisode:
     complete: bool = True
     #: The record's episode id (None for a v1 client's records).
     episode_id: str | None = None
+    #: **[1.7]** The environment parameters the record that ended it says it was played with (§19.3).
+    env_params: Any = None
 
 
 _TRAILING_INDEX = re.compile(r"(?:[_\-#]?\d+)+$")  # "cart_3#2": a re-joined agent (name#n) too
@@ -129,6 +131,7 @@ class EpisodeTracker:
                     agent_count=max(count, 1),
                     agent_lengths={aid: e[2] for aid, e in agents.items()},
                     episode_id=record.episode_id,
+                    env_params=record.env_params,
                 ))
             elif not agents and key not in self._departed:
                 del self._open[key]

@@ -201,12 +201,11 @@ class Trainer:
         (so it survives a reconnect), else the connection."""
         return self.owners.owner(connection, batch)
 
-    def _note_curriculum(self, finished: list, records: list[MultiAgentRecord]) -> None:
+    def _note_curriculum(self, finished: list, suspect: bool) -> None:
         """Count ended episodes toward the lesson; a change is logged and goes to TensorBoard."""
         assert self.curriculum is not None
-        played = {r.episode_id: r.env_params for r in records if r.env_params is not None}
         before = self.curriculum.changes_made
-        self.curriculum.note(finished, played)
+        self.curriculum.note(finished, suspect)
         if self.curriculum.changes_made != before:
             self.curriculum_changed()
 
@@ -214,7 +213,7 @@ class Trainer:
         """After a change of the parameters or lesson: the new values to TensorBoard and the log."""
         assert self.curriculum is not None
         cause, details = self.curriculum.changes[-1]
-        print(f"[tether] curriculum: {cause} -> set {details['seq']}, lesson {details['lesson']}", flush=True)
+        print(f"[tether] curriculum: {cause} -> set {details['set_seq']}, lesson {details['lesson']}", flush=True)
         if self.tensorboard is not None:
             try:
                 self.tensorboard.write(self.curriculum.scalars(), self.metrics.env_steps_received)
@@ -257,9 +256,9 @@ class Trainer:
         if self.self_play is not None:
             for episode in finished:
                 self.self_play.episode_part(connection, episode.episode_id, episode.agents, episode.complete)
-        if self.curriculum is not None and finished:
-            self._note_curriculum(finished, records)
         suspect = self.guard.is_suspect(connection, source)
+        if self.curriculum is not None and finished:
+            self._note_curriculum(finished, suspect)
         m.add_episodes(finished, source, suspect)
         self.stop_rule.note(connection, records, finished, suspect)
         self.stop_rule.check_budget()

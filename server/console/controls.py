@@ -69,7 +69,7 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
                 done.update(lesson=curriculum.lesson)
         except CurriculumError as exc:
             raise ControlError(str(exc)) from None
-        done["seq"] = curriculum.seq
+        done["set_seq"] = curriculum.seq  # ("seq" numbers the event log's entries)
         trainer.curriculum_changed()
     elif action == "stop":
         trainer.request_stop("console")  # an operator's stop, as a signal: no TRAINING_DONE (§6.6)

@@ -40,10 +40,10 @@ def test_lessons_advance_reach_the_client_within_a_batch_and_the_last_is_learned
     received = {r["seq"]: r for r in played["received"]}
     for change in advances:
         # The client waits for each batch's answer: it holds the new set before it plays another batch.
-        seen = received[change["seq"]]
+        seen = received[change["set_seq"]]
         assert change["env_steps"] <= seen["env_steps"] <= change["env_steps"] + STEPS_PER_BATCH, (change, seen)
         assert seen["lesson"] == change["lesson"]
-    assert received[advances[-1]["seq"]]["values"] == {"distance": 8.0}
+    assert received[advances[-1]["set_seq"]]["values"] == {"distance": 8.0}
     # Every distance was played, and the records saying so were accepted (a value its set cannot
     # give is refused): the server counted the episodes toward their lessons.
     assert set(played["distances"]) == {"2", "4", "8"}, played["distances"]

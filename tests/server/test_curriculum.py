@@ -28,21 +28,19 @@ TABLE: dict[str, Any] = {
 
 
 def curriculum(**changes: Any) -> Curriculum:
-    return Curriculum(CurriculumConfig.from_json({**TABLE, **changes}, ["walker", "other"]))
-
-
-def episode(ret: float, module: str = "walker", eid: str = "e") -> FinishedEpisode:
-    return FinishedEpisode(total_return=ret, length=3, agents={"a": (module, ret)}, episode_id=eid)
+    return Curriculum(CurriculumConfig.from_json({**TABLE, **changes}, ["walker", "other"]), first_seq=1)
 
 
 def play(c: Curriculum, *returns: float, seq: int | None = None, measure: float | None = None,
-         module: str = "walker") -> bool:
+         module: str = "walker", suspect: bool = False) -> bool:
+    """Episodes of one agent of ``module`` with these returns, played with set ``seq`` (the current)."""
     advanced = False
     for i, ret in enumerate(returns):
         held = c.set_for(seq) if seq is not None else c.current
         values = {n: (v if not isinstance(v, dict) else v["low"]) for n, v in held.values.items()}
-        advanced |= c.note([episode(ret, module, f"e{i}")],
-                           {f"e{i}": RecordEnvParams(held.seq, values, measure)})
+        episode = FinishedEpisode(total_return=ret, length=3, agents={"a": (module, ret)}, episode_id=f"e{i}",
+                                  env_params=RecordEnvParams(held.seq, values, measure))
+        advanced |= c.note([episode], suspect)
     return advanced
 
 
@@ -60,6 +58,8 @@ def play(c: Curriculum, *returns: float, seq: int | None = None, measure: float 
     ({"lessons": [{"min_episodes": 3}, {}]}, "threshold"),
     ({"lessons": [{"threshold": 1, "min_episodes": 0}, {}]}, "min_episodes"),
     ({"lessons": [{"threshold": 1}, {"threshold": 2}]}, "last lesson"),
+    ({"parameters": {"distance": {"sampler": "gaussian", "mean": 2, "std": 1}}}, "gaussian can give any value"),
+    ({"measure_range": [1, 0]}, "measure_range"),
 ])
 def test_a_bad_table_is_refused_naming_what(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -89,6 +89,46 @@ def test_the_window_is_the_last_min_episodes() -> None:
     play(c, -1.0, -1.0, -1.0, 1.0, 1.0)
     assert c.lesson == 0 and c.measure_mean == pytest.approx(1 / 3)
     assert play(c, 1.0)
+
+
+def test_a_huge_measure_is_clipped_to_the_range_and_a_suspect_clients_episodes_do_not_count() -> None:
+    c = curriculum(measure="reported")
+    assert play(c, 0.0, 0.0, measure=1e300) is False and play(c, 0.0, measure=-1.0)  # mean of 1e300s
+    c = curriculum(measure="reported", measure_range=[-1, 1])
+    assert not play(c, 0.0, 0.0, measure=1e300)  # clipped to 1 each
+    assert not play(c, 0.0, measure=-1.0)  # (1 + 1 - 1) / 3 < 0.5
+    assert not play(c, 0.0, 0.0, 0.0, measure=1.0, suspect=True) and c.lesson_episodes == 3
+    assert play(c, 0.0, 0.0, 0.0, measure=1.0)
+
+
+def test_every_agents_return_counts_those_that_left_early_too() -> None:
+    c = curriculum()
+    held = c.current
+    values = {"distance": 2.0, "wind": 0.0}
+    # Two agents: one left earlier with 0, the one at the end has 1: the episode's mean per agent is 0.5.
+    episode = FinishedEpisode(total_return=1.0, length=3, agents={"b": ("walker", 1.0)}, agent_count=2,
+                              episode_id="e", env_params=RecordEnvParams(held.seq, values))
+    c.note([episode])
+    assert c.measure_mean == 0.5
+
+
+def test_a_runs_first_seq_is_drawn_and_a_resumed_run_publishes_the_next() -> None:
+    config = CurriculumConfig.from_json(TABLE)
+    a, b = Curriculum(config), Curriculum(config)
+    assert a.current.seq != b.current.seq and 1 <= a.current.seq <= 2**30
+    resumed = Curriculum(config)
+    resumed.load_state(a.state())
+    assert resumed.current.seq == a.current.seq + 1 and resumed.current.values == a.current.values
+    # A value the new configuration's bounds refuse gives way to the configuration's own.
+    a.set_param("distance", 9)
+    narrower = Curriculum(CurriculumConfig.from_json({**TABLE, "bounds": {"distance": [1, 8]}}))
+    narrower.load_state(a.state())
+    assert narrower.current.values["distance"] == 2.0
+    # A configuration without lessons resumes at lesson 0, with the values in force it still has.
+    flat = Curriculum(CurriculumConfig.from_json({"parameters": {"distance": 3, "gap": 1}}))
+    a.set_lesson(2)
+    flat.load_state(a.state())
+    assert flat.lesson == 0 and flat.current.lesson == 0 and flat.current.values == {"distance": 8.0, "gap": 1.0}
 
 
 def test_the_measure_can_be_reported_or_one_modules_return() -> None:
@@ -150,7 +190,7 @@ def test_a_resumed_curriculum_keeps_its_lesson_set_and_measure() -> None:
     play(c, 1.0, 1.0)
     resumed = curriculum()
     resumed.load_state(c.state())
-    assert (resumed.lesson, resumed.current.seq, resumed.current.values) == (1, c.current.seq, c.current.values)
+    assert (resumed.lesson, resumed.current.seq, resumed.current.values) == (1, c.current.seq + 1, c.current.values)
     assert resumed.measure_mean == c.measure_mean and resumed.lesson_episodes == 2
     assert play(resumed, 1.0)
     short = curriculum(lessons=[{"threshold": 1, "min_episodes": 1}, {}])
@@ -165,9 +205,12 @@ def test_tensorboard_scalars_and_summary() -> None:
     scalars = c.scalars()
     assert scalars["curriculum/lesson"] == 0.0 and scalars["curriculum/param/distance"] == 2.0
     assert scalars["curriculum/param/wind"] == 0.5 and scalars["curriculum/measure"] == 1.0
+    assert (scalars["curriculum/param_low/wind"], scalars["curriculum/param_high/wind"]) == (0.0, 1.0)
+    c.set_param("wind", {"sampler": "uniform", "low": 0.4, "high": 0.6})  # the same centre, another spread
+    assert c.scalars()["curriculum/param_low/wind"] == 0.4
     summary = c.summary()
     assert summary["lesson_name"] == "near" and summary["threshold"] == 0.5 and summary["episodes"] == 1
-    assert summary["changes"][0]["cause"] == "start"
+    assert summary["changes"][0]["cause"] == "start" and summary["changes"][0]["set_seq"] == 1
 
 
 # -- in a server -------------------------------------------------------------------------------------
@@ -193,7 +236,8 @@ def test_a_server_refuses_a_record_whose_values_its_set_cannot_give_and_counts_t
     cfg = server_config(tmp_path)
     trainer = Trainer(cfg, build_layout(cfg))
     try:
-        good = {"seq": 1, "values": {"distance": 2.0, "wind": 0.25}}
+        first = trainer.curriculum.current.seq  # (drawn: §19.1)
+        good = {"seq": first, "values": {"distance": 2.0, "wind": 0.25}}
         for bad, message in (({**good, "values": {"distance": 3.0, "wind": 0.25}}, "'distance' = 3.0"),
                              ({**good, "values": {"distance": 2.0}}, "must have the values"),
                              ({**good, "measure": "high"}, "measure must be a number"),
@@ -206,6 +250,11 @@ def test_a_server_refuses_a_record_whose_values_its_set_cannot_give_and_counts_t
         pending.commit()
         asyncio.run(trainer.submit("c", pending.records, {}, False))
         assert trainer.curriculum.episodes == 1 and trainer.curriculum.measure_mean == 2.0
+        # A set the server does not keep (an earlier run's, say) is neither checked nor counted.
+        pending = trainer.ingest.validate("c", {"episodes": [record({"seq": first + 50, "values": {"x": 1e305}})]})
+        pending.commit()
+        asyncio.run(trainer.submit("c", pending.records, {}, False))
+        assert trainer.curriculum.episodes == 1
     finally:
         asyncio.run(trainer.close(checkpoint=False))
 
@@ -227,9 +276,9 @@ def test_a_resumed_server_keeps_its_lesson_set_and_measure_and_changes_reach_ten
     resumed = Trainer(resumed_cfg, build_layout(resumed_cfg))
     try:
         again = resumed.curriculum.summary()
-        assert (again["lesson"], again["seq"], again["values"]) == (1, 3, state["values"])
+        assert (again["lesson"], again["seq"], again["values"]) == (1, state["seq"] + 1, state["values"])
         assert again["values"]["distance"] == 6.0
-        # A client that held set 3 before the restart is not sent it again; one that held nothing is.
-        assert env_params_for(resumed.curriculum, 3) is None and env_params_for(resumed.curriculum, 0)["seq"] == 3
+        # The resumed set has a new seq: every client is sent it, whatever it held.
+        assert env_params_for(resumed.curriculum, state["seq"])["seq"] == state["seq"] + 1
     finally:
         asyncio.run(resumed.close(checkpoint=False))

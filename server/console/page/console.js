@@ -312,7 +312,7 @@ function renderClients(clients, reconnects) {
 function eventText(e) {
   const what = e.name !== undefined ? `${e.name} = ${paramText(e.value)}; ` : "";
   const why = e.measure !== undefined ? ` (measure ${Number(e.measure).toFixed(3)})` : "";
-  return `${what}parameter set ${e.seq}, lesson ${e.lesson}${why}`;
+  return `${what}parameter set ${e.set_seq}, lesson ${e.lesson}${why}`;
 }
 
 function renderErrors(errors, prepend) {
@@ -322,7 +322,7 @@ function renderErrors(errors, prepend) {
     const row = el("tr", {class: e.kind === "error" ? "error" : "event", "data-seq": e.seq});
     const who = e.client ? `#${e.client.id} ${e.client.name ?? ""} ${e.client.address}` : "";
     const what = e.code ?? e.action ?? e.cause ?? "";
-    const text = e.message ?? (e.seq !== undefined ? eventText(e) :
+    const text = e.message ?? (e.set_seq !== undefined ? eventText(e) :
       (e.value !== undefined ? `${e.module}: ${e.value}` : (e.path ?? "")));
     for (const cell of [`${e.t.toFixed(1)} s`, e.kind, what, text, who]) row.appendChild(el("td", {}, String(cell)));
     body.insertBefore(row, body.firstChild);
@@ -503,6 +503,9 @@ document.getElementById("set-param").onclick = () => {
   try { value = JSON.parse(text); } catch (_) { value = text; }   // the server names what is wrong
   control("set_param", {name: document.getElementById("param-name").value, value});
 };
-document.getElementById("set-lesson").onclick = () =>
-  control("set_lesson", {lesson: Number(document.getElementById("lesson").value)});
+document.getElementById("set-lesson").onclick = () => {
+  // An empty box is no lesson (Number("") would be 0): the text goes as typed, the server names what is wrong.
+  const text = document.getElementById("lesson").value.trim();
+  control("set_lesson", {lesson: /^\d+$/.test(text) ? Number(text) : text});
+};
 connect();
