@@ -141,3 +141,41 @@ def test_the_multi_agent_client_records_a_set_at_the_top_of_its_records() -> Non
         client.close()
     (record,) = sent_records(server)
     assert record["env_params"] == {"seq": 1, "values": values, "measure": 2.0} and set(record["agents"]) == {"a", "b"}
+
+
+def test_a_new_connection_asks_from_zero_and_a_server_without_parameters_drops_the_set() -> None:
+    """The first connection's server has a set; the batch is lost with the connection, and the next
+    server (another run) has none: the client asks with 0 again and drops its set (§19.2)."""
+    with answering_server(lambda i: config(), lambda i, n: with_params(n, SET_1 if i == 0 else None),
+                          lambda i: "1.7", drop_first_batch=True) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=3, wait_for_weights=True)
+        calls: list = []
+        client.on_env_params_changed(calls.append)
+        assert [p.seq for p in calls] == [1]
+        first = play(client, 6)  # the batch at the 5th step goes down with the first connection
+        client.end_episode(first, np.zeros(2, np.float32))
+        client.flush()
+        assert client.reconnects == 1 and client.env_params is None and calls[-1] is None and len(calls) == 2
+        assert client.episode_params(play(client, 1)) == {}
+        client.close()
+    handshakes = [m for m in server.messages() if m["type"] == "GET_STATE"]
+    assert len(handshakes) == 2 and all(m["env_params_seq"] == 0 for m in handshakes)
+    batches = server.messages("EPISODES_AND_GET_STATE")
+    assert batches[0]["env_params_seq"] == 1
+    # (the resent batch's records were cut before the drop: they still say the set they were played with)
+    assert all(r["env_params"]["seq"] == 1 for b in batches for r in b["episodes"])
+
+
+def test_callbacks_run_once_per_call_after_every_event_with_the_newest_set() -> None:
+    set_3 = {**SET_2, "seq": 3}
+    with answering_server(lambda i: config(), lambda i, n: with_params(n, SET_1, SET_2, set_3),
+                          lambda i: "1.7") as server:
+        client = TetherClient("127.0.0.1", server.port, seed=3)
+        calls: list = []
+        client.on_env_params_changed(lambda p: calls.append((p.seq, client.weights_seq_no)))
+        for _ in range(2):  # answered with SET_2, then SET_3, on the I/O thread
+            client.link.request(lambda: client._state_request(False))
+        assert calls == [(1, 0)]  # nothing is applied until the engine's next call
+        client.start_episode()  # takes both: one call of the callback, with the newest
+        assert calls == [(1, 0), (3, 0)] and client.env_params.seq == 3
+        client.close()
