@@ -798,5 +798,127 @@ namespace Tether.Tests
                 Assert.That(run.Bytes, Is.EqualTo(0));
             }
         }
+
+        // ---- a group of a masked module (§9.6, §11.6) ---------------------------------------------
+
+        // The model of module "pm" below, without a runtime: per row (action_mask 0..3, board 4..5) the
+        // logits of MultiDiscrete([2, 2]) prefer each entry's first choice (0, 0), and the mask is applied
+        // inside the "graph" as an exported model does (a forbidden logit is -1e9).
+        sealed class PreferFirstMaskedBackend : Tether.Inference.ILeafInferenceBackend
+        {
+            public void Load(byte[] model, string inputName, string outputName) { Loaded = true; }
+            public void Load(byte[] model, Space observationSpace, string outputName) { Loaded = true; }
+            public bool Loaded { get; private set; }
+            public int ObsDim { get { return 0; } }
+            public int OutDim { get { return 0; } }
+            public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
+            {
+                for (int r = 0; r < batch; ++r)
+                {
+                    for (int j = 0; j < outDim; ++j) output[r * outDim + j] = obs[r * obsDim + j] == 1 ? (j % 2 == 0 ? 5f : 0f) : ActionMask.MaskedLogit;
+                }
+            }
+            public void Dispose() { }
+        }
+
+        // A group of a masked module: its mask is read from the group's joined observation (its members'
+        // in member order, as the module's batch gets it) exactly as an agent's is from its row, and checked
+        // before sampling and against a logged joint action; a final observation's mask may allow nothing.
+        // Nothing of a refused frame is recorded (as the C++ CompositeClient.AGroupFollowsItsModulesMask).
+        [Test]
+        public void AGroupFollowsItsModulesMask()
+        {
+            // Module "pm": Dict(action_mask: Box[4], board: Box[2]) acting in MultiDiscrete([2, 2]); the pair's
+            // members observe 3 values each, joined in leaf order: action_mask (4), then board (2).
+            var server = new ScriptedServer(1000) { PongVersion = "1.6" };
+            JObject config = server.Config;
+            config.Remove("observation_space");
+            config.Remove("action_space");
+            config["modules"] = new JObject
+            {
+                { "pm", JObject.Parse(@"{""observation_space"": {""type"": ""Dict"", ""spaces"": {
+                                            ""board"": {""type"": ""Box"", ""shape"": [2], ""low"": 0, ""high"": 1},
+                                            ""action_mask"": {""type"": ""Box"", ""shape"": [4], ""low"": 0, ""high"": 1}}},
+                                         ""action_space"": {""type"": ""MultiDiscrete"", ""nvec"": [2, 2]},
+                                         ""action_mask"": ""action_mask"", ""onnx_input_names"": [""action_mask"", ""board""],
+                                         ""onnx_output_names"": [""action_dist_inputs""], ""trainable"": true}") },
+            };
+            config["groups"] = JObject.Parse("{\"pair\": {\"members\": [\"p_0\", \"p_1\"]}}");
+            config["policy_mapping"] = JArray.Parse("[{\"agent_id\": \"pair\", \"module\": \"pm\"}]");
+            server.ModuleFiles = new Dictionary<string, string> { { "pm", server.ModelFile } };  // (any bytes: the backend has no runtime)
+            using (server)
+            using (MultiAgentClient client = MultiAgentClient.Connect(new ClientOptions
+            {
+                Port = server.Port, Seed = 3, ReconnectTimeoutSeconds = 5, WhenQueueFull = QueueFullPolicy.Wait, WaitForWeights = true,
+                BackendFactory = () => new PreferFirstMaskedBackend(),
+            }))
+            {
+                Assert.That(client.Modules["pm"].ActionMask.Leaf, Is.EqualTo("action_mask"));
+                string episode = client.StartEpisode("e");
+                var frame = new AgentFrame();
+                Action<float[]> fill = mask =>
+                {
+                    frame.Clear();
+                    frame.Add("p_0", new[] { mask[0], mask[1], mask[2] });  // (the mask spans both members)
+                    frame.Add("p_1", new[] { mask[3], 0f, 1f });
+                };
+                Func<float[], double[], TetherException> play = (mask, logged) =>
+                {
+                    fill(mask);
+                    if (logged != null) frame.LogAction("pair", logged);
+                    try
+                    {
+                        client.GetActions(episode, frame);
+                        return null;
+                    }
+                    catch (TetherException e)
+                    {
+                        return e;
+                    }
+                };
+                Assert.That(play(new float[] { 1, 0, 1, 0 }, null), Is.Null);  // (the model prefers (0, 0))
+                Assert.That(frame.Action(0), Is.EqualTo(0));
+                Assert.That(frame.Action(1), Is.EqualTo(0));
+
+                TetherException refused = play(new float[] { 1, 2, 1, 0 }, null);
+                Assert.That(refused, Is.Not.Null);
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidActionMask), refused.Message);
+                Assert.That(refused.Message, Is.StringContaining("group 'pair'"));
+                Assert.That(frame.ActionSize(0), Is.EqualTo(0), "nothing acted");
+                refused = play(new float[] { 0, 0, 1, 1 }, null);  // the first entry allows nothing
+                Assert.That(refused, Is.Not.Null);
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.ActionMaskEmpty), refused.Message);
+                Assert.That(refused.Message, Is.StringContaining("group 'pair'"));
+                Assert.That(Assert.Throws<TetherException>(() => client.ComputeActions(frame, "eval")).Code, Is.EqualTo(ErrorCode.ActionMaskEmpty));
+
+                refused = play(new float[] { 1, 0, 1, 1 }, new double[] { 1, 0 });  // forbidden: entry 0 allows only 0
+                Assert.That(refused, Is.Not.Null);
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.ActionMasked), refused.Message);
+                Assert.That(refused.Message, Is.StringContaining("'pair'"));
+                refused = play(new float[] { 1, 0, 1, 1 }, new double[] { 0, 1 });
+                Assert.That(refused, Is.Null, refused == null ? "" : refused.Message);
+                Assert.That(frame.Action(0), Is.EqualTo(0), "each member its part of the logged joint action");
+                Assert.That(frame.Action(1), Is.EqualTo(1));
+
+                fill(new float[] { 0, 0, 0, 0 });  // a final observation: no action follows it
+                client.EndEpisode(episode, frame);
+                client.Flush(10);
+                var specs = Specs(server);
+                int records = 0;
+                foreach (JObject batch in server.Received("EPISODES").Concat(server.Received("EPISODES_AND_GET_STATE")))
+                {
+                    byte[] attachment = server.AttachmentOf(batch);
+                    foreach (JToken record in (JArray)batch["episodes"])
+                    {
+                        ++records;
+                        Assert.That(JToken.DeepEquals(record["agents"]["pair"]["actions"], JArray.Parse("[[0, 0], [0, 1]]")), Is.True,
+                                    "the refused frames: nothing; got " + record["agents"]["pair"]["actions"]);
+                        // (as a server checks it: the masks 0/1, each allowing something, the actions allowed, §10.6 14b-14d)
+                        Assert.That(EpisodeRecords.ValidateMultiAgentRecord(record, 0, specs, true, attachment), Is.EqualTo(2));
+                    }
+                }
+                Assert.That(records, Is.EqualTo(1));
+            }
+        }
     }
 }

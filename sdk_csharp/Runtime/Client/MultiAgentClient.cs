@@ -307,6 +307,7 @@ namespace Tether.Client
         double[] envAction = new double[0];
         readonly AgentFrame endFrame = new AgentFrame();
         readonly List<float> scratchObs = new List<float>();
+        float[] groupRow = new float[0];  // a group's joined observation, checked as its module's row (reused)
         PolicyMapping mapping;
         const int MaxRememberedMappings = 65536;
         readonly Dictionary<string, Module> mappedByRule = new Dictionary<string, Module>();
@@ -470,7 +471,8 @@ namespace Tether.Client
         /// for a module whose observation space is a byte box, protocol 1.4: add
         /// images with AgentFrame.Add(id, byte[]), or for a byte leaf of a Dict or Tuple module),
         /// INVALID_ACTION_MASK / ACTION_MASK_EMPTY (a module with an action mask, protocol 1.4 §11.6:
-        /// a mask value other than 0 and 1, or a mask allowing no action; checked per agent before
+        /// a mask value other than 0 and 1, or a mask allowing no action; checked per agent, and for a group
+        /// on its joined observation (its members' in member order, the message naming the group), before
         /// anything is recorded or sampled), UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT (MAP_AGENTS),
         /// NOT_READY (a module without a model), INFERENCE_FAILED, or an error
         /// the server sent for an earlier batch (once).
@@ -480,7 +482,8 @@ namespace Tether.Client
         /// back in the frame, the others act by the policy. Refused, with nothing of the frame recorded:
         /// a logged actor that does not act in the frame or is a group's member (INVALID_ARGUMENT), an
         /// action of another size or outside its module's action space (ACTION_OUT_OF_SPACE), not finite
-        /// (NON_FINITE_VALUE) or forbidden by its observation's action mask (ACTION_MASKED), and any
+        /// (NON_FINITE_VALUE) or forbidden by its observation's action mask (ACTION_MASKED: a group's joint
+        /// action by the mask of its joined observation), and any
         /// logged action while the server is older than 1.6 (NOT_READY: it would train on the step as a
         /// sample of its policy, §15).
         /// </summary>
@@ -1169,21 +1172,51 @@ namespace Tether.Client
         // A Dict or Tuple module's flat rows (1.4, §8.6): its byte leaves take the integers 0-255 only,
         // and (acting: not a final observation) its action mask (§11.6) must hold only 0 and 1
         // (INVALID_ACTION_MASK) and allow an action (ACTION_MASK_EMPTY); refused before anything of the
-        // frame is recorded or sampled. The message is built only for a refusal (no allocation per frame).
+        // frame is recorded or sampled. A group of such a module (a mask needs a composite space) has its
+        // joined observation (its members' in member order, as the module's batch gets it) checked as a
+        // row of the module, its mask read from it exactly as an agent's, the message naming the group.
+        // The message is built only for a refusal (no allocation per frame).
         void CheckCompositeRows(AgentFrame frame, bool acting)
         {
             for (int s = 0; s < slotCount; ++s)
             {
                 Slot slot = slots[s];
-                if (slot.Module == null || slot.Group >= 0) continue;
+                if (slot.Module == null) continue;
                 ModuleSpec spec = slot.Module.Spec;
                 Space space = spec.ObservationSpace;
-                if (!space.IsComposite) continue;
-                float[] values = frame.ObsValues;
-                int offset = frame.ObsOffsets[slot.FrameIndex];
+                if (!space.IsComposite && spec.ActionMask == null) continue;
+                float[] values;
+                int offset;
+                if (slot.Group < 0)
+                {
+                    values = frame.ObsValues;
+                    offset = frame.ObsOffsets[slot.FrameIndex];
+                }
+                else
+                {
+                    values = GroupRow(frame, slot);
+                    offset = 0;
+                }
                 if (ObservationRows.Accepts(space, spec.ActionMask, values, offset, acting)) continue;
-                ObservationRows.Check(space, spec.ActionMask, values, offset, "agent '" + frame.AgentId(slot.FrameIndex) + "': observation", acting);
+                string what = slot.Group < 0 ? "agent '" + frame.AgentId(slot.FrameIndex) + "': observation" : "group '" + slot.ActorId + "': observation";
+                ObservationRows.Check(space, spec.ActionMask, values, offset, what, acting);
             }
+        }
+
+        // A group's joined observation (its members' in member order, as its module's batch gets it; their
+        // sizes already checked against the module's), in a buffer reused frame after frame.
+        float[] GroupRow(AgentFrame frame, Slot slot)
+        {
+            if (groupRow.Length < slot.Module.ObsDim) groupRow = new float[Math.Max(slot.Module.ObsDim, 2 * groupRow.Length)];
+            GroupSpec group = groups[slot.Group];
+            int at = 0;
+            for (int k = 0; k < group.Members.Count; ++k)
+            {
+                int i = memberIndex[groupMemberOffset[slot.Group] + k];
+                frame.CopyObs(i, groupRow, at);
+                at += frame.ObsSize(i);
+            }
+            return groupRow;
         }
 
         // A byte box (1.4, §8.1) takes the integers 0-255 only: anything else is refused before anything of
@@ -1371,12 +1404,16 @@ namespace Tether.Client
                     throw new TetherException(ErrorCode.InvalidArgument, "GetActions: '" + id + "' has a logged action but no observation in this frame");
                 }
                 ModuleSpec spec = slot.Module.Spec;
-                ActionMask mask = slot.Group < 0 ? spec.ActionMask : null;  // (a group's members observe Boxes: no mask)
-                int row = slot.Group < 0 ? offsets[slot.FrameIndex] : 0;
+                ActionMask mask = spec.ActionMask;
+                // (the mask is read from the actor's row: an agent's, or a group's joined observation)
+                float[] rows = obs;
+                int row = 0;
+                if (slot.Group < 0) row = offsets[slot.FrameIndex];
+                else if (mask != null) rows = GroupRow(frame, slot);
                 int at = frame.LoggedOffset(k), length = frame.LoggedLength(k);
-                if (!LoggedActions.Accepts(spec.ActionSpace, mask, obs, row, values, at, length))
+                if (!LoggedActions.Accepts(spec.ActionSpace, mask, rows, row, values, at, length))
                 {
-                    LoggedActions.Check(spec.ActionSpace, mask, obs, row, values, at, length, "GetActions: the logged action of '" + id + "' (module '" + spec.ModuleId + "')");
+                    LoggedActions.Check(spec.ActionSpace, mask, rows, row, values, at, length, "GetActions: the logged action of '" + id + "' (module '" + spec.ModuleId + "')");
                 }
                 slot.Logged = k;
             }
