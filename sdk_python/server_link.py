@@ -638,8 +638,6 @@ class ServerLink:
         self.server_info, self.server_config = info, config
         self._env_params_seq = 0  # a new connection was sent no parameter set (a restarted server reuses seqs)
         state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
-        if self.speaks(1, 7) and "env_params" not in state:
-            self._post("env_params", None)  # asked with 0 and sent nothing: this server has no parameters (§19.2)
         prepared = self._prepare_state(config, state)
         self.connections += 1
         self._post("connected", info, config, prepared)
@@ -934,6 +932,8 @@ class ServerLink:
                         self.steps_per_batch = body["steps_per_batch"]
                     if "env_params" in body and self.speaks(1, 7):  # (never asked of an older server)
                         self._take_env_params(body["env_params"])
+                    elif message.get("env_params_seq") == 0 and self.speaks(1, 7):
+                        self._post("env_params", None)  # asked with 0, sent nothing: the server has no parameters (§19.2)
                 return body
 
     def _take_env_params(self, body: Any) -> None:

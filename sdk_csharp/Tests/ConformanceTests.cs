@@ -547,6 +547,22 @@ namespace Tether.Tests
             };
         }
 
+        // Names by their UTF-8 bytes (§19.1's drawing order), compared as bytes: independent of EnvParams.CompareNames.
+        sealed class Utf8Order : IComparer<string>
+        {
+            public static readonly Utf8Order Instance = new Utf8Order();
+
+            public int Compare(string a, string b)
+            {
+                byte[] x = Encoding.UTF8.GetBytes(a), y = Encoding.UTF8.GetBytes(b);
+                for (int i = 0; i < Math.Min(x.Length, y.Length); ++i)
+                {
+                    if (x[i] != y[i]) return x[i] - y[i];
+                }
+                return x.Length - y.Length;
+            }
+        }
+
         static bool Close(double got, double expected)
         {
             return Math.Abs(got - expected) <= 1e-12 * Math.Abs(expected) || got == expected;
@@ -574,7 +590,7 @@ namespace Tether.Tests
                     Vectors.Expect(set.Seq == (long)body["seq"] && set.Lesson == (long)body["lesson"], "seq, lesson");
                     var values = (JObject)body["values"];
                     Vectors.Expect(set.Values.Count == values.Count, "values");
-                    Vectors.Expect(set.Names.SequenceEqual(values.Properties().Select(p => p.Name).OrderBy(n => n, StringComparer.Ordinal)), "names in drawing order");
+                    Vectors.Expect(set.Names.SequenceEqual(values.Properties().Select(p => p.Name).OrderBy(n => n, Utf8Order.Instance)), "names in drawing order");
                     // (the set reads back as itself)
                     Vectors.Expect(JToken.DeepEquals(EnvParams.Parse(set.ToJson()).ToJson(), set.ToJson()), "round trip");
                     foreach (JProperty value in values.Properties())

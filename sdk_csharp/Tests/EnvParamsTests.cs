@@ -328,5 +328,277 @@ namespace Tether.Tests
                 Assert.That(client.EnvParams.Seq, Is.EqualTo(3));
             }
         }
+        // ---- drawing order (§19.1: names by their UTF-8 bytes) ----------------------------------
+
+        static int Utf8Compare(string a, string b)
+        {
+            byte[] x = System.Text.Encoding.UTF8.GetBytes(a), y = System.Text.Encoding.UTF8.GetBytes(b);
+            for (int i = 0; i < Math.Min(x.Length, y.Length); ++i)
+            {
+                if (x[i] != y[i]) return x[i] - y[i];
+            }
+            return x.Length - y.Length;
+        }
+
+        [Test]
+        public void NamesAreDrawnInUtf8ByteOrderNotUtf16Order()
+        {
+            const string emoji = "\U0001F600", fullwidthA = "\uFF21";
+            Assert.That(string.CompareOrdinal(emoji, fullwidthA), Is.LessThan(0), "UTF-16 code units sort the surrogate pair first");
+            Assert.That(EnvParams.CompareNames(emoji, fullwidthA), Is.GreaterThan(0), "U+1F600 comes after U+FF21");
+            Assert.That(EnvParams.CompareNames(fullwidthA, emoji), Is.LessThan(0));
+            Assert.That(EnvParams.CompareNames(emoji, emoji), Is.EqualTo(0));
+            Assert.That(EnvParams.CompareNames("a", "ab"), Is.LessThan(0));
+            Assert.That(EnvParams.CompareNames("\uD7FF", "\uE000"), Is.LessThan(0));
+            Assert.That(EnvParams.CompareNames("\U00010000", "\U0010FFFF"), Is.LessThan(0));
+            // Against the bytes themselves, over names mixing every range the orders disagree on.
+            var random = new Random(7);
+            string[] pieces = { "a", "Z", "\u00E9", "\u4E2D", "\uD7FF", "\uE000", "\uFF21", "\uFFFF", "\U00010000", "\U0001F600", "\U0010FFFF" };
+            for (int trial = 0; trial < 2000; ++trial)
+            {
+                string a = "", b = "";
+                for (int i = random.Next(1, 4); i > 0; --i) a += pieces[random.Next(pieces.Length)];
+                for (int i = random.Next(1, 4); i > 0; --i) b += pieces[random.Next(pieces.Length)];
+                Assert.That(Math.Sign(EnvParams.CompareNames(a, b)), Is.EqualTo(Math.Sign(Utf8Compare(a, b))), Newtonsoft.Json.JsonConvert.ToString(a) + " vs " + Newtonsoft.Json.JsonConvert.ToString(b));
+            }
+            // A set's names are sorted once, when it is read, and its draws taken in that order.
+            var uniform = JObject.Parse("{\"sampler\": \"uniform\", \"low\": 0, \"high\": 10}");
+            var values = new JObject { { emoji, uniform.DeepClone() }, { fullwidthA, uniform.DeepClone() }, { "a", uniform.DeepClone() }, { "Z", uniform.DeepClone() } };
+            EnvParams set = EnvParams.Parse(new JObject { { "seq", 1 }, { "lesson", 0 }, { "values", values } });
+            Assert.That(set.Names, Is.EqualTo(new[] { "Z", "a", fullwidthA, emoji }));
+            var draws = new Queue<double>(new[] { 0.1, 0.2, 0.3, 0.4 });
+            EpisodeEnvParams drawn = set.Draw(() => draws.Dequeue());
+            Assert.That(drawn.Values["Z"], Is.EqualTo(1.0).Within(1e-12));
+            Assert.That(drawn.Values["a"], Is.EqualTo(2.0).Within(1e-12));
+            Assert.That(drawn.Values[fullwidthA], Is.EqualTo(3.0).Within(1e-12));
+            Assert.That(drawn.Values[emoji], Is.EqualTo(4.0).Within(1e-12));
+        }
+
+        // ---- a ranges sampler whose every pair is a point (§19.1) --------------------------------
+
+        [TestCase(0.0, 1.0)]
+        [TestCase(0.3, 1.0)]
+        [TestCase(0.34, 3.0)]
+        [TestCase(0.6, 3.0)]
+        [TestCase(0.67, 7.0)]
+        [TestCase(0.999, 7.0)]
+        [TestCase(1.0, 7.0)]  // (beyond [0, 1): the index is clamped to the last pair)
+        public void ARangesSamplerOfPointsGivesThePointAtFloorUTimesN(double u, double expect)
+        {
+            EnvParamValue points = EnvParamValue.Parse(JObject.Parse("{\"sampler\": \"ranges\", \"ranges\": [[1, 1], [3, 3], [7, 7]]}"));
+            int taken = 0;
+            Assert.That(points.Draw(() => { ++taken; return u; }), Is.EqualTo(expect));
+            Assert.That(taken, Is.EqualTo(1));
+            EnvParamValue single = EnvParamValue.Parse(JObject.Parse("{\"sampler\": \"ranges\", \"ranges\": [[-2.5, -2.5]]}"));
+            Assert.That(single.Draw(() => u), Is.EqualTo(-2.5));
+        }
+
+        [Test]
+        public void EachPointOfARangesSamplerOfPointsComesEquallyOften()
+        {
+            EnvParamValue points = EnvParamValue.Parse(JObject.Parse("{\"sampler\": \"ranges\", \"ranges\": [[1, 1], [3, 3], [7, 7], [9, 9]]}"));
+            var counts = new Dictionary<double, int>();
+            for (int i = 0; i < 400; ++i)
+            {
+                double u = (i + 0.5) / 400;
+                double x = points.Draw(() => u);
+                int n;
+                counts.TryGetValue(x, out n);
+                counts[x] = n + 1;
+            }
+            Assert.That(counts.Keys.OrderBy(x => x), Is.EqualTo(new[] { 1.0, 3.0, 7.0, 9.0 }));
+            Assert.That(counts.Values.All(n => n == 100), Is.True, string.Join(", ", counts.Select(c => c.Key + ": " + c.Value)));
+        }
+
+        // ---- env_params only from a 1.7 server (§19.2) -------------------------------------------
+
+        [Test]
+        public void EnvParamsFromAServerOlderThan17AreIgnored()
+        {
+            using (var server = new ScriptedServer(4) { PongVersion = "1.6", EnvParams = Samplers, EnvParamsToEveryRequest = true })
+            using (TetherClient client = TetherClient.Connect(server.Options(7)))
+            {
+                int changes = 0;
+                client.EnvParamsChanged += set => ++changes;
+                Assert.That(client.EnvParams, Is.Null, "the handshake's answer carried a set: ignored");
+                string episode = client.StartEpisode();
+                Assert.That(client.EpisodeParams(episode), Is.Empty);
+                Play(client, episode, 9);
+                client.EndEpisode(episode, Obs);
+                client.Flush(10);
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Count, Is.GreaterThanOrEqualTo(2));
+                Assert.That(client.EnvParams, Is.Null, "every answer carried a set: ignored");
+                Assert.That(changes, Is.EqualTo(0));
+                Assert.That(client.EnvParamsIgnored, Is.EqualTo(0), "not counted as a set that breaks the rules: not read at all");
+                Assert.That(RecordsOf(server, episode).All(r => r["env_params"] == null), Is.True);
+            }
+        }
+
+        [Test]
+        public void TheMultiAgentClientIgnoresEnvParamsFromAServerOlderThan17Too()
+        {
+            using (ScriptedServer server = ScriptedServer.Plain(1000000))
+            {
+                server.PongVersion = "1.6";
+                server.EnvParams = Samplers;
+                server.EnvParamsToEveryRequest = true;
+                using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(3)))
+                {
+                    Assert.That(client.EnvParams, Is.Null);
+                    Assert.That(client.EpisodeParams(client.StartEpisode()), Is.Empty);
+                }
+            }
+        }
+
+        [Test]
+        public void AfterAReconnectToAnOlderServerTheHeldSetIsNeitherReplacedNorDropped()
+        {
+            using (var server = new ScriptedServer(4) { PongVersion = "1.7", EnvParams = Samplers, DropOnceSeq = 1, PongVersionAfterDrop = "1.6", EnvParamsToEveryRequest = true })
+            using (TetherClient client = TetherClient.Connect(server.Options(7)))
+            {
+                int changes = 0;
+                client.EnvParamsChanged += set => ++changes;
+                Assert.That(client.EnvParams.Seq, Is.EqualTo(3));
+                server.EnvParams = "{\"seq\": 9, \"lesson\": 2, \"values\": {\"speed\": 7}}";
+                string episode = client.StartEpisode();
+                Play(client, episode, 9);
+                client.Flush(10);
+                Assert.That(client.Reconnects, Is.EqualTo(1));
+                List<JObject> handshakes = server.Received("GET_STATE");
+                Assert.That(handshakes.Count, Is.EqualTo(2));
+                Assert.That(handshakes[1]["env_params_seq"], Is.Null, "the 1.6 server is not asked");
+                Assert.That(client.EnvParams.Seq, Is.EqualTo(3), "set 9 of the 1.6 server ignored; its answers without a set drop nothing");
+                Assert.That(changes, Is.EqualTo(1), "only the held set, given to the handler when it was added");
+                AssertDrawnFromSamplers(client.EpisodeParams(client.StartEpisode()));
+            }
+        }
+
+        // ---- the drop rule (§19.2) ------------------------------------------------------------
+
+        [Test]
+        public void AServerWithoutParametersAfterAReconnectMakesTheClientDropItsSet()
+        {
+            using (var server = new ScriptedServer(4) { PongVersion = "1.7", EnvParams = Samplers, DropOnceSeq = 1 })
+            using (TetherClient client = TetherClient.Connect(server.Options(7)))
+            {
+                var seen = new List<EnvParams>();
+                int engineThread = Thread.CurrentThread.ManagedThreadId, raisedOn = -1;
+                client.EnvParamsChanged += set =>
+                {
+                    seen.Add(set);
+                    raisedOn = Thread.CurrentThread.ManagedThreadId;
+                };
+                Assert.That(seen.Count, Is.EqualTo(1));
+                Assert.That(seen[0].Seq, Is.EqualTo(3));
+                string before = client.StartEpisode();
+                IReadOnlyDictionary<string, double> values = client.EpisodeParams(before);
+                AssertDrawnFromSamplers(values);
+                server.EnvParams = null;  // (the server the client reconnects to has no parameters)
+                Play(client, before, 9);
+                client.Flush(10);
+                Assert.That(client.Reconnects, Is.EqualTo(1));
+                List<JObject> handshakes = server.Received("GET_STATE");
+                Assert.That(handshakes.Count, Is.EqualTo(2));
+                Assert.That((long)handshakes[1]["env_params_seq"], Is.EqualTo(0));
+                Assert.That(client.EnvParams, Is.Null, "asked with 0 and sent no set: the server has none");
+                Assert.That(seen.Count, Is.EqualTo(2), "raised once for the drop");
+                Assert.That(seen[1], Is.Null);
+                Assert.That(raisedOn, Is.EqualTo(engineThread));
+                Assert.That(client.EpisodeParams(before), Is.EqualTo(values), "an episode keeps what it started with");
+                string after = client.StartEpisode();
+                Assert.That(client.EpisodeParams(after), Is.Empty, "an episode started after the drop has no values");
+                Play(client, after, 6);
+                client.EndEpisode(before, Obs);
+                client.EndEpisode(after, Obs);
+                client.Flush(10);
+                Assert.That(seen.Count, Is.EqualTo(2), "the drop is said once");
+                Assert.That(server.Received("EPISODES_AND_GET_STATE").Where(b => (long)b["batch_seq"] > 1).All(b => (long)b["env_params_seq"] == 0), Is.True);
+                List<JObject> records = RecordsOf(server, before).ToList();
+                Assert.That(records, Is.Not.Empty);
+                Assert.That(records.All(r => (long)r["env_params"]["seq"] == 3), Is.True, "every record of the earlier episode says its values");
+                Assert.That(RecordsOf(server, after).All(r => r["env_params"] == null), Is.True);
+                // A handler added while no set is held is not called.
+                int late = 0;
+                client.EnvParamsChanged += set => ++late;
+                Assert.That(late, Is.EqualTo(0));
+            }
+        }
+
+        [Test]
+        public void AServerWithoutParametersRaisesNothingWhenNoSetIsHeld()
+        {
+            using (var server = new ScriptedServer(4) { PongVersion = "1.7" })
+            using (TetherClient client = TetherClient.Connect(server.Options(7)))
+            {
+                int changes = 0;
+                client.EnvParamsChanged += set => ++changes;
+                string episode = client.StartEpisode();
+                Play(client, episode, 9);
+                client.Flush(10);
+                Assert.That(client.EnvParams, Is.Null);
+                Assert.That(changes, Is.EqualTo(0), "nothing held: a drop changes nothing");
+            }
+        }
+
+        [Test]
+        public void AnyAnswerToEnvParamsSeqZeroWithoutASetDropsTheHeldOne()
+        {
+            // A reconnect whose handshake brings a set that breaks the rules keeps the held set (and asks with 0
+            // on); a later answer to a request asking with 0 that carries no set drops it.
+            using (var server = new ScriptedServer(4) { PongVersion = "1.7", EnvParams = Samplers, DropOnceSeq = 1 })
+            using (TetherClient client = TetherClient.Connect(server.Options(7)))
+            {
+                var seen = new List<EnvParams>();
+                client.EnvParamsChanged += seen.Add;
+                server.EnvParams = "{\"seq\": 5, \"lesson\": 0, \"values\": {\"speed\": {\"sampler\": \"uniform\", \"low\": 2, \"high\": 1}}}";
+                string episode = client.StartEpisode();
+                Play(client, episode, 9);
+                client.Flush(10);
+                Assert.That(client.Reconnects, Is.EqualTo(1));
+                Assert.That(client.EnvParamsIgnored, Is.GreaterThanOrEqualTo(1));
+                Assert.That(client.EnvParams.Seq, Is.EqualTo(3), "the held set is kept");
+                Assert.That(seen.Count, Is.EqualTo(1));
+                Assert.That((long)server.Received("EPISODES_AND_GET_STATE").Last()["env_params_seq"], Is.EqualTo(0));
+                server.EnvParams = null;
+                Play(client, episode, 8);
+                client.Flush(10);
+                Assert.That(client.EnvParams, Is.Null);
+                Assert.That(seen.Count, Is.EqualTo(2));
+                Assert.That(seen[1], Is.Null);
+            }
+        }
+
+        // ---- the change callback (§19.2) ---------------------------------------------------------
+
+        [Test]
+        public void AHandlerThatThrowsLeavesTheChangeAppliedAndRaisedOnce()
+        {
+            using (var server = new ScriptedServer(4) { PongVersion = "1.7" })
+            using (TetherClient client = TetherClient.Connect(server.Options(7)))
+            {
+                int calls = 0;
+                client.EnvParamsChanged += set =>
+                {
+                    ++calls;
+                    throw new InvalidOperationException("the game's handler failed");
+                };
+                Assert.That(calls, Is.EqualTo(0), "no set held: not called at once");
+                string episode = client.StartEpisode();
+                server.EnvParams = Samplers;
+                Play(client, episode, 5);
+                WaitUntilAnswered(client);
+                Assert.That(calls, Is.EqualTo(0));
+                var thrown = Assert.Throws<InvalidOperationException>(() => client.StartEpisode("next"));
+                Assert.That(thrown.Message, Is.EqualTo("the game's handler failed"), "out of the call that took the change");
+                Assert.That(calls, Is.EqualTo(1));
+                Assert.That(client.EnvParams.Seq, Is.EqualTo(3), "applied all the same");
+                string next = client.StartEpisode("next");
+                Assert.That(calls, Is.EqualTo(1), "not raised again");
+                AssertDrawnFromSamplers(client.EpisodeParams(next));
+                Play(client, next, 8);
+                client.Flush(10);
+                Assert.That(calls, Is.EqualTo(1));
+            }
+        }
     }
 }

@@ -56,6 +56,9 @@ namespace Tether.Tests
         // (1.7, §19.2) the parameter set as JSON text: in a SET_STATE answering a request whose env_params_seq
         // is an integer other than the set's seq (any integer, for a set without an integer seq); null: none.
         public volatile string EnvParams;
+        // (1.7, §19.2) a server that breaks the rule: the set goes in the answer to every state request, whether
+        // or not it carries env_params_seq (what a client must ignore from a server whose PONG is older than 1.7).
+        public volatile bool EnvParamsToEveryRequest;
         public long DoneOnSeq = -1;           // the batch whose arrival is answered by TRAINING_DONE, and the connection closed
         public volatile bool DoneOnMapAgents; // a MAP_AGENTS is answered by TRAINING_DONE, and the connection closed
         // The summary of TRAINING_DONE (§6.6).
@@ -254,7 +257,11 @@ namespace Tether.Tests
             if (every != null) state["steps_per_batch"] = JToken.Parse(every);
             string set = EnvParams;
             JToken held = request["env_params_seq"];
-            if (set != null && held != null && held.Type == JTokenType.Integer)
+            if (set != null && EnvParamsToEveryRequest && (held == null || held.Type != JTokenType.Integer))
+            {
+                state["env_params"] = JToken.Parse(set);
+            }
+            else if (set != null && held != null && held.Type == JTokenType.Integer)
             {
                 JToken body = JToken.Parse(set);
                 JToken seq = body is JObject ? body["seq"] : null;

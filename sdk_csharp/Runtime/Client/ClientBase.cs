@@ -50,20 +50,25 @@ namespace Tether.Client
         /// <summary>
         /// The environment parameters the server asks the game to play with (protocol 1.7, §19): the last valid
         /// set it sent, swapped in on the game's thread at the start of a client call (never within one), as a
-        /// new model is; null while the server sent none (a server older than 1.7, or one without parameters).
-        /// Episodes started from then on draw their values from it (<see cref="EpisodeParams"/>). A set that
-        /// breaks §19.1's rules is ignored (<see cref="EnvParamsIgnored"/>): the client keeps the one it holds.
+        /// new model is; null while the server sent none (a server older than 1.7: its <c>env_params</c> are
+        /// ignored) and after a server said it has none (its answer to a state request after a (re)connect
+        /// carried no set: the held one is dropped). Episodes started from then on draw their values from it
+        /// (<see cref="EpisodeParams"/>); an episode started without a set has none. A set that breaks §19.1's
+        /// rules is ignored (<see cref="EnvParamsIgnored"/>): the client keeps the one it holds.
         /// </summary>
         public EnvParams EnvParams { get { return envParams; } }
 
         /// <summary>
-        /// Raised with the new set whenever one is swapped in (protocol 1.7, §19.2): on the game's thread, at the
-        /// start of the client call that takes the server's answer in (StartEpisode, GetAction / GetActions,
-        /// EndEpisode, Flush...), after that answer's model is swapped in and before the call does its own work.
-        /// A handler added while the client holds a set is called at once with it (on the thread that adds it),
-        /// so a set sent in the handshake is not missed. The server resends its set on every new connection, so
-        /// the event is raised again after a reconnect (with the same <see cref="Tether.Protocol.EnvParams.Seq"/>
-        /// when the set did not change). An exception a handler throws comes out of that client call.
+        /// Raised when the set held changes (protocol 1.7, §19.2, "Change callback"): on the game's thread, once
+        /// per taking-in of the server's answers that swapped in one or more sets or dropped the held one (in the
+        /// client call that takes them: StartEpisode, GetAction / GetActions, EndEpisode, Flush...), after all of
+        /// the answers' events (models, sets) are applied and before the call does its own work, with the set
+        /// held then (<see cref="EnvParams"/>; null after a server said it has no parameters). A handler added
+        /// while the client holds a set is called at once with it (on the thread that adds it), so a set sent in
+        /// the handshake is not missed. The server resends its set on every new connection, so the event is
+        /// raised again after a reconnect (with the same <see cref="Tether.Protocol.EnvParams.Seq"/> when the set
+        /// did not change). An exception a handler throws comes out of that client call; what was taken in stays
+        /// applied and is not applied (nor raised) again.
         /// </summary>
         public event Action<EnvParams> EnvParamsChanged
         {
@@ -327,19 +332,19 @@ namespace Tether.Client
             taken.Clear();
             link.TakeEvents(taken);
             if (taken.Count > 0) Taking(taken);
-            EnvParams changed = null;
+            bool changed = false;
             foreach (LinkEvent e in taken)
             {
                 switch (e.Kind)
                 {
                     case LinkEventKind.Connected:
                         Connected(e);
-                        if (e.State != null && e.State.EnvParams != null) changed = envParams = e.State.EnvParams;
+                        changed |= TakeEnvParams(e.State);
                         break;
                     case LinkEventKind.State:
                         connection = e.Connection;
                         Apply(e.State);
-                        if (e.State != null && e.State.EnvParams != null) changed = envParams = e.State.EnvParams;
+                        changed |= TakeEnvParams(e.State);
                         break;
                     case LinkEventKind.Batch:
                         if (e.Batch.Error != null)
@@ -366,9 +371,25 @@ namespace Tether.Client
                 }
             }
             taken.Clear();
-            // (once every event is applied: a handler that throws leaves none half taken)
+            // (once, every event applied, with the set held now: a handler that throws leaves none half taken,
+            // and none is applied again)
             Action<EnvParams> handler = envParamsChanged;
-            if (changed != null && handler != null) handler(changed);
+            if (changed && handler != null) handler(envParams);
+        }
+
+        // 1.7 (§19.2): swaps in the set an answer carried, or drops the held one when the answer says the server
+        // has no parameters. Whether the set held changed (a new set always does; a drop only when one was held).
+        bool TakeEnvParams(PreparedState state)
+        {
+            if (state == null) return false;
+            if (state.EnvParams != null)
+            {
+                envParams = state.EnvParams;
+                return true;
+            }
+            if (!state.DropEnvParams || envParams == null) return false;
+            envParams = null;
+            return true;
         }
 
         // 1.7 (§19.1): a new episode's values, drawn from the set held now with the client's generator; null without a set.

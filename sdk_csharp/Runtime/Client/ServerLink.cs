@@ -114,8 +114,14 @@ namespace Tether.Client
         public Dictionary<string, long> ModuleSeqs;
         // Protocol 1.7: the parameter set the answer carried (§19.2), swapped in on the game's thread with the model.
         public EnvParams EnvParams;
+        // Protocol 1.7: the answer says the server has no parameters (§19.2: asked with env_params_seq 0, it sent
+        // none): the game's thread drops the set it holds.
+        public bool DropEnvParams;
 
-        public bool IsEmpty { get { return Backend == null && !Seq.HasValue && (ModuleSeqs == null || ModuleSeqs.Count == 0) && EnvParams == null; } }
+        public bool IsEmpty
+        {
+            get { return Backend == null && !Seq.HasValue && (ModuleSeqs == null || ModuleSeqs.Count == 0) && EnvParams == null && !DropEnvParams; }
+        }
 
         public void Dispose()
         {
@@ -195,6 +201,7 @@ namespace Tether.Client
         int batchesUnsentAtEnd;  // under sync
         long loggedStepsDropped;  // under sync
         long envParamsSeq;  // I/O thread (1.7, §19.2): the seq of the last set this connection was sent, 0 if none
+        bool envParamsDropped;  // I/O thread (1.7, §19.2): this connection told the game's thread to drop its set (and sent none since)
         int envParamsIgnored;  // written on the I/O thread (Interlocked): sets that broke §19.1
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
@@ -696,12 +703,16 @@ namespace Tether.Client
             if (multiAgent) getState["weights_seq_nos"] = new JObject();  // the per-module form: every module's model (§7.6)
             // ...and the parameter set again (1.7, §19.2): a restarted server reuses seqs.
             envParamsSeq = 0;
-            if (SpeaksVersion(pong, 1, 7)) getState[EnvParams.SeqField] = envParamsSeq;
+            envParamsDropped = false;
+            bool asksEnvParams = SpeaksVersion(pong, 1, 7);
+            if (asksEnvParams) getState[EnvParams.SeqField] = envParamsSeq;
             JObject setState = Exchange(getState, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             ReadState(setState);
-            EnvParams received = TakeEnvParams(setState);
+            bool drop;
+            EnvParams received = TakeEnvParams(setState, asksEnvParams, out drop);
             PreparedState prepared = Prepare(setConfig, setState);
             prepared.EnvParams = received;
+            prepared.DropEnvParams = drop;
             if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
             if (prepared.ModuleSeqs != null)
             {
@@ -842,12 +853,22 @@ namespace Tether.Client
         }
 
         // SET_STATE's env_params (1.7, §19.2), when it carries one that keeps §19.1's rules: its seq is the
-        // connection's env_params_seq from now on. Null when absent; a set that breaks the rules is ignored
-        // (counted), the client keeping the set it holds and its env_params_seq.
-        EnvParams TakeEnvParams(JObject setState)
+        // connection's env_params_seq from now on. `asked`: the request carried env_params_seq (the server's
+        // PONG announced 1.7 or later); from any other server env_params is ignored. Null when absent; a set
+        // that breaks the rules is ignored (counted), the client keeping the set it holds and its
+        // env_params_seq. `drop`: the answer to a request asking with env_params_seq 0 carried none, so the
+        // server has no parameters and the game's thread drops its set (said once per connection: no set can
+        // come without making env_params_seq other than 0).
+        EnvParams TakeEnvParams(JObject setState, bool asked, out bool drop)
         {
+            drop = false;
+            if (!asked) return null;
             JToken body = setState[EnvParams.Field];
-            if (body == null) return null;
+            if (body == null)
+            {
+                if (envParamsSeq == 0 && !envParamsDropped) drop = envParamsDropped = true;
+                return null;
+            }
             EnvParams set;
             string error;
             if (!EnvParams.TryParse(body, out set, out error))
@@ -856,6 +877,7 @@ namespace Tether.Client
                 return null;
             }
             envParamsSeq = set.Seq;
+            envParamsDropped = false;
             return set;
         }
 
@@ -1233,7 +1255,8 @@ namespace Tether.Client
             if (answer != null)
             {
                 ReadState(answer);
-                EnvParams received = TakeEnvParams(answer);
+                bool drop;
+                EnvParams received = TakeEnvParams(answer, asksEnvParams, out drop);
                 try
                 {
                     prepared = Prepare(config, answer);
@@ -1245,10 +1268,11 @@ namespace Tether.Client
                     Post(new LinkEvent { Kind = LinkEventKind.Error, Error = new TetherException(e.Code, "a new model from " + options.Address +
                                                                                                        " could not be loaded; acting on with the current one: " + e.Detail, e) });
                     // (the parameter set it carried is swapped in all the same: its seq is the connection's now)
-                    Finish(batch, refusal, received == null ? null : new PreparedState { EnvParams = received });
+                    Finish(batch, refusal, received == null && !drop ? null : new PreparedState { EnvParams = received, DropEnvParams = drop });
                     return;
                 }
                 prepared.EnvParams = received;
+                prepared.DropEnvParams = drop;
                 if (prepared.Seq.HasValue) lastSeq = prepared.Seq.Value;
                 if (prepared.ModuleSeqs != null)
                 {

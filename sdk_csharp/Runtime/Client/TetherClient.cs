@@ -248,8 +248,9 @@ namespace Tether.Client
         /// with the client's generator; one that is not is played alike but never sent (<see cref="ClientBase.EpisodesHeldBack"/>).
         /// Once training is done (<see cref="ClientBase.TrainingDone"/>) no episode is recorded.
         /// Protocol 1.7: when the client holds environment parameters (<see cref="ClientBase.EnvParams"/>), the
-        /// episode's values are drawn from them now with the same generator (<see cref="ClientBase.EpisodeParams"/>),
-        /// and every record of the episode says them.
+        /// episode's values are drawn from them now with the same generator, in the order of the names' UTF-8 bytes
+        /// (<see cref="ClientBase.EpisodeParams"/>), and every record of the episode says them; an episode started
+        /// while the client holds none (none sent yet, or dropped: the server has none) has no values.
         /// </summary>
         public string StartEpisode(string episodeId = null, bool trainingEnabled = true)
         {

@@ -144,14 +144,21 @@ namespace Tether.Protocol
                         IReadOnlyList<EnvParamRange> ranges = Ranges;
                         double total = 0;
                         for (int i = 0; i < ranges.Count; ++i) total += ranges[i].High - ranges[i].Low;
-                        double x = uniform() * total;
+                        double u = uniform();
+                        if (total == 0)
+                        {
+                            // Every pair a point: the pair at index floor(u·n) gives its low, each point equally often.
+                            int at = (int)Math.Min(Math.Floor(u * ranges.Count), ranges.Count - 1);
+                            return ranges[Math.Max(at, 0)].Low;
+                        }
+                        double x = u * total;
                         for (int i = 0; i < ranges.Count; ++i)
                         {
                             double width = ranges[i].High - ranges[i].Low;
                             if (x < width) return ranges[i].Low + x;
                             x -= width;
                         }
-                        return ranges[ranges.Count - 1].High;  // (x reached the total width: rounding, or every range is a point)
+                        return ranges[ranges.Count - 1].High;  // (x reached the total width: rounding)
                     }
             }
         }
@@ -208,11 +215,32 @@ namespace Tether.Protocol
         EnvParams() { }
 
         /// <summary>
-        /// The order names are drawn in (§19.1: by their UTF-8 bytes): <see cref="string.CompareOrdinal(string, string)"/>.
-        /// Ordinal UTF-16 order equals UTF-8 byte (code point) order except between a character beyond U+FFFF
-        /// (a surrogate pair, 0xD800-0xDFFF) and one of U+E000 to U+FFFF, which UTF-16 sorts the other way round.
+        /// The order names are drawn in (§19.1): by their UTF-8 bytes, which is Unicode code point order.
+        /// Not <see cref="string.CompareOrdinal(string, string)"/>: UTF-16 code unit order differs between a
+        /// character beyond U+FFFF (a surrogate pair, 0xD800-0xDFFF) and one of U+E000 to U+FFFF, which it sorts
+        /// the other way round. Negative when <paramref name="a"/> comes first, 0 when equal, positive otherwise.
         /// </summary>
-        public static int CompareNames(string a, string b) { return string.CompareOrdinal(a, b); }
+        public static int CompareNames(string a, string b)
+        {
+            if (ReferenceEquals(a, b)) return 0;
+            if (a == null) return -1;
+            if (b == null) return 1;
+            int length = Math.Min(a.Length, b.Length);
+            for (int i = 0; i < length; ++i)
+            {
+                char x = a[i], y = b[i];
+                if (x != y) return CodePointRank(x) - CodePointRank(y);
+            }
+            return a.Length - b.Length;
+        }
+
+        // A UTF-16 code unit's rank in code point order at the first unit two well-formed strings differ in:
+        // a surrogate (a character beyond U+FFFF) after every unit of U+E000 to U+FFFF.
+        static int CodePointRank(char c)
+        {
+            if (c < 0xD800) return c;
+            return c >= 0xE000 ? c - 0x800 : c + 0x2000;
+        }
 
         /// <summary>
         /// SET_STATE's <c>env_params</c> (§19.1, §19.2): an object with an integer <c>seq</c> ≥ 1, an integer

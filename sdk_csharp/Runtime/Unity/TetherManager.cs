@@ -42,6 +42,54 @@ namespace Tether.Unity
         /// <summary>The episode the scene's agents are in (null until connected).</summary>
         public string EpisodeId { get; private set; }
 
+        /// <summary>
+        /// The environment parameters the scene's current episode (<see cref="EpisodeId"/>) plays with
+        /// (protocol 1.7, §19), by name: each fixed number, and what each sampler gave, of the set the
+        /// server's curriculum asked for when the episode started. They stay the same to the episode's end
+        /// (<see cref="EndEpisode"/> starts the next one, which draws anew), so the game reads them when it
+        /// resets a scene (a ball's speed, gravity...). Empty before the client is connected, while no episode
+        /// runs, and for an episode started while the client held no set (a server older than 1.7, or one
+        /// without parameters). <c>Client.EnvParams</c> is the set itself, <c>Client.EnvParamsChanged</c>
+        /// says when it changes.
+        /// </summary>
+        public IReadOnlyDictionary<string, double> EpisodeParams
+        {
+            get
+            {
+                if (Client == null || EpisodeId == null) return EpisodeEnvParams.NoValues;
+                try
+                {
+                    return Client.EpisodeParams(EpisodeId);
+                }
+                catch (TetherException)
+                {
+                    return EpisodeEnvParams.NoValues;  // (an episode the client no longer knows)
+                }
+            }
+        }
+
+        /// <summary>
+        /// Reports the scene's current episode's measure (protocol 1.7, §19.3): a score the server's curriculum
+        /// may advance its lessons on (how well the agents did at this episode's parameters), sent with the
+        /// record that ends the episode. Call it before <see cref="EndEpisode"/> (which ends the episode and
+        /// starts the next); a later report replaces an earlier one. An episode without parameters
+        /// (<see cref="EpisodeParams"/> empty) sends none. Does nothing before the client is connected or once
+        /// the manager stopped deciding (<see cref="Failure"/>); a value that is not finite, or whose magnitude
+        /// is beyond 1e300, is refused: the refusal is logged and the scene goes on.
+        /// </summary>
+        public void ReportMeasure(double value)
+        {
+            if (Client == null || EpisodeId == null || Failure != null) return;
+            try
+            {
+                Client.ReportMeasure(EpisodeId, value);
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+            }
+        }
+
         readonly List<TetherAgent> agents = new List<TetherAgent>();
         readonly List<TetherAgent> deciding = new List<TetherAgent>();
         readonly AgentFrame frame = new AgentFrame();
