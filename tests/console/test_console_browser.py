@@ -178,7 +178,9 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
                           for r in browser.find_elements(By.CSS_SELECTOR, "#curriculum-params tbody tr")}
         assert wait_for(lambda: params() or None, what="the parameters") == {
             "gravity": "9.8", "pole_length": "uniform 0.4 to 0.6"}
-        assert "parameter set 1" in browser.find_element(By.ID, "curriculum-state").text
+        state = browser.find_element(By.ID, "curriculum-state").text
+        first_set = int(re.search(r"parameter set (\d+)", state).group(1))  # (a run starts at a random seq)
+        assert state.startswith("no lessons;") and "measure (return)" in state, state
         Select(browser.find_element(By.ID, "param-name")).select_by_value("gravity")
         for bad_value, why in (("heavy", "must be a number"), ("25", "outside its bounds")):
             browser.find_element(By.ID, "param-value").clear()
@@ -192,7 +194,7 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         wait_for(lambda: params().get("gravity") == "12.5", what="the new value on the page")
         held = wait_for(lambda: (lambda p: p if p is not None and p.values["gravity"] == 12.5 else None)(
             seen.get("env_params")), timeout=30, what="the new value at the client")
-        assert held.values["pole_length"] == {"sampler": "uniform", "low": 0.4, "high": 0.6}
+        assert held.seq == first_set + 1 and held.values["pole_length"] == {"sampler": "uniform", "low": 0.4, "high": 0.6}
         # An empty lesson box is no lesson (not lesson 0); this run has none to go to.
         browser.find_element(By.ID, "set-lesson").click()
         wait_for(lambda: "no lessons" in browser.find_element(By.ID, "control-result").text, what="the lesson refusal")

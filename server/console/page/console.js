@@ -412,10 +412,10 @@ function renderCurriculum(c) {
   if (!c) return;
   const lesson = c.lessons ? `lesson ${c.lesson} of ${c.lessons - 1}${c.lesson_name ? ` (${c.lesson_name})` : ""}` : "no lessons";
   const mean = c.measure_mean == null ? "no episodes yet" : c.measure_mean.toFixed(3);
-  const next = c.threshold == null ? "the last lesson" :
-    `advances at ${c.threshold} over ${c.min_episodes} episodes (${c.lesson_episodes} played)`;
+  const next = !c.lessons ? "" : c.threshold == null ? "; the last lesson" :
+    `; advances at ${c.threshold} over ${c.min_episodes} episodes (${c.lesson_episodes} played)`;
   document.getElementById("curriculum-state").textContent =
-    `${lesson}; parameter set ${c.seq}; measure (${c.measure}): ${mean}; ${next}`;
+    `${lesson}; parameter set ${c.seq}; measure (${c.measure}): ${mean}${next}`;
   const body = document.querySelector("#curriculum-params tbody");
   body.replaceChildren();
   for (const [name, v] of Object.entries(c.values)) {
