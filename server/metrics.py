@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -364,8 +365,15 @@ class TensorBoardWriter:
     def __init__(self, logdir: str | Path) -> None:
         self._logdir = str(logdir)
         self._writer: Any = None
+        # The learner's thread writes each update's scalars; the event loop writes a control's or a
+        # curriculum change's: one at a time (and one writer made).
+        self._lock = threading.Lock()
 
     def write(self, scalars: dict[str, float], step: int) -> None:
+        with self._lock:
+            self._write(scalars, step)
+
+    def _write(self, scalars: dict[str, float], step: int) -> None:
         if self._writer is None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
