@@ -30,30 +30,18 @@ class EnvParamsError(ValueError):
     """A parameter set, value or sampler that breaks §19.1's rules; the message names what."""
 
 
-def _number(value: Any, what: str) -> float:
-    """A JSON number (not a bool) with |value| <= MAX_MAGNITUDE."""
+def _number(value: Any, what: str, limit: float | None = MAX_MAGNITUDE) -> float:
+    """A JSON number (not a bool), finite as a 64-bit float and, unless ``limit`` is None, of
+    magnitude at most ``limit`` (a drawn value has no limit: a gaussian's may exceed it)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise EnvParamsError(f"{what} must be a number, got {type(value).__name__}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    if not math.isfinite(number) or abs(number) > MAX_MAGNITUDE:
-        raise EnvParamsError(f"{what} must be a finite number of magnitude at most {MAX_MAGNITUDE:g}")
-    return number
-
-
-def _finite(value: Any, what: str) -> float:
-    """A JSON number (not a bool) that is finite as a 64-bit float: a drawn value (a gaussian's may
-    exceed MAX_MAGNITUDE)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EnvParamsError(f"{what} must be a number, got {type(value).__name__}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise EnvParamsError(f"{what} must be a finite number")
+    if not math.isfinite(number) or (limit is not None and abs(number) > limit):
+        raise EnvParamsError(f"{what} must be a finite number" + ("" if limit is None else
+                                                                  f" of magnitude at most {limit:g}"))
     return number
 
 
@@ -194,7 +182,7 @@ def decode_record_env_params(body: Any, where: str) -> RecordEnvParams | None:
             raise EnvParamsError("seq must be an integer >= 1")
         if not isinstance(values, dict) or len(values) > MAX_PARAMS:
             raise EnvParamsError(f"values must be an object of at most {MAX_PARAMS} numbers")
-        drawn = {parse_name(name): _finite(value, f"values[{name!r}]") for name, value in values.items()}
+        drawn = {parse_name(name): _number(value, f"values[{name!r}]", limit=None) for name, value in values.items()}
         measure = body.get("measure")
         measure = None if measure is None else _number(measure, "measure")
     except EnvParamsError as exc:
