@@ -259,6 +259,27 @@ def test_a_server_refuses_a_record_whose_values_its_set_cannot_give_and_counts_t
         asyncio.run(trainer.close(checkpoint=False))
 
 
+def test_a_reported_measure_reaches_the_lesson_through_the_server_and_a_bad_one_is_refused(tmp_path) -> None:
+    cfg = server_config(tmp_path)
+    cfg.curriculum = {**TABLE, "measure": "reported"}
+    trainer = Trainer(cfg, build_layout(cfg))
+    try:
+        seq = trainer.curriculum.current.seq
+        for bad in (1e301, float("nan"), float("inf"), True):
+            with pytest.raises(MessageError, match="measure"):
+                trainer.ingest.validate("c", {"episodes": [record({"seq": seq, "values": {"distance": 2.0, "wind": 0.5},
+                                                                   "measure": bad})]})
+        for i in range(3):  # (rewards of 1 a step: the return would be 2; the reported 0.75 is what counts)
+            pending = trainer.ingest.validate("c", {"episodes": [record(
+                {"seq": seq, "values": {"distance": 2.0, "wind": 0.5}, "measure": 0.75})]})
+            pending.commit()
+            asyncio.run(trainer.submit("c", pending.records, {}, False))
+        assert trainer.curriculum.lesson == 1 and trainer.curriculum.changes[-1][1]["measure"] == 0.75
+        assert trainer.curriculum.current.seq == seq + 1
+    finally:
+        asyncio.run(trainer.close(checkpoint=False))
+
+
 def test_a_resumed_server_keeps_its_lesson_set_and_measure_and_changes_reach_tensorboard(tmp_path) -> None:
     cfg = server_config(tmp_path, tensorboard=True)
     trainer = Trainer(cfg, build_layout(cfg))
