@@ -111,8 +111,15 @@ bool ClientBase::waits_for_weights() const noexcept {
 // -- events from the I/O thread ----------------------------------------------------------------
 
 void ClientBase::sync() {
-  link_->take_events(event_buffer_);
-  for (LinkEvent& event : event_buffer_) {
+  // The events are taken out of event_buffer_ (its capacity reused) and the
+  // buffer is empty again before the parameters' callback runs: whatever that
+  // callback does (throws, or makes a call that syncs again), no event is
+  // applied twice.
+  std::vector<LinkEvent> events;
+  events.swap(event_buffer_);
+  link_->take_events(events);
+  bool params_changed = false;
+  for (LinkEvent& event : events) {
     switch (event.kind) {
       case LinkEvent::Kind::kError:
         report(std::move(event.status));
@@ -129,38 +136,51 @@ void ClientBase::sync() {
       // The rest is each client's own.
       case LinkEvent::Kind::kConnected:
         on_connected(event);
-        take_env_params(event);
+        params_changed |= take_env_params(event);
         break;
       case LinkEvent::Kind::kState:
         on_state(event);
-        take_env_params(event);
+        params_changed |= take_env_params(event);
         break;
       case LinkEvent::Kind::kBatch: on_batch_done(event); break;
       case LinkEvent::Kind::kRecordsBuilt: on_records_built(event); break;
     }
   }
-  event_buffer_.clear();
+  events.clear();
+  if (event_buffer_.empty()) event_buffer_.swap(events);  // (the capacity back for the next sync)
+  // [1.7] Once, every event applied, with the set held now (§19.2 "Change callback").
+  if (params_changed && env_params_callback_) {
+    const std::shared_ptr<const EnvParams> held = env_params_;  // (kept alive whatever the callback does)
+    const EnvParamsCallback callback = env_params_callback_;     // (the same, should it replace itself)
+    callback(held.get());
+  }
 }
 
 // -- environment parameters (§19) -------------------------------------------------------------
 
 // [1.7] A parameter set the I/O thread parsed, swapped in here on the engine's
-// thread (between two of its calls, as a model is): episodes started from
-// now on draw from it, and the callback hears of it.
-void ClientBase::take_env_params(LinkEvent& event) {
-  if (!event.env_params) return;
-  env_params_ = std::move(event.env_params);
-  if (env_params_callback_) {
-    const std::shared_ptr<const EnvParams> held = env_params_;  // (kept alive whatever the callback does)
-    env_params_callback_(*held);
+// thread (between two of its calls, as a model is): episodes started from now
+// on draw from it. A server that said it has no parameters (a drop): the set
+// held is let go, and episodes started from now on have no values. Whether the
+// set held changed (sync calls the callback once, after all the events).
+bool ClientBase::take_env_params(LinkEvent& event) {
+  if (event.env_params) {
+    env_params_ = std::move(event.env_params);
+    return true;
   }
+  if (event.env_params_dropped && env_params_) {
+    env_params_.reset();
+    return true;
+  }
+  return false;
 }
 
 void ClientBase::on_env_params_changed(EnvParamsCallback callback) {
   env_params_callback_ = std::move(callback);
   if (env_params_callback_ && env_params_) {
     const std::shared_ptr<const EnvParams> held = env_params_;
-    env_params_callback_(*held);
+    const EnvParamsCallback call = env_params_callback_;
+    call(held.get());
   }
 }
 

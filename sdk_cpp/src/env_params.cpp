@@ -214,14 +214,22 @@ double draw_env_param(const EnvParamValue& value, const UniformSource& uniform) 
       return value.mean + value.stddev * std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * kEnvParamsPi * u2);
     }
     case EnvParamValue::Kind::kRanges: {
+      if (value.ranges.empty()) return 0.0;  // (a parsed sampler has 1 to 16 pairs)
+      const double u = uniform();
       double width = 0.0;
       for (const auto& [lo, hi] : value.ranges) width += hi - lo;
-      double x = uniform() * width;
+      if (width == 0.0) {
+        // Every pair a point: the pair at index floor(u * n) gives its low, each as often.
+        const std::size_t n = value.ranges.size();
+        const auto index = static_cast<std::size_t>(u * static_cast<double>(n));
+        return value.ranges[index < n ? index : n - 1].first;
+      }
+      double x = u * width;
       for (const auto& [lo, hi] : value.ranges) {
         if (x < hi - lo) return lo + x;
         x -= hi - lo;
       }
-      return value.ranges.empty() ? 0.0 : value.ranges.back().second;  // (x reached the total width)
+      return value.ranges.back().second;  // (x reached the total width: rounding)
     }
   }
   return 0.0;

@@ -853,14 +853,25 @@ void ServerLink::add_env_params_seq(nlohmann::json& request) const {
 
 // [1.7] A SET_STATE's "env_params" (§19.2): parsed here, handed to the engine
 // with the state's event (applied between two of its calls, as a model is).
-// A set that breaks §19.1 is ignored: the client keeps the set it holds, and
-// this connection's env_params_seq stays.
+// Taken only from a server whose PONG announced 1.7 or later (the one asked
+// with env_params_seq): from any other server it is ignored. A set that breaks
+// §19.1 is ignored (and counted): the client keeps the set it holds, and this
+// connection's env_params_seq stays. An answer without env_params to a request
+// that carried env_params_seq 0 (io_env_params_seq_ is what the request carried:
+// only an answer changes it) says the server has no parameters: the engine
+// drops the set it holds.
 void ServerLink::read_env_params(const nlohmann::json& state, LinkEvent& event) {
-  const nlohmann::json* body = state.is_object() ? &state : nullptr;
-  auto found = body != nullptr ? body->find("env_params") : state.end();
-  if (body == nullptr || found == body->end()) return;
+  if (!config_ || !config_->speaks_1_7 || !state.is_object()) return;
+  auto found = state.find("env_params");
+  if (found == state.end()) {
+    event.env_params_dropped = io_env_params_seq_ == 0;
+    return;
+  }
   Result<EnvParams> params = EnvParams::from_json(*found);
-  if (!params.ok()) return;
+  if (!params.ok()) {
+    env_params_ignored_.fetch_add(1);  // (once per answer: it is sent again with every answer)
+    return;
+  }
   io_env_params_seq_ = params.value().seq;
   event.env_params = std::make_shared<const EnvParams>(std::move(params).value());
 }

@@ -954,7 +954,8 @@ TEST(Conformance, EnvParams) {
                        record["seq"].get<std::int64_t>() >= 1 && record.contains("values") &&
                        record["values"].is_object();
     for (auto it = record.begin(); well_formed && it != record.end(); ++it) {
-      well_formed = it.key() == "seq" || it.key() == "values" || (it.key() == "measure" && it.value().is_number());
+      well_formed = it.key() == "seq" || it.key() == "values" ||
+                    (it.key() == "measure" && it.value().is_number() && check_measure(it.value().get<double>()).ok());
     }
     EnvValues values;
     if (well_formed) {

@@ -24,8 +24,9 @@
 
 namespace tether {
 
-/// [1.7] Called on the engine's thread with a parameter set just swapped in (§19.2).
-using EnvParamsCallback = std::function<void(const EnvParams&)>;
+/// [1.7] Called on the engine's thread when the parameter set held changed
+/// (§19.2), with the set held then: null after the server said it has none.
+using EnvParamsCallback = std::function<void(const EnvParams*)>;
 
 /// The connection side of a client (TetherClient, MultiAgentClient): errors,
 /// closing and the accessors on the server's configuration and the link.
@@ -121,17 +122,32 @@ class ClientBase {
   // -- [1.7] environment parameters (§19) ---------------------------------------------------
 
   /// The parameter set the client holds now (the server's last valid
-  /// SET_STATE "env_params", §19.2), or null before any came. Swapped in on
-  /// the engine's thread between two calls, never within one, as a model is;
-  /// the pointer stays valid until the next call that takes in news.
+  /// SET_STATE "env_params", §19.2), or null: before any came, from a server
+  /// older than 1.7 (its env_params are ignored), and after a server said it
+  /// has none (its answer to the state request after a (re)connect, asked
+  /// with env_params_seq 0, carried no set: the set held is dropped, and
+  /// episodes started from then on have no values). Swapped in on the
+  /// engine's thread between two calls, never within one, as a model is; the
+  /// pointer stays valid until the next call that takes in news.
   const EnvParams* env_params() const noexcept { return env_params_.get(); }
-  /// Calls `callback(params)` whenever a new parameter set is swapped in: on
-  /// the engine's thread, in the client call that takes in the news
-  /// (start_episode, get_action, ...), before that call does its work. If
-  /// the client holds a set already, `callback` is called with it at once.
-  /// Replaces the callback set before; an empty function removes it. A set
-  /// that breaks §19.1 is ignored (no call: the client keeps its set).
+  /// Sets the one callback called when the set held changes (§19.2 "Change
+  /// callback"): on the engine's thread, once per taking-in of news that
+  /// swapped in one or more sets or dropped the set held (in the client call
+  /// that takes it in: start_episode, get_action, end_episode, flush, ...),
+  /// after all of that news (models, sets, batches) is applied and before the
+  /// call does its own work, with the set held then (`env_params()`; null
+  /// after a drop). Two sets that came between two calls make one call, with
+  /// the newer. An exception it throws comes out of that client call; what
+  /// was taken in stays applied and is never applied (nor called for) again.
+  /// If the client holds a set already, `callback` is called with it at once
+  /// (here, on the calling thread). One callback: a new one replaces the one
+  /// set before; an empty function removes it. A set that breaks §19.1 is
+  /// ignored (no call: the client keeps its set; env_params_ignored()).
   void on_env_params_changed(EnvParamsCallback callback);
+  /// Parameter sets the server sent that broke §19.1's rules and were ignored
+  /// (the client kept the set it held): one per SET_STATE that carried such a
+  /// set (any thread).
+  std::uint64_t env_params_ignored() const noexcept { return link_->env_params_ignored(); }
   /// The values a running episode plays with (§19.1): each parameter's
   /// number, or what its sampler gave when the episode started; empty when
   /// the client held no set then. INVALID_ARGUMENT for an unknown episode.
@@ -256,7 +272,7 @@ class ClientBase {
   bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
   std::shared_ptr<const EnvParams> env_params_;  // [1.7] the set held (engine thread), or null
   EnvParamsCallback env_params_callback_;        // [1.7] on_env_params_changed's
-  std::vector<LinkEvent> event_buffer_;
+  std::vector<LinkEvent> event_buffer_;  // sync's (empty between syncs: only its capacity is kept)
   std::deque<Status> errors_;
   Status last_error_;
   Status fatal_;
@@ -265,7 +281,7 @@ class ClientBase {
   static Status check_options(const ClientOptions& options);
   Status demo_start_failure_;  // why demo_ could not be made (connect() returns it)
   std::string random_episode_id();
-  void take_env_params(LinkEvent& event);
+  bool take_env_params(LinkEvent& event);
   Status open(bool multi_agent);
 };
 

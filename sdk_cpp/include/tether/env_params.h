@@ -37,7 +37,7 @@ struct EnvParamValue {
     kFixed,     ///< a number: `value`
     kUniform,   ///< "uniform": `low` + u * (`high` - `low`)
     kGaussian,  ///< "gaussian": `mean` + `stddev` * Box-Muller(u1, u2)
-    kRanges,    ///< "ranges": a uniform point of the union of `ranges`
+    kRanges,    ///< "ranges": a uniform point of the union of `ranges` (all points: each as often)
   };
   Kind kind = Kind::kFixed;  ///< which of the members below hold it
   double value = 0.0;        ///< kFixed
@@ -92,7 +92,8 @@ using UniformSource = std::function<double()>;
 /// An episode's value of one parameter (§19.1): a number is itself; a
 /// sampler takes one draw of `uniform` (two for a gaussian: u1, for the
 /// radius, first; then u2, for the angle), computed in double precision as
-/// the spec writes it.
+/// the spec writes it. A "ranges" sampler whose pairs are all points (total
+/// width 0) gives the low of the pair at index floor(u * n) (at most n - 1).
 double draw_env_param(const EnvParamValue& value, const UniformSource& uniform);
 
 /// An episode's values of a whole set, drawn in the order of the names

@@ -31,7 +31,10 @@
 // env_params_seq, the seq of the last parameter set this connection was sent
 // (0 on every new connection); a SET_STATE's env_params is parsed here and
 // handed to the engine with its kConnected / kState event (a set that breaks
-// §19.1 is ignored).
+// §19.1 is ignored and counted: env_params_ignored()). From any other server
+// env_params is ignored. An answer to a request that carried env_params_seq 0
+// and has no env_params says the server has no parameters: its event tells
+// the engine to drop the set it holds (LinkEvent::env_params_dropped).
 //
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
@@ -232,8 +235,13 @@ struct LinkEvent {
   std::shared_ptr<RecordSource> record_source;     ///< kRecordsBuilt
   /// kConnected / kState [1.7]: the parameter set the SET_STATE brought
   /// (§19.2), parsed on the I/O thread; null when it brought none or one
-  /// that breaks §19.1 (ignored: the client keeps the set it holds).
+  /// that breaks §19.1 (ignored: the client keeps the set it holds), and
+  /// always from a server whose PONG announced a protocol older than 1.7.
   std::shared_ptr<const EnvParams> env_params;
+  /// kConnected / kState [1.7]: the SET_STATE answered a request whose
+  /// env_params_seq was 0 (a 1.7+ server's) and has no env_params: the server
+  /// has no parameters, so the client drops the set it holds (§19.2).
+  bool env_params_dropped = false;
 };
 
 /// One client's server connection and the thread that owns it.
@@ -337,6 +345,10 @@ class ServerLink {
   /// Agent steps the server refused as too stale to be trained, summed over
   /// its SET_STATE answers' steps_refused_stale (protocol 1.3, §7.6, §13.2).
   std::uint64_t steps_refused_stale() const noexcept { return steps_refused_stale_.load(); }
+  /// [1.7] Parameter sets the server sent that broke §19.1's rules and were
+  /// ignored (the client kept the set it held): one per SET_STATE carrying
+  /// such a set (any thread).
+  std::uint64_t env_params_ignored() const noexcept { return env_params_ignored_.load(); }
   /// [1.6] Steps let go unsent because their record (a multi-agent record's
   /// agent entry) held logged steps and was to go to a server older than 1.6
   /// (a batch cut for a 1.6 server and sent again after a reconnect to an
@@ -477,6 +489,7 @@ class ServerLink {
   std::atomic<std::int64_t> batches_dropped_{0};
   std::atomic<std::int64_t> heartbeats_sent_{0};
   std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only
+  std::atomic<std::uint64_t> env_params_ignored_{0};   // [1.7] written by the I/O thread only
   std::atomic<std::uint64_t> logged_steps_dropped_{0};  // written by the I/O thread only
   std::atomic<double> record_share_{1.0};              // written by the I/O thread only
   std::atomic<std::int64_t> steps_per_batch_{0};       // 0: none asked (I/O thread writes)
