@@ -59,10 +59,13 @@ def test_modules_mapping_groups_and_frozen_module(tmp_path) -> None:
         client.flush()
         sent, env_sent = client.agent_steps_sent, client.env_steps_sent
         seqs = dict(client.weights_seq_nos)
+        # (a loaded machine's slow learner may ask the client to hold an episode back, §13.2: never sent)
+        held_back = client.episodes_held_back
         client.close()
         summary = server.stop()
-    assert summary["agent_steps"] == sent
-    assert summary["env_steps"] == 30 * 12 == env_sent  # one per environment step, however many agents act in it
+    assert summary["agent_steps"] == sent and held_back <= 3
+    # One env step per environment step, however many agents act in it.
+    assert summary["env_steps"] == (30 - held_back) * 12 == env_sent, held_back
     assert summary["modules_weights_seq_no"]["runner"] == 0, "runner is not in policies_to_train: frozen"
     assert summary["modules_weights_seq_no"]["chaser"] >= 2 and seqs["chaser"] >= 1
     # Per-module returns: adversaries get 12 per episode, good_0 4 (acts at t=0,2,4,6; rewards until it leaves),
