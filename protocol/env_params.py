@@ -81,6 +81,12 @@ def parse_value(value: Any, what: str = "value") -> float | dict[str, Any]:
     return {"sampler": kind, "ranges": pairs}
 
 
+def measure_value(value: Any) -> float:
+    """An episode's measure (§19.3): a number of magnitude at most MAX_MAGNITUDE. The one rule the
+    SDK (at report_measure) and the server (in a record) both apply; EnvParamsError otherwise."""
+    return _number(value, "measure")
+
+
 def parse_name(name: Any, what: str = "parameter name") -> str:
     """A parameter's name: 1 to MAX_NAME_CHARS characters of Unicode text."""
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS or not is_text(name):
@@ -184,7 +190,7 @@ def decode_record_env_params(body: Any, where: str) -> RecordEnvParams | None:
             raise EnvParamsError(f"values must be an object of at most {MAX_PARAMS} numbers")
         drawn = {parse_name(name): _number(value, f"values[{name!r}]", limit=None) for name, value in values.items()}
         measure = body.get("measure")
-        measure = None if measure is None else _number(measure, "measure")
+        measure = None if measure is None else measure_value(measure)
     except EnvParamsError as exc:
         raise MessageError(ErrorCode.INVALID_FIELD, f'{where}: "env_params" {exc}') from None
     return RecordEnvParams(seq, drawn, measure)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tether.protocol.env_params import EnvParams, draw_all
+from tether.protocol.env_params import EnvParams, EnvParamsError, draw_all, measure_value
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.action_mask import ActionMask
 from tether.protocol.spaces import Box, flatten_observation, is_composite
@@ -350,10 +350,10 @@ class BaseClient:
         episode = self._episode_with_params(episode_id)
         if episode.done:
             raise ValueError(f"episode {episode_id!r} has ended: report its measure before end_episode")
-        measure = finite_reward(value, "measure")
-        if abs(measure) > 1e300:
-            raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, f"measure {measure!r} is beyond 1e300")
-        episode.measure = measure
+        try:
+            episode.measure = measure_value(value)
+        except EnvParamsError as exc:
+            raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, str(exc)) from None
 
     # -- the one sending path ----------------------------------------------------------
 
