@@ -1,13 +1,14 @@
 """Building a learner's optimizer without importing torch's compiler.
 
-torch.optim wraps ``Optimizer.add_param_group`` in ``torch._disable_dynamo``, whose first call
-imports ``torch._dynamo``, the compiler stack: about 1.2 s of imports on a quiet 2-core machine, paid
-by every ``tether serve`` before it listens, because its learners build their optimizers at start-up.
-The learner never compiles, so that guard has nothing to do: ``adam`` builds an Adam whose
-``add_param_group`` is the plain function, on a subclass of its own (torch and any other optimizer in
-the process are left as they are). The first update still imports the compiler once, on the
-learner's thread (``Optimizer.step`` does). Where a torch version wraps the method differently, the
-plain Adam is built.
+torch.optim wraps ``Optimizer``'s set-up methods (``add_param_group``, ``state_dict``,
+``load_state_dict``, ``zero_grad``) in ``torch._disable_dynamo``, whose first call imports
+``torch._dynamo``, the compiler stack: about 1.2 s of imports on a quiet 2-core machine, paid by every
+``tether serve`` before it listens, because its learners build their optimizers and write the run's
+first checkpoint at start-up. The learner never compiles, so that guard has nothing to do: ``adam``
+builds an Adam whose set-up methods are the plain functions, on a subclass of its own (torch and any
+other optimizer in the process are left as they are). The first update still imports the compiler
+once, on the learner's thread (``Optimizer.step`` does). Where a torch version wraps a method
+differently, that method keeps torch's wrapper.
 """
 
 from __future__ import annotations
@@ -18,23 +19,23 @@ import torch
 import torch._compile
 
 
-def _plain_add_param_group() -> Any:
-    """``Optimizer.add_param_group`` without its dynamo guard, or None if it is not the guard we know."""
-    guard = vars(torch.optim.Optimizer).get("add_param_group")
+#: The methods whose guard is skipped: what building, checkpointing and restoring an optimizer call.
+GUARDED_METHODS = ("add_param_group", "state_dict", "load_state_dict", "zero_grad")
+
+
+def _plain(name: str) -> Any:
+    """``Optimizer.<name>`` without its dynamo guard, or None if it is not the guard we know."""
+    guard = vars(torch.optim.Optimizer).get(name)
     code = getattr(guard, "__code__", None)
     if code is None or code.co_filename != torch._compile.__file__:
         return None
     return getattr(guard, "__wrapped__", None)
 
 
-_PLAIN = _plain_add_param_group()
+_PLAIN = {name: plain for name in GUARDED_METHODS if (plain := _plain(name)) is not None}
 
-
-class _Adam(torch.optim.Adam):
-    """Adam, its parameter groups added by the plain function (see the module docstring)."""
-
-    if _PLAIN is not None:
-        add_param_group = _PLAIN
+#: Adam with the plain set-up methods (see the module docstring).
+_Adam = type("_Adam", (torch.optim.Adam,), dict(_PLAIN, __doc__="Adam, its set-up methods unguarded."))
 
 
 def adam(params: Iterable[torch.nn.Parameter], **options: Any) -> torch.optim.Adam:
@@ -43,5 +44,5 @@ def adam(params: Iterable[torch.nn.Parameter], **options: Any) -> torch.optim.Ad
 
 
 def builds_without_dynamo() -> bool:
-    """Whether ``adam`` skips the guard on this torch (tested: a torch upgrade that changes it shows)."""
-    return _PLAIN is not None
+    """Whether ``adam`` skips every guard on this torch (tested: a torch upgrade that changes it shows)."""
+    return set(_PLAIN) == set(GUARDED_METHODS)

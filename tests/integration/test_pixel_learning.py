@@ -1,6 +1,7 @@
-"""A game seen only through pixels is learned with the CNN from the Python SDK: the catch game of
+"""A game seen through pixels is learned with the CNN from the Python SDK: the catch game of
 multiagent/envs/pixel_catch.py, its 8x8 images sent as bytes (protocol 1.4), against a random policy
-measured here."""
+measured here. (The camera alone, with the same CNN, is learned through the C++ SDK:
+tests/cpp/test_cpp_examples.py's test_cpp_pixel_catch_learns_from_pixels_with_the_cnn.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from multiagent.envs.pixel_catch import random_catch_rate
 from .server_process import REPO, ServerProcess
 
 IMAGE = '{"type": "Box", "shape": [8, 8, 1], "dtype": "uint8", "low": 0, "high": 255}'
-CNN = '{"encoder": "cnn", "image_shape": [8, 8, 1], "conv": [[16, 3, 1], [32, 3, 1]], "dense": 128}'
 
 
 def train_and_play(tmp_path, space: str, model: str, env_steps: int, *client_flags: str) -> tuple[dict, dict]:
@@ -35,16 +35,6 @@ def train_and_play(tmp_path, space: str, model: str, env_steps: int, *client_fla
     played = json.loads(out.stdout.strip().splitlines()[-1])
     assert played["training_done"], played
     return summary, played
-
-
-@pytest.mark.slow
-def test_the_cnn_learns_to_catch_from_pixels(tmp_path) -> None:
-    random_rate = random_catch_rate(1000, seed=3)  # about 0.12
-    summary, played = train_and_play(tmp_path, IMAGE, CNN, 20000)
-    # The last 100 training episodes (sampled) and the greedy policy on 200 fresh balls, against random play.
-    assert summary["return_mean"] > 2 * random_rate - 1 + 1.0, (summary["return_mean"], random_rate)
-    # (0.895-0.955 measured over runs on a loaded machine; random play about 0.12)
-    assert played["greedy_catch_rate"] >= 0.85 > random_rate + 0.5, (played, random_rate)
 
 
 COMPOSITE = json.dumps({"type": "Dict", "spaces": {

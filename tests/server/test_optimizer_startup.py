@@ -1,4 +1,4 @@
-"""A learner is built without importing torch's compiler (server/learner/optimizer_startup.py), and
+"""A learner is built and checkpointed without importing torch's compiler (server/learner/optimizer_startup.py), and
 its optimizer still works: updates, checkpoints of its state, and a restore; torch's own Adam is
 left as it is."""
 
@@ -24,12 +24,15 @@ def test_a_learner_starts_without_torch_dynamo_and_its_optimizer_works() -> None
 
         learner = PPOLearner(box(-5, 5, (3,)), Discrete(2), PPOHyperparams(minibatch_size=64), seed=0)
         assert "torch._dynamo" not in sys.modules, "building a learner imported torch._dynamo"
-        state = learner.optimizer.state_dict()
+        state = learner.optimizer.state_dict()  # (the run's first checkpoint, written before it listens)
+        learner.optimizer.load_state_dict(state)
+        learner.optimizer.zero_grad()
+        assert "torch._dynamo" not in sys.modules, "checkpointing a learner imported torch._dynamo"
         assert builds_without_dynamo()
         assert isinstance(learner.optimizer, torch.optim.Adam)
         # torch's own optimizers keep their guard: only the learner's are built without it.
         assert torch.optim.Adam.add_param_group is torch.optim.Optimizer.add_param_group
-        learner.optimizer.load_state_dict(state)
+        assert torch.optim.Adam.state_dict is torch.optim.Optimizer.state_dict
         rng = np.random.default_rng(0)
         chunks = [EpisodeChunk(obs=rng.normal(size=(2, 3)).astype(np.float32), actions=np.array([1]),
                                rewards=np.array([1.0], np.float32), action_logp=np.array([-0.69], np.float32),
