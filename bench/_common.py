@@ -84,10 +84,11 @@ def child_env() -> dict[str, str]:
 
 def spawn(cmd: list[str], **kw: object) -> subprocess.Popen:
     """Start a child in its own process group (so its own children die with it)
-    and remember it for cleanup."""
+    and remember it for cleanup. It stays in this session: a new session would be a scheduling
+    autogroup of its own, with its own share of the CPU beside everything else on the machine."""
     kw.setdefault("env", child_env())
     kw.setdefault("cwd", str(REPO_ROOT))
-    proc = subprocess.Popen(cmd, start_new_session=True, **kw)  # type: ignore[call-overload]
+    proc = subprocess.Popen(cmd, process_group=0, **kw)  # type: ignore[call-overload]
     _children.append(proc)
     return proc
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
@@ -45,7 +46,10 @@ def browser():
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except StaleElementReferenceException:  # the page redrew what the predicate was reading: look again
+            value = None
         if value:
             return value
         time.sleep(0.2)
@@ -174,8 +178,10 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         bad.sock.close()
         # The curriculum panel shows the parameters; with the token a person changes one, a bad value
         # is refused naming why, and the change reaches the client with its next batch's answer.
-        params = lambda: {r.get_attribute("data-param"): r.find_elements(By.TAG_NAME, "td")[1].text  # noqa: E731
-                          for r in browser.find_elements(By.CSS_SELECTOR, "#curriculum-params tbody tr")}
+        # Read in one script: the panel is redrawn on every tick, so elements found one call earlier go stale.
+        params = lambda: browser.execute_script(  # noqa: E731
+            "const rows = document.querySelectorAll('#curriculum-params tbody tr');"
+            "return Object.fromEntries([...rows].map(r => [r.dataset.param, r.querySelectorAll('td')[1].innerText]));")
         assert wait_for(lambda: params() or None, what="the parameters") == {
             "gravity": "9.8", "pole_length": "uniform 0.4 to 0.6"}
         state = browser.find_element(By.ID, "curriculum-state").text

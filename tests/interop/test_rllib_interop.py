@@ -83,7 +83,7 @@ class Proc:
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.popen = subprocess.Popen(
             [str(c) for c in cmd], cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+            stdin=subprocess.DEVNULL, text=True, errors="replace", process_group=0,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
