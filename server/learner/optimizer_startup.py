@@ -24,10 +24,11 @@ GUARDED_METHODS = ("add_param_group", "state_dict", "load_state_dict", "zero_gra
 
 
 def _plain(name: str) -> Any:
-    """``Optimizer.<name>`` without its dynamo guard, or None if it is not the guard we know."""
+    """``Optimizer.<name>`` without its dynamo guard, or None if it is not the guard we know or Adam
+    has a method of its own by that name (which the plain base method must not replace)."""
     guard = vars(torch.optim.Optimizer).get(name)
     code = getattr(guard, "__code__", None)
-    if code is None or code.co_filename != torch._compile.__file__:
+    if code is None or code.co_filename != torch._compile.__file__ or getattr(torch.optim.Adam, name) is not guard:
         return None
     return getattr(guard, "__wrapped__", None)
 

@@ -163,10 +163,11 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
                           what="numbers in the legends")
         check_the_charts_read_at_a_glance(report)
         # The client appears with the weights version it acts with.
-        row = wait_for(lambda: next((r for r in browser.find_elements(By.CSS_SELECTOR, "#clients tbody tr")
-                                     if "console-test-cartpole" in r.text and " v" in r.text), None),
+        # (Texts, not elements, leave the predicates: the tables are redrawn on every message.)
+        row = wait_for(lambda: next((t for t in (r.text for r in browser.find_elements(By.CSS_SELECTOR, "#clients tbody tr"))
+                                     if "console-test-cartpole" in t and " v" in t), None),
                        what="the client's row")
-        assert "default_policy v" in row.text and "connected" in row.text
+        assert "default_policy v" in row and "connected" in row
         # A bad request shows in the error log with its code.
         bad = RawClient(server.port)
         bad.request({"type": "PING", "protocol_version": "1.3", "client_name": "bad-one"})
@@ -207,11 +208,17 @@ def test_the_console_in_a_browser(tmp_path: Path, browser) -> None:
         wait_for(lambda: any("set_param" in r.text and f"gravity = 12.5; parameter set {held.seq}" in r.text
                              for r in browser.find_elements(By.CSS_SELECTOR, "#errors tbody tr")), what="the event row")
         # A finished episode, clicked, shows its steps.
-        episode = wait_for(lambda: next(iter(browser.find_elements(By.CSS_SELECTOR, "#episodes .episode")), None),
-                           what="a finished episode")
-        episode.click()
-        rows = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#episode-detail table.steps tr"), what="its steps")
-        assert len(rows) >= 2 and rows[1].find_elements(By.TAG_NAME, "td")[3].text == "1"  # CartPole: reward 1 a step
+        def click_an_episode() -> bool:
+            episodes = browser.find_elements(By.CSS_SELECTOR, "#episodes .episode")
+            if episodes:
+                episodes[0].click()
+            return bool(episodes)
+
+        wait_for(click_an_episode, what="a finished episode")
+        rows = wait_for(lambda: browser.execute_script(
+            "return [...document.querySelectorAll('#episode-detail table.steps tr')]"
+            ".map(r => [...r.querySelectorAll('td')].map(c => c.innerText));"), what="its steps")
+        assert len(rows) >= 2 and rows[1][3] == "1", rows  # CartPole: reward 1 a step
         # Pause stops updates, resume restarts them.
         wait_for(lambda: "v1" in browser.find_element(By.ID, "summary").text or "v2" in browser.find_element(By.ID, "summary").text,
                  timeout=60, what="a first update")

@@ -37,6 +37,16 @@ def train_and_play(tmp_path, space: str, model: str, env_steps: int, *client_fla
     return summary, played
 
 
+def test_the_camera_only_example_trains_and_plays(tmp_path) -> None:
+    """examples/pixel_catch_client.py without --composite (the camera alone, the CNN with its own
+    image_shape): its images reach the learner and it plays greedy when training is done. (Whether
+    that camera is learned: the C++ SDK's test named in the module docstring, same game, same CNN.)"""
+    cnn = '{"encoder": "cnn", "image_shape": [8, 8, 1], "conv": [[16, 3, 1], [32, 3, 1]], "dense": 128}'
+    summary, played = train_and_play(tmp_path, IMAGE, cnn, 2000)
+    assert summary["env_steps"] >= 2000 and summary["weights_seq_no"] >= 1, summary
+    assert played["episodes"] > 0 and 0.0 <= played["greedy_catch_rate"] <= 1.0, played
+
+
 COMPOSITE = json.dumps({"type": "Dict", "spaces": {
     "camera": json.loads(IMAGE), "paddle": {"type": "Box", "shape": [8], "dtype": "float32", "low": 0, "high": 1}}})
 COMPOSITE_CNN = '{"encoder": "cnn", "conv": [[8, 3, 1], [16, 3, 1]], "dense": 64}'

@@ -79,9 +79,10 @@ def test_simple_tag_by_asymmetric_self_play_learns_on_both_sides(tmp_path) -> No
     chaser = str(tmp_path / "server-run" / "policy-chaser.onnx")
     runner = str(tmp_path / "server-run" / "policy-runner.onnx")
     # 500 episodes of 25 cycles each; a catch is worth 10 to every chaser, so the standard error of a
-    # difference of two means is about 0.9. Measured after 30k env steps (seeds 0-2, 200 episodes):
-    # chasers 8.8-10.25 trained vs 4.8-5.6 random (margins 3.2-5.0), runner -13.4..-11.3 trained vs
-    # -18.0..-17.2 random (margins 3.8-6.3). After 40k the margins were no larger (3.95-8.25, 3.6-5.4).
+    # difference of two means is about 0.9. Measured after 30k env steps, server seeds 3-6 with 500
+    # episodes: chasers 8.9-10.4 trained vs 5.4-6.4 random (margins 3.5-4.0), runner -13.5..-11.8
+    # trained vs -18.2..-17.2 random (margins 4.2-5.8); seeds 0-2 with 200 episodes: margins 3.2-5.0
+    # and 3.8-6.3. (After 40k, two seeds: 3.95 and 8.25, 5.4 and 3.6: not reliably larger.)
     trained = play("simple_tag", "simple_tag.toml", 500, 5, chaser=chaser, runner=runner)
     random_chasers = play("simple_tag", "simple_tag.toml", 500, 5, chaser="random", runner=runner)
     random_runner = play("simple_tag", "simple_tag.toml", 500, 5, chaser=chaser, runner="random")

@@ -31,8 +31,8 @@ def test_a_learner_starts_without_torch_dynamo_and_its_optimizer_works() -> None
         assert builds_without_dynamo()
         assert isinstance(learner.optimizer, torch.optim.Adam)
         # torch's own optimizers keep their guard: only the learner's are built without it.
-        assert torch.optim.Adam.add_param_group is torch.optim.Optimizer.add_param_group
-        assert torch.optim.Adam.state_dict is torch.optim.Optimizer.state_dict
+        for name in ("add_param_group", "state_dict", "load_state_dict", "zero_grad"):
+            assert getattr(torch.optim.Adam, name) is getattr(torch.optim.Optimizer, name), name
         rng = np.random.default_rng(0)
         chunks = [EpisodeChunk(obs=rng.normal(size=(2, 3)).astype(np.float32), actions=np.array([1]),
                                rewards=np.array([1.0], np.float32), action_logp=np.array([-0.69], np.float32),
