@@ -47,6 +47,19 @@ from .messages import (
 _CLOSING_CODES = frozenset(code.value for code in ErrorCode if code.closes_connection)
 
 
+def run_id_of(pong: dict[str, Any]) -> str | None:
+    """**[1.8]** The server run a PONG names (§7.2); None when it names none (an older server)."""
+    run_id = pong.get("run_id")
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def from_another_run(acted_in: str | None, connected_to: str | None) -> bool:
+    """**[1.8]** Whether steps acted with weights learned on a connection to run ``acted_in`` were
+    acted with another run's weights than those of ``connected_to`` (§6.5): only when both are
+    known and differ. Their weights versions name other weights there; they are dropped, not sent."""
+    return acted_in is not None and connected_to is not None and acted_in != connected_to
+
+
 class ServerState(Enum):
     AWAITING_AUTH = "AWAITING_AUTH"
     READY = "READY"
@@ -93,8 +106,11 @@ class ServerConnection:
         auth_token: str | None = None,
         server_name: str = "tether",
         pre_auth_max_frame_bytes: int = DEFAULT_PRE_AUTH_MAX_FRAME_BYTES,
+        run_id: str | None = None,
     ) -> None:
         self._max_frame_bytes = max_frame_bytes
+        #: **[1.8]** The server run's id, sent in PONG (None: not sent).
+        self._run_id = run_id
         self._auth_token = auth_token.encode("utf-8", "surrogatepass") if auth_token else None
         self._server_name = server_name
         self.state = ServerState.AWAITING_AUTH if auth_token else ServerState.READY
@@ -219,7 +235,10 @@ class ServerConnection:
 
     def pong(self) -> dict[str, Any]:
         """The PONG for an accepted PING (extension fields are ignored by v1 clients)."""
-        return {"type": MessageType.PONG.value, "protocol_version": PROTOCOL_VERSION, "server": self._server_name}
+        pong = {"type": MessageType.PONG.value, "protocol_version": PROTOCOL_VERSION, "server": self._server_name}
+        if self._run_id is not None:
+            pong["run_id"] = self._run_id
+        return pong
 
     @staticmethod
     def framing_error_frame(error: RemoteProtocolError) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tether.protocol.connection import from_another_run, run_id_of
 from tether.protocol.env_params import EnvParams, EnvParamsError, draw_all, measure_value
 from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.action_mask import ActionMask
@@ -155,6 +156,12 @@ class BaseClient:
         #: PONG and SET_CONFIG of the connection whose state is applied.
         self.server_info: dict[str, Any] = {}
         self.server_config: dict[str, Any] = {}
+        #: **[1.8]** The server run of that connection (PONG run_id; None: not named), and whether it
+        #: is another run than the connection's before (§6.5).
+        self._run_id: str | None = None
+        self._run_changed = False
+        #: **[1.8]** Recorded steps not cut yet that were let go at a reconnect to another server run.
+        self._other_run_unsent_dropped = 0
         self._steps_per_sample = 500
         #: Agent steps delivered to the server (stored, or answered as a duplicate).
         self.agent_steps_sent = 0
@@ -210,6 +217,13 @@ class BaseClient:
 
     def _count_sent(self, batch: Batch) -> None:
         self.agent_steps_sent += batch.agent_steps
+
+    @property
+    def other_run_steps_dropped(self) -> int:
+        """**[1.8]** Agent steps not sent because they were acted with the weights of another server
+        run (the server restarted without resuming, §6.5): those not cut yet when the engine learnt of
+        the new run, and those of batches cut before it."""
+        return self._other_run_unsent_dropped + self.link.other_run_steps_dropped
 
     # -- connection facts ------------------------------------------------------------
 
@@ -285,6 +299,10 @@ class BaseClient:
                 raise event[1]
             if kind == "connected":
                 self.server_info, self.server_config = event[1], event[2]
+                run_id = run_id_of(self.server_info)
+                #: **[1.8]** Whether this connection reached another server run than the last one (§6.5).
+                self._run_changed = from_another_run(self._run_id, run_id)
+                self._run_id = run_id
                 self._raw_box_samples = self.link.speaks_1_3
                 self._steps_per_sample = int(self.server_config.get("env_steps_per_sample", 500))
                 self._on_connected()
@@ -296,7 +314,9 @@ class BaseClient:
                 self.env_params = event[1]
             elif kind == "batch":
                 batch = event[1]
-                if batch.error is not None:
+                if batch.other_run:
+                    pass  # (acted with another run's weights: not sent, counted by the link, §6.5)
+                elif batch.error is not None:
                     errors.append(batch.error)
                     # The rest of a refused batch's episodes is not sent either: the
                     # server must not take a fragment for a whole episode.

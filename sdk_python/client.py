@@ -164,13 +164,27 @@ class TetherClient(BaseClient):
             self.stop_demonstrations()  # (its header's spaces are no longer the episodes', §18)
             self.policy = None
             self.weights_seq_no = None
-            self._finished.clear()
             self._evaluation = None
-            for episode in self._episodes.values():
-                episode.state = None  # (a state of another model: the next step starts from zeros)
-                if episode.training_enabled:
-                    episode.drop_unsent()
-            self._pending_steps = 0
+            self._drop_unsent_steps()
+        elif self._run_changed:
+            # **[1.8]** Another server run (§6.5): the steps not cut yet were acted with weights whose
+            # versions name other weights in this run. They are dropped and counted; the model stays
+            # until this connection's replaces it (it comes with the connection).
+            self._other_run_unsent_dropped += self._drop_unsent_steps()
+
+    def _drop_unsent_steps(self) -> int:
+        """Let go of every training episode's steps not cut yet (the open episodes go on, each
+        one's next chunk starting from its next observation; the ended ones send nothing) and
+        start recurrent states from zeros; returns how many steps went."""
+        dropped = sum(e.pending_steps for e in self._finished) + sum(
+            e.pending_steps for e in self._episodes.values() if e.training_enabled)
+        self._finished.clear()
+        for episode in self._episodes.values():
+            episode.state = None  # (a state of another model: the next step starts from zeros)
+            if episode.training_enabled:
+                episode.drop_unsent()
+        self._pending_steps = 0
+        return dropped
 
     def _apply_state(self, prepared: tuple[Any, OnnxPolicy | None]) -> None:
         seq, policy = prepared

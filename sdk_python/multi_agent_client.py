@@ -173,6 +173,13 @@ class MultiAgentClient(BaseClient):
         # describes it: then it has none (NotReadyError) until one comes. Its steps recorded under
         # the old spaces, or with critic rows laid out for other agents, and not cut yet no longer
         # fit: they are dropped (§6.5), so that the other modules' steps still go (as in every SDK).
+        if self._run_changed:
+            # **[1.8]** Another server run (§6.5): every module's steps not cut yet were acted with
+            # weights whose versions name other weights in this run; they go (counted), and recurrent
+            # states start from zeros. Each model stays until this connection's replaces it.
+            self._other_run_unsent_dropped += self._pending_unsent()
+            for module_id in self.modules:
+                self._drop_unsent_steps_of(module_id, reset_states=True)
         for module_id, old in self.modules.items():
             new = modules.get(module_id)
             # (**[1.5]** a model with another recurrent state cannot continue the states kept: §12.4)
@@ -210,9 +217,13 @@ class MultiAgentClient(BaseClient):
             episode.finished = [actor for actor in episode.finished if actor.module_id != module_id]
         self._recount_pending()
 
+    def _pending_unsent(self) -> int:
+        """Recorded steps of training episodes not cut yet (those of actors that left included)."""
+        return sum(a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled
+                   for a in (*e.actors.values(), *e.finished))
+
     def _recount_pending(self) -> None:
-        self._pending_steps = sum(a.recorder.pending_steps for e in self._episodes.values() if e.training_enabled
-                                  for a in (*e.actors.values(), *e.finished))
+        self._pending_steps = self._pending_unsent()
 
     def _apply_state(self, prepared: dict[str, tuple[int, OnnxPolicy | None]]) -> None:
         for module_id, (seq, policy) in prepared.items():

@@ -43,6 +43,7 @@ from tether.protocol.errors import (
     VersionMismatchError,
     server_error_from_message,
 )
+from tether.protocol.connection import from_another_run, run_id_of
 from tether.protocol.env_params import EnvParamsError, parse_env_params
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
 from tether.protocol.spaces import Space, is_composite, leaf_arrays, space_from_json
@@ -95,6 +96,8 @@ class Batch:
     forms: dict[str | None, Any] | None = None
     #: Cut with no records on purpose (its episodes held back, §13.2): it is sent all the same.
     empty: bool = False
+    #: **[1.8]** Not sent: its steps were acted with another server run's weights (§6.5).
+    other_run: bool = False
 
 
 def _agent_steps(record: dict[str, Any]) -> int:
@@ -196,6 +199,10 @@ class ServerLink:
         self.reconnects = 0
         #: Connections made (the engine thread counts the same ones as they are announced).
         self.connections = 0
+        #: **[1.8]** The run_id each connection's PONG named (None: none), connection 1 first.
+        self._run_ids: list[str | None] = []
+        #: **[1.8]** Agent steps of batches not sent because they were acted with another run's weights (§6.5).
+        self.other_run_steps_dropped = 0
         #: Batches dropped because the queue was full, and their steps.
         self.batches_dropped = 0
         #: **[1.6]** Logged steps let go because the server was older than 1.6 (§15).
@@ -639,8 +646,29 @@ class ServerLink:
         self._env_params_seq = 0  # a new connection was sent no parameter set (a restarted server reuses seqs)
         state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
         prepared = self._prepare_state(config, state)
+        self._run_ids.append(run_id_of(info))
         self.connections += 1
         self._post("connected", info, config, prepared)
+
+    def run_of(self, connection: int | None) -> str | None:
+        """**[1.8]** The run that connection ``connection`` (1, 2, ...) reached, if its PONG named one."""
+        if connection is None or not 1 <= connection <= len(self._run_ids):
+            return None
+        return self._run_ids[connection - 1]
+
+    def _drop_other_run(self, batch: Batch) -> None:
+        """**[1.8]** ``batch`` was cut under another server run than this connection's: its versions
+        name other weights here and its action_logp no model of this run explains (§6.5). It is
+        let go, counted, and answered to the engine as not sent; its episodes go on."""
+        with self._changed:
+            self._in_flight = None
+            batch.other_run = True
+            batch.done = True
+            self.other_run_steps_dropped += batch.agent_steps
+            self._post_locked(("batch", batch))
+            self._changed.notify_all()
+        logger.warning("tether: %d agent steps not sent: they were acted with the weights of another server run "
+                       "(the server restarted without resuming)", batch.agent_steps)
 
     def observation_forms(self) -> dict[str | None, Space]:
         """The modules (None: the single-agent space) whose observations are not sent as plain JSON
@@ -793,6 +821,9 @@ class ServerLink:
         batch.episodes = kept
 
     def _send_batch(self, batch: Batch) -> None:
+        if from_another_run(self.run_of(batch.connection), self.run_of(self.connections)):
+            self._drop_other_run(batch)
+            return
         if batch.seq is None:
             batch.seq = self._next_seq
             self._next_seq += 1

@@ -34,12 +34,14 @@ COUNTERS = ("updates", "env_steps_received", "agent_steps_received", "agent_step
 
 def checkpoint_state(modules: dict[str, ModuleRuntime], metrics: Metrics, dedup: BatchDedup, config: ServerConfig,
                      pool: SamplePool, journal: PoolJournal | None, self_play: SelfPlay | None = None,
-                     curriculum: Curriculum | None = None) -> dict[str, Any]:
+                     curriculum: Curriculum | None = None, run_id: str | None = None) -> dict[str, Any]:
     """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
     and a new journal generation, from which a resume replays what came after; with
-    self-play, its snapshots' bookkeeping and ratings (their weights are modules)."""
+    self-play, its snapshots' bookkeeping and ratings (their weights are modules); the
+    run's id (PONG run_id, §7.2), which a resume keeps."""
     metrics.batches_duplicate = dedup.duplicates
     return {
+        "run_id": run_id,
         "self_play": self_play.state() if self_play is not None else None,
         "curriculum": curriculum.state() if curriculum is not None else None,
         "format": FORMAT,
@@ -68,8 +70,9 @@ def write_checkpoint(state: dict[str, Any], path: str | Path, journal: PoolJourn
 
 def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Metrics, dedup: BatchDedup,
                        pool: SamplePool, self_play: SelfPlay | None = None,
-                       curriculum: Curriculum | None = None) -> int | None:
-    """Load a checkpoint; returns the journal generation to replay from (None: it predates the journal)."""
+                       curriculum: Curriculum | None = None) -> tuple[int | None, str | None]:
+    """Load a checkpoint; returns the journal generation to replay from (None: it predates the journal)
+    and the run's id (None: the checkpoint predates run ids)."""
     state = load_checkpoint(path)
     if curriculum is not None and state.get("curriculum") is not None:
         curriculum.load_state(state["curriculum"])
@@ -101,7 +104,8 @@ def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Me
     if steps := sum(pool_again(entry.items, modules, pool) for entry in entries):
         print(f"[tether] resumed with {steps} agent steps in the pool", flush=True)
     generation = state.get("journal_generation")
-    return None if generation is None else int(generation)
+    run_id = state.get("run_id")
+    return None if generation is None else int(generation), run_id if isinstance(run_id, str) else None
 
 
 def pool_again(items: list[Pooled], modules: dict[str, ModuleRuntime], pool: SamplePool) -> int:

@@ -84,7 +84,8 @@ class RLlinkService:
     def connected(self, session: ClientSession) -> ServerConnection:
         """A transport accepted a connection (within its limits): its protocol state machine."""
         connection = ServerConnection(self.config.max_frame_bytes, self.config.auth_token,
-                                      pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes)
+                                      pre_auth_max_frame_bytes=self.config.pre_auth_max_frame_bytes,
+                                      run_id=self.trainer.run_id)
         self.trainer.metrics.clients_connected += 1
         if self.observer is not None:
             self.observer.connected(session.id, session.peer)

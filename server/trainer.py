@@ -20,6 +20,7 @@ import asyncio
 import math
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Hashable
@@ -78,6 +79,9 @@ class Trainer:
         self.self_play: SelfPlay | None = None
         if layout.self_play is not None:
             self._first_snapshots()  # (before a resume, which restores the checkpoint's, and its first checkpoint)
+        #: This run's id, sent in every PONG (§7.2): new for a new run, the checkpoint's for a resumed one.
+        #: Weights versions of two runs are not comparable; a client drops the steps it acted with another's.
+        self.run_id = uuid.uuid4().hex
         #: Every stored batch is written here before it is answered (see pool_journal).
         self.journal: PoolJournal | None = None
         self._resume_and_open_journal()
@@ -121,8 +125,9 @@ class Trainer:
         if config.resume:
             journal_from = 0
             if Path(config.resume).exists():
-                journal_from = checkpoints.restore_checkpoint(config.resume, self.modules, self.metrics, self.dedup,
-                                                              self.pool, self.self_play, self.curriculum)
+                journal_from, run_id = checkpoints.restore_checkpoint(
+                    config.resume, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum)
+                self.run_id = run_id or self.run_id
                 self.metrics.weights_seq_no = self.weights_seq_no
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
@@ -371,7 +376,7 @@ class Trainer:
         """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
         and a new journal generation, from which a resume replays what came after."""
         return checkpoints.checkpoint_state(self.modules, self.metrics, self.dedup, self.config, self.pool,
-                                            self.journal, self.self_play, self.curriculum)
+                                            self.journal, self.self_play, self.curriculum, self.run_id)
 
     async def _checkpoint_in_learner_thread(self) -> Path:
         # Taken on the loop (the pool and the journal's generation agree), written beside it.

@@ -1234,6 +1234,11 @@ def connection_cases() -> list[dict]:
              send({"type": "PING"}, "PONG")),
         case("nesting_64_levels_read", {},
              {"send_hex": frame('{"type": "PING", "x": ' + "[" * 63 + "]" * 63 + "}").hex(), "expect": "PONG"}),
+        # 1.8: every PONG of one run names it, on every connection (§7.2).
+        case("pong_names_the_run", {},
+             send({"type": "PING", "protocol_version": "1.8"}, "PONG", present=["run_id"]), RECONNECT,
+             send({"type": "PING", "protocol_version": "1.8"}, "PONG", same_answer_as=0),
+             send({"type": "PING"}, "PONG", same_answer_as=0)),
         case("too_many_connections", {"max_connections": 1},
              send({"type": "PING"}, "PONG"),
              {"extra_connection": {"wait_unsolicited": "ERROR:TOO_MANY_CONNECTIONS", "within_s": 5,
@@ -1313,6 +1318,27 @@ def client_pairing_cases() -> list[dict]:
         case("unsolicited_response", [], [{"type": "PONG"}]),
         case("wrong_response_type", ["PING"], [state]),
         case("response_for_episodes", ["EPISODES"], [state]),
+    ]
+
+
+def run_id_cases() -> list[dict]:
+    """1.8: whether steps whose versions were learned on a connection to run ``acted_in`` are sent on a
+    connection to run ``connected_to`` (§6.5): dropped only when both runs are named and differ.
+    Values are PONG's ``run_id`` members as received (null: absent); one that is not a non-empty
+    string counts as absent (§7.2)."""
+    def case(name: str, acted_in: object, connected_to: object, send: bool) -> dict:
+        return {"name": name, "acted_in": acted_in, "connected_to": connected_to, "send": send}
+
+    run_a, run_b = "5f0c8e2a9b7d4c1e8f3a6b2d9c0e7f41", "0b9d27c4e1f64a3c9e8d7b6a5f4e3d21"
+    return [
+        case("same_run_sent", run_a, run_a, True),
+        case("another_run_dropped", run_a, run_b, False),
+        case("compared_exactly", "run-A", "run-a", False),
+        case("new_server_names_no_run_sent", run_a, None, True),
+        case("old_server_named_no_run_sent", None, run_b, True),
+        case("neither_names_a_run_sent", None, None, True),
+        case("empty_string_is_absent", "", run_b, True),
+        case("non_string_is_absent", 7, run_b, True),
     ]
 
 
@@ -1736,6 +1762,7 @@ def main() -> None:
         "connection.json": connection_cases(),
         "counting.json": counting_cases(),
         "client_pairing.json": client_pairing_cases(),
+        "run_ids.json": run_id_cases(),
         "groups.json": group_cases(),
         "value_obs.json": value_obs_cases(),
         "composite.json": composite_cases(),
@@ -1750,7 +1777,7 @@ def main() -> None:
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.7", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.8", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 

@@ -409,6 +409,15 @@ def test_client_pairing_vector(case: dict) -> None:
     assert [None if request is None else request.value for request, _ in pairs] == case["pairs"]
 
 
+@pytest.mark.parametrize("case", cases("run_ids.json"), ids=ids(cases("run_ids.json")))
+def test_run_ids_vector(case: dict) -> None:
+    """**[1.8]** Steps acted under one run are sent on a connection to another only when either names none."""
+    from tether.protocol.connection import from_another_run, run_id_of
+
+    acted_in, connected_to = run_id_of({"run_id": case["acted_in"]}), run_id_of({"run_id": case["connected_to"]})
+    assert (not from_another_run(acted_in, connected_to)) == case["send"]
+
+
 def test_a_body_whose_tensors_read_the_same_bytes_twice_is_refused() -> None:
     """§10.9: a body's tensors refer to at most as many bytes as its attachment holds (else one small
     body could make the server hold its attachment many times over)."""
