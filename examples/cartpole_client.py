@@ -6,7 +6,9 @@ from the local ONNX model, experience goes to the server.
 
 A client survives a server outage of up to --reconnect-timeout seconds (the
 engine keeps playing with its current model meanwhile) and prints one JSON
-line when it stops: {"client", "env_steps_sent", "reconnects", "stopped_by"}.
+line when it stops: {"client", "env_steps_sent", "reconnects", "other_run_steps_dropped",
+"stopped_by"}. A server restarted without resuming is a new run: the steps played with the old
+run's model are not sent (other_run_steps_dropped) and play goes on with the new run's.
 
 ``--no-velocities`` plays CartPole with the cart's and the pole's velocities removed from the
 observation (position and angle only, as RLlib's stateless CartPole): a policy needs memory to
@@ -78,6 +80,7 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
     finally:
         if client is not None:
             print(json.dumps({"client": seed, "env_steps_sent": client.env_steps_sent, "reconnects": client.reconnects,
+                              "other_run_steps_dropped": client.other_run_steps_dropped,
                               "stopped_by": stopped_by}), flush=True)
             client.close()
 

@@ -1,6 +1,9 @@
 """examples/cartpole_client.py survives the outage it advertises: a real
 ``tether serve`` is killed and a new one starts on the same port about 4 s
-later, inside the default --reconnect-timeout of 5 s."""
+later, inside the default --reconnect-timeout of 5 s. The new server is a new
+run (no --resume): the steps the example played with the old run's model during
+the outage are not sent to it (their versions name other weights there, and its
+behaviour-logp check would refuse their batch, §6.5)."""
 
 from __future__ import annotations
 
@@ -85,5 +88,7 @@ def test_cartpole_example_survives_a_server_restart_within_its_advertised_outage
                 proc.kill()
         first.kill()
     assert report["stopped_by"] == "interrupted" and report["reconnects"] >= 1
+    assert report["other_run_steps_dropped"] > 0, "the steps played during the outage were the old run's"
+    assert not any("ACTION_LOGP_MISMATCH" in line for line in example_out.lines + second_out.lines)
     summary = json.loads(second_summary.read_text())
     assert summary["env_steps"] >= 1000 and summary["updates"] >= 1

@@ -44,11 +44,16 @@ def test_checkpoint_round_trip_and_resume_of_a_missing_path(tmp_path, capsys) ->
     resumed = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(path)), build_layout(config))
     assert resumed.weights_seq_no == 7 and resumed.metrics.agent_steps_received == 123
     assert resumed.dedup.state() == {"s-1": 4}
+    # [1.8] A resumed run is the same run (its versions continue): PONG names it alike (§7.2).
+    assert resumed.run_id == trainer.run_id and len(trainer.run_id) == 32
 
     missing = tmp_path / "not-yet" / "checkpoint.pt"
     fresh = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(missing)), build_layout(config))
     assert fresh.weights_seq_no == 0
     assert "no checkpoint there yet; starting fresh" in capsys.readouterr().out
+    # A new run, in the same log folder or not, is another run: its versions count from 0 again.
+    again = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path)), build_layout(config))
+    assert len({trainer.run_id, fresh.run_id, again.run_id}) == 3
 
 
 def test_a_metrics_failure_never_stops_checkpoints(tmp_path, capsys) -> None:
