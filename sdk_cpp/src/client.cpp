@@ -102,10 +102,14 @@ void TetherClient::on_connected(LinkEvent& event) {
   record_action_buffer_.resize(config_->action_space.flat_dim());
   env_action_buffer_.resize(config_->action_space.flat_dim());
   leaf_row_.resize(config_->observation_space.flat_dim());
-  if (spaces_changed || state_changed) drop_for_new_spaces();
-  if (spaces_changed || state_changed) {  // (other spaces, too, make another model)
-    for (auto& entry : episodes_) entry.second.state.clear();
-    evaluating_ = false;
+  if (spaces_changed || state_changed) {
+    drop_for_new_spaces();
+  } else if (run_changed_) {
+    // [1.8] Another server run (§6.5): the steps not cut yet were acted with
+    // weights whose versions name other weights in this run. They are
+    // dropped and counted, as for other spaces; the model stays until this
+    // connection's replaces it (it comes with the connection, just below).
+    other_run_unsent_dropped_.fetch_add(drop_unsent_steps(), std::memory_order_relaxed);
   }
   apply_policy(std::move(event.policy), event.weights_seq_no, event.connection);
 }
@@ -115,6 +119,7 @@ void TetherClient::on_state(LinkEvent& event) {
 }
 
 void TetherClient::on_batch_done(LinkEvent& event) {
+  if (event.batch->other_run) return;  // [1.8] acted with another run's weights: not sent, counted by the link (§6.5)
   if (!event.batch->error.ok()) {
     report(event.batch->error);
     // The rest of a refused batch's episodes is not sent either: the server
@@ -153,12 +158,26 @@ void TetherClient::end_training() {
 void TetherClient::drop_for_new_spaces() {
   // The model cannot serve the new spaces (NOT_READY until this connection's
   // arrives, usually in the same handshake), and the steps not cut yet do not
-  // fit them: they are dropped, as every SDK does. The open episodes go on,
-  // each one's next chunk starting from its next observation; the ended ones
-  // not cut yet send nothing.
+  // fit them: they are dropped, as every SDK does.
   link_->retire(std::move(policy_));  // destroyed on the I/O thread
   policy_ = nullptr;
   weights_seq_no_.reset();
+  drop_unsent_steps();
+  ++space_changes_;
+}
+
+std::size_t TetherClient::drop_unsent_steps() {
+  // Every training episode's steps not cut yet go: the open episodes go on,
+  // each one's next chunk starting from its next observation; the ended ones
+  // not cut yet send nothing. [1.5] Every recurrent state (the evaluation
+  // episode's too) starts again from zeros: it is another model's.
+  std::size_t dropped = 0;
+  for (const Episode& episode : finished_) {
+    if (episode.training) dropped += episode.action_rows;
+  }
+  for (const auto& entry : episodes_) {
+    if (entry.second.training) dropped += entry.second.action_rows;
+  }
   for (Episode& episode : finished_) recycle(std::move(episode));
   finished_.clear();
   for (auto& entry : episodes_) {
@@ -171,8 +190,10 @@ void TetherClient::drop_for_new_spaces() {
     episode.logged.clear();
     episode.obs_rows = episode.action_rows = 0;
   }
+  for (auto& entry : episodes_) entry.second.state.clear();
+  evaluating_ = false;
   pending_steps_ = 0;
-  ++space_changes_;
+  return dropped;
 }
 
 void TetherClient::forget_episodes(const std::set<std::string>& ids) {
@@ -747,6 +768,7 @@ void TetherClient::send_batch(bool even_empty) {
   held_steps_ = 0;
   if (batch->chunks.empty() && !batch->even_empty) return;
   for (const EpisodeChunk& chunk : batch->chunks) batch->env_steps += static_cast<std::int64_t>(chunk.steps());
+  batch->connection = connection_;  // [1.8] its steps' versions were learned on it (§6.5)
   // The claim: the oldest version of the steps cut (§7.6); steps of unknown
   // version claim none; a batch without steps, the version held.
   if (!oldest && batch->chunks.empty() && weights_seq_no_) oldest = Stamp(weights_connection_, *weights_seq_no_);

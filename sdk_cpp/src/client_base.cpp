@@ -4,6 +4,7 @@
 #include <random>
 
 #include "rows.h"
+#include "tether/session.h"
 
 namespace tether {
 
@@ -134,10 +135,15 @@ void ClientBase::sync() {
         }
         break;
       // The rest is each client's own.
-      case LinkEvent::Kind::kConnected:
+      case LinkEvent::Kind::kConnected: {
+        // [1.8] Whether this connection reached another server run than the last one (§6.5).
+        std::optional<std::string> run = run_id_of(event.config->server_info);
+        run_changed_ = from_another_run(run_id_, run);
+        run_id_ = std::move(run);
         on_connected(event);
         params_changed |= take_env_params(event);
         break;
+      }
       case LinkEvent::Kind::kState:
         on_state(event);
         params_changed |= take_env_params(event);

@@ -557,6 +557,18 @@ void MultiAgentClient::apply_models(LinkEvent& event) {
 
 void MultiAgentClient::on_connected(LinkEvent& event) {
   take_connection(event);
+  if (run_changed_) {
+    // [1.8] Another server run (§6.5): every module's steps not cut yet were
+    // acted with weights whose versions name other weights in this run; they
+    // go (counted), as for a module whose spaces changed, and recurrent states
+    // start from zeros. Each model stays until this connection's replaces it.
+    recount_pending();
+    other_run_unsent_dropped_.fetch_add(pending_steps_, std::memory_order_relaxed);
+    for (auto& entry : modules_) {
+      reset_states_of(*entry.second);
+      drop_rows_of(*entry.second);
+    }
+  }
   // Modules are kept (actors point at them). Each acts with its model
   // until the new connection's arrives, as TetherClient does, unless its
   // spaces changed (that model cannot serve them) or the server no
@@ -671,6 +683,7 @@ void MultiAgentClient::on_state(LinkEvent& event) {
 
 void MultiAgentClient::on_batch_done(LinkEvent& event) {
   reclaim(std::move(event.batch->record_source));  // (done: the I/O thread no longer touches it)
+  if (event.batch->other_run) return;  // [1.8] acted with another run's weights: not sent, counted by the link (§6.5)
   if (!event.batch->error.ok()) {
     report(event.batch->error);
     // The rest of a refused batch's episodes is not sent either.
@@ -2259,6 +2272,7 @@ void MultiAgentClient::send_batch(bool even_empty) {
     batch->record_source = std::move(steps);
   }
   batch->env_steps = env_steps;
+  batch->connection = connection_;  // [1.8] its steps' versions were learned on it (§6.5)
   // The claims (§7.6): per module, the oldest version its steps used; a
   // module without steps here reports the version it holds.
   std::map<std::string, std::int64_t> claims;

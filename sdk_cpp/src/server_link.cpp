@@ -823,6 +823,7 @@ Status ServerLink::handshake() {
   Exchange state = exchange(state_request(true), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (state.outcome != Outcome::kAnswer) return state.status;
   ++connection_number_;
+  io_run_ids_.push_back(run_id_of(config->server_info));  // [1.8] the run it reached, if its PONG named one
   LinkEvent event;
   event.kind = LinkEvent::Kind::kConnected;
   event.config = config;
@@ -1178,7 +1179,33 @@ void ServerLink::encode_records(Batch& batch, const LinkConfig& config) {
   }
 }
 
+// [1.8] The run that connection `connection` (1, 2, ...) reached, when its PONG named one.
+const std::optional<std::string>& ServerLink::run_of(std::int64_t connection) const noexcept {
+  static const std::optional<std::string> kNoRun;
+  if (connection < 1 || connection > static_cast<std::int64_t>(io_run_ids_.size())) return kNoRun;
+  return io_run_ids_[static_cast<std::size_t>(connection - 1)];
+}
+
+// [1.8] `batch` was cut under another server run than this connection's
+// (§6.5): its versions name other weights here, and no model of this run
+// explains its action_logp. It is let go unsent (not counted as sent, no
+// error), its agent steps counted, and the engine hears of it with a kBatch
+// event (batch->other_run); its episodes go on. Its data is freed here, on
+// the I/O thread; an unbuilt multi-agent batch's rows go back to the client
+// with the event (record_source), as those of any batch done.
+void ServerLink::drop_other_run(const std::shared_ptr<Batch>& batch) {
+  batch->other_run = true;
+  other_run_steps_dropped_.fetch_add(static_cast<std::uint64_t>(batch->queue_steps()));
+  finish_batch(batch, Status::Ok(), nullptr);
+}
+
 Status ServerLink::send_batch(const std::shared_ptr<Batch>& batch) {
+  // [1.8] Steps acted with another server run's weights are never sent, not
+  // even again after a reconnect (§6.5); checked on every attempt.
+  if (from_another_run(run_of(batch->connection), run_of(connection_number_))) {
+    drop_other_run(batch);
+    return Status::Ok();
+  }
   const LinkConfig& config = *config_;
   if (batch->seq == 0) {
     batch->seq = next_seq_++;

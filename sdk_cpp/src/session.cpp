@@ -5,6 +5,17 @@
 
 namespace tether {
 
+std::optional<std::string> run_id_of(const nlohmann::json& pong) {
+  const std::string* run_id = detail::string_member(pong, "run_id");
+  if (run_id == nullptr || run_id->empty()) return std::nullopt;
+  return *run_id;
+}
+
+bool from_another_run(const std::optional<std::string>& acted_in,
+                      const std::optional<std::string>& connected_to) noexcept {
+  return acted_in.has_value() && connected_to.has_value() && *acted_in != *connected_to;
+}
+
 Status ClientConnection::send(const nlohmann::json& message, std::string& out) {
   return send_body(message, nullptr, out);
 }
@@ -103,8 +114,11 @@ nlohmann::json ServerEvent::error_message() const {
   return out;
 }
 
-nlohmann::json ServerConnection::pong(std::string_view server_name) {
-  return {{"type", "PONG"}, {"protocol_version", std::string(kProtocolVersion)}, {"server", std::string(server_name)}};
+nlohmann::json ServerConnection::pong(std::string_view server_name, std::string_view run_id) {
+  nlohmann::json out = {
+      {"type", "PONG"}, {"protocol_version", std::string(kProtocolVersion)}, {"server", std::string(server_name)}};
+  if (!run_id.empty()) out["run_id"] = std::string(run_id);
+  return out;
 }
 
 namespace {

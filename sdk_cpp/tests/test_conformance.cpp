@@ -49,7 +49,8 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "multi_agent_episodes.json", "groups.json", "value_obs.json",
                                              "client_pairing.json", "session.json", "tensors.json",
                                              "composite.json", "recurrent.json", "logged.json",
-                                             "demonstrations.json", "rewards.json", "env_params.json"};
+                                             "demonstrations.json", "rewards.json", "env_params.json",
+                                             "run_ids.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -844,6 +845,22 @@ TEST(Conformance, Demonstrations) {
     }
   });
   EXPECT_TRUE(kinds.count("write"));
+}
+
+// [1.8] Server runs (§6.5, §7.2): the run_id of the connection on which
+// steps' versions were learned (acted_in) and that of the connection now
+// (connected_to), each as PONG's member was received (null: absent) ->
+// whether the steps are sent, or dropped as another run's.
+TEST(Conformance, RunIds) {
+  run_cases("run_ids.json", [](const json& file, const json& c) {
+    EXPECT_EQ(file.value("version", json()), "1.8");
+    EXPECT_EQ(file.value("version", json()), std::string(kProtocolVersion));
+    const std::optional<std::string> acted_in = run_id_of(json{{"type", "PONG"}, {"run_id", c["acted_in"]}});
+    const std::optional<std::string> connected_to = run_id_of(json{{"type", "PONG"}, {"run_id", c["connected_to"]}});
+    EXPECT_EQ(!from_another_run(acted_in, connected_to), c["send"].get<bool>());
+    // A member left out is absent too.
+    if (c["acted_in"].is_null()) EXPECT_EQ(run_id_of(json{{"type", "PONG"}}), acted_in);
+  });
 }
 
 TEST(Conformance, ClientPairing) {

@@ -80,7 +80,26 @@ TEST(Session, ServerHandshake) {
   ServerEvent bad = server.handle_body("{");
   EXPECT_EQ(bad.refusal.code(), ErrorCode::kInvalidJson);
   EXPECT_FALSE(bad.error_message().contains("request"));
-  EXPECT_EQ(ServerConnection::pong()["protocol_version"], "1.7");
+  EXPECT_EQ(ServerConnection::pong()["protocol_version"], "1.8");
+  EXPECT_FALSE(ServerConnection::pong().contains("run_id"));
+  EXPECT_EQ(ServerConnection::pong("tether", "run-a")["run_id"], "run-a");
+}
+
+// [1.8] The run a PONG names (§7.2), and when steps are another run's (§6.5;
+// run_ids.json pins the comparison too).
+TEST(Session, RunIds) {
+  EXPECT_EQ(run_id_of(nlohmann::json{{"type", "PONG"}, {"run_id", "run-a"}}), std::optional<std::string>("run-a"));
+  EXPECT_EQ(run_id_of(nlohmann::json{{"type", "PONG"}}), std::nullopt);
+  EXPECT_EQ(run_id_of(nlohmann::json{{"run_id", ""}}), std::nullopt);
+  EXPECT_EQ(run_id_of(nlohmann::json{{"run_id", 7}}), std::nullopt);
+  EXPECT_EQ(run_id_of(nlohmann::json{{"run_id", nullptr}}), std::nullopt);
+  EXPECT_EQ(run_id_of(nlohmann::json::array()), std::nullopt);
+  EXPECT_TRUE(from_another_run(std::string("run-a"), std::string("run-b")));
+  EXPECT_TRUE(from_another_run(std::string("run-A"), std::string("run-a")));
+  EXPECT_FALSE(from_another_run(std::string("run-a"), std::string("run-a")));
+  EXPECT_FALSE(from_another_run(std::string("run-a"), std::nullopt));
+  EXPECT_FALSE(from_another_run(std::nullopt, std::string("run-b")));
+  EXPECT_FALSE(from_another_run(std::nullopt, std::nullopt));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ namespace Tether.Tests
             "demonstrations.json",  // (DemonstrationTests: its "write" cases; "read" is a server's reader)
             "rewards.json",
             "env_params.json",  // ("set", "draw" and "draw_all" here; "record" is a server's check)
+            "run_ids.json",  // (1.8; the client's drops in AnotherRunTests)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -573,7 +574,7 @@ namespace Tether.Tests
         {
             Vectors.Check("env_params.json", (file, c) =>
             {
-                Vectors.Expect((string)file["version"] == "1.7", "version");
+                Vectors.Expect((string)file["version"] == Protocol.Messages.ProtocolVersion, "version");
                 string kind = (string)c["kind"];
                 if (kind == "set")
                 {
@@ -630,6 +631,20 @@ namespace Tether.Tests
                     return;
                 }
                 Vectors.Expect(kind == "record", "unknown kind " + kind);  // (a server's check of a record, §19.3)
+            });
+        }
+
+        // (1.8, §6.5) Steps acted under one run are sent on a connection to another only when either names none.
+        [Test]
+        public void RunIds()
+        {
+            Vectors.Check("run_ids.json", (file, c) =>
+            {
+                Vectors.Expect((string)file["version"] == Protocol.Messages.ProtocolVersion, "version");
+                string actedIn = ServerRuns.RunIdOf(new JObject { { "run_id", c["acted_in"] } });
+                string connectedTo = ServerRuns.RunIdOf(new JObject { { "run_id", c["connected_to"] } });
+                bool send = !ServerRuns.FromAnotherRun(actedIn, connectedTo);
+                Vectors.Expect(send == (bool)c["send"], send ? "sent steps of another run" : "dropped steps the client cannot tell are another run's");
             });
         }
 

@@ -93,6 +93,7 @@ namespace Tether.Tests
             public Func<int, int, JObject> BatchAnswer = (c, n) => new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
             public readonly ManualResetEventSlim Release = new ManualResetEventSlim(true);
             public string PongVersion = "1.5";
+            public Func<int, string> RunIdOf;  // (1.8) the run_id of connection n's PONG (counted from 0); null: none
 
             // Each batch once (a resend has the same batch_seq).
             public List<JObject> Batches()
@@ -108,7 +109,12 @@ namespace Tether.Tests
                 JObject message = decoded.Body;
                 switch ((string)message["type"])
                 {
-                    case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
+                    case "PING":
+                        var pong = new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } };
+                        string runId = RunIdOf == null ? null : RunIdOf(connection);
+                        if (runId != null) pong["run_id"] = runId;
+                        Send(socket, pong);
+                        break;
                     case "GET_CONFIG": Send(socket, ConfigOf(connection)); break;
                     case "GET_STATE": Send(socket, StateOf(connection)); break;
                     case "EPISODES_AND_GET_STATE":
@@ -411,6 +417,41 @@ namespace Tether.Tests
                     Assert.That(firstObs, Is.EqualTo(observations[10][0]), "steps 10 and 11 were kept");
                     AssertClose(second, reference.After[9], "the continuing record");
                 }
+            }
+        }
+
+        [Test]
+        public void AReconnectToAnotherServerRunStartsTheStateFromZeros()
+        {
+            // (1.8, §6.5) The same recurrent state, but the second connection reaches another server run: batch 1
+            // (steps 0-9) is not sent again, steps 10-11 are let go, and the state starts again from zeros.
+            var observations = Enumerable.Range(0, 31).Select(t => ObsAt(t, 2)).ToList();
+            var server = new MemoryServer
+            {
+                ConfigOf = c => SingleConfig(10), PongVersion = "1.8", RunIdOf = c => c == 0 ? "run-a" : "run-b",
+                BatchAnswer = (c, n) => c == 0 ? null : new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } },
+            };
+            using (server)
+            using (TetherClient client = TetherClient.Connect(Options(server)))
+            {
+                server.Release.Reset();
+                var action = new double[1];
+                string episode = client.StartEpisode("e");
+                for (int t = 0; t < 12; ++t) client.GetAction(episode, observations[t], action);
+                Assert.That(client.StateOf(episode).Any(v => v != 0), Is.True);
+                server.Release.Set();
+                WaitForReconnect(() => client.link.Connections - 1);  // (the second connection made: its event waits for the game's thread)
+                client.Flush(10);  // (takes the new connection first)
+                AssertClose(client.StateOf(episode), new float[6], "the state after the reconnect to another run");
+                for (int t = 12; t < 30; ++t) client.GetAction(episode, observations[t], action);
+                client.EndEpisode(episode, observations[30]);
+                client.Flush(10);
+                Assert.That(client.OtherRunStepsDropped, Is.EqualTo(12));
+                List<JObject> records = server.Records();
+                Assert.That(((JArray)records[0]["actions"]).Count, Is.EqualTo(10), "batch 1, sent to run-a only");
+                Assert.That((float)records[1]["obs"][0][0], Is.EqualTo(observations[12][0]), "steps 10 and 11 were let go");
+                AssertClose(StateIn(records[1]), new float[6], "from zeros");
+                Assert.That(records.Skip(1).Sum(r => ((JArray)r["actions"]).Count), Is.EqualTo(18));
             }
         }
 
@@ -782,6 +823,48 @@ namespace Tether.Tests
                 List<JObject> a0 = Entries(server, "a_0").ToList();
                 int start = ((JArray)a0[0]["actions"]).Count;
                 AssertClose(StateIn(a0[1]), mem.Before(start), "a_0's continuing entry");
+            }
+        }
+
+        [Test]
+        public void AReconnectToAnotherServerRunResetsEveryActorsState()
+        {
+            // (1.8, §6.5) The same config, another server run: mem's agent and gmem's group both start again from
+            // zeros, and neither's steps not cut yet are sent.
+            var server = MultiServer(10);
+            server.PongVersion = "1.8";
+            server.RunIdOf = c => c == 0 ? "run-a" : "run-b";
+            server.BatchAnswer = (c, n) => c == 0 ? null : new JObject { { "type", "SET_STATE" }, { "models", new JObject() } };
+            using (server)
+            using (MultiAgentClient client = MultiAgentClient.Connect(Options(server)))
+            {
+                server.Release.Reset();
+                string episode = client.StartEpisode("e");
+                var frame = new AgentFrame();
+                Action<int> act = t =>
+                {
+                    frame.Clear();
+                    frame.Add("a_0", ObsAt(t, 0));
+                    frame.Add("m_0", ObsAt(t, 11));
+                    client.GetActions(episode, frame);
+                };
+                for (int t = 0; t < 7; ++t) act(t);  // (frame 6 cuts batch 1, steps 0-4 of each, lost with the connection)
+                server.Release.Set();
+                WaitForReconnect(() => client.link.Connections - 1);  // (the second connection made: its event waits for the game's thread)
+                client.Flush(10);
+                AssertClose(client.StateOf(episode, "a_0"), new float[6], "mem's state starts again");
+                AssertClose(client.StateOf(episode, "pair"), new float[6], "gmem's starts again");
+                for (int t = 7; t < 20; ++t) act(t);
+                client.EndEpisode(episode);
+                client.Flush(10);
+                Assert.That(client.OtherRunStepsDropped, Is.EqualTo(14), "batch 1's 10 steps and 2 of each actor not cut");
+                foreach (string actor in new[] { "a_0", "pair" })
+                {
+                    List<JObject> entries = Entries(server, actor).ToList();
+                    Assert.That(entries.Count, Is.GreaterThan(1), actor);
+                    Assert.That((float)entries[1]["obs"][0][0], Is.EqualTo(actor == "a_0" ? ObsAt(7, 0)[0] : ObsAt(7, 11)[0]), actor + ": the steps not cut were let go");
+                    AssertClose(StateIn(entries[1]), new float[6], actor + ": from zeros");
+                }
             }
         }
 

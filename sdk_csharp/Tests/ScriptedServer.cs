@@ -24,7 +24,8 @@ namespace Tether.Tests
     /// <see cref="Close"/> sends a connection-level ERROR (TRAINING_DONE with <see cref="Summary"/>,
     /// CLIENT_TIMEOUT...) on every open connection and closes them; <see cref="DoneOnSeq"/> and
     /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so. <see cref="Connections"/>
-    /// counts the connections accepted.
+    /// counts the connections accepted. <see cref="RunIdOf"/> names each connection's server run in
+    /// its PONGs (protocol 1.8); <see cref="DropGate"/> holds a DropOnceSeq drop until it is set.
     /// </summary>
     internal sealed class ScriptedServer : LoopbackServer
     {
@@ -47,6 +48,12 @@ namespace Tether.Tests
         public readonly Queue<JToken> RefusedStale = new Queue<JToken>();
         public volatile string PongVersion = "1.3";  // null: a PONG without one, as a plain RLlink v1 server answers
         public volatile string PongVersionAfterDrop;  // when set, the PONG version from the DropOnceSeq drop on (another server answers the resend)
+        // (1.8, §7.2) the run_id of the PONGs of connection n (counted from 0), as JSON text ("\"run-a\"", "7"); null
+        // (the function or its answer): none.
+        public volatile Func<int, string> RunIdOf;
+        // The DropOnceSeq drop waits until this is set (at most 10 s) before it closes the connection: the test
+        // decides what the client records meanwhile. Set by default.
+        public readonly ManualResetEventSlim DropGate = new ManualResetEventSlim(true);
         // Module id -> its model (an onnx_file), for the per-module form of SET_STATE; null: "solo" and "lifter".
         public Dictionary<string, string> ModuleFiles;
         public volatile string RecordShare;  // record_share of every SET_STATE as JSON text ("0.25", "true"); null: none
@@ -174,7 +181,15 @@ namespace Tether.Tests
             }
             switch ((string)message["type"])
             {
-                case "PING": Send(socket, PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } }); break;
+                case "PING":
+                {
+                    JObject pong = PongVersion == null ? new JObject { { "type", "PONG" } } : new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } };
+                    Func<int, string> runIdOf = RunIdOf;
+                    string runId = runIdOf == null ? null : runIdOf(connection);
+                    if (runId != null) pong["run_id"] = JToken.Parse(runId);
+                    Send(socket, pong);
+                    break;
+                }
                 case "GET_CONFIG": Send(socket, Config); break;
                 case "GET_STATE": Send(socket, State(message)); break;
                 case "MAP_AGENTS":
@@ -199,6 +214,7 @@ namespace Tether.Tests
                     {
                         DropOnceSeq = -1;  // once: the resend is answered
                         if (PongVersionAfterDrop != null) PongVersion = PongVersionAfterDrop;
+                        DropGate.Wait(10000);
                         return false;
                     }
                     if (message["batch_seq"] != null && (long)message["batch_seq"] == RefuseSeq)
@@ -229,6 +245,12 @@ namespace Tether.Tests
                     break;
             }
             return true;
+        }
+
+        public override void Dispose()
+        {
+            DropGate.Set();
+            base.Dispose();
         }
 
         JObject MapAgents(JObject request)

@@ -269,6 +269,7 @@ class TetherClient final : public ClientBase {
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
   void forget_episodes(const std::set<std::string>& ids);
   void drop_for_new_spaces();
+  std::size_t drop_unsent_steps();
   std::size_t sendable_steps(const Episode& current) const;
   void send_batch(bool even_empty = false);
   bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest,

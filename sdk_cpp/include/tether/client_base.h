@@ -4,6 +4,7 @@
 // accessors on them. Only the two clients derive from it; connect() makes one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -81,6 +82,22 @@ class ClientBase {
   /// logged step, all of its steps counted here, as such a server would
   /// train on them as its policy's samples (§15; any thread).
   std::uint64_t logged_steps_dropped() const noexcept { return link_->logged_steps_dropped(); }
+  /// [1.8] Agent steps let go unsent because they were acted with the
+  /// weights of another server run (§6.5): after a reconnect whose PONG names
+  /// another run_id than the connection's before (the server restarted
+  /// without resuming, so its weights versions name other weights), the
+  /// steps recorded and not cut yet when the engine took in the new
+  /// connection (every module's; dropped by the engine thread, which starts
+  /// recurrent states from zeros again), and those of batches cut before it
+  /// and not answered, which the I/O thread does not send, nor send again
+  /// (ServerLink::other_run_steps_dropped()). Not errors: the episodes go on,
+  /// each agent's next chunk starting from its next observation, and the
+  /// models stay until the new connection's replace them. 0 against servers
+  /// that name no run (a server resumed from its checkpoint keeps its
+  /// run_id: nothing is dropped then). Any thread.
+  std::uint64_t other_run_steps_dropped() const noexcept {
+    return other_run_unsent_dropped_.load(std::memory_order_relaxed) + link_->other_run_steps_dropped();
+  }
   /// Training episodes played without being recorded, as the server's
   /// record_share asked (protocol 1.3, §13.2): none of their steps was sent.
   std::uint64_t episodes_held_back() const noexcept { return episodes_held_back_; }
@@ -187,7 +204,8 @@ class ClientBase {
   /// the rest by the client's hooks below.
   void sync();
   /// A (new) connection (kConnected): its configuration (take_connection),
-  /// and the state its handshake brought.
+  /// and the state its handshake brought. run_changed_ says whether it
+  /// reached another server run than the connection before ([1.8], §6.5).
   virtual void on_connected(LinkEvent& event) = 0;
   /// A SET_STATE (kState): new models, or versions.
   virtual void on_state(LinkEvent& event) = 0;
@@ -270,6 +288,14 @@ class ClientBase {
   std::int64_t env_steps_sent_ = 0;
   std::int64_t models_loaded_ = 0;
   bool ended_ = false;  // this thread took the end of training (§6.6): nothing is recorded any more
+  // [1.8] The server run of the connection taken in last (its PONG's run_id;
+  // none: it named none), and whether that connection reached another run
+  // than the one before it (both named, different: §6.5).
+  std::optional<std::string> run_id_;
+  bool run_changed_ = false;
+  // [1.8] Recorded steps not cut yet that were let go at a reconnect to
+  // another server run (written by the engine thread, read by any).
+  std::atomic<std::uint64_t> other_run_unsent_dropped_{0};
   std::shared_ptr<const EnvParams> env_params_;  // [1.7] the set held (engine thread), or null
   EnvParamsCallback env_params_callback_;        // [1.7] on_env_params_changed's
   std::vector<LinkEvent> event_buffer_;  // sync's (empty between syncs: only its capacity is kept)

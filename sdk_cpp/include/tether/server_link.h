@@ -11,7 +11,8 @@
 // Exactly-once batches (protocol 1.3): every batch carries the link's
 // client_session (random hex, kept across reconnects) and a batch_seq (1, 2,
 // ... in sending order). A batch whose answer was not received is resent after
-// a reconnect with the same session and seq; a batch the server refused with
+// a reconnect with the same session and seq (unless the reconnect reached
+// another server run, below); a batch the server refused with
 // ERROR is never resent. Off-policy EPISODES have no answer: each is followed
 // by GET_STATE, whose SET_STATE acknowledges it. Every SET_STATE's
 // record_share (§7.6) is kept for the engine (record_share()), which records
@@ -35,6 +36,16 @@
 // env_params is ignored. An answer to a request that carried env_params_seq 0
 // and has no env_params says the server has no parameters: its event tells
 // the engine to drop the set it holds (LinkEvent::env_params_dropped).
+//
+// Server runs (protocol 1.8, §6.5): the link records the run_id each
+// connection's PONG named (connection 1, 2, ...). A batch is cut on one
+// connection (Batch::connection: its steps' weights versions were learned
+// on it); before sending it, or sending it again after a reconnect, the link
+// compares that connection's run with the current one's (from_another_run):
+// another run's versions name other weights, so such a batch is not sent. It
+// is done (other_run), its agent steps are counted (other_run_steps_dropped())
+// and the engine hears of it with a kBatch event: not sent, not an error, its
+// episodes go on.
 //
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
@@ -186,6 +197,12 @@ struct Batch {
   /// restarted one) or to a server that announced no protocol_version, the
   /// batch goes without runs: its steps have the claim (§10.1).
   std::int64_t runs_connection = kNoRuns;
+  /// The connection (1, 2, ...) the engine had when it cut the batch: its
+  /// steps' weights versions were learned on it (0: not known, then never
+  /// dropped as another run's). [1.8] A batch to be sent (or sent again) on a
+  /// connection that reached another server run than this one is dropped
+  /// instead (other_run, §6.5).
+  std::int64_t connection = 0;
   /// Sent even when it holds no records (its steps were played in held-back
   /// episodes, §13.2): "episodes": [], since its answer brings the current
   /// weights and record_share.
@@ -193,7 +210,11 @@ struct Batch {
   // Written by the I/O thread (read by the engine once `done`):
   std::int64_t seq = 0;                       ///< batch_seq, given at the first send
   int attempts = 0;                           ///< connections it was sent on
-  bool done = false;                          ///< answered (or refused, or given up)
+  bool done = false;                          ///< answered (or refused, or given up, or dropped as another run's)
+  /// [1.8] Not sent: its steps were acted with another server run's weights
+  /// (§6.5). Done without an error; its agent steps are counted in
+  /// ServerLink::other_run_steps_dropped(), not as sent.
+  bool other_run = false;
   Status error;                               ///< the refusal, when refused
   std::vector<std::string> episode_ids;       ///< its episodes' ids (kept when the data is freed)
   nlohmann::json episodes;                    ///< the encoded records (kept for a resend)
@@ -214,7 +235,7 @@ struct LinkEvent {
   enum class Kind {
     kConnected,  ///< a (new) connection: config, and the state of its GET_STATE
     kState,      ///< a SET_STATE (policy may be null: no new model)
-    kBatch,      ///< a batch was answered or refused (batch->error)
+    kBatch,      ///< a batch was answered or refused (batch->error), or [1.8] dropped as another run's (batch->other_run)
     kError,      ///< an error the engine should hear of (refusal, timeout, bad model)
     kFatal,      ///< the link gave up for good (status); stays
     kTrainingDone,  ///< the server's run is done (ERROR TRAINING_DONE, §6.6; summary): the link has ended, normally
@@ -355,6 +376,12 @@ class ServerLink {
   /// older one): such a server would train on them as its policy's samples
   /// (§15). Every step of such a record counts, sampled ones included. Any thread.
   std::uint64_t logged_steps_dropped() const noexcept { return logged_steps_dropped_.load(); }
+  /// [1.8] Agent steps of batches let go unsent because they were acted with
+  /// the weights of another server run (§6.5): a batch cut on a connection
+  /// whose PONG named one run_id, to be sent (or sent again after a
+  /// reconnect) on a connection whose PONG names another (the server
+  /// restarted without resuming). Any thread.
+  std::uint64_t other_run_steps_dropped() const noexcept { return other_run_steps_dropped_.load(); }
   /// The share of new training episodes the server asks this client to
   /// record (protocol 1.3, SET_STATE record_share, §7.6, §13.2): the last
   /// valid value received, 1 when the last SET_STATE had none (any thread).
@@ -411,6 +438,8 @@ class ServerLink {
   Exchange read_answer(const char* request, double timeout_s, const char* setting, Batch* batch);
   Status batch_lost(const std::shared_ptr<Batch>& batch, const Exchange& result);
   void finish_batch(const std::shared_ptr<Batch>& batch, Status error, LinkEvent* state_event);
+  const std::optional<std::string>& run_of(std::int64_t connection) const noexcept;
+  void drop_other_run(const std::shared_ptr<Batch>& batch);
   bool room_locked(std::size_t steps) const;
   void prepare_state(const nlohmann::json& state, bool initial, LinkEvent& event);
   void count_refused_stale(const nlohmann::json& state);
@@ -448,6 +477,9 @@ class ServerLink {
   std::optional<std::int64_t> io_seq_;        // the newest weights_seq_no seen (I/O thread)
   std::map<std::string, std::int64_t> io_seqs_;  // per module (I/O thread, multi-agent)
   std::int64_t connection_number_ = 0;        // connections handshaken so far (I/O thread)
+  // [1.8] The run_id each connection's PONG named (none: it named none),
+  // connection 1 first (I/O thread).
+  std::vector<std::optional<std::string>> io_run_ids_;
   bool progress_ = false;                     // an answer arrived on this connection (I/O thread)
   double backoff_s_ = 0.0;                    // pause before reconnecting after a fruitless connection
   std::int64_t next_seq_ = 1;
@@ -491,6 +523,7 @@ class ServerLink {
   std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only
   std::atomic<std::uint64_t> env_params_ignored_{0};   // [1.7] written by the I/O thread only
   std::atomic<std::uint64_t> logged_steps_dropped_{0};  // written by the I/O thread only
+  std::atomic<std::uint64_t> other_run_steps_dropped_{0};  // [1.8] written by the I/O thread only
   std::atomic<double> record_share_{1.0};              // written by the I/O thread only
   std::atomic<std::int64_t> steps_per_batch_{0};       // 0: none asked (I/O thread writes)
   std::atomic<bool> training_done_{false};             // written under mutex_ by the I/O thread

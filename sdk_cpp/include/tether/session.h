@@ -2,7 +2,9 @@
 // out. ClientConnection is what a client holds: it encodes requests, keeps
 // the FIFO of requests awaiting a response and pairs each response with its
 // request (§5.3). ServerConnection is the server's per-connection handshake
-// state (§6.2, §6.3), small enough for a test double of a server.
+// state (§6.2, §6.3), small enough for a test double of a server. run_id_of
+// and from_another_run are the [1.8] rule by which a client tells whether a
+// reconnect reached another server run (§6.5, §7.2).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +21,21 @@
 #include "tether/status.h"
 
 namespace tether {
+
+/// [1.8] The server run a PONG names (§7.2): its "run_id" when that is a
+/// non-empty string; none otherwise (an older server that names no run, or a
+/// value that is not a non-empty string, which counts as absent).
+std::optional<std::string> run_id_of(const nlohmann::json& pong);
+
+/// [1.8] Whether steps acted with weights whose versions were learned on a
+/// connection to run `acted_in` were acted with another run's weights than
+/// those of run `connected_to` (§6.5): only when both runs are named and
+/// differ (compared exactly, byte for byte). Such steps' weights versions name
+/// other weights in the run now connected to (a new run counts from 0 again,
+/// §13.1): they are dropped, not sent. When either run is unnamed the client
+/// cannot tell, and sends them (the rules of 1.7).
+bool from_another_run(const std::optional<std::string>& acted_in,
+                      const std::optional<std::string>& connected_to) noexcept;
 
 /// A received message and the request it answers.
 struct Response {
@@ -100,8 +117,9 @@ class ServerConnection {
   ServerEvent handle_body(std::string_view body);
   /// Whether the client has authenticated (or no token is needed).
   bool ready() const noexcept { return ready_; }
-  /// The PONG this server sends.
-  static nlohmann::json pong(std::string_view server_name = "tether");
+  /// The PONG this server sends; [1.8] naming the server run `run_id` (§7.2)
+  /// when it is not empty.
+  static nlohmann::json pong(std::string_view server_name = "tether", std::string_view run_id = {});
 
  private:
   std::optional<std::string> auth_token_;

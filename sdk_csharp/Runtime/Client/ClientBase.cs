@@ -26,6 +26,12 @@ namespace Tether.Client
         internal int connection;  // the connection of the last event taken
         internal int stepsPerSample = 500;
         internal long episodesHeldBack;
+        // Protocol 1.8 (§6.5): the server run of the connection whose events are applied (PONG run_id; null: not
+        // named), whether the Connected event being applied reached another run than the connection before it,
+        // and the steps not cut yet that were let go at such a reconnect.
+        string runId;
+        internal bool runChanged;
+        internal long otherRunUnsentDropped;
         // Protocol 1.6 (§18): the demonstration file the client writes while it plays (ClientOptions.DemoPath),
         // null while it writes none; stopped for good when the server's spaces change under it.
         internal DemoWriter demos;
@@ -159,6 +165,17 @@ namespace Tether.Client
         /// meet one (LogAction refuses while the server is older); 0 otherwise.
         /// </summary>
         public long LoggedStepsDropped { get { return link.LoggedStepsDropped; } }
+
+        /// <summary>
+        /// Agent steps not sent because they were acted with the weights of another server run (protocol 1.8,
+        /// §6.5: a reconnect reached a server restarted without resuming, its PONG naming another run_id than
+        /// the connection's before): the steps recorded and not cut into a batch yet when the game's thread took
+        /// the new connection (its episodes go on, each one's next chunk from its next observation, and recurrent
+        /// states start again from zeros), and those of batches cut before it and not answered (not resent,
+        /// unlike a batch resent to the same run; not an error). 0 while every server names the same run, or
+        /// names none (a server older than 1.8: the client cannot tell, and sends them).
+        /// </summary>
+        public long OtherRunStepsDropped { get { return otherRunUnsentDropped + link.OtherRunStepsDropped; } }
 
         /// <summary>
         /// Whether the client is writing a demonstration file (protocol 1.6, §18; <see cref="ClientOptions.DemoPath"/>).
@@ -338,6 +355,12 @@ namespace Tether.Client
                 switch (e.Kind)
                 {
                     case LinkEventKind.Connected:
+                        {
+                            // (1.8, §6.5) whether this connection reached another server run than the one before it
+                            string run = ServerRuns.RunIdOf(e.Info);
+                            runChanged = ServerRuns.FromAnotherRun(runId, run);
+                            runId = run;
+                        }
                         Connected(e);
                         changed |= TakeEnvParams(e.State);
                         break;
@@ -347,7 +370,11 @@ namespace Tether.Client
                         changed |= TakeEnvParams(e.State);
                         break;
                     case LinkEventKind.Batch:
-                        if (e.Batch.Error != null)
+                        if (e.Batch.OtherRun)
+                        {
+                            // (1.8, §6.5) acted with another run's weights: not sent, counted by the link; its episodes go on
+                        }
+                        else if (e.Batch.Error != null)
                         {
                             errors.Enqueue(e.Batch.Error);
                             ForgetEpisodes(e.Batch.EpisodeIds);

@@ -2251,6 +2251,13 @@ namespace Tether.Client
             // until one comes. Its steps recorded under the old spaces, or with critic rows laid out
             // for other agents, and not cut yet no longer fit: they are dropped (§6.5), so that the
             // other modules' steps still go, as in every SDK.
+            if (runChanged)
+            {
+                // (1.8, §6.5) Another server run: every module's steps not cut yet were acted with weights whose
+                // versions name other weights in this run; they go (counted), and recurrent states start from
+                // zeros. Each model stays until this connection's replaces it.
+                otherRunUnsentDropped += DropUnsentOfEveryModule();
+            }
             int widest = 0;
             bool modulesChanged = false;  // another set of modules, or other spaces of one
             foreach (KeyValuePair<string, ModuleSpec> spec in specs)
@@ -2359,6 +2366,28 @@ namespace Tether.Client
                 }
             }
             RecountPending();
+        }
+
+        // (1.8, §6.5) The uncut steps of every module's actors are let go, as DropStepsOf lets a module's go, and
+        // every actor's state starts again from zeros (the steps were acted under another server run). Returns
+        // how many agent steps of training episodes went (those of actors that left included).
+        int DropUnsentOfEveryModule()
+        {
+            SettleAll();
+            RecountPending();
+            int dropped = pendingSteps;
+            foreach (Episode episode in episodes.Values)
+            {
+                foreach (Actor actor in episode.Actors.Values)
+                {
+                    if (actor.Training) actor.DropSteps();
+                    actor.StateFresh = true;
+                }
+                foreach (Actor actor in episode.Finished) spareActors.Push(actor);
+                episode.Finished.Clear();
+            }
+            RecountPending();
+            return dropped;
         }
 
         // The module's model is let go (other spaces or recurrent state, or the module is gone): so are its

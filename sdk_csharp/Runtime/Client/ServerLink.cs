@@ -71,6 +71,7 @@ namespace Tether.Client
         public int Attempts;         // connections it was sent on
         public volatile bool Done;   // answered (or given up)
         public TetherException Error;
+        public bool OtherRun;        // (1.8) not sent: its steps were acted with another server run's weights (§6.5)
         public readonly List<string> EpisodeIds = new List<string>();
         public Space ObsSpace, ActSpace;  // single-agent: the spaces its records are written with (those of its first connection)
         public int[] RowIndex = new int[0];  // multi-agent: the entries' rows in their step tables
@@ -97,6 +98,7 @@ namespace Tether.Client
             Attempts = 0;
             Done = false;
             Error = null;
+            OtherRun = false;
             EpisodeIds.Clear();
             ObsSpace = ActSpace = null;
             RowIndexCount = 0;
@@ -200,6 +202,8 @@ namespace Tether.Client
         LinkRequest unanswered;  // under sync: the request whose wait the end of training cut short
         int batchesUnsentAtEnd;  // under sync
         long loggedStepsDropped;  // under sync
+        readonly List<string> runIds = new List<string>();  // (1.8) under sync: the run each connection's PONG named (null: none), connection 1 first
+        long otherRunStepsDropped;  // (1.8) under sync
         long envParamsSeq;  // I/O thread (1.7, §19.2): the seq of the last set this connection was sent, 0 if none
         bool envParamsDropped;  // I/O thread (1.7, §19.2): this connection told the game's thread to drop its set (and sent none since)
         int envParamsIgnored;  // written on the I/O thread (Interlocked): sets that broke §19.1
@@ -237,6 +241,15 @@ namespace Tether.Client
         /// to be sent to is older than protocol 1.6 (§15): it would train on them as its policy's samples.
         /// </summary>
         public long LoggedStepsDropped { get { lock (sync) return loggedStepsDropped; } }
+
+        /// <summary>
+        /// Agent steps of batches not sent because they were acted with the weights of another server run than
+        /// the connection's (protocol 1.8, §6.5): cut under a connection whose PONG named another run_id.
+        /// </summary>
+        public long OtherRunStepsDropped { get { lock (sync) return otherRunStepsDropped; } }
+
+        /// <summary>Connections made (handshakes completed); the game's thread has their Connected events once it sees them counted.</summary>
+        public int Connections { get { lock (sync) return runIds.Count; } }
 
         /// <summary>Parameter sets (SET_STATE env_params, protocol 1.7, §19.2) that broke §19.1's rules and were ignored.</summary>
         public int EnvParamsIgnored { get { return Volatile.Read(ref envParamsIgnored); } }
@@ -732,7 +745,33 @@ namespace Tether.Client
             }
             // A new connection: step versions learned on an earlier one are not sent on it (§10.1).
             ++connection;
-            Post(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Connection = connection });
+            lock (sync)
+            {
+                runIds.Add(ServerRuns.RunIdOf(pong));  // (1.8, §6.5: the run it reached)
+                PostLocked(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Connection = connection });
+            }
+        }
+
+        // (1.8) The run connection `n` (1, 2, ...) reached, if its PONG named one (I/O thread).
+        string RunOf(int n)
+        {
+            lock (sync) return n >= 1 && n <= runIds.Count ? runIds[n - 1] : null;
+        }
+
+        // (1.8, §6.5) `batch` was cut under another server run than this connection's: its versions name other
+        // weights here and no model of this run explains its action_logp. It is let go, counted, and answered to
+        // the game's thread as not sent (not an error: its episodes go on). The C# SDK has no logger: the count
+        // (ClientBase.OtherRunStepsDropped) is the report.
+        void DropOtherRun(Batch batch)
+        {
+            lock (sync)
+            {
+                if (inFlight == batch) inFlight = null;
+                batch.OtherRun = true;
+                batch.Done = true;
+                otherRunStepsDropped += multiAgent ? batch.AgentSteps : batch.EnvSteps;
+                PostLocked(new LinkEvent { Kind = LinkEventKind.Batch, Batch = batch });
+            }
         }
 
         // A PONG of another major version speaks a protocol this client cannot read (§6.2);
@@ -1144,6 +1183,13 @@ namespace Tether.Client
 
         void SendBatch(Batch batch)
         {
+            // Steps acted with another server run's weights are not sent (1.8, §6.5): unlike a batch resent to
+            // the same run, this one is dropped.
+            if (ServerRuns.FromAnotherRun(RunOf(batch.VersionsConnection), RunOf(connection)))
+            {
+                DropOtherRun(batch);
+                return;
+            }
             if (batch.Seq == 0) batch.Seq = nextSeq++;
             // Step versions go only to a server that announced a protocol_version, and only on the
             // connection they were learned on (§10.1): the server of a later one may be another run,

@@ -920,6 +920,13 @@ namespace Tether.Client
             {
                 DropForNewSpaces();
             }
+            else if (runChanged)
+            {
+                // (1.8, §6.5) Another server run: the steps not cut yet were acted with weights whose versions name
+                // other weights in this run. They are dropped and counted; the model stays until this connection's
+                // replaces it (it comes with the connection: Apply below).
+                otherRunUnsentDropped += DropUnsentSteps();
+            }
             RecurrentState = recurrent;
             ObservationSpace = observationSpace;
             ActionSpace = actionSpace;
@@ -984,15 +991,33 @@ namespace Tether.Client
             link.Retire(backend);
             backend = null;
             weightsSeqNo = null;
-            foreach (Episode episode in finished) spare.Push(episode);
+            evaluation = null;
+            DropUnsentSteps();
+        }
+
+        // Lets go of every training episode's steps not cut yet (the open episodes go on, each one's next chunk
+        // starting from its next observation; the ended ones send nothing) and starts recurrent states from
+        // zeros. Returns how many steps went.
+        int DropUnsentSteps()
+        {
+            int dropped = 0;
+            foreach (Episode episode in finished)
+            {
+                dropped += episode.ActionRows;
+                spare.Push(episode);
+            }
             finished.Clear();
             foreach (Episode episode in episodes.Values)
             {
-                if (episode.Training) episode.DropSteps();
+                if (episode.Training)
+                {
+                    dropped += episode.ActionRows;
+                    episode.DropSteps();
+                }
                 episode.StateFresh = true;  // (a state of another model: the next step starts from zeros, §12.4)
             }
-            evaluation = null;
             pendingSteps = 0;
+            return dropped;
         }
 
         void Forget(string episodeId)

@@ -1,5 +1,6 @@
 // Connection state without I/O (docs/protocol.md §5-§6): which request a
-// response answers on the client side, and the server's handshake rules.
+// response answers on the client side, the server run a PONG names (1.8), and the
+// server's handshake rules.
 using System;
 using System.Collections.Generic;
 using Newtonsoft.Json.Linq;
@@ -155,6 +156,37 @@ namespace Tether.Protocol
             awaiting.Clear();
             Error = null;
             ClosingError = null;
+        }
+    }
+
+    /// <summary>
+    /// Protocol 1.8 (§6.5, §7.2): the server run a connection reached, as its PONG's <c>run_id</c> names it,
+    /// and whether steps acted with weights learned under one run may be sent to another. A server restarted
+    /// without resuming counts weights versions from 0 again: the versions of steps acted with the old run's
+    /// weights name other weights there, and no model of the new run explains their action_logp. The
+    /// conformance vector <c>run_ids.json</c> pins the comparison.
+    /// </summary>
+    public static class ServerRuns
+    {
+        /// <summary>
+        /// The server run <paramref name="pong"/> names (its <c>run_id</c>), or null when it names none: an
+        /// older server, or a value that is not a non-empty string (treated as absent, §7.2).
+        /// </summary>
+        public static string RunIdOf(JObject pong)
+        {
+            JToken runId = pong == null ? null : pong["run_id"];
+            return runId != null && runId.Type == JTokenType.String && ((string)runId).Length > 0 ? (string)runId : null;
+        }
+
+        /// <summary>
+        /// Whether steps whose weights versions were learned on a connection to run <paramref name="actedIn"/>
+        /// were acted with another run's weights than those of run <paramref name="connectedTo"/> (§6.5): only
+        /// when both are known (not null) and differ, compared exactly (ordinal). Such steps are dropped, not
+        /// sent; when either run is unknown the client cannot tell and sends them.
+        /// </summary>
+        public static bool FromAnotherRun(string actedIn, string connectedTo)
+        {
+            return actedIn != null && connectedTo != null && !string.Equals(actedIn, connectedTo, StringComparison.Ordinal);
         }
     }
 
