@@ -171,6 +171,7 @@ class TetherClient(BaseClient):
             # versions name other weights in this run. They are dropped and counted; the model stays
             # until this connection's replaces it (it comes with the connection).
             self._other_run_unsent_dropped += self._drop_unsent_steps()
+            self._evaluation = None  # (its state came from another run's model: the next evaluation starts from zeros)
 
     def _drop_unsent_steps(self) -> int:
         """Let go of every training episode's steps not cut yet (the open episodes go on, each

@@ -180,6 +180,7 @@ class MultiAgentClient(BaseClient):
             self._other_run_unsent_dropped += self._pending_unsent()
             for module_id in self.modules:
                 self._drop_unsent_steps_of(module_id, reset_states=True)
+            self._evaluation_episode, self._evaluation_actors = None, {}  # (evaluation states start from zeros too)
         for module_id, old in self.modules.items():
             new = modules.get(module_id)
             # (**[1.5]** a model with another recurrent state cannot continue the states kept: §12.4)

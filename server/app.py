@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, ServerConfig, host_in_url
+from .distributed.rank_config import config_for_rank
+from .distributed.rank_group import RankGroup, RankPlace
+from .module_runtime import resolve_device
 from .module_setup import MappingFn, build_layout
 from .transport.tcp import TetherServer
 from .trainer import Trainer
@@ -58,12 +61,21 @@ async def serve(
     policy_mapping rules; clients then ask the server with MAP_AGENTS.
     """
     started = time.time()
+    group = None
+    place = RankPlace.from_environment()
+    if place is not None:  # started by torchrun on several ranks (docs/scale-out.md)
+        config = config_for_rank(config, place)
+        group = RankGroup(place, resolve_device(config.device), config.group_timeout_s)
     try:
-        trainer = Trainer(config, build_layout(config, mapping_fn))
+        trainer = Trainer(config, build_layout(config, mapping_fn), group)
     except ValueError as exc:  # (CheckpointError included)
+        if group is not None:
+            group.close()
         raise ConfigError(str(exc)) from None
     server = TetherServer(trainer)
     await server.start()
+    port = server.port  # (the summary's: the listening socket is gone by then)
+    trainer.start()
     console = await _start_console(config, trainer, server)
     websocket = None
     if config.ws_port is not None:
@@ -87,7 +99,8 @@ async def serve(
         )
         print(
             f"[tether] serving on {host_in_url(config.host)}:{server.port} | modules: {modules} | device {trainer.device} | "
-            f"train_batch_size {config.train_batch_size} agent steps",
+            f"train_batch_size {config.train_batch_size} agent steps"
+            + (f" | rank {group.rank} of {group.world_size}" if group is not None else ""),
             flush=True,
         )
     if ready is not None:
@@ -104,6 +117,8 @@ async def serve(
             await console.stop()
         await server.stop()
         await trainer.close(checkpoint=True)
+        if group is not None:
+            group.close()
     m = trainer.metrics
     summary = {
         "started_at": started,
@@ -141,6 +156,13 @@ async def serve(
         "modules_weights_seq_no": {mid: rt.weights_seq_no for mid, rt in trainer.modules.items()},
         "wall_s": time.time() - started,
     }
+    if group is not None:
+        loop = trainer.learner_loop
+        summary["group"] = {"rank": group.rank, "world_size": group.world_size, "port": port,
+                            "env_steps": getattr(loop, "group_env_steps", None),
+                            "agreements": getattr(loop, "agreements", None), "failure": getattr(loop, "failure", None),
+                            "update_comm_s": getattr(loop, "update_comm_s", None),
+                            "run_id": trainer.run_id}
     if trainer.self_play is not None:
         summary["self_play"] = trainer.self_play.summary()
     if trainer.curriculum is not None:

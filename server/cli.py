@@ -68,6 +68,7 @@ def _console(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .app import run
     from .config import ConfigError
+    from .distributed.rank_group import RankGroupError
 
     try:
         config = config_from_args(args)
@@ -75,11 +76,16 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"tether serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
     try:
-        run(config)
+        summary = run(config)
     except ConfigError as exc:  # a configuration the server cannot run: say what, no traceback
         print(f"tether serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    return 0
+    except RankGroupError as exc:  # (the group could not form: a rendezvous that did not complete)
+        print(f"tether serve: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    # A rank whose group failed exits non-zero: torchrun stops the others and, with --max-restarts,
+    # starts the group again, each rank resuming its checkpoint (docs/scale-out.md).
+    return 1 if (summary.get("group") or {}).get("failure") else 0
 
 
 def _pretrain(args: argparse.Namespace) -> int:

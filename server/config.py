@@ -176,6 +176,9 @@ class ServerConfig:
               "data in the last three updates or the last minute reaches it on its own last episodes")
     max_env_steps: int | None = _opt(None, "stop after this many env steps were received")
     summary_file: str | None = _opt(None, "write a JSON summary of the run here on exit")
+    group_timeout_s: float = _opt(
+        60.0, "started by torchrun on several ranks: seconds a rank waits for the others in one collective (an "
+              "agreement, a gradient sum) before the group stops (docs/scale-out.md)")
     quiet: bool = _opt(False, "do not print the progress line")
     console_port: int | None = _opt(
         None, "serve the live console (a web page and its websocket feed) on this port; 0 picks a free one "

@@ -123,8 +123,7 @@ class LearnerLoop:
     def _take_batch(self) -> dict[str, list[Pooled]] | None:
         """The pool's next batch by module; None when too little is left once the samples that
         became too stale while waiting in the pool are dropped."""
-        self.metrics.samples_dropped_stale += self.pool.drop(
-            lambda p: p.replayed or self.modules[p.module_id].weights_seq_no - p.weights_seq_no <= self.config.max_staleness)
+        self._drop_stale()
         if self.pool.steps < self.config.train_batch_size:
             return None
         by_module: dict[str, list[Pooled]] = {}
@@ -132,6 +131,11 @@ class LearnerLoop:
             by_module.setdefault(pooled.module_id, []).append(pooled)
         self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
         return by_module
+
+    def _drop_stale(self) -> None:
+        """Drop the pooled steps that grew older than ``max_staleness`` while they waited (not replayed ones)."""
+        self.metrics.samples_dropped_stale += self.pool.drop(
+            lambda p: p.replayed or self.modules[p.module_id].weights_seq_no - p.weights_seq_no <= self.config.max_staleness)
 
     async def _update(self, by_module: dict[str, list[Pooled]]) -> None:
         loop = asyncio.get_running_loop()

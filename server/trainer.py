@@ -28,6 +28,7 @@ from typing import Any, Hashable
 import torch
 
 from tether.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.onnx_codec import encode_onnx
 
 from . import checkpoint_state as checkpoints
 from .config import ServerConfig
@@ -37,6 +38,9 @@ from .ingest.env_steps import record_env_steps
 from .ingest.logp_check import PolicyHistory, check_behaviour_logp
 from .ingest.step_versions import step_versions
 from .ingest.validation import EpisodeIngest
+from .distributed.data_parallel import DataParallel
+from .distributed.lockstep_loop import LockstepLearnerLoop
+from .distributed.rank_group import RankGroup
 from .learner_loop import LearnerLoop
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
 from .module_runtime import ModuleRuntime, build_modules, resolve_device
@@ -53,8 +57,10 @@ from .stop_rule import StopRule
 class Trainer:
     """The training side of one server: sample pool, one learner per module, weights, metrics."""
 
-    def __init__(self, config: ServerConfig, layout: ModuleLayout) -> None:
+    def __init__(self, config: ServerConfig, layout: ModuleLayout, group: RankGroup | None = None) -> None:
         self.config = config
+        #: The other ranks this one trains with (distributed/), None alone.
+        self.group = group
         self.layout = layout
         torch.set_num_threads(max(1, config.torch_threads))
         self.device = resolve_device(config.device)
@@ -87,6 +93,8 @@ class Trainer:
         self._resume_and_open_journal()
         if self.self_play is not None and config.resume and not self.self_play.restored:
             self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
+        if group is not None:
+            self._take_the_groups_weights()
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
         # Behaviour logps are checked for modules without memory (§13.6): a recurrent step's logp depends on
         # the state its SDK carried, computed over steps of earlier versions, which no one kept model reproduces.
@@ -110,11 +118,40 @@ class Trainer:
         self.stop_reason: str | None = None
         self.stop_requested = asyncio.Event()
         self.stop_rule = StopRule(config, self.metrics, self.request_stop)
-        self.learner_loop = LearnerLoop(
-            config, self.modules, self.default_module, self.pool, self.histories, self.metrics, self.guard,
-            self.stop_rule, self.record_share, self.dedup, self.tensorboard, self._executor,
-            checkpoint=self._checkpoint_in_learner_thread,
-            after_publish=self._take_snapshots if self.self_play is not None else None)
+        loop_args = (config, self.modules, self.default_module, self.pool, self.histories, self.metrics, self.guard,
+                     self.stop_rule, self.record_share, self.dedup, self.tensorboard, self._executor)
+        loop_kwargs: dict[str, Any] = {"checkpoint": self._checkpoint_in_learner_thread,
+                                       "after_publish": self._take_snapshots if self.self_play is not None else None}
+        self.learner_loop: LearnerLoop = (
+            LearnerLoop(*loop_args, **loop_kwargs) if group is None
+            else LockstepLearnerLoop(*loop_args, group=group, on_stop=self._stop_now, **loop_kwargs))
+
+    def _take_the_groups_weights(self) -> None:
+        """Several ranks: every rank starts from rank 0's learners (weights, optimizer, live settings),
+        versions and run id, whether it started fresh or resumed its own checkpoint (a rank that died
+        mid-checkpoint cannot make the group diverge). A collective of the group: every rank calls it
+        at the same point of its start."""
+        assert self.group is not None
+        for module in self.modules.values():
+            module.learner.data_parallel = DataParallel(self.group)
+        theirs = self.group.broadcast_object(
+            {"run_id": self.run_id,
+             "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no) for m, rt in self.modules.items()}}
+            if self.group.is_first else None)
+        if self.group.is_first:
+            return
+        self.run_id = theirs["run_id"]
+        for module_id, (state, version) in theirs["modules"].items():
+            runtime = self.modules[module_id]
+            runtime.learner.load_state_dict(state)
+            runtime.weights_seq_no = int(version)
+            runtime.onnx_field = encode_onnx(runtime.learner.export_onnx())
+        self.metrics.weights_seq_no = self.weights_seq_no
+
+    def start(self) -> None:
+        """The server listens: with several ranks, the agreements that start updates begin (the event loop runs)."""
+        if isinstance(self.learner_loop, LockstepLearnerLoop):
+            self.learner_loop.start_ticking()
 
     def _resume_and_open_journal(self) -> None:
         """With --resume: the checkpoint, then the journal's batches after it; with the journal on,
@@ -338,7 +375,14 @@ class Trainer:
     # -- the end of the run ------------------------------------------------------
 
     def request_stop(self, reason: str) -> None:
-        """End the run (the first reason given is kept): "stop_at_return", "max_env_steps", "signal" or "console"."""
+        """End the run (the first reason given is kept): "stop_at_return", "max_env_steps", "signal" or "console".
+        With several ranks the group decides: the run ends at the ranks' next agreement (distributed/)."""
+        if isinstance(self.learner_loop, LockstepLearnerLoop) and not self.learner_loop.stopped:
+            self.learner_loop.wish_stop(reason)
+            return
+        self._stop_now(reason)
+
+    def _stop_now(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stop_requested.set()

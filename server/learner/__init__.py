@@ -1,8 +1,8 @@
 """Learners: PPO on one module's network, and the ONNX writer for its policy."""
 
-from .isolation import IsolatedUpdate, update_isolating
+from .isolation import IsolatedUpdate, screen_sources, update_isolating
 from .ppo import NonFiniteUpdate, PPOHyperparams, PPOLearner
 from .rollout_batch import RolloutBatch, build_batch
 
 __all__ = ["IsolatedUpdate", "NonFiniteUpdate", "PPOHyperparams", "PPOLearner", "RolloutBatch", "build_batch",
-           "update_isolating"]
+           "screen_sources", "update_isolating"]

@@ -67,18 +67,12 @@ def trial_budget(sources: int) -> int:
     return 3 * math.ceil(math.log2(max(1, sources))) + 2
 
 
-def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, EpisodeChunk]]) -> IsolatedUpdate:
-    """Train ``learner`` on ``items`` ((source, chunk) pairs, in pool order), leaving out
-    the sources whose data makes the update non-finite (see the module docstring)."""
-    order: list[Hashable] = []
-    for source, _ in items:
-        if source not in order:
-            order.append(source)
+def screen_sources(learner: PPOLearner, items: Sequence[tuple[Hashable, EpisodeChunk]]) -> dict[Hashable, str]:
+    """The sources with a step the learner cannot train on whatever else the batch holds
+    (``PPOLearner.untrainable_steps``), each with why: one forward pass, no update."""
     guilty: dict[Hashable, str] = {}
-    # 1. The screen: one forward pass of the critic, no trial.
     if items:
-        batch = build_batch([chunk for _, chunk in items])
-        bad = learner.untrainable_steps(batch)
+        bad = learner.untrainable_steps(build_batch([chunk for _, chunk in items]))
         if bad.any():
             pos = 0
             for source, chunk in items:
@@ -86,6 +80,18 @@ def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, Episod
                     guilty.setdefault(source, "value targets not finite or beyond float32's range, or (a model "
                                               "with memory) behaviour log-probabilities no recent policy gives")
                 pos += chunk.env_steps
+    return guilty
+
+
+def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, EpisodeChunk]]) -> IsolatedUpdate:
+    """Train ``learner`` on ``items`` ((source, chunk) pairs, in pool order), leaving out
+    the sources whose data makes the update non-finite (see the module docstring)."""
+    order: list[Hashable] = []
+    for source, _ in items:
+        if source not in order:
+            order.append(source)
+    # 1. The screen: one forward pass of the critic, no trial.
+    guilty = screen_sources(learner, items)
     remaining = [s for s in order if s not in guilty]
     if not remaining:
         return IsolatedUpdate(None, [], guilty)

@@ -150,6 +150,8 @@ class PPOLearner:
         #: Updates that trained with the dataset so far (its coefficient's decay; kept in checkpoints).
         self.demo_updates = 0
         self._value_obs_dim = value_obs_dim
+        #: Several ranks train this module together (distributed/data_parallel.py), else None.
+        self.data_parallel: Any = None
 
     def _cloning_data(self, episodes: list[EpisodeChunk], returns: np.ndarray | None) -> CloningData:
         if self.recurrent is not None and self._value_obs_dim is not None:
@@ -269,7 +271,7 @@ class PPOLearner:
         )
         return values, advantages, returns
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch | None, global_steps: int | None = None) -> dict[str, float]:
         """One PPO update (all epochs and minibatches) on a batch; returns loss statistics.
 
         Every step is used: the last, partial minibatch of an epoch too. A
@@ -278,11 +280,15 @@ class PPOLearner:
         module that received only a few steps moves only a little. If the
         loss, a gradient or a weight becomes non-finite, the model and the
         optimizer are restored and ``NonFiniteUpdate`` is raised.
+
+        With ``data_parallel`` set, ``global_steps`` is the batch's size over all ranks and every
+        rank calls this together, ``batch`` being its own steps (None: it has none); the ranks
+        take the same steps with the same gradients (distributed/data_parallel.py).
         """
         saved = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()), self.demo_updates)
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught below as a non-finite loss
-                stats = self._update(batch)
+                stats = self._update_without_steps(global_steps) if batch is None else self._update(batch, global_steps)
             if not all(torch.isfinite(t).all() for t in (*self.model.parameters(), *self.model.buffers())):
                 raise NonFiniteUpdate("weights became non-finite")
         except NonFiniteUpdate:
@@ -292,8 +298,47 @@ class PPOLearner:
             raise
         return stats
 
-    def _update(self, batch: RolloutBatch) -> dict[str, float]:
+    def _update_without_steps(self, global_steps: int | None) -> dict[str, float]:
+        """A rank with none of the module's steps: the same sums and optimizer steps as the ranks
+        that have some (zeros from here), so that every rank joins every sum and ends with the same weights."""
+        assert self.data_parallel is not None and global_steps is not None, "an update without steps needs other ranks"
+        zeros = torch.zeros(0, device=self.device)
+        for _ in range(self.hp.num_epochs):
+            for _ in range(self.data_parallel.minibatch_count(global_steps, self.hp.minibatch_size)):
+                if self.hp.norm_adv:
+                    self.data_parallel.advantage_moments(zeros)
+                self._take_step(None, 0)
+        return {}
+
+    def _take_step(self, loss: torch.Tensor | None, size: int) -> None:
+        """Backpropagate ``loss`` (the mean over this minibatch's ``size`` steps), sum the gradients over
+        the ranks when there are several, clip and step with the learning rate scaled to the
+        minibatch's size. Raises NonFiniteUpdate for a loss or gradient norm that is not finite
+        (on every rank alike when there are several)."""
         hp = self.hp
+        self.optimizer.zero_grad(set_to_none=True)
+        finite = loss is None or bool(torch.isfinite(loss))
+        if loss is not None and finite:
+            loss.backward()
+        if self.data_parallel is not None:
+            size, finite = self.data_parallel.sum_gradients(self.model.parameters(), size, finite)
+            if not finite:
+                raise NonFiniteUpdate("a rank's loss is not finite")
+            if size == 0:
+                return  # (no rank had a step for this minibatch)
+        elif not finite:
+            assert loss is not None
+            raise NonFiniteUpdate(f"loss is {loss.item()}")
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), hp.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            raise NonFiniteUpdate(f"gradient norm is {grad_norm.item()}")
+        for group in self.optimizer.param_groups:
+            group["lr"] = hp.lr * min(1.0, size / hp.minibatch_size)
+        self.optimizer.step()
+
+    def _update(self, batch: RolloutBatch, global_steps: int | None = None) -> dict[str, float]:
+        hp = self.hp
+        parallel = self.data_parallel
         if self.normalizer is not None:
             self.normalizer.observe(batch.all_obs)  # the statistics follow the data trained on, this batch included
         states = state_pass(self.model, batch, self.device) if self.recurrent is not None else None
@@ -322,7 +367,8 @@ class PPOLearner:
         if states is not None:
             minibatches = self._sequence_minibatches(batch, states, actions)
         else:
-            minibatches = self._step_minibatches(batch.size, obs, actions, value_obs)
+            parts = None if parallel is None else parallel.minibatch_count(global_steps or batch.size, mb)
+            minibatches = self._step_minibatches(batch.size, obs, actions, value_obs, parts)
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
         if logged is not None:
             stats["bc_loss"] = []
@@ -334,6 +380,11 @@ class PPOLearner:
         for _ in range(hp.num_epochs):
             for idx, new_logp, entropy, new_value in minibatches():
                 size = int(idx.shape[0])
+                if size == 0:  # (several ranks: this rank holds no step of this minibatch; it joins the sums)
+                    if hp.norm_adv:
+                        parallel.advantage_moments(adv_t[idx])
+                    self._take_step(None, 0)
+                    continue
                 # 1.6 (§13.7): the surrogate only on sampled steps; logged ones are cloned instead.
                 cloned = None if logged is None else logged[idx]
                 sampled = slice(None) if cloned is None else ~cloned
@@ -344,7 +395,11 @@ class PPOLearner:
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean() if n_sampled else torch.zeros(())
                     clipfrac = ((ratio - 1.0).abs() > hp.clip_coef).float().mean() if n_sampled else torch.zeros(())
-                if hp.norm_adv and n_sampled > 1:
+                if hp.norm_adv and parallel is not None:  # (the whole minibatch's statistics, every rank's steps)
+                    mean, std, total = parallel.advantage_moments(adv)
+                    if total > 1:
+                        adv = (adv - mean) / (std + 1e-8)
+                elif hp.norm_adv and n_sampled > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)
                                     ).mean() if n_sampled else torch.zeros((), device=self.device)
@@ -365,16 +420,7 @@ class PPOLearner:
                     demo_loss = self._cloning_loss(demo_dist, self.demos.actions[steps])
                     loss = loss + demo_coef * demo_loss
                     stats["demo_bc_loss"].append(demo_loss.item())
-                if not torch.isfinite(loss):
-                    raise NonFiniteUpdate(f"loss is {loss.item()}")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), hp.max_grad_norm)
-                if not torch.isfinite(grad_norm):
-                    raise NonFiniteUpdate(f"gradient norm is {grad_norm.item()}")
-                for group in self.optimizer.param_groups:
-                    group["lr"] = hp.lr * min(1.0, size / mb)
-                self.optimizer.step()
+                self._take_step(loss, size)
                 if n_sampled:  # (a minibatch of logged steps only has no surrogate to report)
                     stats["policy_loss"].append(pg_loss.item())
                     stats["approx_kl"].append(approx_kl.item())
@@ -392,9 +438,20 @@ class PPOLearner:
         out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
         return out
 
-    def _step_minibatches(self, n: int, obs: torch.Tensor, actions: torch.Tensor, value_obs: torch.Tensor | None):
-        """One epoch of minibatches of steps in a new random order: (steps, logp, entropy, value) each."""
+    def _step_minibatches(self, n: int, obs: torch.Tensor, actions: torch.Tensor, value_obs: torch.Tensor | None,
+                          parts: int | None = None):
+        """One epoch of minibatches of steps in a new random order: (steps, logp, entropy, value) each.
+        With ``parts`` (several ranks), exactly that many, some possibly empty (steps only, the rest None)."""
         def epoch():
+            if parts is not None:
+                for chosen in self.data_parallel.parts(self._rng.permutation(n), parts):
+                    idx = torch.as_tensor(chosen, device=self.device, dtype=torch.long)
+                    if not len(chosen):
+                        yield idx, None, None, None
+                        continue
+                    yield (idx, *self.model.evaluate(obs[idx], actions[idx],
+                                                     None if value_obs is None else value_obs[idx]))
+                return
             order = torch.as_tensor(self._rng.permutation(n), device=self.device)
             for start in range(0, n, self.hp.minibatch_size):
                 idx = order[start:start + self.hp.minibatch_size]

@@ -2257,6 +2257,8 @@ namespace Tether.Client
                 // versions name other weights in this run; they go (counted), and recurrent states start from
                 // zeros. Each model stays until this connection's replaces it.
                 otherRunUnsentDropped += DropUnsentOfEveryModule();
+                evaluationActors.Clear();  // (states of another run's models: the next evaluation starts from zeros)
+                evaluationStateEpisode = null;
             }
             int widest = 0;
             bool modulesChanged = false;  // another set of modules, or other spaces of one

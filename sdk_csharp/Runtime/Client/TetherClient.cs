@@ -926,6 +926,7 @@ namespace Tether.Client
                 // other weights in this run. They are dropped and counted; the model stays until this connection's
                 // replaces it (it comes with the connection: Apply below).
                 otherRunUnsentDropped += DropUnsentSteps();
+                evaluation = null;  // (its state came from another run's model: the next evaluation starts from zeros)
             }
             RecurrentState = recurrent;
             ObservationSpace = observationSpace;

@@ -1,0 +1,214 @@
+"""The learner loop of one rank among several: updates the ranks take together, in lock step.
+
+Every ``TICK_S`` (and right after an update) the ranks make one agreement, a sum over the control
+group of what each holds: its pool's steps per module, its env steps received, and its wishes
+(stop, done, pause, target reached). From that one sum every rank decides the same thing:
+
+* **stop** when any rank was asked to (a signal, the console) or the run is done: the group's env
+  steps reached ``max_env_steps``, or a rank's stop rule saw ``stop_at_return`` reached (with its
+  checks of every active client) and the ranks' windowed mean returns, averaged over the ranks that
+  have episodes, reach it too;
+* **update** when the ranks together hold ``train_batch_size`` agent steps and no rank is paused:
+  each rank takes what its pool holds (at most ``train_batch_size``), screens it locally
+  (learner/isolation.py's screen: a client whose steps no update can train on is left out and
+  blamed, on its own rank), and the ranks agree on each module's step count; every module with
+  steps on some rank is then updated by every rank, in the configuration's module order, data
+  parallel (data_parallel.py), so that no rank waits in a sum another rank does not join;
+* else wait for the next tick.
+
+Rank 0 exports each trained module's ONNX and every rank serves those very bytes: one model per
+version across the group. A version's number is the same on every rank, since they publish the
+same modules in the same updates. A failed collective (a rank died, or hung past the group's
+timeout) stops this rank with a message naming it; torchrun then stops the others, and a restart
+resumes every rank from its checkpoint (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from typing import Any
+
+from tether.protocol.onnx_codec import encode_onnx
+
+from ..ingest.logp_check import ServedPolicy
+from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sources
+from ..learner_loop import LearnerLoop
+from ..sample_pool import Pooled
+from .rank_group import RankGroup, RankGroupError
+
+#: Seconds between two agreements while the ranks wait for data (a sum of a few numbers on loopback
+#: takes well under a millisecond; between machines, about a round trip).
+TICK_S = 0.02
+#: Wishes a rank brings to the agreement (after its per-module counts and env steps), and its
+#: windowed mean return (0 before its first episode).
+_WISHES = ("stop", "done", "paused", "reached", "has_returns", "return_mean")
+
+
+class LockstepLearnerLoop(LearnerLoop):
+    """A LearnerLoop whose updates start when every rank agrees, and which trains data parallel."""
+
+    def __init__(self, *args: Any, group: RankGroup, on_stop: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group = group
+        #: Called with the reason once the group agreed to stop (the trainer's stop).
+        self._on_stop = on_stop
+        self._order = list(self.modules)
+        #: What this rank was asked: "signal"/"console" (stop) or "max_env_steps"/"stop_at_return" (done).
+        self._wish: str | None = None
+        self._target_reached = False
+        #: Why the group failed, once a collective did (None while it works).
+        self.failure: str | None = None
+        #: The group's env steps at the last agreement, and its agreements so far.
+        self.group_env_steps = 0
+        self.agreements = 0
+        #: Seconds this rank's updates spent in collectives with the others (the plan, the sums, the models).
+        self.update_comm_s = 0.0
+        self._runner: asyncio.Task | None = None
+
+    # -- what the trainer calls ------------------------------------------------------
+
+    def start_ticking(self) -> None:
+        """Start the agreements (on the event loop, once the server listens)."""
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    def maybe_start(self) -> None:
+        """Updates start at an agreement of all ranks, not when this rank's pool fills."""
+
+    def wish_stop(self, reason: str) -> None:
+        """This rank was asked to end the run: the group stops at the next agreement."""
+        if reason == "stop_at_return":
+            self._target_reached = True  # (the group is done when every rank with episodes reached it)
+        elif self._wish is None:
+            self._wish = reason
+
+    async def between_updates(self) -> None:
+        await super().between_updates()
+        if self._runner is not None and self.stopped:
+            await asyncio.gather(self._runner, return_exceptions=True)
+
+    # -- the agreements ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.stopped:  # (stopped without an agreement: the trainer closes; the others time out)
+            self._drop_stale()
+            try:
+                total = await loop.run_in_executor(self._executor, self.group.agree, self._local_view())
+            except RankGroupError as exc:
+                self._fail(str(exc))
+                return
+            self.agreements += 1
+            counts, env_steps = total[:len(self._order)], int(total[len(self._order)])
+            wishes = dict(zip(_WISHES, total[len(self._order) + 1:]))
+            self.group_env_steps = env_steps
+            reason = self._stop_reason(wishes, env_steps)
+            if reason is not None:
+                self.stopped = True
+                self._on_stop(reason)
+                return
+            if not wishes["paused"] and counts.sum() >= self.config.train_batch_size:
+                by_module: dict[str, list[Pooled]] = {}
+                for pooled in self.pool.take():
+                    by_module.setdefault(pooled.module_id, []).append(pooled)
+                self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
+                self.training_modules = set(by_module)
+                self._next_state = loop.create_future()
+                self._task = loop.create_task(self._update(by_module))
+                await asyncio.gather(self._task, return_exceptions=True)
+                if self.failure is not None:
+                    return
+            else:
+                await asyncio.sleep(TICK_S)
+
+    def _local_view(self) -> list[float]:
+        by_module = dict.fromkeys(self._order, 0)
+        for pooled in self.pool.items():
+            by_module[pooled.module_id] += pooled.chunk.env_steps
+        wish = self._wish
+        done = wish in ("max_env_steps",)
+        has_returns = math.isfinite(self.metrics.return_mean)
+        return [*by_module.values(), float(self.metrics.env_steps_received),
+                float(wish is not None and not done), float(done), float(self.paused),
+                float(self._target_reached), float(has_returns), self.metrics.return_mean if has_returns else 0.0]
+
+    def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
+        if wishes["stop"]:
+            return self._wish or "group"  # (another rank's signal or console: "group" here)
+        budget = self.config.max_env_steps
+        if wishes["done"] or (budget and env_steps >= budget):
+            return "max_env_steps"
+        # The group is done when a rank's stop rule (with its checks of every active client) saw the target
+        # and the ranks' windowed mean returns, averaged over the ranks that have episodes, reach it.
+        target = self.config.stop_at_return
+        if target is not None and wishes["reached"] and wishes["return_mean"] / wishes["has_returns"] >= target:
+            return "stop_at_return"
+        return None
+
+    def _fail(self, why: str) -> None:
+        self.failure = why
+        self.stopped = True
+        print(f"[tether] {why}; this rank stops (torchrun restarts the group from its checkpoints when allowed "
+              "to: --max-restarts)", file=sys.stderr, flush=True)
+        self._on_stop("rank_failed")
+
+    # -- one update, every rank ----------------------------------------------------------
+
+    def train(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
+        """Per module with steps on any rank: (IsolatedUpdate, stats, served), as LearnerLoop.train, trained
+        by every rank together. Runs in the learner thread, where every collective is called."""
+        busy = self.group.busy_s
+        try:
+            return self._train_together(by_module)
+        finally:
+            self.update_comm_s += self.group.busy_s - busy
+
+    def _train_together(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
+        screened: dict[str, list[Pooled]] = {}
+        guilty: dict[str, dict] = {}
+        for module_id in self._order:
+            items = by_module.get(module_id, [])
+            runtime = self.modules[module_id]
+            if not items or not runtime.spec.trainable:
+                screened[module_id] = []
+                continue
+            guilty[module_id] = screen_sources(runtime.learner, [(p.source, p.chunk) for p in items])
+            screened[module_id] = [p for p in items if p.source not in guilty[module_id]]
+        try:
+            counts = self.group.agree(sum(p.chunk.env_steps for p in screened[m]) for m in self._order)
+        except RankGroupError as exc:
+            self._fail(str(exc))
+            raise
+        results: dict[str, Any] = {}
+        for module_id, global_steps in zip(self._order, counts):
+            if global_steps == 0:
+                if guilty.get(module_id):
+                    results[module_id] = (IsolatedUpdate(None, [], guilty[module_id]), None, None)
+                continue
+            by_module.setdefault(module_id, [])
+            results[module_id] = self._train_module(module_id, screened[module_id], guilty.get(module_id, {}),
+                                                    int(global_steps))
+        return results
+
+    def _train_module(self, module_id: str, items: list[Pooled], guilty: dict, global_steps: int) -> tuple:
+        runtime = self.modules[module_id]
+        learner = runtime.learner
+        kept = sorted({p.source for p in items}, key=str)
+        started = time.perf_counter()
+        try:
+            stats = learner.update(build_batch([p.chunk for p in items]) if items else None, global_steps)
+        except NonFiniteUpdate as exc:  # (every rank raised it, from the same sums: the update is undone everywhere)
+            return IsolatedUpdate(None, [], guilty, error=exc, trials=1), None, None
+        except RankGroupError as exc:
+            self._fail(str(exc))
+            raise
+        trained = time.perf_counter()
+        onnx_bytes = self.group.broadcast_object(learner.export_onnx() if self.group.is_first else None)
+        served = (encode_onnx(onnx_bytes), ServedPolicy(onnx_bytes, runtime.spec.action_space,
+                                                        runtime.spec.observation_space))
+        stats = {**stats, "global_steps": float(global_steps), "update_trials": 1.0, "update_s": trained - started,
+                 "export_s": time.perf_counter() - trained}
+        return IsolatedUpdate(stats, kept, guilty, trials=1), stats, served

@@ -1,0 +1,74 @@
+"""One rank's server configuration, from the group's command line (every rank runs the same one).
+
+* port: ``--port P`` is the node's first port; local rank ``i`` listens on ``P + i`` (``0``: each
+  rank picks a free port and prints it). A fleet spreads its clients over the node's ports.
+* logdir: each rank writes ``<logdir>/rank-<r>/`` (its checkpoint, journal, policies, TensorBoard).
+* resume: ``--resume <logdir>/checkpoint.pt`` (the group's path) resumes each rank from
+  ``<logdir>/rank-<r>/checkpoint.pt``, so the same command line serves a fresh start and torchrun's
+  restarts (a rank with no checkpoint yet starts fresh, as a lone server does).
+* summary_file: rank 0 writes it; rank ``r > 0`` writes ``<name>.rank-<r><suffix>`` beside it.
+* device: ``auto`` is ``cuda:<local rank>`` where there are GPUs, one per local rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ..config import ConfigError, ServerConfig
+from .rank_group import RankPlace
+
+
+def rank_path(path: str, rank: int) -> str:
+    """``dir/name`` of the group -> ``dir/rank-<rank>/name`` of one rank."""
+    p = Path(path)
+    return str(p.parent / f"rank-{rank}" / p.name)
+
+
+def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
+    """The configuration rank ``place.rank`` runs (see the module docstring); ConfigError for an
+    option the ranks cannot share yet."""
+    unsupported = [name for name, on in (
+        ("a model with memory (recurrent)", any(_recurrent(spec) for spec in _module_models(config))),
+        ("demonstrations (demos)", bool(config.demos) or any("demos" in m for m in _module_tables(config))),
+        ("normalize_observations", config.normalize_observations
+         or any(m.get("normalize_observations") for m in _module_tables(config))),
+        ("self_play", bool(config.self_play)),
+        ("curriculum", bool(config.curriculum)),
+    ) if on]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} cannot run on several ranks yet (WORLD_SIZE "
+                          f"{place.world_size}): run one rank, or leave them out (docs/scale-out.md)")
+    summary = config.summary_file
+    if summary and place.rank > 0:
+        p = Path(summary)
+        summary = str(p.with_name(f"{p.stem}.rank-{place.rank}{p.suffix}"))
+    device = config.device
+    if device == "auto" and torch.cuda.is_available():
+        device = f"cuda:{place.local_rank % torch.cuda.device_count()}"
+    return dataclasses.replace(
+        config,
+        port=config.port + place.local_rank if config.port else 0,
+        logdir=str(Path(config.logdir) / f"rank-{place.rank}"),
+        resume=rank_path(config.resume, place.rank) if config.resume else config.resume,
+        summary_file=summary,
+        device=device,
+        # Consoles beside each rank would need a port each; rank 0's shows its own rank for now.
+        console_port=config.console_port if place.rank == 0 else None,
+        ws_port=config.ws_port + place.local_rank if config.ws_port else config.ws_port,
+    )
+
+
+def _module_tables(config: ServerConfig) -> list[dict]:
+    modules = config.modules or {}
+    return [m for m in (modules.values() if isinstance(modules, dict) else modules) if isinstance(m, dict)]
+
+
+def _module_models(config: ServerConfig) -> list:
+    return [config.model, *(m.get("model") for m in _module_tables(config))]
+
+
+def _recurrent(model: object) -> bool:
+    return isinstance(model, dict) and model.get("recurrent") is not None

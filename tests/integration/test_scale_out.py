@@ -1,0 +1,230 @@
+"""Two ranks of one run on PyTorch distributed (gloo on loopback), started by torchrun as a cluster
+would start them: ``python -m torch.distributed.run --nproc-per-node 2 -m tether.server.cli serve``.
+
+* CartPole learns to 450 with one client on each rank (random play, measured here, stays far below),
+  and both ranks end with bit-identical weights;
+* a module whose data arrives at one rank only (module ``n``: its agent plays on rank 1 alone) is
+  updated as often as the other, without a deadlock: every rank joins every module's sums;
+* a rank killed mid-run stops the group at once, and torchrun's restart (``--max-restarts``)
+  resumes every rank from its checkpoint: the versions go on from there, the run keeps its id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tether.server.checkpoint import load_checkpoint
+
+from .server_process import REPO, free_port, wait_until
+from .test_cartpole_learning import random_returns
+
+_SERVING = re.compile(r"serving on [\d.]+:(\d+) .*\| rank (\d+) of (\d+)")
+CLIENT = Path(__file__).with_name("two_module_cartpole_client.py")
+TWO_MODULES = """
+env_steps_per_sample = 200
+train_batch_size = 1000
+minibatch_size = 250
+policy_mapping = [{ pattern = "a_*", module = "m" }, { pattern = "b_*", module = "n" }]
+[modules.m]
+observation_space = { type = "Box", shape = [4], low = -inf, high = inf }
+action_space = { type = "Discrete", n = 2 }
+[modules.n]
+observation_space = { type = "Box", shape = [4], low = -inf, high = inf }
+action_space = { type = "Discrete", n = 2 }
+"""
+
+
+def two_free_ports() -> int:
+    """A port P with P + 1 free too (rank i listens on P + i, and on the same one after a restart)."""
+    import socket
+
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+class Group:
+    """``torchrun --nproc-per-node ranks -m tether.server.cli serve <flags>``: its ranks' ports and output."""
+
+    def __init__(self, tmp_path: Path, *flags: str, ranks: int = 2, restarts: int = 0) -> None:
+        self.logdir = tmp_path / "run"
+        self.summary = tmp_path / "summary.json"
+        self.cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                    "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", str(restarts),
+                    "-m", "tether.server.cli", "serve", "--port", str(two_free_ports()), "--logdir", str(self.logdir),
+                    "--summary-file", str(self.summary), "--no-tensorboard", "--group-timeout-s", "20", *flags]
+        self.lines: list[str] = []
+        self.ports: dict[int, int] = {}
+        # (its own process group: stop() ends torchrun and its ranks together, none left running)
+        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), process_group=0)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            match = _SERVING.search(line)
+            if match:
+                self.ports[int(match.group(2))] = int(match.group(1))
+
+    def wait_serving(self, ranks: int = 2, timeout: float = 90) -> dict[int, int]:
+        assert wait_until(lambda: len(self.ports) == ranks, timeout), "\n".join(
+            line for line in self.lines if not line.startswith("[tether] update"))[-6000:]
+        return dict(self.ports)
+
+    def rank_summary(self, rank: int) -> dict[str, Any]:
+        path = self.summary if rank == 0 else self.summary.with_name(f"summary.rank-{rank}.json")
+        return json.loads(path.read_text())
+
+    def checkpoint(self, rank: int) -> dict[str, Any]:
+        return load_checkpoint(self.logdir / f"rank-{rank}" / "checkpoint.pt")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+
+
+def start_clients(*commands: list[str]) -> list[subprocess.Popen]:
+    return [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for cmd in commands]
+
+
+def stop_clients(clients: list[subprocess.Popen]) -> list[str]:
+    outs = []
+    for client in clients:
+        if client.poll() is None:
+            client.send_signal(signal.SIGINT)
+        try:
+            outs.append(client.communicate(timeout=30)[0])
+        except subprocess.TimeoutExpired:
+            client.kill()
+            outs.append(client.communicate()[0])
+    return outs
+
+
+def assert_same_weights(group: Group) -> dict[str, int]:
+    """Both ranks' final checkpoints hold bit-identical networks and optimizers; returns the versions."""
+    first, second = group.checkpoint(0), group.checkpoint(1)
+    assert first["run_id"] == second["run_id"], "one run, one id on every rank"
+    versions = {}
+    for module_id, saved in first["modules"].items():
+        theirs = second["modules"][module_id]
+        assert saved["weights_seq_no"] == theirs["weights_seq_no"]
+        versions[module_id] = saved["weights_seq_no"]
+        for name, tensor in saved["learner"]["model"].items():
+            assert torch.equal(tensor, theirs["learner"]["model"][name]), (module_id, name)
+        for slot, state in saved["learner"]["optimizer"]["state"].items():
+            for key, value in state.items():
+                assert torch.equal(value, theirs["learner"]["optimizer"]["state"][slot][key]), (module_id, slot, key)
+    return versions
+
+
+@pytest.mark.slow
+def test_two_ranks_learn_cartpole_to_450_with_a_client_on_each(tmp_path: Path) -> None:
+    best_random = max(random_returns(100, seed=7))
+    group = Group(tmp_path, "--env", "CartPole-v1", "--stop-at-return", "450", "--max-env-steps", "400000")
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
+                                   "--seed", str(rank)] for rank, port in ports.items()))
+        assert group.proc.wait(360) == 0, "\n".join(group.lines[-40:])
+        outs = stop_clients(clients)
+    finally:
+        stop_clients(clients)
+        group.stop()
+    summaries = [group.rank_summary(0), group.rank_summary(1)]
+    for rank, summary in enumerate(summaries):
+        assert summary["group"]["world_size"] == 2 and summary["group"]["failure"] is None
+        assert summary["env_steps"] > 1000, f"rank {rank} ingested its client's data"
+    # A rank's stop rule saw 450 (every active client of it on its own too), and the ranks' mean returns reach it.
+    assert any(summary["reached_target_at"] is not None for summary in summaries)
+    returns = [summary["return_mean"] for summary in summaries]
+    assert sum(returns) / 2 >= 450 > best_random + 200 and min(returns) > best_random + 200, (returns, best_random)
+    assert summaries[0]["updates"] == summaries[1]["updates"] > 0
+    assert summaries[0]["group"]["env_steps"] == summaries[1]["group"]["env_steps"] >= sum(
+        s["env_steps"] for s in summaries) - 2 * 1000
+    versions = assert_same_weights(group)
+    assert versions["default_policy"] == summaries[0]["updates"]
+    # One model per version across the group: both ranks wrote the same policy.
+    assert (group.logdir / "rank-0" / "policy.onnx").read_bytes() == (group.logdir / "rank-1" / "policy.onnx").read_bytes()
+    assert all('"stopped_by": "training_done"' in out for out in outs), outs
+
+
+@pytest.mark.slow
+def test_a_module_whose_data_reaches_one_rank_only_trains_on_both_without_a_deadlock(tmp_path: Path) -> None:
+    config = tmp_path / "two_modules.toml"
+    config.write_text(TWO_MODULES)
+    group = Group(tmp_path, "--config", str(config), "--max-env-steps", "12000")
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients([sys.executable, str(CLIENT), "--port", str(ports[0]), "--seed", "1"],
+                                [sys.executable, str(CLIENT), "--port", str(ports[1]), "--seed", "2", "--both"])
+        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+        outs = stop_clients(clients)
+    finally:
+        stop_clients(clients)
+        group.stop()
+    played = [json.loads(out.strip().splitlines()[-1])["played"] for out in outs]
+    assert played[0]["b_0"] == 0 and played[1]["b_0"] > 0, "module n's data reached rank 1 only"
+    summaries = [group.rank_summary(0), group.rank_summary(1)]
+    assert summaries[0]["group"]["env_steps"] >= 12000
+    versions = assert_same_weights(group)
+    assert versions["n"] >= 3 and versions["m"] >= 3, versions
+    assert summaries[0]["modules_weights_seq_no"] == summaries[1]["modules_weights_seq_no"] == versions
+
+
+@pytest.mark.slow
+def test_a_killed_rank_stops_the_group_and_torchrun_resumes_it_from_the_checkpoints(tmp_path: Path) -> None:
+    group = Group(tmp_path, "--env", "CartPole-v1", "--max-env-steps", "8000", "--train-batch-size", "1000",
+                  "--checkpoint-every", "1", "--resume", str(tmp_path / "run" / "checkpoint.pt"), restarts=1)
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
+                                   "--seed", str(rank), "--reconnect-timeout", "60"] for rank, port in ports.items()))
+        assert wait_until(lambda: sum("update    2" in line for line in group.lines) >= 2, 120), group.lines[-20:]
+        run_id = group.checkpoint(0)["run_id"]
+        ranks = subprocess.run(["pgrep", "-P", str(group.proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(ranks) == 2, ranks
+        group.ports.clear()
+        killed_at = time.monotonic()
+        os.kill(int(ranks[-1]), signal.SIGKILL)
+        # torchrun stops the other rank and starts the group again: both ranks serve anew, each on a new port.
+        group.wait_serving(timeout=120)
+        restarted_in = time.monotonic() - killed_at
+        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+        stop_clients(clients)
+    finally:
+        stop_clients(clients)
+        group.stop()
+    assert restarted_in < 60, restarted_in
+    resumed = [line for line in group.lines if "resumed" in line or "rank" in line and "serving on" in line]
+    assert len([line for line in group.lines if "serving on" in line]) == 4, resumed
+    summaries = [group.rank_summary(0), group.rank_summary(1)]
+    versions = assert_same_weights(group)
+    assert group.checkpoint(0)["run_id"] == run_id, "the restarted group is the same run"
+    assert summaries[0]["group"]["env_steps"] >= 8000 and versions["default_policy"] >= 3
