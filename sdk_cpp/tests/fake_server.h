@@ -70,6 +70,11 @@ inline std::string onnx_file_of(const std::vector<std::uint8_t>& model) {
 /// A fake model for FakeBackend: its first byte is the action it prefers.
 inline std::string onnx_file(std::uint8_t model_byte) { return onnx_file_of({model_byte, 1, 2, 3}); }
 
+/// A PONG announcing protocol `version` (a server of that version).
+inline json pong(const std::string& version) {
+  return {{"type", "PONG"}, {"protocol_version", version}, {"server", "fake"}};
+}
+
 // -- a fake server -----------------------------------------------------------------------
 
 class Conn {

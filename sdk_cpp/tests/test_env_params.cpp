@@ -78,7 +78,6 @@ ServerScript phase_script(SharedPhase phase, json answer, std::int64_t steps_per
   return script;
 }
 
-json pong(const std::string& version) { return {{"type", "PONG"}, {"protocol_version", version}, {"server", "fake"}}; }
 
 // The state requests the server received (GET_STATE, EPISODES_AND_GET_STATE), in order.
 std::vector<json> state_requests(FakeServer& server) {

@@ -26,12 +26,12 @@ namespace {
 using fake::Conn;
 using fake::FakeServer;
 using fake::json;
+using fake::pong;
 using fake::ServerScript;
 using tether::ErrorCode;
 
 constexpr float kObs[4] = {0.1f, 0.2f, 0.3f, 0.4f};
 
-json pong(const std::string& version) { return {{"type", "PONG"}, {"protocol_version", version}, {"server", "fake"}}; }
 
 // A server whose PONG announces `version`.
 ServerScript speaking(const std::string& version, ServerScript script = ServerScript()) {
