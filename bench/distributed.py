@@ -49,7 +49,7 @@ def run(ranks: int, args: argparse.Namespace, folder: Path) -> dict:
     port = free_port()
     serve = ["serve", "--env", "CartPole-v1", "--stop-at-return", str(args.target), "--max-env-steps",
              str(args.max_env_steps), "--logdir", str(folder / "run"), "--summary-file", str(folder / "summary.json"),
-             "--no-tensorboard", "--quiet"]
+             "--no-tensorboard"]
     if ranks == 1:
         cmd = [sys.executable, "-m", "tether.server.cli", *serve, "--port", str(port)]
         client_ports = [port, port]

@@ -165,7 +165,9 @@ class TetherClient(BaseClient):
             self.policy = None
             self.weights_seq_no = None
             self._evaluation = None
-            self._drop_unsent_steps()
+            dropped = self._drop_unsent_steps()
+            if self._run_changed:  # (**[1.8]** another run as well: its steps count as another run's, §6.5)
+                self._other_run_unsent_dropped += dropped
         elif self._run_changed:
             # **[1.8]** Another server run (§6.5): the steps not cut yet were acted with weights whose
             # versions name other weights in this run. They are dropped and counted; the model stays

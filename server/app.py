@@ -116,7 +116,9 @@ async def serve(
         if console is not None:
             await console.stop()
         await server.stop()
-        await trainer.close(checkpoint=True)
+        # A rank whose group failed keeps its last periodic checkpoint, taken at the same update as every
+        # other rank's (updates are agreed): one now could be ahead of a dead rank's, or hold a torn update.
+        await trainer.close(checkpoint=trainer.stop_reason != "rank_failed")
         if group is not None:
             group.close()
     m = trainer.metrics
@@ -156,6 +158,7 @@ async def serve(
         "modules_weights_seq_no": {mid: rt.weights_seq_no for mid, rt in trainer.modules.items()},
         "wall_s": time.time() - started,
     }
+    summary["run_id"] = trainer.run_id
     if group is not None:
         loop = trainer.learner_loop
         summary["group"] = {"rank": group.rank, "world_size": group.world_size, "port": port,

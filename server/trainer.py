@@ -135,17 +135,18 @@ class Trainer:
         for module in self.modules.values():
             module.learner.data_parallel = DataParallel(self.group)
         theirs = self.group.broadcast_object(
-            {"run_id": self.run_id,
-             "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no) for m, rt in self.modules.items()}}
+            {"run_id": self.run_id, "updates": self.metrics.updates,
+             "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no, rt.onnx_field) for m, rt in self.modules.items()}}
             if self.group.is_first else None)
         if self.group.is_first:
             return
         self.run_id = theirs["run_id"]
-        for module_id, (state, version) in theirs["modules"].items():
+        self.metrics.updates = int(theirs["updates"])  # (checkpoints are taken every checkpoint_every updates)
+        for module_id, (state, version, onnx_field) in theirs["modules"].items():
             runtime = self.modules[module_id]
             runtime.learner.load_state_dict(state)
             runtime.weights_seq_no = int(version)
-            runtime.onnx_field = encode_onnx(runtime.learner.export_onnx())
+            runtime.onnx_field = onnx_field  # (rank 0's model bytes: one model per version across the group)
         self.metrics.weights_seq_no = self.weights_seq_no
 
     def start(self) -> None:

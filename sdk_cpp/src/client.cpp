@@ -103,7 +103,9 @@ void TetherClient::on_connected(LinkEvent& event) {
   env_action_buffer_.resize(config_->action_space.flat_dim());
   leaf_row_.resize(config_->observation_space.flat_dim());
   if (spaces_changed || state_changed) {
-    drop_for_new_spaces();
+    const std::size_t dropped = drop_for_new_spaces();
+    // [1.8] Another run as well: its steps count as another run's, whichever rule dropped them (§6.5).
+    if (run_changed_) other_run_unsent_dropped_.fetch_add(dropped, std::memory_order_relaxed);
   } else if (run_changed_) {
     // [1.8] Another server run (§6.5): the steps not cut yet were acted with
     // weights whose versions name other weights in this run. They are
@@ -155,15 +157,16 @@ void TetherClient::end_training() {
   if (unsent) link_->count_unsent_at_end();
 }
 
-void TetherClient::drop_for_new_spaces() {
+std::size_t TetherClient::drop_for_new_spaces() {
   // The model cannot serve the new spaces (NOT_READY until this connection's
   // arrives, usually in the same handshake), and the steps not cut yet do not
   // fit them: they are dropped, as every SDK does.
   link_->retire(std::move(policy_));  // destroyed on the I/O thread
   policy_ = nullptr;
   weights_seq_no_.reset();
-  drop_unsent_steps();
+  const std::size_t dropped = drop_unsent_steps();
   ++space_changes_;
+  return dropped;
 }
 
 std::size_t TetherClient::drop_unsent_steps() {

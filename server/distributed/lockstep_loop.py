@@ -5,9 +5,8 @@ group of what each holds: its pool's steps per module, its env steps received, a
 (stop, done, pause, target reached). From that one sum every rank decides the same thing:
 
 * **stop** when any rank was asked to (a signal, the console) or the run is done: the group's env
-  steps reached ``max_env_steps``, or a rank's stop rule saw ``stop_at_return`` reached (with its
-  checks of every active client) and the ranks' windowed mean returns, averaged over the ranks that
-  have episodes, reach it too;
+  steps reached ``max_env_steps``, or the stop rule of every rank that has episodes saw
+  ``stop_at_return`` reached (each with its check of every active client);
 * **update** when the ranks together hold ``train_batch_size`` agent steps and no rank is paused:
   each rank takes what its pool holds (at most ``train_batch_size``), screens it locally
   (learner/isolation.py's screen: a client whose steps no update can train on is left out and
@@ -42,9 +41,8 @@ from .rank_group import RankGroup, RankGroupError
 #: Seconds between two agreements while the ranks wait for data (a sum of a few numbers on loopback
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
-#: Wishes a rank brings to the agreement (after its per-module counts and env steps), and its
-#: windowed mean return (0 before its first episode).
-_WISHES = ("stop", "done", "paused", "reached", "has_returns", "return_mean")
+#: Wishes a rank brings to the agreement (after its per-module counts and env steps).
+_WISHES = ("stop", "done", "paused", "reached", "has_returns")
 
 
 class LockstepLearnerLoop(LearnerLoop):
@@ -61,6 +59,8 @@ class LockstepLearnerLoop(LearnerLoop):
         self._target_reached = False
         #: Why the group failed, once a collective did (None while it works).
         self.failure: str | None = None
+        #: Why this rank's part of an update failed (set in the learner thread, acted on in the event loop).
+        self._update_failure: str | None = None
         #: The group's env steps at the last agreement, and its agreements so far.
         self.group_env_steps = 0
         self.agreements = 0
@@ -94,6 +94,12 @@ class LockstepLearnerLoop(LearnerLoop):
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        try:
+            await self._agree_and_update(loop)
+        except Exception as exc:  # (anything unexpected: this rank can no longer follow the others)
+            self._fail(f"rank {self.group.rank}: the learner loop failed ({exc!r:.300})")
+
+    async def _agree_and_update(self, loop: asyncio.AbstractEventLoop) -> None:
         while not self.stopped:  # (stopped without an agreement: the trainer closes; the others time out)
             self._drop_stale()
             try:
@@ -119,7 +125,8 @@ class LockstepLearnerLoop(LearnerLoop):
                 self._next_state = loop.create_future()
                 self._task = loop.create_task(self._update(by_module))
                 await asyncio.gather(self._task, return_exceptions=True)
-                if self.failure is not None:
+                if self._update_failure is not None:
+                    self._fail(self._update_failure)
                     return
             else:
                 await asyncio.sleep(TICK_S)
@@ -130,10 +137,9 @@ class LockstepLearnerLoop(LearnerLoop):
             by_module[pooled.module_id] += pooled.chunk.env_steps
         wish = self._wish
         done = wish in ("max_env_steps",)
-        has_returns = math.isfinite(self.metrics.return_mean)
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
-                float(self._target_reached), float(has_returns), self.metrics.return_mean if has_returns else 0.0]
+                float(self._target_reached), float(math.isfinite(self.metrics.return_mean))]
 
     def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
         if wishes["stop"]:
@@ -141,10 +147,10 @@ class LockstepLearnerLoop(LearnerLoop):
         budget = self.config.max_env_steps
         if wishes["done"] or (budget and env_steps >= budget):
             return "max_env_steps"
-        # The group is done when a rank's stop rule (with its checks of every active client) saw the target
-        # and the ranks' windowed mean returns, averaged over the ranks that have episodes, reach it.
-        target = self.config.stop_at_return
-        if target is not None and wishes["reached"] and wishes["return_mean"] / wishes["has_returns"] >= target:
+        # The group is done when the stop rule of every rank that has episodes saw the target (each with
+        # its check of every active client): made-up returns on one rank cannot end the run for all.
+        if (self.config.stop_at_return is not None and wishes["has_returns"]
+                and wishes["reached"] >= wishes["has_returns"]):
             return "stop_at_return"
         return None
 
@@ -163,10 +169,23 @@ class LockstepLearnerLoop(LearnerLoop):
         busy = self.group.busy_s
         try:
             return self._train_together(by_module)
+        except Exception as exc:
+            # Whatever failed here (a collective, or this rank's own part: memory, an export), the ranks can
+            # no longer take the same steps: this rank stops, which makes the others' next collective fail.
+            self._update_failure = (str(exc) if isinstance(exc, RankGroupError) else
+                                    f"rank {self.group.rank}: its part of an update failed ({exc!r:.300})")
+            raise
         finally:
             self.update_comm_s += self.group.busy_s - busy
 
     def _train_together(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
+        # The settings the console changes live (on rank 0, whose console it is) go to every rank first.
+        live = self.group.broadcast_object(
+            {m: (rt.learner.hp.lr, rt.learner.hp.ent_coef) for m, rt in self.modules.items()}
+            if self.group.is_first else None)
+        for module_id, (lr, ent_coef) in live.items():
+            self.modules[module_id].learner.set_lr(lr)
+            self.modules[module_id].learner.set_ent_coef(ent_coef)
         screened: dict[str, list[Pooled]] = {}
         guilty: dict[str, dict] = {}
         for module_id in self._order:
@@ -177,11 +196,7 @@ class LockstepLearnerLoop(LearnerLoop):
                 continue
             guilty[module_id] = screen_sources(runtime.learner, [(p.source, p.chunk) for p in items])
             screened[module_id] = [p for p in items if p.source not in guilty[module_id]]
-        try:
-            counts = self.group.agree(sum(p.chunk.env_steps for p in screened[m]) for m in self._order)
-        except RankGroupError as exc:
-            self._fail(str(exc))
-            raise
+        counts = self.group.agree(sum(p.chunk.env_steps for p in screened[m]) for m in self._order)
         results: dict[str, Any] = {}
         for module_id, global_steps in zip(self._order, counts):
             if global_steps == 0:
@@ -202,9 +217,6 @@ class LockstepLearnerLoop(LearnerLoop):
             stats = learner.update(build_batch([p.chunk for p in items]) if items else None, global_steps)
         except NonFiniteUpdate as exc:  # (every rank raised it, from the same sums: the update is undone everywhere)
             return IsolatedUpdate(None, [], guilty, error=exc, trials=1), None, None
-        except RankGroupError as exc:
-            self._fail(str(exc))
-            raise
         trained = time.perf_counter()
         onnx_bytes = self.group.broadcast_object(learner.export_onnx() if self.group.is_first else None)
         served = (encode_onnx(onnx_bytes), ServedPolicy(onnx_bytes, runtime.spec.action_space,

@@ -5,7 +5,8 @@
 * logdir: each rank writes ``<logdir>/rank-<r>/`` (its checkpoint, journal, policies, TensorBoard).
 * resume: ``--resume <logdir>/checkpoint.pt`` (the group's path) resumes each rank from
   ``<logdir>/rank-<r>/checkpoint.pt``, so the same command line serves a fresh start and torchrun's
-  restarts (a rank with no checkpoint yet starts fresh, as a lone server does).
+  restarts (a rank with no checkpoint yet starts fresh, as a lone server does); a restart by
+  torchrun of a command line without ``--resume`` resumes from ``<logdir>/checkpoint.pt`` alike.
 * summary_file: rank 0 writes it; rank ``r > 0`` writes ``<name>.rank-<r><suffix>`` beside it.
 * device: ``auto`` is ``cuda:<local rank>`` where there are GPUs, one per local rank.
 """
@@ -41,6 +42,11 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     if unsupported:
         raise ConfigError(f"{', '.join(unsupported)} cannot run on several ranks yet (WORLD_SIZE "
                           f"{place.world_size}): run one rank, or leave them out (docs/scale-out.md)")
+    resume = config.resume
+    if resume is None and place.attempt > 0:
+        # torchrun restarted the group (--max-restarts) on a command line without --resume: this is
+        # the same run, which goes on from each rank's checkpoint (a new run would drop their journals).
+        resume = str(Path(config.logdir) / "checkpoint.pt")
     summary = config.summary_file
     if summary and place.rank > 0:
         p = Path(summary)
@@ -52,7 +58,7 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
         config,
         port=config.port + place.local_rank if config.port else 0,
         logdir=str(Path(config.logdir) / f"rank-{place.rank}"),
-        resume=rank_path(config.resume, place.rank) if config.resume else config.resume,
+        resume=rank_path(resume, place.rank) if resume else None,
         summary_file=summary,
         device=device,
         # Consoles beside each rank would need a port each; rank 0's shows its own rank for now.

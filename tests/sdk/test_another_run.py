@@ -142,3 +142,42 @@ def test_multi_agent_steps_of_another_run_are_dropped_in_every_module() -> None:
             assert all(row[0] >= 7 for row in entry["obs"]), (agent, "steps acted with run-a's models went")
     assert all(batch["weights_seq_nos"] == {"m": 0, "n": 0} for batch in batches[1:])
     assert sum(len(entry["actions"]) for r in later for entry in r["agents"].values()) == 2 * 23
+
+
+def test_steps_dropped_for_other_spaces_of_another_run_count_as_another_runs() -> None:
+    """Run-b also observes 4 values, not 3: the steps not cut yet are dropped by the rule for other spaces
+    (the model goes until run-b's arrives) and still counted as another run's: 12, as without the change."""
+    first = single_agent_config(3, DISCRETE2, protocol_version="1.8")
+    second = single_agent_config(4, DISCRETE2, protocol_version="1.8")
+    release = threading.Event()
+
+    def handler(conn: ScriptedConnection) -> None:
+        first_connection = conn.index == 0
+        handshake(conn, "run-a" if first_connection else "run-b", first if first_connection else second,
+                  state(3, constant_model(3, [-5.0, 5.0])) if first_connection else state(0, constant_model(4, [-5.0, 5.0])))
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "EPISODES_AND_GET_STATE" and first_connection:
+                release.wait(10)
+                return
+            if message["type"] in ("EPISODES_AND_GET_STATE", "GET_STATE"):
+                conn.send(state(0, None))
+
+    with ScriptedServer(handler) as server:
+        client = TetherClient("127.0.0.1", server.port, seed=5, reconnect_timeout_s=5, response_timeout_s=5,
+                              update_timeout_s=5, wait_for_weights=False)
+        a = client.start_episode("a")
+        for t in range(12):
+            client.get_action(a, np.full(3, t, np.float32))
+            client.log_returns(a, 1.0)
+        release.set()
+        wait_for_reconnect(client)
+        for t in range(12, 30):
+            client.get_action(a, np.full(4, t, np.float32))
+            client.log_returns(a, 1.0)
+        client.end_episode(a, np.full(4, -1, np.float32))
+        client.flush()
+        client.close()
+        batches = unique_batches(server)
+    assert client.other_run_steps_dropped == 12 and client.link.other_run_steps_dropped == 10
+    later = [r for batch in batches[1:] for r in batch["episodes"]]
+    assert later[0]["obs"][0] == [12.0] * 4 and sum(len(r["actions"]) for r in later) == 18

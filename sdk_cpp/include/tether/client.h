@@ -268,7 +268,7 @@ class TetherClient final : public ClientBase {
   const EpisodeEnv* episode_env(const std::string& episode_id) const override;
   void apply_policy(std::shared_ptr<LoadedPolicy> policy, std::optional<std::int64_t> seq, std::int64_t connection);
   void forget_episodes(const std::set<std::string>& ids);
-  void drop_for_new_spaces();
+  std::size_t drop_for_new_spaces();  // returns the steps dropped
   std::size_t drop_unsent_steps();
   std::size_t sendable_steps(const Episode& current) const;
   void send_batch(bool even_empty = false);

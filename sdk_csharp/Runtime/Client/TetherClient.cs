@@ -918,7 +918,8 @@ namespace Tether.Client
             if (ObservationSpace != null && (!MultiAgentClient.SameSpace(ObservationSpace, observationSpace) ||
                                              !MultiAgentClient.SameSpace(ActionSpace, actionSpace) || !RecurrentState.Same(RecurrentState, recurrent)))
             {
-                DropForNewSpaces();
+                int dropped = DropForNewSpaces();
+                if (runChanged) otherRunUnsentDropped += dropped;  // (1.8: another run as well, §6.5)
             }
             else if (runChanged)
             {
@@ -986,14 +987,14 @@ namespace Tether.Client
         // (NOT_READY until this connection's arrives) and the steps not cut yet do not fit them.
         // They are dropped, as every SDK does: the open episodes go on, each one's next chunk
         // starting from its next observation; the ended ones not cut yet send nothing.
-        void DropForNewSpaces()
+        int DropForNewSpaces()
         {
             StopDemonstrations();  // (the file's header names the old spaces)
             link.Retire(backend);
             backend = null;
             weightsSeqNo = null;
             evaluation = null;
-            DropUnsentSteps();
+            return DropUnsentSteps();
         }
 
         // Lets go of every training episode's steps not cut yet (the open episodes go on, each one's next chunk
