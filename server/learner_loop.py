@@ -46,7 +46,8 @@ class LearnerLoop:
                  stop_rule: StopRule, record_share: RecordShare, dedup: BatchDedup,
                  tensorboard: TensorBoardWriter | None, executor: ThreadPoolExecutor,
                  checkpoint: Callable[[], Awaitable[Any]],
-                 after_publish: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
+                 after_publish: Callable[[list[str]], Awaitable[None]] | None = None,
+                 record_versions: Callable[[], None] | None = None) -> None:
         self.config = config
         self.modules = modules
         self.default_module = default_module
@@ -64,6 +65,8 @@ class LearnerLoop:
         self._checkpoint = checkpoint
         #: Awaited with the modules an update published, before its metrics and checkpoint (self-play snapshots).
         self._after_publish = after_publish
+        #: Called once an update published, before any client is told: writes down the versions served.
+        self._record_versions = record_versions
         #: Updates do not start while paused (the console's control); data keeps arriving into the bounded pool.
         self.paused = False
         #: Set once by the trainer's close: no update starts again, whoever resumes (a console
@@ -250,6 +253,8 @@ class LearnerLoop:
             m.clients_refused = self.guard.refused_count
             m.agent_steps_isolated += self.pool.drop(lambda p: not self.guard.is_refused(p.source))
         if published:
+            if self._record_versions is not None:
+                self._record_versions()
             m.updates += 1
             m.weights_seq_no = self._served_version
             first = self.default_module if self.default_module in published else next(iter(published))

@@ -17,6 +17,7 @@ Runs on the server's event loop.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import sys
 import time
@@ -52,6 +53,10 @@ from .curriculum import Curriculum, CurriculumConfig
 from .self_play import SelfPlay
 from .session_owners import SessionOwners
 from .stop_rule import StopRule
+
+
+#: Each module's version as last served, in the logdir (see Trainer._record_versions).
+VERSIONS_FILE = "versions.json"
 
 
 class Trainer:
@@ -91,6 +96,7 @@ class Trainer:
         #: Every stored batch is written here before it is answered (see pool_journal).
         self.journal: PoolJournal | None = None
         self._resume_and_open_journal()
+        self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
         if self.self_play is not None and config.resume and not self.self_play.restored:
             self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
         if group is not None:
@@ -121,7 +127,8 @@ class Trainer:
         loop_args = (config, self.modules, self.default_module, self.pool, self.histories, self.metrics, self.guard,
                      self.stop_rule, self.record_share, self.dedup, self.tensorboard, self._executor)
         loop_kwargs: dict[str, Any] = {"checkpoint": self._checkpoint_in_learner_thread,
-                                       "after_publish": self._take_snapshots if self.self_play is not None else None}
+                                       "after_publish": self._take_snapshots if self.self_play is not None else None,
+                                       "record_versions": self._record_versions}
         self.learner_loop: LearnerLoop = (
             LearnerLoop(*loop_args, **loop_kwargs) if group is None
             else LockstepLearnerLoop(*loop_args, group=group, on_stop=self._stop_now, **loop_kwargs))
@@ -166,6 +173,7 @@ class Trainer:
                 journal_from, run_id = checkpoints.restore_checkpoint(
                     config.resume, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum)
                 self.run_id = run_id or self.run_id
+                self._skip_versions_served_after(Path(config.resume).parent / VERSIONS_FILE)
                 self.metrics.weights_seq_no = self.weights_seq_no
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
@@ -416,6 +424,36 @@ class Trainer:
     def write_checkpoint(self, state: dict[str, Any], path: str | Path | None = None) -> Path:
         """Write what ``checkpoint_state`` took, then delete the journal it makes redundant."""
         return checkpoints.write_checkpoint(state, path or self.checkpoint_path, self.journal)
+
+    def _record_versions(self) -> None:
+        """Write down each module's version as served now (``versions.json`` in the logdir, replaced
+        atomically, before any client hears of it): a resume after a crash then knows which numbers
+        were given out after its checkpoint, and does not give them to other weights (§13.1)."""
+        path = Path(self.config.logdir) / VERSIONS_FILE
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({m: rt.weights_seq_no for m, rt in self.modules.items()}))
+            tmp.replace(path)
+        except OSError as exc:  # (as for the journal: logged, the run goes on)
+            print(f"[tether] could not write {path}: {exc}", file=sys.stderr, flush=True)
+
+    def _skip_versions_served_after(self, path: Path) -> None:
+        """Resumed from a checkpoint older than the last versions served (a crash, kill -9): the numbers
+        given out after it named weights that died with the process, and clients may still hold steps
+        claiming them. The restored weights are served under the next unused number instead, so within
+        one run (one run_id) a number always names one set of weights."""
+        try:
+            served = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return  # (none written yet, or a run from before the file: the checkpoint's numbers stand)
+        for module_id, runtime in self.modules.items():
+            last = served.get(module_id) if isinstance(served, dict) else None
+            if isinstance(last, int) and last > runtime.weights_seq_no:
+                print(f"[tether] module {module_id!r}: v{runtime.weights_seq_no + 1}..v{last} were served after the "
+                      f"checkpoint and died with the process; its restored weights are served as v{last + 1}",
+                      flush=True)
+                runtime.weights_seq_no = last + 1
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)

@@ -105,3 +105,27 @@ def test_what_the_console_changed_survives_a_resume(tmp_path) -> None:
     learner = resumed.modules["default_policy"].learner
     assert learner.hp.lr == 0.02 and learner.hp.ent_coef == 0.05
     assert all(group["lr"] == 0.02 for group in learner.optimizer.param_groups)
+
+
+def test_a_resume_after_a_crash_serves_no_version_number_twice(tmp_path) -> None:
+    """Versions served after the last checkpoint died with the process (kill -9): the resumed run serves
+    its restored weights under the next unused number, so that a client's steps claiming a lost version
+    are never checked against (or trained as) other weights under the same number (§13.1)."""
+    config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True)
+    trainer = Trainer(config, build_layout(config))
+    runtime = trainer.modules["default_policy"]
+    runtime.weights_seq_no = 3
+    path = trainer.save_checkpoint()
+    for _ in range(4):  # v4..v7 served after the checkpoint
+        runtime.publish(runtime.onnx_field)
+        trainer._record_versions()
+    resumed = Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(path)), build_layout(config))
+    assert resumed.weights_seq_no == 8 and resumed.run_id == trainer.run_id
+    # Without the file (a run from before it), the checkpoint's number stands; a clean stop loses nothing.
+    (tmp_path / "versions.json").unlink()
+    assert Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(path)),
+                   build_layout(config)).weights_seq_no == 3
+    runtime.weights_seq_no = 3
+    trainer._record_versions()
+    assert Trainer(ServerConfig(tensorboard=False, logdir=str(tmp_path), resume=str(path)),
+                   build_layout(config)).weights_seq_no == 3
