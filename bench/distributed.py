@@ -33,6 +33,7 @@ from _common import REPO_ROOT, add_quiet_argument, free_port, log
 import torch  # noqa: E402
 
 from tether.server.checkpoint import load_checkpoint  # noqa: E402
+from tests.integration.server_process import two_free_ports  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,7 +55,7 @@ def run(ranks: int, args: argparse.Namespace, folder: Path) -> dict:
         cmd = [sys.executable, "-m", "tether.server.cli", *serve, "--port", str(port)]
         client_ports = [port, port]
     else:
-        port = _two_free_ports()
+        port = two_free_ports()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-addr",
                "127.0.0.1", "--master-port", str(free_port()), "-m", "tether.server.cli", *serve, "--port", str(port)]
         client_ports = [port + i for i in range(ranks)]
@@ -121,20 +122,6 @@ def _wait_serving(server: subprocess.Popen, ranks: int, timeout: float = 120) ->
             raise RuntimeError(f"the server did not start (exit {server.poll()})")
         serving += "serving on" in line
     threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
-
-
-def _two_free_ports() -> int:
-    import socket
-
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 def main(argv: list[str] | None = None) -> int:

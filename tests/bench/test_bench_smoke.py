@@ -143,3 +143,23 @@ def test_e2e_minatar_keys() -> None:
     result = run_bench("e2e_minatar.py", "--max-env-steps", "3000", "--random-episodes", "20", "--clients", "1")
     assert result["env_steps"] >= 3000 and result["random_return_mean"] >= 0
     assert result["published_ppo_return_at_10m"] == 28.0 and result["return_mean_final"] is not None
+
+
+def test_learner_throughput_keys() -> None:
+    result = run_bench("learner_throughput.py", "--updates", "1", "--mlp-steps", "256", "--cnn-steps", "16",
+                       "--epochs", "1")
+    for network in ("mlp", "cnn"):
+        assert result["cpu"][network]["samples_per_s"] > 0 and result["cpu"][network]["update_s_p50"] > 0
+    assert "cuda" in result and (result["cuda"] is None) == (result["cuda_device"] is None)
+
+
+@pytest.mark.slow
+def test_distributed_keys() -> None:
+    """One rank and two (torchrun, gloo) to a low target: the keys, and both ranks' weights alike."""
+    result = run_bench("distributed.py", "--target", "40", "--max-env-steps", "30000", "--timeout", "200", timeout=500)
+    for setup in ("one_rank", "two_ranks"):
+        assert result[setup]["seconds_to_target"] > 0 and result[setup]["env_steps_to_target"] > 0
+        assert all(rate > 0 for rate in result[setup]["ingest_steps_per_s"])
+    assert len(result["two_ranks"]["ingest_steps_per_s"]) == 2
+    assert result["two_ranks"]["update_comm_s_per_update"] >= 0 and result["two_ranks"]["weights_identical"] is True
+    assert result["speedup"] > 0

@@ -128,6 +128,19 @@ class RawClient:
         self.sock.close()
 
 
+def two_free_ports() -> int:
+    """A free port P with P + 1 free too (a group's rank i listens on P + i, docs/scale-out.md)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
 def read_until_closed(sock: socket.socket, timeout: float = 15.0) -> bytes:
     """Everything the server sends before it closes ``sock`` (what came, if it does not in time)."""
     sock.settimeout(timeout)

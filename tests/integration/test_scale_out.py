@@ -27,7 +27,7 @@ import torch
 
 from tether.server.checkpoint import load_checkpoint
 
-from .server_process import REPO, free_port, wait_until
+from .server_process import REPO, free_port, two_free_ports, wait_until
 from .test_cartpole_learning import random_returns
 
 _SERVING = re.compile(r"serving on [\d.]+:(\d+) .*\| rank (\d+) of (\d+)")
@@ -44,21 +44,6 @@ action_space = { type = "Discrete", n = 2 }
 observation_space = { type = "Box", shape = [4], low = -inf, high = inf }
 action_space = { type = "Discrete", n = 2 }
 """
-
-
-def two_free_ports() -> int:
-    """A port P with P + 1 free too (rank i listens on P + i, and on the same one after a restart)."""
-    import socket
-
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 class Group:
