@@ -1,8 +1,9 @@
 """One rank against two: CartPole to a mean return of 450 with two clients, on one server and on a
 group of two ranks started by torchrun (gloo on loopback, one client per rank; docs/scale-out.md).
 
-Per setup: ``seconds_to_target`` (from the server's start to its stop rule's decision) and
-``env_steps_to_target`` (the env steps received by then, over the group), ``ingest_steps_per_s`` per
+Per setup: ``seconds_to_target`` (from the server's start to its stop rule's decision; with two
+ranks, to the later of the two ranks' rules, as the group needs both) and ``env_steps_to_target``
+(the env steps received by then; with two ranks, by the group's stop, just after), ``ingest_steps_per_s`` per
 rank (env steps received / wall seconds), and for the group ``update_comm_s_per_update`` (seconds
 an update spends in collectives: the plan, the gradient sums, rank 0's model; waiting for the
 slower rank included) and ``weights_identical`` (both ranks' final networks and Adam states,
@@ -78,8 +79,9 @@ def run(ranks: int, args: argparse.Namespace, folder: Path) -> dict:
         server.wait()
     paths = [folder / "summary.json"] + [folder / f"summary.rank-{r}.json" for r in range(1, ranks)]
     summaries = [json.loads(path.read_text()) for path in paths]
-    reached = [s["reached_target_at"] for s in summaries if s["reached_target_at"] is not None]
-    decided = min(reached) if reached else None
+    # The run reached the target when the last rank's stop rule did (a group needs every rank's, §scale-out).
+    reached = [s["reached_target_at"] for s in summaries]
+    decided = max(reached) if all(t is not None for t in reached) else None
     out = {
         "seconds_to_target": round(decided - min(s["started_at"] for s in summaries), 1) if decided else None,
         "env_steps_to_target": (sum(s["env_steps_at_target"] or 0 for s in summaries) if ranks == 1
