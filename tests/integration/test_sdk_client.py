@@ -3,6 +3,7 @@ surviving a server restart, never blocking the engine, staleness, checkpoints.""
 
 from __future__ import annotations
 
+import bisect
 import time
 
 import gymnasium as gym
@@ -119,19 +120,28 @@ def test_get_action_never_waits_for_a_slow_update(tmp_path, on_policy: bool) -> 
         obs, _ = env.reset(seed=3)
         eid = client.start_episode()
         durations = []
+        calls = []  # (start, end) of every SDK call, on the clock that stamps batches' sends
         deadline = time.monotonic() + 60
         target = 2 if on_policy else 1
         answered = lambda: sum(b.done for b in batches)  # noqa: E731
+
+        def timed(call, *args, **kwargs):
+            t0 = time.monotonic()
+            result = call(*args, **kwargs)
+            calls.append((t0, time.monotonic()))
+            return result
+
         while (client.weights_seq_no < target or answered() < 6) and time.monotonic() < deadline:
-            t0 = time.perf_counter()
+            t0 = time.monotonic()
             action = client.get_action(eid, obs)
-            durations.append(time.perf_counter() - t0)
+            calls.append((t0, time.monotonic()))
+            durations.append(calls[-1][1] - t0)
             obs, reward, term, trunc, _ = env.step(action)
-            client.log_returns(eid, reward)
+            timed(client.log_returns, eid, reward)
             if term or trunc:
-                client.end_episode(eid, obs, truncated=trunc and not term)
+                timed(client.end_episode, eid, obs, truncated=trunc and not term)
                 obs, _ = env.reset()
-                eid = client.start_episode()
+                eid = timed(client.start_episode)
         assert client.weights_seq_no >= target, "updates within 60 s"
         client.flush()
         client.close()
@@ -150,12 +160,21 @@ def test_get_action_never_waits_for_a_slow_update(tmp_path, on_policy: bool) -> 
         assert slowest_round_trip > 0.2, round_trips
         assert p99 < slowest_round_trip / 50 and worst < slowest_round_trip / 3
     else:
-        # Round trips are short here, so count instead: a client that waited would
-        # have one call per batch at least as slow as half the median round trip.
+        # Round trips are short here (milliseconds, as long as a pause for the GIL
+        # while the I/O thread encodes a batch), so a call's length cannot tell. What
+        # tells is the order of events: a client that waited would be inside one of
+        # its calls from each batch's send to its answer. Count the batches that were.
         median = round_trips[len(round_trips) // 2]
-        slow_calls = sum(d >= median / 2 for d in durations)
         assert len(round_trips) >= 6 and p99 < median / 4
-        assert slow_calls < len(round_trips) / 2, (slow_calls, len(round_trips))
+        starts = [start for start, _ in calls]  # the calls are made one after another
+        waited_out = 0
+        for batch in batches:
+            if batch.round_trip_s is None:
+                continue
+            sent, answer = batch.sent_at, batch.sent_at + batch.round_trip_s
+            in_progress = bisect.bisect_right(starts, sent) - 1  # the last call begun before the send
+            waited_out += in_progress >= 0 and calls[in_progress][1] >= answer
+        assert waited_out < len(round_trips) / 2, (waited_out, len(round_trips))
 
 
 def test_stale_samples_are_refused_counted_and_reported(tmp_path) -> None:
