@@ -60,6 +60,74 @@ def from_another_run(acted_in: str | None, connected_to: str | None) -> bool:
     return acted_in is not None and connected_to is not None and acted_in != connected_to
 
 
+# -- [1.9] servers in a group: the ranks' addresses, redirects and the reconnect order (§6.7) ----------
+
+#: A client address of a rank: (host, port).
+Address = tuple[str, int]
+
+
+def parse_address(value: Any) -> Address | None:
+    """**[1.9]** ``"host:port"`` as §6.7 writes a rank's address, or None when ``value`` is not one:
+    the port is 1 to 65535 in decimal digits; an IPv6 host is in brackets (``"[::1]:9000"``), which are
+    taken off; any other host holds no ``:`` and no whitespace, and is not empty."""
+    if not isinstance(value, str) or len(value) > 300:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not host or any(c in host for c in "[]") or ":" not in host:
+            return None
+    elif not host or any(c in host for c in ":[]"):
+        return None
+    if any(c.isspace() for c in host):
+        return None
+    return host, int(port)
+
+
+def format_address(address: Address) -> str:
+    """**[1.9]** ``address`` as §6.7 writes it: an IPv6 host (one holding ``:``) in brackets."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def rank_addresses(pong: dict[str, Any]) -> list[Address]:
+    """**[1.9]** The ranks a PONG names (§7.2 ``ranks``), in order, each once; entries that are not
+    addresses are left out, and a ``ranks`` that is not an array names none."""
+    ranks = pong.get("ranks")
+    if not isinstance(ranks, list):
+        return []
+    found: list[Address] = []
+    for entry in ranks[:1024]:
+        address = parse_address(entry)
+        if address is not None and address not in found:
+            found.append(address)
+    return found
+
+
+def redirect_of(pong: dict[str, Any], current: Address, redirected: bool) -> Address | None:
+    """**[1.9]** The rank a PONG asks this client to move to (§7.2 ``redirect``), or None to stay: when the
+    connection was itself made on a redirect (a client moves at most once per attempt), when the value is
+    not an address, or when it names the address the client is on."""
+    if redirected:
+        return None
+    target = parse_address(pong.get("redirect"))
+    return None if target is None or target == current else target
+
+
+def reconnect_order(given: Address, ranks: list[Address], lost: Address) -> list[Address]:
+    """**[1.9]** Where a client's attempts go after its connection to ``lost`` ended (§6.7): the
+    candidates are the address the application gave, then the ranks the last PONG named (each once);
+    attempt k goes to the k-th candidate counted from ``lost`` (the first retries ``lost``), wrapping
+    around. ``lost`` heads the list when it is not a candidate."""
+    candidates = [given, *(r for r in ranks if r != given)]
+    if lost not in candidates:
+        candidates.insert(0, lost)
+    start = candidates.index(lost)
+    return candidates[start:] + candidates[:start]
+
+
 class ServerState(Enum):
     AWAITING_AUTH = "AWAITING_AUTH"
     READY = "READY"

@@ -20,7 +20,7 @@ from .tensors import bind_attachment
 #: minor versions add fields a plain v1 peer never sees (1.1: handshake,
 #: errors, spaces; 1.2: multi-agent modules, mapping, groups; 1.3: raw Box
 #: samples in records, exactly-once batches, heartbeats and connection limits).
-PROTOCOL_VERSION = "1.8"
+PROTOCOL_VERSION = "1.9"
 
 
 class MessageType(str, Enum):

@@ -1342,6 +1342,68 @@ def run_id_cases() -> list[dict]:
     ]
 
 
+def rank_address_cases() -> list[dict]:
+    """1.9: a group's addresses (§6.7). ``parse``: what a rank's address string reads as (null: not an
+    address). ``pong``: what a client takes from a PONG on the connection to ``current`` (made on a
+    redirect when ``redirected``): the ranks to remember and the rank to move to (null: stay).
+    ``reconnect``: after the connection to ``lost`` ended, where the first attempts go."""
+    def parse(name: str, value: object, address: list | None) -> dict:
+        return {"name": name, "kind": "parse", "value": value, "address": address}
+
+    def pong(name: str, body: dict, current: str, redirected: bool, ranks: list, follow: list | None) -> dict:
+        return {"name": name, "kind": "pong", "pong": {"type": "PONG", "protocol_version": "1.9", **body},
+                "current": current, "redirected": redirected, "ranks": ranks, "follow": follow}
+
+    def reconnect(name: str, given: str, ranks: list[str], lost: str, attempts: list[str]) -> dict:
+        return {"name": name, "kind": "reconnect", "given": given, "ranks": ranks, "lost": lost,
+                "attempts": attempts}
+
+    group = {"ranks": ["10.0.0.5:9100", "10.0.0.5:9101", "10.0.0.6:9100"]}
+    group_parsed = [["10.0.0.5", 9100], ["10.0.0.5", 9101], ["10.0.0.6", 9100]]
+    return [
+        parse("ipv4_host", "10.0.0.5:9100", ["10.0.0.5", 9100]),
+        parse("dns_name", "trainer-0.tether.svc:9100", ["trainer-0.tether.svc", 9100]),
+        parse("ipv6_in_brackets", "[fd00::5]:9100", ["fd00::5", 9100]),
+        parse("highest_port", "h:65535", ["h", 65535]),
+        parse("port_zero", "h:0", None),
+        parse("port_too_high", "h:65536", None),
+        parse("port_signed", "h:+9100", None),
+        parse("port_not_decimal", "h:91a0", None),
+        parse("port_fullwidth_digits", "h:\uff19\uff11", None),
+        parse("no_port", "trainer-0", None),
+        parse("empty_host", ":9100", None),
+        parse("ipv6_without_brackets", "fd00::5:9100", None),
+        parse("empty_brackets", "[]:9100", None),
+        parse("host_with_space", "a b:9100", None),
+        parse("not_a_string", 9100, None),
+        parse("null", None, None),
+        pong("single_server_names_no_ranks", {"run_id": "r"}, "127.0.0.1:9000", False, [], None),
+        pong("group_without_redirect", group, "10.0.0.5:9100", False, group_parsed, None),
+        pong("redirect_followed", {**group, "redirect": "10.0.0.6:9100"}, "10.0.0.5:9100", False,
+             group_parsed, ["10.0.0.6", 9100]),
+        pong("redirect_after_a_redirect_ignored", {**group, "redirect": "10.0.0.5:9101"}, "10.0.0.6:9100", True,
+             group_parsed, None),
+        pong("redirect_to_itself_ignored", {**group, "redirect": "10.0.0.5:9100"}, "10.0.0.5:9100", False,
+             group_parsed, None),
+        pong("invalid_redirect_ignored", {**group, "redirect": "10.0.0.6"}, "10.0.0.5:9100", False,
+             group_parsed, None),
+        pong("redirect_outside_ranks_followed", {"redirect": "10.0.0.7:9100"}, "10.0.0.5:9100", False, [],
+             ["10.0.0.7", 9100]),
+        pong("invalid_and_repeated_ranks_left_out",
+             {"ranks": ["10.0.0.5:9100", "nonsense", 7, "10.0.0.5:9100", "[fd00::6]:9100"]}, "10.0.0.5:9100",
+             False, [["10.0.0.5", 9100], ["fd00::6", 9100]], None),
+        pong("ranks_not_an_array", {"ranks": "10.0.0.5:9100"}, "10.0.0.5:9100", False, [], None),
+        reconnect("first_attempt_retries_the_lost_rank", "10.0.0.5:9100", group["ranks"], "10.0.0.5:9101",
+                  ["10.0.0.5:9101", "10.0.0.6:9100", "10.0.0.5:9100", "10.0.0.5:9101"]),
+        reconnect("given_address_leads_the_candidates", "lb.example:9000", group["ranks"], "10.0.0.6:9100",
+                  ["10.0.0.6:9100", "lb.example:9000", "10.0.0.5:9100", "10.0.0.5:9101", "10.0.0.6:9100"]),
+        reconnect("no_ranks_known_retries_the_given", "127.0.0.1:9000", [], "127.0.0.1:9000",
+                  ["127.0.0.1:9000", "127.0.0.1:9000"]),
+        reconnect("lost_address_not_a_candidate_heads_the_list", "10.0.0.5:9100", ["10.0.0.5:9100"],
+                  "10.0.0.9:9100", ["10.0.0.9:9100", "10.0.0.5:9100", "10.0.0.9:9100"]),
+    ]
+
+
 # -- client-side transforms -----------------------------------------------------------------------------
 
 def group_cases() -> list[dict]:
@@ -1763,6 +1825,7 @@ def main() -> None:
         "counting.json": counting_cases(),
         "client_pairing.json": client_pairing_cases(),
         "run_ids.json": run_id_cases(),
+        "rank_addresses.json": rank_address_cases(),
         "groups.json": group_cases(),
         "value_obs.json": value_obs_cases(),
         "composite.json": composite_cases(),
@@ -1777,7 +1840,7 @@ def main() -> None:
         assert len(names) == len(set(names)), f"duplicate case names in {name}"
         extra = {"rules": MAPPING_RULES} if name == "policy_mapping.json" else {}
         (HERE / name).write_text(
-            json.dumps({"version": "1.8", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
+            json.dumps({"version": "1.9", **extra, "cases": cases}, indent=1, ensure_ascii=False) + "\n"
         )
         print(f"wrote {name}: {len(cases)} cases")
 

@@ -25,7 +25,7 @@ def cartpole_steps(client: TetherClient, steps: int, seed: int = 0) -> list[floa
 def test_handshake_downloads_model_and_updates_swap_it(tmp_path) -> None:
     with ServerProcess(tmp_path, "--train-batch-size", "500", "--env-steps-per-sample", "250") as server:
         client = TetherClient("127.0.0.1", server.port, seed=0, wait_for_weights=True)
-        assert client.server_info["protocol_version"] == "1.8"
+        assert client.server_info["protocol_version"] == "1.9"
         assert client.env_steps_per_sample == 250 and client.force_on_policy
         assert client.action_space.n == 2 and client.observation_space.shape == (4,)
         assert client.weights_seq_no == 0

@@ -50,7 +50,7 @@ def test_a_websocket_client_trains_cartpole_with_the_same_protocol(tmp_path: Pat
         async def session() -> dict:
             async with connect(url) as ws:
                 pong = await request(ws, {"type": "PING", "protocol_version": "1.3", "client_name": "ws-test"})
-                assert pong["type"] == "PONG" and pong["protocol_version"] == "1.8"
+                assert pong["type"] == "PONG" and pong["protocol_version"] == "1.9"
                 config = await request(ws, {"type": "GET_CONFIG"})
                 assert config["type"] == "SET_CONFIG" and config["action_space"]["type"] == "Discrete"
                 state = await request(ws, {"type": "GET_STATE"})

@@ -418,6 +418,29 @@ def test_run_ids_vector(case: dict) -> None:
     assert (not from_another_run(acted_in, connected_to)) == case["send"]
 
 
+@pytest.mark.parametrize("case", cases("rank_addresses.json"), ids=ids(cases("rank_addresses.json")))
+def test_rank_addresses_vector(case: dict) -> None:
+    """**[1.9]** A group's addresses: how one reads, what a PONG's ranks and redirect say, where reconnects go."""
+    from tether.protocol.connection import parse_address, rank_addresses, reconnect_order, redirect_of
+
+    def read(text: str) -> tuple[str, int]:
+        address = parse_address(text)
+        assert address is not None, text
+        return address
+
+    if case["kind"] == "parse":
+        address = parse_address(case["value"])
+        assert (None if address is None else list(address)) == case["address"]
+    elif case["kind"] == "pong":
+        assert [list(a) for a in rank_addresses(case["pong"])] == case["ranks"]
+        follow = redirect_of(case["pong"], read(case["current"]), case["redirected"])
+        assert (None if follow is None else list(follow)) == case["follow"]
+    else:
+        order = reconnect_order(read(case["given"]), [read(r) for r in case["ranks"]], read(case["lost"]))
+        attempts = [order[k % len(order)] for k in range(len(case["attempts"]))]
+        assert attempts == [read(a) for a in case["attempts"]]
+
+
 def test_a_body_whose_tensors_read_the_same_bytes_twice_is_refused() -> None:
     """§10.9: a body's tensors refer to at most as many bytes as its attachment holds (else one small
     body could make the server hold its attachment many times over)."""

@@ -37,7 +37,7 @@ def exchange(client: ClientConnection, server: ServerConnection, message: dict) 
 def test_handshake_pairs_responses_with_requests() -> None:
     client, server = ClientConnection(), ServerConnection()
     ((req, pong),) = exchange(client, server, {"type": "PING", "protocol_version": "1.2", "client_name": "unit"})
-    assert req is MessageType.PING and pong["type"] == "PONG" and pong["protocol_version"] == "1.8"
+    assert req is MessageType.PING and pong["type"] == "PONG" and pong["protocol_version"] == "1.9"
     assert server.client_name == "unit"
     ((req, cfg),) = exchange(client, server, {"type": "GET_CONFIG"})
     assert req is MessageType.GET_CONFIG and cfg["env_steps_per_sample"] == 10
@@ -67,7 +67,7 @@ def test_major_version_mismatch_is_refused_with_both_versions_named() -> None:
     ((_, msg),) = exchange(client, server, {"type": "PING", "protocol_version": "2.3"})
     error = server_error_from_message(msg)
     assert isinstance(error, VersionMismatchError)
-    assert "2.3" in error.message and "1.8" in error.message
+    assert "2.3" in error.message and "1.9" in error.message
 
 
 def test_client_refuses_to_send_a_response_type() -> None:
