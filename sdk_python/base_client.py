@@ -225,6 +225,16 @@ class BaseClient:
         the new run, and those of batches cut before it."""
         return self._other_run_unsent_dropped + self.link.other_run_steps_dropped
 
+    @property
+    def redirects(self) -> int:
+        """**[1.9]** Redirects to another rank of a server group this client followed (§6.7)."""
+        return self.link.redirects
+
+    @property
+    def server_address(self) -> str:
+        """The address of the server (of a group: the rank) this client is, or was last, connected to."""
+        return self.link.address
+
     # -- connection facts ------------------------------------------------------------
 
     @property

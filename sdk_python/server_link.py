@@ -43,12 +43,20 @@ from tether.protocol.errors import (
     VersionMismatchError,
     server_error_from_message,
 )
-from tether.protocol.connection import from_another_run, run_id_of
+from tether.protocol.connection import (
+    Address,
+    format_address,
+    from_another_run,
+    rank_addresses,
+    reconnect_order,
+    redirect_of,
+    run_id_of,
+)
 from tether.protocol.env_params import EnvParamsError, parse_env_params
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType, parse_version
 from tether.protocol.spaces import Space, is_composite, leaf_arrays, space_from_json
 from tether.protocol.tensors import encode_tensor_at
-from .transport import ConnectionLost, make_transport
+from .transport import ConnectionLost, WebSocketTransport, make_transport
 
 #: The SDK's name and version, sent in the handshake PING (docs/protocol.md §7.1).
 SDK_NAME = "tether-python/0.1.0"
@@ -184,6 +192,14 @@ class ServerLink:
         self._state_request = state_request
         self._prepare_state = prepare_state
         self._transport = make_transport(host, port, connect_timeout_s, response_timeout_s)
+        #: **[1.9]** The address the application gave (None over a websocket: a group serves TCP clients),
+        #: the ranks the latest PONG named (§6.7), and the redirects followed.
+        self._given: Address | None = (
+            None if isinstance(self._transport, WebSocketTransport) else (self._transport.host, int(port)))
+        self.ranks: list[Address] = []
+        self.redirects = 0
+        #: Whether the connection being made follows a redirect (its PING says so; it is not redirected again).
+        self._redirected = False
         #: One per client object, kept across reconnects (protocol 1.3 exactly-once batches).
         self.client_session = uuid.uuid4().hex
         self._next_seq = 1
@@ -582,17 +598,20 @@ class ServerLink:
 
     def _connect(self, down_since: float) -> None:
         """Connect and handshake, retrying with capped exponential backoff until
-        ``reconnect_timeout_s`` after ``down_since``; a last attempt is made at the deadline."""
+        ``reconnect_timeout_s`` after ``down_since``; a last attempt is made at the deadline.
+        **[1.9]** Attempt k goes to the k-th address of the group's reconnect order from the
+        address last connected to (§6.7): the first retries it."""
         deadline = down_since + self.reconnect_timeout_s
         delay = 0.05
         last_code: str | None = None
         first = not self._connected_once.is_set()
+        order = self._reconnect_order()
+        attempt = 0
         while True:
             if self._closing.is_set():
                 raise ConnectionLost("client closed")
             try:
-                self._transport.connect()
-                self._handshake()
+                self._connect_to(order[attempt % len(order)])
                 return
             except (AuthenticationError, VersionMismatchError):
                 self._transport.close()
@@ -625,8 +644,51 @@ class ServerLink:
                       f"{min(pause, deadline - now):.2f} s", file=sys.stderr)
             self._closing.wait(min(pause, deadline - now))
             delay = min(delay * 2, 1.0)
+            attempt += 1
 
-    def _handshake(self) -> None:
+    def _reconnect_order(self) -> list[Address | None]:
+        if self._given is None:
+            return [None]
+        return list(reconnect_order(self._given, self.ranks, (self._transport.host, self._transport.port)))
+
+    def _aim(self, address: Address | None) -> None:
+        if address is not None:
+            self._transport.host, self._transport.port = address
+
+    def _connect_to(self, address: Address | None) -> None:
+        """One attempt: connect to ``address`` and handshake; **[1.9]** follow the PONG's redirect, or,
+        if the rank it names cannot be reached, come back here saying the client was redirected (§6.7)."""
+        self._aim(address)
+        self._redirected = False
+        self._transport.connect()
+        target = self._handshake()
+        if target is None:
+            return
+        self._transport.close()  # nothing but PING was sent on it
+        self._redirected = True
+        here = (self._transport.host, self._transport.port)
+        try:
+            self._aim(target)
+            self._transport.connect()
+            self._handshake()
+            self.redirects += 1
+            return
+        except ConnectionLost as exc:
+            if exc.code == ErrorCode.TRAINING_DONE.value:
+                raise
+            failure: BaseException = exc
+        except (OSError, TetherTimeoutError) as exc:
+            failure = exc
+        self._transport.close()
+        logger.warning("could not follow the redirect to %s (%s); staying on %s", format_address(target),
+                       failure, format_address(here))
+        self._aim(here)
+        self._transport.connect()
+        self._handshake()
+
+    def _handshake(self) -> Address | None:
+        """PING, GET_CONFIG and GET_STATE on a new connection; **[1.9]** stops after PONG and returns the
+        rank it redirects to, when it does (§6.7). Returns None once the connection is ready."""
         ping: dict[str, Any] = {
             "type": MessageType.PING.value,
             "protocol_version": PROTOCOL_VERSION,
@@ -635,12 +697,21 @@ class ServerLink:
         }
         if self.auth_token is not None:
             ping["auth_token"] = self.auth_token
+        if self._redirected:
+            ping["redirected"] = True
         info = self._exchange(ping, self.response_timeout_s, "response_timeout_s")
         server_version = info.get("protocol_version")
         if server_version is not None and parse_version(str(server_version))[0] != parse_version(PROTOCOL_VERSION)[0]:
             raise VersionMismatchError(
                 "VERSION_MISMATCH", f"server speaks RLlink {server_version}, this client {PROTOCOL_VERSION}", "PING"
             )
+        if self._given is not None:  # [1.9] a group's ranks, and a redirect to follow before anything else (§6.7)
+            ranks = rank_addresses(info)
+            if ranks:
+                self.ranks = ranks
+            target = redirect_of(info, (self._transport.host, self._transport.port), self._redirected)
+            if target is not None:
+                return target
         config = self._exchange({"type": MessageType.GET_CONFIG.value}, self.response_timeout_s, "response_timeout_s")
         self.server_info, self.server_config = info, config
         self._env_params_seq = 0  # a new connection was sent no parameter set (a restarted server reuses seqs)
@@ -649,6 +720,7 @@ class ServerLink:
         self._run_ids.append(run_id_of(info))
         self.connections += 1
         self._post("connected", info, config, prepared)
+        return None
 
     def run_of(self, connection: int | None) -> str | None:
         """**[1.8]** The run that connection ``connection`` (1, 2, ...) reached, if its PONG named one."""

@@ -148,6 +148,10 @@ class ScriptedServer:
 
     def close(self) -> None:
         self._closed = True
+        try:  # (wakes the accepting thread: a bare close leaves the port listening until accept returns)
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
         for conn in self.connections:
             conn.close()
