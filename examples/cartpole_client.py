@@ -81,6 +81,7 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
         if client is not None:
             print(json.dumps({"client": seed, "env_steps_sent": client.env_steps_sent, "reconnects": client.reconnects,
                               "other_run_steps_dropped": client.other_run_steps_dropped,
+                              "redirects": client.redirects, "server_address": client.server_address,
                               "stopped_by": stopped_by}), flush=True)
             client.close()
 

@@ -75,6 +75,8 @@ async def serve(
     server = TetherServer(trainer)
     await server.start()
     port = server.port  # (the summary's: the listening socket is gone by then)
+    if group is not None:
+        trainer.join_the_directory(port)
     trainer.start()
     console = await _start_console(config, trainer, server)
     websocket = None
@@ -166,6 +168,9 @@ async def serve(
                             "agreements": getattr(loop, "agreements", None), "failure": getattr(loop, "failure", None),
                             "update_comm_s": getattr(loop, "update_comm_s", None),
                             "run_id": trainer.run_id}
+        directory = trainer.directory
+        if directory is not None:  # (every rank's client address; the clients this rank redirected, per rank)
+            summary["group"].update(addresses=directory.addresses, redirected=directory.redirected)
     if trainer.self_play is not None:
         summary["self_play"] = trainer.self_play.summary()
     if trainer.curriculum is not None:

@@ -179,6 +179,10 @@ class ServerConfig:
     group_timeout_s: float = _opt(
         60.0, "started by torchrun on several ranks: seconds a rank waits for the others in one collective (an "
               "agreement, a gradient sum) before the group stops (docs/scale-out.md)")
+    advertise_host: str | None = _opt(
+        None, "started by torchrun on several ranks: the host clients reach this rank at, named to them in PONG's "
+              "ranks and redirects (protocol §6.7); by default --host, or, when it is a wildcard, this node's "
+              "address on the network that reaches MASTER_ADDR")
     quiet: bool = _opt(False, "do not print the progress line")
     console_port: int | None = _opt(
         None, "serve the live console (a web page and its websocket feed) on this port; 0 picks a free one "

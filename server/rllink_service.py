@@ -151,7 +151,12 @@ class RLlinkService:
     ) -> bytes | None:
         try:
             if kind is MessageType.PING:
-                return encode_frame(connection.pong())
+                pong = connection.pong()
+                directory = self.trainer.directory
+                if directory is not None:  # [1.9] one rank of a group: the ranks, and maybe a redirect (§6.7)
+                    pong.update(directory.pong_fields(message, connection.client_version,
+                                                      self.trainer.metrics.clients_connected))
+                return encode_frame(pong)
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame
             if kind is MessageType.GET_STATE:

@@ -34,13 +34,14 @@ from tether.protocol.onnx_codec import encode_onnx
 from . import checkpoint_state as checkpoints
 from .config import ServerConfig
 from .data_guard import DataGuard
-from .ingest.batch_dedup import BatchDedup, BatchId
+from .ingest.batch_dedup import BatchDedup, BatchId, merged_marks
 from .ingest.env_steps import record_env_steps
 from .ingest.logp_check import PolicyHistory, check_behaviour_logp
 from .ingest.step_versions import step_versions
 from .ingest.validation import EpisodeIngest
 from .distributed.data_parallel import DataParallel
 from .distributed.lockstep_loop import LockstepLearnerLoop
+from .distributed.rank_directory import RankDirectory, advertised_host
 from .distributed.rank_group import RankGroup
 from .learner_loop import LearnerLoop
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
@@ -99,6 +100,8 @@ class Trainer:
         self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
         if self.self_play is not None and config.resume and not self.self_play.restored:
             self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
+        #: Several ranks: every rank's client address and load (PONG ranks and redirect, §6.7), once listening.
+        self.directory: RankDirectory | None = None
         if group is not None:
             self._take_the_groups_weights()
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
@@ -145,6 +148,7 @@ class Trainer:
             {"run_id": self.run_id, "updates": self.metrics.updates,
              "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no, rt.onnx_field) for m, rt in self.modules.items()}}
             if self.group.is_first else None)
+        self._merge_the_groups_marks()
         if self.group.is_first:
             return
         self.run_id = theirs["run_id"]
@@ -155,6 +159,21 @@ class Trainer:
             runtime.weights_seq_no = int(version)
             runtime.onnx_field = onnx_field  # (rank 0's model bytes: one model per version across the group)
         self.metrics.weights_seq_no = self.weights_seq_no
+
+    def _merge_the_groups_marks(self) -> None:
+        """Several ranks: every rank takes the highest exactly-once mark of each client_session over the
+        group (§6.7), so a batch that any rank stored before the group stopped is a duplicate on every
+        rank after it restarts, whichever rank its client reaches then. A collective of the group."""
+        assert self.group is not None
+        self.dedup.load_state(merged_marks(self.group.gather_objects(self.dedup.state())))
+
+    def join_the_directory(self, port: int) -> None:
+        """Several ranks, once this rank listens: every rank's client address, for PONG (§6.7). A collective."""
+        assert self.group is not None
+        self.directory = RankDirectory.gather(
+            self.group, advertised_host(self.config.host, self.config.advertise_host), port)
+        if isinstance(self.learner_loop, LockstepLearnerLoop):
+            self.learner_loop.directory = self.directory
 
     def start(self) -> None:
         """The server listens: with several ranks, the agreements that start updates begin (the event loop runs)."""

@@ -161,6 +161,22 @@ std::int64_t drop_logged(Batch& batch) {
   return dropped;
 }
 
+// Whether a failed handshake says that trying again (or elsewhere) cannot help.
+bool handshake_failure_is_final(const Status& status) noexcept {
+  return status.code() == ErrorCode::kAuthFailed || status.code() == ErrorCode::kVersionMismatch ||
+         status.code() == ErrorCode::kInvalidField || status.code() == ErrorCode::kInferenceFailed;
+}
+
+// "a", "a or b", "a, b or c": the addresses a link tried.
+std::string addresses_text(const std::vector<Address>& addresses) {
+  std::string text;
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    if (i > 0) text += i + 1 == addresses.size() ? " or " : ", ";
+    text += format_address(addresses[i]);
+  }
+  return text;
+}
+
 Status server_error_status(const Message& message) {
   Result<ServerError> error = decode_error(message);
   if (!error.ok()) return error.status();
@@ -199,11 +215,23 @@ ServerLink::ServerLink(LinkOptions options)
     : options_(std::move(options)),
       client_session_(random_hex(32)),
       connection_(options_.max_frame_bytes),
-      receive_buffer_(64 * 1024) {}
+      receive_buffer_(64 * 1024),
+      given_{options_.host, options_.port},
+      connected_(given_) {}
 
 ServerLink::~ServerLink() { close(); }
 
 std::string ServerLink::address() const { return platform::format_peer(options_.host, options_.port); }
+
+std::vector<Address> ServerLink::ranks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ranks_;
+}
+
+std::string ServerLink::connected_address() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return format_address(connected_);
+}
 
 Status ServerLink::start() {
   if (!options_.backend_factory) {
@@ -435,7 +463,7 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
     return Status(ErrorCode::kTrainingDone, request->type + " cannot be answered: " + training_done_status_.message());
   }
   if (ended) return Status(ErrorCode::kClosed, "client closed");
-  return Status(ErrorCode::kTimeout, "no answer to " + request->type + " from " + address() + " within " +
+  return Status(ErrorCode::kTimeout, "no answer to " + request->type + " from " + format_address(connected_) + " within " +
                                          format_s(timeout_s) + " s (response_timeout_s)");
 }
 
@@ -531,7 +559,8 @@ void ServerLink::end_training(bool first) {
   // requests waiting fail, and the engine hears of it (not as an error).
   transport_.close();
   auto summary = std::make_shared<const TrainingSummary>(TrainingSummary::from_json(io_summary_));
-  std::string text = "the server at " + address() + " ended its run (training is done";
+  std::string text = "the server at " + (transport_.peer().empty() ? address() : transport_.peer()) +
+                     " ended its run (training is done";
   if (!summary->reason.empty()) text += ": " + summary->reason;
   text += ") and answers nothing more";
   std::vector<std::shared_ptr<Batch>> discarded;  // freed here, on the I/O thread, after the lock
@@ -640,6 +669,12 @@ void ServerLink::run() {
 
 Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) {
   const Clock::time_point deadline = down_since + to_ms(options_.reconnect_timeout_s);
+  // [1.9] Attempt k goes to the k-th address of the reconnect order counted
+  // from the one last connected to (§6.7): the first retries it, the next ones
+  // go to the other ranks of its group in turn. (Before the first connection:
+  // the address given, alone.)
+  const std::vector<Address> order = reconnect_order(given_, ranks_, connected_);
+  std::size_t attempt = 0;
   double delay = 0.05;
   Status last;
   for (;;) {
@@ -648,17 +683,15 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_) return Status(ErrorCode::kClosed, "client closed");
     }
-    Status status = transport_.connect(options_.host, options_.port, to_ms(options_.connect_timeout_s));
-    if (status.ok()) {
-      connection_.reset();
-      status = handshake();
-      if (status.ok()) return status;
+    bool reached = false;
+    Status status = connect_to(order[attempt % order.size()], deadline, reached);
+    if (status.ok()) return status;
+    if (reached) {  // a handshake failed
       if (io_training_done_) {
         transport_.close();
         return status;  // the run is over: never connected to again (§6.6)
       }
-      if (status.code() == ErrorCode::kAuthFailed || status.code() == ErrorCode::kVersionMismatch ||
-          status.code() == ErrorCode::kInvalidField || status.code() == ErrorCode::kInferenceFailed) {
+      if (handshake_failure_is_final(status)) {
         transport_.close();
         return status;  // retrying cannot help
       }
@@ -671,7 +704,6 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
     if (status.code() == ErrorCode::kClosed) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_) return status;
-      if (Clock::now() < deadline) continue;  // interrupt() (a batch was queued) cut the connect short: again
     }
     transport_.close();
     last = status;
@@ -682,14 +714,70 @@ Status ServerLink::connect_with_retry(Clock::time_point down_since, bool first) 
     double pause = wait_longer ? std::max(delay, 1.0) : delay;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
-      return Status(ErrorCode::kConnectionFailed, "could not reach a Tether server at " + address() + " within " +
-                                                      format_s(options_.reconnect_timeout_s) +
+      return Status(ErrorCode::kConnectionFailed, "could not reach a Tether server at " + addresses_text(order) +
+                                                      " within " + format_s(options_.reconnect_timeout_s) +
                                                       " s (reconnect_timeout_s): " + last.to_string());
     }
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait_until(lock, std::min(deadline, now + to_ms(pause)), [this] { return closing_; });
     delay = std::min(delay * 2, 1.0);
+    ++attempt;
   }
+}
+
+// Connects to `address`. A connect that interrupt() cut short (a batch was
+// queued meanwhile) is made again, until `deadline`.
+Status ServerLink::open(const Address& address, Clock::time_point deadline) {
+  for (;;) {
+    Status status = transport_.connect(address.host, address.port, to_ms(options_.connect_timeout_s));
+    if (status.ok()) {
+      connection_.reset();
+      return status;
+    }
+    if (status.code() != ErrorCode::kClosed || Clock::now() >= deadline) return status;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closing_) return status;
+  }
+}
+
+// One attempt: connects to `address` and shakes hands there. [1.9] A PONG's
+// redirect (§6.7) is followed: the connection, on which nothing but PING was
+// sent, is closed and the handshake is made at the rank it names, saying
+// "redirected"; when that fails on a lost connection or a timeout, the link
+// connects again to `address`, saying "redirected" too, so that it is kept
+// there. `reached` tells whether the failure returned, if any, was a
+// handshake's (a TCP connection was made), not a connect's.
+Status ServerLink::connect_to(const Address& address, Clock::time_point deadline, bool& reached) {
+  reached = false;
+  Status status = open(address, deadline);
+  if (!status.ok()) return status;
+  reached = true;
+  std::optional<Address> target;
+  status = handshake(address, false, target);
+  if (!status.ok() || !target) return status;
+  transport_.close();  // nothing but PING was sent on it
+  std::optional<Address> ignored;  // (a redirect is not followed twice)
+  Status moved = open(*target, deadline);
+  if (moved.ok()) {
+    moved = handshake(*target, true, ignored);
+    if (moved.ok()) {
+      redirects_.fetch_add(1);
+      return moved;
+    }
+  }
+  transport_.close();
+  bool closing = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing = closing_;
+  }
+  if (closing || io_training_done_ || handshake_failure_is_final(moved)) return moved;  // (as a handshake's)
+  // The rank named could not be reached: back to `address`, which keeps the client.
+  reached = false;
+  status = open(address, deadline);
+  if (!status.ok()) return status;
+  reached = true;
+  return handshake(address, true, ignored);
 }
 
 Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) const {
@@ -787,13 +875,15 @@ Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) c
   return Status::Ok();
 }
 
-Status ServerLink::handshake() {
+Status ServerLink::handshake(const Address& here, bool redirected, std::optional<Address>& redirect) {
   progress_ = false;
+  redirect.reset();
   PingOptions ping;
   ping.client_name = options_.client_name;
   ping.auth_token = options_.auth_token;
   nlohmann::json ping_message = make_ping(ping);
   ping_message["sdk"] = kSdkName;  // shown in the server's console (§7.1)
+  if (redirected) ping_message["redirected"] = true;  // [1.9] (§7.1): it is not redirected again
   Exchange pong = exchange(ping_message, options_.response_timeout_s, "response_timeout_s", nullptr);
   if (pong.outcome != Outcome::kAnswer) return pong.status;
   auto config = std::make_shared<LinkConfig>();
@@ -812,6 +902,14 @@ Status ServerLink::handshake() {
     config->speaks_1_6 = parsed.value().minor >= 6;
     config->speaks_1_7 = parsed.value().minor >= 7;
   }
+  // [1.9] A group's ranks, and a redirect to follow before anything else (§6.7).
+  std::vector<Address> named = rank_addresses(config->server_info);
+  if (!named.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ranks_ = std::move(named);
+  }
+  redirect = redirect_of(config->server_info, here, redirected);
+  if (redirect) return Status::Ok();
   Exchange set_config = exchange(make_get_config(), options_.response_timeout_s, "response_timeout_s", nullptr);
   if (set_config.outcome != Outcome::kAnswer) return set_config.status;
   config->server_config = set_config.answer.body;
@@ -831,6 +929,7 @@ Status ServerLink::handshake() {
   prepare_state(state.answer.body, true, event);
   std::lock_guard<std::mutex> lock(mutex_);
   queue_limit_steps_ = config->queue_limit_steps;
+  connected_ = here;
   post_locked(std::move(event));
   return Status::Ok();
 }
@@ -1383,7 +1482,7 @@ ServerLink::Exchange ServerLink::read_answer(const char* request, double timeout
     if (!received.ok()) {
       if (received.status().code() == ErrorCode::kTimeout) {
         result.outcome = Outcome::kTimeout;
-        result.status = Status(ErrorCode::kTimeout, "no answer to " + std::string(request) + " from " + address() +
+        result.status = Status(ErrorCode::kTimeout, "no answer to " + std::string(request) + " from " + transport_.peer() +
                                                         " within " + format_s(timeout_s) + " s (" + setting + ")");
         transport_.close();
       } else {

@@ -1,6 +1,9 @@
 // Client response pairing and the server's handshake state.
 #include "tether/session.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "json_util.h"
 
 namespace tether {
@@ -15,6 +18,124 @@ bool from_another_run(const std::optional<std::string>& acted_in,
                       const std::optional<std::string>& connected_to) noexcept {
   return acted_in.has_value() && connected_to.has_value() && *acted_in != *connected_to;
 }
+
+// -- [1.9] servers in a group (§6.7) ------------------------------------------------------
+
+namespace {
+
+// The longest text read as an address, in code points (as the Python SDK's).
+constexpr std::size_t kMaxAddressCodePoints = 300;
+// The most "ranks" entries a PONG is read for.
+constexpr std::size_t kMaxRankEntries = 1024;
+
+// The code point of UTF-8 text at `at`, advancing `at` past it; a byte that
+// does not start a well-formed sequence passes as itself.
+std::uint32_t address_code_point(std::string_view text, std::size_t& at) noexcept {
+  const auto c = static_cast<unsigned char>(text[at]);
+  std::size_t length = c < 0x80u ? 1 : (c & 0xE0u) == 0xC0u ? 2 : (c & 0xF0u) == 0xE0u ? 3 : (c & 0xF8u) == 0xF0u ? 4 : 1;
+  if (at + length > text.size()) length = 1;
+  for (std::size_t k = 1; k < length; ++k) {
+    if ((static_cast<unsigned char>(text[at + k]) & 0xC0u) != 0x80u) length = 1;
+  }
+  std::uint32_t point = length == 1 ? c : length == 2 ? (c & 0x1Fu) : length == 3 ? (c & 0x0Fu) : (c & 0x07u);
+  for (std::size_t k = 1; k < length; ++k) point = (point << 6) | (static_cast<unsigned char>(text[at + k]) & 0x3Fu);
+  at += length;
+  return point;
+}
+
+// Whether code point `c` is whitespace as Python's str.isspace says (§6.7's "whitespace").
+bool address_space(std::uint32_t c) noexcept {
+  return (c >= 0x09u && c <= 0x0Du) || (c >= 0x1Cu && c <= 0x20u) || c == 0x85u || c == 0xA0u || c == 0x1680u ||
+         (c >= 0x2000u && c <= 0x200Au) || c == 0x2028u || c == 0x2029u || c == 0x202Fu || c == 0x205Fu ||
+         c == 0x3000u;
+}
+
+bool address_has_space(std::string_view host) noexcept {
+  for (std::size_t at = 0; at < host.size();) {
+    if (address_space(address_code_point(host, at))) return true;
+  }
+  return false;
+}
+
+std::size_t address_code_points(std::string_view text) noexcept {
+  std::size_t count = 0;
+  for (std::size_t at = 0; at < text.size(); ++count) address_code_point(text, at);
+  return count;
+}
+
+}  // namespace
+
+std::optional<Address> parse_address(const nlohmann::json& value) {
+  if (!value.is_string()) return std::nullopt;
+  const std::string_view text = value.get_ref<const std::string&>();
+  if (text.size() > kMaxAddressCodePoints && address_code_points(text) > kMaxAddressCodePoints) return std::nullopt;
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = text.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5) return std::nullopt;
+  std::uint32_t port = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;  // (ASCII digits only: no sign, no other script's digits)
+    port = port * 10 + static_cast<std::uint32_t>(c - '0');
+  }
+  if (port < 1 || port > 65535) return std::nullopt;
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // an IPv6 address: the brackets are not part of it
+    if (host.empty() || host.find_first_of("[]") != std::string_view::npos || host.find(':') == std::string_view::npos) {
+      return std::nullopt;
+    }
+  } else if (host.empty() || host.find_first_of(":[]") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  if (address_has_space(host)) return std::nullopt;
+  return Address{std::string(host), static_cast<std::uint16_t>(port)};
+}
+
+std::string format_address(const Address& address) {
+  const std::string port = std::to_string(address.port);
+  if (address.host.find(':') != std::string::npos) return "[" + address.host + "]:" + port;
+  return address.host + ":" + port;
+}
+
+std::vector<Address> rank_addresses(const nlohmann::json& pong) {
+  std::vector<Address> found;
+  const nlohmann::json* ranks = detail::member(pong, "ranks");
+  if (ranks == nullptr || !ranks->is_array()) return found;
+  const std::size_t read = std::min(ranks->size(), kMaxRankEntries);
+  for (std::size_t i = 0; i < read; ++i) {
+    std::optional<Address> address = parse_address((*ranks)[i]);
+    if (address && std::find(found.begin(), found.end(), *address) == found.end()) found.push_back(std::move(*address));
+  }
+  return found;
+}
+
+std::optional<Address> redirect_of(const nlohmann::json& pong, const Address& current, bool redirected) {
+  if (redirected) return std::nullopt;  // a client moves at most once per attempt
+  const nlohmann::json* redirect = detail::member(pong, "redirect");
+  if (redirect == nullptr) return std::nullopt;
+  std::optional<Address> target = parse_address(*redirect);
+  if (!target || *target == current) return std::nullopt;
+  return target;
+}
+
+std::vector<Address> reconnect_order(const Address& given, const std::vector<Address>& ranks, const Address& lost) {
+  std::vector<Address> candidates;
+  candidates.reserve(ranks.size() + 2);
+  candidates.push_back(given);
+  for (const Address& rank : ranks) {
+    if (std::find(candidates.begin(), candidates.end(), rank) == candidates.end()) candidates.push_back(rank);
+  }
+  auto start = std::find(candidates.begin(), candidates.end(), lost);
+  if (start == candidates.end()) {
+    candidates.insert(candidates.begin(), lost);
+    return candidates;
+  }
+  std::rotate(candidates.begin(), start, candidates.end());
+  return candidates;
+}
+
+// -- the client's connection -----------------------------------------------------------------
 
 Status ClientConnection::send(const nlohmann::json& message, std::string& out) {
   return send_body(message, nullptr, out);

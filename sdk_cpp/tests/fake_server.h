@@ -163,11 +163,12 @@ class FakeServer {
     thread_ = std::thread([this] { run(); });
   }
   ~FakeServer() { stop(); }
+  // Goes away: stops listening first, then closes the connection it serves
+  // (a client that reconnects at once finds nobody listening).
   void stop() {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    close_listener();
   }
   std::uint16_t port() const { return port_; }
   std::vector<json> batches() {
@@ -220,7 +221,12 @@ class FakeServer {
       const int number = connections_.fetch_add(1) + 1;
       Conn conn(client);
       serve(conn, number);
+      if (stop_.load()) close_listener();  // (before `conn` closes)
     }
+  }
+  void close_listener() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
   }
   void serve(Conn& conn, int number) {
     for (;;) {
@@ -291,6 +297,33 @@ class FakeServer {
   std::vector<json> messages_;
   std::thread thread_;
 };
+
+/// A loopback port nobody listens on, kept so while this lives: a socket
+/// bound to it that does not listen, so connecting there is refused.
+class RefusingPort {
+ public:
+  RefusingPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~RefusingPort() { ::close(fd_); }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+/// "127.0.0.1:port", a loopback server's address as a group's PONG names it (§6.7).
+inline std::string loopback_address(std::uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
 
 /// Every record of every batch the server received, a resent batch counted once (its last sending).
 inline std::vector<json> records_of(FakeServer& server) {

@@ -116,7 +116,7 @@ TEST(CompositeClient, LeavesAreSetByPathAndRecordedAsTensorsOfLeaves) {
   }
   ASSERT_TRUE(client->flush().ok());
   EXPECT_EQ(client->env_steps_sent(), acted);
-  EXPECT_EQ(server.messages().front()["protocol_version"], "1.8");
+  EXPECT_EQ(server.messages().front()["protocol_version"], "1.9");
 
   const tether::Space space = client->observation_space();
   const std::vector<json> batches = server.batches();

@@ -50,7 +50,7 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "client_pairing.json", "session.json", "tensors.json",
                                              "composite.json", "recurrent.json", "logged.json",
                                              "demonstrations.json", "rewards.json", "env_params.json",
-                                             "run_ids.json"};
+                                             "run_ids.json", "rank_addresses.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -853,13 +853,53 @@ TEST(Conformance, Demonstrations) {
 // whether the steps are sent, or dropped as another run's.
 TEST(Conformance, RunIds) {
   run_cases("run_ids.json", [](const json& file, const json& c) {
-    EXPECT_EQ(file.value("version", json()), "1.8");
+    EXPECT_EQ(file.value("version", json()), "1.9");
     EXPECT_EQ(file.value("version", json()), std::string(kProtocolVersion));
     const std::optional<std::string> acted_in = run_id_of(json{{"type", "PONG"}, {"run_id", c["acted_in"]}});
     const std::optional<std::string> connected_to = run_id_of(json{{"type", "PONG"}, {"run_id", c["connected_to"]}});
     EXPECT_EQ(!from_another_run(acted_in, connected_to), c["send"].get<bool>());
     // A member left out is absent too.
     if (c["acted_in"].is_null()) EXPECT_EQ(run_id_of(json{{"type", "PONG"}}), acted_in);
+  });
+}
+
+// [1.9] Servers in a group (§6.7): how an address reads ([host, port], null:
+// not an address), what a client takes from a PONG (the ranks it remembers,
+// the address it moves to), and where its attempts go after a connection to
+// `lost` ended (attempt k: element k % n of the reconnect order).
+TEST(Conformance, RankAddresses) {
+  run_cases("rank_addresses.json", [](const json& file, const json& c) {
+    EXPECT_EQ(file.value("version", json()), std::string(kProtocolVersion));
+    auto as_json = [](const std::optional<Address>& address) {
+      return address ? json::array({address->host, address->port}) : json();
+    };
+    auto read = [](const json& text) {
+      const std::optional<Address> address = parse_address(text);
+      EXPECT_TRUE(address.has_value()) << text.dump();
+      return address.value_or(Address{});
+    };
+    const std::string kind = c.value("kind", std::string());
+    if (kind == "parse") {
+      EXPECT_EQ(as_json(parse_address(c["value"])), c["address"]) << c["value"].dump();
+    } else if (kind == "pong") {
+      json ranks = json::array();
+      for (const Address& address : rank_addresses(c["pong"])) ranks.push_back(as_json(address));
+      EXPECT_EQ(ranks, c["ranks"]);
+      EXPECT_EQ(as_json(redirect_of(c["pong"], read(c["current"]), c["redirected"].get<bool>())), c["follow"]);
+    } else {
+      ASSERT_EQ(kind, "reconnect");
+      std::vector<Address> ranks;
+      for (const json& rank : c["ranks"]) ranks.push_back(read(rank));
+      const std::vector<Address> order = reconnect_order(read(c["given"]), ranks, read(c["lost"]));
+      ASSERT_FALSE(order.empty());
+      json attempts = json::array();
+      json expected = json::array();
+      for (std::size_t k = 0; k < c["attempts"].size(); ++k) {
+        attempts.push_back(as_json(order[k % order.size()]));
+        expected.push_back(as_json(read(c["attempts"][k])));
+      }
+      EXPECT_EQ(attempts, expected);
+    }
   });
 }
 

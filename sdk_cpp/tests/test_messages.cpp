@@ -50,7 +50,7 @@ TEST(Messages, Builders) {
   ping.client_name = "engine";
   ping.auth_token = "s3cret";
   EXPECT_EQ(make_ping(ping), nlohmann::json::parse(
-                                 R"({"type":"PING","protocol_version":"1.8","client_name":"engine","auth_token":"s3cret"})"));
+                                 R"({"type":"PING","protocol_version":"1.9","client_name":"engine","auth_token":"s3cret"})"));
   PingOptions bare;
   bare.protocol_version.clear();
   EXPECT_EQ(make_ping(bare), nlohmann::json::parse(R"({"type":"PING"})"));

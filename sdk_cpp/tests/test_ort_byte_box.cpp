@@ -110,7 +110,7 @@ TEST(OrtByteBox, TheClientActsOnImagesAndSendsThemAsByteTensors) {
   ASSERT_TRUE(client->flush().ok());
   EXPECT_EQ(client->env_steps_sent(), acted);
   // The client speaks 1.4, as the server: the images go as uint8 tensors in each body's attachment (§10.9).
-  EXPECT_EQ(server.messages().front()["protocol_version"], "1.8");
+  EXPECT_EQ(server.messages().front()["protocol_version"], "1.9");
 
   const tether::Space obs_space = tether::Space::from_json(server.config()["observation_space"]).value();
   const tether::Space act_space = tether::Space::discrete(2).value();

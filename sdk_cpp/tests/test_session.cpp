@@ -80,7 +80,7 @@ TEST(Session, ServerHandshake) {
   ServerEvent bad = server.handle_body("{");
   EXPECT_EQ(bad.refusal.code(), ErrorCode::kInvalidJson);
   EXPECT_FALSE(bad.error_message().contains("request"));
-  EXPECT_EQ(ServerConnection::pong()["protocol_version"], "1.8");
+  EXPECT_EQ(ServerConnection::pong()["protocol_version"], "1.9");
   EXPECT_FALSE(ServerConnection::pong().contains("run_id"));
   EXPECT_EQ(ServerConnection::pong("tether", "run-a")["run_id"], "run-a");
 }

@@ -152,7 +152,7 @@ namespace Tether.Tests
                 Assert.That(batches.All(b => server.AttachmentOf(b) == null), Is.True, "no attachment for a 1.3 server");
                 Assert.That(ObservationsOf(SingleRecords(server, batches), false), Is.EqualTo(seen));
                 // (the PING announced this SDK's version all the same)
-                Assert.That((string)server.Received("PING")[0]["protocol_version"], Is.EqualTo("1.8"));
+                Assert.That((string)server.Received("PING")[0]["protocol_version"], Is.EqualTo(Messages.ProtocolVersion));
             }
         }
 

@@ -26,6 +26,7 @@ namespace Tether.Tests
             "rewards.json",
             "env_params.json",  // ("set", "draw" and "draw_all" here; "record" is a server's check)
             "run_ids.json",  // (1.8; the client's drops in AnotherRunTests)
+            "rank_addresses.json",  // (1.9; the link's redirects and reconnect order in RankGroupTests)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -646,6 +647,60 @@ namespace Tether.Tests
                 bool send = !ServerRuns.FromAnotherRun(actedIn, connectedTo);
                 Vectors.Expect(send == (bool)c["send"], send ? "sent steps of another run" : "dropped steps the client cannot tell are another run's");
             });
+        }
+
+        [Test]
+        public void RankAddressVectors()
+        {
+            Vectors.Check("rank_addresses.json", (file, c) =>
+            {
+                Vectors.Expect((string)file["version"] == Protocol.Messages.ProtocolVersion, "version");
+                string kind = (string)c["kind"];
+                if (kind == "parse")
+                {
+                    RankAddress? address = RankAddresses.Parse(c["value"]);
+                    Vectors.Expect(SameAddress(address, c["address"]), "read as " + (address.HasValue ? address.Value.Host + " " + address.Value.Port : "null"));
+                }
+                else if (kind == "pong")
+                {
+                    List<RankAddress> ranks = RankAddresses.FromPong((JObject)c["pong"]);
+                    var expected = (JArray)c["ranks"];
+                    Vectors.Expect(ranks.Count == expected.Count, ranks.Count + " ranks");
+                    for (int i = 0; i < ranks.Count; ++i) Vectors.Expect(SameAddress(ranks[i], expected[i]), "rank " + i + " " + ranks[i]);
+                    RankAddress? follow = RankAddresses.RedirectOf((JObject)c["pong"], Read(c["current"]), (bool)c["redirected"]);
+                    Vectors.Expect(SameAddress(follow, c["follow"]), "follows " + (follow.HasValue ? follow.Value.ToString() : "nothing"));
+                }
+                else if (kind == "reconnect")
+                {
+                    List<RankAddress> order = RankAddresses.ReconnectOrder(Read(c["given"]), ((JArray)c["ranks"]).Select(Read).ToList(), Read(c["lost"]));
+                    var attempts = (JArray)c["attempts"];
+                    for (int k = 0; k < attempts.Count; ++k)
+                    {
+                        RankAddress to = order[k % order.Count];
+                        Vectors.Expect(to == Read(attempts[k]), "attempt " + k + " goes to " + to);
+                    }
+                }
+                else
+                {
+                    throw new Exception("unknown kind " + kind);
+                }
+            });
+        }
+
+        static RankAddress Read(JToken text)
+        {
+            RankAddress? address = RankAddresses.Parse(text);
+            Vectors.Expect(address.HasValue, "not an address: " + text);
+            // (written back as it was read)
+            Vectors.Expect(RankAddresses.Format(address.Value) == (string)text, "formatted as " + RankAddresses.Format(address.Value));
+            return address.Value;
+        }
+
+        // `address` is the vector's [host, port], or both are null.
+        static bool SameAddress(RankAddress? address, JToken expected)
+        {
+            if (expected == null || expected.Type == JTokenType.Null) return !address.HasValue;
+            return address.HasValue && address.Value.Host == (string)expected[0] && address.Value.Port == (int)expected[1];
         }
 
         [Test]

@@ -122,6 +122,12 @@ namespace Tether.Tests
             }
         }
 
+        /// <summary>Stops accepting connections (the port is then refused); the open ones stay.</summary>
+        public void StopListening()
+        {
+            listener.Stop();
+        }
+
         public virtual void Dispose()
         {
             closing = true;

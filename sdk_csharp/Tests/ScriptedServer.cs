@@ -26,6 +26,7 @@ namespace Tether.Tests
     /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so. <see cref="Connections"/>
     /// counts the connections accepted. <see cref="RunIdOf"/> names each connection's server run in
     /// its PONGs (protocol 1.8); <see cref="DropGate"/> holds a DropOnceSeq drop until it is set.
+    /// <see cref="PongFields"/> adds fields to every PONG (protocol 1.9: a group's ranks, a redirect).
     /// </summary>
     internal sealed class ScriptedServer : LoopbackServer
     {
@@ -51,6 +52,8 @@ namespace Tether.Tests
         // (1.8, §7.2) the run_id of the PONGs of connection n (counted from 0), as JSON text ("\"run-a\"", "7"); null
         // (the function or its answer): none.
         public volatile Func<int, string> RunIdOf;
+        // (1.9, §7.2) fields every PONG carries besides these ("ranks", "redirect"); null: none.
+        public volatile JObject PongFields;
         // The DropOnceSeq drop waits until this is set (at most 10 s) before it closes the connection: the test
         // decides what the client records meanwhile. Set by default.
         public readonly ManualResetEventSlim DropGate = new ManualResetEventSlim(true);
@@ -187,6 +190,11 @@ namespace Tether.Tests
                     Func<int, string> runIdOf = RunIdOf;
                     string runId = runIdOf == null ? null : runIdOf(connection);
                     if (runId != null) pong["run_id"] = JToken.Parse(runId);
+                    JObject fields = PongFields;
+                    if (fields != null)
+                    {
+                        foreach (JProperty field in fields.Properties()) pong[field.Name] = field.Value.DeepClone();
+                    }
                     Send(socket, pong);
                     break;
                 }

@@ -67,6 +67,8 @@ class LockstepLearnerLoop(LearnerLoop):
         #: Seconds this rank's updates spent in collectives with the others (the plan, the sums, the models).
         self.update_comm_s = 0.0
         self._runner: asyncio.Task | None = None
+        #: The group's addresses and loads (the trainer's, set once the rank listens), told each agreement's loads.
+        self.directory: Any = None
 
     # -- what the trainer calls ------------------------------------------------------
 
@@ -109,7 +111,9 @@ class LockstepLearnerLoop(LearnerLoop):
                 return
             self.agreements += 1
             counts, env_steps = total[:len(self._order)], int(total[len(self._order)])
-            wishes = dict(zip(_WISHES, total[len(self._order) + 1:]))
+            wishes = dict(zip(_WISHES, total[len(self._order) + 1:len(self._order) + 1 + len(_WISHES)]))
+            if self.directory is not None:
+                self.directory.agreed(list(total[len(self._order) + 1 + len(_WISHES):]))
             self.group_env_steps = env_steps
             reason = self._stop_reason(wishes, env_steps)
             if reason is not None:
@@ -137,9 +141,12 @@ class LockstepLearnerLoop(LearnerLoop):
             by_module[pooled.module_id] += pooled.chunk.env_steps
         wish = self._wish
         done = wish in ("max_env_steps",)
+        # Each rank's connected clients, in its own slot of the sum (the loads PONG's redirects use, §6.7).
+        loads = [0.0] * self.group.world_size
+        loads[self.group.rank] = float(self.metrics.clients_connected)
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
-                float(self._target_reached), float(math.isfinite(self.metrics.return_mean))]
+                float(self._target_reached), float(math.isfinite(self.metrics.return_mean)), *loads]
 
     def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
         if wishes["stop"]:

@@ -116,6 +116,12 @@ class RankGroup:
         self._call(dist.broadcast, payload, src=0, group=self._control)
         return value if self.is_first else pickle.loads(payload.numpy().tobytes())
 
+    def gather_objects(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), in rank order, on every rank."""
+        gathered: list[Any] = [None] * self.world_size
+        self._call(dist.all_gather_object, gathered, value, group=self._control)
+        return gathered
+
     def close(self) -> None:
         """Leave the group (no collective afterwards)."""
         if dist.is_initialized():

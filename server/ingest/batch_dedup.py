@@ -95,3 +95,13 @@ class BatchDedup:
         self._stored = OrderedDict((str(k), int(v)) for k, v in state.items())
         while len(self._stored) > self.max_sessions:
             self._stored.popitem(last=False)
+
+
+def merged_marks(tables: list[dict[str, int]]) -> dict[str, int]:
+    """The exactly-once marks of several ranks as one table (protocol §6.7): per client_session, the
+    highest batch_seq any of them stored."""
+    merged: dict[str, int] = {}
+    for marks in tables:
+        for session, seq in marks.items():
+            merged[session] = max(int(seq), merged.get(session, 0))
+    return merged

@@ -1,8 +1,9 @@
 """Two ranks of one run on PyTorch distributed (gloo on loopback), started by torchrun as a cluster
 would start them: ``python -m torch.distributed.run --nproc-per-node 2 -m tether.server.cli serve``.
 
-* CartPole learns to 450 with one client on each rank (random play, measured here, stays far below),
-  and both ranks end with bit-identical weights;
+* CartPole learns to 450 with a fleet of two clients given rank 0's address, one of which rank 0
+  redirects to rank 1 (random play, measured here, stays far below), and both ranks end with
+  bit-identical weights;
 * a module whose data arrives at one rank only (module ``n``: its agent plays on rank 1 alone) is
   updated as often as the other, without a deadlock: every rank joins every module's sums;
 * a rank killed mid-run stops the group at once, and torchrun's restart (``--max-restarts``)
@@ -127,14 +128,15 @@ def assert_same_weights(group: Group) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_two_ranks_learn_cartpole_to_450_with_a_client_on_each(tmp_path: Path) -> None:
+def test_two_ranks_learn_cartpole_to_450_with_a_fleet_given_one_address(tmp_path: Path) -> None:
     best_random = max(random_returns(100, seed=7))
     group = Group(tmp_path, "--env", "CartPole-v1", "--stop-at-return", "450", "--max-env-steps", "400000")
     clients: list[subprocess.Popen] = []
     try:
         ports = group.wait_serving()
-        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
-                                   "--seed", str(rank)] for rank, port in ports.items()))
+        # The fleet is given one address, rank 0's: rank 0 redirects one of the two clients to rank 1 (§6.7).
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port",
+                                   str(ports[0]), "--seed", str(seed)] for seed in range(2)))
         assert group.proc.wait(360) == 0, "\n".join(group.lines[-40:])
         outs = stop_clients(clients)
     finally:
@@ -156,6 +158,10 @@ def test_two_ranks_learn_cartpole_to_450_with_a_client_on_each(tmp_path: Path) -
     # One model per version across the group: both ranks wrote the same policy.
     assert (group.logdir / "rank-0" / "policy.onnx").read_bytes() == (group.logdir / "rank-1" / "policy.onnx").read_bytes()
     assert all('"stopped_by": "training_done"' in out for out in outs), outs
+    reports = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    assert sorted(r["redirects"] for r in reports) == [0, 1], reports
+    assert sorted(r["server_address"] for r in reports) == sorted(f"127.0.0.1:{p}" for p in ports.values())
+    assert summaries[0]["group"]["redirected"] == [0, 1] and summaries[1]["group"]["redirected"] == [0, 0]
 
 
 @pytest.mark.slow

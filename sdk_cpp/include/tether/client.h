@@ -55,10 +55,10 @@
 // Thread safety: one engine thread at a time calls start_episode, get_action,
 // log_returns, end_episode, flush, take_error and the accessors (the class is
 // not internally locked for them); reconnects(), batches_dropped(),
-// steps_refused_stale(), record_share(), heartbeats_sent(), sending(),
-// training_done(), training_summary(), batches_unsent_at_end() and
-// client_session() may be read from any thread; close() and the destructor
-// must not race with the engine calls.
+// steps_refused_stale(), record_share(), heartbeats_sent(), redirects(),
+// server_address(), sending(), training_done(), training_summary(),
+// batches_unsent_at_end() and client_session() may be read from any thread;
+// close() and the destructor must not race with the engine calls.
 #pragma once
 
 #include <cstddef>

@@ -116,6 +116,15 @@ class ClientBase {
   }
   /// Heartbeat PINGs sent (any thread).
   std::int64_t heartbeats_sent() const noexcept { return link_->heartbeats_sent(); }
+  /// [1.9] Redirects to another rank of a server group this client followed
+  /// (§6.7): a group spreads its clients over its ranks by asking some, in
+  /// their PONG, to move. Not reconnects: nothing but PING was sent on the
+  /// connection left (any thread).
+  std::int64_t redirects() const noexcept { return link_->redirects(); }
+  /// [1.9] The address of the server (of a group: the rank, §6.7) this
+  /// client is connected to, or was last, as "host:port" (an IPv6 host in
+  /// brackets). Any thread.
+  std::string server_address() const { return link_->connected_address(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).
   const std::string& client_session() const noexcept { return link_->client_session(); }
   /// [1.6] The demonstration file being written (ClientOptions::demo_path),

@@ -19,7 +19,7 @@ enum class QueueFullPolicy {
 
 /// Everything a TetherClient (or a MultiAgentClient) is configured with.
 struct ClientOptions {
-  std::string host = "127.0.0.1";          ///< server address
+  std::string host = "127.0.0.1";          ///< server address; [1.9] of a group of servers, any rank's (§6.7)
   std::uint16_t port = 5555;               ///< server port
   std::string client_name = "tether-cpp";  ///< shown in the server's logs
   std::optional<std::string> auth_token;   ///< sent in PING when the server requires one

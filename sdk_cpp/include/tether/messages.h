@@ -16,7 +16,7 @@
 namespace tether {
 
 /// The protocol version this implementation speaks.
-inline constexpr std::string_view kProtocolVersion = "1.8";
+inline constexpr std::string_view kProtocolVersion = "1.9";
 
 /// Every message type of RLlink v1 plus Tether's extensions.
 enum class MessageType {

@@ -82,11 +82,11 @@
 // get_action, compute_actions, log_returns, end_agents, retire_agent,
 // end_episode, flush, take_error and the accessors (the client is not
 // internally locked for them); reconnects(), batches_dropped(),
-// steps_refused_stale(), record_share(), heartbeats_sent(), training_done(),
-// training_summary(), batches_unsent_at_end() and client_session() may be
-// read from any thread; close() and the destructor
-// must not race with the engine calls. An AgentFrame belongs to the thread
-// that fills it.
+// steps_refused_stale(), record_share(), heartbeats_sent(), redirects(),
+// server_address(), training_done(), training_summary(),
+// batches_unsent_at_end() and client_session() may be read from any thread;
+// close() and the destructor must not race with the engine calls. An
+// AgentFrame belongs to the thread that fills it.
 #pragma once
 
 #include <cstddef>

@@ -47,6 +47,24 @@
 // and the engine hears of it with a kBatch event: not sent, not an error, its
 // episodes go on.
 //
+// Servers in a group (protocol 1.9, §6.7): LinkOptions::host and port are
+// the address the application gave. The link remembers the ranks of the
+// latest PONG that named any (ranks()). A PONG's redirect is followed at once,
+// unless the connection was itself made on a redirect (or it names no other
+// address, redirect_of): nothing more is sent on that connection, which is
+// closed, and the handshake is made at the named rank, whose PING carries
+// "redirected": true; if that rank cannot be reached (or its handshake fails
+// on a lost connection or a timeout), the link connects again to the address
+// it was redirected from, with "redirected": true, so it is kept there. A
+// followed redirect is counted (redirects()); it is no reconnect and no new
+// connection for the engine (nothing but PING was sent on the one it left).
+// After a connection to address L is lost, attempt k (0, 1, 2, ...) goes to
+// reconnect_order(given, ranks, L)[k % n]: the first retries L, the next
+// ones go to the other ranks in turn; the deadline (reconnect_timeout_s) and
+// the backoff span all attempts. The client_session and batch_seq go on
+// unchanged: the batch in flight is resent to whichever rank is reached, as
+// after any reconnect. connected_address() says where the link is connected.
+//
 // Multi-agent (LinkOptions::multi_agent): SET_CONFIG must describe "modules";
 // GET_STATE asks in the per-module form ({"weights_seq_nos": {...}}) and each
 // module's model is loaded with the BackendFactory on the I/O thread; batches
@@ -90,7 +108,9 @@ using BackendFactory = std::function<std::unique_ptr<InferenceBackend>()>;
 
 /// What the link needs to know to connect.
 struct LinkOptions {
-  std::string host = "127.0.0.1";          ///< server address (name, IPv4 or IPv6)
+  /// Server address (name, IPv4 or IPv6, without brackets); [1.9] of a group
+  /// of servers, any rank's (or an address in front of them, §6.7).
+  std::string host = "127.0.0.1";
   std::uint16_t port = 5555;               ///< server port
   std::string client_name = "tether-cpp";  ///< sent in PING, shown in the server's logs
   std::optional<std::string> auth_token;   ///< sent in PING when the server requires one
@@ -403,7 +423,18 @@ class ServerLink {
   /// Counts `batches` more discarded at the end of training (the engine's
   /// steps recorded but not cut yet when it heard of it; any thread).
   void count_unsent_at_end(std::int64_t batches = 1) noexcept { batches_unsent_at_end_.fetch_add(batches); }
-  /// "host:port".
+  /// [1.9] Redirects to another rank of a server group followed (§6.7):
+  /// the handshakes completed at the rank a PONG named in "redirect" (any thread).
+  std::int64_t redirects() const noexcept { return redirects_.load(); }
+  /// [1.9] The ranks of a server group the latest PONG that named any named
+  /// (§6.7: addresses only, each once, in rank order); empty while no PONG
+  /// named any (a single server). Any thread; a copy, taken under the lock.
+  std::vector<Address> ranks() const;
+  /// [1.9] The address of the server (of a group: the rank) the link is
+  /// connected to, or was last, as "host:port" (an IPv6 host in brackets);
+  /// the address given (address()) before the first connection. Any thread.
+  std::string connected_address() const;
+  /// The address the application gave (LinkOptions::host and port), "host:port".
   std::string address() const;
 
  private:
@@ -425,7 +456,9 @@ class ServerLink {
 
   void run();
   Status connect_with_retry(std::chrono::steady_clock::time_point down_since, bool first);
-  Status handshake();
+  Status open(const Address& address, std::chrono::steady_clock::time_point deadline);
+  Status connect_to(const Address& address, std::chrono::steady_clock::time_point deadline, bool& reached);
+  Status handshake(const Address& here, bool redirected, std::optional<Address>& redirect);
   Status read_config(const nlohmann::json& body, LinkConfig& config) const;
   Status serve();
   Status send_batch(const std::shared_ptr<Batch>& batch);
@@ -489,6 +522,13 @@ class ServerLink {
   // [1.7] The seq of the last parameter set this connection was sent (§19.2;
   // 0 on every new connection: a restarted server reuses seqs). I/O thread.
   std::int64_t io_env_params_seq_ = 0;
+  // [1.9] The address the application gave, the ranks the latest PONG that
+  // named any named, and the address of the connection now (or last) (§6.7).
+  // I/O thread; ranks_ and connected_ are also read under mutex_, so the I/O
+  // thread writes them under it.
+  Address given_;
+  std::vector<Address> ranks_;
+  Address connected_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -518,6 +558,7 @@ class ServerLink {
   bool closing_ = false;
   Status first_status_;
   std::atomic<std::int64_t> reconnects_{0};
+  std::atomic<std::int64_t> redirects_{0};  // [1.9] written by the I/O thread only
   std::atomic<std::int64_t> batches_dropped_{0};
   std::atomic<std::int64_t> heartbeats_sent_{0};
   std::atomic<std::uint64_t> steps_refused_stale_{0};  // written by the I/O thread only

@@ -4,10 +4,14 @@
 // request (§5.3). ServerConnection is the server's per-connection handshake
 // state (§6.2, §6.3), small enough for a test double of a server. run_id_of
 // and from_another_run are the [1.8] rule by which a client tells whether a
-// reconnect reached another server run (§6.5, §7.2).
+// reconnect reached another server run (§6.5, §7.2). Address, parse_address,
+// format_address, rank_addresses, redirect_of and reconnect_order are the
+// [1.9] rules of servers in a group (§6.7): a rank's address, what a client
+// takes from a PONG (its ranks and redirect) and where its reconnects go.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -36,6 +40,54 @@ std::optional<std::string> run_id_of(const nlohmann::json& pong);
 /// cannot tell, and sends them (the rules of 1.7).
 bool from_another_run(const std::optional<std::string>& acted_in,
                       const std::optional<std::string>& connected_to) noexcept;
+
+/// [1.9] A rank's client address (§6.7): its host (an IPv6 address without
+/// the brackets it is written in) and port. Two addresses are the same when
+/// their hosts are equal strings (byte for byte) and their ports equal.
+struct Address {
+  std::string host;        ///< a name, an IPv4 address or an IPv6 address (no brackets)
+  std::uint16_t port = 0;  ///< 1 to 65535
+
+  /// Same host (byte for byte) and port.
+  friend bool operator==(const Address& a, const Address& b) noexcept {
+    return a.port == b.port && a.host == b.host;
+  }
+  /// Another host or port.
+  friend bool operator!=(const Address& a, const Address& b) noexcept { return !(a == b); }
+};
+
+/// [1.9] `value` read as §6.7 writes a rank's address, "host:port"; none when
+/// it is not one (a client then ignores it). The port, after the last ':', is
+/// 1 to 65535 in at most 5 ASCII decimal digits (no sign); an IPv6 host is in
+/// brackets ("[fd00::5]:9100"), which are taken off; any other host is not
+/// empty and holds no ':', '[' or ']'; no host holds whitespace (Unicode's,
+/// as Python's str.isspace). A value that is not a string, or is longer than
+/// 300 code points, is none.
+std::optional<Address> parse_address(const nlohmann::json& value);
+
+/// [1.9] `address` as §6.7 writes it: "host:port", an IPv6 host (one that
+/// holds ':') in brackets ("[fd00::5]:9100").
+std::string format_address(const Address& address);
+
+/// [1.9] The ranks a PONG names (§7.2 "ranks"), in order, each once: entries
+/// that are not addresses (parse_address) are left out, a repeated one
+/// counts once, and a "ranks" that is absent or not an array names none. At
+/// most the first 1024 entries are read.
+std::vector<Address> rank_addresses(const nlohmann::json& pong);
+
+/// [1.9] The rank a PONG asks the client to move to (§7.2 "redirect"), or
+/// none to stay: none when the connection, to `current`, was itself made on a
+/// redirect (`redirected`), when the value is not an address, or when it
+/// names `current`.
+std::optional<Address> redirect_of(const nlohmann::json& pong, const Address& current, bool redirected);
+
+/// [1.9] Where a client's attempts go once its connection to `lost` ended, or
+/// its attempts begin (§6.7): the candidates are `given` (the address the
+/// application gave), then the `ranks` the last PONG that named any named,
+/// those that differ from it, each once; `lost` heads them when it is not one
+/// of them. Returned counted from `lost`, wrapping around: attempt k goes to
+/// element k % size() (the first retries `lost`). Never empty.
+std::vector<Address> reconnect_order(const Address& given, const std::vector<Address>& ranks, const Address& lost);
 
 /// A received message and the request it answers.
 struct Response {

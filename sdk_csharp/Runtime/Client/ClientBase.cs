@@ -123,6 +123,22 @@ namespace Tether.Client
         /// <summary>Connections re-established after a loss.</summary>
         public int Reconnects { get { return link.Reconnects; } }
 
+        /// <summary>
+        /// Redirects followed (protocol 1.9, §6.7): a server that is one rank of a group asked this client, in its
+        /// PONG, to move to a less loaded rank, and the client was served there. A redirect is no reconnect (nothing
+        /// but PING was sent on the connection it left) and no new connection for the client's counters; a rank
+        /// that could not be reached sends the client back to the one that redirected it, uncounted.
+        /// </summary>
+        public int Redirects { get { return link.Redirects; } }
+
+        /// <summary>
+        /// "host:port" (an IPv6 host in brackets) of the server this client's connection was made to: the options'
+        /// address, or (protocol 1.9, §6.7) another rank of the server's group, reached by a redirect or by a
+        /// reconnect after its rank went away (attempts go to the lost rank first, then to the others the last PONG
+        /// named, in order). While the client reconnects, that of the last connection made.
+        /// </summary>
+        public string ConnectedAddress { get { return link.ConnectedAddress; } }
+
         /// <summary>Batches dropped because the server took them slower than the game made them.</summary>
         public int BatchesDropped { get { return link.BatchesDropped; } }
 

@@ -17,7 +17,11 @@ namespace Tether.Client
     /// <summary>Settings of a <see cref="TetherClient"/>; the defaults suit a local server.</summary>
     public sealed class ClientOptions
     {
-        /// <summary>The server's host name or address.</summary>
+        /// <summary>
+        /// The server's host name or address. (Protocol 1.9, §6.7: when that server is one rank of a group, the
+        /// client may be redirected to, or reconnect to, the other ranks its PONGs name;
+        /// <see cref="ClientBase.ConnectedAddress"/> says which it reached.)
+        /// </summary>
         public string Host = "127.0.0.1";
         /// <summary>The server's port.</summary>
         public int Port = 5555;

@@ -1,6 +1,7 @@
 // The I/O thread: one connection kept up (handshake, heartbeats, reconnect with
-// backoff), batches sent exactly once in order, models decoded and loaded; the
-// game's thread only enqueues batches and takes events.
+// backoff; 1.9: redirects followed and reconnects spread over a group's ranks),
+// batches sent exactly once in order, models decoded and loaded; the game's
+// thread only enqueues batches and takes events.
 using System;
 using System.Collections.Generic;
 using System.Threading;
@@ -207,6 +208,11 @@ namespace Tether.Client
         long envParamsSeq;  // I/O thread (1.7, §19.2): the seq of the last set this connection was sent, 0 if none
         bool envParamsDropped;  // I/O thread (1.7, §19.2): this connection told the game's thread to drop its set (and sent none since)
         int envParamsIgnored;  // written on the I/O thread (Interlocked): sets that broke §19.1
+        readonly RankAddress given;  // (1.9, §6.7) the address the application gave
+        List<RankAddress> ranks = new List<RankAddress>();  // (1.9) I/O thread: the ranks of the latest PONG that named any
+        bool redirected;  // (1.9) I/O thread: the connection being made follows a redirect (its PING says so)
+        int redirects;  // (1.9) written on the I/O thread (Interlocked)
+        volatile string connectedAddress;  // (1.9) the address of the last connection made
 
         /// <summary>One per client object, kept across reconnects (exactly-once batches, §13.5).</summary>
         public readonly string ClientSession = Guid.NewGuid().ToString("N");
@@ -254,6 +260,19 @@ namespace Tether.Client
         /// <summary>Parameter sets (SET_STATE env_params, protocol 1.7, §19.2) that broke §19.1's rules and were ignored.</summary>
         public int EnvParamsIgnored { get { return Volatile.Read(ref envParamsIgnored); } }
 
+        /// <summary>
+        /// Redirects followed (protocol 1.9, §6.7): connections made because a PONG asked this client to move to
+        /// another rank of the server's group, and completed there. Neither reconnects nor connections lost.
+        /// </summary>
+        public int Redirects { get { return Volatile.Read(ref redirects); } }
+
+        /// <summary>
+        /// "host:port" (an IPv6 host in brackets) of the server the connection in use was made to (protocol 1.9,
+        /// §6.7: a rank of a group, after a redirect or a reconnect to another rank, may differ from the options'
+        /// address); while the link reconnects, that of the last connection made; null before the first.
+        /// </summary>
+        public string ConnectedAddress { get { return connectedAddress; } }
+
         /// <summary>Counts steps the game recorded but had not cut into a batch when training ended, as one batch discarded.</summary>
         public void CountUnsentAtEnd()
         {
@@ -265,6 +284,7 @@ namespace Tether.Client
             this.options = options;
             this.multiAgent = multiAgent;
             transport = new TcpTransport(options);
+            given = transport.Target;
             thread = new Thread(Run) { IsBackground = true, Name = "tether-link-" + options.Address };
         }
 
@@ -656,18 +676,22 @@ namespace Tether.Client
             return error["request"] == null && code != null && code.Type == JTokenType.String && (string)code == "TRAINING_DONE";
         }
 
+        // Connects and shakes hands, retrying with capped exponential backoff until ReconnectTimeoutSeconds after
+        // `downSince`. (1.9, §6.7) Attempt k (0, 1, ...) goes to the k-th address of the reconnect order from the
+        // address last connected to (the first retries it, the next ones the other ranks the last PONG named);
+        // the first connection's goes to the address the application gave.
         void Connect(DateTime downSince)
         {
             DateTime deadline = downSince.AddSeconds(options.ReconnectTimeoutSeconds);
             double delay = 0.05;
-            while (true)
+            List<RankAddress> order = RankAddresses.ReconnectOrder(given, ranks, transport.Target);
+            for (int attempt = 0; ; ++attempt)
             {
                 if (closing) throw new ConnectionLostException("client closed", ErrorCode.Closed);
                 Exception last;
                 try
                 {
-                    transport.Connect();
-                    Handshake();
+                    ConnectTo(order[attempt % order.Count]);
                     return;
                 }
                 catch (ServerErrorException e)
@@ -689,7 +713,7 @@ namespace Tether.Client
                 DateTime now = DateTime.UtcNow;
                 if (now >= deadline)
                 {
-                    throw new TetherException(ErrorCode.ConnectionFailed, "could not reach a Tether server at " + options.Address + " within " +
+                    throw new TetherException(ErrorCode.ConnectionFailed, "could not reach a Tether server at " + Describe(order) + " within " +
                                               options.ReconnectTimeoutSeconds + " s (ReconnectTimeoutSeconds): " + last.Message, last);
                 }
                 // A server at its connection limit, or refusing this address for a while, asks for at
@@ -702,13 +726,71 @@ namespace Tether.Client
             }
         }
 
-        void Handshake()
+        // The addresses the attempts went to, for an error: the given one, or every one of the order.
+        static string Describe(List<RankAddress> order)
+        {
+            if (order.Count == 1) return RankAddresses.Format(order[0]);
+            var names = new string[order.Count];
+            for (int i = 0; i < order.Count; ++i) names[i] = RankAddresses.Format(order[i]);
+            return string.Join(", ", names) + " (the ranks of a group)";
+        }
+
+        // One attempt: connects to `address` and shakes hands. (1.9, §6.7) When the PONG redirects the client, it
+        // sends nothing more there, closes, and connects to the rank named, saying it was redirected; if that fails
+        // at the connection level, it comes back to `address`, saying so too (so it is kept there). A redirect is
+        // no reconnect: nothing but PING was sent on the connection it leaves.
+        void ConnectTo(RankAddress address)
+        {
+            transport.Target = address;
+            redirected = false;
+            transport.Connect();
+            RankAddress? target = Handshake();
+            if (!target.HasValue) return;
+            transport.Close();
+            redirected = true;
+            try
+            {
+                transport.Target = target.Value;
+                transport.Connect();
+                Handshake();  // (made on a redirect: a redirect in its PONG is not followed)
+                Interlocked.Increment(ref redirects);
+                return;
+            }
+            catch (TetherException e) when (CannotFollow(e))
+            {
+                // (the C# SDK has no logger: ConnectedAddress and Redirects tell where the client went)
+            }
+            transport.Close();
+            transport.Target = address;
+            transport.Connect();
+            Handshake();
+        }
+
+        // Whether `e` says the rank a redirect named could not be reached or did not answer (the client goes back),
+        // rather than ending the attempt: the client closing, the run done, or what no other rank changes.
+        static bool CannotFollow(TetherException e)
+        {
+            if (e is ServerErrorException) return false;
+            if (e is ConnectionLostException) return e.Code != ErrorCode.TrainingDone && e.Code != ErrorCode.Closed;
+            return e.Code == ErrorCode.Timeout;
+        }
+
+        // PING, GET_CONFIG and GET_STATE on a new connection. (1.9, §6.7) Stops after the PONG and returns the rank
+        // it redirects to, when it does (and this connection was not made on a redirect); null once the connection
+        // is ready.
+        RankAddress? Handshake()
         {
             var ping = new JObject { { "type", "PING" }, { "protocol_version", Messages.ProtocolVersion }, { "client_name", options.ClientName },
                                      { "sdk", SdkName } };
             if (options.AuthToken != null) ping["auth_token"] = options.AuthToken;
+            if (redirected) ping["redirected"] = true;
             JObject pong = Exchange(ping, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             CheckMajorVersion(pong);
+            // (1.9) the group's ranks, remembered from the latest PONG that names any, and a redirect to follow first
+            List<RankAddress> named = RankAddresses.FromPong(pong);
+            if (named.Count > 0) ranks = named;
+            RankAddress? target = RankAddresses.RedirectOf(pong, transport.Target, redirected);
+            if (target.HasValue) return target;
             JObject setConfig = Exchange(new JObject { { "type", "GET_CONFIG" } }, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
             if (!multiAgent) FillSpaces(setConfig);
             // A new connection gets every model again: versions count from 0 after a server restart.
@@ -748,8 +830,10 @@ namespace Tether.Client
             lock (sync)
             {
                 runIds.Add(ServerRuns.RunIdOf(pong));  // (1.8, §6.5: the run it reached)
+                connectedAddress = transport.Address;
                 PostLocked(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Connection = connection });
             }
+            return null;
         }
 
         // (1.8) The run connection `n` (1, 2, ...) reached, if its PONG named one (I/O thread).
@@ -785,7 +869,7 @@ namespace Tether.Client
             int ours = Messages.ParseVersion(Messages.ProtocolVersion)[0];
             if (parsed == null || parsed[0] != ours)
             {
-                throw new TetherException(ErrorCode.VersionMismatch, "the server at " + options.Address + " speaks RLlink " + text + ", this client " +
+                throw new TetherException(ErrorCode.VersionMismatch, "the server at " + transport.Address + " speaks RLlink " + text + ", this client " +
                                           Messages.ProtocolVersion + " (major versions must match)");
             }
         }
@@ -798,7 +882,7 @@ namespace Tether.Client
             foreach (string field in new[] { "observation_space", "action_space" })
             {
                 if (setConfig[field] != null) continue;
-                throw new TetherException(ErrorCode.InvalidArgument, "the server at " + options.Address + " describes no " + field +
+                throw new TetherException(ErrorCode.InvalidArgument, "the server at " + transport.Address + " describes no " + field +
                                           " (a plain RLlink v1 server): give ClientOptions.ObservationSpace and ActionSpace");
             }
         }
@@ -1150,7 +1234,7 @@ namespace Tether.Client
                 transport.ReadAvailable();
                 foreach (Response response in transport.Pending)
                 {
-                    if (response.Message.Type != MessageType.Error) throw new ConnectionLostException("server " + options.Address + " sent an unrequested " + Messages.ToWire(response.Message.Type));
+                    if (response.Message.Type != MessageType.Error) throw new ConnectionLostException("server " + transport.Address + " sent an unrequested " + Messages.ToWire(response.Message.Type));
                     if (IsTrainingDone(response.Message.Body)) continue;  // (the next read raises the end of the connection)
                     Post(new LinkEvent { Kind = LinkEventKind.Error, Error = ToServerError(response.Message.Body) });
                 }
@@ -1311,7 +1395,7 @@ namespace Tether.Client
                 {
                     // The batch was delivered; a new model that cannot be loaded is reported and the
                     // game keeps acting with the one it has (asked for again with the next batch).
-                    Post(new LinkEvent { Kind = LinkEventKind.Error, Error = new TetherException(e.Code, "a new model from " + options.Address +
+                    Post(new LinkEvent { Kind = LinkEventKind.Error, Error = new TetherException(e.Code, "a new model from " + transport.Address +
                                                                                                        " could not be loaded; acting on with the current one: " + e.Detail, e) });
                     // (the parameter set it carried is swapped in all the same: its seq is the connection's now)
                     Finish(batch, refusal, received == null && !drop ? null : new PreparedState { EnvParams = received, DropEnvParams = drop });

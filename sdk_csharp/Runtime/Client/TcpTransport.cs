@@ -45,9 +45,30 @@ namespace Tether.Client
         {
             this.options = options;
             connection = new ClientConnection(options.MaxFrameBytes);
+            Target = new RankAddress(options.Host, options.Port);
         }
 
         public bool Connected { get { return socket != null; } }
+
+        /// <summary>
+        /// The address <see cref="Connect"/> connects to (I/O thread): the options' at first; (1.9, §6.7) a rank of
+        /// the server's group when the link follows a redirect or reconnects to another rank.
+        /// </summary>
+        public RankAddress Target
+        {
+            get { return target; }
+            set
+            {
+                target = value;
+                address = RankAddresses.Format(value);
+            }
+        }
+
+        RankAddress target;
+        volatile string address;
+
+        /// <summary>"host:port" of <see cref="Target"/> (an IPv6 host in brackets), as errors name it.</summary>
+        public string Address { get { return address; } }
 
         public void Connect()
         {
@@ -56,24 +77,28 @@ namespace Tether.Client
             connection.Reset();
             pending.Clear();
             lostAfterPending = null;
+            string host = target.Host;
             IPAddress[] addresses;
             try
             {
-                addresses = Dns.GetHostAddresses(options.Host);
+                addresses = Dns.GetHostAddresses(host);
             }
             catch (SocketException e)
             {
-                throw new ConnectionLostException("cannot resolve " + options.Host + ": " + e.Message);
+                throw new ConnectionLostException("cannot resolve " + host + ": " + e.Message);
             }
-            var s = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            if (addresses.Length == 0) throw new ConnectionLostException("cannot resolve " + host + ": it names no address");
+            // An IPv4 address first; else the first one (an IPv6 host, "[fd00::5]:9100" in a group's ranks, §6.7).
+            IPAddress chosen = Array.Find(addresses, a => a.AddressFamily == AddressFamily.InterNetwork) ?? addresses[0];
+            var s = new Socket(chosen.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
             Interlocked.Exchange(ref connecting, s);  // (a full fence: Dispose sees it, or it sees Dispose's flag)
             try
             {
                 if (disposed) throw Abandoned();  // closed while the name was being resolved
-                IAsyncResult attempt = s.BeginConnect(Array.Find(addresses, a => a.AddressFamily == AddressFamily.InterNetwork) ?? addresses[0], options.Port, null, null);
+                IAsyncResult attempt = s.BeginConnect(chosen, target.Port, null, null);
                 if (!attempt.AsyncWaitHandle.WaitOne(TimeSpan.FromSeconds(options.ConnectTimeoutSeconds)))
                 {
-                    throw new ConnectionLostException("connecting to " + options.Address + " took longer than " + options.ConnectTimeoutSeconds + " s (ConnectTimeoutSeconds)", ErrorCode.Timeout);
+                    throw new ConnectionLostException("connecting to " + Address + " took longer than " + options.ConnectTimeoutSeconds + " s (ConnectTimeoutSeconds)", ErrorCode.Timeout);
                 }
                 if (disposed) throw Abandoned();
                 s.EndConnect(attempt);
@@ -90,13 +115,13 @@ namespace Tether.Client
             {
                 s.Close();
                 if (disposed) throw Abandoned();
-                throw new ConnectionLostException("cannot connect to " + options.Address + ": " + e.Message);
+                throw new ConnectionLostException("cannot connect to " + Address + ": " + e.Message);
             }
             catch (ObjectDisposedException)
             {
                 s.Close();
                 if (disposed) throw Abandoned();
-                throw new ConnectionLostException("connecting to " + options.Address + " failed: its socket was closed");
+                throw new ConnectionLostException("connecting to " + Address + " failed: its socket was closed");
             }
             catch
             {
@@ -111,13 +136,13 @@ namespace Tether.Client
 
         ConnectionLostException Abandoned()
         {
-            return new ConnectionLostException("connecting to " + options.Address + " was abandoned: the client is closing", ErrorCode.Closed);
+            return new ConnectionLostException("connecting to " + Address + " was abandoned: the client is closing", ErrorCode.Closed);
         }
 
         Socket Open()
         {
             Socket s = socket;
-            if (s == null) throw new ConnectionLostException("not connected to " + options.Address);
+            if (s == null) throw new ConnectionLostException("not connected to " + Address);
             return s;
         }
 
@@ -132,7 +157,7 @@ namespace Tether.Client
             }
             catch (TetherException e) when (connection.Closed)
             {
-                throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+                throw new ConnectionLostException("server " + Address + ": " + e.Message, e.Code);
             }
             Write(s, frame, frame.Length);
         }
@@ -148,7 +173,7 @@ namespace Tether.Client
             }
             catch (TetherException e) when (connection.Closed)
             {
-                throw new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code);
+                throw new ConnectionLostException("server " + Address + ": " + e.Message, e.Code);
             }
             Write(s, frame, length);
         }
@@ -162,11 +187,11 @@ namespace Tether.Client
             }
             catch (SocketException e)
             {
-                throw new ConnectionLostException("sending to " + options.Address + " failed: " + e.Message);
+                throw new ConnectionLostException("sending to " + Address + " failed: " + e.Message);
             }
             catch (ObjectDisposedException)
             {
-                throw new ConnectionLostException("the connection to " + options.Address + " was closed");
+                throw new ConnectionLostException("the connection to " + Address + " was closed");
             }
         }
 
@@ -179,7 +204,7 @@ namespace Tether.Client
                 TimeSpan left = deadline - DateTime.UtcNow;
                 if (left <= TimeSpan.Zero)
                 {
-                    throw new TetherException(ErrorCode.Timeout, "server " + options.Address + " did not answer " + waitingFor + " within " + seconds + " s (" + setting + ")");
+                    throw new TetherException(ErrorCode.Timeout, "server " + Address + " did not answer " + waitingFor + " within " + seconds + " s (" + setting + ")");
                 }
                 if (!Readable((int)Math.Min(left.TotalMilliseconds * 1000, 200000))) continue;
                 ReadAvailable();
@@ -200,11 +225,11 @@ namespace Tether.Client
             }
             catch (SocketException e)
             {
-                throw new ConnectionLostException("the connection to " + options.Address + " failed: " + e.Message);
+                throw new ConnectionLostException("the connection to " + Address + " failed: " + e.Message);
             }
             catch (ObjectDisposedException)
             {
-                throw new ConnectionLostException("the connection to " + options.Address + " was closed");
+                throw new ConnectionLostException("the connection to " + Address + " was closed");
             }
         }
 
@@ -220,13 +245,13 @@ namespace Tether.Client
             }
             catch (SocketException e)
             {
-                throw new ConnectionLostException("receiving from " + options.Address + " failed: " + e.Message);
+                throw new ConnectionLostException("receiving from " + Address + " failed: " + e.Message);
             }
             catch (ObjectDisposedException)
             {
-                throw new ConnectionLostException("the connection to " + options.Address + " was closed");
+                throw new ConnectionLostException("the connection to " + Address + " was closed");
             }
-            if (read == 0) throw new ConnectionLostException("server " + options.Address + " closed the connection");
+            if (read == 0) throw new ConnectionLostException("server " + Address + " closed the connection");
             try
             {
                 connection.ReceiveData(readBuffer, 0, read, pending);
@@ -236,7 +261,7 @@ namespace Tether.Client
                 // A framing error, a protocol violation or a connection-level ERROR: this connection is
                 // over, but the responses that came before it are answers and are taken first (an
                 // answered batch must not be sent again).
-                var lost = new ConnectionLostException("server " + options.Address + ": " + e.Message, e.Code, connection.ClosingError);
+                var lost = new ConnectionLostException("server " + Address + ": " + e.Message, e.Code, connection.ClosingError);
                 if (pending.Count == 0) throw lost;
                 lostAfterPending = lost;
             }

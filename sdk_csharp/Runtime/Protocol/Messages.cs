@@ -67,7 +67,7 @@ namespace Tether.Protocol
         public const int MaxJsonDepth = 64;
 
         /// <summary>The protocol version this SDK speaks (sent in PING).</summary>
-        public const string ProtocolVersion = "1.8";
+        public const string ProtocolVersion = "1.9";
 
         static readonly string[] TypeNames =
         {

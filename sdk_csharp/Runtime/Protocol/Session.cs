@@ -1,6 +1,7 @@
 // Connection state without I/O (docs/protocol.md §5-§6): which request a
-// response answers on the client side, the server run a PONG names (1.8), and the
-// server's handshake rules.
+// response answers on the client side, the server run a PONG names (1.8), the
+// addresses of servers in a group and the reconnect order among them (1.9), and
+// the server's handshake rules.
 using System;
 using System.Collections.Generic;
 using Newtonsoft.Json.Linq;
@@ -187,6 +188,198 @@ namespace Tether.Protocol
         public static bool FromAnotherRun(string actedIn, string connectedTo)
         {
             return actedIn != null && connectedTo != null && !string.Equals(actedIn, connectedTo, StringComparison.Ordinal);
+        }
+    }
+
+    /// <summary>
+    /// Protocol 1.9 (§6.7): a rank's client address, a host and a port, as <see cref="RankAddresses.Parse"/> reads
+    /// <c>"host:port"</c> (an IPv6 host without its brackets). Two addresses are the same when their hosts are
+    /// equal strings (ordinal) and their ports equal numbers.
+    /// </summary>
+    public struct RankAddress : IEquatable<RankAddress>
+    {
+        readonly string host;
+        readonly int port;
+
+        /// <summary>The address <paramref name="host"/>:<paramref name="port"/> (an IPv6 host without brackets).</summary>
+        public RankAddress(string host, int port)
+        {
+            this.host = host ?? "";
+            this.port = port;
+        }
+
+        /// <summary>The host: a name, an IPv4 address, or an IPv6 address without its brackets.</summary>
+        public string Host { get { return host ?? ""; } }
+
+        /// <summary>The port, 1 to 65535 for an address read by <see cref="RankAddresses.Parse"/>.</summary>
+        public int Port { get { return port; } }
+
+        /// <summary>Whether <paramref name="other"/> has the same host (ordinal) and port.</summary>
+        public bool Equals(RankAddress other)
+        {
+            return port == other.port && string.Equals(Host, other.Host, StringComparison.Ordinal);
+        }
+
+        /// <summary>Whether <paramref name="obj"/> is a <see cref="RankAddress"/> equal to this one.</summary>
+        public override bool Equals(object obj)
+        {
+            return obj is RankAddress && Equals((RankAddress)obj);
+        }
+
+        /// <summary>A hash of the host and port.</summary>
+        public override int GetHashCode()
+        {
+            return StringComparer.Ordinal.GetHashCode(Host) * 31 + port;
+        }
+
+        /// <summary>Whether <paramref name="a"/> and <paramref name="b"/> are the same address.</summary>
+        public static bool operator ==(RankAddress a, RankAddress b) { return a.Equals(b); }
+
+        /// <summary>Whether <paramref name="a"/> and <paramref name="b"/> are different addresses.</summary>
+        public static bool operator !=(RankAddress a, RankAddress b) { return !a.Equals(b); }
+
+        /// <summary>The address as §6.7 writes it (<see cref="RankAddresses.Format"/>): <c>"host:port"</c>, an IPv6 host in brackets.</summary>
+        public override string ToString() { return RankAddresses.Format(this); }
+    }
+
+    /// <summary>
+    /// Protocol 1.9 (§6.7): servers in a group. Each rank of a group names every rank's client address in its
+    /// PONG (<c>ranks</c>, §7.2) and may ask a client to move to another rank (<c>redirect</c>); a client remembers
+    /// the ranks, follows a redirect at most once per connection attempt, and after losing a connection tries the
+    /// lost address first and then the other ranks in order. These are the pure rules; the conformance vector
+    /// <c>rank_addresses.json</c> pins them.
+    /// </summary>
+    public static class RankAddresses
+    {
+        /// <summary>The most entries of a PONG's <c>ranks</c> that are read (the rest are ignored).</summary>
+        public const int MaxRanksRead = 1024;
+
+        // The longest text read as an address, in characters (code points); longer is not one.
+        const int MaxAddressChars = 300;
+
+        /// <summary>
+        /// <paramref name="value"/> read as <c>"host:port"</c> (§6.7), or null when it is not an address: not a
+        /// string; the port (after the last <c>:</c>) not 1 to 65535 in at most 5 ASCII decimal digits (no sign);
+        /// an IPv6 host not in brackets, or brackets holding no <c>:</c> (the brackets are taken off); any other
+        /// host empty or holding <c>:</c>, <c>[</c> or <c>]</c>; a host holding whitespace; more than 300 characters.
+        /// </summary>
+        public static RankAddress? Parse(JToken value)
+        {
+            if (value == null || value.Type != JTokenType.String) return null;
+            string text = (string)value;
+            if (CodePoints(text) > MaxAddressChars) return null;
+            int colon = text.LastIndexOf(':');
+            if (colon < 0) return null;
+            string host = text.Substring(0, colon);
+            int digits = text.Length - colon - 1;
+            if (digits < 1 || digits > 5) return null;
+            int port = 0;
+            for (int i = colon + 1; i < text.Length; ++i)
+            {
+                char c = text[i];
+                if (c < '0' || c > '9') return null;
+                port = port * 10 + (c - '0');
+            }
+            if (port < 1 || port > 65535) return null;
+            if (host.Length >= 2 && host[0] == '[' && host[host.Length - 1] == ']')
+            {
+                host = host.Substring(1, host.Length - 2);
+                if (host.Length == 0 || host.IndexOf('[') >= 0 || host.IndexOf(']') >= 0 || host.IndexOf(':') < 0) return null;
+            }
+            else if (host.Length == 0 || host.IndexOfAny(HostBreakers) >= 0)
+            {
+                return null;
+            }
+            foreach (char c in host)
+            {
+                if (IsSpace(c)) return null;
+            }
+            return new RankAddress(host, port);
+        }
+
+        static readonly char[] HostBreakers = { ':', '[', ']' };
+
+        // Whitespace as Python's str.isspace reads it: char.IsWhiteSpace, and the separators U+001C to U+001F.
+        static bool IsSpace(char c)
+        {
+            return char.IsWhiteSpace(c) || (c >= '\u001c' && c <= '\u001f');
+        }
+
+        static int CodePoints(string text)
+        {
+            int count = text.Length;
+            for (int i = 1; i < text.Length; ++i)
+            {
+                if (char.IsLowSurrogate(text[i]) && char.IsHighSurrogate(text[i - 1])) --count;
+            }
+            return count;
+        }
+
+        /// <summary><paramref name="address"/> as §6.7 writes it: <c>"host:port"</c>, an IPv6 host (one holding <c>:</c>) in brackets.</summary>
+        public static string Format(RankAddress address)
+        {
+            string host = address.Host;
+            return host.IndexOf(':') >= 0 ? "[" + host + "]:" + address.Port : host + ":" + address.Port;
+        }
+
+        /// <summary>
+        /// The ranks <paramref name="pong"/> names (its <c>ranks</c>, §7.2), in order, each once: entries that are
+        /// not addresses are left out, at most the first <see cref="MaxRanksRead"/> entries are read, and a
+        /// <c>ranks</c> that is not an array (or a PONG without one, or null) names none (an empty list).
+        /// </summary>
+        public static List<RankAddress> FromPong(JObject pong)
+        {
+            var found = new List<RankAddress>();
+            var ranks = (pong == null ? null : pong["ranks"]) as JArray;
+            if (ranks == null) return found;
+            int read = Math.Min(ranks.Count, MaxRanksRead);
+            for (int i = 0; i < read; ++i)
+            {
+                RankAddress? address = Parse(ranks[i]);
+                if (address.HasValue && !found.Contains(address.Value)) found.Add(address.Value);
+            }
+            return found;
+        }
+
+        /// <summary>
+        /// The rank <paramref name="pong"/> asks the client to move to (its <c>redirect</c>, §7.2), or null to stay:
+        /// when the connection was itself made on a redirect (<paramref name="redirected"/>: a client moves at most
+        /// once per attempt), when the value is not an address, or when it names <paramref name="current"/>, the
+        /// address the client is connected to.
+        /// </summary>
+        public static RankAddress? RedirectOf(JObject pong, RankAddress current, bool redirected)
+        {
+            if (redirected || pong == null) return null;
+            RankAddress? target = Parse(pong["redirect"]);
+            return target.HasValue && target.Value != current ? target : null;
+        }
+
+        /// <summary>
+        /// Where a client's connection attempts go after its connection to <paramref name="lost"/> ended (§6.7):
+        /// the candidates are <paramref name="given"/> (the address the application gave), then the remembered
+        /// <paramref name="ranks"/> that differ from it, each once; the list starts at <paramref name="lost"/> and
+        /// wraps around, so attempt k goes to item k modulo its length (the first retries <paramref name="lost"/>).
+        /// <paramref name="lost"/> heads the list when it is not a candidate. Never empty.
+        /// </summary>
+        public static List<RankAddress> ReconnectOrder(RankAddress given, IList<RankAddress> ranks, RankAddress lost)
+        {
+            var candidates = new List<RankAddress> { given };
+            if (ranks != null)
+            {
+                foreach (RankAddress rank in ranks)
+                {
+                    if (!candidates.Contains(rank)) candidates.Add(rank);
+                }
+            }
+            int start = candidates.IndexOf(lost);
+            if (start < 0)
+            {
+                candidates.Insert(0, lost);
+                start = 0;
+            }
+            var order = new List<RankAddress>(candidates.Count);
+            for (int i = 0; i < candidates.Count; ++i) order.Add(candidates[(start + i) % candidates.Count]);
+            return order;
         }
     }
 
