@@ -33,15 +33,23 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
-async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherServer) -> Any:
-    """The live console on --console-port (None when it is off)."""
+async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherServer,
+                         group_console: bool = False) -> Any:
+    """The live console on --console-port (None when it is off). Several ranks with a console
+    (``group_console``): every rank keeps the console's view of its clients, for rank 0's page."""
+    from .console.state import SAVED_RUN, ConsoleState
+
+    reports = trainer.rank_reports
     if config.console_port is None:
+        if group_console and reports is not None:  # (rank r > 0: its clients, reported to rank 0's console)
+            reports.collector = server.service.observer = ConsoleState(trainer)
         return None
     from .console.server import ConsoleServer
-    from .console.state import SAVED_RUN, ConsoleState
 
     state = ConsoleState(trainer)
     server.service.observer = state
+    if reports is not None:
+        reports.collector = state
     console = ConsoleServer(state, config.console_host, config.console_port, config.auth_token,
                             save_to=Path(config.logdir) / SAVED_RUN)
     await console.start()
@@ -63,6 +71,7 @@ async def serve(
     started = time.time()
     group = None
     place = RankPlace.from_environment()
+    group_console = config.console_port is not None
     if place is not None:  # started by torchrun on several ranks (docs/scale-out.md)
         config = config_for_rank(config, place)
         group = RankGroup(place, resolve_device(config.device), config.group_timeout_s)
@@ -78,7 +87,7 @@ async def serve(
     if group is not None:
         trainer.join_the_directory(port)
     trainer.start()
-    console = await _start_console(config, trainer, server)
+    console = await _start_console(config, trainer, server, group_console)
     websocket = None
     if config.ws_port is not None:
         from .transport.websocket import PATH, WebSocketRLlink
@@ -171,6 +180,9 @@ async def serve(
         directory = trainer.directory
         if directory is not None:  # (every rank's client address; the clients this rank redirected, per rank)
             summary["group"].update(addresses=directory.addresses, redirected=directory.redirected)
+        reports = trainer.rank_reports
+        if reports is not None and reports.latest:  # (rank 0: every rank's last report, as its console showed it)
+            summary["group"]["ranks"] = reports.rows()
     if trainer.self_play is not None:
         summary["self_play"] = trainer.self_play.summary()
     if trainer.curriculum is not None:

@@ -184,6 +184,8 @@ class Metrics:
     updates: int = 0
     weights_seq_no: int = 0
     clients_connected: int = 0
+    #: Several ranks, on rank 0: each rank's ingest, clients and health as ``rank/<r>/...`` (rank_reports.py).
+    rank_scalars: dict = field(default_factory=dict)
     learner: dict[str, float] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     _rate_mark: tuple[float, int] = (0.0, 0)
@@ -330,6 +332,7 @@ class Metrics:
             out.update(self.self_play.scalars())
         if self.curriculum is not None:
             out.update(self.curriculum.scalars())
+        out.update(self.rank_scalars)
         return out
 
     def progress_line(self) -> str:

@@ -42,6 +42,7 @@ from .ingest.validation import EpisodeIngest
 from .distributed.data_parallel import DataParallel
 from .distributed.lockstep_loop import LockstepLearnerLoop
 from .distributed.rank_directory import RankDirectory, advertised_host
+from .distributed.rank_reports import RankReports
 from .distributed.rank_group import RankGroup
 from .learner_loop import LearnerLoop
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
@@ -173,7 +174,12 @@ class Trainer:
         self.directory = RankDirectory.gather(
             self.group, advertised_host(self.config.host, self.config.advertise_host), port)
         if isinstance(self.learner_loop, LockstepLearnerLoop):
-            self.learner_loop.directory = self.directory
+            self.learner_loop.directory = self.learner_loop.reports.directory = self.directory
+
+    @property
+    def rank_reports(self) -> RankReports | None:
+        """Several ranks: every rank's latest report (rank 0 keeps them; its console shows them)."""
+        return self.learner_loop.reports if isinstance(self.learner_loop, LockstepLearnerLoop) else None
 
     def start(self) -> None:
         """The server listens: with several ranks, the agreements that start updates begin (the event loop runs)."""

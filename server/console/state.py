@@ -451,8 +451,15 @@ class ConsoleState:
         }
 
     def _live(self) -> dict[str, Any]:
+        reports = getattr(self.trainer, "rank_reports", None)
+        clients = self.client_table()
+        ranks: list[dict[str, Any]] | None = None
+        if reports is not None:  # several ranks: every rank's clients, and a row per rank (rank_reports.py)
+            clients = [{**row, "rank": reports.rank} for row in clients] + reports.other_ranks_clients()
+            ranks = reports.rows()
         return {
-            "clients": self.client_table(),
+            "clients": clients,
+            "ranks": ranks,
             "reconnects": self.reconnects,
             "weights": self.current_versions(),
             "paused": bool(getattr(self.trainer, "paused", False)),

@@ -37,12 +37,13 @@ from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sourc
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
 from .rank_group import RankGroup, RankGroupError
+from .rank_reports import RankReports
 
 #: Seconds between two agreements while the ranks wait for data (a sum of a few numbers on loopback
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
 #: Wishes a rank brings to the agreement (after its per-module counts and env steps).
-_WISHES = ("stop", "done", "paused", "reached", "has_returns")
+_WISHES = ("stop", "done", "paused", "reached", "has_returns", "report")
 
 
 class LockstepLearnerLoop(LearnerLoop):
@@ -69,6 +70,8 @@ class LockstepLearnerLoop(LearnerLoop):
         self._runner: asyncio.Task | None = None
         #: The group's addresses and loads (the trainer's, set once the rank listens), told each agreement's loads.
         self.directory: Any = None
+        #: Every rank's report, gathered when rank 0 asks in an agreement (rank_reports.py).
+        self.reports = RankReports(group.rank, group.world_size, self.metrics, self.pool)
 
     # -- what the trainer calls ------------------------------------------------------
 
@@ -114,6 +117,15 @@ class LockstepLearnerLoop(LearnerLoop):
             wishes = dict(zip(_WISHES, total[len(self._order) + 1:len(self._order) + 1 + len(_WISHES)]))
             if self.directory is not None:
                 self.directory.agreed(list(total[len(self._order) + 1 + len(_WISHES):]))
+            if wishes["report"]:  # (every rank saw rank 0 ask: every rank takes part in the gather)
+                try:
+                    gathered = await loop.run_in_executor(self._executor, self.group.gather_objects,
+                                                          self.reports.report())
+                except RankGroupError as exc:
+                    self._fail(str(exc))
+                    return
+                if self.group.is_first:
+                    self.reports.take(gathered)
             self.group_env_steps = env_steps
             reason = self._stop_reason(wishes, env_steps)
             if reason is not None:
@@ -133,7 +145,9 @@ class LockstepLearnerLoop(LearnerLoop):
                     self._fail(self._update_failure)
                     return
             else:
+                slept_from = loop.time()
                 await asyncio.sleep(TICK_S)
+                self.reports.note_lag(loop.time() - slept_from - TICK_S)
 
     def _local_view(self) -> list[float]:
         by_module = dict.fromkeys(self._order, 0)
@@ -146,7 +160,8 @@ class LockstepLearnerLoop(LearnerLoop):
         loads[self.group.rank] = float(self.metrics.clients_connected)
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
-                float(self._target_reached), float(math.isfinite(self.metrics.return_mean)), *loads]
+                float(self._target_reached), float(math.isfinite(self.metrics.return_mean)),
+                float(self.reports.due()), *loads]
 
     def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
         if wishes["stop"]:

@@ -5,7 +5,8 @@ would start them: ``python -m torch.distributed.run --nproc-per-node 2 -m tether
   redirects to rank 1 (random play, measured here, stays far below), and both ranks end with
   bit-identical weights;
 * a module whose data arrives at one rank only (module ``n``: its agent plays on rank 1 alone) is
-  updated as often as the other, without a deadlock: every rank joins every module's sums;
+  updated as often as the other, without a deadlock: every rank joins every module's sums; rank 0's
+  console and TensorBoard show both ranks, each rank's clients among them;
 * a rank killed mid-run stops the group at once, and torchrun's restart (``--max-restarts``)
   resumes every rank from its checkpoint: the versions go on from there, the run keeps its id.
 """
@@ -31,6 +32,7 @@ from tether.server.checkpoint import load_checkpoint
 from .server_process import REPO, free_port, two_free_ports, wait_until
 from .test_cartpole_learning import random_returns
 
+CONSOLE = re.compile(r"\[tether\] console: http://([\d.]+):(\d+)/\?token=(\S+)")
 _SERVING = re.compile(r"serving on [\d.]+:(\d+) .*\| rank (\d+) of (\d+)")
 CLIENT = Path(__file__).with_name("two_module_cartpole_client.py")
 TWO_MODULES = """
@@ -164,16 +166,41 @@ def test_two_ranks_learn_cartpole_to_450_with_a_fleet_given_one_address(tmp_path
     assert summaries[0]["group"]["redirected"] == [0, 1] and summaries[1]["group"]["redirected"] == [0, 0]
 
 
+def console_shows_both_ranks(group: Group, ports: dict[int, int]) -> dict[str, Any]:
+    """Rank 0's console feed, until a tick shows both ranks: a row each (address, clients, ingest) and
+    every rank's clients, marked with their rank; returns that tick."""
+    from websockets.sync.client import connect
+
+    assert wait_until(lambda: any(CONSOLE.search(line) for line in group.lines), 60), group.lines[-20:]
+    _, port, token = next(CONSOLE.search(line) for line in group.lines if CONSOLE.search(line)).groups()
+    deadline = time.monotonic() + 90
+    with connect(f"ws://127.0.0.1:{port}/feed?token={token}") as ws:
+        while time.monotonic() < deadline:
+            tick = json.loads(ws.recv(timeout=10))
+            ranks, clients = tick.get("ranks") or [], tick.get("clients") or []
+            if (len(ranks) == 2 and all(r["clients_connected"] >= 1 and r["env_steps"] > 0 for r in ranks)
+                    and {(c["rank"], c["client_name"]) for c in clients if c["batches"] > 0}
+                    >= {(0, "two-module-1"), (1, "two-module-2")}
+                    and (tick.get("values") or {}).get("rank/1/env_steps_per_s") is not None):
+                assert [r["address"] for r in ranks] == [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"]
+                assert all(r["pool_steps"] >= 0 and r["rss_mb"] > 50 and r["loop_lag_ms"] >= 0 for r in ranks), ranks
+                return tick
+    raise AssertionError(f"no tick showed both ranks: {tick.get('ranks')}")
+
+
 @pytest.mark.slow
 def test_a_module_whose_data_reaches_one_rank_only_trains_on_both_without_a_deadlock(tmp_path: Path) -> None:
+    """Also: rank 0's console and TensorBoard show both ranks (their clients, ingest and health)."""
     config = tmp_path / "two_modules.toml"
     config.write_text(TWO_MODULES)
-    group = Group(tmp_path, "--config", str(config), "--max-env-steps", "12000")
+    group = Group(tmp_path, "--config", str(config), "--max-env-steps", "12000", "--console-port", "0",
+                  "--tensorboard")
     clients: list[subprocess.Popen] = []
     try:
         ports = group.wait_serving()
         clients = start_clients([sys.executable, str(CLIENT), "--port", str(ports[0]), "--seed", "1"],
                                 [sys.executable, str(CLIENT), "--port", str(ports[1]), "--seed", "2", "--both"])
+        console_shows_both_ranks(group, ports)
         assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
         outs = stop_clients(clients)
     finally:
@@ -186,6 +213,13 @@ def test_a_module_whose_data_reaches_one_rank_only_trains_on_both_without_a_dead
     versions = assert_same_weights(group)
     assert versions["n"] >= 3 and versions["m"] >= 3, versions
     assert summaries[0]["modules_weights_seq_no"] == summaries[1]["modules_weights_seq_no"] == versions
+    # Rank 0's TensorBoard holds every rank's series.
+    script = ("import sys; from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E;"
+              "e=E(sys.argv[1]); e.Reload(); t=e.Tags()['scalars'];"
+              "print(*(k in t for k in ('rank/0/env_steps_per_s', 'rank/1/env_steps_per_s', 'rank/1/clients')))")
+    out = subprocess.run([sys.executable, "-c", script, str(group.logdir / "rank-0")], cwd=REPO, capture_output=True,
+                         text=True)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -68,6 +68,9 @@ const CHARTS = [
   {id: "weights", title: "Weights version per module (left) and updates (right)",
    axes: [["version", k => /^module\/[^/]+\/weights_seq_no$/.test(k)], ["updates", k => k === "charts/updates"]]},
   {id: "throughput", title: "Throughput", axes: [["env steps/s", k => k === "charts/env_steps_per_s"]]},
+  {id: "ranks", title: "Per rank: env steps/s ingested (left) and connected clients (right, dashed)",
+   order: ["env_steps_per_s", "clients"],
+   axes: [["env steps/s", k => /^rank\/\d+\/env_steps_per_s$/.test(k)], ["clients", k => /^rank\/\d+\/clients$/.test(k)]]},
   {id: "timing", title: "Update time and ONNX export time (dashed)", order: ["update_s", "export_s"],
    axes: [["seconds", k => /^module\/[^/]+\/(update_s|export_s)$/.test(k)]]},
   // The server's health, one unit a chart (it used to put ms, steps and MB on one axis).
@@ -81,6 +84,8 @@ const CHARTS = [
 
 // Readable series names. A metric of a module, agent type or self-play module is "<name>: <metric>".
 const METRIC_NAMES = {
+  env_steps_per_s: "env steps/s", clients: "clients", pool_steps: "steps waiting", rss_mb: "memory (MB)",
+  loop_lag_ms: "event loop lag (ms)",
   return_mean: "mean return", return_min: "min return", return_max: "max return", length_mean: "mean length",
   agent_return_mean: "mean return per agent", policy_loss: "policy loss", value_loss: "value loss",
   entropy: "entropy", approx_kl: "approx. KL", clipfrac: "clip fraction", explained_variance: "explained variance",
@@ -109,6 +114,7 @@ function seriesLabel(key) {
   const what = METRIC_NAMES[metric] || words(metric);
   const name = parts.slice(1, -1).join(" ");
   if (parts.length >= 3 && (parts[0] === "module" || parts[0] === "self_play")) return `${name}: ${what}`;
+  if (parts.length === 3 && parts[0] === "rank") return `rank ${parts[1]}: ${what}`;
   if (parts.length >= 3 && parts[0] === "agent_type") return `${name} (${groups.has(name) ? "group" : "agent type"}): ${what}`;
   if (parts.length === 2 && parts[0] === "episode") return `episode: ${what}`;
   if (parts.length === 2 && (parts[0] === "charts" || parts[0] === "health")) return what;
@@ -125,6 +131,7 @@ const colours = {episode: "#6b6b6b"};
 function entityOf(key) {
   const parts = key.split("/");
   if (parts.length >= 3 && ["module", "agent_type", "self_play"].includes(parts[0])) return parts.slice(1, -1).join("/");
+  if (parts.length === 3 && parts[0] === "rank") return `rank ${parts[1]}`;
   return parts[0] === "episode" ? "episode" : null;
 }
 function colourOf(entity) {
@@ -297,8 +304,9 @@ function renderClients(clients, reconnects) {
   body.replaceChildren();
   for (const c of clients) {
     const weights = Object.entries(c.weights).map(([m, v]) => `${m} v${v} (${c.staleness[m] ?? "?"})`).join(", ");
-    const row = el("tr", {class: c.connected ? "client" : "client gone", "data-id": c.id});
-    for (const cell of [c.id, c.address, (c.client_name ?? "") + (c.sdk ? ` (${c.sdk})` : ""), c.protocol_version ?? "v1", weights, c.env_steps_per_s,
+    const row = el("tr", {class: c.connected ? "client" : "client gone", "data-id": c.id, "data-rank": c.rank ?? ""});
+    // (several ranks: each rank numbers its own clients, so an id is shown with its rank)
+    for (const cell of [c.rank == null ? c.id : `r${c.rank}:${c.id}`, c.address, (c.client_name ?? "") + (c.sdk ? ` (${c.sdk})` : ""), c.protocol_version ?? "v1", weights, c.env_steps_per_s,
                         c.batches, c.env_steps, `${c.last_seen_s_ago.toFixed(1)} s ago`, c.round_trip_ms ?? "",
                         c.errors, (c.connected ? "connected" : "gone") + (c.reconnects ? `, reconnect ${c.reconnects}` : "")]) {
       row.appendChild(el("td", {}, String(cell)));
@@ -306,6 +314,25 @@ function renderClients(clients, reconnects) {
     body.appendChild(row);
   }
   document.getElementById("reconnects").textContent = `reconnects: ${reconnects}`;
+}
+
+// Several ranks (docs/scale-out.md): each rank's clients, ingest and health, and the clients it redirected.
+function renderRanks(ranks) {
+  const panel = document.getElementById("ranks-panel");
+  panel.hidden = !ranks;
+  if (!ranks) return;
+  const body = document.querySelector("#ranks tbody");
+  body.replaceChildren();
+  for (const r of ranks) {
+    const row = el("tr", {"data-rank": r.rank});
+    const redirected = r.redirected.map((n, to) => n ? `${n} to rank ${to}` : "").filter(Boolean).join(", ");
+    for (const cell of [r.rank, r.address ?? "", r.clients_connected, r.env_steps, fmt(r.env_steps_per_s),
+                        r.samples_refused_stale, r.clients_refused, r.pool_steps, fmt(r.rss_mb),
+                        fmt(r.loop_lag_ms), redirected || "none"]) {
+      row.appendChild(el("td", {}, String(cell)));
+    }
+    body.appendChild(row);
+  }
 }
 
 // A curriculum change (a control, or a lesson the measure advanced): what it set.
@@ -436,6 +463,7 @@ function renderLive(message) {
   document.getElementById("summary").textContent =
     Object.entries(message.weights).map(([m, v]) => `${m} v${v}`).join("  ");
   renderClients(message.clients, message.reconnects);
+  renderRanks(message.ranks);
   renderActions(message.actions);
   renderEpisodes(message.episodes);
   renderCurriculum(message.curriculum);
