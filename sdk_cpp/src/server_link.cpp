@@ -463,8 +463,8 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
     return Status(ErrorCode::kTrainingDone, request->type + " cannot be answered: " + training_done_status_.message());
   }
   if (ended) return Status(ErrorCode::kClosed, "client closed");
-  return Status(ErrorCode::kTimeout, "no answer to " + request->type + " from " + format_address(connected_) + " within " +
-                                         format_s(timeout_s) + " s (response_timeout_s)");
+  return Status(ErrorCode::kTimeout, "no answer to " + request->type + " from " + format_address(connected_) +
+                                         " within " + format_s(timeout_s) + " s (response_timeout_s)");
 }
 
 template <class Events>
@@ -1482,8 +1482,9 @@ ServerLink::Exchange ServerLink::read_answer(const char* request, double timeout
     if (!received.ok()) {
       if (received.status().code() == ErrorCode::kTimeout) {
         result.outcome = Outcome::kTimeout;
-        result.status = Status(ErrorCode::kTimeout, "no answer to " + std::string(request) + " from " + transport_.peer() +
-                                                        " within " + format_s(timeout_s) + " s (" + setting + ")");
+        result.status = Status(ErrorCode::kTimeout, "no answer to " + std::string(request) + " from " +
+                                                        transport_.peer() + " within " + format_s(timeout_s) + " s (" +
+                                                        setting + ")");
         transport_.close();
       } else {
         result.status = received.status();

@@ -29,15 +29,21 @@ constexpr std::size_t kMaxAddressCodePoints = 300;
 constexpr std::size_t kMaxRankEntries = 1024;
 
 // The code point of UTF-8 text at `at`, advancing `at` past it; a byte that
-// does not start a well-formed sequence passes as itself.
+// does not start a well-formed sequence is one U+FFFD (text a JSON parser
+// read is well-formed).
 std::uint32_t address_code_point(std::string_view text, std::size_t& at) noexcept {
   const auto c = static_cast<unsigned char>(text[at]);
-  std::size_t length = c < 0x80u ? 1 : (c & 0xE0u) == 0xC0u ? 2 : (c & 0xF0u) == 0xE0u ? 3 : (c & 0xF8u) == 0xF0u ? 4 : 1;
+  std::size_t length =
+      c < 0x80u ? 1 : (c & 0xE0u) == 0xC0u ? 2 : (c & 0xF0u) == 0xE0u ? 3 : (c & 0xF8u) == 0xF0u ? 4 : 1;
   if (at + length > text.size()) length = 1;
   for (std::size_t k = 1; k < length; ++k) {
     if ((static_cast<unsigned char>(text[at + k]) & 0xC0u) != 0x80u) length = 1;
   }
-  std::uint32_t point = length == 1 ? c : length == 2 ? (c & 0x1Fu) : length == 3 ? (c & 0x0Fu) : (c & 0x07u);
+  if (length == 1) {
+    ++at;
+    return c < 0x80u ? c : 0xFFFDu;
+  }
+  std::uint32_t point = length == 2 ? (c & 0x1Fu) : length == 3 ? (c & 0x0Fu) : (c & 0x07u);
   for (std::size_t k = 1; k < length; ++k) point = (point << 6) | (static_cast<unsigned char>(text[at + k]) & 0x3Fu);
   at += length;
   return point;
@@ -50,6 +56,7 @@ bool address_space(std::uint32_t c) noexcept {
          c == 0x3000u;
 }
 
+// Whether `host` holds whitespace.
 bool address_has_space(std::string_view host) noexcept {
   for (std::size_t at = 0; at < host.size();) {
     if (address_space(address_code_point(host, at))) return true;
@@ -57,6 +64,7 @@ bool address_has_space(std::string_view host) noexcept {
   return false;
 }
 
+// The code points of `text`.
 std::size_t address_code_points(std::string_view text) noexcept {
   std::size_t count = 0;
   for (std::size_t at = 0; at < text.size(); ++count) address_code_point(text, at);
@@ -82,7 +90,8 @@ std::optional<Address> parse_address(const nlohmann::json& value) {
   std::string_view host = text.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);  // an IPv6 address: the brackets are not part of it
-    if (host.empty() || host.find_first_of("[]") != std::string_view::npos || host.find(':') == std::string_view::npos) {
+    if (host.empty() || host.find_first_of("[]") != std::string_view::npos ||
+        host.find(':') == std::string_view::npos) {
       return std::nullopt;
     }
   } else if (host.empty() || host.find_first_of(":[]") != std::string_view::npos) {
