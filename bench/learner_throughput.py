@@ -17,6 +17,10 @@ JSON object, e.g.::
 
 ``cuda`` is null on a machine without a CUDA device; there, the same keys as ``cpu``, plus
 ``cuda_over_cpu``, the ratio of samples per second per network.
+
+``bf16`` holds the same figures per device with ``mixed_precision = "bf16"`` (the forward passes in
+bfloat16), and ``bf16_over_fp32`` their ratio to the float32 figures of the same device and run
+(``--no-bf16`` leaves both out: a CPU without bfloat16 instructions takes long over the CNN).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mlp-steps", type=int, default=4000, help="agent steps per MLP batch (default: 4000)")
     parser.add_argument("--cnn-steps", type=int, default=1024, help="agent steps per CNN batch (default: 1024)")
     parser.add_argument("--epochs", type=int, default=10, help="PPO epochs per update (default: 10)")
+    parser.add_argument("--no-bf16", action="store_true", help="do not measure mixed_precision bf16")
     add_quiet_argument(parser)
     return parser.parse_args(argv)
 
@@ -92,14 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     result: dict = {"cpu": {}, "cuda": None, "cuda_device": torch.cuda.get_device_name(0) if "cuda" in devices else None,
                     "batch_steps": steps, "epochs": args.epochs, "torch_threads": torch.get_num_threads()}
+    precisions = ["off"] + ([] if args.no_bf16 else ["bf16"])
+    if not args.no_bf16:
+        result["bf16"], result["bf16_over_fp32"] = {}, {}
     for device in devices:
-        figures = {}
-        for name, (shape, hp) in NETWORKS.items():
-            hp = dataclasses.replace(hp, num_epochs=args.epochs)
-            figures[name] = measure(device, shape, hp, steps[name], args.updates)
-            log(f"{device} {name}: {figures[name]['samples_per_s']:.0f} samples/s "
-                f"({figures[name]['update_s_p50'] * 1e3:.0f} ms per update of {steps[name]} steps)")
-        result[device] = figures
+        for precision in precisions:
+            figures = {}
+            for name, (shape, hp) in NETWORKS.items():
+                hp = dataclasses.replace(hp, num_epochs=args.epochs, mixed_precision=precision)
+                figures[name] = measure(device, shape, hp, steps[name], args.updates)
+                log(f"{device} {precision} {name}: {figures[name]['samples_per_s']:.0f} samples/s "
+                    f"({figures[name]['update_s_p50'] * 1e3:.0f} ms per update of {steps[name]} steps)")
+            if precision == "off":
+                result[device] = figures
+            else:
+                result["bf16"][device] = figures
+                result["bf16_over_fp32"][device] = {
+                    name: round(figures[name]["samples_per_s"] / result[device][name]["samples_per_s"], 2)
+                    for name in NETWORKS}
     if result["cuda"] is not None:
         result["cuda_over_cpu"] = {name: round(result["cuda"][name]["samples_per_s"] / result["cpu"][name]["samples_per_s"], 2)
                                    for name in NETWORKS}

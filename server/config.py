@@ -131,6 +131,9 @@ class ServerConfig:
     max_grad_norm: float = _opt(0.5, "gradient clipping norm")
     norm_adv: bool = _opt(True, "normalise advantages per minibatch")
     clip_vloss: bool = _opt(False, "clip the value loss like the surrogate")
+    mixed_precision: str = _opt(
+        "off", "the update's forward passes in bfloat16: 'bf16' (CPUs and GPUs; weights, optimizer, advantages "
+               "and losses stay float32), or 'off'")
     hidden_sizes: list = _opt([64, 64], "hidden layer widths of the policy and value MLPs, e.g. 64,64")
     model: dict | None = _opt(
         None, "the network (docs/models.md): none for an MLP of hidden_sizes; "
@@ -241,7 +244,7 @@ class ServerConfig:
 #: Options a module entry may override for itself (the seed sets gamma per policy).
 PPO_OPTION_NAMES = (
     "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
-    "max_grad_norm", "norm_adv", "clip_vloss", "hidden_sizes", "model",
+    "max_grad_norm", "norm_adv", "clip_vloss", "mixed_precision", "hidden_sizes", "model",
     "normalize_observations", "normalize_clip", "reward_clip", "bc_coef", "demos", "demo_coef", "demo_decay_updates",
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from tether.protocol.episodes import EpisodeChunk
 from tether.protocol.spaces import Box, Space, is_composite
 
 from ..config import ServerConfig
-from .gae import compute_gae
+from .gae import compute_gae, compute_gae_batched
 from .model_config import parse_model_config
 from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
 from .action_masking import MaskedPolicy
@@ -54,6 +55,8 @@ class PPOHyperparams:
     max_grad_norm: float = _server_default("max_grad_norm")
     norm_adv: bool = _server_default("norm_adv")
     clip_vloss: bool = _server_default("clip_vloss")
+    #: The update's forward passes in bfloat16 ("bf16") or float32 ("off"); weights and losses stay float32.
+    mixed_precision: str = _server_default("mixed_precision")
     hidden_sizes: tuple[int, ...] = _server_default("hidden_sizes")
     #: The network (model_config.py): None is the MLP of ``hidden_sizes``.
     model: dict | None = _server_default("model")
@@ -70,6 +73,10 @@ class PPOHyperparams:
     demo_decay_updates: int = _server_default("demo_decay_updates")
     #: The dataset itself (a path: module_runtime.py loads it into ``PPOLearner.set_demonstrations``).
     demos: str | None = _server_default("demos")
+
+
+#: The update's precision choices (PPOHyperparams.mixed_precision).
+MIXED_PRECISION = ("off", "bf16")
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -108,6 +115,9 @@ class PPOLearner:
     ) -> None:
         if seed is not None:
             torch.manual_seed(seed)
+        if hp.mixed_precision not in MIXED_PRECISION:
+            raise ValueError(f"mixed_precision {hp.mixed_precision!r}: one of {', '.join(MIXED_PRECISION)} (float16 "
+                             "would need a loss scale that every rank agrees on; bfloat16 needs none)")
         self.hp = hp
         self.device = torch.device(device)
         self.action_space = action_space
@@ -139,6 +149,9 @@ class PPOLearner:
         recurrent = self.model_config.recurrent
         #: Training on sequences (a network with memory): the ``recurrent`` table, else None.
         self.recurrent = recurrent
+        if recurrent is not None and hp.mixed_precision != "off":
+            raise ValueError(f"mixed_precision {hp.mixed_precision!r} with a model with memory (recurrent) is not "
+                             "supported yet: use 'off'")
         state = () if recurrent is None else tuple(
             (f"state_in_{n}", f"state_out_{n}", recurrent.size) for n in recurrent.state_names)
         self._traced = None if fixed else TracedPolicyExporter(onnx_input_name, onnx_output_name, obs_dim, byte_shape,
@@ -212,7 +225,24 @@ class PPOLearner:
         return export_policy(self.model, self.onnx_input_name, self.onnx_output_name)
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.as_tensor(array, dtype=dtype, device=self.device)
+        if self.device.type != "cuda":
+            return torch.as_tensor(array, dtype=dtype, device=self.device)
+        # To a GPU from page-locked host memory: the copy is a DMA that does not wait on the host.
+        return torch.as_tensor(array, dtype=dtype).pin_memory().to(self.device, non_blocking=True)
+
+    def _forward_precision(self) -> Any:
+        """The context of the update's forward passes: bfloat16 autocast with mixed_precision "bf16"."""
+        if self.hp.mixed_precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _evaluate(self, obs: torch.Tensor, actions: torch.Tensor, value_obs: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log pi(a|o), entropy and V(o) of a minibatch, in the update's precision; float32 out (the losses'
+        precision)."""
+        with self._forward_precision():
+            logp, entropy, value = self.model.evaluate(obs, actions, value_obs)
+        return logp.float(), entropy.float(), value.float()
 
     def save_state(self) -> tuple:
         """A copy of everything an update changes (weights, optimizer, minibatch order, the demonstration
@@ -255,6 +285,8 @@ class PPOLearner:
         """Per step: V(o_t), the GAE advantage and the value target, with the current critic (for a
         network with memory, from ``states``: the pass along the chunks, sequences.py)."""
         hp = self.hp
+        if self.recurrent is None and self.device.type == "cuda":
+            return self._targets_on_device(batch)
         if self.recurrent is not None:
             all_values = (states or state_pass(self.model, batch, self.device)).values
         else:
@@ -270,6 +302,24 @@ class PPOLearner:
             rewards, values, next_values, batch.terminated, batch.chunk_ends, hp.gamma, hp.gae_lambda
         )
         return values, advantages, returns
+
+    def _targets_on_device(self, batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_targets`` on a GPU: the critic's values stay there and GAE runs there, every chunk at once
+        (gae.py's compute_gae_batched); only the results come back to the host."""
+        hp = self.hp
+        critic_input = batch.all_obs if batch.all_value_obs is None else batch.all_value_obs
+        with torch.no_grad():
+            all_values = self.model.value(self._tensor(critic_input)).float()
+            steps = torch.as_tensor(batch.next_obs_index, device=self.device)
+            values, next_values = all_values[steps - 1], all_values[steps]
+            rewards = self._tensor(batch.rewards)
+            if hp.reward_clip is not None:
+                rewards = rewards.clamp(-hp.reward_clip, hp.reward_clip)
+            advantages, returns = compute_gae_batched(rewards, values, next_values,
+                                                      self._tensor(batch.terminated, torch.bool),
+                                                      self._tensor(batch.chunk_ends, torch.bool), hp.gamma,
+                                                      hp.gae_lambda)
+        return values.cpu().numpy(), advantages.cpu().numpy(), returns.cpu().numpy()
 
     def update(self, batch: RolloutBatch | None, global_steps: int | None = None) -> dict[str, float]:
         """One PPO update (all epochs and minibatches) on a batch; returns loss statistics.
@@ -449,13 +499,13 @@ class PPOLearner:
                     if not len(chosen):
                         yield idx, None, None, None
                         continue
-                    yield (idx, *self.model.evaluate(obs[idx], actions[idx],
-                                                     None if value_obs is None else value_obs[idx]))
+                    yield (idx, *self._evaluate(obs[idx], actions[idx],
+                                                None if value_obs is None else value_obs[idx]))
                 return
             order = torch.as_tensor(self._rng.permutation(n), device=self.device)
             for start in range(0, n, self.hp.minibatch_size):
                 idx = order[start:start + self.hp.minibatch_size]
-                yield (idx, *self.model.evaluate(obs[idx], actions[idx], None if value_obs is None else value_obs[idx]))
+                yield (idx, *self._evaluate(obs[idx], actions[idx], None if value_obs is None else value_obs[idx]))
         return epoch
 
     def _sequence_minibatches(self, batch: RolloutBatch, states: StatePass, actions: torch.Tensor):

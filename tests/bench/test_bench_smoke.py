@@ -151,6 +151,8 @@ def test_learner_throughput_keys() -> None:
     for network in ("mlp", "cnn"):
         assert result["cpu"][network]["samples_per_s"] > 0 and result["cpu"][network]["update_s_p50"] > 0
     assert "cuda" in result and (result["cuda"] is None) == (result["cuda_device"] is None)
+    for network in ("mlp", "cnn"):
+        assert result["bf16"]["cpu"][network]["samples_per_s"] > 0 and result["bf16_over_fp32"]["cpu"][network] > 0
 
 
 @pytest.mark.slow
