@@ -58,13 +58,16 @@ def checkpoint_state(modules: dict[str, ModuleRuntime], metrics: Metrics, dedup:
     }
 
 
-def write_checkpoint(state: dict[str, Any], path: str | Path, journal: PoolJournal | None) -> Path:
-    """Write what ``checkpoint_state`` took, then delete the journal it makes redundant."""
+def write_checkpoint(state: dict[str, Any], path: str | Path, journal: PoolJournal | None,
+                     remove_journal_before: int | None = None) -> Path:
+    """Write what ``checkpoint_state`` took, then delete the journal it makes redundant: the generations
+    before its own, or before ``remove_journal_before`` when given (an older checkpoint is kept)."""
     state = dict(state)
     state["pool"] = encode_entry(JournalEntry(None, state["pool"]))
     written = save_checkpoint(path, state)
     if journal is not None and state["journal_generation"] is not None:
-        journal.remove_before(state["journal_generation"])
+        journal.remove_before(state["journal_generation"] if remove_journal_before is None
+                              else min(remove_journal_before, state["journal_generation"]))
     return written
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -39,6 +40,7 @@ from .ingest.env_steps import record_env_steps
 from .ingest.logp_check import PolicyHistory, check_behaviour_logp
 from .ingest.step_versions import step_versions
 from .ingest.validation import EpisodeIngest
+from .distributed import group_checkpoints
 from .distributed.data_parallel import DataParallel
 from .distributed.lockstep_loop import LockstepLearnerLoop
 from .distributed.rank_directory import RankDirectory, advertised_host
@@ -97,6 +99,10 @@ class Trainer:
         self.run_id = uuid.uuid4().hex
         #: Every stored batch is written here before it is answered (see pool_journal).
         self.journal: PoolJournal | None = None
+        #: Several ranks: the update and journal generation of the current checkpoint, and the generation of
+        #: the one before it, since which the journal is kept (None: unknown, the whole journal is kept).
+        self._checkpoint_at: tuple[int, int | None] | None = None
+        self._previous_generation: int | None = None
         self._resume_and_open_journal()
         self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
         if self.self_play is not None and config.resume and not self.self_play.restored:
@@ -161,6 +167,23 @@ class Trainer:
             runtime.onnx_field = onnx_field  # (rank 0's model bytes: one model per version across the group)
         self.metrics.weights_seq_no = self.weights_seq_no
 
+    def _groups_checkpoint(self, path: str) -> str | None:
+        """Several ranks: the checkpoint this rank resumes from, of the update every rank holds one of
+        (group_checkpoints.py); None when some rank holds none (every rank replays its journal alone).
+        A collective of the group."""
+        assert self.group is not None
+        held = group_checkpoints.checkpoints_held(path)
+        target = group_checkpoints.common_update(self.group.gather_objects(sorted(held)))
+        if target is None:
+            if held:
+                print(f"[tether] rank {self.group.rank}: another rank has no checkpoint yet; every rank starts "
+                      "from its journal alone", flush=True)
+            return None
+        if held[target] != str(path):
+            print(f"[tether] rank {self.group.rank}: resuming from {held[target]} (update {target}), the newest update "
+                  "every rank has a checkpoint of", flush=True)
+        return held[target]
+
     def _merge_the_groups_marks(self) -> None:
         """Several ranks: every rank takes the highest exactly-once mark of each client_session over the
         group (§6.7), so a batch that any rank stored before the group stopped is a duplicate on every
@@ -194,9 +217,13 @@ class Trainer:
         journal_from: int | None = None
         if config.resume:
             journal_from = 0
-            if Path(config.resume).exists():
+            chosen = self._groups_checkpoint(config.resume) if self.group is not None else config.resume
+            if chosen is not None and Path(chosen).exists():
                 journal_from, run_id = checkpoints.restore_checkpoint(
-                    config.resume, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum)
+                    chosen, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum)
+                if self.group is not None:
+                    group_checkpoints.make_current(chosen, config.resume)
+                self._checkpoint_at = (self.metrics.updates, journal_from)
                 self.run_id = run_id or self.run_id
                 self._skip_versions_served_after(Path(config.resume).parent / VERSIONS_FILE)
                 self.metrics.weights_seq_no = self.weights_seq_no
@@ -447,8 +474,22 @@ class Trainer:
         return self.write_checkpoint(self.checkpoint_state(), path)
 
     def write_checkpoint(self, state: dict[str, Any], path: str | Path | None = None) -> Path:
-        """Write what ``checkpoint_state`` took, then delete the journal it makes redundant."""
-        return checkpoints.write_checkpoint(state, path or self.checkpoint_path, self.journal)
+        """Write what ``checkpoint_state`` took, then delete the journal it makes redundant. With several
+        ranks the checkpoint before it is kept (``checkpoint.prev.pt``), with the journal since then: the
+        group may have to resume from it (group_checkpoints.py)."""
+        path = Path(path or self.checkpoint_path)
+        if self.group is None or path != self.checkpoint_path:
+            return checkpoints.write_checkpoint(state, path, self.journal)
+        updates = int(state["counters"]["updates"])
+        current = self._checkpoint_at
+        if not (path.exists() and current is not None and current[0] == updates):  # (the same update again: replaced)
+            if path.exists():
+                os.replace(path, group_checkpoints.previous_path(path))
+            self._previous_generation = None if current is None else current[1]
+        written = checkpoints.write_checkpoint(state, path, self.journal,
+                                               remove_journal_before=self._previous_generation or 0)
+        self._checkpoint_at = (updates, state["journal_generation"])
+        return written
 
     def _record_versions(self) -> None:
         """Write down each module's version as served now (``versions.json`` in the logdir, replaced

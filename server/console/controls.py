@@ -38,6 +38,9 @@ async def apply_control(state: ConsoleState, token: str, message: dict[str, Any]
     elif action == "resume":
         trainer.resume()
     elif action == "checkpoint":
+        if getattr(trainer, "group", None) is not None:
+            raise ControlError("several ranks checkpoint together, every checkpoint_every updates: a checkpoint "
+                               "of rank 0 alone could not be resumed from (docs/scale-out.md)")
         # Taken on the loop between updates (not in the executor): a batch stored meanwhile would
         # miss the checkpoint's pool while its journal generation is deleted.
         path = await trainer.checkpoint_now()

@@ -255,3 +255,41 @@ def test_a_killed_rank_stops_the_group_and_torchrun_resumes_it_from_the_checkpoi
     versions = assert_same_weights(group)
     assert group.checkpoint(0)["run_id"] == run_id, "the restarted group is the same run"
     assert summaries[0]["group"]["env_steps"] >= 20000 and versions["default_policy"] >= 3
+
+
+@pytest.mark.slow
+def test_a_rank_left_one_checkpoint_behind_takes_the_whole_group_back_to_it(tmp_path: Path) -> None:
+    """A rank killed while the ranks wrote a checkpoint keeps the one before (simulated: rank 1's last
+    checkpoint replaced by its previous one). The resumed group starts every rank from that update,
+    rank 0 from its own previous checkpoint and its journal since, so no rank's weights already hold
+    updates that trained steps rank 1 replays and trains again."""
+    config = tmp_path / "two_modules.toml"
+    config.write_text(TWO_MODULES)
+    resume = str(tmp_path / "run" / "checkpoint.pt")
+
+    def run(budget: int) -> Group:
+        group = Group(tmp_path, "--config", str(config), "--max-env-steps", str(budget), "--checkpoint-every", "2",
+                      "--resume", resume)
+        clients: list[subprocess.Popen] = []
+        try:
+            ports = group.wait_serving()
+            clients = start_clients(*([sys.executable, str(CLIENT), "--port", str(port), "--seed", str(rank)]
+                                      for rank, port in ports.items()))
+            assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+        finally:
+            stop_clients(clients)
+            group.stop()
+        return group
+
+    first = run(10000)
+    last_update = first.checkpoint(0)["counters"]["updates"]
+    before = load_checkpoint(first.logdir / "rank-1" / "checkpoint.prev.pt")["counters"]["updates"]
+    assert before < last_update == first.checkpoint(1)["counters"]["updates"]
+    os.replace(first.logdir / "rank-1" / "checkpoint.prev.pt", first.logdir / "rank-1" / "checkpoint.pt")
+    second = run(16000)
+    back = [line for line in second.lines if "the newest update every rank has a checkpoint of" in line]
+    assert len(back) == 1 and f"(update {before})" in back[0] and "rank 0" in back[0], back
+    assert any("replayed" in line for line in second.lines), "rank 0 replays its journal since that update"
+    versions = assert_same_weights(second)
+    summaries = [second.rank_summary(0), second.rank_summary(1)]
+    assert summaries[0]["group"]["env_steps"] >= 16000 and versions["m"] > before

@@ -1,0 +1,58 @@
+"""Which checkpoint a group resumes from: the same update on every rank.
+
+Every rank writes its checkpoint at the same agreed update, but a rank killed while writing keeps the
+one before while the others wrote the new one. Resumed as they are, the others' weights would already
+hold the updates that trained on the dead rank's journaled steps, which that rank then replays and
+trains again. So with several ranks each keeps its previous checkpoint beside the current one
+(``checkpoint.prev.pt``) and the journal since that previous one, and at a resume the ranks agree on the
+newest update every rank has a checkpoint of; a rank that holds a newer one goes back to its previous
+one and replays its journal from there, as the dead rank does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..checkpoint import load_checkpoint
+
+
+def previous_path(path: str | Path) -> Path:
+    """Where a rank keeps the checkpoint before its current one."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.prev{p.suffix}")
+
+
+def checkpoints_held(path: str | Path) -> dict[int, str]:
+    """This rank's checkpoints at ``path`` and beside it, by the update they were taken at (a file that
+    cannot be read counts as none)."""
+    held: dict[int, str] = {}
+    for candidate in (Path(path), previous_path(path)):
+        if not candidate.exists():
+            continue
+        try:
+            updates = int(load_checkpoint(candidate)["counters"]["updates"])
+        except Exception:  # (a torn or foreign file: not one to resume from)
+            continue
+        held.setdefault(updates, str(candidate))
+    return held
+
+
+def common_update(held_by_rank: list[list[int]]) -> int | None:
+    """The update every rank resumes from: the newest one every rank holds a checkpoint of (None: some
+    rank holds none, so every rank starts from its journal alone). ValueError when the ranks hold no
+    update in common (a checkpoint folder copied or emptied by hand)."""
+    if any(not held for held in held_by_rank):
+        return None
+    common = set(held_by_rank[0]).intersection(*map(set, held_by_rank[1:]))
+    if not common:
+        raise ValueError(f"the ranks hold checkpoints of no common update ({held_by_rank}): resume them from "
+                         "checkpoints of one run, or start a new run")
+    return max(common)
+
+
+def make_current(chosen: str, path: str | Path) -> None:
+    """After resuming from the previous checkpoint: it becomes the current one again (the newer one
+    belonged to updates the group no longer has)."""
+    if Path(chosen) != Path(path):
+        os.replace(chosen, path)
