@@ -232,8 +232,9 @@ class BaseClient:
 
     @property
     def server_address(self) -> str:
-        """The address of the server (of a group: the rank) this client is, or was last, connected to."""
-        return self.link.address
+        """The address of the server (of a group: the rank) this client is, or was last, connected to
+        (a handshake completed there); the given address before the first connection."""
+        return self.link.connected_address
 
     # -- connection facts ------------------------------------------------------------
 

@@ -198,6 +198,8 @@ class ServerLink:
             None if isinstance(self._transport, WebSocketTransport) else (self._transport.host, int(port)))
         self.ranks: list[Address] = []
         self.redirects = 0
+        #: The address of the last connection whose handshake completed (before any: the given one).
+        self.connected_address = self._transport.address
         #: Whether the connection being made follows a redirect (its PING says so; it is not redirected again).
         self._redirected = False
         #: One per client object, kept across reconnects (protocol 1.3 exactly-once batches).
@@ -636,8 +638,11 @@ class ServerLink:
             pause = max(delay, 1.0) if too_many else delay
             now = time.monotonic()
             if now >= deadline:
+                tried = order[:attempt + 1] if self._given is not None else []
+                where = (" or ".join(dict.fromkeys(format_address(a) for a in tried if a is not None))
+                         if len(tried) > 1 else self.address)
                 raise TetherConnectionError(
-                    f"could not reach a Tether server at {self.address} within {self.reconnect_timeout_s:g} s "
+                    f"could not reach a Tether server at {where} within {self.reconnect_timeout_s:g} s "
                     f"(reconnect_timeout_s): {last}", self.address, last_code) from last
             if self.verbose:
                 print(f"[tether-client] server {self.address} unreachable ({last}); retrying in "
@@ -718,6 +723,7 @@ class ServerLink:
         state = self._exchange(self._state_request(True), self.response_timeout_s, "response_timeout_s")
         prepared = self._prepare_state(config, state)
         self._run_ids.append(run_id_of(info))
+        self.connected_address = self._transport.address
         self.connections += 1
         self._post("connected", info, config, prepared)
         return None

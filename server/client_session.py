@@ -13,9 +13,11 @@ class ClientSession:
 
     _ids = itertools.count(1)
 
-    def __init__(self, peer: Any) -> None:
+    def __init__(self, peer: Any, websocket: bool = False) -> None:
         self.id = next(self._ids)
         self.peer = peer
+        #: RLlink over a websocket (§3.4): a group's ranks are named to TCP clients only (§6.7).
+        self.websocket = websocket
         #: weights_seq_no per module last sent to this client; used when a client omits it.
         self.last_sent: dict[str, int] = {}
         #: weights_seq_no per module whose model (onnx_file) this connection was sent: it holds it.

@@ -94,6 +94,8 @@ class RLlinkService:
     def disconnected(self, session: ClientSession) -> None:
         """A connection that :meth:`connected` returned has ended: its episode state is freed."""
         self.trainer.metrics.clients_connected -= 1
+        if self.trainer.directory is not None:
+            self.trainer.directory.left(session.id)
         if self.observer is not None:
             self.observer.disconnected(session.id)
         self.trainer.forget_connection(session.id)
@@ -153,9 +155,8 @@ class RLlinkService:
             if kind is MessageType.PING:
                 pong = connection.pong()
                 directory = self.trainer.directory
-                if directory is not None:  # [1.9] one rank of a group: the ranks, and maybe a redirect (§6.7)
-                    pong.update(directory.pong_fields(message, connection.client_version,
-                                                      self.trainer.metrics.clients_connected))
+                if directory is not None and not session.websocket:  # [1.9] a rank of a group: §6.7
+                    pong.update(directory.pong_fields(message, session.id, self.trainer.metrics.clients_connected))
                 return encode_frame(pong)
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame

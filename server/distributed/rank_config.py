@@ -61,7 +61,7 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
         resume=rank_path(resume, place.rank) if resume else None,
         summary_file=summary,
         device=device,
-        # Consoles beside each rank would need a port each; rank 0's shows its own rank for now.
+        # One console for the group: rank 0's, which shows every rank (rank_reports.py).
         console_port=config.console_port if place.rank == 0 else None,
         ws_port=config.ws_port + place.local_rank if config.ws_port else config.ws_port,
     )

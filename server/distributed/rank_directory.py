@@ -50,6 +50,8 @@ class RankDirectory:
         self.loads = [0.0] * len(addresses)
         #: Clients this rank redirected, per rank they were sent to.
         self.redirected = [0] * len(addresses)
+        #: Connections told to move that have not closed yet: no longer this rank's load.
+        self._leaving: set[int] = set()
 
     @classmethod
     def gather(cls, group: Any, host: str, port: int) -> "RankDirectory":
@@ -60,25 +62,31 @@ class RankDirectory:
         """The loads the group just agreed on (each rank's connected clients)."""
         self.loads = [float(load) for load in loads]
 
-    def pong_fields(self, ping: dict[str, Any], client_version: str | None, clients_here: int) -> dict[str, Any]:
+    def pong_fields(self, ping: dict[str, Any], connection: int, clients_here: int) -> dict[str, Any]:
         """What a PONG adds for a group (§7.2): ``ranks``, and ``redirect`` to the least loaded rank when
-        the PING allows one (1.9 or later, not ``redirected``) and that rank serves fewer clients than
-        this one does without the asking client (``clients_here`` counts it)."""
+        the PING allows one (it announces 1.9 or later, so a bare heartbeat PING never gets one, and is
+        not ``redirected``) and that rank serves fewer clients than this one does without the asking
+        connection and those already told to move (``clients_here`` counts them all)."""
         fields: dict[str, Any] = {"ranks": list(self.addresses)}
-        if ping.get("redirected") is True or not _speaks_1_9(client_version):
+        if ping.get("redirected") is True or not _speaks_1_9(ping.get("protocol_version")) or connection in self._leaving:
             return fields
-        here = max(clients_here - 1, 0)
+        here = max(clients_here - 1 - len(self._leaving), 0)
         target = min((r for r in range(len(self.addresses)) if r != self.rank), key=lambda r: (self.loads[r], r),
                      default=None)
         if target is not None and self.loads[target] < here:
             self.loads[target] += 1
             self.redirected[target] += 1
+            self._leaving.add(connection)
             fields["redirect"] = self.addresses[target]
         return fields
 
+    def left(self, connection: int) -> None:
+        """A connection closed (one told to move no longer counts as leaving)."""
+        self._leaving.discard(connection)
 
-def _speaks_1_9(version: str | None) -> bool:
+
+def _speaks_1_9(version: Any) -> bool:
     try:
-        return version is not None and parse_version(version) >= (1, 9)
+        return isinstance(version, str) and parse_version(version) >= (1, 9)
     except ValueError:
         return False

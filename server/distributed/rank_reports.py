@@ -12,7 +12,6 @@ every update.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -69,7 +68,7 @@ class RankReports:
             "samples_refused_stale": int(m.samples_refused_stale),
             "clients_refused": int(m.clients_refused),
             "pool_steps": int(self.pool.steps),
-            "rss_mb": _rss_mb(),
+            "rss_mb": _rss_mb(),  # (None where it cannot be read: the console's JSON has no NaN)
             "loop_lag_ms": round(self._take_lag() * 1e3, 2),
             "redirected": list(directory.redirected) if directory is not None else [],
             "clients": clients,
@@ -91,8 +90,10 @@ class RankReports:
             self._marks[rank] = (now, report["env_steps"])
             report["env_steps_per_s"] = round(rate, 1)
             scalars.update({f"rank/{rank}/env_steps_per_s": rate, f"rank/{rank}/clients": report["clients_connected"],
-                            f"rank/{rank}/pool_steps": report["pool_steps"], f"rank/{rank}/rss_mb": report["rss_mb"],
+                            f"rank/{rank}/pool_steps": report["pool_steps"],
                             f"rank/{rank}/loop_lag_ms": report["loop_lag_ms"]})
+            if report["rss_mb"] is not None:
+                scalars[f"rank/{rank}/rss_mb"] = report["rss_mb"]
         self.latest = reports
         self.metrics.rank_scalars = scalars
 
@@ -105,9 +106,9 @@ class RankReports:
         return [row for report in self.latest if report["rank"] != self.rank for row in report["clients"]]
 
 
-def _rss_mb() -> float:
+def _rss_mb() -> float | None:
     try:
         with open(f"/proc/{os.getpid()}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
     except (OSError, ValueError, IndexError):
-        return math.nan
+        return None

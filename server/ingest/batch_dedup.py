@@ -99,9 +99,14 @@ class BatchDedup:
 
 def merged_marks(tables: list[dict[str, int]]) -> dict[str, int]:
     """The exactly-once marks of several ranks as one table (protocol §6.7): per client_session, the
-    highest batch_seq any of them stored."""
+    highest batch_seq any of them stored. Each table is ordered oldest first (as ``state`` gives it);
+    the merged one interleaves them by recency, every table's most recent sessions last, so that a
+    table trimmed to its limit (``load_state``) drops the sessions longest unused on every rank, never
+    one rank's recent ones."""
     merged: dict[str, int] = {}
+    recency: dict[str, int] = {}  # session -> its place from the newest end (0: most recent), the least of any rank
     for marks in tables:
-        for session, seq in marks.items():
+        for place, (session, seq) in enumerate(reversed(list(marks.items()))):
             merged[session] = max(int(seq), merged.get(session, 0))
-    return merged
+            recency[session] = min(place, recency.get(session, place))
+    return {session: merged[session] for session in sorted(merged, key=lambda s: -recency[s])}

@@ -211,7 +211,7 @@ class WebSocketRLlink:
         if ws.slot.refusal is not None:
             await self.close_with(ws, ws.slot.refusal)
             return
-        session = ClientSession(ws.remote_address)
+        session = ClientSession(ws.remote_address, websocket=True)
         connection = self.tcp.service.connected(session)
         try:
             await self._serve(ws, session, connection)

@@ -45,3 +45,21 @@ def test_an_empty_batch() -> None:
     empty = tuple(np.zeros(0, t) for t in (np.float32, np.float32, np.float32, bool, bool))
     (adv, _), (adv_b, ret_b) = both(empty)
     assert adv_b.shape == ret_b.shape == (0,)
+
+
+def test_the_learners_targets_on_a_gpu_are_its_targets_on_the_cpu() -> None:
+    """The path a CUDA learner takes (critic values and GAE on the device), run on the CPU here."""
+    from tether.protocol import Discrete
+    from tether.protocol.episodes import EpisodeChunk
+    from tether.protocol.spaces import box
+    from tether.server.learner import PPOHyperparams, PPOLearner, build_batch
+
+    rng = np.random.default_rng(2)
+    learner = PPOLearner(box(-10, 10, (3,)), Discrete(2), PPOHyperparams(reward_clip=0.5), seed=0)
+    chunks = [EpisodeChunk(obs=rng.standard_normal((t + 1, 3)).astype(np.float32), actions=rng.integers(0, 2, t),
+                           rewards=rng.standard_normal(t), action_logp=np.full(t, -0.69),
+                           action_dist_inputs=np.zeros((t, 2)), is_terminated=t % 2 == 0, is_truncated=t % 2 == 1)
+              for t in (7, 30, 1, 12)]
+    batch = build_batch(chunks)
+    for cpu, device in zip(learner._targets(batch), learner._targets_on_device(batch)):
+        np.testing.assert_allclose(device, cpu, rtol=1e-5, atol=1e-6)

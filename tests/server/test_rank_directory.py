@@ -18,30 +18,46 @@ def directory(loads: list[float], rank: int = 0) -> RankDirectory:
 
 
 def test_every_pong_names_the_ranks_and_an_even_group_keeps_its_client() -> None:
-    assert directory([0, 0, 0]).pong_fields(PING, "1.9", clients_here=1) == {"ranks": ADDRESSES}
-    assert directory([2, 2, 2]).pong_fields(PING, "1.9", clients_here=3) == {"ranks": ADDRESSES}, "a tie stays"
+    assert directory([0, 0, 0]).pong_fields(PING, 1, clients_here=1) == {"ranks": ADDRESSES}
+    assert directory([2, 2, 2]).pong_fields(PING, 1, clients_here=3) == {"ranks": ADDRESSES}, "a tie stays"
 
 
 def test_a_busier_rank_redirects_to_the_least_loaded_and_counts_the_client_there() -> None:
     d = directory([3, 2, 1])
-    assert d.pong_fields(PING, "1.9", clients_here=4)["redirect"] == "10.0.0.6:9100"
+    assert d.pong_fields(PING, 10, clients_here=4)["redirect"] == "10.0.0.6:9100"
     assert d.loads[2] == 2 and d.redirected == [0, 0, 1]
-    # The next new client, before the next agreement: rank 1 and rank 2 now tie (2), the lower rank wins.
-    assert d.pong_fields(PING, "1.9", clients_here=4)["redirect"] == "10.0.0.5:9101"
-    # A burst is spread, not all sent to the rank that looked emptiest at the agreement.
-    d.pong_fields(PING, "1.9", clients_here=4)
-    assert d.loads == [3, 3, 3] and "redirect" not in d.pong_fields(PING, "1.9", clients_here=4)
+    # The next new client, before the next agreement and before the first one closed: rank 1 and rank 2
+    # now tie (2), the lower rank wins; the client told to move is no longer this rank's load.
+    assert d.pong_fields(PING, 11, clients_here=5)["redirect"] == "10.0.0.5:9101"
+    assert d.pong_fields(PING, 12, clients_here=6)["redirect"] == "10.0.0.6:9100"
+    assert d.loads == [3, 3, 3] and "redirect" not in d.pong_fields(PING, 13, clients_here=7), "3 here, 3 and 3 there"
+    d.left(10), d.left(11), d.left(12)
     d.agreed([5, 1, 1])  # (the next agreement's counts replace the estimates)
-    assert d.pong_fields(PING, "1.9", clients_here=6)["redirect"] == "10.0.0.5:9101"
+    assert d.pong_fields(PING, 14, clients_here=6)["redirect"] == "10.0.0.5:9101"
+
+
+def test_a_burst_of_new_clients_all_still_connected_is_spread_evenly() -> None:
+    """Every client of a burst is counted here until its connection closes; those told to move are not."""
+    d = RankDirectory(0, ADDRESSES[:2])
+    d.agreed([0, 0])
+    moved = [("redirect" in d.pong_fields(PING, c, clients_here=c)) for c in range(1, 11)]
+    assert sum(moved) == 5 and d.loads == [0, 5] and d.redirected == [0, 5], (moved, d.loads)
+
+
+def test_a_heartbeat_ping_and_a_second_ping_of_a_connection_told_to_move_get_no_redirect() -> None:
+    d = directory([9, 0, 0])
+    assert "redirect" not in d.pong_fields({"type": "PING"}, 1, clients_here=10), "a heartbeat announces nothing"
+    assert "redirect" in d.pong_fields(PING, 1, clients_here=10)
+    assert "redirect" not in d.pong_fields(PING, 1, clients_here=10) and d.redirected == [0, 1, 0]
 
 
 def test_clients_that_cannot_or_may_not_move_are_never_redirected() -> None:
-    for ping, version in (({"type": "PING", "protocol_version": "1.8"}, "1.8"), ({"type": "PING"}, None),
-                          ({**PING, "redirected": True}, "1.9"), (PING, "not-a-version")):
-        fields = directory([9, 0, 0]).pong_fields(ping, version, clients_here=10)
+    for ping in ({"type": "PING", "protocol_version": "1.8"}, {"type": "PING"}, {**PING, "redirected": True},
+                 {"type": "PING", "protocol_version": "not-a-version"}, {"type": "PING", "protocol_version": 1.9}):
+        fields = directory([9, 0, 0]).pong_fields(ping, 1, clients_here=10)
         assert fields == {"ranks": ADDRESSES}, (ping, fields)
     # "redirected" other than true is no claim of a redirect.
-    assert "redirect" in directory([9, 0, 0]).pong_fields({**PING, "redirected": 1}, "1.9", clients_here=10)
+    assert "redirect" in directory([9, 0, 0]).pong_fields({**PING, "redirected": 1}, 1, clients_here=10)
 
 
 def test_the_advertised_host_is_the_flag_the_bound_host_or_the_route_to_the_master() -> None:
@@ -56,3 +72,13 @@ def test_the_groups_marks_merge_to_the_highest_batch_seq_of_each_session() -> No
     dedup = BatchDedup()
     dedup.load_state(merged)
     assert dedup.is_duplicate(BatchId("a", 7)) and not dedup.is_duplicate(BatchId("a", 8))
+
+
+def test_a_merged_table_trimmed_to_its_limit_keeps_every_ranks_recent_sessions() -> None:
+    rank0 = {f"old-0-{i}": 1 for i in range(4)} | {"active-on-rank0": 9}
+    rank1 = {f"old-1-{i}": 1 for i in range(4)} | {"active-on-rank1": 7}
+    dedup = BatchDedup(max_sessions=4)
+    dedup.load_state(merged_marks([rank0, rank1]))
+    kept = dedup.state()
+    assert {"active-on-rank0", "active-on-rank1"} <= set(kept) and len(kept) == 4, kept
+    assert dedup.is_duplicate(BatchId("active-on-rank0", 9))
