@@ -21,20 +21,6 @@ namespace Tether.Tests
     [TestFixture]
     public class AnotherRunTests
     {
-        // Any model: every row's outputs are (-5, 5) pairs (action 1 nearly always), whatever the width.
-        sealed class ConstantBackend : IInferenceBackend
-        {
-            public void Load(byte[] model, string inputName, string outputName) { Loaded = true; }
-            public bool Loaded { get; private set; }
-            public int ObsDim { get { return 0; } }
-            public int OutDim { get { return 0; } }
-            public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
-            {
-                for (int i = 0; i < batch * outDim; ++i) output[i] = i % 2 == 0 ? -5f : 5f;
-            }
-            public void Dispose() { }
-        }
-
         // The first connection reaches run "run-a" and loses batch 1 with it, unanswered, once the test opens
         // DropGate; the next ones name `secondRun` (JSON text; null: their PONG has no run_id). The test lowers the server's
         // weights version to 0 before it opens the gate (as the Python scenario does for every second run).

@@ -24,20 +24,6 @@ namespace Tether.Tests
     [TestFixture]
     public class ReconnectNewSpacesTests
     {
-        // Any model: every row's outputs are (-5, 5) pairs (action 1 nearly always), whatever the width.
-        sealed class ConstantBackend : IInferenceBackend
-        {
-            public void Load(byte[] model, string inputName, string outputName) { Loaded = true; }
-            public bool Loaded { get; private set; }
-            public int ObsDim { get { return 0; } }
-            public int OutDim { get { return 0; } }
-            public void Run(float[] obs, int batch, int obsDim, float[] output, int outDim)
-            {
-                for (int i = 0; i < batch * outDim; ++i) output[i] = i % 2 == 0 ? -5f : 5f;
-            }
-            public void Dispose() { }
-        }
-
         // A server on a loopback port whose answers depend on the connection (0, 1, ...): its
         // SET_CONFIG, its SET_STATEs, and the answer to its n-th batch (null: the connection is lost,
         // once Release is set, the batch unanswered). Keeps every batch received.
