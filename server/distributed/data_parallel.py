@@ -44,6 +44,10 @@ class DataParallel:
         """``order`` (this rank's steps, shuffled) in ``count`` near-equal parts, possibly empty."""
         return np.array_split(order, count)
 
+    def sum_values(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (float64) summed over the ranks: the same result on every rank."""
+        return self.group.agree(np.asarray(values, dtype=np.float64).ravel())
+
     def advantage_moments(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Mean and (unbiased) standard deviation of the advantages of the whole minibatch, and its size."""
         local = torch.stack([adv.sum(), (adv * adv).sum(), torch.tensor(float(adv.numel()), device=adv.device)]) \

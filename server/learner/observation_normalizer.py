@@ -10,6 +10,8 @@ model, which is why its users must ship the statistics beside the policy; here t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -63,16 +65,25 @@ class NormalizedPolicy(PolicyModel):
             edges = [0, *(np.flatnonzero(flags[1:] != flags[:-1]) + 1).tolist(), len(flags)]
             self._runs = [(a, b, bool(flags[a])) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
-    def observe(self, obs: np.ndarray) -> None:
-        """Fold a batch of observations (rows of obs_dim values) into the statistics."""
-        rows = np.asarray(obs).reshape(-1, self.obs_dim)
-        if rows.shape[0] == 0:
-            return
+    def observe(self, obs: np.ndarray, data_parallel: Any = None) -> None:
+        """Fold a batch of observations (rows of obs_dim values) into the statistics. With
+        ``data_parallel`` (several ranks, each calling this with its own rows, none perhaps) the batch is
+        every rank's rows together, so every rank folds in the same moments and keeps the same statistics."""
         columns = slice(None) if self._columns is None else self._columns
-        rows = rows[:, columns].astype(np.float64)
-        batch_mean = rows.mean(axis=0)
-        batch_var = rows.var(axis=0)
-        n = float(rows.shape[0])
+        rows = np.asarray(obs).reshape(-1, self.obs_dim)[:, columns].astype(np.float64)
+        if data_parallel is not None:
+            # Two sums (count and total, then squared deviations from the group's mean): exact moments.
+            width = rows.shape[1]
+            first = data_parallel.sum_values(np.concatenate([[rows.shape[0]], rows.sum(axis=0)]))
+            n = float(first[0])
+            batch_mean = first[1:] / max(n, 1.0)
+            batch_var = data_parallel.sum_values(((rows - batch_mean) ** 2).sum(axis=0).reshape(width)) / max(n, 1.0)
+        else:
+            n = float(rows.shape[0])
+            batch_mean = rows.mean(axis=0) if n else None
+            batch_var = rows.var(axis=0) if n else None
+        if n == 0:
+            return
         count = float(self.count)
         new_mean = self.running_mean.cpu().numpy().copy()
         new_var = self.running_var.cpu().numpy().copy()

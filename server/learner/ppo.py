@@ -353,6 +353,8 @@ class PPOLearner:
         that have some (zeros from here), so that every rank joins every sum and ends with the same weights."""
         assert self.data_parallel is not None and global_steps is not None, "an update without steps needs other ranks"
         zeros = torch.zeros(0, device=self.device)
+        if self.normalizer is not None:  # (the other ranks' observations move this rank's statistics too)
+            self.normalizer.observe(np.zeros((0, self.normalizer.obs_dim), np.float32), self.data_parallel)
         for _ in range(self.hp.num_epochs):
             for _ in range(self.data_parallel.minibatch_count(global_steps, self.hp.minibatch_size)):
                 if self.hp.norm_adv:
@@ -389,8 +391,8 @@ class PPOLearner:
     def _update(self, batch: RolloutBatch, global_steps: int | None = None) -> dict[str, float]:
         hp = self.hp
         parallel = self.data_parallel
-        if self.normalizer is not None:
-            self.normalizer.observe(batch.all_obs)  # the statistics follow the data trained on, this batch included
+        if self.normalizer is not None:  # the statistics follow the data trained on, this batch included (every rank's)
+            self.normalizer.observe(batch.all_obs, self.data_parallel)
         states = state_pass(self.model, batch, self.device) if self.recurrent is not None else None
         values, advantages, returns = self._targets(batch, states)
         step_index = batch.next_obs_index - 1

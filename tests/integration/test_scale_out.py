@@ -4,8 +4,9 @@ would start them: ``python -m torch.distributed.run --nproc-per-node 2 -m tether
 * CartPole learns to 450 with a fleet of two clients given rank 0's address, one of which rank 0
   redirects to rank 1 (random play, measured here, stays far below), and both ranks end with
   bit-identical weights;
-* a module whose data arrives at one rank only (module ``n``: its agent plays on rank 1 alone) is
-  updated as often as the other, without a deadlock: every rank joins every module's sums; rank 0's
+* a module whose data arrives at one rank only (module ``n``: its agent plays on rank 1 alone, and
+  it normalizes its observations) is updated as often as the other, without a deadlock: every rank
+  joins every module's sums, its statistics' too; rank 0's
   console and TensorBoard show both ranks, each rank's clients among them;
 * a rank killed mid-run stops the group at once, and torchrun's restart (``--max-restarts``)
   resumes every rank from its checkpoint: the versions go on from there, the run keeps its id.
@@ -46,6 +47,7 @@ action_space = { type = "Discrete", n = 2 }
 [modules.n]
 observation_space = { type = "Box", shape = [4], low = -inf, high = inf }
 action_space = { type = "Discrete", n = 2 }
+normalize_observations = true
 """
 
 
