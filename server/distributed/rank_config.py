@@ -33,7 +33,6 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     option the ranks cannot share yet."""
     unsupported = [name for name, on in (
         ("a model with memory (recurrent)", any(_recurrent(spec) for spec in _module_models(config))),
-        ("demonstrations (demos)", bool(config.demos) or any("demos" in m for m in _module_tables(config))),
         ("self_play", bool(config.self_play)),
         ("curriculum", bool(config.curriculum)),
     ) if on]

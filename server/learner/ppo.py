@@ -360,6 +360,8 @@ class PPOLearner:
                 if self.hp.norm_adv:
                     self.data_parallel.advantage_moments(zeros)
                 self._take_step(None, 0)
+        if self.demo_coef_now() > 0:
+            self.demo_updates += 1  # (the demonstration term decays with the group's updates, on every rank alike)
         return {}
 
     def _take_step(self, loss: torch.Tensor | None, size: int) -> None:

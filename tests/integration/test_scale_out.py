@@ -295,3 +295,29 @@ def test_a_rank_left_one_checkpoint_behind_takes_the_whole_group_back_to_it(tmp_
     versions = assert_same_weights(second)
     summaries = [second.rank_summary(0), second.rank_summary(1)]
     assert summaries[0]["group"]["env_steps"] >= 16000 and versions["m"] > before
+
+
+@pytest.mark.slow
+def test_two_ranks_train_with_a_demonstration_dataset_alike(tmp_path: Path) -> None:
+    """A run with demonstrations (``--demos``, the cloning term decaying over the updates) on two ranks:
+    every rank adds the term to its gradients, the term decays with the group's updates on every rank
+    (one of them may have no steps in an update), and the weights stay identical."""
+    expert = tmp_path / "expert.jsonl"
+    recorded = subprocess.run([sys.executable, str(REPO / "examples" / "scripted_demos_client.py"), "--game", "cartpole",
+                               "--episodes", "3", "--demo-file", str(expert)], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    group = Group(tmp_path, "--env", "CartPole-v1", "--demos", str(expert), "--demo-coef", "0.5",
+                  "--demo-decay-updates", "6", "--max-env-steps", "8000")
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
+                                   "--seed", str(rank)] for rank, port in ports.items()))
+        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+    finally:
+        stop_clients(clients)
+        group.stop()
+    versions = assert_same_weights(group)
+    decayed = [group.checkpoint(r)["modules"]["default_policy"]["learner"]["demo_updates"] for r in (0, 1)]
+    assert decayed[0] == decayed[1] == min(6, versions["default_policy"]) > 0, (decayed, versions)
