@@ -32,7 +32,6 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     """The configuration rank ``place.rank`` runs (see the module docstring); ConfigError for an
     option the ranks cannot share yet."""
     unsupported = [name for name, on in (
-        ("a model with memory (recurrent)", any(_recurrent(spec) for spec in _module_models(config))),
         ("self_play", bool(config.self_play)),
         ("curriculum", bool(config.curriculum)),
     ) if on]
@@ -63,15 +62,3 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
         ws_port=config.ws_port + place.local_rank if config.ws_port else config.ws_port,
     )
 
-
-def _module_tables(config: ServerConfig) -> list[dict]:
-    modules = config.modules or {}
-    return [m for m in (modules.values() if isinstance(modules, dict) else modules) if isinstance(m, dict)]
-
-
-def _module_models(config: ServerConfig) -> list:
-    return [config.model, *(m.get("model") for m in _module_tables(config))]
-
-
-def _recurrent(model: object) -> bool:
-    return isinstance(model, dict) and model.get("recurrent") is not None

@@ -418,10 +418,10 @@ class PPOLearner:
         val_t = self._tensor(values)
 
         mb = hp.minibatch_size
+        parts = None if parallel is None else parallel.minibatch_count(global_steps or batch.size, mb)
         if states is not None:
-            minibatches = self._sequence_minibatches(batch, states, actions)
+            minibatches = self._sequence_minibatches(batch, states, actions, parts)
         else:
-            parts = None if parallel is None else parallel.minibatch_count(global_steps or batch.size, mb)
             minibatches = self._step_minibatches(batch.size, obs, actions, value_obs, parts)
         stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
         if logged is not None:
@@ -512,16 +512,24 @@ class PPOLearner:
                 yield (idx, *self._evaluate(obs[idx], actions[idx], None if value_obs is None else value_obs[idx]))
         return epoch
 
-    def _sequence_minibatches(self, batch: RolloutBatch, states: StatePass, actions: torch.Tensor):
+    def _sequence_minibatches(self, batch: RolloutBatch, states: StatePass, actions: torch.Tensor,
+                              parts: int | None = None):
         """One epoch of minibatches of whole windows (sequences.py) in a new random order, packed to
-        ``minibatch_size`` steps each: (steps, logp, entropy, value) of their real steps."""
+        ``minibatch_size`` steps each: (steps, logp, entropy, value) of their real steps. With ``parts``
+        (several ranks), exactly that many, of near-equal numbers of windows, some possibly empty."""
         assert self.recurrent is not None
         win = windows(batch, self.recurrent.seq_len, self.recurrent.burn_in)
         obs = torch.as_tensor(batch.all_obs, device=self.device)  # (uint8 images stay bytes until read)
         critic = None if batch.all_value_obs is None else self._tensor(batch.all_value_obs)
 
         def epoch():
-            for chosen in win.minibatches(self._rng.permutation(win.count), self.hp.minibatch_size):
+            order = self._rng.permutation(win.count)
+            chosen_parts = (win.minibatches(order, self.hp.minibatch_size) if parts is None
+                            else self.data_parallel.parts(order, parts))
+            for chosen in chosen_parts:
+                if not len(chosen):  # (several ranks: none of this minibatch's windows is this rank's)
+                    yield torch.zeros(0, dtype=torch.long, device=self.device), None, None, None
+                    continue
                 steps, dist_inputs, values = run_windows(self.model, win, chosen, obs, critic, states.state_before)
                 dist = ActionDistribution(self.action_space, dist_inputs)
                 yield steps, dist.log_prob(actions[steps]), dist.entropy(), values

@@ -36,6 +36,7 @@ from .test_cartpole_learning import random_returns
 CONSOLE = re.compile(r"\[tether\] console: http://([\d.]+):(\d+)/\?token=(\S+)")
 _SERVING = re.compile(r"serving on [\d.]+:(\d+) .*\| rank (\d+) of (\d+)")
 CLIENT = Path(__file__).with_name("two_module_cartpole_client.py")
+GRU = '{"recurrent": {"type": "gru", "size": 16, "seq_len": 8, "burn_in": 2}}'
 TWO_MODULES = """
 env_steps_per_sample = 200
 train_batch_size = 1000
@@ -321,3 +322,24 @@ def test_two_ranks_train_with_a_demonstration_dataset_alike(tmp_path: Path) -> N
     versions = assert_same_weights(group)
     decayed = [group.checkpoint(r)["modules"]["default_policy"]["learner"]["demo_updates"] for r in (0, 1)]
     assert decayed[0] == decayed[1] == min(6, versions["default_policy"]) > 0, (decayed, versions)
+
+
+@pytest.mark.slow
+def test_two_ranks_train_a_model_with_memory_alike(tmp_path: Path) -> None:
+    """A GRU policy on two ranks: each rank trains on whole windows of its own chunks, as many
+    minibatches per epoch as one learner would take of the group's steps (some empty on a rank), and
+    the weights stay identical."""
+    group = Group(tmp_path, "--env", "CartPole-v1", "--model", GRU, "--max-env-steps", "6000",
+                  "--train-batch-size", "1000")
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
+                                   "--seed", str(rank)] for rank, port in ports.items()))
+        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+    finally:
+        stop_clients(clients)
+        group.stop()
+    versions = assert_same_weights(group)
+    assert versions["default_policy"] >= 3
+    assert all(group.rank_summary(r)["env_steps"] > 500 for r in (0, 1)), "both ranks trained on their own steps"

@@ -27,7 +27,6 @@ def test_each_rank_gets_its_port_folder_checkpoint_and_summary() -> None:
 
 
 @pytest.mark.parametrize("option, value, named", [
-    ("model", {"recurrent": {"type": "lstm", "size": 16}}, "recurrent"),
     ("self_play", {"modules": ["a"]}, "self_play"),
     ("curriculum", {"params": {"x": 1.0}}, "curriculum"),
 ])
@@ -37,6 +36,7 @@ def test_options_one_rank_only_are_refused_by_name(option: str, value: object, n
         config_for_rank(config, RankPlace(rank=0, world_size=2, local_rank=0))
 
 
-def test_normalized_observations_and_demonstrations_run_on_several_ranks() -> None:
-    config = ServerConfig(device="cpu", normalize_observations=True, demos="expert.jsonl")
+def test_memory_normalized_observations_and_demonstrations_run_on_several_ranks() -> None:
+    config = ServerConfig(device="cpu", normalize_observations=True, demos="expert.jsonl",
+                          model={"recurrent": {"type": "lstm", "size": 16}})
     assert config_for_rank(config, RankPlace(rank=1, world_size=2, local_rank=1)).normalize_observations
