@@ -42,7 +42,7 @@ async def _start_console(config: ServerConfig, trainer: Trainer, server: TetherS
     reports = trainer.rank_reports
     if config.console_port is None:
         if group_console and reports is not None:  # (rank r > 0: its clients, reported to rank 0's console)
-            reports.collector = server.service.observer = ConsoleState(trainer)
+            reports.collector = server.service.observer = ConsoleState(trainer, clients_only=True)
         return None
     from .console.server import ConsoleServer
 

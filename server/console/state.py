@@ -98,8 +98,11 @@ class ClientInfo:
 class ConsoleState:
     """Collects what the console shows; every method runs on the server's event loop."""
 
-    def __init__(self, trainer: Any, history_capacity: int = 1024) -> None:
+    def __init__(self, trainer: Any, history_capacity: int = 1024, clients_only: bool = False) -> None:
         self.trainer = trainer
+        #: Only the client table (a rank > 0 of a group, reporting its clients to rank 0's console): no
+        #: episodes or actions are kept, since no page shows them.
+        self.clients_only = clients_only
         self.started = time.time()
         self.history = History(history_capacity)
         self.clients: dict[int, ClientInfo] = {}
@@ -187,6 +190,8 @@ class ConsoleState:
             info.batches += 1
             info.env_steps += env_steps
             info.weights.update(versions)
+        if self.clients_only:
+            return
         now = self.clock()
         self._stale = None
         for record in records:  # (heard of now, whatever comes first in this batch)

@@ -413,3 +413,14 @@ def test_an_episode_the_encoder_cannot_take_is_listed_without_its_steps() -> Non
                                         "odd": (np.ones(2), np.zeros(2, dtype=">i8"), 2)})
     assert json.loads(steps.text()) == {"ok": {"rewards": [1.0, 1.0], "actions": [0, 0], "steps": 2},
                                         "odd": {"rewards": [], "actions": [], "steps": 2}}
+
+
+def test_a_rank_reporting_its_clients_keeps_their_counts_and_no_episode() -> None:
+    """A rank > 0 of a group keeps only what rank 0's console shows of it: its clients."""
+    state = ConsoleState(trainer=_Trainer(), clients_only=True)
+    state.connected(7, ("10.0.0.9", 4242))
+    for _ in range(3):
+        state.batch(7, 5, {"pole": 2}, [MultiAgentRecord("e", True, False, [agent("a", 5, True)])])
+    row = next(c for c in state.client_table() if c["id"] == 7)
+    assert row["batches"] == 3 and row["env_steps"] == 15 and row["weights"] == {"pole": 2}
+    assert not state._open and not state.actions and not state.episodes
