@@ -187,6 +187,13 @@ class Curriculum:
         #: Changes made, newest last, for the console's event log: (kind, details).
         self.changes: list[tuple[str, dict[str, Any]]] = []
         self.changes_made = 0
+        #: Several ranks: a rank > 0 follows rank 0's curriculum (``adopt``) and hands the measures of its
+        #: episodes to rank 0 (``take_forwarded``) instead of counting them itself.
+        self.follower = False
+        self._forwarded: list[tuple[int, float]] = []
+        #: Several ranks: measures a follower handed on so far, and those rank 0 counted from other ranks.
+        self.forwarded = 0
+        self.counted_from_other_ranks = 0
         self._publish(self._lesson_values(), "start")
 
     # -- sets --------------------------------------------------------------------------
@@ -243,6 +250,11 @@ class Curriculum:
             value = self._measure(episode, record)
             if value is None:
                 continue
+            if self.follower:
+                self.forwarded += 1
+                self._forwarded.append((self.lesson, value))
+                del self._forwarded[:-10_000]  # (bounded: rank 0 takes them about once a second)
+                continue
             self.episodes += 1
             self.lesson_episodes += 1
             self._window.append(value)
@@ -262,6 +274,48 @@ class Curriculum:
         if self.config.measure_range is not None:
             value = min(max(value, self.config.measure_range[0]), self.config.measure_range[1])
         return value
+
+    # -- several ranks (server/distributed/rank_reports.py) ---------------------------------
+
+    def take_forwarded(self) -> list[tuple[int, float]]:
+        """A rank > 0: the (lesson, measure) of its episodes counted since the last call, for rank 0."""
+        taken, self._forwarded = self._forwarded, []
+        return taken
+
+    def note_forwarded(self, measures: Iterable[Any]) -> bool:
+        """Rank 0: another rank's measures, counted as its own episodes of the lesson they were played in
+        are; returns whether the lesson advanced."""
+        advanced = False
+        for lesson, value in measures:
+            if int(lesson) != self.lesson or not math.isfinite(float(value)):
+                continue
+            self.counted_from_other_ranks += 1
+            self.episodes += 1
+            self.lesson_episodes += 1
+            self._window.append(float(value))
+            advanced |= self._maybe_advance()
+        return advanced
+
+    def snapshot(self) -> dict[str, Any]:
+        """Rank 0's set, lesson and measure, as every other rank adopts them."""
+        return {"seq": self.seq, "lesson": self.lesson, "values": dict(self.current.values),
+                "window": list(self._window), "lesson_episodes": self.lesson_episodes, "episodes": self.episodes}
+
+    def adopt(self, snapshot: dict[str, Any]) -> bool:
+        """A rank > 0: serve rank 0's set under rank 0's seq (kept beside the earlier sets, which records
+        in flight may still name); returns whether the set changed."""
+        changed = int(snapshot["seq"]) != self.seq
+        self.lesson = int(snapshot["lesson"])
+        if changed:
+            self.seq = int(snapshot["seq"])
+            self._sets.append(EnvParams(self.seq, self.lesson, dict(snapshot["values"])))
+            self.changes.append(("rank 0", {"set_seq": self.seq, "lesson": self.lesson,
+                                            "env_steps": self._env_steps()}))
+            self.changes_made += 1
+            del self.changes[:-100]
+        self._window = deque(snapshot["window"], maxlen=self._lesson().min_episodes if self.config.lessons else 1)
+        self.lesson_episodes, self.episodes = int(snapshot["lesson_episodes"]), int(snapshot["episodes"])
+        return changed
 
     @property
     def measure_mean(self) -> float | None:
@@ -320,6 +374,8 @@ class Curriculum:
             "min_episodes": lesson.min_episodes if lesson else None,
             "lesson_episodes": self.lesson_episodes, "episodes": self.episodes,
             "changes": [{"cause": cause, **details} for cause, details in self.changes[-20:]],
+            **({"forwarded": self.forwarded} if self.follower else {}),
+            **({"counted_from_other_ranks": self.counted_from_other_ranks} if self.counted_from_other_ranks else {}),
         }
 
     def scalars(self) -> dict[str, float]:

@@ -153,12 +153,16 @@ class Trainer:
             module.learner.data_parallel = DataParallel(self.group)
         theirs = self.group.broadcast_object(
             {"run_id": self.run_id, "updates": self.metrics.updates,
+             "curriculum": self.curriculum.snapshot() if self.curriculum is not None else None,
              "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no, rt.onnx_field) for m, rt in self.modules.items()}}
             if self.group.is_first else None)
         self._merge_the_groups_marks()
         if self.group.is_first:
             return
         self.run_id = theirs["run_id"]
+        if self.curriculum is not None:  # (rank 0's curriculum decides for the group; this rank follows it)
+            self.curriculum.follower = True
+            self.curriculum.adopt(theirs["curriculum"])
         self.metrics.updates = int(theirs["updates"])  # (checkpoints are taken every checkpoint_every updates)
         for module_id, (state, version, onnx_field) in theirs["modules"].items():
             runtime = self.modules[module_id]
@@ -198,6 +202,8 @@ class Trainer:
             self.group, advertised_host(self.config.host, self.config.advertise_host), port)
         if isinstance(self.learner_loop, LockstepLearnerLoop):
             self.learner_loop.directory = self.learner_loop.reports.directory = self.directory
+            self.learner_loop.reports.curriculum = self.curriculum
+            self.learner_loop.reports.on_curriculum_change = self.curriculum_changed
 
     @property
     def rank_reports(self) -> RankReports | None:

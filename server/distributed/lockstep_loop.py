@@ -126,6 +126,16 @@ class LockstepLearnerLoop(LearnerLoop):
                     return
                 if self.group.is_first:
                     self.reports.take(gathered)
+                if self.reports.curriculum is not None:  # (rank 0's, its lesson moved by every rank's episodes)
+                    try:
+                        snapshot = await loop.run_in_executor(
+                            self._executor, self.group.broadcast_object,
+                            self.reports.curriculum.snapshot() if self.group.is_first else None)
+                    except RankGroupError as exc:
+                        self._fail(str(exc))
+                        return
+                    if not self.group.is_first:
+                        self.reports.follow(snapshot)
             self.group_env_steps = env_steps
             reason = self._stop_reason(wishes, env_steps)
             if reason is not None:

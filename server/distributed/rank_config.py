@@ -33,7 +33,6 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     option the ranks cannot share yet."""
     unsupported = [name for name, on in (
         ("self_play", bool(config.self_play)),
-        ("curriculum", bool(config.curriculum)),
     ) if on]
     if unsupported:
         raise ConfigError(f"{', '.join(unsupported)} cannot run on several ranks yet (WORLD_SIZE "

@@ -34,6 +34,10 @@ class RankReports:
         self.collector: Any = None
         #: The group's directory (addresses, redirects), once the rank listens.
         self.directory: Any = None
+        #: The run's curriculum (None without one): rank 0's decides, the others follow it and send it
+        #: their episodes' measures in their reports; ``on_curriculum_change`` is told of each change.
+        self.curriculum: Any = None
+        self.on_curriculum_change: Any = None
         #: Rank 0: the last report of every rank, in rank order (empty before the first).
         self.latest: list[dict[str, Any]] = []
         self._due_at = time.monotonic() + REPORT_EVERY_S
@@ -71,6 +75,8 @@ class RankReports:
             "rss_mb": _rss_mb(),  # (None where it cannot be read: the console's JSON has no NaN)
             "loop_lag_ms": round(self._take_lag() * 1e3, 2),
             "redirected": list(directory.redirected) if directory is not None else [],
+            "curriculum_measures": (self.curriculum.take_forwarded()
+                                    if self.curriculum is not None and self.curriculum.follower else []),
             "clients": clients,
         }
 
@@ -94,8 +100,20 @@ class RankReports:
                             f"rank/{rank}/loop_lag_ms": report["loop_lag_ms"]})
             if report["rss_mb"] is not None:
                 scalars[f"rank/{rank}/rss_mb"] = report["rss_mb"]
+            measures = report.pop("curriculum_measures", [])
+            if self.curriculum is not None and rank != self.rank and measures:
+                before = self.curriculum.changes_made
+                self.curriculum.note_forwarded(measures)
+                if self.curriculum.changes_made != before and self.on_curriculum_change is not None:
+                    self.on_curriculum_change()
         self.latest = reports
         self.metrics.rank_scalars = scalars
+
+    def follow(self, snapshot: dict[str, Any] | None) -> None:
+        """A rank > 0: rank 0's curriculum as the gather left it (``snapshot``), served from now on."""
+        if self.curriculum is not None and snapshot is not None and self.curriculum.adopt(snapshot):
+            if self.on_curriculum_change is not None:
+                self.on_curriculum_change()
 
     def rows(self) -> list[dict[str, Any]]:
         """The console's table of ranks: each rank's report without its clients."""

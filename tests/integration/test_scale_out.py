@@ -34,7 +34,7 @@ from .server_process import REPO, free_port, two_free_ports, wait_until
 from .test_cartpole_learning import random_returns
 
 CONSOLE = re.compile(r"\[tether\] console: http://([\d.]+):(\d+)/\?token=(\S+)")
-_SERVING = re.compile(r"serving on [\d.]+:(\d+) .*\| rank (\d+) of (\d+)")
+_SERVING = re.compile(r"serving on [\d.]+:(\d+) .*?\| rank (\d+) of (\d+)")
 CLIENT = Path(__file__).with_name("two_module_cartpole_client.py")
 GRU = '{"recurrent": {"type": "gru", "size": 16, "seq_len": 8, "burn_in": 2}}'
 TWO_MODULES = """
@@ -73,8 +73,7 @@ class Group:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip())
-            match = _SERVING.search(line)
-            if match:
+            for match in _SERVING.finditer(line):  # (two ranks' lines can arrive as one)
                 self.ports[int(match.group(2))] = int(match.group(1))
 
     def wait_serving(self, ranks: int = 2, timeout: float = 90) -> dict[int, int]:
@@ -343,3 +342,43 @@ def test_two_ranks_train_a_model_with_memory_alike(tmp_path: Path) -> None:
     versions = assert_same_weights(group)
     assert versions["default_policy"] >= 3
     assert all(group.rank_summary(r)["env_steps"] > 500 for r in (0, 1)), "both ranks trained on their own steps"
+
+
+CURRICULUM = """
+[curriculum]
+measure = "return"
+[curriculum.parameters]
+pole_length = 0.5
+[[curriculum.lessons]]
+name = "first"
+threshold = 12
+min_episodes = 30
+[[curriculum.lessons]]
+name = "second"
+values = {pole_length = 0.6}
+"""
+
+
+@pytest.mark.slow
+def test_rank_0s_curriculum_counts_every_ranks_episodes_and_every_rank_serves_its_set(tmp_path: Path) -> None:
+    """A curriculum on two ranks: rank 1 hands the measures of its episodes to rank 0, whose lesson
+    advances on both ranks' episodes, and rank 1 serves rank 0's parameter set under rank 0's seq."""
+    config = tmp_path / "curriculum.toml"
+    config.write_text(CURRICULUM)
+    group = Group(tmp_path, "--env", "CartPole-v1", "--config", str(config), "--max-env-steps", "20000")
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
+                                   "--seed", str(rank)] for rank, port in ports.items()))
+        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+    finally:
+        stop_clients(clients)
+        group.stop()
+    first, second = (group.rank_summary(r) for r in (0, 1))
+    assert first["curriculum"]["lesson"] == second["curriculum"]["lesson"] == 1, (first["curriculum"], second["curriculum"])
+    assert first["curriculum"]["seq"] == second["curriculum"]["seq"]
+    assert second["curriculum"]["values"] == {"pole_length": 0.6}
+    # Rank 0 counted rank 1's episodes too (those it took before the run ended, of the lesson then).
+    assert 0 < first["curriculum"]["counted_from_other_ranks"] <= second["curriculum"]["forwarded"]
+    assert second["episodes"] > 0 and "forwarded" not in first["curriculum"]

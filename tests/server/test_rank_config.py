@@ -28,7 +28,6 @@ def test_each_rank_gets_its_port_folder_checkpoint_and_summary() -> None:
 
 @pytest.mark.parametrize("option, value, named", [
     ("self_play", {"modules": ["a"]}, "self_play"),
-    ("curriculum", {"params": {"x": 1.0}}, "curriculum"),
 ])
 def test_options_one_rank_only_are_refused_by_name(option: str, value: object, named: str) -> None:
     config = dataclasses.replace(ServerConfig(device="cpu"), **{option: value})
