@@ -490,7 +490,7 @@ class Trainer:
         current = self._checkpoint_at
         if not (path.exists() and current is not None and current[0] == updates):  # (the same update again: replaced)
             if path.exists():
-                os.replace(path, group_checkpoints.previous_path(path))
+                group_checkpoints.keep_as_previous(path)
             self._previous_generation = None if current is None else current[1]
         written = checkpoints.write_checkpoint(state, path, self.journal,
                                                remove_journal_before=self._previous_generation or 0)

@@ -12,6 +12,7 @@ one and replays its journal from there, as the dead rank does.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from ..checkpoint import load_checkpoint
@@ -21,6 +22,19 @@ def previous_path(path: str | Path) -> Path:
     """Where a rank keeps the checkpoint before its current one."""
     p = Path(path)
     return p.with_name(f"{p.stem}.prev{p.suffix}")
+
+
+def keep_as_previous(path: str | Path) -> None:
+    """The current checkpoint becomes the previous one, while ``path`` still holds it until the new one
+    replaces it (a hard link, else a copy, renamed into place): a reader never finds no checkpoint."""
+    path, previous = Path(path), previous_path(path)
+    staged = previous.with_name(previous.name + ".tmp")
+    staged.unlink(missing_ok=True)
+    try:
+        os.link(path, staged)
+    except OSError:  # (a file system without hard links)
+        shutil.copy2(path, staged)
+    os.replace(staged, previous)
 
 
 def checkpoints_held(path: str | Path) -> dict[int, str]:

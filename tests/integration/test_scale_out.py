@@ -235,6 +235,9 @@ def test_a_killed_rank_stops_the_group_and_torchrun_resumes_it_from_the_checkpoi
                                    "--seed", str(rank), "--reconnect-timeout", "60"] for rank, port in ports.items()))
         # Both ranks published v2 and checkpointed it (--checkpoint-every 2); the run goes on to 20,000 env steps.
         assert wait_until(lambda: sum("update    2" in line for line in group.lines) >= 2, 120), group.lines[-20:]
+        # (the checkpoint of update 2 is written after its line is printed)
+        checkpoint = group.logdir / "rank-0" / "checkpoint.pt"
+        assert wait_until(lambda: checkpoint.exists() and load_checkpoint(checkpoint)["counters"]["updates"] >= 2, 60)
         run_id = group.checkpoint(0)["run_id"]
         ranks = subprocess.run(["pgrep", "-P", str(group.proc.pid)], capture_output=True, text=True).stdout.split()
         assert len(ranks) == 2, ranks

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tether.server.checkpoint import save_checkpoint
-from tether.server.distributed.group_checkpoints import (checkpoints_held, common_update, make_current,
+from tether.server.distributed.group_checkpoints import (checkpoints_held, common_update, keep_as_previous, make_current,
                                                          previous_path)
 
 
@@ -30,3 +30,12 @@ def test_a_rank_finds_its_checkpoints_by_update_and_goes_back_to_the_previous(tm
     assert checkpoints_held(path) == {4: str(path)} and not previous_path(path).exists()
     path.write_bytes(b"not a checkpoint")
     assert checkpoints_held(path) == {}
+
+
+def test_keeping_the_current_checkpoint_as_the_previous_leaves_it_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"counters": {"updates": 2}})
+    keep_as_previous(path)
+    assert checkpoints_held(path) == {2: str(path)} and previous_path(path).exists()
+    save_checkpoint(path, {"counters": {"updates": 4}})
+    assert checkpoints_held(path) == {4: str(path), 2: str(previous_path(path))}
