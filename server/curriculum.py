@@ -200,6 +200,10 @@ class Curriculum:
 
     @property
     def current(self) -> EnvParams:
+        """The set served now (``seq``'s: a follower may learn of older sets after it)."""
+        for held in reversed(self._sets):
+            if held.seq == self.seq:
+                return held
         return self._sets[-1]
 
     def set_for(self, seq: Any) -> EnvParams | None:
@@ -299,16 +303,23 @@ class Curriculum:
     def snapshot(self) -> dict[str, Any]:
         """Rank 0's set, lesson and measure, as every other rank adopts them."""
         return {"seq": self.seq, "lesson": self.lesson, "values": dict(self.current.values),
+                "sets": [(s.seq, s.lesson, dict(s.values)) for s in self._sets],
                 "window": list(self._window), "lesson_episodes": self.lesson_episodes, "episodes": self.episodes}
 
-    def adopt(self, snapshot: dict[str, Any]) -> bool:
-        """A rank > 0: serve rank 0's set under rank 0's seq (kept beside the earlier sets, which records
-        in flight may still name); returns whether the set changed."""
-        changed = int(snapshot["seq"]) != self.seq
+    def adopt(self, snapshot: dict[str, Any], replace: bool = False) -> bool:
+        """A rank > 0: serve rank 0's set under rank 0's seq, and know every set rank 0 keeps (records may
+        name any of them); ``replace`` (at the group's start) forgets this rank's own sets first: their
+        seqs may be rank 0's numbers for other values. Returns whether the set served changed."""
+        changed = int(snapshot["seq"]) != self.seq or replace
+        if replace:
+            self._sets.clear()
+        known = {s.seq for s in self._sets}
+        for seq, lesson, values in snapshot.get("sets", [(snapshot["seq"], snapshot["lesson"], snapshot["values"])]):
+            if int(seq) not in known:
+                self._sets.append(EnvParams(int(seq), int(lesson), dict(values)))
         self.lesson = int(snapshot["lesson"])
         if changed:
             self.seq = int(snapshot["seq"])
-            self._sets.append(EnvParams(self.seq, self.lesson, dict(snapshot["values"])))
             self.changes.append(("rank 0", {"set_seq": self.seq, "lesson": self.lesson,
                                             "env_steps": self._env_steps()}))
             self.changes_made += 1

@@ -162,7 +162,7 @@ class Trainer:
         self.run_id = theirs["run_id"]
         if self.curriculum is not None:  # (rank 0's curriculum decides for the group; this rank follows it)
             self.curriculum.follower = True
-            self.curriculum.adopt(theirs["curriculum"])
+            self.curriculum.adopt(theirs["curriculum"], replace=True)
         self.metrics.updates = int(theirs["updates"])  # (checkpoints are taken every checkpoint_every updates)
         for module_id, (state, version, onnx_field) in theirs["modules"].items():
             runtime = self.modules[module_id]
@@ -177,11 +177,15 @@ class Trainer:
         A collective of the group."""
         assert self.group is not None
         held = group_checkpoints.checkpoints_held(path)
-        target = group_checkpoints.common_update(self.group.gather_objects(sorted(held)))
+        journaled = bool(journal_files(Path(path).parent / "journal"))
+        theirs = self.group.gather_objects((sorted(held), journaled))
+        target = group_checkpoints.common_update([h for h, _ in theirs], [j for _, j in theirs])
         if target is None:
             if held:
                 print(f"[tether] rank {self.group.rank}: another rank has no checkpoint yet; every rank starts "
                       "from its journal alone", flush=True)
+            return None
+        if target not in held:  # (a rank new to the group: rank 0's weights are given to it)
             return None
         if held[target] != str(path):
             print(f"[tether] rank {self.group.rank}: resuming from {held[target]} (update {target}), the newest update "
@@ -227,9 +231,11 @@ class Trainer:
             if chosen is not None and Path(chosen).exists():
                 journal_from, run_id = checkpoints.restore_checkpoint(
                     chosen, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum)
-                if self.group is not None:
-                    group_checkpoints.make_current(chosen, config.resume)
-                self._checkpoint_at = (self.metrics.updates, journal_from)
+                if Path(config.resume).parent.resolve() == Path(config.logdir).resolve():
+                    # (this folder's own checkpoint chain; another folder's is never touched)
+                    if self.group is not None:
+                        group_checkpoints.make_current(chosen, config.resume)
+                    self._checkpoint_at = (self.metrics.updates, journal_from)
                 self.run_id = run_id or self.run_id
                 self._skip_versions_served_after(Path(config.resume).parent / VERSIONS_FILE)
                 self.metrics.weights_seq_no = self.weights_seq_no
@@ -488,10 +494,13 @@ class Trainer:
             return checkpoints.write_checkpoint(state, path, self.journal)
         updates = int(state["counters"]["updates"])
         current = self._checkpoint_at
-        if not (path.exists() and current is not None and current[0] == updates):  # (the same update again: replaced)
+        if current is None:  # (a file here is another run's, or another folder's: not ours to keep)
+            group_checkpoints.previous_path(path).unlink(missing_ok=True)
+            self._previous_generation = None
+        elif not (path.exists() and current[0] == updates):  # (the same update again: replaced)
             if path.exists():
                 group_checkpoints.keep_as_previous(path)
-            self._previous_generation = None if current is None else current[1]
+            self._previous_generation = current[1]
         written = checkpoints.write_checkpoint(state, path, self.journal,
                                                remove_journal_before=self._previous_generation or 0)
         self._checkpoint_at = (updates, state["journal_generation"])

@@ -39,26 +39,40 @@ def keep_as_previous(path: str | Path) -> None:
 
 def checkpoints_held(path: str | Path) -> dict[int, str]:
     """This rank's checkpoints at ``path`` and beside it, by the update they were taken at (a file that
-    cannot be read counts as none)."""
+    cannot be read counts as none, and so does a previous one of another run than the current one's)."""
     held: dict[int, str] = {}
+    runs: list[object] = []
     for candidate in (Path(path), previous_path(path)):
         if not candidate.exists():
             continue
         try:
-            updates = int(load_checkpoint(candidate)["counters"]["updates"])
+            state = load_checkpoint(candidate)
+            updates = int(state["counters"]["updates"])
         except Exception:  # (a torn or foreign file: not one to resume from)
             continue
+        if runs and state.get("run_id") != runs[0]:
+            continue  # (left by an older run in this folder)
+        runs.append(state.get("run_id"))
         held.setdefault(updates, str(candidate))
     return held
 
 
-def common_update(held_by_rank: list[list[int]]) -> int | None:
-    """The update every rank resumes from: the newest one every rank holds a checkpoint of (None: some
-    rank holds none, so every rank starts from its journal alone). ValueError when the ranks hold no
-    update in common (a checkpoint folder copied or emptied by hand)."""
-    if any(not held for held in held_by_rank):
+def common_update(held_by_rank: list[list[int]], journaled_by_rank: list[bool] | None = None) -> int | None:
+    """The update every rank resumes from: the newest one every rank holds a checkpoint of. A rank that
+    holds none and has no journal is new to the group (it starts from rank 0's weights) and does not
+    count. None: a rank holds no checkpoint but has a journal (killed while writing its first one), so
+    every rank starts from its journal alone, which is only possible while no rank has trimmed its
+    journal (holds a previous checkpoint). ValueError when the ranks cannot resume together."""
+    journaled = journaled_by_rank or [True] * len(held_by_rank)
+    counted = [held for held, journal in zip(held_by_rank, journaled) if held or journal]
+    if not counted:
         return None
-    common = set(held_by_rank[0]).intersection(*map(set, held_by_rank[1:]))
+    if any(not held for held in counted):
+        if any(len(held) > 1 for held in counted):
+            raise ValueError(f"a rank holds no checkpoint but has a journal, while another has already trimmed its "
+                             f"journal ({held_by_rank}): the group cannot resume together; start a new run")
+        return None
+    common = set(counted[0]).intersection(*map(set, counted[1:]))
     if not common:
         raise ValueError(f"the ranks hold checkpoints of no common update ({held_by_rank}): resume them from "
                          "checkpoints of one run, or start a new run")

@@ -383,5 +383,5 @@ def test_rank_0s_curriculum_counts_every_ranks_episodes_and_every_rank_serves_it
     assert first["curriculum"]["seq"] == second["curriculum"]["seq"]
     assert second["curriculum"]["values"] == {"pole_length": 0.6}
     # Rank 0 counted rank 1's episodes too (those it took before the run ended, of the lesson then).
-    assert 0 < first["curriculum"]["counted_from_other_ranks"] <= second["curriculum"]["forwarded"]
+    assert 0 < first["curriculum"].get("counted_from_other_ranks", 0) <= second["curriculum"]["forwarded"]
     assert second["episodes"] > 0 and "forwarded" not in first["curriculum"]

@@ -30,3 +30,18 @@ def test_a_follower_serves_rank_0s_set_under_its_seq_and_keeps_the_earlier_sets(
     assert follower.current.seq == leader.current.seq and follower.set_for(leader.seq - 1) is not None
     assert not follower.adopt(leader.snapshot()), "the same set again changes nothing"
     assert follower.summary()["episodes"] == 3 and follower.take_forwarded() == []
+
+
+def test_a_restarted_follower_forgets_its_own_sets_and_knows_every_set_rank_0_keeps() -> None:
+    leader, follower = curriculum(), curriculum()
+    leader.set_param("x", 3.0), leader.set_param("x", 4.0)  # (two sets between two reports)
+    follower.follower = True
+    follower.seq = leader.seq - 1  # (its own resume set reuses a number rank 0 gave other values)
+    follower._sets.append(follower._sets[-1].__class__(leader.seq - 1, 0, {"x": 99.0}))
+    follower.adopt(leader.snapshot(), replace=True)
+    for seq in (leader.seq - 2, leader.seq - 1, leader.seq):
+        assert follower.set_for(seq).values == leader.set_for(seq).values
+    assert follower.current.values == {"x": 4.0}
+    leader.set_param("x", 5.0), leader.set_param("x", 6.0)
+    follower.adopt(leader.snapshot())
+    assert follower.set_for(leader.seq - 1).values == {"x": 5.0} and follower.current.values == {"x": 6.0}
