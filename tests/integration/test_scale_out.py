@@ -61,7 +61,7 @@ class Group:
         self.cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                     "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", str(restarts),
                     "-m", "tether.server.cli", "serve", "--port", str(two_free_ports()), "--logdir", str(self.logdir),
-                    "--summary-file", str(self.summary), "--no-tensorboard", "--group-timeout-s", "20", *flags]
+                    "--summary-file", str(self.summary), "--no-tensorboard", "--group-timeout-s", "60", *flags]
         self.lines: list[str] = []
         self.ports: dict[int, int] = {}
         # (its own process group: stop() ends torchrun and its ranks together, none left running)
@@ -234,7 +234,8 @@ def test_a_killed_rank_stops_the_group_and_torchrun_resumes_it_from_the_checkpoi
         clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
                                    "--seed", str(rank), "--reconnect-timeout", "60"] for rank, port in ports.items()))
         # Both ranks published v2 and checkpointed it (--checkpoint-every 2); the run goes on to 20,000 env steps.
-        assert wait_until(lambda: sum("update    2" in line for line in group.lines) >= 2, 120), group.lines[-20:]
+        # (both ranks' update 2; two ranks' lines can arrive as one)
+        assert wait_until(lambda: sum(line.count("update    2 |") for line in group.lines) >= 2, 180), group.lines[-20:]
         # (the checkpoint of update 2 is written after its line is printed)
         checkpoint = group.logdir / "rank-0" / "checkpoint.pt"
         assert wait_until(lambda: checkpoint.exists() and load_checkpoint(checkpoint)["counters"]["updates"] >= 2, 60)
@@ -255,7 +256,7 @@ def test_a_killed_rank_stops_the_group_and_torchrun_resumes_it_from_the_checkpoi
     assert restarted_in < 60, restarted_in
     assert any("a collective with the other ranks failed" in line for line in group.lines), "the survivor says why"
     resumed = [line for line in group.lines if "resumed" in line or "rank" in line and "serving on" in line]
-    assert len([line for line in group.lines if "serving on" in line]) == 4, resumed
+    assert sum(len(_SERVING.findall(line)) for line in group.lines) == 4, resumed  # (two ranks' lines may be one)
     summaries = [group.rank_summary(0), group.rank_summary(1)]
     versions = assert_same_weights(group)
     assert group.checkpoint(0)["run_id"] == run_id, "the restarted group is the same run"
