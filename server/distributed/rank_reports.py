@@ -12,9 +12,11 @@ every update.
 
 from __future__ import annotations
 
-import os
+import math
 import time
 from typing import Any
+
+from ..console.state import _rss_mb as resident_mb
 
 #: Seconds between two reports of the group (at most: an update in between delays the next).
 REPORT_EVERY_S = 1.0
@@ -124,9 +126,8 @@ class RankReports:
         return [row for report in self.latest if report["rank"] != self.rank for row in report["clients"]]
 
 
+
 def _rss_mb() -> float | None:
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
-    except (OSError, ValueError, IndexError):
-        return None
+    """The console's reading of this process's resident memory, None where it cannot be read (JSON has no NaN)."""
+    value = resident_mb()
+    return None if math.isnan(value) else round(value, 1)

@@ -114,6 +114,19 @@ def stop_clients(clients: list[subprocess.Popen]) -> list[str]:
     return outs
 
 
+def play_cartpole_on_every_rank(group: Group) -> None:
+    """A CartPole client on each rank's port until the group ends its run (which must end well)."""
+    clients: list[subprocess.Popen] = []
+    try:
+        ports = group.wait_serving()
+        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
+                                   "--seed", str(rank)] for rank, port in ports.items()))
+        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
+    finally:
+        stop_clients(clients)
+        group.stop()
+
+
 def assert_same_weights(group: Group) -> dict[str, int]:
     """Both ranks' final checkpoints hold bit-identical networks and optimizers; returns the versions."""
     first, second = group.checkpoint(0), group.checkpoint(1)
@@ -313,15 +326,7 @@ def test_two_ranks_train_with_a_demonstration_dataset_alike(tmp_path: Path) -> N
     assert recorded.returncode == 0, recorded.stderr[-2000:]
     group = Group(tmp_path, "--env", "CartPole-v1", "--demos", str(expert), "--demo-coef", "0.5",
                   "--demo-decay-updates", "6", "--max-env-steps", "8000")
-    clients: list[subprocess.Popen] = []
-    try:
-        ports = group.wait_serving()
-        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
-                                   "--seed", str(rank)] for rank, port in ports.items()))
-        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
-    finally:
-        stop_clients(clients)
-        group.stop()
+    play_cartpole_on_every_rank(group)
     versions = assert_same_weights(group)
     decayed = [group.checkpoint(r)["modules"]["default_policy"]["learner"]["demo_updates"] for r in (0, 1)]
     assert decayed[0] == decayed[1] == min(6, versions["default_policy"]) > 0, (decayed, versions)
@@ -335,15 +340,7 @@ def test_two_ranks_train_a_model_with_memory_alike(tmp_path: Path) -> None:
     rank without steps)."""
     group = Group(tmp_path, "--env", "CartPole-v1", "--model", GRU, "--max-env-steps", "8000",
                   "--train-batch-size", "1000")
-    clients: list[subprocess.Popen] = []
-    try:
-        ports = group.wait_serving()
-        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
-                                   "--seed", str(rank)] for rank, port in ports.items()))
-        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
-    finally:
-        stop_clients(clients)
-        group.stop()
+    play_cartpole_on_every_rank(group)
     versions = assert_same_weights(group)
     assert versions["default_policy"] >= 2
     assert all(group.rank_summary(r)["env_steps"] > 500 for r in (0, 1)), "both ranks trained on their own steps"
@@ -371,15 +368,7 @@ def test_rank_0s_curriculum_counts_every_ranks_episodes_and_every_rank_serves_it
     config = tmp_path / "curriculum.toml"
     config.write_text(CURRICULUM)
     group = Group(tmp_path, "--env", "CartPole-v1", "--config", str(config), "--max-env-steps", "20000")
-    clients: list[subprocess.Popen] = []
-    try:
-        ports = group.wait_serving()
-        clients = start_clients(*([sys.executable, str(REPO / "examples" / "cartpole_client.py"), "--port", str(port),
-                                   "--seed", str(rank)] for rank, port in ports.items()))
-        assert group.proc.wait(240) == 0, "\n".join(group.lines[-40:])
-    finally:
-        stop_clients(clients)
-        group.stop()
+    play_cartpole_on_every_rank(group)
     first, second = (group.rank_summary(r) for r in (0, 1))
     assert first["curriculum"]["lesson"] == second["curriculum"]["lesson"] == 1, (first["curriculum"], second["curriculum"])
     assert first["curriculum"]["seq"] == second["curriculum"]["seq"]
