@@ -464,7 +464,7 @@ namespace {
 
 // A multi-agent server: module "solo" (the carry model) for agents, module
 // "team" (the same model) for the group "pair" of one member "m".
-json multi_config() {
+json memory_multi_config() {
   json box = {{"type", "Box"}, {"shape", {2}}, {"low", -1.0}, {"high", 1.0}};
   json module = {{"observation_space", box},
                  {"action_space", {{"type", "Discrete"}, {"n", 2}}},
@@ -484,9 +484,9 @@ json multi_config() {
           {"groups", {{"pair", {{"members", {"m"}}, {"reward", "sum"}}}}}};
 }
 
-ServerScript multi_script() {
+ServerScript memory_multi_script() {
   ServerScript script;
-  script.full_config = multi_config();
+  script.full_config = memory_multi_config();
   auto answer = [](Conn& conn, const json& request) {
     json held = request.contains("weights_seq_nos") ? request["weights_seq_nos"] : json::object();
     json models = json::object();
@@ -512,7 +512,7 @@ ServerScript multi_script() {
 // group has one state; each starts from zeros; entries carry state_in.
 TEST(OrtRecurrent, MultiAgentStatesPerAgentAndPerGroup) {
   const Carry& k = carry();
-  FakeServer server(multi_script());
+  FakeServer server(memory_multi_script());
   auto connected = tether::MultiAgentClient::connect(fake::ort_options_for(server, 5));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::MultiAgentClient& client = *connected.value();
@@ -580,7 +580,7 @@ TEST(OrtRecurrent, MultiAgentStatesPerAgentAndPerGroup) {
 // [1.6] A logged agent's state advances in its module's batch, as a sampled one's (§12.4).
 TEST(OrtRecurrent, ALoggedAgentsStateAdvancesInTheFramesBatch) {
   const Carry& k = carry();
-  FakeServer server(multi_script());
+  FakeServer server(memory_multi_script());
   auto connected = tether::MultiAgentClient::connect(fake::ort_options_for(server, 5));
   ASSERT_TRUE(connected.ok()) << connected.status().to_string();
   tether::MultiAgentClient& client = *connected.value();
