@@ -83,16 +83,24 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=5555)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--episodes", type=int, default=600, help="training episodes")
+    parser.add_argument("--updates", type=int, default=0,
+                        help="go on past --episodes until the model has had this many updates (at most 4x the "
+                             "episodes): a loaded machine trains fewer updates on the same episodes")
     parser.add_argument("--eval-episodes", type=int, default=40, help="greedy evaluation episodes afterwards")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     try:
         client = MultiAgentClient(args.host, args.port, client_name="rps", seed=args.seed, reconnect_timeout_s=5)
         play(client, args.episodes, rng)
+        for _ in range(3 * args.episodes // 50):
+            if client.weights_seq_nos.get("learner", 0) >= args.updates:
+                break
+            play(client, 50, rng)
         client.flush()
         client.refresh_weights()
         evaluation = play(client, args.eval_episodes, rng, greedy=True)
-        print(json.dumps({k: float(np.mean(v)) if v else None for k, v in evaluation.items()}), flush=True)
+        print(json.dumps({**{k: float(np.mean(v)) if v else None for k, v in evaluation.items()},
+                          "updates": client.weights_seq_nos.get("learner", 0)}), flush=True)
     except (TetherConnectionError, KeyboardInterrupt):
         pass
 

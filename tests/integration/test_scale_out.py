@@ -9,7 +9,9 @@ would start them: ``python -m torch.distributed.run --nproc-per-node 2 -m tether
   joins every module's sums, its statistics' too; rank 0's
   console and TensorBoard show both ranks, each rank's clients among them;
 * a rank killed mid-run stops the group at once, and torchrun's restart (``--max-restarts``)
-  resumes every rank from its checkpoint: the versions go on from there, the run keeps its id.
+  resumes every rank from its checkpoint: the versions go on from there, the run keeps its id;
+  a rank left one checkpoint behind takes the whole group back to that update;
+* a model with memory, a demonstration dataset and a curriculum, in one run, train alike on both ranks.
 """
 
 from __future__ import annotations
@@ -314,38 +316,6 @@ def test_a_rank_left_one_checkpoint_behind_takes_the_whole_group_back_to_it(tmp_
     assert summaries[0]["group"]["env_steps"] >= 16000 and versions["m"] > before
 
 
-@pytest.mark.slow
-def test_two_ranks_train_with_a_demonstration_dataset_alike(tmp_path: Path) -> None:
-    """A run with demonstrations (``--demos``, the cloning term decaying over the updates) on two ranks:
-    every rank adds the term to its gradients, the term decays with the group's updates on every rank
-    (one of them may have no steps in an update), and the weights stay identical."""
-    expert = tmp_path / "expert.jsonl"
-    recorded = subprocess.run([sys.executable, str(REPO / "examples" / "scripted_demos_client.py"), "--game", "cartpole",
-                               "--episodes", "3", "--demo-file", str(expert)], cwd=REPO, capture_output=True, text=True,
-                              timeout=120)
-    assert recorded.returncode == 0, recorded.stderr[-2000:]
-    group = Group(tmp_path, "--env", "CartPole-v1", "--demos", str(expert), "--demo-coef", "0.5",
-                  "--demo-decay-updates", "6", "--max-env-steps", "8000")
-    play_cartpole_on_every_rank(group)
-    versions = assert_same_weights(group)
-    decayed = [group.checkpoint(r)["modules"]["default_policy"]["learner"]["demo_updates"] for r in (0, 1)]
-    assert decayed[0] == decayed[1] == min(6, versions["default_policy"]) > 0, (decayed, versions)
-
-
-@pytest.mark.slow
-def test_two_ranks_train_a_model_with_memory_alike(tmp_path: Path) -> None:
-    """A GRU policy on two ranks, played by real clients: each rank trains on whole windows of its own
-    chunks, as many minibatches per epoch as one learner would take of the group's steps, and the
-    weights stay identical (tests/server/test_data_parallel_ranks.py covers empty minibatches and a
-    rank without steps)."""
-    group = Group(tmp_path, "--env", "CartPole-v1", "--model", GRU, "--max-env-steps", "8000",
-                  "--train-batch-size", "1000")
-    play_cartpole_on_every_rank(group)
-    versions = assert_same_weights(group)
-    assert versions["default_policy"] >= 2
-    assert all(group.rank_summary(r)["env_steps"] > 500 for r in (0, 1)), "both ranks trained on their own steps"
-
-
 CURRICULUM = """
 [curriculum]
 measure = "return"
@@ -362,14 +332,35 @@ values = {pole_length = 0.6}
 
 
 @pytest.mark.slow
-def test_rank_0s_curriculum_counts_every_ranks_episodes_and_every_rank_serves_its_set(tmp_path: Path) -> None:
-    """A curriculum on two ranks: rank 1 hands the measures of its episodes to rank 0, whose lesson
-    advances on both ranks' episodes, and rank 1 serves rank 0's parameter set under rank 0's seq."""
+def test_two_ranks_train_memory_demonstrations_and_a_curriculum_together_alike(tmp_path: Path) -> None:
+    """A GRU policy, a demonstration dataset and a curriculum on two ranks, played by real clients:
+
+    * memory: each rank trains on whole windows of its own chunks, as many minibatches per epoch as one
+      learner would take of the group's steps (tests/server/test_data_parallel_ranks.py covers empty
+      minibatches and a rank without steps);
+    * demonstrations (``--demos``, the cloning term decaying over the updates): every rank adds the term to
+      its gradients and it decays with the group's updates on every rank (one may have no steps in one);
+    * the curriculum: rank 1 hands the measures of its episodes to rank 0, whose lesson advances on both
+      ranks' episodes, and rank 1 serves rank 0's parameter set under rank 0's seq;
+
+    and the weights stay identical."""
+    expert = tmp_path / "expert.jsonl"
+    recorded = subprocess.run([sys.executable, str(REPO / "examples" / "scripted_demos_client.py"), "--game", "cartpole",
+                               "--episodes", "3", "--demo-file", str(expert)], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
     config = tmp_path / "curriculum.toml"
     config.write_text(CURRICULUM)
-    group = Group(tmp_path, "--env", "CartPole-v1", "--config", str(config), "--max-env-steps", "20000")
+    group = Group(tmp_path, "--env", "CartPole-v1", "--model", GRU, "--config", str(config), "--demos", str(expert),
+                  "--demo-coef", "0.5", "--demo-decay-updates", "6", "--max-env-steps", "12000",
+                  "--train-batch-size", "1000")
     play_cartpole_on_every_rank(group)
+    versions = assert_same_weights(group)
+    assert versions["default_policy"] >= 2
     first, second = (group.rank_summary(r) for r in (0, 1))
+    assert all(summary["env_steps"] > 500 for summary in (first, second)), "both ranks trained on their own steps"
+    decayed = [group.checkpoint(r)["modules"]["default_policy"]["learner"]["demo_updates"] for r in (0, 1)]
+    assert decayed[0] == decayed[1] == min(6, versions["default_policy"]) > 0, (decayed, versions)
     assert first["curriculum"]["lesson"] == second["curriculum"]["lesson"] == 1, (first["curriculum"], second["curriculum"])
     assert first["curriculum"]["seq"] == second["curriculum"]["seq"]
     assert second["curriculum"]["values"] == {"pole_length": 0.6}
