@@ -201,6 +201,12 @@ class LearnerLoop:
             results[module_id] = (outcome, stats, served)
         return results
 
+    def export_once(self, export: Callable[[], bytes]) -> bytes | None:
+        """The ONNX bytes of a model to serve that is not an update's (a self-play snapshot): here
+        ``export()``'s, whose exception propagates. Called in the learner thread; several ranks
+        serve rank 0's export (LockstepLearnerLoop), None when it failed."""
+        return export()
+
     def _publish(self, by_module: dict[str, list[Pooled]], results: dict[str, Any]) -> dict[str, dict]:
         """Publish every module that trained; count and report the data left out. Returns the
         stats of the published modules."""

@@ -38,13 +38,23 @@ class ModuleRuntime:
     def copy_policy(self, source: "ModuleRuntime") -> str:
         """Take ``source``'s current network (a self-play snapshot); returns its model as SET_STATE
         carries it, for ``publish``. Runs in the learner thread (the export takes a while)."""
-        before = copy.deepcopy(self.learner.model.state_dict())
-        self.learner.model.load_state_dict(copy.deepcopy(source.learner.model.state_dict()))
+        before = self.copy_weights(source)
         try:
             return encode_onnx(self.learner.export_onnx())
         except Exception:
-            self.learner.model.load_state_dict(before)  # (its weights stay those of the model it serves)
+            self.restore_weights(before)  # (its weights stay those of the model it serves)
             raise
+
+    def copy_weights(self, source: "ModuleRuntime") -> dict[str, torch.Tensor]:
+        """Take ``source``'s current network, without exporting it; returns this module's network as it
+        was, for ``restore_weights`` (several ranks: every rank copies, rank 0 alone exports)."""
+        before = copy.deepcopy(self.learner.model.state_dict())
+        self.learner.model.load_state_dict(copy.deepcopy(source.learner.model.state_dict()))
+        return before
+
+    def restore_weights(self, before: dict[str, torch.Tensor]) -> None:
+        """Put back the network ``copy_weights`` replaced (the snapshot's export failed)."""
+        self.learner.model.load_state_dict(before)
 
     def publish(self, onnx_field: str) -> None:
         """Serve the next version: ``onnx_field`` is its model as SET_STATE carries it (encode_onnx)."""

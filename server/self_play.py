@@ -14,6 +14,12 @@ team with the higher return wins, equal returns are a draw. A game between the l
 snapshot updates both Elo ratings (the formula is in docs/self_play.md). Symmetric games have one
 module on every team; asymmetric games (two learning modules, each against the other's snapshots)
 have a module per team.
+
+A finished game is first **judged** into a ``GameResult`` (plain values), then **applied** to the
+ratings and counts. One server applies each result at once (``episode_part``). Several ranks (docs/
+scale-out.md) hold their results (``hold``, ``take_results``) until the group's next update, when
+every rank applies every rank's results in rank order (distributed/lockstep_loop.py), so that the
+ratings and counts are the group's, the same on every rank.
 """
 
 from __future__ import annotations
@@ -151,6 +157,19 @@ class Snapshot:
                 "score_against_learner": self.score_against_learner}
 
 
+@dataclass(frozen=True)
+class GameResult:
+    """A finished game, judged: what applying it changes, as plain values (a rank hands them to the others)."""
+
+    #: The learning team's modules that are rated (self-play modules), sorted.
+    learners: tuple[str, ...]
+    #: Per snapshot the learning team met: (its slot's module id, the version the slot held when it was
+    #: drawn, the learning team's score against it: 1 win, 0.5 draw, 0 loss).
+    against: tuple[tuple[str, int | None, float], ...] = ()
+    #: No snapshot played: a game against the latest policy (counted, not rated).
+    latest: bool = False
+
+
 @dataclass
 class _Match:
     """Who plays whom in one episode: the learning team, and per other team and module its opponent."""
@@ -184,6 +203,8 @@ class SelfPlay:
         #: Games rated, and the learning teams' score in them, over the run.
         self.games_rated = 0
         self.games_latest = 0
+        #: Results judged and held for a later ``apply_results`` (several ranks); never checkpointed.
+        self._pending: list[GameResult] = []
 
     # -- snapshots -------------------------------------------------------------
 
@@ -301,19 +322,28 @@ class SelfPlay:
                      ended: bool) -> None:
         """Agents left an episode (``returns``: agent id -> (its module, its return)); with ``ended``
         the episode is over, and the learning team's return against each team that played a
-        snapshot rates the game."""
+        snapshot rates the game at once (one server; several ranks judge with ``judge_part``)."""
+        result = self.judge_part(owner, episode_id, returns, ended)
+        if result is not None:
+            self.apply_results([result])
+
+    def judge_part(self, owner: Hashable, episode_id: str | None, returns: dict[str, tuple[str, float]],
+                   ended: bool) -> GameResult | None:
+        """As ``episode_part``, without applying: the game's result once the episode ended (None while it
+        goes on, for an episode nothing was drawn for, or a game with no finite return to judge)."""
         episode_id = episode_id or ""
         match = self._match(owner, episode_id)
         if match is None:
-            return
+            return None
         match.returns.update(returns)
-        if ended:
-            del self._matches[owner][episode_id]
-            if not self._matches[owner]:
-                del self._matches[owner]
-            self._rate(match)
+        if not ended:
+            return None
+        del self._matches[owner][episode_id]
+        if not self._matches[owner]:
+            del self._matches[owner]
+        return self._judge(match)
 
-    def _rate(self, match: _Match) -> None:
+    def _judge(self, match: _Match) -> GameResult | None:
         team_returns: dict[int, float] = {}
         learners: set[str] = set()
         opponents: dict[int, set[str]] = {}
@@ -329,29 +359,54 @@ class SelfPlay:
                 opponents.setdefault(team, set()).add(module)
         mine = team_returns.get(match.learning_team)
         if mine is None or not math.isfinite(mine):
-            return
-        rated = False
+            return None
+        against: list[tuple[str, int | None, float]] = []
         for team, slots in opponents.items():
             theirs = team_returns[team]
             if not math.isfinite(theirs):
                 continue
             margin = self.config.draw_margin
-            against = 0.0 if self.config.outcome == "sign" else theirs
-            score = 1.0 if mine > against + margin else 0.0 if mine < against - margin else 0.5
-            for slot_id in slots:
-                snapshot = self._snapshot_at(slot_id)
-                if snapshot is None or match.versions.get(slot_id) != snapshot.version:
+            reference = 0.0 if self.config.outcome == "sign" else theirs
+            score = 1.0 if mine > reference + margin else 0.0 if mine < reference - margin else 0.5
+            against.extend((slot_id, match.versions.get(slot_id), score) for slot_id in sorted(slots))
+        return GameResult(tuple(sorted(learners)), tuple(against), latest=not opponents)
+
+    def hold(self, result: GameResult) -> None:
+        """Keep a judged result until ``take_results`` (several ranks apply them together)."""
+        self._pending.append(result)
+
+    def take_results(self) -> list[GameResult]:
+        """The results held since the last call, oldest first; they are no longer held."""
+        taken, self._pending = self._pending, []
+        return taken
+
+    @property
+    def pending(self) -> int:
+        """Results held, not applied yet."""
+        return len(self._pending)
+
+    def apply_results(self, results: list[GameResult]) -> None:
+        """Rate judged games, in order: each snapshot met updates its and the learners' Elo ratings and
+        its record, unless its slot now holds another version than the one drawn (a newer snapshot
+        was taken since: not the opponent played); a game that rated any counts as rated, one
+        against the latest policy as such."""
+        for result in results:
+            rated = False
+            for slot_id, version, score in result.against:
+                snapshot = self._snapshot_at(slot_id) if slot_id in self._slot_of else None
+                if snapshot is None or version != snapshot.version:
                     continue  # (its slot took a newer snapshot during the game: not the one drawn)
-                for learner in learners:
-                    self.ratings[learner], snapshot.rating = elo_update(self.ratings[learner], snapshot.rating, score,
-                                                                        self.config.elo_k)
+                for learner in result.learners:
+                    if learner in self.ratings:
+                        self.ratings[learner], snapshot.rating = elo_update(self.ratings[learner], snapshot.rating,
+                                                                            score, self.config.elo_k)
                 snapshot.games += 1
                 snapshot.score_against_learner += 1.0 - score
                 rated = True
-        if rated:
-            self.games_rated += 1
-        elif opponents == {}:
-            self.games_latest += 1
+            if rated:
+                self.games_rated += 1
+            elif result.latest:
+                self.games_latest += 1
 
     def forget(self, owner: Hashable) -> None:
         """Drop the matches of an owner whose episodes will not end (a closed connection or session)."""

@@ -30,7 +30,7 @@ from typing import Any, Hashable
 import torch
 
 from tether.protocol.multi_agent import MultiAgentRecord
-from tether.protocol.onnx_codec import encode_onnx
+from tether.protocol.onnx_codec import decode_onnx, encode_onnx
 
 from . import checkpoint_state as checkpoints
 from .config import ServerConfig
@@ -141,19 +141,22 @@ class Trainer:
                                        "record_versions": self._record_versions}
         self.learner_loop: LearnerLoop = (
             LearnerLoop(*loop_args, **loop_kwargs) if group is None
-            else LockstepLearnerLoop(*loop_args, group=group, on_stop=self._stop_now, **loop_kwargs))
+            else LockstepLearnerLoop(*loop_args, group=group, on_stop=self._stop_now, self_play=self.self_play,
+                                     **loop_kwargs))
 
     def _take_the_groups_weights(self) -> None:
         """Several ranks: every rank starts from rank 0's learners (weights, optimizer, live settings),
         versions and run id, whether it started fresh or resumed its own checkpoint (a rank that died
-        mid-checkpoint cannot make the group diverge). A collective of the group: every rank calls it
-        at the same point of its start."""
+        mid-checkpoint cannot make the group diverge); with self-play, its snapshots (their slots are
+        modules: rank 0's weights and models) and their record and ratings. A collective of the group:
+        every rank calls it at the same point of its start."""
         assert self.group is not None
         for module in self.modules.values():
             module.learner.data_parallel = DataParallel(self.group)
         theirs = self.group.broadcast_object(
             {"run_id": self.run_id, "updates": self.metrics.updates,
              "curriculum": self.curriculum.snapshot() if self.curriculum is not None else None,
+             "self_play": self.self_play.state() if self.self_play is not None else None,
              "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no, rt.onnx_field) for m, rt in self.modules.items()}}
             if self.group.is_first else None)
         self._merge_the_groups_marks()
@@ -164,6 +167,8 @@ class Trainer:
             self.curriculum.follower = True
             self.curriculum.adopt(theirs["curriculum"], replace=True)
         self.metrics.updates = int(theirs["updates"])  # (checkpoints are taken every checkpoint_every updates)
+        if self.self_play is not None and theirs["self_play"] is not None:
+            self.self_play.load_state(theirs["self_play"])
         for module_id, (state, version, onnx_field) in theirs["modules"].items():
             runtime = self.modules[module_id]
             runtime.learner.load_state_dict(state)
@@ -262,10 +267,15 @@ class Trainer:
     # -- self-play -------------------------------------------------------------
 
     def _first_snapshots(self) -> None:
-        """A fresh self-play record whose first opponents are the modules' current policies."""
+        """A fresh self-play record whose first opponents are the modules' current policies. (Several
+        ranks: each draws its own clients' opponents, seeded apart; rank 0's snapshots are taken by all
+        in _take_the_groups_weights.)"""
         layout = self.layout.self_play
         assert layout is not None
-        self.self_play = SelfPlay(layout, list(layout.modules), self.config.seed)
+        seed = self.config.seed
+        if seed is not None and self.group is not None:
+            seed += self.group.rank
+        self.self_play = SelfPlay(layout, list(layout.modules), seed)
         for module_id in layout.modules:
             self._snapshot(module_id, self.modules[self.self_play.next_slot_id(module_id)].copy_policy(
                 self.modules[module_id]))
@@ -278,21 +288,44 @@ class Trainer:
 
     async def _take_snapshots(self, published: list[str]) -> None:
         """After an update: a snapshot of each self-play module whose turn it is (the copy and its
-        ONNX export in the learner thread, the serving on the loop)."""
+        ONNX export in the learner thread, the serving on the loop). Several ranks take the same
+        snapshots, since they publish the same modules in the same updates: every rank copies the
+        weights, rank 0 exports and every rank serves its bytes (the learner loop's ``export_once``)."""
         assert self.self_play is not None
         due = [m for m in published if self.self_play.updated(m)]
         if not due:
             return
         loop = asyncio.get_running_loop()
         for module_id in due:
-            slot = self.modules[self.self_play.next_slot_id(module_id)]
             try:
-                onnx_field = await loop.run_in_executor(self._executor, slot.copy_policy, self.modules[module_id])
-            except Exception as exc:  # (the slot keeps its snapshot, weights and model; training goes on)
-                print(f"[tether] self-play snapshot of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr,
+                onnx_field = await loop.run_in_executor(self._executor, self._copy_into_next_slot, module_id)
+            except Exception as exc:
+                if self.group is not None:
+                    raise  # (this rank could not take its part: it cannot follow the others, and stops)
+                onnx_field, why = None, f"{exc!r:.300}"
+            else:
+                why = "the export failed" + (" on rank 0" if self.group is not None else "")
+            if onnx_field is None:  # (the slot keeps its snapshot, weights and model; training goes on)
+                print(f"[tether] self-play snapshot of module {module_id!r} failed: {why}", file=sys.stderr,
                       flush=True)
                 continue
             self._snapshot(module_id, onnx_field)
+
+    def _copy_into_next_slot(self, module_id: str) -> str | None:
+        """In the learner thread: ``module_id``'s weights into its next snapshot slot, and the model that
+        slot is to serve (encoded for SET_STATE); None when the export failed, the slot's weights put back."""
+        assert self.self_play is not None
+        slot = self.modules[self.self_play.next_slot_id(module_id)]
+        before = slot.copy_weights(self.modules[module_id])
+        try:
+            exported = self.learner_loop.export_once(slot.learner.export_onnx)
+        except Exception:
+            slot.restore_weights(before)
+            raise
+        if exported is None:
+            slot.restore_weights(before)
+            return None
+        return encode_onnx(exported)
 
     # -- weights ---------------------------------------------------------------
 
@@ -370,7 +403,13 @@ class Trainer:
         finished = self.episodes.add(connection, records)
         if self.self_play is not None:
             for episode in finished:
-                self.self_play.episode_part(connection, episode.episode_id, episode.agents, episode.complete)
+                result = self.self_play.judge_part(connection, episode.episode_id, episode.agents, episode.complete)
+                if result is None:
+                    continue
+                if self.group is None:
+                    self.self_play.apply_results([result])
+                else:  # (every rank applies every rank's results together, before the group's next update)
+                    self.self_play.hold(result)
         suspect = self.guard.is_suspect(connection, source)
         if self.curriculum is not None and finished:
             self._note_curriculum(finished, suspect)
@@ -558,13 +597,15 @@ class Trainer:
         return [m for m in self.modules if self.self_play is None or self.self_play.holds(m)]
 
     def save_policies(self) -> None:
-        """Write every module's current policy as a plain ONNX file (what clients run)."""
+        """Write every module's current policy as a plain ONNX file (what clients run); a self-play
+        snapshot's is the model it was served with (several ranks: rank 0's export, on every rank)."""
         for module_id in self.policy_modules():
             runtime = self.modules[module_id]
             path = self.policy_path(module_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".onnx.tmp")
-            tmp.write_bytes(runtime.learner.export_onnx())
+            tmp.write_bytes(decode_onnx(runtime.onnx_field) if runtime.spec.snapshot_of is not None
+                            else runtime.learner.export_onnx())
             tmp.replace(path)
 
     # -- lifecycle -------------------------------------------------------------

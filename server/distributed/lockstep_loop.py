@@ -16,10 +16,16 @@ group of what each holds: its pool's steps per module, its env steps received, a
 * else wait for the next tick.
 
 Rank 0 exports each trained module's ONNX and every rank serves those very bytes: one model per
-version across the group. A version's number is the same on every rank, since they publish the
-same modules in the same updates. A failed collective (a rank died, or hung past the group's
-timeout) stops this rank with a message naming it; torchrun then stops the others, and a restart
-resumes every rank from its checkpoint (docs/scale-out.md).
+version across the group (a self-play snapshot's too: ``export_once``). A version's number is the
+same on every rank, since they publish the same modules in the same updates. A failed collective (a
+rank died, or hung past the group's timeout) stops this rank with a message naming it; torchrun then
+stops the others, and a restart resumes every rank from its checkpoint (docs/scale-out.md).
+
+Self-play (server/self_play.py): each rank judges the games its own clients finish and holds the
+results; right before each update the group decides on (or once the ranks hold ``MAX_HELD_RESULTS``
+between them, as while paused), every rank gathers every rank's results and applies them in rank
+order, so the ratings and game counts are the group's and the same on every rank. Results still held
+when the group stops are not rated.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from ..ingest.logp_check import ServedPolicy
 from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sources
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
+from ..self_play import SelfPlay
 from .rank_group import RankGroup, RankGroupError
 from .rank_reports import RankReports
 
@@ -43,15 +50,22 @@ from .rank_reports import RankReports
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
 #: Wishes a rank brings to the agreement (after its per-module counts and env steps).
-_WISHES = ("stop", "done", "paused", "reached", "has_returns", "report")
+_WISHES = ("stop", "done", "paused", "reached", "has_returns", "report", "results")
+#: Self-play results the ranks may hold between them before they are applied without waiting for an update.
+MAX_HELD_RESULTS = 10_000
 
 
 class LockstepLearnerLoop(LearnerLoop):
     """A LearnerLoop whose updates start when every rank agrees, and which trains data parallel."""
 
-    def __init__(self, *args: Any, group: RankGroup, on_stop: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, group: RankGroup, on_stop: Any, self_play: SelfPlay | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group = group
+        #: The run's self-play (None without it): its game results are applied by the group together.
+        self.self_play = self_play
+        if self._after_publish is not None:
+            self._after_publish = self._stopping_on_failure(self._after_publish)
         #: Called with the reason once the group agreed to stop (the trainer's stop).
         self._on_stop = on_stop
         self._order = list(self.modules)
@@ -142,7 +156,14 @@ class LockstepLearnerLoop(LearnerLoop):
                 self.stopped = True
                 self._on_stop(reason)
                 return
-            if not wishes["paused"] and counts.sum() >= self.config.train_batch_size:
+            update = not wishes["paused"] and counts.sum() >= self.config.train_batch_size
+            if self.self_play is not None and (update or wishes["results"] >= MAX_HELD_RESULTS):
+                try:
+                    await self._apply_the_groups_results(loop)
+                except RankGroupError as exc:
+                    self._fail(str(exc))
+                    return
+            if update:
                 by_module: dict[str, list[Pooled]] = {}
                 for pooled in self.pool.take():
                     by_module.setdefault(pooled.module_id, []).append(pooled)
@@ -171,7 +192,8 @@ class LockstepLearnerLoop(LearnerLoop):
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
                 float(self._target_reached), float(math.isfinite(self.metrics.return_mean)),
-                float(self.reports.due()), *loads]
+                float(self.reports.due()), float(self.self_play.pending if self.self_play is not None else 0),
+                *loads]
 
     def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
         if wishes["stop"]:
@@ -185,6 +207,39 @@ class LockstepLearnerLoop(LearnerLoop):
                 and wishes["reached"] >= wishes["has_returns"]):
             return "stop_at_return"
         return None
+
+    async def _apply_the_groups_results(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Every rank's held self-play results, applied by every rank in rank order (a collective: every
+        rank calls it at the same agreement). Taken and applied on the event loop, which owns the
+        ratings; gathered in the learner thread."""
+        assert self.self_play is not None
+        gathered = await loop.run_in_executor(self._executor, self.group.gather_objects,
+                                              self.self_play.take_results())
+        for results in gathered:
+            self.self_play.apply_results(results)
+
+    def export_once(self, export: Any) -> bytes | None:
+        """Rank 0's ``export()`` on every rank (one model per version across the group); None on every
+        rank when it failed there, so that no rank waits for bytes that never come. A collective."""
+        exported = None
+        if self.group.is_first:
+            try:
+                exported = export()
+            except Exception as exc:
+                print(f"[tether] rank 0: an export for every rank failed: {exc!r:.300}", file=sys.stderr, flush=True)
+        return self.group.broadcast_object(exported)
+
+    def _stopping_on_failure(self, after_publish: Any) -> Any:
+        """``after_publish`` (self-play snapshots, whose copies and export every rank makes together), whose
+        failure stops this rank: a rank that skipped its part can no longer follow the others."""
+        async def guarded(published: list[str]) -> None:
+            try:
+                await after_publish(published)
+            except Exception as exc:
+                self._update_failure = (str(exc) if isinstance(exc, RankGroupError) else
+                                        f"rank {self.group.rank}: its part after an update failed ({exc!r:.300})")
+                raise
+        return guarded
 
     def _fail(self, why: str) -> None:
         self.failure = why

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError, ServerConfig
+from ..config import ServerConfig
 from .rank_group import RankPlace
 
 
@@ -29,14 +29,8 @@ def rank_path(path: str, rank: int) -> str:
 
 
 def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
-    """The configuration rank ``place.rank`` runs (see the module docstring); ConfigError for an
-    option the ranks cannot share yet."""
-    unsupported = [name for name, on in (
-        ("self_play", bool(config.self_play)),
-    ) if on]
-    if unsupported:
-        raise ConfigError(f"{', '.join(unsupported)} cannot run on several ranks yet (WORLD_SIZE "
-                          f"{place.world_size}): run one rank, or leave them out (docs/scale-out.md)")
+    """The configuration rank ``place.rank`` runs (see the module docstring). Every option runs on
+    several ranks (self-play too: its ratings are the group's, its snapshots rank 0's exports)."""
     resume = config.resume
     if resume is None and place.attempt > 0:
         # torchrun restarted the group (--max-restarts) on a command line without --resume: this is

@@ -1,13 +1,11 @@
-"""What each rank makes of the group's command line (server/distributed/rank_config.py), and the
-options that cannot run on several ranks yet, refused by name."""
+"""What each rank makes of the group's command line (server/distributed/rank_config.py); every
+option runs on several ranks (self-play's too)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
-from tether.server.config import ConfigError, ServerConfig
+from tether.server.config import ServerConfig
 from tether.server.distributed.rank_config import config_for_rank
 from tether.server.distributed.rank_group import RankPlace
 
@@ -26,13 +24,11 @@ def test_each_rank_gets_its_port_folder_checkpoint_and_summary() -> None:
     assert again.resume == "runs/big/rank-1/checkpoint.pt"
 
 
-@pytest.mark.parametrize("option, value, named", [
-    ("self_play", {"modules": ["a"]}, "self_play"),
-])
-def test_options_one_rank_only_are_refused_by_name(option: str, value: object, named: str) -> None:
-    config = dataclasses.replace(ServerConfig(device="cpu"), **{option: value})
-    with pytest.raises(ConfigError, match=named):
-        config_for_rank(config, RankPlace(rank=0, world_size=2, local_rank=0))
+def test_self_play_runs_on_several_ranks_with_the_groups_table() -> None:
+    table = {"teams": ["p1", "p2"], "modules": ["a"]}
+    config = dataclasses.replace(ServerConfig(device="cpu"), self_play=table)
+    for rank in (0, 1):
+        assert config_for_rank(config, RankPlace(rank=rank, world_size=2, local_rank=rank)).self_play == table
 
 
 def test_memory_normalized_observations_and_demonstrations_run_on_several_ranks() -> None:
