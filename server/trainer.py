@@ -297,8 +297,9 @@ class Trainer:
             return
         loop = asyncio.get_running_loop()
         for module_id in due:
+            slot_id = self.self_play.next_slot_id(module_id)  # (on the loop: SelfPlay is the event loop's)
             try:
-                onnx_field = await loop.run_in_executor(self._executor, self._copy_into_next_slot, module_id)
+                onnx_field = await loop.run_in_executor(self._executor, self._copy_into_next_slot, module_id, slot_id)
             except Exception as exc:
                 if self.group is not None:
                     raise  # (this rank could not take its part: it cannot follow the others, and stops)
@@ -311,11 +312,11 @@ class Trainer:
                 continue
             self._snapshot(module_id, onnx_field)
 
-    def _copy_into_next_slot(self, module_id: str) -> str | None:
-        """In the learner thread: ``module_id``'s weights into its next snapshot slot, and the model that
-        slot is to serve (encoded for SET_STATE); None when the export failed, the slot's weights put back."""
-        assert self.self_play is not None
-        slot = self.modules[self.self_play.next_slot_id(module_id)]
+    def _copy_into_next_slot(self, module_id: str, slot_id: str) -> str | None:
+        """In the learner thread: ``module_id``'s weights into its next snapshot slot ``slot_id``, and the
+        model that slot is to serve (encoded for SET_STATE); None when the export failed, the slot's
+        weights put back. (It touches no self-play state: that is the event loop's.)"""
+        slot = self.modules[slot_id]
         before = slot.copy_weights(self.modules[module_id])
         try:
             exported = self.learner_loop.export_once(slot.learner.export_onnx)

@@ -22,10 +22,11 @@ rank died, or hung past the group's timeout) stops this rank with a message nami
 stops the others, and a restart resumes every rank from its checkpoint (docs/scale-out.md).
 
 Self-play (server/self_play.py): each rank judges the games its own clients finish and holds the
-results; right before each update the group decides on (or once the ranks hold ``MAX_HELD_RESULTS``
-between them, as while paused), every rank gathers every rank's results and applies them in rank
-order, so the ratings and game counts are the group's and the same on every rank. Results still held
-when the group stops are not rated.
+results; right before each update the group decides on (and at the agreement that stops the group, or
+once the ranks hold ``MAX_HELD_RESULTS`` between them, as while paused), every rank gathers every
+rank's results and applies them in rank order, so the ratings and game counts are the group's and the
+same on every rank (and in every rank's final checkpoint). Only the games that end after the stop
+agreement, while the ranks close, are not rated.
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ class LockstepLearnerLoop(LearnerLoop):
             self.group_env_steps = env_steps
             reason = self._stop_reason(wishes, env_steps)
             if reason is not None:
+                if self.self_play is not None:  # (every rank saw the stop: the results held so far are the group's)
+                    try:
+                        await self._apply_the_groups_results(loop)
+                    except RankGroupError as exc:
+                        self._fail(str(exc))
+                        return
                 self.stopped = True
                 self._on_stop(reason)
                 return

@@ -71,8 +71,9 @@ def test_two_ranks_play_one_self_play_run_with_the_groups_ratings_and_rank_0s_sn
     snapshots = self_play["modules"]["player"]["snapshots"]
     assert len(snapshots) == 3 and len({s["version"] for s in snapshots}) == 3, snapshots
     assert self_play["games_rated"] > 0 and sum(s["games"] for s in snapshots) > 0, self_play
-    # The games of both ranks: more than either rank's clients finished (those of the last interval
-    # before the stop, held and never applied, aside), at most what both finished.
+    # The games of both ranks (those held at the stop too, applied at the stop agreement): more than
+    # either rank's clients finished, at most what both finished (a game whose opponent's slot took a
+    # newer snapshot before it was applied is not counted).
     counted = self_play["games_rated"] + self_play["games_against_latest"]
     episodes = [summary["episodes"] for summary in summaries]
     assert max(episodes) < counted <= sum(episodes), (counted, episodes)
