@@ -5,7 +5,6 @@ bit-identical weights and normalizer statistics, which the updates moved."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import torch
 from tether.protocol import Discrete
 from tether.protocol.episodes import EpisodeChunk
 from tether.protocol.spaces import box
+
+from .gloo_ranks import run_two_ranks
 
 #: Agent steps of each rank in each update (0: none).
 STEPS = {0: [6, 0], 1: [400, 300]}
@@ -50,18 +51,7 @@ def rank_main(rank: int, port: int, out: str) -> None:
 
 
 def test_two_ranks_with_empty_minibatches_and_no_steps_end_alike(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    spawn = multiprocessing.get_context("spawn")
-    ranks = [spawn.Process(target=rank_main, args=(rank, port, str(tmp_path))) for rank in (0, 1)]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(120)
-        assert process.exitcode == 0, f"rank exited with {process.exitcode}"
+    run_two_ranks(rank_main, tmp_path)
     first, second = (torch.load(tmp_path / f"rank-{r}.pt") for r in (0, 1))
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
     # Every rank's observations were folded in: 7 rows of rank 0's chunk, 8 x 51 and 6 x 51 of rank 1's.

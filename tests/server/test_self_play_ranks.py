@@ -9,16 +9,16 @@ held results once there are many and at the group's stop; a rank new to a resume
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import pickle
-import socket
 import types
 from pathlib import Path
 
 import torch
 
 from tether.server.self_play import GameResult, SelfPlay, SelfPlayConfig
+
+from . import gloo_ranks
 
 TABLE = {"teams": ["p1", "p2"], "window": 2, "latest_share": 0.25}
 GAMES = 40
@@ -124,16 +124,7 @@ def ratings_rank(rank: int, port: int, out: str) -> None:
 
 
 def run_two_ranks(target, out: Path) -> list[dict]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    spawn = multiprocessing.get_context("spawn")
-    ranks = [spawn.Process(target=target, args=(rank, port, str(out))) for rank in (0, 1)]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(120)
-        assert process.exitcode == 0, f"rank exited with {process.exitcode}"
+    gloo_ranks.run_two_ranks(target, out)
     return [pickle.loads((out / f"rank-{rank}.pkl").read_bytes()) for rank in (0, 1)]
 
 
