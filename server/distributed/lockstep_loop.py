@@ -154,7 +154,7 @@ class LockstepLearnerLoop(LearnerLoop):
             self.group_env_steps = env_steps
             reason = self._stop_reason(wishes, env_steps)
             if reason is not None:
-                if self.self_play is not None:  # (every rank saw the stop: the results held so far are the group's)
+                if wishes["results"]:  # (every rank saw the stop and the count: the results held so far are the group's)
                     try:
                         await self._apply_the_groups_results(loop)
                     except RankGroupError as exc:
@@ -164,7 +164,8 @@ class LockstepLearnerLoop(LearnerLoop):
                 self._on_stop(reason)
                 return
             update = not wishes["paused"] and counts.sum() >= self.config.train_batch_size
-            if self.self_play is not None and (update or wishes["results"] >= MAX_HELD_RESULTS):
+            # (a gather only when some rank holds results: every rank read the same count in the sum)
+            if wishes["results"] and (update or wishes["results"] >= MAX_HELD_RESULTS):
                 try:
                     await self._apply_the_groups_results(loop)
                 except RankGroupError as exc:
