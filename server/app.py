@@ -142,6 +142,8 @@ async def serve(
         "agent_steps": m.agent_steps_received,
         "agent_steps_trained": m.agent_steps_trained,
         "target_confirmed_at": trainer.stop_rule.target_confirmed_at,
+        # The windowed mean return that confirmed stop_at_return (a group's: the same on every rank).
+        "return_mean_at_target": trainer.stop_rule.return_mean_at_target,
         "updates_discarded": m.updates_discarded,
         # Data of a client whose steps made an update non-finite, left out of it (and the updates that did so).
         "agent_steps_isolated": m.agent_steps_isolated,

@@ -265,8 +265,12 @@ class LearnerLoop:
             m.weights_seq_no = self._served_version
             first = self.default_module if self.default_module in published else next(iter(published))
             m.learner = published[first]
-            self.stop_rule.check_target()
+            self._check_target()
         return published
+
+    def _check_target(self) -> None:
+        """After a published update: whether stop_at_return is reached."""
+        self.stop_rule.check_target()
 
     async def _after_update(self, loop: asyncio.AbstractEventLoop) -> None:
         m = self.metrics

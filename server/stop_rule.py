@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass, fields
 from typing import Callable, Hashable, Iterable
 
 from .config import ServerConfig
@@ -63,20 +64,55 @@ class ClientReturns:
         while len(self._clients) > MAX_CLIENTS:
             self._clients.popitem(last=False)
 
-    def below(self, target: float, updates: int, now: float | None = None) -> list[Hashable]:
+    def active(self, updates: int, now: float | None = None) -> list[tuple[Hashable, deque]]:
+        """The clients that have a say now, with their last returns."""
+        now = time.monotonic() if now is None else now
+        return [(c, r) for c, (r, (last_update, last_time)) in self._clients.items()
+                if updates - last_update <= self.active_updates or (now - last_time <= ACTIVE_S and r)]
+
+    def below(self, target: float, updates: int, now: float | None = None,
+              clients: int | None = None) -> list[Hashable]:
         """Active clients that have not reached ``target`` on their own last episodes: with n
         active clients, each one's last max(MIN_EPISODES_PER_CLIENT, window / n) (together about
-        a window, so the rule lags no more than the run-wide mean); too few, or a mean below it."""
-        now = time.monotonic() if now is None else now
-        active = [(c, r) for c, (r, (last_update, last_time)) in self._clients.items()
-                  if updates - last_update <= self.active_updates or (now - last_time <= ACTIVE_S and r)]
-        share = max(MIN_EPISODES_PER_CLIENT, self.window // max(1, len(active)))
+        a window, so the rule lags no more than the run-wide mean); too few, or a mean below it.
+        ``clients``: n when more clients than these have a say (the active clients of every rank)."""
+        active = self.active(updates, now)
+        share = max(MIN_EPISODES_PER_CLIENT, self.window // max(1, len(active), clients or 0))
         out = []
         for client, returns in active:
             recent = list(returns)[-share:]
             if len(recent) < MIN_EPISODES_PER_CLIENT or not sum(recent) / len(recent) >= target:
                 out.append(client)
         return out
+
+
+@dataclass
+class TargetView:
+    """What the stop_at_return decision reads, in numbers that add up across the ranks of a group."""
+
+    #: The sum and count of the last episodes' returns (all of a lone server's window; a rank's share of the group's).
+    window_sum: float = 0.0
+    window_count: float = 0.0
+    #: Episodes in the windows (each at most a window), finished so far, and since a discarded update (when one was).
+    episodes_held: float = 0.0
+    episodes_total: float = 0.0
+    episodes_since_discard: float = 0.0
+    discarded: float = 0.0
+    #: Active clients, and those of them below the target on their own last episodes.
+    clients_active: float = 0.0
+    clients_below: float = 0.0
+    env_steps: float = 0.0
+
+    def to_list(self) -> list[float]:
+        return [float(getattr(self, f.name)) for f in fields(self)]
+
+    @classmethod
+    def from_list(cls, values: Iterable[float]) -> "TargetView":
+        return cls(*(float(v) for v in values))
+
+    @classmethod
+    def size(cls) -> int:
+        return len(fields(cls))
 
 
 class StopRule:
@@ -96,6 +132,8 @@ class StopRule:
         self.reached_target_at: float | None = None
         self.env_steps_at_target: int | None = None
         self.target_confirmed_at: float | None = None
+        #: The windowed mean return the rule confirmed the target on (a group's: over every rank's share).
+        self.return_mean_at_target: float | None = None
 
     def note(self, client: Hashable, records: list, finished: list[FinishedEpisode], suspect: bool) -> None:
         """``client`` sent ``records``, which finished ``finished`` episodes (``suspect``: see DataGuard)."""
@@ -117,7 +155,30 @@ class StopRule:
         self._target_streak, self._window_fresh_from = [], self.metrics.episodes_total
 
     def check_target(self) -> None:
-        """stop_at_return, checked after each published update. The windowed mean
+        """stop_at_return, checked after each published update (judge_target on this server's view)."""
+        if self.config.stop_at_return is not None:
+            self.judge_target(self.target_view())
+
+    def target_view(self, share_of: int = 1, clients: int | None = None) -> TargetView:
+        """This server's numbers for judge_target. A rank of a group gives its last ``window / share_of``
+        returns (``share_of``: the ranks that have episodes) and judges its clients as ``clients`` of the
+        group's active ones, so that the sum over the ranks is the group's view."""
+        c, m = self.config, self.metrics
+        need = min(c.metrics_window, 100)
+        last = list(m.returns) if share_of <= 1 else list(m.returns)[-max(1, need // share_of):]
+        below = self.client_returns.below(c.stop_at_return, m.updates, clients=clients) \
+            if c.stop_at_return is not None else []
+        return TargetView(
+            window_sum=float(sum(last)), window_count=float(len(last)), episodes_held=float(len(m.returns)),
+            episodes_total=float(m.episodes_total),
+            episodes_since_discard=float(m.episodes_total - self._window_fresh_from),
+            discarded=float(self._window_fresh_from > 0),
+            clients_active=float(len(self.client_returns.active(m.updates))), clients_below=float(len(below)),
+            env_steps=float(m.env_steps_received))
+
+    def judge_target(self, view: TargetView) -> None:
+        """stop_at_return, judged on ``view`` after each published update (a group's: the sum of its
+        ranks' views, judged alike by every rank). The windowed mean
         must be >= the target at the end of TARGET_UPDATES consecutive updates,
         across which at least half a window of new episodes finished: one
         message of made-up episodes is trained on by at most one update and is
@@ -127,19 +188,21 @@ class StopRule:
         last TARGET_UPDATES updates must also have reached the target on its own
         last episodes (ClientReturns): one client's made-up returns cannot end a run
         while another client's episodes fall short."""
-        c, m = self.config, self.metrics
+        c = self.config
         need = min(c.metrics_window, 100)
         if c.stop_at_return is None:
             return
-        if (len(m.returns) < need or not m.return_mean >= c.stop_at_return
-                or m.episodes_total - self._window_fresh_from < need and self._window_fresh_from > 0
-                or self.client_returns.below(c.stop_at_return, m.updates)):
+        if (view.episodes_held < need or view.window_count == 0
+                or not view.window_sum / view.window_count >= c.stop_at_return
+                or view.discarded and view.episodes_since_discard < need
+                or view.clients_below > 0):
             self._target_streak = []
             return
-        self._target_streak.append((time.time(), m.env_steps_received, m.episodes_total))
+        self._target_streak.append((time.time(), int(view.env_steps), int(view.episodes_total)))
         first_t, first_steps, first_episodes = self._target_streak[0]
-        if len(self._target_streak) >= TARGET_UPDATES and m.episodes_total - first_episodes >= need // 2:
+        if len(self._target_streak) >= TARGET_UPDATES and view.episodes_total - first_episodes >= need // 2:
             if self.reached_target_at is None:
                 self.reached_target_at, self.env_steps_at_target = first_t, first_steps
                 self.target_confirmed_at = time.time()
+                self.return_mean_at_target = view.window_sum / view.window_count
             self._request_stop("stop_at_return")

@@ -5,8 +5,12 @@ group of what each holds: its pool's steps per module, its env steps received, a
 (stop, done, pause, target reached). From that one sum every rank decides the same thing:
 
 * **stop** when any rank was asked to (a signal, the console) or the run is done: the group's env
-  steps reached ``max_env_steps``, or the stop rule of every rank that has episodes saw
-  ``stop_at_return`` reached (each with its check of every active client);
+  steps reached ``max_env_steps``, or the group's stop rule saw ``stop_at_return`` reached. That rule
+  reads the sum of the ranks' views (stop_rule.TargetView: each rank's share of the group's window of
+  returns, and its active clients below the target on their own, each judged as one of the group's
+  active clients), judged alike by every rank at the agreement after each update: the group's
+  episodes decide, not each rank's on its own (a rank whose clients play slowly would hold the
+  group back until a whole window of its own episodes came in);
 * **update** when the ranks together hold ``train_batch_size`` agent steps and no rank is paused:
   each rank takes what its pool holds (at most ``train_batch_size``), screens it locally
   (learner/isolation.py's screen: a client whose steps no update can train on is left out and
@@ -44,6 +48,7 @@ from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sourc
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
 from ..self_play import SelfPlay
+from ..stop_rule import TargetView
 from .rank_group import RankGroup, RankGroupError
 from .rank_reports import RankReports
 
@@ -87,6 +92,11 @@ class LockstepLearnerLoop(LearnerLoop):
         self.directory: Any = None
         #: Every rank's report, gathered when rank 0 asks in an agreement (rank_reports.py).
         self.reports = RankReports(group.rank, group.world_size, self.metrics, self.pool)
+        #: An update was published since the group's stop rule last judged (it judges at the next agreement).
+        self._judge_due = False
+        #: From the last agreement: the ranks that have episodes and the group's active clients (TargetView).
+        self._ranks_with_returns = 1
+        self._group_clients = 0
 
     # -- what the trainer calls ------------------------------------------------------
 
@@ -101,7 +111,7 @@ class LockstepLearnerLoop(LearnerLoop):
     def wish_stop(self, reason: str) -> None:
         """This rank was asked to end the run: the group stops at the next agreement."""
         if reason == "stop_at_return":
-            self._target_reached = True  # (the group is done when every rank with episodes reached it)
+            self._target_reached = True  # (the group's rule, judged alike by every rank: see _agree_and_update)
         elif self._wish is None:
             self._wish = reason
 
@@ -130,8 +140,15 @@ class LockstepLearnerLoop(LearnerLoop):
             self.agreements += 1
             counts, env_steps = total[:len(self._order)], int(total[len(self._order)])
             wishes = dict(zip(_WISHES, total[len(self._order) + 1:len(self._order) + 1 + len(_WISHES)]))
+            loads_at = len(self._order) + 1 + len(_WISHES)
+            view = TargetView.from_list(total[loads_at + self.group.world_size:])
+            self._ranks_with_returns = max(1, int(wishes["has_returns"]))
+            self._group_clients = int(view.clients_active)
+            if self._judge_due:  # (every rank judges the same sums at the same agreement)
+                self._judge_due = False
+                self.stop_rule.judge_target(view)
             if self.directory is not None:
-                self.directory.agreed(list(total[len(self._order) + 1 + len(_WISHES):]))
+                self.directory.agreed(list(total[loads_at:loads_at + self.group.world_size]))
             if wishes["report"]:  # (every rank saw rank 0 ask: every rank takes part in the gather)
                 try:
                     gathered = await loop.run_in_executor(self._executor, self.group.gather_objects,
@@ -201,7 +218,10 @@ class LockstepLearnerLoop(LearnerLoop):
                 float(wish is not None and not done), float(done), float(self.paused),
                 float(self._target_reached), float(math.isfinite(self.metrics.return_mean)),
                 float(self.reports.due()), float(self.self_play.pending if self.self_play is not None else 0),
-                *loads]
+                *loads, *self.stop_rule.target_view(self._ranks_with_returns, self._group_clients).to_list()]
+
+    def _check_target(self) -> None:
+        self._judge_due = True  # (the group's rule judges at the next agreement, on every rank's view)
 
     def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
         if wishes["stop"]:
@@ -209,10 +229,9 @@ class LockstepLearnerLoop(LearnerLoop):
         budget = self.config.max_env_steps
         if wishes["done"] or (budget and env_steps >= budget):
             return "max_env_steps"
-        # The group is done when the stop rule of every rank that has episodes saw the target (each with
-        # its check of every active client): made-up returns on one rank cannot end the run for all.
-        if (self.config.stop_at_return is not None and wishes["has_returns"]
-                and wishes["reached"] >= wishes["has_returns"]):
+        # The group's stop rule saw the target, on the group's episodes and with every active client of
+        # every rank at it on its own: made-up returns on one rank cannot end the run for all.
+        if self.config.stop_at_return is not None and wishes["reached"]:
             return "stop_at_return"
         return None
 

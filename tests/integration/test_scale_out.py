@@ -165,10 +165,13 @@ def test_two_ranks_learn_cartpole_to_450_with_a_fleet_given_one_address(tmp_path
     for rank, summary in enumerate(summaries):
         assert summary["group"]["world_size"] == 2 and summary["group"]["failure"] is None
         assert summary["env_steps"] > 1000, f"rank {rank} ingested its client's data"
-    # A rank's stop rule saw 450 (every active client of it on its own too), and the ranks' mean returns reach it.
-    assert any(summary["reached_target_at"] is not None for summary in summaries)
+    # The group's stop rule saw 450 on the group's episodes (every active client on its own too), judged
+    # alike by both ranks; each rank's own clients are far above a random policy.
+    assert None not in (summaries[0]["reached_target_at"], summaries[1]["reached_target_at"])
+    assert summaries[0]["env_steps_at_target"] == summaries[1]["env_steps_at_target"] > 0
+    assert summaries[0]["return_mean_at_target"] == summaries[1]["return_mean_at_target"] >= 450 > best_random + 200
     returns = [summary["return_mean"] for summary in summaries]
-    assert sum(returns) / 2 >= 450 > best_random + 200 and min(returns) > best_random + 200, (returns, best_random)
+    assert min(returns) > best_random + 200, (returns, best_random)
     assert summaries[0]["updates"] == summaries[1]["updates"] > 0
     assert summaries[0]["group"]["env_steps"] == summaries[1]["group"]["env_steps"] >= sum(
         s["env_steps"] for s in summaries) - 2 * 1000
