@@ -80,13 +80,13 @@ def run(ranks: int, args: argparse.Namespace, folder: Path) -> dict:
     paths = [folder / "summary.json"] + [folder / f"summary.rank-{r}.json" for r in range(1, ranks)]
     summaries = [json.loads(path.read_text()) for path in paths]
     # The run reached the target when the group's stop rule did: every rank judges the same sums at the
-    # same agreement (scale-out.md), so the ranks that record it record the same time.
+    # same agreement (scale-out.md), each recording it on its own clock.
     reached = [s["reached_target_at"] for s in summaries if s["reached_target_at"] is not None]
     decided = max(reached) if reached else None
     out = {
         "seconds_to_target": round(decided - min(s["started_at"] for s in summaries), 1) if decided else None,
-        "env_steps_to_target": (sum(s["env_steps_at_target"] or 0 for s in summaries) if ranks == 1
-                                else summaries[0]["group"]["env_steps"]) if decided else None,
+        # (a rank's env_steps_at_target is the group's when it has several ranks: the judged view's)
+        "env_steps_to_target": summaries[0]["env_steps_at_target"] if decided else None,
         "ingest_steps_per_s": [round(s["env_steps"] / s["wall_s"], 1) for s in summaries],
         "updates": summaries[0]["updates"],
         "return_mean": [s["return_mean"] for s in summaries],

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, fields
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Hashable, Iterable, Sequence
 
 from .config import ServerConfig
 from .metrics import FinishedEpisode, Metrics, plausible_return
@@ -70,13 +70,14 @@ class ClientReturns:
         return [(c, r) for c, (r, (last_update, last_time)) in self._clients.items()
                 if updates - last_update <= self.active_updates or (now - last_time <= ACTIVE_S and r)]
 
-    def below(self, target: float, updates: int, now: float | None = None,
-              clients: int | None = None) -> list[Hashable]:
+    def below(self, target: float, updates: int, now: float | None = None, clients: int | None = None,
+              active: list[tuple[Hashable, deque]] | None = None) -> list[Hashable]:
         """Active clients that have not reached ``target`` on their own last episodes: with n
         active clients, each one's last max(MIN_EPISODES_PER_CLIENT, window / n) (together about
         a window, so the rule lags no more than the run-wide mean); too few, or a mean below it.
-        ``clients``: n when more clients than these have a say (the active clients of every rank)."""
-        active = self.active(updates, now)
+        ``clients``: n when more clients than these have a say (the active clients of every rank);
+        ``active``: active()'s answer when the caller has it."""
+        active = self.active(updates, now) if active is None else active
         share = max(MIN_EPISODES_PER_CLIENT, self.window // max(1, len(active), clients or 0))
         out = []
         for client, returns in active:
@@ -93,11 +94,11 @@ class TargetView:
     #: The sum and count of the last episodes' returns (all of a lone server's window; a rank's share of the group's).
     window_sum: float = 0.0
     window_count: float = 0.0
-    #: Episodes in the windows (each at most a window), finished so far, and since a discarded update (when one was).
+    #: Episodes in the windows (each at most a window), and finished so far.
     episodes_held: float = 0.0
     episodes_total: float = 0.0
-    episodes_since_discard: float = 0.0
-    discarded: float = 0.0
+    #: Updates discarded (non-finite) since the start (or the resume).
+    discards: float = 0.0
     #: Active clients, and those of them below the target on their own last episodes.
     clients_active: float = 0.0
     clients_below: float = 0.0
@@ -115,6 +116,21 @@ class TargetView:
         return len(fields(cls))
 
 
+def window_shares(held: Sequence[int], window: int) -> list[int]:
+    """How many of its last returns each rank of a group gives to the group's window of ``window``
+    returns, ``held[r]`` being what rank r holds: as even as the ranks allow, a rank holding fewer
+    than its share giving all it holds and the others the rest (so the shares add up to
+    min(window, sum(held)); the same on every rank, which all read the same ``held``)."""
+    shares = [0] * len(held)
+    left = window
+    order = sorted(range(len(held)), key=lambda r: (held[r], r))
+    for i, rank in enumerate(order):
+        remaining = len(order) - i
+        shares[rank] = min(max(0, int(held[rank])), -(-left // remaining))
+        left -= shares[rank]
+    return shares
+
+
 class StopRule:
     """Decides when the run is done and says so through ``request_stop`` ("max_env_steps" or
     "stop_at_return"); keeps when the target was first met."""
@@ -126,7 +142,11 @@ class StopRule:
         #: Each client's own returns: every active client must reach stop_at_return.
         self.client_returns = ClientReturns(min(config.metrics_window, 100), active_updates=TARGET_UPDATES)
         self._target_streak: list[tuple[float, int, int]] = []
-        self._window_fresh_from = 0
+        #: Updates discarded here (TargetView.discards), those the judge has seen, and the episodes
+        #: finished (its view's: a group's) when it saw the last one; None before any.
+        self.discards = 0
+        self._discards_seen = 0
+        self._window_fresh_from: float | None = None
         #: Wall-clock time (time.time()) and env steps when the mean return first met stop_at_return
         #: in the run of updates that confirmed it (see check_target).
         self.reached_target_at: float | None = None
@@ -151,32 +171,32 @@ class StopRule:
 
     def update_discarded(self) -> None:
         """An update was discarded (non-finite): returns of the episodes behind its batch may be
-        bogus too, so the target waits until a whole window of episodes came after it."""
-        self._target_streak, self._window_fresh_from = [], self.metrics.episodes_total
+        bogus too, so the target waits until a whole window of episodes came after it (judge_target
+        sees it in its view's ``discards``)."""
+        self.discards += 1
 
     def check_target(self) -> None:
         """stop_at_return, checked after each published update (judge_target on this server's view)."""
         if self.config.stop_at_return is not None:
             self.judge_target(self.target_view())
 
-    def target_view(self, share_of: int = 1, clients: int | None = None) -> TargetView:
-        """This server's numbers for judge_target. A rank of a group gives its last ``window / share_of``
-        returns (``share_of``: the ranks that have episodes) and judges its clients as ``clients`` of the
-        group's active ones, so that the sum over the ranks is the group's view."""
+    def target_view(self, share: int | None = None, clients: int | None = None) -> TargetView:
+        """This server's numbers for judge_target. A rank of a group gives its last ``share`` returns
+        (window_shares) and judges its clients as ``clients`` of the group's active ones, so that the
+        sum over the ranks is the group's view."""
         c, m = self.config, self.metrics
-        need = min(c.metrics_window, 100)
-        last = list(m.returns) if share_of <= 1 else list(m.returns)[-max(1, need // share_of):]
-        below = self.client_returns.below(c.stop_at_return, m.updates, clients=clients) \
+        returns = list(m.returns)
+        last = returns if share is None else returns[len(returns) - min(len(returns), max(0, share)):]
+        active = self.client_returns.active(m.updates)
+        below = self.client_returns.below(c.stop_at_return, m.updates, clients=clients, active=active) \
             if c.stop_at_return is not None else []
         return TargetView(
-            window_sum=float(sum(last)), window_count=float(len(last)), episodes_held=float(len(m.returns)),
-            episodes_total=float(m.episodes_total),
-            episodes_since_discard=float(m.episodes_total - self._window_fresh_from),
-            discarded=float(self._window_fresh_from > 0),
-            clients_active=float(len(self.client_returns.active(m.updates))), clients_below=float(len(below)),
+            window_sum=float(sum(last)), window_count=float(len(last)), episodes_held=float(len(returns)),
+            episodes_total=float(m.episodes_total), discards=float(self.discards),
+            clients_active=float(len(active)), clients_below=float(len(below)),
             env_steps=float(m.env_steps_received))
 
-    def judge_target(self, view: TargetView) -> None:
+    def judge_target(self, view: TargetView) -> bool:
         """stop_at_return, judged on ``view`` after each published update (a group's: the sum of its
         ranks' views, judged alike by every rank). The windowed mean
         must be >= the target at the end of TARGET_UPDATES consecutive updates,
@@ -187,17 +207,21 @@ class StopRule:
         must finish before the return counts again. Every client active in the
         last TARGET_UPDATES updates must also have reached the target on its own
         last episodes (ClientReturns): one client's made-up returns cannot end a run
-        while another client's episodes fall short."""
+        while another client's episodes fall short. Returns whether the target is reached (and the
+        stop requested). The decision depends on the views judged so far only: ranks that judge the
+        same sums decide the same."""
         c = self.config
         need = min(c.metrics_window, 100)
         if c.stop_at_return is None:
-            return
+            return False
+        if view.discards > self._discards_seen:  # (a discard since the last judgement: the window starts over)
+            self._discards_seen, self._window_fresh_from = int(view.discards), view.episodes_total
         if (view.episodes_held < need or view.window_count == 0
                 or not view.window_sum / view.window_count >= c.stop_at_return
-                or view.discarded and view.episodes_since_discard < need
+                or self._window_fresh_from is not None and view.episodes_total - self._window_fresh_from < need
                 or view.clients_below > 0):
             self._target_streak = []
-            return
+            return False
         self._target_streak.append((time.time(), int(view.env_steps), int(view.episodes_total)))
         first_t, first_steps, first_episodes = self._target_streak[0]
         if len(self._target_streak) >= TARGET_UPDATES and view.episodes_total - first_episodes >= need // 2:
@@ -206,3 +230,5 @@ class StopRule:
                 self.target_confirmed_at = time.time()
                 self.return_mean_at_target = view.window_sum / view.window_count
             self._request_stop("stop_at_return")
+            return True
+        return False

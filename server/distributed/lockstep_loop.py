@@ -7,10 +7,11 @@ group of what each holds: its pool's steps per module, its env steps received, a
 * **stop** when any rank was asked to (a signal, the console) or the run is done: the group's env
   steps reached ``max_env_steps``, or the group's stop rule saw ``stop_at_return`` reached. That rule
   reads the sum of the ranks' views (stop_rule.TargetView: each rank's share of the group's window of
-  returns, and its active clients below the target on their own, each judged as one of the group's
-  active clients), judged alike by every rank at the agreement after each update: the group's
-  episodes decide, not each rank's on its own (a rank whose clients play slowly would hold the
-  group back until a whole window of its own episodes came in);
+  returns, stop_rule.window_shares of the returns each rank held at the agreement before, and its
+  active clients below the target on their own, each judged as one of the group's active clients),
+  judged alike by every rank at the agreement after each update, which stops the group when the
+  rule is met: the group's episodes decide, not each rank's on its own (a rank whose clients play
+  slowly would hold the group back until a whole window of its own episodes came in);
 * **update** when the ranks together hold ``train_batch_size`` agent steps and no rank is paused:
   each rank takes what its pool holds (at most ``train_batch_size``), screens it locally
   (learner/isolation.py's screen: a client whose steps no update can train on is left out and
@@ -36,7 +37,6 @@ agreement, while the ranks close, are not rated.
 from __future__ import annotations
 
 import asyncio
-import math
 import sys
 import time
 from typing import Any
@@ -48,7 +48,7 @@ from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sourc
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
 from ..self_play import SelfPlay
-from ..stop_rule import TargetView
+from ..stop_rule import TargetView, window_shares
 from .rank_group import RankGroup, RankGroupError
 from .rank_reports import RankReports
 
@@ -56,7 +56,7 @@ from .rank_reports import RankReports
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
 #: Wishes a rank brings to the agreement (after its per-module counts and env steps).
-_WISHES = ("stop", "done", "paused", "reached", "has_returns", "report", "results")
+_WISHES = ("stop", "done", "paused", "reached", "report", "results")
 #: Self-play results the ranks may hold between them before they are applied without waiting for an update.
 MAX_HELD_RESULTS = 10_000
 
@@ -94,8 +94,9 @@ class LockstepLearnerLoop(LearnerLoop):
         self.reports = RankReports(group.rank, group.world_size, self.metrics, self.pool)
         #: An update was published since the group's stop rule last judged (it judges at the next agreement).
         self._judge_due = False
-        #: From the last agreement: the ranks that have episodes and the group's active clients (TargetView).
-        self._ranks_with_returns = 1
+        #: From the last agreement: the returns each rank holds (window_shares); from the last judgement:
+        #: the group's active clients (TargetView).
+        self._held = [0] * group.world_size
         self._group_clients = 0
 
     # -- what the trainer calls ------------------------------------------------------
@@ -133,7 +134,9 @@ class LockstepLearnerLoop(LearnerLoop):
         while not self.stopped:  # (stopped without an agreement: the trainer closes; the others time out)
             self._drop_stale()
             try:
-                total = await loop.run_in_executor(self._executor, self.group.agree, self._local_view())
+                # (judging: an update was published since the last judgement, at the same agreement on every rank)
+                judging, self._judge_due = self._judge_due, False
+                total = await loop.run_in_executor(self._executor, self.group.agree, self._local_view(judging))
             except RankGroupError as exc:
                 self._fail(str(exc))
                 return
@@ -141,12 +144,13 @@ class LockstepLearnerLoop(LearnerLoop):
             counts, env_steps = total[:len(self._order)], int(total[len(self._order)])
             wishes = dict(zip(_WISHES, total[len(self._order) + 1:len(self._order) + 1 + len(_WISHES)]))
             loads_at = len(self._order) + 1 + len(_WISHES)
-            view = TargetView.from_list(total[loads_at + self.group.world_size:])
-            self._ranks_with_returns = max(1, int(wishes["has_returns"]))
-            self._group_clients = int(view.clients_active)
-            if self._judge_due:  # (every rank judges the same sums at the same agreement)
-                self._judge_due = False
-                self.stop_rule.judge_target(view)
+            held_at = loads_at + self.group.world_size
+            self._held = [int(n) for n in total[held_at:held_at + self.group.world_size]]
+            reached = False
+            if judging:  # (every rank judges the same sums at the same agreement, and decides alike)
+                view = TargetView.from_list(total[held_at + self.group.world_size:])
+                self._group_clients = int(view.clients_active)
+                reached = self.stop_rule.judge_target(view)
             if self.directory is not None:
                 self.directory.agreed(list(total[loads_at:loads_at + self.group.world_size]))
             if wishes["report"]:  # (every rank saw rank 0 ask: every rank takes part in the gather)
@@ -169,7 +173,7 @@ class LockstepLearnerLoop(LearnerLoop):
                     if not self.group.is_first:
                         self.reports.follow(snapshot)
             self.group_env_steps = env_steps
-            reason = self._stop_reason(wishes, env_steps)
+            reason = self._stop_reason(wishes, env_steps, reached)
             if reason is not None:
                 if wishes["results"]:  # (every rank saw the stop and the count: the results held so far are the group's)
                     try:
@@ -205,7 +209,7 @@ class LockstepLearnerLoop(LearnerLoop):
                 await asyncio.sleep(TICK_S)
                 self.reports.note_lag(loop.time() - slept_from - TICK_S)
 
-    def _local_view(self) -> list[float]:
+    def _local_view(self, judging: bool = False) -> list[float]:
         by_module = dict.fromkeys(self._order, 0)
         for pooled in self.pool.items():
             by_module[pooled.module_id] += pooled.chunk.env_steps
@@ -214,16 +218,25 @@ class LockstepLearnerLoop(LearnerLoop):
         # Each rank's connected clients, in its own slot of the sum (the loads PONG's redirects use, §6.7).
         loads = [0.0] * self.group.world_size
         loads[self.group.rank] = float(self.metrics.clients_connected)
+        # The returns each rank holds, in its slot (the next judgement's window_shares), and, when the group's
+        # stop rule judges at this agreement, this rank's share of its view (zeros else: a view costs a walk
+        # of the client table).
+        held = [0.0] * self.group.world_size
+        held[self.group.rank] = float(len(self.metrics.returns))
+        view = TargetView()
+        if judging:
+            share = window_shares(self._held, self.config.metrics_window)[self.group.rank]
+            view = self.stop_rule.target_view(share, self._group_clients)
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
-                float(self._target_reached), float(math.isfinite(self.metrics.return_mean)),
-                float(self.reports.due()), float(self.self_play.pending if self.self_play is not None else 0),
-                *loads, *self.stop_rule.target_view(self._ranks_with_returns, self._group_clients).to_list()]
+                float(self._target_reached), float(self.reports.due()),
+                float(self.self_play.pending if self.self_play is not None else 0),
+                *loads, *held, *view.to_list()]
 
     def _check_target(self) -> None:
         self._judge_due = True  # (the group's rule judges at the next agreement, on every rank's view)
 
-    def _stop_reason(self, wishes: dict[str, float], env_steps: int) -> str | None:
+    def _stop_reason(self, wishes: dict[str, float], env_steps: int, reached: bool) -> str | None:
         if wishes["stop"]:
             return self._wish or "group"  # (another rank's signal or console: "group" here)
         budget = self.config.max_env_steps
@@ -231,7 +244,7 @@ class LockstepLearnerLoop(LearnerLoop):
             return "max_env_steps"
         # The group's stop rule saw the target, on the group's episodes and with every active client of
         # every rank at it on its own: made-up returns on one rank cannot end the run for all.
-        if self.config.stop_at_return is not None and wishes["reached"]:
+        if self.config.stop_at_return is not None and (reached or wishes["reached"]):
             return "stop_at_return"
         return None
 

@@ -172,6 +172,9 @@ def test_two_ranks_learn_cartpole_to_450_with_a_fleet_given_one_address(tmp_path
     assert summaries[0]["return_mean_at_target"] == summaries[1]["return_mean_at_target"] >= 450 > best_random + 200
     returns = [summary["return_mean"] for summary in summaries]
     assert min(returns) > best_random + 200, (returns, best_random)
+    # And the group's policy, played here on fresh episodes, is as good as the rule said.
+    played = policy_returns(group.logdir / "rank-0" / "policy.onnx", episodes=30, seed=1000)
+    assert sum(played) / len(played) >= 380 > best_random + 200, played
     assert summaries[0]["updates"] == summaries[1]["updates"] > 0
     assert summaries[0]["group"]["env_steps"] == summaries[1]["group"]["env_steps"] >= sum(
         s["env_steps"] for s in summaries) - 2 * 1000
@@ -184,6 +187,30 @@ def test_two_ranks_learn_cartpole_to_450_with_a_fleet_given_one_address(tmp_path
     assert sorted(r["redirects"] for r in reports) == [0, 1], reports
     assert sorted(r["server_address"] for r in reports) == sorted(f"127.0.0.1:{p}" for p in ports.values())
     assert summaries[0]["group"]["redirected"] == [0, 1] and summaries[1]["group"]["redirected"] == [0, 0]
+
+
+def policy_returns(policy: Path, episodes: int, seed: int) -> list[float]:
+    """CartPole returns of a policy.onnx, its actions sampled as in training."""
+    import gymnasium as gym
+    import numpy as np
+
+    from tether.protocol.distributions import to_env_action
+    from tether.protocol.spaces import from_gymnasium
+    from tether.sdk import OnnxPolicy
+
+    env = gym.make("CartPole-v1")
+    space = from_gymnasium(env.action_space)
+    model = OnnxPolicy(policy.read_bytes(), space, seed=seed)
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(
+                to_env_action(space, model.sample(np.asarray(obs, np.float32))[0]))
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    return returns
 
 
 def console_shows_both_ranks(group: Group, ports: dict[int, int]) -> dict[str, Any]:
