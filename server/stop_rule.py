@@ -216,7 +216,9 @@ class StopRule:
             return False
         if view.discards > self._discards_seen:  # (a discard since the last judgement: the window starts over)
             self._discards_seen, self._window_fresh_from = int(view.discards), view.episodes_total
-        if (view.episodes_held < need or view.window_count == 0
+        # (window_count: a group's shares were set at the agreement before; a rank whose window lost a
+        # refused client's returns since may give fewer, and a mean of too few returns does not count)
+        if (view.episodes_held < need or view.window_count < need or view.window_count == 0
                 or not view.window_sum / view.window_count >= c.stop_at_return
                 or self._window_fresh_from is not None and view.episodes_total - self._window_fresh_from < need
                 or view.clients_below > 0):

@@ -201,6 +201,10 @@ class LockstepLearnerLoop(LearnerLoop):
                 self._next_state = loop.create_future()
                 self._task = loop.create_task(self._update(by_module))
                 await asyncio.gather(self._task, return_exceptions=True)
+                if self._update_failure is None and not self._task.cancelled() and self._task.exception() is not None:
+                    # (publishing failed on this rank alone: it can no longer follow the others' versions nor
+                    # their judgements, so it stops and the group with it)
+                    self._update_failure = f"rank {self.group.rank}: publishing an update failed ({self._task.exception()!r:.300})"
                 if self._update_failure is not None:
                     self._fail(self._update_failure)
                     return

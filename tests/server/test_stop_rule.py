@@ -155,3 +155,24 @@ def test_a_lone_servers_discarded_update_waits_for_a_window_of_new_episodes() ->
         decided.append(rule.judge_target(rule.target_view()))
         metrics.episodes_total += 30
     assert decided == [False] * 6 + [True] and stops == ["stop_at_return"]
+
+
+def test_a_share_cut_short_by_refused_returns_does_not_count() -> None:
+    """The shares come from what the ranks held at the agreement before the update; that update refused a
+    client of rank 1 and took 95 of its returns out of its window. The group's view then holds 55 returns,
+    all at 500: too few to count, whatever their mean."""
+    from tether.server.stop_rule import TargetView, window_shares
+
+    ranks = [_rank([500.0] * 100, [500.0] * 100), _rank([500.0] * 100, [500.0] * 100)]
+    shares = window_shares([100, 100], 100)
+    for _ in range(95):
+        ranks[1][1].returns.pop()
+    decided = []
+    for _ in range(4):
+        views = [rule.target_view(shares[r], clients=2).to_list() for r, (rule, _, _) in enumerate(ranks)]
+        group = TargetView.from_list(map(sum, zip(*views)))
+        assert group.window_count == 55 and group.episodes_held == 105
+        decided.append([rule.judge_target(group) for rule, _, _ in ranks])
+        for _, metrics, _ in ranks:
+            metrics.episodes_total += 30
+    assert decided == [[False, False]] * 4
