@@ -149,7 +149,11 @@ class LearnerLoop:
             steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
             print(f"[tether] learner update failed, {steps} steps dropped: {exc!r}", file=sys.stderr, flush=True)
         self.guard.tick()
-        published = self._publish(by_module, results)
+        published: dict[str, dict] = {}
+        try:
+            published = self._publish(by_module, results)
+        except Exception as exc:  # (e.g. a log line to a closed stderr: clients waiting on it must not wait for good)
+            self._publish_failed(exc)
         self.training_modules = set()
         # Waiting clients get the new weights now; logging and checkpoints follow.
         future, self._next_state = self._next_state, None
@@ -166,6 +170,14 @@ class LearnerLoop:
             self._task = None
         self.maybe_start()
         self.note_starving()
+
+    def _publish_failed(self, exc: Exception) -> None:
+        """Publishing an update raised part way: a lone server says so and trains on (what was published
+        stays published); LockstepLearnerLoop stops the rank, which could no longer follow the others."""
+        try:
+            print(f"[tether] publishing an update failed: {exc!r:.300}", file=sys.stderr, flush=True)
+        except Exception:
+            pass
 
     def train(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
         """Per module: (IsolatedUpdate, stats, ONNX bytes, the model); the last three None when

@@ -201,10 +201,6 @@ class LockstepLearnerLoop(LearnerLoop):
                 self._next_state = loop.create_future()
                 self._task = loop.create_task(self._update(by_module))
                 await asyncio.gather(self._task, return_exceptions=True)
-                if self._update_failure is None and not self._task.cancelled() and self._task.exception() is not None:
-                    # (publishing failed on this rank alone: it can no longer follow the others' versions nor
-                    # their judgements, so it stops and the group with it)
-                    self._update_failure = f"rank {self.group.rank}: publishing an update failed ({self._task.exception()!r:.300})"
                 if self._update_failure is not None:
                     self._fail(self._update_failure)
                     return
@@ -236,6 +232,12 @@ class LockstepLearnerLoop(LearnerLoop):
                 float(self._target_reached), float(self.reports.due()),
                 float(self.self_play.pending if self.self_play is not None else 0),
                 *loads, *held, *view.to_list()]
+
+    def _publish_failed(self, exc: Exception) -> None:
+        # (on this rank alone: it can no longer follow the others' versions nor their judgements, so it
+        # stops, and the group with it)
+        if self._update_failure is None:
+            self._update_failure = f"rank {self.group.rank}: publishing an update failed ({exc!r:.300})"
 
     def _check_target(self) -> None:
         self._judge_due = True  # (the group's rule judges at the next agreement, on every rank's view)

@@ -1,0 +1,119 @@
+"""Publishing an update that fails part way (a log line to a closed stderr, say).
+
+Two real ranks (gloo on loopback, two processes, each a whole Trainer with its lockstep loop) where
+it fails on rank 1 alone: that rank cannot follow the others' versions nor their stop-rule
+judgements, so it stops with a message naming the failure, and rank 0, left waiting in the next
+agreement, stops within the group's timeout. Neither goes on training alone, and neither hangs.
+A lone server says so and trains on; nothing waits for good on the update that failed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import gloo_ranks
+
+BOX = {"type": "Box", "shape": [2], "low": -1, "high": 1}
+TWO = {"type": "Discrete", "n": 2}
+TIMEOUT_S = 8.0
+
+
+def config(logdir: Path):
+    from tether.server.config import ServerConfig
+
+    return ServerConfig(modules={"m": {"observation_space": BOX, "action_space": TWO}},
+                        policy_mapping=[{"pattern": "*", "module": "m"}], logdir=str(logdir),
+                        tensorboard=False, seed=7, device="cpu", train_batch_size=64, env_steps_per_sample=16,
+                        stop_at_return=100.0)
+
+
+def fill(trainer, rng: np.random.Generator, source: str) -> None:
+    """Four chunks of 16 agent steps into the trainer's pool (a batch: train_batch_size is 64)."""
+    from tether.protocol.episodes import EpisodeChunk
+    from tether.server.sample_pool import Pooled
+
+    for _ in range(4):
+        chunk = EpisodeChunk(rng.normal(size=(17, 2)).astype(np.float32), rng.integers(0, 2, 16),
+                             rng.normal(size=16).astype(np.float32), np.full(16, -0.69, np.float32), None,
+                             True, False)
+        trainer.pool.add(Pooled("m", chunk, trainer.modules["m"].weights_seq_no, source=source))
+
+
+def failing_rank(rank: int, port: int, out: str) -> None:
+    from tether.server.distributed.rank_group import RankGroup, RankPlace
+    from tether.server.module_setup import build_layout
+    from tether.server.trainer import Trainer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    group = RankGroup(RankPlace(rank=rank, world_size=2, local_rank=rank), torch.device("cpu"), TIMEOUT_S)
+    cfg = config(Path(out) / f"r{rank}")
+    trainer = Trainer(cfg, build_layout(cfg), group=group)
+    rng = np.random.default_rng(rank)
+    report: dict = {}
+
+    async def run() -> None:
+        loop = trainer.learner_loop
+        if rank == 1:
+            def publish_fails(*args, **kwargs):
+                raise OSError("stderr is gone")
+            loop._publish = publish_fails
+        fill(trainer, rng, f"c{rank}")  # (128 agent steps in the group)
+        trainer.start()
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(trainer.stop_requested.wait(), 60)
+        report.update(reason=trainer.stop_reason, failure=loop.failure, updates=trainer.metrics.updates,
+                      seconds=asyncio.get_running_loop().time() - started)
+        (Path(out) / f"rank-{rank}.pkl").write_bytes(pickle.dumps(report))
+        await trainer.close(checkpoint=False)  # (returns: nothing waits on the update that failed)
+
+    asyncio.run(run())
+    group.close()
+
+
+def test_a_rank_whose_publishing_fails_stops_and_the_group_with_it(tmp_path: Path) -> None:
+    gloo_ranks.run_two_ranks(failing_rank, tmp_path)
+    first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
+    assert second["reason"] == "rank_failed" and "publishing an update failed" in second["failure"], second
+    assert "stderr is gone" in second["failure"] and second["updates"] == 0
+    # Rank 0 published that update, then found no rank 1 at the next agreement: it stops too, in bounded time.
+    assert first["reason"] == "rank_failed" and first["updates"] == 1, first
+    assert first["seconds"] < TIMEOUT_S * 4, first
+
+
+def test_a_lone_server_whose_publishing_fails_frees_its_waiters_and_trains_on(tmp_path: Path, capfd) -> None:
+    from tether.server.module_setup import build_layout
+    from tether.server.trainer import Trainer
+
+    cfg = config(tmp_path)
+    trainer = Trainer(cfg, build_layout(cfg))
+    rng = np.random.default_rng(0)
+
+    async def run() -> None:
+        loop = trainer.learner_loop
+        publish, calls = loop._publish, []
+
+        def fails_once(*args):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("stderr is gone")
+            return publish(*args)
+
+        loop._publish = fails_once
+        fill(trainer, rng, "c")
+        loop.maybe_start()
+        await asyncio.wait_for(loop.published(), 30)  # (a client waiting for the next version is let go)
+        await asyncio.wait_for(loop.between_updates(), 30)
+        assert trainer.metrics.updates == 0
+        fill(trainer, rng, "c")
+        loop.maybe_start()
+        await asyncio.wait_for(loop.published(), 30)
+        await asyncio.wait_for(trainer.close(checkpoint=False), 30)
+        assert len(calls) == 2 and trainer.metrics.updates == 1
+
+    asyncio.run(run())
+    assert "publishing an update failed: OSError('stderr is gone')" in capfd.readouterr().err
