@@ -35,6 +35,7 @@ from .metrics import Metrics, TensorBoardWriter
 from .module_runtime import ModuleRuntime
 from .record_share import RecordShare
 from .sample_pool import Pooled, SamplePool
+from .say import say
 from .stop_rule import StopRule
 
 
@@ -147,10 +148,10 @@ class LearnerLoop:
             results = await loop.run_in_executor(self._executor, self.train, by_module)
         except Exception as exc:  # a failed update must not stop training for good
             steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
-            print(f"[tether] learner update failed, {steps} steps dropped: {exc!r}", file=sys.stderr, flush=True)
-        self.guard.tick()
+            say(f"[tether] learner update failed, {steps} steps dropped: {exc!r}")
         published: dict[str, dict] = {}
         try:
+            self.guard.tick()
             published = self._publish(by_module, results)
         except Exception as exc:  # (e.g. a log line to a closed stderr: clients waiting on it must not wait for good)
             self._publish_failed(exc)
@@ -165,19 +166,22 @@ class LearnerLoop:
             if published:
                 await self._after_update(loop)
         except Exception as exc:
-            print(f"[tether] writing metrics or checkpoint failed: {exc!r}", file=sys.stderr, flush=True)
+            say(f"[tether] writing metrics or checkpoint failed: {exc!r}")
         finally:
             self._task = None
         self.maybe_start()
         self.note_starving()
 
     def _publish_failed(self, exc: Exception) -> None:
-        """Publishing an update raised part way: a lone server says so and trains on (what was published
-        stays published); LockstepLearnerLoop stops the rank, which could no longer follow the others."""
-        try:
-            print(f"[tether] publishing an update failed: {exc!r:.300}", file=sys.stderr, flush=True)
-        except Exception:
-            pass
+        """Publishing an update raised part way (a bug: its log lines cannot fail, say.py): a lone server
+        says so, writes down the versions it may already serve, and trains on (what was published stays
+        published); LockstepLearnerLoop stops the rank, which could no longer follow the others."""
+        say(f"[tether] publishing an update failed: {exc!r:.300}")
+        if self._record_versions is not None:
+            try:
+                self._record_versions()
+            except Exception as record_exc:
+                say(f"[tether] writing down the versions served failed: {record_exc!r:.300}")
 
     def train(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
         """Per module: (IsolatedUpdate, stats, ONNX bytes, the model); the last three None when
@@ -204,7 +208,7 @@ class LearnerLoop:
                                                                 self.modules[module_id].spec.observation_space))
             except Exception as exc:
                 learner.load_state(before)
-                print(f"[tether] update of module {module_id!r} failed: {exc!r:.300}", file=sys.stderr, flush=True)
+                say(f"[tether] update of module {module_id!r} failed: {exc!r:.300}")
                 results[module_id] = (IsolatedUpdate(None, [], error=exc), None, None)
                 continue
             # Seconds the update (its trials included) and the ONNX export took (the console's health panel, TensorBoard).
@@ -233,8 +237,8 @@ class LearnerLoop:
             blamed = [p for p in items if p.source in outcome.guilty]
             if blamed:
                 m.agent_steps_isolated += sum(p.chunk.env_steps for p in blamed)
-                print(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in blamed)} agent steps "
-                      f"left out, from client(s) {_describe(outcome.guilty)}", file=sys.stderr, flush=True)
+                say(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in blamed)} agent steps "
+                      f"left out, from client(s) {_describe(outcome.guilty)}")
             if stats is None:
                 unblamed = [p for p in items if p.source not in outcome.guilty]
                 if not unblamed:
@@ -242,9 +246,9 @@ class LearnerLoop:
                 m.updates_discarded += 1
                 self.stop_rule.update_discarded()
                 sources = sorted({p.source for p in unblamed if p.source})
-                print(f"[tether] update of module {module_id!r} discarded ({outcome.error}); weights stay at "
+                say(f"[tether] update of module {module_id!r} discarded ({outcome.error}); weights stay at "
                       f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in unblamed)} agent "
-                      f"steps from client(s) {', '.join(sources) or 'unknown'}", file=sys.stderr, flush=True)
+                      f"steps from client(s) {', '.join(sources) or 'unknown'}")
                 continue
             unkept = [p for p in items if p.source not in kept]
             if unkept:
@@ -252,9 +256,9 @@ class LearnerLoop:
                 cleared = [p for p in unkept if p.source not in outcome.guilty]
                 if cleared:  # the trials ran out before these clients were cleared: left out unblamed
                     m.agent_steps_isolated += sum(p.chunk.env_steps for p in cleared)
-                    print(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in cleared)} agent "
+                    say(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in cleared)} agent "
                           f"steps of client(s) {', '.join(sorted({p.source for p in cleared}))} left out unblamed "
-                          f"({outcome.trials} trial updates)", file=sys.stderr, flush=True)
+                          f"({outcome.trials} trial updates)")
             runtime = self.modules[module_id]
             runtime.publish(served[0])
             if module_id in self.histories:
@@ -266,8 +270,8 @@ class LearnerLoop:
             # Their returns are not the run's: out of the windows before anything reports them.
             m.exclude(set(guilty))
             for source in self.guard.strike(guilty):
-                print(f"[tether] client {source} refused (DATA_REFUSED): its data made "
-                      f"{self.guard.strikes_to_refuse} updates non-finite", file=sys.stderr, flush=True)
+                say(f"[tether] client {source} refused (DATA_REFUSED): its data made "
+                      f"{self.guard.strikes_to_refuse} updates non-finite")
             m.clients_refused = self.guard.refused_count
             m.agent_steps_isolated += self.pool.drop(lambda p: not self.guard.is_refused(p.source))
         if published:
@@ -288,7 +292,7 @@ class LearnerLoop:
         m = self.metrics
         m.batches_duplicate = self.dedup.duplicates
         if not self.config.quiet:
-            print(m.progress_line(), flush=True)
+            say(m.progress_line(), sys.stdout)
         scalars = m.snapshot()
         if self.tensorboard is not None:
             # Metrics are a view of the run: their failure is logged and never skips the checkpoint below.
@@ -296,7 +300,7 @@ class LearnerLoop:
                 await loop.run_in_executor(self._executor, self.tensorboard.write, scalars, m.env_steps_received)
             except Exception as exc:
                 m.metrics_write_failures += 1
-                print(f"[tether] writing TensorBoard metrics failed: {exc!r:.300}", file=sys.stderr, flush=True)
+                say(f"[tether] writing TensorBoard metrics failed: {exc!r:.300}")
         every = self.config.checkpoint_every
         if every and m.updates % every == 0:
             await self._checkpoint()

@@ -47,6 +47,7 @@ from ..ingest.logp_check import ServedPolicy
 from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sources
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
+from ..say import say
 from ..self_play import SelfPlay
 from ..stop_rule import TargetView, window_shares
 from .rank_group import RankGroup, RankGroupError
@@ -272,7 +273,7 @@ class LockstepLearnerLoop(LearnerLoop):
             try:
                 exported = export()
             except Exception as exc:
-                print(f"[tether] rank 0: an export for every rank failed: {exc!r:.300}", file=sys.stderr, flush=True)
+                say(f"[tether] rank 0: an export for every rank failed: {exc!r:.300}")
         return self.group.broadcast_object(exported)
 
     def _stopping_on_failure(self, after_publish: Any) -> Any:
@@ -290,8 +291,8 @@ class LockstepLearnerLoop(LearnerLoop):
     def _fail(self, why: str) -> None:
         self.failure = why
         self.stopped = True
-        print(f"[tether] {why}; this rank stops (torchrun restarts the group from its checkpoints when allowed "
-              "to: --max-restarts)", file=sys.stderr, flush=True)
+        say(f"[tether] {why}; this rank stops (torchrun restarts the group from its checkpoints when allowed "
+              "to: --max-restarts)")
         self._on_stop("rank_failed")
 
     # -- one update, every rank ----------------------------------------------------------

@@ -117,3 +117,16 @@ def test_a_lone_server_whose_publishing_fails_frees_its_waiters_and_trains_on(tm
 
     asyncio.run(run())
     assert "publishing an update failed: OSError('stderr is gone')" in capfd.readouterr().err
+
+
+def test_a_log_line_to_a_closed_stream_is_lost_and_nothing_else() -> None:
+    import io
+
+    from tether.server.say import say
+
+    closed = io.StringIO()
+    closed.close()
+    say("[tether] a line", closed)  # (a closed stream: ValueError, ignored)
+    open_stream = io.StringIO()
+    say("[tether] a line", open_stream)
+    assert open_stream.getvalue() == "[tether] a line\n"
