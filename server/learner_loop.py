@@ -238,7 +238,7 @@ class LearnerLoop:
             if blamed:
                 m.agent_steps_isolated += sum(p.chunk.env_steps for p in blamed)
                 say(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in blamed)} agent steps "
-                      f"left out, from client(s) {_describe(outcome.guilty)}")
+                    f"left out, from client(s) {_describe(outcome.guilty)}")
             if stats is None:
                 unblamed = [p for p in items if p.source not in outcome.guilty]
                 if not unblamed:
@@ -247,8 +247,8 @@ class LearnerLoop:
                 self.stop_rule.update_discarded()
                 sources = sorted({p.source for p in unblamed if p.source})
                 say(f"[tether] update of module {module_id!r} discarded ({outcome.error}); weights stay at "
-                      f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in unblamed)} agent "
-                      f"steps from client(s) {', '.join(sources) or 'unknown'}")
+                    f"v{self.modules[module_id].weights_seq_no}; {sum(p.chunk.env_steps for p in unblamed)} agent "
+                    f"steps from client(s) {', '.join(sources) or 'unknown'}")
                 continue
             unkept = [p for p in items if p.source not in kept]
             if unkept:
@@ -257,8 +257,8 @@ class LearnerLoop:
                 if cleared:  # the trials ran out before these clients were cleared: left out unblamed
                     m.agent_steps_isolated += sum(p.chunk.env_steps for p in cleared)
                     say(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in cleared)} agent "
-                          f"steps of client(s) {', '.join(sorted({p.source for p in cleared}))} left out unblamed "
-                          f"({outcome.trials} trial updates)")
+                        f"steps of client(s) {', '.join(sorted({p.source for p in cleared}))} left out unblamed "
+                        f"({outcome.trials} trial updates)")
             runtime = self.modules[module_id]
             runtime.publish(served[0])
             if module_id in self.histories:
@@ -271,7 +271,7 @@ class LearnerLoop:
             m.exclude(set(guilty))
             for source in self.guard.strike(guilty):
                 say(f"[tether] client {source} refused (DATA_REFUSED): its data made "
-                      f"{self.guard.strikes_to_refuse} updates non-finite")
+                    f"{self.guard.strikes_to_refuse} updates non-finite")
             m.clients_refused = self.guard.refused_count
             m.agent_steps_isolated += self.pool.drop(lambda p: not self.guard.is_refused(p.source))
         if published:

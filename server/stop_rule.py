@@ -218,7 +218,7 @@ class StopRule:
             self._discards_seen, self._window_fresh_from = int(view.discards), view.episodes_total
         # (window_count: a group's shares were set at the agreement before; a rank whose window lost a
         # refused client's returns since may give fewer, and a mean of too few returns does not count)
-        if (view.episodes_held < need or view.window_count < need or view.window_count == 0
+        if (view.window_count < need or view.window_count == 0  # (at most the returns held: too few yet, too)
                 or not view.window_sum / view.window_count >= c.stop_at_return
                 or self._window_fresh_from is not None and view.episodes_total - self._window_fresh_from < need
                 or view.clients_below > 0):

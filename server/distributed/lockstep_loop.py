@@ -1,8 +1,9 @@
 """The learner loop of one rank among several: updates the ranks take together, in lock step.
 
 Every ``TICK_S`` (and right after an update) the ranks make one agreement, a sum over the control
-group of what each holds: its pool's steps per module, its env steps received, and its wishes
-(stop, done, pause, target reached). From that one sum every rank decides the same thing:
+group of what each holds: its pool's steps per module, its env steps received, its wishes (stop,
+done, pause, a report, self-play results held) and, after an update, its view for the group's stop
+rule. From that one sum every rank decides the same thing:
 
 * **stop** when any rank was asked to (a signal, the console) or the run is done: the group's env
   steps reached ``max_env_steps``, or the group's stop rule saw ``stop_at_return`` reached. That rule
@@ -57,7 +58,7 @@ from .rank_reports import RankReports
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
 #: Wishes a rank brings to the agreement (after its per-module counts and env steps).
-_WISHES = ("stop", "done", "paused", "reached", "report", "results")
+_WISHES = ("stop", "done", "paused", "report", "results")
 #: Self-play results the ranks may hold between them before they are applied without waiting for an update.
 MAX_HELD_RESULTS = 10_000
 
@@ -78,7 +79,6 @@ class LockstepLearnerLoop(LearnerLoop):
         self._order = list(self.modules)
         #: What this rank was asked: "signal"/"console" (stop) or "max_env_steps"/"stop_at_return" (done).
         self._wish: str | None = None
-        self._target_reached = False
         #: Why the group failed, once a collective did (None while it works).
         self.failure: str | None = None
         #: Why this rank's part of an update failed (set in the learner thread, acted on in the event loop).
@@ -113,8 +113,8 @@ class LockstepLearnerLoop(LearnerLoop):
     def wish_stop(self, reason: str) -> None:
         """This rank was asked to end the run: the group stops at the next agreement."""
         if reason == "stop_at_return":
-            self._target_reached = True  # (the group's rule, judged alike by every rank: see _agree_and_update)
-        elif self._wish is None:
+            return  # (the group's rule, judged alike by every rank, stopped the group at that agreement)
+        if self._wish is None:
             self._wish = reason
 
     async def between_updates(self) -> None:
@@ -230,7 +230,7 @@ class LockstepLearnerLoop(LearnerLoop):
             view = self.stop_rule.target_view(share, self._group_clients)
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
-                float(self._target_reached), float(self.reports.due()),
+                float(self.reports.due()),
                 float(self.self_play.pending if self.self_play is not None else 0),
                 *loads, *held, *view.to_list()]
 
@@ -251,7 +251,7 @@ class LockstepLearnerLoop(LearnerLoop):
             return "max_env_steps"
         # The group's stop rule saw the target, on the group's episodes and with every active client of
         # every rank at it on its own: made-up returns on one rank cannot end the run for all.
-        if self.config.stop_at_return is not None and (reached or wishes["reached"]):
+        if self.config.stop_at_return is not None and reached:
             return "stop_at_return"
         return None
 
@@ -292,7 +292,7 @@ class LockstepLearnerLoop(LearnerLoop):
         self.failure = why
         self.stopped = True
         say(f"[tether] {why}; this rank stops (torchrun restarts the group from its checkpoints when allowed "
-              "to: --max-restarts)")
+            "to: --max-restarts)")
         self._on_stop("rank_failed")
 
     # -- one update, every rank ----------------------------------------------------------
