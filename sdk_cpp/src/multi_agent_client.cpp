@@ -1022,7 +1022,7 @@ Status MultiAgentClient::check_rows(const AgentFrame& frame, bool acting) {
     const ModuleSpec& spec = slot.module->spec;
     if (spec.observation_space.is_composite() || spec.action_mask) {
       const float* row = group_row(frame, slot);
-      Status status = check_observation_row(spec.observation_space, row, group_row_.size(), "observation");
+      Status status = check_observation_bytes(spec.observation_space, row, group_row_.size(), "observation");
       if (status.ok() && acting && spec.action_mask) status = spec.action_mask->check_row(row, "observation");
       if (!status.ok()) return Status(status.code(), "group '" + *slot.actor_id + "': " + status.message());
     }
@@ -1054,7 +1054,8 @@ const float* MultiAgentClient::group_row(const AgentFrame& frame, const Slot& sl
 Status MultiAgentClient::check_module_row(const Module& module, const AgentFrame& frame, std::size_t i,
                                           bool acting) const {
   const float* row = frame.obs(i);
-  Status status = check_observation_row(module.spec.observation_space, row, frame.obs_size(i), "observation");
+  // Finiteness was checked for the whole frame (check_finite) before.
+  Status status = check_observation_bytes(module.spec.observation_space, row, frame.obs_size(i), "observation");
   if (status.ok() && acting && module.spec.action_mask) status = module.spec.action_mask->check_row(row, "observation");
   if (status.ok()) return status;
   return Status(status.code(), "agent '" + frame.agent_id(i) + "': " + status.message());

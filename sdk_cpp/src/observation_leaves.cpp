@@ -97,6 +97,10 @@ Status check_observation_row(const Space& space, const float* row, std::size_t s
     }
     return Status(ErrorCode::kNonFiniteValue, where + " is not finite");
   }
+  return check_observation_bytes(space, row, size, what);
+}
+
+Status check_observation_bytes(const Space& space, const float* row, std::size_t size, const char* what) {
   if (space.is_bytes()) {
     const std::size_t bad = first_non_byte(row, size);
     if (bad != size) {

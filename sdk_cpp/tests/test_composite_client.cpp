@@ -70,6 +70,19 @@ fake::ServerScript serving(json config) {
   return script;
 }
 
+// The agent steps of every multi-agent record the server received.
+std::size_t agent_steps_received(fake::FakeServer& server) {
+  std::size_t steps = 0;
+  for (const json& batch : server.batches()) {
+    for (const json& record : batch["episodes"]) {
+      for (auto agent = record["agents"].begin(); agent != record["agents"].end(); ++agent) {
+        steps += (*agent)["actions"].size();
+      }
+    }
+  }
+  return steps;
+}
+
 // One frame's arrays, as an engine holds them.
 struct Frame {
   float board[4] = {0, 1, 1, 0};
@@ -329,15 +342,7 @@ TEST(CompositeClient, MultiAgentFramesAreCheckedPerAgentBeforeAnythingIsRecorded
   ASSERT_TRUE(client->end_episode("e").ok());
   ASSERT_TRUE(client->flush().ok());
   // Acted: 2 frames of episode e (a_0, a_1, pair) and 3 of s (a_0, a_1); the refused ones none.
-  std::size_t steps = 0;
-  for (const json& batch : server.batches()) {
-    for (const json& record : batch["episodes"]) {
-      for (auto agent = record["agents"].begin(); agent != record["agents"].end(); ++agent) {
-        steps += (*agent)["actions"].size();
-      }
-    }
-  }
-  EXPECT_EQ(steps, 2u * 3u + 3u * 2u);
+  EXPECT_EQ(agent_steps_received(server), 2u * 3u + 3u * 2u);
 }
 
 // A group of a masked module (§11.6): its mask is read from the group's joined
@@ -459,15 +464,7 @@ TEST(CompositeClient, TheSteadyFramePathChecksEachAgentsRowToo) {
   EXPECT_EQ(play(bad).code(), tether::ErrorCode::kInvalidActionMask);
   ASSERT_TRUE(client->end_episode("s").ok());
   ASSERT_TRUE(client->flush().ok());
-  std::size_t steps = 0;
-  for (const json& batch : server.batches()) {
-    for (const json& record : batch["episodes"]) {
-      for (auto agent = record["agents"].begin(); agent != record["agents"].end(); ++agent) {
-        steps += (*agent)["actions"].size();
-      }
-    }
-  }
-  EXPECT_EQ(steps, 6u * 2u);  // six good frames of two agents; the refused ones nothing
+  EXPECT_EQ(agent_steps_received(server), 6u * 2u);  // six good frames of two agents; the refused ones nothing
 }
 
 }  // namespace

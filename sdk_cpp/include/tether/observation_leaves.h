@@ -81,4 +81,9 @@ class ObservationLeaves {
 /// leaf of a composite space. `size` must be space.flat_dim().
 Status check_observation_row(const Space& space, const float* row, std::size_t size, const char* what);
 
+/// check_observation_row without the finiteness scan, for a row whose values
+/// are already known to be finite (a frame checked whole): OBS_DTYPE_MISMATCH
+/// only.
+Status check_observation_bytes(const Space& space, const float* row, std::size_t size, const char* what);
+
 }  // namespace tether

@@ -39,7 +39,12 @@ namespace Tether.Client
             /// (a byte box's row, whose float values were checked to be integers 0-255).</summary>
             public void Add(float[] values, byte[] source, int n, bool asBytes)
             {
-                if (asBytes != bytes) Switch(asBytes);
+                if (asBytes != bytes)
+                {
+                    // Rows change form only with the spaces, and new spaces drop the kept rows first (DropForNewSpaces).
+                    if (Count != 0) throw new InvalidOperationException("observation rows of the other form are kept");
+                    bytes = asBytes;
+                }
                 int at = Count;
                 if (bytes)
                 {
@@ -55,23 +60,6 @@ namespace Tether.Client
                     else for (int i = 0; i < n; ++i) items[at + i] = source[i];
                 }
                 Count = at + n;
-            }
-
-            // The rows kept so far in the other form (only when the spaces changed under kept rows: those
-            // are dropped before anything is added, so this converts nothing in practice).
-            void Switch(bool asBytes)
-            {
-                if (asBytes)
-                {
-                    if (ByteItems.Length < Count) ByteItems = new byte[Count];
-                    for (int i = 0; i < Count; ++i) ByteItems[i] = (byte)Items[i];
-                }
-                else
-                {
-                    if (Items.Length < Count) Items = new float[Count];
-                    for (int i = 0; i < Count; ++i) Items[i] = ByteItems[i];
-                }
-                bytes = asBytes;
             }
 
             public void RemoveLast(int n) { Count -= n; }
@@ -381,11 +369,6 @@ namespace Tether.Client
             }
         }
 
-        void AddObservation(ObsBuffer into, float[] values, byte[] bytes, int n)
-        {
-            into.Add(values, bytes, n, ObservationSpace.IsBytes);
-        }
-
         // The model's dist inputs for one observation: bytes go as they are to a backend that takes them.
         // A model with memory (1.5) is fed `holder`'s state; the state after the step waits in nextState
         // until CommitState (a call that fails after the run leaves the state as it was).
@@ -511,7 +494,7 @@ namespace Tether.Client
             if (send)
             {
                 // The observation now closes this episode's last step: it goes with the batch.
-                AddObservation(episode.Obs, values, bytes, obsDim);
+                episode.Obs.Add(values, bytes, obsDim, ObservationSpace.IsBytes);
                 ++episode.ObsRows;
                 try
                 {
@@ -572,7 +555,7 @@ namespace Tether.Client
                 if (episode.HeldBack) ++heldSteps;
                 return;
             }
-            AddObservation(episode.Obs, values, bytes, obsDim);
+            episode.Obs.Add(values, bytes, obsDim, ObservationSpace.IsBytes);
             ++episode.ObsRows;
             for (int j = 0; j < actDim; ++j) episode.Actions.Add(record[j]);
             episode.Rewards.Add(0);
@@ -733,7 +716,7 @@ namespace Tether.Client
             double total = episode.Return;
             if (episode.Training && episode.ActionRows > 0)
             {
-                AddObservation(episode.Obs, values, bytes, obsDim);
+                episode.Obs.Add(values, bytes, obsDim, ObservationSpace.IsBytes);
                 ++episode.ObsRows;
                 finished.Add(episode);
             }
