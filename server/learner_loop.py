@@ -77,6 +77,8 @@ class LearnerLoop:
         self.training_modules: set[str] = set()
         self._task: asyncio.Task | None = None
         self._next_state: asyncio.Future | None = None
+        #: The modules the running publish has served so far (one that raises part way serves the rest).
+        self._published_ids: set[str] = set()
 
     # -- when an update starts -----------------------------------------------------
 
@@ -153,8 +155,8 @@ class LearnerLoop:
         try:
             self.guard.tick()
             published = self._publish(by_module, results)
-        except Exception as exc:  # (e.g. a log line to a closed stderr: clients waiting on it must not wait for good)
-            self._publish_failed(exc)
+        except Exception as exc:  # (a bug: clients waiting on it must not wait for good)
+            self._publish_failed(exc, results)
         self.training_modules = set()
         # Waiting clients get the new weights now; logging and checkpoints follow.
         future, self._next_state = self._next_state, None
@@ -172,11 +174,20 @@ class LearnerLoop:
         self.maybe_start()
         self.note_starving()
 
-    def _publish_failed(self, exc: Exception) -> None:
+    def _publish_failed(self, exc: Exception, results: dict[str, Any]) -> None:
         """Publishing an update raised part way (a bug: its log lines cannot fail, say.py): a lone server
-        says so, writes down the versions it may already serve, and trains on (what was published stays
-        published); LockstepLearnerLoop stops the rank, which could no longer follow the others."""
+        says so, serves the weights of every module that trained and was not published yet (so that the
+        learner's weights are always those of the version served, which a checkpoint records), writes
+        down the versions it may serve, and trains on; LockstepLearnerLoop stops the rank, which could
+        no longer follow the others."""
         say(f"[tether] publishing an update failed: {exc!r:.300}")
+        for module_id, (_, stats, served) in results.items():
+            if stats is None or module_id in self._published_ids:
+                continue
+            runtime = self.modules[module_id]
+            runtime.publish(served[0])
+            say(f"[tether] module {module_id!r}: its trained weights are served as v{runtime.weights_seq_no} "
+                f"(this update's counts and logs are lost)")
         if self._record_versions is not None:
             try:
                 self._record_versions()
@@ -228,6 +239,7 @@ class LearnerLoop:
         stats of the published modules."""
         m = self.metrics
         published = {}
+        self._published_ids = set()
         #: source -> why its data was left out of an update of this round.
         guilty: dict[str, str] = {}
         for module_id, (outcome, stats, served) in results.items():
@@ -261,6 +273,7 @@ class LearnerLoop:
                         f"({outcome.trials} trial updates)")
             runtime = self.modules[module_id]
             runtime.publish(served[0])
+            self._published_ids.add(module_id)
             if module_id in self.histories:
                 self.histories[module_id].add_served(runtime.weights_seq_no, served[1])
             m.module_updates[module_id] = stats

@@ -234,7 +234,7 @@ class LockstepLearnerLoop(LearnerLoop):
                 float(self.self_play.pending if self.self_play is not None else 0),
                 *loads, *held, *view.to_list()]
 
-    def _publish_failed(self, exc: Exception) -> None:
+    def _publish_failed(self, exc: Exception, results: dict[str, Any]) -> None:
         # (on this rank alone: it can no longer follow the others' versions nor their judgements, so it
         # stops, and the group with it)
         if self._update_failure is None:

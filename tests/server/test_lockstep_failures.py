@@ -87,6 +87,7 @@ def test_a_rank_whose_publishing_fails_stops_and_the_group_with_it(tmp_path: Pat
 
 def test_a_lone_server_whose_publishing_fails_frees_its_waiters_and_trains_on(tmp_path: Path, capfd) -> None:
     from tether.server.module_setup import build_layout
+    from tether.protocol.onnx_codec import encode_onnx
     from tether.server.trainer import Trainer
 
     cfg = config(tmp_path)
@@ -109,11 +110,15 @@ def test_a_lone_server_whose_publishing_fails_frees_its_waiters_and_trains_on(tm
         await asyncio.wait_for(loop.published(), 30)  # (a client waiting for the next version is let go)
         await asyncio.wait_for(loop.between_updates(), 30)
         assert trainer.metrics.updates == 0
+        # The update trained: its weights are served (a checkpoint of the version served holds them).
+        runtime = next(iter(trainer.modules.values()))
+        assert runtime.weights_seq_no == 1
+        assert runtime.onnx_field == encode_onnx(runtime.learner.export_onnx())
         fill(trainer, rng, "c")
         loop.maybe_start()
         await asyncio.wait_for(loop.published(), 30)
         await asyncio.wait_for(trainer.close(checkpoint=False), 30)
-        assert len(calls) == 2 and trainer.metrics.updates == 1
+        assert len(calls) == 2 and trainer.metrics.updates == 1 and runtime.weights_seq_no == 2
 
     asyncio.run(run())
     assert "publishing an update failed: OSError('stderr is gone')" in capfd.readouterr().err
