@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 import numpy as np
@@ -71,13 +72,30 @@ class OnnxPolicy:
             )
         self.action_space = action_space
         self._rng = random.Random(seed)
+        # One-row calls (an engine's get_action) run through buffers bound once, on the first thread
+        # that makes one; None where the model's shapes leave that open.
+        self._one_row = _BoundRow.of(self.session, self.feeds, self._output_names, self.recurrent_state)
+        self._one_row_thread: int | None = None
+
+    def _bound_row(self) -> "_BoundRow | None":
+        """The bound one-row run, for the one thread that uses it (another thread runs unbound)."""
+        bound = self._one_row
+        if bound is None:
+            return None
+        me = threading.get_ident()
+        if self._one_row_thread is None:
+            self._one_row_thread = me
+        return bound if self._one_row_thread == me else None
 
     def dist_inputs(self, obs_batch: np.ndarray) -> np.ndarray:
         """Raw model output for a batch of observations (rows)."""
         return self.session.run(self._output_names, self.feeds.feed(obs_batch, len(obs_batch)))[0]
 
     def dist_inputs_one(self, obs: np.ndarray) -> np.ndarray:
-        """Raw model output for one observation."""
+        """Raw model output for one observation (a new array)."""
+        bound = self._bound_row()
+        if bound is not None:
+            return bound.run(obs, None)[0]
         return self.session.run(self._output_names, self.feeds.feed(obs, 1))[0][0]
 
     def initial_state(self, rows: int = 1) -> list[np.ndarray] | None:
@@ -100,6 +118,9 @@ class OnnxPolicy:
     def step_one(self, obs: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """``step`` for one observation and its state (arrays of one row): the state after it is new
         arrays, so the one given stays as it was (a record may hold it)."""
+        bound = self._bound_row()
+        if bound is not None:
+            return bound.run(obs, state)
         dist, after = self._run(self.feeds.feed(obs, 1), state)
         return dist[0], after
 
@@ -123,3 +144,65 @@ class OnnxPolicy:
         """The most likely action (argmax / mean) for one observation."""
         dist = self.dist_inputs_one(obs)
         return deterministic(self.action_space, dist)
+
+
+
+class _BoundRow:
+    """One observation's run through ONNX Runtime's IOBinding: the model's inputs and outputs are
+    arrays bound once, filled and read in place. ``InferenceSession.run`` builds and checks its feed
+    and converts every output on each call, which for the small models of games costs as much as
+    the model itself (an LSTM's three inputs and outputs most)."""
+
+    def __init__(self, session: ort.InferenceSession, inputs: list[tuple[str, np.ndarray, slice | None]],
+                 state_inputs: list[tuple[str, np.ndarray]], outputs: list[tuple[str, np.ndarray]]) -> None:
+        """``inputs``: (name, the bound array, the leaf's values within a flat row or None for the whole
+        row); ``state_inputs``: (name, array) per state tensor; ``outputs``: (name, array), the dist
+        inputs first, then the state after the step per state tensor."""
+        self._session = session
+        self._inputs = [(array, part) for _, array, part in inputs]
+        self._state_inputs = [array for _, array in state_inputs]
+        self._outputs = [array for _, array in outputs]
+        self._binding = session.io_binding()
+        for name, array in [(name, array) for name, array, _ in inputs] + state_inputs:
+            self._binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
+        for name, array in outputs:
+            self._binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
+
+    @staticmethod
+    def of(session: ort.InferenceSession, feeds: ModelFeeds, output_names: list[str],
+           recurrent_state: tuple[StateSpec, ...]) -> "_BoundRow | None":
+        """For a model whose inputs and outputs have fixed sizes past the batch dimension and float
+        outputs, else None (such a model runs unbound)."""
+        inputs = []
+        for name, layout, part in feeds.inputs:
+            if layout.dims is None:
+                return None
+            inputs.append((name, np.zeros((1, *layout.dims), layout.dtype), part))
+        described = {o.name: o for o in session.get_outputs()}
+        outputs = []
+        for name in output_names:
+            dims = list(described[name].shape)[1:]
+            if described[name].type != "tensor(float)" or not all(isinstance(d, int) for d in dims):
+                return None
+            outputs.append((name, np.zeros((1, *dims), np.float32)))
+        state_inputs = [(spec.input, np.zeros((1, spec.size), np.float32)) for spec in recurrent_state]
+        if any(array.shape != (1, spec.size) for (_, array), spec in zip(outputs[1:], recurrent_state)):
+            return None
+        return _BoundRow(session, inputs, state_inputs, outputs)
+
+    def run(self, obs: np.ndarray, state: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One observation (and, for a model with memory, its state: one (1, size) array per tensor):
+        (the dist inputs, the state after the step), new arrays each."""
+        if self._inputs[0][1] is None:
+            array = self._inputs[0][0]
+            np.copyto(array, np.reshape(obs, array.shape), casting="unsafe")
+        else:
+            flat = np.ravel(obs)
+            for array, part in self._inputs:
+                np.copyto(array, flat[part].reshape(array.shape), casting="unsafe")
+        if state is not None:
+            for array, value in zip(self._state_inputs, state):
+                np.copyto(array, np.reshape(value, array.shape), casting="unsafe")
+        self._session.run_with_iobinding(self._binding)
+        outputs = self._outputs
+        return outputs[0][0].copy(), [out.copy() for out in outputs[1:]]

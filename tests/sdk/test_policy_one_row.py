@@ -1,0 +1,102 @@
+"""OnnxPolicy's one-row calls (an engine's get_action) run through buffers bound once (IOBinding):
+they give exactly what the unbound batch run gives for the same row, for every built-in model kind
+(MLP, LSTM with its state, a uint8 CNN, a masked Dict observation), return new arrays each call, and
+a second thread runs unbound beside the first."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tether.protocol.action_mask import resolve_action_mask
+from tether.protocol.episodes import StateSpec
+from tether.protocol.spaces import Dict, Discrete, box
+from tether.sdk.policy import OnnxPolicy
+from tether.server.learner import PPOHyperparams, PPOLearner
+
+SCENE = Dict((("action_mask", box(0, 1, (4,))), ("camera", box(0, 255, (8, 8, 1), dtype="uint8")),
+              ("speed", box(-1, 1, (3,)))))
+
+
+def _policy(kind: str) -> tuple[OnnxPolicy, np.ndarray]:
+    """A fresh learner's exported model as a client runs it, and random observation rows for it."""
+    rng = np.random.default_rng(0)
+    if kind == "mlp":
+        learner = PPOLearner(box(-1, 1, (4,)), Discrete(2), PPOHyperparams(), seed=0)
+        return OnnxPolicy(learner.export_onnx(), Discrete(2)), rng.normal(size=(5, 4)).astype(np.float32)
+    if kind == "lstm":
+        hp = PPOHyperparams(model={"recurrent": {"type": "lstm", "size": 8}})
+        learner = PPOLearner(box(-1, 1, (6,)), Discrete(3), hp, seed=0)
+        state = (StateSpec("state_in_h", "state_out_h", 8), StateSpec("state_in_c", "state_out_c", 8))
+        policy = OnnxPolicy(learner.export_onnx(), Discrete(3), recurrent_state=state)
+        return policy, rng.normal(size=(5, 6)).astype(np.float32)
+    if kind == "cnn":
+        image = box(0, 255, (12, 12, 2), dtype="uint8")
+        hp = PPOHyperparams(model={"encoder": "cnn", "image_shape": [12, 12, 2], "conv": [[4, 3, 1]], "dense": 8},
+                            hidden_sizes=())
+        learner = PPOLearner(image, Discrete(4), hp, seed=0)
+        return OnnxPolicy(learner.export_onnx(), Discrete(4)), rng.integers(0, 256, (5, 12, 12, 2)).astype(np.uint8)
+    mask = resolve_action_mask(SCENE, Discrete(4), "action_mask")
+    hp = PPOHyperparams(model={"encoder": "cnn", "conv": [[4, 3, 1]], "dense": 8})
+    learner = PPOLearner(SCENE, Discrete(4), hp, seed=0, action_mask=mask)
+    rows = np.zeros((5, SCENE.flat_dim), np.float32)
+    for leaf in SCENE.leaves:
+        part = slice(leaf.offset, leaf.offset + leaf.size)
+        rows[:, part] = rng.integers(0, 2, (5, leaf.size)) if leaf.path == "action_mask" else \
+            rng.integers(0, 256, (5, leaf.size)) if leaf.is_bytes else rng.normal(size=(5, leaf.size))
+    rows[:, 0] = 1  # (something allowed)
+    return OnnxPolicy(learner.export_onnx(), Discrete(4), observation_space=SCENE), rows
+
+
+@pytest.mark.parametrize("kind", ["mlp", "lstm", "cnn", "masked_dict"])
+def test_a_bound_one_row_run_equals_the_unbound_run(kind: str) -> None:
+    policy, rows = _policy(kind)
+    assert policy._one_row is not None  # (every built-in model has fixed sizes past the batch)
+    state = policy.initial_state()
+    first = None
+    for row in rows:
+        if state is None:
+            one = policy.dist_inputs_one(row)
+            np.testing.assert_array_equal(one, policy.dist_inputs(row[None])[0])
+        else:
+            one, after = policy.step_one(row, state)
+            want, want_after = policy.step(row[None], state)
+            np.testing.assert_array_equal(one, want[0])
+            for got, expected in zip(after, want_after):
+                np.testing.assert_array_equal(got, expected)
+            assert all(a is not b for a, b in zip(after, state))
+            state = after
+        if first is None:
+            first, kept = one, one.copy()
+    np.testing.assert_array_equal(first, kept)  # (later calls wrote into the bound outputs, not into it)
+
+
+def test_a_second_thread_runs_unbound_with_the_same_results() -> None:
+    policy, rows = _policy("lstm")
+    state = policy.initial_state()
+    here = policy.step_one(rows[0], state)
+    there: list = []
+    worker = threading.Thread(target=lambda: there.append(policy.step_one(rows[0], state)))
+    worker.start()
+    worker.join()
+    assert policy._one_row_thread == threading.get_ident()
+    np.testing.assert_array_equal(here[0], there[0][0])
+    for a, b in zip(here[1], there[0][1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_model_with_open_sizes_runs_unbound() -> None:
+    """A model whose input leaves its width open cannot be bound once; it runs as before."""
+    x = helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", "width"])
+    y = helper.make_tensor_value_info("action_dist_inputs", TensorProto.FLOAT, ["batch", "width"])
+    graph = helper.make_graph([helper.make_node("Neg", ["obs"], ["action_dist_inputs"])], "open", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    policy = OnnxPolicy(model.SerializeToString(), Discrete(3))
+    assert policy._one_row is None
+    np.testing.assert_array_equal(policy.dist_inputs_one(np.array([1, 2, 3], np.float32)), [-1, -2, -3])
+    onnx.checker.check_model(model)
