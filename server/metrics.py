@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import threading
 import time
 from collections import deque
@@ -16,6 +15,8 @@ from typing import Any, Hashable, Iterable
 import numpy as np
 
 from tether.protocol.multi_agent import MultiAgentRecord
+
+from .say import say
 
 
 @dataclass
@@ -381,7 +382,7 @@ class TensorBoardWriter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as exc:  # tensorboard not installed: say so once, keep training
-                print(f"[tether] TensorBoard disabled: {exc}", file=sys.stderr)
+                say(f"[tether] TensorBoard disabled: {exc}")
                 self._writer = False
                 return
             self._writer = SummaryWriter(self._logdir)

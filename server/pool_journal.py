@@ -42,6 +42,7 @@ from tether.protocol.episodes import EpisodeChunk
 
 from .ingest.batch_dedup import BatchId
 from .sample_pool import Pooled
+from .say import say
 
 _MAGIC = b"TPJ1"
 _RECORD = struct.Struct("<4sIIQ")  # magic, crc32 of header + blob, header length, blob length
@@ -245,18 +246,17 @@ class PoolJournal:
                         self._write(encode_entry_parts(data))
                 except Exception as exc:  # (also a record that cannot be encoded: the thread must go on)
                     failed += data is not self._STOP and data is not self._ROTATE
-                    print(f"[tether] journal write failed: {exc!r:.300}", file=sys.stderr, flush=True)
+                    say(f"[tether] journal write failed: {exc!r:.300}")
             try:
                 self._sync()
             except Exception as exc:
                 failed = entries  # none of them is known to be on disk
-                print(f"[tether] journal flush failed: {exc!r:.300}", file=sys.stderr, flush=True)
+                say(f"[tether] journal flush failed: {exc!r:.300}")
             if failed:
                 # Counted per entry whichever write it shared with others, so the count does not
                 # depend on how the thread happened to group them.
                 self.failures += failed
-                print(f"[tether] {failed} batch(es) of this write stay in memory only (not in the journal)",
-                      file=sys.stderr, flush=True)
+                say(f"[tether] {failed} batch(es) of this write stay in memory only (not in the journal)")
             for loop, future in done:
                 try:
                     loop.call_soon_threadsafe(_resolve, future)

@@ -16,7 +16,6 @@ off the event loop. One request's failure is one ERROR answer, never the server'
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
 from tether.protocol.connection import Refusal, ServerConnection, ServerState
@@ -31,6 +30,7 @@ from .state_messages import StateFrames, config_message, env_params_for, state_m
 from .trainer import Trainer
 from .transport.connection_limits import ConnectionLimits, OpenConnection
 from .transport.deadlines import speaks_1_3
+from .say import say
 
 
 def _encode_error(code: ErrorCode, text: str, request: str | None) -> bytes:
@@ -180,7 +180,7 @@ class RLlinkService:
             return encode_frame(error_message(ErrorCode.NON_FINITE_VALUE, f"a number is out of range: {exc}",
                                               kind.value))
         except Exception as exc:  # never let one bad request take the server down
-            print(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r:.300}", file=sys.stderr)
+            say(f"[tether] internal error on {kind.value} from {session.peer}: {exc!r:.300}")
             return encode_frame(error_message(ErrorCode.INTERNAL, "internal server error", kind.value))
 
     def _send_state(self, session: ClientSession, connection: ServerConnection, client_holds: Any,

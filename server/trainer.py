@@ -57,6 +57,7 @@ from .curriculum import Curriculum, CurriculumConfig
 from .self_play import SelfPlay
 from .session_owners import SessionOwners
 from .stop_rule import StopRule
+from .say import say
 
 
 #: Each module's version as last served, in the logdir (see Trainer._record_versions).
@@ -307,8 +308,7 @@ class Trainer:
             else:
                 why = "the export failed" + (" on rank 0" if self.group is not None else "")
             if onnx_field is None:  # (the slot keeps its snapshot, weights and model; training goes on)
-                print(f"[tether] self-play snapshot of module {module_id!r} failed: {why}", file=sys.stderr,
-                      flush=True)
+                say(f"[tether] self-play snapshot of module {module_id!r} failed: {why}")
                 continue
             self._snapshot(module_id, onnx_field)
 
@@ -362,7 +362,7 @@ class Trainer:
         """After a change of the parameters or lesson: the new values to TensorBoard and the log."""
         assert self.curriculum is not None
         cause, details = self.curriculum.changes[-1]
-        print(f"[tether] curriculum: {cause} -> set {details['set_seq']}, lesson {details['lesson']}", flush=True)
+        say(f"[tether] curriculum: {cause} -> set {details['set_seq']}, lesson {details['lesson']}", sys.stdout)
         if self.tensorboard is not None:
             try:
                 self.tensorboard.write(self.curriculum.scalars(), self.metrics.env_steps_received)
@@ -557,7 +557,7 @@ class Trainer:
             tmp.write_text(json.dumps({m: rt.weights_seq_no for m, rt in self.modules.items()}))
             tmp.replace(path)
         except OSError as exc:  # (as for the journal: logged, the run goes on)
-            print(f"[tether] could not write {path}: {exc}", file=sys.stderr, flush=True)
+            say(f"[tether] could not write {path}: {exc}")
 
     def _skip_versions_served_after(self, path: Path) -> None:
         """Resumed from a checkpoint older than the last versions served (a crash, kill -9): the numbers
