@@ -431,9 +431,11 @@ class Trainer:
                 parts = admission.fresh_parts(agent.module_id, runtime.weights_seq_no - versions,
                                               self.config.max_staleness)
                 refused += agent.chunk.env_steps - sum(end - start for start, end in parts)
+                packing = runtime.learner.packing  # (a composite space's byte leaves wait as bytes)
+                chunk = agent.chunk if packing is None or not parts else packing.pack_chunk(agent.chunk)
                 for start, end in parts:
                     admission.append(agent.module_id, end - start)
-                    pooled.append(Pooled(agent.module_id, part_of(agent.chunk, start, end),
+                    pooled.append(Pooled(agent.module_id, part_of(chunk, start, end),
                                          int(versions[start:end].min()), source))
                     self.pool.add(pooled[-1])
         m.samples_refused_stale += refused

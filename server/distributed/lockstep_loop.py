@@ -348,7 +348,8 @@ class LockstepLearnerLoop(LearnerLoop):
         kept = sorted({p.source for p in items}, key=str)
         started = time.perf_counter()
         try:
-            stats = learner.update(build_batch([p.chunk for p in items]) if items else None, global_steps)
+            stats = learner.update(build_batch([p.chunk for p in items], learner.packing) if items else None,
+                                   global_steps)
         except NonFiniteUpdate as exc:  # (every rank raised it, from the same sums: the update is undone everywhere)
             return IsolatedUpdate(None, [], guilty, error=exc, trials=1), None, None
         trained = time.perf_counter()

@@ -72,7 +72,7 @@ def screen_sources(learner: PPOLearner, items: Sequence[tuple[Hashable, EpisodeC
     (``PPOLearner.untrainable_steps``), each with why: one forward pass, no update."""
     guilty: dict[Hashable, str] = {}
     if items:
-        bad = learner.untrainable_steps(build_batch([chunk for _, chunk in items]))
+        bad = learner.untrainable_steps(build_batch([chunk for _, chunk in items], learner.packing))
         if bad.any():
             pos = 0
             for source, chunk in items:
@@ -115,7 +115,7 @@ def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, Episod
             return memo[2]
         trials += 1
         try:
-            stats = learner.update(build_batch([chunk for source, chunk in items if source in wanted]))
+            stats = learner.update(build_batch([chunk for source, chunk in items if source in wanted], learner.packing))
         except NonFiniteUpdate as exc:
             last_error = exc
             learner.load_state(base)

@@ -24,6 +24,7 @@ from .onnx_export import DEFAULT_INPUT_NAME, DEFAULT_OUTPUT_NAME, export_policy
 from .action_masking import MaskedPolicy
 from .observation_normalizer import NormalizedPolicy, normalized_values
 from .onnx_template import TracedPolicyExporter
+from .packed_observations import ObservationPacking
 from .optimizer_startup import adam
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
@@ -125,6 +126,9 @@ class PPOLearner:
         self.onnx_output_name = onnx_output_name
         obs_dim = flat_obs_dim(observation_space)
         leaves = observation_space.leaves if is_composite(observation_space) else None
+        #: How composite rows with byte leaves wait in the pool (packed_observations.py; build_batch unpacks
+        #: them), else None.
+        self.packing = ObservationPacking.of(observation_space)
         self.model_config = parse_model_config(hp.model, obs_dim, composite=leaves is not None)
         self.model: PolicyModel
         if self.model_config.user_class is not None:

@@ -8,6 +8,8 @@ import numpy as np
 
 from tether.protocol.episodes import EpisodeChunk
 
+from .packed_observations import ObservationPacking
+
 
 class RolloutBatch(NamedTuple):
     """Flat per-step arrays of many chunks, plus what GAE needs to split them."""
@@ -37,13 +39,19 @@ class RolloutBatch(NamedTuple):
         return int(self.rewards.shape[0])
 
 
-def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
+def build_batch(chunks: Sequence[EpisodeChunk], packing: ObservationPacking | None = None) -> RolloutBatch:
     """Concatenate chunks; observation arrays are flattened to (…, obs_dim).
 
     Chunks with ``value_obs`` (a centralized critic) get ``all_value_obs`` rows
-    of ``value_obs`` then the chunk's own observation.
+    of ``value_obs`` then the chunk's own observation. ``packing``: the module's, when its
+    composite rows were pooled packed (packed_observations.py): they are unpacked here.
     """
-    all_obs = np.concatenate([c.obs.reshape(c.obs.shape[0], -1) for c in chunks])
+    if packing is None:
+        all_obs = np.concatenate([c.obs.reshape(c.obs.shape[0], -1) for c in chunks])
+    elif all(c.obs.dtype == np.uint8 for c in chunks):
+        all_obs = packing.unpack(np.concatenate([c.obs for c in chunks]))
+    else:  # (a journal written before packing, replayed beside packed chunks)
+        all_obs = np.concatenate([packing.unpack(c.obs) for c in chunks])
     if all_obs.dtype != np.uint8:  # (a uint8 Box's observations stay bytes: a quarter of the memory)
         all_obs = all_obs.astype(np.float32, copy=False)
     step_index, next_index = [], []
@@ -87,7 +95,9 @@ def build_batch(chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
         all_value_obs=all_value_obs,
         chunk_rows=np.cumsum([0] + [c.env_steps + 1 for c in chunks[:-1]]),
         state_in=np.stack([c.state_in for c in chunks]) if recurrent else None,  # type: ignore[misc]
-        state_prefix=[None if c.state_prefix is None else c.state_prefix.reshape(c.state_prefix.shape[0], -1)
+        state_prefix=[None if c.state_prefix is None else
+                      (packing.unpack(c.state_prefix) if packing is not None else c.state_prefix)
+                      .reshape(c.state_prefix.shape[0], -1)
                       for c in chunks] if recurrent else None,
         logged=None if all(c.logged is None for c in chunks) else np.concatenate(
             [c.logged if c.logged is not None else np.zeros(c.env_steps, bool) for c in chunks]),
