@@ -72,31 +72,38 @@ class OnnxPolicy:
             )
         self.action_space = action_space
         self._rng = random.Random(seed)
-        # One-row calls (an engine's get_action) run through buffers bound once, on the first thread
-        # that makes one; None where the model's shapes leave that open.
+        # One-row calls (an engine's get_action) run through buffers bound once; None where the model's
+        # shapes leave that open. A call that finds them in use (another thread's) runs unbound.
         self._one_row = _BoundRow.of(self.session, self.feeds, self._output_names, self.recurrent_state)
-        self._one_row_thread: int | None = None
+        self._one_row_lock = threading.Lock()
 
-    def _bound_row(self) -> "_BoundRow | None":
-        """The bound one-row run, for the one thread that uses it (another thread runs unbound)."""
+    def _run_one(self, obs: np.ndarray, state: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One observation (and its state, for a model with memory): (dist inputs, the state after)."""
+        if (self.state_shape is not None) != (state is not None) or (
+                state is not None and len(state) != self.state_shape[0]):  # type: ignore[index]
+            raise ValueError(f"the model has {0 if self.state_shape is None else self.state_shape[0]} state "
+                             f"tensor(s); {0 if state is None else len(state)} given (step_one takes a model "
+                             "with memory's state)")
         bound = self._one_row
-        if bound is None:
-            return None
-        me = threading.get_ident()
-        if self._one_row_thread is None:
-            self._one_row_thread = me
-        return bound if self._one_row_thread == me else None
+        if bound is not None and self._one_row_lock.acquire(blocking=False):
+            try:
+                return bound.run(obs, state)
+            finally:
+                self._one_row_lock.release()
+        feeds = self.feeds.feed(obs, 1)
+        if state is None:
+            return self.session.run(self._output_names, feeds)[0][0], []
+        dist, after = self._run(feeds, state)
+        return dist[0], after
 
     def dist_inputs(self, obs_batch: np.ndarray) -> np.ndarray:
         """Raw model output for a batch of observations (rows)."""
         return self.session.run(self._output_names, self.feeds.feed(obs_batch, len(obs_batch)))[0]
 
     def dist_inputs_one(self, obs: np.ndarray) -> np.ndarray:
-        """Raw model output for one observation (a new array)."""
-        bound = self._bound_row()
-        if bound is not None:
-            return bound.run(obs, None)[0]
-        return self.session.run(self._output_names, self.feeds.feed(obs, 1))[0][0]
+        """Raw model output for one observation (a new array); ValueError for a model with memory
+        (``step_one`` takes its state)."""
+        return self._run_one(obs, None)[0]
 
     def initial_state(self, rows: int = 1) -> list[np.ndarray] | None:
         """The state of actors that have not acted yet: zeros, one (rows, size) array per state
@@ -118,11 +125,7 @@ class OnnxPolicy:
     def step_one(self, obs: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """``step`` for one observation and its state (arrays of one row): the state after it is new
         arrays, so the one given stays as it was (a record may hold it)."""
-        bound = self._bound_row()
-        if bound is not None:
-            return bound.run(obs, state)
-        dist, after = self._run(self.feeds.feed(obs, 1), state)
-        return dist[0], after
+        return self._run_one(obs, state)
 
     def _run(self, feeds: dict[str, np.ndarray], states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         for spec, value in zip(self.recurrent_state, states):
@@ -144,7 +147,6 @@ class OnnxPolicy:
         """The most likely action (argmax / mean) for one observation."""
         dist = self.dist_inputs_one(obs)
         return deterministic(self.action_space, dist)
-
 
 
 class _BoundRow:

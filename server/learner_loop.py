@@ -152,6 +152,7 @@ class LearnerLoop:
             steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
             say(f"[tether] learner update failed, {steps} steps dropped: {exc!r}")
         published: dict[str, dict] = {}
+        self._published_ids = set()
         try:
             self.guard.tick()
             published = self._publish(by_module, results)
@@ -186,8 +187,16 @@ class LearnerLoop:
                 continue
             runtime = self.modules[module_id]
             runtime.publish(served[0])
+            self._published_ids.add(module_id)
             say(f"[tether] module {module_id!r}: its trained weights are served as v{runtime.weights_seq_no} "
                 f"(this update's counts and logs are lost)")
+            try:  # (the behaviour-logp check must know the version, or it refuses all its data as unverified)
+                if module_id in self.histories:
+                    self.histories[module_id].add_served(runtime.weights_seq_no, served[1])
+            except Exception as history_exc:
+                say(f"[tether] keeping v{runtime.weights_seq_no} of module {module_id!r} for the behaviour-logp "
+                    f"check failed: {history_exc!r:.300}")
+        self.metrics.weights_seq_no = self._served_version
         if self._record_versions is not None:
             try:
                 self._record_versions()
@@ -239,7 +248,6 @@ class LearnerLoop:
         stats of the published modules."""
         m = self.metrics
         published = {}
-        self._published_ids = set()
         #: source -> why its data was left out of an update of this round.
         guilty: dict[str, str] = {}
         for module_id, (outcome, stats, served) in results.items():

@@ -81,4 +81,4 @@ class ObservationPacking:
         """The chunk with its observations (and a recurrent chunk's ``state_prefix``) packed."""
         prefix = chunk.state_prefix
         return replace(chunk, obs=self.pack(chunk.obs),
-                       state_prefix=None if prefix is None or prefix.dtype == np.uint8 else self.pack(prefix))
+                       state_prefix=prefix if prefix is None or prefix.dtype == np.uint8 else self.pack(prefix))

@@ -1,7 +1,7 @@
 """OnnxPolicy's one-row calls (an engine's get_action) run through buffers bound once (IOBinding):
 they give exactly what the unbound batch run gives for the same row, for every built-in model kind
 (MLP, LSTM with its state, a uint8 CNN, a masked Dict observation), return new arrays each call, and
-a second thread runs unbound beside the first."""
+a call that finds the buffers in use by another thread runs unbound beside it."""
 
 from __future__ import annotations
 
@@ -75,18 +75,38 @@ def test_a_bound_one_row_run_equals_the_unbound_run(kind: str) -> None:
     np.testing.assert_array_equal(first, kept)  # (later calls wrote into the bound outputs, not into it)
 
 
-def test_a_second_thread_runs_unbound_with_the_same_results() -> None:
+def test_one_row_calls_run_bound_and_a_call_that_finds_the_buffers_in_use_runs_unbound() -> None:
     policy, rows = _policy("lstm")
     state = policy.initial_state()
+    want = policy.step(rows[0][None], state)
+    run = policy.session.run
+
+    def unbound_run(*args, **kwargs):
+        raise AssertionError("a one-row call ran unbound")
+
+    policy.session.run = unbound_run  # (the bound path never calls InferenceSession.run)
     here = policy.step_one(rows[0], state)
+    policy.session.run = run
     there: list = []
-    worker = threading.Thread(target=lambda: there.append(policy.step_one(rows[0], state)))
-    worker.start()
-    worker.join()
-    assert policy._one_row_thread == threading.get_ident()
-    np.testing.assert_array_equal(here[0], there[0][0])
-    for a, b in zip(here[1], there[0][1]):
-        np.testing.assert_array_equal(a, b)
+    with policy._one_row_lock:  # (another thread's call in progress holds the buffers)
+        worker = threading.Thread(target=lambda: there.append(policy.step_one(rows[0], state)))
+        worker.start()
+        worker.join()
+    for got in (here, there[0]):
+        np.testing.assert_array_equal(got[0], want[0][0])
+        for a, b in zip(got[1], want[1]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_model_with_memory_needs_its_whole_state_and_one_without_takes_none() -> None:
+    policy, rows = _policy("lstm")
+    state = policy.initial_state()
+    for call in (lambda: policy.dist_inputs_one(rows[0]), lambda: policy.step_one(rows[0], state[:1])):
+        with pytest.raises(ValueError, match="state tensor"):
+            call()
+    mlp, mlp_rows = _policy("mlp")
+    with pytest.raises(ValueError, match="state tensor"):
+        mlp.step_one(mlp_rows[0], state)
 
 
 def test_a_model_with_open_sizes_runs_unbound() -> None:

@@ -124,6 +124,77 @@ def test_a_lone_server_whose_publishing_fails_frees_its_waiters_and_trains_on(tm
     assert "publishing an update failed: OSError('stderr is gone')" in capfd.readouterr().err
 
 
+def test_a_lone_server_serves_every_module_it_trained_when_publishing_fails_after_the_first(tmp_path: Path) -> None:
+    """Two modules: publishing fails after module a is served and before b is (and, a later update, before
+    any is, right after a good one). Each trained module ends served as its learner's weights, its version
+    kept for the behaviour-logp check, whatever had been published before the failure."""
+    from tether.protocol.onnx_codec import encode_onnx
+    from tether.protocol.episodes import EpisodeChunk
+    from tether.server.config import ServerConfig
+    from tether.server.module_setup import build_layout
+    from tether.server.sample_pool import Pooled
+    from tether.server.trainer import Trainer
+
+    cfg = ServerConfig(modules={"a": {"observation_space": BOX, "action_space": TWO},
+                                "b": {"observation_space": BOX, "action_space": TWO}},
+                       policy_mapping=[{"pattern": "a*", "module": "a"}, {"pattern": "*", "module": "b"}],
+                       logdir=str(tmp_path), tensorboard=False, seed=7, device="cpu", train_batch_size=64,
+                       env_steps_per_sample=16)
+    trainer = Trainer(cfg, build_layout(cfg))
+    rng = np.random.default_rng(0)
+
+    def fill_both() -> None:
+        for module_id in ("a", "b", "a", "b"):
+            chunk = EpisodeChunk(rng.normal(size=(17, 2)).astype(np.float32), rng.integers(0, 2, 16),
+                                 rng.normal(size=16).astype(np.float32), np.full(16, -0.69, np.float32), None,
+                                 True, False)
+            trainer.pool.add(Pooled(module_id, chunk, trainer.modules[module_id].weights_seq_no, source="c"))
+
+    def served_as_trained(version: int) -> None:
+        for module_id, runtime in trainer.modules.items():
+            assert runtime.weights_seq_no == version, module_id
+            assert runtime.onnx_field == encode_onnx(runtime.learner.export_onnx()), module_id
+            assert version in trainer.histories[module_id].versions, module_id
+
+    async def run() -> None:
+        loop = trainer.learner_loop
+        runtime_b = trainer.modules["b"]
+        publish_b = runtime_b.publish
+        calls: list[int] = []
+
+        def b_fails_once(onnx_field: str) -> None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("a bug after module a was served")
+            publish_b(onnx_field)
+
+        runtime_b.publish = b_fails_once
+        fill_both()
+        loop.maybe_start()
+        await asyncio.wait_for(loop.published(), 30)
+        await asyncio.wait_for(loop.between_updates(), 30)
+        served_as_trained(1)
+        fill_both()
+        loop.maybe_start()
+        await asyncio.wait_for(loop.published(), 30)
+        await asyncio.wait_for(loop.between_updates(), 30)
+        served_as_trained(2)
+        assert trainer.metrics.updates == 1  # (the failed one's counts are lost, not its weights)
+        # A failure before anything of the next update is published, right after a good one.
+        tick = loop.guard.tick
+        loop.guard.tick = lambda: (_ for _ in ()).throw(RuntimeError("a bug before publishing"))
+        fill_both()
+        loop.maybe_start()
+        await asyncio.wait_for(loop.published(), 30)
+        await asyncio.wait_for(loop.between_updates(), 30)
+        loop.guard.tick = tick
+        served_as_trained(3)
+        assert trainer.metrics.weights_seq_no == 3
+        await asyncio.wait_for(trainer.close(checkpoint=False), 30)
+
+    asyncio.run(run())
+
+
 def test_a_log_line_to_a_closed_stream_is_lost_and_nothing_else() -> None:
     import io
 
