@@ -45,7 +45,7 @@ from typing import Any
 from tether.protocol.onnx_codec import encode_onnx
 
 from ..ingest.logp_check import ServedPolicy
-from ..learner import IsolatedUpdate, NonFiniteUpdate, build_batch, screen_sources
+from ..learner import IsolatedUpdate, NonFiniteUpdate, screen_sources
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
 from ..say import say
@@ -348,8 +348,7 @@ class LockstepLearnerLoop(LearnerLoop):
         kept = sorted({p.source for p in items}, key=str)
         started = time.perf_counter()
         try:
-            stats = learner.update(build_batch([p.chunk for p in items], learner.packing) if items else None,
-                                   global_steps)
+            stats = learner.update(learner.batch_of([p.chunk for p in items]) if items else None, global_steps)
         except NonFiniteUpdate as exc:  # (every rank raised it, from the same sums: the update is undone everywhere)
             return IsolatedUpdate(None, [], guilty, error=exc, trials=1), None, None
         trained = time.perf_counter()

@@ -39,7 +39,6 @@ from typing import Hashable, Sequence
 from tether.protocol.episodes import EpisodeChunk
 
 from .ppo import NonFiniteUpdate, PPOLearner
-from .rollout_batch import build_batch
 
 
 @dataclass
@@ -72,7 +71,7 @@ def screen_sources(learner: PPOLearner, items: Sequence[tuple[Hashable, EpisodeC
     (``PPOLearner.untrainable_steps``), each with why: one forward pass, no update."""
     guilty: dict[Hashable, str] = {}
     if items:
-        bad = learner.untrainable_steps(build_batch([chunk for _, chunk in items], learner.packing))
+        bad = learner.untrainable_steps(learner.batch_of([chunk for _, chunk in items]))
         if bad.any():
             pos = 0
             for source, chunk in items:
@@ -115,7 +114,7 @@ def update_isolating(learner: PPOLearner, items: Sequence[tuple[Hashable, Episod
             return memo[2]
         trials += 1
         try:
-            stats = learner.update(build_batch([chunk for source, chunk in items if source in wanted], learner.packing))
+            stats = learner.update(learner.batch_of([chunk for source, chunk in items if source in wanted]))
         except NonFiniteUpdate as exc:
             last_error = exc
             learner.load_state(base)

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from .packed_observations import ObservationPacking
 from .optimizer_startup import adam
 from .policy_model import PolicyModel, check_output_width, load_user_model
 from .policy_network import ActorCritic, critic_input_dim, flat_obs_dim
-from .rollout_batch import RolloutBatch
+from .rollout_batch import RolloutBatch, build_batch
 from .distributions import ActionDistribution
 from .sequences import StatePass, run_windows, state_pass, windows
 from .cloning import CloningData
@@ -260,6 +260,10 @@ class PPOLearner:
         self.optimizer.load_state_dict(saved[1])
         self._rng.bit_generator.state = copy.deepcopy(saved[2])
         self.demo_updates = saved[3]
+
+    def batch_of(self, chunks: Sequence[EpisodeChunk]) -> RolloutBatch:
+        """The batch of pooled chunks (their composite rows unpacked where they were pooled packed)."""
+        return build_batch(chunks, self.packing)
 
     def untrainable_steps(self, batch: RolloutBatch) -> np.ndarray:
         """Per step, whether the update could not train on it whatever else the batch

@@ -12,6 +12,7 @@ from tether.protocol.episodes import EpisodeChunk
 from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.protocol.spaces import Dict, Discrete, Tuple, box
 from tether.server.config import ServerConfig
+from tether.server.ingest.batch_dedup import BatchId
 from tether.server.learner import build_batch
 from tether.server.learner.packed_observations import ObservationPacking
 from tether.server.module_setup import build_layout
@@ -83,13 +84,20 @@ def test_a_batch_of_packed_and_float_chunks_is_the_batch_of_the_float_chunks() -
                 np.testing.assert_array_equal(a, b)
 
 
-def test_the_trainer_pools_and_journals_packed_rows_and_trains_on_them(tmp_path) -> None:
-    """A real trainer: a composite module's pooled chunks are packed, the journal holds them packed, and
-    the update trains on rows equal to those the record carried."""
-    config = ServerConfig(observation_space=SCENE.to_json(), action_space=Discrete(3).to_json(), tensorboard=False,
-                          logdir=str(tmp_path), quiet=True, train_batch_size=32, num_epochs=1, minibatch_size=16,
-                          verify_action_logp=False, model={"encoder": "cnn", "conv": [[4, 3, 1]], "dense": 8})
-    trainer = Trainer(config, build_layout(config))
+def _config(tmp_path, **kw) -> ServerConfig:
+    return ServerConfig(observation_space=SCENE.to_json(), action_space=Discrete(3).to_json(), tensorboard=False,
+                        logdir=str(tmp_path), quiet=True, train_batch_size=32, num_epochs=1, minibatch_size=16,
+                        verify_action_logp=False, model={"encoder": "cnn", "conv": [[4, 3, 1]], "dense": 8}, **kw)
+
+
+def _record(seed: int) -> MultiAgentRecord:
+    chunk = _chunk(16, seed)
+    chunk = EpisodeChunk(chunk.obs, chunk.actions, chunk.rewards, chunk.action_logp, None, True, False, f"e{seed}")
+    return MultiAgentRecord(chunk.episode_id, True, False, [AgentChunk("default_agent", "default_policy", 0, chunk)])
+
+
+def _batches_seen(trainer: Trainer) -> list[np.ndarray]:
+    """The flat rows of every batch the trainer's learner updates on, from now on."""
     learner = trainer.modules["default_policy"].learner
     seen: list[np.ndarray] = []
     update = learner.update
@@ -99,18 +107,14 @@ def test_the_trainer_pools_and_journals_packed_rows_and_trains_on_them(tmp_path)
         return update(batch, *args, **kwargs)
 
     learner.update = recording_update
-    sent = [_chunk(16, seed) for seed in (1, 2)]
+    return seen
 
-    async def run() -> None:
-        for i, chunk in enumerate(sent):
-            chunk = EpisodeChunk(chunk.obs, chunk.actions, chunk.rewards, chunk.action_logp, None, True, False,
-                                 f"e{i}")
-            record = MultiAgentRecord(chunk.episode_id, True, False,
-                                      [AgentChunk("default_agent", "default_policy", 0, chunk)])
-            await trainer.submit("c", [record], {"default_policy": 0}, False, env_steps=16)
-        await asyncio.wait_for(trainer.learner_loop.published(), 60)
-        await trainer.close(checkpoint=False)
 
+def test_the_trainer_pools_and_journals_packed_rows_and_trains_on_them(tmp_path) -> None:
+    """A real trainer: a composite module's pooled chunks are packed, the journal holds them packed, and
+    the update trains on rows equal to those the record carried."""
+    trainer = Trainer(_config(tmp_path), build_layout(_config(tmp_path)))
+    seen = _batches_seen(trainer)
     stored: list = []  # (each journal entry as a resume would read it back)
     assert trainer.journal is not None
     journal_append = trainer.journal.append
@@ -120,7 +124,42 @@ def test_the_trainer_pools_and_journals_packed_rows_and_trains_on_them(tmp_path)
         return journal_append(entry)
 
     trainer.journal.append = keep
+
+    async def run() -> None:
+        for seed in (1, 2):
+            await trainer.submit("c", [_record(seed)], {"default_policy": 0}, False, env_steps=16)
+        await asyncio.wait_for(trainer.learner_loop.published(), 60)
+        await trainer.close(checkpoint=False)
+
     asyncio.run(run())
     assert trainer.metrics.updates == 1
     assert stored and all(p.chunk.obs.dtype == np.uint8 for e in stored for p in e.items)
-    np.testing.assert_array_equal(seen[0], np.concatenate([c.obs for c in sent]))
+    np.testing.assert_array_equal(seen[0], np.concatenate([_chunk(16, seed).obs for seed in (1, 2)]))
+
+
+def test_a_resumed_trainer_replays_packed_rows_and_trains_on_the_rows_sent(tmp_path) -> None:
+    config = _config(tmp_path)
+
+    async def first_run() -> None:
+        trainer = Trainer(config, build_layout(config))
+        trainer.pause()
+        trainer.save_checkpoint()
+        for seed in (3, 4):
+            await trainer.submit("c", [_record(seed)], {"default_policy": 0}, False, env_steps=16,
+                                 batch=BatchId("s", seed))
+        trainer.journal.close()  # (killed: the journal holds both batches)
+
+    asyncio.run(first_run())
+    resumed = Trainer(_config(tmp_path, resume=str(tmp_path / "checkpoint.pt")), build_layout(config))
+    assert resumed.pool_steps == 32
+    assert all(p.chunk.obs.dtype == np.uint8 for p in resumed.pool.items())  # (replayed as they were written)
+    seen = _batches_seen(resumed)
+
+    async def second_run() -> None:
+        resumed.learner_loop.maybe_start()
+        await asyncio.wait_for(resumed.learner_loop.published(), 60)
+        await resumed.close(checkpoint=False)
+
+    asyncio.run(second_run())
+    assert resumed.metrics.updates == 1
+    np.testing.assert_array_equal(seen[0], np.concatenate([_chunk(16, seed).obs for seed in (3, 4)]))
