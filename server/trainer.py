@@ -374,6 +374,16 @@ class Trainer:
         client_sessions once no connection has used them for session_state_ttl_s."""
         self.owners.forget_connection(connection)
 
+    def pack_records(self, records: list[MultiAgentRecord]) -> None:
+        """Pack, in place, the observations of the records' trainable modules whose composite rows wait in
+        the pool packed (packed_observations.py): for a large message, called beside the event loop before
+        ``submit``, which packs whatever is not yet."""
+        for record in records:
+            for agent in record.agents:
+                runtime = self.modules.get(agent.module_id)
+                if runtime is not None and runtime.spec.trainable and runtime.learner.packing is not None:
+                    agent.chunk = runtime.learner.packing.pack_chunk(agent.chunk)
+
     async def submit(
         self, connection: Hashable, records: list[MultiAgentRecord], seq_for: dict[str, int], wait_for_update: bool,
         env_steps: int | None = None, source: str = "", batch: BatchId | None = None,
@@ -432,7 +442,7 @@ class Trainer:
                                               self.config.max_staleness)
                 refused += agent.chunk.env_steps - sum(end - start for start, end in parts)
                 packing = runtime.learner.packing  # (a composite space's byte leaves wait as bytes)
-                chunk = agent.chunk if packing is None or not parts else packing.pack_chunk(agent.chunk)
+                chunk = agent.chunk if packing is None or not parts else packing.pack_chunk(agent.chunk)  # (or are)
                 for start, end in parts:
                     admission.append(agent.module_id, end - start)
                     pooled.append(Pooled(agent.module_id, part_of(chunk, start, end),

@@ -58,6 +58,8 @@ class IngestPipeline:
                 versions = await self._check_behaviour_logp(pending.records, versions)
             pending.commit()
             records = pending.records
+            if _obs_values(records) > INLINE_LOGP_CHECK_VALUES:  # (images: packed beside the loop, not on it)
+                await asyncio.get_running_loop().run_in_executor(self._logp_executor, trainer.pack_records, records)
             env_steps = message_env_steps(message, records)
             if observer is not None:
                 observer.batch(session.id, env_steps, versions, records)

@@ -78,7 +78,10 @@ class ObservationPacking:
         return out
 
     def pack_chunk(self, chunk: EpisodeChunk) -> EpisodeChunk:
-        """The chunk with its observations (and a recurrent chunk's ``state_prefix``) packed."""
+        """The chunk with its observations (and a recurrent chunk's ``state_prefix``) packed; a chunk
+        packed already as it is."""
+        if chunk.obs.dtype == np.uint8:
+            return chunk
         prefix = chunk.state_prefix
         return replace(chunk, obs=self.pack(chunk.obs),
                        state_prefix=prefix if prefix is None or prefix.dtype == np.uint8 else self.pack(prefix))

@@ -127,7 +127,11 @@ def test_the_trainer_pools_and_journals_packed_rows_and_trains_on_them(tmp_path)
 
     async def run() -> None:
         for seed in (1, 2):
-            await trainer.submit("c", [_record(seed)], {"default_policy": 0}, False, env_steps=16)
+            records = [_record(seed)]
+            if seed == 2:  # (a large message's records are packed beside the event loop first: submit keeps them)
+                trainer.pack_records(records)
+                assert records[0].agents[0].chunk.obs.dtype == np.uint8
+            await trainer.submit("c", records, {"default_policy": 0}, False, env_steps=16)
         await asyncio.wait_for(trainer.learner_loop.published(), 60)
         await trainer.close(checkpoint=False)
 
