@@ -173,7 +173,7 @@ class ServerConfig:
     pool_journal: bool = _opt(
         True, "write every stored batch to <logdir>/journal (fdatasync) before answering it; --resume replays "
               "what came after the checkpoint, so no answered step is lost to a crash or kill -9")
-    metrics_window: int = _opt(100, "episodes averaged in the return metrics")
+    metrics_window: int = _opt(100, "episodes averaged in the return metrics (at least 5 with stop_at_return)")
     stop_at_return: float | None = _opt(
         None, "stop once the windowed mean return reaches this over three updates, and every client that sent "
               "data in the last three updates or the last minute reaches it on its own last episodes")
@@ -200,6 +200,12 @@ class ServerConfig:
             raise ValueError("train_batch_size and env_steps_per_sample must be positive")
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0")
+        from .stop_rule import MIN_EPISODES_PER_CLIENT  # (the rule's own bound: each client's last few returns)
+
+        too_few = self.stop_at_return is not None and self.metrics_window < MIN_EPISODES_PER_CLIENT
+        if self.metrics_window < 1 or too_few:
+            raise ValueError(f"metrics_window must be >= 1, and >= {MIN_EPISODES_PER_CLIENT} with stop_at_return "
+                             "(the rule needs each active client's last returns at the target)")
         self.hidden_sizes = [int(v) for v in self.hidden_sizes]
         if self.auth_token is None and self.auth_token_file:
             self.auth_token = Path(self.auth_token_file).read_text(encoding="utf-8").strip() or None

@@ -104,6 +104,7 @@ class Trainer:
         #: the one before it, since which the journal is kept (None: unknown, the whole journal is kept).
         self._checkpoint_at: tuple[int, int | None] | None = None
         self._previous_generation: int | None = None
+        self._checkpoint_at_start = False
         self._resume_and_open_journal()
         self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
         if self.self_play is not None and config.resume and not self.self_play.restored:
@@ -112,6 +113,9 @@ class Trainer:
         self.directory: RankDirectory | None = None
         if group is not None:
             self._take_the_groups_weights()
+            self._record_versions()  # (the group's numbers, which may be above this rank's)
+        if self._checkpoint_at_start:
+            self.save_checkpoint()
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
         # Behaviour logps are checked for modules without memory (§13.6): a recurrent step's logp depends on
         # the state its SDK carried, computed over steps of earlier versions, which no one kept model reproduces.
@@ -154,6 +158,12 @@ class Trainer:
         assert self.group is not None
         for module in self.modules.values():
             module.learner.data_parallel = DataParallel(self.group)
+        # Each rank skipped the versions its own versions.json says were served after its checkpoint: the
+        # group serves its weights under the highest such number, so no number served by any rank before
+        # the restart names other weights now.
+        served = self.group.agree([float(rt.weights_seq_no) for rt in self.modules.values()], how="max")
+        for runtime, version in zip(self.modules.values(), served):
+            runtime.weights_seq_no = int(version)
         theirs = self.group.broadcast_object(
             {"run_id": self.run_id, "updates": self.metrics.updates,
              "curriculum": self.curriculum.snapshot() if self.curriculum is not None else None,
@@ -262,8 +272,9 @@ class Trainer:
                 # A new run, or one resumed from another folder: a checkpoint here at once holds its
                 # weights, pool and marks and starts its journal, so a crash before the first periodic
                 # one loses nothing when resumed from here (and an older run's checkpoint left in this
-                # folder is never resumed with this run's journal).
-                self.save_checkpoint()
+                # folder is never resumed with this run's journal). Written once the group's weights and
+                # run_id are this rank's (several ranks), so that the group can go back to it.
+                self._checkpoint_at_start = True
 
     # -- self-play -------------------------------------------------------------
 

@@ -99,6 +99,10 @@ class LockstepLearnerLoop(LearnerLoop):
         #: the group's active clients (TargetView).
         self._held = [0] * group.world_size
         self._group_clients = 0
+        #: Local views taken for agreements so far, and the last whose agreement has decided (published()).
+        self._views = 0
+        self._decided_views = 0
+        self._decision: asyncio.Future | None = None
 
     # -- what the trainer calls ------------------------------------------------------
 
@@ -106,6 +110,25 @@ class LockstepLearnerLoop(LearnerLoop):
         """Start the agreements (on the event loop, once the server listens)."""
         if self._runner is None:
             self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    async def published(self) -> None:
+        """Return once the update that this rank's data stored so far can start has published (on-policy
+        clients, force_on_policy): updates start at an agreement, so this waits for the first agreement
+        whose view holds that data to decide, then for the update it started, if any."""
+        wanted = self._views + 1  # (the next view taken holds what was pooled before this call)
+        while (self._next_state is None and self._decided_views < wanted and not self.stopped
+               and self._runner is not None and not self._runner.done()):
+            if self._decision is None:
+                self._decision = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._decision)
+        await super().published()
+
+    def _decided(self, view: int) -> None:
+        """An agreement on ``view`` decided (an update started, or none): on-policy waiters look again."""
+        self._decided_views = view
+        decision, self._decision = self._decision, None
+        if decision is not None and not decision.done():
+            decision.set_result(None)
 
     def maybe_start(self) -> None:
         """Updates start at an agreement of all ranks, not when this rank's pool fills."""
@@ -130,6 +153,8 @@ class LockstepLearnerLoop(LearnerLoop):
             await self._agree_and_update(loop)
         except Exception as exc:  # (anything unexpected: this rank can no longer follow the others)
             self._fail(f"rank {self.group.rank}: the learner loop failed ({exc!r:.300})")
+        finally:
+            self._decided(self._views)  # (no agreement decides any more: on-policy waiters go)
 
     async def _agree_and_update(self, loop: asyncio.AbstractEventLoop) -> None:
         while not self.stopped:  # (stopped without an agreement: the trainer closes; the others time out)
@@ -137,6 +162,8 @@ class LockstepLearnerLoop(LearnerLoop):
             try:
                 # (judging: an update was published since the last judgement, at the same agreement on every rank)
                 judging, self._judge_due = self._judge_due, False
+                self._views += 1
+                view_no = self._views
                 total = await loop.run_in_executor(self._executor, self.group.agree, self._local_view(judging))
             except RankGroupError as exc:
                 self._fail(str(exc))
@@ -183,6 +210,7 @@ class LockstepLearnerLoop(LearnerLoop):
                         self._fail(str(exc))
                         return
                 self.stopped = True
+                self._decided(view_no)
                 self._on_stop(reason)
                 return
             update = not wishes["paused"] and counts.sum() >= self.config.train_batch_size
@@ -198,14 +226,17 @@ class LockstepLearnerLoop(LearnerLoop):
                 for pooled in self.pool.take():
                     by_module.setdefault(pooled.module_id, []).append(pooled)
                 self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
-                self.training_modules = set(by_module)
+                # Every module with steps on any rank is published by every rank (admission's staleness).
+                self.training_modules = {m for m, n in zip(self._order, counts) if n > 0}
                 self._next_state = loop.create_future()
+                self._decided(view_no)
                 self._task = loop.create_task(self._update(by_module))
                 await asyncio.gather(self._task, return_exceptions=True)
                 if self._update_failure is not None:
                     self._fail(self._update_failure)
                     return
             else:
+                self._decided(view_no)
                 slept_from = loop.time()
                 await asyncio.sleep(TICK_S)
                 self.reports.note_lag(loop.time() - slept_from - TICK_S)
@@ -245,7 +276,9 @@ class LockstepLearnerLoop(LearnerLoop):
 
     def _stop_reason(self, wishes: dict[str, float], env_steps: int, reached: bool) -> str | None:
         if wishes["stop"]:
-            return self._wish or "group"  # (another rank's signal or console: "group" here)
+            # (another rank's signal or console: "group" here, also on a rank that only reached its budget at
+            # this agreement, so that no rank ends its clients' run while the others are interrupted)
+            return self._wish if self._wish not in (None, "max_env_steps") else "group"
         budget = self.config.max_env_steps
         if wishes["done"] or (budget and env_steps >= budget):
             return "max_env_steps"
@@ -291,6 +324,7 @@ class LockstepLearnerLoop(LearnerLoop):
     def _fail(self, why: str) -> None:
         self.failure = why
         self.stopped = True
+        self._decided(self._views)  # (nothing will decide any more: waiters go)
         say(f"[tether] {why}; this rank stops (torchrun restarts the group from its checkpoints when allowed "
             "to: --max-restarts)")
         self._on_stop("rank_failed")

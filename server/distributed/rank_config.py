@@ -32,9 +32,11 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     """The configuration rank ``place.rank`` runs (see the module docstring). Every option runs on
     several ranks (self-play too: its ratings are the group's, its snapshots rank 0's exports)."""
     resume = config.resume
-    if resume is None and place.attempt > 0:
-        # torchrun restarted the group (--max-restarts) on a command line without --resume: this is
-        # the same run, which goes on from each rank's checkpoint (a new run would drop their journals).
+    if place.attempt > 0:
+        # torchrun restarted the group (--max-restarts): this is the same run, which goes on from each
+        # rank's checkpoint in its own logdir (a new run would drop their journals), also when the
+        # command line resumed another folder's (a run forked from it: its first attempt checkpointed
+        # here at once, and its journal is here).
         resume = str(Path(config.logdir) / "checkpoint.pt")
     summary = config.summary_file
     if summary and place.rank > 0:

@@ -64,6 +64,11 @@ class OneRank:
     def gather_objects(self, value):
         return [value]
 
+    def agree(self, values, how="sum"):
+        import numpy as np
+
+        return np.asarray(list(values), np.float64)
+
 
 def trainer(logdir: Path, resume: Path | None = None):
     from tether.server.app import build_layout
@@ -99,3 +104,75 @@ def test_a_resume_from_another_folder_leaves_that_folder_as_it_was(tmp_path: Pat
     moved = trainer(tmp_path / "b", resume=tmp_path / "a" / "checkpoint.pt")
     assert moved.metrics.updates == 10 and updates_held(tmp_path / "a" / "checkpoint.pt") == before
     assert updates_held(tmp_path / "b" / "checkpoint.pt") == {10: "checkpoint.pt"}
+
+
+def _starting_rank(rank: int, port: int, out: str) -> None:
+    """One rank of a new run (or, with ``<out>/resume``, of the run resumed): its Trainer starts (a new
+    run's checkpoint at once written), writes down the versions it serves, and closes."""
+    import json
+    import asyncio
+    import os
+
+    import torch
+
+    from tether.server.config import ServerConfig
+    from tether.server.distributed.rank_group import RankGroup, RankPlace
+    from tether.server.module_setup import build_layout
+    from tether.server.trainer import Trainer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    group = RankGroup(RankPlace(rank=rank, world_size=2, local_rank=rank), torch.device("cpu"), 30)
+    logdir = Path(out) / f"rank-{rank}"
+    resume = str(logdir / "checkpoint.pt") if (Path(out) / "resume").exists() else None
+    config = ServerConfig(logdir=str(logdir), tensorboard=False, quiet=True, device="cpu", resume=resume,
+                          seed=rank)  # (seeded apart: only rank 0's weights make the ranks alike)
+    trainer = Trainer(config, build_layout(config), group=group)
+    (Path(out) / f"served-{rank}.json").write_text(json.dumps(
+        {m: rt.weights_seq_no for m, rt in trainer.modules.items()}))
+    asyncio.run(trainer.close(checkpoint=False))
+    group.close()
+
+
+def test_every_ranks_first_checkpoint_holds_the_groups_run_and_weights(tmp_path: Path) -> None:
+    """The checkpoint a new run writes at once is the one a group may go back to (a rank killed while the
+    first periodic one is written): on every rank it must be of the group's run and hold its weights."""
+    import torch
+
+    from tether.server.checkpoint import load_checkpoint
+
+    from .gloo_ranks import run_two_ranks
+
+    run_two_ranks(_starting_rank, tmp_path)
+    first, second = (load_checkpoint(tmp_path / f"rank-{r}" / "checkpoint.pt") for r in (0, 1))
+    assert first["run_id"] == second["run_id"]
+
+    def tensors(value, at=""):  # (every tensor of a nested state, by where it is)
+        if isinstance(value, torch.Tensor):
+            yield at, value
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield from tensors(item, f"{at}/{key}")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                yield from tensors(item, f"{at}/{i}")
+
+    mine, theirs = dict(tensors(first["modules"])), dict(tensors(second["modules"]))
+    assert mine.keys() == theirs.keys() and any("weight" in key for key in mine)
+    assert all(torch.equal(mine[key], theirs[key]) for key in mine)
+
+
+def test_a_resumed_group_serves_above_every_version_any_rank_served_after_the_checkpoint(tmp_path: Path) -> None:
+    """Rank 1 served versions 1-3 after the group's checkpoint (its versions.json says so) and rank 0 wrote
+    down none of them before the group died: restarted, every rank serves the restored weights as v4, so
+    that no number a client holds names other weights."""
+    import json
+
+    from .gloo_ranks import run_two_ranks
+
+    run_two_ranks(_starting_rank, tmp_path)
+    (tmp_path / "rank-1" / "versions.json").write_text(json.dumps({"default_policy": 3}))
+    (tmp_path / "resume").touch()
+    run_two_ranks(_starting_rank, tmp_path)
+    served = [json.loads((tmp_path / f"served-{r}.json").read_text()) for r in (0, 1)]
+    assert served == [{"default_policy": 4}, {"default_policy": 4}], served
+    assert json.loads((tmp_path / "rank-0" / "versions.json").read_text()) == {"default_policy": 4}

@@ -206,3 +206,54 @@ def test_a_log_line_to_a_closed_stream_is_lost_and_nothing_else() -> None:
     open_stream = io.StringIO()
     say("[tether] a line", open_stream)
     assert open_stream.getvalue() == "[tether] a line\n"
+
+
+def on_policy_rank(rank: int, port: int, out: str) -> None:
+    """One rank of a force_on_policy group: each rank stores half the group's batch; rank 0's client waits
+    for the update its batch completes (as EPISODES_AND_GET_STATE does) and notes the version it gets."""
+    import dataclasses
+
+    from tether.protocol.episodes import EpisodeChunk
+    from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
+    from tether.server.distributed.rank_group import RankGroup, RankPlace
+    from tether.server.module_setup import build_layout
+    from tether.server.trainer import Trainer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    group = RankGroup(RankPlace(rank=rank, world_size=2, local_rank=rank), torch.device("cpu"), TIMEOUT_S)
+    cfg = dataclasses.replace(config(Path(out) / f"r{rank}"), force_on_policy=True, max_staleness=0,
+                              stop_at_return=None)
+    trainer = Trainer(cfg, build_layout(cfg), group=group)
+    rng = np.random.default_rng(rank)
+    report: dict = {}
+
+    async def run() -> None:
+        trainer.start()
+        chunk = EpisodeChunk(rng.normal(size=(33, 2)).astype(np.float32), rng.integers(0, 2, 32),
+                             rng.normal(size=32).astype(np.float32), np.full(32, -0.69, np.float32), None, True, False,
+                             f"e{rank}")
+        record = MultiAgentRecord(chunk.episode_id, True, False, [AgentChunk("default_agent", "m", 0, chunk)])
+        module = trainer.modules["m"]
+        if rank == 1:
+            await trainer.submit("c1", [record], {"m": 0}, False, env_steps=32)
+        else:
+            await asyncio.sleep(0.5)  # (rank 1's half is in its pool: rank 0's completes the group's batch)
+            await asyncio.wait_for(trainer.submit("c0", [record], {"m": 0}, True, env_steps=32), 30)
+            report["version_answered"] = module.weights_seq_no
+            trainer.request_stop("signal")
+        await asyncio.wait_for(trainer.stop_requested.wait(), 30)
+        report["version_at_end"] = module.weights_seq_no
+        (Path(out) / f"rank-{rank}.pkl").write_bytes(pickle.dumps(report))
+        await trainer.close(checkpoint=False)
+
+    asyncio.run(run())
+    group.close()
+
+
+def test_an_on_policy_client_of_a_group_waits_for_the_update_its_batch_completes(tmp_path: Path) -> None:
+    """force_on_policy with several ranks: the update starts at the ranks' next agreement, not when the
+    batch is stored; the client that completed the group's batch is answered with the weights it trained."""
+    gloo_ranks.run_two_ranks(on_policy_rank, tmp_path)
+    first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
+    assert first["version_answered"] == 1, first
+    assert first["version_at_end"] == second["version_at_end"] == 1, (first, second)

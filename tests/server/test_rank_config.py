@@ -22,6 +22,13 @@ def test_each_rank_gets_its_port_folder_checkpoint_and_summary() -> None:
     again = config_for_rank(dataclasses.replace(config, resume=None), RankPlace(rank=1, world_size=2, local_rank=1,
                                                                               attempt=1))
     assert again.resume == "runs/big/rank-1/checkpoint.pt"
+    # A run forked from another folder's checkpoint goes on, once restarted, from its own folder's
+    # checkpoints and journal, not from the one it was forked from.
+    forked = dataclasses.replace(config, logdir="runs/fork", resume="runs/big/checkpoint.pt")
+    assert config_for_rank(forked, RankPlace(rank=1, world_size=2, local_rank=1)).resume == \
+        "runs/big/rank-1/checkpoint.pt"
+    assert config_for_rank(forked, RankPlace(rank=1, world_size=2, local_rank=1, attempt=2)).resume == \
+        "runs/fork/rank-1/checkpoint.pt"
 
 
 def test_self_play_runs_on_several_ranks_with_the_groups_table() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tether.server.stop_rule import ACTIVE_S, MIN_EPISODES_PER_CLIENT, ClientReturns
 
 
@@ -176,3 +178,29 @@ def test_a_share_cut_short_by_refused_returns_does_not_count() -> None:
         for _, metrics, _ in ranks:
             metrics.episodes_total += 30
     assert decided == [[False, False]] * 4
+
+
+def test_every_rank_stops_for_the_same_reason_when_one_is_signalled_as_another_reaches_its_budget() -> None:
+    """A rank whose budget is reached at the agreement where another rank is signalled must not end its
+    clients' run (TRAINING_DONE) while the others are interrupted: it stops as "group" too."""
+    from types import SimpleNamespace
+
+    from tether.server.config import ServerConfig
+    from tether.server.distributed.lockstep_loop import LockstepLearnerLoop
+
+    config = ServerConfig(max_env_steps=1000)
+    wishes = {"stop": 1.0, "done": 1.0, "paused": 0.0, "report": 0.0, "results": 0.0}
+    reason = LockstepLearnerLoop._stop_reason  # (what each rank decides from the agreed sums and its own wish)
+    assert reason(SimpleNamespace(_wish="max_env_steps", config=config), wishes, 1000, False) == "group"
+    assert reason(SimpleNamespace(_wish=None, config=config), wishes, 1000, False) == "group"
+    assert reason(SimpleNamespace(_wish="signal", config=config), wishes, 1000, False) == "signal"
+    assert reason(SimpleNamespace(_wish="max_env_steps", config=config), {**wishes, "stop": 0.0}, 1000,
+                  False) == "max_env_steps"
+
+
+def test_a_metrics_window_too_short_for_the_stop_rule_is_refused() -> None:
+    from tether.server.config import ServerConfig
+
+    with pytest.raises(ValueError, match="metrics_window"):
+        ServerConfig(stop_at_return=100.0, metrics_window=4)
+    assert ServerConfig(metrics_window=4).metrics_window == 4  # (without the rule, any window of 1 or more)
