@@ -226,8 +226,10 @@ class LockstepLearnerLoop(LearnerLoop):
                 for pooled in self.pool.take():
                     by_module.setdefault(pooled.module_id, []).append(pooled)
                 self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
-                # Every module with steps on any rank is published by every rank (admission's staleness).
-                self.training_modules = {m for m, n in zip(self._order, counts) if n > 0}
+                # Until the ranks agree which modules they train (the first sum of train()), admission counts
+                # every module some rank may take as updating: refusing a little fresh data for a moment is
+                # safe, letting data in that an unforeseen version would make too stale is not.
+                self.training_modules = {m for m, n in zip(self._order, counts) if n > 0} | set(by_module)
                 self._next_state = loop.create_future()
                 self._decided(view_no)
                 self._task = loop.create_task(self._update(by_module))
@@ -365,6 +367,10 @@ class LockstepLearnerLoop(LearnerLoop):
             guilty[module_id] = screen_sources(runtime.learner, [(p.source, p.chunk) for p in items])
             screened[module_id] = [p for p in items if p.source not in guilty[module_id]]
         counts = self.group.agree(sum(p.chunk.env_steps for p in screened[m]) for m in self._order)
+        # Exactly the modules every rank now updates and publishes (each rank takes at most train_batch_size
+        # of its pool, so a module pooled on some rank may not be in this update at all): one reference swap,
+        # which the event loop's admission reads whole.
+        self.training_modules = {m for m, n in zip(self._order, counts) if n > 0}
         results: dict[str, Any] = {}
         for module_id, global_steps in zip(self._order, counts):
             if global_steps == 0:

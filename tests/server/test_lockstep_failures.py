@@ -257,3 +257,72 @@ def test_an_on_policy_client_of_a_group_waits_for_the_update_its_batch_completes
     first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
     assert first["version_answered"] == 1, first
     assert first["version_at_end"] == second["version_at_end"] == 1, (first, second)
+
+
+def two_module_rank(rank: int, port: int, out: str) -> None:
+    """Rank 0 pools a whole batch of module a and then steps of module b, rank 1 a few steps of a: the
+    group's update trains a alone, so admission must not count b as updating (its fresh data would be
+    refused as one version too stale)."""
+    import dataclasses
+
+    from tether.protocol.episodes import EpisodeChunk
+    from tether.server.distributed.rank_group import RankGroup, RankPlace
+    from tether.server.module_setup import build_layout
+    from tether.server.sample_pool import Pooled
+    from tether.server.trainer import Trainer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    group = RankGroup(RankPlace(rank=rank, world_size=2, local_rank=rank), torch.device("cpu"), TIMEOUT_S)
+    cfg = dataclasses.replace(config(Path(out) / f"r{rank}"), stop_at_return=None,
+                              modules={m: {"observation_space": BOX, "action_space": TWO} for m in ("a", "b")},
+                              policy_mapping=[{"pattern": "b*", "module": "b"}, {"pattern": "*", "module": "a"}])
+    trainer = Trainer(cfg, build_layout(cfg), group=group)
+    rng = np.random.default_rng(rank)
+    report: dict = {}
+
+    def pool(module_id: str, chunks: int) -> None:
+        for _ in range(chunks):
+            chunk = EpisodeChunk(rng.normal(size=(17, 2)).astype(np.float32), rng.integers(0, 2, 16),
+                                 rng.normal(size=16).astype(np.float32), np.full(16, -0.69, np.float32), None,
+                                 True, False)
+            trainer.pool.add(Pooled(module_id, chunk, 0, source=f"c{rank}"))
+
+    async def run() -> None:
+        loop = trainer.learner_loop
+        train = loop.train
+
+        def noting(by_module):
+            results = train(by_module)
+            report["taken"] = sorted(m for m, items in by_module.items() if items)
+            report["updating"] = sorted(loop.training_modules)  # (what admission reads until it publishes)
+            return results
+
+        loop.train = noting
+        if rank == 0:
+            pool("a", 4)  # (train_batch_size: 64 agent steps)
+            pool("b", 2)
+        else:
+            pool("a", 1)
+        trainer.start()
+        deadline = asyncio.get_running_loop().time() + 60
+        while trainer.metrics.updates < 1 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        report["versions"] = {m: rt.weights_seq_no for m, rt in trainer.modules.items()}
+        report["pooled"] = trainer.pool.steps
+        if rank == 0:
+            trainer.request_stop("signal")
+        await asyncio.wait_for(trainer.stop_requested.wait(), 60)
+        (Path(out) / f"rank-{rank}.pkl").write_bytes(pickle.dumps(report))
+        await trainer.close(checkpoint=False)
+
+    asyncio.run(run())
+    group.close()
+
+
+def test_admission_counts_as_updating_only_the_modules_the_group_takes(tmp_path: Path) -> None:
+    gloo_ranks.run_two_ranks(two_module_rank, tmp_path)
+    first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
+    assert first["taken"] == ["a"] and first["pooled"] == 32, first  # (b's steps wait for a later update)
+    for report in (first, second):
+        assert report["versions"] == {"a": 1, "b": 0}, report
+        assert report["updating"] == ["a"], report
