@@ -6,7 +6,8 @@
 * resume: ``--resume <logdir>/checkpoint.pt`` (the group's path) resumes each rank from
   ``<logdir>/rank-<r>/checkpoint.pt``, so the same command line serves a fresh start and torchrun's
   restarts (a rank with no checkpoint yet starts fresh, as a lone server does); a restart by
-  torchrun of a command line without ``--resume`` resumes from ``<logdir>/checkpoint.pt`` alike.
+  torchrun of a command line without ``--resume`` resumes from ``<logdir>/checkpoint.pt`` alike, and so
+  does one of a run forked from another folder's checkpoint, once it wrote its own there.
 * summary_file: rank 0 writes it; rank ``r > 0`` writes ``<name>.rank-<r><suffix>`` beside it.
 * device: ``auto`` is ``cuda:<local rank>`` where there are GPUs, one per local rank.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..config import ServerConfig
+from .group_checkpoints import restart_checkpoint
 from .rank_group import RankPlace
 
 
@@ -31,13 +33,14 @@ def rank_path(path: str, rank: int) -> str:
 def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     """The configuration rank ``place.rank`` runs (see the module docstring). Every option runs on
     several ranks (self-play too: its ratings are the group's, its snapshots rank 0's exports)."""
-    resume = config.resume
+    logdir = str(Path(config.logdir) / f"rank-{place.rank}")
+    resume = rank_path(config.resume, place.rank) if config.resume else None
     if place.attempt > 0:
         # torchrun restarted the group (--max-restarts): this is the same run, which goes on from each
         # rank's checkpoint in its own logdir (a new run would drop their journals), also when the
         # command line resumed another folder's (a run forked from it: its first attempt checkpointed
-        # here at once, and its journal is here).
-        resume = str(Path(config.logdir) / "checkpoint.pt")
+        # here at once, and its journal is here), unless that attempt died before it could.
+        resume = restart_checkpoint(str(Path(logdir) / "checkpoint.pt"), resume)
     summary = config.summary_file
     if summary and place.rank > 0:
         p = Path(summary)
@@ -48,8 +51,8 @@ def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:
     return dataclasses.replace(
         config,
         port=config.port + place.local_rank if config.port else 0,
-        logdir=str(Path(config.logdir) / f"rank-{place.rank}"),
-        resume=rank_path(resume, place.rank) if resume else None,
+        logdir=logdir,
+        resume=resume,
         summary_file=summary,
         device=device,
         # One console for the group: rank 0's, which shows every rank (rank_reports.py).

@@ -4,6 +4,9 @@ option runs on several ranks (self-play's too)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+
+import torch
 
 from tether.server.config import ServerConfig
 from tether.server.distributed.rank_config import config_for_rank
@@ -22,13 +25,27 @@ def test_each_rank_gets_its_port_folder_checkpoint_and_summary() -> None:
     again = config_for_rank(dataclasses.replace(config, resume=None), RankPlace(rank=1, world_size=2, local_rank=1,
                                                                               attempt=1))
     assert again.resume == "runs/big/rank-1/checkpoint.pt"
-    # A run forked from another folder's checkpoint goes on, once restarted, from its own folder's
-    # checkpoints and journal, not from the one it was forked from.
-    forked = dataclasses.replace(config, logdir="runs/fork", resume="runs/big/checkpoint.pt")
-    assert config_for_rank(forked, RankPlace(rank=1, world_size=2, local_rank=1)).resume == \
-        "runs/big/rank-1/checkpoint.pt"
-    assert config_for_rank(forked, RankPlace(rank=1, world_size=2, local_rank=1, attempt=2)).resume == \
-        "runs/fork/rank-1/checkpoint.pt"
+
+
+def test_a_restarted_fork_goes_on_from_its_own_checkpoint_once_it_wrote_one(tmp_path: Path) -> None:
+    """A run forked from another folder's checkpoint goes on, once restarted, from its own folder's
+    checkpoints and journal, not from the one it was forked from; but when its first attempt died before
+    its first checkpoint there (or left only an older run's), from the one it was forked from again."""
+    big, fork = tmp_path / "big", tmp_path / "fork"
+    forked = ServerConfig(logdir=str(fork), resume=str(big / "checkpoint.pt"), device="cpu")
+    first, restart = (RankPlace(rank=1, world_size=2, local_rank=1, attempt=a) for a in (0, 2))
+
+    def write(path: Path, run_id: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"counters": {"updates": 3}, "run_id": run_id}, path)
+
+    write(big / "rank-1" / "checkpoint.pt", "run-a")
+    assert config_for_rank(forked, first).resume == str(big / "rank-1" / "checkpoint.pt")
+    assert config_for_rank(forked, restart).resume == str(big / "rank-1" / "checkpoint.pt")  # (none of its own)
+    write(fork / "rank-1" / "checkpoint.pt", "run-b")  # (an older run's, left in a reused folder)
+    assert config_for_rank(forked, restart).resume == str(big / "rank-1" / "checkpoint.pt")
+    write(fork / "rank-1" / "checkpoint.pt", "run-a")  # (its own: a fork keeps its origin's run id)
+    assert config_for_rank(forked, restart).resume == str(fork / "rank-1" / "checkpoint.pt")
 
 
 def test_self_play_runs_on_several_ranks_with_the_groups_table() -> None:
