@@ -12,7 +12,7 @@ from typing import Any
 
 from .config import ConfigError, ServerConfig, host_in_url
 from .distributed.rank_config import config_for_rank
-from .distributed.rank_group import RankGroup, RankPlace
+from .distributed.rank_group import RankGroup, RankGroupError, RankPlace
 from .module_runtime import resolve_device
 from .module_setup import MappingFn, build_layout
 from .transport.tcp import TetherServer
@@ -77,15 +77,23 @@ async def serve(
         group = RankGroup(place, resolve_device(config.device), config.group_timeout_s)
     try:
         trainer = Trainer(config, build_layout(config, mapping_fn), group)
-    except ValueError as exc:  # (CheckpointError included)
+    except (ValueError, RankGroupError) as exc:  # (CheckpointError included; a group that did not start)
         if group is not None:
             group.close()
+        if isinstance(exc, RankGroupError):
+            raise
         raise ConfigError(str(exc)) from None
     server = TetherServer(trainer)
     await server.start()
     port = server.port  # (the summary's: the listening socket is gone by then)
     if group is not None:
-        trainer.join_the_directory(port)
+        try:
+            trainer.join_the_directory(port)
+        except RankGroupError:  # (nothing was served yet: no checkpoint to write, the first one is on disk)
+            await server.stop()
+            await trainer.close(checkpoint=False)
+            group.close()
+            raise
     trainer.start()
     console = await _start_console(config, trainer, server, group_console)
     websocket = None

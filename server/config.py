@@ -182,6 +182,9 @@ class ServerConfig:
     group_timeout_s: float = _opt(
         60.0, "started by torchrun on several ranks: seconds a rank waits for the others in one collective (an "
               "agreement, a gradient sum) before the group stops (docs/scale-out.md)")
+    group_start_timeout_s: float = _opt(
+        600.0, "started by torchrun on several ranks: seconds a rank waits at start-up for the others to be "
+               "ready (loading a checkpoint, replaying a journal, taking the group's weights) before it gives up")
     advertise_host: str | None = _opt(
         None, "started by torchrun on several ranks: the host clients reach this rank at, named to them in PONG's "
               "ranks and redirects (protocol §6.7); by default --host, or, when it is a wildcard, this node's "
@@ -215,6 +218,8 @@ class ServerConfig:
             raise ValueError("max_connections must be >= 1 and pre_auth_max_frame_bytes >= 64")
         if self.handshake_timeout_s <= 0 or self.client_timeout_s < 0:
             raise ValueError("handshake_timeout_s must be > 0 and client_timeout_s >= 0")
+        if not (self.group_timeout_s > 0 and self.group_start_timeout_s > 0):  # (also refuses NaN)
+            raise ValueError("group_timeout_s and group_start_timeout_s must be > 0")
         if self.max_handshaking_connections < 0 or self.auth_max_failures < 1 or self.auth_backoff_max_s <= 0:
             raise ValueError("max_handshaking_connections must be >= 0, auth_max_failures >= 1 "
                              "and auth_backoff_max_s > 0")

@@ -156,6 +156,7 @@ class Trainer:
         modules: rank 0's weights and models) and their record and ratings. A collective of the group:
         every rank calls it at the same point of its start."""
         assert self.group is not None
+        self.group.meet("the group's weights", self.config.group_start_timeout_s)  # (a long journal replay)
         for module in self.modules.values():
             module.learner.data_parallel = DataParallel(self.group)
         # Each rank skipped the versions its own versions.json says were served after its checkpoint: the
@@ -194,6 +195,7 @@ class Trainer:
         assert self.group is not None
         held = group_checkpoints.checkpoints_held(path)
         journaled = bool(journal_files(Path(path).parent / "journal"))
+        self.group.meet("choosing a checkpoint", self.config.group_start_timeout_s)
         theirs = self.group.gather_objects((sorted(held), journaled))
         target = group_checkpoints.common_update([h for h, _ in theirs], [j for _, j in theirs])
         if target is None:
@@ -218,6 +220,7 @@ class Trainer:
     def join_the_directory(self, port: int) -> None:
         """Several ranks, once this rank listens: every rank's client address, for PONG (§6.7). A collective."""
         assert self.group is not None
+        self.group.meet("the ranks' addresses", self.config.group_start_timeout_s)  # (a long first checkpoint)
         self.directory = RankDirectory.gather(
             self.group, advertised_host(self.config.host, self.config.advertise_host), port)
         if isinstance(self.learner_loop, LockstepLearnerLoop):

@@ -86,6 +86,19 @@ class RankGroup:
         """Rank 0: the one whose exports and weights every rank takes."""
         return self.rank == 0
 
+    def meet(self, what: str, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for every rank to get here (a start-up step a rank may take long over,
+        such as replaying its journal, which the collectives' own timeout is too short for)."""
+        started = time.perf_counter()
+        try:
+            dist.monitored_barrier(group=self._control, timeout=datetime.timedelta(seconds=timeout_s),
+                                   wait_all_ranks=True)
+        except Exception as exc:
+            raise RankGroupError(f"rank {self.rank}: the other ranks were not ready for {what} within {timeout_s:g} s "
+                                 f"(--group-start-timeout-s): {str(exc)[:300]}") from exc
+        finally:
+            self.busy_s += time.perf_counter() - started
+
     def agree(self, values: Iterable[float], how: str = "sum") -> np.ndarray:
         """Sum (or maximum) of ``values`` over the ranks, in float64 on the control group."""
         tensor = torch.tensor(list(values), dtype=torch.float64)

@@ -49,6 +49,9 @@ def test_unknown_and_invalid_options_are_clear_errors(tmp_path) -> None:
         ServerConfig.from_toml(toml)
     with pytest.raises(ValueError, match="max_staleness"):
         ServerConfig(max_staleness=-1)
+    for timeouts in ({"group_timeout_s": 0.0}, {"group_start_timeout_s": float("nan")}):
+        with pytest.raises(ValueError, match="group_start_timeout_s must be > 0"):
+            ServerConfig(**timeouts)
 
 
 BOX = lambda n: {"type": "Box", "shape": [n], "low": -1, "high": 1}  # noqa: E731
