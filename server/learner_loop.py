@@ -186,16 +186,14 @@ class LearnerLoop:
             if stats is None or module_id in self._published_ids:
                 continue
             runtime = self.modules[module_id]
-            runtime.publish(served[0])
-            self._published_ids.add(module_id)
+            try:
+                self._serve(module_id, served)
+            except Exception as serve_exc:  # (its weights may be served without the behaviour-logp check's copy)
+                say(f"[tether] module {module_id!r}: serving v{runtime.weights_seq_no} failed part way: "
+                    f"{serve_exc!r:.300}")
+                continue
             say(f"[tether] module {module_id!r}: its trained weights are served as v{runtime.weights_seq_no} "
                 f"(this update's counts and logs are lost)")
-            try:  # (the behaviour-logp check must know the version, or it refuses all its data as unverified)
-                if module_id in self.histories:
-                    self.histories[module_id].add_served(runtime.weights_seq_no, served[1])
-            except Exception as history_exc:
-                say(f"[tether] keeping v{runtime.weights_seq_no} of module {module_id!r} for the behaviour-logp "
-                    f"check failed: {history_exc!r:.300}")
         self.metrics.weights_seq_no = self._served_version
         if self._record_versions is not None:
             try:
@@ -279,11 +277,7 @@ class LearnerLoop:
                     say(f"[tether] update of module {module_id!r}: {sum(p.chunk.env_steps for p in cleared)} agent "
                         f"steps of client(s) {', '.join(sorted({p.source for p in cleared}))} left out unblamed "
                         f"({outcome.trials} trial updates)")
-            runtime = self.modules[module_id]
-            runtime.publish(served[0])
-            self._published_ids.add(module_id)
-            if module_id in self.histories:
-                self.histories[module_id].add_served(runtime.weights_seq_no, served[1])
+            self._serve(module_id, served)
             m.module_updates[module_id] = stats
             m.agent_steps_trained += sum(p.chunk.env_steps for p in items if p.source in kept)
             published[module_id] = stats
@@ -304,6 +298,15 @@ class LearnerLoop:
             m.learner = published[first]
             self._check_target()
         return published
+
+    def _serve(self, module_id: str, served: tuple[str, ServedPolicy]) -> None:
+        """Serve a module's trained weights as its next version (encoded model, loaded policy), which the
+        behaviour-logp check then knows (else it would refuse that version's data as unverified)."""
+        runtime = self.modules[module_id]
+        runtime.publish(served[0])
+        self._published_ids.add(module_id)
+        if module_id in self.histories:
+            self.histories[module_id].add_served(runtime.weights_seq_no, served[1])
 
     def _check_target(self) -> None:
         """After a published update: whether stop_at_return is reached."""

@@ -106,7 +106,8 @@ class Trainer:
         self._previous_generation: int | None = None
         self._checkpoint_at_start = False
         self._resume_and_open_journal()
-        self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
+        if group is None:  # (several ranks: once the group's numbers are known, below)
+            self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
         if self.self_play is not None and config.resume and not self.self_play.restored:
             self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
         #: Several ranks: every rank's client address and load (PONG ranks and redirect, §6.7), once listening.
