@@ -37,7 +37,7 @@ FLAGS = ("--train-batch-size", "300", "--num-epochs", "1", "--checkpoint-every",
 
 def episode(seq: int) -> dict:
     obs = np.random.default_rng(seq).normal(size=(STEPS + 1, 4)).round(3)
-    obs[:, 0] = seq * 1000 + np.arange(STEPS + 1)  # step j of batch seq has id seq*1000+j
+    obs[:, 0] = seq * 1000 + np.arange(STEPS + 1)  # step j of batch seq has id seq*1000+j (exact in float32)
     return {"obs": obs.tolist(), "actions": [int(a) for a in np.arange(STEPS) % 2],
             "rewards": [1.0] * STEPS, "action_logp": [-0.693] * STEPS, "is_terminated": True, "is_truncated": False}
 
@@ -45,15 +45,17 @@ def episode(seq: int) -> dict:
 class Client(threading.Thread):
     """Sends batch after batch; a batch whose answer was lost is resent unchanged."""
 
-    def __init__(self) -> None:
+    def __init__(self, session: str = "durable-test", first_seq: int = 1) -> None:
         super().__init__(daemon=True)
         self.port = 0
+        #: Its client_session, and the number of its first batch (clients of one server keep their ids apart).
+        self.session, self.first_seq = session, first_seq
         self.answered: list[int] = []
         self.errors: list[dict] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
-        conn, version, seq, pending = None, 0, 0, None
+        conn, version, seq, pending = None, 0, self.first_seq - 1, None
         while not self.halt.is_set():
             try:
                 if conn is None:
@@ -63,7 +65,7 @@ class Client(threading.Thread):
                 if pending is None:
                     seq += 1
                     pending = {"type": "EPISODES_AND_GET_STATE", "episodes": [episode(seq)], "weights_seq_no": version,
-                               "client_session": "durable-test", "batch_seq": seq}
+                               "client_session": self.session, "batch_seq": seq}
                 reply = conn.request(pending)
                 if reply["type"] != "SET_STATE":
                     self.errors.append(reply)

@@ -57,12 +57,13 @@ normalize_observations = true
 class Group:
     """``torchrun --nproc-per-node ranks -m tether.server.cli serve <flags>``: its ranks' ports and output."""
 
-    def __init__(self, tmp_path: Path, *flags: str, ranks: int = 2, restarts: int = 0) -> None:
+    def __init__(self, tmp_path: Path, *flags: str, ranks: int = 2, restarts: int = 0, port: int = 0,
+                 program: tuple[str, ...] = ("-m", "tether.server.cli", "serve")) -> None:
         self.logdir = tmp_path / "run"
         self.summary = tmp_path / "summary.json"
         self.cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                     "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", str(restarts),
-                    "-m", "tether.server.cli", "serve", "--port", str(two_free_ports()), "--logdir", str(self.logdir),
+                    *program, "--port", str(port or two_free_ports()), "--logdir", str(self.logdir),
                     "--summary-file", str(self.summary), "--no-tensorboard", "--group-timeout-s", "60", *flags]
         self.lines: list[str] = []
         self.ports: dict[int, int] = {}
