@@ -11,7 +11,8 @@ A client is known by two names: the connection its data came on (the
 ``client_session`` (protocol 1.3), that session, so a reconnect does not
 clear its record. A strike counts against every name of the client; either
 name, once refused, refuses the client. Data submitted without a source
-(in-process use) shares the name "".
+(in-process use) shares the name "". With several ranks, a client_session one
+rank refuses is refused by every rank (LockstepLearnerLoop tells them).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class DataGuard:
         self._refused: OrderedDict[Hashable, int] = OrderedDict()
         #: source -> the client_sessions seen on it.
         self._sessions: OrderedDict[str, list[tuple]] = OrderedDict()
+        #: Several ranks: client_sessions refused here that the other ranks have not been told of yet.
+        self._untold: list[tuple] = []
 
     # -- names ---------------------------------------------------------------
 
@@ -128,12 +131,37 @@ class DataGuard:
                 if count >= self.strikes_to_refuse and name not in self._refused:
                     self._refused[name] = count
                     refused_now = True
+                    if _session_name(name) is not None:
+                        self._untold.append(name)
+                        del self._untold[:-self.max_names]  # (a lone server never tells: bounded all the same)
             if refused_now:
                 newly.append(source)
         for table in (self._strikes, self._refused):
             while len(table) > self.max_names:
                 table.popitem(last=False)
         return newly
+
+    # -- several ranks ----------------------------------------------------------
+
+    @property
+    def untold(self) -> int:
+        """client_sessions refused here since the other ranks were last told."""
+        return len(self._untold)
+
+    def take_untold(self) -> list[tuple[tuple, int]]:
+        """The client_sessions refused here since the last call, with their strike counts (for the others)."""
+        untold, self._untold = self._untold, []
+        return [(name, self._refused.get(name, self.strikes_to_refuse)) for name in untold]
+
+    def adopt_refusals(self, refusals: Iterable[tuple[tuple, int]]) -> None:
+        """Refuse the client_sessions another rank refused: a client refused by one rank is refused by every
+        rank, whichever it reconnects to (its connection names are that rank's own)."""
+        for name, count in refusals:
+            name = tuple(name)
+            if _session_name(name) is not None and name not in self._refused:
+                self._refused[name] = int(count)
+        while len(self._refused) > self.max_names:
+            self._refused.popitem(last=False)
 
     @property
     def refused_count(self) -> int:

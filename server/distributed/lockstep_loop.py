@@ -2,7 +2,7 @@
 
 Every ``TICK_S`` (and right after an update) the ranks make one agreement, a sum over the control
 group of what each holds: its pool's steps per module, its env steps received, its wishes (stop,
-done, pause, a report, self-play results held) and, after an update, its view for the group's stop
+done, pause, a report, self-play results held, refusals to tell) and, after an update, its view for the group's stop
 rule. From that one sum every rank decides the same thing:
 
 * **stop** when any rank was asked to (a signal, the console) or the run is done: the group's env
@@ -13,6 +13,8 @@ rule. From that one sum every rank decides the same thing:
   judged alike by every rank at the agreement after each update, which stops the group when the
   rule is met: the group's episodes decide, not each rank's on its own (a rank whose clients play
   slowly would hold the group back until a whole window of its own episodes came in);
+* **tell** every rank of the client_sessions any rank refused (DATA_REFUSED) since the last time, when
+  some rank did (a gather): a client refused by one rank is refused by all, whichever it reconnects to;
 * **update** when the ranks together hold ``train_batch_size`` agent steps and no rank is paused:
   each rank takes what its pool holds (at most ``train_batch_size``), screens it locally
   (learner/isolation.py's screen: a client whose steps no update can train on is left out and
@@ -58,7 +60,7 @@ from .rank_reports import RankReports
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
 #: Wishes a rank brings to the agreement (after its per-module counts and env steps).
-_WISHES = ("stop", "done", "paused", "report", "results")
+_WISHES = ("stop", "done", "paused", "report", "results", "refusals")
 #: Self-play results the ranks may hold between them before they are applied without waiting for an update.
 MAX_HELD_RESULTS = 10_000
 
@@ -201,6 +203,12 @@ class LockstepLearnerLoop(LearnerLoop):
                     if not self.group.is_first:
                         self.reports.follow(snapshot)
             self.group_env_steps = env_steps
+            if wishes["refusals"]:  # (every rank read the same count: every rank takes part in the gather)
+                try:
+                    await self._adopt_the_groups_refusals(loop)
+                except RankGroupError as exc:
+                    self._fail(str(exc))
+                    return
             reason = self._stop_reason(wishes, env_steps, reached)
             if reason is not None:
                 if wishes["results"]:  # (every rank saw the stop and the count: the results held so far are the group's)
@@ -264,7 +272,7 @@ class LockstepLearnerLoop(LearnerLoop):
         return [*by_module.values(), float(self.metrics.env_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
                 float(self.reports.due()),
-                float(self.self_play.pending if self.self_play is not None else 0),
+                float(self.self_play.pending if self.self_play is not None else 0), float(self.guard.untold),
                 *loads, *held, *view.to_list()]
 
     def _publish_failed(self, exc: Exception, results: dict[str, Any]) -> None:
@@ -299,6 +307,21 @@ class LockstepLearnerLoop(LearnerLoop):
                                               self.self_play.take_results())
         for results in gathered:
             self.self_play.apply_results(results)
+
+    async def _adopt_the_groups_refusals(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Every rank refuses the client_sessions any rank refused since the last time (DATA_REFUSED, §13.2),
+        and drops what its pool holds of them, as the rank that refused them did. A collective."""
+        gathered = await loop.run_in_executor(self._executor, self.group.gather_objects, self.guard.take_untold())
+        for rank, refusals in enumerate(gathered):
+            if rank != self.group.rank:
+                self.guard.adopt_refusals(refusals)
+        m = self.metrics
+        m.clients_refused = self.guard.refused_count
+        dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source))
+        if dropped:
+            m.agent_steps_isolated += dropped
+            say(f"[tether] rank {self.group.rank}: {dropped} pooled agent steps of clients another rank refused "
+                "(DATA_REFUSED) dropped")
 
     def export_once(self, export: Any) -> bytes | None:
         """Rank 0's ``export()`` on every rank (one model per version across the group); None on every
