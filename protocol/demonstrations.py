@@ -18,7 +18,7 @@ import numpy as np
 from .episodes import EpisodeChunk, decode_episode, logged_runs
 from .errors import MessageError
 from .multi_agent import ModuleSpec
-from .spaces import Space, is_composite, leaf_arrays
+from .spaces import Box, Space, is_composite, leaf_arrays
 
 FORMAT = "tether-demonstrations"
 VERSION = 1
@@ -85,16 +85,63 @@ class Demonstrations:
         return np.concatenate(out)
 
     def check_spaces(self, module: str, spec: ModuleSpec) -> None:
-        """Refuse, by name, demonstrations of ``module`` recorded in other spaces than ``spec``'s."""
+        """Refuse, by name, demonstrations of ``module`` that are not steps in ``spec``'s spaces. Spaces
+        written alike are; others are when they are laid out alike (the same kinds, shapes and leaves; a
+        byte box only for a byte box) and every recorded action lies in the module's action space, as
+        for a client's steps (§10.6 check 14; observations are not held to bounds there either): a
+        dataset of float64 boxes, or with other bounds, as third-party datasets often have."""
         have = self.modules.get(module)
         if have is None:
             raise DemonstrationError(0, f"the demonstrations have no module {module!r} (they have "
                                         f"{sorted(self.modules) or 'none'})")
         for what in ("observation_space", "action_space"):
-            recorded, wanted = getattr(have, what).to_json(), getattr(spec, what).to_json()
-            if recorded != wanted:
-                raise DemonstrationError(0, f"module {module!r}: the demonstrations' {what} {json.dumps(recorded)} is "
-                                            f"not the module's {json.dumps(wanted)}")
+            recorded, wanted = getattr(have, what), getattr(spec, what)
+            if recorded.to_json() == wanted.to_json():
+                continue
+            why = _layout_difference(recorded, wanted)
+            if why is None and what == "action_space":
+                why = self._action_outside(module, wanted)
+            if why is not None:
+                raise DemonstrationError(0, f"module {module!r}: the demonstrations' {what} "
+                                            f"{json.dumps(recorded.to_json())} is not the module's "
+                                            f"{json.dumps(wanted.to_json())}: {why}")
+
+    def _action_outside(self, module: str, space: Space) -> str | None:
+        """The first recorded action of ``module``'s episodes outside ``space`` (None: every one is in it).
+        A Box action is always in it (§10.6 check 14: the record carries the raw sample, inside the
+        bounds or not)."""
+        if isinstance(space, Box):
+            return None
+        for episode in self.of_module(module):
+            actions = np.asarray(episode.chunk.actions)
+            outside = np.flatnonzero(~space.contains_batch(actions.reshape((len(actions), *space.shape))))  # type: ignore[union-attr]
+            if len(outside):
+                step = int(outside[0])
+                return (f"episode {episode.episode_id!r} (agent {episode.agent_id!r}), step {step}: action "
+                        f"{actions[step].tolist()!r:.200} is outside the module's action space")
+        return None
+
+
+def _layout_difference(recorded: Space, wanted: Space) -> str | None:
+    """Why values of ``recorded`` cannot be read as values of ``wanted`` (None: laid out alike)."""
+    if is_composite(recorded) or is_composite(wanted):
+        if not (is_composite(recorded) and is_composite(wanted)):
+            return "one is a Dict or Tuple and the other is not"
+        paths = [leaf.path for leaf in recorded.leaves], [leaf.path for leaf in wanted.leaves]
+        if paths[0] != paths[1]:
+            return f"their leaves differ ({paths[0]} and {paths[1]})"
+        for mine, theirs in zip(recorded.leaves, wanted.leaves):
+            why = _layout_difference(mine.space, theirs.space)
+            if why is not None:
+                return f"leaf {mine.path!r}: {why}"
+        return None
+    if type(recorded) is not type(wanted):
+        return f"a {type(recorded).__name__} is not a {type(wanted).__name__}"
+    if tuple(recorded.shape) != tuple(wanted.shape):
+        return f"shape {list(recorded.shape)} is not {list(wanted.shape)}"
+    if isinstance(recorded, Box) and isinstance(wanted, Box) and recorded.is_bytes != wanted.is_bytes:
+        return f"dtype {recorded.dtype} is not {wanted.dtype} (byte boxes are encoded as bytes)"
+    return None
 
 
 def header(modules: Mapping[str, ModuleSpec]) -> dict[str, Any]:

@@ -125,3 +125,59 @@ def test_a_reader_ignores_record_members_a_demonstration_does_not_carry() -> Non
             "action_logp": "not read", "weights_seq_no_runs": [[0, 5]], "logged_runs": [[0, 1]]}
     demos = parse_demonstrations(json.dumps(head) + "\n" + json.dumps(line) + "\n")
     assert demos.episodes[0].chunk.logged.tolist() == [True] and demos.episodes[0].chunk.state_in is None
+
+
+def test_a_dataset_in_other_but_compatible_spaces_is_used_when_every_step_lies_in_the_modules() -> None:
+    """Third-party datasets often have float64 boxes or other bounds: laid out alike, they are used when
+    each recorded value lies in the module's spaces, and refused naming the first step that does not."""
+    import json
+
+    from tether.protocol.demonstrations import DemonstrationError, parse_demonstrations
+    from tether.protocol.spaces import space_from_json
+
+    def dataset(obs_space: dict, act_space: dict, obs: list, actions: list) -> str:
+        head = {"format": "tether-demonstrations", "version": 1,
+                "modules": {"m": {"observation_space": obs_space, "action_space": act_space}}}
+        line = {"module": "m", "agent_id": "a", "episode_id": "e7", "obs": obs, "actions": actions,
+                "rewards": [0.0] * len(actions), "is_terminated": True, "is_truncated": False}
+        return json.dumps(head) + "\n" + json.dumps(line) + "\n"
+
+    wide = {"type": "Box", "shape": [2], "low": -10.0, "high": 10.0, "dtype": "float64"}
+    module = ModuleSpec("m", box(-1, 1, (2,)), Discrete(2))
+    inside = parse_demonstrations(dataset(wide, {"type": "Discrete", "n": 5}, [[0.5, -0.5], [0.2, 0.1], [0, 0]], [1, 0]))
+    inside.check_spaces("m", module)  # (float64, wider bounds, a larger Discrete: every step is the module's)
+    # Observations beyond the bounds are the module's all the same (a client's are not held to bounds either).
+    parse_demonstrations(dataset(wide, {"type": "Discrete", "n": 2}, [[0.5, -0.5], [0.2, 3.0], [0, 0]], [1, 0])
+                         ).check_spaces("m", module)
+    action = parse_demonstrations(dataset(wide, {"type": "Discrete", "n": 5}, [[0.5, -0.5], [0.2, 0.1], [0, 0]], [1, 4]))
+    with pytest.raises(DemonstrationError, match=r"action_space .* episode 'e7' \(agent 'a'\), step 1: action 4 is outside"):
+        action.check_spaces("m", module)
+    continuous = ModuleSpec("m", box(-1, 1, (2,)), box(-2, 2, (1,)))
+    torques = {"type": "Box", "shape": [1], "low": -3.0, "high": 3.0, "dtype": "float64"}
+    # (a Box action is the raw sample, inside the bounds or not, as in a client's record)
+    parse_demonstrations(dataset(wide, torques, [[0, 0]] * 3, [[2.5], [-2.0]])).check_spaces("m", continuous)
+    with pytest.raises(DemonstrationError, match=r"shape \[2\] is not \[1\]"):
+        parse_demonstrations(dataset(wide, dict(torques, shape=[2]), [[0, 0]] * 3, [[2.5, 0], [-2.0, 0]])
+                             ).check_spaces("m", continuous)
+    other_shape = parse_demonstrations(dataset({"type": "Box", "shape": [1], "low": -1, "high": 1},
+                                               {"type": "Discrete", "n": 2}, [[0.5], [0.2], [0]], [1, 0]))
+    with pytest.raises(DemonstrationError, match=r"shape \[1\] is not \[2\]"):
+        other_shape.check_spaces("m", module)
+    # Composite: leaf by leaf; a byte leaf only for a byte leaf (the model encodes bytes apart).
+    camera = {"type": "Box", "shape": [2], "low": 0, "high": 255, "dtype": "uint8"}
+    floats = {"type": "Box", "shape": [2], "low": 0, "high": 255}
+    rows = {"camera": [[1, 2], [3, 4]], "speed": [[0.5], [0.25]]}
+    speed = {"type": "Box", "shape": [1], "low": -2, "high": 2}
+    composite = lambda cam: {"type": "Dict", "spaces": {"camera": cam, "speed": speed}}  # noqa: E731
+    narrow = ModuleSpec("m", space_from_json({"type": "Dict", "spaces": {
+        "camera": camera, "speed": {"type": "Box", "shape": [1], "low": -1, "high": 1}}}), Discrete(2))
+    mine = parse_demonstrations(dataset(composite(camera), {"type": "Discrete", "n": 2}, rows, [0]))
+    mine.check_spaces("m", narrow)  # (speed's bounds differ)
+    renamed = parse_demonstrations(dataset({"type": "Dict", "spaces": {"camera": camera, "velocity": speed}},
+                                           {"type": "Discrete", "n": 2}, {"camera": rows["camera"],
+                                                                          "velocity": rows["speed"]}, [0]))
+    with pytest.raises(DemonstrationError, match=r"their leaves differ"):
+        renamed.check_spaces("m", narrow)
+    bytes_for_floats = parse_demonstrations(dataset(composite(floats), {"type": "Discrete", "n": 2}, rows, [0]))
+    with pytest.raises(DemonstrationError, match=r"leaf 'camera': dtype float32 is not uint8"):
+        bytes_for_floats.check_spaces("m", narrow)
