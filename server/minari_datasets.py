@@ -3,7 +3,8 @@
 A Minari dataset is a folder (``<dataset>/data/main_data.hdf5`` and ``metadata.json``); local
 folders only, nothing is fetched. One dataset holds one module's episodes (a Minari dataset has
 one observation and one action space). Logged steps (§10.1) travel as the per-step info
-``logged``. ``load_demonstrations`` opens either form: a ``.jsonl`` demonstration file (§18) or a
+``logged``; a Dict or Tuple observation space as Minari's nested observations (dicts and tuples of
+leaf arrays). ``load_demonstrations`` opens either form: a ``.jsonl`` demonstration file (§18) or a
 Minari dataset folder.
 """
 
@@ -14,7 +15,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from tether.protocol.demonstrations import (DemonstrationError, Demonstrations, 
                                             read_demonstrations)
 from tether.protocol.episodes import EpisodeChunk
 from tether.protocol.multi_agent import ModuleSpec
-from tether.protocol.spaces import Box, from_gymnasium, is_composite, to_gymnasium
+from tether.protocol.spaces import Box, Dict, Space, from_gymnasium, is_composite, leaf_arrays, to_gymnasium
 
 #: The Minari namespace datasets are written under (a Minari dataset id is ``namespace/name-vN``).
 NAMESPACE = "tether"
@@ -63,9 +64,6 @@ def read_minari(path: str | Path, module: str) -> Demonstrations:
         raise
     except Exception as exc:  # (h5py and minari raise many kinds for a corrupt or truncated file)
         raise DemonstrationError(0, f"cannot read the Minari dataset {str(path)!r}: {exc}") from None
-    if is_composite(spec.observation_space):
-        raise DemonstrationError(0, "a Minari dataset with a Dict or Tuple observation space is not supported; "
-                                    "use a demonstration file (.jsonl)")
     out = Demonstrations({module: spec})
     try:
         episodes = list(dataset.iterate_episodes())
@@ -76,7 +74,8 @@ def read_minari(path: str | Path, module: str) -> Demonstrations:
         logged = np.asarray((episode.infos or {}).get("logged", np.zeros(steps + 1, bool)), bool)[:steps]
         line: dict[str, Any] = {
             "module": module, "agent_id": "default_agent", "episode_id": str(episode.id),
-            "obs": np.asarray(episode.observations).tolist(), "actions": np.asarray(episode.actions).tolist(),
+            "obs": _wire_observations(spec.observation_space, episode.observations),
+            "actions": np.asarray(episode.actions).tolist(),
             "rewards": np.asarray(episode.rewards, np.float64).tolist(),
             "is_terminated": bool(np.asarray(episode.terminations)[-1]) if steps else False,
             "is_truncated": bool(np.asarray(episode.truncations)[-1]) if steps else False,
@@ -102,9 +101,6 @@ def write_minari(demos: Demonstrations, module: str, out_dir: str | Path, name: 
     if out.exists():
         raise FileExistsError(f"{str(out)!r} exists: choose a new folder for the Minari dataset")
     spec = demos.modules[module]
-    if is_composite(spec.observation_space):
-        raise DemonstrationError(0, "a Dict or Tuple observation space cannot be written as a Minari dataset here; "
-                                    "keep the demonstration file (.jsonl)")
     obs_space = to_gymnasium(spec.observation_space)
     act_space = to_gymnasium(spec.action_space)
     buffers = []
@@ -114,7 +110,10 @@ def write_minari(demos: Demonstrations, module: str, out_dir: str | Path, name: 
         logged = np.zeros(steps + 1, bool)
         if chunk.logged is not None:
             logged[:steps] = chunk.logged
-        obs = chunk.obs.astype(obs_space.dtype, copy=False) if isinstance(obs_space, gym.spaces.Box) else chunk.obs
+        if is_composite(spec.observation_space):
+            obs = _nested_observations(spec.observation_space, leaf_arrays(spec.observation_space, chunk.obs))
+        else:
+            obs = chunk.obs.astype(obs_space.dtype, copy=False) if isinstance(obs_space, gym.spaces.Box) else chunk.obs
         actions = chunk.actions.astype(np.float32) if isinstance(spec.action_space, Box) else chunk.actions
         buffers.append(EpisodeBuffer(id=i, observations=obs, actions=actions, rewards=chunk.rewards.astype(np.float64),
                                      terminations=np.eye(1, steps, steps - 1, dtype=bool)[0] & chunk.is_terminated,
@@ -139,3 +138,29 @@ def write_minari(demos: Demonstrations, module: str, out_dir: str | Path, name: 
         shutil.move(str(Path(root) / NAMESPACE / f"{name}-v0"), str(out))
     return out
 
+
+def _wire_observations(space: Space, observations: Any) -> Any:
+    """A Minari episode's observations in an episode line's form: for a Dict or Tuple space, one member
+    per leaf path (§8.6), read from Minari's nested dicts and tuples; else one array."""
+    if not is_composite(space):
+        return np.asarray(observations).tolist()
+    members = {}
+    for leaf in space.leaves:
+        value = observations
+        for part in leaf.path.split("."):  # (a Dict key has no '.'; a Tuple's index is a number)
+            try:
+                value = value[part] if isinstance(value, Mapping) else value[int(part)]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise DemonstrationError(0, f"the dataset's observations have no leaf {leaf.path!r}") from None
+        members[leaf.path] = np.asarray(value).tolist()
+    return members
+
+
+def _nested_observations(space: Space, leaves: dict[str, np.ndarray], prefix: str = "") -> Any:
+    """Leaf arrays by path as Minari's nested dicts (a Dict) and tuples (a Tuple), each leaf in its
+    gymnasium space's element type."""
+    if not is_composite(space):
+        return leaves[prefix.rstrip(".")].astype(to_gymnasium(space).dtype, copy=False)
+    if isinstance(space, Dict):
+        return {key: _nested_observations(child, leaves, f"{prefix}{key}.") for key, child in space.spaces}
+    return tuple(_nested_observations(child, leaves, f"{prefix}{i}.") for i, child in enumerate(space.spaces))

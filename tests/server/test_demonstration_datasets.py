@@ -181,3 +181,41 @@ def test_a_dataset_in_other_but_compatible_spaces_is_used_when_every_step_lies_i
     bytes_for_floats = parse_demonstrations(dataset(composite(floats), {"type": "Discrete", "n": 2}, rows, [0]))
     with pytest.raises(DemonstrationError, match=r"leaf 'camera': dtype float32 is not uint8"):
         bytes_for_floats.check_spaces("m", narrow)
+
+
+def test_a_dict_and_tuple_observation_space_round_trips_through_a_minari_dataset(tmp_path: Path) -> None:
+    """Nested Dict and Tuple leaves (a byte camera, floats, a Discrete) are written as Minari's nested
+    observations and read back to the same flat rows, logged flags included."""
+    import json
+
+    from tether.protocol.demonstrations import parse_demonstrations
+    from tether.server.minari_datasets import read_minari, write_minari
+
+    space = {"type": "Dict", "spaces": {
+        "camera": {"type": "Box", "shape": [2, 2], "low": 0, "high": 255, "dtype": "uint8"},
+        "state": {"type": "Tuple", "spaces": [{"type": "Box", "shape": [1], "low": -1, "high": 1},
+                                              {"type": "Discrete", "n": 3}]}}}
+    head = {"format": "tether-demonstrations", "version": 1,
+            "modules": {"m": {"observation_space": space, "action_space": {"type": "Discrete", "n": 2}}}}
+    rng = np.random.default_rng(3)
+    lines = [json.dumps(head)]
+    for e in range(2):
+        steps = 4 + e
+        lines.append(json.dumps({
+            "module": "m", "agent_id": "a", "episode_id": f"e{e}",
+            "obs": {"camera": rng.integers(0, 256, (steps + 1, 2, 2)).tolist(),
+                    "state.0": rng.uniform(-1, 1, (steps + 1, 1)).round(3).tolist(),
+                    "state.1": rng.integers(0, 3, steps + 1).tolist()},
+            "actions": rng.integers(0, 2, steps).tolist(), "rewards": [1.0] * steps, "is_terminated": e == 0,
+            "is_truncated": e != 0, "logged_runs": [[1, 2]]}))
+    demos = parse_demonstrations("\n".join(lines) + "\n")
+    back = read_minari(write_minari(demos, "m", tmp_path / "minari"), "m")
+    assert back.modules["m"].observation_space.to_json() == demos.modules["m"].observation_space.to_json()
+    assert len(back.episodes) == 2
+    for mine, theirs in zip(demos.episodes, back.episodes):
+        np.testing.assert_array_equal(mine.chunk.obs, theirs.chunk.obs)
+        np.testing.assert_array_equal(mine.chunk.actions, theirs.chunk.actions)
+        np.testing.assert_array_equal(mine.chunk.rewards, theirs.chunk.rewards)
+        assert mine.chunk.is_terminated == theirs.chunk.is_terminated
+        assert theirs.chunk.logged.tolist() == mine.chunk.logged.tolist() == [False, True, True] + [False] * (
+            mine.chunk.env_steps - 3)
