@@ -62,7 +62,7 @@ def test_unreal_classes_are_declared_for_the_reflection_system() -> None:
     assert header.rstrip().endswith("};")
     assert "class TETHER_API UTetherAgentComponent : public UActorComponent" in header
     assert "GENERATED_BODY()" in header
-    for method in ("StartEpisode", "GetAction", "LogReward", "EndEpisode", "IsConnected"):
+    for method in ("StartEpisode", "GetAction", "LogAction", "LogReward", "EndEpisode", "IsConnected"):
         assert re.search(rf"UFUNCTION\(BlueprintCallable[^)]*\)\s+\w[\w<>:&\s]*\b{method}\(", header), method
     backend = (PLUGIN / "Source" / "Tether" / "Public" / "TetherNNEBackend.h").read_text()
     assert "public tether::InferenceBackend" in backend

@@ -17,6 +17,23 @@ namespace Tether.Unity
     /// </summary>
     public abstract class TetherAgent : MonoBehaviour
     {
+        /// <summary>Who chooses an agent's actions.</summary>
+        public enum Decider
+        {
+            /// <summary>The server's policy (the model the client runs).</summary>
+            Policy,
+            /// <summary>
+            /// <see cref="Heuristic"/>: a player's input, a scripted bot. Its actions are logged (protocol 1.6,
+            /// log_action): the server learns from them by behavioural cloning without taking them for its
+            /// policy's samples, and a demonstration file (TetherSettings.demoPath) records them.
+            /// </summary>
+            Heuristic,
+        }
+
+        /// <summary>Who chooses this agent's actions (switchable while playing: a designer takes over an agent).</summary>
+        [Tooltip("Who chooses this agent's actions: the policy, or Heuristic (a player's input, a scripted bot), whose actions are logged for the server to learn from")]
+        public Decider decider = Decider.Policy;
+
         /// <summary>The id the server maps to a module; empty: the GameObject's name.</summary>
         [Tooltip("The id the server's policy mapping sees; empty: the GameObject's name")]
         public string agentId = "";
@@ -45,6 +62,25 @@ namespace Tether.Unity
         /// box; a group member's part of its group's action). The array is reused.
         /// </summary>
         public abstract void OnActionReceived(double[] action);
+
+        /// <summary>
+        /// Numbers in this agent's action as <see cref="Heuristic"/> writes it (its module's action space,
+        /// flattened: 1 for a Discrete action). Read only while <see cref="decider"/> is Heuristic.
+        /// </summary>
+        public virtual int HeuristicActionSize { get { return 1; } }
+
+        /// <summary>
+        /// Writes the action this agent takes now without the policy (<see cref="decider"/> Heuristic) into
+        /// <paramref name="action"/> (<see cref="HeuristicActionSize"/> values, zeros on entry; reused, never
+        /// keep it): a Discrete action as its value, a MultiDiscrete's indices, a Box action as the game
+        /// carries it out. The manager logs it for the server and hands it back through
+        /// <see cref="OnActionReceived"/>, as it does the policy's. An action outside the action space (or
+        /// forbidden by the observation's mask) is refused with the frame's other actions: logged as an
+        /// error, and the agents decide again at the next step. A member of a group acts by the policy.
+        /// </summary>
+        public virtual void Heuristic(double[] action) { }
+
+        internal double[] heuristicAction;
 
         /// <summary>
         /// Adds a reward for this agent's last action (rewards add up until it acts again). One that would take

@@ -317,6 +317,7 @@ namespace Tether.Unity
                     agent.warnedNonFinite = true;
                     continue;
                 }
+                if (agent.decider == TetherAgent.Decider.Heuristic && !InGroup(agent.AgentId) && !LogHeuristic(agent)) continue;
                 frame.Add(agent.AgentId, agent.observation);
                 deciding.Add(agent);
             }
@@ -338,6 +339,27 @@ namespace Tether.Unity
                 frame.CopyAction(i, agent.action);
                 agent.OnActionReceived(agent.action);
             }
+        }
+
+        // The heuristic's action of an agent, logged in this step's frame (protocol 1.6); false (the agent
+        // skips this decision, as for a non-finite observation) when a value is not finite.
+        bool LogHeuristic(TetherAgent agent)
+        {
+            int size = Math.Max(1, agent.HeuristicActionSize);
+            if (agent.heuristicAction == null || agent.heuristicAction.Length != size) agent.heuristicAction = new double[size];
+            Array.Clear(agent.heuristicAction, 0, size);
+            agent.Heuristic(agent.heuristicAction);
+            for (int j = 0; j < size; ++j)
+            {
+                if (double.IsNaN(agent.heuristicAction[j]) || double.IsInfinity(agent.heuristicAction[j]))
+                {
+                    if (!agent.warnedNonFinite) Debug.LogWarning("Tether: agent '" + agent.AgentId + "''s heuristic gave a value that is not finite; it does not act until it gives finite values", agent);
+                    agent.warnedNonFinite = true;
+                    return false;
+                }
+            }
+            frame.LogAction(agent.AgentId, agent.heuristicAction);
+            return true;
         }
 
         static bool Finite(float[] values)

@@ -52,6 +52,10 @@ void UTetherAgentComponent::BeginPlay()
 		Options.auth_token = std::string(TCHAR_TO_UTF8(*AuthToken));
 	}
 	Options.reconnect_timeout_s = ReconnectTimeoutSeconds;
+	if (!DemoPath.IsEmpty())
+	{
+		Options.demo_path = std::string(TCHAR_TO_UTF8(*DemoPath));
+	}
 	const FString Runtime = NNERuntimeName;
 	Options.backend_factory = [Runtime] { return std::make_unique<FTetherNNEBackend>(Runtime); };
 	TSharedPtr<FTetherConnectTask> Task = MakeShared<FTetherConnectTask>();
@@ -192,6 +196,32 @@ bool UTetherAgentComponent::GetAction(const TArray<float>& Observation, TArray<f
 	for (int32 I = 0; I < Action.Num(); ++I)
 	{
 		Action[I] = static_cast<float>(ActionBuffer[static_cast<std::size_t>(I)]);
+	}
+	return true;
+}
+
+bool UTetherAgentComponent::LogAction(const TArray<float>& Observation, const TArray<float>& Action)
+{
+	if (!Connected || Episode.empty())
+	{
+		return false;
+	}
+	LoggedBuffer.resize(static_cast<std::size_t>(Action.Num()));
+	for (int32 I = 0; I < Action.Num(); ++I)
+	{
+		LoggedBuffer[static_cast<std::size_t>(I)] = static_cast<double>(Action[I]);
+	}
+	tether::Status Logged;
+	tether::Status Previous;
+	do
+	{
+		Logged = Connected->log_action(Episode, Observation.GetData(), static_cast<std::size_t>(Observation.Num()),
+		                               LoggedBuffer.data(), LoggedBuffer.size());
+	} while (RetryAfter(Logged, Previous));
+	if (!Logged.ok())
+	{
+		Report(CodeOf(Logged), MessageOf(Logged));
+		return false;
 	}
 	return true;
 }

@@ -28,8 +28,8 @@ DECLARE_DYNAMIC_MULTICAST_DELEGATE_TwoParams(FTetherErrorSignature, const FStrin
 
 /**
  * Connects one agent to `tether serve`. Call StartEpisode, then each decision
- * GetAction (observation in, action out) and LogReward, and EndEpisode with the
- * final observation. GetAction never waits for the network. An error of the
+ * GetAction (observation in, action out), or LogAction for an action the policy
+ * did not choose, and LogReward, and EndEpisode with the final observation. GetAction never waits for the network. An error of the
  * server (e.g. a refusal of an earlier batch) goes to OnError and costs no
  * call: the SDK returns it, once, from the next call, which then did nothing
  * else, and the component makes that call again.
@@ -62,6 +62,14 @@ public:
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
 	FString NNERuntimeName = TEXT("NNERuntimeORTCpu");
 
+	/**
+	 * Protocol 1.6: write every episode played (its policy's steps and LogAction's alike) to this
+	 * demonstration file (JSON Lines; created or replaced when the connection is made), which
+	 * `tether pretrain --dataset` trains from. Empty: none.
+	 */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	FString DemoPath;
+
 	/** Keep retrying a lost server this long, then give up (seconds). */
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
 	float ReconnectTimeoutSeconds = 60.f;
@@ -90,6 +98,16 @@ public:
 	UFUNCTION(BlueprintCallable, Category = "Tether")
 	bool GetAction(const TArray<float>& Observation, TArray<float>& Action);
 
+	/**
+	 * Protocol 1.6 log_action: records Action as the step taken on Observation although the policy did not
+	 * choose it (a player's input, a scripted bot), so that the server learns from it (behavioural cloning)
+	 * without taking it for a sample of its policy; call it in place of GetAction, in any mix with it. Action:
+	 * one number per action dimension (a Discrete action as its value). False on an error (logged): a wrong
+	 * size, a value outside the action space or forbidden by the observation's mask, a server older than 1.6.
+	 */
+	UFUNCTION(BlueprintCallable, Category = "Tether")
+	bool LogAction(const TArray<float>& Observation, const TArray<float>& Action);
+
 	/** Adds Reward to the last action. */
 	UFUNCTION(BlueprintCallable, Category = "Tether")
 	void LogReward(float Reward);
@@ -114,4 +132,5 @@ private:
 	std::unique_ptr<tether::TetherClient> Connected;
 	std::string Episode;
 	std::vector<double> ActionBuffer;
+	std::vector<double> LoggedBuffer;  // (LogAction's, reused: no allocation per call once sized)
 };
