@@ -17,10 +17,11 @@ STORED_FROM_BYTES = 64 << 10
 
 def encode_onnx(model_bytes: bytes, level: int | None = None) -> str:
     """Compress and base64-encode an ONNX model for SET_STATE (``level``: gzip's; by default 6 for a
-    model under STORED_FROM_BYTES, else 0)."""
+    model under STORED_FROM_BYTES, else 0). The same bytes give the same field."""
     if level is None:
         level = 6 if len(model_bytes) < STORED_FROM_BYTES else 0
-    return base64.b64encode(gzip.compress(model_bytes, compresslevel=level)).decode("ascii")
+    # (mtime 0: the same model is the same field, whenever encoded; gzip would stamp the second)
+    return base64.b64encode(gzip.compress(model_bytes, compresslevel=level, mtime=0)).decode("ascii")
 
 
 def decode_onnx(field: str) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, ServerConfig, host_in_url
-from .distributed.rank_config import config_for_rank
+from .distributed.rank_config import config_for_rank, prepare_rank_folder
 from .distributed.rank_group import RankGroup, RankGroupError, RankPlace
 from .module_runtime import resolve_device
 from .module_setup import MappingFn, build_layout
@@ -74,7 +74,8 @@ async def serve(
     group_console = config.console_port is not None
     if place is not None:  # started by torchrun on several ranks (docs/scale-out.md)
         config = config_for_rank(config, place)
-        group = RankGroup(place, resolve_device(config.device), config.group_timeout_s)
+        prepare_rank_folder(config, place)
+        group = RankGroup(place, resolve_device(config.device), config.group_timeout_s, config.group_start_timeout_s)
     try:
         trainer = Trainer(config, build_layout(config, mapping_fn), group)
     except (ValueError, RankGroupError) as exc:  # (CheckpointError included; a group that did not start)
@@ -83,6 +84,13 @@ async def serve(
         if isinstance(exc, RankGroupError):
             raise
         raise ConfigError(str(exc)) from None
+    if group is not None:
+        try:  # (every rank done with its start, the first checkpoint included, before any listens)
+            group.meet("serving")
+        except RankGroupError:
+            trainer.close_at_start()
+            group.close()
+            raise
     server = TetherServer(trainer)
     await server.start()
     port = server.port  # (the summary's: the listening socket is gone by then)

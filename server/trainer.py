@@ -105,18 +105,22 @@ class Trainer:
         self._checkpoint_at: tuple[int, int | None] | None = None
         self._previous_generation: int | None = None
         self._checkpoint_at_start = False
-        self._resume_and_open_journal()
-        if group is None:  # (several ranks: once the group's numbers are known, below)
-            self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
-        if self.self_play is not None and config.resume and not self.self_play.restored:
-            self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
         #: Several ranks: every rank's client address and load (PONG ranks and redirect, §6.7), once listening.
         self.directory: RankDirectory | None = None
-        if group is not None:
-            self._take_the_groups_weights()
-            self._record_versions()  # (the group's numbers, which may be above this rank's)
-        if self._checkpoint_at_start:
-            self.save_checkpoint()
+        try:
+            self._resume_and_open_journal()
+            if group is None:  # (several ranks: once the group's numbers are known, below)
+                self._record_versions()  # (a new run's too: a file an earlier run left in this logdir is not ours)
+            if self.self_play is not None and config.resume and not self.self_play.restored:
+                self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
+            if group is not None:
+                self._take_the_groups_weights()
+                self._record_versions()  # (the group's numbers, which may be above this rank's)
+            if self._checkpoint_at_start:
+                self.save_checkpoint()
+        except Exception:  # (a checkpoint that cannot be resumed, a group that did not start, a first checkpoint)
+            self.close_at_start()
+            raise
         #: Per trainable module, the policies of the last max_staleness + 1 versions (behaviour-logp check).
         # Behaviour logps are checked for modules without memory (§13.6): a recurrent step's logp depends on
         # the state its SDK carried, computed over steps of earlier versions, which no one kept model reproduces.
@@ -150,6 +154,16 @@ class Trainer:
             else LockstepLearnerLoop(*loop_args, group=group, on_stop=self._stop_now, self_play=self.self_play,
                                      **loop_kwargs))
 
+    def close_at_start(self) -> None:
+        """Close what a trainer that never served holds open (its journal, TensorBoard's files), when the
+        start-up fails; ``close`` is for a trainer that served."""
+        for closing in (self.journal, self.tensorboard):
+            if closing is not None:
+                try:
+                    closing.close()
+                except Exception as exc:
+                    say(f"[tether] closing {type(closing).__name__} after a failed start failed: {exc!r:.300}")
+
     def _take_the_groups_weights(self) -> None:
         """Several ranks: every rank starts from rank 0's learners (weights, optimizer, live settings),
         versions and run id, whether it started fresh or resumed its own checkpoint (a rank that died
@@ -157,7 +171,7 @@ class Trainer:
         modules: rank 0's weights and models) and their record and ratings. A collective of the group:
         every rank calls it at the same point of its start."""
         assert self.group is not None
-        self.group.meet("the group's weights", self.config.group_start_timeout_s)  # (a long journal replay)
+        self.group.meet("the group's weights")  # (a rank may replay a long journal first)
         for module in self.modules.values():
             module.learner.data_parallel = DataParallel(self.group)
         # Each rank skipped the versions its own versions.json says were served after its checkpoint: the
@@ -196,7 +210,7 @@ class Trainer:
         assert self.group is not None
         held = group_checkpoints.checkpoints_held(path)
         journaled = bool(journal_files(Path(path).parent / "journal"))
-        self.group.meet("choosing a checkpoint", self.config.group_start_timeout_s)
+        self.group.meet("choosing a checkpoint")
         theirs = self.group.gather_objects((sorted(held), journaled))
         target = group_checkpoints.common_update([h for h, _ in theirs], [j for _, j in theirs])
         if target is None:
@@ -221,7 +235,6 @@ class Trainer:
     def join_the_directory(self, port: int) -> None:
         """Several ranks, once this rank listens: every rank's client address, for PONG (§6.7). A collective."""
         assert self.group is not None
-        self.group.meet("the ranks' addresses", self.config.group_start_timeout_s)  # (a long first checkpoint)
         self.directory = RankDirectory.gather(
             self.group, advertised_host(self.config.host, self.config.advertise_host), port)
         if isinstance(self.learner_loop, LockstepLearnerLoop):

@@ -37,29 +37,33 @@ def keep_as_previous(path: str | Path) -> None:
     os.replace(staged, previous)
 
 
-def checkpoints_held(path: str | Path) -> dict[int, str]:
-    """This rank's checkpoints at ``path`` and beside it, by the update they were taken at (a file that
-    cannot be read counts as none, and so does a previous one of another run than the current one's)."""
-    return _held_and_run(path)[0]
-
-
 def restart_checkpoint(own: str, origin: str | None) -> str:
     """Where a rank restarted by torchrun resumes: ``own`` (its folder's checkpoint path), which holds the
     run's checkpoints and journal, unless the run was forked from ``origin`` (another folder's, the command
-    line's --resume) and its first attempt died before writing one here (or left one of another run, an
-    older one in a reused folder): then from ``origin`` again, as that attempt did. Each rank decides alone
-    and the group still resumes together: a rank without its own checkpoint never listened, so nothing of
-    the run is lost, and the ones it wrote hold the update the fork started from, which ``origin`` holds."""
+    line's --resume) and its first attempt died before writing one here: then from ``origin`` again, as
+    that attempt did. (The first attempt of a new or forked run removed the checkpoints another run left
+    in the folder, ``clear_for_a_new_run``, so any found here are this run's.) Each rank decides alone and
+    the group still resumes together: a rank without its own checkpoint never served, so nothing of the
+    run is lost, and the ones written hold the update the fork started from, which ``origin`` holds."""
     if origin is None or Path(origin).resolve() == Path(own).resolve():
         return own
-    held, run = _held_and_run(own)
-    if not held:
-        return origin
-    origin_run = _held_and_run(origin)[1]
-    return own if origin_run is None or run == origin_run else origin  # (a fork keeps its origin's run id)
+    return own if Path(own).exists() or previous_path(own).exists() else origin
 
 
-def _held_and_run(path: str | Path) -> tuple[dict[int, str], object]:
+def clear_for_a_new_run(own: str | Path, resume: str | None) -> None:
+    """A group's first attempt of a run that does not resume ``own`` (a new run, or one forked from another
+    folder's checkpoint): the checkpoints another run left at ``own`` are removed before anything else, so
+    that torchrun's restart, which goes on from this folder, never takes them for this run's, even when
+    the attempt dies before writing its first (which would have replaced them)."""
+    if resume is not None and Path(resume).resolve() == Path(own).resolve():
+        return
+    for path in (Path(own), previous_path(own)):
+        path.unlink(missing_ok=True)
+
+
+def checkpoints_held(path: str | Path) -> dict[int, str]:
+    """This rank's checkpoints at ``path`` and beside it, by the update they were taken at (a file that
+    cannot be read counts as none, and so does a previous one of another run than the current one's)."""
     held: dict[int, str] = {}
     runs: list[object] = []
     for candidate in (Path(path), previous_path(path)):
@@ -74,7 +78,7 @@ def _held_and_run(path: str | Path) -> tuple[dict[int, str], object]:
             continue  # (left by an older run in this folder)
         runs.append(state.get("run_id"))
         held.setdefault(updates, str(candidate))
-    return held, (runs[0] if runs else None)
+    return held
 
 
 def common_update(held_by_rank: list[list[int]], journaled_by_rank: list[bool] | None = None) -> int | None:

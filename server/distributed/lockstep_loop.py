@@ -235,9 +235,10 @@ class LockstepLearnerLoop(LearnerLoop):
                     by_module.setdefault(pooled.module_id, []).append(pooled)
                 self.metrics.last_update_steps = sum(p.chunk.env_steps for items in by_module.values() for p in items)
                 # Until the ranks agree which modules they train (the first sum of train()), admission counts
-                # every module some rank may take as updating: refusing a little fresh data for a moment is
-                # safe, letting data in that an unforeseen version would make too stale is not.
-                self.training_modules = {m for m, n in zip(self._order, counts) if n > 0} | set(by_module)
+                # every trainable module as updating (another rank's take may hold a module this rank's view
+                # did not: steps stored since): refusing a little fresh data for a moment is safe, letting
+                # data in that an unforeseen version would make too stale is not.
+                self.training_modules = {m for m, rt in self.modules.items() if rt.spec.trainable}
                 self._next_state = loop.create_future()
                 self._decided(view_no)
                 self._task = loop.create_task(self._update(by_module))

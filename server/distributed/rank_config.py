@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..config import ServerConfig
-from .group_checkpoints import restart_checkpoint
+from .group_checkpoints import clear_for_a_new_run, restart_checkpoint
 from .rank_group import RankPlace
 
 
@@ -28,6 +28,13 @@ def rank_path(path: str, rank: int) -> str:
     """``dir/name`` of the group -> ``dir/rank-<rank>/name`` of one rank."""
     p = Path(path)
     return str(p.parent / f"rank-{rank}" / p.name)
+
+
+def prepare_rank_folder(config: ServerConfig, place: RankPlace) -> None:
+    """Before a rank starts (``config`` its own, config_for_rank's): at the group's first attempt of a new or
+    forked run, the checkpoints another run left in the rank's folder are removed (clear_for_a_new_run)."""
+    if place.attempt == 0:
+        clear_for_a_new_run(Path(config.logdir) / "checkpoint.pt", config.resume)
 
 
 def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:

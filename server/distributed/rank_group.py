@@ -60,24 +60,32 @@ class RankPlace:
 class RankGroup:
     """One rank's handle on the group: agreements, gradient sums and broadcasts."""
 
-    def __init__(self, place: RankPlace, device: torch.device, timeout_s: float) -> None:
+    def __init__(self, place: RankPlace, device: torch.device, timeout_s: float,
+                 start_timeout_s: float | None = None) -> None:
         self.place = place
         self.rank, self.world_size = place.rank, place.world_size
         self.device = device
         self.timeout_s = timeout_s
+        #: How long a rank waits for the others at start-up (the rendezvous, ``meet``): a rank may load a
+        #: large checkpoint or replay a long journal meanwhile.
+        self.start_timeout_s = max(timeout_s, start_timeout_s or timeout_s)
         #: Seconds this rank spent in collectives so far (waiting for the others included).
         self.busy_s = 0.0
         timeout = datetime.timedelta(seconds=timeout_s)
+        start_timeout = datetime.timedelta(seconds=self.start_timeout_s)
         nccl = device.type == "cuda"
         try:
             # torchrun's store outlives a restart of the group: the keys of each attempt go under their own
             # prefix, or a restarted rank would read a dead rank's address from the attempt before.
-            store, _, _ = next(dist.rendezvous("env://", place.rank, place.world_size, timeout=timeout))
+            store, _, _ = next(dist.rendezvous("env://", place.rank, place.world_size, timeout=start_timeout))
             store = dist.PrefixStore(f"tether/attempt-{place.attempt}", store)
             dist.init_process_group("nccl" if nccl else "gloo", store=store, timeout=timeout,
                                     rank=place.rank, world_size=place.world_size,
                                     **({"device_id": device} if nccl else {}))
             self._control = dist.new_group(backend="gloo", timeout=timeout) if nccl else dist.group.WORLD
+            # (a gloo group of its own for start-up waits: every rank of a barrier waits by its group's
+            # timeout, rank 0 by the barrier's, so the start-up one must be the group's)
+            self._start = dist.new_group(backend="gloo", timeout=start_timeout)
         except Exception as exc:  # (RuntimeError, DistStoreError: a rendezvous that never completes)
             raise RankGroupError(f"rank {place.rank} could not join the group of {place.world_size}: {exc}") from exc
 
@@ -86,16 +94,16 @@ class RankGroup:
         """Rank 0: the one whose exports and weights every rank takes."""
         return self.rank == 0
 
-    def meet(self, what: str, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for every rank to get here (a start-up step a rank may take long over,
-        such as replaying its journal, which the collectives' own timeout is too short for)."""
+    def meet(self, what: str) -> None:
+        """Wait up to ``start_timeout_s`` for every rank to get here (a start-up step a rank may take long
+        over, such as replaying its journal, which the collectives' own timeout is too short for)."""
         started = time.perf_counter()
         try:
-            dist.monitored_barrier(group=self._control, timeout=datetime.timedelta(seconds=timeout_s),
+            dist.monitored_barrier(group=self._start, timeout=datetime.timedelta(seconds=self.start_timeout_s),
                                    wait_all_ranks=True)
         except Exception as exc:
-            raise RankGroupError(f"rank {self.rank}: the other ranks were not ready for {what} within {timeout_s:g} s "
-                                 f"(--group-start-timeout-s): {str(exc)[:300]}") from exc
+            raise RankGroupError(f"rank {self.rank}: the other ranks were not ready for {what} within "
+                                 f"{self.start_timeout_s:g} s (--group-start-timeout-s): {str(exc)[:300]}") from exc
         finally:
             self.busy_s += time.perf_counter() - started
 

@@ -109,7 +109,7 @@ def test_answered_steps_are_trained_once_across_a_killed_rank_and_the_groups_res
 
     assert not any(c.errors for c in clients), [c.errors for c in clients]
     answered_ids = {seq * 1000 + j for c in clients for seq in c.answered for j in range(STEPS)}
-    assert {i // 1_000_000 for i in answered_ids} == {0, 5}, "both ranks' clients were answered"
+    assert all(c.answered for c in clients), "both ranks' clients were answered"
     times = Counter(counted + pooled)
     lost_or_twice = sorted(i // 1000 for i in answered_ids if times[i] != 1)
     assert lost_or_twice == [], (common, kept_version, held, sorted(set(lost_or_twice)))

@@ -64,7 +64,7 @@ class OneRank:
     def gather_objects(self, value):
         return [value]
 
-    def meet(self, what, timeout_s):
+    def meet(self, what):
         pass  # (a group of one is always ready)
 
     def agree(self, values, how="sum"):

@@ -10,6 +10,7 @@ import pickle
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from . import gloo_ranks
@@ -30,8 +31,9 @@ def slow_rank(rank: int, port: int, out: str) -> None:
                        policy_mapping=[{"pattern": "*", "module": "m"}], logdir=str(Path(out) / f"r{rank}"),
                        tensorboard=False, seed=rank, device="cpu", group_timeout_s=1.0,
                        group_start_timeout_s=settings["start_timeout_s"])
-    group = RankGroup(RankPlace(rank=rank, world_size=2, local_rank=rank), torch.device("cpu"), cfg.group_timeout_s)
-    if rank == 1:  # (this rank's journal takes seconds to replay)
+    group = RankGroup(RankPlace(rank=rank, world_size=2, local_rank=rank), torch.device("cpu"), cfg.group_timeout_s,
+                      cfg.group_start_timeout_s)
+    if rank == settings["slow_rank"]:  # (this rank's journal takes seconds to replay)
         resume = Trainer._resume_and_open_journal
 
         def slowly(self) -> None:
@@ -49,8 +51,10 @@ def slow_rank(rank: int, port: int, out: str) -> None:
     group.close()
 
 
-def test_a_rank_slow_to_start_is_waited_for_and_then_given_the_groups_weights(tmp_path: Path) -> None:
-    (tmp_path / "settings.json").write_text(json.dumps({"start_timeout_s": 30, "slow_s": 3}))
+@pytest.mark.parametrize("slow", [0, 1])
+def test_a_rank_slow_to_start_is_waited_for_and_then_given_the_groups_weights(tmp_path: Path, slow: int) -> None:
+    """Either rank: in a barrier rank 0 waits by the barrier's timeout and the others by their group's."""
+    (tmp_path / "settings.json").write_text(json.dumps({"start_timeout_s": 30, "slow_s": 3, "slow_rank": slow}))
     gloo_ranks.run_two_ranks(slow_rank, tmp_path)
     first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
     assert "error" not in first and "error" not in second, (first.get("error"), second.get("error"))
@@ -58,7 +62,7 @@ def test_a_rank_slow_to_start_is_waited_for_and_then_given_the_groups_weights(tm
 
 
 def test_a_rank_not_ready_within_the_start_timeout_stops_the_group_naming_it(tmp_path: Path) -> None:
-    (tmp_path / "settings.json").write_text(json.dumps({"start_timeout_s": 1, "slow_s": 4}))
+    (tmp_path / "settings.json").write_text(json.dumps({"start_timeout_s": 1, "slow_s": 4, "slow_rank": 1}))
     gloo_ranks.run_two_ranks(slow_rank, tmp_path)
     first = pickle.loads((tmp_path / "rank-0.pkl").read_bytes())
     assert "not ready for the group's weights within 1 s (--group-start-timeout-s)" in first.get("error", ""), first

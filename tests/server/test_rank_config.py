@@ -30,22 +30,39 @@ def test_each_rank_gets_its_port_folder_checkpoint_and_summary() -> None:
 def test_a_restarted_fork_goes_on_from_its_own_checkpoint_once_it_wrote_one(tmp_path: Path) -> None:
     """A run forked from another folder's checkpoint goes on, once restarted, from its own folder's
     checkpoints and journal, not from the one it was forked from; but when its first attempt died before
-    its first checkpoint there (or left only an older run's), from the one it was forked from again."""
+    its first checkpoint there, from the one it was forked from again. Checkpoints another run left in
+    the folder (an older run, an earlier fork) are removed as the first attempt starts, before anything
+    could fail: a restart never takes them for this run's."""
+    from tether.server.distributed.rank_config import prepare_rank_folder
+
     big, fork = tmp_path / "big", tmp_path / "fork"
     forked = ServerConfig(logdir=str(fork), resume=str(big / "checkpoint.pt"), device="cpu")
     first, restart = (RankPlace(rank=1, world_size=2, local_rank=1, attempt=a) for a in (0, 2))
 
-    def write(path: Path, run_id: str) -> None:
+    def write(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"counters": {"updates": 3}, "run_id": run_id}, path)
+        torch.save({"counters": {"updates": 3}, "run_id": "r"}, path)
 
-    write(big / "rank-1" / "checkpoint.pt", "run-a")
-    assert config_for_rank(forked, first).resume == str(big / "rank-1" / "checkpoint.pt")
+    write(big / "rank-1" / "checkpoint.pt")
+    write(fork / "rank-1" / "checkpoint.pt")  # (an older run's, and its previous one)
+    write(fork / "rank-1" / "checkpoint.prev.pt")
+    mine = config_for_rank(forked, first)
+    assert mine.resume == str(big / "rank-1" / "checkpoint.pt")
+    prepare_rank_folder(mine, first)
+    assert not any((fork / "rank-1").iterdir())
+    assert (big / "rank-1" / "checkpoint.pt").exists()  # (the one forked from is never touched)
     assert config_for_rank(forked, restart).resume == str(big / "rank-1" / "checkpoint.pt")  # (none of its own)
-    write(fork / "rank-1" / "checkpoint.pt", "run-b")  # (an older run's, left in a reused folder)
-    assert config_for_rank(forked, restart).resume == str(big / "rank-1" / "checkpoint.pt")
-    write(fork / "rank-1" / "checkpoint.pt", "run-a")  # (its own: a fork keeps its origin's run id)
-    assert config_for_rank(forked, restart).resume == str(fork / "rank-1" / "checkpoint.pt")
+    write(fork / "rank-1" / "checkpoint.pt")  # (its first, written once the group started)
+    again = config_for_rank(forked, restart)
+    assert again.resume == str(fork / "rank-1" / "checkpoint.pt")
+    prepare_rank_folder(again, restart)  # (a restart, or a run resuming its own folder, removes nothing)
+    prepare_rank_folder(mine := config_for_rank(dataclasses.replace(forked, resume=str(fork / "checkpoint.pt")),
+                                                first), first)
+    assert mine.resume == str(fork / "rank-1" / "checkpoint.pt") and (fork / "rank-1" / "checkpoint.pt").exists()
+    # A new run (no --resume) in a folder an older run used starts clean there, and its restart resumes itself.
+    fresh = ServerConfig(logdir=str(big), device="cpu")
+    prepare_rank_folder(config_for_rank(fresh, first), first)
+    assert not (big / "rank-1" / "checkpoint.pt").exists()
 
 
 def test_self_play_runs_on_several_ranks_with_the_groups_table() -> None:
