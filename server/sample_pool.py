@@ -94,10 +94,13 @@ class Admission:
     chunks are admitted in order with ``append``.
     """
 
-    def __init__(self, pool: "SamplePool", running_modules: set[str]) -> None:
+    def __init__(self, pool: "SamplePool", running_modules: set[str], shared_updates: bool = False) -> None:
         self.batch_steps = pool.batch_steps
         self.position = pool.steps
         self.running_modules = running_modules
+        #: Several ranks: this pool's takes are known, but not what the other ranks' shares of the same
+        #: updates train, so every update before a step's counts as training its module (never too few).
+        self.shared_updates = shared_updates
         self._pool = pool
         #: module -> indices (from now) of the updates that take some of its pooled steps, asked of
         #: the pool once per module (it keeps them as it changes) and widened by ``append``.
@@ -124,7 +127,8 @@ class Admission:
         k, position = 0, self.position
         while k < steps:
             j = position // self.batch_steps
-            allowed = max_staleness - bumps_from_running - sum(1 for i in with_module if i < j)
+            earlier = j if self.shared_updates else sum(1 for i in with_module if i < j)
+            allowed = max_staleness - bumps_from_running - earlier
             room = (j + 1) * self.batch_steps - position
             # Steps taken by update j see every earlier update that trains the module; later
             # updates allow no more than this one, so when none is fresh here none will be.

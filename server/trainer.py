@@ -457,7 +457,7 @@ class Trainer:
         self.stop_rule.check_budget()
         pooled: list[Pooled] = []
         refused = 0
-        admission = Admission(self.pool, self.learner_loop.training_modules)
+        admission = Admission(self.pool, self.learner_loop.training_modules, shared_updates=self.group is not None)
         for record in records:
             for agent in record.agents:
                 runtime = self.modules[agent.module_id]

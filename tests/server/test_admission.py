@@ -68,3 +68,21 @@ def test_the_pool_takes_what_the_next_updates_train_in_time_and_refuses_the_rest
 
     refused, sizes = asyncio.run(run())
     assert refused == [0, 0, 70] and sizes == [90, 90, 20]
+
+
+def test_with_several_ranks_every_earlier_update_counts_as_training_the_module() -> None:
+    """A lone server knows which updates train a module (its pool is the whole batch); a rank knows only
+    its own share of each: another rank's share of the update before may hold the module's steps, so a
+    fresh step of module b behind a whole update of module a is one version staler by the time it is
+    trained. With max_staleness 0 a lone server stores it and a rank refuses it."""
+    from tether.server.sample_pool import Admission, Pooled, SamplePool
+
+    pool = SamplePool(100, 300)
+    obs = np.zeros((101, 4), np.float32)
+    pool.add(Pooled("a", EpisodeChunk(obs, np.zeros(100, np.int64), np.zeros(100, np.float32),
+                                      np.zeros(100, np.float32), None, False, False), 0))
+    fresh = np.zeros(10, np.int64)  # (ten steps acted with the version served now)
+    assert Admission(pool, set()).fresh_parts("b", fresh, 0) == [(0, 10)]
+    assert Admission(pool, set(), shared_updates=True).fresh_parts("b", fresh, 0) == []
+    # Its own module's next update is foreseen alike (every update of a's steps trains a).
+    assert Admission(pool, set(), shared_updates=True).fresh_parts("a", fresh, 1) == [(0, 10)]
