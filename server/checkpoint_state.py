@@ -17,6 +17,7 @@ from tether.protocol.onnx_codec import encode_onnx
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ServerConfig
+from .data_guard import DataGuard
 from .ingest.batch_dedup import BatchDedup
 from .metrics import Metrics
 from .curriculum import Curriculum
@@ -34,7 +35,8 @@ COUNTERS = ("updates", "env_steps_received", "agent_steps_received", "agent_step
 
 def checkpoint_state(modules: dict[str, ModuleRuntime], metrics: Metrics, dedup: BatchDedup, config: ServerConfig,
                      pool: SamplePool, journal: PoolJournal | None, self_play: SelfPlay | None = None,
-                     curriculum: Curriculum | None = None, run_id: str | None = None) -> dict[str, Any]:
+                     curriculum: Curriculum | None = None, run_id: str | None = None,
+                     guard: DataGuard | None = None) -> dict[str, Any]:
     """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
     and a new journal generation, from which a resume replays what came after; with
     self-play, its snapshots' bookkeeping and ratings (their weights are modules); the
@@ -51,6 +53,8 @@ def checkpoint_state(modules: dict[str, ModuleRuntime], metrics: Metrics, dedup:
         },
         "counters": {name: getattr(metrics, name) for name in COUNTERS},
         "batch_dedup": dedup.state(),
+        # The client_sessions refused (DATA_REFUSED): still refused after a resume.
+        "data_guard": guard.state() if guard is not None else None,
         # Plain values only (loaded with weights_only=True); the auth token is never stored.
         "config": {k: v for k, v in config.to_dict().items() if k != "auth_token"},
         "pool": pool.items(),
@@ -73,7 +77,8 @@ def write_checkpoint(state: dict[str, Any], path: str | Path, journal: PoolJourn
 
 def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Metrics, dedup: BatchDedup,
                        pool: SamplePool, self_play: SelfPlay | None = None,
-                       curriculum: Curriculum | None = None) -> tuple[int | None, str | None]:
+                       curriculum: Curriculum | None = None,
+                       guard: DataGuard | None = None) -> tuple[int | None, str | None]:
     """Load a checkpoint; returns the journal generation to replay from (None: it predates the journal)
     and the run's id (None: the checkpoint predates run ids)."""
     state = load_checkpoint(path)
@@ -102,6 +107,8 @@ def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Me
         if hasattr(metrics, key):
             setattr(metrics, key, int(value))
     dedup.load_state(state.get("batch_dedup", {}))
+    if guard is not None and isinstance(state.get("data_guard"), dict):  # (a checkpoint from before it: none)
+        guard.load_state(state["data_guard"])
     dedup.duplicates = metrics.batches_duplicate
     entries, _ = decode_entries(state.get("pool", b""))
     if steps := sum(pool_again(entry.items, modules, pool) for entry in entries):

@@ -163,6 +163,23 @@ class DataGuard:
         while len(self._refused) > self.max_names:
             self._refused.popitem(last=False)
 
+    # -- checkpoints -------------------------------------------------------------
+
+    def state(self) -> dict[str, list]:
+        """The client_sessions refused, for a checkpoint (plain values; a connection's name means nothing
+        once the server restarts, so connections are not kept, nor strikes short of a refusal)."""
+        return {"refused_sessions": [[name[1], int(count)] for name, count in self._refused.items()
+                                     if _session_name(name) is not None]}
+
+    def load_state(self, state: dict) -> None:
+        """Refuse again the client_sessions a checkpoint's ``state()`` names (a resumed run goes on refusing
+        them: a client refused before a restart does not get new strikes to spend)."""
+        for session, count in state.get("refused_sessions", []):
+            if isinstance(session, str):
+                self._refused[("client_session", session)] = int(count)
+        while len(self._refused) > self.max_names:
+            self._refused.popitem(last=False)
+
     @property
     def refused_count(self) -> int:
         """Names (connections and client_sessions) refused now."""

@@ -263,13 +263,15 @@ class Trainer:
             chosen = self._groups_checkpoint(config.resume) if self.group is not None else config.resume
             if chosen is not None and Path(chosen).exists():
                 journal_from, run_id = checkpoints.restore_checkpoint(
-                    chosen, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum)
+                    chosen, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum,
+                    self.guard)
                 if Path(config.resume).parent.resolve() == Path(config.logdir).resolve():
                     # (this folder's own checkpoint chain; another folder's is never touched)
                     if self.group is not None:
                         group_checkpoints.make_current(chosen, config.resume)
                     self._checkpoint_at = (self.metrics.updates, journal_from)
                 self.run_id = run_id or self.run_id
+                self.metrics.clients_refused = self.guard.refused_count
                 self._skip_versions_served_after(Path(config.resume).parent / VERSIONS_FILE)
                 self.metrics.weights_seq_no = self.weights_seq_no
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
@@ -620,7 +622,7 @@ class Trainer:
         """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
         and a new journal generation, from which a resume replays what came after."""
         return checkpoints.checkpoint_state(self.modules, self.metrics, self.dedup, self.config, self.pool,
-                                            self.journal, self.self_play, self.curriculum, self.run_id)
+                                            self.journal, self.self_play, self.curriculum, self.run_id, self.guard)
 
     async def _checkpoint_in_learner_thread(self) -> Path:
         # Taken on the loop (the pool and the journal's generation agree), written beside it.

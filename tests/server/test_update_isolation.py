@@ -196,6 +196,34 @@ def test_strikes_count_within_their_window_and_refusal_covers_the_session() -> N
     guard.check("c", "#2 someone else")  # others are not affected
 
 
+def test_a_refused_client_session_stays_refused_after_a_resume(tmp_path) -> None:
+    """The checkpoint keeps the client_sessions refused (not connections, nor strikes short of a refusal):
+    a resumed run refuses the session at once, on any connection."""
+    async def run() -> None:
+        config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, checkpoint_every=0)
+        first = Trainer(config, build_layout(config))
+        session, other = ("client_session", "bad"), ("client_session", "struck-once")
+        first.guard.note(session, "#1 a")
+        first.guard.note(other, "#2 b")
+        for i in range(3):
+            first.guard.tick()
+            first.guard.strike(["#1 a"] + (["#2 b"] if i == 0 else []))
+        first.save_checkpoint()
+        await first.close(checkpoint=False)
+        resumed_config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, checkpoint_every=0,
+                                      resume=str(tmp_path / "checkpoint.pt"))
+        resumed = Trainer(resumed_config, build_layout(resumed_config))
+        with pytest.raises(MessageError) as info:
+            resumed.guard.check(session, "#7 a new connection")
+        assert info.value.code is ErrorCode.DATA_REFUSED
+        resumed.guard.check(other, "#8 c")  # (one strike: not refused, and not kept)
+        resumed.guard.check("c", "#1 a")  # (a connection's name means nothing after a restart)
+        assert not resumed.guard.is_suspect(other, "#8 c") and resumed.metrics.clients_refused == 1
+        await resumed.close(checkpoint=False)
+
+    asyncio.run(run())
+
+
 def test_a_source_first_in_the_pool_and_non_finite_on_its_own_is_blamed_not_its_neighbours() -> None:
     """Rewards just under the screen's limit (their value targets pass it; two of them in one
     minibatch overflow the value loss), in the first message of the pool: the halving ends on
