@@ -3,10 +3,12 @@ on a free loopback port (each calls RankGroup with MASTER_ADDR 127.0.0.1 and MAS
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
+import pickle
 import socket
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 
 def run_two_ranks(target: Callable[[int, int, str], None], out: Path) -> None:
@@ -21,3 +23,19 @@ def run_two_ranks(target: Callable[[int, int, str], None], out: Path) -> None:
     for process in ranks:
         process.join(120)
         assert process.exitcode == 0, f"rank exited with {process.exitcode}"
+
+
+async def stop_together(trainer: Any, rank: int, out: str, report: dict) -> None:
+    """Rank 0 asks the group to stop; each rank waits for the group's stop, writes ``report`` (read back
+    by ``reports``) and closes its trainer without a checkpoint."""
+    if rank == 0:
+        trainer.request_stop("signal")
+    await asyncio.wait_for(trainer.stop_requested.wait(), 60)
+    (Path(out) / f"rank-{rank}.pkl").write_bytes(pickle.dumps(report))
+    await trainer.close(checkpoint=False)
+
+
+def reports(out: Path) -> tuple[dict, dict]:
+    """Rank 0's and rank 1's reports (stop_together's)."""
+    first, second = (pickle.loads((out / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
+    return first, second

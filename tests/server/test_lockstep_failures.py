@@ -309,11 +309,7 @@ def two_module_rank(rank: int, port: int, out: str) -> None:
             await asyncio.sleep(0.05)
         report["versions"] = {m: rt.weights_seq_no for m, rt in trainer.modules.items()}
         report["pooled"] = trainer.pool.steps
-        if rank == 0:
-            trainer.request_stop("signal")
-        await asyncio.wait_for(trainer.stop_requested.wait(), 60)
-        (Path(out) / f"rank-{rank}.pkl").write_bytes(pickle.dumps(report))
-        await trainer.close(checkpoint=False)
+        await gloo_ranks.stop_together(trainer, rank, out, report)
 
     asyncio.run(run())
     group.close()
@@ -321,7 +317,7 @@ def two_module_rank(rank: int, port: int, out: str) -> None:
 
 def test_admission_counts_as_updating_only_the_modules_the_group_takes(tmp_path: Path) -> None:
     gloo_ranks.run_two_ranks(two_module_rank, tmp_path)
-    first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
+    first, second = gloo_ranks.reports(tmp_path)
     assert first["taken"] == ["a"] and first["pooled"] == 32, first  # (b's steps wait for a later update)
     for report in (first, second):
         assert report["versions"] == {"a": 1, "b": 0}, report

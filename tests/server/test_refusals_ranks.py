@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -62,11 +61,7 @@ def refusing_rank(rank: int, port: int, out: str) -> None:
         report.update(refused_after=refused(BAD, "#7 10.0.0.1:6"), good=refused(("client_session", "good"), "#8 x"),
                       pool=sorted(p.source for p in trainer.pool.items()), refused_count=trainer.metrics.clients_refused,
                       isolated=trainer.metrics.agent_steps_isolated, untold=guard.untold)
-        if rank == 0:
-            trainer.request_stop("signal")
-        await asyncio.wait_for(trainer.stop_requested.wait(), 30)
-        (Path(out) / f"rank-{rank}.pkl").write_bytes(pickle.dumps(report))
-        await trainer.close(checkpoint=False)
+        await gloo_ranks.stop_together(trainer, rank, out, report)
 
     asyncio.run(run())
     group.close()
@@ -74,7 +69,7 @@ def refusing_rank(rank: int, port: int, out: str) -> None:
 
 def test_a_client_refused_by_one_rank_is_refused_by_every_rank(tmp_path: Path) -> None:
     gloo_ranks.run_two_ranks(refusing_rank, tmp_path)
-    first, second = (pickle.loads((tmp_path / f"rank-{r}.pkl").read_bytes()) for r in (0, 1))
+    first, second = gloo_ranks.reports(tmp_path)
     assert first["refused_before"] and not second["refused_before"], (first, second)
     for report in (first, second):
         # Refused on a new connection too (a reconnect), by its session; the good client is not.
