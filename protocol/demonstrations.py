@@ -89,7 +89,9 @@ class Demonstrations:
         written alike are; others are when they are laid out alike (the same kinds, shapes and leaves; a
         byte box only for a byte box) and every recorded action lies in the module's action space, as
         for a client's steps (§10.6 check 14; observations are not held to bounds there either): a
-        dataset of float64 boxes, or with other bounds, as third-party datasets often have."""
+        dataset of float64 boxes, or with other bounds, as third-party datasets often have. With a
+        module's action mask, every episode is checked against it (checks 14b-14d), whatever the file
+        declares: a forbidden action would be cloned at a logit of -1e9."""
         have = self.modules.get(module)
         if have is None:
             raise DemonstrationError(0, f"the demonstrations have no module {module!r} (they have "
@@ -105,6 +107,16 @@ class Demonstrations:
                 raise DemonstrationError(0, f"module {module!r}: the demonstrations' {what} "
                                             f"{json.dumps(recorded.to_json())} is not the module's "
                                             f"{json.dumps(wanted.to_json())}: {why}")
+        mask = spec.action_mask
+        if mask is not None:  # (the module's mask, whatever the file declares: a masked step cannot be cloned)
+            for episode in self.of_module(module):
+                try:
+                    mask.check(episode.chunk.obs, episode.chunk.actions, 0)
+                except MessageError as exc:
+                    raise DemonstrationError(0, f"module {module!r}: episode {episode.episode_id!r} (agent "
+                                                f"{episode.agent_id!r}) breaks the module's action mask: "
+                                                f"{exc.code.value}: {exc.message.removeprefix('episodes[0]: ')}"
+                                             ) from None
 
     def _action_outside(self, module: str, space: Space) -> str | None:
         """The first recorded action of ``module``'s episodes outside ``space`` (None: every one is in it).

@@ -74,10 +74,13 @@ async def serve(
     group_console = config.console_port is not None
     if place is not None:  # started by torchrun on several ranks (docs/scale-out.md)
         config = config_for_rank(config, place)
-        prepare_rank_folder(config, place)
-        group = RankGroup(place, resolve_device(config.device), config.group_timeout_s, config.group_start_timeout_s)
     try:
-        trainer = Trainer(config, build_layout(config, mapping_fn), group)
+        layout = build_layout(config, mapping_fn)
+        if place is not None:  # (a configuration that cannot run fails first, with nothing moved)
+            prepare_rank_folder(config, place)
+            group = RankGroup(place, resolve_device(config.device), config.group_timeout_s,
+                              config.group_start_timeout_s)
+        trainer = Trainer(config, layout, group)
     except (ValueError, RankGroupError) as exc:  # (CheckpointError included; a group that did not start)
         if group is not None:
             group.close()

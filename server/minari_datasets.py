@@ -160,7 +160,12 @@ def _nested_observations(space: Space, leaves: dict[str, np.ndarray], prefix: st
     """Leaf arrays by path as Minari's nested dicts (a Dict) and tuples (a Tuple), each leaf in its
     gymnasium space's element type."""
     if not is_composite(space):
-        return leaves[prefix.rstrip(".")].astype(to_gymnasium(space).dtype, copy=False)
+        path, values = prefix.rstrip("."), leaves[prefix.rstrip(".")]
+        dtype = to_gymnasium(space).dtype
+        if np.issubdtype(dtype, np.integer) and not np.array_equal(values, np.rint(values)):
+            raise DemonstrationError(0, f"leaf {path!r} holds a value that is not an integer, which its "
+                                        f"{type(space).__name__} space in a Minari dataset cannot hold")
+        return np.rint(values).astype(dtype) if np.issubdtype(dtype, np.integer) else values.astype(dtype, copy=False)
     if isinstance(space, Dict):
         return {key: _nested_observations(child, leaves, f"{prefix}{key}.") for key, child in space.spaces}
     return tuple(_nested_observations(child, leaves, f"{prefix}{i}.") for i, child in enumerate(space.spaces))

@@ -50,15 +50,36 @@ def restart_checkpoint(own: str, origin: str | None) -> str:
     return own if Path(own).exists() or previous_path(own).exists() else origin
 
 
-def clear_for_a_new_run(own: str | Path, resume: str | None) -> None:
-    """A group's first attempt of a run that does not resume ``own`` (a new run, or one forked from another
-    folder's checkpoint): the checkpoints another run left at ``own`` are removed before anything else, so
-    that torchrun's restart, which goes on from this folder, never takes them for this run's, even when
-    the attempt dies before writing its first (which would have replaced them)."""
-    if resume is not None and Path(resume).resolve() == Path(own).resolve():
-        return
-    for path in (Path(own), previous_path(own)):
-        path.unlink(missing_ok=True)
+def clear_for_a_new_run(own: str | Path, resume: str | None) -> list[Path]:
+    """A group's first attempt of a run that does not resume this folder (a new run, or one forked from
+    another folder's checkpoint): the checkpoints another run left at ``own`` are moved aside (renamed
+    ``<name>.replaced``, replacing an older such copy) before the group starts, so that torchrun's restart,
+    which goes on from this folder, never takes them for this run's, even when the attempt dies before
+    writing its first (which would have replaced them). A ``resume`` in this folder (its current or its
+    previous checkpoint, however the path is written) leaves it as it is; one in another folder that does
+    not exist is refused (ValueError): forking from nothing is a mistyped path. Returns the files moved."""
+    own = Path(own)
+    if resume is not None:
+        source = Path(resume)
+        if _same_folder(source.parent, own.parent):
+            return []
+        if not source.exists():
+            raise ValueError(f"--resume {resume}: no such checkpoint (a run that resumes another folder's "
+                             "checkpoint needs it on every rank)")
+    moved = []
+    for path in (own, previous_path(own)):
+        if path.exists():
+            aside = path.with_name(path.name + ".replaced")
+            os.replace(path, aside)
+            moved.append(aside)
+    return moved
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)  # (symlinks, a case-insensitive file system, '..')
+    except OSError:  # (one does not exist yet)
+        return a.resolve() == b.resolve()
 
 
 def checkpoints_held(path: str | Path) -> dict[int, str]:

@@ -32,9 +32,11 @@ def rank_path(path: str, rank: int) -> str:
 
 def prepare_rank_folder(config: ServerConfig, place: RankPlace) -> None:
     """Before a rank starts (``config`` its own, config_for_rank's): at the group's first attempt of a new or
-    forked run, the checkpoints another run left in the rank's folder are removed (clear_for_a_new_run)."""
+    forked run, the checkpoints another run left in the rank's folder are moved aside (clear_for_a_new_run)."""
     if place.attempt == 0:
-        clear_for_a_new_run(Path(config.logdir) / "checkpoint.pt", config.resume)
+        for aside in clear_for_a_new_run(Path(config.logdir) / "checkpoint.pt", config.resume):
+            print(f"[tether] rank {place.rank}: a checkpoint of another run in {config.logdir} was moved aside to "
+                  f"{aside} (this run starts anew there)", flush=True)
 
 
 def config_for_rank(config: ServerConfig, place: RankPlace) -> ServerConfig:

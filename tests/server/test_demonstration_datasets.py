@@ -183,18 +183,51 @@ def test_a_dataset_in_other_but_compatible_spaces_is_used_when_every_step_lies_i
         bytes_for_floats.check_spaces("m", narrow)
 
 
+def test_demonstrations_are_checked_against_the_modules_action_mask() -> None:
+    """A file that declares no mask (or a module whose action indices moved) is still checked against the
+    module's mask: a forbidden action would be cloned at a logit of -1e9."""
+    import json
+
+    from tether.protocol.demonstrations import DemonstrationError, parse_demonstrations
+
+    space = {"type": "Dict", "spaces": {"action_mask": {"type": "Box", "shape": [3], "low": 0, "high": 1},
+                                        "x": {"type": "Box", "shape": [1], "low": -1, "high": 1}}}
+
+    def dataset(actions: list[int], masks: list[list[int]], declare: bool) -> str:
+        module = {"observation_space": space, "action_space": {"type": "Discrete", "n": 3}}
+        if declare:
+            module["action_mask"] = "action_mask"
+        head = {"format": "tether-demonstrations", "version": 1, "modules": {"m": module}}
+        line = {"module": "m", "agent_id": "a", "episode_id": "e1", "actions": actions,
+                "obs": {"action_mask": masks, "x": [[0.0]] * len(masks)}, "rewards": [0.0] * len(actions),
+                "is_terminated": True, "is_truncated": False}
+        return json.dumps(head) + "\n" + json.dumps(line) + "\n"
+
+    masked = ModuleSpec.from_json("m", {"observation_space": space, "action_space": {"type": "Discrete", "n": 3},
+                                        "action_mask": "action_mask"})
+    allowed = [[1, 1, 0], [0, 1, 1], [1, 1, 1]]
+    parse_demonstrations(dataset([0, 2], allowed, declare=True)).check_spaces("m", masked)
+    undeclared = parse_demonstrations(dataset([2, 2], allowed, declare=False))  # (read without a mask)
+    with pytest.raises(DemonstrationError, match=r"episode 'e1' \(agent 'a'\) breaks the module's action mask: "
+                                                 r"ACTION_MASKED: actions\[0\] = 2"):
+        undeclared.check_spaces("m", masked)
+    with pytest.raises(DemonstrationError, match="ACTION_MASK_EMPTY"):
+        parse_demonstrations(dataset([0, 1], [[1, 1, 0], [0, 0, 0], [1, 1, 1]], declare=False)).check_spaces("m", masked)
+
+
 def test_a_dict_and_tuple_observation_space_round_trips_through_a_minari_dataset(tmp_path: Path) -> None:
     """Nested Dict and Tuple leaves (a byte camera, floats, a Discrete) are written as Minari's nested
     observations and read back to the same flat rows, logged flags included."""
     import json
 
-    from tether.protocol.demonstrations import parse_demonstrations
+    from tether.protocol.demonstrations import DemonstrationError, parse_demonstrations
     from tether.server.minari_datasets import read_minari, write_minari
 
     space = {"type": "Dict", "spaces": {
         "camera": {"type": "Box", "shape": [2, 2], "low": 0, "high": 255, "dtype": "uint8"},
         "state": {"type": "Tuple", "spaces": [{"type": "Box", "shape": [1], "low": -1, "high": 1},
-                                              {"type": "Discrete", "n": 3}]}}}
+                                              {"type": "Discrete", "n": 3},
+                                              {"type": "MultiDiscrete", "nvec": [2, 3]}]}}}
     head = {"format": "tether-demonstrations", "version": 1,
             "modules": {"m": {"observation_space": space, "action_space": {"type": "Discrete", "n": 2}}}}
     rng = np.random.default_rng(3)
@@ -205,7 +238,8 @@ def test_a_dict_and_tuple_observation_space_round_trips_through_a_minari_dataset
             "module": "m", "agent_id": "a", "episode_id": f"e{e}",
             "obs": {"camera": rng.integers(0, 256, (steps + 1, 2, 2)).tolist(),
                     "state.0": rng.uniform(-1, 1, (steps + 1, 1)).round(3).tolist(),
-                    "state.1": rng.integers(0, 3, steps + 1).tolist()},
+                    "state.1": rng.integers(0, 3, steps + 1).tolist(),
+                    "state.2": np.stack([rng.integers(0, 2, steps + 1), rng.integers(0, 3, steps + 1)], 1).tolist()},
             "actions": rng.integers(0, 2, steps).tolist(), "rewards": [1.0] * steps, "is_terminated": e == 0,
             "is_truncated": e != 0, "logged_runs": [[1, 2]]}))
     demos = parse_demonstrations("\n".join(lines) + "\n")
@@ -219,3 +253,10 @@ def test_a_dict_and_tuple_observation_space_round_trips_through_a_minari_dataset
         assert mine.chunk.is_terminated == theirs.chunk.is_terminated
         assert theirs.chunk.logged.tolist() == mine.chunk.logged.tolist() == [False, True, True] + [False] * (
             mine.chunk.env_steps - 3)
+    # A Discrete leaf's value that is not an integer (the wire does not hold observations to their space)
+    # cannot be written as Minari's integers: refused by name, not truncated.
+    line = json.loads(lines[1])
+    line["obs"]["state.1"][2] = 1.5
+    halves = parse_demonstrations("\n".join([lines[0], json.dumps(line)]) + "\n")
+    with pytest.raises(DemonstrationError, match="leaf 'state.1' holds a value that is not an integer"):
+        write_minari(halves, "m", tmp_path / "halves")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 
 from tether.server.config import ServerConfig
@@ -49,7 +50,8 @@ def test_a_restarted_fork_goes_on_from_its_own_checkpoint_once_it_wrote_one(tmp_
     mine = config_for_rank(forked, first)
     assert mine.resume == str(big / "rank-1" / "checkpoint.pt")
     prepare_rank_folder(mine, first)
-    assert not any((fork / "rank-1").iterdir())
+    assert {p.name for p in (fork / "rank-1").iterdir()} == {"checkpoint.pt.replaced",
+                                                             "checkpoint.prev.pt.replaced"}  # (moved aside)
     assert (big / "rank-1" / "checkpoint.pt").exists()  # (the one forked from is never touched)
     assert config_for_rank(forked, restart).resume == str(big / "rank-1" / "checkpoint.pt")  # (none of its own)
     write(fork / "rank-1" / "checkpoint.pt")  # (its first, written once the group started)
@@ -59,10 +61,20 @@ def test_a_restarted_fork_goes_on_from_its_own_checkpoint_once_it_wrote_one(tmp_
     prepare_rank_folder(mine := config_for_rank(dataclasses.replace(forked, resume=str(fork / "checkpoint.pt")),
                                                 first), first)
     assert mine.resume == str(fork / "rank-1" / "checkpoint.pt") and (fork / "rank-1" / "checkpoint.pt").exists()
+    # Resuming this folder's previous checkpoint, by any spelling of the path, moves nothing.
+    write(fork / "rank-1" / "checkpoint.prev.pt")
+    for spelling in (fork / "checkpoint.prev.pt", fork / ".." / "fork" / "checkpoint.prev.pt"):
+        prepare_rank_folder(config_for_rank(dataclasses.replace(forked, resume=str(spelling)), first), first)
+        assert (fork / "rank-1" / "checkpoint.prev.pt").exists() and (fork / "rank-1" / "checkpoint.pt").exists()
+    # A fork from a checkpoint that does not exist (a mistyped path) is refused, with nothing moved.
+    with pytest.raises(ValueError, match="no such checkpoint"):
+        prepare_rank_folder(config_for_rank(dataclasses.replace(forked, resume=str(tmp_path / "bgi" / "checkpoint.pt")),
+                                            first), first)
+    assert (fork / "rank-1" / "checkpoint.pt").exists()
     # A new run (no --resume) in a folder an older run used starts clean there, and its restart resumes itself.
     fresh = ServerConfig(logdir=str(big), device="cpu")
     prepare_rank_folder(config_for_rank(fresh, first), first)
-    assert not (big / "rank-1" / "checkpoint.pt").exists()
+    assert not (big / "rank-1" / "checkpoint.pt").exists() and (big / "rank-1" / "checkpoint.pt.replaced").exists()
 
 
 def test_self_play_runs_on_several_ranks_with_the_groups_table() -> None:
