@@ -177,6 +177,9 @@ class DataGuard:
         for session, count in state.get("refused_sessions", []):
             if isinstance(session, str):
                 self._refused[("client_session", session)] = int(count)
+                # (several ranks: told again, in case the checkpoint was taken before the others were told)
+                self._untold.append(("client_session", session))
+        del self._untold[:-self.max_names]
         while len(self._refused) > self.max_names:
             self._refused.popitem(last=False)
 

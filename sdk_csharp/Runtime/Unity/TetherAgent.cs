@@ -74,13 +74,15 @@ namespace Tether.Unity
         /// <paramref name="action"/> (<see cref="HeuristicActionSize"/> values, zeros on entry; reused, never
         /// keep it): a Discrete action as its value, a MultiDiscrete's indices, a Box action as the game
         /// carries it out. The manager logs it for the server and hands it back through
-        /// <see cref="OnActionReceived"/>, as it does the policy's. An action outside the action space (or
-        /// forbidden by the observation's mask) is refused with the frame's other actions: logged as an
-        /// error, and the agents decide again at the next step. A member of a group acts by the policy.
+        /// <see cref="OnActionReceived"/>, as it does the policy's. A refused action (a wrong size, outside
+        /// the action space or forbidden by the observation's mask; a server older than protocol 1.6) is
+        /// reported once, and the agents deciding by Heuristic skip that decision while the others act. A
+        /// member of a group acts by the policy (with a warning).
         /// </summary>
         public virtual void Heuristic(double[] action) { }
 
         internal double[] heuristicAction;
+        internal bool warnedHeuristic;
 
         /// <summary>
         /// Adds a reward for this agent's last action (rewards add up until it acts again). One that would take

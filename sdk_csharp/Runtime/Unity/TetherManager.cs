@@ -93,6 +93,7 @@ namespace Tether.Unity
         readonly List<TetherAgent> agents = new List<TetherAgent>();
         readonly List<TetherAgent> deciding = new List<TetherAgent>();
         readonly AgentFrame frame = new AgentFrame();
+        bool warnedHeuristicRefused;
         readonly AgentFrame leaving = new AgentFrame();
         Task<MultiAgentClient> connecting;
         long fixedStep;
@@ -228,7 +229,7 @@ namespace Tether.Unity
             SendEnd(agent, truncated);
             ++agent.incarnation;  // an agent that left comes back as a new one
             agent.AgentId = Incarnation(agent);
-            agent.warnedNonFinite = false;
+            agent.warnedNonFinite = agent.warnedHeuristic = false;
             ++endedInEpisode;
         }
 
@@ -317,7 +318,18 @@ namespace Tether.Unity
                     agent.warnedNonFinite = true;
                     continue;
                 }
-                if (agent.decider == TetherAgent.Decider.Heuristic && !InGroup(agent.AgentId) && !LogHeuristic(agent)) continue;
+                if (agent.decider == TetherAgent.Decider.Heuristic)
+                {
+                    if (!InGroup(agent.AgentId))
+                    {
+                        if (!LogHeuristic(agent)) continue;
+                    }
+                    else if (!agent.warnedHeuristic)
+                    {
+                        Debug.LogWarning("Tether: agent '" + agent.AgentId + "' is a member of a group, which acts as one by the policy; its Heuristic is not used", agent);
+                        agent.warnedHeuristic = true;
+                    }
+                }
                 frame.Add(agent.AgentId, agent.observation);
                 deciding.Add(agent);
             }
@@ -325,11 +337,19 @@ namespace Tether.Unity
             try
             {
                 Client.GetActions(EpisodeId, frame);
+                if (frame.LoggedCount > 0) warnedHeuristicRefused = false;
             }
             catch (TetherException e)
             {
-                Report(e);  // nothing of the frame was recorded: the agents decide again next time
-                return;
+                // Nothing of the frame was recorded: the agents decide again next time. A refused heuristic
+                // action (a wrong size, outside the space, masked; a server older than 1.6) must not stop
+                // the agents that act by the policy: they act without the heuristic ones.
+                if (frame.LoggedCount == 0)
+                {
+                    Report(e);
+                    return;
+                }
+                if (!ActWithoutHeuristics(e)) return;
             }
             for (int i = 0; i < deciding.Count; ++i)
             {
@@ -338,6 +358,35 @@ namespace Tether.Unity
                 if (agent.action == null || agent.action.Length != size) agent.action = new double[size];
                 frame.CopyAction(i, agent.action);
                 agent.OnActionReceived(agent.action);
+            }
+        }
+
+        // The frame again without the agents deciding by Heuristic, after `refused` (which is reported, once
+        // until a frame with heuristic actions is taken again); false when it fails too (reported).
+        bool ActWithoutHeuristics(TetherException refused)
+        {
+            if (!warnedHeuristicRefused) Debug.LogWarning("Tether: " + refused.Message + " (the agents deciding by Heuristic skip their decisions until their actions are taken; the others act)", this);
+            warnedHeuristicRefused = true;
+            frame.Clear();
+            int kept = 0;
+            for (int i = 0; i < deciding.Count; ++i)
+            {
+                TetherAgent agent = deciding[i];
+                if (agent.decider == TetherAgent.Decider.Heuristic && !InGroup(agent.AgentId)) continue;
+                frame.Add(agent.AgentId, agent.observation);
+                deciding[kept++] = agent;
+            }
+            deciding.RemoveRange(kept, deciding.Count - kept);
+            if (kept == 0) return false;
+            try
+            {
+                Client.GetActions(EpisodeId, frame);
+                return true;
+            }
+            catch (TetherException e)
+            {
+                Report(e);
+                return false;
             }
         }
 
@@ -353,8 +402,8 @@ namespace Tether.Unity
             {
                 if (double.IsNaN(agent.heuristicAction[j]) || double.IsInfinity(agent.heuristicAction[j]))
                 {
-                    if (!agent.warnedNonFinite) Debug.LogWarning("Tether: agent '" + agent.AgentId + "''s heuristic gave a value that is not finite; it does not act until it gives finite values", agent);
-                    agent.warnedNonFinite = true;
+                    if (!agent.warnedHeuristic) Debug.LogWarning("Tether: agent '" + agent.AgentId + "''s heuristic gave a value that is not finite; it does not act until it gives finite values", agent);
+                    agent.warnedHeuristic = true;
                     return false;
                 }
             }

@@ -3,6 +3,7 @@
 
 #include "Async/Async.h"
 #include "HAL/CriticalSection.h"
+#include "Misc/Paths.h"
 #include "Misc/ScopeLock.h"
 
 #include "TetherNNEBackend.h"
@@ -54,7 +55,9 @@ void UTetherAgentComponent::BeginPlay()
 	Options.reconnect_timeout_s = ReconnectTimeoutSeconds;
 	if (!DemoPath.IsEmpty())
 	{
-		Options.demo_path = std::string(TCHAR_TO_UTF8(*DemoPath));
+		// (a relative path is under the project's Saved folder, not the editor's working folder)
+		const FString Demos = FPaths::IsRelative(DemoPath) ? FPaths::Combine(FPaths::ProjectSavedDir(), DemoPath) : DemoPath;
+		Options.demo_path = std::string(TCHAR_TO_UTF8(*Demos));
 	}
 	const FString Runtime = NNERuntimeName;
 	Options.backend_factory = [Runtime] { return std::make_unique<FTetherNNEBackend>(Runtime); };

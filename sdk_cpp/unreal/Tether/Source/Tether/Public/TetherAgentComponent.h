@@ -65,7 +65,8 @@ public:
 	/**
 	 * Protocol 1.6: write every episode played (its policy's steps and LogAction's alike) to this
 	 * demonstration file (JSON Lines; created or replaced when the connection is made), which
-	 * `tether pretrain --dataset` trains from. Empty: none.
+	 * `tether pretrain --dataset` trains from; a relative path is under the project's Saved folder.
+	 * Each component writes its own file: give each agent its own path. Empty: none.
 	 */
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
 	FString DemoPath;
