@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -23,6 +24,7 @@ from tether.protocol.errors import ErrorCode, InvalidInputError
 from tether.protocol.action_mask import ActionMask
 from tether.protocol.spaces import Box, flatten_observation, is_composite
 from .observation_arena import ObservationArena
+from .offline_link import OfflineLink
 from .server_link import Batch, ServerLink
 
 logger = logging.getLogger("tether.sdk")
@@ -124,6 +126,11 @@ class BaseClient:
             up (its connection lost before the answer every time, as with a
             batch that takes the server down), raised as
             ``TetherConnectionError``; the rest of its episodes is not sent.
+        offline_policy: **[§20]** the path of an offline policy file (a server's
+            ``offline_policy.json``): the client connects to no server and acts
+            with the file's configuration and models; nothing is recorded for
+            training or sent (demonstrations are still written). ``host``,
+            ``port`` and the connection options are then unused.
     """
 
     def __init__(
@@ -143,6 +150,7 @@ class BaseClient:
         max_queued_batches: int,
         when_queue_full: str = "drop_oldest",
         max_batch_attempts: int = 5,
+        offline_policy: str | Path | None = None,
     ) -> None:
         if when_queue_full not in ("drop_oldest", "wait"):
             raise ValueError(f"when_queue_full must be 'drop_oldest' or 'wait', got {when_queue_full!r}")
@@ -169,18 +177,25 @@ class BaseClient:
         self.episodes_held_back = 0
         #: Steps played in held-back episodes since the last cut: they count toward the batch cadence.
         self._held_steps = 0
-        self.link = ServerLink(
-            host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
-            connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
-            update_timeout_s=update_timeout_s, max_queued_steps=max_queued_steps,
-            max_queued_batches=max_queued_batches, max_batch_attempts=max_batch_attempts, verbose=verbose,
-        )
+        #: **[§20]** Whether the client acts from an offline policy file, with no server.
+        self.offline = offline_policy is not None
+        self.link: ServerLink = OfflineLink(offline_policy, self._state_request, self._prepare_state, verbose) \
+            if offline_policy is not None else ServerLink(
+                host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
+                connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
+                update_timeout_s=update_timeout_s, max_queued_steps=max_queued_steps,
+                max_queued_batches=max_queued_batches, max_batch_attempts=max_batch_attempts, verbose=verbose,
+            )
         #: **[1.7]** The environment parameter set the engine plays with now (§19); None until the server
         #: sends one. Swapped in on the engine thread, like a model.
         self.env_params: EnvParams | None = None
         self._env_params_callbacks: list[Callable[[EnvParams], None]] = []
         self._events = self.link.events
-        self.link.start()
+        try:
+            self.link.start()
+        except BaseException:
+            self.link.close()
+            raise
         self._sync()
 
     #: Recorded agent steps not yet cut, and connections made so far (kept by each client).
@@ -289,7 +304,7 @@ class BaseClient:
     @property
     def waits_for_weights(self) -> bool:
         """Whether a batch makes the engine wait for the weights that answer it."""
-        if not self.force_on_policy:
+        if not self.force_on_policy or self.offline:
             return False
         if self.wait_for_weights is not None:
             return self.wait_for_weights
@@ -387,6 +402,16 @@ class BaseClient:
             raise InvalidInputError(ErrorCode.NON_FINITE_VALUE, str(exc)) from None
 
     # -- the one sending path ----------------------------------------------------------
+
+    def _recording(self, training_enabled: bool) -> tuple[bool, bool]:
+        """How a new episode is played: (recorded, held back). A training episode is recorded with
+        the probability record_share gives, else held back (played alike, never sent, §13.2); an
+        evaluation episode, any episode once training is done, or any episode of an offline client (§20),
+        is neither."""
+        if not training_enabled or self.offline or self.link.training_done is not None:
+            return False, False  # (nothing is sent once training is done either, §6.6)
+        recorded = self._records_episode()
+        return recorded, not recorded
 
     def _records_episode(self) -> bool:
         """Whether a new training episode is recorded: with the probability the server's

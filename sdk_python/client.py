@@ -61,7 +61,8 @@ class TetherClient(BaseClient):
         seed: seed for action sampling.
         wait_for_weights, connect_timeout_s, response_timeout_s,
         update_timeout_s, max_queued_steps, max_queued_batches,
-        when_queue_full, max_batch_attempts: see ``BaseClient``.
+        when_queue_full, max_batch_attempts, offline_policy: see ``BaseClient``
+        (``TetherClient(offline_policy="run/offline_policy.json")`` acts with no server).
     """
 
     def __init__(
@@ -83,6 +84,7 @@ class TetherClient(BaseClient):
         max_queued_batches: int = 64,
         when_queue_full: str = "drop_oldest",
         max_batch_attempts: int = 5,
+        offline_policy: str | Path | None = None,
     ) -> None:
         self._user_obs_space: Space | None = from_gymnasium(observation_space) if observation_space is not None else None
         self._user_action_space: Space | None = from_gymnasium(action_space) if action_space is not None else None
@@ -113,7 +115,7 @@ class TetherClient(BaseClient):
         self._demo_module = DEFAULT_DEMO_MODULE
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
-                         max_queued_batches, when_queue_full, max_batch_attempts)
+                         max_queued_batches, when_queue_full, max_batch_attempts, offline_policy)
 
     # -- state (prepared on the I/O thread, applied on the engine thread) -------------------
 
@@ -218,8 +220,8 @@ class TetherClient(BaseClient):
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
-        recorded = training_enabled and self._records_episode()
-        recorder = EpisodeRecorder(episode_id, recorded, held_back=training_enabled and not recorded)
+        recorded, held_back = self._recording(training_enabled)
+        recorder = EpisodeRecorder(episode_id, recorded, held_back=held_back)
         recorder.env_params = self._draw_episode_params()
         self._episodes[episode_id] = recorder
         return episode_id

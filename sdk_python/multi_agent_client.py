@@ -85,7 +85,8 @@ class MultiAgentClient(BaseClient):
     """Connects to a Tether server with modules, mapping and groups (protocol 1.2).
 
     Network I/O runs on one background thread, as for ``TetherClient``; the
-    arguments after ``verbose`` are described in ``BaseClient``.
+    arguments after ``verbose`` are described in ``BaseClient``
+    (``offline_policy``: act with a server's offline policy file and no server, §20).
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class MultiAgentClient(BaseClient):
         max_queued_batches: int = 64,
         when_queue_full: str = "drop_oldest",
         max_batch_attempts: int = 5,
+        offline_policy: str | Path | None = None,
     ) -> None:
         self._episodes: dict[str, _Episode] = {}
         self._pending_steps = 0
@@ -139,7 +141,7 @@ class MultiAgentClient(BaseClient):
         self.env_steps_sent = 0
         super().__init__(host, port, client_name, auth_token, reconnect_timeout_s, seed, verbose, wait_for_weights,
                          connect_timeout_s, response_timeout_s, update_timeout_s, max_queued_steps,
-                         max_queued_batches, when_queue_full, max_batch_attempts)
+                         max_queued_batches, when_queue_full, max_batch_attempts, offline_policy)
 
     # -- connection ------------------------------------------------------------
 
@@ -277,8 +279,8 @@ class MultiAgentClient(BaseClient):
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} is already running")
-        recorded = training_enabled and self._records_episode()
-        self._episodes[episode_id] = _Episode(episode_id, recorded, held_back=training_enabled and not recorded,
+        recorded, held_back = self._recording(training_enabled)
+        self._episodes[episode_id] = _Episode(episode_id, recorded, held_back=held_back,
                                               env_params=self._draw_episode_params())
         return episode_id
 

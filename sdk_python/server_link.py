@@ -125,6 +125,15 @@ class _Request:
     error: BaseException | None = None
 
 
+def check_server_version(info: dict[str, Any]) -> None:
+    """A PONG announcing another major version than this client's is refused (VersionMismatchError)."""
+    server_version = info.get("protocol_version")
+    if server_version is not None and parse_version(str(server_version))[0] != parse_version(PROTOCOL_VERSION)[0]:
+        raise VersionMismatchError(
+            "VERSION_MISMATCH", f"server speaks RLlink {server_version}, this client {PROTOCOL_VERSION}", "PING"
+        )
+
+
 class ServerLink:
     """One client's server connection and the thread that owns it.
 
@@ -705,11 +714,7 @@ class ServerLink:
         if self._redirected:
             ping["redirected"] = True
         info = self._exchange(ping, self.response_timeout_s, "response_timeout_s")
-        server_version = info.get("protocol_version")
-        if server_version is not None and parse_version(str(server_version))[0] != parse_version(PROTOCOL_VERSION)[0]:
-            raise VersionMismatchError(
-                "VERSION_MISMATCH", f"server speaks RLlink {server_version}, this client {PROTOCOL_VERSION}", "PING"
-            )
+        check_server_version(info)
         if self._given is not None:  # [1.9] a group's ranks, and a redirect to follow before anything else (§6.7)
             ranks = rank_addresses(info)
             if ranks:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.protocol.framing import encode_frame
 from tether.protocol.messages import PROTOCOL_VERSION, MessageType
+from tether.protocol.offline_policy import offline_policy
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -95,6 +96,24 @@ def state_message(
     if not (may_omit_model and holds):
         msg["onnx_file"] = runtime.onnx_field
     return msg
+
+
+def offline_policy_object(trainer: "Trainer") -> dict[str, Any]:
+    """The offline policy file's object (§20): the PONG, SET_CONFIG and SET_STATE a client connecting
+    now would be given, the state with every module's model (and, with a default module, its v1
+    fields too, for a single-agent client) and the curriculum's current parameter set."""
+    pong: dict[str, Any] = {"type": MessageType.PONG.value, "protocol_version": PROTOCOL_VERSION, "server": "tether"}
+    if trainer.run_id:
+        pong["run_id"] = trainer.run_id
+    state: dict[str, Any] = {"type": MessageType.SET_STATE.value}
+    if trainer.default_module is not None:
+        runtime = trainer.modules[trainer.default_module]
+        state.update({"weights_seq_no": runtime.weights_seq_no, "onnx_file": runtime.onnx_field})
+    state["models"] = {m: {"weights_seq_no": rt.weights_seq_no, "onnx_file": rt.onnx_field}
+                       for m, rt in trainer.modules.items()}
+    if trainer.curriculum is not None:
+        state["env_params"] = trainer.curriculum.current.to_json()
+    return offline_policy(pong, config_message(trainer), state)
 
 
 def env_params_for(curriculum: Any, claimed: Any) -> dict[str, Any] | None:

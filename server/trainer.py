@@ -30,6 +30,7 @@ from typing import Any, Hashable
 import torch
 
 from tether.protocol.multi_agent import MultiAgentRecord
+from tether.protocol.offline_policy import FILE_NAME as OFFLINE_POLICY_FILE
 from tether.protocol.onnx_codec import decode_onnx, encode_onnx
 
 from . import checkpoint_state as checkpoints
@@ -56,6 +57,7 @@ from .sample_pool import Admission, Pooled, SamplePool, part_of
 from .curriculum import Curriculum, CurriculumConfig
 from .self_play import SelfPlay
 from .session_owners import SessionOwners
+from .state_messages import offline_policy_object
 from .stop_rule import StopRule
 from .say import say
 
@@ -650,6 +652,17 @@ class Trainer:
             tmp.write_bytes(decode_onnx(runtime.onnx_field) if runtime.spec.snapshot_of is not None
                             else runtime.learner.export_onnx())
             tmp.replace(path)
+        self.save_offline_policy()
+
+    def save_offline_policy(self) -> Path:
+        """Write ``offline_policy.json`` (§20) beside the policies: the configuration and models a client
+        acts with where no server runs (ClientOptions offline_policy in every SDK). Replaced atomically."""
+        path = Path(self.config.logdir) / OFFLINE_POLICY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(offline_policy_object(self)), encoding="utf-8")
+        tmp.replace(path)
+        return path
 
     # -- lifecycle -------------------------------------------------------------
 

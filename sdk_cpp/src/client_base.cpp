@@ -46,6 +46,7 @@ Status ClientBase::open(bool multi_agent) {
   link.max_frame_bytes = o.max_frame_bytes;
   link.backend_factory = o.backend_factory;
   link.multi_agent = multi_agent;
+  link.offline_policy = o.offline_policy;
   link_ = std::make_unique<ServerLink>(std::move(link));
   Status started = link_->start();
   if (!started.ok()) return started;
@@ -104,7 +105,7 @@ void ClientBase::demo_failed(const Status& status) {
 }
 
 bool ClientBase::waits_for_weights() const noexcept {
-  if (!config_ || !config_->force_on_policy) return false;
+  if (!config_ || !config_->force_on_policy || offline()) return false;
   if (options_.wait_for_weights) return *options_.wait_for_weights;
   return !config_->announces_version;  // a plain RLlink v1 server (RLlib's)
 }
@@ -264,8 +265,9 @@ ClientBase::Recording ClientBase::new_episode_recording(bool training_enabled) {
   // Holding back (§13.2): one draw per episode (for all its agents), recorded
   // with probability record_share. At 1 no number is drawn, so the client's
   // draws are those of a client without it. Once training is done (§6.6) no
-  // episode is recorded (nor held back: nothing is sent).
-  training_enabled = training_enabled && !ended_;
+  // episode is recorded (nor held back: nothing is sent), nor by an offline
+  // client (§20: there is no server).
+  training_enabled = training_enabled && !ended_ && !offline();
   Recording recording;
   recording.recorded = training_enabled;
   const double share = link_->record_share();

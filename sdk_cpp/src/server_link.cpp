@@ -11,6 +11,7 @@
 
 #include "json_util.h"
 #include "tether/distributions.h"
+#include "tether/offline_policy.h"
 #include "tether/onnx_codec.h"
 #include "tether/platform/socket.h"
 
@@ -230,6 +231,7 @@ std::vector<Address> ServerLink::ranks() const {
 
 std::string ServerLink::connected_address() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (offline_) return "offline:" + options_.offline_policy;
   return format_address(connected_);
 }
 
@@ -241,6 +243,7 @@ Status ServerLink::start() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (thread_.joinable() || closing_) return Status(ErrorCode::kInvalidArgument, "the link was already started");
   }
+  if (!options_.offline_policy.empty()) return start_offline();
   thread_ = std::thread([this] { run(); });
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return connected_once_; });
@@ -251,7 +254,7 @@ void ServerLink::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     closing_ = true;
-    if (!fatal_ && thread_.joinable()) {
+    if (!fatal_ && (thread_.joinable() || offline_)) {
       // Every later call of the engine hears that the client is closed.
       fatal_ = true;
       fatal_status_ = Status(ErrorCode::kClosed, "client closed");
@@ -319,6 +322,10 @@ std::set<std::string> ServerLink::submit(std::shared_ptr<Batch> batch,
   std::set<std::string> gone;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (offline_) {  // [§20] nobody to send to (an offline client records nothing to send)
+      batch->done = true;
+      return gone;
+    }
     if (training_done_.load(std::memory_order_relaxed)) {
       // Nobody takes it any more (§6.6): let go, counted; no one waits for it.
       if (batch->has_data()) batches_unsent_at_end_.fetch_add(1);
@@ -442,6 +449,19 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
   const Clock::time_point deadline = Clock::now() + to_ms(timeout_s);
   std::unique_lock<std::mutex> lock(mutex_);
   if (fatal_) return fatal_status_;
+  if (offline_) {
+    // [§20] The file's models are the newest there are: GET_STATE changes nothing.
+    // Anything else (MAP_AGENTS) has nobody to answer it.
+    if (request->type == "GET_STATE") {
+      Message unchanged;
+      unchanged.type = MessageType::kSetState;
+      unchanged.body = nlohmann::json{{"type", "SET_STATE"}};
+      return unchanged;
+    }
+    return Status(ErrorCode::kNotReady, request->type + ": an offline client has no server to ask (offline policy '" +
+                                            options_.offline_policy +
+                                            "', whose SET_CONFIG names no policy_mapping rules for this)");
+  }
   if (training_done_.load(std::memory_order_relaxed)) {
     return Status(ErrorCode::kTrainingDone, request->type + " cannot be answered: " + training_done_status_.message());
   }
@@ -875,6 +895,56 @@ Status ServerLink::read_config(const nlohmann::json& body, LinkConfig& config) c
   return Status::Ok();
 }
 
+// The PONG's protocol_version (server_info): what the server speaks, or
+// VERSION_MISMATCH for another major version.
+Status ServerLink::read_pong_version(LinkConfig& config) {
+  auto version = config.server_info.find("protocol_version");
+  if (version == config.server_info.end()) return Status::Ok();  // a plain RLlink v1 server
+  config.announces_version = true;
+  std::string text = version->is_string() ? version->get<std::string>() : std::string("?");
+  Result<ProtocolVersion> parsed = parse_version(text);
+  if (!parsed.ok() || parsed.value().major != 1) {
+    return Status(ErrorCode::kVersionMismatch, "server speaks RLlink " + text + ", this client " +
+                                                   std::string(kProtocolVersion));
+  }
+  config.speaks_1_3 = parsed.value().minor >= 3;
+  config.speaks_1_4 = parsed.value().minor >= 4;
+  config.speaks_1_6 = parsed.value().minor >= 6;
+  config.speaks_1_7 = parsed.value().minor >= 7;
+  return Status::Ok();
+}
+
+// [§20] No server: the offline policy file's PONG, SET_CONFIG and SET_STATE
+// are taken as a first connection's handshake would take them, and no I/O
+// thread starts. The link is stopped_ from here on (nothing waits, a retired
+// model is freed at once); submit lets batches go and request answers alone.
+Status ServerLink::start_offline() {
+  Result<OfflinePolicy> file = read_offline_policy(options_.offline_policy);
+  if (!file.ok()) return file.status();
+  auto config = std::make_shared<LinkConfig>();
+  config->server_info = std::move(file.value().pong);
+  Status version = read_pong_version(*config);
+  if (!version.ok()) return Status(version.code(), "offline policy '" + options_.offline_policy + "': " + version.message());
+  config->server_config = std::move(file.value().config);
+  Status read = read_config(config->server_config, *config);
+  if (!read.ok()) return Status(read.code(), "offline policy '" + options_.offline_policy + "': " + read.message());
+  config_ = config;
+  connection_number_ = 1;
+  io_run_ids_.push_back(run_id_of(config->server_info));
+  LinkEvent event;
+  event.kind = LinkEvent::Kind::kConnected;
+  event.config = config;
+  event.connection = connection_number_;
+  prepare_state(file.value().state, true, event);
+  std::lock_guard<std::mutex> lock(mutex_);
+  offline_ = true;
+  stopped_ = true;
+  connected_once_ = true;
+  queue_limit_steps_ = config->queue_limit_steps;
+  post_locked(std::move(event));
+  return Status::Ok();
+}
+
 Status ServerLink::handshake(const Address& here, bool redirected, std::optional<Address>& redirect) {
   progress_ = false;
   redirect.reset();
@@ -888,20 +958,8 @@ Status ServerLink::handshake(const Address& here, bool redirected, std::optional
   if (pong.outcome != Outcome::kAnswer) return pong.status;
   auto config = std::make_shared<LinkConfig>();
   config->server_info = pong.answer.body;
-  auto version = config->server_info.find("protocol_version");
-  if (version != config->server_info.end()) {
-    config->announces_version = true;
-    std::string text = version->is_string() ? version->get<std::string>() : std::string("?");
-    Result<ProtocolVersion> parsed = parse_version(text);
-    if (!parsed.ok() || parsed.value().major != 1) {
-      return Status(ErrorCode::kVersionMismatch, "server speaks RLlink " + text + ", this client " +
-                                                     std::string(kProtocolVersion));
-    }
-    config->speaks_1_3 = parsed.value().minor >= 3;
-    config->speaks_1_4 = parsed.value().minor >= 4;
-    config->speaks_1_6 = parsed.value().minor >= 6;
-    config->speaks_1_7 = parsed.value().minor >= 7;
-  }
+  Status version = read_pong_version(*config);
+  if (!version.ok()) return version;
   // [1.9] A group's ranks, and a redirect to follow before anything else (§6.7).
   std::vector<Address> named = rank_addresses(config->server_info);
   if (!named.empty()) {

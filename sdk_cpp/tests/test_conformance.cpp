@@ -26,6 +26,7 @@
 #include "tether/episode.h"
 #include "tether/framing.h"
 #include "tether/messages.h"
+#include "tether/offline_policy.h"
 #include "tether/observation_leaves.h"
 #include "tether/policy_mapping.h"
 #include "tether/recurrent_state.h"
@@ -50,7 +51,7 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "client_pairing.json", "session.json", "tensors.json",
                                              "composite.json", "recurrent.json", "logged.json",
                                              "demonstrations.json", "rewards.json", "env_params.json",
-                                             "run_ids.json", "rank_addresses.json"};
+                                             "run_ids.json", "rank_addresses.json", "offline_policy.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -860,6 +861,25 @@ TEST(Conformance, RunIds) {
     EXPECT_EQ(!from_another_run(acted_in, connected_to), c["send"].get<bool>());
     // A member left out is absent too.
     if (c["acted_in"].is_null()) EXPECT_EQ(run_id_of(json{{"type", "PONG"}}), acted_in);
+  });
+}
+
+// [§20] An offline policy file's text: its three messages, or the error
+// (code, and a word its message holds).
+TEST(Conformance, OfflinePolicy) {
+  run_cases("offline_policy.json", [](const json& /*file*/, const json& c) {
+    Result<OfflinePolicy> parsed = parse_offline_policy(c["text"].get<std::string>());
+    if (c.contains("messages")) {
+      ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+      EXPECT_EQ(parsed.value().pong, c["messages"][0]);
+      EXPECT_EQ(parsed.value().config, c["messages"][1]);
+      EXPECT_EQ(parsed.value().state, c["messages"][2]);
+      return;
+    }
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(std::string(to_string(parsed.status().code())), c["code"].get<std::string>());
+    EXPECT_NE(parsed.status().message().find(c["names"].get<std::string>()), std::string::npos)
+        << parsed.status().to_string();
   });
 }
 

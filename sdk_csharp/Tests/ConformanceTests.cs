@@ -27,6 +27,7 @@ namespace Tether.Tests
             "env_params.json",  // ("set", "draw" and "draw_all" here; "record" is a server's check)
             "run_ids.json",  // (1.8; the client's drops in AnotherRunTests)
             "rank_addresses.json",  // (1.9; the link's redirects and reconnect order in RankGroupTests)
+            "offline_policy.json",  // (§20; offline clients in OfflinePolicyTests)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -646,6 +647,33 @@ namespace Tether.Tests
                 string connectedTo = ServerRuns.RunIdOf(new JObject { { "run_id", c["connected_to"] } });
                 bool send = !ServerRuns.FromAnotherRun(actedIn, connectedTo);
                 Vectors.Expect(send == (bool)c["send"], send ? "sent steps of another run" : "dropped steps the client cannot tell are another run's");
+            });
+        }
+
+        // (§20) An offline policy file's text gives its three messages, or an error naming what is wrong.
+        [Test]
+        public void OfflinePolicyVectors()
+        {
+            Vectors.Check("offline_policy.json", (file, c) =>
+            {
+                if (c["messages"] != null)
+                {
+                    OfflinePolicy parsed = OfflinePolicy.Parse((string)c["text"]);
+                    Vectors.Expect(JToken.DeepEquals(parsed.Pong, c["messages"][0]), "pong");
+                    Vectors.Expect(JToken.DeepEquals(parsed.Config, c["messages"][1]), "config");
+                    Vectors.Expect(JToken.DeepEquals(parsed.State, c["messages"][2]), "state");
+                    return;
+                }
+                try
+                {
+                    OfflinePolicy.Parse((string)c["text"]);
+                    Vectors.Expect(false, "accepted");
+                }
+                catch (ProtocolException e)
+                {
+                    Vectors.Expect(ErrorCodes.ToWire(e.Code) == (string)c["code"], "code " + e.Code);
+                    Vectors.Expect(e.Message.Contains((string)c["names"]), "message " + e.Message);
+                }
             });
         }
 

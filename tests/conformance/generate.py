@@ -1622,6 +1622,42 @@ def reward_cases() -> list[dict]:
     ]
 
 
+def offline_policy_cases() -> list[dict]:
+    """§20: how an offline policy file's text is read. ``messages``: the PONG, SET_CONFIG and SET_STATE
+    taken from it; else ``code`` and ``names`` (a word the error message must hold)."""
+    pong = {"type": "PONG", "protocol_version": "1.9", "server": "tether", "run_id": "5f0c8e2a9b7d4c1e"}
+    config = {"type": "SET_CONFIG", "env_steps_per_sample": 200, "force_on_policy": True,
+              "observation_space": {"type": "Box", "shape": [4], "low": -5.0, "high": 5.0},
+              "action_space": {"type": "Discrete", "n": 2}}
+    state = {"type": "SET_STATE", "weights_seq_no": 3, "onnx_file": "", "models": {}}
+    good = {"format": "tether-offline-policy", "version": 1, "pong": pong, "config": config, "state": state}
+
+    def accepted(name: str, body: dict) -> dict:
+        return {"name": name, "text": json.dumps(body), "messages": [body["pong"], body["config"], body["state"]]}
+
+    def refused(name: str, text: str, code: str, names: str) -> dict:
+        return {"name": name, "text": text, "code": code, "names": names}
+
+    without = lambda key: {k: v for k, v in good.items() if k != key}  # noqa: E731
+    return [
+        accepted("good", good),
+        accepted("unknown_members_ignored", {**good, "written_by": "tether serve", "pong": {**pong, "extra": 1}}),
+        refused("not_json", '{"format": "tether-offline-policy", ', "INVALID_JSON", "JSON"),
+        refused("not_an_object", json.dumps([good]), "INVALID_FIELD", "object"),
+        refused("another_format", json.dumps({**good, "format": "tether-demonstrations"}), "INVALID_FIELD", "format"),
+        refused("format_missing", json.dumps(without("format")), "INVALID_FIELD", "format"),
+        refused("newer_version", json.dumps({**good, "version": 2}), "INVALID_FIELD", "version"),
+        refused("version_as_string", json.dumps({**good, "version": "1"}), "INVALID_FIELD", "version"),
+        refused("version_fractional", json.dumps({**good, "version": 1.5}), "INVALID_FIELD", "version"),
+        refused("pong_missing", json.dumps(without("pong")), "INVALID_FIELD", "pong"),
+        refused("config_not_an_object", json.dumps({**good, "config": [config]}), "INVALID_FIELD", "config"),
+        refused("state_missing", json.dumps(without("state")), "INVALID_FIELD", "state"),
+        refused("config_of_another_type", json.dumps({**good, "config": {**config, "type": "SET_STATE"}}),
+                "INVALID_FIELD", "config"),
+        refused("state_without_type", json.dumps({**good, "state": {"models": {}}}), "INVALID_FIELD", "state"),
+    ]
+
+
 def demonstration_cases() -> list[dict]:
     """1.6 §18: demonstration files.
 
@@ -1837,6 +1873,7 @@ def main() -> None:
         "recurrent.json": recurrent_cases(),
         "logged.json": logged_cases(),
         "demonstrations.json": demonstration_cases(),
+        "offline_policy.json": offline_policy_cases(),
         "rewards.json": reward_cases(),
         "env_params.json": env_params_cases(),
     }

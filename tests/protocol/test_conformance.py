@@ -469,3 +469,17 @@ def test_a_body_whose_tensors_read_the_same_bytes_twice_is_refused() -> None:
 def test_an_empty_tensor_of_huge_dimensions_is_refused_not_an_internal_error() -> None:
     with pytest.raises(TensorError, match="too large"):
         decode_tensor({"dtype": "uint8", "shape": [0, 2**31 - 1, 2**31 - 1, 2**31 - 1], "b64": ""})
+
+
+@pytest.mark.parametrize("case", cases("offline_policy.json"), ids=ids(cases("offline_policy.json")))
+def test_offline_policy_vector(case: dict) -> None:
+    """§20: an offline policy file's text gives its three messages, or an error naming what is wrong."""
+    from tether.protocol.offline_policy import OfflinePolicyError, parse_offline_policy
+
+    if "messages" in case:
+        assert list(parse_offline_policy(case["text"])) == case["messages"]
+        return
+    with pytest.raises(OfflinePolicyError) as refused:
+        parse_offline_policy(case["text"])
+    assert refused.value.code == case["code"]
+    assert case["names"] in str(refused.value)

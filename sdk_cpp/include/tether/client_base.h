@@ -125,6 +125,9 @@ class ClientBase {
   /// client is connected to, or was last, as "host:port" (an IPv6 host in
   /// brackets). Any thread.
   std::string server_address() const { return link_->connected_address(); }
+  /// [§20] Whether the client acts from an offline policy file
+  /// (ClientOptions::offline_policy): no server, nothing recorded or sent.
+  bool offline() const noexcept { return !options_.offline_policy.empty(); }
   /// This client's session id (protocol 1.3), kept across reconnects (any thread).
   const std::string& client_session() const noexcept { return link_->client_session(); }
   /// [1.6] The demonstration file being written (ClientOptions::demo_path),

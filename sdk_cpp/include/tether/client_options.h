@@ -44,6 +44,17 @@ struct ClientOptions {
   /// fails with the writer's status when it cannot be created); a module
   /// whose spaces a later connection changes is no longer written. Empty: off.
   std::string demo_path;
+  /// [§20] When set, the path of an offline policy file (a server's
+  /// offline_policy.json): connect() reaches no server and the client acts
+  /// with the file's configuration and models (spaces, mapping rules, groups,
+  /// recurrent state, environment parameters), as if a server had sent them.
+  /// Nothing is recorded for training or sent; a demonstration file
+  /// (demo_path) is still written, which is how an engine records episodes
+  /// acted by a trained policy with no server. host, port and the connection
+  /// options are unused; a MAP_AGENTS the file's rules cannot spare is
+  /// NOT_READY. connect() returns what is wrong with the file (INVALID_JSON,
+  /// INVALID_FIELD, INVALID_ARGUMENT when it cannot be read), naming it. Empty: off.
+  std::string offline_policy;
   /// Required: makes an empty inference backend for each model received
   /// (e.g. OnnxRuntimeBackend from tether/onnxruntime_backend.h). Called on the I/O thread.
   BackendFactory backend_factory;

@@ -127,6 +127,9 @@ struct LinkOptions {
   /// arrives; then it is given up (its kBatch event carries CONNECTION_FAILED).
   int max_batch_attempts = 5;
   std::size_t max_queued_events = 1024;    ///< events kept for an engine that does not read them (errors go first)
+  /// [§20] When set, the path of an offline policy file: start() takes its
+  /// PONG, SET_CONFIG and SET_STATE and connects nowhere (see ClientOptions::offline_policy).
+  std::string offline_policy;
 };
 
 /// What a connection's handshake learned (PONG + SET_CONFIG), immutable once posted.
@@ -459,6 +462,8 @@ class ServerLink {
   Status open(const Address& address, std::chrono::steady_clock::time_point deadline);
   Status connect_to(const Address& address, std::chrono::steady_clock::time_point deadline, bool& reached);
   Status handshake(const Address& here, bool redirected, std::optional<Address>& redirect);
+  static Status read_pong_version(LinkConfig& config);
+  Status start_offline();
   Status read_config(const nlohmann::json& body, LinkConfig& config) const;
   Status serve();
   Status send_batch(const std::shared_ptr<Batch>& batch);
@@ -552,6 +557,7 @@ class ServerLink {
   bool fatal_ = false;
   Status fatal_status_;
   bool stopped_ = false;
+  bool offline_ = false;  // [§20] started from an offline policy file: no I/O thread, nothing sent
   std::shared_ptr<const TrainingSummary> training_summary_;  // set once training is done (under mutex_)
   Status training_done_status_;               // what requests get once training is done (under mutex_)
   bool connected_once_ = false;

@@ -160,6 +160,12 @@ namespace Tether.Client
         public double RecordShare { get { return link.RecordShare; } }
 
         /// <summary>
+        /// Whether the client acts from an offline policy file (<see cref="ClientOptions.OfflinePolicy"/>, §20): no
+        /// server; nothing is recorded for training or sent.
+        /// </summary>
+        public bool Offline { get { return !string.IsNullOrEmpty(options.OfflinePolicy); } }
+
+        /// <summary>
         /// Steps (agent steps, for a <see cref="MultiAgentClient"/>) played in training episodes (recorded
         /// or held back) per batch (SET_STATE steps_per_batch, §13.2): env_steps_per_sample, or fewer
         /// while the server holds clients back and asks for smaller, fresher batches. The last valid

@@ -71,6 +71,18 @@ namespace Tether.Client
         /// </summary>
         public string DemoPath;
 
+        /// <summary>
+        /// When set, the path of an offline policy file (a server's <c>offline_policy.json</c>, docs/protocol.md §20):
+        /// the client reaches no server and acts with the file's configuration and models (spaces, mapping rules,
+        /// groups, recurrent state, environment parameters), as if a server had sent them. Nothing is recorded for
+        /// training or sent; a demonstration file (<see cref="DemoPath"/>) is still written, which is how a game
+        /// records episodes acted by a trained policy with no server. Host, Port and the connection options are
+        /// unused; a MAP_AGENTS the file's rules cannot spare is NOT_READY. Opening the client throws what is
+        /// wrong with the file (INVALID_JSON, INVALID_FIELD, INVALID_ARGUMENT when it cannot be read), naming it.
+        /// Null: off.
+        /// </summary>
+        public string OfflinePolicy;
+
         /// <summary>"host:port".</summary>
         public string Address { get { return Host + ":" + Port; } }
     }

@@ -367,7 +367,7 @@ namespace Tether.Client
         public long MapRequests { get; private set; }
 
         /// <summary>Whether a batch makes the game wait for the weights answering it (strict on-policy).</summary>
-        public bool WaitsForWeights { get { return forceOnPolicy && (options.WaitForWeights ?? !announcesVersion); } }
+        public bool WaitsForWeights { get { return !Offline && forceOnPolicy && (options.WaitForWeights ?? !announcesVersion); } }
 
         MultiAgentClient(ClientOptions options) : base(options, true) { }
 
@@ -449,6 +449,7 @@ namespace Tether.Client
                 SendBatch();
                 if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' has just ended and is still being sent");
             }
+            trainingEnabled = trainingEnabled && !Offline;  // (§20: nothing is sent, so nothing is recorded)
             bool recorded = trainingEnabled && Records();
             Episode episode = spareEpisodes.Count > 0 ? spareEpisodes.Pop() : new Episode();
             episode.Reset(episodeId, recorded, trainingEnabled && !recorded, spareRows);

@@ -185,6 +185,7 @@ namespace Tether.Client
         readonly ManualResetEvent connectedOnce = new ManualResetEvent(false);
         readonly Thread thread;
         volatile bool closing;
+        volatile bool offline;  // (§20) started from an offline policy file: no I/O thread, nothing sent
         volatile bool eventsPending;
         Batch inFlight;
         int queuedSteps;
@@ -293,6 +294,11 @@ namespace Tether.Client
         /// <summary>Starts the I/O thread and waits for the first connection; throws what ended the first attempt.</summary>
         public void Start()
         {
+            if (!string.IsNullOrEmpty(options.OfflinePolicy))
+            {
+                StartOffline();
+                return;
+            }
             thread.Start();
             connectedOnce.WaitOne();
             if (fatal != null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, fatal.Message, fatal);
@@ -338,6 +344,7 @@ namespace Tether.Client
         public bool Submit(Batch batch, HashSet<string> gone, List<Batch> droppedBatches = null)
         {
             gone.Clear();
+            if (offline) return false;  // (§20) nobody to send to: an offline client records nothing to send
             lock (sync)
             {
                 if (trainingDone != null) return DiscardAtEnd();
@@ -494,6 +501,13 @@ namespace Tether.Client
         /// </summary>
         public JObject Request(JObject message, double seconds)
         {
+            if (offline)
+            {
+                // (§20) The file's models are the newest there are; anything but GET_STATE has nobody to answer it.
+                if ((string)message["type"] == "GET_STATE") return new JObject { { "type", "SET_STATE" } };
+                throw new TetherException(ErrorCode.NotReady, (string)message["type"] + ": an offline client has no server to ask (offline policy '" +
+                                          options.OfflinePolicy + "', whose SET_CONFIG names no policy_mapping rules for this)");
+            }
             var request = new LinkRequest { Message = message };
             DateTime deadline = DateTime.UtcNow.AddSeconds(seconds);
             lock (sync)
@@ -532,6 +546,11 @@ namespace Tether.Client
         public void Retire(IInferenceBackend backend)
         {
             if (backend == null) return;
+            if (offline)
+            {
+                backend.Dispose();  // (no I/O thread to hand it to)
+                return;
+            }
             lock (sync) retired.Enqueue(backend);
             wake.Set();
         }
@@ -802,6 +821,14 @@ namespace Tether.Client
             bool asksEnvParams = SpeaksVersion(pong, 1, 7);
             if (asksEnvParams) getState[EnvParams.SeqField] = envParamsSeq;
             JObject setState = Exchange(getState, options.ResponseTimeoutSeconds, "ResponseTimeoutSeconds");
+            TakeConnection(pong, setConfig, setState, asksEnvParams, transport.Address);
+            return null;
+        }
+
+        // A connection's PONG, SET_CONFIG and SET_STATE (for a request that asked for the parameter set when
+        // `asksEnvParams`), taken in: its models prepared here, its Connected event posted. `address`: where it was made.
+        void TakeConnection(JObject pong, JObject setConfig, JObject setState, bool asksEnvParams, string address)
+        {
             ReadState(setState);
             bool drop;
             EnvParams received = TakeEnvParams(setState, asksEnvParams, out drop);
@@ -830,10 +857,23 @@ namespace Tether.Client
             lock (sync)
             {
                 runIds.Add(ServerRuns.RunIdOf(pong));  // (1.8, §6.5: the run it reached)
-                connectedAddress = transport.Address;
+                connectedAddress = address;
                 PostLocked(new LinkEvent { Kind = LinkEventKind.Connected, Info = pong, Config = setConfig, State = prepared, Connection = connection });
             }
-            return null;
+        }
+
+        // (§20) No server: the offline policy file's PONG, SET_CONFIG and SET_STATE are taken as a first
+        // connection's handshake takes them, and no I/O thread starts. Submit lets batches go, Request answers
+        // alone, a retired model is released at once. Throws what is wrong with the file, naming it.
+        void StartOffline()
+        {
+            OfflinePolicy file = OfflinePolicy.Read(options.OfflinePolicy);
+            CheckMajorVersion(file.Pong, "offline policy '" + options.OfflinePolicy + "': its server");
+            if (!multiAgent) FillSpaces(file.Config);
+            envParamsSeq = 0;
+            envParamsDropped = false;
+            offline = true;
+            TakeConnection(file.Pong, file.Config, file.State, SpeaksVersion(file.Pong, 1, 7), "offline:" + options.OfflinePolicy);
         }
 
         // (1.8) The run connection `n` (1, 2, ...) reached, if its PONG named one (I/O thread).
@@ -862,6 +902,12 @@ namespace Tether.Client
         // none at all is a plain RLlink v1 server.
         void CheckMajorVersion(JObject pong)
         {
+            CheckMajorVersion(pong, "the server at " + transport.Address);
+        }
+
+        // The same, `who` naming the PONG's source in the message ("the server at host:port").
+        static void CheckMajorVersion(JObject pong, string who)
+        {
             JToken version = pong["protocol_version"];
             if (version == null || version.Type == JTokenType.Null) return;
             string text = version.Type == JTokenType.String ? (string)version : version.ToString(Newtonsoft.Json.Formatting.None);
@@ -869,7 +915,7 @@ namespace Tether.Client
             int ours = Messages.ParseVersion(Messages.ProtocolVersion)[0];
             if (parsed == null || parsed[0] != ours)
             {
-                throw new TetherException(ErrorCode.VersionMismatch, "the server at " + transport.Address + " speaks RLlink " + text + ", this client " +
+                throw new TetherException(ErrorCode.VersionMismatch, who + " speaks RLlink " + text + ", this client " +
                                           Messages.ProtocolVersion + " (major versions must match)");
             }
         }

@@ -245,7 +245,7 @@ namespace Tether.Client
             Poll();
             episodeId = episodeId ?? Guid.NewGuid().ToString("N");
             if (episodes.ContainsKey(episodeId)) throw new TetherException(ErrorCode.InvalidArgument, "episode '" + episodeId + "' is already running");
-            trainingEnabled = trainingEnabled && !ended;
+            trainingEnabled = trainingEnabled && !ended && !Offline;  // (§6.6, §20: nothing is sent, so nothing is recorded)
             bool recorded = trainingEnabled && Records();
             Episode episode = spare.Count > 0 ? spare.Pop() : new Episode();
             episode.Reset(episodeId, recorded, trainingEnabled && !recorded);
@@ -922,7 +922,7 @@ namespace Tether.Client
             rawBoxSamples = parsed == null || parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 3);
             logsActions = parsed != null && (parsed[0] > 1 || (parsed[0] == 1 && parsed[1] >= 6));
             serverVersion = version == null ? "none (a plain RLlink v1 server)" : version.ToString(Newtonsoft.Json.Formatting.None);
-            strict = options.WaitForWeights ?? version == null;  // a plain RLlink v1 server
+            strict = !Offline && (options.WaitForWeights ?? version == null);  // a plain RLlink v1 server
             dist = new float[ActionSpace.DistInputsSize];
             record = new double[ActionSpace.FlatDim];
             connection = e.Connection;
