@@ -10,6 +10,10 @@ line when it stops: {"client", "env_steps_sent", "reconnects", "other_run_steps_
 "stopped_by"}. A server restarted without resuming is a new run: the steps played with the old
 run's model are not sent (other_run_steps_dropped) and play goes on with the new run's.
 
+``--offline-policy run/offline_policy.json`` plays with a server's offline policy file and no
+server (docs/protocol.md §20): nothing is sent; with ``--demo-file play.jsonl`` every episode is
+written to a demonstration file (§18). Its JSON line then holds the episodes' ``mean_return``.
+
 ``--no-velocities`` plays CartPole with the cart's and the pole's velocities removed from the
 observation (position and angle only, as RLlib's stateless CartPole): a policy needs memory to
 infer them. Serve it with a 2-value observation space and a recurrent model (docs/models.md).
@@ -46,7 +50,7 @@ class NoVelocities(gym.ObservationWrapper):
 
 
 def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect_timeout_s: float,
-               no_velocities: bool = False) -> None:
+               no_velocities: bool = False, offline_policy: str | None = None, demo_file: str | None = None) -> None:
     """One client process: CartPole episodes until the budget is spent or the server goes away."""
     env = gym.make("CartPole-v1")
     if no_velocities:
@@ -54,6 +58,7 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
     env.reset(seed=seed)
     client = None
     stopped_by = "max_steps"
+    returns: list[float] = []
     # The first Ctrl-C ends the run at the next episode's end (an exception raised at an
     # arbitrary point could leave the client's locks held and hang the final report);
     # a second one interrupts at once.
@@ -67,8 +72,10 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
     signal.signal(signal.SIGINT, on_interrupt)
     try:
         client = TetherClient(host, port, client_name=f"cartpole-{seed}", seed=seed,
-                              reconnect_timeout_s=reconnect_timeout_s)
-        run_env(client, env, max_steps=max_steps, on_episode_end=lambda *_: interrupted.is_set())
+                              reconnect_timeout_s=reconnect_timeout_s, offline_policy=offline_policy)
+        if demo_file is not None:
+            client.record_demonstrations(demo_file)
+        returns = run_env(client, env, max_steps=max_steps, on_episode_end=lambda *_: interrupted.is_set())
         if interrupted.is_set():
             stopped_by = "interrupted"
         elif client.training_done is not None:
@@ -82,6 +89,7 @@ def run_client(host: str, port: int, seed: int, max_steps: int | None, reconnect
             print(json.dumps({"client": seed, "env_steps_sent": client.env_steps_sent, "reconnects": client.reconnects,
                               "other_run_steps_dropped": client.other_run_steps_dropped,
                               "redirects": client.redirects, "server_address": client.server_address,
+                              "episodes": len(returns), "mean_return": sum(returns) / max(1, len(returns)),
                               "stopped_by": stopped_by}), flush=True)
             client.close()
 
@@ -95,10 +103,15 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=None, help="env steps per client (default: run until stopped)")
     parser.add_argument("--reconnect-timeout", type=float, default=5.0, help="give up once the server has been gone this many seconds (default: 5)")
     parser.add_argument("--no-velocities", action="store_true", help="observe position and angle only (needs memory)")
+    parser.add_argument("--offline-policy", default=None, help="play with this offline policy file and no server (§20)")
+    parser.add_argument("--demo-file", default=None, help="write every episode to this demonstration file (§18)")
     args = parser.parse_args()
     if args.clients == 1:
-        run_client(args.host, args.port, args.seed, args.max_steps, args.reconnect_timeout, args.no_velocities)
+        run_client(args.host, args.port, args.seed, args.max_steps, args.reconnect_timeout, args.no_velocities,
+                   args.offline_policy, args.demo_file)
         return
+    if args.demo_file is not None:
+        parser.error("--demo-file takes one client (--clients 1)")
     procs = [
         mp.Process(target=run_client, args=(args.host, args.port, args.seed + i, args.max_steps, args.reconnect_timeout,
                                             args.no_velocities))

@@ -5,6 +5,10 @@
 //   cartpole --host 127.0.0.1 --port 5555 --max-steps 300000 --seed 0
 //   cartpole --random --max-steps 20000          # a uniformly random policy, no server
 //
+//   cartpole --offline-policy run/offline_policy.json --demo-file play.jsonl --max-steps 20000
+//                                                  # a server's offline policy file, no server (§20):
+//                                                  # nothing is sent; every episode goes to play.jsonl
+//
 // Options: --reconnect-timeout S (give up once the server has been gone S
 // seconds, default 5), --when-queue-full wait|drop_oldest (default wait: the
 // engine waits for room in the send queue instead of dropping batches).
@@ -53,6 +57,8 @@ struct Args {
   bool random = false;
   double reconnect_timeout_s = 5.0;
   bool drop_oldest = false;
+  std::string offline_policy;  // (§20) play with this file and no server
+  std::string demo_file;       // (§18) write every episode here
 };
 
 bool parse_args(int argc, char** argv, Args& args) {
@@ -86,10 +92,17 @@ bool parse_args(int argc, char** argv, Args& args) {
     } else if (arg == "--reconnect-timeout") {
       if (!(v = value("--reconnect-timeout"))) return false;
       args.reconnect_timeout_s = std::atof(v);
+    } else if (arg == "--offline-policy") {
+      if (!(v = value("--offline-policy"))) return false;
+      args.offline_policy = v;
+    } else if (arg == "--demo-file") {
+      if (!(v = value("--demo-file"))) return false;
+      args.demo_file = v;
     } else {
       std::fprintf(stderr,
                    "usage: cartpole [--host H] [--port P] [--max-steps N] [--seed S] [--random] "
-                   "[--reconnect-timeout S] [--when-queue-full wait|drop_oldest]\n");
+                   "[--reconnect-timeout S] [--when-queue-full wait|drop_oldest] [--offline-policy FILE] "
+                   "[--demo-file FILE]\n");
       return false;
     }
   }
@@ -156,6 +169,8 @@ int main(int argc, char** argv) {
     // and drop most batches unsent).
     options.when_queue_full = args.drop_oldest ? tether::QueueFullPolicy::kDropOldest : tether::QueueFullPolicy::kWait;
     options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
+    options.offline_policy = args.offline_policy;
+    options.demo_path = args.demo_file;
     tether::Result<std::unique_ptr<tether::TetherClient>> connected = tether::TetherClient::connect(options);
     if (!connected.ok()) {
       std::fprintf(stderr, "cartpole: %s\n", connected.status().to_string().c_str());
@@ -213,14 +228,15 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"episodes\": %lld, \"mean_return_last_100\": %.2f, \"env_steps\": %lld, \"env_steps_sent\": %lld, "
       "\"reconnects\": %lld, \"models_loaded\": %lld, \"batches_dropped\": %lld, \"batches_unsent_at_end\": %lld, "
-      "\"max_act_ms\": %.3f, \"wall_s\": %.2f, \"random\": %s, \"stopped_by\": \"%s\"%s}\n",
+      "\"max_act_ms\": %.3f, \"wall_s\": %.2f, \"random\": %s, \"offline\": %s, \"stopped_by\": \"%s\"%s}\n",
       tally.episodes, tally.mean(), tally.env_steps,
       client ? static_cast<long long>(client->env_steps_sent()) : 0LL,
       client ? static_cast<long long>(client->reconnects()) : 0LL,
       client ? static_cast<long long>(client->models_loaded()) : 0LL,
       client ? static_cast<long long>(client->batches_dropped()) : 0LL,
       client ? static_cast<long long>(client->batches_unsent_at_end()) : 0LL, max_act_s * 1e3, wall_s,
-      args.random ? "true" : "false", stopped_by.c_str(), summary_field.c_str());
+      args.random ? "true" : "false", client && client->offline() ? "true" : "false", stopped_by.c_str(),
+      summary_field.c_str());
   std::fflush(stdout);
   if (client) client->close();
   return status;

@@ -4,6 +4,9 @@
 //
 //   mono cartpole.exe --host 127.0.0.1 --port 5555 --max-steps 300000 --seed 0
 //   mono cartpole.exe --random --max-steps 20000      # a uniformly random policy, no server
+//   mono cartpole.exe --offline-policy run/offline_policy.json --demo-file play.jsonl --max-steps 20000
+//                                  # a server's offline policy file and no server (§20): nothing is sent,
+//                                  # every episode is written to play.jsonl (§18)
 //
 // It stops after --max-steps env steps, or when the server goes away (a
 // `tether serve --stop-at-return 450` that reached its target), and prints one
@@ -76,13 +79,15 @@ namespace Tether.Examples
             ulong seed = 0;
             bool random = false;
             double reconnectTimeout = 5;
+            string offlinePolicy = null, demoFile = null;
             for (int i = 0; i < argv.Length; ++i)
             {
                 string arg = argv[i];
                 if (arg == "--random") { random = true; continue; }
                 if (i + 1 >= argv.Length)
                 {
-                    Console.Error.WriteLine("usage: cartpole.exe [--host H] [--port P] [--max-steps N] [--seed S] [--random] [--reconnect-timeout S]");
+                    Console.Error.WriteLine("usage: cartpole.exe [--host H] [--port P] [--max-steps N] [--seed S] [--random] [--reconnect-timeout S] " +
+                                            "[--offline-policy FILE] [--demo-file FILE]");
                     return 2;
                 }
                 string value = argv[++i];
@@ -91,6 +96,8 @@ namespace Tether.Examples
                 else if (arg == "--max-steps") maxSteps = long.Parse(value, CultureInfo.InvariantCulture);
                 else if (arg == "--seed") seed = ulong.Parse(value, CultureInfo.InvariantCulture);
                 else if (arg == "--reconnect-timeout") reconnectTimeout = double.Parse(value, CultureInfo.InvariantCulture);
+                else if (arg == "--offline-policy") offlinePolicy = value;
+                else if (arg == "--demo-file") demoFile = value;
                 else
                 {
                     Console.Error.WriteLine("cartpole: unknown option " + arg);
@@ -121,6 +128,8 @@ namespace Tether.Examples
                         // This CartPole steps in microseconds, far faster than a learner trains: wait for
                         // room in the send queue so every step is delivered, at the server's pace.
                         WhenQueueFull = QueueFullPolicy.Wait,
+                        OfflinePolicy = offlinePolicy,
+                        DemoPath = demoFile,
                     });
                 }
                 var coin = new Rng(seed);
@@ -181,10 +190,11 @@ namespace Tether.Examples
             string summaryField = summary != null ? ", \"summary\": " + summary.Json.ToString(Newtonsoft.Json.Formatting.None) : "";
             Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
                 "{{\"episodes\": {0}, \"mean_return_last_100\": {1:F2}, \"env_steps\": {2}, \"env_steps_sent\": {3}, \"reconnects\": {4}, " +
-                "\"batches_dropped\": {5}, \"max_act_ms\": {6:F3}, \"wall_s\": {7:F2}, \"random\": {8}, \"stopped_by\": \"{9}\"{10}}}",
+                "\"batches_dropped\": {5}, \"max_act_ms\": {6:F3}, \"wall_s\": {7:F2}, \"random\": {8}, \"stopped_by\": \"{9}\"{10}, " +
+                "\"offline\": {11}}}",
                 episodes, mean, envSteps, client != null ? client.EnvStepsSent : 0, client != null ? client.Reconnects : 0,
                 client != null ? client.BatchesDropped : 0, maxActMs, clock.Elapsed.TotalSeconds, random ? "true" : "false", stoppedBy,
-                summaryField));
+                summaryField, client != null && client.Offline ? "true" : "false"));
             if (client != null) client.Dispose();
             return status;
         }

@@ -13,17 +13,17 @@ namespace tether {
 
 namespace {
 
-Status invalid(const std::string& what) { return Status(ErrorCode::kInvalidField, what); }
+Status invalid_file(const std::string& what) { return Status(ErrorCode::kInvalidField, what); }
 
 // The member `name` as a `type` message, or the error naming it.
 Status take_message(const nlohmann::json& body, const char* name, const char* type, nlohmann::json& out) {
   auto found = body.find(name);
   if (found == body.end() || !found->is_object()) {
-    return invalid(std::string(name) + " is missing or not a JSON object");
+    return invalid_file(std::string(name) + " is missing or not a JSON object");
   }
   auto kind = found->find("type");
   if (kind == found->end() || !kind->is_string() || kind->get_ref<const std::string&>() != type) {
-    return invalid(std::string(name) + " is not a " + type + " message (type " +
+    return invalid_file(std::string(name) + " is not a " + type + " message (type " +
                    (kind == found->end() ? std::string("missing") : kind->dump()) + ")");
   }
   out = *found;
@@ -36,15 +36,15 @@ Result<OfflinePolicy> parse_offline_policy(std::string_view text) {
   Result<nlohmann::json> parsed = parse_json(text);
   if (!parsed.ok()) return Status(ErrorCode::kInvalidJson, "not JSON: " + parsed.status().message());
   const nlohmann::json& body = parsed.value();
-  if (!body.is_object()) return invalid("not a JSON object");
+  if (!body.is_object()) return invalid_file("not a JSON object");
   auto format = body.find("format");
   if (format == body.end() || !format->is_string() || format->get_ref<const std::string&>() != kOfflinePolicyFormat) {
-    return invalid("format is " + (format == body.end() ? std::string("missing") : format->dump()) + ", not \"" +
+    return invalid_file("format is " + (format == body.end() ? std::string("missing") : format->dump()) + ", not \"" +
                    kOfflinePolicyFormat + "\": not an offline policy file");
   }
   auto version = body.find("version");
   if (version == body.end() || !version->is_number_integer() || version->get<long long>() != kOfflinePolicyVersion) {
-    return invalid("version " + (version == body.end() ? std::string("missing") : version->dump()) +
+    return invalid_file("version " + (version == body.end() ? std::string("missing") : version->dump()) +
                    " is not supported (this reader takes " + std::to_string(kOfflinePolicyVersion) + ")");
   }
   OfflinePolicy policy;

@@ -53,6 +53,12 @@ namespace Tether.Unity
         /// line each as it ends; empty: none. A server trains from it (docs/demonstrations.md).
         /// </summary>
         public string demoPath = "";
+        /// <summary>
+        /// An offline policy file (a server's <c>offline_policy.json</c>, docs/protocol.md §20): the scene's agents act
+        /// with its policy and no server is reached; nothing is sent (the demonstration file is still written). A
+        /// relative path is under StreamingAssets, so a build can ship it. Empty: connect to the server.
+        /// </summary>
+        public string offlinePolicyPath = "";
 
         /// <summary>The client options these settings describe; <paramref name="makeBackend"/> makes the backend for each model.</summary>
         public ClientOptions ToClientOptions(Func<IInferenceBackend> makeBackend)
@@ -70,6 +76,9 @@ namespace Tether.Unity
                 Seed = seed == 0 ? (ulong?)null : (ulong)seed,
                 BackendFactory = makeBackend,
                 DemoPath = string.IsNullOrEmpty(demoPath) ? null : demoPath,
+                OfflinePolicy = string.IsNullOrEmpty(offlinePolicyPath) ? null
+                    : System.IO.Path.IsPathRooted(offlinePolicyPath) ? offlinePolicyPath
+                    : System.IO.Path.Combine(Application.streamingAssetsPath, offlinePolicyPath),
             };
         }
     }

@@ -86,6 +86,7 @@ namespace UnityEngine
     public static class Application
     {
         public static string temporaryCachePath { get { return ""; } }
+        public static string streamingAssetsPath { get { return ""; } }
     }
 
     [AttributeUsage(AttributeTargets.Class)]

@@ -59,6 +59,12 @@ void UTetherAgentComponent::BeginPlay()
 		const FString Demos = FPaths::IsRelative(DemoPath) ? FPaths::Combine(FPaths::ProjectSavedDir(), DemoPath) : DemoPath;
 		Options.demo_path = std::string(TCHAR_TO_UTF8(*Demos));
 	}
+	if (!OfflinePolicyPath.IsEmpty())
+	{
+		const FString Policy = FPaths::IsRelative(OfflinePolicyPath) ? FPaths::Combine(FPaths::ProjectContentDir(), OfflinePolicyPath)
+		                                                           : OfflinePolicyPath;
+		Options.offline_policy = std::string(TCHAR_TO_UTF8(*Policy));
+	}
 	const FString Runtime = NNERuntimeName;
 	Options.backend_factory = [Runtime] { return std::make_unique<FTetherNNEBackend>(Runtime); };
 	TSharedPtr<FTetherConnectTask> Task = MakeShared<FTetherConnectTask>();

@@ -71,6 +71,15 @@ public:
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
 	FString DemoPath;
 
+	/**
+	 * An offline policy file (a server's offline_policy.json, docs/protocol.md §20): the agent acts with its
+	 * policy and no server is reached; nothing is sent (DemoPath is still written). A relative path is under
+	 * the project's Content folder (add the file's folder to "Additional Non-Asset Directories to Package" to
+	 * ship it). Empty: connect to Host:Port.
+	 */
+	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
+	FString OfflinePolicyPath;
+
 	/** Keep retrying a lost server this long, then give up (seconds). */
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
 	float ReconnectTimeoutSeconds = 60.f;
