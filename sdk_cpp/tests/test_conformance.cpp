@@ -830,11 +830,12 @@ TEST(Conformance, Demonstrations) {
                                   step[3].get<bool>()).ok());
           ASSERT_TRUE(writer.add_reward(id, agent, step[2].get<double>()).ok());
         }
+        if (episode["final_obs"].is_null()) continue;  // (still running when the writer closes)
         const std::vector<float> final_obs = flat_float(episode["final_obs"]);
         ASSERT_TRUE(writer.end(id, agent, final_obs.data(), final_obs.size(), episode["terminated"].get<bool>()).ok());
       }
       ASSERT_TRUE(writer.close().ok());
-      EXPECT_EQ(writer.episodes_written(), c["episodes"].size());
+      EXPECT_EQ(writer.episodes_written(), c["lines"].size() - 1);
     }
     const std::vector<std::string> lines = lines_of(path);
     std::remove(path.c_str());

@@ -383,11 +383,14 @@ def composite_cases() -> list[dict]:
         return {**out, "error": error} if error else {**out, "flat_row": flat}
 
     def episode(name: str, sp: dict, obs: object, actions: list, *, act: dict | None = None, mask: str | None = None,
-                code: str | None = None, flat_rows: list | None = None) -> dict:
-        """``flat_rows``: the record's observations as flat rows (leaves in leaf order), written out by hand."""
+                code: str | None = None, flat_rows: list | None = None, logged: bool = False) -> dict:
+        """``flat_rows``: the record's observations as flat rows (leaves in leaf order), written out by hand.
+        ``logged``: **[1.6]** every step logged (§10.1 ``logged_runs``), checked against the mask all the same."""
         steps = len(actions)
-        record = {"obs": obs, "actions": actions, "rewards": [1.0] * steps, "action_logp": [-0.5] * steps,
-                  "is_terminated": True, "is_truncated": False}
+        record = {"obs": obs, "actions": actions, "rewards": [1.0] * steps,
+                  "action_logp": [0.0 if logged else -0.5] * steps, "is_terminated": True, "is_truncated": False}
+        if logged:
+            record["logged_runs"] = [[0, steps]]
         body = json.dumps({"type": "EPISODES_AND_GET_STATE", "episodes": [record]})
         out = {"name": name, "kind": "episode", "observation_space": sp, "action_space": act or {"type": "Discrete", "n": 3},
                "action_mask": mask, "require_logp": True, "body": body}
@@ -468,6 +471,10 @@ def composite_cases() -> list[dict]:
         episode("masked_action", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 0], mask="action_mask",
                 code="ACTION_MASKED"),
         episode("masked_action_unchecked_without_mask", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 0]),
+        episode("masked_logged_action", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 0], mask="action_mask",
+                code="ACTION_MASKED", logged=True),
+        episode("allowed_logged_action", MASK_BOARD, {"board": board, "action_mask": masks}, [0, 2], mask="action_mask",
+                logged=True),
         episode("multidiscrete_mask_entry_empty",
                 {"type": "Dict", "spaces": {"m": {"type": "Box", "shape": [5], "low": 0, "high": 1}}},
                 {"m": [[1, 1, 0, 0, 0], [1, 0, 1, 1, 1], [0] * 5]}, [[0, 0], [0, 1]], act=md, mask="m",
@@ -1690,8 +1697,14 @@ def demonstration_cases() -> list[dict]:
         return {**out, "episodes": episodes, "steps": {"default_policy": steps}}
 
     def write(name: str, episodes: list[dict]) -> dict:
+        """Each episode's steps, then its end; an episode whose ``final_obs`` is null is still running when
+        the writer closes: written then, in the order they started, truncated at its latest step's
+        observation (that step left out), and not at all with a single step (§18)."""
         lines = [header]
-        for ep in episodes:
+        ended = [ep for ep in episodes if ep["final_obs"] is not None]
+        running = [{**ep, "steps": ep["steps"][:-1], "final_obs": ep["steps"][-1][0], "terminated": False}
+                   for ep in episodes if ep["final_obs"] is None and len(ep["steps"]) >= 2]
+        for ep in ended + running:
             runs: list[list[int]] = []
             for t, (_, _, _, logged) in enumerate(ep["steps"]):
                 if logged:
@@ -1735,6 +1748,16 @@ def demonstration_cases() -> list[dict]:
             {"episode_id": "b", "steps": [([1.0, 1.0], 0, -1.0, True), ([0.5, 0.5], 1, 2.0, True),
                                           ([0.0, 0.0], 1, 0.0, False), ([-0.5, 0.5], 0, 1.5, True)],
              "final_obs": [-1.0, -1.0], "terminated": False},
+        ]),
+        write("running_at_close_truncated", [
+            {"episode_id": "long", "steps": [([0.5, -0.5], 1, 1.0, False), ([0.25, 0.0], 0, 0.5, True),
+                                             ([0.0, 0.75], 1, 2.0, True)],
+             "final_obs": None, "terminated": False},
+            {"episode_id": "single", "steps": [([0.125, 0.125], 0, 3.0, False)], "final_obs": None, "terminated": False},
+            {"episode_id": "ended", "steps": [([-0.25, 0.5], 1, -1.0, True), ([1.0, 0.0], 0, 0.25, False)],
+             "final_obs": [0.5, 0.5], "terminated": True},
+            {"episode_id": "later", "steps": [([0.75, 0.0], 0, 0.0, False), ([0.5, 0.25], 1, 1.0, False)],
+             "final_obs": None, "terminated": False},
         ]),
     ]
 
