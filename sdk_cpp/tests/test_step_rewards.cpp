@@ -239,6 +239,50 @@ TEST(StepRewards, AMultiAgentRefusalAddsNothingToAnyActor) {
   expect_step_reward(pair[1], -3e38, "pair step 1");
 }
 
+// rewards.json's cases again, played by one agent (a_0) of a
+// MultiAgentClient, each case an episode of its own: "act" a frame of that
+// agent alone, a number a log_returns to it. The refused calls and the
+// entry's step rewards are the vectors'.
+TEST(StepRewards, AMultiAgentClientPlaysTheRewardsVectors) {
+  const json file = load_vectors();
+  ASSERT_TRUE(file.is_object());
+  FakeServer server(pair_server("sum"));
+  auto client = fake::connect_multi(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  std::size_t cases = 0;
+  for (const json& c : file["cases"]) {
+    ++cases;
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string episode = client->start_episode(c["name"].get<std::string>()).value();
+    std::vector<std::size_t> refused;
+    const json& calls = c["calls"];
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i] == "act") {
+        tether::AgentFrame frame;
+        frame.add("a_0", kObs2, 2);
+        ASSERT_TRUE(client->get_action(episode, frame).ok());
+        continue;
+      }
+      const tether::Status status = client->log_returns(episode, "a_0", calls[i].get<double>());
+      if (!status.ok()) {
+        expect_refused(status, "a_0");
+        refused.push_back(i);
+      }
+    }
+    ASSERT_TRUE(client->end_episode(episode).ok());
+    std::vector<std::size_t> want_refused;
+    for (const json& index : c["refused"]) want_refused.push_back(index.get<std::size_t>());
+    EXPECT_EQ(refused, want_refused);
+    ASSERT_TRUE(client->flush().ok());
+    const std::vector<double> rewards = rewards_of(server, episode, "a_0");
+    ASSERT_EQ(rewards.size(), c["step_rewards"].size());
+    for (std::size_t t = 0; t < rewards.size(); ++t) {
+      expect_step_reward(rewards[t], c["step_rewards"][t].get<double>(), "step " + std::to_string(t));
+    }
+  }
+  EXPECT_GT(cases, 0u);
+}
+
 // A "mean" group: each member's share (its reward divided by the member
 // count) goes to the group's step, and the combined sum is what is limited.
 TEST(StepRewards, AMeanGroupsCombinedSharesAreLimited) {

@@ -330,3 +330,36 @@ def test_a_reward_beyond_float32_is_refused_by_the_writer_and_the_file_stays_rea
         writer.end("e", "default_agent", [0.0, 0.0])
     (episode,) = read_demonstrations(tmp_path / "d.jsonl").episodes
     assert episode.chunk.rewards.tolist() == [pytest.approx(3e38, rel=1e-6)]
+
+
+REWARD_CASES = json.loads((Path(__file__).resolve().parents[1] / "conformance" / "rewards.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", REWARD_CASES, ids=lambda c: c["name"])
+def test_reward_vectors_through_a_multi_agent_client(case: dict[str, Any]) -> None:
+    """rewards.json (§10.5) played by a MultiAgentClient: one agent acts ("act") and is given rewards;
+    the call that would take its step beyond float32 is refused and adds nothing, and the record sent
+    carries each step's sum."""
+    with serving(ma_config(), ma_state()) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1)
+        eid = client.start_episode("ma")
+        obs = {"a_0": np.array([0.5, -0.5], np.float32)}
+        refused = []
+        for index, call in enumerate(case["calls"]):
+            if call == "act":
+                client.get_action(eid, obs)
+                continue
+            try:
+                client.log_returns(eid, {"a_0": call})
+            except InvalidInputError as exc:
+                assert exc.code == "NON_FINITE_VALUE" and "float32" in str(exc)
+                refused.append(index)
+        client.end_episode(eid, obs)
+        client.flush()
+        client.close()
+    assert refused == case["refused"]
+    (record,) = sent_records(server)
+    rewards = record["agents"]["a_0"]["rewards"]
+    assert len(rewards) == len(case["step_rewards"])
+    for got, want in zip(rewards, case["step_rewards"]):
+        assert got == pytest.approx(want, rel=1e-9), (rewards, case["step_rewards"])
