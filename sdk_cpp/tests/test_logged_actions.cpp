@@ -301,6 +301,52 @@ TEST(LoggedActions, AResendToAnOlderServerLeavesOutTheRecordsWithLoggedSteps) {
   EXPECT_EQ(client->log_action(next, kObs, 4, &one, 1).code(), ErrorCode::kNotReady);
 }
 
+// A -> B -> A: a client that went from a 1.6 server to a 1.5 one (logging
+// refused there, the resent batch without its logged record) and on to a 1.6
+// server again logs once more, and its logged steps go, marked.
+TEST(LoggedActions, BackOnA1_6ServerLoggingResumes) {
+  auto pings = std::make_shared<std::atomic<int>>(0);
+  ServerScript script;
+  script.steps_per_sample = 100;
+  script.on_ping = [pings](Conn& conn, const tether::Message&) {
+    conn.send(pong(pings->fetch_add(1) == 1 ? "1.5" : "1.6"));  // connections 1 and 3: 1.6; 2: 1.5
+    return true;
+  };
+  script.on_batch = [](Conn& conn, const tether::Message&, int n) {
+    if (n == 1 || n == 3) return false;  // lost with its connection: 1 on the first, 3 on the 1.5 one
+    conn.send(fake::state(n, 0));
+    return true;
+  };
+  FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  double action = -1;
+  const double one = 1;
+  const std::string first = client->start_episode("first").value();
+  ASSERT_TRUE(client->log_action(first, kObs, 4, &one, 1).ok());
+  ASSERT_TRUE(client->end_episode(first, kObs, 4).ok());
+  ASSERT_TRUE(client->flush().ok());  // lost on A, resent to B without its logged record
+  const std::string on_b = client->start_episode("on_b").value();
+  EXPECT_EQ(client->log_action(on_b, kObs, 4, &one, 1).code(), ErrorCode::kNotReady);
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(client->get_action(on_b, kObs, 4, &action, 1).ok());
+  ASSERT_TRUE(client->end_episode(on_b, kObs, 4).ok());
+  ASSERT_TRUE(client->flush().ok());  // lost on B, resent to A again
+  const std::string back = client->start_episode("back").value();
+  ASSERT_TRUE(client->get_action(back, kObs, 4, &action, 1).ok());
+  ASSERT_TRUE(client->log_action(back, kObs, 4, &one, 1).ok());  // A speaks 1.6: logging resumes
+  ASSERT_TRUE(client->end_episode(back, kObs, 4).ok());
+  ASSERT_TRUE(client->flush().ok());
+  const std::vector<json> batches = server.batches();
+  ASSERT_EQ(batches.size(), 5u);  // 1 (lost), 1 resent, 2 (lost), 2 resent, 3
+  EXPECT_EQ(batches[1]["episodes"].size(), 0u);  // (its one record held the logged step)
+  ASSERT_EQ(batches[3]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[3]["episodes"][0]["episode_id"], "on_b");
+  ASSERT_EQ(batches[4]["episodes"].size(), 1u);
+  EXPECT_EQ(batches[4]["episodes"][0]["episode_id"], "back");
+  EXPECT_EQ(batches[4]["episodes"][0]["logged_runs"], json({{1, 1}}));
+  EXPECT_EQ(client->logged_steps_dropped(), 1u);
+}
+
 // -- MultiAgentClient: logged actions in a frame -----------------------------------------------
 
 ServerScript pair_server(std::int64_t steps_per_sample) {
