@@ -15,9 +15,10 @@ namespace Tether.Tests
     [TestFixture]
     public class OfflinePolicyTests
     {
-        static string DataDir { get { return Path.Combine(Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."), "sdk_cpp/tests/data"); } }
+        // The C++ SDK's test model (4 -> 64 -> 64 -> 2) and the outputs Python's onnxruntime gave for it.
+        static string DataDir { get { return OnnxRuntimeTests.DataDir; } }
 
-        static JObject Reference { get { return JObject.Parse(File.ReadAllText(Path.Combine(DataDir, "policy_4x64x64x2.json"))); } }
+        static JObject Reference { get { return OnnxRuntimeTests.Reference; } }
 
         // What a server writes (§20) for one module serving the test model as v5.
         static JObject OfflineFile()

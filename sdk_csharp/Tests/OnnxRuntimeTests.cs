@@ -12,9 +12,9 @@ namespace Tether.Tests
     public class OnnxRuntimeTests
     {
         // The C++ SDK's test model (4 -> 64 -> 64 -> 2) and the outputs Python's onnxruntime gave for it.
-        static string DataDir { get { return Path.Combine(Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."), "sdk_cpp/tests/data"); } }
+        internal static string DataDir { get { return Path.Combine(Path.Combine(Path.GetDirectoryName(Vectors.Directory.TrimEnd('/')), ".."), "sdk_cpp/tests/data"); } }
 
-        static JObject Reference { get { return JObject.Parse(File.ReadAllText(Path.Combine(DataDir, "policy_4x64x64x2.json"))); } }
+        internal static JObject Reference { get { return JObject.Parse(File.ReadAllText(Path.Combine(DataDir, "policy_4x64x64x2.json"))); } }
 
         static byte[] Model { get { return File.ReadAllBytes(Path.Combine(DataDir, (string)Reference["model"])); } }
 
