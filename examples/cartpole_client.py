@@ -114,7 +114,7 @@ def main() -> None:
         parser.error("--demo-file takes one client (--clients 1)")
     procs = [
         mp.Process(target=run_client, args=(args.host, args.port, args.seed + i, args.max_steps, args.reconnect_timeout,
-                                            args.no_velocities))
+                                            args.no_velocities, args.offline_policy))
         for i in range(args.clients)
     ]
     for p in procs:

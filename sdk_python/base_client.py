@@ -178,8 +178,10 @@ class BaseClient:
         #: Steps played in held-back episodes since the last cut: they count toward the batch cadence.
         self._held_steps = 0
         #: **[§20]** Whether the client acts from an offline policy file, with no server.
+        offline_policy = offline_policy or None  # (an empty path is none, as in every SDK)
         self.offline = offline_policy is not None
-        self.link: ServerLink = OfflineLink(offline_policy, self._state_request, self._prepare_state, verbose) \
+        self.link: ServerLink = OfflineLink(offline_policy, self._state_request, self._prepare_state, verbose,
+                                            multi_agent=self._multi_agent) \
             if offline_policy is not None else ServerLink(
                 host, port, client_name, auth_token, reconnect_timeout_s, self._state_request, self._prepare_state,
                 connect_timeout_s=connect_timeout_s, response_timeout_s=response_timeout_s,
@@ -193,11 +195,15 @@ class BaseClient:
         self._events = self.link.events
         try:
             self.link.start()
-        except BaseException:
+            self._sync()
+        except BaseException as exc:
             self.link.close()
+            if isinstance(self.link, OfflineLink):
+                raise self.link.refusal(exc) from exc
             raise
-        self._sync()
 
+    #: Whether the client speaks the multi-agent form (per-module configuration and models).
+    _multi_agent = False
     #: Recorded agent steps not yet cut, and connections made so far (kept by each client).
     _pending_steps: int
     _connection: int
@@ -417,8 +423,6 @@ class BaseClient:
         """Whether a new training episode is recorded: with the probability the server's
         record_share gives (§13.2); a held-back episode is played but never sent."""
         share = self.link.record_share
-        if self.link.training_done is not None:
-            return False  # nothing more is sent (§6.6)
         if share >= 1.0 or self._rng.random() < share:
             return True
         self.episodes_held_back += 1

@@ -89,6 +89,8 @@ class MultiAgentClient(BaseClient):
     (``offline_policy``: act with a server's offline policy file and no server, §20).
     """
 
+    _multi_agent = True
+
     def __init__(
         self,
         host: str = "127.0.0.1",

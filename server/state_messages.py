@@ -100,8 +100,9 @@ def state_message(
 
 def offline_policy_object(trainer: "Trainer") -> dict[str, Any]:
     """The offline policy file's object (§20): the PONG, SET_CONFIG and SET_STATE a client connecting
-    now would be given, the state with every module's model (and, with a default module, its v1
-    fields too, for a single-agent client) and the curriculum's current parameter set."""
+    now would be given, the state with every module's model but self-play slots not filled yet (and,
+    with a default module, its v1 fields too, for a single-agent client) and the curriculum's current
+    parameter set. Built on the thread that publishes models (its versions and models agree)."""
     pong: dict[str, Any] = {"type": MessageType.PONG.value, "protocol_version": PROTOCOL_VERSION, "server": "tether"}
     if trainer.run_id:
         pong["run_id"] = trainer.run_id
@@ -109,8 +110,8 @@ def offline_policy_object(trainer: "Trainer") -> dict[str, Any]:
     if trainer.default_module is not None:
         runtime = trainer.modules[trainer.default_module]
         state.update({"weights_seq_no": runtime.weights_seq_no, "onnx_file": runtime.onnx_field})
-    state["models"] = {m: {"weights_seq_no": rt.weights_seq_no, "onnx_file": rt.onnx_field}
-                       for m, rt in trainer.modules.items()}
+    state["models"] = {m: {"weights_seq_no": trainer.modules[m].weights_seq_no,
+                           "onnx_file": trainer.modules[m].onnx_field} for m in trainer.policy_modules()}
     if trainer.curriculum is not None:
         state["env_params"] = trainer.curriculum.current.to_json()
     return offline_policy(pong, config_message(trainer), state)

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Hashable
 
+import orjson
 import torch
 
 from tether.protocol.multi_agent import MultiAgentRecord
@@ -74,6 +75,8 @@ class Trainer:
         #: The other ranks this one trains with (distributed/), None alone.
         self.group = group
         self.layout = layout
+        #: Whether the offline policy file's want of mapping rules was said (once per run, §20).
+        self._offline_policy_told = False
         torch.set_num_threads(max(1, config.torch_threads))
         self.device = resolve_device(config.device)
         self.modules: dict[str, ModuleRuntime] = build_modules(layout, config, self.device)
@@ -627,9 +630,16 @@ class Trainer:
                                             self.journal, self.self_play, self.curriculum, self.run_id, self.guard)
 
     async def _checkpoint_in_learner_thread(self) -> Path:
-        # Taken on the loop (the pool and the journal's generation agree), written beside it.
-        state = self.checkpoint_state()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.write_checkpoint, state)
+        # Taken on the loop (the pool and the journal's generation agree), written beside it; the offline
+        # policy file (§20) with it, so that a server that dies leaves the one of its last checkpoint.
+        state, offline = self.checkpoint_state(), offline_policy_object(self)
+
+        def write() -> Path:
+            written = self.write_checkpoint(state)
+            self.save_offline_policy(offline)
+            return written
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, write)
 
     def policy_path(self, module_id: str | None = None) -> Path:
         """Where the final ONNX policy of a module is written (policy.onnx for the default one)."""
@@ -652,16 +662,26 @@ class Trainer:
             tmp.write_bytes(decode_onnx(runtime.onnx_field) if runtime.spec.snapshot_of is not None
                             else runtime.learner.export_onnx())
             tmp.replace(path)
-        self.save_offline_policy()
 
-    def save_offline_policy(self) -> Path:
-        """Write ``offline_policy.json`` (§20) beside the policies: the configuration and models a client
-        acts with where no server runs (ClientOptions offline_policy in every SDK). Replaced atomically."""
+    def save_offline_policy(self, offline: dict[str, Any] | None = None) -> Path | None:
+        """Write ``offline_policy.json`` (§20) in the logdir: the configuration and models a client acts
+        with where no server runs (ClientOptions offline_policy in every SDK), ``offline`` or what is
+        served now. Replaced atomically; written with every checkpoint. A failure is said and the run
+        goes on (None)."""
         path = Path(self.config.logdir) / OFFLINE_POLICY_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(offline_policy_object(self)), encoding="utf-8")
-        tmp.replace(path)
+        try:
+            body = orjson.dumps(offline if offline is not None else offline_policy_object(self))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_bytes(body)
+            tmp.replace(path)
+        except (OSError, TypeError, ValueError) as exc:  # (as for versions.json: said, the run goes on)
+            say(f"[tether] could not write {path}: {exc}")
+            return None
+        if not self._offline_policy_told and self.layout.client_mapping is None and len(self.modules) > 1:
+            self._offline_policy_told = True
+            say(f"[tether] {path} names no policy-mapping rules (this server maps agents itself: "
+                "a mapping function or self-play): a multi-agent client cannot map agents with it offline")
         return path
 
     # -- lifecycle -------------------------------------------------------------

@@ -450,14 +450,7 @@ Result<Message> ServerLink::request(nlohmann::json message, double timeout_s) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (fatal_) return fatal_status_;
   if (offline_) {
-    // [§20] The file's models are the newest there are: GET_STATE changes nothing.
-    // Anything else (MAP_AGENTS) has nobody to answer it.
-    if (request->type == "GET_STATE") {
-      Message unchanged;
-      unchanged.type = MessageType::kSetState;
-      unchanged.body = nlohmann::json{{"type", "SET_STATE"}};
-      return unchanged;
-    }
+    // [§20] MAP_AGENTS (the one request a client makes) has nobody to answer it.
     return Status(ErrorCode::kNotReady, request->type + ": an offline client has no server to ask (offline policy '" +
                                             options_.offline_policy +
                                             "', whose SET_CONFIG names no policy_mapping rules for this)");
@@ -917,7 +910,7 @@ Status ServerLink::read_pong_version(LinkConfig& config) {
 // [§20] No server: the offline policy file's PONG, SET_CONFIG and SET_STATE
 // are taken as a first connection's handshake would take them, and no I/O
 // thread starts. The link is stopped_ from here on (nothing waits, a retired
-// model is freed at once); submit lets batches go and request answers alone.
+// model is freed at once); submit lets batches go and request refuses MAP_AGENTS.
 Status ServerLink::start_offline() {
   Result<OfflinePolicy> file = read_offline_policy(options_.offline_policy);
   if (!file.ok()) return file.status();
@@ -925,18 +918,33 @@ Status ServerLink::start_offline() {
   config->server_info = std::move(file.value().pong);
   Status version = read_pong_version(*config);
   if (!version.ok()) return Status(version.code(), "offline policy '" + options_.offline_policy + "': " + version.message());
+  const std::string named = "offline policy '" + options_.offline_policy + "': ";
+  if (!options_.multi_agent && !file.value().state.contains("onnx_file")) {
+    return Status(ErrorCode::kInvalidField,
+                  named + "its server has no default module (it has several, or maps agents itself): a single-agent "
+                          "client has no model in it; use a multi-agent client");
+  }
   config->server_config = std::move(file.value().config);
   Status read = read_config(config->server_config, *config);
-  if (!read.ok()) return Status(read.code(), "offline policy '" + options_.offline_policy + "': " + read.message());
+  if (!read.ok()) return Status(read.code(), named + read.message());
   config_ = config;
   connection_number_ = 1;
-  io_run_ids_.push_back(run_id_of(config->server_info));
   LinkEvent event;
   event.kind = LinkEvent::Kind::kConnected;
   event.config = config;
   event.connection = connection_number_;
   prepare_state(file.value().state, true, event);
   std::lock_guard<std::mutex> lock(mutex_);
+  // A model or state the client could not take (posted as errors, as from a server) fails the
+  // start instead: nothing else will ever bring another (§20).
+  for (const LinkEvent& posted : events_) {
+    if (posted.kind == LinkEvent::Kind::kError) {
+      Status failed(posted.status.code(), named + posted.status.message());
+      events_.clear();
+      events_pending_.store(false, std::memory_order_release);
+      return failed;
+    }
+  }
   offline_ = true;
   stopped_ = true;
   connected_once_ = true;

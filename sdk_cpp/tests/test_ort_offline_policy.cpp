@@ -73,6 +73,8 @@ json offline_file(const json& record) {
            {{"type", "SET_STATE"},
             {"weights_seq_no", 5},
             {"onnx_file", onnx},
+            {"record_share", 0.5},  // (a connected client would hold half its episodes back)
+            {"env_params", {{"seq", 1}, {"lesson", 0}, {"values", {{"speed", 2.0}}}}},
             {"models", {{"default_policy", {{"weights_seq_no", 5}, {"onnx_file", onnx}}}}}}}};
 }
 
@@ -99,6 +101,8 @@ TEST(OrtOfflinePolicy, ActsWithTheFilesModelRecordsDemonstrationsAndSendsNothing
   EXPECT_TRUE(client.offline());
   EXPECT_EQ(client.server_address(), "offline:" + policy.path());
   EXPECT_EQ(client.weights_seq_no(), std::optional<std::int64_t>(5));
+  ASSERT_NE(client.env_params(), nullptr);  // the file's parameter set (§19), as from a server
+  EXPECT_EQ(client.env_params()->seq, 1);
   // The greedy action of each recorded observation is the real model's argmax.
   const json& observations = record["observations"];
   for (std::size_t i = 0; i < observations.size(); ++i) {
@@ -120,8 +124,9 @@ TEST(OrtOfflinePolicy, ActsWithTheFilesModelRecordsDemonstrationsAndSendsNothing
   }
   ASSERT_TRUE(client.flush().ok());
   EXPECT_EQ(client.env_steps_sent(), 0);
-  EXPECT_EQ(client.episodes_held_back(), 0u);
+  EXPECT_EQ(client.episodes_held_back(), 0u);  // (none recorded, none held back, whatever record_share says)
   client.close();
+  EXPECT_EQ(client.start_episode().status().code(), tether::ErrorCode::kClosed);
   std::ifstream in(demos.path());
   int lines = 0;
   for (std::string line; std::getline(in, line);) ++lines;
@@ -154,6 +159,24 @@ TEST(OrtOfflinePolicy, AMultiAgentClientMapsByTheFilesRulesOffline) {
   client.close();
 }
 
+TEST(OrtOfflinePolicy, AgentsOnlyAServerCouldMapAreNotReady) {
+  json file = offline_file(model_record());
+  file["config"].erase("policy_mapping");  // (a server that maps with a function names no rules)
+  TempPath policy("unmapped.json");
+  policy.write(file.dump());
+  auto connected = tether::MultiAgentClient::connect(offline_options(policy.path()));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::MultiAgentClient& client = *connected.value();
+  const std::string episode = client.start_episode().value();
+  const float a[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  tether::AgentFrame frame;
+  frame.add("a", a, 4);
+  const tether::Status refused = client.get_action(episode, frame);
+  EXPECT_EQ(refused.code(), tether::ErrorCode::kNotReady) << refused.to_string();
+  EXPECT_NE(refused.message().find("MAP_AGENTS"), std::string::npos) << refused.to_string();
+  EXPECT_NE(refused.message().find(policy.path()), std::string::npos) << refused.to_string();
+}
+
 TEST(OrtOfflinePolicy, AFileThatCannotBeUsedFailsConnectNamingItAndTheFault) {
   TempPath missing("missing.json"), broken("broken.json"), newer("newer.json"), other("other.json");
   broken.write("{\"format\": ");
@@ -163,6 +186,13 @@ TEST(OrtOfflinePolicy, AFileThatCannotBeUsedFailsConnectNamingItAndTheFault) {
   json other_file = offline_file(model_record());
   other_file["pong"]["protocol_version"] = "2.0";
   other.write(other_file.dump());
+  TempPath corrupt("corrupt.json"), several("several.json");
+  json corrupt_file = offline_file(model_record());
+  corrupt_file["state"]["onnx_file"] = "bm90IGEgbW9kZWw=";  // base64 of "not a model"
+  corrupt.write(corrupt_file.dump());
+  json several_file = offline_file(model_record());
+  several_file["state"].erase("onnx_file");  // (a server with several modules has no default one)
+  several.write(several_file.dump());
   const struct {
     const TempPath& path;
     tether::ErrorCode code;
@@ -170,7 +200,9 @@ TEST(OrtOfflinePolicy, AFileThatCannotBeUsedFailsConnectNamingItAndTheFault) {
   } cases[] = {{missing, tether::ErrorCode::kInvalidArgument, "cannot be read"},
                {broken, tether::ErrorCode::kInvalidJson, "not JSON"},
                {newer, tether::ErrorCode::kInvalidField, "version"},
-               {other, tether::ErrorCode::kVersionMismatch, "2.0"}};
+               {other, tether::ErrorCode::kVersionMismatch, "2.0"},
+               {corrupt, tether::ErrorCode::kInvalidField, "onnx_file"},
+               {several, tether::ErrorCode::kInvalidField, "no default module"}};
   for (const auto& c : cases) {
     auto connected = tether::TetherClient::connect(offline_options(c.path.path()));
     ASSERT_FALSE(connected.ok()) << c.path.path();

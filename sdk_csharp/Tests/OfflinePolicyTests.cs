@@ -45,6 +45,8 @@ namespace Tether.Tests
                 { "pong", new JObject { { "type", "PONG" }, { "protocol_version", Messages.ProtocolVersion }, { "run_id", "r1" } } },
                 { "config", config },
                 { "state", new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 5 }, { "onnx_file", onnx },
+                                         { "record_share", 0.5 },  // (a connected client would hold half its episodes back)
+                                         { "env_params", new JObject { { "seq", 1 }, { "lesson", 0 }, { "values", new JObject { { "speed", 2.0 } } } } },
                                          { "models", new JObject { { "default_policy", new JObject { { "weights_seq_no", 5 }, { "onnx_file", onnx } } } } } } },
             };
         }
@@ -73,6 +75,8 @@ namespace Tether.Tests
                 Assert.IsTrue(client.Offline);
                 Assert.AreEqual("offline:" + path, client.ConnectedAddress);
                 Assert.AreEqual(5, client.WeightsSeqNo);
+                Assert.IsNotNull(client.EnvParams, "the file's parameter set (§19), as from a server");
+                Assert.AreEqual(1, client.EnvParams.Seq);
                 // The greedy action of each recorded observation is the real model's argmax.
                 JObject reference = Reference;
                 var action = new double[1];
@@ -96,7 +100,7 @@ namespace Tether.Tests
                 }
                 client.Flush();
                 Assert.AreEqual(0, client.EnvStepsSent);
-                Assert.AreEqual(0, client.EpisodesHeldBack);
+                Assert.AreEqual(0, client.EpisodesHeldBack, "none recorded, none held back, whatever record_share says");
             }
             string[] lines = File.ReadAllLines(demos);
             Assert.AreEqual(4, lines.Length, "the header and the three episodes");
@@ -127,12 +131,34 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AgentsOnlyAServerCouldMapAreNotReady()
+        {
+            JObject file = OfflineFile();
+            ((JObject)file["config"]).Remove("policy_mapping");  // (a server that maps with a function names no rules)
+            string path = Written("unmapped.json", file.ToString());
+            using (MultiAgentClient client = MultiAgentClient.Connect(Options(path)))
+            {
+                string episode = client.StartEpisode();
+                var frame = new AgentFrame();
+                frame.Add("a", new float[] { 0.1f, 0.2f, 0.3f, 0.4f });
+                var e = Assert.Throws(Is.InstanceOf<TetherException>(), () => client.GetActions(episode, frame)) as TetherException;
+                Assert.AreEqual(ErrorCode.NotReady, e.Code, e.Message);
+                StringAssert.Contains("MAP_AGENTS", e.Message);
+                StringAssert.Contains(path, e.Message);
+            }
+        }
+
+        [Test]
         public void AFileThatCannotBeUsedFailsToOpenNamingItAndTheFault()
         {
             JObject newer = OfflineFile();
             newer["version"] = 2;
             JObject other = OfflineFile();
             other["pong"]["protocol_version"] = "2.0";
+            JObject corrupt = OfflineFile();
+            corrupt["state"]["onnx_file"] = "bm90IGEgbW9kZWw=";  // base64 of "not a model"
+            JObject several = OfflineFile();
+            ((JObject)several["state"]).Remove("onnx_file");  // (a server with several modules has no default one)
             string missing = Path.Combine(Path.GetTempPath(), "tether_offline_missing.json");
             File.Delete(missing);
             var cases = new[]
@@ -141,6 +167,8 @@ namespace Tether.Tests
                 Tuple.Create(Written("broken.json", "{\"format\": "), ErrorCode.InvalidJson, "not JSON"),
                 Tuple.Create(Written("newer.json", newer.ToString()), ErrorCode.InvalidField, "version"),
                 Tuple.Create(Written("other.json", other.ToString()), ErrorCode.VersionMismatch, "2.0"),
+                Tuple.Create(Written("corrupt.json", corrupt.ToString()), ErrorCode.InvalidField, "onnx_file"),
+                Tuple.Create(Written("several.json", several.ToString()), ErrorCode.InvalidField, "no default module"),
             };
             foreach (Tuple<string, ErrorCode, string> c in cases)
             {

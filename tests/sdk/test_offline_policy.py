@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tether.protocol.demonstrations import read_demonstrations
-from tether.protocol.errors import NotReadyError
+from tether.protocol.errors import NotReadyError, TetherConnectionError
 from tether.protocol.offline_policy import OfflinePolicyError
 from tether.protocol.onnx_codec import encode_onnx
 from tether.sdk import MultiAgentClient, TetherClient
@@ -70,8 +70,16 @@ def test_a_single_agent_client_acts_with_the_files_weights_records_demonstration
         client.refresh_weights()  # (the file's models are the newest there are: nothing changes)
         assert client.weights_seq_no == 7
         assert client.agent_steps_sent == 0 and client.episodes_held_back == 0 and client.link.idle()
+        played = client.start_episode()
+        client.get_action(played, obs)
+        client.log_returns(played, 1.0)
+        # Neither recorded nor held back: nothing waits to be cut (a recorded episode's step would).
+        assert not client._episodes[played].training_enabled and not client._episodes[played].held_back
+        assert client._pending_steps == 0
     finally:
         client.close()
+    with pytest.raises(TetherConnectionError):
+        client.refresh_weights()
     demos = read_demonstrations(tmp_path / "played.jsonl")
     episodes = demos.of_module("default_policy")
     assert len(episodes) == 3 and all(len(e.chunk.actions) == 6 for e in episodes)
@@ -117,11 +125,16 @@ def test_agents_only_a_server_could_map_are_refused_offline_by_name(tmp_path) ->
         client.close()
 
 
+OTHER_MAJOR = json.dumps({"format": "tether-offline-policy", "version": 1, "pong": {"type": "PONG", "protocol_version": "2.0"},
+                          "config": {"type": "SET_CONFIG"}, "state": {"type": "SET_STATE", "onnx_file": ""}})
+
+
 @pytest.mark.parametrize("text, code, names", [
     (None, "INVALID_ARGUMENT", "cannot be read"),
     ("{\"format\": ", "INVALID_JSON", "not JSON"),
     (json.dumps({"format": "tether-offline-policy", "version": 2}), "INVALID_FIELD", "version"),
     (json.dumps({"format": "tether-demonstrations", "version": 1}), "INVALID_FIELD", "format"),
+    (OTHER_MAJOR, "VERSION_MISMATCH", "2.0"),
 ])
 def test_a_broken_offline_policy_file_is_refused_naming_the_file_and_the_fault(tmp_path, text, code, names) -> None:
     path = tmp_path / "offline_policy.json"
@@ -137,6 +150,16 @@ def test_a_file_whose_model_is_corrupt_is_refused_like_a_servers(tmp_path) -> No
     body = json.loads(path.read_text())
     body["state"]["onnx_file"] = "bm90IGEgbW9kZWw="  # base64 of "not a model"
     path.write_text(json.dumps(body))
-    with pytest.raises(Exception) as refused:
+    with pytest.raises(OfflinePolicyError) as refused:
         TetherClient(offline_policy=path)
-    assert "onnx" in str(refused.value).lower() or "model" in str(refused.value).lower()
+    assert str(path) in str(refused.value) and "onnx_file" in str(refused.value), refused.value
+
+
+def test_a_single_agent_client_is_refused_a_file_without_a_default_module(tmp_path) -> None:
+    """A server with several modules has no default one: its file holds no single-agent model (§20)."""
+    options = json.loads((REPO / "examples" / "configs" / "cpp_multi_agent.json").read_text())
+    options.pop("_comment")
+    _, path = written(tmp_path, **options)
+    with pytest.raises(OfflinePolicyError, match="no default module") as refused:
+        TetherClient(offline_policy=path)
+    assert refused.value.code == "INVALID_FIELD" and str(path) in str(refused.value)

@@ -503,8 +503,7 @@ namespace Tether.Client
         {
             if (offline)
             {
-                // (§20) The file's models are the newest there are; anything but GET_STATE has nobody to answer it.
-                if ((string)message["type"] == "GET_STATE") return new JObject { { "type", "SET_STATE" } };
+                // (§20) MAP_AGENTS (the one request a client makes) has nobody to answer it.
                 throw new TetherException(ErrorCode.NotReady, (string)message["type"] + ": an offline client has no server to ask (offline policy '" +
                                           options.OfflinePolicy + "', whose SET_CONFIG names no policy_mapping rules for this)");
             }
@@ -863,17 +862,30 @@ namespace Tether.Client
         }
 
         // (§20) No server: the offline policy file's PONG, SET_CONFIG and SET_STATE are taken as a first
-        // connection's handshake takes them, and no I/O thread starts. Submit lets batches go, Request answers
-        // alone, a retired model is released at once. Throws what is wrong with the file, naming it.
+        // connection's handshake takes them, and no I/O thread starts. Submit lets batches go, Request refuses
+        // MAP_AGENTS, a retired model is released at once. Throws what is wrong with the file, naming it.
         void StartOffline()
         {
             OfflinePolicy file = OfflinePolicy.Read(options.OfflinePolicy);
-            CheckMajorVersion(file.Pong, "offline policy '" + options.OfflinePolicy + "': its server");
-            if (!multiAgent) FillSpaces(file.Config);
+            string named = "offline policy '" + options.OfflinePolicy + "': ";
+            CheckMajorVersion(file.Pong, named + "its server");
+            if (!multiAgent && file.State["onnx_file"] == null)
+            {
+                throw new TetherException(ErrorCode.InvalidField, named + "its server has no default module (it has several, or maps agents " +
+                                          "itself): a single-agent client has no model in it; use a multi-agent client");
+            }
             envParamsSeq = 0;
             envParamsDropped = false;
             offline = true;
-            TakeConnection(file.Pong, file.Config, file.State, SpeaksVersion(file.Pong, 1, 7), "offline:" + options.OfflinePolicy);
+            try
+            {
+                if (!multiAgent) FillSpaces(file.Config);
+                TakeConnection(file.Pong, file.Config, file.State, SpeaksVersion(file.Pong, 1, 7), "offline:" + options.OfflinePolicy);
+            }
+            catch (TetherException e)
+            {
+                throw new TetherException(e.Code, named + e.Detail);  // (a space or a model a server could not send either)
+            }
         }
 
         // (1.8) The run connection `n` (1, 2, ...) reached, if its PONG named one (I/O thread).

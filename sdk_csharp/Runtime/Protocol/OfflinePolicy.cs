@@ -33,12 +33,15 @@ namespace Tether.Protocol
         /// text that is not JSON, INVALID_FIELD naming what else is wrong (not an object, another format or
         /// version, a member missing or of another message type).
         /// </summary>
-        public static OfflinePolicy Parse(string text)
+        public static OfflinePolicy Parse(string text) { return Parse(Encoding.UTF8.GetBytes(text)); }
+
+        /// <summary>The same, of the file's bytes (UTF-8; invalid UTF-8 is INVALID_JSON, as in every SDK).</summary>
+        public static OfflinePolicy Parse(byte[] text)
         {
             JToken value;
             try
             {
-                value = Messages.ParseJson(Encoding.UTF8.GetBytes(text));
+                value = Messages.ParseJson(text);
             }
             catch (ProtocolException e)
             {
@@ -70,10 +73,10 @@ namespace Tether.Protocol
         /// </summary>
         public static OfflinePolicy Read(string path)
         {
-            string text;
+            byte[] text;
             try
             {
-                text = File.ReadAllText(path, Encoding.UTF8);
+                text = File.ReadAllBytes(path);
             }
             catch (Exception e) when (e is IOException || e is UnauthorizedAccessException || e is ArgumentException ||
                                       e is NotSupportedException)

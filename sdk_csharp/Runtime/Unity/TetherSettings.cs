@@ -56,7 +56,9 @@ namespace Tether.Unity
         /// <summary>
         /// An offline policy file (a server's <c>offline_policy.json</c>, docs/protocol.md §20): the scene's agents act
         /// with its policy and no server is reached; nothing is sent (the demonstration file is still written). A
-        /// relative path is under StreamingAssets, so a build can ship it. Empty: connect to the server.
+        /// relative path is under StreamingAssets, so a desktop or console build can ship it (on Android and WebGL
+        /// StreamingAssets is no folder: give an absolute path, e.g. under Application.persistentDataPath).
+        /// Empty: connect to the server.
         /// </summary>
         public string offlinePolicyPath = "";
 

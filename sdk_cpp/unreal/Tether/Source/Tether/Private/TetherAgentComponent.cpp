@@ -61,8 +61,10 @@ void UTetherAgentComponent::BeginPlay()
 	}
 	if (!OfflinePolicyPath.IsEmpty())
 	{
-		const FString Policy = FPaths::IsRelative(OfflinePolicyPath) ? FPaths::Combine(FPaths::ProjectContentDir(), OfflinePolicyPath)
-		                                                           : OfflinePolicyPath;
+		// (ProjectContentDir is relative to the working folder: made absolute for fopen)
+		const FString Policy = FPaths::IsRelative(OfflinePolicyPath)
+		                           ? FPaths::ConvertRelativePathToFull(FPaths::Combine(FPaths::ProjectContentDir(), OfflinePolicyPath))
+		                           : OfflinePolicyPath;
 		Options.offline_policy = std::string(TCHAR_TO_UTF8(*Policy));
 	}
 	const FString Runtime = NNERuntimeName;

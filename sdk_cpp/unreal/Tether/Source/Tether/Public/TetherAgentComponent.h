@@ -74,7 +74,7 @@ public:
 	/**
 	 * An offline policy file (a server's offline_policy.json, docs/protocol.md §20): the agent acts with its
 	 * policy and no server is reached; nothing is sent (DemoPath is still written). A relative path is under
-	 * the project's Content folder (add the file's folder to "Additional Non-Asset Directories to Package" to
+	 * the project's Content folder (add the file's folder to "Additional Non-Asset Directories To Copy" to
 	 * ship it). Empty: connect to Host:Port.
 	 */
 	UPROPERTY(EditAnywhere, BlueprintReadWrite, Category = "Tether")
