@@ -144,6 +144,9 @@ struct ServerScript {
   std::function<bool(Conn&, const tether::Message&)> on_map_agents;
   // The module of an agent id for the default MAP_AGENTS answer.
   std::function<std::string(const std::string&)> map_agent;
+  // False: messages and batches are counted but not kept (a test that measures
+  // the client's heap, which the server's copies would swamp).
+  bool keep_messages = true;
 };
 
 class FakeServer {
@@ -234,7 +237,7 @@ class FakeServer {
       if (!message) return;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        messages_.push_back(message->body);
+        if (script_.keep_messages) messages_.push_back(message->body);
       }
       switch (message->type) {
         case tether::MessageType::kPing:
@@ -268,9 +271,11 @@ class FakeServer {
           int n = 0;
           {
             std::lock_guard<std::mutex> lock(mutex_);
-            batches_.push_back(message->body);
-            attachments_.push_back(conn.attachment);
-            n = static_cast<int>(batches_.size());
+            if (script_.keep_messages) {
+              batches_.push_back(message->body);
+              attachments_.push_back(conn.attachment);
+            }
+            n = ++batches_received_;
           }
           if (script_.on_batch) {
             if (!script_.on_batch(conn, *message, n)) return;
@@ -293,6 +298,7 @@ class FakeServer {
   std::atomic<int> pings_{0};
   std::mutex mutex_;
   std::vector<json> batches_;
+  int batches_received_ = 0;
   std::vector<std::string> attachments_;
   std::vector<json> messages_;
   std::thread thread_;
