@@ -135,6 +135,45 @@ def evaluate(game: str, policy_path: str, opponent: str, games: int, seed: int) 
             "illegal_moves": illegal, "win_rate": wins / games, "opponent": opponent}
 
 
+def exact_against_random(game: str, policy_path: str) -> dict[str, Any]:
+    """The greedy policy's (or "random": a random player's) exact chances against a uniformly random legal
+    player, per seat: every game the random side can play is enumerated (tic-tac-toe only: connect four's tree is far too large), so a
+    loss chance of 0 means no game at all is lost, not merely none among those sampled."""
+    if game != "tictactoe_v3":
+        raise SystemExit(f"--exact enumerates tic-tac-toe only, not {game}")
+    env = make_env(game)
+    space = from_gymnasium(env.observation_space(env.possible_agents[0]))
+    policy = None if policy_path == "random" else OnnxPolicy(
+        Path(policy_path).read_bytes(), from_gymnasium(env.action_space(env.possible_agents[0])),
+        observation_space=space)
+    known: dict[tuple[str, str, bytes], tuple[float, float]] = {}  # (a board is met by many move orders)
+
+    def chances(moves: list[int], seat: str) -> tuple[float, float]:
+        env.reset(seed=0)
+        for move in moves:  # (replayed: PettingZoo's envs cannot be copied cheaply)
+            env.step(move)
+        observation, _, terminated, truncated, _ = env.last()
+        if terminated or truncated:
+            outcome = env.rewards[seat]
+            return float(outcome > 0), float(outcome < 0)
+        key = (seat, env.agent_selection, np.asarray(observation["observation"]).tobytes())
+        if key not in known:
+            if env.agent_selection == seat and policy is not None:
+                known[key] = chances(moves + [int(policy.act_deterministic(flatten_observation(space, observation)))],
+                                     seat)
+            else:
+                legal = [int(a) for a in np.flatnonzero(observation["action_mask"])]
+                outcomes = [chances(moves + [a], seat) for a in legal]
+                known[key] = (sum(w for w, _ in outcomes) / len(legal), sum(l for _, l in outcomes) / len(legal))
+        return known[key]
+
+    seats = {}
+    for seat in env.possible_agents:
+        win, loss = chances([], seat)
+        seats[seat] = {"win": win, "loss": loss, "draw": 1.0 - win - loss}
+    return {"opponent": "random", "seats": seats, "loss": sum(s["loss"] for s in seats.values()) / len(seats)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", choices=GAMES, default="tictactoe_v3")
@@ -145,11 +184,16 @@ def main() -> None:
                                                              "its results as JSON")
     parser.add_argument("--opponent", choices=("random", "lookahead"), default="random")
     parser.add_argument("--games", type=int, default=1000, help="games for --evaluate")
+    parser.add_argument("--exact", action="store_true", help="with --evaluate on tic-tac-toe: the exact chances "
+                                                             "against a random player, every game enumerated")
     parser.add_argument("--print-space", action="store_true", help="print the game's observation space as JSON")
     args = parser.parse_args()
     if args.print_space:
         env = make_env(args.game)
         print(json.dumps(from_gymnasium(env.observation_space(env.possible_agents[0])).to_json()))
+        return
+    if args.evaluate and args.exact:
+        print(json.dumps(exact_against_random(args.game, args.evaluate)))
         return
     if args.evaluate:
         print(json.dumps(evaluate(args.game, args.evaluate, args.opponent, args.games, args.seed)))
