@@ -11,8 +11,10 @@ A client is known by two names: the connection its data came on (the
 ``client_session`` (protocol 1.3), that session, so a reconnect does not
 clear its record. A strike counts against every name of the client; either
 name, once refused, refuses the client. Data submitted without a source
-(in-process use) shares the name "". With several ranks, a client_session one
-rank refuses is refused by every rank (LockstepLearnerLoop tells them).
+(in-process use) shares the name "". With several ranks, a client_session is
+judged by the group: every rank counts every rank's strikes against it (one
+per update, as one server would), and one that a rank refuses is refused by
+every rank (LockstepLearnerLoop tells them at the next agreement).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class DataGuard:
         self._sessions: OrderedDict[str, list[tuple]] = OrderedDict()
         #: Several ranks: client_sessions refused here that the other ranks have not been told of yet.
         self._untold: list[tuple] = []
+        #: Several ranks: strikes against client_sessions made here and not told yet, (session, update).
+        self._untold_strikes: list[tuple[tuple, int]] = []
 
     # -- names ---------------------------------------------------------------
 
@@ -124,44 +128,78 @@ class DataGuard:
             for name in self._names(source):
                 if name not in struck:  # a session seen on two of the sources: still one strike
                     struck.add(name)
-                    times = self._strikes.setdefault(name, deque())
-                    self._strikes.move_to_end(name)
-                    times.append(self.updates)
-                count = self._recent(name)
-                if count >= self.strikes_to_refuse and name not in self._refused:
-                    self._refused[name] = count
+                    if self._add_strike(name, self.updates) and _session_name(name) is not None:
+                        self._untold_strikes.append((name, self.updates))
+                        del self._untold_strikes[:-self.max_names]  # (a lone server never tells: bounded all the same)
+                if self._refuse_if_due(name):
                     refused_now = True
                     if _session_name(name) is not None:
                         self._untold.append(name)
-                        del self._untold[:-self.max_names]  # (a lone server never tells: bounded all the same)
+                        del self._untold[:-self.max_names]
             if refused_now:
                 newly.append(source)
+        self._forget_the_oldest()
+        return newly
+
+    def _add_strike(self, name: Hashable, update: int) -> bool:
+        """A strike against ``name`` at ``update``; False when it has one at that update already (one
+        per update, however many sources, or ranks, its data came on)."""
+        times = self._strikes.setdefault(name, deque())
+        self._strikes.move_to_end(name)
+        if update in times:
+            return False
+        times.append(update)
+        if len(times) > 1 and times[-2] > update:  # (told late by another rank: kept in order, for _recent)
+            ordered = sorted(times)
+            times.clear()
+            times.extend(ordered)
+        return True
+
+    def _refuse_if_due(self, name: Hashable) -> bool:
+        """Refuse ``name`` if its strikes in the window reach the limit; True when refused now."""
+        count = self._recent(name)
+        if count >= self.strikes_to_refuse and name not in self._refused:
+            self._refused[name] = count
+            return True
+        return False
+
+    def _forget_the_oldest(self) -> None:
         for table in (self._strikes, self._refused):
             while len(table) > self.max_names:
                 table.popitem(last=False)
-        return newly
 
     # -- several ranks ----------------------------------------------------------
 
     @property
     def untold(self) -> int:
-        """client_sessions refused here since the other ranks were last told."""
-        return len(self._untold)
+        """Refusals of and strikes against client_sessions made here since the other ranks were last told."""
+        return len(self._untold) + len(self._untold_strikes)
 
-    def take_untold(self) -> list[tuple[tuple, int]]:
-        """The client_sessions refused here since the last call, with their strike counts (for the others)."""
+    def take_untold(self) -> dict[str, list]:
+        """What the other ranks must be told since the last call: the client_sessions refused here, with their
+        strike counts, and the strikes made here against client_sessions, with their updates."""
         untold, self._untold = self._untold, []
-        return [(name, self._refused.get(name, self.strikes_to_refuse)) for name in untold]
+        strikes, self._untold_strikes = self._untold_strikes, []
+        return {"refused": [(name, self._refused.get(name, self.strikes_to_refuse)) for name in untold],
+                "strikes": strikes}
 
-    def adopt_refusals(self, refusals: Iterable[tuple[tuple, int]]) -> None:
-        """Refuse the client_sessions another rank refused: a client refused by one rank is refused by every
-        rank, whichever it reconnects to (its connection names are that rank's own)."""
-        for name, count in refusals:
+    def adopt(self, told: dict[str, list]) -> list[tuple]:
+        """What another rank's ``take_untold`` said: its strikes count here too (the ranks' update clocks are
+        the group's), and the client_sessions it refused, or that reach the limit with its strikes, are
+        refused here, whichever rank they reconnect to (their connection names are a rank's own). Returns the
+        client_sessions refused here by it."""
+        newly = []
+        for name, update in told.get("strikes", ()):
+            name = tuple(name)
+            if _session_name(name) is not None and self._add_strike(name, int(update)) and self._refuse_if_due(name):
+                newly.append(name)  # (every rank adds the same strikes: every rank refuses it at this agreement)
+        for name, count in told.get("refused", ()):
             name = tuple(name)
             if _session_name(name) is not None and name not in self._refused:
                 self._refused[name] = int(count)
-        while len(self._refused) > self.max_names:
-            self._refused.popitem(last=False)
+                newly.append(name)
+        self._forget_the_oldest()
+        return newly
 
     # -- checkpoints -------------------------------------------------------------
 

@@ -310,12 +310,16 @@ class LockstepLearnerLoop(LearnerLoop):
             self.self_play.apply_results(results)
 
     async def _adopt_the_groups_refusals(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Every rank refuses the client_sessions any rank refused since the last time (DATA_REFUSED, §13.2),
+        """Every rank counts the strikes any rank made against a client_session since the last time, refuses
+        the client_sessions any rank refused or that those strikes bring to the limit (DATA_REFUSED, §13.2),
         and drops what its pool holds of them, as the rank that refused them did. A collective."""
         gathered = await loop.run_in_executor(self._executor, self.group.gather_objects, self.guard.take_untold())
-        for rank, refusals in enumerate(gathered):
+        for rank, told in enumerate(gathered):
             if rank != self.group.rank:
-                self.guard.adopt_refusals(refusals)
+                for name in self.guard.adopt(told):
+                    say(f"[tether] rank {self.group.rank}: client_session {name[1]!r} refused (DATA_REFUSED) with "
+                        f"rank {rank}'s word: its data made {self.guard.strikes_to_refuse} of the group's updates "
+                        "non-finite")
         m = self.metrics
         m.clients_refused = self.guard.refused_count
         dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source))

@@ -19,7 +19,9 @@ from .test_lockstep_failures import TIMEOUT_S, config
 BAD = ("client_session", "bad-one")
 
 
-def refusing_rank(rank: int, port: int, out: str) -> None:
+def refusing_rank(rank: int, port: int, out: str, spread: bool = False) -> None:
+    """``spread``: no rank alone refuses the bad client; rank 0 struck it twice and rank 1 once, and the
+    group's three strikes refuse it on both at the agreement that tells them."""
     from tether.protocol.episodes import EpisodeChunk
     from tether.server.distributed.rank_group import RankGroup, RankPlace
     from tether.server.module_setup import build_layout
@@ -47,7 +49,12 @@ def refusing_rank(rank: int, port: int, out: str) -> None:
             chunk = EpisodeChunk(rng.normal(size=(9, 2)).astype(np.float32), rng.integers(0, 2, 8),
                                  rng.normal(size=8).astype(np.float32), np.full(8, -0.69, np.float32), None, True, False)
             trainer.pool.add(Pooled("m", chunk, 0, source=source))
-        if rank == 0:  # (three of rank 0's updates were made non-finite by its data)
+        if spread:  # (updates 1 and 2 made non-finite by its data on rank 0, update 3 on rank 1)
+            for update in (1, 2, 3):
+                guard.tick()
+                if (rank == 0) == (update < 3):
+                    assert guard.strike(["#1 10.0.0.1:5"]) == []
+        elif rank == 0:  # (three of rank 0's updates were made non-finite by its data)
             for _ in range(3):
                 guard.tick()
                 guard.strike(["#1 10.0.0.1:5"])
@@ -77,3 +84,17 @@ def test_a_client_refused_by_one_rank_is_refused_by_every_rank(tmp_path: Path) -
     # Rank 1 dropped what its pool held of the refused client, and counts it as left out.
     assert second["pool"] == ["#2 10.0.0.2:5"] and second["isolated"] == 8, second
     assert second["refused_count"] >= 1, second
+
+
+def spreading_rank(rank: int, port: int, out: str) -> None:
+    refusing_rank(rank, port, out, spread=True)
+
+
+def test_a_client_struck_on_two_ranks_is_refused_when_the_groups_strikes_reach_the_limit(tmp_path: Path) -> None:
+    gloo_ranks.run_two_ranks(spreading_rank, tmp_path)
+    first, second = gloo_ranks.reports(tmp_path)
+    assert not first["refused_before"] and not second["refused_before"], (first, second)
+    for report in (first, second):
+        assert report["refused_after"] and not report["good"] and report["untold"] == 0, report
+        # Each rank dropped what its pool held of the refused client, and counts it as left out.
+        assert report["pool"] == ["#2 10.0.0.2:5"] and report["isolated"] == 8, report

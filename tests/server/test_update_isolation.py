@@ -196,6 +196,44 @@ def test_strikes_count_within_their_window_and_refusal_covers_the_session() -> N
     guard.check("c", "#2 someone else")  # others are not affected
 
 
+def test_the_ranks_count_each_others_strikes_against_a_client_session_once_per_update() -> None:
+    """Several ranks (docs/scale-out.md): a client that spreads its poisoned data over the ranks is refused
+    when the group's strikes reach the limit, as by one server; a strike the same update made on two ranks
+    counts once, and strikes against a rank's connection names stay that rank's."""
+    from tether.server.data_guard import DataGuard
+
+    ranks = [DataGuard(strikes_to_refuse=3, window_updates=10) for _ in range(2)]
+    bad, twice = ("client_session", "bad"), ("client_session", "twice")
+    ranks[0].note(bad, "#1 a")
+    ranks[1].note(bad, "#4 a")
+    for rank in ranks:
+        rank.note(twice, "#2 b")
+
+    def agree() -> list[list[tuple]]:
+        told = [rank.take_untold() for rank in ranks]
+        return [ranks[me].adopt(told[1 - me]) for me in range(2)]
+
+    struck = {1: [(0, "#1 a"), (0, "#2 b"), (1, "#2 b")], 2: [(0, "#1 a")], 3: [(1, "#4 a"), (0, "#2 b")]}
+    for update in (1, 2, 3):
+        for rank in ranks:
+            rank.tick()
+        for me, source in struck[update]:
+            # Rank 1's one strike is the group's third against bad: it refuses at once, knowing rank 0's two.
+            assert ranks[me].strike([source]) == (["#4 a"] if source == "#4 a" else []), (update, me, source)
+        assert ranks[0].untold, "strikes against a client_session are told"
+        newly = agree()  # rank 0 refuses bad at the agreement that tells it
+        assert newly == ([[bad], []] if update == 3 else [[], []]), (update, newly)
+    for rank in ranks:
+        with pytest.raises(MessageError):
+            rank.check(bad, "#9 a reconnect")
+        rank.check(twice, "#9 b")  # two updates' strikes, the first made on both ranks: two, not three
+        assert rank.is_suspect(twice, "#9 b") and rank.untold == 0
+    # A connection's name is a rank's own: its strikes are not told.
+    ranks[0].tick()
+    ranks[0].strike(["#7 no session"])
+    assert ranks[0].untold == 0
+
+
 def test_a_refused_client_session_stays_refused_after_a_resume(tmp_path) -> None:
     """The checkpoint keeps the client_sessions refused (not connections, nor strikes short of a refusal):
     a resumed run refuses the session at once, on any connection."""
