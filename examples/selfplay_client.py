@@ -1,7 +1,9 @@
 """Two-player board games by self-play: PettingZoo's tictactoe_v3 or connect_four_v3, both seats played
 through one multi-agent client, the server deciding per game which seat learns and which snapshot of
 the policy plays the other (docs/self_play.md). The engine loop is the plain one of
-multiagent.pettingzoo_adapter.run_aec_env: nothing in it knows about self-play.
+multiagent.pettingzoo_adapter.run_aec_env: nothing in it knows about self-play. When the server's
+environment parameters hold ``opening_moves`` (tictactoe_selfplay.toml draws 0 to 4 per game), a game
+starts after that many random moves (``RandomOpenings``).
 
     tether serve --config examples/configs/tictactoe_selfplay.toml
     python examples/selfplay_client.py --game tictactoe_v3
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from pettingzoo.utils.wrappers import BaseWrapper
 
 from tether.multiagent.pettingzoo_adapter import run_aec_env
 from tether.protocol.spaces import flatten_observation, from_gymnasium
@@ -39,9 +42,38 @@ def make_env(game: str) -> Any:
     return importlib.import_module(f"pettingzoo.classic.{game}").env()
 
 
+#: The most opening moves: a few empty cells always remain for the players.
+_MOST_OPENING_MOVES = {"tictactoe_v3": 6, "connect_four_v3": 12}
+
+
+class RandomOpenings(BaseWrapper):
+    """A game that starts from a random position: when the episode's environment parameters (protocol
+    §19, docs/curriculum.md) hold ``opening_moves``, reset plays that many random legal moves (the
+    game's, not a player's: nobody acts for them and nothing is recorded) before the players take over,
+    never one that completes a line: the game is still on when they do. Self-play alone meets only the
+    positions its own policies reach; random openings are the usual way to show it the others
+    (exploring starts), so that a random opponent's odd moves find no gap."""
+
+    def __init__(self, env: Any, game: str, seed: int) -> None:
+        super().__init__(env)
+        self._most = _MOST_OPENING_MOVES[game]
+        self._game = game
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        super().reset(seed=seed, options=options)
+        wanted = ((options or {}).get("env_params") or {}).get("opening_moves", 0)
+        for _ in range(min(max(int(wanted), 0), self._most)):  # (a sampler's real value: its whole part)
+            legal = np.flatnonzero(self.env.observe(self.env.agent_selection)["action_mask"])
+            quiet = sorted(set(int(m) for m in legal) - set(_line_moves(self.env, self._game, own=True)))
+            if not quiet:
+                break
+            self.env.step(int(self._rng.choice(quiet)))
+
+
 def train(args: argparse.Namespace) -> None:
     """Play games until the server says training is done (or goes away)."""
-    env = make_env(args.game)
+    env = RandomOpenings(make_env(args.game), args.game, args.seed)
     client = MultiAgentClient(args.host, args.port, client_name=f"{args.game}-selfplay-{args.seed}", seed=args.seed,
                               reconnect_timeout_s=5)
     try:
@@ -58,26 +90,27 @@ def train(args: argparse.Namespace) -> None:
 _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
-def _lookahead_move(env: Any, game: str, rng: np.random.Generator) -> int:
-    """A move that wins now, else one that blocks the other side's win now, else a random legal one."""
+def _line_moves(env: Any, game: str, own: bool) -> list[int]:
+    """The legal moves that would complete a line now: for the side to move (``own``), else for the other."""
+    legal = np.flatnonzero(env.observe(env.agent_selection)["action_mask"])
     if game == "tictactoe_v3":
-        observation = env.observe(env.agent_selection)
-        legal = np.flatnonzero(observation["action_mask"])
-        for plane in (0, 1):  # the mover's marks, then the other side's
-            marks = observation["observation"][:, :, plane].reshape(9)
-            for cell in legal:
-                if any(cell in line and sum(marks[c] for c in line if c != cell) == 2 for line in _LINES):
-                    return int(cell)
-        return int(rng.choice(legal))
+        marks = env.observe(env.agent_selection)["observation"][:, :, 0 if own else 1].reshape(9)
+        return [int(cell) for cell in legal
+                if any(cell in line and sum(marks[c] for c in line if c != cell) == 2 for line in _LINES)]
     board = np.asarray(env.unwrapped.board).reshape(6, 7)
     me = env.unwrapped.agents.index(env.agent_selection) + 1
-    legal = np.flatnonzero(env.observe(env.agent_selection)["action_mask"])
-    for player in (me, 3 - me):
-        for column in legal:
-            row = max(r for r in range(6) if board[r, column] == 0)
-            if _makes_four(board, row, int(column), player):
-                return int(column)
-    return int(rng.choice(legal))
+    player = me if own else 3 - me
+    return [int(column) for column in legal
+            if _makes_four(board, max(r for r in range(6) if board[r, column] == 0), int(column), player)]
+
+
+def _lookahead_move(env: Any, game: str, rng: np.random.Generator) -> int:
+    """A move that wins now, else one that blocks the other side's win now, else a random legal one."""
+    for own in (True, False):
+        moves = _line_moves(env, game, own)
+        if moves:
+            return moves[0]
+    return int(rng.choice(np.flatnonzero(env.observe(env.agent_selection)["action_mask"])))
 
 
 def _makes_four(board: np.ndarray, row: int, column: int, player: int) -> bool:

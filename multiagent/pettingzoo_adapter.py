@@ -68,6 +68,13 @@ def _serves(declared: Any, joined: Any, bytes_allowed: bool) -> bool:
     return same_space(declared, joined)
 
 
+def _reset_arguments(client: MultiAgentClient, episode_id: str, seed: int | None) -> dict[str, Any]:
+    """``env.reset``'s arguments for an episode: its seed and, when the server sends environment
+    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does."""
+    values = client.episode_params(episode_id)
+    return {"seed": seed, **({"options": {"env_params": values}} if values else {})}
+
+
 def run_parallel_env(
     client: MultiAgentClient,
     env: Any,
@@ -77,7 +84,8 @@ def run_parallel_env(
     seed: int | None = None,
     on_episode_end: Callable[[dict[str, float]], bool | None] | None = None,
 ) -> list[dict[str, float]]:
-    """Play episodes of a PettingZoo ParallelEnv; returns each episode's returns per actor.
+    """Play episodes of a PettingZoo ParallelEnv; returns each episode's returns per actor. An
+    episode with environment parameters resets the env with ``options={"env_params": values}``.
 
     An env with an ``acting_agents()`` method (agents acting at their own rates,
     e.g. the levels of a hierarchy) has only those agents' actions computed;
@@ -91,9 +99,9 @@ def run_parallel_env(
     steps = 0
     episode = 0
     while (max_episodes is None or episode < max_episodes) and (max_steps is None or steps < max_steps):
-        obs, _ = env.reset(seed=None if seed is None else seed + episode)
-        episode += 1
         eid = client.start_episode(training_enabled=training_enabled)
+        obs, _ = env.reset(**_reset_arguments(client, eid, None if seed is None else seed + episode))
+        episode += 1
         all_truncated = True
         while env.agents:
             acting = env.acting_agents() if hasattr(env, "acting_agents") else list(env.agents)
@@ -121,7 +129,8 @@ def run_aec_env(
     training_enabled: bool = True,
     seed: int | None = None,
 ) -> list[dict[str, float]]:
-    """Play episodes of a PettingZoo AECEnv (agents act in turn); returns per-actor returns.
+    """Play episodes of a PettingZoo AECEnv (agents act in turn); returns per-actor returns. An
+    episode with environment parameters resets the env with ``options={"env_params": values}``.
 
     ``env.last()`` gives the acting agent's reward accumulated since its
     previous turn, which is exactly what ``log_returns`` attributes to that
@@ -130,8 +139,8 @@ def run_aec_env(
     check_group_spaces(client, env)
     results = []
     for episode in range(max_episodes):
-        env.reset(seed=None if seed is None else seed + episode)
         eid = client.start_episode(training_enabled=training_enabled)
+        env.reset(**_reset_arguments(client, eid, None if seed is None else seed + episode))
         for agent in env.agent_iter():
             obs, reward, terminated, truncated, _ = env.last()
             client.log_returns(eid, {agent: reward})

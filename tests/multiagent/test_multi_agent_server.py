@@ -288,3 +288,38 @@ def test_group_space_check_accepts_byte_groups_and_float32_bounds_and_checks_eve
         check_group_spaces(wrong, decimals)
     # The server maps (no rules): the module is not known here, nothing is refused.
     check_group_spaces(client({"type": "Box", "shape": [6], "low": 0, "high": 1}, None), decimals)
+
+
+def test_both_adapter_loops_reset_the_env_with_each_episodes_parameters(tmp_path) -> None:
+    """Environment parameters (protocol §19) reach a PettingZoo env as gymnasium's run_env gives them:
+    ``env.reset(options={"env_params": values})``, each episode with its own draw of a sampler."""
+    from mpe2 import simple_spread_v3
+    from pettingzoo.utils.wrappers import BaseParallelWrapper, BaseWrapper
+
+    from tether.multiagent.pettingzoo_adapter import run_aec_env, run_parallel_env
+
+    seen: list[dict | None] = []
+
+    class AecResets(BaseWrapper):
+        def reset(self, seed=None, options=None):
+            seen.append(options)
+            super().reset(seed=seed, options=options)
+
+    class ParallelResets(BaseParallelWrapper):
+        def reset(self, seed=None, options=None):
+            seen.append(options)
+            return super().reset(seed=seed, options=options)
+
+    curriculum = {"parameters": {"level": 3, "wind": {"sampler": "uniform", "low": 0, "high": 1}}}
+    with ServerProcess(tmp_path, "--config", str(REPO_CONFIGS / "simple_spread.toml"),
+                       "--curriculum", json.dumps(curriculum)) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=3)
+        run_aec_env(client, AecResets(simple_spread_v3.env(N=3, max_cycles=5, continuous_actions=False)),
+                    max_episodes=3, seed=0)
+        run_parallel_env(client, ParallelResets(simple_spread_v3.parallel_env(N=3, max_cycles=5)), max_episodes=3,
+                         seed=0)
+        client.close()
+    assert len(seen) == 6 and all(options is not None for options in seen), seen
+    values = [options["env_params"] for options in seen]  # type: ignore[index]
+    assert all(v["level"] == 3 and 0 <= v["wind"] < 1 for v in values), values
+    assert len({v["wind"] for v in values}) == 6, values  # drawn per episode
