@@ -2,7 +2,7 @@
 through one multi-agent client, the server deciding per game which seat learns and which snapshot of
 the policy plays the other (docs/self_play.md). The engine loop is the plain one of
 multiagent.pettingzoo_adapter.run_aec_env: nothing in it knows about self-play. When the server's
-environment parameters hold ``opening_moves`` (tictactoe_selfplay.toml draws 0 to 4 per game), a game
+environment parameters hold ``opening_moves`` (tictactoe_selfplay.toml draws 0 to 6 per game), a game
 starts after that many random moves (``RandomOpenings``).
 
     tether serve --config examples/configs/tictactoe_selfplay.toml

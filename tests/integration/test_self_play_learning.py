@@ -1,9 +1,9 @@
 """Tic-tac-toe learned by self-play alone (docs/self_play.md): a real ``tether serve`` with
 examples/configs/tictactoe_selfplay.toml and two real client processes (examples/selfplay_client.py)
 that play both seats; the server draws per game which seat learns and which snapshot plays the other,
-and each game starts after 0-4 random moves (an environment parameter the server sends). The trained
-policy never met a random player, yet loses not one game to one: not in 1,000 games, and not in any
-game a random player can make, every one enumerated. The snapshots' ratings rise over the run."""
+and each game starts after a few random moves (an environment parameter the server sends). The trained
+policy never met a random player, yet all but never loses to one: in 1,000 games, and in every game a
+random player can make, each enumerated with its chance. The snapshots' ratings rise over the run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+
+from tether.server.self_play import SelfPlayConfig
 
 from .server_process import REPO, ServerProcess
 
@@ -31,11 +33,11 @@ ENV_STEPS = 300_000
 
 
 @pytest.mark.slow
-def test_tictactoe_by_self_play_never_loses_to_a_random_player_it_never_met(tmp_path) -> None:
-    # Measured with the shipped config (openings of 0-4 random moves, docs/self_play.md): the greedy
-    # policy's exact loss chance against a random player, after 300k env steps, 0 and 0.05% (seeds 1 and
-    # 0: one line of the second seat); after 200k 0.05-0.1%; without random openings 0.4-1.8% even after
-    # 400k-800k. A random player loses about 43% of its games.
+def test_tictactoe_by_self_play_all_but_never_loses_to_a_random_player_it_never_met(tmp_path) -> None:
+    # Measured with openings of random moves (docs/self_play.md), 300k env steps, seven runs: the greedy
+    # policy's exact loss chance against a random player 0 (three runs), 0.05% (two) or 0.1% (two) — one
+    # or two lines of the second seat that differ from run to run — and 0 or 1 loss in the 1,000 games;
+    # without random openings 0.4-2.8%, also after 400k-800k. A random player loses 43.7% of its games.
     server = ServerProcess(tmp_path, "--config", str(REPO / "examples/configs/tictactoe_selfplay.toml"),
                            "--max-env-steps", str(ENV_STEPS), "--seed", "1").start()
     clients = [subprocess.Popen([sys.executable, str(CLIENT), "--game", "tictactoe_v3", "--port", str(server.port),
@@ -52,18 +54,20 @@ def test_tictactoe_by_self_play_never_loses_to_a_random_player_it_never_met(tmp_
     assert len(played) >= 3, summary["module_return_mean"]  # several snapshots played, not only the first
     snapshots = sorted(self_play["modules"]["player"]["snapshots"], key=lambda s: s["version"])
     assert len(snapshots) >= 5, snapshots
-    # The ratings rise over the run: the latest snapshot well above the oldest one held, the learner above both.
-    assert snapshots[-1]["rating"] > snapshots[0]["rating"] + 100, snapshots
+    # The ratings rise over the run: the latest snapshot well above the untrained one (v0, rated the initial
+    # rating; by now out of the window, whose snapshots play near-perfectly and draw), the learner as high.
+    assert snapshots[0]["version"] > 0 and snapshots[-1]["rating"] > SelfPlayConfig.initial_rating + 200, snapshots
     assert self_play["modules"]["player"]["rating"] > snapshots[-1]["rating"] - 50, self_play
 
     policy = str(tmp_path / "server-run" / "policy-player.onnx")
     trained, baseline = evaluate(policy), evaluate("random")
     assert trained["illegal_moves"] == 0 and trained["games"] == 1000
     assert baseline["losses"] > 300, baseline  # (a random player, measured the same way)
-    assert trained["losses"] == 0 and trained["wins"] > baseline["wins"] + 300, (trained, baseline)
-    # Every game a random player can make against the greedy policy, enumerated: none is lost.
+    assert trained["losses"] <= 3 and trained["wins"] > baseline["wins"] + 300, (trained, baseline)
+    # Every game a random player can make against the greedy policy, enumerated: at most one in 200 is lost
+    # (a gap self-play alone leaves at 2-6% of the second seat's games).
     exact = evaluate(policy, 0, 0, "--exact")
-    assert exact["loss"] == 0, exact
+    assert exact["loss"] <= 0.005 and exact["seats"]["player_2"]["loss"] <= 0.01, exact
 
 
 def test_random_openings_play_the_drawn_number_of_moves_and_never_end_the_game() -> None:
