@@ -184,6 +184,16 @@ class FakeServer {
     return attachments_;
   }
   int connections() const { return connections_.load(); }
+  /// Waits until no message has been handled for `quiet_ms` (the server thread is idle, its
+  /// allocations for the last message freed): for a test that measures the process's heap.
+  void wait_until_idle(int quiet_ms = 50) const {
+    for (int seen = handled_.load();;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(quiet_ms));
+      const int now = handled_.load();
+      if (now == seen) return;
+      seen = now;
+    }
+  }
   int pings() const { return pings_.load(); }
   // Every message received, in order (all connections).
   std::vector<json> messages() {
@@ -233,6 +243,7 @@ class FakeServer {
   }
   void serve(Conn& conn, int number) {
     for (;;) {
+      Handled handled{handled_};  // (declared first: counts once the message's memory is freed)
       std::optional<tether::Message> message = conn.read(30.0, stop_);
       if (!message) return;
       {
@@ -296,6 +307,11 @@ class FakeServer {
   std::atomic<bool> stop_{false};
   std::atomic<int> connections_{0};
   std::atomic<int> pings_{0};
+  std::atomic<int> handled_{0};
+  struct Handled {
+    std::atomic<int>& count;
+    ~Handled() { count.fetch_add(1); }
+  };
   std::mutex mutex_;
   std::vector<json> batches_;
   int batches_received_ = 0;
