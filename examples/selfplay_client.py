@@ -62,6 +62,8 @@ class RandomOpenings(BaseWrapper):
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         super().reset(seed=seed, options=options)
+        if seed is not None:  # (a seeded reset plays the same opening again)
+            self._rng = np.random.default_rng(seed)
         wanted = ((options or {}).get("env_params") or {}).get("opening_moves", 0)
         for _ in range(min(max(int(wanted), 0), self._most)):  # (a sampler's real value: its whole part)
             legal = np.flatnonzero(self.env.observe(self.env.agent_selection)["action_mask"])

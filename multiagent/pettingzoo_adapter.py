@@ -68,11 +68,16 @@ def _serves(declared: Any, joined: Any, bytes_allowed: bool) -> bool:
     return same_space(declared, joined)
 
 
-def _reset_arguments(client: MultiAgentClient, episode_id: str, seed: int | None) -> dict[str, Any]:
-    """``env.reset``'s arguments for an episode: its seed and, when the server sends environment
-    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does."""
+def _reset(env: Any, client: MultiAgentClient, episode_id: str, seed: int | None) -> Any:
+    """``env.reset`` for an episode just started: with its seed and, when the server sends environment
+    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does. An env
+    whose reset fails leaves no episode open in the client."""
     values = client.episode_params(episode_id)
-    return {"seed": seed, **({"options": {"env_params": values}} if values else {})}
+    try:
+        return env.reset(seed=seed, **({"options": {"env_params": values}} if values else {}))
+    except BaseException:
+        client.end_episode(episode_id, {})  # (nothing was played: nothing is sent)
+        raise
 
 
 def run_parallel_env(
@@ -100,7 +105,7 @@ def run_parallel_env(
     episode = 0
     while (max_episodes is None or episode < max_episodes) and (max_steps is None or steps < max_steps):
         eid = client.start_episode(training_enabled=training_enabled)
-        obs, _ = env.reset(**_reset_arguments(client, eid, None if seed is None else seed + episode))
+        obs, _ = _reset(env, client, eid, None if seed is None else seed + episode)
         episode += 1
         all_truncated = True
         while env.agents:
@@ -140,7 +145,7 @@ def run_aec_env(
     results = []
     for episode in range(max_episodes):
         eid = client.start_episode(training_enabled=training_enabled)
-        env.reset(**_reset_arguments(client, eid, None if seed is None else seed + episode))
+        _reset(env, client, eid, None if seed is None else seed + episode)
         for agent in env.agent_iter():
             obs, reward, terminated, truncated, _ = env.last()
             client.log_returns(eid, {agent: reward})

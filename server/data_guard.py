@@ -188,6 +188,8 @@ class DataGuard:
         the group's), and the client_sessions it refused, or that reach the limit with its strikes, are
         refused here, whichever rank they reconnect to (their connection names are a rank's own). Returns the
         client_sessions refused here by it."""
+        if isinstance(told, list):  # (a rank of an older release tells its refusals alone)
+            told = {"refused": told}
         newly = []
         for name, update in told.get("strikes", ()):
             name = tuple(name)

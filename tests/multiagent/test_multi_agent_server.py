@@ -323,3 +323,23 @@ def test_both_adapter_loops_reset_the_env_with_each_episodes_parameters(tmp_path
     values = [options["env_params"] for options in seen]  # type: ignore[index]
     assert all(v["level"] == 3 and 0 <= v["wind"] < 1 for v in values), values
     assert len({v["wind"] for v in values}) == 6, values  # drawn per episode
+
+
+def test_an_env_whose_reset_fails_leaves_no_episode_open(tmp_path) -> None:
+    from mpe2 import simple_spread_v3
+    from pettingzoo.utils.wrappers import BaseWrapper
+
+    from tether.multiagent.pettingzoo_adapter import run_aec_env
+
+    class BrokenReset(BaseWrapper):
+        def reset(self, seed=None, options=None):
+            raise RuntimeError("no level file")
+
+    with ServerProcess(tmp_path, "--config", str(REPO_CONFIGS / "simple_spread.toml")) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=3)
+        with pytest.raises(RuntimeError, match="no level file"):
+            run_aec_env(client, BrokenReset(simple_spread_v3.env(N=3, max_cycles=5)), max_episodes=1)
+        assert client._episodes == {} or all(e.done for e in client._episodes.values()), client._episodes
+        # The client goes on: a working env plays its episode.
+        assert len(run_aec_env(client, simple_spread_v3.env(N=3, max_cycles=5), max_episodes=1)) == 1
+        client.close()
