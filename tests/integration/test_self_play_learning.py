@@ -37,7 +37,7 @@ def test_tictactoe_by_self_play_all_but_never_loses_to_a_random_player_it_never_
     # Measured with openings of random moves (docs/self_play.md), 300k env steps, seven runs: the greedy
     # policy's exact loss chance against a random player, over both seats, 0 (three runs), 0.05% (two) or
     # 0.1% (two) — one or two lines of the second seat that differ from run to run — and 0 or 1 loss in
-    # the 1,000 games; without random openings 0.4-2.8% over both seats (0.9-5.6% of the second seat's),
+    # the 1,000 games; without random openings 0.4-4.3% over both seats (0.8-5.7% of the second seat's),
     # also after 400k-800k. A random player loses 43.7% of its games.
     server = ServerProcess(tmp_path, "--config", str(REPO / "examples/configs/tictactoe_selfplay.toml"),
                            "--max-env-steps", str(ENV_STEPS), "--seed", "1").start()
