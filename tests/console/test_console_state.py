@@ -377,7 +377,9 @@ def test_encoding_the_log_offers_the_event_loop_the_gil_often(tmp_path: Path, mo
     assert len(json.loads(path.read_text())["episode_details"]) == 20
     longest = max(b - a for a, b in zip(marks, marks[1:]))
     print(f"longest CPU time between two offers of the GIL while writing 20 large episodes: {longest * 1e3:.1f} ms")
-    assert longest < 0.010, f"the writer held the GIL for up to {longest * 1e3:.1f} ms of its own CPU time"
+    # (~2 ms measured; 11 ms seen once on a loaded machine, a collection or a page fault counting as the
+    # thread's CPU; one json.dumps of it all is ~45 ms)
+    assert longest < 0.020, f"the writer held the GIL for up to {longest * 1e3:.1f} ms of its own CPU time"
 
 
 def test_a_log_with_numbers_json_has_not_is_refused_with_the_reason(tmp_path: Path, capsys, monkeypatch) -> None:
