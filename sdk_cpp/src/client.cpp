@@ -164,9 +164,7 @@ std::size_t TetherClient::drop_for_new_spaces() {
   link_->retire(std::move(policy_));  // destroyed on the I/O thread
   policy_ = nullptr;
   weights_seq_no_.reset();
-  const std::size_t dropped = drop_unsent_steps();
-  ++space_changes_;
-  return dropped;
+  return drop_unsent_steps();
 }
 
 std::size_t TetherClient::drop_unsent_steps() {
@@ -196,6 +194,7 @@ std::size_t TetherClient::drop_unsent_steps() {
   for (auto& entry : episodes_) entry.second.state.clear();
   evaluating_ = false;
   pending_steps_ = 0;
+  ++unsent_drops_;
   return dropped;
 }
 
@@ -358,11 +357,12 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
       ++episode.obs_rows;
     }
     const bool added_obs = episode.training;
-    const std::uint64_t space_changes = space_changes_;
+    const std::uint64_t unsent_drops = unsent_drops_;
     send_batch(/*even_empty=*/true);
     // (A dropped episode's steps are gone already, as are all of them when
-    // the batch's sync took a new connection's other spaces.)
-    if (added_obs && episode.training && space_changes == space_changes_) {
+    // the batch's sync took in a new connection of other spaces or another
+    // run: the observation lent went with them.)
+    if (added_obs && episode.training && unsent_drops == unsent_drops_) {
       episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
       --episode.obs_rows;
     }

@@ -282,6 +282,51 @@ TEST(AnotherRun, SingleAgentStepsGoAgainToTheSameRunOrOneThatNamesNone) {
   }
 }
 
+// The batch cut at step 10 waits for its answer (wait_for_weights): its
+// connection goes unanswered and the link reaches run-b within that same
+// call, so the engine takes in run-b's connection (dropping the steps not
+// cut yet) while the step that cut the batch is still being acted. The
+// step's own observation, lent to the cut, is gone with the dropped steps:
+// the call must not take it back a second time (it did: a length_error
+// that ended the game). The step is acted, and the episode goes on.
+TEST(AnotherRun, ADropWhileTheCuttingStepWaitsLeavesThatStepWhole) {
+  auto release = std::make_shared<std::atomic<bool>>(true);  // batch 1's connection goes at once
+  FakeServer server(restarting_server(std::string("run-b"), single_agent_config(3), state(3, 1), state(0, 1),
+                                      json{{"type", "SET_STATE"}, {"weights_seq_no", 0}}, release));
+  tether::ClientOptions options = waiting_options_for(server, 5);
+  options.wait_for_weights = true;
+  auto client = connect(options);
+  ASSERT_TRUE(client);
+  std::vector<double> action;
+  ASSERT_TRUE(client->start_episode("a").ok());
+  for (int t = 0; t < 30; ++t) {  // the 11th cuts batch 1 and waits through the reconnect to run-b
+    tether::Status status = client->get_action("a", row(3, static_cast<float>(t)), action);
+    ASSERT_TRUE(status.ok()) << "step " << t << ": " << status.to_string();
+    ASSERT_TRUE(client->log_returns("a", 1.0).ok());
+  }
+  tether::Result<double> total = client->end_episode("a", row(3, -1.0f));
+  ASSERT_TRUE(total.ok()) << total.status().to_string();
+  EXPECT_EQ(total.value(), 30.0);
+  EXPECT_TRUE(client->flush().ok());
+  const std::uint64_t dropped = client->other_run_steps_dropped();
+  client->close();
+  EXPECT_EQ(dropped, 10u);  // batch 1 (the link's); nothing was recorded but not cut then
+  std::vector<json> later = batches_on_second(server);
+  ASSERT_FALSE(later.empty());
+  std::size_t steps = 0;
+  float next = 10.0f;  // every step from 10 on goes to run-b once, in order
+  for (const json& batch : later) {
+    for (const json& record : batch["episodes"]) {
+      for (std::size_t i = 0; i < record["actions"].size(); ++i) {
+        EXPECT_EQ(record["obs"][i][0].get<double>(), next) << batch.dump().substr(0, 300);
+        next += 1.0f;
+      }
+      steps += record["actions"].size();
+    }
+  }
+  EXPECT_EQ(steps, 20u);  // steps 10-29
+}
+
 // -- MultiAgentClient ---------------------------------------------------------------------------
 
 // Modules m (agents a_*) and n (agents b_*), both observing 2 values.

@@ -123,6 +123,41 @@ namespace Tether.Tests
         }
 
         // a_0 observes (t, 0, 0, 0), b_0 (t, 1, 0, 0).
+        // The batch cut at step 10 waits for its answer (WaitForWeights): its connection goes unanswered and the
+        // link reaches run-b within that same call, so the game's thread takes in run-b's connection (dropping the
+        // steps not cut yet) while the step that cut the batch is still being acted. The step's observation, lent
+        // to the cut, went with the dropped steps: the step is acted once, and every step from 10 on reaches run-b
+        // in order (the C++ SDK once took the observation back a second time and ended the game).
+        [Test]
+        public void ADropWhileTheCuttingStepWaitsLeavesThatStepWhole()
+        {
+            using (ScriptedServer server = Restarting(new ScriptedServer(10) { Seq = 3 }, "\"run-b\""))
+            {
+                ClientOptions options = Options(server);
+                options.WaitForWeights = true;
+                using (TetherClient client = TetherClient.Connect(options))
+                {
+                    server.Seq = 0;  // the next connection's server counts from 0 again
+                    server.DropGate.Set();  // batch 1's connection goes at once
+                    var action = new double[1];
+                    string a = client.StartEpisode("a");
+                    for (int t = 0; t < 30; ++t)  // the 11th cuts batch 1 and waits through the reconnect to run-b
+                    {
+                        client.GetAction(a, Obs(t), action);
+                        client.LogReturns(a, 1.0);
+                    }
+                    Assert.That(client.EndEpisode(a, Obs(-1)), Is.EqualTo(30.0));
+                    client.Flush(10);
+                    Assert.That(client.FatalError, Is.Null);
+                    Assert.That(client.OtherRunStepsDropped, Is.EqualTo(10), "batch 1 (the link's); nothing recorded was not cut then");
+                    List<JObject> received = server.Received("EPISODES_AND_GET_STATE");
+                    var firsts = received.Skip(1).SelectMany(b => (JArray)b["episodes"])
+                        .SelectMany(r => Enumerable.Range(0, ((JArray)r["actions"]).Count).Select(i => (float)r["obs"][i][0])).ToList();
+                    Assert.That(firsts, Is.EqualTo(Enumerable.Range(10, 20).Select(t => (float)t).ToList()));
+                }
+            }
+        }
+
         static void Fill(AgentFrame frame, int t, params string[] agents)
         {
             frame.Clear();

@@ -110,6 +110,34 @@ def test_single_agent_steps_of_another_run_are_dropped_and_the_episode_goes_on(s
         assert batches[1]["episodes"][0]["obs"][0][0] == 10.0
 
 
+def test_a_drop_while_the_cutting_step_waits_leaves_that_step_whole() -> None:
+    """The batch cut at step 10 waits for its answer (wait_for_weights): its connection goes
+    unanswered and the client reaches run-b within that same call, taking in run-b's connection
+    (and dropping the steps not cut yet) while the step that cut the batch is still being acted. The
+    step's observation, lent to the cut, went with the dropped steps: the step is acted and recorded
+    once, and every step from 10 on reaches run-b in order (the C++ SDK once took the observation
+    back a second time and ended the game)."""
+    cfg = single_agent_config(3, DISCRETE2, protocol_version="1.8")
+    model = constant_model(3, [-5.0, 5.0])
+    server, release = restarting_server("run-b", cfg, state(3, model), state(0, model), state(0, None))
+    release.set()  # batch 1's connection goes at once
+    with server:
+        client = TetherClient("127.0.0.1", server.port, seed=5, reconnect_timeout_s=5, response_timeout_s=5,
+                              update_timeout_s=5, wait_for_weights=True)
+        a = client.start_episode("a")
+        for t in range(30):  # the 11th cuts batch 1 and waits through the reconnect to run-b
+            client.get_action(a, np.full(3, t, np.float32))
+            client.log_returns(a, 1.0)
+        assert client.end_episode(a, np.full(3, -1, np.float32)) == 30.0
+        client.flush()
+        client.close()
+        on_second = [m for i, _, m in server.received if i == 1 and m["type"] == "EPISODES_AND_GET_STATE"]
+    assert not server.errors, server.errors
+    assert client.other_run_steps_dropped == 10  # batch 1 (the link's); nothing recorded was not cut then
+    firsts = [r["obs"][i][0] for batch in on_second for r in batch["episodes"] for i in range(len(r["actions"]))]
+    assert firsts == [float(t) for t in range(10, 30)], firsts
+
+
 def test_multi_agent_steps_of_another_run_are_dropped_in_every_module() -> None:
     """Both modules' steps not cut yet go at the reconnect to run-b (a_0's and b_0's), and the batch
     lost with run-a's connection is not sent; the episode goes on, each agent from its next frame."""

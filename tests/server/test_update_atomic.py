@@ -44,7 +44,7 @@ async def run(tmp_path) -> dict:
     # "a" first in the pool: it trains before "b" fails.
     record = MultiAgentRecord("ep", True, False, [entry("x", "a", 50, 1), entry("y", "b", 50, 2)])
     await trainer.submit("c", [record], {"a": 0, "b": 0}, False, source="#1 c")
-    await trainer.learner_loop.running
+    await trainer.learner_loop.between_updates()  # (the update may have finished within submit)
     out = {
         "versions": {m: rt.weights_seq_no for m, rt in trainer.modules.items()},
         "trained": trainer.metrics.agent_steps_trained,

@@ -293,7 +293,7 @@ class TetherClient final : public ClientBase {
   std::vector<Episode> spare_;
   std::size_t pending_steps_ = 0;
   std::size_t held_steps_ = 0;  // steps played in held-back episodes since the last cut (the cadence)
-  std::uint64_t space_changes_ = 0;  // reconnects whose spaces differed (their steps were dropped)
+  std::uint64_t unsent_drops_ = 0;  // times the steps not cut yet were dropped (other spaces, another run)
   // Preallocated per-step buffers (sized at connect / on a config change).
   std::vector<float> dist_buffer_;
   std::vector<double> record_action_buffer_;
