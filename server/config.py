@@ -126,6 +126,10 @@ class ServerConfig:
     clip_coef: float = _opt(0.2, "PPO surrogate clipping")
     vf_coef: float = _opt(0.5, "value loss coefficient")
     ent_coef: float = _opt(0.0, "entropy bonus coefficient")
+    lr_schedule: str = _opt(
+        "constant", "'constant', or 'linear': the learning rate decays from lr to 0 at max_env_steps (README: Running a server)")
+    ent_coef_schedule: str = _opt(
+        "constant", "'constant', or 'linear': the entropy coefficient decays from ent_coef to 0 at max_env_steps")
     num_epochs: int = _opt(10, "passes over each batch")
     minibatch_size: int = _opt(256, "minibatch size")
     max_grad_norm: float = _opt(0.5, "gradient clipping norm")
@@ -254,7 +258,8 @@ class ServerConfig:
 
 #: Options a module entry may override for itself (the seed sets gamma per policy).
 PPO_OPTION_NAMES = (
-    "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "num_epochs", "minibatch_size",
+    "lr", "gamma", "gae_lambda", "clip_coef", "vf_coef", "ent_coef", "lr_schedule", "ent_coef_schedule", "num_epochs",
+    "minibatch_size",
     "max_grad_norm", "norm_adv", "clip_vloss", "mixed_precision", "hidden_sizes", "model",
     "normalize_observations", "normalize_clip", "reward_clip", "bc_coef", "demos", "demo_coef", "demo_decay_updates",
 )

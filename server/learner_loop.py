@@ -31,6 +31,7 @@ from .data_guard import DataGuard
 from .ingest.batch_dedup import BatchDedup
 from .ingest.logp_check import PolicyHistory, ServedPolicy
 from .learner import IsolatedUpdate, update_isolating
+from .learner.schedule import run_left
 from .metrics import Metrics, TensorBoardWriter
 from .module_runtime import ModuleRuntime
 from .record_share import RecordShare
@@ -119,10 +120,18 @@ class LearnerLoop:
         if by_module is None:
             return
         self.training_modules = set(by_module)
+        self.set_run_left(self.metrics.env_steps_received)
         self.record_share.starving(False, time.monotonic())
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._task = loop.create_task(self._update(by_module))
+
+    def set_run_left(self, env_steps: int) -> None:
+        """Before an update: every module's share of the run left after ``env_steps`` (the schedules'
+        factor, learner/schedule.py). Called on the event loop while no update runs."""
+        left = run_left(env_steps, self.config.max_env_steps)
+        for runtime in self.modules.values():
+            runtime.learner.set_run_left(left)
 
     # -- one update ------------------------------------------------------------------
 

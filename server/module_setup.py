@@ -23,6 +23,7 @@ from tether.protocol.spaces import Box, Space, from_gymnasium, is_composite, spa
 from .config import PPO_OPTION_NAMES, ServerConfig
 from .learner import PPOHyperparams
 from .learner.model_config import parse_model_config
+from .learner.schedule import check_schedule
 from .self_play import SelfPlayConfig, snapshot_module_id
 
 DEFAULT_MODULE_ID = "default_policy"
@@ -126,7 +127,7 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
         obs, act = resolve_single_spaces(config)
         specs[DEFAULT_MODULE_ID] = ModuleSpec(DEFAULT_MODULE_ID, obs, act, config.onnx_input_name, config.onnx_output_name,
                                               action_mask_leaf=_mask_leaf(obs, act, config.action_mask, DEFAULT_MODULE_ID))
-        hps[DEFAULT_MODULE_ID] = _hyperparams(base, {})
+        hps[DEFAULT_MODULE_ID] = _hyperparams(base, {}, DEFAULT_MODULE_ID, config.max_env_steps)
         if config.init_from is not None:
             init_from[DEFAULT_MODULE_ID] = _init_from(config.init_from, DEFAULT_MODULE_ID)
         rules = config.policy_mapping or [{"pattern": "*", "module": DEFAULT_MODULE_ID}]
@@ -152,7 +153,8 @@ def build_layout(config: ServerConfig, mapping_fn: MappingFn | None = None) -> M
                 _value_obs_agents(entry.get("value_obs_agents"), module_id),
                 _mask_leaf(obs, act, entry.get("action_mask", config.action_mask), module_id),
             )
-            hps[module_id] = _hyperparams(base, {k: v for k, v in entry.items() if k in PPO_OPTION_NAMES})
+            hps[module_id] = _hyperparams(base, {k: v for k, v in entry.items() if k in PPO_OPTION_NAMES}, module_id,
+                                          config.max_env_steps)
             if entry.get("init_from") is not None:
                 init_from[module_id] = _init_from(entry["init_from"], module_id)
         rules = config.policy_mapping
@@ -354,7 +356,13 @@ def _with_trainable(spec: ModuleSpec, trainable: bool) -> ModuleSpec:
     return replace(spec, trainable=trainable)
 
 
-def _hyperparams(base: dict[str, Any], overrides: dict[str, Any]) -> PPOHyperparams:
+def _hyperparams(base: dict[str, Any], overrides: dict[str, Any], module_id: str,
+                 max_env_steps: int | None) -> PPOHyperparams:
     merged = dict(base, **overrides)
     merged["hidden_sizes"] = tuple(int(v) for v in merged["hidden_sizes"])
+    for name in ("lr_schedule", "ent_coef_schedule"):
+        try:
+            check_schedule(name, merged[name], max_env_steps)
+        except ValueError as exc:
+            raise ValueError(f"module {module_id!r}: {exc}") from None
     return PPOHyperparams(**merged)

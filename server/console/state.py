@@ -362,8 +362,9 @@ class ConsoleState:
             if runtime.spec.snapshot_of is not None:
                 continue  # (a self-play snapshot never trains: its ratings are the self_play series)
             values[f"module/{module}/weights_seq_no"] = float(runtime.weights_seq_no)
-            values[f"module/{module}/lr"] = float(runtime.learner.hp.lr)
-            values[f"module/{module}/ent_coef"] = float(runtime.learner.hp.ent_coef)
+            # (what the next update trains with: the base the console sets, after its schedule)
+            values[f"module/{module}/lr"] = float(runtime.learner.lr_now())
+            values[f"module/{module}/ent_coef"] = float(runtime.learner.ent_coef_now())
         self.history.add(now - self.started, values)
         self._log_curriculum_changes()
         for info in self.clients.values():

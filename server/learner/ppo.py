@@ -32,6 +32,7 @@ from .rollout_batch import RolloutBatch, build_batch
 from .distributions import ActionDistribution
 from .sequences import StatePass, run_windows, state_pass, windows
 from .cloning import CloningData
+from .schedule import scheduled
 
 
 def _server_default(name: str) -> Any:
@@ -51,6 +52,9 @@ class PPOHyperparams:
     clip_coef: float = _server_default("clip_coef")
     vf_coef: float = _server_default("vf_coef")
     ent_coef: float = _server_default("ent_coef")
+    #: How ``lr`` and ``ent_coef`` change over the run (schedule.py): "constant" or "linear" (to 0 at max_env_steps).
+    lr_schedule: str = _server_default("lr_schedule")
+    ent_coef_schedule: str = _server_default("ent_coef_schedule")
     num_epochs: int = _server_default("num_epochs")
     minibatch_size: int = _server_default("minibatch_size")
     max_grad_norm: float = _server_default("max_grad_norm")
@@ -169,6 +173,8 @@ class PPOLearner:
         self._value_obs_dim = value_obs_dim
         #: Several ranks train this module together (distributed/data_parallel.py), else None.
         self.data_parallel: Any = None
+        #: The share of the run left when the next update starts (schedule.py; set by the learner loop).
+        self.run_left = 1.0
 
     def _cloning_data(self, episodes: list[EpisodeChunk], returns: np.ndarray | None) -> CloningData:
         if self.recurrent is not None and self._value_obs_dim is not None:
@@ -395,11 +401,12 @@ class PPOLearner:
         if not torch.isfinite(grad_norm):
             raise NonFiniteUpdate(f"gradient norm is {grad_norm.item()}")
         for group in self.optimizer.param_groups:
-            group["lr"] = hp.lr * min(1.0, size / hp.minibatch_size)
+            group["lr"] = self.lr_now() * min(1.0, size / hp.minibatch_size)
         self.optimizer.step()
 
     def _update(self, batch: RolloutBatch, global_steps: int | None = None) -> dict[str, float]:
         hp = self.hp
+        ent_coef = self.ent_coef_now()
         parallel = self.data_parallel
         if self.normalizer is not None:  # the statistics follow the data trained on, this batch included (every rank's)
             self.normalizer.observe(batch.all_obs, self.data_parallel)
@@ -471,7 +478,7 @@ class PPOLearner:
                 else:
                     v_loss = 0.5 * ((new_value - ret_t[idx]) ** 2).mean()
                 ent = entropy.mean()
-                loss = pg_loss - hp.ent_coef * ent + hp.vf_coef * v_loss
+                loss = pg_loss - ent_coef * ent + hp.vf_coef * v_loss
                 if cloned is not None and bool(cloned.any()):
                     bc_loss = -new_logp[cloned].mean()
                     loss = loss + hp.bc_coef * bc_loss
@@ -497,6 +504,8 @@ class PPOLearner:
             out["logged_fraction"] = float(batch.logged.mean())
         if demo_coef > 0:
             out["demo_coef"] = demo_coef
+        if hp.lr_schedule != "constant" or hp.ent_coef_schedule != "constant":  # (what this update trained with)
+            out["lr"], out["ent_coef"] = self.lr_now(), ent_coef
         out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
         return out
 
@@ -542,6 +551,19 @@ class PPOLearner:
                 dist = ActionDistribution(self.action_space, dist_inputs)
                 yield steps, dist.log_prob(actions[steps]), dist.entropy(), values
         return epoch
+
+    def set_run_left(self, left: float) -> None:
+        """The share of the run left (in [0, 1]) as the next update starts: the schedules' factor
+        (``lr_schedule``, ``ent_coef_schedule``; schedule.py)."""
+        self.run_left = min(1.0, max(0.0, float(left)))
+
+    def lr_now(self) -> float:
+        """The learning rate the next update trains with: ``lr`` after its schedule."""
+        return scheduled(self.hp.lr, self.hp.lr_schedule, self.run_left)
+
+    def ent_coef_now(self) -> float:
+        """The entropy coefficient the next update trains with: ``ent_coef`` after its schedule."""
+        return scheduled(self.hp.ent_coef, self.hp.ent_coef_schedule, self.run_left)
 
     def set_lr(self, lr: float) -> None:
         """Train with learning rate ``lr`` from the next update on (the console's set_lr)."""
