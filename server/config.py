@@ -207,6 +207,8 @@ class ServerConfig:
             raise ValueError("train_batch_size and env_steps_per_sample must be positive")
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0")
+        if self.max_env_steps is not None and self.max_env_steps < 1:
+            raise ValueError(f"max_env_steps must be >= 1 (or unset: no budget), not {self.max_env_steps}")
         from .stop_rule import MIN_EPISODES_PER_CLIENT  # (the rule's own bound: each client's last few returns)
 
         too_few = self.stop_at_return is not None and self.metrics_window < MIN_EPISODES_PER_CLIENT

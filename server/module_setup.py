@@ -363,6 +363,6 @@ def _hyperparams(base: dict[str, Any], overrides: dict[str, Any], module_id: str
     for name in ("lr_schedule", "ent_coef_schedule"):
         try:
             check_schedule(name, merged[name], max_env_steps)
-        except ValueError as exc:
-            raise ValueError(f"module {module_id!r}: {exc}") from None
+        except ValueError as exc:  # (named for the module only where its entry set it)
+            raise ValueError(f"module {module_id!r}: {exc}" if name in overrides else str(exc)) from None
     return PPOHyperparams(**merged)

@@ -122,7 +122,6 @@ namespace Tether.Tests
             }
         }
 
-        // a_0 observes (t, 0, 0, 0), b_0 (t, 1, 0, 0).
         // The batch cut at step 10 waits for its answer (WaitForWeights): its connection goes unanswered and the
         // link reaches run-b within that same call, so the game's thread takes in run-b's connection (dropping the
         // steps not cut yet) while the step that cut the batch is still being acted. The step's observation, lent
@@ -158,6 +157,7 @@ namespace Tether.Tests
             }
         }
 
+        // a_0 observes (t, 0, 0, 0), b_0 (t, 1, 0, 0).
         static void Fill(AgentFrame frame, int t, params string[] agents)
         {
             frame.Clear();

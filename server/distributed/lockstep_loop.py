@@ -239,7 +239,8 @@ class LockstepLearnerLoop(LearnerLoop):
                 # did not: steps stored since): refusing a little fresh data for a moment is safe, letting
                 # data in that an unforeseen version would make too stale is not.
                 self.training_modules = {m for m, rt in self.modules.items() if rt.spec.trainable}
-                self.set_run_left(env_steps)  # (the group's sum: every rank trains with the same schedule)
+                # (the group's sums, less what the pools hold: every rank trains with the same schedule)
+                self.set_run_left(env_steps - int(counts.sum()))
                 self._next_state = loop.create_future()
                 self._decided(view_no)
                 self._task = loop.create_task(self._update(by_module))

@@ -32,7 +32,7 @@ from .rollout_batch import RolloutBatch, build_batch
 from .distributions import ActionDistribution
 from .sequences import StatePass, run_windows, state_pass, windows
 from .cloning import CloningData
-from .schedule import scheduled
+from .schedule import SCHEDULES, scheduled
 
 
 def _server_default(name: str) -> Any:
@@ -120,6 +120,9 @@ class PPOLearner:
     ) -> None:
         if seed is not None:
             torch.manual_seed(seed)
+        for name in ("lr_schedule", "ent_coef_schedule"):
+            if getattr(hp, name) not in SCHEDULES:
+                raise ValueError(f"{name} {getattr(hp, name)!r}: one of {', '.join(SCHEDULES)}")
         if hp.mixed_precision not in MIXED_PRECISION:
             raise ValueError(f"mixed_precision {hp.mixed_precision!r}: one of {', '.join(MIXED_PRECISION)} (float16 "
                              "would need a loss scale that every rank agrees on; bfloat16 needs none)")
@@ -367,18 +370,19 @@ class PPOLearner:
         that have some (zeros from here), so that every rank joins every sum and ends with the same weights."""
         assert self.data_parallel is not None and global_steps is not None, "an update without steps needs other ranks"
         zeros = torch.zeros(0, device=self.device)
+        lr = self.lr_now()
         if self.normalizer is not None:  # (the other ranks' observations move this rank's statistics too)
             self.normalizer.observe(np.zeros((0, self.normalizer.obs_dim), np.float32), self.data_parallel)
         for _ in range(self.hp.num_epochs):
             for _ in range(self.data_parallel.minibatch_count(global_steps, self.hp.minibatch_size)):
                 if self.hp.norm_adv:
                     self.data_parallel.advantage_moments(zeros)
-                self._take_step(None, 0)
+                self._take_step(None, 0, lr)
         if self.demo_coef_now() > 0:
             self.demo_updates += 1  # (the demonstration term decays with the group's updates, on every rank alike)
         return {}
 
-    def _take_step(self, loss: torch.Tensor | None, size: int) -> None:
+    def _take_step(self, loss: torch.Tensor | None, size: int, lr: float) -> None:
         """Backpropagate ``loss`` (the mean over this minibatch's ``size`` steps), sum the gradients over
         the ranks when there are several, clip and step with the learning rate scaled to the
         minibatch's size. Raises NonFiniteUpdate for a loss or gradient norm that is not finite
@@ -401,12 +405,14 @@ class PPOLearner:
         if not torch.isfinite(grad_norm):
             raise NonFiniteUpdate(f"gradient norm is {grad_norm.item()}")
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_now() * min(1.0, size / hp.minibatch_size)
+            group["lr"] = lr * min(1.0, size / hp.minibatch_size)
         self.optimizer.step()
 
     def _update(self, batch: RolloutBatch, global_steps: int | None = None) -> dict[str, float]:
         hp = self.hp
-        ent_coef = self.ent_coef_now()
+        # (read once: the console's set_lr and set_ent_coef, on the event loop, apply from the next update,
+        # so that every minibatch, and every rank, steps with the same values)
+        lr, ent_coef = self.lr_now(), self.ent_coef_now()
         parallel = self.data_parallel
         if self.normalizer is not None:  # the statistics follow the data trained on, this batch included (every rank's)
             self.normalizer.observe(batch.all_obs, self.data_parallel)
@@ -452,7 +458,7 @@ class PPOLearner:
                 if size == 0:  # (several ranks: this rank holds no step of this minibatch; it joins the sums)
                     if hp.norm_adv:
                         parallel.advantage_moments(adv_t[idx])
-                    self._take_step(None, 0)
+                    self._take_step(None, 0, lr)
                     continue
                 # 1.6 (§13.7): the surrogate only on sampled steps; logged ones are cloned instead.
                 cloned = None if logged is None else logged[idx]
@@ -489,7 +495,7 @@ class PPOLearner:
                     demo_loss = self._cloning_loss(demo_dist, self.demos.actions[steps])
                     loss = loss + demo_coef * demo_loss
                     stats["demo_bc_loss"].append(demo_loss.item())
-                self._take_step(loss, size)
+                self._take_step(loss, size, lr)
                 if n_sampled:  # (a minibatch of logged steps only has no surrogate to report)
                     stats["policy_loss"].append(pg_loss.item())
                     stats["approx_kl"].append(approx_kl.item())
@@ -505,7 +511,7 @@ class PPOLearner:
         if demo_coef > 0:
             out["demo_coef"] = demo_coef
         if hp.lr_schedule != "constant" or hp.ent_coef_schedule != "constant":  # (what this update trained with)
-            out["lr"], out["ent_coef"] = self.lr_now(), ent_coef
+            out["lr"], out["ent_coef"] = lr, ent_coef
         out["explained_variance"] = float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
         return out
 

@@ -3,9 +3,11 @@
 
 "constant" keeps the configured value; "linear" multiplies it by the share of the run left, from 1
 at the first update to 0 at ``max_env_steps``, as CleanRL's ``anneal_lr`` and ML-Agents'
-``learning_rate_schedule: linear`` do. The share comes from the env steps the run had received when
-the update started: on several ranks the group's sum at the agreement that started it, the same on
-every rank, so that every rank steps with the same learning rate and their weights stay identical.
+``learning_rate_schedule: linear`` do. The share comes from the env steps the run had received before
+the data the update trains on (those received, less those waiting in the pool as it starts): 1 at the
+first update, about one batch's share of the run at the last (CleanRL's lr/N). On several ranks the
+group's sums at the agreement that starts the update, the same on every rank, so that every rank steps
+with the same learning rate and their weights stay identical.
 The configured value stays the base (the console's set_lr and set_ent_coef change it, checkpoints keep
 it): the value an update trains with is the base times the schedule's factor."""
 

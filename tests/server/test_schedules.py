@@ -1,7 +1,7 @@
 """Schedules of the learning rate and the entropy coefficient (server/learner/schedule.py): "linear"
-decays the configured value to 0 at max_env_steps, from the env steps received when each update
-starts (on several ranks the group's sum, so that every rank steps alike); the configured value stays
-the base that the console changes and checkpoints keep."""
+decays the configured value toward 0 at max_env_steps, from the env steps received before the data
+each update trains on (on several ranks the group's sums, so that every rank steps alike); the
+configured value stays the base that the console changes and checkpoints keep."""
 
 from __future__ import annotations
 
@@ -49,8 +49,12 @@ def test_schedules_are_named_and_a_linear_one_needs_a_budget() -> None:
     mapping = [{"pattern": "*", "module": "a"}]
     with pytest.raises(ValueError, match="module 'b': lr_schedule = 'linear' decays to 0 at max_env_steps, which is not set"):
         build_layout(ServerConfig(modules=modules, policy_mapping=mapping))
-    with pytest.raises(ValueError, match="ent_coef_schedule must be one of constant, linear, not 'cosine'"):
+    with pytest.raises(ValueError, match="^ent_coef_schedule must be one of constant, linear, not 'cosine'"):
         build_layout(ServerConfig(ent_coef_schedule="cosine", max_env_steps=1000))
+    with pytest.raises(ValueError, match="max_env_steps must be >= 1"):
+        ServerConfig(max_env_steps=0, lr_schedule="linear")
+    with pytest.raises(ValueError, match="lr_schedule 'cosine'"):
+        PPOLearner(space_from_json(BOX), space_from_json(TWO), PPOHyperparams(lr_schedule="cosine"))
     layout = build_layout(ServerConfig(modules=modules, policy_mapping=mapping, max_env_steps=1000))
     assert layout.hyperparams["a"].lr_schedule == "constant" and layout.hyperparams["b"].lr_schedule == "linear"
 
@@ -74,6 +78,23 @@ def test_a_learner_trains_with_its_values_after_their_schedules() -> None:
     constant.set_run_left(0.25)
     assert constant.lr_now() == 1e-3 and constant.ent_coef_now() == 0.1
     assert "lr" not in constant.update(batch_of(constant))
+
+
+@pytest.mark.parametrize("scheduled", ["lr", "ent_coef"])
+def test_a_decayed_value_trains_exactly_as_that_value_held_constant(scheduled: str) -> None:
+    # Half the run left: a linear lr of 2e-3 (or entropy coefficient of 0.2) makes the very weights a
+    # constant 1e-3 (0.1) makes, from the same seed and data; the other value is the same in both.
+    spaces = space_from_json(BOX), space_from_json(TWO)
+    common = dict(minibatch_size=64, num_epochs=2, lr=1e-3, ent_coef=0.1)
+    decayed = PPOLearner(*spaces, PPOHyperparams(**{**common, scheduled: common[scheduled] * 2,
+                                                    f"{scheduled}_schedule": "linear"}), seed=3)
+    held = PPOLearner(*spaces, PPOHyperparams(**common), seed=3)
+    other = PPOLearner(*spaces, PPOHyperparams(**{**common, scheduled: common[scheduled] * 2}), seed=3)
+    decayed.set_run_left(0.5)
+    for learner in (decayed, held, other):
+        learner.update(learner.batch_of([chunk(256, 4)]))
+    assert weights_digest(decayed) == weights_digest(held)
+    assert weights_digest(other) != weights_digest(held)  # (the value does move the weights)
 
 
 def record(steps: int, seed: int) -> MultiAgentRecord:
@@ -101,20 +122,29 @@ def test_a_lone_server_decays_from_the_env_steps_received_and_the_console_sets_t
         second = dict(trainer.metrics.module_updates["m"])
         out = {"first": first, "second": second, "base": learner.hp.lr, "now": learner.lr_now(),
                "versions": trainer.modules["m"].weights_seq_no}
+        # The last update trains on the data that reaches the budget: at a batch's share of the run, not 0.
+        for seed in (3, 4):
+            await trainer.submit("c", [record(64, seed)], {"m": trainer.modules["m"].weights_seq_no}, False,
+                                 env_steps=64, source="#1 c")
+            await trainer.learner_loop.between_updates()
+        out["last"] = dict(trainer.metrics.module_updates["m"])
         await trainer.close(checkpoint=False)
         return out
 
     out = asyncio.run(run())
     assert out["versions"] == 2, out
-    # 64 of 256 env steps received as the first update started: 3/4 of the run left; 128 at the second.
-    assert out["first"]["lr"] == pytest.approx(0.75e-3) and out["first"]["ent_coef"] == pytest.approx(0.015), out
-    assert out["second"]["lr"] == pytest.approx(0.5 * 2e-3) and out["base"] == 2e-3, out
-    assert out["now"] == pytest.approx(1e-3), out
+    # None of the 256 env steps were received before the first update's data: the whole run left; 64 before
+    # the second's (3/4 left), whose base the console set to 2e-3.
+    assert out["first"]["lr"] == pytest.approx(1e-3) and out["first"]["ent_coef"] == pytest.approx(0.02), out
+    assert out["second"]["lr"] == pytest.approx(0.75 * 2e-3) and out["base"] == 2e-3, out
+    assert out["now"] == pytest.approx(1.5e-3), out
+    assert out["last"]["lr"] == pytest.approx(0.25 * 2e-3) and out["last"]["ent_coef"] == pytest.approx(0.005), out
 
 
 def scheduling_rank(rank: int, port: int, out: str) -> None:
-    """Rank 0 receives 48 env steps and rank 1 16: the update that the group's 64 start trains with
-    the group's share of the run left (1 - 64/256) on both, and leaves both with the same weights."""
+    """Rank 0 receives 48 env steps and rank 1 16, then 16 and 48: the second update trains with the
+    group's share of the run left before its data (1 - 64/256) on both, and leaves both with the same
+    weights."""
     from tether.server.distributed.rank_group import RankGroup, RankPlace
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -123,13 +153,14 @@ def scheduling_rank(rank: int, port: int, out: str) -> None:
     trainer = Trainer(cfg, build_layout(cfg), group=group)
 
     async def run() -> None:
-        steps = 48 if rank == 0 else 16
-        await trainer.submit("c", [record(steps, 10 + rank)], {"m": 0}, False, env_steps=steps, source=f"#1 r{rank}")
-        trainer.start()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while trainer.modules["m"].weights_seq_no < 1 and loop.time() < deadline:
-            await asyncio.sleep(0.02)
+        trainer.start()
+        for version, steps in ((1, 48 if rank == 0 else 16), (2, 16 if rank == 0 else 48)):
+            await trainer.submit("c", [record(steps, 10 * version + rank)], {"m": version - 1}, False,
+                                 env_steps=steps, source=f"#1 r{rank}")
+            deadline = loop.time() + 30
+            while trainer.modules["m"].weights_seq_no < version and loop.time() < deadline:
+                await asyncio.sleep(0.02)
         learner = trainer.modules["m"].learner
         report = {"version": trainer.modules["m"].weights_seq_no, "left": learner.run_left,
                   "stats": dict(trainer.metrics.module_updates.get("m", {})), "digest": weights_digest(learner)}
@@ -143,6 +174,6 @@ def test_ranks_with_uneven_data_train_with_the_groups_schedule_and_stay_identica
     gloo_ranks.run_two_ranks(scheduling_rank, tmp_path)
     first, second = gloo_ranks.reports(tmp_path)
     for report in (first, second):
-        assert report["version"] == 1 and report["left"] == 0.75, report
+        assert report["version"] == 2 and report["left"] == 0.75, report
         assert report["stats"]["lr"] == pytest.approx(0.75e-3), report
     assert first["digest"] == second["digest"], "the ranks' weights differ"
