@@ -31,7 +31,7 @@ from .data_guard import DataGuard
 from .ingest.batch_dedup import BatchDedup
 from .ingest.logp_check import PolicyHistory, ServedPolicy
 from .learner import IsolatedUpdate, update_isolating
-from .learner.schedule import run_left
+from .learner.schedule import env_steps_before, run_left
 from .metrics import Metrics, TensorBoardWriter
 from .module_runtime import ModuleRuntime
 from .record_share import RecordShare
@@ -80,8 +80,8 @@ class LearnerLoop:
         self._next_state: asyncio.Future | None = None
         #: The modules the running publish has served so far (one that raises part way serves the rest).
         self._published_ids: set[str] = set()
-        #: Env steps of the data pooled when the latest update took its batch (none of it trained yet).
-        self._pooled_env_steps = 0
+        #: Agent steps pooled when the latest update took its batch (none of them trained yet).
+        self._pooled_steps = 0
 
     # -- when an update starts -----------------------------------------------------
 
@@ -122,13 +122,14 @@ class LearnerLoop:
         if by_module is None:
             return
         self.training_modules = set(by_module)
-        self.set_run_left(self.metrics.env_steps_received - self._pooled_env_steps)
+        self.set_run_left(env_steps_before(self.metrics.env_steps_received, self.metrics.agent_steps_received,
+                                           self._pooled_steps))
         self.record_share.starving(False, time.monotonic())
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
         self._task = loop.create_task(self._update(by_module))
 
-    def set_run_left(self, env_steps: int) -> None:
+    def set_run_left(self, env_steps: float) -> None:
         """Before an update: every module's share of the run left after ``env_steps``, the env steps
         received before the data waiting to be trained (the schedules' factor, learner/schedule.py: 1 at
         the first update, as CleanRL's, and about a batch's share at the last). Called on the event loop
@@ -145,7 +146,7 @@ class LearnerLoop:
         self._drop_stale()
         if self.pool.steps < self.config.train_batch_size:
             return None
-        self._pooled_env_steps = sum(p.chunk.env_steps for p in self.pool.items())
+        self._pooled_steps = self.pool.steps
         by_module: dict[str, list[Pooled]] = {}
         for pooled in self.pool.take():
             by_module.setdefault(pooled.module_id, []).append(pooled)

@@ -25,7 +25,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
 import orjson
 import torch
@@ -526,20 +526,11 @@ class Trainer:
 
     def set_learning_rate(self, module_id: str, lr: float) -> None:
         """The learning rate of ``module_id`` from its next update on (kept in checkpoints)."""
-        self._between_updates(self.modules[module_id].learner.set_lr, lr)
+        self.modules[module_id].learner.set_lr(lr)
 
     def set_entropy_coef(self, module_id: str, ent_coef: float) -> None:
         """The entropy coefficient of ``module_id`` from its next update on (kept in checkpoints)."""
-        self._between_updates(self.modules[module_id].learner.set_ent_coef, ent_coef)
-
-    def _between_updates(self, change: Callable[[float], None], value: float) -> None:
-        # In the learner thread, after the update that runs (if any): an update reads its values once, and
-        # on several ranks rank 0 hands them to the others as the next one starts, so a change made while
-        # one runs cannot reach part of it, or one rank only.
-        try:
-            self._executor.submit(change, value)
-        except RuntimeError:  # (the trainer closed: nothing trains any more)
-            change(value)
+        self.modules[module_id].learner.set_ent_coef(ent_coef)
 
     # -- the end of the run ------------------------------------------------------
 

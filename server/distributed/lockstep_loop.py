@@ -48,6 +48,7 @@ from tether.protocol.onnx_codec import encode_onnx
 
 from ..ingest.logp_check import ServedPolicy
 from ..learner import IsolatedUpdate, NonFiniteUpdate, screen_sources
+from ..learner.schedule import env_steps_before
 from ..learner_loop import LearnerLoop
 from ..sample_pool import Pooled
 from ..say import say
@@ -59,7 +60,7 @@ from .rank_reports import RankReports
 #: Seconds between two agreements while the ranks wait for data (a sum of a few numbers on loopback
 #: takes well under a millisecond; between machines, about a round trip).
 TICK_S = 0.02
-#: Wishes a rank brings to the agreement (after its per-module counts and env steps).
+#: Wishes a rank brings to the agreement (after its per-module counts, env steps and agent steps).
 _WISHES = ("stop", "done", "paused", "report", "results", "refusals")
 #: Self-play results the ranks may hold between them before they are applied without waiting for an update.
 MAX_HELD_RESULTS = 10_000
@@ -171,9 +172,10 @@ class LockstepLearnerLoop(LearnerLoop):
                 self._fail(str(exc))
                 return
             self.agreements += 1
-            counts, env_steps = total[:len(self._order)], int(total[len(self._order)])
-            wishes = dict(zip(_WISHES, total[len(self._order) + 1:len(self._order) + 1 + len(_WISHES)]))
-            loads_at = len(self._order) + 1 + len(_WISHES)
+            n = len(self._order)
+            counts, env_steps, agent_steps = total[:n], int(total[n]), int(total[n + 1])
+            wishes = dict(zip(_WISHES, total[n + 2:n + 2 + len(_WISHES)]))
+            loads_at = n + 2 + len(_WISHES)
             held_at = loads_at + self.group.world_size
             self._held = [int(n) for n in total[held_at:held_at + self.group.world_size]]
             reached = False
@@ -240,7 +242,7 @@ class LockstepLearnerLoop(LearnerLoop):
                 # data in that an unforeseen version would make too stale is not.
                 self.training_modules = {m for m, rt in self.modules.items() if rt.spec.trainable}
                 # (the group's sums, less what the pools hold: every rank trains with the same schedule)
-                self.set_run_left(env_steps - int(counts.sum()))
+                self.set_run_left(env_steps_before(env_steps, agent_steps, int(counts.sum())))
                 self._next_state = loop.create_future()
                 self._decided(view_no)
                 self._task = loop.create_task(self._update(by_module))
@@ -272,7 +274,7 @@ class LockstepLearnerLoop(LearnerLoop):
         if judging:
             share = window_shares(self._held, self.config.metrics_window)[self.group.rank]
             view = self.stop_rule.target_view(share, self._group_clients)
-        return [*by_module.values(), float(self.metrics.env_steps_received),
+        return [*by_module.values(), float(self.metrics.env_steps_received), float(self.metrics.agent_steps_received),
                 float(wish is not None and not done), float(done), float(self.paused),
                 float(self.reports.due()),
                 float(self.self_play.pending if self.self_play is not None else 0), float(self.guard.untold),
@@ -376,6 +378,8 @@ class LockstepLearnerLoop(LearnerLoop):
                                     f"rank {self.group.rank}: its part of an update failed ({exc!r:.300})")
             raise
         finally:
+            for runtime in self.modules.values():
+                runtime.learner.pinned_bases = None  # (the console's values again from the next update)
             self.update_comm_s += self.group.busy_s - busy
 
     def _train_together(self, by_module: dict[str, list[Pooled]]) -> dict[str, Any]:
@@ -384,8 +388,11 @@ class LockstepLearnerLoop(LearnerLoop):
             {m: (rt.learner.hp.lr, rt.learner.hp.ent_coef) for m, rt in self.modules.items()}
             if self.group.is_first else None)
         for module_id, (lr, ent_coef) in live.items():
-            self.modules[module_id].learner.set_lr(lr)
-            self.modules[module_id].learner.set_ent_coef(ent_coef)
+            learner = self.modules[module_id].learner
+            if not self.group.is_first:  # (rank 0's own may have changed since it read them: the console's)
+                learner.set_lr(lr)
+                learner.set_ent_coef(ent_coef)
+            learner.pinned_bases = (lr, ent_coef)  # (what every rank trains this update with)
         screened: dict[str, list[Pooled]] = {}
         guilty: dict[str, dict] = {}
         for module_id in self._order:

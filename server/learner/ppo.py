@@ -178,6 +178,9 @@ class PPOLearner:
         self.data_parallel: Any = None
         #: The share of the run left when the next update starts (schedule.py; set by the learner loop).
         self.run_left = 1.0
+        #: Several ranks: the (lr, ent_coef) bases rank 0 handed every rank for the update that runs (the
+        #: console may change this rank's own meanwhile); None: ``hp``'s.
+        self.pinned_bases: tuple[float, float] | None = None
 
     def _cloning_data(self, episodes: list[EpisodeChunk], returns: np.ndarray | None) -> CloningData:
         if self.recurrent is not None and self._value_obs_dim is not None:
@@ -213,6 +216,8 @@ class PPOLearner:
         data = self._cloning_data(episodes, returns)
         if self.normalizer is not None:
             self.normalizer.observe(data.batch.all_obs)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.hp.lr  # (the configured rate: a loaded optimizer state holds its last step's)
         losses: list[float] = []
         for _ in range(epochs):
             total = 0.0
@@ -565,17 +570,18 @@ class PPOLearner:
 
     def lr_now(self) -> float:
         """The learning rate the next update trains with: ``lr`` after its schedule."""
-        return scheduled(self.hp.lr, self.hp.lr_schedule, self.run_left)
+        base = self.hp.lr if self.pinned_bases is None else self.pinned_bases[0]
+        return scheduled(base, self.hp.lr_schedule, self.run_left)
 
     def ent_coef_now(self) -> float:
         """The entropy coefficient the next update trains with: ``ent_coef`` after its schedule."""
-        return scheduled(self.hp.ent_coef, self.hp.ent_coef_schedule, self.run_left)
+        base = self.hp.ent_coef if self.pinned_bases is None else self.pinned_bases[1]
+        return scheduled(base, self.hp.ent_coef_schedule, self.run_left)
 
     def set_lr(self, lr: float) -> None:
-        """Train with learning rate ``lr`` from the next update on (the console's set_lr)."""
+        """Train with learning rate ``lr`` from the next update on (the console's set_lr; an update reads
+        it once as it starts, and sets the optimizer's rate at every step)."""
         self.hp.lr = lr
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
     def set_ent_coef(self, ent_coef: float) -> None:
         """Train with entropy coefficient ``ent_coef`` from the next update on (the console's set_ent_coef)."""

@@ -97,6 +97,31 @@ def test_a_decayed_value_trains_exactly_as_that_value_held_constant(scheduled: s
     assert weights_digest(other) != weights_digest(held)  # (the value does move the weights)
 
 
+def test_the_pool_counts_agent_steps_and_the_budget_env_steps() -> None:
+    from tether.server.learner.schedule import env_steps_before, run_left
+
+    # Two agents act in each env step: 64 pooled agent steps are 32 env steps of the 100 received.
+    assert env_steps_before(100, 200, 64) == 68.0
+    # Turns (one agent of two acts) or snapshots whose steps are not pooled: one env step per agent step.
+    assert env_steps_before(100, 100, 64) == 36.0
+    assert env_steps_before(0, 0, 0) == 0.0 and run_left(68.0, 100) == pytest.approx(0.32)
+    assert run_left(150, 100) == 0.0 and run_left(10, None) == 1.0
+
+
+def test_bases_pinned_for_an_update_hold_whatever_the_console_sets_meanwhile() -> None:
+    # (several ranks: rank 0 hands every rank its bases as an update starts; a set_lr on rank 0 while the
+    # update runs must not reach rank 0's part of it alone)
+    learner = PPOLearner(space_from_json(BOX), space_from_json(TWO),
+                         PPOHyperparams(lr=1e-3, ent_coef=0.1, lr_schedule="linear"), seed=0)
+    learner.set_run_left(0.5)
+    learner.pinned_bases = (1e-3, 0.1)
+    learner.set_lr(4e-3)
+    learner.set_ent_coef(0.3)
+    assert learner.lr_now() == pytest.approx(0.5e-3) and learner.ent_coef_now() == 0.1
+    learner.pinned_bases = None
+    assert learner.lr_now() == pytest.approx(2e-3) and learner.ent_coef_now() == 0.3
+
+
 def record(steps: int, seed: int) -> MultiAgentRecord:
     return MultiAgentRecord(f"ep{seed}", True, False, [AgentChunk("x", "m", 0, chunk(steps, seed))])
 
