@@ -362,7 +362,7 @@ class ConsoleState:
             if runtime.spec.snapshot_of is not None:
                 continue  # (a self-play snapshot never trains: its ratings are the self_play series)
             values[f"module/{module}/weights_seq_no"] = float(runtime.weights_seq_no)
-            # (what the next update trains with: the base the console sets, after its schedule)
+            # (the base the console sets, after its schedule at the share of the run the latest update started from)
             values[f"module/{module}/lr"] = float(runtime.learner.lr_now())
             values[f"module/{module}/ent_coef"] = float(runtime.learner.ent_coef_now())
         self.history.add(now - self.started, values)
