@@ -80,8 +80,6 @@ class LearnerLoop:
         self._next_state: asyncio.Future | None = None
         #: The modules the running publish has served so far (one that raises part way serves the rest).
         self._published_ids: set[str] = set()
-        #: Agent steps pooled when the latest update took its batch (none of them trained yet).
-        self._pooled_steps = 0
 
     # -- when an update starts -----------------------------------------------------
 
@@ -122,8 +120,6 @@ class LearnerLoop:
         if by_module is None:
             return
         self.training_modules = set(by_module)
-        self.set_run_left(env_steps_before(self.metrics.env_steps_received, self.metrics.agent_steps_received,
-                                           self._pooled_steps))
         self.record_share.starving(False, time.monotonic())
         loop = asyncio.get_running_loop()
         self._next_state = loop.create_future()
@@ -146,7 +142,9 @@ class LearnerLoop:
         self._drop_stale()
         if self.pool.steps < self.config.train_batch_size:
             return None
-        self._pooled_steps = self.pool.steps
+        # (the schedules' factor: the env steps received before what the pool holds, none of it trained yet)
+        self.set_run_left(env_steps_before(self.metrics.env_steps_received, self.metrics.agent_steps_received,
+                                           self.pool.steps))
         by_module: dict[str, list[Pooled]] = {}
         for pooled in self.pool.take():
             by_module.setdefault(pooled.module_id, []).append(pooled)

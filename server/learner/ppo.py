@@ -389,8 +389,8 @@ class PPOLearner:
 
     def _take_step(self, loss: torch.Tensor | None, size: int, lr: float) -> None:
         """Backpropagate ``loss`` (the mean over this minibatch's ``size`` steps), sum the gradients over
-        the ranks when there are several, clip and step with the learning rate scaled to the
-        minibatch's size. Raises NonFiniteUpdate for a loss or gradient norm that is not finite
+        the ranks when there are several, clip and step with ``lr`` (the update's, read once as it
+        started) scaled to the minibatch's size. Raises NonFiniteUpdate for a loss or gradient norm that is not finite
         (on every rank alike when there are several)."""
         hp = self.hp
         self.optimizer.zero_grad(set_to_none=True)
