@@ -151,13 +151,15 @@ class RLlinkService:
         self, session: ClientSession, connection: ServerConnection, kind: MessageType, message: dict,
         predecoded: list | None = None,
     ) -> bytes | None:
+        directory = self.trainer.directory
         try:
             if kind is MessageType.PING:
                 pong = connection.pong()
-                directory = self.trainer.directory
                 if directory is not None and not session.websocket:  # [1.9] a rank of a group: §6.7
                     pong.update(directory.pong_fields(message, session.id, self.trainer.metrics.clients_connected))
                 return encode_frame(pong)
+            if directory is not None:
+                directory.heard_from(session.id)
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame
             if kind is MessageType.GET_STATE:

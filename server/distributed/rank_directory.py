@@ -52,6 +52,9 @@ class RankDirectory:
         self.redirected = [0] * len(addresses)
         #: Connections told to move that have not closed yet: no longer this rank's load.
         self._leaving: set[int] = set()
+        #: Connections told to move that sent more instead (§6.7: a redirect is advice): this rank's load
+        #: again, and never told to move a second time.
+        self._stayed: set[int] = set()
 
     @classmethod
     def gather(cls, group: Any, host: str, port: int) -> "RankDirectory":
@@ -68,7 +71,10 @@ class RankDirectory:
         not ``redirected``) and that rank serves fewer clients than this one does without the asking
         connection and those already told to move (``clients_here`` counts them all)."""
         fields: dict[str, Any] = {"ranks": list(self.addresses)}
-        if ping.get("redirected") is True or not _speaks_1_9(ping.get("protocol_version")) or connection in self._leaving:
+        if connection in self._leaving or connection in self._stayed:
+            self.heard_from(connection)  # (a second PING: it stayed)
+            return fields
+        if ping.get("redirected") is True or not _speaks_1_9(ping.get("protocol_version")):
             return fields
         here = max(clients_here - 1 - len(self._leaving), 0)
         target = min((r for r in range(len(self.addresses)) if r != self.rank), key=lambda r: (self.loads[r], r),
@@ -80,9 +86,17 @@ class RankDirectory:
             fields["redirect"] = self.addresses[target]
         return fields
 
+    def heard_from(self, connection: int) -> None:
+        """A connection sent a request after its handshake's PING. One told to move would have sent nothing
+        more (§6.7): it stayed, and counts as this rank's load again."""
+        if connection in self._leaving:
+            self._leaving.discard(connection)
+            self._stayed.add(connection)
+
     def left(self, connection: int) -> None:
         """A connection closed (one told to move no longer counts as leaving)."""
         self._leaving.discard(connection)
+        self._stayed.discard(connection)
 
 
 def _speaks_1_9(version: Any) -> bool:

@@ -4,8 +4,16 @@ group of tests/integration/test_scale_out.py gives a fleet one address and check
 
 from __future__ import annotations
 
+import asyncio
+import json
+
+from tether.protocol import FrameDecoder, encode_frame
+from tether.server.config import ServerConfig
 from tether.server.distributed.rank_directory import RankDirectory, advertised_host
 from tether.server.ingest.batch_dedup import BatchDedup, BatchId, merged_marks
+from tether.server.module_setup import build_layout
+from tether.server.transport.tcp import TetherServer
+from tether.server.trainer import Trainer
 
 ADDRESSES = ["10.0.0.5:9100", "10.0.0.5:9101", "10.0.0.6:9100"]
 PING = {"type": "PING", "protocol_version": "1.9"}
@@ -51,6 +59,24 @@ def test_a_heartbeat_ping_and_a_second_ping_of_a_connection_told_to_move_get_no_
     assert "redirect" not in d.pong_fields(PING, 1, clients_here=10) and d.redirected == [0, 1, 0]
 
 
+def test_a_connection_told_to_move_that_sends_more_is_counted_here_again_and_never_told_twice() -> None:
+    """A redirect is advice (§6.7): a client that stays is this rank's load again, so the next new client
+    is weighed against it (before, it counted as leaving until it closed, and rank 0 looked emptier)."""
+    for how in ("request", "ping"):
+        d = RankDirectory(0, ADDRESSES[:2])
+        d.agreed([2, 1])
+        assert "redirect" in d.pong_fields(PING, 1, clients_here=3), "2 here without it, 1 there"
+        if how == "request":
+            d.heard_from(1)  # (a GET_CONFIG on the connection it was told to leave)
+        else:
+            assert "redirect" not in d.pong_fields(PING, 1, clients_here=3)
+        # 3 here, 2 there (1 + the estimate): the next new client moves.
+        assert d.pong_fields(PING, 2, clients_here=4).get("redirect") == ADDRESSES[1], how
+        assert "redirect" not in d.pong_fields(PING, 1, clients_here=4), "a client that stayed is not told again"
+        d.heard_from(2), d.left(1), d.left(2)
+        assert d.pong_fields(PING, 1, clients_here=1) == {"ranks": ADDRESSES[:2]}, "a closed id is forgotten"
+
+
 def test_clients_that_cannot_or_may_not_move_are_never_redirected() -> None:
     for ping in ({"type": "PING", "protocol_version": "1.8"}, {"type": "PING"}, {**PING, "redirected": True},
                  {"type": "PING", "protocol_version": "not-a-version"}, {"type": "PING", "protocol_version": 1.9}):
@@ -82,3 +108,46 @@ def test_a_merged_table_trimmed_to_its_limit_keeps_every_ranks_recent_sessions()
     kept = dedup.state()
     assert {"active-on-rank0", "active-on-rank1"} <= set(kept) and len(kept) == 4, kept
     assert dedup.is_duplicate(BatchId("active-on-rank0", 9))
+
+
+def test_the_server_counts_a_client_that_ignored_its_redirect_as_its_own_again(tmp_path) -> None:
+    """Real sockets to a rank's server (the group's directory given to a lone trainer): a client told to
+    move that sends GET_CONFIG instead stays, so the next new client is redirected while the last is not."""
+
+    async def run() -> list:
+        config = ServerConfig(port=0, tensorboard=False, quiet=True, logdir=str(tmp_path), checkpoint_every=0)
+        trainer = Trainer(config, build_layout(config))
+        server = TetherServer(trainer)
+        await server.start()
+        trainer.directory = RankDirectory(0, [f"127.0.0.1:{server.port}", "127.0.0.1:1"])
+        trainer.directory.agreed([0, 0])
+        pongs, streams = [], []
+        try:
+            for _ in range(3):
+                streams.append(await asyncio.open_connection("127.0.0.1", server.port))
+                pongs.append(await ask(*streams[-1], PING))
+                if len(streams) == 1:
+                    streams.append(await asyncio.open_connection("127.0.0.1", server.port))
+                    pongs.append(await ask(*streams[-1], PING))
+                    config_answer = await ask(*streams[-1], {"type": "GET_CONFIG"})  # told to move, it stays
+                    assert config_answer["type"] == "SET_CONFIG", config_answer
+        finally:
+            for _, writer in streams:
+                writer.close()
+            await server.stop()
+            await trainer.close(checkpoint=False)
+        return [pong.get("redirect") for pong in pongs]
+
+    # 1st: none here, none there: it stays. 2nd: 1 here, 0 there: told to move, it stays. 3rd: 2 here
+    # (it counted as leaving before: 1), 1 there: moves. 4th: 2 here (less the 3rd, leaving), 2 there: stays.
+    redirects = asyncio.run(run())
+    assert redirects == [None, "127.0.0.1:1", "127.0.0.1:1", None], redirects
+
+
+async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: dict) -> dict:
+    """One request on a raw connection, and its answer."""
+    writer.write(encode_frame(message))
+    decoder, bodies = FrameDecoder(), []
+    while not bodies:
+        bodies = decoder.feed(await reader.read(1 << 20))
+    return json.loads(bodies[0])
