@@ -118,9 +118,16 @@ def restore_checkpoint(path: str, modules: dict[str, ModuleRuntime], metrics: Me
     return None if generation is None else int(generation), run_id if isinstance(run_id, str) else None
 
 
+#: What a restored item's source name starts with: its connection belongs to a run that ended, and this
+#: run's connections, numbered from 1 again, must not share its name (a strike would count against both).
+REPLAYED_SOURCE = "replayed "
+
+
 def pool_again(items: list[Pooled], modules: dict[str, ModuleRuntime], pool: SamplePool) -> int:
     """Pool restored items (of modules this configuration has) as replayed; returns their steps."""
-    kept = [replace(item, replayed=True) for item in items if item.module_id in modules]
+    kept = [replace(item, replayed=True, source=item.source if item.source.startswith(REPLAYED_SOURCE)
+                    else REPLAYED_SOURCE + item.source)
+            for item in items if item.module_id in modules]
     for item in kept:
         pool.add(item)
     return sum(item.chunk.env_steps for item in kept)

@@ -79,6 +79,7 @@ def encode_entry_parts(entry: JournalEntry) -> list[Any]:
             parts.append(memoryview(value).cast("B") if value.nbytes else b"")
             offset += value.nbytes
         items.append({"module": pooled.module_id, "version": pooled.weights_seq_no, "source": pooled.source,
+                      "session": pooled.client_session,
                       "terminated": chunk.is_terminated, "truncated": chunk.is_truncated,
                       "episode_id": chunk.episode_id, "arrays": arrays})
     header = json.dumps({
@@ -106,7 +107,9 @@ def _decode_item(item: dict[str, Any], blob: memoryview) -> Pooled:
                          arrays.get("action_dist_inputs"), bool(item["terminated"]), bool(item["truncated"]),
                          item["episode_id"], arrays.get("value_obs"), state_in=arrays.get("state_in"),
                          state_prefix=arrays.get("state_prefix"), logged=arrays.get("logged"))
-    return Pooled(str(item["module"]), chunk, int(item["version"]), str(item["source"]))
+    session = item.get("session")  # (absent from a journal written before it was kept)
+    return Pooled(str(item["module"]), chunk, int(item["version"]), str(item["source"]),
+                  client_session=session if isinstance(session, str) else None)
 
 
 def decode_entries(data: bytes) -> tuple[list[JournalEntry], int]:

@@ -36,6 +36,9 @@ class Pooled:
     #: Answered before the server last stopped and restored from its checkpoint or journal:
     #: trained whatever its staleness, since the client was told it was stored.
     replayed: bool = False
+    #: The client_session its batch named (protocol 1.3), if any: kept in the journal and checkpoints, so
+    #: that after a restart the data guard still knows whose it is (its ``source`` is an old connection's).
+    client_session: str | None = None
 
 
 def split_chunk(chunk: EpisodeChunk, steps: int) -> tuple[EpisodeChunk, EpisodeChunk]:

@@ -284,6 +284,7 @@ class Trainer:
             if config.pool_journal and journal_from is not None and replay_dir is not None:
                 checkpoints.replay_journal(read_journal(replay_dir, journal_from), self.modules, self.metrics,
                                            self.dedup, self.pool)
+            self._know_the_restored_clients()
         if config.pool_journal:
             existing = journal_files(self.journal_dir)
             if not config.resume:  # a new run: an earlier run's journal in this logdir is not ours to replay
@@ -299,6 +300,19 @@ class Trainer:
                 # folder is never resumed with this run's journal). Written once the group's weights and
                 # run_id are this rank's (several ranks), so that the group can go back to it.
                 self._checkpoint_at_start = True
+
+    def _know_the_restored_clients(self) -> None:
+        """The data guard learns whose restored pool items are (their client_sessions, under their replayed
+        source names), so that a refusal drops them and a strike their data earns counts against their
+        client; the items of a client_session the checkpoint refuses are dropped now (the journal may hold
+        batches stored before the refusal reached this rank)."""
+        for item in self.pool.items():
+            if item.client_session is not None:
+                self.guard.note(("client_session", item.client_session), item.source)
+        dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source))
+        if dropped:
+            self.metrics.agent_steps_isolated += dropped
+            say(f"[tether] {dropped} restored agent steps of refused clients (DATA_REFUSED) dropped")
 
     # -- self-play -------------------------------------------------------------
 
@@ -481,7 +495,8 @@ class Trainer:
                 for start, end in parts:
                     admission.append(agent.module_id, end - start)
                     pooled.append(Pooled(agent.module_id, part_of(chunk, start, end),
-                                         int(versions[start:end].min()), source))
+                                         int(versions[start:end].min()), source,
+                                         client_session=batch.client_session if batch is not None else None))
                     self.pool.add(pooled[-1])
         m.samples_refused_stale += refused
         self.learner_loop.note_starving()

@@ -7,6 +7,7 @@ DATA_REFUSED; its returns never reach the metrics."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tether.protocol.errors import ErrorCode, MessageError
 from tether.protocol.multi_agent import AgentChunk, MultiAgentRecord
 from tether.protocol.spaces import box
 from tether.server.config import ServerConfig
+from tether.server.ingest.batch_dedup import BatchId
 from tether.server.learner import PPOHyperparams, PPOLearner, build_batch, update_isolating
 from tether.server.learner.isolation import trial_budget
 from tether.server.module_setup import build_layout
@@ -261,6 +263,47 @@ def test_a_refused_client_session_stays_refused_after_a_resume(tmp_path) -> None
         await resumed.close(checkpoint=False)
 
     asyncio.run(run())
+
+
+def test_restored_pool_items_keep_their_client_session_so_a_refusal_still_drops_them(tmp_path) -> None:
+    """Pooled data keeps its batch's client_session in the checkpoint and the journal. A resumed run drops at
+    once the restored data of a session its checkpoint refuses (another rank may have stored it before it
+    learnt of the refusal), drops a session's restored data when it is refused later (another rank's word),
+    and names restored data apart from its own connections (numbered from 1 again)."""
+    def record(seed: int) -> list[MultiAgentRecord]:
+        return [MultiAgentRecord(f"e{seed}", True, False, [AgentChunk("default_agent", "default_policy", 0, c)])
+                for c in chunks(2, seed)]
+
+    async def run() -> dict:
+        config = ServerConfig(tensorboard=False, logdir=str(tmp_path), quiet=True, checkpoint_every=0,
+                              train_batch_size=10_000, verify_action_logp=False,
+                              observation_space={"type": "Box", "shape": [3], "low": -5, "high": 5},
+                              action_space={"type": "Discrete", "n": 2})
+        first = Trainer(config, build_layout(config))
+        good, bad = ("client_session", "good"), ("client_session", "bad")
+        await first.submit(good, record(1), {}, False, source="#1 g", batch=BatchId("good", 1))
+        await first.submit(bad, record(2), {}, False, source="#2 b", batch=BatchId("bad", 1))
+        for _ in range(3):  # refused, its pooled data not dropped yet (as when another rank tells it)
+            first.guard.tick()
+            first.guard.strike(["#2 b"])
+        first.save_checkpoint()  # (the pool of both, and the refusal)
+        await first.submit(good, record(3), {}, False, source="#1 g", batch=BatchId("good", 2))  # (journal only)
+        await first.close(checkpoint=False)  # (a crash: no checkpoint at the end)
+        resumed_config = replace(config, resume=str(tmp_path / "checkpoint.pt"))
+        resumed = Trainer(resumed_config, build_layout(resumed_config))
+        out = {"sessions": sorted(p.client_session for p in resumed.pool.items()),
+               "sources": {p.source for p in resumed.pool.items()},
+               "isolated": resumed.metrics.agent_steps_isolated}
+        resumed.guard.adopt({"refused": [(good, 3)]})  # (another rank's word, as LockstepLearnerLoop adopts it)
+        out["after_refusal"] = resumed.pool.drop(lambda p: not resumed.guard.is_refused(p.source))
+        resumed.guard.check(("client_session", "new"), "#1 g")  # this run's connection #1 is not the old one
+        await resumed.close(checkpoint=False)
+        return out
+
+    out = asyncio.run(run())
+    assert out["sessions"] == ["good"] * 4, out  # two of the checkpoint's pool, two replayed from the journal
+    assert out["isolated"] == 8 and out["after_refusal"] == 16, out
+    assert out["sources"] == {"replayed #1 g"}, out
 
 
 def test_a_source_first_in_the_pool_and_non_finite_on_its_own_is_blamed_not_its_neighbours() -> None:
