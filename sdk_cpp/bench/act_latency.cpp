@@ -43,8 +43,8 @@
 // * ort_cpp_cnn_us_p50 / sdk_cpp_cnn_us_p50 (--cnn-model FILE --cnn-port P):
 //   Nature-CNN on 84x84x4 uint8 images (a byte box) against the server on
 //   --cnn-port that serves it: bare ONNX Runtime (a uint8 input bound once) on
-//   the image's bytes against TetherClient::get_action on the same image (the
-//   floats 0-255 its flat API takes), --cnn-calls of each, alternating in
+//   the image's bytes against TetherClient::get_action on the same image's
+//   bytes (its byte overload), --cnn-calls of each, alternating in
 //   blocks of --cnn-block-calls; sdk_cpp_cnn_ratio (sdk / ort at p50), _us_p99
 //   of both. The episode is flushed between blocks (untimed) so steps are
 //   recorded into arrays that kept their capacity, as in a long run;
@@ -568,7 +568,7 @@ std::string measure_cnn(const Args& args) {
       client->action_space().dist_inputs_size() != kCnnActions) {
     fail("the CNN server's spaces are not an 84x84x4 byte box and Discrete(6)");
   }
-  // 64 images as an engine's camera gives them (bytes), and as floats for the flat get_action.
+  // 64 images as an engine's camera gives them (bytes), and as floats for the float run below.
   std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
   std::uniform_int_distribution<int> pixel(0, 255);
   constexpr std::size_t kImages = 64;
@@ -581,11 +581,15 @@ std::string measure_cnn(const Args& args) {
   tether::Status loaded = backend.load(model.data(), model.size(), bare.input_name(), bare.output_name());
   if (!loaded.ok()) fail("CNN backend load: " + loaded.to_string());
   float dist[kCnnActions] = {};
+  float dist_from_bytes[kCnnActions] = {};
   if (!backend.run(float_images.data(), 1, kImageSize, dist, kCnnActions).ok()) fail("CNN backend run");
+  if (!backend.run_bytes(images.data(), 1, kImageSize, dist_from_bytes, kCnnActions).ok()) fail("CNN backend run_bytes");
   std::memcpy(bare.bytes(), images.data(), kImageSize);
   bare.run();
   bool same_outputs = true;
-  for (std::size_t i = 0; i < kCnnActions; ++i) same_outputs = same_outputs && std::fabs(dist[i] - bare.out()[i]) < 1e-4f;
+  for (std::size_t i = 0; i < kCnnActions; ++i) {
+    same_outputs = same_outputs && std::fabs(dist[i] - bare.out()[i]) < 1e-4f && dist_from_bytes[i] == dist[i];
+  }
 
   // Steady state: the episode's steps are cut and sent between blocks (flush,
   // untimed), as a batch is every steps_per_batch() steps in a long run, so each
@@ -609,7 +613,7 @@ std::string measure_cnn(const Args& args) {
   auto sdk_block = [&](tether::TetherClient& sdk, const std::string& id, int n, std::vector<std::int64_t>* out,
                        int start) {
     for (int i = start; i < start + n; ++i) {
-      const float* image = &float_images[(static_cast<std::size_t>(i) % kImages) * kImageSize];
+      const std::uint8_t* image = &images[(static_cast<std::size_t>(i) % kImages) * kImageSize];
       const auto t0 = Clock::now();
       tether::Status status = sdk.get_action(id, image, kImageSize, action, 1);
       const std::int64_t ns = since_ns(t0);

@@ -30,6 +30,23 @@ Status check_row(const LinkConfig& config, const float* obs, std::size_t size, c
   return Status::Ok();
 }
 
+// Appends one observation row, given as floats or (a byte box's, §8.1) as bytes, to `rows` (floats).
+void append_observation_row(std::vector<float>& rows, const float* obs, const std::uint8_t* bytes, std::size_t n) {
+  if (bytes != nullptr) {
+    rows.insert(rows.end(), bytes, bytes + n);
+  } else {
+    rows.insert(rows.end(), obs, obs + n);
+  }
+}
+
+// Bytes are a Box's values only: a Dict or Tuple space's leaves go by ObservationLeaves (§8.6).
+Status refuse_bytes_for_composite(const Space& space, const char* call) {
+  if (!space.is_composite()) return Status::Ok();
+  return Status(ErrorCode::kInvalidArgument,
+                std::string(call) + ": the observation space is a Dict or Tuple: give an ObservationLeaves (byte "
+                                    "leaves by set(leaf, bytes, count)) or its flat row of floats");
+}
+
 // [1.6] The default module's id, which a demonstration file's lines name
 // (§18): the module the rules map "default_agent" to, else "default_policy"
 // (a server without multi-agent configuration, §7.4).
@@ -288,18 +305,31 @@ std::size_t TetherClient::sendable_steps(const Episode& current) const {
 
 Status TetherClient::get_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                 double* action, std::size_t action_size) {
-  return act("get_action", episode_id, obs, obs_size, action, false, nullptr, action_size);
+  return act("get_action", episode_id, obs, nullptr, obs_size, action, false, nullptr, action_size);
+}
+
+Status TetherClient::get_action(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size,
+                                double* action, std::size_t action_size) {
+  return act("get_action", episode_id, nullptr, obs, obs_size, action, false, nullptr, action_size);
 }
 
 Status TetherClient::log_action(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                 const double* action, std::size_t action_size) {
-  return act("log_action", episode_id, obs, obs_size, nullptr, true, action, action_size);
+  return act("log_action", episode_id, obs, nullptr, obs_size, nullptr, true, action, action_size);
+}
+
+Status TetherClient::log_action(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size,
+                                const double* action, std::size_t action_size) {
+  return act("log_action", episode_id, nullptr, obs, obs_size, nullptr, true, action, action_size);
 }
 
 // get_action's step (`action_out`: where the engine's action goes), or when
-// `logging` log_action's (`logged`: the action the engine took).
-Status TetherClient::act(const char* call, const std::string& episode_id, const float* obs, std::size_t obs_size,
-                         double* action_out, bool logging, const double* logged, std::size_t action_size) {
+// `logging` log_action's (`logged`: the action the engine took). The
+// observation is `obs` (floats) or `obs_bytes` (a Box's values as bytes:
+// every one an integer 0-255, so only a composite space refuses them).
+Status TetherClient::act(const char* call, const std::string& episode_id, const float* obs,
+                         const std::uint8_t* obs_bytes, std::size_t obs_size, double* action_out, bool logging,
+                         const double* logged, std::size_t action_size) {
   Status pending = catch_up();
   if (!pending.ok()) return pending;
   if (logging) {
@@ -313,7 +343,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   Episode& episode = it->second;
   const std::size_t obs_dim = config_->observation_space.flat_dim();
   const std::size_t act_dim = config_->action_space.flat_dim();
-  if (obs == nullptr || obs_size != obs_dim) {
+  if ((obs == nullptr && obs_bytes == nullptr) || obs_size != obs_dim) {
     return Status(ErrorCode::kInvalidArgument, std::string(call) + ": observation has " + std::to_string(obs_size) +
                                                    " values, the observation space needs " + std::to_string(obs_dim));
   }
@@ -324,8 +354,8 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   }
   // A byte box's values that are all bytes are all finite: one pass over an
   // image checks both; only a row that fails it is walked again to name the error.
-  const bool all_bytes =
-      config_->observation_space.is_bytes() && first_non_byte(obs, obs_size) == obs_size;
+  const bool all_bytes = obs_bytes != nullptr || (config_->observation_space.is_bytes() &&
+                                                  first_non_byte(obs, obs_size) == obs_size);
   for (std::size_t i = 0; i < obs_size && !all_bytes; ++i) {
     if (!std::isfinite(obs[i])) {
       return Status(ErrorCode::kNonFiniteValue,
@@ -334,7 +364,8 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   }
   const LinkConfig* checked = config_.get();
   const char* what = logging ? "log_action: observation" : "get_action: observation";
-  Status bytes = check_row(*config_, obs, obs_size, what, /*mask=*/true, all_bytes);
+  Status bytes = obs_bytes != nullptr ? refuse_bytes_for_composite(config_->observation_space, call)
+                                      : check_row(*config_, obs, obs_size, what, /*mask=*/true, all_bytes);
   if (!bytes.ok()) return bytes;
   const char* logged_what = "log_action: the action";
   if (logging) {
@@ -353,7 +384,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
       sendable_steps(episode) + held_steps_ >= every) {
     if (episode.training) {
       // This observation completes the episode's last step: let the cut include it.
-      episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
+      append_observation_row(episode.steps.obs, obs, obs_bytes, obs_size);
       ++episode.obs_rows;
     }
     const bool added_obs = episode.training;
@@ -379,7 +410,8 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
                   std::string(call) + ": the server changed its spaces on reconnecting");
   }
   if (config_.get() != checked) {  // (a new connection's space may be a byte box, or mask, where the old one was not)
-    bytes = check_row(*config_, obs, obs_size, what, /*mask=*/true);
+    bytes = obs_bytes != nullptr ? refuse_bytes_for_composite(config_->observation_space, call)
+                                 : check_row(*config_, obs, obs_size, what, /*mask=*/true);
     if (!bytes.ok()) return bytes;
     if (logging) {  // (... or its server older than 1.6)
       Status action_ok = check_logging_server(call);
@@ -411,7 +443,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   }
   // A logged step evaluates the model too (§12.4): a model with memory
   // advances its state whoever chose the action, and its dist inputs are recorded.
-  Status ran = run_policy(episode.state, obs, obs_size);
+  Status ran = run_policy(episode.state, obs, obs_bytes, obs_size);
   if (!ran.ok()) return ran;
   double logp = 0.0;  // (a logged step's: the server never uses it as a behaviour logp, §13.7)
   if (!logging) {
@@ -430,7 +462,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   }
   if (episode.training) {
     EpisodeChunk& steps = episode.steps;
-    steps.obs.insert(steps.obs.end(), obs, obs + obs_size);
+    append_observation_row(steps.obs, obs, obs_bytes, obs_size);
     steps.actions.insert(steps.actions.end(), record_action_buffer_.begin(), record_action_buffer_.end());
     steps.rewards.push_back(0.0f);
     episode.step_reward = 0.0;
@@ -444,7 +476,13 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   } else if (episode.held_back) {
     ++held_steps_;
   }
-  if (demo_on_) record_demo_step(episode_id, obs, obs_size, logging);
+  if (demo_on_) {
+    if (obs_bytes != nullptr) {  // (the file's rows are floats: widened into a row kept for it)
+      byte_row_.assign(obs_bytes, obs_bytes + obs_size);
+      obs = byte_row_.data();
+    }
+    record_demo_step(episode_id, obs, obs_size, logging);
+  }
   return Status::Ok();
 }
 
@@ -461,13 +499,22 @@ Status TetherClient::log_action(const std::string& episode_id, const std::vector
 
 // Runs the model on one observation: with memory, fed `state` (kept as it is:
 // the state after the step lands in state_out_, for the caller to swap in).
-Status TetherClient::run_policy(std::vector<float>& state, const float* obs, std::size_t obs_size) {
+Status TetherClient::run_policy(std::vector<float>& state, const float* obs, const std::uint8_t* obs_bytes,
+                                std::size_t obs_size) {
   const std::size_t out_dim = dist_buffer_.size();
   const std::size_t state_dim = policy_->state_dim;
-  if (state_dim == 0) return policy_->backend->run(obs, 1, obs_size, dist_buffer_.data(), out_dim);
+  InferenceBackend& backend = *policy_->backend;
+  if (state_dim == 0) {
+    return obs_bytes != nullptr ? backend.run_bytes(obs_bytes, 1, obs_size, dist_buffer_.data(), out_dim)
+                                : backend.run(obs, 1, obs_size, dist_buffer_.data(), out_dim);
+  }
   state_out_.resize(state_dim);  // (sized once: no allocation after the first step)
-  return policy_->backend->run_recurrent(obs, 1, obs_size, state.data(), state_out_.data(), state_dim,
-                                         dist_buffer_.data(), out_dim);
+  if (obs_bytes != nullptr) {
+    return backend.run_bytes(obs_bytes, 1, obs_size, dist_buffer_.data(), out_dim, state.data(), state_out_.data(),
+                             state_dim);
+  }
+  return backend.run_recurrent(obs, 1, obs_size, state.data(), state_out_.data(), state_dim, dist_buffer_.data(),
+                               out_dim);
 }
 
 // compute_action's state for `episode_id`: a running episode's that is not
@@ -519,7 +566,7 @@ Status TetherClient::compute_action(const float* obs, std::size_t obs_size, doub
     }
   }
   std::vector<float>* state = policy_->state_dim > 0 ? &evaluation_state(episode_id) : nullptr;
-  Status ran = run_policy(state != nullptr ? *state : state_out_, obs, obs_size);
+  Status ran = run_policy(state != nullptr ? *state : state_out_, obs, nullptr, obs_size);
   if (!ran.ok()) return ran;
   Status greedy = deterministic(config_->action_space, dist_buffer_.data(), dist_buffer_.size(), action, act_dim);
   if (!greedy.ok()) return greedy;
@@ -531,6 +578,29 @@ Status TetherClient::compute_action(const std::vector<float>& obs, std::vector<d
                                     const std::string& episode_id) {
   if (config_) action.resize(config_->action_space.flat_dim());
   return compute_action(obs.data(), obs.size(), action.data(), action.size(), episode_id);
+}
+
+Status TetherClient::compute_action(const std::uint8_t* obs, std::size_t obs_size, double* action,
+                                    std::size_t action_size, const std::string& episode_id) {
+  // (an evaluation step, not a frame's: the bytes are widened into a kept row and go the float way)
+  const float* row = widen_bytes("compute_action", obs, obs_size);
+  if (row == nullptr) return byte_refusal_;
+  return compute_action(row, obs_size, action, action_size, episode_id);
+}
+
+// `obs` as floats in byte_row_ (no allocation once sized), or nullptr with
+// byte_refusal_ set when the space is a Dict or Tuple.
+const float* TetherClient::widen_bytes(const char* call, const std::uint8_t* obs, std::size_t obs_size) {
+  if (config_) {
+    byte_refusal_ = refuse_bytes_for_composite(config_->observation_space, call);
+    if (!byte_refusal_.ok()) return nullptr;
+  }
+  if (obs == nullptr) {
+    byte_refusal_ = Status(ErrorCode::kInvalidArgument, std::string(call) + ": no observation");
+    return nullptr;
+  }
+  byte_row_.assign(obs, obs + obs_size);
+  return byte_row_.data();
 }
 
 Result<std::vector<float>> TetherClient::episode_state(const std::string& episode_id) const {
@@ -639,6 +709,13 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
 Result<double> TetherClient::end_episode(const std::string& episode_id, const std::vector<float>& obs,
                                          bool truncated) {
   return end_episode(episode_id, obs.data(), obs.size(), truncated);
+}
+
+Result<double> TetherClient::end_episode(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size,
+                                         bool truncated) {
+  const float* row = widen_bytes("end_episode", obs, obs_size);
+  if (row == nullptr) return byte_refusal_;
+  return end_episode(episode_id, row, obs_size, truncated);
 }
 
 Status TetherClient::get_action(const std::string& episode_id, const ObservationLeaves& obs, double* action,

@@ -4,6 +4,7 @@
 
 #include <onnxruntime_c_api.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -511,12 +512,30 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
   if (model_ && !model_->states.empty()) {
     return Status(ErrorCode::kInvalidArgument, "the model has memory (a recurrent state): run it with run_recurrent");
   }
-  return run_bound(obs, batch, obs_dim, nullptr, nullptr, out, out_dim);
+  return run_bound(obs, nullptr, batch, obs_dim, nullptr, nullptr, out, out_dim);
 }
 
 Status OnnxRuntimeBackend::run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim,
                                          const float* state_in, float* state_out, std::size_t state_dim, float* out,
                                          std::size_t out_dim) {
+  Status state = check_state(state_dim);
+  if (state.ok() && (state_in == nullptr || state_out == nullptr)) state = check_state(0);
+  if (!state.ok()) return state;
+  return run_bound(obs, nullptr, batch, obs_dim, state_in, state_out, out, out_dim);
+}
+
+Status OnnxRuntimeBackend::run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                                     std::size_t out_dim, const float* state_in, float* state_out,
+                                     std::size_t state_dim) {
+  if (model_ && (state_dim > 0 || !model_->states.empty())) {
+    Status state = check_state(state_in == nullptr || state_out == nullptr ? 0 : state_dim);
+    if (!state.ok()) return state;
+  }
+  return run_bound(nullptr, obs, batch, obs_dim, state_in, state_out, out, out_dim);
+}
+
+// A model with memory's state rows are `state_dim` wide (bind_recurrent_state's tensors, summed).
+Status OnnxRuntimeBackend::check_state(std::size_t state_dim) const {
   if (!model_) {
     return Status(ErrorCode::kNotReady, "no model loaded");
   }
@@ -524,20 +543,21 @@ Status OnnxRuntimeBackend::run_recurrent(const float* obs, std::size_t batch, st
   if (want == 0) {
     return Status(ErrorCode::kInvalidArgument, "the model has no memory (no recurrent state bound): run it with run");
   }
-  if (state_in == nullptr || state_out == nullptr || state_dim != want) {
+  if (state_dim != want) {
     return Status(ErrorCode::kInvalidArgument, "state rows of " + std::to_string(state_dim) +
                                                    " values, the model's state has " + std::to_string(want));
   }
-  return run_bound(obs, batch, obs_dim, state_in, state_out, out, out_dim);
+  return Status::Ok();
 }
 
-Status OnnxRuntimeBackend::run_bound(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
-                                     float* state_out, float* out, std::size_t out_dim) {
+Status OnnxRuntimeBackend::run_bound(const float* obs, const std::uint8_t* bytes, std::size_t batch,
+                                     std::size_t obs_dim, const float* state_in, float* state_out, float* out,
+                                     std::size_t out_dim) {
   if (!model_) {
     return Status(ErrorCode::kNotReady, "no model loaded");
   }
   Model& m = *model_;
-  if (obs == nullptr || out == nullptr || batch == 0 || obs_dim == 0 || out_dim == 0) {
+  if ((obs == nullptr && bytes == nullptr) || out == nullptr || batch == 0 || obs_dim == 0 || out_dim == 0) {
     return Status(ErrorCode::kInvalidArgument, "run needs observations, an output buffer and non-zero sizes");
   }
   // (a uint8 input's width is always static, as is every leaf's)
@@ -591,11 +611,17 @@ Status OnnxRuntimeBackend::run_bound(const float* obs, std::size_t batch, std::s
     BoundInput& bound = binding->inputs[i];
     const std::size_t width = input.width != 0 ? input.width : obs_dim;
     for (std::size_t b = 0; b < batch; ++b) {
-      const float* from = obs + b * obs_dim + input.offset;
-      if (input.type == ModelInputType::kUint8) {
-        floats_to_bytes(from, bound.bytes.data() + b * width, width);
+      const std::size_t at = b * obs_dim + input.offset;
+      if (bytes != nullptr) {  // (a byte box's values: as they are, or widened for a float32 input)
+        if (input.type == ModelInputType::kUint8) {
+          std::memcpy(bound.bytes.data() + b * width, bytes + at, width);
+        } else {
+          std::copy(bytes + at, bytes + at + width, bound.floats.data() + b * width);
+        }
+      } else if (input.type == ModelInputType::kUint8) {
+        floats_to_bytes(obs + at, bound.bytes.data() + b * width, width);
       } else {
-        std::memcpy(bound.floats.data() + b * width, from, width * sizeof(float));
+        std::memcpy(bound.floats.data() + b * width, obs + at, width * sizeof(float));
       }
     }
   }

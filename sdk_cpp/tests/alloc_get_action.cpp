@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client_test_helpers.h"
+#include "ort_test_helpers.h"
 #include "test_data.h"
 #include "tether/onnx_codec.h"
 #include "tether/onnxruntime_backend.h"
@@ -114,6 +115,18 @@ class PausingBackend final : public tether::InferenceBackend {
     const long before = allocations;
     counting = true;
     tether::Status status = inner_.run_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
+    if (was_counting) backend_allocations += allocations - before;
+    allocations = before;
+    counting = was_counting;
+    return status;
+  }
+  tether::Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                           std::size_t out_dim, const float* state_in, float* state_out,
+                           std::size_t state_dim) override {
+    const bool was_counting = counting;
+    const long before = allocations;
+    counting = true;
+    tether::Status status = inner_.run_bytes(obs, batch, obs_dim, out, out_dim, state_in, state_out, state_dim);
     if (was_counting) backend_allocations += allocations - before;
     allocations = before;
     counting = was_counting;
@@ -270,6 +283,55 @@ TEST(Allocations, AModelWithMemoryAllocatesOnlyWhenItCuts) {
   const long batches = static_cast<long>((client->env_steps_sent() - sent_before) / 500);
   std::printf("get_action with memory: %ld calls, %ld allocated; %ld batches\n", counts.calls,
               counts.calls_that_allocated, batches);
+  EXPECT_GE(batches, 19);
+  EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
+}
+
+// [1.4] Images given as bytes (a byte box, the model's input uint8): fed and
+// recorded without allocating, as floats are.
+TEST(Allocations, ImagesGivenAsBytesAllocateOnlyWhenTheyCut) {
+  const test_data::PolicyRecord m = test_data::read_policy_record("policy_bytes_2x3x1.json");
+  ASSERT_FALSE(m.model.empty());
+  fake::ServerScript script;
+  script.steps_per_sample = 500;
+  script.config_overrides = {
+      {"observation_space",
+       {{"type", "Box"}, {"shape", m.record["input_shape"]}, {"dtype", "uint8"}, {"low", 0}, {"high", 255}}},
+      {"onnx_input_names", {m.input_name}},
+      {"onnx_output_names", {m.output_name}}};
+  const std::vector<std::uint8_t> model = m.model;
+  script.model_file = [model](std::uint8_t) { return fake::onnx_file_of(model); };
+  fake::FakeServer server(script);
+  auto client = connect(server);
+  ASSERT_NE(client, nullptr);
+  const std::vector<std::uint8_t> images(m.obs.begin(), m.obs.end());
+  double action[1];
+  auto play_bytes = [&](int episodes, bool count) {
+    Counts counts;
+    for (int e = 0; e < episodes; ++e) {
+      std::string episode = client->start_episode().value();
+      for (int t = 0; t < 200; ++t) {
+        const std::uint8_t* image = &images[(static_cast<std::size_t>(t) % m.rows) * m.obs_dim];
+        if (t % 4 == 3) {
+          const double taken = 1.0;
+          count_call(counts, count, [&] { return client->log_action(episode, image, m.obs_dim, &taken, 1); });
+        } else {
+          count_call(counts, count, [&] { return client->get_action(episode, image, m.obs_dim, action, 1); });
+        }
+        client->log_returns(episode, 1.0);
+      }
+      EXPECT_TRUE(client->end_episode(episode, images.data(), m.obs_dim, false).ok());
+    }
+    return counts;
+  };
+  play_bytes(10, false);
+  const std::int64_t sent_before = client->env_steps_sent();
+  Counts counts = play_bytes(50, true);
+  ASSERT_TRUE(client->flush().ok());
+  const long batches = static_cast<long>((client->env_steps_sent() - sent_before) / 500);
+  std::printf("images as bytes: %ld calls, %ld allocated; %ld batches\n", counts.calls, counts.calls_that_allocated,
+              batches);
+  EXPECT_EQ(client->env_steps_sent(), 60 * 200);
   EXPECT_GE(batches, 19);
   EXPECT_LE(counts.calls_that_allocated, 2 * batches + 2);
 }

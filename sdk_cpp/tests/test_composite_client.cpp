@@ -250,6 +250,29 @@ TEST(CompositeClient, ADictActionSpaceOrAMaskThatDoesNotFitIsRefusedAtConnect) {
   }
 }
 
+// [1.4] Bytes are a Box's values: a Dict or Tuple space's observation goes
+// by its leaves (or its flat row of floats), so the byte overloads refuse it
+// by name, before anything is recorded, as the C# SDK does.
+TEST(CompositeClient, TheByteOverloadsRefuseACompositeSpace) {
+  fake::FakeServer server(masked_script());
+  auto client = fake::connect(fake::waiting_options_for(server));
+  ASSERT_NE(client, nullptr);
+  const std::string episode = client->start_episode().value();
+  const std::vector<std::uint8_t> row(client->observation_space().flat_dim(), 1);
+  double action = -1;
+  const double taken = 0;
+  tether::Status refused = client->get_action(episode, row.data(), row.size(), &action, 1);
+  EXPECT_EQ(refused.code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("ObservationLeaves"), std::string::npos) << refused.message();
+  EXPECT_EQ(client->log_action(episode, row.data(), row.size(), &taken, 1).code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client->compute_action(row.data(), row.size(), &action, 1).code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client->end_episode(episode, row.data(), row.size()).status().code(), tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(action, -1);
+  ASSERT_TRUE(client->flush().ok());
+  EXPECT_EQ(client->env_steps_sent(), 0);  // nothing recorded, and the episode still runs
+  EXPECT_TRUE(client->log_returns(episode, 1.0).ok());
+}
+
 TEST(CompositeClient, ObservationLeavesNeedsACompositeSpace) {
   tether::ObservationLeaves obs(tether::Space::box({2}, 0.0, 1.0).value());
   const float values[2] = {0, 1};

@@ -74,6 +74,59 @@ TEST(OrtByteBox, ReadsTheInputsTypeAndShapeAndMatchesPython) {
   EXPECT_EQ(floats.input_shape(), (std::vector<std::int64_t>{4}));
 }
 
+// Counts the runs the default run_bytes makes, and the rows it was given.
+class FloatOnlyBackend final : public tether::InferenceBackend {
+ public:
+  tether::Status load(const std::uint8_t*, std::size_t, const std::string&, const std::string&) override {
+    return tether::Status::Ok();
+  }
+  tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                     std::size_t out_dim) override {
+    seen.assign(obs, obs + batch * obs_dim);
+    for (std::size_t i = 0; i < batch * out_dim; ++i) out[i] = static_cast<float>(i);
+    return tether::Status::Ok();
+  }
+  bool loaded() const noexcept override { return true; }
+  std::size_t obs_dim() const noexcept override { return 0; }
+  std::size_t out_dim() const noexcept override { return 0; }
+  std::vector<float> seen;
+};
+
+// [1.4] run_bytes: a uint8 input takes the bytes as they are, a float32 one
+// their values widened, and a backend that has only run() gets them widened
+// by the default; every output equals run()'s on the same values as floats.
+TEST(OrtByteBox, RunBytesGivesWhatRunGivesOnTheSameValues) {
+  const ByteModel m = byte_model();
+  tether::OnnxRuntimeBackend backend;
+  ASSERT_TRUE(backend.load(m.model.data(), m.model.size(), m.input_name, m.output_name).ok());
+  const std::vector<std::uint8_t> bytes(m.obs.begin(), m.obs.end());  // (integers 0-255)
+  for (std::size_t batch : {std::size_t{1}, m.rows}) {
+    std::vector<float> out(batch * m.out_dim, -1000.0f);
+    ASSERT_TRUE(backend.run_bytes(bytes.data(), batch, m.obs_dim, out.data(), m.out_dim).ok());
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], m.expected[i], 1e-5) << batch << " " << i;
+  }
+  float out[2];
+  EXPECT_EQ(backend.run_bytes(bytes.data(), 1, m.obs_dim - 1, out, m.out_dim).code(),
+            tether::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(backend.run_bytes(bytes.data(), 1, m.obs_dim, out, m.out_dim, out, out, 4).code(),
+            tether::ErrorCode::kInvalidArgument);  // (no memory to feed)
+
+  tether::OnnxRuntimeBackend floats;
+  const std::vector<std::uint8_t> float_model = test_data::read_bytes(test_data::kDir + "policy_4x64x64x2.onnx");
+  ASSERT_TRUE(floats.load(float_model.data(), float_model.size(), "onnx::Gemm_0", "action_dist_inputs").ok());
+  const std::uint8_t row[8] = {0, 1, 2, 255, 7, 0, 128, 3};
+  const std::vector<float> widened(row, row + 8);
+  float from_bytes[4], from_floats[4];
+  ASSERT_TRUE(floats.run_bytes(row, 2, 4, from_bytes, 2).ok());
+  ASSERT_TRUE(floats.run(widened.data(), 2, 4, from_floats, 2).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(from_bytes[i], from_floats[i]) << i;
+
+  FloatOnlyBackend only_floats;
+  ASSERT_TRUE(only_floats.run_bytes(row, 2, 4, from_bytes, 2).ok());
+  EXPECT_EQ(only_floats.seen, widened);
+  EXPECT_EQ(from_bytes[3], 3.0f);
+}
+
 #ifndef _WIN32
 
 fake::ServerScript byte_box_script(const ByteModel& m) {
@@ -145,6 +198,60 @@ TEST(OrtByteBox, TheClientActsOnImagesAndSendsThemAsByteTensors) {
     }
   }
   EXPECT_EQ(checked, static_cast<std::size_t>(acted));
+}
+
+// [1.4] The byte overloads play, record and send exactly what the float ones
+// do on the same values: two clients of one seed, one given floats and one
+// bytes (get_action, log_action, end_episode), send the same steps, and
+// compute_action on bytes is compute_action on their floats.
+TEST(OrtByteBox, TheByteOverloadsActRecordAndSendAsTheFloatOnes) {
+  const ByteModel m = byte_model();
+  ASSERT_FALSE(m.model.empty());
+  const std::vector<std::uint8_t> bytes(m.obs.begin(), m.obs.end());
+  std::vector<json> sent[2];
+  std::vector<std::string> images[2];  // (the bodies' attachments: the images as uint8 tensors)
+  for (int as_bytes = 0; as_bytes < 2; ++as_bytes) {
+    fake::FakeServer server(byte_box_script(m));
+    auto client = fake::connect(fake::ort_options_for(server, 5));
+    ASSERT_NE(client, nullptr);
+    double action[1];
+    for (int e = 0; e < 3; ++e) {
+      const std::string episode = client->start_episode().value();
+      for (std::size_t t = 0; t < 5; ++t) {
+        const std::size_t at = ((e + t) % m.rows) * m.obs_dim;
+        tether::Status status;
+        if (t % 3 == 2) {
+          const double taken = static_cast<double>(t % 2);
+          status = as_bytes ? client->log_action(episode, &bytes[at], m.obs_dim, &taken, 1)
+                            : client->log_action(episode, &m.obs[at], m.obs_dim, &taken, 1);
+        } else {
+          status = as_bytes ? client->get_action(episode, &bytes[at], m.obs_dim, action, 1)
+                            : client->get_action(episode, &m.obs[at], m.obs_dim, action, 1);
+        }
+        ASSERT_TRUE(status.ok()) << status.to_string();
+        client->log_returns(episode, 0.5);
+      }
+      tether::Result<double> ended = as_bytes ? client->end_episode(episode, &bytes[m.obs_dim], m.obs_dim, e == 1)
+                                              : client->end_episode(episode, &m.obs[m.obs_dim], m.obs_dim, e == 1);
+      ASSERT_TRUE(ended.ok()) << ended.status().to_string();
+    }
+    double greedy_bytes[1] = {-1}, greedy_floats[1] = {-2};
+    ASSERT_TRUE(client->compute_action(&bytes[m.obs_dim], m.obs_dim, greedy_bytes, 1).ok());
+    ASSERT_TRUE(client->compute_action(&m.obs[m.obs_dim], m.obs_dim, greedy_floats, 1).ok());
+    EXPECT_EQ(greedy_bytes[0], greedy_floats[0]);
+    ASSERT_TRUE(client->flush().ok());
+    EXPECT_EQ(client->env_steps_sent(), 15);
+    for (json batch : server.batches()) {
+      for (json& record : batch["episodes"]) record.erase("episode_id");  // (ids are drawn apart)
+      sent[as_bytes].push_back(batch["episodes"]);
+    }
+    images[as_bytes] = server.attachments();
+  }
+  ASSERT_FALSE(sent[0].empty());
+  EXPECT_EQ(sent[0], sent[1]);
+  ASSERT_FALSE(images[0].empty());
+  EXPECT_FALSE(images[0].front().empty());
+  EXPECT_EQ(images[0], images[1]);
 }
 
 TEST(OrtByteBox, AValueThatIsNoByteIsRefusedAndNothingRecorded) {

@@ -134,6 +134,17 @@ class TetherClient final : public ClientBase {
                     std::size_t action_size);
   /// get_action for vectors (`action` is resized to action_space().flat_dim()).
   Status get_action(const std::string& episode_id, const std::vector<float>& obs, std::vector<double>& action);
+  /// [1.4] get_action for an observation given as bytes, row-major
+  /// (obs_size = observation_space().flat_dim() of them): a byte box's
+  /// (§8.1), such as a camera image of shape [height, width, channels] as the
+  /// engine holds it. A uint8 model input is fed the bytes as they are, with
+  /// nothing to check (every byte is an integer 0-255); a server of 1.4 or
+  /// later is sent them as a uint8 tensor (§10.9). Any Box space takes them
+  /// (as the values 0-255); a Dict or Tuple space refuses them
+  /// (INVALID_ARGUMENT: set its leaves with ObservationLeaves). Otherwise as
+  /// the float overload, allocating nothing in steady state.
+  Status get_action(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size, double* action,
+                    std::size_t action_size);
 
   /// [1.6] Records a logged step (§10.1): `obs` (as get_action's) and the
   /// action the engine took without the policy (a human player, a scripted
@@ -164,6 +175,9 @@ class TetherClient final : public ClientBase {
                     std::size_t action_size);
   /// log_action for vectors.
   Status log_action(const std::string& episode_id, const std::vector<float>& obs, const std::vector<double>& action);
+  /// [1.4] log_action for an observation given as bytes (as get_action's byte overload).
+  Status log_action(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size, const double* action,
+                    std::size_t action_size);
 
   /// Adds `reward` to the episode's last action, sampled or logged (rewards
   /// accumulate until the next action; one logged before the first action is dropped).
@@ -183,6 +197,10 @@ class TetherClient final : public ClientBase {
                              bool truncated = false);
   /// end_episode for a vector.
   Result<double> end_episode(const std::string& episode_id, const std::vector<float>& obs, bool truncated = false);
+  /// [1.4] end_episode for a final observation given as bytes (as
+  /// get_action's byte overload; a Dict or Tuple space refuses them).
+  Result<double> end_episode(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size,
+                             bool truncated = false);
   /// end_episode for a Dict or Tuple observation space: checked as
   /// get_action's, except the mask (no action follows a final observation:
   /// its mask may allow nothing).
@@ -206,6 +224,10 @@ class TetherClient final : public ClientBase {
   /// INFERENCE_FAILED, an error of the server not returned yet, the fatal
   /// status); on an error no state advances.
   Status compute_action(const float* obs, std::size_t obs_size, double* action, std::size_t action_size,
+                        const std::string& episode_id = std::string());
+  /// [1.4] compute_action for an observation given as bytes (as
+  /// get_action's byte overload; a Dict or Tuple space refuses them).
+  Status compute_action(const std::uint8_t* obs, std::size_t obs_size, double* action, std::size_t action_size,
                         const std::string& episode_id = std::string());
   /// compute_action for vectors (`action` is resized to action_space().flat_dim()).
   Status compute_action(const std::vector<float>& obs, std::vector<double>& action,
@@ -276,10 +298,11 @@ class TetherClient final : public ClientBase {
            std::int64_t& runs_connection);
   void recount_pending();
   void recycle(Episode&& episode);
-  Status act(const char* call, const std::string& episode_id, const float* obs, std::size_t obs_size,
-             double* action_out, bool logging, const double* logged, std::size_t action_size);
+  Status act(const char* call, const std::string& episode_id, const float* obs, const std::uint8_t* obs_bytes,
+             std::size_t obs_size, double* action_out, bool logging, const double* logged, std::size_t action_size);
+  const float* widen_bytes(const char* call, const std::uint8_t* obs, std::size_t obs_size);
   void record_demo_step(const std::string& episode_id, const float* obs, std::size_t obs_size, bool logged);
-  Status run_policy(std::vector<float>& state, const float* obs, std::size_t obs_size);
+  Status run_policy(std::vector<float>& state, const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size);
   std::vector<float>& evaluation_state(const std::string& episode_id);
   void end_training() override;
 
@@ -299,6 +322,8 @@ class TetherClient final : public ClientBase {
   std::vector<double> record_action_buffer_;
   std::vector<double> env_action_buffer_;
   std::vector<float> leaf_row_;  // the flat row of an ObservationLeaves observation
+  std::vector<float> byte_row_;  // a byte observation widened (demonstrations, end_episode, compute_action)
+  Status byte_refusal_;          // widen_bytes's refusal
   // [1.5] The state a run returns (swapped with the actor's: no copy, no allocation).
   std::vector<float> state_out_;
   // compute_action's evaluation episode (one at a time) and its state.

@@ -115,6 +115,25 @@ class InferenceBackend {
     (void)out_dim;
     return Status(ErrorCode::kInferenceFailed, "this inference backend runs no models with memory");
   }
+
+  /// [1.4] run(), or with `state_dim` > 0 run_recurrent(), on observations
+  /// given as bytes (batch * obs_dim of them, row-major: a byte box's, §8.1,
+  /// such as a camera image as the engine holds it). A uint8 input is fed
+  /// the bytes as they are. The default widens them to floats in a buffer
+  /// the backend keeps (it grows only for a larger batch) and calls run()
+  /// or run_recurrent(). Codes as theirs.
+  virtual Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                           std::size_t out_dim, const float* state_in = nullptr, float* state_out = nullptr,
+                           std::size_t state_dim = 0) {
+    if (obs == nullptr) return Status(ErrorCode::kInvalidArgument, "run_bytes needs observations");
+    widened_bytes_.assign(obs, obs + batch * obs_dim);
+    if (state_dim == 0) return run(widened_bytes_.data(), batch, obs_dim, out, out_dim);
+    return run_recurrent(widened_bytes_.data(), batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
+  }
+
+ protected:
+  /// run_bytes()'s floats (the default's).
+  std::vector<float> widened_bytes_;
 };
 
 }  // namespace tether

@@ -52,6 +52,11 @@ class OnnxRuntimeBackend final : public InferenceBackend {
   /// See InferenceBackend::run.
   Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
              std::size_t out_dim) override;
+  /// See InferenceBackend::run_bytes: a uint8 input is filled by copying
+  /// the bytes, a float32 one by widening them (no allocation either way).
+  Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out, std::size_t out_dim,
+                   const float* state_in = nullptr, float* state_out = nullptr,
+                   std::size_t state_dim = 0) override;
   /// See InferenceBackend::loaded.
   bool loaded() const noexcept override;
   /// See InferenceBackend::obs_dim.
@@ -69,8 +74,10 @@ class OnnxRuntimeBackend final : public InferenceBackend {
 
  private:
   struct Model;
-  Status run_bound(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
-                   float* state_out, float* out, std::size_t out_dim);
+  // `obs` or `bytes`: the observations as floats, or as bytes.
+  Status run_bound(const float* obs, const std::uint8_t* bytes, std::size_t batch, std::size_t obs_dim,
+                   const float* state_in, float* state_out, float* out, std::size_t out_dim);
+  Status check_state(std::size_t state_dim) const;
   Status load_inputs(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
                      const std::string& output_name, bool leaves);
   std::unique_ptr<Model> model_;
