@@ -94,9 +94,12 @@ class DataGuard:
                     f"this client's data made {self._refused[name]} learner updates non-finite (values no update "
                     f"can train on); the server no longer stores its episodes")
 
-    def is_refused(self, source: str) -> bool:
-        """Whether data that came on ``source`` belongs to a refused client."""
-        return any(name in self._refused for name in self._names(source))
+    def is_refused(self, source: str, client_session: str | None = None) -> bool:
+        """Whether data that came on ``source`` (with its batch's ``client_session``, if any: pooled data
+        keeps it, so a refusal still finds data whose connection this guard forgot, or a restart renamed)
+        belongs to a refused client."""
+        owner = ("client_session", client_session) if client_session is not None else None
+        return any(name in self._refused for name in self._names(source, owner))
 
     def is_suspect(self, owner: Hashable, source: str) -> bool:
         """Whether the client has a strike within the window (or is refused)."""
@@ -119,13 +122,16 @@ class DataGuard:
         """One more update (the strike window's clock)."""
         self.updates += 1
 
-    def strike(self, sources: Iterable[str]) -> list[str]:
-        """One strike against the client of each source (for this update); returns the
-        sources whose client is refused from now on."""
+    def strike(self, sources: Iterable[str], sessions: dict[str, str] | None = None) -> list[str]:
+        """One strike against the client of each source (for this update), and against the
+        client_session ``sessions`` names for it (its pooled data's); returns the sources whose
+        client is refused from now on."""
         newly, struck = [], set()
+        sessions = sessions or {}
         for source in sources:
             refused_now = False
-            for name in self._names(source):
+            session = sessions.get(source)
+            for name in self._names(source, ("client_session", session) if session is not None else None):
                 if name not in struck:  # a session seen on two of the sources: still one strike
                     struck.add(name)
                     if self._add_strike(name, self.updates) and _session_name(name) is not None:

@@ -297,11 +297,13 @@ class LearnerLoop:
         if guilty:
             # Their returns are not the run's: out of the windows before anything reports them.
             m.exclude(set(guilty))
-            for source in self.guard.strike(guilty):
+            sessions = {p.source: p.client_session for items in by_module.values() for p in items
+                        if p.source in guilty and p.client_session is not None}
+            for source in self.guard.strike(guilty, sessions):
                 say(f"[tether] client {source} refused (DATA_REFUSED): its data made "
                     f"{self.guard.strikes_to_refuse} updates non-finite")
             m.clients_refused = self.guard.refused_count
-            m.agent_steps_isolated += self.pool.drop(lambda p: not self.guard.is_refused(p.source))
+            m.agent_steps_isolated += self.pool.drop(lambda p: not self.guard.is_refused(p.source, p.client_session))
         if published:
             if self._record_versions is not None:
                 self._record_versions()

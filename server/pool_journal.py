@@ -97,7 +97,7 @@ def encode_entry(entry: JournalEntry) -> bytes:
     return b"".join(encode_entry_parts(entry))
 
 
-def _decode_item(item: dict[str, Any], blob: memoryview) -> Pooled:
+def _decode_item(item: dict[str, Any], blob: memoryview, batch_session: str | None) -> Pooled:
     arrays = {}
     for name, (dtype, shape, offset, nbytes) in item["arrays"].items():
         if name not in _ARRAYS:
@@ -107,7 +107,8 @@ def _decode_item(item: dict[str, Any], blob: memoryview) -> Pooled:
                          arrays.get("action_dist_inputs"), bool(item["terminated"]), bool(item["truncated"]),
                          item["episode_id"], arrays.get("value_obs"), state_in=arrays.get("state_in"),
                          state_prefix=arrays.get("state_prefix"), logged=arrays.get("logged"))
-    session = item.get("session")  # (absent from a journal written before it was kept)
+    # (absent from a journal written before items kept it: their record's batch names it, if any)
+    session = item.get("session", batch_session)
     return Pooled(str(item["module"]), chunk, int(item["version"]), str(item["source"]),
                   client_session=session if isinstance(session, str) else None)
 
@@ -130,9 +131,10 @@ def decode_entries(data: bytes) -> tuple[list[JournalEntry], int]:
         try:
             head = json.loads(bytes(header))
             batch = head["batch"]
+            batch_id = BatchId(str(batch[0]), int(batch[1])) if batch is not None else None
             entries.append(JournalEntry(
-                BatchId(str(batch[0]), int(batch[1])) if batch is not None else None,
-                [_decode_item(item, blob) for item in head["items"]],
+                batch_id, [_decode_item(item, blob, batch_id.client_session if batch_id else None)
+                           for item in head["items"]],
                 int(head["env_steps"]), int(head["agent_steps"])))
         except (ValueError, KeyError, TypeError, IndexError):
             break

@@ -108,6 +108,8 @@ class RLlinkService:
         ``conn`` (the connection's slot) is established by its first request accepted in
         READY, and its wrong tokens are counted against its address."""
         limits = self.connections
+        if self.trainer.directory is not None:  # [1.9] a client told to move sends nothing more (§6.7)
+            self.trainer.directory.heard_from(session.id)
         # A connection still in its handshake: its address may be refused for wrong tokens.
         handshaking = conn if conn is not None and not conn.established else None
         if handshaking is not None:
@@ -151,15 +153,13 @@ class RLlinkService:
         self, session: ClientSession, connection: ServerConnection, kind: MessageType, message: dict,
         predecoded: list | None = None,
     ) -> bytes | None:
-        directory = self.trainer.directory
         try:
             if kind is MessageType.PING:
                 pong = connection.pong()
+                directory = self.trainer.directory
                 if directory is not None and not session.websocket:  # [1.9] a rank of a group: §6.7
                     pong.update(directory.pong_fields(message, session.id, self.trainer.metrics.clients_connected))
                 return encode_frame(pong)
-            if directory is not None:
-                directory.heard_from(session.id)
             if kind is MessageType.GET_CONFIG:
                 return self._config_frame
             if kind is MessageType.GET_STATE:

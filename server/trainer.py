@@ -284,7 +284,7 @@ class Trainer:
             if config.pool_journal and journal_from is not None and replay_dir is not None:
                 checkpoints.replay_journal(read_journal(replay_dir, journal_from), self.modules, self.metrics,
                                            self.dedup, self.pool)
-            self._know_the_restored_clients()
+            self._drop_the_refused_restored_data()
         if config.pool_journal:
             existing = journal_files(self.journal_dir)
             if not config.resume:  # a new run: an earlier run's journal in this logdir is not ours to replay
@@ -301,15 +301,11 @@ class Trainer:
                 # run_id are this rank's (several ranks), so that the group can go back to it.
                 self._checkpoint_at_start = True
 
-    def _know_the_restored_clients(self) -> None:
-        """The data guard learns whose restored pool items are (their client_sessions, under their replayed
-        source names), so that a refusal drops them and a strike their data earns counts against their
-        client; the items of a client_session the checkpoint refuses are dropped now (the journal may hold
-        batches stored before the refusal reached this rank)."""
-        for item in self.pool.items():
-            if item.client_session is not None:
-                self.guard.note(("client_session", item.client_session), item.source)
-        dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source))
+    def _drop_the_refused_restored_data(self) -> None:
+        """The restored pool items of a client_session the checkpoint refuses are dropped now (the journal
+        may hold batches stored before the refusal reached this rank). (Later refusals and strikes find
+        restored items by the client_session each keeps.)"""
+        dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source, p.client_session))
         if dropped:
             self.metrics.agent_steps_isolated += dropped
             say(f"[tether] {dropped} restored agent steps of refused clients (DATA_REFUSED) dropped")

@@ -50,8 +50,11 @@ class RankDirectory:
         self.loads = [0.0] * len(addresses)
         #: Clients this rank redirected, per rank they were sent to.
         self.redirected = [0] * len(addresses)
-        #: Connections told to move that have not closed yet: no longer this rank's load.
-        self._leaving: set[int] = set()
+        #: Connections told to move that have not closed yet: no longer this rank's load. Each with the
+        #: rank it was sent to and the agreement it was counted there after.
+        self._leaving: dict[int, tuple[int, int]] = {}
+        #: Agreements taken so far (a redirect's estimate stands until the next one).
+        self._agreements = 0
         #: Connections told to move that sent more instead (§6.7: a redirect is advice): this rank's load
         #: again, and never told to move a second time.
         self._stayed: set[int] = set()
@@ -64,6 +67,7 @@ class RankDirectory:
     def agreed(self, loads: list[float]) -> None:
         """The loads the group just agreed on (each rank's connected clients)."""
         self.loads = [float(load) for load in loads]
+        self._agreements += 1
 
     def pong_fields(self, ping: dict[str, Any], connection: int, clients_here: int) -> dict[str, Any]:
         """What a PONG adds for a group (§7.2): ``ranks``, and ``redirect`` to the least loaded rank when
@@ -71,10 +75,8 @@ class RankDirectory:
         not ``redirected``) and that rank serves fewer clients than this one does without the asking
         connection and those already told to move (``clients_here`` counts them all)."""
         fields: dict[str, Any] = {"ranks": list(self.addresses)}
-        if connection in self._leaving or connection in self._stayed:
-            self.heard_from(connection)  # (a second PING: it stayed)
-            return fields
-        if ping.get("redirected") is True or not _speaks_1_9(ping.get("protocol_version")):
+        if (ping.get("redirected") is True or not _speaks_1_9(ping.get("protocol_version"))
+                or connection in self._leaving or connection in self._stayed):
             return fields
         here = max(clients_here - 1 - len(self._leaving), 0)
         target = min((r for r in range(len(self.addresses)) if r != self.rank), key=lambda r: (self.loads[r], r),
@@ -82,20 +84,24 @@ class RankDirectory:
         if target is not None and self.loads[target] < here:
             self.loads[target] += 1
             self.redirected[target] += 1
-            self._leaving.add(connection)
+            self._leaving[connection] = (target, self._agreements)
             fields["redirect"] = self.addresses[target]
         return fields
 
     def heard_from(self, connection: int) -> None:
-        """A connection sent a request after its handshake's PING. One told to move would have sent nothing
-        more (§6.7): it stayed, and counts as this rank's load again."""
-        if connection in self._leaving:
-            self._leaving.discard(connection)
+        """A connection sent a body (any, before it is read). One told to move sends nothing more on it
+        (§6.7): if it does, it stayed. It counts as this rank's load again, no longer as the rank it was
+        sent to (unless an agreement counted the group's clients since), and is not told to move again."""
+        told = self._leaving.pop(connection, None)
+        if told is not None:
+            target, agreements = told
+            if agreements == self._agreements:
+                self.loads[target] = max(self.loads[target] - 1, 0.0)
             self._stayed.add(connection)
 
     def left(self, connection: int) -> None:
         """A connection closed (one told to move no longer counts as leaving)."""
-        self._leaving.discard(connection)
+        self._leaving.pop(connection, None)
         self._stayed.discard(connection)
 
 

@@ -42,6 +42,33 @@ def test_records_round_trip_and_a_torn_or_corrupt_record_ends_the_replay() -> No
     assert decode_entries(bytes(corrupt)) == ([], 0)
 
 
+def test_an_items_client_session_round_trips_and_an_older_journal_takes_its_records() -> None:
+    """Pooled data keeps its batch's client_session through the journal (and a checkpoint's pool, whose
+    record names no batch); a journal written before items kept it gives each item its record's batch's."""
+    import dataclasses
+    import json
+    import struct
+    import zlib
+
+    from tether.server import pool_journal
+
+    entries = [JournalEntry(BatchId("s", 1), [dataclasses.replace(item(0), client_session="s")], 3, 3),
+               JournalEntry(None, [dataclasses.replace(item(10), client_session="t"), item(20)], 6, 6)]
+    back, _ = decode_entries(b"".join(encode_entry(e) for e in entries))
+    assert [p.client_session for e in back for p in e.items] == ["s", "t", None]
+    # An older record: its items have no "session".
+    record = encode_entry(entries[0])
+    magic, _, header_len, blob_len = pool_journal._RECORD.unpack_from(record)
+    header = json.loads(record[pool_journal._RECORD.size:pool_journal._RECORD.size + header_len])
+    for entry in header["items"]:
+        del entry["session"]
+    old_header = json.dumps(header).encode()
+    blob = record[pool_journal._RECORD.size + header_len:]
+    old = struct.pack("<4sIIQ", magic, zlib.crc32(blob, zlib.crc32(old_header)), len(old_header), blob_len)
+    (entry,), _ = decode_entries(old + old_header + blob)
+    assert entry.items[0].client_session == "s"
+
+
 def test_a_recurrent_chunks_state_and_prefix_round_trip() -> None:
     """**[1.5]** A chunk of a module with memory keeps its recorded state, and a part the pool cut keeps
     the observations its state is advanced over (sample_pool.split_chunk): both are journaled."""

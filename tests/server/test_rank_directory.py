@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from tether.protocol import FrameDecoder, encode_frame
 from tether.server.config import ServerConfig
 from tether.server.distributed.rank_directory import RankDirectory, advertised_host
@@ -60,21 +62,25 @@ def test_a_heartbeat_ping_and_a_second_ping_of_a_connection_told_to_move_get_no_
 
 
 def test_a_connection_told_to_move_that_sends_more_is_counted_here_again_and_never_told_twice() -> None:
-    """A redirect is advice (§6.7): a client that stays is this rank's load again, so the next new client
-    is weighed against it (before, it counted as leaving until it closed, and rank 0 looked emptier)."""
-    for how in ("request", "ping"):
-        d = RankDirectory(0, ADDRESSES[:2])
-        d.agreed([2, 1])
-        assert "redirect" in d.pong_fields(PING, 1, clients_here=3), "2 here without it, 1 there"
-        if how == "request":
-            d.heard_from(1)  # (a GET_CONFIG on the connection it was told to leave)
-        else:
-            assert "redirect" not in d.pong_fields(PING, 1, clients_here=3)
-        # 3 here, 2 there (1 + the estimate): the next new client moves.
-        assert d.pong_fields(PING, 2, clients_here=4).get("redirect") == ADDRESSES[1], how
-        assert "redirect" not in d.pong_fields(PING, 1, clients_here=4), "a client that stayed is not told again"
-        d.heard_from(2), d.left(1), d.left(2)
-        assert d.pong_fields(PING, 1, clients_here=1) == {"ranks": ADDRESSES[:2]}, "a closed id is forgotten"
+    """A redirect is advice (§6.7): a client that stays (it sends anything more) is this rank's load again
+    and no longer the target's, so the next new client is weighed against it (before, it counted as
+    leaving until it closed, rank 0 looked emptier and rank 1 fuller)."""
+    d = RankDirectory(0, ADDRESSES[:2])
+    d.agreed([2, 1])
+    assert "redirect" in d.pong_fields(PING, 1, clients_here=3), "2 here without it, 1 there"
+    assert d.loads[1] == 2
+    d.heard_from(1)  # (a GET_CONFIG, or any body, on the connection it was told to leave)
+    assert d.loads[1] == 1, "no longer counted where it was sent"
+    assert d.pong_fields(PING, 2, clients_here=4).get("redirect") == ADDRESSES[1], "3 here, 1 there"
+    assert "redirect" not in d.pong_fields(PING, 1, clients_here=4), "a client that stayed is not told again"
+    # A client told to move before an agreement that stays after it: the agreement counted it here already.
+    assert d.pong_fields(PING, 3, clients_here=5).get("redirect") == ADDRESSES[1]
+    d.agreed([5, 1])
+    d.heard_from(3)
+    assert d.loads == [5, 1]
+    d.heard_from(2), d.left(1), d.left(2), d.left(3)
+    d.agreed([0, 0])
+    assert d.pong_fields(PING, 1, clients_here=1) == {"ranks": ADDRESSES[:2]}, "a closed id is forgotten"
 
 
 def test_clients_that_cannot_or_may_not_move_are_never_redirected() -> None:
@@ -110,9 +116,11 @@ def test_a_merged_table_trimmed_to_its_limit_keeps_every_ranks_recent_sessions()
     assert dedup.is_duplicate(BatchId("active-on-rank0", 9))
 
 
-def test_the_server_counts_a_client_that_ignored_its_redirect_as_its_own_again(tmp_path) -> None:
+@pytest.mark.parametrize("instead", [{"type": "GET_CONFIG"}, {"type": "NOT_A_TYPE"}])
+def test_the_server_counts_a_client_that_ignored_its_redirect_as_its_own_again(tmp_path, instead) -> None:
     """Real sockets to a rank's server (the group's directory given to a lone trainer): a client told to
-    move that sends GET_CONFIG instead stays, so the next new client is redirected while the last is not."""
+    move that sends anything instead (a request, or one the server refuses) stays, so the next new
+    clients are weighed against it."""
 
     async def run() -> list:
         config = ServerConfig(port=0, tensorboard=False, quiet=True, logdir=str(tmp_path), checkpoint_every=0)
@@ -129,8 +137,8 @@ def test_the_server_counts_a_client_that_ignored_its_redirect_as_its_own_again(t
                 if len(streams) == 1:
                     streams.append(await asyncio.open_connection("127.0.0.1", server.port))
                     pongs.append(await ask(*streams[-1], PING))
-                    config_answer = await ask(*streams[-1], {"type": "GET_CONFIG"})  # told to move, it stays
-                    assert config_answer["type"] == "SET_CONFIG", config_answer
+                    answer = await ask(*streams[-1], instead)  # told to move, it stays
+                    assert answer["type"] == ("SET_CONFIG" if instead["type"] == "GET_CONFIG" else "ERROR"), answer
         finally:
             for _, writer in streams:
                 writer.close()
@@ -138,10 +146,11 @@ def test_the_server_counts_a_client_that_ignored_its_redirect_as_its_own_again(t
             await trainer.close(checkpoint=False)
         return [pong.get("redirect") for pong in pongs]
 
-    # 1st: none here, none there: it stays. 2nd: 1 here, 0 there: told to move, it stays. 3rd: 2 here
-    # (it counted as leaving before: 1), 1 there: moves. 4th: 2 here (less the 3rd, leaving), 2 there: stays.
+    # 1st: none here, none there: it stays. 2nd: 1 here, 0 there: told to move, it stays (0 there again).
+    # 3rd: 2 here (it counted as leaving before: 1), 0 there: moves (1 there). 4th: 2 here (less the 3rd,
+    # leaving), 1 there: moves (before: 1 here, 2 there (the 2nd counted there): stays).
     redirects = asyncio.run(run())
-    assert redirects == [None, "127.0.0.1:1", "127.0.0.1:1", None], redirects
+    assert redirects == [None, "127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1"], redirects
 
 
 async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: dict) -> dict:

@@ -295,7 +295,7 @@ def test_restored_pool_items_keep_their_client_session_so_a_refusal_still_drops_
                "sources": {p.source for p in resumed.pool.items()},
                "isolated": resumed.metrics.agent_steps_isolated}
         resumed.guard.adopt({"refused": [(good, 3)]})  # (another rank's word, as LockstepLearnerLoop adopts it)
-        out["after_refusal"] = resumed.pool.drop(lambda p: not resumed.guard.is_refused(p.source))
+        out["after_refusal"] = resumed.pool.drop(lambda p: not resumed.guard.is_refused(p.source, p.client_session))
         resumed.guard.check(("client_session", "new"), "#1 g")  # this run's connection #1 is not the old one
         await resumed.close(checkpoint=False)
         return out
@@ -304,6 +304,26 @@ def test_restored_pool_items_keep_their_client_session_so_a_refusal_still_drops_
     assert out["sessions"] == ["good"] * 4, out  # two of the checkpoint's pool, two replayed from the journal
     assert out["isolated"] == 8 and out["after_refusal"] == 16, out
     assert out["sources"] == {"replayed #1 g"}, out
+
+
+def test_a_refusal_and_a_strike_find_pooled_data_by_its_session_once_its_connection_is_forgotten() -> None:
+    """The guard remembers a bounded number of connections; pooled data keeps its client_session, so a
+    refusal still finds data of a connection it forgot (or a restart renamed), and a strike against such
+    data counts against its session."""
+    from tether.server.data_guard import DataGuard
+
+    guard = DataGuard(max_names=2)
+    guard.note(("client_session", "s"), "#1 a")
+    for i in range(2, 6):  # (newer connections push "#1 a" out)
+        guard.note(("client_session", f"other{i}"), f"#{i} b")
+    guard.adopt({"refused": [(("client_session", "s"), 3)]})
+    assert not guard.is_refused("#1 a") and guard.is_refused("#1 a", "s")
+    assert not guard.is_refused("replayed #1 a", None) and guard.is_refused("replayed #1 a", "s")
+    for _ in range(3):
+        guard.tick()
+        guard.strike(["replayed #7 c"], {"replayed #7 c": "t"})
+    with pytest.raises(MessageError):  # refused by its session, on any connection
+        guard.check(("client_session", "t"), "#9 a new connection")
 
 
 def test_a_source_first_in_the_pool_and_non_finite_on_its_own_is_blamed_not_its_neighbours() -> None:
