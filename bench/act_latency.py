@@ -54,9 +54,11 @@ dropped, at least 80 % of the timed agent steps answered), with ``_frames``,
 ``_batches_dropped``, ``_agent_steps_sent`` and ``_server_agent_steps_per_s``.
 On the CNN server, with the model it serves: ``ort_cpp_cnn_us_p50`` / ``_p99`` (the C API on the
 image's bytes, a uint8 tensor bound once) against ``sdk_cpp_cnn_us_p50`` / ``_p99``
-(``TetherClient::get_action`` on the same 84x84x4 images, given as the floats 0-255 its flat API
-takes), ``--cnn-calls`` of each alternating in blocks of 10, and ``sdk_cpp_cnn_ratio`` (sdk / ort at
-p50; target at most 1.1). Between blocks the episode's steps are sent (``flush``, untimed), as a batch
+(``TetherClient::get_action`` on the same 84x84x4 images' bytes, as an engine's camera gives them:
+its ``const std::uint8_t*`` overload), ``--cnn-calls`` of each alternating in blocks of 10, and
+``sdk_cpp_cnn_ratio`` (sdk / ort at p50; target at most 1.1); ``sdk_cpp_cnn_floats_us_p50`` /
+``_ratio`` are the same calls given the images as the floats 0-255 its float overload takes (checked
+and converted to bytes). Between blocks the episode's steps are sent (``flush``, untimed), as a batch
 is cut in a long run, so each step is recorded into arrays that kept their capacity;
 ``sdk_cpp_cnn_growing_us_p50`` / ``_p99`` / ``_ratio`` are the same calls on a second client whose
 episode is never cut (every 113 KB step lands in fresh memory). ``--no-cnn`` leaves these out too.

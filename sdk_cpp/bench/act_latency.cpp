@@ -44,7 +44,8 @@
 //   Nature-CNN on 84x84x4 uint8 images (a byte box) against the server on
 //   --cnn-port that serves it: bare ONNX Runtime (a uint8 input bound once) on
 //   the image's bytes against TetherClient::get_action on the same image's
-//   bytes (its byte overload), --cnn-calls of each, alternating in
+//   bytes (its byte overload), and on the floats 0-255 (its float overload:
+//   sdk_cpp_cnn_floats_*), --cnn-calls of each, alternating in
 //   blocks of --cnn-block-calls; sdk_cpp_cnn_ratio (sdk / ort at p50), _us_p99
 //   of both. The episode is flushed between blocks (untimed) so steps are
 //   recorded into arrays that kept their capacity, as in a long run;
@@ -611,11 +612,12 @@ std::string measure_cnn(const Args& args) {
     }
   };
   auto sdk_block = [&](tether::TetherClient& sdk, const std::string& id, int n, std::vector<std::int64_t>* out,
-                       int start) {
+                       int start, bool as_floats = false) {
     for (int i = start; i < start + n; ++i) {
-      const std::uint8_t* image = &images[(static_cast<std::size_t>(i) % kImages) * kImageSize];
+      const std::size_t at = (static_cast<std::size_t>(i) % kImages) * kImageSize;
       const auto t0 = Clock::now();
-      tether::Status status = sdk.get_action(id, image, kImageSize, action, 1);
+      tether::Status status = as_floats ? sdk.get_action(id, &float_images[at], kImageSize, action, 1)
+                                        : sdk.get_action(id, &images[at], kImageSize, action, 1);
       const std::int64_t ns = since_ns(t0);
       if (!status.ok()) fail("CNN get_action: " + status.to_string());
       sdk.log_returns(id, 1.0);
@@ -633,12 +635,14 @@ std::string measure_cnn(const Args& args) {
   flush();
   std::vector<std::int64_t> bare_ns;
   std::vector<std::int64_t> sdk_ns;
+  std::vector<std::int64_t> floats_ns;
   std::vector<std::int64_t> growing_ns;
   // Short blocks, alternating, so background load hits all alike.
   for (int done = 0; done < args.cnn_calls; done += args.cnn_block_calls) {
     const int n = std::min(args.cnn_block_calls, args.cnn_calls - done);
     bare_block(n, &bare_ns, done);
     sdk_block(*client, episode, n, &sdk_ns, done);
+    sdk_block(*client, episode, n, &floats_ns, done, /*as_floats=*/true);
     sdk_block(*growing_client, growing_episode, n, &growing_ns, done);
     flush();
     // (the server stores the batch after answering: let it finish before the next timed block)
@@ -650,14 +654,17 @@ std::string measure_cnn(const Args& args) {
   const double ort_p50 = percentile_us(bare_ns, 50);
   const double sdk_p50 = percentile_us(sdk_ns, 50);
   const double growing_p50 = percentile_us(growing_ns, 50);
+  const double floats_p50 = percentile_us(floats_ns, 50);
   return format(
       "{\"ort_cpp_cnn_us_p50\": %.2f, \"ort_cpp_cnn_us_p99\": %.2f, \"sdk_cpp_cnn_us_p50\": %.2f, "
       "\"sdk_cpp_cnn_us_p99\": %.2f, \"sdk_cpp_cnn_ratio\": %.3f, \"sdk_cpp_cnn_calls\": %zu, "
       "\"sdk_cpp_cnn_backend_matches_bare\": %s, \"sdk_cpp_cnn_env_steps_sent\": %lld, "
-      "\"sdk_cpp_cnn_growing_us_p50\": %.2f, \"sdk_cpp_cnn_growing_us_p99\": %.2f, \"sdk_cpp_cnn_growing_ratio\": %.3f}",
+      "\"sdk_cpp_cnn_growing_us_p50\": %.2f, \"sdk_cpp_cnn_growing_us_p99\": %.2f, \"sdk_cpp_cnn_growing_ratio\": %.3f, "
+      "\"sdk_cpp_cnn_floats_us_p50\": %.2f, \"sdk_cpp_cnn_floats_ratio\": %.3f}",
       ort_p50, percentile_us(bare_ns, 99), sdk_p50, percentile_us(sdk_ns, 99), ort_p50 > 0 ? sdk_p50 / ort_p50 : 0.0,
       sdk_ns.size(), same_outputs ? "true" : "false", static_cast<long long>(sent), growing_p50,
-      percentile_us(growing_ns, 99), ort_p50 > 0 ? growing_p50 / ort_p50 : 0.0);
+      percentile_us(growing_ns, 99), ort_p50 > 0 ? growing_p50 / ort_p50 : 0.0, floats_p50,
+      ort_p50 > 0 ? floats_p50 / ort_p50 : 0.0);
 }
 
 // Bare ONNX Runtime for a model with memory: the observation and every state

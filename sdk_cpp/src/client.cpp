@@ -369,6 +369,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   if (!bytes.ok()) return bytes;
   const char* logged_what = "log_action: the action";
   if (logging) {
+    // (Bytes come with no mask to check against: a mask needs a Dict or Tuple space, refused above.)
     Status action_ok = check_logged_action(config_->action_space, logged, action_size,
                                            config_->action_mask ? &*config_->action_mask : nullptr, obs, logged_what);
     if (!action_ok.ok()) return action_ok;
@@ -477,7 +478,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
     ++held_steps_;
   }
   if (demo_on_) {
-    if (obs_bytes != nullptr) {  // (the file's rows are floats: widened into a row kept for it)
+    if (obs_bytes != nullptr) {  // (the file's rows are floats: widened into a row kept for it, sized once)
       byte_row_.assign(obs_bytes, obs_bytes + obs_size);
       obs = byte_row_.data();
     }
@@ -534,11 +535,22 @@ std::vector<float>& TetherClient::evaluation_state(const std::string& episode_id
 
 Status TetherClient::compute_action(const float* obs, std::size_t obs_size, double* action, std::size_t action_size,
                                     const std::string& episode_id) {
+  return greedy_action(obs, nullptr, obs_size, action, action_size, episode_id);
+}
+
+Status TetherClient::compute_action(const std::uint8_t* obs, std::size_t obs_size, double* action,
+                                    std::size_t action_size, const std::string& episode_id) {
+  return greedy_action(nullptr, obs, obs_size, action, action_size, episode_id);
+}
+
+// compute_action's body: the observation is `obs` (floats) or `obs_bytes` (as act's).
+Status TetherClient::greedy_action(const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size,
+                                   double* action, std::size_t action_size, const std::string& episode_id) {
   Status pending = catch_up();
   if (!pending.ok()) return pending;
   const std::size_t obs_dim = config_->observation_space.flat_dim();
   const std::size_t act_dim = config_->action_space.flat_dim();
-  if (obs == nullptr || obs_size != obs_dim) {
+  if ((obs == nullptr && obs_bytes == nullptr) || obs_size != obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "compute_action: observation has " + std::to_string(obs_size) +
                                                    " values, the observation space needs " + std::to_string(obs_dim));
   }
@@ -546,12 +558,13 @@ Status TetherClient::compute_action(const float* obs, std::size_t obs_size, doub
     return Status(ErrorCode::kInvalidArgument, "compute_action: action buffer has " + std::to_string(action_size) +
                                                    " values, the action space needs " + std::to_string(act_dim));
   }
-  for (std::size_t i = 0; i < obs_size; ++i) {
+  for (std::size_t i = 0; obs != nullptr && i < obs_size; ++i) {
     if (!std::isfinite(obs[i])) {
       return Status(ErrorCode::kNonFiniteValue, "compute_action: observation[" + std::to_string(i) + "] is not finite");
     }
   }
-  Status row = check_row(*config_, obs, obs_size, "compute_action: observation", /*mask=*/true);
+  Status row = obs_bytes != nullptr ? refuse_bytes_for_composite(config_->observation_space, "compute_action")
+                                    : check_row(*config_, obs, obs_size, "compute_action: observation", /*mask=*/true);
   if (!row.ok()) return row;
   if (!policy_) return Status(ErrorCode::kNotReady, "compute_action: no model yet (the server sent none)");
   if (policy_->state_dim > 0) {
@@ -566,7 +579,7 @@ Status TetherClient::compute_action(const float* obs, std::size_t obs_size, doub
     }
   }
   std::vector<float>* state = policy_->state_dim > 0 ? &evaluation_state(episode_id) : nullptr;
-  Status ran = run_policy(state != nullptr ? *state : state_out_, obs, nullptr, obs_size);
+  Status ran = run_policy(state != nullptr ? *state : state_out_, obs, obs_bytes, obs_size);
   if (!ran.ok()) return ran;
   Status greedy = deterministic(config_->action_space, dist_buffer_.data(), dist_buffer_.size(), action, act_dim);
   if (!greedy.ok()) return greedy;
@@ -580,28 +593,6 @@ Status TetherClient::compute_action(const std::vector<float>& obs, std::vector<d
   return compute_action(obs.data(), obs.size(), action.data(), action.size(), episode_id);
 }
 
-Status TetherClient::compute_action(const std::uint8_t* obs, std::size_t obs_size, double* action,
-                                    std::size_t action_size, const std::string& episode_id) {
-  // (an evaluation step, not a frame's: the bytes are widened into a kept row and go the float way)
-  const float* row = widen_bytes("compute_action", obs, obs_size);
-  if (row == nullptr) return byte_refusal_;
-  return compute_action(row, obs_size, action, action_size, episode_id);
-}
-
-// `obs` as floats in byte_row_ (no allocation once sized), or nullptr with
-// byte_refusal_ set when the space is a Dict or Tuple.
-const float* TetherClient::widen_bytes(const char* call, const std::uint8_t* obs, std::size_t obs_size) {
-  if (config_) {
-    byte_refusal_ = refuse_bytes_for_composite(config_->observation_space, call);
-    if (!byte_refusal_.ok()) return nullptr;
-  }
-  if (obs == nullptr) {
-    byte_refusal_ = Status(ErrorCode::kInvalidArgument, std::string(call) + ": no observation");
-    return nullptr;
-  }
-  byte_row_.assign(obs, obs + obs_size);
-  return byte_row_.data();
-}
 
 Result<std::vector<float>> TetherClient::episode_state(const std::string& episode_id) const {
   auto it = episodes_.find(episode_id);
@@ -651,6 +642,17 @@ Status TetherClient::log_returns(const std::string& episode_id, double reward) {
 
 Result<double> TetherClient::end_episode(const std::string& episode_id, const float* obs, std::size_t obs_size,
                                          bool truncated) {
+  return finish_episode(episode_id, obs, nullptr, obs_size, truncated);
+}
+
+Result<double> TetherClient::end_episode(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size,
+                                         bool truncated) {
+  return finish_episode(episode_id, nullptr, obs, obs_size, truncated);
+}
+
+// end_episode's body: the final observation is `obs` (floats) or `obs_bytes` (as act's).
+Result<double> TetherClient::finish_episode(const std::string& episode_id, const float* obs,
+                                            const std::uint8_t* obs_bytes, std::size_t obs_size, bool truncated) {
   if (link_->events_pending()) sync();
   // (With the link gone for good the episode still ends; the fatal status is returned below.)
   if (fatal_.ok() && !errors_.empty()) return pending_status();
@@ -659,16 +661,18 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
     return Status(ErrorCode::kInvalidArgument, "end_episode: no running episode '" + episode_id + "'");
   }
   const std::size_t obs_dim = config_->observation_space.flat_dim();
-  if (obs == nullptr || obs_size != obs_dim) {
+  if ((obs == nullptr && obs_bytes == nullptr) || obs_size != obs_dim) {
     return Status(ErrorCode::kInvalidArgument, "end_episode: observation has " + std::to_string(obs_size) +
                                                    " values, the observation space needs " + std::to_string(obs_dim));
   }
   bool finite = true;
-  for (std::size_t i = 0; i < obs_size; ++i) finite = finite && std::isfinite(obs[i]);
+  for (std::size_t i = 0; obs != nullptr && i < obs_size; ++i) finite = finite && std::isfinite(obs[i]);
   if (finite) {
     // Refused before the episode ends, as a wrong size is: the engine may end it again with its image.
     // (no action follows the final observation: its mask may allow nothing, §11.6)
-    Status bytes = check_row(*config_, obs, obs_size, "end_episode: final observation", /*mask=*/false);
+    Status bytes = obs_bytes != nullptr
+                       ? refuse_bytes_for_composite(config_->observation_space, "end_episode")
+                       : check_row(*config_, obs, obs_size, "end_episode: final observation", /*mask=*/false);
     if (!bytes.ok()) return bytes;
   }
   Episode episode = std::move(it->second);
@@ -676,6 +680,10 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
   const double total = episode.total_return;
   if (demo_on_ && demo_) {
     if (finite) {
+      if (obs_bytes != nullptr) {  // (the file's rows are floats: widened into a row kept for it)
+        byte_row_.assign(obs_bytes, obs_bytes + obs_size);
+        obs = byte_row_.data();
+      }
       Status written = demo_->end(episode_id, kDefaultAgentId, obs, obs_size, !truncated);
       if (!written.ok()) {
         demo_on_ = false;
@@ -692,7 +700,7 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const fl
     return Status(ErrorCode::kNonFiniteValue, "end_episode: final observation is not finite (episode not sent)");
   }
   if (episode.training && episode.action_rows > 0) {
-    episode.steps.obs.insert(episode.steps.obs.end(), obs, obs + obs_size);
+    append_observation_row(episode.steps.obs, obs, obs_bytes, obs_size);
     ++episode.obs_rows;
     episode.truncated = truncated;
     episode.terminated = !truncated;
@@ -711,12 +719,6 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const st
   return end_episode(episode_id, obs.data(), obs.size(), truncated);
 }
 
-Result<double> TetherClient::end_episode(const std::string& episode_id, const std::uint8_t* obs, std::size_t obs_size,
-                                         bool truncated) {
-  const float* row = widen_bytes("end_episode", obs, obs_size);
-  if (row == nullptr) return byte_refusal_;
-  return end_episode(episode_id, row, obs_size, truncated);
-}
 
 Status TetherClient::get_action(const std::string& episode_id, const ObservationLeaves& obs, double* action,
                                 std::size_t action_size) {

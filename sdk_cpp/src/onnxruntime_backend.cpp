@@ -518,8 +518,7 @@ Status OnnxRuntimeBackend::run(const float* obs, std::size_t batch, std::size_t 
 Status OnnxRuntimeBackend::run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim,
                                          const float* state_in, float* state_out, std::size_t state_dim, float* out,
                                          std::size_t out_dim) {
-  Status state = check_state(state_dim);
-  if (state.ok() && (state_in == nullptr || state_out == nullptr)) state = check_state(0);
+  Status state = check_state(state_in, state_out, state_dim);
   if (!state.ok()) return state;
   return run_bound(obs, nullptr, batch, obs_dim, state_in, state_out, out, out_dim);
 }
@@ -528,14 +527,14 @@ Status OnnxRuntimeBackend::run_bytes(const std::uint8_t* obs, std::size_t batch,
                                      std::size_t out_dim, const float* state_in, float* state_out,
                                      std::size_t state_dim) {
   if (model_ && (state_dim > 0 || !model_->states.empty())) {
-    Status state = check_state(state_in == nullptr || state_out == nullptr ? 0 : state_dim);
+    Status state = check_state(state_in, state_out, state_dim);
     if (!state.ok()) return state;
   }
   return run_bound(nullptr, obs, batch, obs_dim, state_in, state_out, out, out_dim);
 }
 
-// A model with memory's state rows are `state_dim` wide (bind_recurrent_state's tensors, summed).
-Status OnnxRuntimeBackend::check_state(std::size_t state_dim) const {
+// A model with memory's state rows are `state_dim` wide (bind_recurrent_state's tensors, summed), in and out.
+Status OnnxRuntimeBackend::check_state(const float* state_in, const float* state_out, std::size_t state_dim) const {
   if (!model_) {
     return Status(ErrorCode::kNotReady, "no model loaded");
   }
@@ -543,7 +542,7 @@ Status OnnxRuntimeBackend::check_state(std::size_t state_dim) const {
   if (want == 0) {
     return Status(ErrorCode::kInvalidArgument, "the model has no memory (no recurrent state bound): run it with run");
   }
-  if (state_dim != want) {
+  if (state_in == nullptr || state_out == nullptr || state_dim != want) {
     return Status(ErrorCode::kInvalidArgument, "state rows of " + std::to_string(state_dim) +
                                                    " values, the model's state has " + std::to_string(want));
   }

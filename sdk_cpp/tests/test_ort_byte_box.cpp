@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -202,21 +204,34 @@ TEST(OrtByteBox, TheClientActsOnImagesAndSendsThemAsByteTensors) {
 
 // [1.4] The byte overloads play, record and send exactly what the float ones
 // do on the same values: two clients of one seed, one given floats and one
-// bytes (get_action, log_action, end_episode), send the same steps, and
-// compute_action on bytes is compute_action on their floats.
+// bytes (get_action, log_action, end_episode), send the same steps and write
+// the same demonstration file, and compute_action on bytes is compute_action
+// on their floats. Wrong sizes and null pointers are refused alike.
 TEST(OrtByteBox, TheByteOverloadsActRecordAndSendAsTheFloatOnes) {
   const ByteModel m = byte_model();
   ASSERT_FALSE(m.model.empty());
   const std::vector<std::uint8_t> bytes(m.obs.begin(), m.obs.end());
   std::vector<json> sent[2];
   std::vector<std::string> images[2];  // (the bodies' attachments: the images as uint8 tensors)
+  std::string demos[2];
   for (int as_bytes = 0; as_bytes < 2; ++as_bytes) {
     fake::FakeServer server(byte_box_script(m));
-    auto client = fake::connect(fake::ort_options_for(server, 5));
+    tether::ClientOptions options = fake::ort_options_for(server, 5);
+    const std::string demo_path = ::testing::TempDir() + "byte_overloads_" + std::to_string(as_bytes) + ".jsonl";
+    options.demo_path = demo_path;
+    auto client = fake::connect(options);
     ASSERT_NE(client, nullptr);
     double action[1];
+    const std::size_t wrong = m.obs_dim + 1;
+    EXPECT_EQ(client->get_action("none", bytes.data(), m.obs_dim, action, 1).code(), tether::ErrorCode::kInvalidArgument);
     for (int e = 0; e < 3; ++e) {
-      const std::string episode = client->start_episode().value();
+      const std::string episode = client->start_episode("ep" + std::to_string(e)).value();
+      EXPECT_EQ(client->get_action(episode, bytes.data(), wrong, action, 1).code(), tether::ErrorCode::kInvalidArgument);
+      EXPECT_EQ(client->get_action(episode, static_cast<const std::uint8_t*>(nullptr), m.obs_dim, action, 1).code(),
+                tether::ErrorCode::kInvalidArgument);
+      EXPECT_EQ(client->end_episode(episode, bytes.data(), wrong).status().code(), tether::ErrorCode::kInvalidArgument);
+      EXPECT_EQ(client->compute_action(static_cast<const std::uint8_t*>(nullptr), m.obs_dim, action, 1).code(),
+                tether::ErrorCode::kInvalidArgument);
       for (std::size_t t = 0; t < 5; ++t) {
         const std::size_t at = ((e + t) % m.rows) * m.obs_dim;
         tether::Status status;
@@ -246,12 +261,17 @@ TEST(OrtByteBox, TheByteOverloadsActRecordAndSendAsTheFloatOnes) {
       sent[as_bytes].push_back(batch["episodes"]);
     }
     images[as_bytes] = server.attachments();
+    client->close();
+    std::ifstream in(demo_path, std::ios::binary);
+    demos[as_bytes].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   ASSERT_FALSE(sent[0].empty());
   EXPECT_EQ(sent[0], sent[1]);
   ASSERT_FALSE(images[0].empty());
   EXPECT_FALSE(images[0].front().empty());
   EXPECT_EQ(images[0], images[1]);
+  EXPECT_NE(demos[0].find("\"ep2\""), std::string::npos) << demos[0].substr(0, 300);
+  EXPECT_EQ(demos[0], demos[1]);
 }
 
 TEST(OrtByteBox, AValueThatIsNoByteIsRefusedAndNothingRecorded) {

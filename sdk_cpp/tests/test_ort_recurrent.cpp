@@ -309,6 +309,91 @@ TEST(OrtRecurrent, LogActionAdvancesTheStateAsGetActionDoes) {
   EXPECT_EQ(records[1]["logged_runs"][0], json({1, 1}));  // step 3, the second of this chunk
 }
 
+// Forwards everything but run_bytes to ONNX Runtime: InferenceBackend's default run_bytes runs.
+class DefaultBytesBackend final : public tether::InferenceBackend {
+ public:
+  tether::Status load(const std::uint8_t* model, std::size_t size, const std::string& input,
+                      const std::string& output) override {
+    return inner_.load(model, size, input, output);
+  }
+  tether::Status bind_recurrent_state(const std::vector<RecurrentStateSpec>& state) override {
+    return inner_.bind_recurrent_state(state);
+  }
+  tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                     std::size_t out_dim) override {
+    return inner_.run(obs, batch, obs_dim, out, out_dim);
+  }
+  tether::Status run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                               float* state_out, std::size_t state_dim, float* out, std::size_t out_dim) override {
+    return inner_.run_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
+  }
+  bool loaded() const noexcept override { return inner_.loaded(); }
+  std::size_t obs_dim() const noexcept override { return inner_.obs_dim(); }
+  std::size_t out_dim() const noexcept override { return inner_.out_dim(); }
+
+ private:
+  tether::OnnxRuntimeBackend inner_;
+};
+
+// [1.4] A model with memory given its observations as bytes: the backend
+// (ONNX Runtime's, and the default run_bytes of a backend that only has
+// run_recurrent) computes what it does on their floats, and the client
+// advances an episode's state, records and greedy actions alike.
+TEST(OrtRecurrent, ObservationsGivenAsBytesAdvanceTheStateAsTheirFloatsDo) {
+  const Carry& k = carry();
+  const std::vector<std::vector<std::uint8_t>> rows = {{0, 1}, {2, 0}, {1, 1}, {0, 0}, {3, 1}};
+  tether::OnnxRuntimeBackend ort = loaded_backend();
+  DefaultBytesBackend fallback;
+  ASSERT_TRUE(fallback.load(k.model.data(), k.model.size(), k.c["input"], k.c["output"]).ok());
+  ASSERT_TRUE(fallback.bind_recurrent_state(k.state).ok());
+  std::vector<float> state(k.state_dim, 0.0f);
+  for (const std::vector<std::uint8_t>& row : rows) {
+    const std::vector<float> floats(row.begin(), row.end());
+    const auto [dist, after] = step(ort, floats, state);
+    for (tether::InferenceBackend* backend : {static_cast<tether::InferenceBackend*>(&ort),
+                                              static_cast<tether::InferenceBackend*>(&fallback)}) {
+      std::vector<float> got_dist(2), got_after(state.size());
+      ASSERT_TRUE(backend->run_bytes(row.data(), 1, 2, got_dist.data(), 2, state.data(), got_after.data(), state.size())
+                      .ok());
+      EXPECT_EQ(got_dist, dist);
+      EXPECT_EQ(got_after, after);
+    }
+    state = after;
+  }
+  std::vector<float> dist(2);
+  EXPECT_EQ(ort.run_bytes(rows[0].data(), 1, 2, dist.data(), 2).code(), ErrorCode::kInvalidArgument);  // (no state)
+
+  FakeServer server(single_script(100));
+  auto connected = tether::TetherClient::connect(fake::ort_options_for(server, 5));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const std::string as_bytes = client.start_episode("bytes").value();
+  const std::string as_floats = client.start_episode("floats").value();
+  double action[1];
+  for (const std::vector<std::uint8_t>& row : rows) {
+    const std::vector<float> floats(row.begin(), row.end());
+    ASSERT_TRUE(client.get_action(as_bytes, row.data(), 2, action, 1).ok());
+    ASSERT_TRUE(client.get_action(as_floats, floats.data(), 2, action, 1).ok());
+    EXPECT_EQ(client.episode_state(as_bytes).value(), client.episode_state(as_floats).value());
+  }
+  // compute_action on bytes: a recorded episode is refused (its state stays), an evaluation episode advances.
+  const std::vector<float> before = client.episode_state(as_bytes).value();
+  EXPECT_EQ(client.compute_action(rows[1].data(), 2, action, 1, as_bytes).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.episode_state(as_bytes).value(), before);
+  // (one evaluation episode at a time: all of one, then all of the other)
+  std::vector<double> greedy[2];
+  for (int floats_too = 0; floats_too < 2; ++floats_too) {
+    for (const std::vector<std::uint8_t>& row : rows) {
+      const std::vector<float> floats(row.begin(), row.end());
+      ASSERT_TRUE((floats_too ? client.compute_action(floats.data(), 2, action, 1, "eval-floats")
+                              : client.compute_action(row.data(), 2, action, 1, "eval"))
+                      .ok());
+      greedy[floats_too].push_back(action[0]);
+    }
+  }
+  EXPECT_EQ(greedy[0], greedy[1]);
+}
+
 // compute_action remembers per episode id: a running episode's state (one not
 // recorded; a recorded one is refused), or an evaluation episode of its own
 // from zeros (one at a time).

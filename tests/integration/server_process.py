@@ -20,10 +20,40 @@ REPO = Path(__file__).resolve().parents[2]
 _SERVING = re.compile(r"serving on ([\d.]+):(\d+)")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands out for a bind to port 0 or an outgoing connection."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: Ports this process handed out (never twice).
+_handed_out: set[int] = set()
+
+
+def free_port(count: int = 1) -> int:
+    """A port P, with P .. P + count - 1 free now, for a process that binds it later. Drawn below the
+    kernel's ephemeral range: a port the kernel handed out (bound to 0 and closed) can be given again,
+    meanwhile, to any process's outgoing connection or listener (gloo's, a client's), which then holds
+    it when the server binds it (an "address already in use" seen in a two-rank test)."""
+    import random
+
+    top = _ephemeral_floor() - count
+    for _ in range(200):
+        port = random.randrange(20000, top)
+        wanted = range(port, port + count)
+        if any(p in _handed_out for p in wanted):
+            continue
+        try:
+            for p in wanted:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        _handed_out.update(wanted)
+        return port
+    raise RuntimeError(f"no {count} consecutive free ports below {top + count}")
 
 
 class ServerProcess:
@@ -130,15 +160,7 @@ class RawClient:
 
 def two_free_ports() -> int:
     """A free port P with P + 1 free too (a group's rank i listens on P + i, docs/scale-out.md)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
+    return free_port(2)
 
 
 def read_until_closed(sock: socket.socket, timeout: float = 15.0) -> bytes:

@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import pickle
-import socket
 from pathlib import Path
 from typing import Any, Callable
+
+from ..integration.server_process import free_port
 
 
 def run_two_ranks(target: Callable[[int, int, str], None], out: Path) -> None:
     """Run ``target`` as ranks 0 and 1 and wait for both; each must exit cleanly (within 120 s)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # (the rendezvous store's, bound by rank 0 later)
     spawn = multiprocessing.get_context("spawn")
     ranks = [spawn.Process(target=target, args=(rank, port, str(out))) for rank in (0, 1)]
     for process in ranks:

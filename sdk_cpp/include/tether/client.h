@@ -300,7 +300,10 @@ class TetherClient final : public ClientBase {
   void recycle(Episode&& episode);
   Status act(const char* call, const std::string& episode_id, const float* obs, const std::uint8_t* obs_bytes,
              std::size_t obs_size, double* action_out, bool logging, const double* logged, std::size_t action_size);
-  const float* widen_bytes(const char* call, const std::uint8_t* obs, std::size_t obs_size);
+  Status greedy_action(const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size, double* action,
+                       std::size_t action_size, const std::string& episode_id);
+  Result<double> finish_episode(const std::string& episode_id, const float* obs, const std::uint8_t* obs_bytes,
+                                std::size_t obs_size, bool truncated);
   void record_demo_step(const std::string& episode_id, const float* obs, std::size_t obs_size, bool logged);
   Status run_policy(std::vector<float>& state, const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size);
   std::vector<float>& evaluation_state(const std::string& episode_id);
@@ -322,8 +325,7 @@ class TetherClient final : public ClientBase {
   std::vector<double> record_action_buffer_;
   std::vector<double> env_action_buffer_;
   std::vector<float> leaf_row_;  // the flat row of an ObservationLeaves observation
-  std::vector<float> byte_row_;  // a byte observation widened (demonstrations, end_episode, compute_action)
-  Status byte_refusal_;          // widen_bytes's refusal
+  std::vector<float> byte_row_;  // a byte observation widened for the demonstration file
   // [1.5] The state a run returns (swapped with the actor's: no copy, no allocation).
   std::vector<float> state_out_;
   // compute_action's evaluation episode (one at a time) and its state.

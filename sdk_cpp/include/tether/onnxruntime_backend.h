@@ -77,7 +77,7 @@ class OnnxRuntimeBackend final : public InferenceBackend {
   // `obs` or `bytes`: the observations as floats, or as bytes.
   Status run_bound(const float* obs, const std::uint8_t* bytes, std::size_t batch, std::size_t obs_dim,
                    const float* state_in, float* state_out, float* out, std::size_t out_dim);
-  Status check_state(std::size_t state_dim) const;
+  Status check_state(const float* state_in, const float* state_out, std::size_t state_dim) const;
   Status load_inputs(const std::uint8_t* model, std::size_t size, const std::vector<ModelLeafInput>& inputs,
                      const std::string& output_name, bool leaves);
   std::unique_ptr<Model> model_;
