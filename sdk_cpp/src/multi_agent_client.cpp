@@ -93,6 +93,13 @@ std::size_t AgentFrame::add(const std::string& agent_id, const float* obs, std::
   return count_ - 1;
 }
 
+std::size_t AgentFrame::add(const std::string& agent_id, const std::uint8_t* obs, std::size_t obs_size,
+                            bool truncated) {
+  float* out = add_uninitialized(agent_id, obs_size, truncated);
+  if (obs != nullptr && obs_size > 0) std::copy(obs, obs + obs_size, out);
+  return count_ - 1;
+}
+
 void AgentFrame::log_action(const std::string& actor_id, const double* action, std::size_t action_size) {
   if (logged_count_ < logged_ids_.size()) {
     logged_ids_[logged_count_].assign(actor_id);  // (reuses the string's capacity)

@@ -301,6 +301,12 @@ TEST(AgentFrame, ReusesItsBuffersAndLaysOutObservations) {
   EXPECT_EQ(frame.agent_id(0), "c");
   EXPECT_TRUE(frame.truncated(0));
   EXPECT_EQ(frame.obs(0)[1], 8.0f);
+  // [1.4] An image given as bytes keeps its values 0-255.
+  const std::uint8_t image[3] = {0, 17, 255};
+  EXPECT_EQ(frame.add("cam", image, 3), 1u);
+  EXPECT_EQ(frame.obs_size(1), 3u);
+  EXPECT_EQ(std::vector<float>(frame.obs(1), frame.obs(1) + 3), (std::vector<float>{0.0f, 17.0f, 255.0f}));
+  EXPECT_FALSE(frame.truncated(1));
 }
 
 TEST(MultiAgentClient, RecordsFollowTheSpecWithOneRunPerModulePerFrame) {

@@ -130,6 +130,9 @@ class AgentFrame {
   /// Adds an agent (or a group member) with its flat observation (copied);
   /// returns its index. For end_agents, `truncated` marks an end by time limit.
   std::size_t add(const std::string& agent_id, const float* obs, std::size_t obs_size, bool truncated = false);
+  /// [1.4] add() for an observation given as bytes (a byte box's, §8.1:
+  /// a camera image as the engine holds it), kept as their values 0-255.
+  std::size_t add(const std::string& agent_id, const std::uint8_t* obs, std::size_t obs_size, bool truncated = false);
   /// Adds an agent and returns where to write its `obs_size` observation
   /// values (valid until the next add or clear).
   float* add_uninitialized(const std::string& agent_id, std::size_t obs_size, bool truncated = false);
