@@ -49,8 +49,8 @@ def test_act_latency_keys() -> None:
     for key in ("ort_cpp_us_p50", "ort_cpp_batch256_us_p50", "sdk_cpp_us_p50", "sdk_cpp_us_p99",
                 "sdk_cpp_batch256_us_p50", "ort_cpp_batch256_paced_us_p50", "sdk_cpp_us_p99_while_sending",
                 "sdk_cpp_backend_batch256_us_p50", "ort_cpp_cnn_us_p50", "sdk_cpp_cnn_us_p50", "sdk_cpp_cnn_us_p99",
-                "sdk_cpp_cnn_ratio", "sdk_cpp_cnn_floats_ratio", "ort_cpp_lstm_us_p50", "sdk_cpp_lstm_us_p50", "ort_cpp_lstm_batch256_us_p50",
-                "sdk_cpp_lstm_batch256_us_p50"):
+                "sdk_cpp_cnn_ratio", "sdk_cpp_cnn_floats_ratio", "ort_cpp_lstm_us_p50", "sdk_cpp_lstm_us_p50",
+                "ort_cpp_lstm_batch256_us_p50", "sdk_cpp_lstm_batch256_us_p50"):
         assert result[key] > 0, (key, result)
     assert result["sdk_cpp_us_p50"] >= result["ort_cpp_us_p50"] * 0.5  # the SDK runs the model: not less than it
     assert result["sdk_cpp_batch256_us_p50"] >= result["ort_cpp_batch256_us_p50"] * 0.5
