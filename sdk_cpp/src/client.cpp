@@ -211,7 +211,6 @@ std::size_t TetherClient::drop_unsent_steps() {
   for (auto& entry : episodes_) entry.second.state.clear();
   evaluating_ = false;
   pending_steps_ = 0;
-  ++unsent_drops_;
   return dropped;
 }
 
@@ -383,21 +382,11 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   const std::size_t every = static_cast<std::size_t>(steps_per_batch());
   if ((episode.training || (episode.held_back && held_steps_ > 0)) && pending_steps_ + held_steps_ >= every &&
       sendable_steps(episode) + held_steps_ >= every) {
-    if (episode.training) {
-      // This observation completes the episode's last step: let the cut include it.
-      append_observation_row(episode.steps.obs, obs, obs_bytes, obs_size);
-      ++episode.obs_rows;
-    }
-    const bool added_obs = episode.training;
-    const std::uint64_t unsent_drops = unsent_drops_;
-    send_batch(/*even_empty=*/true);
-    // (A dropped episode's steps are gone already, as are all of them when
-    // the batch's sync took in a new connection of other spaces or another
-    // run: the observation lent went with them.)
-    if (added_obs && episode.training && unsent_drops == unsent_drops_) {
-      episode.steps.obs.resize(episode.steps.obs.size() - obs_size);
-      --episode.obs_rows;
-    }
+    // This observation completes the episode's last step: the cut takes it
+    // as that step's next observation, nothing of the episode changed for it
+    // (it is recorded below as its next step's, as always).
+    const NextObservation next{&episode, obs, obs_bytes};
+    send_batch(/*even_empty=*/true, &next);
     // An error that came in while the batch went (with wait_for_weights, maybe
     // its own answer) is this call's, as in the Python and C# SDKs: the step
     // is not acted, and the engine may call again.
@@ -759,12 +748,15 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const Ob
 // -- cutting and sending ---------------------------------------------------------------------
 
 bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest,
-                       std::int64_t& runs_connection) {
+                       std::int64_t& runs_connection, const NextObservation* next) {
   // A step is complete once the observation after it is known; an action still
   // waiting for its next observation stays for the next chunk, as does the
-  // observation the next chunk starts from.
+  // observation the next chunk starts from. `next`: the observation the
+  // engine just gave after the episode's last action, which completes it.
   const std::size_t actions = episode.action_rows;
-  const std::size_t k = episode.obs_rows == actions + 1 ? actions : (actions == 0 ? 0 : actions - 1);
+  const bool completed = next != nullptr && actions > 0 && episode.obs_rows == actions;
+  const std::size_t k =
+      episode.obs_rows == actions + 1 || completed ? actions : (actions == 0 ? 0 : actions - 1);
   if (k == 0) return false;
   const std::size_t obs_dim = config_->observation_space.flat_dim();
   const std::size_t act_dim = config_->action_space.flat_dim();
@@ -772,7 +764,8 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   const bool done = (episode.terminated || episode.truncated) && k == actions;
   EpisodeChunk chunk;
   chunk.episode_id = episode.id;
-  detail::copy_rows(episode.steps.obs, k + 1, obs_dim, chunk.obs);
+  detail::copy_rows(episode.steps.obs, completed ? k : k + 1, obs_dim, chunk.obs);
+  if (completed) append_observation_row(chunk.obs, next->obs, next->obs_bytes, obs_dim);
   detail::copy_rows(episode.steps.actions, k, act_dim, chunk.actions);
   detail::copy_rows(episode.steps.rewards, k, 1, chunk.rewards);
   detail::copy_rows(episode.steps.action_logp, k, 1, chunk.action_logp);
@@ -831,7 +824,7 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   return true;
 }
 
-void TetherClient::send_batch(bool even_empty) {
+void TetherClient::send_batch(bool even_empty, const NextObservation* next) {
   if (ended_) return;  // training is done: nothing is recorded, nobody takes a batch
   auto batch = std::make_shared<Batch>();
   std::optional<Stamp> oldest;
@@ -841,7 +834,10 @@ void TetherClient::send_batch(bool even_empty) {
   }
   finished_.clear();
   for (auto& entry : episodes_) {
-    if (entry.second.training) cut(entry.second, batch->chunks, oldest, batch->runs_connection);
+    if (entry.second.training) {
+      cut(entry.second, batch->chunks, oldest, batch->runs_connection,
+          next != nullptr && &entry.second == next->episode ? next : nullptr);
+    }
   }
   recount_pending();
   // Held-back steps were played: the batch goes even without records, as its

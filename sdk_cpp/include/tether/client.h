@@ -293,9 +293,16 @@ class TetherClient final : public ClientBase {
   std::size_t drop_for_new_spaces();  // returns the steps dropped
   std::size_t drop_unsent_steps();
   std::size_t sendable_steps(const Episode& current) const;
-  void send_batch(bool even_empty = false);
+  // The observation an act() call was given, after `episode`'s last action
+  // (floats or bytes): a batch cut in that call takes it as the step's next.
+  struct NextObservation {
+    const Episode* episode = nullptr;
+    const float* obs = nullptr;
+    const std::uint8_t* obs_bytes = nullptr;
+  };
+  void send_batch(bool even_empty = false, const NextObservation* next = nullptr);
   bool cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std::optional<Stamp>& oldest,
-           std::int64_t& runs_connection);
+           std::int64_t& runs_connection, const NextObservation* next = nullptr);
   void recount_pending();
   void recycle(Episode&& episode);
   Status act(const char* call, const std::string& episode_id, const float* obs, const std::uint8_t* obs_bytes,
@@ -319,7 +326,6 @@ class TetherClient final : public ClientBase {
   std::vector<Episode> spare_;
   std::size_t pending_steps_ = 0;
   std::size_t held_steps_ = 0;  // steps played in held-back episodes since the last cut (the cadence)
-  std::uint64_t unsent_drops_ = 0;  // times the steps not cut yet were dropped (other spaces, another run)
   // Preallocated per-step buffers (sized at connect / on a config change).
   std::vector<float> dist_buffer_;
   std::vector<double> record_action_buffer_;
