@@ -97,46 +97,40 @@ class PausingBackend final : public tether::InferenceBackend {
   }
   tether::Status run(const float* obs, std::size_t batch, std::size_t obs_dim, float* out,
                      std::size_t out_dim) override {
-    const bool was_counting = counting;
-    const long before = allocations;
-    counting = true;
-    tether::Status status = inner_.run(obs, batch, obs_dim, out, out_dim);
-    if (was_counting) backend_allocations += allocations - before;
-    allocations = before;
-    counting = was_counting;
-    return status;
+    return counted_apart([&] { return inner_.run(obs, batch, obs_dim, out, out_dim); });
   }
   tether::Status bind_recurrent_state(const std::vector<tether::RecurrentStateSpec>& state) override {
     return inner_.bind_recurrent_state(state);
   }
   tether::Status run_recurrent(const float* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
                                float* state_out, std::size_t state_dim, float* out, std::size_t out_dim) override {
-    const bool was_counting = counting;
-    const long before = allocations;
-    counting = true;
-    tether::Status status = inner_.run_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
-    if (was_counting) backend_allocations += allocations - before;
-    allocations = before;
-    counting = was_counting;
-    return status;
+    return counted_apart(
+        [&] { return inner_.run_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim); });
   }
   tether::Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
                            std::size_t out_dim, const float* state_in, float* state_out,
                            std::size_t state_dim) override {
-    const bool was_counting = counting;
-    const long before = allocations;
-    counting = true;
-    tether::Status status = inner_.run_bytes(obs, batch, obs_dim, out, out_dim, state_in, state_out, state_dim);
-    if (was_counting) backend_allocations += allocations - before;
-    allocations = before;
-    counting = was_counting;
-    return status;
+    return counted_apart(
+        [&] { return inner_.run_bytes(obs, batch, obs_dim, out, out_dim, state_in, state_out, state_dim); });
   }
   bool loaded() const noexcept override { return inner_.loaded(); }
   std::size_t obs_dim() const noexcept override { return inner_.obs_dim(); }
   std::size_t out_dim() const noexcept override { return inner_.out_dim(); }
 
  private:
+  // Runs `run`, its allocations counted into backend_allocations, not the caller's.
+  template <class Run>
+  static tether::Status counted_apart(Run run) {
+    const bool was_counting = counting;
+    const long before = allocations;
+    counting = true;
+    tether::Status status = run();
+    if (was_counting) backend_allocations += allocations - before;
+    allocations = before;
+    counting = was_counting;
+    return status;
+  }
+
   tether::OnnxRuntimeBackend inner_;
 };
 
