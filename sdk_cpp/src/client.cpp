@@ -764,6 +764,7 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   const bool done = (episode.terminated || episode.truncated) && k == actions;
   EpisodeChunk chunk;
   chunk.episode_id = episode.id;
+  chunk.obs.reserve((k + 1) * obs_dim);  // (one allocation, whichever way its last row comes)
   detail::copy_rows(episode.steps.obs, completed ? k : k + 1, obs_dim, chunk.obs);
   if (completed) append_observation_row(chunk.obs, next->obs, next->obs_bytes, obs_dim);
   detail::copy_rows(episode.steps.actions, k, act_dim, chunk.actions);

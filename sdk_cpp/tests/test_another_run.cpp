@@ -286,9 +286,9 @@ TEST(AnotherRun, SingleAgentStepsGoAgainToTheSameRunOrOneThatNamesNone) {
 // connection goes unanswered and the link reaches run-b within that same
 // call, so the engine takes in run-b's connection (dropping the steps not
 // cut yet) while the step that cut the batch is still being acted. The
-// step's own observation, lent to the cut, is gone with the dropped steps:
-// the call must not take it back a second time (it did: a length_error
-// that ended the game). The step is acted, and the episode goes on.
+// step is acted and recorded whole, and the episode goes on (an earlier
+// client lent the step's observation to the cut and took it back after the
+// drop had taken it already: a length_error that ended the game).
 TEST(AnotherRun, ADropWhileTheCuttingStepWaitsLeavesThatStepWhole) {
   auto release = std::make_shared<std::atomic<bool>>(true);  // batch 1's connection goes at once
   FakeServer server(restarting_server(std::string("run-b"), single_agent_config(3), state(3, 1), state(0, 1),

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,6 +126,52 @@ TEST(TetherClient, PlaysSendsNumberedBatchesAndSwapsModels) {
   EXPECT_GT(client.models_loaded(), 2);
   EXPECT_EQ(client.env_steps_sent(), 200);
   EXPECT_TRUE(client.take_error().ok());
+}
+
+// A batch is cut inside the get_action that completes its last step: the
+// chunk of the calling episode ends with that call's observation (the next
+// chunk starts from it again), while every other open episode keeps its last
+// action, still waiting for its next observation, for the next chunk. Three
+// episodes played in turn, every observation numbered: each episode's chunks,
+// joined at their shared rows, are exactly the observations it was given, in order.
+TEST(TetherClient, ACutTakesTheCuttingCallsObservationAsItsEpisodesLastStepsNext) {
+  FakeServer server(ServerScript{});
+  auto connected = tether::TetherClient::connect(waiting_options_for(server));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  tether::TetherClient& client = *connected.value();
+  const std::vector<std::string> ids = {"a", "b", "c"};
+  std::map<std::string, std::vector<float>> given;
+  for (const std::string& id : ids) ASSERT_TRUE(client.start_episode(id).ok());
+  double action[1];
+  for (int round = 0; round < 45; ++round) {
+    for (std::size_t e = 0; e < ids.size(); ++e) {
+      const float number = static_cast<float>(round * 3 + static_cast<int>(e)) * 0.01f;
+      const float obs[4] = {number, static_cast<float>(e), 0.0f, 0.0f};
+      ASSERT_TRUE(client.get_action(ids[e], obs, 4, action, 1).ok());
+      ASSERT_TRUE(client.log_returns(ids[e], 1.0).ok());
+      given[ids[e]].push_back(number);
+    }
+  }
+  for (std::size_t e = 0; e < ids.size(); ++e) {
+    const float final_obs[4] = {-1.0f - static_cast<float>(e), static_cast<float>(e), 0.0f, 0.0f};
+    ASSERT_TRUE(client.end_episode(ids[e], final_obs, 4).ok());
+    given[ids[e]].push_back(-1.0f - static_cast<float>(e));
+  }
+  ASSERT_TRUE(client.flush().ok());
+  std::map<std::string, std::vector<float>> sent;
+  std::size_t chunks = 0;
+  for (const json& batch : server.batches()) {
+    for (const json& record : batch["episodes"]) {
+      std::vector<float>& rows = sent[record["episode_id"].get<std::string>()];
+      const json& obs = record["obs"];
+      ASSERT_EQ(obs.size(), record["actions"].size() + 1);
+      if (!rows.empty()) EXPECT_EQ(obs[0][0].get<float>(), rows.back()) << "a chunk starts where the last ended";
+      for (std::size_t i = rows.empty() ? 0 : 1; i < obs.size(); ++i) rows.push_back(obs[i][0].get<float>());
+      ++chunks;
+    }
+  }
+  EXPECT_GT(chunks, 6u);  // (cuts every 20 steps, inside get_action, of every episode)
+  EXPECT_EQ(sent, given);
 }
 
 TEST(TetherClient, ErrorReplyIsAStatusAndTheBatchIsNotResent) {

@@ -133,6 +133,10 @@ class AgentFrame {
   /// [1.4] add() for an observation given as bytes (a byte box's, §8.1:
   /// a camera image as the engine holds it), kept as their values 0-255.
   std::size_t add(const std::string& agent_id, const std::uint8_t* obs, std::size_t obs_size, bool truncated = false);
+  /// add() with no observation values (zeros; as add(id, (const float*)nullptr, ...)).
+  std::size_t add(const std::string& agent_id, std::nullptr_t, std::size_t obs_size, bool truncated = false) {
+    return add(agent_id, static_cast<const float*>(nullptr), obs_size, truncated);
+  }
   /// Adds an agent and returns where to write its `obs_size` observation
   /// values (valid until the next add or clear).
   float* add_uninitialized(const std::string& agent_id, std::size_t obs_size, bool truncated = false);
