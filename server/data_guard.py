@@ -20,7 +20,7 @@ every rank (LockstepLearnerLoop tells them at the next agreement).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Hashable, Iterable
+from typing import Any, Hashable, Iterable
 
 from tether.protocol.errors import ErrorCode, MessageError
 
@@ -100,6 +100,11 @@ class DataGuard:
         belongs to a refused client."""
         owner = ("client_session", client_session) if client_session is not None else None
         return any(name in self._refused for name in self._names(source, owner))
+
+    def drop_refused(self, pool: Any) -> int:
+        """Remove from ``pool`` (a SamplePool) the data of refused clients, each item known by its source and
+        client_session; returns the steps removed."""
+        return pool.drop(lambda p: not self.is_refused(p.source, p.client_session))
 
     def is_suspect(self, owner: Hashable, source: str) -> bool:
         """Whether the client has a strike within the window (or is refused)."""

@@ -303,7 +303,7 @@ class LearnerLoop:
                 say(f"[tether] client {source} refused (DATA_REFUSED): its data made "
                     f"{self.guard.strikes_to_refuse} updates non-finite")
             m.clients_refused = self.guard.refused_count
-            m.agent_steps_isolated += self.pool.drop(lambda p: not self.guard.is_refused(p.source, p.client_session))
+            m.agent_steps_isolated += self.guard.drop_refused(self.pool)
         if published:
             if self._record_versions is not None:
                 self._record_versions()

@@ -305,7 +305,7 @@ class Trainer:
         """The restored pool items of a client_session the checkpoint refuses are dropped now (the journal
         may hold batches stored before the refusal reached this rank). (Later refusals and strikes find
         restored items by the client_session each keeps.)"""
-        dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source, p.client_session))
+        dropped = self.guard.drop_refused(self.pool)
         if dropped:
             self.metrics.agent_steps_isolated += dropped
             say(f"[tether] {dropped} restored agent steps of refused clients (DATA_REFUSED) dropped")

@@ -19,9 +19,19 @@ namespace {
 // §10.6 checks 11b, 4c); and [1.4] an action mask that is not 0/1 or allows
 // nothing (§11.6) is refused before sampling, so no forbidden action is drawn.
 // `bytes_checked`: the row is a byte box's and first_non_byte passed it whole.
-Status check_row(const LinkConfig& config, const float* obs, std::size_t size, const char* what, bool mask,
-                 bool bytes_checked = false) {
+// [1.4] A row given as `bytes` needs no check (every byte is an integer
+// 0-255, and a mask needs a Dict or Tuple space), but only a Box takes bytes:
+// a Dict or Tuple space's leaves go by ObservationLeaves (§8.6).
+Status check_row(const LinkConfig& config, const float* obs, const std::uint8_t* bytes, std::size_t size,
+                 const char* what, bool mask, bool bytes_checked = false) {
   const Space& space = config.observation_space;
+  if (bytes != nullptr) {
+    if (!space.is_composite()) return Status::Ok();
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string(what) + " given as bytes, but the observation space is a Dict or Tuple: give an "
+                                      "ObservationLeaves (byte leaves by set(leaf, bytes, count)) or its flat row "
+                                      "of floats");
+  }
   if (!bytes_checked && (space.is_bytes() || space.is_composite())) {
     Status values = check_observation_row(space, obs, size, what);
     if (!values.ok()) return values;
@@ -37,14 +47,6 @@ void append_observation_row(std::vector<float>& rows, const float* obs, const st
   } else {
     rows.insert(rows.end(), obs, obs + n);
   }
-}
-
-// Bytes are a Box's values only: a Dict or Tuple space's leaves go by ObservationLeaves (§8.6).
-Status refuse_bytes_for_composite(const Space& space, const char* call) {
-  if (!space.is_composite()) return Status::Ok();
-  return Status(ErrorCode::kInvalidArgument,
-                std::string(call) + ": the observation space is a Dict or Tuple: give an ObservationLeaves (byte "
-                                    "leaves by set(leaf, bytes, count)) or its flat row of floats");
 }
 
 // [1.6] The default module's id, which a demonstration file's lines name
@@ -363,8 +365,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   }
   const LinkConfig* checked = config_.get();
   const char* what = logging ? "log_action: observation" : "get_action: observation";
-  Status bytes = obs_bytes != nullptr ? refuse_bytes_for_composite(config_->observation_space, call)
-                                      : check_row(*config_, obs, obs_size, what, /*mask=*/true, all_bytes);
+  Status bytes = check_row(*config_, obs, obs_bytes, obs_size, what, /*mask=*/true, all_bytes);
   if (!bytes.ok()) return bytes;
   const char* logged_what = "log_action: the action";
   if (logging) {
@@ -400,8 +401,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
                   std::string(call) + ": the server changed its spaces on reconnecting");
   }
   if (config_.get() != checked) {  // (a new connection's space may be a byte box, or mask, where the old one was not)
-    bytes = obs_bytes != nullptr ? refuse_bytes_for_composite(config_->observation_space, call)
-                                 : check_row(*config_, obs, obs_size, what, /*mask=*/true);
+    bytes = check_row(*config_, obs, obs_bytes, obs_size, what, /*mask=*/true);
     if (!bytes.ok()) return bytes;
     if (logging) {  // (... or its server older than 1.6)
       Status action_ok = check_logging_server(call);
@@ -466,13 +466,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   } else if (episode.held_back) {
     ++held_steps_;
   }
-  if (demo_on_) {
-    if (obs_bytes != nullptr) {  // (the file's rows are floats: widened into a row kept for it, sized once)
-      byte_row_.assign(obs_bytes, obs_bytes + obs_size);
-      obs = byte_row_.data();
-    }
-    record_demo_step(episode_id, obs, obs_size, logging);
-  }
+  if (demo_on_) record_demo_step(episode_id, demo_row(obs, obs_bytes, obs_size), obs_size, logging);
   return Status::Ok();
 }
 
@@ -552,8 +546,7 @@ Status TetherClient::greedy_action(const float* obs, const std::uint8_t* obs_byt
       return Status(ErrorCode::kNonFiniteValue, "compute_action: observation[" + std::to_string(i) + "] is not finite");
     }
   }
-  Status row = obs_bytes != nullptr ? refuse_bytes_for_composite(config_->observation_space, "compute_action")
-                                    : check_row(*config_, obs, obs_size, "compute_action: observation", /*mask=*/true);
+  Status row = check_row(*config_, obs, obs_bytes, obs_size, "compute_action: observation", /*mask=*/true);
   if (!row.ok()) return row;
   if (!policy_) return Status(ErrorCode::kNotReady, "compute_action: no model yet (the server sent none)");
   if (policy_->state_dim > 0) {
@@ -590,6 +583,14 @@ Result<std::vector<float>> TetherClient::episode_state(const std::string& episod
   }
   if (config_->recurrent_state.empty()) return Status(ErrorCode::kInvalidArgument, "episode_state: the model has no memory");
   return it->second.state;
+}
+
+// [1.6] An observation as the demonstration file's rows take it (floats): a
+// byte one widened into a row kept for it (sized once).
+const float* TetherClient::demo_row(const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size) {
+  if (obs_bytes == nullptr) return obs;
+  byte_row_.assign(obs_bytes, obs_bytes + obs_size);
+  return byte_row_.data();
 }
 
 // [1.6] The step just played, into the demonstration file (§18): the action as the record carries it.
@@ -659,9 +660,7 @@ Result<double> TetherClient::finish_episode(const std::string& episode_id, const
   if (finite) {
     // Refused before the episode ends, as a wrong size is: the engine may end it again with its image.
     // (no action follows the final observation: its mask may allow nothing, §11.6)
-    Status bytes = obs_bytes != nullptr
-                       ? refuse_bytes_for_composite(config_->observation_space, "end_episode")
-                       : check_row(*config_, obs, obs_size, "end_episode: final observation", /*mask=*/false);
+    Status bytes = check_row(*config_, obs, obs_bytes, obs_size, "end_episode: final observation", /*mask=*/false);
     if (!bytes.ok()) return bytes;
   }
   Episode episode = std::move(it->second);
@@ -669,11 +668,8 @@ Result<double> TetherClient::finish_episode(const std::string& episode_id, const
   const double total = episode.total_return;
   if (demo_on_ && demo_) {
     if (finite) {
-      if (obs_bytes != nullptr) {  // (the file's rows are floats: widened into a row kept for it)
-        byte_row_.assign(obs_bytes, obs_bytes + obs_size);
-        obs = byte_row_.data();
-      }
-      Status written = demo_->end(episode_id, kDefaultAgentId, obs, obs_size, !truncated);
+      Status written = demo_->end(episode_id, kDefaultAgentId, demo_row(obs, obs_bytes, obs_size), obs_size,
+                                  !truncated);
       if (!written.ok()) {
         demo_on_ = false;
         demo_failed(written);

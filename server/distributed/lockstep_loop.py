@@ -326,7 +326,7 @@ class LockstepLearnerLoop(LearnerLoop):
                         "non-finite")
         m = self.metrics
         m.clients_refused = self.guard.refused_count
-        dropped = self.pool.drop(lambda p: not self.guard.is_refused(p.source, p.client_session))
+        dropped = self.guard.drop_refused(self.pool)
         if dropped:
             m.agent_steps_isolated += dropped
             say(f"[tether] rank {self.group.rank}: {dropped} pooled agent steps of clients another rank refused "

@@ -295,7 +295,7 @@ def test_restored_pool_items_keep_their_client_session_so_a_refusal_still_drops_
                "sources": {p.source for p in resumed.pool.items()},
                "isolated": resumed.metrics.agent_steps_isolated}
         resumed.guard.adopt({"refused": [(good, 3)]})  # (another rank's word, as LockstepLearnerLoop adopts it)
-        out["after_refusal"] = resumed.pool.drop(lambda p: not resumed.guard.is_refused(p.source, p.client_session))
+        out["after_refusal"] = resumed.guard.drop_refused(resumed.pool)  # (as LockstepLearnerLoop drops them)
         resumed.guard.check(("client_session", "new"), "#1 g")  # this run's connection #1 is not the old one
         await resumed.close(checkpoint=False)
         return out
