@@ -18,7 +18,9 @@
 //   --sending-batch agent steps). Frames are paced (--frame-interval-us) and a
 //   bare batch-256 Run goes beside each (before it, then after it, in turn):
 //   ort_cpp_batch256_paced_us_p50; sdk_cpp_batch256_ratio is the frame against
-//   it; sdk_cpp_batch256_p99_vs_p50. At 1 ms the server does not keep up
+//   it; sdk_cpp_batch256_p99_vs_p50, and beside it the bare run's own tail at the
+//   same pace: ort_cpp_batch256_paced_us_p99, ort_cpp_batch256_paced_p99_vs_p50
+//   and sdk_cpp_batch256_p99_vs_bare_p99. At 1 ms the server does not keep up
 //   (batches wait, and are dropped with the rest of their episode, whose frames
 //   are then played unrecorded): sdk_cpp_batch256_server_agent_steps_per_s is
 //   what it took, _agent_steps_sent, _frames, _frame_interval_us.
@@ -27,7 +29,8 @@
 //   default: twice the time the server took per frame's agent steps in the
 //   first series, whole milliseconds, 2 to 50 ms), so that every frame is
 //   recorded and every batch answered: _us_p50, _us_p99, _ratio (against
-//   ort_cpp_batch256_sustained_paced_us_p50), _p99_vs_p50, _frames,
+//   ort_cpp_batch256_sustained_paced_us_p50), _p99_vs_p50, _p99_vs_bare_p99
+//   (with ort_cpp_batch256_sustained_paced_us_p99 / _p99_vs_p50), _frames,
 //   _batches_dropped, _agent_steps_sent, _frame_interval_us,
 //   _server_agent_steps_per_s and _server_kept_up (nothing dropped, at least
 //   80 % of the timed agent steps answered).
@@ -296,11 +299,14 @@ struct FrameSeries {
   std::int64_t sent = 0;                 // agent steps the server answered during the timed frames
   std::int64_t total_sent = 0;           // ... during the whole series
   double server_steps_per_s = 0.0;       // `sent` per second of the timed frames
-  double p50 = 0.0, p99 = 0.0, bare_p50 = 0.0;
+  double p50 = 0.0, p99 = 0.0, bare_p50 = 0.0, bare_p99 = 0.0;
 
   std::size_t frames() const { return ns.size(); }
   double ratio() const { return bare_p50 > 0 ? p50 / bare_p50 : 0.0; }
   double p99_vs_p50() const { return p50 > 0 ? p99 / p50 : 0.0; }
+  // The bare run's own tail at the same pace: the baseline for the frame's.
+  double bare_p99_vs_p50() const { return bare_p50 > 0 ? bare_p99 / bare_p50 : 0.0; }
+  double p99_vs_bare_p99() const { return bare_p99 > 0 ? p99 / bare_p99 : 0.0; }
   // Nothing dropped, and at least 80 % of the timed agent steps answered.
   bool server_kept_up() const {
     return dropped == 0 && sent >= static_cast<std::int64_t>(frames() * kBatch * 8 / 10);
@@ -374,6 +380,7 @@ FrameSeries run_frames(const Args& args, int interval_us, const char* name, Bare
   series.p50 = percentile_us(series.ns, 50);
   series.p99 = percentile_us(series.ns, 99);
   series.bare_p50 = percentile_us(series.bare_ns, 50);
+  series.bare_p99 = percentile_us(series.bare_ns, 99);
   return series;
 }
 
@@ -540,7 +547,10 @@ std::string measure_cartpole(const Args& args) {
       "\"sdk_cpp_batch256_sustained_batches_dropped\": %lld, \"sdk_cpp_batch256_sustained_agent_steps_sent\": %lld, "
       "\"sdk_cpp_batch256_sustained_frame_interval_us\": %d, "
       "\"sdk_cpp_batch256_sustained_server_agent_steps_per_s\": %.0f, "
-      "\"sdk_cpp_batch256_sustained_server_kept_up\": %s}",
+      "\"sdk_cpp_batch256_sustained_server_kept_up\": %s, "
+      "\"ort_cpp_batch256_paced_us_p99\": %.2f, \"ort_cpp_batch256_paced_p99_vs_p50\": %.2f, "
+      "\"sdk_cpp_batch256_p99_vs_bare_p99\": %.2f, \"ort_cpp_batch256_sustained_paced_us_p99\": %.2f, "
+      "\"ort_cpp_batch256_sustained_paced_p99_vs_p50\": %.2f, \"sdk_cpp_batch256_sustained_p99_vs_bare_p99\": %.2f}",
       percentile_us(bare_ns, 50), percentile_us(bare_ns, 99), percentile_us(sdk_ns, 50), sdk_p99, ort_batch,
       frame, fast.p99, frame_bare, fast.ratio(),
       ort_batch > 0 ? frame / ort_batch : 0.0, static_cast<long long>(fast.dropped),
@@ -551,7 +561,8 @@ std::string measure_cartpole(const Args& args) {
       fast.interval_us, fast.server_steps_per_s, sustained.p50, sustained.p99, sustained.bare_p50, sustained.ratio(),
       sustained.p99_vs_p50(), sustained.frames(), static_cast<long long>(sustained.dropped),
       static_cast<long long>(sustained.total_sent), sustained.interval_us, sustained.server_steps_per_s,
-      sustained.server_kept_up() ? "true" : "false");
+      sustained.server_kept_up() ? "true" : "false", fast.bare_p99, fast.bare_p99_vs_p50(), fast.p99_vs_bare_p99(),
+      sustained.bare_p99, sustained.bare_p99_vs_p50(), sustained.p99_vs_bare_p99());
 }
 
 

@@ -38,7 +38,8 @@ def test_act_latency_keys() -> None:
     assert result["sdk_python_lstm_us_p50"] >= result["ort_python_lstm_us_p50"] * 0.5
     # The C# SDK's figures (mono, the same model and servers).
     for key in ("ort_csharp_us_p50", "sdk_csharp_us_p50", "sdk_csharp_us_p99", "ort_csharp_cnn_us_p50",
-                "sdk_csharp_cnn_us_p50", "sdk_csharp_cnn_ratio"):
+                "sdk_csharp_cnn_us_p50", "sdk_csharp_cnn_ratio", "ort_csharp_batch256_paced_us_p99",
+                "sdk_csharp_batch256_sustained_p99_vs_bare_p99"):
         assert result[key] > 0, (key, result)
     assert result["sdk_csharp_us_p50"] >= result["ort_csharp_us_p50"] * 0.5  # the SDK runs the model: not less than it
     assert result["sdk_csharp_cnn_us_p50"] >= result["ort_csharp_cnn_us_p50"] * 0.5
@@ -48,6 +49,7 @@ def test_act_latency_keys() -> None:
     # The C++ SDK's figures.
     for key in ("ort_cpp_us_p50", "ort_cpp_batch256_us_p50", "sdk_cpp_us_p50", "sdk_cpp_us_p99",
                 "sdk_cpp_batch256_us_p50", "ort_cpp_batch256_paced_us_p50", "sdk_cpp_us_p99_while_sending",
+                "ort_cpp_batch256_paced_us_p99", "sdk_cpp_batch256_sustained_p99_vs_bare_p99",
                 "sdk_cpp_backend_batch256_us_p50", "ort_cpp_cnn_us_p50", "sdk_cpp_cnn_us_p50", "sdk_cpp_cnn_us_p99",
                 "sdk_cpp_cnn_ratio", "sdk_cpp_cnn_floats_ratio", "ort_cpp_lstm_us_p50", "sdk_cpp_lstm_us_p50",
                 "ort_cpp_lstm_batch256_us_p50", "sdk_cpp_lstm_batch256_us_p50"):
