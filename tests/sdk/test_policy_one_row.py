@@ -109,6 +109,20 @@ def test_a_model_with_memory_needs_its_whole_state_and_one_without_takes_none() 
         mlp.step_one(mlp_rows[0], state)
 
 
+def test_a_row_or_state_of_another_size_is_refused_not_spread() -> None:
+    """The bound buffers are assigned in place: a single value must not fill a whole row or state."""
+    policy, rows = _policy("lstm")
+    state = policy.initial_state()
+    with pytest.raises(ValueError, match="observation of 1 values"):
+        policy.step_one(rows[0][:1], state)
+    with pytest.raises(ValueError, match="state tensor of shape"):
+        policy.step_one(rows[0], [state[0][:, :1], state[1]])
+    mlp, mlp_rows = _policy("mlp")
+    with pytest.raises(ValueError, match="observation of"):
+        mlp.dist_inputs_one(mlp_rows[0][:-1])
+    np.testing.assert_array_equal(mlp.dist_inputs_one(mlp_rows[0]), mlp.dist_inputs(mlp_rows[0][None])[0])
+
+
 def test_a_model_with_open_sizes_runs_unbound() -> None:
     """A model whose input leaves its width open cannot be bound once; it runs as before."""
     x = helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", "width"])
