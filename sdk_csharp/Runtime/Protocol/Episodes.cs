@@ -422,7 +422,7 @@ namespace Tether.Protocol
         internal static JToken FloatJson(float value)
         {
             if (float.IsNaN(value) || float.IsInfinity(value)) return new JValue((double)value);
-            return new JValue(double.Parse(value.ToString("R", CultureInfo.InvariantCulture), CultureInfo.InvariantCulture));
+            return new JValue(double.Parse(Float32Text.Of(value), CultureInfo.InvariantCulture));  // (the record writer's text)
         }
 
         static JToken Number(double value, bool integer, bool asFloat32)

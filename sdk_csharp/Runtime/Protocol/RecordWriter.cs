@@ -933,7 +933,13 @@ namespace Tether.Protocol
                 Float64(value);
                 return;
             }
-            int n;
+            int n = Float32Text.Write(value, number);
+            if (n > 0)
+            {
+                Append(number, n);
+                return;
+            }
+            // (a value at a rounding boundary the fast path cannot decide: the runtime's exact formatting)
             if (!value.TryFormat(new Span<char>(number), out n, "R".AsSpan(), CultureInfo.InvariantCulture))
             {
                 Append(value.ToString("R", CultureInfo.InvariantCulture));
