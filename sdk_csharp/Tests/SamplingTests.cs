@@ -104,6 +104,39 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void TwoCategoriesDrawAsTheGeneralCategoricalBitForBit()
+        {
+            // Discrete(2) takes its own path; MultiDiscrete([2]) the general one, draw for draw.
+            var fill = new Rng(13);
+            const int rows = 4000;
+            var dist = new float[rows * 2];
+            for (int i = 0; i < dist.Length; ++i) dist[i] = (float)(fill.Normal() * (i % 7 == 0 ? 30 : 2));
+            for (int r = 0; r < rows; r += 9) dist[2 * r + 1] = dist[2 * r];  // (ties)
+            dist[2] = 0f;
+            dist[3] = -0f;
+            var two = new double[rows];
+            var twoEnv = new double[rows];
+            var twoLogp = new double[rows];
+            var general = new double[rows];
+            var generalEnv = new double[rows];
+            var generalLogp = new double[rows];
+            Distributions.SampleRows(Space.Discrete(2), dist, rows, new Rng(17), true, two, twoEnv, twoLogp);
+            Distributions.SampleRows(Space.MultiDiscrete(new long[] { 2 }), dist, rows, new Rng(17), true, general, generalEnv, generalLogp);
+            int seconds = 0;
+            for (int r = 0; r < rows; ++r)
+            {
+                Assert.That(two[r], Is.EqualTo(general[r]), "row " + r);
+                Assert.That(twoEnv[r], Is.EqualTo(two[r]));
+                Assert.That(BitConverter.DoubleToInt64Bits(twoLogp[r]), Is.EqualTo(BitConverter.DoubleToInt64Bits(generalLogp[r])), "row " + r);
+                seconds += (int)two[r];
+            }
+            Assert.That(seconds, Is.InRange(rows / 4, 3 * rows / 4));
+            var shifted = new double[rows];
+            Distributions.SampleRows(Space.Discrete(2, 3), dist, rows, new Rng(17), true, shifted, twoEnv, twoLogp);
+            for (int r = 0; r < rows; ++r) Assert.That(shifted[r], Is.EqualTo(two[r] + 3));
+        }
+
+        [Test]
         public void WrongSizesAreInvalidArguments()
         {
             Space space = Space.Discrete(2);
