@@ -494,8 +494,8 @@ Status TetherClient::run_policy(std::vector<float>& state, const float* obs, con
   }
   state_out_.resize(state_dim);  // (sized once: no allocation after the first step)
   if (obs_bytes != nullptr) {
-    return backend.run_bytes(obs_bytes, 1, obs_size, dist_buffer_.data(), out_dim, state.data(), state_out_.data(),
-                             state_dim);
+    return backend.run_bytes_recurrent(obs_bytes, 1, obs_size, state.data(), state_out_.data(), state_dim,
+                                       dist_buffer_.data(), out_dim);
   }
   return backend.run_recurrent(obs, 1, obs_size, state.data(), state_out_.data(), state_dim, dist_buffer_.data(),
                                out_dim);

@@ -524,12 +524,19 @@ Status OnnxRuntimeBackend::run_recurrent(const float* obs, std::size_t batch, st
 }
 
 Status OnnxRuntimeBackend::run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
-                                     std::size_t out_dim, const float* state_in, float* state_out,
-                                     std::size_t state_dim) {
-  if (model_ && (state_dim > 0 || !model_->states.empty())) {
-    Status state = check_state(state_in, state_out, state_dim);
-    if (!state.ok()) return state;
+                                     std::size_t out_dim) {
+  if (model_ && !model_->states.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "the model has memory (a recurrent state): run it with run_bytes_recurrent");
   }
+  return run_bound(nullptr, obs, batch, obs_dim, nullptr, nullptr, out, out_dim);
+}
+
+Status OnnxRuntimeBackend::run_bytes_recurrent(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim,
+                                               const float* state_in, float* state_out, std::size_t state_dim,
+                                               float* out, std::size_t out_dim) {
+  Status state = check_state(state_in, state_out, state_dim);
+  if (!state.ok()) return state;
   return run_bound(nullptr, obs, batch, obs_dim, state_in, state_out, out, out_dim);
 }
 

@@ -108,10 +108,15 @@ class PausingBackend final : public tether::InferenceBackend {
         [&] { return inner_.run_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim); });
   }
   tether::Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
-                           std::size_t out_dim, const float* state_in, float* state_out,
-                           std::size_t state_dim) override {
-    return counted_apart(
-        [&] { return inner_.run_bytes(obs, batch, obs_dim, out, out_dim, state_in, state_out, state_dim); });
+                           std::size_t out_dim) override {
+    return counted_apart([&] { return inner_.run_bytes(obs, batch, obs_dim, out, out_dim); });
+  }
+  tether::Status run_bytes_recurrent(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim,
+                                     const float* state_in, float* state_out, std::size_t state_dim, float* out,
+                                     std::size_t out_dim) override {
+    return counted_apart([&] {
+      return inner_.run_bytes_recurrent(obs, batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
+    });
   }
   bool loaded() const noexcept override { return inner_.loaded(); }
   std::size_t obs_dim() const noexcept override { return inner_.obs_dim(); }

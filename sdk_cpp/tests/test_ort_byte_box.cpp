@@ -110,7 +110,7 @@ TEST(OrtByteBox, RunBytesGivesWhatRunGivesOnTheSameValues) {
   float out[2];
   EXPECT_EQ(backend.run_bytes(bytes.data(), 1, m.obs_dim - 1, out, m.out_dim).code(),
             tether::ErrorCode::kInvalidArgument);
-  EXPECT_EQ(backend.run_bytes(bytes.data(), 1, m.obs_dim, out, m.out_dim, out, out, 4).code(),
+  EXPECT_EQ(backend.run_bytes_recurrent(bytes.data(), 1, m.obs_dim, out, out, 4, out, m.out_dim).code(),
             tether::ErrorCode::kInvalidArgument);  // (no memory to feed)
 
   tether::OnnxRuntimeBackend floats;

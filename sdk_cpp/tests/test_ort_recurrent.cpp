@@ -309,7 +309,7 @@ TEST(OrtRecurrent, LogActionAdvancesTheStateAsGetActionDoes) {
   EXPECT_EQ(records[1]["logged_runs"][0], json({1, 1}));  // step 3, the second of this chunk
 }
 
-// Forwards everything but run_bytes to ONNX Runtime: InferenceBackend's default run_bytes runs.
+// Forwards everything but run_bytes(_recurrent) to ONNX Runtime: InferenceBackend's defaults run.
 class DefaultBytesBackend final : public tether::InferenceBackend {
  public:
   tether::Status load(const std::uint8_t* model, std::size_t size, const std::string& input,
@@ -336,7 +336,7 @@ class DefaultBytesBackend final : public tether::InferenceBackend {
 };
 
 // [1.4] A model with memory given its observations as bytes: the backend
-// (ONNX Runtime's, and the default run_bytes of a backend that only has
+// (ONNX Runtime's, and the default run_bytes_recurrent of a backend that only has
 // run_recurrent) computes what it does on their floats, and the client
 // advances an episode's state, records and greedy actions alike.
 TEST(OrtRecurrent, ObservationsGivenAsBytesAdvanceTheStateAsTheirFloatsDo) {
@@ -353,7 +353,9 @@ TEST(OrtRecurrent, ObservationsGivenAsBytesAdvanceTheStateAsTheirFloatsDo) {
     for (tether::InferenceBackend* backend : {static_cast<tether::InferenceBackend*>(&ort),
                                               static_cast<tether::InferenceBackend*>(&fallback)}) {
       std::vector<float> got_dist(2), got_after(state.size());
-      ASSERT_TRUE(backend->run_bytes(row.data(), 1, 2, got_dist.data(), 2, state.data(), got_after.data(), state.size())
+      ASSERT_TRUE(backend
+                      ->run_bytes_recurrent(row.data(), 1, 2, state.data(), got_after.data(), state.size(),
+                                            got_dist.data(), 2)
                       .ok());
       EXPECT_EQ(got_dist, dist);
       EXPECT_EQ(got_after, after);
@@ -362,6 +364,11 @@ TEST(OrtRecurrent, ObservationsGivenAsBytesAdvanceTheStateAsTheirFloatsDo) {
   }
   std::vector<float> dist(2);
   EXPECT_EQ(ort.run_bytes(rows[0].data(), 1, 2, dist.data(), 2).code(), ErrorCode::kInvalidArgument);  // (no state)
+  std::vector<float> short_state(state.size() - 1);
+  EXPECT_EQ(ort.run_bytes_recurrent(rows[0].data(), 1, 2, short_state.data(), short_state.data(), short_state.size(),
+                                    dist.data(), 2)
+                .code(),
+            ErrorCode::kInvalidArgument);
 
   FakeServer server(single_script(100));
   auto connected = tether::TetherClient::connect(fake::ort_options_for(server, 5));

@@ -116,23 +116,31 @@ class InferenceBackend {
     return Status(ErrorCode::kInferenceFailed, "this inference backend runs no models with memory");
   }
 
-  /// [1.4] run(), or with `state_dim` > 0 run_recurrent(), on observations
-  /// given as bytes (batch * obs_dim of them, row-major: a byte box's, §8.1,
-  /// such as a camera image as the engine holds it). A uint8 input is fed
-  /// the bytes as they are. The default widens them to floats in a buffer
-  /// the backend keeps (it grows only for a larger batch) and calls run()
-  /// or run_recurrent(). Codes as theirs.
+  /// [1.4] run() on observations given as bytes (batch * obs_dim of them,
+  /// row-major: a byte box's, §8.1, such as a camera image as the engine
+  /// holds it). A uint8 input is fed the bytes as they are. The default
+  /// widens them to floats in a buffer the backend keeps (it grows only for a
+  /// larger batch) and calls run(). Codes as run()'s.
   virtual Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
-                           std::size_t out_dim, const float* state_in = nullptr, float* state_out = nullptr,
-                           std::size_t state_dim = 0) {
+                           std::size_t out_dim) {
     if (obs == nullptr) return Status(ErrorCode::kInvalidArgument, "run_bytes needs observations");
     widened_bytes_.assign(obs, obs + batch * obs_dim);
-    if (state_dim == 0) return run(widened_bytes_.data(), batch, obs_dim, out, out_dim);
+    return run(widened_bytes_.data(), batch, obs_dim, out, out_dim);
+  }
+
+  /// [1.4, 1.5] run_recurrent() on observations given as bytes (as
+  /// run_bytes()'s); the default widens them and calls run_recurrent().
+  /// Codes as run_recurrent()'s.
+  virtual Status run_bytes_recurrent(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim,
+                                     const float* state_in, float* state_out, std::size_t state_dim, float* out,
+                                     std::size_t out_dim) {
+    if (obs == nullptr) return Status(ErrorCode::kInvalidArgument, "run_bytes_recurrent needs observations");
+    widened_bytes_.assign(obs, obs + batch * obs_dim);
     return run_recurrent(widened_bytes_.data(), batch, obs_dim, state_in, state_out, state_dim, out, out_dim);
   }
 
  protected:
-  /// run_bytes()'s floats (the default's).
+  /// run_bytes()'s and run_bytes_recurrent()'s floats (the defaults').
   std::vector<float> widened_bytes_;
 };
 

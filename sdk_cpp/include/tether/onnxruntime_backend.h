@@ -54,9 +54,11 @@ class OnnxRuntimeBackend final : public InferenceBackend {
              std::size_t out_dim) override;
   /// See InferenceBackend::run_bytes: a uint8 input is filled by copying
   /// the bytes, a float32 one by widening them (no allocation either way).
-  Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out, std::size_t out_dim,
-                   const float* state_in = nullptr, float* state_out = nullptr,
-                   std::size_t state_dim = 0) override;
+  Status run_bytes(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, float* out,
+                   std::size_t out_dim) override;
+  /// See InferenceBackend::run_bytes_recurrent (the bytes as run_bytes takes them).
+  Status run_bytes_recurrent(const std::uint8_t* obs, std::size_t batch, std::size_t obs_dim, const float* state_in,
+                             float* state_out, std::size_t state_dim, float* out, std::size_t out_dim) override;
   /// See InferenceBackend::loaded.
   bool loaded() const noexcept override;
   /// See InferenceBackend::obs_dim.
