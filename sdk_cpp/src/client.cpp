@@ -40,12 +40,25 @@ Status check_row(const LinkConfig& config, const float* obs, const std::uint8_t*
   return Status::Ok();
 }
 
-// Appends one observation row, given as floats or (a byte box's, §8.1) as bytes, to `rows` (floats).
-void append_observation_row(std::vector<float>& rows, const float* obs, const std::uint8_t* bytes, std::size_t n) {
-  if (bytes != nullptr) {
-    rows.insert(rows.end(), bytes, bytes + n);
+// Appends one observation row, given as floats or (a byte box's, §8.1) as
+// bytes, to `rows`: as bytes (obs_bytes) for a byte box, whose model and
+// records take them so (floats given for one are integers 0-255, checked),
+// else as floats (obs).
+void append_observation_row(EpisodeChunk& rows, const float* obs, const std::uint8_t* bytes, std::size_t n,
+                            bool as_bytes) {
+  if (as_bytes) {
+    std::vector<std::uint8_t>& to = rows.obs_bytes;
+    if (bytes != nullptr) {
+      to.insert(to.end(), bytes, bytes + n);
+    } else {
+      const std::size_t at = to.size();
+      to.resize(at + n);
+      for (std::size_t i = 0; i < n; ++i) to[at + i] = static_cast<std::uint8_t>(obs[i]);
+    }
+  } else if (bytes != nullptr) {
+    rows.obs.insert(rows.obs.end(), bytes, bytes + n);
   } else {
-    rows.insert(rows.end(), obs, obs + n);
+    rows.obs.insert(rows.obs.end(), obs, obs + n);
   }
 }
 
@@ -452,7 +465,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
   }
   if (episode.training) {
     EpisodeChunk& steps = episode.steps;
-    append_observation_row(steps.obs, obs, obs_bytes, obs_size);
+    append_observation_row(steps, obs, obs_bytes, obs_size, config_->observation_space.is_bytes());
     steps.actions.insert(steps.actions.end(), record_action_buffer_.begin(), record_action_buffer_.end());
     steps.rewards.push_back(0.0f);
     episode.step_reward = 0.0;
@@ -685,7 +698,7 @@ Result<double> TetherClient::finish_episode(const std::string& episode_id, const
     return Status(ErrorCode::kNonFiniteValue, "end_episode: final observation is not finite (episode not sent)");
   }
   if (episode.training && episode.action_rows > 0) {
-    append_observation_row(episode.steps.obs, obs, obs_bytes, obs_size);
+    append_observation_row(episode.steps, obs, obs_bytes, obs_size, config_->observation_space.is_bytes());
     ++episode.obs_rows;
     episode.truncated = truncated;
     episode.terminated = !truncated;
@@ -760,9 +773,17 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
   const bool done = (episode.terminated || episode.truncated) && k == actions;
   EpisodeChunk chunk;
   chunk.episode_id = episode.id;
-  chunk.obs.reserve((k + 1) * obs_dim);  // (one allocation, whichever way its last row comes)
-  detail::copy_rows(episode.steps.obs, completed ? k : k + 1, obs_dim, chunk.obs);
-  if (completed) append_observation_row(chunk.obs, next->obs, next->obs_bytes, obs_dim);
+  // (one allocation, whichever way its last row comes)
+  if (config_->observation_space.is_bytes()) {
+    chunk.obs_bytes.reserve((k + 1) * obs_dim);
+    detail::copy_rows(episode.steps.obs_bytes, completed ? k : k + 1, obs_dim, chunk.obs_bytes);
+  } else {
+    chunk.obs.reserve((k + 1) * obs_dim);
+    detail::copy_rows(episode.steps.obs, completed ? k : k + 1, obs_dim, chunk.obs);
+  }
+  if (completed) {
+    append_observation_row(chunk, next->obs, next->obs_bytes, obs_dim, config_->observation_space.is_bytes());
+  }
   detail::copy_rows(episode.steps.actions, k, act_dim, chunk.actions);
   detail::copy_rows(episode.steps.rewards, k, 1, chunk.rewards);
   detail::copy_rows(episode.steps.action_logp, k, 1, chunk.action_logp);
@@ -804,6 +825,7 @@ bool TetherClient::cut(Episode& episode, std::vector<EpisodeChunk>& chunks, std:
     runs_connection = connection_;
   }
   detail::erase_rows(episode.steps.obs, k, obs_dim);
+  detail::erase_rows(episode.steps.obs_bytes, k, obs_dim);
   detail::erase_rows(episode.steps.actions, k, act_dim);
   detail::erase_rows(episode.steps.rewards, k, 1);
   detail::erase_rows(episode.steps.action_logp, k, 1);

@@ -526,6 +526,7 @@ Result<std::size_t> validate_chunk(const nlohmann::json& record, const std::stri
 
 void EpisodeChunk::clear() noexcept {
   obs.clear();
+  obs_bytes.clear();
   actions.clear();
   rewards.clear();
   action_logp.clear();
@@ -617,9 +618,14 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   }
   const std::size_t obs_dim = observation_space.flat_dim();
   const std::size_t act_dim = action_space.flat_dim();
-  if (chunk.obs.size() != (steps + 1) * obs_dim) return size_error("obs", chunk.obs.size(), (steps + 1) * obs_dim);
+  const bool byte_rows = !chunk.obs_bytes.empty();
+  if (byte_rows && (!observation_space.is_bytes() || !chunk.obs.empty())) {
+    return Status(ErrorCode::kInvalidArgument, "obs_bytes holds a uint8 Box's observations only, in place of obs");
+  }
+  const std::size_t obs_given = byte_rows ? chunk.obs_bytes.size() : chunk.obs.size();
+  if (obs_given != (steps + 1) * obs_dim) return size_error(byte_rows ? "obs_bytes" : "obs", obs_given, (steps + 1) * obs_dim);
   if (chunk.actions.size() != steps * act_dim) return size_error("actions", chunk.actions.size(), steps * act_dim);
-  if (observation_space.is_bytes()) {
+  if (observation_space.is_bytes() && !byte_rows) {
     const std::size_t bad = first_non_byte(chunk.obs.data(), chunk.obs.size());
     if (bad != chunk.obs.size()) {
       return Status(ErrorCode::kObsDtypeMismatch, "\"obs\"[" + std::to_string(bad / (obs_dim ? obs_dim : 1)) +
@@ -660,9 +666,21 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   }
   const bool discrete = action_space.kind() != SpaceKind::kBox;
   nlohmann::json record = nlohmann::json::object();
-  Result<nlohmann::json> obs = observations_json(chunk.obs, steps + 1, observation_space, attachment);
-  if (!obs.ok()) return obs;
-  record["obs"] = std::move(obs).value();
+  if (byte_rows) {
+    if (attachment != nullptr) {
+      std::vector<std::int64_t> shape{static_cast<std::int64_t>(steps + 1)};
+      shape.insert(shape.end(), observation_space.shape().begin(), observation_space.shape().end());
+      Result<nlohmann::json> tensor = encode_tensor_at(chunk.obs_bytes.data(), chunk.obs_bytes.size(), shape, *attachment);
+      if (!tensor.ok()) return tensor;
+      record["obs"] = std::move(tensor).value();
+    } else {
+      record["obs"] = rows_json(chunk.obs_bytes, steps + 1, observation_space.shape(), true);
+    }
+  } else {
+    Result<nlohmann::json> obs = observations_json(chunk.obs, steps + 1, observation_space, attachment);
+    if (!obs.ok()) return obs;
+    record["obs"] = std::move(obs).value();
+  }
   record["actions"] = rows_json(chunk.actions, steps, action_space.shape(), discrete);
   nlohmann::json rewards = nlohmann::json::array();
   for (float r : chunk.rewards) rewards.push_back(float_json(r));

@@ -200,6 +200,40 @@ TEST(Episode, ByteBoxObservationsAreIntegers) {
   EXPECT_NE(refused.status().message().find("\"obs\"[1]"), std::string::npos) << refused.status().message();
 }
 
+// [1.4] A byte box's rows kept as bytes (obs_bytes, as the client keeps
+// images) encode as their values given as floats do: as integers, or as the
+// same uint8 tensor and attachment bytes to a 1.4 server.
+TEST(Episode, ByteRowsEncodeAsTheirFloats) {
+  const Space obs = image_space();
+  const Space act = Space::discrete(2).value();
+  const EpisodeChunk floats = image_steps();
+  EpisodeChunk bytes = image_steps();
+  bytes.obs_bytes.assign(floats.obs.begin(), floats.obs.end());
+  bytes.obs.clear();
+  EXPECT_EQ(encode_episode(bytes, obs, act).value(), encode_episode(floats, obs, act).value());
+  std::string from_floats = "pad", from_bytes = "pad";
+  const nlohmann::json with_floats = encode_episode(floats, obs, act, &from_floats).value();
+  const nlohmann::json with_bytes = encode_episode(bytes, obs, act, &from_bytes).value();
+  EXPECT_EQ(with_bytes, with_floats);
+  EXPECT_EQ(with_bytes["obs"]["dtype"], "uint8");
+  EXPECT_EQ(from_bytes, from_floats);
+  EXPECT_EQ(from_bytes.substr(3), std::string("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\xff", 12));
+  // Refused: bytes for a float box, bytes and floats at once, rows of another size.
+  EXPECT_EQ(encode_episode(bytes, Space::box({2, 2, 1}, 0, 255).value(), act).status().code(),
+            ErrorCode::kInvalidArgument);
+  EpisodeChunk both = bytes;
+  both.obs = floats.obs;
+  EXPECT_EQ(encode_episode(both, obs, act).status().code(), ErrorCode::kInvalidArgument);
+  EpisodeChunk short_rows = bytes;
+  short_rows.obs_bytes.pop_back();
+  Result<nlohmann::json> refused = encode_episode(short_rows, obs, act);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("\"obs_bytes\" has 11 numbers, expected 12"), std::string::npos)
+      << refused.status().message();
+  bytes.clear();
+  EXPECT_TRUE(bytes.obs_bytes.empty());
+}
+
 TEST(Episode, ValidatesObservationTensors) {
   const Space obs = image_space();
   const Space act = Space::discrete(2).value();

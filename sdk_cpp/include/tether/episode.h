@@ -29,6 +29,10 @@ inline constexpr const char* kDefaultAgentId = "default_agent";
 /// One chunk of one agent's steps, as flat row-major arrays.
 struct EpisodeChunk {
   std::vector<float> obs;                  ///< (T+1) rows of the observation space's flat_dim()
+  /// [1.4] A byte box's (T+1) rows as bytes (§8.1), in place of `obs`, which
+  /// is then empty: how the client keeps an image (a quarter of the floats'
+  /// memory). The encoder takes either; its records are the same.
+  std::vector<std::uint8_t> obs_bytes;
   std::vector<double> actions;             ///< T rows of the action space's flat_dim() (Box: raw samples)
   std::vector<float> rewards;              ///< T rewards
   std::vector<double> action_logp;         ///< T log-probabilities, or empty to leave them out
