@@ -53,7 +53,7 @@ batch answered: ``sdk_cpp_batch256_sustained_us_p50`` / ``_us_p99`` /
 ``_ratio`` (against ``ort_cpp_batch256_sustained_paced_us_p50``) /
 ``_p99_vs_p50`` / ``_frame_interval_us`` / ``_server_kept_up`` (nothing
 dropped, at least 80 % of the timed agent steps answered), with ``_frames``,
-``_batches_dropped``, ``_agent_steps_sent`` and ``_server_agent_steps_per_s``.
+``_batches_dropped``, ``_agent_steps_sent`` (the whole series, warm-up frames included) and ``_server_agent_steps_per_s``.
 On the CNN server, with the model it serves: ``ort_cpp_cnn_us_p50`` / ``_p99`` (the C API on the
 image's bytes, a uint8 tensor bound once) against ``sdk_cpp_cnn_us_p50`` / ``_p99``
 (``TetherClient::get_action`` on the same 84x84x4 images' bytes, as an engine's camera gives them:

@@ -206,13 +206,13 @@ class _BoundRow:
         # ten times the copy.)
         if self._inputs[0][1] is None:
             array = self._inputs[0][0]
-            if array.ndim == 2:
-                obs = np.asarray(obs)
-                if obs.size != array.size:  # (one value would fill the row)
-                    raise ValueError(f"an observation of {obs.size} values; the model takes {array.size}")
+            obs = np.asarray(obs)
+            if obs.size != array.size:  # (one value would fill the row)
+                raise ValueError(f"an observation of {obs.size} values; the model takes {array.size}")
+            if obs.shape == array.shape[1:] or obs.shape == array.shape:
                 array[...] = obs
-            else:  # (an image's flat row, in the input's own shape)
-                np.copyto(array, np.asarray(obs).reshape(array.shape), casting="unsafe")
+            else:  # (an image's flat row in the input's own shape, or any layout of the row's values)
+                np.copyto(array, obs.reshape(array.shape), casting="unsafe")
         else:
             flat = np.ravel(obs)
             for array, part in self._inputs:

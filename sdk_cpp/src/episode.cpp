@@ -618,16 +618,24 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   }
   const std::size_t obs_dim = observation_space.flat_dim();
   const std::size_t act_dim = action_space.flat_dim();
-  const bool byte_rows = !chunk.obs_bytes.empty();
-  if (byte_rows && (!observation_space.is_bytes() || !chunk.obs.empty())) {
-    return Status(ErrorCode::kInvalidArgument, "obs_bytes holds a uint8 Box's observations only, in place of obs");
+  if (!chunk.obs_bytes.empty() && !chunk.obs.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "a chunk holds its observations in obs or in obs_bytes, not in both");
   }
-  const std::size_t obs_given = byte_rows ? chunk.obs_bytes.size() : chunk.obs.size();
+  // Rows kept as bytes go as a byte box's; for any other space (a batch cut
+  // under a byte box that a reconnect takes to a float one of the same size)
+  // as the floats 0-255 they are.
+  std::vector<float> widened;
+  if (!chunk.obs_bytes.empty() && !observation_space.is_bytes()) {
+    widened.assign(chunk.obs_bytes.begin(), chunk.obs_bytes.end());
+  }
+  const bool byte_rows = !chunk.obs_bytes.empty() && widened.empty();
+  const std::vector<float>& float_rows = widened.empty() ? chunk.obs : widened;
+  const std::size_t obs_given = byte_rows ? chunk.obs_bytes.size() : float_rows.size();
   if (obs_given != (steps + 1) * obs_dim) return size_error(byte_rows ? "obs_bytes" : "obs", obs_given, (steps + 1) * obs_dim);
   if (chunk.actions.size() != steps * act_dim) return size_error("actions", chunk.actions.size(), steps * act_dim);
   if (observation_space.is_bytes() && !byte_rows) {
-    const std::size_t bad = first_non_byte(chunk.obs.data(), chunk.obs.size());
-    if (bad != chunk.obs.size()) {
+    const std::size_t bad = first_non_byte(float_rows.data(), float_rows.size());
+    if (bad != float_rows.size()) {
       return Status(ErrorCode::kObsDtypeMismatch, "\"obs\"[" + std::to_string(bad / (obs_dim ? obs_dim : 1)) +
                                                       "] holds a value that is not an integer in [0, 255] "
                                                       "(the space is a uint8 Box)");
@@ -677,7 +685,7 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
       record["obs"] = rows_json(chunk.obs_bytes, steps + 1, observation_space.shape(), true);
     }
   } else {
-    Result<nlohmann::json> obs = observations_json(chunk.obs, steps + 1, observation_space, attachment);
+    Result<nlohmann::json> obs = observations_json(float_rows, steps + 1, observation_space, attachment);
     if (!obs.ok()) return obs;
     record["obs"] = std::move(obs).value();
   }

@@ -218,9 +218,14 @@ TEST(Episode, ByteRowsEncodeAsTheirFloats) {
   EXPECT_EQ(with_bytes["obs"]["dtype"], "uint8");
   EXPECT_EQ(from_bytes, from_floats);
   EXPECT_EQ(from_bytes.substr(3), std::string("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\xff", 12));
-  // Refused: bytes for a float box, bytes and floats at once, rows of another size.
-  EXPECT_EQ(encode_episode(bytes, Space::box({2, 2, 1}, 0, 255).value(), act).status().code(),
-            ErrorCode::kInvalidArgument);
+  // Under a float box of the same size (a reconnect's new space) they go as
+  // the floats they are, as the float rows would.
+  const Space float_box = Space::box({2, 2, 1}, 0, 255).value();
+  EXPECT_EQ(encode_episode(bytes, float_box, act).value(), encode_episode(floats, float_box, act).value());
+  std::string float_tensor = "pad";
+  EXPECT_EQ(encode_episode(bytes, float_box, act, &float_tensor).value(), encode_episode(floats, float_box, act).value());
+  EXPECT_EQ(float_tensor, "pad");  // (a float box's rows go as numbers)
+  // Refused: bytes and floats at once, rows of another size.
   EpisodeChunk both = bytes;
   both.obs = floats.obs;
   EXPECT_EQ(encode_episode(both, obs, act).status().code(), ErrorCode::kInvalidArgument);

@@ -42,7 +42,7 @@
 //   _us_p50, _us_p99, _ratio (against ort_csharp_batch256_sustained_paced_us_p50),
 //   _p99_vs_p50, _p99_vs_bare_p99 (against ort_csharp_batch256_sustained_paced_us_p99,
 //   with ort_csharp_batch256_sustained_paced_p99_vs_p50), _allocated_bytes_per_frame (cuts included), _batches_dropped,
-//   _agent_steps_sent, _frame_interval_us and _server_kept_up (nothing dropped,
+//   _agent_steps_sent (the whole series, warm-up frames included, as for C++), _frame_interval_us and _server_kept_up (nothing dropped,
 //   at least 80 % of the timed agent steps answered).
 // * With --cnn-model FILE --cnn-port P [--cnn-calls N] [--cnn-input-name NAME] (and no --model):
 //   ort_csharp_cnn_us_p50 / _p99: OnnxRuntimeBackend.Run on one 84x84x4 uint8 image (the input

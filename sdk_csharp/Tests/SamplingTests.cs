@@ -114,6 +114,14 @@ namespace Tether.Tests
             for (int r = 0; r < rows; r += 9) dist[2 * r + 1] = dist[2 * r];  // (ties)
             dist[2] = 0f;
             dist[3] = -0f;
+            dist[4] = -0f;
+            dist[5] = 0f;
+            dist[6] = 0f;
+            dist[7] = 800f;  // (exp underflows to 0: the lower one is never drawn)
+            dist[8] = -800f;
+            dist[9] = 0f;
+            dist[10] = float.MaxValue;
+            dist[11] = -float.MaxValue;
             var two = new double[rows];
             var twoEnv = new double[rows];
             var twoLogp = new double[rows];

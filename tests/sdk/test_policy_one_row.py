@@ -121,6 +121,10 @@ def test_a_row_or_state_of_another_size_is_refused_not_spread() -> None:
     with pytest.raises(ValueError, match="observation of"):
         mlp.dist_inputs_one(mlp_rows[0][:-1])
     np.testing.assert_array_equal(mlp.dist_inputs_one(mlp_rows[0]), mlp.dist_inputs(mlp_rows[0][None])[0])
+    # Any layout of a row's values, float64 and lists included, runs as the flat row does.
+    want = mlp.dist_inputs_one(mlp_rows[0])
+    for layout in (mlp_rows[0][:, None], mlp_rows[0][None], mlp_rows[0].astype(np.float64), mlp_rows[0].tolist()):
+        np.testing.assert_array_equal(mlp.dist_inputs_one(layout), want)
 
 
 def test_a_model_with_open_sizes_runs_unbound() -> None:

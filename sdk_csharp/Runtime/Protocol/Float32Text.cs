@@ -45,8 +45,10 @@ namespace Tether.Protocol
         /// Writes the shortest decimal that reads back as <paramref name="value"/> (finite) into
         /// <paramref name="into"/> (at least 32 characters) from index 0, always with a "." or an
         /// exponent (a JSON number that reads as a float); returns its length, or 0 for a value
-        /// the double arithmetic cannot decide (about one in a million: the caller formats it
-        /// exactly).
+        /// the double arithmetic cannot decide: the caller formats it exactly. (About 1 in 230 of
+        /// all bit patterns, nearly all whole numbers from 2^24 to 2^31 whose rounding boundary is
+        /// itself a short decimal, a tie read back by round-half-even; no value of a game's usual
+        /// range in a test of 100,000.)
         /// </summary>
         internal static int Write(float value, char[] into)
         {
