@@ -559,14 +559,20 @@ namespace {
 
 // One leaf's (or space's) values of every row as a tensor in the attachment:
 // uint8 for a byte box, float32 otherwise, shaped [rows, *shape].
-Result<nlohmann::json> tensor_of(const std::vector<float>& values, std::size_t rows, const Space& space,
+template <class T>
+Result<nlohmann::json> tensor_at(const T* values, std::size_t count, std::size_t rows, const Space& space,
                                  std::string& attachment) {
   std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows)};
   shape.insert(shape.end(), space.shape().begin(), space.shape().end());
-  if (!space.is_bytes()) return encode_tensor_at(values.data(), values.size(), shape, attachment);
+  return encode_tensor_at(values, count, shape, attachment);
+}
+
+Result<nlohmann::json> tensor_of(const std::vector<float>& values, std::size_t rows, const Space& space,
+                                 std::string& attachment) {
+  if (!space.is_bytes()) return tensor_at(values.data(), values.size(), rows, space, attachment);
   std::vector<std::uint8_t> bytes(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) bytes[i] = static_cast<std::uint8_t>(values[i]);  // (checked 0-255)
-  return encode_tensor_at(bytes.data(), bytes.size(), shape, attachment);
+  return tensor_at(bytes.data(), bytes.size(), rows, space, attachment);
 }
 
 // A record's "obs" (§10.1): nested JSON numbers (a byte box's and discrete
@@ -676,9 +682,8 @@ Result<nlohmann::json> encode_chunk_fields(const EpisodeChunk& chunk, const Spac
   nlohmann::json record = nlohmann::json::object();
   if (byte_rows) {
     if (attachment != nullptr) {
-      std::vector<std::int64_t> shape{static_cast<std::int64_t>(steps + 1)};
-      shape.insert(shape.end(), observation_space.shape().begin(), observation_space.shape().end());
-      Result<nlohmann::json> tensor = encode_tensor_at(chunk.obs_bytes.data(), chunk.obs_bytes.size(), shape, *attachment);
+      Result<nlohmann::json> tensor =
+          tensor_at(chunk.obs_bytes.data(), chunk.obs_bytes.size(), steps + 1, observation_space, *attachment);
       if (!tensor.ok()) return tensor;
       record["obs"] = std::move(tensor).value();
     } else {

@@ -34,13 +34,6 @@ namespace Tether.Protocol
             return powers;
         }
 
-        [System.Runtime.InteropServices.StructLayout(System.Runtime.InteropServices.LayoutKind.Explicit)]
-        struct FloatBits
-        {
-            [System.Runtime.InteropServices.FieldOffset(0)] public float Value;
-            [System.Runtime.InteropServices.FieldOffset(0)] public int Bits;
-        }
-
         /// <summary>
         /// Writes the shortest decimal that reads back as <paramref name="value"/> (finite) into
         /// <paramref name="into"/> (at least 32 characters) from index 0, always with a "." or an
@@ -52,7 +45,7 @@ namespace Tether.Protocol
         /// </summary>
         internal static int Write(float value, char[] into)
         {
-            int bits = new FloatBits { Value = value }.Bits;
+            int bits = new Tensors.FloatBits { Value = value }.Bits;
             int n = 0;
             if (bits < 0) into[n++] = '-';
             int exponentBits = (bits >> 23) & 0xFF;

@@ -290,7 +290,7 @@ namespace Tether.Protocol
 
         // A float's bits without allocating (BitConverter.GetBytes allocates).
         [System.Runtime.InteropServices.StructLayout(System.Runtime.InteropServices.LayoutKind.Explicit)]
-        struct FloatBits
+        internal struct FloatBits
         {
             [System.Runtime.InteropServices.FieldOffset(0)] public float Value;
             [System.Runtime.InteropServices.FieldOffset(0)] public int Bits;
