@@ -39,8 +39,12 @@ def dist_inputs_size(space: Space) -> int:
 
 def _categorical_sample(logits: list[float], rng: random.Random) -> tuple[int, float]:
     top = max(logits)
-    exps = [math.exp(v - top) for v in logits]
-    total = sum(exps)
+    exps = []
+    total = 0.0
+    for v in logits:  # (summed in order, as every SDK does: Python 3.12's sum() compensates)
+        e = math.exp(v - top)
+        exps.append(e)
+        total += e
     threshold = rng.random() * total
     acc = 0.0
     for i, e in enumerate(exps):
@@ -127,6 +131,9 @@ def sample_for_record(space: Space, dist_inputs: np.ndarray, rng: random.Random,
     refuses a Box action outside the box, so for it the record carries the
     clipped action with the density at the clipped value (the 1.2 rule, §11.4).
     """
+    if space.__class__ is Discrete:  # (the common case, without the dispatch of sample and to_env_action)
+        index, logp = _categorical_sample(dist_inputs.tolist(), rng)
+        return index + space.start, logp, index + space.start
     action, logp = sample(space, dist_inputs, rng)
     env_action = to_env_action(space, action)
     if isinstance(space, Box) and not raw_box_samples:

@@ -17,6 +17,7 @@ strings ``"inf"`` and ``"-inf"`` because JSON has no infinity.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeGuard, Union
 
 import numpy as np
@@ -69,9 +70,9 @@ class Box:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.low.shape)
 
-    @property
+    @cached_property  # (read on every client call: once found, a plain attribute)
     def flat_dim(self) -> int:
-        return int(self.low.size)  # (1 for a scalar box; read on every client call, so not recomputed)
+        return int(self.low.size)  # (1 for a scalar box)
 
     @property
     def is_bytes(self) -> bool:

@@ -272,7 +272,8 @@ class TetherClient(BaseClient):
             obs = observation_row(observation, self.observation_space, self._action_mask, arena=self._arena)
         self._check_size(obs)
         sent = False
-        if episode.training_enabled and (self._cadence_due(self._sendable_steps, episode) or (
+        # (the held-back cadence is looked at only while steps are held back: the common step skips a call)
+        if episode.training_enabled and (self._held_steps and self._cadence_due(self._sendable_steps, episode) or (
                 self._pending_steps >= self._batch_steps()
                 and self._sendable_steps(episode) >= self._batch_steps())):
             episode.obs.append(obs)  # lets the cut include the step that led here
@@ -300,7 +301,7 @@ class TetherClient(BaseClient):
         state = None
         if policy.state_shape is not None:
             state = self._state_of(episode, policy)
-            dist, episode.state = policy.step_one(obs, state)
+            dist, episode.state = policy.step_own(obs, state)
         else:
             dist = policy.dist_inputs_one(obs)
         if not logged:
@@ -361,7 +362,7 @@ class TetherClient(BaseClient):
             if self._evaluation is None or self._evaluation.episode_id != episode_id:
                 self._evaluation = EpisodeRecorder(episode_id, False)
             episode = self._evaluation
-        dist, episode.state = policy.step_one(obs, self._state_of(episode, policy))
+        dist, episode.state = policy.step_own(obs, self._state_of(episode, policy))
         return deterministic(policy.action_space, dist)
 
     def log_returns(self, episode_id: str, reward: float, info: dict | None = None) -> None:

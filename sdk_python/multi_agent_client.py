@@ -697,7 +697,7 @@ class MultiAgentClient(BaseClient):
                 raise NotReadyError(f"the server has sent no model for module {modules[actor_id]!r} yet")
             if policy.state_shape is not None:
                 recorder = self._evaluation_recorder(episode_id, actor_id)
-                dist, recorder.state = policy.step_one(obs, self._state_of(recorder, policy))
+                dist, recorder.state = policy.step_own(obs, self._state_of(recorder, policy))
             else:
                 dist = policy.dist_inputs(obs.reshape(1, -1))[0]
             self._split_action(actor_id, deterministic(policy.action_space, dist), out)

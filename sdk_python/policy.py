@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -77,17 +78,19 @@ class OnnxPolicy:
         self._one_row = _BoundRow.of(self.session, self.feeds, self._output_names, self.recurrent_state)
         self._one_row_lock = threading.Lock()
 
-    def _run_one(self, obs: np.ndarray, state: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
-        """One observation (and its state, for a model with memory): (dist inputs, the state after)."""
-        if (self.state_shape is not None) != (state is not None) or (
-                state is not None and len(state) != self.state_shape[0]):  # type: ignore[index]
+    def _run_one(self, obs: np.ndarray, state: list[np.ndarray] | None,
+                 own_state: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One observation (and its state, for a model with memory): (dist inputs, the state after).
+        ``own_state``: see ``step_own``."""
+        if not own_state and ((self.state_shape is not None) != (state is not None) or (
+                state is not None and len(state) != self.state_shape[0])):  # type: ignore[index]
             raise ValueError(f"the model has {0 if self.state_shape is None else self.state_shape[0]} state "
                              f"tensor(s); {0 if state is None else len(state)} given (step_one takes a model "
                              "with memory's state)")
         bound = self._one_row
         if bound is not None and self._one_row_lock.acquire(blocking=False):
             try:
-                return bound.run(obs, state)
+                return bound.run(obs, state, own_state)
             finally:
                 self._one_row_lock.release()
         feeds = self.feeds.feed(obs, 1)
@@ -127,6 +130,17 @@ class OnnxPolicy:
         arrays, so the one given stays as it was (a record may hold it)."""
         return self._run_one(obs, state)
 
+    def step_own(self, obs: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``step_one`` for a state this policy's shape made (``initial_state``, or what an earlier step
+        returned, as ``fits`` says): the clients' per-call path, which does not check it again."""
+        bound = self._one_row  # (as _run_one does, without its checks: the engine's per-step path)
+        if bound is not None and self._one_row_lock.acquire(blocking=False):
+            try:
+                return bound.run(obs, state, True)
+            finally:
+                self._one_row_lock.release()
+        return self._run_one(obs, state, True)
+
     def _run(self, feeds: dict[str, np.ndarray], states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         for spec, value in zip(self.recurrent_state, states):
             feeds[spec.input] = value
@@ -160,22 +174,45 @@ class _BoundRow:
         """``inputs``: (name, the bound array, the leaf's values within a flat row or None for the whole
         row); ``state_inputs``: (name, array) per state tensor; ``outputs``: (name, array), the dist
         inputs first, then the state after the step per state tensor."""
-        self._session = session
         self._inputs = [(array, part) for _, array, part in inputs]
-        self._state_inputs = [array for _, array in state_inputs]
-        self._outputs = [array for _, array in outputs]
-        self._binding = session.io_binding()
-        for name, array in [(name, array) for name, array, _ in inputs] + state_inputs:
-            self._binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
+        # The common case, found once: one input that takes the whole row, which an observation in
+        # the row's own shape is assigned to as it is.
+        self._row = self._inputs[0][0][0] if len(self._inputs) == 1 and self._inputs[0][1] is None else None
+        self._dist = outputs[0][1][0]
+        # Per binding: (the run, its state inputs, its state outputs). A model with memory has a second
+        # binding with the state arrays swapped, so that the state one step leaves in its outputs is
+        # where the next step reads it: a client's next step of the same actor assigns no state
+        # (``run``'s ``own_state``), and the two take turns.
+        inputs = [(name, array) for name, array, _ in inputs]
+        self._turns = [self._bind(session, inputs + state_inputs, outputs)]
+        if state_inputs:
+            swapped_outputs = [(name, array) for (name, _), (_, array) in zip(outputs[1:], state_inputs)]
+            swapped_inputs = [(name, array) for (name, _), (_, array) in zip(state_inputs, outputs[1:])]
+            self._turns.append(self._bind(session, inputs + swapped_inputs, outputs[:1] + swapped_outputs))
+        self._turn = 0
+        #: The state the last own-state step returned: its values are in the next turn's state inputs.
+        self._last_state: list[np.ndarray] | None = None
+
+    @staticmethod
+    def _bind(session: ort.InferenceSession, inputs: list[tuple[str, np.ndarray]],
+              outputs: list[tuple[str, np.ndarray]]) -> tuple[Callable[[], Any], list[np.ndarray], list[np.ndarray]]:
+        """One binding of ``inputs`` and ``outputs`` (the dist inputs first, then the state tensors'):
+        (the run, the state input arrays, the state output arrays)."""
+        binding = session.io_binding()
+        for name, array in inputs:
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
         for name, array in outputs:
-            self._binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
-        # The run itself: the session's native binding where this ONNX Runtime has one. Its Python
-        # wrapper's checks (graph capture on WebGPU) cost a CPU model of a game's size a sixth of a call.
-        native, native_binding = getattr(session, "_sess", None), getattr(self._binding, "_iobinding", None)
+            binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
+        state_inputs = [array for _, array in inputs[len(inputs) - len(outputs) + 1:]]
+        # The run itself: the session's native binding where this ONNX Runtime has one (a bound call,
+        # no Python frame). Its Python wrapper's checks (graph capture on WebGPU) cost a CPU model of a
+        # game's size a sixth of a call.
+        native, native_binding = getattr(session, "_sess", None), getattr(binding, "_iobinding", None)
         if native is not None and native_binding is not None and hasattr(native, "run_with_iobinding"):
-            self._run = lambda: native.run_with_iobinding(native_binding, None)
+            run = functools.partial(native.run_with_iobinding, native_binding, None)
         else:
-            self._run = lambda: session.run_with_iobinding(self._binding)
+            run = functools.partial(session.run_with_iobinding, binding)
+        return run, state_inputs, [array for _, array in outputs[1:]]
 
     @staticmethod
     def of(session: ort.InferenceSession, feeds: ModelFeeds, output_names: list[str],
@@ -199,30 +236,53 @@ class _BoundRow:
             return None
         return _BoundRow(session, inputs, state_inputs, outputs)
 
-    def run(self, obs: np.ndarray, state: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
+    def run(self, obs: np.ndarray, state: list[np.ndarray] | None,
+            own_state: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
         """One observation (and, for a model with memory, its state: one (1, size) array per tensor):
-        (the dist inputs, the state after the step), new arrays each."""
-        # (A row of a (1, n) input, and a state, is assigned as it is: numpy's reshape and copyto cost
-        # ten times the copy.)
-        if self._inputs[0][1] is None:
+        (the dist inputs, the state after the step), new arrays each. ``own_state``: the state is one
+        the policy made (``initial_state`` or an earlier step's, as a client keeps them), so its
+        shapes are not checked again."""
+        # (Every check and numpy call costs a tenth of a microsecond or more against a model run of a
+        # few: the common row, and a state the policy made, are assigned as they are.)
+        row = self._row
+        if row is not None and obs.__class__ is np.ndarray and obs.shape == row.shape:
+            row[...] = obs
+        else:
+            self._fill(obs)
+        run, state_inputs, state_outputs = self._turns[self._turn]
+        if state is not None:
+            if not (own_state and state is self._last_state):
+                if not own_state:
+                    for array, value in zip(state_inputs, state):
+                        shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+                        if shape[-1:] != array.shape[-1:]:
+                            raise ValueError(f"a state tensor of shape {shape}; the model's is {array.shape}")
+                for array, value in zip(state_inputs, state):
+                    array[...] = value
+            self._last_state = None  # (until this run has succeeded)
+            run()
+            self._turn ^= 1
+            after = list(map(np.ndarray.copy, state_outputs))
+            if own_state:
+                self._last_state = after
+            return self._dist.copy(), after
+        run()
+        return self._dist.copy(), []
+
+    def _fill(self, obs: Any) -> None:
+        """The model's inputs from an observation in any other form: a whole-row input's values in its
+        (1, n) shape, an image's flat row, any other layout of the row's values, or a composite
+        observation's flat row, split into its leaves' inputs."""
+        if self._row is not None:
             array = self._inputs[0][0]
             obs = np.asarray(obs)
             if obs.size != array.size:  # (one value would fill the row)
                 raise ValueError(f"an observation of {obs.size} values; the model takes {array.size}")
-            if obs.shape == array.shape[1:] or obs.shape == array.shape:
+            if obs.shape == array.shape:
                 array[...] = obs
-            else:  # (an image's flat row in the input's own shape, or any layout of the row's values)
+            else:
                 np.copyto(array, obs.reshape(array.shape), casting="unsafe")
         else:
             flat = np.ravel(obs)
             for array, part in self._inputs:
                 np.copyto(array, flat[part].reshape(array.shape), casting="unsafe")
-        if state is not None:
-            for array, value in zip(self._state_inputs, state):
-                shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
-                if shape[-1:] != array.shape[-1:]:
-                    raise ValueError(f"a state tensor of shape {shape}; the model's is {array.shape}")
-                array[...] = value
-        self._run()
-        outputs = self._outputs
-        return outputs[0][0].copy(), [out.copy() for out in outputs[1:]]

@@ -114,3 +114,26 @@ def test_an_episode_not_recorded_is_not_limited_and_its_demonstration_line_leave
         client.close()
     episodes = list(read_demonstrations(tmp_path / "d.jsonl").episodes)
     assert len(episodes) == 1 and list(episodes[0].chunk.rewards) == [np.float32(3e38), 1.0]
+
+
+@pytest.mark.parametrize("size", [1, 16, 256, 257, 4096])
+def test_every_non_finite_value_is_found_wherever_it_is_and_large_finite_values_pass(size: int) -> None:
+    """The check adds a row of a game's size up in double (exact: a float32 row's sum is finite when
+    every value is) and looks at a larger one value by value: both find NaN and both infinities at any
+    place, in any layout, and let float32's largest values through, however many."""
+    from tether.sdk.base_client import finite_observation
+
+    big = np.full(size, np.finfo(np.float32).max, np.float32)
+    big[::2] *= -1
+    np.testing.assert_array_equal(finite_observation(big), big)
+    for at in {0, size // 2, size - 1}:
+        for bad in (math.nan, math.inf, -math.inf):
+            row = np.zeros(size, np.float64)
+            row[at] = bad
+            for layout in (row, row.astype(np.float32), row.reshape(1, -1), row.tolist()):
+                with pytest.raises(InvalidInputError, match=rf"observation\[{at}\] is not finite") as refused:
+                    finite_observation(layout)
+                assert refused.value.code == "NON_FINITE_VALUE"
+    with pytest.raises(InvalidInputError, match=r"observation\[0\] is not finite"), np.errstate(over="ignore"):
+        finite_observation(np.float64(1e300))  # (beyond float32: infinite once narrowed, as the record would be)
+    assert finite_observation(2.5).shape == () and finite_observation([]).size == 0

@@ -138,3 +138,32 @@ def test_a_model_with_open_sizes_runs_unbound() -> None:
     assert policy._one_row is None
     np.testing.assert_array_equal(policy.dist_inputs_one(np.array([1, 2, 3], np.float32)), [-1, -2, -3])
     onnx.checker.check_model(model)
+
+
+def test_actors_that_take_turns_each_keep_their_own_memory_on_the_clients_path() -> None:
+    """``step_own`` (the clients' path) leaves the state where the next step reads it and skips
+    assigning it when the same actor steps again: actors taking turns in any order, a public
+    ``step_one`` between them, a state changed in place before ``step_one``, and a call refused
+    half-way all give what the unbound batch run gives."""
+    policy, rows = _policy("lstm")
+    actors = {name: policy.initial_state() for name in "ab"}
+    want = {name: policy.initial_state() for name in "ab"}
+    for t, name in enumerate("aababbbaab"):
+        row = rows[t % len(rows)]
+        if t == 4:  # (refused before anything runs: the next step of the same actor is unharmed)
+            with pytest.raises(ValueError, match="observation of"):
+                policy.step_own(row[:2], actors[name])
+        if t == 6:  # (the public path, its state edited in place as a caller may: no step is skipped)
+            actors[name][0] *= 0.5
+            want[name][0] = want[name][0] * 0.5
+            dist, actors[name] = policy.step_one(row, actors[name])
+        else:
+            dist, actors[name] = policy.step_own(row, actors[name])
+        expected, want[name] = policy.step(row[None], want[name])
+        np.testing.assert_array_equal(dist, expected[0])
+        for got, expected_state in zip(actors[name], want[name]):
+            np.testing.assert_array_equal(got, expected_state)
+    kept = [array.copy() for array in actors["a"]]
+    policy.step_own(rows[0], actors["a"])
+    for before, now in zip(kept, actors["a"]):
+        np.testing.assert_array_equal(before, now)  # (a returned state is the actor's own: never written again)
