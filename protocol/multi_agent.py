@@ -25,6 +25,7 @@ actions concatenated (in member order) and the members' rewards combined.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
@@ -79,7 +80,7 @@ class ModuleSpec:
             return [leaf.path for leaf in self.observation_space.leaves]
         return [self.onnx_input_name]
 
-    @property
+    @cached_property  # (read for every actor of every frame: once found, a plain attribute)
     def obs_dim(self) -> int:
         return int(np.prod(self.observation_space.shape)) if self.observation_space.shape else 1
 

@@ -74,7 +74,7 @@ class Box:
     def flat_dim(self) -> int:
         return int(self.low.size)  # (1 for a scalar box)
 
-    @property
+    @cached_property  # (read on every client call: once found, a plain attribute)
     def is_bytes(self) -> bool:
         """A uint8 box (**[1.4]**, §8.1): integer values 0-255, such as camera images; every other
         dtype is handled as float32."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -409,7 +409,7 @@ class MultiAgentClient(BaseClient):
                                         f"{actor_id!r}: the observation has {obs.size} values, module "
                                         f"{spec.module_id!r} needs {spec.obs_dim}")
             group = self.groups.get(actor_id)
-            values = int(np.prod(spec.action_space.shape)) if spec.action_space.shape else 1
+            values = 0 if group is None else int(np.prod(spec.action_space.shape)) if spec.action_space.shape else 1
             if group is not None and values % len(group.members):  # (as the C++ and C# clients refuse it)
                 raise InvalidInputError(ErrorCode.INVALID_FIELD,
                                         f"group {actor_id!r}: an action of {values} elements of module "
@@ -430,15 +430,7 @@ class MultiAgentClient(BaseClient):
         actions: dict[str, Any] = {}
         for module_id, actor_ids in by_module.items():
             policy = self.policies[module_id]
-            batch = np.stack([actor_obs[a] for a in actor_ids])
-            if policy.state_shape is not None:  # (**[1.5]** each actor's state fed and advanced, §12.4)
-                recorders = [episode.actors[a].recorder for a in actor_ids]
-                stacked = [np.concatenate([r.state[k] for r in recorders]) for k in range(len(recorders[0].state))]
-                dist_rows, after = policy.step(batch, stacked)
-                for i, recorder in enumerate(recorders):  # (row copies: each actor owns its state)
-                    recorder.state = [tensor[i:i + 1].copy() for tensor in after]
-            else:
-                dist_rows = policy.dist_inputs(batch)
+            dist_rows = self._module_dists(episode, policy, actor_ids, actor_obs)
             for actor_id, dist in zip(actor_ids, dist_rows):
                 if actor_id in logged:  # (no behaviour logp: the server does not use it, §13.7)
                     action, logp, env_action = logged[actor_id], 0.0, logged[actor_id]
@@ -459,6 +451,28 @@ class MultiAgentClient(BaseClient):
             self._env_steps_since_cut += 1
         episode.t += 1
         return actions
+
+    @staticmethod
+    def _module_dists(episode: _Episode, policy: OnnxPolicy, actor_ids: list[str],
+                      actor_obs: Mapping[str, np.ndarray]) -> Sequence[np.ndarray]:
+        """One module's dist inputs for the frame's actors, in one run, each actor's state (**[1.5]**)
+        fed and advanced (§12.4): a lone row (every step of a turn-based game) through the policy's
+        bound one-row path, more rows as one batch."""
+        recorders = [episode.actors[a].recorder for a in actor_ids]
+        if len(actor_ids) == 1:
+            obs, recorder = actor_obs[actor_ids[0]], recorders[0]
+            if policy.state_shape is None:
+                return [policy.dist_inputs_one(obs)]
+            dist, recorder.state = policy.step_own(obs, recorder.state)
+            return [dist]
+        batch = np.stack([actor_obs[a] for a in actor_ids])
+        if policy.state_shape is None:
+            return policy.dist_inputs(batch)
+        stacked = [np.concatenate([r.state[k] for r in recorders]) for k in range(len(recorders[0].state))]
+        dist_rows, after = policy.step(batch, stacked)
+        for i, recorder in enumerate(recorders):  # (row copies: each actor owns its state)
+            recorder.state = [tensor[i:i + 1].copy() for tensor in after]
+        return dist_rows
 
     def _checked_logged_actions(self, episode: Any, actor_obs: Mapping[str, np.ndarray],
                                 logged_actions: Mapping[str, Any]) -> dict[str, Any]:

@@ -81,9 +81,9 @@ class OnnxPolicy:
     def _run_one(self, obs: np.ndarray, state: list[np.ndarray] | None,
                  own_state: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
         """One observation (and its state, for a model with memory): (dist inputs, the state after).
-        ``own_state``: see ``step_own``."""
-        if not own_state and ((self.state_shape is not None) != (state is not None) or (
-                state is not None and len(state) != self.state_shape[0])):  # type: ignore[index]
+        ``own_state``: the state may be one this policy's bound run returned last (``step_own``)."""
+        if (self.state_shape is not None) != (state is not None) or (
+                state is not None and len(state) != self.state_shape[0]):  # type: ignore[index]
             raise ValueError(f"the model has {0 if self.state_shape is None else self.state_shape[0]} state "
                              f"tensor(s); {0 if state is None else len(state)} given (step_one takes a model "
                              "with memory's state)")
@@ -131,15 +131,18 @@ class OnnxPolicy:
         return self._run_one(obs, state)
 
     def step_own(self, obs: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """``step_one`` for a state this policy's shape made (``initial_state``, or what an earlier step
-        returned, as ``fits`` says): the clients' per-call path, which does not check it again."""
-        bound = self._one_row  # (as _run_one does, without its checks: the engine's per-step path)
-        if bound is not None and self._one_row_lock.acquire(blocking=False):
-            try:
-                return bound.run(obs, state, True)
-            finally:
-                self._one_row_lock.release()
-        return self._run_one(obs, state, True)
+        """``step_one`` on the clients' per-step path, for the state an actor keeps: made by a policy of
+        this state's shape (``initial_state`` or an earlier step) and never changed since. When it is
+        what this policy's last ``step_own`` returned, its values are already where the model reads
+        them and are not assigned again (a state changed in place would not be seen)."""
+        bound = self._one_row  # (_run_one's path, its state count checked first as there)
+        if bound is None or self.state_shape is None or state is None or len(state) != self.state_shape[0] \
+                or not self._one_row_lock.acquire(blocking=False):
+            return self._run_one(obs, state, True)
+        try:
+            return bound.run(obs, state, True)
+        finally:
+            self._one_row_lock.release()
 
     def _run(self, feeds: dict[str, np.ndarray], states: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         for spec, value in zip(self.recurrent_state, states):
@@ -239,35 +242,34 @@ class _BoundRow:
     def run(self, obs: np.ndarray, state: list[np.ndarray] | None,
             own_state: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
         """One observation (and, for a model with memory, its state: one (1, size) array per tensor):
-        (the dist inputs, the state after the step), new arrays each. ``own_state``: the state is one
-        the policy made (``initial_state`` or an earlier step's, as a client keeps them), so its
-        shapes are not checked again."""
+        (the dist inputs, the state after the step), new arrays each. ``own_state``: an actor's kept
+        state, unchanged since it was returned (``step_own``): the one returned last is in the next
+        turn's state inputs already, and is not assigned again."""
         # (Every check and numpy call costs a tenth of a microsecond or more against a model run of a
-        # few: the common row, and a state the policy made, are assigned as they are.)
+        # few: the common row is assigned as it is.)
         row = self._row
         if row is not None and obs.__class__ is np.ndarray and obs.shape == row.shape:
             row[...] = obs
         else:
             self._fill(obs)
         run, state_inputs, state_outputs = self._turns[self._turn]
-        if state is not None:
-            if not (own_state and state is self._last_state):
-                if not own_state:
-                    for array, value in zip(state_inputs, state):
-                        shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
-                        if shape[-1:] != array.shape[-1:]:
-                            raise ValueError(f"a state tensor of shape {shape}; the model's is {array.shape}")
-                for array, value in zip(state_inputs, state):
-                    array[...] = value
-            self._last_state = None  # (until this run has succeeded)
+        if state is None:
             run()
-            self._turn ^= 1
-            after = list(map(np.ndarray.copy, state_outputs))
-            if own_state:
-                self._last_state = after
-            return self._dist.copy(), after
+            return self._dist.copy(), []
+        if not (own_state and state is self._last_state):
+            self._last_state = None  # (before anything is assigned: a state refused half-way leaves no skip)
+            for array, value in zip(state_inputs, state):
+                shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+                if shape[-1:] != array.shape[-1:]:  # (one value would fill the whole state)
+                    raise ValueError(f"a state tensor of shape {shape}; the model's is {array.shape}")
+                array[...] = value
+        self._last_state = None  # (until this run has succeeded)
         run()
-        return self._dist.copy(), []
+        self._turn ^= 1
+        after = list(map(np.ndarray.copy, state_outputs))
+        if own_state:
+            self._last_state = after
+        return self._dist.copy(), after
 
     def _fill(self, obs: Any) -> None:
         """The model's inputs from an observation in any other form: a whole-row input's values in its

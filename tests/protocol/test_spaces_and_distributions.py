@@ -107,3 +107,32 @@ def test_gymnasium_multidiscrete_that_the_protocol_cannot_express_is_refused() -
         from_gymnasium(gym.spaces.MultiDiscrete([3, 2], start=[1, 0]))
     with pytest.raises(TypeError, match="one-dimensional nvec"):
         from_gymnasium(gym.spaces.MultiDiscrete([[3, 2], [2, 2]]))
+
+
+def test_a_recorded_discrete_draw_is_the_general_draw_and_sums_in_order() -> None:
+    """sample_for_record draws a Discrete action without the general dispatch: the same action (an int,
+    offset by ``start``), the same logp bit for bit and the same engine action as ``sample`` then
+    ``to_env_action``, masked logits included; the probabilities are summed in order, as every SDK does
+    (not compensated, as Python 3.12's sum() is)."""
+    from tether.protocol.distributions import _categorical_sample, sample_for_record
+
+    values = np.random.default_rng(0)
+    for space in (Discrete(2), Discrete(5), Discrete(3, start=-1), Discrete(4, start=7)):
+        for t in range(300):
+            dist = values.normal(0, 3, space.n).astype(np.float32 if t % 2 else np.float64)
+            if t % 3 == 0:
+                dist[values.integers(space.n)] = np.float32(-3e38)  # (a masked action, §11.6)
+            fast, general = random.Random(t), random.Random(t)
+            action, logp, env_action = sample_for_record(space, dist, fast)
+            want, want_logp = sample(space, dist, general)
+            assert (action, env_action) == (want, to_env_action(space, want)) and type(action) is int
+            assert logp.hex() == want_logp.hex()
+    logits = [0.0, -36.9, -36.9]  # (exps of 1e-16 beside 1: an in-order sum drops them, a compensated one not)
+    exps = [math.exp(v) for v in logits]
+    total = 0.0
+    for e in exps:
+        total += e
+    assert total == 1.0 and math.fsum(exps) > 1.0
+    for u in range(50):
+        index, logp = _categorical_sample(logits, random.Random(u))
+        assert logp == logits[index] - math.log(total)

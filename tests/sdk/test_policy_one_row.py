@@ -167,3 +167,29 @@ def test_actors_that_take_turns_each_keep_their_own_memory_on_the_clients_path()
     policy.step_own(rows[0], actors["a"])
     for before, now in zip(kept, actors["a"]):
         np.testing.assert_array_equal(before, now)  # (a returned state is the actor's own: never written again)
+
+
+def test_the_state_an_actor_kept_is_not_assigned_again_and_a_state_refused_half_way_leaves_no_skip() -> None:
+    policy, rows = _policy("lstm")
+    state = policy.initial_state()
+    _, kept = policy.step_own(rows[0], state)
+    want, _ = policy.step(rows[1][None], kept)
+    kept[0][...] = 7.0  # (changed in place, which step_own's contract rules out: its values are not read again)
+    np.testing.assert_array_equal(policy.step_own(rows[1], kept)[0], want[0])
+    _, kept = policy.step_own(rows[2], policy.initial_state())
+    want, _ = policy.step(rows[3][None], kept)
+    # Another caller's state of the right width whose second tensor is refused: its first was assigned
+    # already, so the kept state is not where the model reads it any more.
+    other = [np.full((1, 8), 3.0, np.float32), np.zeros((1, 5), np.float32)]
+    with pytest.raises(ValueError, match="state tensor of shape"):
+        policy.step_one(rows[0], other)
+    np.testing.assert_array_equal(policy.step_own(rows[3], kept)[0], want[0])
+
+
+def test_a_state_given_to_a_model_without_memory_is_refused_and_the_policy_still_runs() -> None:
+    policy, rows = _policy("mlp")
+    lstm, _ = _policy("lstm")
+    for call in (lambda: policy.step_own(rows[0], lstm.initial_state()), lambda: lstm.step_own(rows[0][:4], None)):
+        with pytest.raises(ValueError, match="state tensor"):
+            call()
+    np.testing.assert_array_equal(policy.dist_inputs_one(rows[0]), policy.dist_inputs(rows[0][None])[0])
