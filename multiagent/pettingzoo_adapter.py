@@ -71,12 +71,15 @@ def _serves(declared: Any, joined: Any, bytes_allowed: bool) -> bool:
 def _reset(env: Any, client: MultiAgentClient, episode_id: str, seed: int | None) -> Any:
     """``env.reset`` for an episode just started: with its seed and, when the server sends environment
     parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does. An env
-    whose reset fails leaves no episode open in the client."""
+    whose reset fails leaves no episode open in the client, and its error is the one raised."""
     values = client.episode_params(episode_id)
     try:
         return env.reset(seed=seed, **({"options": {"env_params": values}} if values else {}))
-    except BaseException:
-        client.end_episode(episode_id, {})  # (nothing was played: nothing is sent)
+    except BaseException as failure:
+        try:
+            client.end_episode(episode_id, {})  # (nothing was played: nothing is sent)
+        except Exception as cleanup:  # (the reset's failure is the one to report, whatever else fails then)
+            failure.add_note(f"ending the episode {episode_id!r} afterwards failed too: {cleanup!r}")
         raise
 
 

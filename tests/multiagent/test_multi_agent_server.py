@@ -342,4 +342,13 @@ def test_an_env_whose_reset_fails_leaves_no_episode_open(tmp_path) -> None:
         assert client._episodes == {} or all(e.done for e in client._episodes.values()), client._episodes
         # The client goes on: a working env plays its episode.
         assert len(run_aec_env(client, simple_spread_v3.env(N=3, max_cycles=5), max_episodes=1)) == 1
+        # Ending the episode fails too: the reset's error is still the one raised, the other told in a note.
+        def link_down(*args, **kwargs):
+            raise ConnectionError("link down")
+
+        end_episode, client.end_episode = client.end_episode, link_down
+        with pytest.raises(RuntimeError, match="no level file") as raised:
+            run_aec_env(client, BrokenReset(simple_spread_v3.env(N=3, max_cycles=5)), max_episodes=1)
+        assert any("link down" in note for note in raised.value.__notes__), raised.value.__notes__
+        client.end_episode = end_episode
         client.close()
