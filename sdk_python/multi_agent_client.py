@@ -409,8 +409,10 @@ class MultiAgentClient(BaseClient):
                                         f"{actor_id!r}: the observation has {obs.size} values, module "
                                         f"{spec.module_id!r} needs {spec.obs_dim}")
             group = self.groups.get(actor_id)
-            values = 0 if group is None else int(np.prod(spec.action_space.shape)) if spec.action_space.shape else 1
-            if group is not None and values % len(group.members):  # (as the C++ and C# clients refuse it)
+            if group is None:
+                continue
+            values = int(np.prod(spec.action_space.shape)) if spec.action_space.shape else 1
+            if values % len(group.members):  # (as the C++ and C# clients refuse it)
                 raise InvalidInputError(ErrorCode.INVALID_FIELD,
                                         f"group {actor_id!r}: an action of {values} elements of module "
                                         f"{spec.module_id!r} does not split into {len(group.members)} equal parts")

@@ -199,8 +199,8 @@ class _BoundRow:
     @staticmethod
     def _bind(session: ort.InferenceSession, inputs: list[tuple[str, np.ndarray]],
               outputs: list[tuple[str, np.ndarray]]) -> tuple[Callable[[], Any], list[np.ndarray], list[np.ndarray]]:
-        """One binding of ``inputs`` and ``outputs`` (the dist inputs first, then the state tensors'):
-        (the run, the state input arrays, the state output arrays)."""
+        """One binding of ``inputs`` (the observation's, then the state tensors') and ``outputs`` (the
+        dist inputs, then the state tensors'): (the run, the state input arrays, the state output arrays)."""
         binding = session.io_binding()
         for name, array in inputs:
             binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
@@ -256,14 +256,14 @@ class _BoundRow:
         if state is None:
             run()
             return self._dist.copy(), []
-        if not (own_state and state is self._last_state):
-            self._last_state = None  # (before anything is assigned: a state refused half-way leaves no skip)
+        kept = own_state and state is self._last_state
+        self._last_state = None  # (until this run has succeeded: a state refused half-way leaves no mark)
+        if not kept:
             for array, value in zip(state_inputs, state):
                 shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
                 if shape[-1:] != array.shape[-1:]:  # (one value would fill the whole state)
                     raise ValueError(f"a state tensor of shape {shape}; the model's is {array.shape}")
                 array[...] = value
-        self._last_state = None  # (until this run has succeeded)
         run()
         self._turn ^= 1
         after = list(map(np.ndarray.copy, state_outputs))
