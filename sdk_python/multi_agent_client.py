@@ -715,7 +715,7 @@ class MultiAgentClient(BaseClient):
                 recorder = self._evaluation_recorder(episode_id, actor_id)
                 dist, recorder.state = policy.step_own(obs, self._state_of(recorder, policy))
             else:
-                dist = policy.dist_inputs(obs.reshape(1, -1))[0]
+                dist = policy.dist_inputs_one(obs)
             self._split_action(actor_id, deterministic(policy.action_space, dist), out)
         return out
 

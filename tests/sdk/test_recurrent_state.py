@@ -149,6 +149,48 @@ def ma_config() -> dict[str, Any]:
             "groups": {"pair": {"members": ["g_0", "g_1"], "reward": "sum"}}}
 
 
+def test_an_agent_alone_in_its_modules_frame_steps_as_a_batch_of_one_would_bit_for_bit() -> None:
+    """A module's lone row in a frame runs through the policy's bound one-row path (``step_own``), more rows as
+    one batch: agents of one module with memory acting alone in turns, and together, get the dist inputs and
+    the states that an unbound batch of one gives (a policy of its own), bit for bit."""
+    from tether.protocol.multi_agent import recurrent_state_from_json
+    from tether.protocol.spaces import Discrete
+    from tether.sdk.policy import OnnxPolicy
+
+    from .scripted_server import constant_model
+
+    cfg = {**ma_config(), "env_steps_per_sample": 1000}  # (nothing cut while the recorders are compared)
+    models = {"mem": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]},
+              "team": {"weights_seq_no": 0, "onnx_file": state(0, constant_model(4, [0.0] * 4, "onnx::Gemm_0"))[
+                  "onnx_file"]}}
+    reference = OnnxPolicy(MODEL, Discrete(2), recurrent_state=recurrent_state_from_json(STATES, "mem"))
+    rows = {"a_0": episode_obs(12, seed=7), "a_1": episode_obs(12, seed=8)}
+    turns = ["a_0", "a_1", "a_0 a_1", "a_0", "a_0", "a_1", "a_1 a_0", "a_1", "a_0", "a_1", "a_0", "a_0"]
+    with answering_server(lambda i: cfg, lambda i, n: {"type": "SET_STATE", "models": models if n == 0 else {}},
+                          lambda i: "1.5") as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
+        eid = client.start_episode("ma")
+        client.get_action(eid, {"a_0": rows["a_0"][0]})  # (the models have come: the policy can be watched)
+        policy = client.policies["mem"]
+        lone_steps = []
+        step_own = policy.step_own
+        policy.step_own = lambda obs, kept: lone_steps.append(1) or step_own(obs, kept)
+        for t, turn in enumerate(turns[1:], 1):
+            client.get_action(eid, {agent: rows[agent][t] for agent in turn.split()})
+        recorders = {agent: client._episodes[eid].actors[agent].recorder for agent in rows}
+        client.close()
+    assert len(lone_steps) == sum(1 for turn in turns[1:] if " " not in turn)
+    for agent, recorder in recorders.items():
+        kept = reference.initial_state()
+        steps = [t for t, turn in enumerate(turns) if agent in turn.split()]
+        assert len(recorder.dist_inputs) == len(steps) == len(recorder.states)
+        for dist, before, t in zip(recorder.dist_inputs, recorder.states, steps):
+            for got, want in zip(before, kept):
+                np.testing.assert_array_equal(got, want)
+            expected, kept = reference.step(rows[agent][t][None], kept)
+            np.testing.assert_array_equal(dist, expected[0])
+
+
 def test_each_agent_has_its_own_state_and_a_module_without_memory_sends_none() -> None:
     from .scripted_server import constant_model
 
