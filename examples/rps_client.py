@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--episodes", type=int, default=600, help="training episodes")
     parser.add_argument("--updates", type=int, default=0,
-                        help="go on past --episodes until the model has had this many updates (at most 4x the "
+                        help="go on past --episodes until the model has had this many updates (at most 7x the "
                              "episodes): a loaded machine trains fewer updates on the same episodes")
     parser.add_argument("--eval-episodes", type=int, default=40, help="greedy evaluation episodes afterwards")
     args = parser.parse_args()
@@ -92,7 +92,7 @@ def main() -> None:
     try:
         client = MultiAgentClient(args.host, args.port, client_name="rps", seed=args.seed, reconnect_timeout_s=5)
         play(client, args.episodes, rng)
-        for _ in range(3 * args.episodes // 50):
+        for _ in range(6 * args.episodes // 50):
             if client.weights_seq_nos.get("learner", 0) >= args.updates:
                 break
             play(client, 50, rng)
