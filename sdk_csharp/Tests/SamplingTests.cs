@@ -144,6 +144,47 @@ namespace Tether.Tests
             for (int r = 0; r < rows; ++r) Assert.That(shifted[r], Is.EqualTo(two[r] + 3));
         }
 
+        [TestCase(2, 0)]
+        [TestCase(2, 3)]
+        [TestCase(5, 0)]
+        [TestCase(5, -2)]
+        public void ALogpLeftForLaterIsTheDrawsBitForBit(int n, int start)
+        {
+            // The steady-state frames draw without the log and take it as the rows are written: the same
+            // draws, and later the same logp, bit for bit (ties, signed zeros, an exp that underflows).
+            var fill = new Rng(29);
+            const int rows = 4000;
+            var dist = new float[rows * n];
+            for (int i = 0; i < dist.Length; ++i) dist[i] = (float)(fill.Normal() * (i % 7 == 0 ? 30 : 2));
+            for (int r = 0; r < rows; r += 9) dist[n * r + 1] = dist[n * r];
+            dist[n] = 0f;
+            dist[n + 1] = -0f;
+            dist[2 * n] = 800f;
+            dist[2 * n + 1] = -800f;
+            dist[3 * n] = float.MaxValue;
+            dist[3 * n + 1] = -float.MaxValue;
+            Space space = Space.Discrete(n, start);
+            var now = new double[rows];
+            var nowLogp = new double[rows];
+            var later = new double[rows];
+            var laterLogp = new double[rows];
+            var env = new double[rows];
+            Distributions.SampleRows(space, dist, rows, new Rng(31), true, now, 0, env, 0, nowLogp, 0);
+            Distributions.SampleRows(space, dist, rows, new Rng(31), true, later, 0, env, 0, laterLogp, 0, true);
+            var drawn = new int[n];
+            for (int r = 0; r < rows; ++r)
+            {
+                Assert.That(later[r], Is.EqualTo(now[r]), "row " + r);
+                Assert.That(env[r], Is.EqualTo(later[r]));
+                Assert.That(double.IsNaN(laterLogp[r]), Is.True, "row " + r + " is left for later");
+                double taken = Distributions.DrawnCategoricalLogp(dist, r * n, n, (int)(later[r] - start));
+                Assert.That(BitConverter.DoubleToInt64Bits(taken), Is.EqualTo(BitConverter.DoubleToInt64Bits(nowLogp[r])), "row " + r);
+                Assert.That(nowLogp[r], Is.LessThanOrEqualTo(0).And.GreaterThan(double.NegativeInfinity));
+                ++drawn[(int)(now[r] - start)];
+            }
+            Assert.That(drawn.Min(), Is.GreaterThan(rows / (4 * n)), "every category is drawn");
+        }
+
         [Test]
         public void WrongSizesAreInvalidArguments()
         {

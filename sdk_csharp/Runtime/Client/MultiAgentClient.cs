@@ -732,7 +732,7 @@ namespace Tether.Client
             ++SteadyStateFramesActed;
             if (!training)
             {
-                Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, module.RecordActions, 0, frame.ActionValues, 0, module.Logp, 0);
+                Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, module.RecordActions, 0, frame.ActionValues, 0, module.Logp, 0, true);
                 for (int i = 0; i < n; ++i) bySlot[i].SetLatest(frameObs, offsets[i], obsDim);
                 if (episode.HeldBack) heldSteps += n;
                 return true;
@@ -740,7 +740,8 @@ namespace Tether.Client
             StepTable table = TableOf(module);
             int first = table.Rows;
             table.Reserve(first + n);
-            Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, table.Actions, first * actDim, frame.ActionValues, 0, table.Logp, first);
+            // (a Discrete row's logp is taken as the row is written, on the sending thread)
+            Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, table.Actions, first * actDim, frame.ActionValues, 0, table.Logp, first, true);
             Array.Copy(frameObs, 0, table.Obs, first * obsDim, n * obsDim);
             Array.Copy(module.Dist, 0, table.Dist, first * module.DistDim, n * module.DistDim);
             if (width > 0) Array.Copy(module.StateIn, 0, table.State, first * width, n * width);

@@ -1022,6 +1022,24 @@ namespace Tether.Client
             }
         }
 
+        // The agent entry's steps whose log-probability was left for later (NaN: a steady-state frame's
+        // Discrete draws, SampleRows's discreteLogpLater) get the one their draw had, from their dist
+        // inputs and action, as they are written: here, off the game's thread.
+        static void TakeLogpLeftForLater(StepTable table, Space actionSpace, int[] rows, int from, int steps)
+        {
+            double[] logp = table.Logp;
+            for (int i = 0; i < steps; ++i)
+            {
+                int row = rows[from + i];
+                if (!double.IsNaN(logp[row])) continue;
+                if (actionSpace.Kind != SpaceKind.Discrete || table.DistDim != actionSpace.N || table.ActDim != 1)
+                {
+                    throw new TetherException(ErrorCode.InvalidArgument, "a step's log-probability was left for later, and its action space is not the Discrete one it was drawn from");
+                }
+                logp[row] = Tether.Sampling.Distributions.DrawnCategoricalLogp(table.Dist, row * table.DistDim, table.DistDim, (int)(table.Actions[row] - actionSpace.Start));
+            }
+        }
+
         // What every SET_STATE tells of this client besides the weights (§7.6): steps_refused_stale
         // (anything but a JSON integer >= 1 is ignored, never an error), record_share and steps_per_batch.
         void ReadState(JObject setState)
@@ -1358,6 +1376,7 @@ namespace Tether.Client
                         writer.BeginMultiAgentRecord(record.EpisodeId, record.IsTerminated, record.IsTruncated, record.EnvParams, record.Measure);
                         foreach (AgentEntry entry in record.Agents)
                         {
+                            TakeLogpLeftForLater(entry.Table, entry.Module.ActionSpace, batch.RowIndex, entry.First, entry.Steps);
                             writer.AgentEntryRows(entry.AgentId, entry.Module, entry.StartStep, entry.Table, batch.RowIndex, entry.First, entry.Steps,
                                                   entry.WithVersions, entry.IsTerminated, entry.IsTruncated, entry.WithLogged);
                         }

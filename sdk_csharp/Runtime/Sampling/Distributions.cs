@@ -107,18 +107,23 @@ namespace Tether.Sampling
         /// row r's numbers at recordActions[recordAt + r * k], envActions[envAt + r * k] and logp[logpAt + r].
         /// </summary>
         internal static void SampleRows(Space space, float[] dist, int rows, Rng rng, bool rawBoxSamples,
-                                        double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt)
+                                        double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt,
+                                        bool discreteLogpLater = false)
         {
-            SampleRows(space, dist, 0, rows, rng, rawBoxSamples, recordActions, recordAt, envActions, envAt, logp, logpAt);
+            SampleRows(space, dist, 0, rows, rng, rawBoxSamples, recordActions, recordAt, envActions, envAt, logp, logpAt, discreteLogpLater);
         }
 
         /// <summary>
-        /// <see cref="SampleRows(Space, float[], int, Rng, bool, double[], int, double[], int, double[], int)"/> of the
+        /// <see cref="SampleRows(Space, float[], int, Rng, bool, double[], int, double[], int, double[], int, bool)"/> of the
         /// rows of dist inputs from row <paramref name="distRow"/> on (a frame's rows drawn one by one, its
-        /// logged ones skipped: the draws are those of the rows drawn, in order).
+        /// logged ones skipped: the draws are those of the rows drawn, in order). With
+        /// <paramref name="discreteLogpLater"/> a Discrete row's log-probability is not taken: its logp
+        /// is NaN, for <see cref="DrawnCategoricalLogp"/> to give later, off the game's thread (the log
+        /// is a third of a two-category draw's cost under mono); the draws are the same.
         /// </summary>
         internal static void SampleRows(Space space, float[] dist, int distRow, int rows, Rng rng, bool rawBoxSamples,
-                                        double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt)
+                                        double[] recordActions, int recordAt, double[] envActions, int envAt, double[] logp, int logpAt,
+                                        bool discreteLogpLater = false)
         {
             int nIn = space.DistInputsSize, k = space.FlatDim;
             int distAt = distRow * nIn;
@@ -138,6 +143,19 @@ namespace Tether.Sampling
                         double[] uniforms = Uniforms(rows);
                         rng.FillUniform(uniforms, rows);  // (one draw per row, in order)
                         double start = space.Start;
+                        if (discreteLogpLater)
+                        {
+                            for (int r = 0, at = distAt; r < rows; ++r, at += 2)
+                            {
+                                double gap = (double)dist[at + 1] - dist[at];
+                                bool secondOnTop = gap > 0;
+                                double e = Math.Exp(secondOnTop ? -gap : gap);
+                                bool second = (secondOnTop ? e : 1.0) <= uniforms[r] * (1 + e);
+                                logp[logpAt + r] = double.NaN;
+                                recordActions[recordAt + r] = envActions[envAt + r] = second ? start + 1 : start;
+                            }
+                            return;
+                        }
                         for (int r = 0, at = distAt; r < rows; ++r, at += 2)
                         {
                             double gap = (double)dist[at + 1] - dist[at];
@@ -153,7 +171,7 @@ namespace Tether.Sampling
                     }
                     for (int r = 0; r < rows; ++r)
                     {
-                        int index = CategoricalSample(dist, distAt + r * nIn, (int)space.N, rng, out logp[logpAt + r]);
+                        int index = CategoricalSample(dist, distAt + r * nIn, (int)space.N, rng, out logp[logpAt + r], !discreteLogpLater);
                         recordActions[recordAt + r] = envActions[envAt + r] = index + space.Start;
                     }
                     return;
@@ -166,7 +184,7 @@ namespace Tether.Sampling
                         {
                             int n = (int)space.Nvec[d];
                             double lp;
-                            recordActions[recordAt + r * k + d] = envActions[envAt + r * k + d] = CategoricalSample(dist, offset, n, rng, out lp);
+                            recordActions[recordAt + r * k + d] = envActions[envAt + r * k + d] = CategoricalSample(dist, offset, n, rng, out lp, true);
                             total += lp;
                             offset += n;
                         }
@@ -271,8 +289,8 @@ namespace Tether.Sampling
         }
 
         // Inverse-CDF draw from softmax(logits): the category is found without a
-        // branch per category (it would mispredict half the time).
-        static int CategoricalSample(float[] logits, int offset, int n, Rng rng, out double logp)
+        // branch per category (it would mispredict half the time). Without withLogp, logp is NaN.
+        static int CategoricalSample(float[] logits, int offset, int n, Rng rng, out double logp, bool withLogp)
         {
             double top = logits[offset];
             for (int i = 1; i < n; ++i) top = Math.Max(top, logits[offset + i]);
@@ -282,8 +300,7 @@ namespace Tether.Sampling
             int lastPossible = 0;  // the last category of nonzero probability (a masked one has 0, §11.6)
             for (int i = 0; i < n; ++i)
             {
-                double d = logits[offset + i] - top;
-                double e = d == 0 ? 1.0 : Math.Exp(d);  // (exp(0) is exactly 1: the top category costs no exp)
+                double e = Weight(logits[offset + i] - top);
                 if (keep) exps[i] = e;
                 total += e;
                 lastPossible = e > 0 ? i : lastPossible;
@@ -298,8 +315,29 @@ namespace Tether.Sampling
             }
             // A threshold rounded up to the whole sum would count past the last possible category.
             choice = Math.Min(choice, lastPossible);
-            logp = logits[offset + choice] - top - Math.Log(total);
+            logp = withLogp ? DrawLogp(logits[offset + choice], top, total) : double.NaN;
             return choice;
+        }
+
+        // The weight of a category whose logit is `below` under the top one: exp(0) is exactly 1, and
+        // the top category costs no exp.
+        static double Weight(double below) { return below == 0 ? 1.0 : Math.Exp(below); }
+
+        // log softmax of the drawn category, from its logit, the top one and the weights' in-order sum.
+        static double DrawLogp(double chosen, double top, double total) { return chosen - top - Math.Log(total); }
+
+        /// <summary>
+        /// The log-probability a draw of category <paramref name="choice"/> from softmax(logits[offset..offset + n])
+        /// was given when it was drawn (SampleRows's, CategoricalSample's): bit for bit, whether it is taken
+        /// now or later (a row drawn with discreteLogpLater).
+        /// </summary>
+        internal static double DrawnCategoricalLogp(float[] logits, int offset, int n, int choice)
+        {
+            double top = logits[offset];
+            for (int i = 1; i < n; ++i) top = Math.Max(top, logits[offset + i]);
+            double total = 0;
+            for (int i = 0; i < n; ++i) total += Weight(logits[offset + i] - top);
+            return DrawLogp(logits[offset + choice], top, total);
         }
 
         // log N(action | mean, exp(logStd)) summed over a Box's k values; the dist inputs are read from
