@@ -460,16 +460,17 @@ class MultiAgentClient(BaseClient):
         """One module's dist inputs for the frame's actors, in one run, each actor's state (**[1.5]**)
         fed and advanced (§12.4): a lone row (every step of a turn-based game) through the policy's
         bound one-row path, more rows as one batch."""
-        recorders = [episode.actors[a].recorder for a in actor_ids]
         if len(actor_ids) == 1:
-            obs, recorder = actor_obs[actor_ids[0]], recorders[0]
+            obs = actor_obs[actor_ids[0]]
             if policy.state_shape is None:
                 return [policy.dist_inputs_one(obs)]
+            recorder = episode.actors[actor_ids[0]].recorder
             dist, recorder.state = policy.step_own(obs, recorder.state)
             return [dist]
         batch = np.stack([actor_obs[a] for a in actor_ids])
         if policy.state_shape is None:
             return policy.dist_inputs(batch)
+        recorders = [episode.actors[a].recorder for a in actor_ids]
         stacked = [np.concatenate([r.state[k] for r in recorders]) for k in range(len(recorders[0].state))]
         dist_rows, after = policy.step(batch, stacked)
         for i, recorder in enumerate(recorders):  # (row copies: each actor owns its state)
