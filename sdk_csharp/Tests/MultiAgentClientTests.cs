@@ -774,6 +774,64 @@ namespace Tether.Tests
             }
         }
 
+        // Episodes of the agents a_0..a_4 (module "solo", Discrete(2) from -3), then of b_0..b_4 ("lifter",
+        // Discrete(4) from 1): the actions the game saw and the batches the server got, one line each.
+        static List<string> PlayShiftedDiscretes(bool steadyStateFrames, out long steadyFrames)
+        {
+            var seen = new List<string>();
+            using (ScriptedServer server = ScriptedServer.Plain(40))
+            {
+                server.Config["modules"]["solo"]["action_space"] = Space.Discrete(2, -3).ToJson();
+                server.Config["modules"]["lifter"]["action_space"] = Space.Discrete(4, 1).ToJson();
+                using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(11)))
+                {
+                    client.SteadyStateFrames = steadyStateFrames;
+                    var frame = new AgentFrame();
+                    foreach (string prefix in new[] { "a_", "b_" })
+                    {
+                        string episode = client.StartEpisode(prefix + "episode");
+                        for (int t = 0; t < 50; ++t)
+                        {
+                            frame.Clear();
+                            for (int i = 0; i < 5; ++i) frame.Add(prefix + i, Obs(t, 3 * i, 4));
+                            client.GetActions(episode, frame);
+                            var line = new System.Text.StringBuilder(prefix + t + ":");
+                            for (int i = 0; i < frame.Count; ++i) line.Append(' ').Append(frame.Action(i).ToString("R"));
+                            seen.Add(line.ToString());
+                            for (int i = 0; i < 5; ++i) client.LogReturns(episode, prefix + i, 0.25 * i);
+                        }
+                        client.EndEpisode(episode, null);
+                    }
+                    client.Flush(10);
+                    steadyFrames = client.SteadyStateFramesActed;
+                }
+                foreach (JObject batch in server.Received("EPISODES_AND_GET_STATE"))
+                {
+                    seen.Add("batch " + batch["episodes"].ToString(Newtonsoft.Json.Formatting.None));
+                }
+            }
+            return seen;
+        }
+
+        [Test]
+        public void SteadyStateFramesOfShiftedAndWiderDiscretesRecordAsEveryOtherFrame()
+        {
+            // A steady-state frame leaves a Discrete draw's logp for the sending thread, which takes it from
+            // the recorded action less the space's start, over n categories: the same records, byte for byte.
+            long steady, none;
+            List<string> fast = PlayShiftedDiscretes(true, out steady);
+            List<string> general = PlayShiftedDiscretes(false, out none);
+            Assert.That(steady, Is.GreaterThan(80));
+            Assert.That(none, Is.EqualTo(0));
+            Assert.That(fast.Count(l => l.StartsWith("batch")), Is.GreaterThanOrEqualTo(4));
+            Assert.That(fast.Count, Is.EqualTo(general.Count));
+            for (int i = 0; i < fast.Count; ++i) Assert.That(fast[i], Is.EqualTo(general[i]), "line " + i);
+            // (the draws cover the spaces, from their starts)
+            var actions = fast.Where(l => !l.StartsWith("batch")).SelectMany(l => l.Split(' ').Skip(1)).Select(double.Parse).ToList();
+            Assert.That(actions.Distinct().OrderBy(a => a), Is.EqualTo(new double[] { -3, -2, 1, 2, 3, 4 }));
+            Assert.That(fast.Any(l => l.StartsWith("batch") && l.Contains("NaN")), Is.False);
+        }
+
         [TestCase(null, false)]
         [TestCase("0.5", false)]
         [TestCase(null, true)]

@@ -732,6 +732,7 @@ namespace Tether.Client
             ++SteadyStateFramesActed;
             if (!training)
             {
+                // (nothing is recorded: a Discrete row's logp is not taken at all)
                 Distributions.SampleRows(actionSpace, module.Dist, n, rng, rawBoxSamples, module.RecordActions, 0, frame.ActionValues, 0, module.Logp, 0, true);
                 for (int i = 0; i < n; ++i) bySlot[i].SetLatest(frameObs, offsets[i], obsDim);
                 if (episode.HeldBack) heldSteps += n;

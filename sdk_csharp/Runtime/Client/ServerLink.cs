@@ -8,6 +8,7 @@ using System.Threading;
 using Newtonsoft.Json.Linq;
 using Tether.Inference;
 using Tether.Protocol;
+using Tether.Sampling;
 
 namespace Tether.Client
 {
@@ -1022,21 +1023,24 @@ namespace Tether.Client
             }
         }
 
-        // The agent entry's steps whose log-probability was left for later (NaN: a steady-state frame's
-        // Discrete draws, SampleRows's discreteLogpLater) get the one their draw had, from their dist
-        // inputs and action, as they are written: here, off the game's thread.
+        // A Discrete agent entry's steps whose log-probability was left for later (NaN: a steady-state
+        // frame's draws, SampleRows's discreteLogpLater) get the one their draw had, from their dist
+        // inputs and action, as they are written: here, off the game's thread, in the cut table the
+        // link owns until the batch is answered. (A NaN of any other space is a value that is not
+        // finite, which the writer refuses as such.)
         static void TakeLogpLeftForLater(StepTable table, Space actionSpace, int[] rows, int from, int steps)
         {
+            if (actionSpace.Kind != SpaceKind.Discrete) return;
             double[] logp = table.Logp;
             for (int i = 0; i < steps; ++i)
             {
                 int row = rows[from + i];
                 if (!double.IsNaN(logp[row])) continue;
-                if (actionSpace.Kind != SpaceKind.Discrete || table.DistDim != actionSpace.N || table.ActDim != 1)
+                if (table.DistDim != actionSpace.N || table.ActDim != 1)
                 {
                     throw new TetherException(ErrorCode.InvalidArgument, "a step's log-probability was left for later, and its action space is not the Discrete one it was drawn from");
                 }
-                logp[row] = Tether.Sampling.Distributions.DrawnCategoricalLogp(table.Dist, row * table.DistDim, table.DistDim, (int)(table.Actions[row] - actionSpace.Start));
+                logp[row] = Distributions.DrawnCategoricalLogp(table.Dist, row * table.DistDim, table.DistDim, (int)(table.Actions[row] - actionSpace.Start));
             }
         }
 

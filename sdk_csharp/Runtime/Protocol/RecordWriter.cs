@@ -18,7 +18,8 @@ namespace Tether.Protocol
     /// on, and (protocol 1.6) whether the action was logged. A frame appends its rows with a few block copies; an agent's steps are the rows its
     /// list of row numbers names. A cut hands the table to the batch and moves the rows the agents
     /// keep to a fresh one: the writer reads the cut steps from the table, and the table is reused
-    /// once the batch is answered.
+    /// once the batch is answered. A Discrete step's logp may be NaN, left for the sending thread to
+    /// take as it writes the step (the multi-agent client's steady-state frames).
     /// </summary>
     internal sealed class StepTable
     {
@@ -29,7 +30,7 @@ namespace Tether.Protocol
         public float[] ValueObs = new float[0];
         public double[] Actions = new double[0];
         public double[] Rewards = new double[0];  // a step's logged rewards summed, as doubles (§10.5)
-        public double[] Logp = new double[0];
+        public double[] Logp = new double[0];  // NaN: a Discrete draw's, left for later (taken from Dist and Actions when written)
         public float[] Dist = new float[0];
         public float[] State = new float[0];
         public bool[] Logged = new bool[0];  // protocol 1.6: the action row's action was logged (chosen outside the policy)

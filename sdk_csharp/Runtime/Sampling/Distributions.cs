@@ -138,24 +138,11 @@ namespace Tether.Sampling
                     {
                         // CategoricalSample for two categories, draw for draw and bit for bit: the top
                         // category's weight is exp(0) = 1, the other's exp(-|l1 - l0|), one exp and one
-                        // log a row. (Under mono the plain conditionals beat a branch-free version that
-                        // picked values from a table by sign bits.)
+                        // log a row (no log with discreteLogpLater). (Under mono the plain conditionals beat
+                        // a branch-free version that picked values from a table by sign bits.)
                         double[] uniforms = Uniforms(rows);
                         rng.FillUniform(uniforms, rows);  // (one draw per row, in order)
                         double start = space.Start;
-                        if (discreteLogpLater)
-                        {
-                            for (int r = 0, at = distAt; r < rows; ++r, at += 2)
-                            {
-                                double gap = (double)dist[at + 1] - dist[at];
-                                bool secondOnTop = gap > 0;
-                                double e = Math.Exp(secondOnTop ? -gap : gap);
-                                bool second = (secondOnTop ? e : 1.0) <= uniforms[r] * (1 + e);
-                                logp[logpAt + r] = double.NaN;
-                                recordActions[recordAt + r] = envActions[envAt + r] = second ? start + 1 : start;
-                            }
-                            return;
-                        }
                         for (int r = 0, at = distAt; r < rows; ++r, at += 2)
                         {
                             double gap = (double)dist[at + 1] - dist[at];
@@ -164,7 +151,7 @@ namespace Tether.Sampling
                             double e = Math.Exp(below);
                             double total = 1 + e;
                             bool second = (secondOnTop ? e : 1.0) <= uniforms[r] * total;  // the first's weight <= threshold
-                            logp[logpAt + r] = (second == secondOnTop ? 0.0 : below) - Math.Log(total);
+                            logp[logpAt + r] = discreteLogpLater ? double.NaN : (second == secondOnTop ? 0.0 : below) - Math.Log(total);
                             recordActions[recordAt + r] = envActions[envAt + r] = second ? start + 1 : start;
                         }
                         return;
@@ -329,10 +316,12 @@ namespace Tether.Sampling
         /// <summary>
         /// The log-probability a draw of category <paramref name="choice"/> from softmax(logits[offset..offset + n])
         /// was given when it was drawn (SampleRows's, CategoricalSample's): bit for bit, whether it is taken
-        /// now or later (a row drawn with discreteLogpLater).
+        /// now or later (a row drawn with discreteLogpLater), for finite logits (a model's output is checked
+        /// finite before anything is drawn from it). A category outside 0..n-1 is an INVALID_ARGUMENT.
         /// </summary>
         internal static double DrawnCategoricalLogp(float[] logits, int offset, int n, int choice)
         {
+            if (choice < 0 || choice >= n) throw new TetherException(ErrorCode.InvalidArgument, "category " + choice + " is not one of the " + n + " drawn from");
             double top = logits[offset];
             for (int i = 1; i < n; ++i) top = Math.Max(top, logits[offset + i]);
             double total = 0;
