@@ -24,6 +24,7 @@ actions concatenated (in member order) and the members' rewards combined.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Sequence, cast
@@ -121,7 +122,7 @@ class ModuleSpec:
             onnx_input_name=str((data.get("onnx_input_names") or ["obs"])[0]),
             onnx_output_name=str((data.get("onnx_output_names") or ["action_dist_inputs"])[0]),
             trainable=bool(data.get("trainable", True)),
-            value_obs_agents=tuple(str(a) for a in data.get("value_obs_agents") or ()),
+            value_obs_agents=value_obs_agents_from_json(data.get("value_obs_agents"), module_id),
             action_mask_leaf=data.get("action_mask"),
             recurrent_state=recurrent_state_from_json(data.get("recurrent_state"), module_id),
             snapshot_of=data["snapshot_of"] if isinstance(data.get("snapshot_of"), str) else None,
@@ -134,6 +135,17 @@ class ModuleSpec:
             except ValueError as exc:
                 raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r}: {exc}") from None
         return spec
+
+
+def value_obs_agents_from_json(value: Any, module_id: str) -> tuple[str, ...]:
+    """A module's ``value_obs_agents`` (§9.1, §9.7): an array of agent ids; absent or null, none. Anything
+    else is refused (``INVALID_FIELD``): a string is not split into one-letter agent ids."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(agent, str) for agent in value):
+        raise MessageError(ErrorCode.INVALID_FIELD, f"module {module_id!r}: value_obs_agents must be an array of "
+                           f"agent ids (strings), got {json.dumps(value)[:80]}")
+    return tuple(value)
 
 
 def recurrent_state_from_json(value: Any, module_id: str) -> tuple[StateSpec, ...]:

@@ -1,6 +1,7 @@
 // Episode records: building them, and validating them as a server does.
 #include "tether/episode.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -790,13 +791,16 @@ Result<ModuleSpec> ModuleSpec::from_json(const std::string& module_id, const nlo
   if (const nlohmann::json* trainable = detail::member(data, "trainable")) {
     if (trainable->is_boolean()) spec.trainable = trainable->get<bool>();
   }
+  // value_obs_agents (§9.1): an array of agent ids, or absent or null (none); anything else refused.
   if (const nlohmann::json* agents = detail::member(data, "value_obs_agents")) {
-    if (agents->is_array()) {
-      for (const auto& a : *agents) {
-        spec.value_obs_agents.push_back(a.is_string() ? a.get_ref<const std::string&>() : detail::dump_json(a));
+    if (!agents->is_null()) {
+      const bool ids = agents->is_array() &&
+                       std::all_of(agents->begin(), agents->end(), [](const nlohmann::json& a) { return a.is_string(); });
+      if (!ids) {
+        return Result<ModuleSpec>(ErrorCode::kInvalidField,
+                                  "module '" + module_id + "': value_obs_agents must be an array of agent ids (strings)");
       }
-    } else if (!agents->is_null()) {
-      return Result<ModuleSpec>(ErrorCode::kInvalidField, "module '" + module_id + "': value_obs_agents must be a list");
+      for (const auto& a : *agents) spec.value_obs_agents.push_back(a.get_ref<const std::string&>());
     }
   }
   return spec;

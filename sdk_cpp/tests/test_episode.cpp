@@ -328,5 +328,23 @@ TEST(Episode, MultiAgentEntriesTakeObservationTensors) {
   EXPECT_EQ(encode_multi_agent_record(record, modules).status().code(), ErrorCode::kObsDtypeMismatch);
 }
 
+TEST(ModuleSpecs, ValueObsAgentsAreAnArrayOfAgentIds) {
+  // (§9.1) an array of strings, or absent or null; a string is not split into one-letter ids
+  const auto module = [](const char* agents) {
+    std::string text = R"({"observation_space":{"type":"Box","shape":[2],"low":0,"high":1},"action_space":{"type":"Discrete","n":2})";
+    if (agents != nullptr) text += std::string(R"(,"value_obs_agents":)") + agents;
+    return ModuleSpec::from_json("m", nlohmann::json::parse(text + "}"));
+  };
+  EXPECT_EQ(module(R"(["a_0","a_1"])").value().value_obs_agents, (std::vector<std::string>{"a_0", "a_1"}));
+  EXPECT_TRUE(module(nullptr).value().value_obs_agents.empty());
+  EXPECT_TRUE(module("null").value().value_obs_agents.empty());
+  for (const char* bad : {R"("a_0")", R"({"a_0":1})", "3", R"(["a_0",1])", R"([null])"}) {
+    const auto spec = module(bad);
+    ASSERT_FALSE(spec.ok()) << bad;
+    EXPECT_EQ(spec.status().code(), ErrorCode::kInvalidField) << bad;
+    EXPECT_NE(spec.status().message().find("value_obs_agents"), std::string::npos) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tether

@@ -201,6 +201,27 @@ namespace Tether.Tests
             Assert.That(Assert.Throws<TetherException>(() => ModuleSpec.FromJson("m", module)).Code, Is.EqualTo(ErrorCode.InvalidField));
         }
 
+        [Test]
+        public void ValueObsAgentsAreAnArrayOfAgentIds()
+        {
+            // (§9.1) an array of strings, or absent or null; a string is not split into one-letter ids
+            Func<string, ModuleSpec> module = agents =>
+            {
+                var json = new JObject { { "observation_space", Space.Box(new long[] { 2 }, 0, 1).ToJson() }, { "action_space", Space.Discrete(2).ToJson() } };
+                if (agents != null) json["value_obs_agents"] = JToken.Parse(agents);
+                return ModuleSpec.FromJson("m", json);
+            };
+            Assert.That(module("[\"a_0\", \"a_1\"]").ValueObsAgents, Is.EqualTo(new[] { "a_0", "a_1" }));
+            Assert.That(module(null).ValueObsAgents, Is.Empty);
+            Assert.That(module("null").ValueObsAgents, Is.Empty);
+            foreach (string bad in new[] { "\"a_0\"", "{\"a_0\": 1}", "3", "[\"a_0\", 1]", "[null]" })
+            {
+                var e = Assert.Throws<TetherException>(() => module(bad), bad);
+                Assert.That(e.Code, Is.EqualTo(ErrorCode.InvalidField), bad);
+                Assert.That(e.Message, Is.StringContaining("value_obs_agents"), bad);
+            }
+        }
+
         static Space Board()
         {
             return Space.Dict(new Dictionary<string, Space>

@@ -14,6 +14,7 @@ import pytest
 
 from tether.protocol import decode_episodes, decode_message
 from tether.protocol.errors import ErrorCode, MessageError
+from tether.protocol.multi_agent import ModuleSpec
 from tether.protocol import messages
 from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
 from tether.protocol.spaces import space_from_json
@@ -287,3 +288,17 @@ def test_nesting_check_is_fast_on_a_large_body() -> None:
 
     assert not messages.nesting_exceeds(body)
     assert best(lambda: messages.nesting_exceeds(body)) < 0.25 * best(lambda: orjson.loads(body))
+
+
+@pytest.mark.parametrize("agents", ['"a_0"', '{"a_0": 1}', "3", '["a_0", 1]', "[null]"])
+def test_value_obs_agents_that_are_not_an_array_of_agent_ids_are_refused(agents: str) -> None:
+    """A module's value_obs_agents (§9.1) is an array of agent ids, or absent or null: a string is not
+    split into one-letter ids (the critic would silently see zeros), and nothing else is taken."""
+    module = {"observation_space": {"type": "Box", "shape": [2], "low": 0, "high": 1},
+              "action_space": {"type": "Discrete", "n": 2}}
+    assert ModuleSpec.from_json("m", dict(module, value_obs_agents=["a_0", "a_1"])).value_obs_agents == ("a_0", "a_1")
+    assert ModuleSpec.from_json("m", module).value_obs_agents == ()
+    assert ModuleSpec.from_json("m", dict(module, value_obs_agents=None)).value_obs_agents == ()
+    with pytest.raises(MessageError) as info:
+        ModuleSpec.from_json("m", dict(module, value_obs_agents=json.loads(agents)))
+    assert info.value.code is ErrorCode.INVALID_FIELD and "value_obs_agents" in info.value.message

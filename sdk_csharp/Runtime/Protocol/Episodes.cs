@@ -128,14 +128,16 @@ namespace Tether.Protocol
             spec.OnnxOutputName = FirstName(obj["onnx_output_names"]) ?? spec.OnnxOutputName;
             JToken trainable = obj["trainable"];
             if (trainable != null && trainable.Type == JTokenType.Boolean) spec.Trainable = (bool)trainable;
+            // value_obs_agents (§9.1): an array of agent ids, or absent or null (none); anything else refused.
             JToken agents = obj["value_obs_agents"];
-            if (agents is JArray)
+            if (agents != null && agents.Type != JTokenType.Null)
             {
-                foreach (JToken a in (JArray)agents) spec.ValueObsAgents.Add(a.Type == JTokenType.String ? (string)a : a.ToString(Newtonsoft.Json.Formatting.None));
-            }
-            else if (agents != null && agents.Type != JTokenType.Null)
-            {
-                throw new TetherException(ErrorCode.InvalidField, "module '" + moduleId + "': value_obs_agents must be a list");
+                var list = agents as JArray;
+                if (list == null || list.Any(a => a.Type != JTokenType.String))
+                {
+                    throw new TetherException(ErrorCode.InvalidField, "module '" + moduleId + "': value_obs_agents must be an array of agent ids (strings)");
+                }
+                foreach (JToken a in list) spec.ValueObsAgents.Add((string)a);
             }
             return spec;
         }
