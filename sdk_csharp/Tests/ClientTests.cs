@@ -230,6 +230,33 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AResentBatchKeepsItsClaimWhenTheServerRestartedWithoutResuming()
+        {
+            // §6.5: a batch lost unanswered goes again unchanged, its claim included, even to a server
+            // whose versions went back (restarted without resuming; the server judges the claim).
+            using (var server = new ScriptedServer(1000))
+            {
+                server.Seq = 5;
+                using (TetherClient client = Connect(server))
+                {
+                    string a = client.StartEpisode();
+                    Play(client, a, 3);
+                    Assert.That(client.WeightsSeqNo, Is.EqualTo(5));
+                    server.Seq = 1;  // the server the resend reaches
+                    server.DropOnceSeq = 1;
+                    client.EndEpisode(a, Obs);
+                    client.Flush(10);
+                    Assert.That(client.Reconnects, Is.EqualTo(1));
+                    var batches = server.Received("EPISODES_AND_GET_STATE");
+                    Assert.That(batches.Select(m => (long)m["batch_seq"]), Is.EqualTo(new long[] { 1, 1 }));
+                    Assert.That(batches.Select(m => (long)m["weights_seq_no"]), Is.EqualTo(new long[] { 5, 5 }));
+                    Assert.That(batches[1].ToString(Newtonsoft.Json.Formatting.None), Is.EqualTo(batches[0].ToString(Newtonsoft.Json.Formatting.None)));
+                    Assert.That(client.WeightsSeqNo, Is.EqualTo(1));
+                }
+            }
+        }
+
+        [Test]
         public void StepsTheServerRefusedAsStaleAreCountedAndOtherValuesIgnored()
         {
             using (var server = new ScriptedServer(1000))
