@@ -43,12 +43,13 @@ def log(*parts: object) -> None:
 
 
 def ensure_installed(script: str, tools: list[str] = (), modules: list[str] = (), what: str = "this benchmark",
-                     skip_flag: str | None = None) -> None:
+                     skip_flag: str | None = None, files: list[str] = ()) -> None:
     """Install what ``what`` needs through the project's own ``script``, then check ``tools``
-    (executables) and ``modules`` (Python); if anything is still missing, exit with one line naming
-    the script to run (and ``skip_flag``, if any). A toolchain script always runs (it installs more
-    than the tools it is checked by, and does nothing when all is there); for Python modules alone
-    it runs only when one is missing (the project's install takes seconds even when it has nothing to do)."""
+    (executables), ``modules`` (Python) and ``files`` (paths under the repository); if anything is
+    still missing, exit with one line naming the script to run (and ``skip_flag``, if any). A
+    toolchain script always runs (it installs more than the tools it is checked by, and does nothing
+    when all is there); for Python modules or files alone it runs only when one is missing (the
+    project's install takes seconds even when it has nothing to do)."""
     import importlib
     import importlib.util
     import shutil
@@ -56,7 +57,8 @@ def ensure_installed(script: str, tools: list[str] = (), modules: list[str] = ()
     def missing_now() -> list[str]:
         importlib.invalidate_caches()
         return ([t for t in tools if shutil.which(t) is None]
-                + [m for m in modules if importlib.util.find_spec(m) is None])
+                + [m for m in modules if importlib.util.find_spec(m) is None]
+                + [f for f in files if not (REPO_ROOT / f).exists()])
 
     missing = missing_now()
     if (missing or tools) and script.endswith(".sh"):

@@ -712,6 +712,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_csharp:
         ensure_installed("sdk_csharp/scripts/install_toolchain.sh", tools=["mcs", "mono", "pkg-config"],
                          what="the C# SDK's figures", skip_flag="--no-csharp")
+        # (its backend P/Invokes ONNX Runtime's C library, which the C++ SDK's script fetches)
+        ensure_installed("sdk_cpp/scripts/fetch_onnxruntime.sh", files=["sdk_cpp/third_party/onnxruntime/lib/libonnxruntime.so"],
+                         what="the C# SDK's figures", skip_flag="--no-csharp")
     if args.wait_quiet > 0:
         wait_until_quiet(args.wait_quiet)
     result = run(args)

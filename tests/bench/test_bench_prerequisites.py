@@ -32,3 +32,15 @@ def test_a_missing_tool_is_named_with_the_script_that_installs_it() -> None:
     line = out.stderr.strip()
     assert "\n" not in line and "no-such-tool-here" in line and "bash scripts/install_browser_does_not_exist.sh" in line
     assert "--no-browsers" in line
+
+
+def test_a_missing_file_is_named_with_the_script_that_fetches_it() -> None:
+    # (the C# figures need ONNX Runtime's C library, which sdk_cpp/scripts/fetch_onnxruntime.sh fetches)
+    code = ("import sys; sys.path.insert(0, 'bench'); import _common; "
+            "_common.ensure_installed('scripts/fetch_does_not_exist.sh', files=['no/such/library.so'], "
+            "what='the C# SDK figures', skip_flag='--no-csharp')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    line = out.stderr.strip()
+    assert "\n" not in line and "no/such/library.so" in line and "bash scripts/fetch_does_not_exist.sh" in line
+    assert "--no-csharp" in line
