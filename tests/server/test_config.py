@@ -101,6 +101,25 @@ def test_value_obs_agents_cannot_name_a_group_or_its_members() -> None:
         layout(["a_0", "pair"])
 
 
+def test_a_group_module_can_have_a_centralized_critic_of_its_width() -> None:
+    """§9.7: a group's module may list value_obs_agents; each listed agent's observation is as wide as
+    the group's joined one (its members' side by side), so V = len(listed) x the group's obs_dim."""
+    from tether.server.module_setup import build_layout
+
+    def layout(listed_width: int):
+        return build_layout(ServerConfig(modules={
+            "pairmod": {"observation_space": BOX(6), "action_space": {"type": "MultiDiscrete", "nvec": [2, 2]},
+                        "value_obs_agents": ["a_0", "a_1"]},
+            "solo": {"observation_space": BOX(listed_width), "action_space": {"type": "Discrete", "n": 2}},
+        }, policy_mapping=[{"pattern": "a_*", "module": "solo"}, {"agent_id": "pair", "module": "pairmod"}],
+            groups={"pair": {"members": ["m_0", "m_1"], "reward": "sum"}}))
+
+    assert layout(6).specs["pairmod"].value_obs_dim == 12
+    with pytest.raises(ValueError, match="'a_0', which maps to module 'solo' with 3 observation values, but the "
+                                         "critic takes 6 per agent"):
+        layout(3)
+
+
 def test_ppo_defaults_live_in_one_place() -> None:
     from tether.server.config import PPO_OPTION_NAMES
     from tether.server.learner import PPOHyperparams
