@@ -17,9 +17,7 @@ Runs on the server's event loop.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
 import sys
 import time
 import uuid
@@ -27,14 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Hashable
 
-import orjson
 import torch
 
 from tether.protocol.multi_agent import MultiAgentRecord
-from tether.protocol.offline_policy import FILE_NAME as OFFLINE_POLICY_FILE
-from tether.protocol.onnx_codec import decode_onnx, encode_onnx
+from tether.protocol.onnx_codec import encode_onnx
 
 from . import checkpoint_state as checkpoints
+from . import run_files
 from .config import ServerConfig
 from .data_guard import DataGuard
 from .ingest.batch_dedup import BatchDedup, BatchId, merged_marks
@@ -51,7 +48,7 @@ from .distributed.rank_group import RankGroup
 from .learner_loop import LearnerLoop
 from .metrics import EpisodeTracker, Metrics, TensorBoardWriter
 from .module_runtime import ModuleRuntime, build_modules, resolve_device
-from .module_setup import DEFAULT_MODULE_ID, ModuleLayout
+from .module_setup import ModuleLayout
 from .pool_journal import JournalEntry, PoolJournal, journal_files, read_journal
 from .record_share import RecordShare
 from .sample_pool import Admission, Pooled, SamplePool, part_of
@@ -61,10 +58,6 @@ from .session_owners import SessionOwners
 from .state_messages import offline_policy_object
 from .stop_rule import StopRule
 from .say import say
-
-
-#: Each module's version as last served, in the logdir (see Trainer._record_versions).
-VERSIONS_FILE = "versions.json"
 
 
 class Trainer:
@@ -277,7 +270,7 @@ class Trainer:
                     self._checkpoint_at = (self.metrics.updates, journal_from)
                 self.run_id = run_id or self.run_id
                 self.metrics.clients_refused = self.guard.refused_count
-                self._skip_versions_served_after(Path(config.resume).parent / VERSIONS_FILE)
+                run_files.skip_versions_served_after(Path(config.resume).parent / run_files.VERSIONS_FILE, self.modules)
                 self.metrics.weights_seq_no = self.weights_seq_no
             else:  # a crash before the first checkpoint: only the journal, if any, to resume from
                 print(f"[tether] --resume {config.resume}: no checkpoint there yet; starting fresh", flush=True)
@@ -605,34 +598,8 @@ class Trainer:
         return written
 
     def _record_versions(self) -> None:
-        """Write down each module's version as served now (``versions.json`` in the logdir, replaced
-        atomically, before any client hears of it): a resume after a crash then knows which numbers
-        were given out after its checkpoint, and does not give them to other weights (§13.1)."""
-        path = Path(self.config.logdir) / VERSIONS_FILE
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({m: rt.weights_seq_no for m, rt in self.modules.items()}))
-            tmp.replace(path)
-        except OSError as exc:  # (as for the journal: logged, the run goes on)
-            say(f"[tether] could not write {path}: {exc}")
-
-    def _skip_versions_served_after(self, path: Path) -> None:
-        """Resumed from a checkpoint older than the last versions served (a crash, kill -9): the numbers
-        given out after it named weights that died with the process, and clients may still hold steps
-        claiming them. The restored weights are served under the next unused number instead, so within
-        one run (one run_id) a number always names one set of weights."""
-        try:
-            served = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return  # (none written yet, or a run from before the file: the checkpoint's numbers stand)
-        for module_id, runtime in self.modules.items():
-            last = served.get(module_id) if isinstance(served, dict) else None
-            if isinstance(last, int) and last > runtime.weights_seq_no:
-                print(f"[tether] module {module_id!r}: v{runtime.weights_seq_no + 1}..v{last} were served after the "
-                      f"checkpoint and died with the process; its restored weights are served as v{last + 1}",
-                      flush=True)
-                runtime.weights_seq_no = last + 1
+        """Write each module's version as served now to the logdir's versions.json (run_files.py)."""
+        run_files.record_versions(self.config.logdir, self.modules)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a checkpoint holds, taken at once: the pool's chunks (encoded when written)
@@ -654,42 +621,24 @@ class Trainer:
 
     def policy_path(self, module_id: str | None = None) -> Path:
         """Where the final ONNX policy of a module is written (policy.onnx for the default one)."""
-        module_id = module_id or self.default_module or next(iter(self.modules))
-        name = "policy.onnx" if module_id == (self.default_module or DEFAULT_MODULE_ID) else f"policy-{module_id}.onnx"
-        return Path(self.config.logdir) / name
+        return run_files.policy_path(self.config.logdir, module_id or self.default_module or next(iter(self.modules)),
+                                     self.default_module)
 
     def policy_modules(self) -> list[str]:
         """The modules whose policies ``save_policies`` writes: all but self-play slots not filled yet."""
         return [m for m in self.modules if self.self_play is None or self.self_play.holds(m)]
 
     def save_policies(self) -> None:
-        """Write every module's current policy as a plain ONNX file (what clients run); a self-play
-        snapshot's is the model it was served with (several ranks: rank 0's export, on every rank)."""
-        for module_id in self.policy_modules():
-            runtime = self.modules[module_id]
-            path = self.policy_path(module_id)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".onnx.tmp")
-            tmp.write_bytes(decode_onnx(runtime.onnx_field) if runtime.spec.snapshot_of is not None
-                            else runtime.learner.export_onnx())
-            tmp.replace(path)
+        """Write every module's current policy as a plain ONNX file in the logdir (run_files.py)."""
+        run_files.write_policies(self.config.logdir, self.modules, self.policy_modules(), self.default_module)
 
     def save_offline_policy(self, offline: dict[str, Any] | None = None) -> Path | None:
         """Write ``offline_policy.json`` (§20) in the logdir: the configuration and models a client acts
         with where no server runs (ClientOptions offline_policy in every SDK), ``offline`` or what is
-        served now. Replaced atomically; written with every checkpoint. A failure is said and the run
-        goes on (None)."""
-        path = Path(self.config.logdir) / OFFLINE_POLICY_FILE
-        try:
-            body = orjson.dumps(offline if offline is not None else offline_policy_object(self))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_bytes(body)
-            tmp.replace(path)
-        except (OSError, TypeError, ValueError) as exc:  # (as for versions.json: said, the run goes on)
-            say(f"[tether] could not write {path}: {exc}")
-            return None
-        if not self._offline_policy_told and self.layout.client_mapping is None and len(self.modules) > 1:
+        served now. Written with every checkpoint. A failure is said and the run goes on (None)."""
+        path = run_files.write_offline_policy(self.config.logdir,
+                                              offline if offline is not None else offline_policy_object(self))
+        if path is not None and not self._offline_policy_told and self.layout.client_mapping is None and len(self.modules) > 1:
             self._offline_policy_told = True
             say(f"[tether] {path} names no policy-mapping rules (this server maps agents itself: "
                 "a mapping function or self-play): a multi-agent client cannot map agents with it offline")
