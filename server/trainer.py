@@ -34,13 +34,13 @@ from . import checkpoint_state as checkpoints
 from . import run_files
 from .config import ServerConfig
 from .data_guard import DataGuard
-from .ingest.batch_dedup import BatchDedup, BatchId, merged_marks
+from .ingest.batch_dedup import BatchDedup, BatchId
 from .ingest.env_steps import record_env_steps
 from .ingest.logp_check import PolicyHistory, check_behaviour_logp
 from .ingest.step_versions import step_versions
 from .ingest.validation import EpisodeIngest
 from .distributed import group_checkpoints
-from .distributed.data_parallel import DataParallel
+from .distributed.group_start import take_the_groups_weights
 from .distributed.lockstep_loop import LockstepLearnerLoop
 from .distributed.rank_directory import RankDirectory, advertised_host
 from .distributed.rank_reports import RankReports
@@ -112,7 +112,10 @@ class Trainer:
             if self.self_play is not None and config.resume and not self.self_play.restored:
                 self._first_snapshots()  # a checkpoint of a run without self-play: the first opponent is what it resumes
             if group is not None:
-                self._take_the_groups_weights()
+                self.run_id = take_the_groups_weights(group, self.modules, self.metrics, self.dedup, self.curriculum,
+                                                      self.self_play, self.run_id)
+                if not group.is_first:
+                    self.metrics.weights_seq_no = self.weights_seq_no
                 self._record_versions()  # (the group's numbers, which may be above this rank's)
             if self._checkpoint_at_start:
                 self.save_checkpoint()
@@ -162,74 +165,6 @@ class Trainer:
                 except Exception as exc:
                     say(f"[tether] closing {type(closing).__name__} after a failed start failed: {exc!r:.300}")
 
-    def _take_the_groups_weights(self) -> None:
-        """Several ranks: every rank starts from rank 0's learners (weights, optimizer, live settings),
-        versions and run id, whether it started fresh or resumed its own checkpoint (a rank that died
-        mid-checkpoint cannot make the group diverge); with self-play, its snapshots (their slots are
-        modules: rank 0's weights and models) and their record and ratings. A collective of the group:
-        every rank calls it at the same point of its start."""
-        assert self.group is not None
-        self.group.meet("the group's weights")  # (a rank may replay a long journal first)
-        for module in self.modules.values():
-            module.learner.data_parallel = DataParallel(self.group)
-        # Each rank skipped the versions its own versions.json says were served after its checkpoint: the
-        # group serves its weights under the highest such number, so no number served by any rank before
-        # the restart names other weights now.
-        served = self.group.agree([float(rt.weights_seq_no) for rt in self.modules.values()], how="max")
-        for runtime, version in zip(self.modules.values(), served):
-            runtime.weights_seq_no = int(version)
-        theirs = self.group.broadcast_object(
-            {"run_id": self.run_id, "updates": self.metrics.updates,
-             "curriculum": self.curriculum.snapshot() if self.curriculum is not None else None,
-             "self_play": self.self_play.state() if self.self_play is not None else None,
-             "modules": {m: (rt.learner.state_dict(), rt.weights_seq_no, rt.onnx_field) for m, rt in self.modules.items()}}
-            if self.group.is_first else None)
-        self._merge_the_groups_marks()
-        if self.group.is_first:
-            return
-        self.run_id = theirs["run_id"]
-        if self.curriculum is not None:  # (rank 0's curriculum decides for the group; this rank follows it)
-            self.curriculum.follower = True
-            self.curriculum.adopt(theirs["curriculum"], replace=True)
-        self.metrics.updates = int(theirs["updates"])  # (checkpoints are taken every checkpoint_every updates)
-        if self.self_play is not None and theirs["self_play"] is not None:
-            self.self_play.load_state(theirs["self_play"])
-        for module_id, (state, version, onnx_field) in theirs["modules"].items():
-            runtime = self.modules[module_id]
-            runtime.learner.load_state_dict(state)
-            runtime.weights_seq_no = int(version)
-            runtime.onnx_field = onnx_field  # (rank 0's model bytes: one model per version across the group)
-        self.metrics.weights_seq_no = self.weights_seq_no
-
-    def _groups_checkpoint(self, path: str) -> str | None:
-        """Several ranks: the checkpoint this rank resumes from, of the update every rank holds one of
-        (group_checkpoints.py); None when some rank holds none (every rank replays its journal alone).
-        A collective of the group."""
-        assert self.group is not None
-        held = group_checkpoints.checkpoints_held(path)
-        journaled = bool(journal_files(Path(path).parent / "journal"))
-        self.group.meet("choosing a checkpoint")
-        theirs = self.group.gather_objects((sorted(held), journaled))
-        target = group_checkpoints.common_update([h for h, _ in theirs], [j for _, j in theirs])
-        if target is None:
-            if held:
-                print(f"[tether] rank {self.group.rank}: another rank has no checkpoint yet; every rank starts "
-                      "from its journal alone", flush=True)
-            return None
-        if target not in held:  # (a rank new to the group: rank 0's weights are given to it)
-            return None
-        if held[target] != str(path):
-            print(f"[tether] rank {self.group.rank}: resuming from {held[target]} (update {target}), the newest update "
-                  "every rank has a checkpoint of", flush=True)
-        return held[target]
-
-    def _merge_the_groups_marks(self) -> None:
-        """Several ranks: every rank takes the highest exactly-once mark of each client_session over the
-        group (§6.7), so a batch that any rank stored before the group stopped is a duplicate on every
-        rank after it restarts, whichever rank its client reaches then. A collective of the group."""
-        assert self.group is not None
-        self.dedup.load_state(merged_marks(self.group.gather_objects(self.dedup.state())))
-
     def join_the_directory(self, port: int) -> None:
         """Several ranks, once this rank listens: every rank's client address, for PONG (§6.7). A collective."""
         assert self.group is not None
@@ -258,7 +193,7 @@ class Trainer:
         journal_from: int | None = None
         if config.resume:
             journal_from = 0
-            chosen = self._groups_checkpoint(config.resume) if self.group is not None else config.resume
+            chosen = group_checkpoints.groups_checkpoint(self.group, config.resume) if self.group is not None else config.resume
             if chosen is not None and Path(chosen).exists():
                 journal_from, run_id = checkpoints.restore_checkpoint(
                     chosen, self.modules, self.metrics, self.dedup, self.pool, self.self_play, self.curriculum,
@@ -308,7 +243,7 @@ class Trainer:
     def _first_snapshots(self) -> None:
         """A fresh self-play record whose first opponents are the modules' current policies. (Several
         ranks: each draws its own clients' opponents, seeded apart; rank 0's snapshots are taken by all
-        in _take_the_groups_weights.)"""
+        in distributed/group_start.py.)"""
         layout = self.layout.self_play
         assert layout is not None
         seed = self.config.seed

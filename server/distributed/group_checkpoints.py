@@ -14,8 +14,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..checkpoint import load_checkpoint
+from ..pool_journal import journal_files
+
+if TYPE_CHECKING:
+    from .rank_group import RankGroup
 
 
 def previous_path(path: str | Path) -> Path:
@@ -129,3 +134,25 @@ def make_current(chosen: str, path: str | Path) -> None:
     belonged to updates the group no longer has)."""
     if Path(chosen) != Path(path):
         os.replace(chosen, path)
+
+
+def groups_checkpoint(group: "RankGroup", path: str) -> str | None:
+    """The checkpoint this rank resumes from (``path``: the one the command line names), of the update
+    every rank holds one of; None when some rank holds none (every rank replays its journal alone), or
+    when this rank is new to the group (rank 0's weights are given to it). A collective of the group."""
+    held = checkpoints_held(path)
+    journaled = bool(journal_files(Path(path).parent / "journal"))
+    group.meet("choosing a checkpoint")
+    theirs = group.gather_objects((sorted(held), journaled))
+    target = common_update([h for h, _ in theirs], [j for _, j in theirs])
+    if target is None:
+        if held:
+            print(f"[tether] rank {group.rank}: another rank has no checkpoint yet; every rank starts "
+                  "from its journal alone", flush=True)
+        return None
+    if target not in held:
+        return None
+    if held[target] != str(path):
+        print(f"[tether] rank {group.rank}: resuming from {held[target]} (update {target}), the newest update "
+              "every rank has a checkpoint of", flush=True)
+    return held[target]
