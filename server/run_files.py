@@ -1,13 +1,13 @@
 """The files a run keeps in its logdir beside its checkpoint and journal: each module's version as
 last served (``versions.json``), each module's policy as a plain ONNX file, and the offline policy
-(§20). Each is replaced atomically (written beside, then renamed); a failure to write is said and
-the run goes on, as for the journal."""
+(§20). Each is replaced atomically (written beside, then renamed). A failure to write versions.json or
+the offline policy is said and the run goes on, as for the journal; one to write a policy is raised."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
@@ -76,12 +76,13 @@ def write_policies(logdir: str | Path, modules: Mapping[str, ModuleRuntime], mod
                  else runtime.learner.export_onnx())
 
 
-def write_offline_policy(logdir: str | Path, offline: dict[str, Any]) -> Path | None:
+def write_offline_policy(logdir: str | Path, offline: Callable[[], dict[str, Any]]) -> Path | None:
     """Write ``offline_policy.json`` (§20): the configuration and models a client acts with where no server
-    runs. A failure is said and the run goes on (None)."""
+    runs, as ``offline()`` gives them. A failure (to take them or to write them) is said and the run goes
+    on (None)."""
     path = Path(logdir) / OFFLINE_POLICY_FILE
     try:
-        _replace(path, orjson.dumps(offline))
+        _replace(path, orjson.dumps(offline()))
     except (OSError, TypeError, ValueError) as exc:
         say(f"[tether] could not write {path}: {exc}")
         return None

@@ -114,8 +114,7 @@ class Trainer:
             if group is not None:
                 self.run_id = take_the_groups_weights(group, self.modules, self.metrics, self.dedup, self.curriculum,
                                                       self.self_play, self.run_id)
-                if not group.is_first:
-                    self.metrics.weights_seq_no = self.weights_seq_no
+                self.metrics.weights_seq_no = self.weights_seq_no  # (the group's, which may be above rank 0's own)
                 self._record_versions()  # (the group's numbers, which may be above this rank's)
             if self._checkpoint_at_start:
                 self.save_checkpoint()
@@ -571,8 +570,8 @@ class Trainer:
         """Write ``offline_policy.json`` (§20) in the logdir: the configuration and models a client acts
         with where no server runs (ClientOptions offline_policy in every SDK), ``offline`` or what is
         served now. Written with every checkpoint. A failure is said and the run goes on (None)."""
-        path = run_files.write_offline_policy(self.config.logdir,
-                                              offline if offline is not None else offline_policy_object(self))
+        path = run_files.write_offline_policy(
+            self.config.logdir, (lambda: offline) if offline is not None else (lambda: offline_policy_object(self)))
         if path is not None and not self._offline_policy_told and self.layout.client_mapping is None and len(self.modules) > 1:
             self._offline_policy_told = True
             say(f"[tether] {path} names no policy-mapping rules (this server maps agents itself: "

@@ -14,7 +14,6 @@ import pytest
 
 from tether.protocol import decode_episodes, decode_message
 from tether.protocol.errors import ErrorCode, MessageError
-from tether.protocol.multi_agent import ModuleSpec
 from tether.protocol import messages
 from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
 from tether.protocol.spaces import space_from_json
