@@ -467,6 +467,38 @@ TEST(RecordShare, MultiAgentEverythingHeldBackStillSendsBatchesThenRecordsAgain)
   EXPECT_TRUE(client->take_error().ok());
 }
 
+// Spec 13.3's worked example (docs/parity.md, the frame a cut happens in): the cut comes before a frame's
+// observations are taken, so the actors about to act keep their latest step. Two agents, 10 agent steps per
+// batch, every episode recorded: the call of frame 5 finds 10 steps played but 8 complete and cuts nothing;
+// the call of frame 6 cuts frames 0-4 of both agents, each entry ending with its frame-5 observation.
+TEST(RecordShare, MultiAgentCutsBeforeTakingTheFramesObservations) {
+  auto share = share_of(kNone);
+  FakeServer server(multi_share_script(10, share));
+  auto client = multi_client(server, /*strict=*/true);
+  ASSERT_TRUE(client);
+  const std::string episode = client->start_episode().value();
+  std::vector<int> sends_at;
+  for (int f = 0; f < 8; ++f) {
+    const std::size_t before = server.batches().size();
+    tether::AgentFrame frame;
+    const float mine[2] = {static_cast<float>(f), static_cast<float>(f)};
+    const float theirs[2] = {static_cast<float>(-f), static_cast<float>(-f)};
+    frame.add("a_0", mine, 2);
+    frame.add("a_1", theirs, 2);
+    tether::Status status = client->get_action(episode, frame);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    if (server.batches().size() > before) sends_at.push_back(f);
+  }
+  ASSERT_FALSE(sends_at.empty());
+  EXPECT_EQ(sends_at[0], 6);
+  const std::vector<json> batches = server.batches();
+  const json& entries = batches[0]["episodes"][0]["agents"];
+  EXPECT_EQ(entries["a_0"]["actions"].size(), 5u);
+  EXPECT_EQ(entries["a_1"]["actions"].size(), 5u);
+  EXPECT_EQ(entries["a_0"]["obs"].back(), json::parse("[5.0, 5.0]")) << "frame 6's observation is not in the cut";
+  EXPECT_TRUE(client->take_error().ok());
+}
+
 json multi_state_with_steps(const json& share, const std::optional<json>& every) {
   json state = multi_state_with_share(share);
   if (every) state["steps_per_batch"] = *every;
