@@ -137,6 +137,9 @@ class ScriptedServer:
     def _serve(self, conn: ScriptedConnection) -> None:
         try:
             self.handler(conn)
+        except OSError as exc:
+            if not self._closed:  # (a socket the test's own close() shut under the handler is no error)
+                self.errors.append(exc)
         except BaseException as exc:  # noqa: BLE001 - reported by the test through .errors
             self.errors.append(exc)
         finally:
