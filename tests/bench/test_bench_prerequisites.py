@@ -23,24 +23,16 @@ def test_without_the_projects_environment_a_bench_names_the_install_script(bench
     assert len(lines) == 1 and "bash scripts/install.sh" in lines[0] and "Traceback" not in out.stderr, out.stderr
 
 
-def test_a_missing_tool_is_named_with_the_script_that_installs_it() -> None:
-    code = ("import sys; sys.path.insert(0, 'bench'); import _common; "
-            "_common.ensure_installed('scripts/install_browser_does_not_exist.sh', tools=['no-such-tool-here'], "
-            "what='the browsers', skip_flag='--no-browsers')")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2
-    line = out.stderr.strip()
-    assert "\n" not in line and "no-such-tool-here" in line and "bash scripts/install_browser_does_not_exist.sh" in line
-    assert "--no-browsers" in line
-
-
-def test_a_missing_file_is_named_with_the_script_that_fetches_it() -> None:
+@pytest.mark.parametrize("script, missing, skip_flag", [
+    ("scripts/install_browser_does_not_exist.sh", "tools=['no-such-tool-here']", "--no-browsers"),
     # (the C# figures need ONNX Runtime's C library, which sdk_cpp/scripts/fetch_onnxruntime.sh fetches)
+    ("scripts/fetch_does_not_exist.sh", "files=['no/such/library.so']", "--no-csharp"),
+], ids=["tool", "file"])
+def test_what_is_missing_is_named_with_the_script_that_installs_it(script: str, missing: str, skip_flag: str) -> None:
     code = ("import sys; sys.path.insert(0, 'bench'); import _common; "
-            "_common.ensure_installed('scripts/fetch_does_not_exist.sh', files=['no/such/library.so'], "
-            "what='the C# SDK figures', skip_flag='--no-csharp')")
+            f"_common.ensure_installed({script!r}, {missing}, what='the figures', skip_flag={skip_flag!r})")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     line = out.stderr.strip()
-    assert "\n" not in line and "no/such/library.so" in line and "bash scripts/fetch_does_not_exist.sh" in line
-    assert "--no-csharp" in line
+    name = missing.split("'")[1]
+    assert "\n" not in line and name in line and f"bash {script}" in line and skip_flag in line
