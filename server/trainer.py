@@ -571,7 +571,7 @@ class Trainer:
         with where no server runs (ClientOptions offline_policy in every SDK), ``offline`` or what is
         served now. Written with every checkpoint. A failure is said and the run goes on (None)."""
         path = run_files.write_offline_policy(
-            self.config.logdir, (lambda: offline) if offline is not None else (lambda: offline_policy_object(self)))
+            self.config.logdir, lambda: offline if offline is not None else offline_policy_object(self))
         if path is not None and not self._offline_policy_told and self.layout.client_mapping is None and len(self.modules) > 1:
             self._offline_policy_told = True
             say(f"[tether] {path} names no policy-mapping rules (this server maps agents itself: "
