@@ -70,12 +70,16 @@ def _serves(declared: Any, joined: Any, bytes_allowed: bool) -> bool:
 
 def _reset(env: Any, client: MultiAgentClient, episode_id: str, seed: int | None) -> Any:
     """``env.reset`` for an episode just started: with its seed and, when the server sends environment
-    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does. An env
-    whose reset fails leaves no episode open in the client (unless ending it fails too: that is told in a
+    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does. The
+    episode's agents are then mapped in one go (``map_agents``: one MAP_AGENTS for all of them when the
+    server maps with a function, not one per agent as each first acts). An env whose reset (or that
+    mapping) fails leaves no episode open in the client (unless ending it fails too: that is told in a
     note on the reset's error, which is the one raised)."""
     values = client.episode_params(episode_id)
     try:
-        return env.reset(seed=seed, **({"options": {"env_params": values}} if values else {}))
+        reset = env.reset(seed=seed, **({"options": {"env_params": values}} if values else {}))
+        client.map_agents(episode_id, list(env.agents))
+        return reset
     except BaseException as failure:
         try:
             client.end_episode(episode_id, {})  # (nothing was played: nothing is sent)

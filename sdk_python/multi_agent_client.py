@@ -23,7 +23,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from .policy import OnnxPolicy
 from tether.protocol.logged_actions import checked_logged_action
 from tether.protocol.distributions import deterministic, sample_for_record
 from tether.protocol.env_params import record_env_params
-from tether.protocol.errors import ErrorCode, InvalidInputError, NotReadyError, TetherError
+from tether.protocol.errors import ErrorCode, InvalidInputError, MessageError, NotReadyError, TetherError
 from tether.protocol.messages import MessageType
 from tether.protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
 from tether.protocol.onnx_codec import decode_onnx
@@ -79,6 +79,8 @@ class _Episode:
     #: **[1.7]** The parameter set's seq and the values drawn for the episode, and the reported measure (§19).
     env_params: tuple[int, dict[str, float]] | None = None
     measure: float | None = None
+    #: The server's MAP_AGENTS answers for actors mapped ahead (map_agents) that have not acted yet.
+    mapped: dict[str, str] = field(default_factory=dict)
 
 
 class MultiAgentClient(BaseClient):
@@ -205,6 +207,8 @@ class MultiAgentClient(BaseClient):
         rules = config.get("policy_mapping")
         self.mapping = PolicyMapping.from_json(rules) if rules is not None else None
         self._eval_modules, self._eval_modules_episode = {}, None
+        for episode in self._episodes.values():
+            episode.mapped.clear()  # (this connection's server may map otherwise: asked again)
         self.groups = {g: GroupSpec.from_json(g, spec) for g, spec in (config.get("groups") or {}).items()}
         self._group_of = {member: g.group_id for g in self.groups.values() for member in g.members}
 
@@ -260,7 +264,41 @@ class MultiAgentClient(BaseClient):
         if self.mapping is not None:
             return {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
         answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id, "agent_ids": actor_ids})
-        return dict(answer["modules"])
+        modules = answer.get("modules")
+        if answer.get("type") != MessageType.AGENT_MODULES.value or not isinstance(modules, dict):
+            raise MessageError(ErrorCode.INVALID_FIELD, 'MAP_AGENTS was not answered with AGENT_MODULES {"modules": {...}}')
+        for actor_id in actor_ids:  # (as the C++ and C# clients check the answer)
+            module_id = modules.get(actor_id)
+            if not isinstance(module_id, str):
+                raise MessageError(ErrorCode.INVALID_FIELD, f"AGENT_MODULES names no module for {actor_id!r}")
+            if module_id not in self.modules:
+                raise MessageError(ErrorCode.UNKNOWN_MODULE, f"AGENT_MODULES maps {actor_id!r} to module {module_id!r}, "
+                                   f"which SET_CONFIG does not describe")
+        return {a: modules[a] for a in actor_ids}
+
+    def map_agents(self, episode_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
+        """The module each of ``agent_ids`` plays in the running episode ``episode_id``, by agent id.
+
+        With the server's rules (SET_CONFIG's ``policy_mapping``) this is local. With a mapping function
+        of the server's (``"policy_mapping": null``: self-play draws opponents per episode), the agents
+        not mapped yet are asked about in one MAP_AGENTS, whose answers the episode keeps: their first
+        frames then ask nothing. A game that knows an episode's agents (a turn-based game's seats) calls
+        this once after ``start_episode`` and saves a round trip per agent that acts later. A group
+        member stands for its group (the module is the group's). Raises ``KeyError`` for an episode not
+        running, ``TypeError`` for an id that is not a string, and what a frame's mapping raises
+        (``NotReadyError`` offline, ``ProtocolError`` for a bad answer, a timeout).
+        """
+        episode = self._episodes[episode_id]
+        agents = list(agent_ids)
+        for agent_id in agents:
+            if not isinstance(agent_id, str):
+                raise TypeError(f"agent ids are strings, got {agent_id!r}")
+        actor_of = {a: self._group_of.get(a, a) for a in agents}
+        unknown = list(dict.fromkeys(a for a in actor_of.values() if a not in episode.actors and a not in episode.mapped))
+        if unknown:
+            episode.mapped.update(self._modules_for(episode_id, unknown))
+        return {a: episode.actors[actor].module_id if actor in episode.actors else episode.mapped[actor]
+                for a, actor in actor_of.items()}
 
     def _eval_modules_for(self, episode_id: str, actor_ids: list[str]) -> dict[str, str]:
         # The server's answers are kept for the evaluation episode (§7.10), so that each
@@ -341,7 +379,12 @@ class MultiAgentClient(BaseClient):
         new = [a for a in actor_ids if a not in episode.actors]
         if not new:
             return
-        for actor_id, module_id in self._modules_for(episode.episode_id, new).items():
+        mapped = {a: episode.mapped.pop(a) for a in new if a in episode.mapped}
+        unmapped = [a for a in new if a not in mapped]
+        if unmapped:
+            mapped.update(self._modules_for(episode.episode_id, unmapped))
+        for actor_id in new:
+            module_id = mapped[actor_id]
             episode.actors[actor_id] = _Actor(actor_id, module_id, episode.t,
                                               EpisodeRecorder(episode.episode_id, episode.training_enabled))
 

@@ -806,14 +806,9 @@ Status MultiAgentClient::map_actors(const std::string& episode_id) {
   if (new_actor_ids_.empty()) return Status::Ok();
   if (config_->mapping) {
     for (std::size_t k = 0; k < new_slots_.size(); ++k) {
-      Result<std::string> module = config_->mapping->module_for(new_actor_ids_[k], episode_id);
+      Result<Module*> module = module_by_rules(new_actor_ids_[k], episode_id);
       if (!module.ok()) return module.status();
-      auto it = modules_.find(module.value());
-      if (it == modules_.end()) {
-        return Status(ErrorCode::kUnknownModule, "agent '" + new_actor_ids_[k] + "' maps to module '" +
-                                                     module.value() + "', which the server does not describe");
-      }
-      slots_[new_slots_[k]].module = it->second.get();
+      slots_[new_slots_[k]].module = module.value();
     }
     return Status::Ok();
   }
@@ -834,30 +829,104 @@ Status MultiAgentClient::map_actors(const std::string& episode_id) {
     unmapped_slots_.push_back(new_slots_[k]);
   }
   if (unmapped_ids_.empty()) return Status::Ok();
+  Status asked = ask_mapping(episode_id, unmapped_ids_);
+  if (!asked.ok()) return asked;
+  for (std::size_t k = 0; k < unmapped_slots_.size(); ++k) slots_[unmapped_slots_[k]].module = asked_modules_[k];
+  return Status::Ok();
+}
+
+Result<MultiAgentClient::Module*> MultiAgentClient::module_by_rules(const std::string& actor_id,
+                                                                      const std::string& episode_id) {
+  Result<std::string> module = config_->mapping->module_for(actor_id, episode_id);
+  if (!module.ok()) return module.status();
+  auto it = modules_.find(module.value());
+  if (it == modules_.end()) {
+    return Status(ErrorCode::kUnknownModule, "agent '" + actor_id + "' maps to module '" + module.value() +
+                                                 "', which the server does not describe");
+  }
+  return it->second.get();
+}
+
+// One MAP_AGENTS for `actor_ids`: every answer checked before any is kept (for the
+// episode, remember_mapping) or given (asked_modules_, in the order asked).
+Status MultiAgentClient::ask_mapping(const std::string& episode_id, const std::vector<std::string>& actor_ids) {
   ++map_requests_;
-  Result<Message> answer = link_->request(make_map_agents(episode_id, unmapped_ids_), options_.response_timeout_s);
+  Result<Message> answer = link_->request(make_map_agents(episode_id, actor_ids), options_.response_timeout_s);
   if (!answer.ok()) return answer.status();
   const nlohmann::json& body = answer.value().body;
   auto modules = body.find("modules");
   if (answer.value().type != MessageType::kAgentModules || modules == body.end() || !modules->is_object()) {
     return Status(ErrorCode::kInvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
   }
-  for (std::size_t k = 0; k < unmapped_slots_.size(); ++k) {
-    auto entry = modules->find(unmapped_ids_[k]);
+  asked_modules_.clear();
+  for (const std::string& actor_id : actor_ids) {
+    auto entry = modules->find(actor_id);
     if (entry == modules->end() || !entry->is_string()) {
-      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + unmapped_ids_[k] + "'");
+      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + actor_id + "'");
     }
     auto it = modules_.find(entry->get_ref<const std::string&>());
     if (it == modules_.end()) {
-      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + unmapped_ids_[k] + "' to module '" +
+      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + actor_id + "' to module '" +
                                                    entry->get<std::string>() + "', which SET_CONFIG does not describe");
     }
-    slots_[unmapped_slots_[k]].module = it->second.get();
+    asked_modules_.push_back(it->second.get());
   }
-  for (std::size_t k = 0; k < unmapped_slots_.size(); ++k) {
-    remember_mapping(episode_id, unmapped_ids_[k], slots_[unmapped_slots_[k]].module);
-  }
+  for (std::size_t k = 0; k < actor_ids.size(); ++k) remember_mapping(episode_id, actor_ids[k], asked_modules_[k]);
   return Status::Ok();
+}
+
+const std::string& MultiAgentClient::actor_of(const std::string& agent_id) const {
+  auto member = group_of_.find(agent_id);
+  return member == group_of_.end() ? agent_id : group_list_[member->second.first]->group_id;
+}
+
+Result<std::vector<std::string>> MultiAgentClient::map_agents(const std::string& episode_id,
+                                                               const std::vector<std::string>& agent_ids) {
+  Episode* episode = nullptr;
+  Status ok = check_call(episode_id, "map_agents", episode);
+  if (!ok.ok()) return ok;
+  std::vector<std::string> result;
+  result.reserve(agent_ids.size());
+  if (config_->mapping) {
+    for (const std::string& agent_id : agent_ids) {
+      const std::string& actor_id = actor_of(agent_id);
+      auto acting = episode->actors.find(actor_id);
+      if (acting != episode->actors.end()) {
+        result.push_back(acting->second->module->id);
+        continue;
+      }
+      Result<Module*> module = module_by_rules(actor_id, episode_id);
+      if (!module.ok()) return module.status();
+      result.push_back(module.value()->id);
+    }
+    return result;
+  }
+  // Asked: the actors neither acting in the episode nor mapped in it yet, each once.
+  std::vector<Module*> modules(agent_ids.size(), nullptr);
+  std::vector<std::string> unknown;
+  auto known = mapped_.find(episode_id);
+  for (std::size_t k = 0; k < agent_ids.size(); ++k) {
+    const std::string& actor_id = actor_of(agent_ids[k]);
+    auto acting = episode->actors.find(actor_id);
+    if (acting != episode->actors.end()) {
+      modules[k] = acting->second->module;
+    } else if (known != mapped_.end() && known->second.count(actor_id) != 0) {
+      modules[k] = known->second.find(actor_id)->second;
+    } else if (std::find(unknown.begin(), unknown.end(), actor_id) == unknown.end()) {
+      unknown.push_back(actor_id);
+    }
+  }
+  if (!unknown.empty()) {
+    Status asked = ask_mapping(episode_id, unknown);
+    if (!asked.ok()) return asked;
+    for (std::size_t k = 0; k < agent_ids.size(); ++k) {
+      if (modules[k] != nullptr) continue;
+      const std::string& actor_id = actor_of(agent_ids[k]);
+      modules[k] = asked_modules_[std::find(unknown.begin(), unknown.end(), actor_id) - unknown.begin()];
+    }
+  }
+  for (const Module* module : modules) result.push_back(module->id);
+  return result;
 }
 
 void MultiAgentClient::remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module) {

@@ -2,7 +2,8 @@
 // compute_actions asks once per (episode id, agent), not on every call. The
 // answers are bounded: an episode's go when it ends, all of them on a
 // reconnect (the new server may map differently), and the oldest episodes'
-// beyond MultiAgentClient::kMaxMappedActors.
+// beyond MultiAgentClient::kMaxMappedActors. map_agents() asks ahead for an
+// episode's agents, in one request.
 #include <gtest/gtest.h>
 
 #ifndef _WIN32
@@ -124,6 +125,64 @@ TEST(MapAgentsCache, TheOldestEpisodesGoBeyondTheCap) {
   ASSERT_TRUE(client->compute_actions(frame, "e1").ok());
   EXPECT_EQ(client->map_requests(), 4);
   EXPECT_LE(client->mapped_actors(), tether::MultiAgentClient::kMaxMappedActors);
+}
+
+TEST(MapAgentsCache, AgentsMappedAheadAreAskedOnceAndActWithoutAsking) {
+  FakeServer server(mapping_server());
+  auto client = connect_to(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("e").value();
+  auto modules = client->map_agents(episode, {"a0", "a1", "a0"});
+  ASSERT_TRUE(modules.ok()) << modules.status().to_string();
+  EXPECT_EQ(modules.value(), std::vector<std::string>({"m", "m", "m"}));
+  EXPECT_EQ(client->map_requests(), 1);
+  tether::AgentFrame frame;
+  const float obs[2] = {0.25f, -0.25f};
+  for (const char* seat : {"a0", "a1", "a0"}) {  // (in turn, as a turn-based game's seats)
+    frame.clear();
+    frame.add(seat, obs, 2);
+    ASSERT_TRUE(client->get_action(episode, frame).ok()) << client->last_error().to_string();
+  }
+  EXPECT_EQ(client->map_requests(), 1);
+  // Only what the episode does not know yet is asked: an agent that acted, one mapped ahead, a new one.
+  ASSERT_TRUE(client->map_agents(episode, {"a1", "a5"}).ok());
+  EXPECT_EQ(client->map_requests(), 2);
+  std::vector<json> requests;
+  for (const json& message : server.messages()) {
+    if (message["type"] == "MAP_AGENTS") requests.push_back(message);
+  }
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0]["agent_ids"], json({"a0", "a1"}));
+  EXPECT_EQ(requests[1]["agent_ids"], json({"a5"}));
+  EXPECT_EQ(requests[1]["episode_id"], "e");
+  EXPECT_EQ(client->map_agents("no-such-episode", {"a0"}).status().code(), tether::ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(client->end_episode(episode).ok());
+  EXPECT_EQ(client->mapped_actors(), 0u);
+}
+
+TEST(MapAgentsCache, AnAnswerThatMapsNotEveryAgentIsRefusedAndNothingKept) {
+  ServerScript script = mapping_server();
+  script.on_map_agents = [](Conn& conn, const tether::Message& message) {
+    json modules = json::object();
+    for (const json& id : message.body["agent_ids"]) {
+      if (id != "b1") modules[id.get<std::string>()] = id == "b2" ? "ghost" : "m";
+    }
+    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
+    return true;
+  };
+  FakeServer server(script);
+  auto client = connect_to(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("e").value();
+  auto left_out = client->map_agents(episode, {"b0", "b1"});
+  EXPECT_EQ(left_out.status().code(), tether::ErrorCode::kInvalidField);
+  EXPECT_NE(left_out.status().message().find("names no module for 'b1'"), std::string::npos);
+  auto unknown = client->map_agents(episode, {"b0", "b2"});
+  EXPECT_EQ(unknown.status().code(), tether::ErrorCode::kUnknownModule);
+  EXPECT_EQ(client->mapped_actors(), 0u);  // (b0's answer was not kept either)
+  auto fine = client->map_agents(episode, {"b0"});
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(client->mapped_actors(), 1u);
 }
 
 #endif  // _WIN32

@@ -269,6 +269,47 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AgentsMappedAheadAreAskedOnceAndActWithoutAsking()
+        {
+            InEpisode(1000, false, (server, client, episode, frame) =>
+            {
+                // One request for the agents not mapped yet, each once; a group member stands for its group.
+                Assert.That(client.MapAgents(episode, new[] { "a_0", "a_1", "m_0", "a_0" }), Is.EqualTo(new[] { "solo", "solo", "lifter", "solo" }));
+                Assert.That(client.MapRequests, Is.EqualTo(1));
+                Assert.That(server.Received("MAP_AGENTS").Single()["agent_ids"].Select(a => (string)a), Is.EqualTo(new[] { "a_0", "a_1", "pair" }));
+                for (int t = 0; t < 4; ++t)  // (the agents join in turn: none of their first frames asks)
+                {
+                    FillFrame(frame, t, a1: t >= 2, pair: t >= 1);
+                    client.GetActions(episode, frame);
+                }
+                Assert.That(client.MapRequests, Is.EqualTo(1));
+                // Only what the episode does not know yet is asked: an agent that acted, a new one.
+                Assert.That(client.MapAgents(episode, new[] { "a_1", "a_5" }), Is.EqualTo(new[] { "solo", "solo" }));
+                Assert.That(server.Received("MAP_AGENTS").Last()["agent_ids"].Select(a => (string)a), Is.EqualTo(new[] { "a_5" }));
+                frame.Clear();
+                frame.Add("a_5", Obs(4, 5, 4));
+                client.GetActions(episode, frame);
+                Assert.That(client.MapRequests, Is.EqualTo(2));
+                var unknown = Assert.Throws<TetherException>(() => client.MapAgents("no-such-episode", new[] { "a_0" }));
+                Assert.That(unknown.Code, Is.EqualTo(ErrorCode.InvalidArgument));
+                // An answer that leaves an agent out, or names a module SET_CONFIG did not describe: refused, nothing kept.
+                var leftOut = Assert.Throws<ProtocolException>(() => client.MapAgents(episode, new[] { "a_7", "left_out_1" }));
+                Assert.That(leftOut.Code, Is.EqualTo(ErrorCode.InvalidField));
+                Assert.That(leftOut.Message, Is.StringContaining("names no module for 'left_out_1'"));
+                var ghost = Assert.Catch<TetherException>(() => client.MapAgents(episode, new[] { "a_7", "ghost_1" }));
+                Assert.That(ghost.Code, Is.EqualTo(ErrorCode.UnknownModule));
+                Assert.That(client.MapAgents(episode, new[] { "a_7" }), Is.EqualTo(new[] { "solo" }));
+                Assert.That(server.Received("MAP_AGENTS").Last()["agent_ids"].Select(a => (string)a), Is.EqualTo(new[] { "a_7" }), "a_7 was not kept from a refused answer");
+                client.EndEpisode(episode);
+                client.Flush(10);
+                int envSteps, agentSteps;
+                CheckBatches(server, out envSteps, out agentSteps);
+                Assert.That(envSteps, Is.EqualTo(5));
+                Assert.That(agentSteps, Is.EqualTo(4 + 2 + 3 + 1));
+            }, episodeId: "ep-1");
+        }
+
+        [Test]
         public void EvaluationKeepsTheServersMappingForItsEpisodeId()
         {
             using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))

@@ -117,6 +117,95 @@ def test_server_side_mapping_function_is_asked_once_per_new_agent(tmp_path) -> N
     assert summary["agent_steps"] == client.agent_steps_sent == 50
 
 
+def test_agents_mapped_ahead_ask_once_and_act_without_asking_again(tmp_path) -> None:
+    """map_agents: one MAP_AGENTS for the agents not mapped yet, whose answers the episode keeps, so
+    that their first frames ask nothing; run_aec_env maps each game's seats in one request."""
+    from mpe2 import simple_spread_v3
+
+    from tether.multiagent.pettingzoo_adapter import run_aec_env
+
+    spread = {"observation_space": {"type": "Box", "shape": [18], "low": "-inf", "high": "inf"},
+              "action_space": {"type": "Discrete", "n": 5}}  # (simple_spread's, for the adapter below)
+    with ServerProcess(tmp_path, "--modules", json.dumps({"red": spread, "blue": spread}), "--policy-mapping-fn",
+                       "tests.multiagent.mapping_fns:by_prefix", "--train-batch-size", "100") as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1)
+        asked: list[list[str]] = []
+        original = client.link.request
+
+        def counting(message):
+            if message["type"] == "MAP_AGENTS":
+                asked.append(list(message["agent_ids"]))
+            return original(message)
+
+        client.link.request = counting
+        eid = client.start_episode("ep-1")
+        assert client.map_agents(eid, ["red_0", "blue_0", "red_1", "red_0"]) == {
+            "red_0": "red", "blue_0": "blue", "red_1": "red"}
+        assert asked == [["red_0", "blue_0", "red_1"]]  # (one request, each agent once)
+        for agent in ("red_0", "blue_0", "red_1", "red_0"):  # (in turn, as a turn-based game's seats)
+            client.get_action(eid, {agent: np.zeros(18)})
+        assert len(asked) == 1
+        # Only what the episode does not know yet is asked: an agent that acted, one mapped ahead, a new one.
+        assert client.map_agents(eid, ("blue_0", "blue_7")) == {"blue_0": "blue", "blue_7": "blue"}
+        assert asked[1:] == [["blue_7"]]
+        client.get_action(eid, {"blue_7": np.zeros(18)})
+        assert len(asked) == 2
+        with pytest.raises(TypeError, match="agent ids are strings"):
+            client.map_agents(eid, ["red_0", 3])
+        with pytest.raises(KeyError):
+            client.map_agents("no-such-episode", ["red_0"])
+        client.end_episode(eid, {})
+        # Another episode asks again: the server's function may map it otherwise.
+        other = client.start_episode()
+        client.map_agents(other, ["red_0"])
+        assert asked[2:] == [["red_0"]]
+        client.end_episode(other, {})
+        # The AEC adapter: one MAP_AGENTS per game for all three seats, none when they first act.
+        del asked[:]
+        held_back = client.episodes_held_back  # (the server's record_share may hold some games back, §13.2)
+        returns = run_aec_env(client, simple_spread_v3.env(N=3, max_cycles=5, continuous_actions=False),
+                              max_episodes=4, seed=0)
+        assert len(returns) == 4 and asked == [["agent_0", "agent_1", "agent_2"]] * 4
+        client.flush()
+        client.close()
+        summary = server.stop()
+        games_sent = 4 - (client.episodes_held_back - held_back)
+    assert summary["agent_steps"] == client.agent_steps_sent == 5 + games_sent * 5 * 3  # (5 cycles of 3 seats)
+
+
+@pytest.mark.parametrize("answer, code, words", [
+    ({"type": "AGENT_MODULES", "modules": {"red_0": "red"}}, "INVALID_FIELD", "names no module for 'blue_0'"),
+    ({"type": "AGENT_MODULES", "modules": {"red_0": "red", "blue_0": 7}}, "INVALID_FIELD", "names no module"),
+    ({"type": "AGENT_MODULES", "modules": {"red_0": "red", "blue_0": "ghost"}}, "UNKNOWN_MODULE",
+     "module 'ghost', which SET_CONFIG does not describe"),
+    ({"type": "AGENT_MODULES", "modules": ["red"]}, "INVALID_FIELD", "was not answered with AGENT_MODULES"),
+])
+def test_an_agent_modules_answer_that_does_not_map_every_agent_is_refused(tmp_path, answer, code, words) -> None:
+    """A MAP_AGENTS answer that leaves an asked agent out, or names a module SET_CONFIG did not describe,
+    is the peer's error (as the C++ and C# clients refuse it): the frame records nothing."""
+    from tether.protocol.errors import MessageError
+
+    modules = {"red": MODULES["chaser"], "blue": MODULES["chaser"]}
+    with ServerProcess(tmp_path, "--modules", json.dumps(modules), "--policy-mapping-fn",
+                       "tests.multiagent.mapping_fns:by_prefix", "--train-batch-size", "100") as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1)
+        original = client.link.request
+        client.link.request = lambda message: answer if message["type"] == "MAP_AGENTS" else original(message)
+        eid = client.start_episode()
+        with pytest.raises(MessageError, match=words) as refused:
+            client.get_action(eid, {"red_0": np.zeros(3), "blue_0": np.zeros(3)})
+        assert refused.value.code.value == code
+        with pytest.raises(MessageError, match=words):
+            client.map_agents(eid, ["red_0", "blue_0"])
+        client.link.request = original  # (the server's own answer maps them)
+        assert set(client.get_action(eid, {"red_0": np.zeros(3), "blue_0": np.zeros(3)})) == {"red_0", "blue_0"}
+        client.end_episode(eid, {})
+        client.flush()
+        client.close()
+        summary = server.stop()
+    assert summary["agent_steps"] == client.agent_steps_sent == 2
+
+
 def agent_entry(module: str, steps: int = 2, obs_dim: int = 3, **overrides) -> dict:
     entry = {"module": module, "start_step": 0, "obs": [[0.0] * obs_dim] * (steps + 1), "actions": [0] * steps,
              "rewards": [1.0] * steps, "action_logp": [-0.7] * steps, "is_terminated": False, "is_truncated": False}

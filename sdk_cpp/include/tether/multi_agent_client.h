@@ -24,7 +24,10 @@
 // The answers are kept for the rest of their episode (§7.10; compute_actions
 // asks once per episode id and agent too), forgotten when the episode ends or
 // the client reconnects; at most kMaxMappedActors are kept (the oldest
-// episodes' are forgotten first, and asked for again if needed).
+// episodes' are forgotten first, and asked for again if needed). A game that
+// knows an episode's agents ahead (a turn-based game's seats) maps them all
+// with map_agents() after start_episode(): one MAP_AGENTS instead of one per
+// seat's first turn.
 //
 // Groups (§9.6) are hidden from the engine: the engine puts the members in
 // the frame; the client concatenates their observations in member order,
@@ -336,6 +339,14 @@ class MultiAgentClient final : public ClientBase {
   const std::map<std::string, GroupSpec>& groups() const noexcept { return config_->groups; }
   /// Whether the server maps with rules (false: with a function, via MAP_AGENTS).
   bool has_mapping_rules() const noexcept { return config_->mapping.has_value(); }
+  /// The module each of `agent_ids` plays in the running episode `episode_id`, in the same order.
+  /// With SET_CONFIG's rules this is local; with the server's function ("policy_mapping": null)
+  /// the agents not mapped yet in this episode are asked about in one MAP_AGENTS, whose answers
+  /// the episode keeps: their first frames then ask nothing. A group member stands for its group.
+  /// INVALID_ARGUMENT (an episode not running), UNMAPPED_AGENT / UNKNOWN_MODULE, TIMEOUT,
+  /// TRAINING_DONE, NOT_READY (offline), INVALID_FIELD (an answer that maps not every agent), as
+  /// a frame's mapping returns them; nothing is kept of a request that failed.
+  Result<std::vector<std::string>> map_agents(const std::string& episode_id, const std::vector<std::string>& agent_ids);
   /// The module an actor (agent or group id) acts with in a running episode; INVALID_ARGUMENT if it has not acted.
   Result<std::string> module_of(const std::string& episode_id, const std::string& actor_id) const;
   /// The weights version of a module's model in use (none if unknown).
@@ -379,6 +390,9 @@ class MultiAgentClient final : public ClientBase {
   void reclaim(std::shared_ptr<RecordSource> source);
   void recycle(std::shared_ptr<CutSteps> steps);
   Status map_actors(const std::string& episode_id);
+  Result<Module*> module_by_rules(const std::string& actor_id, const std::string& episode_id);
+  Status ask_mapping(const std::string& episode_id, const std::vector<std::string>& actor_ids);
+  const std::string& actor_of(const std::string& agent_id) const;
   void remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module);
   void forget_mapping(const std::string& episode_id);
   Status gather(Episode* episode, const AgentFrame& frame, const std::string& mapping_episode_id, bool ending);
@@ -457,6 +471,7 @@ class MultiAgentClient final : public ClientBase {
   std::vector<std::string> new_actor_ids_;
   std::vector<std::string> unmapped_ids_;   // new actors MAP_AGENTS is asked about
   std::vector<std::size_t> unmapped_slots_;  // their slots
+  std::vector<Module*> asked_modules_;       // the modules MAP_AGENTS answered, per id asked
   std::vector<std::size_t> logged_order_;    // [1.6] the frame's logged actions, sorted by actor id
   std::vector<unsigned char> logged_matched_;  // [1.6] per logged action: a slot took it
   std::vector<float> demo_obs_;              // [1.6] an actor's final observation for the demonstration file

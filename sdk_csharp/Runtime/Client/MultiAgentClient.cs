@@ -228,6 +228,7 @@ namespace Tether.Client
             public readonly Dictionary<string, List<float>> LatestObs = new Dictionary<string, List<float>>();  // members' and critic-seen agents'
             public readonly Dictionary<string, double> Returns = new Dictionary<string, double>();
             public readonly HashSet<string> Ended = new HashSet<string>();
+            public readonly Dictionary<string, Module> Mapped = new Dictionary<string, Module>();  // MAP_AGENTS answers of MapAgents, for actors not acting yet
             public bool Done, Truncated;
             public EpisodeEnvParams EnvParams;  // (1.7, §19.1) the values drawn as it started, or null
             public double? Measure;             // (1.7, §19.3) the measure reported, for the record that ends it
@@ -255,6 +256,7 @@ namespace Tether.Client
                 LatestObs.Clear();
                 Returns.Clear();
                 Ended.Clear();
+                Mapped.Clear();
                 Done = Truncated = false;
                 EnvParams = null;
                 Measure = null;
@@ -304,6 +306,9 @@ namespace Tether.Client
         int[] actionSizes = new int[0];
         readonly List<int> newSlots = new List<int>();
         readonly List<string> newActorIds = new List<string>();
+        readonly List<string> unmappedIds = new List<string>();   // new actors MAP_AGENTS is asked about
+        readonly List<int> unmappedSlots = new List<int>();       // their slots
+        readonly List<Module> askedModules = new List<Module>();  // MAP_AGENTS' answers, in the order asked
         double[] envAction = new double[0];
         readonly AgentFrame endFrame = new AgentFrame();
         readonly List<float> scratchObs = new List<float>();
@@ -1139,7 +1144,7 @@ namespace Tether.Client
                     throw new TetherException(ErrorCode.InvalidArgument, "group '" + group.GroupId + "' acts as one agent: observations of " + missing + " are missing");
                 }
             }
-            MapActors(mappingEpisodeId, episode == null);
+            MapActors(mappingEpisodeId, episode);
             // Sizes against each actor's module.
             int[] offsets = frame.ObsOffsets;
             for (int s = 0; s < slotCount; ++s)
@@ -1243,9 +1248,10 @@ namespace Tether.Client
             }
         }
 
-        // evaluating (ComputeActions, no episode kept): the server's answers are kept
-        // per evaluation episode id instead, so that every call does not ask again.
-        void MapActors(string episodeId, bool evaluating)
+        // episode null (ComputeActions, no episode kept): the server's answers are kept per
+        // evaluation episode id instead, so that every call does not ask again. A running episode's
+        // actors mapped ahead (MapAgents) take the answers it keeps.
+        void MapActors(string episodeId, Episode episode)
         {
             if (newActorIds.Count == 0) return;
             if (mapping != null)
@@ -1253,42 +1259,104 @@ namespace Tether.Client
                 for (int k = 0; k < newSlots.Count; ++k) slots[newSlots[k]].Module = MapByRules(newActorIds[k], episodeId);
                 return;
             }
+            bool evaluating = episode == null;
+            if (evaluating && (evaluationMappingEpisode != episodeId || evaluationMapped.Count >= MaxRememberedMappings))
+            {
+                evaluationMapped.Clear();
+                evaluationMappingEpisode = episodeId;
+            }
+            // The new slots stay new (a running episode makes their actors next): only the ids
+            // nobody answered yet are asked about.
+            Dictionary<string, Module> known = evaluating ? evaluationMapped : episode.Mapped;
+            unmappedIds.Clear();
+            unmappedSlots.Clear();
+            for (int k = 0; k < newSlots.Count; ++k)
+            {
+                Module module;
+                if (known.Count > 0 && known.TryGetValue(newActorIds[k], out module))
+                {
+                    slots[newSlots[k]].Module = module;
+                    continue;
+                }
+                unmappedIds.Add(newActorIds[k]);
+                unmappedSlots.Add(newSlots[k]);
+            }
+            if (unmappedIds.Count == 0) return;
+            AskMapping(episodeId, unmappedIds);
+            for (int k = 0; k < unmappedSlots.Count; ++k) slots[unmappedSlots[k]].Module = askedModules[k];
             if (evaluating)
             {
-                if (evaluationMappingEpisode != episodeId || evaluationMapped.Count >= MaxRememberedMappings)
-                {
-                    evaluationMapped.Clear();
-                    evaluationMappingEpisode = episodeId;
-                }
-                for (int k = newSlots.Count - 1; k >= 0; --k)
-                {
-                    Module known;
-                    if (!evaluationMapped.TryGetValue(newActorIds[k], out known)) continue;
-                    slots[newSlots[k]].Module = known;
-                    newSlots.RemoveAt(k);
-                    newActorIds.RemoveAt(k);
-                }
-                if (newActorIds.Count == 0) return;
+                for (int k = 0; k < unmappedIds.Count; ++k) evaluationMapped[unmappedIds[k]] = askedModules[k];
             }
+        }
+
+        // One MAP_AGENTS for actorIds: every answer is checked before any is used; the modules go
+        // into askedModules, in the order asked.
+        void AskMapping(string episodeId, List<string> actorIds)
+        {
             ++MapRequests;
             var ids = new JArray();
-            foreach (string id in newActorIds) ids.Add(id);
+            foreach (string id in actorIds) ids.Add(id);
             JObject answer = link.Request(new JObject { { "type", "MAP_AGENTS" }, { "episode_id", episodeId }, { "agent_ids", ids } }, options.ResponseTimeoutSeconds);
             var assigned = answer["modules"] as JObject;
             if ((string)answer["type"] != "AGENT_MODULES" || assigned == null)
             {
                 throw new ProtocolException(ErrorCode.InvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
             }
-            for (int k = 0; k < newSlots.Count; ++k)
+            askedModules.Clear();
+            foreach (string actorId in actorIds)
             {
-                JToken module = assigned[newActorIds[k]];
-                if (module == null || module.Type != JTokenType.String) throw new ProtocolException(ErrorCode.InvalidField, "AGENT_MODULES names no module for '" + newActorIds[k] + "'");
-                slots[newSlots[k]].Module = ModuleNamed((string)module, newActorIds[k], "is mapped by AGENT_MODULES to");
+                JToken module = assigned[actorId];
+                if (module == null || module.Type != JTokenType.String) throw new ProtocolException(ErrorCode.InvalidField, "AGENT_MODULES names no module for '" + actorId + "'");
+                askedModules.Add(ModuleNamed((string)module, actorId, "is mapped by AGENT_MODULES to"));
             }
-            if (evaluating)
+        }
+
+        /// <summary>
+        /// The module each of <paramref name="agentIds"/> plays in the running episode
+        /// <paramref name="episodeId"/>, in the same order. With SET_CONFIG's rules this is local; with
+        /// the server's function ("policy_mapping": null: self-play draws opponents per episode) the
+        /// agents not mapped yet in this episode are asked about in one MAP_AGENTS, whose answers the
+        /// episode keeps: their first frames then ask nothing. A game that knows an episode's agents (a
+        /// turn-based game's seats) calls this once after <see cref="StartEpisode"/> and saves a round
+        /// trip, a frame that waits on the network, per agent that acts later. A group member stands for
+        /// its group. Throws INVALID_ARGUMENT (an episode not running, a null id), UNMAPPED_AGENT /
+        /// UNKNOWN_MODULE, TIMEOUT, TRAINING_DONE, NOT_READY (offline), and a <see cref="ProtocolException"/>
+        /// (INVALID_FIELD) for an answer that maps not every agent, as a frame's mapping does; nothing is
+        /// kept of a request that failed.
+        /// </summary>
+        public string[] MapAgents(string episodeId, IList<string> agentIds)
+        {
+            Poll();
+            Episode episode = Running(episodeId, "MapAgents");
+            if (agentIds == null) throw new TetherException(ErrorCode.InvalidArgument, "MapAgents: the agent ids are null");
+            var found = new Module[agentIds.Count];
+            var actorIds = new string[agentIds.Count];
+            var unknown = new List<string>();
+            for (int k = 0; k < agentIds.Count; ++k)
             {
-                for (int k = 0; k < newSlots.Count; ++k) evaluationMapped[newActorIds[k]] = slots[newSlots[k]].Module;
+                string agentId = agentIds[k];
+                if (agentId == null) throw new TetherException(ErrorCode.InvalidArgument, "MapAgents: agent id " + k + " is null");
+                MemberOf member;
+                string actorId = groupOf.TryGetValue(agentId, out member) ? groups[member.Group].GroupId : agentId;
+                actorIds[k] = actorId;
+                Actor actor;
+                if (episode.Actors.TryGetValue(actorId, out actor)) found[k] = actor.Module;
+                else if (mapping != null) found[k] = MapByRules(actorId, episodeId);
+                else if (!episode.Mapped.TryGetValue(actorId, out found[k]) && !unknown.Contains(actorId)) unknown.Add(actorId);
             }
+            if (unknown.Count > 0)
+            {
+                AskMapping(episodeId, unknown);
+                for (int k = 0; k < unknown.Count; ++k) episode.Mapped[unknown[k]] = askedModules[k];
+                for (int k = 0; k < found.Length; ++k)
+                {
+                    if (found[k] == null) found[k] = episode.Mapped[actorIds[k]];
+                }
+            }
+            var result = new string[found.Length];
+            for (int k = 0; k < found.Length; ++k) result[k] = found[k].Id;
+            return result;
         }
 
         // The first matching rule's module. An id whose rule names one module maps the
@@ -2301,6 +2369,7 @@ namespace Tether.Client
             mappedByRule.Clear();
             evaluationMapped.Clear();
             evaluationMappingEpisode = null;
+            foreach (Episode running in episodes.Values) running.Mapped.Clear();  // (this server may map otherwise: asked again)
             groups.Clear();
             groupsById.Clear();
             groupOf.Clear();
