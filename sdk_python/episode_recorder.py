@@ -78,17 +78,8 @@ class EpisodeRecorder:
                     version: Any = None, state_before: list[np.ndarray] | None = None, logged: bool = False) -> None:
         """One step (single-agent path); ``state_before``: the state the model was fed with ``obs``;
         ``logged``: **[1.6]** the action was chosen outside the policy (log_action)."""
-        self.length += 1
-        if self.training_enabled:
-            self.obs.append(obs)
-            if state_before is not None:
-                self.states.append(state_before)
-            self.actions.append(action)
-            self.rewards.append(0.0)
-            self.logp.append(logp)
-            self.dist_inputs.append(dist_inputs)
-            self.versions.append(version)
-            self.logged.append(logged)
+        self.observe(obs, state_before=state_before)
+        self.act(action, logp, dist_inputs, version, logged)
 
     def observe(self, obs: np.ndarray, value_obs: np.ndarray | None = None,
                 state_before: list[np.ndarray] | None = None) -> None:

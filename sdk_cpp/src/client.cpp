@@ -718,39 +718,37 @@ Result<double> TetherClient::end_episode(const std::string& episode_id, const st
 }
 
 
-Status TetherClient::get_action(const std::string& episode_id, const ObservationLeaves& obs, double* action,
-                                std::size_t action_size) {
+// A Dict or Tuple observation as the space's flat row, in leaf_row_ (sized on the first
+// frame: no allocation after it); `what` names the call in a refusal.
+Status TetherClient::write_leaf_row(const ObservationLeaves& obs, const char* call, const char* what) {
   if (link_->events_pending()) sync();
   if (!config_->observation_space.is_composite()) {
-    return Status(ErrorCode::kInvalidArgument, "get_action: the observation space is not a Dict or Tuple");
+    return Status(ErrorCode::kInvalidArgument, std::string(call) + ": the observation space is not a Dict or Tuple");
   }
-  leaf_row_.resize(config_->observation_space.flat_dim());  // (the size of the first frame on: no allocation)
+  leaf_row_.resize(config_->observation_space.flat_dim());
   Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
-  if (!row.ok()) return Status(row.code(), "get_action: " + row.message());
+  if (!row.ok()) return Status(row.code(), std::string(call) + ": " + what + row.message());
+  return Status::Ok();
+}
+
+Status TetherClient::get_action(const std::string& episode_id, const ObservationLeaves& obs, double* action,
+                                std::size_t action_size) {
+  Status row = write_leaf_row(obs, "get_action", "");
+  if (!row.ok()) return row;
   return get_action(episode_id, leaf_row_.data(), leaf_row_.size(), action, action_size);
 }
 
 Status TetherClient::log_action(const std::string& episode_id, const ObservationLeaves& obs, const double* action,
                                 std::size_t action_size) {
-  if (link_->events_pending()) sync();
-  if (!config_->observation_space.is_composite()) {
-    return Status(ErrorCode::kInvalidArgument, "log_action: the observation space is not a Dict or Tuple");
-  }
-  leaf_row_.resize(config_->observation_space.flat_dim());
-  Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
-  if (!row.ok()) return Status(row.code(), "log_action: " + row.message());
+  Status row = write_leaf_row(obs, "log_action", "");
+  if (!row.ok()) return row;
   return log_action(episode_id, leaf_row_.data(), leaf_row_.size(), action, action_size);
 }
 
 Result<double> TetherClient::end_episode(const std::string& episode_id, const ObservationLeaves& obs,
                                          bool truncated) {
-  if (link_->events_pending()) sync();
-  if (!config_->observation_space.is_composite()) {
-    return Status(ErrorCode::kInvalidArgument, "end_episode: the observation space is not a Dict or Tuple");
-  }
-  leaf_row_.resize(config_->observation_space.flat_dim());
-  Status row = obs.write_row(leaf_row_.data(), leaf_row_.size());
-  if (!row.ok()) return Status(row.code(), "end_episode: final observation: " + row.message());
+  Status row = write_leaf_row(obs, "end_episode", "final observation: ");
+  if (!row.ok()) return row;
   return end_episode(episode_id, leaf_row_.data(), leaf_row_.size(), truncated);
 }
 

@@ -314,6 +314,7 @@ class TetherClient final : public ClientBase {
   void record_demo_step(const std::string& episode_id, const float* obs, std::size_t obs_size, bool logged);
   const float* demo_row(const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size);
   Status run_policy(std::vector<float>& state, const float* obs, const std::uint8_t* obs_bytes, std::size_t obs_size);
+  Status write_leaf_row(const ObservationLeaves& obs, const char* call, const char* what);
   std::vector<float>& evaluation_state(const std::string& episode_id);
   void end_training() override;
 
