@@ -124,20 +124,27 @@ class SocketTransport:
             self.close()
             raise loss
 
-    def read_available(self) -> list[tuple[MessageType | None, dict[str, Any]]]:
-        """Read what the socket holds; raise ``ConnectionLost`` at EOF or on a
-        connection-level ERROR (the server closes after sending one)."""
-        self._raise_pending_loss()
+    def _receive(self) -> bytes:
+        """What the socket holds now (empty: nothing yet); ``ConnectionLost`` at EOF or on a failed read."""
         try:
             data = self.sock.recv(1 << 20)
         except (BlockingIOError, InterruptedError):
-            return []
+            return b""
         except OSError as exc:
             self.close()
             raise ConnectionLost(f"connection to {self.address} failed: {exc}") from exc
         if not data:
             self.close()
             raise ConnectionLost(f"server {self.address} closed the connection")
+        return data
+
+    def read_available(self) -> list[tuple[MessageType | None, dict[str, Any]]]:
+        """Read what the socket holds; raise ``ConnectionLost`` at EOF or on a
+        connection-level ERROR (the server closes after sending one)."""
+        self._raise_pending_loss()
+        data = self._receive()
+        if not data:
+            return []
         try:
             responses = self._conn.receive_data(data)
         except Exception as exc:
@@ -233,16 +240,9 @@ class WebSocketTransport(SocketTransport):
         ws = self._ws
         if ws is None:
             raise ConnectionLost("not connected")
-        try:
-            data = self.sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError as exc:
-            self.close()
-            raise ConnectionLost(f"connection to {self.url} failed: {exc}") from exc
+        data = self._receive()
         if not data:
-            self.close()
-            raise ConnectionLost(f"server {self.url} closed the connection")
+            return []
         ws.receive_data(data)
         framed = bytearray()
         closed = None
