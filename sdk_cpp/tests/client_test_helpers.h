@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -200,6 +201,16 @@ inline json record_of(const json& batch, const std::string& episode_id) {
     if (record.value("episode_id", std::string()) == episode_id) return record;
   }
   return json();
+}
+
+/// Each batch once (a resend after a reconnect carries the same batch_seq and records), in order.
+inline std::vector<json> unique_batches(const std::vector<json>& batches) {
+  std::set<std::int64_t> seen;
+  std::vector<json> out;
+  for (const json& batch : batches) {
+    if (seen.insert(batch["batch_seq"].get<std::int64_t>()).second) out.push_back(batch);
+  }
+  return out;
 }
 
 // -- waiting and errors -----------------------------------------------------------------------

@@ -14,14 +14,11 @@
 #ifndef _WIN32
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client_test_helpers.h"
@@ -57,24 +54,13 @@ ServerScript restarting_server(std::optional<std::string> second_run, json confi
   };
   script.on_batch = [release, answer](Conn& conn, const tether::Message&, int n) {
     if (n == 1) {  // lost with the connection, unanswered
-      const auto deadline = Clock::now() + std::chrono::seconds(10);
-      while (!release->load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      (void)wait_for([&release] { return release->load(); }, 10.0);
       return false;
     }
     conn.send(answer);
     return true;
   };
   return script;
-}
-
-// Each batch once (a resend after the reconnect carries the same batch_seq and records), in order.
-std::vector<json> unique_batches(const std::vector<json>& batches) {
-  std::set<std::int64_t> seen;
-  std::vector<json> out;
-  for (const json& batch : batches) {
-    if (seen.insert(batch["batch_seq"].get<std::int64_t>()).second) out.push_back(batch);
-  }
-  return out;
 }
 
 // The batches the server received on its second connection (after the second PING).

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,24 +54,13 @@ ServerScript reconnecting_server(std::shared_ptr<std::atomic<bool>> release, boo
   };
   script.on_batch = [release](Conn& conn, const tether::Message&, int n) {
     if (n == 1) {  // the connection is lost once b has ended
-      const auto deadline = Clock::now() + std::chrono::seconds(10);
-      while (!release->load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      (void)wait_for([&release] { return release->load(); }, 10.0);
       return false;
     }
     conn.send(json{{"type", "SET_STATE"}, {"weights_seq_no", 1}});
     return true;
   };
   return script;
-}
-
-// Each batch once (a resend after the reconnect carries the same batch_seq and records).
-std::vector<json> unique_batches(const std::vector<json>& batches) {
-  std::set<std::int64_t> seen;
-  std::vector<json> out;
-  for (const json& batch : batches) {
-    if (seen.insert(batch["batch_seq"].get<std::int64_t>()).second) out.push_back(batch);
-  }
-  return out;
 }
 
 std::vector<float> row(int width, float value) { return std::vector<float>(static_cast<std::size_t>(width), value); }
