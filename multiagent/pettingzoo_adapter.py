@@ -68,17 +68,19 @@ def _serves(declared: Any, joined: Any, bytes_allowed: bool) -> bool:
     return same_space(declared, joined)
 
 
-def _reset(env: Any, client: MultiAgentClient, episode_id: str, seed: int | None) -> Any:
+def _reset(env: Any, client: MultiAgentClient, episode_id: str, seed: int | None, map_ahead: bool = False) -> Any:
     """``env.reset`` for an episode just started: with its seed and, when the server sends environment
-    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does. The
-    episode's agents are then mapped in one go (``map_agents``: one MAP_AGENTS for all of them when the
-    server maps with a function, not one per agent as each first acts). An env whose reset (or that
-    mapping) fails leaves no episode open in the client (unless ending it fails too: that is told in a
-    note on the reset's error, which is the one raised)."""
+    parameters (protocol §19), ``options={"env_params": values}``, as the SDK's ``run_env`` does.
+    ``map_ahead`` (agents acting in turn): the episode's agents are then mapped in one go (``map_agents``:
+    one MAP_AGENTS for all of them when the server maps with a function, not one per agent at its first
+    turn; a parallel env's first frame asks for all of its acting agents at once anyway). An env whose
+    reset (or that mapping) fails leaves no episode open in the client (unless ending it fails too: that
+    is told in a note on the reset's error, which is the one raised)."""
     values = client.episode_params(episode_id)
     try:
         reset = env.reset(seed=seed, **({"options": {"env_params": values}} if values else {}))
-        client.map_agents(episode_id, list(env.agents))
+        if map_ahead:
+            client.map_agents(episode_id, list(env.agents))
         return reset
     except BaseException as failure:
         try:
@@ -153,7 +155,7 @@ def run_aec_env(
     results = []
     for episode in range(max_episodes):
         eid = client.start_episode(training_enabled=training_enabled)
-        _reset(env, client, eid, None if seed is None else seed + episode)
+        _reset(env, client, eid, None if seed is None else seed + episode, map_ahead=True)
         for agent in env.agent_iter():
             obs, reward, terminated, truncated, _ = env.last()
             client.log_returns(eid, {agent: reward})

@@ -262,7 +262,12 @@ class MultiAgentClient(BaseClient):
 
     def _modules_for(self, episode_id: str, actor_ids: list[str]) -> dict[str, str]:
         if self.mapping is not None:
-            return {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
+            by_rules = {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
+            for actor_id, module_id in by_rules.items():  # (as the C++ and C# clients refuse it)
+                if module_id not in self.modules:
+                    raise MessageError(ErrorCode.UNKNOWN_MODULE, f"agent {actor_id!r} maps to module {module_id!r}, "
+                                       f"which SET_CONFIG does not describe")
+            return by_rules
         answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id, "agent_ids": actor_ids})
         modules = answer.get("modules")
         if answer.get("type") != MessageType.AGENT_MODULES.value or not isinstance(modules, dict):
@@ -285,10 +290,15 @@ class MultiAgentClient(BaseClient):
         frames then ask nothing. A game that knows an episode's agents (a turn-based game's seats) calls
         this once after ``start_episode`` and saves a round trip per agent that acts later. A group
         member stands for its group (the module is the group's). Raises ``KeyError`` for an episode not
-        running, ``TypeError`` for an id that is not a string, and what a frame's mapping raises
-        (``NotReadyError`` offline, ``ProtocolError`` for a bad answer, a timeout).
+        running (or ended), ``TypeError`` for an id that is not a string, and what a frame's mapping
+        raises (``ServerError`` UNMAPPED_AGENT, ``MessageError`` for an answer that maps not every
+        agent, ``NotReadyError`` offline, a timeout); nothing is kept of a request that failed.
         """
-        episode = self._episodes[episode_id]
+        if self._events:
+            self._sync()  # (a new connection's modules, mapping and groups first)
+        episode = self._episodes.get(episode_id)
+        if episode is None or episode.done:
+            raise KeyError(f"no running episode {episode_id!r}")
         agents = list(agent_ids)
         for agent_id in agents:
             if not isinstance(agent_id, str):
@@ -379,12 +389,13 @@ class MultiAgentClient(BaseClient):
         new = [a for a in actor_ids if a not in episode.actors]
         if not new:
             return
-        mapped = {a: episode.mapped.pop(a) for a in new if a in episode.mapped}
+        mapped = {a: episode.mapped[a] for a in new if a in episode.mapped}
         unmapped = [a for a in new if a not in mapped]
         if unmapped:
             mapped.update(self._modules_for(episode.episode_id, unmapped))
         for actor_id in new:
             module_id = mapped[actor_id]
+            episode.mapped.pop(actor_id, None)  # (the actor holds it from now on)
             episode.actors[actor_id] = _Actor(actor_id, module_id, episode.t,
                                               EpisodeRecorder(episode.episode_id, episode.training_enabled))
 

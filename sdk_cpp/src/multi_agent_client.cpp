@@ -840,7 +840,7 @@ Result<MultiAgentClient::Module*> MultiAgentClient::module_by_rules(const std::s
   Result<std::string> module = config_->mapping->module_for(actor_id, episode_id);
   if (!module.ok()) return module.status();
   auto it = modules_.find(module.value());
-  if (it == modules_.end()) {
+  if (it == modules_.end() || config_->modules.count(module.value()) == 0) {  // (modules_ keeps gone ones)
     return Status(ErrorCode::kUnknownModule, "agent '" + actor_id + "' maps to module '" + module.value() +
                                                  "', which the server does not describe");
   }
@@ -864,8 +864,9 @@ Status MultiAgentClient::ask_mapping(const std::string& episode_id, const std::v
     if (entry == modules->end() || !entry->is_string()) {
       return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + actor_id + "'");
     }
-    auto it = modules_.find(entry->get_ref<const std::string&>());
-    if (it == modules_.end()) {
+    const std::string& module_id = entry->get_ref<const std::string&>();
+    auto it = modules_.find(module_id);
+    if (it == modules_.end() || config_->modules.count(module_id) == 0) {  // (modules_ keeps gone ones)
       return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + actor_id + "' to module '" +
                                                    entry->get<std::string>() + "', which SET_CONFIG does not describe");
     }
@@ -904,6 +905,7 @@ Result<std::vector<std::string>> MultiAgentClient::map_agents(const std::string&
   // Asked: the actors neither acting in the episode nor mapped in it yet, each once.
   std::vector<Module*> modules(agent_ids.size(), nullptr);
   std::vector<std::string> unknown;
+  std::unordered_map<std::string, std::size_t> asked_at;  // an unknown actor -> its place in `unknown`
   auto known = mapped_.find(episode_id);
   for (std::size_t k = 0; k < agent_ids.size(); ++k) {
     const std::string& actor_id = actor_of(agent_ids[k]);
@@ -912,7 +914,7 @@ Result<std::vector<std::string>> MultiAgentClient::map_agents(const std::string&
       modules[k] = acting->second->module;
     } else if (known != mapped_.end() && known->second.count(actor_id) != 0) {
       modules[k] = known->second.find(actor_id)->second;
-    } else if (std::find(unknown.begin(), unknown.end(), actor_id) == unknown.end()) {
+    } else if (asked_at.emplace(actor_id, unknown.size()).second) {
       unknown.push_back(actor_id);
     }
   }
@@ -920,9 +922,7 @@ Result<std::vector<std::string>> MultiAgentClient::map_agents(const std::string&
     Status asked = ask_mapping(episode_id, unknown);
     if (!asked.ok()) return asked;
     for (std::size_t k = 0; k < agent_ids.size(); ++k) {
-      if (modules[k] != nullptr) continue;
-      const std::string& actor_id = actor_of(agent_ids[k]);
-      modules[k] = asked_modules_[std::find(unknown.begin(), unknown.end(), actor_id) - unknown.begin()];
+      if (modules[k] == nullptr) modules[k] = asked_modules_[asked_at.find(actor_of(agent_ids[k]))->second];
     }
   }
   for (const Module* module : modules) result.push_back(module->id);

@@ -155,6 +155,8 @@ def test_agents_mapped_ahead_ask_once_and_act_without_asking_again(tmp_path) -> 
         with pytest.raises(KeyError):
             client.map_agents("no-such-episode", ["red_0"])
         client.end_episode(eid, {})
+        with pytest.raises(KeyError, match="no running episode"):  # (ended, though its steps are not sent yet)
+            client.map_agents(eid, ["red_0"])
         # Another episode asks again: the server's function may map it otherwise.
         other = client.start_episode()
         client.map_agents(other, ["red_0"])
@@ -197,8 +199,16 @@ def test_an_agent_modules_answer_that_does_not_map_every_agent_is_refused(tmp_pa
         assert refused.value.code.value == code
         with pytest.raises(MessageError, match=words):
             client.map_agents(eid, ["red_0", "blue_0"])
-        client.link.request = original  # (the server's own answer maps them)
+        asked: list[list[str]] = []
+
+        def counting(message):
+            if message["type"] == "MAP_AGENTS":
+                asked.append(list(message["agent_ids"]))
+            return original(message)
+
+        client.link.request = counting  # (the server's own answer maps them: nothing of the refused ones was kept)
         assert set(client.get_action(eid, {"red_0": np.zeros(3), "blue_0": np.zeros(3)})) == {"red_0", "blue_0"}
+        assert asked == [["red_0", "blue_0"]]
         client.end_episode(eid, {})
         client.flush()
         client.close()

@@ -1333,6 +1333,7 @@ namespace Tether.Client
             var found = new Module[agentIds.Count];
             var actorIds = new string[agentIds.Count];
             var unknown = new List<string>();
+            var asking = new HashSet<string>();  // (each actor asked about once)
             for (int k = 0; k < agentIds.Count; ++k)
             {
                 string agentId = agentIds[k];
@@ -1343,7 +1344,7 @@ namespace Tether.Client
                 Actor actor;
                 if (episode.Actors.TryGetValue(actorId, out actor)) found[k] = actor.Module;
                 else if (mapping != null) found[k] = MapByRules(actorId, episodeId);
-                else if (!episode.Mapped.TryGetValue(actorId, out found[k]) && !unknown.Contains(actorId)) unknown.Add(actorId);
+                else if (!episode.Mapped.TryGetValue(actorId, out found[k]) && asking.Add(actorId)) unknown.Add(actorId);
             }
             if (unknown.Count > 0)
             {
