@@ -310,6 +310,27 @@ namespace Tether.Tests
         }
 
         [Test]
+        public void AnswersMappedAheadAreAskedAgainOnANewConnection()
+        {
+            InEpisode(1000, false, (server, client, episode, frame) =>
+            {
+                Assert.That(client.MapAgents(episode, new[] { "a_0", "a_1" }), Is.EqualTo(new[] { "solo", "solo" }));
+                server.AgentsModule = "lifter";  // (the new connection's server maps otherwise)
+                server.Close(new JObject { { "type", "ERROR" }, { "code", "CLIENT_TIMEOUT" }, { "message", "no message for 30 s" } });
+                // Until the client took the new connection's SET_CONFIG in, the episode's answers stand.
+                string[] modules = null;
+                for (DateTime deadline = DateTime.UtcNow.AddSeconds(10); DateTime.UtcNow < deadline; System.Threading.Thread.Sleep(20))
+                {
+                    try { modules = client.MapAgents(episode, new[] { "a_0", "a_1" }); }
+                    catch (ServerErrorException e) { Assert.That(e.Code, Is.EqualTo(ErrorCode.ClientTimeout)); }
+                    if (modules != null && modules[0] == "lifter") break;
+                }
+                Assert.That(modules, Is.EqualTo(new[] { "lifter", "lifter" }));
+                Assert.That(client.MapRequests, Is.EqualTo(2));
+            });
+        }
+
+        [Test]
         public void EvaluationKeepsTheServersMappingForItsEpisodeId()
         {
             using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))

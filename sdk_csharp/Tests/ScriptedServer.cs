@@ -43,6 +43,7 @@ namespace Tether.Tests
         public long BadModelFromSeq = -1;  // batches from this seq on are answered with version 1, a model no runtime loads
         public string GroupModelFile;
         public bool MapsWithFunction;
+        public volatile string AgentsModule = "solo";  // what MAP_AGENTS answers for a_* agents
         public long ModuleSeq;  // the version of every module's model (the per-module form); raise it to swap
         public long Seq;        // the version of the single-agent model; raise it to swap, lower it to play a restarted server
         // steps_refused_stale of the next batches' answers, one each (any JSON: what the client must ignore too).
@@ -267,7 +268,7 @@ namespace Tether.Tests
             foreach (JToken id in (JArray)request["agent_ids"])
             {
                 string agent = (string)id;
-                if (agent.StartsWith("a_", StringComparison.Ordinal)) modules[agent] = "solo";
+                if (agent.StartsWith("a_", StringComparison.Ordinal)) modules[agent] = AgentsModule;
                 else if (agent == "pair") modules[agent] = "lifter";
                 else if (agent.StartsWith("ghost_", StringComparison.Ordinal)) modules[agent] = "ghost";  // (a module SET_CONFIG did not describe)
                 else if (agent.StartsWith("left_out_", StringComparison.Ordinal)) continue;  // (an answer without it)

@@ -11,3 +11,8 @@ def by_prefix(agent_id: str, episode_id: str) -> str:
     if agent_id.startswith("nobody"):
         raise KeyError(agent_id)
     return "red" if agent_id.startswith("red_") else "blue"
+
+
+def swapped(agent_id: str, episode_id: str) -> str:
+    """by_prefix the other way round: red_* play for 'blue', everyone else for 'red'."""
+    return "blue" if agent_id.startswith("red_") else "red"

@@ -175,6 +175,34 @@ def test_agents_mapped_ahead_ask_once_and_act_without_asking_again(tmp_path) -> 
     assert summary["agent_steps"] == client.agent_steps_sent == 5 + games_sent * 5 * 3  # (5 cycles of 3 seats)
 
 
+def test_agents_mapped_ahead_are_asked_again_on_a_new_connection(tmp_path) -> None:
+    """A server restarted with another mapping function: the answers an episode kept from the first one
+    are dropped with the new connection's SET_CONFIG (the new server may map otherwise, §7.10)."""
+    from ..integration.server_process import free_port, wait_until
+
+    port = free_port()
+    flags = ["--modules", json.dumps({"red": MODULES["chaser"], "blue": MODULES["chaser"]}), "--policy-mapping-fn"]
+    first = ServerProcess(tmp_path, *flags, "tests.multiagent.mapping_fns:by_prefix", port=port, name="first").start()
+    client = MultiAgentClient("127.0.0.1", port, seed=1, reconnect_timeout_s=60)
+    second = None
+    try:
+        eid = client.start_episode()
+        assert client.map_agents(eid, ["red_0", "blue_0"]) == {"red_0": "red", "blue_0": "blue"}
+        first.stop()
+        second = ServerProcess(tmp_path, *flags, "tests.multiagent.mapping_fns:swapped", port=port,
+                               name="second").start()
+        # (until the client took the new connection's SET_CONFIG in, the episode's answers stand)
+        assert wait_until(lambda: client.map_agents(eid, ["red_0", "blue_0"]) == {"red_0": "blue", "blue_0": "red"},
+                          60), client.map_agents(eid, ["red_0", "blue_0"])
+        assert set(client.get_action(eid, {"red_0": np.zeros(3), "blue_0": np.zeros(3)})) == {"red_0", "blue_0"}
+        client.end_episode(eid, {})
+        client.close()
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+
+
 @pytest.mark.parametrize("answer, code, words", [
     ({"type": "AGENT_MODULES", "modules": {"red_0": "red"}}, "INVALID_FIELD", "names no module for 'blue_0'"),
     ({"type": "AGENT_MODULES", "modules": {"red_0": "red", "blue_0": 7}}, "INVALID_FIELD", "names no module"),
