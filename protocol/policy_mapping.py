@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Container, Sequence
 
 from .errors import ErrorCode, MessageError
 
@@ -118,3 +118,25 @@ class PolicyMapping:
             if rule.matches(agent_id):
                 return rule.module_for(agent_id, episode_id)
         raise UnmappedAgentError(agent_id)
+
+
+def read_agent_modules(answer: Any, asked: Sequence[str], described: Container[str]) -> dict[str, str]:
+    """The module of each id in ``asked`` from the server's answer to MAP_AGENTS (§7.10, §7.11).
+
+    ``answer`` is the message object; ``described`` the modules SET_CONFIG described. Raises
+    ``MessageError``: ``INVALID_FIELD`` for another message than ``AGENT_MODULES {"modules": {...}}``;
+    then, id by id in the order asked, the first whose entry is missing or not a string
+    (``INVALID_FIELD``) or names a module not described (``UNKNOWN_MODULE``). Ids not asked about
+    are ignored. Nothing of an answer refused is returned: a client keeps none of it.
+    """
+    modules = answer.get("modules") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or answer.get("type") != "AGENT_MODULES" or not isinstance(modules, dict):
+        raise MessageError(ErrorCode.INVALID_FIELD, 'MAP_AGENTS was not answered with AGENT_MODULES {"modules": {...}}')
+    for agent_id in asked:
+        module_id = modules.get(agent_id)
+        if not isinstance(module_id, str):
+            raise MessageError(ErrorCode.INVALID_FIELD, f"AGENT_MODULES names no module for {agent_id!r}")
+        if module_id not in described:
+            raise MessageError(ErrorCode.UNKNOWN_MODULE, f"AGENT_MODULES maps {agent_id!r} to module {module_id!r}, "
+                               f"which SET_CONFIG does not describe")
+    return {agent_id: modules[agent_id] for agent_id in asked}

@@ -37,7 +37,7 @@ from tether.protocol.errors import ErrorCode, InvalidInputError, MessageError, N
 from tether.protocol.messages import MessageType
 from tether.protocol.multi_agent import GroupSpec, ModuleSpec, value_obs_row
 from tether.protocol.onnx_codec import decode_onnx
-from tether.protocol.policy_mapping import PolicyMapping
+from tether.protocol.policy_mapping import PolicyMapping, read_agent_modules
 from tether.protocol.spaces import is_composite
 from .server_link import Batch
 from .demonstrations import DemoWriter
@@ -261,25 +261,18 @@ class MultiAgentClient(BaseClient):
     # -- mapping ---------------------------------------------------------------
 
     def _modules_for(self, episode_id: str, actor_ids: list[str]) -> dict[str, str]:
-        if self.mapping is not None:
-            by_rules = {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
-            for actor_id, module_id in by_rules.items():  # (as the C++ and C# clients refuse it)
-                if module_id not in self.modules:
-                    raise MessageError(ErrorCode.UNKNOWN_MODULE, f"agent {actor_id!r} maps to module {module_id!r}, "
-                                       f"which SET_CONFIG does not describe")
-            return by_rules
-        answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id, "agent_ids": actor_ids})
-        modules = answer.get("modules")
-        if answer.get("type") != MessageType.AGENT_MODULES.value or not isinstance(modules, dict):
-            raise MessageError(ErrorCode.INVALID_FIELD, 'MAP_AGENTS was not answered with AGENT_MODULES {"modules": {...}}')
-        for actor_id in actor_ids:  # (as the C++ and C# clients check the answer)
-            module_id = modules.get(actor_id)
-            if not isinstance(module_id, str):
-                raise MessageError(ErrorCode.INVALID_FIELD, f"AGENT_MODULES names no module for {actor_id!r}")
+        # By the server's rules, or one MAP_AGENTS; either way every module named must be one
+        # SET_CONFIG describes (as the C++ and C# clients refuse it).
+        if self.mapping is None:
+            answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id,
+                                        "agent_ids": actor_ids})
+            return read_agent_modules(answer, actor_ids, self.modules)
+        by_rules = {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
+        for actor_id, module_id in by_rules.items():
             if module_id not in self.modules:
-                raise MessageError(ErrorCode.UNKNOWN_MODULE, f"AGENT_MODULES maps {actor_id!r} to module {module_id!r}, "
-                                   f"which SET_CONFIG does not describe")
-        return {a: modules[a] for a in actor_ids}
+                raise MessageError(ErrorCode.UNKNOWN_MODULE, f"the mapping rules map {actor_id!r} to module "
+                                   f"{module_id!r}, which SET_CONFIG does not describe")
+        return by_rules
 
     def map_agents(self, episode_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
         """The module each of ``agent_ids`` plays in the running episode ``episode_id``, by agent id.

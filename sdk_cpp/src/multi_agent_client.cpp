@@ -839,12 +839,19 @@ Result<MultiAgentClient::Module*> MultiAgentClient::module_by_rules(const std::s
                                                                       const std::string& episode_id) {
   Result<std::string> module = config_->mapping->module_for(actor_id, episode_id);
   if (!module.ok()) return module.status();
-  auto it = modules_.find(module.value());
-  if (it == modules_.end() || config_->modules.count(module.value()) == 0) {  // (modules_ keeps gone ones)
+  Module* described = described_module(module.value());
+  if (described == nullptr) {
     return Status(ErrorCode::kUnknownModule, "agent '" + actor_id + "' maps to module '" + module.value() +
                                                  "', which the server does not describe");
   }
-  return it->second.get();
+  return described;
+}
+
+MultiAgentClient::Module* MultiAgentClient::described_module(const std::string& module_id) const {
+  // modules_ keeps a module an earlier connection described (its steps and states were let go
+  // at the new SET_CONFIG); only the current config's modules can be mapped to.
+  auto it = modules_.find(module_id);
+  return it == modules_.end() || config_->modules.count(module_id) == 0 ? nullptr : it->second.get();
 }
 
 // One MAP_AGENTS for `actor_ids`: every answer checked before any is kept (for the
@@ -853,25 +860,12 @@ Status MultiAgentClient::ask_mapping(const std::string& episode_id, const std::v
   ++map_requests_;
   Result<Message> answer = link_->request(make_map_agents(episode_id, actor_ids), options_.response_timeout_s);
   if (!answer.ok()) return answer.status();
-  const nlohmann::json& body = answer.value().body;
-  auto modules = body.find("modules");
-  if (answer.value().type != MessageType::kAgentModules || modules == body.end() || !modules->is_object()) {
-    return Status(ErrorCode::kInvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
-  }
+  Status read = read_agent_modules(
+      answer.value().body, actor_ids, [this](const std::string& id) { return described_module(id) != nullptr; },
+      asked_module_ids_);
+  if (!read.ok()) return read;
   asked_modules_.clear();
-  for (const std::string& actor_id : actor_ids) {
-    auto entry = modules->find(actor_id);
-    if (entry == modules->end() || !entry->is_string()) {
-      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + actor_id + "'");
-    }
-    const std::string& module_id = entry->get_ref<const std::string&>();
-    auto it = modules_.find(module_id);
-    if (it == modules_.end() || config_->modules.count(module_id) == 0) {  // (modules_ keeps gone ones)
-      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + actor_id + "' to module '" +
-                                                   entry->get<std::string>() + "', which SET_CONFIG does not describe");
-    }
-    asked_modules_.push_back(it->second.get());
-  }
+  for (const std::string& module_id : asked_module_ids_) asked_modules_.push_back(described_module(module_id));
   for (std::size_t k = 0; k < actor_ids.size(); ++k) remember_mapping(episode_id, actor_ids[k], asked_modules_[k]);
   return Status::Ok();
 }
@@ -904,6 +898,7 @@ Result<std::vector<std::string>> MultiAgentClient::map_agents(const std::string&
   }
   // Asked: the actors neither acting in the episode nor mapped in it yet, each once.
   std::vector<Module*> modules(agent_ids.size(), nullptr);
+  std::vector<std::size_t> asked_as(agent_ids.size(), 0);  // an agent left to ask: its actor's place in `unknown`
   std::vector<std::string> unknown;
   std::unordered_map<std::string, std::size_t> asked_at;  // an unknown actor -> its place in `unknown`
   auto known = mapped_.find(episode_id);
@@ -912,17 +907,24 @@ Result<std::vector<std::string>> MultiAgentClient::map_agents(const std::string&
     auto acting = episode->actors.find(actor_id);
     if (acting != episode->actors.end()) {
       modules[k] = acting->second->module;
-    } else if (known != mapped_.end() && known->second.count(actor_id) != 0) {
-      modules[k] = known->second.find(actor_id)->second;
-    } else if (asked_at.emplace(actor_id, unknown.size()).second) {
-      unknown.push_back(actor_id);
+      continue;
     }
+    if (known != mapped_.end()) {
+      auto mapped = known->second.find(actor_id);
+      if (mapped != known->second.end()) {
+        modules[k] = mapped->second;
+        continue;
+      }
+    }
+    auto place = asked_at.emplace(actor_id, unknown.size());
+    if (place.second) unknown.push_back(actor_id);
+    asked_as[k] = place.first->second;
   }
   if (!unknown.empty()) {
     Status asked = ask_mapping(episode_id, unknown);
     if (!asked.ok()) return asked;
     for (std::size_t k = 0; k < agent_ids.size(); ++k) {
-      if (modules[k] == nullptr) modules[k] = asked_modules_[asked_at.find(actor_of(agent_ids[k]))->second];
+      if (modules[k] == nullptr) modules[k] = asked_modules_[asked_as[k]];
     }
   }
   for (const Module* module : modules) result.push_back(module->id);

@@ -237,4 +237,30 @@ std::set<std::string> PolicyMapping::modules() const {
   return out;
 }
 
+Status read_agent_modules(const nlohmann::json& answer, const std::vector<std::string>& asked,
+                          const std::function<bool(const std::string&)>& is_described,
+                          std::vector<std::string>& modules) {
+  modules.clear();
+  const auto type = answer.is_object() ? answer.find("type") : answer.end();
+  const auto assigned = answer.is_object() ? answer.find("modules") : answer.end();
+  if (type == answer.end() || *type != "AGENT_MODULES" || assigned == answer.end() || !assigned->is_object()) {
+    return Status(ErrorCode::kInvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
+  }
+  for (const std::string& agent_id : asked) {
+    const auto entry = assigned->find(agent_id);
+    if (entry == assigned->end() || !entry->is_string()) {
+      modules.clear();
+      return Status(ErrorCode::kInvalidField, "AGENT_MODULES names no module for '" + agent_id + "'");
+    }
+    const std::string& module_id = entry->get_ref<const std::string&>();
+    if (!is_described(module_id)) {
+      modules.clear();
+      return Status(ErrorCode::kUnknownModule, "AGENT_MODULES maps '" + agent_id + "' to module '" + module_id +
+                                                   "', which SET_CONFIG does not describe");
+    }
+    modules.push_back(module_id);
+  }
+  return Status::Ok();
+}
+
 }  // namespace tether

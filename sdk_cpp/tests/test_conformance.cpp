@@ -51,7 +51,8 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "client_pairing.json", "session.json", "tensors.json",
                                              "composite.json", "recurrent.json", "logged.json",
                                              "demonstrations.json", "rewards.json", "env_params.json",
-                                             "run_ids.json", "rank_addresses.json", "offline_policy.json"};
+                                             "run_ids.json", "rank_addresses.json", "offline_policy.json",
+                                             "agent_modules.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);
@@ -325,6 +326,22 @@ TEST(Conformance, PolicyMapping) {
     Result<std::string> module =
         mapping.value().module_for(c["agent_id"].get<std::string>(), c["episode_id"].get<std::string>());
     if (succeeded_as_expected(c, module)) EXPECT_EQ(module.value(), c["module"].get<std::string>());
+  });
+}
+
+TEST(Conformance, AgentModulesAnswers) {
+  run_cases("agent_modules.json", [](const json&, const json& c) {
+    const auto described = c["described"].get<std::set<std::string>>();
+    const auto asked = c["asked"].get<std::vector<std::string>>();
+    std::vector<std::string> modules{"left from before"};
+    Status read = read_agent_modules(
+        c["answer"], asked, [&](const std::string& id) { return described.count(id) != 0; }, modules);
+    if (!succeeded_as_expected(c, read)) {
+      EXPECT_TRUE(modules.empty()) << "a refused answer gave modules";
+      return;
+    }
+    ASSERT_EQ(modules.size(), asked.size());
+    for (std::size_t k = 0; k < asked.size(); ++k) EXPECT_EQ(modules[k], c["modules"][asked[k]].get<std::string>());
   });
 }
 

@@ -28,6 +28,7 @@ namespace Tether.Tests
             "run_ids.json",  // (1.8; the client's drops in AnotherRunTests)
             "rank_addresses.json",  // (1.9; the link's redirects and reconnect order in RankGroupTests)
             "offline_policy.json",  // (§20; offline clients in OfflinePolicyTests)
+            "agent_modules.json",
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.
@@ -729,6 +730,27 @@ namespace Tether.Tests
         {
             if (expected == null || expected.Type == JTokenType.Null) return !address.HasValue;
             return address.HasValue && address.Value.Host == (string)expected[0] && address.Value.Port == (int)expected[1];
+        }
+
+        [Test]
+        public void AgentModulesAnswers()
+        {
+            Vectors.Check("agent_modules.json", (file, c) =>
+            {
+                var described = new HashSet<string>(c["described"].Select(m => (string)m));
+                var asked = c["asked"].Select(a => (string)a).ToList();
+                var modules = new List<string> { "left from before" };
+                Action read = () => PolicyMapping.ReadAgentModules(c["answer"], asked, described.Contains, modules);
+                if (c["error"] != null)
+                {
+                    Vectors.ExpectError((string)c["error"], read);
+                    Vectors.Expect(modules.Count == 0, "a refused answer gave modules");
+                    return;
+                }
+                read();
+                Vectors.Expect(modules.Count == asked.Count, "modules " + modules.Count);
+                for (int k = 0; k < asked.Count; ++k) Vectors.Expect(modules[k] == (string)c["modules"][asked[k]], asked[k] + " -> " + modules[k]);
+            });
         }
 
         [Test]

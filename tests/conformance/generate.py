@@ -949,6 +949,47 @@ def map_agents_cases() -> list[dict]:
     ]
 
 
+def agent_modules_cases() -> list[dict]:
+    """A client reading AGENT_MODULES, the answer to its MAP_AGENTS for `asked` (§7.10): the module
+    of each asked id, or the error of the first id (in the order asked) that the answer fails."""
+    described = ["chaser", "runner"]
+
+    def case(name: str, asked: list, answer: object, modules: dict | None = None, error: str | None = None) -> dict:
+        out: dict = {"name": name, "described": described, "asked": asked, "answer": answer}
+        if error is None:
+            out["modules"] = modules
+        else:
+            out["error"] = error
+        return out
+
+    def answer(modules: object) -> dict:
+        return {"type": "AGENT_MODULES", "modules": modules}
+
+    return [
+        case("every_id_mapped", ["adversary_0", "good_0"], answer({"adversary_0": "chaser", "good_0": "runner"}),
+             {"adversary_0": "chaser", "good_0": "runner"}),
+        case("ids_not_asked_about_are_ignored", ["adversary_0"], answer({"adversary_0": "chaser", "zzz": "ghost",
+                                                                         "good_0": 7}), {"adversary_0": "chaser"}),
+        case("nothing_asked", [], answer({}), {}),
+        case("id_left_out", ["adversary_0", "good_0"], answer({"adversary_0": "chaser"}), error="INVALID_FIELD"),
+        case("module_not_a_string", ["adversary_0"], answer({"adversary_0": 7}), error="INVALID_FIELD"),
+        case("module_null", ["adversary_0"], answer({"adversary_0": None}), error="INVALID_FIELD"),
+        case("module_a_list", ["adversary_0"], answer({"adversary_0": ["chaser"]}), error="INVALID_FIELD"),
+        case("modules_not_an_object", ["adversary_0"], answer([["adversary_0", "chaser"]]), error="INVALID_FIELD"),
+        case("modules_missing", ["adversary_0"], {"type": "AGENT_MODULES"}, error="INVALID_FIELD"),
+        case("another_message", ["adversary_0"], {"type": "SET_CONFIG", "modules": {"adversary_0": "chaser"}},
+             error="INVALID_FIELD"),
+        case("module_not_described", ["adversary_0"], answer({"adversary_0": "ghost"}), error="UNKNOWN_MODULE"),
+        case("module_empty_name", ["adversary_0"], answer({"adversary_0": ""}), error="UNKNOWN_MODULE"),
+        case("module_name_differs_in_case", ["adversary_0"], answer({"adversary_0": "Chaser"}), error="UNKNOWN_MODULE"),
+        # The first id that fails decides, whichever its failure.
+        case("first_failing_id_decides_unknown_module", ["adversary_0", "good_0"], answer({"adversary_0": "ghost"}),
+             error="UNKNOWN_MODULE"),
+        case("first_failing_id_decides_left_out", ["adversary_0", "good_0"], answer({"good_0": "ghost"}),
+             error="INVALID_FIELD"),
+    ]
+
+
 def multi_agent_session_cases() -> list[dict]:
     """The multi-agent checks that need the server's layout and state (§10.8 pass 2), as sessions."""
     def case(name: str, *steps: dict, received: int | None = None, server: dict | None = None) -> dict:
@@ -1882,6 +1923,7 @@ def main() -> None:
         "policy_mapping.json": mapping_cases(),
         "multi_agent_episodes.json": multi_agent_episode_cases(),
         "map_agents.json": map_agents_cases(),
+        "agent_modules.json": agent_modules_cases(),
         "multi_agent_sessions.json": multi_agent_session_cases(),
         "exactly_once.json": exactly_once_cases(),
         "set_state.json": set_state_cases(),

@@ -34,7 +34,7 @@ from tether.protocol import (
 from tether.protocol.messages import EXPECTED_RESPONSE
 from tether.protocol.tensors import ATTACHMENT, TENSOR_DTYPES, TensorError, decode_tensor, encode_tensor
 from tether.protocol.multi_agent import GroupSpec, ModuleSpec, decode_multi_agent_record, group_spaces, value_obs_row
-from tether.protocol.policy_mapping import PolicyMapping, fnv1a32
+from tether.protocol.policy_mapping import PolicyMapping, fnv1a32, read_agent_modules
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance"
 
@@ -181,6 +181,16 @@ def test_policy_mapping_vector(case: dict) -> None:
         assert info.value.code.value == case["error"]
     else:
         assert mapping.module_for(case["agent_id"], case["episode_id"]) == case["module"]
+
+
+@pytest.mark.parametrize("case", cases("agent_modules.json"), ids=ids(cases("agent_modules.json")))
+def test_agent_modules_answer_vector(case: dict) -> None:
+    if "error" in case:
+        with pytest.raises(MessageError) as info:
+            read_agent_modules(case["answer"], case["asked"], set(case["described"]))
+        assert info.value.code.value == case["error"]
+    else:
+        assert read_agent_modules(case["answer"], case["asked"], set(case["described"])) == case["modules"]
 
 
 @pytest.mark.parametrize("case", cases("multi_agent_episodes.json"), ids=ids(cases("multi_agent_episodes.json")))

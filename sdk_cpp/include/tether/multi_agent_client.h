@@ -392,6 +392,7 @@ class MultiAgentClient final : public ClientBase {
   Status map_actors(const std::string& episode_id);
   Result<Module*> module_by_rules(const std::string& actor_id, const std::string& episode_id);
   Status ask_mapping(const std::string& episode_id, const std::vector<std::string>& actor_ids);
+  Module* described_module(const std::string& module_id) const;
   const std::string& actor_of(const std::string& agent_id) const;
   void remember_mapping(const std::string& episode_id, const std::string& actor_id, Module* module);
   void forget_mapping(const std::string& episode_id);
@@ -472,6 +473,7 @@ class MultiAgentClient final : public ClientBase {
   std::vector<std::string> unmapped_ids_;   // new actors MAP_AGENTS is asked about
   std::vector<std::size_t> unmapped_slots_;  // their slots
   std::vector<Module*> asked_modules_;       // the modules MAP_AGENTS answered, per id asked
+  std::vector<std::string> asked_module_ids_;  // read_agent_modules' answer, before asked_modules_
   std::vector<std::size_t> logged_order_;    // [1.6] the frame's logged actions, sorted by actor id
   std::vector<unsigned char> logged_matched_;  // [1.6] per logged action: a slot took it
   std::vector<float> demo_obs_;              // [1.6] an actor's final observation for the demonstration file

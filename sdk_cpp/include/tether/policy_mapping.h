@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -58,5 +59,17 @@ class PolicyMapping {
  private:
   std::vector<MappingRule> rules_;
 };
+
+/// The module of each id in `asked`, in that order, from the server's answer
+/// to MAP_AGENTS (docs/protocol.md §7.10, §7.11; vectors agent_modules.json):
+/// `answer` is the message object, `is_described` says whether SET_CONFIG
+/// described a module. kInvalidField for another message than AGENT_MODULES
+/// {"modules": {...}}; then, id by id in the order asked, the first whose entry
+/// is missing or not a string (kInvalidField) or names a module not described
+/// (kUnknownModule). Ids not asked about are ignored. `modules` is cleared
+/// first and holds the answer only when it was read whole.
+Status read_agent_modules(const nlohmann::json& answer, const std::vector<std::string>& asked,
+                          const std::function<bool(const std::string&)>& is_described,
+                          std::vector<std::string>& modules);
 
 }  // namespace tether

@@ -309,6 +309,8 @@ namespace Tether.Client
         readonly List<string> unmappedIds = new List<string>();   // new actors MAP_AGENTS is asked about
         readonly List<int> unmappedSlots = new List<int>();       // their slots
         readonly List<Module> askedModules = new List<Module>();  // MAP_AGENTS' answers, in the order asked
+        readonly List<string> askedModuleIds = new List<string>();  // the answer read, before askedModules
+        Func<string, bool> isDescribed;  // IsDescribed, made once
         double[] envAction = new double[0];
         readonly AgentFrame endFrame = new AgentFrame();
         readonly List<float> scratchObs = new List<float>();
@@ -1298,18 +1300,16 @@ namespace Tether.Client
             var ids = new JArray();
             foreach (string id in actorIds) ids.Add(id);
             JObject answer = link.Request(new JObject { { "type", "MAP_AGENTS" }, { "episode_id", episodeId }, { "agent_ids", ids } }, options.ResponseTimeoutSeconds);
-            var assigned = answer["modules"] as JObject;
-            if ((string)answer["type"] != "AGENT_MODULES" || assigned == null)
-            {
-                throw new ProtocolException(ErrorCode.InvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
-            }
+            PolicyMapping.ReadAgentModules(answer, actorIds, isDescribed ?? (isDescribed = IsDescribed), askedModuleIds);
             askedModules.Clear();
-            foreach (string actorId in actorIds)
-            {
-                JToken module = assigned[actorId];
-                if (module == null || module.Type != JTokenType.String) throw new ProtocolException(ErrorCode.InvalidField, "AGENT_MODULES names no module for '" + actorId + "'");
-                askedModules.Add(ModuleNamed((string)module, actorId, "is mapped by AGENT_MODULES to"));
-            }
+            foreach (string moduleId in askedModuleIds) askedModules.Add(modules[moduleId]);
+        }
+
+        // Whether the last SET_CONFIG describes the module (modules keeps the ones it dropped, Gone).
+        bool IsDescribed(string moduleId)
+        {
+            Module module;
+            return modules.TryGetValue(moduleId, out module) && !module.Gone;
         }
 
         /// <summary>
@@ -1320,10 +1320,10 @@ namespace Tether.Client
         /// episode keeps: their first frames then ask nothing. A game that knows an episode's agents (a
         /// turn-based game's seats) calls this once after <see cref="StartEpisode"/> and saves a round
         /// trip, a frame that waits on the network, per agent that acts later. A group member stands for
-        /// its group. Throws INVALID_ARGUMENT (an episode not running, a null id), UNMAPPED_AGENT /
-        /// UNKNOWN_MODULE, TIMEOUT, TRAINING_DONE, NOT_READY (offline), and a <see cref="ProtocolException"/>
-        /// (INVALID_FIELD) for an answer that maps not every agent, as a frame's mapping does; nothing is
-        /// kept of a request that failed.
+        /// its group. Throws INVALID_ARGUMENT (an episode not running, a null id), UNMAPPED_AGENT,
+        /// TIMEOUT, TRAINING_DONE, NOT_READY (offline), and a <see cref="ProtocolException"/> for an answer
+        /// that maps not every agent (INVALID_FIELD) or a rule or answer naming a module SET_CONFIG does not
+        /// describe (UNKNOWN_MODULE), as a frame's mapping does; nothing is kept of a request that failed.
         /// </summary>
         public string[] MapAgents(string episodeId, IList<string> agentIds)
         {
@@ -1385,7 +1385,8 @@ namespace Tether.Client
             Module module;
             if (moduleId == null || !modules.TryGetValue(moduleId, out module) || module.Gone)
             {
-                throw new TetherException(ErrorCode.UnknownModule, "agent '" + actorId + "' " + how + " module '" + moduleId + "', which SET_CONFIG does not describe");
+                // (the server's own messages disagree: a refused message, as an answer that maps not every agent)
+                throw new ProtocolException(ErrorCode.UnknownModule, "agent '" + actorId + "' " + how + " module '" + moduleId + "', which SET_CONFIG does not describe");
             }
             return module;
         }

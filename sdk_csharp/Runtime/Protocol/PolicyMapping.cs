@@ -114,6 +114,44 @@ namespace Tether.Protocol
             throw new TetherException(ErrorCode.UnmappedAgent, "no policy-mapping rule matches agent id '" + agentId + "'");
         }
 
+        /// <summary>
+        /// The module of each id in <paramref name="asked"/>, in that order, into <paramref name="modules"/>
+        /// (cleared first; filled only when the answer is read whole), from the server's answer to
+        /// MAP_AGENTS (docs/protocol.md §7.10, §7.11; vectors agent_modules.json).
+        /// <paramref name="isDescribed"/> says whether SET_CONFIG described a module. Throws a
+        /// <see cref="ProtocolException"/>: INVALID_FIELD for another message than
+        /// AGENT_MODULES {"modules": {...}}; then, id by id in the order asked, the first whose entry is
+        /// missing or not a string (INVALID_FIELD) or names a module not described (UNKNOWN_MODULE).
+        /// Ids not asked about are ignored.
+        /// </summary>
+        public static void ReadAgentModules(JToken answer, IList<string> asked, Func<string, bool> isDescribed, List<string> modules)
+        {
+            modules.Clear();
+            JObject message = answer as JObject;
+            JToken type = message == null ? null : message["type"];
+            JObject assigned = message == null ? null : message["modules"] as JObject;
+            if (type == null || type.Type != JTokenType.String || (string)type != "AGENT_MODULES" || assigned == null)
+            {
+                throw new ProtocolException(ErrorCode.InvalidField, "MAP_AGENTS was not answered with AGENT_MODULES {\"modules\": {...}}");
+            }
+            foreach (string agentId in asked)
+            {
+                JToken module = assigned[agentId];
+                if (module == null || module.Type != JTokenType.String)
+                {
+                    modules.Clear();
+                    throw new ProtocolException(ErrorCode.InvalidField, "AGENT_MODULES names no module for '" + agentId + "'");
+                }
+                string moduleId = (string)module;
+                if (!isDescribed(moduleId))
+                {
+                    modules.Clear();
+                    throw new ProtocolException(ErrorCode.UnknownModule, "AGENT_MODULES maps '" + agentId + "' to module '" + moduleId + "', which SET_CONFIG does not describe");
+                }
+                modules.Add(moduleId);
+            }
+        }
+
         static string OptionalString(JObject item, string key, string where)
         {
             JToken value = item[key];
