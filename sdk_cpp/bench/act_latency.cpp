@@ -385,6 +385,43 @@ FrameSeries run_frames(const Args& args, int interval_us, const char* name, Bare
 }
 
 // The CartPole figures (--model), as one JSON object.
+// Single-agent get_action against the bare session's Run on the same observations (`pool`: `rows`
+// rows of `obs_dim` floats, taken in turn): `warmup` untimed calls of each, then `calls` of each in
+// alternating blocks of `block`, so that background load affects both alike.
+template <class Bare>
+void time_get_action(Bare& bare, tether::TetherClient& client, const std::string& episode, const float* pool,
+                     std::size_t rows, std::size_t obs_dim, int warmup, int calls, int block, const char* what,
+                     std::vector<std::int64_t>& bare_ns, std::vector<std::int64_t>& sdk_ns) {
+  double action[1] = {0.0};
+  auto bare_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      std::memcpy(bare.obs(), &pool[(static_cast<std::size_t>(i) % rows) * obs_dim], obs_dim * sizeof(float));
+      const auto t0 = Clock::now();
+      bare.run();
+      const std::int64_t ns = since_ns(t0);
+      if (out) out->push_back(ns);
+    }
+  };
+  auto sdk_block = [&](int n, std::vector<std::int64_t>* out, int start) {
+    for (int i = start; i < start + n; ++i) {
+      const float* obs = &pool[(static_cast<std::size_t>(i) % rows) * obs_dim];
+      const auto t0 = Clock::now();
+      tether::Status status = client.get_action(episode, obs, obs_dim, action, 1);
+      const std::int64_t ns = since_ns(t0);
+      if (!status.ok()) fail(std::string(what) + ": " + status.to_string());
+      client.log_returns(episode, 1.0);
+      if (out) out->push_back(ns);
+    }
+  };
+  bare_block(warmup, nullptr, 0);
+  sdk_block(warmup, nullptr, 0);
+  for (int done = 0; done < calls; done += block) {
+    const int n = std::min(block, calls - done);
+    bare_block(n, &bare_ns, done);
+    sdk_block(n, &sdk_ns, done);
+  }
+}
+
 std::string measure_cartpole(const Args& args) {
   const std::vector<std::uint8_t> model = read_file(args.model);
   std::mt19937 rng(static_cast<std::uint32_t>(args.seed));
@@ -402,38 +439,10 @@ std::string measure_cartpole(const Args& args) {
     fail("the server's spaces are not CartPole's (4 observations, Discrete(2))");
   }
   std::string episode = client->start_episode().value();
-  double action[1] = {0.0};
-
-  auto bare_block = [&](int n, std::vector<std::int64_t>* out, int start) {
-    for (int i = start; i < start + n; ++i) {
-      std::memcpy(bare.obs(), &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs], kObs * sizeof(float));
-      const auto t0 = Clock::now();
-      bare.run();
-      const std::int64_t ns = since_ns(t0);
-      if (out) out->push_back(ns);
-    }
-  };
-  auto sdk_block = [&](int n, std::vector<std::int64_t>* out, int start) {
-    for (int i = start; i < start + n; ++i) {
-      const float* obs = &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs];
-      const auto t0 = Clock::now();
-      tether::Status status = client->get_action(episode, obs, kObs, action, 1);
-      const std::int64_t ns = since_ns(t0);
-      if (!status.ok()) fail("get_action: " + status.to_string());
-      client->log_returns(episode, 1.0);
-      if (out) out->push_back(ns);
-    }
-  };
-
-  bare_block(args.warmup, nullptr, 0);
-  sdk_block(args.warmup, nullptr, 0);
   std::vector<std::int64_t> bare_ns;
   std::vector<std::int64_t> sdk_ns;
-  const int per_block = std::max(1, args.calls / args.blocks);
-  for (int b = 0; b < args.blocks; ++b) {
-    bare_block(per_block, &bare_ns, b * per_block);
-    sdk_block(per_block, &sdk_ns, b * per_block);
-  }
+  time_get_action(bare, *client, episode, obs_pool.data(), n_obs, kObs, args.warmup, args.calls,
+                  std::max(1, args.calls / args.blocks), "get_action", bare_ns, sdk_ns);
 
   // One frame of 256 agents of one module: bare Run vs the SDK's backend run + sampling.
   tether::OnnxRuntimeBackend backend;
@@ -498,6 +507,7 @@ std::string measure_cartpole(const Args& args) {
   // While a batch is queued or in flight.
   auto sending_client = connect(args.sending_port, args.seed, "bench-act-latency-cpp-sending");
   std::string sending_episode = sending_client->start_episode().value();
+  double action[1] = {0.0};
   for (int i = 0; i < args.warmup; ++i) {
     sending_client->get_action(sending_episode, &obs_pool[(static_cast<std::size_t>(i) % n_obs) * kObs], kObs,
                                action, 1);
@@ -796,37 +806,9 @@ std::string measure_lstm(const Args& args) {
   // Batch 1, alternating blocks.
   BareRecurrentSession bare(model, state, 1, kLstmObs, kLstmActions);
   std::string episode = client->start_episode().value();
-  double action[1] = {0.0};
-  constexpr int kBlock = 100;
-  auto bare_block = [&](int n, std::vector<std::int64_t>* out, int start) {
-    for (int i = start; i < start + n; ++i) {
-      std::memcpy(bare.obs(), &observations[(static_cast<std::size_t>(i) % kRows) * kLstmObs], kLstmObs * sizeof(float));
-      const auto t0 = Clock::now();
-      bare.run();
-      const std::int64_t ns = since_ns(t0);
-      if (out) out->push_back(ns);
-    }
-  };
-  auto sdk_block = [&](int n, std::vector<std::int64_t>* out, int start) {
-    for (int i = start; i < start + n; ++i) {
-      const float* obs = &observations[(static_cast<std::size_t>(i) % kRows) * kLstmObs];
-      const auto t0 = Clock::now();
-      tether::Status status = client->get_action(episode, obs, kLstmObs, action, 1);
-      const std::int64_t ns = since_ns(t0);
-      if (!status.ok()) fail("LSTM get_action: " + status.to_string());
-      client->log_returns(episode, 1.0);
-      if (out) out->push_back(ns);
-    }
-  };
-  const int warmup = std::min(500, args.lstm_calls);
-  bare_block(warmup, nullptr, 0);
-  sdk_block(warmup, nullptr, 0);
   std::vector<std::int64_t> bare_ns, sdk_ns;
-  for (int done = 0; done < args.lstm_calls; done += kBlock) {
-    const int n = std::min(kBlock, args.lstm_calls - done);
-    bare_block(n, &bare_ns, done);
-    sdk_block(n, &sdk_ns, done);
-  }
+  time_get_action(bare, *client, episode, observations.data(), kRows, kLstmObs, std::min(500, args.lstm_calls),
+                  args.lstm_calls, 100, "LSTM get_action", bare_ns, sdk_ns);
   client->close();
 
   // Batch 256: bare rows with their states against a multi-agent frame of 256 agents.

@@ -178,11 +178,7 @@ void TetherClient::end_training() {
     Episode& episode = entry.second;
     episode.training = false;
     episode.held_back = false;
-    episode.steps.clear();
-    episode.versions.clear();
-    episode.states.clear();
-    episode.logged.clear();
-    episode.obs_rows = episode.action_rows = 0;
+    episode.drop_uncut_steps();
   }
   pending_steps_ = 0;
   held_steps_ = 0;
@@ -216,12 +212,7 @@ std::size_t TetherClient::drop_unsent_steps() {
   for (auto& entry : episodes_) {
     Episode& episode = entry.second;
     if (!episode.training) continue;
-    episode.steps.clear();
-    episode.steps.episode_id = episode.id;
-    episode.versions.clear();
-    episode.states.clear();
-    episode.logged.clear();
-    episode.obs_rows = episode.action_rows = 0;
+    episode.drop_uncut_steps();
   }
   for (auto& entry : episodes_) entry.second.state.clear();
   evaluating_ = false;
@@ -235,29 +226,30 @@ void TetherClient::forget_episodes(const std::set<std::string>& ids) {
     if (it == episodes_.end()) continue;
     Episode& episode = it->second;
     episode.training = false;
-    episode.steps.clear();
-    episode.versions.clear();
-    episode.states.clear();
-    episode.logged.clear();
-    episode.obs_rows = episode.action_rows = 0;
+    episode.drop_uncut_steps();
   }
   recount_pending();
+}
+
+void TetherClient::Episode::drop_uncut_steps() noexcept {
+  std::optional<std::string> name = std::move(steps.episode_id);  // (the next chunk names the episode too)
+  steps.clear();
+  steps.episode_id = std::move(name);
+  versions.clear();
+  states.clear();
+  logged.clear();
+  obs_rows = action_rows = 0;
 }
 
 void TetherClient::recycle(Episode&& episode) {
   constexpr std::size_t kMaxSpare = 64;  // more than the episodes an engine runs at once
   if (spare_.size() >= kMaxSpare) return;
-  episode.steps.clear();
-  episode.steps.is_terminated = episode.steps.is_truncated = false;
-  episode.versions.clear();
-  episode.states.clear();
-  episode.logged.clear();
+  episode.drop_uncut_steps();
   episode.held_back = false;
   episode.state.clear();  // (an actor's state is dropped when its episode ends, §12.4)
   episode.terminated = episode.truncated = false;
   episode.total_return = 0.0;
   episode.step_reward = 0.0;
-  episode.obs_rows = episode.action_rows = 0;
   episode.env = EpisodeEnv();
   spare_.push_back(std::move(episode));
 }
@@ -434,12 +426,7 @@ Status TetherClient::act(const char* call, const std::string& episode_id, const 
     // Zeros before the episode's first step (§12.4). (A state of another
     // size belongs to another model: its steps not cut yet go too.)
     if (!episode.state.empty() && episode.training && episode.action_rows > 0) {
-      episode.steps.clear();
-      episode.steps.episode_id = episode.id;
-      episode.versions.clear();
-      episode.states.clear();
-      episode.logged.clear();
-      episode.obs_rows = episode.action_rows = 0;
+      episode.drop_uncut_steps();
       recount_pending();
     }
     episode.state.assign(state_dim, 0.0f);

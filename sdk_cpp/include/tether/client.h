@@ -281,6 +281,9 @@ class TetherClient final : public ClientBase {
     std::size_t obs_rows = 0;
     std::size_t action_rows = 0;
     EpisodeEnv env;  // [1.7] its drawn environment parameters and measure (§19): every record carries them
+
+    // Lets go of the steps recorded and not cut yet; the episode's next chunk starts from its next observation.
+    void drop_uncut_steps() noexcept;
   };
 
   void on_connected(LinkEvent& event) override;
