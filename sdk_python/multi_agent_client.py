@@ -158,6 +158,11 @@ class MultiAgentClient(BaseClient):
     def _prepare_state(self, config: dict[str, Any], state: dict[str, Any]) -> dict[str, tuple[int, OnnxPolicy | None]]:
         if "modules" not in config:
             raise TetherError("the server does not describe modules (it speaks RLlink < 1.2): use TetherClient")
+        rules = config.get("policy_mapping")
+        for module_id in sorted(PolicyMapping.from_json(rules).modules() if rules is not None else ()):
+            if module_id not in config["modules"]:  # (refused at the handshake, as the C++ and C# clients do)
+                raise MessageError(ErrorCode.INVALID_FIELD, f"SET_CONFIG policy_mapping names module {module_id!r}, "
+                                   f'which is not in "modules"')
         prepared: dict[str, tuple[int, OnnxPolicy | None]] = {}
         for module_id, entry in (state.get("models") or {}).items():
             spec = ModuleSpec.from_json(module_id, config["modules"][module_id])
@@ -261,18 +266,13 @@ class MultiAgentClient(BaseClient):
     # -- mapping ---------------------------------------------------------------
 
     def _modules_for(self, episode_id: str, actor_ids: list[str]) -> dict[str, str]:
-        # By the server's rules, or one MAP_AGENTS; either way every module named must be one
-        # SET_CONFIG describes (as the C++ and C# clients refuse it).
-        if self.mapping is None:
-            answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id,
-                                        "agent_ids": actor_ids})
-            return read_agent_modules(answer, actor_ids, self.modules)
-        by_rules = {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
-        for actor_id, module_id in by_rules.items():
-            if module_id not in self.modules:
-                raise MessageError(ErrorCode.UNKNOWN_MODULE, f"the mapping rules map {actor_id!r} to module "
-                                   f"{module_id!r}, which SET_CONFIG does not describe")
-        return by_rules
+        # By the server's rules (each module they name is described: checked at the handshake), or
+        # one MAP_AGENTS, whose answer is checked against the modules described.
+        if self.mapping is not None:
+            return {a: self.mapping.module_for(a, episode_id) for a in actor_ids}
+        answer = self.link.request({"type": MessageType.MAP_AGENTS.value, "episode_id": episode_id,
+                                    "agent_ids": actor_ids})
+        return read_agent_modules(answer, actor_ids, self.modules)
 
     def map_agents(self, episode_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
         """The module each of ``agent_ids`` plays in the running episode ``episode_id``, by agent id.
@@ -284,8 +284,10 @@ class MultiAgentClient(BaseClient):
         this once after ``start_episode`` and saves a round trip per agent that acts later. A group
         member stands for its group (the module is the group's). Raises ``KeyError`` for an episode not
         running (or ended), ``TypeError`` for an id that is not a string, and what a frame's mapping
-        raises (``ServerError`` UNMAPPED_AGENT, ``MessageError`` for an answer that maps not every
-        agent, ``NotReadyError`` offline, a timeout); nothing is kept of a request that failed.
+        raises (``UnmappedAgentError`` when no rule matches, ``ServerError`` UNMAPPED_AGENT from the
+        server, ``MessageError`` INVALID_FIELD / UNKNOWN_MODULE for an answer that maps not every agent
+        or names a module SET_CONFIG does not describe, ``NotReadyError`` offline, a timeout); nothing
+        is kept of a request that failed.
         """
         if self._events:
             self._sync()  # (a new connection's modules, mapping and groups first)

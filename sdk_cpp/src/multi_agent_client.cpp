@@ -842,7 +842,7 @@ Result<MultiAgentClient::Module*> MultiAgentClient::module_by_rules(const std::s
   Module* described = described_module(module.value());
   if (described == nullptr) {
     return Status(ErrorCode::kUnknownModule, "agent '" + actor_id + "' maps to module '" + module.value() +
-                                                 "', which the server does not describe");
+                                                 "', which SET_CONFIG does not describe");
   }
   return described;
 }

@@ -185,4 +185,37 @@ TEST(MapAgentsCache, AnAnswerThatMapsNotEveryAgentIsRefusedAndNothingKept) {
   EXPECT_EQ(client->mapped_actors(), 1u);
 }
 
+TEST(MapAgentsCache, AnAnswerNamingAModuleTheNewConnectionDroppedIsRefused) {
+  // Modules "m" and "n" on the first connection, "m" alone on the next: the client keeps "n" (its
+  // actors' steps and states were let go) but must not map anyone to it, whatever the server answers.
+  ServerScript script = mapping_server();
+  script.full_config = multi_agent_config(100, {{"m", module_json(2)}, {"n", module_json(2)}}, json());
+  script.config_of_connection = [](int connection) {
+    return multi_agent_config(100, connection == 1 ? json{{"m", module_json(2)}, {"n", module_json(2)}}
+                                                   : json{{"m", module_json(2)}}, json());
+  };
+  auto answered = std::make_shared<std::atomic<int>>(0);
+  script.on_map_agents = [answered](Conn& conn, const tether::Message& message) {
+    json modules = json::object();
+    for (const json& id : message.body["agent_ids"]) modules[id.get<std::string>()] = "n";
+    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
+    return answered->fetch_add(1) > 0;  // the first connection goes away after its answer
+  };
+  FakeServer server(script);
+  auto client = connect_to(server);
+  ASSERT_TRUE(client);
+  std::string episode = client->start_episode("e").value();
+  auto first = client->map_agents(episode, {"b0"});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first.value(), std::vector<std::string>{"n"});
+  ASSERT_TRUE(wait_for([&] {
+    (void)client->take_error();  // (reads the link's events: the new connection)
+    return client->reconnects() >= 1 && client->mapped_actors() == 0;
+  }, 10.0));
+  auto gone = client->map_agents(episode, {"b1"});
+  EXPECT_EQ(gone.status().code(), tether::ErrorCode::kUnknownModule) << gone.status().to_string();
+  EXPECT_NE(gone.status().message().find("'n', which SET_CONFIG does not describe"), std::string::npos);
+  EXPECT_EQ(client->mapped_actors(), 0u);
+}
+
 #endif  // _WIN32

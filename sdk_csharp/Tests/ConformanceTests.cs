@@ -743,7 +743,11 @@ namespace Tether.Tests
                 Action read = () => PolicyMapping.ReadAgentModules(c["answer"], asked, described.Contains, modules);
                 if (c["error"] != null)
                 {
-                    Vectors.ExpectError((string)c["error"], read);
+                    Vectors.ExpectError((string)c["error"], () =>
+                    {
+                        try { read(); }
+                        catch (TetherException e) { Vectors.Expect(e is ProtocolException, "not a ProtocolException: " + e.GetType().Name); throw; }
+                    });
                     Vectors.Expect(modules.Count == 0, "a refused answer gave modules");
                     return;
                 }

@@ -18,6 +18,19 @@ namespace Tether.Tests
             return MultiAgentClient.Connect(server.Options(3));
         }
 
+        [Test]
+        public void RulesNamingAModuleSetConfigDoesNotDescribeAreRefusedAtConnect()
+        {
+            // (as the Python and C++ clients refuse it: at the handshake, not at a later frame)
+            using (ScriptedServer server = ScriptedServer.Plain(1000))
+            {
+                server.Config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"pattern\": \"x_*\", \"choose_from\": [\"solo\", \"ghost\"]}]");
+                var refused = Assert.Catch<TetherException>(() => MultiAgentClient.Connect(server.Options(3)));
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidField));
+                Assert.That(refused.Message, Is.StringContaining("names module 'ghost'"));
+            }
+        }
+
         static float[] Obs(int t, int agent, int size)
         {
             var obs = new float[size];
@@ -327,6 +340,33 @@ namespace Tether.Tests
                 }
                 Assert.That(modules, Is.EqualTo(new[] { "lifter", "lifter" }));
                 Assert.That(client.MapRequests, Is.EqualTo(2));
+            });
+        }
+
+        [Test]
+        public void AnAnswerNamingAModuleTheNewConnectionDroppedIsRefused()
+        {
+            // The client keeps a module an earlier connection described (Gone: its steps and states were
+            // let go), but must not map anyone to it once the new SET_CONFIG no longer describes it.
+            InEpisode(1000, false, (server, client, episode, frame) =>
+            {
+                Assert.That(client.MapAgents(episode, new[] { "a_0" }), Is.EqualTo(new[] { "solo" }));
+                ((JObject)server.Config["modules"]).Remove("lifter");  // the next connection's SET_CONFIG
+                server.ModuleFiles = new Dictionary<string, string> { { "solo", server.ModelFile } };
+                server.AgentsModule = "lifter";  // ...and its answers, all the same
+                server.Close(new JObject { { "type", "ERROR" }, { "code", "CLIENT_TIMEOUT" }, { "message", "no message for 30 s" } });
+                ProtocolException refused = null;
+                int next = 10;
+                for (DateTime deadline = DateTime.UtcNow.AddSeconds(10); refused == null && DateTime.UtcNow < deadline; Thread.Sleep(20))
+                {
+                    // (a new agent each time: until the new SET_CONFIG is in, "lifter" is described and kept)
+                    try { Assert.That(client.MapAgents(episode, new[] { "a_" + next++ }), Is.EqualTo(new[] { "lifter" })); }
+                    catch (ProtocolException e) { refused = e; }
+                    catch (ServerErrorException e) { Assert.That(e.Code, Is.EqualTo(ErrorCode.ClientTimeout)); }
+                }
+                Assert.That(refused, Is.Not.Null, "an answer naming the module the new connection dropped was taken");
+                Assert.That(refused.Code, Is.EqualTo(ErrorCode.UnknownModule));
+                Assert.That(refused.Message, Is.StringContaining("module 'lifter', which SET_CONFIG does not describe"));
             });
         }
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tether.sdk import MultiAgentClient, TetherClient
-from tether.protocol.errors import InvalidInputError
+from tether.protocol.errors import InvalidInputError, MessageError
 from tether.protocol.distributions import log_prob
 from tether.protocol.spaces import space_from_json
 
@@ -283,3 +283,16 @@ def test_a_group_action_that_does_not_split_into_its_members_is_refused() -> Non
         assert client._pending_steps == 0 and client._episodes[eid].t == 0
         assert all(not actor.recorder.actions for actor in client._episodes[eid].actors.values())
         client.close()
+
+
+def test_rules_naming_a_module_set_config_does_not_describe_are_refused_at_connect() -> None:
+    """A SET_CONFIG whose policy_mapping names a module not in "modules": the client refuses it at the
+    handshake with INVALID_FIELD naming the module (as the C++ and C# clients do), not at a later frame."""
+    names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
+    config = {"type": "SET_CONFIG", "env_steps_per_sample": 1000, "force_on_policy": True,
+              "modules": {"pair": {"observation_space": BOX6, "action_space": {"type": "Discrete", "n": 2}, **names}},
+              "policy_mapping": [{"pattern": "a_*", "module": "pair"}, {"pattern": "x_*", "choose_from": ["pair", "ghost"]}]}
+    with ScriptedServer(silent_after_handshake(config, {"type": "SET_STATE", "models": {}})) as server:
+        with pytest.raises(MessageError, match="policy_mapping names module 'ghost'") as refused:
+            MultiAgentClient("127.0.0.1", server.port, seed=0, reconnect_timeout_s=2)
+    assert refused.value.code.value == "INVALID_FIELD"

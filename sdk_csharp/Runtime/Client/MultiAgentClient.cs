@@ -1369,7 +1369,7 @@ namespace Tether.Client
             foreach (MappingRule rule in mapping.Rules)
             {
                 if (!rule.Matches(actorId)) continue;
-                module = ModuleNamed(rule.ModuleFor(actorId, episodeId), actorId, "maps to");
+                module = ModuleNamed(rule.ModuleFor(actorId, episodeId), actorId);
                 if (rule.Module != null)
                 {
                     if (mappedByRule.Count >= MaxRememberedMappings) mappedByRule.Clear();  // ids that keep changing: bounded
@@ -1380,15 +1380,13 @@ namespace Tether.Client
             throw new TetherException(ErrorCode.UnmappedAgent, "no policy-mapping rule matches agent id '" + actorId + "'");
         }
 
-        Module ModuleNamed(string moduleId, string actorId, string how)
+        Module ModuleNamed(string moduleId, string actorId)
         {
-            Module module;
-            if (moduleId == null || !modules.TryGetValue(moduleId, out module) || module.Gone)
+            if (moduleId == null || !IsDescribed(moduleId))
             {
-                // (the server's own messages disagree: a refused message, as an answer that maps not every agent)
-                throw new ProtocolException(ErrorCode.UnknownModule, "agent '" + actorId + "' " + how + " module '" + moduleId + "', which SET_CONFIG does not describe");
+                throw new ProtocolException(ErrorCode.UnknownModule, "agent '" + actorId + "' maps to module '" + moduleId + "', which SET_CONFIG does not describe");
             }
-            return module;
+            return modules[moduleId];
         }
 
         // Gives each slot its module row and writes the actors' observations (a group's members joined in member order).
