@@ -42,6 +42,25 @@ void fill(tether::AgentFrame& frame, const std::string& prefix, int agents) {
   for (int i = 0; i < agents; ++i) frame.add(prefix + std::to_string(i), obs, 2);
 }
 
+// Answers MAP_AGENTS with `module` for every agent; the first connection goes away after its answer.
+std::function<bool(Conn&, const tether::Message&)> every_agent_to(const std::string& module) {
+  auto answered = std::make_shared<std::atomic<int>>(0);
+  return [answered, module](Conn& conn, const tether::Message& message) {
+    json modules = json::object();
+    for (const json& id : message.body["agent_ids"]) modules[id.get<std::string>()] = module;
+    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
+    return answered->fetch_add(1) > 0;
+  };
+}
+
+// Whether the client took a new connection in (and so forgot its answers) within 10 s.
+bool took_a_new_connection(tether::MultiAgentClient& client) {
+  return wait_for([&] {
+    (void)client.take_error();  // (reads the link's events: the new connection)
+    return client.reconnects() >= 1 && client.mapped_actors() == 0;
+  }, 10.0);
+}
+
 }  // namespace
 
 TEST(MapAgentsCache, ComputeActionsAsksOncePerEpisodeAndAgent) {
@@ -87,13 +106,7 @@ TEST(MapAgentsCache, AnEpisodesAnswersGoWhenItEnds) {
 
 TEST(MapAgentsCache, AReconnectForgetsTheAnswers) {
   ServerScript script = mapping_server();
-  auto answered = std::make_shared<std::atomic<int>>(0);
-  script.on_map_agents = [answered](Conn& conn, const tether::Message& message) {
-    json modules = json::object();
-    for (const json& id : message.body["agent_ids"]) modules[id.get<std::string>()] = "m";
-    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
-    return answered->fetch_add(1) > 0;  // the first connection goes away after its answer
-  };
+  script.on_map_agents = every_agent_to("m");
   FakeServer server(script);
   auto client = connect_to(server);
   ASSERT_TRUE(client);
@@ -101,10 +114,7 @@ TEST(MapAgentsCache, AReconnectForgetsTheAnswers) {
   fill(frame, "a", 2);
   ASSERT_TRUE(client->compute_actions(frame).ok());
   EXPECT_EQ(client->mapped_actors(), 2u);
-  ASSERT_TRUE(wait_for([&] {
-    (void)client->take_error();  // (reads the link's events: the new connection)
-    return client->reconnects() >= 1 && client->mapped_actors() == 0;
-  }, 10.0));
+  ASSERT_TRUE(took_a_new_connection(*client));
   ASSERT_TRUE(client->compute_actions(frame).ok());
   EXPECT_EQ(client->map_requests(), 2);
 }
@@ -194,13 +204,7 @@ TEST(MapAgentsCache, AnAnswerNamingAModuleTheNewConnectionDroppedIsRefused) {
     return multi_agent_config(100, connection == 1 ? json{{"m", module_json(2)}, {"n", module_json(2)}}
                                                    : json{{"m", module_json(2)}}, json());
   };
-  auto answered = std::make_shared<std::atomic<int>>(0);
-  script.on_map_agents = [answered](Conn& conn, const tether::Message& message) {
-    json modules = json::object();
-    for (const json& id : message.body["agent_ids"]) modules[id.get<std::string>()] = "n";
-    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
-    return answered->fetch_add(1) > 0;  // the first connection goes away after its answer
-  };
+  script.on_map_agents = every_agent_to("n");
   FakeServer server(script);
   auto client = connect_to(server);
   ASSERT_TRUE(client);
@@ -208,10 +212,7 @@ TEST(MapAgentsCache, AnAnswerNamingAModuleTheNewConnectionDroppedIsRefused) {
   auto first = client->map_agents(episode, {"b0"});
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first.value(), std::vector<std::string>{"n"});
-  ASSERT_TRUE(wait_for([&] {
-    (void)client->take_error();  // (reads the link's events: the new connection)
-    return client->reconnects() >= 1 && client->mapped_actors() == 0;
-  }, 10.0));
+  ASSERT_TRUE(took_a_new_connection(*client));
   auto gone = client->map_agents(episode, {"b1"});
   EXPECT_EQ(gone.status().code(), tether::ErrorCode::kUnknownModule) << gone.status().to_string();
   EXPECT_NE(gone.status().message().find("'n', which SET_CONFIG does not describe"), std::string::npos);

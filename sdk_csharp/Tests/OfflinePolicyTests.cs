@@ -2,7 +2,6 @@
 // file's model and no server (its greedy actions are the real model's, under the real ONNX Runtime), writes its
 // episodes to a demonstration file and sends nothing; a file that cannot be used fails to open, naming it.
 using System;
-using System.Collections.Generic;
 using System.IO;
 using System.Linq;
 using Newtonsoft.Json.Linq;

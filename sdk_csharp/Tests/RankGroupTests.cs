@@ -14,7 +14,6 @@ using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
-using Tether.Inference;
 using Tether.Protocol;
 
 namespace Tether.Tests
