@@ -213,3 +213,10 @@ def sent_records(server: ScriptedServer) -> list[dict[str, Any]]:
             seen.add(batch.get("batch_seq"))
             out.extend(batch["episodes"])
     return out
+
+
+def play_steps(client: Any, episode_id: str, steps: range, width: int = 3) -> None:
+    """A single-agent client plays one step per t in ``steps``: an observation of ``width`` values t, reward 1."""
+    for t in steps:
+        client.get_action(episode_id, np.full(width, t, np.float32))
+        client.log_returns(episode_id, 1.0)

@@ -19,7 +19,7 @@ import pytest
 
 from tether.sdk import MultiAgentClient, TetherClient
 
-from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, play_steps, single_agent_config, state
 from .test_reconnect_new_spaces import config as ma_config
 from .test_reconnect_new_spaces import frame, models, unique_batches
 
@@ -82,14 +82,10 @@ def test_single_agent_steps_of_another_run_are_dropped_and_the_episode_goes_on(s
         client = TetherClient("127.0.0.1", server.port, seed=5, reconnect_timeout_s=5, response_timeout_s=5,
                               update_timeout_s=5, wait_for_weights=False)
         a = client.start_episode("a")
-        for t in range(12):  # the 11th cuts batch 1 (steps 0-9), lost with the connection
-            client.get_action(a, np.full(3, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(12))  # the 11th cuts batch 1 (steps 0-9), lost with the connection
         release.set()
         wait_for_reconnect(client)
-        for t in range(12, 30):
-            client.get_action(a, np.full(3, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(12, 30))
         assert client.end_episode(a, np.full(3, -1, np.float32)) == 30.0
         client.flush()  # no error: nothing was refused
         client.close()
@@ -125,9 +121,7 @@ def test_a_drop_while_the_cutting_step_waits_leaves_that_step_whole() -> None:
         client = TetherClient("127.0.0.1", server.port, seed=5, reconnect_timeout_s=5, response_timeout_s=5,
                               update_timeout_s=5, wait_for_weights=True)
         a = client.start_episode("a")
-        for t in range(30):  # the 11th cuts batch 1 and waits through the reconnect to run-b
-            client.get_action(a, np.full(3, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(30))  # the 11th cuts batch 1 and waits through the reconnect to run-b
         assert client.end_episode(a, np.full(3, -1, np.float32)) == 30.0
         client.flush()
         client.close()
@@ -194,14 +188,10 @@ def test_steps_dropped_for_other_spaces_of_another_run_count_as_another_runs() -
         client = TetherClient("127.0.0.1", server.port, seed=5, reconnect_timeout_s=5, response_timeout_s=5,
                               update_timeout_s=5, wait_for_weights=False)
         a = client.start_episode("a")
-        for t in range(12):
-            client.get_action(a, np.full(3, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(12))
         release.set()
         wait_for_reconnect(client)
-        for t in range(12, 30):
-            client.get_action(a, np.full(4, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(12, 30), width=4)
         client.end_episode(a, np.full(4, -1, np.float32))
         client.flush()
         client.close()

@@ -12,6 +12,7 @@ import pytest
 
 from tether.sdk import InvalidInputError, MultiAgentClient, TetherClient
 
+from .scripted_server import play_steps
 from .test_record_share import share_server, sent_steps
 
 
@@ -19,9 +20,7 @@ def test_a_non_finite_observation_or_reward_is_refused_at_the_call_and_never_sen
     with share_server(lambda n: None) as server:
         client = TetherClient("127.0.0.1", server.port, seed=1, wait_for_weights=True)
         eid = client.start_episode()
-        for t in range(4):
-            client.get_action(eid, np.full(3, t, np.float32))
-            client.log_returns(eid, 1.0)
+        play_steps(client, eid, range(4))
         for bad in (math.nan, math.inf, -math.inf):
             with pytest.raises(InvalidInputError, match=r"observation\[1\] is not finite") as refused:
                 client.get_action(eid, [0.0, bad, 0.0])

@@ -16,7 +16,7 @@ import numpy as np
 
 from tether.sdk import TetherClient
 
-from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, play_steps, single_agent_config, state
 
 DISCRETE2 = {"type": "Discrete", "n": 2}
 CONFIG = single_agent_config(3, DISCRETE2, protocol_version="1.9")
@@ -61,9 +61,7 @@ def addr(server: ScriptedServer | int) -> str:
 
 def play(client: TetherClient, steps: int) -> None:
     episode = client.start_episode()
-    for t in range(steps):
-        client.get_action(episode, np.full(3, t, np.float32))
-        client.log_returns(episode, 1.0)
+    play_steps(client, episode, range(steps))
     client.end_episode(episode, np.zeros(3, np.float32))
 
 
@@ -129,9 +127,7 @@ def test_a_rank_that_goes_away_is_replaced_by_another_with_the_unanswered_batch(
     with b:
         client = client_of(a)
         episode = client.start_episode()
-        for t in range(12):  # the 11th step cuts batch 1, lost with rank A, which then goes away
-            client.get_action(episode, np.full(3, t, np.float32))
-            client.log_returns(episode, 1.0)
+        play_steps(client, episode, range(12))  # the 11th step cuts batch 1, lost with rank A, which then goes away
         deadline = time.monotonic() + 5
         while not a.messages("EPISODES_AND_GET_STATE") and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -141,9 +137,7 @@ def test_a_rank_that_goes_away_is_replaced_by_another_with_the_unanswered_batch(
         while client.link.connections < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert client.server_address == addr(b) and client.link.connections == 2
-        for t in range(12, 20):
-            client.get_action(episode, np.full(3, t, np.float32))
-            client.log_returns(episode, 1.0)
+        play_steps(client, episode, range(12, 20))
         client.end_episode(episode, np.zeros(3, np.float32))
         client.flush()
         client.close()

@@ -23,7 +23,7 @@ from tether.protocol.episodes import decode_episode
 from tether.protocol.multi_agent import ModuleSpec, decode_multi_agent_record
 from tether.protocol.spaces import space_from_json
 
-from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, single_agent_config, state
+from .scripted_server import ScriptedConnection, ScriptedServer, constant_model, play_steps, single_agent_config, state
 
 DISCRETE2 = {"type": "Discrete", "n": 2}
 NAMES = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
@@ -374,9 +374,7 @@ def test_single_agent_steps_recorded_with_other_spaces_are_dropped_and_the_episo
         client = TetherClient("127.0.0.1", server.port, seed=5, reconnect_timeout_s=5, response_timeout_s=5,
                               update_timeout_s=5, wait_for_weights=False)
         a = client.start_episode("a")
-        for t in range(12):  # the 11th cuts batch 1 (steps 0-9), lost with the connection
-            client.get_action(a, np.full(3, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(12))  # the 11th cuts batch 1 (steps 0-9), lost with the connection
         b = client.start_episode("b")
         for t in range(3):
             client.get_action(b, np.full(3, t, np.float32))
@@ -397,9 +395,7 @@ def test_single_agent_steps_recorded_with_other_spaces_are_dropped_and_the_episo
             client.refresh_weights()
         assert client._pending_steps == 0
         assert client.observation_space is not None and client.observation_space.flat_dim == 4
-        for t in range(12, 30):
-            client.get_action(a, np.full(4, t, np.float32))
-            client.log_returns(a, 1.0)
+        play_steps(client, a, range(12, 30), width=4)
         assert client.end_episode(a, np.full(4, -1, np.float32)) == 30.0
         client.flush()
         client.close()
