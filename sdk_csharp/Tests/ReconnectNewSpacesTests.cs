@@ -11,7 +11,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Net.Sockets;
 using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
@@ -23,60 +22,6 @@ namespace Tether.Tests
     [TestFixture]
     public class ReconnectNewSpacesTests
     {
-        // A server on a loopback port whose answers depend on the connection (0, 1, ...): its
-        // SET_CONFIG, its SET_STATEs, and the answer to its n-th batch (null: the connection is lost,
-        // once Release is set, the batch unanswered). Keeps every batch received.
-        sealed class ReconnectServer : LoopbackServer
-        {
-            readonly List<JObject> batches = new List<JObject>();
-            readonly Dictionary<int, int> answered = new Dictionary<int, int>();  // batches answered, by connection
-            public Func<int, JObject> ConfigOf;
-            public Func<int, JObject> StateOf;
-            public Func<int, int, JObject> BatchAnswer;
-            public readonly ManualResetEventSlim Release = new ManualResetEventSlim(true);
-
-            // Each batch once (a resend after the reconnect has the same batch_seq and records).
-            public List<JObject> Batches()
-            {
-                var seen = new HashSet<long>();
-                lock (batches) return batches.Where(b => seen.Add((long)b["batch_seq"])).ToList();
-            }
-
-            protected override bool Answer(Socket socket, int connection, Message decoded)
-            {
-                JObject message = decoded.Body;
-                switch ((string)message["type"])
-                {
-                    case "PING": Send(socket, new JObject { { "type", "PONG" }, { "protocol_version", "1.3" } }); break;
-                    case "GET_CONFIG": Send(socket, ConfigOf(connection)); break;
-                    case "GET_STATE": Send(socket, StateOf(connection)); break;
-                    case "EPISODES_AND_GET_STATE":
-                        int n;
-                        lock (batches)
-                        {
-                            batches.Add(message);
-                            answered.TryGetValue(connection, out n);
-                            answered[connection] = ++n;
-                        }
-                        JObject answer = BatchAnswer(connection, n);
-                        if (answer == null)
-                        {
-                            Release.Wait(10000);
-                            return false;  // (the batch is lost with the connection)
-                        }
-                        Send(socket, answer);
-                        break;
-                }
-                return true;
-            }
-
-            public override void Dispose()
-            {
-                Release.Set();
-                base.Dispose();
-            }
-        }
-
         static readonly string AnyModel = OnnxCodec.Encode(new byte[] { 1, 2, 3, 4 });
 
         static JObject ModuleJson(int width, JObject action = null)
@@ -111,10 +56,10 @@ namespace Tether.Tests
         // The first connection (`first`, every model) loses the first batch with it, unanswered; the
         // next ones (`second`) send no model, in their handshake or their answers unless `later`
         // (the answer to their n-th batch) says otherwise.
-        static ReconnectServer Reconnecting(JObject first, JObject second, Func<int, JObject> later = null)
+        static ReconnectingServer Reconnecting(JObject first, JObject second, Func<int, JObject> later = null)
         {
             var ids = ((JObject)first["modules"]).Properties().Select(p => p.Name).ToList();
-            return new ReconnectServer
+            return new ReconnectingServer
             {
                 ConfigOf = c => c == 0 ? first : second,
                 StateOf = c => c == 0 ? Models(ids) : NoModel(),
@@ -122,7 +67,7 @@ namespace Tether.Tests
             };
         }
 
-        static MultiAgentClient Connect(ReconnectServer server, bool waitForWeights = true)
+        static MultiAgentClient Connect(ReconnectingServer server, bool waitForWeights = true)
         {
             return MultiAgentClient.Connect(new ClientOptions
             {
@@ -197,7 +142,7 @@ namespace Tether.Tests
         [Test]
         public void ModulesKeepTheirModelsUntilTheNewConnectionSendsOthers()
         {
-            using (ReconnectServer server = Reconnecting(Config(2), Config(2)))
+            using (ReconnectingServer server = Reconnecting(Config(2), Config(2)))
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode();
@@ -219,7 +164,7 @@ namespace Tether.Tests
         [Test]
         public void AModuleWhoseSpacesChangedWaitsForANewModel()
         {
-            using (ReconnectServer server = Reconnecting(Config(2), Config(3)))  // n now observes 3 values
+            using (ReconnectingServer server = Reconnecting(Config(2), Config(3)))  // n now observes 3 values
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode();
@@ -244,7 +189,7 @@ namespace Tether.Tests
             // b_0's held-back step (recorded with 2 values) is dropped at the reconnect; a_0 loses
             // nothing; once n's new model comes, b_0 acts on 3 values in the same episode, start_step 0.
             JObject second = Config(3);
-            using (ReconnectServer server = Reconnecting(Config(2), second, n => n >= 3 ? Models(new[] { "n" }) : NoModel()))
+            using (ReconnectingServer server = Reconnecting(Config(2), second, n => n >= 3 ? Models(new[] { "n" }) : NoModel()))
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("changed");
@@ -313,7 +258,7 @@ namespace Tether.Tests
             // b_0 leaves just after a cut; the reconnect that changes n's spaces comes while its
             // steps wait for the next cut (finished, not cut).
             JObject second = Config(3);
-            using (ReconnectServer server = Reconnecting(Config(2), second))
+            using (ReconnectingServer server = Reconnecting(Config(2), second))
             using (MultiAgentClient client = Connect(server, waitForWeights: false))
             {
                 server.Release.Reset();  // the first connection is lost once b_0 has left
@@ -347,7 +292,7 @@ namespace Tether.Tests
             JObject second = Config(2);
             ((JObject)second["modules"]).Remove("n");
             second["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"m\"}]");
-            using (ReconnectServer server = Reconnecting(Config(2), second))
+            using (ReconnectingServer server = Reconnecting(Config(2), second))
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("gone");
@@ -420,7 +365,7 @@ namespace Tether.Tests
         {
             // b_0 stopped acting with only an observation of the old size: EndEpisode without final
             // observations still ends the episode (b_0 has nothing left to send).
-            using (ReconnectServer server = Reconnecting(Config(2), Config(3)))
+            using (ReconnectingServer server = Reconnecting(Config(2), Config(3)))
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("ends");
@@ -442,7 +387,7 @@ namespace Tether.Tests
                 c["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"m\"}, {\"agent_id\": \"g\", \"module\": \"n\"}]");
                 return c;
             };
-            using (ReconnectServer server = Reconnecting(groupConfig(2), groupConfig(3)))
+            using (ReconnectingServer server = Reconnecting(groupConfig(2), groupConfig(3)))
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("ends");
@@ -471,7 +416,7 @@ namespace Tether.Tests
                 return c;
             };
             JObject second = criticConfig(new[] { "a_1" });
-            using (ReconnectServer server = Reconnecting(criticConfig(first), second))
+            using (ReconnectingServer server = Reconnecting(criticConfig(first), second))
             using (MultiAgentClient client = Connect(server))
             {
                 string episode = client.StartEpisode("critic");
@@ -537,7 +482,7 @@ namespace Tether.Tests
             // go (its handshake brings the new one), an observation of the old size is refused
             // recording nothing, and the open episode's next chunk holds 4-value rows.
             JObject second = SingleConfig(4);
-            var server = new ReconnectServer
+            var server = new ReconnectingServer
             {
                 ConfigOf = c => c == 0 ? SingleConfig(3) : second,
                 StateOf = c => new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 }, { "onnx_file", AnyModel } },

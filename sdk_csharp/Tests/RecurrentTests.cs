@@ -2,7 +2,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Net.Sockets;
 using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
@@ -82,65 +81,14 @@ namespace Tether.Tests
 
         // ---- a server serving the LSTM ----------------------------------------------------------
 
-        // Answers by connection (0, 1, ...): its SET_CONFIG, its handshake's SET_STATE and the answer to its
-        // n-th batch (null: the connection is lost with the batch, once Release is set). Keeps every batch.
-        sealed class MemoryServer : LoopbackServer
+        // The LSTM's server: a ReconnectingServer of protocol 1.5 that serves the LSTM and answers every batch.
+        sealed class MemoryServer : ReconnectingServer
         {
-            readonly List<JObject> batches = new List<JObject>();
-            readonly Dictionary<int, int> answered = new Dictionary<int, int>();
-            public Func<int, JObject> ConfigOf;
-            public Func<int, JObject> StateOf = c => Weights(0, Lstm);
-            public Func<int, int, JObject> BatchAnswer = (c, n) => new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
-            public readonly ManualResetEventSlim Release = new ManualResetEventSlim(true);
-            public string PongVersion = "1.5";
-            public Func<int, string> RunIdOf;  // (1.8) the run_id of connection n's PONG (counted from 0); null: none
-
-            // Each batch once (a resend has the same batch_seq).
-            public List<JObject> Batches()
+            public MemoryServer()
             {
-                var seen = new HashSet<long>();
-                lock (batches) return batches.Where(b => seen.Add((long)b["batch_seq"])).ToList();
-            }
-
-            public List<JObject> Records() { return Batches().SelectMany(b => ((JArray)b["episodes"]).Cast<JObject>()).ToList(); }
-
-            protected override bool Answer(Socket socket, int connection, Message decoded)
-            {
-                JObject message = decoded.Body;
-                switch ((string)message["type"])
-                {
-                    case "PING":
-                        var pong = new JObject { { "type", "PONG" }, { "protocol_version", PongVersion } };
-                        string runId = RunIdOf == null ? null : RunIdOf(connection);
-                        if (runId != null) pong["run_id"] = runId;
-                        Send(socket, pong);
-                        break;
-                    case "GET_CONFIG": Send(socket, ConfigOf(connection)); break;
-                    case "GET_STATE": Send(socket, StateOf(connection)); break;
-                    case "EPISODES_AND_GET_STATE":
-                        int n;
-                        lock (batches)
-                        {
-                            batches.Add(message);
-                            answered.TryGetValue(connection, out n);
-                            answered[connection] = ++n;
-                        }
-                        JObject answer = BatchAnswer(connection, n);
-                        if (answer == null)
-                        {
-                            Release.Wait(10000);
-                            return false;
-                        }
-                        Send(socket, answer);
-                        break;
-                }
-                return true;
-            }
-
-            public override void Dispose()
-            {
-                Release.Set();
-                base.Dispose();
+                StateOf = c => Weights(0, Lstm);
+                BatchAnswer = (c, n) => new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
+                PongVersion = "1.5";
             }
         }
 
