@@ -131,6 +131,7 @@ class MultiAgentClient(BaseClient):
         #: Per module, the oldest stamp of the steps cut last (what their batch claims).
         self._cut_oldest: dict[str, tuple[int, int]] = {}
         self._io_seqs: dict[str, int] = {}  # the I/O thread's view, for its GET_STATE
+        self._rules_checked: dict[str, Any] | None = None  # the SET_CONFIG whose rules were checked (I/O thread)
         self.mapping: PolicyMapping | None = None
         # compute_actions' MAP_AGENTS answers, for one evaluation episode id at a time
         self._eval_modules: dict[str, str] = {}
@@ -158,11 +159,13 @@ class MultiAgentClient(BaseClient):
     def _prepare_state(self, config: dict[str, Any], state: dict[str, Any]) -> dict[str, tuple[int, OnnxPolicy | None]]:
         if "modules" not in config:
             raise TetherError("the server does not describe modules (it speaks RLlink < 1.2): use TetherClient")
-        rules = config.get("policy_mapping")
-        for module_id in sorted(PolicyMapping.from_json(rules).modules() if rules is not None else ()):
-            if module_id not in config["modules"]:  # (refused at the handshake, as the C++ and C# clients do)
-                raise MessageError(ErrorCode.INVALID_FIELD, f"SET_CONFIG policy_mapping names module {module_id!r}, "
-                                   f'which is not in "modules"')
+        if config is not self._rules_checked:  # (once per SET_CONFIG; this runs at every SET_STATE)
+            rules = config.get("policy_mapping")
+            for module_id in sorted(PolicyMapping.from_json(rules).modules() if rules is not None else ()):
+                if module_id not in config["modules"]:  # (refused at the handshake, as the C++ and C# clients do)
+                    raise MessageError(ErrorCode.INVALID_FIELD, f"SET_CONFIG policy_mapping names module "
+                                       f'{module_id!r}, which is not in "modules"')
+            self._rules_checked = config
         prepared: dict[str, tuple[int, OnnxPolicy | None]] = {}
         for module_id, entry in (state.get("models") or {}).items():
             spec = ModuleSpec.from_json(module_id, config["modules"][module_id])

@@ -232,7 +232,7 @@ void TetherClient::forget_episodes(const std::set<std::string>& ids) {
 }
 
 void TetherClient::Episode::drop_uncut_steps() noexcept {
-  std::optional<std::string> name = std::move(steps.episode_id);  // (the next chunk names the episode too)
+  std::optional<std::string> name = std::move(steps.episode_id);  // (set once, by start_episode: kept)
   steps.clear();
   steps.episode_id = std::move(name);
   versions.clear();
