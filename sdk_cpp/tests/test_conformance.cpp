@@ -52,7 +52,7 @@ const std::set<std::string> kClaimedFiles = {"framing.json",   "messages.json", 
                                              "composite.json", "recurrent.json", "logged.json",
                                              "demonstrations.json", "rewards.json", "env_params.json",
                                              "run_ids.json", "rank_addresses.json", "offline_policy.json",
-                                             "agent_modules.json"};
+                                             "agent_modules.json", "cuts.json"};
 
 json load(const std::string& name) {
   std::ifstream in(kDir + "/" + name, std::ios::binary);

@@ -1092,15 +1092,17 @@ TEST(MultiAgentClient, SingleAgentServerIsRefusedClearly) {
   EXPECT_NE(connected.status().message().find("modules"), std::string::npos) << connected.status().to_string();
 }
 
+// Two unknown modules: the first in sorted order is named (in every SDK), not the first in rule order.
 TEST(MultiAgentClient, RulesNamingAnUnknownModuleAreRefusedAtConnect) {
   json config = multi_config();
+  config["policy_mapping"].push_back({{"pattern", "y_*"}, {"module", "zebra"}});
   config["policy_mapping"].push_back({{"pattern", "x_*"}, {"module", "ghost"}});
   auto models = std::make_shared<Models>();
   FakeServer server(multi_script(models, config));
   auto log = std::make_shared<RunLog>();
   auto connected = tether::MultiAgentClient::connect(options_for(server, log));
   EXPECT_EQ(connected.status().code(), tether::ErrorCode::kInvalidField) << connected.status().to_string();
-  EXPECT_NE(connected.status().message().find("ghost"), std::string::npos) << connected.status().to_string();
+  EXPECT_NE(connected.status().message().find("'ghost'"), std::string::npos) << connected.status().to_string();
 }
 
 TEST(MultiAgentClient, OffPolicyBatchesAreAcknowledgedByPerModuleGetState) {

@@ -29,6 +29,7 @@ namespace Tether.Tests
             "rank_addresses.json",  // (1.9; the link's redirects and reconnect order in RankGroupTests)
             "offline_policy.json",  // (§20; offline clients in OfflinePolicyTests)
             "agent_modules.json",
+            "cuts.json",  // (§13.3: both clients play its calls in CutVectorTests)
         };
 
         // Vectors of a server's answers: they need a live server, not a client SDK.

@@ -21,10 +21,11 @@ namespace Tether.Tests
         [Test]
         public void RulesNamingAModuleSetConfigDoesNotDescribeAreRefusedAtConnect()
         {
-            // (as the Python and C++ clients refuse it: at the handshake, not at a later frame)
+            // (as the Python and C++ clients refuse it: at the handshake, not at a later frame; of two unknown
+            // modules, the first in sorted order is named, in every SDK)
             using (ScriptedServer server = ScriptedServer.Plain(1000))
             {
-                server.Config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"pattern\": \"x_*\", \"choose_from\": [\"solo\", \"ghost\"]}]");
+                server.Config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"a_*\", \"module\": \"solo\"}, {\"pattern\": \"x_*\", \"choose_from\": [\"solo\", \"zebra\", \"ghost\"]}]");
                 var refused = Assert.Catch<TetherException>(() => MultiAgentClient.Connect(server.Options(3)));
                 Assert.That(refused.Code, Is.EqualTo(ErrorCode.InvalidField));
                 Assert.That(refused.Message, Is.StringContaining("names module 'ghost'"));

@@ -1920,6 +1920,178 @@ def env_params_cases() -> list[dict]:
     ]
 
 
+class _Actor:
+    """One actor's steps in the reference cutter of cut_cases: observations and rewards by step, and
+    how many steps were cut already."""
+
+    def __init__(self, first_step: int) -> None:
+        self.first_step = first_step  # the episode's env step at its first action (§10.7 start_step)
+        self.obs: list[float] = []
+        self.rewards: list[float] = []
+        self.sent = 0
+        self.ended: str | None = None  # "terminated" / "truncated" once it left
+        self.end_sent = False
+
+    def complete(self) -> int:
+        return min(len(self.rewards), len(self.obs) - 1)
+
+    def waiting(self) -> bool:
+        """Its last step still waits for its next observation."""
+        return len(self.rewards) > 0 and len(self.obs) == len(self.rewards)
+
+    def cut(self) -> dict | None:
+        done = self.complete()
+        if done == self.sent and not (self.ended and not self.end_sent):
+            return None
+        entry = {"start_step": self.first_step, "obs": self.obs[self.sent:done + 1], "rewards": self.rewards[self.sent:done],
+                 "is_terminated": self.ended == "terminated", "is_truncated": self.ended == "truncated"}
+        self.sent, self.end_sent = done, self.ended is not None
+        return entry
+
+
+def cut_cases() -> list[dict]:
+    """Where a batch is cut (§13.3), client side: the steps per batch (``env_steps_per_sample``, every
+    episode recorded) and one engine's calls in order -> the batches a client sends, the last one the
+    flush after the calls. Computed here by a small reference of the rule, independent of every SDK.
+
+    kind "single" (a single-agent client): ``["act", episode, v]`` (an action for an observation every
+    element of which is v), ``["reward", episode, r]``, ``["end", episode, v]`` / ``["truncate", episode, v]``
+    (the episode ends with final observation v). kind "multi" (a multi-agent client, every agent of one
+    module): ``["frame", episode, {agent: v}]`` (the agents named act), ``["reward", episode, agent, r]``,
+    ``["end_agents", episode, {agent: v}]`` (they leave, terminated), ``["end", episode, {agent: v}]``
+    (the episode ends, terminated: the agents named with those final observations, the others with
+    their latest). A call on an episode not seen before starts it (with that id, training enabled).
+
+    The rule: at the start of a call that acts (``act``, ``frame``) a batch is cut when the steps not
+    cut yet reach the steps per batch and so do those a cut would carry, every other actor's last step
+    that still waits for its next observation left out. A single-agent call's own observation completes
+    its episode's last step first (that step goes with the cut); a multi-agent cut comes before the
+    frame's observations are taken. A cut takes every complete step of every episode; an episode that
+    ended and has nothing left but its end sends a record without agents (multi-agent).
+
+    ``batches``: per batch, episode id -> record: single ``obs`` (the v of each observation),
+    ``rewards``, ``is_terminated``, ``is_truncated``; multi the record's flags and ``agents``: agent id
+    -> ``start_step`` (the episode's env step of the agent's first action: its frame), ``obs``, ``rewards`` and the entry's flags. Records and entries are compared
+    by id, not by order."""
+
+    def play(kind: str, steps: int, calls: list[list]) -> list[dict]:
+        episodes: dict[str, dict] = {}  # id -> {"actors": {agent: _Actor}, "ended": None | str}
+        batches: list[dict] = []
+
+        def actors():
+            return [(e, a, actor) for e, ep in episodes.items() for a, actor in ep["actors"].items()]
+
+        def pending() -> int:
+            return sum(len(actor.rewards) - actor.sent for _, _, actor in actors())
+
+        def cut() -> None:
+            batch = {}
+            for eid, ep in episodes.items():
+                entries = {a: entry for a, actor in ep["actors"].items() if (entry := actor.cut()) is not None}
+                closing = ep["ended"] is not None and not ep["end_sent"]
+                if not entries and not closing:
+                    continue
+                ep["end_sent"] = ep["ended"] is not None
+                flags = {"is_terminated": ep["ended"] == "terminated", "is_truncated": ep["ended"] == "truncated"}
+                if kind == "single":
+                    entry = entries["default_agent"]
+                    batch[eid] = {"obs": entry["obs"], "rewards": entry["rewards"], **flags}
+                else:
+                    batch[eid] = {**flags, "agents": entries}
+            if batch:
+                batches.append(batch)
+
+        def due(exempt: _Actor | None) -> bool:
+            waiting = sum(1 for _, _, actor in actors() if actor is not exempt and actor.waiting())
+            return pending() >= steps and pending() - waiting >= steps
+
+        for call in calls:
+            what, eid = call[0], call[1]
+            ep = episodes.setdefault(eid, {"actors": {}, "ended": None, "end_sent": False, "frames": 0})
+            if kind == "single":
+                actor = ep["actors"].setdefault("default_agent", _Actor(0))
+                if what == "act":
+                    if due(actor):
+                        actor.obs.append(call[2])
+                        cut()
+                        actor.obs.pop()
+                    actor.obs.append(call[2])
+                    actor.rewards.append(0.0)
+                elif what == "reward":
+                    actor.rewards[-1] += call[2]
+                else:
+                    actor.obs.append(call[2])
+                    actor.ended = ep["ended"] = "terminated" if what == "end" else "truncated"
+            elif what == "frame":
+                if due(None):
+                    cut()
+                for agent, v in call[2].items():
+                    actor = ep["actors"].setdefault(agent, _Actor(ep["frames"]))
+                    actor.obs.append(v)
+                    actor.rewards.append(0.0)
+                ep["frames"] += 1
+            elif what == "reward":
+                ep["actors"][call[2]].rewards[-1] += call[3]
+            else:
+                final = call[2]
+                for agent, actor in ep["actors"].items():
+                    if actor.ended is None and (what == "end" or agent in final):
+                        actor.obs.append(final.get(agent, actor.obs[-1]))
+                        actor.ended = "terminated"
+                if what == "end":
+                    ep["ended"] = "terminated"
+        cut()  # the flush
+        return batches
+
+    def case(name: str, kind: str, steps: int, *calls: list) -> dict:
+        return {"name": name, "kind": kind, "steps_per_batch": steps, "calls": [list(c) for c in calls],
+                "batches": play(kind, steps, [list(c) for c in calls])}
+
+    act = lambda e, *vs: [["act", e, v] for v in vs]  # noqa: E731
+    pair = lambda e, *fs: [["frame", e, {"a_0": f, "a_1": -f}] for f in fs]  # noqa: E731
+    return [
+        # §13.3's single-agent example, with 4 steps per batch: the call that brings step 4's observation
+        # cuts steps 0-3, ending with it; a reward logged after that call goes to step 4.
+        case("single_the_call_bringing_the_last_observation_cuts", "single", 4,
+             *act("e", 0, 1, 2, 3), ["reward", "e", 0.5], *act("e", 4), ["reward", "e", 2.0],
+             *act("e", 5), ["end", "e", 6]),
+        # Another open episode's last step waits for its next observation: at a's third call 4 steps are
+        # played but b's last waits, so nothing is cut; b's next call completes its own and cuts 4.
+        case("single_another_episodes_waiting_step_is_not_counted", "single", 4,
+             ["act", "a", 0], ["act", "b", -1], ["act", "a", 1], ["act", "b", -2], ["act", "a", 2],
+             ["reward", "a", 1.0], ["act", "b", -3], ["act", "a", 3], ["end", "a", 4], ["act", "b", -4],
+             ["truncate", "b", -5]),
+        # Ending an episode cuts nothing (it acts on no step): the next episode's first call cuts it.
+        case("single_an_end_cuts_nothing_the_next_action_does", "single", 2,
+             *act("e", 0, 1), ["end", "e", 2], *act("f", 5), ["reward", "f", -1.0], *act("f", 6),
+             ["truncate", "f", 7]),
+        # One step per batch: every call after the first cuts the step before it.
+        case("single_one_step_per_batch", "single", 1, *act("e", 0, 1, 2), ["end", "e", 3]),
+        # A flush sends the complete steps only: an open episode's last step waits for its next observation.
+        case("single_a_flush_leaves_the_waiting_step", "single", 10, *act("e", 0, 1, 2, 3)),
+        case("multi_a_flush_leaves_the_waiting_steps", "multi", 10, *pair("e", 0, 1, 2)),
+        # §13.3's multi-agent example: two agents, 10 agent steps per batch; frame 5's call finds 10 played
+        # but 8 complete, frame 6's cuts frames 0-4 of both, each ending with its frame-5 observation.
+        case("multi_the_cut_comes_before_the_frames_observations", "multi", 10,
+             *pair("e", 0, 1, 2, 3, 4, 5), ["reward", "e", "a_0", 1.0], *pair("e", 6, 7),
+             ["end", "e", {"a_0": 8, "a_1": -8}]),
+        # Agents acting at different rates, one joining late (start_step 2: its first frame): every waiting
+        # last step is left out of the count.
+        case("multi_agents_at_different_rates", "multi", 4,
+             ["frame", "e", {"a_0": 0, "a_1": 0}], ["frame", "e", {"a_0": 1}], ["reward", "e", "a_1", 2.0],
+             ["frame", "e", {"a_0": 2, "a_1": 2, "a_2": 9}], ["frame", "e", {"a_0": 3}], ["frame", "e", {"a_0": 4, "a_1": 4}],
+             ["end", "e", {"a_0": 5, "a_1": 5}]),
+        # An agent that left goes (terminated) with the next cut; the episode's record is not ended yet.
+        case("multi_an_agent_that_left_goes_with_the_next_cut", "multi", 4,
+             ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_1": 1}],
+             *[["frame", "e", {"a_0": f}] for f in (1, 2, 3, 4)], ["end", "e", {"a_0": 5}]),
+        # Every agent left and was cut before the episode ended: the end goes as a record without agents.
+        case("multi_an_end_after_every_agent_was_cut_has_no_agents", "multi", 2,
+             ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_0": 1, "a_1": 1}],
+             ["frame", "g", {"a_0": 5}], ["end", "e", {}], ["frame", "g", {"a_0": 6}], ["end", "g", {"a_0": 7}]),
+    ]
+
+
 def main() -> None:
     files = {
         "framing.json": framing_cases(),
@@ -1949,6 +2121,7 @@ def main() -> None:
         "demonstrations.json": demonstration_cases(),
         "offline_policy.json": offline_policy_cases(),
         "rewards.json": reward_cases(),
+        "cuts.json": cut_cases(),
         "env_params.json": env_params_cases(),
     }
     for name, cases in files.items():

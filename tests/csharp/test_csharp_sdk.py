@@ -33,7 +33,8 @@ def test_csharp_sdk_builds_and_passes_its_tests() -> None:
     claimed = {"framing.json", "messages.json", "spaces.json", "logp.json", "policy_mapping.json", "session.json",
                "client_pairing.json", "episodes.json", "multi_agent_episodes.json", "groups.json", "value_obs.json", "tensors.json",
                "composite.json", "recurrent.json", "logged.json", "demonstrations.json", "rewards.json",
-               "env_params.json", "run_ids.json", "rank_addresses.json", "offline_policy.json", "agent_modules.json"}
+               "env_params.json", "run_ids.json", "rank_addresses.json", "offline_policy.json", "agent_modules.json",
+               "cuts.json"}
     assert set(ran) == claimed, tail
     # ...and those are every client-side vector file (the rest need a live server).
     server_side = {"connection.json", "counting.json", "exactly_once.json", "map_agents.json",

@@ -287,11 +287,12 @@ def test_a_group_action_that_does_not_split_into_its_members_is_refused() -> Non
 
 def test_rules_naming_a_module_set_config_does_not_describe_are_refused_at_connect() -> None:
     """A SET_CONFIG whose policy_mapping names a module not in "modules": the client refuses it at the
-    handshake with INVALID_FIELD naming the module (as the C++ and C# clients do), not at a later frame."""
+    handshake with INVALID_FIELD naming the module (as the C++ and C# clients do), not at a later frame; of
+    two unknown modules, the first in sorted order (in every SDK)."""
     names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
     config = {"type": "SET_CONFIG", "env_steps_per_sample": 1000, "force_on_policy": True,
               "modules": {"pair": {"observation_space": BOX6, "action_space": {"type": "Discrete", "n": 2}, **names}},
-              "policy_mapping": [{"pattern": "a_*", "module": "pair"}, {"pattern": "x_*", "choose_from": ["pair", "ghost"]}]}
+              "policy_mapping": [{"pattern": "a_*", "module": "pair"}, {"pattern": "x_*", "choose_from": ["pair", "zebra", "ghost"]}]}
     with ScriptedServer(silent_after_handshake(config, {"type": "SET_STATE", "models": {}})) as server:
         with pytest.raises(MessageError, match="policy_mapping names module 'ghost'") as refused:
             MultiAgentClient("127.0.0.1", server.port, seed=0, reconnect_timeout_s=2)

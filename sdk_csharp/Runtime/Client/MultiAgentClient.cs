@@ -2288,12 +2288,16 @@ namespace Tether.Client
             if (ruleList != null && ruleList.Type != JTokenType.Null)
             {
                 rules = PolicyMapping.FromJson(ruleList);
+                // (the first missing one in sorted order is named, as by the Python and C++ clients)
+                var named = new SortedSet<string>(StringComparer.Ordinal);
                 foreach (MappingRule rule in rules.Rules)
                 {
-                    foreach (string named in rule.Module != null ? new List<string> { rule.Module } : new List<string>(rule.ChooseFrom))
-                    {
-                        if (!specs.ContainsKey(named)) throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG policy_mapping names module '" + named + "', which is not in \"modules\"");
-                    }
+                    if (rule.Module != null) named.Add(rule.Module);
+                    else named.UnionWith(rule.ChooseFrom);
+                }
+                foreach (string module in named)
+                {
+                    if (!specs.ContainsKey(module)) throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG policy_mapping names module '" + module + "', which is not in \"modules\"");
                 }
             }
             var groupSpecs = new List<GroupSpec>();

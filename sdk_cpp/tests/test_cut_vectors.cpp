@@ -1,0 +1,181 @@
+// tests/conformance/cuts.json (§13.3, where a batch is cut) against both clients:
+// each case's engine calls played by a TetherClient (kind "single") or a
+// MultiAgentClient (kind "multi", agents a_* of module m) of the fake server,
+// then a flush; the batches the server received, read back as the vectors
+// write them (each observation by its value, records and entries by id), are
+// the case's. POSIX only, as the fake server.
+#ifndef _WIN32
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client_test_helpers.h"
+
+namespace {
+
+using namespace fake;  // (the fake server, its answers and the helpers of client_test_helpers.h)
+
+json cut_vectors() {
+  std::ifstream in(std::string(TETHER_CONFORMANCE_DIR) + "/cuts.json", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str(), nullptr, false);
+}
+
+// The observation of a case's value v (every element v) for a module of `width`.
+std::vector<float> cut_obs(const json& v, std::size_t width) { return std::vector<float>(width, v.get<float>()); }
+
+// A frame of the agents of `values` (agent id -> v), observations `width` wide.
+tether::AgentFrame cut_frame(const json& values, std::size_t width) {
+  tether::AgentFrame frame;
+  for (const auto& item : values.items()) frame.add(item.key(), cut_obs(item.value(), width).data(), width);
+  return frame;
+}
+
+// The value of each observation row; a row whose elements differ is not the case's (a failure).
+json cut_markers(const json& rows, std::size_t width) {
+  json out = json::array();
+  for (const json& row : rows) {
+    EXPECT_EQ(row.size(), width) << row.dump();
+    for (const json& x : row) EXPECT_EQ(x, row[0]) << row.dump();
+    out.push_back(row[0]);
+  }
+  return out;
+}
+
+json cut_steps(const json& entry, std::size_t width) {
+  EXPECT_EQ(entry["actions"].size(), entry["rewards"].size());
+  EXPECT_EQ(entry["obs"].size(), entry["rewards"].size() + 1);
+  return {{"obs", cut_markers(entry["obs"], width)}, {"rewards", entry["rewards"]}};
+}
+
+// A batch as the vectors write it: episode id -> record.
+json cut_batch(const std::string& kind, const json& batch, std::size_t width) {
+  json out = json::object();
+  for (const json& record : batch["episodes"]) {
+    const std::string id = record["episode_id"].get<std::string>();
+    EXPECT_FALSE(out.contains(id)) << "two records of " << id << " in one batch";
+    json mine = kind == "single" ? cut_steps(record, width) : json::object();
+    mine["is_terminated"] = record.value("is_terminated", false);
+    mine["is_truncated"] = record.value("is_truncated", false);
+    if (kind == "multi") {
+      mine["agents"] = json::object();
+      for (const auto& item : record["agents"].items()) {
+        json entry = cut_steps(item.value(), width);
+        entry["start_step"] = item.value()["start_step"];
+        entry["is_terminated"] = item.value()["is_terminated"];
+        entry["is_truncated"] = item.value()["is_truncated"];
+        mine["agents"][item.key()] = entry;
+      }
+    }
+    out[id] = mine;
+  }
+  return out;
+}
+
+// Numbers compared as doubles (the vectors write 0, the client 0.0).
+bool cut_same(const json& got, const json& want) {
+  if (got.is_number() && want.is_number()) return got.get<double>() == want.get<double>();
+  if (got.type() != want.type() || got.size() != want.size()) return false;
+  if (got.is_object()) {
+    for (const auto& item : want.items()) {
+      if (!got.contains(item.key()) || !cut_same(got[item.key()], item.value())) return false;
+    }
+    return true;
+  }
+  if (got.is_array()) {
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (!cut_same(got[i], want[i])) return false;
+    }
+    return true;
+  }
+  return got == want;
+}
+
+void play_single(tether::TetherClient& client, const json& calls) {
+  constexpr std::size_t kWidth = 4;  // (the fake server's Box(4))
+  std::set<std::string> started;
+  for (const json& call : calls) {
+    const std::string what = call[0].get<std::string>(), episode = call[1].get<std::string>();
+    if (started.insert(episode).second) ASSERT_TRUE(client.start_episode(episode).ok());
+    if (what == "act") {
+      std::vector<double> action;
+      ASSERT_TRUE(client.get_action(episode, cut_obs(call[2], kWidth), action).ok()) << call.dump();
+    } else if (what == "reward") {
+      ASSERT_TRUE(client.log_returns(episode, call[2].get<double>()).ok());
+    } else {
+      ASSERT_TRUE(client.end_episode(episode, cut_obs(call[2], kWidth), what == "truncate").ok()) << call.dump();
+    }
+  }
+}
+
+void play_multi(tether::MultiAgentClient& client, const json& calls) {
+  constexpr std::size_t kWidth = 2;  // (pair_config's module m)
+  std::set<std::string> started;
+  for (const json& call : calls) {
+    const std::string what = call[0].get<std::string>(), episode = call[1].get<std::string>();
+    if (started.insert(episode).second) ASSERT_TRUE(client.start_episode(episode).ok());
+    if (what == "frame") {
+      tether::AgentFrame frame = cut_frame(call[2], kWidth);
+      ASSERT_TRUE(client.get_action(episode, frame).ok()) << call.dump();
+    } else if (what == "reward") {
+      ASSERT_TRUE(client.log_returns(episode, call[2].get<std::string>(), call[3].get<double>()).ok());
+    } else if (what == "end_agents") {
+      ASSERT_TRUE(client.end_agents(episode, cut_frame(call[2], kWidth)).ok()) << call.dump();
+    } else {
+      const tether::AgentFrame final_observations = cut_frame(call[2], kWidth);
+      ASSERT_TRUE(client.end_episode(episode, &final_observations).ok()) << call.dump();
+    }
+  }
+}
+
+TEST(CutVectors, BatchesAreCutWhereTheVectorsSay) {
+  const json file = cut_vectors();
+  ASSERT_TRUE(file.is_object());
+  std::size_t cases = 0;
+  for (const json& c : file["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    ++cases;
+    const std::string kind = c["kind"].get<std::string>();
+    ServerScript script;
+    script.steps_per_sample = c["steps_per_batch"].get<std::int64_t>();
+    if (kind == "multi") {
+      script = answering([](int) { return pair_state(0); });
+      script.full_config = pair_config(c["steps_per_batch"].get<std::int64_t>());
+    }
+    FakeServer server(script);
+    // (every batch delivered: the engine waits for room in the send queue)
+    if (kind == "single") {
+      auto client = connect(waiting_options_for(server));
+      ASSERT_NE(client, nullptr);
+      ASSERT_NO_FATAL_FAILURE(play_single(*client, c["calls"]));
+      ASSERT_TRUE(client->flush().ok());
+    } else {
+      ASSERT_EQ(kind, "multi");
+      auto client = connect_multi(waiting_options_for(server));
+      ASSERT_NE(client, nullptr);
+      ASSERT_NO_FATAL_FAILURE(play_multi(*client, c["calls"]));
+      ASSERT_TRUE(client->flush().ok());
+    }
+    const std::vector<json> batches = server.batches();
+    json got = json::array();
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      EXPECT_EQ(batches[i]["batch_seq"], i + 1) << "a batch sent twice or skipped";
+      got.push_back(cut_batch(kind, batches[i], kind == "single" ? 4 : 2));
+    }
+    EXPECT_TRUE(cut_same(got, c["batches"])) << "sent: " << got.dump() << "\nthe vectors': " << c["batches"].dump();
+  }
+  EXPECT_GT(cases, 0u);
+}
+
+}  // namespace
+
+#endif  // _WIN32

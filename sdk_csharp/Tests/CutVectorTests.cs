@@ -1,0 +1,171 @@
+// tests/conformance/cuts.json (§13.3, where a batch is cut) against both clients: each case's engine
+// calls played by a TetherClient (kind "single") or a MultiAgentClient (kind "multi", agents a_* of the
+// module "solo") of the scripted server, then a flush; the batches the server received, read back as the
+// vectors write them (each observation by its value, records and entries by id), are the case's. The
+// same vectors run in the Python SDK (tests/sdk/test_cut_vectors.py) and the C++ SDK (test_cut_vectors.cpp).
+using System.Collections.Generic;
+using System.Linq;
+using Newtonsoft.Json.Linq;
+using NUnit.Framework;
+using Tether.Client;
+
+namespace Tether.Tests
+{
+    [TestFixture]
+    public class CutVectorTests
+    {
+        const int Width = 4;  // (the scripted server's Box(4), single-agent and module "solo" alike)
+
+        [Test]
+        public void BatchesAreCutWhereTheVectorsSay()
+        {
+            Vectors.Check("cuts.json", (file, c) =>
+            {
+                string kind = (string)c["kind"];
+                int steps = (int)c["steps_per_batch"];
+                Vectors.Expect(kind == "single" || kind == "multi", "unknown kind " + kind);
+                // (Options: a full queue waits, every batch is delivered)
+                using (ScriptedServer server = kind == "single" ? new ScriptedServer(steps) : ScriptedServer.Plain(steps))
+                {
+                    if (kind == "single")
+                    {
+                        using (TetherClient client = TetherClient.Connect(server.Options(1)))
+                        {
+                            PlaySingle(client, (JArray)c["calls"]);
+                            client.Flush(10);
+                        }
+                    }
+                    else
+                    {
+                        using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(1)))
+                        {
+                            PlayMulti(client, (JArray)c["calls"]);
+                            client.Flush(10);
+                        }
+                    }
+                    List<JObject> batches = server.Received("EPISODES_AND_GET_STATE");
+                    var got = new JArray();
+                    for (int i = 0; i < batches.Count; ++i)
+                    {
+                        Vectors.Expect((long)batches[i]["batch_seq"] == i + 1, "a batch sent twice or skipped: " + batches[i]["batch_seq"]);
+                        got.Add(AsTheVectorsWrite(kind, batches[i]));
+                    }
+                    Vectors.Expect(Same(got, c["batches"]), "sent " + got.ToString(Newtonsoft.Json.Formatting.None) +
+                                   "\nthe vectors' " + c["batches"].ToString(Newtonsoft.Json.Formatting.None));
+                }
+            });
+        }
+
+        static float[] Obs(JToken v)
+        {
+            var obs = new float[Width];
+            for (int i = 0; i < Width; ++i) obs[i] = (float)v;
+            return obs;
+        }
+
+        static AgentFrame Frame(JToken values)
+        {
+            var frame = new AgentFrame();
+            foreach (JProperty agent in ((JObject)values).Properties()) frame.Add(agent.Name, Obs(agent.Value));
+            return frame;
+        }
+
+        static void PlaySingle(TetherClient client, JArray calls)
+        {
+            var started = new HashSet<string>();
+            var action = new double[1];
+            foreach (JArray call in calls)
+            {
+                string what = (string)call[0], episode = (string)call[1];
+                if (started.Add(episode)) client.StartEpisode(episode);
+                if (what == "act") client.GetAction(episode, Obs(call[2]), action);
+                else if (what == "reward") client.LogReturns(episode, (double)call[2]);
+                else client.EndEpisode(episode, Obs(call[2]), what == "truncate");
+            }
+        }
+
+        static void PlayMulti(MultiAgentClient client, JArray calls)
+        {
+            var started = new HashSet<string>();
+            foreach (JArray call in calls)
+            {
+                string what = (string)call[0], episode = (string)call[1];
+                if (started.Add(episode)) client.StartEpisode(episode);
+                if (what == "frame") client.GetActions(episode, Frame(call[2]));
+                else if (what == "reward") client.LogReturns(episode, (string)call[2], (double)call[3]);
+                else if (what == "end_agents") client.EndAgents(episode, Frame(call[2]));
+                else client.EndEpisode(episode, Frame(call[2]));
+            }
+        }
+
+        // The value of each observation row; a row whose elements differ is not the case's.
+        static JArray Markers(JToken rows)
+        {
+            var out_ = new JArray();
+            foreach (JArray row in rows)
+            {
+                Vectors.Expect(row.Count == Width && row.All(x => (double)x == (double)row[0]), "an observation not of the case: " + row);
+                out_.Add((double)row[0]);
+            }
+            return out_;
+        }
+
+        static JObject Steps(JToken entry)
+        {
+            Vectors.Expect(((JArray)entry["actions"]).Count == ((JArray)entry["rewards"]).Count &&
+                           ((JArray)entry["obs"]).Count == ((JArray)entry["rewards"]).Count + 1, "step counts of " + entry);
+            return new JObject { { "obs", Markers(entry["obs"]) }, { "rewards", entry["rewards"].DeepClone() } };
+        }
+
+        // A batch as the vectors write it: episode id -> record.
+        static JObject AsTheVectorsWrite(string kind, JObject batch)
+        {
+            var out_ = new JObject();
+            foreach (JObject record in (JArray)batch["episodes"])
+            {
+                string id = (string)record["episode_id"];
+                Vectors.Expect(out_[id] == null, "two records of " + id + " in one batch");
+                JObject mine = kind == "single" ? Steps(record) : new JObject();
+                mine["is_terminated"] = record["is_terminated"] != null && (bool)record["is_terminated"];
+                mine["is_truncated"] = record["is_truncated"] != null && (bool)record["is_truncated"];
+                if (kind == "multi")
+                {
+                    var agents = new JObject();
+                    foreach (JProperty agent in ((JObject)record["agents"]).Properties())
+                    {
+                        JObject entry = Steps(agent.Value);
+                        entry["start_step"] = agent.Value["start_step"].DeepClone();
+                        entry["is_terminated"] = agent.Value["is_terminated"].DeepClone();
+                        entry["is_truncated"] = agent.Value["is_truncated"].DeepClone();
+                        agents[agent.Name] = entry;
+                    }
+                    mine["agents"] = agents;
+                }
+                out_[id] = mine;
+            }
+            return out_;
+        }
+
+        // Numbers compared as doubles (the vectors write 0, a client 0.0); objects by member, not order.
+        static bool Same(JToken got, JToken want)
+        {
+            bool number = got.Type == JTokenType.Integer || got.Type == JTokenType.Float;
+            if (number && (want.Type == JTokenType.Integer || want.Type == JTokenType.Float)) return (double)got == (double)want;
+            if (got.Type != want.Type) return false;
+            var gotObject = got as JObject;
+            if (gotObject != null)
+            {
+                var wantObject = (JObject)want;
+                return gotObject.Count == wantObject.Count &&
+                       wantObject.Properties().All(p => gotObject[p.Name] != null && Same(gotObject[p.Name], p.Value));
+            }
+            var gotArray = got as JArray;
+            if (gotArray != null)
+            {
+                var wantArray = (JArray)want;
+                return gotArray.Count == wantArray.Count && gotArray.Zip(wantArray, Same).All(same => same);
+            }
+            return JToken.DeepEquals(got, want);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+"""tests/conformance/cuts.json against the Python SDK's clients (§13.3, where a batch is cut): each
+case's engine calls played by a TetherClient or a MultiAgentClient of a scripted server, then a
+flush; the batches the server received, read back as the vectors write them, are the case's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tether.sdk import MultiAgentClient, TetherClient
+
+from .scripted_server import ScriptedServer, answering_server, constant_model, single_agent_config, state
+
+CASES = json.loads((Path(__file__).resolve().parents[1] / "conformance" / "cuts.json").read_text())["cases"]
+WIDTH = 3  # (any width: every element of an observation is the case's value)
+DISCRETE2 = {"type": "Discrete", "n": 2}
+BOX = {"type": "Box", "shape": [WIDTH], "low": -10.0, "high": 10.0}
+MODEL = constant_model(WIDTH, [0.0, 0.0])
+
+
+def cut_server(kind: str, steps: int) -> ScriptedServer:
+    """A server of `steps` env_steps_per_sample that answers every batch with the weights it has."""
+    if kind == "single":
+        config = single_agent_config(WIDTH, DISCRETE2, env_steps_per_sample=steps)
+        return answering_server(lambda i: config, lambda i, n: state(0, MODEL if n == 0 else None), lambda i: "1.3")
+    names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
+    config = {"type": "SET_CONFIG", "env_steps_per_sample": steps, "force_on_policy": True,
+              "modules": {"m": {"observation_space": BOX, "action_space": DISCRETE2, **names}},
+              "policy_mapping": [{"pattern": "*", "module": "m"}]}
+    models = {"m": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]}}
+    return answering_server(lambda i: config, lambda i, n: {"type": "SET_STATE", "models": models if n == 0 else {}},
+                            lambda i: "1.3")
+
+
+def obs(v: float) -> np.ndarray:
+    return np.full(WIDTH, v, np.float32)
+
+
+def play(client: Any, kind: str, calls: list[list]) -> None:
+    started: set[str] = set()
+    for what, episode, *args in calls:
+        if episode not in started:
+            started.add(episode)
+            client.start_episode(episode)
+        if kind == "single":
+            if what == "act":
+                client.get_action(episode, obs(args[0]))
+            elif what == "reward":
+                client.log_returns(episode, args[0])
+            else:
+                client.end_episode(episode, obs(args[0]), truncated=what == "truncate")
+        elif what == "frame":
+            client.get_action(episode, {agent: obs(v) for agent, v in args[0].items()})
+        elif what == "reward":
+            client.log_returns(episode, {args[0]: args[1]})
+        elif what == "end_agents":
+            client.end_agents(episode, {agent: obs(v) for agent, v in args[0].items()})
+        else:
+            client.end_episode(episode, {agent: obs(v) for agent, v in args[0].items()})
+
+
+def markers(rows: list[list[float]]) -> list[float]:
+    """The value of each observation row (every element the same, or the row is not the case's)."""
+    assert all(len(set(row)) == 1 and len(row) == WIDTH for row in rows), rows
+    return [row[0] for row in rows]
+
+
+def steps_of(entry: dict[str, Any]) -> dict[str, Any]:
+    assert len(entry["actions"]) == len(entry["rewards"]) == len(entry["obs"]) - 1, entry
+    return {"obs": markers(entry["obs"]), "rewards": entry["rewards"]}
+
+
+def as_vectors_write(kind: str, batch: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for record in batch["episodes"]:
+        assert record["episode_id"] not in out, f"two records of {record['episode_id']} in one batch"
+        flags = {"is_terminated": record.get("is_terminated", False), "is_truncated": record.get("is_truncated", False)}
+        if kind == "single":
+            out[record["episode_id"]] = {**steps_of(record), **flags}
+        else:
+            agents = {agent: {"start_step": e["start_step"], **steps_of(e), "is_terminated": e["is_terminated"],
+                              "is_truncated": e["is_truncated"]} for agent, e in record["agents"].items()}
+            out[record["episode_id"]] = {**flags, "agents": agents}
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+def test_batches_are_cut_where_the_vectors_say(case: dict) -> None:
+    with cut_server(case["kind"], case["steps_per_batch"]) as server:
+        make = TetherClient if case["kind"] == "single" else MultiAgentClient
+        client = make("127.0.0.1", server.port, seed=1, when_queue_full="wait")  # (every batch delivered)
+        try:
+            play(client, case["kind"], case["calls"])
+            client.flush()
+        finally:
+            client.close()
+        batches = server.messages("EPISODES_AND_GET_STATE")
+    assert not server.errors, server.errors
+    assert [b["batch_seq"] for b in batches] == list(range(1, len(batches) + 1)), "a batch sent twice or skipped"
+    assert [as_vectors_write(case["kind"], b) for b in batches] == case["batches"]
