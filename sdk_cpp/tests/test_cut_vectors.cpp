@@ -3,7 +3,9 @@
 // MultiAgentClient (kind "multi", agents a_* of module m) of the fake server,
 // then a flush; the batches the server received, read back as the vectors
 // write them (each observation by its value, records and entries by id), are
-// the case's. POSIX only, as the fake server.
+// the case's. A case with "reconnect": the first connection closes at batch 1,
+// and later ones describe other bounds ("bounds_changed") or the same config.
+// POSIX only, as the fake server.
 #ifndef _WIN32
 
 #include <gtest/gtest.h>
@@ -137,6 +139,23 @@ void play_multi(tether::MultiAgentClient& client, const json& calls) {
   }
 }
 
+// The SET_CONFIG of connection `connection` (1-based) for a case: the fake server's single-agent config
+// (Box(4)) or pair_config, observations in [-9, 9] from the second connection on with "bounds_changed".
+json cut_config(const json& c, int connection) {
+  const std::int64_t steps = c["steps_per_batch"].get<std::int64_t>();
+  const double bound = connection > 1 && c.value("reconnect", "") == "bounds_changed" ? 9.0 : 10.0;
+  const json box = {{"type", "Box"}, {"shape", {c["kind"] == "single" ? 4 : 2}}, {"low", -bound}, {"high", bound}};
+  if (c["kind"] == "multi") {
+    json config = pair_config(steps);
+    config["modules"]["m"]["observation_space"] = box;
+    return config;
+  }
+  return {{"type", "SET_CONFIG"},       {"observation_space", box},   {"action_space", discrete(2)},
+          {"onnx_input_names", {"obs"}}, {"onnx_output_names", {"action_dist_inputs"}},
+          {"env_steps_per_sample", steps}, {"force_on_policy", true},   {"heartbeat_interval_s", 0},
+          {"protocol_version", "1.3"}};
+}
+
 TEST(CutVectors, BatchesAreCutWhereTheVectorsSay) {
   const json file = cut_vectors();
   ASSERT_TRUE(file.is_object());
@@ -145,30 +164,44 @@ TEST(CutVectors, BatchesAreCutWhereTheVectorsSay) {
     SCOPED_TRACE(c["name"].get<std::string>());
     ++cases;
     const std::string kind = c["kind"].get<std::string>();
-    ServerScript script;
-    script.steps_per_sample = c["steps_per_batch"].get<std::int64_t>();
-    if (kind == "multi") {
-      script = answering([](int) { return pair_state(0); });
-      script.full_config = pair_config(c["steps_per_batch"].get<std::int64_t>());
-    }
+    const bool reconnect = c.contains("reconnect");
+    ServerScript script = answering([kind](int n) { return kind == "single" ? state(n, 1) : pair_state(0); });
+    script.config_of_connection = [c](int connection) { return cut_config(c, connection); };
+    script.on_batch = [kind, reconnect](Conn& conn, const tether::Message&, int n) {
+      if (reconnect && n == 1) return false;  // (closes the connection, batch 1 unanswered)
+      conn.send(kind == "single" ? state(n, 1) : pair_state(0));
+      return true;
+    };
     FakeServer server(script);
-    // (every batch delivered: the engine waits for room in the send queue)
+    // (every batch delivered: the engine waits for room in the send queue; with a reconnect, the call
+    // that cut batch 1 waits for its answer)
+    tether::ClientOptions options = waiting_options_for(server);
+    options.wait_for_weights = reconnect;
     if (kind == "single") {
-      auto client = connect(waiting_options_for(server));
+      auto client = connect(options);
       ASSERT_NE(client, nullptr);
       ASSERT_NO_FATAL_FAILURE(play_single(*client, c["calls"]));
       ASSERT_TRUE(client->flush().ok());
     } else {
       ASSERT_EQ(kind, "multi");
-      auto client = connect_multi(waiting_options_for(server));
+      auto client = connect_multi(options);
       ASSERT_NE(client, nullptr);
       ASSERT_NO_FATAL_FAILURE(play_multi(*client, c["calls"]));
       ASSERT_TRUE(client->flush().ok());
     }
-    const std::vector<json> batches = server.batches();
+    const std::vector<json> received = server.batches();
+    std::vector<json> batches;
+    for (const json& batch : received) {
+      if (!batches.empty() && batch["batch_seq"] == batches.back()["batch_seq"]) {
+        EXPECT_EQ(batch, batches.back()) << "a batch not sent again unchanged";
+        continue;
+      }
+      batches.push_back(batch);
+    }
+    EXPECT_EQ(received.size() - batches.size(), reconnect ? 1u : 0u) << "batches sent again";
     json got = json::array();
     for (std::size_t i = 0; i < batches.size(); ++i) {
-      EXPECT_EQ(batches[i]["batch_seq"], i + 1) << "a batch sent twice or skipped";
+      EXPECT_EQ(batches[i]["batch_seq"], i + 1) << "a batch skipped";
       got.push_back(cut_batch(kind, batches[i], kind == "single" ? 4 : 2));
     }
     EXPECT_TRUE(cut_same(got, c["batches"])) << "sent: " << got.dump() << "\nthe vectors': " << c["batches"].dump();

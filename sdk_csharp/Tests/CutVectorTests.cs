@@ -1,13 +1,17 @@
 // tests/conformance/cuts.json (§13.3, where a batch is cut) against both clients: each case's engine
 // calls played by a TetherClient (kind "single") or a MultiAgentClient (kind "multi", agents a_* of the
-// module "solo") of the scripted server, then a flush; the batches the server received, read back as the
-// vectors write them (each observation by its value, records and entries by id), are the case's. The
-// same vectors run in the Python SDK (tests/sdk/test_cut_vectors.py) and the C++ SDK (test_cut_vectors.cpp).
+// module "solo") of a loopback server, then a flush; the batches the server received, read back as the
+// vectors write them (each observation by its value, records and entries by id), are the case's. A case
+// with "reconnect": the first connection closes at batch 1, and later ones describe other bounds
+// ("bounds_changed") or the same config. The same vectors run in the Python SDK
+// (tests/sdk/test_cut_vectors.py) and the C++ SDK (test_cut_vectors.cpp).
+using System;
 using System.Collections.Generic;
 using System.Linq;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
+using Tether.Protocol;
 
 namespace Tether.Tests
 {
@@ -22,14 +26,20 @@ namespace Tether.Tests
             Vectors.Check("cuts.json", (file, c) =>
             {
                 string kind = (string)c["kind"];
-                int steps = (int)c["steps_per_batch"];
                 Vectors.Expect(kind == "single" || kind == "multi", "unknown kind " + kind);
-                // (Options: a full queue waits, every batch is delivered)
-                using (ScriptedServer server = kind == "single" ? new ScriptedServer(steps) : ScriptedServer.Plain(steps))
+                bool reconnect = c["reconnect"] != null;
+                using (ReconnectingServer server = Server(c))
                 {
+                    // (a full queue waits: every batch is delivered; with a reconnect, the call that cut batch 1
+                    // waits for its answer)
+                    var options = new ClientOptions
+                    {
+                        Port = server.Port, Seed = 1, ReconnectTimeoutSeconds = 5, ResponseTimeoutSeconds = 5, UpdateTimeoutSeconds = 5,
+                        WhenQueueFull = QueueFullPolicy.Wait, WaitForWeights = reconnect,
+                    };
                     if (kind == "single")
                     {
-                        using (TetherClient client = TetherClient.Connect(server.Options(1)))
+                        using (TetherClient client = TetherClient.Connect(options))
                         {
                             PlaySingle(client, (JArray)c["calls"]);
                             client.Flush(10);
@@ -37,13 +47,15 @@ namespace Tether.Tests
                     }
                     else
                     {
-                        using (MultiAgentClient client = MultiAgentClient.Connect(server.Options(1)))
+                        using (MultiAgentClient client = MultiAgentClient.Connect(options))
                         {
                             PlayMulti(client, (JArray)c["calls"]);
                             client.Flush(10);
                         }
                     }
-                    List<JObject> batches = server.Received("EPISODES_AND_GET_STATE");
+                    List<JObject> received = server.Received(), batches = server.Batches();
+                    Vectors.Expect(received.Count - batches.Count == (reconnect ? 1 : 0), received.Count + " batches received, " + batches.Count + " of them once");
+                    Vectors.Expect(!reconnect || JToken.DeepEquals(received[0], received[1]), "batch 1 was not sent again unchanged");
                     var got = new JArray();
                     for (int i = 0; i < batches.Count; ++i)
                     {
@@ -54,6 +66,54 @@ namespace Tether.Tests
                                    "\nthe vectors' " + c["batches"].ToString(Newtonsoft.Json.Formatting.None));
                 }
             });
+        }
+
+        // Connection 0 describes observations in [-10, 10], later ones in [-9, 9] with "bounds_changed"; the
+        // first connection is lost at batch 1 with "reconnect". Every handshake sends the model.
+        static ReconnectingServer Server(JObject c)
+        {
+            string kind = (string)c["kind"], reconnect = (string)c["reconnect"];
+            string model = OnnxCodec.Encode(ScriptedServer.TestModel);
+            Func<int, JObject> configOf = connection =>
+            {
+                double bound = connection > 0 && reconnect == "bounds_changed" ? 9 : 10;
+                var spaces = new JObject
+                {
+                    { "observation_space", Space.Box(new long[] { Width }, -bound, bound).ToJson() }, { "action_space", Space.Discrete(2).ToJson() },
+                    { "onnx_input_names", new JArray("onnx::Gemm_0") }, { "onnx_output_names", new JArray("action_dist_inputs") },
+                };
+                var config = new JObject
+                {
+                    { "type", "SET_CONFIG" }, { "env_steps_per_sample", c["steps_per_batch"] }, { "force_on_policy", true },
+                    { "protocol_version", "1.3" }, { "heartbeat_interval_s", 0 },
+                };
+                if (kind == "single")
+                {
+                    config.Merge(spaces);
+                    return config;
+                }
+                config["modules"] = new JObject { { "solo", spaces } };
+                config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"*\", \"module\": \"solo\"}]");
+                return config;
+            };
+            Func<bool, JObject> state = withModel =>
+            {
+                if (kind == "single")
+                {
+                    var single = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
+                    if (withModel) single["onnx_file"] = model;
+                    return single;
+                }
+                var models = new JObject();
+                if (withModel) models["solo"] = new JObject { { "weights_seq_no", 0 }, { "onnx_file", model } };
+                return new JObject { { "type", "SET_STATE" }, { "models", models } };
+            };
+            return new ReconnectingServer
+            {
+                ConfigOf = configOf,
+                StateOf = connection => state(true),
+                BatchAnswer = (connection, n) => reconnect != null && connection == 0 ? null : state(false),
+            };
         }
 
         static float[] Obs(JToken v)

@@ -34,6 +34,12 @@ namespace Tether.Tests
             lock (batches) return batches.Where(b => seen.Add((long)b["batch_seq"])).ToList();
         }
 
+        /// <summary>Every batch received, in order (a resend as often as it came).</summary>
+        public List<JObject> Received()
+        {
+            lock (batches) return new List<JObject>(batches);
+        }
+
         /// <summary>The records of <see cref="Batches"/>, in order.</summary>
         public List<JObject> Records() { return Batches().SelectMany(b => ((JArray)b["episodes"]).Cast<JObject>()).ToList(); }
 

@@ -1921,14 +1921,13 @@ def env_params_cases() -> list[dict]:
 
 
 class _Actor:
-    """One actor's steps in the reference cutter of cut_cases: observations and rewards by step, and
-    how many steps were cut already."""
+    """One actor's steps not cut yet in the reference cutter of cut_cases: the observations from the one
+    the next chunk starts with, and the rewards of the steps acted since."""
 
     def __init__(self, first_step: int) -> None:
         self.first_step = first_step  # the episode's env step at its first action (§10.7 start_step)
         self.obs: list[float] = []
         self.rewards: list[float] = []
-        self.sent = 0
         self.ended: str | None = None  # "terminated" / "truncated" once it left
         self.end_sent = False
 
@@ -1941,12 +1940,18 @@ class _Actor:
 
     def cut(self) -> dict | None:
         done = self.complete()
-        if done == self.sent and not (self.ended and not self.end_sent):
+        if done <= 0 and not (self.ended and not self.end_sent):
             return None
-        entry = {"start_step": self.first_step, "obs": self.obs[self.sent:done + 1], "rewards": self.rewards[self.sent:done],
+        entry = {"start_step": self.first_step, "obs": self.obs[:done + 1], "rewards": self.rewards[:done],
                  "is_terminated": self.ended == "terminated", "is_truncated": self.ended == "truncated"}
-        self.sent, self.end_sent = done, self.ended is not None
+        self.obs, self.rewards = self.obs[done:], self.rewards[done:]
+        self.end_sent = self.ended is not None
         return entry
+
+    def drop_uncut(self) -> None:
+        """A reconnect's SET_CONFIG gave the module other spaces (§6.5): the steps not cut yet are let
+        go, and the next chunk starts from the next observation."""
+        self.obs, self.rewards = [], []
 
 
 def cut_cases() -> list[dict]:
@@ -1972,9 +1977,18 @@ def cut_cases() -> list[dict]:
     ``batches``: per batch, episode id -> record: single ``obs`` (the v of each observation),
     ``rewards``, ``is_terminated``, ``is_truncated``; multi the record's flags and ``agents``: agent id
     -> ``start_step`` (the episode's env step of the agent's first action: its frame), ``obs``, ``rewards`` and the entry's flags. Records and entries are compared
-    by id, not by order."""
+    by id, not by order.
 
-    def play(kind: str, steps: int, calls: list[list]) -> list[dict]:
+    ``reconnect`` (where present; §6.5): the server closes the connection at the first arrival of batch 1,
+    unanswered, and every later connection's SET_CONFIG is the same (``same_config``) or gives the
+    observation space (single) or the module (multi) bounds [-9, 9] instead of [-10, 10]
+    (``bounds_changed``). The client waits for weights after each cut (it acts on no step before the
+    batch's answer), so the reconnect comes within the call that cut batch 1: batch 1 is sent again
+    unchanged (and listed once), and with other bounds every step not cut by then is let go (each
+    actor's next chunk starts from its next observation, with the same start_step; a reward logged
+    before its next action goes to no step)."""
+
+    def play(kind: str, steps: int, calls: list[list], reconnect: str | None) -> list[dict]:
         episodes: dict[str, dict] = {}  # id -> {"actors": {agent: _Actor}, "ended": None | str}
         batches: list[dict] = []
 
@@ -1982,7 +1996,7 @@ def cut_cases() -> list[dict]:
             return [(e, a, actor) for e, ep in episodes.items() for a, actor in ep["actors"].items()]
 
         def pending() -> int:
-            return sum(len(actor.rewards) - actor.sent for _, _, actor in actors())
+            return sum(len(actor.rewards) for _, _, actor in actors())
 
         def cut() -> None:
             batch = {}
@@ -2000,6 +2014,9 @@ def cut_cases() -> list[dict]:
                     batch[eid] = {**flags, "agents": entries}
             if batch:
                 batches.append(batch)
+                if len(batches) == 1 and reconnect == "bounds_changed":  # (the reconnect in that call)
+                    for _, _, actor in actors():
+                        actor.drop_uncut()
 
         def due(exempt: _Actor | None) -> bool:
             waiting = sum(1 for _, _, actor in actors() if actor is not exempt and actor.waiting())
@@ -2014,11 +2031,13 @@ def cut_cases() -> list[dict]:
                     if due(actor):
                         actor.obs.append(call[2])
                         cut()
-                        actor.obs.pop()
+                        if actor.obs:  # (not when a reconnect let it go with the rest)
+                            actor.obs.pop()
                     actor.obs.append(call[2])
                     actor.rewards.append(0.0)
                 elif what == "reward":
-                    actor.rewards[-1] += call[2]
+                    if actor.rewards:  # (none: its step was let go, the reward goes to no step)
+                        actor.rewards[-1] += call[2]
                 else:
                     actor.obs.append(call[2])
                     actor.ended = ep["ended"] = "terminated" if what == "end" else "truncated"
@@ -2031,7 +2050,8 @@ def cut_cases() -> list[dict]:
                     actor.rewards.append(0.0)
                 ep["frames"] += 1
             elif what == "reward":
-                ep["actors"][call[2]].rewards[-1] += call[3]
+                if ep["actors"][call[2]].rewards:  # (none: its step was let go, the reward goes to no step)
+                    ep["actors"][call[2]].rewards[-1] += call[3]
             else:
                 final = call[2]
                 for agent, actor in ep["actors"].items():
@@ -2043,9 +2063,11 @@ def cut_cases() -> list[dict]:
         cut()  # the flush
         return batches
 
-    def case(name: str, kind: str, steps: int, *calls: list) -> dict:
-        return {"name": name, "kind": kind, "steps_per_batch": steps, "calls": [list(c) for c in calls],
-                "batches": play(kind, steps, [list(c) for c in calls])}
+    def case(name: str, kind: str, steps: int, *calls: list, reconnect: str | None = None) -> dict:
+        out = {"name": name, "kind": kind, "steps_per_batch": steps, "calls": [list(c) for c in calls]}
+        if reconnect is not None:
+            out["reconnect"] = reconnect
+        return {**out, "batches": play(kind, steps, [list(c) for c in calls], reconnect)}
 
     act = lambda e, *vs: [["act", e, v] for v in vs]  # noqa: E731
     pair = lambda e, *fs: [["frame", e, {"a_0": f, "a_1": -f}] for f in fs]  # noqa: E731
@@ -2085,6 +2107,19 @@ def cut_cases() -> list[dict]:
         case("multi_an_agent_that_left_goes_with_the_next_cut", "multi", 4,
              ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_1": 1}],
              *[["frame", "e", {"a_0": f}] for f in (1, 2, 3, 4)], ["end", "e", {"a_0": 5}]),
+        # A reconnect within the call that cut batch 1: with other bounds, the steps not cut are let go (a's
+        # waiting step and the reward logged for it); the calling episode's own observation went with the cut
+        # and starts its next chunk. With the same config nothing is let go.
+        *[case(f"single_a_reconnect_with_{name}", "single", 4, ["act", "a", 0], ["act", "b", -1], ["act", "a", 1],
+               ["act", "b", -2], ["act", "a", 2], ["reward", "a", 1.0], ["act", "b", -3], ["act", "a", 3],
+               ["act", "b", -4], ["end", "a", 4], ["reward", "b", 0.5], ["end", "b", -5], reconnect=how)
+          for name, how in (("other_bounds_lets_the_uncut_steps_go", "bounds_changed"),
+                            ("the_same_config_lets_nothing_go", "same_config"))],
+        *[case(f"multi_a_reconnect_with_{name}", "multi", 4, *pair("e", 0, 1, 2), ["reward", "e", "a_0", 1.0],
+               *pair("e", 3), ["reward", "e", "a_0", 2.0], *pair("e", 4), ["end", "e", {"a_0": 5, "a_1": -5}],
+               reconnect=how)
+          for name, how in (("other_bounds_lets_the_uncut_steps_go", "bounds_changed"),
+                            ("the_same_config_lets_nothing_go", "same_config"))],
         # Every agent left and was cut before the episode ended: the end goes as a record without agents.
         case("multi_an_end_after_every_agent_was_cut_has_no_agents", "multi", 2,
              ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_0": 1, "a_1": 1}],

@@ -1,6 +1,8 @@
 """tests/conformance/cuts.json against the Python SDK's clients (§13.3, where a batch is cut): each
 case's engine calls played by a TetherClient or a MultiAgentClient of a scripted server, then a
-flush; the batches the server received, read back as the vectors write them, are the case's."""
+flush; the batches the server received, read back as the vectors write them, are the case's. A case
+with "reconnect" loses the first connection at batch 1; later ones describe other observation bounds
+("bounds_changed", §6.5: the steps not cut are let go) or the same config."""
 
 from __future__ import annotations
 
@@ -22,18 +24,28 @@ BOX = {"type": "Box", "shape": [WIDTH], "low": -10.0, "high": 10.0}
 MODEL = constant_model(WIDTH, [0.0, 0.0])
 
 
-def cut_server(kind: str, steps: int) -> ScriptedServer:
-    """A server of `steps` env_steps_per_sample that answers every batch with the weights it has."""
-    if kind == "single":
-        config = single_agent_config(WIDTH, DISCRETE2, env_steps_per_sample=steps)
-        return answering_server(lambda i: config, lambda i, n: state(0, MODEL if n == 0 else None), lambda i: "1.3")
-    names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
-    config = {"type": "SET_CONFIG", "env_steps_per_sample": steps, "force_on_policy": True,
-              "modules": {"m": {"observation_space": BOX, "action_space": DISCRETE2, **names}},
-              "policy_mapping": [{"pattern": "*", "module": "m"}]}
-    models = {"m": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]}}
-    return answering_server(lambda i: config, lambda i, n: {"type": "SET_STATE", "models": models if n == 0 else {}},
-                            lambda i: "1.3")
+def cut_server(kind: str, steps: int, reconnect: str | None) -> ScriptedServer:
+    """A server of `steps` env_steps_per_sample that answers every batch with the weights it has (every
+    connection's handshake sends the model). With `reconnect` the first connection closes at its first
+    batch, unanswered, and later connections describe observations in [-9, 9] when it is "bounds_changed"."""
+
+    def config(connection: int) -> dict[str, Any]:
+        bound = 9.0 if reconnect == "bounds_changed" and connection > 0 else 10.0
+        box = {"type": "Box", "shape": [WIDTH], "low": -bound, "high": bound}
+        if kind == "single":
+            return {**single_agent_config(WIDTH, DISCRETE2, env_steps_per_sample=steps), "observation_space": box}
+        names = {"onnx_input_names": ["obs"], "onnx_output_names": ["action_dist_inputs"]}
+        return {"type": "SET_CONFIG", "env_steps_per_sample": steps, "force_on_policy": True,
+                "modules": {"m": {"observation_space": box, "action_space": DISCRETE2, **names}},
+                "policy_mapping": [{"pattern": "*", "module": "m"}]}
+
+    def answer(connection: int, n: int) -> dict[str, Any]:
+        if kind == "single":
+            return state(0, MODEL if n == 0 else None)
+        models = {"m": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]}}
+        return {"type": "SET_STATE", "models": models if n == 0 else {}}
+
+    return answering_server(config, answer, lambda i: "1.3", drop_first_batch=reconnect is not None)
 
 
 def obs(v: float) -> np.ndarray:
@@ -90,15 +102,21 @@ def as_vectors_write(kind: str, batch: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_batches_are_cut_where_the_vectors_say(case: dict) -> None:
-    with cut_server(case["kind"], case["steps_per_batch"]) as server:
+    reconnect = case.get("reconnect")
+    with cut_server(case["kind"], case["steps_per_batch"], reconnect) as server:
         make = TetherClient if case["kind"] == "single" else MultiAgentClient
-        client = make("127.0.0.1", server.port, seed=1, when_queue_full="wait")  # (every batch delivered)
+        # (every batch delivered; with a reconnect, the call that cut batch 1 waits for its answer)
+        client = make("127.0.0.1", server.port, seed=1, when_queue_full="wait", wait_for_weights=reconnect is not None)
         try:
             play(client, case["kind"], case["calls"])
             client.flush()
         finally:
             client.close()
-        batches = server.messages("EPISODES_AND_GET_STATE")
+        received = server.messages("EPISODES_AND_GET_STATE")
     assert not server.errors, server.errors
-    assert [b["batch_seq"] for b in batches] == list(range(1, len(batches) + 1)), "a batch sent twice or skipped"
+    batches = [b for i, b in enumerate(received) if i == 0 or b["batch_seq"] != received[i - 1]["batch_seq"]]
+    resent = len(received) - len(batches)
+    assert resent == (1 if reconnect else 0), [b["batch_seq"] for b in received]
+    assert not reconnect or received[0] == received[1], "batch 1 was not sent again unchanged"
+    assert [b["batch_seq"] for b in batches] == list(range(1, len(batches) + 1)), "a batch skipped"
     assert [as_vectors_write(case["kind"], b) for b in batches] == case["batches"]
