@@ -35,10 +35,12 @@ json cut_vectors() {
 // The observation of a case's value v (every element v) for a module of `width`.
 std::vector<float> cut_obs(const json& v, std::size_t width) { return std::vector<float>(width, v.get<float>()); }
 
-// A frame of the agents of `values` (agent id -> v), observations `width` wide.
-tether::AgentFrame cut_frame(const json& values, std::size_t width) {
+// A frame of the agents of `values` (agent id -> v), observations `width` wide, each truncated if `truncated`.
+tether::AgentFrame cut_frame(const json& values, std::size_t width, bool truncated = false) {
   tether::AgentFrame frame;
-  for (const auto& item : values.items()) frame.add(item.key(), cut_obs(item.value(), width).data(), width);
+  for (const auto& item : values.items()) {
+    frame.add(item.key(), cut_obs(item.value(), width).data(), width, truncated);
+  }
   return frame;
 }
 
@@ -56,25 +58,37 @@ json cut_markers(const json& rows, std::size_t width) {
 json cut_steps(const json& entry, std::size_t width) {
   EXPECT_EQ(entry["actions"].size(), entry["rewards"].size());
   EXPECT_EQ(entry["obs"].size(), entry["rewards"].size() + 1);
+  EXPECT_GE(entry["rewards"].size(), 1u) << "a chunk without steps";
   return {{"obs", cut_markers(entry["obs"], width)}, {"rewards", entry["rewards"]}};
 }
 
-// A batch as the vectors write it: episode id -> record.
+// A record's or an entry's end flag `name`: a boolean (`optional`: false when left out).
+json cut_flag(const json& part, const char* name, bool optional = false) {
+  if (optional && !part.contains(name)) return false;
+  EXPECT_TRUE(part.contains(name) && part[name].is_boolean()) << name << " of " << part.dump();
+  return part.value(name, json());
+}
+
+// A batch as the vectors write it: episode id -> record (a single-agent record's flags are required, a
+// multi-agent record's default to false; an entry's start_step is an integer). Numbers compare as numbers
+// (nlohmann's == takes 0 and 0.0 as equal); flags, being booleans, as booleans.
 json cut_batch(const std::string& kind, const json& batch, std::size_t width) {
   json out = json::object();
   for (const json& record : batch["episodes"]) {
     const std::string id = record["episode_id"].get<std::string>();
     EXPECT_FALSE(out.contains(id)) << "two records of " << id << " in one batch";
-    json mine = kind == "single" ? cut_steps(record, width) : json::object();
-    mine["is_terminated"] = record.value("is_terminated", false);
-    mine["is_truncated"] = record.value("is_truncated", false);
-    if (kind == "multi") {
+    const bool multi = kind == "multi";
+    json mine = multi ? json::object() : cut_steps(record, width);
+    mine["is_terminated"] = cut_flag(record, "is_terminated", multi);
+    mine["is_truncated"] = cut_flag(record, "is_truncated", multi);
+    if (multi) {
       mine["agents"] = json::object();
       for (const auto& item : record["agents"].items()) {
         json entry = cut_steps(item.value(), width);
+        EXPECT_TRUE(item.value()["start_step"].is_number_integer()) << item.value().dump();
         entry["start_step"] = item.value()["start_step"];
-        entry["is_terminated"] = item.value()["is_terminated"];
-        entry["is_truncated"] = item.value()["is_truncated"];
+        entry["is_terminated"] = cut_flag(item.value(), "is_terminated");
+        entry["is_truncated"] = cut_flag(item.value(), "is_truncated");
         mine["agents"][item.key()] = entry;
       }
     }
@@ -83,31 +97,13 @@ json cut_batch(const std::string& kind, const json& batch, std::size_t width) {
   return out;
 }
 
-// Numbers compared as doubles (the vectors write 0, the client 0.0).
-bool cut_same(const json& got, const json& want) {
-  if (got.is_number() && want.is_number()) return got.get<double>() == want.get<double>();
-  if (got.type() != want.type() || got.size() != want.size()) return false;
-  if (got.is_object()) {
-    for (const auto& item : want.items()) {
-      if (!got.contains(item.key()) || !cut_same(got[item.key()], item.value())) return false;
-    }
-    return true;
-  }
-  if (got.is_array()) {
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      if (!cut_same(got[i], want[i])) return false;
-    }
-    return true;
-  }
-  return got == want;
-}
-
 void play_single(tether::TetherClient& client, const json& calls) {
   constexpr std::size_t kWidth = 4;  // (the fake server's Box(4))
   std::set<std::string> started;
   for (const json& call : calls) {
     const std::string what = call[0].get<std::string>(), episode = call[1].get<std::string>();
-    if (started.insert(episode).second) ASSERT_TRUE(client.start_episode(episode).ok());
+    if (started.insert(episode).second) ASSERT_TRUE(client.start_episode(episode, what != "start" || call[2]).ok());
+    if (what == "start") continue;
     if (what == "act") {
       std::vector<double> action;
       ASSERT_TRUE(client.get_action(episode, cut_obs(call[2], kWidth), action).ok()) << call.dump();
@@ -124,17 +120,18 @@ void play_multi(tether::MultiAgentClient& client, const json& calls) {
   std::set<std::string> started;
   for (const json& call : calls) {
     const std::string what = call[0].get<std::string>(), episode = call[1].get<std::string>();
-    if (started.insert(episode).second) ASSERT_TRUE(client.start_episode(episode).ok());
+    if (started.insert(episode).second) ASSERT_TRUE(client.start_episode(episode, what != "start" || call[2]).ok());
+    if (what == "start") continue;
     if (what == "frame") {
       tether::AgentFrame frame = cut_frame(call[2], kWidth);
       ASSERT_TRUE(client.get_action(episode, frame).ok()) << call.dump();
     } else if (what == "reward") {
       ASSERT_TRUE(client.log_returns(episode, call[2].get<std::string>(), call[3].get<double>()).ok());
-    } else if (what == "end_agents") {
-      ASSERT_TRUE(client.end_agents(episode, cut_frame(call[2], kWidth)).ok()) << call.dump();
+    } else if (what == "end_agents" || what == "truncate_agents") {
+      ASSERT_TRUE(client.end_agents(episode, cut_frame(call[2], kWidth, what == "truncate_agents")).ok()) << call.dump();
     } else {
       const tether::AgentFrame final_observations = cut_frame(call[2], kWidth);
-      ASSERT_TRUE(client.end_episode(episode, &final_observations).ok()) << call.dump();
+      ASSERT_TRUE(client.end_episode(episode, &final_observations, what == "truncate").ok()) << call.dump();
     }
   }
 }
@@ -165,11 +162,20 @@ TEST(CutVectors, BatchesAreCutWhereTheVectorsSay) {
     ++cases;
     const std::string kind = c["kind"].get<std::string>();
     const bool reconnect = c.contains("reconnect");
-    ServerScript script = answering([kind](int n) { return kind == "single" ? state(n, 1) : pair_state(0); });
+    // Every handshake sends the model; a batch is answered with the weights the client has. Every
+    // SET_STATE carries the case's record_share.
+    auto answer = [c, kind](bool with_model) {
+      json out = kind == "single" ? json{{"type", "SET_STATE"}, {"weights_seq_no", 0}} : pair_state(0);
+      if (kind == "single" && with_model) out = state(0, 1);
+      if (kind == "multi" && !with_model) out["models"] = json::object();
+      if (c.contains("record_share")) out["record_share"] = c["record_share"];
+      return out;
+    };
+    ServerScript script = answering([answer](int) { return answer(true); });
     script.config_of_connection = [c](int connection) { return cut_config(c, connection); };
-    script.on_batch = [kind, reconnect](Conn& conn, const tether::Message&, int n) {
+    script.on_batch = [answer, reconnect](Conn& conn, const tether::Message&, int n) {
       if (reconnect && n == 1) return false;  // (closes the connection, batch 1 unanswered)
-      conn.send(kind == "single" ? state(n, 1) : pair_state(0));
+      conn.send(answer(false));
       return true;
     };
     FakeServer server(script);
@@ -204,7 +210,7 @@ TEST(CutVectors, BatchesAreCutWhereTheVectorsSay) {
       EXPECT_EQ(batches[i]["batch_seq"], i + 1) << "a batch skipped";
       got.push_back(cut_batch(kind, batches[i], kind == "single" ? 4 : 2));
     }
-    EXPECT_TRUE(cut_same(got, c["batches"])) << "sent: " << got.dump() << "\nthe vectors': " << c["batches"].dump();
+    EXPECT_EQ(got, c["batches"]) << "sent: " << got.dump() << "\nthe vectors': " << c["batches"].dump();
   }
   EXPECT_GT(cases, 0u);
 }

@@ -69,7 +69,8 @@ namespace Tether.Tests
         }
 
         // Connection 0 describes observations in [-10, 10], later ones in [-9, 9] with "bounds_changed"; the
-        // first connection is lost at batch 1 with "reconnect". Every handshake sends the model.
+        // first connection is lost at batch 1 with "reconnect". Every handshake sends the model, a batch is
+        // answered with the weights the client has, and every SET_STATE carries the case's record_share.
         static ReconnectingServer Server(JObject c)
         {
             string kind = (string)c["kind"], reconnect = (string)c["reconnect"];
@@ -98,15 +99,20 @@ namespace Tether.Tests
             };
             Func<bool, JObject> state = withModel =>
             {
+                JObject answer;
                 if (kind == "single")
                 {
-                    var single = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
-                    if (withModel) single["onnx_file"] = model;
-                    return single;
+                    answer = new JObject { { "type", "SET_STATE" }, { "weights_seq_no", 0 } };
+                    if (withModel) answer["onnx_file"] = model;
                 }
-                var models = new JObject();
-                if (withModel) models["solo"] = new JObject { { "weights_seq_no", 0 }, { "onnx_file", model } };
-                return new JObject { { "type", "SET_STATE" }, { "models", models } };
+                else
+                {
+                    var models = new JObject();
+                    if (withModel) models["solo"] = new JObject { { "weights_seq_no", 0 }, { "onnx_file", model } };
+                    answer = new JObject { { "type", "SET_STATE" }, { "models", models } };
+                }
+                if (c["record_share"] != null) answer["record_share"] = c["record_share"].DeepClone();
+                return answer;
             };
             return new ReconnectingServer
             {
@@ -123,10 +129,10 @@ namespace Tether.Tests
             return obs;
         }
 
-        static AgentFrame Frame(JToken values)
+        static AgentFrame Frame(JToken values, bool truncated = false)
         {
             var frame = new AgentFrame();
-            foreach (JProperty agent in ((JObject)values).Properties()) frame.Add(agent.Name, Obs(agent.Value));
+            foreach (JProperty agent in ((JObject)values).Properties()) frame.Add(agent.Name, Obs(agent.Value), truncated);
             return frame;
         }
 
@@ -137,7 +143,8 @@ namespace Tether.Tests
             foreach (JArray call in calls)
             {
                 string what = (string)call[0], episode = (string)call[1];
-                if (started.Add(episode)) client.StartEpisode(episode);
+                if (started.Add(episode)) client.StartEpisode(episode, what != "start" || (bool)call[2]);
+                if (what == "start") continue;
                 if (what == "act") client.GetAction(episode, Obs(call[2]), action);
                 else if (what == "reward") client.LogReturns(episode, (double)call[2]);
                 else client.EndEpisode(episode, Obs(call[2]), what == "truncate");
@@ -150,60 +157,73 @@ namespace Tether.Tests
             foreach (JArray call in calls)
             {
                 string what = (string)call[0], episode = (string)call[1];
-                if (started.Add(episode)) client.StartEpisode(episode);
+                if (started.Add(episode)) client.StartEpisode(episode, what != "start" || (bool)call[2]);
+                if (what == "start") continue;
                 if (what == "frame") client.GetActions(episode, Frame(call[2]));
                 else if (what == "reward") client.LogReturns(episode, (string)call[2], (double)call[3]);
-                else if (what == "end_agents") client.EndAgents(episode, Frame(call[2]));
-                else client.EndEpisode(episode, Frame(call[2]));
+                else if (what == "end_agents" || what == "truncate_agents") client.EndAgents(episode, Frame(call[2], what == "truncate_agents"));
+                else client.EndEpisode(episode, Frame(call[2]), what == "truncate");
             }
         }
 
         // The value of each observation row; a row whose elements differ is not the case's.
         static JArray Markers(JToken rows)
         {
-            var out_ = new JArray();
+            var values = new JArray();
             foreach (JArray row in rows)
             {
                 Vectors.Expect(row.Count == Width && row.All(x => (double)x == (double)row[0]), "an observation not of the case: " + row);
-                out_.Add((double)row[0]);
+                values.Add((double)row[0]);
             }
-            return out_;
+            return values;
         }
 
         static JObject Steps(JToken entry)
         {
-            Vectors.Expect(((JArray)entry["actions"]).Count == ((JArray)entry["rewards"]).Count &&
-                           ((JArray)entry["obs"]).Count == ((JArray)entry["rewards"]).Count + 1, "step counts of " + entry);
+            int steps = ((JArray)entry["rewards"]).Count;
+            Vectors.Expect(steps >= 1 && ((JArray)entry["actions"]).Count == steps && ((JArray)entry["obs"]).Count == steps + 1, "step counts of " + entry);
             return new JObject { { "obs", Markers(entry["obs"]) }, { "rewards", entry["rewards"].DeepClone() } };
         }
 
-        // A batch as the vectors write it: episode id -> record.
+        // A record's or an entry's end flag: a boolean (optional: false when left out).
+        static JToken Flag(JToken part, string name, bool optional = false)
+        {
+            JToken flag = part[name];
+            if (flag == null && optional) return false;
+            Vectors.Expect(flag != null && flag.Type == JTokenType.Boolean, name + " of " + part);
+            return flag.DeepClone();
+        }
+
+        // A batch as the vectors write it: episode id -> record (a single-agent record's flags are required,
+        // a multi-agent record's default to false; an entry's start_step is an integer).
         static JObject AsTheVectorsWrite(string kind, JObject batch)
         {
-            var out_ = new JObject();
+            var records = new JObject();
+            bool multi = kind == "multi";
             foreach (JObject record in (JArray)batch["episodes"])
             {
                 string id = (string)record["episode_id"];
-                Vectors.Expect(out_[id] == null, "two records of " + id + " in one batch");
-                JObject mine = kind == "single" ? Steps(record) : new JObject();
-                mine["is_terminated"] = record["is_terminated"] != null && (bool)record["is_terminated"];
-                mine["is_truncated"] = record["is_truncated"] != null && (bool)record["is_truncated"];
-                if (kind == "multi")
+                Vectors.Expect(records[id] == null, "two records of " + id + " in one batch");
+                JObject mine = multi ? new JObject() : Steps(record);
+                mine["is_terminated"] = Flag(record, "is_terminated", multi);
+                mine["is_truncated"] = Flag(record, "is_truncated", multi);
+                if (multi)
                 {
                     var agents = new JObject();
                     foreach (JProperty agent in ((JObject)record["agents"]).Properties())
                     {
                         JObject entry = Steps(agent.Value);
+                        Vectors.Expect(agent.Value["start_step"].Type == JTokenType.Integer, "start_step of " + agent.Value);
                         entry["start_step"] = agent.Value["start_step"].DeepClone();
-                        entry["is_terminated"] = agent.Value["is_terminated"].DeepClone();
-                        entry["is_truncated"] = agent.Value["is_truncated"].DeepClone();
+                        entry["is_terminated"] = Flag(agent.Value, "is_terminated");
+                        entry["is_truncated"] = Flag(agent.Value, "is_truncated");
                         agents[agent.Name] = entry;
                     }
                     mine["agents"] = agents;
                 }
-                out_[id] = mine;
+                records[id] = mine;
             }
-            return out_;
+            return records;
         }
 
         // Numbers compared as doubles (the vectors write 0, a client 0.0); objects by member, not order.

@@ -1921,153 +1921,164 @@ def env_params_cases() -> list[dict]:
 
 
 class _Actor:
-    """One actor's steps not cut yet in the reference cutter of cut_cases: the observations from the one
-    the next chunk starts with, and the rewards of the steps acted since."""
+    """One actor's steps not cut yet, in the reference cutter of cut_cases: the observations from the
+    one the next chunk starts with, and the rewards of the steps acted since."""
 
-    def __init__(self, first_step: int) -> None:
-        self.first_step = first_step  # the episode's env step at its first action (§10.7 start_step)
+    def __init__(self, start_step: int) -> None:
+        self.start_step = start_step  # the episode's env step of its first action (§10.7)
         self.obs: list[float] = []
         self.rewards: list[float] = []
+        self.latest: float | None = None  # its latest observation (kept when its steps are let go)
         self.ended: str | None = None  # "terminated" / "truncated" once it left
-        self.end_sent = False
 
     def complete(self) -> int:
         return min(len(self.rewards), len(self.obs) - 1)
 
-    def waiting(self) -> bool:
-        """Its last step still waits for its next observation."""
-        return len(self.rewards) > 0 and len(self.obs) == len(self.rewards)
-
     def cut(self) -> dict | None:
+        """Its complete steps as an agent entry (None: no complete step, nothing to send)."""
         done = self.complete()
-        if done <= 0 and not (self.ended and not self.end_sent):
+        if done <= 0:
             return None
-        entry = {"start_step": self.first_step, "obs": self.obs[:done + 1], "rewards": self.rewards[:done],
-                 "is_terminated": self.ended == "terminated", "is_truncated": self.ended == "truncated"}
+        left = self.ended is not None and done == len(self.rewards)  # (its last step: the entry ends it)
+        entry = {"start_step": self.start_step, "obs": self.obs[:done + 1], "rewards": self.rewards[:done],
+                 "is_terminated": left and self.ended == "terminated", "is_truncated": left and self.ended == "truncated"}
         self.obs, self.rewards = self.obs[done:], self.rewards[done:]
-        self.end_sent = self.ended is not None
         return entry
 
-    def drop_uncut(self) -> None:
-        """A reconnect's SET_CONFIG gave the module other spaces (§6.5): the steps not cut yet are let
-        go, and the next chunk starts from the next observation."""
-        self.obs, self.rewards = [], []
+
+class _Episode:
+    def __init__(self, training: bool, held_back: bool) -> None:
+        self.training, self.held_back = training, held_back  # (held back: played, counted, never recorded)
+        self.actors: dict[str, _Actor] = {}
+        self.frames = 0  # env steps so far
+        self.ended: str | None = None
+        self.end_sent = False
+
+    @property
+    def recorded(self) -> bool:
+        return self.training and not self.held_back
+
+
+class _ReferenceCutter:
+    """The client behaviour cuts.json states (§13.3, §16.1), written from the rule, not from an SDK."""
+
+    def __init__(self, kind: str, steps: int, reconnect: str | None, record_share: float | None) -> None:
+        self.kind, self.steps, self.reconnect, self.record_share = kind, steps, reconnect, record_share
+        self.episodes: dict[str, _Episode] = {}
+        self.held = 0  # steps played in held-back episodes since the last batch
+        self.batches: list[dict] = []
+
+    def actors(self) -> list[_Actor]:
+        return [a for e in self.episodes.values() if e.recorded for a in e.actors.values()]
+
+    def due(self) -> bool:
+        """The complete steps a cut would carry, with the held-back steps played, reach the steps per batch."""
+        return sum(max(a.complete(), 0) for a in self.actors()) + self.held >= self.steps
+
+    def cut(self, in_a_call: bool) -> None:
+        batch = {}
+        for eid, ep in self.episodes.items():
+            if not ep.recorded:
+                continue
+            entries = {agent: entry for agent, actor in ep.actors.items() if (entry := actor.cut()) is not None}
+            unsent_end = ep.ended is not None and not ep.end_sent and all(a.complete() <= 0 for a in ep.actors.values())
+            if self.kind == "single":
+                if entries:
+                    entry = entries["default_agent"]
+                    batch[eid] = {"obs": entry["obs"], "rewards": entry["rewards"], "is_terminated": entry["is_terminated"],
+                                  "is_truncated": entry["is_truncated"]}
+                continue
+            if entries or unsent_end:
+                ep.end_sent = unsent_end
+                batch[eid] = {"is_terminated": unsent_end and ep.ended == "terminated",
+                              "is_truncated": unsent_end and ep.ended == "truncated", "agents": entries}
+        if not batch and not in_a_call:
+            return  # (a flush with nothing complete sends nothing)
+        self.batches.append(batch)
+        self.held = 0
+        if len(self.batches) == 1 and self.reconnect is not None:
+            # The connection is lost with batch 1; the call that cut it waits for its answer on the next one.
+            assert in_a_call, "batch 1 of a reconnect case is cut by a call, not the flush"
+            if self.reconnect == "bounds_changed":
+                for actor in self.actors():
+                    actor.obs, actor.rewards = [], []  # (let go: the next chunk starts from the next observation)
+
+    def play(self, call: list) -> None:
+        what, eid = call[0], call[1]
+        if what == "start":
+            assert eid not in self.episodes
+            self.episodes[eid] = _Episode(call[2], call[2] and self.record_share is not None)
+            return
+        if eid not in self.episodes:
+            self.episodes[eid] = _Episode(True, self.record_share is not None)
+        ep = self.episodes[eid]
+        assert ep.ended is None, f"{call}: the episode ended"
+        if what in ("act", "frame"):
+            self.act(ep, call[2] if what == "frame" else {"default_agent": call[2]})
+        elif what == "reward":
+            agent, reward = ("default_agent", call[2]) if self.kind == "single" else (call[2], call[3])
+            actor = ep.actors.get(agent)
+            if actor is not None and actor.rewards:  # (else its step was let go: the reward goes to no step)
+                actor.rewards[-1] += reward
+        else:
+            final = call[2] if self.kind == "multi" else {"default_agent": call[2]}
+            how = "truncated" if what.startswith("truncate") else "terminated"
+            whole = what in ("end", "truncate")
+            for agent, actor in ep.actors.items():  # (an agent named that never acted leaves nothing)
+                if actor.ended is None and (whole or agent in final):
+                    if actor.rewards:  # (its last step ends with this observation, or else its latest)
+                        actor.obs.append(final.get(agent, actor.latest))
+                    actor.ended = how
+            if whole:
+                ep.ended = how
+
+    def act(self, ep: _Episode, observations: dict[str, float]) -> None:
+        if ep.training:
+            if self.kind == "single" and ep.recorded:
+                actor = ep.actors.get("default_agent")
+                if actor is not None:
+                    actor.obs.append(observations["default_agent"])  # (completes its step before the count)
+                    if self.due():
+                        self.cut(in_a_call=True)
+                    if actor.obs:  # (unless a reconnect let it go with the rest)
+                        actor.obs.pop()
+                elif self.due():
+                    self.cut(in_a_call=True)
+            elif self.due():
+                self.cut(in_a_call=True)
+        for agent, v in observations.items():
+            actor = ep.actors.setdefault(agent, _Actor(ep.frames))
+            assert actor.ended is None, f"{agent} left"
+            actor.obs.append(v)
+            actor.rewards.append(0.0)
+            actor.latest = v
+        ep.frames += 1
+        if ep.held_back:
+            self.held += 1 if self.kind == "single" else len(observations)
 
 
 def cut_cases() -> list[dict]:
-    """Where a batch is cut (§13.3), client side: the steps per batch (``env_steps_per_sample``, every
-    episode recorded) and one engine's calls in order -> the batches a client sends, the last one the
-    flush after the calls. Computed here by a small reference of the rule, independent of every SDK.
+    """Where a batch is cut (§13.3), client side: a client's steps per batch and one engine's calls in
+    order -> the batches it sends, the last the flush after the calls; the format and the rule are
+    §16.1's (`cuts.json`). Computed by _ReferenceCutter, a statement of the rule independent of every SDK;
+    every expected record is checked as a server checks records (at least one step per agent entry)."""
 
-    kind "single" (a single-agent client): ``["act", episode, v]`` (an action for an observation every
-    element of which is v), ``["reward", episode, r]``, ``["end", episode, v]`` / ``["truncate", episode, v]``
-    (the episode ends with final observation v). kind "multi" (a multi-agent client, every agent of one
-    module): ``["frame", episode, {agent: v}]`` (the agents named act), ``["reward", episode, agent, r]``,
-    ``["end_agents", episode, {agent: v}]`` (they leave, terminated), ``["end", episode, {agent: v}]``
-    (the episode ends, terminated: the agents named with those final observations, the others with
-    their latest). A call on an episode not seen before starts it (with that id, training enabled).
-
-    The rule: at the start of a call that acts (``act``, ``frame``) a batch is cut when the steps not
-    cut yet reach the steps per batch and so do those a cut would carry, every other actor's last step
-    that still waits for its next observation left out. A single-agent call's own observation completes
-    its episode's last step first (that step goes with the cut); a multi-agent cut comes before the
-    frame's observations are taken. A cut takes every complete step of every episode; an episode that
-    ended and has nothing left but its end sends a record without agents (multi-agent).
-
-    ``batches``: per batch, episode id -> record: single ``obs`` (the v of each observation),
-    ``rewards``, ``is_terminated``, ``is_truncated``; multi the record's flags and ``agents``: agent id
-    -> ``start_step`` (the episode's env step of the agent's first action: its frame), ``obs``, ``rewards`` and the entry's flags. Records and entries are compared
-    by id, not by order.
-
-    ``reconnect`` (where present; §6.5): the server closes the connection at the first arrival of batch 1,
-    unanswered, and every later connection's SET_CONFIG is the same (``same_config``) or gives the
-    observation space (single) or the module (multi) bounds [-9, 9] instead of [-10, 10]
-    (``bounds_changed``). The client waits for weights after each cut (it acts on no step before the
-    batch's answer), so the reconnect comes within the call that cut batch 1: batch 1 is sent again
-    unchanged (and listed once), and with other bounds every step not cut by then is let go (each
-    actor's next chunk starts from its next observation, with the same start_step; a reward logged
-    before its next action goes to no step)."""
-
-    def play(kind: str, steps: int, calls: list[list], reconnect: str | None) -> list[dict]:
-        episodes: dict[str, dict] = {}  # id -> {"actors": {agent: _Actor}, "ended": None | str}
-        batches: list[dict] = []
-
-        def actors():
-            return [(e, a, actor) for e, ep in episodes.items() for a, actor in ep["actors"].items()]
-
-        def pending() -> int:
-            return sum(len(actor.rewards) for _, _, actor in actors())
-
-        def cut() -> None:
-            batch = {}
-            for eid, ep in episodes.items():
-                entries = {a: entry for a, actor in ep["actors"].items() if (entry := actor.cut()) is not None}
-                closing = ep["ended"] is not None and not ep["end_sent"]
-                if not entries and not closing:
-                    continue
-                ep["end_sent"] = ep["ended"] is not None
-                flags = {"is_terminated": ep["ended"] == "terminated", "is_truncated": ep["ended"] == "truncated"}
-                if kind == "single":
-                    entry = entries["default_agent"]
-                    batch[eid] = {"obs": entry["obs"], "rewards": entry["rewards"], **flags}
-                else:
-                    batch[eid] = {**flags, "agents": entries}
-            if batch:
-                batches.append(batch)
-                if len(batches) == 1 and reconnect == "bounds_changed":  # (the reconnect in that call)
-                    for _, _, actor in actors():
-                        actor.drop_uncut()
-
-        def due(exempt: _Actor | None) -> bool:
-            waiting = sum(1 for _, _, actor in actors() if actor is not exempt and actor.waiting())
-            return pending() >= steps and pending() - waiting >= steps
-
+    def case(name: str, kind: str, steps: int, *calls: list, reconnect: str | None = None,
+             record_share: float | None = None) -> dict:
+        cutter = _ReferenceCutter(kind, steps, reconnect, record_share)
         for call in calls:
-            what, eid = call[0], call[1]
-            ep = episodes.setdefault(eid, {"actors": {}, "ended": None, "end_sent": False, "frames": 0})
-            if kind == "single":
-                actor = ep["actors"].setdefault("default_agent", _Actor(0))
-                if what == "act":
-                    if due(actor):
-                        actor.obs.append(call[2])
-                        cut()
-                        if actor.obs:  # (not when a reconnect let it go with the rest)
-                            actor.obs.pop()
-                    actor.obs.append(call[2])
-                    actor.rewards.append(0.0)
-                elif what == "reward":
-                    if actor.rewards:  # (none: its step was let go, the reward goes to no step)
-                        actor.rewards[-1] += call[2]
-                else:
-                    actor.obs.append(call[2])
-                    actor.ended = ep["ended"] = "terminated" if what == "end" else "truncated"
-            elif what == "frame":
-                if due(None):
-                    cut()
-                for agent, v in call[2].items():
-                    actor = ep["actors"].setdefault(agent, _Actor(ep["frames"]))
-                    actor.obs.append(v)
-                    actor.rewards.append(0.0)
-                ep["frames"] += 1
-            elif what == "reward":
-                if ep["actors"][call[2]].rewards:  # (none: its step was let go, the reward goes to no step)
-                    ep["actors"][call[2]].rewards[-1] += call[3]
-            else:
-                final = call[2]
-                for agent, actor in ep["actors"].items():
-                    if actor.ended is None and (what == "end" or agent in final):
-                        actor.obs.append(final.get(agent, actor.obs[-1]))
-                        actor.ended = "terminated"
-                if what == "end":
-                    ep["ended"] = "terminated"
-        cut()  # the flush
-        return batches
-
-    def case(name: str, kind: str, steps: int, *calls: list, reconnect: str | None = None) -> dict:
-        out = {"name": name, "kind": kind, "steps_per_batch": steps, "calls": [list(c) for c in calls]}
+            cutter.play(list(call))
+        cutter.cut(in_a_call=False)  # the flush
+        for batch in cutter.batches:
+            for record in batch.values():
+                for entry in (record["agents"].values() if kind == "multi" else [record]):
+                    assert len(entry["obs"]) == len(entry["rewards"]) + 1 >= 2, (name, record)
+        out: dict = {"name": name, "kind": kind, "steps_per_batch": steps, "calls": [list(c) for c in calls]}
         if reconnect is not None:
             out["reconnect"] = reconnect
-        return {**out, "batches": play(kind, steps, [list(c) for c in calls], reconnect)}
+        if record_share is not None:
+            out["record_share"] = record_share
+        return {**out, "batches": cutter.batches}
 
     act = lambda e, *vs: [["act", e, v] for v in vs]  # noqa: E731
     pair = lambda e, *fs: [["frame", e, {"a_0": f, "a_1": -f}] for f in fs]  # noqa: E731
@@ -2083,6 +2094,9 @@ def cut_cases() -> list[dict]:
              ["act", "a", 0], ["act", "b", -1], ["act", "a", 1], ["act", "b", -2], ["act", "a", 2],
              ["reward", "a", 1.0], ["act", "b", -3], ["act", "a", 3], ["end", "a", 4], ["act", "b", -4],
              ["truncate", "b", -5]),
+        # An episode that ends before its first action sends nothing.
+        case("single_an_episode_ended_before_acting_sends_nothing", "single", 2, *act("e", 0),
+             ["start", "z", True], ["end", "z", 5], *act("e", 1, 2), ["end", "e", 3]),
         # Ending an episode cuts nothing (it acts on no step): the next episode's first call cuts it.
         case("single_an_end_cuts_nothing_the_next_action_does", "single", 2,
              *act("e", 0, 1), ["end", "e", 2], *act("f", 5), ["reward", "f", -1.0], *act("f", 6),
@@ -2108,18 +2122,46 @@ def cut_cases() -> list[dict]:
              ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_1": 1}],
              *[["frame", "e", {"a_0": f}] for f in (1, 2, 3, 4)], ["end", "e", {"a_0": 5}]),
         # A reconnect within the call that cut batch 1: with other bounds, the steps not cut are let go (a's
-        # waiting step and the reward logged for it); the calling episode's own observation went with the cut
-        # and starts its next chunk. With the same config nothing is let go.
+        # waiting step and the rewards logged for it, before and after the cut); the calling episode's own
+        # observation went with the cut and starts its next chunk; the late a_2 keeps its start_step; a_3,
+        # let go, then leaving without another step, sends nothing. With the same config nothing is let go.
         *[case(f"single_a_reconnect_with_{name}", "single", 4, ["act", "a", 0], ["act", "b", -1], ["act", "a", 1],
-               ["act", "b", -2], ["act", "a", 2], ["reward", "a", 1.0], ["act", "b", -3], ["act", "a", 3],
+               ["act", "b", -2], ["act", "a", 2], ["reward", "a", 1.0], ["act", "b", -3], ["reward", "a", 3.0],
+               ["act", "a", 3],
                ["act", "b", -4], ["end", "a", 4], ["reward", "b", 0.5], ["end", "b", -5], reconnect=how)
           for name, how in (("other_bounds_lets_the_uncut_steps_go", "bounds_changed"),
                             ("the_same_config_lets_nothing_go", "same_config"))],
-        *[case(f"multi_a_reconnect_with_{name}", "multi", 4, *pair("e", 0, 1, 2), ["reward", "e", "a_0", 1.0],
-               *pair("e", 3), ["reward", "e", "a_0", 2.0], *pair("e", 4), ["end", "e", {"a_0": 5, "a_1": -5}],
+        *[case(f"multi_a_reconnect_with_{name}", "multi", 4, *pair("e", 0), ["frame", "e", {"a_0": 1, "a_1": -1, "a_2": 7}],
+               ["frame", "e", {"a_0": 2, "a_1": -2, "a_3": 6}], ["reward", "e", "a_0", 1.0], *pair("e", 3),
+               ["end_agents", "e", {"a_3": 6.5}], ["reward", "e", "a_0", 2.0],
+               ["frame", "e", {"a_0": 4, "a_1": -4, "a_2": 8}], ["end", "e", {"a_0": 5, "a_1": -5, "a_2": 9}],
                reconnect=how)
           for name, how in (("other_bounds_lets_the_uncut_steps_go", "bounds_changed"),
                             ("the_same_config_lets_nothing_go", "same_config"))],
+        # The frame that cuts need not name every agent: a_1's waiting step stays for its next observation.
+        case("multi_a_cutting_frame_without_every_agent", "multi", 3, *pair("e", 0), ["frame", "e", {"a_0": 1, "a_1": 1}],
+             ["frame", "e", {"a_0": 2}], ["frame", "e", {"a_0": 3}], ["frame", "e", {"a_0": 4, "a_1": 4}],
+             ["end", "e", {"a_0": 5, "a_1": 5}]),
+        # Agents that leave truncated, one by one and with the episode; an episode that ends before anyone
+        # acted sends its end alone.
+        case("multi_truncated_agents_and_episodes", "multi", 4, *pair("e", 0, 1), ["truncate_agents", "e", {"a_1": -2}],
+             ["start", "z", True], ["frame", "e", {"a_0": 2}], ["end", "z", {}], ["frame", "e", {"a_0": 3}],
+             ["truncate", "e", {}]),
+        # An evaluation episode (training off) neither counts nor cuts: e's 2 steps are due at its calls, but
+        # the batch waits for the next training call, and by then h has a complete step too.
+        case("single_an_evaluation_episode_neither_counts_nor_cuts", "single", 2,
+             ["act", "h", 0], *act("e", 0, 1), ["end", "e", 2], ["start", "v", False], *act("v", 5, 6),
+             ["end", "v", 7], ["act", "h", 1], ["truncate", "h", 2]),
+        case("multi_an_evaluation_episode_neither_counts_nor_cuts", "multi", 2,
+             ["frame", "h", {"a_0": 0}], ["frame", "e", {"a_0": 0}], ["frame", "e", {"a_0": 1}], ["end", "e", {"a_0": 2}],
+             ["start", "v", False], ["frame", "v", {"a_0": 5, "a_1": 5}], ["end", "v", {}],
+             ["end_agents", "h", {"a_0": 1}], ["frame", "g", {"a_0": 9}], ["end", "g", {"a_0": 8}], ["end", "h", {}]),
+        # Every episode held back (record_share 1e-9 from the handshake on): a batch without records every
+        # steps per batch played (agent steps for multi), and none at the flush.
+        case("single_held_back_episodes_keep_the_cadence", "single", 3, *act("e", 0, 1, 2, 3, 4), ["end", "e", 5],
+             *act("f", 0, 1), ["end", "f", 2], record_share=1e-9),
+        case("multi_held_back_episodes_keep_the_cadence", "multi", 4, *pair("e", 0, 1, 2, 3, 4), ["end", "e", {}],
+             record_share=1e-9),
         # Every agent left and was cut before the episode ended: the end goes as a record without agents.
         case("multi_an_end_after_every_agent_was_cut_has_no_agents", "multi", 2,
              ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_0": 1, "a_1": 1}],

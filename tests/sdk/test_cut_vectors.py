@@ -24,10 +24,13 @@ BOX = {"type": "Box", "shape": [WIDTH], "low": -10.0, "high": 10.0}
 MODEL = constant_model(WIDTH, [0.0, 0.0])
 
 
-def cut_server(kind: str, steps: int, reconnect: str | None) -> ScriptedServer:
-    """A server of `steps` env_steps_per_sample that answers every batch with the weights it has (every
-    connection's handshake sends the model). With `reconnect` the first connection closes at its first
-    batch, unanswered, and later connections describe observations in [-9, 9] when it is "bounds_changed"."""
+def cut_server(case: dict[str, Any]) -> ScriptedServer:
+    """A server of the case's steps per batch (env_steps_per_sample) that answers every batch with the
+    weights it has (every connection's handshake sends the model), and the case's record_share in every
+    SET_STATE. With "reconnect" the first connection closes at its first batch, unanswered, and later
+    connections describe observations in [-9, 9] when it is "bounds_changed"."""
+    kind, steps, reconnect = case["kind"], case["steps_per_batch"], case.get("reconnect")
+    share = {"record_share": case["record_share"]} if "record_share" in case else {}
 
     def config(connection: int) -> dict[str, Any]:
         bound = 9.0 if reconnect == "bounds_changed" and connection > 0 else 10.0
@@ -41,9 +44,9 @@ def cut_server(kind: str, steps: int, reconnect: str | None) -> ScriptedServer:
 
     def answer(connection: int, n: int) -> dict[str, Any]:
         if kind == "single":
-            return state(0, MODEL if n == 0 else None)
+            return {**state(0, MODEL if n == 0 else None), **share}
         models = {"m": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]}}
-        return {"type": "SET_STATE", "models": models if n == 0 else {}}
+        return {"type": "SET_STATE", "models": models if n == 0 else {}, **share}
 
     return answering_server(config, answer, lambda i: "1.3", drop_first_batch=reconnect is not None)
 
@@ -57,7 +60,9 @@ def play(client: Any, kind: str, calls: list[list]) -> None:
     for what, episode, *args in calls:
         if episode not in started:
             started.add(episode)
-            client.start_episode(episode)
+            client.start_episode(episode, training_enabled=args[0] if what == "start" else True)
+        if what == "start":
+            continue
         if kind == "single":
             if what == "act":
                 client.get_action(episode, obs(args[0]))
@@ -69,10 +74,10 @@ def play(client: Any, kind: str, calls: list[list]) -> None:
             client.get_action(episode, {agent: obs(v) for agent, v in args[0].items()})
         elif what == "reward":
             client.log_returns(episode, {args[0]: args[1]})
-        elif what == "end_agents":
-            client.end_agents(episode, {agent: obs(v) for agent, v in args[0].items()})
+        elif what in ("end_agents", "truncate_agents"):
+            client.end_agents(episode, {agent: obs(v) for agent, v in args[0].items()}, truncated=what == "truncate_agents")
         else:
-            client.end_episode(episode, {agent: obs(v) for agent, v in args[0].items()})
+            client.end_episode(episode, {agent: obs(v) for agent, v in args[0].items()}, truncated=what == "truncate")
 
 
 def markers(rows: list[list[float]]) -> list[float]:
@@ -81,29 +86,42 @@ def markers(rows: list[list[float]]) -> list[float]:
     return [row[0] for row in rows]
 
 
+def flags(part: dict[str, Any], default: bool | None = None) -> dict[str, bool]:
+    """A record's or an entry's end flags, booleans (`default`: the value of an optional one left out)."""
+    out = {}
+    for name in ("is_terminated", "is_truncated"):
+        value = part[name] if default is None else part.get(name, default)
+        assert type(value) is bool, (name, part)
+        out[name] = value
+    return out
+
+
 def steps_of(entry: dict[str, Any]) -> dict[str, Any]:
-    assert len(entry["actions"]) == len(entry["rewards"]) == len(entry["obs"]) - 1, entry
+    assert len(entry["actions"]) == len(entry["rewards"]) == len(entry["obs"]) - 1 >= 1, entry
     return {"obs": markers(entry["obs"]), "rewards": entry["rewards"]}
 
 
 def as_vectors_write(kind: str, batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch as cuts.json writes it: episode id -> record (a single-agent record's flags are required,
+    a multi-agent record's default to false; an entry's start_step is an integer)."""
     out = {}
     for record in batch["episodes"]:
         assert record["episode_id"] not in out, f"two records of {record['episode_id']} in one batch"
-        flags = {"is_terminated": record.get("is_terminated", False), "is_truncated": record.get("is_truncated", False)}
         if kind == "single":
-            out[record["episode_id"]] = {**steps_of(record), **flags}
-        else:
-            agents = {agent: {"start_step": e["start_step"], **steps_of(e), "is_terminated": e["is_terminated"],
-                              "is_truncated": e["is_truncated"]} for agent, e in record["agents"].items()}
-            out[record["episode_id"]] = {**flags, "agents": agents}
+            out[record["episode_id"]] = {**steps_of(record), **flags(record)}
+            continue
+        agents = {}
+        for agent, entry in record["agents"].items():
+            assert type(entry["start_step"]) is int, entry
+            agents[agent] = {"start_step": entry["start_step"], **steps_of(entry), **flags(entry)}
+        out[record["episode_id"]] = {**flags(record, default=False), "agents": agents}
     return out
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_batches_are_cut_where_the_vectors_say(case: dict) -> None:
     reconnect = case.get("reconnect")
-    with cut_server(case["kind"], case["steps_per_batch"], reconnect) as server:
+    with cut_server(case) as server:
         make = TetherClient if case["kind"] == "single" else MultiAgentClient
         # (every batch delivered; with a reconnect, the call that cut batch 1 waits for its answer)
         client = make("127.0.0.1", server.port, seed=1, when_queue_full="wait", wait_for_weights=reconnect is not None)
