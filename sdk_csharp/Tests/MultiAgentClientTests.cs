@@ -32,6 +32,20 @@ namespace Tether.Tests
             }
         }
 
+        [Test]
+        public void OfTwoUnknownModulesTheFirstInCodePointOrderIsNamed()
+        {
+            // U+FFFD before U+1F600, as Python's sorted and C++'s UTF-8 strings order them (UTF-16 code units
+            // would put the surrogate pair 0xD83D 0xDE00 first).
+            using (ScriptedServer server = ScriptedServer.Plain(1000))
+            {
+                server.Config["policy_mapping"] = new JArray(
+                    new JObject { { "pattern", "x_*" }, { "module", "\U0001F600" } }, new JObject { { "pattern", "y_*" }, { "module", "\uFFFD" } });
+                var refused = Assert.Catch<TetherException>(() => MultiAgentClient.Connect(server.Options(3)));
+                Assert.That(refused.Message, Is.StringContaining("names module '\uFFFD'"));
+            }
+        }
+
         static float[] Obs(int t, int agent, int size)
         {
             var obs = new float[size];

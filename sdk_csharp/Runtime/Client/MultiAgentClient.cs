@@ -2288,8 +2288,8 @@ namespace Tether.Client
             if (ruleList != null && ruleList.Type != JTokenType.Null)
             {
                 rules = PolicyMapping.FromJson(ruleList);
-                // (the first missing one in sorted order is named, as by the Python and C++ clients)
-                var named = new SortedSet<string>(StringComparer.Ordinal);
+                // (the first missing one in code point order is named, as by the Python and C++ clients)
+                var named = new SortedSet<string>(Comparer<string>.Create(EnvParams.CompareNames));
                 foreach (MappingRule rule in rules.Rules)
                 {
                     if (rule.Module != null) named.Add(rule.Module);
