@@ -119,7 +119,9 @@ class EpisodeTracker:
                     agents={aid: (m, r) for aid, (m, r, _) in shares.items()}, agent_count=len(shares),
                     agent_lengths={aid: n for aid, (_, _, n) in shares.items()}, complete=False,
                     episode_id=record.episode_id))
-            if ending:
+            if ending and not agents and key not in self._departed:
+                del self._open[key]  # (an episode no agent acted in: a closing record alone is no episode)
+            elif ending:
                 del self._open[key]
                 total, count, end = self._departed.pop(key, (0.0, 0, 0))
                 for aid, e in agents.items():

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <fstream>
 #include <map>
@@ -162,27 +163,30 @@ TEST(CutVectors, BatchesAreCutWhereTheVectorsSay) {
     ++cases;
     const std::string kind = c["kind"].get<std::string>();
     const bool reconnect = c.contains("reconnect");
-    // Every handshake sends the model; a batch is answered with the weights the client has. Every
-    // SET_STATE carries the case's record_share.
-    auto answer = [c, kind](bool with_model) {
+    // Every handshake sends the model; a batch is answered with the weights the client has. SET_STATE n
+    // (0: the handshake's, n: the answer to batch n) carries the case's record_shares[n], the last repeated.
+    auto answer = [c, kind](int n) {
       json out = kind == "single" ? json{{"type", "SET_STATE"}, {"weights_seq_no", 0}} : pair_state(0);
-      if (kind == "single" && with_model) out = state(0, 1);
-      if (kind == "multi" && !with_model) out["models"] = json::object();
-      if (c.contains("record_share")) out["record_share"] = c["record_share"];
+      if (kind == "single" && n == 0) out = state(0, 1);
+      if (kind == "multi" && n > 0) out["models"] = json::object();
+      if (c.contains("record_shares")) {
+        const json& shares = c["record_shares"];
+        out["record_share"] = shares[std::min<std::size_t>(static_cast<std::size_t>(n), shares.size() - 1)];
+      }
       return out;
     };
-    ServerScript script = answering([answer](int) { return answer(true); });
+    ServerScript script = answering([answer](int) { return answer(0); });
     script.config_of_connection = [c](int connection) { return cut_config(c, connection); };
     script.on_batch = [answer, reconnect](Conn& conn, const tether::Message&, int n) {
       if (reconnect && n == 1) return false;  // (closes the connection, batch 1 unanswered)
-      conn.send(answer(false));
+      conn.send(answer(n));
       return true;
     };
     FakeServer server(script);
-    // (every batch delivered: the engine waits for room in the send queue; with a reconnect, the call
-    // that cut batch 1 waits for its answer)
+    // (every batch delivered: the engine waits for room in the send queue; with "wait_for_weights", the
+    // call that cut a batch waits for its answer)
     tether::ClientOptions options = waiting_options_for(server);
-    options.wait_for_weights = reconnect;
+    options.wait_for_weights = c["wait_for_weights"].get<bool>();
     if (kind == "single") {
       auto client = connect(options);
       ASSERT_NE(client, nullptr);

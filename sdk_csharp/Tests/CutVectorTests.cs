@@ -30,12 +30,12 @@ namespace Tether.Tests
                 bool reconnect = c["reconnect"] != null;
                 using (ReconnectingServer server = Server(c))
                 {
-                    // (a full queue waits: every batch is delivered; with a reconnect, the call that cut batch 1
-                    // waits for its answer)
+                    // (a full queue waits: every batch is delivered; with "wait_for_weights", the call that cut a
+                    // batch waits for its answer)
                     var options = new ClientOptions
                     {
                         Port = server.Port, Seed = 1, ReconnectTimeoutSeconds = 5, ResponseTimeoutSeconds = 5, UpdateTimeoutSeconds = 5,
-                        WhenQueueFull = QueueFullPolicy.Wait, WaitForWeights = reconnect,
+                        WhenQueueFull = QueueFullPolicy.Wait, WaitForWeights = (bool)c["wait_for_weights"],
                     };
                     if (kind == "single")
                     {
@@ -70,7 +70,8 @@ namespace Tether.Tests
 
         // Connection 0 describes observations in [-10, 10], later ones in [-9, 9] with "bounds_changed"; the
         // first connection is lost at batch 1 with "reconnect". Every handshake sends the model, a batch is
-        // answered with the weights the client has, and every SET_STATE carries the case's record_share.
+        // answered with the weights the client has, and SET_STATE n (0: the handshake's, n: the answer to
+        // batch n on the connection) carries the case's record_shares[n], the last one repeated.
         static ReconnectingServer Server(JObject c)
         {
             string kind = (string)c["kind"], reconnect = (string)c["reconnect"];
@@ -97,8 +98,10 @@ namespace Tether.Tests
                 config["policy_mapping"] = JArray.Parse("[{\"pattern\": \"*\", \"module\": \"solo\"}]");
                 return config;
             };
-            Func<bool, JObject> state = withModel =>
+            var shares = (JArray)c["record_shares"];
+            Func<int, JObject> state = n =>
             {
+                bool withModel = n == 0;
                 JObject answer;
                 if (kind == "single")
                 {
@@ -111,14 +114,14 @@ namespace Tether.Tests
                     if (withModel) models["solo"] = new JObject { { "weights_seq_no", 0 }, { "onnx_file", model } };
                     answer = new JObject { { "type", "SET_STATE" }, { "models", models } };
                 }
-                if (c["record_share"] != null) answer["record_share"] = c["record_share"].DeepClone();
+                if (shares != null) answer["record_share"] = shares[Math.Min(n, shares.Count - 1)].DeepClone();
                 return answer;
             };
             return new ReconnectingServer
             {
                 ConfigOf = configOf,
-                StateOf = connection => state(true),
-                BatchAnswer = (connection, n) => reconnect != null && connection == 0 ? null : state(false),
+                StateOf = connection => state(0),
+                BatchAnswer = (connection, n) => reconnect != null && connection == 0 ? null : state(n),
             };
         }
 

@@ -1962,8 +1962,12 @@ class _Episode:
 class _ReferenceCutter:
     """The client behaviour cuts.json states (§13.3, §16.1), written from the rule, not from an SDK."""
 
-    def __init__(self, kind: str, steps: int, reconnect: str | None, record_share: float | None) -> None:
-        self.kind, self.steps, self.reconnect, self.record_share = kind, steps, reconnect, record_share
+    def __init__(self, kind: str, steps: int, reconnect: str | None, record_shares: list[float] | None) -> None:
+        self.kind, self.steps, self.reconnect = kind, steps, reconnect
+        # record_share of SET_STATE n (0: the handshake's, n: the answer to batch n), the last one repeated;
+        # an episode draws whether it is recorded when it starts (1: recorded, 1e-9: held back)
+        self.record_shares = record_shares or [1.0]
+        assert set(self.record_shares) <= {1.0, 1e-9}
         self.episodes: dict[str, _Episode] = {}
         self.held = 0  # steps played in held-back episodes since the last batch
         self.batches: list[dict] = []
@@ -1971,9 +1975,16 @@ class _ReferenceCutter:
     def actors(self) -> list[_Actor]:
         return [a for e in self.episodes.values() if e.recorded for a in e.actors.values()]
 
-    def due(self) -> bool:
-        """The complete steps a cut would carry, with the held-back steps played, reach the steps per batch."""
+    def due(self, ep: _Episode) -> bool:
+        """The complete steps a cut would carry, with the held-back steps played, reach the steps per batch;
+        at a call of a held-back episode, only once a held-back step was played since the last batch."""
+        if ep.held_back and self.held == 0:
+            return False
         return sum(max(a.complete(), 0) for a in self.actors()) + self.held >= self.steps
+
+    def draw(self, training: bool) -> _Episode:
+        share = self.record_shares[min(len(self.batches), len(self.record_shares) - 1)]
+        return _Episode(training, training and share < 1.0)
 
     def cut(self, in_a_call: bool) -> None:
         batch = {}
@@ -2007,10 +2018,10 @@ class _ReferenceCutter:
         what, eid = call[0], call[1]
         if what == "start":
             assert eid not in self.episodes
-            self.episodes[eid] = _Episode(call[2], call[2] and self.record_share is not None)
+            self.episodes[eid] = self.draw(call[2])
             return
         if eid not in self.episodes:
-            self.episodes[eid] = _Episode(True, self.record_share is not None)
+            self.episodes[eid] = self.draw(True)
         ep = self.episodes[eid]
         assert ep.ended is None, f"{call}: the episode ended"
         if what in ("act", "frame"):
@@ -2038,13 +2049,13 @@ class _ReferenceCutter:
                 actor = ep.actors.get("default_agent")
                 if actor is not None:
                     actor.obs.append(observations["default_agent"])  # (completes its step before the count)
-                    if self.due():
+                    if self.due(ep):
                         self.cut(in_a_call=True)
                     if actor.obs:  # (unless a reconnect let it go with the rest)
                         actor.obs.pop()
-                elif self.due():
+                elif self.due(ep):
                     self.cut(in_a_call=True)
-            elif self.due():
+            elif self.due(ep):
                 self.cut(in_a_call=True)
         for agent, v in observations.items():
             actor = ep.actors.setdefault(agent, _Actor(ep.frames))
@@ -2064,8 +2075,9 @@ def cut_cases() -> list[dict]:
     every expected record is checked as a server checks records (at least one step per agent entry)."""
 
     def case(name: str, kind: str, steps: int, *calls: list, reconnect: str | None = None,
-             record_share: float | None = None) -> dict:
-        cutter = _ReferenceCutter(kind, steps, reconnect, record_share)
+             record_shares: list[float] | None = None) -> dict:
+        assert reconnect is None or record_shares is None  # (a share is counted by the answers of one connection)
+        cutter = _ReferenceCutter(kind, steps, reconnect, record_shares)
         for call in calls:
             cutter.play(list(call))
         cutter.cut(in_a_call=False)  # the flush
@@ -2076,8 +2088,10 @@ def cut_cases() -> list[dict]:
         out: dict = {"name": name, "kind": kind, "steps_per_batch": steps, "calls": [list(c) for c in calls]}
         if reconnect is not None:
             out["reconnect"] = reconnect
-        if record_share is not None:
-            out["record_share"] = record_share
+        if record_shares is not None:
+            out["record_shares"] = record_shares
+        # (the client waits for each batch's answer where an answer changes what follows: a reconnect, a share)
+        out["wait_for_weights"] = reconnect is not None or (record_shares is not None and len(record_shares) > 1)
         return {**out, "batches": cutter.batches}
 
     act = lambda e, *vs: [["act", e, v] for v in vs]  # noqa: E731
@@ -2156,12 +2170,24 @@ def cut_cases() -> list[dict]:
              ["frame", "h", {"a_0": 0}], ["frame", "e", {"a_0": 0}], ["frame", "e", {"a_0": 1}], ["end", "e", {"a_0": 2}],
              ["start", "v", False], ["frame", "v", {"a_0": 5, "a_1": 5}], ["end", "v", {}],
              ["end_agents", "h", {"a_0": 1}], ["frame", "g", {"a_0": 9}], ["end", "g", {"a_0": 8}], ["end", "h", {}]),
-        # Every episode held back (record_share 1e-9 from the handshake on): a batch without records every
-        # steps per batch played (agent steps for multi), and none at the flush.
-        case("single_held_back_episodes_keep_the_cadence", "single", 3, *act("e", 0, 1, 2, 3, 4), ["end", "e", 5],
-             *act("f", 0, 1), ["end", "f", 2], record_share=1e-9),
-        case("multi_held_back_episodes_keep_the_cadence", "multi", 4, *pair("e", 0, 1, 2, 3, 4), ["end", "e", {}],
-             record_share=1e-9),
+        # Every episode held back (record_share 1e-9 from the handshake on): a batch without records at the
+        # first call after steps per batch were played (agent steps for multi), its own step not yet counted,
+        # and none at the flush.
+        case("single_held_back_episodes_keep_the_cadence", "single", 3, *act("e", 0, 1, 2, 3, 4, 5), ["end", "e", 6],
+             record_shares=[1e-9]),
+        case("multi_held_back_episodes_keep_the_cadence", "multi", 4, *pair("e", 0, 1, 2, 3), ["end", "e", {}],
+             record_shares=[1e-9]),
+        # Recorded, then held back (the answer to batch 1 brings record_share 1e-9): r's last steps are due
+        # when the held-back h starts, but h's first call cuts nothing (no held-back step played yet); its
+        # second does.
+        case("single_a_held_back_call_cuts_once_a_held_back_step_was_played", "single", 2, *act("r", 0, 1, 2, 3),
+             ["end", "r", 4], *act("h", 0, 1, 2), ["end", "h", 3], record_shares=[1.0, 1e-9]),
+        case("multi_a_held_back_call_cuts_once_a_held_back_step_was_played", "multi", 2,
+             *[["frame", "r", {"a_0": f}] for f in (0, 1, 2, 3)], ["end", "r", {"a_0": 4}],
+             *[["frame", "h", {"a_0": f}] for f in (0, 1, 2)], ["end", "h", {}], record_shares=[1.0, 1e-9]),
+        # A flush sends an end not sent yet, alone when nothing is complete (g's step still waits).
+        case("multi_a_flush_sends_an_end_not_sent_yet", "multi", 1, ["frame", "e", {"a_0": 0}],
+             ["end_agents", "e", {"a_0": 1}], ["frame", "g", {"a_0": 5}], ["end", "e", {}]),
         # Every agent left and was cut before the episode ended: the end goes as a record without agents.
         case("multi_an_end_after_every_agent_was_cut_has_no_agents", "multi", 2,
              ["frame", "e", {"a_0": 0, "a_1": 0}], ["end_agents", "e", {"a_0": 1, "a_1": 1}],

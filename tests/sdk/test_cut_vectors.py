@@ -26,11 +26,15 @@ MODEL = constant_model(WIDTH, [0.0, 0.0])
 
 def cut_server(case: dict[str, Any]) -> ScriptedServer:
     """A server of the case's steps per batch (env_steps_per_sample) that answers every batch with the
-    weights it has (every connection's handshake sends the model), and the case's record_share in every
-    SET_STATE. With "reconnect" the first connection closes at its first batch, unanswered, and later
-    connections describe observations in [-9, 9] when it is "bounds_changed"."""
+    weights it has (every connection's handshake sends the model), its n-th SET_STATE (0: the handshake's)
+    with the case's record_shares[n] (the last one repeated). With "reconnect" the first connection closes
+    at its first batch, unanswered, and later connections describe observations in [-9, 9] when it is
+    "bounds_changed"."""
     kind, steps, reconnect = case["kind"], case["steps_per_batch"], case.get("reconnect")
-    share = {"record_share": case["record_share"]} if "record_share" in case else {}
+    shares = case.get("record_shares")
+
+    def share(n: int) -> dict[str, Any]:
+        return {} if shares is None else {"record_share": shares[min(n, len(shares) - 1)]}
 
     def config(connection: int) -> dict[str, Any]:
         bound = 9.0 if reconnect == "bounds_changed" and connection > 0 else 10.0
@@ -44,9 +48,9 @@ def cut_server(case: dict[str, Any]) -> ScriptedServer:
 
     def answer(connection: int, n: int) -> dict[str, Any]:
         if kind == "single":
-            return {**state(0, MODEL if n == 0 else None), **share}
+            return {**state(0, MODEL if n == 0 else None), **share(n)}
         models = {"m": {"weights_seq_no": 0, "onnx_file": state(0, MODEL)["onnx_file"]}}
-        return {"type": "SET_STATE", "models": models if n == 0 else {}, **share}
+        return {"type": "SET_STATE", "models": models if n == 0 else {}, **share(n)}
 
     return answering_server(config, answer, lambda i: "1.3", drop_first_batch=reconnect is not None)
 
@@ -123,8 +127,8 @@ def test_batches_are_cut_where_the_vectors_say(case: dict) -> None:
     reconnect = case.get("reconnect")
     with cut_server(case) as server:
         make = TetherClient if case["kind"] == "single" else MultiAgentClient
-        # (every batch delivered; with a reconnect, the call that cut batch 1 waits for its answer)
-        client = make("127.0.0.1", server.port, seed=1, when_queue_full="wait", wait_for_weights=reconnect is not None)
+        # (every batch delivered; with "wait_for_weights", the call that cut a batch waits for its answer)
+        client = make("127.0.0.1", server.port, seed=1, when_queue_full="wait", wait_for_weights=case["wait_for_weights"])
         try:
             play(client, case["kind"], case["calls"])
             client.flush()

@@ -103,6 +103,22 @@ def test_agents_leaving_an_episode_that_goes_on_are_counted_when_they_leave_and_
     assert metrics.episodes_total == 1 and list(metrics.returns) == [episode.total_return]
 
 
+def test_a_closing_record_of_an_episode_no_agent_acted_in_is_no_episode() -> None:
+    """§10.7: a record without agents ends an episode; when the tracker saw no step of it (the engine
+    ended it before any agent acted), there is no return or length to count: a 0 would pull the return
+    windows, and --stop-at-return, toward 0. A closing record after steps still finishes its episode."""
+    tracker, metrics = EpisodeTracker(), Metrics()
+    assert tracker.add("c", [MultiAgentRecord("empty", True, False, [])]) == []
+    assert tracker.open_size() == 0 and not tracker._open
+    seen = chunk(3, False, "seen")
+    seen.agents[0].chunk.is_terminated = True  # (the agent left; the episode goes on)
+    assert [f.complete for f in tracker.add("c", [MultiAgentRecord("seen", False, False, seen.agents)])] == [False]
+    (closed,) = tracker.add("c", [MultiAgentRecord("seen", False, True, [])])
+    assert closed.complete and (closed.total_return, closed.length) == (3.0, 3)
+    metrics.add_episodes([closed])
+    assert list(metrics.returns) == [3.0]
+
+
 def test_returns_no_update_can_train_on_stay_out_of_the_metrics() -> None:
     """A return of 2**64 or more (rewards of 3e38 or 1e20), or one not finite, is counted
     as excluded and never reaches a window: the reported return stays one an episode can have."""
