@@ -2044,19 +2044,14 @@ class _ReferenceCutter:
                 ep.ended = how
 
     def act(self, ep: _Episode, observations: dict[str, float]) -> None:
-        if ep.training:
-            if self.kind == "single" and ep.recorded:
-                actor = ep.actors.get("default_agent")
-                if actor is not None:
-                    actor.obs.append(observations["default_agent"])  # (completes its step before the count)
-                    if self.due(ep):
-                        self.cut(in_a_call=True)
-                    if actor.obs:  # (unless a reconnect let it go with the rest)
-                        actor.obs.pop()
-                elif self.due(ep):
-                    self.cut(in_a_call=True)
-            elif self.due(ep):
-                self.cut(in_a_call=True)
+        # A single-agent call's observation completes its recorded episode's last step before the count.
+        completing = ep.actors.get("default_agent") if self.kind == "single" and ep.recorded else None
+        if completing is not None:
+            completing.obs.append(observations["default_agent"])
+        if ep.training and self.due(ep):
+            self.cut(in_a_call=True)
+        if completing is not None and completing.obs:  # (unless a reconnect let it go with the rest)
+            completing.obs.pop()
         for agent, v in observations.items():
             actor = ep.actors.setdefault(agent, _Actor(ep.frames))
             assert actor.ended is None, f"{agent} left"
