@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cartpole_physics.h"
+#include "flags.h"
 #include "surviving.h"
 #include "tether/client.h"
 #include "tether/distributions.h"
@@ -51,7 +52,7 @@ using tether_examples::CartPole;
 
 struct Args {
   std::string host = "127.0.0.1";
-  int port = 5555;
+  std::uint16_t port = 5555;
   long long max_steps = 300000;
   std::uint64_t seed = 0;
   bool random = false;
@@ -62,50 +63,15 @@ struct Args {
 };
 
 bool parse_args(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cartpole: %s needs a value\n", name);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    const char* v = nullptr;
-    if (arg == "--random") {
-      args.random = true;
-    } else if (arg == "--host") {
-      if (!(v = value("--host"))) return false;
-      args.host = v;
-    } else if (arg == "--port") {
-      if (!(v = value("--port"))) return false;
-      args.port = std::atoi(v);
-    } else if (arg == "--max-steps") {
-      if (!(v = value("--max-steps"))) return false;
-      args.max_steps = std::atoll(v);
-    } else if (arg == "--seed") {
-      if (!(v = value("--seed"))) return false;
-      args.seed = std::strtoull(v, nullptr, 10);
-    } else if (arg == "--when-queue-full") {
-      if (!(v = value("--when-queue-full"))) return false;
-      args.drop_oldest = std::string(v) == "drop_oldest";
-    } else if (arg == "--reconnect-timeout") {
-      if (!(v = value("--reconnect-timeout"))) return false;
-      args.reconnect_timeout_s = std::atof(v);
-    } else if (arg == "--offline-policy") {
-      if (!(v = value("--offline-policy"))) return false;
-      args.offline_policy = v;
-    } else if (arg == "--demo-file") {
-      if (!(v = value("--demo-file"))) return false;
-      args.demo_file = v;
-    } else {
-      std::fprintf(stderr,
-                   "usage: cartpole [--host H] [--port P] [--max-steps N] [--seed S] [--random] "
-                   "[--reconnect-timeout S] [--when-queue-full wait|drop_oldest] [--offline-policy FILE] "
-                   "[--demo-file FILE]\n");
-      return false;
-    }
-  }
+  std::string when_queue_full = "wait";
+  examples::Flags flags("cartpole");
+  flags.value("--host", args.host, "H").value("--port", args.port, "P").value("--max-steps", args.max_steps, "N");
+  flags.value("--seed", args.seed, "S").toggle("--random", args.random);
+  flags.value("--reconnect-timeout", args.reconnect_timeout_s, "S");
+  flags.choice("--when-queue-full", when_queue_full, {"wait", "drop_oldest"});
+  flags.value("--offline-policy", args.offline_policy, "FILE").value("--demo-file", args.demo_file, "FILE");
+  if (!flags.parse(argc, argv)) return false;
+  args.drop_oldest = when_queue_full == "drop_oldest";
   return true;
 }
 
@@ -159,7 +125,7 @@ int main(int argc, char** argv) {
   } else {
     tether::ClientOptions options;
     options.host = args.host;
-    options.port = static_cast<std::uint16_t>(args.port);
+    options.port = args.port;
     options.client_name = "cartpole-cpp-" + std::to_string(args.seed);
     options.seed = args.seed;
     options.reconnect_timeout_s = args.reconnect_timeout_s;

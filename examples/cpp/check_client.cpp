@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "flags.h"
 #include "surviving.h"
 #include "tether/client.h"
 #include "tether/onnxruntime_backend.h"
@@ -66,7 +67,6 @@ int main(int argc, char** argv) {
   tether::ClientOptions options;
   options.port = 5556;
   options.client_name = "check-client-cpp";
-  options.seed = 0;
   options.reconnect_timeout_s = 30.0;
   // The checker answers slowly on purpose and must see every batch: wait for room
   // in the send queue instead of dropping the oldest batches.
@@ -74,30 +74,14 @@ int main(int argc, char** argv) {
   options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
   long long steps_wanted = 300;
   double idle_s = 3.0;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "check_client: %s needs a value\n", arg.c_str());
-      return 2;
-    }
-    const char* value = argv[++i];
-    if (arg == "--host") {
-      options.host = value;
-    } else if (arg == "--port") {
-      options.port = static_cast<std::uint16_t>(std::atoi(value));
-    } else if (arg == "--steps") {
-      steps_wanted = std::atoll(value);
-    } else if (arg == "--idle-s") {
-      idle_s = std::atof(value);
-    } else if (arg == "--auth-token") {
-      options.auth_token = std::string(value);
-    } else if (arg == "--seed") {
-      options.seed = std::strtoull(value, nullptr, 10);
-    } else {
-      std::fprintf(stderr, "usage: check_client [--host H] [--port P] [--steps N] [--idle-s S] [--auth-token T]\n");
-      return 2;
-    }
-  }
+  std::string auth_token;
+  std::uint64_t seed = 0;
+  examples::Flags flags("check_client");
+  flags.value("--host", options.host, "H").value("--port", options.port, "P").value("--steps", steps_wanted, "N");
+  flags.value("--idle-s", idle_s, "S").value("--auth-token", auth_token, "T").value("--seed", seed, "S");
+  if (!flags.parse(argc, argv)) return 2;
+  options.seed = seed;
+  if (!auth_token.empty()) options.auth_token = auth_token;
 
   tether::Result<std::unique_ptr<tether::TetherClient>> connected = tether::TetherClient::connect(options);
   if (!connected.ok()) {

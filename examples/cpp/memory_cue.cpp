@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "surviving.h"
 #include "tether/client.h"
 #include "tether/distributions.h"
@@ -69,7 +70,7 @@ class MemoryCue {
 
 struct Args {
   std::string host = "127.0.0.1";
-  int port = 5555;
+  std::uint16_t port = 5555;
   long long max_steps = 1000000;
   std::uint64_t seed = 0;
   int cues = 2;
@@ -80,34 +81,15 @@ struct Args {
 };
 
 bool parse_args(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--random") {
-      args.random = true;
-    } else if (arg == "--host" && has_value) {
-      args.host = argv[++i];
-    } else if (arg == "--port" && has_value) {
-      args.port = std::atoi(argv[++i]);
-    } else if (arg == "--max-steps" && has_value) {
-      args.max_steps = std::atoll(argv[++i]);
-    } else if (arg == "--seed" && has_value) {
-      args.seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (arg == "--cues" && has_value) {
-      args.cues = std::atoi(argv[++i]);
-    } else if (arg == "--length" && has_value) {
-      args.length = std::atoi(argv[++i]);
-    } else if (arg == "--greedy-episodes" && has_value) {
-      args.greedy_episodes = std::atoi(argv[++i]);
-    } else if (arg == "--reconnect-timeout" && has_value) {
-      args.reconnect_timeout_s = std::atof(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: memory_cue [--host H] [--port P] [--max-steps N] [--seed S] [--cues C] "
-                           "[--length L] [--greedy-episodes N] [--reconnect-timeout S] [--random]\n");
-      return false;
-    }
-  }
-  return args.cues >= 2 && args.length >= 2;
+  examples::Flags flags("memory_cue");
+  flags.value("--host", args.host, "H").value("--port", args.port, "P").value("--max-steps", args.max_steps, "N");
+  flags.value("--seed", args.seed, "S").value("--cues", args.cues, "C").value("--length", args.length, "L");
+  flags.value("--greedy-episodes", args.greedy_episodes, "N").value("--reconnect-timeout", args.reconnect_timeout_s, "S");
+  flags.toggle("--random", args.random);
+  if (!flags.parse(argc, argv)) return false;
+  if (args.cues >= 2 && args.length >= 2) return true;
+  std::fprintf(stderr, "memory_cue: --cues and --length are at least 2\n");
+  return false;
 }
 
 }  // namespace
@@ -121,7 +103,7 @@ int main(int argc, char** argv) {
   if (!args.random) {
     tether::ClientOptions options;
     options.host = args.host;
-    options.port = static_cast<std::uint16_t>(args.port);
+    options.port = args.port;
     options.client_name = "memory-cue-cpp-" + std::to_string(args.seed);
     options.seed = args.seed;
     options.reconnect_timeout_s = args.reconnect_timeout_s;

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "surviving.h"
 #include "tether/distributions.h"
 #include "tether/multi_agent_client.h"
@@ -94,7 +95,7 @@ class RelayGame {
 
 struct Args {
   std::string host = "127.0.0.1";
-  int port = 5555;
+  std::uint16_t port = 5555;
   long max_steps = 6000;
   std::uint64_t seed = 0;
   bool random = false;
@@ -102,27 +103,11 @@ struct Args {
 };
 
 bool parse(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--random") {
-      args.random = true;
-    } else if (flag == "--host" && has_value) {
-      args.host = argv[++i];
-    } else if (flag == "--port" && has_value) {
-      args.port = std::atoi(argv[++i]);
-    } else if (flag == "--max-steps" && has_value) {
-      args.max_steps = std::atol(argv[++i]);
-    } else if (flag == "--seed" && has_value) {
-      args.seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (flag == "--reconnect-timeout" && has_value) {
-      args.reconnect_timeout_s = std::atof(argv[++i]);
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", flag.c_str());
-      return false;
-    }
-  }
-  return true;
+  examples::Flags flags("multi_agent");
+  flags.value("--host", args.host, "H").value("--port", args.port, "P").value("--max-steps", args.max_steps, "N");
+  flags.value("--seed", args.seed, "S").value("--reconnect-timeout", args.reconnect_timeout_s, "S");
+  flags.toggle("--random", args.random);
+  return flags.parse(argc, argv);
 }
 
 double mean(const std::deque<double>& values, std::size_t last) {
@@ -183,7 +168,7 @@ int main(int argc, char** argv) {
 
   tether::ClientOptions options;
   options.host = args.host;
-  options.port = static_cast<std::uint16_t>(args.port);
+  options.port = args.port;
   options.seed = args.seed;
   options.reconnect_timeout_s = args.reconnect_timeout_s;
   options.when_queue_full = tether::QueueFullPolicy::kWait;

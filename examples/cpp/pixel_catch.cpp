@@ -26,6 +26,7 @@
 #include <numeric>
 #include <string>
 
+#include "flags.h"
 #include "surviving.h"
 #include "tether/client.h"
 #include "tether/distributions.h"
@@ -71,32 +72,17 @@ class PixelCatch {
 
 struct Args {
   std::string host = "127.0.0.1";
-  int port = 5555;
+  std::uint16_t port = 5555;
   long long max_steps = 1000000;
   std::uint64_t seed = 0;
   bool random = false;
 };
 
 bool parse_args(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--random") {
-      args.random = true;
-    } else if (arg == "--host" && has_value) {
-      args.host = argv[++i];
-    } else if (arg == "--port" && has_value) {
-      args.port = std::atoi(argv[++i]);
-    } else if (arg == "--max-steps" && has_value) {
-      args.max_steps = std::atoll(argv[++i]);
-    } else if (arg == "--seed" && has_value) {
-      args.seed = std::strtoull(argv[++i], nullptr, 10);
-    } else {
-      std::fprintf(stderr, "usage: pixel_catch [--host H] [--port P] [--max-steps N] [--seed S] [--random]\n");
-      return false;
-    }
-  }
-  return true;
+  examples::Flags flags("pixel_catch");
+  flags.value("--host", args.host, "H").value("--port", args.port, "P").value("--max-steps", args.max_steps, "N");
+  flags.value("--seed", args.seed, "S").toggle("--random", args.random);
+  return flags.parse(argc, argv);
 }
 
 }  // namespace
@@ -113,7 +99,7 @@ int main(int argc, char** argv) {
   if (!args.random) {
     tether::ClientOptions options;
     options.host = args.host;
-    options.port = static_cast<std::uint16_t>(args.port);
+    options.port = args.port;
     options.client_name = "pixel-catch-cpp-" + std::to_string(args.seed);
     options.seed = args.seed;
     // This game steps in microseconds, far faster than the learner trains: after each batch it waits

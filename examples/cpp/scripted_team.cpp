@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cartpole_physics.h"
+#include "flags.h"
 #include "surviving.h"
 #include "tether/multi_agent_client.h"
 #include "tether/onnxruntime_backend.h"
@@ -37,7 +38,7 @@ int expert(const float* obs) { return obs[2] + 0.5f * obs[3] > 0.0f ? 1 : 0; }
 
 struct Args {
   std::string host = "127.0.0.1";
-  int port = 5555;
+  std::uint16_t port = 5555;
   int agents = 2;
   long max_steps = 15000;
   std::uint64_t seed = 0;
@@ -47,31 +48,14 @@ struct Args {
 };
 
 bool parse(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (flag == "--random") {
-      args.random = true;
-    } else if (flag == "--host" && has_value) {
-      args.host = argv[++i];
-    } else if (flag == "--port" && has_value) {
-      args.port = std::atoi(argv[++i]);
-    } else if (flag == "--agents" && has_value) {
-      args.agents = std::atoi(argv[++i]);
-    } else if (flag == "--max-steps" && has_value) {
-      args.max_steps = std::atol(argv[++i]);
-    } else if (flag == "--seed" && has_value) {
-      args.seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (flag == "--last" && has_value) {
-      args.last = static_cast<std::size_t>(std::atol(argv[++i]));
-    } else if (flag == "--demo-file" && has_value) {
-      args.demo_file = argv[++i];
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", flag.c_str());
-      return false;
-    }
-  }
-  return args.agents >= 2;
+  examples::Flags flags("scripted_team");
+  flags.value("--host", args.host, "H").value("--port", args.port, "P").value("--agents", args.agents, "N");
+  flags.value("--max-steps", args.max_steps, "N").value("--seed", args.seed, "S").value("--last", args.last, "N");
+  flags.value("--demo-file", args.demo_file, "FILE").toggle("--random", args.random);
+  if (!flags.parse(argc, argv)) return false;
+  if (args.agents >= 2) return true;
+  std::fprintf(stderr, "scripted_team: --agents is at least 2\n");
+  return false;
 }
 
 double mean_last(const std::vector<double>& values, std::size_t last) {
@@ -91,7 +75,7 @@ int main(int argc, char** argv) {
   if (!args.random) {
     tether::ClientOptions options;
     options.host = args.host;
-    options.port = static_cast<std::uint16_t>(args.port);
+    options.port = args.port;
     options.seed = args.seed;
     options.client_name = "cpp-scripted-team";
     options.when_queue_full = tether::QueueFullPolicy::kWait;

@@ -337,3 +337,27 @@ def passes_every_check(program: list[str]) -> None:
 
 def test_cpp_check_client_passes_every_check(examples: Path) -> None:
     passes_every_check([str(examples / "check_client")])
+
+
+@pytest.mark.parametrize(("program", "argv", "says"), [
+    ("cartpole", ["--port", "55x"], "cartpole: --port takes a whole number from 0 to 65535, not '55x'"),
+    ("cartpole", ["--port", "70000"], "cartpole: --port takes a whole number from 0 to 65535, not '70000'"),
+    ("cartpole", ["--when-queue-full", "sometimes"],
+     "cartpole: --when-queue-full takes one of wait|drop_oldest, not 'sometimes'"),
+    ("memory_cue", ["--seed", "-1"], "memory_cue: --seed takes a whole number from 0 to 18446744073709551615, not '-1'"),
+    ("memory_cue", ["--cues", "1"], "memory_cue: --cues and --length are at least 2"),
+    ("multi_agent", ["--reconnect-timeout", "soon"], "multi_agent: --reconnect-timeout takes a number, not 'soon'"),
+    ("pixel_catch", ["--max-steps"], "pixel_catch: --max-steps needs a value (N)"),
+    ("scripted_team", ["--agents", "1"], "scripted_team: --agents is at least 2"),
+    ("scripted_team", ["--agents", "3000000000"], "scripted_team: --agents takes a whole number, not '3000000000'"),
+    ("check_client", ["--steps", "3", "--colour", "red"], "check_client: unknown flag '--colour'\nusage: check_client "
+     "[--host H] [--port P] [--steps N] [--idle-s S] [--auth-token T] [--seed S]"),
+])
+def test_cpp_examples_refuse_a_bad_command_line_by_name(examples: Path, program: str, argv: list[str],
+                                                        says: str) -> None:
+    """Every example program parses its flags alike (examples/cpp/flags.h): a value of the wrong kind, a
+    missing value or an unknown flag ends it with exit status 2, before it connects, and a line naming
+    the flag (a value that does not fit the flag's type is refused, not read as 0 or wrapped)."""
+    run = subprocess.run([str(examples / program), *argv], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+    assert run.stderr.startswith(says), run.stderr
