@@ -80,30 +80,12 @@ namespace Tether.Examples
             bool random = false;
             double reconnectTimeout = 5;
             string offlinePolicy = null, demoFile = null;
-            for (int i = 0; i < argv.Length; ++i)
-            {
-                string arg = argv[i];
-                if (arg == "--random") { random = true; continue; }
-                if (i + 1 >= argv.Length)
-                {
-                    Console.Error.WriteLine("usage: cartpole.exe [--host H] [--port P] [--max-steps N] [--seed S] [--random] [--reconnect-timeout S] " +
-                                            "[--offline-policy FILE] [--demo-file FILE]");
-                    return 2;
-                }
-                string value = argv[++i];
-                if (arg == "--host") host = value;
-                else if (arg == "--port") port = int.Parse(value, CultureInfo.InvariantCulture);
-                else if (arg == "--max-steps") maxSteps = long.Parse(value, CultureInfo.InvariantCulture);
-                else if (arg == "--seed") seed = ulong.Parse(value, CultureInfo.InvariantCulture);
-                else if (arg == "--reconnect-timeout") reconnectTimeout = double.Parse(value, CultureInfo.InvariantCulture);
-                else if (arg == "--offline-policy") offlinePolicy = value;
-                else if (arg == "--demo-file") demoFile = value;
-                else
-                {
-                    Console.Error.WriteLine("cartpole: unknown option " + arg);
-                    return 2;
-                }
-            }
+            var flags = new Flags("cartpole")
+                .Text("--host", "H", v => host = v).Int("--port", "P", 0, 65535, v => port = (int)v)
+                .Int("--max-steps", "N", long.MinValue, long.MaxValue, v => maxSteps = v).ULong("--seed", "S", v => seed = v)
+                .Toggle("--random", () => random = true).Number("--reconnect-timeout", "S", v => reconnectTimeout = v)
+                .Text("--offline-policy", "FILE", v => offlinePolicy = v).Text("--demo-file", "FILE", v => demoFile = v);
+            if (!flags.Parse(argv)) return 2;
             var clock = Stopwatch.StartNew();
             var env = new CartPoleEnv(seed * 7919 + 1);
             var obs = new float[4];

@@ -55,27 +55,12 @@ namespace Tether.Examples
             };
             long stepsWanted = 300;
             double idleSeconds = 3;
-            for (int i = 0; i < argv.Length; i += 2)
-            {
-                if (i + 1 >= argv.Length)
-                {
-                    Console.Error.WriteLine("checkclient: " + argv[i] + " needs a value");
-                    return 2;
-                }
-                string value = argv[i + 1];
-                switch (argv[i])
-                {
-                    case "--host": options.Host = value; break;
-                    case "--port": options.Port = int.Parse(value, CultureInfo.InvariantCulture); break;
-                    case "--steps": stepsWanted = long.Parse(value, CultureInfo.InvariantCulture); break;
-                    case "--idle-s": idleSeconds = double.Parse(value, CultureInfo.InvariantCulture); break;
-                    case "--auth-token": options.AuthToken = value; break;
-                    case "--seed": options.Seed = ulong.Parse(value, CultureInfo.InvariantCulture); break;
-                    default:
-                        Console.Error.WriteLine("usage: checkclient.exe [--host H] [--port P] [--steps N] [--idle-s S] [--auth-token T] [--seed S]");
-                        return 2;
-                }
-            }
+            var flags = new Flags("checkclient")
+                .Text("--host", "H", v => options.Host = v).Int("--port", "P", 0, 65535, v => options.Port = (int)v)
+                .Int("--steps", "N", long.MinValue, long.MaxValue, v => stepsWanted = v)
+                .Number("--idle-s", "S", v => idleSeconds = v).Text("--auth-token", "T", v => options.AuthToken = v)
+                .ULong("--seed", "S", v => options.Seed = v);
+            if (!flags.Parse(argv)) return 2;
 
             TetherClient client;
             try

@@ -120,31 +120,11 @@ namespace Tether.Examples
             ulong seed = 0;
             bool random = false;
             double reconnectTimeout = 5;
-            for (int i = 0; i < argv.Length; ++i)
-            {
-                string flag = argv[i];
-                if (flag == "--random")
-                {
-                    random = true;
-                    continue;
-                }
-                if (i + 1 >= argv.Length)
-                {
-                    Console.Error.WriteLine("option " + flag + " needs a value");
-                    return 2;
-                }
-                string value = argv[++i];
-                if (flag == "--host") host = value;
-                else if (flag == "--port") port = int.Parse(value, CultureInfo.InvariantCulture);
-                else if (flag == "--max-steps") maxSteps = long.Parse(value, CultureInfo.InvariantCulture);
-                else if (flag == "--seed") seed = ulong.Parse(value, CultureInfo.InvariantCulture);
-                else if (flag == "--reconnect-timeout") reconnectTimeout = double.Parse(value, CultureInfo.InvariantCulture);
-                else
-                {
-                    Console.Error.WriteLine("unknown option " + flag);
-                    return 2;
-                }
-            }
+            var flags = new Flags("multiagent")
+                .Text("--host", "H", v => host = v).Int("--port", "P", 0, 65535, v => port = (int)v)
+                .Int("--max-steps", "N", long.MinValue, long.MaxValue, v => maxSteps = v).ULong("--seed", "S", v => seed = v)
+                .Number("--reconnect-timeout", "S", v => reconnectTimeout = v).Toggle("--random", () => random = true);
+            if (!flags.Parse(argv)) return 2;
             var game = new RelayGame(seed);
             var frame = new AgentFrame();
             var returns = new List<double>();

@@ -35,12 +35,13 @@ mcs -nologo -langversion:7.2 -target:library -define:UNITY_5_3_OR_NEWER -warnase
 mcs -nologo -langversion:7.2 -target:library -out:"$out/Tether.Samples.check.dll" \
   -r:"$out/Tether.Runtime.dll" -r:"$out/UnityEngineSurface.dll" -r:"$out/Tether.Unity.check.dll" \
   "$here"/Samples~/*/*.cs
-# The example programs (examples/csharp/*.cs, one program each).
+# The example programs (examples/csharp/*.cs, one program each, with what they share in Shared/).
 mkdir -p "$out/examples"
 for example in "$repo"/examples/csharp/*.cs; do
   name="$(basename "$example" .cs | tr 'A-Z' 'a-z')"
   mcs -nologo -langversion:7.2 -target:exe -optimize+ -out:"$out/examples/$name.exe" \
-    -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$example"
+    -r:System.Numerics.dll -r:"$out/Newtonsoft.Json.dll" -r:"$out/Tether.Runtime.dll" "$example" \
+    "$repo"/examples/csharp/Shared/*.cs
 done
 cp -f "$out/Tether.Runtime.dll" "$out/Newtonsoft.Json.dll" "$out/examples/"
 # The latency benchmark's program (bench/act_latency.py runs it).

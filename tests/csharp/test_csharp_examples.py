@@ -75,3 +75,21 @@ def test_csharp_multi_agent_learns_above_random(examples: Path, tmp_path: Path) 
 def test_csharp_multi_agent_plays_self_play_unchanged(examples: Path, tmp_path: Path) -> None:
     env = dict(os.environ, LD_LIBRARY_PATH=str(ORT_LIB))
     print("C# self-play:", relay_game_plays_self_play(["mono", str(examples / "multiagent.exe")], tmp_path, env))
+
+
+@pytest.mark.parametrize(("program", "argv", "says"), [
+    ("cartpole.exe", ["--port", "55x"], "cartpole: --port takes a whole number from 0 to 65535, not '55x'"),
+    ("cartpole.exe", ["--seed", "-1"], "cartpole: --seed takes a whole number from 0 to 18446744073709551615, not '-1'"),
+    ("multiagent.exe", ["--reconnect-timeout", "soon"], "multiagent: --reconnect-timeout takes a number, not 'soon'"),
+    ("multiagent.exe", ["--max-steps"], "multiagent: --max-steps needs a value (N)"),
+    ("checkclient.exe", ["--steps", "3", "--colour", "red"], "checkclient: unknown flag '--colour'\nusage: checkclient "
+     "[--host H] [--port P] [--steps N] [--idle-s S] [--auth-token T] [--seed S]"),
+])
+def test_csharp_examples_refuse_a_bad_command_line_by_name(examples: Path, program: str, argv: list[str],
+                                                           says: str) -> None:
+    """The C# examples parse their flags as the C++ ones do (examples/csharp/Shared/Flags.cs, the same
+    messages as examples/cpp/flags.h): exit status 2 and a line naming the flag, not an unhandled
+    FormatException."""
+    run = mono(examples / program, *argv, timeout=60)
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+    assert run.stderr.startswith(says), run.stderr
