@@ -219,4 +219,34 @@ TEST(MapAgentsCache, AnAnswerNamingAModuleTheNewConnectionDroppedIsRefused) {
   EXPECT_EQ(client->mapped_actors(), 0u);
 }
 
+TEST(MapAgentsCache, AMapAgentsLostWithItsConnectionIsSentAgainOnTheNext) {
+  // §6.5: a request whose connection ends before its answer is sent again, unchanged, on the next
+  // connection (as the Python and C# SDKs do): the caller gets the answer, not a connection error.
+  ServerScript script = mapping_server();
+  auto asked = std::make_shared<std::atomic<int>>(0);
+  script.on_map_agents = [asked](Conn& conn, const tether::Message& message) {
+    if (asked->fetch_add(1) < 2) return false;  // closed unanswered: lost with the connection
+    json modules = json::object();
+    for (const json& id : message.body["agent_ids"]) modules[id.get<std::string>()] = "m";
+    conn.send({{"type", "AGENT_MODULES"}, {"modules", modules}});
+    return true;
+  };
+  FakeServer server(script);
+  auto client = connect_to(server);
+  ASSERT_TRUE(client);
+  const int connections = server.connections();
+  std::string episode = client->start_episode("e").value();
+  auto modules = client->map_agents(episode, {"a0", "a1"});
+  ASSERT_TRUE(modules.ok()) << modules.status().to_string();
+  EXPECT_EQ(modules.value(), std::vector<std::string>({"m", "m"}));
+  std::vector<json> requests;
+  for (const json& message : server.messages()) {
+    if (message["type"] == "MAP_AGENTS") requests.push_back(message);
+  }
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[1], requests[0]);
+  EXPECT_EQ(requests[2], requests[0]);
+  EXPECT_EQ(server.connections(), connections + 2);
+}
+
 #endif  // _WIN32

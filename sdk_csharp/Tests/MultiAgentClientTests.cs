@@ -378,13 +378,30 @@ namespace Tether.Tests
                     try { Assert.That(client.MapAgents(episode, new[] { "a_" + next++ }), Is.EqualTo(new[] { "lifter" })); }
                     catch (ProtocolException e) { refused = e; }
                     catch (ServerErrorException e) { Assert.That(e.Code, Is.EqualTo(ErrorCode.ClientTimeout)); }
-                    // (a MAP_AGENTS in flight when the connection closed fails the call; the link reconnects)
-                    catch (TetherException e) when (e.Code == ErrorCode.ConnectionFailed) { }
                 }
                 Assert.That(refused, Is.Not.Null, "an answer naming the module the new connection dropped was taken");
                 Assert.That(refused.Code, Is.EqualTo(ErrorCode.UnknownModule));
                 Assert.That(refused.Message, Is.StringContaining("module 'lifter', which SET_CONFIG does not describe"));
             });
+        }
+
+        [Test]
+        public void AMapAgentsLostWithItsConnectionIsSentAgainOnTheNext()
+        {
+            // §6.5: a request whose connection ends before its answer is sent again, unchanged, on the next
+            // connection, as in the Python and C++ SDKs: the game's call gets the answer, not CONNECTION_FAILED.
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))
+            using (MultiAgentClient client = Connect(server))
+            {
+                server.DropMapAgents = 2;
+                int connections = server.Connections;
+                string episode = client.StartEpisode("e");
+                Assert.That(client.MapAgents(episode, new[] { "a_0", "a_1" }), Is.EqualTo(new[] { "solo", "solo" }));
+                List<JObject> asked = server.Received("MAP_AGENTS");
+                Assert.That(asked.Count, Is.EqualTo(3), "asked on three connections");
+                Assert.That(asked.All(m => JToken.DeepEquals(m, asked[0])), "unchanged: " + string.Join(" ", asked));
+                Assert.That(server.Connections, Is.EqualTo(connections + 2), "a connection per lost MAP_AGENTS");
+            }
         }
 
         [Test]

@@ -23,7 +23,8 @@ namespace Tether.Tests
     /// in every SET_STATE, <see cref="StepsPerBatch"/> steps_per_batch in the next ones.
     /// <see cref="Close"/> sends a connection-level ERROR (TRAINING_DONE with <see cref="Summary"/>,
     /// CLIENT_TIMEOUT...) on every open connection and closes them; <see cref="DoneOnSeq"/> and
-    /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so. <see cref="Connections"/>
+    /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so; <see cref="DropMapAgents"/> loses MAP_AGENTS
+    /// with their connection. <see cref="Connections"/>
     /// counts the connections accepted. <see cref="RunIdOf"/> names each connection's server run in
     /// its PONGs (protocol 1.8); <see cref="DropGate"/> holds a DropOnceSeq drop until it is set.
     /// <see cref="PongFields"/> adds fields to every PONG (protocol 1.9: a group's ranks, a redirect).
@@ -72,6 +73,7 @@ namespace Tether.Tests
         public volatile bool EnvParamsToEveryRequest;
         public long DoneOnSeq = -1;           // the batch whose arrival is answered by TRAINING_DONE, and the connection closed
         public volatile bool DoneOnMapAgents; // a MAP_AGENTS is answered by TRAINING_DONE, and the connection closed
+        public int DropMapAgents;             // this many MAP_AGENTS (the next ones) close the connection unanswered
         // The summary of TRAINING_DONE (§6.6).
         public readonly JObject Summary = JObject.Parse("{\"reason\": \"stop_at_return\", \"env_steps\": 123456, \"agent_steps\": 123456, " +
                                                          "\"agent_steps_trained\": 120000, \"updates\": 30, \"episodes\": 987, \"weights_seq_no\": 30, " +
@@ -206,6 +208,14 @@ namespace Tether.Tests
                     {
                         Send(socket, TrainingDone());
                         return false;  // (closes the connection)
+                    }
+                    lock (received)
+                    {
+                        if (DropMapAgents > 0)
+                        {
+                            --DropMapAgents;
+                            return false;  // (lost with the connection)
+                        }
                     }
                     Send(socket, MapAgents(message));
                     break;

@@ -297,3 +297,34 @@ def test_rules_naming_a_module_set_config_does_not_describe_are_refused_at_conne
         with pytest.raises(MessageError, match="policy_mapping names module 'ghost'") as refused:
             MultiAgentClient("127.0.0.1", server.port, seed=0, reconnect_timeout_s=2)
     assert refused.value.code.value == "INVALID_FIELD"
+
+
+def test_a_map_agents_lost_with_its_connection_is_sent_again_on_the_next() -> None:
+    """§6.5: a request whose connection ends before its answer is sent again, unchanged, on the next
+    connection (as the C++ and C# SDKs do): the caller gets the answer, not a connection error."""
+    box = {"type": "Box", "shape": [2], "low": -1.0, "high": 1.0}
+    module = {"observation_space": box, "action_space": {"type": "Discrete", "n": 2}, "onnx_input_names": ["obs"],
+              "onnx_output_names": ["action_dist_inputs"], "trainable": True}
+    config = {"type": "SET_CONFIG", "env_steps_per_sample": 100, "force_on_policy": True, "protocol_version": "1.3",
+              "modules": {"solo": module}, "policy_mapping": None, "groups": {}}
+    models = {"type": "SET_STATE", "models": {"solo": {"weights_seq_no": 0, "onnx_file": state(
+        0, constant_model(2, [0.0, 0.0]))["onnx_file"]}}}
+
+    def handler(conn: ScriptedConnection) -> None:
+        conn.handshake(config, models)
+        while (message := conn.receive(timeout=None)) is not None:
+            if message["type"] == "MAP_AGENTS":
+                if conn.index < 2:
+                    return  # (closed unanswered: lost with the connection)
+                conn.send({"type": "AGENT_MODULES", "modules": {a: "solo" for a in message["agent_ids"]}})
+            elif message["type"] == "GET_STATE":
+                conn.send({"type": "SET_STATE", "models": {}})
+
+    with ScriptedServer(handler) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1, reconnect_timeout_s=5.0)
+        episode = client.start_episode("e")
+        assert client.map_agents(episode, ["a_0", "a_1"]) == {"a_0": "solo", "a_1": "solo"}
+        asked = server.messages("MAP_AGENTS")
+        assert len(asked) == 3 and all(m == asked[0] for m in asked), asked
+        assert len(server.connections) == 3 and not server.errors
+        client.close()

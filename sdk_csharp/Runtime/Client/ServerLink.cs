@@ -202,7 +202,9 @@ namespace Tether.Client
         long recordShareBits = BitConverter.DoubleToInt64Bits(1.0);  // a double's bits: read on the game's thread without a lock or an allocation
         volatile int stepsPerBatch = Tether.Protocol.StepsPerBatch.None;  // written on the I/O thread, read on the game's
         volatile TrainingSummary trainingDone;  // set once, under sync, by the I/O thread as it ends
-        LinkRequest unanswered;  // under sync: the request whose wait the end of training cut short
+        // Under sync: the request sent on a connection that ended before its answer. It goes first on the next
+        // connection (§6.5, as Python's and C++'s links do), or fails at the end of training.
+        LinkRequest unanswered;
         int batchesUnsentAtEnd;  // under sync
         long loggedStepsDropped;  // under sync
         readonly List<string> runIds = new List<string>();  // (1.8) under sync: the run each connection's PONG named (null: none), connection 1 first
@@ -497,8 +499,9 @@ namespace Tether.Client
         /// Sends <paramref name="message"/> (MAP_AGENTS) through the I/O thread,
         /// between batches, and waits for its answer: TIMEOUT after
         /// <paramref name="seconds"/>, the server's ERROR as ServerErrorException,
-        /// CONNECTION_FAILED when the connection is lost meanwhile, TRAINING_DONE once
-        /// the server's run is done (§6.6: nothing answers it any more).
+        /// TRAINING_DONE once the server's run is done (§6.6: nothing answers it any more).
+        /// A request whose connection is lost before its answer is sent again, unchanged,
+        /// on the next connection (§6.5); the link's fatal error once it gives up.
         /// </summary>
         public JObject Request(JObject message, double seconds)
         {
@@ -519,7 +522,7 @@ namespace Tether.Client
             wake.Set();
             lock (sync)
             {
-                while (!request.Done && fatal == null)
+                while (!request.Done && fatal == null && !closing)
                 {
                     TimeSpan left = deadline - DateTime.UtcNow;
                     if (left <= TimeSpan.Zero)
@@ -531,6 +534,7 @@ namespace Tether.Client
                     Monitor.Wait(sync, left);
                 }
                 if (request.Error != null) throw request.Error;
+                if (request.Answer == null && fatal == null) throw new TetherException(ErrorCode.Closed, "client closed");
                 if (request.Answer == null) throw fatal as TetherException ?? new TetherException(ErrorCode.ConnectionFailed, "the link to " + options.Address + " ended");
                 return request.Answer;
             }
@@ -1235,6 +1239,8 @@ namespace Tether.Client
                 LinkRequest request = null;
                 lock (sync)
                 {
+                    if (unanswered != null && !unanswered.Done) request = unanswered;  // (not if the game stopped waiting)
+                    unanswered = null;
                     while (request == null && requests.Count > 0)
                     {
                         request = requests.Dequeue();
@@ -1278,17 +1284,18 @@ namespace Tether.Client
             }
             catch (TetherException e)
             {
-                // The connection is lost (or timed out): the game's call fails, and the link reconnects.
-                // At the end of training EndTraining fails it, once TrainingDone is set.
-                if (e.Code == ErrorCode.TrainingDone)
+                // The connection is lost: the request is sent again on the next one (the game's wait is bounded by
+                // its own deadline); at the end of training EndTraining fails it, once TrainingDone is set. A request
+                // whose answer timed out fails (§6.6: a late answer would pair with the next request), and the
+                // link reconnects.
+                if (e is ConnectionLostException || e.Code == ErrorCode.TrainingDone)
                 {
                     lock (sync) unanswered = request;
                     throw;
                 }
                 lock (sync)
                 {
-                    request.Error = new TetherException(e is ConnectionLostException ? ErrorCode.ConnectionFailed : e.Code,
-                                                        (string)request.Message["type"] + " was not answered: " + e.Message, e);
+                    request.Error = new TetherException(e.Code, (string)request.Message["type"] + " was not answered: " + e.Message, e);
                     request.Done = true;
                     Monitor.PulseAll(sync);
                 }
