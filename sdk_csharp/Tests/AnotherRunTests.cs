@@ -9,7 +9,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
@@ -41,13 +40,6 @@ namespace Tether.Tests
             };
         }
 
-        // Until the link has made its second connection (its Connected event is then queued for the game's thread).
-        static void WaitForReconnect(ClientBase client)
-        {
-            DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-            while (client.link.Connections < 2 && DateTime.UtcNow < deadline) Thread.Sleep(10);
-            Assert.That(client.link.Connections, Is.EqualTo(2));
-        }
 
         // Each batch once (a resend after the reconnect has the same batch_seq and records), in order.
         static List<JObject> UniqueBatches(ScriptedServer server)
@@ -82,7 +74,7 @@ namespace Tether.Tests
                 }
                 server.Seq = 0;  // the next connection's server counts from 0 again
                 server.DropGate.Set();
-                WaitForReconnect(client);
+                LinkWaits.UntilConnected(client);
                 for (int t = 12; t < 30; ++t)
                 {
                     client.GetAction(a, Obs(t), action);
@@ -187,7 +179,7 @@ namespace Tether.Tests
                 for (int t = 0; t < 7; ++t) Play(client, episode, frame, t);  // 5 steps of each agent sendable at the 6th frame: batch 1, lost
                 server.ModuleSeq = 0;  // the next connection's server counts from 0 again
                 server.DropGate.Set();
-                WaitForReconnect(client);
+                LinkWaits.UntilConnected(client);
                 for (int t = 7; t < 30; ++t) Play(client, episode, frame, t);
                 client.EndEpisode(episode);
                 client.Flush(10);

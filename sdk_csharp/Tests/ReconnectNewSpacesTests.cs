@@ -11,7 +11,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
@@ -131,13 +130,6 @@ namespace Tether.Tests
             return Entries(batches, agent).Sum(e => ((JArray)e["actions"]).Count);
         }
 
-        static void WaitForReconnect(Func<int> reconnects)
-        {
-            DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-            while (reconnects() == 0 && DateTime.UtcNow < deadline) Thread.Sleep(10);
-            Assert.That(reconnects(), Is.GreaterThanOrEqualTo(1));
-            Thread.Sleep(200);
-        }
 
         [Test]
         public void ModulesKeepTheirModelsUntilTheNewConnectionSendsOthers()
@@ -271,7 +263,7 @@ namespace Tether.Tests
                 }
                 client.RetireAgent(episode, "b_0", new[] { 7f, 1f });  // 2 steps not cut
                 server.Release.Set();
-                WaitForReconnect(() => client.Reconnects);
+                LinkWaits.UntilConnected(client);
                 for (int t = 7; t < 30; ++t)
                 {
                     Fill(frame, t, 2, "a_0");
@@ -507,7 +499,7 @@ namespace Tether.Tests
                 for (int t = 0; t < 3; ++t) client.GetAction(b, Full(3, t), action);
                 client.EndEpisode(b, Full(3, 0));  // ended, its 3 steps not cut
                 server.Release.Set();
-                WaitForReconnect(() => client.Reconnects);
+                LinkWaits.UntilConnected(client);
                 var error = Assert.Throws<TetherException>(() => client.GetAction(a, Full(3, 12), action));
                 Assert.That(error.Code, Is.EqualTo(ErrorCode.InvalidArgument));
                 Assert.That(client.ObservationSpace.FlatDim, Is.EqualTo(4));

@@ -2,7 +2,6 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
-using System.Threading;
 using Newtonsoft.Json.Linq;
 using NUnit.Framework;
 using Tether.Client;
@@ -117,13 +116,6 @@ namespace Tether.Tests
             };
         }
 
-        static void WaitForReconnect(Func<int> reconnects)
-        {
-            DateTime deadline = DateTime.UtcNow.AddSeconds(5);
-            while (reconnects() == 0 && DateTime.UtcNow < deadline) Thread.Sleep(10);
-            Assert.That(reconnects(), Is.GreaterThanOrEqualTo(1));
-            Thread.Sleep(200);
-        }
 
         // ---- conformance --------------------------------------------------------------------------
 
@@ -334,7 +326,7 @@ namespace Tether.Tests
                 string episode = client.StartEpisode("e");
                 for (int t = 0; t < 12; ++t) client.GetAction(episode, observations[t], action);
                 server.Release.Set();
-                WaitForReconnect(() => client.Reconnects);
+                LinkWaits.UntilConnected(client);
                 client.Flush(10);  // (takes the new connection first)
                 AssertClose(client.StateOf(episode), changed ? new float[6] : reference.After[11], "the state after the reconnect");
                 var afterwards = new List<float[]>();
@@ -388,7 +380,7 @@ namespace Tether.Tests
                 for (int t = 0; t < 12; ++t) client.GetAction(episode, observations[t], action);
                 Assert.That(client.StateOf(episode).Any(v => v != 0), Is.True);
                 server.Release.Set();
-                WaitForReconnect(() => client.link.Connections - 1);  // (the second connection made: its event waits for the game's thread)
+                LinkWaits.UntilConnected(client);
                 client.Flush(10);  // (takes the new connection first)
                 AssertClose(client.StateOf(episode), new float[6], "the state after the reconnect to another run");
                 for (int t = 12; t < 30; ++t) client.GetAction(episode, observations[t], action);
@@ -757,7 +749,7 @@ namespace Tether.Tests
                 };
                 for (int t = 0; t < 7; ++t) act(t);  // (frame 6 cuts batch 1, steps 0-4 of each, lost with the connection)
                 server.Release.Set();
-                WaitForReconnect(() => client.Reconnects);
+                LinkWaits.UntilConnected(client);
                 client.Flush(10);
                 AssertClose(client.StateOf(episode, "a_0"), mem.After[6], "mem's state is kept");
                 AssertClose(client.StateOf(episode, "pair"), new float[6], "gmem's starts again");
@@ -798,7 +790,7 @@ namespace Tether.Tests
                 };
                 for (int t = 0; t < 7; ++t) act(t);  // (frame 6 cuts batch 1, steps 0-4 of each, lost with the connection)
                 server.Release.Set();
-                WaitForReconnect(() => client.link.Connections - 1);  // (the second connection made: its event waits for the game's thread)
+                LinkWaits.UntilConnected(client);
                 client.Flush(10);
                 AssertClose(client.StateOf(episode, "a_0"), new float[6], "mem's state starts again");
                 AssertClose(client.StateOf(episode, "pair"), new float[6], "gmem's starts again");
