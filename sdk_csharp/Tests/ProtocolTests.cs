@@ -14,6 +14,17 @@ namespace Tether.Tests
         static byte[] Bytes(string s) { return Encoding.UTF8.GetBytes(s); }
 
         [Test]
+        public void PolicyMappingModulesAreInCodePointOrder()
+        {
+            // Every module a rule can produce, as C++'s modules() (a std::set of UTF-8) and Python's sorted(): U+1F600
+            // comes after U+FFFD, which ordinal UTF-16 order (a surrogate pair first) would put the other way.
+            PolicyMapping mapping = PolicyMapping.FromJson(JArray.Parse(
+                "[{\"agent_id\": \"x\", \"module\": \"m1\"}, {\"pattern\": \"y_*\", \"choose_from\": [\"\uFFFD\", \"b\", \"\\ud83d\\ude00\"]}," +
+                " {\"pattern\": \"*\", \"module\": \"a\"}, {\"pattern\": \"z\", \"module\": \"b\"}]"));
+            Assert.That(mapping.Modules(), Is.EqualTo(new[] { "a", "b", "m1", "\uFFFD", "\U0001F600" }));
+        }
+
+        [Test]
         public void IntegersFromTheServerAreClampedNotOverflowed()
         {
             JObject config = JObject.Parse("{\"huge\": 1000000000000000000000000000000, \"big\": 1000000000000, \"neg\": -5, \"float\": 3.0, \"text\": \"7\"}");

@@ -2288,14 +2288,7 @@ namespace Tether.Client
             if (ruleList != null && ruleList.Type != JTokenType.Null)
             {
                 rules = PolicyMapping.FromJson(ruleList);
-                // (the first missing one in code point order is named, as by the Python and C++ clients)
-                var named = new SortedSet<string>(Comparer<string>.Create(EnvParams.CompareNames));
-                foreach (MappingRule rule in rules.Rules)
-                {
-                    if (rule.Module != null) named.Add(rule.Module);
-                    else named.UnionWith(rule.ChooseFrom);
-                }
-                foreach (string module in named)
+                foreach (string module in rules.Modules())  // (the first missing one in code point order is named)
                 {
                     if (!specs.ContainsKey(module)) throw new TetherException(ErrorCode.InvalidField, "SET_CONFIG policy_mapping names module '" + module + "', which is not in \"modules\"");
                 }

@@ -104,6 +104,19 @@ namespace Tether.Protocol
             return mapping;
         }
 
+        /// <summary>Every module name a rule can produce, in code point order (as C++'s <c>modules()</c> and
+        /// Python's <c>sorted(mapping.modules())</c>: the first a SET_CONFIG does not describe is the one named).</summary>
+        public SortedSet<string> Modules()
+        {
+            var named = new SortedSet<string>(Comparer<string>.Create(EnvParams.CompareNames));
+            foreach (MappingRule rule in rules)
+            {
+                if (rule.Module != null) named.Add(rule.Module);
+                else named.UnionWith(rule.ChooseFrom);
+            }
+            return named;
+        }
+
         /// <summary>The module of <paramref name="agentId"/> in an episode. Throws UNMAPPED_AGENT when no rule matches.</summary>
         public string ModuleFor(string agentId, string episodeId)
         {
