@@ -119,10 +119,10 @@ class EpisodeTracker:
                     agents={aid: (m, r) for aid, (m, r, _) in shares.items()}, agent_count=len(shares),
                     agent_lengths={aid: n for aid, (_, _, n) in shares.items()}, complete=False,
                     episode_id=record.episode_id))
-            if ending and not agents and key not in self._departed:
-                del self._open[key]  # (an episode no agent acted in: a closing record alone is no episode)
-            elif ending:
-                del self._open[key]
+            acted = bool(agents) or key in self._departed
+            if ending or not acted:
+                del self._open[key]  # (one no agent acted in holds nothing: a closing record alone is no episode)
+            if ending and acted:
                 total, count, end = self._departed.pop(key, (0.0, 0, 0))
                 for aid, e in agents.items():
                     share, members = self._team_share(aid, e[1])
@@ -137,8 +137,6 @@ class EpisodeTracker:
                     episode_id=record.episode_id,
                     env_params=record.env_params,
                 ))
-            elif not agents and key not in self._departed:
-                del self._open[key]
         return finished
 
     def forget(self, connection: Hashable) -> None:
