@@ -123,6 +123,7 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     answer: dict[str, Any] | None = None
     error: BaseException | None = None
+    abandoned: bool = False  # the engine stopped waiting: not sent (again), an answer on its way ignored
 
 
 def check_server_version(info: dict[str, Any]) -> None:
@@ -423,20 +424,28 @@ class ServerLink:
     def request(self, message: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Send a request through the I/O thread and wait for its answer.
 
-        Survives reconnects (the request is sent again); raises the server's
-        ERROR as ``ServerError``, a timeout as ``TetherTimeoutError``.
+        Survives reconnects: a request whose connection was lost is sent again on the next one
+        (§6.5). Waits at most ``response_timeout_s`` in all, reconnects included, as the C++ and C#
+        links do; raises the server's ERROR as ``ServerError``, a timeout as ``TetherTimeoutError``.
         """
         req = _Request(message)
+        deadline = time.monotonic() + self.response_timeout_s
         with self._lock:
             if self.training_done is not None:
                 raise self._done_error()
             self._requests.append(req)
         self._wake()
-        while not req.done.wait(0.5):
+        while not req.done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
             if self.fatal is not None or not self._thread.is_alive():
                 if self.training_done is not None and not req.done.is_set():
                     raise self._done_error()
                 raise self.fatal or TetherConnectionError("the connection thread stopped", self.address)
+            if time.monotonic() >= deadline:
+                with self._lock:
+                    req.abandoned = not req.done.is_set()
+                if req.abandoned:
+                    kind = "GET_STATE" if callable(message) else str(message.get("type"))  # (a callable builds a GET_STATE)
+                    raise TetherTimeoutError(self.address, kind, self.response_timeout_s, "response_timeout_s")
         if req.error is not None:
             raise req.error
         assert req.answer is not None
@@ -849,6 +858,8 @@ class ServerLink:
             with self._changed:
                 batch, request = self._in_flight, None  # a batch sent before a reconnect goes again first
                 if batch is None:
+                    while self._requests and self._requests[0].abandoned:
+                        self._requests.popleft()
                     if self._requests:
                         request = self._requests[0]
                     elif self._outbox:

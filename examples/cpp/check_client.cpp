@@ -74,14 +74,12 @@ int main(int argc, char** argv) {
   options.backend_factory = [] { return std::make_unique<tether::OnnxRuntimeBackend>(); };
   long long steps_wanted = 300;
   double idle_s = 3.0;
-  std::string auth_token;
   std::uint64_t seed = 0;
   examples::Flags flags("check_client");
   flags.value("--host", options.host, "H").value("--port", options.port, "P").value("--steps", steps_wanted, "N");
-  flags.value("--idle-s", idle_s, "S").value("--auth-token", auth_token, "T").value("--seed", seed, "S");
+  flags.value("--idle-s", idle_s, "S").value("--auth-token", options.auth_token, "T").value("--seed", seed, "S");
   if (!flags.parse(argc, argv)) return 2;
   options.seed = seed;
-  if (!auth_token.empty()) options.auth_token = auth_token;
 
   tether::Result<std::unique_ptr<tether::TetherClient>> connected = tether::TetherClient::connect(options);
   if (!connected.ok()) {

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -26,9 +28,12 @@ namespace examples {
 class Flags {
  public:
   explicit Flags(const char* program) : program_(program) {}
+  Flags(const Flags&) = delete;  // (its flags' setters point at this object)
+  Flags& operator=(const Flags&) = delete;
 
-  /// `name VALUE` sets `out`: a string as given; a number (an integer or a
-  /// floating-point type) only when the whole value is one that fits `out`.
+  /// `name VALUE` sets `out`: a string as given (an optional one is set even
+  /// to ""); a number (an integer or a floating-point type) only when the whole
+  /// value is one (see number_text) that fits `out`, which is left as it was otherwise.
   template <class T>
   Flags& value(const char* name, T& out, const char* meta) {
     flags_.push_back({name, meta, [this, name, &out](const char* text) { return assign(name, text, out); }});
@@ -108,32 +113,64 @@ class Flags {
     return true;
   }
 
+  bool assign(const char*, const char* text, std::optional<std::string>& out) const {
+    out = std::string(text);  // (given, even when empty)
+    return true;
+  }
+
+  // One grammar for the C++ and C# examples (examples/csharp/Shared/Flags.cs): a whole number is
+  // [+-]?[0-9]+ (no '-' for a flag that cannot be negative), a number [+-]?(D+(.D*)?|.D+)([eE][+-]?D+)?
+  // with a finite value; nothing around them (no spaces, no hex, no inf or nan).
+  static bool digits(const char*& at) {
+    const char* start = at;
+    while (*at >= '0' && *at <= '9') ++at;
+    return at != start;
+  }
+
+  static bool whole_number_text(const char* text, bool negative_allowed) {
+    if (*text == '+' || (negative_allowed && *text == '-')) ++text;
+    return digits(text) && *text == '\0';
+  }
+
+  static bool number_text(const char* text) {
+    if (*text == '+' || *text == '-') ++text;
+    const bool whole = digits(text);
+    const bool fraction = *text == '.' && (++text, digits(text));
+    if (!whole && !fraction) return false;
+    if (*text == 'e' || *text == 'E') {
+      ++text;
+      if (*text == '+' || *text == '-') ++text;
+      if (!digits(text)) return false;
+    }
+    return *text == '\0';
+  }
+
   template <class T>
   bool assign(const char* name, const char* text, T& out) const {
     static_assert(std::is_arithmetic<T>::value, "a flag's value is a string or a number");
-    char* end = nullptr;
     errno = 0;
-    bool fits = false;
     if constexpr (std::is_floating_point<T>::value) {
-      const double parsed = std::strtod(text, &end);
-      fits = errno == 0;
-      out = static_cast<T>(parsed);
-    } else if constexpr (std::is_signed<T>::value) {
-      const long long parsed = std::strtoll(text, &end, 10);
-      fits = errno == 0 && parsed >= std::numeric_limits<T>::min() && parsed <= std::numeric_limits<T>::max();
-      if (fits) out = static_cast<T>(parsed);
-    } else {
-      // strtoull takes "-1" as the largest value: a sign is refused here.
-      const unsigned long long parsed = text[0] == '-' ? 0 : std::strtoull(text, &end, 10);
-      fits = text[0] != '-' && errno == 0 && parsed <= std::numeric_limits<T>::max();
-      if (fits) out = static_cast<T>(parsed);
-    }
-    if (fits && end != text && *end == '\0') return true;
-    if constexpr (std::is_floating_point<T>::value) {
+      const double parsed = number_text(text) ? std::strtod(text, nullptr) : 0.0;
+      // (ERANGE also flags a tiny value rounded towards 0: it is a finite number all the same)
+      if (number_text(text) && std::isfinite(parsed) && std::fabs(parsed) <= std::numeric_limits<T>::max()) {
+        out = static_cast<T>(parsed);
+        return true;
+      }
       std::fprintf(stderr, "%s: %s takes a number, not '%s'\n", program_, name, text);
     } else if constexpr (std::is_signed<T>::value) {
+      const long long parsed = whole_number_text(text, true) ? std::strtoll(text, nullptr, 10) : 0;
+      if (whole_number_text(text, true) && errno == 0 && parsed >= std::numeric_limits<T>::min() &&
+          parsed <= std::numeric_limits<T>::max()) {
+        out = static_cast<T>(parsed);
+        return true;
+      }
       std::fprintf(stderr, "%s: %s takes a whole number, not '%s'\n", program_, name, text);
     } else {
+      const unsigned long long parsed = whole_number_text(text, false) ? std::strtoull(text, nullptr, 10) : 0;
+      if (whole_number_text(text, false) && errno == 0 && parsed <= std::numeric_limits<T>::max()) {
+        out = static_cast<T>(parsed);
+        return true;
+      }
       std::fprintf(stderr, "%s: %s takes a whole number from 0 to %llu, not '%s'\n", program_, name,
                    static_cast<unsigned long long>(std::numeric_limits<T>::max()), text);
     }

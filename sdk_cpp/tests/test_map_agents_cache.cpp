@@ -249,4 +249,26 @@ TEST(MapAgentsCache, AMapAgentsLostWithItsConnectionIsSentAgainOnTheNext) {
   EXPECT_EQ(server.connections(), connections + 2);
 }
 
+TEST(MapAgentsCache, AMapAgentsWhoseBytesTheServerRefusedFailsAndIsNotSentAgain) {
+  // The server refused the request's bytes (a connection-level ERROR, §6.6): sent again they would be
+  // refused again, so the call fails with that code at once, as in the Python and C# SDKs.
+  for (const auto& [code, expected] : {std::pair<const char*, tether::ErrorCode>{"BAD_HEADER", tether::ErrorCode::kBadHeader},
+                                       {"FRAME_TOO_LARGE", tether::ErrorCode::kFrameTooLarge}}) {
+    ServerScript script = mapping_server();
+    script.on_map_agents = [code = std::string(code)](Conn& conn, const tether::Message&) {
+      conn.send({{"type", "ERROR"}, {"code", code}, {"message", "refused for the test"}});
+      return false;
+    };
+    FakeServer server(script);
+    auto client = connect_to(server);
+    ASSERT_TRUE(client);
+    std::string episode = client->start_episode("e").value();
+    auto modules = client->map_agents(episode, {"a0"});
+    EXPECT_EQ(modules.status().code(), expected) << modules.status().to_string();
+    int asked = 0;
+    for (const json& message : server.messages()) asked += message["type"] == "MAP_AGENTS";
+    EXPECT_EQ(asked, 1) << code;
+  }
+}
+
 #endif  // _WIN32

@@ -404,6 +404,25 @@ namespace Tether.Tests
             }
         }
 
+        [TestCase("BAD_HEADER", ErrorCode.BadHeader)]
+        [TestCase("FRAME_TOO_LARGE", ErrorCode.FrameTooLarge)]
+        public void AMapAgentsWhoseBytesTheServerRefusedFailsAndIsNotSentAgain(string code, ErrorCode expected)
+        {
+            // The server refused the request's bytes (a connection-level ERROR, §6.6): sent again they would be refused
+            // again, so the call fails with that code at once, as in the Python and C++ SDKs.
+            using (ScriptedServer server = ScriptedServer.MultiAgent(1000, rules: false))
+            using (MultiAgentClient client = Connect(server))
+            {
+                server.MapAgentsClosingError = new JObject { { "type", "ERROR" }, { "code", code }, { "message", "refused for the test" } };
+                string episode = client.StartEpisode("e");
+                DateTime started = DateTime.UtcNow;
+                var error = Assert.Catch<TetherException>(() => client.MapAgents(episode, new[] { "a_0" }));
+                Assert.That(error.Code, Is.EqualTo(expected), error.Message);
+                Assert.That(server.Received("MAP_AGENTS").Count, Is.EqualTo(1));
+                Assert.That((DateTime.UtcNow - started).TotalSeconds, Is.LessThan(10), "not after the response timeout");
+            }
+        }
+
         [Test]
         public void EvaluationKeepsTheServersMappingForItsEpisodeId()
         {

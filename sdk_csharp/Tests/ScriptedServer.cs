@@ -24,7 +24,7 @@ namespace Tether.Tests
     /// <see cref="Close"/> sends a connection-level ERROR (TRAINING_DONE with <see cref="Summary"/>,
     /// CLIENT_TIMEOUT...) on every open connection and closes them; <see cref="DoneOnSeq"/> and
     /// <see cref="DoneOnMapAgents"/> answer a batch or a MAP_AGENTS so; <see cref="DropMapAgents"/> loses MAP_AGENTS
-    /// with their connection. <see cref="Connections"/>
+    /// with their connection, <see cref="MapAgentsClosingError"/> answers them with a connection-level ERROR. <see cref="Connections"/>
     /// counts the connections accepted. <see cref="RunIdOf"/> names each connection's server run in
     /// its PONGs (protocol 1.8); <see cref="DropGate"/> holds a DropOnceSeq drop until it is set.
     /// <see cref="PongFields"/> adds fields to every PONG (protocol 1.9: a group's ranks, a redirect).
@@ -74,6 +74,7 @@ namespace Tether.Tests
         public long DoneOnSeq = -1;           // the batch whose arrival is answered by TRAINING_DONE, and the connection closed
         public volatile bool DoneOnMapAgents; // a MAP_AGENTS is answered by TRAINING_DONE, and the connection closed
         public int DropMapAgents;             // this many MAP_AGENTS (the next ones) close the connection unanswered
+        public volatile JObject MapAgentsClosingError;  // a connection-level ERROR that answers every MAP_AGENTS, and closes
         // The summary of TRAINING_DONE (§6.6).
         public readonly JObject Summary = JObject.Parse("{\"reason\": \"stop_at_return\", \"env_steps\": 123456, \"agent_steps\": 123456, " +
                                                          "\"agent_steps_trained\": 120000, \"updates\": 30, \"episodes\": 987, \"weights_seq_no\": 30, " +
@@ -208,6 +209,12 @@ namespace Tether.Tests
                     {
                         Send(socket, TrainingDone());
                         return false;  // (closes the connection)
+                    }
+                    JObject closing = MapAgentsClosingError;
+                    if (closing != null)
+                    {
+                        Send(socket, closing);
+                        return false;
                     }
                     lock (received)
                     {

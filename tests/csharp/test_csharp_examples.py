@@ -80,6 +80,9 @@ def test_csharp_multi_agent_plays_self_play_unchanged(examples: Path, tmp_path: 
 @pytest.mark.parametrize(("program", "argv", "says"), [
     ("cartpole.exe", ["--port", "55x"], "cartpole: --port takes a whole number from 0 to 65535, not '55x'"),
     ("cartpole.exe", ["--seed", "-1"], "cartpole: --seed takes a whole number from 0 to 18446744073709551615, not '-1'"),
+    ("cartpole.exe", ["--seed", " -1"], "cartpole: --seed takes a whole number from 0 to 18446744073709551615, not ' -1'"),
+    ("cartpole.exe", ["--port", "-0"], "cartpole: --port takes a whole number from 0 to 65535, not '-0'"),
+    ("multiagent.exe", ["--reconnect-timeout", "NaN"], "multiagent: --reconnect-timeout takes a number, not 'NaN'"),
     ("multiagent.exe", ["--reconnect-timeout", "soon"], "multiagent: --reconnect-timeout takes a number, not 'soon'"),
     ("multiagent.exe", ["--max-steps"], "multiagent: --max-steps needs a value (N)"),
     ("checkclient.exe", ["--steps", "3", "--colour", "red"], "checkclient: unknown flag '--colour'\nusage: checkclient "

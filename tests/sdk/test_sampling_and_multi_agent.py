@@ -6,13 +6,13 @@ groups leaving."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 
-from tether.sdk import MultiAgentClient, TetherClient
-from tether.protocol.errors import InvalidInputError, MessageError
+from tether.sdk import MultiAgentClient, ServerError, TetherClient
+from tether.protocol.errors import InvalidInputError, MessageError, TetherTimeoutError
 from tether.protocol.distributions import log_prob
 from tether.protocol.spaces import space_from_json
 
@@ -299,9 +299,9 @@ def test_rules_naming_a_module_set_config_does_not_describe_are_refused_at_conne
     assert refused.value.code.value == "INVALID_FIELD"
 
 
-def test_a_map_agents_lost_with_its_connection_is_sent_again_on_the_next() -> None:
-    """§6.5: a request whose connection ends before its answer is sent again, unchanged, on the next
-    connection (as the C++ and C# SDKs do): the caller gets the answer, not a connection error."""
+def mapping_server(on_map_agents: Callable[[ScriptedConnection, dict[str, Any]], bool]) -> ScriptedServer:
+    """A multi-agent server of one module "solo" that maps with its own function ("policy_mapping":
+    null); ``on_map_agents`` answers each MAP_AGENTS, or returns False to close the connection."""
     box = {"type": "Box", "shape": [2], "low": -1.0, "high": 1.0}
     module = {"observation_space": box, "action_space": {"type": "Discrete", "n": 2}, "onnx_input_names": ["obs"],
               "onnx_output_names": ["action_dist_inputs"], "trainable": True}
@@ -313,18 +313,67 @@ def test_a_map_agents_lost_with_its_connection_is_sent_again_on_the_next() -> No
     def handler(conn: ScriptedConnection) -> None:
         conn.handshake(config, models)
         while (message := conn.receive(timeout=None)) is not None:
-            if message["type"] == "MAP_AGENTS":
-                if conn.index < 2:
-                    return  # (closed unanswered: lost with the connection)
-                conn.send({"type": "AGENT_MODULES", "modules": {a: "solo" for a in message["agent_ids"]}})
-            elif message["type"] == "GET_STATE":
+            if message["type"] == "MAP_AGENTS" and not on_map_agents(conn, message):
+                return
+            if message["type"] == "GET_STATE":
                 conn.send({"type": "SET_STATE", "models": {}})
 
-    with ScriptedServer(handler) as server:
+    return ScriptedServer(handler)
+
+
+def test_a_map_agents_lost_with_its_connection_is_sent_again_on_the_next() -> None:
+    """§6.5: a request whose connection ends before its answer is sent again, unchanged, on the next
+    connection (as the C++ and C# SDKs do): the caller gets the answer, not a connection error."""
+    def first_two_lost(conn: ScriptedConnection, message: dict[str, Any]) -> bool:
+        if conn.index < 2:
+            return False  # (closed unanswered: lost with the connection)
+        conn.send({"type": "AGENT_MODULES", "modules": {a: "solo" for a in message["agent_ids"]}})
+        return True
+
+    with mapping_server(first_two_lost) as server:
         client = MultiAgentClient("127.0.0.1", server.port, seed=1, reconnect_timeout_s=5.0)
-        episode = client.start_episode("e")
-        assert client.map_agents(episode, ["a_0", "a_1"]) == {"a_0": "solo", "a_1": "solo"}
+        try:
+            episode = client.start_episode("e")
+            assert client.map_agents(episode, ["a_0", "a_1"]) == {"a_0": "solo", "a_1": "solo"}
+        finally:
+            client.close()
         asked = server.messages("MAP_AGENTS")
         assert len(asked) == 3 and all(m == asked[0] for m in asked), asked
         assert len(server.connections) == 3 and not server.errors
-        client.close()
+
+
+def test_a_map_agents_lost_on_every_connection_times_out_once_the_call_waited_response_timeout_s() -> None:
+    """The wait for a request is bounded across reconnects (§6.6), as in the C++ and C# SDKs: a server that
+    drops the connection at every MAP_AGENTS makes the call fail after response_timeout_s, not wait forever."""
+    with mapping_server(lambda conn, message: False) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1, reconnect_timeout_s=5.0, response_timeout_s=2.0)
+        try:
+            episode = client.start_episode("e")
+            started = time.monotonic()
+            with pytest.raises(TetherTimeoutError, match="MAP_AGENTS"):
+                client.map_agents(episode, ["a_0"])
+            assert 1.9 < time.monotonic() - started < 8
+        finally:
+            client.close()
+        assert len(server.messages("MAP_AGENTS")) >= 2  # (sent again on each new connection meanwhile)
+
+
+@pytest.mark.parametrize("code", ["BAD_HEADER", "FRAME_TOO_LARGE"])
+def test_a_map_agents_whose_bytes_the_server_refused_fails_and_is_not_sent_again(code: str) -> None:
+    """The server refused the request's bytes (a connection-level ERROR, §6.6): sent again they would be
+    refused again, so the call fails with that code at once, as in the C++ and C# SDKs."""
+    def refused(conn: ScriptedConnection, message: dict[str, Any]) -> bool:
+        conn.send({"type": "ERROR", "code": code, "message": "refused for the test"})
+        return False
+
+    with mapping_server(refused) as server:
+        client = MultiAgentClient("127.0.0.1", server.port, seed=1, reconnect_timeout_s=5.0)
+        try:
+            episode = client.start_episode("e")
+            started = time.monotonic()
+            with pytest.raises(ServerError) as raised:
+                client.map_agents(episode, ["a_0"])
+            assert raised.value.code == code and time.monotonic() - started < 10
+        finally:
+            client.close()
+        assert len(server.messages("MAP_AGENTS")) == 1

@@ -36,7 +36,8 @@ namespace Tether.Examples
             return Add(name, meta, text =>
             {
                 long value;
-                if (long.TryParse(text, NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out value) &&
+                if (WholeNumberText(text, min < 0) &&
+                    long.TryParse(text, NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out value) &&
                     value >= min && value <= max)
                 {
                     set(value);
@@ -53,7 +54,8 @@ namespace Tether.Examples
             return Add(name, meta, text =>
             {
                 ulong value;
-                if (ulong.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out value))
+                if (WholeNumberText(text, false) &&
+                    ulong.TryParse(text, NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out value))
                 {
                     set(value);
                     return true;
@@ -62,19 +64,58 @@ namespace Tether.Examples
             });
         }
 
-        /// <summary><c>name VALUE</c>, VALUE a number (seconds, a rate).</summary>
+        /// <summary><c>name VALUE</c>, VALUE a finite number (seconds, a rate).</summary>
         public Flags Number(string name, string meta, Action<double> set)
         {
             return Add(name, meta, text =>
             {
                 double value;
-                if (double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out value))
+                if (NumberText(text) && double.TryParse(text, NumberStyles.Float, CultureInfo.InvariantCulture, out value) &&
+                    !double.IsInfinity(value) && !double.IsNaN(value))
                 {
                     set(value);
                     return true;
                 }
                 return Refuse(name, "a number", text);
             });
+        }
+
+        // One grammar for the C# and C++ examples (examples/cpp/flags.h): a whole number is [+-]?[0-9]+ (no '-' for
+        // a flag that cannot be negative), a number [+-]?(D+(.D*)?|.D+)([eE][+-]?D+)? with a finite value; nothing
+        // around them (no spaces, no hex, no Infinity or NaN).
+        static bool Digits(string text, ref int at)
+        {
+            int start = at;
+            while (at < text.Length && text[at] >= '0' && text[at] <= '9') ++at;
+            return at != start;
+        }
+
+        static bool WholeNumberText(string text, bool negativeAllowed)
+        {
+            int at = 0;
+            if (at < text.Length && (text[at] == '+' || (negativeAllowed && text[at] == '-'))) ++at;
+            return Digits(text, ref at) && at == text.Length;
+        }
+
+        static bool NumberText(string text)
+        {
+            int at = 0;
+            if (at < text.Length && (text[at] == '+' || text[at] == '-')) ++at;
+            bool whole = Digits(text, ref at);
+            bool fraction = false;
+            if (at < text.Length && text[at] == '.')
+            {
+                ++at;
+                fraction = Digits(text, ref at);
+            }
+            if (!whole && !fraction) return false;
+            if (at < text.Length && (text[at] == 'e' || text[at] == 'E'))
+            {
+                ++at;
+                if (at < text.Length && (text[at] == '+' || text[at] == '-')) ++at;
+                if (!Digits(text, ref at)) return false;
+            }
+            return at == text.Length;
         }
 
         /// <summary><c>name</c> alone calls <paramref name="set"/>.</summary>

@@ -562,6 +562,7 @@ namespace Tether.Client
         public void Dispose()
         {
             closing = true;
+            lock (sync) Monitor.PulseAll(sync);  // (a request's waiter gives up: CLOSED)
             wake.Set();
             transport.Dispose();  // (a connect in progress is abandoned, so the join is short)
             if (thread.IsAlive && !thread.Join(TimeSpan.FromSeconds(10))) { /* resolving a host name: it ends with the lookup */ }
@@ -1236,27 +1237,24 @@ namespace Tether.Client
                 {
                     while (retired.Count > 0) retired.Dequeue().Dispose();
                 }
+                // A batch sent before a reconnect goes again first; then the requests the game waits for (the one
+                // whose connection was lost first), before the queued batches: the order of the Python and C++ links.
                 LinkRequest request = null;
-                lock (sync)
-                {
-                    if (unanswered != null && !unanswered.Done) request = unanswered;  // (not if the game stopped waiting)
-                    unanswered = null;
-                    while (request == null && requests.Count > 0)
-                    {
-                        request = requests.Dequeue();
-                        if (request.Done) request = null;  // the game stopped waiting for it
-                    }
-                }
-                if (request != null)
-                {
-                    Answer(request);
-                    continue;
-                }
                 Batch batch;
                 lock (sync)
                 {
-                    batch = inFlight;  // a batch sent before a reconnect goes again first
-                    while (batch == null && outbox.Count > 0)
+                    batch = inFlight;
+                    if (batch == null)
+                    {
+                        if (unanswered != null && !unanswered.Done) request = unanswered;  // (not if the game stopped waiting)
+                        unanswered = null;
+                        while (request == null && requests.Count > 0)
+                        {
+                            request = requests.Dequeue();
+                            if (request.Done) request = null;  // the game stopped waiting for it
+                        }
+                    }
+                    while (batch == null && request == null && outbox.Count > 0)
                     {
                         batch = outbox.Dequeue();
                         queuedSteps -= batch.QueueSteps;
@@ -1264,6 +1262,11 @@ namespace Tether.Client
                         if (batch.IsEmpty && !batch.SendEmpty) batch = null;  // every episode in it was dropped or refused
                     }
                     inFlight = batch;
+                }
+                if (request != null)
+                {
+                    Answer(request);
+                    continue;
                 }
                 if (batch != null) SendBatch(batch);
                 else Idle();
@@ -1285,10 +1288,11 @@ namespace Tether.Client
             catch (TetherException e)
             {
                 // The connection is lost: the request is sent again on the next one (the game's wait is bounded by
-                // its own deadline); at the end of training EndTraining fails it, once TrainingDone is set. A request
-                // whose answer timed out fails (§6.6: a late answer would pair with the next request), and the
-                // link reconnects.
-                if (e is ConnectionLostException || e.Code == ErrorCode.TrainingDone)
+                // its own deadline); at the end of training EndTraining fails it, once TrainingDone is set. It fails
+                // when its answer timed out (§6.6: a late answer would pair with the next request) or the server
+                // refused its bytes (BAD_HEADER, FRAME_TOO_LARGE: they would be refused again); the link reconnects.
+                bool refusedBytes = e.Code == ErrorCode.BadHeader || e.Code == ErrorCode.FrameTooLarge;
+                if ((e is ConnectionLostException && !refusedBytes) || e.Code == ErrorCode.TrainingDone)
                 {
                     lock (sync) unanswered = request;
                     throw;
