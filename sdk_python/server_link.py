@@ -123,7 +123,7 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     answer: dict[str, Any] | None = None
     error: BaseException | None = None
-    abandoned: bool = False  # the engine stopped waiting: not sent (again), an answer on its way ignored
+    abandoned: bool = False  # the engine stopped waiting: not sent (again); an answer on its way is still taken in
 
 
 def check_server_version(info: dict[str, Any]) -> None:
