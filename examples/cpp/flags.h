@@ -150,24 +150,27 @@ class Flags {
     static_assert(std::is_arithmetic<T>::value, "a flag's value is a string or a number");
     errno = 0;
     if constexpr (std::is_floating_point<T>::value) {
-      const double parsed = number_text(text) ? std::strtod(text, nullptr) : 0.0;
+      const bool well_formed = number_text(text);
+      const double parsed = well_formed ? std::strtod(text, nullptr) : 0.0;
       // (ERANGE also flags a tiny value rounded towards 0: it is a finite number all the same)
-      if (number_text(text) && std::isfinite(parsed) && std::fabs(parsed) <= std::numeric_limits<T>::max()) {
+      if (well_formed && std::isfinite(parsed) && std::fabs(parsed) <= std::numeric_limits<T>::max()) {
         out = static_cast<T>(parsed);
         return true;
       }
       std::fprintf(stderr, "%s: %s takes a number, not '%s'\n", program_, name, text);
     } else if constexpr (std::is_signed<T>::value) {
-      const long long parsed = whole_number_text(text, true) ? std::strtoll(text, nullptr, 10) : 0;
-      if (whole_number_text(text, true) && errno == 0 && parsed >= std::numeric_limits<T>::min() &&
+      const bool well_formed = whole_number_text(text, true);
+      const long long parsed = well_formed ? std::strtoll(text, nullptr, 10) : 0;
+      if (well_formed && errno == 0 && parsed >= std::numeric_limits<T>::min() &&
           parsed <= std::numeric_limits<T>::max()) {
         out = static_cast<T>(parsed);
         return true;
       }
       std::fprintf(stderr, "%s: %s takes a whole number, not '%s'\n", program_, name, text);
     } else {
-      const unsigned long long parsed = whole_number_text(text, false) ? std::strtoull(text, nullptr, 10) : 0;
-      if (whole_number_text(text, false) && errno == 0 && parsed <= std::numeric_limits<T>::max()) {
+      const bool well_formed = whole_number_text(text, false);
+      const unsigned long long parsed = well_formed ? std::strtoull(text, nullptr, 10) : 0;
+      if (well_formed && errno == 0 && parsed <= std::numeric_limits<T>::max()) {
         out = static_cast<T>(parsed);
         return true;
       }

@@ -361,6 +361,10 @@ def test_cpp_examples_refuse_a_bad_command_line_by_name(examples: Path, program:
     """Every example program parses its flags alike (examples/cpp/flags.h): a value of the wrong kind, a
     missing value or an unknown flag ends it with exit status 2, before it connects, and a line naming
     the flag (a value that does not fit the flag's type is refused, not read as 0 or wrapped)."""
-    run = subprocess.run([str(examples / program), *argv], capture_output=True, text=True, timeout=30)
+    refused_by_name(subprocess.run([str(examples / program), *argv], capture_output=True, text=True, timeout=30), says)
+
+
+def refused_by_name(run: subprocess.CompletedProcess, says: str) -> None:
+    """An example program that refused its command line: exit status 2, stderr starting with `says`."""
     assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
     assert run.stderr.startswith(says), run.stderr
